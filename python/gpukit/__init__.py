@@ -1,0 +1,48 @@
+"""gpukit: a small, explicit, deterministic GPU runtime for LLM inference.
+
+    import gpukit as gk
+    a = gk.arange(6, dtype=gk.float32).reshape(2, 3)
+    b = a.to("cuda") * 2          # runs on the GPU when one is present
+"""
+from __future__ import annotations
+
+from . import _C
+from ._C import (  # noqa: F401
+    Array, Device, DType, Event, Graph, Stream, CudaError, OutOfMemoryError,
+    add, sub, mul, div, pow, maximum, minimum, eq, ne, lt, le, gt, ge, logical_and, logical_or,
+    neg, abs, exp, log, sqrt, rsqrt, sin, cos, tanh, sigmoid, relu, silu, gelu, gelu_tanh, logical_not,
+    clamp, where, copy_into, devices, synchronize, device_properties, memory_stats,
+    reset_peak_memory_stats, set_memory_limit, empty_cache, promote_types, registered_ops,
+)
+from ._array import (  # noqa: F401
+    asarray, array, from_numpy, empty, zeros, ones, full, arange, empty_like, zeros_like, ones_like, full_like,
+    to_numpy,
+)
+from . import _stream  # noqa: F401  (adds `with stream:` and Graph context managers)
+from . import cuda  # noqa: F401
+
+bool_ = DType.bool
+uint8 = DType.uint8
+int8 = DType.int8
+int16 = DType.int16
+int32 = DType.int32
+int64 = DType.int64
+float8_e4m3fn = DType.float8_e4m3fn
+float8_e5m2 = DType.float8_e5m2
+float16 = DType.float16
+half = DType.float16
+bfloat16 = DType.bfloat16
+float32 = DType.float32
+float64 = DType.float64
+
+_optional = []
+for _name in ("sum", "mean", "max", "min", "argmax", "argmin", "softmax", "log_softmax", "matmul"):
+    if hasattr(_C, _name):
+        globals()[_name] = getattr(_C, _name)
+
+try:
+    from . import io  # noqa: F401
+except ImportError:  # pragma: no cover - built without the readers
+    pass
+
+__version__ = "0.1.0"

@@ -1,0 +1,61 @@
+// Kernel entry points of the two backends. They take plain argument blocks and
+// know nothing of Arrays or Python. The CUDA ones exist only when built with CUDA.
+#pragma once
+#include "gpukit/errors.h"
+#include "ops/ew_args.h"
+#include "ops/registry.h"
+
+namespace gk {
+
+// Row-wise problems: `rows` rows of `cols` elements, row r starting at r*row_stride.
+struct RowArgs {
+  const void* in = nullptr;
+  void* out = nullptr;
+  int64_t rows = 0, cols = 0;
+  int64_t in_row_stride = 0, out_row_stride = 0;
+  DType in_dtype = DType::f32, out_dtype = DType::f32;
+};
+
+// Batched matrix product: C[b] = A[b] @ B[b] with arbitrary element strides.
+struct MatmulArgs {
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* c = nullptr;
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  // batch offsets: per batch index, computed from up to kMaxDims batch dims
+  int batch_ndim = 0;
+  int64_t batch_shape[kMaxDims] = {};
+  int64_t a_batch_strides[kMaxDims] = {}, b_batch_strides[kMaxDims] = {};
+  int64_t a_rs = 0, a_cs = 0, b_rs = 0, b_cs = 0, c_rs = 0;  // row/col strides
+  DType dtype = DType::f32;  // of a, b and c
+};
+
+namespace cpu {
+void copy(const EwArgs& a);  // in_dtype -> out_dtype, slot 1 -> slot 0
+void fill(const EwArgs& a);  // scalar -> slot 0
+void arange(const EwArgs& a, double start, double step);
+void binary(BinaryOp op, const EwArgs& a);
+void unary(UnaryOp op, const EwArgs& a);
+void where(const EwArgs& a);  // slot1 cond (bool), slots 2,3 values
+void clamp(const EwArgs& a, bool has_lo, double lo, bool has_hi, double hi);
+void reduce_rows(ReduceOp op, const RowArgs& a);  // one result per row
+void softmax_rows(const RowArgs& a, bool log);
+void matmul(const MatmulArgs& a);
+}  // namespace cpu
+
+namespace cuda {
+void copy(const EwArgs& a, void* stream);
+void fill(const EwArgs& a, void* stream);
+void arange(const EwArgs& a, double start, double step, void* stream);
+void binary(BinaryOp op, const EwArgs& a, void* stream);
+void unary(UnaryOp op, const EwArgs& a, void* stream);
+void where(const EwArgs& a, void* stream);
+void clamp(const EwArgs& a, bool has_lo, double lo, bool has_hi, double hi, void* stream);
+void reduce_rows(ReduceOp op, const RowArgs& a, void* stream);
+void softmax_rows(const RowArgs& a, bool log, void* stream);
+void matmul(const MatmulArgs& a, void* stream);
+// Host<->device and device<->device byte copies of contiguous memory.
+void memcpy_async(void* dst, const void* src, size_t bytes, int kind, void* stream);
+}  // namespace cuda
+
+}  // namespace gk
