@@ -22,7 +22,23 @@ An entry declares only how to call the op and its float64 NumPy reference::
         covers=(),                         # further registry names this entry exercises ("copy", "fill", ...)
         id=None,                           # case id (default: name)
         shape_only=False,                  # fn/ref receive the inputs only for their shape (fill, arange)
+        plan=None,                         # f(layout) -> [(base_shape, view), ...] per input, or None to
+                                           # skip the layout: custom input shapes (matmul, reductions)
     )
+
+By default every input of a case has the layout's shape (see _input_plan).  Ops whose inputs
+must differ in shape give ``plan``; ``view`` is None (the contiguous base itself), one of
+GENERIC_VIEWS ("T": reverse all dims, "step2": [::2] on dim 0, "rev": [::-1] on dim 0,
+"offset1": [1:] on dim 0, i.e. contiguous but not 16-byte aligned, "cols_step2": [..., ::2]) or a
+pair (gk_view_fn, numpy_view_fn).  With ``plan``, ``layouts`` may name any layouts the plan
+knows, e.g.::
+
+    def mm_plan(layout):
+        return {"small": [((7, 5), None), ((5, 3), None)],
+                "transposed": [((5, 7), "T"), ((3, 5), "T")],
+                "batched_broadcast": [((2, 1, 7, 5), None), ((4, 5, 3), None)]}.get(layout)
+    OpSpec("matmul", lambda a, b: gk.matmul(a, b), np.matmul, nin=2, plan=mm_plan,
+           layouts=("small", "transposed", "batched_broadcast"), dtypes=("float32", "bfloat16"))
 
 What a case checks
 ------------------
@@ -31,7 +47,7 @@ For each entry x dtype x layout x device ("cpu", and "cuda" when ``gk.cuda.is_av
 * fresh random inputs (seed printed in the pytest header; set GPUKIT_TEST_SEED to replay),
   rounded to the case dtype by gpukit, so the reference sees exactly the values the op sees;
 * layouts: sizes 1, 7, 1023 and 4097, 0-d, 2-d, transposed, stepped slices, reversed
-  (negative strides), broadcasting (stride-0 views / NumPy broadcasting of operands of
+  (negative strides), a contiguous view at an odd offset (not aligned for vector loads), broadcasting (stride-0 views / NumPy broadcasting of operands of
   different shapes) and empty arrays (0 and (3, 0, 5));
 * the result's shape, dtype (when declared), and values against the float64 reference within
   the output dtype's tolerance (TOL below; fp8 references are saturated first, NaN must match NaN);
@@ -85,8 +101,8 @@ POISONS = (0xFF, 0x5A)
 
 # Layout cases: name -> (kind, payload).  Sizes named by the issue come first.
 LAYOUTS = ("size1", "size7", "size1023", "size4097", "scalar0d", "2d", "transposed", "stepped",
-           "reversed", "broadcast", "empty", "empty3d")
-SECONDARY_LAYOUTS = ("size7", "size4097", "transposed", "broadcast")  # for the other dtypes
+           "reversed", "offset", "broadcast", "empty", "empty3d")
+SECONDARY_LAYOUTS = ("size7", "size4097", "transposed", "offset", "broadcast")  # for the other dtypes
 
 
 @dataclasses.dataclass
@@ -108,6 +124,7 @@ class OpSpec:
     covers: tuple = ()
     id: Optional[str] = None
     shape_only: bool = False
+    plan: Optional[Callable] = None
 
     @property
     def case_id(self):
@@ -161,9 +178,11 @@ def collect_cases(specs):
     cases = []
     for s in specs:
         layouts = s.layouts or _default_layouts(s)
+        if s.plan is not None:
+            layouts = [lay for lay in layouts if s.plan(lay) is not None]
         for i, dt in enumerate(s.dtypes):
             for lay in layouts:
-                if i > 0 and lay not in SECONDARY_LAYOUTS and lay not in ("size7",):
+                if i > 0 and s.plan is None and lay not in SECONDARY_LAYOUTS:
                     continue
                 cases.append(Case(s, dt, lay))
     return cases
@@ -184,13 +203,30 @@ def seed():
 _SESSION_SEED = int.from_bytes(os.urandom(4), "little")
 
 
-def _np_view(base, layout):
+GENERIC_VIEWS = {
+    "T": (lambda a: a.T, lambda a: a.T),
+    "step2": (lambda a: a[::2], lambda a: a[::2]),
+    "rev": (lambda a: a[::-1], lambda a: a[::-1]),
+    "offset1": (lambda a: a[1:], lambda a: a[1:]),
+    "cols_step2": (lambda a: a[..., ::2], lambda a: a[..., ::2]),
+}
+
+
+def _view_fns(view):
+    if isinstance(view, tuple):
+        return view
+    if view in GENERIC_VIEWS:
+        return GENERIC_VIEWS[view]
+    return _VIEWS[view][:2]
+
+
+def _np_view(base, view):
     """The NumPy equivalent of _gk_view (same view of the same base)."""
-    return _VIEWS[layout][1](base)
+    return _view_fns(view)[1](base)
 
 
-def _gk_view(base, layout):
-    return _VIEWS[layout][0](base)
+def _gk_view(base, view):
+    return _view_fns(view)[0](base)
 
 
 # layout -> (gk view fn, numpy view fn, base shape) for one input.
@@ -198,6 +234,7 @@ _VIEWS = {
     "transposed": (lambda a: a.T, lambda a: a.T, (33, 17)),
     "stepped": (lambda a: a[::2, 1::3], lambda a: a[::2, 1::3], (34, 70)),
     "reversed": (lambda a: a[::-1], lambda a: a[::-1], (1023,)),
+    "offset": (lambda a: a[1:], lambda a: a[1:], (4098,)),  # contiguous but not 16-byte aligned
     "broadcast1": (lambda a: a.broadcast_to((17, 33)), lambda a: np.broadcast_to(a, (17, 33)), (1, 33)),
 }
 
@@ -208,9 +245,9 @@ def _input_plan(nin, layout):
               "2d": (17, 33), "empty": (0,), "empty3d": (3, 0, 5)}
     if layout in simple:
         return [(simple[layout], None)] * nin
-    if layout in ("transposed", "stepped", "reversed"):
+    if layout in ("transposed", "stepped", "reversed", "offset"):
         # the first input is the view; the others contiguous arrays of the view's shape
-        out_shape = {"transposed": (17, 33), "stepped": (17, 23), "reversed": (1023,)}[layout]
+        out_shape = {"transposed": (17, 33), "stepped": (17, 23), "reversed": (1023,), "offset": (4097,)}[layout]
         return [(_VIEWS[layout][2], layout)] + [(out_shape, None)] * (nin - 1)
     if layout == "broadcast":
         if nin == 1:
@@ -238,7 +275,9 @@ def make_inputs(case, rng, device):
     spec = case.spec
     in_dt = spec.in_dtypes(case.dtype) if spec.in_dtypes else (case.dtype,) * spec.nin
     xs, refs = [], []
-    for i, (base_shape, view) in enumerate(_input_plan(spec.nin, case.layout)):
+    plan = spec.plan(case.layout) if spec.plan else _input_plan(spec.nin, case.layout)
+    assert len(plan) == spec.nin, f"{case}: the plan gives {len(plan)} inputs, nin is {spec.nin}"
+    for i, (base_shape, view) in enumerate(plan):
         vals = _values(spec, rng, base_shape, in_dt[i], i)
         base = gk.asarray(np.ascontiguousarray(vals)).astype(in_dt[i])
         rounded = base.astype("float64").numpy()

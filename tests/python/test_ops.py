@@ -6,7 +6,7 @@ import pytest
 
 import gpukit as gk
 import harness
-from conftest import HAS_CUDA, needs_cuda
+from conftest import needs_cuda
 
 SPECS = harness.load_tables()
 CASES = harness.collect_cases(SPECS)
