@@ -5,8 +5,8 @@
 #   scripts/device.sh [OUTDIR]        (default: $OUT, else ./device-out)
 #
 # Run from the repository root. GoogleTest: the installed one, else a source tree at
-# .gtest/googletest (carried). ml_dtypes is optional (tests that need it skip); a wheel under
-# .whl/ is installed if present. Each stage runs even when an earlier one failed; the exit code
+# .gtest/googletest (carried). pytest and ml_dtypes, when missing, are installed from wheels
+# carried in .whl/ (ml_dtypes is optional: the tests that need it skip). Each stage runs even when an earlier one failed; the exit code
 # is non-zero when any stage failed. Environment: PYTHON (default python3), JOBS, GPUKIT_CUDA_ARCHS,
 # GPUKIT_CUDA (default ON; OFF gives a CPU-only dry run).
 set -u
@@ -41,10 +41,15 @@ stage() {  # stage NAME LOGFILE cmd...
   "$PY" -c "import ml_dtypes; print('ml_dtypes', ml_dtypes.__version__)" 2>&1 | tail -1
 } >"$OUTDIR/env.txt" 2>&1
 
-# Optional wheels carried in .whl/ (e.g. ml_dtypes); nothing is fetched from the network.
-if ! "$PY" -c "import ml_dtypes" 2>/dev/null && ls .whl/ml_dtypes-*.whl >/dev/null 2>&1; then
-  stage "install ml_dtypes wheel" pip.log "$PY" -m pip install --no-index --no-deps .whl/ml_dtypes-*.whl
-fi
+# Python packages the tests need but the machine may lack (pytest; ml_dtypes is optional): installed
+# offline from wheels carried in .whl/ (pip download pytest ml_dtypes -d .whl); nothing is fetched.
+for pkg in pytest ml_dtypes; do
+  if ! "$PY" -c "import $pkg" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
+    stage "install $pkg (.whl)" "pip_$pkg.log" bash -c "'$PY' -m pip install --no-index --find-links .whl $pkg ||
+      '$PY' -m pip install --user --break-system-packages --no-index --find-links .whl $pkg"
+  fi
+done
+"$PY" -c "import ml_dtypes" 2>/dev/null || echo "note: ml_dtypes missing: the tests that need it skip"
 
 GTEST_ARG=()
 if [ -d .gtest/googletest ] && ! { [ -f /usr/include/gtest/gtest.h ] || [ -f /usr/local/include/gtest/gtest.h ]; }; then
