@@ -61,19 +61,19 @@ stage configure configure.log cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE
 stage build build.log ninja -C "$BUILD" -j "$JOBS"
 
 if [ -x "$BUILD/gpukit_tests" ]; then
-  stage "C++ tests" gtest.log timeout 300 "$BUILD/gpukit_tests" --gtest_output="xml:$OUTDIR/gtest.xml"
+  stage "C++ tests" gtest.log timeout 150 "$BUILD/gpukit_tests" --gtest_output="xml:$OUTDIR/gtest.xml"
 else
   NAMES+=("C++ tests"); RESULTS+=(127); TIMES+=(0)
 fi
 
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
-stage "Python tests" pytest.log timeout 420 "$PY" -m pytest tests/python -q -rfEs -p no:cacheprovider \
+stage "Python tests" pytest.log timeout 300 "$PY" -m pytest tests/python -q -rfEs -p no:cacheprovider \
   --junitxml="$OUTDIR/pytest.xml"
 
 RESULTS_JSON="$OUTDIR/h200.json"
 [ -f bench/results/h200.json ] && [ ! -f "$RESULTS_JSON" ] && cp bench/results/h200.json "$RESULTS_JSON"
-stage "bench elementwise" bench_elementwise.log timeout 180 "$PY" bench/elementwise.py --out "$RESULTS_JSON"
-stage "bench overhead" bench_overhead.log timeout 180 "$PY" bench/overhead.py --out "$RESULTS_JSON"
+stage "bench elementwise" bench_elementwise.log timeout 120 "$PY" bench/elementwise.py --out "$RESULTS_JSON"
+stage "bench overhead" bench_overhead.log timeout 120 "$PY" bench/overhead.py --out "$RESULTS_JSON"
 
 # ---- summary ----
 fail=0
