@@ -74,7 +74,7 @@ def asarray(obj, dtype=None, device=None, copy=None, stream=None) -> Array:
     if isinstance(obj, np.ndarray):
         a = obj
     else:
-        if isinstance(obj, (bool, int, float)) and dtype is None:
+        if isinstance(obj, (bool, int, float)) and not isinstance(obj, np.generic) and dtype is None:
             a = np.asarray(obj, dtype=np.bool_ if isinstance(obj, bool) else
                            (np.int64 if isinstance(obj, int) else np.float32))
         else:

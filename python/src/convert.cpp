@@ -111,7 +111,7 @@ Array to_array(nb::handle h, const char* arg, const Array* like) {
              : gk.attr("asarray")(h);
   } catch (nb::python_error& e) {
     throw TypeError(cat(arg, ": cannot convert ", nb::cast<std::string>(nb::str(h.type().attr("__name__"))),
-                        " to a gpukit.Array (", e.what(), ")"));
+                        " to a gpukit.Array (", nb::cast<std::string>(nb::str(e.value())), ")"));
   }
   return nb::cast<Array>(r);
 }

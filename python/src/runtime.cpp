@@ -2,6 +2,7 @@
 #include <nanobind/stl/pair.h>
 
 #include "bind.h"
+#include "core/internal.h"
 #include "gpukit/allocator.h"
 #include "gpukit/errors.h"
 
@@ -122,6 +123,12 @@ GK_BINDING(5, runtime) {
   m.def("reset_peak_memory_stats", [](nb::handle d) { reset_peak_stats(to_device(d)); }, nb::arg("device") = "cuda:0");
   m.def("set_memory_limit", [](nb::handle d, size_t b) { set_memory_limit(to_device(d), b); }, nb::arg("device"),
         nb::arg("nbytes"));
+  m.def("_debug_alloc_poison", [](int byte) { detail::debug_set_alloc_poison(byte); }, nb::arg("byte"),
+        "Test hook: fill every new allocation with `byte` and frame it with guard bytes (-1: off).");
+  m.def("_debug_check_guards", [] {
+    nb::gil_scoped_release rel;
+    return detail::debug_check_guards();
+  }, "Test hook: synchronizes the devices and returns (and clears) the guard violations seen.");
   m.def("empty_cache", [](nb::handle d) {
     if (d.is_none()) {
       for (int i = 0; i < cuda_device_count(); ++i) empty_cache(Device::cuda(i));

@@ -1,5 +1,6 @@
 #include "gpukit/allocator.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -64,6 +65,73 @@ CpuStats& cpu_stats() {
   return *s;
 }
 
+// ---- debug poison and guards (detail::debug_set_alloc_poison) ----
+std::atomic<int> g_poison{-1};
+struct Guarded {
+  char* base = nullptr;  // start of the front guard
+  size_t nbytes = 0;     // user bytes, which start at base + kDebugGuard
+  Device device;
+  uint8_t fill = 0;
+};
+std::mutex g_dbg_mu;
+std::unordered_map<void*, Guarded>& dbg_live() {
+  static auto* m = new std::unordered_map<void*, Guarded>();
+  return *m;
+}
+std::vector<std::string>& dbg_violations() {
+  static auto* v = new std::vector<std::string>();
+  return *v;
+}
+// Compares the two guards of g with its fill byte; appends a message on damage.
+// CUDA memory is read back synchronously (the caller synchronized the device).
+void check_guard(const Guarded& g, std::vector<std::string>& out) {
+  std::vector<unsigned char> front(detail::kDebugGuard), back(detail::kDebugGuard);
+  const char* after = g.base + detail::kDebugGuard + g.nbytes;
+  if (g.device.is_cpu()) {
+    std::memcpy(front.data(), g.base, front.size());
+    std::memcpy(back.data(), after, back.size());
+  } else {
+#if GPUKIT_WITH_CUDA
+    detail::set_device(g.device.index);
+    if (cudaMemcpy(front.data(), g.base, front.size(), cudaMemcpyDeviceToHost) != cudaSuccess ||
+        cudaMemcpy(back.data(), after, back.size(), cudaMemcpyDeviceToHost) != cudaSuccess) {
+      cudaGetLastError();
+      out.push_back(cat(g.device.str(), ": could not read the guards of a block of ", g.nbytes, " bytes"));
+      return;
+    }
+#endif
+  }
+  size_t bad_front = 0, bad_back = 0;
+  for (unsigned char c : front) bad_front += c != g.fill;
+  for (unsigned char c : back) bad_back += c != g.fill;
+  if (bad_front || bad_back)
+    out.push_back(cat(g.device.str(), ": allocation of ", g.nbytes, " bytes: ", bad_front,
+                      " guard bytes before it and ", bad_back, " guard bytes after it were overwritten"));
+}
+// Removes the guarded entry of `ptr` (if any), checks it, and returns its base
+// (the pointer to free for CPU memory), or null.
+char* dbg_release(void* ptr, bool check) {
+  Guarded g;
+  {
+    std::lock_guard<std::mutex> lk(g_dbg_mu);
+    auto it = dbg_live().find(ptr);
+    if (it == dbg_live().end()) return nullptr;
+    g = it->second;
+    dbg_live().erase(it);
+  }
+  if (check) {
+    std::vector<std::string> v;
+    check_guard(g, v);
+    std::lock_guard<std::mutex> lk(g_dbg_mu);
+    for (auto& m : v) dbg_violations().push_back(std::move(m));
+  }
+  return g.base;
+}
+void dbg_register(char* base, void* user, size_t nbytes, Device d, uint8_t fill) {
+  std::lock_guard<std::mutex> lk(g_dbg_mu);
+  dbg_live()[user] = Guarded{base, nbytes, d, fill};
+}
+
 #if GPUKIT_WITH_CUDA
 // Moves pending blocks whose events have all completed back to their free lists.
 void process_pending(DeviceAllocator& a) {
@@ -114,6 +182,20 @@ Storage::~Storage() {
 #if GPUKIT_WITH_CUDA
     auto* b = static_cast<Block*>(block);
     DeviceAllocator& a = dev_alloc(device.index);
+    if (ptr != b->ptr) {  // a guarded debug allocation: check it unless a capture is running
+      bool capturing;
+      {
+        std::lock_guard<std::mutex> lk(a.mu);
+        capturing = !a.capturing.empty();
+      }
+      bool ok = !capturing && !device_failed(device);
+      if (ok) {
+        detail::set_device(device.index);
+        ok = cudaDeviceSynchronize() == cudaSuccess;
+        if (!ok) cudaGetLastError();
+      }
+      dbg_release(ptr, ok);
+    }
     std::lock_guard<std::mutex> lk(a.mu);
     a.st.allocated -= b->size;
     a.st.num_frees++;
@@ -140,7 +222,8 @@ Storage::~Storage() {
     a.free_lists[b->stream].emplace(b->size, b);
 #endif
   } else if (cpu_owned) {
-    std::free(ptr);
+    char* base = dbg_release(ptr, true);
+    std::free(base ? static_cast<void*>(base) : ptr);
     auto& c = cpu_stats();
     std::lock_guard<std::mutex> lk(c.mu);
     c.st.allocated -= nbytes;
@@ -152,11 +235,21 @@ std::shared_ptr<Storage> allocate(Device d, size_t nbytes, const Stream& s) {
   auto st = std::make_shared<Storage>();
   st->device = d;
   st->nbytes = nbytes;
+  const int poison = g_poison.load(std::memory_order_relaxed);
   if (d.is_cpu()) {
-    size_t sz = (std::max<size_t>(nbytes, 1) + 63) / 64 * 64;
+    if (nbytes > (size_t(1) << 62))
+      throw OutOfMemoryError(cat("out of host memory: requested ", nbytes, " bytes"), nbytes, 0, 0);
+    const size_t guard = poison >= 0 ? detail::kDebugGuard : 0;
+    size_t sz = (std::max<size_t>(nbytes, 1) + 2 * guard + 63) / 64 * 64;
     st->ptr = std::aligned_alloc(64, sz);
     if (!st->ptr)
       throw OutOfMemoryError(cat("out of host memory: requested ", nbytes, " bytes"), nbytes, 0, 0);
+    if (poison >= 0) {
+      char* base = static_cast<char*>(st->ptr);
+      std::memset(base, poison, nbytes + 2 * guard);
+      st->ptr = base + guard;
+      dbg_register(base, st->ptr, nbytes, d, uint8_t(poison));
+    }
     st->cpu_owned = true;
     auto& c = cpu_stats();
     std::lock_guard<std::mutex> lk(c.mu);
@@ -167,11 +260,10 @@ std::shared_ptr<Storage> allocate(Device d, size_t nbytes, const Stream& s) {
   }
 #if GPUKIT_WITH_CUDA
   check_device_usable(d);
-  size_t size = round_size(nbytes);
   if (nbytes > (size_t(1) << 62))
     throw OutOfMemoryError(cat("CUDA out of memory on ", d.str(), ": requested ", nbytes, " bytes"), nbytes, 0, 0);
   DeviceAllocator& a = dev_alloc(d.index);
-  std::lock_guard<std::mutex> lk(a.mu);
+  std::unique_lock<std::mutex> lk(a.mu);
   void* sh = s.handle();
   Block* b = nullptr;
   GraphState* g = nullptr;
@@ -179,6 +271,8 @@ std::shared_ptr<Storage> allocate(Device d, size_t nbytes, const Stream& s) {
     auto it = a.capturing.find(sh);
     if (it != a.capturing.end()) g = it->second;
   }
+  const size_t guard = poison >= 0 && !g ? detail::kDebugGuard : 0;
+  size_t size = round_size(nbytes + 2 * guard);
   if (g) {
     b = take_free(a.graph_free[g], size);
   } else {
@@ -234,6 +328,13 @@ std::shared_ptr<Storage> allocate(Device d, size_t nbytes, const Stream& s) {
   st->ptr = b->ptr;
   st->block = b;
   st->alloc_stream = sh;
+  lk.unlock();
+  if (guard) {
+    detail::set_device(d.index);
+    GK_CUDA_CHECK(cudaMemsetAsync(b->ptr, poison, nbytes + 2 * guard, static_cast<cudaStream_t>(sh)));
+    st->ptr = static_cast<char*>(b->ptr) + guard;
+    dbg_register(static_cast<char*>(b->ptr), st->ptr, nbytes, d, uint8_t(poison));
+  }
   return st;
 #else
   (void)s;
@@ -304,6 +405,29 @@ void graph_capture_end(GraphState* g, const Stream& s) {
   auto it = a.capturing.find(s.handle());
   if (it != a.capturing.end() && it->second == g) a.capturing.erase(it);
 }
+void debug_set_alloc_poison(int byte) { g_poison.store(byte < 0 ? -1 : (byte & 0xff)); }
+int debug_alloc_poison() { return g_poison.load(); }
+std::vector<std::string> debug_check_guards() {
+  std::vector<Guarded> live;
+  {
+    std::lock_guard<std::mutex> lk(g_dbg_mu);
+    for (auto& [p, g] : dbg_live()) live.push_back(g);
+  }
+  std::vector<std::string> out;
+#if GPUKIT_WITH_CUDA
+  for (int i = 0; i < cuda_device_count(); ++i)
+    if (!device_failed(Device::cuda(i))) {
+      set_device(i);
+      if (cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
+    }
+#endif
+  for (auto& g : live) check_guard(g, out);
+  std::lock_guard<std::mutex> lk(g_dbg_mu);
+  for (auto& m : dbg_violations()) out.push_back(std::move(m));
+  dbg_violations().clear();
+  return out;
+}
+
 void graph_release_memory(GraphState* g) {
 #if GPUKIT_WITH_CUDA
   for (int d = 0; d < cuda_device_count(); ++d) {

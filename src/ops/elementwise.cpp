@@ -240,6 +240,9 @@ Array arange(double start, double stop, double step, DType dtype, Device device,
   if (!std::isfinite(start) || !std::isfinite(stop) || !std::isfinite(step))
     throw ValueError("start, stop and step must be finite");
   double n = std::ceil((stop - start) / step);
+  if (!(n < 9.2e18))
+    throw ValueError(cat("stop: arange(", start, ", ", stop, ", ", step, ") would have ", n,
+                         " elements, more than fit in 64 bits"));
   int64_t len = n > 0 ? int64_t(n) : 0;
   Stream s = resolve_stream(sp, device);
   Array out = Array::empty({len}, dtype, device, &s);

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Builds gpukit with CUDA (sm_90a) and its tests on a GPU machine, runs the C++ tests, the
+# Python tests and the benchmarks, and writes every log and result into one folder.
+#
+#   scripts/device.sh [OUTDIR]        (default: $OUT, else ./device-out)
+#
+# Run from the repository root. GoogleTest: the installed one, else a source tree at
+# .gtest/googletest (carried). pytest and ml_dtypes, when missing, are installed from wheels
+# carried in .whl/ (ml_dtypes is optional: the tests that need it skip). Each stage runs even when an earlier one failed; the exit code
+# is non-zero when any stage failed. Environment: PYTHON (default python3), JOBS, GPUKIT_CUDA_ARCHS,
+# GPUKIT_CUDA (default ON; OFF gives a CPU-only dry run).
+set -u
+cd "$(dirname "$0")/.."
+OUTDIR=${1:-${OUT:-$PWD/device-out}}
+mkdir -p "$OUTDIR"
+OUTDIR=$(cd "$OUTDIR" && pwd)
+PY=${PYTHON:-python3}
+JOBS=${JOBS:-$(nproc)}
+ARCHS=${GPUKIT_CUDA_ARCHS:-90a}
+BUILD=build-device
+declare -a NAMES=() RESULTS=() TIMES=()
+
+stage() {  # stage NAME LOGFILE cmd...
+  local name=$1 log=$2
+  shift 2
+  local t0=$SECONDS
+  echo "=== $name ($(date -u +%H:%M:%S))"
+  "$@" >"$OUTDIR/$log" 2>&1
+  local rc=$?
+  NAMES+=("$name"); RESULTS+=("$rc"); TIMES+=($((SECONDS - t0)))
+  if [ $rc -ne 0 ]; then echo "    failed (rc=$rc), last lines of $log:"; tail -n 15 "$OUTDIR/$log" | sed 's/^/    /'; fi
+  return 0
+}
+
+{
+  echo "date: $(date -u)"; echo "commit: $(git rev-parse HEAD 2>/dev/null)"; uname -a
+  nvidia-smi 2>&1 | head -20; command -v nvcc && nvcc --version | tail -2
+  "$PY" -c "import sys, numpy; print(sys.version); print('numpy', numpy.__version__)"
+  "$PY" -c "import torch; print('torch', torch.__version__, torch.version.cuda)" 2>&1 | tail -1
+  "$PY" -c "import cupy; print('cupy', cupy.__version__)" 2>&1 | tail -1
+  "$PY" -c "import ml_dtypes; print('ml_dtypes', ml_dtypes.__version__)" 2>&1 | tail -1
+} >"$OUTDIR/env.txt" 2>&1
+
+# Python packages the tests need but the machine may lack (pytest; ml_dtypes is optional): installed
+# offline from wheels carried in .whl/ (pip download pytest ml_dtypes -d .whl); nothing is fetched.
+for pkg in pytest ml_dtypes; do
+  if ! "$PY" -c "import $pkg" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
+    stage "install $pkg (.whl)" "pip_$pkg.log" bash -c "'$PY' -m pip install --no-index --find-links .whl $pkg ||
+      '$PY' -m pip install --user --break-system-packages --no-index --find-links .whl $pkg"
+  fi
+done
+"$PY" -c "import ml_dtypes" 2>/dev/null || echo "note: ml_dtypes missing: the tests that need it skip"
+
+GTEST_ARG=()
+if [ -d .gtest/googletest ] && ! { [ -f /usr/include/gtest/gtest.h ] || [ -f /usr/local/include/gtest/gtest.h ]; }; then
+  GTEST_ARG=(-DGPUKIT_GTEST_SOURCE="$PWD/.gtest")
+fi
+stage configure configure.log cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DGPUKIT_CUDA="${GPUKIT_CUDA:-ON}" -DGPUKIT_CUDA_ARCHS="$ARCHS" -DGPUKIT_TESTS=ON -DGPUKIT_PYTHON_INPLACE=ON \
+  -DPython_EXECUTABLE="$(command -v "$PY")" "${GTEST_ARG[@]}"
+stage build build.log ninja -C "$BUILD" -j "$JOBS"
+
+if [ -x "$BUILD/gpukit_tests" ]; then
+  stage "C++ tests" gtest.log timeout 150 "$BUILD/gpukit_tests" --gtest_output="xml:$OUTDIR/gtest.xml"
+else
+  NAMES+=("C++ tests"); RESULTS+=(127); TIMES+=(0)
+fi
+
+export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+stage "Python tests" pytest.log timeout 300 "$PY" -m pytest tests/python -q -rfEs -p no:cacheprovider \
+  --junitxml="$OUTDIR/pytest.xml"
+
+RESULTS_JSON="$OUTDIR/h200.json"
+[ -f bench/results/h200.json ] && [ ! -f "$RESULTS_JSON" ] && cp bench/results/h200.json "$RESULTS_JSON"
+stage "bench elementwise" bench_elementwise.log timeout 120 "$PY" bench/elementwise.py --out "$RESULTS_JSON"
+stage "bench overhead" bench_overhead.log timeout 120 "$PY" bench/overhead.py --out "$RESULTS_JSON"
+
+# ---- summary ----
+fail=0
+for r in "${RESULTS[@]}"; do [ "$r" -ne 0 ] && fail=1; done
+{
+  echo
+  printf '%-22s %-8s %6s\n' stage result seconds
+  for i in "${!NAMES[@]}"; do
+    r=${RESULTS[$i]}
+    printf '%-22s %-8s %6s\n' "${NAMES[$i]}" "$([ "$r" -eq 0 ] && echo ok || echo "FAIL($r)")" "${TIMES[$i]}"
+  done
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) +\]" "$OUTDIR/gtest.log" 2>/dev/null | grep -E "tests?[ ,.]" | head -5
+  tail -n 1 "$OUTDIR/pytest.log" 2>/dev/null
+  for f in bench_elementwise.log bench_overhead.log; do
+    grep -E "^(elementwise|copy|python_op)|ceiling" "$OUTDIR/$f" 2>/dev/null
+  done
+  echo "logs and results: $OUTDIR"
+} | tee "$OUTDIR/summary.txt"
+exit $fail
