@@ -1,9 +1,12 @@
 // Typed errors. The Python bindings map them to ValueError, TypeError, IndexError,
 // gpukit.OutOfMemoryError (a MemoryError), gpukit.CudaError and gpukit.io.FormatError.
 #pragma once
+#include <charconv>
 #include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <type_traits>
 
 namespace gk {
 
@@ -37,18 +40,33 @@ struct CudaError : Error {
   bool sticky;
 };
 
-// Builds a message from pieces: fmt("shape ", a, " vs ", b).
+// Builds a message from pieces: cat("shape ", a, " vs ", b). Numbers are formatted
+// with std::to_chars (no iostreams or locales involved).
 template <class... A>
 std::string cat(const A&... a);
 
+namespace detail {
+inline void cat_append(std::string& s, const std::string& v) { s += v; }
+inline void cat_append(std::string& s, std::string_view v) { s += v; }
+inline void cat_append(std::string& s, const char* v) { s += v ? v : "(null)"; }
+inline void cat_append(std::string& s, char c) { s += c; }
+inline void cat_append(std::string& s, bool b) { s += b ? "true" : "false"; }
+template <class T>
+  requires(std::is_arithmetic_v<T> && !std::is_same_v<T, bool> && !std::is_same_v<T, char>)
+void cat_append(std::string& s, T v) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  s.append(buf, r.ptr);
+}
+}  // namespace detail
+
 }  // namespace gk
 
-#include <sstream>
 template <class... A>
 std::string gk::cat(const A&... a) {
-  std::ostringstream os;
-  (os << ... << a);
-  return os.str();
+  std::string s;
+  (detail::cat_append(s, a), ...);
+  return s;
 }
 
 #define GK_CHECK_ARG(cond, ExcType, ...)              \

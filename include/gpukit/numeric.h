@@ -8,6 +8,8 @@
 #include <cstring>
 
 #if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #define GK_HD __host__ __device__ __forceinline__
 #else
 #define GK_HD inline
@@ -42,6 +44,10 @@ struct bf16 {
   GK_HD explicit bf16(float f) {
     uint32_t u = f32_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) { bits = uint16_t((u >> 16) | 0x40); return; }  // quiet NaN
+#if defined(__CUDA_ARCH__)
+    bits = __bfloat16_as_ushort(__float2bfloat16_rn(f));  // one instruction, same rounding
+    return;
+#endif
     u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
     bits = uint16_t(u >> 16);
   }
@@ -58,6 +64,10 @@ struct f16 {
     uint32_t sign = (u >> 16) & 0x8000u;
     uint32_t a = u & 0x7fffffffu;
     if (a > 0x7f800000u) { bits = uint16_t(sign | 0x7e00u); return; }  // NaN
+#if defined(__CUDA_ARCH__)
+    bits = __half_as_ushort(__float2half_rn(f));  // one instruction, same rounding
+    return;
+#endif
     if (a >= 0x477ff000u) { bits = uint16_t(sign | 0x7c00u); return; }  // rounds to inf
     if (a < 0x38800000u) {  // subnormal or zero in half: scale by 2^24 in float math
       // result = round(|f| * 2^24) as integer half-subnormal mantissa (RNE via float add)

@@ -68,8 +68,9 @@ GK_BINDING(5, runtime) {
       .def("__eq__", [](const Stream& a, const Stream& b) { return a == b; })
       .def("__hash__", [](const Stream& s) { return reinterpret_cast<uintptr_t>(s.handle()); })
       .def("__repr__", [](const Stream& s) {
-        return cat("gpukit.Stream(device='", s.device().str(), "', handle=0x", std::hex,
-                   reinterpret_cast<uintptr_t>(s.handle()), ")");
+        char buf[32];
+        auto r = std::to_chars(buf, buf + sizeof(buf), reinterpret_cast<uintptr_t>(s.handle()), 16);
+        return cat("gpukit.Stream(device='", s.device().str(), "', handle=0x", std::string_view(buf, r.ptr - buf), ")");
       });
 
   nb::class_<Event>(m, "Event", "A CUDA event, for ordering streams and timing.")
