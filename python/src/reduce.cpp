@@ -12,10 +12,11 @@ namespace {
 std::optional<std::vector<int>> to_axes(nb::handle h) {
   if (h.is_none()) return std::nullopt;
   auto one = [](nb::handle v) {
-    if (!nb::isinstance<nb::int_>(v) || nb::isinstance<nb::bool_>(v))
+    // ints and integer-like objects (numpy.int64, ...), but not bool or float
+    if (nb::isinstance<nb::bool_>(v) || !(nb::isinstance<nb::int_>(v) || nb::hasattr(v, "__index__")))
       throw TypeError(cat("axis: expected an int, a tuple of ints or None, got ",
                           nb::cast<std::string>(nb::str(v.type().attr("__name__")))));
-    int64_t a = nb::cast<int64_t>(v);
+    int64_t a = nb::cast<int64_t>(v.attr("__index__")());
     if (a < INT32_MIN || a > INT32_MAX) throw IndexError(cat("axis: ", a, " is out of bounds"));
     return int(a);
   };
@@ -49,7 +50,7 @@ Array arg_any(ReduceOp op, nb::handle x, nb::handle axis, bool keepdims, nb::han
   Stream st;
   const Stream* sp = to_stream(stream, st);
   Array a = as_input(x);
-  if (!axis.is_none() && !nb::isinstance<nb::int_>(axis))
+  if (nb::isinstance<nb::tuple>(axis) || nb::isinstance<nb::list>(axis))
     throw TypeError(cat("axis: ", op_name(op), " takes an int or None"));
   auto ax = to_axes(axis);
   return detail::reduce_over(op, a, ax ? &*ax : nullptr, keepdims, sp);

@@ -246,6 +246,10 @@ def test_bad_input():
     with pytest.raises(TypeError, match="axis"):
         gk.sum(a, axis=1.5)
     with pytest.raises(TypeError, match="axis"):
+        gk.sum(a, axis=True)
+    with pytest.raises(TypeError, match="axis"):
+        gk.max(a, axis="0")
+    with pytest.raises(TypeError, match="axis"):
         gk.argmax(a, axis=(0, 1))
     with pytest.raises(IndexError, match="axis"):
         gk.argmin(a, axis=-3)
@@ -308,6 +312,9 @@ def test_methods_and_registry():
     assert a.max().numpy() == x.max() and a.min().numpy() == x.min()
     assert int(a.argmax().numpy()) == x.argmax() and int(a.argmin().numpy()) == x.argmin()
     np.testing.assert_allclose(gk.sum(x.tolist(), axis=0).numpy(), x.sum(0), rtol=1e-5)  # non-Array input
+    np.testing.assert_allclose(gk.sum(a, axis=np.int64(1)).numpy(), x.sum(1), rtol=1e-5)  # NumPy integer axis
+    np.testing.assert_array_equal(gk.argmax(a, axis=np.int32(0)).numpy(), x.argmax(0))
+    np.testing.assert_allclose(gk.mean(a, axis=(np.int64(0), 1)).numpy(), x.mean(), rtol=1e-5)
     ops = {name: (cpu, cuda) for name, cpu, cuda in gk.registered_ops()}
     for name in ("sum", "mean", "max", "min", "argmax", "argmin", "softmax", "log_softmax", "matmul"):
         assert ops[name] == (True, True) or (ops[name][0] and not gk.cuda.is_available()), name
