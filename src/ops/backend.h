@@ -7,13 +7,17 @@
 
 namespace gk {
 
-// Row-wise problems: `rows` rows of `cols` elements, row r starting at r*row_stride.
+// Row-wise problems: `rows` rows of `cols` elements, row r starting at r*row_stride
+// (elements within a row are contiguous). Reductions write one element per row
+// (out + r*out_row_stride); softmax writes a row per row. `work` is device scratch
+// of cuda::reduce_rows_workspace(op, args) bytes (null when that is 0).
 struct RowArgs {
   const void* in = nullptr;
   void* out = nullptr;
   int64_t rows = 0, cols = 0;
   int64_t in_row_stride = 0, out_row_stride = 0;
   DType in_dtype = DType::f32, out_dtype = DType::f32;
+  void* work = nullptr;
 };
 
 // Batched matrix product: C[b] = A[b] @ B[b] with arbitrary element strides.
@@ -27,6 +31,7 @@ struct MatmulArgs {
   int64_t batch_shape[kMaxDims] = {};
   int64_t a_batch_strides[kMaxDims] = {}, b_batch_strides[kMaxDims] = {};
   int64_t a_rs = 0, a_cs = 0, b_rs = 0, b_cs = 0, c_rs = 0;  // row/col strides
+  int64_t c_cs = 1;
   DType dtype = DType::f32;  // of a, b and c
 };
 
@@ -52,6 +57,8 @@ void unary(UnaryOp op, const EwArgs& a, void* stream);
 void where(const EwArgs& a, void* stream);
 void clamp(const EwArgs& a, bool has_lo, double lo, bool has_hi, double hi, void* stream);
 void reduce_rows(ReduceOp op, const RowArgs& a, void* stream);
+// Scratch bytes reduce_rows needs (for long rows split in two deterministic passes).
+size_t reduce_rows_workspace(ReduceOp op, const RowArgs& a);
 void softmax_rows(const RowArgs& a, bool log, void* stream);
 void matmul(const MatmulArgs& a, void* stream);
 // Host<->device and device<->device byte copies of contiguous memory.

@@ -1,0 +1,134 @@
+// CUDA kernel of matmul: a simple shared-memory tiled kernel (fast GEMM is a
+// later issue). A block of 256 threads computes a 64x64 tile of C; the k axis
+// is walked 16 deep at a time, A and B tiles are converted to the accumulation
+// type (fp32; f64 for float64) as they are staged in shared memory, and each
+// thread accumulates a 4x4 micro-tile (rows ty + 16*i, columns tx + 16*j).
+// Operands take any element strides. Each output element is summed over k in
+// increasing order: the same bits on every run.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "core/cuda_util.h"
+#include "ops/backend.h"
+
+namespace gk::cuda {
+
+GK_REGISTER_CUDA_OPS("matmul");
+
+namespace {
+
+constexpr int kTile = 64;
+constexpr int kDepth = 16;
+constexpr int kThreads = 256;
+constexpr int kMicro = 4;
+constexpr unsigned kMaxGridYZ = 65535;
+
+struct BatchIndex {
+  int nd;
+  int64_t shape[kMaxDims];
+  int64_t as[kMaxDims], bs[kMaxDims];
+};
+
+template <class T>
+__global__ void __launch_bounds__(kThreads) k_matmul(const T* __restrict__ A, const T* __restrict__ B, T* C,
+                                                     int64_t batch, int64_t m, int64_t n, int64_t k, int64_t a_rs,
+                                                     int64_t a_cs, int64_t b_rs, int64_t b_cs, int64_t c_rs,
+                                                     int64_t c_cs, BatchIndex bix) {
+  using Acc = compute_t<T>;
+  __shared__ Acc As[kDepth][kTile + 1];  // As[kk][row]
+  __shared__ Acc Bs[kDepth][kTile + 1];  // Bs[kk][col]
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  const int64_t col0 = int64_t(blockIdx.x) * kTile;
+  for (int64_t bi = blockIdx.z; bi < batch; bi += gridDim.z) {
+    int64_t aoff = 0, boff = 0, rem = bi;
+    for (int d = bix.nd - 1; d >= 0; --d) {
+      int64_t q = rem / bix.shape[d], i = rem - q * bix.shape[d];
+      rem = q;
+      aoff += i * bix.as[d];
+      boff += i * bix.bs[d];
+    }
+    const T* a = A + aoff;
+    const T* b = B + boff;
+    T* c = C + bi * m * n;
+    for (int64_t row0 = int64_t(blockIdx.y) * kTile; row0 < m; row0 += int64_t(gridDim.y) * kTile) {
+      Acc acc[kMicro][kMicro];
+#pragma unroll
+      for (int i = 0; i < kMicro; ++i)
+#pragma unroll
+        for (int j = 0; j < kMicro; ++j) acc[i][j] = Acc(0);
+      for (int64_t k0 = 0; k0 < k; k0 += kDepth) {
+        // Stage A[row0:row0+64, k0:k0+16] and B[k0:k0+16, col0:col0+64]: 1024 values each, 4 per thread.
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          int e = tid + u * kThreads;
+          int r = e / kDepth, kk = e % kDepth;  // A: consecutive threads walk k
+          int64_t gr = row0 + r, gk = k0 + kk;
+          As[kk][r] = (gr < m && gk < k) ? Acc(a[gr * a_rs + gk * a_cs]) : Acc(0);
+          int bk = e / kTile, bc = e % kTile;  // B: consecutive threads walk columns
+          int64_t gbk = k0 + bk, gc = col0 + bc;
+          Bs[bk][bc] = (gbk < k && gc < n) ? Acc(b[gbk * b_rs + gc * b_cs]) : Acc(0);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < kDepth; ++kk) {
+          Acc av[kMicro], bv[kMicro];
+#pragma unroll
+          for (int i = 0; i < kMicro; ++i) av[i] = As[kk][ty + 16 * i];
+#pragma unroll
+          for (int j = 0; j < kMicro; ++j) bv[j] = Bs[kk][tx + 16 * j];
+#pragma unroll
+          for (int i = 0; i < kMicro; ++i)
+#pragma unroll
+            for (int j = 0; j < kMicro; ++j) acc[i][j] = fma(av[i], bv[j], acc[i][j]);
+        }
+        __syncthreads();
+      }
+#pragma unroll
+      for (int i = 0; i < kMicro; ++i) {
+        int64_t gr = row0 + ty + 16 * i;
+        if (gr >= m) continue;
+#pragma unroll
+        for (int j = 0; j < kMicro; ++j) {
+          int64_t gc = col0 + tx + 16 * j;
+          if (gc < n) c[gr * c_rs + gc * c_cs] = convert<T>(acc[i][j]);
+        }
+      }
+    }
+  }
+}
+
+template <class T>
+void launch(const MatmulArgs& p, cudaStream_t s) {
+  BatchIndex bix{};
+  bix.nd = p.batch_ndim;
+  for (int d = 0; d < p.batch_ndim; ++d) {
+    bix.shape[d] = p.batch_shape[d];
+    bix.as[d] = p.a_batch_strides[d];
+    bix.bs[d] = p.b_batch_strides[d];
+  }
+  int64_t gx = (p.n + kTile - 1) / kTile, gy = (p.m + kTile - 1) / kTile;
+  if (gx > int64_t(INT32_MAX)) throw ValueError("matmul: n is too large for the CUDA kernel");
+  dim3 grid(unsigned(gx), unsigned(std::min<int64_t>(gy, kMaxGridYZ)),
+            unsigned(std::min<int64_t>(p.batch, kMaxGridYZ)));
+  k_matmul<T><<<grid, kThreads, 0, s>>>(static_cast<const T*>(p.a), static_cast<const T*>(p.b),
+                                        static_cast<T*>(p.c), p.batch, p.m, p.n, p.k, p.a_rs, p.a_cs, p.b_rs,
+                                        p.b_cs, p.c_rs, p.c_cs, bix);
+  GK_LAUNCH_CHECK("matmul");
+}
+
+}  // namespace
+
+void matmul(const MatmulArgs& a, void* stream) {
+  if (a.batch <= 0 || a.m <= 0 || a.n <= 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  switch (a.dtype) {
+    case DType::f32: return launch<float>(a, s);
+    case DType::f64: return launch<double>(a, s);
+    case DType::f16: return launch<f16>(a, s);
+    case DType::bf16: return launch<bf16>(a, s);
+    default: throw ValueError(cat("matmul: unsupported dtype ", dtype_name(a.dtype)));
+  }
+}
+
+}  // namespace gk::cuda

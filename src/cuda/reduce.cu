@@ -1,0 +1,292 @@
+// CUDA kernels of the row reductions and of softmax/log_softmax.
+//
+// Determinism: no atomics. A row of up to kWarpCols elements is reduced by one
+// warp (each lane folds a strided slice, then a shuffle tree); a longer row by
+// one block of kThreads (strided slices, warp trees, then a tree over the
+// warps). A row longer than kSplitCols is cut into fixed chunks of kChunk
+// elements: pass 1 writes one partial per chunk into the workspace, pass 2
+// reduces the partials. Every choice depends only on the row length, never on
+// the number of rows or the device, so a row gives the same bits on every run
+// and in any batch.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/cuda_util.h"
+#include "ops/backend.h"
+#include "ops/reduce_functors.h"
+
+namespace gk::cuda {
+
+GK_REGISTER_CUDA_OPS("sum", "mean", "max", "min", "argmax", "argmin", "softmax", "log_softmax");
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int64_t kWarpCols = 1024;
+constexpr int64_t kSplitCols = 65536;
+constexpr int64_t kChunk = 32768;
+constexpr int64_t kMaxGrid = int64_t(1) << 20;
+
+// Shuffle of any trivially copyable value, 4 bytes at a time.
+template <class X>
+__device__ __forceinline__ X shfl_down(X v, int off) {
+  constexpr int W = int((sizeof(X) + 3) / 4);
+  int w[W] = {};
+  memcpy(w, &v, sizeof(X));
+#pragma unroll
+  for (int i = 0; i < W; ++i) w[i] = __shfl_down_sync(0xffffffffu, w[i], off);
+  X r;
+  memcpy(&r, w, sizeof(X));
+  return r;
+}
+template <class X>
+__device__ __forceinline__ X shfl_idx(X v, int lane) {
+  constexpr int W = int((sizeof(X) + 3) / 4);
+  int w[W] = {};
+  memcpy(w, &v, sizeof(X));
+#pragma unroll
+  for (int i = 0; i < W; ++i) w[i] = __shfl_sync(0xffffffffu, w[i], lane);
+  X r;
+  memcpy(&r, w, sizeof(X));
+  return r;
+}
+
+// Fixed shuffle tree; every lane returns lane 0's result.
+template <class X, class F>
+__device__ __forceinline__ X warp_all(X v, F f) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v = f(v, shfl_down(v, off));
+  return shfl_idx(v, 0);
+}
+
+// Fixed tree over the block; every thread returns the result. `sm` holds kWarps values.
+template <class X, class F>
+__device__ __forceinline__ X block_all(X v, F f, X ident, X* sm) {
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_all(v, f);
+  __syncthreads();  // sm may still be read by a previous call
+  if (lane == 0) sm[warp] = v;
+  __syncthreads();
+  X t = lane < kWarps ? sm[lane] : ident;
+  return warp_all(t, f);
+}
+
+// ---- sources and sinks of the row-reduction kernel ----
+template <class R, class T>
+struct InSrc {  // logical row r = physical row r
+  const T* p;
+  int64_t rs, cols;
+  __device__ int64_t len(int64_t) const { return cols; }
+  __device__ typename R::Acc get(int64_t r, int64_t j) const { return R::load(p[r * rs + j], j); }
+};
+template <class R, class T>
+struct ChunkSrc {  // logical row r = chunk r % nchunks of physical row r / nchunks
+  const T* p;
+  int64_t rs, cols, nchunks;
+  __device__ int64_t len(int64_t r) const {
+    int64_t left = cols - (r % nchunks) * kChunk;
+    return left < kChunk ? left : kChunk;
+  }
+  __device__ typename R::Acc get(int64_t r, int64_t j) const {
+    int64_t c0 = (r % nchunks) * kChunk;
+    return R::load(p[(r / nchunks) * rs + c0 + j], c0 + j);
+  }
+};
+template <class R>
+struct PartSrc {
+  const typename R::Acc* p;
+  int64_t nchunks;
+  __device__ int64_t len(int64_t) const { return nchunks; }
+  __device__ typename R::Acc get(int64_t r, int64_t j) const { return p[r * nchunks + j]; }
+};
+template <class R>
+struct OutSink {
+  typename R::Out* p;
+  int64_t rs, n;
+  __device__ void put(int64_t r, typename R::Acc a) const { p[r * rs] = R::finish(a, n); }
+};
+template <class R>
+struct PartSink {
+  typename R::Acc* p;
+  __device__ void put(int64_t r, typename R::Acc a) const { p[r] = a; }
+};
+
+template <class R>
+struct Comb {
+  __device__ typename R::Acc operator()(typename R::Acc a, typename R::Acc b) const { return R::combine(a, b); }
+};
+
+// One warp per logical row.
+template <class R, class Src, class Sink>
+__global__ void __launch_bounds__(kThreads) k_rows_warp(Src src, Sink sink, int64_t rows) {
+  using Acc = typename R::Acc;
+  int lane = threadIdx.x & 31;
+  for (int64_t r = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5); r < rows; r += int64_t(gridDim.x) * kWarps) {
+    Acc acc = R::init();
+    int64_t n = src.len(r);
+    for (int64_t j = lane; j < n; j += 32) acc = R::combine(acc, src.get(r, j));
+    acc = warp_all(acc, Comb<R>{});
+    if (lane == 0) sink.put(r, acc);
+  }
+}
+
+// One block per logical row.
+template <class R, class Src, class Sink>
+__global__ void __launch_bounds__(kThreads) k_rows_block(Src src, Sink sink, int64_t rows) {
+  using Acc = typename R::Acc;
+  __shared__ Acc sm[kWarps];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    Acc acc = R::init();
+    int64_t n = src.len(r);
+    for (int64_t j = threadIdx.x; j < n; j += kThreads) acc = R::combine(acc, src.get(r, j));
+    acc = block_all(acc, Comb<R>{}, R::init(), sm);
+    if (threadIdx.x == 0) sink.put(r, acc);
+  }
+}
+
+template <class R, class Src, class Sink>
+void launch_rows(Src src, Sink sink, int64_t rows, int64_t len, cudaStream_t s) {
+  if (len <= kWarpCols) {
+    unsigned g = unsigned(std::min<int64_t>((rows + kWarps - 1) / kWarps, kMaxGrid));
+    k_rows_warp<R><<<g, kThreads, 0, s>>>(src, sink, rows);
+    GK_LAUNCH_CHECK("reduce_rows_warp");
+  } else {
+    unsigned g = unsigned(std::min<int64_t>(rows, kMaxGrid));
+    k_rows_block<R><<<g, kThreads, 0, s>>>(src, sink, rows);
+    GK_LAUNCH_CHECK("reduce_rows_block");
+  }
+}
+
+int64_t num_chunks(int64_t cols) { return cols > kSplitCols ? (cols + kChunk - 1) / kChunk : 1; }
+
+template <ReduceOp OP, class T>
+void reduce_t(const RowArgs& a, cudaStream_t s) {
+  using R = red::reducer_t<OP, T>;
+  using Acc = typename R::Acc;
+  using O = typename R::Out;
+  if (dtype_of<O>::value != a.out_dtype) throw ValueError("reduce_rows: output dtype does not match the op");
+  const T* in = static_cast<const T*>(a.in);
+  OutSink<R> out{static_cast<O*>(a.out), a.out_row_stride, a.cols};
+  int64_t nc = num_chunks(a.cols);
+  if (nc == 1) return launch_rows<R>(InSrc<R, T>{in, a.in_row_stride, a.cols}, out, a.rows, a.cols, s);
+  if (!a.work) throw ValueError("reduce_rows: missing workspace for a long row");
+  Acc* part = static_cast<Acc*>(a.work);
+  launch_rows<R>(ChunkSrc<R, T>{in, a.in_row_stride, a.cols, nc}, PartSink<R>{part}, a.rows * nc, kChunk, s);
+  launch_rows<R>(PartSrc<R>{part, nc}, out, a.rows, nc, s);
+}
+
+// ---- softmax ----
+template <class C>
+struct MaxC {
+  __device__ C operator()(C a, C b) const { return red::MaxR<C, true>::combine(a, b); }
+};
+template <class C>
+struct AddC {
+  __device__ C operator()(C a, C b) const { return a + b; }
+};
+
+template <class C>
+__device__ __forceinline__ C exp_c(C x) {
+  if constexpr (std::is_same_v<C, double>) return ::exp(x);
+  else return ::expf(x);
+}
+template <class C>
+__device__ __forceinline__ C log_c(C x) {
+  if constexpr (std::is_same_v<C, double>) return ::log(x);
+  else return ::logf(x);
+}
+
+template <class T, class C>
+__device__ __forceinline__ void softmax_write(const T* x, T* y, int64_t j, C m, C sum, C lsum, bool log) {
+  C v = C(x[j]) - m;
+  y[j] = convert<T>(log ? C(v - lsum) : C(exp_c(v) / sum));
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads) k_softmax_warp(const T* in, T* out, int64_t rows, int64_t cols,
+                                                           int64_t irs, int64_t ors, bool log) {
+  using C = compute_t<T>;
+  int lane = threadIdx.x & 31;
+  for (int64_t r = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5); r < rows; r += int64_t(gridDim.x) * kWarps) {
+    const T* x = in + r * irs;
+    T* y = out + r * ors;
+    C m = red::lowest<C>();
+    for (int64_t j = lane; j < cols; j += 32) m = MaxC<C>{}(m, C(x[j]));
+    m = warp_all(m, MaxC<C>{});
+    C sum = 0;
+    for (int64_t j = lane; j < cols; j += 32) sum += exp_c(C(C(x[j]) - m));
+    sum = warp_all(sum, AddC<C>{});
+    C lsum = log_c(sum);
+    for (int64_t j = lane; j < cols; j += 32) softmax_write(x, y, j, m, sum, lsum, log);
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads) k_softmax_block(const T* in, T* out, int64_t rows, int64_t cols,
+                                                            int64_t irs, int64_t ors, bool log) {
+  using C = compute_t<T>;
+  __shared__ C sm[kWarps];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* x = in + r * irs;
+    T* y = out + r * ors;
+    C m = red::lowest<C>();
+    for (int64_t j = threadIdx.x; j < cols; j += kThreads) m = MaxC<C>{}(m, C(x[j]));
+    m = block_all(m, MaxC<C>{}, red::lowest<C>(), sm);
+    C sum = 0;
+    for (int64_t j = threadIdx.x; j < cols; j += kThreads) sum += exp_c(C(C(x[j]) - m));
+    sum = block_all(sum, AddC<C>{}, C(0), sm);
+    C lsum = log_c(sum);
+    for (int64_t j = threadIdx.x; j < cols; j += kThreads) softmax_write(x, y, j, m, sum, lsum, log);
+  }
+}
+
+template <class T>
+void softmax_t(const RowArgs& a, bool log, cudaStream_t s) {
+  const T* in = static_cast<const T*>(a.in);
+  T* out = static_cast<T*>(a.out);
+  if (a.cols <= kWarpCols) {
+    unsigned g = unsigned(std::min<int64_t>((a.rows + kWarps - 1) / kWarps, kMaxGrid));
+    k_softmax_warp<T><<<g, kThreads, 0, s>>>(in, out, a.rows, a.cols, a.in_row_stride, a.out_row_stride, log);
+    GK_LAUNCH_CHECK("softmax_warp");
+  } else {
+    unsigned g = unsigned(std::min<int64_t>(a.rows, kMaxGrid));
+    k_softmax_block<T><<<g, kThreads, 0, s>>>(in, out, a.rows, a.cols, a.in_row_stride, a.out_row_stride, log);
+    GK_LAUNCH_CHECK("softmax_block");
+  }
+}
+
+}  // namespace
+
+size_t reduce_rows_workspace(ReduceOp op, const RowArgs& a) {
+  int64_t nc = num_chunks(a.cols);
+  if (nc == 1 || a.rows <= 0) return 0;
+  size_t acc_size = dispatch_dtype(a.in_dtype, [&](auto t) {
+    using T = decltype(t);
+    return red::dispatch_reduce(op, [&](auto o) { return sizeof(typename red::reducer_t<decltype(o)::value, T>::Acc); });
+  });
+  return size_t(a.rows) * size_t(nc) * acc_size;
+}
+
+void reduce_rows(ReduceOp op, const RowArgs& a, void* stream) {
+  if (a.rows <= 0 || a.cols <= 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  dispatch_dtype(a.in_dtype, [&](auto t) {
+    using T = decltype(t);
+    red::dispatch_reduce(op, [&](auto o) { reduce_t<decltype(o)::value, T>(a, s); });
+  });
+}
+
+void softmax_rows(const RowArgs& a, bool log, void* stream) {
+  if (a.rows <= 0 || a.cols <= 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  dispatch_dtype(a.in_dtype, [&](auto t) {
+    using T = decltype(t);
+    if constexpr (red::is_float_v<T>) softmax_t<T>(a, log, s);
+    else throw TypeError("x: softmax needs a floating-point array");
+  });
+}
+
+}  // namespace gk::cuda
