@@ -293,29 +293,37 @@ struct Layout {
   char* data = nullptr;  // address of element (0, ..., 0)
 };
 
-// Checks the layout and wraps it (no copy). `owner` releases the foreign memory.
-Array wrap(const Layout& L, std::shared_ptr<void> owner, const char* what) {
+// Checks a foreign layout; returns the element span [lo, hi] relative to element
+// (0, ..., 0). Throws before anything is owned.
+std::pair<int64_t, int64_t> check_layout(const Layout& L, const char* what) {
   int64_t n = checked_numel(L.shape, L.dtype, what);
   int64_t isz = int64_t(itemsize(L.dtype));
-  int64_t lo = 0, hi = 0;  // element span relative to element (0, ..., 0)
-  if (n > 0) {
-    if (!L.data) throw ValueError(cat(what, ": null data pointer for a non-empty array"));
-    if (reinterpret_cast<uintptr_t>(L.data) % uintptr_t(isz))
-      throw ValueError(cat(what, ": data pointer is not aligned to the item size (", isz, " bytes)"));
-    for (size_t i = 0; i < L.shape.size(); ++i) {
-      int64_t e;
-      if (__builtin_mul_overflow(L.shape[i] - 1, L.strides[i], &e) ||
-          __builtin_add_overflow(e < 0 ? lo : hi, e, e < 0 ? &lo : &hi))
-        throw ValueError(cat(what, ": strides overflow for shape ", shape_str(L.shape)));
-    }
-    int64_t span, bytes;
-    if (__builtin_sub_overflow(hi, lo, &span) || __builtin_mul_overflow(span + 1, isz, &bytes) ||
-        __builtin_mul_overflow(-lo, isz, &bytes) || bytes < 0)
-      throw ValueError(cat(what, ": strides overflow for shape ", shape_str(L.shape)));
+  int64_t lo = 0, hi = 0;
+  if (n == 0) return {0, 0};
+  if (!L.data) throw ValueError(cat(what, ": null data pointer for a non-empty array"));
+  if (reinterpret_cast<uintptr_t>(L.data) % uintptr_t(isz))
+    throw ValueError(cat(what, ": data pointer is not aligned to the item size (", isz, " bytes)"));
+  for (size_t i = 0; i < L.shape.size(); ++i) {
+    int64_t e;
+    bool bad = __builtin_mul_overflow(L.shape[i] - 1, L.strides[i], &e);
+    if (!bad) bad = e < 0 ? __builtin_add_overflow(lo, e, &lo) : __builtin_add_overflow(hi, e, &hi);
+    if (bad) throw ValueError(cat(what, ": strides overflow for shape ", shape_str(L.shape)));
   }
+  int64_t span, bytes;
+  if (__builtin_sub_overflow(hi, lo, &span) || __builtin_add_overflow(span, 1, &span) ||
+      __builtin_mul_overflow(span, isz, &bytes) || __builtin_mul_overflow(-lo, isz, &bytes))
+    throw ValueError(cat(what, ": strides overflow for shape ", shape_str(L.shape)));
+  return {lo, hi};
+}
+
+// Wraps a checked layout (no copy). `owner` releases the foreign memory.
+Array wrap(const Layout& L, std::pair<int64_t, int64_t> span, std::shared_ptr<void> owner) {
+  auto [lo, hi] = span;
+  int64_t isz = int64_t(itemsize(L.dtype));
+  bool empty = checked_numel(L.shape, L.dtype) == 0;
   auto st = std::make_shared<Storage>();
   st->ptr = L.data + lo * isz;
-  st->nbytes = n > 0 ? size_t(hi - lo + 1) * size_t(isz) : 0;
+  st->nbytes = empty ? 0 : size_t(hi - lo + 1) * size_t(isz);
   st->device = L.device;
   st->owner = std::move(owner);
   return Array::from_storage(std::move(st), L.shape, L.strides, -lo, L.dtype);
@@ -395,12 +403,11 @@ Array dlpack_import(nb::handle cap, nb::handle copy_h) {
   if (t->byte_offset > uint64_t(std::numeric_limits<int64_t>::max()))
     throw ValueError("from_dlpack: byte_offset out of range");
   L.data = static_cast<char*>(t->data) + t->byte_offset;
-  checked_numel(L.shape, L.dtype, "from_dlpack");
+  auto span = check_layout(L, "from_dlpack");
   // Take ownership: rename the capsule, the deleter now belongs to the array.
   if (PyCapsule_SetName(c, versioned ? kUsedVersionedName : kUsedLegacyName) != 0) throw nb::python_error();
   std::shared_ptr<void> owner(managed, DlOwner{managed, versioned});  // calls the deleter itself if it throws
-  Array a = wrap(L, owner, "from_dlpack");
-  owner.reset();
+  Array a = wrap(L, span, std::move(owner));
   return finish_copy(a, flags & dl::kFlagReadOnly, copy, "from_dlpack");
 }
 
@@ -525,9 +532,8 @@ Array cai_import(nb::handle desc, nb::handle keep, nb::handle copy_h) {
     L.strides = b;
   }
   L.data = reinterpret_cast<char*>(ptr);
-  int64_t n = 1;
-  for (int64_t s : L.shape) n *= s;
-  if (n > 0) {
+  auto span = check_layout(L, "__cuda_array_interface__");
+  if (checked_numel(L.shape, L.dtype) > 0) {
     L.device = device_of_pointer(L.data);
   } else {
     L.device = cuda_available() ? Device::cuda(0) : Device::cpu();
@@ -549,7 +555,7 @@ Array cai_import(nb::handle desc, nb::handle keep, nb::handle copy_h) {
     delete static_cast<nb::object*>(p);
     PyGILState_Release(g);
   });
-  Array a = wrap(L, std::move(owner), "__cuda_array_interface__");
+  Array a = wrap(L, span, std::move(owner));
   return finish_copy(a, read_only, copy, "__cuda_array_interface__");
 }
 

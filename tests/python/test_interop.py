@@ -1,0 +1,783 @@
+"""Interop: __array__, DLPack both ways, __cuda_array_interface__, data_ptr.
+
+CPU parts run everywhere (NumPy). GPU parts need CUDA and torch / CuPy; they skip
+cleanly otherwise.
+"""
+import ctypes
+import gc
+import sys
+
+import numpy as np
+import pytest
+
+import gpukit as gk
+
+try:
+    import ml_dtypes
+except ImportError:  # pragma: no cover
+    ml_dtypes = None
+
+HAS_CUDA = gk.cuda.is_available()
+need_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
+
+NP_DTYPES = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64"]
+
+
+def np_ptr(a):
+    return a.__array_interface__["data"][0]
+
+
+def rand_np(shape, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    if dtype == "bool":
+        return np.asarray(rng.random(shape) < 0.5)
+    if np.dtype(dtype).kind in "iu":
+        info = np.iinfo(dtype)
+        return np.asarray(rng.integers(max(info.min, -100), min(info.max, 100), size=shape, endpoint=True), dtype)
+    return np.asarray(rng.standard_normal(shape) * 10, dtype)
+
+
+# ---- the DLPack ABI, declared independently with ctypes, to inspect capsules ----
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32), ("dtype", DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+class DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", DELETER)]
+
+
+class DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class DLManagedTensorVersioned(ctypes.Structure):
+    _fields_ = [("version", DLPackVersion), ("manager_ctx", ctypes.c_void_p), ("deleter", DELETER),
+                ("flags", ctypes.c_uint64), ("dl_tensor", DLTensor)]
+
+
+_api = ctypes.pythonapi
+_api.PyCapsule_GetName.restype = ctypes.c_char_p
+_api.PyCapsule_GetName.argtypes = [ctypes.py_object]
+_api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+_api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_api.PyCapsule_New.restype = ctypes.py_object
+_api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+
+def capsule_name(cap):
+    return _api.PyCapsule_GetName(cap).decode()
+
+
+def capsule_struct(cap):
+    name = capsule_name(cap)
+    ptr = _api.PyCapsule_GetPointer(cap, name.encode())
+    return (DLManagedTensorVersioned if name == "dltensor_versioned" else DLManagedTensor).from_address(ptr)
+
+
+class FakeProducer:
+    """A hand-made DLPack tensor over a NumPy buffer, with a counting deleter."""
+    NAME = b"dltensor"
+
+    def __init__(self, buf, shape, strides=None, code=2, bits=32, lanes=1, ndim=None, device=(1, 0),
+                 byte_offset=0, null_shape=False, data=None):
+        self.buf = buf
+        self.deleted = 0
+        n = len(shape)
+        self.shape = (ctypes.c_int64 * max(n, 1))(*shape)
+        self.strides = (ctypes.c_int64 * max(n, 1))(*strides) if strides is not None else None
+        self.cb = DELETER(self._delete)
+        t = DLTensor(data if data is not None else np_ptr(buf), DLDevice(*device), n if ndim is None else ndim,
+                     DLDataType(code, bits, lanes), None if null_shape else self.shape, self.strides, byte_offset)
+        self.managed = DLManagedTensor(t, None, self.cb)
+        self.capsule = _api.PyCapsule_New(ctypes.addressof(self.managed), self.NAME, None)
+
+    def _delete(self, _ptr):
+        self.deleted += 1
+
+
+# ---- NumPy round trips (CPU) ----
+@pytest.mark.parametrize("dtype", NP_DTYPES)
+@pytest.mark.parametrize("shape", [(), (0,), (1,), (7,), (3, 5), (2, 0, 3), (4, 1, 6)])
+def test_numpy_to_gk_zero_copy(dtype, shape):
+    a = rand_np(shape, dtype)
+    x = gk.from_dlpack(a)
+    assert x.shape == a.shape and str(x.dtype) == np.dtype(dtype).name
+    np.testing.assert_array_equal(x.numpy(), a)
+    if a.size:
+        assert x.data_ptr() == np_ptr(a)
+        a.reshape(-1)[0] = not a.reshape(-1)[0] if dtype == "bool" else 42
+        assert x.numpy().reshape(-1)[0] == a.reshape(-1)[0]
+
+
+@pytest.mark.parametrize("dtype", NP_DTYPES)
+@pytest.mark.parametrize("shape", [(), (0,), (7,), (3, 5), (2, 0, 3)])
+def test_gk_to_numpy_zero_copy(dtype, shape):
+    ref = rand_np(shape, dtype, seed=1)
+    x = gk.asarray(ref.copy())
+    n = np.from_dlpack(x)
+    assert n.dtype == np.dtype(dtype) and n.shape == shape
+    np.testing.assert_array_equal(n, ref)
+    if ref.size:
+        assert np_ptr(n) == x.data_ptr()
+        idx = (0,) * len(shape)
+        x[idx] = True if dtype == "bool" and not ref[idx] else (False if dtype == "bool" else 5)
+        assert n[idx] == x.numpy()[idx] and n[idx] != ref[idx]
+
+
+@pytest.mark.parametrize("make", [
+    lambda a: a.T,
+    lambda a: a[:, 1::2],
+    lambda a: a[::2, ::-1],
+    lambda a: a[1:, :3],
+    lambda a: a[::-1],
+    lambda a: a[:, 2],
+])
+def test_numpy_strided_views(make):
+    base = np.arange(5 * 7, dtype=np.float32).reshape(5, 7)
+    v = make(base)
+    x = gk.from_dlpack(v)
+    np.testing.assert_array_equal(x.numpy(), v)
+    assert x.strides == tuple(s // 4 for s in v.strides)
+    # zero copy: writing the base shows through
+    base += 100
+    np.testing.assert_array_equal(x.numpy(), v)
+    # and gpukit's strided view exports back with the same strides
+    back = np.from_dlpack(x)
+    assert back.strides == v.strides and np_ptr(back) == np_ptr(v)
+
+
+@pytest.mark.parametrize("make", [
+    lambda x: x.T,
+    lambda x: x[:, 1::2],
+    lambda x: x[::2],
+    lambda x: x[1:, 3],
+    lambda x: x.broadcast_to((2, 5, 7)) if isinstance(x, gk.Array) else np.broadcast_to(x, (2, 5, 7)),
+])
+def test_gk_strided_views_to_numpy(make):
+    ref = np.arange(5 * 7, dtype=np.float64).reshape(5, 7)
+    x = gk.asarray(ref.copy())
+    v = make(x)
+    n = np.from_dlpack(v)
+    np.testing.assert_array_equal(n, make(ref))
+    assert n.strides == tuple(s * 8 for s in v.strides) and np_ptr(n) == v.data_ptr()
+
+
+def test_numpy_readonly_is_copied():
+    r = np.arange(4.0)
+    r.flags.writeable = False
+    y = gk.from_dlpack(r)
+    np.testing.assert_array_equal(y.numpy(), r)
+    assert y.data_ptr() != np_ptr(r)
+    with pytest.raises(BufferError, match="read-only"):
+        gk.from_dlpack(r, copy=False)
+    b = np.broadcast_to(np.arange(3.0), (2, 3))  # read-only, stride 0
+    z = gk.from_dlpack(b)
+    np.testing.assert_array_equal(z.numpy(), b)
+
+
+def test_copy_argument():
+    a = np.arange(6, dtype=np.int32)
+    x = gk.from_dlpack(a, copy=True)
+    assert x.data_ptr() != np_ptr(a)
+    a[0] = 99
+    assert x.numpy()[0] == 0
+    y = gk.from_dlpack(a, copy=False)
+    assert y.data_ptr() == np_ptr(a)
+    with pytest.raises(TypeError):
+        gk.from_dlpack(a, copy="yes")
+    # producer side: numpy asks gpukit for a copy
+    g = gk.arange(4, dtype=gk.float32)
+    c = np.from_dlpack(g, copy=True)
+    c[0] = 7
+    assert g.numpy()[0] == 0
+    assert np_ptr(np.from_dlpack(g, copy=False)) == g.data_ptr()
+
+
+def test_unsupported_numpy_dtypes():
+    for dt in ["uint16", "uint32", "uint64", "complex64"]:
+        with pytest.raises(TypeError, match="not supported"):
+            gk.from_dlpack(np.zeros(3, dt))
+
+
+@pytest.mark.skipif(ml_dtypes is None, reason="needs ml_dtypes")
+@pytest.mark.parametrize("name,code", [("bfloat16", 4), ("float8_e4m3fn", 10), ("float8_e5m2", 12)])
+def test_narrow_floats_through_capsules(name, code):
+    mdt = np.dtype(getattr(ml_dtypes, name))
+    ref = np.array([0.5, -1.25, 3.0, 0.0, -0.0, 448.0 if "e4m3" in name else 1024.0], dtype=np.float32).astype(mdt)
+    x = gk.asarray(ref.copy())
+    assert str(x.dtype) == name
+    for mv in (None, (1, 0), (1, 1)):
+        cap = x.__dlpack__(max_version=mv)
+        s = capsule_struct(cap)
+        assert (s.dl_tensor.dtype.code, s.dl_tensor.dtype.bits, s.dl_tensor.dtype.lanes) == (code, itemsize(mdt) * 8, 1)
+        y = gk.from_dlpack(cap)
+        assert y.dtype == x.dtype and y.data_ptr() == x.data_ptr()
+        np.testing.assert_array_equal(y.numpy().view(np.uint8), ref.view(np.uint8))
+    # NumPy itself cannot take these through DLPack: a clean error, not a crash
+    with pytest.raises((BufferError, RuntimeError, TypeError)):
+        np.from_dlpack(x)
+
+
+def itemsize(dt):
+    return np.dtype(dt).itemsize
+
+
+def test_bool_codes():
+    x = gk.asarray(np.array([True, False, True]))
+    s = capsule_struct(x.__dlpack__())
+    assert (s.dl_tensor.dtype.code, s.dl_tensor.dtype.bits) == (6, 8)
+    np.testing.assert_array_equal(np.from_dlpack(x), [True, False, True])
+
+
+# ---- capsule protocol details ----
+def test_dlpack_device_and_capsule_layout():
+    x = gk.arange(12, dtype=gk.float32).reshape(3, 4)[:, ::2]
+    assert x.__dlpack_device__() == (1, 0)
+    legacy = x.__dlpack__()
+    assert capsule_name(legacy) == "dltensor"
+    v10 = x.__dlpack__(max_version=(1, 0))
+    v11 = x.__dlpack__(max_version=(1, 5))
+    vcopy = x.__dlpack__(max_version=(1, 1), copy=True)
+    for cap in (v10, v11, vcopy):
+        assert capsule_name(cap) == "dltensor_versioned"
+    s10, s11, sc = capsule_struct(v10), capsule_struct(v11), capsule_struct(vcopy)
+    assert (s10.version.major, s10.version.minor) == (1, 0)
+    assert (s11.version.major, s11.version.minor) == (1, 1)
+    assert s11.flags == 0 and sc.flags & 2 and not sc.flags & 1
+    t = s11.dl_tensor
+    assert t.ndim == 2 and [t.shape[i] for i in range(2)] == [3, 2] and [t.strides[i] for i in range(2)] == [4, 2]
+    assert (t.device.device_type, t.device.device_id) == (1, 0) and t.data == x.data_ptr() and t.byte_offset == 0
+    st = capsule_struct(legacy).dl_tensor
+    assert st.data == x.data_ptr() and st.ndim == 2
+    # a copy made for copy=True is compact and has its own memory
+    tc = sc.dl_tensor
+    assert tc.data != x.data_ptr() and [tc.strides[i] for i in range(2)] == [2, 1]
+    np.testing.assert_array_equal(gk.from_dlpack(vcopy).numpy(), x.numpy())
+    assert capsule_name(vcopy) == "used_dltensor_versioned"
+    gk.from_dlpack(legacy)
+    assert capsule_name(legacy) == "used_dltensor"
+    with pytest.raises(ValueError, match="already consumed"):
+        gk.from_dlpack(legacy)
+    # old-style consumers (no max_version) and the other keywords
+    assert capsule_name(x.__dlpack__(stream=None, max_version=None, dl_device=None, copy=None)) == "dltensor"
+    with pytest.raises(TypeError):
+        x.__dlpack__(None)  # keyword-only per the protocol
+    with pytest.raises(TypeError):
+        x.__dlpack__(max_version=3)
+
+
+def test_dl_device_argument_cpu():
+    x = gk.arange(5, dtype=gk.int32)
+    cap = x.__dlpack__(max_version=(1, 1), dl_device=(1, 0))
+    assert capsule_struct(cap).dl_tensor.data == x.data_ptr()
+    with pytest.raises(BufferError):
+        x.__dlpack__(max_version=(1, 1), dl_device=(4, 0))  # OpenCL
+    if not HAS_CUDA:
+        with pytest.raises(BufferError):
+            x.__dlpack__(max_version=(1, 1), dl_device=(2, 0))
+
+
+def test_unconsumed_and_consumed_capsules_release_memory():
+    base = np.arange(10, dtype=np.float32)
+    before = sys.getrefcount(base)
+    x = gk.from_dlpack(base)
+    assert sys.getrefcount(base) > before
+    cap = x.__dlpack__(max_version=(1, 1))
+    cap2 = x.__dlpack__()
+    del x
+    assert sys.getrefcount(base) > before  # the capsules keep the memory
+    del cap, cap2  # never consumed: their destructors free the tensors
+    gc.collect()
+    assert sys.getrefcount(base) == before
+    y = gk.from_dlpack(base)
+    z = gk.from_dlpack(y.__dlpack__(max_version=(1, 1)))
+    del y
+    assert sys.getrefcount(base) > before
+    z2 = z[1:]
+    del z
+    np.testing.assert_array_equal(z2.numpy(), base[1:])
+    del z2
+    gc.collect()
+    assert sys.getrefcount(base) == before
+
+
+def test_hand_made_producer_deleter_called_once():
+    buf = np.arange(12, dtype=np.float32)
+    p = FakeProducer(buf, (3, 4), strides=None)  # null strides: compact row-major
+    x = gk.from_dlpack(p.capsule)
+    np.testing.assert_array_equal(x.numpy(), buf.reshape(3, 4))
+    assert x.data_ptr() == np_ptr(buf) and p.deleted == 0
+    assert capsule_name(p.capsule) == "used_dltensor"
+    v = x[1:, ::2]
+    del x
+    gc.collect()
+    assert p.deleted == 0
+    del v
+    gc.collect()
+    assert p.deleted == 1
+
+
+def test_hand_made_producer_offsets_and_negative_strides():
+    buf = np.arange(20, dtype=np.int64)
+    p = FakeProducer(buf, (2, 3), strides=(-5, 2), code=0, bits=64, byte_offset=8 * 10)
+    x = gk.from_dlpack(p.capsule)
+    ref = np.lib.stride_tricks.as_strided(buf[10:], (2, 3), (-40, 16))
+    np.testing.assert_array_equal(x.numpy(), ref)
+    del x
+    gc.collect()
+    assert p.deleted == 1
+
+
+@pytest.mark.parametrize("kwargs,exc,match", [
+    (dict(shape=(2, 3), ndim=-1), ValueError, "ndim"),
+    (dict(shape=(2, 3), ndim=1000), ValueError, "ndim"),
+    (dict(shape=(2, -3)), ValueError, "negative"),
+    (dict(shape=(2, 3), null_shape=True), ValueError, "shape"),
+    (dict(shape=(4,), code=5, bits=64), TypeError, "complex"),
+    (dict(shape=(4,), code=2, bits=32, lanes=4), TypeError, "lanes"),
+    (dict(shape=(4,), code=2, bits=24), TypeError, "not supported"),
+    (dict(shape=(4,), code=99, bits=8), TypeError, "not supported"),
+    (dict(shape=(4,), device=(4, 0)), TypeError, "device type"),
+    (dict(shape=(4,), device=(10, 0)), TypeError, "device type"),
+    (dict(shape=(2 ** 62, 2 ** 62)), ValueError, ""),
+    (dict(shape=(3,), strides=(2 ** 62,)), ValueError, "overflow"),
+    (dict(shape=(3,), data=0), ValueError, "null"),
+])
+def test_bad_capsules_raise_and_leave_ownership(kwargs, exc, match):
+    buf = np.zeros(64, dtype=np.float32)
+    p = FakeProducer(buf, **kwargs)
+    with pytest.raises(exc, match=match):
+        gk.from_dlpack(p.capsule)
+    assert p.deleted == 0 and capsule_name(p.capsule) == "dltensor"
+
+
+def test_misaligned_pointer_rejected():
+    buf = np.zeros(16, dtype=np.float32)
+    p = FakeProducer(buf, (3,), byte_offset=2)
+    with pytest.raises(ValueError, match="aligned"):
+        gk.from_dlpack(p.capsule)
+    assert p.deleted == 0 and capsule_name(p.capsule) == "dltensor"
+
+
+def test_foreign_capsule_and_non_dlpack_objects():
+    other = _api.PyCapsule_New(ctypes.addressof(ctypes.c_int(0)), b"not_dlpack", None)
+    with pytest.raises(TypeError, match="not_dlpack"):
+        gk.from_dlpack(other)
+    with pytest.raises(TypeError, match="__dlpack__"):
+        gk.from_dlpack([1, 2, 3])
+
+
+class OnlyDlpack:
+    """Exposes just the protocol of a wrapped NumPy array (like a foreign library)."""
+
+    def __init__(self, a, legacy=False):
+        self.a, self.legacy, self.calls = a, legacy, []
+
+    def __dlpack__(self, **kw):
+        self.calls.append(kw)
+        if self.legacy and "max_version" in kw:
+            raise TypeError("__dlpack__() got an unexpected keyword argument 'max_version'")
+        return self.a.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+def test_asarray_takes_dlpack_objects_and_old_producers():
+    a = np.arange(6, dtype=np.float32)
+    w = OnlyDlpack(a)
+    x = gk.asarray(w)
+    assert x.data_ptr() == np_ptr(a) and w.calls == [{"max_version": (1, 1)}]
+    old = OnlyDlpack(a, legacy=True)
+    y = gk.from_dlpack(old)
+    assert y.data_ptr() == np_ptr(a) and old.calls == [{"max_version": (1, 1)}, {}]
+    z = gk.from_dlpack(x, device="cpu")
+    assert z.data_ptr() == np_ptr(a)
+
+
+def test_gk_to_gk_through_protocol():
+    x = gk.arange(10, dtype=gk.int64)[2:8:2]
+    y = gk.from_dlpack(x)
+    assert y.data_ptr() == x.data_ptr() and y.strides == x.strides
+    np.testing.assert_array_equal(y.numpy(), [2, 4, 6])
+
+
+# ---- __array__ and data_ptr ----
+@pytest.mark.parametrize("dtype", NP_DTYPES)
+def test_array_protocol_zero_copy(dtype):
+    ref = rand_np((4, 3), dtype, seed=3)
+    x = gk.asarray(ref.copy())
+    n = np.asarray(x)
+    assert np_ptr(n) == x.data_ptr()
+    np.testing.assert_array_equal(n, ref)
+    x[0, 0] = not ref[0, 0] if dtype == "bool" else 9
+    assert n[0, 0] == x.numpy()[0, 0]
+    c = np.array(x, copy=True)
+    assert np_ptr(c) != x.data_ptr()
+    f = np.asarray(x, dtype=np.float64)
+    np.testing.assert_array_equal(f, n.astype(np.float64))
+
+
+def test_array_protocol_views_and_data_ptr():
+    x = gk.asarray(np.arange(20, dtype=np.float32).reshape(4, 5))
+    v = x[1:, ::2]
+    n = np.asarray(v)
+    assert np_ptr(n) == v.data_ptr() == x.data_ptr() + (5 * 1) * 4
+    assert n.strides == (20, 8)
+    np.testing.assert_array_equal(n, np.arange(20, dtype=np.float32).reshape(4, 5)[1:, ::2])
+
+
+def test_cuda_array_interface_absent_on_cpu():
+    x = gk.arange(3, dtype=gk.float32)
+    assert not hasattr(x, "__cuda_array_interface__")
+    with pytest.raises(TypeError):
+        gk.from_cuda_array_interface(np.arange(3))
+
+
+def test_cuda_array_interface_bad_dicts():
+    base = {"shape": (3,), "typestr": "<f4", "data": (0, False), "version": 3}
+    for bad, exc in [
+        ({"typestr": "<c8"}, TypeError),
+        ({"typestr": ">f4"}, TypeError),
+        ({"typestr": "<u2"}, TypeError),
+        ({"typestr": "f"}, TypeError),
+        ({"version": 7}, ValueError),
+        ({"mask": object()}, ValueError),
+        ({"shape": (-1,)}, ValueError),
+        ({"data": 5}, TypeError),
+    ]:
+        d = dict(base, **bad)
+        with pytest.raises(exc):
+            gk.from_cuda_array_interface(d)
+    d = dict(base)
+    del d["typestr"]
+    with pytest.raises(ValueError, match="typestr"):
+        gk.from_cuda_array_interface(d)
+    # empty arrays need no pointer
+    e = gk.from_cuda_array_interface(dict(base, shape=(0, 4)))
+    assert e.shape == (0, 4)
+
+
+# =====================================================================
+# GPU: torch and CuPy (run on the GPU machine)
+# =====================================================================
+SLEEP_CYCLES = 400_000_000  # ~0.2 s on an H200: far longer than the host-side hand-off
+
+
+def _torch():
+    torch = pytest.importorskip("torch")
+    if not HAS_CUDA or not torch.cuda.is_available():
+        pytest.skip("needs CUDA for gpukit and torch")
+    return torch
+
+
+def _cupy():
+    cupy = pytest.importorskip("cupy")
+    if not HAS_CUDA:
+        pytest.skip("needs CUDA")
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            pytest.skip("CuPy sees no GPU")
+    except Exception:  # pragma: no cover
+        pytest.skip("CuPy cannot use the GPU")
+    return cupy
+
+
+TORCH_DTYPES = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
+
+
+@need_cuda
+@pytest.mark.parametrize("dtype", TORCH_DTYPES)
+def test_torch_from_gk_zero_copy(dtype):
+    torch = _torch()
+    ref = torch.arange(24, device="cpu").reshape(4, 6)
+    ref = (ref % 2 == 0) if dtype == "bool" else ref.to(getattr(torch, dtype))
+    x = gk.asarray(ref.to(torch.float32).numpy(), device="cuda").astype(dtype)
+    t = torch.from_dlpack(x)
+    assert t.device.type == "cuda" and t.dtype == getattr(torch, dtype)
+    assert t.data_ptr() == x.data_ptr() and tuple(t.shape) == x.shape
+    assert torch.equal(t.cpu(), ref)
+    # torch writes, gpukit sees
+    t[0, 0] = True if dtype == "bool" else 7
+    torch.cuda.synchronize()
+    assert bool(x[0, 0].numpy() == (True if dtype == "bool" else 7))
+    # gpukit writes, torch sees
+    x[1, 1] = False if dtype == "bool" else 3
+    gk.synchronize("cuda:0")
+    assert t[1, 1].item() == (False if dtype == "bool" else 3)
+
+
+@need_cuda
+@pytest.mark.parametrize("dtype", TORCH_DTYPES)
+def test_gk_from_torch_zero_copy(dtype):
+    torch = _torch()
+    t = torch.arange(35, device="cuda").reshape(5, 7)
+    t = (t % 3 == 0) if dtype == "bool" else t.to(getattr(torch, dtype))
+    x = gk.from_dlpack(t)
+    assert x.data_ptr() == t.data_ptr() and x.shape == (5, 7) and str(x.dtype) == dtype
+    tf = t.to(torch.float32).cpu().numpy()
+    np.testing.assert_array_equal(x.astype(gk.float32).numpy(), tf)
+    t.zero_()
+    torch.cuda.synchronize()
+    assert not x.astype(gk.float32).numpy().any()
+    # strided views keep their strides
+    for v in (t.t(), t[:, 1::2], t[1:4, 2]):
+        y = gk.from_dlpack(v)
+        assert y.strides == tuple(v.stride()) and y.data_ptr() == v.data_ptr()
+
+
+@need_cuda
+def test_torch_values_strided_and_edge_shapes():
+    torch = _torch()
+    t = torch.randn(6, 9, device="cuda")
+    for v in (t.t(), t[::2, 1::3], t[2], t[0, 0], t[:0], t.reshape(3, 2, 9)[:, 1]):
+        x = gk.from_dlpack(v)
+        np.testing.assert_array_equal(x.numpy(), v.cpu().numpy())
+        back = torch.from_dlpack(x)
+        assert back.shape == v.shape and torch.equal(back.cpu(), v.cpu())
+        if v.numel():
+            assert back.data_ptr() == v.data_ptr()
+    # gpukit views, broadcast included, go to torch without copies
+    g = gk.asarray(np.arange(12, dtype=np.float32), device="cuda")
+    b = torch.from_dlpack(g.reshape(3, 4).T)
+    assert b.stride() == (1, 4) and b.data_ptr() == g.data_ptr()
+    bc = torch.from_dlpack(g[:4].broadcast_to((3, 4)))
+    assert bc.stride() == (0, 1)
+    assert torch.equal(bc.cpu(), torch.arange(4.0).expand(3, 4))
+
+
+@need_cuda
+def test_torch_bf16_values():
+    torch = _torch()
+    t = torch.randn(257, device="cuda").to(torch.bfloat16)
+    x = gk.from_dlpack(t)
+    assert x.dtype == gk.bfloat16
+    np.testing.assert_array_equal(x.astype(gk.float32).numpy(), t.float().cpu().numpy())
+    y = gk.asarray(np.linspace(-3, 3, 101, dtype=np.float32), device="cuda").astype(gk.bfloat16)
+    u = torch.from_dlpack(y)
+    assert u.dtype == torch.bfloat16
+    np.testing.assert_array_equal(u.float().cpu().numpy(), y.astype(gk.float32).numpy())
+
+
+@need_cuda
+@pytest.mark.parametrize("name", ["float8_e4m3fn", "float8_e5m2"])
+def test_torch_fp8(name):
+    torch = _torch()
+    tdt = getattr(torch, name, None)
+    if tdt is None:
+        pytest.skip(f"torch has no {name}")
+    x = gk.asarray(np.linspace(-4, 4, 33, dtype=np.float32), device="cuda").astype(name)
+    try:
+        t = torch.from_dlpack(x)
+    except (BufferError, RuntimeError, TypeError) as e:
+        pytest.skip(f"this torch cannot import {name} through DLPack: {e}")
+    assert t.dtype == tdt and t.data_ptr() == x.data_ptr()
+    np.testing.assert_array_equal(t.float().cpu().numpy(), x.astype(gk.float32).numpy())
+    back = gk.from_dlpack(t)
+    assert back.dtype == x.dtype
+
+
+@need_cuda
+def test_dlpack_stream_arguments():
+    x = gk.arange(8, dtype=gk.float32, device="cuda")
+    assert x.__dlpack_device__() == (2, 0)
+    for s in (None, 1, 2, -1, gk.Stream("cuda:0").handle):
+        cap = x.__dlpack__(stream=s, max_version=(1, 1))
+        assert capsule_name(cap) == "dltensor_versioned"
+        assert capsule_struct(cap).dl_tensor.device.device_type == 2
+    with pytest.raises(ValueError, match="ambiguous"):
+        x.__dlpack__(stream=0)
+    with pytest.raises(TypeError):
+        x.__dlpack__(stream="1")
+    # dl_device=(CPU): a host copy, flagged as a copy
+    cap = x.__dlpack__(max_version=(1, 1), dl_device=(1, 0))
+    s = capsule_struct(cap)
+    assert s.dl_tensor.device.device_type == 1 and s.flags & 2
+    np.testing.assert_array_equal(gk.from_dlpack(cap).numpy(), np.arange(8, dtype=np.float32))
+    with pytest.raises(BufferError):
+        x.__dlpack__(max_version=(1, 1), dl_device=(1, 0), copy=False)
+    n = np.from_dlpack(x, device="cpu")
+    np.testing.assert_array_equal(n, np.arange(8, dtype=np.float32))
+
+
+@need_cuda
+def test_cuda_array_interface_export():
+    x = gk.asarray(np.arange(12, dtype=np.float32).reshape(3, 4), device="cuda")
+    d = x.__cuda_array_interface__
+    assert d["version"] == 3 and d["shape"] == (3, 4) and d["typestr"] == "<f4"
+    assert d["data"] == (x.data_ptr(), False) and d["strides"] is None
+    assert d["stream"] == gk.Stream.current("cuda:0").handle and d["stream"] not in (0, None)
+    v = x.T[1:]
+    dv = v.__cuda_array_interface__
+    assert dv["strides"] == (4, 16) and dv["data"][0] == v.data_ptr()
+    for t, ts in [("bool", "|b1"), ("uint8", "|u1"), ("int8", "|i1"), ("int16", "<i2"), ("int32", "<i4"),
+                  ("int64", "<i8"), ("float16", "<f2"), ("float64", "<f8")]:
+        assert x.astype(t).__cuda_array_interface__["typestr"] == ts
+    for t in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+        with pytest.raises(TypeError, match=t):
+            x.astype(t).__cuda_array_interface__
+    # gpukit reads its own interface back
+    y = gk.from_cuda_array_interface(v)
+    assert y.data_ptr() == v.data_ptr() and y.strides == v.strides
+    np.testing.assert_array_equal(y.numpy(), v.numpy())
+
+
+@need_cuda
+def test_torch_stream_ordering_torch_to_gk():
+    """torch fills a tensor on a side stream after a long kernel; gpukit, on its own
+    stream, must see the finished values."""
+    torch = _torch()
+    n = 1 << 20
+    t = torch.zeros(n, device="cuda")
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    gs = gk.Stream("cuda:0")
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(SLEEP_CYCLES)
+        t.fill_(3.0)
+        with gs:
+            x = gk.from_dlpack(t)  # torch's current stream is `side`
+    with gs:
+        r = (x * 2).numpy()
+    assert (r == 6).all(), f"gpukit read unfinished torch data ({np.unique(r)[:4]})"
+
+
+@need_cuda
+def test_torch_stream_ordering_gk_to_torch():
+    """gpukit writes on its stream behind a long wait; torch, on its stream, must see the result."""
+    torch = _torch()
+    n = 1 << 20
+    gs = gk.Stream("cuda:0")
+    with gs:
+        y = gk.zeros((n,), dtype=gk.float32, device="cuda")
+    gs.synchronize()
+    blocker = torch.cuda.Stream()
+    with torch.cuda.stream(blocker):
+        torch.cuda._sleep(SLEEP_CYCLES)
+    gs.wait_stream(gk.Stream("cuda:0", handle=blocker.cuda_stream))  # gpukit's stream is now busy
+    with gs:
+        gk.copy_into(y, gk.full((n,), 5.0, dtype=gk.float32, device="cuda"))
+        t = torch.from_dlpack(y)  # torch's current (default) stream waits on gs
+    s = (t * 1).sum().item()
+    assert s == 5.0 * n, f"torch read unfinished gpukit data (sum {s})"
+
+
+SPIN_SRC = r"""
+extern "C" __global__ void spin_fill(float* x, long long n, long long cycles, float v) {
+  long long t0 = clock64();
+  while (clock64() - t0 < cycles) {}
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+    x[i] = v;
+}
+"""
+
+
+def _spin_fill(cupy, arr, value, cycles=SLEEP_CYCLES):
+    k = cupy.RawKernel(SPIN_SRC, "spin_fill")
+    k((32,), (256,), (arr, cupy.int64(arr.size), cupy.int64(cycles), cupy.float32(value)))
+
+
+@need_cuda
+def test_cupy_dlpack_both_ways():
+    cupy = _cupy()
+    a = cupy.arange(30, dtype=cupy.float32).reshape(5, 6)
+    x = gk.from_dlpack(a)
+    assert x.data_ptr() == a.data.ptr
+    np.testing.assert_array_equal(x.numpy(), cupy.asnumpy(a))
+    a[0, 0] = 100
+    cupy.cuda.Device().synchronize()
+    assert x[0, 0].numpy() == 100
+    y = gk.asarray(np.arange(12, dtype=np.int32).reshape(3, 4), device="cuda")[:, ::2]
+    c = cupy.from_dlpack(y)
+    assert c.data.ptr == y.data_ptr() and c.strides == (16, 8)
+    np.testing.assert_array_equal(cupy.asnumpy(c), y.numpy())
+    y[0, 0] = -1
+    gk.synchronize("cuda:0")
+    assert int(c[0, 0]) == -1
+    b = cupy.from_dlpack(gk.asarray(np.array([True, False]), device="cuda"))
+    assert b.dtype == cupy.bool_ and cupy.asnumpy(b).tolist() == [True, False]
+
+
+class CAIOnly:
+    def __init__(self, desc, keep):
+        self.__cuda_array_interface__ = desc
+        self.keep = keep
+
+
+@need_cuda
+def test_cupy_cuda_array_interface_both_ways():
+    cupy = _cupy()
+    a = cupy.arange(20, dtype=cupy.float64).reshape(4, 5)[:, 1::2]
+    x = gk.from_cuda_array_interface(a)
+    assert x.data_ptr() == a.data.ptr and x.strides == (5, 2)
+    np.testing.assert_array_equal(x.numpy(), cupy.asnumpy(a))
+    x[0, 0] = 42
+    gk.synchronize("cuda:0")
+    assert float(a[0, 0]) == 42
+    g = gk.asarray(np.arange(8, dtype=np.float16), device="cuda")
+    c = cupy.asarray(CAIOnly(g.__cuda_array_interface__, g))
+    assert c.data.ptr == g.data_ptr() and c.dtype == cupy.float16
+    np.testing.assert_array_equal(cupy.asnumpy(c), g.numpy())
+    # the import keeps the CuPy array alive
+    tmp = cupy.full((7,), 2.5, dtype=cupy.float32)
+    z = gk.from_cuda_array_interface(tmp)
+    del tmp
+    gc.collect()
+    cupy.get_default_memory_pool().free_all_blocks()
+    np.testing.assert_array_equal(z.numpy(), np.full(7, 2.5, np.float32))
+
+
+@need_cuda
+def test_cupy_stream_ordering_both_protocols():
+    cupy = _cupy()
+    n = 1 << 20
+    for protocol in ("dlpack", "cai"):
+        a = cupy.zeros(n, dtype=cupy.float32)
+        cupy.cuda.Device().synchronize()
+        s = cupy.cuda.Stream(non_blocking=True)
+        gs = gk.Stream("cuda:0")
+        with s:
+            _spin_fill(cupy, a, 4.0)
+            with gs:
+                x = gk.from_dlpack(a) if protocol == "dlpack" else gk.from_cuda_array_interface(a)
+        with gs:
+            r = (x + 1).numpy()
+        assert (r == 5).all(), f"{protocol}: gpukit read unfinished CuPy data"
+        s.synchronize()
+
+
+@need_cuda
+def test_gk_to_cupy_stream_ordering():
+    cupy = _cupy()
+    n = 1 << 20
+    for protocol in ("dlpack", "cai"):
+        gs = gk.Stream("cuda:0")
+        with gs:
+            y = gk.zeros((n,), dtype=gk.float32, device="cuda")
+        gs.synchronize()
+        blocker = cupy.cuda.Stream(non_blocking=True)
+        dummy = cupy.zeros(1, dtype=cupy.float32)
+        with blocker:
+            _spin_fill(cupy, dummy, 1.0)
+        gs.wait_stream(gk.Stream("cuda:0", handle=blocker.ptr))
+        cs = cupy.cuda.Stream(non_blocking=True)
+        with gs:
+            gk.copy_into(y, gk.full((n,), 7.0, dtype=gk.float32, device="cuda"))
+            with cs:
+                c = cupy.from_dlpack(y) if protocol == "dlpack" else cupy.asarray(
+                    CAIOnly(y.__cuda_array_interface__, y))
+                total = float(c.sum())
+        assert total == 7.0 * n, f"{protocol}: CuPy read unfinished gpukit data"
