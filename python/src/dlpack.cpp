@@ -216,6 +216,17 @@ nb::object make_capsule(const Array& a, bool versioned_minor1, bool copied) {
   return nb::steal(cap);
 }
 
+int64_t to_int(nb::handle h, const char* what) {
+  if (!PyLong_Check(h.ptr()) || PyBool_Check(h.ptr())) throw TypeError(cat(what, ": expected an int"));
+  int overflow = 0;
+  long long v = PyLong_AsLongLongAndOverflow(h.ptr(), &overflow);
+  if (overflow || (v == -1 && PyErr_Occurred())) {
+    PyErr_Clear();
+    throw ValueError(cat(what, ": integer out of range"));
+  }
+  return v;
+}
+
 std::optional<bool> opt_bool(nb::handle h, const char* arg) {
   if (h.is_none()) return std::nullopt;
   if (!PyBool_Check(h.ptr())) throw TypeError(cat(arg, ": expected True, False or None"));
@@ -231,7 +242,7 @@ nb::object dlpack_export(const Array& self, nb::handle stream, nb::handle max_ve
   if (!max_version.is_none()) {
     if (!nb::isinstance<nb::tuple>(max_version) || nb::len(max_version) != 2)
       throw TypeError("max_version: expected a tuple (major, minor) or None");
-    int64_t major = nb::cast<int64_t>(max_version[0]), minor = nb::cast<int64_t>(max_version[1]);
+    int64_t major = to_int(max_version[0], "max_version"), minor = to_int(max_version[1], "max_version");
     versioned = major >= 1;
     minor1 = major > 1 || (major == 1 && minor >= 1);
   }
@@ -240,7 +251,7 @@ nb::object dlpack_export(const Array& self, nb::handle stream, nb::handle max_ve
   if (!dl_device.is_none()) {
     if (!nb::isinstance<nb::tuple>(dl_device) || nb::len(dl_device) != 2)
       throw TypeError("dl_device: expected a tuple (device_type, device_id) or None");
-    int64_t type = nb::cast<int64_t>(dl_device[0]), id = nb::cast<int64_t>(dl_device[1]);
+    int64_t type = to_int(dl_device[0], "dl_device"), id = to_int(dl_device[1], "dl_device");
     Device target;
     if (type == dl::kCPU) target = Device::cpu();
     else if (type == dl::kCUDA) {
@@ -268,7 +279,7 @@ nb::object dlpack_export(const Array& self, nb::handle stream, nb::handle max_ve
     if (!stream.is_none()) {
       if (!PyLong_Check(stream.ptr()) || PyBool_Check(stream.ptr()))
         throw TypeError("stream: expected an int (a cudaStream_t, 1, 2 or -1) or None");
-      int64_t v = nb::cast<int64_t>(stream);
+      int64_t v = to_int(stream, "stream");
       if (v == 0)
         throw ValueError("stream: 0 is ambiguous in the DLPack protocol; pass 1 for the legacy default stream, "
                          "2 for the per-thread default stream");
@@ -502,10 +513,11 @@ Array cai_import(nb::handle desc, nb::handle keep, nb::handle copy_h) {
   };
   for (const char* k : {"shape", "typestr", "data", "version"})
     if (!d.contains(k)) throw ValueError(cat("__cuda_array_interface__: missing the '", k, "' entry"));
-  int64_t version = nb::cast<int64_t>(get("version"));
+  int64_t version = to_int(get("version"), "__cuda_array_interface__ version");
   if (version < 0 || version > 3) throw ValueError(cat("__cuda_array_interface__: version ", version, " is not supported"));
   if (!get("mask").is_none()) throw ValueError("__cuda_array_interface__: masked arrays are not supported");
   Layout L;
+  if (!nb::isinstance<nb::str>(get("typestr"))) throw TypeError("__cuda_array_interface__: 'typestr' must be a str");
   L.dtype = parse_typestr(nb::cast<std::string>(get("typestr")));
   L.shape = to_shape(get("shape"), "__cuda_array_interface__ shape");
   if (L.shape.size() > size_t(kMaxDims)) throw ValueError("__cuda_array_interface__: too many dimensions");
@@ -515,8 +527,13 @@ Array cai_import(nb::handle desc, nb::handle keep, nb::handle copy_h) {
   nb::object data = get("data");
   if (!nb::isinstance<nb::tuple>(data) || nb::len(data) != 2)
     throw TypeError("__cuda_array_interface__: 'data' must be a tuple (pointer, read_only)");
-  uintptr_t ptr = nb::cast<uintptr_t>(data[0]);
-  bool read_only = nb::cast<bool>(data[1]);
+  if (!PyLong_Check(nb::object(data[0]).ptr())) throw TypeError("__cuda_array_interface__: the data pointer must be an int");
+  unsigned long long ptr = PyLong_AsUnsignedLongLong(nb::object(data[0]).ptr());
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    throw ValueError("__cuda_array_interface__: the data pointer is out of range");
+  }
+  bool read_only = PyObject_IsTrue(nb::object(data[1]).ptr()) == 1;
   nb::object strides = get("strides");
   int64_t isz = int64_t(itemsize(L.dtype));
   if (strides.is_none()) {
@@ -543,7 +560,7 @@ Array cai_import(nb::handle desc, nb::handle keep, nb::handle copy_h) {
   if (!s.is_none() && L.device.is_cuda()) {
     if (!PyLong_Check(s.ptr()) || PyBool_Check(s.ptr()))
       throw TypeError("__cuda_array_interface__: 'stream' must be an int or None");
-    int64_t v = nb::cast<int64_t>(s);
+    int64_t v = to_int(s, "__cuda_array_interface__ stream");
     if (v == 0) v = 1;  // disallowed by the spec; read as the legacy default stream
     if (v < -1) throw ValueError(cat("__cuda_array_interface__: invalid stream ", v));
     order_streams(L.device, stream_handle(v), Stream::current(L.device).handle());
