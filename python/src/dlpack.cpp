@@ -12,6 +12,7 @@
 
 #include "bind.h"
 #include "core/cuda_util.h"
+#include "gpukit/allocator.h"
 #include "gpukit/errors.h"
 
 namespace gkpy {
@@ -287,6 +288,12 @@ nb::object dlpack_export(const Array& self, nb::handle stream, nb::handle max_ve
       consumer = stream_handle(v);
     }
     order_streams(a.device(), Stream::current(a.device()).handle(), consumer);
+    // The consumer may still be using the memory when it releases it. For the legacy
+    // default stream (torch's and CuPy's default), which never goes away, gpukit's
+    // allocator then waits for that stream before reusing the block. (Other consumer
+    // streams may be destroyed before the memory is freed, so they are not recorded.)
+    if (consumer == reinterpret_cast<void*>(uintptr_t(1)))
+      record_stream(*a.storage(), Stream::external(a.device(), consumer));
   }
   // (A stream given for a CPU array is ignored: there is nothing to order.)
   if (versioned) return make_capsule<dl::ManagedTensorVersioned>(a, minor1, copied);

@@ -89,10 +89,9 @@ def capsule_struct(cap):
 
 class FakeProducer:
     """A hand-made DLPack tensor over a NumPy buffer, with a counting deleter."""
-    NAME = b"dltensor"
 
     def __init__(self, buf, shape, strides=None, code=2, bits=32, lanes=1, ndim=None, device=(1, 0),
-                 byte_offset=0, null_shape=False, data=None):
+                 byte_offset=0, null_shape=False, data=None, version=None, flags=0):
         self.buf = buf
         self.deleted = 0
         n = len(shape)
@@ -101,8 +100,13 @@ class FakeProducer:
         self.cb = DELETER(self._delete)
         t = DLTensor(data if data is not None else np_ptr(buf), DLDevice(*device), n if ndim is None else ndim,
                      DLDataType(code, bits, lanes), None if null_shape else self.shape, self.strides, byte_offset)
-        self.managed = DLManagedTensor(t, None, self.cb)
-        self.capsule = _api.PyCapsule_New(ctypes.addressof(self.managed), self.NAME, None)
+        if version is None:
+            self.managed = DLManagedTensor(t, None, self.cb)
+            name = b"dltensor"
+        else:
+            self.managed = DLManagedTensorVersioned(DLPackVersion(*version), None, self.cb, flags, t)
+            name = b"dltensor_versioned"
+        self.capsule = _api.PyCapsule_New(ctypes.addressof(self.managed), name, None)
 
     def _delete(self, _ptr):
         self.deleted += 1
@@ -368,6 +372,32 @@ def test_bad_capsules_raise_and_leave_ownership(kwargs, exc, match):
     with pytest.raises(exc, match=match):
         gk.from_dlpack(p.capsule)
     assert p.deleted == 0 and capsule_name(p.capsule) == "dltensor"
+
+
+def test_hand_made_versioned_producer():
+    buf = np.arange(8, dtype=np.float32)
+    p = FakeProducer(buf, (2, 4), strides=(4, 1), version=(1, 3), flags=2)  # newer minor, IS_COPIED
+    x = gk.from_dlpack(p.capsule)
+    assert x.data_ptr() == np_ptr(buf) and capsule_name(p.capsule) == "used_dltensor_versioned"
+    np.testing.assert_array_equal(x.numpy(), buf.reshape(2, 4))
+    del x
+    gc.collect()
+    assert p.deleted == 1
+    # read-only: gpukit copies (its arrays are writable) and releases the source at once
+    r = FakeProducer(buf, (8,), version=(1, 0), flags=1)
+    y = gk.from_dlpack(r.capsule)
+    assert y.data_ptr() != np_ptr(buf) and r.deleted == 1
+    np.testing.assert_array_equal(y.numpy(), buf)
+    r2 = FakeProducer(buf, (8,), version=(1, 0), flags=1)
+    with pytest.raises(BufferError, match="read-only"):
+        gk.from_dlpack(r2.capsule, copy=False)
+    gc.collect()
+    assert r2.deleted == 1
+    # another major version: only the deleter may be used
+    q = FakeProducer(buf, (8,), version=(2, 0))
+    with pytest.raises(BufferError, match="major version 2"):
+        gk.from_dlpack(q.capsule)
+    assert q.deleted == 1 and capsule_name(q.capsule) == "used_dltensor_versioned"
 
 
 def test_misaligned_pointer_rejected():
