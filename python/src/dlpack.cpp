@@ -430,6 +430,10 @@ Array dlpack_import(nb::handle cap, nb::handle copy_h) {
 }
 
 // ---- CUDA Array Interface ----
+// Raised for dtypes the interface cannot describe: a TypeError that is also an
+// AttributeError, so hasattr() is False and consumers fall back to DLPack.
+PyObject* g_no_typestr = nullptr;
+
 nb::object cai_typestr(DType t) {
   switch (t) {
     case DType::b8: return nb::str("|b1");
@@ -441,9 +445,12 @@ nb::object cai_typestr(DType t) {
     case DType::f16: return nb::str("<f2");
     case DType::f32: return nb::str("<f4");
     case DType::f64: return nb::str("<f8");
-    default:
-      throw TypeError(cat("__cuda_array_interface__: dtype ", dtype_name(t),
-                          " has no typestr in the CUDA Array Interface; use __dlpack__ instead"));
+    default: {
+      std::string msg = cat("__cuda_array_interface__: dtype ", dtype_name(t),
+                            " has no typestr in the CUDA Array Interface; use __dlpack__ instead");
+      PyErr_SetString(g_no_typestr ? g_no_typestr : PyExc_TypeError, msg.c_str());
+      throw nb::python_error();
+    }
   }
 }
 
@@ -601,6 +608,10 @@ GK_BINDING(15, dlpack) {
         return d.is_cuda() ? nb::make_tuple(int(dl::kCUDA), d.index) : nb::make_tuple(int(dl::kCPU), 0);
       },
       nb::is_method(), "(device_type, device_id) of the DLPack protocol."));
+  nb::object bases = nb::make_tuple(nb::handle(PyExc_AttributeError), nb::handle(PyExc_TypeError));
+  g_no_typestr = PyErr_NewException("gpukit.CudaArrayInterfaceTypeError", bases.ptr(), nullptr);
+  if (!g_no_typestr) throw nb::python_error();
+  m.attr("CudaArrayInterfaceTypeError") = nb::handle(g_no_typestr);
   nb::object property = nb::module_::import_("builtins").attr("property");
   nb::setattr(cls, "__cuda_array_interface__", property(nb::cpp_function(
       [](const Array& self) { return cai_export(self); }, nb::is_method(),
