@@ -22,27 +22,18 @@ namespace {
 
 // ---- the DLPack ABI (declared here from the DLPack 1.1 specification) ----
 namespace dl {
-struct Version {
-  uint32_t major, minor;
-};
+struct Version { uint32_t major, minor; };
 enum DeviceType : int32_t {
   kCPU = 1, kCUDA = 2, kCUDAHost = 3, kOpenCL = 4, kVulkan = 7, kMetal = 8, kVPI = 9, kROCM = 10,
   kROCMHost = 11, kExtDev = 12, kCUDAManaged = 13, kOneAPI = 14, kWebGPU = 15, kHexagon = 16, kMAIA = 17,
 };
-struct Device {
-  int32_t device_type;
-  int32_t device_id;
-};
+struct Device { int32_t device_type, device_id; };
 enum TypeCode : uint8_t {
   kInt = 0, kUInt = 1, kFloat = 2, kOpaqueHandle = 3, kBfloat = 4, kComplex = 5, kBool = 6,
   kFloat8_e3m4 = 7, kFloat8_e4m3 = 8, kFloat8_e4m3b11fnuz = 9, kFloat8_e4m3fn = 10, kFloat8_e4m3fnuz = 11,
   kFloat8_e5m2 = 12, kFloat8_e5m2fnuz = 13, kFloat8_e8m0fnu = 14,
 };
-struct DataType {
-  uint8_t code;
-  uint8_t bits;
-  uint16_t lanes;
-};
+struct DataType { uint8_t code, bits; uint16_t lanes; };
 struct Tensor {
   void* data;
   Device device;
