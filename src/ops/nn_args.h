@@ -1,0 +1,89 @@
+// Argument blocks of the fused inference ops (norms, gated activations, RoPE)
+// and the entry points of both backends. Kernels see only these plain structs.
+#pragma once
+#include <cstdint>
+
+#include "gpukit/dtype.h"
+#include "gpukit/errors.h"
+#include "gpukit/nn.h"
+#include "ops/ew_functors.h"
+#include "ops/registry.h"
+
+namespace gk {
+
+// Row-wise normalization of `rows` rows of H elements (last dim dense).
+// Row r of x starts at x + r * x_rs (element strides), likewise for the others.
+struct NormArgs {
+  const void* x = nullptr;
+  const void* res = nullptr;   // optional residual input (rms_norm only)
+  const void* w = nullptr;
+  const void* b = nullptr;     // optional bias (layer_norm only)
+  void* out = nullptr;
+  void* res_out = nullptr;     // new residual, when res is given
+  int64_t rows = 0, H = 0;
+  int64_t x_rs = 0, res_rs = 0, out_rs = 0, res_out_rs = 0;
+  DType dtype = DType::f32;    // of x, res, w, b, out, res_out
+  double eps = 1e-6;
+  bool gemma = false;          // rms_norm: scale by (1 + w)
+  bool layer = false;          // layer_norm instead of rms_norm
+};
+
+// out[r, i] = act(gate[r, i]) * up[r, i] for r < rows, i < I.
+struct GatedArgs {
+  const void* gate = nullptr;
+  const void* up = nullptr;  // null for ReLU2
+  void* out = nullptr;
+  int64_t rows = 0, I = 0;
+  int64_t gate_rs = 0, up_rs = 0, out_rs = 0;  // row strides in elements (last dim dense)
+  DType dtype = DType::f32;
+  nn::GatedAct act = nn::GatedAct::SwiGLU;
+};
+
+// The gated activation on one (gate, up) pair, in compute type C (double on the
+// CPU reference, float on CUDA).
+template <nn::GatedAct A, class C>
+GK_HD C gated_fn(C g, C u) {
+  if constexpr (A == nn::GatedAct::SwiGLU) return ew::unary<UnaryOp::Silu, C>(g) * u;
+  else if constexpr (A == nn::GatedAct::GeGLU) return ew::unary<UnaryOp::GeluErf, C>(g) * u;
+  else if constexpr (A == nn::GatedAct::GeGLUTanh) return ew::unary<UnaryOp::GeluTanh, C>(g) * u;
+  else {
+    C r = ew::unary<UnaryOp::Relu, C>(g);
+    return r * r;
+  }
+}
+
+// Calls f(T{}) for the storage types the fused ops support (f32, f16, bf16).
+template <class F>
+decltype(auto) dispatch_float(DType t, F&& f) {
+  switch (t) {
+    case DType::f16: return f(f16{});
+    case DType::bf16: return f(bf16{});
+    default: return f(float{});
+  }
+}
+
+namespace cpu {
+void norm(const NormArgs& a);
+void gated(const GatedArgs& a);
+}  // namespace cpu
+
+namespace cuda {
+void norm(const NormArgs& a, void* stream);
+void gated(const GatedArgs& a, void* stream);
+}  // namespace cuda
+
+}  // namespace gk
+
+namespace gk::detail {
+// A float32/float16/bfloat16 check naming the argument (TypeError otherwise).
+void require_half_or_float(const Array& a, const char* arg);
+// Same dtype as `ref` (TypeError naming both).
+void require_same_dtype(const Array& a, const char* arg, const Array& ref, const char* ref_arg);
+// Views x [..., H] as rows x H with a dense last dimension and one row stride.
+// Returns x itself when possible, else a contiguous copy made on s.
+struct Rows {
+  Array a;
+  int64_t rows = 0, H = 0, rs = 0;
+};
+Rows as_rows(const Array& x, const Stream& s);
+}  // namespace gk::detail
