@@ -95,6 +95,32 @@ def cases(gk, torch):
                "torch F.silu(g) * u", lambda x: F.silu(x[:, :H]) * x[:, H:], ts)
 
 
+def rope_cases(gk, torch, ncopy=2):
+    T, Hq, Hkv, D = 8192, 32, 8, 128
+    tdt = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+    for dt in ("float32", "bfloat16"):
+        es = 4 if dt == "float32" else 2
+        nbytes = 2 * T * (Hq + Hkv) * D * es + T * 8
+        pos = gk.asarray(np.arange(T, dtype=np.int64)).to("cuda")
+        ga = [(gk_rand(gk, (T, Hq, D), dt, i), gk_rand(gk, (T, Hkv, D), dt, 5 + i)) for i in range(ncopy)]
+        inv = 1.0 / (10000.0 ** (torch.arange(0, D, 2, device="cuda", dtype=torch.float64) / D))
+        tpos = torch.arange(T, device="cuda")
+        ang = (tpos.double()[:, None] * inv[None]).float()
+        emb = torch.cat([ang, ang], -1)
+        cos, sin = emb.cos().to(tdt[dt])[:, None, :], emb.sin().to(tdt[dt])[:, None, :]
+        ta = [(torch.randn(T, Hq, D, device="cuda", dtype=tdt[dt]), torch.randn(T, Hkv, D, device="cuda",
+                                                                              dtype=tdt[dt])) for _ in range(ncopy)]
+
+        def rot(x):
+            x1, x2 = x[..., : D // 2], x[..., D // 2:]
+            return torch.cat((-x2, x1), -1)
+
+        def t_rope(q, k):
+            return q * cos + rot(q) * sin, k * cos + rot(k) * sin
+        yield ("rope_qk", f"T{T}_Hq{Hq}_Hkv{Hkv}_D{D}", dt, nbytes, lambda q, k: gk.nn.rope(q, k, pos), ga,
+               "torch eager NeoX (cached cos/sin)", t_rope, ta)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="bench/results/fused.json")
@@ -108,7 +134,9 @@ def main(argv=None):
         return 0
     only = {s for s in a.only.split(",") if s}
     recs = []
-    for name, shape, dt, nbytes, gfn, gargs, peer, tfn, targs in cases(gk, torch):
+    import itertools
+    for name, shape, dt, nbytes, gfn, gargs, peer, tfn, targs in itertools.chain(cases(gk, torch),
+                                                                                 rope_cases(gk, torch)):
         if only and name not in only:
             continue
         g = time_gk(gk, gfn, gargs, a.rounds, a.iters)

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "gpukit/array.h"
 
@@ -33,5 +34,53 @@ const char* gated_act_name(GatedAct a);
 Array gated(GatedAct act, const Array& gate, const Array& up, const Stream* s = nullptr);
 // Fused form on one concatenated [..., 2I] tensor: gate = x[..., :I], up = x[..., I:].
 Array gated_fused(GatedAct act, const Array& x, const Stream* s = nullptr);
+
+// ---- rotary position embedding ----
+// Frequency scaling of the rotary inverse-frequency table (as in the Hugging Face
+// rope_scaling configs):
+//  Linear: inv_freq / factor.
+//  NTK:    theta * alpha^(rd / (rd - 2)) (alpha defaults to factor).
+//  YaRN:   blend of inv_freq and inv_freq / factor with a linear ramp between the
+//          correction dims of beta_fast and beta_slow over original_max_position;
+//          cos and sin scaled by mscale (default 0.1 * ln(factor) + 1).
+//  Llama3: wavelengths above original_max_position / low_freq_factor divided by
+//          factor, below original_max_position / high_freq_factor kept, smooth between.
+enum class RopeScalingKind : uint8_t { None, Linear, NTK, YaRN, Llama3 };
+struct RopeScaling {
+  RopeScalingKind kind = RopeScalingKind::None;
+  double factor = 1.0;
+  double alpha = 0.0;  // NTK; 0: use factor
+  double original_max_position = 0.0;
+  double beta_fast = 32.0, beta_slow = 1.0;
+  std::optional<double> mscale;  // YaRN attention factor
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;
+};
+// The inverse frequencies (rotary_dim / 2 of them) in float64, and the cos/sin
+// multiplier (1 except for YaRN). Validates the scaling parameters.
+std::vector<double> rope_inv_freq(double theta, int rotary_dim, const RopeScaling& scaling, double* mscale = nullptr);
+// Rotates q [T, Hq, D] and k [T, Hkv, D] (k may be undefined) by per-token
+// positions [T] (int32/int64), over the first rotary_dim (default D) dims of each
+// head: NeoX half-split pairs (i, i + rd/2) or interleaved pairs (2i, 2i + 1).
+// cos/sin are computed in fp32 from the float64 table rounded to fp32.
+// inplace: q and k are overwritten and returned; otherwise new contiguous arrays
+// (dims past rotary_dim copied). Negative positions are a ValueError when
+// positions are on the CPU; device-resident positions are not inspected (that
+// would need a host sync) and a negative one simply rotates backwards.
+std::pair<Array, Array> rope(const Array& q, const Array& k, const Array& positions, double theta = 10000.0,
+                             std::optional<int> rotary_dim = std::nullopt, bool interleaved = false,
+                             const RopeScaling& scaling = {}, bool inplace = false, const Stream* s = nullptr);
+
+// ---- ALiBi and sinusoidal positions ----
+// Slopes of the ALiBi paper for n_heads heads (float32 [n_heads]), computed on the
+// host and copied to `device` (a setup-time call: not for graph capture on CUDA).
+Array alibi_slopes(int n_heads, Device device = {}, const Stream* s = nullptr);
+// bias[h, i, j] = slopes[h] * (j - (i + k_len - q_len)): 0 on the diagonal of the
+// last q_len queries against k_len keys, -slope * distance for earlier keys.
+// slopes: float32 [H]; result [H, q_len, k_len] of `dtype` (f32/f16/bf16).
+Array alibi_bias(const Array& slopes, int64_t q_len, int64_t k_len, DType dtype = DType::f32,
+                 const Stream* s = nullptr);
+// Additive sinusoidal encodings: out[t, 2i] = sin(p_t * w_i), out[t, 2i+1] = cos(p_t * w_i),
+// w_i = 1 / 10000^(2i / dim) (the same fp32 table method as rope). dim even, <= 1024.
+Array sinusoidal_positions(const Array& positions, int dim, DType dtype = DType::f32, const Stream* s = nullptr);
 
 }  // namespace gk::nn

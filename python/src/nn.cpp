@@ -1,5 +1,6 @@
 // Fused inference ops (gpukit.nn): norms, gated activations, positions.
 #include <nanobind/stl/pair.h>
+#include <nanobind/stl/vector.h>
 
 #include "bind.h"
 #include "gpukit/errors.h"
@@ -25,6 +26,58 @@ nb::object gated_any(nn::GatedAct act, nb::handle gate, nb::handle up, nb::handl
   Array g = to_array(gate, up.is_none() ? "x" : "gate");
   if (up.is_none()) return nb::cast(nn::gated_fused(act, g, sp));
   return nb::cast(nn::gated(act, g, to_array(up, "up", &g), sp));
+}
+double dict_num(nb::dict d, std::initializer_list<const char*> keys, double dflt, bool* found = nullptr) {
+  for (const char* k : keys)
+    if (d.contains(k)) {
+      nb::handle v = d[k];
+      if (v.is_none()) continue;
+      if (found) *found = true;
+      try {
+        return nb::cast<double>(v);
+      } catch (const nb::cast_error&) {
+        throw TypeError(cat("scaling['", k, "']: expected a number"));
+      }
+    }
+  if (found) *found = false;
+  return dflt;
+}
+
+// Hugging Face style rope_scaling dict -> RopeScaling.
+nn::RopeScaling to_scaling(nb::handle h) {
+  nn::RopeScaling sc;
+  if (h.is_none()) return sc;
+  if (!nb::isinstance<nb::dict>(h)) throw TypeError("scaling: expected a dict such as {'type': 'yarn', 'factor': 4}");
+  nb::dict d = nb::borrow<nb::dict>(h);
+  std::string type;
+  for (const char* k : {"rope_type", "type"})
+    if (d.contains(k)) type = nb::cast<std::string>(nb::str(d[k]));
+  for (auto key : d.keys()) {
+    std::string k = nb::cast<std::string>(nb::str(key));
+    static const char* known[] = {"rope_type", "type", "factor", "alpha", "original_max_position",
+                                  "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
+                                  "attention_factor", "low_freq_factor", "high_freq_factor"};
+    bool ok = false;
+    for (const char* n : known) ok = ok || k == n;
+    if (!ok) throw ValueError(cat("scaling: unknown key '", k, "'"));
+  }
+  if (type == "linear") sc.kind = nn::RopeScalingKind::Linear;
+  else if (type == "ntk" || type == "dynamic_ntk_fixed") sc.kind = nn::RopeScalingKind::NTK;
+  else if (type == "yarn") sc.kind = nn::RopeScalingKind::YaRN;
+  else if (type == "llama3") sc.kind = nn::RopeScalingKind::Llama3;
+  else if (type == "default" || type == "none") sc.kind = nn::RopeScalingKind::None;
+  else throw ValueError(cat("scaling: type '", type, "' is not one of linear, ntk, yarn, llama3"));
+  sc.factor = dict_num(d, {"factor"}, 1.0);
+  sc.alpha = dict_num(d, {"alpha"}, 0.0);
+  sc.original_max_position = dict_num(d, {"original_max_position", "original_max_position_embeddings"}, 0.0);
+  sc.beta_fast = dict_num(d, {"beta_fast"}, 32.0);
+  sc.beta_slow = dict_num(d, {"beta_slow"}, 1.0);
+  bool has_m = false;
+  double m = dict_num(d, {"mscale", "attention_factor"}, 1.0, &has_m);
+  if (has_m) sc.mscale = m;
+  sc.low_freq_factor = dict_num(d, {"low_freq_factor"}, 1.0);
+  sc.high_freq_factor = dict_num(d, {"high_freq_factor"}, 4.0);
+  return sc;
 }
 }  // namespace
 
@@ -60,6 +113,47 @@ GK_BINDING(35, nn) {
     Stream st;
     return nn::gated(nn::GatedAct::ReLU2, to_array(xh, "x"), Array(), to_stream(stream, st));
   }, nb::arg("x"), nb::arg("stream") = nb::none(), "relu(x) ** 2.");
+
+  m.def("rope", [](nb::handle qh, nb::handle kh, nb::handle ph, double theta, std::optional<int> rotary_dim,
+                   bool interleaved, nb::handle scaling, bool inplace, nb::handle stream) {
+    Stream st;
+    Array q = to_array(qh, "q");
+    Array k = opt_array(kh, "k", q);
+    auto [qo, ko] = nn::rope(q, k, to_array(ph, "positions", &q), theta, rotary_dim, interleaved, to_scaling(scaling),
+                             inplace, to_stream(stream, st));
+    return nb::make_tuple(qo, ko.defined() ? nb::cast(ko) : nb::none());
+  }, nb::arg("q"), nb::arg("k") = nb::none(), nb::arg("positions"), nb::arg("theta") = 10000.0,
+     nb::arg("rotary_dim") = nb::none(), nb::arg("interleaved") = false, nb::arg("scaling") = nb::none(),
+     nb::arg("inplace") = false, nb::arg("stream") = nb::none(),
+     "Rotary embedding of q [T, Hq, D] and k [T, Hkv, D] at per-token positions [T] (int32/int64).\n"
+     "NeoX half-split pairs, or interleaved (GPT-J) pairs; the first rotary_dim dims rotate.\n"
+     "scaling: None or a dict {'type': 'linear'|'ntk'|'yarn'|'llama3', 'factor', 'alpha',\n"
+     "'original_max_position', 'beta_fast', 'beta_slow', 'mscale', 'low_freq_factor', 'high_freq_factor'}.\n"
+     "Returns (q_out, k_out); inplace=True overwrites and returns q and k.");
+  m.def("rope_inv_freq", [](double theta, int rotary_dim, nb::handle scaling) {
+    double ms = 1;
+    std::vector<double> f = nn::rope_inv_freq(theta, rotary_dim, to_scaling(scaling), &ms);
+    return nb::make_tuple(f, ms);
+  }, nb::arg("theta"), nb::arg("rotary_dim"), nb::arg("scaling") = nb::none(),
+     "The float64 inverse-frequency table rope uses (before rounding to fp32) and the cos/sin scale.");
+  m.def("alibi_slopes", [](int n, nb::handle device, nb::handle stream) {
+    Stream st;
+    return nn::alibi_slopes(n, to_device(device), to_stream(stream, st));
+  }, nb::arg("n_heads"), nb::arg("device") = nb::none(), nb::arg("stream") = nb::none(),
+     "ALiBi slopes (float32 [n_heads]).");
+  m.def("alibi_bias", [](nb::handle sh, int64_t q_len, int64_t k_len, nb::handle dtype, nb::handle stream) {
+    Stream st;
+    return nn::alibi_bias(to_array(sh, "slopes"), q_len, k_len, dtype.is_none() ? DType::f32 : to_dtype(dtype),
+                          to_stream(stream, st));
+  }, nb::arg("slopes"), nb::arg("q_len"), nb::arg("k_len"), nb::arg("dtype") = nb::none(),
+     nb::arg("stream") = nb::none(),
+     "bias[h, i, j] = slopes[h] * (j - (i + k_len - q_len)), shape [H, q_len, k_len].");
+  m.def("sinusoidal_positions", [](nb::handle ph, int dim, nb::handle dtype, nb::handle stream) {
+    Stream st;
+    return nn::sinusoidal_positions(to_array(ph, "positions"), dim, dtype.is_none() ? DType::f32 : to_dtype(dtype),
+                                    to_stream(stream, st));
+  }, nb::arg("positions"), nb::arg("dim"), nb::arg("dtype") = nb::none(), nb::arg("stream") = nb::none(),
+     "Additive sinusoidal encodings [T, dim]: sin at even, cos at odd columns.");
 }
 
 }  // namespace gkpy

@@ -62,12 +62,60 @@ decltype(auto) dispatch_float(DType t, F&& f) {
   }
 }
 
+constexpr int kMaxRopeFreqs = 512;  // rotary_dim <= 1024; the table travels in the kernel arguments
+
+// Rotary embedding of q [T, hq, D] and k [T, hk, D] (k may be absent), last dim dense.
+struct RopeArgs {
+  const void* q = nullptr;
+  void* q_out = nullptr;
+  const void* k = nullptr;
+  void* k_out = nullptr;
+  int64_t q_ts = 0, q_hs = 0, qo_ts = 0, qo_hs = 0;  // token / head strides (elements)
+  int64_t k_ts = 0, k_hs = 0, ko_ts = 0, ko_hs = 0;
+  int hq = 0, hk = 0;
+  int64_t T = 0;
+  int D = 0, rd = 0;
+  bool interleaved = false;
+  bool copy_tail = false;  // out of place: copy dims [rd, D)
+  const void* pos = nullptr;
+  bool pos64 = false;
+  float mscale = 1.f;
+  DType dtype = DType::f32;
+  float inv_freq[kMaxRopeFreqs] = {};
+};
+
+// Sinusoidal encodings [T, dim] (dense).
+struct SinusoidArgs {
+  const void* pos = nullptr;
+  bool pos64 = false;
+  void* out = nullptr;
+  int64_t T = 0;
+  int dim = 0;
+  DType dtype = DType::f32;
+  float inv_freq[kMaxRopeFreqs] = {};
+};
+
+// ALiBi bias [H, Lq, Lk] (dense) from float32 slopes [H].
+struct AlibiArgs {
+  const float* slopes = nullptr;
+  void* out = nullptr;
+  int H = 0;
+  int64_t Lq = 0, Lk = 0;
+  DType dtype = DType::f32;
+};
+
 namespace cpu {
+void rope(const RopeArgs& a);
+void sinusoidal(const SinusoidArgs& a);
+void alibi_bias(const AlibiArgs& a);
 void norm(const NormArgs& a);
 void gated(const GatedArgs& a);
 }  // namespace cpu
 
 namespace cuda {
+void rope(const RopeArgs& a, void* stream);
+void sinusoidal(const SinusoidArgs& a, void* stream);
+void alibi_bias(const AlibiArgs& a, void* stream);
 void norm(const NormArgs& a, void* stream);
 void gated(const GatedArgs& a, void* stream);
 }  // namespace cuda
