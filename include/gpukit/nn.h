@@ -83,4 +83,30 @@ Array alibi_bias(const Array& slopes, int64_t q_len, int64_t k_len, DType dtype 
 // w_i = 1 / 10000^(2i / dim) (the same fp32 table method as rope). dim even, <= 1024.
 Array sinusoidal_positions(const Array& positions, int dim, DType dtype = DType::f32, const Stream* s = nullptr);
 
+// ---- KV cache append ----
+// Writes new keys/values k_new, v_new [T, Hkv, D] into a cache pair k_cache,
+// v_cache [num_blocks, block_size, Hkv, D] (dense) in place. Where token t goes:
+//  - slot_mapping [T] (int32/int64): slot = block * block_size + offset; a
+//    negative slot skips the token (padding).
+//  - block_table [B, max_blocks] (int32) with seq_lens [B] (int32, the lengths
+//    BEFORE the append): a paged cache (block_size 16..256); token j of sequence
+//    b goes to position seq_lens[b] + j, i.e. block block_table[b, pos / bs].
+//  - seq_lens alone: a contiguous cache [B, T_max, Hkv, D] (block = b).
+//  The tokens of sequence b are cu_seqlens[b] .. cu_seqlens[b+1] (int32 [B+1]);
+//  without cu_seqlens each sequence appends one token (T == B, decode).
+// Cache dtype: that of k_new, or float8_e4m3fn with per-head float32 scales
+// k_scale/v_scale [Hkv] (stored = fp8(x / scale)).
+// Bounds (slots inside the pool, block ids inside the pool, seq_lens[b] + new
+// tokens <= capacity) are checked on the host before any launch when the index
+// arrays are on the CPU (they are then copied to the cache's device, stream
+// ordered), or, with validate=true, by copying device index arrays to the host
+// (a sync: not for graph capture). Unvalidated device index arrays are still
+// safe: the kernel skips any token whose destination is outside the pool.
+struct KvIndex {
+  Array slot_mapping, block_table, seq_lens, cu_seqlens;  // undefined = absent
+};
+void kv_append(const Array& k_new, const Array& v_new, const Array& k_cache, const Array& v_cache,
+               const KvIndex& index, const Array& k_scale = {}, const Array& v_scale = {}, bool validate = false,
+               const Stream* s = nullptr);
+
 }  // namespace gk::nn

@@ -130,6 +130,25 @@ GK_BINDING(35, nn) {
      "scaling: None or a dict {'type': 'linear'|'ntk'|'yarn'|'llama3', 'factor', 'alpha',\n"
      "'original_max_position', 'beta_fast', 'beta_slow', 'mscale', 'low_freq_factor', 'high_freq_factor'}.\n"
      "Returns (q_out, k_out); inplace=True overwrites and returns q and k.");
+  m.def("kv_append", [](nb::handle kh, nb::handle vh, const Array& kc, const Array& vc, nb::handle slot_mapping,
+                        nb::handle block_table, nb::handle seq_lens, nb::handle cu_seqlens, nb::handle k_scale,
+                        nb::handle v_scale, bool validate, nb::handle stream) {
+    Stream st;
+    auto idx = [](nb::handle h, const char* arg) { return h.is_none() ? Array() : to_array(h, arg); };
+    nn::KvIndex ix{idx(slot_mapping, "slot_mapping"), idx(block_table, "block_table"), idx(seq_lens, "seq_lens"),
+                   idx(cu_seqlens, "cu_seqlens")};
+    nn::kv_append(to_array(kh, "k_new", &kc), to_array(vh, "v_new", &kc), kc, vc, ix,
+                  k_scale.is_none() ? Array() : to_array(k_scale, "k_scale", &kc),
+                  v_scale.is_none() ? Array() : to_array(v_scale, "v_scale", &kc), validate, to_stream(stream, st));
+  }, nb::arg("k_new"), nb::arg("v_new"), nb::arg("k_cache"), nb::arg("v_cache"), nb::arg("slot_mapping") = nb::none(),
+     nb::arg("block_table") = nb::none(), nb::arg("seq_lens") = nb::none(), nb::arg("cu_seqlens") = nb::none(),
+     nb::arg("k_scale") = nb::none(), nb::arg("v_scale") = nb::none(), nb::arg("validate") = false,
+     nb::arg("stream") = nb::none(),
+     "Appends k_new, v_new [T, Hkv, D] to a cache [num_blocks, block_size, Hkv, D] in place, by slot_mapping [T],\n"
+     "by (block_table [B, max_blocks], seq_lens [B]) for a paged cache, or by seq_lens [B] alone for a contiguous\n"
+     "cache [B, T_max, Hkv, D]; cu_seqlens [B+1] gives several new tokens per sequence (seq_lens: lengths before).\n"
+     "Index arrays on the CPU are bounds-checked before the launch (validate=True also checks device ones, with a\n"
+     "sync). A float8_e4m3fn cache takes per-head float32 k_scale/v_scale [Hkv].");
   m.def("rope_inv_freq", [](double theta, int rotary_dim, nb::handle scaling) {
     double ms = 1;
     std::vector<double> f = nn::rope_inv_freq(theta, rotary_dim, to_scaling(scaling), &ms);

@@ -104,7 +104,68 @@ struct AlibiArgs {
   DType dtype = DType::f32;
 };
 
+// KV cache append; see nn::kv_append. Index arrays are int32 except slots (slots64).
+struct KvAppendArgs {
+  const void* k = nullptr;
+  const void* v = nullptr;
+  int64_t k_ts = 0, k_hs = 0, v_ts = 0, v_hs = 0;  // token / head strides of k_new, v_new
+  void* kc = nullptr;
+  void* vc = nullptr;  // dense [nb, bs, hkv, D]
+  int64_t nb = 0, bs = 0;
+  int hkv = 0, D = 0;
+  int64_t T = 0;
+  const void* slots = nullptr;  // mode 1
+  bool slots64 = false;
+  const int32_t* block_table = nullptr;  // mode 2 (null with seq_lens: contiguous, block = b)
+  int64_t bt_stride = 0, max_blocks = 0;
+  const int32_t* seq_lens = nullptr;
+  const int32_t* cu = nullptr;  // [B+1] or null (one token per sequence)
+  int B = 0;
+  DType dtype = DType::f32;        // of k_new / v_new
+  DType cache_dtype = DType::f32;  // dtype, or f8e4m3 with scales
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
+};
+
+// Destination (block, offset) of token t, or false to skip it. Shared by both backends.
+GK_HD bool kv_dest(const KvAppendArgs& a, int64_t t, int64_t& blk, int64_t& off) {
+  if (a.slots) {
+    int64_t s = a.slots64 ? static_cast<const int64_t*>(a.slots)[t] : int64_t(static_cast<const int32_t*>(a.slots)[t]);
+    if (s < 0 || s >= a.nb * a.bs) return false;
+    blk = s / a.bs;
+    off = s - blk * a.bs;
+    return true;
+  }
+  int64_t b = t, j = 0;
+  if (a.cu) {  // the sequence holding token t: largest b with cu[b] <= t
+    int lo = 0, hi = a.B;  // invariant: cu[lo] <= t < cu[hi]
+    if (t < a.cu[0] || t >= a.cu[a.B]) return false;
+    while (hi - lo > 1) {
+      int mid = (lo + hi) / 2;
+      if (a.cu[mid] <= t) lo = mid;
+      else hi = mid;
+    }
+    b = lo;
+    j = t - a.cu[lo];
+  } else if (t >= a.B) {
+    return false;
+  }
+  int64_t pos = int64_t(a.seq_lens[b]) + j;
+  if (pos < 0) return false;
+  if (a.block_table) {
+    int64_t li = pos / a.bs;
+    if (li >= a.max_blocks) return false;
+    blk = a.block_table[b * a.bt_stride + li];
+    off = pos - li * a.bs;
+  } else {
+    blk = b;
+    off = pos;
+  }
+  return blk >= 0 && blk < a.nb && off < a.bs;
+}
+
 namespace cpu {
+void kv_append(const KvAppendArgs& a);
 void rope(const RopeArgs& a);
 void sinusoidal(const SinusoidArgs& a);
 void alibi_bias(const AlibiArgs& a);
@@ -113,6 +174,7 @@ void gated(const GatedArgs& a);
 }  // namespace cpu
 
 namespace cuda {
+void kv_append(const KvAppendArgs& a, void* stream);
 void rope(const RopeArgs& a, void* stream);
 void sinusoidal(const SinusoidArgs& a, void* stream);
 void alibi_bias(const AlibiArgs& a, void* stream);
