@@ -109,4 +109,24 @@ void kv_append(const Array& k_new, const Array& v_new, const Array& k_cache, con
                const KvIndex& index, const Array& k_scale = {}, const Array& v_scale = {}, bool validate = false,
                const Stream* s = nullptr);
 
+// ---- decode attention ----
+// One new query per sequence: q [B, Hq, D] against the cache k_cache, v_cache
+// [num_blocks, block_size, Hkv, D] (paged, with block_table [B, max_blocks]
+// int32, block_size 16..256) or [B, T_max, Hkv, D] (contiguous: block_table
+// undefined). seq_lens [B] int32: the number of cached tokens of each sequence
+// (the new one included). MHA/GQA/MQA: Hq % Hkv == 0; head_dim 64, 128 or 256.
+// scale defaults to 1/sqrt(D); window w > 0 keeps the last w keys; softcap c > 0
+// maps each scaled logit s to c * tanh(s / c). A sequence of length 0 gives 0.
+// CUDA: the sequence is split into fixed chunks of kDecodeChunk tokens (a
+// constant, so the result of a sequence never depends on the batch or on other
+// sequences' lengths); partial results merge in a fixed order (deterministic).
+// Bounds: as kv_append (host-visible seq_lens/block_table are checked before the
+// launch, validate=true copies device ones to the host; otherwise the kernel
+// clamps lengths to the capacity and masks keys of block ids outside the pool).
+constexpr int kDecodeChunk = 256;
+Array attention_decode(const Array& q, const Array& k_cache, const Array& v_cache, const Array& seq_lens,
+                       const Array& block_table = {}, std::optional<double> scale = std::nullopt,
+                       std::optional<int64_t> window = std::nullopt, std::optional<double> softcap = std::nullopt,
+                       bool validate = false, const Stream* s = nullptr);
+
 }  // namespace gk::nn

@@ -149,6 +149,20 @@ GK_BINDING(35, nn) {
      "cache [B, T_max, Hkv, D]; cu_seqlens [B+1] gives several new tokens per sequence (seq_lens: lengths before).\n"
      "Index arrays on the CPU are bounds-checked before the launch (validate=True also checks device ones, with a\n"
      "sync). A float8_e4m3fn cache takes per-head float32 k_scale/v_scale [Hkv].");
+  m.def("attention_decode", [](nb::handle qh, const Array& kc, const Array& vc, nb::handle lens, nb::handle bt,
+                               std::optional<double> scale, std::optional<int64_t> window,
+                               std::optional<double> softcap, bool validate, nb::handle stream) {
+    Stream st;
+    return nn::attention_decode(to_array(qh, "q", &kc), kc, vc, to_array(lens, "seq_lens"),
+                                bt.is_none() ? Array() : to_array(bt, "block_table"), scale, window, softcap,
+                                validate, to_stream(stream, st));
+  }, nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"), nb::arg("seq_lens"), nb::arg("block_table") = nb::none(),
+     nb::arg("scale") = nb::none(), nb::arg("window") = nb::none(), nb::arg("softcap") = nb::none(),
+     nb::arg("validate") = false, nb::arg("stream") = nb::none(),
+     "One query per sequence, q [B, Hq, D], over a paged cache [num_blocks, block_size, Hkv, D] with block_table\n"
+     "[B, max_blocks] (int32) or a contiguous cache [B, T_max, Hkv, D]; seq_lens [B] int32 (cached tokens, new one\n"
+     "included). Hq % Hkv == 0 (MHA/GQA/MQA), head_dim 64/128/256; scale (default 1/sqrt(D)), sliding window\n"
+     "(last `window` keys), logit soft-cap. Returns [B, Hq, D].");
   m.def("rope_inv_freq", [](double theta, int rotary_dim, nb::handle scaling) {
     double ms = 1;
     std::vector<double> f = nn::rope_inv_freq(theta, rotary_dim, to_scaling(scaling), &ms);

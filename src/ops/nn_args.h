@@ -164,7 +164,43 @@ GK_HD bool kv_dest(const KvAppendArgs& a, int64_t t, int64_t& blk, int64_t& off)
   return blk >= 0 && blk < a.nb && off < a.bs;
 }
 
+// Decode attention; see nn::attention_decode. Caches dense [nb, bs, hkv, D].
+struct DecodeArgs {
+  const void* q = nullptr;  // [B, hq, D], row strides below, last dim dense
+  int64_t q_bs = 0, q_hs = 0;
+  const void* kc = nullptr;
+  const void* vc = nullptr;
+  int64_t nb = 0, bs = 0;
+  const int32_t* block_table = nullptr;  // null: contiguous (block = b)
+  int64_t bt_stride = 0, max_blocks = 0;
+  const int32_t* seq_lens = nullptr;
+  void* out = nullptr;  // [B, hq, D] dense
+  int B = 0, hq = 0, hkv = 0, D = 0;
+  int64_t capacity = 0;  // max cached tokens per sequence
+  float scale = 1.f;
+  int64_t window = 0;   // 0: none
+  float softcap = 0.f;  // 0: none
+  DType dtype = DType::f32;
+  // CUDA workspace: partial (unnormalized) outputs and their max / sum per split.
+  float* ws_o = nullptr;  // [B, hq, nsplit, D]
+  float* ws_ml = nullptr; // [B, hq, nsplit, 2]
+  int nsplit = 0;
+};
+
+// The cache row of key position j of sequence b, or -1 when its block id is
+// outside the pool (masked). Shared by both backends.
+GK_HD int64_t decode_row(const DecodeArgs& a, int b, int64_t j) {
+  int64_t blk = b, off = j;
+  if (a.block_table) {
+    blk = a.block_table[b * a.bt_stride + j / a.bs];
+    off = j % a.bs;
+  }
+  if (blk < 0 || blk >= a.nb) return -1;
+  return blk * a.bs + off;
+}
+
 namespace cpu {
+void attention_decode(const DecodeArgs& a);
 void kv_append(const KvAppendArgs& a);
 void rope(const RopeArgs& a);
 void sinusoidal(const SinusoidArgs& a);
@@ -174,6 +210,7 @@ void gated(const GatedArgs& a);
 }  // namespace cpu
 
 namespace cuda {
+void attention_decode(const DecodeArgs& a, void* stream);
 void kv_append(const KvAppendArgs& a, void* stream);
 void rope(const RopeArgs& a, void* stream);
 void sinusoidal(const SinusoidArgs& a, void* stream);

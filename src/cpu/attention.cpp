@@ -1,0 +1,61 @@
+// CPU reference of attention_decode: per (sequence, query head), double math.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "ops/nn_args.h"
+
+namespace gk::cpu {
+
+GK_REGISTER_CPU_OPS("attention_decode");
+
+namespace {
+template <class T>
+void decode_t(const DecodeArgs& a) {
+  const int G = a.hq / a.hkv;
+  const T* kc = static_cast<const T*>(a.kc);
+  const T* vc = static_cast<const T*>(a.vc);
+  std::vector<double> s, acc(size_t(a.D));
+  for (int b = 0; b < a.B; ++b) {
+    int64_t L = std::min<int64_t>(std::max<int64_t>(a.seq_lens[b], 0), a.capacity);
+    int64_t start = a.window > 0 ? std::max<int64_t>(0, L - a.window) : 0;
+    for (int h = 0; h < a.hq; ++h) {
+      const T* q = static_cast<const T*>(a.q) + b * a.q_bs + h * a.q_hs;
+      const int kvh = h / G;
+      s.assign(size_t(L - start), -std::numeric_limits<double>::infinity());
+      double m = -std::numeric_limits<double>::infinity();
+      for (int64_t j = start; j < L; ++j) {
+        int64_t row = decode_row(a, b, j);
+        if (row < 0) continue;
+        const T* k = kc + (row * a.hkv + kvh) * a.D;
+        double dot = 0;
+        for (int e = 0; e < a.D; ++e) dot += double(convert<float>(q[e])) * double(convert<float>(k[e]));
+        dot *= double(a.scale);
+        if (a.softcap > 0) dot = double(a.softcap) * std::tanh(dot / double(a.softcap));
+        s[j - start] = dot;
+        m = std::max(m, dot);
+      }
+      std::fill(acc.begin(), acc.end(), 0.0);
+      double l = 0;
+      if (m > -std::numeric_limits<double>::infinity()) {
+        for (int64_t j = start; j < L; ++j) {
+          int64_t row = decode_row(a, b, j);
+          if (row < 0) continue;
+          double p = std::exp(s[j - start] - m);
+          l += p;
+          const T* v = vc + (row * a.hkv + kvh) * a.D;
+          for (int e = 0; e < a.D; ++e) acc[e] += p * double(convert<float>(v[e]));
+        }
+      }
+      T* o = static_cast<T*>(a.out) + (int64_t(b) * a.hq + h) * a.D;
+      for (int e = 0; e < a.D; ++e) o[e] = convert<T>(float(l > 0 ? acc[e] / l : 0.0));
+    }
+  }
+}
+}  // namespace
+
+void attention_decode(const DecodeArgs& a) {
+  dispatch_float(a.dtype, [&](auto t) { decode_t<decltype(t)>(a); });
+}
+
+}  // namespace gk::cpu

@@ -1,0 +1,134 @@
+// Front end of attention_decode: validate shapes, dtypes and (host-visible)
+// lengths and block tables before any launch, allocate the output and the CUDA
+// split workspace, dispatch.
+#include <cmath>
+
+#include "gpukit/nn.h"
+#include "ops/common.h"
+#include "ops/nn_args.h"
+
+namespace gk::nn {
+
+namespace {
+int64_t at32(const Array& a, int64_t i, int64_t j = 0) {
+  return a.data_as<int32_t>()[i * a.stride(0) + (a.ndim() > 1 ? j * a.stride(1) : 0)];
+}
+
+void validate_lens(const Array& lens, const Array& bt, int64_t nb, int64_t bs, int64_t cap) {
+  for (int64_t b = 0; b < lens.shape(0); ++b) {
+    int64_t L = at32(lens, b);
+    if (L < 0) throw ValueError(cat("seq_lens: negative length ", L, " for sequence ", b));
+    if (L > cap)
+      throw ValueError(cat("seq_lens: sequence ", b, " has ", L, " tokens, longer than the cache capacity ", cap));
+    if (bt.defined())
+      for (int64_t li = 0; li < (L + bs - 1) / bs; ++li) {
+        int64_t blk = at32(bt, b, li);
+        if (blk < 0 || blk >= nb)
+          throw IndexError(cat("block_table: block id ", blk, " at [", b, ", ", li, "] is outside the pool of ", nb,
+                               " blocks"));
+      }
+  }
+}
+}  // namespace
+
+Array attention_decode(const Array& q_in, const Array& kc, const Array& vc, const Array& lens_in,
+                       const Array& bt_in, std::optional<double> scale, std::optional<int64_t> window,
+                       std::optional<double> softcap, bool validate, const Stream* sp) {
+  Device d = detail::common_device({{"q", &q_in}, {"k_cache", &kc}, {"v_cache", &vc}});
+  detail::require_defined(lens_in, "seq_lens");
+  detail::require_half_or_float(q_in, "q");
+  if (q_in.ndim() != 3) throw ValueError(cat("q: shape ", shape_str(q_in.shape()), " must be [B, Hq, D]"));
+  const int64_t B = q_in.shape(0), Hq = q_in.shape(1), D = q_in.shape(2);
+  if (kc.ndim() != 4)
+    throw ValueError(cat("k_cache: shape ", shape_str(kc.shape()), " must be [num_blocks, block_size, Hkv, D]"));
+  if (vc.shape() != kc.shape())
+    throw ValueError(cat("v_cache: shape ", shape_str(vc.shape()), " does not match k_cache ", shape_str(kc.shape())));
+  detail::require_same_dtype(kc, "k_cache", q_in, "q");
+  detail::require_same_dtype(vc, "v_cache", q_in, "q");
+  if (!kc.is_contiguous() || !vc.is_contiguous()) throw ValueError("k_cache, v_cache: must be contiguous");
+  const int64_t nb = kc.shape(0), bs = kc.shape(1), Hkv = kc.shape(2);
+  if (kc.shape(3) != D)
+    throw ValueError(cat("k_cache: head_dim ", kc.shape(3), " does not match q's ", D));
+  if (D != 64 && D != 128 && D != 256) throw ValueError(cat("q: head_dim ", D, " is not supported (64, 128 or 256)"));
+  if (Hkv <= 0 || Hq % Hkv != 0)
+    throw ValueError(cat("q: ", Hq, " query heads is not a multiple of the cache's ", Hkv, " kv heads"));
+  if (lens_in.dtype() != DType::i32 || lens_in.ndim() != 1 || lens_in.shape(0) != B)
+    throw ValueError(cat("seq_lens: must be int32 [", B, "], got ", dtype_name(lens_in.dtype()), " ",
+                         shape_str(lens_in.shape())));
+  const bool paged = bt_in.defined();
+  int64_t cap = bs;
+  if (paged) {
+    if (bt_in.dtype() != DType::i32 || bt_in.ndim() != 2 || bt_in.shape(0) != B)
+      throw ValueError(cat("block_table: must be int32 [", B, ", max_blocks], got ", dtype_name(bt_in.dtype()), " ",
+                           shape_str(bt_in.shape())));
+    if (bs < 16 || bs > 256)
+      throw ValueError(cat("k_cache: block_size ", bs, " is not supported by the paged cache (16 to 256)"));
+    cap = bt_in.shape(1) * bs;
+  } else if (nb != B) {
+    throw ValueError(cat("k_cache: a contiguous cache [B, T_max, Hkv, D] needs B = ", B, " rows, got ", nb,
+                         " (pass block_table for a paged cache)"));
+  }
+  double sc = scale ? *scale : 1.0 / std::sqrt(double(D));
+  if (!std::isfinite(sc)) throw ValueError("scale: must be finite");
+  if (window && *window <= 0) throw ValueError(cat("window: must be > 0, got ", *window));
+  if (softcap && !(std::isfinite(*softcap) && *softcap > 0)) throw ValueError("softcap: must be finite and > 0");
+  for (const Array* x : {&lens_in, &bt_in})
+    if (x->defined() && !x->device().is_cpu() && x->device() != d)
+      throw ValueError(cat("seq_lens, block_table: must be on the CPU or on ", d.str()));
+  Stream s = resolve_stream(sp, d);
+  bool host = lens_in.device().is_cpu() && (!paged || bt_in.device().is_cpu());
+  if (host) {
+    validate_lens(lens_in, bt_in, nb, bs, cap);
+  } else if (validate) {
+    validate_lens(lens_in.to(Device::cpu(), &s), paged ? bt_in.to(Device::cpu(), &s) : Array(), nb, bs, cap);
+  }
+  Array lens = (lens_in.device() != d ? lens_in.to(d, &s, true) : lens_in).contiguous(&s);
+  Array bt = paged ? (bt_in.device() != d ? bt_in.to(d, &s, true) : bt_in) : Array();
+  if (paged && bt.stride(1) != 1) bt = bt.contiguous(&s);
+  Array q = D > 1 && q_in.stride(2) != 1 ? q_in.contiguous(&s) : q_in;
+  Array out = Array::empty({B, Hq, D}, q_in.dtype(), d, &s);
+  DecodeArgs a;
+  a.q = q.data();
+  a.q_bs = q.stride(0);
+  a.q_hs = q.stride(1);
+  a.kc = kc.data();
+  a.vc = vc.data();
+  a.nb = nb;
+  a.bs = bs;
+  if (paged) {
+    a.block_table = bt.data_as<int32_t>();
+    a.bt_stride = bt.stride(0);
+    a.max_blocks = bt.shape(1);
+  }
+  a.seq_lens = lens.data_as<int32_t>();
+  a.out = out.data();
+  a.B = int(B);
+  a.hq = int(Hq);
+  a.hkv = int(Hkv);
+  a.D = int(D);
+  a.capacity = cap;
+  a.scale = float(sc);
+  a.window = window ? *window : 0;
+  a.softcap = softcap ? float(*softcap) : 0.f;
+  a.dtype = q_in.dtype();
+  if (B == 0 || Hq == 0) return out;
+  for (const Array* x : std::initializer_list<const Array*>{&q, &kc, &vc, &lens, &bt})
+    if (x->defined()) detail::mark_used(*x, s);
+  if (d.is_cpu()) {
+    cpu::attention_decode(a);
+    return out;
+  }
+#if GPUKIT_WITH_CUDA
+  a.nsplit = int(std::max<int64_t>(1, (cap + kDecodeChunk - 1) / kDecodeChunk));
+  Array ws_o = Array::empty({B, Hq, a.nsplit, D}, DType::f32, d, &s);
+  Array ws_ml = Array::empty({B, Hq, a.nsplit, 2}, DType::f32, d, &s);
+  a.ws_o = ws_o.data_as<float>();
+  a.ws_ml = ws_ml.data_as<float>();
+  cuda::attention_decode(a, s.handle());
+#else
+  detail::no_cuda_backend();
+#endif
+  return out;
+}
+
+}  // namespace gk::nn

@@ -1,0 +1,183 @@
+"""attention_decode against float64 NumPy attention: MHA/GQA/MQA, head dims,
+paged and contiguous caches, per-sequence lengths, sliding window, soft-cap."""
+import math
+
+import numpy as np
+import pytest
+
+import gpukit as gk
+
+CUDA = gk.cuda.is_available()
+DTYPES = ["float32", "float16", "bfloat16"]
+TOL = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
+
+
+def make(shape, dtype, seed=0, scale=1.0):
+    a = np.random.default_rng(seed).standard_normal(shape).astype(np.float32) * scale
+    return gk.asarray(a).astype(dtype)
+
+
+def f64(x):
+    return np.asarray(gk.to_numpy(x), dtype=np.float64)
+
+
+def ref_decode(q, kc, vc, lens, bt=None, scale=None, window=None, softcap=None):
+    """q [B, Hq, D]; caches [nb, bs, Hkv, D] (contiguous: nb == B, block = b)."""
+    B, Hq, D = q.shape
+    bs, Hkv = kc.shape[1], kc.shape[2]
+    G = Hq // Hkv
+    scale = 1 / math.sqrt(D) if scale is None else scale
+    out = np.zeros_like(q)
+    for b in range(B):
+        L = int(lens[b])
+        st = max(0, L - window) if window else 0
+        pos = np.arange(st, L)
+        if len(pos) == 0:
+            continue
+        if bt is None:
+            rows_k, rows_v = kc[b, pos], vc[b, pos]
+        else:
+            rows_k, rows_v = kc[bt[b, pos // bs], pos % bs], vc[bt[b, pos // bs], pos % bs]
+        for h in range(Hq):
+            s = rows_k[:, h // G, :] @ q[b, h] * scale
+            if softcap:
+                s = softcap * np.tanh(s / softcap)
+            p = np.exp(s - s.max())
+            out[b, h] = p @ rows_v[:, h // G, :] / p.sum()
+    return out
+
+
+def setup_paged(B, Hq, Hkv, D, bs, lens, dtype, seed=0):
+    maxb = max(1, max((int(L) + bs - 1) // bs for L in lens))
+    nb = B * maxb + 3
+    perm = np.random.default_rng(seed).permutation(nb)[: B * maxb].reshape(B, maxb).astype(np.int32)
+    kc, vc = make((nb, bs, Hkv, D), dtype, seed + 1), make((nb, bs, Hkv, D), dtype, seed + 2)
+    q = make((B, Hq, D), dtype, seed + 3)
+    return q, kc, vc, perm
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("Hq,Hkv", [(4, 4), (8, 2), (6, 1)])
+@pytest.mark.parametrize("D", [64, 128, 256])
+def test_paged(dtype, Hq, Hkv, D):
+    lens = np.array([1, 37, 0, 300], np.int32)
+    q, kc, vc, bt = setup_paged(4, Hq, Hkv, D, 16, lens, dtype)
+    out = gk.nn.attention_decode(q, kc, vc, lens, block_table=bt)
+    assert out.shape == (4, Hq, D) and out.dtype == q.dtype
+    want = ref_decode(f64(q), f64(kc), f64(vc), lens, bt)
+    t = TOL[dtype]
+    np.testing.assert_allclose(f64(out), want, rtol=t, atol=t)
+    assert np.all(f64(out)[2] == 0)  # empty sequence
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_contiguous_window_softcap_scale(dtype):
+    B, Hq, Hkv, D, Tm = 3, 8, 2, 64, 50
+    q, kc, vc = make((B, Hq, D), dtype, 1), make((B, Tm, Hkv, D), dtype, 2), make((B, Tm, Hkv, D), dtype, 3)
+    lens = np.array([50, 7, 33], np.int32)
+    t = TOL[dtype]
+    for kw in [{}, {"window": 10}, {"softcap": 5.0}, {"scale": 0.3, "window": 1}, {"window": 100, "softcap": 1.0}]:
+        out = gk.nn.attention_decode(q, kc, vc, lens, **kw)
+        np.testing.assert_allclose(f64(out), ref_decode(f64(q), f64(kc), f64(vc), lens, **kw), rtol=t, atol=t)
+
+
+def test_strided_q_and_large_logits():
+    B, Hq, Hkv, D = 2, 4, 2, 64
+    qq = make((B, 2 * Hq, D), "float32", 1, scale=30.0)
+    q = qq[:, ::2, :]
+    lens = np.array([20, 5], np.int32)
+    _, kc, vc, bt = setup_paged(B, Hq, Hkv, D, 16, lens, "float32")
+    out = gk.nn.attention_decode(q, kc, vc, lens, block_table=bt)
+    np.testing.assert_allclose(f64(out), ref_decode(f64(q), f64(kc), f64(vc), lens, bt), rtol=1e-5, atol=1e-5)
+    assert np.all(np.isfinite(f64(out)))
+
+
+def test_bad_inputs():
+    lens = np.array([3, 4], np.int32)
+    q, kc, vc, bt = setup_paged(2, 6, 4, 64, 16, lens, "float32")
+    with pytest.raises(ValueError, match="not a multiple"):
+        gk.nn.attention_decode(q, kc, vc, lens, block_table=bt)
+    q, kc, vc, bt = setup_paged(2, 4, 2, 64, 16, lens, "float32")
+    with pytest.raises(ValueError, match="head_dim 32"):
+        gk.nn.attention_decode(make((2, 4, 32), "float32"), make((8, 16, 2, 32), "float32"),
+                               make((8, 16, 2, 32), "float32"), lens, block_table=bt)
+    with pytest.raises(ValueError, match="longer than the cache"):
+        gk.nn.attention_decode(q, kc, vc, np.array([3, 17], np.int32), block_table=bt)
+    with pytest.raises(ValueError, match="negative"):
+        gk.nn.attention_decode(q, kc, vc, np.array([-1, 1], np.int32), block_table=bt)
+    bad = bt.copy()
+    bad[1, 0] = kc.shape[0]
+    with pytest.raises(IndexError, match="outside the pool"):
+        gk.nn.attention_decode(q, kc, vc, lens, block_table=bad)
+    with pytest.raises(TypeError, match="k_cache: dtype"):
+        gk.nn.attention_decode(q, kc.astype("bfloat16"), vc, lens, block_table=bt)
+    with pytest.raises(ValueError, match="seq_lens: must be int32"):
+        gk.nn.attention_decode(q, kc, vc, lens.astype(np.int64), block_table=bt)
+    with pytest.raises(ValueError, match="contiguous cache"):
+        gk.nn.attention_decode(q, kc, vc, lens)
+    with pytest.raises(ValueError, match="window"):
+        gk.nn.attention_decode(q, kc, vc, lens, block_table=bt, window=0)
+    with pytest.raises(ValueError, match="softcap"):
+        gk.nn.attention_decode(q, kc, vc, lens, block_table=bt, softcap=-1.0)
+    with pytest.raises(ValueError, match="block_size"):
+        c = make((4, 8, 2, 64), "float32")
+        gk.nn.attention_decode(q, c, c, lens, block_table=np.zeros((2, 1), np.int32))
+
+
+gpu = pytest.mark.skipif(not CUDA, reason="no CUDA device")
+
+
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("Hq,Hkv", [(8, 8), (32, 8), (32, 1), (40, 8)])
+@pytest.mark.parametrize("D", [64, 128, 256])
+def test_cuda_paged_vs_float64(dtype, Hq, Hkv, D):
+    lens = np.array([1, 255, 256, 257, 1000, 0], np.int32)  # around the 256-token split
+    bs = 32
+    q, kc, vc, bt = setup_paged(len(lens), Hq, Hkv, D, bs, lens, dtype)
+    out = gk.nn.attention_decode(q.to("cuda"), kc.to("cuda"), vc.to("cuda"), gk.asarray(lens).to("cuda"),
+                                 block_table=gk.asarray(bt).to("cuda"))
+    t = TOL[dtype] * 2
+    np.testing.assert_allclose(f64(out), ref_decode(f64(q), f64(kc), f64(vc), lens, bt), rtol=t, atol=t)
+
+
+@gpu
+@pytest.mark.parametrize("kw", [{}, {"window": 300}, {"window": 5, "softcap": 30.0}, {"softcap": 2.0}])
+def test_cuda_contiguous_long(kw):
+    B, Hq, Hkv, D, Tm = 2, 16, 4, 128, 3000
+    q, kc, vc = (make(s, "bfloat16", i) for i, s in enumerate([(B, Hq, D), (B, Tm, Hkv, D), (B, Tm, Hkv, D)]))
+    lens = np.array([3000, 1234], np.int32)
+    out = gk.nn.attention_decode(q.to("cuda"), kc.to("cuda"), vc.to("cuda"), lens, **kw)
+    np.testing.assert_allclose(f64(out), ref_decode(f64(q), f64(kc), f64(vc), lens, **kw), rtol=2e-2, atol=2e-2)
+
+
+@gpu
+def test_cuda_deterministic_and_batch_independent():
+    B, Hq, Hkv, D, bs = 8, 32, 8, 128, 64
+    lens = np.array([5000, 17, 4096, 300, 1, 2222, 777, 4097], np.int32)
+    q, kc, vc, bt = setup_paged(B, Hq, Hkv, D, bs, lens, "bfloat16")
+    qd, kd, vd = q.to("cuda"), kc.to("cuda"), vc.to("cuda")
+    run = lambda qq, l, t: gk.to_numpy(gk.nn.attention_decode(qq, kd, vd, gk.asarray(l).to("cuda"),
+                                                              block_table=gk.asarray(t).to("cuda"))).view(np.uint16)
+    a, b = run(qd, lens, bt), run(qd, lens, bt)
+    np.testing.assert_array_equal(a, b)
+    # sequence 2 alone, and with different neighbours (other lengths), gives the same bits
+    alone = run(qd[2:3], lens[2:3], bt[2:3])
+    np.testing.assert_array_equal(alone[0], a[2])
+    l2 = lens.copy()
+    l2[[0, 1, 3]] = [1, 4999, 64]
+    np.testing.assert_array_equal(run(qd, l2, bt)[2], a[2])
+
+
+@gpu
+def test_cuda_device_metadata_validate():
+    lens = np.array([3, 4], np.int32)
+    q, kc, vc, bt = setup_paged(2, 4, 2, 64, 16, lens, "float32")
+    args = [x.to("cuda") for x in (q, kc, vc)]
+    bad = bt.copy()
+    bad[0, 0] = 10 ** 6
+    with pytest.raises(IndexError):
+        gk.nn.attention_decode(*args, gk.asarray(lens).to("cuda"), block_table=gk.asarray(bad).to("cuda"),
+                               validate=True)
+    out = gk.nn.attention_decode(*args, gk.asarray(lens).to("cuda"), block_table=gk.asarray(bad).to("cuda"))
+    assert np.all(np.isfinite(f64(out))) and not gk.cuda.is_failed()
