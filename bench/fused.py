@@ -121,6 +121,29 @@ def rope_cases(gk, torch, ncopy=2):
                "torch eager NeoX (cached cos/sin)", t_rope, ta)
 
 
+def decode_cases(gk, torch):
+    Hq, Hkv, D = 32, 8, 128
+    F = torch.nn.functional
+    for B, T in [(1, 4096), (1, 16384), (1, 131072), (16, 4096), (32, 8192), (64, 2048)]:
+        nbytes = 2 * B * T * Hkv * D * 2
+        ncopy = 1 if nbytes > 256e6 else 2
+        lens = gk.asarray(np.full(B, T, np.int32)).to("cuda")
+        ga = []
+        for i in range(ncopy):
+            q = gk_rand(gk, (B, Hq, D), "bfloat16", i)
+            kc = gk.zeros((B, T, Hkv, D), dtype="bfloat16", device="cuda")  # contiguous cache
+            vc = gk.zeros((B, T, Hkv, D), dtype="bfloat16", device="cuda")
+            for c in (kc, vc):  # fill with data (never time zeros)
+                gk.copy_into(c, gk_rand(gk, (1, T, Hkv, D), "bfloat16", 7 + i).broadcast_to((B, T, Hkv, D)))
+            ga.append((q, kc, vc))
+        ta = [(torch.randn(B, Hq, 1, D, device="cuda", dtype=torch.bfloat16),
+               torch.randn(B, Hkv, T, D, device="cuda", dtype=torch.bfloat16),
+               torch.randn(B, Hkv, T, D, device="cuda", dtype=torch.bfloat16)) for _ in range(ncopy)]
+        yield ("attention_decode", f"B{B}_T{T}_Hq{Hq}_Hkv{Hkv}_D{D}", "bfloat16", nbytes,
+               lambda q, k, v: gk.nn.attention_decode(q, k, v, lens), ga,
+               "torch SDPA (enable_gqa)", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), ta)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="bench/results/fused.json")
@@ -135,8 +158,8 @@ def main(argv=None):
     only = {s for s in a.only.split(",") if s}
     recs = []
     import itertools
-    for name, shape, dt, nbytes, gfn, gargs, peer, tfn, targs in itertools.chain(cases(gk, torch),
-                                                                                 rope_cases(gk, torch)):
+    for name, shape, dt, nbytes, gfn, gargs, peer, tfn, targs in itertools.chain(
+            cases(gk, torch), rope_cases(gk, torch), decode_cases(gk, torch)):
         if only and name not in only:
             continue
         g = time_gk(gk, gfn, gargs, a.rounds, a.iters)
@@ -150,9 +173,19 @@ def main(argv=None):
               f"  {peer}: {peer_tb:.2f} TB/s ({statistics.median(t):.1f} us)  x{rec['gpukit'] / peer_tb:.2f}")
     import os
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
-    dev = gk.device_properties("cuda:0")
+    import datetime
+    import subprocess
+    try:
+        dev = dict(gk.device_properties("cuda:0")).get("name", "cuda:0")
+    except Exception:  # noqa: BLE001
+        dev = "cuda:0"
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        commit = ""
     with open(a.out, "w") as f:
-        json.dump({"device": dev.get("name", "cuda:0"), "results": recs}, f, indent=1)
+        json.dump({"device": dev, "cuda": torch.version.cuda, "commit": commit,
+                   "date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "results": recs}, f, indent=1)
     print(f"wrote {len(recs)} records to {a.out}")
     return 0
 
