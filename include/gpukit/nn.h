@@ -129,4 +129,18 @@ Array attention_decode(const Array& q, const Array& k_cache, const Array& v_cach
                        std::optional<int64_t> window = std::nullopt, std::optional<double> softcap = std::nullopt,
                        bool validate = false, const Stream* s = nullptr);
 
+// ---- prefill attention ----
+// q [Tq, Hq, D], k, v [Tk, Hkv, D] (packed tokens of B sequences given by
+// cu_seqlens_q / cu_seqlens_k, int32 [B+1]; both undefined: one sequence).
+// causal: query i of a sequence (Lq queries, Lk keys) sits at position
+// p = i + Lk - Lq and sees keys j <= p (bottom-right aligned, so queries can
+// attend to a cached prefix plus themselves); window w > 0 (causal only) keeps
+// keys j > p - w. Rows without keys give 0. Same head/dtype rules as decode.
+// The CUDA kernel is a correct CUDA-core implementation (online softmax over
+// fixed 256-key chunks, deterministic); it does not use tensor cores.
+Array attention_prefill(const Array& q, const Array& k, const Array& v, const Array& cu_seqlens_q = {},
+                        const Array& cu_seqlens_k = {}, bool causal = true,
+                        std::optional<double> scale = std::nullopt, std::optional<int64_t> window = std::nullopt,
+                        std::optional<double> softcap = std::nullopt, const Stream* s = nullptr);
+
 }  // namespace gk::nn

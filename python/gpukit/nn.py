@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from ._C import (  # noqa: F401
     rms_norm, layer_norm, swiglu, geglu, relu2,
-    attention_decode, kv_append, rope, rope_inv_freq, alibi_slopes, alibi_bias, sinusoidal_positions,
+    attention_decode, attention_prefill, kv_append, rope, rope_inv_freq, alibi_slopes, alibi_bias, sinusoidal_positions,
 )
 
-__all__ = ["rms_norm", "layer_norm", "swiglu", "geglu", "relu2", "attention_decode", "kv_append", "rope", "rope_inv_freq", "alibi_slopes",
+__all__ = ["rms_norm", "layer_norm", "swiglu", "geglu", "relu2", "attention_decode", "attention_prefill", "kv_append", "rope", "rope_inv_freq", "alibi_slopes",
            "alibi_bias", "sinusoidal_positions"]

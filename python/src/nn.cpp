@@ -163,6 +163,21 @@ GK_BINDING(35, nn) {
      "[B, max_blocks] (int32) or a contiguous cache [B, T_max, Hkv, D]; seq_lens [B] int32 (cached tokens, new one\n"
      "included). Hq % Hkv == 0 (MHA/GQA/MQA), head_dim 64/128/256; scale (default 1/sqrt(D)), sliding window\n"
      "(last `window` keys), logit soft-cap. Returns [B, Hq, D].");
+  m.def("attention_prefill", [](nb::handle qh, nb::handle kh, nb::handle vh, nb::handle cuq, nb::handle cuk,
+                                bool causal, std::optional<double> scale, std::optional<int64_t> window,
+                                std::optional<double> softcap, nb::handle stream) {
+    Stream st;
+    Array q = to_array(qh, "q");
+    return nn::attention_prefill(q, to_array(kh, "k", &q), to_array(vh, "v", &q),
+                                 cuq.is_none() ? Array() : to_array(cuq, "cu_seqlens_q"),
+                                 cuk.is_none() ? Array() : to_array(cuk, "cu_seqlens_k"), causal, scale, window,
+                                 softcap, to_stream(stream, st));
+  }, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("cu_seqlens_q") = nb::none(),
+     nb::arg("cu_seqlens_k") = nb::none(), nb::arg("causal") = true, nb::arg("scale") = nb::none(),
+     nb::arg("window") = nb::none(), nb::arg("softcap") = nb::none(), nb::arg("stream") = nb::none(),
+     "Attention of q [Tq, Hq, D] over k, v [Tk, Hkv, D], packed sequences given by cu_seqlens_q/_k (int32 [B+1]).\n"
+     "causal: bottom-right aligned (query i sees keys j <= i + Lk - Lq). GQA: Hq % Hkv == 0; head_dim 64/128/256.\n"
+     "The CUDA kernel runs on CUDA cores (correct, not tensor-core speed).");
   m.def("rope_inv_freq", [](double theta, int rotary_dim, nb::handle scaling) {
     double ms = 1;
     std::vector<double> f = nn::rope_inv_freq(theta, rotary_dim, to_scaling(scaling), &ms);

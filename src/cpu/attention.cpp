@@ -7,7 +7,7 @@
 
 namespace gk::cpu {
 
-GK_REGISTER_CPU_OPS("attention_decode");
+GK_REGISTER_CPU_OPS("attention_decode", "attention_prefill");
 
 namespace {
 template <class T>
@@ -52,7 +52,47 @@ void decode_t(const DecodeArgs& a) {
     }
   }
 }
+template <class T>
+void prefill_t(const PrefillArgs& a) {
+  const int G = a.hq / a.hkv;
+  std::vector<double> s, acc(size_t(a.D));
+  for (int64_t t = 0; t < a.Tq; ++t) {
+    int64_t k0 = 0, lo = 0, hi = 0;
+    bool any = prefill_range(a, t, k0, lo, hi);
+    for (int h = 0; h < a.hq; ++h) {
+      T* o = static_cast<T*>(a.out) + (t * a.hq + h) * a.D;
+      std::fill(acc.begin(), acc.end(), 0.0);
+      double l = 0;
+      if (any) {
+        const T* q = static_cast<const T*>(a.q) + t * a.q_ts + h * a.q_hs;
+        const int kvh = h / G;
+        s.resize(size_t(hi - lo));
+        double m = -std::numeric_limits<double>::infinity();
+        for (int64_t j = lo; j < hi; ++j) {
+          const T* k = static_cast<const T*>(a.k) + (k0 + j) * a.k_ts + kvh * a.k_hs;
+          double dot = 0;
+          for (int e = 0; e < a.D; ++e) dot += double(convert<float>(q[e])) * double(convert<float>(k[e]));
+          dot *= double(a.scale);
+          if (a.softcap > 0) dot = double(a.softcap) * std::tanh(dot / double(a.softcap));
+          s[j - lo] = dot;
+          m = std::max(m, dot);
+        }
+        for (int64_t j = lo; j < hi; ++j) {
+          double p = std::exp(s[j - lo] - m);
+          l += p;
+          const T* v = static_cast<const T*>(a.v) + (k0 + j) * a.v_ts + kvh * a.v_hs;
+          for (int e = 0; e < a.D; ++e) acc[e] += p * double(convert<float>(v[e]));
+        }
+      }
+      for (int e = 0; e < a.D; ++e) o[e] = convert<T>(float(l > 0 ? acc[e] / l : 0.0));
+    }
+  }
+}
 }  // namespace
+
+void attention_prefill(const PrefillArgs& a) {
+  dispatch_float(a.dtype, [&](auto t) { prefill_t<decltype(t)>(a); });
+}
 
 void attention_decode(const DecodeArgs& a) {
   dispatch_float(a.dtype, [&](auto t) { decode_t<decltype(t)>(a); });

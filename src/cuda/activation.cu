@@ -17,30 +17,32 @@ __global__ void __launch_bounds__(kThreads) k_gated(GatedArgs a, int64_t nv, int
   const T* gate = static_cast<const T*>(a.gate);
   const T* up = static_cast<const T*>(a.up);
   T* out = static_cast<T*>(a.out);
-  const int64_t base = int64_t(blockIdx.x) * kThreads * kU + threadIdx.x;
-  V g[kU], u[kU];
+  const int64_t step = int64_t(gridDim.x) * kThreads * kU;  // grid-stride: the grid is capped
+  for (int64_t base = int64_t(blockIdx.x) * kThreads * kU + threadIdx.x; base < total; base += step) {
+    V g[kU], u[kU];
 #pragma unroll
-  for (int k = 0; k < kU; ++k) {
-    int64_t idx = base + int64_t(k) * kThreads;
-    if (idx < total) {
-      int64_t r = idx / nv, c = (idx - r * nv) * N;
-      g[k] = *reinterpret_cast<const V*>(gate + r * a.gate_rs + c);
-      if constexpr (A != nn::GatedAct::ReLU2) u[k] = *reinterpret_cast<const V*>(up + r * a.up_rs + c);
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < kU; ++k) {
-    int64_t idx = base + int64_t(k) * kThreads;
-    if (idx < total) {
-      int64_t r = idx / nv, c = (idx - r * nv) * N;
-      V o;
-#pragma unroll
-      for (int j = 0; j < N; ++j) {
-        float uv = 0.f;
-        if constexpr (A != nn::GatedAct::ReLU2) uv = float(u[k].v[j]);
-        o.v[j] = convert<T>(gated_fn<A, float>(float(g[k].v[j]), uv));
+    for (int k = 0; k < kU; ++k) {
+      int64_t idx = base + int64_t(k) * kThreads;
+      if (idx < total) {
+        int64_t r = idx / nv, c = (idx - r * nv) * N;
+        g[k] = *reinterpret_cast<const V*>(gate + r * a.gate_rs + c);
+        if constexpr (A != nn::GatedAct::ReLU2) u[k] = *reinterpret_cast<const V*>(up + r * a.up_rs + c);
       }
-      *reinterpret_cast<V*>(out + r * a.out_rs + c) = o;
+    }
+#pragma unroll
+    for (int k = 0; k < kU; ++k) {
+      int64_t idx = base + int64_t(k) * kThreads;
+      if (idx < total) {
+        int64_t r = idx / nv, c = (idx - r * nv) * N;
+        V o;
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+          float uv = 0.f;
+          if constexpr (A != nn::GatedAct::ReLU2) uv = float(u[k].v[j]);
+          o.v[j] = convert<T>(gated_fn<A, float>(float(g[k].v[j]), uv));
+        }
+        *reinterpret_cast<V*>(out + r * a.out_rs + c) = o;
+      }
     }
   }
 }

@@ -2,6 +2,7 @@
 // lengths and block tables before any launch, allocate the output and the CUDA
 // split workspace, dispatch.
 #include <cmath>
+#include <tuple>
 
 #include "gpukit/nn.h"
 #include "ops/common.h"
@@ -125,6 +126,98 @@ Array attention_decode(const Array& q_in, const Array& kc, const Array& vc, cons
   a.ws_o = ws_o.data_as<float>();
   a.ws_ml = ws_ml.data_as<float>();
   cuda::attention_decode(a, s.handle());
+#else
+  detail::no_cuda_backend();
+#endif
+  return out;
+}
+
+Array attention_prefill(const Array& q_in, const Array& k_in, const Array& v_in, const Array& cuq_in,
+                        const Array& cuk_in, bool causal, std::optional<double> scale, std::optional<int64_t> window,
+                        std::optional<double> softcap, const Stream* sp) {
+  Device d = detail::common_device({{"q", &q_in}, {"k", &k_in}, {"v", &v_in}});
+  detail::require_half_or_float(q_in, "q");
+  detail::require_same_dtype(k_in, "k", q_in, "q");
+  detail::require_same_dtype(v_in, "v", q_in, "q");
+  if (q_in.ndim() != 3) throw ValueError(cat("q: shape ", shape_str(q_in.shape()), " must be [tokens, Hq, D]"));
+  if (k_in.ndim() != 3) throw ValueError(cat("k: shape ", shape_str(k_in.shape()), " must be [tokens, Hkv, D]"));
+  if (v_in.shape() != k_in.shape())
+    throw ValueError(cat("v: shape ", shape_str(v_in.shape()), " does not match k ", shape_str(k_in.shape())));
+  const int64_t Tq = q_in.shape(0), Hq = q_in.shape(1), D = q_in.shape(2), Tk = k_in.shape(0), Hkv = k_in.shape(1);
+  if (k_in.shape(2) != D) throw ValueError(cat("k: head_dim ", k_in.shape(2), " does not match q's ", D));
+  if (D != 64 && D != 128 && D != 256) throw ValueError(cat("q: head_dim ", D, " is not supported (64, 128 or 256)"));
+  if (Hkv <= 0 || Hq % Hkv != 0)
+    throw ValueError(cat("q: ", Hq, " query heads is not a multiple of k's ", Hkv, " kv heads"));
+  if (cuq_in.defined() != cuk_in.defined()) throw ValueError("cu_seqlens_q, cu_seqlens_k: give both or neither");
+  double sc = scale ? *scale : 1.0 / std::sqrt(double(D));
+  if (!std::isfinite(sc)) throw ValueError("scale: must be finite");
+  if (window && *window <= 0) throw ValueError(cat("window: must be > 0, got ", *window));
+  if (window && !causal) throw ValueError("window: only with causal=True");
+  if (softcap && !(std::isfinite(*softcap) && *softcap > 0)) throw ValueError("softcap: must be finite and > 0");
+  Stream s = resolve_stream(sp, d);
+  Array cuq, cuk;
+  int64_t B = 1;
+  if (cuq_in.defined()) {
+    for (auto [c, name] : {std::pair{&cuq_in, "cu_seqlens_q"}, std::pair{&cuk_in, "cu_seqlens_k"}}) {
+      if (c->dtype() != DType::i32 || c->ndim() != 1 || c->shape(0) < 2)
+        throw ValueError(cat(name, ": must be int32 [B + 1], got ", dtype_name(c->dtype()), " ", shape_str(c->shape())));
+      if (!c->device().is_cpu() && c->device() != d) throw ValueError(cat(name, ": must be on the CPU or on ", d.str()));
+    }
+    if (cuq_in.shape(0) != cuk_in.shape(0))
+      throw ValueError("cu_seqlens_q, cu_seqlens_k: must have the same length");
+    B = cuq_in.shape(0) - 1;
+    if (B > INT32_MAX) throw ValueError("cu_seqlens_q: too many sequences");
+    for (auto [c, name, T] : {std::tuple{&cuq_in, "cu_seqlens_q", Tq}, std::tuple{&cuk_in, "cu_seqlens_k", Tk}}) {
+      if (!c->device().is_cpu()) continue;  // device offsets: the kernel skips out-of-range sequences
+      if (at32(*c, 0) != 0 || at32(*c, B) != T)
+        throw ValueError(cat(name, ": must start at 0 and end at the token count ", T));
+      for (int64_t b = 0; b < B; ++b)
+        if (at32(*c, b + 1) < at32(*c, b)) throw ValueError(cat(name, ": must be non-decreasing (entry ", b + 1, ")"));
+    }
+    cuq = (cuq_in.device() != d ? cuq_in.to(d, &s, true) : cuq_in).contiguous(&s);
+    cuk = (cuk_in.device() != d ? cuk_in.to(d, &s, true) : cuk_in).contiguous(&s);
+  }
+  Array q = D > 1 && q_in.stride(2) != 1 ? q_in.contiguous(&s) : q_in;
+  // k and v rows are read with 16-byte vectors on CUDA: copy views that would break the alignment.
+  auto rows16 = [&](const Array& x) {
+    const int64_t N = int64_t(16 / x.itemsize());
+    bool ok = x.stride(2) == 1 && reinterpret_cast<uintptr_t>(x.data()) % 16 == 0 && x.stride(0) % N == 0 &&
+              x.stride(1) % N == 0;
+    return ok || d.is_cpu() ? x : x.copy(&s);
+  };
+  Array k = rows16(k_in), v = rows16(v_in);
+  Array out = Array::empty({Tq, Hq, D}, q_in.dtype(), d, &s);
+  PrefillArgs a;
+  a.q = q.data();
+  a.k = k.data();
+  a.v = v.data();
+  a.q_ts = q.stride(0), a.q_hs = q.stride(1), a.k_ts = k.stride(0), a.k_hs = k.stride(1);
+  a.v_ts = v.stride(0), a.v_hs = v.stride(1);
+  a.out = out.data();
+  if (cuq.defined()) {
+    a.cu_q = cuq.data_as<int32_t>();
+    a.cu_k = cuk.data_as<int32_t>();
+  }
+  a.B = int(B);
+  a.Tq = Tq;
+  a.Tk = Tk;
+  a.hq = int(Hq);
+  a.hkv = int(Hkv);
+  a.D = int(D);
+  a.scale = float(sc);
+  a.causal = causal;
+  a.window = window ? *window : 0;
+  a.softcap = softcap ? float(*softcap) : 0.f;
+  a.dtype = q_in.dtype();
+  if (Tq == 0 || Hq == 0) return out;
+  for (const Array* x : std::initializer_list<const Array*>{&q, &k, &v, &cuq, &cuk})
+    if (x->defined()) detail::mark_used(*x, s);
+  if (d.is_cpu()) {
+    cpu::attention_prefill(a);
+    return out;
+  }
+#if GPUKIT_WITH_CUDA
+  cuda::attention_prefill(a, s.handle());
 #else
   detail::no_cuda_backend();
 #endif

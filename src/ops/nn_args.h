@@ -199,7 +199,52 @@ GK_HD int64_t decode_row(const DecodeArgs& a, int b, int64_t j) {
   return blk * a.bs + off;
 }
 
+// Prefill attention; see nn::attention_prefill. Last dims dense.
+struct PrefillArgs {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  int64_t q_ts = 0, q_hs = 0, k_ts = 0, k_hs = 0, v_ts = 0, v_hs = 0;
+  void* out = nullptr;  // [Tq, hq, D] dense
+  const int32_t* cu_q = nullptr;  // null (with cu_k null): one sequence
+  const int32_t* cu_k = nullptr;
+  int B = 1;
+  int64_t Tq = 0, Tk = 0;
+  int hq = 0, hkv = 0, D = 0;
+  float scale = 1.f;
+  bool causal = true;
+  int64_t window = 0;
+  float softcap = 0.f;
+  DType dtype = DType::f32;
+};
+
+// The key range [lo, hi) (sequence-relative) and key offset k0 of query token t;
+// false when the token has no keys or its sequence metadata is out of range.
+GK_HD bool prefill_range(const PrefillArgs& a, int64_t t, int64_t& k0, int64_t& lo, int64_t& hi) {
+  int64_t q0 = 0, Lq = a.Tq, Lk = a.Tk;
+  k0 = 0;
+  if (a.cu_q) {
+    int l = 0, h = a.B;  // largest b with cu_q[b] <= t
+    if (t < a.cu_q[0] || t >= a.cu_q[a.B]) return false;
+    while (h - l > 1) {
+      int m = (l + h) / 2;
+      if (a.cu_q[m] <= t) l = m;
+      else h = m;
+    }
+    q0 = a.cu_q[l];
+    Lq = int64_t(a.cu_q[l + 1]) - q0;
+    k0 = a.cu_k[l];
+    Lk = int64_t(a.cu_k[l + 1]) - k0;
+    if (k0 < 0 || Lk < 0 || k0 + Lk > a.Tk) return false;
+  }
+  const int64_t i = t - q0, p = i + Lk - Lq;
+  hi = a.causal ? (p + 1 < Lk ? p + 1 : Lk) : Lk;
+  lo = a.window > 0 ? (p - a.window + 1 > 0 ? p - a.window + 1 : 0) : 0;
+  return hi > lo;
+}
+
 namespace cpu {
+void attention_prefill(const PrefillArgs& a);
 void attention_decode(const DecodeArgs& a);
 void kv_append(const KvAppendArgs& a);
 void rope(const RopeArgs& a);
@@ -210,6 +255,7 @@ void gated(const GatedArgs& a);
 }  // namespace cpu
 
 namespace cuda {
+void attention_prefill(const PrefillArgs& a, void* stream);
 void attention_decode(const DecodeArgs& a, void* stream);
 void kv_append(const KvAppendArgs& a, void* stream);
 void rope(const RopeArgs& a, void* stream);

@@ -181,3 +181,75 @@ def test_cuda_device_metadata_validate():
                                validate=True)
     out = gk.nn.attention_decode(*args, gk.asarray(lens).to("cuda"), block_table=gk.asarray(bad).to("cuda"))
     assert np.all(np.isfinite(f64(out))) and not gk.cuda.is_failed()
+
+
+# ---- prefill ----
+def ref_prefill(q, k, v, cuq, cuk, causal=True, scale=None, window=None, softcap=None):
+    Tq, Hq, D = q.shape
+    Hkv = k.shape[1]
+    G = Hq // Hkv
+    scale = 1 / math.sqrt(D) if scale is None else scale
+    out = np.zeros_like(q)
+    for b in range(len(cuq) - 1):
+        q0, Lq, k0, Lk = cuq[b], cuq[b + 1] - cuq[b], cuk[b], cuk[b + 1] - cuk[b]
+        for i in range(Lq):
+            p = i + Lk - Lq
+            hi = min(p + 1, Lk) if causal else Lk
+            lo = max(0, p - window + 1) if window else 0
+            if hi <= lo:
+                continue
+            for h in range(Hq):
+                s = k[k0 + lo:k0 + hi, h // G] @ q[q0 + i, h] * scale
+                if softcap:
+                    s = softcap * np.tanh(s / softcap)
+                w = np.exp(s - s.max())
+                out[q0 + i, h] = w @ v[k0 + lo:k0 + hi, h // G] / w.sum()
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("Hq,Hkv,D", [(4, 4, 64), (8, 2, 128), (4, 1, 256)])
+@pytest.mark.parametrize("causal", [True, False])
+def test_prefill_varlen(dtype, Hq, Hkv, D, causal):
+    cuq = np.array([0, 5, 5, 12, 13], np.int32)
+    cuk = np.array([0, 5, 9, 20, 21], np.int32)  # seq 2: 11 keys for 7 queries (cached prefix)
+    q, k, v = make((13, Hq, D), dtype, 1), make((21, Hkv, D), dtype, 2), make((21, Hkv, D), dtype, 3)
+    out = gk.nn.attention_prefill(q, k, v, cuq, cuk, causal=causal)
+    t = TOL[dtype]
+    np.testing.assert_allclose(f64(out), ref_prefill(f64(q), f64(k), f64(v), cuq, cuk, causal), rtol=t, atol=t)
+
+
+def test_prefill_single_window_softcap():
+    q, k, v = make((9, 4, 64), "float32", 1), make((9, 2, 64), "float32", 2), make((9, 2, 64), "float32", 3)
+    one = np.array([0, 9], np.int32)
+    for kw in [{}, {"window": 3}, {"softcap": 2.0, "scale": 0.5}]:
+        out = gk.nn.attention_prefill(q, k, v, **kw)
+        np.testing.assert_allclose(f64(out), ref_prefill(f64(q), f64(k), f64(v), one, one, **kw), rtol=1e-5,
+                                   atol=1e-5)
+    with pytest.raises(ValueError, match="not a multiple"):
+        gk.nn.attention_prefill(make((9, 3, 64), "float32"), k, v)
+    with pytest.raises(ValueError, match="head_dim"):
+        gk.nn.attention_prefill(make((9, 4, 32), "float32"), make((9, 2, 32), "float32"), make((9, 2, 32), "float32"))
+    with pytest.raises(ValueError, match="cu_seqlens_q"):
+        gk.nn.attention_prefill(q, k, v, np.array([0, 8], np.int32), one)
+    with pytest.raises(ValueError, match="both or neither"):
+        gk.nn.attention_prefill(q, k, v, one)
+    with pytest.raises(TypeError, match="v: dtype"):
+        gk.nn.attention_prefill(q, k, v.astype("float16"))
+    with pytest.raises(ValueError, match="window"):
+        gk.nn.attention_prefill(q, k, v, causal=False, window=2)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("Hq,Hkv,D", [(8, 8, 64), (32, 8, 128), (8, 1, 256)])
+def test_cuda_prefill(dtype, Hq, Hkv, D):
+    cuq = np.array([0, 300, 301, 700], np.int32)
+    cuk = np.array([0, 300, 600, 1000], np.int32)
+    q, k, v = make((700, Hq, D), dtype, 1), make((1000, Hkv, D), dtype, 2), make((1000, Hkv, D), dtype, 3)
+    out = gk.nn.attention_prefill(q.to("cuda"), k.to("cuda"), v.to("cuda"), gk.asarray(cuq).to("cuda"),
+                                  gk.asarray(cuk).to("cuda"))
+    t = TOL[dtype] * 2
+    np.testing.assert_allclose(f64(out), ref_prefill(f64(q), f64(k), f64(v), cuq, cuk), rtol=t, atol=t)
+    again = gk.nn.attention_prefill(q.to("cuda"), k.to("cuda"), v.to("cuda"), cuq, cuk)
+    np.testing.assert_array_equal(gk.to_numpy(out).view(np.uint8), gk.to_numpy(again).view(np.uint8))
