@@ -123,11 +123,14 @@ void kv_append(const Array& k_new, const Array& v_new, const Array& k_cache, con
 // Bounds: as kv_append (host-visible seq_lens/block_table are checked before the
 // launch, validate=true copies device ones to the host; otherwise the kernel
 // clamps lengths to the capacity and masks keys of block ids outside the pool).
+// A float8_e4m3fn cache (as written by kv_append) takes its per-head float32
+// scales k_scale, v_scale [Hkv]: key = stored * k_scale.
 constexpr int kDecodeChunk = 256;
 Array attention_decode(const Array& q, const Array& k_cache, const Array& v_cache, const Array& seq_lens,
                        const Array& block_table = {}, std::optional<double> scale = std::nullopt,
                        std::optional<int64_t> window = std::nullopt, std::optional<double> softcap = std::nullopt,
-                       bool validate = false, const Stream* s = nullptr);
+                       const Array& k_scale = {}, const Array& v_scale = {}, bool validate = false,
+                       const Stream* s = nullptr);
 
 // ---- prefill attention ----
 // q [Tq, Hq, D], k, v [Tk, Hkv, D] (packed tokens of B sequences given by

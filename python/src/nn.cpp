@@ -151,18 +151,23 @@ GK_BINDING(35, nn) {
      "sync). A float8_e4m3fn cache takes per-head float32 k_scale/v_scale [Hkv].");
   m.def("attention_decode", [](nb::handle qh, const Array& kc, const Array& vc, nb::handle lens, nb::handle bt,
                                std::optional<double> scale, std::optional<int64_t> window,
-                               std::optional<double> softcap, bool validate, nb::handle stream) {
+                               std::optional<double> softcap, nb::handle k_scale, nb::handle v_scale, bool validate,
+                               nb::handle stream) {
     Stream st;
     return nn::attention_decode(to_array(qh, "q", &kc), kc, vc, to_array(lens, "seq_lens"),
                                 bt.is_none() ? Array() : to_array(bt, "block_table"), scale, window, softcap,
-                                validate, to_stream(stream, st));
+                                k_scale.is_none() ? Array() : to_array(k_scale, "k_scale", &kc),
+                                v_scale.is_none() ? Array() : to_array(v_scale, "v_scale", &kc), validate,
+                                to_stream(stream, st));
   }, nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"), nb::arg("seq_lens"), nb::arg("block_table") = nb::none(),
      nb::arg("scale") = nb::none(), nb::arg("window") = nb::none(), nb::arg("softcap") = nb::none(),
-     nb::arg("validate") = false, nb::arg("stream") = nb::none(),
+     nb::arg("k_scale") = nb::none(), nb::arg("v_scale") = nb::none(), nb::arg("validate") = false,
+     nb::arg("stream") = nb::none(),
      "One query per sequence, q [B, Hq, D], over a paged cache [num_blocks, block_size, Hkv, D] with block_table\n"
      "[B, max_blocks] (int32) or a contiguous cache [B, T_max, Hkv, D]; seq_lens [B] int32 (cached tokens, new one\n"
      "included). Hq % Hkv == 0 (MHA/GQA/MQA), head_dim 64/128/256; scale (default 1/sqrt(D)), sliding window\n"
-     "(last `window` keys), logit soft-cap. Returns [B, Hq, D].");
+     "(last `window` keys), logit soft-cap; a float8_e4m3fn cache takes per-head k_scale/v_scale [Hkv].\n"
+     "Returns [B, Hq, D].");
   m.def("attention_prefill", [](nb::handle qh, nb::handle kh, nb::handle vh, nb::handle cuq, nb::handle cuk,
                                 bool causal, std::optional<double> scale, std::optional<int64_t> window,
                                 std::optional<double> softcap, nb::handle stream) {

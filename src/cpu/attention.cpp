@@ -10,11 +10,11 @@ namespace gk::cpu {
 GK_REGISTER_CPU_OPS("attention_decode", "attention_prefill");
 
 namespace {
-template <class T>
+template <class T, class C>
 void decode_t(const DecodeArgs& a) {
   const int G = a.hq / a.hkv;
-  const T* kc = static_cast<const T*>(a.kc);
-  const T* vc = static_cast<const T*>(a.vc);
+  const C* kc = static_cast<const C*>(a.kc);
+  const C* vc = static_cast<const C*>(a.vc);
   std::vector<double> s, acc(size_t(a.D));
   for (int b = 0; b < a.B; ++b) {
     int64_t L = std::min<int64_t>(std::max<int64_t>(a.seq_lens[b], 0), a.capacity);
@@ -22,14 +22,15 @@ void decode_t(const DecodeArgs& a) {
     for (int h = 0; h < a.hq; ++h) {
       const T* q = static_cast<const T*>(a.q) + b * a.q_bs + h * a.q_hs;
       const int kvh = h / G;
+      const double ksc = a.k_scale ? double(a.k_scale[kvh]) : 1.0, vsc = a.v_scale ? double(a.v_scale[kvh]) : 1.0;
       s.assign(size_t(L - start), -std::numeric_limits<double>::infinity());
       double m = -std::numeric_limits<double>::infinity();
       for (int64_t j = start; j < L; ++j) {
         int64_t row = decode_row(a, b, j);
         if (row < 0) continue;
-        const T* k = kc + (row * a.hkv + kvh) * a.D;
+        const C* k = kc + (row * a.hkv + kvh) * a.D;
         double dot = 0;
-        for (int e = 0; e < a.D; ++e) dot += double(convert<float>(q[e])) * double(convert<float>(k[e]));
+        for (int e = 0; e < a.D; ++e) dot += double(convert<float>(q[e])) * double(convert<float>(k[e])) * ksc;
         dot *= double(a.scale);
         if (a.softcap > 0) dot = double(a.softcap) * std::tanh(dot / double(a.softcap));
         s[j - start] = dot;
@@ -43,8 +44,8 @@ void decode_t(const DecodeArgs& a) {
           if (row < 0) continue;
           double p = std::exp(s[j - start] - m);
           l += p;
-          const T* v = vc + (row * a.hkv + kvh) * a.D;
-          for (int e = 0; e < a.D; ++e) acc[e] += p * double(convert<float>(v[e]));
+          const C* v = vc + (row * a.hkv + kvh) * a.D;
+          for (int e = 0; e < a.D; ++e) acc[e] += p * double(convert<float>(v[e])) * vsc;
         }
       }
       T* o = static_cast<T*>(a.out) + (int64_t(b) * a.hq + h) * a.D;
@@ -95,7 +96,11 @@ void attention_prefill(const PrefillArgs& a) {
 }
 
 void attention_decode(const DecodeArgs& a) {
-  dispatch_float(a.dtype, [&](auto t) { decode_t<decltype(t)>(a); });
+  dispatch_float(a.dtype, [&](auto t) {
+    using T = decltype(t);
+    if (a.cache_dtype == DType::f8e4m3) decode_t<T, f8e4m3>(a);
+    else decode_t<T, T>(a);
+  });
 }
 
 }  // namespace gk::cpu

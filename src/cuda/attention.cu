@@ -23,7 +23,7 @@ constexpr int kGB = 4;     // query heads per CTA
 constexpr int kEPL = 16;   // elements of a row per lane
 constexpr int kC = nn::kDecodeChunk;
 
-template <class T>
+template <class T>  // T: any storage type (an fp8 row of kEPL elements is one 16-byte load)
 __device__ __forceinline__ void load_row(const T* p, float (&r)[kEPL]) {
   constexpr int N = 16 / sizeof(T);
 #pragma unroll
@@ -39,7 +39,8 @@ __device__ __forceinline__ int64_t seq_len(const DecodeArgs& a, int b) {
   return L < 0 ? 0 : (L > a.capacity ? a.capacity : L);
 }
 
-template <class T, int D>
+// T: q / out storage type; C: cache storage type (T, or f8e4m3 with per-head scales).
+template <class T, class C, int D>
 __global__ void __launch_bounds__(kThr) k_decode_partial(const __grid_constant__ DecodeArgs a) {
   constexpr int LPT = D / kEPL, TPW = 32 / LPT, NTG = TPW * (kThr / 32);
   __shared__ float sp[kGB][kC];
@@ -57,15 +58,16 @@ __global__ void __launch_bounds__(kThr) k_decode_partial(const __grid_constant__
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, ld = lane % LPT;
   const int tg = warp * TPW + lane / LPT;
-  const T* kc = static_cast<const T*>(a.kc);
-  const T* vc = static_cast<const T*>(a.vc);
+  const C* kc = static_cast<const C*>(a.kc);
+  const C* vc = static_cast<const C*>(a.vc);
+  const float ksc = a.k_scale ? a.k_scale[kvh] : 1.f, vsc = a.v_scale ? a.v_scale[kvh] : 1.f;
 
   float qr[kGB][kEPL];
 #pragma unroll
   for (int g = 0; g < kGB; ++g) {
     const T* q = static_cast<const T*>(a.q) + b * a.q_bs + int64_t(h0 + (g < nh ? g : 0)) * a.q_hs + ld * kEPL;
 #pragma unroll
-    for (int e = 0; e < kEPL; ++e) qr[g][e] = g < nh ? float(q[e]) * a.scale : 0.f;
+    for (int e = 0; e < kEPL; ++e) qr[g][e] = g < nh ? float(q[e]) * a.scale * ksc : 0.f;
   }
 
   // Phase 1: logits. Every lane of a warp runs the same trip count (shuffles).
@@ -74,7 +76,7 @@ __global__ void __launch_bounds__(kThr) k_decode_partial(const __grid_constant__
     const bool in = j >= lo && j < j1;
     const int64_t row = in ? decode_row(a, b, j) : -1;
     float kf[kEPL];
-    if (row >= 0) load_row<T>(kc + (row * a.hkv + kvh) * D + ld * kEPL, kf);
+    if (row >= 0) load_row<C>(kc + (row * a.hkv + kvh) * D + ld * kEPL, kf);
     else
 #pragma unroll
       for (int e = 0; e < kEPL; ++e) kf[e] = 0.f;
@@ -129,7 +131,7 @@ __global__ void __launch_bounds__(kThr) k_decode_partial(const __grid_constant__
     const int64_t row = decode_row(a, b, j);
     if (row < 0) continue;
     float vf[kEPL];
-    load_row<T>(vc + (row * a.hkv + kvh) * D + ld * kEPL, vf);
+    load_row<C>(vc + (row * a.hkv + kvh) * D + ld * kEPL, vf);
 #pragma unroll
     for (int g = 0; g < kGB; ++g) {
       const float p = g < nh ? sp[g][j - j0] : 0.f;
@@ -147,7 +149,7 @@ __global__ void __launch_bounds__(kThr) k_decode_partial(const __grid_constant__
     float s = 0.f;
 #pragma unroll
     for (int t = 0; t < NTG; ++t) s += red[t][g][dd];
-    a.ws_o[((int64_t(b) * a.hq + h0 + g) * a.nsplit + split) * D + dd] = s;
+    a.ws_o[((int64_t(b) * a.hq + h0 + g) * a.nsplit + split) * D + dd] = s * vsc;
   }
   if (tid < nh) {
     float* ml = a.ws_ml + ((int64_t(b) * a.hq + h0 + tid) * a.nsplit + split) * 2;
@@ -180,13 +182,13 @@ __global__ void k_decode_merge(const __grid_constant__ DecodeArgs a) {
   static_cast<T*>(a.out)[row * a.D + d] = convert<T>(den > 0.f ? num / den : 0.f);
 }
 
-template <class T, int D>
+template <class T, class C, int D>
 void launch(const DecodeArgs& a, cudaStream_t st) {
   const int G = a.hq / a.hkv, ngb = (G + kGB - 1) / kGB;
   if (a.B > 65535) throw ValueError("q: more than 65535 sequences in one decode call");
   if (int64_t(a.hkv) * ngb > 65535) throw ValueError("q: too many heads");
   dim3 grid{unsigned(a.nsplit), unsigned(a.hkv * ngb), unsigned(a.B)};
-  k_decode_partial<T, D><<<grid, kThr, 0, st>>>(a);
+  k_decode_partial<T, C, D><<<grid, kThr, 0, st>>>(a);
   GK_LAUNCH_CHECK("attention_decode_partial");
   dim3 mgrid{unsigned(a.hq), unsigned(a.B), 1u};
   k_decode_merge<T><<<mgrid, unsigned(D), 0, st>>>(a);
@@ -342,12 +344,17 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   if (!aligned16(a.kc) || !aligned16(a.vc)) throw ValueError("k_cache, v_cache: must be 16-byte aligned");
   dispatch_float(a.dtype, [&](auto t) {
     using T = decltype(t);
-    switch (a.D) {
-      case 64: return launch<T, 64>(a, st);
-      case 128: return launch<T, 128>(a, st);
-      case 256: return launch<T, 256>(a, st);
-      default: throw ValueError("q: head_dim must be 64, 128 or 256");
-    }
+    auto go = [&](auto c) {
+      using C = decltype(c);
+      switch (a.D) {
+        case 64: return launch<T, C, 64>(a, st);
+        case 128: return launch<T, C, 128>(a, st);
+        case 256: return launch<T, C, 256>(a, st);
+        default: throw ValueError("q: head_dim must be 64, 128 or 256");
+      }
+    };
+    if (a.cache_dtype == DType::f8e4m3) go(f8e4m3{});
+    else go(T{});
   });
 }
 

@@ -34,7 +34,8 @@ void validate_lens(const Array& lens, const Array& bt, int64_t nb, int64_t bs, i
 
 Array attention_decode(const Array& q_in, const Array& kc, const Array& vc, const Array& lens_in,
                        const Array& bt_in, std::optional<double> scale, std::optional<int64_t> window,
-                       std::optional<double> softcap, bool validate, const Stream* sp) {
+                       std::optional<double> softcap, const Array& k_scale, const Array& v_scale, bool validate,
+                       const Stream* sp) {
   Device d = detail::common_device({{"q", &q_in}, {"k_cache", &kc}, {"v_cache", &vc}});
   detail::require_defined(lens_in, "seq_lens");
   detail::require_half_or_float(q_in, "q");
@@ -44,8 +45,9 @@ Array attention_decode(const Array& q_in, const Array& kc, const Array& vc, cons
     throw ValueError(cat("k_cache: shape ", shape_str(kc.shape()), " must be [num_blocks, block_size, Hkv, D]"));
   if (vc.shape() != kc.shape())
     throw ValueError(cat("v_cache: shape ", shape_str(vc.shape()), " does not match k_cache ", shape_str(kc.shape())));
-  detail::require_same_dtype(kc, "k_cache", q_in, "q");
-  detail::require_same_dtype(vc, "v_cache", q_in, "q");
+  const bool fp8 = kc.dtype() == DType::f8e4m3;
+  if (!fp8) detail::require_same_dtype(kc, "k_cache", q_in, "q");
+  detail::require_same_dtype(vc, "v_cache", kc, "k_cache");
   if (!kc.is_contiguous() || !vc.is_contiguous()) throw ValueError("k_cache, v_cache: must be contiguous");
   const int64_t nb = kc.shape(0), bs = kc.shape(1), Hkv = kc.shape(2);
   if (kc.shape(3) != D)
@@ -68,6 +70,17 @@ Array attention_decode(const Array& q_in, const Array& kc, const Array& vc, cons
   } else if (nb != B) {
     throw ValueError(cat("k_cache: a contiguous cache [B, T_max, Hkv, D] needs B = ", B, " rows, got ", nb,
                          " (pass block_table for a paged cache)"));
+  }
+  if (fp8) {
+    for (auto [sc, name] : {std::pair{&k_scale, "k_scale"}, std::pair{&v_scale, "v_scale"}}) {
+      if (!sc->defined()) throw ValueError(cat(name, ": a float8_e4m3fn cache needs per-head float32 scales [Hkv]"));
+      if (sc->device() != d) throw ValueError(cat(name, ": must be on ", d.str()));
+      if (sc->dtype() != DType::f32 || sc->ndim() != 1 || sc->shape(0) != Hkv)
+        throw ValueError(cat(name, ": must be float32 [", Hkv, "], got ", dtype_name(sc->dtype()), " ",
+                             shape_str(sc->shape())));
+    }
+  } else if (k_scale.defined() || v_scale.defined()) {
+    throw ValueError("k_scale: scales apply to a float8_e4m3fn cache only");
   }
   double sc = scale ? *scale : 1.0 / std::sqrt(double(D));
   if (!std::isfinite(sc)) throw ValueError("scale: must be finite");
@@ -112,8 +125,16 @@ Array attention_decode(const Array& q_in, const Array& kc, const Array& vc, cons
   a.window = window ? *window : 0;
   a.softcap = softcap ? float(*softcap) : 0.f;
   a.dtype = q_in.dtype();
+  a.cache_dtype = kc.dtype();
+  Array ks, vs;
+  if (fp8) {
+    ks = k_scale.contiguous(&s);
+    vs = v_scale.contiguous(&s);
+    a.k_scale = ks.data_as<float>();
+    a.v_scale = vs.data_as<float>();
+  }
   if (B == 0 || Hq == 0) return out;
-  for (const Array* x : std::initializer_list<const Array*>{&q, &kc, &vc, &lens, &bt})
+  for (const Array* x : std::initializer_list<const Array*>{&q, &kc, &vc, &lens, &bt, &ks, &vs})
     if (x->defined()) detail::mark_used(*x, s);
   if (d.is_cpu()) {
     cpu::attention_decode(a);

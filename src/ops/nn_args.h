@@ -180,7 +180,10 @@ struct DecodeArgs {
   float scale = 1.f;
   int64_t window = 0;   // 0: none
   float softcap = 0.f;  // 0: none
-  DType dtype = DType::f32;
+  DType dtype = DType::f32;        // of q and out
+  DType cache_dtype = DType::f32;  // dtype, or f8e4m3 with per-head scales
+  const float* k_scale = nullptr;  // [hkv], fp8 cache only (value = stored * scale)
+  const float* v_scale = nullptr;
   // CUDA workspace: partial (unnormalized) outputs and their max / sum per split.
   float* ws_o = nullptr;  // [B, hq, nsplit, D]
   float* ws_ml = nullptr; // [B, hq, nsplit, 2]

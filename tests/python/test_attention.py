@@ -253,3 +253,40 @@ def test_cuda_prefill(dtype, Hq, Hkv, D):
     np.testing.assert_allclose(f64(out), ref_prefill(f64(q), f64(k), f64(v), cuq, cuk), rtol=t, atol=t)
     again = gk.nn.attention_prefill(q.to("cuda"), k.to("cuda"), v.to("cuda"), cuq, cuk)
     np.testing.assert_array_equal(gk.to_numpy(out).view(np.uint8), gk.to_numpy(again).view(np.uint8))
+
+
+def _fp8_setup(device="cpu"):
+    B, Hq, Hkv, D, bs = 3, 8, 2, 64, 16
+    lens = np.array([20, 1, 40], np.int32)
+    bt = np.arange(B * 3, dtype=np.int32).reshape(B, 3)
+    T = int(lens.sum())
+    k, v = make((T, Hkv, D), "bfloat16", 1, scale=3.0), make((T, Hkv, D), "bfloat16", 2, scale=3.0)
+    kc = gk.zeros((B * 3, bs, Hkv, D), dtype="float8_e4m3fn").to(device)
+    vc = gk.zeros((B * 3, bs, Hkv, D), dtype="float8_e4m3fn").to(device)
+    ks, vs = gk.asarray(np.array([0.05, 0.1], np.float32)), gk.asarray(np.array([0.02, 0.5], np.float32))
+    cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+    gk.nn.kv_append(k.to(device), v.to(device), kc, vc, block_table=bt, seq_lens=np.zeros(B, np.int32),
+                    cu_seqlens=cu, k_scale=ks.to(device), v_scale=vs.to(device))
+    q = make((B, Hq, D), "bfloat16", 3)
+    return q, kc, vc, lens, bt, ks, vs
+
+
+def test_fp8_cache_decode():
+    q, kc, vc, lens, bt, ks, vs = _fp8_setup()
+    out = gk.nn.attention_decode(q, kc, vc, lens, block_table=bt, k_scale=ks, v_scale=vs)
+    kd = gk.to_numpy(kc).astype(np.float64) * f64(ks)[None, None, :, None]
+    vd = gk.to_numpy(vc).astype(np.float64) * f64(vs)[None, None, :, None]
+    np.testing.assert_allclose(f64(out), ref_decode(f64(q), kd, vd, lens, bt), rtol=1.6e-2, atol=1.6e-2)
+    with pytest.raises(ValueError, match="k_scale"):
+        gk.nn.attention_decode(q, kc, vc, lens, block_table=bt)
+    with pytest.raises(TypeError, match="v_cache: dtype"):
+        gk.nn.attention_decode(q, kc, vc.astype("bfloat16"), lens, block_table=bt, k_scale=ks, v_scale=vs)
+
+
+@gpu
+def test_cuda_fp8_cache_decode():
+    q, kc, vc, lens, bt, ks, vs = _fp8_setup("cuda")
+    got = gk.nn.attention_decode(q.to("cuda"), kc, vc, lens, block_table=bt, k_scale=ks.to("cuda"),
+                                 v_scale=vs.to("cuda"))
+    want = gk.nn.attention_decode(q, kc.to("cpu"), vc.to("cpu"), lens, block_table=bt, k_scale=ks, v_scale=vs)
+    np.testing.assert_allclose(f64(got), f64(want), rtol=2e-2, atol=2e-2)
