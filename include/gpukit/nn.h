@@ -1,9 +1,12 @@
 // Fused inference ops: normalization, gated activations, rotary/ALiBi/sinusoidal
-// positions. Storage dtypes float32, float16 and bfloat16; the math is fp32 on
+// positions, KV cache append, decode and prefill attention. Storage dtypes float32, float16 and bfloat16; the math is fp32 on
 // CUDA and fp64 in the CPU reference. Every op validates its arguments before
 // any launch (ValueError/TypeError naming the argument), takes an optional
 // stream (null: the device's current stream), never synchronizes the host and
-// allocates only its outputs, so it can be captured in a graph.
+// allocates only its outputs (and, for attention on CUDA, a workspace), so it can
+// be captured in a graph. Exceptions: index arrays passed on the CPU to a CUDA op
+// (kv_append, attention_*) are uploaded through pinned staging, validate=true
+// syncs, and alibi_slopes copies from the host: keep those out of captures.
 #pragma once
 #include <optional>
 #include <string>

@@ -71,6 +71,7 @@ __global__ void __launch_bounds__(kThr) k_decode_partial(const __grid_constant__
   }
 
   // Phase 1: logits. Every lane of a warp runs the same trip count (shuffles).
+#pragma unroll 2  // two key rows in flight per lane
   for (int64_t base = j0 + warp * TPW; base < j1; base += NTG) {
     const int64_t j = base + lane / LPT;
     const bool in = j >= lo && j < j1;
@@ -126,6 +127,7 @@ __global__ void __launch_bounds__(kThr) k_decode_partial(const __grid_constant__
   for (int g = 0; g < kGB; ++g)
 #pragma unroll
     for (int e = 0; e < kEPL; ++e) acc[g][e] = 0.f;
+#pragma unroll 2
   for (int64_t j = j0 + tg; j < j1; j += NTG) {
     if (j < lo) continue;
     const int64_t row = decode_row(a, b, j);
@@ -237,6 +239,7 @@ __global__ void __launch_bounds__(kThr) k_prefill(const __grid_constant__ Prefil
     for (int e = 0; e < kEPL; ++e) acc[g][e] = 0.f;
   for (int64_t c0 = lo; c0 < hi; c0 += kC) {
     const int64_t c1 = min(c0 + kC, hi);
+#pragma unroll 2
     for (int64_t base = c0 + warp * TPW; base < c1; base += NTG) {
       const int64_t j = base + lane / LPT;
       float kf[kEPL];
@@ -285,6 +288,7 @@ __global__ void __launch_bounds__(kThr) k_prefill(const __grid_constant__ Prefil
 #pragma unroll
       for (int e = 0; e < kEPL; ++e) acc[g][e] *= al;
     }
+#pragma unroll 2
     for (int64_t j = c0 + tg; j < c1; j += NTG) {
       float vf[kEPL];
       load_row<T>(vp + j * a.v_ts, vf);
