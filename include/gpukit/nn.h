@@ -1,6 +1,7 @@
 // Fused inference ops: normalization, gated activations, rotary/ALiBi/sinusoidal
-// positions, KV cache append, decode and prefill attention. Storage dtypes float32, float16 and bfloat16; the math is fp32 on
-// CUDA and fp64 in the CPU reference. Every op validates its arguments before
+// positions, KV cache append, decode and prefill attention. Storage dtypes
+// float32, float16 and bfloat16; the math is fp32 on CUDA and fp64 in the CPU
+// reference. Every op validates its arguments before
 // any launch (ValueError/TypeError naming the argument), takes an optional
 // stream (null: the device's current stream), never synchronizes the host and
 // allocates only its outputs (and, for attention on CUDA, a workspace), so it can
