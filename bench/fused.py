@@ -1,0 +1,194 @@
+"""Benchmarks of the fused inference ops against torch's fastest form, in one run.
+
+    python bench/fused.py --out bench/results/fused.json [--rounds 30]
+
+Times each op with CUDA events (gpukit events on gpukit's stream, torch events on
+torch's), warm-up first, the median of --rounds rounds of --iters launches each;
+inputs rotate between several copies so that they do not sit in the 60 MB L2.
+Records: {"name", "shape", "dtype", "metric", "gpukit", "peer", "peer_value", "rounds"}
+(metric TB/s of minimum bytes moved). Exits 0 with a message without CUDA or torch.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+
+import numpy as np
+
+
+def _setup():
+    try:
+        import torch
+    except ImportError:
+        return None, None, "torch is not installed"
+    import gpukit as gk
+    if not gk.cuda.is_available() or not torch.cuda.is_available():
+        return None, None, "no CUDA device"
+    return gk, torch, None
+
+
+def time_gk(gk, fn, args_list, rounds, iters):
+    for i in range(3):
+        fn(*args_list[i % len(args_list)])
+    gk.cuda.synchronize()
+    out = []
+    for _ in range(rounds):
+        a, b = gk.Event(), gk.Event()
+        a.record()
+        for i in range(iters):
+            fn(*args_list[i % len(args_list)])
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b) * 1e3 / iters)  # us
+    return out
+
+
+def time_torch(torch, fn, args_list, rounds, iters):
+    for i in range(3):
+        fn(*args_list[i % len(args_list)])
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(rounds):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for i in range(iters):
+            fn(*args_list[i % len(args_list)])
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b) * 1e3 / iters)
+    return out
+
+
+def gk_rand(gk, shape, dtype, seed):
+    a = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    return gk.asarray(a).astype(dtype).to("cuda")
+
+
+def cases(gk, torch):
+    """(name, shape label, dtype, bytes, gk fn, gk args list, peer name, torch fn, torch args list)."""
+    F = torch.nn.functional
+    tdt = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+    ncopy = 4
+    for dt in ("float32", "bfloat16"):
+        R = H = 4096
+        es = 4 if dt == "float32" else 2
+        # rms_norm + residual: read x, r, write y, r'
+        gx = [(gk_rand(gk, (R, H), dt, i), gk_rand(gk, (R, H), dt, 10 + i), gk_rand(gk, (H,), dt, 99))
+              for i in range(ncopy)]
+        tx = [(torch.randn(R, H, device="cuda", dtype=tdt[dt]), torch.randn(R, H, device="cuda", dtype=tdt[dt]),
+               torch.randn(H, device="cuda", dtype=tdt[dt])) for _ in range(ncopy)]
+
+        def t_rms_res(x, r, w):
+            r2 = x + r
+            return F.rms_norm(r2, (H,), w, 1e-6), r2
+        yield ("rms_norm_residual", "4096x4096", dt, 4 * R * H * es,
+               lambda x, r, w: gk.nn.rms_norm(x, w, 1e-6, residual=r), gx, "torch F.rms_norm(x + r)", t_rms_res, tx)
+        yield ("layer_norm", "4096x4096", dt, 2 * R * H * es,
+               lambda x, r, w: gk.nn.layer_norm(x, w, w, 1e-5), gx, "torch F.layer_norm",
+               lambda x, r, w: F.layer_norm(x, (H,), w, w, 1e-5), tx)
+        # swiglu on [4096, 2*4096] -> [4096, 4096]: read 2, write 1
+        gs = [(gk_rand(gk, (R, 2 * H), dt, 20 + i),) for i in range(ncopy)]
+        ts = [(torch.randn(R, 2 * H, device="cuda", dtype=tdt[dt]),) for _ in range(ncopy)]
+        yield ("swiglu", "4096x4096", dt, 3 * R * H * es, lambda x: gk.nn.swiglu(x), gs,
+               "torch F.silu(g) * u", lambda x: F.silu(x[:, :H]) * x[:, H:], ts)
+
+
+def rope_cases(gk, torch, ncopy=2):
+    T, Hq, Hkv, D = 8192, 32, 8, 128
+    tdt = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+    for dt in ("float32", "bfloat16"):
+        es = 4 if dt == "float32" else 2
+        nbytes = 2 * T * (Hq + Hkv) * D * es + T * 8
+        pos = gk.asarray(np.arange(T, dtype=np.int64)).to("cuda")
+        ga = [(gk_rand(gk, (T, Hq, D), dt, i), gk_rand(gk, (T, Hkv, D), dt, 5 + i)) for i in range(ncopy)]
+        inv = 1.0 / (10000.0 ** (torch.arange(0, D, 2, device="cuda", dtype=torch.float64) / D))
+        tpos = torch.arange(T, device="cuda")
+        ang = (tpos.double()[:, None] * inv[None]).float()
+        emb = torch.cat([ang, ang], -1)
+        cos, sin = emb.cos().to(tdt[dt])[:, None, :], emb.sin().to(tdt[dt])[:, None, :]
+        ta = [(torch.randn(T, Hq, D, device="cuda", dtype=tdt[dt]), torch.randn(T, Hkv, D, device="cuda",
+                                                                              dtype=tdt[dt])) for _ in range(ncopy)]
+
+        def rot(x):
+            x1, x2 = x[..., : D // 2], x[..., D // 2:]
+            return torch.cat((-x2, x1), -1)
+
+        def t_rope(q, k):
+            return q * cos + rot(q) * sin, k * cos + rot(k) * sin
+        yield ("rope_qk", f"T{T}_Hq{Hq}_Hkv{Hkv}_D{D}", dt, nbytes, lambda q, k: gk.nn.rope(q, k, pos), ga,
+               "torch eager NeoX (cached cos/sin)", t_rope, ta)
+
+
+def decode_cases(gk, torch):
+    Hq, Hkv, D = 32, 8, 128
+    F = torch.nn.functional
+    for B, T in [(1, 4096), (1, 16384), (1, 131072), (16, 4096), (32, 8192), (64, 2048)]:
+        nbytes = 2 * B * T * Hkv * D * 2
+        ncopy = 1 if nbytes > 256e6 else 2
+        lens = gk.asarray(np.full(B, T, np.int32)).to("cuda")
+        ga = []
+        for i in range(ncopy):
+            q = gk_rand(gk, (B, Hq, D), "bfloat16", i)
+            kc = gk.zeros((B, T, Hkv, D), dtype="bfloat16", device="cuda")  # contiguous cache
+            vc = gk.zeros((B, T, Hkv, D), dtype="bfloat16", device="cuda")
+            for c in (kc, vc):  # fill with data (never time zeros)
+                gk.copy_into(c, gk_rand(gk, (1, T, Hkv, D), "bfloat16", 7 + i).broadcast_to((B, T, Hkv, D)))
+            ga.append((q, kc, vc))
+        ta = [(torch.randn(B, Hq, 1, D, device="cuda", dtype=torch.bfloat16),
+               torch.randn(B, Hkv, T, D, device="cuda", dtype=torch.bfloat16),
+               torch.randn(B, Hkv, T, D, device="cuda", dtype=torch.bfloat16)) for _ in range(ncopy)]
+        yield ("attention_decode", f"B{B}_T{T}_Hq{Hq}_Hkv{Hkv}_D{D}", "bfloat16", nbytes,
+               lambda q, k, v: gk.nn.attention_decode(q, k, v, lens), ga,
+               "torch SDPA (enable_gqa)", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), ta)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="bench/results/fused.json")
+    p.add_argument("--rounds", type=int, default=30)
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--only", default="", help="comma-separated names to run")
+    a = p.parse_args(argv)
+    gk, torch, why = _setup()
+    if why:
+        print(f"bench/fused.py: skipped ({why})")
+        return 0
+    only = {s for s in a.only.split(",") if s}
+    recs = []
+    import itertools
+    for name, shape, dt, nbytes, gfn, gargs, peer, tfn, targs in itertools.chain(
+            cases(gk, torch), rope_cases(gk, torch), decode_cases(gk, torch)):
+        if only and name not in only:
+            continue
+        g = time_gk(gk, gfn, gargs, a.rounds, a.iters)
+        t = time_torch(torch, tfn, targs, a.rounds, a.iters)
+        tb = [nbytes / (us * 1e-6) / 1e12 for us in g]
+        peer_tb = nbytes / (statistics.median(t) * 1e-6) / 1e12
+        rec = {"name": name, "shape": shape, "dtype": dt, "metric": "TB/s", "gpukit": statistics.median(tb),
+               "peer": peer, "peer_value": peer_tb, "rounds": tb}
+        recs.append(rec)
+        print(f"{name:20s} {shape:26s} {dt:9s} gpukit {rec['gpukit']:.2f} TB/s ({statistics.median(g):.1f} us)"
+              f"  {peer}: {peer_tb:.2f} TB/s ({statistics.median(t):.1f} us)  x{rec['gpukit'] / peer_tb:.2f}")
+    import os
+    os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
+    import datetime
+    import subprocess
+    try:
+        dev = dict(gk.device_properties("cuda:0")).get("name", "cuda:0")
+    except Exception:  # noqa: BLE001
+        dev = "cuda:0"
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        commit = ""
+    with open(a.out, "w") as f:
+        json.dump({"device": dev, "cuda": torch.version.cuda, "commit": commit,
+                   "date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "results": recs}, f, indent=1)
+    print(f"wrote {len(recs)} records to {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
