@@ -18,6 +18,13 @@ PY=${PYTHON:-python3}
 JOBS=${JOBS:-$(nproc)}
 ARCHS=${GPUKIT_CUDA_ARCHS:-90a}
 BUILD=build-device
+STAGES=${DEVICE_STAGES:-build,test,bench}   # any of build, test, bench (comma-separated)
+has() { case ",$STAGES," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+# The image's default compiler (/opt/gcc) links libstdc++ statically into every shared object;
+# prefer the system compiler so libgpukit and the extension share one libstdc++.
+if [ -x /usr/bin/g++ ] && [ -z "${GPUKIT_KEEP_CXX:-}" ]; then
+  export CXX=/usr/bin/g++ CC=/usr/bin/gcc CUDAHOSTCXX=/usr/bin/g++
+fi
 declare -a NAMES=() RESULTS=() TIMES=()
 
 stage() {  # stage NAME LOGFILE cmd...
@@ -51,29 +58,37 @@ for pkg in pytest ml_dtypes; do
 done
 "$PY" -c "import ml_dtypes" 2>/dev/null || echo "note: ml_dtypes missing: the tests that need it skip"
 
+export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 GTEST_ARG=()
 if [ -d .gtest/googletest ] && ! { [ -f /usr/include/gtest/gtest.h ] || [ -f /usr/local/include/gtest/gtest.h ]; }; then
   GTEST_ARG=(-DGPUKIT_GTEST_SOURCE="$PWD/.gtest")
 fi
+if has build; then
 stage configure configure.log cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DGPUKIT_CUDA="${GPUKIT_CUDA:-ON}" -DGPUKIT_CUDA_ARCHS="$ARCHS" -DGPUKIT_TESTS=ON -DGPUKIT_PYTHON_INPLACE=ON \
   -DPython_EXECUTABLE="$(command -v "$PY")" "${GTEST_ARG[@]}"
 stage build build.log ninja -C "$BUILD" -j "$JOBS"
+fi
 
+if has test; then
 if [ -x "$BUILD/gpukit_tests" ]; then
   stage "C++ tests" gtest.log timeout 150 "$BUILD/gpukit_tests" --gtest_output="xml:$OUTDIR/gtest.xml"
 else
   NAMES+=("C++ tests"); RESULTS+=(127); TIMES+=(0)
 fi
 
-export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 stage "Python tests" pytest.log timeout 300 "$PY" -m pytest tests/python -q -rfEs -p no:cacheprovider \
   --junitxml="$OUTDIR/pytest.xml"
+fi
 
 RESULTS_JSON="$OUTDIR/h200.json"
 [ -f bench/results/h200.json ] && [ ! -f "$RESULTS_JSON" ] && cp bench/results/h200.json "$RESULTS_JSON"
-stage "bench elementwise" bench_elementwise.log timeout 120 "$PY" bench/elementwise.py --out "$RESULTS_JSON"
-stage "bench overhead" bench_overhead.log timeout 120 "$PY" bench/overhead.py --out "$RESULTS_JSON"
+if has bench; then
+for b in ${DEVICE_BENCHES:-elementwise overhead fused sampling jit_launch}; do
+  [ -f "bench/$b.py" ] || continue
+  stage "bench $b" "bench_$b.log" timeout 150 "$PY" "bench/$b.py" --out "$RESULTS_JSON"
+done
+fi
 
 # ---- summary ----
 fail=0
@@ -87,8 +102,8 @@ for r in "${RESULTS[@]}"; do [ "$r" -ne 0 ] && fail=1; done
   done
   grep -E "^\[  (PASSED|FAILED|SKIPPED) +\]" "$OUTDIR/gtest.log" 2>/dev/null | grep -E "tests?[ ,.]" | head -5
   tail -n 1 "$OUTDIR/pytest.log" 2>/dev/null
-  for f in bench_elementwise.log bench_overhead.log; do
-    grep -E "^(elementwise|copy|python_op)|ceiling" "$OUTDIR/$f" 2>/dev/null
+  for f in "$OUTDIR"/bench_*.log; do
+    [ -f "$f" ] && tail -n 25 "$f"
   done
   echo "logs and results: $OUTDIR"
 } | tee "$OUTDIR/summary.txt"
