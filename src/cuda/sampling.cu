@@ -90,23 +90,33 @@ __device__ __forceinline__ void apply_processors(const SampleArgs& a, int64_t r,
 }
 
 // Draw: the first kept id (vocabulary order) whose inclusive prefix of w exceeds t.
+// Tiles of 4 consecutive entries per thread, one block scan per tile.
 template <class Kept>
-__device__ __forceinline__ int64_t ordered_pick(Shared& sh, const float* x, int64_t V, float m, unsigned long long t, Kept kept) {
+__device__ __forceinline__ int64_t ordered_pick(Shared& sh, const float* x, int64_t V, float m, unsigned long long t,
+                                                Kept kept) {
   unsigned long long base = 0;
+  const bool vec = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
   for (int64_t tile = 0; tile < V; tile += int64_t(kRowThreads) * 4) {
     const int64_t i0 = tile + int64_t(threadIdx.x) * 4;
+    float v[4];
+    if (vec && i0 + 3 < V) {
+      float4 q = *reinterpret_cast<const float4*>(x + i0);
+      v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[j] = i0 + j < V ? x[i0 + j] : -INFINITY;
+    }
     unsigned long long w[4], loc = 0;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      int64_t i = i0 + j;
-      w[j] = (i < V && kept(i, x[i])) ? smp::weight_of(smp::rel_exp(x[i], m)) : 0ull;
+      w[j] = (i0 + j < V && kept(v[j])) ? smp::weight_of(smp::rel_exp(v[j], m)) : 0ull;
       loc += w[j];
     }
     unsigned long long tot;
-    unsigned long long ex = block_excl_scan(sh, loc, &tot);
+    const unsigned long long ex = block_excl_scan(sh, loc, &tot);
     if (threadIdx.x == 0) sh.flag = -1;
     __syncthreads();
-    unsigned long long lo = base + ex;
+    const unsigned long long lo = base + ex;
     if (t >= lo && t < lo + loc) {
       unsigned long long acc = lo;
       for (int j = 0; j < 4; ++j) {
@@ -118,9 +128,10 @@ __device__ __forceinline__ int64_t ordered_pick(Shared& sh, const float* x, int6
       }
     }
     __syncthreads();
-    if (sh.flag >= 0) return sh.flag;
-    base += tot;
+    const int f = sh.flag;
     __syncthreads();
+    if (f >= 0) return f;
+    base += tot;
   }
   return -1;
 }
@@ -137,82 +148,92 @@ __global__ void __launch_bounds__(kRowThreads, 1) k_row(SampleArgs a) {
     for (int64_t i = threadIdx.x; i < V; i += kRowThreads) a.out[r * V + i] = scale ? x[i] / c.temp : x[i];
     return;
   }
-  // temperature, max and argmax (ties -> lowest index)
+  // temperature (in place), max and argmax (ties -> lowest index)
   float bv = -INFINITY;
   int bi = INT32_MAX;
-  for (int64_t i = threadIdx.x; i < V; i += kRowThreads) {
-    float s = x[i];
-    if (!c.greedy) x[i] = s = s / c.temp;
+  const bool scale = !c.greedy && c.temp != 1.f;
+  row_for_each(x, V, [&](int64_t i, float s) {
+    if (scale) x[i] = s = s / c.temp;
     if (better(s, int(i), bv, bi)) bv = s, bi = int(i);
-  }
+  });
   block_argmax(sh, bv, bi);  // syncs: x is final for the whole block
   const float m = bv;
   if (m == -INFINITY) return fail_row(a, r);
   int64_t token = bi;
+  auto weight = [m](int64_t, float s) -> unsigned long long { return smp::weight_of(smp::rel_exp(s, m)); };
 
   if (!c.greedy || a.mode == SampleMode::Filter) {
     uint32_t kk = 0, kp = 0, kt = 0;
-    if (c.top_k)
-      kk = radix_select(sh, V, (unsigned long long)c.top_k, [&](int64_t i, uint32_t& key, unsigned long long& v) {
-        key = smp::order_key(x[i]);
-        v = 1;
-        return true;
-      });
+    unsigned long long Wsel = 0;  // kept mass when only top-k / top-p are active
+    bool wsel_valid = false;
+    if (c.top_k) {
+      kk = radix_select(
+               sh, x, V, [&](unsigned long long) { return (unsigned long long)c.top_k; },
+               [](int64_t, float s, uint32_t& key) { key = smp::order_key(s); return true; },
+               [](int64_t, float) { return 1ull; })
+               .key;
+    }
     if (c.top_p < 1.f) {
-      unsigned long long wl = 0;
-      for (int64_t i = threadIdx.x; i < V; i += kRowThreads)
-        if (smp::order_key(x[i]) >= kk) wl += smp::weight_of(smp::rel_exp(x[i], m));
-      unsigned long long Wk = block_sum_u(sh, wl);
-      kp = radix_select(sh, V, smp::frac_target(c.top_p, Wk), [&](int64_t i, uint32_t& key, unsigned long long& v) {
-        key = smp::order_key(x[i]);
-        v = smp::weight_of(smp::rel_exp(x[i], m));
-        return key >= kk;
-      });
+      Selected sp = radix_select(
+          sh, x, V, [&](unsigned long long tot) { return (unsigned long long)smp::frac_target(c.top_p, tot); },
+          [kk](int64_t, float s, uint32_t& key) { key = smp::order_key(s); return key >= kk; }, weight);
+      kp = sp.key;
+      Wsel = sp.mass;
+      wsel_valid = c.min_p == 0.f;  // exact kept mass unless min-p removes more
     }
     const uint32_t kv = kk > kp ? kk : kp;
     const float minp = c.min_p;
-    auto kept1 = [&](float s) { return smp::order_key(s) >= kv && (minp == 0.f || smp::rel_exp(s, m) >= minp); };
+    auto kept1 = [=](float s) { return smp::order_key(s) >= kv && (minp == 0.f || smp::rel_exp(s, m) >= minp); };
     double mean = 0;
-    if (c.typical < 1.f) {
+    const bool typ = c.typical < 1.f;
+    if (typ) {
       unsigned long long wl = 0;
       long long sl = 0;
-      for (int64_t i = threadIdx.x; i < V; i += kRowThreads) {
-        float s = x[i];
-        if (!kept1(s)) continue;
+      row_for_each(x, V, [&](int64_t, float s) {
+        if (!kept1(s)) return;
         uint64_t w = smp::weight_of(smp::rel_exp(s, m));
         wl += w;
         if (w) sl += smp::weighted_logit(w, s - m);
-      }
-      unsigned long long W1 = block_sum_u(sh, wl);
-      long long S1 = (long long)block_sum_u(sh, (unsigned long long)sl);  // two's complement sum is exact
-      mean = double(S1) / double(W1);
-      kt = radix_select(sh, V, smp::frac_target(c.typical, W1), [&](int64_t i, uint32_t& key, unsigned long long& v) {
-        float s = x[i];
-        key = smp::typical_key(s - m, mean);
-        v = smp::weight_of(smp::rel_exp(s, m));
-        return kept1(s);
       });
+      const unsigned long long W1 = block_sum_u(sh, wl);
+      const long long S1 = (long long)block_sum_u(sh, (unsigned long long)sl);  // two's complement: exact
+      mean = double(S1) / double(W1);
+      Selected st = radix_select(
+          sh, x, V, [&](unsigned long long tot) { return (unsigned long long)smp::frac_target(c.typical, tot); },
+          [=](int64_t, float s, uint32_t& key) {
+            key = smp::typical_key(s - m, mean);
+            return kept1(s);
+          },
+          weight);
+      kt = st.key;
+      Wsel = st.mass;  // over kept1 entries: exactly the kept mass
+      wsel_valid = true;
     }
-    const bool typ = c.typical < 1.f;
-    auto kept = [&](int64_t, float s) { return kept1(s) && (!typ || smp::typical_key(s - m, mean) >= kt); };
+    auto kept = [=](float s) { return kept1(s) && (!typ || smp::typical_key(s - m, mean) >= kt); };
     if (a.mode == SampleMode::Filter) {
-      for (int64_t i = threadIdx.x; i < V; i += kRowThreads) a.out[r * V + i] = kept(i, x[i]) ? x[i] : -INFINITY;
+      for (int64_t i = threadIdx.x; i < V; i += kRowThreads) a.out[r * V + i] = kept(x[i]) ? x[i] : -INFINITY;
       return;
     }
-    unsigned long long wl = 0;
-    for (int64_t i = threadIdx.x; i < V; i += kRowThreads)
-      if (kept(i, x[i])) wl += smp::weight_of(smp::rel_exp(x[i], m));
-    unsigned long long W = block_sum_u(sh, wl);
+    unsigned long long W;
+    if (wsel_valid) {
+      W = Wsel;  // the last select's mass is exactly the kept mass
+    } else {
+      unsigned long long wl = 0;
+      row_for_each(x, V, [&](int64_t, float s) {
+        if (kept(s)) wl += smp::weight_of(smp::rel_exp(s, m));
+      });
+      W = block_sum_u(sh, wl);
+    }
     if (W > 0) {
-      uint32_t tag = a.row_tag_is_index ? uint32_t(r) : 0u;
-      uint64_t bits = philox::draw_bits(uint64_t(a.seed.at(r)), uint64_t(a.position.at(r)), tag);
-      int64_t p = ordered_pick(sh, x, V, m, smp::scale_draw(W, bits), kept);
+      const uint32_t tag = a.row_tag_is_index ? uint32_t(r) : 0u;
+      const uint64_t bits = philox::draw_bits(uint64_t(a.seed.at(r)), uint64_t(a.position.at(r)), tag);
+      const int64_t p = ordered_pick(sh, x, V, m, smp::scale_draw(W, bits), kept);
       if (p >= 0) token = p;
     }
   }
   if (a.logprobs || a.top_n > 0) {
     float zl = 0.f;
-    for (int64_t i = threadIdx.x; i < V; i += kRowThreads) zl += smp::rel_exp(x[i], m);
+    row_for_each(x, V, [&](int64_t, float s) { zl += smp::rel_exp(s, m); });
     const float logZ = logf(block_sum_f(sh, zl));
     if (threadIdx.x == 0 && a.logprobs) a.logprobs[r] = (x[token] - m) - logZ;
     float pv = INFINITY;
@@ -220,11 +241,10 @@ __global__ void __launch_bounds__(kRowThreads, 1) k_row(SampleArgs a) {
     for (int j = 0; j < a.top_n; ++j) {  // n rounds of "next best after (pv, pi)"
       float v = -INFINITY;
       int vi = INT32_MAX;
-      for (int64_t i = threadIdx.x; i < V; i += kRowThreads) {
-        float s = x[i];
-        bool after = s < pv || (s == pv && int(i) > pi);
+      row_for_each(x, V, [&](int64_t i, float s) {
+        const bool after = s < pv || (s == pv && int(i) > pi);
         if (after && better(s, int(i), v, vi)) v = s, vi = int(i);
-      }
+      });
       block_argmax(sh, v, vi);
       if (threadIdx.x == 0) {
         a.top_ids[r * a.top_n + j] = vi == INT32_MAX ? -1 : vi;

@@ -23,10 +23,10 @@ __global__ void __launch_bounds__(kRowThreads, 1) k_argmax(const T* logits, int6
   const T* p = logits + int64_t(blockIdx.x) * stride;
   float bv = -INFINITY;
   int bi = INT32_MAX;
-  for (int64_t i = threadIdx.x; i < V; i += kRowThreads) {
-    float v = load_val(p, i);
+  row_for_each(p, V, [&](int64_t i, float v) {
+    if (v != v) v = -INFINITY;
     if (better(v, int(i), bv, bi)) bv = v, bi = int(i);
-  }
+  });
   block_argmax(sh, bv, bi);
   if (threadIdx.x == 0) out[blockIdx.x] = bi == INT32_MAX ? 0 : bi;
 }
@@ -41,23 +41,26 @@ __global__ void __launch_bounds__(kRowThreads, 1) k_topk(const T* logits, int64_
   __shared__ int32_t sidx[kMaxK];
   __shared__ int ngt;
   const T* p = logits + int64_t(blockIdx.x) * stride;
-  const uint32_t kap = radix_select(sh, V, (unsigned long long)k, [&](int64_t i, uint32_t& key, unsigned long long& v) {
-    key = smp::order_key(load_val(p, i));
-    v = 1;
-    return true;
-  });
+  const uint32_t kap = radix_select(
+                           sh, p, V, [k](unsigned long long) { return (unsigned long long)k; },
+                           [](int64_t, float v, uint32_t& key) {
+                             key = smp::order_key(v != v ? -INFINITY : v);
+                             return true;
+                           },
+                           [](int64_t, float) { return 1ull; })
+                           .key;
   int P = 1;
   while (P < k) P <<= 1;
   for (int j = threadIdx.x; j < P; j += kRowThreads) skey[j] = 0u, sidx[j] = INT32_MAX;
   if (threadIdx.x == 0) ngt = 0;
   __syncthreads();
-  for (int64_t i = threadIdx.x; i < V; i += kRowThreads) {
-    uint32_t key = smp::order_key(load_val(p, i));
+  row_for_each(p, V, [&](int64_t i, float v) {
+    uint32_t key = smp::order_key(v != v ? -INFINITY : v);
     if (key > kap) {
       int pos = atomicAdd(&ngt, 1);  // < k by construction; order fixed by the sort below
       if (pos < k) skey[pos] = key, sidx[pos] = int32_t(i);
     }
-  }
+  });
   __syncthreads();
   const int gt = ngt < k ? ngt : k;
   const int need = k - gt;

@@ -92,66 +92,105 @@ __device__ __forceinline__ unsigned long long block_excl_scan(Shared& sh, unsign
   return before + inc - v;
 }
 
+// Calls f(i, value) for every element of a row, 16-byte loads, 4 in flight per
+// thread (each thread sees runs of consecutive indices); scalar tail.
+template <class T, class F>
+__device__ __forceinline__ void row_for_each(const T* x, int64_t V, F&& f) {
+  constexpr int N = 16 / sizeof(T), U = 4;
+  struct alignas(16) Pack { T v[N]; };
+  const bool vec = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+  const int64_t nv = vec ? V / N : 0;
+  const Pack* xp = reinterpret_cast<const Pack*>(x);
+  for (int64_t base = threadIdx.x; base < nv; base += int64_t(kRowThreads) * U) {
+    Pack p[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      int64_t j = base + int64_t(u) * kRowThreads;
+      if (j < nv) p[u] = xp[j];
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      int64_t j = base + int64_t(u) * kRowThreads;
+      if (j < nv) {
+#pragma unroll
+        for (int e = 0; e < N; ++e) f(j * N + e, float(p[u].v[e]));
+      }
+    }
+  }
+  for (int64_t i = nv * N + threadIdx.x; i < V; i += kRowThreads) f(i, float(x[i]));
+}
+
+struct Selected {
+  uint32_t key;             // kappa
+  unsigned long long mass;  // sum of val over included entries with key >= kappa
+};
+
 // Radix select: the largest key kappa, among the keys of the included entries, such
-// that the sum of val over included entries with key >= kappa reaches `target`
-// (val = weight for a mass select, 1 for a count select). `elem(i, key, val)` returns
-// whether entry i is included and sets its key and value. Returns 0 (keep all) if
-// the included total is below target.
-template <class Elem>
-__device__ __forceinline__ uint32_t radix_select(Shared& sh, int64_t n, unsigned long long target, Elem elem) {
+// that the sum of val over included entries with key >= kappa reaches the target
+// (val = weight for a mass select, 1 for a count select). `inc(i, s, key)` says
+// whether entry i (value s) is included and sets its key; `val(i, s)` is computed
+// only for entries in the current radix prefix; `target_of(total)` gets the
+// included total (from the first level) and returns the target. Returns key 0
+// (keep all) if the total is below the target.
+template <class T, class Inc, class Val, class Target>
+__device__ __forceinline__ Selected radix_select(Shared& sh, const T* x, int64_t n, Target target_of, Inc inc,
+                                                 Val val) {
   uint32_t prefix = 0;
-  const int shifts[3] = {21, 10, 0};
-  const int widths[3] = {11, 11, 10};
+  unsigned long long target = 0, above_all = 0;
 #pragma unroll
   for (int lv = 0; lv < 3; ++lv) {
-    const int sh_ = shifts[lv];
-    const uint32_t mask = (1u << widths[lv]) - 1u;
+    const int shift = lv == 0 ? 21 : (lv == 1 ? 10 : 0);
+    const int width = lv == 2 ? 10 : 11;
+    const uint32_t mask = (1u << width) - 1u;
     for (int b = threadIdx.x; b < kBins; b += kRowThreads) sh.hval[b] = 0, sh.hcnt[b] = 0;
     __syncthreads();
     // thread-local run cache: flat rows hit one bin, so flush only when the bin changes
     int cur = -1;
     unsigned long long cv = 0;
     unsigned int cc = 0;
-    for (int64_t i = threadIdx.x; i < n; i += kRowThreads) {
+    row_for_each(x, n, [&](int64_t i, float s) {
       uint32_t key;
-      unsigned long long v;
-      if (!elem(i, key, v)) continue;
-      if (lv > 0 && (key >> (sh_ + widths[lv])) != prefix) continue;
-      int d = int((key >> sh_) & mask);
+      if (!inc(i, s, key)) return;
+      if (lv > 0 && (key >> (shift + width)) != prefix) return;
+      int d = int((key >> shift) & mask);
       if (d != cur) {
         if (cur >= 0) atomicAdd(&sh.hval[cur], cv), atomicAdd(&sh.hcnt[cur], cc);
         cur = d, cv = 0, cc = 0;
       }
-      cv += v;
+      cv += val(i, s);
       ++cc;
-    }
+    });
     if (cur >= 0) atomicAdd(&sh.hval[cur], cv), atomicAdd(&sh.hcnt[cur], cc);
     if (threadIdx.x == 0) sh.pick = kBins;
     __syncthreads();
     // ranks in descending bin order: thread t owns ranks 2t and 2t+1
     const int r0 = 2 * threadIdx.x;
     const int b0 = kBins - 1 - r0, b1 = b0 - 1;
-    unsigned long long v0 = sh.hval[b0], v1 = sh.hval[b1];
+    const unsigned long long v0 = sh.hval[b0], v1 = sh.hval[b1];
     unsigned long long tot;
-    unsigned long long before = block_excl_scan(sh, v0 + v1, &tot);
+    const unsigned long long before = block_excl_scan(sh, v0 + v1, &tot);
+    if (lv == 0) target = target_of(tot);
+    if (lv == 0 && tot < target) return {0u, tot};  // uniform: keep everything
     int cand = kBins;
     if (sh.hcnt[b0] && before + v0 >= target) cand = r0;
     else if (sh.hcnt[b1] && before + v0 + v1 >= target) cand = r0 + 1;
     if (cand < kBins) atomicMin(&sh.pick, cand);
     __syncthreads();
     const int pick = sh.pick;
-    if (pick == kBins) return 0u;  // not reachable: keep everything
-    // mass strictly above the picked bin, from the owner thread
-    if (threadIdx.x == (pick >> 1)) {
-      unsigned long long above = before + ((pick & 1) ? v0 : 0ull);
-      sh.wsum[0] = above;
+    if (pick == kBins) return {0u, tot};  // not reachable
+    if (threadIdx.x == (pick >> 1)) {  // mass strictly above the picked bin, and the bin's own
+      sh.wsum[0] = before + ((pick & 1) ? v0 : 0ull);
+      sh.wsum[1] = (pick & 1) ? v1 : v0;
     }
     __syncthreads();
-    target -= sh.wsum[0] < target ? sh.wsum[0] : target;
-    prefix = (prefix << widths[lv]) | uint32_t(kBins - 1 - pick);
+    const unsigned long long above = sh.wsum[0], inbin = sh.wsum[1];
+    target -= above < target ? above : target;
+    above_all += above;
+    prefix = (prefix << width) | uint32_t(kBins - 1 - pick);
     __syncthreads();
+    if (lv == 2) return {prefix, above_all + inbin};
   }
-  return prefix;
+  return {prefix, 0};
 }
 
 }  // namespace gk::cuda::smpk
