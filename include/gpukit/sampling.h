@@ -30,8 +30,8 @@
 //  * Log-probabilities are log_softmax of the processed logits s (temperature 1 for
 //    greedy rows), before the filters. Top-n: the n largest, ties -> lowest index.
 //  * Bad values: on the CPU, a row with NaN logits raises ValueError. On CUDA (no
-//    host synchronization) NaN is treated as -inf. On both, +inf is treated as the
-//    largest finite float, and a row with no finite logit gives token -1 and
+//    host synchronization) NaN is treated as -inf. On both, +inf (also when bias,
+//    penalty or temperature overflow) is treated as the largest finite float, and a row with no finite logit gives token -1 and
 //    logprob NaN. Per-row parameter arrays are validated on the CPU (ValueError);
 //    on CUDA out-of-range values disable that filter (top_k <= 0 or >= V, top_p or
 //    typical_p outside (0, 1), min_p outside (0, 1], repetition penalty <= 0).

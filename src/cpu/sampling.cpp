@@ -92,8 +92,7 @@ void run_row(const SampleArgs& a, int64_t r, std::vector<float>& x, std::vector<
     return;
   }
   std::vector<float>& s = x;
-  if (!c.greedy)
-    for (auto& v : s) v = v / c.temp;
+  for (auto& v : s) v = smp::finite_top(c.greedy ? v : v / c.temp);
   int64_t am = 0;
   for (int64_t i = 1; i < V; ++i)
     if (s[i] > s[am]) am = i;

@@ -153,7 +153,8 @@ __global__ void __launch_bounds__(kRowThreads, 1) k_row(SampleArgs a) {
   int bi = INT32_MAX;
   const bool scale = !c.greedy && c.temp != 1.f;
   row_for_each(x, V, [&](int64_t i, float s) {
-    if (scale) x[i] = s = s / c.temp;
+    const float t = smp::finite_top(scale ? s / c.temp : s);
+    if (t != s) x[i] = s = t;
     if (better(s, int(i), bv, bi)) bv = s, bi = int(i);
   });
   block_argmax(sh, bv, bi);  // syncs: x is final for the whole block

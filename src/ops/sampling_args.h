@@ -77,6 +77,9 @@ GK_HD float sanitize(float x) {
   return x;
 }
 
+// Processed logits that overflowed to +inf (bias, penalty, temperature) count as FLT_MAX.
+GK_HD float finite_top(float x) { return x == INFINITY ? FLT_MAX : x; }
+
 // CTRL-style repetition penalty, then OpenAI-style frequency and presence.
 GK_HD float penalize(float x, int32_t count, float rep, float presence, float frequency) {
   if (rep != 1.f) x = x > 0.f ? x / rep : x * rep;

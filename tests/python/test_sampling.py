@@ -357,6 +357,14 @@ def test_nan_inf_rows():
     assert t[0] == -1 and np.isnan(lp[0])
     assert t[1] in (3, 6)
     assert t[2] >= 0
+    # +inf stays the winner after a temperature that would overflow it
+    r = S.decode_step(A(y), S.Params(temperature=0.01, top_k=3), A(np.arange(3)), A(np.zeros(3, np.int64)))
+    assert int(N(r.tokens)[1]) in (3, 6)
+    big = np.full((1, 6), 3e38, np.float32)
+    big[0, 2] = 1.0
+    r = S.decode_step(A(big), S.Params(temperature=0.5), A(np.arange(1)), A(np.zeros(1, np.int64)),
+                      return_logprobs=True)
+    assert int(N(r.tokens)[0]) in (0, 1, 3, 4, 5) and np.isfinite(N(r.logprobs)[0])
     # everything banned: -1
     r = S.decode_step(A(y[2:]), None, A(np.arange(1)), A(np.zeros(1, np.int64)), banned=A(np.arange(10)))
     assert int(N(r.tokens)[0]) == -1
