@@ -90,50 +90,76 @@ __device__ __forceinline__ void apply_processors(const SampleArgs& a, int64_t r,
 }
 
 // Draw: the first kept id (vocabulary order) whose inclusive prefix of w exceeds t.
-// Tiles of 4 consecutive entries per thread, one block scan per tile.
+// Three levels, all exact integer sums: (1) each warp sums a contiguous chunk of
+// the row (coalesced), the chunk holding t is found from the 32 totals; (2) that
+// warp splits its chunk over its lanes and a warp scan finds the lane; (3) the
+// warp scans that lane's sub-chunk 32 entries at a time.
 template <class Kept>
 __device__ __forceinline__ int64_t ordered_pick(Shared& sh, const float* x, int64_t V, float m, unsigned long long t,
                                                 Kept kept) {
-  unsigned long long base = 0;
-  const bool vec = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
-  for (int64_t tile = 0; tile < V; tile += int64_t(kRowThreads) * 4) {
-    const int64_t i0 = tile + int64_t(threadIdx.x) * 4;
-    float v[4];
-    if (vec && i0 + 3 < V) {
-      float4 q = *reinterpret_cast<const float4*>(x + i0);
-      v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
-    } else {
+  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  const int64_t chunk = (V + kWarps - 1) / kWarps;
+  const int64_t c0 = min(V, int64_t(w) * chunk), c1 = min(V, c0 + chunk);
+  auto wt = [&](float s) -> unsigned long long { return kept(s) ? smp::weight_of(smp::rel_exp(s, m)) : 0ull; };
+  __syncthreads();
+  if (threadIdx.x == 0) sh.flag = -1;
+  unsigned long long loc = 0;
+#pragma unroll 8
+  for (int64_t i = c0 + l; i < c1; i += 32) loc += wt(x[i]);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) v[j] = i0 + j < V ? x[i0 + j] : -INFINITY;
+  for (int o = 16; o > 0; o >>= 1) loc += __shfl_xor_sync(0xffffffffu, loc, o);
+  if (l == 0) sh.wsum[w] = loc;
+  __syncthreads();
+  unsigned long long acc = 0;
+  int fw = -1;
+  for (int k = 0; k < kWarps; ++k) {
+    if (t < acc + sh.wsum[k]) {
+      fw = k;
+      break;
     }
-    unsigned long long w[4], loc = 0;
+    acc += sh.wsum[k];
+  }
+  if (w == fw) {
+    const unsigned long long tw = t - acc;
+    const int64_t sub = (c1 - c0 + 31) / 32;
+    const int64_t s0 = min(c1, c0 + int64_t(l) * sub), s1 = min(c1, s0 + sub);
+    unsigned long long ls = 0;
+#pragma unroll 8
+    for (int64_t i = s0; i < s1; ++i) ls += wt(x[i]);
+    unsigned long long inc = ls;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      w[j] = (i0 + j < V && kept(v[j])) ? smp::weight_of(smp::rel_exp(v[j], m)) : 0ull;
-      loc += w[j];
+    for (int o = 1; o < 32; o <<= 1) {
+      unsigned long long n = __shfl_up_sync(0xffffffffu, inc, o);
+      if (l >= o) inc += n;
     }
-    unsigned long long tot;
-    const unsigned long long ex = block_excl_scan(sh, loc, &tot);
-    if (threadIdx.x == 0) sh.flag = -1;
-    __syncthreads();
-    const unsigned long long lo = base + ex;
-    if (t >= lo && t < lo + loc) {
-      unsigned long long acc = lo;
-      for (int j = 0; j < 4; ++j) {
-        acc += w[j];
-        if (acc > t) {
-          sh.flag = int(i0 + j);
+    const unsigned long long ex = inc - ls;
+    const unsigned ball = __ballot_sync(0xffffffffu, ls > 0 && tw >= ex && tw < inc);
+    if (ball) {
+      const int fl = __ffs(ball) - 1;
+      unsigned long long t3 = tw - __shfl_sync(0xffffffffu, ex, fl);
+      const int64_t q0 = __shfl_sync(0xffffffffu, s0, fl), q1 = __shfl_sync(0xffffffffu, s1, fl);
+      for (int64_t i0 = q0; i0 < q1; i0 += 32) {
+        const int64_t i = i0 + l;
+        const unsigned long long v = i < q1 ? wt(x[i]) : 0ull;
+        unsigned long long in2 = v;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+          unsigned long long n = __shfl_up_sync(0xffffffffu, in2, o);
+          if (l >= o) in2 += n;
+        }
+        const unsigned hit = __ballot_sync(0xffffffffu, v > 0 && t3 >= in2 - v && t3 < in2);
+        if (hit) {
+          if (l == 0) sh.flag = int(i0 + __ffs(hit) - 1);
           break;
         }
+        t3 -= __shfl_sync(0xffffffffu, in2, 31);
       }
     }
-    __syncthreads();
-    const int f = sh.flag;
-    __syncthreads();
-    if (f >= 0) return f;
-    base += tot;
   }
-  return -1;
+  __syncthreads();
+  const int f = sh.flag;
+  __syncthreads();
+  return f;
 }
 
 __global__ void __launch_bounds__(kRowThreads, 1) k_row(SampleArgs a) {

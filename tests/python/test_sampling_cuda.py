@@ -197,3 +197,16 @@ def test_out_of_range_params_disable_filters_on_cuda():
     a = N(S.decode_step(C(x), p_bad, C(np.array([1, 2])), C(np.zeros(2, np.int64))).tokens)
     b = N(S.decode_step(C(x), None, C(np.array([1, 2])), C(np.zeros(2, np.int64))).tokens)
     np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_logits_draws_equal_cpu(dtype):
+    B, V = 64, 128256
+    x = (rng.standard_normal((B, V)) * 3).astype(np.float32)
+    h = H(x).astype(dtype)
+    c = h.to("cuda")
+    seeds, pos = np.arange(B, dtype=np.int64) * 7919, np.full(B, 3, np.int64)
+    p = S.Params(temperature=0.8, top_k=100, top_p=0.95, min_p=0.01)
+    a = N(S.decode_step(c, p, C(seeds), C(pos)).tokens)
+    b = N(S.decode_step(h, p, H(seeds), H(pos)).tokens)
+    assert (a != b).sum() <= 1
