@@ -36,6 +36,12 @@
 //    on CUDA out-of-range values disable that filter (top_k <= 0 or >= V, top_p or
 //    typical_p outside (0, 1), min_p outside (0, 1], repetition penalty <= 0).
 //    top_k <= 0 means "off" in per-row arrays; scalar arguments are checked strictly.
+//  * CUDA limits: topk k <= 1024; at most 65535 rows per call for the sampling ops.
+//    Design: one launch converts the rows (bias, NaN/inf rules) into an f32 scratch
+//    row, a second runs one 1024-thread block per row (penalties, temperature,
+//    max, radix selects on the float order keys with integer histograms, then a
+//    three-level ordered search for the draw). No float atomics; the result of a
+//    row does not depend on the batch, the run, or eager vs graph replay.
 #pragma once
 #include <optional>
 #include <utility>
