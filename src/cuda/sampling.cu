@@ -178,11 +178,21 @@ __global__ void __launch_bounds__(kRowThreads, 1) k_row(SampleArgs a) {
   float bv = -INFINITY;
   int bi = INT32_MAX;
   const bool scale = !c.greedy && c.temp != 1.f;
-  row_for_each(x, V, [&](int64_t i, float s) {
-    const float t = smp::finite_top(scale ? s / c.temp : s);
-    if (t != s) x[i] = s = t;
+  auto track = [&](int64_t i, float s) {
     if (better(s, int(i), bv, bi)) bv = s, bi = int(i);
-  });
+  };
+  if (scale) {
+    row_transform(x, V, [&](int64_t i, float s) {
+      s = smp::finite_top(s / c.temp);
+      track(i, s);
+      return s;
+    });
+  } else {  // FLT_MAX stands for +inf already (k_prep); only overflowed values change
+    row_for_each(x, V, [&](int64_t i, float s) {
+      if (s == INFINITY) x[i] = s = FLT_MAX;
+      track(i, s);
+    });
+  }
   block_argmax(sh, bv, bi);  // syncs: x is final for the whole block
   const float m = bv;
   if (m == -INFINITY) return fail_row(a, r);

@@ -120,6 +120,35 @@ __device__ __forceinline__ void row_for_each(const T* x, int64_t V, F&& f) {
   for (int64_t i = nv * N + threadIdx.x; i < V; i += kRowThreads) f(i, float(x[i]));
 }
 
+// In-place version for an f32 row: x[i] = f(i, x[i]), 16-byte loads and stores.
+template <class F>
+__device__ __forceinline__ void row_transform(float* x, int64_t V, F&& f) {
+  constexpr int U = 4;
+  const bool vec = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+  const int64_t nv = vec ? V / 4 : 0;
+  float4* xp = reinterpret_cast<float4*>(x);
+  for (int64_t base = threadIdx.x; base < nv; base += int64_t(kRowThreads) * U) {
+    float4 p[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      int64_t j = base + int64_t(u) * kRowThreads;
+      if (j < nv) p[u] = xp[j];
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      int64_t j = base + int64_t(u) * kRowThreads;
+      if (j < nv) {
+        p[u].x = f(j * 4, p[u].x);
+        p[u].y = f(j * 4 + 1, p[u].y);
+        p[u].z = f(j * 4 + 2, p[u].z);
+        p[u].w = f(j * 4 + 3, p[u].w);
+        xp[j] = p[u];
+      }
+    }
+  }
+  for (int64_t i = nv * 4 + threadIdx.x; i < V; i += kRowThreads) x[i] = f(i, x[i]);
+}
+
 struct Selected {
   uint32_t key;             // kappa
   unsigned long long mass;  // sum of val over included entries with key >= kappa
