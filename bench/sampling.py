@@ -87,7 +87,7 @@ def main() -> int:
 
     def pools(B, V, flat, dtype):
         per = B * V * 4
-        n = max(2, min(64, (128 << 20) // per + 1))
+        n = max(2, min(256, (128 << 20) // per + 1))
         xs = []
         for _ in range(n):
             x = rng.standard_normal((B, V)).astype(np.float32)
