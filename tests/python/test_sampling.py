@@ -384,3 +384,9 @@ def test_registered_for_both_backends():
     ops = {n: (c, g) for n, c, g in gk.registered_ops()}
     for name in ("sampling.argmax", "sampling.topk", "sampling.decode_step", "sampling.sample"):
         assert ops[name][0]
+
+
+def test_temperature_zero_is_greedy_in_sample():
+    x = rng.standard_normal((9, 333)).astype(np.float32)
+    for t in (0.0, -1.0):
+        np.testing.assert_array_equal(N(S.sample(A(x), temperature=t, top_p=0.5, seed=4)), np.argmax(x, 1))
