@@ -22,6 +22,7 @@ from . import _stream  # noqa: F401  (adds `with stream:` and Graph context mana
 from . import cuda  # noqa: F401
 from .interop import from_dlpack, from_cuda_array_interface  # noqa: F401
 from . import nn  # noqa: F401
+from . import sampling  # noqa: F401
 
 bool_ = DType.bool
 uint8 = DType.uint8

@@ -1,0 +1,190 @@
+"""Benchmark of gpukit.sampling against torch on the same GPU, in the same run.
+
+    python bench/sampling.py --out bench/results/h200.json [--rounds 30]
+
+Records (see ../shared/PERF.md): decode_step_topp (B{b}_V{v}, repetition penalty
+1.1 over a 256-token history, temperature 0.8, top-p 0.9), its flat-logits worst
+case (decode_step_topp_flat), sample_topk50 and argmax (B1_V128256); metric "us"
+(CUDA events, median of the rounds, inputs rotated through > 120 MB so they are not
+all L2-resident). gpukit's figure is GPU time from a captured graph of the calls
+(how the engine runs it); the eager figure is printed beside it. Exits 0 with a message when CUDA or torch is missing.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="bench/results/h200.json")
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--iters", type=int, default=20, help="launches per round")
+    args = ap.parse_args()
+    try:
+        import torch
+    except ImportError:
+        print("bench/sampling.py: torch is not installed; nothing measured")
+        return 0
+    import gpukit as gk
+    if not gk.cuda.is_available() or not torch.cuda.is_available():
+        print("bench/sampling.py: no CUDA device; nothing measured")
+        return 0
+    S = gk.sampling
+    rng = np.random.default_rng(0)
+    gstream = gk.cuda.current_stream()
+
+    def time_gk(fn, n_inputs):
+        """GPU time per call: the calls captured into one graph (one per input) and
+        replayed, so Python and launch overhead do not count; eager time printed too."""
+        iters = max(args.iters, n_inputs)
+        st = gk.Stream("cuda")
+        g = gk.Graph(st)
+        with g:
+            for i in range(iters):
+                fn(i % n_inputs)
+        ev0, ev1 = gk.Event("cuda"), gk.Event("cuda")
+        g.replay(st)
+        out = []
+        for _ in range(args.rounds):
+            ev0.record(st)
+            g.replay(st)
+            ev1.record(st)
+            ev1.synchronize()
+            out.append(ev0.elapsed_time(ev1) * 1000.0 / iters)
+        eager = []
+        for r in range(max(3, args.rounds // 3)):
+            ev0.record(gstream)
+            for i in range(iters):
+                fn(i % n_inputs)
+            ev1.record(gstream)
+            ev1.synchronize()
+            eager.append(ev0.elapsed_time(ev1) * 1000.0 / iters)
+        print(f"   (eager, including Python and launch overhead: {np.median(eager):.1f} us)")
+        return out
+
+    def time_torch(fn, n_inputs):
+        ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        for i in range(3):
+            fn(i % n_inputs)
+        out = []
+        for r in range(args.rounds):
+            ev0.record()
+            for i in range(args.iters):
+                fn((r * args.iters + i) % n_inputs)
+            ev1.record()
+            ev1.synchronize()
+            out.append(ev0.elapsed_time(ev1) * 1000.0 / args.iters)
+        return out
+
+    def pools(B, V, flat, dtype):
+        per = B * V * 4
+        n = max(2, min(256, (128 << 20) // per + 1))
+        xs = []
+        for _ in range(n):
+            x = rng.standard_normal((B, V)).astype(np.float32)
+            x *= 0.02 if flat else 4.0
+            xs.append(x)
+        g = [gk.asarray(x).to("cuda").astype(dtype) for x in xs]
+        t = [torch.from_numpy(x).cuda().to(getattr(torch, dtype)) for x in xs]
+        return g, t, n
+
+    results = []
+
+    def record(name, shape, dtype, gk_rounds, peer, peer_rounds):
+        rec = {"name": name, "shape": shape, "dtype": {"float32": "f32", "bfloat16": "bf16"}[dtype], "metric": "us",
+               "gpukit": float(np.median(gk_rounds)), "peer": peer, "peer_value": float(np.median(peer_rounds)),
+               "rounds": [float(v) for v in gk_rounds]}
+        results.append(rec)
+        print(f"{name:24s} {shape:14s} {rec['dtype']:5s} gpukit {rec['gpukit']:8.1f} us   {peer}: "
+              f"{rec['peer_value']:8.1f} us   ({rec['peer_value'] / rec['gpukit']:.1f}x)")
+
+    H = 256
+    for V in (128256, 151936):
+        for B in (1, 32):
+            for dtype in ("float32", "bfloat16"):
+                for flat in (False, True):
+                    if flat and dtype != "float32":
+                        continue
+                    g, t, n = pools(B, V, flat, dtype)
+                    hist_np = rng.integers(0, V, size=(B, H)).astype(np.int32)
+                    hist, lens = gk.asarray(hist_np).to("cuda"), gk.asarray(np.full(B, H, np.int32)).to("cuda")
+                    seeds = gk.asarray(np.arange(B, dtype=np.int64)).to("cuda")
+                    pos = gk.asarray(np.zeros(B, np.int64)).to("cuda")
+                    params = S.Params(temperature=gk.asarray(np.full(B, 0.8, np.float32)).to("cuda"),
+                                      top_p=gk.asarray(np.full(B, 0.9, np.float32)).to("cuda"),
+                                      repetition_penalty=gk.asarray(np.full(B, 1.1, np.float32)).to("cuda"))
+                    g_rounds = time_gk(lambda i: S.decode_step(g[i], params, seeds, pos, history=hist,
+                                                               history_lengths=lens), n)
+                    th = torch.from_numpy(hist_np.astype(np.int64)).cuda()
+                    gen = torch.Generator(device="cuda").manual_seed(0)
+
+                    def torch_topp(i):
+                        x = t[i].float()
+                        sc = torch.gather(x, 1, th)
+                        sc = torch.where(sc > 0, sc / 1.1, sc * 1.1)
+                        x = x.scatter(1, th, sc) / 0.8
+                        p = torch.softmax(x, -1)
+                        ps, idx = torch.sort(p, descending=True)
+                        cs = torch.cumsum(ps, -1)
+                        ps = ps.masked_fill(cs - ps > 0.9, 0.0)
+                        tok = torch.multinomial(ps, 1, generator=gen)
+                        return torch.gather(idx, 1, tok)
+
+                    t_rounds = time_torch(torch_topp, n)
+                    name = "decode_step_topp_flat" if flat else "decode_step_topp"
+                    record(name, f"B{B}_V{V}", dtype, g_rounds, "torch penalty+softmax+sort+cumsum+multinomial",
+                           t_rounds)
+
+    V = 128256
+    g, t, n = pools(1, V, False, "float32")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    record("sample_topk50", f"B1_V{V}", "float32", time_gk(lambda i: S.sample(g[i], top_k=50, seed=1), n),
+           "torch topk+softmax+multinomial",
+           time_torch(lambda i: torch.multinomial(torch.softmax(torch.topk(t[i], 50).values, -1), 1, generator=gen), n))
+    record("argmax", f"B1_V{V}", "float32", time_gk(lambda i: S.argmax(g[i]), n), "torch.argmax",
+           time_torch(lambda i: torch.argmax(t[i], -1), n))
+    g, t, n = pools(1, V, True, "float32")
+    record("sample_topk50_flat", f"B1_V{V}", "float32", time_gk(lambda i: S.sample(g[i], top_k=50, seed=1), n),
+           "torch topk+softmax+multinomial",
+           time_torch(lambda i: torch.multinomial(torch.softmax(torch.topk(t[i], 50).values, -1), 1, generator=gen), n))
+
+    write(args.out, results, torch)
+    return 0
+
+
+def write(path, results, torch):
+    doc = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            doc = json.load(f)
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=20).stdout.strip().splitlines()[0]
+    except Exception:  # noqa: BLE001
+        driver = "unknown"
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=20).stdout.strip()
+    except Exception:  # noqa: BLE001
+        commit = "unknown"
+    doc.update({"device": torch.cuda.get_device_name(), "driver": driver, "cuda": torch.version.cuda,
+                "commit": commit, "date": datetime.datetime.now(datetime.timezone.utc).isoformat()})
+    keep = {(r["name"], r["shape"], r["dtype"]) for r in results}
+    old = [r for r in doc.get("results", []) if (r["name"], r["shape"], r["dtype"]) not in keep]
+    doc["results"] = old + results
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+    print(f"wrote {len(results)} records to {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

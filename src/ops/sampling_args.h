@@ -1,0 +1,185 @@
+// Argument block of the sampling ops, shared by the front end (src/ops/sampling.cpp)
+// and both backends, and the per-element rules both backends must apply
+// identically (see include/gpukit/sampling.h for the user-facing definitions).
+#pragma once
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+
+#include "gpukit/dtype.h"
+#include "gpukit/numeric.h"
+
+namespace gk {
+
+// A per-row parameter: a device array of B values, or one value for every row.
+template <class T>
+struct RowParam {
+  const T* ptr = nullptr;
+  T value{};
+  GK_HD T at(int64_t r) const { return ptr ? ptr[r] : value; }
+};
+
+enum class SampleMode : uint8_t {
+  Draw,     // tokens (+ logprobs): the whole decode step
+  Filter,   // processed logits with filtered-out entries set to -inf -> out
+  Process,  // processed logits (bias, penalties, bans, EOS; temperature if asked) -> out
+};
+
+struct SampleArgs {
+  // logits [B, V], element stride 1, row stride in elements; f32, bf16 or f16
+  const void* logits = nullptr;
+  DType dtype = DType::f32;
+  int64_t B = 0, V = 0, row_stride = 0;
+  SampleMode mode = SampleMode::Draw;
+  bool scale_by_temperature = true;  // Process mode: divide by T where T > 0
+
+  RowParam<float> temperature{nullptr, 1.f}, top_p{nullptr, 1.f}, min_p{nullptr, 0.f}, typical_p{nullptr, 1.f};
+  RowParam<float> repetition{nullptr, 1.f}, presence{nullptr, 0.f}, frequency{nullptr, 0.f};
+  RowParam<int32_t> top_k{nullptr, 0}, min_tokens{nullptr, 0}, generated{nullptr, 0};
+  RowParam<int64_t> seed{nullptr, 0}, position{nullptr, 0};
+  bool row_tag_is_index = false;  // sample(): the row tag is the batch index; decode_step: 0
+
+  // token history [B, Hmax] (row stride hist_stride) with lengths [B]
+  const int32_t* history = nullptr;
+  int64_t hist_stride = 0, hist_max = 0;
+  RowParam<int32_t> hist_len{nullptr, 0};
+  // logit bias: [V] (bias_row_stride 0) or [B, V]
+  const float* bias = nullptr;
+  int64_t bias_row_stride = 0;
+  // banned ids: [N] shared (banned_row_stride 0) or [B, N]
+  const int32_t* banned = nullptr;
+  int64_t n_banned = 0, banned_row_stride = 0;
+  // EOS ids masked while generated < min_tokens
+  const int32_t* eos = nullptr;
+  int64_t n_eos = 0;
+
+  // outputs
+  int32_t* tokens = nullptr;  // [B]
+  float* logprobs = nullptr;  // [B] or null
+  int top_n = 0;
+  int32_t* top_ids = nullptr;  // [B, top_n]
+  float* top_logprobs = nullptr;
+  float* out = nullptr;  // [B, V] contiguous (Filter / Process)
+
+  // CUDA scratch: f32 [B, V] and, with a history, int32 [B, V]
+  float* work = nullptr;
+  int32_t* counts = nullptr;
+};
+
+namespace smp {
+
+constexpr float kWeightScale = 1099511627776.0f;  // 2^40
+
+// NaN -> -inf (masked); +inf -> the largest finite float (so exp stays defined).
+GK_HD float sanitize(float x) {
+  if (x != x) return -INFINITY;
+  if (x == INFINITY) return FLT_MAX;
+  return x;
+}
+
+// Processed logits that overflowed to +inf (bias, penalty, temperature) count as FLT_MAX.
+GK_HD float finite_top(float x) { return x == INFINITY ? FLT_MAX : x; }
+
+// CTRL-style repetition penalty, then OpenAI-style frequency and presence.
+GK_HD float penalize(float x, int32_t count, float rep, float presence, float frequency) {
+  if (rep != 1.f) x = x > 0.f ? x / rep : x * rep;
+  if (frequency != 0.f) x -= frequency * float(count);
+  if (presence != 0.f) x -= presence;
+  return x;
+}
+
+// A uint32 whose unsigned order is the float order (no NaNs here).
+GK_HD uint32_t order_key(float f) {
+  uint32_t u = f32_bits(f);
+  if ((u & 0x7fffffffu) == 0) u = 0;  // -0 == +0
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// Fixed-point weight of a token: floor(exp(s - m) * 2^40). The max token weighs 2^40;
+// tokens under 2^-40 of the max weigh 0 and are never drawn.
+GK_HD uint64_t weight_of(float e) {
+  float v = e * kWeightScale;  // exact (power of two)
+  return v >= 1.f ? uint64_t(v) : 0;
+}
+GK_HD float rel_exp(float s, float m) {
+#if defined(__CUDA_ARCH__)
+  return expf(s - m);
+#else
+  return std::exp(s - m);
+#endif
+}
+// w * (s - m) rounded to an integer (exact sums for the entropy).
+GK_HD int64_t weighted_logit(uint64_t w, float sm) {
+  double v = double(w) * double(sm);
+#if defined(__CUDA_ARCH__)
+  return __double2ll_rn(v);
+#else
+  return std::llrint(v);
+#endif
+}
+// Typical-p order key: larger = closer to the entropy. mean = sum(w (s-m)) / sum(w).
+GK_HD uint32_t typical_key(float sm, double mean) {
+  double d = double(sm) - mean;
+  float df = float(d < 0 ? -d : d);
+  return order_key(-df);
+}
+// floor(p * W) in double arithmetic (the same on host and device).
+GK_HD uint64_t frac_target(float p, uint64_t W) { return uint64_t(double(p) * double(W)); }
+// floor(W * bits / 2^64): the draw's target in [0, W).
+GK_HD uint64_t scale_draw(uint64_t W, uint64_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __umul64hi(W, bits);
+#else
+  return uint64_t((unsigned __int128)W * bits >> 64);
+#endif
+}
+
+// Effective per-row parameters. Out-of-range values: the CPU front end raises
+// before running; the CUDA path (no host sync) applies these documented rules.
+struct RowCfg {
+  bool greedy;
+  float temp;
+  int64_t top_k;  // 0: off
+  float top_p;    // 1: off
+  float min_p;    // 0: off
+  float typical;  // 1: off
+  float rep, presence, frequency;
+};
+GK_HD RowCfg row_cfg(const SampleArgs& a, int64_t r) {
+  RowCfg c;
+  float t = a.temperature.at(r);
+  c.greedy = !(t > 0.f);
+  c.temp = c.greedy ? 1.f : t;
+  int64_t k = a.top_k.at(r);
+  c.top_k = (k <= 0 || k >= a.V) ? 0 : k;
+  float p = a.top_p.at(r);
+  c.top_p = (p > 0.f && p < 1.f) ? p : 1.f;
+  float mp = a.min_p.at(r);
+  c.min_p = (mp > 0.f && mp <= 1.f) ? mp : 0.f;
+  float tp = a.typical_p.at(r);
+  c.typical = (tp > 0.f && tp < 1.f) ? tp : 1.f;
+  float rp = a.repetition.at(r);
+  c.rep = rp > 0.f && rp < INFINITY ? rp : 1.f;
+  c.presence = a.presence.at(r);
+  c.frequency = a.frequency.at(r);
+  if (c.presence != c.presence) c.presence = 0.f;
+  if (c.frequency != c.frequency) c.frequency = 0.f;
+  return c;
+}
+
+}  // namespace smp
+
+namespace cpu {
+void sample_rows(const SampleArgs& a);
+void topk_rows(const void* logits, DType dt, int64_t B, int64_t V, int64_t row_stride, int64_t k, float* values,
+               int32_t* indices);
+}  // namespace cpu
+namespace cuda {
+void sample_rows(const SampleArgs& a, void* stream);
+void topk_rows(const void* logits, DType dt, int64_t B, int64_t V, int64_t row_stride, int64_t k, float* values,
+               int32_t* indices, void* stream);
+void argmax_rows(const void* logits, DType dt, int64_t B, int64_t V, int64_t row_stride, int32_t* out,
+                 void* stream);
+}  // namespace cuda
+
+}  // namespace gk

@@ -1,0 +1,132 @@
+"""Independent NumPy reference of the gpukit.sampling definitions (see
+python/gpukit/sampling.py): thresholds from sorting, exact integer masses, and a
+pure-Python Philox4x32-10 for the draw."""
+import numpy as np
+
+SCALE = 2.0 ** 40
+M32 = 0xFFFFFFFF
+
+
+def philox4x32_10(ctr, key):
+    c = list(ctr)
+    k0, k1 = key
+    for _ in range(10):
+        p0 = 0xD2511F53 * c[0]
+        p1 = 0xCD9E8D57 * c[2]
+        c = [((p1 >> 32) ^ c[1] ^ k0) & M32, p1 & M32, ((p0 >> 32) ^ c[3] ^ k1) & M32, p0 & M32]
+        k0 = (k0 + 0x9E3779B9) & M32
+        k1 = (k1 + 0xBB67AE85) & M32
+    return c
+
+
+def draw_bits(seed, position, tag):
+    seed &= (1 << 64) - 1
+    position &= (1 << 64) - 1
+    r = philox4x32_10([position & M32, position >> 32, tag, 0], [seed & M32, seed >> 32])
+    return (r[0] << 32) | r[1]
+
+
+def weights(s):
+    """s: float32 row (no NaN). Returns (m, e float32, w uint64-as-python-int array)."""
+    s = np.asarray(s, np.float32)
+    m = s.max()
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = np.exp((s - m).astype(np.float32)).astype(np.float32)
+    e = np.where(np.isneginf(s), np.float32(0), e)
+    w = np.floor(e.astype(np.float64) * SCALE)
+    w = np.where(w >= 1, w, 0).astype(np.uint64)
+    return m, e, w
+
+
+def _threshold(keys, w, idx, target):
+    """Largest key among idx whose mass of keys >= it reaches target (groups of ties)."""
+    order = idx[np.argsort(-keys[idx], kind="stable")]
+    cum = 0
+    i = 0
+    while i < len(order):
+        g = keys[order[i]]
+        while i < len(order) and keys[order[i]] == g:
+            cum += int(w[order[i]])
+            i += 1
+        if cum >= target:
+            return g
+    return keys[order[-1]]
+
+
+def kept_mask(s, top_k=None, top_p=1.0, min_p=0.0, typical_p=1.0):
+    s = np.asarray(s, np.float32)
+    V = s.size
+    m, e, w = weights(s)
+    keys = s.astype(np.float64)
+    keep = np.ones(V, bool)
+    if top_k is not None and 0 < top_k < V:
+        kth = np.sort(keys)[::-1][top_k - 1]
+        keep &= keys >= kth
+    if top_p < 1.0:
+        idx = np.nonzero(keep)[0]
+        Wk = int(sum(int(v) for v in w[idx]))
+        target = int(float(np.float32(top_p)) * float(Wk))
+        keep &= keys >= _threshold(keys, w, idx, target)
+    if min_p > 0:
+        keep &= e >= np.float32(min_p)
+    if typical_p < 1.0:
+        idx = np.nonzero(keep)[0]
+        W1 = int(sum(int(v) for v in w[idx]))
+        sm = (s - m).astype(np.float32)
+        S1 = 0
+        for i in idx:
+            if w[i]:
+                S1 += int(np.rint(float(w[i]) * float(sm[i])))
+        mean = S1 / W1
+        d = np.abs(sm.astype(np.float64) - mean).astype(np.float32)
+        tkey = -d.astype(np.float64)
+        target = int(float(np.float32(typical_p)) * float(W1))
+        keep &= tkey >= _threshold(tkey, w, idx, target)
+    return keep, w
+
+
+def filtered_probs(s, **kw):
+    keep, w = kept_mask(s, **kw)
+    wk = np.where(keep, w, 0).astype(np.float64)
+    return wk / wk.sum()
+
+
+def draw(s, seed, position, tag, **kw):
+    keep, w = kept_mask(s, **kw)
+    wk = [int(v) if k else 0 for v, k in zip(w, keep)]
+    W = sum(wk)
+    t = (W * draw_bits(seed, position, tag)) >> 64
+    acc = 0
+    for i, v in enumerate(wk):
+        acc += v
+        if acc > t:
+            return i
+    return int(np.argmax(s))
+
+
+def penalize(x, hist, rep=1.0, pres=0.0, freq=0.0):
+    x = np.array(x, np.float32)
+    V = x.size
+    ids, counts = np.unique([h for h in hist if 0 <= h < V], return_counts=True)
+    for t, c in zip(ids, counts):
+        v = x[t]
+        if rep != 1.0:
+            v = v / np.float32(rep) if v > 0 else v * np.float32(rep)
+        v = np.float32(v - np.float32(freq) * np.float32(c)) if freq else v
+        v = np.float32(v - np.float32(pres)) if pres else v
+        x[t] = v
+    return x
+
+
+# chi-square critical values at alpha = 1e-4 (Wilson-Hilferty approximation, z = 3.719)
+def chi2_critical(df, z=3.719):
+    h = 2.0 / (9.0 * df)
+    return df * (1.0 - h + z * np.sqrt(h)) ** 3
+
+
+def chi_square(counts, probs):
+    n = counts.sum()
+    nz = probs > 0
+    exp = probs[nz] * n
+    stat = float(((counts[nz] - exp) ** 2 / exp).sum())
+    return stat, int(nz.sum()) - 1
