@@ -20,6 +20,7 @@ from ._array import (  # noqa: F401
 )
 from . import _stream  # noqa: F401  (adds `with stream:` and Graph context managers)
 from . import cuda  # noqa: F401
+from .jit import JitError, JitKernel  # noqa: F401  (gk.jit: the callable module; gk.jit.is_available())
 
 bool_ = DType.bool
 uint8 = DType.uint8
