@@ -112,7 +112,7 @@ std::string cache_key(const std::string& source, const std::string& name_expr,
 // ---- kernels ----
 // One launch argument, as the bindings extract it from Python objects.
 struct Arg {
-  enum Kind : uint8_t { Null, Pointer, Int, Float, Bool } kind = Null;
+  enum Kind : uint8_t { Null, Pointer, Int, Float, Bool, Other } kind = Null;  // Other: not passable
   void* ptr = nullptr;
   std::optional<Device> device;   // pointers: where the memory lives, when known
   std::optional<DType> dtype;     // pointers: element type, when known

@@ -61,6 +61,15 @@ Arg to_arg(nb::handle h, size_t index) {
     a.what = "bool";
     return a;
   }
+  if (!PyLong_Check(o) && !PyFloat_Check(o) && PyNumber_Check(o)) {  // numpy.bool_
+    std::string tn = py_type_name(h);
+    if ((tn == "bool" || tn == "bool_") && nb::hasattr(h, "dtype")) {
+      a.kind = Arg::Bool;
+      a.b = PyObject_IsTrue(o) == 1;
+      a.what = "numpy.bool";
+      return a;
+    }
+  }
   if (PyLong_Check(o) || (PyIndex_Check(o) && !PyObject_HasAttrString(o, "__cuda_array_interface__") &&
                           !PyObject_HasAttrString(o, "data_ptr"))) {
     nb::object v = nb::steal(PyNumber_Index(o));
@@ -117,8 +126,9 @@ Arg to_arg(nb::handle h, size_t index) {
     a.what = py_type_name(h);
     return a;
   }
-  throw TypeError(cat("argument ", index, ": cannot pass a ", py_type_name(h),
-                      " to a kernel (expected gpukit.Array, a CUDA tensor, a number, a bool or None)"));
+  a.kind = Arg::Other;  // the kernel's signature names the parameter in the TypeError
+  a.what = py_type_name(h);
+  return a;
 }
 
 Dim3 to_dim3(nb::handle h, const char* arg) {

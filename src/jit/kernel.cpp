@@ -135,13 +135,13 @@ Kernel::State::PerDevice& Kernel::State::load(Device d) {
     if (it != libraries().end()) {
       lib = it->second;
     } else {
-      detail::set_device(d.index);
+      gk::detail::set_device(d.index);
       detail::count_library_load();
       GK_CUDA_CHECK(cudaLibraryLoadData(&lib, prog->binary.data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
       libraries().emplace(prog->key, lib);
     }
   }
-  detail::set_device(d.index);
+  gk::detail::set_device(d.index);
   cudaKernel_t kern = nullptr;
   GK_CUDA_CHECK(cudaLibraryGetKernel(&kern, lib, prog->lowered_name.c_str()));
   cudaFuncAttributes attr{};
@@ -202,8 +202,10 @@ void Kernel::State::pack_slots(const std::vector<Arg>& args, std::optional<Devic
         if (a.kind != Arg::Pointer) bad("an array or tensor on a CUDA device (or None)");
         if (a.dtype && !p.any_elem) {
           DType t = *a.dtype;
-          bool ok = (p.elem && *p.elem == t) ||
-                    (p.unsigned_elem && (is_integral(t) || t == DType::b8) && int(itemsize(t)) == p.elem_size);
+          // Unsigned pointees without a gpukit dtype (unsigned*, uint64_t*) take the signed
+          // integer of their size; uint8_t* also takes bool.
+          bool ok = (p.elem && *p.elem == t) || (p.elem == DType::u8 && t == DType::b8) ||
+                    (p.unsigned_elem && !p.elem && is_integral(t) && int(itemsize(t)) == p.elem_size);
           if (!ok)
             throw TypeError(cat(label(i), " expects '", p.spelling, "'",
                                 p.elem ? cat(" (", dtype_name(*p.elem), ")") : std::string(), ", got a ",
@@ -291,7 +293,6 @@ void Kernel::launch(Dim3 grid, Dim3 block, const std::vector<Arg>& args, size_t 
   for (const auto& a : args)
     if (!d && a.kind == Arg::Pointer && a.device && a.device->is_cuda()) d = *a.device;
   if (!d) d = s.home;
-  if (!d) throw ValueError(cat("kernel '", s.name, "': no CUDA device to launch on"));
   std::vector<uint64_t> slots;
   s.pack_slots(args, d, slots);  // all type/count errors before anything touches the device
   auto check_dims = [](const Dim3& v, const char* what, int64_t maxx, int64_t maxyz) {
@@ -302,6 +303,7 @@ void Kernel::launch(Dim3 grid, Dim3 block, const std::vector<Arg>& args, size_t 
   check_dims(grid, "grid", (int64_t(1) << 31) - 1, 65535);
   check_dims(block, "block", 1024, 1024);
   if (block.z > 64) throw ValueError(cat("block: z = ", block.z, " exceeds 64"));
+  if (!d) throw ValueError(cat("kernel '", s.name, "': no CUDA device to launch on"));
 #if GPUKIT_WITH_CUDA
   check_device_usable(*d);
   auto& pd = s.load(*d);
@@ -313,7 +315,7 @@ void Kernel::launch(Dim3 grid, Dim3 block, const std::vector<Arg>& args, size_t 
     throw ValueError(cat("shared_mem: ", shared_mem, " bytes of dynamic shared memory (plus ", pd.static_smem,
                          " static) exceed the device's limit of ", pd.optin, " bytes per block"));
   const void* fn = pd.kernel.load(std::memory_order_acquire);
-  detail::set_device(d->index);
+  gk::detail::set_device(d->index);
   if (shared_mem > pd.smem_set.load()) {
     std::lock_guard<std::mutex> lk(s.mu);
     if (shared_mem > pd.smem_set.load()) {

@@ -93,7 +93,10 @@ bool sym(void* h, const char* name, F& out, std::string& missing) {
 
 bool try_open(Loader& l, const std::string& cand) {
   bool is_path = cand.find('/') != std::string::npos;
-  if (is_path && !is_file(cand)) return false;  // quietly skip missing directories' files
+  if (is_path && !is_file(cand)) {
+    l.reason += "\n  " + cand + ": no such file";
+    return false;
+  }
   void* h = dlopen(cand.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     const char* e = dlerror();

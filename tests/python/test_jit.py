@@ -1,0 +1,665 @@
+"""gk.jit: NVRTC compilation, caches, argument checking (run without a GPU), and
+launches, graphs and faults (GPU only)."""
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+import uuid
+
+import numpy as np
+import pytest
+
+import gpukit as gk
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PYPATH = os.path.join(ROOT, "python")
+
+needs_nvrtc = pytest.mark.skipif(not gk.jit.is_available(), reason="NVRTC not available")
+needs_gpu = pytest.mark.skipif(not (gk.cuda.is_available() and gk.jit.is_available()),
+                               reason="needs a CUDA device and NVRTC")
+ARCH = None if gk.cuda.is_available() else "sm_90a"  # compile-only tests without a GPU
+
+AXPY = r"""
+#include <cstdint>
+template <typename T>
+__global__ void axpy(T a, const T* __restrict__ x, T* y, int64_t n) {
+  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i] + y[i];
+}
+"""
+
+SIG = r"""
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cstdint>
+extern "C" __global__ void __launch_bounds__(128)
+sig(const __nv_bfloat16* x, /* a comment, with a comma */ float* y, unsigned n, size_t m,
+    bool flag, double d, __half h, __nv_bfloat16 b, signed char c, long long q, void* raw) {}
+"""
+
+
+def unique(src):
+    """A source no other test (or earlier run) compiled: forces a fresh compile."""
+    return f"// {uuid.uuid4().hex}\n" + src
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUKIT_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def run_py(code, env_extra=None, timeout=300):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = PYPATH + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+# ---------------------------------------------------------------- NVRTC only
+
+@needs_nvrtc
+def test_compile_cubin_and_ptx():
+    k = gk.jit(unique('extern "C" __global__ void f(float* x) { x[threadIdx.x] = 1.0f; }'), "f", arch="sm_90a")
+    assert k.is_cubin and k.arch == "sm_90a"
+    assert k.binary[:4] == b"\x7fELF"
+    assert k.lowered_name == "f"
+    p = gk.jit(unique('extern "C" __global__ void f(float* x) { x[threadIdx.x] = 1.0f; }'), "f", arch="compute_80")
+    assert not p.is_cubin and p.arch == "compute_80"
+    assert b".entry f" in p.binary and b".target sm_80" in p.binary
+    assert gk.jit.nvrtc_version()[0] >= 12
+    assert 90 in gk.jit.supported_archs()
+
+
+@needs_nvrtc
+def test_arch_spellings():
+    src = unique('extern "C" __global__ void f(int* x) { x[0] = 1; }')
+    assert gk.jit(src, "f", arch="90a").arch == "sm_90a"
+    assert gk.jit(src, "f", arch="sm_80").arch == "sm_80"
+    for bad in ("sm90", "90b", "compute_", "x86", ""):
+        with pytest.raises(ValueError, match="arch"):
+            gk.jit(src, "f", arch=bad)
+    with pytest.raises(ValueError, match="arch="):
+        gk.jit(src, "f", options=["--gpu-architecture=sm_80"], arch="sm_90a")
+
+
+@pytest.mark.skipif(gk.cuda.is_available() or not gk.jit.is_available(), reason="needs NVRTC and no GPU")
+def test_no_device_needs_arch():
+    with pytest.raises(ValueError, match="arch="):
+        gk.jit('extern "C" __global__ void f() {}', "f")
+
+
+@needs_nvrtc
+def test_templates_and_name_expressions():
+    kf = gk.jit(AXPY, "axpy<float>", arch="sm_90a")
+    kd = gk.jit(AXPY, "axpy<double>", arch="sm_90a")
+    assert kf.lowered_name != kd.lowered_name
+    assert kf.lowered_name.startswith("_Z") and "axpy" in kf.lowered_name
+    assert kf.param_types == ["float", "const float * __restrict__", "float *", "int64_t"]
+    assert kd.param_types[0] == "double" and kd.param_names == ["a", "x", "y", "n"]
+    assert kf.cache_key != kd.cache_key
+    # Layout: float at 0, pointers at 8 and 16, int64 at 24.
+    assert kf.pack_args(2.5, None, None, 7) == struct.pack("<f4xQQq", 2.5, 0, 0, 7)
+    assert kd.pack_args(2.5, None, None, 7) == struct.pack("<dQQq", 2.5, 0, 0, 7)
+
+
+@needs_nvrtc
+def test_default_template_argument_and_namespace():
+    src = r"""
+    namespace ops {
+    template <typename T, int BLOCK = 128, typename Acc = float>
+    __global__ void scale(T* y, Acc s, int n) {}
+    }
+    """
+    k = gk.jit(src, "ops::scale<double, 64>", arch="sm_90a")
+    assert k.param_types == ["double *", "float", "int"]
+
+
+@needs_nvrtc
+def test_compile_error_reports_log_and_line():
+    src = unique('extern "C" __global__ void f(float* x) {\n  int ok = 1;\n  x[0] = not_declared + ok;\n}\n')
+    with pytest.raises(gk.JitError) as ei:
+        gk.jit(src, "f", arch="sm_90a")
+    e = ei.value
+    assert isinstance(e, RuntimeError)
+    assert e.line == 4  # the uuid comment is line 1
+    assert "not_declared" in e.source_line
+    assert "not_declared" in e.log and "error" in e.log
+    msg = str(e)
+    assert "line 4" in msg and "x[0] = not_declared + ok;" in msg and "sm_90a" in msg
+
+
+@needs_nvrtc
+def test_compile_error_in_header_and_missing_kernel():
+    with pytest.raises(gk.JitError) as ei:
+        gk.jit(unique('#include "no_such_header.h"\nextern "C" __global__ void f() {}'), "f", arch="sm_90a")
+    assert "no_such_header.h" in ei.value.log
+    # A name that is no kernel in the source.
+    with pytest.raises((gk.JitError, ValueError)):
+        gk.jit(unique('extern "C" __global__ void f() {}'), "g", arch="sm_90a")
+
+
+@needs_nvrtc
+def test_headers_cuda_types_and_cstdint():
+    k = gk.jit(unique(SIG), "sig", arch="sm_90a")
+    assert k.param_names == ["x", "y", "n", "m", "flag", "d", "h", "b", "c", "q", "raw"]
+    assert k.param_types[:3] == ["const __nv_bfloat16 *", "float *", "unsigned"]
+
+
+@needs_nvrtc
+def test_memory_cache_hit(cache_dir):
+    src = unique(AXPY)
+    gk.jit.reset_stats()
+    k1 = gk.jit(src, "axpy<float>", arch="sm_90a")
+    s = gk.jit.stats()
+    assert s["nvrtc_compiles"] == 1 and s["memory_hits"] == 0 and s["disk_writes"] == 1
+    k2 = gk.jit(src, "axpy<float>", arch="sm_90a")
+    s = gk.jit.stats()
+    assert s["nvrtc_compiles"] == 1 and s["memory_hits"] == 1
+    assert k1.binary == k2.binary and k1.cache_key == k2.cache_key
+    # Anything that changes the code changes the key: options, arch, name expression.
+    k3 = gk.jit(src, "axpy<float>", options=["-DFOO=1"], arch="sm_90a")
+    k4 = gk.jit(src, "axpy<float>", arch="sm_80")
+    k5 = gk.jit(src, "axpy<double>", arch="sm_90a")
+    assert len({k1.cache_key, k3.cache_key, k4.cache_key, k5.cache_key}) == 4
+    assert gk.jit.stats()["nvrtc_compiles"] == 4
+    # cache=False always compiles.
+    gk.jit(src, "axpy<float>", arch="sm_90a", cache=False)
+    assert gk.jit.stats()["nvrtc_compiles"] == 5
+
+
+@needs_nvrtc
+def test_disk_cache_across_processes(cache_dir):
+    src = unique(AXPY)
+    code = f"""
+    import gpukit as gk, json
+    k = gk.jit({src!r}, "axpy<float>", arch="sm_90a")
+    print(json.dumps([gk.jit.stats(), k.origin, k.cache_key, gk.jit.cache_dir()]))
+    """
+    import json
+    r1 = run_py(code)
+    assert r1.returncode == 0, r1.stderr
+    s1, origin1, key1, dir1 = json.loads(r1.stdout.strip().splitlines()[-1])
+    assert s1["nvrtc_compiles"] == 1 and s1["disk_writes"] == 1 and origin1 == "nvrtc"
+    assert dir1 == str(cache_dir / "jit")
+    assert os.path.exists(os.path.join(dir1, key1 + ".bin"))
+    r2 = run_py(code)
+    assert r2.returncode == 0, r2.stderr
+    s2, origin2, key2, _ = json.loads(r2.stdout.strip().splitlines()[-1])
+    assert s2["nvrtc_compiles"] == 0 and s2["disk_hits"] == 1 and origin2 == "disk" and key2 == key1
+    # In this process too: a cleared memory cache falls back to the disk.
+    gk.jit.clear_memory_cache()
+    gk.jit.reset_stats()
+    k = gk.jit(src, "axpy<float>", arch="sm_90a")
+    assert gk.jit.stats()["nvrtc_compiles"] == 0 and k.origin == "disk"
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "garbage"])
+def test_corrupt_disk_cache_is_ignored(cache_dir, damage):
+    src = unique(AXPY)
+    k = gk.jit(src, "axpy<float>", arch="sm_90a")
+    path = os.path.join(gk.jit.cache_dir(), k.cache_key + ".bin")
+    data = bytearray(open(path, "rb").read())
+    if damage == "flip":
+        data[len(data) // 2] ^= 0x40
+    elif damage == "truncate":
+        data = data[: len(data) // 3]
+    elif damage == "empty":
+        data = bytearray()
+    else:
+        data = bytearray(os.urandom(len(data)))
+    open(path, "wb").write(bytes(data))
+    gk.jit.clear_memory_cache()
+    gk.jit.reset_stats()
+    k2 = gk.jit(src, "axpy<float>", arch="sm_90a")
+    s = gk.jit.stats()
+    assert s["nvrtc_compiles"] == 1 and s["disk_hits"] == 0
+    assert s["disk_errors"] >= 1
+    assert k2.binary == k.binary and k2.origin == "nvrtc"
+
+
+@needs_nvrtc
+def test_unwritable_cache_dir_still_compiles(tmp_path, monkeypatch):
+    f = tmp_path / "a_file"
+    f.write_text("x")
+    monkeypatch.setenv("GPUKIT_CACHE_DIR", str(f))  # a file: the cache directory cannot exist
+    gk.jit.reset_stats()
+    k = gk.jit(unique(AXPY), "axpy<float>", arch="sm_90a")
+    assert k.binary[:4] == b"\x7fELF" and gk.jit.stats()["disk_errors"] >= 1
+
+
+# ---------------------------------------------------------------- argument checking (no launch)
+
+@needs_nvrtc
+def test_pack_scalars_and_layout():
+    k = gk.jit(SIG, "sig", arch="sm_90a")
+    b = k.pack_args(None, None, 3, 2**64 - 1, True, 1.5, 1.0, -2.0, -5, -(2**40), None)
+    half_one = np.float16(1.0).view(np.uint16)
+    import ml_dtypes
+    bf_m2 = np.array(-2.0, dtype=ml_dtypes.bfloat16).view(np.uint16)
+    expected = struct.pack("<QQI4xQ?7xdHHb3xqQ", 0, 0, 3, 2**64 - 1, True, 1.5, half_one, bf_m2, -5, -(2**40), 0)
+    assert b == expected
+    # numpy scalars are numbers too
+    b2 = k.pack_args(None, None, np.uint32(3), np.int64(2**62), np.bool_(False), np.float32(0.5), 1, 2, 3, 4, None)
+    assert struct.unpack_from("<I", b2, 16)[0] == 3 and struct.unpack_from("<d", b2, 40)[0] == 0.5
+    assert struct.unpack_from("<?", b2, 32)[0] is False
+
+
+@needs_nvrtc
+def test_wrong_argument_count_and_types():
+    k = gk.jit(AXPY, "axpy<float>", arch="sm_90a")
+    with pytest.raises(TypeError, match=r"takes 4 argument\(s\).*got 3"):
+        k.pack_args(1.0, None, None)
+    with pytest.raises(TypeError, match=r"takes 4"):
+        k.pack_args(1.0, None, None, 4, 5)
+    with pytest.raises(TypeError, match=r"argument 3 \('n'\).*integer.*got float"):
+        k.pack_args(1.0, None, None, 2.5)
+    with pytest.raises(TypeError, match=r"argument 0 \('a'\).*number.*got str"):
+        k.pack_args("1", None, None, 2)
+    with pytest.raises(TypeError, match=r"argument 1 \('x'\).*array or tensor"):
+        k.pack_args(1.0, 3.0, None, 2)
+    with pytest.raises(TypeError, match=r"argument 1.*float16"):
+        k.pack_args(1.0, gk.zeros(3, dtype=gk.float16), None, 1)
+    with pytest.raises(ValueError, match=r"argument 1 \('x'\).*on cpu"):
+        k.pack_args(1.0, gk.zeros(3), None, 1)
+    with pytest.raises(TypeError, match=r"argument 1 \('x'\).*got list"):
+        k.pack_args(1.0, [1, 2], None, 1)
+    with pytest.raises(ValueError, match="64 bits"):
+        k.pack_args(1.0, None, None, 2**70)
+    # the call path checks the same things before anything reaches a device
+    with pytest.raises(TypeError, match=r"takes 4"):
+        k(1, 32, 1.0, None, None)
+    with pytest.raises(TypeError, match="grid"):
+        k("1", 32, 1.0, None, None, 1)
+    with pytest.raises(TypeError, match="keyword"):
+        k(1, 32, 1.0, None, None, 1, shared=4)
+    with pytest.raises(TypeError, match="shared_mem"):
+        k(1, 32, 1.0, None, None, 1, shared_mem=1.5)
+
+
+@needs_nvrtc
+def test_integer_ranges():
+    k = gk.jit(SIG, "sig", arch="sm_90a")
+    base = [None, None, 3, 4, True, 1.0, 1.0, 1.0, 1, 1, None]
+
+    def with_(i, v):
+        a = list(base)
+        a[i] = v
+        return a
+    with pytest.raises(ValueError, match="unsigned"):
+        k.pack_args(*with_(2, -1))
+    with pytest.raises(ValueError, match="unsigned"):
+        k.pack_args(*with_(2, 2**32))
+    k.pack_args(*with_(2, 2**32 - 1))
+    with pytest.raises(ValueError, match="signed char"):
+        k.pack_args(*with_(8, 128))
+    k.pack_args(*with_(8, -128))
+    with pytest.raises(ValueError, match="size_t"):
+        k.pack_args(*with_(3, -1))
+    with pytest.raises(TypeError, match="bool"):
+        k.pack_args(*with_(4, 2))
+    with pytest.raises(TypeError, match="bool"):
+        k.pack_args(*with_(4, 1.0))
+
+
+@needs_nvrtc
+def test_pointer_dtype_rules():
+    src = r"""
+    #include <cuda_bf16.h>
+    #include <cstdint>
+    extern "C" __global__ void p(void* a, char* b, unsigned int* c, uint8_t* d, __nv_bfloat16* e, float4* f) {}
+    """
+    k = gk.jit(src, "p", arch="sm_90a")
+    assert k.param_types[0] == "void *"
+    # Dtype checks come before the device check: CPU arrays of a wrong dtype raise TypeError.
+    with pytest.raises(TypeError, match=r"argument 2.*unsigned"):
+        k.pack_args(None, None, gk.zeros(2, dtype=gk.float32), None, None, None)
+    with pytest.raises(TypeError, match=r"argument 3"):
+        k.pack_args(None, None, None, gk.zeros(2, dtype=gk.int8), None, None)
+    with pytest.raises(TypeError, match=r"argument 4.*bfloat16"):
+        k.pack_args(None, None, None, None, gk.zeros(2, dtype=gk.float16), None)
+    with pytest.raises(TypeError, match=r"argument 5.*float32"):
+        k.pack_args(None, None, None, None, None, gk.zeros(2, dtype=gk.int32))
+    # Accepted dtypes reach the device check (CPU arrays), proving the dtype passed.
+    for i, dt in [(0, gk.float64), (1, gk.int64), (2, gk.int32), (3, gk.uint8), (3, gk.bool_), (4, gk.bfloat16),
+                  (5, gk.float32)]:
+        args = [None] * 6
+        args[i] = gk.zeros(2, dtype=dt)
+        with pytest.raises(ValueError, match="on cpu"):
+            k.pack_args(*args)
+
+
+@needs_nvrtc
+def test_explicit_types_and_unparsable_signatures():
+    src = r"""
+    #define DECLARE(n) extern "C" __global__ void n(float* x, int k)
+    DECLARE(mac) {}
+    struct Pair { int a, b; };
+    extern "C" __global__ void bystruct(Pair p, float* x) {}
+    """
+    k = gk.jit(src, "mac", arch="sm_90a")
+    with pytest.raises(TypeError, match="types="):
+        k.pack_args(None, 1)
+    k2 = gk.jit(src, "mac", arch="sm_90a", types=["float*", gk.int32])
+    assert k2.param_types == ["float*", "int"]
+    assert k2.pack_args(None, 7) == struct.pack("<Qi", 0, 7)
+    k3 = gk.jit(src, "bystruct", arch="sm_90a")
+    with pytest.raises(TypeError, match="Pair"):
+        k3.pack_args(None, None)
+    with pytest.raises(ValueError, match=r"types\[0\]"):
+        gk.jit(src, "bystruct", arch="sm_90a", types=["Pair", "float*"])
+    with pytest.raises(TypeError, match="types"):
+        gk.jit(src, "mac", arch="sm_90a", types=[3.5])
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("spelling,kind,size,dtype", [
+    ("float", "float", 4, gk.float32), ("const double", "float", 8, gk.float64),
+    ("__half", "float", 2, gk.float16), ("__nv_bfloat16", "float", 2, gk.bfloat16),
+    ("int", "int", 4, gk.int32), ("unsigned", "uint", 4, None), ("unsigned int", "uint", 4, None),
+    ("long long int", "int", 8, gk.int64), ("std::int64_t", "int", 8, gk.int64), ("uint64_t", "uint", 8, None),
+    ("size_t", "uint", 8, None), ("bool", "bool", 1, gk.bool_), ("short", "int", 2, gk.int16),
+    ("unsigned char", "uint", 1, gk.uint8), ("const float* __restrict__", "pointer", 8, gk.float32),
+    ("float const * const", "pointer", 8, gk.float32), ("const __nv_bfloat16*", "pointer", 8, gk.bfloat16),
+    ("int**", "pointer", 8, None), ("MyStruct*", "pointer", 8, None), ("__nv_fp8_e4m3*", "pointer", 8, gk.float8_e4m3fn),
+])
+def test_parse_type(spelling, kind, size, dtype):
+    r = gk._C._jit_parse_type(spelling)
+    assert (r["kind"], r["size"]) == (kind, size)
+    assert r["dtype"] == dtype
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("spelling", ["float&", "int[4]", "MyStruct", "void", "long double", "float4", "int float"])
+def test_parse_type_rejects(spelling):
+    with pytest.raises(ValueError, match="types="):
+        gk._C._jit_parse_type(spelling)
+
+
+# ---------------------------------------------------------------- availability
+
+def test_without_nvrtc_everything_else_works(tmp_path):
+    r = run_py("""
+    import gpukit as gk, numpy as np
+    assert gk.jit.is_available() is False
+    reason = gk.jit.unavailable_reason()
+    assert "/nonexistent/libnvrtc.so.13" in reason or "not found" in reason, reason
+    try:
+        gk.jit('extern "C" __global__ void f() {}', "f", arch="sm_90a")
+    except RuntimeError as e:
+        assert "NVRTC is not available" in str(e) and "GPUKIT_NVRTC_PATH" in str(e), str(e)
+    else:
+        raise SystemExit("gk.jit did not raise")
+    x = gk.arange(5, dtype=gk.float32) * 2 + 1
+    assert np.array_equal(x.numpy(), np.arange(5, dtype=np.float32) * 2 + 1)
+    print("OK")
+    """, {"GPUKIT_NVRTC_PATH": "/nonexistent/libnvrtc.so.13", "GPUKIT_NVRTC_NO_SEARCH": "1",
+          "GPUKIT_CACHE_DIR": str(tmp_path)})
+    assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr
+
+
+def test_nvrtc_path_that_is_not_nvrtc(tmp_path):
+    import gpukit._C as C
+    r = run_py("""
+    import gpukit as gk
+    assert not gk.jit.is_available()
+    print(gk.jit.unavailable_reason())
+    """, {"GPUKIT_NVRTC_PATH": C.__file__, "GPUKIT_NVRTC_NO_SEARCH": "1"})
+    assert r.returncode == 0, r.stderr
+    assert "not NVRTC" in r.stdout or "too old" in r.stdout
+
+
+@needs_nvrtc
+def test_nvrtc_path_env_selects_library(tmp_path):
+    path = gk.jit.nvrtc_path()
+    r = run_py("""
+    import gpukit as gk
+    print(gk.jit.is_available(), gk.jit.nvrtc_path())
+    """, {"GPUKIT_NVRTC_PATH": os.path.dirname(path), "GPUKIT_NVRTC_NO_SEARCH": "1"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[0] == "True"
+    assert os.path.realpath(r.stdout.split()[1]) == os.path.realpath(path)
+
+
+# ---------------------------------------------------------------- GPU
+
+def cuda(a):
+    return gk.asarray(np.ascontiguousarray(a), device="cuda")
+
+
+@needs_gpu
+@pytest.mark.parametrize("n", [1, 7, 1023, 4097])
+def test_elementwise_axpy(n):
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal(n).astype(np.float32)
+    y = rng.standard_normal(n).astype(np.float32)
+    k = gk.jit(AXPY, "axpy<float>")
+    assert k.arch == "sm_%d%d%s" % (*gk.cuda.get_device_properties()["compute_capability"],
+                                    "a" if gk.cuda.get_device_properties()["compute_capability"][0] >= 9 else "")
+    gx, gy = cuda(x), cuda(y)
+    k((n + 127) // 128, 128, 1.5, gx, gy, n)
+    ref = 1.5 * x.astype(np.float64) + y
+    np.testing.assert_allclose(gy.numpy(), ref, rtol=1e-6, atol=1e-6)
+    kd = gk.jit(AXPY, "axpy<double>")
+    xd, yd = cuda(x.astype(np.float64)), cuda(y.astype(np.float64))
+    kd(((n + 63) // 64, 1, 1), (64,), -2, xd, yd, n)
+    np.testing.assert_allclose(yd.numpy(), -2 * x.astype(np.float64) + y, rtol=1e-14)
+
+
+@needs_gpu
+def test_bf16_and_strided_view():
+    src = r"""
+    #include <cuda_bf16.h>
+    extern "C" __global__ void dbl(const __nv_bfloat16* x, __nv_bfloat16* y, int n, __nv_bfloat16 add) {
+      int i = blockIdx.x * blockDim.x + threadIdx.x;
+      if (i < n) y[i] = __float2bfloat16(2.0f * __bfloat162float(x[i]) + __bfloat162float(add));
+    }"""
+    import ml_dtypes
+    k = gk.jit(src, "dbl")
+    n = 1000
+    x = (np.arange(n) / 8.0).astype(ml_dtypes.bfloat16)
+    gx = cuda(x)
+    gy = gk.full((n,), float("nan"), dtype=gk.bfloat16, device="cuda")
+    k(4, 256, gx, gy, n, 0.5)
+    np.testing.assert_array_equal(gy.numpy().astype(np.float32), 2 * x.astype(np.float32) + 0.5)
+    with pytest.raises(TypeError, match="float32"):
+        k(4, 256, gk.zeros(n, device="cuda"), gy, n, 0.5)
+    # a view passes the pointer of its first element
+    big = cuda(np.arange(20, dtype=np.float32))
+    inc = gk.jit('extern "C" __global__ void inc(float* p) { p[threadIdx.x] += 1.0f; }', "inc")
+    inc(1, 4, big[8:12])
+    expected = np.arange(20, dtype=np.float32)
+    expected[8:12] += 1
+    np.testing.assert_array_equal(big.numpy(), expected)
+
+
+REDUCE = r"""
+extern "C" __global__ void block_sum(const float* x, double* out, long long n) {
+  extern __shared__ double buf[];
+  double acc = 0.0;
+  for (long long i = threadIdx.x; i < n; i += blockDim.x) acc += x[i];  // fixed order per thread
+  buf[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) buf[threadIdx.x] += buf[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[0] = buf[0];
+}
+"""
+
+
+@needs_gpu
+@pytest.mark.parametrize("n", [1, 1023, 100003])
+def test_reduction_deterministic(n):
+    x = np.random.default_rng(1).standard_normal(n).astype(np.float32)
+    k = gk.jit(REDUCE, "block_sum")
+    gx = cuda(x)
+    results = []
+    for _ in range(3):
+        out = gk.full((1,), 12345.0, dtype=gk.float64, device="cuda")
+        k(1, 256, gx, out, n, shared_mem=256 * 8)
+        results.append(out.numpy()[0])
+    assert results[0] == results[1] == results[2]
+    np.testing.assert_allclose(results[0], x.astype(np.float64).sum(), rtol=1e-10, atol=1e-9)
+
+
+@needs_gpu
+def test_large_dynamic_shared_memory():
+    src = r"""
+    extern "C" __global__ void reverse(const float* x, float* y, int per_block) {
+      extern __shared__ float tile[];
+      const float* xb = x + (long long)blockIdx.x * per_block;
+      float* yb = y + (long long)blockIdx.x * per_block;
+      for (int i = threadIdx.x; i < per_block; i += blockDim.x) tile[i] = xb[i];
+      __syncthreads();
+      for (int i = threadIdx.x; i < per_block; i += blockDim.x) yb[i] = tile[per_block - 1 - i];
+    }"""
+    k = gk.jit(src, "reverse")
+    per_block = 24 * 1024  # 96 KiB of dynamic shared memory: above the 48 KiB default
+    blocks = 3
+    x = np.random.default_rng(0).standard_normal(per_block * blocks).astype(np.float32)
+    gy = gk.full((x.size,), -1.0, device="cuda")
+    k(blocks, 256, cuda(x), gy, per_block, shared_mem=per_block * 4)
+    np.testing.assert_array_equal(gy.numpy(), x.reshape(blocks, per_block)[:, ::-1].reshape(-1))
+    optin = gk.cuda.get_device_properties()["shared_memory_per_block_optin"]
+    with pytest.raises(ValueError, match="shared_mem"):
+        k(1, 256, cuda(x), gy, 1, shared_mem=optin + 4)
+
+
+@needs_gpu
+def test_wrong_arguments_do_not_launch():
+    k = gk.jit(AXPY, "axpy<float>")
+    y = gk.full((8,), 3.0, device="cuda")
+    x = gk.ones(8, device="cuda")
+    gk.cuda.synchronize()
+    before = gk.jit.stats()["launches"]
+    with pytest.raises(TypeError):
+        k(1, 8, 1.0, x, y)
+    with pytest.raises(TypeError):
+        k(1, 8, 1.0, x, gk.zeros(8, dtype=gk.int32, device="cuda"), 8)
+    with pytest.raises(ValueError, match="on cpu"):
+        k(1, 8, 1.0, gk.ones(8), y, 8)
+    with pytest.raises(ValueError, match="block"):
+        k(1, 2048, 1.0, x, y, 8)
+    with pytest.raises(ValueError, match="grid"):
+        k(0, 8, 1.0, x, y, 8)
+    assert gk.jit.stats()["launches"] == before
+    np.testing.assert_array_equal(y.numpy(), np.full(8, 3.0, np.float32))
+    k(1, 8, 1.0, x, y, 8)
+    assert gk.jit.stats()["launches"] == before + 1
+    np.testing.assert_array_equal(y.numpy(), np.full(8, 4.0, np.float32))
+
+
+@needs_gpu
+def test_cached_kernel_reuses_loaded_library():
+    src = unique(AXPY)
+    gk.jit(src, "axpy<float>")
+    s0 = gk.jit.stats()
+    gk.jit(src, "axpy<float>")
+    s1 = gk.jit.stats()
+    assert s1["nvrtc_compiles"] == s0["nvrtc_compiles"]
+    assert s1["library_loads"] == s0["library_loads"]
+
+
+@needs_gpu
+def test_stream_ordering():
+    k = gk.jit(AXPY, "axpy<float>")
+    s = gk.Stream()
+    n = 1 << 20
+    x = gk.ones(n, device="cuda", stream=s)
+    y = gk.zeros(n, device="cuda", stream=s)
+    for _ in range(10):
+        k(n // 256, 256, 1.0, x, y, n, stream=s)
+    with s:
+        k(n // 256, 256, 1.0, x, y, n)  # the current stream
+    s.synchronize()
+    np.testing.assert_array_equal(y.numpy(), np.full(n, 11.0, np.float32))
+
+
+@needs_gpu
+def test_graph_capture_and_replay():
+    k = gk.jit(AXPY, "axpy<float>")
+    n = 4097
+    x = cuda(np.arange(n, dtype=np.float32))
+    y = gk.zeros(n, device="cuda")
+    s = gk.Stream()
+    gk.cuda.synchronize()
+    with gk.Graph(s) as g:
+        k((n + 255) // 256, 256, 2.0, x, y, n)
+        k((n + 255) // 256, 256, 1.0, x, y, n)
+    s.synchronize()
+    np.testing.assert_array_equal(y.numpy(), np.zeros(n, np.float32))  # capture does not run
+    g.replay()
+    s.synchronize()
+    np.testing.assert_array_equal(y.numpy(), 3 * np.arange(n, dtype=np.float32))
+    g.replay()
+    g.replay()
+    s.synchronize()
+    np.testing.assert_array_equal(y.numpy(), 9 * np.arange(n, dtype=np.float32))
+
+
+@needs_gpu
+def test_torch_and_cupy_tensors():
+    k = gk.jit(AXPY, "axpy<float>")
+    done = 0
+    try:
+        import torch
+        x = torch.arange(100, dtype=torch.float32, device="cuda")
+        y = torch.ones(100, dtype=torch.float32, device="cuda")
+        torch.cuda.synchronize()
+        k(1, 128, 2.0, x, y, 100, stream=torch.cuda.current_stream())
+        torch.cuda.synchronize()
+        assert torch.equal(y, 2 * torch.arange(100, dtype=torch.float32, device="cuda") + 1)
+        with pytest.raises(TypeError, match="float16"):
+            k(1, 128, 2.0, x.half(), y, 100)
+        with pytest.raises(ValueError, match="cpu"):
+            k(1, 128, 2.0, x.cpu(), y, 100)
+        done += 1
+    except ImportError:
+        pass
+    try:
+        import cupy
+        x = cupy.arange(100, dtype=cupy.float32)
+        y = cupy.ones(100, dtype=cupy.float32)
+        cupy.cuda.Device().synchronize()
+        k(1, 128, 2.0, x, y, 100, stream=cupy.cuda.get_current_stream())
+        cupy.cuda.Device().synchronize()
+        assert bool((y == 2 * cupy.arange(100, dtype=cupy.float32) + 1).all())
+        with pytest.raises(TypeError, match="float64"):
+            k(1, 128, 2.0, x.astype(cupy.float64), y, 100)
+        done += 1
+    except ImportError:
+        pass
+    if not done:
+        pytest.skip("neither torch nor CuPy installed")
+
+
+@needs_gpu
+def test_fault_marks_device_failed(tmp_path):
+    r = run_py("""
+    import gpukit as gk
+    k = gk.jit('extern "C" __global__ void boom(float* p) { p[threadIdx.x] = 1.0f; }', "boom")
+    ok = gk.zeros(4, device="cuda") + 1
+    gk.cuda.synchronize()
+    k(1, 32, None)                     # writes through a null pointer
+    try:
+        gk.cuda.synchronize()
+    except gk.CudaError as e:
+        print("sync raised:", e)
+    else:
+        raise SystemExit("synchronize did not raise")
+    assert gk.cuda.is_failed(), "device not marked failed"
+    for op in (lambda: gk.zeros(4, device="cuda") + 1, lambda: k(1, 32, None), lambda: ok.numpy()):
+        try:
+            op()
+        except gk.CudaError as e:
+            assert "failed" in str(e), str(e)
+        else:
+            raise SystemExit("a call on the failed device did not raise CudaError")
+    print("FAULT-OK")
+    """, {"GPUKIT_CACHE_DIR": str(tmp_path)}, timeout=120)
+    assert r.returncode == 0 and "FAULT-OK" in r.stdout, r.stdout + r.stderr
