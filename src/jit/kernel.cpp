@@ -163,7 +163,8 @@ Kernel::State::PerDevice& Kernel::State::load(Device d) {
         pd.mismatch = cat(label(n), ": declared as '", sig->params[n].spelling, "' (", sig->params[n].size,
                           " bytes) but the compiled kernel's parameter has ", size, " bytes; pass types=[...]");
     }
-    if (pd.mismatch.empty() && n != sig->params.size())
+    // n == 0 with a non-empty list: the driver may predate cudaFuncGetParamInfo (12.4); no check.
+    if (pd.mismatch.empty() && n != sig->params.size() && n > 0)
       pd.mismatch = cat("kernel '", name, "': the parsed parameter list has ", sig->params.size(),
                         " parameters but the compiled kernel has ", n, "; pass types=[...]");
   }
