@@ -241,6 +241,13 @@ GK_BINDING(50, jit) {
     r["launches"] = s.launches;
     return r;
   });
+  m.def("_jit_find_signature", [](const std::string& source, const std::string& name) -> nb::object {
+    auto sig = find_signature(source, name);
+    if (!sig) return nb::none();
+    nb::list r;
+    for (size_t i = 0; i < sig->params.size(); ++i) r.append(nb::make_tuple(sig->params[i].spelling, sig->names[i]));
+    return r;
+  }, nb::arg("source"), nb::arg("name"), "The parsed parameter list: [(type, name), ...] or None (for tests).");
   m.def("_jit_parse_type", [](const std::string& t) {
     ParamType p = parse_type(t, "type");
     nb::dict r;
