@@ -75,7 +75,7 @@ Arg to_arg(nb::handle h, size_t index) {
     nb::object v = nb::steal(PyNumber_Index(o));
     if (!v.is_valid()) throw nb::python_error();
     a.kind = Arg::Int;
-    a.what = py_type_name(h);
+    a.what = PyLong_CheckExact(o) ? "int" : py_type_name(h);
     int overflow = 0;
     long long x = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
     if (overflow > 0) {
