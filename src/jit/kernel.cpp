@@ -106,7 +106,19 @@ Kernel Kernel::create(std::string source, std::string name_expr, std::vector<std
     s.sig_error = cat("kernel '", s.name, "': ", e.what());
   }
 #if GPUKIT_WITH_CUDA
-  if (s.home && cuda_available()) s.load(*s.home);  // load now: not during a later graph capture
+  // Load now rather than during a later graph capture. An explicit arch may not run on this
+  // device (compile-only use): then the error is raised by the first launch instead.
+  if (s.home && cuda_available()) {
+    if (s.arch.empty()) {
+      s.load(*s.home);
+    } else {
+      try {
+        s.load(*s.home);
+      } catch (const CudaError& e) {
+        if (e.sticky) throw;
+      }
+    }
+  }
 #endif
   return k;
 }

@@ -452,3 +452,20 @@ def test_nvrtc_path_env_selects_library(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.split()[0] == "True"
     assert os.path.realpath(r.stdout.split()[1]) == os.path.realpath(path)
+
+
+def test_wheel_locations_are_found(tmp_path):
+    # The layout of the PyPI wheels: site-packages/nvidia/{cu13,cuda_nvrtc}/lib (a namespace package).
+    for sub in ("cu13", "cuda_nvrtc"):
+        (tmp_path / "nvidia" / sub / "lib").mkdir(parents=True)
+    (tmp_path / "nvidia" / "cu13" / "include").mkdir()
+    r = run_py("""
+    import gpukit as gk
+    libs, incs = gk.jit._wheel_paths()
+    print(sorted(libs)); print(incs)
+    """, {"PYTHONPATH": str(tmp_path) + os.pathsep + PYPATH})
+    assert r.returncode == 0, r.stderr
+    libs, incs = r.stdout.strip().splitlines()
+    assert os.path.join(str(tmp_path), "nvidia", "cu13", "lib") in libs
+    assert os.path.join(str(tmp_path), "nvidia", "cuda_nvrtc", "lib") in libs
+    assert os.path.join(str(tmp_path), "nvidia", "cu13", "include") in incs
