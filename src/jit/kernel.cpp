@@ -160,6 +160,8 @@ Kernel::State::PerDevice& Kernel::State::load(Device d) {
   GK_CUDA_CHECK(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(kern)));  // also loads it now
   pd.max_threads = attr.maxThreadsPerBlock;
   pd.static_smem = attr.sharedSizeBytes;
+  // Without the opt-in attribute, static + dynamic shared memory may not exceed 48 KiB.
+  pd.smem_set.store(kDefaultSmem > pd.static_smem ? kDefaultSmem - pd.static_smem : 0);
   pd.optin = device_properties(d).shared_per_block_optin;
   pd.prog = prog;
   // Cross-check the parsed parameter list against the compiled code.

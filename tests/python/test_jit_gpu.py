@@ -106,6 +106,19 @@ def test_large_dynamic_shared_memory():
     gy = gk.full((x.size,), -1.0, device="cuda")
     k(blocks, 256, cuda(x), gy, per_block, shared_mem=per_block * 4)
     np.testing.assert_array_equal(gy.numpy(), x.reshape(blocks, per_block)[:, ::-1].reshape(-1))
+    # 40 KiB static + 16 KiB dynamic: over 48 KiB in total although the dynamic part is not
+    mix = gk.jit(r"""
+    extern "C" __global__ void mix(float* out) {
+      __shared__ float s[10240];
+      extern __shared__ float d[];
+      s[threadIdx.x] = 1.0f + threadIdx.x;
+      d[4095 - threadIdx.x] = 2.0f;
+      __syncthreads();
+      out[threadIdx.x] = s[threadIdx.x] + d[4095 - threadIdx.x];
+    }""", "mix")
+    o = gk.zeros(32, device="cuda")
+    mix(1, 32, o, shared_mem=16 * 1024)
+    np.testing.assert_array_equal(o.numpy(), np.arange(32, dtype=np.float32) + 3)
     optin = gk.cuda.get_device_properties()["shared_memory_per_block_optin"]
     with pytest.raises(ValueError, match="shared_mem"):
         k(1, 256, cuda(x), gy, 1, shared_mem=optin + 4)
