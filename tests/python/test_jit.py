@@ -18,7 +18,6 @@ PYPATH = os.path.join(ROOT, "python")
 needs_nvrtc = pytest.mark.skipif(not gk.jit.is_available(), reason="NVRTC not available")
 needs_gpu = pytest.mark.skipif(not (gk.cuda.is_available() and gk.jit.is_available()),
                                reason="needs a CUDA device and NVRTC")
-ARCH = None if gk.cuda.is_available() else "sm_90a"  # compile-only tests without a GPU
 
 AXPY = r"""
 #include <cstdint>
@@ -42,6 +41,12 @@ sig(const __nv_bfloat16* x, /* a comment, with a comma */ float* y, unsigned n, 
 def unique(src):
     """A source no other test (or earlier run) compiled: forces a fresh compile."""
     return f"// {uuid.uuid4().hex}\n" + src
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    """Keeps the tests' compiled programs out of the user's ~/.cache/gpukit."""
+    monkeypatch.setenv("GPUKIT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "gk-cache"))
 
 
 @pytest.fixture

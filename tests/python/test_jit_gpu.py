@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import gpukit as gk
-from test_jit import AXPY, needs_gpu, run_py, unique
+from test_jit import AXPY, _private_cache, needs_gpu, run_py, unique  # noqa: F401
 
 
 def cuda(a):
