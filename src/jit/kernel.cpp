@@ -84,26 +84,26 @@ Kernel Kernel::create(std::string source, std::string name_expr, std::vector<std
   if (!arch.empty()) s.arch = normalize_arch(arch);
   if (device) s.home = *device;
   else if (cuda_available()) s.home = Device::cuda(0);
+  // Parameter types: explicit ones are checked before compiling; else parsed from the source.
+  if (types) {
+    Signature sig;
+    for (size_t i = 0; i < types->size(); ++i) {
+      sig.params.push_back(parse_type((*types)[i], cat("types[", i, "]")));
+      sig.names.emplace_back();
+    }
+    s.sig = std::move(sig);
+  }
   std::string target = !s.arch.empty() ? s.arch : arch_for_device(s.home ? *s.home : Device::cpu());
   s.first = compile(s.source, s.name, s.options, target, use_cache);
-  // Parameter types: explicit, else parsed from the source.
-  try {
-    if (types) {
-      Signature sig;
-      for (size_t i = 0; i < types->size(); ++i) {
-        sig.params.push_back(parse_type((*types)[i], cat("types[", i, "]")));
-        sig.names.emplace_back();
-      }
-      s.sig = std::move(sig);
-    } else {
+  if (!types) {
+    try {
       s.sig = find_signature(s.source, s.name);
       if (!s.sig)
         s.sig_error = cat("kernel '", s.name, "': could not find its __global__ parameter list in the source; "
                           "pass types=[...] (e.g. types=['float*', 'int'])");
+    } catch (const ValueError& e) {
+      s.sig_error = cat("kernel '", s.name, "': ", e.what());
     }
-  } catch (const ValueError& e) {
-    if (types) throw;
-    s.sig_error = cat("kernel '", s.name, "': ", e.what());
   }
 #if GPUKIT_WITH_CUDA
   // Load now rather than during a later graph capture. An explicit arch may not run on this
