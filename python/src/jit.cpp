@@ -121,8 +121,10 @@ Arg to_arg(nb::handle h, size_t index) {
     return a;
   }
   if (PyNumber_Check(o) && nb::hasattr(h, "__float__")) {  // numpy.float32 and friends
+    nb::object v = nb::steal(PyNumber_Float(o));
+    if (!v.is_valid()) throw nb::python_error();
     a.kind = Arg::Float;
-    a.f = nb::cast<double>(nb::steal(PyNumber_Float(o)));
+    a.f = PyFloat_AsDouble(v.ptr());
     a.what = py_type_name(h);
     return a;
   }

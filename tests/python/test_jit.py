@@ -286,6 +286,33 @@ def test_wrong_argument_count_and_types():
 
 
 @needs_nvrtc
+def test_odd_python_objects_raise_not_crash():
+    k = gk.jit(AXPY, "axpy<float>", arch="sm_90a")
+
+    class BadCAI:
+        __cuda_array_interface__ = {"shape": (1,)}  # no "data"
+
+    class NotDict:
+        __cuda_array_interface__ = 5
+
+    class BadFloat:
+        def __float__(self):
+            raise ZeroDivisionError("no")
+
+        def __add__(self, o):
+            return 0
+    for bad in (1j, BadCAI(), NotDict(), BadFloat(), object(), b"x", {"a": 1}, float("nan")):
+        try:
+            k.pack_args(bad, None, None, 1)
+        except Exception as e:  # any Python exception is fine; a crash is not
+            assert not isinstance(e, SystemError), e
+    with pytest.raises(Exception):
+        k.pack_args(1.0, BadCAI(), None, 1)
+    with pytest.raises(Exception):
+        k.pack_args(1.0, NotDict(), None, 1)
+
+
+@needs_nvrtc
 def test_integer_ranges():
     k = gk.jit(SIG, "sig", arch="sm_90a")
     base = [None, None, 3, 4, True, 1.0, 1.0, 1.0, 1, 1, None]
