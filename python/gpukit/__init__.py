@@ -23,6 +23,7 @@ from . import cuda  # noqa: F401
 from .interop import from_dlpack, from_cuda_array_interface  # noqa: F401
 from . import nn  # noqa: F401
 from . import sampling  # noqa: F401
+from .jit import JitError, JitKernel  # noqa: F401  (gk.jit: the callable module; gk.jit.is_available())
 
 bool_ = DType.bool
 uint8 = DType.uint8
