@@ -140,7 +140,9 @@ def test_softmax_matches_cpu(shape, axis, dtype):
     for fn in (gk.softmax, gk.log_softmax):
         rg, rc = fn(g, axis=axis), fn(c, axis=axis)
         assert rg.dtype == rc.dtype and rg.shape == rc.shape
-        np.testing.assert_allclose(f64(rg), f64(rc), rtol=tol, atol=tol * 1e-2)
+        # log_softmax values near 0 come from cancellation (x - max - log sum): absolute error
+        # scales with |x|, so the absolute tolerance is tol times the input's magnitude
+        np.testing.assert_allclose(f64(rg), f64(rc), rtol=tol, atol=tol * 10)
     edge = np.array([[-np.inf] * 5, [0, -np.inf, 1, 2, 3]], np.float32)
     p = gk.softmax(gk.asarray(edge).to("cuda")).numpy()
     assert np.all(np.isnan(p[0])) and p[1, 1] == 0
