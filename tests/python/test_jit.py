@@ -83,7 +83,7 @@ def test_arch_spellings():
     src = unique('extern "C" __global__ void f(int* x) { x[0] = 1; }')
     assert gk.jit(src, "f", arch="90a").arch == "sm_90a"
     assert gk.jit(src, "f", arch="sm_80").arch == "sm_80"
-    for bad in ("sm90", "90b", "compute_", "x86", ""):
+    for bad in ("sm90", "90b", "compute_", "x86"):
         with pytest.raises(ValueError, match="arch"):
             gk.jit(src, "f", arch=bad)
     with pytest.raises(ValueError, match="arch="):
