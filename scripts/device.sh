@@ -11,9 +11,13 @@
 # GPUKIT_CUDA (default ON; OFF gives a CPU-only dry run).
 set -u
 cd "$(dirname "$0")/.."
-OUTDIR=${1:-${OUT:-$PWD/device-out}}
+FINAL=${1:-${OUT:-$PWD/device-out}}
+mkdir -p "$FINAL"
+FINAL=$(cd "$FINAL" && pwd)
+# Everything is written under $FINAL/logs and packed into $FINAL/logs.tgz at the end (the device
+# tool returns only a few files); h200.json, summary.txt and pytest.log are also copied to $FINAL.
+OUTDIR="$FINAL/logs"
 mkdir -p "$OUTDIR"
-OUTDIR=$(cd "$OUTDIR" && pwd)
 PY=${PYTHON:-python3}
 JOBS=${JOBS:-$(nproc)}
 ARCHS=${GPUKIT_CUDA_ARCHS:-90a}
@@ -107,4 +111,7 @@ for r in "${RESULTS[@]}"; do [ "$r" -ne 0 ] && fail=1; done
   done
   echo "logs and results: $OUTDIR"
 } | tee "$OUTDIR/summary.txt"
+tar czf "$FINAL/logs.tgz" -C "$OUTDIR" . 2>/dev/null
+for f in h200.json summary.txt pytest.log; do [ -f "$OUTDIR/$f" ] && cp "$OUTDIR/$f" "$FINAL/$f"; done
+rm -rf "$OUTDIR"
 exit $fail
