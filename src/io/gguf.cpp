@@ -174,6 +174,9 @@ void GGUF::parse() {
   key_order_.reserve(size_t(n_kv));
   for (uint64_t k = 0; k < n_kv; ++k) {
     std::string key(p.str("metadata key"));
+    if (key.empty()) r.fail("empty metadata key");
+    if (key.size() > 65535) r.fail(cat("metadata key of ", key.size(), " bytes (at most 65535 are allowed)"));
+    if (!detail::valid_utf8(key)) r.fail(cat("metadata key ", quote(key), " is not valid UTF-8"));
     std::string field = cat("metadata ", quote(key));
     GGUFType t = p.value_type(field.c_str());
     GGUFValue v;
@@ -194,6 +197,7 @@ void GGUF::parse() {
     GGUFTensorInfo t;
     t.name = std::string(p.str("tensor name"));
     std::string field = cat("tensor ", quote(t.name));
+    if (!detail::valid_utf8(t.name)) r.fail(cat(field, ": name is not valid UTF-8"));
     if (index_.count(t.name)) r.fail(cat("duplicate tensor name ", quote(t.name)));
     uint32_t nd = r.read<uint32_t>(field.c_str());
     if (nd > 4) r.fail(cat(field, " has ", nd, " dimensions (at most 4 are allowed)"));
