@@ -303,11 +303,13 @@ def test_gguf_memory_bounded_by_file_size(tmp_path):
 # ---- fuzzer regressions -------------------------------------------------------------------
 
 def regression_files():
+    """Crash inputs kept from fuzzing (fuzz/regressions/) and the seed corpus."""
     out = []
-    for kind in ("safetensors", "gguf"):
-        d = os.path.join(ROOT, "fuzz", "regressions", kind)
-        if os.path.isdir(d):
-            out += [(kind, os.path.join(d, f)) for f in sorted(os.listdir(d))]
+    for sub in ("regressions", "corpus"):
+        for kind in ("safetensors", "gguf"):
+            d = os.path.join(ROOT, "fuzz", sub, kind)
+            if os.path.isdir(d):
+                out += [(kind, os.path.join(d, f)) for f in sorted(os.listdir(d))]
     return out
 
 
