@@ -2,7 +2,7 @@
 # Builds the libFuzzer targets (clang, ASan + UBSan, CPU-only sources) and runs
 # each for the given number of seconds.
 #   fuzz/run.sh [seconds=60] [target...]     targets: safetensors gguf (default: both)
-# Environment: JOBS (libFuzzer -jobs, default 1), CXX (default clang++).
+# Environment: JOBS (libFuzzer -jobs, default 1), CXX (default clang++), FUZZ_ARGS (extra libFuzzer flags).
 # Crash inputs are written to fuzz/artifacts/; copy them to fuzz/regressions/<target>/
 # so tests/python/test_io_hostile.py replays them.
 set -euo pipefail
@@ -34,5 +34,5 @@ for t in "${TARGETS[@]}"; do
   echo "running fuzz_$t for $SECS s"
   PAR=(); [ "${JOBS:-1}" -gt 1 ] && PAR=(-jobs="$JOBS" -workers="$JOBS")
   "$OUT/fuzz_$t" -max_total_time="$SECS" "${PAR[@]}" -rss_limit_mb=2048 -malloc_limit_mb=1024 \
-    -timeout=10 -artifact_prefix=fuzz/artifacts/$t- -print_final_stats=1 fuzz/work/$t fuzz/corpus/$t 2>&1 | tee fuzz/work/$t.log | tail -25
+    -timeout=10 -artifact_prefix=fuzz/artifacts/$t- -print_final_stats=1 ${FUZZ_ARGS:-} fuzz/work/$t fuzz/corpus/$t 2>&1 | tee fuzz/work/$t.log | tail -25
 done
