@@ -178,7 +178,7 @@ struct Parser {
         ws();
         if (peek() != ':') fail("expected ':'");
         ++p;
-        v.obj.emplace_back(std::move(k), value(depth + 1));
+        v.obj.push_back(Member{std::move(k), value(depth + 1)});
         ws();
         if (peek() == ',') {
           ++p;

@@ -14,6 +14,8 @@ namespace gk::text::json {
 
 enum class Kind : uint8_t { Null, Bool, Number, String, Array, Object };
 
+struct Member;
+
 struct Value {
   Kind kind = Kind::Null;
   bool b = false;
@@ -22,7 +24,7 @@ struct Value {
   int64_t i = 0;
   std::string s;
   std::vector<Value> arr;
-  std::vector<std::pair<std::string, Value>> obj;  // in file order; lookups are linear or via find()
+  std::vector<Member> obj;  // in file order
 
   bool is_null() const { return kind == Kind::Null; }
   bool is_string() const { return kind == Kind::String; }
@@ -35,6 +37,11 @@ struct Value {
   int64_t integer(const char* what) const;
   bool boolean(const char* what) const;
   const std::vector<Value>& array(const char* what) const;
+};
+
+struct Member {
+  std::string key;
+  Value value;
 };
 
 // Parses a complete document (trailing non-space is an error). max_depth bounds nesting.
