@@ -76,15 +76,19 @@ void merge_long(const PairTable& merges, std::vector<int32_t>& s, std::vector<in
     prev[i] = i - 1;
     next[i] = i + 1 < n ? i + 1 : -1;
   }
-  std::vector<Cand> heap_store;
-  heap_store.reserve(n);
-  std::priority_queue<Cand> q(std::less<Cand>(), std::move(heap_store));
+  // Build the initial heap in O(n) instead of n pushes.
+  std::vector<Cand> init;
+  init.reserve(size_t(n));
+  for (int32_t i = 0; i + 1 < n; ++i) {
+    int32_t r, m;
+    if (merges.find(s[i], s[i + 1], &r, &m)) init.push_back({r, i, m});
+  }
+  std::priority_queue<Cand> q(std::less<Cand>(), std::move(init));
   auto push = [&](int32_t i) {
     if (i < 0 || next[i] < 0) return;
     int32_t r, m;
     if (merges.find(s[i], s[next[i]], &r, &m)) q.push({r, i, m});
   };
-  for (int32_t i = 0; i + 1 < n; ++i) push(i);
   while (!q.empty()) {
     Cand c = q.top();
     q.pop();

@@ -2,6 +2,7 @@
 // BPE tokenizer.json, hostile inputs, streaming decode, and 8 threads on one object.
 #include <gtest/gtest.h>
 
+#include <ctime>
 #include <random>
 #include <thread>
 
@@ -91,9 +92,10 @@ TEST(Text, InvalidUtf8IsReplaced) {
 TEST(Text, LongRunIsFast) {
   Tokenizer t = small();
   std::string s(1 << 20, 'a');
-  auto t0 = std::chrono::steady_clock::now();
+  // CPU time, not wall time: the test machines are shared
+  std::clock_t c0 = std::clock();
   auto ids = t.encode(s);
-  double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double sec = double(std::clock() - c0) / CLOCKS_PER_SEC;
   EXPECT_EQ(ids.size(), size_t(1 << 18));  // "aaaa" tokens
   EXPECT_LT(sec, 1.0);
   EXPECT_EQ(t.decode(ids), s);
@@ -165,4 +167,29 @@ TEST(Text, MalformedJsonRaises) {
   }
   std::string deep(100000, '[');
   EXPECT_THROW(Tokenizer::from_json(deep), gk::FormatError);
+}
+
+TEST(Text, ChatTemplateChatML) {
+  const char* tmpl =
+      "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
+      "Default<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+      "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+  std::vector<gk::text::ChatMessage> msgs = {{"user", "Hi"}};
+  EXPECT_EQ(gk::text::render_chat(tmpl, msgs),
+            "<|im_start|>system\nDefault<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  gk::text::ChatOptions o;
+  o.add_generation_prompt = false;
+  msgs.insert(msgs.begin(), {"system", "S"});
+  EXPECT_EQ(gk::text::render_chat(tmpl, msgs, o), "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
+}
+
+TEST(Text, ChatTemplateLimits) {
+  gk::text::ChatOptions o;
+  o.max_steps = 10000;
+  EXPECT_THROW(gk::text::render_chat("{% for i in range(100000) %}x{% endfor %}", {}, o), gk::ValueError);
+  o.max_output_bytes = 100;
+  EXPECT_THROW(gk::text::render_chat("{% for i in range(200) %}x{% endfor %}", {}, o), gk::ValueError);
+  EXPECT_THROW(gk::text::render_chat("{{ raise_exception('boom') }}", {}), gk::ValueError);
+  EXPECT_THROW(gk::text::render_chat("{% for %}", {}), gk::ValueError);
+  EXPECT_THROW(gk::text::render_chat(std::string(5000, '(').insert(0, "{{ "), {}), gk::ValueError);
 }
