@@ -513,7 +513,7 @@ struct Parser {
         } else if (w == "else") {
           end_tag();
           n->kids.push_back(body({"endif"}));
-          close_after("endif");
+          close("endif");
           return n;
         } else {
           end_tag();
@@ -577,11 +577,6 @@ struct Parser {
       return b;
     }
     fail(cat("unsupported statement '", kw, "'"), pos);
-  }
-  void close_after(const char* w) {
-    ++k;
-    expect_name(w);
-    end_tag();
   }
 };
 
