@@ -29,14 +29,19 @@ struct Value {
   std::shared_ptr<Dict> dict;   // DictK (also namespaces and loop objects)
   std::shared_ptr<Value> self;  // Method receiver
   bool is_namespace = false;
+  bool has_ns = false;          // a list/dict holding a namespace (namespaces may not hold
+                                // namespaces: no cycles, and `depth` stays an upper bound)
+  uint32_t depth = 0;           // nesting depth of lists/dicts (capped: deep values would
+                                // recurse when compared, printed or destroyed)
+  static constexpr uint32_t kMaxDepth = 256;
 
   static Value none() { Value v; v.kind = None; return v; }
   static Value boolean(bool x) { Value v; v.kind = Bool; v.b = x; return v; }
   static Value integer(int64_t x) { Value v; v.kind = Int; v.i = x; return v; }
   static Value number(double x) { Value v; v.kind = Float; v.f = x; return v; }
   static Value str(std::string x) { Value v; v.kind = Str; v.s = std::move(x); return v; }
-  static Value make_list(List l = {}) { Value v; v.kind = ListK; v.list = std::make_shared<List>(std::move(l)); return v; }
-  static Value make_dict(Dict d = {}) { Value v; v.kind = DictK; v.dict = std::make_shared<Dict>(std::move(d)); return v; }
+  static Value make_list(List l = {});
+  static Value make_dict(Dict d = {});
   const Value* get(std::string_view key) const;  // dict member or null
 };
 

@@ -17,7 +17,40 @@ const Value* Value::get(std::string_view key) const {
   return nullptr;
 }
 
+Value Value::make_list(List l) {
+  Value v;
+  v.kind = ListK;
+  for (auto& e : l) {
+    v.depth = std::max(v.depth, e.depth + 1);
+    v.has_ns |= e.is_namespace || e.has_ns;
+  }
+  if (v.depth > kMaxDepth) detail::fail("values nested too deeply");
+  v.list = std::make_shared<List>(std::move(l));
+  return v;
+}
+
+Value Value::make_dict(Dict d) {
+  Value v;
+  v.kind = DictK;
+  for (auto& e : d) {
+    v.depth = std::max(v.depth, e.second.depth + 1);
+    v.has_ns |= e.second.is_namespace || e.second.has_ns;
+  }
+  if (v.depth > kMaxDepth) detail::fail("values nested too deeply");
+  v.dict = std::make_shared<Dict>(std::move(d));
+  return v;
+}
+
 namespace detail {
+
+size_t cost(const Value& v) {
+  switch (v.kind) {
+    case Value::Str: return 1 + v.s.size() / 16;
+    case Value::ListK: return 1 + v.list->size();
+    case Value::DictK: return 1 + v.dict->size();
+    default: return 1;
+  }
+}
 
 [[noreturn]] void fail(const std::string& m) { throw ValueError("chat template: " + m); }
 
@@ -56,7 +89,11 @@ std::string to_str(const Value& v) {
   }
 }
 
-std::string repr(const Value& v) {
+std::string repr(const Value& v) { return repr_at(v, 0); }
+
+std::string repr_at(const Value& v, int depth) {
+  if (depth > 100) fail("value nested too deeply to print");
+  tick(cost(v));
   if (v.kind == Value::Str) {
     char q = v.s.find('\'') != std::string::npos && v.s.find('"') == std::string::npos ? '"' : '\'';
     std::string o(1, q);
@@ -71,14 +108,14 @@ std::string repr(const Value& v) {
   }
   if (v.kind == Value::ListK) {
     std::string o = "[";
-    for (size_t i = 0; i < v.list->size(); ++i) o += (i ? ", " : "") + repr((*v.list)[i]);
+    for (size_t i = 0; i < v.list->size(); ++i) o += (i ? ", " : "") + repr_at((*v.list)[i], depth + 1);
     return o + "]";
   }
   if (v.kind == Value::DictK) {
     std::string o = "{";
     bool first = true;
     for (auto& [k, x] : *v.dict) {
-      o += (first ? "" : ", ") + repr(Value::str(k)) + ": " + repr(x);
+      o += (first ? "" : ", ") + repr_at(Value::str(k), depth + 1) + ": " + repr_at(x, depth + 1);
       first = false;
     }
     return o + "}";
@@ -113,6 +150,7 @@ void json_str(const std::string& s, std::string& o) {
 // json.dumps(ensure_ascii=False) with the default separators, as HF's tojson filter.
 void to_json(const Value& v, std::string& o, int depth) {
   if (depth > 100) fail("tojson: nesting too deep");
+  tick(cost(v));
   switch (v.kind) {
     case Value::Undefined:
     case Value::None: o += "null"; break;
@@ -150,6 +188,7 @@ double num(const Value& v) { return v.kind == Value::Float ? v.f : v.kind == Val
 int64_t as_int(const Value& v) { return v.kind == Value::Int ? v.i : v.kind == Value::Bool ? int64_t(v.b) : int64_t(v.f); }
 
 bool equal(const Value& a, const Value& b) {
+  tick(1);
   if (is_num(a) && is_num(b)) {
     if (a.kind != Value::Float && b.kind != Value::Float) return as_int(a) == as_int(b);
     return num(a) == num(b);

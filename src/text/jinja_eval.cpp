@@ -44,6 +44,7 @@ struct Ctx {
   }
 
   Value eval(const Node& n);
+  Value eval_node(const Node& n);
   Value call(const Node& n);
   Value filter(const Node& n);
   bool test(const Node& n);
@@ -173,7 +174,15 @@ Value arith(Ctx& c, const std::string& o, const Value& a, const Value& b) {
   fail("integer overflow");
 }
 
+thread_local Ctx* g_ctx = nullptr;
+
 Value Ctx::eval(const Node& n) {
+  Value v = eval_node(n);
+  tick(cost(v));  // work proportional to the size of what was built
+  return v;
+}
+
+Value Ctx::eval_node(const Node& n) {
   step();
   if (++depth > 400) fail("expression nested too deeply");
   struct D {
@@ -250,6 +259,7 @@ Value Ctx::eval(const Node& n) {
         return truthy(a) ? a : eval(*n.kids[1]);
       }
       Value a = eval(*n.kids[0]), b = eval(*n.kids[1]);
+      tick(cost(a) + cost(b));
       if (o == "==") return Value::boolean(equal(a, b));
       if (o == "!=") return Value::boolean(!equal(a, b));
       if (o == "<") return Value::boolean(compare(a, b) < 0);
@@ -315,11 +325,13 @@ Value Ctx::call(const Node& n) {
   }
   Value callee = eval(f);
   if (callee.kind != Value::Method) fail("value is not callable");
+  tick(cost(*callee.self));
   return method_call(lim.max_output, *callee.self, callee.s, a);
 }
 
 Value Ctx::filter(const Node& n) {
   Value v = eval(*n.kids[0]);
+  tick(cost(v));
   Args a = eval_args(*this, n, 1);
   const std::string& f = n.name;
   if (f == "trim") return Value::str(strip(to_str(v), true, true));
@@ -449,6 +461,7 @@ void Ctx::exec(const Node& n) {
       if (!n.attr.empty()) {
         Value ns = lookup(n.name);
         if (ns.kind != Value::DictK || !ns.is_namespace) fail("'" + n.name + "' is not a namespace");
+        if (v.is_namespace || v.has_ns) fail("a namespace cannot hold a namespace");
         for (auto& [k, x] : *ns.dict)
           if (k == n.attr) {
             x = v;
@@ -474,6 +487,7 @@ void Ctx::exec(const Node& n) {
         for (char ch : it.s) items.push_back(Value::str(std::string(1, ch)));
       else if (it.kind != Value::Undefined && it.kind != Value::None) fail("for loop over a non-iterable value");
       else fail("for loop over an undefined value");
+      tick(items.size());
       const Node* filt = n.kids[3].get();
       auto bind = [&](std::map<std::string, Value>& sc, const Value& item) {
         if (n.vars.size() == 1) {
@@ -530,9 +544,20 @@ void Ctx::exec(const Node& n) {
 
 }  // namespace
 
+void detail::tick(size_t n) {
+  if (!g_ctx) return;
+  g_ctx->steps += n;
+  if (g_ctx->steps > g_ctx->lim.max_steps) fail("execution step limit exceeded");
+}
+
 std::string render(const Node& root, const std::map<std::string, Value>& globals, const Limits& limits) {
   Ctx c;
   c.lim = limits;
+  struct Bind {
+    Ctx* prev;
+    Bind(Ctx* c) : prev(g_ctx) { g_ctx = c; }
+    ~Bind() { g_ctx = prev; }
+  } bind(&c);
   c.scopes.push_back(globals);
   c.scopes.emplace_back();
   c.exec(root);

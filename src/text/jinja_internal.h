@@ -12,6 +12,10 @@ namespace gk::text::jinja::detail {
 bool truthy(const Value& v);
 std::string to_str(const Value& v);   // Python str()
 std::string repr(const Value& v);     // Python repr()
+std::string repr_at(const Value& v, int depth);
+// Charges n steps to the template being rendered on this thread (raises past the limit).
+void tick(size_t n);
+size_t cost(const Value& v);  // work proportional to a value's size
 void to_json(const Value& v, std::string& out, int depth);  // json.dumps(ensure_ascii=False)
 bool is_num(const Value& v);
 double num(const Value& v);

@@ -169,6 +169,14 @@ def test_raise_exception():
     ("{{ 1 / 0 }}", "division"),
     ("{{ x", "unterminated"),
     ("{{ 'abc'.__len__() }}", "method|not callable|unknown"),
+    # quadratic work is charged: copying a big list in every iteration, big substring searches
+    ("{% set r = range(1000000) %}{% for i in r %}{% for j in r %}{% break %}{% endfor %}{% endfor %}", "limit"),
+    ("{% set ns = namespace(s='ab') %}{% for i in range(22) %}{% set ns.s = ns.s + ns.s %}{% endfor %}"
+     "{% for i in range(1000000) %}{% if 'zz' in ns.s %}{% endif %}{% endfor %}", "limit"),
+    # deep or cyclic values are refused
+    ("{% set ns = namespace(l=none) %}{% for i in range(100000) %}{% set ns.l = [ns.l] %}{% endfor %}", "deeply"),
+    ("{% set ns = namespace() %}{% set ns.me = ns %}", "namespace"),
+    ("{% set a = namespace() %}{% set ns = namespace(x=0) %}{% set ns.l = [a] %}", "namespace"),
 ])
 def test_sandbox_and_limits(template, match):
     with pytest.raises(ValueError, match=match):
