@@ -48,5 +48,9 @@ try:
     from . import io  # noqa: F401
 except ImportError:  # pragma: no cover - built without the readers
     pass
+try:
+    from . import text  # noqa: F401
+except ImportError:  # pragma: no cover - built without the tokenizers
+    pass
 
 __version__ = "0.1.0"
