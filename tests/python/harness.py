@@ -7,7 +7,7 @@ An entry declares only how to call the op and its float64 NumPy reference::
 
     OpSpec(
         name="add",                        # the registry name (gk.registered_ops()); several entries may share it
-        fn=lambda a, b: gk.add(a, b),      # calls gpukit on gk.Arrays, returns a gk.Array
+        fn=lambda a, b: gk.add(a, b),      # calls gpukit on gk.Arrays, returns a gk.Array (or a tuple: see below)
         ref=lambda a, b: a + b,            # float64 NumPy reference on the (already rounded) inputs
         nin=2,                             # number of array inputs (0: see `shape_only` below)
         dtypes=("float32", "bfloat16"),    # the dtype each case is run in; the first gets every layout
@@ -18,6 +18,7 @@ An entry declares only how to call the op and its float64 NumPy reference::
         layouts=None,                      # subset of LAYOUTS (default: all that make sense for `nin`)
         exact=False,                       # compare bit for bit with the reference rounded to the output dtype
         bitwise_cpu=False,                 # CUDA result must equal the CPU result bit for bit
+        ref_dtype=False,                   # ref also gets dtype=<case dtype name> (to round what the op rounds)
         tol=None,                          # {output dtype name: (rtol, atol)} overrides
         covers=(),                         # further registry names this entry exercises ("copy", "fill", ...)
         id=None,                           # case id (default: name)
@@ -30,8 +31,10 @@ By default every input of a case has the layout's shape (see _input_plan).  Ops 
 must differ in shape give ``plan``; ``view`` is None (the contiguous base itself), one of
 GENERIC_VIEWS ("T": reverse all dims, "step2": [::2] on dim 0, "rev": [::-1] on dim 0,
 "offset1": [1:] on dim 0, i.e. contiguous but not 16-byte aligned, "cols_step2": [..., ::2]) or a
-pair (gk_view_fn, numpy_view_fn).  With ``plan``, ``layouts`` may name any layouts the plan
-knows, e.g.::
+pair (gk_view_fn, numpy_view_fn).  A plan item may have a third element, fixed values (array-like of
+base_shape) used instead of random ones: index inputs such as positions, block tables or sequence
+lengths (give their dtype with ``in_dtypes``; ref receives them as float64 like every input).
+With ``plan``, ``layouts`` may name any layouts the plan knows, e.g.::
 
     def mm_plan(layout):
         return {"small": [((7, 5), None), ((5, 3), None)],
@@ -39,6 +42,16 @@ knows, e.g.::
                 "batched_broadcast": [((2, 1, 7, 5), None), ((4, 5, 3), None)]}.get(layout)
     OpSpec("matmul", lambda a, b: gk.matmul(a, b), np.matmul, nin=2, plan=mm_plan,
            layouts=("small", "transposed", "batched_broadcast"), dtypes=("float32", "bfloat16"))
+
+Several outputs and in-place ops
+--------------------------------
+``fn`` may return a tuple of gk.Arrays (rms_norm with a residual, topk's values and indices);
+``ref`` then returns a tuple of as many references, ``out_dtype`` may give one dtype name per
+output, and ``exact`` / ``bitwise_cpu`` may be a tuple of one flag per output.  Every check below
+applies to every output.  An op that writes into an input (kv_append, rope(inplace=True)) is
+tested by a ``fn`` that copies the destination input (``x.copy()``, so the copy is a poisoned
+allocation written in full), runs the op on the copy and returns it: the reference is the whole
+expected destination, so elements the op must leave alone are checked too.
 
 What a case checks
 ------------------
@@ -125,6 +138,7 @@ class OpSpec:
     id: Optional[str] = None
     shape_only: bool = False
     plan: Optional[Callable] = None
+    ref_dtype: bool = False
 
     @property
     def case_id(self):
@@ -277,8 +291,13 @@ def make_inputs(case, rng, device):
     xs, refs = [], []
     plan = spec.plan(case.layout) if spec.plan else _input_plan(spec.nin, case.layout)
     assert len(plan) == spec.nin, f"{case}: the plan gives {len(plan)} inputs, nin is {spec.nin}"
-    for i, (base_shape, view) in enumerate(plan):
-        vals = _values(spec, rng, base_shape, in_dt[i], i)
+    for i, item in enumerate(plan):
+        base_shape, view = item[0], item[1]
+        if len(item) > 2:  # fixed values (index inputs)
+            vals = np.asarray(item[2], dtype=np.float64)
+            assert vals.shape == tuple(base_shape), f"{case}: fixed input {i} has shape {vals.shape}, not {base_shape}"
+        else:
+            vals = _values(spec, rng, base_shape, in_dt[i], i)
         base = gk.asarray(np.ascontiguousarray(vals)).astype(in_dt[i])
         rounded = base.astype("float64").numpy()
         base = base.to(device)
@@ -323,13 +342,16 @@ def _dtype_name(t):
     return gk._C.dtype_name(t)
 
 
-def check_close(got, want, out_dtype, spec, what):
-    """got, want: float64 arrays; raises AssertionError with the worst element."""
+def check_close(got, want, out_dtype, spec, what, exact=None):
+    """got, want: float64 arrays; raises AssertionError with the worst element.
+    exact: None for spec.exact (the flag of the output being checked, for several outputs)."""
+    if exact is None:
+        exact = spec.exact
     assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
     if out_dtype in FP8_MAX:
         m = FP8_MAX[out_dtype]
         want = np.where(np.isnan(want), want, np.clip(want, -m, m))
-    if spec.exact or out_dtype not in TOL:
+    if exact or out_dtype not in TOL:
         ok = (got == want) | (np.isnan(got) & np.isnan(want))
     else:
         rtol, atol = (spec.tol or {}).get(out_dtype, TOL[out_dtype])
@@ -344,34 +366,59 @@ def check_close(got, want, out_dtype, spec, what):
             f"got {got[first]!r}, want {want[first]!r} (output dtype {out_dtype})")
 
 
+def _flag(value, i):
+    """A per-output flag: a bool for every output, or a tuple of one per output."""
+    return value[i] if isinstance(value, (tuple, list)) else value
+
+
+def _outputs(result, what):
+    outs = list(result) if isinstance(result, (tuple, list)) else [result]
+    assert outs, f"{what}: fn returned no outputs"
+    for o in outs:
+        assert isinstance(o, gk.Array), f"{what}: fn returned {type(o).__name__}"
+    return outs
+
+
 def run_case(case, device, rng):
     spec = case.spec
     xs, refs = make_inputs(case, rng, device)
-    (out, out2), violations = run_poisoned(spec.fn, *xs)
+    (res, res2), violations = run_poisoned(spec.fn, *xs)
     assert not violations, f"{case} on {device}: guard bytes overwritten: {violations}"
-    assert isinstance(out, gk.Array), f"{case}: fn returned {type(out).__name__}"
-    out_dt = _dtype_name(out.dtype)
-    if spec.out_dtype is not None:
-        assert out_dt == spec.out_dtype(case.dtype), f"{case}: result dtype {out_dt}, want {spec.out_dtype(case.dtype)}"
-    assert out.device == device, f"{case}: result on {out.device}, want {device}"
-    b1, b2 = bits(out), bits(out2)
-    assert np.array_equal(b1, b2), (
-        f"{case} on {device}: results differ between poison bytes {POISONS} "
-        f"(unwritten output elements or nondeterminism) at {np.argwhere(b1 != b2)[:5].tolist()}")
+    outs, outs2 = _outputs(res, str(case)), _outputs(res2, str(case))
     with np.errstate(all="ignore"):
-        want = np.asarray(spec.ref(*refs), dtype=np.float64)
-    got = values(out)
-    check_close(got, want, out_dt, spec, f"{case} on {device} vs float64 NumPy")
-    return out, xs
+        wants = spec.ref(*refs, dtype=case.dtype) if spec.ref_dtype else spec.ref(*refs)
+    wants = list(wants) if isinstance(res, (tuple, list)) else [wants]
+    assert len(wants) == len(outs), f"{case}: fn gives {len(outs)} outputs, ref {len(wants)}"
+    want_dts = spec.out_dtype(case.dtype) if spec.out_dtype is not None else None
+    if isinstance(want_dts, str) or want_dts is None:
+        want_dts = [want_dts] * len(outs)
+    for i, (out, out2, want) in enumerate(zip(outs, outs2, wants)):
+        tag = f"{case} output {i}" if len(outs) > 1 else str(case)
+        out_dt = _dtype_name(out.dtype)
+        if want_dts[i] is not None:
+            assert out_dt == want_dts[i], f"{tag}: result dtype {out_dt}, want {want_dts[i]}"
+        assert out.device == device, f"{tag}: result on {out.device}, want {device}"
+        b1, b2 = bits(out), bits(out2)
+        assert np.array_equal(b1, b2), (
+            f"{tag} on {device}: results differ between poison bytes {POISONS} "
+            f"(unwritten output elements or nondeterminism) at {np.argwhere(b1 != b2)[:5].tolist()}")
+        with np.errstate(all="ignore"):
+            want = np.asarray(want, dtype=np.float64)
+        check_close(values(out), want, out_dt, spec, f"{tag} on {device} vs float64 NumPy", _flag(spec.exact, i))
+    return res, xs
 
 
 def run_case_cuda_vs_cpu(case, rng):
     """Runs the case on CUDA (all checks of run_case) and compares with the CPU on the same inputs."""
-    out, xs = run_case(case, "cuda", rng)
-    cpu_out = case.spec.fn(*[x.to("cpu") for x in xs])
-    if case.spec.bitwise_cpu or case.spec.exact:
-        b_gpu, b_cpu = bits(out), bits(cpu_out)
-        assert np.array_equal(b_gpu, b_cpu), (
-            f"{case}: CUDA and CPU results differ bitwise at {np.argwhere(b_gpu != b_cpu)[:5].tolist()}")
-    else:
-        check_close(values(out), values(cpu_out), _dtype_name(out.dtype), case.spec, f"{case}: CUDA vs CPU")
+    res, xs = run_case(case, "cuda", rng)
+    outs = _outputs(res, str(case))
+    cpu_outs = _outputs(case.spec.fn(*[x.to("cpu") for x in xs]), str(case))
+    for i, (out, cpu_out) in enumerate(zip(outs, cpu_outs)):
+        tag = f"{case} output {i}" if len(outs) > 1 else str(case)
+        if _flag(case.spec.bitwise_cpu, i) or _flag(case.spec.exact, i):
+            b_gpu, b_cpu = bits(out), bits(cpu_out)
+            assert np.array_equal(b_gpu, b_cpu), (
+                f"{tag}: CUDA and CPU results differ bitwise at {np.argwhere(b_gpu != b_cpu)[:5].tolist()}")
+        else:
+            check_close(values(out), values(cpu_out), _dtype_name(out.dtype), case.spec, f"{tag}: CUDA vs CPU",
+                        _flag(case.spec.exact, i))
