@@ -134,7 +134,10 @@ def save_safetensors(path, tensors: Mapping[str, Any], metadata: Optional[Mappin
 class GGUF:
     """A memory-mapped GGUF file (v2/v3): ``metadata`` (dict of Python values),
     ``tensors`` (name -> GGUFTensorInfo), ``raw(name)`` (the quantized blocks as a
-    zero-copy uint8 array) and ``dequantize(name, dtype)``."""
+    zero-copy uint8 array) and ``dequantize(name, dtype)``.
+
+    Metadata values become int, float, bool, str (bytes for strings that are not
+    valid UTF-8) and lists (nested for arrays of arrays)."""
 
     def __init__(self, path):
         self.path = _path(path)
