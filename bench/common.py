@@ -62,7 +62,7 @@ def device_info() -> dict:
         if "CUDA Version" in line:
             cuda = line.split("CUDA Version:")[1].split()[0]
     return {"device": name, "driver": driver, "cuda": cuda,
-            "commit": _run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"]),
+            "commit": os.environ.get("GPUKIT_COMMIT") or _run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"]),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
 
 

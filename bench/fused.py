@@ -11,7 +11,6 @@ Records: {"name", "shape", "dtype", "metric", "gpukit", "peer", "peer_value", "r
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 
@@ -171,22 +170,10 @@ def main(argv=None):
         recs.append(rec)
         print(f"{name:20s} {shape:26s} {dt:9s} gpukit {rec['gpukit']:.2f} TB/s ({statistics.median(g):.1f} us)"
               f"  {peer}: {peer_tb:.2f} TB/s ({statistics.median(t):.1f} us)  x{rec['gpukit'] / peer_tb:.2f}")
-    import os
-    os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
-    import datetime
-    import subprocess
-    try:
-        dev = dict(gk.device_properties("cuda:0")).get("name", "cuda:0")
-    except Exception:  # noqa: BLE001
-        dev = "cuda:0"
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        commit = ""
-    with open(a.out, "w") as f:
-        json.dump({"device": dev, "cuda": torch.version.cuda, "commit": commit,
-                   "date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "results": recs}, f, indent=1)
-    print(f"wrote {len(recs)} records to {a.out}")
+    import common  # bench/common.py: one results writer for every benchmark
+    for r in recs:
+        r["dtype"] = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}.get(r["dtype"], r["dtype"])
+    common.write_results(a.out, recs)
     return 0
 
 

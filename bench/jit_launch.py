@@ -10,9 +10,6 @@ Results file: {"device", "date", ..., "results": [record, ...]}, records merged 
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import os
 import pathlib
 import statistics
 import sys
@@ -47,25 +44,8 @@ def per_call_us(fn, calls, sync, loops):
 
 
 def write_results(path, records):
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    doc = {}
-    if path.exists():
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError):
-            doc = {}
-    key = lambda r: (r["name"], r["shape"], r["dtype"])  # noqa: E731
-    merged = {key(r): r for r in doc.get("results", [])}
-    for r in records:
-        merged[key(r)] = r
-    doc.setdefault("device", gk.cuda.get_device_properties("cuda:0")["name"])
-    doc["date"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    doc["results"] = sorted(merged.values(), key=key)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    os.replace(tmp, path)
-    print(f"wrote {len(records)} record(s) to {path}")
+    import common  # bench/common.py: one results writer for every benchmark
+    common.write_results(path, records)
 
 
 def main():

@@ -12,10 +12,7 @@ all L2-resident). gpukit's figure is GPU time from a captured graph of the calls
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -162,28 +159,8 @@ def main() -> int:
 
 
 def write(path, results, torch):
-    doc = {}
-    if os.path.exists(path):
-        with open(path) as f:
-            doc = json.load(f)
-    try:
-        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                capture_output=True, text=True, timeout=20).stdout.strip().splitlines()[0]
-    except Exception:  # noqa: BLE001
-        driver = "unknown"
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=20).stdout.strip()
-    except Exception:  # noqa: BLE001
-        commit = "unknown"
-    doc.update({"device": torch.cuda.get_device_name(), "driver": driver, "cuda": torch.version.cuda,
-                "commit": commit, "date": datetime.datetime.now(datetime.timezone.utc).isoformat()})
-    keep = {(r["name"], r["shape"], r["dtype"]) for r in results}
-    old = [r for r in doc.get("results", []) if (r["name"], r["shape"], r["dtype"]) not in keep]
-    doc["results"] = old + results
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(doc, f, indent=1)
-    print(f"wrote {len(results)} records to {path}")
+    import common  # bench/common.py: one results writer for every benchmark
+    common.write_results(path, results)
 
 
 if __name__ == "__main__":
