@@ -43,10 +43,17 @@ thread_local std::map<int, Stream> t_current;
 [[noreturn]] void no_cuda(const char* what) {
   throw ValueError(cat(what, ": CUDA is not available (", built_with_cuda() ? "no GPU or driver" : "built without CUDA", ")"));
 }
+// A CUDA device that exists: ValueError naming `what` otherwise (no GPU, no driver, bad index).
+void require_cuda_device(Device d, const char* what) {
+  if (!d.is_cuda()) throw ValueError(cat("device: ", what, " exist only on CUDA devices, got ", d.str()));
+  if (cuda_device_count() == 0) no_cuda(what);
+  if (d.index < 0 || d.index >= cuda_device_count())
+    throw ValueError(cat("device: ", d.str(), " does not exist (", cuda_device_count(), " CUDA device(s))"));
+}
 }  // namespace
 
 Stream Stream::create(Device d, int priority) {
-  if (!d.is_cuda()) throw ValueError("device: streams exist only on CUDA devices, got " + d.str());
+  require_cuda_device(d, "streams");
 #if GPUKIT_WITH_CUDA
   check_device_usable(d);
   detail::set_device(d.index);
@@ -133,7 +140,7 @@ Stream resolve_stream(const Stream* s, Device d, const char* arg) {
 
 // ---- events ----
 Event Event::create(Device d, bool timing) {
-  if (!d.is_cuda()) throw ValueError("device: events exist only on CUDA devices, got " + d.str());
+  require_cuda_device(d, "events");
 #if GPUKIT_WITH_CUDA
   check_device_usable(d);
   detail::set_device(d.index);
