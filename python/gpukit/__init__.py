@@ -44,6 +44,10 @@ for _name in ("sum", "mean", "max", "min", "argmax", "argmin", "softmax", "log_s
     if hasattr(_C, _name):
         globals()[_name] = getattr(_C, _name)
 
+from .linalg import (  # noqa: F401,E402
+    linear, gate_up_swiglu, set_matmul_precision, get_matmul_precision, matmul_precision,
+)
+
 try:
     from . import io  # noqa: F401
 except ImportError:  # pragma: no cover - built without the readers

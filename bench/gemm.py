@@ -1,0 +1,123 @@
+"""GEMM and decode-GEMV throughput against torch in the same run.
+
+gemm: C = A @ B at 8192^3 (bf16, f16), TFLOP/s = 2*M*N*K / median time, peer torch.matmul.
+gemv: y = x @ W^T for x [1, K], W [N, K] at (K, N) = (4096, 14336), (14336, 4096),
+(4096, 128256) in bf16; TB/s of weight bytes read; peer torch.nn.functional.linear.
+gpukit's figure uses gk.gemv when it exists, else gk.linear (cuBLASLt).
+
+Usage: python bench/gemm.py [--out F] [--rounds N] [--only gemm,gemv]
+Exits 0 without CUDA.
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from common import gk, median, parse_args, print_table, record, require_cuda, time_cuda, time_torch, write_results
+
+GEMM_SHAPE = (8192, 8192, 8192)
+GEMV_SHAPES = [(4096, 14336), (14336, 4096), (4096, 128256)]
+DT = {"bf16": "bfloat16", "f16": "float16"}
+
+
+def tflops(m, n, k, ms):
+    return 2.0 * m * n * k / (ms * 1e-3) / 1e12
+
+
+def tbs(nbytes, ms):
+    return nbytes / (ms * 1e-3) / 1e12
+
+
+def rand_gk(shape, dtype, scale=1.0, seed=0):
+    """A random CUDA array (generated on the host in float32, converted on the device)."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(shape, dtype=np.float32) * scale)
+    return gk.asarray(x).to("cuda").astype(dtype)
+
+
+def spot_check(c, a, b, rows=(0, 4097)):
+    """Rows of c against float64 products of the same bf16/f16 inputs (not timing garbage)."""
+    bn = b.astype("float32").numpy().astype(np.float64)
+    for r in rows:
+        if r >= a.shape[0]:
+            continue
+        ar = a[r].astype("float32").numpy().astype(np.float64)
+        ref = ar @ bn
+        got = c[r].astype("float32").numpy().astype(np.float64)
+        bound = np.abs(ar) @ np.abs(bn)
+        assert np.all(np.abs(got - ref) <= 2.0**-7 * np.abs(ref) + 1e-5 * bound + 1e-3), f"row {r} is wrong"
+
+
+def bench_gemm(args, have_torch, torch):
+    out = []
+    m, n, k = GEMM_SHAPE
+    for short, dtype in DT.items():
+        a = rand_gk((m, k), dtype, seed=1)
+        b = rand_gk((k, n), dtype, 1 / 90.0, seed=2)
+        c = gk.matmul(a, b)
+        spot_check(c, a, b)
+        ms = time_cuda(lambda: gk.matmul(a, b), args.rounds)
+        peer, pv = "", None
+        if have_torch:
+            ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)
+            pms = time_torch(lambda: torch.matmul(ta, tb), args.rounds)
+            peer, pv = "torch.matmul", tflops(m, n, k, median(pms))
+            del ta, tb
+        out.append(record("gemm", f"{m}x{n}x{k}", short, "TFLOP/s", tflops(m, n, k, median(ms)), peer, pv,
+                          [tflops(m, n, k, t) for t in ms]))
+        a = b = c = None
+    return out
+
+
+def bench_gemv(args, have_torch, torch):
+    out = []
+    use_gemv = hasattr(gk, "gemv")
+    for k, n in GEMV_SHAPES:
+        w = rand_gk((n, k), "bfloat16", 1 / 64.0, seed=3)
+        x = rand_gk((1, k), "bfloat16", seed=4)
+        fn = (lambda: gk.gemv(x, w)) if use_gemv else (lambda: gk.linear(x, w))
+        y = fn()
+        ref = gk.linear(x.to("cpu"), w.to("cpu")) if n * k <= 4096 * 14336 else None
+        if ref is not None:
+            np.testing.assert_allclose(y.astype("float32").numpy(), ref.astype("float32").numpy(), rtol=2e-2,
+                                       atol=2e-2)
+        nbytes = n * k * 2
+        ms = time_cuda(fn, args.rounds)
+        peer, pv = "", None
+        if have_torch:
+            import torch.nn.functional as F
+            tx, tw = torch.from_dlpack(x), torch.from_dlpack(w)
+            pms = time_torch(lambda: F.linear(tx, tw), args.rounds)
+            peer, pv = "torch F.linear", tbs(nbytes, median(pms))
+            del tx, tw
+        out.append(record("gemv", f"K{k}_N{n}", "bf16", "TB/s", tbs(nbytes, median(ms)), peer, pv,
+                          [tbs(nbytes, t) for t in ms]))
+        w = x = y = None
+    return out
+
+
+def main():
+    args = parse_args(__doc__, lambda p: p.add_argument("--only", default="gemm,gemv"))
+    if not require_cuda():
+        return 0
+    try:
+        import torch
+        have_torch = not args.no_peer and torch.cuda.is_available()
+    except ImportError:
+        torch, have_torch = None, False
+    only = set(args.only.split(","))
+    records = []
+    info = gk.linalg.cublaslt_info()
+    print(f"cuBLASLt: {'found at ' + info['path'] if info['available'] else info['reason']}")
+    if "gemm" in only:
+        records += bench_gemm(args, have_torch, torch)
+    if "gemv" in only:
+        records += bench_gemv(args, have_torch, torch)
+    print_table(records)
+    write_results(args.out, records)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Op-table entries of linear and gate_up_swiglu (format: tests/python/harness.py). Edge
+cases, options and bad input are in test_gemm.py; the CUDA paths in test_gemm_cuda.py."""
+import math
+
+import numpy as np
+
+import gpukit as gk
+from harness import OpSpec
+
+TOL = {"float64": (1e-12, 1e-9), "float32": (1e-5, 5e-4), "float16": (2e-3, 5e-3), "bfloat16": (1e-2, 2e-2)}
+ERF = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _silu(v):
+    return v / (1 + np.exp(-v))
+
+
+def _gelu(v):
+    return 0.5 * v * (1 + ERF(v / math.sqrt(2)))
+
+
+def _lin_plan(layout):
+    return {
+        "small": [((7, 5), None), ((3, 5), None), ((3,), None), ((7, 3), None)],
+        "batched": [((2, 3, 17), None), ((9, 17), None), ((9,), None), ((2, 3, 9), None)],
+        "transposed": [((17, 6), "T"), ((17, 9), "T"), ((9,), "rev"), ((9, 6), "T")],
+        "offset": [((8, 33), "offset1"), ((12, 33), "step2"), ((7,), "offset1"), ((8, 6), "offset1")],
+        "empty": [((0, 5), None), ((4, 5), None), ((4,), None), ((0, 4), None)],
+    }.get(layout)
+
+
+def _glu_plan(layout):
+    return {
+        "small": [((7, 5), None), ((6, 5), None)],
+        "batched": [((2, 3, 17), None), ((18, 17), None)],
+        "transposed": [((17, 6), "T"), ((17, 10), "T")],
+        "offset": [((8, 33), "offset1"), ((12, 33), "step2")],
+    }.get(layout)
+
+
+def _glu_ref(x, w):
+    i = w.shape[0] // 2
+    return _silu(x @ w[:i].T) * (x @ w[i:].T)
+
+
+LAYOUTS = ("small", "batched", "transposed", "offset", "empty")
+
+OPS = [
+    OpSpec("linear", lambda x, w, b, r: gk.linear(x, w, bias=b, activation="silu", residual=r),
+           lambda x, w, b, r: _silu(x @ w.T + b) + r, nin=4, plan=_lin_plan, layouts=LAYOUTS,
+           dtypes=("float32", "bfloat16", "float16", "float64"), tol=TOL, low=-1, high=1),
+    OpSpec("linear", lambda x, w, b, r: gk.linear(x, w, bias=b, activation="gelu"),
+           lambda x, w, b, r: _gelu(x @ w.T + b), nin=4, plan=_lin_plan, layouts=LAYOUTS, id="linear_gelu_bias",
+           dtypes=("float32", "bfloat16"), tol=TOL, low=-1, high=1),
+    OpSpec("linear", lambda x, w, b, r: gk.linear(x, w, bias=b, residual=r),
+           lambda x, w, b, r: x @ w.T + b + r, nin=4, plan=_lin_plan, layouts=LAYOUTS, id="linear_bias_residual",
+           dtypes=("bfloat16", "float32"), tol=TOL, low=-1, high=1),
+    OpSpec("gate_up_swiglu", lambda x, w: gk.gate_up_swiglu(x, w), _glu_ref, nin=2, plan=_glu_plan,
+           layouts=LAYOUTS[:4], dtypes=("float32", "bfloat16", "float16"), tol=TOL, low=-1, high=1),
+]
