@@ -44,6 +44,13 @@ Array linear(const Array& x, const Array& w, const Array* bias = nullptr, Activa
 Array gate_up_swiglu(const Array& x, const Array& w_gate_up, std::optional<DType> out_dtype = std::nullopt,
                      const Stream* s = nullptr);
 
+// Decode GEMV: y = x @ w^T for x [M, K] or [K] with M = 1..8 and w [N, K] in
+// bfloat16/float16 (rows contiguous). x is converted to w's dtype; fp32
+// accumulation, rounded once to out_dtype (default w's dtype; float32 allowed).
+// More than 8 rows of x run as linear(). Reads w at the bandwidth limit on CUDA.
+Array gemv(const Array& x, const Array& w, std::optional<DType> out_dtype = std::nullopt,
+           const Stream* s = nullptr);
+
 namespace blas {
 struct Info {
   bool available = false;

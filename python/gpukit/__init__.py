@@ -45,7 +45,7 @@ for _name in ("sum", "mean", "max", "min", "argmax", "argmin", "softmax", "log_s
         globals()[_name] = getattr(_C, _name)
 
 from .linalg import (  # noqa: F401,E402
-    linear, gate_up_swiglu, set_matmul_precision, get_matmul_precision, matmul_precision,
+    linear, gate_up_swiglu, gemv, set_matmul_precision, get_matmul_precision, matmul_precision,
 )
 
 try:

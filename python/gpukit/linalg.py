@@ -21,6 +21,7 @@ from . import _C
 matmul = _C.matmul
 linear = _C.linear
 gate_up_swiglu = _C.gate_up_swiglu
+gemv = _C.gemv
 set_matmul_precision = _C.set_matmul_precision
 get_matmul_precision = _C.get_matmul_precision
 

@@ -96,6 +96,17 @@ GK_BINDING(26, gemm) {
   }, nb::arg("x"), nb::arg("w_gate_up"), nb::arg("out_dtype") = nb::none(), nb::arg("stream") = nb::none(),
      kSwigluDoc);
 
+  m.def("gemv", [](nb::handle x, nb::handle w, nb::handle out_dtype, nb::handle stream) {
+    Stream st;
+    const Stream* sp = to_stream(stream, st);
+    auto [xa, wa] = two_arrays(x, w, "x", "w");
+    return gemv(xa, wa, to_dtype_opt(out_dtype, "out_dtype"), sp);
+  }, nb::arg("x"), nb::arg("w"), nb::arg("out_dtype") = nb::none(), nb::arg("stream") = nb::none(),
+     "gemv(x, w, out_dtype=None, stream=None)\n\n"
+     "Decode GEMV x @ w.T for x [M, K] (M = 1..8) or [K] and bfloat16/float16 w [N, K]; x is\n"
+     "converted to w's dtype, fp32 accumulation, rounded once (out_dtype: w's dtype or float32).\n"
+     "More than 8 rows run as linear(). Deterministic (no atomics; fixed split-K order).");
+
   m.def("set_matmul_precision", [](const std::string& p) {
     if (p == "highest" || p == "fp32" || p == "float32") return set_matmul_precision(MatmulPrecision::highest);
     if (p == "tf32") return set_matmul_precision(MatmulPrecision::tf32);

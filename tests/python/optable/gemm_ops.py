@@ -58,3 +58,18 @@ OPS = [
     OpSpec("gate_up_swiglu", lambda x, w: gk.gate_up_swiglu(x, w), _glu_ref, nin=2, plan=_glu_plan,
            layouts=LAYOUTS[:4], dtypes=("float32", "bfloat16", "float16"), tol=TOL, low=-1, high=1),
 ]
+
+
+def _gemv_plan(layout):
+    return {
+        "small": [((3, 40), None), ((9, 40), None)],
+        "one_row": [((1, 257), None), ((5, 257), None)],
+        "offset": [((5, 33), "offset1"), ((8, 33), "offset1")],
+        "strided_w": [((2, 16), None), ((14, 16), "step2")],
+        "eight": [((8, 1024), None), ((31, 1024), None)],
+    }.get(layout)
+
+
+OPS.append(OpSpec("gemv", lambda x, w: gk.gemv(x, w), lambda x, w: x @ w.T, nin=2, plan=_gemv_plan,
+                  layouts=("small", "one_row", "offset", "strided_w", "eight"), dtypes=("bfloat16", "float16"),
+                  tol=TOL, low=-1, high=1))
