@@ -22,6 +22,9 @@ matmul = _C.matmul
 linear = _C.linear
 gate_up_swiglu = _C.gate_up_swiglu
 gemv = _C.gemv
+quantize_fp8, quantize_int8, quantize_int4 = _C.quantize_fp8, _C.quantize_int8, _C.quantize_int4
+dequantize_fp8, dequantize_int8, dequantize_int4 = _C.dequantize_fp8, _C.dequantize_int8, _C.dequantize_int4
+gemv_fp8, gemv_int8, gemv_int4 = _C.gemv_fp8, _C.gemv_int8, _C.gemv_int4
 set_matmul_precision = _C.set_matmul_precision
 get_matmul_precision = _C.get_matmul_precision
 

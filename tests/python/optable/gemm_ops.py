@@ -73,3 +73,42 @@ def _gemv_plan(layout):
 OPS.append(OpSpec("gemv", lambda x, w: gk.gemv(x, w), lambda x, w: x @ w.T, nin=2, plan=_gemv_plan,
                   layouts=("small", "one_row", "offset", "strided_w", "eight"), dtypes=("bfloat16", "float16"),
                   tol=TOL, low=-1, high=1))
+
+
+# ---- quantized GEMV: w is quantized inside the call; the reference multiplies by the exact
+# dequantized weight (the quantize/dequantize rules are checked against NumPy in test_quant.py) ----
+
+def _deq(fmt, w, g=64):
+    wa = gk.asarray(np.ascontiguousarray(w, dtype=np.float32))
+    if fmt == "int4":
+        q, s, z = gk.quantize_int4(wa, group=g)
+        return gk.dequantize_int4(q, s, z, group=g).numpy().astype(np.float64)
+    q, s = getattr(gk, f"quantize_{fmt}")(wa)
+    return getattr(gk, f"dequantize_{fmt}")(q, s).numpy().astype(np.float64)
+
+
+def _qcall(fmt, x, w, g=64):
+    w32 = w.astype("float32")
+    if fmt == "int4":
+        q, s, z = gk.quantize_int4(w32, group=g)
+        return gk.gemv_int4(x, q, s, z, group=g, out_dtype="float32")
+    q, s = getattr(gk, f"quantize_{fmt}")(w32)
+    return getattr(gk, f"gemv_{fmt}")(x, q, s, out_dtype="float32")
+
+
+def _qplan(layout):
+    return {
+        "small": [((3, 128), None), ((9, 128), None)],
+        "one_row": [((1, 256), None), ((5, 256), None)],
+        "eight": [((8, 512), None), ((31, 512), None)],
+        "offset_x": [((4, 128), "offset1"), ((7, 128), None)],
+    }.get(layout)
+
+
+QTOL = {"bfloat16": (1e-5, 1e-4), "float16": (1e-5, 1e-4), "float32": (1e-5, 1e-4)}
+for _fmt in ("fp8", "int8", "int4"):
+    OPS.append(OpSpec(f"gemv_{_fmt}", (lambda f: lambda x, w: _qcall(f, x, w))(_fmt),
+                      (lambda f: lambda x, w: x @ _deq(f, w).T)(_fmt), nin=2, plan=_qplan,
+                      layouts=("small", "one_row", "eight", "offset_x"), dtypes=("bfloat16", "float16"),
+                      in_dtypes=lambda dt: (dt, "float32"), out_dtype=lambda dt: "float32", tol=QTOL,
+                      low=-1, high=1))
