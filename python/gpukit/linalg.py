@@ -25,6 +25,9 @@ gemv = _C.gemv
 quantize_fp8, quantize_int8, quantize_int4 = _C.quantize_fp8, _C.quantize_int8, _C.quantize_int4
 dequantize_fp8, dequantize_int8, dequantize_int4 = _C.dequantize_fp8, _C.dequantize_int8, _C.dequantize_int4
 gemv_fp8, gemv_int8, gemv_int4 = _C.gemv_fp8, _C.gemv_int8, _C.gemv_int4
+quantize_q8_0, quantize_q4_0, dequantize_q8_0, dequantize_q4_0 = (
+    _C.quantize_q8_0, _C.quantize_q4_0, _C.dequantize_q8_0, _C.dequantize_q4_0)
+gemv_q8_0, gemv_q4_0 = _C.gemv_q8_0, _C.gemv_q4_0
 set_matmul_precision = _C.set_matmul_precision
 get_matmul_precision = _C.get_matmul_precision
 

@@ -165,6 +165,39 @@ GK_BINDING(26, gemm) {
         nb::arg("out_dtype") = nb::none(), nb::arg("stream") = nb::none(),
         "x @ dequantize_int4(q, scales, zeros, group).T for x [M <= 8, K] or [K].");
 
+  m.def("quantize_q8_0", [](const Array& w) { return quantize_weight(w, "q8_0").q; }, nb::arg("w"),
+        "GGUF Q8_0 blocks uint8 [N, K/32 * 34] of w [N, K] (ggml's reference rounding).");
+  m.def("quantize_q4_0", [](const Array& w) { return quantize_weight(w, "q4_0").q; }, nb::arg("w"),
+        "GGUF Q4_0 blocks uint8 [N, K/32 * 18] of w [N, K] (ggml's reference rounding).");
+  m.def("dequantize_q8_0", [=](nb::handle q) {
+    QuantizedWeight w;
+    w.format = "q8_0";
+    w.q = to_array(q, "q");
+    return dequantize_weight(w);
+  }, nb::arg("q"), "Exact float32 values [N, K] of GGUF Q8_0 blocks [N, K/32 * 34].");
+  m.def("dequantize_q4_0", [=](nb::handle q) {
+    QuantizedWeight w;
+    w.format = "q4_0";
+    w.q = to_array(q, "q");
+    return dequantize_weight(w);
+  }, nb::arg("q"), "Exact float32 values [N, K] of GGUF Q4_0 blocks [N, K/32 * 18].");
+  m.def("gemv_q8_0", [=](nb::handle x, nb::handle q, nb::handle o, nb::handle st) {
+    Stream sto;
+    QuantizedWeight w;
+    w.format = "q8_0";
+    w.q = to_array(q, "q");
+    return gemv_quantized(to_array(x, "x", &w.q), w, to_dtype_opt(o, "out_dtype"), to_stream(st, sto));
+  }, nb::arg("x"), nb::arg("q"), nb::arg("out_dtype") = nb::none(), nb::arg("stream") = nb::none(),
+     "x @ dequantize_q8_0(q).T, reading the GGUF blocks directly; x [M <= 8, K] or [K].");
+  m.def("gemv_q4_0", [=](nb::handle x, nb::handle q, nb::handle o, nb::handle st) {
+    Stream sto;
+    QuantizedWeight w;
+    w.format = "q4_0";
+    w.q = to_array(q, "q");
+    return gemv_quantized(to_array(x, "x", &w.q), w, to_dtype_opt(o, "out_dtype"), to_stream(st, sto));
+  }, nb::arg("x"), nb::arg("q"), nb::arg("out_dtype") = nb::none(), nb::arg("stream") = nb::none(),
+     "x @ dequantize_q4_0(q).T, reading the GGUF blocks directly; x [M <= 8, K] or [K].");
+
   m.def("set_matmul_precision", [](const std::string& p) {
     if (p == "highest" || p == "fp32" || p == "float32") return set_matmul_precision(MatmulPrecision::highest);
     if (p == "tf32") return set_matmul_precision(MatmulPrecision::tf32);

@@ -9,7 +9,8 @@
 //   int4: per 32-weight vector (inside one group, since G % 32 == 0), the exact small
 //         integers (q - z) times x are summed, then scaled by s[j, g] into the row sum.
 // The front end guarantees 16-byte aligned q rows and x rows, K % 16 == 0 (8-bit)
-// and G % 32 == 0, K % G == 0 (int4).
+// and G % 32 == 0, K % G == 0 (int4); GGUF Q8_0 / Q4_0 blocks (k_ggml_gemv) need
+// only K % 32 == 0 and 2-byte aligned rows.
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -18,11 +19,12 @@
 
 #include "core/cuda_util.h"
 #include "ops/backend.h"
+#include "ops/gguf_blocks.h"
 #include "ops/quant_args.h"
 
 namespace gk::cuda {
 
-GK_REGISTER_CUDA_OPS("gemv_fp8", "gemv_int8", "gemv_int4");
+GK_REGISTER_CUDA_OPS("gemv_fp8", "gemv_int8", "gemv_int4", "gemv_q8_0", "gemv_q4_0");
 
 namespace {
 
@@ -178,6 +180,81 @@ __global__ void __launch_bounds__(kThreads) k_qgemv(QGemvArgs p) {
   }
 }
 
+// GGUF Q8_0 / Q4_0: one 32-weight block per lane per step (blocks are 34 / 18 bytes, so
+// only 2-byte aligned: read as 16-bit words). The block's integer codes times x are
+// summed exactly-ordered in fp32, then scaled by the block's d.
+template <class T, int F, int MT>
+__global__ void __launch_bounds__(kThreads) k_ggml_gemv(QGemvArgs p) {
+  constexpr bool kQ8 = F == int(QFormat::q8_0);
+  constexpr int BB = kQ8 ? gguf::kQ8_0Bytes : gguf::kQ4_0Bytes;
+  constexpr int W16 = BB / 2;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t row0 = (int64_t(blockIdx.x) * kWarps + warp) * kRows;
+  if (row0 >= p.n) return;
+  const int s = blockIdx.y, S = gridDim.y;
+  const int m = int(p.m);
+  const int64_t rows[kRows] = {row0, row0 + 1 < p.n ? row0 + 1 : row0};
+  const T* x = static_cast<const T*>(p.x);
+  float acc[MT][kRows];
+#pragma unroll
+  for (int i = 0; i < MT; ++i) acc[i][0] = acc[i][1] = 0.0f;
+  const int64_t nb = p.k / gguf::kBlock;
+  const int64_t nch = (nb + 31) / 32;
+  const int64_t cps = (nch + S - 1) / S;
+  const int64_t c0 = int64_t(s) * cps, c1 = std::min(nch, c0 + cps);
+  for (int64_t c = c0; c < c1; ++c) {
+    const int64_t blk = c * 32 + lane;
+    if (blk >= nb) continue;
+    uint16_t raw[kRows][W16];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const uint16_t* b = reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(p.q) + rows[r] * p.q_rs +
+                                                            blk * BB);
+#pragma unroll
+      for (int h = 0; h < W16; ++h) raw[r][h] = __ldcs(b + h);
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const uint8_t* bytes = reinterpret_cast<const uint8_t*>(raw[r]);
+      const float d = gguf::block_scale(bytes);
+      float wf[32];
+#pragma unroll
+      for (int j = 0; j < 32; ++j) wf[j] = float(kQ8 ? gguf::q8_0_code(bytes, j) : gguf::q4_0_code(bytes, j));
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        if (i < m) {
+          const uint4* xv = reinterpret_cast<const uint4*>(x + i * p.x_rs) + blk * 4;
+          float dsum = 0.0f;
+#pragma unroll
+          for (int h = 0; h < 4; ++h) dsum = dot8<T>(__ldg(xv + h), wf + 8 * h, dsum);
+          acc[i][r] = fmaf(d, dsum, acc[i][r]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      float v = acc[i][r];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      acc[i][r] = v;
+    }
+  if (lane != 0) return;
+#pragma unroll
+  for (int i = 0; i < MT; ++i) {
+    if (i >= m) break;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t row = row0 + r;
+      if (row >= p.n) break;
+      if (S == 1) store(p.y, p.out_dtype, i * p.n + row, acc[i][r]);
+      else p.part[(int64_t(s) * p.m + i) * p.n + row] = acc[i][r];
+    }
+  }
+}
+
 __global__ void k_qsum(const float* __restrict__ part, void* y, DType out, int64_t mn, int S) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < mn; i += int64_t(gridDim.x) * blockDim.x) {
     float v = part[i];
@@ -191,10 +268,17 @@ void launch(const QGemvArgs& p, cudaStream_t st) {
   const int64_t blocks = (p.n + kWarps * kRows - 1) / (kWarps * kRows);
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   dim3 grid(unsigned(blocks), unsigned(std::max(1, p.split)));
-  if (p.m <= 1) k_qgemv<T, F, 1><<<grid, kThreads, 0, st>>>(p);
-  else if (p.m <= 2) k_qgemv<T, F, 2><<<grid, kThreads, 0, st>>>(p);
-  else if (p.m <= 4) k_qgemv<T, F, 4><<<grid, kThreads, 0, st>>>(p);
-  else k_qgemv<T, F, 8><<<grid, kThreads, 0, st>>>(p);
+  if constexpr (F == int(QFormat::q8_0) || F == int(QFormat::q4_0)) {
+    if (p.m <= 1) k_ggml_gemv<T, F, 1><<<grid, kThreads, 0, st>>>(p);
+    else if (p.m <= 2) k_ggml_gemv<T, F, 2><<<grid, kThreads, 0, st>>>(p);
+    else if (p.m <= 4) k_ggml_gemv<T, F, 4><<<grid, kThreads, 0, st>>>(p);
+    else k_ggml_gemv<T, F, 8><<<grid, kThreads, 0, st>>>(p);
+  } else {
+    if (p.m <= 1) k_qgemv<T, F, 1><<<grid, kThreads, 0, st>>>(p);
+    else if (p.m <= 2) k_qgemv<T, F, 2><<<grid, kThreads, 0, st>>>(p);
+    else if (p.m <= 4) k_qgemv<T, F, 4><<<grid, kThreads, 0, st>>>(p);
+    else k_qgemv<T, F, 8><<<grid, kThreads, 0, st>>>(p);
+  }
   GK_LAUNCH_CHECK("qgemv");
   if (p.split > 1) {
     const int64_t mn = p.m * p.n;
@@ -210,6 +294,8 @@ void by_format(const QGemvArgs& p, cudaStream_t st) {
     case QFormat::fp8: return launch<T, int(QFormat::fp8)>(p, st);
     case QFormat::int8: return launch<T, int(QFormat::int8)>(p, st);
     case QFormat::int4: return launch<T, int(QFormat::int4)>(p, st);
+    case QFormat::q8_0: return launch<T, int(QFormat::q8_0)>(p, st);
+    case QFormat::q4_0: return launch<T, int(QFormat::q4_0)>(p, st);
   }
 }
 

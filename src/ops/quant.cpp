@@ -3,17 +3,23 @@
 #include "gpukit/gemm.h"
 #include "gpukit/quant.h"
 #include "ops/common.h"
+#include "ops/gguf_blocks.h"
 #include "ops/quant_args.h"
 
 namespace gk {
 
 namespace {
 
+bool is_gguf(QFormat f) { return f == QFormat::q8_0 || f == QFormat::q4_0; }
+int64_t block_bytes(QFormat f) { return f == QFormat::q8_0 ? gguf::kQ8_0Bytes : gguf::kQ4_0Bytes; }
+
 QFormat parse_format(const std::string& f) {
   if (f == "fp8") return QFormat::fp8;
   if (f == "int8") return QFormat::int8;
   if (f == "int4") return QFormat::int4;
-  throw ValueError(cat("format: expected \"fp8\", \"int8\" or \"int4\", got \"", f, "\""));
+  if (f == "q8_0") return QFormat::q8_0;
+  if (f == "q4_0") return QFormat::q4_0;
+  throw ValueError(cat("format: expected \"fp8\", \"int8\", \"int4\", \"q8_0\" or \"q4_0\", got \"", f, "\""));
 }
 
 void check_group(int64_t k, int64_t group) {
@@ -27,6 +33,14 @@ void check_group(int64_t k, int64_t group) {
 std::pair<int64_t, int64_t> check_qw(const QuantizedWeight& qw, QFormat f) {
   const Array& q = qw.q;
   if (!q.defined()) throw ValueError("q: the quantized weight has no data");
+  if (is_gguf(f)) {
+    if (q.ndim() != 2) throw ValueError(cat("q: expected 2-d blocks [N, K/32 * bytes], got shape ", shape_str(q.shape())));
+    if (q.dtype() != DType::u8) throw TypeError(cat("q: GGUF blocks are uint8 bytes, got ", dtype_name(q.dtype())));
+    const int64_t bb = block_bytes(f);
+    if (q.shape(1) % bb != 0)
+      throw ValueError(cat("q: a row of ", qw.format, " blocks is a multiple of ", bb, " bytes, got ", q.shape(1)));
+    return {q.shape(0), q.shape(1) / bb * gguf::kBlock};
+  }
   if (!qw.scales.defined()) throw ValueError("scales: missing (every format needs scales)");
   if (q.ndim() != 2) throw ValueError(cat("q: expected a 2-d array, got shape ", shape_str(q.shape())));
   DType want = f == QFormat::fp8 ? DType::f8e4m3 : (f == QFormat::int8 ? DType::i8 : DType::u8);
@@ -56,6 +70,8 @@ QuantizedWeight quantize_weight(const Array& w, const std::string& format, int64
   if (w.ndim() != 2) throw ValueError(cat("w: expected a 2-d weight [N, K], got shape ", shape_str(w.shape())));
   const int64_t n = w.shape(0), k = w.shape(1);
   if (f == QFormat::int4) check_group(k, group);
+  if (is_gguf(f) && k % gguf::kBlock != 0)
+    throw ValueError(cat("w: K = ", k, " is not divisible by the ", format, " block size 32"));
   Array wc = w.to(Device::cpu()).astype(DType::f32).contiguous();
   Device cpu = Device::cpu();
   QuantizedWeight qw;
@@ -67,7 +83,9 @@ QuantizedWeight quantize_weight(const Array& w, const std::string& format, int64
   a.k = k;
   a.group = qw.group;
   a.fmt = f;
-  if (f == QFormat::int4) {
+  if (is_gguf(f)) {
+    qw.q = Array::empty({n, k / gguf::kBlock * block_bytes(f)}, DType::u8, cpu);
+  } else if (f == QFormat::int4) {
     qw.q = Array::empty({n, k / 2}, DType::u8, cpu);
     qw.scales = Array::empty({n, k / group}, DType::f32, cpu);
     qw.zeros = Array::empty({n, k / group}, DType::u8, cpu);
@@ -77,11 +95,11 @@ QuantizedWeight quantize_weight(const Array& w, const std::string& format, int64
     qw.scales = Array::empty({n}, DType::f32, cpu);
   }
   a.q = qw.q.data();
-  a.scales = qw.scales.data_as<float>();
+  a.scales = qw.scales.defined() ? qw.scales.data_as<float>() : nullptr;
   cpu::quantize(a);
   if (w.device().is_cuda()) {
     qw.q = qw.q.to(w.device());
-    qw.scales = qw.scales.to(w.device());
+    if (qw.scales.defined()) qw.scales = qw.scales.to(w.device());
     if (qw.zeros.defined()) qw.zeros = qw.zeros.to(w.device());
   }
   return qw;
@@ -92,12 +110,13 @@ Array dequantize_weight(const QuantizedWeight& qw) {
   auto [n, k] = check_qw(qw, f);
   Device d = qw.q.device();
   QuantArgs a;
-  Array q = qw.q.to(Device::cpu()).contiguous(), s = qw.scales.to(Device::cpu()).contiguous(), z;
+  Array q = qw.q.to(Device::cpu()).contiguous(), s, z;
+  if (qw.scales.defined()) s = qw.scales.to(Device::cpu()).contiguous();
   if (f == QFormat::int4) z = qw.zeros.to(Device::cpu()).contiguous();
   Array w = Array::empty({n, k}, DType::f32, Device::cpu());
   a.w = w.data_as<float>();
   a.q = q.data();
-  a.scales = s.data_as<float>();
+  a.scales = s.defined() ? s.data_as<float>() : nullptr;
   a.zeros = z.defined() ? z.data_as<uint8_t>() : nullptr;
   a.n = n;
   a.k = k;
@@ -110,7 +129,7 @@ Array dequantize_weight(const QuantizedWeight& qw) {
 Array gemv_quantized(const Array& x_in, const QuantizedWeight& qw, std::optional<DType> out_dtype, const Stream* sp) {
   QFormat f = parse_format(qw.format);
   auto [n, k] = check_qw(qw, f);
-  Device d = detail::common_device({{"x", &x_in}, {"q", &qw.q}, {"scales", &qw.scales},
+  Device d = detail::common_device({{"x", &x_in}, {"q", &qw.q}, {"scales", qw.scales.defined() ? &qw.scales : &qw.q},
                                     {"zeros", qw.zeros.defined() ? &qw.zeros : &qw.q}});
   Stream s = resolve_stream(sp, d);
   DType xt = x_in.dtype();
@@ -134,14 +153,14 @@ Array gemv_quantized(const Array& x_in, const QuantizedWeight& qw, std::optional
   Array x = one ? x_in.unsqueeze(0) : x_in;
   x = x.dtype() == act ? x.contiguous(&s) : x.astype(act, &s);
   if (qw.q.stride(1) != 1) throw ValueError("q: rows must be contiguous (stride 1 along K)");
-  Array sc = qw.scales.contiguous(&s);
+  Array sc = qw.scales.defined() ? qw.scales.contiguous(&s) : Array();
   Array zr = qw.zeros.defined() ? qw.zeros.contiguous(&s) : Array();
   Array y = Array::empty({m, n}, out, d, &s);
   if (y.numel() == 0) return one ? y.reshape({n}) : y;
   QGemvArgs a;
   a.x = x.data();
   a.q = qw.q.data();
-  a.scales = sc.data_as<float>();
+  a.scales = sc.defined() ? sc.data_as<float>() : nullptr;
   a.zeros = zr.defined() ? zr.data_as<uint8_t>() : nullptr;
   a.y = y.data();
   a.m = m;
@@ -157,11 +176,14 @@ Array gemv_quantized(const Array& x_in, const QuantizedWeight& qw, std::optional
     cpu::qgemv(a);
   } else {
 #if GPUKIT_WITH_CUDA
-    if (f == QFormat::int4 ? k % 32 != 0 : k % 16 != 0)
+    if (is_gguf(f)) {
+      if (reinterpret_cast<uintptr_t>(a.q) % 2 != 0 || a.q_rs % 2 != 0)
+        throw ValueError("q: the CUDA GGUF GEMV needs 2-byte aligned block rows");
+    } else if (f == QFormat::int4 ? k % 32 != 0 : k % 16 != 0)
       throw ValueError(cat("q: the CUDA ", qw.format, " GEMV needs K divisible by ", f == QFormat::int4 ? 32 : 16,
                            ", got K = ", k));
     auto al16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    if (!al16(a.q) || a.q_rs % 16 != 0)
+    if (!is_gguf(f) && (!al16(a.q) || a.q_rs % 16 != 0))
       throw ValueError(cat("q: the CUDA GEMV needs 16-byte aligned rows (row stride ", a.q_rs,
                            " bytes, address offset ", reinterpret_cast<uintptr_t>(a.q) % 16, ")"));
     if (!al16(a.x)) x = x.copy(&s), a.x = x.data();

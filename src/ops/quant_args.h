@@ -4,6 +4,7 @@
 //   int8: q [N, K] int8,          scales [N] f32:  w = q * s[j]
 //   int4: q [N, K/2] uint8 (element 2i in the low nibble of byte i, 2i+1 in the high),
 //         scales [N, K/G] f32, zeros [N, K/G] uint8 (0..15): w = (q - z[j, g]) * s[j, g], g = k / G
+//   q8_0 / q4_0: q [N, K/32 * 34 or 18] uint8, the GGUF blocks (no scales arrays)
 #pragma once
 #include <cstdint>
 
@@ -11,7 +12,7 @@
 
 namespace gk {
 
-enum class QFormat : int { fp8 = 0, int8 = 1, int4 = 2 };
+enum class QFormat : int { fp8 = 0, int8 = 1, int4 = 2, q8_0 = 3, q4_0 = 4 };  // GGUF blocks: ops/gguf_blocks.h
 
 struct QuantArgs {
   float* w = nullptr;  // [n, k] contiguous float32: input of quantize, output of dequantize
