@@ -51,6 +51,16 @@ Array gate_up_swiglu(const Array& x, const Array& w_gate_up, std::optional<DType
 Array gemv(const Array& x, const Array& w, std::optional<DType> out_dtype = std::nullopt,
            const Stream* s = nullptr);
 
+// W8A8: int8 x [..., K] times int8 w [N, K]^T with exact int32 accumulation
+// (K <= 131071). Without scales the int32 products are returned. With x_scale (one
+// per row of x, or one for all: per token / per tensor) and w_scale (per output
+// channel or per tensor): y = acc * x_scale[i] * w_scale[j] (+ bias[j]) in fp32,
+// rounded once to out_dtype (default float32). cuBLASLt's int8 GEMM on CUDA when
+// the layout is its "TN" form, else gpukit's kernel.
+Array int8_linear(const Array& x, const Array& w, const Array* x_scale = nullptr, const Array* w_scale = nullptr,
+                  const Array* bias = nullptr, std::optional<DType> out_dtype = std::nullopt,
+                  const Stream* s = nullptr);
+
 namespace blas {
 struct Info {
   bool available = false;

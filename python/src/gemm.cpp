@@ -198,6 +198,24 @@ GK_BINDING(26, gemm) {
   }, nb::arg("x"), nb::arg("q"), nb::arg("out_dtype") = nb::none(), nb::arg("stream") = nb::none(),
      "x @ dequantize_q4_0(q).T, reading the GGUF blocks directly; x [M <= 8, K] or [K].");
 
+  m.def("int8_linear", [](nb::handle x, nb::handle w, nb::handle x_scale, nb::handle w_scale, nb::handle bias,
+                          nb::handle out_dtype, nb::handle stream) {
+    Stream st;
+    const Stream* sp = to_stream(stream, st);
+    auto [xa, wa] = two_arrays(x, w, "x", "w");
+    Array xs, ws, b;
+    if (!x_scale.is_none()) xs = to_array(x_scale, "x_scale", &xa);
+    if (!w_scale.is_none()) ws = to_array(w_scale, "w_scale", &xa);
+    if (!bias.is_none()) b = to_array(bias, "bias", &xa);
+    return int8_linear(xa, wa, xs.defined() ? &xs : nullptr, ws.defined() ? &ws : nullptr,
+                       b.defined() ? &b : nullptr, to_dtype_opt(out_dtype, "out_dtype"), sp);
+  }, nb::arg("x"), nb::arg("w"), nb::arg("x_scale") = nb::none(), nb::arg("w_scale") = nb::none(),
+     nb::arg("bias") = nb::none(), nb::arg("out_dtype") = nb::none(), nb::arg("stream") = nb::none(),
+     "int8_linear(x, w, x_scale=None, w_scale=None, bias=None, out_dtype=None, stream=None)\n\n"
+     "W8A8: int8 x [..., K] @ int8 w [N, K].T with exact int32 accumulation (K <= 131071). Without\n"
+     "scales: the int32 products. With x_scale (per row of x, or one) and w_scale (per output\n"
+     "channel, or one): acc * x_scale * w_scale (+ bias) in fp32, rounded once (default float32).");
+
   m.def("set_matmul_precision", [](const std::string& p) {
     if (p == "highest" || p == "fp32" || p == "float32") return set_matmul_precision(MatmulPrecision::highest);
     if (p == "tf32") return set_matmul_precision(MatmulPrecision::tf32);

@@ -45,6 +45,7 @@ bool supports(DType ab, DType d) {
     case DType::f32: return d == DType::f32;
     case DType::f64: return d == DType::f64;
     case DType::f16: case DType::bf16: return d == ab || d == DType::f32;
+    case DType::i8: return d == DType::i32;
     default: return false;
   }
 }
@@ -220,6 +221,8 @@ cudaDataType_t cuda_type(DType t) {
     case DType::f16: return CUDA_R_16F;
     case DType::bf16: return CUDA_R_16BF;
     case DType::f64: return CUDA_R_64F;
+    case DType::i8: return CUDA_R_8I;
+    case DType::i32: return CUDA_R_32I;
     default: return CUDA_R_32F;
   }
 }
@@ -312,6 +315,10 @@ bool matmul(const LtGemm& g, int device, void* stream) {
   Fit fb = fit(g.m, g.k, g.a_rs, g.a_cs);  // our A (m x k)
   if (!fa.ok || !fb.ok) return false;
   if (g.batch > 1 && (g.a_bs < 0 || g.b_bs < 0 || g.d_bs < g.m * g.ldd)) return false;
+  const bool i8 = g.ab_dtype == DType::i8;
+  // int8 (IMMA) in column-major order takes only the "TN" form: cuBLASLt's A transposed
+  // (our B = w^T with w's rows contiguous), its B not (our A with rows contiguous).
+  if (i8 && (!fa.trans || fb.trans || g.epi != Epilogue::none || g.c)) return false;
 
   Loader& l = L();
   cublasLtHandle_t h = nullptr;
@@ -343,8 +350,9 @@ bool matmul(const LtGemm& g, int device, void* stream) {
   const Api& api = l.api;
   const bool f64 = g.ab_dtype == DType::f64;
   cublasComputeType_t compute =
-      f64 ? CUBLAS_COMPUTE_64F : (g.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
-  cudaDataType_t scale = f64 ? CUDA_R_64F : CUDA_R_32F;
+      i8 ? CUBLAS_COMPUTE_32I
+         : (f64 ? CUBLAS_COMPUTE_64F : (g.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F));
+  cudaDataType_t scale = i8 ? CUDA_R_32I : (f64 ? CUDA_R_64F : CUDA_R_32F);
   cudaDataType_t tab = cuda_type(g.ab_dtype), td = cuda_type(g.d_dtype);
   const void* lt_a = g.b;
   const void* lt_b = g.a;
@@ -420,11 +428,21 @@ bool matmul(const LtGemm& g, int device, void* stream) {
   }
   float alpha_f = 1.0f, beta_f = g.c ? 1.0f : 0.0f;
   double alpha_d = 1.0, beta_d = g.c ? 1.0 : 0.0;
-  const void* alpha = f64 ? static_cast<const void*>(&alpha_d) : static_cast<const void*>(&alpha_f);
-  const void* beta = f64 ? static_cast<const void*>(&beta_d) : static_cast<const void*>(&beta_f);
-  check(api.Matmul(h, ds.op, alpha, lt_a, ds.la, lt_b, ds.lb, beta, cptr, ds.lc, g.d, ds.lc, &plan.algo,
-                   plan.ws ? ws->ptr : nullptr, plan.ws, static_cast<cudaStream_t>(stream)),
-        "cublasLtMatmul");
+  int32_t alpha_i = 1, beta_i = 0;
+  const void* alpha = i8 ? static_cast<const void*>(&alpha_i)
+                         : (f64 ? static_cast<const void*>(&alpha_d) : static_cast<const void*>(&alpha_f));
+  const void* beta = i8 ? static_cast<const void*>(&beta_i)
+                        : (f64 ? static_cast<const void*>(&beta_d) : static_cast<const void*>(&beta_f));
+  cublasStatus_t st = api.Matmul(h, ds.op, alpha, lt_a, ds.la, lt_b, ds.lb, beta, cptr, ds.lc, g.d, ds.lc,
+                                 &plan.algo, plan.ws ? ws->ptr : nullptr, plan.ws, static_cast<cudaStream_t>(stream));
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
+    // Rejected before any launch: remember the key as unusable and let the caller's kernel run.
+    std::lock_guard<std::mutex> lk(l.mu);
+    l.plans[key] = Plan{};
+    g_no_algo++;
+    return false;
+  }
+  check(st, "cublasLtMatmul");
   GK_LAUNCH_CHECK("cublasLtMatmul");
   g_lt_calls++;
   return true;

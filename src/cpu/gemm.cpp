@@ -8,7 +8,7 @@
 
 namespace gk::cpu {
 
-GK_REGISTER_CPU_OPS("linear", "gate_up_swiglu");
+GK_REGISTER_CPU_OPS("linear", "gate_up_swiglu", "int8_linear");
 
 namespace {
 
@@ -54,6 +54,41 @@ void gemm_epilogue(const EpilogueArgs& a) {
     case DType::f16: return epilogue_t<float, f16>(a);
     case DType::bf16: return epilogue_t<float, bf16>(a);
     default: throw ValueError(cat("gemm_epilogue: unsupported output dtype ", dtype_name(a.out_dtype)));
+  }
+}
+
+void matmul_i8(const MatmulArgs& p) {
+  const int8_t* A = static_cast<const int8_t*>(p.a);
+  const int8_t* B = static_cast<const int8_t*>(p.b);
+  int32_t* C = static_cast<int32_t*>(p.c);
+  for (int64_t i = 0; i < p.m; ++i)
+    for (int64_t j = 0; j < p.n; ++j) {
+      int64_t acc = 0;  // exact; the front end bounds k so that the int32 result cannot overflow
+      for (int64_t kk = 0; kk < p.k; ++kk) acc += int64_t(A[i * p.a_rs + kk * p.a_cs]) * B[kk * p.b_rs + j * p.b_cs];
+      C[i * p.c_rs + j] = int32_t(acc);
+    }
+}
+
+namespace {
+template <class O>
+void int8_epilogue_t(const Int8EpilogueArgs& p) {
+  const O* bias = static_cast<const O*>(p.bias);
+  O* out = static_cast<O*>(p.out);
+  for (int64_t i = 0; i < p.m; ++i)
+    for (int64_t j = 0; j < p.n; ++j) {
+      float v = float(p.acc[i * p.n + j]) * p.xs[i] * p.ws[j];
+      if (bias) v += float(bias[j]);
+      out[i * p.n + j] = convert<O>(v);
+    }
+}
+}  // namespace
+
+void int8_epilogue(const Int8EpilogueArgs& a) {
+  switch (a.out_dtype) {
+    case DType::f32: return int8_epilogue_t<float>(a);
+    case DType::f16: return int8_epilogue_t<f16>(a);
+    case DType::bf16: return int8_epilogue_t<bf16>(a);
+    default: throw TypeError(cat("int8_linear: unsupported output dtype ", dtype_name(a.out_dtype)));
   }
 }
 

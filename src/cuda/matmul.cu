@@ -16,7 +16,7 @@
 
 namespace gk::cuda {
 
-GK_REGISTER_CUDA_OPS("matmul", "linear", "gate_up_swiglu");
+GK_REGISTER_CUDA_OPS("matmul", "linear", "gate_up_swiglu", "int8_linear");
 
 namespace {
 
@@ -176,7 +176,86 @@ void launch_epilogue(const EpilogueArgs& p, cudaStream_t s) {
   GK_LAUNCH_CHECK("gemm_epilogue");
 }
 
+// ---- int8 x int8 -> int32 (the fallback when cuBLASLt is absent): 64x64 tiles as
+// above, int32 accumulation (exact; k is bounded by the front end) ----
+__global__ void __launch_bounds__(kThreads) k_matmul_i8(const int8_t* __restrict__ A, const int8_t* __restrict__ B,
+                                                        int32_t* C, int64_t m, int64_t n, int64_t k, int64_t a_rs,
+                                                        int64_t a_cs, int64_t b_rs, int64_t b_cs, int64_t c_rs) {
+  __shared__ int32_t As[kDepth][kTile + 1];
+  __shared__ int32_t Bs[kDepth][kTile + 1];
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  const int64_t col0 = int64_t(blockIdx.x) * kTile;
+  for (int64_t row0 = int64_t(blockIdx.y) * kTile; row0 < m; row0 += int64_t(gridDim.y) * kTile) {
+    int32_t acc[kMicro][kMicro] = {};
+    for (int64_t k0 = 0; k0 < k; k0 += kDepth) {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        int e = tid + u * kThreads;
+        int r = e / kDepth, kk = e % kDepth;
+        int64_t gr = row0 + r, gk = k0 + kk;
+        As[kk][r] = (gr < m && gk < k) ? int32_t(A[gr * a_rs + gk * a_cs]) : 0;
+        int bk = e / kTile, bc = e % kTile;
+        int64_t gbk = k0 + bk, gc = col0 + bc;
+        Bs[bk][bc] = (gbk < k && gc < n) ? int32_t(B[gbk * b_rs + gc * b_cs]) : 0;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int kk = 0; kk < kDepth; ++kk)
+#pragma unroll
+        for (int i = 0; i < kMicro; ++i)
+#pragma unroll
+          for (int j = 0; j < kMicro; ++j) acc[i][j] += As[kk][ty + 16 * i] * Bs[kk][tx + 16 * j];
+      __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < kMicro; ++i) {
+      int64_t gr = row0 + ty + 16 * i;
+      if (gr >= m) continue;
+#pragma unroll
+      for (int j = 0; j < kMicro; ++j) {
+        int64_t gc = col0 + tx + 16 * j;
+        if (gc < n) C[gr * c_rs + gc] = acc[i][j];
+      }
+    }
+  }
+}
+
+template <class O>
+__global__ void k_int8_epilogue(Int8EpilogueArgs p) {
+  const int64_t total = p.m * p.n;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    int64_t i = e / p.n, j = e - i * p.n;
+    float v = float(p.acc[e]) * p.xs[i] * p.ws[j];
+    if (p.bias) v += float(static_cast<const O*>(p.bias)[j]);
+    static_cast<O*>(p.out)[e] = convert<O>(v);
+  }
+}
+
 }  // namespace
+
+void matmul_i8(const MatmulArgs& a, void* stream) {
+  if (a.m <= 0 || a.n <= 0) return;
+  int64_t gx = (a.n + kTile - 1) / kTile, gy = (a.m + kTile - 1) / kTile;
+  if (gx > int64_t(INT32_MAX)) throw ValueError("int8 matmul: n is too large for the CUDA kernel");
+  dim3 grid(unsigned(gx), unsigned(std::min<int64_t>(gy, kMaxGridYZ)));
+  k_matmul_i8<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      static_cast<const int8_t*>(a.a), static_cast<const int8_t*>(a.b), static_cast<int32_t*>(a.c), a.m, a.n, a.k,
+      a.a_rs, a.a_cs, a.b_rs, a.b_cs, a.c_rs);
+  GK_LAUNCH_CHECK("matmul_i8");
+}
+
+void int8_epilogue(const Int8EpilogueArgs& a, void* stream) {
+  if (a.m <= 0 || a.n <= 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  int64_t blocks = std::min<int64_t>((a.m * a.n + 255) / 256, int64_t(132) * 32);
+  switch (a.out_dtype) {
+    case DType::f32: k_int8_epilogue<float><<<unsigned(blocks), 256, 0, s>>>(a); break;
+    case DType::f16: k_int8_epilogue<f16><<<unsigned(blocks), 256, 0, s>>>(a); break;
+    case DType::bf16: k_int8_epilogue<bf16><<<unsigned(blocks), 256, 0, s>>>(a); break;
+    default: throw ValueError(cat("int8_linear: unsupported output dtype ", dtype_name(a.out_dtype)));
+  }
+  GK_LAUNCH_CHECK("int8_epilogue");
+}
 
 void gemm_epilogue(const EpilogueArgs& a, void* stream) {
   if (a.m <= 0 || a.n <= 0) return;

@@ -52,6 +52,18 @@ struct EpilogueArgs {
   bool swiglu = false;
 };
 
+// W8A8 epilogue: out[i,j] = float(acc[i,j]) * xs[i] * ws[j] (+ bias[j]), rounded once to
+// out_dtype (f32/f16/bf16); acc int32 [m, n] contiguous; bias of out_dtype or null.
+struct Int8EpilogueArgs {
+  const int32_t* acc = nullptr;
+  const float* xs = nullptr;
+  const float* ws = nullptr;
+  const void* bias = nullptr;
+  void* out = nullptr;
+  int64_t m = 0, n = 0;
+  DType out_dtype = DType::f32;
+};
+
 namespace cpu {
 void copy(const EwArgs& a);  // in_dtype -> out_dtype, slot 1 -> slot 0
 void fill(const EwArgs& a);  // scalar -> slot 0
@@ -64,6 +76,8 @@ void reduce_rows(ReduceOp op, const RowArgs& a);  // one result per row
 void softmax_rows(const RowArgs& a, bool log);
 void matmul(const MatmulArgs& a);
 void gemm_epilogue(const EpilogueArgs& a);
+void matmul_i8(const MatmulArgs& a);  // int8 x int8 -> int32, exact; batch 1
+void int8_epilogue(const Int8EpilogueArgs& a);
 }  // namespace cpu
 
 namespace cuda {
@@ -80,6 +94,8 @@ size_t reduce_rows_workspace(ReduceOp op, const RowArgs& a);
 void softmax_rows(const RowArgs& a, bool log, void* stream);
 void matmul(const MatmulArgs& a, void* stream);
 void gemm_epilogue(const EpilogueArgs& a, void* stream);
+void matmul_i8(const MatmulArgs& a, void* stream);
+void int8_epilogue(const Int8EpilogueArgs& a, void* stream);
 // Host<->device and device<->device byte copies of contiguous memory.
 void memcpy_async(void* dst, const void* src, size_t bytes, int kind, void* stream);
 }  // namespace cuda

@@ -86,7 +86,8 @@ bool collapse_batch(const MatmulArgs& ma, int64_t* a_bs, int64_t* b_bs) {
 
 void run_gemm(const MatmulArgs& ma, Device d, const Stream& s) {
   if (ma.batch <= 0 || ma.m <= 0 || ma.n <= 0) return;
-  if (d.is_cpu()) return cpu::matmul(ma);
+  if (ma.dtype == DType::i8 && ma.batch != 1) throw ValueError("int8 matmul: batched products are not supported");
+  if (d.is_cpu()) return ma.dtype == DType::i8 ? cpu::matmul_i8(ma) : cpu::matmul(ma);
 #if GPUKIT_WITH_CUDA
   int64_t a_bs = 0, b_bs = 0;
   if (ma.k > 0 && collapse_batch(ma, &a_bs, &b_bs)) {
@@ -123,6 +124,7 @@ void run_gemm(const MatmulArgs& ma, Device d, const Stream& s) {
     if (ma.c_cs == 1 && blas::matmul(g, d.index, s.handle())) return;
   }
   blas::count_fallback();
+  if (ma.dtype == DType::i8) return cuda::matmul_i8(ma, s.handle());
   cuda::matmul(ma, s.handle());
 #else
   no_cuda_backend();
@@ -289,6 +291,99 @@ Array linear(const Array& x_in, const Array& w_in, const Array* bias_in, Activat
   ea.out_dtype = p.out;
   ea.act = int(act);
   run_epilogue(ea, p);
+  return y;
+}
+
+Array int8_linear(const Array& x, const Array& w, const Array* x_scale, const Array* w_scale, const Array* bias_in,
+                  std::optional<DType> out_dtype, const Stream* sp) {
+  Device d = detail::common_device({{"x", &x}, {"w", &w}, {"x_scale", x_scale ? x_scale : &x},
+                                    {"w_scale", w_scale ? w_scale : &x}, {"bias", bias_in ? bias_in : &x}});
+  Stream s = resolve_stream(sp, d);
+  if (x.dtype() != DType::i8) throw TypeError(cat("x: int8_linear takes int8 activations, got ", dtype_name(x.dtype())));
+  if (w.dtype() != DType::i8) throw TypeError(cat("w: int8_linear takes int8 weights, got ", dtype_name(w.dtype())));
+  if (x.ndim() < 1) throw ValueError("x: int8_linear needs an array of at least 1 dimension");
+  if (w.ndim() != 2) throw ValueError(cat("w: int8_linear needs a 2-d weight [N, K], got shape ", shape_str(w.shape())));
+  const int64_t k = x.shape(-1), n = w.shape(0);
+  if (w.shape(1) != k)
+    throw ValueError(cat("int8_linear: x has ", k, " features (shape ", shape_str(x.shape()), ") but w has ",
+                         w.shape(1), " columns (shape ", shape_str(w.shape()), ")"));
+  if (k > 131071) throw ValueError(cat("int8_linear: K = ", k, " could overflow the exact int32 sum (at most 131071)"));
+  if (bool(x_scale) != bool(w_scale)) throw ValueError("x_scale, w_scale: give both (scaled output) or neither (int32)");
+  const bool scaled = x_scale != nullptr;
+  if (bias_in && !scaled) throw ValueError("bias: needs x_scale and w_scale (the int32 result has no bias)");
+  Shape lead(x.shape().begin(), x.shape().end() - 1);
+  int64_t m = 1;
+  for (int64_t v : lead) m *= v;
+  DType out = scaled ? out_dtype.value_or(DType::f32) : DType::i32;
+  if (scaled && out != DType::f32 && out != DType::f16 && out != DType::bf16)
+    throw TypeError(cat("out_dtype: scaled int8_linear produces float32, float16 or bfloat16, not ", dtype_name(out)));
+  if (!scaled && out_dtype && *out_dtype != DType::i32)
+    throw TypeError("out_dtype: without scales int8_linear returns the exact int32 products");
+  Shape out_shape = lead;
+  out_shape.push_back(n);
+  checked_numel(out_shape, out, "int8_linear result");
+  auto vec_of = [&](const Array* a, int64_t len, const char* arg) {
+    if (!is_floating(a->dtype()) || is_fp8(a->dtype()))
+      throw TypeError(cat(arg, ": scales are float arrays, got ", dtype_name(a->dtype())));
+    Array f = a->astype(DType::f32, &s);
+    if (f.numel() == 1) return f.reshape({1}).broadcast_to({len}).contiguous(&s);
+    if (f.numel() != len)
+      throw ValueError(cat(arg, ": expected one scale or ", len, " scales, got shape ", shape_str(a->shape())));
+    return f.reshape({len}).contiguous(&s);
+  };
+  Array xs, ws, bias;
+  if (scaled) {
+    xs = vec_of(x_scale, m, "x_scale");
+    ws = vec_of(w_scale, n, "w_scale");
+    if (bias_in) {
+      if (bias_in->ndim() != 1 || bias_in->shape(0) != n)
+        throw ValueError(cat("bias: expected shape (", n, ",), got ", shape_str(bias_in->shape())));
+      bias = bias_in->astype(out, &s).contiguous(&s);
+    }
+  }
+  Array y = Array::empty(out_shape, out, d, &s);
+  if (y.numel() == 0) return y;
+  Array x2 = rows_view(x, m, k, s);
+  Array acc = scaled ? Array::empty({m, n}, DType::i32, d, &s) : y;
+  MatmulArgs ma;
+  ma.a = x2.data();
+  ma.b = w.data();
+  ma.c = acc.data();
+  ma.m = m;
+  ma.n = n;
+  ma.k = k;
+  ma.a_rs = x2.stride(0);
+  ma.a_cs = x2.stride(1);
+  ma.b_rs = w.stride(1);
+  ma.b_cs = w.stride(0);
+  ma.c_rs = n;
+  ma.dtype = DType::i8;
+  ma.out_dtype = DType::i32;
+  if (d.is_cuda()) {
+    const Array* used[] = {&x2, &w, &xs, &ws, &bias};
+    for (const Array* a : used)
+      if (a->defined()) detail::mark_used(*a, s);
+  }
+  detail::run_gemm(ma, d, s);
+  if (!scaled) return y;
+  Int8EpilogueArgs ea;
+  ea.acc = acc.data_as<int32_t>();
+  ea.xs = xs.data_as<float>();
+  ea.ws = ws.data_as<float>();
+  ea.bias = bias.defined() ? bias.data() : nullptr;
+  ea.out = y.data();
+  ea.m = m;
+  ea.n = n;
+  ea.out_dtype = out;
+  if (d.is_cpu()) {
+    cpu::int8_epilogue(ea);
+  } else {
+#if GPUKIT_WITH_CUDA
+    cuda::int8_epilogue(ea, s.handle());
+#else
+    detail::no_cuda_backend();
+#endif
+  }
   return y;
 }
 

@@ -47,6 +47,10 @@ Array gemv(const Array& x_in, const Array& w_in, std::optional<DType> out_dtype,
     } else {
 #if GPUKIT_WITH_CUDA
       auto al16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+      if (!al16(a.x)) {  // x is small: an aligned copy keeps the 16-byte path for aligned weights
+        x = x.copy(&s);
+        a.x = x.data();
+      }
       a.vec = al16(a.w) && al16(a.x) && a.w_rs % 8 == 0 && (m == 1 || k % 8 == 0);
       a.split = a.vec ? cuda::gemv_split(n, k) : 1;
       Array part;

@@ -138,3 +138,17 @@ for _fmt in ("q8_0", "q4_0"):
                       layouts=("small", "one_row", "eight", "offset_x"), dtypes=("bfloat16", "float16"),
                       in_dtypes=lambda dt: (dt, "float32"), out_dtype=lambda dt: "float32", tol=QTOL,
                       low=-1, high=1))
+
+
+def _i8_plan(layout):
+    return {
+        "small": [((7, 16), None), ((5, 16), None)],
+        "batched": [((2, 3, 33), None), ((9, 33), None)],
+        "offset": [((8, 64), "offset1"), ((12, 64), "step2")],
+        "wide": [((3, 1000), None), ((70, 1000), None)],
+    }.get(layout)
+
+
+OPS.append(OpSpec("int8_linear", lambda x, w: gk.int8_linear(x, w), lambda x, w: x @ w.T, nin=2, plan=_i8_plan,
+                  layouts=("small", "batched", "offset", "wide"), dtypes=("int8",), exact=True,
+                  out_dtype=lambda dt: "int32", gen=lambda rng, shape, dt, i: rng.integers(-128, 128, size=shape)))
