@@ -29,6 +29,7 @@ quantize_q8_0, quantize_q4_0, dequantize_q8_0, dequantize_q4_0 = (
     _C.quantize_q8_0, _C.quantize_q4_0, _C.dequantize_q8_0, _C.dequantize_q4_0)
 gemv_q8_0, gemv_q4_0 = _C.gemv_q8_0, _C.gemv_q4_0
 int8_linear = _C.int8_linear
+fp8_linear = _C.fp8_linear
 set_matmul_precision = _C.set_matmul_precision
 get_matmul_precision = _C.get_matmul_precision
 

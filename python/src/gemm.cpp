@@ -216,6 +216,21 @@ GK_BINDING(26, gemm) {
      "scales: the int32 products. With x_scale (per row of x, or one) and w_scale (per output\n"
      "channel, or one): acc * x_scale * w_scale (+ bias) in fp32, rounded once (default float32).");
 
+  m.def("fp8_linear", [](nb::handle x, nb::handle w, nb::handle x_scale, nb::handle w_scale, nb::handle bias,
+                         nb::handle out_dtype, nb::handle stream) {
+    Stream st;
+    const Stream* sp = to_stream(stream, st);
+    auto [xa, wa] = two_arrays(x, w, "x", "w");
+    if (x_scale.is_none() || w_scale.is_none()) throw ValueError("x_scale, w_scale: fp8_linear needs both scales");
+    Array xs = to_array(x_scale, "x_scale", &xa), ws = to_array(w_scale, "w_scale", &xa), b;
+    if (!bias.is_none()) b = to_array(bias, "bias", &xa);
+    return fp8_linear(xa, wa, xs, ws, b.defined() ? &b : nullptr, to_dtype_opt(out_dtype, "out_dtype"), sp);
+  }, nb::arg("x"), nb::arg("w"), nb::arg("x_scale").none(), nb::arg("w_scale").none(), nb::arg("bias") = nb::none(),
+     nb::arg("out_dtype") = nb::none(), nb::arg("stream") = nb::none(),
+     "fp8_linear(x, w, x_scale, w_scale, bias=None, out_dtype=None, stream=None)\n\n"
+     "float8_e4m3fn x [..., K] @ w [N, K].T * x_scale * w_scale (+ bias) with per-tensor scales,\n"
+     "fp32 accumulation, rounded once (default bfloat16).");
+
   m.def("set_matmul_precision", [](const std::string& p) {
     if (p == "highest" || p == "fp32" || p == "float32") return set_matmul_precision(MatmulPrecision::highest);
     if (p == "tf32") return set_matmul_precision(MatmulPrecision::tf32);

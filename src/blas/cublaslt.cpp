@@ -46,6 +46,7 @@ bool supports(DType ab, DType d) {
     case DType::f64: return d == DType::f64;
     case DType::f16: case DType::bf16: return d == ab || d == DType::f32;
     case DType::i8: return d == DType::i32;
+    case DType::f8e4m3: return d == DType::bf16 || d == DType::f16 || d == DType::f32;
     default: return false;
   }
 }
@@ -222,6 +223,7 @@ cudaDataType_t cuda_type(DType t) {
     case DType::bf16: return CUDA_R_16BF;
     case DType::f64: return CUDA_R_64F;
     case DType::i8: return CUDA_R_8I;
+    case DType::f8e4m3: return CUDA_R_8F_E4M3;
     case DType::i32: return CUDA_R_32I;
     default: return CUDA_R_32F;
   }
@@ -316,6 +318,8 @@ bool matmul(const LtGemm& g, int device, void* stream) {
   if (!fa.ok || !fb.ok) return false;
   if (g.batch > 1 && (g.a_bs < 0 || g.b_bs < 0 || g.d_bs < g.m * g.ldd)) return false;
   const bool i8 = g.ab_dtype == DType::i8;
+  const bool fp8 = g.ab_dtype == DType::f8e4m3;
+  if (fp8 && (!fa.trans || fb.trans || g.epi != Epilogue::none || g.c)) return false;  // TN only, like int8
   // int8 (IMMA) in column-major order takes only the "TN" form: cuBLASLt's A transposed
   // (our B = w^T with w's rows contiguous), its B not (our A with rows contiguous).
   if (i8 && (!fa.trans || fb.trans || g.epi != Epilogue::none || g.c)) return false;
@@ -367,6 +371,12 @@ bool matmul(const LtGemm& g, int device, void* stream) {
   cublasOperation_t opa = fa.trans ? CUBLAS_OP_T : CUBLAS_OP_N, opb = fb.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
   check(api.DescSet(ds.op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)), "transa");
   check(api.DescSet(ds.op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)), "transb");
+  if (fp8 && g.a_scale && g.b_scale) {  // cuBLASLt's A is our B: its scale is ours of B
+    const void* sa = g.b_scale;
+    const void* sb = g.a_scale;
+    check(api.DescSet(ds.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof(sa)), "A scale pointer");
+    check(api.DescSet(ds.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof(sb)), "B scale pointer");
+  }
   if (g.epi == Epilogue::bias) {
     cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BIAS;
     check(api.DescSet(ds.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof(e)), "epilogue");
@@ -385,7 +395,7 @@ bool matmul(const LtGemm& g, int device, void* stream) {
   std::vector<int64_t> key = {device, g.m, g.n, g.k, g.batch, int64_t(g.ab_dtype), int64_t(g.d_dtype), g.tf32,
                               int64_t(g.epi), g.c != nullptr, fa.trans, fb.trans, fa.ld, fb.ld, g.ldd,
                               g.batch > 1 ? g.a_bs : 0, g.batch > 1 ? g.b_bs : 0, g.batch > 1 ? g.d_bs : 0,
-                              al_a, al_b, al_c, al_d, splitk};
+                              al_a, al_b, al_c, al_d, splitk, g.a_scale != nullptr};
   Plan plan;
   {
     std::lock_guard<std::mutex> lk(l.mu);

@@ -38,6 +38,8 @@ struct LtGemm {
   const void* b = nullptr;
   const void* c = nullptr;
   const void* bias = nullptr;
+  const float* a_scale = nullptr;  // fp8: device pointers to one float each (per-tensor scales of A and B)
+  const float* b_scale = nullptr;
   void* d = nullptr;
   int64_t m = 0, n = 0, k = 0, batch = 1;
   int64_t a_rs = 0, a_cs = 0, b_rs = 0, b_cs = 0, ldd = 0;

@@ -8,7 +8,7 @@
 
 namespace gk::cpu {
 
-GK_REGISTER_CPU_OPS("linear", "gate_up_swiglu", "int8_linear");
+GK_REGISTER_CPU_OPS("linear", "gate_up_swiglu", "int8_linear", "fp8_linear");
 
 namespace {
 
@@ -70,24 +70,34 @@ void matmul_i8(const MatmulArgs& p) {
 }
 
 namespace {
-template <class O>
+template <class A, class O>
 void int8_epilogue_t(const Int8EpilogueArgs& p) {
+  const A* acc = static_cast<const A*>(p.acc);
   const O* bias = static_cast<const O*>(p.bias);
   O* out = static_cast<O*>(p.out);
   for (int64_t i = 0; i < p.m; ++i)
     for (int64_t j = 0; j < p.n; ++j) {
-      float v = float(p.acc[i * p.n + j]) * p.xs[i] * p.ws[j];
+      float v = float(acc[i * p.n + j]) * p.xs[i] * p.ws[j];
       if (bias) v += float(bias[j]);
       out[i * p.n + j] = convert<O>(v);
     }
 }
 }  // namespace
 
-void int8_epilogue(const Int8EpilogueArgs& a) {
+template <class A>
+void int8_epilogue_acc(const Int8EpilogueArgs& a) {
   switch (a.out_dtype) {
-    case DType::f32: return int8_epilogue_t<float>(a);
-    case DType::f16: return int8_epilogue_t<f16>(a);
-    case DType::bf16: return int8_epilogue_t<bf16>(a);
+    case DType::f32: return int8_epilogue_t<A, float>(a);
+    case DType::f16: return int8_epilogue_t<A, f16>(a);
+    case DType::bf16: return int8_epilogue_t<A, bf16>(a);
+    default: throw TypeError(cat("int8_linear: unsupported output dtype ", dtype_name(a.out_dtype)));
+  }
+}
+
+void int8_epilogue(const Int8EpilogueArgs& a) {
+  switch (a.acc_dtype) {
+    case DType::i32: return int8_epilogue_acc<int32_t>(a);
+    case DType::f32: return int8_epilogue_acc<float>(a);
     default: throw TypeError(cat("int8_linear: unsupported output dtype ", dtype_name(a.out_dtype)));
   }
 }

@@ -16,7 +16,7 @@
 
 namespace gk::cuda {
 
-GK_REGISTER_CUDA_OPS("matmul", "linear", "gate_up_swiglu", "int8_linear");
+GK_REGISTER_CUDA_OPS("matmul", "linear", "gate_up_swiglu", "int8_linear", "fp8_linear");
 
 namespace {
 
@@ -220,12 +220,12 @@ __global__ void __launch_bounds__(kThreads) k_matmul_i8(const int8_t* __restrict
   }
 }
 
-template <class O>
+template <class A, class O>
 __global__ void k_int8_epilogue(Int8EpilogueArgs p) {
   const int64_t total = p.m * p.n;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
     int64_t i = e / p.n, j = e - i * p.n;
-    float v = float(p.acc[e]) * p.xs[i] * p.ws[j];
+    float v = float(static_cast<const A*>(p.acc)[e]) * p.xs[i] * p.ws[j];
     if (p.bias) v += float(static_cast<const O*>(p.bias)[j]);
     static_cast<O*>(p.out)[e] = convert<O>(v);
   }
@@ -248,10 +248,20 @@ void int8_epilogue(const Int8EpilogueArgs& a, void* stream) {
   if (a.m <= 0 || a.n <= 0) return;
   auto s = static_cast<cudaStream_t>(stream);
   int64_t blocks = std::min<int64_t>((a.m * a.n + 255) / 256, int64_t(132) * 32);
+  const bool f = a.acc_dtype == DType::f32;
   switch (a.out_dtype) {
-    case DType::f32: k_int8_epilogue<float><<<unsigned(blocks), 256, 0, s>>>(a); break;
-    case DType::f16: k_int8_epilogue<f16><<<unsigned(blocks), 256, 0, s>>>(a); break;
-    case DType::bf16: k_int8_epilogue<bf16><<<unsigned(blocks), 256, 0, s>>>(a); break;
+    case DType::f32:
+      f ? k_int8_epilogue<float, float><<<unsigned(blocks), 256, 0, s>>>(a)
+        : k_int8_epilogue<int32_t, float><<<unsigned(blocks), 256, 0, s>>>(a);
+      break;
+    case DType::f16:
+      f ? k_int8_epilogue<float, f16><<<unsigned(blocks), 256, 0, s>>>(a)
+        : k_int8_epilogue<int32_t, f16><<<unsigned(blocks), 256, 0, s>>>(a);
+      break;
+    case DType::bf16:
+      f ? k_int8_epilogue<float, bf16><<<unsigned(blocks), 256, 0, s>>>(a)
+        : k_int8_epilogue<int32_t, bf16><<<unsigned(blocks), 256, 0, s>>>(a);
+      break;
     default: throw ValueError(cat("int8_linear: unsupported output dtype ", dtype_name(a.out_dtype)));
   }
   GK_LAUNCH_CHECK("int8_epilogue");

@@ -52,10 +52,12 @@ struct EpilogueArgs {
   bool swiglu = false;
 };
 
-// W8A8 epilogue: out[i,j] = float(acc[i,j]) * xs[i] * ws[j] (+ bias[j]), rounded once to
-// out_dtype (f32/f16/bf16); acc int32 [m, n] contiguous; bias of out_dtype or null.
+// W8A8 / FP8 epilogue: out[i,j] = float(acc[i,j]) * xs[i] * ws[j] (+ bias[j]), rounded
+// once to out_dtype (f32/f16/bf16); acc [m, n] contiguous, int32 or float32 (acc_dtype);
+// bias of out_dtype or null.
 struct Int8EpilogueArgs {
-  const int32_t* acc = nullptr;
+  const void* acc = nullptr;
+  DType acc_dtype = DType::i32;
   const float* xs = nullptr;
   const float* ws = nullptr;
   const void* bias = nullptr;

@@ -152,3 +152,19 @@ def _i8_plan(layout):
 OPS.append(OpSpec("int8_linear", lambda x, w: gk.int8_linear(x, w), lambda x, w: x @ w.T, nin=2, plan=_i8_plan,
                   layouts=("small", "batched", "offset", "wide"), dtypes=("int8",), exact=True,
                   out_dtype=lambda dt: "int32", gen=lambda rng, shape, dt, i: rng.integers(-128, 128, size=shape)))
+
+
+def _fp8_plan(layout):
+    return {
+        "small": [((7, 16), None), ((5, 16), None)],
+        "batched": [((2, 3, 32), None), ((9, 32), None)],
+        "offset": [((8, 64), "offset1"), ((12, 64), "step2")],
+    }.get(layout)
+
+
+OPS.append(OpSpec("fp8_linear", lambda x, w: gk.fp8_linear(x, w, gk.ones(1, device=x.device.type),
+                                                             gk.full((1,), 0.5, device=x.device.type),
+                                                             out_dtype="float32"),
+                  lambda x, w: (x @ w.T) * 0.5, nin=2, plan=_fp8_plan, layouts=("small", "batched", "offset"),
+                  dtypes=("float8_e4m3fn",), out_dtype=lambda dt: "float32",
+                  tol={"float32": (1e-5, 1e-4)}, low=-2, high=2))
