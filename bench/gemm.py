@@ -1,6 +1,8 @@
 """GEMM and decode-GEMV throughput against torch in the same run.
 
-gemm: C = A @ B at 8192^3 (bf16, f16), TFLOP/s = 2*M*N*K / median time, peer torch.matmul.
+gemm: C = A @ B at 8192^3 (bf16, f16), TFLOP/s = 2*M*N*K / median time, peer torch.matmul;
+fp8 (gk.fp8_linear, per-tensor scales, bf16 out) vs torch._scaled_mm; int8 -> int32
+(gk.int8_linear, TOP/s) vs torch._int_mm.
 gemv: y = x @ W^T for x [1, K], W [N, K] at (K, N) = (4096, 14336), (14336, 4096),
 (4096, 128256) in bf16; TB/s of weight bytes read; peer torch.nn.functional.linear.
 gpukit's figure uses gk.gemv when it exists, else gk.linear (cuBLASLt).
@@ -71,6 +73,54 @@ def bench_gemm(args, have_torch, torch):
         out.append(record("gemm", f"{m}x{n}x{k}", short, "TFLOP/s", tflops(m, n, k, median(ms)), peer, pv,
                           [tflops(m, n, k, t) for t in ms]))
         a = b = c = None
+    return out
+
+
+def bench_gemm_low(args, have_torch, torch):
+    """fp8 (per-tensor scales, bf16 out) vs torch._scaled_mm and int8 -> int32 vs torch._int_mm at 8192^3."""
+    out = []
+    m, n, k = GEMM_SHAPE
+    rng = np.random.default_rng(7)
+    # fp8: x [M, K], w [N, K] (Linear layout), y = x @ w.T * sx * sw in bf16
+    x = rand_gk((m, k), "float32", seed=8).astype("float8_e4m3fn")
+    w = rand_gk((n, k), "float32", seed=9).astype("float8_e4m3fn")
+    sx, sw = gk.full((1,), 0.5, device="cuda"), gk.full((1,), 0.25, device="cuda")
+    y = gk.fp8_linear(x, w, sx, sw)
+    xr = x[:2].astype("float32").numpy().astype(np.float64)
+    ref = xr @ w.astype("float32").numpy().astype(np.float64).T * 0.125
+    np.testing.assert_allclose(y[:2].astype("float32").numpy(), ref, rtol=2e-2, atol=0.5)
+    ms = time_cuda(lambda: gk.fp8_linear(x, w, sx, sw), args.rounds)
+    peer, pv = "", None
+    if have_torch:
+        try:
+            tx, tw = torch.from_dlpack(x.view_dtype("uint8")).view(torch.float8_e4m3fn), \
+                torch.from_dlpack(w.view_dtype("uint8")).view(torch.float8_e4m3fn)
+            ta, tb = torch.tensor(0.5, device="cuda"), torch.tensor(0.25, device="cuda")
+            pms = time_torch(lambda: torch._scaled_mm(tx, tw.t(), scale_a=ta, scale_b=tb, out_dtype=torch.bfloat16),
+                             args.rounds)
+            peer, pv = "torch._scaled_mm", tflops(m, n, k, median(pms))
+        except Exception as e:  # noqa: BLE001 - the peer is optional
+            print(f"torch._scaled_mm failed: {e}")
+    out.append(record("gemm", f"{m}x{n}x{k}", "fp8", "TFLOP/s", tflops(m, n, k, median(ms)), peer, pv,
+                      [tflops(m, n, k, t) for t in ms]))
+    x = w = y = None
+    # int8 -> int32 exact
+    xi = gk.asarray(rng.integers(-128, 128, size=(m, k), dtype=np.int8)).to("cuda")
+    wi = gk.asarray(rng.integers(-128, 128, size=(n, k), dtype=np.int8)).to("cuda")
+    yi = gk.int8_linear(xi, wi)
+    refi = xi[:2].numpy().astype(np.int64) @ wi.numpy().astype(np.int64).T
+    assert np.array_equal(yi[:2].numpy().astype(np.int64), refi), "int8 GEMM is not exact"
+    ms = time_cuda(lambda: gk.int8_linear(xi, wi), args.rounds)
+    peer, pv = "", None
+    if have_torch:
+        try:
+            tx, tw = torch.from_dlpack(xi), torch.from_dlpack(wi)
+            pms = time_torch(lambda: torch._int_mm(tx, tw.t()), args.rounds)
+            peer, pv = "torch._int_mm", tflops(m, n, k, median(pms))
+        except Exception as e:  # noqa: BLE001
+            print(f"torch._int_mm failed: {e}")
+    out.append(record("gemm", f"{m}x{n}x{k}", "int8", "TOP/s", tflops(m, n, k, median(ms)), peer, pv,
+                      [tflops(m, n, k, t) for t in ms]))
     return out
 
 
@@ -177,6 +227,7 @@ def main():
     print(f"cuBLASLt: {'found at ' + info['path'] if info['available'] else info['reason']}")
     if "gemm" in only:
         records += bench_gemm(args, have_torch, torch)
+        records += bench_gemm_low(args, have_torch, torch)
     if "gemv" in only:
         records += bench_gemv(args, have_torch, torch)
     if "qgemv" in only:
