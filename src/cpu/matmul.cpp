@@ -2,7 +2,7 @@
 // float64). B is converted once per batch to a dense [k, n] buffer of the
 // accumulation type; blocks of A rows are converted the same way; each output
 // element is the sum over k in increasing order, so the result is the same on
-// every run.
+// every run. The result is rounded once to out_dtype.
 #include <algorithm>
 #include <vector>
 
@@ -17,12 +17,12 @@ namespace {
 constexpr int64_t kRowBlock = 32;
 constexpr int64_t kKBlock = 256;
 
-template <class T>
+template <class T, class O>
 void matmul_t(const MatmulArgs& p) {
   using C = compute_t<T>;
   const T* A = static_cast<const T*>(p.a);
   const T* B = static_cast<const T*>(p.b);
-  T* Cm = static_cast<T*>(p.c);
+  O* Cm = static_cast<O*>(p.c);
   const int64_t m = p.m, n = p.n, k = p.k;
   std::vector<C> bp(size_t(k * n)), ap(size_t(kRowBlock * std::max<int64_t>(k, 1))), acc(size_t(kRowBlock * n));
   int64_t idx[kMaxDims] = {};
@@ -34,7 +34,7 @@ void matmul_t(const MatmulArgs& p) {
     }
     const T* a = A + aoff;
     const T* b = B + boff;
-    T* c = Cm + bi * m * n;
+    O* c = Cm + bi * m * n;
     for (int64_t kk = 0; kk < k; ++kk)
       for (int64_t j = 0; j < n; ++j) bp[size_t(kk * n + j)] = C(b[kk * p.b_rs + j * p.b_cs]);
     for (int64_t i0 = 0; i0 < m; i0 += kRowBlock) {
@@ -56,7 +56,7 @@ void matmul_t(const MatmulArgs& p) {
       }
       for (int64_t i = 0; i < mb; ++i)
         for (int64_t j = 0; j < n; ++j)
-          c[(i0 + i) * p.c_rs + j * p.c_cs] = convert<T>(acc[size_t(i * n + j)]);
+          c[(i0 + i) * p.c_rs + j * p.c_cs] = convert<O>(acc[size_t(i * n + j)]);
     }
     for (int d = p.batch_ndim - 1; d >= 0; --d) {
       if (++idx[d] < p.batch_shape[d]) break;
@@ -67,13 +67,24 @@ void matmul_t(const MatmulArgs& p) {
 
 }  // namespace
 
+template <class T>
+void dispatch_out(const MatmulArgs& a) {
+  switch (a.out_dtype) {
+    case DType::f32: return matmul_t<T, float>(a);
+    case DType::f16: return matmul_t<T, f16>(a);
+    case DType::bf16: return matmul_t<T, bf16>(a);
+    case DType::f64: return matmul_t<T, double>(a);
+    default: throw TypeError(cat("matmul: unsupported output dtype ", dtype_name(a.out_dtype)));
+  }
+}
+
 void matmul(const MatmulArgs& a) {
   if (a.batch <= 0 || a.m <= 0 || a.n <= 0) return;
   switch (a.dtype) {
-    case DType::f32: return matmul_t<float>(a);
-    case DType::f64: return matmul_t<double>(a);
-    case DType::f16: return matmul_t<f16>(a);
-    case DType::bf16: return matmul_t<bf16>(a);
+    case DType::f32: return dispatch_out<float>(a);
+    case DType::f64: return dispatch_out<double>(a);
+    case DType::f16: return dispatch_out<f16>(a);
+    case DType::bf16: return dispatch_out<bf16>(a);
     default: throw TypeError(cat("matmul: unsupported dtype ", dtype_name(a.dtype)));
   }
 }

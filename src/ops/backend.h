@@ -32,7 +32,38 @@ struct MatmulArgs {
   int64_t a_batch_strides[kMaxDims] = {}, b_batch_strides[kMaxDims] = {};
   int64_t a_rs = 0, a_cs = 0, b_rs = 0, b_cs = 0, c_rs = 0;  // row/col strides
   int64_t c_cs = 1;
-  DType dtype = DType::f32;  // of a, b and c
+  DType dtype = DType::f32;      // of a and b
+  DType out_dtype = DType::f32;  // of c (the result is rounded once from the fp32/fp64 accumulator)
+  bool allow_tf32 = false;       // float32 only; the CPU and gpukit's CUDA kernel compute true fp32 anyway
+};
+
+// Epilogue of linear / gate_up_swiglu over an accumulator `acc` [m, n_acc] (f32,
+// or f64 for float64), contiguous. linear: out[i,j] = act(acc[i,j] + bias[j]) + res[i,j]
+// (bias/res optional, both of out_dtype, res contiguous [m, n]); swiglu (act ignored):
+// out[i,j] = silu(acc[i,j]) * acc[i,n+j] with n_acc = 2n. Rounded once to out_dtype.
+struct EpilogueArgs {
+  const void* acc = nullptr;
+  const void* bias = nullptr;
+  const void* res = nullptr;
+  void* out = nullptr;
+  int64_t m = 0, n = 0;
+  DType acc_dtype = DType::f32, out_dtype = DType::f32;
+  int act = 0;  // 0 none, 1 gelu (erf), 2 gelu_tanh, 3 silu
+  bool swiglu = false;
+};
+
+// W8A8 / FP8 epilogue: out[i,j] = float(acc[i,j]) * xs[i] * ws[j] (+ bias[j]), rounded
+// once to out_dtype (f32/f16/bf16); acc [m, n] contiguous, int32 or float32 (acc_dtype);
+// bias of out_dtype or null.
+struct Int8EpilogueArgs {
+  const void* acc = nullptr;
+  DType acc_dtype = DType::i32;
+  const float* xs = nullptr;
+  const float* ws = nullptr;
+  const void* bias = nullptr;
+  void* out = nullptr;
+  int64_t m = 0, n = 0;
+  DType out_dtype = DType::f32;
 };
 
 namespace cpu {
@@ -46,6 +77,9 @@ void clamp(const EwArgs& a, bool has_lo, double lo, bool has_hi, double hi);
 void reduce_rows(ReduceOp op, const RowArgs& a);  // one result per row
 void softmax_rows(const RowArgs& a, bool log);
 void matmul(const MatmulArgs& a);
+void gemm_epilogue(const EpilogueArgs& a);
+void matmul_i8(const MatmulArgs& a);  // int8 x int8 -> int32, exact; batch 1
+void int8_epilogue(const Int8EpilogueArgs& a);
 }  // namespace cpu
 
 namespace cuda {
@@ -61,6 +95,9 @@ void reduce_rows(ReduceOp op, const RowArgs& a, void* stream);
 size_t reduce_rows_workspace(ReduceOp op, const RowArgs& a);
 void softmax_rows(const RowArgs& a, bool log, void* stream);
 void matmul(const MatmulArgs& a, void* stream);
+void gemm_epilogue(const EpilogueArgs& a, void* stream);
+void matmul_i8(const MatmulArgs& a, void* stream);
+void int8_epilogue(const Int8EpilogueArgs& a, void* stream);
 // Host<->device and device<->device byte copies of contiguous memory.
 void memcpy_async(void* dst, const void* src, size_t bytes, int kind, void* stream);
 }  // namespace cuda

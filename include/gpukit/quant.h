@@ -1,0 +1,32 @@
+// Weight quantization for decode GEMV (W8A16 fp8-e4m3 / int8 per output channel,
+// W4A16 int4 with group scales and zero points) and the GEMV that reads them.
+// Byte layouts and rounding rules: src/ops/quant_args.h and src/cpu/quant.cpp.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "gpukit/array.h"
+#include "gpukit/stream.h"
+
+namespace gk {
+
+struct QuantizedWeight {
+  std::string format;  // "fp8", "int8" or "int4"
+  Array q;             // fp8: float8_e4m3fn [N, K]; int8: int8 [N, K]; int4: uint8 [N, K/2]
+  Array scales;        // float32 [N] (fp8, int8) or [N, K/group] (int4)
+  Array zeros;         // int4: uint8 [N, K/group] in 0..15; undefined otherwise
+  int64_t group = 0;   // int4 group size (32, 64 or 128)
+};
+
+// Quantizes float weights w [N, K] (computed on the CPU, deterministic; the
+// result lives on w's device).
+QuantizedWeight quantize_weight(const Array& w, const std::string& format, int64_t group = 128);
+// The exact float32 values the quantized weight stands for, [N, K].
+Array dequantize_weight(const QuantizedWeight& qw);
+// y = x @ dequantize(qw)^T for x [M, K] (M <= 8; more rows: dequantize + linear) or [K]
+// in bfloat16/float16 (float32 x is converted to bfloat16); out_dtype: x's dtype or float32.
+Array gemv_quantized(const Array& x, const QuantizedWeight& qw, std::optional<DType> out_dtype = std::nullopt,
+                     const Stream* s = nullptr);
+
+}  // namespace gk

@@ -1,0 +1,261 @@
+// Matrix products: gk.matmul with out_dtype / allow_tf32 (replaces the plain one
+// bound in reduce.cpp), gk.linear, gk.gate_up_swiglu, the matmul precision
+// setting and cuBLASLt information (see include/gpukit/gemm.h).
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include "bind.h"
+#include "gpukit/errors.h"
+#include "gpukit/gemm.h"
+#include "gpukit/quant.h"
+
+namespace gkpy {
+using namespace gk;
+
+namespace {
+
+std::pair<Array, Array> two_arrays(nb::handle a, nb::handle b, const char* an, const char* bn) {
+  bool aa = nb::isinstance<Array>(a), ba = nb::isinstance<Array>(b);
+  if (aa && ba) return {nb::cast<Array>(a), nb::cast<Array>(b)};
+  if (aa) {
+    Array x = nb::cast<Array>(a);
+    return {x, to_array(b, bn, &x)};
+  }
+  if (ba) {
+    Array y = nb::cast<Array>(b);
+    return {to_array(a, an, &y), y};
+  }
+  return {to_array(a, an), to_array(b, bn)};
+}
+
+std::optional<bool> opt_bool(nb::handle h, const char* arg) {
+  if (h.is_none()) return std::nullopt;
+  if (!nb::isinstance<nb::bool_>(h)) throw TypeError(cat(arg, ": expected True, False or None"));
+  return nb::cast<bool>(h);
+}
+
+Activation to_activation(nb::handle h) {
+  if (h.is_none()) return Activation::none;
+  if (!nb::isinstance<nb::str>(h)) throw TypeError("activation: expected None or a string");
+  return parse_activation(nb::cast<std::string>(h));
+}
+
+const char* kMatmulDoc =
+    "matmul(a, b, out_dtype=None, allow_tf32=None, stream=None)\n\n"
+    "Matrix product with NumPy semantics (1-d operands, broadcast batch dimensions).\n"
+    "float32/float16/bfloat16/float64; fp32 accumulation (fp64 for float64), rounded once\n"
+    "to out_dtype (default: the promoted input dtype; float32, float16 or bfloat16, or\n"
+    "float64 for float64 inputs). float32 is true FP32 unless allow_tf32=True or\n"
+    "gk.set_matmul_precision('tf32'). On CUDA: cuBLASLt when available (reproducible\n"
+    "configurations only), else gpukit's kernel. The same bits on every run.";
+
+const char* kLinearDoc =
+    "linear(x, w, bias=None, activation=None, residual=None, out_dtype=None, stream=None)\n\n"
+    "act(x @ w.T + bias) + residual with x [..., K], w [N, K] (torch Linear layout),\n"
+    "bias [N], residual of the result's shape [..., N]; activation None, 'gelu' (erf),\n"
+    "'gelu_tanh' or 'silu'. Computed in fp32 (fp64 for float64) and rounded once; bias\n"
+    "and residual are first converted to out_dtype.";
+
+const char* kSwigluDoc =
+    "gate_up_swiglu(x, w_gate_up, out_dtype=None, stream=None)\n\n"
+    "silu(x @ Wg.T) * (x @ Wu.T) where w_gate_up [2*I, K] stacks Wg (first I rows) and\n"
+    "Wu; x [..., K] -> [..., I]. fp32 products and SwiGLU, rounded once.";
+
+}  // namespace
+
+GK_BINDING(26, gemm) {
+  if (nb::hasattr(m, "matmul")) nb::delattr(m, "matmul");
+  m.def("matmul", [](nb::handle a, nb::handle b, nb::handle out_dtype, nb::handle allow_tf32, nb::handle stream) {
+    Stream st;
+    const Stream* sp = to_stream(stream, st);
+    MatmulOptions o;
+    o.out_dtype = to_dtype_opt(out_dtype, "out_dtype");
+    o.allow_tf32 = opt_bool(allow_tf32, "allow_tf32");
+    auto [x, y] = two_arrays(a, b, "a", "b");
+    return matmul(x, y, o, sp);
+  }, nb::arg("a"), nb::arg("b"), nb::arg("out_dtype") = nb::none(), nb::arg("allow_tf32") = nb::none(),
+     nb::arg("stream") = nb::none(), kMatmulDoc);
+
+  m.def("linear", [](nb::handle x, nb::handle w, nb::handle bias, nb::handle activation, nb::handle residual,
+                     nb::handle out_dtype, nb::handle stream) {
+    Stream st;
+    const Stream* sp = to_stream(stream, st);
+    auto [xa, wa] = two_arrays(x, w, "x", "w");
+    Array ba, ra;
+    if (!bias.is_none()) ba = to_array(bias, "bias", &xa);
+    if (!residual.is_none()) ra = to_array(residual, "residual", &xa);
+    return linear(xa, wa, bias.is_none() ? nullptr : &ba, to_activation(activation),
+                  residual.is_none() ? nullptr : &ra, to_dtype_opt(out_dtype, "out_dtype"), sp);
+  }, nb::arg("x"), nb::arg("w"), nb::arg("bias") = nb::none(), nb::arg("activation") = nb::none(),
+     nb::arg("residual") = nb::none(), nb::arg("out_dtype") = nb::none(), nb::arg("stream") = nb::none(),
+     kLinearDoc);
+
+  m.def("gate_up_swiglu", [](nb::handle x, nb::handle w, nb::handle out_dtype, nb::handle stream) {
+    Stream st;
+    const Stream* sp = to_stream(stream, st);
+    auto [xa, wa] = two_arrays(x, w, "x", "w_gate_up");
+    return gate_up_swiglu(xa, wa, to_dtype_opt(out_dtype, "out_dtype"), sp);
+  }, nb::arg("x"), nb::arg("w_gate_up"), nb::arg("out_dtype") = nb::none(), nb::arg("stream") = nb::none(),
+     kSwigluDoc);
+
+  m.def("gemv", [](nb::handle x, nb::handle w, nb::handle out_dtype, nb::handle stream) {
+    Stream st;
+    const Stream* sp = to_stream(stream, st);
+    auto [xa, wa] = two_arrays(x, w, "x", "w");
+    return gemv(xa, wa, to_dtype_opt(out_dtype, "out_dtype"), sp);
+  }, nb::arg("x"), nb::arg("w"), nb::arg("out_dtype") = nb::none(), nb::arg("stream") = nb::none(),
+     "gemv(x, w, out_dtype=None, stream=None)\n\n"
+     "Decode GEMV x @ w.T for x [M, K] (M = 1..8) or [K] and bfloat16/float16 w [N, K]; x is\n"
+     "converted to w's dtype, fp32 accumulation, rounded once (out_dtype: w's dtype or float32).\n"
+     "More than 8 rows run as linear(). Deterministic (no atomics; fixed split-K order).");
+
+  // ---- quantized weights (see include/gpukit/quant.h for formats and rounding) ----
+  auto qw_of = [](const char* f, nb::handle q, nb::handle scales, nb::handle zeros, int64_t group) {
+    QuantizedWeight w;
+    w.format = f;
+    if (q.is_none()) throw ValueError("q: missing");
+    if (scales.is_none()) throw ValueError("scales: missing (every format needs scales)");
+    w.q = to_array(q, "q");
+    w.scales = to_array(scales, "scales", &w.q);
+    if (!zeros.is_none()) w.zeros = to_array(zeros, "zeros", &w.q);
+    w.group = group;
+    return w;
+  };
+  m.def("quantize_fp8", [](const Array& w) {
+    auto q = quantize_weight(w, "fp8");
+    return nb::make_tuple(q.q, q.scales);
+  }, nb::arg("w"), "(q float8_e4m3fn [N, K], scales float32 [N]): w ~ q * scales[:, None]; s = max|row| / 448.");
+  m.def("quantize_int8", [](const Array& w) {
+    auto q = quantize_weight(w, "int8");
+    return nb::make_tuple(q.q, q.scales);
+  }, nb::arg("w"), "(q int8 [N, K], scales float32 [N]): w ~ q * scales[:, None]; s = max|row| / 127, q in -127..127.");
+  m.def("quantize_int4", [](const Array& w, int64_t group) {
+    auto q = quantize_weight(w, "int4", group);
+    return nb::make_tuple(q.q, q.scales, q.zeros);
+  }, nb::arg("w"), nb::arg("group") = 128,
+     "(q uint8 [N, K/2] (even k in the low nibble), scales float32 [N, K/group], zeros uint8 [N, K/group]):\n"
+     "w ~ (q - zero) * scale per group of 32, 64 or 128 weights; asymmetric, zero representable.");
+  m.def("dequantize_fp8", [=](nb::handle q, nb::handle s) { return dequantize_weight(qw_of("fp8", q, s, nb::none(), 0)); },
+        nb::arg("q"), nb::arg("scales"), "Exact float32 values of an fp8 weight.");
+  m.def("dequantize_int8", [=](nb::handle q, nb::handle s) { return dequantize_weight(qw_of("int8", q, s, nb::none(), 0)); },
+        nb::arg("q"), nb::arg("scales"), "Exact float32 values of an int8 weight.");
+  m.def("dequantize_int4", [=](nb::handle q, nb::handle s, nb::handle z, int64_t group) {
+    return dequantize_weight(qw_of("int4", q, s, z, group));
+  }, nb::arg("q"), nb::arg("scales").none(), nb::arg("zeros").none(), nb::arg("group") = 128, "Exact float32 values of an int4 weight.");
+  auto qgemv = [=](const char* f, nb::handle x, nb::handle q, nb::handle s, nb::handle z, int64_t group,
+                   nb::handle out_dtype, nb::handle stream) {
+    Stream st;
+    const Stream* sp = to_stream(stream, st);
+    QuantizedWeight w = qw_of(f, q, s, z, group);
+    Array xa = to_array(x, "x", &w.q);
+    return gemv_quantized(xa, w, to_dtype_opt(out_dtype, "out_dtype"), sp);
+  };
+  m.def("gemv_fp8", [=](nb::handle x, nb::handle q, nb::handle s, nb::handle o, nb::handle st) {
+    return qgemv("fp8", x, q, s, nb::none(), 0, o, st);
+  }, nb::arg("x"), nb::arg("q"), nb::arg("scales").none(), nb::arg("out_dtype") = nb::none(), nb::arg("stream") = nb::none(),
+     "x @ dequantize_fp8(q, scales).T for x [M <= 8, K] or [K] (bf16/fp16; float32 x is rounded to bf16).");
+  m.def("gemv_int8", [=](nb::handle x, nb::handle q, nb::handle s, nb::handle o, nb::handle st) {
+    return qgemv("int8", x, q, s, nb::none(), 0, o, st);
+  }, nb::arg("x"), nb::arg("q"), nb::arg("scales").none(), nb::arg("out_dtype") = nb::none(), nb::arg("stream") = nb::none(),
+     "x @ dequantize_int8(q, scales).T for x [M <= 8, K] or [K].");
+  m.def("gemv_int4", [=](nb::handle x, nb::handle q, nb::handle s, nb::handle z, int64_t group, nb::handle o,
+                         nb::handle st) { return qgemv("int4", x, q, s, z, group, o, st); },
+        nb::arg("x"), nb::arg("q"), nb::arg("scales").none(), nb::arg("zeros").none(), nb::arg("group") = 128,
+        nb::arg("out_dtype") = nb::none(), nb::arg("stream") = nb::none(),
+        "x @ dequantize_int4(q, scales, zeros, group).T for x [M <= 8, K] or [K].");
+
+  m.def("quantize_q8_0", [](const Array& w) { return quantize_weight(w, "q8_0").q; }, nb::arg("w"),
+        "GGUF Q8_0 blocks uint8 [N, K/32 * 34] of w [N, K] (ggml's reference rounding).");
+  m.def("quantize_q4_0", [](const Array& w) { return quantize_weight(w, "q4_0").q; }, nb::arg("w"),
+        "GGUF Q4_0 blocks uint8 [N, K/32 * 18] of w [N, K] (ggml's reference rounding).");
+  m.def("dequantize_q8_0", [=](nb::handle q) {
+    QuantizedWeight w;
+    w.format = "q8_0";
+    w.q = to_array(q, "q");
+    return dequantize_weight(w);
+  }, nb::arg("q"), "Exact float32 values [N, K] of GGUF Q8_0 blocks [N, K/32 * 34].");
+  m.def("dequantize_q4_0", [=](nb::handle q) {
+    QuantizedWeight w;
+    w.format = "q4_0";
+    w.q = to_array(q, "q");
+    return dequantize_weight(w);
+  }, nb::arg("q"), "Exact float32 values [N, K] of GGUF Q4_0 blocks [N, K/32 * 18].");
+  m.def("gemv_q8_0", [=](nb::handle x, nb::handle q, nb::handle o, nb::handle st) {
+    Stream sto;
+    QuantizedWeight w;
+    w.format = "q8_0";
+    w.q = to_array(q, "q");
+    return gemv_quantized(to_array(x, "x", &w.q), w, to_dtype_opt(o, "out_dtype"), to_stream(st, sto));
+  }, nb::arg("x"), nb::arg("q"), nb::arg("out_dtype") = nb::none(), nb::arg("stream") = nb::none(),
+     "x @ dequantize_q8_0(q).T, reading the GGUF blocks directly; x [M <= 8, K] or [K].");
+  m.def("gemv_q4_0", [=](nb::handle x, nb::handle q, nb::handle o, nb::handle st) {
+    Stream sto;
+    QuantizedWeight w;
+    w.format = "q4_0";
+    w.q = to_array(q, "q");
+    return gemv_quantized(to_array(x, "x", &w.q), w, to_dtype_opt(o, "out_dtype"), to_stream(st, sto));
+  }, nb::arg("x"), nb::arg("q"), nb::arg("out_dtype") = nb::none(), nb::arg("stream") = nb::none(),
+     "x @ dequantize_q4_0(q).T, reading the GGUF blocks directly; x [M <= 8, K] or [K].");
+
+  m.def("int8_linear", [](nb::handle x, nb::handle w, nb::handle x_scale, nb::handle w_scale, nb::handle bias,
+                          nb::handle out_dtype, nb::handle stream) {
+    Stream st;
+    const Stream* sp = to_stream(stream, st);
+    auto [xa, wa] = two_arrays(x, w, "x", "w");
+    Array xs, ws, b;
+    if (!x_scale.is_none()) xs = to_array(x_scale, "x_scale", &xa);
+    if (!w_scale.is_none()) ws = to_array(w_scale, "w_scale", &xa);
+    if (!bias.is_none()) b = to_array(bias, "bias", &xa);
+    return int8_linear(xa, wa, xs.defined() ? &xs : nullptr, ws.defined() ? &ws : nullptr,
+                       b.defined() ? &b : nullptr, to_dtype_opt(out_dtype, "out_dtype"), sp);
+  }, nb::arg("x"), nb::arg("w"), nb::arg("x_scale") = nb::none(), nb::arg("w_scale") = nb::none(),
+     nb::arg("bias") = nb::none(), nb::arg("out_dtype") = nb::none(), nb::arg("stream") = nb::none(),
+     "int8_linear(x, w, x_scale=None, w_scale=None, bias=None, out_dtype=None, stream=None)\n\n"
+     "W8A8: int8 x [..., K] @ int8 w [N, K].T with exact int32 accumulation (K <= 131071). Without\n"
+     "scales: the int32 products. With x_scale (per row of x, or one) and w_scale (per output\n"
+     "channel, or one): acc * x_scale * w_scale (+ bias) in fp32, rounded once (default float32).");
+
+  m.def("fp8_linear", [](nb::handle x, nb::handle w, nb::handle x_scale, nb::handle w_scale, nb::handle bias,
+                         nb::handle out_dtype, nb::handle stream) {
+    Stream st;
+    const Stream* sp = to_stream(stream, st);
+    auto [xa, wa] = two_arrays(x, w, "x", "w");
+    if (x_scale.is_none() || w_scale.is_none()) throw ValueError("x_scale, w_scale: fp8_linear needs both scales");
+    Array xs = to_array(x_scale, "x_scale", &xa), ws = to_array(w_scale, "w_scale", &xa), b;
+    if (!bias.is_none()) b = to_array(bias, "bias", &xa);
+    return fp8_linear(xa, wa, xs, ws, b.defined() ? &b : nullptr, to_dtype_opt(out_dtype, "out_dtype"), sp);
+  }, nb::arg("x"), nb::arg("w"), nb::arg("x_scale").none(), nb::arg("w_scale").none(), nb::arg("bias") = nb::none(),
+     nb::arg("out_dtype") = nb::none(), nb::arg("stream") = nb::none(),
+     "fp8_linear(x, w, x_scale, w_scale, bias=None, out_dtype=None, stream=None)\n\n"
+     "float8_e4m3fn x [..., K] @ w [N, K].T * x_scale * w_scale (+ bias) with per-tensor scales,\n"
+     "fp32 accumulation, rounded once (default bfloat16).");
+
+  m.def("set_matmul_precision", [](const std::string& p) {
+    if (p == "highest" || p == "fp32" || p == "float32") return set_matmul_precision(MatmulPrecision::highest);
+    if (p == "tf32") return set_matmul_precision(MatmulPrecision::tf32);
+    throw ValueError(cat("precision: expected \"highest\" or \"tf32\", got \"", p, "\""));
+  }, nb::arg("precision"),
+        "Process-wide float32 matmul precision: 'highest' (true FP32, the default) or 'tf32'.");
+  m.def("get_matmul_precision", [] {
+    return std::string(matmul_precision() == MatmulPrecision::tf32 ? "tf32" : "highest");
+  });
+
+  m.def("_cublaslt_info", [] {
+    blas::Info i = blas::cublaslt_info();
+    nb::dict d;
+    d["available"] = i.available;
+    d["path"] = i.path;
+    d["reason"] = i.reason;
+    d["version"] = i.version;
+    d["lt_calls"] = i.lt_calls;
+    d["fallback_calls"] = i.fallback_calls;
+    d["plans"] = i.plans;
+    d["no_algo"] = i.no_algo;
+    return d;
+  });
+  m.def("_cublaslt_add_search_paths", [](const std::vector<std::string>& p) { blas::cublaslt_add_search_paths(p); },
+        nb::arg("paths"));
+}
+
+}  // namespace gkpy

@@ -1,0 +1,16 @@
+// Internal: how the front ends of matmul, linear and gate_up_swiglu run one GEMM.
+#pragma once
+#include "gpukit/stream.h"
+#include "ops/backend.h"
+
+namespace gk::detail {
+
+// True when the batch dimensions of `ma` collapse to one stride per operand
+// (what cuBLASLt's strided batch needs); *a_bs/*b_bs receive those strides.
+bool collapse_batch(const MatmulArgs& ma, int64_t* a_bs, int64_t* b_bs);
+
+// Runs ma (c contiguous [batch..., m, n]) on the CPU or, for a CUDA device, through
+// cuBLASLt when it takes the problem, else gpukit's CUDA kernel.
+void run_gemm(const MatmulArgs& ma, Device d, const Stream& s);
+
+}  // namespace gk::detail

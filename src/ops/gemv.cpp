@@ -1,0 +1,72 @@
+// Front end of the decode GEMV (see include/gpukit/gemm.h and src/cuda/gemv.cu).
+#include "gpukit/gemm.h"
+#include "ops/common.h"
+#include "ops/gemv_args.h"
+
+namespace gk {
+
+Array gemv(const Array& x_in, const Array& w_in, std::optional<DType> out_dtype, const Stream* sp) {
+  Device d = detail::common_device({{"x", &x_in}, {"w", &w_in}});
+  Stream s = resolve_stream(sp, d);
+  if (w_in.dtype() != DType::bf16 && w_in.dtype() != DType::f16)
+    throw TypeError(cat("w: gemv reads bfloat16 or float16 weights, got ", dtype_name(w_in.dtype())));
+  DType xt = x_in.dtype();
+  if (xt != DType::f32 && xt != DType::f16 && xt != DType::bf16)
+    throw TypeError(cat("x: gemv takes float32, float16 or bfloat16 activations, got ", dtype_name(xt)));
+  if (w_in.ndim() != 2) throw ValueError(cat("w: gemv needs a 2-d weight [N, K], got shape ", shape_str(w_in.shape())));
+  if (x_in.ndim() != 1 && x_in.ndim() != 2)
+    throw ValueError(cat("x: gemv needs [K] or [M, K], got shape ", shape_str(x_in.shape())));
+  const int64_t k = w_in.shape(1), n = w_in.shape(0);
+  if (x_in.shape(-1) != k)
+    throw ValueError(cat("gemv: x has ", x_in.shape(-1), " features (shape ", shape_str(x_in.shape()),
+                         ") but w has ", k, " columns (shape ", shape_str(w_in.shape()), ")"));
+  DType out = out_dtype.value_or(w_in.dtype());
+  if (out != DType::f32 && out != DType::f16 && out != DType::bf16)
+    throw TypeError(cat("out_dtype: gemv produces float32, float16 or bfloat16, not ", dtype_name(out)));
+  const bool one = x_in.ndim() == 1;
+  const int64_t m = one ? 1 : x_in.shape(0);
+  if (m > 8) return linear(x_in.astype(w_in.dtype(), &s), w_in, nullptr, Activation::none, nullptr, out, &s);
+  Array x = (one ? x_in.unsqueeze(0) : x_in);
+  x = x.dtype() == w_in.dtype() ? x.contiguous(&s) : x.astype(w_in.dtype(), &s);
+  Array w = w_in.stride(1) == 1 || k <= 1 ? w_in : w_in.contiguous(&s);
+  Array y = Array::empty({m, n}, out, d, &s);
+  if (y.numel() > 0) {
+    GemvArgs a;
+    a.x = x.data();
+    a.w = w.data();
+    a.y = y.data();
+    a.m = m;
+    a.n = n;
+    a.k = k;
+    a.x_rs = k;
+    a.w_rs = w.stride(0);
+    a.dtype = w.dtype();
+    a.out_dtype = out;
+    if (d.is_cpu()) {
+      cpu::gemv(a);
+    } else {
+#if GPUKIT_WITH_CUDA
+      auto al16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+      if (!al16(a.x)) {  // x is small: an aligned copy keeps the 16-byte path for aligned weights
+        x = x.copy(&s);
+        a.x = x.data();
+      }
+      a.vec = al16(a.w) && al16(a.x) && a.w_rs % 8 == 0 && (m == 1 || k % 8 == 0);
+      a.split = a.vec ? cuda::gemv_split(n, k) : 1;
+      Array part;
+      if (a.split > 1) {
+        part = Array::empty({int64_t(a.split), m, n}, DType::f32, d, &s);
+        a.part = part.data_as<float>();
+      }
+      detail::mark_used(x, s);
+      detail::mark_used(w, s);
+      cuda::gemv(a, s.handle());
+#else
+      detail::no_cuda_backend();
+#endif
+    }
+  }
+  return one ? y.reshape({n}) : y;
+}
+
+}  // namespace gk

@@ -1,0 +1,30 @@
+// Argument block of the decode GEMV kernels (src/cpu/gemv.cpp, src/cuda/gemv.cu):
+// y[m, j] = sum_k x[m, k] * w[j, k] for m < M <= 8, fp32 accumulation, rounded once.
+#pragma once
+#include <cstdint>
+
+#include "gpukit/dtype.h"
+
+namespace gk {
+
+struct GemvArgs {
+  const void* x = nullptr;  // [m, k], dtype, row stride x_rs, elements contiguous
+  const void* w = nullptr;  // [n, k], dtype, row stride w_rs, elements contiguous
+  void* y = nullptr;        // [m, n] contiguous, out_dtype
+  float* part = nullptr;    // CUDA split-K partial sums [split, m, n] (split > 1)
+  int64_t m = 0, n = 0, k = 0, x_rs = 0, w_rs = 0;
+  DType dtype = DType::bf16, out_dtype = DType::bf16;
+  int split = 1;     // CUDA: slices of k summed by a second pass in slice order
+  bool vec = false;  // CUDA: rows of x and w are 16-byte aligned (16-byte loads)
+};
+
+namespace cpu {
+void gemv(const GemvArgs& a);
+}
+namespace cuda {
+void gemv(const GemvArgs& a, void* stream);
+// The split-K factor the CUDA kernel uses for (n, k): a function of the shape only.
+int gemv_split(int64_t n, int64_t k);
+}  // namespace cuda
+
+}  // namespace gk

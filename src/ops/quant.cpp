@@ -1,0 +1,207 @@
+// Front ends of weight quantization and the quantized decode GEMV: validation
+// (formats, shapes, dtypes, group sizes, CUDA alignment) before any launch.
+#include "gpukit/gemm.h"
+#include "gpukit/quant.h"
+#include "ops/common.h"
+#include "ops/gguf_blocks.h"
+#include "ops/quant_args.h"
+
+namespace gk {
+
+namespace {
+
+bool is_gguf(QFormat f) { return f == QFormat::q8_0 || f == QFormat::q4_0; }
+int64_t block_bytes(QFormat f) { return f == QFormat::q8_0 ? gguf::kQ8_0Bytes : gguf::kQ4_0Bytes; }
+
+QFormat parse_format(const std::string& f) {
+  if (f == "fp8") return QFormat::fp8;
+  if (f == "int8") return QFormat::int8;
+  if (f == "int4") return QFormat::int4;
+  if (f == "q8_0") return QFormat::q8_0;
+  if (f == "q4_0") return QFormat::q4_0;
+  throw ValueError(cat("format: expected \"fp8\", \"int8\", \"int4\", \"q8_0\" or \"q4_0\", got \"", f, "\""));
+}
+
+void check_group(int64_t k, int64_t group) {
+  if (group != 32 && group != 64 && group != 128)
+    throw ValueError(cat("group: int4 groups are 32, 64 or 128 weights, got ", group));
+  if (k % group != 0)
+    throw ValueError(cat("w: K = ", k, " is not divisible by the group size ", group));
+}
+
+// Checks a QuantizedWeight; returns (n, k).
+std::pair<int64_t, int64_t> check_qw(const QuantizedWeight& qw, QFormat f) {
+  const Array& q = qw.q;
+  if (!q.defined()) throw ValueError("q: the quantized weight has no data");
+  if (is_gguf(f)) {
+    if (q.ndim() != 2) throw ValueError(cat("q: expected 2-d blocks [N, K/32 * bytes], got shape ", shape_str(q.shape())));
+    if (q.dtype() != DType::u8) throw TypeError(cat("q: GGUF blocks are uint8 bytes, got ", dtype_name(q.dtype())));
+    const int64_t bb = block_bytes(f);
+    if (q.shape(1) % bb != 0)
+      throw ValueError(cat("q: a row of ", qw.format, " blocks is a multiple of ", bb, " bytes, got ", q.shape(1)));
+    return {q.shape(0), q.shape(1) / bb * gguf::kBlock};
+  }
+  if (!qw.scales.defined()) throw ValueError("scales: missing (every format needs scales)");
+  if (q.ndim() != 2) throw ValueError(cat("q: expected a 2-d array, got shape ", shape_str(q.shape())));
+  DType want = f == QFormat::fp8 ? DType::f8e4m3 : (f == QFormat::int8 ? DType::i8 : DType::u8);
+  if (q.dtype() != want)
+    throw TypeError(cat("q: ", qw.format, " weights are ", dtype_name(want), ", got ", dtype_name(q.dtype())));
+  if (qw.scales.dtype() != DType::f32) throw TypeError(cat("scales: expected float32, got ", dtype_name(qw.scales.dtype())));
+  const int64_t n = q.shape(0), k = f == QFormat::int4 ? q.shape(1) * 2 : q.shape(1);
+  if (f == QFormat::int4) {
+    check_group(k, qw.group);
+    if (!qw.zeros.defined()) throw ValueError("zeros: int4 weights need zero points");
+    if (qw.zeros.dtype() != DType::u8) throw TypeError(cat("zeros: expected uint8, got ", dtype_name(qw.zeros.dtype())));
+    Shape gs{n, k / qw.group};
+    if (qw.scales.shape() != gs) throw ValueError(cat("scales: expected shape ", shape_str(gs), ", got ", shape_str(qw.scales.shape())));
+    if (qw.zeros.shape() != gs) throw ValueError(cat("zeros: expected shape ", shape_str(gs), ", got ", shape_str(qw.zeros.shape())));
+  } else if (qw.scales.shape() != Shape{n}) {
+    throw ValueError(cat("scales: expected shape (", n, ",), got ", shape_str(qw.scales.shape())));
+  }
+  return {n, k};
+}
+
+}  // namespace
+
+QuantizedWeight quantize_weight(const Array& w, const std::string& format, int64_t group) {
+  QFormat f = parse_format(format);
+  if (!is_floating(w.dtype()) || is_fp8(w.dtype()))
+    throw TypeError(cat("w: quantize takes float32, float16, bfloat16 or float64 weights, got ", dtype_name(w.dtype())));
+  if (w.ndim() != 2) throw ValueError(cat("w: expected a 2-d weight [N, K], got shape ", shape_str(w.shape())));
+  const int64_t n = w.shape(0), k = w.shape(1);
+  if (f == QFormat::int4) check_group(k, group);
+  if (is_gguf(f) && k % gguf::kBlock != 0)
+    throw ValueError(cat("w: K = ", k, " is not divisible by the ", format, " block size 32"));
+  Array wc = w.to(Device::cpu()).astype(DType::f32).contiguous();
+  Device cpu = Device::cpu();
+  QuantizedWeight qw;
+  qw.format = format;
+  qw.group = f == QFormat::int4 ? group : 0;
+  QuantArgs a;
+  a.w = wc.data_as<float>();
+  a.n = n;
+  a.k = k;
+  a.group = qw.group;
+  a.fmt = f;
+  if (is_gguf(f)) {
+    qw.q = Array::empty({n, k / gguf::kBlock * block_bytes(f)}, DType::u8, cpu);
+  } else if (f == QFormat::int4) {
+    qw.q = Array::empty({n, k / 2}, DType::u8, cpu);
+    qw.scales = Array::empty({n, k / group}, DType::f32, cpu);
+    qw.zeros = Array::empty({n, k / group}, DType::u8, cpu);
+    a.zeros = qw.zeros.data_as<uint8_t>();
+  } else {
+    qw.q = Array::empty({n, k}, f == QFormat::fp8 ? DType::f8e4m3 : DType::i8, cpu);
+    qw.scales = Array::empty({n}, DType::f32, cpu);
+  }
+  a.q = qw.q.data();
+  a.scales = qw.scales.defined() ? qw.scales.data_as<float>() : nullptr;
+  cpu::quantize(a);
+  if (w.device().is_cuda()) {
+    qw.q = qw.q.to(w.device());
+    if (qw.scales.defined()) qw.scales = qw.scales.to(w.device());
+    if (qw.zeros.defined()) qw.zeros = qw.zeros.to(w.device());
+  }
+  return qw;
+}
+
+Array dequantize_weight(const QuantizedWeight& qw) {
+  QFormat f = parse_format(qw.format);
+  auto [n, k] = check_qw(qw, f);
+  Device d = qw.q.device();
+  QuantArgs a;
+  Array q = qw.q.to(Device::cpu()).contiguous(), s, z;
+  if (qw.scales.defined()) s = qw.scales.to(Device::cpu()).contiguous();
+  if (f == QFormat::int4) z = qw.zeros.to(Device::cpu()).contiguous();
+  Array w = Array::empty({n, k}, DType::f32, Device::cpu());
+  a.w = w.data_as<float>();
+  a.q = q.data();
+  a.scales = s.defined() ? s.data_as<float>() : nullptr;
+  a.zeros = z.defined() ? z.data_as<uint8_t>() : nullptr;
+  a.n = n;
+  a.k = k;
+  a.group = qw.group;
+  a.fmt = f;
+  cpu::dequantize(a);
+  return d.is_cuda() ? w.to(d) : w;
+}
+
+Array gemv_quantized(const Array& x_in, const QuantizedWeight& qw, std::optional<DType> out_dtype, const Stream* sp) {
+  QFormat f = parse_format(qw.format);
+  auto [n, k] = check_qw(qw, f);
+  Device d = detail::common_device({{"x", &x_in}, {"q", &qw.q}, {"scales", qw.scales.defined() ? &qw.scales : &qw.q},
+                                    {"zeros", qw.zeros.defined() ? &qw.zeros : &qw.q}});
+  Stream s = resolve_stream(sp, d);
+  DType xt = x_in.dtype();
+  if (xt != DType::f32 && xt != DType::f16 && xt != DType::bf16)
+    throw TypeError(cat("x: gemv takes float32, float16 or bfloat16 activations, got ", dtype_name(xt)));
+  if (x_in.ndim() != 1 && x_in.ndim() != 2)
+    throw ValueError(cat("x: gemv needs [K] or [M, K], got shape ", shape_str(x_in.shape())));
+  if (x_in.shape(-1) != k)
+    throw ValueError(cat("gemv: x has ", x_in.shape(-1), " features (shape ", shape_str(x_in.shape()),
+                         ") but the quantized weight has K = ", k));
+  DType act = xt == DType::f16 ? DType::f16 : DType::bf16;
+  DType out = out_dtype.value_or(xt == DType::f32 ? DType::f32 : act);
+  if (out != DType::f32 && out != DType::f16 && out != DType::bf16)
+    throw TypeError(cat("out_dtype: gemv produces float32, float16 or bfloat16, not ", dtype_name(out)));
+  const bool one = x_in.ndim() == 1;
+  const int64_t m = one ? 1 : x_in.shape(0);
+  if (m > 8) {
+    Array w = dequantize_weight(qw);
+    return linear(x_in.astype(act, &s), w, nullptr, Activation::none, nullptr, out, &s);  // fp32 weights: exact
+  }
+  Array x = one ? x_in.unsqueeze(0) : x_in;
+  x = x.dtype() == act ? x.contiguous(&s) : x.astype(act, &s);
+  if (qw.q.stride(1) != 1) throw ValueError("q: rows must be contiguous (stride 1 along K)");
+  Array sc = qw.scales.defined() ? qw.scales.contiguous(&s) : Array();
+  Array zr = qw.zeros.defined() ? qw.zeros.contiguous(&s) : Array();
+  Array y = Array::empty({m, n}, out, d, &s);
+  if (y.numel() == 0) return one ? y.reshape({n}) : y;
+  QGemvArgs a;
+  a.x = x.data();
+  a.q = qw.q.data();
+  a.scales = sc.defined() ? sc.data_as<float>() : nullptr;
+  a.zeros = zr.defined() ? zr.data_as<uint8_t>() : nullptr;
+  a.y = y.data();
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.x_rs = k;
+  a.q_rs = qw.q.stride(0);  // bytes: every format's element is one byte
+  a.group = qw.group;
+  a.x_dtype = act;
+  a.out_dtype = out;
+  a.fmt = f;
+  if (d.is_cpu()) {
+    cpu::qgemv(a);
+  } else {
+#if GPUKIT_WITH_CUDA
+    if (is_gguf(f)) {
+      if (reinterpret_cast<uintptr_t>(a.q) % 2 != 0 || a.q_rs % 2 != 0)
+        throw ValueError("q: the CUDA GGUF GEMV needs 2-byte aligned block rows");
+    } else if (f == QFormat::int4 ? k % 32 != 0 : k % 16 != 0)
+      throw ValueError(cat("q: the CUDA ", qw.format, " GEMV needs K divisible by ", f == QFormat::int4 ? 32 : 16,
+                           ", got K = ", k));
+    auto al16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    if (!is_gguf(f) && (!al16(a.q) || a.q_rs % 16 != 0))
+      throw ValueError(cat("q: the CUDA GEMV needs 16-byte aligned rows (row stride ", a.q_rs,
+                           " bytes, address offset ", reinterpret_cast<uintptr_t>(a.q) % 16, ")"));
+    if (!al16(a.x)) x = x.copy(&s), a.x = x.data();
+    a.split = cuda::qgemv_split(n, k);
+    Array part;
+    if (a.split > 1) {
+      part = Array::empty({int64_t(a.split), m, n}, DType::f32, d, &s);
+      a.part = part.data_as<float>();
+    }
+    const Array* used[] = {&x, &qw.q, &sc, &zr};
+    for (const Array* t : used)
+      if (t->defined()) detail::mark_used(*t, s);
+    cuda::qgemv(a, s.handle());
+#else
+    detail::no_cuda_backend();
+#endif
+  }
+  return one ? y.reshape({n}) : y;
+}
+
+}  // namespace gk

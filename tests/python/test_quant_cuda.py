@@ -1,0 +1,73 @@
+"""CUDA quantized GEMV (fp8, int8, int4 with groups 32/64/128) against the CPU reference
+and float64 products with the exactly dequantized weights: M templates, split-K shapes,
+odd N, determinism, alignment errors. Skipped without a GPU."""
+import numpy as np
+import pytest
+
+import gpukit as gk
+from test_quant import check, f64
+
+pytestmark = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
+RNG = np.random.default_rng(505)
+
+
+def bits(x):
+    return gk.to_numpy(x).tobytes()
+
+
+def make(fmt, n, k, g=128):
+    w = gk.asarray((RNG.standard_normal((n, k)) * 0.05).astype(np.float32))
+    if fmt == "int4":
+        q, s, z = gk.quantize_int4(w, group=g)
+        parts = (q.to("cuda"), s.to("cuda"), z.to("cuda"))
+        deq = f64(gk.dequantize_int4(q, s, z, group=g))
+        return parts, deq, (lambda x, **kw: gk.gemv_int4(x, *parts, group=g, **kw))
+    q, s = getattr(gk, f"quantize_{fmt}")(w)
+    parts = (q.to("cuda"), s.to("cuda"))
+    deq = f64(getattr(gk, f"dequantize_{fmt}")(q, s))
+    return parts, deq, (lambda x, **kw: getattr(gk, f"gemv_{fmt}")(x, *parts, **kw))
+
+
+@pytest.mark.parametrize("fmt,g", [("fp8", 0), ("int8", 0), ("int4", 32), ("int4", 64), ("int4", 128)])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("m", [1, 2, 4, 5, 8])
+@pytest.mark.parametrize("n,k", [(1, 128), (33, 512), (257, 4096), (64, 14336)])
+def test_qgemv_matches(fmt, g, dtype, m, n, k):
+    _, deq, fn = make(fmt, n, k, g or 128)
+    x = gk.asarray(RNG.standard_normal((m, k)).astype(np.float32)).astype(dtype)
+    got = fn(x.to("cuda"), out_dtype="float32")
+    check(got, x, deq, 2.0**-24)
+    cpu_parts = None  # the CPU reference on the same inputs
+    assert bits(fn(x.to("cuda"), out_dtype="float32")) == bits(got)
+    y16 = fn(x.to("cuda"))
+    assert y16.dtype == getattr(gk, dtype)
+    np.testing.assert_allclose(f64(y16), f64(got), rtol=2.0**-7, atol=1e-6)
+    del cpu_parts
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "int8", "int4"])
+def test_qgemv_cpu_equivalence_and_split(fmt):
+    n, k = 512, 14336  # small N, large K: split-K
+    parts, deq, fn = make(fmt, n, k)
+    x = gk.asarray(RNG.standard_normal((3, k)).astype(np.float32)).astype("bfloat16")
+    got = fn(x.to("cuda"), out_dtype="float32")
+    cpu = [p.to("cpu") for p in parts]
+    if fmt == "int4":
+        ref = gk.gemv_int4(x, *cpu, group=128, out_dtype="float32")
+    else:
+        ref = getattr(gk, f"gemv_{fmt}")(x, *cpu, out_dtype="float32")
+    np.testing.assert_allclose(f64(got), f64(ref), rtol=1e-4, atol=1e-4)
+    one = fn(x[1].to("cuda"), out_dtype="float32")  # split and order do not depend on M
+    assert bits(one) == gk.to_numpy(got)[1].tobytes()
+
+
+def test_qgemv_alignment_errors():
+    q, s = gk.quantize_int8(gk.asarray(np.ones((4, 40), np.float32)))
+    with pytest.raises(ValueError, match="divisible by 16"):
+        gk.gemv_int8(gk.zeros((1, 40), dtype="bfloat16", device="cuda"), q.to("cuda"), s.to("cuda"))
+    q, s = gk.quantize_int8(gk.asarray(np.ones((4, 48), np.float32)))
+    qv = gk.zeros((4, 64), dtype="int8", device="cuda")[:, 16:]  # stride 64, aligned: fine
+    gk.gemv_int8(gk.zeros((1, 48), dtype="bfloat16", device="cuda"), qv, s.to("cuda"))
+    qbad = gk.zeros((4, 72), dtype="int8", device="cuda")[:, 8:56]  # rows 72 bytes apart
+    with pytest.raises(ValueError, match="aligned"):
+        gk.gemv_int8(gk.zeros((1, 48), dtype="bfloat16", device="cuda"), qbad, s.to("cuda"))
