@@ -81,7 +81,7 @@ else
   NAMES+=("C++ tests"); RESULTS+=(127); TIMES+=(0)
 fi
 
-stage "Python tests" pytest.log timeout 300 "$PY" -m pytest tests/python -q -rfEs -p no:cacheprovider \
+stage "Python tests" pytest.log timeout "${DEVICE_PYTEST_TIMEOUT:-300}" "$PY" -m pytest ${DEVICE_PYTEST_PATHS:-tests/python} -q -rfEs -p no:cacheprovider \
   --junitxml="$OUTDIR/pytest.xml"
 fi
 
@@ -90,7 +90,7 @@ RESULTS_JSON="$OUTDIR/h200.json"
 if has bench; then
 for b in ${DEVICE_BENCHES:-elementwise overhead fused sampling jit_launch}; do
   [ -f "bench/$b.py" ] || continue
-  stage "bench $b" "bench_$b.log" timeout 150 "$PY" "bench/$b.py" --out "$RESULTS_JSON"
+  stage "bench $b" "bench_$b.log" timeout "${DEVICE_BENCH_TIMEOUT:-150}" "$PY" "bench/$b.py" --out "$RESULTS_JSON"
 done
 fi
 
