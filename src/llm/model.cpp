@@ -1,0 +1,267 @@
+// The transformer forward pass (llama / qwen2 / qwen3 families) over a paged KV
+// cache: embedding, per layer rms_norm (fused residual), q/k/v projections
+// (matmul against transposed weight views, no copies), optional bias and q/k
+// norm, rope at per-token positions, kv_append into the pages of each sequence,
+// attention (prefill: causal over the packed prompts; decode: one token per
+// sequence at its own length), output projection, SwiGLU MLP; final norm and lm
+// head; float32 logits.
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "gpukit/errors.h"
+#include "gpukit/ops.h"
+#include "gpukit/text.h"
+#include "llm/internal.h"
+
+namespace gk::llm {
+
+// ---- KV cache ----
+
+KvCache::KvCache(const ModelConfig& c, int64_t num_blocks, int64_t block_size, Device device, DType dtype)
+    : bs_(block_size) {
+  if (block_size < 16 || block_size > 256) throw ValueError(cat("block_size: must be in [16, 256], got ", block_size));
+  if (num_blocks <= 0 || num_blocks > INT32_MAX) throw ValueError(cat("num_blocks: must be positive, got ", num_blocks));
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    k.push_back(Array::empty({num_blocks, block_size, c.num_kv_heads, c.head_dim}, dtype, device));
+    v.push_back(Array::empty({num_blocks, block_size, c.num_kv_heads, c.head_dim}, dtype, device));
+  }
+  for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(int32_t(b));
+}
+
+int64_t KvCache::add_sequence() {
+  int64_t id = next_id_++;
+  pages_[id];
+  len_[id] = 0;
+  return id;
+}
+
+void KvCache::release(int64_t seq) {
+  auto it = pages_.find(seq);
+  if (it == pages_.end()) return;
+  for (auto b = it->second.rbegin(); b != it->second.rend(); ++b) free_.push_back(*b);
+  pages_.erase(it);
+  len_.erase(seq);
+}
+
+int64_t KvCache::length(int64_t seq) const {
+  auto it = len_.find(seq);
+  if (it == len_.end()) throw IndexError(cat("KV cache: no sequence ", seq));
+  return it->second;
+}
+
+void KvCache::reserve(int64_t seq, int64_t length) {
+  auto& p = pages_.at(seq);
+  const int64_t need = (length + bs_ - 1) / bs_;
+  if (need - int64_t(p.size()) > int64_t(free_.size()))
+    throw ValueError(cat("KV cache: out of pages (sequence needs ", need, " blocks of ", bs_, " tokens, ",
+                         free_.size(), " free)"));
+  while (int64_t(p.size()) < need) {
+    p.push_back(free_.back());
+    free_.pop_back();
+  }
+}
+
+void KvCache::advance(int64_t seq, int64_t n) { len_.at(seq) += n; }
+
+Array KvCache::block_table(const std::vector<int64_t>& seqs) const {
+  size_t maxb = 1;
+  for (int64_t s : seqs) maxb = std::max(maxb, pages_.at(s).size());
+  Array t = Array::empty({int64_t(seqs.size()), int64_t(maxb)}, DType::i32, Device{});
+  int32_t* p = t.data_as<int32_t>();
+  for (size_t b = 0; b < seqs.size(); ++b) {
+    const auto& pg = pages_.at(seqs[b]);
+    for (size_t j = 0; j < maxb; ++j) p[b * maxb + j] = j < pg.size() ? pg[j] : 0;
+  }
+  return t;
+}
+
+// ---- model ----
+
+std::shared_ptr<Model> Model::load(const std::string& path, Device device, DType dtype, const Progress& progress) {
+  ModelFiles files = locate_model(path);
+  auto m = std::make_shared<Model>();
+  m->device_ = device;
+  m->dtype_ = dtype;
+  if (!files.gguf.empty()) {
+    io::GGUF g(files.gguf);
+    m->cfg_ = config_from_gguf(g);
+    if (g.find("tokenizer.ggml.model")) {
+      m->tok_ = std::make_shared<text::Tokenizer>(text::Tokenizer::from_gguf(g));
+      m->chat_template_ = m->tok_->chat_template();
+    }
+  } else {
+    std::ifstream in(std::filesystem::path(files.dir) / "config.json", std::ios::binary);
+    if (!in) throw ValueError(cat("cannot read ", files.dir, "/config.json"));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    m->cfg_ = config_from_hf_json(ss.str());
+    auto tj = std::filesystem::path(files.dir) / "tokenizer.json";
+    if (std::filesystem::exists(tj)) {
+      m->tok_ = std::make_shared<text::Tokenizer>(text::Tokenizer::from_file(tj.string()));
+      m->chat_template_ = m->tok_->chat_template();
+    }
+  }
+  if (m->tok_ && m->tok_->vocab_size() > m->cfg_.vocab_size)
+    throw ValueError(cat("tokenizer has ", m->tok_->vocab_size(), " tokens but the model's vocabulary is ",
+                         m->cfg_.vocab_size));
+  m->w_ = load_weights(m->cfg_, path, device, dtype, progress);
+  return m;
+}
+
+std::string Model::chat_template() const { return chat_template_; }
+
+KvCache Model::make_cache(const std::vector<int64_t>& lengths, int64_t block_size) const {
+  int64_t blocks = 0;
+  for (int64_t n : lengths) blocks += std::max<int64_t>(1, (n + block_size - 1) / block_size);
+  return KvCache(cfg_, std::max<int64_t>(blocks, 1), block_size, device_, dtype_);
+}
+
+namespace {
+Array linear(const Array& x, const Array& w, const Array& bias = {}) {
+  Array y = matmul(x, w.T());
+  return bias.defined() ? add(y, bias) : y;
+}
+Array i32_array(const std::vector<int32_t>& v) {
+  Array a = Array::empty({int64_t(v.size())}, DType::i32, Device{});
+  std::copy(v.begin(), v.end(), a.data_as<int32_t>());
+  return a;
+}
+}  // namespace
+
+Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache, const nn::KvIndex& idx,
+                        const std::function<Array(const Array&, const Array&, const Array&, int)>& attend) {
+  const ModelConfig& c = cfg_;
+  const int64_t T = ids.numel(), D = c.head_dim;
+  Array pos = positions.to(device_);
+  Array x = embedding(ids, w_.embed);  // residual stream [T, H]
+  Array h = nn::rms_norm(x, w_.layers[0].attn_norm, c.norm_eps);
+  Array resid = x;
+  for (int l = 0; l < int(c.num_layers); ++l) {
+    const LayerWeights& L = w_.layers[size_t(l)];
+    Array q = linear(h, L.q, L.q_bias).reshape({T, c.num_heads, D});
+    Array k = linear(h, L.k, L.k_bias).reshape({T, c.num_kv_heads, D});
+    Array v = linear(h, L.v, L.v_bias).reshape({T, c.num_kv_heads, D});
+    if (c.qk_norm) {
+      q = nn::rms_norm(q, L.q_norm, c.norm_eps);
+      k = nn::rms_norm(k, L.k_norm, c.norm_eps);
+    }
+    std::optional<int> rd;
+    if (c.rotary_dim) rd = int(c.rotary_dim);
+    std::tie(q, k) = nn::rope(q, k, pos, c.rope_theta, rd, c.rope_interleaved, c.rope_scaling, /*inplace=*/true);
+    nn::kv_append(k, v, cache.k[size_t(l)], cache.v[size_t(l)], idx);
+    Array att = attend(q, k, v, l).reshape({T, c.num_heads * D});
+    Array o = linear(att, L.o);
+    std::tie(h, resid) = nn::rms_norm_residual(o, resid, L.ffn_norm, c.norm_eps);
+    Array act = nn::gated(nn::GatedAct::SwiGLU, linear(h, L.gate), linear(h, L.up));
+    Array down = linear(act, L.down);
+    const Array& next_norm = l + 1 < int(c.num_layers) ? w_.layers[size_t(l + 1)].attn_norm : w_.final_norm;
+    std::tie(h, resid) = nn::rms_norm_residual(down, resid, next_norm, c.norm_eps);
+  }
+  return h;  // final-normed hidden states [T, H]
+}
+
+Array Model::prefill(KvCache& cache, const std::vector<int64_t>& seqs, const std::vector<std::vector<int32_t>>& tokens,
+                     bool all_logits) {
+  const size_t B = seqs.size();
+  std::vector<int32_t> ids, pos, cu{0}, last;
+  for (size_t b = 0; b < B; ++b) {
+    for (size_t j = 0; j < tokens[b].size(); ++j) {
+      ids.push_back(tokens[b][j]);
+      pos.push_back(int32_t(j));
+    }
+    cu.push_back(int32_t(ids.size()));
+    last.push_back(int32_t(ids.size()) - 1);
+    cache.reserve(seqs[b], int64_t(tokens[b].size()));
+  }
+  nn::KvIndex idx;
+  idx.block_table = cache.block_table(seqs);
+  idx.seq_lens = i32_array(std::vector<int32_t>(B, 0));
+  idx.cu_seqlens = i32_array(cu);
+  Array cu_a = idx.cu_seqlens;
+  auto attend = [&](const Array& q, const Array& k, const Array& v, int) {
+    return nn::attention_prefill(q, k, v, cu_a, cu_a, /*causal=*/true);
+  };
+  Array h = run_layers(i32_array(ids), i32_array(pos), cache, idx, attend);
+  for (size_t b = 0; b < B; ++b) cache.advance(seqs[b], int64_t(tokens[b].size()));
+  if (!all_logits) h = embedding(i32_array(last), h);
+  return matmul(h, w_.lm_head.T()).astype(DType::f32);
+}
+
+Array Model::decode(KvCache& cache, const std::vector<int64_t>& seqs, const std::vector<int32_t>& tokens) {
+  const size_t B = seqs.size();
+  std::vector<int32_t> pos, lens_after;
+  for (size_t b = 0; b < B; ++b) {
+    int64_t n = cache.length(seqs[b]);
+    cache.reserve(seqs[b], n + 1);
+    pos.push_back(int32_t(n));
+    lens_after.push_back(int32_t(n + 1));
+  }
+  nn::KvIndex idx;
+  idx.block_table = cache.block_table(seqs);
+  idx.seq_lens = i32_array(pos);  // lengths before the append
+  Array bt = idx.block_table, la = i32_array(lens_after);
+  auto attend = [&](const Array& q, const Array&, const Array&, int l) {
+    return nn::attention_decode(q, cache.k[size_t(l)], cache.v[size_t(l)], la, bt);
+  };
+  Array h = run_layers(i32_array(tokens), i32_array(pos), cache, idx, attend);
+  for (size_t b = 0; b < B; ++b) cache.advance(seqs[b], 1);
+  return matmul(h, w_.lm_head.T()).astype(DType::f32);
+}
+
+Array Model::step(KvCache& cache, const std::vector<int64_t>& seqs, const std::vector<std::vector<int32_t>>& tokens,
+                  bool all_logits) {
+  if (seqs.size() != tokens.size() || seqs.empty())
+    throw ValueError(cat("step: ", seqs.size(), " sequences but ", tokens.size(), " token lists"));
+  bool all_new = true, all_one = true;
+  for (size_t b = 0; b < seqs.size(); ++b) {
+    if (tokens[b].empty()) throw ValueError(cat("tokens: sequence ", b, " is empty (an empty prompt?)"));
+    const int64_t len = cache.length(seqs[b]);
+    if (len + int64_t(tokens[b].size()) > cfg_.max_positions)
+      throw ValueError(cat("tokens: sequence ", b, " would hold ", len + int64_t(tokens[b].size()),
+                           " tokens, more than the model's context of ", cfg_.max_positions));
+    for (int32_t t : tokens[b])
+      if (t < 0 || t >= cfg_.vocab_size)
+        throw IndexError(cat("tokens: id ", t, " is outside the vocabulary [0, ", cfg_.vocab_size, ")"));
+    all_new = all_new && len == 0;
+    all_one = all_one && tokens[b].size() == 1;
+  }
+  if (all_one && !all_new) {
+    std::vector<int32_t> t;
+    for (auto& x : tokens) t.push_back(x[0]);
+    return decode(cache, seqs, t);
+  }
+  if (all_new) return prefill(cache, seqs, tokens, all_logits);
+  // Mixed: sequences with a cached prefix take their tokens one at a time (chunked
+  // prefill over a cached prefix is not implemented yet).
+  std::vector<Array> rows;
+  for (size_t b = 0; b < seqs.size(); ++b) {
+    if (cache.length(seqs[b]) == 0) {
+      rows.push_back(prefill(cache, {seqs[b]}, {tokens[b]}, all_logits));
+      continue;
+    }
+    for (size_t j = 0; j < tokens[b].size(); ++j) {
+      Array r = decode(cache, {seqs[b]}, {tokens[b][j]});
+      if (all_logits || j + 1 == tokens[b].size()) rows.push_back(r);
+    }
+  }
+  int64_t n = 0;
+  for (auto& r : rows) n += r.shape(0);
+  Array out = Array::empty({n, cfg_.vocab_size}, DType::f32, device_);
+  int64_t at = 0;
+  for (auto& r : rows) {
+    copy_into(out.narrow(0, at, r.shape(0)), r);
+    at += r.shape(0);
+  }
+  return out;
+}
+
+Array Model::forward(const std::vector<int32_t>& ids) {
+  if (ids.empty()) throw ValueError("ids: empty input");
+  KvCache cache = make_cache({int64_t(ids.size())});
+  int64_t s = cache.add_sequence();
+  return step(cache, {s}, {ids}, true);
+}
+
+}  // namespace gk::llm
