@@ -45,6 +45,13 @@ GK_BINDING(60, llm) {
   lm.def("supported_architectures", &llm::supported_architectures);
   lm.def("config_from_hf_json", &llm::config_from_hf_json, nb::arg("text"));
 
+  nb::class_<llm::KvCache>(lm, "KvCache", "Paged KV cache (pools allocated up front; sequences take pages)")
+      .def("add_sequence", &llm::KvCache::add_sequence)
+      .def("release", &llm::KvCache::release, nb::arg("seq"))
+      .def("length", &llm::KvCache::length, nb::arg("seq"))
+      .def_prop_ro("free_blocks", &llm::KvCache::free_blocks)
+      .def_prop_ro("block_size", &llm::KvCache::block_size);
+
   nb::class_<llm::Model>(lm, "Model")
       .def_static("load", [](const std::string& path, nb::handle device, nb::handle dtype, nb::object progress) {
         llm::Progress p;
@@ -61,6 +68,11 @@ GK_BINDING(60, llm) {
         if (!m.tokenizer()) return nb::none();
         return nb::cast(*m.tokenizer());
       })
+      .def("make_cache", &llm::Model::make_cache, nb::arg("lengths"), nb::arg("block_size") = 16,
+           "A KV cache with room for sequences of these lengths.")
+      .def("step", &llm::Model::step, nb::arg("cache"), nb::arg("seqs"), nb::arg("tokens"),
+           nb::arg("all_logits") = false,
+           "Appends tokens to each sequence; float32 logits [sum T, V] (all_logits) or [B, V].")
       .def("forward", &llm::Model::forward, nb::arg("ids"), "float32 logits [T, V] of one fresh sequence.")
       .def("weight", [](const llm::Model& m, const std::string& role, int layer) {
         const llm::Weights& w = m.weights();

@@ -98,7 +98,9 @@ std::vector<int32_t> Generation::step() {
     bool eos = !o_.ignore_eos && std::find(c.eos_ids.begin(), c.eos_ids.end(), int64_t(t)) != c.eos_ids.end();
     if (eos) reason_[b] = "eos";
     else if (std::find(o_.stop_ids.begin(), o_.stop_ids.end(), t) != o_.stop_ids.end()) reason_[b] = "stop";
-    else if (int64_t(out_[b].size()) >= o_.max_new_tokens) reason_[b] = "length";
+    else if (int64_t(out_[b].size()) >= o_.max_new_tokens ||
+             int64_t(prompts_[b].size() + out_[b].size()) >= c.max_positions)
+      reason_[b] = "length";  // a sequence never outgrows the context
   }
   return result;
 }

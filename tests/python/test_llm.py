@@ -1,0 +1,221 @@
+"""The LLM engine on tiny random models (CPU) against a float64 NumPy transformer
+(tests/python/llm_ref.py): prefill, decode steps, batches of prompts of different
+lengths, greedy generation; plus bad input."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import gpukit as gk
+from llm_ref import TINY, make_weights, ref_greedy, ref_logits, save_model
+
+FAMILIES = ["llama", "qwen2", "qwen3"]
+
+
+def rel_err(got, want):
+    return float(np.max(np.abs(np.asarray(got, np.float64) - want)) / np.max(np.abs(want)))
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def tiny(request, tmp_path_factory):
+    fam = request.param
+    cfg = dict(TINY)
+    w = make_weights(cfg, fam, seed=FAMILIES.index(fam))
+    d = save_model(str(tmp_path_factory.mktemp(f"tiny_{fam}")), cfg, w, model_type=fam)
+    return fam, cfg, w, d
+
+
+def test_config_and_load(tiny):
+    fam, cfg, w, d = tiny
+    m = gk.llm.load(d)
+    c = m.config
+    assert c.family == fam and c.architecture == fam and c.format == "safetensors"
+    assert (c.vocab_size, c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim) == (97, 96, 2, 4, 2, 64)
+    assert c.qk_norm == (fam == "qwen3") and c.attention_bias == (fam == "qwen2")
+    assert not c.rope_interleaved and c.eos_ids == [2] and c.bos_id == 1
+    assert m.tokenizer is None
+
+
+def test_prefill_logits_match_numpy(tiny):
+    fam, cfg, w, d = tiny
+    m = gk.llm.load(d)
+    ids = [5, 17, 3, 90, 44, 44, 0, 61, 12, 7, 33]
+    got = gk.to_numpy(m.forward(ids))
+    want = ref_logits(cfg, w, ids, fam)
+    assert got.shape == want.shape and got.dtype == np.float32
+    assert rel_err(got, want) < 1e-4
+
+
+def test_decode_steps_match_numpy(tiny):
+    fam, cfg, w, d = tiny
+    m = gk.llm.load(d)._m
+    ids = [4, 8, 15, 16, 23, 42, 9]
+    cache = m.make_cache([len(ids) + 40], block_size=16)
+    s = cache.add_sequence()
+    seq = list(ids[:3])
+    last = gk.to_numpy(m.step(cache, [s], [seq]))  # prefill of 3 tokens -> logits of the last
+    assert rel_err(last[0], ref_logits(cfg, w, seq, fam)[-1]) < 1e-4
+    # decode the rest one token at a time, then 30 more (crossing page boundaries)
+    rng = np.random.default_rng(1)
+    more = ids[3:] + [int(x) for x in rng.integers(0, 97, 30)]
+    for t in more:
+        seq.append(t)
+        got = gk.to_numpy(m.step(cache, [s], [[t]]))[0]
+        assert rel_err(got, ref_logits(cfg, w, seq, fam)[-1]) < 1e-4, len(seq)
+    assert cache.length(s) == len(seq)
+
+
+def test_batch_equals_solo(tiny):
+    fam, cfg, w, d = tiny
+    m = gk.llm.load(d)._m
+    a, b = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3], [2, 7, 1, 8, 2]
+    cache = m.make_cache([40, 40])
+    sa, sb = cache.add_sequence(), cache.add_sequence()
+    both = gk.to_numpy(m.step(cache, [sa, sb], [a, b], all_logits=True))
+    solo_a, solo_b = gk.to_numpy(m.forward(a)), gk.to_numpy(m.forward(b))
+    np.testing.assert_allclose(both[: len(a)], solo_a, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(both[len(a):], solo_b, rtol=1e-5, atol=1e-5)
+    assert rel_err(both[len(a):], ref_logits(cfg, w, b, fam)) < 1e-4
+    # decode both together, each at its own length
+    for t in range(6):
+        ta, tb = (t * 13) % 97, (t * 29 + 5) % 97
+        a, b = a + [ta], b + [tb]
+        got = gk.to_numpy(m.step(cache, [sa, sb], [[ta], [tb]]))
+        assert rel_err(got[0], ref_logits(cfg, w, a, fam)[-1]) < 1e-4
+        assert rel_err(got[1], ref_logits(cfg, w, b, fam)[-1]) < 1e-4
+    # a multi-token append to a cached sequence (token by token inside) and a new one
+    sc = cache.add_sequence()
+    got = gk.to_numpy(m.step(cache, [sa, sc], [[1, 2, 3], [4, 5]], all_logits=True))
+    assert got.shape == (5, 97)
+    assert rel_err(got[:3], ref_logits(cfg, w, a + [1, 2, 3], fam)[-3:]) < 1e-4
+    assert rel_err(got[3:], ref_logits(cfg, w, [4, 5], fam)) < 1e-4
+
+
+def test_greedy_generation_matches_numpy(tiny):
+    fam, cfg, w, d = tiny
+    m = gk.llm.load(d)
+    prompts = [[10, 20, 30, 40, 50], [7, 7]]
+    out = m.generate(prompts, max_new_tokens=10, ignore_eos=True)
+    for p, got in zip(prompts, out.ids):
+        assert got == ref_greedy(cfg, w, p, 10, fam)
+    assert out.finish_reason == ["length", "length"]
+    solo = m.generate(prompts[1], max_new_tokens=10, ignore_eos=True)
+    assert solo.ids == out.ids[1]
+
+
+def test_sampling_is_seeded(tiny):
+    fam, cfg, w, d = tiny
+    m = gk.llm.load(d)
+    kw = dict(max_new_tokens=12, temperature=1.0, top_k=20, top_p=0.9, ignore_eos=True)
+    a = m.generate([1, 2, 3], seed=5, **kw).ids
+    b = m.generate([1, 2, 3], seed=5, **kw).ids
+    c = m.generate([1, 2, 3], seed=6, **kw).ids
+    assert a == b and len(a) == 12 and a != c
+    assert all(0 <= t < 97 for t in a)
+
+
+def test_eos_stops(tmp_path):
+    cfg = dict(TINY)
+    w = make_weights(cfg, "llama", seed=3)
+    greedy = ref_greedy(cfg, w, [9, 9, 9], 6)
+    cfg["eos_token_id"] = [greedy[3], 96]
+    d = save_model(str(tmp_path / "m"), cfg, w)
+    out = gk.llm.load(d).generate([9, 9, 9], max_new_tokens=20)
+    assert out.ids == greedy[:4] and out.finish_reason == "eos"
+
+
+def test_embedding_op():
+    table = np.arange(5 * 3, dtype=np.float32).reshape(5, 3)
+    ids = np.array([[4, 0], [2, 2]], dtype=np.int32)
+    got = gk.to_numpy(gk.embedding(gk.asarray(ids), gk.asarray(table)))
+    np.testing.assert_array_equal(got, table[ids])
+    got = gk.to_numpy(gk.embedding(gk.asarray(ids.astype(np.int64)), gk.asarray(table).astype("bfloat16"))
+                      .astype("float32"))
+    np.testing.assert_array_equal(got, table[ids])
+    with pytest.raises(IndexError, match="token id 5"):
+        gk.embedding(gk.asarray(np.array([5], np.int32)), gk.asarray(table))
+    with pytest.raises(TypeError, match="int32 or int64"):
+        gk.embedding(gk.asarray(np.array([1.0], np.float32)), gk.asarray(table))
+
+
+# ---- bad input ----
+
+def test_missing_and_corrupt_files(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        gk.llm.load(str(tmp_path / "nope.gguf"))
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 40)
+    with pytest.raises(ValueError):
+        gk.llm.load(str(bad))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="config.json"):
+        gk.llm.load(str(tmp_path / "empty"))
+    d = tmp_path / "trunc"
+    cfg = dict(TINY)
+    save_model(str(d), cfg, make_weights(cfg))
+    data = (d / "model.safetensors").read_bytes()
+    (d / "model.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError):
+        gk.llm.load(str(d))
+
+
+def test_unknown_architecture(tmp_path):
+    cfg = dict(TINY)
+    d = save_model(str(tmp_path / "m"), cfg, make_weights(cfg), model_type="gpt_neox")
+    with pytest.raises(ValueError, match=r"unsupported model architecture 'gpt_neox'.*llama.*qwen2.*qwen3"):
+        gk.llm.load(d)
+    assert "llama" in gk.llm.supported_architectures()
+
+
+def test_wrong_shape_and_missing_tensor(tmp_path):
+    cfg = dict(TINY)
+    w = make_weights(cfg)
+    w["model.layers.1.mlp.up_proj.weight"] = w["model.layers.1.mlp.up_proj.weight"][:-1]
+    d = save_model(str(tmp_path / "a"), cfg, w)
+    with pytest.raises(ValueError, match=r"model.layers.1.mlp.up_proj.weight has shape \(79, 96\), expected \(80, 96\)"):
+        gk.llm.load(d)
+    w = make_weights(cfg)
+    del w["model.layers.0.self_attn.k_proj.weight"]
+    d = save_model(str(tmp_path / "b"), cfg, w)
+    with pytest.raises(ValueError, match="model.layers.0.self_attn.k_proj.weight is missing"):
+        gk.llm.load(d)
+    bad = dict(cfg, num_attention_heads=3)
+    d = save_model(str(tmp_path / "c"), bad, make_weights(cfg))
+    with pytest.raises(ValueError, match="num_key_value_heads"):
+        gk.llm.load(d)
+
+
+def test_bad_prompts_and_sampling(tiny):
+    fam, cfg, w, d = tiny
+    m = gk.llm.load(d)
+    with pytest.raises(ValueError, match="empty"):
+        m.generate([])
+    with pytest.raises(ValueError, match="empty"):
+        m.generate([[1, 2], []])
+    with pytest.raises(ValueError, match="context of 64"):
+        m.generate(list(range(65)))
+    with pytest.raises(ValueError, match="context of 64"):
+        m.forward([1] * 65)
+    with pytest.raises(ValueError, match="vocabulary"):
+        m.generate([1, 200])
+    with pytest.raises(ValueError, match="no tokenizer"):
+        m.generate("hello")
+    for kw, msg in [(dict(temperature=float("nan")), "temperature"), (dict(top_k=-1), "top_k"),
+                    (dict(top_p=0.0), "top_p"), (dict(top_p=1.5), "top_p"), (dict(max_new_tokens=-1), "max_new_tokens")]:
+        with pytest.raises(ValueError, match=msg):
+            m.generate([1, 2], **kw)
+    # the C++ layer checks too
+    with pytest.raises(ValueError, match="top_p"):
+        gk._C.llm.Generation(m._m, [[1]], top_p=2.0)
+    # generation stops at the context: prompt 60 + up to 10 new tokens in a 64-token context
+    out = m.generate(list(range(60)), max_new_tokens=10, ignore_eos=True)
+    assert len(out.ids) == 4 and out.finish_reason == "length"
+
+
+def test_bf16_close_to_fp32(tiny):
+    fam, cfg, w, d = tiny
+    ids = [5, 6, 7, 8, 9]
+    a = gk.to_numpy(gk.llm.load(d, dtype="bfloat16").forward(ids))
+    want = ref_logits(cfg, w, ids, fam)
+    assert rel_err(a, want) < 5e-2
