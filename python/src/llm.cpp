@@ -40,6 +40,19 @@ GK_BINDING(60, llm) {
       .def_ro("attention_bias", &llm::ModelConfig::attention_bias)
       .def_ro("bos_id", &llm::ModelConfig::bos_id)
       .def_ro("eos_ids", &llm::ModelConfig::eos_ids)
+      .def_prop_ro("rope_scaling", [](const llm::ModelConfig& c) {
+        const nn::RopeScaling& s = c.rope_scaling;
+        static const char* kinds[] = {"none", "linear", "ntk", "yarn", "llama3"};
+        nb::dict d;
+        d["type"] = kinds[int(s.kind)];
+        d["factor"] = s.factor;
+        d["original_max_position"] = s.original_max_position;
+        d["low_freq_factor"] = s.low_freq_factor;
+        d["high_freq_factor"] = s.high_freq_factor;
+        d["beta_fast"] = s.beta_fast;
+        d["beta_slow"] = s.beta_slow;
+        return d;
+      })
       .def("__repr__", [](const llm::ModelConfig& c) { return "ModelConfig(" + llm::config_summary(c) + ")"; });
 
   lm.def("supported_architectures", &llm::supported_architectures);
@@ -73,18 +86,7 @@ GK_BINDING(60, llm) {
       .def("step", &llm::Model::step, nb::arg("cache"), nb::arg("seqs"), nb::arg("tokens"),
            nb::arg("all_logits") = false,
            "Appends tokens to each sequence; float32 logits [sum T, V] (all_logits) or [B, V].")
-      .def("forward", &llm::Model::forward, nb::arg("ids"), "float32 logits [T, V] of one fresh sequence.")
-      .def("weight", [](const llm::Model& m, const std::string& role, int layer) {
-        const llm::Weights& w = m.weights();
-        if (role == "embed") return w.embed;
-        if (role == "lm_head") return w.lm_head;
-        if (role == "final_norm") return w.final_norm;
-        if (layer < 0 || layer >= int(w.layers.size())) throw IndexError("layer out of range");
-        const llm::LayerWeights& L = w.layers[size_t(layer)];
-        if (role == "q") return L.q;
-        if (role == "k") return L.k;
-        throw ValueError(cat("unknown weight role ", role));
-      }, nb::arg("role"), nb::arg("layer") = -1);
+      .def("forward", &llm::Model::forward, nb::arg("ids"), "float32 logits [T, V] of one fresh sequence.");
 
   nb::class_<llm::Generation>(lm, "Generation")
       .def("__init__", [](llm::Generation* g, std::shared_ptr<llm::Model> m,

@@ -66,7 +66,9 @@ struct Source {
   std::unique_ptr<io::ShardedSafeTensors> st;
   bool contains(const std::string& n) const { return gguf ? gguf->contains(n) : st->contains(n); }
   Shape shape(const std::string& n) const { return gguf ? gguf->info(n).shape() : st->info(n).shape; }
-  Array read(const std::string& n) const {
+  // mapped: the array views the file mapping (safetensors) rather than owning memory
+  Array read(const std::string& n, bool& mapped) const {
+    mapped = !gguf;
     if (gguf) {
       const auto& info = gguf->info(n);
       if (!io::ggml_can_dequantize(info.type))
@@ -140,10 +142,10 @@ Weights load_weights(const ModelConfig& c, const std::string& path, Device devic
   int64_t done = 0;
   for (auto& want : wants) {
     std::string n = tensor_name(c, want.role, want.layer);
-    Array a = src.read(n);
-    const bool shares = a.storage() != nullptr;
+    bool mapped = false;
+    Array a = src.read(n, mapped);
     Array b = a.astype(dtype);
-    if (b.storage() == a.storage() && shares) b = b.copy();  // own the memory (not the file mapping)
+    if (mapped && b.storage() == a.storage() && device.is_cpu()) b = b.copy();  // own it, not the file mapping
     a = Array();
     b = b.to(device);
     w.nbytes += b.nbytes();

@@ -66,9 +66,26 @@ def _rms(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def _rope_neox(x, pos, theta):
-    D = x.shape[-1]
+def inv_freq(D, theta, scaling=None):
+    """Hugging Face's rotary inverse frequencies (default, linear, llama3)."""
     inv = 1.0 / theta ** (np.arange(0, D, 2, dtype=np.float64) / D)
+    if not scaling:
+        return inv
+    kind, f = scaling.get("rope_type", scaling.get("type")), scaling["factor"]
+    if kind == "linear":
+        return inv / f
+    assert kind == "llama3"
+    old, lo, hi = scaling["original_max_position_embeddings"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    wavelen = 2 * np.pi / inv
+    out = np.where(wavelen > old / lo, inv / f, inv)
+    smooth = (old / wavelen - lo) / (hi - lo)
+    medium = ~(wavelen < old / hi) & ~(wavelen > old / lo)
+    return np.where(medium, (1 - smooth) * out / f + smooth * out, out)
+
+
+def _rope_neox(x, pos, theta, scaling=None):
+    D = x.shape[-1]
+    inv = inv_freq(D, theta, scaling)
     ang = pos[:, None].astype(np.float64) * inv[None, :]
     c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
     x1, x2 = x[..., : D // 2], x[..., D // 2:]
@@ -99,7 +116,8 @@ def ref_logits(cfg, weights, ids, family="llama"):
         if family == "qwen3":
             q = _rms(q, W[p + "self_attn.q_norm.weight"], eps)
             k = _rms(k, W[p + "self_attn.k_norm.weight"], eps)
-        q, k = _rope_neox(q, pos, theta), _rope_neox(k, pos, theta)
+        sc = cfg.get("rope_scaling")
+        q, k = _rope_neox(q, pos, theta, sc), _rope_neox(k, pos, theta, sc)
         k, v = np.repeat(k, Hq // Hkv, axis=1), np.repeat(v, Hq // Hkv, axis=1)
         s = np.einsum("thd,shd->hts", q, k) / np.sqrt(D)
         s = np.where(mask[None], s, -np.inf)

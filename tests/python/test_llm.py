@@ -125,6 +125,52 @@ def test_eos_stops(tmp_path):
     assert out.ids == greedy[:4] and out.finish_reason == "eos"
 
 
+@pytest.mark.parametrize("scaling", [
+    {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 32},
+    {"type": "linear", "factor": 2.0},
+])
+def test_rope_scaling(tmp_path, scaling):
+    cfg = dict(TINY, rope_scaling=scaling, rope_theta=500000.0)
+    w = make_weights(cfg, seed=7)
+    m = gk.llm.load(save_model(str(tmp_path / "m"), cfg, w))
+    rs = m.config.rope_scaling
+    assert rs["type"] == scaling.get("rope_type", scaling.get("type")) and rs["factor"] == scaling["factor"]
+    ids = list(range(3, 60))
+    got = gk.to_numpy(m.forward(ids))
+    assert rel_err(got, ref_logits(cfg, w, ids)) < 1e-4
+    # the scaling matters at these positions
+    plain = dict(cfg)
+    del plain["rope_scaling"]
+    assert rel_err(got, ref_logits(plain, w, ids)) > 1e-3
+
+
+def test_tied_embeddings(tmp_path):
+    cfg = dict(TINY, tie_word_embeddings=True)
+    w = make_weights(cfg, seed=8)
+    assert "lm_head.weight" not in w
+    m = gk.llm.load(save_model(str(tmp_path / "m"), cfg, w))
+    assert m.config.tie_embeddings
+    ids = [1, 2, 3, 4]
+    assert rel_err(gk.to_numpy(m.forward(ids)), ref_logits(cfg, w, ids)) < 1e-4
+
+
+def test_failed_load_releases_memory(tmp_path):
+    cfg = dict(TINY)
+    w = make_weights(cfg, seed=9)
+    # the last tensor read has an unsupported dtype: everything loaded before it is freed
+    w["model.layers.1.mlp.down_proj.weight"] = w["model.layers.1.mlp.down_proj.weight"].astype(np.float64)
+    d = save_model(str(tmp_path / "m"), cfg, w)
+    gk.empty_cache()
+    before = gk.memory_stats("cpu")["allocated"]
+    with pytest.raises(ValueError, match="down_proj.weight: dtype float64 is not supported"):
+        gk.llm.load(d)
+    assert gk.memory_stats("cpu")["allocated"] == before
+    ok = gk.llm.load(save_model(str(tmp_path / "ok"), cfg, make_weights(cfg)))
+    assert gk.memory_stats("cpu")["allocated"] > before
+    del ok
+
+
 def test_embedding_op():
     table = np.arange(5 * 3, dtype=np.float32).reshape(5, 3)
     ids = np.array([[4, 0], [2, 2]], dtype=np.int32)
