@@ -12,8 +12,9 @@
 // llama.cpp converter to adjacent-pair rotary layout: they use interleaved rope;
 // Hugging Face weights use the NeoX half-split rope.
 //
-// Not done yet: CUDA graph capture of the decode step, chunked prefill over a
-// cached prefix (a multi-token append to a non-empty sequence runs token by token).
+// Several new tokens after a cached prefix (chunked prefill, later chat turns) run
+// as a prefill whose attention gathers the sequence's keys/values from its pages.
+// Not done yet: CUDA graph capture of the decode step (each step runs eagerly).
 #pragma once
 #include <cstdint>
 #include <functional>

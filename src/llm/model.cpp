@@ -164,24 +164,49 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
 
 Array Model::prefill(KvCache& cache, const std::vector<int64_t>& seqs, const std::vector<std::vector<int32_t>>& tokens,
                      bool all_logits) {
+  // Several new tokens per sequence, after an (optional) cached prefix of length L_b:
+  // queries at positions L_b .. L_b + T_b - 1, causal and bottom-right aligned over
+  // keys 0 .. L_b + T_b - 1. With a prefix, each layer gathers the sequence's keys
+  // and values from its pages (one embedding gather over the token slots).
   const size_t B = seqs.size();
-  std::vector<int32_t> ids, pos, cu{0}, last;
+  const int64_t bs = cache.block_size();
+  std::vector<int32_t> ids, pos, cu_q{0}, cu_k{0}, last, lens;
+  bool any_prefix = false;
   for (size_t b = 0; b < B; ++b) {
+    const int64_t L = cache.length(seqs[b]);
+    any_prefix = any_prefix || L > 0;
+    lens.push_back(int32_t(L));
     for (size_t j = 0; j < tokens[b].size(); ++j) {
       ids.push_back(tokens[b][j]);
-      pos.push_back(int32_t(j));
+      pos.push_back(int32_t(L + int64_t(j)));
     }
-    cu.push_back(int32_t(ids.size()));
+    cu_q.push_back(int32_t(ids.size()));
+    cu_k.push_back(cu_k.back() + int32_t(L + int64_t(tokens[b].size())));
     last.push_back(int32_t(ids.size()) - 1);
-    cache.reserve(seqs[b], int64_t(tokens[b].size()));
+    cache.reserve(seqs[b], L + int64_t(tokens[b].size()));
   }
   nn::KvIndex idx;
   idx.block_table = cache.block_table(seqs);
-  idx.seq_lens = i32_array(std::vector<int32_t>(B, 0));
-  idx.cu_seqlens = i32_array(cu);
-  Array cu_a = idx.cu_seqlens;
-  auto attend = [&](const Array& q, const Array& k, const Array& v, int) {
-    return nn::attention_prefill(q, k, v, cu_a, cu_a, /*causal=*/true);
+  idx.seq_lens = i32_array(lens);
+  idx.cu_seqlens = i32_array(cu_q);
+  Array cq = idx.cu_seqlens, ck = i32_array(cu_k);
+  std::vector<int32_t> slots;
+  if (any_prefix) {
+    const int64_t nb = idx.block_table.shape(1);
+    const int32_t* bt = idx.block_table.data_as<int32_t>();
+    for (size_t b = 0; b < B; ++b)
+      for (int64_t p = 0; p < cu_k[b + 1] - cu_k[b]; ++p) slots.push_back(int32_t(bt[int64_t(b) * nb + p / bs] * bs + p % bs));
+  }
+  Array slot_ids = any_prefix ? i32_array(slots) : Array();
+  const ModelConfig& c = cfg_;
+  auto attend = [&](const Array& q, const Array& k, const Array& v, int l) {
+    if (!any_prefix) return nn::attention_prefill(q, k, v, cq, cq, /*causal=*/true);
+    const Array& kc = cache.k[size_t(l)];
+    const int64_t rows = kc.shape(0) * kc.shape(1), S = int64_t(slots.size());
+    Array kk = embedding(slot_ids, kc.reshape({rows, c.num_kv_heads * c.head_dim})).reshape({S, c.num_kv_heads, c.head_dim});
+    Array vv = embedding(slot_ids, cache.v[size_t(l)].reshape({rows, c.num_kv_heads * c.head_dim}))
+                   .reshape({S, c.num_kv_heads, c.head_dim});
+    return nn::attention_prefill(q, kk, vv, cq, ck, /*causal=*/true);
   };
   Array h = run_layers(i32_array(ids), i32_array(pos), cache, idx, attend);
   for (size_t b = 0; b < B; ++b) cache.advance(seqs[b], int64_t(tokens[b].size()));
@@ -214,7 +239,7 @@ Array Model::step(KvCache& cache, const std::vector<int64_t>& seqs, const std::v
                   bool all_logits) {
   if (seqs.size() != tokens.size() || seqs.empty())
     throw ValueError(cat("step: ", seqs.size(), " sequences but ", tokens.size(), " token lists"));
-  bool all_new = true, all_one = true;
+  bool all_new = true, all_one = true;  // all_new: every sequence starts empty
   for (size_t b = 0; b < seqs.size(); ++b) {
     if (tokens[b].empty()) throw ValueError(cat("tokens: sequence ", b, " is empty (an empty prompt?)"));
     const int64_t len = cache.length(seqs[b]);
@@ -232,29 +257,7 @@ Array Model::step(KvCache& cache, const std::vector<int64_t>& seqs, const std::v
     for (auto& x : tokens) t.push_back(x[0]);
     return decode(cache, seqs, t);
   }
-  if (all_new) return prefill(cache, seqs, tokens, all_logits);
-  // Mixed: sequences with a cached prefix take their tokens one at a time (chunked
-  // prefill over a cached prefix is not implemented yet).
-  std::vector<Array> rows;
-  for (size_t b = 0; b < seqs.size(); ++b) {
-    if (cache.length(seqs[b]) == 0) {
-      rows.push_back(prefill(cache, {seqs[b]}, {tokens[b]}, all_logits));
-      continue;
-    }
-    for (size_t j = 0; j < tokens[b].size(); ++j) {
-      Array r = decode(cache, {seqs[b]}, {tokens[b][j]});
-      if (all_logits || j + 1 == tokens[b].size()) rows.push_back(r);
-    }
-  }
-  int64_t n = 0;
-  for (auto& r : rows) n += r.shape(0);
-  Array out = Array::empty({n, cfg_.vocab_size}, DType::f32, device_);
-  int64_t at = 0;
-  for (auto& r : rows) {
-    copy_into(out.narrow(0, at, r.shape(0)), r);
-    at += r.shape(0);
-  }
-  return out;
+  return prefill(cache, seqs, tokens, all_logits);  // fresh prompts and/or chunks after a cached prefix
 }
 
 Array Model::forward(const std::vector<int32_t>& ids) {

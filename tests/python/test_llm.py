@@ -92,6 +92,26 @@ def test_batch_equals_solo(tiny):
     assert rel_err(got[3:], ref_logits(cfg, w, [4, 5], fam)) < 1e-4
 
 
+def test_chunked_prefill_over_cached_prefix(tiny):
+    fam, cfg, w, d = tiny
+    m = gk.llm.load(d)._m
+    rng = np.random.default_rng(2)
+    a, b = rng.integers(0, 97, 40).tolist(), rng.integers(0, 97, 23).tolist()
+    cache = m.make_cache([40, 23], block_size=16)
+    sa, sb = cache.add_sequence(), cache.add_sequence()
+    chunks_a, chunks_b = [(0, 5), (5, 17), (17, 18), (18, 40)], [(0, 9), (9, 10), (10, 21), (21, 23)]
+    want_a, want_b = ref_logits(cfg, w, a, fam), ref_logits(cfg, w, b, fam)
+    for (a0, a1), (b0, b1) in zip(chunks_a, chunks_b):
+        got = gk.to_numpy(m.step(cache, [sa, sb], [a[a0:a1], b[b0:b1]], all_logits=True))
+        assert rel_err(got[: a1 - a0], want_a[a0:a1]) < 1e-4
+        assert rel_err(got[a1 - a0:], want_b[b0:b1]) < 1e-4
+    assert (cache.length(sa), cache.length(sb)) == (40, 23)
+    # releasing a sequence returns its pages
+    free = cache.free_blocks
+    cache.release(sa)
+    assert cache.free_blocks == free + 3
+
+
 def test_greedy_generation_matches_numpy(tiny):
     fam, cfg, w, d = tiny
     m = gk.llm.load(d)
