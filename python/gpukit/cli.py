@@ -14,7 +14,7 @@ import time
 
 def _load(args):
     from . import llm
-    return llm.load(args.model, device=args.device, dtype=args.dtype)
+    return llm.load(args.model, device=args.device, dtype=args.dtype, progress=sys.stderr.isatty())
 
 
 def _sampling(args):

@@ -202,13 +202,29 @@ class Model:
         return self.generate(ids, **kw).text
 
 
+def _progress_bar(done, total):
+    import sys
+    width = 30
+    filled = width * done // max(total, 1)
+    sys.stderr.write(f"\rloading weights [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+    if done >= total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
 def load(path: str | None = None, device="cpu", dtype="float32", progress=None) -> Model:
     """Loads a model from a GGUF file or a Hugging Face directory (config.json and
     safetensors); without `path`, the default model (gk.io.default_model_path()).
-    progress: optional callable(done, total) called after each tensor."""
+    Tensors are converted to `dtype` and moved to `device` one at a time.
+    progress: True for a progress bar on stderr, or a callable(done, total) called
+    after each tensor."""
     if path is None:
         from . import io as _io
         path = _io.default_model_path()
+    if progress is True:
+        progress = _progress_bar
+    elif progress is False:
+        progress = None
     return Model(Model_.load(str(path), device, dtype, progress))
 
 
