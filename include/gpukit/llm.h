@@ -78,6 +78,10 @@ using Progress = std::function<void(int64_t, int64_t)>;
 Weights load_weights(const ModelConfig& c, const std::string& path, Device device, DType dtype,
                      const Progress& progress = {});
 
+// Random weights for a config (benchmarks): unit-variance embeddings, weights scaled by
+// 1/sqrt(fan_in), norms near 1; made on the host one tensor at a time.
+Weights random_weights(const ModelConfig& c, Device device, DType dtype, uint64_t seed = 0);
+
 // A paged KV cache: per layer one pool [num_blocks, block_size, Hkv, D] allocated up
 // front; sequences take pages from a free list as they grow (never copied).
 class KvCache {
@@ -107,6 +111,9 @@ class Model {
  public:
   static std::shared_ptr<Model> load(const std::string& path, Device device = {}, DType dtype = DType::f32,
                                      const Progress& progress = {});
+  // A model with random weights and no tokenizer (benchmarks, tests).
+  static std::shared_ptr<Model> random(const ModelConfig& c, Device device = {}, DType dtype = DType::f32,
+                                       uint64_t seed = 0);
   const ModelConfig& config() const { return cfg_; }
   const Weights& weights() const { return w_; }
   Device device() const { return device_; }

@@ -228,4 +228,11 @@ def load(path: str | None = None, device="cpu", dtype="float32", progress=None) 
     return Model(Model_.load(str(path), device, dtype, progress))
 
 
-__all__ = ["load", "Model", "Output", "supported_architectures"]
+def random_model(config: Mapping, device="cpu", dtype="float32", seed: int = 0) -> Model:
+    """A model with random weights from a Hugging Face style config dict (needs
+    "model_type"; benchmarks and tests; no tokenizer)."""
+    import json
+    return Model(Model_.random(json.dumps(dict(config)), device, dtype, int(seed)))
+
+
+__all__ = ["load", "random_model", "Model", "Output", "supported_architectures"]

@@ -72,6 +72,10 @@ GK_BINDING(60, llm) {
         return llm::Model::load(path, to_device(device), to_dtype(dtype), p);
       }, nb::arg("path"), nb::arg("device") = nb::none(), nb::arg("dtype") = "float32",
          nb::arg("progress") = nb::none())
+      .def_static("random", [](const std::string& config_json, nb::handle device, nb::handle dtype, uint64_t seed) {
+        return llm::Model::random(llm::config_from_hf_json(config_json), to_device(device), to_dtype(dtype), seed);
+      }, nb::arg("config_json"), nb::arg("device") = nb::none(), nb::arg("dtype") = "float32", nb::arg("seed") = 0,
+         "A model with random weights from the text of a Hugging Face config.json.")
       .def_prop_ro("config", [](const llm::Model& m) { return m.config(); })
       .def_prop_ro("device", &llm::Model::device)
       .def_prop_ro("dtype", [](const llm::Model& m) { return dtype_object(m.dtype()); })

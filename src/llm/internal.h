@@ -14,4 +14,12 @@ struct ModelFiles {
   std::string weights;      // the .safetensors file or index, or the directory
 };
 ModelFiles locate_model(const std::string& path);
+// Where each tensor of the config goes, with its expected shape (HF [out, in] order).
+struct WeightSlot {
+  Array* dst;
+  std::string role;
+  int layer;
+  Shape shape;
+};
+std::vector<WeightSlot> weight_plan(const ModelConfig& c, Weights& w, bool tied);
 }  // namespace gk::llm

@@ -110,6 +110,16 @@ std::shared_ptr<Model> Model::load(const std::string& path, Device device, DType
   return m;
 }
 
+std::shared_ptr<Model> Model::random(const ModelConfig& c, Device device, DType dtype, uint64_t seed) {
+  auto m = std::make_shared<Model>();
+  m->cfg_ = c;
+  m->cfg_.format = "random";
+  m->device_ = device;
+  m->dtype_ = dtype;
+  m->w_ = random_weights(c, device, dtype, seed);
+  return m;
+}
+
 std::string Model::chat_template() const { return chat_template_; }
 
 KvCache Model::make_cache(const std::vector<int64_t>& lengths, int64_t block_size) const {

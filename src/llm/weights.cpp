@@ -3,6 +3,7 @@
 // converted to the requested dtype and moved to the device one tensor at a time,
 // so host memory peaks at about one tensor. A failed load throws and the arrays
 // made so far are released with the partial Weights.
+#include <cmath>
 #include <filesystem>
 
 #include "gpukit/errors.h"
@@ -85,29 +86,13 @@ struct Source {
 
 }  // namespace
 
-Weights load_weights(const ModelConfig& c, const std::string& path, Device device, DType dtype,
-                     const Progress& progress) {
-  if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16)
-    throw ValueError(cat("dtype: models run in float32, float16 or bfloat16, got ", dtype_name(dtype)));
-  ModelFiles files = locate_model(path);
-  Source src;
-  if (!files.gguf.empty()) src.gguf = std::make_unique<io::GGUF>(files.gguf);
-  else src.st = std::make_unique<io::ShardedSafeTensors>(files.weights);
-
+std::vector<WeightSlot> weight_plan(const ModelConfig& c, Weights& w, bool tied) {
   const int64_t H = c.hidden_size, D = c.head_dim, Q = c.num_heads * D, KV = c.num_kv_heads * D;
   const int64_t I = c.intermediate_size, V = c.vocab_size;
-  struct Want {
-    Array* dst;
-    std::string role;
-    int layer;
-    Shape shape;
-  };
-  Weights w;
   w.layers.resize(size_t(c.num_layers));
-  std::vector<Want> wants;
+  std::vector<WeightSlot> wants;
   wants.push_back({&w.embed, "embed", -1, {V, H}});
   wants.push_back({&w.final_norm, "final_norm", -1, {H}});
-  bool tied = c.tie_embeddings || !src.contains(tensor_name(c, "lm_head"));
   if (!tied) wants.push_back({&w.lm_head, "lm_head", -1, {V, H}});
   for (int l = 0; l < int(c.num_layers); ++l) {
     LayerWeights& L = w.layers[size_t(l)];
@@ -130,6 +115,21 @@ Weights load_weights(const ModelConfig& c, const std::string& path, Device devic
     wants.push_back({&L.up, "up", l, {I, H}});
     wants.push_back({&L.down, "down", l, {H, I}});
   }
+  return wants;
+}
+
+Weights load_weights(const ModelConfig& c, const std::string& path, Device device, DType dtype,
+                     const Progress& progress) {
+  if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16)
+    throw ValueError(cat("dtype: models run in float32, float16 or bfloat16, got ", dtype_name(dtype)));
+  ModelFiles files = locate_model(path);
+  Source src;
+  if (!files.gguf.empty()) src.gguf = std::make_unique<io::GGUF>(files.gguf);
+  else src.st = std::make_unique<io::ShardedSafeTensors>(files.weights);
+
+  Weights w;
+  bool tied = c.tie_embeddings || !src.contains(tensor_name(c, "lm_head"));
+  std::vector<WeightSlot> wants = weight_plan(c, w, tied);
   // Check every name and shape before reading anything.
   for (auto& want : wants) {
     std::string n = tensor_name(c, want.role, want.layer);
@@ -153,6 +153,33 @@ Weights load_weights(const ModelConfig& c, const std::string& path, Device devic
     if (progress) progress(++done, int64_t(wants.size()));
   }
   if (tied) w.lm_head = w.embed;
+  return w;
+}
+
+Weights random_weights(const ModelConfig& c, Device device, DType dtype, uint64_t seed) {
+  if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16)
+    throw ValueError(cat("dtype: models run in float32, float16 or bfloat16, got ", dtype_name(dtype)));
+  Weights w;
+  std::vector<WeightSlot> wants = weight_plan(c, w, c.tie_embeddings);
+  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& want : wants) {
+    Array a = Array::empty(want.shape, DType::f32, Device{});
+    float* p = a.data_as<float>();
+    const int64_t n = a.numel();
+    const bool norm = want.shape.size() == 1 && want.role.find("bias") == std::string::npos;
+    const float scale = want.shape.size() == 2 && want.role != "embed" ? 1.0f / std::sqrt(float(want.shape[1])) : 1.0f;
+    for (int64_t i = 0; i < n; ++i) {  // xorshift64*: uniform in [-1, 1) * sqrt(3) (unit variance)
+      state ^= state >> 12;
+      state ^= state << 25;
+      state ^= state >> 27;
+      const float u = float((state * 0x2545F4914F6CDD1Dull) >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+      p[i] = norm ? 1.0f + 0.1f * u : 1.7320508f * u * scale * (want.role.find("bias") != std::string::npos ? 0.1f : 1.0f);
+    }
+    Array b = a.astype(dtype).to(device);
+    w.nbytes += b.nbytes();
+    *want.dst = std::move(b);
+  }
+  if (c.tie_embeddings) w.lm_head = w.embed;
   return w;
 }
 
