@@ -44,7 +44,7 @@ def families():
             "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
             "original_max_position_embeddings": 64})),
         ("smollm_tied", tf.LlamaConfig, dict(tie_word_embeddings=True, rope_theta=100000.0)),
-        ("mistral", tf.MistralConfig, dict(sliding_window=None)),
+        ("mistral_window", tf.MistralConfig, dict(sliding_window=16)),
         ("qwen2", tf.Qwen2Config, dict(tie_word_embeddings=False)),
     ]
     if hasattr(tf, "Qwen3Config"):

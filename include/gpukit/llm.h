@@ -54,6 +54,7 @@ struct ModelConfig {
   nn::RopeScaling rope_scaling;
   double norm_eps = 1e-6;
   bool tie_embeddings = false, qk_norm = false, attention_bias = false;
+  int64_t sliding_window = 0;  // > 0: each token attends to the last sliding_window keys (itself included)
   int64_t bos_id = -1;
   std::vector<int64_t> eos_ids;
 };

@@ -38,6 +38,7 @@ GK_BINDING(60, llm) {
       .def_ro("tie_embeddings", &llm::ModelConfig::tie_embeddings)
       .def_ro("qk_norm", &llm::ModelConfig::qk_norm)
       .def_ro("attention_bias", &llm::ModelConfig::attention_bias)
+      .def_ro("sliding_window", &llm::ModelConfig::sliding_window)
       .def_ro("bos_id", &llm::ModelConfig::bos_id)
       .def_ro("eos_ids", &llm::ModelConfig::eos_ids)
       .def_prop_ro("rope_scaling", [](const llm::ModelConfig& c) {

@@ -209,14 +209,16 @@ Array Model::prefill(KvCache& cache, const std::vector<int64_t>& seqs, const std
   }
   Array slot_ids = any_prefix ? i32_array(slots) : Array();
   const ModelConfig& c = cfg_;
+  std::optional<int64_t> window;
+  if (cfg_.sliding_window > 0) window = cfg_.sliding_window;
   auto attend = [&](const Array& q, const Array& k, const Array& v, int l) {
-    if (!any_prefix) return nn::attention_prefill(q, k, v, cq, cq, /*causal=*/true);
+    if (!any_prefix) return nn::attention_prefill(q, k, v, cq, cq, /*causal=*/true, std::nullopt, window);
     const Array& kc = cache.k[size_t(l)];
     const int64_t rows = kc.shape(0) * kc.shape(1), S = int64_t(slots.size());
     Array kk = embedding(slot_ids, kc.reshape({rows, c.num_kv_heads * c.head_dim})).reshape({S, c.num_kv_heads, c.head_dim});
     Array vv = embedding(slot_ids, cache.v[size_t(l)].reshape({rows, c.num_kv_heads * c.head_dim}))
                    .reshape({S, c.num_kv_heads, c.head_dim});
-    return nn::attention_prefill(q, kk, vv, cq, ck, /*causal=*/true);
+    return nn::attention_prefill(q, kk, vv, cq, ck, /*causal=*/true, std::nullopt, window);
   };
   Array h = run_layers(i32_array(ids), i32_array(pos), cache, idx, attend);
   for (size_t b = 0; b < B; ++b) cache.advance(seqs[b], int64_t(tokens[b].size()));
@@ -237,8 +239,10 @@ Array Model::decode(KvCache& cache, const std::vector<int64_t>& seqs, const std:
   idx.block_table = cache.block_table(seqs);
   idx.seq_lens = i32_array(pos);  // lengths before the append
   Array bt = idx.block_table, la = i32_array(lens_after);
+  std::optional<int64_t> window;
+  if (cfg_.sliding_window > 0) window = cfg_.sliding_window;
   auto attend = [&](const Array& q, const Array&, const Array&, int l) {
-    return nn::attention_decode(q, cache.k[size_t(l)], cache.v[size_t(l)], la, bt);
+    return nn::attention_decode(q, cache.k[size_t(l)], cache.v[size_t(l)], la, bt, std::nullopt, window);
   };
   Array h = run_layers(i32_array(tokens), i32_array(pos), cache, idx, attend);
   for (size_t b = 0; b < B; ++b) cache.advance(seqs[b], 1);

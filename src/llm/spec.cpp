@@ -116,6 +116,12 @@ ModelConfig config_from_hf_json(const std::string& text) {
   c.norm_eps = get_num("rms_norm_eps", 1e-6);
   c.tie_embeddings = get_bool("tie_word_embeddings", false);
   if (c.family == "llama") c.attention_bias = get_bool("attention_bias", false);
+  // Mistral's sliding_window applies as written; Qwen2/3 only with use_sliding_window
+  if (c.architecture == "mistral" || get_bool("use_sliding_window", false)) {
+    c.sliding_window = get_int("sliding_window", false, 0);
+    if (c.sliding_window < 0) throw ValueError("config.json: \"sliding_window\" must be >= 0");
+    if (c.sliding_window >= c.max_positions) c.sliding_window = 0;
+  }
   c.bos_id = get_int("bos_token_id", false, -1);
   if (const J::Value* e = root.find("eos_token_id")) {
     if (e->is_array()) {
@@ -216,6 +222,8 @@ ModelConfig config_from_gguf(const io::GGUF& g) {
       throw ValueError(cat("GGUF: rope scaling type '", type, "' is not supported (linear, yarn, none)"));
     }
   }
+  c.sliding_window = std::max<int64_t>(0, get_int("attention.sliding_window", false, 0));
+  if (c.sliding_window >= c.max_positions) c.sliding_window = 0;
   if (g.contains("rope_freqs.weight"))
     throw ValueError("GGUF: rope_freqs.weight (llama3 rope scaling stored as a tensor) is not supported yet");
   if (const io::GGUFValue* b = g.find("tokenizer.ggml.bos_token_id")) c.bos_id = b->as_int();
@@ -233,7 +241,8 @@ std::string config_summary(const ModelConfig& c) {
              ", heads ", c.num_heads, "/", c.num_kv_heads, " x ", c.head_dim, ", intermediate ", c.intermediate_size,
              ", vocab ", c.vocab_size, ", context ", c.max_positions, ", rope theta ", c.rope_theta,
              c.rope_interleaved ? " (interleaved)" : " (neox)", c.tie_embeddings ? ", tied embeddings" : "",
-             c.qk_norm ? ", q/k norm" : "", c.attention_bias ? ", qkv bias" : "");
+             c.qk_norm ? ", q/k norm" : "", c.attention_bias ? ", qkv bias" : "",
+             c.sliding_window ? cat(", sliding window ", c.sliding_window) : std::string());
 }
 
 // ---- tensor names ----

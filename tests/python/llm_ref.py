@@ -102,6 +102,9 @@ def ref_logits(cfg, weights, ids, family="llama"):
     pos = np.arange(T)
     x = W["model.embed_tokens.weight"][ids]
     mask = np.tril(np.ones((T, T), dtype=bool))
+    win = cfg.get("sliding_window") if cfg.get("model_type", "llama") == "mistral" else None
+    if win:
+        mask &= np.arange(T)[None, :] > np.arange(T)[:, None] - win
     for l in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{l}."
         h = _rms(x, W[p + "input_layernorm.weight"], eps)

@@ -165,6 +165,28 @@ def test_rope_scaling(tmp_path, scaling):
     assert rel_err(got, ref_logits(plain, w, ids)) > 1e-3
 
 
+def test_mistral_sliding_window(tmp_path):
+    cfg = dict(TINY, sliding_window=6, model_type="mistral")
+    w = make_weights(cfg, seed=10)
+    m = gk.llm.load(save_model(str(tmp_path / "m"), cfg, w, model_type="mistral"))
+    assert m.config.sliding_window == 6 and m.config.family == "llama"
+    ids = list(range(5, 25))
+    want = ref_logits(cfg, w, ids)
+    assert rel_err(gk.to_numpy(m.forward(ids)), want) < 1e-4
+    nowin = dict(cfg, sliding_window=None)
+    assert rel_err(want, ref_logits(nowin, w, ids)) > 1e-3  # the window matters here
+    # decode and chunked prefill respect the window too
+    impl = m._m
+    cache = impl.make_cache([20])
+    s = cache.add_sequence()
+    impl.step(cache, [s], [ids[:9]])
+    got = gk.to_numpy(impl.step(cache, [s], [ids[9:15]], all_logits=True))
+    assert rel_err(got, want[9:15]) < 1e-4
+    for j in range(15, 20):
+        got = gk.to_numpy(impl.step(cache, [s], [[ids[j]]]))[0]
+        assert rel_err(got, want[j]) < 1e-4
+
+
 def test_tied_embeddings(tmp_path):
     cfg = dict(TINY, tie_word_embeddings=True)
     w = make_weights(cfg, seed=8)
