@@ -37,16 +37,16 @@ void apply_family(ModelConfig& c) {
 }
 
 void check_config(const ModelConfig& c) {
-  auto pos = [&](const char* what, int64_t v) {
-    if (v <= 0 || v > (int64_t(1) << 31)) throw ValueError(cat("model config: ", what, " must be positive, got ", v));
+  auto pos = [&](const char* what, int64_t v, int64_t max = int64_t(1) << 31) {
+    if (v <= 0 || v > max) throw ValueError(cat("model config: ", what, " must be in [1, ", max, "], got ", v));
   };
-  pos("vocab_size", c.vocab_size);
-  pos("hidden_size", c.hidden_size);
-  pos("num_hidden_layers", c.num_layers);
-  pos("num_attention_heads", c.num_heads);
-  pos("num_key_value_heads", c.num_kv_heads);
+  pos("vocab_size", c.vocab_size, int64_t(1) << 24);
+  pos("hidden_size", c.hidden_size, int64_t(1) << 20);
+  pos("num_hidden_layers", c.num_layers, 4096);
+  pos("num_attention_heads", c.num_heads, 4096);
+  pos("num_key_value_heads", c.num_kv_heads, 4096);
   pos("head_dim", c.head_dim);
-  pos("intermediate_size", c.intermediate_size);
+  pos("intermediate_size", c.intermediate_size, int64_t(1) << 22);
   pos("max_position_embeddings", c.max_positions);
   if (c.num_heads % c.num_kv_heads != 0)
     throw ValueError(cat("model config: num_attention_heads (", c.num_heads, ") is not a multiple of num_key_value_heads (",

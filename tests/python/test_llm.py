@@ -307,3 +307,19 @@ def test_bf16_close_to_fp32(tiny):
     a = gk.to_numpy(gk.llm.load(d, dtype="bfloat16").forward(ids))
     want = ref_logits(cfg, w, ids, fam)
     assert rel_err(a, want) < 5e-2
+
+
+def test_hostile_configs(tmp_path):
+    cfg = dict(TINY)
+    w = make_weights(cfg)
+    for bad, msg in [(dict(num_hidden_layers=1 << 40), "num_hidden_layers"), (dict(vocab_size=-1), "vocab_size"),
+                     (dict(head_dim=48), "head_dim 48"), (dict(rope_theta=-1.0), "rope_theta"),
+                     (dict(rope_scaling={"rope_type": "dynamic", "factor": 2.0}), "dynamic"),
+                     (dict(hidden_size="x"), "hidden_size")]:
+        d = save_model(str(tmp_path / "m"), dict(cfg, **bad), w)
+        with pytest.raises(ValueError, match=msg):
+            gk.llm.load(d)
+    (tmp_path / "j").mkdir()
+    (tmp_path / "j" / "config.json").write_text("{not json")
+    with pytest.raises(ValueError):
+        gk.llm.load(str(tmp_path / "j"))
