@@ -2,13 +2,14 @@
 // float64). B is converted once per batch to a dense [k, n] buffer of the
 // accumulation type; blocks of A rows are converted the same way; each output
 // element is the sum over k in increasing order, so the result is the same on
-// every run. Fast path (float32, A rows and B columns both dense along k: the
+// every run. Fast path (float32/float16/bfloat16, A rows and B columns both dense along k: the
 // "x @ W.T" of linear layers): each output is a dot product of two contiguous
 // vectors, summed in 8 interleaved partial sums (lane l takes k = l, l + 8, ...;
 // the tail goes to lane 0..) combined in a fixed order; B is read once per
 // 4-column block for all rows of A. Deterministic, but not bitwise equal to the
 // general path.
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "ops/backend.h"
@@ -25,10 +26,11 @@ constexpr int64_t kKBlock = 256;
 constexpr int kLanes = 8;
 constexpr int64_t kCols = 4;
 
-// c[i, j] for rows i of A and columns j0..j0+nc of B (nc <= kCols).
-void dot_block(const float* a, int64_t a_rs, const float* b, int64_t b_cs, int64_t m, int64_t k, int64_t nc,
-               float* c, int64_t c_rs, int64_t c_cs) {
-  const float* bj[kCols];
+// c[i, j] for rows i of A (float, converted) and columns j0..j0+nc of B (nc <= kCols).
+template <class T>
+void dot_block(const float* a, int64_t a_rs, const T* b, int64_t b_cs, int64_t m, int64_t k, int64_t nc, T* c,
+               int64_t c_rs, int64_t c_cs) {
+  const T* bj[kCols];
   for (int64_t j = 0; j < kCols; ++j) bj[j] = b + std::min(j, nc - 1) * b_cs;
   const int64_t kv = k - k % kLanes;
   for (int64_t i = 0; i < m; ++i) {
@@ -36,22 +38,27 @@ void dot_block(const float* a, int64_t a_rs, const float* b, int64_t b_cs, int64
     float acc[kCols][kLanes] = {};
     for (int64_t kk = 0; kk < kv; kk += kLanes) {
       for (int64_t j = 0; j < kCols; ++j)
-        for (int l = 0; l < kLanes; ++l) acc[j][l] += ai[kk + l] * bj[j][kk + l];
+        for (int l = 0; l < kLanes; ++l) acc[j][l] += ai[kk + l] * float(bj[j][kk + l]);
     }
     for (int64_t kk = kv; kk < k; ++kk)
-      for (int64_t j = 0; j < kCols; ++j) acc[j][kk - kv] += ai[kk] * bj[j][kk];
+      for (int64_t j = 0; j < kCols; ++j) acc[j][kk - kv] += ai[kk] * float(bj[j][kk]);
     for (int64_t j = 0; j < nc; ++j) {
       float s = ((acc[j][0] + acc[j][4]) + (acc[j][1] + acc[j][5])) + ((acc[j][2] + acc[j][6]) + (acc[j][3] + acc[j][7]));
-      c[i * c_rs + j * c_cs] = s;
+      c[i * c_rs + j * c_cs] = convert<T>(s);
     }
   }
 }
 
-bool matmul_dot_f32(const MatmulArgs& p) {
-  if (p.dtype != DType::f32 || p.a_cs != 1 || p.b_rs != 1 || p.k < kLanes) return false;
-  const float* A = static_cast<const float*>(p.a);
-  const float* B = static_cast<const float*>(p.b);
-  float* Cm = static_cast<float*>(p.c);
+// The dot-product path for float32/float16/bfloat16 with fp32 accumulation; false
+// when the layout does not fit (A's rows or B's columns not dense along k).
+template <class T>
+bool matmul_dot(const MatmulArgs& p) {
+  if (p.a_cs != 1 || p.b_rs != 1 || p.k < kLanes) return false;
+  const T* A = static_cast<const T*>(p.a);
+  const T* B = static_cast<const T*>(p.b);
+  T* Cm = static_cast<T*>(p.c);
+  std::vector<float> af;
+  if constexpr (!std::is_same_v<T, float>) af.resize(size_t(p.m * p.k));
   int64_t idx[kMaxDims] = {};
   for (int64_t bi = 0; bi < p.batch; ++bi) {
     int64_t aoff = 0, boff = 0;
@@ -59,10 +66,21 @@ bool matmul_dot_f32(const MatmulArgs& p) {
       aoff += idx[d] * p.a_batch_strides[d];
       boff += idx[d] * p.b_batch_strides[d];
     }
-    float* c = Cm + bi * p.m * p.n;
+    const float* a;
+    int64_t a_rs;
+    if constexpr (std::is_same_v<T, float>) {
+      a = A + aoff;
+      a_rs = p.a_rs;
+    } else {
+      for (int64_t i = 0; i < p.m; ++i)
+        for (int64_t kk = 0; kk < p.k; ++kk) af[size_t(i * p.k + kk)] = float(A[aoff + i * p.a_rs + kk]);
+      a = af.data();
+      a_rs = p.k;
+    }
+    T* c = Cm + bi * p.m * p.n;
     for (int64_t j0 = 0; j0 < p.n; j0 += kCols)
-      dot_block(A + aoff, p.a_rs, B + boff + j0 * p.b_cs, p.b_cs, p.m, p.k, std::min(kCols, p.n - j0), c + j0 * p.c_cs,
-                p.c_rs, p.c_cs);
+      dot_block<T>(a, a_rs, B + boff + j0 * p.b_cs, p.b_cs, p.m, p.k, std::min(kCols, p.n - j0), c + j0 * p.c_cs,
+                   p.c_rs, p.c_cs);
     for (int d = p.batch_ndim - 1; d >= 0; --d) {
       if (++idx[d] < p.batch_shape[d]) break;
       idx[d] = 0;
@@ -124,12 +142,10 @@ void matmul_t(const MatmulArgs& p) {
 void matmul(const MatmulArgs& a) {
   if (a.batch <= 0 || a.m <= 0 || a.n <= 0) return;
   switch (a.dtype) {
-    case DType::f32:
-      if (matmul_dot_f32(a)) return;
-      return matmul_t<float>(a);
+    case DType::f32: return matmul_dot<float>(a) ? void() : matmul_t<float>(a);
     case DType::f64: return matmul_t<double>(a);
-    case DType::f16: return matmul_t<f16>(a);
-    case DType::bf16: return matmul_t<bf16>(a);
+    case DType::f16: return matmul_dot<f16>(a) ? void() : matmul_t<f16>(a);
+    case DType::bf16: return matmul_dot<bf16>(a) ? void() : matmul_t<bf16>(a);
     default: throw TypeError(cat("matmul: unsupported dtype ", dtype_name(a.dtype)));
   }
 }
