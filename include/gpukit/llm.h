@@ -125,7 +125,9 @@ class Model {
 
   // Appends the tokens of each sequence to its cache and returns float32 logits:
   // [sum of tokens, V] with all_logits, else [B, V] (each sequence's last token).
-  // Empty token lists are a ValueError.
+  // One token per sequence with a cached prefix: a batched decode step; otherwise a
+  // (chunked) prefill. Empty token lists, ids outside the vocabulary and sequences
+  // that would outgrow the context are errors.
   Array step(KvCache& cache, const std::vector<int64_t>& seqs, const std::vector<std::vector<int32_t>>& tokens,
              bool all_logits);
   // Logits [T, V] of one fresh sequence (a scratch cache).
@@ -136,8 +138,6 @@ class Model {
   Array prefill(KvCache& cache, const std::vector<int64_t>& seqs, const std::vector<std::vector<int32_t>>& tokens,
                 bool all_logits);
   Array decode(KvCache& cache, const std::vector<int64_t>& seqs, const std::vector<int32_t>& tokens);
-  Array attention_block(int l, const Array& h, const Array& positions, KvCache& cache, const nn::KvIndex& idx,
-                        const std::function<Array(const Array&, const Array&, const Array&, int)>& attend);
   Array run_layers(const Array& ids, const Array& positions, KvCache& cache, const nn::KvIndex& idx,
                    const std::function<Array(const Array&, const Array&, const Array&, int)>& attend);
   ModelConfig cfg_;

@@ -19,7 +19,7 @@ Array embedding(const Array& ids_in, const Array& table, const Stream* sp) {
   Device d = table.device();
   Stream s = resolve_stream(sp, d);
   const int64_t V = table.shape(0), H = table.shape(1);
-  Array ids = ids_in.contiguous(&s);
+  Array ids = ids_in.device().is_cpu() ? ids_in.contiguous() : ids_in.contiguous(&s);
   if (ids.device().is_cpu()) {
     const int64_t n = ids.numel();
     for (int64_t t = 0; t < n; ++t) {
