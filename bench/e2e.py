@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from common import device_info, gk, parse_args, print_table, record, write_results
+from common import gk, parse_args, print_table, record, write_results
 
 MODELS = {
     "llama-3.2-1b": dict(model_type="llama", vocab_size=128256, hidden_size=2048, intermediate_size=8192,

@@ -18,7 +18,6 @@ float32 logits (reference.npz) so that CI without torch can compare
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys

@@ -95,7 +95,7 @@ def _rope_neox(x, pos, theta, scaling=None):
 def ref_logits(cfg, weights, ids, family="llama"):
     """float64 logits [T, V] of one sequence."""
     W = {k: v.astype(np.float64) for k, v in weights.items()}
-    H, D, Hq, Hkv = cfg["hidden_size"], cfg["head_dim"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    D, Hq, Hkv = cfg["head_dim"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     eps, theta = cfg["rms_norm_eps"], cfg["rope_theta"]
     ids = np.asarray(ids)
     T = len(ids)

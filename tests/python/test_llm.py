@@ -1,8 +1,6 @@
 """The LLM engine on tiny random models (CPU) against a float64 NumPy transformer
 (tests/python/llm_ref.py): prefill, decode steps, batches of prompts of different
 lengths, greedy generation; plus bad input."""
-import json
-import os
 
 import numpy as np
 import pytest
