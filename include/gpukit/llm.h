@@ -94,6 +94,10 @@ class KvCache {
   // Reserves pages so that `seq` can hold `length` tokens (ValueError when the pool is full).
   void reserve(int64_t seq, int64_t length);
   void advance(int64_t seq, int64_t n);  // records n appended tokens
+  // Forgets all but the first `length` tokens (their pages stay with the sequence).
+  void truncate(int64_t seq, int64_t length);
+  // Tokens the free pages plus `seq`'s own pages can hold.
+  int64_t capacity(int64_t seq) const;
   // int32 [B, max_blocks] block table of `seqs` (CPU).
   Array block_table(const std::vector<int64_t>& seqs) const;
   int64_t block_size() const { return bs_; }
@@ -166,6 +170,10 @@ class Generation {
  public:
   Generation(std::shared_ptr<Model> model, const std::vector<std::vector<int32_t>>& prompts,
              const GenerateOptions& o);
+  // Continues sequences `seqs` of an existing cache: `prompts` are the tokens to
+  // append to each (at least one), e.g. the next turn of a chat.
+  Generation(std::shared_ptr<Model> model, std::shared_ptr<KvCache> cache, const std::vector<int64_t>& seqs,
+             const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& o);
   std::vector<int32_t> step();
   bool done() const;
   void finish(size_t row);  // stops a sequence (e.g. a stop string matched)
@@ -179,7 +187,8 @@ class Generation {
   std::vector<std::vector<int32_t>> prompts_, out_;
   std::vector<std::string> reason_;
   std::vector<int64_t> seqs_;
-  std::unique_ptr<KvCache> cache_;
+  std::shared_ptr<KvCache> cache_;
+  void check_prompts() const;
   std::vector<int32_t> last_;
   bool started_ = false;
 };

@@ -38,9 +38,7 @@ def cmd_generate(args):
 
 def cmd_chat(args):
     model = _load(args)
-    messages = []
-    if args.system:
-        messages.append({"role": "system", "content": args.system})
+    session = model.session(max_tokens=args.max_context, system=args.system)
     interactive = sys.stdin.isatty()
     while True:
         if interactive:
@@ -54,15 +52,11 @@ def cmd_chat(args):
         if line in ("/exit", "/quit"):
             break
         if line == "/reset":
-            messages = messages[:1] if args.system else []
+            session.reset()
             continue
-        messages.append({"role": "user", "content": line})
-        answer = ""
-        for p in model.chat(messages, stream=True, **_sampling(args)):
-            answer += p
+        for p in session.chat(line, stream=True, **_sampling(args)):
             print(p, end="", flush=True)
         print()
-        messages.append({"role": "assistant", "content": answer})
     return 0
 
 
@@ -142,6 +136,7 @@ def main(argv=None):
     c = sub.add_parser("chat", help="interactive chat: one message per line on stdin (/reset, /exit)")
     common(c)
     c.add_argument("--system", default=None, help="system prompt")
+    c.add_argument("--max-context", type=int, default=2048, help="KV cache size in tokens (the conversation's limit)")
     c.set_defaults(fn=cmd_chat)
     i = sub.add_parser("info", help="print the model's configuration")
     common(i, sampling=False)

@@ -161,7 +161,11 @@ class Model:
             raise ValueError("stream: one prompt at a time")
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         g = self._start(prompts, max_new_tokens, temperature, top_k, top_p, seed)
-        dec = _C.text.StreamDecoder(tok)
+        return self._pieces(g, stops)
+
+    def _pieces(self, g, stops):
+        """Text pieces of row 0 of a running Generation, cut before any stop string."""
+        dec = _C.text.StreamDecoder(self.tokenizer)
         eos = set(self.config.eos_ids)
         held = ""   # text not yet yielded because it could start a stop string
         longest = max((len(s) for s in stops), default=0)
@@ -176,6 +180,7 @@ class Model:
                     piece = held[:min(hits)]
                     if piece:
                         yield piece
+                    g.finish(0)
                     return
                 safe = len(held) - (longest - 1)
                 if safe > 0:
@@ -187,6 +192,10 @@ class Model:
         held += dec.flush()
         if held:
             yield held
+
+    def session(self, max_tokens: int = 2048, system: str | None = None) -> "ChatSession":
+        """A multi-turn chat that reuses its KV cache between turns."""
+        return ChatSession(self, max_tokens, system)
 
     def chat(self, messages: Iterable[Mapping[str, str]], stream: bool = False, **kw):
         """Renders `messages` with the model's chat template and generates the answer
@@ -212,6 +221,69 @@ def _progress_bar(done, total):
     sys.stderr.flush()
 
 
+class ChatSession:
+    """A multi-turn chat that keeps its KV cache between turns: each turn renders the
+    whole conversation with the chat template, keeps the cached tokens that still
+    match, and prefills only the rest (chunked prefill over the cached prefix).
+
+        s = model.session()
+        s.chat("Hi! Who are you?")
+        for piece in s.chat("And what can you do?", stream=True): print(piece, end="")
+    """
+
+    def __init__(self, model: Model, max_tokens: int = 2048, system: str | None = None):
+        if model.tokenizer is None:
+            raise ValueError("session: this model has no tokenizer")
+        self.model = model
+        self.max_tokens = min(int(max_tokens), model.config.max_positions)
+        self._cache = model._m.make_cache([self.max_tokens])
+        self._seq = self._cache.add_sequence()
+        self._ids = []          # the tokens held by the cache
+        self.system = system
+        self.messages = []
+        self.reused_tokens = 0  # cached tokens reused by the last turn (for tests and curiosity)
+
+    def reset(self):
+        self.messages = []
+        self._ids = []
+        self._cache.truncate(self._seq, 0)
+
+    def chat(self, message: str, stream: bool = False, max_new_tokens: int = 256, temperature: float = 0.0,
+             top_k: int = 0, top_p: float = 1.0, seed: int = 0):
+        from . import text as _text
+        _check_sampling(max_new_tokens, temperature, top_k, top_p)
+        tok = self.model.tokenizer
+        msgs = ([{"role": "system", "content": self.system}] if self.system else []) + self.messages + [
+            {"role": "user", "content": message}]
+        ids = tok.encode(_text.render_chat(tok, msgs, add_generation_prompt=True), add_special_tokens=False)
+        if len(ids) + max_new_tokens > self.max_tokens:
+            raise ValueError(f"session: the conversation ({len(ids)} tokens + {max_new_tokens} new) exceeds "
+                             f"max_tokens={self.max_tokens}; call reset()")
+        keep = 0
+        while keep < min(len(ids) - 1, len(self._ids)) and ids[keep] == self._ids[keep]:
+            keep += 1
+        self._cache.truncate(self._seq, keep)
+        self.reused_tokens = keep
+        self._ids = list(ids)
+        g = _l.Generation.resume(self.model._m, self._cache, [self._seq], [ids[keep:]],
+                                 max_new_tokens=max_new_tokens, temperature=float(temperature), top_k=int(top_k),
+                                 top_p=float(top_p), seed=int(seed))
+        self.messages.append({"role": "user", "content": message})
+
+        def run():
+            answer = ""
+            for piece in self.model._pieces(g, []):
+                answer += piece
+                yield piece
+            # the cache holds the prompt and every generated token but the last
+            self._ids = ids + list(g.generated[0])[:-1]
+            self.messages.append({"role": "assistant", "content": answer})
+
+        if stream:
+            return run()
+        return "".join(run())
+
+
 def load(path: str | None = None, device="cpu", dtype="float32", progress=None) -> Model:
     """Loads a model from a GGUF file or a Hugging Face directory (config.json and
     safetensors); without `path`, the default model (gk.io.default_model_path()).
@@ -235,4 +307,4 @@ def random_model(config: Mapping, device="cpu", dtype="float32", seed: int = 0) 
     return Model(Model_.random(json.dumps(dict(config)), device, dtype, int(seed)))
 
 
-__all__ = ["load", "random_model", "Model", "Output", "supported_architectures"]
+__all__ = ["load", "random_model", "ChatSession", "Model", "Output", "supported_architectures"]

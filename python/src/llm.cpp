@@ -1,6 +1,7 @@
 // Bindings of the LLM engine (gpukit._C.llm; the Python layer is gpukit/llm.py).
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/unique_ptr.h>
 
 #include "bind.h"
 #include "gpukit/errors.h"
@@ -63,6 +64,8 @@ GK_BINDING(60, llm) {
       .def("add_sequence", &llm::KvCache::add_sequence)
       .def("release", &llm::KvCache::release, nb::arg("seq"))
       .def("length", &llm::KvCache::length, nb::arg("seq"))
+      .def("truncate", &llm::KvCache::truncate, nb::arg("seq"), nb::arg("length"))
+      .def("capacity", &llm::KvCache::capacity, nb::arg("seq"))
       .def_prop_ro("free_blocks", &llm::KvCache::free_blocks)
       .def_prop_ro("block_size", &llm::KvCache::block_size);
 
@@ -110,6 +113,21 @@ GK_BINDING(60, llm) {
       }, nb::arg("model"), nb::arg("prompts"), nb::arg("max_new_tokens") = 64, nb::arg("temperature") = 0.0,
          nb::arg("top_k") = 0, nb::arg("top_p") = 1.0, nb::arg("seed") = 0,
          nb::arg("stop_ids") = std::vector<int32_t>{}, nb::arg("ignore_eos") = false)
+      .def_static("resume", [](std::shared_ptr<llm::Model> m, std::shared_ptr<llm::KvCache> cache,
+                               const std::vector<int64_t>& seqs, const std::vector<std::vector<int32_t>>& prompts,
+                               int64_t max_new_tokens, double temperature, int64_t top_k, double top_p, uint64_t seed,
+                               bool ignore_eos) {
+        llm::GenerateOptions o;
+        o.max_new_tokens = max_new_tokens;
+        o.temperature = temperature;
+        o.top_k = top_k;
+        o.top_p = top_p;
+        o.seed = seed;
+        o.ignore_eos = ignore_eos;
+        return std::make_unique<llm::Generation>(std::move(m), std::move(cache), seqs, prompts, o);
+      }, nb::arg("model"), nb::arg("cache"), nb::arg("seqs"), nb::arg("prompts"), nb::arg("max_new_tokens") = 64,
+         nb::arg("temperature") = 0.0, nb::arg("top_k") = 0, nb::arg("top_p") = 1.0, nb::arg("seed") = 0,
+         nb::arg("ignore_eos") = false, "Continues sequences of an existing KV cache with new tokens.")
       .def("step", &llm::Generation::step, "One forward pass; the new token of each row (-1: finished).")
       .def_prop_ro("done", &llm::Generation::done)
       .def("finish", &llm::Generation::finish, nb::arg("row"))

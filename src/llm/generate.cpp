@@ -19,25 +19,44 @@ void validate(const GenerateOptions& o) {
   if (!(o.top_p > 0.0 && o.top_p <= 1.0)) throw ValueError(cat("top_p: must be in (0, 1], got ", o.top_p));
 }
 
+void Generation::check_prompts() const {
+  const ModelConfig& c = m_->config();
+  if (prompts_.empty()) throw ValueError("prompts: no prompts given");
+  for (size_t b = 0; b < prompts_.size(); ++b) {
+    if (prompts_[b].empty()) throw ValueError(cat("prompt ", b, " is empty"));
+    const int64_t prefix = cache_ ? cache_->length(seqs_[b]) : 0;
+    if (prefix + int64_t(prompts_[b].size()) > c.max_positions)
+      throw ValueError(cat("prompt ", b, " has ", prefix + int64_t(prompts_[b].size()),
+                           " tokens, more than the model's context of ", c.max_positions));
+    for (int32_t t : prompts_[b])
+      if (t < 0 || t >= c.vocab_size)
+        throw ValueError(cat("prompt ", b, ": token id ", t, " is outside the vocabulary [0, ", c.vocab_size, ")"));
+  }
+}
+
 Generation::Generation(std::shared_ptr<Model> model, const std::vector<std::vector<int32_t>>& prompts,
                        const GenerateOptions& o)
     : m_(std::move(model)), o_(o), prompts_(prompts) {
   validate(o);
-  if (prompts.empty()) throw ValueError("prompts: no prompts given");
+  check_prompts();
   const ModelConfig& c = m_->config();
   std::vector<int64_t> lengths;
-  for (size_t b = 0; b < prompts.size(); ++b) {
-    if (prompts[b].empty()) throw ValueError(cat("prompt ", b, " is empty"));
-    if (int64_t(prompts[b].size()) > c.max_positions)
-      throw ValueError(cat("prompt ", b, " has ", prompts[b].size(), " tokens, more than the model's context of ",
-                           c.max_positions));
-    for (int32_t t : prompts[b])
-      if (t < 0 || t >= c.vocab_size)
-        throw ValueError(cat("prompt ", b, ": token id ", t, " is outside the vocabulary [0, ", c.vocab_size, ")"));
-    lengths.push_back(std::min<int64_t>(int64_t(prompts[b].size()) + o.max_new_tokens, c.max_positions));
-  }
-  cache_ = std::make_unique<KvCache>(m_->make_cache(lengths));
+  for (auto& p : prompts)
+    lengths.push_back(std::min<int64_t>(int64_t(p.size()) + o.max_new_tokens, c.max_positions));
+  cache_ = std::make_shared<KvCache>(m_->make_cache(lengths));
   for (size_t b = 0; b < prompts.size(); ++b) seqs_.push_back(cache_->add_sequence());
+  out_.resize(prompts.size());
+  reason_.assign(prompts.size(), o.max_new_tokens == 0 ? "length" : "");
+}
+
+Generation::Generation(std::shared_ptr<Model> model, std::shared_ptr<KvCache> cache, const std::vector<int64_t>& seqs,
+                       const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& o)
+    : m_(std::move(model)), o_(o), prompts_(prompts), seqs_(seqs), cache_(std::move(cache)) {
+  validate(o);
+  if (!cache_) throw ValueError("cache: no KV cache given");
+  if (seqs.size() != prompts.size())
+    throw ValueError(cat("seqs: ", seqs.size(), " sequences but ", prompts.size(), " prompts"));
+  check_prompts();
   out_.resize(prompts.size());
   reason_.assign(prompts.size(), o.max_new_tokens == 0 ? "length" : "");
 }
@@ -83,7 +102,7 @@ std::vector<int32_t> Generation::step() {
     topp.data_as<float>()[r] = float(o_.top_p);
     // each sequence's stream of draws is keyed by (seed, its batch index) and the position
     seeds.data_as<int64_t>()[r] = int64_t(o_.seed * 1000003ull + b);
-    pos.data_as<int64_t>()[r] = int64_t(prompts_[b].size() + out_[b].size());
+    pos.data_as<int64_t>()[r] = cache_->length(seqs_[b]);  // the position of the token drawn
   }
   sampling::Params p;
   p.temperature = temp.to(d);
@@ -98,8 +117,7 @@ std::vector<int32_t> Generation::step() {
     bool eos = !o_.ignore_eos && std::find(c.eos_ids.begin(), c.eos_ids.end(), int64_t(t)) != c.eos_ids.end();
     if (eos) reason_[b] = "eos";
     else if (std::find(o_.stop_ids.begin(), o_.stop_ids.end(), t) != o_.stop_ids.end()) reason_[b] = "stop";
-    else if (int64_t(out_[b].size()) >= o_.max_new_tokens ||
-             int64_t(prompts_[b].size() + out_[b].size()) >= c.max_positions)
+    else if (int64_t(out_[b].size()) >= o_.max_new_tokens || cache_->length(seqs_[b]) + 1 >= c.max_positions)
       reason_[b] = "length";  // a sequence never outgrows the context
   }
   return result;

@@ -65,6 +65,16 @@ void KvCache::reserve(int64_t seq, int64_t length) {
 
 void KvCache::advance(int64_t seq, int64_t n) { len_.at(seq) += n; }
 
+void KvCache::truncate(int64_t seq, int64_t length) {
+  int64_t& n = len_.at(seq);
+  if (length < 0 || length > n) throw ValueError(cat("truncate: length ", length, " outside [0, ", n, "]"));
+  n = length;
+}
+
+int64_t KvCache::capacity(int64_t seq) const {
+  return (int64_t(free_.size()) + int64_t(pages_.at(seq).size())) * bs_;
+}
+
 Array KvCache::block_table(const std::vector<int64_t>& seqs) const {
   size_t maxb = 1;
   for (int64_t s : seqs) maxb = std::max(maxb, pages_.at(s).size());

@@ -110,6 +110,30 @@ def test_chunked_prefill_over_cached_prefix(tiny):
     assert cache.free_blocks == free + 3
 
 
+def test_resume_generation_on_a_cache(tiny):
+    """Generation.resume continues a cached sequence (after truncating it) like a fresh run."""
+    fam, cfg, w, d = tiny
+    m = gk.llm.load(d)._m
+    cache = m.make_cache([60])
+    s = cache.add_sequence()
+    first = [5, 6, 7, 8, 9, 10, 11, 12]
+    g = gk._C.llm.Generation.resume(m, cache, [s], [first], max_new_tokens=4, ignore_eos=True)
+    while not g.done:
+        g.step()
+    assert list(g.generated[0]) == ref_greedy(cfg, w, first, 4, fam)
+    assert cache.length(s) == len(first) + 3  # the last token drawn is not fed yet
+    cache.truncate(s, 5)  # keep [5..9], then continue with other tokens
+    more = [40, 41, 42]
+    g = gk._C.llm.Generation.resume(m, cache, [s], [more], max_new_tokens=5, ignore_eos=True)
+    while not g.done:
+        g.step()
+    assert list(g.generated[0]) == ref_greedy(cfg, w, first[:5] + more, 5, fam)
+    with pytest.raises(ValueError, match="truncate"):
+        cache.truncate(s, 1000)
+    with pytest.raises(ValueError, match="empty"):
+        gk._C.llm.Generation.resume(m, cache, [s], [[]])
+
+
 def test_greedy_generation_matches_numpy(tiny):
     fam, cfg, w, d = tiny
     m = gk.llm.load(d)

@@ -113,3 +113,19 @@ def test_perplexity_is_reasonable(model):
     ppl = float(np.exp(nll))
     print(f"\nSmolLM2 Q4_1 perplexity on the fixed text: {ppl:.3f} ({len(ids)} tokens)")
     assert ppl < 30, ppl
+
+
+def test_session_reuses_the_cache(model):
+    s = model.session(max_tokens=512)
+    a1 = s.chat("What is the capital of France?", max_new_tokens=32)
+    assert s.reused_tokens == 0 and "Paris" in a1
+    a2 = "".join(s.chat("And of Germany?", max_new_tokens=32, stream=True))
+    assert s.reused_tokens > 20
+    full = model.chat([{"role": "user", "content": "What is the capital of France?"},
+                       {"role": "assistant", "content": a1}, {"role": "user", "content": "And of Germany?"}],
+                      max_new_tokens=32)
+    assert a2 == full and "Berlin" in a2
+    s.reset()
+    assert s.chat("What is the capital of France?", max_new_tokens=32) == a1 and s.reused_tokens == 0
+    with pytest.raises(ValueError, match="max_tokens"):
+        s.chat("x" * 4000, max_new_tokens=32)
