@@ -14,6 +14,7 @@
 #include "gpukit/ops.h"
 #include "gpukit/text.h"
 #include "llm/internal.h"
+#include "text/json.h"
 
 namespace gk::llm {
 
@@ -107,6 +108,24 @@ std::shared_ptr<Model> Model::load(const std::string& path, Device device, DType
     std::stringstream ss;
     ss << in.rdbuf();
     m->cfg_ = config_from_hf_json(ss.str());
+    // generation_config.json may list more EOS ids (e.g. the end-of-turn token of chat models)
+    std::ifstream gin(std::filesystem::path(files.dir) / "generation_config.json", std::ios::binary);
+    if (gin) {
+      std::stringstream gs;
+      gs << gin.rdbuf();
+      text::json::Value g = text::json::parse(gs.str());
+      if (const text::json::Value* e = g.is_object() ? g.find("eos_token_id") : nullptr) {
+        std::vector<int64_t> ids;
+        if (e->is_array()) {
+          for (auto& x : e->array("eos_token_id")) ids.push_back(x.integer("generation_config.json eos_token_id"));
+        } else if (!e->is_null()) {
+          ids.push_back(e->integer("generation_config.json eos_token_id"));
+        }
+        for (int64_t id : ids)
+          if (std::find(m->cfg_.eos_ids.begin(), m->cfg_.eos_ids.end(), id) == m->cfg_.eos_ids.end())
+            m->cfg_.eos_ids.push_back(id);
+      }
+    }
     auto tj = std::filesystem::path(files.dir) / "tokenizer.json";
     if (std::filesystem::exists(tj)) {
       m->tok_ = std::make_shared<text::Tokenizer>(text::Tokenizer::from_file(tj.string()));

@@ -43,7 +43,7 @@ ModelFiles locate_model(const std::string& path) {
     if (f.dir.empty()) f.dir = ".";
     if (!fs::exists(fs::path(f.dir) / "config.json", ec))
       throw ValueError(cat("model file '", path, "': no config.json beside it"));
-    f.weights = path;
+    f.weights = fs::path(path).filename() == "config.json" ? f.dir : path;
     return f;
   }
   // sniff the magic

@@ -1,6 +1,7 @@
 """The LLM engine on tiny random models (CPU) against a float64 NumPy transformer
 (tests/python/llm_ref.py): prefill, decode steps, batches of prompts of different
 lengths, greedy generation; plus bad input."""
+import os
 
 import numpy as np
 import pytest
@@ -233,6 +234,19 @@ def test_failed_load_releases_memory(tmp_path):
     ok = gk.llm.load(save_model(str(tmp_path / "ok"), cfg, make_weights(cfg)))
     assert gk.memory_stats("cpu")["allocated"] > before
     del ok
+
+
+def test_paths_and_generation_config(tmp_path):
+    cfg = dict(TINY)
+    w = make_weights(cfg, seed=13)
+    d = save_model(str(tmp_path / "m"), cfg, w)
+    (tmp_path / "m" / "generation_config.json").write_text('{"eos_token_id": [2, 7], "do_sample": false}')
+    ids = [3, 4, 5]
+    want = gk.to_numpy(gk.llm.load(d).forward(ids))
+    for p in ("config.json", "model.safetensors"):
+        m = gk.llm.load(os.path.join(d, p))
+        assert m.config.eos_ids == [2, 7]
+        np.testing.assert_array_equal(gk.to_numpy(m.forward(ids)), want)
 
 
 def test_embedding_op():
