@@ -282,6 +282,12 @@ Array Model::step(KvCache& cache, const std::vector<int64_t>& seqs, const std::v
                   bool all_logits) {
   if (seqs.size() != tokens.size() || seqs.empty())
     throw ValueError(cat("step: ", seqs.size(), " sequences but ", tokens.size(), " token lists"));
+  {
+    std::vector<int64_t> sorted = seqs;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+      throw ValueError("seqs: a sequence appears twice in one step");
+  }
   bool all_new = true, all_one = true;  // all_new: every sequence starts empty
   for (size_t b = 0; b < seqs.size(); ++b) {
     if (tokens[b].empty()) throw ValueError(cat("tokens: sequence ", b, " is empty (an empty prompt?)"));

@@ -133,6 +133,10 @@ def test_resume_generation_on_a_cache(tiny):
         cache.truncate(s, 1000)
     with pytest.raises(ValueError, match="empty"):
         gk._C.llm.Generation.resume(m, cache, [s], [[]])
+    with pytest.raises(ValueError, match="twice"):
+        m.step(cache, [s, s], [[1], [2]])
+    with pytest.raises(IndexError):
+        m.step(cache, [s + 100], [[1]])
 
 
 def test_greedy_generation_matches_numpy(tiny):
