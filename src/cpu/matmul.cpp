@@ -7,8 +7,11 @@
 // vectors, summed in 8 interleaved partial sums (lane l takes k = l, l + 8, ...;
 // the tail goes to lane 0..) combined in a fixed order; B is read once per
 // 4-column block for all rows of A. Deterministic, but not bitwise equal to the
-// general path.
+// general path. On x86-64 CPUs with AVX2 the same loop runs with 8-wide vectors
+// (no FMA), giving the same bits as the baseline build (GPUKIT_CPU_NO_AVX2=1).
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -28,8 +31,8 @@ constexpr int64_t kCols = 4;
 
 // c[i, j] for rows i of A (float, converted) and columns j0..j0+nc of B (nc <= kCols).
 template <class T>
-void dot_block(const float* a, int64_t a_rs, const T* b, int64_t b_cs, int64_t m, int64_t k, int64_t nc, T* c,
-               int64_t c_rs, int64_t c_cs) {
+[[gnu::always_inline]] inline void dot_block_body(const float* a, int64_t a_rs, const T* b, int64_t b_cs, int64_t m,
+                                                  int64_t k, int64_t nc, T* c, int64_t c_rs, int64_t c_cs) {
   const T* bj[kCols];
   for (int64_t j = 0; j < kCols; ++j) bj[j] = b + std::min(j, nc - 1) * b_cs;
   const int64_t kv = k - k % kLanes;
@@ -47,6 +50,36 @@ void dot_block(const float* a, int64_t a_rs, const T* b, int64_t b_cs, int64_t m
       c[i * c_rs + j * c_cs] = convert<T>(s);
     }
   }
+}
+
+// The same body compiled for plain x86-64 and for AVX2 (wider vectors, no FMA: every
+// lane does the same multiply and add, so both give the same bits).
+template <class T>
+void dot_block_base(const float* a, int64_t a_rs, const T* b, int64_t b_cs, int64_t m, int64_t k, int64_t nc, T* c,
+                    int64_t c_rs, int64_t c_cs) {
+  dot_block_body<T>(a, a_rs, b, b_cs, m, k, nc, c, c_rs, c_cs);
+}
+#if defined(__x86_64__) && defined(__GNUC__)
+template <class T>
+__attribute__((target("avx2"))) void dot_block_avx2(const float* a, int64_t a_rs, const T* b, int64_t b_cs, int64_t m,
+                                                     int64_t k, int64_t nc, T* c, int64_t c_rs, int64_t c_cs) {
+  dot_block_body<T>(a, a_rs, b, b_cs, m, k, nc, c, c_rs, c_cs);
+}
+bool have_avx2() {
+  static const bool yes = [] {
+    const char* off = std::getenv("GPUKIT_CPU_NO_AVX2");  // set to 1 to compare the two builds of the loop
+    return __builtin_cpu_supports("avx2") && !(off && *off && std::string(off) != "0");
+  }();
+  return yes;
+}
+#endif
+template <class T>
+void dot_block(const float* a, int64_t a_rs, const T* b, int64_t b_cs, int64_t m, int64_t k, int64_t nc, T* c,
+               int64_t c_rs, int64_t c_cs) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (have_avx2()) return dot_block_avx2<T>(a, a_rs, b, b_cs, m, k, nc, c, c_rs, c_cs);
+#endif
+  dot_block_base<T>(a, a_rs, b, b_cs, m, k, nc, c, c_rs, c_cs);
 }
 
 // The dot-product path for float32/float16/bfloat16 with fp32 accumulation; false
