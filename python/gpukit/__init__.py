@@ -40,7 +40,7 @@ float32 = DType.float32
 float64 = DType.float64
 
 _optional = []
-for _name in ("sum", "mean", "max", "min", "argmax", "argmin", "softmax", "log_softmax", "matmul"):
+for _name in ("sum", "mean", "max", "min", "argmax", "argmin", "softmax", "log_softmax", "matmul", "embedding"):
     if hasattr(_C, _name):
         globals()[_name] = getattr(_C, _name)
 
@@ -58,6 +58,11 @@ except ImportError:  # pragma: no cover - built without the readers
 try:
     from . import text  # noqa: F401
 except ImportError:  # pragma: no cover - built without the tokenizers
+    pass
+
+try:
+    from . import llm  # noqa: F401
+except ImportError:  # pragma: no cover - built without the LLM engine
     pass
 
 __version__ = "0.1.0"

@@ -1,0 +1,138 @@
+// Bindings of the LLM engine (gpukit._C.llm; the Python layer is gpukit/llm.py).
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/unique_ptr.h>
+
+#include "bind.h"
+#include "gpukit/errors.h"
+#include "gpukit/llm.h"
+#include "gpukit/text.h"
+
+namespace gkpy {
+using namespace gk;
+
+GK_BINDING(60, llm) {
+  nb::module_ lm = m.def_submodule("llm", "LLM engine (see gpukit.llm).");
+  m.def("embedding", [](nb::handle ids, const Array& table, nb::handle stream) {
+    Stream st;
+    Array a = to_array(ids, "ids");
+    return gk::embedding(a, table, to_stream(stream, st));
+  }, nb::arg("ids"), nb::arg("table"), nb::arg("stream") = nb::none(),
+     "Rows of table [V, H] for integer ids of any shape: ids.shape + (H,).");
+
+  nb::class_<llm::ModelConfig>(lm, "ModelConfig")
+      .def_ro("architecture", &llm::ModelConfig::architecture)
+      .def_ro("family", &llm::ModelConfig::family)
+      .def_ro("format", &llm::ModelConfig::format)
+      .def_ro("vocab_size", &llm::ModelConfig::vocab_size)
+      .def_ro("hidden_size", &llm::ModelConfig::hidden_size)
+      .def_ro("num_layers", &llm::ModelConfig::num_layers)
+      .def_ro("num_heads", &llm::ModelConfig::num_heads)
+      .def_ro("num_kv_heads", &llm::ModelConfig::num_kv_heads)
+      .def_ro("head_dim", &llm::ModelConfig::head_dim)
+      .def_ro("intermediate_size", &llm::ModelConfig::intermediate_size)
+      .def_ro("max_positions", &llm::ModelConfig::max_positions)
+      .def_ro("rope_theta", &llm::ModelConfig::rope_theta)
+      .def_ro("rotary_dim", &llm::ModelConfig::rotary_dim)
+      .def_ro("rope_interleaved", &llm::ModelConfig::rope_interleaved)
+      .def_ro("norm_eps", &llm::ModelConfig::norm_eps)
+      .def_ro("tie_embeddings", &llm::ModelConfig::tie_embeddings)
+      .def_ro("qk_norm", &llm::ModelConfig::qk_norm)
+      .def_ro("attention_bias", &llm::ModelConfig::attention_bias)
+      .def_ro("sliding_window", &llm::ModelConfig::sliding_window)
+      .def_ro("bos_id", &llm::ModelConfig::bos_id)
+      .def_ro("eos_ids", &llm::ModelConfig::eos_ids)
+      .def_prop_ro("rope_scaling", [](const llm::ModelConfig& c) {
+        const nn::RopeScaling& s = c.rope_scaling;
+        static const char* kinds[] = {"none", "linear", "ntk", "yarn", "llama3"};
+        nb::dict d;
+        d["type"] = kinds[int(s.kind)];
+        d["factor"] = s.factor;
+        d["original_max_position"] = s.original_max_position;
+        d["low_freq_factor"] = s.low_freq_factor;
+        d["high_freq_factor"] = s.high_freq_factor;
+        d["beta_fast"] = s.beta_fast;
+        d["beta_slow"] = s.beta_slow;
+        return d;
+      })
+      .def("__repr__", [](const llm::ModelConfig& c) { return "ModelConfig(" + llm::config_summary(c) + ")"; });
+
+  lm.def("supported_architectures", &llm::supported_architectures);
+  lm.def("config_from_hf_json", &llm::config_from_hf_json, nb::arg("text"));
+
+  nb::class_<llm::KvCache>(lm, "KvCache", "Paged KV cache (pools allocated up front; sequences take pages)")
+      .def("add_sequence", &llm::KvCache::add_sequence)
+      .def("release", &llm::KvCache::release, nb::arg("seq"))
+      .def("length", &llm::KvCache::length, nb::arg("seq"))
+      .def("truncate", &llm::KvCache::truncate, nb::arg("seq"), nb::arg("length"))
+      .def("capacity", &llm::KvCache::capacity, nb::arg("seq"))
+      .def_prop_ro("free_blocks", &llm::KvCache::free_blocks)
+      .def_prop_ro("block_size", &llm::KvCache::block_size);
+
+  nb::class_<llm::Model>(lm, "Model")
+      .def_static("load", [](const std::string& path, nb::handle device, nb::handle dtype, nb::object progress) {
+        llm::Progress p;
+        if (!progress.is_none()) p = [progress](int64_t done, int64_t total) { progress(done, total); };
+        return llm::Model::load(path, to_device(device), to_dtype(dtype), p);
+      }, nb::arg("path"), nb::arg("device") = nb::none(), nb::arg("dtype") = "float32",
+         nb::arg("progress") = nb::none())
+      .def_static("random", [](const std::string& config_json, nb::handle device, nb::handle dtype, uint64_t seed) {
+        return llm::Model::random(llm::config_from_hf_json(config_json), to_device(device), to_dtype(dtype), seed);
+      }, nb::arg("config_json"), nb::arg("device") = nb::none(), nb::arg("dtype") = "float32", nb::arg("seed") = 0,
+         "A model with random weights from the text of a Hugging Face config.json.")
+      .def_prop_ro("config", [](const llm::Model& m) { return m.config(); })
+      .def_prop_ro("device", &llm::Model::device)
+      .def_prop_ro("dtype", [](const llm::Model& m) { return dtype_object(m.dtype()); })
+      .def_prop_ro("nbytes", [](const llm::Model& m) { return m.weights().nbytes; })
+      .def_prop_ro("chat_template", &llm::Model::chat_template)
+      .def_prop_ro("tokenizer", [](const llm::Model& m) -> nb::object {
+        if (!m.tokenizer()) return nb::none();
+        return nb::cast(*m.tokenizer());
+      })
+      .def("make_cache", &llm::Model::make_cache, nb::arg("lengths"), nb::arg("block_size") = 16,
+           "A KV cache with room for sequences of these lengths.")
+      .def("step", &llm::Model::step, nb::arg("cache"), nb::arg("seqs"), nb::arg("tokens"),
+           nb::arg("all_logits") = false,
+           "Appends tokens to each sequence; float32 logits [sum T, V] (all_logits) or [B, V].")
+      .def("forward", &llm::Model::forward, nb::arg("ids"), "float32 logits [T, V] of one fresh sequence.");
+
+  nb::class_<llm::Generation>(lm, "Generation")
+      .def("__init__", [](llm::Generation* g, std::shared_ptr<llm::Model> m,
+                          const std::vector<std::vector<int32_t>>& prompts, int64_t max_new_tokens, double temperature,
+                          int64_t top_k, double top_p, uint64_t seed, const std::vector<int32_t>& stop_ids,
+                          bool ignore_eos) {
+        llm::GenerateOptions o;
+        o.max_new_tokens = max_new_tokens;
+        o.temperature = temperature;
+        o.top_k = top_k;
+        o.top_p = top_p;
+        o.seed = seed;
+        o.stop_ids = stop_ids;
+        o.ignore_eos = ignore_eos;
+        new (g) llm::Generation(std::move(m), prompts, o);
+      }, nb::arg("model"), nb::arg("prompts"), nb::arg("max_new_tokens") = 64, nb::arg("temperature") = 0.0,
+         nb::arg("top_k") = 0, nb::arg("top_p") = 1.0, nb::arg("seed") = 0,
+         nb::arg("stop_ids") = std::vector<int32_t>{}, nb::arg("ignore_eos") = false)
+      .def_static("resume", [](std::shared_ptr<llm::Model> m, std::shared_ptr<llm::KvCache> cache,
+                               const std::vector<int64_t>& seqs, const std::vector<std::vector<int32_t>>& prompts,
+                               int64_t max_new_tokens, double temperature, int64_t top_k, double top_p, uint64_t seed,
+                               bool ignore_eos) {
+        llm::GenerateOptions o;
+        o.max_new_tokens = max_new_tokens;
+        o.temperature = temperature;
+        o.top_k = top_k;
+        o.top_p = top_p;
+        o.seed = seed;
+        o.ignore_eos = ignore_eos;
+        return std::make_unique<llm::Generation>(std::move(m), std::move(cache), seqs, prompts, o);
+      }, nb::arg("model"), nb::arg("cache"), nb::arg("seqs"), nb::arg("prompts"), nb::arg("max_new_tokens") = 64,
+         nb::arg("temperature") = 0.0, nb::arg("top_k") = 0, nb::arg("top_p") = 1.0, nb::arg("seed") = 0,
+         nb::arg("ignore_eos") = false, "Continues sequences of an existing KV cache with new tokens.")
+      .def("step", &llm::Generation::step, "One forward pass; the new token of each row (-1: finished).")
+      .def_prop_ro("done", &llm::Generation::done)
+      .def("finish", &llm::Generation::finish, nb::arg("row"))
+      .def_prop_ro("generated", &llm::Generation::generated)
+      .def_prop_ro("finish_reasons", &llm::Generation::finish_reasons);
+}
+
+}  // namespace gkpy

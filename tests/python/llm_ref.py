@@ -1,0 +1,146 @@
+"""Tiny random Llama/Qwen2/Qwen3-style models in NumPy: writing them as Hugging Face
+safetensors + config.json, and a float64 reference forward pass (NeoX rope, GQA,
+rms_norm, SwiGLU) written independently of gpukit."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+import gpukit as gk
+
+TINY = dict(vocab_size=97, hidden_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=64, intermediate_size=80, max_position_embeddings=64, rope_theta=10000.0, rms_norm_eps=1e-5,
+            tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+
+
+def make_weights(cfg, family="llama", seed=0):
+    rng = np.random.default_rng(seed)
+    H, D, Hq, Hkv = cfg["hidden_size"], cfg["head_dim"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    I, V = cfg["intermediate_size"], cfg["vocab_size"]
+
+    def r(*shape, scale=None):
+        scale = scale if scale is not None else 1.0 / np.sqrt(shape[-1])
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    def norm_w(n):
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    w = {"model.embed_tokens.weight": r(V, H, scale=1.0), "model.norm.weight": norm_w(H)}
+    if not cfg.get("tie_word_embeddings"):
+        w["lm_head.weight"] = r(V, H)
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        w[p + "input_layernorm.weight"] = norm_w(H)
+        w[p + "post_attention_layernorm.weight"] = norm_w(H)
+        w[p + "self_attn.q_proj.weight"] = r(Hq * D, H)
+        w[p + "self_attn.k_proj.weight"] = r(Hkv * D, H)
+        w[p + "self_attn.v_proj.weight"] = r(Hkv * D, H)
+        w[p + "self_attn.o_proj.weight"] = r(H, Hq * D)
+        if family == "qwen2":
+            w[p + "self_attn.q_proj.bias"] = r(Hq * D, scale=0.1)
+            w[p + "self_attn.k_proj.bias"] = r(Hkv * D, scale=0.1)
+            w[p + "self_attn.v_proj.bias"] = r(Hkv * D, scale=0.1)
+        if family == "qwen3":
+            w[p + "self_attn.q_norm.weight"] = norm_w(D)
+            w[p + "self_attn.k_norm.weight"] = norm_w(D)
+        w[p + "mlp.gate_proj.weight"] = r(I, H)
+        w[p + "mlp.up_proj.weight"] = r(I, H)
+        w[p + "mlp.down_proj.weight"] = r(H, I)
+    return w
+
+
+def save_model(dirpath, cfg, weights, model_type="llama"):
+    os.makedirs(dirpath, exist_ok=True)
+    c = dict(cfg)
+    c["model_type"] = model_type
+    with open(os.path.join(dirpath, "config.json"), "w") as f:
+        json.dump(c, f)
+    gk.io.save_safetensors(os.path.join(dirpath, "model.safetensors"),
+                           {k: gk.asarray(v) for k, v in weights.items()})
+    return dirpath
+
+
+def _rms(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def inv_freq(D, theta, scaling=None):
+    """Hugging Face's rotary inverse frequencies (default, linear, llama3)."""
+    inv = 1.0 / theta ** (np.arange(0, D, 2, dtype=np.float64) / D)
+    if not scaling:
+        return inv
+    kind, f = scaling.get("rope_type", scaling.get("type")), scaling["factor"]
+    if kind == "linear":
+        return inv / f
+    assert kind == "llama3"
+    old, lo, hi = scaling["original_max_position_embeddings"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    wavelen = 2 * np.pi / inv
+    out = np.where(wavelen > old / lo, inv / f, inv)
+    smooth = (old / wavelen - lo) / (hi - lo)
+    medium = ~(wavelen < old / hi) & ~(wavelen > old / lo)
+    return np.where(medium, (1 - smooth) * out / f + smooth * out, out)
+
+
+def _rope_neox(x, pos, theta, scaling=None):
+    D = x.shape[-1]
+    inv = inv_freq(D, theta, scaling)
+    ang = pos[:, None].astype(np.float64) * inv[None, :]
+    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    x1, x2 = x[..., : D // 2], x[..., D // 2:]
+    return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+
+
+def ref_logits(cfg, weights, ids, family="llama"):
+    """float64 logits [T, V] of one sequence."""
+    W = {k: v.astype(np.float64) for k, v in weights.items()}
+    D, Hq, Hkv = cfg["head_dim"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    eps, theta = cfg["rms_norm_eps"], cfg["rope_theta"]
+    ids = np.asarray(ids)
+    T = len(ids)
+    pos = np.arange(T)
+    x = W["model.embed_tokens.weight"][ids]
+    mask = np.tril(np.ones((T, T), dtype=bool))
+    win = cfg.get("sliding_window") if cfg.get("model_type", "llama") == "mistral" else None
+    if win:
+        mask &= np.arange(T)[None, :] > np.arange(T)[:, None] - win
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        h = _rms(x, W[p + "input_layernorm.weight"], eps)
+        q = h @ W[p + "self_attn.q_proj.weight"].T
+        k = h @ W[p + "self_attn.k_proj.weight"].T
+        v = h @ W[p + "self_attn.v_proj.weight"].T
+        if family == "qwen2":
+            q = q + W[p + "self_attn.q_proj.bias"]
+            k = k + W[p + "self_attn.k_proj.bias"]
+            v = v + W[p + "self_attn.v_proj.bias"]
+        q, k, v = q.reshape(T, Hq, D), k.reshape(T, Hkv, D), v.reshape(T, Hkv, D)
+        if family == "qwen3":
+            q = _rms(q, W[p + "self_attn.q_norm.weight"], eps)
+            k = _rms(k, W[p + "self_attn.k_norm.weight"], eps)
+        sc = cfg.get("rope_scaling")
+        q, k = _rope_neox(q, pos, theta, sc), _rope_neox(k, pos, theta, sc)
+        k, v = np.repeat(k, Hq // Hkv, axis=1), np.repeat(v, Hq // Hkv, axis=1)
+        s = np.einsum("thd,shd->hts", q, k) / np.sqrt(D)
+        s = np.where(mask[None], s, -np.inf)
+        s = np.exp(s - s.max(-1, keepdims=True))
+        s /= s.sum(-1, keepdims=True)
+        o = np.einsum("hts,shd->thd", s, v).reshape(T, Hq * D)
+        x = x + o @ W[p + "self_attn.o_proj.weight"].T
+        h = _rms(x, W[p + "post_attention_layernorm.weight"], eps)
+        g, u = h @ W[p + "mlp.gate_proj.weight"].T, h @ W[p + "mlp.up_proj.weight"].T
+        x = x + (g / (1.0 + np.exp(-g)) * u) @ W[p + "mlp.down_proj.weight"].T
+    x = _rms(x, W["model.norm.weight"], eps)
+    head = W.get("lm_head.weight", W["model.embed_tokens.weight"])
+    return x @ head.T
+
+
+def ref_greedy(cfg, weights, ids, n, family="llama"):
+    ids = list(ids)
+    out = []
+    for _ in range(n):
+        t = int(np.argmax(ref_logits(cfg, weights, ids, family)[-1]))
+        out.append(t)
+        ids.append(t)
+    return out
