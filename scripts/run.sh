@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 . .venv/bin/activate
 python -m pip install -q . 
-python examples/tour.py "$@"
+python examples/chat.py "$@"
