@@ -368,11 +368,14 @@ def test_sentencepiece_gguf_parity():
         want = [1] + hf.encode(t, add_special_tokens=False).ids
         assert tok.encode(t) == want, t
         assert tok.decode(want, skip_special_tokens=True) == hf.decode(want, skip_special_tokens=True), t
-    # byte fallback for characters outside the vocabulary, and streaming decode
-    ids = tok.encode("ꙮ😀", add_special_tokens=False)
+    # byte fallback for characters outside the vocabulary (private-use characters, which the
+    # training corpus never contains: the trainer's alphabet is not deterministic across runs
+    # for characters that do occur in it), and streaming decode
+    rare = "\ue123\U000f0041"
+    ids = tok.encode(rare, add_special_tokens=False)
     assert all(tok.id_to_token(i).startswith("<0x") for i in ids[1:])
     d = tok.decoder()
-    assert "".join(d.push(i) for i in ids) + d.flush() == "ꙮ😀"
+    assert "".join(d.push(i) for i in ids) + d.flush() == rare
     assert tok.decode(tok.encode("<s>hi</s>", add_special_tokens=False)) == "<s> hi</s>"
 
 
