@@ -15,7 +15,7 @@
 
 #include "gpukit/errors.h"
 #include "gpukit/text.h"
-#include "text/utf8.h"
+#include "core/utf8.h"
 
 namespace {
 
@@ -122,7 +122,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       check(streamed == text, "streamed decode equals decode");
     }
     // round trip: the (U+FFFD-repaired) text comes back exactly
-    std::string want = gk::text::utf8::sanitize(payload);
+    std::string want = gk::utf8::sanitize(payload);
     if (mode == 4)  // SentencePiece: U+2581 in the input is the space marker and decodes to ' '
       for (size_t p; (p = want.find("\xE2\x96\x81")) != std::string::npos;) want.replace(p, 3, " ");
     check(t.decode(t.encode(payload, false, false)) == want, "round trip");

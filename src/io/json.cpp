@@ -56,24 +56,6 @@ uint32_t JsonReader::hex4() {
   return v;
 }
 
-static void put_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += char(cp);
-  } else if (cp < 0x800) {
-    out += char(0xC0 | (cp >> 6));
-    out += char(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += char(0xE0 | (cp >> 12));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  } else {
-    out += char(0xF0 | (cp >> 18));
-    out += char(0x80 | ((cp >> 12) & 0x3F));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  }
-}
-
 std::string JsonReader::string(const char* where) {
   if (peek() != '"') {
     if (pos_ >= s_.size()) fail(cat("unexpected end of header, expected a string for ", where));
@@ -112,7 +94,7 @@ std::string JsonReader::string(const char* where) {
           if (lo < 0xDC00 || lo > 0xDFFF) fail("unpaired high surrogate in \\u escape");
           cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
         }
-        put_utf8(out, cp);
+        utf8::append(out, cp);
         break;
       }
       default: fail(cat("invalid escape '\\", quote(std::string_view(&e, 1)), "' in ", where));

@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/utf8.h"
 #include "gpukit/errors.h"
 
 namespace gk::io::detail {
@@ -59,29 +60,7 @@ class ByteReader {
 };
 
 // Validates UTF-8 (no overlongs, no surrogates, at most U+10FFFF).
-inline bool valid_utf8(std::string_view s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  size_t n = s.size(), i = 0;
-  while (i < n) {
-    unsigned c = p[i];
-    if (c < 0x80) { ++i; continue; }
-    size_t len;
-    uint32_t cp;
-    if (c >= 0xC2 && c <= 0xDF) { len = 2; cp = c & 0x1F; }
-    else if (c >= 0xE0 && c <= 0xEF) { len = 3; cp = c & 0x0F; }
-    else if (c >= 0xF0 && c <= 0xF4) { len = 4; cp = c & 0x07; }
-    else return false;
-    if (n - i < len) return false;
-    for (size_t k = 1; k < len; ++k) {
-      if ((p[i + k] & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (p[i + k] & 0x3F);
-    }
-    if (len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) return false;
-    if (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) return false;
-    i += len;
-  }
-  return true;
-}
+inline bool valid_utf8(std::string_view s) { return utf8::valid(s); }
 
 // A printable, length-limited rendering of an untrusted name for error messages.
 inline std::string quote(std::string_view s) {

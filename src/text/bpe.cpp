@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "text/tokenizer_impl.h"
-#include "text/utf8.h"
+#include "core/utf8.h"
 
 namespace gk::text::detail {
 

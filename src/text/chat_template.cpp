@@ -2,7 +2,7 @@
 #include "gpukit/errors.h"
 #include "gpukit/text.h"
 #include "text/jinja.h"
-#include "text/utf8.h"
+#include "core/utf8.h"
 
 namespace gk::text {
 

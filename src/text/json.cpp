@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "gpukit/errors.h"
-#include "text/utf8.h"
+#include "core/utf8.h"
 
 namespace gk::text::json {
 

@@ -11,7 +11,7 @@
 
 #include "text/tokenizer_impl.h"
 #include "text/unicode.h"
-#include "text/utf8.h"
+#include "core/utf8.h"
 
 namespace gk::text::detail {
 namespace {

@@ -6,7 +6,7 @@
 #include "gpukit/errors.h"
 #include "text/tokenizer_impl.h"
 #include "text/unicode.h"
-#include "text/utf8.h"
+#include "core/utf8.h"
 
 namespace gk::text {
 namespace detail {

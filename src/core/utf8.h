@@ -1,4 +1,4 @@
-// UTF-8 helpers. Decoding follows the Unicode "maximal subpart" rule for invalid
+// UTF-8 helpers shared by the file readers and the tokenizers. Decoding follows the Unicode "maximal subpart" rule for invalid
 // input (the same U+FFFD substitutions as Python's bytes.decode('utf-8', 'replace')).
 #pragma once
 #include <cstddef>
@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-namespace gk::text::utf8 {
+namespace gk::utf8 {
 
 inline void append(std::string& out, uint32_t cp) {
   if (cp < 0x80) {
@@ -82,6 +82,18 @@ inline size_t valid_len(const uint8_t* s, size_t n) {
   return ok ? k : 0;
 }
 
+// True when the whole string is well-formed UTF-8 (no overlongs, surrogates or
+// code points past U+10FFFF).
+inline bool valid(std::string_view in) {
+  auto* s = reinterpret_cast<const uint8_t*>(in.data());
+  for (size_t i = 0, n = in.size(); i < n;) {
+    size_t k = valid_len(s + i, n - i);
+    if (k == 0) return false;
+    i += k;
+  }
+  return true;
+}
+
 // Replaces every ill-formed subsequence by U+FFFD.
 inline std::string sanitize(std::string_view in) {
   std::string out;
@@ -118,4 +130,4 @@ inline bool is_valid(std::string_view in) {
   return true;
 }
 
-}  // namespace gk::text::utf8
+}  // namespace gk::utf8
