@@ -7,12 +7,12 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "core/dynlib.h"
 #include "gpukit/errors.h"
 
 #if GPUKIT_WITH_CUDA
 #include <cublasLt.h>
 #include <dlfcn.h>
-#include <sys/stat.h>
 
 #include <map>
 #include <memory>
@@ -27,10 +27,7 @@ namespace gk::blas {
 
 namespace {
 std::atomic<uint64_t> g_lt_calls{0}, g_fallbacks{0}, g_plans{0}, g_no_algo{0};
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::string(v) : std::string();
-}
+using dynlib::env;
 [[maybe_unused]] bool env_on(const char* name) {
   std::string v = env(name);
   return !v.empty() && v != "0";
@@ -107,36 +104,10 @@ Loader& L() {
   return *l;
 }
 
-bool is_file(const std::string& p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-bool is_dir(const std::string& p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-const char* const kNames[] = {"libcublasLt.so.13", "libcublasLt.so"};
+using dynlib::is_file;
 
 std::vector<std::string> candidates(const Loader& l) {
-  std::vector<std::string> c;
-  auto add = [&](const std::string& p) {
-    if (p.empty()) return;
-    if (is_dir(p)) {
-      for (const char* n : kNames) c.push_back(p + "/" + n);
-    } else {
-      c.push_back(p);
-    }
-  };
-  add(env("GPUKIT_CUBLASLT_PATH"));
-  for (const char* n : kNames) c.push_back(n);
-  for (const char* var : {"CUDA_HOME", "CUDA_PATH"}) {
-    std::string h = env(var);
-    if (!h.empty()) add(h + "/lib64");
-  }
-  add("/usr/local/cuda/lib64");
-  for (const auto& p : l.extra) add(p);
-  return c;
+  return dynlib::candidates("GPUKIT_CUBLASLT_PATH", {"libcublasLt.so.13", "libcublasLt.so"}, l.extra);
 }
 
 template <class F>

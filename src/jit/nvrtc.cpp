@@ -1,10 +1,10 @@
 // NVRTC, loaded at run time with dlopen: search, entry points, one compilation.
 #include <dlfcn.h>
-#include <sys/stat.h>
 
 #include <cstdlib>
 #include <mutex>
 
+#include "core/dynlib.h"
 #include "jit/internal.h"
 
 namespace gk::jit {
@@ -46,42 +46,14 @@ Loader& L() {
   return *l;
 }
 
-bool is_file(const std::string& p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-bool is_dir(const std::string& p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::string(v) : std::string();
-}
-
-const char* const kLibNames[] = {"libnvrtc.so.13", "libnvrtc.so", "libnvrtc.so.12"};
+using dynlib::env;
+using dynlib::is_dir;
+using dynlib::is_file;
 
 // Candidates: a name for the loader ("libnvrtc.so.13") or a path.
 std::vector<std::string> candidates(const Loader& l) {
-  std::vector<std::string> c;
-  auto add_dir_or_file = [&](const std::string& p) {
-    if (p.empty()) return;
-    if (is_dir(p)) {
-      for (const char* n : kLibNames) c.push_back(p + "/" + n);
-    } else {
-      c.push_back(p);
-    }
-  };
-  add_dir_or_file(env("GPUKIT_NVRTC_PATH"));
-  if (!env("GPUKIT_NVRTC_NO_SEARCH").empty() && env("GPUKIT_NVRTC_NO_SEARCH") != "0") return c;
-  for (const char* n : kLibNames) c.push_back(n);
-  for (const char* var : {"CUDA_HOME", "CUDA_PATH"}) {
-    std::string h = env(var);
-    if (!h.empty()) add_dir_or_file(h + "/lib64");
-  }
-  add_dir_or_file("/usr/local/cuda/lib64");
-  for (const auto& p : l.extra_libs) add_dir_or_file(p);
-  return c;
+  return dynlib::candidates("GPUKIT_NVRTC_PATH", {"libnvrtc.so.13", "libnvrtc.so", "libnvrtc.so.12"}, l.extra_libs,
+                            "GPUKIT_NVRTC_NO_SEARCH");
 }
 
 template <class F>
