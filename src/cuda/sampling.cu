@@ -41,10 +41,100 @@ __device__ __forceinline__ bool sel_active(const SampleArgs& a, const smp::RowCf
 
 __device__ __forceinline__ uint64_t weight(float s, float m) { return smp::weight_of(smp::rel_exp(s, m)); }
 
+// ---------------------------------------------------------------- radix selects
+struct SelCtx {
+  float m;
+  uint32_t kv;      // inclusion: order key >= kv (top-p: kk; typical: max(kk, kp))
+  float minp;       // typical inclusion: rel_exp >= minp (0: off)
+  double mean;      // typical mean of (s - m)
+};
+
+__device__ __forceinline__ double typical_mean(const RowState& st) {
+  return st.W1 ? double(st.S1) / double(st.W1) : 0.0;
+}
+
+template <int which>
+__device__ __forceinline__ bool sel_key(const SelCtx& x, float s, uint32_t& key) {
+  const uint32_t ok = smp::order_key(s);
+  if (which == kTopK) {
+    key = ok;
+    return true;
+  }
+  if (which == kTopP) {
+    key = ok;
+    return ok >= x.kv;
+  }
+  if (ok < x.kv) return false;
+  if (x.minp != 0.f && !(smp::rel_exp(s, x.m) >= x.minp)) return false;
+  key = smp::typical_key(smp::fsub_rn(s, x.m), x.mean);
+  return true;
+}
+
+// The row's last CTA after a histogram pass: takes the merged histogram (leaving zeros
+// for the next pass), picks the bin in descending key order where the cumulative count /
+// mass reaches the target, and records the prefix (and at level 2 the threshold).
+template <int which>
+__device__ __forceinline__ void finish_level(Scratch& sh, unsigned long long* hv, unsigned int* hc,
+                                             unsigned long long* gv, unsigned int* gc, const smp::RowCfg& c,
+                                             RowState& st, int level, uint32_t prefix) {
+  const int width = level == 2 ? 10 : 11;
+  for (int b = threadIdx.x; b < kBins; b += kThreads) {
+    hv[b] = __ldcg(&gv[b]);
+    hc[b] = __ldcg(&gc[b]);
+    gv[b] = 0, gc[b] = 0;
+  }
+  if (threadIdx.x == 0) sh.pick = INT32_MAX;
+  __syncthreads();
+  // descending bin order: thread t owns ranks [8t, 8t + 8)
+  unsigned long long loc = 0;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) loc += hv[kBins - 1 - (threadIdx.x * 8 + k)];
+  unsigned long long tot;
+  const unsigned long long before = block_excl_scan(sh, loc, &tot);
+  unsigned long long target;
+  if (level == 0) {
+    target = which == kTopK ? (unsigned long long)c.top_k
+                            : (unsigned long long)smp::frac_target(which == kTopP ? c.top_p : c.typical, tot);
+  } else {
+    target = st.target;
+  }
+  unsigned long long cum = before;
+  int cand = INT32_MAX;
+  unsigned long long above = 0;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const int b = kBins - 1 - (threadIdx.x * 8 + k);
+    const unsigned long long nx = cum + hv[b];
+    if (cand == INT32_MAX && hc[b] && nx >= target) cand = threadIdx.x * 8 + k, above = cum;
+    cum = nx;
+  }
+  if (cand != INT32_MAX) atomicMin(&sh.pick, cand);
+  __syncthreads();
+  const int pick = sh.pick;
+  if (pick == INT32_MAX) {
+    if (threadIdx.x == 0) st.dead = 1;  // keep everything (threshold 0)
+    return;
+  }
+  if (cand == pick) {  // exactly one thread
+    const uint32_t np = (prefix << width) | uint32_t(kBins - 1 - pick);
+    st.dead = 0;
+    st.prefix = np;
+    st.target = target - above;
+    if (level == 2) {
+      if (which == kTopK) st.kk = np;
+      else if (which == kTopP) st.kp = np;
+      else st.kt = np;
+    }
+  }
+}
+
 // ---------------------------------------------------------------- pass 1
+// topk_hist: also the level-0 count histogram of the top-k select (saves a launch).
 template <class T>
-__global__ void __launch_bounds__(kThreads) k_process(SampleArgs a, Ws w) {
+__global__ void __launch_bounds__(kThreads) k_process(SampleArgs a, Ws w, bool topk_hist) {
   __shared__ int mark[kChunk];
+  __shared__ unsigned long long hv[kBins];
+  __shared__ unsigned int hc[kBins];
   __shared__ Scratch sh;
   const int64_t r = blockIdx.y, V = a.V;
   const int64_t c0 = int64_t(blockIdx.x) * kChunk, c1 = min(V, c0 + kChunk);
@@ -79,6 +169,13 @@ __global__ void __launch_bounds__(kThreads) k_process(SampleArgs a, Ws w) {
   const bool process_only = a.mode == SampleMode::Process;
   const bool scale_out = a.scale_by_temperature && !c.greedy;
   float* work = a.work + r * a.work_stride;
+  const bool hist = topk_hist && !process_only && sel_active(a, c, kTopK);
+  if (hist) {
+    for (int b = threadIdx.x; b < kBins; b += kThreads) hc[b] = 0;
+    __syncthreads();
+  }
+  int cur = -1;
+  unsigned int cc = 0;
   float bv = -INFINITY;
   int bi = INT32_MAX;
 #pragma unroll
@@ -99,8 +196,24 @@ __global__ void __launch_bounds__(kThreads) k_process(SampleArgs a, Ws w) {
     const float s = smp::finite_top(c.greedy ? x : x / c.temp);
     work[i] = s;
     if (better(s, int(i), bv, bi)) bv = s, bi = int(i);
+    if (hist) {
+      const int d = int(smp::order_key(s) >> 21);
+      if (d != cur) {
+        if (cur >= 0) atomicAdd(&hc[cur], cc);
+        cur = d, cc = 0;
+      }
+      ++cc;
+    }
   }
   if (process_only) return;
+  if (hist) {
+    if (cur >= 0) atomicAdd(&hc[cur], cc);
+    __syncthreads();
+    unsigned long long* gv = w.hval + r * kBins;
+    unsigned int* gc = w.hcnt + r * kBins;
+    for (int b = threadIdx.x; b < kBins; b += kThreads)
+      if (hc[b]) atomicAdd(&gv[b], (unsigned long long)hc[b]), atomicAdd(&gc[b], hc[b]);
+  }
   block_argmax(sh, bv, bi);
   Partial* part = w.part + r * w.C;
   if (threadIdx.x == 0) part[blockIdx.x].vmax = bv, part[blockIdx.x].imax = bi;
@@ -113,35 +226,7 @@ __global__ void __launch_bounds__(kThreads) k_process(SampleArgs a, Ws w) {
   }
   block_argmax(sh, bv, bi);
   if (threadIdx.x == 0) w.state[r].m = bv, w.state[r].argmax = bi;
-}
-
-// ---------------------------------------------------------------- radix selects
-struct SelCtx {
-  float m;
-  uint32_t kv;      // inclusion: order key >= kv (top-p: kk; typical: max(kk, kp))
-  float minp;       // typical inclusion: rel_exp >= minp (0: off)
-  double mean;      // typical mean of (s - m)
-};
-
-__device__ __forceinline__ double typical_mean(const RowState& st) {
-  return st.W1 ? double(st.S1) / double(st.W1) : 0.0;
-}
-
-template <int which>
-__device__ __forceinline__ bool sel_key(const SelCtx& x, float s, uint32_t& key) {
-  const uint32_t ok = smp::order_key(s);
-  if (which == kTopK) {
-    key = ok;
-    return true;
-  }
-  if (which == kTopP) {
-    key = ok;
-    return ok >= x.kv;
-  }
-  if (ok < x.kv) return false;
-  if (x.minp != 0.f && !(smp::rel_exp(s, x.m) >= x.minp)) return false;
-  key = smp::typical_key(smp::fsub_rn(s, x.m), x.mean);
-  return true;
+  if (hist) finish_level<kTopK>(sh, hv, hc, w.hval + r * kBins, w.hcnt + r * kBins, c, w.state[r], 0, 0u);
 }
 
 template <int which>
@@ -194,55 +279,7 @@ __global__ void __launch_bounds__(kThreads) k_select(SampleArgs a, Ws w, int lev
   for (int b = threadIdx.x; b < kBins; b += kThreads)
     if (hc[b]) atomicAdd(&gv[b], hv[b]), atomicAdd(&gc[b], hc[b]);
   if (!last_cta(sh, &st.counter, unsigned(w.C))) return;
-  // the row's last CTA: take the merged histogram (and leave zeros for the next pass)
-  for (int b = threadIdx.x; b < kBins; b += kThreads) {
-    hv[b] = __ldcg(&gv[b]);
-    hc[b] = __ldcg(&gc[b]);
-    gv[b] = 0, gc[b] = 0;
-  }
-  if (threadIdx.x == 0) sh.pick = INT32_MAX;
-  __syncthreads();
-  // descending bin order: thread t owns ranks [8t, 8t + 8)
-  unsigned long long loc = 0;
-#pragma unroll
-  for (int k = 0; k < 8; ++k) loc += hv[kBins - 1 - (threadIdx.x * 8 + k)];
-  unsigned long long tot;
-  const unsigned long long before = block_excl_scan(sh, loc, &tot);
-  unsigned long long target;
-  if (level == 0) {
-    target = which == kTopK ? (unsigned long long)c.top_k
-                            : (unsigned long long)smp::frac_target(which == kTopP ? c.top_p : c.typical, tot);
-  } else {
-    target = st.target;
-  }
-  unsigned long long cum = before;
-  int cand = INT32_MAX;
-  unsigned long long above = 0;
-#pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    const int b = kBins - 1 - (threadIdx.x * 8 + k);
-    const unsigned long long nx = cum + hv[b];
-    if (cand == INT32_MAX && hc[b] && nx >= target) cand = threadIdx.x * 8 + k, above = cum;
-    cum = nx;
-  }
-  if (cand != INT32_MAX) atomicMin(&sh.pick, cand);
-  __syncthreads();
-  const int pick = sh.pick;
-  if (pick == INT32_MAX) {
-    if (threadIdx.x == 0) st.dead = 1;  // keep everything (threshold 0)
-    return;
-  }
-  if (cand == pick) {  // exactly one thread
-    const uint32_t np = (prefix << width) | uint32_t(kBins - 1 - pick);
-    st.dead = 0;
-    st.prefix = np;
-    st.target = target - above;
-    if (level == 2) {
-      if (which == kTopK) st.kk = np;
-      else if (which == kTopP) st.kp = np;
-      else st.kt = np;
-    }
-  }
+  finish_level<which>(sh, hv, hc, gv, gc, c, st, level, prefix);
 }
 
 // typical-p: kept mass W1 and sum of w (s - m) over the entries kept so far (integer atomics)
@@ -468,8 +505,8 @@ __global__ void __launch_bounds__(kThreads) k_final(SampleArgs a, Ws w) {
 }
 
 template <int which>
-void launch_select(const SampleArgs& a, const Ws& w, dim3 grid, cudaStream_t st) {
-  for (int lv = 0; lv < 3; ++lv) {
+void launch_select(const SampleArgs& a, const Ws& w, dim3 grid, cudaStream_t st, int first_level = 0) {
+  for (int lv = first_level; lv < 3; ++lv) {
     k_select<which><<<grid, kThreads, 0, st>>>(a, w, lv);
     GK_LAUNCH_CHECK("sampling_select");
   }
@@ -486,21 +523,22 @@ void sample_rows(const SampleArgs& a, void* stream) {
   const Ws w = ws_layout(a.ws, a.B, a.V, a.top_n);
   const dim3 grid(unsigned(w.C), unsigned(a.B));
   if (a.mode != SampleMode::Process) GK_CUDA_CHECK(cudaMemsetAsync(a.ws, 0, size_t(zero_bytes(a.B)), st));
+  // Filters that some row may use (per-row arrays: any value; scalars: the row_cfg rule)
+  const bool draw = a.mode != SampleMode::Process;
+  const bool any_temp = a.mode == SampleMode::Filter || a.temperature.ptr || a.temperature.value > 0.f;
+  const bool topk = draw && any_temp && (a.top_k.ptr || (a.top_k.value > 0 && a.top_k.value < a.V));
+  const bool topp = a.top_p.ptr || (a.top_p.value > 0.f && a.top_p.value < 1.f);
+  const bool typ = a.typical_p.ptr || (a.typical_p.value > 0.f && a.typical_p.value < 1.f);
   switch (a.dtype) {
-    case DType::f32: k_process<float><<<grid, kThreads, 0, st>>>(a, w); break;
-    case DType::bf16: k_process<bf16><<<grid, kThreads, 0, st>>>(a, w); break;
-    case DType::f16: k_process<f16><<<grid, kThreads, 0, st>>>(a, w); break;
+    case DType::f32: k_process<float><<<grid, kThreads, 0, st>>>(a, w, topk); break;
+    case DType::bf16: k_process<bf16><<<grid, kThreads, 0, st>>>(a, w, topk); break;
+    case DType::f16: k_process<f16><<<grid, kThreads, 0, st>>>(a, w, topk); break;
     default: throw TypeError("logits: dtype must be float32, bfloat16 or float16");
   }
   GK_LAUNCH_CHECK("sampling_process");
-  if (a.mode == SampleMode::Process) return;
-  // Filters that some row may use (per-row arrays: any value; scalars: the row_cfg rule)
-  const bool topk = a.top_k.ptr || (a.top_k.value > 0 && a.top_k.value < a.V);
-  const bool topp = a.top_p.ptr || (a.top_p.value > 0.f && a.top_p.value < 1.f);
-  const bool typ = a.typical_p.ptr || (a.typical_p.value > 0.f && a.typical_p.value < 1.f);
-  const bool any_temp = a.mode == SampleMode::Filter || a.temperature.ptr || a.temperature.value > 0.f;
+  if (!draw) return;
   if (any_temp) {
-    if (topk) launch_select<kTopK>(a, w, grid, st);
+    if (topk) launch_select<kTopK>(a, w, grid, st, 1);  // level 0 ran in k_process
     if (topp) launch_select<kTopP>(a, w, grid, st);
     if (typ) {
       k_typstats<<<grid, kThreads, 0, st>>>(a, w);
