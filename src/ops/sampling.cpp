@@ -72,14 +72,14 @@ void execute(Run& r) {
 #if GPUKIT_WITH_CUDA
   // scratch from the stream's caching allocator: the same sizes every call, so a
   // captured graph replays with the buffers it captured
-  Array work;
+  Array work, ws;
   if (a.mode != SampleMode::Process) {
     a.work_stride = cuda::sample_work_stride(a.V);
     work = Array::empty({a.B, a.work_stride}, DType::f32, r.d, &r.s);
     a.work = work.data_as<float>();
+    ws = Array::empty({cuda::sample_workspace_bytes(a)}, DType::u8, r.d, &r.s);
+    a.ws = ws.data();
   }
-  Array ws = Array::empty({std::max<int64_t>(cuda::sample_workspace_bytes(a), 1)}, DType::u8, r.d, &r.s);
-  a.ws = ws.data();
   for (auto& x : r.inputs) detail::mark_used(x, r.s);
   cuda::sample_rows(a, r.s.handle());
 #else
