@@ -1,155 +1,102 @@
-// Quantized decode GEMV (W8A16 fp8-e4m3 / int8 with per-channel scales, W4A16 int4
-// with group scales and zero points; formats in ops/quant_args.h). Same plan as
-// gemv.cu: two output rows per warp, each lane streams 16-byte vectors of both rows
-// (16 weights for 8-bit formats, 32 for int4) with several loads in flight, x read
-// through the read-only cache in bf16/fp16, fp32 accumulation, a fixed xor-butterfly
-// over the lanes, and a deterministic split-K (slices summed in order by a second
-// kernel) for small N.
-//   fp8/int8: sum of float(q) * x per row, times the row's scale at the end.
-//   int4: per 32-weight vector (inside one group, since G % 32 == 0), the exact small
-//         integers (q - z) times x are summed, then scaled by s[j, g] into the row sum.
-// The front end guarantees 16-byte aligned q rows and x rows, K % 16 == 0 (8-bit)
-// and G % 32 == 0, K % G == 0 (int4); GGUF Q8_0 / Q4_0 blocks (k_ggml_gemv) need
-// only K % 32 == 0 and 2-byte aligned rows.
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
-#include <cuda_runtime.h>
-
-#include <algorithm>
-
+// Quantized decode GEMV (formats in ops/quant_args.h): fp8, int8, int4, NVF4 and Q4_K
+// run the 16-byte chunk kernel family of common/gemv.cuh with their format functors;
+// the GGUF blocks that are only 2-byte aligned (Q8_0 34 B, Q4_0 18 B, Q4_1 20 B, Q6_K
+// 210 B) run k_block_gemv: one block per lane per step, decoded with the shared block
+// definitions of ops/gguf_blocks.h into the exact float32 weights the CPU reference
+// uses, fp32 sums, the same fixed xor-butterfly and split-K scheme.
+#include "common/gemv.cuh"
 #include "core/cuda_util.h"
 #include "ops/backend.h"
-#include "ops/gguf_blocks.h"
 #include "ops/quant_args.h"
 
 namespace gk::cuda {
 
-GK_REGISTER_CUDA_OPS("gemv_fp8", "gemv_int8", "gemv_int4", "gemv_q8_0", "gemv_q4_0");
+GK_REGISTER_CUDA_OPS("gemv_fp8", "gemv_int8", "gemv_int4", "gemv_nvf4", "gemv_q8_0", "gemv_q4_0", "gemv_q4_1",
+                     "gemv_q4_k", "gemv_q6_k");
 
 namespace {
 
-constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * 32;
-constexpr int kRows = 2;
-constexpr int kMaxSplit = 16;
-constexpr int kTargetWarps = 132 * 32;
+using namespace gemv_detail;
 
-template <class T>
-__device__ __forceinline__ float2 pair(uint32_t v) {
-  if constexpr (std::is_same_v<T, bf16>) {
-    return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
-  } else {
-    __half2 h = *reinterpret_cast<__half2*>(&v);
-    return __half22float2(h);
-  }
-}
+constexpr int kBRows = 2;  // block kernel: rows per warp
 
-// Eight x values (one uint4) against eight decoded weights.
-template <class T>
-__device__ __forceinline__ float dot8(const uint4& x, const float* wf, float acc) {
-  const uint32_t xs[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    float2 a = pair<T>(xs[i]);
-    acc = fmaf(a.x, wf[2 * i], acc);
-    acc = fmaf(a.y, wf[2 * i + 1], acc);
-  }
-  return acc;
-}
-
-// Decodes 16 bytes of weights into E floats (fp8/int8: 16 values; int4: 32 values q - z).
+// A 32-weight GGUF block of BB bytes (2-byte aligned) copied to registers as 16-bit words
+// and decoded by the shared definition.
 template <int F>
-__device__ __forceinline__ void decode(const uint4& v, float* out, int zero) {
-  const uint32_t ws[4] = {v.x, v.y, v.z, v.w};
+__device__ __forceinline__ void block32(const uint8_t* gp, float (&w)[32]) {
+  constexpr int BB = F == int(QFormat::q8_0) ? gguf::kQ8_0Bytes : (F == int(QFormat::q4_0) ? gguf::kQ4_0Bytes : gguf::kQ4_1Bytes);
+  uint16_t raw[BB / 2];
+  const uint16_t* g16 = reinterpret_cast<const uint16_t*>(gp);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t u = ws[i];
-    if constexpr (F == int(QFormat::fp8)) {
-      __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(u & 0xffffu), __NV_E4M3);
-      __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(u >> 16), __NV_E4M3);
-      float2 a = __half22float2(*reinterpret_cast<__half2*>(&lo));
-      float2 b = __half22float2(*reinterpret_cast<__half2*>(&hi));
-      out[4 * i] = a.x;
-      out[4 * i + 1] = a.y;
-      out[4 * i + 2] = b.x;
-      out[4 * i + 3] = b.y;
-    } else if constexpr (F == int(QFormat::int8)) {
-#pragma unroll
-      for (int b = 0; b < 4; ++b) out[4 * i + b] = float(int8_t(uint8_t(u >> (8 * b))));
-    } else {
-#pragma unroll
-      for (int b = 0; b < 8; ++b) out[8 * i + b] = float(int((u >> (4 * b)) & 0xfu) - zero);
-    }
-  }
-}
-
-__device__ __forceinline__ void store(void* y, DType t, int64_t i, float v) {
-  if (t == DType::f32) static_cast<float*>(y)[i] = v;
-  else if (t == DType::bf16) static_cast<bf16*>(y)[i] = convert<bf16>(v);
-  else static_cast<f16*>(y)[i] = convert<f16>(v);
+  for (int h = 0; h < BB / 2; ++h) raw[h] = __ldcs(g16 + h);
+  const uint8_t* b = reinterpret_cast<const uint8_t*>(raw);
+  if constexpr (F == int(QFormat::q8_0)) gguf::q8_0(b, w);
+  else if constexpr (F == int(QFormat::q4_0)) gguf::q4_0(b, w);
+  else gguf::q4_1(b, w);
 }
 
 template <class T, int F, int MT>
-__global__ void __launch_bounds__(kThreads) k_qgemv(QGemvArgs p) {
-  constexpr bool kInt4 = F == int(QFormat::int4);
-  constexpr int E = kInt4 ? 32 : 16;  // weights per 16-byte vector
-  constexpr int U = MT >= 4 ? 1 : 2;  // vectors per row in flight per lane
+__global__ void __launch_bounds__(kThreads) k_block_gemv(QGemvArgs p) {
+  constexpr bool kK = F == int(QFormat::q6_k);
+  constexpr int QK = kK ? gguf::kBlockK : gguf::kBlock;
+  constexpr int BB = kK ? gguf::kQ6_KBytes
+                        : (F == int(QFormat::q8_0) ? gguf::kQ8_0Bytes
+                                                   : (F == int(QFormat::q4_0) ? gguf::kQ4_0Bytes : gguf::kQ4_1Bytes));
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t row0 = (int64_t(blockIdx.x) * kWarps + warp) * kRows;
-  if (row0 >= p.n) return;
+  const int64_t row0 = (int64_t(blockIdx.x) * kWarps + warp) * kBRows;
+  if (row0 >= p.n) return;  // a whole warp leaves; no block barrier below
   const int s = blockIdx.y, S = gridDim.y;
-  const int m = int(p.m);
-  const int64_t rows[kRows] = {row0, row0 + 1 < p.n ? row0 + 1 : row0};
+  const int64_t rows[kBRows] = {row0, row0 + 1 < p.n ? row0 + 1 : row0};
   const T* x = static_cast<const T*>(p.x);
-  const uint4* wq[kRows];
+  float acc[MT][kBRows];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r)
-    wq[r] = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.q) + rows[r] * p.q_rs);
-  const int64_t ng = kInt4 ? p.k / p.group : 1;
-  float acc[MT][kRows];
+  for (int i = 0; i < MT; ++i)
 #pragma unroll
-  for (int i = 0; i < MT; ++i) acc[i][0] = acc[i][1] = 0.0f;
-
-  const int64_t kv = p.k / E;
-  const int64_t nch = (kv + 31) / 32;
+    for (int r = 0; r < kBRows; ++r) acc[i][r] = 0.0f;
+  const int64_t nb = p.k / QK;
+  const int64_t nch = (nb + 31) / 32;
   const int64_t cps = (nch + S - 1) / S;
   const int64_t c0 = int64_t(s) * cps, c1 = std::min(nch, c0 + cps);
-  for (int64_t c = c0; c < c1; c += U) {
-    uint4 wv[U][kRows];
-    bool ok[U];
+  for (int64_t c = c0; c < c1; ++c) {
+    const int64_t blk = c * 32 + lane;
+    if (blk >= nb) continue;
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t v = (c + u) * 32 + lane;
-      ok[u] = c + u < c1 && v < kv;
-      if (ok[u]) {
+    for (int r = 0; r < kBRows; ++r) {
+      const uint8_t* gb = static_cast<const uint8_t*>(p.q) + rows[r] * p.q_rs + blk * BB;
+      if constexpr (kK) {
+        for (int i16 = 0; i16 < 16; ++i16) {
+          float w[16];
+          gguf::q6_k16(gb, i16, w);
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) wv[u][r] = __ldcs(wq[r] + v);
-      }
-    }
+          for (int i = 0; i < MT; ++i) {
+            if (i < p.m) {
+              const uint4* xv = reinterpret_cast<const uint4*>(x + i * p.x_rs + blk * QK + 16 * i16);
+              float a = acc[i][r], xf[8];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (!ok[u]) continue;
-      const int64_t v = (c + u) * 32 + lane;
+              for (int hh = 0; hh < 2; ++hh) {
+                to_float8<T>(__ldg(xv + hh), xf);
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        float wf[E];
-        float scale = 1.0f;
-        int zero = 0;
-        if constexpr (kInt4) {
-          const int64_t g = rows[r] * ng + (v * E) / p.group;
-          scale = __ldg(p.scales + g);
-          zero = int(__ldg(p.zeros + g));
+                for (int e = 0; e < 8; ++e) a = fmaf(xf[e], w[8 * hh + e], a);
+              }
+              acc[i][r] = a;
+            }
+          }
         }
-        decode<F>(wv[u][r], wf, zero);
+      } else {
+        float w[32];
+        block32<F>(gb, w);
 #pragma unroll
         for (int i = 0; i < MT; ++i) {
-          if (i < m) {
-            const uint4* xv = reinterpret_cast<const uint4*>(x + i * p.x_rs) + v * (E / 8);
-            float d = 0.0f;
+          if (i < p.m) {
+            const uint4* xv = reinterpret_cast<const uint4*>(x + i * p.x_rs + blk * QK);
+            float a = acc[i][r], xf[8];
 #pragma unroll
-            for (int h = 0; h < E / 8; ++h) d = dot8<T>(__ldg(xv + h), wf + 8 * h, d);
-            if constexpr (kInt4) acc[i][r] = fmaf(scale, d, acc[i][r]);
-            else acc[i][r] += d;
+            for (int hh = 0; hh < 4; ++hh) {
+              to_float8<T>(__ldg(xv + hh), xf);
+#pragma unroll
+              for (int e = 0; e < 8; ++e) a = fmaf(xf[e], w[8 * hh + e], a);
+            }
+            acc[i][r] = a;
           }
         }
       }
@@ -158,7 +105,7 @@ __global__ void __launch_bounds__(kThreads) k_qgemv(QGemvArgs p) {
 #pragma unroll
   for (int i = 0; i < MT; ++i)
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < kBRows; ++r) {
       float v = acc[i][r];
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -167,146 +114,91 @@ __global__ void __launch_bounds__(kThreads) k_qgemv(QGemvArgs p) {
   if (lane != 0) return;
 #pragma unroll
   for (int i = 0; i < MT; ++i) {
-    if (i >= m) break;
+    if (i >= p.m) break;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < kBRows; ++r) {
       const int64_t row = row0 + r;
       if (row >= p.n) break;
-      float v = acc[i][r];
-      if constexpr (!kInt4) v *= __ldg(p.scales + row);
-      if (S == 1) store(p.y, p.out_dtype, i * p.n + row, v);
-      else p.part[(int64_t(s) * p.m + i) * p.n + row] = v;
-    }
-  }
-}
-
-// GGUF Q8_0 / Q4_0: one 32-weight block per lane per step (blocks are 34 / 18 bytes, so
-// only 2-byte aligned: read as 16-bit words). The block's integer codes times x are
-// summed exactly-ordered in fp32, then scaled by the block's d.
-template <class T, int F, int MT>
-__global__ void __launch_bounds__(kThreads) k_ggml_gemv(QGemvArgs p) {
-  constexpr bool kQ8 = F == int(QFormat::q8_0);
-  constexpr int BB = kQ8 ? gguf::kQ8_0Bytes : gguf::kQ4_0Bytes;
-  constexpr int W16 = BB / 2;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t row0 = (int64_t(blockIdx.x) * kWarps + warp) * kRows;
-  if (row0 >= p.n) return;
-  const int s = blockIdx.y, S = gridDim.y;
-  const int m = int(p.m);
-  const int64_t rows[kRows] = {row0, row0 + 1 < p.n ? row0 + 1 : row0};
-  const T* x = static_cast<const T*>(p.x);
-  float acc[MT][kRows];
-#pragma unroll
-  for (int i = 0; i < MT; ++i) acc[i][0] = acc[i][1] = 0.0f;
-  const int64_t nb = p.k / gguf::kBlock;
-  const int64_t nch = (nb + 31) / 32;
-  const int64_t cps = (nch + S - 1) / S;
-  const int64_t c0 = int64_t(s) * cps, c1 = std::min(nch, c0 + cps);
-  for (int64_t c = c0; c < c1; ++c) {
-    const int64_t blk = c * 32 + lane;
-    if (blk >= nb) continue;
-    uint16_t raw[kRows][W16];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const uint16_t* b = reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(p.q) + rows[r] * p.q_rs +
-                                                            blk * BB);
-#pragma unroll
-      for (int h = 0; h < W16; ++h) raw[r][h] = __ldcs(b + h);
-    }
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const uint8_t* bytes = reinterpret_cast<const uint8_t*>(raw[r]);
-      const float d = gguf::block_scale(bytes);
-      float wf[32];
-#pragma unroll
-      for (int j = 0; j < 32; ++j) wf[j] = float(kQ8 ? gguf::q8_0_code(bytes, j) : gguf::q4_0_code(bytes, j));
-#pragma unroll
-      for (int i = 0; i < MT; ++i) {
-        if (i < m) {
-          const uint4* xv = reinterpret_cast<const uint4*>(x + i * p.x_rs) + blk * 4;
-          float dsum = 0.0f;
-#pragma unroll
-          for (int h = 0; h < 4; ++h) dsum = dot8<T>(__ldg(xv + h), wf + 8 * h, dsum);
-          acc[i][r] = fmaf(d, dsum, acc[i][r]);
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < MT; ++i)
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      float v = acc[i][r];
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-      acc[i][r] = v;
-    }
-  if (lane != 0) return;
-#pragma unroll
-  for (int i = 0; i < MT; ++i) {
-    if (i >= m) break;
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int64_t row = row0 + r;
-      if (row >= p.n) break;
-      if (S == 1) store(p.y, p.out_dtype, i * p.n + row, acc[i][r]);
+      if (S == 1) store_out(p.y, p.out_dtype, i * p.n + row, acc[i][r]);
       else p.part[(int64_t(s) * p.m + i) * p.n + row] = acc[i][r];
     }
   }
 }
 
-__global__ void k_qsum(const float* __restrict__ part, void* y, DType out, int64_t mn, int S) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < mn; i += int64_t(gridDim.x) * blockDim.x) {
-    float v = part[i];
-    for (int s = 1; s < S; ++s) v += part[int64_t(s) * mn + i];
-    store(y, out, i, v);
+template <class T, int F>
+void launch_block(const QGemvArgs& p, cudaStream_t st) {
+  const int64_t blocks = (p.n + kWarps * kBRows - 1) / (kWarps * kBRows);
+  if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
+  dim3 grid(unsigned(blocks), unsigned(std::max(1, p.split)));
+  if (p.m <= 1) k_block_gemv<T, F, 1><<<grid, kThreads, 0, st>>>(p);
+  else if (p.m <= 2) k_block_gemv<T, F, 2><<<grid, kThreads, 0, st>>>(p);
+  else if (p.m <= 4) k_block_gemv<T, F, 4><<<grid, kThreads, 0, st>>>(p);
+  else k_block_gemv<T, F, 8><<<grid, kThreads, 0, st>>>(p);
+  GK_LAUNCH_CHECK("qgemv_block");
+  if (p.split > 1) {
+    KArgs k;
+    k.part = p.part;
+    k.y = p.y;
+    k.m = p.m;
+    k.n = p.n;
+    k.out = p.out_dtype;
+    launch_sum(k, p.split, st);
   }
 }
 
-template <class T, int F>
-void launch(const QGemvArgs& p, cudaStream_t st) {
-  const int64_t blocks = (p.n + kWarps * kRows - 1) / (kWarps * kRows);
-  if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
-  dim3 grid(unsigned(blocks), unsigned(std::max(1, p.split)));
-  if constexpr (F == int(QFormat::q8_0) || F == int(QFormat::q4_0)) {
-    if (p.m <= 1) k_ggml_gemv<T, F, 1><<<grid, kThreads, 0, st>>>(p);
-    else if (p.m <= 2) k_ggml_gemv<T, F, 2><<<grid, kThreads, 0, st>>>(p);
-    else if (p.m <= 4) k_ggml_gemv<T, F, 4><<<grid, kThreads, 0, st>>>(p);
-    else k_ggml_gemv<T, F, 8><<<grid, kThreads, 0, st>>>(p);
-  } else {
-    if (p.m <= 1) k_qgemv<T, F, 1><<<grid, kThreads, 0, st>>>(p);
-    else if (p.m <= 2) k_qgemv<T, F, 2><<<grid, kThreads, 0, st>>>(p);
-    else if (p.m <= 4) k_qgemv<T, F, 4><<<grid, kThreads, 0, st>>>(p);
-    else k_qgemv<T, F, 8><<<grid, kThreads, 0, st>>>(p);
-  }
-  GK_LAUNCH_CHECK("qgemv");
-  if (p.split > 1) {
-    const int64_t mn = p.m * p.n;
-    k_qsum<<<unsigned(std::min<int64_t>((mn + 255) / 256, 132 * 8)), 256, 0, st>>>(p.part, p.y, p.out_dtype, mn,
-                                                                                   p.split);
-    GK_LAUNCH_CHECK("qgemv_sum");
-  }
+template <class F, class T>
+void launch_chunks(const QGemvArgs& a, cudaStream_t st) {
+  KArgs p;
+  p.x = a.x;
+  p.x_rs = a.x_rs;
+  p.q = static_cast<const uint8_t*>(a.q);
+  p.q_rs = a.q_rs;
+  p.scales = a.scales;
+  p.aux = a.zeros;
+  p.gscale = a.tensor_scale;
+  p.y = a.y;
+  p.part = a.part;
+  p.m = a.m;
+  p.n = a.n;
+  p.k = a.k;
+  p.group = a.group;
+  p.out = a.out_dtype;
+  launch_family<F, T>(p, a.split, st);
 }
 
 template <class T>
 void by_format(const QGemvArgs& p, cudaStream_t st) {
   switch (p.fmt) {
-    case QFormat::fp8: return launch<T, int(QFormat::fp8)>(p, st);
-    case QFormat::int8: return launch<T, int(QFormat::int8)>(p, st);
-    case QFormat::int4: return launch<T, int(QFormat::int4)>(p, st);
-    case QFormat::q8_0: return launch<T, int(QFormat::q8_0)>(p, st);
-    case QFormat::q4_0: return launch<T, int(QFormat::q4_0)>(p, st);
+    case QFormat::fp8: return launch_chunks<FFp8, T>(p, st);
+    case QFormat::int8: return launch_chunks<FInt8, T>(p, st);
+    case QFormat::int4: return launch_chunks<FInt4, T>(p, st);
+    case QFormat::nvf4: return launch_chunks<FNvf4, T>(p, st);
+    case QFormat::q4_k: return launch_chunks<FQ4K, T>(p, st);
+    case QFormat::q8_0: return launch_block<T, int(QFormat::q8_0)>(p, st);
+    case QFormat::q4_0: return launch_block<T, int(QFormat::q4_0)>(p, st);
+    case QFormat::q4_1: return launch_block<T, int(QFormat::q4_1)>(p, st);
+    case QFormat::q6_k: return launch_block<T, int(QFormat::q6_k)>(p, st);
   }
+  throw ValueError("gemv: unknown quantized format");
 }
 
 }  // namespace
 
-int qgemv_split(int64_t n, int64_t k) {
-  const int64_t warps = (n + kRows - 1) / kRows;
-  const int64_t chunks = (k / 16 + 31) / 32;
-  int64_t s = warps >= kTargetWarps ? 1 : kTargetWarps / std::max<int64_t>(warps, 1);
-  s = std::min<int64_t>({s, int64_t(kMaxSplit), std::max<int64_t>(chunks / 4, 1)});
-  return int(std::max<int64_t>(s, 1));
+int qgemv_split(int64_t n, int64_t k, QFormat f) {
+  switch (f) {
+    case QFormat::fp8:
+    case QFormat::int8: return split_for(n, k, 16, 4);
+    case QFormat::int4:
+    case QFormat::nvf4: return split_for(n, k, 32, 4);
+    case QFormat::q4_k: return split_for(n, k / 256 * 288, 32, 4);
+    default: {  // block kernel: warps of 2 rows, 32 blocks per lane step
+      const int64_t warps = (n + kBRows - 1) / kBRows, target = 132 * 32;
+      const int64_t qk = gguf_block_weights(f), steps = (k / qk + 31) / 32;
+      int64_t sp = warps >= target ? 1 : target / std::max<int64_t>(warps, 1);
+      sp = std::min<int64_t>({sp, 16, std::max<int64_t>(steps / 2, 1)});
+      return int(std::max<int64_t>(sp, 1));
+    }
+  }
 }
 
 void qgemv(const QGemvArgs& a, void* stream) {

@@ -51,7 +51,7 @@ Array gemv(const Array& x_in, const Array& w_in, std::optional<DType> out_dtype,
         x = x.copy(&s);
         a.x = x.data();
       }
-      a.vec = al16(a.w) && al16(a.x) && a.w_rs % 8 == 0 && (m == 1 || k % 8 == 0);
+      a.vec = al16(a.w) && al16(a.x) && a.w_rs % 8 == 0 && k % 8 == 0;
       a.split = a.vec ? cuda::gemv_split(n, k) : 1;
       Array part;
       if (a.split > 1) {

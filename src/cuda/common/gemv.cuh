@@ -1,0 +1,427 @@
+// One decode-GEMV kernel family for every weight format that can be read as
+// independent 16-byte chunks (bf16/fp16, fp8, int8, int4, NVF4, Q4_K): y[m, j] =
+// sum_k x[m, k] * w[j, k] for M <= 8 rows of bf16/fp16 x, fp32 accumulation.
+//
+// Plan (the weight read is the whole cost):
+// - a CTA of kThreads threads owns R consecutive output rows and sweeps their k range
+//   (or one slice of it, split-K); thread t takes 16-byte chunks t, t + kThreads, ...
+//   of each of the R rows, U chunks per row issued before any is used, with the
+//   streaming hint (ld.global.nc.L1::no_allocate): weights are read once;
+// - each chunk is decoded in registers by the format functor F in pieces of 8
+//   weights (F::piece) and multiplied with 8 x values read once for all R rows
+//   (16-byte loads through the read-only cache: x is small and shared by all CTAs);
+// - formats with a scale per group of pieces (int4 groups, NVF4 blocks, Q4_K
+//   sub-blocks) sum the exact products of a group first, then fma(scale, sum, acc);
+//   per-row scales (fp8, int8 channels, NVF4's tensor scale) multiply the final sum;
+// - reduction: xor-butterfly inside each warp, then the kWarps warp sums added in
+//   warp order by one thread per output: a fixed order, the same bits every run;
+// - split-K (small N): slice s writes fp32 partial sums; k_gemv_sum adds the slices in
+//   slice order. The split is a function of (N, K, format) only, never of M, so a row
+//   of x gives the same bits alone or in a batch. No atomics.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "core/cuda_util.h"
+#include "gpukit/dtype.h"
+#include "gpukit/errors.h"
+#include "gpukit/numeric.h"
+#include "ops/gguf_blocks.h"
+
+namespace gk::cuda::gemv_detail {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+
+// Everything a kernel of the family reads; the meaning of scales/aux per format is
+// in the functor that reads them.
+struct KArgs {
+  const void* x = nullptr;     // [m, k] bf16/fp16, rows x_rs elements apart, 16-byte aligned rows
+  const uint8_t* q = nullptr;  // weight rows, q_rs bytes apart, 16-byte aligned
+  const float* scales = nullptr;
+  const uint8_t* aux = nullptr;
+  const float* gscale = nullptr;
+  void* y = nullptr;      // [m, n] out dtype
+  float* part = nullptr;  // [split, m, n] when split > 1
+  int64_t m = 0, n = 0, k = 0, x_rs = 0, q_rs = 0, group = 0;
+  DType out = DType::bf16;
+};
+
+// ---- small device helpers ----
+
+__device__ __forceinline__ uint4 ld_stream(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
+  return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
+}
+
+template <class T>
+__device__ __forceinline__ float2 pair2(uint32_t v) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
+  } else {
+    __half2 h = *reinterpret_cast<__half2*>(&v);
+    return __half22float2(h);
+  }
+}
+
+template <class T>
+__device__ __forceinline__ void to_float8(const uint4& v, float (&f)[8]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float2 a = pair2<T>(word(v, i));
+    f[2 * i] = a.x;
+    f[2 * i + 1] = a.y;
+  }
+}
+
+__device__ __forceinline__ float2 half2_to_float2(uint32_t v) {
+  __half2 h = *reinterpret_cast<__half2*>(&v);
+  return __half22float2(h);
+}
+
+__device__ __forceinline__ void store_out(void* y, DType t, int64_t i, float v) {
+  if (t == DType::f32) static_cast<float*>(y)[i] = v;
+  else if (t == DType::bf16) static_cast<bf16*>(y)[i] = convert<bf16>(v);
+  else static_cast<f16*>(y)[i] = convert<f16>(v);
+}
+
+// ---- format functors ----
+// Chunk structure: a row is a sequence of blocks of kCPB chunks; the first kHdr chunks of
+// a block carry only side data (Q4_K's scales) and hold no weights; the block holds
+// kBW = (kCPB - kHdr) * E weights, and xoff(j, h) is the index inside the block of the
+// first of the 8 weights of piece h of data chunk j. kMin: the format subtracts
+// min(side, g) * (sum of x over group g) (Q4_K). Simple formats: Simple below.
+struct Simple {
+  static constexpr int kCPB = 1, kHdr = 0;
+  static constexpr bool kMin = false;
+  __device__ static int xoff(int, int h) { return 8 * h; }
+  template <class S>
+  __device__ static float min(const S&, int) { return 0.0f; }
+};
+// E: weights per 16-byte chunk. Side: what a chunk needs besides its bytes (loaded by
+// side()). piece(raw, side, h, w): weights 8h..8h+7 of the chunk, exact, without the
+// group scale. kSpan: pieces per group scale (0: no group scale); scale(side, g) the
+// scale of group g of the chunk. row_scale: the factor of the whole row's sum.
+
+struct NoSide {};
+
+template <class W>  // bf16 / fp16 weights
+struct FDense : Simple {
+  static constexpr int E = 8, kSpan = 0;
+  using Side = NoSide;
+  __device__ static Side side(const KArgs&, int64_t, int64_t) { return {}; }
+  __device__ static void piece(const uint4& raw, const Side&, int, float (&w)[8]) { to_float8<W>(raw, w); }
+  __device__ static float scale(const Side&, int) { return 1.0f; }
+  __device__ static float row_scale(const KArgs&, int64_t) { return 1.0f; }
+};
+
+struct FFp8 : Simple {  // float8_e4m3fn codes, scales[row]
+  static constexpr int E = 16, kSpan = 0;
+  using Side = NoSide;
+  __device__ static Side side(const KArgs&, int64_t, int64_t) { return {}; }
+  __device__ static void piece(const uint4& raw, const Side&, int h, float (&w)[8]) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t u = word(raw, 2 * h + i);
+      __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(u & 0xffffu), __NV_E4M3);
+      __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(u >> 16), __NV_E4M3);
+      float2 a = __half22float2(*reinterpret_cast<__half2*>(&lo));
+      float2 b = __half22float2(*reinterpret_cast<__half2*>(&hi));
+      w[4 * i] = a.x;
+      w[4 * i + 1] = a.y;
+      w[4 * i + 2] = b.x;
+      w[4 * i + 3] = b.y;
+    }
+  }
+  __device__ static float scale(const Side&, int) { return 1.0f; }
+  __device__ static float row_scale(const KArgs& p, int64_t row) { return __ldg(p.scales + row); }
+};
+
+struct FInt8 : Simple {  // int8 codes, scales[row]
+  static constexpr int E = 16, kSpan = 0;
+  using Side = NoSide;
+  __device__ static Side side(const KArgs&, int64_t, int64_t) { return {}; }
+  __device__ static void piece(const uint4& raw, const Side&, int h, float (&w)[8]) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      // (b ^ 0x80) placed in the low byte of 2^23: the float is 2^23 + 128 + b exactly
+      const uint32_t u = word(raw, 2 * h + i) ^ 0x80808080u;
+#pragma unroll
+      for (int b = 0; b < 4; ++b)
+        w[4 * i + b] = __uint_as_float(__byte_perm(u, 0x4B00u, 0x5440u + b)) - 8388736.0f;
+    }
+  }
+  __device__ static float scale(const Side&, int) { return 1.0f; }
+  __device__ static float row_scale(const KArgs& p, int64_t row) { return __ldg(p.scales + row); }
+};
+
+// int4: q [N, K/2] (element 2i low nibble of byte i), scales/zeros [N, K/G], G % 32 == 0:
+// a 32-weight chunk lies in one group. w = (q - z) * s.
+struct FInt4 : Simple {
+  static constexpr int E = 32, kSpan = 4;
+  struct Side {
+    uint32_t z2;  // half2 (1024 + z, 1024 + z)
+    float s;
+  };
+  __device__ static Side side(const KArgs& p, int64_t row, int64_t chunk) {
+    const int64_t ng = p.k / p.group;
+    const int64_t g = row * ng + (chunk * E) / p.group;
+    const uint32_t zh = 0x6400u | uint32_t(__ldg(p.aux + g));  // 1024 + z as fp16 bits
+    return {zh | (zh << 16), __ldg(p.scales + g)};
+  }
+  __device__ static void piece(const uint4& raw, const Side& sd, int h, float (&w)[8]) {
+    const uint32_t u = word(raw, h);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      // nibbles s and s + 4 as fp16 1024 + q; minus (1024 + z): q - z exactly
+      uint32_t t = ((u >> (4 * s)) & 0x000f000fu) | 0x64006400u;
+      __half2 d = __hsub2(*reinterpret_cast<__half2*>(&t), *reinterpret_cast<const __half2*>(&sd.z2));
+      float2 f = __half22float2(d);
+      w[s] = f.x;
+      w[s + 4] = f.y;
+    }
+  }
+  __device__ static float scale(const Side& sd, int) { return sd.s; }
+  __device__ static float row_scale(const KArgs&, int64_t) { return 1.0f; }
+};
+
+// NVF4: q [N, K/2] e2m1 codes (element 2i low nibble), aux = e4m3 block scales [N, K/16],
+// gscale: one fp32 for the tensor. w = e2m1(q) * e4m3(b) * gs. A 32-weight chunk holds two
+// blocks (pieces 0-1 and 2-3).
+struct FNvf4 : Simple {
+  static constexpr int E = 32, kSpan = 2;
+  struct Side {
+    float s0, s1;  // the two block scales times 2^14 (the fp16 trick below leaves 2^-14)
+  };
+  __device__ static float e4m3(uint32_t b) {
+    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(b), __NV_E4M3);
+    return __half2float(*reinterpret_cast<__half*>(&h.x));
+  }
+  __device__ static Side side(const KArgs& p, int64_t row, int64_t chunk) {
+    const uint8_t* b = p.aux + row * (p.k / 16) + chunk * 2;
+    return {e4m3(__ldg(b)) * 16384.0f, e4m3(__ldg(b + 1)) * 16384.0f};
+  }
+  __device__ static void piece(const uint4& raw, const Side&, int h, float (&w)[8]) {
+    const uint32_t u = word(raw, h);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      // nibble (sign, e1, e0, m) -> fp16 bits sign << 15 | (e1 e0 m) << 9: value e2m1 * 2^-14,
+      // exact for the subnormal code (0.5) too
+      const uint32_t t = (u >> (4 * s)) & 0x000f000fu;
+      const uint32_t hb = ((t & 0x00070007u) << 9) | ((t & 0x00080008u) << 12);
+      float2 f = half2_to_float2(hb);
+      w[s] = f.x;
+      w[s + 4] = f.y;
+    }
+  }
+  __device__ static float scale(const Side& sd, int g) { return g == 0 ? sd.s0 : sd.s1; }
+  __device__ static float row_scale(const KArgs& p, int64_t) { return __ldg(p.gscale); }
+};
+
+// Q4_K (ops/gguf_blocks.h): 144-byte blocks = 1 header chunk (d, dmin, 12 scale bytes) +
+// 8 chunks of qs. Data chunk j holds qs bytes 16j .. 16j + 15 = weights l0 .. l0 + 15
+// (l0 = 16 (j % 2)) of sub-blocks 2c (low nibbles, pieces 0-1) and 2c + 1 (high nibbles,
+// pieces 2-3), c = j / 2. sum (d1 q - m1) x = d1 * sum q x - m1 * sum x per sub-block.
+struct FQ4K {
+  static constexpr int E = 32, kSpan = 2, kCPB = 9, kHdr = 1;
+  static constexpr bool kMin = true;
+  struct Side {
+    float d0, d1, m0, m1;  // scale and min of the chunk's two sub-blocks
+  };
+  __device__ static int xoff(int j, int h) { return 64 * (j / 2) + 16 * (j % 2) + (h < 2 ? 8 * h : 32 + 8 * (h - 2)); }
+  __device__ static Side side(const KArgs& p, int64_t row, int64_t cc) {
+    const int64_t b = cc / kCPB;
+    const int j = int(cc % kCPB) - kHdr;
+    const uint4 hv = __ldg(reinterpret_cast<const uint4*>(p.q + row * p.q_rs + b * 144));
+    uint8_t hb[16];
+    *reinterpret_cast<uint4*>(hb) = hv;
+    const float d = gguf::h2f(hb), dmin = gguf::h2f(hb + 2);
+    int sc0, m0, sc1, m1;
+    gguf::k_scale_min(hb + 4, 2 * (j / 2), &sc0, &m0);
+    gguf::k_scale_min(hb + 4, 2 * (j / 2) + 1, &sc1, &m1);
+    return {d * float(sc0), d * float(sc1), dmin * float(m0), dmin * float(m1)};
+  }
+  __device__ static void piece(const uint4& raw, const Side&, int h, float (&w)[8]) {
+    const int sh = h < 2 ? 0 : 4;
+    const int w0 = 2 * (h & 1);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t u = word(raw, w0 + i) >> sh;
+      // bytes 0, 2 then 1, 3 of the word: fp16 1024 + q, minus 1024
+      uint32_t t0 = (u & 0x000f000fu) | 0x64006400u, t1 = ((u >> 8) & 0x000f000fu) | 0x64006400u;
+      const uint32_t k1024 = 0x64006400u;
+      float2 a = __half22float2(__hsub2(*reinterpret_cast<__half2*>(&t0), *reinterpret_cast<const __half2*>(&k1024)));
+      float2 c = __half22float2(__hsub2(*reinterpret_cast<__half2*>(&t1), *reinterpret_cast<const __half2*>(&k1024)));
+      w[4 * i] = a.x;
+      w[4 * i + 1] = c.x;
+      w[4 * i + 2] = a.y;
+      w[4 * i + 3] = c.y;
+    }
+  }
+  __device__ static float scale(const Side& sd, int g) { return g == 0 ? sd.d0 : sd.d1; }
+  __device__ static float min(const Side& sd, int g) { return g == 0 ? sd.m0 : sd.m1; }
+  __device__ static float row_scale(const KArgs&, int64_t) { return 1.0f; }
+};
+
+// ---- the kernel ----
+
+template <class F, class T, int MT, int R>
+__device__ __forceinline__ void do_chunk(const KArgs& p, const int64_t (&rows)[R], int64_t cc,
+                                         const uint4 (&raw)[R], float (&acc)[MT][R]) {
+  constexpr int P = F::E / 8;
+  constexpr int SP = F::kSpan;
+  typename F::Side sd[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) sd[r] = F::side(p, rows[r], cc);
+  constexpr int kBW = (F::kCPB - F::kHdr) * F::E;
+  const int64_t blk = cc / F::kCPB;
+  const int j = int(cc % F::kCPB) - F::kHdr;
+  const T* x = static_cast<const T*>(p.x) + blk * kBW;
+  float part[MT][R];
+  float xs[MT];
+#pragma unroll
+  for (int h = 0; h < P; ++h) {
+    float w[R][8];
+#pragma unroll
+    for (int r = 0; r < R; ++r) F::piece(raw[r], sd[r], h, w[r]);
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      if (i < p.m) {
+        float xf[8];
+        to_float8<T>(__ldg(reinterpret_cast<const uint4*>(x + i * p.x_rs + F::xoff(j, h))), xf);
+        if constexpr (F::kMin) {
+          float t = h % SP == 0 ? 0.0f : xs[i];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) t += xf[e];
+          xs[i] = t;
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          float d = SP == 0 ? acc[i][r] : (h % SP == 0 ? 0.0f : part[i][r]);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) d = fmaf(xf[e], w[r][e], d);
+          if constexpr (SP == 0) acc[i][r] = d;
+          else part[i][r] = d;
+        }
+      }
+    }
+    if constexpr (SP != 0) {
+      if (h % SP == SP - 1) {
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+            if (i < p.m) {
+              acc[i][r] = fmaf(F::scale(sd[r], h / SP), part[i][r], acc[i][r]);
+              if constexpr (F::kMin) acc[i][r] = fmaf(-F::min(sd[r], h / SP), xs[i], acc[i][r]);
+            }
+      }
+    }
+  }
+}
+
+template <class F, class T, int MT, int R, int U>
+__global__ void __launch_bounds__(kThreads) k_gemv(const KArgs p) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t row0 = int64_t(blockIdx.x) * R;
+  int64_t rows[R];
+  const uint8_t* qr[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    rows[r] = row0 + r < p.n ? row0 + r : p.n - 1;
+    qr[r] = p.q + rows[r] * p.q_rs;
+  }
+  const int64_t nch = p.k / ((F::kCPB - F::kHdr) * F::E) * F::kCPB;
+  const int S = gridDim.y, s = blockIdx.y;
+  const int64_t cps = (nch + S - 1) / S;
+  const int64_t c0 = int64_t(s) * cps, c1 = std::min(nch, c0 + cps);
+  float acc[MT][R];
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[i][r] = 0.0f;
+
+  for (int64_t c = c0 + tid; c < c1; c += int64_t(kThreads) * U) {
+    uint4 raw[U][R];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t cc = c + int64_t(u) * kThreads;
+      if (cc < c1) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) raw[u][r] = ld_stream(qr[r] + cc * 16);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t cc = c + int64_t(u) * kThreads;
+      if (cc < c1 && (F::kHdr == 0 || cc % F::kCPB >= F::kHdr)) do_chunk<F, T, MT, R>(p, rows, cc, raw[u], acc);
+    }
+  }
+
+  __shared__ float red[kWarps][MT * R];
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      float v = acc[i][r];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (lane == 0) red[warp][i * R + r] = v;
+    }
+  __syncthreads();
+  if (tid < MT * R) {
+    const int i = tid / R, r = tid % R;
+    const int64_t row = row0 + r;
+    if (i < p.m && row < p.n) {
+      float v = red[0][tid];
+#pragma unroll
+      for (int w = 1; w < kWarps; ++w) v += red[w][tid];
+      v *= F::row_scale(p, row);
+      if (S == 1) store_out(p.y, p.out, i * p.n + row, v);
+      else p.part[(int64_t(s) * p.m + i) * p.n + row] = v;
+    }
+  }
+}
+
+// The split-K factor for a format with E weights per chunk and CTAs of R rows: enough
+// CTAs to fill the GPU several times, at least 2 chunks per thread per slice.
+inline int split_for(int64_t n, int64_t k, int e, int rows_per_cta) {
+  const int64_t ctas = (n + rows_per_cta - 1) / rows_per_cta;
+  const int64_t target = 132 * 6;
+  const int64_t chunks = k / e;
+  if (ctas >= target) return 1;
+  int64_t sp = (target + ctas - 1) / ctas;
+  sp = std::min<int64_t>({sp, 16, std::max<int64_t>(chunks / (2 * kThreads), 1)});
+  return int(std::max<int64_t>(sp, 1));
+}
+
+// The second pass of split-K (src/cuda/gemv.cu): y = sum of the slices in slice order.
+void launch_sum(const KArgs& p, int split, cudaStream_t st);
+
+template <class F, class T>
+void launch_family(const KArgs& p, int split, cudaStream_t st) {
+  constexpr int R = 4, U = 2;
+  const int64_t blocks = (p.n + R - 1) / R;
+  if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
+  dim3 grid(unsigned(blocks), unsigned(std::max(1, split)));
+  if (p.m <= 1) k_gemv<F, T, 1, R, U><<<grid, kThreads, 0, st>>>(p);
+  else if (p.m <= 2) k_gemv<F, T, 2, R, U><<<grid, kThreads, 0, st>>>(p);
+  else if (p.m <= 4) k_gemv<F, T, 4, R, U><<<grid, kThreads, 0, st>>>(p);
+  else k_gemv<F, T, 8, R, U><<<grid, kThreads, 0, st>>>(p);
+  GK_LAUNCH_CHECK("gemv");
+  if (split > 1) launch_sum(p, split, st);
+}
+
+}  // namespace gk::cuda::gemv_detail
