@@ -86,7 +86,7 @@ void launch(const GemvArgs& a, cudaStream_t st) {
 
 }  // namespace
 
-int gemv_split(int64_t n, int64_t k) { return split_for(n, k, 8, 4); }
+int gemv_split(int64_t n, int64_t k) { return split_for(n, chunks_per_row<FDense<bf16>>(k)); }
 
 void gemv(const GemvArgs& a, void* stream) {
   if (a.m <= 0 || a.n <= 0) return;

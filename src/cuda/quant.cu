@@ -186,11 +186,11 @@ void by_format(const QGemvArgs& p, cudaStream_t st) {
 
 int qgemv_split(int64_t n, int64_t k, QFormat f) {
   switch (f) {
-    case QFormat::fp8:
-    case QFormat::int8: return split_for(n, k, 16, 4);
-    case QFormat::int4:
-    case QFormat::nvf4: return split_for(n, k, 32, 4);
-    case QFormat::q4_k: return split_for(n, k / 256 * 288, 32, 4);
+    case QFormat::fp8: return split_for(n, chunks_per_row<FFp8>(k));
+    case QFormat::int8: return split_for(n, chunks_per_row<FInt8>(k));
+    case QFormat::int4: return split_for(n, chunks_per_row<FInt4>(k));
+    case QFormat::nvf4: return split_for(n, chunks_per_row<FNvf4>(k));
+    case QFormat::q4_k: return split_for(n, chunks_per_row<FQ4K>(k));
     default: {  // block kernel: warps of 2 rows, 32 blocks per lane step
       const int64_t warps = (n + kBRows - 1) / kBRows, target = 132 * 32;
       const int64_t qk = gguf_block_weights(f), steps = (k / qk + 31) / 32;

@@ -3,17 +3,19 @@
 // sum_k x[m, k] * w[j, k] for M <= 8 rows of bf16/fp16 x, fp32 accumulation.
 //
 // Plan (the weight read is the whole cost):
-// - a CTA of kThreads threads owns R consecutive output rows and sweeps their k range
-//   (or one slice of it, split-K); thread t takes 16-byte chunks t, t + kThreads, ...
-//   of each of the R rows, U chunks per row issued before any is used, with the
-//   streaming hint (ld.global.nc.L1::no_allocate): weights are read once;
+// - a CTA of kThreads threads holds kWarps / wpg row groups; the wpg warps of a group own
+//   kRows consecutive output rows and sweep their k range (or one slice of it, split-K):
+//   thread t of the group takes 16-byte chunks t, t + 32 wpg, ... of each of the rows, U
+//   chunks per row issued before any is used, with the streaming hint
+//   (ld.global.nc.L1::no_allocate): weights are read once. wpg (warps_per_group) gives
+//   each thread about 2 chunks per row, so short rows (4-bit formats) use every thread;
 // - each chunk is decoded in registers by the format functor F in pieces of 8
 //   weights (F::piece) and multiplied with 8 x values read once for all R rows
 //   (16-byte loads through the read-only cache: x is small and shared by all CTAs);
 // - formats with a scale per group of pieces (int4 groups, NVF4 blocks, Q4_K
 //   sub-blocks) sum the exact products of a group first, then fma(scale, sum, acc);
 //   per-row scales (fp8, int8 channels, NVF4's tensor scale) multiply the final sum;
-// - reduction: xor-butterfly inside each warp, then the kWarps warp sums added in
+// - reduction: xor-butterfly inside each warp, then the group's wpg warp sums added in
 //   warp order by one thread per output: a fixed order, the same bits every run;
 // - split-K (small N): slice s writes fp32 partial sums; k_gemv_sum adds the slices in
 //   slice order. The split is a function of (N, K, format) only, never of M, so a row
@@ -50,6 +52,7 @@ struct KArgs {
   float* part = nullptr;  // [split, m, n] when split > 1
   int64_t m = 0, n = 0, k = 0, x_rs = 0, q_rs = 0, group = 0;
   DType out = DType::bf16;
+  int wpg = kWarps;  // warps per row group (a CTA holds kWarps / wpg groups of R rows)
 };
 
 // ---- small device helpers ----
@@ -105,6 +108,7 @@ __device__ __forceinline__ void store_out(void* y, DType t, int64_t i, float v) 
 // min(side, g) * (sum of x over group g) (Q4_K). Simple formats: Simple below.
 struct Simple {
   static constexpr int kCPB = 1, kHdr = 0;
+  static constexpr int kU = 2;  // chunks per row in flight per thread
   static constexpr bool kMin = false;
   __device__ static int xoff(int, int h) { return 8 * h; }
   template <class S>
@@ -171,6 +175,7 @@ struct FInt8 : Simple {  // int8 codes, scales[row]
 // a 32-weight chunk lies in one group. w = (q - z) * s.
 struct FInt4 : Simple {
   static constexpr int E = 32, kSpan = 4;
+  static constexpr int kU = 1;
   struct Side {
     uint32_t z2;  // half2 (1024 + z, 1024 + z)
     float s;
@@ -202,6 +207,7 @@ struct FInt4 : Simple {
 // blocks (pieces 0-1 and 2-3).
 struct FNvf4 : Simple {
   static constexpr int E = 32, kSpan = 2;
+  static constexpr int kU = 1;
   struct Side {
     float s0, s1;  // the two block scales times 2^14 (the fp16 trick below leaves 2^-14)
   };
@@ -235,7 +241,7 @@ struct FNvf4 : Simple {
 // (l0 = 16 (j % 2)) of sub-blocks 2c (low nibbles, pieces 0-1) and 2c + 1 (high nibbles,
 // pieces 2-3), c = j / 2. sum (d1 q - m1) x = d1 * sum q x - m1 * sum x per sub-block.
 struct FQ4K {
-  static constexpr int E = 32, kSpan = 2, kCPB = 9, kHdr = 1;
+  static constexpr int E = 32, kSpan = 2, kCPB = 9, kHdr = 1, kU = 1;
   static constexpr bool kMin = true;
   struct Side {
     float d0, d1, m0, m1;  // scale and min of the chunk's two sub-blocks
@@ -293,27 +299,46 @@ __device__ __forceinline__ void do_chunk(const KArgs& p, const int64_t (&rows)[R
   float xs[MT];
 #pragma unroll
   for (int h = 0; h < P; ++h) {
-    float w[R][8];
+    auto fma_piece = [&](int i, int r, const float (&xf)[8], const float (&w)[8]) {
+      float d = SP == 0 ? acc[i][r] : (h % SP == 0 ? 0.0f : part[i][r]);
 #pragma unroll
-    for (int r = 0; r < R; ++r) F::piece(raw[r], sd[r], h, w[r]);
+      for (int e = 0; e < 8; ++e) d = fmaf(xf[e], w[e], d);
+      if constexpr (SP == 0) acc[i][r] = d;
+      else part[i][r] = d;
+    };
+    auto load_x = [&](int i, float (&xf)[8]) {
+      to_float8<T>(__ldg(reinterpret_cast<const uint4*>(x + i * p.x_rs + F::xoff(j, h))), xf);
+      if constexpr (F::kMin) {
+        float t = h % SP == 0 ? 0.0f : xs[i];
 #pragma unroll
-    for (int i = 0; i < MT; ++i) {
-      if (i < p.m) {
-        float xf[8];
-        to_float8<T>(__ldg(reinterpret_cast<const uint4*>(x + i * p.x_rs + F::xoff(j, h))), xf);
-        if constexpr (F::kMin) {
-          float t = h % SP == 0 ? 0.0f : xs[i];
+        for (int e = 0; e < 8; ++e) t += xf[e];
+        xs[i] = t;
+      }
+    };
+    if constexpr (MT <= 2) {  // few rows of x: hold x, decode one weight row at a time
+      float xf[MT][8];
 #pragma unroll
-          for (int e = 0; e < 8; ++e) t += xf[e];
-          xs[i] = t;
-        }
+      for (int i = 0; i < MT; ++i)
+        if (i < p.m) load_x(i, xf[i]);
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-          float d = SP == 0 ? acc[i][r] : (h % SP == 0 ? 0.0f : part[i][r]);
+      for (int r = 0; r < R; ++r) {
+        float w[8];
+        F::piece(raw[r], sd[r], h, w);
 #pragma unroll
-          for (int e = 0; e < 8; ++e) d = fmaf(xf[e], w[r][e], d);
-          if constexpr (SP == 0) acc[i][r] = d;
-          else part[i][r] = d;
+        for (int i = 0; i < MT; ++i)
+          if (i < p.m) fma_piece(i, r, xf[i], w);
+      }
+    } else {  // many rows of x: hold the decoded weights, stream x
+      float w[R][8];
+#pragma unroll
+      for (int r = 0; r < R; ++r) F::piece(raw[r], sd[r], h, w[r]);
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        if (i < p.m) {
+          float xf[8];
+          load_x(i, xf);
+#pragma unroll
+          for (int r = 0; r < R; ++r) fma_piece(i, r, xf, w[r]);
         }
       }
     }
@@ -333,9 +358,11 @@ __device__ __forceinline__ void do_chunk(const KArgs& p, const int64_t (&rows)[R
 }
 
 template <class F, class T, int MT, int R, int U>
-__global__ void __launch_bounds__(kThreads) k_gemv(const KArgs p) {
+__global__ void __launch_bounds__(kThreads, MT == 1 ? 3 : 1) k_gemv(const KArgs p) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int64_t row0 = int64_t(blockIdx.x) * R;
+  const int wpg = p.wpg, gsz = wpg * 32, G = kWarps / wpg;
+  const int gt = tid % gsz;  // thread index inside the row group
+  const int64_t row0 = (int64_t(blockIdx.x) * G + warp / wpg) * R;
   int64_t rows[R];
   const uint8_t* qr[R];
 #pragma unroll
@@ -353,11 +380,11 @@ __global__ void __launch_bounds__(kThreads) k_gemv(const KArgs p) {
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[i][r] = 0.0f;
 
-  for (int64_t c = c0 + tid; c < c1; c += int64_t(kThreads) * U) {
+  for (int64_t c = c0 + gt; c < c1; c += int64_t(gsz) * U) {
     uint4 raw[U][R];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t cc = c + int64_t(u) * kThreads;
+      const int64_t cc = c + int64_t(u) * gsz;
       if (cc < c1) {
 #pragma unroll
         for (int r = 0; r < R; ++r) raw[u][r] = ld_stream(qr[r] + cc * 16);
@@ -365,7 +392,7 @@ __global__ void __launch_bounds__(kThreads) k_gemv(const KArgs p) {
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t cc = c + int64_t(u) * kThreads;
+      const int64_t cc = c + int64_t(u) * gsz;
       if (cc < c1 && (F::kHdr == 0 || cc % F::kCPB >= F::kHdr)) do_chunk<F, T, MT, R>(p, rows, cc, raw[u], acc);
     }
   }
@@ -381,13 +408,12 @@ __global__ void __launch_bounds__(kThreads) k_gemv(const KArgs p) {
       if (lane == 0) red[warp][i * R + r] = v;
     }
   __syncthreads();
-  if (tid < MT * R) {
-    const int i = tid / R, r = tid % R;
-    const int64_t row = row0 + r;
+  if (tid < G * MT * R) {
+    const int g = tid / (MT * R), o = tid % (MT * R), i = o / R, r = o % R;
+    const int64_t row = (int64_t(blockIdx.x) * G + g) * R + r;
     if (i < p.m && row < p.n) {
-      float v = red[0][tid];
-#pragma unroll
-      for (int w = 1; w < kWarps; ++w) v += red[w][tid];
+      float v = red[g * wpg][o];
+      for (int w = 1; w < wpg; ++w) v += red[g * wpg + w][o];
       v *= F::row_scale(p, row);
       if (S == 1) store_out(p.y, p.out, i * p.n + row, v);
       else p.part[(int64_t(s) * p.m + i) * p.n + row] = v;
@@ -395,25 +421,44 @@ __global__ void __launch_bounds__(kThreads) k_gemv(const KArgs p) {
   }
 }
 
-// The split-K factor for a format with E weights per chunk and CTAs of R rows: enough
-// CTAs to fill the GPU several times, at least 2 chunks per thread per slice.
-inline int split_for(int64_t n, int64_t k, int e, int rows_per_cta) {
+constexpr int kRows = 4;  // rows per group
+
+// Warps per row group for rows of `chunks` 16-byte chunks: about 2 chunks per thread
+// (a power of two, 1..kWarps), so short rows (4-bit formats) keep every thread busy.
+inline int warps_per_group(int64_t chunks) {
+  int w = 1;
+  while (w < kWarps && int64_t(w) * 2 * 64 <= chunks) w *= 2;
+  return w;
+}
+
+// The split-K factor for rows of `chunks` chunks: enough CTAs to fill the GPU several
+// times, at least 2 chunks per thread per slice. A function of (N, K, format) only.
+inline int split_for(int64_t n, int64_t chunks) {
+  const int wpg = warps_per_group(chunks);
+  const int64_t rows_per_cta = int64_t(kWarps / wpg) * kRows;
   const int64_t ctas = (n + rows_per_cta - 1) / rows_per_cta;
   const int64_t target = 132 * 6;
-  const int64_t chunks = k / e;
   if (ctas >= target) return 1;
   int64_t sp = (target + ctas - 1) / ctas;
-  sp = std::min<int64_t>({sp, 16, std::max<int64_t>(chunks / (2 * kThreads), 1)});
+  sp = std::min<int64_t>({sp, 16, std::max<int64_t>(chunks / (2 * 32 * wpg), 1)});
   return int(std::max<int64_t>(sp, 1));
 }
 
 // The second pass of split-K (src/cuda/gemv.cu): y = sum of the slices in slice order.
 void launch_sum(const KArgs& p, int split, cudaStream_t st);
 
+template <class F>
+int64_t chunks_per_row(int64_t k) {
+  return k / ((F::kCPB - F::kHdr) * F::E) * F::kCPB;
+}
+
 template <class F, class T>
-void launch_family(const KArgs& p, int split, cudaStream_t st) {
-  constexpr int R = 4, U = 2;
-  const int64_t blocks = (p.n + R - 1) / R;
+void launch_family(const KArgs& p_in, int split, cudaStream_t st) {
+  constexpr int R = kRows, U = F::kU;
+  KArgs p = p_in;
+  p.wpg = warps_per_group(chunks_per_row<F>(p.k));
+  const int64_t rows_per_cta = int64_t(kWarps / p.wpg) * R;
+  const int64_t blocks = (p.n + rows_per_cta - 1) / rows_per_cta;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   dim3 grid(unsigned(blocks), unsigned(std::max(1, split)));
   if (p.m <= 1) k_gemv<F, T, 1, R, U><<<grid, kThreads, 0, st>>>(p);
