@@ -147,6 +147,13 @@ GK_HD void q5_k(const uint8_t* b, float* y) {  // d, dmin, scales[12], qh[32], q
     }
   }
 }
+// The signed 6-bit code of Q6_K element r (0..127) of half h, from its ql and qh bytes
+// (ql[64h + r % 64], qh[32h + r % 32]).
+GK_HD int q6_k_code(uint8_t ql, uint8_t qh, int r) {
+  int lo = (ql >> (4 * (r / 64))) & 0x0F;
+  int hi = (qh >> (2 * (r / 32))) & 3;
+  return (lo | (hi << 4)) - 32;
+}
 // Weights 16i .. 16i + 15 of a Q6_K block (i = 0..15); q6_k() is all 16 of them.
 GK_HD void q6_k16(const uint8_t* b, int i, float* y) {
   const uint8_t* ql = b;
@@ -155,9 +162,7 @@ GK_HD void q6_k16(const uint8_t* b, int i, float* y) {
   float ds = d * float(int8_t(b[192 + i]));
   for (int j = 0; j < 16; ++j) {
     int e = 16 * i + j, h = e / 128, r = e % 128;
-    int lo = (ql[h * 64 + r % 64] >> (4 * (r / 64))) & 0x0F;
-    int hi = (qh[h * 32 + r % 32] >> (2 * (r / 32))) & 3;
-    int q = (lo | (hi << 4)) - 32;
+    int q = q6_k_code(ql[h * 64 + r % 64], qh[h * 32 + r % 32], r);
     y[j] = ds * float(q);
   }
 }
