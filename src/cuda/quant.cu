@@ -4,6 +4,7 @@
 // 210 B) run the kernels of quant_gguf.cu.
 #include "common/gemv.cuh"
 #include "common/gemv_gguf.cuh"
+#include "common/gemv_mma.cuh"
 #include "core/cuda_util.h"
 #include "ops/backend.h"
 #include "ops/quant_args.h"
@@ -17,8 +18,14 @@ namespace {
 
 using namespace gemv_detail;
 
+
+KArgs kargs(const QGemvArgs& a);
 template <class F, class T>
 void launch_chunks(const QGemvArgs& a, cudaStream_t st) {
+  launch_family<F, T>(kargs(a), a.split, st);
+}
+
+KArgs kargs(const QGemvArgs& a) {
   KArgs p;
   p.x = a.x;
   p.x_rs = a.x_rs;
@@ -34,7 +41,26 @@ void launch_chunks(const QGemvArgs& a, cudaStream_t st) {
   p.k = a.k;
   p.group = a.group;
   p.out = a.out_dtype;
-  launch_family<F, T>(p, a.split, st);
+  return p;
+}
+
+// 4-bit formats run on the tensor cores when K % 128 == 0 (gemv_mma.cuh).
+bool use_mma(QFormat f, int64_t k) { return (f == QFormat::int4 || f == QFormat::nvf4) && k % 128 == 0; }
+
+template <class T>
+void launch_int4(const QGemvArgs& a, cudaStream_t st) {
+  const KArgs p = kargs(a);
+  if (!use_mma(a.fmt, a.k)) return launch_family<FInt4, T>(p, a.split, st);
+  if (a.group == 128) return launch_mma<MInt4<T>, T, 1>(p, a.split, st);
+  if (a.group == 64) return launch_mma<MInt4<T>, T, 2>(p, a.split, st);
+  return launch_mma<MInt4<T>, T, 4>(p, a.split, st);
+}
+
+template <class T>
+void launch_nvf4(const QGemvArgs& a, cudaStream_t st) {
+  const KArgs p = kargs(a);
+  if (!use_mma(a.fmt, a.k)) return launch_family<FNvf4, T>(p, a.split, st);
+  return launch_mma<MNvf4<T>, T, 1>(p, a.split, st);
 }
 
 template <class T>
@@ -42,8 +68,8 @@ void by_format(const QGemvArgs& p, cudaStream_t st) {
   switch (p.fmt) {
     case QFormat::fp8: return launch_chunks<FFp8, T>(p, st);
     case QFormat::int8: return launch_chunks<FInt8, T>(p, st);
-    case QFormat::int4: return launch_chunks<FInt4, T>(p, st);
-    case QFormat::nvf4: return launch_chunks<FNvf4, T>(p, st);
+    case QFormat::int4: return launch_int4<T>(p, st);
+    case QFormat::nvf4: return launch_nvf4<T>(p, st);
     case QFormat::q4_k: return launch_chunks<FQ4K, T>(p, st);
     case QFormat::q8_0:
     case QFormat::q4_0:
@@ -59,8 +85,8 @@ int qgemv_split(int64_t n, int64_t k, QFormat f) {
   switch (f) {
     case QFormat::fp8: return split_for(n, chunks_per_row<FFp8>(k));
     case QFormat::int8: return split_for(n, chunks_per_row<FInt8>(k));
-    case QFormat::int4: return split_for(n, chunks_per_row<FInt4>(k));
-    case QFormat::nvf4: return split_for(n, chunks_per_row<FNvf4>(k));
+    case QFormat::int4: return use_mma(f, k) ? split_mma(n, k) : split_for(n, chunks_per_row<FInt4>(k));
+    case QFormat::nvf4: return use_mma(f, k) ? split_mma(n, k) : split_for(n, chunks_per_row<FNvf4>(k));
     case QFormat::q4_k: return split_for(n, chunks_per_row<FQ4K>(k));
     default: return gguf_split(n, k, f);
   }
