@@ -107,8 +107,10 @@ GK_HD void q3_k(const uint8_t* b, float* y) {  // hmask[32], qs[64], scales[12],
     y[e] = dl[e / 16] * float(q);
   }
 }
-// The 6-bit scale and min of sub-block j (0..7) of Q4_K / Q5_K from their 12 bytes.
-GK_HD void k_scale_min(const uint8_t* s, int j, int* sc, int* m) {
+// The 6-bit scale and min of sub-block j (0..7) of Q4_K / Q5_K from their 12 bytes
+// (s: a byte pointer or anything with s[i] giving byte i).
+template <class B>
+GK_HD void k_scale_min(const B& s, int j, int* sc, int* m) {
   if (j < 4) {
     *sc = s[j] & 0x3F;
     *m = s[j + 4] & 0x3F;

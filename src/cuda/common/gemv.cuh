@@ -251,12 +251,15 @@ struct FQ4K {
     const int64_t b = cc / kCPB;
     const int j = int(cc % kCPB) - kHdr;
     const uint4 hv = __ldg(reinterpret_cast<const uint4*>(p.q + row * p.q_rs + b * 144));
-    uint8_t hb[16];
-    *reinterpret_cast<uint4*>(hb) = hv;
-    const float d = gguf::h2f(hb), dmin = gguf::h2f(hb + 2);
+    const float d = __half2float(__ushort_as_half(uint16_t(hv.x & 0xffffu)));
+    const float dmin = __half2float(__ushort_as_half(uint16_t(hv.x >> 16)));
+    struct Bytes {  // the 12 scale bytes (header bytes 4..15) without a local array
+      uint4 v;
+      __device__ uint32_t operator[](int i) const { return (word(v, (i + 4) >> 2) >> (8 * ((i + 4) & 3))) & 0xffu; }
+    } sb{hv};
     int sc0, m0, sc1, m1;
-    gguf::k_scale_min(hb + 4, 2 * (j / 2), &sc0, &m0);
-    gguf::k_scale_min(hb + 4, 2 * (j / 2) + 1, &sc1, &m1);
+    gguf::k_scale_min(sb, 2 * (j / 2), &sc0, &m0);
+    gguf::k_scale_min(sb, 2 * (j / 2) + 1, &sc1, &m1);
     return {d * float(sc0), d * float(sc1), dmin * float(m0), dmin * float(m1)};
   }
   __device__ static void piece(const uint4& raw, const Side&, int h, float (&w)[8]) {
