@@ -71,3 +71,24 @@ def test_qgemv_alignment_errors():
     qbad = gk.zeros((4, 72), dtype="int8", device="cuda")[:, 8:56]  # rows 72 bytes apart
     with pytest.raises(ValueError, match="aligned"):
         gk.gemv_int8(gk.zeros((1, 48), dtype="bfloat16", device="cuda"), qbad, s.to("cuda"))
+
+
+@pytest.mark.parametrize("g,k", [(32, 160), (64, 192), (32, 4128)])
+@pytest.mark.parametrize("m", [1, 3, 8])
+def test_int4_cuda_core_path(g, k, m):
+    """K % 128 != 0: int4 runs the CUDA-core chunk kernel instead of the tensor-core one."""
+    _, deq, fn = make("int4", 37, k, g)
+    x = gk.asarray(RNG.standard_normal((m, k)).astype(np.float32)).astype("bfloat16")
+    got = fn(x.to("cuda"), out_dtype="float32")
+    check(got, x, deq, 2.0**-24)
+    assert bits(fn(x.to("cuda"), out_dtype="float32")) == bits(got)
+
+
+@pytest.mark.parametrize("fmt,g", [("int4", 128), ("int4", 64), ("int4", 32), ("fp8", 0), ("int8", 0)])
+def test_qgemv_batch_rows_independent(fmt, g):
+    """Each row of a batch gives the bits it gives alone (tensor-core columns included)."""
+    _, _, fn = make(fmt, 300, 4096, g or 128)
+    x = gk.asarray(RNG.standard_normal((8, 4096)).astype(np.float32)).astype("bfloat16").to("cuda")
+    allr = gk.to_numpy(fn(x, out_dtype="float32"))
+    for i in (0, 5, 7):
+        assert gk.to_numpy(fn(x[i], out_dtype="float32")).tobytes() == allr[i].tobytes(), f"row {i}"
