@@ -14,6 +14,8 @@ captured in one CUDA graph whose replays are timed with events (median of --roun
 host launch overhead is not counted - for torch too. Every format is checked on its first
 rows against float64 products with its exact dequantization before it is timed.
 
+bf16_tc / bf16_m8_tc: bf16 weights through the tensor-core kernel instead of the default one.
+
 Usage: python bench/gemv.py [--out F] [--rounds N] [--only bf16,fp8,...] [--shapes 0,1,2]
 Exits 0 without CUDA.
 """
@@ -30,8 +32,10 @@ from common import gk, median, parse_args, print_table, record, require_cuda, wr
 SHAPES = [(4096, 14336), (14336, 4096), (4096, 128256)]
 TILE = 512           # rows quantized on the CPU, repeated on the GPU
 L2_DEFEAT = 256e6    # bytes of rotated weights per measurement (>= 5x the H200's L2)
-FORMATS = ("bf16", "fp16", "bf16_m4", "bf16_m8", "fp8", "int8", "int4", "nvf4",
+FORMATS = ("bf16", "fp16", "bf16_m4", "bf16_m8", "bf16_tc", "bf16_m8_tc", "fp8", "int8", "int4", "nvf4",
            "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
+# bf16 *_tc: the tensor-core kernel for bf16 weights (gk._C._gemv_set_dense_path(1)), to
+# compare with the default kernel; every other record uses the default choice.
 
 
 def tbs(nbytes, ms):
@@ -53,7 +57,7 @@ def weights(fmt, k, n, copies, rng):
     """(list of per-copy argument tuples for the gemv call, callable(x, *args), bytes per copy, check)."""
     w_tile = (rng.standard_normal((TILE, k), dtype=np.float32) / math.sqrt(k)).astype(np.float32)
     wt = gk.asarray(w_tile)
-    if fmt in ("bf16", "fp16", "bf16_m4", "bf16_m8"):
+    if fmt.startswith(("bf16", "fp16")):
         dt = "float16" if fmt == "fp16" else "bfloat16"
         tile = wt.astype(dt)
         big = repeat_rows(tile, n, copies)
@@ -196,7 +200,8 @@ def main():
             del tw, calls
             torch.cuda.empty_cache()
         for fmt in only:
-            m = {"bf16_m4": 4, "bf16_m8": 8}.get(fmt, 1)
+            m = 8 if "_m8" in fmt else (4 if "_m4" in fmt else 1)
+            gk._C._gemv_set_dense_path(1 if fmt.endswith("_tc") else -1)
             xdt = "float16" if fmt == "fp16" else "bfloat16"
             x = gk.asarray(rng.standard_normal((m, k), dtype=np.float32)).to("cuda").astype(xdt)
             probe_bytes = n * k * (2 if fmt.startswith(("bf16", "fp16")) else 1)
@@ -218,6 +223,7 @@ def main():
             print(f"gemv {fmt:<8} {shape:<14} M={m}: {median(ms) * 1e3:8.1f} us  {v:6.3f} TB/s = "
                   f"{v / ceiling:4.0%} of copy" + (f"  (torch bf16 M=1: {pv:.3f} TB/s)" if pv else ""))
             wargs = fn = calls = None
+    gk._C._gemv_set_dense_path(-1)
     print_table(records)
     write_results(args.out, records)
     print(f"bench/gemv.py took {time.time() - t0:.1f} s")

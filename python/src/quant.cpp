@@ -11,6 +11,7 @@
 #include "gpukit/errors.h"
 #include "gpukit/gemm.h"
 #include "gpukit/quant.h"
+#include "ops/gemv_args.h"
 
 namespace gkpy {
 using namespace gk;
@@ -66,6 +67,10 @@ GK_BINDING(27, quant) {
      "Decode GEMV x @ w.T for x [M, K] (M = 1..8) or [K] and bfloat16/float16 w [N, K]; x is\n"
      "converted to w's dtype, fp32 accumulation, rounded once (out_dtype: w's dtype or float32).\n"
      "More than 8 rows run as linear(). Deterministic (no atomics; fixed split-K order).");
+
+  m.def("_gemv_set_dense_path", &gemv_set_dense_path, nb::arg("path"),
+        "Benchmarking switch: -1 default, 0 CUDA-core, 1 tensor-core kernel for bf16/fp16 weights.");
+  m.def("_gemv_dense_path", &gemv_dense_path);
 
   // ---- per-channel / group formats ----
   m.def("quantize_fp8", [](const Array& w) {

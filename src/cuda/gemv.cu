@@ -1,9 +1,11 @@
 // Decode GEMV with bf16/fp16 weights (M = 1..8): the kernel family of
 // src/cuda/common/gemv.cuh with the dense functor when rows of x and w are 16-byte
-// aligned and K % 8 == 0; otherwise a plain kernel reading single elements (one warp
+// aligned and K % 8 == 0 (or the tensor-core kernel of gemv_mma.cuh when chosen, see
+// gemv_set_dense_path); otherwise a plain kernel reading single elements (one warp
 // per row, lane-strided k, the same xor-butterfly). Also the split-K second pass
 // shared by every format.
 #include "common/gemv.cuh"
+#include "common/gemv_mma.cuh"
 #include "core/cuda_util.h"
 #include "ops/backend.h"
 #include "ops/gemv_args.h"
@@ -81,17 +83,21 @@ void launch(const GemvArgs& a, cudaStream_t st) {
   p.n = a.n;
   p.k = a.k;
   p.out = a.out_dtype;
-  launch_family<FDense<T>, T>(p, a.split, st);
+  if (a.mma) launch_mma<MDense<T>, T, 1>(p, a.split, st);
+  else launch_family<FDense<T>, T>(p, a.split, st);
 }
 
 }  // namespace
 
-int gemv_split(int64_t n, int64_t k) { return split_for(n, chunks_per_row<FDense<bf16>>(k)); }
+int gemv_split(int64_t n, int64_t k, bool mma) {
+  return mma ? split_mma(n, k, 8) : split_for(n, chunks_per_row<FDense<bf16>>(k));
+}
 
 void gemv(const GemvArgs& a, void* stream) {
   if (a.m <= 0 || a.n <= 0) return;
   if (a.m > 8) throw ValueError("gemv: the kernel takes at most 8 rows of x");
   if (a.vec && a.k % 8 != 0) throw ValueError("gemv: the vector path needs K % 8 == 0");
+  if (a.mma && (!a.vec || a.k % 32 != 0)) throw ValueError("gemv: the tensor-core path needs K % 32 == 0");
   auto s = static_cast<cudaStream_t>(stream);
   switch (a.dtype) {
     case DType::f16: return launch<f16>(a, s);

@@ -14,7 +14,9 @@
 // of int4 is applied to the fp32 tile sums per group (a tile holds 128 / G groups: each
 // gets its own accumulator, B masked to its threads); NVF4's tensor scale at the end.
 // The kWarpsM warps of a CTA share the 16 rows and interleave tiles; their sums are
-// added in warp order. Split-K as in gemv.cuh. Needs K % 128 == 0.
+// added in warp order. Split-K as in gemv.cuh. Needs K % (4 E) == 0 (E weights per
+// 16-byte chunk: 32 for 4-bit codes; 8 for bf16/fp16 weights, MDense, whose words are
+// the mma operands as loaded).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -77,9 +79,26 @@ __device__ __forceinline__ uint32_t nib_pair(uint32_t L, uint32_t H, int i) {
   return __byte_perm(L, H, uint32_t(i) | ((0x8u | i) << 4) | ((4u + i) << 8) | ((0x8u | i) << 12));
 }
 
+// bf16 / fp16 weights (the type of x): the pairs are the loaded words.
+template <class T>
+struct MDense {
+  static constexpr int E = 8;
+  struct Side {};
+  __device__ static Side side(const KArgs&, int64_t, int64_t) { return {}; }
+  __device__ static void pairs(const uint4& raw, const Side&, int, uint32_t (&pr)[4]) {
+    pr[0] = raw.x;
+    pr[1] = raw.y;
+    pr[2] = raw.z;
+    pr[3] = raw.w;
+  }
+  __device__ static float group_scale(const KArgs&, int64_t, int64_t) { return 1.0f; }
+  __device__ static float row_scale(const KArgs&, int64_t) { return 1.0f; }
+};
+
 // int4: pairs (q - z) exactly; the group scale is applied outside the mma.
 template <class T>
 struct MInt4 {
+  static constexpr int E = 32;
   struct Side {
     uint32_t z2;  // (magic + z) twice
   };
@@ -104,6 +123,7 @@ struct MInt4 {
 // NVF4: pairs e2m1 * block scale exactly (both have few significant bits).
 template <class T>
 struct MNvf4 {
+  static constexpr int E = 32;
   struct Side {
     uint32_t s0, s1;  // the chunk's two block scales, twice each, as T
   };
@@ -143,7 +163,8 @@ __global__ void __launch_bounds__(kWarpsM * 32) k_mma_gemv(const KArgs p) {
   const int64_t ra = row0 + g < p.n ? row0 + g : p.n - 1, rb = row0 + g + 8 < p.n ? row0 + g + 8 : p.n - 1;
   const uint8_t* qa = p.q + ra * p.q_rs;
   const uint8_t* qb = p.q + rb * p.q_rs;
-  const int64_t ntile = p.k / 128;
+  constexpr int E = F::E, P = E / 8;  // weights per chunk, pieces of 8 per chunk
+  const int64_t ntile = p.k / (4 * E);
   const int S = gridDim.y, s = blockIdx.y;
   const int64_t tps = (ntile + S - 1) / S;
   const int64_t t0 = int64_t(s) * tps, t1 = std::min(ntile, t0 + tps);
@@ -172,9 +193,9 @@ __global__ void __launch_bounds__(kWarpsM * 32) k_mma_gemv(const KArgs p) {
 #pragma unroll
       for (int j = 0; j < NG; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.0f;
 #pragma unroll
-      for (int h = 0; h < 4; ++h) {
+      for (int h = 0; h < P; ++h) {
         uint4 xv = make_uint4(0, 0, 0, 0);
-        if (xrow) xv = __ldg(reinterpret_cast<const uint4*>(xr + chunk * 32 + 8 * h));
+        if (xrow) xv = __ldg(reinterpret_cast<const uint4*>(xr + chunk * E + 8 * h));
         uint32_t pa[4], pb[4];
         F::pairs(wa[u], sa, h, pa);
         F::pairs(wb[u], sb, h, pb);
@@ -189,7 +210,7 @@ __global__ void __launch_bounds__(kWarpsM * 32) k_mma_gemv(const KArgs p) {
           }
         }
       }
-      if constexpr (NG == 1 && std::is_same_v<F, MNvf4<T>>) {
+      if constexpr (NG == 1 && !std::is_same_v<F, MInt4<T>>) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[e] += c[0][e];
       } else {
@@ -228,9 +249,9 @@ __global__ void __launch_bounds__(kWarpsM * 32) k_mma_gemv(const KArgs p) {
 }
 
 // Split for the tensor-core kernel: CTAs of 16 rows; enough CTAs for 8 per SM, at least
-// 2 tiles per warp per slice. A function of (N, K) only.
-inline int split_mma(int64_t n, int64_t k) {
-  const int64_t ctas = (n + 15) / 16, target = 132 * 8, tiles = k / 128;
+// 2 tiles per warp per slice. A function of (N, K, weights per chunk) only.
+inline int split_mma(int64_t n, int64_t k, int e = 32) {
+  const int64_t ctas = (n + 15) / 16, target = 132 * 8, tiles = k / (4 * e);
   if (ctas >= target) return 1;
   int64_t sp = (target + ctas - 1) / ctas;
   sp = std::min<int64_t>({sp, 16, std::max<int64_t>(tiles / (2 * kWarpsM), 1)});
