@@ -151,3 +151,15 @@ def test_gguf_bad_input():
     with pytest.raises(ValueError, match="q"):
         gk.gemv_q4_1(gk.zeros(32, dtype="bfloat16"), gk.zeros(20, dtype="uint8"))  # 1-d blocks
 
+
+
+@pytest.mark.skipif(not CUDA, reason="no GPU")
+def test_gguf_cuda_alignment_error():
+    q = gk.zeros((3, 35), dtype="uint8", device="cuda")[:, 1:]  # Q8_0 rows 35 bytes apart, odd offset
+    with pytest.raises(ValueError, match="2-byte aligned"):
+        gk.gemv_q8_0(gk.zeros(32, dtype="bfloat16", device="cuda"), q)
+    q4k = gk.zeros((2, 160), dtype="uint8", device="cuda")[:, 16:]  # Q4_K rows 160 bytes apart: fine (16-aligned)
+    gk.gemv_q4_k(gk.zeros(256, dtype="bfloat16", device="cuda"), q4k)
+    q4k = gk.zeros((2, 152), dtype="uint8", device="cuda")[:, 8:]  # 8-byte offset: the chunk kernel refuses
+    with pytest.raises(ValueError, match="aligned"):
+        gk.gemv_q4_k(gk.zeros(256, dtype="bfloat16", device="cuda"), q4k)
