@@ -38,6 +38,12 @@ struct GB<int(QFormat::q6_k)> {
   static constexpr int BB = gguf::kQ6_KBytes, QK = 256, R = 1, W = 4;
 };
 
+// float(v) for |v| < 2^22 with an integer add and a float subtract (exact), instead of the
+// quarter-rate int-to-float conversion.
+struct FastIntToFloat {
+  __device__ float operator()(int v) const { return __int_as_float(0x4B400000 + v) - 12582912.0f; }
+};
+
 // 32-weight block at a 2-byte aligned address (global or shared): 16-bit reads into
 // registers, decoded by the shared definition.
 template <int F, bool kGlobal>
@@ -48,9 +54,9 @@ __device__ __forceinline__ void block32(const uint8_t* bp, float (&w)[32]) {
 #pragma unroll
   for (int h = 0; h < BB / 2; ++h) raw[h] = kGlobal ? __ldcs(p16 + h) : p16[h];
   const uint8_t* b = reinterpret_cast<const uint8_t*>(raw);
-  if constexpr (F == int(QFormat::q8_0)) gguf::q8_0(b, w);
-  else if constexpr (F == int(QFormat::q4_0)) gguf::q4_0(b, w);
-  else gguf::q4_1(b, w);
+  if constexpr (F == int(QFormat::q8_0)) gguf::q8_0(b, w, FastIntToFloat{});
+  else if constexpr (F == int(QFormat::q4_0)) gguf::q4_0(b, w, FastIntToFloat{});
+  else gguf::q4_1(b, w, FastIntToFloat{});
 }
 
 // Weights 16i .. 16i + 15 of a Q6_K block in shared memory (the CPU's q6_k16, with
@@ -69,7 +75,7 @@ __device__ __forceinline__ void q6_sub(const uint8_t* b, int i, float (&w)[16]) 
   const uint8_t* h8 = reinterpret_cast<const uint8_t*>(qh);
   const float ds = gguf::h2f(b + 208) * float(int8_t(b[192 + i]));
 #pragma unroll
-  for (int j = 0; j < 16; ++j) w[j] = ds * float(gguf::q6_k_code(l8[j], h8[j], r0 + j));
+  for (int j = 0; j < 16; ++j) w[j] = ds * FastIntToFloat{}(gguf::q6_k_code(l8[j], h8[j], r0 + j));
 }
 
 template <class T, int N>
@@ -90,7 +96,7 @@ __device__ __forceinline__ void block_dot(const QGemvArgs& p, const uint8_t* bp,
   if constexpr (F == int(QFormat::q6_k)) {
     for (int i16 = 0; i16 < 16; ++i16) {
       float w[16];
-      if constexpr (kGlobal) gguf::q6_k16(bp, i16, w);
+      if constexpr (kGlobal) gguf::q6_k16(bp, i16, w, FastIntToFloat{});
       else q6_sub(bp, i16, w);
 #pragma unroll
       for (int i = 0; i < MT; ++i)
