@@ -79,7 +79,76 @@ void by_format(const QGemvArgs& p, cudaStream_t st) {
   throw ValueError("gemv: unknown quantized format");
 }
 
+// ---- quantization (the rules of src/cpu/quant.cpp, the same float32 operations) ----
+
+// fp8 / int8: one CTA per row; the row maximum (exact in any order), then the codes.
+template <bool kFp8>
+__global__ void __launch_bounds__(256) k_quantize_row(QuantArgs a) {
+  const int64_t j = blockIdx.x;
+  const float* w = a.w + j * a.k;
+  float amax = 0.0f;
+  for (int64_t i = threadIdx.x; i < a.k; i += 256) amax = fmaxf(amax, fabsf(w[i]));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  __shared__ float wmax[8];
+  if ((threadIdx.x & 31) == 0) wmax[threadIdx.x >> 5] = amax;
+  __syncthreads();
+  amax = wmax[0];
+  for (int i = 1; i < 8; ++i) amax = fmaxf(amax, wmax[i]);
+  float s = __fdiv_rn(amax, kFp8 ? 448.0f : 127.0f);
+  if (!(s > 0.0f) || !isfinite(s)) s = 1.0f;
+  if (threadIdx.x == 0) a.scales[j] = s;
+  uint8_t* q = static_cast<uint8_t*>(a.q) + j * a.k;
+  for (int64_t i = threadIdx.x; i < a.k; i += 256) {
+    const float v = __fdiv_rn(w[i], s);
+    if constexpr (kFp8) q[i] = f8e4m3(v).bits;
+    else q[i] = uint8_t(int8_t(fminf(fmaxf(rintf(v), -127.0f), 127.0f)));
+  }
+}
+
+// int4: one thread per group.
+__global__ void __launch_bounds__(256) k_quantize_int4(QuantArgs a) {
+  const int64_t ng = a.k / a.group, total = a.n * ng;
+  for (int64_t gi = int64_t(blockIdx.x) * 256 + threadIdx.x; gi < total; gi += int64_t(gridDim.x) * 256) {
+    const int64_t j = gi / ng, g = gi % ng;
+    const float* wg = a.w + j * a.k + g * a.group;
+    float lo = 0.0f, hi = 0.0f;
+    for (int64_t i = 0; i < a.group; ++i) {
+      lo = fminf(lo, wg[i]);
+      hi = fmaxf(hi, wg[i]);
+    }
+    float s = __fdiv_rn(__fsub_rn(hi, lo), 15.0f);
+    if (!(s > 0.0f) || !isfinite(s)) s = 1.0f;
+    const float z = fminf(fmaxf(rintf(__fdiv_rn(-lo, s)), 0.0f), 15.0f);
+    a.scales[gi] = s;
+    a.zeros[gi] = uint8_t(z);
+    uint8_t* q = static_cast<uint8_t*>(a.q) + j * (a.k / 2) + g * a.group / 2;
+    for (int64_t i = 0; i < a.group; i += 2) {
+      const int q0 = int(fminf(fmaxf(__fadd_rn(rintf(__fdiv_rn(wg[i], s)), z), 0.0f), 15.0f));
+      const int q1 = int(fminf(fmaxf(__fadd_rn(rintf(__fdiv_rn(wg[i + 1], s)), z), 0.0f), 15.0f));
+      q[i / 2] = uint8_t(q0 | (q1 << 4));
+    }
+  }
+}
+
 }  // namespace
+
+void quantize(const QuantArgs& a, void* stream) {
+  if (a.n <= 0 || a.k <= 0) return;
+  auto st = static_cast<cudaStream_t>(stream);
+  if (a.n > int64_t(INT32_MAX)) throw ValueError("quantize: too many rows");
+  switch (a.fmt) {
+    case QFormat::fp8: k_quantize_row<true><<<unsigned(a.n), 256, 0, st>>>(a); break;
+    case QFormat::int8: k_quantize_row<false><<<unsigned(a.n), 256, 0, st>>>(a); break;
+    case QFormat::int4: {
+      const int64_t groups = a.n * (a.k / a.group);
+      k_quantize_int4<<<unsigned(std::min<int64_t>((groups + 255) / 256, 132 * 16)), 256, 0, st>>>(a);
+      break;
+    }
+    default: throw ValueError("quantize: the CUDA path takes fp8, int8 and int4");
+  }
+  GK_LAUNCH_CHECK("quantize");
+}
 
 int qgemv_split(int64_t n, int64_t k, QFormat f) {
   switch (f) {

@@ -93,6 +93,37 @@ QuantizedWeight quantize_weight(const Array& w, const std::string& format, int64
     throw ValueError(cat("w: K = ", k, " is not divisible by the ", format, " block size ", gguf_block_weights(f)));
   if (f == QFormat::nvf4 && k % 16 != 0)
     throw ValueError(cat("w: K = ", k, " is not divisible by the nvf4 block size 16"));
+#if GPUKIT_WITH_CUDA
+  if (w.device().is_cuda() && (f == QFormat::fp8 || f == QFormat::int8 || f == QFormat::int4)) {
+    // on the device (large weights at load time), bit-identical to the CPU rules
+    Device d = w.device();
+    Stream s = resolve_stream(nullptr, d);
+    Array wd = w.astype(DType::f32, &s).contiguous(&s);
+    QuantizedWeight qw;
+    qw.format = format;
+    qw.group = f == QFormat::int4 ? group : 0;
+    QuantArgs a;
+    a.w = wd.data_as<float>();
+    a.n = n;
+    a.k = k;
+    a.group = qw.group;
+    a.fmt = f;
+    if (f == QFormat::int4) {
+      qw.q = Array::empty({n, k / 2}, DType::u8, d, &s);
+      qw.scales = Array::empty({n, k / group}, DType::f32, d, &s);
+      qw.zeros = Array::empty({n, k / group}, DType::u8, d, &s);
+      a.zeros = qw.zeros.data_as<uint8_t>();
+    } else {
+      qw.q = Array::empty({n, k}, f == QFormat::fp8 ? DType::f8e4m3 : DType::i8, d, &s);
+      qw.scales = Array::empty({n}, DType::f32, d, &s);
+    }
+    a.q = qw.q.data();
+    a.scales = qw.scales.data_as<float>();
+    detail::mark_used(wd, s);
+    cuda::quantize(a, s.handle());
+    return qw;
+  }
+#endif
   Array wc = w.to(Device::cpu()).astype(DType::f32).contiguous();
   Device cpu = Device::cpu();
   QuantizedWeight qw;

@@ -67,6 +67,9 @@ void dequantize_gguf_row(const QuantArgs& a, int64_t j, float* out);
 namespace cuda {
 void qgemv(const QGemvArgs& a, void* stream);
 int qgemv_split(int64_t n, int64_t k, QFormat f);
+// fp8 / int8 / int4 quantization on the device, bit-identical to cpu::quantize (a.w, a.q,
+// a.scales, a.zeros are device pointers).
+void quantize(const QuantArgs& a, void* stream);
 }  // namespace cuda
 
 }  // namespace gk

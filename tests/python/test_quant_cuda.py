@@ -92,3 +92,18 @@ def test_qgemv_batch_rows_independent(fmt, g):
     allr = gk.to_numpy(fn(x, out_dtype="float32"))
     for i in (0, 5, 7):
         assert gk.to_numpy(fn(x[i], out_dtype="float32")).tobytes() == allr[i].tobytes(), f"row {i}"
+
+
+@pytest.mark.parametrize("fmt,g", [("fp8", 0), ("int8", 0), ("int4", 32), ("int4", 64), ("int4", 128)])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_quantize_on_device_matches_cpu(fmt, g, dtype):
+    w = (RNG.standard_normal((67, 384)) * np.linspace(0.01, 5, 67)[:, None]).astype(np.float32)
+    w[3] = 0
+    w[5, 7] = 1e6
+    wa = gk.asarray(w).astype(dtype)
+    fn = (lambda a: gk.quantize_int4(a, group=g)) if fmt == "int4" else getattr(gk, f"quantize_{fmt}")
+    ref = fn(wa)
+    got = fn(wa.to("cuda"))
+    for r, o in zip(ref, got):
+        assert o.device.type == "cuda" if hasattr(o.device, "type") else True
+        assert gk.to_numpy(o.to("cpu")).tobytes() == gk.to_numpy(r).tobytes()
