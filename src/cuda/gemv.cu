@@ -83,14 +83,14 @@ void launch(const GemvArgs& a, cudaStream_t st) {
   p.n = a.n;
   p.k = a.k;
   p.out = a.out_dtype;
-  if (a.mma) launch_mma<MDense<T>, T, 1>(p, a.split, st);
+  if (a.mma) launch_mma<MDense<T>, T>(p, a.split, st);
   else launch_family<FDense<T>, T>(p, a.split, st);
 }
 
 }  // namespace
 
 int gemv_split(int64_t n, int64_t k, bool mma) {
-  return mma ? split_mma(n, k, 8) : split_for(n, chunks_per_row<FDense<bf16>>(k));
+  return mma ? split_mma(n, k / 32) : split_for(n, chunks_per_row<FDense<bf16>>(k));
 }
 
 void gemv(const GemvArgs& a, void* stream) {

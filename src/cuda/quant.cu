@@ -51,16 +51,16 @@ template <class T>
 void launch_int4(const QGemvArgs& a, cudaStream_t st) {
   const KArgs p = kargs(a);
   if (!use_mma(a.fmt, a.k)) return launch_family<FInt4, T>(p, a.split, st);
-  if (a.group == 128) return launch_mma<MInt4<T>, T, 1>(p, a.split, st);
-  if (a.group == 64) return launch_mma<MInt4<T>, T, 2>(p, a.split, st);
-  return launch_mma<MInt4<T>, T, 4>(p, a.split, st);
+  if (a.group == 128) return launch_mma<MInt4<T, 1>, T>(p, a.split, st);
+  if (a.group == 64) return launch_mma<MInt4<T, 2>, T>(p, a.split, st);
+  return launch_mma<MInt4<T, 4>, T>(p, a.split, st);
 }
 
 template <class T>
 void launch_nvf4(const QGemvArgs& a, cudaStream_t st) {
   const KArgs p = kargs(a);
   if (!use_mma(a.fmt, a.k)) return launch_family<FNvf4, T>(p, a.split, st);
-  return launch_mma<MNvf4<T>, T, 1>(p, a.split, st);
+  return launch_mma<MNvf4<T>, T>(p, a.split, st);
 }
 
 template <class T>
@@ -70,7 +70,7 @@ void by_format(const QGemvArgs& p, cudaStream_t st) {
     case QFormat::int8: return launch_chunks<FInt8, T>(p, st);
     case QFormat::int4: return launch_int4<T>(p, st);
     case QFormat::nvf4: return launch_nvf4<T>(p, st);
-    case QFormat::q4_k: return launch_chunks<FQ4K, T>(p, st);
+    case QFormat::q4_k: return launch_mma<MQ4K<T>, T>(kargs(p), p.split, st);
     case QFormat::q8_0:
     case QFormat::q4_0:
     case QFormat::q4_1:
@@ -154,9 +154,9 @@ int qgemv_split(int64_t n, int64_t k, QFormat f) {
   switch (f) {
     case QFormat::fp8: return split_for(n, chunks_per_row<FFp8>(k));
     case QFormat::int8: return split_for(n, chunks_per_row<FInt8>(k));
-    case QFormat::int4: return use_mma(f, k) ? split_mma(n, k) : split_for(n, chunks_per_row<FInt4>(k));
-    case QFormat::nvf4: return use_mma(f, k) ? split_mma(n, k) : split_for(n, chunks_per_row<FNvf4>(k));
-    case QFormat::q4_k: return split_for(n, chunks_per_row<FQ4K>(k));
+    case QFormat::int4: return use_mma(f, k) ? split_mma(n, k / 128) : split_for(n, chunks_per_row<FInt4>(k));
+    case QFormat::nvf4: return use_mma(f, k) ? split_mma(n, k / 128) : split_for(n, chunks_per_row<FNvf4>(k));
+    case QFormat::q4_k: return split_mma(n, k / 256 * 2);
     default: return gguf_split(n, k, f);
   }
 }

@@ -79,31 +79,58 @@ __device__ __forceinline__ uint32_t nib_pair(uint32_t L, uint32_t H, int i) {
   return __byte_perm(L, H, uint32_t(i) | ((0x8u | i) << 4) | ((4u + i) << 8) | ((0x8u | i) << 12));
 }
 
+// Functor interface of k_mma_gemv. E: weights per 16-byte chunk; tiles of 4 chunks per row;
+// chunk_byte / x_elem: where thread t's chunk of tile tt and its piece h of x lie; side():
+// what decoding a chunk needs; pairs(): the exact operand pairs of piece h; kNG
+// accumulators per tile, group_of(t, h) the one a piece goes to (possible(j, h): whether
+// accumulator j can receive piece h at all); tile_scales(): each accumulator's scale (and
+// min, kMin: minus min * sum of x over the group) for a row; row_scale: the final factor.
+template <int E_>
+struct MSimple {
+  static constexpr int E = E_, kNG = 1;
+  static constexpr bool kMin = false, kScaled = false;
+  __host__ __device__ static int64_t ntile(int64_t k) { return k / (4 * E); }
+  __device__ static int64_t chunk_byte(int64_t tt, int t) { return (4 * tt + t) * 16; }
+  __device__ static int64_t x_elem(int64_t tt, int t, int h) { return (4 * tt + t) * E + 8 * h; }
+  __device__ static int group_of(int, int) { return 0; }
+  __host__ __device__ static constexpr bool possible(int, int) { return true; }
+  template <int NG>
+  __device__ static void tile_scales(const KArgs&, int64_t, int64_t, float (&d)[NG], float (&m)[NG]) {
+#pragma unroll
+    for (int j = 0; j < NG; ++j) d[j] = 1.0f, m[j] = 0.0f;
+  }
+};
+
 // bf16 / fp16 weights (the type of x): the pairs are the loaded words.
 template <class T>
-struct MDense {
-  static constexpr int E = 8;
+struct MDense : MSimple<8> {
   struct Side {};
-  __device__ static Side side(const KArgs&, int64_t, int64_t) { return {}; }
+  __device__ static Side side(const KArgs&, int64_t, int64_t, int) { return {}; }
   __device__ static void pairs(const uint4& raw, const Side&, int, uint32_t (&pr)[4]) {
     pr[0] = raw.x;
     pr[1] = raw.y;
     pr[2] = raw.z;
     pr[3] = raw.w;
   }
-  __device__ static float group_scale(const KArgs&, int64_t, int64_t) { return 1.0f; }
   __device__ static float row_scale(const KArgs&, int64_t) { return 1.0f; }
 };
 
-// int4: pairs (q - z) exactly; the group scale is applied outside the mma.
 template <class T>
-struct MInt4 {
-  static constexpr int E = 32;
+constexpr uint32_t kMagic4 = std::is_same_v<T, bf16> ? 0x4300u : 0x6400u;  // 128.0 bf16, 1024.0 fp16: + q exact
+
+// int4 with G = 128 / NG: pairs (q - z) exactly; the group scales are applied to the tile's
+// accumulators (thread t's chunk is in group t / (4 / NG) of the tile).
+template <class T, int NG>
+struct MInt4 : MSimple<32> {
+  static constexpr int kNG = NG;
+  static constexpr bool kScaled = true;
   struct Side {
     uint32_t z2;  // (magic + z) twice
   };
-  static constexpr uint32_t kMagic = std::is_same_v<T, bf16> ? 0x4300u : 0x6400u;  // 128.0 bf16, 1024.0 fp16
-  __device__ static Side side(const KArgs& p, int64_t row, int64_t chunk) {
+  static constexpr uint32_t kMagic = kMagic4<T>;
+  __device__ static int group_of(int t, int) { return t / (4 / NG); }
+  __device__ static Side side(const KArgs& p, int64_t row, int64_t tt, int t) {
+    const int64_t chunk = 4 * tt + t;
     const int64_t g = row * (p.k / p.group) + (chunk * 32) / p.group;
     const uint32_t z = kMagic | uint32_t(__ldg(p.aux + g));
     return {z | (z << 16)};
@@ -114,21 +141,24 @@ struct MInt4 {
 #pragma unroll
     for (int i = 0; i < 4; ++i) pr[i] = hsub2u<T>(nib_pair(L, H, i) | (kMagic | (kMagic << 16)), sd.z2);
   }
-  __device__ static float group_scale(const KArgs& p, int64_t row, int64_t g) {
-    return __ldg(p.scales + row * (p.k / p.group) + g);
+  __device__ static void tile_scales(const KArgs& p, int64_t row, int64_t tt, float (&d)[NG], float (&m)[NG]) {
+#pragma unroll
+    for (int j = 0; j < NG; ++j) {
+      d[j] = __ldg(p.scales + row * (p.k / p.group) + tt * NG + j);
+      m[j] = 0.0f;
+    }
   }
   __device__ static float row_scale(const KArgs&, int64_t) { return 1.0f; }
 };
 
 // NVF4: pairs e2m1 * block scale exactly (both have few significant bits).
 template <class T>
-struct MNvf4 {
-  static constexpr int E = 32;
+struct MNvf4 : MSimple<32> {
   struct Side {
     uint32_t s0, s1;  // the chunk's two block scales, twice each, as T
   };
-  __device__ static Side side(const KArgs& p, int64_t row, int64_t chunk) {
-    const uint8_t* b = p.aux + row * (p.k / 16) + chunk * 2;
+  __device__ static Side side(const KArgs& p, int64_t row, int64_t tt, int t) {
+    const uint8_t* b = p.aux + row * (p.k / 16) + (4 * tt + t) * 2;
     return {splat<T>(FNvf4::e4m3(__ldg(b))), splat<T>(FNvf4::e4m3(__ldg(b + 1)))};
   }
   __device__ static void pairs(const uint4& raw, const Side& sd, int h, uint32_t (&pr)[4]) {
@@ -150,28 +180,77 @@ struct MNvf4 {
       pr[i] = hmul2u<T>(v, bs);
     }
   }
-  __device__ static float group_scale(const KArgs&, int64_t, int64_t) { return 1.0f; }
   __device__ static float row_scale(const KArgs& p, int64_t) { return __ldg(p.gscale); }
 };
 
+// Q4_K: tiles are the two halves of a block's 8 data chunks (the header chunk is read
+// as side data); thread t's chunk j = 4 half + t holds sub-blocks 2c (low nibbles,
+// pieces 0-1) and 2c + 1 (high, pieces 2-3), c = j / 2: accumulator 2 (t / 2) + (h >= 2)
+// is sub-block 4 half + that. Pairs are the codes q (0..15) exactly; per sub-block the
+// sum is d1 * sum(q x) - m1 * sum(x), the sum of x by a second mma with ones.
+template <class T>
+struct MQ4K : MSimple<32> {
+  static constexpr int kNG = 4;
+  static constexpr bool kMin = true, kScaled = true;
+  struct Side {};
+  __host__ __device__ static int64_t ntile(int64_t k) { return k / 256 * 2; }
+  __device__ static int64_t chunk_byte(int64_t tt, int t) { return (tt / 2) * 144 + 16 + (4 * (tt % 2) + t) * 16; }
+  __device__ static int64_t x_elem(int64_t tt, int t, int h) {
+    return (tt / 2) * 256 + FQ4K::xoff(int(4 * (tt % 2) + t), h);
+  }
+  __device__ static int group_of(int t, int h) { return 2 * (t / 2) + (h >= 2 ? 1 : 0); }
+  __host__ __device__ static constexpr bool possible(int j, int h) { return (j & 1) == (h >= 2 ? 1 : 0); }
+  __device__ static Side side(const KArgs&, int64_t, int64_t, int) { return {}; }
+  __device__ static void pairs(const uint4& raw, const Side&, int h, uint32_t (&pr)[4]) {
+    // piece h: bytes 8 (h % 2) .. + 7 of the chunk, low (h < 2) or high nibbles; pair i =
+    // bytes 2i, 2i + 1 of the piece
+    const int sh = h < 2 ? 0 : 4;
+    const uint32_t k2 = kMagic4<T> | (kMagic4<T> << 16);
+#pragma unroll
+    for (int w = 0; w < 2; ++w) {
+      const uint32_t u = (word(raw, 2 * (h & 1) + w) >> sh) & 0x0f0f0f0fu;  // 4 codes, one per byte
+      pr[2 * w] = hsub2u<T>(__byte_perm(u, 0, 0x5150u) | k2, k2);      // bytes 0, 1
+      pr[2 * w + 1] = hsub2u<T>(__byte_perm(u, 0, 0x5352u) | k2, k2);  // bytes 2, 3
+    }
+  }
+  template <int NG>
+  __device__ static void tile_scales(const KArgs& p, int64_t row, int64_t tt, float (&d)[NG], float (&m)[NG]) {
+    const uint4 hv = __ldg(reinterpret_cast<const uint4*>(p.q + row * p.q_rs + (tt / 2) * 144));
+    const float dd = __half2float(__ushort_as_half(uint16_t(hv.x & 0xffffu)));
+    const float dm = __half2float(__ushort_as_half(uint16_t(hv.x >> 16)));
+    struct Bytes {
+      uint4 v;
+      __device__ uint32_t operator[](int i) const { return (word(v, (i + 4) >> 2) >> (8 * ((i + 4) & 3))) & 0xffu; }
+    } sb{hv};
+#pragma unroll
+    for (int j = 0; j < NG; ++j) {
+      int sc, mn;
+      gguf::k_scale_min(sb, int(4 * (tt % 2)) + j, &sc, &mn);
+      d[j] = dd * float(sc);
+      m[j] = dm * float(mn);
+    }
+  }
+  __device__ static float row_scale(const KArgs&, int64_t) { return 1.0f; }
+};
+
 // NG: accumulators per tile (int4: 128 / G; NVF4: 1).
-template <class F, class T, int NG, int U>
+template <class F, class T, int U>
 __global__ void __launch_bounds__(kWarpsM * 32) k_mma_gemv(const KArgs p) {
+  constexpr int NG = F::kNG, P = F::E / 8;  // accumulators per tile, pieces of 8 per chunk
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int64_t row0 = int64_t(blockIdx.x) * 16;
   const int64_t ra = row0 + g < p.n ? row0 + g : p.n - 1, rb = row0 + g + 8 < p.n ? row0 + g + 8 : p.n - 1;
   const uint8_t* qa = p.q + ra * p.q_rs;
   const uint8_t* qb = p.q + rb * p.q_rs;
-  constexpr int E = F::E, P = E / 8;  // weights per chunk, pieces of 8 per chunk
-  const int64_t ntile = p.k / (4 * E);
+  const int64_t ntile = F::ntile(p.k);
   const int S = gridDim.y, s = blockIdx.y;
   const int64_t tps = (ntile + S - 1) / S;
   const int64_t t0 = int64_t(s) * tps, t1 = std::min(ntile, t0 + tps);
   const bool xrow = g < p.m;
   const T* xr = static_cast<const T*>(p.x) + (xrow ? g : 0) * p.x_rs;
+  const uint32_t ones[4] = {splat<T>(1.0f), splat<T>(1.0f), splat<T>(1.0f), splat<T>(1.0f)};
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  constexpr int CPG = 4 / NG;  // chunks (threads of the quad) per group
 
   for (int64_t T0 = t0 + warp; T0 < t1; T0 += int64_t(kWarpsM) * U) {
     uint4 wa[U], wb[U];
@@ -179,49 +258,61 @@ __global__ void __launch_bounds__(kWarpsM * 32) k_mma_gemv(const KArgs p) {
     for (int u = 0; u < U; ++u) {
       const int64_t tt = T0 + int64_t(u) * kWarpsM;
       if (tt < t1) {
-        wa[u] = ld_stream(qa + (4 * tt + t) * 16);
-        wb[u] = ld_stream(qb + (4 * tt + t) * 16);
+        const int64_t cb = F::chunk_byte(tt, t);
+        wa[u] = ld_stream(qa + cb);
+        wb[u] = ld_stream(qb + cb);
       }
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t tt = T0 + int64_t(u) * kWarpsM;
       if (tt >= t1) continue;
-      const int64_t chunk = 4 * tt + t;
-      const typename F::Side sa = F::side(p, ra, chunk), sb = F::side(p, rb, chunk);
-      float c[NG][4];
+      const typename F::Side sa = F::side(p, ra, tt, t), sb = F::side(p, rb, tt, t);
+      float c[NG][4], xs[F::kMin ? NG : 1][4];
 #pragma unroll
       for (int j = 0; j < NG; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.0f;
 #pragma unroll
+      for (int j = 0; j < (F::kMin ? NG : 1); ++j) xs[j][0] = xs[j][1] = xs[j][2] = xs[j][3] = 0.0f;
+#pragma unroll
       for (int h = 0; h < P; ++h) {
         uint4 xv = make_uint4(0, 0, 0, 0);
-        if (xrow) xv = __ldg(reinterpret_cast<const uint4*>(xr + chunk * E + 8 * h));
+        if (xrow) xv = __ldg(reinterpret_cast<const uint4*>(xr + F::x_elem(tt, t, h)));
         uint32_t pa[4], pb[4];
         F::pairs(wa[u], sa, h, pa);
         F::pairs(wb[u], sb, h, pb);
+        const int mygrp = F::group_of(t, h);
 #pragma unroll
         for (int st = 0; st < 2; ++st) {
           const uint32_t a[4] = {pa[2 * st], pb[2 * st], pa[2 * st + 1], pb[2 * st + 1]};
           const uint32_t b0 = word(xv, 2 * st), b1 = word(xv, 2 * st + 1);
 #pragma unroll
           for (int j = 0; j < NG; ++j) {
-            const bool mine = NG == 1 || t / CPG == j;
+            if (!F::possible(j, h)) continue;
+            const bool mine = NG == 1 || mygrp == j;
             mma16816<T>(c[j], a, mine ? b0 : 0u, mine ? b1 : 0u);
+            if constexpr (F::kMin) mma16816<T>(xs[j], ones, mine ? b0 : 0u, mine ? b1 : 0u);
           }
         }
       }
-      if constexpr (NG == 1 && !std::is_same_v<F, MInt4<T>>) {
+      if constexpr (!F::kScaled) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[e] += c[0][e];
       } else {
+        float da[NG], ma[NG], db[NG], mb[NG];
+        F::tile_scales(p, ra, tt, da, ma);
+        F::tile_scales(p, rb, tt, db, mb);
 #pragma unroll
         for (int j = 0; j < NG; ++j) {
-          const int64_t grp = tt * NG + j;  // group index along the row (G = 128 / NG)
-          const float s_a = F::group_scale(p, ra, grp), s_b = F::group_scale(p, rb, grp);
-          acc[0] = fmaf(s_a, c[j][0], acc[0]);
-          acc[1] = fmaf(s_a, c[j][1], acc[1]);
-          acc[2] = fmaf(s_b, c[j][2], acc[2]);
-          acc[3] = fmaf(s_b, c[j][3], acc[3]);
+          acc[0] = fmaf(da[j], c[j][0], acc[0]);
+          acc[1] = fmaf(da[j], c[j][1], acc[1]);
+          acc[2] = fmaf(db[j], c[j][2], acc[2]);
+          acc[3] = fmaf(db[j], c[j][3], acc[3]);
+          if constexpr (F::kMin) {
+            acc[0] = fmaf(-ma[j], xs[j][0], acc[0]);
+            acc[1] = fmaf(-ma[j], xs[j][1], acc[1]);
+            acc[2] = fmaf(-mb[j], xs[j][2], acc[2]);
+            acc[3] = fmaf(-mb[j], xs[j][3], acc[3]);
+          }
         }
       }
     }
@@ -250,21 +341,21 @@ __global__ void __launch_bounds__(kWarpsM * 32) k_mma_gemv(const KArgs p) {
 
 // Split for the tensor-core kernel: CTAs of 16 rows; enough CTAs for 8 per SM, at least
 // 2 tiles per warp per slice. A function of (N, K, weights per chunk) only.
-inline int split_mma(int64_t n, int64_t k, int e = 32) {
-  const int64_t ctas = (n + 15) / 16, target = 132 * 8, tiles = k / (4 * e);
+inline int split_mma(int64_t n, int64_t tiles) {
+  const int64_t ctas = (n + 15) / 16, target = 132 * 8;
   if (ctas >= target) return 1;
   int64_t sp = (target + ctas - 1) / ctas;
   sp = std::min<int64_t>({sp, 16, std::max<int64_t>(tiles / (2 * kWarpsM), 1)});
   return int(std::max<int64_t>(sp, 1));
 }
 
-template <class F, class T, int NG>
+template <class F, class T>
 void launch_mma(const KArgs& p, int split, cudaStream_t st) {
   constexpr int U = 2;
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   dim3 grid(unsigned(blocks), unsigned(std::max(1, split)));
-  k_mma_gemv<F, T, NG, U><<<grid, kWarpsM * 32, 0, st>>>(p);
+  k_mma_gemv<F, T, U><<<grid, kWarpsM * 32, 0, st>>>(p);
   GK_LAUNCH_CHECK("gemv_mma");
   if (split > 1) launch_sum(p, split, st);
 }
