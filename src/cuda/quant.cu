@@ -131,7 +131,52 @@ __global__ void __launch_bounds__(256) k_quantize_int4(QuantArgs a) {
   }
 }
 
+// Exact dequantization, one thread per pair of weights (the products of src/cpu/quant.cpp).
+__global__ void __launch_bounds__(256) k_dequantize(QuantArgs a) {
+  const int64_t half = a.k / 2, total = a.n * half;
+  const uint8_t* q8 = static_cast<const uint8_t*>(a.q);
+  for (int64_t i = int64_t(blockIdx.x) * 256 + threadIdx.x; i < total; i += int64_t(gridDim.x) * 256) {
+    const int64_t j = i / half, k0 = (i % half) * 2;
+    float v[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int64_t kk = k0 + e;
+      switch (a.fmt) {
+        case QFormat::fp8: v[e] = __fmul_rn(float(f8e4m3::from_bits(q8[j * a.k + kk])), a.scales[j]); break;
+        case QFormat::int8: v[e] = __fmul_rn(float(int8_t(q8[j * a.k + kk])), a.scales[j]); break;
+        case QFormat::int4: {
+          const uint8_t b = q8[j * half + kk / 2];
+          const int qv = (kk & 1) ? (b >> 4) : (b & 0xf);
+          const int64_t g = j * (a.k / a.group) + kk / a.group;
+          v[e] = __fmul_rn(float(qv - int(a.zeros[g])), a.scales[g]);
+          break;
+        }
+        default: {  // nvf4
+          const uint8_t b = q8[j * half + kk / 2];
+          const int c = (kk & 1) ? (b >> 4) : (b & 0xf);
+          const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+          const float e2 = (c & 8) ? -mag[c & 7] : mag[c & 7];
+          const float bs = float(f8e4m3::from_bits(a.zeros[j * (a.k / 16) + kk / 16]));
+          v[e] = __fmul_rn(__fmul_rn(e2, bs), a.tensor_scale[0]);
+        }
+      }
+    }
+    a.w[j * a.k + k0] = v[0];
+    a.w[j * a.k + k0 + 1] = v[1];
+  }
+}
+
 }  // namespace
+
+void dequantize(const QuantArgs& a, void* stream) {
+  if (a.n <= 0 || a.k <= 0) return;
+  if (a.fmt != QFormat::fp8 && a.fmt != QFormat::int8 && a.fmt != QFormat::int4 && a.fmt != QFormat::nvf4)
+    throw ValueError("dequantize: the CUDA path takes fp8, int8, int4 and nvf4");
+  if (a.k % 2 != 0) throw ValueError("dequantize: K must be even");
+  const int64_t pairs = a.n * (a.k / 2);
+  k_dequantize<<<unsigned(std::min<int64_t>((pairs + 255) / 256, 132 * 32)), 256, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  GK_LAUNCH_CHECK("dequantize");
+}
 
 void quantize(const QuantArgs& a, void* stream) {
   if (a.n <= 0 || a.k <= 0) return;

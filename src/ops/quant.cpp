@@ -169,6 +169,36 @@ Array dequantize_weight(const QuantizedWeight& qw) {
   auto [n, k] = check_qw(qw, f);
   Device d = qw.q.device();
   QuantArgs a;
+#if GPUKIT_WITH_CUDA
+  if (d.is_cuda() && !is_gguf(f) && k % 2 == 0) {  // on the device (the same values as the CPU's)
+    const Array& q0 = qw.q;
+    detail::common_device({{"q", &q0}, {"scales", &qw.scales}, {"zeros", qw.zeros.defined() ? &qw.zeros : &q0},
+                           {"tensor_scale", qw.tensor_scale.defined() ? &qw.tensor_scale : &q0}});
+    Stream st = resolve_stream(nullptr, d);
+    Array q = qw.q.contiguous(&st), sc = qw.scales.contiguous(&st), z, ts;
+    if (f == QFormat::int4) z = qw.zeros.contiguous(&st);
+    if (f == QFormat::nvf4) ts = qw.tensor_scale.contiguous(&st);
+    Array w = Array::empty({n, k}, DType::f32, d, &st);
+    a.w = w.data_as<float>();
+    a.q = q.data();
+    if (f == QFormat::nvf4) {
+      a.zeros = static_cast<uint8_t*>(sc.data());
+      a.tensor_scale = ts.data_as<float>();
+    } else {
+      a.scales = sc.data_as<float>();
+      a.zeros = z.defined() ? z.data_as<uint8_t>() : nullptr;
+    }
+    a.n = n;
+    a.k = k;
+    a.group = qw.group;
+    a.fmt = f;
+    const Array* used[] = {&q, &sc, &z, &ts};
+    for (const Array* t : used)
+      if (t->defined()) detail::mark_used(*t, st);
+    cuda::dequantize(a, st.handle());
+    return w;
+  }
+#endif
   Array q = qw.q.to(Device::cpu()).contiguous(), s, z, ts;
   if (qw.scales.defined()) s = qw.scales.to(Device::cpu()).contiguous();
   if (f == QFormat::int4) z = qw.zeros.to(Device::cpu()).contiguous();

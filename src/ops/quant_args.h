@@ -70,6 +70,8 @@ int qgemv_split(int64_t n, int64_t k, QFormat f);
 // fp8 / int8 / int4 quantization on the device, bit-identical to cpu::quantize (a.w, a.q,
 // a.scales, a.zeros are device pointers).
 void quantize(const QuantArgs& a, void* stream);
+// fp8 / int8 / int4 / nvf4 exact dequantization on the device (the CPU's values).
+void dequantize(const QuantArgs& a, void* stream);
 }  // namespace cuda
 
 }  // namespace gk

