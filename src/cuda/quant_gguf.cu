@@ -1,6 +1,5 @@
 // GEMV over the GGUF blocks that are only 2-byte aligned: Q8_0 (34 B), Q4_0 (18 B),
-// Q4_1 (20 B), Q6_K (210 B), decoded with the shared definitions of ops/gguf_blocks.h into
-// the exact float32 weights the CPU reference uses, fp32 sums.
+// Q4_1 (20 B), Q6_K (210 B) (layouts: ops/gguf_blocks.h), fp32 sums.
 //
 // k_span_gemv (rows of 16-byte aligned bytes, the usual case): a warp owns R rows and
 // walks them in steps of 32 blocks; each step's bytes (32 * BB per row, a multiple of
@@ -38,44 +37,22 @@ struct GB<int(QFormat::q6_k)> {
   static constexpr int BB = gguf::kQ6_KBytes, QK = 256, R = 1, W = 4;
 };
 
-// float(v) for |v| < 2^22 with an integer add and a float subtract (exact), instead of the
-// quarter-rate int-to-float conversion.
-struct FastIntToFloat {
-  __device__ float operator()(int v) const { return __int_as_float(0x4B400000 + v) - 12582912.0f; }
-};
-
-// 32-weight block at a 2-byte aligned address (global or shared): 16-bit reads into
-// registers, decoded by the shared definition.
-template <int F, bool kGlobal>
-__device__ __forceinline__ void block32(const uint8_t* bp, float (&w)[32]) {
-  constexpr int BB = GB<F>::BB;
-  uint16_t raw[BB / 2];
-  const uint16_t* p16 = reinterpret_cast<const uint16_t*>(bp);
-#pragma unroll
-  for (int h = 0; h < BB / 2; ++h) raw[h] = kGlobal ? __ldcs(p16 + h) : p16[h];
-  const uint8_t* b = reinterpret_cast<const uint8_t*>(raw);
-  if constexpr (F == int(QFormat::q8_0)) gguf::q8_0(b, w, FastIntToFloat{});
-  else if constexpr (F == int(QFormat::q4_0)) gguf::q4_0(b, w, FastIntToFloat{});
-  else gguf::q4_1(b, w, FastIntToFloat{});
+// 16-bit reads of a 2-byte aligned block, from global memory (streaming) or shared memory.
+template <bool kGlobal>
+__device__ __forceinline__ uint16_t rd16(const uint8_t* p) {
+  if constexpr (kGlobal) return __ldcs(reinterpret_cast<const uint16_t*>(p));
+  else return *reinterpret_cast<const uint16_t*>(p);
 }
+template <bool kGlobal>
+__device__ __forceinline__ uint32_t rd32(const uint8_t* p) {  // 2-byte aligned: two 16-bit reads
+  return __byte_perm(rd16<kGlobal>(p), rd16<kGlobal>(p + 2), 0x5410u);
+}
+__device__ __forceinline__ float f16bits(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
-// Weights 16i .. 16i + 15 of a Q6_K block in shared memory (the CPU's q6_k16, with
-// 16-bit reads of the 16 ql and 16 qh bytes).
-__device__ __forceinline__ void q6_sub(const uint8_t* b, int i, float (&w)[16]) {
-  const int h = i / 8, r0 = 16 * (i % 8);
-  uint16_t ql[8], qh[8];
-  const uint16_t* pl = reinterpret_cast<const uint16_t*>(b + 64 * h + r0 % 64);
-  const uint16_t* ph = reinterpret_cast<const uint16_t*>(b + 128 + 32 * h + r0 % 32);
-#pragma unroll
-  for (int t = 0; t < 8; ++t) {
-    ql[t] = pl[t];
-    qh[t] = ph[t];
-  }
-  const uint8_t* l8 = reinterpret_cast<const uint8_t*>(ql);
-  const uint8_t* h8 = reinterpret_cast<const uint8_t*>(qh);
-  const float ds = gguf::h2f(b + 208) * float(int8_t(b[192 + i]));
-#pragma unroll
-  for (int j = 0; j < 16; ++j) w[j] = ds * FastIntToFloat{}(gguf::q6_k_code(l8[j], h8[j], r0 + j));
+// Byte e of u as the exact float (byte - bias): the byte in the low bits of 2^23, minus
+// (2^23 + bias). Cheaper than the quarter-rate int-to-float conversion.
+__device__ __forceinline__ float byte_f(uint32_t u, int e, float magic_bias) {
+  return __uint_as_float(__byte_perm(u, 0x4B00u, 0x5440u + e)) - magic_bias;
 }
 
 template <class T, int N>
@@ -89,25 +66,78 @@ __device__ __forceinline__ float dot_x(const T* x, const float* w, float a) {
   }
   return a;
 }
+template <class T, int N>
+__device__ __forceinline__ float sum_x(const T* x) {
+  float a = 0.0f;
+#pragma unroll
+  for (int hh = 0; hh < N / 8; ++hh) {
+    float xf[8];
+    to_float8<T>(__ldg(reinterpret_cast<const uint4*>(x) + hh), xf);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) a += xf[e];
+  }
+  return a;
+}
 
-// Block `lane`'s contribution for one row: acc[i] += x[i] . w (blocks of QK weights at x).
+// One block's contribution to one row, acc[i] += x[i] . w. The layouts are those of
+// ops/gguf_blocks.h; the codes are decoded four per 32-bit word into exact floats, the
+// block's scale d multiplies the sum of code * x (Q4_1: plus m * sum of x; Q6_K: d * sc per
+// 16 weights): the same products as the exact weights, summed in another order.
 template <class T, int F, int MT, bool kGlobal>
 __device__ __forceinline__ void block_dot(const QGemvArgs& p, const uint8_t* bp, const T* x, float (&acc)[MT]) {
   if constexpr (F == int(QFormat::q6_k)) {
+    const float d = f16bits(rd16<kGlobal>(bp + 208));
     for (int i16 = 0; i16 < 16; ++i16) {
-      float w[16];
-      if constexpr (kGlobal) gguf::q6_k16(bp, i16, w, FastIntToFloat{});
-      else q6_sub(bp, i16, w);
+      const int h = i16 / 8, r0 = 16 * (i16 % 8);
+      const uint8_t* ql = bp + 64 * h + r0 % 64;
+      const uint8_t* qh = bp + 128 + 32 * h + r0 % 32;
+      const int sl = 4 * (r0 / 64), sh = 2 * (r0 / 32);
+      const float ds = d * float(int8_t(kGlobal ? __ldcs(bp + 192 + i16) : bp[192 + i16]));
+      float c[16];
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const uint32_t codes = ((rd32<kGlobal>(ql + 4 * w) >> sl) & 0x0f0f0f0fu) |
+                               (((rd32<kGlobal>(qh + 4 * w) >> sh) & 0x03030303u) << 4);  // q + 32
+#pragma unroll
+        for (int e = 0; e < 4; ++e) c[4 * w + e] = byte_f(codes, e, 8388640.0f);  // 2^23 + 32
+      }
 #pragma unroll
       for (int i = 0; i < MT; ++i)
-        if (i < p.m) acc[i] = dot_x<T, 16>(x + i * p.x_rs + 16 * i16, w, acc[i]);
+        if (i < p.m) acc[i] = fmaf(ds, dot_x<T, 16>(x + i * p.x_rs + 16 * i16, c, 0.0f), acc[i]);
     }
   } else {
-    float w[32];
-    block32<F, kGlobal>(bp, w);
+    constexpr bool kQ8 = F == int(QFormat::q8_0), kQ41 = F == int(QFormat::q4_1);
+    const float d = f16bits(rd16<kGlobal>(bp));
+    float c[32];
+    if constexpr (kQ8) {
 #pragma unroll
-    for (int i = 0; i < MT; ++i)
-      if (i < p.m) acc[i] = dot_x<T, 32>(x + i * p.x_rs, w, acc[i]);
+      for (int w = 0; w < 8; ++w) {
+        const uint32_t u = rd32<kGlobal>(bp + 2 + 4 * w) ^ 0x80808080u;  // int8 + 128
+#pragma unroll
+        for (int e = 0; e < 4; ++e) c[4 * w + e] = byte_f(u, e, 8388736.0f);  // 2^23 + 128
+      }
+    } else {
+      const uint8_t* qs = bp + (kQ41 ? 4 : 2);
+      const float mb = kQ41 ? 8388608.0f : 8388616.0f;  // 2^23 (+ 8 for Q4_0's offset)
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const uint32_t u = rd32<kGlobal>(qs + 4 * w);
+        const uint32_t lo = u & 0x0f0f0f0fu, hi = (u >> 4) & 0x0f0f0f0fu;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          c[4 * w + e] = byte_f(lo, e, mb);
+          c[16 + 4 * w + e] = byte_f(hi, e, mb);
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      if (i < p.m) {
+        const T* xi = x + i * p.x_rs;
+        acc[i] = fmaf(d, dot_x<T, 32>(xi, c, 0.0f), acc[i]);
+        if constexpr (kQ41) acc[i] = fmaf(f16bits(rd16<kGlobal>(bp + 2)), sum_x<T, 32>(xi), acc[i]);
+      }
+    }
   }
 }
 

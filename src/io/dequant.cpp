@@ -27,10 +27,8 @@ using detail::load_le;
 inline float h2f(const uint8_t* p) { return float(f16::from_bits(load_le<uint16_t>(p))); }
 
 // The block formats themselves: ops/gguf_blocks.h (shared with the GEMV kernels).
-using gguf::q2_k, gguf::q3_k, gguf::q4_k, gguf::q5_0, gguf::q5_1, gguf::q5_k, gguf::q6_k;
-void q4_0(const uint8_t* b, float* y) { gguf::q4_0(b, y); }
-void q4_1(const uint8_t* b, float* y) { gguf::q4_1(b, y); }
-void q8_0(const uint8_t* b, float* y) { gguf::q8_0(b, y); }
+using gguf::q2_k, gguf::q3_k, gguf::q4_0, gguf::q4_1, gguf::q4_k, gguf::q5_0, gguf::q5_1, gguf::q5_k,
+    gguf::q6_k, gguf::q8_0;
 
 // ---- plain float formats (one element per "block") ----
 void f32e(const uint8_t* b, float* y) { *y = load_le<float>(b); }

@@ -34,27 +34,18 @@ GK_HD uint32_t le32(const uint8_t* p) {
 }
 GK_HD float h2f(const uint8_t* p) { return float(f16::from_bits(le16(p))); }
 
-// The exact float of a small integer code. The block functions take the conversion as a
-// parameter so that the CUDA kernels can use a cheaper exact one (float(int) is a
-// quarter-rate instruction there) and still compute the very same values.
-struct IntToFloat {
-  GK_HD float operator()(int v) const { return float(v); }
-};
-
 // ---- 32-weight formats ----
-template <class Cvt = IntToFloat>
-GK_HD void q4_0(const uint8_t* b, float* y, Cvt cvt = {}) {
+GK_HD void q4_0(const uint8_t* b, float* y) {
   float d = h2f(b);
   for (int j = 0; j < 16; ++j) {
-    y[j] = d * cvt(int(b[2 + j] & 0x0F) - 8);
-    y[j + 16] = d * cvt(int(b[2 + j] >> 4) - 8);
+    y[j] = d * float(int(b[2 + j] & 0x0F) - 8);
+    y[j + 16] = d * float(int(b[2 + j] >> 4) - 8);
   }
 }
-template <class Cvt = IntToFloat>
-GK_HD void q4_1(const uint8_t* b, float* y, Cvt cvt = {}) {
+GK_HD void q4_1(const uint8_t* b, float* y) {
   float d = h2f(b), m = h2f(b + 2);
   for (int j = 0; j < 16; ++j) {
-    float p0 = d * cvt(b[4 + j] & 0x0F), p1 = d * cvt(b[4 + j] >> 4);
+    float p0 = d * float(b[4 + j] & 0x0F), p1 = d * float(b[4 + j] >> 4);
     y[j] = p0 + m;
     y[j + 16] = p1 + m;
   }
@@ -78,10 +69,9 @@ GK_HD void q5_1(const uint8_t* b, float* y) {
     y[j] = p + m;
   }
 }
-template <class Cvt = IntToFloat>
-GK_HD void q8_0(const uint8_t* b, float* y, Cvt cvt = {}) {
+GK_HD void q8_0(const uint8_t* b, float* y) {
   float d = h2f(b);
-  for (int j = 0; j < 32; ++j) y[j] = cvt(int8_t(b[2 + j])) * d;
+  for (int j = 0; j < 32; ++j) y[j] = float(int8_t(b[2 + j])) * d;
 }
 
 // ---- 256-weight (k-quant) formats ----
@@ -167,8 +157,7 @@ GK_HD int q6_k_code(uint8_t ql, uint8_t qh, int r) {
   return (lo | (hi << 4)) - 32;
 }
 // Weights 16i .. 16i + 15 of a Q6_K block (i = 0..15); q6_k() is all 16 of them.
-template <class Cvt = IntToFloat>
-GK_HD void q6_k16(const uint8_t* b, int i, float* y, Cvt cvt = {}) {
+GK_HD void q6_k16(const uint8_t* b, int i, float* y) {
   const uint8_t* ql = b;
   const uint8_t* qh = b + 128;
   float d = h2f(b + 208);
@@ -176,7 +165,7 @@ GK_HD void q6_k16(const uint8_t* b, int i, float* y, Cvt cvt = {}) {
   for (int j = 0; j < 16; ++j) {
     int e = 16 * i + j, h = e / 128, r = e % 128;
     int q = q6_k_code(ql[h * 64 + r % 64], qh[h * 32 + r % 32], r);
-    y[j] = ds * cvt(q);
+    y[j] = ds * float(q);
   }
 }
 GK_HD void q6_k(const uint8_t* b, float* y) {
