@@ -26,11 +26,11 @@ struct GB<int(QFormat::q8_0)> {
 };
 template <>
 struct GB<int(QFormat::q4_0)> {
-  static constexpr int BB = gguf::kQ4_0Bytes, QK = 32, R = 2, W = 8;
+  static constexpr int BB = gguf::kQ4_0Bytes, QK = 32, R = 4, W = 8;
 };
 template <>
 struct GB<int(QFormat::q4_1)> {
-  static constexpr int BB = gguf::kQ4_1Bytes, QK = 32, R = 2, W = 8;
+  static constexpr int BB = gguf::kQ4_1Bytes, QK = 32, R = 4, W = 8;
 };
 template <>
 struct GB<int(QFormat::q6_k)> {
@@ -79,6 +79,37 @@ __device__ __forceinline__ float sum_x(const T* x) {
   return a;
 }
 
+// The 32 codes of a Q8_0 / Q4_0 / Q4_1 block as exact floats (Q4_0: q - 8), its scale d
+// and (Q4_1) its min m: weight j = d * c[j] (+ m).
+template <int F, bool kGlobal>
+__device__ __forceinline__ void codes32(const uint8_t* bp, float (&c)[32], float& d, float& mn) {
+  d = f16bits(rd16<kGlobal>(bp));
+  mn = 0.0f;
+  if constexpr (F == int(QFormat::q8_0)) {
+#pragma unroll
+    for (int w = 0; w < 8; ++w) {
+      const uint32_t u = rd32<kGlobal>(bp + 2 + 4 * w) ^ 0x80808080u;  // int8 + 128
+#pragma unroll
+      for (int e = 0; e < 4; ++e) c[4 * w + e] = byte_f(u, e, 8388736.0f);  // 2^23 + 128
+    }
+  } else {
+    constexpr bool kQ41 = F == int(QFormat::q4_1);
+    if constexpr (kQ41) mn = f16bits(rd16<kGlobal>(bp + 2));
+    const uint8_t* qs = bp + (kQ41 ? 4 : 2);
+    const float mb = kQ41 ? 8388608.0f : 8388616.0f;  // 2^23 (+ 8 for Q4_0's offset)
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const uint32_t u = rd32<kGlobal>(qs + 4 * w);
+      const uint32_t lo = u & 0x0f0f0f0fu, hi = (u >> 4) & 0x0f0f0f0fu;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        c[4 * w + e] = byte_f(lo, e, mb);
+        c[16 + 4 * w + e] = byte_f(hi, e, mb);
+      }
+    }
+  }
+}
+
 // One block's contribution to one row, acc[i] += x[i] . w. The layouts are those of
 // ops/gguf_blocks.h; the codes are decoded four per 32-bit word into exact floats, the
 // block's scale d multiplies the sum of code * x (Q4_1: plus m * sum of x; Q6_K: d * sc per
@@ -106,36 +137,14 @@ __device__ __forceinline__ void block_dot(const QGemvArgs& p, const uint8_t* bp,
         if (i < p.m) acc[i] = fmaf(ds, dot_x<T, 16>(x + i * p.x_rs + 16 * i16, c, 0.0f), acc[i]);
     }
   } else {
-    constexpr bool kQ8 = F == int(QFormat::q8_0), kQ41 = F == int(QFormat::q4_1);
-    const float d = f16bits(rd16<kGlobal>(bp));
-    float c[32];
-    if constexpr (kQ8) {
-#pragma unroll
-      for (int w = 0; w < 8; ++w) {
-        const uint32_t u = rd32<kGlobal>(bp + 2 + 4 * w) ^ 0x80808080u;  // int8 + 128
-#pragma unroll
-        for (int e = 0; e < 4; ++e) c[4 * w + e] = byte_f(u, e, 8388736.0f);  // 2^23 + 128
-      }
-    } else {
-      const uint8_t* qs = bp + (kQ41 ? 4 : 2);
-      const float mb = kQ41 ? 8388608.0f : 8388616.0f;  // 2^23 (+ 8 for Q4_0's offset)
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        const uint32_t u = rd32<kGlobal>(qs + 4 * w);
-        const uint32_t lo = u & 0x0f0f0f0fu, hi = (u >> 4) & 0x0f0f0f0fu;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          c[4 * w + e] = byte_f(lo, e, mb);
-          c[16 + 4 * w + e] = byte_f(hi, e, mb);
-        }
-      }
-    }
+    float c[32], d, mn;
+    codes32<F, kGlobal>(bp, c, d, mn);
 #pragma unroll
     for (int i = 0; i < MT; ++i) {
       if (i < p.m) {
         const T* xi = x + i * p.x_rs;
         acc[i] = fmaf(d, dot_x<T, 32>(xi, c, 0.0f), acc[i]);
-        if constexpr (kQ41) acc[i] = fmaf(f16bits(rd16<kGlobal>(bp + 2)), sum_x<T, 32>(xi), acc[i]);
+        if constexpr (F == int(QFormat::q4_1)) acc[i] = fmaf(mn, sum_x<T, 32>(xi), acc[i]);
       }
     }
   }
@@ -220,10 +229,35 @@ __global__ void __launch_bounds__(GB<F>::W * 32) k_span_gemv(QGemvArgs p) {
     if (c + 1 < c1) load(c + 1);
     const int64_t blk = c * 32 + lane;
     if (blk < nb) {
+      if constexpr (MT == 1 && QK == 32) {  // one row of x: its 32 values serve the R rows
+        float xf[32], xsum = 0.0f;
 #pragma unroll
-      for (int r = 0; r < R; ++r)
-        block_dot<T, F, MT, false>(p, reinterpret_cast<const uint8_t*>(stage[warp][r]) + lane * BB, x + blk * QK,
-                                   acc[r]);
+        for (int hh = 0; hh < 4; ++hh) {
+          float t8[8];
+          to_float8<T>(__ldg(reinterpret_cast<const uint4*>(x + blk * QK) + hh), t8);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) xf[8 * hh + e] = t8[e];
+        }
+        if constexpr (F == int(QFormat::q4_1)) {
+#pragma unroll
+          for (int e = 0; e < 32; ++e) xsum += xf[e];
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          float cf[32], d, mn;
+          codes32<F, false>(reinterpret_cast<const uint8_t*>(stage[warp][r]) + lane * BB, cf, d, mn);
+          float dot = 0.0f;
+#pragma unroll
+          for (int e = 0; e < 32; ++e) dot = fmaf(xf[e], cf[e], dot);
+          acc[r][0] = fmaf(d, dot, acc[r][0]);
+          if constexpr (F == int(QFormat::q4_1)) acc[r][0] = fmaf(mn, xsum, acc[r][0]);
+        }
+      } else {
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+          block_dot<T, F, MT, false>(p, reinterpret_cast<const uint8_t*>(stage[warp][r]) + lane * BB, x + blk * QK,
+                                     acc[r]);
+      }
     }
     __syncwarp();
   }
@@ -307,8 +341,8 @@ template void launch_gguf<bf16>(const QGemvArgs&, cudaStream_t);
 template void launch_gguf<f16>(const QGemvArgs&, cudaStream_t);
 
 int gguf_split(int64_t n, int64_t k, QFormat f) {
-  // warps of 2 rows (1 for q6_k), 32 blocks per step; enough warps to fill the GPU
-  const int64_t rpw = f == QFormat::q6_k ? 1 : 2;
+  // warps of R rows, 32 blocks per step; enough warps to fill the GPU
+  const int64_t rpw = f == QFormat::q6_k ? 1 : (f == QFormat::q8_0 ? 2 : 4);  // rows per warp (staged kernel)
   const int64_t warps = (n + rpw - 1) / rpw, target = 132 * 32;
   const int64_t steps = (k / gguf_block_weights(f) + 31) / 32;
   int64_t sp = warps >= target ? 1 : target / std::max<int64_t>(warps, 1);
