@@ -1,5 +1,6 @@
-// One decode-GEMV kernel family for every weight format that can be read as
-// independent 16-byte chunks (bf16/fp16, fp8, int8, int4, NVF4, Q4_K): y[m, j] =
+// One decode-GEMV kernel family for the weight formats read as independent 16-byte
+// chunks on the CUDA cores (bf16/fp16, fp8, int8; int4 and NVF4 when K % 128 != 0;
+// the tensor-core kernel of gemv_mma.cuh takes them otherwise): y[m, j] =
 // sum_k x[m, k] * w[j, k] for M <= 8 rows of bf16/fp16 x, fp32 accumulation.
 //
 // Plan (the weight read is the whole cost):
@@ -12,8 +13,8 @@
 // - each chunk is decoded in registers by the format functor F in pieces of 8
 //   weights (F::piece) and multiplied with 8 x values read once for all R rows
 //   (16-byte loads through the read-only cache: x is small and shared by all CTAs);
-// - formats with a scale per group of pieces (int4 groups, NVF4 blocks, Q4_K
-//   sub-blocks) sum the exact products of a group first, then fma(scale, sum, acc);
+// - formats with a scale per group of pieces (int4 groups, NVF4 blocks) sum the exact
+//   products of a group first, then fma(scale, sum, acc);
 //   per-row scales (fp8, int8 channels, NVF4's tensor scale) multiply the final sum;
 // - reduction: xor-butterfly inside each warp, then the group's wpg warp sums added in
 //   warp order by one thread per output: a fixed order, the same bits every run;
@@ -33,7 +34,6 @@
 #include "gpukit/dtype.h"
 #include "gpukit/errors.h"
 #include "gpukit/numeric.h"
-#include "ops/gguf_blocks.h"
 
 namespace gk::cuda::gemv_detail {
 
@@ -101,18 +101,8 @@ __device__ __forceinline__ void store_out(void* y, DType t, int64_t i, float v) 
 }
 
 // ---- format functors ----
-// Chunk structure: a row is a sequence of blocks of kCPB chunks; the first kHdr chunks of
-// a block carry only side data (Q4_K's scales) and hold no weights; the block holds
-// kBW = (kCPB - kHdr) * E weights, and xoff(j, h) is the index inside the block of the
-// first of the 8 weights of piece h of data chunk j. kMin: the format subtracts
-// min(side, g) * (sum of x over group g) (Q4_K). Simple formats: Simple below.
 struct Simple {
-  static constexpr int kCPB = 1, kHdr = 0;
   static constexpr int kU = 2;  // chunks per row in flight per thread
-  static constexpr bool kMin = false;
-  __device__ static int xoff(int, int h) { return 8 * h; }
-  template <class S>
-  __device__ static float min(const S&, int) { return 0.0f; }
 };
 // E: weights per 16-byte chunk. Side: what a chunk needs besides its bytes (loaded by
 // side()). piece(raw, side, h, w): weights 8h..8h+7 of the chunk, exact, without the
@@ -236,54 +226,6 @@ struct FNvf4 : Simple {
   __device__ static float row_scale(const KArgs& p, int64_t) { return __ldg(p.gscale); }
 };
 
-// Q4_K (ops/gguf_blocks.h): 144-byte blocks = 1 header chunk (d, dmin, 12 scale bytes) +
-// 8 chunks of qs. Data chunk j holds qs bytes 16j .. 16j + 15 = weights l0 .. l0 + 15
-// (l0 = 16 (j % 2)) of sub-blocks 2c (low nibbles, pieces 0-1) and 2c + 1 (high nibbles,
-// pieces 2-3), c = j / 2. sum (d1 q - m1) x = d1 * sum q x - m1 * sum x per sub-block.
-struct FQ4K {
-  static constexpr int E = 32, kSpan = 2, kCPB = 9, kHdr = 1, kU = 1;
-  static constexpr bool kMin = true;
-  struct Side {
-    float d0, d1, m0, m1;  // scale and min of the chunk's two sub-blocks
-  };
-  __device__ static int xoff(int j, int h) { return 64 * (j / 2) + 16 * (j % 2) + (h < 2 ? 8 * h : 32 + 8 * (h - 2)); }
-  __device__ static Side side(const KArgs& p, int64_t row, int64_t cc) {
-    const int64_t b = cc / kCPB;
-    const int j = int(cc % kCPB) - kHdr;
-    const uint4 hv = __ldg(reinterpret_cast<const uint4*>(p.q + row * p.q_rs + b * 144));
-    const float d = __half2float(__ushort_as_half(uint16_t(hv.x & 0xffffu)));
-    const float dmin = __half2float(__ushort_as_half(uint16_t(hv.x >> 16)));
-    struct Bytes {  // the 12 scale bytes (header bytes 4..15) without a local array
-      uint4 v;
-      __device__ uint32_t operator[](int i) const { return (word(v, (i + 4) >> 2) >> (8 * ((i + 4) & 3))) & 0xffu; }
-    } sb{hv};
-    int sc0, m0, sc1, m1;
-    gguf::k_scale_min(sb, 2 * (j / 2), &sc0, &m0);
-    gguf::k_scale_min(sb, 2 * (j / 2) + 1, &sc1, &m1);
-    return {d * float(sc0), d * float(sc1), dmin * float(m0), dmin * float(m1)};
-  }
-  __device__ static void piece(const uint4& raw, const Side&, int h, float (&w)[8]) {
-    const int sh = h < 2 ? 0 : 4;
-    const int w0 = 2 * (h & 1);
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const uint32_t u = word(raw, w0 + i) >> sh;
-      // bytes 0, 2 then 1, 3 of the word: fp16 1024 + q, minus 1024
-      uint32_t t0 = (u & 0x000f000fu) | 0x64006400u, t1 = ((u >> 8) & 0x000f000fu) | 0x64006400u;
-      const uint32_t k1024 = 0x64006400u;
-      float2 a = __half22float2(__hsub2(*reinterpret_cast<__half2*>(&t0), *reinterpret_cast<const __half2*>(&k1024)));
-      float2 c = __half22float2(__hsub2(*reinterpret_cast<__half2*>(&t1), *reinterpret_cast<const __half2*>(&k1024)));
-      w[4 * i] = a.x;
-      w[4 * i + 1] = c.x;
-      w[4 * i + 2] = a.y;
-      w[4 * i + 3] = c.y;
-    }
-  }
-  __device__ static float scale(const Side& sd, int g) { return g == 0 ? sd.d0 : sd.d1; }
-  __device__ static float min(const Side& sd, int g) { return g == 0 ? sd.m0 : sd.m1; }
-  __device__ static float row_scale(const KArgs&, int64_t) { return 1.0f; }
-};
-
 // ---- the kernel ----
 
 template <class F, class T, int MT, int R>
@@ -294,12 +236,8 @@ __device__ __forceinline__ void do_chunk(const KArgs& p, const int64_t (&rows)[R
   typename F::Side sd[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) sd[r] = F::side(p, rows[r], cc);
-  constexpr int kBW = (F::kCPB - F::kHdr) * F::E;
-  const int64_t blk = cc / F::kCPB;
-  const int j = int(cc % F::kCPB) - F::kHdr;
-  const T* x = static_cast<const T*>(p.x) + blk * kBW;
+  const T* x = static_cast<const T*>(p.x) + cc * F::E;
   float part[MT][R];
-  float xs[MT];
 #pragma unroll
   for (int h = 0; h < P; ++h) {
     auto fma_piece = [&](int i, int r, const float (&xf)[8], const float (&w)[8]) {
@@ -310,13 +248,7 @@ __device__ __forceinline__ void do_chunk(const KArgs& p, const int64_t (&rows)[R
       else part[i][r] = d;
     };
     auto load_x = [&](int i, float (&xf)[8]) {
-      to_float8<T>(__ldg(reinterpret_cast<const uint4*>(x + i * p.x_rs + F::xoff(j, h))), xf);
-      if constexpr (F::kMin) {
-        float t = h % SP == 0 ? 0.0f : xs[i];
-#pragma unroll
-        for (int e = 0; e < 8; ++e) t += xf[e];
-        xs[i] = t;
-      }
+      to_float8<T>(__ldg(reinterpret_cast<const uint4*>(x + i * p.x_rs + 8 * h)), xf);
     };
     if constexpr (MT <= 2) {  // few rows of x: hold x, decode one weight row at a time
       float xf[MT][8];
@@ -351,10 +283,7 @@ __device__ __forceinline__ void do_chunk(const KArgs& p, const int64_t (&rows)[R
         for (int i = 0; i < MT; ++i)
 #pragma unroll
           for (int r = 0; r < R; ++r)
-            if (i < p.m) {
-              acc[i][r] = fmaf(F::scale(sd[r], h / SP), part[i][r], acc[i][r]);
-              if constexpr (F::kMin) acc[i][r] = fmaf(-F::min(sd[r], h / SP), xs[i], acc[i][r]);
-            }
+            if (i < p.m) acc[i][r] = fmaf(F::scale(sd[r], h / SP), part[i][r], acc[i][r]);
       }
     }
   }
@@ -373,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 3 : 1) k_gemv(const KArgs 
     rows[r] = row0 + r < p.n ? row0 + r : p.n - 1;
     qr[r] = p.q + rows[r] * p.q_rs;
   }
-  const int64_t nch = p.k / ((F::kCPB - F::kHdr) * F::E) * F::kCPB;
+  const int64_t nch = p.k / F::E;
   const int S = gridDim.y, s = blockIdx.y;
   const int64_t cps = (nch + S - 1) / S;
   const int64_t c0 = int64_t(s) * cps, c1 = std::min(nch, c0 + cps);
@@ -396,7 +325,7 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 3 : 1) k_gemv(const KArgs 
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t cc = c + int64_t(u) * gsz;
-      if (cc < c1 && (F::kHdr == 0 || cc % F::kCPB >= F::kHdr)) do_chunk<F, T, MT, R>(p, rows, cc, raw[u], acc);
+      if (cc < c1) do_chunk<F, T, MT, R>(p, rows, cc, raw[u], acc);
     }
   }
 
@@ -452,7 +381,7 @@ void launch_sum(const KArgs& p, int split, cudaStream_t st);
 
 template <class F>
 int64_t chunks_per_row(int64_t k) {
-  return k / ((F::kCPB - F::kHdr) * F::E) * F::kCPB;
+  return k / F::E;
 }
 
 template <class F, class T>

@@ -22,6 +22,7 @@
 #include <cuda_fp16.h>
 
 #include "gemv.cuh"
+#include "ops/gguf_blocks.h"
 
 namespace gk::cuda::gemv_detail {
 
@@ -196,7 +197,8 @@ struct MQ4K : MSimple<32> {
   __host__ __device__ static int64_t ntile(int64_t k) { return k / 256 * 2; }
   __device__ static int64_t chunk_byte(int64_t tt, int t) { return (tt / 2) * 144 + 16 + (4 * (tt % 2) + t) * 16; }
   __device__ static int64_t x_elem(int64_t tt, int t, int h) {
-    return (tt / 2) * 256 + FQ4K::xoff(int(4 * (tt % 2) + t), h);
+    const int j = int(4 * (tt % 2) + t);  // data chunk of the block: qs bytes 16j .. 16j + 15
+    return (tt / 2) * 256 + 64 * (j / 2) + 16 * (j % 2) + (h < 2 ? 8 * h : 32 + 8 * (h - 2));
   }
   __device__ static int group_of(int t, int h) { return 2 * (t / 2) + (h >= 2 ? 1 : 0); }
   __host__ __device__ static constexpr bool possible(int j, int h) { return (j & 1) == (h >= 2 ? 1 : 0); }
