@@ -102,7 +102,8 @@ __device__ __forceinline__ void store_out(void* y, DType t, int64_t i, float v) 
 
 // ---- format functors ----
 struct Simple {
-  static constexpr int kU = 2;  // chunks per row in flight per thread
+  static constexpr int kU = 2;          // chunks per row in flight per thread
+  static constexpr int kMinBlocks = 3;  // CTAs per SM the M = 1 kernel is compiled for
 };
 // E: weights per 16-byte chunk. Side: what a chunk needs besides its bytes (loaded by
 // side()). piece(raw, side, h, w): weights 8h..8h+7 of the chunk, exact, without the
@@ -113,7 +114,7 @@ struct NoSide {};
 
 template <class W>  // bf16 / fp16 weights
 struct FDense : Simple {
-  static constexpr int E = 8, kSpan = 0;
+  static constexpr int E = 8, kSpan = 0, kMinBlocks = 4;
   using Side = NoSide;
   __device__ static Side side(const KArgs&, int64_t, int64_t) { return {}; }
   __device__ static void piece(const uint4& raw, const Side&, int, float (&w)[8]) { to_float8<W>(raw, w); }
@@ -290,7 +291,7 @@ __device__ __forceinline__ void do_chunk(const KArgs& p, const int64_t (&rows)[R
 }
 
 template <class F, class T, int MT, int R, int U>
-__global__ void __launch_bounds__(kThreads, MT == 1 ? 3 : 1) k_gemv(const KArgs p) {
+__global__ void __launch_bounds__(kThreads, MT == 1 ? F::kMinBlocks : 1) k_gemv(const KArgs p) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wpg = p.wpg, gsz = wpg * 32, G = kWarps / wpg;
   const int gt = tid % gsz;  // thread index inside the row group
