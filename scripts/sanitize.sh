@@ -8,8 +8,8 @@
 # (PYTHONPATH defaults to ./python). Exits non-zero when compute-sanitizer reports any error
 # (its --error-exitcode), when a selected test fails, or when no sanitizer is found.
 # Environment: SANITIZER (path of compute-sanitizer), PYTHON (default python3), TOOLS (default
-# "memcheck racecheck"; synccheck and initcheck also work), SANITIZE_K (a pytest -k expression
-# replacing the default selection).
+# "memcheck racecheck"; synccheck and initcheck also work), SANITIZE_TESTS (space-separated pytest
+# node ids replacing the default selection).
 set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -44,20 +44,27 @@ fi
 echo "sanitize.sh: using $SAN ($("$SAN" --version 2>/dev/null | tail -1))"
 
 # Small shapes only: each selected test launches a handful of kernels on at most a few thousand keys.
+T=tests/python
 SEL=(
-  "tests/python/test_attention.py::test_cuda_device_metadata_validate"
-  "tests/python/test_attention.py::test_cuda_fp8_cache_decode"
-  "tests/python/test_attention.py::test_cuda_paged_vs_float64"
-  "tests/python/test_attention_decode.py::test_cuda_poisoned_outputs_and_determinism"
-  "tests/python/test_attention_decode.py::test_cuda_window_softcap"
-  "tests/python/test_attention_decode.py::test_cuda_split_override"
-  "tests/python/test_kvcache.py::test_cuda_matches_cpu"
-  "tests/python/test_kvcache.py::test_cuda_device_metadata_guarded_and_validated"
-  "tests/python/test_kvcache_rope.py::test_cuda_matches_cpu_and_unfused"
-  "tests/python/test_kvcache_rope.py::test_cuda_device_positions_and_unvalidated_metadata"
+  "$T/test_attention.py::test_cuda_paged_vs_float64[64-32-8-bfloat16]"
+  "$T/test_attention.py::test_cuda_paged_vs_float64[128-32-8-bfloat16]"
+  "$T/test_attention.py::test_cuda_paged_vs_float64[128-40-8-float16]"
+  "$T/test_attention.py::test_cuda_paged_vs_float64[256-8-8-float32]"
+  "$T/test_attention.py::test_cuda_device_metadata_validate"
+  "$T/test_attention.py::test_cuda_fp8_cache_decode"
+  "$T/test_attention_decode.py::test_cuda_poisoned_outputs_and_determinism"
+  "$T/test_attention_decode.py::test_cuda_window_softcap[kw1]"
+  "$T/test_attention_decode.py::test_cuda_window_softcap[kw4]"
+  "$T/test_attention_decode.py::test_cuda_split_override"
+  "$T/test_kvcache.py::test_cuda_matches_cpu[True-128-bfloat16]"
+  "$T/test_kvcache.py::test_cuda_matches_cpu[False-6-float32]"
+  "$T/test_kvcache.py::test_cuda_matches_cpu[False-64-float16]"
+  "$T/test_kvcache.py::test_cuda_device_metadata_guarded_and_validated"
+  "$T/test_kvcache_rope.py::test_cuda_matches_cpu_and_unfused[True-6-4-True-bfloat16]"
+  "$T/test_kvcache_rope.py::test_cuda_matches_cpu_and_unfused[False-None-0-False-float16]"
+  "$T/test_kvcache_rope.py::test_cuda_device_positions_and_unvalidated_metadata"
 )
-K=${SANITIZE_K:-"not (float32 or float16) or fp8 or metadata or determinism"}
-# test_cuda_paged_vs_float64: one dtype; the -k keeps the bf16 cases and the tests without a dtype id.
+[ -n "${SANITIZE_TESTS:-}" ] && read -r -a SEL <<<"$SANITIZE_TESTS"
 
 rc=0
 for tool in ${TOOLS:-memcheck racecheck}; do
@@ -69,7 +76,7 @@ for tool in ${TOOLS:-memcheck racecheck}; do
   echo "=== compute-sanitizer --tool $tool"
   t0=$(date +%s)
   "$SAN" --tool "$tool" "${extra[@]}" --error-exitcode 97 --print-limit 30 --target-processes all \
-    "$PY" -m pytest -q -x -p no:cacheprovider "${SEL[@]}" -k "$K" "$@"
+    "$PY" -m pytest -q -x -p no:cacheprovider "${SEL[@]}" "$@"
   r=$?
   echo "=== $tool: exit $r ($(( $(date +%s) - t0 )) s)"
   if [ $r -eq 97 ]; then echo "sanitize.sh: $tool reported errors"; fi
