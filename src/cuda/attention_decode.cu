@@ -1,7 +1,7 @@
 // CUDA attention_decode: flash-decoding on CUDA cores with a cp.async pipeline.
 //
-// Kernel 1 (k_decode_chunk): one CTA of 128 threads per (chunk, kv head x group
-// of up to GB query heads, sequence). The chunk's keys (decode_chunk: a length
+// Kernel 1 (k_decode_chunk): one CTA of 128 threads per (chunk x group of up to
+// GB query heads, kv head, sequence). The chunk's keys (decode_chunk: a length
 // that depends only on the sequence's attended length) stream through shared
 // memory in tiles of TK rows: first all K tiles, then all V tiles, in a ring of
 // kStages buffers filled by 16-byte cp.async copies several tiles ahead, so the
@@ -74,9 +74,9 @@ __global__ void __launch_bounds__(kThr) k_decode_chunk(const __grid_constant__ D
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float sm_m[GB], sm_l[GB];
 
-  const int b = blockIdx.z, split = blockIdx.x;
+  // blockIdx.x = split * ngb + gb: the head groups of one chunk run side by side (their K/V reads meet in L2)
   const int G = a.hq / a.hkv, ngb = (G + GB - 1) / GB;
-  const int kvh = blockIdx.y / ngb, gb = blockIdx.y % ngb;
+  const int b = blockIdx.z, split = blockIdx.x / ngb, gb = blockIdx.x % ngb, kvh = blockIdx.y;
   const int h0 = kvh * G + gb * GB, nh = min(GB, G - gb * GB);
   int64_t L, start;
   decode_span(a, b, L, start);
@@ -296,13 +296,14 @@ template <class T, class C, int D, int GB>
 void launch(const DecodeArgs& a, cudaStream_t st) {
   const int G = a.hq / a.hkv, ngb = (G + GB - 1) / GB;
   if (a.B > 65535) throw ValueError("q: more than 65535 sequences in one decode call");
-  if (int64_t(a.hkv) * ngb > 65535) throw ValueError("q: too many heads");
+  if (a.hkv > 65535) throw ValueError("k_cache: too many kv heads");
+  if (int64_t(a.nsplit) * ngb > INT32_MAX) throw ValueError("q: too many heads x chunks");
   if (a.nb * a.bs > int64_t(INT32_MAX)) throw ValueError("k_cache: more than 2^31 - 1 cache rows");
   auto kern = k_decode_chunk<T, C, D, GB>;
   const size_t smem = smem_bytes<C, D, GB>(a.chunk_max);
   if (smem > 48 * 1024)  // only with a chunk_max above the default (a per-device attribute: set each time)
     GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  dim3 grid{unsigned(a.nsplit), unsigned(a.hkv * ngb), unsigned(a.B)};
+  dim3 grid{unsigned(a.nsplit * ngb), unsigned(a.hkv), unsigned(a.B)};
   kern<<<grid, kThr, smem, st>>>(a);
   GK_LAUNCH_CHECK("attention_decode_chunk");
   dim3 mgrid{unsigned(a.hq), unsigned(a.B), 1u};
