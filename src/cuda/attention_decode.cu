@@ -94,7 +94,10 @@ __global__ void __launch_bounds__(kThr) k_decode_chunk(const __grid_constant__ D
   int* rows = reinterpret_cast<int*>(sc + GB * a.chunk_max);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int ld = lane % LPT, tok = tid / LPT;
-  const int rot = VPL > 1 ? (lane / LPT) % VPL : 0;
+  // With LPT < 8 lanes per row, the 8 lanes of one shared-memory phase read two or more rows: each
+  // row's lanes start at another vector (rotation) so that the phase covers distinct banks.
+  constexpr bool ROT = LPT < 8 && VPL > 1;
+  const int rot = ROT ? (lane / LPT) % VPL : 0;
   const C* kc = static_cast<const C*>(a.kc);
   const C* vc = static_cast<const C*>(a.vc);
 
@@ -220,6 +223,23 @@ __global__ void __launch_bounds__(kThr) k_decode_chunk(const __grid_constant__ D
   }
   cp_async_wait<0>();
   __syncthreads();  // the ring is free: reuse it for the reduction
+  if constexpr (ROT) {  // slot u of this lane holds vector (u + rot) % VPL: back to the order of rot = 0
+#pragma unroll
+    for (int g = 0; g < GB; ++g) {
+      float t[16];
+#pragma unroll
+      for (int cu = 0; cu < VPL; ++cu)
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+          float x = 0.f;
+#pragma unroll
+          for (int u = 0; u < VPL; ++u) x = (u + rot) % VPL == cu ? acc[g][u * N + j] : x;
+          t[cu * N + j] = x;
+        }
+#pragma unroll
+      for (int e = 0; e < 16; ++e) acc[g][e] = t[e];
+    }
+  }
   // Reduce the token groups of a warp (lanes with the same ld), then the warps.
 #pragma unroll
   for (int o = LPT; o < 32; o <<= 1)
@@ -234,7 +254,7 @@ __global__ void __launch_bounds__(kThr) k_decode_chunk(const __grid_constant__ D
 #pragma unroll
       for (int u = 0; u < VPL; ++u)
 #pragma unroll
-        for (int j = 0; j < N; ++j) red[(warp * GB + g) * D + voff(u) / SZ + j] = acc[g][u * N + j];
+        for (int j = 0; j < N; ++j) red[(warp * GB + g) * D + (u * LPT + ld) * N + j] = acc[g][u * N + j];
   }
   __syncthreads();
   const bool single = nsp == 1;
