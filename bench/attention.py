@@ -1,6 +1,6 @@
 """attention_decode against torch SDPA (enable_gqa=True), bf16, Hq=32, Hkv=8, D=128, in one run.
 
-    python bench/attention.py [--out bench/results/h200.json] [--rounds 30] [--splits 64,512,32 128,512,16]
+    python bench/attention.py [--out bench/results/h200.json] [--rounds 30] [--splits 64,512,32 128,512,16,1]
 
 Metric: TB/s of KV read (2 * B * T * Hkv * D * 2 bytes over the median time of one call). Each round
 times --iters back-to-back calls with CUDA events (gpukit events on gpukit's stream, torch events

@@ -39,7 +39,7 @@ constexpr int kStages = 4;
 constexpr int kTileBytes = 8192;  // at most, per stage
 
 // Compile-time layout of one (cache type, head_dim) pair.
-template <class C, int D>
+template <class C, int D, int TILEB = kTileBytes>
 struct Layout {
   static constexpr int SZ = int(sizeof(C));
   static constexpr int N = 16 / SZ;                 // elements per 16-byte vector
@@ -48,7 +48,7 @@ struct Layout {
   static constexpr int LPT = D / 16;                // lanes per row (16 elements each)
   static constexpr int VPL = NV / LPT;              // vectors per lane (= SZ)
   static constexpr int NT = kThr / LPT;             // rows per CTA step
-  static constexpr int TK = kTileBytes / ROWB < 32 ? kTileBytes / ROWB : 32;  // rows per tile
+  static constexpr int TK = TILEB / ROWB < 64 ? TILEB / ROWB : 64;  // rows per tile
   static constexpr int TILE = TK * ROWB;
   static constexpr int CPT = TK * NV / kThr;        // 16-byte copies per thread per tile
   static_assert(TK >= NT && TK % NT == 0, "a tile holds whole CTA steps");
@@ -58,17 +58,19 @@ struct Layout {
 
 // Shared memory of one CTA: the stage ring (reused for the final reduction),
 // then the chunk's logits [GB][chunk_max] and cache rows [chunk_max].
-template <class C, int D, int GB>
+template <class C, int D, int GB, int S, int TILEB>
 size_t smem_bytes(int chunk_max) {
-  using Lt = Layout<C, D>;
-  size_t ring = std::max<size_t>(size_t(kStages) * Lt::TILE, size_t(kWarps) * GB * D * sizeof(float));
+  using Lt = Layout<C, D, TILEB>;
+  size_t ring = std::max<size_t>(size_t(S) * Lt::TILE, size_t(kWarps) * GB * D * sizeof(float));
   return ring + size_t(GB) * chunk_max * sizeof(float) + size_t(chunk_max) * sizeof(int);
 }
 
 // T: q / out storage type; C: cache storage type (T, or f8e4m3 with per-head scales).
-template <class T, class C, int D, int GB>
+// S stages of TILEB-byte tiles (kStages, kTileBytes; other values are tuning variants).
+template <class T, class C, int D, int GB, int S, int TILEB>
 __global__ void __launch_bounds__(kThr) k_decode_chunk(const __grid_constant__ DecodeArgs a) {
-  using Lt = Layout<C, D>;
+  constexpr int kStages = S;
+  using Lt = Layout<C, D, TILEB>;
   constexpr int SZ = Lt::SZ, N = Lt::N, ROWB = Lt::ROWB, NV = Lt::NV, LPT = Lt::LPT, VPL = Lt::VPL, NT = Lt::NT,
                 TK = Lt::TK, TILE = Lt::TILE, CPT = Lt::CPT;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -312,15 +314,15 @@ __global__ void k_decode_merge(const __grid_constant__ DecodeArgs a) {
   *out = convert<T>(den > 0.f ? num / den : 0.f);
 }
 
-template <class T, class C, int D, int GB>
+template <class T, class C, int D, int GB, int S = kStages, int TILEB = kTileBytes>
 void launch(const DecodeArgs& a, cudaStream_t st) {
   const int G = a.hq / a.hkv, ngb = (G + GB - 1) / GB;
   if (a.B > 65535) throw ValueError("q: more than 65535 sequences in one decode call");
   if (a.hkv > 65535) throw ValueError("k_cache: too many kv heads");
   if (int64_t(a.nsplit) * ngb > INT32_MAX) throw ValueError("q: too many heads x chunks");
   if (a.nb * a.bs > int64_t(INT32_MAX)) throw ValueError("k_cache: more than 2^31 - 1 cache rows");
-  auto kern = k_decode_chunk<T, C, D, GB>;
-  const size_t smem = smem_bytes<C, D, GB>(a.chunk_max);
+  auto kern = k_decode_chunk<T, C, D, GB, S, TILEB>;
+  const size_t smem = smem_bytes<C, D, GB, S, TILEB>(a.chunk_max);
   if (smem > 48 * 1024)  // only with a chunk_max above the default (a per-device attribute: set each time)
     GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   dim3 grid{unsigned(a.nsplit * ngb), unsigned(a.hkv), unsigned(a.B)};
@@ -336,6 +338,12 @@ void launch_g(const DecodeArgs& a, cudaStream_t st) {
   const int G = a.hq / a.hkv;
   if (G == 1) return launch<T, C, D, 1>(a, st);
   if (G == 2) return launch<T, C, D, 2>(a, st);
+  if constexpr (std::is_same_v<T, bf16> && std::is_same_v<C, bf16> && D == 128) {  // tuning variants
+    if (a.variant == 1) return launch<T, C, D, 4, 6, 8192>(a, st);
+    if (a.variant == 2) return launch<T, C, D, 4, 3, 16384>(a, st);
+    if (a.variant == 3) return launch<T, C, D, 4, 4, 16384>(a, st);
+    if (a.variant == 4) return launch<T, C, D, 4, 8, 4096>(a, st);
+  }
   return launch<T, C, D, 4>(a, st);
 }
 }  // namespace
