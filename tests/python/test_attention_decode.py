@@ -214,10 +214,11 @@ def test_cuda_batch_invariance_bitwise():
 
 
 @gpu
-@pytest.mark.parametrize("split", ["32,32,100000", "4096,4096,1", "64,1024,8"])
+@pytest.mark.parametrize("split", ["32,32,100000", "4096,4096,1", "64,1024,8", "64,512,32,1", "64,512,32,2",
+                                   "64,512,32,3", "64,512,32,4"])
 def test_cuda_split_override(split, monkeypatch):
     lens = np.array([1, 4000, 9000, 333], np.int32)
-    q, kc, vc, bt = setup_compact(lens, 16, 4, 128, 32, "bfloat16", seed=6)
+    q, kc, vc, bt = setup_compact(lens, 16, 4, 128, 32, "bfloat16", seed=6)  # G = 4, D = 128: the variants apply
     want = ref_decode(f64(q), f64(kc), f64(vc), lens, bt)
     monkeypatch.setenv("GPUKIT_DECODE_SPLIT", split)
     check(cuda_decode(q, kc, vc, lens, bt), want, 3.2e-2, f"split {split}")
