@@ -15,14 +15,12 @@
 //
 // Tiles are numbered so that blockIdx.y = 0 is a sequence's last (longest,
 // under causal masking) query tile: the longest work is scheduled first.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <cstdlib>
 #include <cstring>
 
 #include "core/cuda_util.h"
 #include "cuda/common/wgmma.cuh"
+#include "cuda/common/wgmma_attn.cuh"
 #include "ops/nn_args.h"
 
 namespace gk::cuda {
@@ -49,12 +47,6 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int by
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // Copies rows [0, valid) of an R x D tile (row stride `ld` elements) into the
 // swizzled layout at `dst`; rows >= valid are zero-filled (no global read).
 template <int R, int D, int NT>
@@ -69,84 +61,6 @@ __device__ __forceinline__ void load_tile(uint32_t dst, const uint16_t* src, int
     const bool ok = r < valid;
     cp_async16(s, ok ? static_cast<const void*>(src + r * ld + c * 8) : static_cast<const void*>(safe), ok ? 16 : 0);
   }
-}
-
-template <bool BF16>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (BF16) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    uint32_t r;
-    memcpy(&r, &v, 4);
-    return r;
-  } else {
-    __half2 v = __floats2half2_rn(lo, hi);
-    uint32_t r;
-    memcpy(&r, &v, 4);
-    return r;
-  }
-}
-
-struct SeqTile {
-  int64_t q0, k0;  // token offsets of the sequence in q / k
-  int64_t Lq, Lk;
-  int m0;          // first query row of the tile (sequence-relative)
-  bool kv_ok;      // the key range is valid (else the rows get zeros)
-};
-
-// Finds the (sequence, query tile) of tile index y (in sequence order, each
-// sequence's tiles last-first). Warp 0 scans cu_seqlens_q; false: no tile.
-template <int BM>
-__device__ bool find_tile(const PrefillArgs& a, int y, SeqTile& t, int* sh) {
-  if (!a.cu_q) {
-    const int nblk = int((a.Tq + BM - 1) / BM);
-    if (y >= nblk) return false;
-    t = SeqTile{0, 0, a.Tq, a.Tk, (nblk - 1 - y) * BM, true};
-    return true;
-  }
-  const int tid = threadIdx.x, lane = tid & 31;
-  if (tid < 32) {
-    int found_b = -1, found_local = 0;
-    int64_t run = 0;
-    for (int base = 0; base < a.B; base += 32) {
-      const int b = base + lane;
-      int64_t cnt = 0;
-      if (b < a.B) {
-        const int64_t q0 = a.cu_q[b], q1 = a.cu_q[b + 1];
-        if (q0 >= 0 && q1 >= q0 && q1 <= a.Tq) cnt = (q1 - q0 + BM - 1) / BM;
-      }
-      int64_t incl = cnt;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int64_t v = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += v;
-      }
-      const int64_t lo = run + incl - cnt, hi = run + incl;
-      const unsigned hit = __ballot_sync(0xffffffffu, y >= lo && y < hi);
-      if (hit) {
-        const int src = __ffs(hit) - 1;
-        found_b = base + src;
-        found_local = int(y - __shfl_sync(0xffffffffu, lo, src));
-        break;
-      }
-      run += __shfl_sync(0xffffffffu, incl, 31);
-    }
-    if (lane == 0) {
-      sh[0] = found_b;
-      sh[1] = found_local;
-    }
-  }
-  __syncthreads();
-  const int b = sh[0], local = sh[1];
-  if (b < 0) return false;
-  const int64_t q0 = a.cu_q[b], q1 = a.cu_q[b + 1], k0 = a.cu_k[b], k1 = a.cu_k[b + 1];
-  const int nblk = int((q1 - q0 + BM - 1) / BM);
-  t.q0 = q0;
-  t.Lq = q1 - q0;
-  t.kv_ok = k0 >= 0 && k1 >= k0 && k1 <= a.Tk;
-  t.k0 = t.kv_ok ? k0 : 0;
-  t.Lk = t.kv_ok ? k1 - k0 : 0;
-  t.m0 = (nblk - 1 - local) * BM;
-  return true;
 }
 
 template <bool BF16, int D>
@@ -168,12 +82,10 @@ __global__ void __launch_bounds__(Cfg<D>::THREADS, 1) k_prefill_sm90(const __gri
   const int wg = tid / 128, wt = tid % 128, warp = wt / 32, lane = tid & 31;
 
   // Key range of the tile: rows m0 .. mlast (sequence-relative query rows).
-  const int64_t off = t.Lk - t.Lq;  // query i sits at key position i + off
+  const RowRange rr{t.Lk - t.Lq, t.Lk, a.window, a.causal};
   const int64_t mlast = min(int64_t(t.m0) + BM, t.Lq) - 1;
-  auto row_hi = [&](int64_t i) { return a.causal ? min(i + off + 1, t.Lk) : t.Lk; };
-  auto row_lo = [&](int64_t i) { return a.window > 0 ? max(i + off - a.window + 1, int64_t(0)) : int64_t(0); };
-  const int64_t kv_lo = row_lo(t.m0), kv_hi = row_hi(mlast);
-  const int64_t hi_first = row_hi(t.m0), lo_last = row_lo(mlast);
+  const int64_t kv_lo = rr.lo(t.m0), kv_hi = rr.hi(mlast);
+  const int64_t hi_first = rr.hi(t.m0), lo_last = rr.lo(mlast);
   const int n_begin = kv_hi > kv_lo ? int(kv_lo / BN) : 0;
   const int n_end = kv_hi > kv_lo ? int((kv_hi + BN - 1) / BN) : 0;
 
@@ -195,16 +107,13 @@ __global__ void __launch_bounds__(Cfg<D>::THREADS, 1) k_prefill_sm90(const __gri
   // This thread's two rows (sequence-relative) and its column offset in a tile.
   const int64_t r0 = t.m0 + wg * 64 + warp * 16 + lane / 4, r1 = r0 + 8;
   const int cq = 2 * (lane & 3);
-  const int64_t lo0 = row_lo(r0), lo1 = row_lo(r1), hi0 = row_hi(r0), hi1 = row_hi(r1);
-  const bool cap = a.softcap > 0.f;
-  const float l2e = 1.4426950408889634f;
-  const float sc = cap ? a.scale / a.softcap : a.scale * l2e;
-  const float cap_l2e = a.softcap * l2e;
+  const int64_t lo0 = rr.lo(r0), lo1 = rr.lo(r1), hi0 = rr.hi(r0), hi1 = rr.hi(r1);
+  const SoftmaxParams sp(a);
 
   float o[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
-  float m_0 = -INFINITY, m_1 = -INFINITY, l_0 = 0.f, l_1 = 0.f;
+  RowState st;
 
   for (int n = n_begin, it = 0; n < n_end; ++n, ++it) {
     const int s = it & 1;
@@ -226,66 +135,13 @@ __global__ void __launch_bounds__(Cfg<D>::THREADS, 1) k_prefill_sm90(const __gri
     wg_wait<0>();
     fence_regs(p);
 
-    // Scale (log2 units), cap, mask.
     const int64_t j0 = int64_t(n) * BN;
-    const bool need_mask = j0 + BN > hi_first || j0 < lo_last;
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) {
-      float x = p[i];
-      x = cap ? cap_l2e * tanhf(x * sc) : x * sc;
-      if (need_mask) {
-        const int64_t j = j0 + 8 * (i / 4) + cq + (i & 1);
-        const bool second = (i & 2) != 0;
-        const int64_t lo = second ? lo1 : lo0, hi = second ? hi1 : hi0;
-        if (j < lo || j >= hi) x = -INFINITY;
-      }
-      p[i] = x;
-    }
-    // Online softmax over the two rows.
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < BN / 2; i += 4) {
-      mx0 = fmaxf(mx0, fmaxf(p[i], p[i + 1]));
-      mx1 = fmaxf(mx1, fmaxf(p[i + 2], p[i + 3]));
-    }
-#pragma unroll
-    for (int o2 = 1; o2 < 4; o2 <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
-    }
-    const float mn0 = fmaxf(m_0, mx0), mn1 = fmaxf(m_1, mx1);
-    const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
-    const float al0 = ex2(m_0 - mu0), al1 = ex2(m_1 - mu1);
-    m_0 = mn0;
-    m_1 = mn1;
-    float s0 = 0.f, s1 = 0.f;
-#pragma unroll
-    for (int i = 0; i < BN / 2; i += 4) {
-      p[i] = ex2(p[i] - mu0);
-      p[i + 1] = ex2(p[i + 1] - mu0);
-      p[i + 2] = ex2(p[i + 2] - mu1);
-      p[i + 3] = ex2(p[i + 3] - mu1);
-      s0 += p[i] + p[i + 1];
-      s1 += p[i + 2] + p[i + 3];
-    }
-    l_0 = l_0 * al0 + s0;
-    l_1 = l_1 * al1 + s1;
-#pragma unroll
-    for (int i = 0; i < D / 2; i += 4) {
-      o[i] *= al0;
-      o[i + 1] *= al0;
-      o[i + 2] *= al1;
-      o[i + 3] *= al1;
-    }
+    float al0, al1;
+    softmax_step<BN>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0, lo1, hi1, al0, al1);
+    rescale(o, al0, al1);
     // O += P V, one k16 step per 16 keys.
     uint32_t pa[BN / 16][4];
-#pragma unroll
-    for (int j = 0; j < BN / 16; ++j) {
-      pa[j][0] = pack2<BF16>(p[8 * j + 0], p[8 * j + 1]);
-      pa[j][1] = pack2<BF16>(p[8 * j + 2], p[8 * j + 3]);
-      pa[j][2] = pack2<BF16>(p[8 * j + 4], p[8 * j + 5]);
-      pa[j][3] = pack2<BF16>(p[8 * j + 6], p[8 * j + 7]);
-    }
+    to_a_frags<BN, BF16>(p, pa);
     wg_fence();
 #pragma unroll
     for (int j = 0; j < BN / 16; ++j) {
@@ -299,20 +155,8 @@ __global__ void __launch_bounds__(Cfg<D>::THREADS, 1) k_prefill_sm90(const __gri
   cp_wait_all();  // no copy may still target shared memory at exit
 
   // Epilogue: O / l, rows past the sequence end are not written.
-#pragma unroll
-  for (int o2 = 1; o2 < 4; o2 <<= 1) {
-    l_0 += __shfl_xor_sync(0xffffffffu, l_0, o2);
-    l_1 += __shfl_xor_sync(0xffffffffu, l_1, o2);
-  }
-  const float inv0 = l_0 > 0.f ? 1.f / l_0 : 0.f, inv1 = l_1 > 0.f ? 1.f / l_1 : 0.f;
   uint16_t* og = static_cast<uint16_t*>(a.out) + (t.q0 * a.hq + h) * int64_t(D);
-  const int64_t ors = int64_t(a.hq) * D;
-#pragma unroll
-  for (int i = 0; i < D / 2; i += 4) {
-    const int col = 8 * (i / 4) + cq;
-    if (r0 < t.Lq) *reinterpret_cast<uint32_t*>(og + r0 * ors + col) = pack2<BF16>(o[i] * inv0, o[i + 1] * inv0);
-    if (r1 < t.Lq) *reinterpret_cast<uint32_t*>(og + r1 * ors + col) = pack2<BF16>(o[i + 2] * inv1, o[i + 3] * inv1);
-  }
+  store_rows<D, BF16>(o, st, og, int64_t(a.hq) * D, r0, t.Lq, cq);
 #else
   __trap();  // launched only when sm_90a code was built (GPUKIT_SM90A)
 #endif
@@ -321,22 +165,18 @@ __global__ void __launch_bounds__(Cfg<D>::THREADS, 1) k_prefill_sm90(const __gri
 template <bool BF16, int D>
 void launch(const PrefillArgs& a, unsigned ny, cudaStream_t st) {
   using C = Cfg<D>;
-  static const bool attr_set = [] {
-    GK_CUDA_CHECK(cudaFuncSetAttribute(k_prefill_sm90<BF16, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
-    return true;
-  }();
-  (void)attr_set;
+  // Per call: the attribute belongs to the current device's context.
+  GK_CUDA_CHECK(cudaFuncSetAttribute(k_prefill_sm90<BF16, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
   dim3 grid{unsigned(a.hq), ny, 1u};
   k_prefill_sm90<BF16, D><<<grid, C::THREADS, C::SMEM, st>>>(a);
   GK_LAUNCH_CHECK("attention_prefill_sm90");
 }
 
+// GPUKIT_PREFILL_SM90=0 in the environment turns the wgmma kernel off (read per
+// call, so tests and benchmarks can compare with the generic kernel).
 bool disabled_by_env() {
-  static const bool off = [] {
-    const char* e = std::getenv("GPUKIT_PREFILL_SM90");
-    return e && std::strcmp(e, "0") == 0;
-  }();
-  return off;
+  const char* e = std::getenv("GPUKIT_PREFILL_SM90");
+  return e && std::strcmp(e, "0") == 0;
 }
 }  // namespace
 #endif

@@ -280,3 +280,15 @@ def test_diag_structured(D):
             print(f"  want row 3 [:8] {np.round(want[3, 0, :8], 3).tolist()}")
             fails.append(name)
     assert not fails, f"structured cases failed: {fails}"
+
+
+@gpu
+def test_env_switch_to_generic_kernel(monkeypatch):
+    """GPUKIT_PREFILL_SM90=0 runs the generic CUDA-core kernel: both agree with the reference."""
+    cuq, cuk = _varlen([37, 200], [3, 0])
+    q, k, v = case(int(cuq[-1]), int(cuk[-1]), 4, 2, 128, "bfloat16", seed=13)
+    want = ref(f64(q), f64(k), f64(v), cuq, cuk)
+    monkeypatch.setenv("GPUKIT_PREFILL_SM90", "0")
+    check(f64(run(q, k, v, cuq, cuk)), want, TOL["bfloat16"], "generic kernel")
+    monkeypatch.delenv("GPUKIT_PREFILL_SM90")
+    check(f64(run(q, k, v, cuq, cuk)), want, TOL["bfloat16"], "default kernel")
