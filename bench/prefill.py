@@ -5,12 +5,14 @@
 Causal bf16, batch 1, H=32, D=128 at S = 1024, 4096, 16384, plus GQA (Hq=32, Hkv=8) at S=4096.
 Both libraries read the same memory (torch tensors [S, H, D] shared with gpukit through DLPack;
 SDPA gets the [1, H, S, D] transposed view). TFLOP/s counts 4 * S^2 * D * Hq / 2 (causal half).
-Each size also prints the max |gpukit - torch| of the outputs. Records: name attention_prefill,
+Each size also prints the max |gpukit - torch| of the outputs and, in brackets, the TFLOP/s of the
+simpler cp.async sm_90 kernel (GPUKIT_PREFILL_SM90=1; the record holds the default kernel). Records: name attention_prefill,
 shape S{S}_H32_D128_causal (GQA: S{S}_Hq32_Hkv8_D128_causal), metric TFLOP/s, peer torch SDPA.
 Exits 0 with a message without CUDA or torch.
 """
 from __future__ import annotations
 
+import os
 import pathlib
 import sys
 import time
@@ -21,8 +23,11 @@ from common import gk  # noqa: E402
 
 
 def main():
-    a = common.parse_args(__doc__.splitlines()[0], lambda p: p.add_argument(
-        "--sizes", default="1024,4096,16384", help="comma-separated sequence lengths (MHA cases)"))
+    def extra(p):
+        p.add_argument("--sizes", default="1024,4096,16384", help="comma-separated sequence lengths (MHA cases)")
+        p.add_argument("--no-other", action="store_true", help="skip timing the cp.async sm_90 kernel")
+
+    a = common.parse_args(__doc__.splitlines()[0], extra)
     a.rounds = max(a.rounds, 20)
     if not common.require_cuda():
         return 0
@@ -48,6 +53,13 @@ def main():
         torch.cuda.synchronize()
         gq, gk_, gv = gk.from_dlpack(q), gk.from_dlpack(k), gk.from_dlpack(v)
         flops = 4.0 * S * S * D * Hq / 2
+        # The cp.async sm_90 kernel (GPUKIT_PREFILL_SM90=1) for comparison, then the default one.
+        other = ""
+        if not a.no_other:
+            os.environ["GPUKIT_PREFILL_SM90"] = "1"
+            oms = common.time_cuda(lambda: gk.nn.attention_prefill(gq, gk_, gv, causal=True), 20)
+            other = f"   [cp.async kernel {flops / (common.median(oms) * 1e-3) / 1e12:6.1f}]"
+            os.environ.pop("GPUKIT_PREFILL_SM90")
         gms = common.time_cuda(lambda: gk.nn.attention_prefill(gq, gk_, gv, causal=True), a.rounds)
         g_tf = flops / (common.median(gms) * 1e-3) / 1e12
         label = f"S{S}_H{Hq}_D{D}_causal" if Hq == Hkv else f"S{S}_Hq{Hq}_Hkv{Hkv}_D{D}_causal"
@@ -76,10 +88,10 @@ def main():
             err = (got - ref[0].transpose(0, 1).float()).abs().max().item()
         print(f"attention_prefill {label:<28} gpukit {g_tf:7.1f} TFLOP/s ({common.median(gms):8.3f} ms)"
               + (f"   {peer} {peer_tf:7.1f} TFLOP/s   ratio {g_tf / peer_tf:5.2f}   max|diff| {err:.3g}"
-                 if peer_tf else ""), flush=True)
+                 if peer_tf else "") + other, flush=True)
         records.append(common.record("attention_prefill", label, "bf16", "TFLOP/s", g_tf, peer, peer_tf, [
             flops / (t * 1e-3) / 1e12 for t in gms]))
-        del q, k, v, gq, gk_, gv
+        q = k = v = gq = gk_ = gv = None  # free before the next size
         torch.cuda.empty_cache()
     common.write_results(a.out, records)
     print(f"total {time.time() - t_start:.1f} s")

@@ -172,23 +172,29 @@ void launch(const PrefillArgs& a, unsigned ny, cudaStream_t st) {
   GK_LAUNCH_CHECK("attention_prefill_sm90");
 }
 
-// GPUKIT_PREFILL_SM90=0 in the environment turns the wgmma kernel off (read per
-// call, so tests and benchmarks can compare with the generic kernel).
-bool disabled_by_env() {
+// GPUKIT_PREFILL_SM90 in the environment (read per call, so tests and benchmarks
+// can compare): "0" turns the wgmma kernels off (generic kernel), "1" selects
+// this cp.async kernel; otherwise the warp-specialized TMA kernel runs.
+int variant_from_env() {
   const char* e = std::getenv("GPUKIT_PREFILL_SM90");
-  return e && std::strcmp(e, "0") == 0;
+  if (e && std::strcmp(e, "0") == 0) return 0;
+  if (e && std::strcmp(e, "1") == 0) return 1;
+  return 2;
 }
 }  // namespace
 #endif
 
-// Runs the wgmma kernel when it applies (sm_90 device, sm_90a code built,
-// bf16/fp16, head_dim 64/128/256, 16-byte aligned rows); false: the caller
-// runs the generic kernel. GPUKIT_PREFILL_SM90=0 in the environment disables it.
+bool attention_prefill_sm90_ws(const PrefillArgs& a, void* stream);  // attention_prefill_sm90_ws.cu
+
+// Runs a wgmma kernel when one applies (sm_90 device, sm_90a code built,
+// bf16/fp16, head_dim 64/128/256, 16-byte aligned rows): the warp-specialized
+// TMA kernel, else this one; false: the caller runs the generic kernel.
 bool attention_prefill_sm90(const PrefillArgs& a, void* stream) {
 #if defined(GPUKIT_SM90A) && GPUKIT_SM90A
   if (a.dtype != DType::bf16 && a.dtype != DType::f16) return false;
   if (a.D != 64 && a.D != 128 && a.D != 256) return false;
-  if (disabled_by_env()) return false;
+  const int variant = variant_from_env();
+  if (variant == 0) return false;
   int dev = 0, major = 0, minor = 0;
   GK_CUDA_CHECK(cudaGetDevice(&dev));
   GK_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
@@ -201,6 +207,7 @@ bool attention_prefill_sm90(const PrefillArgs& a, void* stream) {
   constexpr int BM = 64 * kWG;
   const int64_t ny = (a.Tq + BM - 1) / BM + (a.cu_q ? a.B : 0);
   if (ny > 65535 || a.hq > 65535 || ny <= 0) return false;
+  if (variant == 2 && attention_prefill_sm90_ws(a, stream)) return true;
   auto st = static_cast<cudaStream_t>(stream);
   const bool bf = a.dtype == DType::bf16;
   switch (a.D) {

@@ -14,6 +14,14 @@ gpu = pytest.mark.skipif(not CUDA, reason="no CUDA device")
 TOL = {"bfloat16": 2e-2, "float16": 4e-3}
 
 
+@pytest.fixture(autouse=True, params=["ws", "cp"])
+def kernel_variant(request, monkeypatch):
+    """Runs each test with both sm_90 kernels: the warp-specialized TMA one (default) and the
+    cp.async one (GPUKIT_PREFILL_SM90=1). Elsewhere both run the generic kernel."""
+    monkeypatch.setenv("GPUKIT_PREFILL_SM90", "2" if request.param == "ws" else "1")
+    return request.param
+
+
 def make(shape, dtype, seed=0, scale=1.0):
     a = np.random.default_rng(seed).standard_normal(shape).astype(np.float32) * scale
     return gk.asarray(a).astype(dtype)
@@ -58,6 +66,8 @@ def ref(q, k, v, cuq, cuk, causal=True, scale=None, window=None, softcap=None):
 
 
 def check(got, want, tol, what=""):
+    import os
+    what = f"[{os.environ.get('GPUKIT_PREFILL_SM90', 'default')}] {what}"
     got = np.asarray(got, np.float64)
     err = np.abs(got - want)
     bad = ~(err <= tol + tol * np.abs(want))  # NaN counts as bad
@@ -292,3 +302,5 @@ def test_env_switch_to_generic_kernel(monkeypatch):
     check(f64(run(q, k, v, cuq, cuk)), want, TOL["bfloat16"], "generic kernel")
     monkeypatch.delenv("GPUKIT_PREFILL_SM90")
     check(f64(run(q, k, v, cuq, cuk)), want, TOL["bfloat16"], "default kernel")
+    monkeypatch.setenv("GPUKIT_PREFILL_SM90", "1")
+    check(f64(run(q, k, v, cuq, cuk)), want, TOL["bfloat16"], "cp.async kernel")
