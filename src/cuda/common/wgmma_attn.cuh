@@ -118,22 +118,22 @@ struct RowState {
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
 };
 
-// One online-softmax step on the S accumulator p of a 64 x BN tile starting at
-// key j0: scales, caps, masks (when need_mask) with the rows' ranges, turns p
-// into exp2(x - new max) and returns the rescale factors of the old state.
-template <int BN>
-__device__ __forceinline__ void softmax_step(float (&p)[BN / 2], RowState& st, const SoftmaxParams& sp,
-                                             bool need_mask, int64_t j0, int cq, int64_t lo0, int64_t hi0,
-                                             int64_t lo1, int64_t hi1, float& al0, float& al1) {
+// One online-softmax step on the S accumulator p of a 64 x BN tile: scales,
+// caps (CAP), masks (MASK) keys outside [lo, hi) of each row (tile-relative:
+// row r0 uses lo0/hi0, row r0 + 8 lo1/hi1), turns p into exp2(x - new max) and
+// returns the rescale factors of the old state.
+template <int BN, bool CAP, bool MASK>
+__device__ __forceinline__ void softmax_step_t(float (&p)[BN / 2], RowState& st, const SoftmaxParams& sp, int cq,
+                                               int lo0, int hi0, int lo1, int hi1, float& al0, float& al1) {
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) {
     float x = p[i];
-    x = sp.cap ? sp.cap_l2e * tanhf(x * sp.sc) : x * sp.sc;
-    if (need_mask) {
-      const int64_t j = j0 + 8 * (i / 4) + cq + (i & 1);
+    if constexpr (CAP) x = sp.cap_l2e * tanhf(x * sp.sc);
+    else x *= sp.sc;
+    if constexpr (MASK) {
+      const int j = 8 * (i / 4) + cq + (i & 1);
       const bool second = (i & 2) != 0;
-      const int64_t lo = second ? lo1 : lo0, hi = second ? hi1 : hi0;
-      if (j < lo || j >= hi) x = -INFINITY;
+      if (j < (second ? lo1 : lo0) || j >= (second ? hi1 : hi0)) x = -INFINITY;
     }
     p[i] = x;
   }
@@ -166,6 +166,24 @@ __device__ __forceinline__ void softmax_step(float (&p)[BN / 2], RowState& st, c
   }
   st.l0 = st.l0 * al0 + s0;
   st.l1 = st.l1 * al1 + s1;
+}
+
+// softmax_step_t for the key tile starting at j0 (sequence-relative): masks only
+// when the tile crosses a key-range edge of the CTA's rows (need_mask), with the
+// thread's row ranges [lo0, hi0), [lo1, hi1) (sequence-relative).
+template <int BN>
+__device__ __forceinline__ void softmax_step(float (&p)[BN / 2], RowState& st, const SoftmaxParams& sp,
+                                             bool need_mask, int64_t j0, int cq, int64_t lo0, int64_t hi0,
+                                             int64_t lo1, int64_t hi1, float& al0, float& al1) {
+  auto rel = [&](int64_t x) { return int(min(max(x - j0, int64_t(-1)), int64_t(BN + 1))); };
+  const int l0 = rel(lo0), h0 = rel(hi0), l1 = rel(lo1), h1 = rel(hi1);
+  if (sp.cap) {
+    if (need_mask) softmax_step_t<BN, true, true>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    else softmax_step_t<BN, true, false>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+  } else {
+    if (need_mask) softmax_step_t<BN, false, true>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    else softmax_step_t<BN, false, false>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+  }
 }
 
 template <int N>
