@@ -118,18 +118,19 @@ struct RowState {
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
 };
 
-// One online-softmax step on the S accumulator p of a 64 x BN tile: scales,
-// caps (CAP), masks (MASK) keys outside [lo, hi) of each row (tile-relative:
-// row r0 uses lo0/hi0, row r0 + 8 lo1/hi1), turns p into exp2(x - new max) and
-// returns the rescale factors of the old state.
-template <int BN, bool CAP, bool MASK>
+// One online-softmax step on the S accumulator p of a 64 x BN tile: masks (MASK)
+// keys outside [lo, hi) of each row (tile-relative: row r0 uses lo0/hi0, row
+// r0 + 8 lo1/hi1), scales and caps, turns p into exp2(x - new max) and returns
+// the rescale factors of the old state. MODE 0: scale > 0, no cap (the scale is
+// folded into the exponent's FMA); 1: any scale, no cap; 2: soft-cap.
+template <int BN, int MODE, bool MASK>
 __device__ __forceinline__ void softmax_step_t(float (&p)[BN / 2], RowState& st, const SoftmaxParams& sp, int cq,
                                                int lo0, int hi0, int lo1, int hi1, float& al0, float& al1) {
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) {
     float x = p[i];
-    if constexpr (CAP) x = sp.cap_l2e * tanhf(x * sp.sc);
-    else x *= sp.sc;
+    if constexpr (MODE == 2) x = sp.cap_l2e * tanhf(x * sp.sc);
+    else if constexpr (MODE == 1) x *= sp.sc;
     if constexpr (MASK) {
       const int j = 8 * (i / 4) + cq + (i & 1);
       const bool second = (i & 2) != 0;
@@ -148,19 +149,24 @@ __device__ __forceinline__ void softmax_step_t(float (&p)[BN / 2], RowState& st,
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
   }
+  if constexpr (MODE == 0) {  // raw maxima: the scaled maximum is max * scale (scale > 0)
+    mx0 *= sp.sc;
+    mx1 *= sp.sc;
+  }
   const float mn0 = fmaxf(st.m0, mx0), mn1 = fmaxf(st.m1, mx1);
   const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
   al0 = ex2(st.m0 - mu0);
   al1 = ex2(st.m1 - mu1);
   st.m0 = mn0;
   st.m1 = mn1;
+  const float f = MODE == 0 ? sp.sc : 1.f;
   float s0 = 0.f, s1 = 0.f;
 #pragma unroll
   for (int i = 0; i < BN / 2; i += 4) {
-    p[i] = ex2(p[i] - mu0);
-    p[i + 1] = ex2(p[i + 1] - mu0);
-    p[i + 2] = ex2(p[i + 2] - mu1);
-    p[i + 3] = ex2(p[i + 3] - mu1);
+    p[i] = ex2(fmaf(p[i], f, -mu0));
+    p[i + 1] = ex2(fmaf(p[i + 1], f, -mu0));
+    p[i + 2] = ex2(fmaf(p[i + 2], f, -mu1));
+    p[i + 3] = ex2(fmaf(p[i + 3], f, -mu1));
     s0 += p[i] + p[i + 1];
     s1 += p[i + 2] + p[i + 3];
   }
@@ -177,12 +183,16 @@ __device__ __forceinline__ void softmax_step(float (&p)[BN / 2], RowState& st, c
                                              int64_t lo1, int64_t hi1, float& al0, float& al1) {
   auto rel = [&](int64_t x) { return int(min(max(x - j0, int64_t(-1)), int64_t(BN + 1))); };
   const int l0 = rel(lo0), h0 = rel(hi0), l1 = rel(lo1), h1 = rel(hi1);
-  if (sp.cap) {
-    if (need_mask) softmax_step_t<BN, true, true>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
-    else softmax_step_t<BN, true, false>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+  const int mode = sp.cap ? 2 : (sp.sc > 0.f ? 0 : 1);
+  if (mode == 0) {
+    if (need_mask) softmax_step_t<BN, 0, true>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    else softmax_step_t<BN, 0, false>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+  } else if (mode == 1) {
+    if (need_mask) softmax_step_t<BN, 1, true>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    else softmax_step_t<BN, 1, false>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
   } else {
-    if (need_mask) softmax_step_t<BN, false, true>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
-    else softmax_step_t<BN, false, false>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    if (need_mask) softmax_step_t<BN, 2, true>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    else softmax_step_t<BN, 2, false>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
   }
 }
 
