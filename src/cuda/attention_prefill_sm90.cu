@@ -84,10 +84,10 @@ __global__ void __launch_bounds__(Cfg<D>::THREADS, 1) k_prefill_sm90(const __gri
   // Key range of the tile: rows m0 .. mlast (sequence-relative query rows).
   const RowRange rr{t.Lk - t.Lq, t.Lk, a.window, a.causal};
   const int64_t mlast = min(int64_t(t.m0) + BM, t.Lq) - 1;
-  const int64_t kv_lo = rr.lo(t.m0), kv_hi = rr.hi(mlast);
-  const int64_t hi_first = rr.hi(t.m0), lo_last = rr.lo(mlast);
-  const int n_begin = kv_hi > kv_lo ? int(kv_lo / BN) : 0;
-  const int n_end = kv_hi > kv_lo ? int((kv_hi + BN - 1) / BN) : 0;
+  const int kv_lo = rr.lo(t.m0), kv_hi = rr.hi(mlast);
+  const int hi_first = rr.hi(t.m0), lo_last = rr.lo(mlast);
+  const int n_begin = kv_hi > kv_lo ? kv_lo / BN : 0;
+  const int n_end = kv_hi > kv_lo ? (kv_hi + BN - 1) / BN : 0;
 
   const uint16_t* qg = static_cast<const uint16_t*>(a.q) + (t.q0 + t.m0) * a.q_ts + int64_t(h) * a.q_hs;
   const uint16_t* kg = static_cast<const uint16_t*>(a.k) + t.k0 * a.k_ts + int64_t(kvh) * a.k_hs;
@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(Cfg<D>::THREADS, 1) k_prefill_sm90(const __gri
 
   load_tile<BM, D, NT>(sQ, qg, a.q_ts, int(mlast - t.m0 + 1), safe, tid);
   auto load_kv = [&](int n, int s) {
-    const int64_t j0 = int64_t(n) * BN;
+    const int j0 = n * BN;
     const int valid = int(min(int64_t(BN), t.Lk - j0));
     load_tile<BN, D, NT>(sK(s), kg + j0 * a.k_ts, a.k_ts, valid, safe, tid);
     load_tile<BN, D, NT>(sV(s), vg + j0 * a.v_ts, a.v_ts, valid, safe, tid);
@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(Cfg<D>::THREADS, 1) k_prefill_sm90(const __gri
   // This thread's two rows (sequence-relative) and its column offset in a tile.
   const int64_t r0 = t.m0 + wg * 64 + warp * 16 + lane / 4, r1 = r0 + 8;
   const int cq = 2 * (lane & 3);
-  const int64_t lo0 = rr.lo(r0), lo1 = rr.lo(r1), hi0 = rr.hi(r0), hi1 = rr.hi(r1);
+  const int lo0 = rr.lo(r0), lo1 = rr.lo(r1), hi0 = rr.hi(r0), hi1 = rr.hi(r1);
   const SoftmaxParams sp(a);
 
   float o[D / 2];
@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(Cfg<D>::THREADS, 1) k_prefill_sm90(const __gri
     wg_wait<0>();
     fence_regs(p);
 
-    const int64_t j0 = int64_t(n) * BN;
+    const int j0 = n * BN;
     float al0, al1;
     softmax_step<BN>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0, lo1, hi1, al0, al1);
     rescale(o, al0, al1);
@@ -207,6 +207,7 @@ bool attention_prefill_sm90(const PrefillArgs& a, void* stream) {
   constexpr int BM = 64 * kWG;
   const int64_t ny = (a.Tq + BM - 1) / BM + (a.cu_q ? a.B : 0);
   if (ny > 65535 || a.hq > 65535 || ny <= 0) return false;
+  if (a.Tq > INT32_MAX - 1024 || a.Tk > INT32_MAX - 1024) return false;  // 32-bit key indices in the kernels
   if (variant == 2 && attention_prefill_sm90_ws(a, stream)) return true;
   auto st = static_cast<cudaStream_t>(stream);
   const bool bf = a.dtype == DType::bf16;

@@ -71,10 +71,10 @@ __global__ void __launch_bounds__(CfgWS<D>::THREADS, 1)
 
   const RowRange rr{t.Lk - t.Lq, t.Lk, a.window, a.causal};
   const int64_t mlast = min(int64_t(t.m0) + BM, t.Lq) - 1;
-  const int64_t kv_lo = rr.lo(t.m0), kv_hi = rr.hi(mlast);
-  const int64_t hi_first = rr.hi(t.m0), lo_last = rr.lo(mlast);
-  const int n_begin = kv_hi > kv_lo ? int(kv_lo / BN) : 0;
-  const int n_end = kv_hi > kv_lo ? int((kv_hi + BN - 1) / BN) : 0;
+  const int kv_lo = rr.lo(t.m0), kv_hi = rr.hi(mlast);
+  const int hi_first = rr.hi(t.m0), lo_last = rr.lo(mlast);
+  const int n_begin = kv_hi > kv_lo ? kv_lo / BN : 0;
+  const int n_end = kv_hi > kv_lo ? (kv_hi + BN - 1) / BN : 0;
   const int ntiles = n_end - n_begin;
 
   if (tid == 0) {
@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(CfgWS<D>::THREADS, 1)
   const int cw = wg - 1, warp = (tid % 128) / 32;
   const int64_t r0 = t.m0 + cw * 64 + warp * 16 + lane / 4, r1 = r0 + 8;
   const int cq = 2 * (lane & 3);
-  const int64_t lo0 = rr.lo(r0), lo1 = rr.lo(r1), hi0 = rr.hi(r0), hi1 = rr.hi(r1);
+  const int lo0 = rr.lo(r0), lo1 = rr.lo(r1), hi0 = rr.hi(r0), hi1 = rr.hi(r1);
   const SoftmaxParams sp(a);
   float o[D / 2];
 #pragma unroll
@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(CfgWS<D>::THREADS, 1)
       wg_wait<0>();
       fence_regs(p);
       release(k_empty(0));
-      const int64_t j0 = int64_t(n_begin) * BN;
+      const int j0 = n_begin * BN;
       float al0, al1;
       softmax_step<BN>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0, lo1, hi1, al0, al1);
       to_a_frags<BN, BF16>(p, pa);  // O is still zero: no rescale
@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(CfgWS<D>::THREADS, 1)
       wg_wait<1>();
       fence_regs(p);
       release(k_empty(s));
-      const int64_t j0 = int64_t(n_begin + it) * BN;
+      const int j0 = (n_begin + it) * BN;
       float al0, al1;
       softmax_step<BN>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0, lo1, hi1, al0, al1);
       wg_wait<0>();

@@ -92,12 +92,19 @@ __device__ bool find_tile(const PrefillArgs& a, int y, SeqTile& t, int* sh) {
   return true;
 }
 
-// Key range [lo, hi) of sequence-relative query row i (see prefill_range).
+// Key range [lo, hi) of sequence-relative query row i (see prefill_range),
+// clamped to [0, Lk] (empty when hi <= lo). Lk < 2^31 (checked at launch).
 struct RowRange {
   int64_t off, Lk, window;
   bool causal;
-  __device__ int64_t hi(int64_t i) const { return causal ? min(i + off + 1, Lk) : Lk; }
-  __device__ int64_t lo(int64_t i) const { return window > 0 ? max(i + off - window + 1, int64_t(0)) : int64_t(0); }
+  __device__ int hi(int64_t i) const {
+    const int64_t h = causal ? min(i + off + 1, Lk) : Lk;
+    return int(max(h, int64_t(0)));
+  }
+  __device__ int lo(int64_t i) const {
+    const int64_t l = window > 0 ? max(i + off - window + 1, int64_t(0)) : int64_t(0);
+    return int(min(l, Lk));
+  }
 };
 
 // Softmax parameters: logits become log2-scaled (x * scale * log2 e), or
@@ -174,14 +181,14 @@ __device__ __forceinline__ void softmax_step_t(float (&p)[BN / 2], RowState& st,
   st.l1 = st.l1 * al1 + s1;
 }
 
-// softmax_step_t for the key tile starting at j0 (sequence-relative): masks only
-// when the tile crosses a key-range edge of the CTA's rows (need_mask), with the
-// thread's row ranges [lo0, hi0), [lo1, hi1) (sequence-relative).
+// softmax_step_t for the key tile starting at key j0: masks only when the tile
+// crosses a key-range edge of the CTA's rows (need_mask), with the thread's row
+// ranges [lo0, hi0), [lo1, hi1) (keys of the sequence, clamped to [0, Lk]).
 template <int BN>
 __device__ __forceinline__ void softmax_step(float (&p)[BN / 2], RowState& st, const SoftmaxParams& sp,
-                                             bool need_mask, int64_t j0, int cq, int64_t lo0, int64_t hi0,
-                                             int64_t lo1, int64_t hi1, float& al0, float& al1) {
-  auto rel = [&](int64_t x) { return int(min(max(x - j0, int64_t(-1)), int64_t(BN + 1))); };
+                                             bool need_mask, int j0, int cq, int lo0, int hi0, int lo1, int hi1,
+                                             float& al0, float& al1) {
+  auto rel = [&](int x) { return min(max(x - j0, -1), BN + 1); };
   const int l0 = rel(lo0), h0 = rel(hi0), l1 = rel(lo1), h1 = rel(hi1);
   const int mode = sp.cap ? 2 : (sp.sc > 0.f ? 0 : 1);
   if (mode == 0) {
