@@ -6,7 +6,8 @@ Causal bf16, batch 1, H=32, D=128 at S = 1024, 4096, 16384, plus GQA (Hq=32, Hkv
 Both libraries read the same memory (torch tensors [S, H, D] shared with gpukit through DLPack;
 SDPA gets the [1, H, S, D] transposed view). TFLOP/s counts 4 * S^2 * D * Hq / 2 (causal half).
 Each size also prints the max |gpukit - torch| of the outputs and, in brackets, the TFLOP/s of the
-simpler cp.async sm_90 kernel (GPUKIT_PREFILL_SM90=1; the record holds the default kernel). Records: name attention_prefill,
+other sm_90 kernels (GPUKIT_PREFILL_SM90=1: cp.async, =3: warp-specialized with ping-pong); the
+record holds the default kernel. Records: name attention_prefill,
 shape S{S}_H32_D128_causal (GQA: S{S}_Hq32_Hkv8_D128_causal), metric TFLOP/s, peer torch SDPA.
 Exits 0 with a message without CUDA or torch.
 """
@@ -25,7 +26,7 @@ from common import gk  # noqa: E402
 def main():
     def extra(p):
         p.add_argument("--sizes", default="1024,4096,16384", help="comma-separated sequence lengths (MHA cases)")
-        p.add_argument("--no-other", action="store_true", help="skip timing the cp.async sm_90 kernel")
+        p.add_argument("--no-other", action="store_true", help="skip timing the other sm_90 kernels")
 
     a = common.parse_args(__doc__.splitlines()[0], extra)
     a.rounds = max(a.rounds, 20)
@@ -53,12 +54,14 @@ def main():
         torch.cuda.synchronize()
         gq, gk_, gv = gk.from_dlpack(q), gk.from_dlpack(k), gk.from_dlpack(v)
         flops = 4.0 * S * S * D * Hq / 2
-        # The cp.async sm_90 kernel (GPUKIT_PREFILL_SM90=1) for comparison, then the default one.
+        # The other sm_90 kernels for comparison (GPUKIT_PREFILL_SM90=1: cp.async, =3: ping-pong),
+        # then the default one.
         other = ""
         if not a.no_other:
-            os.environ["GPUKIT_PREFILL_SM90"] = "1"
-            oms = common.time_cuda(lambda: gk.nn.attention_prefill(gq, gk_, gv, causal=True), 20)
-            other = f"   [cp.async kernel {flops / (common.median(oms) * 1e-3) / 1e12:6.1f}]"
+            for env, what in (("1", "cp.async"), ("3", "ping-pong")):
+                os.environ["GPUKIT_PREFILL_SM90"] = env
+                oms = common.time_cuda(lambda: gk.nn.attention_prefill(gq, gk_, gv, causal=True), 20)
+                other += f"   [{what} {flops / (common.median(oms) * 1e-3) / 1e12:6.1f}]"
             os.environ.pop("GPUKIT_PREFILL_SM90")
         gms = common.time_cuda(lambda: gk.nn.attention_prefill(gq, gk_, gv, causal=True), a.rounds)
         g_tf = flops / (common.median(gms) * 1e-3) / 1e12

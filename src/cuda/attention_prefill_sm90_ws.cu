@@ -41,7 +41,7 @@ struct CfgWS {
   static constexpr int THREADS = 128 * (kCons + 1);
 };
 
-template <bool BF16, int D>
+template <bool BF16, int D, bool PP>
 __global__ void __launch_bounds__(CfgWS<D>::THREADS, 1)
     k_prefill_ws(const __grid_constant__ PrefillArgs a, const __grid_constant__ CUtensorMap tq,
                  const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv) {
@@ -143,15 +143,31 @@ __global__ void __launch_bounds__(CfgWS<D>::THREADS, 1)
     __syncwarp();
     if (lane == 0) mbar_arrive(bar);
   };
+  // Ping-pong (PP): the two consumer warpgroups take turns issuing their products
+  // (named barriers 1 and 2, 256 threads: one warpgroup waits, the other arrives),
+  // so that one's softmax runs while the other's products use the tensor cores.
+  // Warpgroup 1 opens; every issue point is followed by a signal to the other,
+  // except warpgroup 1's last, so each barrier sees as many arrivals as waits.
+  auto turn_wait = [&] {
+    if constexpr (PP) asm volatile("bar.sync %0, 256;\n" ::"r"(1 + cw) : "memory");
+  };
+  auto turn_pass = [&](bool last) {
+    if constexpr (PP)
+      if (!(last && cw == 1)) asm volatile("bar.arrive %0, 256;\n" ::"r"(2 - cw) : "memory");
+  };
 
   mbar_wait(q_full, 0);
   if (ntiles > 0) {
+    if constexpr (PP)
+      if (cw == 1) asm volatile("bar.arrive 1, 256;\n" ::: "memory");  // warpgroup 0 goes first
     {  // first tile: S_0 alone
       float p[BN / 2];
       mbar_wait(k_full(0), 0);
+      turn_wait();
       wg_fence();
       issue_s(p, 0);
       wg_commit();
+      turn_pass(false);
       wg_wait<0>();
       fence_regs(p);
       release(k_empty(0));
@@ -165,11 +181,13 @@ __global__ void __launch_bounds__(CfgWS<D>::THREADS, 1)
       float p[BN / 2];
       mbar_wait(k_full(s), (it >> 1) & 1);
       mbar_wait(v_full(ps), ((it - 1) >> 1) & 1);
+      turn_wait();
       wg_fence();
       issue_s(p, s);
       wg_commit();
       issue_pv(ps);  // O += P_{n-1} V_{n-1} runs while the softmax of S_n does
       wg_commit();
+      turn_pass(false);
       wg_wait<1>();
       fence_regs(p);
       release(k_empty(s));
@@ -184,9 +202,11 @@ __global__ void __launch_bounds__(CfgWS<D>::THREADS, 1)
     }
     const int ls = (ntiles - 1) & 1;
     mbar_wait(v_full(ls), ((ntiles - 1) >> 1) & 1);
+    turn_wait();
     wg_fence();
     issue_pv(ls);
     wg_commit();
+    turn_pass(true);
     wg_wait<0>();
     fence_regs(o);
   }
@@ -199,7 +219,7 @@ __global__ void __launch_bounds__(CfgWS<D>::THREADS, 1)
 }
 
 template <bool BF16, int D>
-bool launch_ws(const PrefillArgs& a, unsigned ny, cudaStream_t st) {
+bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, cudaStream_t st) {
   using C = CfgWS<D>;
   CUtensorMap mq, mk, mv;
   const uint64_t e = 2;  // bytes per element
@@ -207,19 +227,21 @@ bool launch_ws(const PrefillArgs& a, unsigned ny, cudaStream_t st) {
       !make_tmap_3d(&mk, a.k, BF16, D, uint64_t(a.hkv), uint64_t(a.Tk), a.k_hs * e, a.k_ts * e, 64, 1, C::BN) ||
       !make_tmap_3d(&mv, a.v, BF16, D, uint64_t(a.hkv), uint64_t(a.Tk), a.v_hs * e, a.v_ts * e, 64, 1, C::BN))
     return false;
-  GK_CUDA_CHECK(cudaFuncSetAttribute(k_prefill_ws<BF16, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
+  auto kern = pp ? k_prefill_ws<BF16, D, true> : k_prefill_ws<BF16, D, false>;
+  GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
   dim3 grid{unsigned(a.hq), ny, 1u};
-  k_prefill_ws<BF16, D><<<grid, C::THREADS, C::SMEM, st>>>(a, mq, mk, mv);
+  kern<<<grid, C::THREADS, C::SMEM, st>>>(a, mq, mk, mv);
   GK_LAUNCH_CHECK("attention_prefill_sm90_ws");
   return true;
 }
 }  // namespace
 #endif
 
-// The warp-specialized TMA kernel; the caller has checked the device (sm_90),
+// The warp-specialized TMA kernel (pingpong: the consumer warpgroups take turns
+// on the tensor cores); the caller has checked the device (sm_90),
 // dtype, head_dim and 16-byte alignment. false: not applicable (tensor maps
 // rejected, e.g. zero-size or over-large dims), the caller falls back.
-bool attention_prefill_sm90_ws(const PrefillArgs& a, void* stream) {
+bool attention_prefill_sm90_ws(const PrefillArgs& a, bool pingpong, void* stream) {
 #if defined(GPUKIT_SM90A) && GPUKIT_SM90A
   constexpr int BM = 64 * kCons;
   if (a.Tq <= 0 || a.Tk <= 0 || a.Tq > INT32_MAX || a.Tk > INT32_MAX) return false;
@@ -229,13 +251,14 @@ bool attention_prefill_sm90_ws(const PrefillArgs& a, void* stream) {
   auto st = static_cast<cudaStream_t>(stream);
   const bool bf = a.dtype == DType::bf16;
   switch (a.D) {
-    case 64: return bf ? launch_ws<true, 64>(a, unsigned(ny), st) : launch_ws<false, 64>(a, unsigned(ny), st);
-    case 128: return bf ? launch_ws<true, 128>(a, unsigned(ny), st) : launch_ws<false, 128>(a, unsigned(ny), st);
-    case 256: return bf ? launch_ws<true, 256>(a, unsigned(ny), st) : launch_ws<false, 256>(a, unsigned(ny), st);
+    case 64: return bf ? launch_ws<true, 64>(a, unsigned(ny), pingpong, st) : launch_ws<false, 64>(a, unsigned(ny), pingpong, st);
+    case 128: return bf ? launch_ws<true, 128>(a, unsigned(ny), pingpong, st) : launch_ws<false, 128>(a, unsigned(ny), pingpong, st);
+    case 256: return bf ? launch_ws<true, 256>(a, unsigned(ny), pingpong, st) : launch_ws<false, 256>(a, unsigned(ny), pingpong, st);
     default: return false;
   }
 #else
   (void)a;
+  (void)pingpong;
   (void)stream;
   return false;
 #endif

@@ -14,11 +14,15 @@ gpu = pytest.mark.skipif(not CUDA, reason="no CUDA device")
 TOL = {"bfloat16": 2e-2, "float16": 4e-3}
 
 
-@pytest.fixture(autouse=True, params=["ws", "cp"])
+_VARIANT_ENV = {"sm90ws": "2", "sm90pp": "3", "sm90cp": "1"}
+
+
+@pytest.fixture(autouse=True, params=list(_VARIANT_ENV))
 def kernel_variant(request, monkeypatch):
-    """Runs each test with both sm_90 kernels: the warp-specialized TMA one (default) and the
-    cp.async one (GPUKIT_PREFILL_SM90=1). Elsewhere both run the generic kernel."""
-    monkeypatch.setenv("GPUKIT_PREFILL_SM90", "2" if request.param == "ws" else "1")
+    """Runs each test with each sm_90 kernel: the warp-specialized TMA one (default), the same with
+    ping-pong scheduling (GPUKIT_PREFILL_SM90=3) and the cp.async one (=1). Elsewhere all three run
+    the generic kernel. Select one with -k sm90ws / sm90pp / sm90cp."""
+    monkeypatch.setenv("GPUKIT_PREFILL_SM90", _VARIANT_ENV[request.param])
     return request.param
 
 
