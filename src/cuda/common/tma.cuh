@@ -21,9 +21,12 @@ __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
+// Set by a wait that gave up: later waits (any kernel of this module) give up fast.
+static __device__ int g_mbar_broken = 0;
+
 // Waits for the completion of the barrier's phase of parity `parity` (0, 1, 0, ... per use).
-// Gives up after 2^25 failed polls (a second or more; never in a correct kernel): wrong
-// results instead of a hung device.
+// Gives up after 2^25 failed polls (a second or more; never in a correct kernel), and after
+// 1024 once any wait gave up: wrong results instead of a hung device.
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   uint32_t done;
   int spins = 0;
@@ -34,7 +37,13 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
         : "r"(bar), "r"(parity)
         : "memory");
     if (done) return;
-    if (++spins == (1 << 25)) return;
+    if ((++spins & 1023) == 0) {
+      if (spins == (1 << 25)) {
+        *static_cast<volatile int*>(&g_mbar_broken) = 1;
+        return;
+      }
+      if (*static_cast<volatile int*>(&g_mbar_broken)) return;
+    }
   }
 }
 // One box of a 3-D tensor map into shared memory; completes `bytes` on `bar`.
