@@ -60,9 +60,19 @@ def main():
         if not a.no_other:
             for env, what in (("1", "cp.async"), ("3", "ping-pong")):
                 os.environ["GPUKIT_PREFILL_SM90"] = env
+                if S == cases[0][0]:  # name the kernel that runs (stderr), once
+                    os.environ["GPUKIT_PREFILL_SM90_LOG"] = "1"
+                    gk.nn.attention_prefill(gq, gk_, gv, causal=True)
+                    gk.cuda.synchronize()
+                    os.environ.pop("GPUKIT_PREFILL_SM90_LOG")
                 oms = common.time_cuda(lambda: gk.nn.attention_prefill(gq, gk_, gv, causal=True), 20)
                 other += f"   [{what} {flops / (common.median(oms) * 1e-3) / 1e12:6.1f}]"
             os.environ.pop("GPUKIT_PREFILL_SM90")
+        if S == cases[0][0]:
+            os.environ["GPUKIT_PREFILL_SM90_LOG"] = "1"
+            gk.nn.attention_prefill(gq, gk_, gv, causal=True)
+            gk.cuda.synchronize()
+            os.environ.pop("GPUKIT_PREFILL_SM90_LOG")
         gms = common.time_cuda(lambda: gk.nn.attention_prefill(gq, gk_, gv, causal=True), a.rounds)
         g_tf = flops / (common.median(gms) * 1e-3) / 1e12
         label = f"S{S}_H{Hq}_D{D}_causal" if Hq == Hkv else f"S{S}_Hq{Hq}_Hkv{Hkv}_D{D}_causal"

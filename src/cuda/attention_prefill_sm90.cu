@@ -15,6 +15,7 @@
 //
 // Tiles are numbered so that blockIdx.y = 0 is a sequence's last (longest,
 // under causal masking) query tile: the longest work is scheduled first.
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -183,6 +184,12 @@ int variant_from_env() {
   if (e && std::strcmp(e, "3") == 0) return 3;
   return 2;
 }
+// GPUKIT_PREFILL_SM90_LOG set: one stderr line per call naming the kernel that ran.
+void log_choice(const PrefillArgs& a, const char* kernel) {
+  if (!std::getenv("GPUKIT_PREFILL_SM90_LOG")) return;
+  std::fprintf(stderr, "attention_prefill: %s kernel, D=%d Tq=%lld Tk=%lld hq=%d hkv=%d B=%d\n", kernel, a.D,
+               static_cast<long long>(a.Tq), static_cast<long long>(a.Tk), a.hq, a.hkv, a.B);
+}
 }  // namespace
 #endif
 
@@ -210,7 +217,11 @@ bool attention_prefill_sm90(const PrefillArgs& a, void* stream) {
   const int64_t ny = (a.Tq + BM - 1) / BM + (a.cu_q ? a.B : 0);
   if (ny > 65535 || a.hq > 65535 || ny <= 0) return false;
   if (a.Tq > INT32_MAX - 1024 || a.Tk > INT32_MAX - 1024) return false;  // 32-bit key indices in the kernels
-  if (variant >= 2 && attention_prefill_sm90_ws(a, variant == 3, stream)) return true;
+  if (variant >= 2 && attention_prefill_sm90_ws(a, variant == 3, stream)) {
+    log_choice(a, variant == 3 ? "sm90 warp-specialized ping-pong" : "sm90 warp-specialized");
+    return true;
+  }
+  log_choice(a, "sm90 cp.async");
   auto st = static_cast<cudaStream_t>(stream);
   const bool bf = a.dtype == DType::bf16;
   switch (a.D) {

@@ -23,6 +23,7 @@ def kernel_variant(request, monkeypatch):
     ping-pong scheduling (GPUKIT_PREFILL_SM90=3) and the cp.async one (=1). Elsewhere all three run
     the generic kernel. Select one with -k sm90ws / sm90pp / sm90cp."""
     monkeypatch.setenv("GPUKIT_PREFILL_SM90", _VARIANT_ENV[request.param])
+    monkeypatch.setenv("GPUKIT_PREFILL_SM90_LOG", "1")  # stderr names the kernel that ran
     return request.param
 
 
