@@ -97,7 +97,8 @@ Weights random_weights(const ModelConfig& c, Device device, DType dtype, uint64_
                        bool share_layers = false);
 
 // Load-time preparation: concatenates q/k/v (+ biases) and gate/up of each layer, and
-// with quantize ("fp8", "int8", "int4": gk::quantize_weight, int4 in groups of 128)
+// with quantize ("fp8", "int8", "int4": gk::quantize_weight, int4 in groups of 128, or
+// 64 / 32 where K is not a multiple of 128)
 // replaces the linear weights of the layers by their quantized form (embedding and lm
 // head stay in the model dtype). share_layers: quantize layer 0 and copy it (random
 // benchmark weights only).
@@ -196,6 +197,7 @@ class Model {
   // y = x @ W^T (+ bias) through the fastest path for the rows of x and the weight form.
   Array project(const Array& x, const Array& w, const QuantizedWeight& qw, const Array& bias = {}) const;
   Array lm_head(const Array& h) const;
+  Array mlp(const LayerWeights& L, const Array& h, int layer) const;
   void mark(const char* what, int layer) const {
     if (op_hook) op_hook(what, layer);
   }

@@ -319,8 +319,9 @@ def load(path: str | None = None, device="cpu", dtype="float32", progress=None, 
     Tensors are converted to `dtype` and moved to `device` one at a time.
     progress: True for a progress bar on stderr, or a callable(done, total) called
     after each tensor. quantize: "fp8", "int8" (per output channel) or "int4" (groups
-    of 128) converts the linear weights of the layers at load time (gk.quantize_weight);
-    decode reads them with gk.gemv_quantized. cuda_graph: see Model.cuda_graph."""
+    of 128, or 64/32 where K needs it) converts the linear weights of the layers at
+    load time (gk.quantize_weight); decode reads them with gk.gemv_quantized.
+    cuda_graph: see Model.cuda_graph."""
     if path is None:
         from . import io as _io
         path = _io.default_model_path()

@@ -205,6 +205,18 @@ Array Model::lm_head(const Array& h) const {
   return matmul(h, w_.lm_head.T()).astype(DType::f32);
 }
 
+// SwiGLU MLP: one gate/up projection [T, 2 I] (gate then up), the fused activation,
+// the down projection.
+Array Model::mlp(const LayerWeights& L, const Array& h, int l) const {
+  Array gu = project(h, L.gate_up, L.gate_up_q);
+  mark("gate_up", l);
+  Array act = nn::gated_fused(nn::GatedAct::SwiGLU, gu);
+  mark("swiglu", l);
+  Array down = project(act, L.down, L.down_q);
+  mark("down", l);
+  return down;
+}
+
 // One pass of the layers. Per layer: the fused q/k/v projection (one matrix), views of
 // q, k, v into its output, optional q/k norm, rope in place, kv_append, attention,
 // output projection, fused residual + norm, the fused gate/up projection with SwiGLU,
@@ -243,12 +255,7 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
     mark("o_proj", l);
     std::tie(h, resid) = nn::rms_norm_residual(o, resid, L.ffn_norm, c.norm_eps);
     mark("norm", l);
-    Array gu = project(h, L.gate_up, L.gate_up_q);  // [T, 2 I]: gate then up
-    mark("gate_up", l);
-    Array act = nn::gated_fused(nn::GatedAct::SwiGLU, gu);
-    mark("swiglu", l);
-    Array down = project(act, L.down, L.down_q);
-    mark("down", l);
+    Array down = mlp(L, h, l);
     const Array& next_norm = l + 1 < int(c.num_layers) ? w_.layers[size_t(l + 1)].attn_norm : w_.final_norm;
     std::tie(h, resid) = nn::rms_norm_residual(down, resid, next_norm, c.norm_eps);
     mark("norm", l);

@@ -255,26 +255,40 @@ void prepare_weights(const ModelConfig& c, Weights& w, const std::string& quanti
   const int64_t Q = c.num_heads * c.head_dim, KV = c.num_kv_heads * c.head_dim, I = c.intermediate_size;
   for (size_t l = 0; l < w.layers.size(); ++l) {
     LayerWeights& L = w.layers[l];
-    if (!L.q.defined() || !L.gate.defined()) continue;  // a family with its own layout
-    L.qkv = concat_rows({&L.q, &L.k, &L.v});
-    L.q = L.qkv.narrow(0, 0, Q);
-    L.k = L.qkv.narrow(0, Q, KV);
-    L.v = L.qkv.narrow(0, Q + KV, KV);
-    if (L.q_bias.defined()) {
-      L.qkv_bias = concat_rows({&L.q_bias, &L.k_bias, &L.v_bias});
-      L.q_bias = L.qkv_bias.narrow(0, 0, Q);
-      L.k_bias = L.qkv_bias.narrow(0, Q, KV);
-      L.v_bias = L.qkv_bias.narrow(0, Q + KV, KV);
+    if (L.q.defined() && L.k.defined() && L.v.defined() && !L.qkv.defined()) {
+      L.qkv = concat_rows({&L.q, &L.k, &L.v});
+      L.q = L.qkv.narrow(0, 0, Q);
+      L.k = L.qkv.narrow(0, Q, KV);
+      L.v = L.qkv.narrow(0, Q + KV, KV);
+      if (L.q_bias.defined()) {
+        L.qkv_bias = concat_rows({&L.q_bias, &L.k_bias, &L.v_bias});
+        L.q_bias = L.qkv_bias.narrow(0, 0, Q);
+        L.k_bias = L.qkv_bias.narrow(0, Q, KV);
+        L.v_bias = L.qkv_bias.narrow(0, Q + KV, KV);
+      }
     }
-    L.gate_up = concat_rows({&L.gate, &L.up});
-    L.gate = L.gate_up.narrow(0, 0, I);
-    L.up = L.gate_up.narrow(0, I, I);
+    if (L.gate.defined() && L.up.defined() && !L.gate_up.defined()) {  // SwiGLU MLP (not MoE layers)
+      L.gate_up = concat_rows({&L.gate, &L.up});
+      L.gate = L.gate_up.narrow(0, 0, I);
+      L.up = L.gate_up.narrow(0, I, I);
+    }
   }
   if (quantize.empty()) return;
-  const int64_t group = 128;
+  // int4 groups: 128 columns, or 64 / 32 where K is not a multiple of 128 (SmolLM2: 576)
+  auto q = [&](const Array& a, const char* role, size_t layer) {
+    const int64_t K = a.shape(1);
+    int64_t group = 128;
+    while (group > 32 && K % group != 0) group /= 2;
+    if (quantize == "int4" && K % group != 0)
+      throw ValueError(cat("quantize: layer ", layer, " ", role, " has K = ", K,
+                           ", not a multiple of 32 (the smallest int4 group)"));
+    return quantize_weight(a, quantize, group);
+  };
   for (size_t l = 0; l < w.layers.size(); ++l) {
     LayerWeights& L = w.layers[l];
-    if (!L.qkv.defined()) continue;
+    if (!L.qkv.defined() || !L.o.defined() || !L.gate_up.defined() || !L.down.defined())
+      throw ValueError(cat("quantize: supported for the llama, qwen2 and qwen3 families (q/k/v, o, gate/up, down), "
+                           "not for layer ", l, " of this ", c.family, " model"));
     const size_t before = L.qkv.nbytes() + L.o.nbytes() + L.gate_up.nbytes() + L.down.nbytes();
     if (share_layers && l > 0 && w.layers[0].qkv_q.q.defined()) {
       const LayerWeights& F = w.layers[0];
@@ -283,10 +297,10 @@ void prepare_weights(const ModelConfig& c, Weights& w, const std::string& quanti
       L.gate_up_q = copy_qw(F.gate_up_q);
       L.down_q = copy_qw(F.down_q);
     } else {
-      L.qkv_q = quantize_weight(L.qkv, quantize, group);
-      L.o_q = quantize_weight(L.o, quantize, group);
-      L.gate_up_q = quantize_weight(L.gate_up, quantize, group);
-      L.down_q = quantize_weight(L.down, quantize, group);
+      L.qkv_q = q(L.qkv, "qkv", l);
+      L.o_q = q(L.o, "o", l);
+      L.gate_up_q = q(L.gate_up, "gate_up", l);
+      L.down_q = q(L.down, "down", l);
     }
     L.q = L.k = L.v = L.o = L.gate = L.up = L.down = L.qkv = L.gate_up = Array();
     w.nbytes = w.nbytes - before + qbytes(L.qkv_q) + qbytes(L.o_q) + qbytes(L.gate_up_q) + qbytes(L.down_q);
