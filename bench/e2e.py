@@ -70,17 +70,19 @@ def prompts_for(batch, prompt_len, vocab):
     return [[(i * 7919 + b * 104729 + 13) % vocab for i in range(prompt_len)] for b in range(batch)]
 
 
-def bench_gpukit(model, batch, prompt_len, new_tokens, device, graph):
+def bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead=True):
     from gpukit import _C
     prompts = prompts_for(batch, prompt_len, model.config.vocab_size)
-    w = _C.llm.Generation(model._m, prompts, max_new_tokens=3, ignore_eos=True, cuda_graph=graph)
+    w = _C.llm.Generation(model._m, prompts, max_new_tokens=3, ignore_eos=True, cuda_graph=graph,
+                          lookahead=lookahead)
     while not w.done:  # warm-up: cuBLASLt plans, one capture
         w.step()
     del w
     if device != "cpu":
         gk.synchronize()
         gk.reset_peak_memory_stats(device)
-    g = _C.llm.Generation(model._m, prompts, max_new_tokens=new_tokens, ignore_eos=True, cuda_graph=graph)
+    g = _C.llm.Generation(model._m, prompts, max_new_tokens=new_tokens, ignore_eos=True, cuda_graph=graph,
+                          lookahead=lookahead)
     t0 = time.perf_counter()
     g.step()  # prefill + first token (copied to the host: synchronized)
     t1 = time.perf_counter()
@@ -165,6 +167,8 @@ def main():
         p.add_argument("--new", type=int, default=256, help="new tokens per sequence")
         p.add_argument("--eager-new", type=int, default=0, help="new tokens for gk-eager (default --new)")
         p.add_argument("--profile", action="store_true", help="per-op GPU time of one decode step per case")
+        p.add_argument("--no-lookahead", action="store_true",
+                       help="gpukit waits for each token before launching the next step")
 
     a = parse_args("End-to-end LLM generation", extra)
     if a.device != "cpu" and not gk.cuda.is_available():
@@ -178,7 +182,7 @@ def main():
     if a.no_peer or a.device == "cpu":
         engines = [e for e in engines if not e.startswith("hf")]
     print(f"prompt {a.prompt} tokens, {a.new} new tokens per sequence (gk-eager: {a.eager_new or a.new}); "
-          f"greedy, EOS ignored; engines {engines}")
+          f"greedy, EOS ignored; engines {engines}; gpukit lookahead {'off' if a.no_lookahead else 'on'}")
     records = []
     loaded = {}
     for key, quant, batch in cases:
@@ -201,7 +205,8 @@ def main():
         for eng in engines:
             if eng.startswith("gk"):
                 n = (a.eager_new or a.new) if eng == "gk-eager" else a.new
-                res[eng] = bench_gpukit(model, batch, a.prompt, n, a.device, graph=eng == "gk-graph")
+                res[eng] = bench_gpukit(model, batch, a.prompt, n, a.device, graph=eng == "gk-graph",
+                                        lookahead=not a.no_lookahead)
         if a.profile:
             print_profile(model, cfg, batch, a.prompt + a.new // 2, quant)
         for eng in engines:

@@ -219,6 +219,9 @@ struct GenerateOptions {
   std::vector<int32_t> stop_ids;  // in addition to the model's EOS ids
   bool ignore_eos = false;
   std::optional<bool> cuda_graph;  // default: the model's options().cuda_graph
+  // CUDA: launch the next decode step before reading this one's tokens (hides the
+  // host's per-token work). last_logits() of graph steps then needs lookahead = false.
+  bool lookahead = true;
 };
 class DecodeRunner;
 void validate(const GenerateOptions& o);

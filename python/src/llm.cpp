@@ -121,9 +121,10 @@ GK_BINDING(60, llm) {
       .def("__init__", [](llm::Generation* g, std::shared_ptr<llm::Model> m,
                           const std::vector<std::vector<int32_t>>& prompts, int64_t max_new_tokens, double temperature,
                           int64_t top_k, double top_p, uint64_t seed, const std::vector<int32_t>& stop_ids,
-                          bool ignore_eos, std::optional<bool> cuda_graph) {
+                          bool ignore_eos, std::optional<bool> cuda_graph, bool lookahead) {
         llm::GenerateOptions o;
         o.cuda_graph = cuda_graph;
+        o.lookahead = lookahead;
         o.max_new_tokens = max_new_tokens;
         o.temperature = temperature;
         o.top_k = top_k;
@@ -135,7 +136,7 @@ GK_BINDING(60, llm) {
       }, nb::arg("model"), nb::arg("prompts"), nb::arg("max_new_tokens") = 64, nb::arg("temperature") = 0.0,
          nb::arg("top_k") = 0, nb::arg("top_p") = 1.0, nb::arg("seed") = 0,
          nb::arg("stop_ids") = std::vector<int32_t>{}, nb::arg("ignore_eos") = false,
-         nb::arg("cuda_graph") = nb::none())
+         nb::arg("cuda_graph") = nb::none(), nb::arg("lookahead") = true)
       .def_static("resume", [](std::shared_ptr<llm::Model> m, std::shared_ptr<llm::KvCache> cache,
                                const std::vector<int64_t>& seqs, const std::vector<std::vector<int32_t>>& prompts,
                                int64_t max_new_tokens, double temperature, int64_t top_k, double top_p, uint64_t seed,

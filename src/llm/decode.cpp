@@ -9,6 +9,9 @@
 #include "gpukit/errors.h"
 #include "gpukit/gemm.h"
 #include "gpukit/ops.h"
+#if GPUKIT_WITH_CUDA
+#include "ops/backend.h"
+#endif
 
 namespace gk::llm {
 
@@ -22,14 +25,16 @@ Array host_vec(int64_t n, T value, DType t) {
 }  // namespace
 
 DecodeRunner::DecodeRunner(Model& model, KvCache& cache, const std::vector<DecodeRow>& rows,
-                           const GenerateOptions& o, bool use_graph)
+                           const GenerateOptions& o, bool use_graph, bool lookahead)
     : m_(model), cache_(cache), rows_(rows), d_(model.device()) {
   B_ = int64_t(rows.size());
   if (B_ == 0) throw ValueError("DecodeRunner: no sequences");
   use_graph_ = use_graph && d_.is_cuda();
+  lookahead_ = lookahead && d_.is_cuda();
   const int64_t bs = cache.block_size();
   for (auto& r : rows) {
-    max_blocks_ = std::max(max_blocks_, (r.max_len + bs - 1) / bs);
+    // + 1: the page a lookahead step may write past the last token
+    max_blocks_ = std::max(max_blocks_, (r.max_len + 1 + bs - 1) / bs);
     max_blocks_ = std::max(max_blocks_, int64_t(cache.pages(r.seq).size()));
   }
   max_blocks_ = std::max<int64_t>(1, std::min(max_blocks_, std::max<int64_t>(cache.num_blocks(), 1)));
@@ -59,6 +64,26 @@ DecodeRunner::DecodeRunner(Model& model, KvCache& cache, const std::vector<Decod
   for (int64_t r = 0; r < B_; ++r) seeds.data_as<int64_t>()[r] = rows[size_t(r)].seed;
   seeds_ = seeds.to(d_, sp, true);
   h_tok_ = Array::empty({B_}, DType::i32, Device{});
+  if (d_.is_cuda()) {
+    for (int i = 0; i < 2; ++i) {
+      pin_[i] = pinned_acquire(size_t(B_) * sizeof(int32_t));
+      ev_[i] = Event::create(d_, /*timing=*/false);
+    }
+  }
+}
+
+DecodeRunner::~DecodeRunner() {
+  try {
+    wait_all();
+    for (auto& p : pin_)
+      if (p.ptr) pinned_release(p, stream_);
+  } catch (...) {  // a failed device: nothing to wait for
+  }
+}
+
+void DecodeRunner::wait_all() {
+  if (d_.is_cuda() && stream_.valid()) stream_.synchronize();
+  inflight_ = false;
 }
 
 bool DecodeRunner::same_rows(const std::vector<int64_t>& seqs) const {
@@ -68,38 +93,36 @@ bool DecodeRunner::same_rows(const std::vector<int64_t>& seqs) const {
   return true;
 }
 
+// The step: forward, sampling, then the inputs of the next step written on the device
+// (ids = the sampled tokens, positions and lengths + 1).
 void DecodeRunner::body() {
   logits_ = m_.decode_batch(cache_, batch_);  // float32 [B, V]
   tokens_ = sampling::decode_step(logits_, params_, seeds_, batch_.lengths).tokens;
+  copy_into(batch_.ids, tokens_);
+  Array pl = d_in_.narrow(0, 1, 2);
+  copy_into(pl, binary(BinaryOp::Add, pl, Scalar::of_int(1)));
 }
 
-std::vector<int32_t> DecodeRunner::step(const std::vector<int32_t>& tokens) {
-  if (int64_t(tokens.size()) != B_)
-    throw ValueError(cat("tokens: ", tokens.size(), " tokens for a decode batch of ", B_));
-  int32_t* in = h_in_.data_as<int32_t>();
+void DecodeRunner::prepare(int64_t extra) {
   int32_t* bt = h_bt_.data_as<int32_t>();
+  bool dirty = false;
   for (int64_t r = 0; r < B_; ++r) {
-    const int64_t seq = rows_[size_t(r)].seq, n = cache_.length(seq);
-    cache_.reserve(seq, n + 1);
+    const int64_t seq = rows_[size_t(r)].seq;
+    cache_.reserve(seq, cache_.length(seq) + extra);
     const auto& pg = cache_.pages(seq);
     if (int64_t(pg.size()) > max_blocks_)
       throw ValueError(cat("decode: sequence ", seq, " needs ", pg.size(), " pages, more than the ", max_blocks_,
                            " its block table was made for"));
     for (size_t j = pages_seen_[size_t(r)]; j < pg.size(); ++j) {
       bt[r * max_blocks_ + int64_t(j)] = pg[j];
-      bt_dirty_ = true;
+      dirty = true;
     }
     pages_seen_[size_t(r)] = pg.size();
-    in[r] = tokens[size_t(r)];
-    in[B_ + r] = int32_t(n);
-    in[2 * B_ + r] = int32_t(n + 1);
   }
-  const Stream* sp = d_.is_cuda() ? &stream_ : nullptr;
-  if (d_.is_cuda()) {
-    copy_into(d_in_, h_in_, sp);  // pinned staging, stream ordered (asynchronous)
-    if (bt_dirty_) copy_into(d_bt_, h_bt_, sp);
-  }
-  bt_dirty_ = false;
+  if (dirty && d_.is_cuda()) copy_into(d_bt_, h_bt_, &stream_);  // stream ordered before the next launch
+}
+
+void DecodeRunner::launch() {
   if (use_graph_) {
     if (!graph_.captured()) {
       graph_ = Graph::create(stream_);
@@ -121,9 +144,55 @@ std::vector<int32_t> DecodeRunner::step(const std::vector<int32_t>& tokens) {
   } else {
     body();
   }
-  copy_into(h_tok_, tokens_, sp);  // waits for the step
-  std::vector<int32_t> out(h_tok_.data_as<int32_t>(), h_tok_.data_as<int32_t>() + B_);
+  logits_of_[parity_] = logits_;
+#if GPUKIT_WITH_CUDA
+  if (d_.is_cuda()) {  // the tokens to pinned memory, in stream order before any later step
+    cuda::memcpy_async(pin_[parity_].ptr, tokens_.data(), size_t(B_) * sizeof(int32_t), 2, stream_.handle());
+    ev_[parity_].record(stream_);
+  }
+#endif
+  inflight_ = true;
+  inflight_parity_ = parity_;
+  parity_ ^= 1;
+}
+
+std::vector<int32_t> DecodeRunner::step(const std::vector<int32_t>& tokens, bool may_continue) {
+  if (int64_t(tokens.size()) != B_)
+    throw ValueError(cat("tokens: ", tokens.size(), " tokens for a decode batch of ", B_));
+  if (inflight_ && tokens != expect_) wait_all();  // the speculative step ran on other tokens: redo
+  Array logits_k;
+  if (!inflight_) {
+    prepare(1);
+    int32_t* in = h_in_.data_as<int32_t>();
+    for (int64_t r = 0; r < B_; ++r) {
+      const int64_t n = cache_.length(rows_[size_t(r)].seq);
+      in[r] = tokens[size_t(r)];
+      in[B_ + r] = int32_t(n);
+      in[2 * B_ + r] = int32_t(n + 1);
+    }
+    if (d_.is_cuda()) copy_into(d_in_, h_in_, &stream_);  // pinned staging, asynchronous
+    launch();
+  }
+  const int k = inflight_parity_;
+  logits_k = logits_of_[k];
+  std::vector<int32_t> out(static_cast<size_t>(B_));
+  if (d_.is_cuda()) {
+    if (lookahead_ && may_continue) {
+      prepare(2);  // the page the next step writes, before it is launched
+      launch();    // step k + 1 runs on the device while the host reads step k
+    } else {
+      inflight_ = false;
+    }
+    ev_[k].synchronize();
+    std::memcpy(out.data(), pin_[k].ptr, out.size() * sizeof(int32_t));
+  } else {
+    copy_into(h_tok_, tokens_);
+    std::copy(h_tok_.data_as<int32_t>(), h_tok_.data_as<int32_t>() + B_, out.begin());
+    inflight_ = false;
+  }
   for (auto& r : rows_) cache_.advance(r.seq, 1);
+  step_logits_ = logits_k;
+  expect_ = out;
   return out;
 }
 

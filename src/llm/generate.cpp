@@ -137,12 +137,17 @@ std::vector<int32_t> Generation::step() {
         dr.push_back({seqs_[b], row_seed(o_.seed, b), std::min(n + left, c.max_positions)});
       }
       const bool graph = o_.cuda_graph.value_or(m_->options().cuda_graph) && m_->device().is_cuda();
-      runner_ = std::make_unique<DecodeRunner>(*m_, *cache_, dr, o_, graph);
+      runner_ = std::make_unique<DecodeRunner>(*m_, *cache_, dr, o_, graph, o_.lookahead);
       if (graph) ++captures_;
     }
     std::vector<int32_t> toks;
-    for (size_t b : rows) toks.push_back(out_[b].back());
-    chosen = runner_->step(toks);
+    bool more = true;  // every row can run one more step after this one (unless EOS / stop)
+    for (size_t b : rows) {
+      toks.push_back(out_[b].back());
+      more = more && int64_t(out_[b].size()) + 1 < o_.max_new_tokens &&
+             cache_->length(seqs_[b]) + 2 < c.max_positions;
+    }
+    chosen = runner_->step(toks, more);
     last_logits_ = runner_->logits();
   }
   for (size_t r = 0; r < rows.size(); ++r) {

@@ -18,8 +18,11 @@ PROMPTS = [[(i * 37 + 11) % 512 for i in range(n)] for n in (5, 14, 30)]  # page
 SAMPLING = {"greedy": dict(temperature=0.0), "seeded": dict(temperature=0.8, top_k=50, top_p=0.9, seed=7)}
 
 
-def run(model, graph, sampling, new=40, finish_at=None):
-    g = _C.llm.Generation(model._m, PROMPTS, max_new_tokens=new, ignore_eos=True, cuda_graph=graph, **sampling)
+def run(model, graph, sampling, new=40, finish_at=None, lookahead=True):
+    # With lookahead a graph's logits buffer already holds the next step's logits when
+    # a step returns: logits are compared from runs without lookahead.
+    g = _C.llm.Generation(model._m, PROMPTS, max_new_tokens=new, ignore_eos=True, cuda_graph=graph,
+                          lookahead=lookahead, **sampling)
     steps, logits = [], []
     while not g.done:
         steps.append(list(g.step()))
@@ -41,12 +44,14 @@ def first_mismatch(a, b):
             f"max |diff| {float(np.max(np.abs(a.astype(np.float64) - b))):.3g}")
 
 
-def assert_same(eager, graph):
+def assert_same(eager, graph, logits=True):
     se, le, _ = eager
     sg, lg, _ = graph
     assert len(se) == len(sg), (len(se), len(sg))
     for t, (a, b) in enumerate(zip(se, sg)):
         assert a == b, f"step {t}: eager tokens {a} vs graph {b}"
+    if not logits:
+        return
     for t, (a, b) in enumerate(zip(le, lg)):
         msg = first_mismatch(a, b)
         assert msg is None, f"step {t} logits: {msg}"
@@ -56,19 +61,24 @@ def assert_same(eager, graph):
 @pytest.mark.parametrize("mode", list(SAMPLING))
 def test_graph_equals_eager(dtype, mode):
     m = gk.llm.random_model(CFG, device="cuda", dtype=dtype, seed=3)
-    eager = run(m, False, SAMPLING[mode])
-    graph = run(m, True, SAMPLING[mode])
+    eager = run(m, False, SAMPLING[mode])  # eager steps make new logits arrays: exact with lookahead
+    graph = run(m, True, SAMPLING[mode], lookahead=False)
     assert eager[2].captures == 0 and graph[2].captures == 1, (eager[2].captures, graph[2].captures)
     assert_same(eager, graph)
     assert all(len(x) == 40 for x in graph[2].generated)
+    assert_same(eager, run(m, True, SAMPLING[mode]), logits=False)  # graph + lookahead: the same tokens
+    assert_same(eager, run(m, False, SAMPLING[mode], lookahead=False))
 
 
 def test_graph_recapture_on_finish():
     m = gk.llm.random_model(CFG, device="cuda", dtype="bfloat16", seed=5)
     eager = run(m, False, SAMPLING["seeded"], finish_at=9)
-    graph = run(m, True, SAMPLING["seeded"], finish_at=9)
+    graph = run(m, True, SAMPLING["seeded"], finish_at=9, lookahead=False)
     assert graph[2].captures == 2, graph[2].captures
     assert_same(eager, graph)
+    ahead = run(m, True, SAMPLING["seeded"], finish_at=9)  # a speculative step is dropped at the change
+    assert ahead[2].captures == 2
+    assert_same(eager, ahead, logits=False)
     assert len(graph[2].generated[1]) == 9 and graph[2].finish_reasons[1] == "stop"
 
 
@@ -76,14 +86,14 @@ def test_graph_recapture_on_finish():
 def test_graph_equals_eager_quantized(quantize):
     m = gk.llm.random_model(CFG, device="cuda", dtype="bfloat16", seed=3, quantize=quantize)
     assert m.quantized == quantize
-    assert_same(run(m, False, SAMPLING["greedy"], new=20), run(m, True, SAMPLING["greedy"], new=20))
+    assert_same(run(m, False, SAMPLING["greedy"], new=20), run(m, True, SAMPLING["greedy"], new=20, lookahead=False))
 
 
 def test_graph_equals_model_step():
     # Teacher forcing through Model.step (its own eager decode with a narrower block
     # table) gives the same logits bits as the graph replays.
     m = gk.llm.random_model(CFG, device="cuda", dtype="bfloat16", seed=9)
-    steps, logits, g = run(m, True, SAMPLING["greedy"], new=24)
+    steps, logits, g = run(m, True, SAMPLING["greedy"], new=24, lookahead=False)
     cache = m._m.make_cache([len(p) + 24 for p in PROMPTS])
     seqs = [cache.add_sequence() for _ in PROMPTS]
     first = gk.to_numpy(m._m.step(cache, seqs, PROMPTS))
