@@ -88,7 +88,7 @@ std::vector<int32_t> Generation::sample_prefill(const Array& logits, const std::
   for (int64_t r = 0; r < n; ++r) {
     const size_t b = rows[size_t(r)];
     temp.data_as<float>()[r] = float(o_.temperature);
-    topk.data_as<int32_t>()[r] = int32_t(std::min<int64_t>(o_.top_k, INT32_MAX));
+    topk.data_as<int32_t>()[r] = int32_t(std::min<int64_t>(o_.top_k, m_->config().vocab_size));  // >= V: all tokens
     topp.data_as<float>()[r] = float(o_.top_p);
     seeds.data_as<int64_t>()[r] = row_seed(o_.seed, b);
     pos.data_as<int64_t>()[r] = cache_->length(seqs_[b]);  // the position of the token drawn
