@@ -143,7 +143,8 @@ def print_profile(model, cfg, batch, context, quant):
     L = cfg["num_hidden_layers"]
     per_elem = {"": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5 + 5.0 / 128}[quant]
     wbytes = {"qkv": (Q + 2 * KV) * H * per_elem * L, "o_proj": Q * H * per_elem * L,
-              "gate_up": 2 * I * H * per_elem * L, "down": I * H * per_elem * L, "lm_head": V * H * 2.0,
+              "gate_up": 2 * I * H * per_elem * L, "down": I * H * per_elem * L,
+              "lm_head": V * H * (1.0 if quant else 2.0),  # quantized heads: int8 / fp8
               "attention": kv_bytes_per_token(cfg) * batch * context}
     agg = {}
     for name, _, ms in prof:
@@ -197,8 +198,9 @@ def main():
         dtype = quant or "bfloat16"
         shape = f"{name} b{batch} p{a.prompt} n{a.new}"
         # bytes read per step: every weight but the embedding table (one row per token is
-        # gathered), which the lm head reads when tied
-        wbytes = model._m.nbytes - (0 if cfg.get("tie_word_embeddings") else cfg["vocab_size"] * cfg["hidden_size"] * 2)
+        # gathered), which the lm head reads when tied (and not quantized)
+        emb_read = cfg.get("tie_word_embeddings") and not quant
+        wbytes = model._m.nbytes - (0 if emb_read else cfg["vocab_size"] * cfg["hidden_size"] * 2)
         kv = kv_bytes_per_token(cfg) * batch * (a.prompt + a.new / 2)
         roof = batch * HBM_BYTES_PER_S / (wbytes + kv)
         res = {}

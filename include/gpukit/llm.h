@@ -83,6 +83,9 @@ struct Weights {
   std::vector<LayerWeights> layers;
   size_t nbytes = 0;
   std::string quantized;  // "", "fp8", "int8", "int4"
+  // quantize=: the lm head too (int8 for int4 models, else the same format); the
+  // embedding table stays in the model dtype for the row gathers.
+  QuantizedWeight lm_head_q;
 };
 // progress(done, total) after each tensor (may be empty).
 using Progress = std::function<void(int64_t, int64_t)>;
@@ -99,8 +102,8 @@ Weights random_weights(const ModelConfig& c, Device device, DType dtype, uint64_
 // Load-time preparation: concatenates q/k/v (+ biases) and gate/up of each layer, and
 // with quantize ("fp8", "int8", "int4": gk::quantize_weight, int4 in groups of 128, or
 // 64 / 32 where K is not a multiple of 128)
-// replaces the linear weights of the layers by their quantized form (embedding and lm
-// head stay in the model dtype). share_layers: quantize layer 0 and copy it (random
+// replaces the linear weights of the layers by their quantized form, and adds a
+// quantized lm head (int8 for int4 models; the embedding table stays as it is). share_layers: quantize layer 0 and copy it (random
 // benchmark weights only).
 void prepare_weights(const ModelConfig& c, Weights& w, const std::string& quantize = "", bool share_layers = false);
 
@@ -195,7 +198,8 @@ class Model {
   Array run_layers(const Array& ids, const Array& positions, KvCache& cache, const nn::KvIndex& idx,
                    const std::function<Array(const Array&, const Array&, const Array&, int)>& attend);
   // y = x @ W^T (+ bias) through the fastest path for the rows of x and the weight form.
-  Array project(const Array& x, const Array& w, const QuantizedWeight& qw, const Array& bias = {}) const;
+  Array project(const Array& x, const Array& w, const QuantizedWeight& qw, const Array& bias = {},
+                std::optional<DType> out = std::nullopt) const;
   Array lm_head(const Array& h) const;
   Array mlp(const LayerWeights& L, const Array& h, int layer) const;
   void mark(const char* what, int layer) const {

@@ -171,20 +171,22 @@ Array i32_array(const std::vector<int32_t>& v) {
 constexpr int64_t kGemvRows = 8;  // gk::gemv / gemv_quantized take up to 8 rows
 }  // namespace
 
-Array Model::project(const Array& x, const Array& w, const QuantizedWeight& qw, const Array& bias) const {
+Array Model::project(const Array& x, const Array& w, const QuantizedWeight& qw, const Array& bias,
+                     std::optional<DType> out) const {
   const int64_t M = x.shape(0);
   const bool half = dtype_ == DType::bf16 || dtype_ == DType::f16;
   Array y;
   if (!qw.format.empty()) {
+    const DType ot = out.value_or(dtype_);
     if (M <= kGemvRows || device_.is_cpu()) {
-      y = gemv_quantized(x, qw, dtype_ == DType::f32 ? DType::f32 : dtype_);
+      y = gemv_quantized(x, qw, ot);
     } else {
       // Prefill with quantized weights: the GEMV kernel over blocks of 8 rows (reads the
       // weight once per block; a dequantizing GEMM would be faster for long prompts).
-      y = Array::empty({M, qw.q.shape(0)}, dtype_, device_);
+      y = Array::empty({M, qw.q.shape(0)}, ot, device_);
       for (int64_t r = 0; r < M; r += kGemvRows) {
         const int64_t n = std::min(kGemvRows, M - r);
-        copy_into(y.narrow(0, r, n), gemv_quantized(x.narrow(0, r, n), qw, dtype_));
+        copy_into(y.narrow(0, r, n), gemv_quantized(x.narrow(0, r, n), qw, ot));
       }
     }
   } else if (device_.is_cuda() && half && opt_.use_gemv && M <= kGemvRows) {
@@ -198,6 +200,7 @@ Array Model::project(const Array& x, const Array& w, const QuantizedWeight& qw, 
 }
 
 Array Model::lm_head(const Array& h) const {
+  if (!w_.lm_head_q.format.empty()) return project(h, Array(), w_.lm_head_q, Array(), DType::f32);
   if (device_.is_cuda() && (dtype_ == DType::bf16 || dtype_ == DType::f16)) {
     if (opt_.use_gemv && h.shape(0) <= kGemvRows) return gemv(h, w_.lm_head, DType::f32);
     return linear(h, w_.lm_head, nullptr, Activation::none, nullptr, DType::f32);

@@ -305,6 +305,16 @@ void prepare_weights(const ModelConfig& c, Weights& w, const std::string& quanti
     L.q = L.k = L.v = L.o = L.gate = L.up = L.down = L.qkv = L.gate_up = Array();
     w.nbytes = w.nbytes - before + qbytes(L.qkv_q) + qbytes(L.o_q) + qbytes(L.gate_up_q) + qbytes(L.down_q);
   }
+  const std::string head = quantize == "int4" ? "int8" : quantize;
+  if (w.lm_head.defined()) {
+    w.lm_head_q = quantize_weight(w.lm_head, head);
+    const bool tied = w.lm_head.storage() == w.embed.storage();
+    w.nbytes += qbytes(w.lm_head_q);
+    if (!tied) {  // the float lm head is no longer read
+      w.nbytes -= w.lm_head.nbytes();
+      w.lm_head = Array();
+    }
+  }
   w.quantized = quantize;
 }
 
