@@ -10,7 +10,9 @@
 Families: llama (Llama 2/3/3.1/3.2, Mistral, SmolLM2), qwen2, qwen3, from a Hugging
 Face directory (config.json + safetensors [+ tokenizer.json]) or a GGUF file.
 The engine (src/llm) runs the prefill and the decode steps over a paged KV cache;
-greedy decoding when temperature <= 0.
+greedy decoding when temperature <= 0. On CUDA each decode step is one replay of a
+captured CUDA graph (Model.cuda_graph = False for eager steps); load(quantize="fp8" |
+"int8" | "int4") converts the linear weights at load time.
 """
 from __future__ import annotations
 
