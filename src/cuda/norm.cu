@@ -204,7 +204,7 @@ int64_t waves_of(int vpt, int threads) {
     GK_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
     sms[dev & 63].store(n, std::memory_order_relaxed);
   }
-  const int per_sm = std::max(1, std::min(32, (vpt >= 8 ? 1024 : 2048) / threads));
+  const int per_sm = std::max(1, std::min(32, (vpt >= 8 ? 512 : 1024) / threads));
   return int64_t(n) * per_sm * std::max(1, tune("norm.waves", 1));
 }
 
@@ -239,11 +239,12 @@ void launch(const NormArgs& a, cudaStream_t st) {
   int64_t blocks = (a.rows + rpb - 1) / rpb;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("x: too many rows for one launch");
   dim3 grid{unsigned(blocks), 1u, 1u};
-  const bool persist = vpt && tune("norm.persist", 0);
+  // persistent: blocks of at most 256 threads (two row buffers need the registers)
+  const bool persist = vpt && tpr * rpb <= 256 && tune("norm.persist", 0);
   if (persist) grid.x = unsigned(std::min<int64_t>(blocks, waves_of(vpt, tpr * rpb)));
   auto go = [&](auto vc, auto mc) {
     constexpr int V = decltype(vc)::value, MT = decltype(mc)::value;
-    if (persist) k_norm_vec<T, V, MT, true><<<grid, block, 0, st>>>(a);
+    if (persist) k_norm_vec<T, V, 256, true><<<grid, block, 0, st>>>(a);
     else k_norm_vec<T, V, MT, false><<<grid, block, 0, st>>>(a);
   };
   using std::integral_constant;

@@ -28,7 +28,7 @@ __device__ __forceinline__ int64_t pos_at(const void* p, bool p64, int64_t t) {
 // flight, then rotates and stores. Every element is read and written by the
 // same thread, so in-place calls are safe.
 template <class T, bool IL, int P, bool VEC, int K>
-__global__ void __launch_bounds__(1024) k_rope(const __grid_constant__ RopeArgs a) {
+__global__ void __launch_bounds__(VEC ? 256 : 1024) k_rope(const __grid_constant__ RopeArgs a) {
   __shared__ float tab[2 * kMaxRopeFreqs];  // cos then sin, scaled by mscale
   constexpr int M = IL ? 2 * P : P;         // elements per access (NeoX: two accesses per chunk)
   static_assert(!VEC || M == kVecN<T>, "vector accesses are 16 bytes");
@@ -139,7 +139,7 @@ void launch_rope(const RopeArgs& a, cudaStream_t st) {
   const int nch = a.rd / 2 / P, nh = a.hq + a.hk;
   int k = VEC ? tune("rope.k", sizeof(T) == 4 ? 4 : 2) : 4;
   k = k >= 8 ? 8 : k >= 4 ? 4 : k >= 2 ? 2 : 1;
-  const int hl = std::max(1, std::min((nh + k - 1) / k, 1024 / nch));
+  const int hl = std::max(1, std::min((nh + k - 1) / k, (VEC ? 256 : 1024) / nch));  // see k_rope's bounds
   if (a.T > int64_t(INT32_MAX)) throw ValueError("q: too many tokens for one launch");
   dim3 block{unsigned(nch), unsigned(hl), 1u};
   if constexpr (!VEC) {
