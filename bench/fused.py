@@ -32,19 +32,26 @@ def _setup():
     return gk, torch, None
 
 
+HOST_US = {}  # last time_gk: median host microseconds per call (launch-rate check)
+
+
 def time_gk(gk, fn, args_list, rounds, iters):
+    import time
     for i in range(3):
         fn(*args_list[i % len(args_list)])
     gk.cuda.synchronize()
-    out = []
+    out, host = [], []
     for _ in range(rounds):
         a, b = gk.Event(), gk.Event()
         a.record()
+        h0 = time.perf_counter()
         for i in range(iters):
             fn(*args_list[i % len(args_list)])
+        host.append((time.perf_counter() - h0) * 1e6 / iters)
         b.record()
         b.synchronize()
         out.append(a.elapsed_time(b) * 1e3 / iters)  # us
+    HOST_US["last"] = statistics.median(host)
     return out
 
 
@@ -219,6 +226,8 @@ def main(argv=None):
         recs.append(rec)
         cp = nbytes / (copy_time(torch, nbytes, a.rounds, a.iters, copies) * 1e-6) / 1e12
         ok = "OK" if rec["gpukit"] >= 0.85 * cp and rec["gpukit"] > peer_tb else "BELOW TARGET"
+        if HOST_US["last"] > 0.8 * statistics.median(g):
+            ok += f" (host {HOST_US['last']:.1f} us per call: launch-bound?)"
         print(f"{name:20s} {shape:22s} {dt:9s} gpukit {rec['gpukit']:.2f} TB/s ({statistics.median(g):.1f} us)"
               f" = {rec['gpukit'] / cp:.0%} of copy@same bytes {cp:.2f}, {rec['gpukit'] / ceiling:.0%} of ceiling"
               f" | {peer}: {peer_tb:.2f} TB/s ({statistics.median(t):.1f} us) x{rec['gpukit'] / peer_tb:.2f} {ok}",
