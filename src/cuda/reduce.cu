@@ -280,53 +280,78 @@ __device__ __forceinline__ float exp_t(float x) {
   else return __expf(x);
 }
 
-template <class T, int VPT, int MAXT>
+// PERSIST: a grid of about one wave loops over the row groups, loading the next
+// group's rows while it reduces and writes the current one.
+template <class T, int VPT, int MAXT, bool PERSIST>
 __global__ void __launch_bounds__(MAXT) k_softmax_vec(const T* in, T* out, int64_t rows, int64_t cols, int64_t irs,
                                                       int64_t ors, bool log) {
   constexpr int N = kVecN<T>;
   __shared__ float sh[32];
-  const int64_t row = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
   const int tpr = blockDim.x, t = threadIdx.x;
-  const int nvec = row < rows ? int(cols / N) : 0;  // a dead row only joins the barriers
-  const raw16* x = reinterpret_cast<const raw16*>(in + row * irs);
-  raw16* y = reinterpret_cast<raw16*>(out + row * ors);
-  raw16 xs[VPT];
+  const int64_t groups = (rows + blockDim.y - 1) / blockDim.y;
+  auto load = [&](int64_t g, raw16 (&xs)[VPT]) {
+    const int64_t row = g * blockDim.y + threadIdx.y;
+    const int nvec = row < rows ? int(cols / N) : 0;
+    const raw16* x = reinterpret_cast<const raw16*>(in + row * irs);
 #pragma unroll
-  for (int k = 0; k < VPT; ++k)
-    if (t + k * tpr < nvec) xs[k] = ld16(x + t + k * tpr);
-  float m = red::lowest<float>();
+    for (int k = 0; k < VPT; ++k)
+      if (t + k * tpr < nvec) xs[k] = ld16(x + t + k * tpr);
+  };
+  auto process = [&](int64_t g, const raw16 (&xs)[VPT]) {
+    const int64_t row = g * blockDim.y + threadIdx.y;
+    const int nvec = row < rows ? int(cols / N) : 0;  // a dead row only joins the barriers
+    raw16* y = reinterpret_cast<raw16*>(out + row * ors);
+    float m = red::lowest<float>();
 #pragma unroll
-  for (int k = 0; k < VPT; ++k)
-    if (t + k * tpr < nvec) {
-      float f[N];
-      unpack<T>(xs[k], f);
+    for (int k = 0; k < VPT; ++k)
+      if (t + k * tpr < nvec) {
+        float f[N];
+        unpack<T>(xs[k], f);
 #pragma unroll
-      for (int j = 0; j < N; ++j) m = MaxF{}(m, f[j]);
-    }
-  m = group_all(m, MaxF{}, sh);
-  float e[VPT][N], sum = 0.f;
-#pragma unroll
-  for (int k = 0; k < VPT; ++k)
-    if (t + k * tpr < nvec) {
-      float f[N];
-      unpack<T>(xs[k], f);
-#pragma unroll
-      for (int j = 0; j < N; ++j) {
-        e[k][j] = exp_t<T>(f[j] - m);
-        sum += e[k][j];
+        for (int j = 0; j < N; ++j) m = MaxF{}(m, f[j]);
       }
-    }
-  sum = group_all(sum, AddF{}, sh);
-  const float ls = log ? ::logf(sum) : 0.f;
+    m = group_all(m, MaxF{}, sh);
+    float e[VPT][N], sum = 0.f;
 #pragma unroll
-  for (int k = 0; k < VPT; ++k)
-    if (t + k * tpr < nvec) {
-      float f[N];
-      unpack<T>(xs[k], f);
+    for (int k = 0; k < VPT; ++k)
+      if (t + k * tpr < nvec) {
+        float f[N];
+        unpack<T>(xs[k], f);
 #pragma unroll
-      for (int j = 0; j < N; ++j) f[j] = log ? (f[j] - m) - ls : e[k][j] / sum;
-      st16(y + t + k * tpr, pack<T>(f));
+        for (int j = 0; j < N; ++j) {
+          e[k][j] = exp_t<T>(f[j] - m);
+          sum += e[k][j];
+        }
+      }
+    sum = group_all(sum, AddF{}, sh);
+    const float ls = log ? ::logf(sum) : 0.f;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+      if (t + k * tpr < nvec) {
+        float f[N];
+        unpack<T>(xs[k], f);
+#pragma unroll
+        for (int j = 0; j < N; ++j) f[j] = log ? (f[j] - m) - ls : e[k][j] / sum;
+        st16(y + t + k * tpr, pack<T>(f));
+      }
+  };
+  raw16 xs[VPT];
+  int64_t g = blockIdx.x;
+  load(g, xs);
+  if constexpr (!PERSIST) {
+    process(g, xs);
+  } else {
+    for (;;) {
+      const int64_t gn = g + gridDim.x;
+      raw16 xn[VPT];
+      if (gn < groups) load(gn, xn);  // block-uniform
+      process(g, xs);
+      if (gn >= groups) break;
+      g = gn;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) xs[k] = xn[k];
     }
+  }
 }
 
 // The vector form when T has 16-byte vectors and the rows are dense and aligned;
@@ -351,15 +376,31 @@ bool softmax_vec(const RowArgs& a, bool log, cudaStream_t s) {
     const int64_t blocks = (a.rows + rpb - 1) / rpb;
     if (blocks > int64_t(INT32_MAX)) return false;
     dim3 block{unsigned(tpr), unsigned(rpb), 1u}, grid{unsigned(blocks), 1u, 1u};
+    // persistent: blocks of at most 256 threads (two row buffers need the registers)
+    const bool persist = tpr * rpb <= 256 && tune("softmax.persist", 0);
+    if (persist) {
+      int dev = 0, sms = 0;
+      GK_CUDA_CHECK(cudaGetDevice(&dev));
+      GK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+      int64_t g = int64_t(sms) * std::max(1, std::min(32, (vpt >= 8 ? 512 : 1024) / (tpr * rpb)));
+      if (int forced = tune("softmax.grid", 0); forced > 0) g = forced;
+      grid.x = unsigned(std::min<int64_t>(blocks, g));
+    }
     const T* in = static_cast<const T*>(a.in);
     T* out = static_cast<T*>(a.out);
     const auto rs = a.in_row_stride, os = a.out_row_stride;
+    auto go = [&](auto vc, auto mc) {
+      constexpr int V = decltype(vc)::value, MT = decltype(mc)::value;
+      if (persist) k_softmax_vec<T, V, 256, true><<<grid, block, 0, s>>>(in, out, a.rows, a.cols, rs, os, log);
+      else k_softmax_vec<T, V, MT, false><<<grid, block, 0, s>>>(in, out, a.rows, a.cols, rs, os, log);
+    };
+    using std::integral_constant;
     switch (vpt) {
-      case 1: k_softmax_vec<T, 1, 1024><<<grid, block, 0, s>>>(in, out, a.rows, a.cols, rs, os, log); break;
-      case 2: k_softmax_vec<T, 2, 1024><<<grid, block, 0, s>>>(in, out, a.rows, a.cols, rs, os, log); break;
-      case 4: k_softmax_vec<T, 4, 1024><<<grid, block, 0, s>>>(in, out, a.rows, a.cols, rs, os, log); break;
-      case 8: k_softmax_vec<T, 8, 256><<<grid, block, 0, s>>>(in, out, a.rows, a.cols, rs, os, log); break;
-      default: k_softmax_vec<T, 16, 256><<<grid, block, 0, s>>>(in, out, a.rows, a.cols, rs, os, log); break;
+      case 1: go(integral_constant<int, 1>{}, integral_constant<int, 1024>{}); break;
+      case 2: go(integral_constant<int, 2>{}, integral_constant<int, 1024>{}); break;
+      case 4: go(integral_constant<int, 4>{}, integral_constant<int, 1024>{}); break;
+      case 8: go(integral_constant<int, 8>{}, integral_constant<int, 256>{}); break;
+      default: go(integral_constant<int, 16>{}, integral_constant<int, 256>{}); break;
     }
     GK_LAUNCH_CHECK("softmax_vec");
     return true;

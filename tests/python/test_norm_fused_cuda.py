@@ -85,7 +85,9 @@ def test_norm_shapes(tune, dtype, H, shape):
 
 
 SOFTMAX_SHAPES = ["", "softmax.tpr=32", "softmax.tpr=64", "softmax.tpr=128", "softmax.tpr=256", "softmax.tpr=512",
-                  "softmax.tpr=64,softmax.rows=4"]
+                  "softmax.tpr=64,softmax.rows=4", "softmax.persist=1", "softmax.persist=1,softmax.grid=5",
+                  "softmax.persist=1,softmax.tpr=64,softmax.rows=2,softmax.grid=3",
+                  "softmax.persist=1,softmax.tpr=32,softmax.rows=4,softmax.grid=1"]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
