@@ -169,7 +169,8 @@ SWEEP = {
                    "norm.tpr=128,norm.rows=2", "norm.tpr=64,norm.rows=4", *NORM_PERSIST],
     "softmax": ["softmax.tpr=32", "softmax.tpr=64", "softmax.tpr=128", "softmax.tpr=256", "softmax.tpr=512",
                 "softmax.persist=1", "softmax.persist=1,softmax.tpr=64", "softmax.persist=1,softmax.tpr=256"],
-    "swiglu": ["gated.unroll=2", "gated.unroll=4", "gated.unroll=8"],
+    "swiglu": ["gated.unroll=2", "gated.unroll=4", "gated.unroll=8", "gated.bpsm=8", "gated.bpsm=16",
+               "gated.unroll=2,gated.bpsm=16"],
     "rope_qk": ["rope.k=1", "rope.k=2", "rope.k=4", "rope.k=8"],
 }
 

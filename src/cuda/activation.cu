@@ -9,6 +9,8 @@
 // Math is fp32. For 16-bit storage, SwiGLU uses the hardware exp and divide
 // (__expf, __fdividef: a few fp32 ulps, far below half a bf16/f16 ulp); for
 // fp32 storage it keeps the correctly rounded-ish expf and the IEEE divide.
+#include <algorithm>
+
 #include "cuda/common/rows.cuh"
 #include "cuda/common/vec.cuh"
 #include "ops/nn_args.h"
@@ -90,7 +92,10 @@ void launch_n(const GatedArgs& a, cudaStream_t st) {
     constexpr int U = decltype(uc)::value;
     using I = decltype(ic);
     RowDiv<I> rd{FastDiv(uint32_t(sizeof(I) == 4 ? nv : 1)), nv};
-    k_gated<A, T, N, U, I><<<grid_for(total, kThreads * U), kThreads, 0, st>>>(a, rd, I(total));
+    unsigned grid = grid_for(total, kThreads * U);
+    if (int bpsm = tune("gated.bpsm", 0); bpsm > 0)  // grid-stride with a fixed grid (benchmarking)
+      grid = std::min<unsigned>(grid, unsigned(sm_count() * bpsm));
+    k_gated<A, T, N, U, I><<<grid, kThreads, 0, st>>>(a, rd, I(total));
   };
   const bool small = total < (int64_t(1) << 31) - int64_t(kThreads) * 8;
   if (!small) go(std::integral_constant<int, 4>{}, int64_t{});

@@ -121,7 +121,7 @@ def test_softmax_special_rows(tune):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("act", ["swiglu", "geglu", "relu2"])
-@pytest.mark.parametrize("shape", ["", "gated.unroll=2", "gated.unroll=8"])
+@pytest.mark.parametrize("shape", ["", "gated.unroll=2", "gated.unroll=8", "gated.bpsm=1", "gated.unroll=2,gated.bpsm=1"])
 def test_gated_shapes(tune, dtype, act, shape):
     tune(shape)
     for rows, I in [(37, 4096), (5, 8 * 1111), (3, 7)]:

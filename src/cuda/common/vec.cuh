@@ -136,6 +136,16 @@ struct FastDiv {
   }
 };
 
+// Multiprocessors of the current device (cached per device).
+inline int sm_count() {
+  static int cache[64] = {};  // benign race: every writer stores the same value
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 132;
+  int& n = cache[dev & 63];
+  if (!n && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) n = 132;
+  return n;
+}
+
 // Launch-shape overrides for benchmarking: GPUKIT_TUNE="key=value,key=value".
 // Returns dflt when the key is absent (the normal case). Read at each launch
 // (a getenv and a short scan), so a benchmark can change it between timings.
