@@ -3,6 +3,7 @@
 // converted to the requested dtype and moved to the device one tensor at a time,
 // so host memory peaks at about one tensor. A failed load throws and the arrays
 // made so far are released with the partial Weights.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -87,6 +88,7 @@ struct Source {
 }  // namespace
 
 std::vector<WeightSlot> weight_plan(const ModelConfig& c, Weights& w, bool tied) {
+  if (c.family == "gpt2") return gpt2_weight_plan(c, w, tied);
   const int64_t H = c.hidden_size, D = c.head_dim, Q = c.num_heads * D, KV = c.num_kv_heads * D;
   const int64_t I = c.intermediate_size, V = c.vocab_size;
   w.layers.resize(size_t(c.num_layers));
@@ -130,20 +132,33 @@ Weights load_weights(const ModelConfig& c, const std::string& path, Device devic
   Weights w;
   bool tied = c.tie_embeddings || !src.contains(tensor_name(c, "lm_head"));
   std::vector<WeightSlot> wants = weight_plan(c, w, tied);
+  // The file's name of a tensor: HF GPT-2 checkpoints may lack the "transformer." prefix.
+  auto file_name = [&](const WeightSlot& want) {
+    std::string n = tensor_name(c, want.role, want.layer);
+    const std::string pre = "transformer.";
+    if (!src.contains(n) && n.rfind(pre, 0) == 0 && src.contains(n.substr(pre.size()))) n = n.substr(pre.size());
+    return n;
+  };
   // Check every name and shape before reading anything.
   for (auto& want : wants) {
-    std::string n = tensor_name(c, want.role, want.layer);
+    std::string n = file_name(want);
     if (!src.contains(n)) throw ValueError(cat("model file: tensor ", n, " is missing"));
     Shape s = src.shape(n);
-    if (s != want.shape)
-      throw ValueError(cat("model file: tensor ", n, " has shape ", shape_str(s), ", expected ", shape_str(want.shape),
+    Shape expect = want.shape;
+    if (want.file_transposed) std::reverse(expect.begin(), expect.end());
+    if (s != expect)
+      throw ValueError(cat("model file: tensor ", n, " has shape ", shape_str(s), ", expected ", shape_str(expect),
                            " from the config"));
   }
   int64_t done = 0;
   for (auto& want : wants) {
-    std::string n = tensor_name(c, want.role, want.layer);
+    std::string n = file_name(want);
     bool mapped = false;
     Array a = src.read(n, mapped);
+    if (want.file_transposed) {  // [in, out] -> [out, in], an owned copy
+      a = a.T().contiguous();
+      mapped = false;
+    }
     Array b = a.astype(dtype);
     if (mapped && b.storage() == a.storage() && device.is_cpu()) b = b.copy();  // own it, not the file mapping
     a = Array();

@@ -1,15 +1,16 @@
 """The LLM engine on tiny random models (CPU) against a float64 NumPy transformer
-(tests/python/llm_ref.py): prefill, decode steps, batches of prompts of different
-lengths, greedy generation; plus bad input."""
+(tests/python/llm_ref.py): llama, qwen2, qwen3 and GPT-2 (learned positions,
+LayerNorm, GELU, fused Conv1D qkv): prefill, decode steps, batches of prompts of
+different lengths, greedy generation; plus bad input."""
 import os
 
 import numpy as np
 import pytest
 
 import gpukit as gk
-from llm_ref import TINY, make_weights, ref_greedy, ref_logits, save_model
+from llm_ref import TINY, make_weights, ref_greedy, ref_logits, save_model, tiny_config
 
-FAMILIES = ["llama", "qwen2", "qwen3"]
+FAMILIES = ["llama", "qwen2", "qwen3", "gpt2"]
 
 
 def rel_err(got, want):
@@ -19,7 +20,7 @@ def rel_err(got, want):
 @pytest.fixture(scope="module", params=FAMILIES)
 def tiny(request, tmp_path_factory):
     fam = request.param
-    cfg = dict(TINY)
+    cfg = tiny_config(fam)
     w = make_weights(cfg, fam, seed=FAMILIES.index(fam))
     d = save_model(str(tmp_path_factory.mktemp(f"tiny_{fam}")), cfg, w, model_type=fam)
     return fam, cfg, w, d
@@ -30,8 +31,12 @@ def test_config_and_load(tiny):
     m = gk.llm.load(d)
     c = m.config
     assert c.family == fam and c.architecture == fam and c.format == "safetensors"
-    assert (c.vocab_size, c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim) == (97, 96, 2, 4, 2, 64)
+    dims = (97, 128, 2, 2, 2, 64, 80) if fam == "gpt2" else (97, 96, 2, 4, 2, 64, 80)
+    assert (c.vocab_size, c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim,
+            c.intermediate_size) == dims
     assert c.qk_norm == (fam == "qwen3") and c.attention_bias == (fam == "qwen2")
+    assert c.layer_norm == c.learned_positions == (fam == "gpt2") and not c.tie_embeddings
+    assert c.activation == ("gelu_tanh" if fam == "gpt2" else "silu") and c.max_positions == 64
     assert not c.rope_interleaved and c.eos_ids == [2] and c.bos_id == 1
     assert m.tokenizer is None
 
@@ -363,3 +368,155 @@ def test_hostile_configs(tmp_path):
     (tmp_path / "j" / "config.json").write_text("{not json")
     with pytest.raises(ValueError):
         gk.llm.load(str(tmp_path / "j"))
+
+
+# ---- GPT-2 specifics ----
+
+def test_gpt2_tied_unprefixed_with_buffers(tmp_path):
+    """The original hub layout: no "transformer." prefix, no lm_head (tied by default),
+    and the old attention-mask buffers (h.N.attn.bias), which are ignored."""
+    cfg = tiny_config("gpt2")
+    del cfg["tie_word_embeddings"]
+    w = make_weights(cfg, "gpt2", seed=21)
+    assert "lm_head.weight" not in w
+    flat = {k.replace("transformer.", ""): v for k, v in w.items()}
+    for l in range(cfg["n_layer"]):
+        flat[f"h.{l}.attn.bias"] = np.tril(np.ones((1, 1, 64, 64), np.float32))
+    m = gk.llm.load(save_model(str(tmp_path / "m"), cfg, flat, model_type="gpt2"))
+    assert m.config.tie_embeddings
+    ids = [4, 9, 16, 25, 36, 49, 64, 81, 3]
+    assert rel_err(gk.to_numpy(m.forward(ids)), ref_logits(cfg, w, ids, "gpt2")) < 1e-4
+    assert "learned positions" in repr(m.config) and "layer norm" in repr(m.config)
+
+
+def test_gpt2_positions_matter(tmp_path):
+    """Learned positions: the same token at two positions gives different logits, and
+    the position table really is read (zeroing it changes the result)."""
+    cfg = tiny_config("gpt2")
+    w = make_weights(cfg, "gpt2", seed=22)
+    m = gk.llm.load(save_model(str(tmp_path / "m"), cfg, w, model_type="gpt2"))
+    got = gk.to_numpy(m.forward([7, 7, 7, 7]))
+    assert rel_err(got[0], got[3]) > 1e-3
+    w0 = dict(w, **{"transformer.wpe.weight": np.zeros_like(w["transformer.wpe.weight"])})
+    assert rel_err(got, ref_logits(cfg, w0, [7, 7, 7, 7], "gpt2")) > 1e-3
+    # the last position of the context is usable, one more is not
+    ids = list(range(1, 65))
+    assert rel_err(gk.to_numpy(m.forward(ids))[-1], ref_logits(cfg, w, ids, "gpt2")[-1]) < 1e-4
+    with pytest.raises(ValueError, match="context of 64"):
+        m.forward(ids + [1])
+
+
+def test_gpt2_erf_gelu(tmp_path):
+    cfg = dict(tiny_config("gpt2"), activation_function="gelu")
+    w = make_weights(cfg, "gpt2", seed=23)
+    m = gk.llm.load(save_model(str(tmp_path / "m"), cfg, w, model_type="gpt2"))
+    assert m.config.activation == "gelu"
+    ids = [1, 2, 3, 5, 8, 13]
+    got = gk.to_numpy(m.forward(ids))
+    assert rel_err(got, ref_logits(cfg, w, ids, "gpt2")) < 1e-4
+
+
+def test_gpt2_bad_configs_and_shapes(tmp_path):
+    cfg = tiny_config("gpt2")
+    w = make_weights(cfg, "gpt2", seed=24)
+    for bad, msg in [(dict(activation_function="relu"), "activation_function 'relu'"),
+                     (dict(scale_attn_by_inverse_layer_idx=True), "scale_attn_by_inverse_layer_idx"),
+                     (dict(n_head=3), "not a multiple of the 3 attention heads"),
+                     (dict(n_embd=96, n_head=3), "hidden size 96 .*does not|head_dim 32"),
+                     (dict(n_layer=None), "n_layer")]:
+        d = save_model(str(tmp_path / "c"), dict(cfg, **bad), w, model_type="gpt2")
+        with pytest.raises(ValueError, match=msg):
+            gk.llm.load(d)
+    # a Conv1D weight written the other way round ([out, in]) is named with the expected [in, out]
+    bad = dict(w)
+    bad["transformer.h.1.mlp.c_fc.weight"] = np.ascontiguousarray(w["transformer.h.1.mlp.c_fc.weight"].T)
+    d = save_model(str(tmp_path / "s"), cfg, bad, model_type="gpt2")
+    with pytest.raises(ValueError, match=r"transformer.h.1.mlp.c_fc.weight has shape \(80, 128\), expected \(128, 80\)"):
+        gk.llm.load(d)
+    bad = dict(w)
+    bad["transformer.wpe.weight"] = w["transformer.wpe.weight"][:32]
+    d = save_model(str(tmp_path / "p"), cfg, bad, model_type="gpt2")
+    with pytest.raises(ValueError, match=r"transformer.wpe.weight has shape \(32, 128\), expected \(64, 128\)"):
+        gk.llm.load(d)
+    bad = dict(w)
+    del bad["transformer.h.0.ln_2.bias"]
+    d = save_model(str(tmp_path / "b"), cfg, bad, model_type="gpt2")
+    with pytest.raises(ValueError, match="transformer.h.0.ln_2.bias is missing"):
+        gk.llm.load(d)
+
+
+def test_gpt2_random_model():
+    cfg = dict(tiny_config("gpt2"), model_type="gpt2")
+    m = gk.llm.random_model(cfg, seed=3)
+    assert m.config.family == "gpt2" and m.config.format == "random"
+    out = m.generate([1, 2, 3], max_new_tokens=5, ignore_eos=True)
+    assert len(out.ids) == 5 and all(0 <= t < 97 for t in out.ids)
+
+
+def write_gpt2_gguf(path, cfg, weights, fmt="F32", tie=False):
+    """llama.cpp's GPT-2 layout: projections transposed to [out, in]; returns the HF-layout
+    weights as the model sees them after quantization."""
+    gguf = pytest.importorskip("gguf")
+    Q = gguf.GGMLQuantizationType
+    wr = gguf.GGUFWriter(str(path), arch="gpt2")
+    wr.add_uint32("gpt2.block_count", cfg["n_layer"])
+    wr.add_uint32("gpt2.embedding_length", cfg["n_embd"])
+    wr.add_uint32("gpt2.feed_forward_length", cfg["n_inner"])
+    wr.add_uint32("gpt2.attention.head_count", cfg["n_head"])
+    wr.add_uint32("gpt2.context_length", cfg["n_positions"])
+    wr.add_float32("gpt2.attention.layer_norm_epsilon", cfg["layer_norm_epsilon"])
+    wr.add_uint32("tokenizer.ggml.eos_token_id", 2)
+    wr.add_uint32("tokenizer.ggml.bos_token_id", 1)
+    wr.add_uint32("gpt2.vocab_size", cfg["vocab_size"])
+    names = {"wte.weight": "token_embd.weight", "wpe.weight": "position_embd.weight",
+             "ln_f.weight": "output_norm.weight", "ln_f.bias": "output_norm.bias", "lm_head.weight": "output.weight"}
+    roles = {"ln_1": "attn_norm", "attn.c_attn": "attn_qkv", "attn.c_proj": "attn_output", "ln_2": "ffn_norm",
+             "mlp.c_fc": "ffn_up", "mlp.c_proj": "ffn_down"}
+    seen = {}
+    for name, arr in weights.items():
+        if tie and name == "lm_head.weight":
+            continue
+        short = name.replace("transformer.", "")
+        conv = short.startswith("h.") and short.endswith(".weight") and "ln_" not in short
+        if short in names:
+            g = names[short]
+        else:
+            _, l, *rest = short.split(".")
+            g = f"blk.{l}.{roles['.'.join(rest[:-1])]}.{rest[-1]}"
+        stored = np.ascontiguousarray(arr.T) if conv else arr
+        if stored.ndim == 2 and fmt == "Q8_0" and stored.shape[1] % 32 == 0:
+            q = gguf.quants.quantize(stored, Q.Q8_0)
+            wr.add_tensor(g, q, raw_dtype=Q.Q8_0)
+            deq = gguf.quants.dequantize(q, Q.Q8_0).reshape(stored.shape).astype(np.float32)
+        elif stored.ndim == 2 and fmt == "F16":
+            wr.add_tensor(g, stored.astype(np.float16))
+            deq = stored.astype(np.float16).astype(np.float32)
+        else:
+            wr.add_tensor(g, stored.astype(np.float32))
+            deq = stored.astype(np.float32)
+        seen[name] = np.ascontiguousarray(deq.T) if conv else deq
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+    return seen
+
+
+@pytest.mark.parametrize("fmt", ["F32", "F16", "Q8_0"])
+def test_gpt2_gguf(tmp_path, fmt):
+    cfg = dict(tiny_config("gpt2"), n_inner=96)
+    tie = fmt == "F16"
+    cfg["tie_word_embeddings"] = tie
+    w = make_weights(cfg, "gpt2", seed=25)
+    seen = write_gpt2_gguf(tmp_path / "g.gguf", cfg, w, fmt, tie=tie)
+    m = gk.llm.load(str(tmp_path / "g.gguf"))
+    c = m.config
+    assert (c.family, c.format, c.hidden_size, c.num_heads, c.head_dim, c.intermediate_size, c.max_positions) == \
+        ("gpt2", "gguf", 128, 2, 64, 96, 64)
+    assert c.tie_embeddings == tie and c.learned_positions and c.layer_norm and c.eos_ids == [2]
+    ids = [3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46]
+    want = ref_logits(cfg, seen, ids, "gpt2")
+    assert rel_err(gk.to_numpy(m.forward(ids)), want) < 1e-4
+    # decode over the cache agrees with the full forward
+    out = m.generate(ids[:4], max_new_tokens=6, ignore_eos=True)
+    assert out.ids == ref_greedy(cfg, seen, ids[:4], 6, "gpt2")
