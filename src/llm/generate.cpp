@@ -98,7 +98,7 @@ std::vector<int32_t> Generation::step() {
   for (int64_t r = 0; r < n; ++r) {
     const size_t b = rows[size_t(r)];
     temp.data_as<float>()[r] = float(o_.temperature);
-    topk.data_as<int32_t>()[r] = int32_t(std::min<int64_t>(o_.top_k, INT32_MAX));
+    topk.data_as<int32_t>()[r] = int32_t(std::min<int64_t>(o_.top_k, c.vocab_size));  // >= V: all tokens
     topp.data_as<float>()[r] = float(o_.top_p);
     // each sequence's stream of draws is keyed by (seed, its batch index) and the position
     seeds.data_as<int64_t>()[r] = int64_t(o_.seed * 1000003ull + b);

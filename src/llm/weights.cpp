@@ -68,20 +68,24 @@ struct Source {
   std::unique_ptr<io::ShardedSafeTensors> st;
   bool contains(const std::string& n) const { return gguf ? gguf->contains(n) : st->contains(n); }
   Shape shape(const std::string& n) const { return gguf ? gguf->info(n).shape() : st->info(n).shape; }
-  // mapped: the array views the file mapping (safetensors) rather than owning memory
-  Array read(const std::string& n, bool& mapped) const {
-    mapped = !gguf;
+  // The stored type must be readable (checked for every tensor before any is read).
+  void check_type(const std::string& n) const {
     if (gguf) {
       const auto& info = gguf->info(n);
       if (!io::ggml_can_dequantize(info.type))
         throw ValueError(cat("tensor ", n, ": GGUF type ", io::ggml_type_name(info.type), " is not supported"));
-      return gguf->dequantize(n, DType::f32);
+      return;
     }
-    Array a = st->get(n);
-    DType t = a.dtype();
+    DType t = st->info(n).dtype;
     if (t != DType::f32 && t != DType::f16 && t != DType::bf16)
       throw ValueError(cat("tensor ", n, ": dtype ", dtype_name(t), " is not supported (float32, float16, bfloat16)"));
-    return a;
+  }
+  // mapped: the array views the file mapping (safetensors) rather than owning memory
+  Array read(const std::string& n, bool& mapped) const {
+    check_type(n);
+    mapped = !gguf;
+    if (gguf) return gguf->dequantize(n, DType::f32);
+    return st->get(n);
   }
 };
 
@@ -149,6 +153,7 @@ Weights load_weights(const ModelConfig& c, const std::string& path, Device devic
     if (s != expect)
       throw ValueError(cat("model file: tensor ", n, " has shape ", shape_str(s), ", expected ", shape_str(expect),
                            " from the config"));
+    src.check_type(n);
   }
   int64_t done = 0;
   for (auto& want : wants) {

@@ -2,6 +2,7 @@
 (tests/python/llm_ref.py): llama, qwen2, qwen3 and GPT-2 (learned positions,
 LayerNorm, GELU, fused Conv1D qkv): prefill, decode steps, batches of prompts of
 different lengths, greedy generation; plus bad input."""
+import json
 import os
 
 import numpy as np
@@ -520,3 +521,175 @@ def test_gpt2_gguf(tmp_path, fmt):
     # decode over the cache agrees with the full forward
     out = m.generate(ids[:4], max_new_tokens=6, ignore_eos=True)
     assert out.ids == ref_greedy(cfg, seen, ids[:4], 6, "gpt2")
+
+
+# ---- more bad input ----
+
+def test_sampling_argument_types(tiny):
+    fam, cfg, w, d = tiny
+    m = gk.llm.load(d)
+    for kw, msg in [(dict(seed=-1), "seed: must be in"), (dict(seed=2 ** 64), "seed: must be in"),
+                    (dict(top_k="a"), "top_k: must be an integer"), (dict(top_k=2.5), "top_k: must be an integer"),
+                    (dict(temperature="hot"), "temperature: must be a number"),
+                    (dict(temperature=None), "temperature: must be a number"),
+                    (dict(top_p=float("nan")), "top_p"), (dict(max_new_tokens=2.0), "max_new_tokens"),
+                    (dict(max_new_tokens=True), "max_new_tokens"), (dict(temperature=float("-inf")), "temperature")]:
+        with pytest.raises(ValueError, match=msg):
+            m.generate([1, 2], **kw)
+    with pytest.raises(ValueError, match="top_k"):
+        list(m.stream([1, 2], top_k=-3)) if m.tokenizer else m.generate([1, 2], top_k=-3)
+    # a top_k beyond the vocabulary keeps every token (as top_k = 0), numpy scalars are numbers
+    kw = dict(max_new_tokens=6, temperature=np.float32(0.8), seed=np.int64(3), ignore_eos=True)
+    assert m.generate([1, 2], top_k=10 ** 12, **kw).ids == m.generate([1, 2], top_k=0, **kw).ids
+    # negative temperature means greedy
+    assert m.generate([1, 2], temperature=-1.0, max_new_tokens=4, ignore_eos=True).ids == \
+        m.generate([1, 2], max_new_tokens=4, ignore_eos=True).ids
+
+
+def test_failed_load_midway_releases_memory(tmp_path):
+    """A load that fails after some tensors were read and converted (here: the progress
+    callback raises) frees them all; the error reaches the caller unchanged."""
+    cfg = tiny_config("gpt2")
+    d = save_model(str(tmp_path / "m"), cfg, make_weights(cfg, "gpt2", seed=27), model_type="gpt2")
+    gk.empty_cache()
+    before = gk.memory_stats("cpu")["allocated"]
+    seen = []
+
+    def progress(done, total):
+        seen.append(done)
+        if done == total - 2:
+            raise KeyboardInterrupt("stop loading")
+
+    with pytest.raises(KeyboardInterrupt, match="stop loading"):
+        gk.llm.load(d, progress=progress)
+    assert len(seen) > 10
+    assert gk.memory_stats("cpu")["allocated"] == before
+
+
+def test_unsupported_tensor_type_fails_before_reading(tmp_path):
+    """Types are checked for every tensor before any is read: nothing is allocated."""
+    cfg = dict(TINY)
+    w = make_weights(cfg, seed=28)
+    w["model.layers.1.mlp.down_proj.weight"] = w["model.layers.1.mlp.down_proj.weight"].astype(np.int32)
+    d = save_model(str(tmp_path / "m"), cfg, w)
+    calls = []
+    with pytest.raises(ValueError, match="down_proj.weight: dtype int32 is not supported"):
+        gk.llm.load(d, progress=lambda done, total: calls.append(done))
+    assert calls == []
+
+
+def test_bad_gguf_files(tmp_path):
+    gguf = pytest.importorskip("gguf")
+    cfg = tiny_config("gpt2")
+    w = make_weights(cfg, "gpt2", seed=29)
+    path = tmp_path / "g.gguf"
+    write_gpt2_gguf(path, cfg, w)
+    data = path.read_bytes()
+    # truncated inside the tensor data, and inside the header
+    for cut, name in [(len(data) - 1000, "t1.gguf"), (200, "t2.gguf")]:
+        (tmp_path / name).write_bytes(data[:cut])
+        with pytest.raises(ValueError):
+            gk.llm.load(str(tmp_path / name))
+    # an unknown architecture in GGUF metadata
+    wr = gguf.GGUFWriter(str(tmp_path / "x.gguf"), arch="gptneox")
+    wr.add_uint32("gptneox.block_count", 1)
+    wr.add_tensor("token_embd.weight", np.zeros((4, 8), np.float32))
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+    with pytest.raises(ValueError, match=r"unsupported model architecture 'gptneox' \(supported: .*gpt2"):
+        gk.llm.load(str(tmp_path / "x.gguf"))
+    # a GGUF whose block count promises a layer that is not there
+    wr = gguf.GGUFWriter(str(tmp_path / "y.gguf"), arch="gpt2")
+    for k, v in [("block_count", 3), ("embedding_length", 128), ("feed_forward_length", 80),
+                 ("attention.head_count", 2), ("context_length", 64)]:
+        wr.add_uint32(f"gpt2.{k}", v)
+    wr.add_uint32("gpt2.vocab_size", 97)
+    for k, v in w.items():
+        if not k.startswith("transformer.h."):
+            name = {"transformer.wte.weight": "token_embd.weight", "transformer.wpe.weight": "position_embd.weight",
+                    "transformer.ln_f.weight": "output_norm.weight", "transformer.ln_f.bias": "output_norm.bias",
+                    "lm_head.weight": "output.weight"}[k]
+            wr.add_tensor(name, v)
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+    with pytest.raises(ValueError, match=r"tensor blk.0.attn_norm.weight is missing"):
+        gk.llm.load(str(tmp_path / "y.gguf"))
+
+
+def test_model_path_errors(tmp_path):
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(ValueError, match="neither a GGUF file nor a directory"):
+        gk.llm.load(str(tmp_path / "notes.txt"))
+    d = tmp_path / "noweights"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(dict(TINY, model_type="llama")))
+    with pytest.raises(ValueError, match="no .safetensors"):
+        gk.llm.load(str(d))
+    (d / "config.json").write_text(json.dumps({"vocab_size": 97}))
+    with pytest.raises(ValueError, match="missing \"model_type\""):
+        gk.llm.load(str(d))
+    (d / "config.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="JSON object"):
+        gk.llm.load(str(d))
+    (d / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all}")
+    (d / "config.json").write_text(json.dumps(dict(TINY, model_type="llama")))
+    with pytest.raises(ValueError, match="safetensors"):
+        gk.llm.load(str(d))
+
+
+# ---- GPT-2 on CUDA (skipped without a GPU) ----
+
+cuda = pytest.mark.skipif(not gk.cuda.is_available(), reason="no CUDA device")
+
+
+@cuda
+@pytest.mark.parametrize("dtype,limit", [("float32", 1e-4), ("bfloat16", 5e-2)])
+def test_gpt2_cuda(tmp_path, dtype, limit):
+    cfg = tiny_config("gpt2")
+    w = make_weights(cfg, "gpt2", seed=30)
+    d = save_model(str(tmp_path / "m"), cfg, w, model_type="gpt2")
+    m = gk.llm.load(d, device="cuda", dtype=dtype)
+    ids = [5, 17, 3, 90, 44, 44, 0, 61, 12, 7, 33]
+    err = rel_err(gk.to_numpy(m.forward(ids)), ref_logits(cfg, w, ids, "gpt2"))
+    print(f"\ngpt2 cuda {dtype}: prefill rel err {err:.2e}")
+    assert err < limit
+    # two sequences: batch prefill, then batched decode across a page boundary
+    impl = m._m
+    a, b = list(range(3, 21)), [9, 8, 7]
+    cache = impl.make_cache([40, 40])
+    sa, sb = cache.add_sequence(), cache.add_sequence()
+    impl.step(cache, [sa, sb], [a, b])
+    worst = 0.0
+    for t in range(16):
+        ta, tb = (t * 13) % 97, (t * 29 + 5) % 97
+        a, b = a + [ta], b + [tb]
+        got = gk.to_numpy(impl.step(cache, [sa, sb], [[ta], [tb]]))
+        worst = max(worst, rel_err(got[0], ref_logits(cfg, w, a, "gpt2")[-1]),
+                    rel_err(got[1], ref_logits(cfg, w, b, "gpt2")[-1]))
+    print(f"gpt2 cuda {dtype}: decode rel err {worst:.2e}")
+    assert worst < limit
+    if dtype == "float32":
+        out = m.generate([[10, 20, 30], [7, 7]], max_new_tokens=12, ignore_eos=True)
+        assert out.ids == [ref_greedy(cfg, w, p, 12, "gpt2") for p in ([10, 20, 30], [7, 7])]
+
+
+@cuda
+def test_failed_cuda_load_releases_device_memory(tmp_path):
+    cfg = tiny_config("gpt2")
+    d = save_model(str(tmp_path / "m"), cfg, make_weights(cfg, "gpt2", seed=31), model_type="gpt2")
+    gk.synchronize()
+    gk.empty_cache()
+    before = gk.memory_stats("cuda")["allocated"]
+
+    def progress(done, total):
+        if done == total - 1:
+            raise RuntimeError("abort")
+
+    with pytest.raises(RuntimeError, match="abort"):
+        gk.llm.load(d, device="cuda", progress=progress)
+    gk.synchronize()
+    assert gk.memory_stats("cuda")["allocated"] == before
