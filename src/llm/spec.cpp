@@ -266,7 +266,15 @@ ModelConfig config_from_hf_json(const std::string& text) {
       c.eos_ids.push_back(e->integer("eos_token_id"));
     }
   }
-  if (const J::Value* rs = root.find("rope_scaling"); rs && !rs->is_null()) {
+  // transformers >= 5 writes "rope_parameters" {rope_type, rope_theta, factor, ...} in place of
+  // rope_theta + rope_scaling
+  const J::Value* rs = root.find("rope_scaling");
+  if (const J::Value* rp = root.find("rope_parameters"); rp && !rp->is_null()) {
+    if (!rp->is_object()) throw ValueError("config.json: \"rope_parameters\" must be an object");
+    if (const J::Value* th = rp->find("rope_theta"); th && !th->is_null()) c.rope_theta = num(*th, "rope_theta");
+    if (!rs || rs->is_null()) rs = rp;
+  }
+  if (rs && !rs->is_null()) {
     if (!rs->is_object()) throw ValueError("config.json: \"rope_scaling\" must be an object");
     const J::Value* t = rs->find("rope_type");
     if (!t) t = rs->find("type");

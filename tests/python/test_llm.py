@@ -693,3 +693,18 @@ def test_failed_cuda_load_releases_device_memory(tmp_path):
         gk.llm.load(d, device="cuda", progress=progress)
     gk.synchronize()
     assert gk.memory_stats("cuda")["allocated"] == before
+
+
+def test_transformers5_rope_parameters():
+    """transformers >= 5 writes rope_theta and the scaling inside "rope_parameters"."""
+    base = dict(TINY, model_type="llama")
+    del base["rope_theta"]
+    c = gk._C.llm.config_from_hf_json(json.dumps(dict(base, rope_parameters={
+        "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64})))
+    assert c.rope_theta == 500000.0 and c.rope_scaling["type"] == "llama3" and c.rope_scaling["factor"] == 8.0
+    c = gk._C.llm.config_from_hf_json(json.dumps(dict(base, rope_parameters={"rope_type": "default",
+                                                                             "rope_theta": 100000.0})))
+    assert c.rope_theta == 100000.0 and c.rope_scaling["type"] == "none"
+    with pytest.raises(ValueError, match="rope_parameters"):
+        gk._C.llm.config_from_hf_json(json.dumps(dict(base, rope_parameters=[1])))
