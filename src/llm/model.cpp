@@ -171,10 +171,10 @@ Array i32_array(const std::vector<int32_t>& v) {
 
 Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache, const nn::KvIndex& idx,
                         const std::function<Array(const Array&, const Array&, const Array&, int)>& attend) {
+  if (cfg_.learned_positions) return gpt2_layers(cfg_, w_, ids, positions.to(device_), cache, idx, attend);  // gpt2.cpp
   const ModelConfig& c = cfg_;
   const int64_t T = ids.numel(), D = c.head_dim;
   Array pos = positions.to(device_);
-  if (c.learned_positions) return gpt2_layers(c, w_, ids, pos, cache, idx, attend);  // gpt2.cpp
   Array x = embedding(ids, w_.embed);  // residual stream [T, H]
   Array h = nn::rms_norm(x, w_.layers[0].attn_norm, c.norm_eps);
   Array resid = x;
