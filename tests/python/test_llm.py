@@ -407,14 +407,20 @@ def test_gpt2_positions_matter(tmp_path):
         m.forward(ids + [1])
 
 
-def test_gpt2_erf_gelu(tmp_path):
-    cfg = dict(tiny_config("gpt2"), activation_function="gelu")
+@pytest.mark.parametrize("act", ["gelu_new", "gelu"])
+def test_gpt2_gelu_variant(tmp_path, act):
+    """tanh (gelu_new) and erf (gelu) GELU differ by ~1e-3 at most: each model must be
+    far closer to its own reference than to the other one's."""
+    cfg = dict(tiny_config("gpt2"), activation_function=act)
     w = make_weights(cfg, "gpt2", seed=23)
     m = gk.llm.load(save_model(str(tmp_path / "m"), cfg, w, model_type="gpt2"))
-    assert m.config.activation == "gelu"
-    ids = [1, 2, 3, 5, 8, 13]
+    assert m.config.activation == ("gelu" if act == "gelu" else "gelu_tanh")
+    ids = [1, 2, 3, 5, 8, 13, 21, 34, 55, 89]
     got = gk.to_numpy(m.forward(ids))
-    assert rel_err(got, ref_logits(cfg, w, ids, "gpt2")) < 1e-4
+    right = rel_err(got, ref_logits(cfg, w, ids, "gpt2"))
+    other = dict(cfg, activation_function="gelu_new" if act == "gelu" else "gelu")
+    wrong = rel_err(got, ref_logits(other, w, ids, "gpt2"))
+    assert right < 1e-4 and wrong > 20 * right, (right, wrong)
 
 
 def test_gpt2_bad_configs_and_shapes(tmp_path):
