@@ -229,3 +229,52 @@ def ref_greedy(cfg, weights, ids, n, family="llama"):
         out.append(t)
         ids.append(t)
     return out
+
+
+def write_gpt2_gguf(path, cfg, weights, fmt="F32", tie=False):
+    """llama.cpp's GPT-2 layout: projections transposed to [out, in]; returns the HF-layout
+    weights as the model sees them after quantization."""
+    import gguf
+    Q = gguf.GGMLQuantizationType
+    wr = gguf.GGUFWriter(str(path), arch="gpt2")
+    wr.add_uint32("gpt2.block_count", cfg["n_layer"])
+    wr.add_uint32("gpt2.embedding_length", cfg["n_embd"])
+    wr.add_uint32("gpt2.feed_forward_length", cfg["n_inner"])
+    wr.add_uint32("gpt2.attention.head_count", cfg["n_head"])
+    wr.add_uint32("gpt2.context_length", cfg["n_positions"])
+    wr.add_float32("gpt2.attention.layer_norm_epsilon", cfg["layer_norm_epsilon"])
+    wr.add_uint32("tokenizer.ggml.eos_token_id", 2)
+    wr.add_uint32("tokenizer.ggml.bos_token_id", 1)
+    wr.add_uint32("gpt2.vocab_size", cfg["vocab_size"])
+    names = {"wte.weight": "token_embd.weight", "wpe.weight": "position_embd.weight",
+             "ln_f.weight": "output_norm.weight", "ln_f.bias": "output_norm.bias", "lm_head.weight": "output.weight"}
+    roles = {"ln_1": "attn_norm", "attn.c_attn": "attn_qkv", "attn.c_proj": "attn_output", "ln_2": "ffn_norm",
+             "mlp.c_fc": "ffn_up", "mlp.c_proj": "ffn_down"}
+    seen = {}
+    for name, arr in weights.items():
+        if tie and name == "lm_head.weight":
+            continue
+        short = name.replace("transformer.", "")
+        conv = short.startswith("h.") and short.endswith(".weight") and "ln_" not in short
+        if short in names:
+            g = names[short]
+        else:
+            _, l, *rest = short.split(".")
+            g = f"blk.{l}.{roles['.'.join(rest[:-1])]}.{rest[-1]}"
+        stored = np.ascontiguousarray(arr.T) if conv else arr
+        if stored.ndim == 2 and fmt == "Q8_0" and stored.shape[1] % 32 == 0:
+            q = gguf.quants.quantize(stored, Q.Q8_0)
+            wr.add_tensor(g, q, raw_dtype=Q.Q8_0)
+            deq = gguf.quants.dequantize(q, Q.Q8_0).reshape(stored.shape).astype(np.float32)
+        elif stored.ndim == 2 and fmt == "F16":
+            wr.add_tensor(g, stored.astype(np.float16))
+            deq = stored.astype(np.float16).astype(np.float32)
+        else:
+            wr.add_tensor(g, stored.astype(np.float32))
+            deq = stored.astype(np.float32)
+        seen[name] = np.ascontiguousarray(deq.T) if conv else deq
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+    return seen
