@@ -122,8 +122,7 @@ const FamilySpec& spec_of_arch(const std::string& arch) {
       if (a == arch) return f;
   std::string list;
   for (auto& a : supported_architectures()) list += (list.empty() ? "" : ", ") + a;
-  throw ValueError(cat("unsupported model architecture '", arch, "' (supported: ", list,
-                       "; mixture-of-experts models are not implemented yet)"));
+  throw ValueError(cat("unsupported model architecture '", arch, "' (supported: ", list, ")"));
 }
 
 const FamilySpec& spec_of_family(const std::string& family) {
