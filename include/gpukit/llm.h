@@ -2,9 +2,10 @@
 // KV cache, and generation.
 //
 // Supported families (spec.cpp): "llama" (Llama 2/3/3.1/3.2 with rope scaling,
-// Mistral, SmolLM2), "qwen2" (q/k/v bias), "qwen3" (q/k RMS norms). GPT-2 and
-// Mixtral-style MoE are not implemented yet (unknown architectures raise a
-// ValueError listing the supported ones).
+// Mistral, SmolLM2), "qwen2" (q/k/v bias), "qwen3" (q/k RMS norms), "gpt2"
+// (learned absolute positions, LayerNorm with bias, GELU MLP with biases, fused
+// qkv; gpt2.cpp). Mixtral-style MoE is not implemented yet (unknown architectures
+// raise a ValueError listing the supported ones).
 //
 // Models load from a Hugging Face directory (config.json + *.safetensors, optional
 // tokenizer.json) or a GGUF file (float formats directly, quantized tensors
@@ -47,7 +48,7 @@ namespace gk::llm {
 
 struct ModelConfig {
   std::string architecture;  // as written in the file ("llama", "mistral", "qwen2", ...)
-  std::string family;        // the spec table entry: "llama", "qwen2", "qwen3"
+  std::string family;        // the spec table entry: "llama", "qwen2", "qwen3", "gpt2"
   std::string format;        // "safetensors" or "gguf"
   int64_t vocab_size = 0, hidden_size = 0, num_layers = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
   int64_t intermediate_size = 0, max_positions = 0;
@@ -60,6 +61,12 @@ struct ModelConfig {
   int64_t sliding_window = 0;  // > 0: each token attends to the last sliding_window keys (itself included)
   int64_t bos_id = -1;
   std::vector<int64_t> eos_ids;
+  // From the family's spec (gpt2: true, "gelu_tanh", true): LayerNorm with bias
+  // instead of RMSNorm, MLP activation ("silu" = SwiGLU; "gelu_tanh" / "gelu" =
+  // plain up/down MLP with biases), learned absolute positions instead of rope.
+  bool layer_norm = false;
+  std::string activation = "silu";
+  bool learned_positions = false;
 };
 
 std::vector<std::string> supported_architectures();
@@ -77,9 +84,12 @@ struct LayerWeights {
   // quantize= option: the linear weights in a gk::quantize_weight format (format empty
   // when not quantized; the float weights above are then released).
   QuantizedWeight qkv_q, o_q, gate_up_q, down_q;
+  // gpt2: qkv above is loaded fused [3 * Hq * D, H]; the biases of the norms and projections
+  Array o_bias, attn_norm_bias, ffn_norm_bias, up_bias, down_bias;
 };
 struct Weights {
   Array embed, final_norm, lm_head;  // lm_head == embed when tied
+  Array pos_embed, final_norm_bias;  // gpt2: learned positions [max_positions, H], LayerNorm bias
   std::vector<LayerWeights> layers;
   size_t nbytes = 0;
   std::string quantized;  // "", "fp8", "int8", "int4"

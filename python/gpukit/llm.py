@@ -7,7 +7,7 @@
     for piece in model.chat([{"role": "user", "content": "Hi!"}], stream=True):
         print(piece, end="", flush=True)
 
-Families: llama (Llama 2/3/3.1/3.2, Mistral, SmolLM2), qwen2, qwen3, from a Hugging
+Families: llama (Llama 2/3/3.1/3.2, Mistral, SmolLM2), qwen2, qwen3, gpt2, from a Hugging
 Face directory (config.json + safetensors [+ tokenizer.json]) or a GGUF file.
 The engine (src/llm) runs the prefill and the decode steps over a paged KV cache;
 greedy decoding when temperature <= 0. On CUDA each decode step is one replay of a
@@ -37,16 +37,29 @@ class Output:
         return self.text if isinstance(self.text, str) else "\n".join(self.text)
 
 
-def _check_sampling(max_new_tokens, temperature, top_k, top_p):
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+def _number(name, v, kind):
+    """float(v) / operator.index(v) with a ValueError naming the argument."""
+    import operator
+    try:
+        if isinstance(v, (str, bytes, bool)) or v is None:
+            raise TypeError
+        return float(v) if kind is float else operator.index(v)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: must be {'a number' if kind is float else 'an integer'}, got {v!r}") from None
+
+
+def _check_sampling(max_new_tokens, temperature, top_k, top_p, seed=0):
+    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens: must be an integer >= 0, got {max_new_tokens!r}")
-    t = float(temperature)
+    t = _number("temperature", temperature, float)
     if t != t or t in (float("inf"), float("-inf")):
         raise ValueError(f"temperature: must be finite, got {temperature!r}")
-    if int(top_k) < 0:
+    if _number("top_k", top_k, int) < 0:
         raise ValueError(f"top_k: must be >= 0 (0: off), got {top_k!r}")
-    if not (0.0 < float(top_p) <= 1.0):
+    if not (0.0 < _number("top_p", top_p, float) <= 1.0):
         raise ValueError(f"top_p: must be in (0, 1], got {top_p!r}")
+    if not 0 <= _number("seed", seed, int) < 2 ** 64:
+        raise ValueError(f"seed: must be in [0, 2**64), got {seed!r}")
 
 
 class Model:
@@ -123,7 +136,7 @@ class Model:
         return self._m.profile_decode(int(batch), int(context), int(reps))
 
     def _start(self, prompts, max_new_tokens, temperature, top_k, top_p, seed, ignore_eos=False, cuda_graph=None):
-        _check_sampling(max_new_tokens, temperature, top_k, top_p)
+        _check_sampling(max_new_tokens, temperature, top_k, top_p, seed)
         return _l.Generation(self._m, prompts, max_new_tokens=max_new_tokens, temperature=float(temperature),
                              top_k=int(top_k), top_p=float(top_p), seed=int(seed), ignore_eos=ignore_eos,
                              cuda_graph=cuda_graph)
@@ -274,7 +287,7 @@ class ChatSession:
     def chat(self, message: str, stream: bool = False, max_new_tokens: int = 256, temperature: float = 0.0,
              top_k: int = 0, top_p: float = 1.0, seed: int = 0):
         from . import text as _text
-        _check_sampling(max_new_tokens, temperature, top_k, top_p)
+        _check_sampling(max_new_tokens, temperature, top_k, top_p, seed)
         tok = self.model.tokenizer
         msgs = ([{"role": "system", "content": self.system}] if self.system else []) + self.messages + [
             {"role": "user", "content": message}]

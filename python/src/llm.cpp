@@ -43,6 +43,9 @@ GK_BINDING(60, llm) {
       .def_ro("sliding_window", &llm::ModelConfig::sliding_window)
       .def_ro("bos_id", &llm::ModelConfig::bos_id)
       .def_ro("eos_ids", &llm::ModelConfig::eos_ids)
+      .def_ro("layer_norm", &llm::ModelConfig::layer_norm)
+      .def_ro("activation", &llm::ModelConfig::activation)
+      .def_ro("learned_positions", &llm::ModelConfig::learned_positions)
       .def_prop_ro("rope_scaling", [](const llm::ModelConfig& c) {
         const nn::RopeScaling& s = c.rope_scaling;
         static const char* kinds[] = {"none", "linear", "ntk", "yarn", "llama3"};

@@ -226,6 +226,7 @@ Array Model::mlp(const LayerWeights& L, const Array& h, int l) const {
 // down projection, fused residual + the next norm.
 Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache, const nn::KvIndex& idx,
                         const std::function<Array(const Array&, const Array&, const Array&, int)>& attend) {
+  if (cfg_.learned_positions) return gpt2_layers(cfg_, w_, ids, positions.to(device_), cache, idx, attend);  // gpt2.cpp
   const ModelConfig& c = cfg_;
   const int64_t T = ids.numel(), D = c.head_dim, Q = c.num_heads * D, KV = c.num_kv_heads * D;
   Array pos = positions.to(device_, nullptr, /*non_blocking=*/true);

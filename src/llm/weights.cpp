@@ -3,6 +3,7 @@
 // converted to the requested dtype and moved to the device one tensor at a time,
 // so host memory peaks at about one tensor. A failed load throws and the arrays
 // made so far are released with the partial Weights.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -70,26 +71,31 @@ struct Source {
   std::unique_ptr<io::ShardedSafeTensors> st;
   bool contains(const std::string& n) const { return gguf ? gguf->contains(n) : st->contains(n); }
   Shape shape(const std::string& n) const { return gguf ? gguf->info(n).shape() : st->info(n).shape; }
-  // mapped: the array views the file mapping (safetensors) rather than owning memory
-  Array read(const std::string& n, bool& mapped) const {
-    mapped = !gguf;
+  // The stored type must be readable (checked for every tensor before any is read).
+  void check_type(const std::string& n) const {
     if (gguf) {
       const auto& info = gguf->info(n);
       if (!io::ggml_can_dequantize(info.type))
         throw ValueError(cat("tensor ", n, ": GGUF type ", io::ggml_type_name(info.type), " is not supported"));
-      return gguf->dequantize(n, DType::f32);
+      return;
     }
-    Array a = st->get(n);
-    DType t = a.dtype();
+    DType t = st->info(n).dtype;
     if (t != DType::f32 && t != DType::f16 && t != DType::bf16)
       throw ValueError(cat("tensor ", n, ": dtype ", dtype_name(t), " is not supported (float32, float16, bfloat16)"));
-    return a;
+  }
+  // mapped: the array views the file mapping (safetensors) rather than owning memory
+  Array read(const std::string& n, bool& mapped) const {
+    check_type(n);
+    mapped = !gguf;
+    if (gguf) return gguf->dequantize(n, DType::f32);
+    return st->get(n);
   }
 };
 
 }  // namespace
 
 std::vector<WeightSlot> weight_plan(const ModelConfig& c, Weights& w, bool tied) {
+  if (c.family == "gpt2") return gpt2_weight_plan(c, w, tied);
   const int64_t H = c.hidden_size, D = c.head_dim, Q = c.num_heads * D, KV = c.num_kv_heads * D;
   const int64_t I = c.intermediate_size, V = c.vocab_size;
   w.layers.resize(size_t(c.num_layers));
@@ -133,20 +139,34 @@ Weights load_weights(const ModelConfig& c, const std::string& path, Device devic
   Weights w;
   bool tied = c.tie_embeddings || !src.contains(tensor_name(c, "lm_head"));
   std::vector<WeightSlot> wants = weight_plan(c, w, tied);
+  // The file's name of a tensor: HF GPT-2 checkpoints may lack the "transformer." prefix.
+  auto file_name = [&](const WeightSlot& want) {
+    std::string n = tensor_name(c, want.role, want.layer);
+    const std::string pre = "transformer.";
+    if (!src.contains(n) && n.rfind(pre, 0) == 0 && src.contains(n.substr(pre.size()))) n = n.substr(pre.size());
+    return n;
+  };
   // Check every name and shape before reading anything.
   for (auto& want : wants) {
-    std::string n = tensor_name(c, want.role, want.layer);
+    std::string n = file_name(want);
     if (!src.contains(n)) throw ValueError(cat("model file: tensor ", n, " is missing"));
     Shape s = src.shape(n);
-    if (s != want.shape)
-      throw ValueError(cat("model file: tensor ", n, " has shape ", shape_str(s), ", expected ", shape_str(want.shape),
+    Shape expect = want.shape;
+    if (want.file_transposed) std::reverse(expect.begin(), expect.end());
+    if (s != expect)
+      throw ValueError(cat("model file: tensor ", n, " has shape ", shape_str(s), ", expected ", shape_str(expect),
                            " from the config"));
+    src.check_type(n);
   }
   int64_t done = 0;
   for (auto& want : wants) {
-    std::string n = tensor_name(c, want.role, want.layer);
+    std::string n = file_name(want);
     bool mapped = false;
     Array a = src.read(n, mapped);
+    if (want.file_transposed) {  // [in, out] -> [out, in], an owned copy
+      a = a.T().contiguous();
+      mapped = false;
+    }
     Array b = a.astype(dtype);
     if (mapped && b.storage() == a.storage() && device.is_cpu()) b = b.copy();  // own it, not the file mapping
     a = Array();
