@@ -55,6 +55,7 @@ struct ModelConfig {
   double norm_eps = 1e-6;
   bool tie_embeddings = false, qk_norm = false, attention_bias = false;
   int64_t sliding_window = 0;  // > 0: each token attends to the last sliding_window keys (itself included)
+  int64_t num_experts = 0, experts_per_tok = 0;  // mixture of experts (Mixtral); 0: a dense MLP
   int64_t bos_id = -1;
   std::vector<int64_t> eos_ids;
 };
@@ -68,6 +69,9 @@ std::string config_summary(const ModelConfig& c);
 // The weights of one layer and of the model (HF naming of the roles).
 struct LayerWeights {
   Array attn_norm, q, k, v, o, q_bias, k_bias, v_bias, q_norm, k_norm, ffn_norm, gate, up, down;
+  // mixture of experts (src/llm/moe.cpp): router [E, H], experts' w1;w3 [E, 2I, H], w2 [E, H, I]
+  Array moe_gate, moe_w13, moe_w2;
+  std::vector<Array> moe_parts;  // the expert tensors as read, until they are stacked
 };
 struct Weights {
   Array embed, final_norm, lm_head;  // lm_head == embed when tied

@@ -48,7 +48,8 @@ from .linalg import (  # noqa: F401,E402
     linear, gate_up_swiglu, gemv, set_matmul_precision, get_matmul_precision, matmul_precision,
     quantize_fp8, quantize_int8, quantize_int4, dequantize_fp8, dequantize_int8, dequantize_int4,
     gemv_fp8, gemv_int8, gemv_int4, quantize_q8_0, quantize_q4_0, dequantize_q8_0, dequantize_q4_0,
-    gemv_q8_0, gemv_q4_0, int8_linear, fp8_linear,
+    gemv_q8_0, gemv_q4_0, int8_linear, fp8_linear, fp8_block_linear, quantize_fp8_blocks,
+    moe_topk_gating, moe_permute, moe_unpermute, moe_grouped_gemm, moe_mlp,
 )
 
 try:

@@ -22,4 +22,10 @@ struct WeightSlot {
   Shape shape;
 };
 std::vector<WeightSlot> weight_plan(const ModelConfig& c, Weights& w, bool tied);
+// Mixture of experts (src/llm/moe.cpp): names of the "moe_*" roles, their weight slots
+// (instead of gate/up/down), stacking the loaded experts, and the sparse MLP of a layer.
+std::string moe_tensor_name(const ModelConfig& c, const std::string& role, int layer);
+void moe_weight_slots(const ModelConfig& c, LayerWeights& L, int layer, std::vector<WeightSlot>& wants);
+void moe_finish_weights(const ModelConfig& c, Weights& w);
+Array moe_forward(const ModelConfig& c, const LayerWeights& L, const Array& h);
 }  // namespace gk::llm

@@ -193,8 +193,8 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
     Array att = attend(q, k, v, l).reshape({T, c.num_heads * D});
     Array o = linear(att, L.o);
     std::tie(h, resid) = nn::rms_norm_residual(o, resid, L.ffn_norm, c.norm_eps);
-    Array act = nn::gated(nn::GatedAct::SwiGLU, linear(h, L.gate), linear(h, L.up));
-    Array down = linear(act, L.down);
+    Array down = c.num_experts > 0 ? moe_forward(c, L, h)  // Mixtral: sparse MLP (src/llm/moe.cpp)
+                                   : linear(nn::gated(nn::GatedAct::SwiGLU, linear(h, L.gate), linear(h, L.up)), L.down);
     const Array& next_norm = l + 1 < int(c.num_layers) ? w_.layers[size_t(l + 1)].attn_norm : w_.final_norm;
     std::tie(h, resid) = nn::rms_norm_residual(down, resid, next_norm, c.norm_eps);
   }

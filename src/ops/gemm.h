@@ -1,5 +1,6 @@
 // Internal: how the front ends of matmul, linear and gate_up_swiglu run one GEMM.
 #pragma once
+#include "gpukit/array.h"
 #include "gpukit/stream.h"
 #include "ops/backend.h"
 
@@ -12,5 +13,8 @@ bool collapse_batch(const MatmulArgs& ma, int64_t* a_bs, int64_t* b_bs);
 // Runs ma (c contiguous [batch..., m, n]) on the CPU or, for a CUDA device, through
 // cuBLASLt when it takes the problem, else gpukit's CUDA kernel.
 void run_gemm(const MatmulArgs& ma, Device d, const Stream& s);
+
+// x [..., K] -> [m, k] (a view when the strides allow, else a contiguous copy).
+Array rows_view(const Array& x, int64_t m, int64_t k, const Stream& s);
 
 }  // namespace gk::detail
