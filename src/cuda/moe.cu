@@ -28,6 +28,9 @@ namespace {
 
 constexpr unsigned kMaxGrid = 65535;
 
+__device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+__device__ __forceinline__ int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
 // a precedes b: larger first, NaN last, ties (and NaN pairs) to the lower index
 __device__ bool precedes(float va, int ia, float vb, int ib) {
   const bool na = isnan(va), nb = isnan(vb);
@@ -96,7 +99,7 @@ __global__ void __launch_bounds__(kSortThreads) k_sort(const int32_t* __restrict
   __syncthreads();
   for (int64_t c0 = 0; c0 < slots; c0 += kSortThreads) {
     const int64_t s = c0 + tid;
-    const int n = int(min<int64_t>(kSortThreads, slots - c0));
+    const int n = int(min64(kSortThreads, slots - c0));
     const int my = s < slots ? min(max(ids[s], 0), e - 1) : -1;
     chunk[tid] = my;
     __syncthreads();
@@ -122,7 +125,7 @@ template <class T>
 __global__ void k_gather_rows(const T* __restrict__ x, int64_t x_rs, int64_t h, int64_t rows, int64_t t,
                               const int32_t* __restrict__ sorted_token, T* __restrict__ out) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const int64_t tok = min<int64_t>(max(sorted_token[r], 0), t - 1);
+    const int64_t tok = min64(max(sorted_token[r], 0), t - 1);
     for (int64_t c = threadIdx.x; c < h; c += blockDim.x) out[r * h + c] = x[tok * x_rs + c];
   }
 }
@@ -136,7 +139,7 @@ __global__ void k_unpermute(const I* __restrict__ y, const int32_t* __restrict__
     const int64_t tok = idx / h, c = idx - tok * h;
     float acc = 0.0f;
     for (int64_t j = 0; j < k; ++j) {
-      const int64_t p = min<int64_t>(max(pos[tok * k + j], 0), r - 1);
+      const int64_t p = min64(max(pos[tok * k + j], 0), r - 1);
       acc = __fadd_rn(acc, __fmul_rn(w[tok * k + j], float(y[p * h + c])));
     }
     out[idx] = convert<O>(acc);
@@ -163,11 +166,11 @@ __global__ void __launch_bounds__(kThreads) k_grouped(const T* __restrict__ x, c
   __shared__ float Bs[kDepth][kTile + 1];
   __shared__ int32_t off[1025];
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-  for (int i = tid; i <= e; i += kThreads) off[i] = min<int64_t>(max(off_in[i], 0), r);  // clamped
+  for (int i = tid; i <= e; i += kThreads) off[i] = min64(max(off_in[i], 0), r);  // clamped
   __syncthreads();
   const int64_t col0 = int64_t(blockIdx.x) * kTile;
   for (int64_t row0 = int64_t(blockIdx.y) * kTile; row0 < r; row0 += int64_t(gridDim.y) * kTile) {
-    const int64_t row1 = min<int64_t>(r, row0 + kTile);
+    const int64_t row1 = min64(r, row0 + kTile);
     const int64_t end = off[e];
     // rows past the last expert's end are zeros
 #pragma unroll
@@ -181,9 +184,9 @@ __global__ void __launch_bounds__(kThreads) k_grouped(const T* __restrict__ x, c
         }
     }
     if (row0 >= end) continue;
-    const int e0 = expert_of(off, e, row0), e1 = expert_of(off, e, min<int64_t>(row1, end) - 1);
+    const int e0 = expert_of(off, e, row0), e1 = expert_of(off, e, min64(row1, end) - 1);
     for (int ex = e0; ex <= e1; ++ex) {
-      const int64_t lo = max<int64_t>(row0, off[ex]), hi = min<int64_t>(row1, off[ex + 1]);
+      const int64_t lo = max64(row0, off[ex]), hi = min64(row1, off[ex + 1]);
       if (lo >= hi) continue;  // uniform across the block: no divergence around __syncthreads
       const T* we = w + int64_t(ex) * n * kd;
       float acc[kMicro][kMicro];
