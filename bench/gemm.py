@@ -4,6 +4,7 @@ gemm: C = A @ B at 8192^3 (bf16, f16; f32 with TF32 asked for), TFLOP/s = 2*M*N*
 time, peer torch.matmul; fp8 (gk.fp8_linear, per-tensor scales, bf16 out) vs torch._scaled_mm;
 fp8 with 1x128 / 128x128 block scales (gk.fp8_block_linear) vs torch._scaled_mm blockwise;
 int8 -> int32 (gk.int8_linear, TOP/s) vs torch._int_mm.
+moe: the grouped GEMM (gk.moe_grouped_gemm) of a Mixtral-like prefill vs torch.matmul per expert.
 gemv: y = x @ W^T for x [1, K], W [N, K] at (K, N) = (4096, 14336), (14336, 4096),
 (4096, 128256) in bf16; TB/s of weight bytes read; peer torch.nn.functional.linear.
 gpukit's figure uses gk.gemv when it exists, else gk.linear (cuBLASLt).
@@ -12,7 +13,7 @@ bytes read (codes + scales + zero points / GGUF blocks); peer: torch F.linear on
 weight (its own bytes), and each record is printed beside the measured copy ceiling (the
 target is >= 80% of it).
 
-Usage: python bench/gemm.py [--out F] [--rounds N] [--only gemm,gemv,qgemv]
+Usage: python bench/gemm.py [--out F] [--rounds N] [--only gemm,moe,gemv,qgemv]
              [--shape 8192x8192x8192] [--dtypes bf16,f16,fp8,fp8block,int8,tf32]
 The GEMM part alone (the default) takes well under a minute on an H200 with torch present
 (inputs are drawn on the GPU). Exits 0 without CUDA.
@@ -201,6 +202,41 @@ def bench_gemm_low(args, have_torch, torch):
     return out
 
 
+def bench_moe(args, have_torch, torch):
+    """Grouped GEMM of a Mixtral-8x7B-like prefill (2048 tokens, top-2 of 8 experts, the gate-up
+    projection [4096 rows, 28672 x 4096] bf16) in one launch vs torch.matmul per expert."""
+    out = []
+    T, E, k, H, N = 2048, 8, 2, 4096, 2 * 14336
+    tt = torch if have_torch else None
+    rng = np.random.default_rng(13)
+    ids = np.stack([rng.permutation(E)[:k] for _ in range(T)]).astype(np.int32)
+    x = rand_gk((T, H), "bfloat16", seed=14, torch=tt)
+    w = rand_gk((E, N, H), "bfloat16", 1 / 64.0, seed=15, torch=tt)
+    xs, offsets, _, _ = gk.moe_permute(x, gk.asarray(ids).to("cuda"), E)
+    R = T * k
+    fn = lambda: gk.moe_grouped_gemm(xs, w, offsets)  # noqa: E731
+    y = fn()
+    off = offsets.numpy()
+    e0 = int(np.argmax(np.diff(off)))
+    r0 = int(off[e0])
+    ref = xs[r0].astype("float32").numpy().astype(np.float64) @ w[e0, :256].astype("float32").numpy().astype(np.float64).T
+    np.testing.assert_allclose(y[r0, :256].astype("float32").numpy(), ref, rtol=2e-2, atol=2e-2)
+    ms = time_cuda(fn, args.rounds)
+    flops = 2.0 * R * N * H
+    peer, pv = "", None
+    if have_torch:
+        tx, tw = torch.from_dlpack(xs), torch.from_dlpack(w)
+        bounds = [(int(off[e]), int(off[e + 1])) for e in range(E)]
+        pms = time_torch(lambda: [torch.matmul(tx[a:b], tw[e].t()) for e, (a, b) in enumerate(bounds)], args.rounds)
+        peer, pv = "torch.matmul per expert", flops / (median(pms) * 1e-3) / 1e12
+    r = record("moe_grouped_gemm", f"R{R}_N{N}_K{H}_E{E}", "bf16", "TFLOP/s", flops / (median(ms) * 1e-3) / 1e12,
+               peer, pv, [flops / (t * 1e-3) / 1e12 for t in ms])
+    ratio = f" = {r['gpukit'] / pv:.2f}x {peer}" if pv else ""
+    print(f"moe grouped gemm bf16 R{R} N{N} K{H}: {r['gpukit']:.1f} TFLOP/s{ratio}", flush=True)
+    out.append(r)
+    return out
+
+
 def bench_gemv(args, have_torch, torch):
     out = []
     use_gemv = hasattr(gk, "gemv")
@@ -290,7 +326,7 @@ def bench_qgemv(args, have_torch, torch, ceiling):
 
 
 def _options(p):
-    p.add_argument("--only", default="gemm", help="comma list of gemm, gemv, qgemv (gemv moves to bench/gemv.py)")
+    p.add_argument("--only", default="gemm,moe", help="comma list of gemm, moe, gemv, qgemv (gemv moves to bench/gemv.py)")
     p.add_argument("--shape", default="8192x8192x8192", help="GEMM M x N x K")
     p.add_argument("--dtypes", default="bf16,f16,fp8,fp8block,int8,tf32",
                    help="GEMM kinds: bf16, f16, tf32, fp8, fp8block, int8")
@@ -312,6 +348,8 @@ def main():
     if "gemm" in only:
         records += bench_gemm(args, have_torch, torch)
         records += bench_gemm_low(args, have_torch, torch)
+    if "moe" in only:
+        records += bench_moe(args, have_torch, torch)
     if "gemv" in only:
         records += bench_gemv(args, have_torch, torch)
     if "qgemv" in only:

@@ -11,9 +11,14 @@
 // - un-permute: one thread per output element, choices added in order j with _rn ops.
 // The offsets are read on the device; indices are clamped so that even unchecked input
 // cannot make a kernel read or write out of bounds.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "core/cuda_util.h"
 #include "gpukit/numeric.h"
@@ -232,6 +237,93 @@ __global__ void __launch_bounds__(kThreads) k_grouped(const T* __restrict__ x, c
   }
 }
 
+// Tensor-core form for bf16/f16 (K a multiple of 8, 16-byte aligned operands): 128x128
+// tiles, 8 warps of 64x32 each as 4x2 WMMA 16x16x16 fragments with fp32 accumulators, K
+// staged 32 deep through shared memory. Each output is a function of its own row of x
+// and column of w only (the MMA computes every element independently), the k order is
+// fixed: the same bits on every run, whatever else is in the batch. Not the same bits as
+// the CPU's fma chain (the tensor core adds in its own order); within fp32 accuracy.
+template <class T> struct wmma_type;
+template <> struct wmma_type<bf16> { using type = __nv_bfloat16; };
+template <> struct wmma_type<f16> { using type = __half; };
+
+constexpr int kTcM = 128, kTcN = 128, kTcK = 32, kTcLd = kTcK + 8, kTcThreads = 256;
+
+template <class T, class O>
+__global__ void __launch_bounds__(kTcThreads) k_grouped_tc(const T* __restrict__ x, const T* __restrict__ w,
+                                                           const int32_t* __restrict__ off_in, O* __restrict__ y,
+                                                           int64_t r, int e, int64_t n, int64_t kd) {
+  namespace wm = nvcuda::wmma;
+  using W = typename wmma_type<T>::type;
+  __shared__ __align__(128) W As[kTcM * kTcLd];
+  __shared__ __align__(128) W Bs[kTcN * kTcLd];
+  __shared__ __align__(128) float scratch[kTcThreads / 32][16 * 16];
+  __shared__ int32_t off[1025];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int wr = warp / 4, wc = warp % 4;  // the warp's 64x32 part: rows wr*64.., columns wc*32..
+  for (int i = tid; i <= e; i += kTcThreads) off[i] = int32_t(min64(max(off_in[i], 0), r));
+  __syncthreads();
+  const int64_t col0 = int64_t(blockIdx.x) * kTcN;
+  for (int64_t row0 = int64_t(blockIdx.y) * kTcM; row0 < r; row0 += int64_t(gridDim.y) * kTcM) {
+    const int64_t row1 = min64(r, row0 + kTcM), end = off[e];
+    for (int t = tid; t < kTcM * kTcN; t += kTcThreads) {  // rows past the last expert's end are zeros
+      const int64_t gr = row0 + t / kTcN, gc = col0 + t % kTcN;
+      if (gr < row1 && gr >= end && gc < n) y[gr * n + gc] = convert<O>(0.0f);
+    }
+    if (row0 >= end) continue;
+    const int e0 = expert_of(off, e, row0), e1 = expert_of(off, e, min64(row1, end) - 1);
+    for (int ex = e0; ex <= e1; ++ex) {
+      const int64_t lo = max64(row0, off[ex]), hi = min64(row1, off[ex + 1]);
+      if (lo >= hi) continue;  // block-uniform
+      const T* we = w + int64_t(ex) * n * kd;
+      wm::fragment<wm::accumulator, 16, 16, 16, float> acc[4][2];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) wm::fill_fragment(acc[i][j], 0.0f);
+      for (int64_t k0 = 0; k0 < kd; k0 += kTcK) {
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {  // 128 rows x 32 k of x and of w: 512 vectors of 8 each
+          const int v = tid + u * kTcThreads, rr = v / 4, kv = (v % 4) * 8;
+          const int64_t gk = k0 + kv, gr = row0 + rr, gc = col0 + rr;
+          uint4 a = make_uint4(0, 0, 0, 0), b = make_uint4(0, 0, 0, 0);
+          if (gr >= lo && gr < hi && gk < kd) a = *reinterpret_cast<const uint4*>(x + gr * kd + gk);
+          if (gc < n && gk < kd) b = *reinterpret_cast<const uint4*>(we + gc * kd + gk);
+          *reinterpret_cast<uint4*>(&As[rr * kTcLd + kv]) = a;
+          *reinterpret_cast<uint4*>(&Bs[rr * kTcLd + kv]) = b;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < kTcK; kk += 16) {
+          wm::fragment<wm::matrix_a, 16, 16, 16, W, wm::row_major> fa[4];
+          wm::fragment<wm::matrix_b, 16, 16, 16, W, wm::col_major> fb[2];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) wm::load_matrix_sync(fa[i], As + (wr * 64 + i * 16) * kTcLd + kk, kTcLd);
+#pragma unroll
+          for (int j = 0; j < 2; ++j) wm::load_matrix_sync(fb[j], Bs + (wc * 32 + j * 16) * kTcLd + kk, kTcLd);
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < 2; ++j) wm::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+        }
+        __syncthreads();
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          wm::store_matrix_sync(scratch[warp], acc[i][j], 16, wm::mem_row_major);
+          __syncwarp();
+          for (int t = lane; t < 256; t += 32) {
+            const int64_t gr = row0 + wr * 64 + i * 16 + t / 16, gc = col0 + wc * 32 + j * 16 + t % 16;
+            if (gr >= lo && gr < hi && gc < n) y[gr * n + gc] = convert<O>(scratch[warp][t]);
+          }
+          __syncwarp();
+        }
+    }
+  }
+}
+
 template <class F>
 void by_float(DType t, const char* op, F&& f) {
   switch (t) {
@@ -240,6 +332,16 @@ void by_float(DType t, const char* op, F&& f) {
     case DType::bf16: return f(bf16{});
     default: throw TypeError(cat(op, ": unsupported dtype ", dtype_name(t)));
   }
+}
+
+// GPUKIT_MOE_NO_TENSOR_CORES=1: bf16/f16 grouped GEMMs on the CUDA-core kernel (the
+// CPU reference's exact fma order) instead of the tensor-core one.
+bool tensor_cores_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("GPUKIT_MOE_NO_TENSOR_CORES");
+    return !(v && *v && std::string(v) != "0");
+  }();
+  return on;
 }
 
 unsigned blocks_for(int64_t n, int threads) {
@@ -299,6 +401,24 @@ void moe_unpermute(const MoeUnpermuteArgs& p, void* stream) {
 void moe_grouped_gemm(const MoeGemmArgs& p, void* stream) {
   if (p.r <= 0 || p.n <= 0) return;
   auto s = static_cast<cudaStream_t>(stream);
+  const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.w) % 16 == 0;
+  if ((p.dtype == DType::bf16 || p.dtype == DType::f16) && p.kdim % 8 == 0 && aligned && tensor_cores_enabled()) {
+    const int64_t gx = (p.n + kTcN - 1) / kTcN, gy = (p.r + kTcM - 1) / kTcM;
+    if (gx > int64_t(INT32_MAX)) throw ValueError("moe_grouped_gemm: n is too large for the CUDA kernel");
+    dim3 grid(unsigned(gx), unsigned(std::min<int64_t>(gy, kMaxGrid)));
+    auto run = [&](auto ttag) {
+      using T = decltype(ttag);
+      by_float(p.out_dtype, "moe_grouped_gemm", [&](auto otag) {
+        using O = decltype(otag);
+        k_grouped_tc<T, O><<<grid, kTcThreads, 0, s>>>(static_cast<const T*>(p.x), static_cast<const T*>(p.w),
+                                                        p.offsets, static_cast<O*>(p.y), p.r, int(p.e), p.n, p.kdim);
+      });
+    };
+    if (p.dtype == DType::bf16) run(bf16{});
+    else run(f16{});
+    GK_LAUNCH_CHECK("moe_grouped_gemm (tensor cores)");
+    return;
+  }
   const int64_t gx = (p.n + kTile - 1) / kTile, gy = (p.r + kTile - 1) / kTile;
   if (gx > int64_t(INT32_MAX)) throw ValueError("moe_grouped_gemm: n is too large for the CUDA kernel");
   dim3 grid(unsigned(gx), unsigned(std::min<int64_t>(gy, kMaxGrid)));

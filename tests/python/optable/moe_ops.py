@@ -152,10 +152,18 @@ def _grouped_ref(x, w, off):
     return y
 
 
+def _grouped_plan(layout):
+    return {"small": [((14, 9), None), ((4, 5, 9), None), ((5,), None, _OFF)],
+            "wide": [((14, 136), None), ((4, 70, 136), None), ((5,), None, _OFF)]}.get(layout)
+
+
+# float32 (and K % 8 != 0) runs the CUDA-core kernel: the CPU's fma order, bit for bit; bf16/f16
+# with K % 8 == 0 the tensor-core kernel: within fp32 accuracy of the CPU.
 OPS.append(OpSpec("moe_grouped_gemm", lambda x, w, off: gk.moe_grouped_gemm(x, w, off, out_dtype="float32"),
-                  _grouped_ref, nin=3,
-                  plan=lambda layout: {"small": [((14, 9), None), ((4, 5, 9), None), ((5,), None, _OFF)],
-                                       "wide": [((14, 130), None), ((4, 70, 130), None), ((5,), None, _OFF)]}.get(layout),
-                  layouts=("small", "wide"), dtypes=("bfloat16", "float16", "float32"),
+                  _grouped_ref, nin=3, plan=_grouped_plan, layouts=("small", "wide"), dtypes=("float32",),
                   in_dtypes=lambda dt: (dt, dt, "int32"), out_dtype=lambda dt: "float32", bitwise_cpu=True,
+                  tol={"float32": (1e-5, 1e-5)}, low=-1, high=1))
+OPS.append(OpSpec("moe_grouped_gemm", lambda x, w, off: gk.moe_grouped_gemm(x, w, off, out_dtype="float32"),
+                  _grouped_ref, nin=3, plan=_grouped_plan, layouts=("small", "wide"), dtypes=("bfloat16", "float16"),
+                  in_dtypes=lambda dt: (dt, dt, "int32"), out_dtype=lambda dt: "float32", id="moe_grouped_gemm_half",
                   tol={"float32": (1e-5, 1e-5)}, low=-1, high=1))
