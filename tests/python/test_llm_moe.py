@@ -15,6 +15,13 @@ from llm_ref import TINY, make_moe_weights, ref_logits, save_model
 
 CUDA = gk.cuda.is_available()
 CFG = dict(TINY, num_local_experts=4, num_experts_per_tok=2, sliding_window=None)
+# The seed of the weights: chosen so that, for the prompts below, the 2nd and 3rd router
+# logits of every token in every layer differ by more than 0.05 (test_routing_margin), far
+# more than bf16 rounding moves them; a near-tie would let bf16 pick another expert and
+# make the comparison meaningless rather than wrong.
+SEED = 39
+PROMPT = [5, 17, 3, 90, 44, 44, 0, 61, 12, 7, 33]
+DECODE = [9, 1, 96]
 
 
 def rel_err(got, want):
@@ -23,9 +30,26 @@ def rel_err(got, want):
 
 @pytest.fixture(scope="module")
 def tiny_mixtral(tmp_path_factory):
-    w = make_moe_weights(CFG, seed=11)
+    w = make_moe_weights(CFG, seed=SEED)
     d = save_model(str(tmp_path_factory.mktemp("tiny_mixtral")), CFG, w, model_type="mixtral")
     return w, d
+
+
+def test_routing_margin(tiny_mixtral, monkeypatch):
+    import llm_ref
+    w, _ = tiny_mixtral
+    margins, orig = [], llm_ref.moe_mlp_ref
+
+    def recording(cfg, W, p, h):
+        lg = -np.sort(-(h @ W[p + "block_sparse_moe.gate.weight"].T), axis=1)
+        margins.append(float(np.min(lg[:, 1] - lg[:, 2])))
+        return orig(cfg, W, p, h)
+
+    monkeypatch.setattr(llm_ref, "moe_mlp_ref", recording)
+    seq = PROMPT + DECODE
+    for n in range(5, len(seq) + 1):
+        ref_logits(CFG, w, seq[:n])
+    assert min(margins) > 0.05, min(margins)
 
 
 def test_config(tiny_mixtral):
@@ -73,7 +97,7 @@ def test_batch_equals_solo(tiny_mixtral):
 def test_cuda_matches_numpy(tiny_mixtral, dtype, tol):
     w, d = tiny_mixtral
     m = gk.llm.load(d, device="cuda", dtype=dtype)
-    ids = [5, 17, 3, 90, 44, 44, 0, 61, 12, 7, 33]
+    ids = PROMPT
     got = gk.to_numpy(m.forward(ids))
     want = ref_logits(CFG, w, ids)
     err = rel_err(got, want)
@@ -86,7 +110,7 @@ def test_cuda_matches_numpy(tiny_mixtral, dtype, tol):
     s = cache.add_sequence()
     seq = ids[:5]
     mm.step(cache, [s], [seq])
-    for t in [9, 1, 96]:
+    for t in PROMPT[5:] + DECODE:  # every sequence a prefix of PROMPT + DECODE (test_routing_margin)
         seq = seq + [t]
         got = gk.to_numpy(mm.step(cache, [s], [[t]]))[0]
         assert rel_err(got, ref_logits(CFG, w, seq)[-1]) < tol
