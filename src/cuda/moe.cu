@@ -281,18 +281,30 @@ __global__ void __launch_bounds__(kTcThreads) k_grouped_tc(const T* __restrict__
       for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int j = 0; j < 2; ++j) wm::fill_fragment(acc[i][j], 0.0f);
-      for (int64_t k0 = 0; k0 < kd; k0 += kTcK) {
+      // 128 rows x 32 k of x and of w per step: 512 vectors of 8 each, 2 per thread; the next
+      // step's vectors are fetched into registers while the tensor cores work on this one.
+      uint4 ra[2], rb[2];
+      auto fetch = [&](int64_t k0) {
 #pragma unroll
-        for (int u = 0; u < 2; ++u) {  // 128 rows x 32 k of x and of w: 512 vectors of 8 each
+        for (int u = 0; u < 2; ++u) {
           const int v = tid + u * kTcThreads, rr = v / 4, kv = (v % 4) * 8;
           const int64_t gk = k0 + kv, gr = row0 + rr, gc = col0 + rr;
-          uint4 a = make_uint4(0, 0, 0, 0), b = make_uint4(0, 0, 0, 0);
-          if (gr >= lo && gr < hi && gk < kd) a = *reinterpret_cast<const uint4*>(x + gr * kd + gk);
-          if (gc < n && gk < kd) b = *reinterpret_cast<const uint4*>(we + gc * kd + gk);
-          *reinterpret_cast<uint4*>(&As[rr * kTcLd + kv]) = a;
-          *reinterpret_cast<uint4*>(&Bs[rr * kTcLd + kv]) = b;
+          ra[u] = make_uint4(0, 0, 0, 0);
+          rb[u] = make_uint4(0, 0, 0, 0);
+          if (gr >= lo && gr < hi && gk < kd) ra[u] = *reinterpret_cast<const uint4*>(x + gr * kd + gk);
+          if (gc < n && gk < kd) rb[u] = *reinterpret_cast<const uint4*>(we + gc * kd + gk);
+        }
+      };
+      fetch(0);
+      for (int64_t k0 = 0; k0 < kd; k0 += kTcK) {
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const int v = tid + u * kTcThreads, rr = v / 4, kv = (v % 4) * 8;
+          *reinterpret_cast<uint4*>(&As[rr * kTcLd + kv]) = ra[u];
+          *reinterpret_cast<uint4*>(&Bs[rr * kTcLd + kv]) = rb[u];
         }
         __syncthreads();
+        if (k0 + kTcK < kd) fetch(k0 + kTcK);
 #pragma unroll
         for (int kk = 0; kk < kTcK; kk += 16) {
           wm::fragment<wm::matrix_a, 16, 16, 16, W, wm::row_major> fa[4];
