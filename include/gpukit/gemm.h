@@ -62,10 +62,11 @@ Array int8_linear(const Array& x, const Array& w, const Array* x_scale = nullptr
                   const Array* bias = nullptr, std::optional<DType> out_dtype = std::nullopt,
                   const Stream* s = nullptr);
 
-// FP8 (e4m3) x [..., K] times w [N, K]^T with per-tensor scales (one float each):
+// FP8 x [..., K] times w [N, K]^T (each float8_e4m3fn or float8_e5m2) with per-tensor scales (one float each):
 // y = (x @ w^T) * x_scale * w_scale (+ bias), fp32 accumulation, rounded once to
-// out_dtype (default bfloat16). cuBLASLt's FP8 GEMM when it takes the layout (and no
-// bias), else an exact float32 GEMM of the converted operands and a scaling pass.
+// out_dtype (default bfloat16). cuBLASLt's FP8 GEMM when it takes the problem (e4m3 x
+// e4m3, no bias, dimensions multiples of 16, aligned), else an exact float32 GEMM of the
+// converted operands and a scaling pass.
 Array fp8_linear(const Array& x, const Array& w, const Array& x_scale, const Array& w_scale,
                  const Array* bias = nullptr, std::optional<DType> out_dtype = std::nullopt,
                  const Stream* s = nullptr);

@@ -25,8 +25,10 @@ Array fp8_linear(const Array& x, const Array& w, const Array& x_scale, const Arr
   Device d = detail::common_device({{"x", &x}, {"w", &w}, {"x_scale", &x_scale}, {"w_scale", &w_scale},
                                     {"bias", bias_in ? bias_in : &x}});
   Stream s = resolve_stream(sp, d);
-  if (x.dtype() != DType::f8e4m3) throw TypeError(cat("x: fp8_linear takes float8_e4m3fn, got ", dtype_name(x.dtype())));
-  if (w.dtype() != DType::f8e4m3) throw TypeError(cat("w: fp8_linear takes float8_e4m3fn, got ", dtype_name(w.dtype())));
+  for (auto [a, name] : {std::pair{&x, "x"}, std::pair{&w, "w"}})
+    if (a->dtype() != DType::f8e4m3 && a->dtype() != DType::f8e5m2)
+      throw TypeError(cat(name, ": fp8_linear takes float8_e4m3fn or float8_e5m2, got ", dtype_name(a->dtype())));
+  const bool both_e4m3 = x.dtype() == DType::f8e4m3 && w.dtype() == DType::f8e4m3;
   if (x.ndim() < 1) throw ValueError("x: fp8_linear needs an array of at least 1 dimension");
   if (w.ndim() != 2) throw ValueError(cat("w: fp8_linear needs a 2-d weight [N, K], got shape ", shape_str(w.shape())));
   const int64_t k = x.shape(-1), n = w.shape(0);
@@ -58,7 +60,9 @@ Array fp8_linear(const Array& x, const Array& w, const Array& x_scale, const Arr
   if (y.numel() == 0) return y;
   Array x2 = rows_view(x, m, k, s);
 #if GPUKIT_WITH_CUDA
-  if (d.is_cuda() && !bias.defined() && k > 0) {  // one cuBLASLt call: scales applied inside, rounded once
+  // One cuBLASLt call (scales applied inside, rounded once) for e4m3 x e4m3; an e5m2
+  // operand takes the general path (exact for every fp8 value).
+  if (d.is_cuda() && !bias.defined() && k > 0 && both_e4m3) {
     detail::mark_used(x2, s);
     detail::mark_used(w, s);
     blas::LtGemm g;

@@ -51,6 +51,21 @@ def test_fp8_linear(device, out, m, k, n, with_bias):
         assert gk.to_numpy(again).tobytes() == gk.to_numpy(got).tobytes()
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("xt,wt", [("e5m2", "e4m3"), ("e4m3", "e5m2"), ("e5m2", "e5m2")])
+def test_fp8_linear_e5m2(device, xt, wt):
+    T = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
+    m, k, n = 32, 256, 48
+    x = (RNG.standard_normal((m, k)) * 4).astype(np.float32).astype(T[xt])
+    w = (RNG.standard_normal((n, k)) * 0.05).astype(np.float32).astype(T[wt])
+    got = gk.fp8_linear(gk.asarray(x).to(device), gk.asarray(w).to(device), gk.asarray(np.float32(0.5)).to(device),
+                        gk.asarray(np.float32(2.0)).to(device), out_dtype="float32")
+    xf, wf = x.astype(np.float64), w.astype(np.float64)
+    ref = xf @ wf.T
+    tol = 2 * EPS["float32"] * np.abs(ref) + 2 * (k + 4) * 2.0**-24 * (np.abs(xf) @ np.abs(wf).T) + 1e-30
+    check(gk.to_numpy(got).astype(np.float64), ref, tol, f"{device} {xt} x {wt}")
+
+
 def test_fp8_linear_bad_input():
     x = gk.asarray(fp8((3, 16)))
     w = gk.asarray(fp8((4, 16)))
