@@ -62,6 +62,11 @@ void cublaslt_add_search_paths(const std::vector<std::string>& paths) { gk::blas
 namespace detail {
 
 namespace {
+[[maybe_unused]] bool env_is(const char* name, const char* value) {
+  const char* e = std::getenv(name);
+  return e && std::string(e) == value;
+}
+
 bool collapse_one(const MatmulArgs& ma, const int64_t* strides, int64_t* out) {
   int64_t inner_stride = 0, inner_size = 1;
   bool any = false;
@@ -91,6 +96,10 @@ void run_gemm(const MatmulArgs& ma, Device d, const Stream& s) {
   if (ma.dtype == DType::i8 && ma.batch != 1) throw ValueError("int8 matmul: batched products are not supported");
   if (d.is_cpu()) return ma.dtype == DType::i8 ? cpu::matmul_i8(ma) : cpu::matmul(ma);
 #if GPUKIT_WITH_CUDA
+  // int8: GPUKIT_INT8_GEMM=gpukit puts gpukit's tensor-core kernel before cuBLASLt (read at
+  // every call, so a benchmark can compare both); it also serves whenever cuBLASLt does not.
+  const bool i8_first = ma.dtype == DType::i8 && env_is("GPUKIT_INT8_GEMM", "gpukit");
+  if (i8_first && cuda::int8_gemm_mma(ma, s.handle())) return;
   int64_t a_bs = 0, b_bs = 0;
   if (ma.k > 0 && collapse_batch(ma, &a_bs, &b_bs)) {
     blas::LtGemm g;
@@ -126,7 +135,10 @@ void run_gemm(const MatmulArgs& ma, Device d, const Stream& s) {
     if (ma.c_cs == 1 && blas::matmul(g, d.index, s.handle())) return;
   }
   blas::count_fallback();
-  if (ma.dtype == DType::i8) return cuda::matmul_i8(ma, s.handle());
+  if (ma.dtype == DType::i8) {
+    if (!i8_first && cuda::int8_gemm_mma(ma, s.handle())) return;
+    return cuda::matmul_i8(ma, s.handle());
+  }
   cuda::matmul(ma, s.handle());
 #else
   no_cuda_backend();

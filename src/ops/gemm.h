@@ -18,3 +18,10 @@ void run_gemm(const MatmulArgs& ma, Device d, const Stream& s);
 Array rows_view(const Array& x, int64_t m, int64_t k, const Stream& s);
 
 }  // namespace gk::detail
+
+namespace gk::cuda {
+// gpukit's tensor-core int8 GEMM (src/cuda/int8_gemm.cu): batch 1, A rows and B = W^T
+// columns K-contiguous, K and the row strides multiples of 16, 16-byte aligned operands.
+// Returns false, having launched nothing, when the problem does not fit those rules.
+bool int8_gemm_mma(const MatmulArgs& a, void* stream);
+}  // namespace gk::cuda
