@@ -28,7 +28,7 @@ Array fp8_linear(const Array& x, const Array& w, const Array& x_scale, const Arr
   for (auto [a, name] : {std::pair{&x, "x"}, std::pair{&w, "w"}})
     if (a->dtype() != DType::f8e4m3 && a->dtype() != DType::f8e5m2)
       throw TypeError(cat(name, ": fp8_linear takes float8_e4m3fn or float8_e5m2, got ", dtype_name(a->dtype())));
-  const bool both_e4m3 = x.dtype() == DType::f8e4m3 && w.dtype() == DType::f8e4m3;
+  [[maybe_unused]] const bool both_e4m3 = x.dtype() == DType::f8e4m3 && w.dtype() == DType::f8e4m3;
   if (x.ndim() < 1) throw ValueError("x: fp8_linear needs an array of at least 1 dimension");
   if (w.ndim() != 2) throw ValueError(cat("w: fp8_linear needs a 2-d weight [N, K], got shape ", shape_str(w.shape())));
   const int64_t k = x.shape(-1), n = w.shape(0);
