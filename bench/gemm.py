@@ -20,6 +20,7 @@ The GEMM part alone (the default) takes well under a minute on an H200 with torc
 """
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
@@ -199,6 +200,15 @@ def bench_gemm_low(args, have_torch, torch):
             except Exception as e:  # noqa: BLE001
                 print(f"torch._int_mm failed: {e}")
         report("int8", ms, peer, pv, "TOP/s")
+        # gpukit's own tensor-core int8 kernel (mma.sync), for comparison with the default path
+        os.environ["GPUKIT_INT8_GEMM"] = "gpukit"
+        try:
+            yk = gk.int8_linear(xi, wi)
+            assert np.array_equal(yk[:2, :256].numpy().astype(np.int64), refi), "gpukit int8 kernel is not exact"
+            ms = time_cuda(lambda: gk.int8_linear(xi, wi), args.rounds)
+        finally:
+            del os.environ["GPUKIT_INT8_GEMM"]
+        report("int8mma", ms, peer, pv, "TOP/s")
     return out
 
 
