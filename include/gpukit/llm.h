@@ -4,8 +4,8 @@
 // Supported families (spec.cpp): "llama" (Llama 2/3/3.1/3.2 with rope scaling,
 // Mistral, SmolLM2), "qwen2" (q/k/v bias), "qwen3" (q/k RMS norms), "gpt2"
 // (learned absolute positions, LayerNorm with bias, GELU MLP with biases, fused
-// qkv; gpt2.cpp). Mixtral-style MoE is not implemented yet (unknown architectures
-// raise a ValueError listing the supported ones).
+// qkv; gpt2.cpp), and Mixtral-style mixture of experts as llama with a sparse MLP
+// (moe.cpp). Unknown architectures raise a ValueError listing the supported ones.
 //
 // Models load from a Hugging Face directory (config.json + *.safetensors, optional
 // tokenizer.json) or a GGUF file (float formats directly, quantized tensors
@@ -59,6 +59,7 @@ struct ModelConfig {
   double norm_eps = 1e-6;
   bool tie_embeddings = false, qk_norm = false, attention_bias = false;
   int64_t sliding_window = 0;  // > 0: each token attends to the last sliding_window keys (itself included)
+  int64_t num_experts = 0, experts_per_tok = 0;  // mixture of experts (Mixtral); 0: a dense MLP
   int64_t bos_id = -1;
   std::vector<int64_t> eos_ids;
   // From the family's spec (gpt2: true, "gelu_tanh", true): LayerNorm with bias
@@ -86,6 +87,9 @@ struct LayerWeights {
   QuantizedWeight qkv_q, o_q, gate_up_q, down_q;
   // gpt2: qkv above is loaded fused [3 * Hq * D, H]; the biases of the norms and projections
   Array o_bias, attn_norm_bias, ffn_norm_bias, up_bias, down_bias;
+  // mixture of experts (src/llm/moe.cpp): router [E, H], experts' w1;w3 [E, 2I, H], w2 [E, H, I]
+  Array moe_gate, moe_w13, moe_w2;
+  std::vector<Array> moe_parts;  // the expert tensors as read, until they are stacked
 };
 struct Weights {
   Array embed, final_norm, lm_head;  // lm_head == embed when tied

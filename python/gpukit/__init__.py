@@ -51,6 +51,8 @@ from .linalg import (  # noqa: F401,E402
     gemv_q8_0, gemv_q4_0, int8_linear, fp8_linear,
     quantize_nvf4, dequantize_nvf4, gemv_nvf4, quantize_q4_1, dequantize_q4_1, gemv_q4_1,
     quantize_q4_k, dequantize_q4_k, gemv_q4_k, quantize_q6_k, dequantize_q6_k, gemv_q6_k,
+    fp8_block_linear, quantize_fp8_blocks,
+    moe_topk_gating, moe_permute, moe_unpermute, moe_grouped_gemm, moe_mlp,
 )
 
 try:

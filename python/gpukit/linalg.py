@@ -38,6 +38,10 @@ gemv_q8_0, gemv_q4_0, gemv_q4_1, gemv_q4_k, gemv_q6_k = (
     _C.gemv_q8_0, _C.gemv_q4_0, _C.gemv_q4_1, _C.gemv_q4_k, _C.gemv_q6_k)
 int8_linear = _C.int8_linear
 fp8_linear = _C.fp8_linear
+fp8_block_linear = _C.fp8_block_linear
+quantize_fp8_blocks = _C.quantize_fp8_blocks
+moe_topk_gating, moe_permute, moe_unpermute = _C.moe_topk_gating, _C.moe_permute, _C.moe_unpermute
+moe_grouped_gemm, moe_mlp = _C.moe_grouped_gemm, _C.moe_mlp
 set_matmul_precision = _C.set_matmul_precision
 get_matmul_precision = _C.get_matmul_precision
 

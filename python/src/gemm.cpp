@@ -133,6 +133,33 @@ GK_BINDING(26, gemm) {
      "float8_e4m3fn x [..., K] @ w [N, K].T * x_scale * w_scale (+ bias) with per-tensor scales,\n"
      "fp32 accumulation, rounded once (default bfloat16).");
 
+  m.def("fp8_block_linear", [](nb::handle x, nb::handle w, nb::handle x_scale, nb::handle w_scale, nb::handle bias,
+                               nb::handle out_dtype, nb::handle stream) {
+    Stream st;
+    const Stream* sp = to_stream(stream, st);
+    auto [xa, wa] = two_arrays(x, w, "x", "w");
+    if (x_scale.is_none() || w_scale.is_none()) throw ValueError("x_scale, w_scale: fp8_block_linear needs both scales");
+    Array xs = to_array(x_scale, "x_scale", &xa), ws = to_array(w_scale, "w_scale", &xa), b;
+    if (!bias.is_none()) b = to_array(bias, "bias", &xa);
+    return fp8_block_linear(xa, wa, xs, ws, b.defined() ? &b : nullptr, to_dtype_opt(out_dtype, "out_dtype"), sp);
+  }, nb::arg("x"), nb::arg("w"), nb::arg("x_scale").none(), nb::arg("w_scale").none(), nb::arg("bias") = nb::none(),
+     nb::arg("out_dtype") = nb::none(), nb::arg("stream") = nb::none(),
+     "fp8_block_linear(x, w, x_scale, w_scale, bias=None, out_dtype=None, stream=None)\n\n"
+     "float8_e4m3fn x [..., K] @ w [N, K].T with block scales: x_scale [..., ceil(K/128)] (one per 1x128\n"
+     "block of x), w_scale [ceil(N/128), ceil(K/128)] (one per 128x128 block of w). Each 128-wide block\n"
+     "of K is summed in fp32, multiplied by its two scales and added in fp32 (+ bias), rounded once\n"
+     "(default bfloat16). cuBLASLt's block-scaled FP8 on CUDA when it takes the shape.");
+  m.def("quantize_fp8_blocks", [](const Array& a, int64_t block_rows, nb::handle stream) {
+    Stream st;
+    const Stream* sp = to_stream(stream, st);
+    auto [q, s] = quantize_fp8_blocks(a, block_rows, sp);
+    return nb::make_tuple(q, s);
+  }, nb::arg("a"), nb::arg("block_rows") = 1, nb::arg("stream") = nb::none(),
+     "quantize_fp8_blocks(a, block_rows=1, stream=None) -> (q, scales)\n\n"
+     "e4m3 block quantization for fp8_block_linear. block_rows=1: 1x128 blocks of an activation\n"
+     "a [..., K] -> scales [..., ceil(K/128)]; block_rows=128: 128x128 blocks of a weight [N, K] ->\n"
+     "scales [ceil(N/128), ceil(K/128)]. s = amax/448 per block (1 if all zero), q = e4m3(a/s), RNE.");
+
   m.def("set_matmul_precision", [](const std::string& p) {
     if (p == "highest" || p == "fp32" || p == "float32") return set_matmul_precision(MatmulPrecision::highest);
     if (p == "tf32") return set_matmul_precision(MatmulPrecision::tf32);

@@ -35,4 +35,10 @@ using AttendFn = std::function<Array(const Array&, const Array&, const Array&, i
 // returns the final-normed hidden states [T, H]. pos: int32 positions on the device.
 Array gpt2_layers(const ModelConfig& c, const Weights& w, const Array& ids, const Array& pos, KvCache& cache,
                   const nn::KvIndex& idx, const AttendFn& attend);
+// Mixture of experts (src/llm/moe.cpp): names of the "moe_*" roles, their weight slots
+// (instead of gate/up/down), stacking the loaded experts, and the sparse MLP of a layer.
+std::string moe_tensor_name(const ModelConfig& c, const std::string& role, int layer);
+void moe_weight_slots(const ModelConfig& c, LayerWeights& L, int layer, std::vector<WeightSlot>& wants);
+void moe_finish_weights(const ModelConfig& c, Weights& w);
+Array moe_forward(const ModelConfig& c, const LayerWeights& L, const Array& h);
 }  // namespace gk::llm

@@ -259,7 +259,8 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
     mark("o_proj", l);
     std::tie(h, resid) = nn::rms_norm_residual(o, resid, L.ffn_norm, c.norm_eps);
     mark("norm", l);
-    Array down = mlp(L, h, l);
+    Array down = cfg_.num_experts > 0 ? moe_forward(cfg_, L, h)  // Mixtral: sparse MLP (src/llm/moe.cpp)
+                                      : mlp(L, h, l);
     const Array& next_norm = l + 1 < int(c.num_layers) ? w_.layers[size_t(l + 1)].attn_norm : w_.final_norm;
     std::tie(h, resid) = nn::rms_norm_residual(down, resid, next_norm, c.norm_eps);
     mark("norm", l);

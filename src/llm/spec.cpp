@@ -80,7 +80,7 @@ const std::vector<FamilySpec>& spec_table() {
   static const std::vector<FamilySpec> t = [] {
     FamilySpec llama;
     llama.family = "llama";
-    llama.archs = {"llama", "mistral", "smollm"};
+    llama.archs = {"llama", "mistral", "smollm", "mixtral"};
     llama.hidden = {"hidden_size"};
     llama.layers = {"num_hidden_layers"};
     llama.heads = {"num_attention_heads"};
@@ -166,6 +166,10 @@ void check_config(const ModelConfig& c) {
   if (!(c.norm_eps >= 0) || !std::isfinite(c.norm_eps))
     throw ValueError(cat("model config: rms_norm_eps must be >= 0, got ", c.norm_eps));
   nn::rope_inv_freq(c.rope_theta, int(c.rotary_dim ? c.rotary_dim : c.head_dim), c.rope_scaling);  // validates
+  if (c.num_experts < 0 || c.num_experts > 1024 ||
+      (c.num_experts > 0 && (c.experts_per_tok < 1 || c.experts_per_tok > c.num_experts)))
+    throw ValueError(cat("model config: ", c.num_experts, " experts with ", c.experts_per_tok,
+                         " per token (need 1 <= per token <= experts <= 1024)"));
 }
 
 double num(const text::json::Value& v, const char* what) {
@@ -235,6 +239,8 @@ ModelConfig config_from_hf_json(const std::string& text) {
   c.intermediate_size = get_int(key_of(spec.intermediate), spec.intermediate_mult == 0,
                                 spec.intermediate_mult * c.hidden_size);
   c.max_positions = get_int(key_of(spec.positions), false, spec.learned_positions ? 1024 : 4096);
+  c.num_experts = get_int("num_local_experts", false, 0);  // Mixtral
+  c.experts_per_tok = get_int("num_experts_per_tok", false, c.num_experts > 0 ? 2 : 0);
   c.rope_theta = get_num("rope_theta", 10000.0);
   c.norm_eps = get_num(key_of(spec.eps), spec.layer_norm ? 1e-5 : 1e-6);
   c.tie_embeddings = get_bool("tie_word_embeddings", spec.default_tie);
@@ -252,7 +258,7 @@ ModelConfig config_from_hf_json(const std::string& text) {
   }
   if (c.family == "llama") c.attention_bias = get_bool("attention_bias", false);
   // Mistral's sliding_window applies as written; Qwen2/3 only with use_sliding_window
-  if (c.architecture == "mistral" || get_bool("use_sliding_window", false)) {
+  if (c.architecture == "mistral" || c.architecture == "mixtral" || get_bool("use_sliding_window", false)) {
     c.sliding_window = get_int("sliding_window", false, 0);
     if (c.sliding_window < 0) throw ValueError("config.json: \"sliding_window\" must be >= 0");
     if (c.sliding_window >= c.max_positions) c.sliding_window = 0;
@@ -335,6 +341,8 @@ ModelConfig config_from_gguf(const io::GGUF& g) {
   c.num_kv_heads = get_int("attention.head_count_kv", false, c.num_heads);
   c.head_dim = get_int("attention.key_length", false, c.num_heads > 0 ? c.hidden_size / c.num_heads : 0);
   c.intermediate_size = get_int("feed_forward_length", true, 0);
+  c.num_experts = get_int("expert_count", false, 0);  // Mixtral in GGUF: llama with experts
+  c.experts_per_tok = get_int("expert_used_count", false, 0);
   c.max_positions = get_int("context_length", false, 4096);
   c.rope_theta = get_num("rope.freq_base", 10000.0);
   c.rotary_dim = get_int("rope.dimension_count", false, 0);
@@ -398,6 +406,7 @@ std::string config_summary(const ModelConfig& c) {
 
 // ---- tensor names ----
 std::string tensor_name(const ModelConfig& c, const std::string& role, int layer) {
+  if (role.compare(0, 4, "moe_") == 0) return moe_tensor_name(c, role, layer);
   const FamilySpec& f = spec_of_family(c.family);
   for (const TensorName& t : *f.names) {
     if (role != t.role) continue;

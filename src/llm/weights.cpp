@@ -120,6 +120,10 @@ std::vector<WeightSlot> weight_plan(const ModelConfig& c, Weights& w, bool tied)
       wants.push_back({&L.k_norm, "k_norm", l, {D}});
     }
     wants.push_back({&L.ffn_norm, "ffn_norm", l, {H}});
+    if (c.num_experts > 0) {
+      moe_weight_slots(c, L, l, wants);
+      continue;
+    }
     wants.push_back({&L.gate, "gate", l, {I, H}});
     wants.push_back({&L.up, "up", l, {I, H}});
     wants.push_back({&L.down, "down", l, {H, I}});
@@ -176,6 +180,7 @@ Weights load_weights(const ModelConfig& c, const std::string& path, Device devic
     if (progress) progress(++done, int64_t(wants.size()));
   }
   if (tied) w.lm_head = w.embed;
+  moe_finish_weights(c, w);
   return w;
 }
 
@@ -236,6 +241,7 @@ Weights random_weights(const ModelConfig& c, Device device, DType dtype, uint64_
     *want.dst = std::move(b);
   }
   if (c.tie_embeddings) w.lm_head = w.embed;
+  moe_finish_weights(c, w);
   return w;
 }
 

@@ -214,6 +214,9 @@ def ref_logits(cfg, weights, ids, family="llama"):
         o = np.einsum("hts,shd->thd", s, v).reshape(T, Hq * D)
         x = x + o @ W[p + "self_attn.o_proj.weight"].T
         h = _rms(x, W[p + "post_attention_layernorm.weight"], eps)
+        if cfg.get("num_local_experts"):  # Mixtral: sparse MLP (moe_mlp_ref below)
+            x = x + moe_mlp_ref(cfg, W, p, h)
+            continue
         g, u = h @ W[p + "mlp.gate_proj.weight"].T, h @ W[p + "mlp.up_proj.weight"].T
         x = x + (g / (1.0 + np.exp(-g)) * u) @ W[p + "mlp.down_proj.weight"].T
     x = _rms(x, W["model.norm.weight"], eps)
@@ -278,3 +281,43 @@ def write_gpt2_gguf(path, cfg, weights, fmt="F32", tie=False):
     wr.write_tensors_to_file()
     wr.close()
     return seen
+
+
+# ---------------------------------------------------------------- mixture of experts (Mixtral)
+
+def make_moe_weights(cfg, seed=0):
+    """A tiny random Mixtral: the dense weights of make_weights with each layer's MLP replaced by
+    a router (block_sparse_moe.gate [E, H]) and E experts (w1, w3 [I, H], w2 [H, I])."""
+    w = make_weights(cfg, "llama", seed)
+    rng = np.random.default_rng(seed + 1000)
+    H, I, E = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_local_experts"]
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        for n in ("gate_proj", "up_proj", "down_proj"):
+            del w[p + f"mlp.{n}.weight"]
+        w[p + "block_sparse_moe.gate.weight"] = (rng.standard_normal((E, H)) / np.sqrt(H)).astype(np.float32)
+        for e in range(E):
+            q = p + f"block_sparse_moe.experts.{e}."
+            w[q + "w1.weight"] = (rng.standard_normal((I, H)) / np.sqrt(H)).astype(np.float32)
+            w[q + "w3.weight"] = (rng.standard_normal((I, H)) / np.sqrt(H)).astype(np.float32)
+            w[q + "w2.weight"] = (rng.standard_normal((H, I)) / np.sqrt(I)).astype(np.float32)
+    return w
+
+
+def moe_mlp_ref(cfg, W, p, h):
+    """Mixtral's sparse MLP in float64 (as transformers' MixtralSparseMoeBlock): softmax over the
+    router logits, the top num_experts_per_tok experts (ties to the lower expert), their
+    probabilities renormalized to sum 1, sum of weight * w2(silu(w1 h) * w3 h)."""
+    E, k = cfg["num_local_experts"], cfg.get("num_experts_per_tok", 2)
+    logits = h @ W[p + "block_sparse_moe.gate.weight"].T
+    prob = np.exp(logits - logits.max(-1, keepdims=True))
+    prob /= prob.sum(-1, keepdims=True)
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        top = sorted(range(E), key=lambda i: (-logits[t, i], i))[:k]
+        wts = prob[t, top] / prob[t, top].sum()
+        for e, wt in zip(top, wts):
+            q = p + f"block_sparse_moe.experts.{e}."
+            g, u = W[q + "w1.weight"] @ h[t], W[q + "w3.weight"] @ h[t]
+            out[t] += wt * (W[q + "w2.weight"] @ (g / (1.0 + np.exp(-g)) * u))
+    return out
