@@ -153,9 +153,16 @@ __global__ void __launch_bounds__(kThreads) k_process(SampleArgs a, Ws w, bool t
       int64_t len = a.hist_len.at(r);
       len = len < 0 ? 0 : (len > a.hist_max ? a.hist_max : len);
       const int32_t* h = a.history + r * a.hist_stride;
-      for (int64_t j = threadIdx.x; j < len; j += kThreads) {
-        const int32_t t = h[j];
-        if (t >= c0 && t < c1) atomicAdd(&mark[t - c0], 1);
+      for (int64_t j0 = 0; j0 < len; j0 += 4 * kThreads) {  // 4 loads in flight per thread
+        int32_t t[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const int64_t j = j0 + u * kThreads + threadIdx.x;
+          t[u] = j < len ? h[j] : -1;
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+          if (t[u] >= c0 && t[u] < c1) atomicAdd(&mark[t[u] - c0], 1);
       }
     }
     if (a.banned)
