@@ -41,6 +41,7 @@ KArgs kargs(const QGemvArgs& a) {
   p.k = a.k;
   p.group = a.group;
   p.out = a.out_dtype;
+  p.variant = a.variant;
   return p;
 }
 

@@ -75,9 +75,10 @@ __device__ __forceinline__ uint32_t splat(float v) {
 }
 
 // The two 4-bit codes of byte i of u as 16-bit halves [lo nibble, hi nibble] (0..15 each):
-// L = u & 0x0f0f0f0f, H = (u >> 4) & 0x0f0f0f0f; selector nibbles 0x8 | i give 0x00 bytes.
+// L = u & 0x0f0f0f0f, H = (u >> 4) & 0x0f0f0f0f; bytes L_i, H_i moved to bytes 0 and 2,
+// the other bytes masked off (__byte_perm uses only the low 3 bits of each selector).
 __device__ __forceinline__ uint32_t nib_pair(uint32_t L, uint32_t H, int i) {
-  return __byte_perm(L, H, uint32_t(i) | ((0x8u | i) << 4) | ((4u + i) << 8) | ((0x8u | i) << 12));
+  return __byte_perm(L, H, uint32_t(i) | ((4u + i) << 8)) & 0x000f000fu;
 }
 
 // Functor interface of k_mma_gemv. E: weights per 16-byte chunk; tiles of 4 chunks per row;
@@ -357,7 +358,8 @@ void launch_mma(const KArgs& p, int split, cudaStream_t st) {
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   dim3 grid(unsigned(blocks), unsigned(std::max(1, split)));
-  k_mma_gemv<F, T, U><<<grid, kWarpsM * 32, 0, st>>>(p);
+  if (p.variant == 1) k_mma_gemv<F, T, 2 * U><<<grid, kWarpsM * 32, 0, st>>>(p);
+  else k_mma_gemv<F, T, U><<<grid, kWarpsM * 32, 0, st>>>(p);
   GK_LAUNCH_CHECK("gemv_mma");
   if (split > 1) launch_sum(p, split, st);
 }
