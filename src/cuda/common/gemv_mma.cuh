@@ -26,7 +26,7 @@
 
 namespace gk::cuda::gemv_detail {
 
-constexpr int kWarpsM = 4;
+constexpr int kWarpsM = 8;  // warps sharing a CTA's 16 rows (k interleaved)
 
 template <class T>
 __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -342,11 +342,12 @@ __global__ void __launch_bounds__(kWarpsM * 32) k_mma_gemv(const KArgs p) {
   }
 }
 
-// Split for the tensor-core kernel: CTAs of 16 rows; enough CTAs for 8 per SM, at least
-// 2 tiles per warp per slice. A function of (N, K, weights per chunk) only.
+// Split for the tensor-core kernel: CTAs of 16 rows and kWarpsM warps; a second pass only
+// when there are fewer CTAs than SMs (N < 2112), then about 2 CTAs per SM, at least 2
+// tiles per warp per slice. A function of (N, K) only.
 inline int split_mma(int64_t n, int64_t tiles) {
-  const int64_t ctas = (n + 15) / 16, target = 132 * 8;
-  if (ctas >= target) return 1;
+  const int64_t ctas = (n + 15) / 16, target = 132 * 2;
+  if (ctas >= 132) return 1;
   int64_t sp = (target + ctas - 1) / ctas;
   sp = std::min<int64_t>({sp, 16, std::max<int64_t>(tiles / (2 * kWarpsM), 1)});
   return int(std::max<int64_t>(sp, 1));
