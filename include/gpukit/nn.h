@@ -166,8 +166,9 @@ Array attention_decode(const Array& q, const Array& k_cache, const Array& v_cach
 // p = i + Lk - Lq and sees keys j <= p (bottom-right aligned, so queries can
 // attend to a cached prefix plus themselves); window w > 0 (causal only) keeps
 // keys j > p - w. Rows without keys give 0. Same head/dtype rules as decode.
-// The CUDA kernel is a correct CUDA-core implementation (online softmax over
-// fixed 256-key chunks, deterministic); it does not use tensor cores.
+// On sm_90 (H100/H200) bf16/fp16 run on tensor cores (wgmma, TMA, warp-
+// specialized; src/cuda/attention_prefill_sm90*.cu); other devices and float32
+// use a CUDA-core kernel. Both are deterministic (fixed tile orders, no atomics).
 Array attention_prefill(const Array& q, const Array& k, const Array& v, const Array& cu_seqlens_q = {},
                         const Array& cu_seqlens_k = {}, bool causal = true,
                         std::optional<double> scale = std::nullopt, std::optional<int64_t> window = std::nullopt,

@@ -156,7 +156,10 @@ void launch_prefill(const PrefillArgs& a, cudaStream_t st) {
 }
 }  // namespace
 
+bool attention_prefill_sm90(const PrefillArgs& a, void* stream);  // attention_prefill_sm90.cu (wgmma)
+
 void attention_prefill(const PrefillArgs& a, void* stream) {
+  if (attention_prefill_sm90(a, stream)) return;
   auto st = static_cast<cudaStream_t>(stream);
   dispatch_float(a.dtype, [&](auto t) {
     using T = decltype(t);

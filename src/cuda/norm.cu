@@ -1,12 +1,15 @@
 // CUDA rms_norm (optionally fused with the residual add, Gemma-style) and
-// layer_norm. One warp (small H, several rows per block) or one block per row;
-// the row stays in registers as 16-byte vectors between the reduction and the
-// write; the sums use a fixed warp-shuffle + shared-memory order (deterministic).
+// layer_norm. A group of threads per row (one warp for short rows, several rows
+// per block); the row stays in registers as raw 16-byte vectors (all loads of a
+// thread issued before any arithmetic) between the reduction and the write; the
+// sums use a fixed warp-shuffle + shared-memory order (deterministic).
 // Rows that are too long, unaligned or not a multiple of the vector width take a
 // scalar path that re-reads the row (from L1/L2).
 #include <algorithm>
+#include <atomic>
 
 #include "cuda/common/rows.cuh"
+#include "cuda/common/vec.cuh"
 #include "ops/nn_args.h"
 
 namespace gk::cuda {
@@ -15,84 +18,134 @@ GK_REGISTER_CUDA_OPS("rms_norm", "rms_norm_residual", "layer_norm");
 
 namespace {
 
-// MAXT: the largest block this instantiation is launched with (128 for the
-// warp-per-row form, 1024 for block-per-row), which sets the register budget.
-template <class T, int VPT, int MAXT>
+// Sum over the blockDim.x threads of one row; blockDim.y rows share the block
+// (rows * warps per row <= 32). Every thread of the row gets the same value, in a
+// fixed order. All threads of the block must call it (no early return).
+__device__ __forceinline__ float group_sum(float v, float* sh) {
+  v = warp_sum(v);
+  if (blockDim.x == 32) return v;
+  const int nw = blockDim.x >> 5;
+  float* mine = sh + threadIdx.y * nw;
+  __syncthreads();  // sh may still be read by a previous group_sum
+  if ((threadIdx.x & 31) == 0) mine[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float t = 0.f;
+  for (int i = 0; i < nw; ++i) t += mine[i];
+  return t;
+}
+
+// Row-in-registers form: thread t of a row holds the 16-byte vectors t, t + tpr,
+// ... (VPT of them, raw until all loads are issued). MAXT: the largest block
+// this instantiation is launched with, which sets the register budget.
+// PERSIST: a grid of about one wave loops over the row groups and loads the
+// next group's rows while it reduces and writes the current one.
+template <class T, int VPT, int MAXT, bool PERSIST>
 __global__ void __launch_bounds__(MAXT) k_norm_vec(NormArgs a) {
-  constexpr int N = 16 / sizeof(T);
-  using V = Vec<T, N>;
+  constexpr int N = kVecN<T>;
   __shared__ float sh[32];
-  const int64_t row = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
-  if (row >= a.rows) return;  // only when blockDim.x == 32 (no block-wide barriers then)
   const int tpr = blockDim.x, t = threadIdx.x;
-  const int nvec = int(a.H / N);
-  const V* x = reinterpret_cast<const V*>(static_cast<const T*>(a.x) + row * a.x_rs);
-  V xs[VPT];
-  if (a.res) {
-    const V* r = reinterpret_cast<const V*>(static_cast<const T*>(a.res) + row * a.res_rs);
-    V* ro = reinterpret_cast<V*>(static_cast<T*>(a.res_out) + row * a.res_out_rs);
+  const int64_t groups = (a.rows + blockDim.y - 1) / blockDim.y;
+  const int hvec = int(a.H / N);
+  auto load = [&](int64_t g, raw16 (&xs)[VPT], raw16 (&rs)[VPT]) {
+    const int64_t row = g * blockDim.y + threadIdx.y;
+    const int nvec = row < a.rows ? hvec : 0;
+    const raw16* x = reinterpret_cast<const raw16*>(static_cast<const T*>(a.x) + row * a.x_rs);
+    const raw16* r = reinterpret_cast<const raw16*>(static_cast<const T*>(a.res) + row * a.res_rs);
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      int i = t + k * tpr;
+      const int i = t + k * tpr;
       if (i < nvec) {
-        V xv = x[i], rv = r[i];
-#pragma unroll
-        for (int j = 0; j < N; ++j) xs[k].v[j] = convert<T>(float(xv.v[j]) + float(rv.v[j]));
-        ro[i] = xs[k];
+        xs[k] = ld16(x + i);
+        if (a.res) rs[k] = ld16(r + i);
       }
     }
-  } else {
+  };
+  auto process = [&](int64_t g, raw16 (&xs)[VPT], const raw16 (&rs)[VPT]) {
+    const int64_t row = g * blockDim.y + threadIdx.y;
+    const int nvec = row < a.rows ? hvec : 0;  // a dead row (last group) only joins the barriers
+    if (a.res) {
+      raw16* ro = reinterpret_cast<raw16*>(static_cast<T*>(a.res_out) + row * a.res_out_rs);
 #pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      int i = t + k * tpr;
-      if (i < nvec) xs[k] = x[i];
+      for (int k = 0; k < VPT; ++k) {
+        const int i = t + k * tpr;
+        if (i < nvec) {
+          float xf[N], rf[N];
+          unpack<T>(xs[k], xf);
+          unpack<T>(rs[k], rf);
+#pragma unroll
+          for (int j = 0; j < N; ++j) xf[j] += rf[j];
+          xs[k] = pack<T>(xf);  // the new residual, rounded to T: the normalization sees this value
+          st16(ro + i, xs[k]);
+        }
+      }
     }
-  }
-  float s = 0.f;
-#pragma unroll
-  for (int k = 0; k < VPT; ++k)
-    if (t + k * tpr < nvec) {
-#pragma unroll
-      for (int j = 0; j < N; ++j) s += a.layer ? float(xs[k].v[j]) : float(xs[k].v[j]) * float(xs[k].v[j]);
-    }
-  s = row_sum(s, sh);
-  const float invH = 1.f / float(a.H);
-  float mean = 0.f, inv;
-  if (a.layer) {
-    mean = s * invH;
-    float q = 0.f;
+    float s = 0.f;
 #pragma unroll
     for (int k = 0; k < VPT; ++k)
       if (t + k * tpr < nvec) {
+        float xf[N];
+        unpack<T>(xs[k], xf);
 #pragma unroll
-        for (int j = 0; j < N; ++j) {
-          float d = float(xs[k].v[j]) - mean;
-          q += d * d;
+        for (int j = 0; j < N; ++j) s += a.layer ? xf[j] : xf[j] * xf[j];
+      }
+    s = group_sum(s, sh);
+    const float invH = 1.f / float(a.H);
+    float mean = 0.f, inv;
+    if (a.layer) {
+      mean = s * invH;
+      float q = 0.f;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+        if (t + k * tpr < nvec) {
+          float xf[N];
+          unpack<T>(xs[k], xf);
+#pragma unroll
+          for (int j = 0; j < N; ++j) q += (xf[j] - mean) * (xf[j] - mean);
         }
+      q = group_sum(q, sh);
+      inv = rsqrtf(q * invH + float(a.eps));
+    } else {
+      inv = rsqrtf(s * invH + float(a.eps));
+    }
+    const raw16* w = static_cast<const raw16*>(a.w);
+    const raw16* b = static_cast<const raw16*>(a.b);
+    raw16* out = reinterpret_cast<raw16*>(static_cast<T*>(a.out) + row * a.out_rs);
+    const float wadd = a.gemma ? 1.f : 0.f;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int i = t + k * tpr;
+      if (i < nvec) {
+        float xf[N], wf[N];
+        unpack<T>(xs[k], xf);
+        unpack<T>(ld16_ro(w + i), wf);
+        if (b) {
+          float bf[N];
+          unpack<T>(ld16_ro(b + i), bf);
+#pragma unroll
+          for (int j = 0; j < N; ++j) xf[j] = (xf[j] - mean) * inv * wf[j] + bf[j];
+        } else {
+#pragma unroll
+          for (int j = 0; j < N; ++j) xf[j] = (xf[j] - mean) * inv * (wf[j] + wadd);
+        }
+        st16(out + i, pack<T>(xf));
       }
-    q = row_sum(q, sh);
-    inv = rsqrtf(q * invH + float(a.eps));
+    }
+  };
+  raw16 xs[VPT], rs[VPT];
+  int64_t g = blockIdx.x;
+  load(g, xs, rs);
+  if constexpr (!PERSIST) {
+    process(g, xs, rs);
   } else {
-    inv = rsqrtf(s * invH + float(a.eps));
-  }
-  const V* w = static_cast<const V*>(a.w);
-  const V* b = static_cast<const V*>(a.b);
-  V* out = reinterpret_cast<V*>(static_cast<T*>(a.out) + row * a.out_rs);
-  const float wadd = a.gemma ? 1.f : 0.f;
+    for (;;) {
+      const int64_t gn = g + gridDim.x;
+      raw16 xn[VPT], rn[VPT];
+      if (gn < groups) load(gn, xn, rn);  // block-uniform
+      process(g, xs, rs);
+      if (gn >= groups) break;
+      g = gn;
 #pragma unroll
-  for (int k = 0; k < VPT; ++k) {
-    int i = t + k * tpr;
-    if (i < nvec) {
-      V wv = w[i], o;
-      if (b) {
-        V bv = b[i];
-#pragma unroll
-        for (int j = 0; j < N; ++j) o.v[j] = convert<T>((float(xs[k].v[j]) - mean) * inv * float(wv.v[j]) + float(bv.v[j]));
-      } else {
-#pragma unroll
-        for (int j = 0; j < N; ++j) o.v[j] = convert<T>((float(xs[k].v[j]) - mean) * inv * (float(wv.v[j]) + wadd));
-      }
-      out[i] = o;
+      for (int k = 0; k < VPT; ++k) xs[k] = xn[k], rs[k] = rn[k];
     }
   }
 }
@@ -139,39 +192,68 @@ __global__ void __launch_bounds__(1024) k_norm_scalar(NormArgs a) {
   }
 }
 
+// Blocks of `threads` that fit on the device at once (a rough count from the
+// thread limit: the persistent form only needs about one wave).
+int64_t waves_of(int vpt, int threads) {
+  if (int g = tune("norm.grid", 0); g > 0) return g;  // tests: force several groups per block
+  static std::atomic<int> sms[64];
+  int dev = 0;
+  GK_CUDA_CHECK(cudaGetDevice(&dev));
+  int n = sms[dev & 63].load(std::memory_order_relaxed);
+  if (!n) {
+    GK_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    sms[dev & 63].store(n, std::memory_order_relaxed);
+  }
+  const int per_sm = std::max(1, std::min(32, (vpt >= 8 ? 512 : 1024) / threads));
+  return int64_t(n) * per_sm * std::max(1, tune("norm.waves", 1));
+}
+
 int round32(int64_t n) { return int(std::min<int64_t>(1024, std::max<int64_t>(32, (n + 31) / 32 * 32))); }
 
+// Launch shape of the vector form: threads per row (a multiple of 32) and
+// vectors per thread (1, 2, 4, 8 or 16). Default: about 4 vectors per thread
+// (8 for long rows), overridable with GPUKIT_TUNE=norm.tpr=..,norm.rows=.. for
+// benchmarking.
 template <class T>
 void launch(const NormArgs& a, cudaStream_t st) {
-  constexpr int N = 16 / sizeof(T);
+  constexpr int N = kVecN<T>;
   bool vec = a.H % N == 0 && a.x_rs % N == 0 && a.out_rs % N == 0 && aligned16(a.x) && aligned16(a.w) &&
              aligned16(a.out) && (!a.b || aligned16(a.b)) &&
              (!a.res || (a.res_rs % N == 0 && a.res_out_rs % N == 0 && aligned16(a.res) && aligned16(a.res_out)));
   const int64_t nvec = a.H / N;
   int tpr = 0, vpt = 0;
-  if (vec) {
-    if (nvec <= 32 * 8) {
-      tpr = 32;
-      vpt = nvec <= 32 ? 1 : nvec <= 64 ? 2 : nvec <= 128 ? 4 : 8;
-    } else if (nvec <= 4 * 1024) {
-      vpt = 4;
-      tpr = round32((nvec + 3) / 4);
-    }
+  if (vec && nvec <= 16 * 1024) {
+    tpr = nvec <= 32 * 4 ? 32 : round32((nvec + 3) / 4);
+    tpr = tune("norm.tpr", tpr);
+    tpr = std::max(32, std::min(1024, tpr / 32 * 32));
+    const int64_t need = (nvec + tpr - 1) / tpr;
+    vpt = need <= 1 ? 1 : need <= 2 ? 2 : need <= 4 ? 4 : need <= 8 ? 8 : need <= 16 ? 16 : 0;
+    if (vpt >= 8 && tpr > 256) vpt = 0;  // the register-heavy forms run at most 256 threads per block
   }
   if (!vpt) tpr = a.H <= 1024 ? 32 : 256;
-  const int rpb = tpr == 32 ? 4 : 1;  // rows per block
+  const int maxt = vpt >= 8 ? 256 : 1024;
+  int rpb = std::max(1, 128 / tpr);  // rows per block: blocks of at least 4 warps
+  if (vpt) rpb = std::max(1, std::min({tune("norm.rows", rpb), maxt / tpr, 32 / (tpr / 32)}));
+  else rpb = tpr == 32 ? 4 : 1;  // the scalar form: rows of a block share nothing but warps
   dim3 block{unsigned(tpr), unsigned(rpb), 1u};
   int64_t blocks = (a.rows + rpb - 1) / rpb;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("x: too many rows for one launch");
   dim3 grid{unsigned(blocks), 1u, 1u};
+  // persistent: blocks of at most 256 threads (two row buffers need the registers)
+  const bool persist = vpt && tpr * rpb <= 256 && tune("norm.persist", 0);
+  if (persist) grid.x = unsigned(std::min<int64_t>(blocks, waves_of(vpt, tpr * rpb)));
+  auto go = [&](auto vc, auto mc) {
+    constexpr int V = decltype(vc)::value, MT = decltype(mc)::value;
+    if (persist) k_norm_vec<T, V, 256, true><<<grid, block, 0, st>>>(a);
+    else k_norm_vec<T, V, MT, false><<<grid, block, 0, st>>>(a);
+  };
+  using std::integral_constant;
   switch (vpt) {
-    case 1: k_norm_vec<T, 1, 128><<<grid, block, 0, st>>>(a); break;
-    case 2: k_norm_vec<T, 2, 128><<<grid, block, 0, st>>>(a); break;
-    case 4:
-      if (tpr == 32) k_norm_vec<T, 4, 128><<<grid, block, 0, st>>>(a);
-      else k_norm_vec<T, 4, 1024><<<grid, block, 0, st>>>(a);
-      break;
-    case 8: k_norm_vec<T, 8, 128><<<grid, block, 0, st>>>(a); break;
+    case 1: go(integral_constant<int, 1>{}, integral_constant<int, 1024>{}); break;
+    case 2: go(integral_constant<int, 2>{}, integral_constant<int, 1024>{}); break;
+    case 4: go(integral_constant<int, 4>{}, integral_constant<int, 1024>{}); break;
+    case 8: go(integral_constant<int, 8>{}, integral_constant<int, 256>{}); break;
+    case 16: go(integral_constant<int, 16>{}, integral_constant<int, 256>{}); break;
     default: k_norm_scalar<T><<<grid, block, 0, st>>>(a); break;
   }
   GK_LAUNCH_CHECK(a.layer ? "layer_norm" : "rms_norm");
@@ -180,6 +262,7 @@ void launch(const NormArgs& a, cudaStream_t st) {
 }  // namespace
 
 void norm(const NormArgs& a, void* stream) {
+  if (a.rows <= 0 || a.H <= 0) return;
   dispatch_float(a.dtype, [&](auto t) { launch<decltype(t)>(a, static_cast<cudaStream_t>(stream)); });
 }
 

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "core/cuda_util.h"
+#include "cuda/common/vec.cuh"
 #include "ops/backend.h"
 #include "ops/reduce_functors.h"
 
@@ -160,6 +161,8 @@ void launch_rows(Src src, Sink sink, int64_t rows, int64_t len, cudaStream_t s) 
   }
 }
 
+bool aligned_16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
 int64_t num_chunks(int64_t cols) { return cols > kSplitCols ? (cols + kChunk - 1) / kChunk : 1; }
 
 template <ReduceOp OP, class T>
@@ -243,8 +246,170 @@ __global__ void __launch_bounds__(kThreads) k_softmax_block(const T* in, T* out,
   }
 }
 
+// ---- softmax, rows in registers ----
+// A group of blockDim.x threads per row (blockDim.y rows per block); thread t
+// holds the row's 16-byte vectors t, t + tpr, ... (VPT of them), loaded raw
+// before any arithmetic: one read and one write of the row. Reductions: a
+// shuffle tree per warp, then the warps of the row in order (every thread of
+// the row gets lane 0's value), so the bits do not depend on the batch.
+struct MaxF {
+  __device__ float operator()(float a, float b) const { return red::MaxR<float, true>::combine(a, b); }
+};
+struct AddF {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+
+template <class F>
+__device__ __forceinline__ float group_all(float v, F f, float* sh) {
+  v = warp_all(v, f);
+  if (blockDim.x == 32) return v;
+  const int nw = blockDim.x >> 5;
+  float* mine = sh + threadIdx.y * nw;
+  __syncthreads();  // sh may still be read by the previous reduction
+  if ((threadIdx.x & 31) == 0) mine[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float r = mine[0];
+  for (int i = 1; i < nw; ++i) r = f(r, mine[i]);
+  return r;
+}
+
+// 16-bit storage: the hardware exp (a few fp32 ulps, far below half a bf16/f16 ulp).
+template <class T>
+__device__ __forceinline__ float exp_t(float x) {
+  if constexpr (std::is_same_v<T, float>) return ::expf(x);
+  else return __expf(x);
+}
+
+// PERSIST: a grid of about one wave loops over the row groups, loading the next
+// group's rows while it reduces and writes the current one.
+template <class T, int VPT, int MAXT, bool PERSIST>
+__global__ void __launch_bounds__(MAXT) k_softmax_vec(const T* in, T* out, int64_t rows, int64_t cols, int64_t irs,
+                                                      int64_t ors, bool log) {
+  constexpr int N = kVecN<T>;
+  __shared__ float sh[32];
+  const int tpr = blockDim.x, t = threadIdx.x;
+  const int64_t groups = (rows + blockDim.y - 1) / blockDim.y;
+  auto load = [&](int64_t g, raw16 (&xs)[VPT]) {
+    const int64_t row = g * blockDim.y + threadIdx.y;
+    const int nvec = row < rows ? int(cols / N) : 0;
+    const raw16* x = reinterpret_cast<const raw16*>(in + row * irs);
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+      if (t + k * tpr < nvec) xs[k] = ld16(x + t + k * tpr);
+  };
+  auto process = [&](int64_t g, const raw16 (&xs)[VPT]) {
+    const int64_t row = g * blockDim.y + threadIdx.y;
+    const int nvec = row < rows ? int(cols / N) : 0;  // a dead row only joins the barriers
+    raw16* y = reinterpret_cast<raw16*>(out + row * ors);
+    float m = red::lowest<float>();
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+      if (t + k * tpr < nvec) {
+        float f[N];
+        unpack<T>(xs[k], f);
+#pragma unroll
+        for (int j = 0; j < N; ++j) m = MaxF{}(m, f[j]);
+      }
+    m = group_all(m, MaxF{}, sh);
+    float e[VPT][N], sum = 0.f;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+      if (t + k * tpr < nvec) {
+        float f[N];
+        unpack<T>(xs[k], f);
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+          e[k][j] = exp_t<T>(f[j] - m);
+          sum += e[k][j];
+        }
+      }
+    sum = group_all(sum, AddF{}, sh);
+    const float ls = log ? ::logf(sum) : 0.f;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+      if (t + k * tpr < nvec) {
+        float f[N];
+        unpack<T>(xs[k], f);
+#pragma unroll
+        for (int j = 0; j < N; ++j) f[j] = log ? (f[j] - m) - ls : e[k][j] / sum;
+        st16(y + t + k * tpr, pack<T>(f));
+      }
+  };
+  raw16 xs[VPT];
+  int64_t g = blockIdx.x;
+  load(g, xs);
+  if constexpr (!PERSIST) {
+    process(g, xs);
+  } else {
+    for (;;) {
+      const int64_t gn = g + gridDim.x;
+      raw16 xn[VPT];
+      if (gn < groups) load(gn, xn);  // block-uniform
+      process(g, xs);
+      if (gn >= groups) break;
+      g = gn;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) xs[k] = xn[k];
+    }
+  }
+}
+
+// The vector form when T has 16-byte vectors and the rows are dense and aligned;
+// false when the caller must take the general kernels.
+template <class T>
+bool softmax_vec(const RowArgs& a, bool log, cudaStream_t s) {
+  if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, bf16> && !std::is_same_v<T, f16>) {
+    return false;
+  } else {
+    constexpr int N = kVecN<T>;
+    const int64_t nvec = a.cols / N;
+    if (a.cols % N || a.in_row_stride % N || a.out_row_stride % N || !aligned_16(a.in) || !aligned_16(a.out) ||
+        nvec > 256 * 16)
+      return false;
+    int tpr = nvec <= 32 * 4 ? 32 : int(std::min<int64_t>(1024, (nvec + 3) / 4 + 31) / 32 * 32);
+    tpr = std::max(32, std::min(1024, tune("softmax.tpr", tpr) / 32 * 32));
+    const int64_t need = (nvec + tpr - 1) / tpr;
+    const int vpt = need <= 1 ? 1 : need <= 2 ? 2 : need <= 4 ? 4 : need <= 8 ? 8 : need <= 16 ? 16 : 0;
+    if (!vpt || (vpt >= 8 && tpr > 256)) return false;
+    const int maxt = vpt >= 8 ? 256 : 1024;
+    const int rpb = std::max(1, std::min({tune("softmax.rows", std::max(1, 128 / tpr)), maxt / tpr, 32 / (tpr / 32)}));
+    const int64_t blocks = (a.rows + rpb - 1) / rpb;
+    if (blocks > int64_t(INT32_MAX)) return false;
+    dim3 block{unsigned(tpr), unsigned(rpb), 1u}, grid{unsigned(blocks), 1u, 1u};
+    // persistent: blocks of at most 256 threads (two row buffers need the registers)
+    const bool persist = tpr * rpb <= 256 && tune("softmax.persist", 0);
+    if (persist) {
+      int dev = 0, sms = 0;
+      GK_CUDA_CHECK(cudaGetDevice(&dev));
+      GK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+      int64_t g = int64_t(sms) * std::max(1, std::min(32, (vpt >= 8 ? 512 : 1024) / (tpr * rpb)));
+      if (int forced = tune("softmax.grid", 0); forced > 0) g = forced;
+      grid.x = unsigned(std::min<int64_t>(blocks, g));
+    }
+    const T* in = static_cast<const T*>(a.in);
+    T* out = static_cast<T*>(a.out);
+    const auto rs = a.in_row_stride, os = a.out_row_stride;
+    auto go = [&](auto vc, auto mc) {
+      constexpr int V = decltype(vc)::value, MT = decltype(mc)::value;
+      if (persist) k_softmax_vec<T, V, 256, true><<<grid, block, 0, s>>>(in, out, a.rows, a.cols, rs, os, log);
+      else k_softmax_vec<T, V, MT, false><<<grid, block, 0, s>>>(in, out, a.rows, a.cols, rs, os, log);
+    };
+    using std::integral_constant;
+    switch (vpt) {
+      case 1: go(integral_constant<int, 1>{}, integral_constant<int, 1024>{}); break;
+      case 2: go(integral_constant<int, 2>{}, integral_constant<int, 1024>{}); break;
+      case 4: go(integral_constant<int, 4>{}, integral_constant<int, 1024>{}); break;
+      case 8: go(integral_constant<int, 8>{}, integral_constant<int, 256>{}); break;
+      default: go(integral_constant<int, 16>{}, integral_constant<int, 256>{}); break;
+    }
+    GK_LAUNCH_CHECK("softmax_vec");
+    return true;
+  }
+}
+
 template <class T>
 void softmax_t(const RowArgs& a, bool log, cudaStream_t s) {
+  if (softmax_vec<T>(a, log, s)) return;
   const T* in = static_cast<const T*>(a.in);
   T* out = static_cast<T*>(a.out);
   if (a.cols <= kWarpCols) {

@@ -1,9 +1,12 @@
 // Generic elementwise kernels: a vectorized path for dense operands (16-byte
 // accesses, several in flight per thread) and a strided path for any layout.
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
+#include <type_traits>
 
 #include "core/cuda_util.h"
 #include "gpukit/dtype.h"
@@ -65,37 +68,86 @@ inline bool aligned_for(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) % (sizeof(T) * N)) == 0;
 }
 
+// Raw register type of a Vec<T, N> (so that the loads of a thread are all issued
+// before the first element is unpacked).
+template <int B>
+struct RawOf;
+template <> struct RawOf<16> { using type = uint4; };
+template <> struct RawOf<8> { using type = uint2; };
+template <> struct RawOf<4> { using type = uint32_t; };
+template <> struct RawOf<2> { using type = uint16_t; };
+template <class T, int N>
+using raw_t = typename RawOf<int(sizeof(T)) * N>::type;
+
+template <class T, int N>
+__device__ __forceinline__ raw_t<T, N> ld_vec(const T* p, int64_t i) {
+  return reinterpret_cast<const raw_t<T, N>*>(p)[i];
+}
+template <class T, int N>
+__device__ __forceinline__ Vec<T, N> as_vec(const raw_t<T, N>& r) {
+  Vec<T, N> v;
+  memcpy(&v, &r, sizeof(v));
+  return v;
+}
+
+// Stores N compute values as R (bf16 pairs through the paired conversion).
+template <class R, int N, class C>
+__device__ __forceinline__ void st_vec(R* p, int64_t i, const C (&c)[N]) {
+  if constexpr (std::is_same_v<R, bf16> && std::is_same_v<C, float> && N % 2 == 0) {
+    uint32_t w[N / 2];
+#pragma unroll
+    for (int j = 0; j < N / 2; ++j) {
+      float lo = c[2 * j], hi = c[2 * j + 1];
+      __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+      memcpy(&w[j], &h, 4);
+      if (lo != lo || hi != hi) w[j] = uint32_t(convert<bf16>(lo).bits) | (uint32_t(convert<bf16>(hi).bits) << 16);
+    }
+    raw_t<R, N> r;
+    memcpy(&r, w, sizeof(r));
+    reinterpret_cast<raw_t<R, N>*>(p)[i] = r;
+  } else {
+    Vec<R, N> o;
+#pragma unroll
+    for (int j = 0; j < N; ++j) o.v[j] = convert<R>(c[j]);
+    reinterpret_cast<raw_t<R, N>*>(p)[i] = *reinterpret_cast<const raw_t<R, N>*>(&o);
+  }
+}
+
 // ---- two inputs (either may be a scalar) ----
+// Full tiles of kThreads * kUnroll vectors without bounds checks (every load of a
+// thread in flight at once), then the remaining vectors one per thread.
 template <class T, class R, int N, class F>
 __global__ void __launch_bounds__(kThreads) k_binary_vec(const T* __restrict__ x, const T* __restrict__ y,
                                                          R* __restrict__ out, int64_t nvec, int slot,
                                                          compute_t<T> sv, F f) {
   using C = compute_t<T>;
-  const int64_t step = int64_t(gridDim.x) * kThreads * kUnroll;
-  for (int64_t base = int64_t(blockIdx.x) * kThreads * kUnroll + threadIdx.x; base < nvec; base += step) {
-    Vec<T, N> xa[kUnroll], ya[kUnroll];
+  using RT = raw_t<T, N>;
+  constexpr int64_t kTile = int64_t(kThreads) * kUnroll;
+  const int64_t full = nvec / kTile;
+  auto compute = [&](const RT& xr, const RT& yr, int64_t i) {
+    Vec<T, N> xv = as_vec<T, N>(xr), yv = as_vec<T, N>(yr);
+    C o[N];
+#pragma unroll
+    for (int j = 0; j < N; ++j) o[j] = C(f(slot == 1 ? sv : C(xv.v[j]), slot == 2 ? sv : C(yv.v[j])));
+    st_vec<R, N>(out, i, o);
+  };
+  for (int64_t tile = blockIdx.x; tile < full; tile += gridDim.x) {
+    const int64_t base = tile * kTile + threadIdx.x;
+    RT xa[kUnroll] = {}, ya[kUnroll] = {};
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      int64_t i = base + int64_t(u) * kThreads;
-      if (i < nvec) {
-        if (slot != 1) xa[u] = reinterpret_cast<const Vec<T, N>*>(x)[i];
-        if (slot != 2) ya[u] = reinterpret_cast<const Vec<T, N>*>(y)[i];
-      }
+      if (slot != 1) xa[u] = ld_vec<T, N>(x, base + u * kThreads);
+      if (slot != 2) ya[u] = ld_vec<T, N>(y, base + u * kThreads);
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      int64_t i = base + int64_t(u) * kThreads;
-      if (i < nvec) {
-        Vec<R, N> o;
-#pragma unroll
-        for (int j = 0; j < N; ++j) {
-          C a = slot == 1 ? sv : C(xa[u].v[j]);
-          C b = slot == 2 ? sv : C(ya[u].v[j]);
-          o.v[j] = convert<R>(f(a, b));
-        }
-        reinterpret_cast<Vec<R, N>*>(out)[i] = o;
-      }
-    }
+    for (int u = 0; u < kUnroll; ++u) compute(xa[u], ya[u], base + u * kThreads);
+  }
+  for (int64_t i = full * kTile + int64_t(blockIdx.x) * kThreads + threadIdx.x; i < nvec;
+       i += int64_t(gridDim.x) * kThreads) {
+    RT xr = {}, yr = {};
+    if (slot != 1) xr = ld_vec<T, N>(x, i);
+    if (slot != 2) yr = ld_vec<T, N>(y, i);
+    compute(xr, yr, i);
   }
 }
 
@@ -148,25 +200,27 @@ void launch_binary(const EwArgs& a, F f, compute_t<T> sv, cudaStream_t s) {
 template <class T, class R, int N, class F>
 __global__ void __launch_bounds__(kThreads) k_unary_vec(const T* __restrict__ x, R* __restrict__ out, int64_t nvec,
                                                         F f) {
-  const int64_t step = int64_t(gridDim.x) * kThreads * kUnroll;
-  for (int64_t base = int64_t(blockIdx.x) * kThreads * kUnroll + threadIdx.x; base < nvec; base += step) {
-    Vec<T, N> xa[kUnroll];
+  using RT = raw_t<T, N>;
+  constexpr int64_t kTile = int64_t(kThreads) * kUnroll;
+  const int64_t full = nvec / kTile;
+  auto compute = [&](const RT& xr, int64_t i) {
+    Vec<T, N> xv = as_vec<T, N>(xr);
+    Vec<R, N> o;
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      int64_t i = base + int64_t(u) * kThreads;
-      if (i < nvec) xa[u] = reinterpret_cast<const Vec<T, N>*>(x)[i];
-    }
+    for (int j = 0; j < N; ++j) o.v[j] = f(xv.v[j]);
+    reinterpret_cast<raw_t<R, N>*>(out)[i] = *reinterpret_cast<const raw_t<R, N>*>(&o);
+  };
+  for (int64_t tile = blockIdx.x; tile < full; tile += gridDim.x) {
+    const int64_t base = tile * kTile + threadIdx.x;
+    RT xa[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      int64_t i = base + int64_t(u) * kThreads;
-      if (i < nvec) {
-        Vec<R, N> o;
+    for (int u = 0; u < kUnroll; ++u) xa[u] = ld_vec<T, N>(x, base + u * kThreads);
 #pragma unroll
-        for (int j = 0; j < N; ++j) o.v[j] = f(xa[u].v[j]);
-        reinterpret_cast<Vec<R, N>*>(out)[i] = o;
-      }
-    }
+    for (int u = 0; u < kUnroll; ++u) compute(xa[u], base + u * kThreads);
   }
+  for (int64_t i = full * kTile + int64_t(blockIdx.x) * kThreads + threadIdx.x; i < nvec;
+       i += int64_t(gridDim.x) * kThreads)
+    compute(ld_vec<T, N>(x, i), i);
 }
 
 template <class T, class R, class F>

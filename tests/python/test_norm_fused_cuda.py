@@ -1,0 +1,161 @@
+"""CUDA launch shapes of the bandwidth-bound fused kernels (rms_norm / layer_norm,
+softmax, gated activations, rope) against the CPU reference.
+
+The kernels pick a launch shape from the row length; GPUKIT_TUNE
+(src/cuda/common/vec.cuh) forces the others so that every shape the benchmark
+may select is checked here: rows in registers with 1 to 16 vectors per thread,
+several rows per block (with a dead row in the last block), and every unroll of
+the gated and rope kernels. Each case also checks bit-identical reruns.
+Skips without a CUDA device."""
+import os
+
+import numpy as np
+import pytest
+
+import gpukit as gk
+
+CUDA = gk.cuda.is_available()
+pytestmark = pytest.mark.skipif(not CUDA, reason="no CUDA device")
+TOL = {"float32": 4e-5, "float16": 4e-3, "bfloat16": 3.2e-2}
+DTYPES = ["float32", "bfloat16", "float16"]
+
+
+def make(shape, dtype, seed, scale=1.0):
+    a = np.random.default_rng(seed).standard_normal(shape).astype(np.float32) * scale
+    return gk.asarray(a).astype(dtype)
+
+
+def f64(x):
+    return np.asarray(gk.to_numpy(x), dtype=np.float64)
+
+
+def bits(x):
+    return gk.to_numpy(x).view(np.uint8)
+
+
+@pytest.fixture
+def tune():
+    """Sets GPUKIT_TUNE for the test, restores it after."""
+    old = os.environ.get("GPUKIT_TUNE")
+
+    def set_(v):
+        os.environ["GPUKIT_TUNE"] = v
+    yield set_
+    if old is None:
+        os.environ.pop("GPUKIT_TUNE", None)
+    else:
+        os.environ["GPUKIT_TUNE"] = old
+
+
+def check(got, want, dtype, what):
+    g, w = f64(got), f64(want)
+    t = TOL[dtype]
+    bad = ~np.isclose(g, w, rtol=t, atol=t)
+    if bad.any():
+        i = tuple(int(v) for v in np.argwhere(bad)[0])
+        raise AssertionError(f"{what}: {int(bad.sum())} of {g.size} differ, first at {i}: got {g[i]!r} "
+                             f"want {w[i]!r}; max abs err {np.nanmax(np.abs(g - w)):.3g}")
+
+
+NORM_SHAPES = ["", "norm.tpr=32", "norm.tpr=64", "norm.tpr=128", "norm.tpr=256", "norm.tpr=512", "norm.tpr=1024",
+               "norm.tpr=128,norm.rows=2", "norm.tpr=64,norm.rows=4", "norm.tpr=32,norm.rows=8", "norm.persist=1",
+               "norm.persist=1,norm.grid=5", "norm.persist=1,norm.tpr=64,norm.rows=2,norm.grid=3",
+               "norm.persist=1,norm.tpr=32,norm.rows=4,norm.grid=2", "norm.persist=1,norm.tpr=128,norm.grid=1"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("H", [512, 4096, 8192])
+@pytest.mark.parametrize("shape", NORM_SHAPES)
+def test_norm_shapes(tune, dtype, H, shape):
+    tune(shape)
+    rows = 37  # odd: the last block of a multi-row shape has dead rows
+    x, r, w, b = (make((rows, H), dtype, s) for s in (1, 2, 3, 4))
+    xd, rd, wd, bd = (a.to("cuda") for a in (x, r, w, b))
+    y, nr = gk.nn.rms_norm(xd, wd[0], residual=rd)
+    y2, nr2 = gk.nn.rms_norm(xd, wd[0], residual=rd)
+    yc, nrc = gk.nn.rms_norm(x, w[0], residual=r)
+    what = f"rms_norm residual {dtype} H={H} [{shape}]"
+    np.testing.assert_array_equal(bits(nr), bits(nrc), err_msg=what + ": new residual differs from the CPU")
+    check(y, yc, dtype, what)
+    assert np.array_equal(bits(y), bits(y2)) and np.array_equal(bits(nr), bits(nr2)), what + ": reruns differ"
+    check(gk.nn.rms_norm(xd, wd[0], gemma=True), gk.nn.rms_norm(x, w[0], gemma=True), dtype, f"rms_norm gemma [{shape}]")
+    ln = gk.nn.layer_norm(xd, wd[0], bd[0])
+    check(ln, gk.nn.layer_norm(x, w[0], b[0]), dtype, f"layer_norm {dtype} H={H} [{shape}]")
+    assert np.array_equal(bits(ln), bits(gk.nn.layer_norm(xd, wd[0], bd[0]))), f"layer_norm [{shape}]: reruns differ"
+
+
+SOFTMAX_SHAPES = ["", "softmax.tpr=32", "softmax.tpr=64", "softmax.tpr=128", "softmax.tpr=256", "softmax.tpr=512",
+                  "softmax.tpr=64,softmax.rows=4", "softmax.persist=1", "softmax.persist=1,softmax.grid=5",
+                  "softmax.persist=1,softmax.tpr=64,softmax.rows=2,softmax.grid=3",
+                  "softmax.persist=1,softmax.tpr=32,softmax.rows=4,softmax.grid=1"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("H", [8, 1000, 4096, 8192])
+@pytest.mark.parametrize("shape", SOFTMAX_SHAPES)
+def test_softmax_shapes(tune, dtype, H, shape):
+    tune(shape)
+    x = make((37, H), dtype, 5, scale=4.0)
+    xd = x.to("cuda")
+    for log in (False, True):
+        f = gk.log_softmax if log else gk.softmax
+        got = f(xd)
+        check(got, f(x), dtype, f"{f.__name__} {dtype} H={H} [{shape}]")
+        assert np.array_equal(bits(got), bits(f(xd))), f"{f.__name__} [{shape}]: reruns differ"
+
+
+def test_softmax_special_rows(tune):
+    tune("")
+    a = np.random.default_rng(0).standard_normal((6, 4096)).astype(np.float32)
+    a[1, :] = -np.inf          # a row of -inf
+    a[2, 7] = np.inf           # +inf in a row
+    a[3, 100] = np.nan         # NaN propagates
+    a[4, :4000] = -np.inf      # mostly -inf
+    for dtype in DTYPES:
+        x = gk.asarray(a).astype(dtype)
+        for f in (gk.softmax, gk.log_softmax):
+            g, c = f64(f(x.to("cuda"))), f64(f(x))
+            same = (g == c) | np.isclose(g, c, rtol=TOL[dtype], atol=TOL[dtype]) | (np.isnan(g) & np.isnan(c))
+            assert same.all(), f"{f.__name__} {dtype}: rows {sorted(set(np.argwhere(~same)[:, 0].tolist()))} differ"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("act", ["swiglu", "geglu", "relu2"])
+@pytest.mark.parametrize("shape", ["", "gated.unroll=2", "gated.unroll=8", "gated.bpsm=1", "gated.unroll=2,gated.bpsm=1"])
+def test_gated_shapes(tune, dtype, act, shape):
+    tune(shape)
+    for rows, I in [(37, 4096), (5, 8 * 1111), (3, 7)]:
+        x = make((rows, 2 * I), dtype, 7, scale=3.0)
+        xd = x.to("cuda")
+        if act == "relu2":
+            f = lambda v: gk.nn.relu2(v)  # noqa: E731
+        else:
+            f = lambda v: getattr(gk.nn, act)(v)  # noqa: E731
+        got = f(xd)
+        check(got, f(x), dtype, f"{act} {dtype} rows={rows} I={I} [{shape}]")
+        assert np.array_equal(bits(got), bits(f(xd))), f"{act} [{shape}]: reruns differ"
+        if act != "relu2":  # strided gate/up halves of one buffer and separate operands
+            g, u = xd[:, :I], xd[:, I:]
+            check(getattr(gk.nn, act)(g, u), getattr(gk.nn, act)(x[:, :I], x[:, I:]), dtype, f"{act} two operands")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", ["", "rope.k=1", "rope.k=2", "rope.k=4", "rope.k=8"])
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_rope_shapes(tune, dtype, shape, interleaved):
+    tune(shape)
+    T, Hq, Hkv, D = 33, 32, 8, 128
+    q, k = make((T, Hq, D), dtype, 1), make((T, Hkv, D), dtype, 2)
+    pos = gk.asarray(np.random.default_rng(3).integers(0, 9000, T).astype(np.int32))
+    qd, kd, pd = q.to("cuda"), k.to("cuda"), pos.to("cuda")
+    got = gk.nn.rope(qd, kd, pd, interleaved=interleaved)
+    want = gk.nn.rope(q, k, pos, interleaved=interleaved)
+    for g, w, nm in zip(got, want, "qk"):
+        check(g, w, dtype, f"rope {nm} {dtype} interleaved={interleaved} [{shape}]")
+    # in place on a fused qkv buffer: same values as out of place
+    buf = make((T, Hq + 2 * Hkv, D), dtype, 4).to("cuda")
+    qv, kv = buf[:, :Hq], buf[:, Hq:Hq + Hkv]
+    wq, wk = gk.nn.rope(qv.to("cpu"), kv.to("cpu"), pos, interleaved=interleaved)
+    gk.nn.rope(qv, kv, pd, interleaved=interleaved, inplace=True)
+    check(buf[:, :Hq], wq, dtype, f"rope in place q [{shape}]")
+    check(buf[:, Hq:Hq + Hkv], wk, dtype, f"rope in place k [{shape}]")
