@@ -56,6 +56,8 @@ SEL=(
   "$T/test_attention_decode.py::test_cuda_window_softcap[kw1]"
   "$T/test_attention_decode.py::test_cuda_window_softcap[kw4]"
   "$T/test_attention_decode.py::test_cuda_split_override"
+  "$T/test_attention_decode.py::test_cuda_head_group_kernel[32-8-128-bfloat16]"
+  "$T/test_attention_decode.py::test_cuda_head_group_kernel[6-3-64-float32]"
   "$T/test_kvcache.py::test_cuda_matches_cpu[True-128-bfloat16]"
   "$T/test_kvcache.py::test_cuda_matches_cpu[False-6-float32]"
   "$T/test_kvcache.py::test_cuda_matches_cpu[False-64-float16]"

@@ -380,9 +380,7 @@ void launch(const DecodeArgs& a, cudaStream_t st) {
                                 : dim3{unsigned(a.nsplit * ngb), unsigned(a.hkv), unsigned(a.B)};
   kern<<<grid, kThr, smem, st>>>(a);
   GK_LAUNCH_CHECK("attention_decode_chunk");
-  dim3 mgrid{unsigned(a.hq), unsigned(a.B), 1u};
-  k_decode_merge<T><<<mgrid, unsigned(D), 0, st>>>(a);
-  GK_LAUNCH_CHECK("attention_decode_merge");
+  launch_decode_merge(a, st);
 }
 
 template <class T, class C, int D>
@@ -400,11 +398,18 @@ void launch_g(const DecodeArgs& a, cudaStream_t st) {
 }
 }  // namespace
 
+void launch_decode_merge(const DecodeArgs& a, cudaStream_t st) {
+  dim3 mgrid{unsigned(a.hq), unsigned(a.B), 1u};
+  dispatch_float(a.dtype, [&](auto t) { k_decode_merge<decltype(t)><<<mgrid, unsigned(a.D), 0, st>>>(a); });
+  GK_LAUNCH_CHECK("attention_decode_merge");
+}
+
 void attention_decode(const DecodeArgs& a, void* stream) {
   auto st = static_cast<cudaStream_t>(stream);
   if (!aligned16(a.kc) || !aligned16(a.vc)) throw ValueError("k_cache, v_cache: must be 16-byte aligned");
   if (a.chunk_min < 32 || a.chunk_min % 32 || a.chunk_max < a.chunk_min || a.chunk_max > 4096 || a.target_splits < 1)
     throw ValueError("attention_decode: bad split parameters");
+  if (a.variant == 5 && attention_decode_hg(a, st)) return;  // head-group kernel (attention_decode_hg.cu)
   dispatch_float(a.dtype, [&](auto t) {
     using T = decltype(t);
     auto go = [&](auto c) {
