@@ -1,6 +1,6 @@
 """Benchmarks of the fused inference ops against torch's fastest form, in one run.
 
-    python bench/fused.py --out bench/results/fused.json [--rounds 30] [--only softmax,rope_qk] [--sweep]
+    python bench/fused.py [--out bench/results/h200.json] [--rounds 30] [--only softmax,rope_qk] [--sweep]
 
 Times each op with CUDA events (gpukit events on gpukit's stream, torch events on
 torch's), warm-up first, the median of --rounds rounds of --iters launches each;
@@ -190,7 +190,7 @@ def copy_time(torch, nbytes, rounds, iters, cache):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default="bench/results/fused.json")
+    p.add_argument("--out", default="bench/results/h200.json")
     p.add_argument("--rounds", type=int, default=30)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--only", default="", help="comma-separated names to run")
