@@ -1,59 +1,90 @@
-"""End-to-end LLM benchmark (the baseline the kernel issues improve).
+"""End-to-end LLM generation on the GPU: gpukit (CUDA graph and eager decode, bf16 and
+quantized weights) beside Hugging Face transformers (eager, and static cache +
+torch.compile) in the same run, with the weight-bandwidth roofline.
 
-Llama-3.2-1B and Llama-3.1-8B shapes with random bf16 weights, a 128-token prompt and
-256 new tokens (greedy, EOS ignored), batch 1 and 32: prefill tokens/s, decode tokens/s,
-time to first token and peak GPU memory for gpukit; Hugging Face transformers (eager,
-and static cache + torch.compile) in the same run when torch is installed; the
-weight-bandwidth roofline of decode beside them.
+Llama-3.2-1B and Llama-3.1-8B shapes with random weights, a 128-token prompt and 256
+new tokens by default (greedy, EOS ignored): prefill tokens/s (prompt tokens / time to
+first token), decode tokens/s (batch x tokens after the first / their time), time to
+first token, peak GPU memory.
 
-    python bench/e2e.py                       # on the GPU machine; writes bench/results/h200.json
-    python bench/e2e.py --tiny --device cpu   # smoke test of the gpukit side anywhere
+    python bench/e2e.py                                   # every case (several minutes)
+    python bench/e2e.py --cases 1b-b1,8b-b1 --new 64      # a selection, fewer decode tokens
+    python bench/e2e.py --cases 8b-fp8-b1 --engines gk-graph --profile
+    python bench/e2e.py --tiny --device cpu               # smoke test of the gpukit side anywhere
+
+Cases are <model>[-<quant>]-b<batch>: model 1b or 8b, quant fp8/int8/int4 (gpukit
+only; the HF peers run bf16), e.g. 8b-int4-b1. Engines: gk-graph, gk-eager, hf-eager,
+hf-compile. --profile prints the GPU time of each op of one decode step (CUDA events
+with the GPU queue pre-filled), summed over the layers, with the bytes each
+projection reads and the bandwidth it reaches.
+
+Random weights: gpukit draws layer 0 on the host and copies it to every layer
+(share_layers; separate memory per layer, so the bytes read per step are real);
+transformers initializes its model on the GPU. The roofline is the weight bytes (and,
+for batch > 1, the KV cache at the mean context) read once per step at 4.8 TB/s (the
+H200's HBM3e rate; measured copies reach about 4.2-4.4 TB/s).
 """
 from __future__ import annotations
 
+import re
 import time
 
 from common import gk, parse_args, print_table, record, write_results
 
 MODELS = {
-    "llama-3.2-1b": dict(model_type="llama", vocab_size=128256, hidden_size=2048, intermediate_size=8192,
-                         num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8, head_dim=64,
-                         max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=500000.0,
-                         tie_word_embeddings=True,
-                         rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
-                                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
-    "llama-3.1-8b": dict(model_type="llama", vocab_size=128256, hidden_size=4096, intermediate_size=14336,
-                         num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
-                         max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=500000.0,
-                         tie_word_embeddings=False,
-                         rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
+    "1b": ("llama-3.2-1b", dict(model_type="llama", vocab_size=128256, hidden_size=2048, intermediate_size=8192,
+                                num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8, head_dim=64,
+                                max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=500000.0,
+                                tie_word_embeddings=True,
+                                rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})),
+    "8b": ("llama-3.1-8b", dict(model_type="llama", vocab_size=128256, hidden_size=4096, intermediate_size=14336,
+                                num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                                max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=500000.0,
+                                tie_word_embeddings=False,
+                                rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})),
+    "tiny": ("tiny", dict(model_type="llama", vocab_size=512, hidden_size=256, intermediate_size=512,
+                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                          max_position_embeddings=1024, tie_word_embeddings=True)),
 }
-TINY = {"tiny": dict(model_type="llama", vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                     num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=1024,
-                     tie_word_embeddings=True)}
-HBM_BYTES_PER_S = 4.8e12  # H200
+DEFAULT_CASES = "1b-b1,1b-b32,8b-b1,8b-b32,8b-fp8-b1,8b-int4-b1"
+ENGINES = ("gk-graph", "gk-eager", "hf-eager", "hf-compile")
+HBM_BYTES_PER_S = 4.8e12  # H200 HBM3e
+TARGETS = {("8b", "", 1): 240, ("1b", "", 1): 1000, ("8b", "fp8", 1): 400, ("8b", "int4", 1): 600,
+           ("8b", "", 32): 4000}  # decode tok/s, issue 7
 
 
-def weight_bytes(cfg, itemsize=2):
-    H, I, L, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
-    D, Hq, Hkv = cfg["head_dim"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    per_layer = H * (Hq * D) * 2 + H * (Hkv * D) * 2 + 3 * H * I + 2 * H
-    emb = V * H * (1 if cfg.get("tie_word_embeddings") else 2)
-    return (L * per_layer + emb + H) * itemsize
+def parse_case(c):
+    m = re.fullmatch(r"(1b|8b|tiny)(?:-(fp8|int8|int4))?-b(\d+)", c.strip())
+    if not m:
+        raise SystemExit(f"--cases: bad case {c!r} (expected e.g. 1b-b1, 8b-int4-b1, 8b-b32)")
+    return m.group(1), m.group(2) or "", int(m.group(3))
 
 
-def bench_gpukit(model, batch, prompt_len, new_tokens, device):
+def kv_bytes_per_token(cfg, itemsize=2):
+    return cfg["num_hidden_layers"] * 2 * cfg["num_key_value_heads"] * cfg["head_dim"] * itemsize
+
+
+def prompts_for(batch, prompt_len, vocab):
+    return [[(i * 7919 + b * 104729 + 13) % vocab for i in range(prompt_len)] for b in range(batch)]
+
+
+def bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead=True):
     from gpukit import _C
-    V = model.config.vocab_size
-    prompts = [[(i * 7919 + b * 104729 + 13) % V for i in range(prompt_len)] for b in range(batch)]
-    _C.llm.Generation(model._m, prompts, max_new_tokens=2, ignore_eos=True).step()  # warm-up
+    prompts = prompts_for(batch, prompt_len, model.config.vocab_size)
+    w = _C.llm.Generation(model._m, prompts, max_new_tokens=3, ignore_eos=True, cuda_graph=graph,
+                          lookahead=lookahead)
+    while not w.done:  # warm-up: cuBLASLt plans, one capture
+        w.step()
+    del w
     if device != "cpu":
         gk.synchronize()
         gk.reset_peak_memory_stats(device)
-    g = _C.llm.Generation(model._m, prompts, max_new_tokens=new_tokens, ignore_eos=True)
+    g = _C.llm.Generation(model._m, prompts, max_new_tokens=new_tokens, ignore_eos=True, cuda_graph=graph,
+                          lookahead=lookahead)
     t0 = time.perf_counter()
-    g.step()  # prefill + first token (the token is copied to the host: synchronized)
+    g.step()  # prefill + first token (copied to the host: synchronized)
     t1 = time.perf_counter()
     steps = 1
     while not g.done:
@@ -61,7 +92,9 @@ def bench_gpukit(model, batch, prompt_len, new_tokens, device):
         steps += 1
     t2 = time.perf_counter()
     peak = gk.memory_stats(device)["peak"] if device != "cpu" else 0
-    return dict(prefill=batch * prompt_len / (t1 - t0), decode=batch * (steps - 1) / (t2 - t1), ttft=t1 - t0, peak=peak)
+    assert all(len(x) == new_tokens for x in g.generated)
+    return dict(prefill=batch * prompt_len / (t1 - t0), decode=batch * (steps - 1) / (t2 - t1), ttft=t1 - t0,
+                peak=peak, captures=g.captures)
 
 
 def bench_hf(cfg, batch, prompt_len, new_tokens, compiled):
@@ -69,15 +102,24 @@ def bench_hf(cfg, batch, prompt_len, new_tokens, compiled):
     import transformers as tf
     c = dict(cfg)
     c.pop("model_type")
-    model = tf.LlamaForCausalLM(tf.LlamaConfig(**c)).to(device="cuda", dtype=torch.bfloat16).eval()
-    ids = torch.randint(0, cfg["vocab_size"], (batch, prompt_len), device="cuda")
+    torch.manual_seed(0)
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with torch.device("cuda"):
+            model = tf.LlamaForCausalLM(tf.LlamaConfig(**c)).eval()
+    finally:
+        torch.set_default_dtype(old)
+    ids = torch.tensor(prompts_for(batch, prompt_len, cfg["vocab_size"]), device="cuda")
     kw = dict(do_sample=False, min_new_tokens=new_tokens, max_new_tokens=new_tokens, pad_token_id=0)
     if compiled:
         kw["cache_implementation"] = "static"
         model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
     with torch.no_grad():
-        model.generate(ids, **kw)  # warm-up / compile
+        model.generate(ids, **dict(kw, max_new_tokens=4, min_new_tokens=4))  # warm-up / compile
+        model.generate(ids, **dict(kw, max_new_tokens=4, min_new_tokens=4))
         torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
         model.generate(ids, **dict(kw, max_new_tokens=1, min_new_tokens=1))
         torch.cuda.synchronize()
@@ -85,56 +127,126 @@ def bench_hf(cfg, batch, prompt_len, new_tokens, compiled):
         model.generate(ids, **kw)
         torch.cuda.synchronize()
         t2 = time.perf_counter()
+    peak = torch.cuda.max_memory_allocated()
     del model
     torch.cuda.empty_cache()
     ttft = t1 - t0
     return dict(prefill=batch * prompt_len / ttft, decode=batch * (new_tokens - 1) / max(t2 - t1 - ttft, 1e-9),
-                ttft=ttft)
+                ttft=ttft, peak=peak)
+
+
+def print_profile(model, cfg, batch, context, quant):
+    prof = model.profile_decode(batch=batch, context=context, reps=3)
+    total = sum(ms for _, _, ms in prof)
+    H, I, D = cfg["hidden_size"], cfg["intermediate_size"], cfg["head_dim"]
+    Q, KV, V = cfg["num_attention_heads"] * D, cfg["num_key_value_heads"] * D, cfg["vocab_size"]
+    L = cfg["num_hidden_layers"]
+    per_elem = {"": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5 + 5.0 / 128}[quant]
+    wbytes = {"qkv": (Q + 2 * KV) * H * per_elem * L, "o_proj": Q * H * per_elem * L,
+              "gate_up": 2 * I * H * per_elem * L, "down": I * H * per_elem * L,
+              "lm_head": V * H * (1.0 if quant else 2.0),  # quantized heads: int8 / fp8
+              "attention": kv_bytes_per_token(cfg) * batch * context}
+    agg = {}
+    for name, _, ms in prof:
+        agg[name] = agg.get(name, 0.0) + ms
+    print(f"  profile of one eager decode step (b{batch}, context {context}): sum of ops {total * 1e3:.0f} us")
+    print(f"  {'op':<11}{'us/step':>9}{'share':>8}{'GB read':>9}{'TB/s':>7}")
+    for name, ms in sorted(agg.items(), key=lambda kv: -kv[1]):
+        b = wbytes.get(name)
+        tbs = f"{b / (ms * 1e-3) / 1e12:7.2f}" if b and ms > 0 else "       "
+        gb = f"{b / 1e9:9.3f}" if b else "         "
+        print(f"  {name:<11}{ms * 1e3:9.1f}{100 * ms / total:7.1f}%{gb}{tbs}")
 
 
 def main():
     def extra(p):
-        p.add_argument("--tiny", action="store_true", help="a tiny model (smoke test)")
+        p.add_argument("--tiny", action="store_true", help="a tiny model (smoke test; cases tiny-b1,tiny-b4)")
         p.add_argument("--device", default="cuda")
-        p.add_argument("--batches", default="1,32")
+        p.add_argument("--cases", default=DEFAULT_CASES, help=f"comma-separated (default {DEFAULT_CASES})")
+        p.add_argument("--engines", default=",".join(ENGINES), help=f"comma-separated subset of {ENGINES}")
         p.add_argument("--prompt", type=int, default=128)
-        p.add_argument("--new", type=int, default=256)
+        p.add_argument("--new", type=int, default=256, help="new tokens per sequence")
+        p.add_argument("--eager-new", type=int, default=0, help="new tokens for gk-eager (default --new)")
+        p.add_argument("--profile", action="store_true", help="per-op GPU time of one decode step per case")
+        p.add_argument("--no-lookahead", action="store_true",
+                       help="gpukit waits for each token before launching the next step")
 
     a = parse_args("End-to-end LLM generation", extra)
     if a.device != "cpu" and not gk.cuda.is_available():
         print("CUDA is unavailable: use --device cpu --tiny for a smoke test")
         return 0
-    models = TINY if a.tiny else MODELS
+    cases = [parse_case(c) for c in ("tiny-b1,tiny-b4" if a.tiny else a.cases).split(",") if c.strip()]
+    engines = [e.strip() for e in a.engines.split(",") if e.strip()]
+    for e in engines:
+        if e not in ENGINES:
+            raise SystemExit(f"--engines: unknown {e!r} (choose from {ENGINES})")
+    if a.no_peer or a.device == "cpu":
+        engines = [e for e in engines if not e.startswith("hf")]
+    print(f"prompt {a.prompt} tokens, {a.new} new tokens per sequence (gk-eager: {a.eager_new or a.new}); "
+          f"greedy, EOS ignored; engines {engines}; gpukit lookahead {'off' if a.no_lookahead else 'on'}")
     records = []
-    for name, cfg in models.items():
-        t = time.perf_counter()
-        model = gk.llm.random_model(cfg, device=a.device, dtype="bfloat16")
-        print(f"{name}: random weights made in {time.perf_counter() - t:.1f} s")
-        roof_steps = HBM_BYTES_PER_S / weight_bytes(cfg)
-        for batch in [int(x) for x in a.batches.split(",")]:
-            shape = f"{name} b{batch} p{a.prompt} n{a.new}"
-            r = bench_gpukit(model, batch, a.prompt, a.new, a.device)
-            hf = {}
-            if not a.no_peer and a.device != "cpu":
-                for label, compiled in (("hf-eager", False), ("hf-static-compile", True)):
-                    try:
-                        hf[label] = bench_hf(cfg, batch, a.prompt, a.new, compiled)
-                    except Exception as e:  # noqa: BLE001 - report and continue
-                        print(f"{label}: {type(e).__name__}: {e}")
-            for metric, key in (("prefill tok/s", "prefill"), ("decode tok/s", "decode"), ("TTFT s", "ttft")):
-                peer = hf.get("hf-static-compile") or hf.get("hf-eager")
-                records.append(record("e2e " + metric, shape, "bfloat16", metric, r[key],
-                                      peer="hf-static-compile" if "hf-static-compile" in hf else
-                                      ("hf-eager" if hf else ""), peer_value=peer[key] if peer else None))
-                if "hf-eager" in hf and "hf-static-compile" in hf:
-                    records.append(record("e2e " + metric + " (hf eager)", shape, "bfloat16", metric, r[key],
-                                          peer="hf-eager", peer_value=hf["hf-eager"][key]))
-            records.append(record("e2e peak memory GiB", shape, "bfloat16", "GiB", r["peak"] / 2**30))
-            records.append(record("e2e decode roofline tok/s", shape, "bfloat16", "decode tok/s (weights once per step)",
-                                  roof_steps * batch))
-        del model
+    loaded = {}
+    for key, quant, batch in cases:
+        name, cfg = MODELS[key]
+        if (key, quant) not in loaded:
+            loaded.clear()  # one model on the GPU at a time
+            t = time.perf_counter()
+            loaded[(key, quant)] = gk.llm.random_model(cfg, device=a.device, dtype="bfloat16", quantize=quant or None,
+                                                       share_layers=True)
+            print(f"{name}{'-' + quant if quant else ''}: random weights made in {time.perf_counter() - t:.1f} s")
+        model = loaded[(key, quant)]
+        dtype = quant or "bfloat16"
+        shape = f"{name} b{batch} p{a.prompt} n{a.new}"
+        # bytes read per step: every weight but the embedding table (one row per token is
+        # gathered), which the lm head reads when tied (and not quantized)
+        emb_read = cfg.get("tie_word_embeddings") and not quant
+        wbytes = model._m.nbytes - (0 if emb_read else cfg["vocab_size"] * cfg["hidden_size"] * 2)
+        kv = kv_bytes_per_token(cfg) * batch * (a.prompt + a.new / 2)
+        roof = batch * HBM_BYTES_PER_S / (wbytes + kv)
+        res = {}
+        for eng in engines:
+            if eng.startswith("gk"):
+                n = (a.eager_new or a.new) if eng == "gk-eager" else a.new
+                res[eng] = bench_gpukit(model, batch, a.prompt, n, a.device, graph=eng == "gk-graph",
+                                        lookahead=not a.no_lookahead)
+        if a.profile:
+            print_profile(model, cfg, batch, a.prompt + a.new // 2, quant)
+        for eng in engines:
+            if eng.startswith("hf") and not quant:
+                if key == "8b":
+                    loaded.clear()  # room for transformers' copy
+                    model = None
+                try:
+                    res[eng] = bench_hf(cfg, batch, a.prompt, a.new, compiled=eng == "hf-compile")
+                except Exception as e:  # noqa: BLE001 - report and continue
+                    print(f"{eng}: {type(e).__name__}: {str(e)[:300]}")
+        target = TARGETS.get((key, quant, batch))
+        print(f"== {shape} {dtype}: weights {wbytes / 1e9:.2f} GB, roofline {roof:.0f} tok/s"
+              + (f", target {target} tok/s" if target else ""))
+        for eng, r in res.items():
+            extra_s = f" captures {r['captures']}" if "captures" in r and eng == "gk-graph" else ""
+            print(f"  {eng:<11} prefill {r['prefill']:9.0f} tok/s  decode {r['decode']:8.1f} tok/s "
+                  f"({100 * r['decode'] / roof:5.1f}% of roofline)  TTFT {r['ttft'] * 1e3:8.1f} ms  "
+                  f"peak {r['peak'] / 2**30:6.2f} GiB{extra_s}")
+        peer_name = "hf-compile" if "hf-compile" in res else ("hf-eager" if "hf-eager" in res else "")
+        peer = res.get(peer_name)
+        for eng in ("gk-graph", "gk-eager"):
+            if eng not in res:
+                continue
+            r = res[eng]
+            label = "" if eng == "gk-graph" else " (eager)"
+            for metric, k in (("prefill tok/s", "prefill"), ("decode tok/s", "decode"), ("TTFT s", "ttft")):
+                records.append(record(f"e2e {metric}{label}", shape, dtype, metric, r[k], peer=peer_name,
+                                      peer_value=peer[k] if peer else None))
+            records.append(record(f"e2e peak memory GiB{label}", shape, dtype, "GiB", r["peak"] / 2**30,
+                                  peer=peer_name, peer_value=peer["peak"] / 2**30 if peer else None))
+        if "hf-eager" in res and "hf-compile" in res and "gk-graph" in res:
+            records.append(record("e2e decode tok/s (vs hf eager)", shape, dtype, "decode tok/s",
+                                  res["gk-graph"]["decode"], peer="hf-eager", peer_value=res["hf-eager"]["decode"]))
+        records.append(record("e2e decode roofline tok/s", shape, dtype, "decode tok/s (bytes once per step)", roof))
+    loaded.clear()
     print_table(records)
-    if not a.tiny:
+    if not a.tiny and a.device != "cpu":
         write_results(a.out, records)
     return 0
 

@@ -136,29 +136,6 @@ def rope_cases(gk, torch, ncopy=2):
                "torch eager NeoX (cached cos/sin)", t_rope, ta)
 
 
-def decode_cases(gk, torch):
-    Hq, Hkv, D = 32, 8, 128
-    F = torch.nn.functional
-    for B, T in [(1, 4096), (1, 16384), (1, 131072), (16, 4096), (32, 8192), (64, 2048)]:
-        nbytes = 2 * B * T * Hkv * D * 2
-        ncopy = 1 if nbytes > 256e6 else 2
-        lens = gk.asarray(np.full(B, T, np.int32)).to("cuda")
-        ga = []
-        for i in range(ncopy):
-            q = gk_rand(gk, (B, Hq, D), "bfloat16", i)
-            kc = gk.zeros((B, T, Hkv, D), dtype="bfloat16", device="cuda")  # contiguous cache
-            vc = gk.zeros((B, T, Hkv, D), dtype="bfloat16", device="cuda")
-            for c in (kc, vc):  # fill with data (never time zeros)
-                gk.copy_into(c, gk_rand(gk, (1, T, Hkv, D), "bfloat16", 7 + i).broadcast_to((B, T, Hkv, D)))
-            ga.append((q, kc, vc))
-        ta = [(torch.randn(B, Hq, 1, D, device="cuda", dtype=torch.bfloat16),
-               torch.randn(B, Hkv, T, D, device="cuda", dtype=torch.bfloat16),
-               torch.randn(B, Hkv, T, D, device="cuda", dtype=torch.bfloat16)) for _ in range(ncopy)]
-        yield ("attention_decode", f"B{B}_T{T}_Hq{Hq}_Hkv{Hkv}_D{D}", "bfloat16", nbytes,
-               lambda q, k, v: gk.nn.attention_decode(q, k, v, lens), ga,
-               "torch SDPA (enable_gqa)", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), ta)
-
-
 NORM_PERSIST = ["norm.persist=1", "norm.persist=1,norm.waves=2", "norm.persist=1,norm.tpr=64",
                 "norm.persist=1,norm.tpr=256", "norm.persist=1,norm.tpr=32,norm.rows=4"]
 # Launch shapes to compare with --sweep: op name -> GPUKIT_TUNE strings ("" = the default).
@@ -214,8 +191,6 @@ def main(argv=None):
         want("softmax") else []
     if want("rope_qk"):
         gens.append(rope_cases(gk, torch))
-    if want("attention_decode"):
-        gens.append(decode_cases(gk, torch))
     for name, shape, dt, nbytes, gfn, gargs, peer, tfn, targs in itertools.chain(*gens):
         if not want(name):
             continue

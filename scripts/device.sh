@@ -31,9 +31,17 @@ if [ -x /usr/bin/g++ ] && [ -z "${GPUKIT_KEEP_CXX:-}" ]; then
 fi
 declare -a NAMES=() RESULTS=() TIMES=()
 
+# DEVICE_DEADLINE (seconds since the start): stages that would start later are skipped
+# (recorded as FAIL(125)), so a run that must fit a time limit still writes its summary.
+DEADLINE=${DEVICE_DEADLINE:-0}
 stage() {  # stage NAME LOGFILE cmd...
   local name=$1 log=$2
   shift 2
+  if [ "$DEADLINE" -gt 0 ] && [ $SECONDS -ge "$DEADLINE" ]; then
+    echo "=== $name skipped: past DEVICE_DEADLINE" | tee "$OUTDIR/$log"
+    NAMES+=("$name"); RESULTS+=(125); TIMES+=(0)
+    return 0
+  fi
   local t0=$SECONDS
   echo "=== $name ($(date -u +%H:%M:%S))"
   "$@" >"$OUTDIR/$log" 2>&1
@@ -94,6 +102,28 @@ for b in ${DEVICE_BENCHES:-elementwise overhead fused sampling jit_launch}; do
 done
 fi
 
+# A plan file (DEVICE_PLAN): one stage per line, `pytest ARGS...`, `bench bench/x.py ARGS...` (gets
+# --out results.json when it has no --out) or `cmd COMMAND...`; `# comments` and blank lines are skipped.
+# Each stage runs under DEVICE_STAGE_TIMEOUT seconds (default 120).
+if [ -n "${DEVICE_PLAN:-}" ] && [ -f "$DEVICE_PLAN" ]; then
+  n=0
+  while IFS= read -r line || [ -n "$line" ]; do
+    line=${line%%#*}; line=$(echo "$line" | sed 's/[[:space:]]*$//')
+    [ -z "$line" ] && continue
+    n=$((n + 1)); kind=${line%% *}; rest=${line#* }
+    case "$kind" in
+      pytest) stage "plan $n pytest" "plan_${n}_pytest.log" timeout "${DEVICE_STAGE_TIMEOUT:-120}" \
+                bash -c "'$PY' -m pytest -q -rfEs -p no:cacheprovider $rest" ;;
+      bench)  case "$rest" in *--out*) ;; *) rest="$rest --out $RESULTS_JSON" ;; esac
+              stage "plan $n bench" "plan_${n}_bench.log" timeout "${DEVICE_STAGE_TIMEOUT:-120}" \
+                bash -c "'$PY' $rest" ;;
+      cmd)    stage "plan $n cmd" "plan_${n}_cmd.log" timeout "${DEVICE_STAGE_TIMEOUT:-120}" bash -c "$rest" ;;
+      *)      echo "plan line $n: unknown kind '$kind'" ;;
+    esac
+    echo "$line" > "$OUTDIR/plan_${n}.line"
+  done < "$DEVICE_PLAN"
+fi
+
 # ---- summary ----
 fail=0
 for r in "${RESULTS[@]}"; do [ "$r" -ne 0 ] && fail=1; done
@@ -106,6 +136,9 @@ for r in "${RESULTS[@]}"; do [ "$r" -ne 0 ] && fail=1; done
   done
   grep -E "^\[  (PASSED|FAILED|SKIPPED) +\]" "$OUTDIR/gtest.log" 2>/dev/null | grep -E "tests?[ ,.]" | head -5
   tail -n 1 "$OUTDIR/pytest.log" 2>/dev/null
+  for f in "$OUTDIR"/plan_*_pytest.log; do
+    [ -f "$f" ] && echo "$(basename "$f"): $(cat "${f%_pytest.log}.line" 2>/dev/null | cut -c1-100) -> $(tail -n 1 "$f")"
+  done
   for f in "$OUTDIR"/bench_*.log; do
     [ -f "$f" ] && tail -n 25 "$f"
   done

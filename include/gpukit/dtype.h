@@ -90,7 +90,22 @@ template <> struct compute_type<f8e4m3> { using type = float; };
 template <> struct compute_type<f8e5m2> { using type = float; };
 template <class T> using compute_t = typename compute_type<T>::type;
 
-// Converts between any two storage types, through the compute type.
+// double -> float rounded to odd: when the value is not exact, the result is the float
+// toward zero with its last bit set. Rounding that float again to nearest-even into a format
+// with at most 22 significand bits (f16, bf16, fp8) gives the correctly rounded result of
+// the double, where plain double -> float -> narrow could round twice.
+GK_HD float f64_to_f32_round_odd(double d) {
+  float f = static_cast<float>(d);
+  double back = static_cast<double>(f);
+  if (!(d == d) || back == d) return f;
+  uint32_t u = f32_bits(f);
+  if ((back < 0 ? -back : back) > (d < 0 ? -d : d)) u -= 1;  // rounded away from zero (inf -> max)
+  return bits_f32(u | 1u);
+}
+
+// Converts between any two storage types, through the compute type. float64 and integers
+// reach the narrow float types through a round-to-odd float, so they are rounded once
+// (integers above 2^53 in magnitude are first rounded to double).
 template <class To, class From>
 GK_HD To convert(From v) {
   if constexpr (std::is_same_v<To, From>) {
@@ -99,7 +114,9 @@ GK_HD To convert(From v) {
     return static_cast<compute_t<From>>(v) != compute_t<From>(0);
   } else if constexpr (std::is_same_v<To, f16> || std::is_same_v<To, bf16> ||
                        std::is_same_v<To, f8e4m3> || std::is_same_v<To, f8e5m2>) {
-    return To(static_cast<float>(static_cast<compute_t<From>>(v)));
+    using C = compute_t<From>;
+    if constexpr (std::is_same_v<C, float>) return To(static_cast<float>(static_cast<C>(v)));
+    else return To(f64_to_f32_round_odd(static_cast<double>(static_cast<C>(v))));
   } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<compute_t<From>>) {
     // float -> int: truncation toward zero; NaN gives 0; out-of-range values clamp.
     using C = compute_t<From>;

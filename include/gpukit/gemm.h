@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpukit/array.h"
@@ -61,13 +62,31 @@ Array int8_linear(const Array& x, const Array& w, const Array* x_scale = nullptr
                   const Array* bias = nullptr, std::optional<DType> out_dtype = std::nullopt,
                   const Stream* s = nullptr);
 
-// FP8 (e4m3) x [..., K] times w [N, K]^T with per-tensor scales (one float each):
+// FP8 x [..., K] times w [N, K]^T (each float8_e4m3fn or float8_e5m2) with per-tensor scales (one float each):
 // y = (x @ w^T) * x_scale * w_scale (+ bias), fp32 accumulation, rounded once to
-// out_dtype (default bfloat16). cuBLASLt's FP8 GEMM when it takes the layout (and no
-// bias), else an exact float32 GEMM of the converted operands and a scaling pass.
+// out_dtype (default bfloat16). cuBLASLt's FP8 GEMM when it takes the problem (e4m3 x
+// e4m3, no bias, dimensions multiples of 16, aligned), else an exact float32 GEMM of the
+// converted operands and a scaling pass.
 Array fp8_linear(const Array& x, const Array& w, const Array& x_scale, const Array& w_scale,
                  const Array* bias = nullptr, std::optional<DType> out_dtype = std::nullopt,
                  const Stream* s = nullptr);
+
+// FP8 (e4m3) with block scales, the DeepSeek-V3 layout: x [..., K] with one float
+// scale per 1x128 block of each row, x_scale [..., ceil(K/128)]; w [N, K] with one
+// scale per 128x128 block, w_scale [ceil(N/128), ceil(K/128)]. Per block b of K:
+// P_b = fp32 sum of x*w over the block; y = sum_b (x_scale[i,b] * w_scale[j/128,b]) *
+// P_b (+ bias) in fp32, rounded once to out_dtype (default bfloat16). On CUDA
+// cuBLASLt's block-scaled FP8 kernels (VEC128_32F x BLK128x128_32F, sm_90) when the
+// problem meets their requirements, else gpukit's kernel (bitwise equal to the CPU).
+Array fp8_block_linear(const Array& x, const Array& w, const Array& x_scale, const Array& w_scale,
+                       const Array* bias = nullptr, std::optional<DType> out_dtype = std::nullopt,
+                       const Stream* s = nullptr);
+
+// Block quantization to e4m3 for fp8_block_linear: block_rows = 1 gives 1x128 blocks
+// (activations a [..., K] -> scales [..., ceil(K/128)]), block_rows = 128 gives 128x128
+// blocks (weights a [N, K] -> scales [ceil(N/128), ceil(K/128)]). s = amax/448 per block
+// (1 for an all-zero block), q = e4m3(a / s) rounded to nearest even. Returns (q, s).
+std::pair<Array, Array> quantize_fp8_blocks(const Array& a, int64_t block_rows, const Stream* s = nullptr);
 
 namespace blas {
 struct Info {

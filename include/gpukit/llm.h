@@ -2,9 +2,10 @@
 // KV cache, and generation.
 //
 // Supported families (spec.cpp): "llama" (Llama 2/3/3.1/3.2 with rope scaling,
-// Mistral, SmolLM2), "qwen2" (q/k/v bias), "qwen3" (q/k RMS norms). GPT-2 and
-// Mixtral-style MoE are not implemented yet (unknown architectures raise a
-// ValueError listing the supported ones).
+// Mistral, SmolLM2), "qwen2" (q/k/v bias), "qwen3" (q/k RMS norms), "gpt2"
+// (learned absolute positions, LayerNorm with bias, GELU MLP with biases, fused
+// qkv; gpt2.cpp), and Mixtral-style mixture of experts as llama with a sparse MLP
+// (moe.cpp). Unknown architectures raise a ValueError listing the supported ones.
 //
 // Models load from a Hugging Face directory (config.json + *.safetensors, optional
 // tokenizer.json) or a GGUF file (float formats directly, quantized tensors
@@ -14,7 +15,9 @@
 //
 // Several new tokens after a cached prefix (chunked prefill, later chat turns) run
 // as a prefill whose attention gathers the sequence's keys/values from its pages.
-// Not done yet: CUDA graph capture of the decode step (each step runs eagerly).
+// Decode steps run through a DecodeRunner (src/llm/decode.cpp): fixed device
+// buffers for the per-step inputs and, on CUDA, one captured CUDA graph of the whole
+// step (embedding .. lm head .. sampling) replayed per token.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -27,6 +30,7 @@
 #include "gpukit/array.h"
 #include "gpukit/io.h"
 #include "gpukit/nn.h"
+#include "gpukit/quant.h"
 
 namespace gk {
 // Gathers rows of `table` [V, H] for the int32/int64 `ids` (any shape): result
@@ -44,7 +48,7 @@ namespace gk::llm {
 
 struct ModelConfig {
   std::string architecture;  // as written in the file ("llama", "mistral", "qwen2", ...)
-  std::string family;        // the spec table entry: "llama", "qwen2", "qwen3"
+  std::string family;        // the spec table entry: "llama", "qwen2", "qwen3", "gpt2"
   std::string format;        // "safetensors" or "gguf"
   int64_t vocab_size = 0, hidden_size = 0, num_layers = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
   int64_t intermediate_size = 0, max_positions = 0;
@@ -55,8 +59,15 @@ struct ModelConfig {
   double norm_eps = 1e-6;
   bool tie_embeddings = false, qk_norm = false, attention_bias = false;
   int64_t sliding_window = 0;  // > 0: each token attends to the last sliding_window keys (itself included)
+  int64_t num_experts = 0, experts_per_tok = 0;  // mixture of experts (Mixtral); 0: a dense MLP
   int64_t bos_id = -1;
   std::vector<int64_t> eos_ids;
+  // From the family's spec (gpt2: true, "gelu_tanh", true): LayerNorm with bias
+  // instead of RMSNorm, MLP activation ("silu" = SwiGLU; "gelu_tanh" / "gelu" =
+  // plain up/down MLP with biases), learned absolute positions instead of rope.
+  bool layer_norm = false;
+  std::string activation = "silu";
+  bool learned_positions = false;
 };
 
 std::vector<std::string> supported_architectures();
@@ -68,11 +79,27 @@ std::string config_summary(const ModelConfig& c);
 // The weights of one layer and of the model (HF naming of the roles).
 struct LayerWeights {
   Array attn_norm, q, k, v, o, q_bias, k_bias, v_bias, q_norm, k_norm, ffn_norm, gate, up, down;
+  // Made by prepare_weights: q/k/v (and their biases) and gate/up concatenated along
+  // the output rows, one matrix per layer; q, k, v, gate and up are then views into them.
+  Array qkv, qkv_bias, gate_up;  // [Q + 2 KV, H], [Q + 2 KV], [2 I, H]
+  // quantize= option: the linear weights in a gk::quantize_weight format (format empty
+  // when not quantized; the float weights above are then released).
+  QuantizedWeight qkv_q, o_q, gate_up_q, down_q;
+  // gpt2: qkv above is loaded fused [3 * Hq * D, H]; the biases of the norms and projections
+  Array o_bias, attn_norm_bias, ffn_norm_bias, up_bias, down_bias;
+  // mixture of experts (src/llm/moe.cpp): router [E, H], experts' w1;w3 [E, 2I, H], w2 [E, H, I]
+  Array moe_gate, moe_w13, moe_w2;
+  std::vector<Array> moe_parts;  // the expert tensors as read, until they are stacked
 };
 struct Weights {
   Array embed, final_norm, lm_head;  // lm_head == embed when tied
+  Array pos_embed, final_norm_bias;  // gpt2: learned positions [max_positions, H], LayerNorm bias
   std::vector<LayerWeights> layers;
   size_t nbytes = 0;
+  std::string quantized;  // "", "fp8", "int8", "int4"
+  // quantize=: the lm head too (int8 for int4 models, else the same format); the
+  // embedding table stays in the model dtype for the row gathers.
+  QuantizedWeight lm_head_q;
 };
 // progress(done, total) after each tensor (may be empty).
 using Progress = std::function<void(int64_t, int64_t)>;
@@ -81,7 +108,18 @@ Weights load_weights(const ModelConfig& c, const std::string& path, Device devic
 
 // Random weights for a config (benchmarks): unit-variance embeddings, weights scaled by
 // 1/sqrt(fan_in), norms near 1; made on the host one tensor at a time.
-Weights random_weights(const ModelConfig& c, Device device, DType dtype, uint64_t seed = 0);
+// share_layers: every layer gets a device copy of layer 0's draw (fast set-up of big
+// models for benchmarks; the layers still own separate memory).
+Weights random_weights(const ModelConfig& c, Device device, DType dtype, uint64_t seed = 0,
+                       bool share_layers = false);
+
+// Load-time preparation: concatenates q/k/v (+ biases) and gate/up of each layer, and
+// with quantize ("fp8", "int8", "int4": gk::quantize_weight, int4 in groups of 128, or
+// 64 / 32 where K is not a multiple of 128)
+// replaces the linear weights of the layers by their quantized form, and adds a
+// quantized lm head (int8 for int4 models; the embedding table stays as it is). share_layers: quantize layer 0 and copy it (random
+// benchmark weights only).
+void prepare_weights(const ModelConfig& c, Weights& w, const std::string& quantize = "", bool share_layers = false);
 
 // A paged KV cache: per layer one pool [num_blocks, block_size, Hkv, D] allocated up
 // front; sequences take pages from a free list as they grow (never copied).
@@ -100,6 +138,8 @@ class KvCache {
   int64_t capacity(int64_t seq) const;
   // int32 [B, max_blocks] block table of `seqs` (CPU).
   Array block_table(const std::vector<int64_t>& seqs) const;
+  const std::vector<int32_t>& pages(int64_t seq) const { return pages_.at(seq); }
+  int64_t num_blocks() const { return k.empty() ? 0 : k[0].shape(0); }
   int64_t block_size() const { return bs_; }
   int64_t free_blocks() const { return int64_t(free_.size()); }
   std::vector<Array> k, v;  // per layer
@@ -112,13 +152,40 @@ class KvCache {
   int64_t next_id_ = 0;
 };
 
+// The inputs of one decode step (one new token per sequence), all int32 arrays on
+// the model's device, so that the step can be captured in a CUDA graph and replayed
+// after the buffers are rewritten.
+struct DecodeBatch {
+  Array ids;          // [B] the new tokens
+  Array positions;    // [B] their positions = the cached lengths before the step
+  Array lengths;      // [B] the lengths after the step (positions + 1)
+  Array block_table;  // [B, max_blocks] pages of each sequence (entries past its pages: any id)
+};
+
+// Engine switches of a model.
+struct EngineOptions {
+  bool cuda_graph = true;  // capture the decode step in a CUDA graph on CUDA
+  bool use_gemv = true;    // decode projections (<= 8 rows) through gk::gemv instead of matmul
+};
+
 class Model {
  public:
+  // quantize: "", "fp8", "int8" or "int4" (see prepare_weights).
   static std::shared_ptr<Model> load(const std::string& path, Device device = {}, DType dtype = DType::f32,
-                                     const Progress& progress = {});
+                                     const Progress& progress = {}, const std::string& quantize = "");
   // A model with random weights and no tokenizer (benchmarks, tests).
   static std::shared_ptr<Model> random(const ModelConfig& c, Device device = {}, DType dtype = DType::f32,
-                                       uint64_t seed = 0);
+                                       uint64_t seed = 0, const std::string& quantize = "",
+                                       bool share_layers = false);
+  EngineOptions& options() { return opt_; }
+  const EngineOptions& options() const { return opt_; }
+  // One decode step over device-resident inputs (no host synchronization, nothing
+  // read back; capturable): float32 logits [B, V]. The caller has reserved the pages
+  // and advances the cache lengths afterwards.
+  Array decode_batch(KvCache& cache, const DecodeBatch& in);
+  // Profiling: when set, run_layers calls it after each op ("embed", "qkv", "rope",
+  // ...) with the layer index (-1 outside the layers); used by gk.llm's profile().
+  std::function<void(const char*, int)> op_hook;
   const ModelConfig& config() const { return cfg_; }
   const Weights& weights() const { return w_; }
   Device device() const { return device_; }
@@ -144,7 +211,16 @@ class Model {
   Array decode(KvCache& cache, const std::vector<int64_t>& seqs, const std::vector<int32_t>& tokens);
   Array run_layers(const Array& ids, const Array& positions, KvCache& cache, const nn::KvIndex& idx,
                    const std::function<Array(const Array&, const Array&, const Array&, int)>& attend);
+  // y = x @ W^T (+ bias) through the fastest path for the rows of x and the weight form.
+  Array project(const Array& x, const Array& w, const QuantizedWeight& qw, const Array& bias = {},
+                std::optional<DType> out = std::nullopt) const;
+  Array lm_head(const Array& h) const;
+  Array mlp(const LayerWeights& L, const Array& h, int layer) const;
+  void mark(const char* what, int layer) const {
+    if (op_hook) op_hook(what, layer);
+  }
   ModelConfig cfg_;
+  EngineOptions opt_;
   Weights w_;
   Device device_;
   DType dtype_ = DType::f32;
@@ -160,7 +236,12 @@ struct GenerateOptions {
   uint64_t seed = 0;
   std::vector<int32_t> stop_ids;  // in addition to the model's EOS ids
   bool ignore_eos = false;
+  std::optional<bool> cuda_graph;  // default: the model's options().cuda_graph
+  // CUDA: launch the next decode step before reading this one's tokens (hides the
+  // host's per-token work). last_logits() of graph steps then needs lookahead = false.
+  bool lookahead = true;
 };
+class DecodeRunner;
 void validate(const GenerateOptions& o);
 
 // Token-by-token generation for a batch of prompts. step() runs one forward pass
@@ -174,7 +255,13 @@ class Generation {
   // append to each (at least one), e.g. the next turn of a chat.
   Generation(std::shared_ptr<Model> model, std::shared_ptr<KvCache> cache, const std::vector<int64_t>& seqs,
              const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& o);
+  ~Generation();
+  Generation(Generation&&) noexcept;
   std::vector<int32_t> step();
+  // float32 logits [n, V] of the last step's running rows (a host copy; tests).
+  Array last_logits() const;
+  // How many times the decode step was captured (0 when eager).
+  int64_t captures() const { return captures_; }
   bool done() const;
   void finish(size_t row);  // stops a sequence (e.g. a stop string matched)
   const std::vector<std::vector<int32_t>>& generated() const { return out_; }
@@ -191,7 +278,22 @@ class Generation {
   void check_prompts() const;
   std::vector<int32_t> last_;
   bool started_ = false;
+  std::unique_ptr<DecodeRunner> runner_;
+  Array last_logits_;
+  int64_t captures_ = 0;
+  std::vector<int32_t> sample_prefill(const Array& logits, const std::vector<size_t>& rows);
 };
+
+// GPU time of each op of one eager decode step for `batch` sequences of `context`
+// cached tokens (random ids; CUDA events between the ops of Model's op hook, the GPU
+// queue filled first with matrix products so that launch gaps do not count): the
+// median over `reps` steps. On the CPU the times are wall-clock.
+struct OpTime {
+  std::string name;
+  int layer;  // -1: outside the layers
+  double ms;
+};
+std::vector<OpTime> profile_decode(Model& m, int64_t batch, int64_t context, int64_t reps = 3);
 
 std::vector<std::vector<int32_t>> generate(std::shared_ptr<Model> model,
                                            const std::vector<std::vector<int32_t>>& prompts,

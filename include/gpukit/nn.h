@@ -112,6 +112,24 @@ struct KvIndex {
 void kv_append(const Array& k_new, const Array& v_new, const Array& k_cache, const Array& v_cache,
                const KvIndex& index, const Array& k_scale = {}, const Array& v_scale = {}, bool validate = false,
                const Stream* s = nullptr);
+// kv_append fused with RoPE on k (one kernel): k is rotated exactly as nn::rope
+// rotates it (same options and cos/sin method, the result rounded to k's dtype)
+// and then stored. positions [T] (int32/int64): the rotation position of each
+// new token; undefined: its cache position (seq_lens[b] + j; required with a
+// slot mapping). Negative positions are a ValueError when they are on the CPU.
+// write_k: k_new is overwritten with the rotated keys too (for the attention
+// call of a prefill step), even for tokens whose slot is skipped.
+struct KvRope {
+  Array positions;
+  double theta = 10000.0;
+  std::optional<int> rotary_dim;
+  bool interleaved = false;
+  RopeScaling scaling;
+  bool write_k = false;
+};
+void kv_append(const Array& k_new, const Array& v_new, const Array& k_cache, const Array& v_cache,
+               const KvIndex& index, const KvRope& rope, const Array& k_scale = {}, const Array& v_scale = {},
+               bool validate = false, const Stream* s = nullptr);
 
 // ---- decode attention ----
 // One new query per sequence: q [B, Hq, D] against the cache k_cache, v_cache
@@ -121,15 +139,20 @@ void kv_append(const Array& k_new, const Array& v_new, const Array& k_cache, con
 // (the new one included). MHA/GQA/MQA: Hq % Hkv == 0; head_dim 64, 128 or 256.
 // scale defaults to 1/sqrt(D); window w > 0 keeps the last w keys; softcap c > 0
 // maps each scaled logit s to c * tanh(s / c). A sequence of length 0 gives 0.
-// CUDA: the sequence is split into fixed chunks of kDecodeChunk tokens (a
-// constant, so the result of a sequence never depends on the batch or on other
-// sequences' lengths); partial results merge in a fixed order (deterministic).
+// CUDA (flash-decoding): the attended keys [start, L) of a sequence are cut into
+// chunks of kDecodeChunkMin * 2^k tokens (at most kDecodeChunkMax), the
+// smallest giving at most kDecodeTargetSplits chunks. The chunking depends only
+// on that sequence's length, the window and these constants, never on the batch
+// or the GPU; partial results merge in chunk order, so the output bits of a
+// sequence are reproducible and independent of the other sequences. (The
+// environment variable GPUKIT_DECODE_SPLIT="min,max,target", read at each call,
+// overrides the three constants: a tuning knob for benchmarks.)
 // Bounds: as kv_append (host-visible seq_lens/block_table are checked before the
 // launch, validate=true copies device ones to the host; otherwise the kernel
 // clamps lengths to the capacity and masks keys of block ids outside the pool).
 // A float8_e4m3fn cache (as written by kv_append) takes its per-head float32
 // scales k_scale, v_scale [Hkv]: key = stored * k_scale.
-constexpr int kDecodeChunk = 256;
+constexpr int kDecodeChunkMin = 64, kDecodeChunkMax = 512, kDecodeTargetSplits = 32;
 Array attention_decode(const Array& q, const Array& k_cache, const Array& v_cache, const Array& seq_lens,
                        const Array& block_table = {}, std::optional<double> scale = std::nullopt,
                        std::optional<int64_t> window = std::nullopt, std::optional<double> softcap = std::nullopt,
@@ -143,8 +166,9 @@ Array attention_decode(const Array& q, const Array& k_cache, const Array& v_cach
 // p = i + Lk - Lq and sees keys j <= p (bottom-right aligned, so queries can
 // attend to a cached prefix plus themselves); window w > 0 (causal only) keeps
 // keys j > p - w. Rows without keys give 0. Same head/dtype rules as decode.
-// The CUDA kernel is a correct CUDA-core implementation (online softmax over
-// fixed 256-key chunks, deterministic); it does not use tensor cores.
+// On sm_90 (H100/H200) bf16/fp16 run on tensor cores (wgmma, TMA, warp-
+// specialized; src/cuda/attention_prefill_sm90*.cu); other devices and float32
+// use a CUDA-core kernel. Both are deterministic (fixed tile orders, no atomics).
 Array attention_prefill(const Array& q, const Array& k, const Array& v, const Array& cu_seqlens_q = {},
                         const Array& cu_seqlens_k = {}, bool causal = true,
                         std::optional<double> scale = std::nullopt, std::optional<int64_t> window = std::nullopt,

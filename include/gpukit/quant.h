@@ -1,5 +1,6 @@
 // Weight quantization for decode GEMV (W8A16 fp8-e4m3 / int8 per output channel,
-// W4A16 int4 with group scales and zero points) and the GEMV that reads them.
+// W4A16 int4 with group scales and zero points, NVF4, the GGUF blocks Q8_0, Q4_0,
+// Q4_1, Q4_K, Q6_K) and the GEMV that reads them.
 // Byte layouts and rounding rules: src/ops/quant_args.h and src/cpu/quant.cpp.
 #pragma once
 #include <cstdint>
@@ -12,11 +13,13 @@
 namespace gk {
 
 struct QuantizedWeight {
-  std::string format;  // "fp8", "int8" or "int4"
-  Array q;             // fp8: float8_e4m3fn [N, K]; int8: int8 [N, K]; int4: uint8 [N, K/2]
-  Array scales;        // float32 [N] (fp8, int8) or [N, K/group] (int4)
+  std::string format;  // "fp8", "int8", "int4", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k" or "q6_k"
+  Array q;             // fp8: float8_e4m3fn [N, K]; int8: int8 [N, K]; int4, nvf4: uint8 [N, K/2];
+                       // GGUF: uint8 [N, K/QK * block bytes] (QK = 32, or 256 for q4_k / q6_k)
+  Array scales;        // float32 [N] (fp8, int8), [N, K/group] (int4); nvf4: float8_e4m3fn [N, K/16]
   Array zeros;         // int4: uint8 [N, K/group] in 0..15; undefined otherwise
   int64_t group = 0;   // int4 group size (32, 64 or 128)
+  Array tensor_scale;  // nvf4: float32 [1]; undefined otherwise
 };
 
 // Quantizes float weights w [N, K] (computed on the CPU, deterministic; the

@@ -36,12 +36,17 @@
 //    on CUDA out-of-range values disable that filter (top_k <= 0 or >= V, top_p or
 //    typical_p outside (0, 1), min_p outside (0, 1], repetition penalty <= 0).
 //    top_k <= 0 means "off" in per-row arrays; scalar arguments are checked strictly.
+//  * exp: the weights, min-p and the sums use one exp (det_exp in src/ops/sampling_args.h)
+//    built from singly rounded float operations, so the CPU and CUDA weights, masses,
+//    thresholds and draws are bit-identical (penalties avoid FMA contraction likewise).
 //  * CUDA limits: topk k <= 1024; at most 65535 rows per call for the sampling ops.
-//    Design: one launch converts the rows (bias, NaN/inf rules) into an f32 scratch
-//    row, a second runs one 1024-thread block per row (penalties, temperature,
-//    max, radix selects on the float order keys with integer histograms, then a
-//    three-level ordered search for the draw). No float atomics; the result of a
-//    row does not depend on the batch, the run, or eager vs graph replay.
+//    Design: each row is split into chunks of 2048 entries, one CTA per chunk, in a few
+//    passes: processing (bias, penalties, bans, temperature) + max, a three-level radix
+//    select per active filter (integer histograms merged with integer atomics), and a
+//    final pass (kept masses, sum of exp, top-n candidates per chunk) whose last CTA per
+//    row merges in chunk order and draws. No float atomics; the chunking depends only on
+//    V, so a row's token and logprob bits do not depend on the batch, the run, or eager vs
+//    graph replay.
 #pragma once
 #include <optional>
 #include <utility>

@@ -49,6 +49,10 @@ from .linalg import (  # noqa: F401,E402
     quantize_fp8, quantize_int8, quantize_int4, dequantize_fp8, dequantize_int8, dequantize_int4,
     gemv_fp8, gemv_int8, gemv_int4, quantize_q8_0, quantize_q4_0, dequantize_q8_0, dequantize_q4_0,
     gemv_q8_0, gemv_q4_0, int8_linear, fp8_linear,
+    quantize_nvf4, dequantize_nvf4, gemv_nvf4, quantize_q4_1, dequantize_q4_1, gemv_q4_1,
+    quantize_q4_k, dequantize_q4_k, gemv_q4_k, quantize_q6_k, dequantize_q6_k, gemv_q6_k,
+    fp8_block_linear, quantize_fp8_blocks,
+    moe_topk_gating, moe_permute, moe_unpermute, moe_grouped_gemm, moe_mlp,
 )
 
 try:

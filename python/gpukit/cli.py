@@ -14,7 +14,8 @@ import time
 
 def _load(args):
     from . import llm
-    return llm.load(args.model, device=args.device, dtype=args.dtype, progress=sys.stderr.isatty())
+    return llm.load(args.model, device=args.device, dtype=args.dtype, progress=sys.stderr.isatty(),
+                    quantize=args.quantize or None, cuda_graph=not args.no_cuda_graph)
 
 
 def _sampling(args):
@@ -120,6 +121,9 @@ def main(argv=None):
         sp.add_argument("--model", default=None, help="GGUF file or Hugging Face directory (default: SmolLM2-135M)")
         sp.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
         sp.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
+        sp.add_argument("--quantize", default="", choices=["", "fp8", "int8", "int4"],
+                        help="quantize the linear weights at load time")
+        sp.add_argument("--no-cuda-graph", action="store_true", help="run each CUDA decode step eagerly")
         if sampling:
             sp.add_argument("--max-new-tokens", type=int, default=128)
             sp.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")

@@ -7,10 +7,12 @@
     for piece in model.chat([{"role": "user", "content": "Hi!"}], stream=True):
         print(piece, end="", flush=True)
 
-Families: llama (Llama 2/3/3.1/3.2, Mistral, SmolLM2), qwen2, qwen3, from a Hugging
+Families: llama (Llama 2/3/3.1/3.2, Mistral, SmolLM2), qwen2, qwen3, gpt2, from a Hugging
 Face directory (config.json + safetensors [+ tokenizer.json]) or a GGUF file.
 The engine (src/llm) runs the prefill and the decode steps over a paged KV cache;
-greedy decoding when temperature <= 0.
+greedy decoding when temperature <= 0. On CUDA each decode step is one replay of a
+captured CUDA graph (Model.cuda_graph = False for eager steps); load(quantize="fp8" |
+"int8" | "int4") converts the linear weights at load time.
 """
 from __future__ import annotations
 
@@ -35,16 +37,29 @@ class Output:
         return self.text if isinstance(self.text, str) else "\n".join(self.text)
 
 
-def _check_sampling(max_new_tokens, temperature, top_k, top_p):
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+def _number(name, v, kind):
+    """float(v) / operator.index(v) with a ValueError naming the argument."""
+    import operator
+    try:
+        if isinstance(v, (str, bytes, bool)) or v is None:
+            raise TypeError
+        return float(v) if kind is float else operator.index(v)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: must be {'a number' if kind is float else 'an integer'}, got {v!r}") from None
+
+
+def _check_sampling(max_new_tokens, temperature, top_k, top_p, seed=0):
+    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens: must be an integer >= 0, got {max_new_tokens!r}")
-    t = float(temperature)
+    t = _number("temperature", temperature, float)
     if t != t or t in (float("inf"), float("-inf")):
         raise ValueError(f"temperature: must be finite, got {temperature!r}")
-    if int(top_k) < 0:
+    if _number("top_k", top_k, int) < 0:
         raise ValueError(f"top_k: must be >= 0 (0: off), got {top_k!r}")
-    if not (0.0 < float(top_p) <= 1.0):
+    if not (0.0 < _number("top_p", top_p, float) <= 1.0):
         raise ValueError(f"top_p: must be in (0, 1], got {top_p!r}")
+    if not 0 <= _number("seed", seed, int) < 2 ** 64:
+        raise ValueError(f"seed: must be in [0, 2**64), got {seed!r}")
 
 
 class Model:
@@ -101,19 +116,40 @@ class Model:
         return self._m.forward([int(i) for i in ids])
 
     # ---- generation ----
-    def _start(self, prompts, max_new_tokens, temperature, top_k, top_p, seed, ignore_eos=False):
-        _check_sampling(max_new_tokens, temperature, top_k, top_p)
+    @property
+    def cuda_graph(self) -> bool:
+        """Decode steps replay one captured CUDA graph per batch of running sequences
+        (CUDA only; default True). Set False to run each step eagerly."""
+        return self._m.cuda_graph
+
+    @cuda_graph.setter
+    def cuda_graph(self, value: bool):
+        self._m.cuda_graph = bool(value)
+
+    @property
+    def quantized(self) -> str:
+        """"" or the load-time weight format ("fp8", "int8", "int4")."""
+        return self._m.quantized
+
+    def profile_decode(self, batch: int = 1, context: int = 128, reps: int = 3):
+        """GPU time (ms) of each op of one eager decode step: [(op, layer, ms)]."""
+        return self._m.profile_decode(int(batch), int(context), int(reps))
+
+    def _start(self, prompts, max_new_tokens, temperature, top_k, top_p, seed, ignore_eos=False, cuda_graph=None):
+        _check_sampling(max_new_tokens, temperature, top_k, top_p, seed)
         return _l.Generation(self._m, prompts, max_new_tokens=max_new_tokens, temperature=float(temperature),
-                             top_k=int(top_k), top_p=float(top_p), seed=int(seed), ignore_eos=ignore_eos)
+                             top_k=int(top_k), top_p=float(top_p), seed=int(seed), ignore_eos=ignore_eos,
+                             cuda_graph=cuda_graph)
 
     def generate(self, prompt, max_new_tokens: int = 64, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int = 0, stop: str | Sequence[str] | None = None,
-                 ignore_eos: bool = False) -> Output:
+                 ignore_eos: bool = False, cuda_graph: bool | None = None) -> Output:
         """Generates from a prompt (text or token ids) or a batch of prompts. Stops at EOS,
-        any of the `stop` strings (the text is cut before it) or max_new_tokens."""
+        any of the `stop` strings (the text is cut before it) or max_new_tokens.
+        cuda_graph: None for the model's setting (Model.cuda_graph)."""
         prompts, batched = self._prompts(prompt)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
-        g = self._start(prompts, max_new_tokens, temperature, top_k, top_p, seed, ignore_eos)
+        g = self._start(prompts, max_new_tokens, temperature, top_k, top_p, seed, ignore_eos, cuda_graph)
         tok = self.tokenizer
         texts = [""] * len(prompts)
         decs = [_C.text.StreamDecoder(tok) if tok is not None and stops else None for _ in prompts]
@@ -251,7 +287,7 @@ class ChatSession:
     def chat(self, message: str, stream: bool = False, max_new_tokens: int = 256, temperature: float = 0.0,
              top_k: int = 0, top_p: float = 1.0, seed: int = 0):
         from . import text as _text
-        _check_sampling(max_new_tokens, temperature, top_k, top_p)
+        _check_sampling(max_new_tokens, temperature, top_k, top_p, seed)
         tok = self.model.tokenizer
         msgs = ([{"role": "system", "content": self.system}] if self.system else []) + self.messages + [
             {"role": "user", "content": message}]
@@ -284,12 +320,23 @@ class ChatSession:
         return "".join(run())
 
 
-def load(path: str | None = None, device="cpu", dtype="float32", progress=None) -> Model:
+def _check_quantize(quantize):
+    q = "" if quantize is None else str(quantize)
+    if q not in ("", "fp8", "int8", "int4"):
+        raise ValueError(f'quantize: expected None, "fp8", "int8" or "int4", got {quantize!r}')
+    return q
+
+
+def load(path: str | None = None, device="cpu", dtype="float32", progress=None, quantize: str | None = None,
+         cuda_graph: bool = True) -> Model:
     """Loads a model from a GGUF file or a Hugging Face directory (config.json and
     safetensors); without `path`, the default model (gk.io.default_model_path()).
     Tensors are converted to `dtype` and moved to `device` one at a time.
     progress: True for a progress bar on stderr, or a callable(done, total) called
-    after each tensor."""
+    after each tensor. quantize: "fp8", "int8" (per output channel) or "int4" (groups
+    of 128, or 64/32 where K needs it) converts the linear weights of the layers at
+    load time (gk.quantize_weight); decode reads them with gk.gemv_quantized.
+    cuda_graph: see Model.cuda_graph."""
     if path is None:
         from . import io as _io
         path = _io.default_model_path()
@@ -297,14 +344,21 @@ def load(path: str | None = None, device="cpu", dtype="float32", progress=None) 
         progress = _progress_bar
     elif progress is False:
         progress = None
-    return Model(Model_.load(str(path), device, dtype, progress))
+    m = Model(Model_.load(str(path), device, dtype, progress, _check_quantize(quantize)))
+    m.cuda_graph = cuda_graph
+    return m
 
 
-def random_model(config: Mapping, device="cpu", dtype="float32", seed: int = 0) -> Model:
+def random_model(config: Mapping, device="cpu", dtype="float32", seed: int = 0, quantize: str | None = None,
+                 share_layers: bool = False, cuda_graph: bool = True) -> Model:
     """A model with random weights from a Hugging Face style config dict (needs
-    "model_type"; benchmarks and tests; no tokenizer)."""
+    "model_type"; benchmarks and tests; no tokenizer). share_layers: every layer holds
+    a copy of layer 0's draw (fast set-up of large benchmark models)."""
     import json
-    return Model(Model_.random(json.dumps(dict(config)), device, dtype, int(seed)))
+    m = Model(Model_.random(json.dumps(dict(config)), device, dtype, int(seed), _check_quantize(quantize),
+                            bool(share_layers)))
+    m.cuda_graph = cuda_graph
+    return m
 
 
 __all__ = ["load", "random_model", "ChatSession", "Model", "Output", "supported_architectures"]

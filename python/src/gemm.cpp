@@ -8,7 +8,6 @@
 #include "bind.h"
 #include "gpukit/errors.h"
 #include "gpukit/gemm.h"
-#include "gpukit/quant.h"
 
 namespace gkpy {
 using namespace gk;
@@ -99,104 +98,7 @@ GK_BINDING(26, gemm) {
   }, nb::arg("x"), nb::arg("w_gate_up"), nb::arg("out_dtype") = nb::none(), nb::arg("stream") = nb::none(),
      kSwigluDoc);
 
-  m.def("gemv", [](nb::handle x, nb::handle w, nb::handle out_dtype, nb::handle stream) {
-    Stream st;
-    const Stream* sp = to_stream(stream, st);
-    auto [xa, wa] = two_arrays(x, w, "x", "w");
-    return gemv(xa, wa, to_dtype_opt(out_dtype, "out_dtype"), sp);
-  }, nb::arg("x"), nb::arg("w"), nb::arg("out_dtype") = nb::none(), nb::arg("stream") = nb::none(),
-     "gemv(x, w, out_dtype=None, stream=None)\n\n"
-     "Decode GEMV x @ w.T for x [M, K] (M = 1..8) or [K] and bfloat16/float16 w [N, K]; x is\n"
-     "converted to w's dtype, fp32 accumulation, rounded once (out_dtype: w's dtype or float32).\n"
-     "More than 8 rows run as linear(). Deterministic (no atomics; fixed split-K order).");
-
-  // ---- quantized weights (see include/gpukit/quant.h for formats and rounding) ----
-  auto qw_of = [](const char* f, nb::handle q, nb::handle scales, nb::handle zeros, int64_t group) {
-    QuantizedWeight w;
-    w.format = f;
-    if (q.is_none()) throw ValueError("q: missing");
-    if (scales.is_none()) throw ValueError("scales: missing (every format needs scales)");
-    w.q = to_array(q, "q");
-    w.scales = to_array(scales, "scales", &w.q);
-    if (!zeros.is_none()) w.zeros = to_array(zeros, "zeros", &w.q);
-    w.group = group;
-    return w;
-  };
-  m.def("quantize_fp8", [](const Array& w) {
-    auto q = quantize_weight(w, "fp8");
-    return nb::make_tuple(q.q, q.scales);
-  }, nb::arg("w"), "(q float8_e4m3fn [N, K], scales float32 [N]): w ~ q * scales[:, None]; s = max|row| / 448.");
-  m.def("quantize_int8", [](const Array& w) {
-    auto q = quantize_weight(w, "int8");
-    return nb::make_tuple(q.q, q.scales);
-  }, nb::arg("w"), "(q int8 [N, K], scales float32 [N]): w ~ q * scales[:, None]; s = max|row| / 127, q in -127..127.");
-  m.def("quantize_int4", [](const Array& w, int64_t group) {
-    auto q = quantize_weight(w, "int4", group);
-    return nb::make_tuple(q.q, q.scales, q.zeros);
-  }, nb::arg("w"), nb::arg("group") = 128,
-     "(q uint8 [N, K/2] (even k in the low nibble), scales float32 [N, K/group], zeros uint8 [N, K/group]):\n"
-     "w ~ (q - zero) * scale per group of 32, 64 or 128 weights; asymmetric, zero representable.");
-  m.def("dequantize_fp8", [=](nb::handle q, nb::handle s) { return dequantize_weight(qw_of("fp8", q, s, nb::none(), 0)); },
-        nb::arg("q"), nb::arg("scales"), "Exact float32 values of an fp8 weight.");
-  m.def("dequantize_int8", [=](nb::handle q, nb::handle s) { return dequantize_weight(qw_of("int8", q, s, nb::none(), 0)); },
-        nb::arg("q"), nb::arg("scales"), "Exact float32 values of an int8 weight.");
-  m.def("dequantize_int4", [=](nb::handle q, nb::handle s, nb::handle z, int64_t group) {
-    return dequantize_weight(qw_of("int4", q, s, z, group));
-  }, nb::arg("q"), nb::arg("scales").none(), nb::arg("zeros").none(), nb::arg("group") = 128, "Exact float32 values of an int4 weight.");
-  auto qgemv = [=](const char* f, nb::handle x, nb::handle q, nb::handle s, nb::handle z, int64_t group,
-                   nb::handle out_dtype, nb::handle stream) {
-    Stream st;
-    const Stream* sp = to_stream(stream, st);
-    QuantizedWeight w = qw_of(f, q, s, z, group);
-    Array xa = to_array(x, "x", &w.q);
-    return gemv_quantized(xa, w, to_dtype_opt(out_dtype, "out_dtype"), sp);
-  };
-  m.def("gemv_fp8", [=](nb::handle x, nb::handle q, nb::handle s, nb::handle o, nb::handle st) {
-    return qgemv("fp8", x, q, s, nb::none(), 0, o, st);
-  }, nb::arg("x"), nb::arg("q"), nb::arg("scales").none(), nb::arg("out_dtype") = nb::none(), nb::arg("stream") = nb::none(),
-     "x @ dequantize_fp8(q, scales).T for x [M <= 8, K] or [K] (bf16/fp16; float32 x is rounded to bf16).");
-  m.def("gemv_int8", [=](nb::handle x, nb::handle q, nb::handle s, nb::handle o, nb::handle st) {
-    return qgemv("int8", x, q, s, nb::none(), 0, o, st);
-  }, nb::arg("x"), nb::arg("q"), nb::arg("scales").none(), nb::arg("out_dtype") = nb::none(), nb::arg("stream") = nb::none(),
-     "x @ dequantize_int8(q, scales).T for x [M <= 8, K] or [K].");
-  m.def("gemv_int4", [=](nb::handle x, nb::handle q, nb::handle s, nb::handle z, int64_t group, nb::handle o,
-                         nb::handle st) { return qgemv("int4", x, q, s, z, group, o, st); },
-        nb::arg("x"), nb::arg("q"), nb::arg("scales").none(), nb::arg("zeros").none(), nb::arg("group") = 128,
-        nb::arg("out_dtype") = nb::none(), nb::arg("stream") = nb::none(),
-        "x @ dequantize_int4(q, scales, zeros, group).T for x [M <= 8, K] or [K].");
-
-  m.def("quantize_q8_0", [](const Array& w) { return quantize_weight(w, "q8_0").q; }, nb::arg("w"),
-        "GGUF Q8_0 blocks uint8 [N, K/32 * 34] of w [N, K] (ggml's reference rounding).");
-  m.def("quantize_q4_0", [](const Array& w) { return quantize_weight(w, "q4_0").q; }, nb::arg("w"),
-        "GGUF Q4_0 blocks uint8 [N, K/32 * 18] of w [N, K] (ggml's reference rounding).");
-  m.def("dequantize_q8_0", [=](nb::handle q) {
-    QuantizedWeight w;
-    w.format = "q8_0";
-    w.q = to_array(q, "q");
-    return dequantize_weight(w);
-  }, nb::arg("q"), "Exact float32 values [N, K] of GGUF Q8_0 blocks [N, K/32 * 34].");
-  m.def("dequantize_q4_0", [=](nb::handle q) {
-    QuantizedWeight w;
-    w.format = "q4_0";
-    w.q = to_array(q, "q");
-    return dequantize_weight(w);
-  }, nb::arg("q"), "Exact float32 values [N, K] of GGUF Q4_0 blocks [N, K/32 * 18].");
-  m.def("gemv_q8_0", [=](nb::handle x, nb::handle q, nb::handle o, nb::handle st) {
-    Stream sto;
-    QuantizedWeight w;
-    w.format = "q8_0";
-    w.q = to_array(q, "q");
-    return gemv_quantized(to_array(x, "x", &w.q), w, to_dtype_opt(o, "out_dtype"), to_stream(st, sto));
-  }, nb::arg("x"), nb::arg("q"), nb::arg("out_dtype") = nb::none(), nb::arg("stream") = nb::none(),
-     "x @ dequantize_q8_0(q).T, reading the GGUF blocks directly; x [M <= 8, K] or [K].");
-  m.def("gemv_q4_0", [=](nb::handle x, nb::handle q, nb::handle o, nb::handle st) {
-    Stream sto;
-    QuantizedWeight w;
-    w.format = "q4_0";
-    w.q = to_array(q, "q");
-    return gemv_quantized(to_array(x, "x", &w.q), w, to_dtype_opt(o, "out_dtype"), to_stream(st, sto));
-  }, nb::arg("x"), nb::arg("q"), nb::arg("out_dtype") = nb::none(), nb::arg("stream") = nb::none(),
-     "x @ dequantize_q4_0(q).T, reading the GGUF blocks directly; x [M <= 8, K] or [K].");
+  // gemv and the quantized weights: python/src/quant.cpp
 
   m.def("int8_linear", [](nb::handle x, nb::handle w, nb::handle x_scale, nb::handle w_scale, nb::handle bias,
                           nb::handle out_dtype, nb::handle stream) {
@@ -230,6 +132,33 @@ GK_BINDING(26, gemm) {
      "fp8_linear(x, w, x_scale, w_scale, bias=None, out_dtype=None, stream=None)\n\n"
      "float8_e4m3fn x [..., K] @ w [N, K].T * x_scale * w_scale (+ bias) with per-tensor scales,\n"
      "fp32 accumulation, rounded once (default bfloat16).");
+
+  m.def("fp8_block_linear", [](nb::handle x, nb::handle w, nb::handle x_scale, nb::handle w_scale, nb::handle bias,
+                               nb::handle out_dtype, nb::handle stream) {
+    Stream st;
+    const Stream* sp = to_stream(stream, st);
+    auto [xa, wa] = two_arrays(x, w, "x", "w");
+    if (x_scale.is_none() || w_scale.is_none()) throw ValueError("x_scale, w_scale: fp8_block_linear needs both scales");
+    Array xs = to_array(x_scale, "x_scale", &xa), ws = to_array(w_scale, "w_scale", &xa), b;
+    if (!bias.is_none()) b = to_array(bias, "bias", &xa);
+    return fp8_block_linear(xa, wa, xs, ws, b.defined() ? &b : nullptr, to_dtype_opt(out_dtype, "out_dtype"), sp);
+  }, nb::arg("x"), nb::arg("w"), nb::arg("x_scale").none(), nb::arg("w_scale").none(), nb::arg("bias") = nb::none(),
+     nb::arg("out_dtype") = nb::none(), nb::arg("stream") = nb::none(),
+     "fp8_block_linear(x, w, x_scale, w_scale, bias=None, out_dtype=None, stream=None)\n\n"
+     "float8_e4m3fn x [..., K] @ w [N, K].T with block scales: x_scale [..., ceil(K/128)] (one per 1x128\n"
+     "block of x), w_scale [ceil(N/128), ceil(K/128)] (one per 128x128 block of w). Each 128-wide block\n"
+     "of K is summed in fp32, multiplied by its two scales and added in fp32 (+ bias), rounded once\n"
+     "(default bfloat16). cuBLASLt's block-scaled FP8 on CUDA when it takes the shape.");
+  m.def("quantize_fp8_blocks", [](const Array& a, int64_t block_rows, nb::handle stream) {
+    Stream st;
+    const Stream* sp = to_stream(stream, st);
+    auto [q, s] = quantize_fp8_blocks(a, block_rows, sp);
+    return nb::make_tuple(q, s);
+  }, nb::arg("a"), nb::arg("block_rows") = 1, nb::arg("stream") = nb::none(),
+     "quantize_fp8_blocks(a, block_rows=1, stream=None) -> (q, scales)\n\n"
+     "e4m3 block quantization for fp8_block_linear. block_rows=1: 1x128 blocks of an activation\n"
+     "a [..., K] -> scales [..., ceil(K/128)]; block_rows=128: 128x128 blocks of a weight [N, K] ->\n"
+     "scales [ceil(N/128), ceil(K/128)]. s = amax/448 per block (1 if all zero), q = e4m3(a/s), RNE.");
 
   m.def("set_matmul_precision", [](const std::string& p) {
     if (p == "highest" || p == "fp32" || p == "float32") return set_matmul_precision(MatmulPrecision::highest);

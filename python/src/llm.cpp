@@ -1,5 +1,6 @@
 // Bindings of the LLM engine (gpukit._C.llm; the Python layer is gpukit/llm.py).
 #include <nanobind/stl/function.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/unique_ptr.h>
 
@@ -42,6 +43,9 @@ GK_BINDING(60, llm) {
       .def_ro("sliding_window", &llm::ModelConfig::sliding_window)
       .def_ro("bos_id", &llm::ModelConfig::bos_id)
       .def_ro("eos_ids", &llm::ModelConfig::eos_ids)
+      .def_ro("layer_norm", &llm::ModelConfig::layer_norm)
+      .def_ro("activation", &llm::ModelConfig::activation)
+      .def_ro("learned_positions", &llm::ModelConfig::learned_positions)
       .def_prop_ro("rope_scaling", [](const llm::ModelConfig& c) {
         const nn::RopeScaling& s = c.rope_scaling;
         static const char* kinds[] = {"none", "linear", "ntk", "yarn", "llama3"};
@@ -70,16 +74,36 @@ GK_BINDING(60, llm) {
       .def_prop_ro("block_size", &llm::KvCache::block_size);
 
   nb::class_<llm::Model>(lm, "Model")
-      .def_static("load", [](const std::string& path, nb::handle device, nb::handle dtype, nb::object progress) {
+      .def_static("load", [](const std::string& path, nb::handle device, nb::handle dtype, nb::object progress,
+                             const std::string& quantize) {
         llm::Progress p;
         if (!progress.is_none()) p = [progress](int64_t done, int64_t total) { progress(done, total); };
-        return llm::Model::load(path, to_device(device), to_dtype(dtype), p);
+        return llm::Model::load(path, to_device(device), to_dtype(dtype), p, quantize);
       }, nb::arg("path"), nb::arg("device") = nb::none(), nb::arg("dtype") = "float32",
-         nb::arg("progress") = nb::none())
-      .def_static("random", [](const std::string& config_json, nb::handle device, nb::handle dtype, uint64_t seed) {
-        return llm::Model::random(llm::config_from_hf_json(config_json), to_device(device), to_dtype(dtype), seed);
+         nb::arg("progress") = nb::none(), nb::arg("quantize") = "")
+      .def_static("random", [](const std::string& config_json, nb::handle device, nb::handle dtype, uint64_t seed,
+                               const std::string& quantize, bool share_layers) {
+        return llm::Model::random(llm::config_from_hf_json(config_json), to_device(device), to_dtype(dtype), seed,
+                                  quantize, share_layers);
       }, nb::arg("config_json"), nb::arg("device") = nb::none(), nb::arg("dtype") = "float32", nb::arg("seed") = 0,
-         "A model with random weights from the text of a Hugging Face config.json.")
+         nb::arg("quantize") = "", nb::arg("share_layers") = false,
+         "A model with random weights from the text of a Hugging Face config.json (share_layers: every layer a "
+         "copy of layer 0's draw, for fast benchmark set-up).")
+      .def_prop_rw("cuda_graph", [](const llm::Model& m) { return m.options().cuda_graph; },
+                   [](llm::Model& m, bool v) { m.options().cuda_graph = v; },
+                   "Decode steps replay a captured CUDA graph on CUDA (default True).")
+      .def_prop_rw("use_gemv", [](const llm::Model& m) { return m.options().use_gemv; },
+                   [](llm::Model& m, bool v) { m.options().use_gemv = v; },
+                   "Decode projections of <= 8 rows through gk.gemv rather than matmul (default True).")
+      .def_prop_ro("quantized", [](const llm::Model& m) { return m.weights().quantized; })
+      .def("profile_decode", [](llm::Model& m, int64_t batch, int64_t context, int64_t reps) {
+        auto r = llm::profile_decode(m, batch, context, reps);
+        nb::list out;
+        for (auto& t : r) out.append(nb::make_tuple(t.name, t.layer, t.ms));
+        return out;
+      }, nb::arg("batch") = 1, nb::arg("context") = 128, nb::arg("reps") = 3,
+         "GPU time of each op of one eager decode step (CUDA events, the GPU queue pre-filled so that launch "
+         "gaps do not count): [(op, layer, ms)], the median over reps; layer -1 outside the layers.")
       .def_prop_ro("config", [](const llm::Model& m) { return m.config(); })
       .def_prop_ro("device", &llm::Model::device)
       .def_prop_ro("dtype", [](const llm::Model& m) { return dtype_object(m.dtype()); })
@@ -100,8 +124,10 @@ GK_BINDING(60, llm) {
       .def("__init__", [](llm::Generation* g, std::shared_ptr<llm::Model> m,
                           const std::vector<std::vector<int32_t>>& prompts, int64_t max_new_tokens, double temperature,
                           int64_t top_k, double top_p, uint64_t seed, const std::vector<int32_t>& stop_ids,
-                          bool ignore_eos) {
+                          bool ignore_eos, std::optional<bool> cuda_graph, bool lookahead) {
         llm::GenerateOptions o;
+        o.cuda_graph = cuda_graph;
+        o.lookahead = lookahead;
         o.max_new_tokens = max_new_tokens;
         o.temperature = temperature;
         o.top_k = top_k;
@@ -112,12 +138,14 @@ GK_BINDING(60, llm) {
         new (g) llm::Generation(std::move(m), prompts, o);
       }, nb::arg("model"), nb::arg("prompts"), nb::arg("max_new_tokens") = 64, nb::arg("temperature") = 0.0,
          nb::arg("top_k") = 0, nb::arg("top_p") = 1.0, nb::arg("seed") = 0,
-         nb::arg("stop_ids") = std::vector<int32_t>{}, nb::arg("ignore_eos") = false)
+         nb::arg("stop_ids") = std::vector<int32_t>{}, nb::arg("ignore_eos") = false,
+         nb::arg("cuda_graph") = nb::none(), nb::arg("lookahead") = true)
       .def_static("resume", [](std::shared_ptr<llm::Model> m, std::shared_ptr<llm::KvCache> cache,
                                const std::vector<int64_t>& seqs, const std::vector<std::vector<int32_t>>& prompts,
                                int64_t max_new_tokens, double temperature, int64_t top_k, double top_p, uint64_t seed,
-                               bool ignore_eos) {
+                               bool ignore_eos, std::optional<bool> cuda_graph) {
         llm::GenerateOptions o;
+        o.cuda_graph = cuda_graph;
         o.max_new_tokens = max_new_tokens;
         o.temperature = temperature;
         o.top_k = top_k;
@@ -127,9 +155,13 @@ GK_BINDING(60, llm) {
         return std::make_unique<llm::Generation>(std::move(m), std::move(cache), seqs, prompts, o);
       }, nb::arg("model"), nb::arg("cache"), nb::arg("seqs"), nb::arg("prompts"), nb::arg("max_new_tokens") = 64,
          nb::arg("temperature") = 0.0, nb::arg("top_k") = 0, nb::arg("top_p") = 1.0, nb::arg("seed") = 0,
-         nb::arg("ignore_eos") = false, "Continues sequences of an existing KV cache with new tokens.")
+         nb::arg("ignore_eos") = false, nb::arg("cuda_graph") = nb::none(),
+         "Continues sequences of an existing KV cache with new tokens.")
       .def("step", &llm::Generation::step, "One forward pass; the new token of each row (-1: finished).")
       .def_prop_ro("done", &llm::Generation::done)
+      .def("last_logits", &llm::Generation::last_logits,
+           "float32 logits [n, V] of the rows that ran in the last step (a host copy).")
+      .def_prop_ro("captures", &llm::Generation::captures, "Times the decode step was captured as a CUDA graph.")
       .def("finish", &llm::Generation::finish, nb::arg("row"))
       .def_prop_ro("generated", &llm::Generation::generated)
       .def_prop_ro("finish_reasons", &llm::Generation::finish_reasons);

@@ -132,23 +132,42 @@ GK_BINDING(35, nn) {
      "Returns (q_out, k_out); inplace=True overwrites and returns q and k.");
   m.def("kv_append", [](nb::handle kh, nb::handle vh, const Array& kc, const Array& vc, nb::handle slot_mapping,
                         nb::handle block_table, nb::handle seq_lens, nb::handle cu_seqlens, nb::handle k_scale,
-                        nb::handle v_scale, bool validate, nb::handle stream) {
+                        nb::handle v_scale, bool validate, nb::handle stream, bool rope, nb::handle positions,
+                        double theta, std::optional<int> rotary_dim, bool interleaved, nb::handle scaling,
+                        bool write_k) {
     Stream st;
     auto idx = [](nb::handle h, const char* arg) { return h.is_none() ? Array() : to_array(h, arg); };
     nn::KvIndex ix{idx(slot_mapping, "slot_mapping"), idx(block_table, "block_table"), idx(seq_lens, "seq_lens"),
                    idx(cu_seqlens, "cu_seqlens")};
-    nn::kv_append(to_array(kh, "k_new", &kc), to_array(vh, "v_new", &kc), kc, vc, ix,
-                  k_scale.is_none() ? Array() : to_array(k_scale, "k_scale", &kc),
-                  v_scale.is_none() ? Array() : to_array(v_scale, "v_scale", &kc), validate, to_stream(stream, st));
+    Array ks = k_scale.is_none() ? Array() : to_array(k_scale, "k_scale", &kc);
+    Array vs = v_scale.is_none() ? Array() : to_array(v_scale, "v_scale", &kc);
+    if (!rope) {
+      if (!positions.is_none() || rotary_dim || interleaved || !scaling.is_none() || write_k)
+        throw ValueError("positions, rotary_dim, interleaved, scaling, write_k: only with rope=True");
+      nn::kv_append(to_array(kh, "k_new", &kc), to_array(vh, "v_new", &kc), kc, vc, ix, ks, vs, validate,
+                    to_stream(stream, st));
+      return;
+    }
+    nn::KvRope r{idx(positions, "positions"), theta, rotary_dim, interleaved, to_scaling(scaling), write_k};
+    // write_k overwrites k_new: it must be a gpukit array or a DLPack tensor (viewed without a copy).
+    if (write_k && !nb::isinstance<Array>(kh) && !nb::hasattr(kh, "__dlpack__"))
+      throw TypeError("k_new: write_k=True needs a gpukit.Array or a DLPack tensor (it is overwritten)");
+    Array k = to_array(kh, "k_new", &kc);
+    nn::kv_append(k, to_array(vh, "v_new", &kc), kc, vc, ix, r, ks, vs, validate, to_stream(stream, st));
   }, nb::arg("k_new"), nb::arg("v_new"), nb::arg("k_cache"), nb::arg("v_cache"), nb::arg("slot_mapping") = nb::none(),
      nb::arg("block_table") = nb::none(), nb::arg("seq_lens") = nb::none(), nb::arg("cu_seqlens") = nb::none(),
      nb::arg("k_scale") = nb::none(), nb::arg("v_scale") = nb::none(), nb::arg("validate") = false,
-     nb::arg("stream") = nb::none(),
+     nb::arg("stream") = nb::none(), nb::arg("rope") = false, nb::arg("positions") = nb::none(),
+     nb::arg("theta") = 10000.0, nb::arg("rotary_dim") = nb::none(), nb::arg("interleaved") = false,
+     nb::arg("scaling") = nb::none(), nb::arg("write_k") = false,
      "Appends k_new, v_new [T, Hkv, D] to a cache [num_blocks, block_size, Hkv, D] in place, by slot_mapping [T],\n"
      "by (block_table [B, max_blocks], seq_lens [B]) for a paged cache, or by seq_lens [B] alone for a contiguous\n"
      "cache [B, T_max, Hkv, D]; cu_seqlens [B+1] gives several new tokens per sequence (seq_lens: lengths before).\n"
      "Index arrays on the CPU are bounds-checked before the launch (validate=True also checks device ones, with a\n"
-     "sync). A float8_e4m3fn cache takes per-head float32 k_scale/v_scale [Hkv].");
+     "sync). A float8_e4m3fn cache takes per-head float32 k_scale/v_scale [Hkv].\n"
+     "rope=True rotates k on the way, as gk.nn.rope does (theta, rotary_dim, interleaved, scaling): at positions\n"
+     "[T] (int32/int64), or by default at each token's cache position; write_k=True also overwrites k_new with\n"
+     "the rotated keys.");
   m.def("attention_decode", [](nb::handle qh, const Array& kc, const Array& vc, nb::handle lens, nb::handle bt,
                                std::optional<double> scale, std::optional<int64_t> window,
                                std::optional<double> softcap, nb::handle k_scale, nb::handle v_scale, bool validate,

@@ -229,6 +229,23 @@ uint32_t align_of(const void* p) {
   return a;
 }
 
+// cuBLASLt's FP8 kernels need every dimension and leading dimension to be a multiple
+// of 16 and 16-byte aligned pointers (the "Tensor Core usage" requirements); outside
+// them it may reject the problem late or compute garbage, so gpukit's own path serves.
+// Block scales (1x128 / 128x128) also need K to be a multiple of 128.
+bool fp8_shape_ok(const LtGemm& g, const Fit& fa, const Fit& fb) {
+  if (g.m % 16 || g.n % 16 || g.k % 16 || fa.ld % 16 || fb.ld % 16 || g.ldd % 16) return false;
+  if (g.batch != 1) return false;
+  for (const void* p : {g.a, g.b, static_cast<const void*>(g.d)})
+    if (reinterpret_cast<uintptr_t>(p) % 16) return false;
+  if (g.a_scale_mode != ScaleMode::scalar || g.b_scale_mode != ScaleMode::scalar) {
+    if (g.k % 128) return false;
+    for (const void* p : {static_cast<const void*>(g.a_scale), static_cast<const void*>(g.b_scale)})
+      if (reinterpret_cast<uintptr_t>(p) % 16) return false;
+  }
+  return true;
+}
+
 struct Descs {
   const Api* api;
   cublasLtMatmulDesc_t op = nullptr;
@@ -242,6 +259,14 @@ struct Descs {
     if (op) api->DescDestroy(op);
   }
 };
+
+int32_t lt_scale_mode(ScaleMode m) {
+  switch (m) {
+    case ScaleMode::vec128: return int32_t(CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F);
+    case ScaleMode::blk128x128: return int32_t(CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F);
+    default: return int32_t(CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F);
+  }
+}
 
 void set_batch(const Api& api, cublasLtMatrixLayout_t l, int32_t count, int64_t stride) {
   check(api.LayoutSet(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)), "layout batch count");
@@ -291,6 +316,7 @@ bool matmul(const LtGemm& g, int device, void* stream) {
   const bool i8 = g.ab_dtype == DType::i8;
   const bool fp8 = g.ab_dtype == DType::f8e4m3;
   if (fp8 && (!fa.trans || fb.trans || g.epi != Epilogue::none || g.c)) return false;  // TN only, like int8
+  if (fp8 && !fp8_shape_ok(g, fa, fb)) return false;
   // int8 (IMMA) in column-major order takes only the "TN" form: cuBLASLt's A transposed
   // (our B = w^T with w's rows contiguous), its B not (our A with rows contiguous).
   if (i8 && (!fa.trans || fb.trans || g.epi != Epilogue::none || g.c)) return false;
@@ -334,8 +360,16 @@ bool matmul(const LtGemm& g, int device, void* stream) {
   const void* cptr = g.c ? g.c : g.d;
   uint32_t al_a = align_of(lt_a), al_b = align_of(lt_b), al_c = align_of(cptr), al_d = align_of(g.d);
   const bool splitk = !env_on("GPUKIT_CUBLASLT_NO_SPLITK");
-  uint32_t reduction = splitk ? uint32_t(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE | CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE)
-                              : uint32_t(CUBLASLT_REDUCTION_SCHEME_NONE);
+  // Split-K partial sums stored in the output type would round every partial to
+  // bf16/f16 before they are added (and before the bias): more than the one rounding
+  // gpukit promises. That scheme is allowed only when the output type is the compute
+  // type (float32, float64, int32).
+  const bool d_is_compute = g.d_dtype == DType::f32 || g.d_dtype == DType::f64 || g.d_dtype == DType::i32;
+  uint32_t reduction = uint32_t(CUBLASLT_REDUCTION_SCHEME_NONE);
+  if (splitk) {
+    reduction |= uint32_t(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
+    if (d_is_compute) reduction |= uint32_t(CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE);
+  }
 
   Descs ds{&api};
   check(api.DescCreate(&ds.op, compute, scale), "matmul descriptor");
@@ -347,6 +381,11 @@ bool matmul(const LtGemm& g, int device, void* stream) {
     const void* sb = g.a_scale;
     check(api.DescSet(ds.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof(sa)), "A scale pointer");
     check(api.DescSet(ds.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof(sb)), "B scale pointer");
+    if (g.a_scale_mode != ScaleMode::scalar || g.b_scale_mode != ScaleMode::scalar) {
+      int32_t ma = lt_scale_mode(g.b_scale_mode), mb = lt_scale_mode(g.a_scale_mode);
+      check(api.DescSet(ds.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &ma, sizeof(ma)), "A scale mode");
+      check(api.DescSet(ds.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mb, sizeof(mb)), "B scale mode");
+    }
   }
   if (g.epi == Epilogue::bias) {
     cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BIAS;
@@ -366,7 +405,8 @@ bool matmul(const LtGemm& g, int device, void* stream) {
   std::vector<int64_t> key = {device, g.m, g.n, g.k, g.batch, int64_t(g.ab_dtype), int64_t(g.d_dtype), g.tf32,
                               int64_t(g.epi), g.c != nullptr, fa.trans, fb.trans, fa.ld, fb.ld, g.ldd,
                               g.batch > 1 ? g.a_bs : 0, g.batch > 1 ? g.b_bs : 0, g.batch > 1 ? g.d_bs : 0,
-                              al_a, al_b, al_c, al_d, splitk, g.a_scale != nullptr};
+                              al_a, al_b, al_c, al_d, splitk, g.a_scale != nullptr,
+                              int64_t(g.a_scale_mode), int64_t(g.b_scale_mode)};
   Plan plan;
   {
     std::lock_guard<std::mutex> lk(l.mu);

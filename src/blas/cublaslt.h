@@ -30,6 +30,13 @@ namespace gk::blas {
 
 enum class Epilogue : int { none = 0, bias = 1 };
 
+// How the fp8 scale pointers are read. scalar: one float for the whole operand.
+// vec128: one float per 1x128 block along K of each row (our A = activations, scales
+// [ceil(K/128), M] with M contiguous, cuBLASLt's layout). blk128x128: one float per
+// 128x128 block of the [N, K] weight (our B^T), scales [ceil(N/128), ceil(K/128)]
+// row-major... see docs/gemm.md and src/ops/fp8_block.cpp for the exact layouts.
+enum class ScaleMode : int { scalar = 0, vec128 = 1, blk128x128 = 2 };
+
 // D[bi] (m x n, row-major, row stride ldd, element stride 1) =
 //   A[bi] (m x k, strides a_rs/a_cs) @ B[bi] (k x n, strides b_rs/b_cs) (+ C[bi]) (+ bias[n])
 // C (optional, `residual`) has D's layout and dtype; bias has D's dtype.
@@ -40,6 +47,7 @@ struct LtGemm {
   const void* bias = nullptr;
   const float* a_scale = nullptr;  // fp8: device pointers to one float each (per-tensor scales of A and B)
   const float* b_scale = nullptr;
+  ScaleMode a_scale_mode = ScaleMode::scalar, b_scale_mode = ScaleMode::scalar;
   void* d = nullptr;
   int64_t m = 0, n = 0, k = 0, batch = 1;
   int64_t a_rs = 0, a_cs = 0, b_rs = 0, b_cs = 0, ldd = 0;

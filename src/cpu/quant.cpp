@@ -5,82 +5,113 @@
 //   int8: s = max|w_row| / 127, q = clamp(rne(w / s), -127, 127)
 //   int4: per group lo = min(w, 0), hi = max(w, 0), s = (hi - lo) / 15,
 //         z = clamp(rne(-lo / s), 0, 15), q = clamp(rne(w / s) + z, 0, 15)
-// A zero row / group gets s = 1 (all codes 0, resp. z).
+//   nvf4: ts = max|w| / (6 * 448); per 16-weight block b = e4m3(max|w_block| / 6 / ts)
+//         (rne, saturating), q = e2m1(w / (float(b) * ts)) (rne, saturating at +-6;
+//         e2m1 magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6); w = (e2m1(q) * float(b)) * ts
+//   GGUF blocks: src/cpu/quant_gguf.cpp.
+// A zero row / group / tensor gets s = 1 (all codes 0, resp. z).
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "ops/backend.h"
-#include "ops/gguf_blocks.h"
 #include "ops/quant_args.h"
 
 namespace gk::cpu {
 
-GK_REGISTER_CPU_OPS("gemv_fp8", "gemv_int8", "gemv_int4", "gemv_q8_0", "gemv_q4_0");
+GK_REGISTER_CPU_OPS("gemv_fp8", "gemv_int8", "gemv_int4", "gemv_nvf4", "gemv_q8_0", "gemv_q4_0", "gemv_q4_1",
+                    "gemv_q4_k", "gemv_q6_k");
 
 namespace {
 float rne(float v) { return std::nearbyint(v); }  // the default rounding mode: to nearest even
 float clampf(float v, float lo, float hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
-int64_t block_bytes(QFormat f) { return f == QFormat::q8_0 ? gguf::kQ8_0Bytes : gguf::kQ4_0Bytes; }
+bool is_gguf(QFormat f) { return gguf_block_bytes(f) != 0; }
 
-float deq(const QuantArgs& a, int64_t j, int64_t kk) {
-  if (a.fmt == QFormat::q8_0 || a.fmt == QFormat::q4_0) {
-    const int64_t bb = block_bytes(a.fmt);
-    const uint8_t* b = static_cast<const uint8_t*>(a.q) + j * (a.k / 32) * bb + (kk / 32) * bb;
-    int code = a.fmt == QFormat::q8_0 ? gguf::q8_0_code(b, int(kk % 32)) : gguf::q4_0_code(b, int(kk % 32));
-    float d = gguf::block_scale(b);
-    return a.fmt == QFormat::q8_0 ? float(code) * d : d * float(code);
+constexpr float kE2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+float e2m1(int code) { return (code & 8) ? -kE2m1[code & 7] : kE2m1[code & 7]; }
+// Round to nearest e2m1 magnitude, ties to the even code; saturates at 6.
+int e2m1_code(float v) {
+  const float a = std::fabs(v);
+  int c;
+  if (a <= 0.25f) c = 0;
+  else if (a < 0.75f) c = 1;
+  else if (a <= 1.25f) c = 2;
+  else if (a < 1.75f) c = 3;
+  else if (a <= 2.5f) c = 4;
+  else if (a < 3.5f) c = 5;
+  else if (a <= 5.0f) c = 6;
+  else c = 7;
+  return (c != 0 && v < 0.0f) ? (c | 8) : c;
+}
+
+// Row j of the exact dequantized weight.
+void deq_row(const QuantArgs& a, int64_t j, float* out) {
+  if (is_gguf(a.fmt)) return dequantize_gguf_row(a, j, out);
+  const uint8_t* q8 = static_cast<const uint8_t*>(a.q);
+  switch (a.fmt) {
+    case QFormat::fp8:
+      for (int64_t kk = 0; kk < a.k; ++kk) out[kk] = float(f8e4m3::from_bits(q8[j * a.k + kk])) * a.scales[j];
+      return;
+    case QFormat::int8:
+      for (int64_t kk = 0; kk < a.k; ++kk) out[kk] = float(int8_t(q8[j * a.k + kk])) * a.scales[j];
+      return;
+    case QFormat::int4:
+      for (int64_t kk = 0; kk < a.k; ++kk) {
+        uint8_t b = q8[j * (a.k / 2) + kk / 2];
+        int q = (kk & 1) ? (b >> 4) : (b & 0xf);
+        int64_t g = j * (a.k / a.group) + kk / a.group;
+        out[kk] = float(q - int(a.zeros[g])) * a.scales[g];
+      }
+      return;
+    case QFormat::nvf4: {
+      const float ts = a.tensor_scale[0];
+      for (int64_t kk = 0; kk < a.k; ++kk) {
+        uint8_t b = q8[j * (a.k / 2) + kk / 2];
+        int q = (kk & 1) ? (b >> 4) : (b & 0xf);
+        float bs = float(f8e4m3::from_bits(a.zeros[j * (a.k / 16) + kk / 16]));
+        out[kk] = (e2m1(q) * bs) * ts;
+      }
+      return;
+    }
+    default: throw ValueError("dequantize: unknown format");
   }
-  if (a.fmt == QFormat::fp8)
-    return float(f8e4m3::from_bits(static_cast<const uint8_t*>(a.q)[j * a.k + kk])) * a.scales[j];
-  if (a.fmt == QFormat::int8) return float(static_cast<const int8_t*>(a.q)[j * a.k + kk]) * a.scales[j];
-  uint8_t b = static_cast<const uint8_t*>(a.q)[j * (a.k / 2) + kk / 2];
-  int q = (kk & 1) ? (b >> 4) : (b & 0xf);
-  int64_t g = j * (a.k / a.group) + kk / a.group;
-  return float(q - int(a.zeros[g])) * a.scales[g];
+}
+
+void quantize_nvf4(const QuantArgs& a) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < a.n * a.k; ++i) amax = std::fmax(amax, std::fabs(a.w[i]));
+  float ts = amax / (6.0f * 448.0f);
+  if (!(ts > 0.0f) || !std::isfinite(ts)) ts = 1.0f;
+  a.tensor_scale[0] = ts;
+  uint8_t* q = static_cast<uint8_t*>(a.q);
+  for (int64_t j = 0; j < a.n; ++j)
+    for (int64_t b = 0; b < a.k / 16; ++b) {
+      const float* w = a.w + j * a.k + b * 16;
+      float bmax = 0.0f;
+      for (int i = 0; i < 16; ++i) bmax = std::fmax(bmax, std::fabs(w[i]));
+      f8e4m3 bs(bmax / 6.0f / ts);
+      bs.bits &= 0x7f;  // a non-negative scale
+      a.zeros[j * (a.k / 16) + b] = bs.bits;
+      const float s = float(bs) * ts;
+      for (int i = 0; i < 16; i += 2) {
+        int c0 = s > 0.0f ? e2m1_code(w[i] / s) : 0;
+        int c1 = s > 0.0f ? e2m1_code(w[i + 1] / s) : 0;
+        q[j * (a.k / 2) + (b * 16 + i) / 2] = uint8_t(c0 | (c1 << 4));
+      }
+    }
 }
 }  // namespace
 
-// ggml's reference block quantizers: Q8_0 d = amax / 127, q = roundf(x / d) (half away
-// from zero); Q4_0 d = m / -8 with m the value of largest magnitude (first one on ties),
-// q = min(15, int(x / d + 8.5)) truncated. d is stored as f16 and the codes use the
-// float32 d before that rounding, as ggml does.
-static void quantize_block(QFormat f, const float* x, uint8_t* b) {
-  float d;
-  if (f == QFormat::q8_0) {
-    float amax = 0.0f;
-    for (int i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(x[i]));
-    d = amax / 127.0f;
-    float id = d != 0.0f ? 1.0f / d : 0.0f;
-    for (int i = 0; i < 32; ++i) b[2 + i] = uint8_t(int8_t(std::roundf(x[i] * id)));
-  } else {
-    float amax = 0.0f, mx = 0.0f;
-    for (int i = 0; i < 32; ++i)
-      if (std::fabs(x[i]) > amax) {
-        amax = std::fabs(x[i]);
-        mx = x[i];
-      }
-    d = mx / -8.0f;
-    float id = d != 0.0f ? 1.0f / d : 0.0f;
-    for (int i = 0; i < 16; ++i) {
-      int q0 = std::min(15, int(int8_t(x[i] * id + 8.5f)));
-      int q1 = std::min(15, int(int8_t(x[i + 16] * id + 8.5f)));
-      b[2 + i] = uint8_t(q0 | (q1 << 4));
-    }
-  }
-  uint16_t h = f16(d).bits;
-  b[0] = uint8_t(h & 0xff);
-  b[1] = uint8_t(h >> 8);
-}
-
 void quantize(const QuantArgs& a) {
-  if (a.fmt == QFormat::q8_0 || a.fmt == QFormat::q4_0) {
-    const int64_t bb = block_bytes(a.fmt), nb = a.k / 32;
-    for (int64_t j = 0; j < a.n; ++j)
-      for (int64_t i = 0; i < nb; ++i)
-        quantize_block(a.fmt, a.w + j * a.k + i * 32, static_cast<uint8_t*>(a.q) + (j * nb + i) * bb);
-    return;
-  }
+  if (is_gguf(a.fmt)) return quantize_gguf(a);
+  if (a.fmt == QFormat::nvf4) return quantize_nvf4(a);
   for (int64_t j = 0; j < a.n; ++j) {
     const float* w = a.w + j * a.k;
     if (a.fmt != QFormat::int4) {
@@ -120,8 +151,7 @@ void quantize(const QuantArgs& a) {
 }
 
 void dequantize(const QuantArgs& a) {
-  for (int64_t j = 0; j < a.n; ++j)
-    for (int64_t kk = 0; kk < a.k; ++kk) a.w[j * a.k + kk] = deq(a, j, kk);
+  for (int64_t j = 0; j < a.n; ++j) deq_row(a, j, a.w + j * a.k);
 }
 
 namespace {
@@ -131,18 +161,22 @@ void qgemv_t(const QGemvArgs& p) {
   a.q = const_cast<void*>(p.q);
   a.scales = const_cast<float*>(p.scales);
   a.zeros = const_cast<uint8_t*>(p.zeros);
+  a.tensor_scale = const_cast<float*>(p.tensor_scale);
   a.n = p.n;
   a.k = p.k;
   a.group = p.group;
   a.fmt = p.fmt;
   const T* x = static_cast<const T*>(p.x);
   O* y = static_cast<O*>(p.y);
-  for (int64_t i = 0; i < p.m; ++i)
-    for (int64_t j = 0; j < p.n; ++j) {
+  std::vector<float> w(size_t(std::max<int64_t>(p.k, 1)));
+  for (int64_t j = 0; j < p.n; ++j) {
+    deq_row(a, j, w.data());
+    for (int64_t i = 0; i < p.m; ++i) {
       float acc = 0.0f;
-      for (int64_t kk = 0; kk < p.k; ++kk) acc += float(x[i * p.x_rs + kk]) * deq(a, j, kk);
+      for (int64_t kk = 0; kk < p.k; ++kk) acc += float(x[i * p.x_rs + kk]) * w[size_t(kk)];
       y[i * p.n + j] = convert<O>(acc);
     }
+  }
 }
 template <class T>
 void qgemv_out(const QGemvArgs& p) {

@@ -1,18 +1,23 @@
-// CUDA sampling: the fused decode step (and the processors / filters / sample ops
-// that share it). Two launches, no host synchronization, graph-capturable:
-//  1. k_prep, grid (chunks, B): logits (f32/bf16/f16, strided rows) -> f32 work row,
-//     NaN -> -inf, +inf -> FLT_MAX, logit bias added; zeroes the history counters.
-//  2. k_row, one 1024-thread block per row: penalties over the history (exact
-//     integer counts: atomicAdd, then atomicExch so each distinct token is
-//     penalized once), bans and EOS, temperature, max/argmax, then the filters as
-//     radix selects over the float order keys with integer (fixed-point) masses,
-//     and the draw as an ordered block scan of the kept masses in vocabulary order.
-// Every pass of k_row reads the row from L2; deterministic: fixed reduction trees,
-// integer atomics only (float sums never use atomics).
+// CUDA sampling: the fused decode step and the processors / filters / sample ops that
+// share it. Every row of the vocabulary is split into chunks of 2048 entries with one
+// 256-thread CTA per chunk (grid = chunks x rows), in a few back-to-back passes:
+//  1. k_process: logits (f32/bf16/f16, strided rows) -> processed f32 row s in the work
+//     buffer: NaN -> -inf, +inf -> FLT_MAX, bias, penalties (exact integer history counts
+//     of the chunk in shared memory), bans, EOS, temperature; per-chunk max/argmax,
+//     merged by the last CTA of the row (integer done-counter).
+//  2. k_select (x3 levels per filter): radix select (11 + 11 + 10 bits) of a threshold on
+//     the float order key, top-k by count, top-p / typical-p by integer mass: per-CTA
+//     shared histograms flushed into the row's global histogram with integer atomics;
+//     the row's last CTA picks the bin (fixed order) and re-zeroes the histogram.
+//  3. k_final: the kept mass, the sum of exp and the top-n candidates of each chunk;
+//     the row's last CTA merges them in chunk order, draws with Philox keyed by
+//     (seed, position, row tag), finds the chunk then the token by ordered scans.
+// No float atomics, fixed chunking (independent of the batch): the same bits every run,
+// in or out of a batch, eager or replayed from a graph. No host synchronization.
 #include <cfloat>
 
 #include "core/cuda_util.h"
-#include "cuda/common/sampling.cuh"
+#include "cuda/common/sampling_wide.cuh"
 #include "ops/backend.h"
 #include "ops/philox.h"
 
@@ -25,289 +30,524 @@ GK_REGISTER_CUDA_OPS("sampling.argmax", "sampling.topk", "sampling.apply_tempera
 
 namespace {
 
-using namespace smpk;
-constexpr int kPrepThreads = 256;
-constexpr int kPrepChunk = kPrepThreads * 16;
+using namespace wide;
+enum Sel : int { kTopK = 0, kTopP = 1, kTyp = 2 };
+constexpr int kCountMask = 0x3fffffff, kBanBit = 0x40000000;
 
-template <class T>
-__global__ void __launch_bounds__(kPrepThreads) k_prep(SampleArgs a) {
-  const int64_t r = blockIdx.y;
-  const T* in = static_cast<const T*>(a.logits) + r * a.row_stride;
-  float* w = a.work + r * a.V;
-  const float* bias = a.bias ? a.bias + r * a.bias_row_stride : nullptr;
-  int32_t* cnt = a.counts ? a.counts + r * a.V : nullptr;
-  const int64_t lim = (int64_t(blockIdx.x) + 1) * kPrepChunk;
-  const int64_t end = lim < a.V ? lim : a.V;
-  for (int64_t i = int64_t(blockIdx.x) * kPrepChunk + threadIdx.x; i < end; i += kPrepThreads) {
-    float x = smp::sanitize(float(in[i]));
-    if (bias) x += bias[i];
-    w[i] = x;
-    if (cnt) cnt[i] = 0;
-  }
+__device__ __forceinline__ bool sel_active(const SampleArgs& a, const smp::RowCfg& c, int which) {
+  if (a.mode == SampleMode::Draw && c.greedy) return false;
+  return which == kTopK ? c.top_k > 0 : (which == kTopP ? c.top_p < 1.f : c.typical < 1.f);
 }
 
-__device__ void fail_row(const SampleArgs& a, int64_t r) {
-  if (a.out)
-    for (int64_t i = threadIdx.x; i < a.V; i += kRowThreads) a.out[r * a.V + i] = -INFINITY;
-  if (threadIdx.x == 0) {
-    if (a.tokens) a.tokens[r] = -1;
-    if (a.logprobs) a.logprobs[r] = NAN;
-    for (int j = 0; j < a.top_n; ++j) a.top_ids[r * a.top_n + j] = -1, a.top_logprobs[r * a.top_n + j] = NAN;
-  }
+__device__ __forceinline__ uint64_t weight(float s, float m) { return smp::weight_of(smp::rel_exp(s, m)); }
+
+// ---------------------------------------------------------------- radix selects
+struct SelCtx {
+  float m;
+  uint32_t kv;      // inclusion: order key >= kv (top-p: kk; typical: max(kk, kp))
+  float minp;       // typical inclusion: rel_exp >= minp (0: off)
+  double mean;      // typical mean of (s - m)
+};
+
+__device__ __forceinline__ double typical_mean(const RowState& st) {
+  return st.W1 ? double(st.S1) / double(st.W1) : 0.0;
 }
 
-__device__ __forceinline__ void apply_processors(const SampleArgs& a, int64_t r, float* x, const smp::RowCfg& c) {
-  const int64_t V = a.V;
-  if (a.history) {
-    int64_t len = a.hist_len.at(r);
-    len = len < 0 ? 0 : (len > a.hist_max ? a.hist_max : len);
-    const int32_t* h = a.history + r * a.hist_stride;
-    int32_t* cnt = a.counts + r * V;
-    for (int64_t j = threadIdx.x; j < len; j += kRowThreads) {
-      int32_t t = h[j];
-      if (t >= 0 && t < V) atomicAdd(&cnt[t], 1);
-    }
-    __syncthreads();
-    for (int64_t j = threadIdx.x; j < len; j += kRowThreads) {
-      int32_t t = h[j];
-      if (t < 0 || t >= V) continue;
-      int n = atomicExch(&cnt[t], 0);  // exactly one entry per distinct token gets its count
-      if (n > 0) x[t] = smp::penalize(x[t], n, c.rep, c.presence, c.frequency);
-    }
-    __syncthreads();
+template <int which>
+__device__ __forceinline__ bool sel_key(const SelCtx& x, float s, uint32_t& key) {
+  const uint32_t ok = smp::order_key(s);
+  if (which == kTopK) {
+    key = ok;
+    return true;
   }
-  if (a.banned)
-    for (int64_t j = threadIdx.x; j < a.n_banned; j += kRowThreads) {
-      int32_t t = a.banned[r * a.banned_row_stride + j];
-      if (t >= 0 && t < V) x[t] = -INFINITY;
-    }
-  if (a.eos && a.generated.at(r) < a.min_tokens.at(r))
-    for (int64_t j = threadIdx.x; j < a.n_eos; j += kRowThreads) {
-      int32_t t = a.eos[j];
-      if (t >= 0 && t < V) x[t] = -INFINITY;
-    }
+  if (which == kTopP) {
+    key = ok;
+    return ok >= x.kv;
+  }
+  if (ok < x.kv) return false;
+  if (x.minp != 0.f && !(smp::rel_exp(s, x.m) >= x.minp)) return false;
+  key = smp::typical_key(smp::fsub_rn(s, x.m), x.mean);
+  return true;
+}
+
+// The row's last CTA after a histogram pass: takes the merged histogram (leaving zeros
+// for the next pass), picks the bin in descending key order where the cumulative count /
+// mass reaches the target, and records the prefix (and at level 2 the threshold).
+template <int which>
+__device__ __forceinline__ void finish_level(Scratch& sh, unsigned long long* hv, unsigned int* hc,
+                                             unsigned long long* gv, unsigned int* gc, const smp::RowCfg& c,
+                                             RowState& st, int level, uint32_t prefix) {
+  const int width = level == 2 ? 10 : 11;
+  for (int b = threadIdx.x; b < kBins; b += kThreads) {
+    hv[b] = __ldcg(&gv[b]);
+    hc[b] = __ldcg(&gc[b]);
+    gv[b] = 0, gc[b] = 0;
+  }
+  if (threadIdx.x == 0) sh.pick = INT32_MAX;
   __syncthreads();
-}
-
-// Draw: the first kept id (vocabulary order) whose inclusive prefix of w exceeds t.
-// Three levels, all exact integer sums: (1) each warp sums a contiguous chunk of
-// the row (coalesced), the chunk holding t is found from the 32 totals; (2) that
-// warp splits its chunk over its lanes and a warp scan finds the lane; (3) the
-// warp scans that lane's sub-chunk 32 entries at a time.
-template <class Kept>
-__device__ __forceinline__ int64_t ordered_pick(Shared& sh, const float* x, int64_t V, float m, unsigned long long t,
-                                                Kept kept) {
-  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
-  const int64_t chunk = (V + kWarps - 1) / kWarps;
-  const int64_t c0 = min(V, int64_t(w) * chunk), c1 = min(V, c0 + chunk);
-  auto wt = [&](float s) -> unsigned long long { return kept(s) ? smp::weight_of(smp::rel_exp(s, m)) : 0ull; };
-  __syncthreads();
-  if (threadIdx.x == 0) sh.flag = -1;
+  // descending bin order: thread t owns ranks [8t, 8t + 8)
   unsigned long long loc = 0;
-#pragma unroll 8
-  for (int64_t i = c0 + l; i < c1; i += 32) loc += wt(x[i]);
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) loc += __shfl_xor_sync(0xffffffffu, loc, o);
-  if (l == 0) sh.wsum[w] = loc;
-  __syncthreads();
-  unsigned long long acc = 0;
-  int fw = -1;
-  for (int k = 0; k < kWarps; ++k) {
-    if (t < acc + sh.wsum[k]) {
-      fw = k;
-      break;
-    }
-    acc += sh.wsum[k];
+  for (int k = 0; k < 8; ++k) loc += hv[kBins - 1 - (threadIdx.x * 8 + k)];
+  unsigned long long tot;
+  const unsigned long long before = block_excl_scan(sh, loc, &tot);
+  unsigned long long target;
+  if (level == 0) {
+    target = which == kTopK ? (unsigned long long)c.top_k
+                            : (unsigned long long)smp::frac_target(which == kTopP ? c.top_p : c.typical, tot);
+  } else {
+    target = st.target;
   }
-  if (w == fw) {
-    const unsigned long long tw = t - acc;
-    const int64_t sub = (c1 - c0 + 31) / 32;
-    const int64_t s0 = min(c1, c0 + int64_t(l) * sub), s1 = min(c1, s0 + sub);
-    unsigned long long ls = 0;
-#pragma unroll 8
-    for (int64_t i = s0; i < s1; ++i) ls += wt(x[i]);
-    unsigned long long inc = ls;
+  unsigned long long cum = before;
+  int cand = INT32_MAX;
+  unsigned long long above = 0;
 #pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      unsigned long long n = __shfl_up_sync(0xffffffffu, inc, o);
-      if (l >= o) inc += n;
-    }
-    const unsigned long long ex = inc - ls;
-    const unsigned ball = __ballot_sync(0xffffffffu, ls > 0 && tw >= ex && tw < inc);
-    if (ball) {
-      const int fl = __ffs(ball) - 1;
-      unsigned long long t3 = tw - __shfl_sync(0xffffffffu, ex, fl);
-      const int64_t q0 = __shfl_sync(0xffffffffu, s0, fl), q1 = __shfl_sync(0xffffffffu, s1, fl);
-      for (int64_t i0 = q0; i0 < q1; i0 += 32) {
-        const int64_t i = i0 + l;
-        const unsigned long long v = i < q1 ? wt(x[i]) : 0ull;
-        unsigned long long in2 = v;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-          unsigned long long n = __shfl_up_sync(0xffffffffu, in2, o);
-          if (l >= o) in2 += n;
-        }
-        const unsigned hit = __ballot_sync(0xffffffffu, v > 0 && t3 >= in2 - v && t3 < in2);
-        if (hit) {
-          if (l == 0) sh.flag = int(i0 + __ffs(hit) - 1);
-          break;
-        }
-        t3 -= __shfl_sync(0xffffffffu, in2, 31);
-      }
-    }
+  for (int k = 0; k < 8; ++k) {
+    const int b = kBins - 1 - (threadIdx.x * 8 + k);
+    const unsigned long long nx = cum + hv[b];
+    if (cand == INT32_MAX && hc[b] && nx >= target) cand = threadIdx.x * 8 + k, above = cum;
+    cum = nx;
   }
+  if (cand != INT32_MAX) atomicMin(&sh.pick, cand);
   __syncthreads();
-  const int f = sh.flag;
-  __syncthreads();
-  return f;
-}
-
-__global__ void __launch_bounds__(kRowThreads, 1) k_row(SampleArgs a) {
-  __shared__ Shared sh;
-  const int64_t r = blockIdx.x, V = a.V;
-  float* x = a.work + r * V;
-  const smp::RowCfg c = smp::row_cfg(a, r);
-  apply_processors(a, r, x, c);
-
-  if (a.mode == SampleMode::Process) {
-    const bool scale = a.scale_by_temperature && !c.greedy;
-    for (int64_t i = threadIdx.x; i < V; i += kRowThreads) a.out[r * V + i] = scale ? x[i] / c.temp : x[i];
+  const int pick = sh.pick;
+  if (pick == INT32_MAX) {
+    if (threadIdx.x == 0) st.dead = 1;  // keep everything (threshold 0)
     return;
   }
-  // temperature (in place), max and argmax (ties -> lowest index)
+  if (cand == pick) {  // exactly one thread
+    const uint32_t np = (prefix << width) | uint32_t(kBins - 1 - pick);
+    st.dead = 0;
+    st.prefix = np;
+    st.target = target - above;
+    if (level == 2) {
+      if (which == kTopK) st.kk = np;
+      else if (which == kTopP) st.kp = np;
+      else st.kt = np;
+    }
+  }
+}
+
+// ---------------------------------------------------------------- pass 1
+// topk_hist: also the level-0 count histogram of the top-k select (saves a launch).
+template <class T>
+__global__ void __launch_bounds__(kThreads) k_process(SampleArgs a, Ws w, bool topk_hist) {
+  __shared__ int mark[kChunk];
+  __shared__ unsigned long long hv[kBins];
+  __shared__ unsigned int hc[kBins];
+  __shared__ Scratch sh;
+  const int64_t r = blockIdx.y, V = a.V;
+  const int64_t c0 = int64_t(blockIdx.x) * kChunk, c1 = min(V, c0 + kChunk);
+  const smp::RowCfg c = smp::row_cfg(a, r);
+  const bool marks = a.history || a.banned || (a.eos && a.generated.at(r) < a.min_tokens.at(r));
+  if (marks) {
+    for (int j = threadIdx.x; j < kChunk; j += kThreads) mark[j] = 0;
+    __syncthreads();
+    if (a.history) {
+      int64_t len = a.hist_len.at(r);
+      len = len < 0 ? 0 : (len > a.hist_max ? a.hist_max : len);
+      const int32_t* h = a.history + r * a.hist_stride;
+      for (int64_t j = threadIdx.x; j < len; j += kThreads) {
+        const int32_t t = h[j];
+        if (t >= c0 && t < c1) atomicAdd(&mark[t - c0], 1);
+      }
+    }
+    if (a.banned)
+      for (int64_t j = threadIdx.x; j < a.n_banned; j += kThreads) {
+        const int32_t t = a.banned[r * a.banned_row_stride + j];
+        if (t >= c0 && t < c1) atomicOr(&mark[t - c0], kBanBit);
+      }
+    if (a.eos && a.generated.at(r) < a.min_tokens.at(r))
+      for (int64_t j = threadIdx.x; j < a.n_eos; j += kThreads) {
+        const int32_t t = a.eos[j];
+        if (t >= c0 && t < c1) atomicOr(&mark[t - c0], kBanBit);
+      }
+    __syncthreads();
+  }
+  const T* in = static_cast<const T*>(a.logits) + r * a.row_stride;
+  const float* bias = a.bias ? a.bias + r * a.bias_row_stride : nullptr;
+  const bool process_only = a.mode == SampleMode::Process;
+  const bool scale_out = a.scale_by_temperature && !c.greedy;
+  float* work = a.work + r * a.work_stride;
+  const bool hist = topk_hist && !process_only && sel_active(a, c, kTopK);
+  if (hist) {
+    for (int b = threadIdx.x; b < kBins; b += kThreads) hc[b] = 0;
+    __syncthreads();
+  }
+  int cur = -1;
+  unsigned int cc = 0;
   float bv = -INFINITY;
   int bi = INT32_MAX;
-  const bool scale = !c.greedy && c.temp != 1.f;
-  auto track = [&](int64_t i, float s) {
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int64_t i = c0 + threadIdx.x + j * kThreads;
+    if (i >= c1) break;
+    float x = smp::sanitize(float(in[i]));
+    if (bias) x = smp::fadd_rn(x, bias[i]);
+    if (marks) {
+      const int mk = mark[i - c0];
+      if (mk & kCountMask) x = smp::penalize(x, mk & kCountMask, c.rep, c.presence, c.frequency);
+      if (mk & kBanBit) x = -INFINITY;
+    }
+    if (process_only) {
+      a.out[r * V + i] = scale_out ? x / c.temp : x;
+      continue;
+    }
+    const float s = smp::finite_top(c.greedy ? x : x / c.temp);
+    work[i] = s;
     if (better(s, int(i), bv, bi)) bv = s, bi = int(i);
-  };
-  if (scale) {
-    row_transform(x, V, [&](int64_t i, float s) {
-      s = smp::finite_top(s / c.temp);
-      track(i, s);
-      return s;
-    });
-  } else {  // FLT_MAX stands for +inf already (k_prep); only overflowed values change
-    row_for_each(x, V, [&](int64_t i, float s) {
-      if (s == INFINITY) x[i] = s = FLT_MAX;
-      track(i, s);
-    });
+    if (hist) {
+      const int d = int(smp::order_key(s) >> 21);
+      if (d != cur) {
+        if (cur >= 0) atomicAdd(&hc[cur], cc);
+        cur = d, cc = 0;
+      }
+      ++cc;
+    }
   }
-  block_argmax(sh, bv, bi);  // syncs: x is final for the whole block
-  const float m = bv;
-  if (m == -INFINITY) return fail_row(a, r);
-  int64_t token = bi;
-  auto weight = [m](int64_t, float s) -> unsigned long long { return smp::weight_of(smp::rel_exp(s, m)); };
+  if (process_only) return;
+  if (hist) {
+    if (cur >= 0) atomicAdd(&hc[cur], cc);
+    __syncthreads();
+    unsigned long long* gv = w.hval + r * kBins;
+    unsigned int* gc = w.hcnt + r * kBins;
+    for (int b = threadIdx.x; b < kBins; b += kThreads)
+      if (hc[b]) atomicAdd(&gv[b], (unsigned long long)hc[b]), atomicAdd(&gc[b], hc[b]);
+  }
+  block_argmax(sh, bv, bi);
+  Partial* part = w.part + r * w.C;
+  if (threadIdx.x == 0) part[blockIdx.x].vmax = bv, part[blockIdx.x].imax = bi;
+  if (!last_cta(sh, &w.state[r].counter, unsigned(w.C))) return;
+  bv = -INFINITY, bi = INT32_MAX;
+  for (int64_t k = threadIdx.x; k < w.C; k += kThreads) {
+    const float v = __ldcg(&part[k].vmax);
+    const int vi = __ldcg(&part[k].imax);
+    if (better(v, vi, bv, bi)) bv = v, bi = vi;
+  }
+  block_argmax(sh, bv, bi);
+  if (threadIdx.x == 0) w.state[r].m = bv, w.state[r].argmax = bi;
+  if (hist) finish_level<kTopK>(sh, hv, hc, w.hval + r * kBins, w.hcnt + r * kBins, c, w.state[r], 0, 0u);
+}
 
-  if (!c.greedy || a.mode == SampleMode::Filter) {
-    uint32_t kk = 0, kp = 0, kt = 0;
-    unsigned long long Wsel = 0;  // kept mass when only top-k / top-p are active
-    bool wsel_valid = false;
-    if (c.top_k) {
-      kk = radix_select(
-               sh, x, V, [&](unsigned long long) { return (unsigned long long)c.top_k; },
-               [](int64_t, float s, uint32_t& key) { key = smp::order_key(s); return true; },
-               [](int64_t, float) { return 1ull; })
-               .key;
+template <int which>
+__global__ void __launch_bounds__(kThreads) k_select(SampleArgs a, Ws w, int level) {
+  __shared__ unsigned long long hv[kBins];
+  __shared__ unsigned int hc[kBins];
+  __shared__ Scratch sh;
+  const int64_t r = blockIdx.y, V = a.V;
+  const smp::RowCfg c = smp::row_cfg(a, r);
+  if (!sel_active(a, c, which)) return;
+  RowState& st = w.state[r];
+  const float m = st.m;
+  if (m == -INFINITY || (level > 0 && st.dead)) return;
+  SelCtx x;
+  x.m = m;
+  x.kv = which == kTopP ? st.kk : (st.kk > st.kp ? st.kk : st.kp);
+  x.minp = c.min_p;
+  x.mean = which == kTyp ? typical_mean(st) : 0.0;
+  const int shift = level == 0 ? 21 : (level == 1 ? 10 : 0);
+  const int width = level == 2 ? 10 : 11;
+  const uint32_t mask = (1u << width) - 1u;
+  const uint32_t prefix = level > 0 ? st.prefix : 0u;
+  for (int b = threadIdx.x; b < kBins; b += kThreads) hv[b] = 0, hc[b] = 0;
+  __syncthreads();
+  const int64_t c0 = int64_t(blockIdx.x) * kChunk, c1 = min(V, c0 + kChunk);
+  const float* row = a.work + r * a.work_stride;
+  int cur = -1;  // run cache: a thread's entries of a flat row share one bin
+  unsigned long long cv = 0;
+  unsigned int cc = 0;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int64_t i = c0 + threadIdx.x + j * kThreads;
+    if (i >= c1) break;
+    const float s = row[i];
+    uint32_t key;
+    if (!sel_key<which>(x, s, key)) continue;
+    if (level > 0 && (key >> (shift + width)) != prefix) continue;
+    const int d = int((key >> shift) & mask);
+    if (d != cur) {
+      if (cur >= 0) atomicAdd(&hv[cur], cv), atomicAdd(&hc[cur], cc);
+      cur = d, cv = 0, cc = 0;
     }
-    if (c.top_p < 1.f) {
-      Selected sp = radix_select(
-          sh, x, V, [&](unsigned long long tot) { return (unsigned long long)smp::frac_target(c.top_p, tot); },
-          [kk](int64_t, float s, uint32_t& key) { key = smp::order_key(s); return key >= kk; }, weight);
-      kp = sp.key;
-      Wsel = sp.mass;
-      wsel_valid = c.min_p == 0.f;  // exact kept mass unless min-p removes more
-    }
-    const uint32_t kv = kk > kp ? kk : kp;
-    const float minp = c.min_p;
-    auto kept1 = [=](float s) { return smp::order_key(s) >= kv && (minp == 0.f || smp::rel_exp(s, m) >= minp); };
-    double mean = 0;
-    const bool typ = c.typical < 1.f;
-    if (typ) {
-      unsigned long long wl = 0;
-      long long sl = 0;
-      row_for_each(x, V, [&](int64_t, float s) {
-        if (!kept1(s)) return;
-        uint64_t w = smp::weight_of(smp::rel_exp(s, m));
-        wl += w;
-        if (w) sl += smp::weighted_logit(w, s - m);
-      });
-      const unsigned long long W1 = block_sum_u(sh, wl);
-      const long long S1 = (long long)block_sum_u(sh, (unsigned long long)sl);  // two's complement: exact
-      mean = double(S1) / double(W1);
-      Selected st = radix_select(
-          sh, x, V, [&](unsigned long long tot) { return (unsigned long long)smp::frac_target(c.typical, tot); },
-          [=](int64_t, float s, uint32_t& key) {
-            key = smp::typical_key(s - m, mean);
-            return kept1(s);
-          },
-          weight);
-      kt = st.key;
-      Wsel = st.mass;  // over kept1 entries: exactly the kept mass
-      wsel_valid = true;
-    }
-    auto kept = [=](float s) { return kept1(s) && (!typ || smp::typical_key(s - m, mean) >= kt); };
-    if (a.mode == SampleMode::Filter) {
-      for (int64_t i = threadIdx.x; i < V; i += kRowThreads) a.out[r * V + i] = kept(x[i]) ? x[i] : -INFINITY;
-      return;
-    }
-    unsigned long long W;
-    if (wsel_valid) {
-      W = Wsel;  // the last select's mass is exactly the kept mass
-    } else {
-      unsigned long long wl = 0;
-      row_for_each(x, V, [&](int64_t, float s) {
-        if (kept(s)) wl += smp::weight_of(smp::rel_exp(s, m));
-      });
-      W = block_sum_u(sh, wl);
-    }
-    if (W > 0) {
-      const uint32_t tag = a.row_tag_is_index ? uint32_t(r) : 0u;
-      const uint64_t bits = philox::draw_bits(uint64_t(a.seed.at(r)), uint64_t(a.position.at(r)), tag);
-      const int64_t p = ordered_pick(sh, x, V, m, smp::scale_draw(W, bits), kept);
-      if (p >= 0) token = p;
-    }
+    cv += which == kTopK ? 1ull : weight(s, m);
+    ++cc;
   }
-  if (a.logprobs || a.top_n > 0) {
-    float zl = 0.f;
-    row_for_each(x, V, [&](int64_t, float s) { zl += smp::rel_exp(s, m); });
-    const float logZ = logf(block_sum_f(sh, zl));
-    if (threadIdx.x == 0 && a.logprobs) a.logprobs[r] = (x[token] - m) - logZ;
+  if (cur >= 0) atomicAdd(&hv[cur], cv), atomicAdd(&hc[cur], cc);
+  __syncthreads();
+  unsigned long long* gv = w.hval + r * kBins;
+  unsigned int* gc = w.hcnt + r * kBins;
+  for (int b = threadIdx.x; b < kBins; b += kThreads)
+    if (hc[b]) atomicAdd(&gv[b], hv[b]), atomicAdd(&gc[b], hc[b]);
+  if (!last_cta(sh, &st.counter, unsigned(w.C))) return;
+  finish_level<which>(sh, hv, hc, gv, gc, c, st, level, prefix);
+}
+
+// typical-p: kept mass W1 and sum of w (s - m) over the entries kept so far (integer atomics)
+__global__ void __launch_bounds__(kThreads) k_typstats(SampleArgs a, Ws w) {
+  __shared__ Scratch sh;
+  const int64_t r = blockIdx.y, V = a.V;
+  const smp::RowCfg c = smp::row_cfg(a, r);
+  if (!sel_active(a, c, kTyp)) return;
+  RowState& st = w.state[r];
+  const float m = st.m;
+  if (m == -INFINITY) return;
+  SelCtx x{m, st.kk > st.kp ? st.kk : st.kp, c.min_p, 0.0};
+  const int64_t c0 = int64_t(blockIdx.x) * kChunk, c1 = min(V, c0 + kChunk);
+  const float* row = a.work + r * a.work_stride;
+  unsigned long long wl = 0;
+  long long sl = 0;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int64_t i = c0 + threadIdx.x + j * kThreads;
+    if (i >= c1) break;
+    const float s = row[i];
+    uint32_t key;
+    if (!sel_key<kTyp>(x, s, key)) continue;
+    const uint64_t wt = weight(s, m);
+    wl += wt;
+    if (wt) sl += smp::weighted_logit(wt, smp::fsub_rn(s, m));
+  }
+  wl = block_sum_u(sh, wl);
+  const unsigned long long su = block_sum_u(sh, (unsigned long long)sl);
+  if (threadIdx.x == 0) {
+    atomicAdd(&st.W1, wl);
+    atomicAdd(reinterpret_cast<unsigned long long*>(&st.S1), su);  // two's complement: exact
+  }
+}
+
+// ---------------------------------------------------------------- final pass
+struct Kept {
+  float m, minp;
+  uint32_t kv, kt;
+  bool typ;
+  double mean;
+  __device__ __forceinline__ bool operator()(float s) const {
+    if (smp::order_key(s) < kv) return false;
+    if (minp != 0.f && !(smp::rel_exp(s, m) >= minp)) return false;
+    if (typ && smp::typical_key(smp::fsub_rn(s, m), mean) < kt) return false;
+    return true;
+  }
+};
+
+__global__ void __launch_bounds__(kThreads) k_final(SampleArgs a, Ws w) {
+  __shared__ Scratch sh;
+  __shared__ unsigned long long s_rem;
+  __shared__ int s_chunk, s_token;
+  const int64_t r = blockIdx.y, V = a.V;
+  const smp::RowCfg c = smp::row_cfg(a, r);
+  const RowState& st = w.state[r];
+  const float m = st.m;
+  const int64_t c0 = int64_t(blockIdx.x) * kChunk, c1 = min(V, c0 + kChunk);
+  const float* row = a.work + r * a.work_stride;
+  const bool filt = a.mode == SampleMode::Filter || !c.greedy;
+  Kept kept{m, filt ? c.min_p : 0.f, 0u, 0u, false, 0.0};
+  if (filt) {
+    kept.kv = st.kk > st.kp ? st.kk : st.kp;
+    kept.typ = sel_active(a, c, kTyp);
+    kept.kt = st.kt;
+    kept.mean = kept.typ ? typical_mean(st) : 0.0;
+  }
+  float sv[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int64_t i = c0 + threadIdx.x + j * kThreads;
+    sv[j] = i < c1 ? row[i] : -INFINITY;
+  }
+  if (m == -INFINITY) {  // no finite logit in the row
+    if (a.mode == SampleMode::Filter) {
+      for (int j = 0; j < kPer; ++j) {
+        const int64_t i = c0 + threadIdx.x + j * kThreads;
+        if (i < c1) a.out[r * V + i] = -INFINITY;
+      }
+    } else if (blockIdx.x == 0 && threadIdx.x == 0) {
+      a.tokens[r] = -1;
+      if (a.logprobs) a.logprobs[r] = NAN;
+      for (int j = 0; j < a.top_n; ++j) a.top_ids[r * a.top_n + j] = -1, a.top_logprobs[r * a.top_n + j] = NAN;
+    }
+    return;
+  }
+  if (a.mode == SampleMode::Filter) {
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int64_t i = c0 + threadIdx.x + j * kThreads;
+      if (i < c1) a.out[r * V + i] = kept(sv[j]) ? sv[j] : -INFINITY;
+    }
+    return;
+  }
+  const bool want_z = a.logprobs || a.top_n > 0;
+  unsigned long long mass = 0;
+  double z = 0.0;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int64_t i = c0 + threadIdx.x + j * kThreads;
+    if (i >= c1) break;
+    const float e = smp::rel_exp(sv[j], m);
+    if (!c.greedy && kept(sv[j])) mass += smp::weight_of(e);
+    if (want_z) z += double(e);
+  }
+  mass = block_sum_u(sh, mass);
+  if (want_z) z = block_sum_d(sh, z);
+  Partial* part = w.part + r * w.C;
+  if (threadIdx.x == 0) part[blockIdx.x].mass = mass, part[blockIdx.x].z = z;
+  // this chunk's top-n: n rounds of "the best after (pv, pi)"
+  const int n = a.top_n;
+  float* tv = w.topv + (r * w.C + blockIdx.x) * n;
+  int* ti = w.topi + (r * w.C + blockIdx.x) * n;
+  {
     float pv = INFINITY;
     int pi = -1;
-    for (int j = 0; j < a.top_n; ++j) {  // n rounds of "next best after (pv, pi)"
+    for (int k = 0; k < n; ++k) {
       float v = -INFINITY;
       int vi = INT32_MAX;
-      row_for_each(x, V, [&](int64_t i, float s) {
-        const bool after = s < pv || (s == pv && int(i) > pi);
-        if (after && better(s, int(i), v, vi)) v = s, vi = int(i);
-      });
-      block_argmax(sh, v, vi);
-      if (threadIdx.x == 0) {
-        a.top_ids[r * a.top_n + j] = vi == INT32_MAX ? -1 : vi;
-        a.top_logprobs[r * a.top_n + j] = (v - m) - logZ;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int i = int(c0 + threadIdx.x + j * kThreads);
+        if (i >= c1) break;
+        const float s = sv[j];
+        const bool after = s < pv || (s == pv && i > pi);
+        if (after && better(s, i, v, vi)) v = s, vi = i;
       }
+      block_argmax(sh, v, vi);
+      if (threadIdx.x == 0) tv[k] = v, ti[k] = vi;
       pv = v, pi = vi;
     }
   }
-  if (threadIdx.x == 0) a.tokens[r] = int32_t(token);
+  if (!last_cta(sh, &w.state[r].counter, unsigned(w.C))) return;
+
+  // ---- the row's last CTA: merge the chunks in a fixed order
+  float logZ = 0.f;
+  if (want_z) {
+    double zl = 0.0;
+    for (int64_t k = threadIdx.x; k < w.C; k += kThreads) zl += __ldcg(&part[k].z);
+    logZ = float(log(block_sum_d(sh, zl)));
+  }
+  int token = st.argmax;
+  if (!c.greedy) {
+    unsigned long long Wl = 0;
+    for (int64_t k = threadIdx.x; k < w.C; k += kThreads) Wl += __ldcg(&part[k].mass);
+    const unsigned long long W = block_sum_u(sh, Wl);
+    if (W > 0) {
+      const uint32_t tag = a.row_tag_is_index ? uint32_t(r) : 0u;
+      const uint64_t bits = philox::draw_bits(uint64_t(a.seed.at(r)), uint64_t(a.position.at(r)), tag);
+      const unsigned long long t = smp::scale_draw(W, bits);
+      if (threadIdx.x == 0) s_chunk = -1, s_token = -1;
+      __syncthreads();
+      // (1) the chunk holding t: ordered scan of the chunk masses
+      unsigned long long acc = 0;
+      for (int64_t base = 0; base < w.C; base += kThreads) {
+        const int64_t k = base + threadIdx.x;
+        const unsigned long long mk = k < w.C ? __ldcg(&part[k].mass) : 0ull;
+        unsigned long long tot;
+        const unsigned long long ex = acc + block_excl_scan(sh, mk, &tot);
+        if (mk > 0 && t >= ex && t < ex + mk) s_chunk = int(k), s_rem = t - ex;
+        __syncthreads();
+        if (s_chunk >= 0) break;
+        acc += tot;
+      }
+      const int ck = s_chunk;
+      if (ck >= 0) {
+        // (2) the token: ordered scan of that chunk, 8 consecutive entries per thread
+        const unsigned long long rem = s_rem;
+        const int64_t q0 = int64_t(ck) * kChunk + int64_t(threadIdx.x) * kPer;
+        const int64_t q1 = min(V, int64_t(ck) * kChunk + kChunk);
+        unsigned long long wj[kPer], loc = 0;
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) {
+          const int64_t i = q0 + j;
+          float s = i < q1 ? __ldcg(row + i) : -INFINITY;
+          wj[j] = i < q1 && kept(s) ? weight(s, m) : 0ull;
+          loc += wj[j];
+        }
+        unsigned long long tot;
+        const unsigned long long ex = block_excl_scan(sh, loc, &tot);
+        if (loc > 0 && rem >= ex && rem < ex + loc) {
+          unsigned long long cum = ex;
+#pragma unroll
+          for (int j = 0; j < kPer; ++j) {
+            cum += wj[j];
+            if (cum > rem) {
+              s_token = int(q0 + j);
+              break;
+            }
+          }
+        }
+        __syncthreads();
+        if (s_token >= 0) token = s_token;
+      }
+    }
+  }
+  if (threadIdx.x == 0) {
+    a.tokens[r] = token;
+    if (a.logprobs) a.logprobs[r] = (__ldcg(row + token) - m) - logZ;
+  }
+  // top-n: n rounds over the chunks' candidate lists
+  const int64_t ncand = w.C * n;
+  const float* cv = w.topv + r * w.C * n;
+  const int* ci = w.topi + r * w.C * n;
+  float pv = INFINITY;
+  int pi = -1;
+  for (int k = 0; k < n; ++k) {
+    float v = -INFINITY;
+    int vi = INT32_MAX;
+    for (int64_t q = threadIdx.x; q < ncand; q += kThreads) {
+      const float s = __ldcg(cv + q);
+      const int i = __ldcg(ci + q);
+      const bool after = s < pv || (s == pv && i > pi);
+      if (after && better(s, i, v, vi)) v = s, vi = i;
+    }
+    block_argmax(sh, v, vi);
+    if (threadIdx.x == 0) {
+      a.top_ids[r * n + k] = vi == INT32_MAX ? -1 : vi;
+      a.top_logprobs[r * n + k] = (v - m) - logZ;
+    }
+    pv = v, pi = vi;
+  }
+}
+
+template <int which>
+void launch_select(const SampleArgs& a, const Ws& w, dim3 grid, cudaStream_t st, int first_level = 0) {
+  for (int lv = first_level; lv < 3; ++lv) {
+    k_select<which><<<grid, kThreads, 0, st>>>(a, w, lv);
+    GK_LAUNCH_CHECK("sampling_select");
+  }
 }
 
 }  // namespace
 
+int64_t sample_work_stride(int64_t V) { return V; }
+int64_t sample_workspace_bytes(const SampleArgs& a) { return ws_bytes(a.B, a.V, a.top_n); }
+
 void sample_rows(const SampleArgs& a, void* stream) {
   auto st = static_cast<cudaStream_t>(stream);
   if (a.B > 65535) throw ValueError(cat("logits: at most 65535 rows per call on CUDA, got ", a.B));
-  dim3 grid(unsigned((a.V + kPrepChunk - 1) / kPrepChunk), unsigned(a.B));
+  const Ws w = ws_layout(a.ws, a.B, a.V, a.top_n);
+  const dim3 grid(unsigned(w.C), unsigned(a.B));
+  if (a.mode != SampleMode::Process) GK_CUDA_CHECK(cudaMemsetAsync(a.ws, 0, size_t(zero_bytes(a.B)), st));
+  // Filters that some row may use (per-row arrays: any value; scalars: the row_cfg rule)
+  const bool draw = a.mode != SampleMode::Process;
+  const bool any_temp = a.mode == SampleMode::Filter || a.temperature.ptr || a.temperature.value > 0.f;
+  const bool topk = draw && any_temp && (a.top_k.ptr || (a.top_k.value > 0 && a.top_k.value < a.V));
+  const bool topp = a.top_p.ptr || (a.top_p.value > 0.f && a.top_p.value < 1.f);
+  const bool typ = a.typical_p.ptr || (a.typical_p.value > 0.f && a.typical_p.value < 1.f);
   switch (a.dtype) {
-    case DType::f32: k_prep<float><<<grid, kPrepThreads, 0, st>>>(a); break;
-    case DType::bf16: k_prep<bf16><<<grid, kPrepThreads, 0, st>>>(a); break;
-    case DType::f16: k_prep<f16><<<grid, kPrepThreads, 0, st>>>(a); break;
+    case DType::f32: k_process<float><<<grid, kThreads, 0, st>>>(a, w, topk); break;
+    case DType::bf16: k_process<bf16><<<grid, kThreads, 0, st>>>(a, w, topk); break;
+    case DType::f16: k_process<f16><<<grid, kThreads, 0, st>>>(a, w, topk); break;
     default: throw TypeError("logits: dtype must be float32, bfloat16 or float16");
   }
-  GK_LAUNCH_CHECK("sampling_prep");
-  k_row<<<unsigned(a.B), kRowThreads, 0, st>>>(a);
-  GK_LAUNCH_CHECK("sampling_row");
+  GK_LAUNCH_CHECK("sampling_process");
+  if (!draw) return;
+  if (any_temp) {
+    if (topk) launch_select<kTopK>(a, w, grid, st, 1);  // level 0 ran in k_process
+    if (topp) launch_select<kTopP>(a, w, grid, st);
+    if (typ) {
+      k_typstats<<<grid, kThreads, 0, st>>>(a, w);
+      GK_LAUNCH_CHECK("sampling_typical");
+      launch_select<kTyp>(a, w, grid, st);
+    }
+  }
+  k_final<<<grid, kThreads, 0, st>>>(a, w);
+  GK_LAUNCH_CHECK("sampling_final");
 }
 
 }  // namespace gk::cuda

@@ -1,4 +1,4 @@
-// CUDA argmax and top-k over rows of logits (one 1024-thread block per row).
+// CUDA argmax (chunked, two launches) and top-k (one 1024-thread block per row) over rows of logits.
 // top-k: radix select of the k-th largest order key, then the entries above it
 // plus the lowest-index entries equal to it are gathered and bitonic-sorted in
 // shared memory by (value descending, index ascending). NaN is treated as -inf.
@@ -17,17 +17,57 @@ __device__ __forceinline__ float load_val(const T* p, int64_t i) {
   return v != v ? -INFINITY : v;
 }
 
+// argmax: one 256-thread CTA per 4096-entry chunk writes its (max, index); a second
+// launch merges the chunks of each row (ties -> lowest index; order-independent).
+constexpr int kArgThreads = 256, kArgChunk = 4096;
+
+__device__ __forceinline__ void warp_argmax(float& v, int& i) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    int oi = __shfl_xor_sync(0xffffffffu, i, o);
+    if (better(ov, oi, v, i)) v = ov, i = oi;
+  }
+}
+
+__device__ __forceinline__ void cta_argmax(float& v, int& i) {
+  __shared__ float fv[kArgThreads / 32];
+  __shared__ int fi[kArgThreads / 32];
+  warp_argmax(v, i);
+  if ((threadIdx.x & 31) == 0) fv[threadIdx.x >> 5] = v, fi[threadIdx.x >> 5] = i;
+  __syncthreads();
+  v = fv[0], i = fi[0];
+#pragma unroll
+  for (int k = 1; k < kArgThreads / 32; ++k)
+    if (better(fv[k], fi[k], v, i)) v = fv[k], i = fi[k];
+}
+
 template <class T>
-__global__ void __launch_bounds__(kRowThreads, 1) k_argmax(const T* logits, int64_t V, int64_t stride, int32_t* out) {
-  __shared__ Shared sh;
-  const T* p = logits + int64_t(blockIdx.x) * stride;
+__global__ void __launch_bounds__(kArgThreads) k_argmax_part(const T* logits, int64_t V, int64_t stride,
+                                                            float2* part, int64_t C) {
+  const T* p = logits + int64_t(blockIdx.y) * stride;
+  const int64_t c0 = int64_t(blockIdx.x) * kArgChunk, c1 = min(V, c0 + kArgChunk);
   float bv = -INFINITY;
   int bi = INT32_MAX;
-  row_for_each(p, V, [&](int64_t i, float v) {
+#pragma unroll 4
+  for (int64_t i = c0 + threadIdx.x; i < c1; i += kArgThreads) {
+    float v = float(p[i]);
     if (v != v) v = -INFINITY;
     if (better(v, int(i), bv, bi)) bv = v, bi = int(i);
-  });
-  block_argmax(sh, bv, bi);
+  }
+  cta_argmax(bv, bi);
+  if (threadIdx.x == 0) part[int64_t(blockIdx.y) * C + blockIdx.x] = make_float2(bv, __int_as_float(bi));
+}
+
+__global__ void __launch_bounds__(kArgThreads) k_argmax_merge(const float2* part, int64_t C, int32_t* out) {
+  const float2* p = part + int64_t(blockIdx.x) * C;
+  float bv = -INFINITY;
+  int bi = INT32_MAX;
+  for (int64_t k = threadIdx.x; k < C; k += kArgThreads) {
+    const float2 q = p[k];
+    if (better(q.x, __float_as_int(q.y), bv, bi)) bv = q.x, bi = __float_as_int(q.y);
+  }
+  cta_argmax(bv, bi);
   if (threadIdx.x == 0) out[blockIdx.x] = bi == INT32_MAX ? 0 : bi;
 }
 
@@ -121,15 +161,22 @@ void by_dtype(DType dt, F&& f) {
 
 }  // namespace
 
-void argmax_rows(const void* logits, DType dt, int64_t B, int64_t V, int64_t row_stride, int32_t* out,
+int64_t argmax_workspace_bytes(int64_t B, int64_t V) { return B * ((V + kArgChunk - 1) / kArgChunk) * 8; }
+
+void argmax_rows(const void* logits, DType dt, int64_t B, int64_t V, int64_t row_stride, int32_t* out, void* ws,
                  void* stream) {
-  if (B > 65535 * 32) throw ValueError(cat("logits: too many rows (", B, ")"));
+  if (B > 65535) throw ValueError(cat("logits: at most 65535 rows per call on CUDA, got ", B));
+  const int64_t C = (V + kArgChunk - 1) / kArgChunk;
+  auto st = static_cast<cudaStream_t>(stream);
+  float2* part = static_cast<float2*>(ws);
   by_dtype(dt, [&](auto t) {
     using T = decltype(t);
-    k_argmax<T><<<unsigned(B), kRowThreads, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<const T*>(logits), V,
-                                                                                    row_stride, out);
+    k_argmax_part<T><<<dim3(unsigned(C), unsigned(B)), kArgThreads, 0, st>>>(static_cast<const T*>(logits), V,
+                                                                            row_stride, part, C);
   });
   GK_LAUNCH_CHECK("sampling_argmax");
+  k_argmax_merge<<<unsigned(B), kArgThreads, 0, st>>>(part, C, out);
+  GK_LAUNCH_CHECK("sampling_argmax_merge");
 }
 
 void topk_rows(const void* logits, DType dt, int64_t B, int64_t V, int64_t row_stride, int64_t k, float* values,

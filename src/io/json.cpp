@@ -6,12 +6,13 @@
 
 namespace gk::io::detail {
 
-JsonReader::JsonReader(std::string_view text, std::string what) : s_(text), what_(std::move(what)) {
-  if (!valid_utf8(text)) fail("header is not valid UTF-8");
+JsonReader::JsonReader(std::string_view text, std::string what, std::string doc)
+    : s_(text), what_(std::move(what)), doc_(std::move(doc)) {
+  if (!valid_utf8(text)) fail("not valid UTF-8");
 }
 
 void JsonReader::fail(const std::string& msg) const {
-  throw FormatError(cat(what_, ": invalid JSON header: ", msg, " (at header byte ", pos_, ")"));
+  throw FormatError(cat(what_, ": invalid ", doc_, ": ", msg, " (at ", doc_, " byte ", pos_, ")"));
 }
 
 void JsonReader::ws() {
@@ -120,8 +121,11 @@ uint64_t JsonReader::uint(const char* where) {
   return v;
 }
 
-void JsonReader::skip_number() {
+std::string_view JsonReader::number(bool* integral) {
   // -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+  ws();
+  size_t start = pos_;
+  *integral = true;
   auto digit = [&] { return pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9'; };
   if (pos_ < s_.size() && s_[pos_] == '-') ++pos_;
   if (!digit()) fail("malformed number");
@@ -131,19 +135,23 @@ void JsonReader::skip_number() {
     while (digit()) ++pos_;
   }
   if (pos_ < s_.size() && s_[pos_] == '.') {
+    *integral = false;
     ++pos_;
     if (!digit()) fail("malformed number");
     while (digit()) ++pos_;
   }
   if (pos_ < s_.size() && (s_[pos_] == 'e' || s_[pos_] == 'E')) {
+    *integral = false;
     ++pos_;
     if (pos_ < s_.size() && (s_[pos_] == '+' || s_[pos_] == '-')) ++pos_;
     if (!digit()) fail("malformed number");
     while (digit()) ++pos_;
   }
+  return s_.substr(start, pos_ - start);
 }
 
 void JsonReader::literal(const char* word) {
+  ws();
   std::string_view w(word);
   if (s_.substr(pos_, w.size()) != w) fail("invalid literal");
   pos_ += w.size();
@@ -174,7 +182,11 @@ void JsonReader::skip_value(int depth) {
       if (pos_ >= s_.size()) fail("unexpected end of header");
       [[fallthrough]];
     default:
-      if (c == '-' || (c >= '0' && c <= '9')) return skip_number();
+      if (c == '-' || (c >= '0' && c <= '9')) {
+        bool integral;
+        number(&integral);
+        return;
+      }
       fail("unexpected character");
   }
 }
@@ -210,7 +222,7 @@ bool JsonReader::next_elem(bool& first, const char* where) {
 
 void JsonReader::finish() {
   ws();
-  if (pos_ != s_.size()) fail("unexpected content after the top-level object");
+  if (pos_ != s_.size()) fail("unexpected content after the top-level value");
 }
 
 }  // namespace gk::io::detail

@@ -1,7 +1,8 @@
-// A strict, allocation-light JSON pull parser (RFC 8259) for untrusted headers
-// (safetensors, model.safetensors.index.json). It builds no tree: callers walk
-// the structure they expect and skip (validating) anything else, so memory use
-// does not grow with hostile nesting or long arrays. Nesting depth is bounded.
+// The one strict JSON lexer/pull parser (RFC 8259) of gpukit, for untrusted input.
+// It builds no tree: the file readers (safetensors headers, sharded indexes) walk the
+// structure they expect and skip (validating) anything else, so memory use does not grow
+// with hostile nesting or long arrays; text/json.cpp builds a small tree on top of it for
+// tokenizer.json and config.json. Nesting depth is bounded by the caller.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -12,8 +13,9 @@ namespace gk::io::detail {
 class JsonReader {
  public:
   static constexpr int kMaxDepth = 64;
-  // Throws FormatError if `text` is not valid UTF-8.
-  JsonReader(std::string_view text, std::string what);
+  // Throws FormatError if `text` is not valid UTF-8. Errors read
+  // "<what>: invalid <doc>: <message> (at <doc> byte N)".
+  JsonReader(std::string_view text, std::string what, std::string doc = "JSON header");
 
   [[noreturn]] void fail(const std::string& msg) const;
   void ws();
@@ -23,6 +25,10 @@ class JsonReader {
   std::string string(const char* where);           // a JSON string, unescaped (valid UTF-8)
   uint64_t uint(const char* where);                // a non-negative integer that fits 64 bits
   void skip_value(int depth = 0);                  // validates and skips any value
+  // A number literal (validated), and whether it has neither fraction nor exponent.
+  std::string_view number(bool* integral);
+  void literal(const char* word);                  // "true", "false" or "null"
+  bool at_end() const { return pos_ >= s_.size(); }
   // Object iteration: begin_object(); bool first = true;
   //   while (next_key(k, first, where)) { ...read the value... }
   void begin_object(const char* where);
@@ -33,12 +39,11 @@ class JsonReader {
   void finish();  // only whitespace may follow
 
  private:
-  void skip_number();
-  void literal(const char* word);
   uint32_t hex4();
   std::string_view s_;
   size_t pos_ = 0;
   std::string what_;
+  std::string doc_;
 };
 
 }  // namespace gk::io::detail

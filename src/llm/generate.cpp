@@ -1,12 +1,14 @@
 // Generation: prefill of the prompts, then one decode step per token for the
 // sequences still running, sampling through gk::sampling::decode_step (greedy when
-// temperature <= 0). Stops on EOS ids, stop ids, or max_new_tokens. The CUDA graph
-// capture of the decode step is later work: each step runs eagerly.
+// temperature <= 0). Stops on EOS ids, stop ids, or max_new_tokens. Decode steps run
+// through a DecodeRunner (decode.cpp): a CUDA graph replayed per token on CUDA,
+// captured again when the set of running sequences changes.
 #include <algorithm>
 #include <cmath>
 
 #include "gpukit/errors.h"
 #include "gpukit/sampling.h"
+#include "llm/decode.h"
 #include "llm/internal.h"
 
 namespace gk::llm {
@@ -69,27 +71,15 @@ void Generation::finish(size_t row) {
   if (row < reason_.size() && reason_[row].empty()) reason_[row] = "stop";
 }
 
-std::vector<int32_t> Generation::step() {
-  const size_t B = prompts_.size();
-  std::vector<int32_t> result(B, -1);
-  if (done()) return result;
-  const ModelConfig& c = m_->config();
-  std::vector<size_t> rows;
-  std::vector<int64_t> seqs;
-  std::vector<std::vector<int32_t>> toks;
-  for (size_t b = 0; b < B; ++b) {
-    if (!reason_[b].empty()) continue;
-    if (started_ && cache_->length(seqs_[b]) >= c.max_positions) {
-      reason_[b] = "length";
-      continue;
-    }
-    rows.push_back(b);
-    seqs.push_back(seqs_[b]);
-    toks.push_back(started_ ? std::vector<int32_t>{out_[b].back()} : prompts_[b]);
-  }
-  if (rows.empty()) return result;
-  Array logits = m_->step(*cache_, seqs, toks, false);  // [n, V] float32
-  started_ = true;
+Generation::~Generation() = default;
+Generation::Generation(Generation&&) noexcept = default;
+
+namespace {
+// Each sequence's stream of draws is keyed by (seed, its batch index) and the position.
+int64_t row_seed(uint64_t seed, size_t b) { return int64_t(seed * 1000003ull + b); }
+}  // namespace
+
+std::vector<int32_t> Generation::sample_prefill(const Array& logits, const std::vector<size_t>& rows) {
   const int64_t n = int64_t(rows.size());
   Device d = logits.device();
   auto host = [&](DType t) { return Array::empty({n}, t, Device{}); };
@@ -98,20 +88,71 @@ std::vector<int32_t> Generation::step() {
   for (int64_t r = 0; r < n; ++r) {
     const size_t b = rows[size_t(r)];
     temp.data_as<float>()[r] = float(o_.temperature);
-    topk.data_as<int32_t>()[r] = int32_t(std::min<int64_t>(o_.top_k, INT32_MAX));
+    topk.data_as<int32_t>()[r] = int32_t(std::min<int64_t>(o_.top_k, m_->config().vocab_size));  // >= V: all tokens
     topp.data_as<float>()[r] = float(o_.top_p);
-    // each sequence's stream of draws is keyed by (seed, its batch index) and the position
-    seeds.data_as<int64_t>()[r] = int64_t(o_.seed * 1000003ull + b);
+    seeds.data_as<int64_t>()[r] = row_seed(o_.seed, b);
     pos.data_as<int64_t>()[r] = cache_->length(seqs_[b]);  // the position of the token drawn
   }
   sampling::Params p;
-  p.temperature = temp.to(d);
-  p.top_k = topk.to(d);
-  p.top_p = topp.to(d);
-  Array tokens = sampling::decode_step(logits, p, seeds.to(d), pos.to(d)).tokens.to(Device{});
-  for (int64_t r = 0; r < n; ++r) {
-    const size_t b = rows[size_t(r)];
-    int32_t t = tokens.data_as<int32_t>()[r];
+  p.temperature = temp.to(d, nullptr, true);
+  p.top_k = topk.to(d, nullptr, true);
+  p.top_p = topp.to(d, nullptr, true);
+  Array tokens = sampling::decode_step(logits, p, seeds.to(d, nullptr, true), pos.to(d, nullptr, true)).tokens;
+  tokens = tokens.to(Device{});
+  return std::vector<int32_t>(tokens.data_as<int32_t>(), tokens.data_as<int32_t>() + n);
+}
+
+std::vector<int32_t> Generation::step() {
+  const size_t B = prompts_.size();
+  std::vector<int32_t> result(B, -1);
+  if (done()) return result;
+  const ModelConfig& c = m_->config();
+  std::vector<size_t> rows;
+  std::vector<int64_t> seqs;
+  for (size_t b = 0; b < B; ++b) {
+    if (!reason_[b].empty()) continue;
+    if (started_ && cache_->length(seqs_[b]) >= c.max_positions) {
+      reason_[b] = "length";
+      continue;
+    }
+    rows.push_back(b);
+    seqs.push_back(seqs_[b]);
+  }
+  if (rows.empty()) return result;
+  std::vector<int32_t> chosen;
+  if (!started_) {
+    std::vector<std::vector<int32_t>> toks;
+    for (size_t b : rows) toks.push_back(prompts_[b]);
+    Array logits = m_->step(*cache_, seqs, toks, false);  // [n, V] float32
+    started_ = true;
+    last_logits_ = logits;
+    chosen = sample_prefill(logits, rows);
+  } else {
+    if (!runner_ || !runner_->same_rows(seqs)) {
+      runner_.reset();  // its graph and buffers go first
+      std::vector<DecodeRow> dr;
+      for (size_t b : rows) {
+        const int64_t n = cache_->length(seqs_[b]);
+        const int64_t left = std::max<int64_t>(o_.max_new_tokens - int64_t(out_[b].size()), 1);
+        dr.push_back({seqs_[b], row_seed(o_.seed, b), std::min(n + left, c.max_positions)});
+      }
+      const bool graph = o_.cuda_graph.value_or(m_->options().cuda_graph) && m_->device().is_cuda();
+      runner_ = std::make_unique<DecodeRunner>(*m_, *cache_, dr, o_, graph, o_.lookahead);
+      if (graph) ++captures_;
+    }
+    std::vector<int32_t> toks;
+    bool more = true;  // every row can run one more step after this one (unless EOS / stop)
+    for (size_t b : rows) {
+      toks.push_back(out_[b].back());
+      more = more && int64_t(out_[b].size()) + 1 < o_.max_new_tokens &&
+             cache_->length(seqs_[b]) + 2 < c.max_positions;
+    }
+    chosen = runner_->step(toks, more);
+    last_logits_ = runner_->logits();
+  }
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const size_t b = rows[r];
+    int32_t t = chosen[r];
     out_[b].push_back(t);
     result[b] = t;
     bool eos = !o_.ignore_eos && std::find(c.eos_ids.begin(), c.eos_ids.end(), int64_t(t)) != c.eos_ids.end();
@@ -121,6 +162,11 @@ std::vector<int32_t> Generation::step() {
       reason_[b] = "length";  // a sequence never outgrows the context
   }
   return result;
+}
+
+Array Generation::last_logits() const {
+  if (!last_logits_.defined()) throw ValueError("last_logits: no step has run yet");
+  return last_logits_.to(Device{}).copy();
 }
 
 std::vector<std::vector<int32_t>> generate(std::shared_ptr<Model> model,

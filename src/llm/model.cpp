@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "gpukit/errors.h"
+#include "gpukit/gemm.h"
 #include "gpukit/ops.h"
 #include "gpukit/text.h"
 #include "llm/internal.h"
@@ -90,7 +91,8 @@ Array KvCache::block_table(const std::vector<int64_t>& seqs) const {
 
 // ---- model ----
 
-std::shared_ptr<Model> Model::load(const std::string& path, Device device, DType dtype, const Progress& progress) {
+std::shared_ptr<Model> Model::load(const std::string& path, Device device, DType dtype, const Progress& progress,
+                                   const std::string& quantize) {
   ModelFiles files = locate_model(path);
   auto m = std::make_shared<Model>();
   m->device_ = device;
@@ -136,16 +138,19 @@ std::shared_ptr<Model> Model::load(const std::string& path, Device device, DType
     throw ValueError(cat("tokenizer has ", m->tok_->vocab_size(), " tokens but the model's vocabulary is ",
                          m->cfg_.vocab_size));
   m->w_ = load_weights(m->cfg_, path, device, dtype, progress);
+  prepare_weights(m->cfg_, m->w_, quantize);
   return m;
 }
 
-std::shared_ptr<Model> Model::random(const ModelConfig& c, Device device, DType dtype, uint64_t seed) {
+std::shared_ptr<Model> Model::random(const ModelConfig& c, Device device, DType dtype, uint64_t seed,
+                                     const std::string& quantize, bool share_layers) {
   auto m = std::make_shared<Model>();
   m->cfg_ = c;
   m->cfg_.format = "random";
   m->device_ = device;
   m->dtype_ = dtype;
-  m->w_ = random_weights(c, device, dtype, seed);
+  m->w_ = random_weights(c, device, dtype, seed, share_layers);
+  prepare_weights(m->cfg_, m->w_, quantize, share_layers);
   return m;
 }
 
@@ -158,45 +163,107 @@ KvCache Model::make_cache(const std::vector<int64_t>& lengths, int64_t block_siz
 }
 
 namespace {
-Array linear(const Array& x, const Array& w, const Array& bias = {}) {
-  Array y = matmul(x, w.T());
-  return bias.defined() ? add(y, bias) : y;
-}
 Array i32_array(const std::vector<int32_t>& v) {
   Array a = Array::empty({int64_t(v.size())}, DType::i32, Device{});
   std::copy(v.begin(), v.end(), a.data_as<int32_t>());
   return a;
 }
+constexpr int64_t kGemvRows = 8;  // gk::gemv / gemv_quantized take up to 8 rows
 }  // namespace
 
+Array Model::project(const Array& x, const Array& w, const QuantizedWeight& qw, const Array& bias,
+                     std::optional<DType> out) const {
+  const int64_t M = x.shape(0);
+  const bool half = dtype_ == DType::bf16 || dtype_ == DType::f16;
+  Array y;
+  if (!qw.format.empty()) {
+    const DType ot = out.value_or(dtype_);
+    if (M <= kGemvRows || device_.is_cpu()) {
+      y = gemv_quantized(x, qw, ot);
+    } else {
+      // Prefill with quantized weights: the GEMV kernel over blocks of 8 rows (reads the
+      // weight once per block; a dequantizing GEMM would be faster for long prompts).
+      y = Array::empty({M, qw.q.shape(0)}, ot, device_);
+      for (int64_t r = 0; r < M; r += kGemvRows) {
+        const int64_t n = std::min(kGemvRows, M - r);
+        copy_into(y.narrow(0, r, n), gemv_quantized(x.narrow(0, r, n), qw, ot));
+      }
+    }
+  } else if (device_.is_cuda() && half && opt_.use_gemv && M <= kGemvRows) {
+    y = gemv(x, w);
+  } else if (device_.is_cuda() && half) {
+    y = linear(x, w);  // cuBLASLt with w [N, K]
+  } else {
+    y = matmul(x, w.T());
+  }
+  return bias.defined() ? add(y, bias) : y;
+}
+
+Array Model::lm_head(const Array& h) const {
+  if (!w_.lm_head_q.format.empty()) return project(h, Array(), w_.lm_head_q, Array(), DType::f32);
+  if (device_.is_cuda() && (dtype_ == DType::bf16 || dtype_ == DType::f16)) {
+    if (opt_.use_gemv && h.shape(0) <= kGemvRows) return gemv(h, w_.lm_head, DType::f32);
+    return linear(h, w_.lm_head, nullptr, Activation::none, nullptr, DType::f32);
+  }
+  return matmul(h, w_.lm_head.T()).astype(DType::f32);
+}
+
+// SwiGLU MLP: one gate/up projection [T, 2 I] (gate then up), the fused activation,
+// the down projection.
+Array Model::mlp(const LayerWeights& L, const Array& h, int l) const {
+  Array gu = project(h, L.gate_up, L.gate_up_q);
+  mark("gate_up", l);
+  Array act = nn::gated_fused(nn::GatedAct::SwiGLU, gu);
+  mark("swiglu", l);
+  Array down = project(act, L.down, L.down_q);
+  mark("down", l);
+  return down;
+}
+
+// One pass of the layers. Per layer: the fused q/k/v projection (one matrix), views of
+// q, k, v into its output, optional q/k norm, rope in place, kv_append, attention,
+// output projection, fused residual + norm, the fused gate/up projection with SwiGLU,
+// down projection, fused residual + the next norm.
 Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache, const nn::KvIndex& idx,
                         const std::function<Array(const Array&, const Array&, const Array&, int)>& attend) {
+  if (cfg_.learned_positions) return gpt2_layers(cfg_, w_, ids, positions.to(device_), cache, idx, attend);  // gpt2.cpp
   const ModelConfig& c = cfg_;
-  const int64_t T = ids.numel(), D = c.head_dim;
-  Array pos = positions.to(device_);
+  const int64_t T = ids.numel(), D = c.head_dim, Q = c.num_heads * D, KV = c.num_kv_heads * D;
+  Array pos = positions.to(device_, nullptr, /*non_blocking=*/true);
   Array x = embedding(ids, w_.embed);  // residual stream [T, H]
+  mark("embed", -1);
   Array h = nn::rms_norm(x, w_.layers[0].attn_norm, c.norm_eps);
+  mark("norm", 0);
   Array resid = x;
+  std::optional<int> rd;
+  if (c.rotary_dim) rd = int(c.rotary_dim);
   for (int l = 0; l < int(c.num_layers); ++l) {
     const LayerWeights& L = w_.layers[size_t(l)];
-    Array q = linear(h, L.q, L.q_bias).reshape({T, c.num_heads, D});
-    Array k = linear(h, L.k, L.k_bias).reshape({T, c.num_kv_heads, D});
-    Array v = linear(h, L.v, L.v_bias).reshape({T, c.num_kv_heads, D});
+    Array qkv = project(h, L.qkv, L.qkv_q, L.qkv_bias);  // [T, Q + 2 KV]
+    mark("qkv", l);
+    Array q = qkv.narrow(1, 0, Q).reshape({T, c.num_heads, D});
+    Array k = qkv.narrow(1, Q, KV).reshape({T, c.num_kv_heads, D});
+    Array v = qkv.narrow(1, Q + KV, KV).reshape({T, c.num_kv_heads, D});
     if (c.qk_norm) {
       q = nn::rms_norm(q, L.q_norm, c.norm_eps);
       k = nn::rms_norm(k, L.k_norm, c.norm_eps);
+      mark("qk_norm", l);
     }
-    std::optional<int> rd;
-    if (c.rotary_dim) rd = int(c.rotary_dim);
     std::tie(q, k) = nn::rope(q, k, pos, c.rope_theta, rd, c.rope_interleaved, c.rope_scaling, /*inplace=*/true);
+    mark("rope", l);
     nn::kv_append(k, v, cache.k[size_t(l)], cache.v[size_t(l)], idx);
-    Array att = attend(q, k, v, l).reshape({T, c.num_heads * D});
-    Array o = linear(att, L.o);
+    mark("kv_append", l);
+    Array att = attend(q, k, v, l).reshape({T, Q});
+    mark("attention", l);
+    Array o = project(att, L.o, L.o_q);
+    mark("o_proj", l);
     std::tie(h, resid) = nn::rms_norm_residual(o, resid, L.ffn_norm, c.norm_eps);
-    Array act = nn::gated(nn::GatedAct::SwiGLU, linear(h, L.gate), linear(h, L.up));
-    Array down = linear(act, L.down);
+    mark("norm", l);
+    Array down = cfg_.num_experts > 0 ? moe_forward(cfg_, L, h)  // Mixtral: sparse MLP (src/llm/moe.cpp)
+                                      : mlp(L, h, l);
     const Array& next_norm = l + 1 < int(c.num_layers) ? w_.layers[size_t(l + 1)].attn_norm : w_.final_norm;
     std::tie(h, resid) = nn::rms_norm_residual(down, resid, next_norm, c.norm_eps);
+    mark("norm", l);
   }
   return h;  // final-normed hidden states [T, H]
 }
@@ -252,7 +319,23 @@ Array Model::prefill(KvCache& cache, const std::vector<int64_t>& seqs, const std
   Array h = run_layers(i32_array(ids), i32_array(pos), cache, idx, attend);
   for (size_t b = 0; b < B; ++b) cache.advance(seqs[b], int64_t(tokens[b].size()));
   if (!all_logits) h = embedding(i32_array(last), h);
-  return matmul(h, w_.lm_head.T()).astype(DType::f32);
+  return lm_head(h);
+}
+
+Array Model::decode_batch(KvCache& cache, const DecodeBatch& in) {
+  nn::KvIndex idx;
+  idx.block_table = in.block_table;
+  idx.seq_lens = in.positions;  // lengths before the append
+  std::optional<int64_t> window;
+  if (cfg_.sliding_window > 0) window = cfg_.sliding_window;
+  auto attend = [&](const Array& q, const Array&, const Array&, int l) {
+    return nn::attention_decode(q, cache.k[size_t(l)], cache.v[size_t(l)], in.lengths, in.block_table, std::nullopt,
+                                window);
+  };
+  Array h = run_layers(in.ids, in.positions, cache, idx, attend);
+  Array logits = lm_head(h);
+  mark("lm_head", -1);
+  return logits;
 }
 
 Array Model::decode(KvCache& cache, const std::vector<int64_t>& seqs, const std::vector<int32_t>& tokens) {
@@ -264,18 +347,14 @@ Array Model::decode(KvCache& cache, const std::vector<int64_t>& seqs, const std:
     pos.push_back(int32_t(n));
     lens_after.push_back(int32_t(n + 1));
   }
-  nn::KvIndex idx;
-  idx.block_table = cache.block_table(seqs);
-  idx.seq_lens = i32_array(pos);  // lengths before the append
-  Array bt = idx.block_table, la = i32_array(lens_after);
-  std::optional<int64_t> window;
-  if (cfg_.sliding_window > 0) window = cfg_.sliding_window;
-  auto attend = [&](const Array& q, const Array&, const Array&, int l) {
-    return nn::attention_decode(q, cache.k[size_t(l)], cache.v[size_t(l)], la, bt, std::nullopt, window);
-  };
-  Array h = run_layers(i32_array(tokens), i32_array(pos), cache, idx, attend);
+  DecodeBatch in;
+  in.ids = i32_array(tokens).to(device_, nullptr, true);
+  in.positions = i32_array(pos).to(device_, nullptr, true);
+  in.lengths = i32_array(lens_after).to(device_, nullptr, true);
+  in.block_table = cache.block_table(seqs).to(device_, nullptr, true);
+  Array logits = decode_batch(cache, in);
   for (size_t b = 0; b < B; ++b) cache.advance(seqs[b], 1);
-  return matmul(h, w_.lm_head.T()).astype(DType::f32);
+  return logits;
 }
 
 Array Model::step(KvCache& cache, const std::vector<int64_t>& seqs, const std::vector<std::vector<int32_t>>& tokens,

@@ -2,6 +2,8 @@
 // lengths and block tables before any launch, allocate the output and the CUDA
 // split workspace, dispatch.
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <tuple>
 
 #include "gpukit/nn.h"
@@ -29,6 +31,21 @@ void validate_lens(const Array& lens, const Array& bt, int64_t nb, int64_t bs, i
                                " blocks"));
       }
   }
+}
+// GPUKIT_DECODE_SPLIT="min,max,target" overrides the split constants (tuning).
+[[maybe_unused]] void split_params(DecodeArgs& a) {
+  const char* e = std::getenv("GPUKIT_DECODE_SPLIT");
+  if (!e || !*e) return;
+  int v[4] = {0, 0, 0, 0};
+  int n = std::sscanf(e, "%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3]);
+  if (n < 3 || v[0] < 32 || v[0] % 32 || v[1] < v[0] || v[1] > 4096 || (v[1] & (v[1] - 1)) || (v[0] & (v[0] - 1)) ||
+      v[2] < 1 || v[3] < 0 || v[3] > 4)
+    throw ValueError(cat("GPUKIT_DECODE_SPLIT: '", e,
+                         "' is not 'min,max,target[,variant]' (powers of two, 32 <= min <= max <= 4096, variant 0-4)"));
+  a.chunk_min = v[0];
+  a.chunk_max = v[1];
+  a.target_splits = v[2];
+  a.variant = v[3];
 }
 }  // namespace
 
@@ -141,7 +158,9 @@ Array attention_decode(const Array& q_in, const Array& kc, const Array& vc, cons
     return out;
   }
 #if GPUKIT_WITH_CUDA
-  a.nsplit = int(std::max<int64_t>(1, (cap + kDecodeChunk - 1) / kDecodeChunk));
+  split_params(a);
+  a.nsplit = int(decode_splits_bound(cap, a.chunk_min, a.chunk_max, a.target_splits));
+  if (a.nsplit > 65535) throw ValueError(cat("k_cache: capacity ", cap, " needs more than 65535 decode chunks"));
   Array ws_o = Array::empty({B, Hq, a.nsplit, D}, DType::f32, d, &s);
   Array ws_ml = Array::empty({B, Hq, a.nsplit, 2}, DType::f32, d, &s);
   a.ws_o = ws_o.data_as<float>();

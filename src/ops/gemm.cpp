@@ -10,6 +10,8 @@
 // CPU reference does the same in the same order. gate_up_swiglu is the GEMM into
 // an fp32 [M, 2I] accumulator and the SwiGLU pass.
 #include <atomic>
+#include <cstdlib>
+#include <string>
 
 #include "blas/cublaslt.h"
 #include "gpukit/gemm.h"
@@ -60,6 +62,11 @@ void cublaslt_add_search_paths(const std::vector<std::string>& paths) { gk::blas
 namespace detail {
 
 namespace {
+[[maybe_unused]] bool env_is(const char* name, const char* value) {
+  const char* e = std::getenv(name);
+  return e && std::string(e) == value;
+}
+
 bool collapse_one(const MatmulArgs& ma, const int64_t* strides, int64_t* out) {
   int64_t inner_stride = 0, inner_size = 1;
   bool any = false;
@@ -89,6 +96,10 @@ void run_gemm(const MatmulArgs& ma, Device d, const Stream& s) {
   if (ma.dtype == DType::i8 && ma.batch != 1) throw ValueError("int8 matmul: batched products are not supported");
   if (d.is_cpu()) return ma.dtype == DType::i8 ? cpu::matmul_i8(ma) : cpu::matmul(ma);
 #if GPUKIT_WITH_CUDA
+  // int8: GPUKIT_INT8_GEMM=gpukit puts gpukit's tensor-core kernel before cuBLASLt (read at
+  // every call, so a benchmark can compare both); it also serves whenever cuBLASLt does not.
+  const bool i8_first = ma.dtype == DType::i8 && env_is("GPUKIT_INT8_GEMM", "gpukit");
+  if (i8_first && cuda::int8_gemm_mma(ma, s.handle())) return;
   int64_t a_bs = 0, b_bs = 0;
   if (ma.k > 0 && collapse_batch(ma, &a_bs, &b_bs)) {
     blas::LtGemm g;
@@ -124,7 +135,10 @@ void run_gemm(const MatmulArgs& ma, Device d, const Stream& s) {
     if (ma.c_cs == 1 && blas::matmul(g, d.index, s.handle())) return;
   }
   blas::count_fallback();
-  if (ma.dtype == DType::i8) return cuda::matmul_i8(ma, s.handle());
+  if (ma.dtype == DType::i8) {
+    if (!i8_first && cuda::int8_gemm_mma(ma, s.handle())) return;
+    return cuda::matmul_i8(ma, s.handle());
+  }
   cuda::matmul(ma, s.handle());
 #else
   no_cuda_backend();
@@ -133,14 +147,14 @@ void run_gemm(const MatmulArgs& ma, Device d, const Stream& s) {
 
 }  // namespace detail
 
-namespace {
-
-// x [..., K] -> [M, K] (a view when the strides allow, else a contiguous copy).
-Array rows_view(const Array& x, int64_t m, int64_t k, const Stream& s) {
+Array detail::rows_view(const Array& x, int64_t m, int64_t k, const Stream& s) {
   Shape sh{m, k};
   if (auto v = x.try_view(sh)) return *v;
   return x.contiguous(&s).reshape(sh);
 }
+
+namespace {
+using detail::rows_view;
 
 struct Prepared {
   Device d;
@@ -211,6 +225,21 @@ void run_epilogue(const EpilogueArgs& ea, const Prepared& p) {
 #endif
 }
 
+// Whether linear may hand its bias to cuBLASLt's bias epilogue. With a float32 (or
+// float64) output the epilogue is exact fp32 arithmetic. With a bf16/f16 output the
+// H200 run of 2026-11-29 showed errors of about one output ulp of |x @ w^T| where
+// |x @ w^T + b| is small: the product was rounded to the output type before the bias
+// was added, which is two roundings, not the one gpukit promises. Those cases take the
+// fp32 accumulator and gpukit's epilogue pass instead (one extra pass over [M, N]).
+// (The errors fit either split-K partials kept in the output type or an epilogue that
+// rounds before adding the bias; cublaslt.cpp now also excludes the former.)
+// GPUKIT_CUBLASLT_BIAS_EPILOGUE=1 re-enables the fused path (a test measures it).
+[[maybe_unused]] bool lt_bias_epilogue_ok(bool has_bias, DType out) {
+  if (!has_bias || (out != DType::f16 && out != DType::bf16)) return true;
+  const char* e = std::getenv("GPUKIT_CUBLASLT_BIAS_EPILOGUE");
+  return e && *e && std::string(e) != "0";
+}
+
 // Bias / residual in the output dtype, contiguous (and 16-byte aligned for cuBLASLt).
 Array as_out(const Array& a, DType out, const Stream& s) {
   Array r = a.dtype() == out ? a.contiguous(&s) : a.astype(out, &s);
@@ -251,7 +280,7 @@ Array linear(const Array& x_in, const Array& w_in, const Array* bias_in, Activat
       if (a->defined()) detail::mark_used(*a, p.s);
   }
 #if GPUKIT_WITH_CUDA
-  if (p.d.is_cuda() && act == Activation::none && p.k > 0) {
+  if (p.d.is_cuda() && act == Activation::none && p.k > 0 && lt_bias_epilogue_ok(bias.defined(), p.out)) {
     MatmulArgs ma = gemm_args(p, y, p.n, p.out);
     blas::LtGemm g;
     g.a = ma.a;
@@ -371,108 +400,6 @@ Array int8_linear(const Array& x, const Array& w, const Array* x_scale, const Ar
   ea.acc_dtype = DType::i32;
   ea.xs = xs.data_as<float>();
   ea.ws = ws.data_as<float>();
-  ea.bias = bias.defined() ? bias.data() : nullptr;
-  ea.out = y.data();
-  ea.m = m;
-  ea.n = n;
-  ea.out_dtype = out;
-  if (d.is_cpu()) {
-    cpu::int8_epilogue(ea);
-  } else {
-#if GPUKIT_WITH_CUDA
-    cuda::int8_epilogue(ea, s.handle());
-#else
-    detail::no_cuda_backend();
-#endif
-  }
-  return y;
-}
-
-Array fp8_linear(const Array& x, const Array& w, const Array& x_scale, const Array& w_scale, const Array* bias_in,
-                 std::optional<DType> out_dtype, const Stream* sp) {
-  Device d = detail::common_device({{"x", &x}, {"w", &w}, {"x_scale", &x_scale}, {"w_scale", &w_scale},
-                                    {"bias", bias_in ? bias_in : &x}});
-  Stream s = resolve_stream(sp, d);
-  if (x.dtype() != DType::f8e4m3) throw TypeError(cat("x: fp8_linear takes float8_e4m3fn, got ", dtype_name(x.dtype())));
-  if (w.dtype() != DType::f8e4m3) throw TypeError(cat("w: fp8_linear takes float8_e4m3fn, got ", dtype_name(w.dtype())));
-  if (x.ndim() < 1) throw ValueError("x: fp8_linear needs an array of at least 1 dimension");
-  if (w.ndim() != 2) throw ValueError(cat("w: fp8_linear needs a 2-d weight [N, K], got shape ", shape_str(w.shape())));
-  const int64_t k = x.shape(-1), n = w.shape(0);
-  if (w.shape(1) != k)
-    throw ValueError(cat("fp8_linear: x has ", k, " features (shape ", shape_str(x.shape()), ") but w has ",
-                         w.shape(1), " columns (shape ", shape_str(w.shape()), ")"));
-  for (auto [a, name] : {std::pair{&x_scale, "x_scale"}, std::pair{&w_scale, "w_scale"}}) {
-    if (a->numel() != 1) throw ValueError(cat(name, ": fp8_linear takes one per-tensor scale, got shape ", shape_str(a->shape())));
-    if (!is_floating(a->dtype()) || is_fp8(a->dtype())) throw TypeError(cat(name, ": expected a float scale"));
-  }
-  DType out = out_dtype.value_or(DType::bf16);
-  if (out != DType::f32 && out != DType::f16 && out != DType::bf16)
-    throw TypeError(cat("out_dtype: fp8_linear produces float32, float16 or bfloat16, not ", dtype_name(out)));
-  Shape lead(x.shape().begin(), x.shape().end() - 1);
-  int64_t m = 1;
-  for (int64_t v : lead) m *= v;
-  Shape out_shape = lead;
-  out_shape.push_back(n);
-  checked_numel(out_shape, out, "fp8_linear result");
-  Array bias;
-  if (bias_in) {
-    if (bias_in->ndim() != 1 || bias_in->shape(0) != n)
-      throw ValueError(cat("bias: expected shape (", n, ",), got ", shape_str(bias_in->shape())));
-    bias = bias_in->astype(out, &s).contiguous(&s);
-  }
-  Array xs = x_scale.astype(DType::f32, &s).reshape({1}).contiguous(&s);
-  Array ws = w_scale.astype(DType::f32, &s).reshape({1}).contiguous(&s);
-  Array y = Array::empty(out_shape, out, d, &s);
-  if (y.numel() == 0) return y;
-  Array x2 = rows_view(x, m, k, s);
-#if GPUKIT_WITH_CUDA
-  if (d.is_cuda() && !bias.defined() && k > 0) {  // one cuBLASLt call: scales applied inside, rounded once
-    detail::mark_used(x2, s);
-    detail::mark_used(w, s);
-    blas::LtGemm g;
-    g.a = x2.data();
-    g.b = w.data();
-    g.d = y.data();
-    g.m = m;
-    g.n = n;
-    g.k = k;
-    g.a_rs = x2.stride(0);
-    g.a_cs = x2.stride(1);
-    g.b_rs = w.stride(1);
-    g.b_cs = w.stride(0);
-    g.ldd = n;
-    g.ab_dtype = DType::f8e4m3;
-    g.d_dtype = out;
-    g.a_scale = xs.data_as<float>();
-    g.b_scale = ws.data_as<float>();
-    if (blas::matmul(g, d.index, s.handle())) return y;
-  }
-#endif
-  // General path: fp8 values are exact in float32, so a true-FP32 GEMM of the converted
-  // operands gives the fp32-accumulated product; the scales (and bias) follow in one pass.
-  Array xf = x2.astype(DType::f32, &s), wf = w.astype(DType::f32, &s);
-  Array acc = Array::empty({m, n}, DType::f32, d, &s);
-  MatmulArgs ma;
-  ma.a = xf.data();
-  ma.b = wf.data();
-  ma.c = acc.data();
-  ma.m = m;
-  ma.n = n;
-  ma.k = k;
-  ma.a_rs = xf.stride(0);
-  ma.a_cs = xf.stride(1);
-  ma.b_rs = wf.stride(1);
-  ma.b_cs = wf.stride(0);
-  ma.c_rs = n;
-  ma.dtype = DType::f32;
-  ma.out_dtype = DType::f32;
-  detail::run_gemm(ma, d, s);
-  Array xsv = xs.broadcast_to({m}).contiguous(&s), wsv = ws.broadcast_to({n}).contiguous(&s);
-  Int8EpilogueArgs ea;
-  ea.acc = acc.data();
-  ea.acc_dtype = DType::f32;
-  ea.xs = xsv.data_as<float>();
-  ea.ws = wsv.data_as<float>();
   ea.bias = bias.defined() ? bias.data() : nullptr;
   ea.out = y.data();
   ea.m = m;

@@ -1,5 +1,6 @@
 // Internal: how the front ends of matmul, linear and gate_up_swiglu run one GEMM.
 #pragma once
+#include "gpukit/array.h"
 #include "gpukit/stream.h"
 #include "ops/backend.h"
 
@@ -13,4 +14,14 @@ bool collapse_batch(const MatmulArgs& ma, int64_t* a_bs, int64_t* b_bs);
 // cuBLASLt when it takes the problem, else gpukit's CUDA kernel.
 void run_gemm(const MatmulArgs& ma, Device d, const Stream& s);
 
+// x [..., K] -> [m, k] (a view when the strides allow, else a contiguous copy).
+Array rows_view(const Array& x, int64_t m, int64_t k, const Stream& s);
+
 }  // namespace gk::detail
+
+namespace gk::cuda {
+// gpukit's tensor-core int8 GEMM (src/cuda/int8_gemm.cu): batch 1, A rows and B = W^T
+// columns K-contiguous, K and the row strides multiples of 16, 16-byte aligned operands.
+// Returns false, having launched nothing, when the problem does not fit those rules.
+bool int8_gemm_mma(const MatmulArgs& a, void* stream);
+}  // namespace gk::cuda

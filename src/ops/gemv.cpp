@@ -1,9 +1,21 @@
 // Front end of the decode GEMV (see include/gpukit/gemm.h and src/cuda/gemv.cu).
+#include <atomic>
+
 #include "gpukit/gemm.h"
 #include "ops/common.h"
 #include "ops/gemv_args.h"
 
 namespace gk {
+
+namespace {
+std::atomic<int> g_dense_path{-1};
+constexpr bool kDenseMmaDefault = false;
+}  // namespace
+void gemv_set_dense_path(int path) {
+  if (path < -1 || path > 1) throw ValueError(cat("path: expected -1, 0 or 1, got ", path));
+  g_dense_path.store(path);
+}
+int gemv_dense_path() { return g_dense_path.load(); }
 
 Array gemv(const Array& x_in, const Array& w_in, std::optional<DType> out_dtype, const Stream* sp) {
   Device d = detail::common_device({{"x", &x_in}, {"w", &w_in}});
@@ -51,8 +63,10 @@ Array gemv(const Array& x_in, const Array& w_in, std::optional<DType> out_dtype,
         x = x.copy(&s);
         a.x = x.data();
       }
-      a.vec = al16(a.w) && al16(a.x) && a.w_rs % 8 == 0 && (m == 1 || k % 8 == 0);
-      a.split = a.vec ? cuda::gemv_split(n, k) : 1;
+      a.vec = al16(a.w) && al16(a.x) && a.w_rs % 8 == 0 && k % 8 == 0;
+      const int path = g_dense_path.load();
+      a.mma = a.vec && k % 32 == 0 && (path == 1 || (path < 0 && kDenseMmaDefault));
+      a.split = a.vec ? cuda::gemv_split(n, k, a.mma) : 1;
       Array part;
       if (a.split > 1) {
         part = Array::empty({int64_t(a.split), m, n}, DType::f32, d, &s);

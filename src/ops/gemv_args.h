@@ -16,7 +16,14 @@ struct GemvArgs {
   DType dtype = DType::bf16, out_dtype = DType::bf16;
   int split = 1;     // CUDA: slices of k summed by a second pass in slice order
   bool vec = false;  // CUDA: rows of x and w are 16-byte aligned (16-byte loads)
+  bool mma = false;  // CUDA: the tensor-core kernel (vec and K % 32 == 0)
 };
+
+// Which CUDA kernel reads bf16/fp16 weights when both can: -1 the default, 0 the
+// CUDA-core chunk kernel, 1 the tensor-core kernel (a benchmarking switch; the choice
+// never depends on M, so a row's bits do not depend on the batch).
+void gemv_set_dense_path(int path);
+int gemv_dense_path();
 
 namespace cpu {
 void gemv(const GemvArgs& a);
@@ -24,7 +31,7 @@ void gemv(const GemvArgs& a);
 namespace cuda {
 void gemv(const GemvArgs& a, void* stream);
 // The split-K factor the CUDA kernel uses for (n, k): a function of the shape only.
-int gemv_split(int64_t n, int64_t k);
+int gemv_split(int64_t n, int64_t k, bool mma);
 }  // namespace cuda
 
 }  // namespace gk

@@ -60,10 +60,26 @@ void validate_host(const KvIndex& ix, int64_t T, int64_t nb, int64_t bs, bool pa
     }
   }
 }
+void append_impl(const Array& k_new, const Array& v_new, const Array& k_cache, const Array& v_cache,
+                 const KvIndex& ix_in, const KvRope* rope, const Array& k_scale, const Array& v_scale, bool validate,
+                 const Stream* sp);
 }  // namespace
 
 void kv_append(const Array& k_new, const Array& v_new, const Array& k_cache, const Array& v_cache,
                const KvIndex& ix_in, const Array& k_scale, const Array& v_scale, bool validate, const Stream* sp) {
+  append_impl(k_new, v_new, k_cache, v_cache, ix_in, nullptr, k_scale, v_scale, validate, sp);
+}
+
+void kv_append(const Array& k_new, const Array& v_new, const Array& k_cache, const Array& v_cache,
+               const KvIndex& ix_in, const KvRope& rope, const Array& k_scale, const Array& v_scale, bool validate,
+               const Stream* sp) {
+  append_impl(k_new, v_new, k_cache, v_cache, ix_in, &rope, k_scale, v_scale, validate, sp);
+}
+
+namespace {
+void append_impl(const Array& k_new, const Array& v_new, const Array& k_cache, const Array& v_cache,
+                 const KvIndex& ix_in, const KvRope* rope, const Array& k_scale, const Array& v_scale, bool validate,
+                 const Stream* sp) {
   Device d = detail::common_device({{"k_new", &k_new}, {"v_new", &v_new}, {"k_cache", &k_cache}, {"v_cache", &v_cache}});
   detail::require_half_or_float(k_new, "k_new");
   detail::require_same_dtype(v_new, "v_new", k_new, "k_new");
@@ -126,6 +142,34 @@ void kv_append(const Array& k_new, const Array& v_new, const Array& k_cache, con
       throw ValueError(cat("seq_lens: ", B, " sequences but ", T, " new tokens; give cu_seqlens for several tokens per sequence"));
     }
   }
+  // Fused RoPE: rotary dim, the frequency table (validates theta and scaling), positions.
+  int rd = 0;
+  double mscale = 1.0;
+  std::vector<double> inv_freq;
+  Array rpos;
+  if (rope) {
+    rd = rope->rotary_dim ? *rope->rotary_dim : int(D);
+    if (rd < 2 || rd > D || rd % 2)
+      throw ValueError(cat("rotary_dim: must be even and in [2, head_dim = ", D, "], got ", rd));
+    inv_freq = rope_inv_freq(rope->theta, rd, rope->scaling, &mscale);
+    rpos = rope->positions;
+    if (rpos.defined()) {
+      if (rpos.dtype() != DType::i32 && rpos.dtype() != DType::i64)
+        throw TypeError(cat("positions: dtype ", dtype_name(rpos.dtype()), " is not supported (int32 or int64)"));
+      if (rpos.ndim() != 1 || rpos.shape(0) != T)
+        throw ValueError(cat("positions: shape ", shape_str(rpos.shape()), " must be (", T, ",), one per new token"));
+      if (!rpos.device().is_cpu() && rpos.device() != d)
+        throw ValueError(cat("positions: must be on the CPU or on ", d.str()));
+      if (rpos.device().is_cpu())
+        for (int64_t t = 0; t < T; ++t)
+          if (int64_t p = at(rpos, t); p < 0)
+            throw ValueError(cat("positions: negative position ", p, " at token ", t));
+    } else if (by_slot) {
+      throw ValueError("positions: required for RoPE with a slot_mapping (the cache position is unknown)");
+    }
+    if (rope->write_k && D > 1 && k_new.stride(2) != 1)
+      throw ValueError("k_new: write_k needs a dense last dimension (k_new is overwritten in place)");
+  }
   Stream s = resolve_stream(sp, d);
   // Host validation: index arrays on the CPU always; device ones when asked (a sync).
   std::vector<Array*> idx = {&ix.slot_mapping, &ix.block_table, &ix.seq_lens, &ix.cu_seqlens};
@@ -153,6 +197,10 @@ void kv_append(const Array& k_new, const Array& v_new, const Array& k_cache, con
       if (a->device() != d) *a = a->to(d, &s, /*non_blocking=*/true);
       *a = a->contiguous(&s);
     }
+  if (rpos.defined()) {
+    if (rpos.device() != d) rpos = rpos.to(d, &s, /*non_blocking=*/true);
+    rpos = rpos.contiguous(&s);
+  }
   Array kn = D > 1 && k_new.stride(2) != 1 ? k_new.contiguous(&s) : k_new;
   Array vn = D > 1 && v_new.stride(2) != 1 ? v_new.contiguous(&s) : v_new;
   KvAppendArgs a;
@@ -181,6 +229,21 @@ void kv_append(const Array& k_new, const Array& v_new, const Array& k_cache, con
   }
   a.dtype = k_new.dtype();
   a.cache_dtype = k_cache.dtype();
+  if (rope) {
+    a.rope_rd = rd;
+    a.rope_il = rope->interleaved;
+    a.rope_mscale = float(mscale);
+    for (int i = 0; i < rd / 2; ++i) a.inv_freq[i] = float(inv_freq[size_t(i)]);
+    if (rpos.defined()) {
+      a.rope_pos = rpos.data();
+      a.rope_pos64 = rpos.dtype() == DType::i64;
+    }
+    if (rope->write_k) {  // kn is k_new itself (dense last dimension checked above)
+      a.k_out = kn.data();
+      a.ko_ts = kn.stride(0);
+      a.ko_hs = kn.stride(1);
+    }
+  }
   Array ks, vs;
   if (fp8) {
     ks = k_scale.contiguous(&s);
@@ -193,6 +256,7 @@ void kv_append(const Array& k_new, const Array& v_new, const Array& k_cache, con
     if (x->defined()) detail::mark_used(*x, s);
   for (Array* x : idx)
     if (x->defined()) detail::mark_used(*x, s);
+  if (rpos.defined()) detail::mark_used(rpos, s);
   if (d.is_cpu()) return cpu::kv_append(a);
 #if GPUKIT_WITH_CUDA
   cuda::kv_append(a, s.handle());
@@ -200,5 +264,6 @@ void kv_append(const Array& k_new, const Array& v_new, const Array& k_cache, con
   detail::no_cuda_backend();
 #endif
 }
+}  // namespace
 
 }  // namespace gk::nn

@@ -1,6 +1,7 @@
 // Argument blocks of the fused inference ops (norms, gated activations, RoPE)
 // and the entry points of both backends. Kernels see only these plain structs.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 
 #include "gpukit/dtype.h"
@@ -125,10 +126,31 @@ struct KvAppendArgs {
   DType cache_dtype = DType::f32;  // dtype, or f8e4m3 with scales
   const float* k_scale = nullptr;
   const float* v_scale = nullptr;
+  // Fused RoPE on k (rope_rd > 0): the rotation of nn::rope over the first
+  // rope_rd dims at rope_pos[t] (null: the token's cache position), NeoX or
+  // interleaved pairs; k_out (optional, token / head strides ko_ts, ko_hs)
+  // receives the rotated keys (dims past rope_rd copied).
+  int rope_rd = 0;
+  bool rope_il = false;
+  const void* rope_pos = nullptr;
+  bool rope_pos64 = false;
+  float rope_mscale = 1.f;
+  void* k_out = nullptr;
+  int64_t ko_ts = 0, ko_hs = 0;
+  float inv_freq[kMaxRopeFreqs] = {};
 };
 
-// Destination (block, offset) of token t, or false to skip it. Shared by both backends.
-GK_HD bool kv_dest(const KvAppendArgs& a, int64_t t, int64_t& blk, int64_t& off) {
+// The rope position of token t of a kv_append: rope_pos[t], else the cache
+// position `pos` kv_dest found.
+GK_HD int64_t kv_rope_pos(const KvAppendArgs& a, int64_t t, int64_t pos) {
+  if (!a.rope_pos) return pos;
+  return a.rope_pos64 ? static_cast<const int64_t*>(a.rope_pos)[t] : int64_t(static_cast<const int32_t*>(a.rope_pos)[t]);
+}
+
+// Destination (block, offset) of token t, or false to skip it; pos: the token's
+// position in its sequence (-1 with a slot mapping). Shared by both backends.
+GK_HD bool kv_dest(const KvAppendArgs& a, int64_t t, int64_t& blk, int64_t& off, int64_t& pos) {
+  pos = -1;
   if (a.slots) {
     int64_t s = a.slots64 ? static_cast<const int64_t*>(a.slots)[t] : int64_t(static_cast<const int32_t*>(a.slots)[t]);
     if (s < 0 || s >= a.nb * a.bs) return false;
@@ -150,7 +172,7 @@ GK_HD bool kv_dest(const KvAppendArgs& a, int64_t t, int64_t& blk, int64_t& off)
   } else if (t >= a.B) {
     return false;
   }
-  int64_t pos = int64_t(a.seq_lens[b]) + j;
+  pos = int64_t(a.seq_lens[b]) + j;
   if (pos < 0) return false;
   if (a.block_table) {
     int64_t li = pos / a.bs;
@@ -184,11 +206,41 @@ struct DecodeArgs {
   DType cache_dtype = DType::f32;  // dtype, or f8e4m3 with per-head scales
   const float* k_scale = nullptr;  // [hkv], fp8 cache only (value = stored * scale)
   const float* v_scale = nullptr;
-  // CUDA workspace: partial (unnormalized) outputs and their max / sum per split.
+  // CUDA flash-decoding split (see decode_chunk) and workspace: partial
+  // (unnormalized) outputs and their max / sum per split.
+  int chunk_min = nn::kDecodeChunkMin, chunk_max = nn::kDecodeChunkMax, target_splits = nn::kDecodeTargetSplits;
+  int variant = 0;  // kernel tuning variant (0: default; see attention_decode.cu)
   float* ws_o = nullptr;  // [B, hq, nsplit, D]
   float* ws_ml = nullptr; // [B, hq, nsplit, 2]
-  int nsplit = 0;
+  int nsplit = 0;         // workspace stride: decode_splits_bound(capacity)
 };
+
+// The attended key range [start, L) of sequence b: L = seq_lens[b] clamped to
+// [0, capacity], start = L - window (>= 0) with a window. Shared by both backends.
+GK_HD void decode_span(const DecodeArgs& a, int b, int64_t& L, int64_t& start) {
+  L = a.seq_lens[b];
+  L = L < 0 ? 0 : (L > a.capacity ? a.capacity : L);
+  start = a.window > 0 && L - a.window > 0 ? L - a.window : 0;
+}
+
+// Chunk length (tokens) of the flash-decoding split of n attended keys: the
+// smallest chunk_min * 2^k <= chunk_max giving at most target_splits chunks.
+// It depends only on n and the fixed parameters, never on the batch.
+GK_HD int64_t decode_chunk(int64_t n, int cmin, int cmax, int target) {
+  int64_t c = cmin;
+  while (c < cmax && (n + c - 1) / c > target) c *= 2;
+  return c;
+}
+GK_HD int64_t decode_nsplit(int64_t n, int cmin, int cmax, int target) {
+  if (n <= 0) return 0;
+  int64_t c = decode_chunk(n, cmin, cmax, target);
+  return (n + c - 1) / c;
+}
+// The most chunks any sequence of at most cap keys is split into.
+inline int64_t decode_splits_bound(int64_t cap, int cmin, int cmax, int target) {
+  int64_t lo = (cap + cmin - 1) / cmin, hi = (cap + cmax - 1) / cmax;
+  return std::max<int64_t>(1, std::max<int64_t>(std::min<int64_t>(target, lo), hi));
+}
 
 // The cache row of key position j of sequence b, or -1 when its block id is
 // outside the pool (masked). Shared by both backends.

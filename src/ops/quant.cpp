@@ -10,16 +10,18 @@ namespace gk {
 
 namespace {
 
-bool is_gguf(QFormat f) { return f == QFormat::q8_0 || f == QFormat::q4_0; }
-int64_t block_bytes(QFormat f) { return f == QFormat::q8_0 ? gguf::kQ8_0Bytes : gguf::kQ4_0Bytes; }
+bool is_gguf(QFormat f) { return gguf_block_bytes(f) != 0; }
+int64_t block_bytes(QFormat f) { return gguf_block_bytes(f); }
 
 QFormat parse_format(const std::string& f) {
-  if (f == "fp8") return QFormat::fp8;
-  if (f == "int8") return QFormat::int8;
-  if (f == "int4") return QFormat::int4;
-  if (f == "q8_0") return QFormat::q8_0;
-  if (f == "q4_0") return QFormat::q4_0;
-  throw ValueError(cat("format: expected \"fp8\", \"int8\", \"int4\", \"q8_0\" or \"q4_0\", got \"", f, "\""));
+  static const std::pair<const char*, QFormat> kNames[] = {
+      {"fp8", QFormat::fp8},   {"int8", QFormat::int8}, {"int4", QFormat::int4}, {"nvf4", QFormat::nvf4},
+      {"q8_0", QFormat::q8_0}, {"q4_0", QFormat::q4_0}, {"q4_1", QFormat::q4_1}, {"q4_k", QFormat::q4_k},
+      {"q6_k", QFormat::q6_k}};
+  for (auto& [name, fmt] : kNames)
+    if (f == name) return fmt;
+  throw ValueError(cat("format: expected one of fp8, int8, int4, nvf4, q8_0, q4_0, q4_1, q4_k, q6_k; got \"", f,
+                       "\""));
 }
 
 void check_group(int64_t k, int64_t group) {
@@ -39,7 +41,24 @@ std::pair<int64_t, int64_t> check_qw(const QuantizedWeight& qw, QFormat f) {
     const int64_t bb = block_bytes(f);
     if (q.shape(1) % bb != 0)
       throw ValueError(cat("q: a row of ", qw.format, " blocks is a multiple of ", bb, " bytes, got ", q.shape(1)));
-    return {q.shape(0), q.shape(1) / bb * gguf::kBlock};
+    return {q.shape(0), q.shape(1) / bb * gguf_block_weights(f)};
+  }
+  if (f == QFormat::nvf4) {
+    if (q.ndim() != 2) throw ValueError(cat("q: expected a 2-d array [N, K/2], got shape ", shape_str(q.shape())));
+    if (q.dtype() != DType::u8) throw TypeError(cat("q: nvf4 codes are uint8 (two per byte), got ", dtype_name(q.dtype())));
+    const int64_t n = q.shape(0), k = q.shape(1) * 2;
+    if (k % 16 != 0) throw ValueError(cat("q: nvf4 needs K divisible by the block size 16, got K = ", k));
+    if (!qw.scales.defined()) throw ValueError("scales: missing (nvf4 needs e4m3 block scales [N, K/16])");
+    if (qw.scales.dtype() != DType::f8e4m3 && qw.scales.dtype() != DType::u8)
+      throw TypeError(cat("scales: nvf4 block scales are float8_e4m3fn, got ", dtype_name(qw.scales.dtype())));
+    Shape bs{n, k / 16};
+    if (qw.scales.shape() != bs)
+      throw ValueError(cat("scales: expected shape ", shape_str(bs), ", got ", shape_str(qw.scales.shape())));
+    if (!qw.tensor_scale.defined()) throw ValueError("tensor_scale: missing (nvf4 needs a float32 tensor scale)");
+    if (qw.tensor_scale.dtype() != DType::f32 || qw.tensor_scale.numel() != 1)
+      throw TypeError(cat("tensor_scale: expected one float32 value, got ", dtype_name(qw.tensor_scale.dtype()),
+                          " of shape ", shape_str(qw.tensor_scale.shape())));
+    return {n, k};
   }
   if (!qw.scales.defined()) throw ValueError("scales: missing (every format needs scales)");
   if (q.ndim() != 2) throw ValueError(cat("q: expected a 2-d array, got shape ", shape_str(q.shape())));
@@ -70,8 +89,41 @@ QuantizedWeight quantize_weight(const Array& w, const std::string& format, int64
   if (w.ndim() != 2) throw ValueError(cat("w: expected a 2-d weight [N, K], got shape ", shape_str(w.shape())));
   const int64_t n = w.shape(0), k = w.shape(1);
   if (f == QFormat::int4) check_group(k, group);
-  if (is_gguf(f) && k % gguf::kBlock != 0)
-    throw ValueError(cat("w: K = ", k, " is not divisible by the ", format, " block size 32"));
+  if (is_gguf(f) && k % gguf_block_weights(f) != 0)
+    throw ValueError(cat("w: K = ", k, " is not divisible by the ", format, " block size ", gguf_block_weights(f)));
+  if (f == QFormat::nvf4 && k % 16 != 0)
+    throw ValueError(cat("w: K = ", k, " is not divisible by the nvf4 block size 16"));
+#if GPUKIT_WITH_CUDA
+  if (w.device().is_cuda() && (f == QFormat::fp8 || f == QFormat::int8 || f == QFormat::int4)) {
+    // on the device (large weights at load time), bit-identical to the CPU rules
+    Device d = w.device();
+    Stream s = resolve_stream(nullptr, d);
+    Array wd = w.astype(DType::f32, &s).contiguous(&s);
+    QuantizedWeight qw;
+    qw.format = format;
+    qw.group = f == QFormat::int4 ? group : 0;
+    QuantArgs a;
+    a.w = wd.data_as<float>();
+    a.n = n;
+    a.k = k;
+    a.group = qw.group;
+    a.fmt = f;
+    if (f == QFormat::int4) {
+      qw.q = Array::empty({n, k / 2}, DType::u8, d, &s);
+      qw.scales = Array::empty({n, k / group}, DType::f32, d, &s);
+      qw.zeros = Array::empty({n, k / group}, DType::u8, d, &s);
+      a.zeros = qw.zeros.data_as<uint8_t>();
+    } else {
+      qw.q = Array::empty({n, k}, f == QFormat::fp8 ? DType::f8e4m3 : DType::i8, d, &s);
+      qw.scales = Array::empty({n}, DType::f32, d, &s);
+    }
+    a.q = qw.q.data();
+    a.scales = qw.scales.data_as<float>();
+    detail::mark_used(wd, s);
+    cuda::quantize(a, s.handle());
+    return qw;
+  }
+#endif
   Array wc = w.to(Device::cpu()).astype(DType::f32).contiguous();
   Device cpu = Device::cpu();
   QuantizedWeight qw;
@@ -84,7 +136,13 @@ QuantizedWeight quantize_weight(const Array& w, const std::string& format, int64
   a.group = qw.group;
   a.fmt = f;
   if (is_gguf(f)) {
-    qw.q = Array::empty({n, k / gguf::kBlock * block_bytes(f)}, DType::u8, cpu);
+    qw.q = Array::empty({n, k / gguf_block_weights(f) * block_bytes(f)}, DType::u8, cpu);
+  } else if (f == QFormat::nvf4) {
+    qw.q = Array::empty({n, k / 2}, DType::u8, cpu);
+    qw.scales = Array::empty({n, k / 16}, DType::f8e4m3, cpu);
+    qw.tensor_scale = Array::empty({1}, DType::f32, cpu);
+    a.zeros = static_cast<uint8_t*>(qw.scales.data());
+    a.tensor_scale = qw.tensor_scale.data_as<float>();
   } else if (f == QFormat::int4) {
     qw.q = Array::empty({n, k / 2}, DType::u8, cpu);
     qw.scales = Array::empty({n, k / group}, DType::f32, cpu);
@@ -95,12 +153,13 @@ QuantizedWeight quantize_weight(const Array& w, const std::string& format, int64
     qw.scales = Array::empty({n}, DType::f32, cpu);
   }
   a.q = qw.q.data();
-  a.scales = qw.scales.defined() ? qw.scales.data_as<float>() : nullptr;
+  a.scales = qw.scales.defined() && f != QFormat::nvf4 ? qw.scales.data_as<float>() : nullptr;
   cpu::quantize(a);
   if (w.device().is_cuda()) {
     qw.q = qw.q.to(w.device());
     if (qw.scales.defined()) qw.scales = qw.scales.to(w.device());
     if (qw.zeros.defined()) qw.zeros = qw.zeros.to(w.device());
+    if (qw.tensor_scale.defined()) qw.tensor_scale = qw.tensor_scale.to(w.device());
   }
   return qw;
 }
@@ -110,14 +169,50 @@ Array dequantize_weight(const QuantizedWeight& qw) {
   auto [n, k] = check_qw(qw, f);
   Device d = qw.q.device();
   QuantArgs a;
-  Array q = qw.q.to(Device::cpu()).contiguous(), s, z;
+#if GPUKIT_WITH_CUDA
+  if (d.is_cuda() && !is_gguf(f) && k % 2 == 0) {  // on the device (the same values as the CPU's)
+    const Array& q0 = qw.q;
+    detail::common_device({{"q", &q0}, {"scales", &qw.scales}, {"zeros", qw.zeros.defined() ? &qw.zeros : &q0},
+                           {"tensor_scale", qw.tensor_scale.defined() ? &qw.tensor_scale : &q0}});
+    Stream st = resolve_stream(nullptr, d);
+    Array q = qw.q.contiguous(&st), sc = qw.scales.contiguous(&st), z, ts;
+    if (f == QFormat::int4) z = qw.zeros.contiguous(&st);
+    if (f == QFormat::nvf4) ts = qw.tensor_scale.contiguous(&st);
+    Array w = Array::empty({n, k}, DType::f32, d, &st);
+    a.w = w.data_as<float>();
+    a.q = q.data();
+    if (f == QFormat::nvf4) {
+      a.zeros = static_cast<uint8_t*>(sc.data());
+      a.tensor_scale = ts.data_as<float>();
+    } else {
+      a.scales = sc.data_as<float>();
+      a.zeros = z.defined() ? z.data_as<uint8_t>() : nullptr;
+    }
+    a.n = n;
+    a.k = k;
+    a.group = qw.group;
+    a.fmt = f;
+    const Array* used[] = {&q, &sc, &z, &ts};
+    for (const Array* t : used)
+      if (t->defined()) detail::mark_used(*t, st);
+    cuda::dequantize(a, st.handle());
+    return w;
+  }
+#endif
+  Array q = qw.q.to(Device::cpu()).contiguous(), s, z, ts;
   if (qw.scales.defined()) s = qw.scales.to(Device::cpu()).contiguous();
   if (f == QFormat::int4) z = qw.zeros.to(Device::cpu()).contiguous();
+  if (f == QFormat::nvf4) ts = qw.tensor_scale.to(Device::cpu()).contiguous();
   Array w = Array::empty({n, k}, DType::f32, Device::cpu());
   a.w = w.data_as<float>();
   a.q = q.data();
-  a.scales = s.defined() ? s.data_as<float>() : nullptr;
-  a.zeros = z.defined() ? z.data_as<uint8_t>() : nullptr;
+  if (f == QFormat::nvf4) {
+    a.zeros = static_cast<uint8_t*>(s.data());
+    a.tensor_scale = ts.data_as<float>();
+  } else {
+    a.scales = s.defined() ? s.data_as<float>() : nullptr;
+    a.zeros = z.defined() ? z.data_as<uint8_t>() : nullptr;
+  }
   a.n = n;
   a.k = k;
   a.group = qw.group;
@@ -129,8 +224,10 @@ Array dequantize_weight(const QuantizedWeight& qw) {
 Array gemv_quantized(const Array& x_in, const QuantizedWeight& qw, std::optional<DType> out_dtype, const Stream* sp) {
   QFormat f = parse_format(qw.format);
   auto [n, k] = check_qw(qw, f);
-  Device d = detail::common_device({{"x", &x_in}, {"q", &qw.q}, {"scales", qw.scales.defined() ? &qw.scales : &qw.q},
-                                    {"zeros", qw.zeros.defined() ? &qw.zeros : &qw.q}});
+  const Array& q0 = qw.q;
+  Device d = detail::common_device({{"x", &x_in}, {"q", &q0}, {"scales", qw.scales.defined() ? &qw.scales : &q0},
+                                    {"zeros", qw.zeros.defined() ? &qw.zeros : &q0},
+                                    {"tensor_scale", qw.tensor_scale.defined() ? &qw.tensor_scale : &q0}});
   Stream s = resolve_stream(sp, d);
   DType xt = x_in.dtype();
   if (xt != DType::f32 && xt != DType::f16 && xt != DType::bf16)
@@ -150,18 +247,40 @@ Array gemv_quantized(const Array& x_in, const QuantizedWeight& qw, std::optional
     Array w = dequantize_weight(qw);
     return linear(x_in.astype(act, &s), w, nullptr, Activation::none, nullptr, out, &s);  // fp32 weights: exact
   }
+  if (qw.q.stride(1) != 1) throw ValueError("q: rows must be contiguous (stride 1 along K)");
+  const bool cuda = d.is_cuda();
+  auto al = [](const void* p, int b) { return reinterpret_cast<uintptr_t>(p) % uintptr_t(b) == 0; };
+  // CUDA layout requirements, checked before anything is allocated or launched
+  const bool family = !is_gguf(f) || f == QFormat::q4_k;  // 16-byte chunk kernels
+  if (cuda && k > 0) {
+    if (family) {
+      const int64_t e = f == QFormat::fp8 || f == QFormat::int8 ? 16 : 32;
+      if (f != QFormat::q4_k && k % e != 0)
+        throw ValueError(cat("q: the CUDA ", qw.format, " GEMV needs K divisible by ", e, ", got K = ", k));
+      if (!al(qw.q.data(), 16) || qw.q.stride(0) % 16 != 0)
+        throw ValueError(cat("q: the CUDA ", qw.format, " GEMV needs 16-byte aligned rows (row stride ", qw.q.stride(0),
+                             " bytes, address offset ", reinterpret_cast<uintptr_t>(qw.q.data()) % 16, ")"));
+    } else if (!al(qw.q.data(), 2) || qw.q.stride(0) % 2 != 0) {
+      throw ValueError("q: the CUDA GGUF GEMV needs 2-byte aligned block rows");
+    }
+  }
   Array x = one ? x_in.unsqueeze(0) : x_in;
   x = x.dtype() == act ? x.contiguous(&s) : x.astype(act, &s);
-  if (qw.q.stride(1) != 1) throw ValueError("q: rows must be contiguous (stride 1 along K)");
   Array sc = qw.scales.defined() ? qw.scales.contiguous(&s) : Array();
   Array zr = qw.zeros.defined() ? qw.zeros.contiguous(&s) : Array();
+  Array ts = qw.tensor_scale.defined() ? qw.tensor_scale.contiguous(&s) : Array();
   Array y = Array::empty({m, n}, out, d, &s);
   if (y.numel() == 0) return one ? y.reshape({n}) : y;
   QGemvArgs a;
   a.x = x.data();
   a.q = qw.q.data();
-  a.scales = sc.defined() ? sc.data_as<float>() : nullptr;
-  a.zeros = zr.defined() ? zr.data_as<uint8_t>() : nullptr;
+  if (f == QFormat::nvf4) {
+    a.zeros = static_cast<const uint8_t*>(sc.data());
+    a.tensor_scale = ts.data_as<float>();
+  } else {
+    a.scales = sc.defined() ? sc.data_as<float>() : nullptr;
+    a.zeros = zr.defined() ? zr.data_as<uint8_t>() : nullptr;
+  }
   a.y = y.data();
   a.m = m;
   a.n = n;
@@ -172,28 +291,18 @@ Array gemv_quantized(const Array& x_in, const QuantizedWeight& qw, std::optional
   a.x_dtype = act;
   a.out_dtype = out;
   a.fmt = f;
-  if (d.is_cpu()) {
+  if (!cuda) {
     cpu::qgemv(a);
   } else {
 #if GPUKIT_WITH_CUDA
-    if (is_gguf(f)) {
-      if (reinterpret_cast<uintptr_t>(a.q) % 2 != 0 || a.q_rs % 2 != 0)
-        throw ValueError("q: the CUDA GGUF GEMV needs 2-byte aligned block rows");
-    } else if (f == QFormat::int4 ? k % 32 != 0 : k % 16 != 0)
-      throw ValueError(cat("q: the CUDA ", qw.format, " GEMV needs K divisible by ", f == QFormat::int4 ? 32 : 16,
-                           ", got K = ", k));
-    auto al16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    if (!is_gguf(f) && (!al16(a.q) || a.q_rs % 16 != 0))
-      throw ValueError(cat("q: the CUDA GEMV needs 16-byte aligned rows (row stride ", a.q_rs,
-                           " bytes, address offset ", reinterpret_cast<uintptr_t>(a.q) % 16, ")"));
-    if (!al16(a.x)) x = x.copy(&s), a.x = x.data();
-    a.split = cuda::qgemv_split(n, k);
+    if (!al(a.x, 16)) x = x.copy(&s), a.x = x.data();
+    a.split = cuda::qgemv_split(n, k, f);
     Array part;
     if (a.split > 1) {
       part = Array::empty({int64_t(a.split), m, n}, DType::f32, d, &s);
       a.part = part.data_as<float>();
     }
-    const Array* used[] = {&x, &qw.q, &sc, &zr};
+    const Array* used[] = {&x, &qw.q, &sc, &zr, &ts};
     for (const Array* t : used)
       if (t->defined()) detail::mark_used(*t, s);
     cuda::qgemv(a, s.handle());

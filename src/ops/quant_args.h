@@ -4,21 +4,41 @@
 //   int8: q [N, K] int8,          scales [N] f32:  w = q * s[j]
 //   int4: q [N, K/2] uint8 (element 2i in the low nibble of byte i, 2i+1 in the high),
 //         scales [N, K/G] f32, zeros [N, K/G] uint8 (0..15): w = (q - z[j, g]) * s[j, g], g = k / G
-//   q8_0 / q4_0: q [N, K/32 * 34 or 18] uint8, the GGUF blocks (no scales arrays)
+//   nvf4: q [N, K/2] uint8 e2m1 codes (element 2i low nibble), scales [N, K/16] e4m3 block
+//         scales, tensor_scale [1] f32: w = e2m1(q) * float(b[j, k / 16]) * ts
+//   q8_0 / q4_0 / q4_1 / q4_k / q6_k: q [N, K/QK * block bytes] uint8, the GGUF blocks
+//         (no scales arrays; layouts in ops/gguf_blocks.h)
 #pragma once
 #include <cstdint>
 
 #include "gpukit/dtype.h"
+#include "ops/gguf_blocks.h"
 
 namespace gk {
 
-enum class QFormat : int { fp8 = 0, int8 = 1, int4 = 2, q8_0 = 3, q4_0 = 4 };  // GGUF blocks: ops/gguf_blocks.h
+enum class QFormat : int { fp8 = 0, int8 = 1, int4 = 2, q8_0 = 3, q4_0 = 4, q4_1 = 5, q4_k = 6, q6_k = 7, nvf4 = 8 };  // GGUF blocks: ops/gguf_blocks.h
+
+// Bytes and weights of one GGUF block (0 bytes: not a GGUF format).
+inline int64_t gguf_block_bytes(QFormat f) {
+  switch (f) {
+    case QFormat::q8_0: return gguf::kQ8_0Bytes;
+    case QFormat::q4_0: return gguf::kQ4_0Bytes;
+    case QFormat::q4_1: return gguf::kQ4_1Bytes;
+    case QFormat::q4_k: return gguf::kQ4_KBytes;
+    case QFormat::q6_k: return gguf::kQ6_KBytes;
+    default: return 0;
+  }
+}
+inline int64_t gguf_block_weights(QFormat f) {
+  return f == QFormat::q4_k || f == QFormat::q6_k ? gguf::kBlockK : gguf::kBlock;
+}
 
 struct QuantArgs {
   float* w = nullptr;  // [n, k] contiguous float32: input of quantize, output of dequantize
   void* q = nullptr;
-  float* scales = nullptr;
-  uint8_t* zeros = nullptr;
+  float* scales = nullptr;     // fp8/int8 [n], int4 [n, k/group]
+  uint8_t* zeros = nullptr;    // int4 [n, k/group]; nvf4: e4m3 block scales [n, k/16]
+  float* tensor_scale = nullptr;  // nvf4 [1]
   int64_t n = 0, k = 0, group = 0;
   QFormat fmt = QFormat::int8;
 };
@@ -27,7 +47,8 @@ struct QGemvArgs {
   const void* x = nullptr;  // [m, k] x_dtype, rows x_rs elements apart
   const void* q = nullptr;  // rows q_rs bytes apart
   const float* scales = nullptr;
-  const uint8_t* zeros = nullptr;
+  const uint8_t* zeros = nullptr;  // int4 zero points; nvf4 e4m3 block scales
+  const float* tensor_scale = nullptr;  // nvf4
   void* y = nullptr;        // [m, n] contiguous out_dtype
   float* part = nullptr;    // CUDA split-K partial sums [split, m, n]
   int64_t m = 0, n = 0, k = 0, x_rs = 0, q_rs = 0, group = 0;
@@ -40,10 +61,17 @@ namespace cpu {
 void quantize(const QuantArgs& a);
 void dequantize(const QuantArgs& a);
 void qgemv(const QGemvArgs& a);
+void quantize_gguf(const QuantArgs& a);                          // src/cpu/quant_gguf.cpp
+void dequantize_gguf_row(const QuantArgs& a, int64_t j, float* out);
 }  // namespace cpu
 namespace cuda {
 void qgemv(const QGemvArgs& a, void* stream);
-int qgemv_split(int64_t n, int64_t k);
+int qgemv_split(int64_t n, int64_t k, QFormat f);
+// fp8 / int8 / int4 quantization on the device, bit-identical to cpu::quantize (a.w, a.q,
+// a.scales, a.zeros are device pointers).
+void quantize(const QuantArgs& a, void* stream);
+// fp8 / int8 / int4 / nvf4 exact dequantization on the device (the CPU's values).
+void dequantize(const QuantArgs& a, void* stream);
 }  // namespace cuda
 
 }  // namespace gk

@@ -70,11 +70,16 @@ void execute(Run& r) {
   if (a.B == 0) return;
   if (r.d.is_cpu()) return cpu::sample_rows(a);
 #if GPUKIT_WITH_CUDA
-  Array work = Array::empty({a.B, a.V}, DType::f32, r.d, &r.s);
-  Array counts;
-  if (a.history) counts = Array::empty({a.B, a.V}, DType::i32, r.d, &r.s);
-  a.work = work.data_as<float>();
-  a.counts = a.history ? counts.data_as<int32_t>() : nullptr;
+  // scratch from the stream's caching allocator: the same sizes every call, so a
+  // captured graph replays with the buffers it captured
+  Array work, ws;
+  if (a.mode != SampleMode::Process) {
+    a.work_stride = cuda::sample_work_stride(a.V);
+    work = Array::empty({a.B, a.work_stride}, DType::f32, r.d, &r.s);
+    a.work = work.data_as<float>();
+    ws = Array::empty({cuda::sample_workspace_bytes(a)}, DType::u8, r.d, &r.s);
+    a.ws = ws.data();
+  }
   for (auto& x : r.inputs) detail::mark_used(x, r.s);
   cuda::sample_rows(a, r.s.handle());
 #else
@@ -201,7 +206,9 @@ Array argmax(const Array& logits, const Stream* sp) {
   } else {
 #if GPUKIT_WITH_CUDA
     detail::mark_used(r.inputs[0], r.s);
-    cuda::argmax_rows(r.a.logits, r.a.dtype, r.a.B, r.a.V, r.a.row_stride, out.data_as<int32_t>(), r.s.handle());
+    Array ws = Array::empty({cuda::argmax_workspace_bytes(r.a.B, r.a.V)}, DType::u8, r.d, &r.s);
+    cuda::argmax_rows(r.a.logits, r.a.dtype, r.a.B, r.a.V, r.a.row_stride, out.data_as<int32_t>(), ws.data(),
+                      r.s.handle());
 #endif
   }
   return logits.ndim() == 1 ? out.reshape({}) : out;

@@ -61,9 +61,11 @@ struct SampleArgs {
   float* top_logprobs = nullptr;
   float* out = nullptr;  // [B, V] contiguous (Filter / Process)
 
-  // CUDA scratch: f32 [B, V] and, with a history, int32 [B, V]
+  // CUDA scratch: f32 [B, work_stride] processed logits and the workspace of
+  // cuda::sample_workspace_bytes(*this) bytes (per-row state, histograms, partials).
   float* work = nullptr;
-  int32_t* counts = nullptr;
+  int64_t work_stride = 0;
+  void* ws = nullptr;
 };
 
 namespace smp {
@@ -80,12 +82,67 @@ GK_HD float sanitize(float x) {
 // Processed logits that overflowed to +inf (bias, penalty, temperature) count as FLT_MAX.
 GK_HD float finite_top(float x) { return x == INFINITY ? FLT_MAX : x; }
 
+// Float operations rounded once each, never fused into an FMA: the CPU reference
+// and the CUDA kernels get the same bits (nvcc would otherwise contract a*b+c).
+GK_HD float fmul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+GK_HD float fadd_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+GK_HD float fsub_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+
 // CTRL-style repetition penalty, then OpenAI-style frequency and presence.
 GK_HD float penalize(float x, int32_t count, float rep, float presence, float frequency) {
-  if (rep != 1.f) x = x > 0.f ? x / rep : x * rep;
-  if (frequency != 0.f) x -= frequency * float(count);
-  if (presence != 0.f) x -= presence;
+  if (rep != 1.f) x = x > 0.f ? x / rep : fmul_rn(x, rep);
+  if (frequency != 0.f) x = fsub_rn(x, fmul_rn(frequency, float(count)));
+  if (presence != 0.f) x = fsub_rn(x, presence);
   return x;
+}
+
+// exp(d) for d <= 0 (d = s - max), computed with the same rounded float operations
+// on the host and the device, so CPU and CUDA weights are bit-identical (within
+// ~2 ulp of the true exp; the masses, thresholds and draws are then equal exactly).
+// Range reduction d = k ln2 + r (ln2 split in two, k ln2_hi exact), degree-7
+// Taylor/Horner on |r| <= ln2/2, then the exact scaling by 2^k. NaN or -inf -> 0.
+GK_HD float det_exp(float d) {
+  if (!(d > -104.f)) return 0.f;
+  if (d > 0.f) d = 0.f;
+  const float kf = fmul_rn(d, 1.44269502f);
+#if defined(__CUDA_ARCH__)
+  const float k = rintf(kf);
+#else
+  const float k = std::nearbyint(kf);
+#endif
+  float r = fadd_rn(d, fmul_rn(k, -0.693145751953125f));  // ln2 high part: 16 bits, k * it exact
+  r = fadd_rn(r, fmul_rn(k, -1.42860677e-06f));           // ln2 low part
+  float p = 1.98412698e-04f;                               // 1/7!
+  p = fadd_rn(fmul_rn(p, r), 1.38888889e-03f);
+  p = fadd_rn(fmul_rn(p, r), 8.33333333e-03f);
+  p = fadd_rn(fmul_rn(p, r), 4.16666667e-02f);
+  p = fadd_rn(fmul_rn(p, r), 1.66666667e-01f);
+  p = fadd_rn(fmul_rn(p, r), 0.5f);
+  p = fadd_rn(fmul_rn(p, r), 1.0f);
+  p = fadd_rn(fmul_rn(p, r), 1.0f);
+  // 2^k, k in [-150, 0]: two exact power-of-two factors (the second may round into subnormals)
+  const int ki = int(k);
+  const int k1 = ki / 2, k2 = ki - k1;
+  p = fmul_rn(p, bits_f32(uint32_t(127 + k1) << 23));
+  return fmul_rn(p, bits_f32(uint32_t(127 + k2) << 23));
 }
 
 // A uint32 whose unsigned order is the float order (no NaNs here).
@@ -101,13 +158,7 @@ GK_HD uint64_t weight_of(float e) {
   float v = e * kWeightScale;  // exact (power of two)
   return v >= 1.f ? uint64_t(v) : 0;
 }
-GK_HD float rel_exp(float s, float m) {
-#if defined(__CUDA_ARCH__)
-  return expf(s - m);
-#else
-  return std::exp(s - m);
-#endif
-}
+GK_HD float rel_exp(float s, float m) { return det_exp(fsub_rn(s, m)); }
 // w * (s - m) rounded to an integer (exact sums for the entropy).
 GK_HD int64_t weighted_logit(uint64_t w, float sm) {
   double v = double(w) * double(sm);
@@ -175,10 +226,15 @@ void topk_rows(const void* logits, DType dt, int64_t B, int64_t V, int64_t row_s
                int32_t* indices);
 }  // namespace cpu
 namespace cuda {
+// Scratch sizes of sample_rows: the f32 work row stride (elements) and the workspace bytes.
+int64_t sample_work_stride(int64_t V);
+int64_t sample_workspace_bytes(const SampleArgs& a);
 void sample_rows(const SampleArgs& a, void* stream);
+// argmax: partials of ceil(V / 4096) chunks per row, argmax_workspace_bytes(B, V) bytes.
+int64_t argmax_workspace_bytes(int64_t B, int64_t V);
 void topk_rows(const void* logits, DType dt, int64_t B, int64_t V, int64_t row_stride, int64_t k, float* values,
                int32_t* indices, void* stream);
-void argmax_rows(const void* logits, DType dt, int64_t B, int64_t V, int64_t row_stride, int32_t* out,
+void argmax_rows(const void* logits, DType dt, int64_t B, int64_t V, int64_t row_stride, int32_t* out, void* ws,
                  void* stream);
 }  // namespace cuda
 

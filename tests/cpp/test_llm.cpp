@@ -53,7 +53,7 @@ TEST(Llm, ConfigAndUnknownArchitecture) {
   EXPECT_EQ(c.num_kv_heads, 1);
   EXPECT_TRUE(c.tie_embeddings);
   std::string bad = kConfig;
-  bad.replace(bad.find("\"llama\""), 7, "\"gpt2\"");
+  bad.replace(bad.find("\"llama\""), 7, "\"gpt_neox\"");
   try {
     llm::config_from_hf_json(bad);
     FAIL() << "expected ValueError";

@@ -26,12 +26,35 @@ def draw_bits(seed, position, tag):
     return (r[0] << 32) | r[1]
 
 
+def det_exp(d):
+    """exp(d) for float32 d <= 0 exactly as gpukit computes it (src/ops/sampling_args.h:
+    det_exp): every step one rounded float32 operation, so the reference weights are
+    bit-identical to the CPU and CUDA ones."""
+    f = np.float32
+    d = np.asarray(d, np.float32)
+    with np.errstate(invalid="ignore", over="ignore", under="ignore"):
+        live = d > f(-104)
+        x = np.where(live, np.minimum(d, f(0)), f(0)).astype(np.float32)
+        k = np.rint(x * f(1.44269502)).astype(np.float32)
+        r = (x + k * f(-0.693145751953125)).astype(np.float32)
+        r = (r + k * f(-1.42860677e-06)).astype(np.float32)
+        p = np.full_like(r, f(1.98412698e-04))
+        for c in (1.38888889e-03, 8.33333333e-03, 4.16666667e-02, 1.66666667e-01, 0.5, 1.0, 1.0):
+            p = (p * r + f(c)).astype(np.float32)
+        ki = k.astype(np.int64)
+        k1 = np.trunc(ki / 2).astype(np.int64)  # C++ integer division truncates
+        k2 = ki - k1
+        p = (p * np.ldexp(f(1), k1).astype(np.float32)).astype(np.float32)
+        p = (p * np.ldexp(f(1), k2).astype(np.float32)).astype(np.float32)
+    return np.where(live, p, f(0)).astype(np.float32)
+
+
 def weights(s):
     """s: float32 row (no NaN). Returns (m, e float32, w uint64-as-python-int array)."""
     s = np.asarray(s, np.float32)
     m = s.max()
     with np.errstate(invalid="ignore", over="ignore"):
-        e = np.exp((s - m).astype(np.float32)).astype(np.float32)
+        e = det_exp((s - m).astype(np.float32))
     e = np.where(np.isneginf(s), np.float32(0), e)
     w = np.floor(e.astype(np.float64) * SCALE)
     w = np.where(w >= 1, w, 0).astype(np.uint64)

@@ -59,7 +59,13 @@ def assert_close(got, ref, bound, k, out, acc_eps=2.0**-24, deriv=1.2):
     assert g.shape == ref.shape, (g.shape, ref.shape)
     tol = 2 * EPS[out] * np.abs(ref) + deriv * 2 * (k + 4) * acc_eps * (bound + np.abs(ref)) + TINY[out]
     bad = ~(np.abs(g - ref) <= tol)
-    assert not bad.any(), f"{bad.sum()} of {bad.size} out of tolerance; worst excess {np.max(np.abs(g - ref) - tol)}"
+    if bad.any():
+        ex = np.where(np.isnan(g), np.inf, np.abs(g - ref) - tol)
+        w = np.unravel_index(int(np.argmax(ex)), ex.shape)
+        first = np.unravel_index(int(np.argmax(bad)), bad.shape)
+        raise AssertionError(f"{bad.sum()} of {bad.size} out of tolerance; worst excess {ex[w]:.3g} at {w}: got "
+                             f"{g[w]!r}, ref {ref[w]!r}, tol {tol[w]:.3g}, bound {np.broadcast_to(bound, ref.shape)[w]:.3g}"
+                             f"; first at {first}")
 
 
 # ---------------------------------------------------------------- matmul options

@@ -180,6 +180,62 @@ def test_linear_matches_cpu(dtype, act, use_bias, use_res):
         assert_close(got, f64(cpu), bound, k, dtype, deriv=2.0)
 
 
+BIAS_EPILOGUE_SCRIPT = textwrap.dedent("""
+    import numpy as np, ml_dtypes, gpukit as gk
+    rng = np.random.default_rng(5)
+    worst = {}
+    for name, dt in (("bfloat16", ml_dtypes.bfloat16), ("float16", np.float16)):
+        x = rng.standard_normal((127, 129)).astype(dt)
+        w = (rng.standard_normal((257, 129)) / np.sqrt(129)).astype(dt)
+        b = rng.standard_normal(257).astype(dt)
+        got = gk.linear(gk.asarray(x).to("cuda"), gk.asarray(w).to("cuda"), bias=gk.asarray(b).to("cuda"))
+        g = got.numpy().astype(np.float64)
+        acc = x.astype(np.float64) @ w.astype(np.float64).T
+        once = (acc + b.astype(np.float64)).astype(dt).astype(np.float64)       # one rounding
+        twice = (acc.astype(dt).astype(np.float64) + b.astype(np.float64)).astype(dt).astype(np.float64)
+        ulp = np.abs(np.spacing(once.astype(dt)).astype(np.float64))
+        tol = ulp + 2 * 133 * 2.0**-24 * (np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)).T)
+        worst[name] = (float(np.max(np.abs(g - once) / tol)), float(np.mean(g == once)), float(np.mean(g == twice)))
+    print("fused bias epilogue: max |err| / (1 ulp + fp32 bound), fraction == one rounding, == two roundings:", worst)
+    assert all(v[0] <= 1.0 for v in worst.values()), worst
+""")
+
+
+@pytest.mark.xfail(reason="cuBLASLt's bias epilogue with a bf16/f16 output: measured, not relied upon", strict=False)
+def test_cublaslt_bias_epilogue_rounding_subprocess():
+    """What the fused epilogue does (GPUKIT_CUBLASLT_BIAS_EPILOGUE=1): within one output ulp of
+    the once-rounded exact value? linear does not use it for bf16/f16 outputs by default."""
+    if not gk.linalg.cublaslt_available():
+        pytest.skip("no cuBLASLt")
+    env = dict(os.environ, GPUKIT_CUBLASLT_BIAS_EPILOGUE="1")
+    r = subprocess.run([sys.executable, "-c", BIAS_EPILOGUE_SCRIPT], env=env, capture_output=True, text=True,
+                       timeout=300)
+    print(r.stdout, r.stderr[-2000:])
+    assert r.returncode == 0, r.stdout + r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_linear_bias_low_precision_rounded_once(dtype):
+    """The default bias path for a bf16/f16 output: the result is the exact x @ w^T + b
+    rounded once, up to the fp32 accumulation error (one output ulp plus the fp32 bound)."""
+    rng = np.random.default_rng(6)
+    dt = {"bfloat16": rand((1,), "bfloat16").dtype, "float16": np.float16}[dtype]
+    x = rng.standard_normal((127, 129)).astype(dt)
+    w = (rng.standard_normal((257, 129)) / np.sqrt(129)).astype(dt)
+    b = (-(x.astype(np.float64) @ w.astype(np.float64).T)[0] + rng.standard_normal(257) * 0.01).astype(dt)
+    got = f64(gk.linear(cu(x), cu(w), bias=cu(b)))  # row 0 nearly cancels: |acc + b| << |acc|
+    acc = f64(x) @ f64(w).T
+    once = (acc + f64(b)).astype(dt).astype(np.float64)
+    ulp = np.abs(np.spacing(once.astype(dt)).astype(np.float64))
+    tol = ulp + 2 * (129 + 4) * 2.0**-24 * (np.abs(f64(x)) @ np.abs(f64(w)).T)  # one rounding + fp32 sums
+    err = np.abs(got - once) / tol
+    worst = np.unravel_index(int(np.argmax(err)), err.shape)
+    assert err.max() <= 1.0, (f"error {err.max():.3g} x tolerance at {worst}: got {got[worst]!r}, once-rounded "
+                              f"{once[worst]!r}, acc {acc[worst]!r}, bias {f64(b)[worst[1]]!r}, ulp {ulp[worst]:.3g}")
+    cpu = f64(gk.linear(gk.asarray(x), gk.asarray(w), bias=gk.asarray(b)))
+    assert np.max(np.abs(cpu - once) / tol) <= 1.0
+
+
 def test_linear_strided_and_out_dtype():
     wb = rand((96, 2, 80), "bfloat16")
     w = cu(wb)[:, 1, :]  # rows 160 apart

@@ -61,3 +61,20 @@ def test_gemv_large_shapes():
         x, w = rand((1, k), "bfloat16"), rand((n, k), "bfloat16", 1 / 64)
         got = gk.gemv(cu(x), cu(w))
         check_gemv(got, x, w, "bfloat16")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("m", [1, 3, 8])
+@pytest.mark.parametrize("k,n", [(32, 5), (4096, 33), (14336, 257), (1024, 4097)])
+def test_gemv_tensor_core_path(dtype, m, k, n):
+    """The tensor-core kernel for bf16/fp16 weights (selected with the benchmarking switch)."""
+    x, w = rand((m, k), dtype), rand((n, k), dtype, 1 / math.sqrt(k))
+    gk._C._gemv_set_dense_path(1)
+    try:
+        got = gk.gemv(cu(x), cu(w), out_dtype="float32")
+        check_gemv(got, x, w, "float32")
+        assert bits(gk.gemv(cu(x), cu(w), out_dtype="float32")) == bits(got)
+        one = gk.gemv(cu(x[m - 1]), cu(w), out_dtype="float32")
+        assert bits(one) == gk.to_numpy(got)[m - 1].tobytes()
+    finally:
+        gk._C._gemv_set_dense_path(-1)

@@ -89,3 +89,27 @@ def test_int8_linear_bad_input():
         gk.int8_linear(gk.zeros((1, 131072), dtype="int8"), gk.zeros((1, 131072), dtype="int8"))
     with pytest.raises(TypeError, match="out_dtype"):
         gk.int8_linear(x, w, out_dtype="float32")
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("m,k,n", [(1, 16, 1), (7, 16, 5), (128, 64, 128), (129, 4096, 257), (300, 1008, 100),
+                                   (2, 131056, 3), (256, 48, 640)])
+def test_gpukit_int8_tensor_core_kernel_exact(monkeypatch, m, k, n):
+    """GPUKIT_INT8_GEMM=gpukit: gpukit's mma.sync kernel (src/cuda/int8_gemm.cu) first; exact."""
+    monkeypatch.setenv("GPUKIT_INT8_GEMM", "gpukit")
+    x, w = i8((m, k)), i8((n, k))
+    if k == 131056:
+        x[:] = -128
+        w[:] = -128
+    before = gk.linalg.cublaslt_info()["lt_calls"]
+    got = gk.int8_linear(gk.asarray(x).to("cuda"), gk.asarray(w).to("cuda"))
+    assert gk.linalg.cublaslt_info()["lt_calls"] == before, "cuBLASLt ran instead of gpukit's kernel"
+    ref = x.astype(np.int64) @ w.astype(np.int64).T
+    g = gk.to_numpy(got).astype(np.int64)
+    bad = g != ref
+    assert not bad.any(), f"{bad.sum()} of {bad.size} wrong, first at {np.argwhere(bad)[0]}"
+    # a strided view of x (rows 2k apart, still 16-byte aligned) and the W8A8 epilogue on top
+    xb = i8((m, 2, k))
+    xs = gk.asarray(xb).to("cuda")[:, 1, :]
+    got = gk.int8_linear(xs, gk.asarray(w).to("cuda"))
+    assert np.array_equal(gk.to_numpy(got).astype(np.int64), xb[:, 1, :].astype(np.int64) @ w.astype(np.int64).T)

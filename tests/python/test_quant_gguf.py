@@ -1,7 +1,8 @@
-"""GGUF Q8_0 / Q4_0 blocks: quantization bit-identical to the `gguf` package's reference
-(ggml's rules), dequantization equal to the package's, and the GEMV reading the blocks
-directly (CPU here; CUDA when present) against float64 products with the dequantized
-weights. Bad input."""
+"""GGUF blocks Q8_0, Q4_0, Q4_1, Q4_K, Q6_K: quantization bit-identical to the `gguf`
+package's reference where it has one (Q8_0, Q4_0, Q4_1: ggml's rules), dequantization
+bit-identical to the package's (on our blocks and on random valid blocks), the plain Q4_K /
+Q6_K rules within their step, and the GEMV reading the blocks directly (CPU here; CUDA when
+present) against float64 products with the exactly dequantized weights. Bad input."""
 import numpy as np
 import pytest
 
@@ -21,13 +22,20 @@ def f64(x):
 
 def weights(n, k):
     w = (RNG.standard_normal((n, k)) * np.linspace(0.01, 2, n)[:, None]).astype(np.float32)
-    w[1, :32] = 0  # an all-zero block
-    w[2, 5] = 7.0  # ties and outliers
-    w[2, 9] = -7.0
+    if n > 2:
+        w[1, :32] = 0  # an all-zero block
+        w[2, 5] = 7.0  # ties and outliers
+        w[2, 9] = -7.0
     return w
 
 
-@pytest.mark.parametrize("fmt,qt,bb", [("q8_0", QT.Q8_0, 34), ("q4_0", QT.Q4_0, 18)])
+QK = {"q8_0": 32, "q4_0": 32, "q4_1": 32, "q4_k": 256, "q6_k": 256}
+BB = {"q8_0": 34, "q4_0": 18, "q4_1": 20, "q4_k": 144, "q6_k": 210}
+QTS = {"q8_0": QT.Q8_0, "q4_0": QT.Q4_0, "q4_1": QT.Q4_1, "q4_k": QT.Q4_K, "q6_k": QT.Q6_K}
+FMTS = list(QK)
+
+
+@pytest.mark.parametrize("fmt,qt,bb", [("q8_0", QT.Q8_0, 34), ("q4_0", QT.Q4_0, 18), ("q4_1", QT.Q4_1, 20)])
 def test_blocks_match_gguf_package(fmt, qt, bb):
     w = weights(6, 256)
     ours = gk.to_numpy(getattr(gk, f"quantize_{fmt}")(gk.asarray(w)))
@@ -38,13 +46,63 @@ def test_blocks_match_gguf_package(fmt, qt, bb):
     assert np.array_equal(deq, quants.dequantize(ours, qt).astype(np.float64).reshape(deq.shape))
 
 
-@pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
+def random_blocks(fmt, n, nb):
+    """Random bytes made valid blocks (finite f16 scales)."""
+    b = RNG.integers(0, 256, size=(n, nb, BB[fmt]), dtype=np.uint8)
+    d = (RNG.standard_normal((n, nb, 2)) * 0.01).astype(np.float16).view(np.uint8)
+    if fmt in ("q8_0", "q4_0"):
+        b[..., 0:2] = d[..., 0:2]
+    elif fmt == "q4_1":
+        b[..., 0:4] = d
+    elif fmt == "q4_k":
+        b[..., 0:4] = np.abs(d.view(np.float16)).view(np.uint8)
+    else:
+        b[..., 208:210] = d[..., 0:2]
+    return b.reshape(n, nb * BB[fmt])
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+def test_dequantize_matches_gguf_package(fmt):
+    for q in (random_blocks(fmt, 3, 4), gk.to_numpy(getattr(gk, f"quantize_{fmt}")(gk.asarray(weights(5, 512))))):
+        ours = f64(getattr(gk, f"dequantize_{fmt}")(gk.asarray(q)))
+        ref = quants.dequantize(q, QTS[fmt]).astype(np.float64).reshape(ours.shape)
+        assert np.array_equal(ours, ref), f"{fmt}: {np.sum(ours != ref)} values differ"
+
+
+@pytest.mark.parametrize("fmt", ["q4_k", "q6_k"])
+def test_k_quant_rules_within_step(fmt):
+    w = weights(6, 512)
+    q = getattr(gk, f"quantize_{fmt}")(gk.asarray(w))
+    assert q.dtype == gk.uint8 and q.shape == (6, 2 * BB[fmt])
+    deq = f64(getattr(gk, f"dequantize_{fmt}")(q))
+    sub = 32 if fmt == "q4_k" else 16
+    wg = w.reshape(6, -1, sub).astype(np.float64)
+    err = np.abs(deq.reshape(wg.shape) - wg).max(-1)
+    if fmt == "q4_k":
+        span = np.maximum(wg.max(-1), 0) - np.minimum(wg.min(-1), 0)
+        step = span / 15
+        d = step.max(-1, keepdims=True) / 63  # super-block scale units
+        dmin = (-np.minimum(wg.min(-1), 0)).max(-1, keepdims=True) / 63
+        limit = 0.5 * step + 8 * d + dmin  # rounding of the code, the 6-bit scale and the 6-bit min
+    else:
+        step = np.abs(wg).max(-1) / 31
+        d = step.max(-1, keepdims=True) / 127
+        limit = 0.5 * step + 16.5 * d  # rounding of the code and the 8-bit scale (clamped codes)
+    assert np.all(err <= limit * 1.001 + 1e-7), float((err / limit).max())
+    assert float((err / limit).max()) > 0.2  # the bound is not vacuous
+
+
+@pytest.mark.parametrize("fmt", FMTS)
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not CUDA, reason="no GPU"))])
-@pytest.mark.parametrize("m,n,k", [(1, 7, 64), (3, 33, 1024), (8, 65, 4096), (2, 300, 14336)])
+@pytest.mark.parametrize("m,n,k", [(1, 7, 256), (3, 33, 1024), (8, 65, 4096), (2, 300, 14336), (5, 1, 512),
+                                   (3, 9, 96), (1, 40, 160)])
 def test_gemv_blocks(fmt, dtype, device, m, n, k):
+    """K = 96, 160: rows of 32-weight blocks that are not 16-byte multiples (the per-lane kernel)."""
     if device == "cpu" and n * k > 1_000_000:
         pytest.skip("the CPU reference is slow at this size")
+    if k % QK[fmt]:
+        pytest.skip("K is not a multiple of the block")
     w = weights(n, k)
     q = getattr(gk, f"quantize_{fmt}")(gk.asarray(w))
     deq = f64(getattr(gk, f"dequantize_{fmt}")(q))
@@ -52,10 +110,28 @@ def test_gemv_blocks(fmt, dtype, device, m, n, k):
     got = getattr(gk, f"gemv_{fmt}")(x.to(device), q.to(device), out_dtype="float32")
     ref = f64(x) @ deq.T
     bound = np.abs(f64(x)) @ np.abs(deq).T
-    assert np.all(np.abs(f64(got) - ref) <= 2 * (k + 2) * 2.0**-24 * bound + 1e-30)
+    if fmt == "q4_k" and device == "cuda":  # summed as d1 * sum(q x) - m1 * sum(x) per sub-block
+        bound = q4k_split_bound(q, x)
+    err = np.abs(f64(got) - ref)
+    tol = 2 * (k + 2) * 2.0**-24 * bound + 1e-30
+    if not np.all(err <= tol):
+        i = np.unravel_index(np.argmax(err / tol), err.shape)
+        raise AssertionError(f"{fmt} {device} y{list(i)} = {f64(got)[i]!r}, ref {ref[i]!r}, tol {tol[i]:.3g}")
     if device == "cuda":
         assert gk.to_numpy(getattr(gk, f"gemv_{fmt}")(x.to(device), q.to(device), out_dtype="float32")).tobytes() \
             == gk.to_numpy(got).tobytes()
+
+
+def q4k_split_bound(q, x):
+    """sum over sub-blocks of |d1| sum|q x| + |m1| sum|x|: the magnitude the split sum rounds."""
+    b = gk.to_numpy(q).reshape(q.shape[0], -1, 144)
+    d = b[..., 0:2].copy().view(np.float16).astype(np.float64)[..., 0]
+    dmin = b[..., 2:4].copy().view(np.float16).astype(np.float64)[..., 0]
+    sc, mn = quants.Q4_K.get_scale_min(b[..., 4:16].reshape(-1, 12).copy())
+    sc = sc.reshape(b.shape[0], -1, 8).astype(np.float64)
+    mn = mn.reshape(b.shape[0], -1, 8).astype(np.float64)
+    ax = np.abs(f64(x)).reshape(x.shape[0], -1, 8, 32).sum(-1)  # [m, blocks, 8]
+    return np.einsum("mbs,nbs->mn", ax, (dmin[..., None] * mn) + 15 * (d[..., None] * sc))
 
 
 def test_gguf_bad_input():
@@ -68,3 +144,26 @@ def test_gguf_bad_input():
         gk.gemv_q8_0(gk.zeros(64, dtype="bfloat16"), gk.zeros((3, 68), dtype="int8"))
     with pytest.raises(ValueError, match="features|K"):
         gk.gemv_q4_0(gk.zeros(32, dtype="bfloat16"), q)
+    with pytest.raises(ValueError, match="block size 256|divisible"):
+        gk.quantize_q4_k(gk.zeros((2, 288)))
+    with pytest.raises(ValueError, match="block size 256|divisible"):
+        gk.quantize_q6_k(gk.zeros((2, 32)))
+    with pytest.raises(ValueError, match="multiple of 210"):
+        gk.gemv_q6_k(gk.zeros(256, dtype="bfloat16"), gk.zeros((2, 200), dtype="uint8"))
+    with pytest.raises(ValueError, match="multiple of 144"):
+        gk.dequantize_q4_k(gk.zeros((2, 150), dtype="uint8"))
+    with pytest.raises(ValueError, match="q"):
+        gk.gemv_q4_1(gk.zeros(32, dtype="bfloat16"), gk.zeros(20, dtype="uint8"))  # 1-d blocks
+
+
+
+@pytest.mark.skipif(not CUDA, reason="no GPU")
+def test_gguf_cuda_alignment_error():
+    q = gk.zeros((3, 35), dtype="uint8", device="cuda")[:, 1:]  # Q8_0 rows 35 bytes apart, odd offset
+    with pytest.raises(ValueError, match="2-byte aligned"):
+        gk.gemv_q8_0(gk.zeros(32, dtype="bfloat16", device="cuda"), q)
+    q4k = gk.zeros((2, 160), dtype="uint8", device="cuda")[:, 16:]  # Q4_K rows 160 bytes apart: fine (16-aligned)
+    gk.gemv_q4_k(gk.zeros(256, dtype="bfloat16", device="cuda"), q4k)
+    q4k = gk.zeros((2, 152), dtype="uint8", device="cuda")[:, 8:]  # 8-byte offset: the chunk kernel refuses
+    with pytest.raises(ValueError, match="aligned"):
+        gk.gemv_q4_k(gk.zeros(256, dtype="bfloat16", device="cuda"), q4k)

@@ -380,9 +380,27 @@ def _fp8_plan(layout):
     return _slot_plan(layout) + [(s.shape, None, s), (s.shape, None, s[::-1].copy())]
 
 
+# kv_append fused with RoPE on k (rotation at each token's cache position): _PAGED layout -> rope options
+_KV_ROPE = {"bs16": {"theta": 500.0}, "bs32_d6": {"rotary_dim": 4, "interleaved": True}}
+
+
+def _kv_rope_ref(k, v, kc, vc, bt, lens, cu, dtype, kw):
+    bt, lens, cu = _ints(bt), _ints(lens), _ints(cu)
+    pos = np.concatenate([np.arange(lens[b], lens[b] + cu[b + 1] - cu[b]) for b in range(len(lens))] + [[]])
+    kr = _round(rope_ref(k, pos.astype(np.int64), kw.get("theta", 10000.0), kw.get("rotary_dim", k.shape[-1]),
+                         kw.get("interleaved", False)), dtype)
+    return paged_ref(kc, kr, bt, lens, cu), paged_ref(vc, v, bt, lens, cu)
+
+
 def _kv_entries():
     idx = lambda dt: (dt,) * 4 + ("int64",)  # noqa: E731
-    return [
+    rope = [OpSpec("kv_append", lambda k, v, kc, vc, bt, sl, cu, kw=kw: _kv_copy_append(
+                       k, v, kc, vc, block_table=bt, seq_lens=sl, cu_seqlens=cu, rope=True, **kw),
+                   lambda *a, dtype, kw=kw: _kv_rope_ref(*a, dtype, kw), id=f"kv_append_rope_{lay}", nin=7,
+                   dtypes=NN, in_dtypes=lambda dt: (dt,) * 4 + ("int32",) * 3, out_dtype=_same,
+                   plan=lambda L, lay=lay: _paged_plan(L) if L == lay else None, layouts=(lay,), ref_dtype=True,
+                   tol=ROPE_TOL) for lay, kw in _KV_ROPE.items()]
+    return rope + [
         OpSpec("kv_append", lambda k, v, kc, vc, s: _kv_copy_append(k, v, kc, vc, slot_mapping=s), _slot_ref,
                id="kv_append_slot_mapping", nin=5, dtypes=NN, in_dtypes=idx, out_dtype=_same, plan=_slot_plan,
                layouts=tuple(_SLOT), exact=True, bitwise_cpu=True),
@@ -417,7 +435,8 @@ _DECODE = {
     "gqa_d64": (6, 2, 64, 16, [1, 37, 0, 50], None),
     "mha_d128": (2, 2, 128, 32, [33, 64, 5], None),
     "mqa_d256": (3, 1, 256, 16, [17, 3], None),
-    "long_chunks": (4, 2, 64, 64, [300, 513], None),   # more than one 256-token CUDA chunk
+    "long_chunks": (4, 2, 64, 64, [300, 513], None),   # several 64-token CUDA chunks
+    "chunk128": (4, 1, 64, 64, [2100, 64], None),      # 128-token chunks (over 32 chunks of 64), one-chunk sequence
     "q_strided": (4, 2, 64, 16, [20, 5], "step"),     # q [:, ::2] of [B, 2 Hq, D]
 }
 

@@ -1,0 +1,144 @@
+"""attention_decode against torch SDPA (enable_gqa=True), bf16, Hq=32, Hkv=8, D=128, in one run.
+
+    python bench/attention.py [--out bench/results/h200.json] [--rounds 30] [--splits 64,512,32 128,512,16,1]
+
+Metric: TB/s of KV read (2 * B * T * Hkv * D * 2 bytes over the median time of one call). Each round
+times --iters back-to-back calls with CUDA events (gpukit events on gpukit's stream, torch events
+on torch's); the calls rotate over enough copies of the cache that the data read by consecutive
+calls is about 3x the 60 MB L2. gpukit reads a contiguous cache [B, T, Hkv, D] (records
+"attention_decode") and, for some shapes, a paged one with 16-token blocks in shuffled order
+("attention_decode_paged"); torch reads [B, Hkv, T, D]. Caches are filled with random data (never
+zeros). --splits also times other flash-decoding split parameters (GPUKIT_DECODE_SPLIT, printed
+only, not recorded). Exits 0 with a message without CUDA or torch.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import common  # bench/common.py
+
+SHAPES = [(1, 512), (1, 1024), (1, 2048), (1, 4096), (1, 16384), (1, 131072), (16, 4096), (32, 1024),
+          (32, 8192), (64, 2048)]
+PAGED = [(1, 16384), (32, 8192)]
+Hq, Hkv, D = 32, 8, 128
+L2_BYTES = 60e6
+
+
+def time_events(gk, torch, fn, nargs, rounds, iters, use_torch):
+    ev = (lambda: torch.cuda.Event(enable_timing=True)) if use_torch else gk.Event
+    sync = torch.cuda.synchronize if use_torch else gk.cuda.synchronize
+    for i in range(min(3, nargs)):
+        fn(i)
+    sync()
+    out, k = [], 0
+    for _ in range(rounds):
+        a, b = ev(), ev()
+        a.record()
+        for _ in range(iters):
+            fn(k % nargs)  # rotate over all copies, across rounds too
+            k += 1
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b) * 1e3 / iters)  # us per call
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=str(common.DEFAULT_OUT))
+    p.add_argument("--rounds", type=int, default=30)
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--shapes", default="", help="B:T,B:T,... (default: the issue's list)")
+    p.add_argument("--splits", nargs="*", default=[], help="extra GPUKIT_DECODE_SPLIT settings to time")
+    p.add_argument("--no-write", action="store_true")
+    a = p.parse_args(argv)
+    try:
+        import torch
+    except ImportError:
+        print("bench/attention.py: skipped (torch is not installed)")
+        return 0
+    gk = common.gk
+    if not gk.cuda.is_available() or not torch.cuda.is_available():
+        print("bench/attention.py: skipped (no CUDA device)")
+        return 0
+    F = torch.nn.functional
+    shapes = [tuple(int(v) for v in s.split(":")) for s in a.shapes.split(",") if s] or SHAPES
+    t_start = time.time()
+    recs = []
+    print(f"attention_decode bf16 Hq={Hq} Hkv={Hkv} D={D}; TB/s of KV read (median of {a.rounds} rounds)")
+    for B, T in shapes:
+        nbytes = 2 * B * T * Hkv * D * 2
+        ncopy = max(1, min(64, int(np.ceil(3 * L2_BYTES / nbytes))))
+        gen = torch.Generator(device="cuda").manual_seed(B * 100003 + T)
+        # gpukit: contiguous cache [B, T, Hkv, D] (torch memory, shared through DLPack)
+        tk = [torch.randn(B, T, Hkv, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(ncopy)]
+        tv = [torch.randn(B, T, Hkv, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(ncopy)]
+        tq = [torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(ncopy)]
+        gq = [gk.from_dlpack(x) for x in tq]
+        gkc = [gk.from_dlpack(x) for x in tk]
+        gvc = [gk.from_dlpack(x) for x in tv]
+        lens = gk.asarray(np.full(B, T, np.int32)).to("cuda")
+        gfn = lambda i: gk.nn.attention_decode(gq[i], gkc[i], gvc[i], lens)  # noqa: E731
+        # torch: [B, Hkv, T, D] (its own contiguous layout)
+        sq = [x.view(B, Hq, 1, D) for x in tq]
+        sk = [x.transpose(1, 2).contiguous() for x in tk]
+        sv = [x.transpose(1, 2).contiguous() for x in tv]
+        tfn = lambda i: F.scaled_dot_product_attention(sq[i], sk[i], sv[i], enable_gqa=True)  # noqa: E731
+        # sanity: same math (fp32 reference of copy 0, sequence 0)
+        got = torch.from_dlpack(gfn(0)).float()
+        want = tfn(0).view(B, Hq, D).float()
+        err = (got - want).abs().max().item()
+        if not err < 2e-2:
+            print(f"  WARNING B={B} T={T}: max |gpukit - torch| = {err:.3g}")
+        g = time_events(gk, torch, gfn, ncopy, a.rounds, a.iters, False)
+        t = time_events(gk, torch, tfn, ncopy, a.rounds, a.iters, True)
+        tb = [nbytes / (us * 1e-6) / 1e12 for us in g]
+        peer_tb = nbytes / (statistics.median(t) * 1e-6) / 1e12
+        shape = f"B{B}_T{T}_Hq{Hq}_Hkv{Hkv}_D{D}"
+        rec = common.record("attention_decode", shape, "bf16", "TB/s", statistics.median(tb),
+                            "torch SDPA (enable_gqa)", peer_tb, tb)
+        recs.append(rec)
+        print(f"  {shape:28s} gpukit {rec['gpukit']:.2f} TB/s ({statistics.median(g):7.1f} us)  "
+              f"SDPA {peer_tb:.2f} TB/s ({statistics.median(t):7.1f} us)  x{rec['gpukit'] / peer_tb:.2f}"
+              f"  (max err {err:.1e})")
+        for sp in a.splits:
+            os.environ["GPUKIT_DECODE_SPLIT"] = sp
+            try:
+                g2 = time_events(gk, torch, gfn, ncopy, max(10, a.rounds // 3), a.iters, False)
+            finally:
+                del os.environ["GPUKIT_DECODE_SPLIT"]
+            print(f"      split {sp:14s} {nbytes / (statistics.median(g2) * 1e-6) / 1e12:.2f} TB/s "
+                  f"({statistics.median(g2):7.1f} us)")
+        if (B, T) in PAGED:
+            bs = 16
+            nblk = B * T // bs
+            perm = np.random.default_rng(T).permutation(nblk).astype(np.int32).reshape(B, T // bs)
+            bt = gk.asarray(perm).to("cuda")
+            pk = [gk.from_dlpack(x.view(nblk, bs, Hkv, D)) for x in tk]
+            pv = [gk.from_dlpack(x.view(nblk, bs, Hkv, D)) for x in tv]
+            pfn = lambda i: gk.nn.attention_decode(gq[i], pk[i], pv[i], lens, block_table=bt)  # noqa: E731
+            g = time_events(gk, torch, pfn, ncopy, a.rounds, a.iters, False)
+            tb = [nbytes / (us * 1e-6) / 1e12 for us in g]
+            rec = common.record("attention_decode_paged", shape + f"_bs{bs}", "bf16", "TB/s", statistics.median(tb),
+                                "torch SDPA (enable_gqa, contiguous)", peer_tb, tb)
+            recs.append(rec)
+            print(f"  {'paged bs16':28s} gpukit {rec['gpukit']:.2f} TB/s ({statistics.median(g):7.1f} us)  "
+                  f"x{rec['gpukit'] / peer_tb:.2f} vs SDPA")
+            del pk, pv
+        del gq, gkc, gvc, tk, tv, tq, sk, sv, sq
+        gk.cuda.synchronize()
+        torch.cuda.empty_cache()
+    print(f"total {time.time() - t_start:.1f} s")
+    if not a.no_write:
+        common.write_results(a.out, recs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,234 @@
+"""Decode-GEMV throughput of every weight format, with torch in the same run.
+
+y = x @ W^T for x [M, K], W [N, K] at (K, N) = (4096, 14336), (14336, 4096), (4096, 128256):
+bf16 and fp16 (M = 1; bf16 also M = 4 and 8), fp8, int8, int4 (group 128), nvf4, and the GGUF
+blocks q8_0, q4_0, q4_1, q4_k, q6_k (M = 1). Figure: TB/s of the weight bytes read (for the
+quantized formats their compressed bytes: codes + scales + zero points / GGUF blocks), and
+that figure as a share of a copy ceiling measured in the same run (bytes read + written by
+a 1 GiB device-to-device copy). Peer: torch.matmul(x, W.T) on the bf16 weight (its own bytes).
+
+Method: the weights are random (a CPU-quantized tile of 512 rows repeated on the GPU to N
+rows: the kernels read every byte, the values do not change the time), several copies are
+rotated so that one call never finds its weight in the 50 MB L2, and 2 x copies calls are
+captured in one CUDA graph whose replays are timed with events (median of --rounds), so
+host launch overhead is not counted - for torch too. Every format is checked on its first
+rows against float64 products with its exact dequantization before it is timed.
+
+bf16_tc / bf16_m8_tc: bf16 weights through the tensor-core kernel instead of the default one.
+
+Usage: python bench/gemv.py [--out F] [--rounds N] [--only bf16,fp8,...] [--shapes 0,1,2]
+Exits 0 without CUDA.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+
+import numpy as np
+
+from common import gk, median, parse_args, print_table, record, require_cuda, write_results
+
+SHAPES = [(4096, 14336), (14336, 4096), (4096, 128256)]
+TILE = 512           # rows quantized on the CPU, repeated on the GPU
+L2_DEFEAT = 256e6    # bytes of rotated weights per measurement (>= 5x the H200's L2)
+FORMATS = ("bf16", "fp16", "bf16_m4", "bf16_m8", "bf16_tc", "bf16_m8_tc", "fp8", "int8", "int4", "nvf4",
+           "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
+# bf16 *_tc: the tensor-core kernel for bf16 weights (gk._C._gemv_set_dense_path(1)), to
+# compare with the default kernel; every other record uses the default choice.
+
+
+def tbs(nbytes, ms):
+    return nbytes / (ms * 1e-3) / 1e12
+
+
+def repeat_rows(tile, n, copies):
+    """A CUDA array of copies * n rows made of `tile` repeated (rows of the tile cycle)."""
+    t = tile.to("cuda")
+    rows = tile.shape[0]
+    big = gk.empty((n * copies,) + tuple(tile.shape[1:]), dtype=tile.dtype, device="cuda")
+    for r0 in range(0, n * copies, rows):
+        r1 = min(r0 + rows, n * copies)
+        gk.copy_into(big[r0:r1], t[: r1 - r0])
+    return big
+
+
+def weights(fmt, k, n, copies, rng):
+    """(list of per-copy argument tuples for the gemv call, callable(x, *args), bytes per copy, check)."""
+    w_tile = (rng.standard_normal((TILE, k), dtype=np.float32) / math.sqrt(k)).astype(np.float32)
+    wt = gk.asarray(w_tile)
+    if fmt.startswith(("bf16", "fp16")):
+        dt = "float16" if fmt == "fp16" else "bfloat16"
+        tile = wt.astype(dt)
+        big = repeat_rows(tile, n, copies)
+        args = [(big[c * n:(c + 1) * n],) for c in range(copies)]
+        deq = tile.astype("float32").numpy().astype(np.float64)
+        return args, (lambda x, w: gk.gemv(x, w)), n * k * 2, deq
+    if fmt in ("fp8", "int8"):
+        q, s = getattr(gk, f"quantize_{fmt}")(wt)
+        deq = gk.to_numpy(getattr(gk, f"dequantize_{fmt}")(q, s)).astype(np.float64)
+        qb, sb = repeat_rows(q, n, copies), repeat_rows(s, n, copies)
+        args = [(qb[c * n:(c + 1) * n], sb[c * n:(c + 1) * n]) for c in range(copies)]
+        fn = getattr(gk, f"gemv_{fmt}")
+        return args, (lambda x, q_, s_: fn(x, q_, s_)), n * k + n * 4, deq
+    if fmt == "int4":
+        q, s, z = gk.quantize_int4(wt, group=128)
+        deq = gk.to_numpy(gk.dequantize_int4(q, s, z, group=128)).astype(np.float64)
+        qb, sb, zb = (repeat_rows(a, n, copies) for a in (q, s, z))
+        args = [(qb[c * n:(c + 1) * n], sb[c * n:(c + 1) * n], zb[c * n:(c + 1) * n]) for c in range(copies)]
+        nbytes = n * k // 2 + n * (k // 128) * 5
+        return args, (lambda x, q_, s_, z_: gk.gemv_int4(x, q_, s_, z_, group=128)), nbytes, deq
+    if fmt == "nvf4":
+        q, bs, ts = gk.quantize_nvf4(wt)
+        deq = gk.to_numpy(gk.dequantize_nvf4(q, bs, ts)).astype(np.float64)
+        qb, bb = repeat_rows(q, n, copies), repeat_rows(bs, n, copies)
+        tsc = ts.to("cuda")
+        args = [(qb[c * n:(c + 1) * n], bb[c * n:(c + 1) * n], tsc) for c in range(copies)]
+        nbytes = n * k // 2 + n * (k // 16) + 4
+        return args, (lambda x, q_, b_, t_: gk.gemv_nvf4(x, q_, b_, t_)), nbytes, deq
+    q = getattr(gk, f"quantize_{fmt}")(wt)
+    deq = gk.to_numpy(getattr(gk, f"dequantize_{fmt}")(q)).astype(np.float64)
+    qb = repeat_rows(q, n, copies)
+    args = [(qb[c * n:(c + 1) * n],) for c in range(copies)]
+    fn = getattr(gk, f"gemv_{fmt}")
+    return args, (lambda x, q_: fn(x, q_)), n * q.shape[1], deq
+
+
+def time_graph(calls, rounds):
+    """Median ms per call of `calls` (a list of thunks) captured in one gk.Graph."""
+    for c in calls:
+        c()
+    gk.synchronize()
+    try:
+        g = gk.Graph()
+        with g:
+            for c in calls:
+                c()
+        run = g.replay
+        run()
+    except Exception as e:  # noqa: BLE001 - fall back to plain launches
+        print(f"  (graph capture failed: {e}; timing plain launches)")
+
+        def run():
+            for c in calls:
+                c()
+    gk.synchronize()
+    out = []
+    for _ in range(rounds):
+        a, b = gk.Event(), gk.Event()
+        a.record()
+        run()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b) / len(calls))
+    return out
+
+
+def time_torch_graph(torch, calls, rounds):
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for c in calls:
+            c()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for c in calls:
+            c()
+    g.replay()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(rounds):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b) / len(calls))
+    return out
+
+
+def copy_ceiling(rounds):
+    n = 1 << 28  # 1 GiB of float32, read + written
+    src = gk.full((n,), 1.0, dtype="float32", device="cuda")
+    dst = gk.empty((n,), dtype="float32", device="cuda")
+    ms = time_graph([lambda: gk.copy_into(dst, src)], rounds)
+    return tbs(2 * 4 * n, median(ms))
+
+
+def check(fmt, y, x, deq):
+    """The first rows of y against float64 products with the exact dequantized weight."""
+    xs = gk.to_numpy(x.astype("float32")).astype(np.float64)
+    ref = xs @ deq.T
+    got = gk.to_numpy(y.astype("float32")).astype(np.float64)[:, : deq.shape[0]]
+    bound = np.abs(xs) @ np.abs(deq).T
+    err = np.abs(got - ref)
+    tol = 2.0**-7 * np.abs(ref) + 1e-5 * bound + 1e-6
+    if not np.all(err <= tol):
+        i = np.unravel_index(np.argmax(err / tol), err.shape)
+        raise AssertionError(f"{fmt}: y{list(i)} = {got[i]!r}, reference {ref[i]!r} (bound {bound[i]:.3g})")
+
+
+def main():
+    args = parse_args(__doc__, lambda p: (p.add_argument("--only", default=",".join(FORMATS)),
+                                          p.add_argument("--shapes", default="0,1,2")))
+    if not require_cuda():
+        return 0
+    t0 = time.time()
+    try:
+        import torch
+        have_torch = not args.no_peer and torch.cuda.is_available()
+    except ImportError:
+        torch, have_torch = None, False
+    rounds = max(5, args.rounds // 3)
+    only = [f for f in FORMATS if f in set(args.only.split(","))]
+    ceiling = copy_ceiling(rounds)
+    print(f"copy ceiling {ceiling:.3f} TB/s (1 GiB device-to-device, read + written)")
+    rng = np.random.default_rng(11)
+    records = []
+    for si in (int(s) for s in args.shapes.split(",")):
+        k, n = SHAPES[si]
+        shape = f"K{k}_N{n}"
+        peer, pv = "", None
+        if have_torch:
+            copies = max(1, math.ceil(L2_DEFEAT / (n * k * 2)))
+            tw = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+            tx = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+            calls = [(lambda w=w: torch.matmul(tx, w.t())) for w in tw * 2]
+            pv = tbs(n * k * 2, median(time_torch_graph(torch, calls, rounds)))
+            peer = "torch.matmul bf16 (M=1)"
+            del tw, calls
+            torch.cuda.empty_cache()
+        for fmt in only:
+            m = 8 if "_m8" in fmt else (4 if "_m4" in fmt else 1)
+            gk._C._gemv_set_dense_path(1 if fmt.endswith("_tc") else -1)
+            xdt = "float16" if fmt == "fp16" else "bfloat16"
+            x = gk.asarray(rng.standard_normal((m, k), dtype=np.float32)).to("cuda").astype(xdt)
+            probe_bytes = n * k * (2 if fmt.startswith(("bf16", "fp16")) else 1)
+            copies = max(1, math.ceil(L2_DEFEAT / probe_bytes))
+            try:
+                wargs, fn, nbytes, deq = weights(fmt, k, n, copies, rng)
+                copies = max(1, min(copies, math.ceil(L2_DEFEAT / nbytes)))
+                check(fmt, fn(x, *wargs[0]), x, deq)
+                calls = [(lambda a=a: fn(x, *a)) for a in wargs[:copies] * 2]
+                ms = time_graph(calls, rounds)
+            except Exception as e:  # noqa: BLE001 - report and go on with the other formats
+                print(f"gemv {fmt} {shape}: FAILED: {type(e).__name__}: {e}")
+                continue
+            v = tbs(nbytes, median(ms))
+            r = record("gemv", shape, fmt, "TB/s", v, peer, pv, [tbs(nbytes, t) for t in ms])
+            r["copy_ceiling"] = round(ceiling, 4)
+            r["us"] = round(median(ms) * 1e3, 2)
+            records.append(r)
+            print(f"gemv {fmt:<8} {shape:<14} M={m}: {median(ms) * 1e3:8.1f} us  {v:6.3f} TB/s = "
+                  f"{v / ceiling:4.0%} of copy" + (f"  (torch bf16 M=1: {pv:.3f} TB/s)" if pv else ""))
+            wargs = fn = calls = None
+    gk._C._gemv_set_dense_path(-1)
+    print_table(records)
+    write_results(args.out, records)
+    print(f"bench/gemv.py took {time.time() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+// Shared pieces of the attention kernels: asynchronous 16-byte global-to-shared
+// copies (cp.async, sm_80+; a synchronous fallback on older targets) and the
+// float conversion of a 16-byte vector of cache elements.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/common/rows.cuh"
+
+namespace gk::cuda {
+
+// Copies 16 bytes from global `src` to shared `dst`; when !valid the 16 bytes
+// are zero-filled and nothing is read (src must still be a valid address).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(n) : "memory");
+#else
+  *static_cast<uint4*>(dst) = valid ? *static_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
+#endif
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+// The 16 / sizeof(C) elements of one 16-byte vector at p (shared or global) as floats.
+template <class C>
+__device__ __forceinline__ void vec16_to_float(const void* p, float* out) {
+  constexpr int N = 16 / sizeof(C);
+  const Vec<C, N> v = *static_cast<const Vec<C, N>*>(p);
+#pragma unroll
+  for (int j = 0; j < N; ++j) out[j] = float(v.v[j]);
+}
+
+}  // namespace gk::cuda

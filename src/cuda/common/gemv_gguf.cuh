@@ -1,0 +1,15 @@
+// The GEMV kernels of the 2-byte aligned GGUF blocks (Q8_0, Q4_0, Q4_1, Q6_K):
+// src/cuda/quant_gguf.cu.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "ops/quant_args.h"
+
+namespace gk::cuda {
+template <class T>
+void launch_gguf(const QGemvArgs& p, cudaStream_t st);
+// The split-K factor of these kernels: a function of (N, K, format) only.
+int gguf_split(int64_t n, int64_t k, QFormat f);
+}  // namespace gk::cuda

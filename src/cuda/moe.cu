@@ -1,0 +1,448 @@
+// CUDA kernels of the mixture-of-experts ops (see include/gpukit/moe.h). They follow
+// the CPU reference (src/cpu/moe.cpp) step for step:
+// - gating: one thread per token; experts picked by logit in a total order (larger
+//   first, NaN last, ties to the lower expert), softmax sum in increasing expert order;
+// - permute: one block of 1024 threads does a stable counting sort of the T*k slots
+//   (integer counters only), then a copy kernel moves the rows;
+// - grouped GEMM: 64x64 output tiles over the rows sorted by expert; a tile that
+//   straddles experts runs one pass per expert over the rows that expert owns; each
+//   output is an fp32 fma chain over k in increasing order (bf16/f16 products are exact,
+//   so the CPU's mul + add gives the same bits);
+// - un-permute: one thread per output element, choices added in order j with _rn ops.
+// The offsets are read on the device; indices are clamped so that even unchecked input
+// cannot make a kernel read or write out of bounds.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <mma.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "core/cuda_util.h"
+#include "gpukit/numeric.h"
+#include "ops/moe_args.h"
+#include "ops/registry.h"
+
+namespace gk::cuda {
+
+GK_REGISTER_CUDA_OPS("moe_topk_gating", "moe_permute", "moe_unpermute", "moe_grouped_gemm");
+
+namespace {
+
+constexpr unsigned kMaxGrid = 65535;
+
+__device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+__device__ __forceinline__ int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+// a precedes b: larger first, NaN last, ties (and NaN pairs) to the lower index
+__device__ bool precedes(float va, int ia, float vb, int ib) {
+  const bool na = isnan(va), nb = isnan(vb);
+  if (na != nb) return !na;
+  if (!na && va != vb) return va > vb;
+  return ia < ib;
+}
+
+template <class T>
+__global__ void k_gating(const T* __restrict__ logits, int64_t t, int e, int k, bool renorm, int32_t* __restrict__ ids,
+                         float* __restrict__ weights) {
+  for (int64_t row = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; row < t; row += int64_t(gridDim.x) * blockDim.x) {
+    const T* lg = logits + row * e;
+    float mx = -INFINITY;
+    for (int i = 0; i < e; ++i) mx = fmaxf(mx, float(lg[i]));
+    float sum = 0.0f;
+    for (int i = 0; i < e; ++i) sum = __fadd_rn(sum, expf(__fsub_rn(float(lg[i]), mx)));
+    float pv = 0.0f, chosen = 0.0f;
+    int pi = -1;
+    for (int j = 0; j < k; ++j) {
+      int best = -1;
+      float bv = 0.0f;
+      for (int i = 0; i < e; ++i) {
+        float v = float(lg[i]);
+        if (pi >= 0 && !precedes(pv, pi, v, i)) continue;  // already taken
+        if (best < 0 || precedes(v, i, bv, best)) {
+          best = i;
+          bv = v;
+        }
+      }
+      ids[row * k + j] = best;
+      float w = __fdiv_rn(expf(__fsub_rn(bv, mx)), sum);
+      weights[row * k + j] = w;
+      chosen = __fadd_rn(chosen, w);
+      pv = bv;
+      pi = best;
+    }
+    if (renorm)
+      for (int j = 0; j < k; ++j) weights[row * k + j] = __fdiv_rn(weights[row * k + j], chosen);
+  }
+}
+
+// Stable counting sort of slots by expert, one block of 1024 threads.
+constexpr int kSortThreads = 1024;
+__global__ void __launch_bounds__(kSortThreads) k_sort(const int32_t* __restrict__ ids, int64_t slots, int64_t k,
+                                                       int e, int32_t* __restrict__ offsets,
+                                                       int32_t* __restrict__ slot_pos,
+                                                       int32_t* __restrict__ sorted_token) {
+  __shared__ int32_t cnt[1025];
+  __shared__ int32_t base[1024];
+  __shared__ int32_t chunk[kSortThreads];
+  const int tid = threadIdx.x;
+  for (int i = tid; i <= e; i += kSortThreads) cnt[i] = 0;
+  __syncthreads();
+  for (int64_t s = tid; s < slots; s += kSortThreads) atomicAdd(&cnt[min(max(ids[s], 0), e - 1)], 1);  // integer counts
+  __syncthreads();
+  if (tid == 0) {
+    int32_t run = 0;
+    for (int i = 0; i < e; ++i) {
+      offsets[i] = run;
+      base[i] = run;
+      run += cnt[i];
+    }
+    offsets[e] = run;
+  }
+  __syncthreads();
+  for (int64_t c0 = 0; c0 < slots; c0 += kSortThreads) {
+    const int64_t s = c0 + tid;
+    const int n = int(min64(kSortThreads, slots - c0));
+    const int my = s < slots ? min(max(ids[s], 0), e - 1) : -1;
+    chunk[tid] = my;
+    __syncthreads();
+    int before = 0;
+    bool last = true;
+    if (my >= 0) {
+      for (int j = 0; j < n; ++j) {
+        if (chunk[j] != my) continue;
+        if (j < tid) ++before;
+        if (j > tid) last = false;
+      }
+      const int32_t pos = base[my] + before;
+      slot_pos[s] = pos;
+      sorted_token[pos] = int32_t(s / k);
+    }
+    __syncthreads();
+    if (my >= 0 && last) base[my] += before + 1;
+    __syncthreads();
+  }
+}
+
+template <class T>
+__global__ void k_gather_rows(const T* __restrict__ x, int64_t x_rs, int64_t h, int64_t rows, int64_t t,
+                              const int32_t* __restrict__ sorted_token, T* __restrict__ out) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t tok = min64(max(sorted_token[r], 0), t - 1);
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) out[r * h + c] = x[tok * x_rs + c];
+  }
+}
+
+template <class I, class O>
+__global__ void k_unpermute(const I* __restrict__ y, const int32_t* __restrict__ pos, const float* __restrict__ w,
+                            int64_t t, int64_t k, int64_t h, int64_t r, O* __restrict__ out) {
+  const int64_t total = t * h;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t tok = idx / h, c = idx - tok * h;
+    float acc = 0.0f;
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t p = min64(max(pos[tok * k + j], 0), r - 1);
+      acc = __fadd_rn(acc, __fmul_rn(w[tok * k + j], float(y[p * h + c])));
+    }
+    out[idx] = convert<O>(acc);
+  }
+}
+
+constexpr int kTile = 64, kDepth = 16, kThreads = 256, kMicro = 4;
+
+__device__ int expert_of(const int32_t* off, int e, int64_t row) {  // last e with off[e] <= row
+  int lo = 0, hi = e - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (off[mid] <= row) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+template <class T, class O>
+__global__ void __launch_bounds__(kThreads) k_grouped(const T* __restrict__ x, const T* __restrict__ w,
+                                                      const int32_t* __restrict__ off_in, O* __restrict__ y, int64_t r,
+                                                      int e, int64_t n, int64_t kd) {
+  __shared__ float As[kDepth][kTile + 1];
+  __shared__ float Bs[kDepth][kTile + 1];
+  __shared__ int32_t off[1025];
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  for (int i = tid; i <= e; i += kThreads) off[i] = min64(max(off_in[i], 0), r);  // clamped
+  __syncthreads();
+  const int64_t col0 = int64_t(blockIdx.x) * kTile;
+  for (int64_t row0 = int64_t(blockIdx.y) * kTile; row0 < r; row0 += int64_t(gridDim.y) * kTile) {
+    const int64_t row1 = min64(r, row0 + kTile);
+    const int64_t end = off[e];
+    // rows past the last expert's end are zeros
+#pragma unroll
+    for (int i = 0; i < kMicro; ++i) {
+      int64_t gr = row0 + ty + 16 * i;
+      if (gr < row1 && gr >= end)
+#pragma unroll
+        for (int j = 0; j < kMicro; ++j) {
+          int64_t gc = col0 + tx + 16 * j;
+          if (gc < n) y[gr * n + gc] = convert<O>(0.0f);
+        }
+    }
+    if (row0 >= end) continue;
+    const int e0 = expert_of(off, e, row0), e1 = expert_of(off, e, min64(row1, end) - 1);
+    for (int ex = e0; ex <= e1; ++ex) {
+      const int64_t lo = max64(row0, off[ex]), hi = min64(row1, off[ex + 1]);
+      if (lo >= hi) continue;  // uniform across the block: no divergence around __syncthreads
+      const T* we = w + int64_t(ex) * n * kd;
+      float acc[kMicro][kMicro];
+#pragma unroll
+      for (int i = 0; i < kMicro; ++i)
+#pragma unroll
+        for (int j = 0; j < kMicro; ++j) acc[i][j] = 0.0f;
+      for (int64_t k0 = 0; k0 < kd; k0 += kDepth) {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          int el = tid + u * kThreads;
+          int rr = el / kDepth, kk = el % kDepth;
+          int64_t gr = row0 + rr, gc = col0 + rr, gk = k0 + kk;
+          As[kk][rr] = (gr >= lo && gr < hi && gk < kd) ? float(x[gr * kd + gk]) : 0.0f;
+          Bs[kk][rr] = (gc < n && gk < kd) ? float(we[gc * kd + gk]) : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < kDepth; ++kk) {
+          float av[kMicro], bv[kMicro];
+#pragma unroll
+          for (int i = 0; i < kMicro; ++i) av[i] = As[kk][ty + 16 * i];
+#pragma unroll
+          for (int j = 0; j < kMicro; ++j) bv[j] = Bs[kk][tx + 16 * j];
+#pragma unroll
+          for (int i = 0; i < kMicro; ++i)
+#pragma unroll
+            for (int j = 0; j < kMicro; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+        }
+        __syncthreads();
+      }
+#pragma unroll
+      for (int i = 0; i < kMicro; ++i) {
+        int64_t gr = row0 + ty + 16 * i;
+        if (gr < lo || gr >= hi) continue;
+#pragma unroll
+        for (int j = 0; j < kMicro; ++j) {
+          int64_t gc = col0 + tx + 16 * j;
+          if (gc < n) y[gr * n + gc] = convert<O>(acc[i][j]);
+        }
+      }
+    }
+  }
+}
+
+// Tensor-core form for bf16/f16 (K a multiple of 8, 16-byte aligned operands): 128x128
+// tiles, 8 warps of 64x32 each as 4x2 WMMA 16x16x16 fragments with fp32 accumulators, K
+// staged 32 deep through shared memory. Each output is a function of its own row of x
+// and column of w only (the MMA computes every element independently), the k order is
+// fixed: the same bits on every run, whatever else is in the batch. Not the same bits as
+// the CPU's fma chain (the tensor core adds in its own order); within fp32 accuracy.
+template <class T> struct wmma_type;
+template <> struct wmma_type<bf16> { using type = __nv_bfloat16; };
+template <> struct wmma_type<f16> { using type = __half; };
+
+constexpr int kTcM = 128, kTcN = 128, kTcK = 32, kTcLd = kTcK + 8, kTcThreads = 256;
+
+template <class T, class O>
+__global__ void __launch_bounds__(kTcThreads) k_grouped_tc(const T* __restrict__ x, const T* __restrict__ w,
+                                                           const int32_t* __restrict__ off_in, O* __restrict__ y,
+                                                           int64_t r, int e, int64_t n, int64_t kd) {
+  namespace wm = nvcuda::wmma;
+  using W = typename wmma_type<T>::type;
+  __shared__ __align__(128) W As[kTcM * kTcLd];
+  __shared__ __align__(128) W Bs[kTcN * kTcLd];
+  __shared__ __align__(128) float scratch[kTcThreads / 32][16 * 16];
+  __shared__ int32_t off[1025];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int wr = warp / 4, wc = warp % 4;  // the warp's 64x32 part: rows wr*64.., columns wc*32..
+  for (int i = tid; i <= e; i += kTcThreads) off[i] = int32_t(min64(max(off_in[i], 0), r));
+  __syncthreads();
+  const int64_t col0 = int64_t(blockIdx.x) * kTcN;
+  for (int64_t row0 = int64_t(blockIdx.y) * kTcM; row0 < r; row0 += int64_t(gridDim.y) * kTcM) {
+    const int64_t row1 = min64(r, row0 + kTcM), end = off[e];
+    for (int t = tid; t < kTcM * kTcN; t += kTcThreads) {  // rows past the last expert's end are zeros
+      const int64_t gr = row0 + t / kTcN, gc = col0 + t % kTcN;
+      if (gr < row1 && gr >= end && gc < n) y[gr * n + gc] = convert<O>(0.0f);
+    }
+    if (row0 >= end) continue;
+    const int e0 = expert_of(off, e, row0), e1 = expert_of(off, e, min64(row1, end) - 1);
+    for (int ex = e0; ex <= e1; ++ex) {
+      const int64_t lo = max64(row0, off[ex]), hi = min64(row1, off[ex + 1]);
+      if (lo >= hi) continue;  // block-uniform
+      const T* we = w + int64_t(ex) * n * kd;
+      wm::fragment<wm::accumulator, 16, 16, 16, float> acc[4][2];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) wm::fill_fragment(acc[i][j], 0.0f);
+      // 128 rows x 32 k of x and of w per step: 512 vectors of 8 each, 2 per thread; the next
+      // step's vectors are fetched into registers while the tensor cores work on this one.
+      uint4 ra[2], rb[2];
+      auto fetch = [&](int64_t k0) {
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const int v = tid + u * kTcThreads, rr = v / 4, kv = (v % 4) * 8;
+          const int64_t gk = k0 + kv, gr = row0 + rr, gc = col0 + rr;
+          ra[u] = make_uint4(0, 0, 0, 0);
+          rb[u] = make_uint4(0, 0, 0, 0);
+          if (gr >= lo && gr < hi && gk < kd) ra[u] = *reinterpret_cast<const uint4*>(x + gr * kd + gk);
+          if (gc < n && gk < kd) rb[u] = *reinterpret_cast<const uint4*>(we + gc * kd + gk);
+        }
+      };
+      fetch(0);
+      for (int64_t k0 = 0; k0 < kd; k0 += kTcK) {
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const int v = tid + u * kTcThreads, rr = v / 4, kv = (v % 4) * 8;
+          *reinterpret_cast<uint4*>(&As[rr * kTcLd + kv]) = ra[u];
+          *reinterpret_cast<uint4*>(&Bs[rr * kTcLd + kv]) = rb[u];
+        }
+        __syncthreads();
+        if (k0 + kTcK < kd) fetch(k0 + kTcK);
+#pragma unroll
+        for (int kk = 0; kk < kTcK; kk += 16) {
+          wm::fragment<wm::matrix_a, 16, 16, 16, W, wm::row_major> fa[4];
+          wm::fragment<wm::matrix_b, 16, 16, 16, W, wm::col_major> fb[2];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) wm::load_matrix_sync(fa[i], As + (wr * 64 + i * 16) * kTcLd + kk, kTcLd);
+#pragma unroll
+          for (int j = 0; j < 2; ++j) wm::load_matrix_sync(fb[j], Bs + (wc * 32 + j * 16) * kTcLd + kk, kTcLd);
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < 2; ++j) wm::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+        }
+        __syncthreads();
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          wm::store_matrix_sync(scratch[warp], acc[i][j], 16, wm::mem_row_major);
+          __syncwarp();
+          for (int t = lane; t < 256; t += 32) {
+            const int64_t gr = row0 + wr * 64 + i * 16 + t / 16, gc = col0 + wc * 32 + j * 16 + t % 16;
+            if (gr >= lo && gr < hi && gc < n) y[gr * n + gc] = convert<O>(scratch[warp][t]);
+          }
+          __syncwarp();
+        }
+    }
+  }
+}
+
+template <class F>
+void by_float(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::f32: return f(float{});
+    case DType::f16: return f(f16{});
+    case DType::bf16: return f(bf16{});
+    default: throw TypeError(cat(op, ": unsupported dtype ", dtype_name(t)));
+  }
+}
+
+// GPUKIT_MOE_NO_TENSOR_CORES=1: bf16/f16 grouped GEMMs on the CUDA-core kernel (the
+// CPU reference's exact fma order) instead of the tensor-core one.
+bool tensor_cores_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("GPUKIT_MOE_NO_TENSOR_CORES");
+    return !(v && *v && std::string(v) != "0");
+  }();
+  return on;
+}
+
+unsigned blocks_for(int64_t n, int threads) {
+  return unsigned(std::clamp<int64_t>((n + threads - 1) / threads, 1, 65535));
+}
+
+}  // namespace
+
+void moe_topk_gating(const MoeGatingArgs& p, void* stream) {
+  if (p.t <= 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  by_float(p.dtype, "moe_topk_gating", [&](auto tag) {
+    using T = decltype(tag);
+    k_gating<T><<<blocks_for(p.t, 128), 128, 0, s>>>(static_cast<const T*>(p.logits), p.t, int(p.e), int(p.k),
+                                                      p.renormalize, p.ids, p.weights);
+  });
+  GK_LAUNCH_CHECK("moe_topk_gating");
+}
+
+void moe_permute(const MoePermuteArgs& p, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  const int64_t slots = p.t * p.k;
+  k_sort<<<1, kSortThreads, 0, s>>>(p.ids, slots, p.k, int(p.e), p.offsets, p.slot_pos, p.sorted_token);
+  GK_LAUNCH_CHECK("moe_permute (sort)");
+  if (slots == 0 || p.h == 0) return;
+  const unsigned grid = unsigned(std::min<int64_t>(slots, kMaxGrid));
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    k_gather_rows<T><<<grid, 256, 0, s>>>(static_cast<const T*>(p.x), p.x_rs, p.h, slots, p.t, p.sorted_token,
+                                          static_cast<T*>(p.x_sorted));
+  };
+  switch (itemsize(p.dtype)) {
+    case 1: run(uint8_t{}); break;
+    case 2: run(uint16_t{}); break;
+    case 4: run(uint32_t{}); break;
+    case 8: run(uint64_t{}); break;
+    default: throw TypeError(cat("moe_permute: unsupported dtype ", dtype_name(p.dtype)));
+  }
+  GK_LAUNCH_CHECK("moe_permute (rows)");
+}
+
+void moe_unpermute(const MoeUnpermuteArgs& p, void* stream) {
+  if (p.t <= 0 || p.h <= 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  by_float(p.in_dtype, "moe_unpermute", [&](auto itag) {
+    using I = decltype(itag);
+    by_float(p.out_dtype, "moe_unpermute", [&](auto otag) {
+      using O = decltype(otag);
+      k_unpermute<I, O><<<blocks_for(p.t * p.h, 256), 256, 0, s>>>(static_cast<const I*>(p.y_sorted), p.slot_pos,
+                                                                    p.weights, p.t, p.k, p.h, std::max<int64_t>(p.r, 1),
+                                                                    static_cast<O*>(p.out));
+    });
+  });
+  GK_LAUNCH_CHECK("moe_unpermute");
+}
+
+void moe_grouped_gemm(const MoeGemmArgs& p, void* stream) {
+  if (p.r <= 0 || p.n <= 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.w) % 16 == 0;
+  if ((p.dtype == DType::bf16 || p.dtype == DType::f16) && p.kdim % 8 == 0 && aligned && tensor_cores_enabled()) {
+    const int64_t gx = (p.n + kTcN - 1) / kTcN, gy = (p.r + kTcM - 1) / kTcM;
+    if (gx > int64_t(INT32_MAX)) throw ValueError("moe_grouped_gemm: n is too large for the CUDA kernel");
+    dim3 grid(unsigned(gx), unsigned(std::min<int64_t>(gy, kMaxGrid)));
+    auto run = [&](auto ttag) {
+      using T = decltype(ttag);
+      by_float(p.out_dtype, "moe_grouped_gemm", [&](auto otag) {
+        using O = decltype(otag);
+        k_grouped_tc<T, O><<<grid, kTcThreads, 0, s>>>(static_cast<const T*>(p.x), static_cast<const T*>(p.w),
+                                                        p.offsets, static_cast<O*>(p.y), p.r, int(p.e), p.n, p.kdim);
+      });
+    };
+    if (p.dtype == DType::bf16) run(bf16{});
+    else run(f16{});
+    GK_LAUNCH_CHECK("moe_grouped_gemm (tensor cores)");
+    return;
+  }
+  const int64_t gx = (p.n + kTile - 1) / kTile, gy = (p.r + kTile - 1) / kTile;
+  if (gx > int64_t(INT32_MAX)) throw ValueError("moe_grouped_gemm: n is too large for the CUDA kernel");
+  dim3 grid(unsigned(gx), unsigned(std::min<int64_t>(gy, kMaxGrid)));
+  by_float(p.dtype, "moe_grouped_gemm", [&](auto ttag) {
+    using T = decltype(ttag);
+    by_float(p.out_dtype, "moe_grouped_gemm", [&](auto otag) {
+      using O = decltype(otag);
+      k_grouped<T, O><<<grid, kThreads, 0, s>>>(static_cast<const T*>(p.x), static_cast<const T*>(p.w), p.offsets,
+                                                static_cast<O*>(p.y), p.r, int(p.e), p.n, p.kdim);
+    });
+  });
+  GK_LAUNCH_CHECK("moe_grouped_gemm");
+}
+
+}  // namespace gk::cuda

@@ -1,0 +1,235 @@
+"""attention_decode: page boundaries and odd lengths, the flash-decoding chunk regimes of the CUDA
+kernel (chunks of 64..512 keys, one-chunk sequences written directly), windows starting inside a
+chunk, poisoned outputs, run-to-run determinism and batch invariance (bitwise), the split-parameter
+override, and bad input. References: float64 NumPy (test_attention.ref_decode) and the CPU op."""
+import os
+
+import numpy as np
+import pytest
+
+import gpukit as gk
+from test_attention import TOL, f64, make, ref_decode, setup_paged
+
+CUDA = gk.cuda.is_available()
+gpu = pytest.mark.skipif(not CUDA, reason="no CUDA device")
+
+
+def bits(x):
+    a = gk.to_numpy(x)
+    return a.view({2: np.uint16, 4: np.uint32}[a.dtype.itemsize])
+
+
+def setup_compact(lens, Hq, Hkv, D, bs, dtype, seed=0):
+    """A paged cache holding exactly the blocks the sequences use (shuffled), block tables padded
+    with -1 past each length (never read), and 3 spare blocks."""
+    nblk = [(int(L) + bs - 1) // bs for L in lens]
+    nb = sum(nblk) + 3
+    perm = np.random.default_rng(seed).permutation(nb).astype(np.int32)
+    bt = np.full((len(lens), max(1, max(nblk))), -1, np.int32)
+    o = 0
+    for b, n in enumerate(nblk):
+        bt[b, :n] = perm[o:o + n]
+        o += n
+    kc, vc = make((nb, bs, Hkv, D), dtype, seed + 1), make((nb, bs, Hkv, D), dtype, seed + 2)
+    return make((len(lens), Hq, D), dtype, seed + 3), kc, vc, bt
+
+
+def check(got, want, tol, what=""):
+    g = f64(got)
+    err = np.abs(g - want)
+    lim = tol + tol * np.abs(want)
+    if not np.all(err <= lim) or not np.all(np.isfinite(g)):
+        i = np.unravel_index(np.argmax(np.where(np.isfinite(err), err - lim, np.inf)), err.shape)
+        raise AssertionError(f"{what}: max error {np.nanmax(err):.3g}, {np.sum(~(err <= lim))} bad of {err.size}; "
+                             f"first worst at {i}: got {g[i]} want {want[i]}")
+
+
+@pytest.mark.parametrize("bs", [16, 32])
+def test_cpu_page_boundaries_and_odd_lengths(bs):
+    lens = np.array([bs - 1, bs, bs + 1, 2 * bs - 1, 2 * bs + 1, 1, 3 * bs], np.int32)
+    q, kc, vc, bt = setup_paged(len(lens), 6, 3, 64, bs, lens, "float32", seed=5)
+    out = gk.nn.attention_decode(q, kc, vc, lens, block_table=bt)
+    check(out, ref_decode(f64(q), f64(kc), f64(vc), lens, bt), 1e-5, "cpu paged")
+
+
+def test_cpu_unused_block_table_entries_are_ignored():
+    lens = np.array([3, 17], np.int32)
+    q, kc, vc, bt = setup_paged(2, 4, 2, 64, 16, lens, "float32")
+    bt = np.concatenate([bt, np.full((2, 3), -1, np.int32)], axis=1)  # padding past each length: never read
+    bt[0, 1] = 10 ** 6
+    out = gk.nn.attention_decode(q, kc, vc, lens, block_table=bt)
+    check(out, ref_decode(f64(q), f64(kc), f64(vc), lens, bt), 1e-5, "padded block table")
+
+
+def test_bad_inputs_more():
+    lens = np.array([3, 4], np.int32)
+    q, kc, vc, bt = setup_paged(2, 4, 2, 64, 16, lens, "float32")
+    with pytest.raises(TypeError, match="v_cache: dtype"):
+        gk.nn.attention_decode(q, kc, vc.astype("float16"), lens, block_table=bt)
+    with pytest.raises(TypeError, match="q: dtype"):
+        gk.nn.attention_decode(q.astype("int32"), kc, vc, lens, block_table=bt)
+    with pytest.raises(ValueError, match="block_table: must be int32"):
+        gk.nn.attention_decode(q, kc, vc, lens, block_table=bt.astype(np.int64))
+    with pytest.raises(ValueError, match="block_table: must be int32"):
+        gk.nn.attention_decode(q, kc, vc, lens, block_table=bt[:1])
+    with pytest.raises(ValueError, match="q: shape"):
+        gk.nn.attention_decode(q[0], kc, vc, lens, block_table=bt)
+    with pytest.raises(ValueError, match="v_cache: shape"):
+        gk.nn.attention_decode(q, kc, vc[:, :8], lens, block_table=bt)
+    with pytest.raises(ValueError, match="head_dim 64 does not match"):
+        gk.nn.attention_decode(make((2, 4, 128), "float32"), kc, vc, lens, block_table=bt)
+    with pytest.raises(ValueError, match="seq_lens: must be int32"):
+        gk.nn.attention_decode(q, kc, vc, np.array([3], np.int32), block_table=bt)
+    with pytest.raises(ValueError, match="scale"):
+        gk.nn.attention_decode(q, kc, vc, lens, block_table=bt, scale=float("nan"))
+    with pytest.raises(ValueError, match="scales apply"):
+        gk.nn.attention_decode(q, kc, vc, lens, block_table=bt, k_scale=np.ones(2, np.float32))
+    # fp8: scales of the wrong shape / dtype
+    k8, v8 = kc.astype("float8_e4m3fn"), vc.astype("float8_e4m3fn")
+    with pytest.raises(ValueError, match="k_scale: must be float32"):
+        gk.nn.attention_decode(q, k8, v8, lens, block_table=bt, k_scale=np.ones(3, np.float32),
+                               v_scale=np.ones(2, np.float32))
+    with pytest.raises(ValueError, match="v_scale: must be float32"):
+        gk.nn.attention_decode(q, k8, v8, lens, block_table=bt, k_scale=np.ones(2, np.float32),
+                               v_scale=np.ones(2, np.float64))
+    # a length past the capacity of a contiguous cache
+    cq, ck = make((2, 4, 64), "float32"), make((2, 5, 2, 64), "float32")
+    with pytest.raises(ValueError, match="longer than the cache"):
+        gk.nn.attention_decode(cq, ck, ck, np.array([5, 6], np.int32))
+
+
+# ---------------------------------------------------------------- CUDA
+def cuda_decode(q, kc, vc, lens, bt=None, **kw):
+    return gk.nn.attention_decode(q.to("cuda"), kc.to("cuda"), vc.to("cuda"), gk.asarray(lens).to("cuda"),
+                                  block_table=None if bt is None else gk.asarray(bt).to("cuda"), **kw)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_cuda_chunk_regimes_vs_float64(dtype):
+    # 1 chunk (<= 64), 64-key chunks, then 128, 256 and 512-key chunks (more than 32 chunks of the smaller size)
+    lens = np.array([1, 63, 64, 65, 2047, 2049, 4100, 8191, 16385, 0, 20000], np.int32)
+    Hq, Hkv, D, bs = 32, 8, 128, 64
+    q, kc, vc, bt = setup_compact(lens, Hq, Hkv, D, bs, dtype, seed=3)
+    out = cuda_decode(q, kc, vc, lens, bt)
+    check(out, ref_decode(f64(q), f64(kc), f64(vc), lens, bt), TOL[dtype] * 2, f"paged {dtype}")
+    assert np.all(f64(out)[9] == 0)
+
+
+@gpu
+@pytest.mark.parametrize("D", [64, 256])
+@pytest.mark.parametrize("Hq,Hkv", [(8, 8), (16, 2), (12, 1), (24, 4)])
+def test_cuda_heads_and_dims(D, Hq, Hkv):
+    lens = np.array([3000, 1, 700, 129], np.int32)
+    q, kc, vc, bt = setup_compact(lens, Hq, Hkv, D, 16, "bfloat16", seed=D + Hq)
+    out = cuda_decode(q, kc, vc, lens, bt)
+    check(out, ref_decode(f64(q), f64(kc), f64(vc), lens, bt), 3.2e-2, f"D={D} Hq={Hq} Hkv={Hkv}")
+
+
+@gpu
+@pytest.mark.parametrize("kw", [{"window": 1}, {"window": 100}, {"window": 2100}, {"window": 5000},
+                                {"window": 333, "softcap": 3.0}, {"softcap": 1.5, "scale": 0.05}])
+def test_cuda_window_softcap(kw):
+    B, Hq, Hkv, D, Tm = 3, 8, 2, 128, 4500
+    q, kc, vc = (make(s, "bfloat16", i) for i, s in enumerate([(B, Hq, D), (B, Tm, Hkv, D), (B, Tm, Hkv, D)]))
+    lens = np.array([4500, 2101, 64], np.int32)
+    out = cuda_decode(q, kc, vc, lens, **kw)
+    check(out, ref_decode(f64(q), f64(kc), f64(vc), lens, **kw), 3.2e-2, f"contiguous {kw}")
+
+
+@gpu
+def test_cuda_fp8_long_vs_cpu():
+    lens = np.array([5000, 77], np.int32)
+    Hq, Hkv, D, bs = 32, 8, 128, 32
+    q, kc, vc, bt = setup_compact(lens, Hq, Hkv, D, bs, "float32", seed=9)
+    ks = np.linspace(0.5, 1.5, Hkv).astype(np.float32)
+    vs = ks[::-1].copy()
+    k8 = gk.asarray(gk.to_numpy(kc) / ks[None, None, :, None]).astype("float8_e4m3fn")
+    v8 = gk.asarray(gk.to_numpy(vc) / vs[None, None, :, None]).astype("float8_e4m3fn")
+    qb = q.astype("bfloat16")
+    want = gk.nn.attention_decode(qb, k8, v8, lens, block_table=bt, k_scale=ks, v_scale=vs)
+    got = cuda_decode(qb, k8, v8, lens, bt, k_scale=gk.asarray(ks).to("cuda"), v_scale=gk.asarray(vs).to("cuda"))
+    check(got, f64(want), 3.2e-2, "fp8 cuda vs cpu")
+
+
+@gpu
+def test_cuda_poisoned_outputs_and_determinism():
+    lens = np.array([0, 1, 64, 65, 3000], np.int32)
+    q, kc, vc, bt = setup_compact(lens, 8, 2, 128, 16, "bfloat16", seed=4)
+    qd, kd, vd = q.to("cuda"), kc.to("cuda"), vc.to("cuda")
+    ld, btd = gk.asarray(lens).to("cuda"), gk.asarray(bt).to("cuda")
+    res, violations = [], []
+    gk._C._debug_check_guards()  # clear what earlier code left
+    for poison in (0xFF, 0x5A, 0xFF):
+        gk._C._debug_alloc_poison(poison)
+        try:
+            out = gk.nn.attention_decode(qd, kd, vd, ld, block_table=btd)
+        finally:
+            gk._C._debug_alloc_poison(-1)
+        violations += gk._C._debug_check_guards()
+        res.append(bits(out))
+    assert not violations, violations
+    for r in res[1:]:
+        diff = np.argwhere(r != res[0])
+        assert diff.size == 0, f"{len(diff)} elements differ between poisons/runs, first at {diff[0]}"
+
+
+@gpu
+def test_cuda_batch_invariance_bitwise():
+    Hq, Hkv, D, bs = 32, 8, 128, 16
+    lens = np.array([4096, 17, 16385, 300, 1, 2049, 777, 64, 65], np.int32)
+    B = len(lens)
+    _, kc, vc, bt = setup_compact(lens, Hq, Hkv, D, bs, "bfloat16", seed=11)
+    q32 = np.random.default_rng(12).standard_normal((B, Hq, D)).astype(np.float32)
+    kd, vd = kc.to("cuda"), vc.to("cuda")
+
+    def run(idx, lens_=None, bt_=None):
+        ll = lens[idx] if lens_ is None else lens_
+        tt = bt[idx] if bt_ is None else bt_
+        qd = gk.asarray(np.ascontiguousarray(q32[idx])).astype("bfloat16").to("cuda")
+        return bits(gk.nn.attention_decode(qd, kd, vd, gk.asarray(np.ascontiguousarray(ll)).to("cuda"),
+                                           block_table=gk.asarray(np.ascontiguousarray(tt)).to("cuda")))
+
+    full = run(np.arange(B))
+    np.testing.assert_array_equal(full, run(np.arange(B)))  # run to run
+    for i in range(B):  # each sequence alone
+        alone = run(np.array([i]))
+        d = np.argwhere(alone[0] != full[i])
+        assert d.size == 0, f"sequence {i} (len {lens[i]}) alone differs from in-batch at {d[0]}"
+    # reversed order, a duplicated batch of 2B, and a wider block table (another workspace stride)
+    rev = run(np.arange(B)[::-1])
+    np.testing.assert_array_equal(rev[::-1], full)
+    dup = run(np.concatenate([np.arange(B), np.arange(B)]))
+    np.testing.assert_array_equal(dup[:B], full)
+    np.testing.assert_array_equal(dup[B:], full)
+    wide = np.concatenate([bt, np.zeros((B, 2000), np.int32)], axis=1)
+    np.testing.assert_array_equal(run(np.arange(B), bt_=wide), full)
+    # neighbours of other lengths
+    l2 = lens.copy()
+    l2[[0, 1, 3]] = [1, 2000, 64]
+    got = run(np.arange(B), lens_=l2)
+    for i in range(B):
+        if i not in (0, 1, 3):
+            np.testing.assert_array_equal(got[i], full[i])
+
+
+@gpu
+@pytest.mark.parametrize("split", ["32,32,100000", "4096,4096,1", "64,1024,8", "64,512,32,1", "64,512,32,2",
+                                   "64,512,32,3", "64,512,32,4"])
+def test_cuda_split_override(split, monkeypatch):
+    lens = np.array([1, 4000, 9000, 333], np.int32)
+    q, kc, vc, bt = setup_compact(lens, 16, 4, 128, 32, "bfloat16", seed=6)  # G = 4, D = 128: the variants apply
+    want = ref_decode(f64(q), f64(kc), f64(vc), lens, bt)
+    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", split)
+    check(cuda_decode(q, kc, vc, lens, bt), want, 3.2e-2, f"split {split}")
+
+
+def test_split_override_rejected(monkeypatch):
+    lens = np.array([3, 4], np.int32)
+    q, kc, vc, bt = setup_paged(2, 4, 2, 64, 16, lens, "float32")
+    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "48,64,2")
+    if CUDA:
+        with pytest.raises(ValueError, match="GPUKIT_DECODE_SPLIT"):
+            cuda_decode(q, kc, vc, lens, bt)
+    out = gk.nn.attention_decode(q, kc, vc, lens, block_table=bt)  # the CPU reference has no split
+    check(out, ref_decode(f64(q), f64(kc), f64(vc), lens, bt), 1e-5, "cpu with override set")
