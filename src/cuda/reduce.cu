@@ -421,6 +421,8 @@ bool softmax_vec(const RowArgs& a, bool log, cudaStream_t s) {
     auto go = [&](auto vc, auto mc) {
       constexpr int V = decltype(vc)::value, MT = decltype(mc)::value;
       if (persist) k_softmax_vec<T, V, 256, true><<<grid, block, 0, s>>>(in, out, a.rows, a.cols, rs, os, log);
+      else if (tpr * rpb <= 256)  // the register budget of 256-thread blocks (no spills at VPT 4)
+        k_softmax_vec<T, V, 256, false><<<grid, block, 0, s>>>(in, out, a.rows, a.cols, rs, os, log);
       else k_softmax_vec<T, V, MT, false><<<grid, block, 0, s>>>(in, out, a.rows, a.cols, rs, os, log);
     };
     using std::integral_constant;
