@@ -6,7 +6,6 @@
 // Rows that are too long, unaligned or not a multiple of the vector width take a
 // scalar path that re-reads the row (from L1/L2).
 #include <algorithm>
-#include <atomic>
 
 #include "cuda/common/rows.cuh"
 #include "cuda/common/vec.cuh"
@@ -252,22 +251,6 @@ __global__ void __launch_bounds__(1024) k_norm_scalar(NormArgs a) {
   }
 }
 
-// Blocks of `threads` that fit on the device at once (a rough count from the
-// thread limit: the persistent form only needs about one wave).
-int64_t waves_of(int vpt, int threads) {
-  if (int g = tune("norm.grid", 0); g > 0) return g;  // tests: force several groups per block
-  static std::atomic<int> sms[64];
-  int dev = 0;
-  GK_CUDA_CHECK(cudaGetDevice(&dev));
-  int n = sms[dev & 63].load(std::memory_order_relaxed);
-  if (!n) {
-    GK_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    sms[dev & 63].store(n, std::memory_order_relaxed);
-  }
-  const int per_sm = std::max(1, std::min(32, (vpt >= 8 ? 512 : 1024) / threads));
-  return int64_t(n) * per_sm * std::max(1, tune("norm.waves", 1));
-}
-
 int round32(int64_t n) { return int(std::min<int64_t>(1024, std::max<int64_t>(32, (n + 31) / 32 * 32))); }
 
 // Launch shape of the vector form: threads per row (a multiple of 32) and
@@ -302,15 +285,28 @@ void launch(const NormArgs& a, cudaStream_t st) {
   // persistent: blocks of at most 256 threads (two row buffers need the registers)
   const bool persist = vpt && tpr * rpb <= 256 && tune("norm.persist", 0);
   const bool prew = vpt && vpt <= 4 && tpr * rpb <= 256 && tune("norm.prew", 0);
-  if (persist) grid.x = unsigned(std::min<int64_t>(blocks, waves_of(vpt, tpr * rpb)));
+  // persistent grid: one wave (GPUKIT_TUNE norm.waves / norm.grid for the sweep and the tests)
+  auto wave = [&](int64_t resident) {
+    int64_t g = resident * std::max(1, tune("norm.waves", 1));
+    if (int forced = tune("norm.grid", 0); forced > 0) g = forced;
+    return dim3{unsigned(std::min<int64_t>(blocks, g)), 1u, 1u};
+  };
+  const int threads = tpr * rpb;
   auto go = [&](auto vc, auto mc) {
     constexpr int V = decltype(vc)::value, MT = decltype(mc)::value;
     if constexpr (V <= 4) {
-      if (prew && persist) return k_norm_vec<T, V, 256, true, true><<<grid, block, 0, st>>>(a);
+      if (prew && persist) {
+        constexpr auto k = k_norm_vec<T, V, 256, true, true>;
+        return k<<<wave(resident_blocks<k>(threads)), block, 0, st>>>(a);
+      }
       if (prew) return k_norm_vec<T, V, 256, false, true><<<grid, block, 0, st>>>(a);
     }
-    if (persist) k_norm_vec<T, V, 256, true, false><<<grid, block, 0, st>>>(a);
-    else k_norm_vec<T, V, MT, false, false><<<grid, block, 0, st>>>(a);
+    if (persist) {
+      constexpr auto k = k_norm_vec<T, V, 256, true, false>;
+      k<<<wave(resident_blocks<k>(threads)), block, 0, st>>>(a);
+    } else {
+      k_norm_vec<T, V, MT, false, false><<<grid, block, 0, st>>>(a);
+    }
   };
   using std::integral_constant;
   switch (vpt) {

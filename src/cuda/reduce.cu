@@ -407,21 +407,18 @@ bool softmax_vec(const RowArgs& a, bool log, cudaStream_t s) {
     dim3 block{unsigned(tpr), unsigned(rpb), 1u}, grid{unsigned(blocks), 1u, 1u};
     // persistent: blocks of at most 256 threads (two row buffers need the registers)
     const bool persist = tpr * rpb <= 256 && tune("softmax.persist", 0);
-    if (persist) {
-      int dev = 0, sms = 0;
-      GK_CUDA_CHECK(cudaGetDevice(&dev));
-      GK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-      int64_t g = int64_t(sms) * std::max(1, std::min(32, (vpt >= 8 ? 512 : 1024) / (tpr * rpb)));
-      if (int forced = tune("softmax.grid", 0); forced > 0) g = forced;
-      grid.x = unsigned(std::min<int64_t>(blocks, g));
-    }
     const T* in = static_cast<const T*>(a.in);
     T* out = static_cast<T*>(a.out);
     const auto rs = a.in_row_stride, os = a.out_row_stride;
     auto go = [&](auto vc, auto mc) {
       constexpr int V = decltype(vc)::value, MT = decltype(mc)::value;
-      if (persist) k_softmax_vec<T, V, 256, true><<<grid, block, 0, s>>>(in, out, a.rows, a.cols, rs, os, log);
-      else if (tpr * rpb <= 256)  // the register budget of 256-thread blocks (no spills at VPT 4)
+      if (persist) {  // one wave (GPUKIT_TUNE softmax.grid for the tests)
+        constexpr auto k = k_softmax_vec<T, V, 256, true>;
+        int64_t g = resident_blocks<k>(tpr * rpb);
+        if (int forced = tune("softmax.grid", 0); forced > 0) g = forced;
+        const dim3 pg{unsigned(std::min<int64_t>(blocks, g)), 1u, 1u};
+        k<<<pg, block, 0, s>>>(in, out, a.rows, a.cols, rs, os, log);
+      } else if (tpr * rpb <= 256)  // the register budget of 256-thread blocks (no spills at VPT 4)
         k_softmax_vec<T, V, 256, false><<<grid, block, 0, s>>>(in, out, a.rows, a.cols, rs, os, log);
       else k_softmax_vec<T, V, MT, false><<<grid, block, 0, s>>>(in, out, a.rows, a.cols, rs, os, log);
     };
