@@ -2,7 +2,7 @@
 //
 // One CTA per (query head, query tile of BM = 128 rows of one sequence), three
 // warpgroups. Warpgroup 0 is the producer: one thread issues TMA loads (Q once,
-// then K and V tiles of BN keys into a two-stage ring of 128-byte-swizzled
+// then K and V tiles of BN keys into a 2- or 3-stage ring of 128-byte-swizzled
 // buffers) that complete on mbarriers, and waits on "empty" barriers before
 // reusing a stage; it gives its registers away (setmaxnreg). Warpgroups 1 and 2
 // each own 64 query rows. Per key tile n they issue S_n = Q K_n^T and then
@@ -31,37 +31,40 @@ using namespace sm90;
 
 constexpr int kCons = 2;  // consumer warpgroups
 
-template <int D>
+template <int D, int ST>  // ST: K / V pipeline stages
 struct CfgWS {
   static constexpr int BM = 64 * kCons;
   static constexpr int BN = D == 256 ? 64 : 128;
   static constexpr int Q_BYTES = BM * D * 2;
   static constexpr int KV_BYTES = BN * D * 2;
-  static constexpr int SMEM = Q_BYTES + 4 * KV_BYTES + 1024;  // K, V x 2 stages; + alignment slack
+  static constexpr int SMEM = Q_BYTES + 2 * ST * KV_BYTES + 1024;  // K, V x ST stages; + alignment slack
   static constexpr int THREADS = 128 * (kCons + 1);
 };
 
-template <bool BF16, int D, bool PP>
-__global__ void __launch_bounds__(CfgWS<D>::THREADS, 1)
+template <bool BF16, int D, bool PP, int ST>
+__global__ void __launch_bounds__(CfgWS<D, ST>::THREADS, 1)
     k_prefill_ws(const __grid_constant__ PrefillArgs a, const __grid_constant__ CUtensorMap tq,
                  const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using C = CfgWS<D>;
+  using C = CfgWS<D, ST>;
   constexpr int BM = C::BM, BN = C::BN, NCB = D / 64;
   extern __shared__ char smem_raw[];
   __shared__ int sh_find[2];
-  // q_full, k_full[2], v_full[2], k_empty[2], v_empty[2]
-  __shared__ __align__(8) uint64_t bars[9];
+  // q_full, k_full[ST], v_full[ST], k_empty[ST], v_empty[ST]
+  __shared__ __align__(8) uint64_t bars[1 + 4 * ST];
   const uint32_t sbase = (uint32_t(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
   const uint32_t sQ = sbase;
   auto sK = [&](int s) { return sbase + C::Q_BYTES + s * C::KV_BYTES; };
-  auto sV = [&](int s) { return sbase + C::Q_BYTES + (2 + s) * C::KV_BYTES; };
+  auto sV = [&](int s) { return sbase + C::Q_BYTES + (ST + s) * C::KV_BYTES; };
   const uint32_t b0 = uint32_t(__cvta_generic_to_shared(bars));
   const uint32_t q_full = b0;
   auto k_full = [&](int s) { return b0 + 8u * (1 + s); };
-  auto v_full = [&](int s) { return b0 + 8u * (3 + s); };
-  auto k_empty = [&](int s) { return b0 + 8u * (5 + s); };
-  auto v_empty = [&](int s) { return b0 + 8u * (7 + s); };
+  auto v_full = [&](int s) { return b0 + 8u * (1 + ST + s); };
+  auto k_empty = [&](int s) { return b0 + 8u * (1 + 2 * ST + s); };
+  auto v_empty = [&](int s) { return b0 + 8u * (1 + 3 * ST + s); };
+  // Tile it uses stage it % ST for the (it / ST)-th time: barrier phase parity (it / ST) & 1.
+  auto stage = [](int it) { return it % ST; };
+  auto par = [](int it) { return uint32_t(it / ST) & 1u; };
 
   const int h = blockIdx.x, tid = threadIdx.x;
   SeqTile t;
@@ -79,7 +82,7 @@ __global__ void __launch_bounds__(CfgWS<D>::THREADS, 1)
 
   if (tid == 0) {
     mbar_init(q_full, 1);
-    for (int s = 0; s < 2; ++s) {
+    for (int s = 0; s < ST; ++s) {
       mbar_init(k_full(s), 1);
       mbar_init(v_full(s), 1);
       mbar_init(k_empty(s), 4 * kCons);  // one arrival per consumer warp
@@ -96,13 +99,13 @@ __global__ void __launch_bounds__(CfgWS<D>::THREADS, 1)
 #pragma unroll
       for (int c = 0; c < NCB; ++c) tma_load_3d(sQ + c * (BM * 128), &tq, q_full, 64 * c, h, int(t.q0 + t.m0));
       for (int it = 0; it < ntiles; ++it) {
-        const int s = it & 1;
+        const int s = stage(it);
         const int row = int(t.k0 + int64_t(n_begin + it) * BN);
-        if (it >= 2) mbar_wait(k_empty(s), ((it >> 1) - 1) & 1);
+        if (it >= ST) mbar_wait(k_empty(s), par(it - ST));
         mbar_expect_tx(k_full(s), C::KV_BYTES);
 #pragma unroll
         for (int c = 0; c < NCB; ++c) tma_load_3d(sK(s) + c * (BN * 128), &tk, k_full(s), 64 * c, kvh, row);
-        if (it >= 2) mbar_wait(v_empty(s), ((it >> 1) - 1) & 1);
+        if (it >= ST) mbar_wait(v_empty(s), par(it - ST));
         mbar_expect_tx(v_full(s), C::KV_BYTES);
 #pragma unroll
         for (int c = 0; c < NCB; ++c) tma_load_3d(sV(s) + c * (BN * 128), &tv, v_full(s), 64 * c, kvh, row);
@@ -177,10 +180,10 @@ __global__ void __launch_bounds__(CfgWS<D>::THREADS, 1)
       to_a_frags<BN, BF16>(p, pa);  // O is still zero: no rescale
     }
     for (int it = 1; it < ntiles; ++it) {
-      const int s = it & 1, ps = s ^ 1;
+      const int s = stage(it), ps = stage(it - 1);
       float p[BN / 2];
-      mbar_wait(k_full(s), (it >> 1) & 1);
-      mbar_wait(v_full(ps), ((it - 1) >> 1) & 1);
+      mbar_wait(k_full(s), par(it));
+      mbar_wait(v_full(ps), par(it - 1));
       turn_wait();
       wg_fence();
       issue_s(p, s);
@@ -200,8 +203,8 @@ __global__ void __launch_bounds__(CfgWS<D>::THREADS, 1)
       rescale(o, al0, al1);
       to_a_frags<BN, BF16>(p, pa);
     }
-    const int ls = (ntiles - 1) & 1;
-    mbar_wait(v_full(ls), ((ntiles - 1) >> 1) & 1);
+    const int ls = stage(ntiles - 1);
+    mbar_wait(v_full(ls), par(ntiles - 1));
     turn_wait();
     wg_fence();
     issue_pv(ls);
@@ -218,16 +221,16 @@ __global__ void __launch_bounds__(CfgWS<D>::THREADS, 1)
 #endif
 }
 
-template <bool BF16, int D>
+template <bool BF16, int D, int ST>
 bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, cudaStream_t st) {
-  using C = CfgWS<D>;
+  using C = CfgWS<D, ST>;
   CUtensorMap mq, mk, mv;
   const uint64_t e = 2;  // bytes per element
   if (!make_tmap_3d(&mq, a.q, BF16, D, uint64_t(a.hq), uint64_t(a.Tq), a.q_hs * e, a.q_ts * e, 64, 1, C::BM) ||
       !make_tmap_3d(&mk, a.k, BF16, D, uint64_t(a.hkv), uint64_t(a.Tk), a.k_hs * e, a.k_ts * e, 64, 1, C::BN) ||
       !make_tmap_3d(&mv, a.v, BF16, D, uint64_t(a.hkv), uint64_t(a.Tk), a.v_hs * e, a.v_ts * e, 64, 1, C::BN))
     return false;
-  auto kern = pp ? k_prefill_ws<BF16, D, true> : k_prefill_ws<BF16, D, false>;
+  auto kern = pp ? k_prefill_ws<BF16, D, true, ST> : k_prefill_ws<BF16, D, false, ST>;
   GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
   dim3 grid{unsigned(a.hq), ny, 1u};
   kern<<<grid, C::THREADS, C::SMEM, st>>>(a, mq, mk, mv);
@@ -238,10 +241,11 @@ bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, cudaStream_t st) {
 #endif
 
 // The warp-specialized TMA kernel (pingpong: the consumer warpgroups take turns
-// on the tensor cores); the caller has checked the device (sm_90),
+// on the tensor cores; stages: 2 or 3 K/V buffers, 3 only for head_dim <= 128);
+// the caller has checked the device (sm_90),
 // dtype, head_dim and 16-byte alignment. false: not applicable (tensor maps
 // rejected, e.g. zero-size or over-large dims), the caller falls back.
-bool attention_prefill_sm90_ws(const PrefillArgs& a, bool pingpong, void* stream) {
+bool attention_prefill_sm90_ws(const PrefillArgs& a, bool pingpong, int stages, void* stream) {
 #if defined(GPUKIT_SM90A) && GPUKIT_SM90A
   constexpr int BM = 64 * kCons;
   if (a.Tq <= 0 || a.Tk <= 0 || a.Tq > INT32_MAX || a.Tk > INT32_MAX) return false;
@@ -250,15 +254,22 @@ bool attention_prefill_sm90_ws(const PrefillArgs& a, bool pingpong, void* stream
   if (ny > 65535 || a.hq > 65535) return false;
   auto st = static_cast<cudaStream_t>(stream);
   const bool bf = a.dtype == DType::bf16;
+  const unsigned y = unsigned(ny);
+  const bool three = stages == 3;  // 3 stages fit in shared memory for head_dim 64 and 128
   switch (a.D) {
-    case 64: return bf ? launch_ws<true, 64>(a, unsigned(ny), pingpong, st) : launch_ws<false, 64>(a, unsigned(ny), pingpong, st);
-    case 128: return bf ? launch_ws<true, 128>(a, unsigned(ny), pingpong, st) : launch_ws<false, 128>(a, unsigned(ny), pingpong, st);
-    case 256: return bf ? launch_ws<true, 256>(a, unsigned(ny), pingpong, st) : launch_ws<false, 256>(a, unsigned(ny), pingpong, st);
+    case 64:
+      if (three) return bf ? launch_ws<true, 64, 3>(a, y, pingpong, st) : launch_ws<false, 64, 3>(a, y, pingpong, st);
+      return bf ? launch_ws<true, 64, 2>(a, y, pingpong, st) : launch_ws<false, 64, 2>(a, y, pingpong, st);
+    case 128:
+      if (three) return bf ? launch_ws<true, 128, 3>(a, y, pingpong, st) : launch_ws<false, 128, 3>(a, y, pingpong, st);
+      return bf ? launch_ws<true, 128, 2>(a, y, pingpong, st) : launch_ws<false, 128, 2>(a, y, pingpong, st);
+    case 256: return bf ? launch_ws<true, 256, 2>(a, y, pingpong, st) : launch_ws<false, 256, 2>(a, y, pingpong, st);
     default: return false;
   }
 #else
   (void)a;
   (void)pingpong;
+  (void)stages;
   (void)stream;
   return false;
 #endif
