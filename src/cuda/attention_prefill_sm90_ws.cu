@@ -71,8 +71,8 @@ __global__ void __launch_bounds__(CfgWS<D, ST>::THREADS, 1)
 
   const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
   // Work items (query tile, head). One per CTA: (blockIdx.y, blockIdx.x), varlen lookup
-  // by find_tile. PERSIST (one sequence, no cu_seqlens): items w = blockIdx.x + k *
-  // gridDim.x in order, tile y = w / hq (y = 0 is the longest), head w % hq.
+  // by find_tile. PERSIST (one sequence, no cu_seqlens): round k gives this CTA item
+  // w (see below), tile y = w / hq (y = 0 is the longest), head w % hq.
   SeqTile t1{};
   if constexpr (!PERSIST)
     if (!find_tile<BM>(a, int(blockIdx.y), t1, sh_find)) return;
@@ -83,7 +83,10 @@ __global__ void __launch_bounds__(CfgWS<D, ST>::THREADS, 1)
       h = int(blockIdx.x);
       return k == 0;
     } else {
-      const int w = int(blockIdx.x) + k * int(gridDim.x);
+      // Snake order: even rounds give CTA i the i-th item, odd rounds the (G - 1 - i)-th,
+      // so that no CTA always draws the longest tile of a round.
+      const int G = int(gridDim.x), i = int(blockIdx.x);
+      const int w = k * G + ((k & 1) ? G - 1 - i : i);
       if (w >= nblk * a.hq) return false;
       const int y = w / a.hq;
       h = w - y * a.hq;
