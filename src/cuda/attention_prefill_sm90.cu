@@ -193,7 +193,8 @@ void log_choice(const PrefillArgs& a, const char* kernel) {
 }  // namespace
 #endif
 
-bool attention_prefill_sm90_ws(const PrefillArgs& a, bool pingpong, int stages, bool persist, void* stream);  // attention_prefill_sm90_ws.cu
+// attention_prefill_sm90_ws.cu
+bool attention_prefill_sm90_ws(const PrefillArgs& a, bool pingpong, int stages, bool persist, void* stream);
 
 // Runs a wgmma kernel when one applies (sm_90 device, sm_90a code built,
 // bf16/fp16, head_dim 64/128/256, 16-byte aligned rows): the warp-specialized
