@@ -59,15 +59,49 @@ def sdpa_forms(torch, F, SDPBackend, sdpa_kernel, q, k, v, flops, rounds):
     return best, best_name, "; ".join(shown), best_out
 
 
+def sanitize(tool):
+    """Small GPU prefill tests (default kernel, persistent kernel, cp.async kernel) under compute-sanitizer."""
+    import shutil
+    import subprocess
+    exe = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
+    if not os.path.exists(exe):
+        print("compute-sanitizer not found")
+        return 0
+    repo = pathlib.Path(__file__).resolve().parents[1]
+    sel = "(sm90pp or sm90ps or sm90cp) and (test_diag_structured or test_poisoned_output_and_determinism)"
+    if tool != "memcheck":  # racecheck / synccheck are much slower: one small case per kernel
+        sel = "(sm90pp or sm90ps or sm90cp) and test_diag_structured and 128"
+    cmd = [exe, "--tool", tool, "--error-exitcode", "7", sys.executable, "-m", "pytest", "-q", "-x",
+           "-p", "no:cacheprovider", str(repo / "tests/python/test_attention_prefill_sm90.py"), "-k", sel]
+    env = dict(os.environ, PYTHONPATH=str(repo / "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    t0 = time.time()
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=55, env=env, cwd=repo)
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        print(f"compute-sanitizer --tool {tool}: timed out after 55 s; last output:\n{out[-3000:]}")
+        return 0
+    lines = (r.stdout + r.stderr).splitlines()
+    keep = [ln for ln in lines if "=========" in ln or "passed" in ln or "failed" in ln or "error" in ln.lower()]
+    print(f"compute-sanitizer --tool {tool}: exit {r.returncode} in {time.time() - t0:.1f} s")
+    print("\n".join(keep[-60:]))
+    return 0
+
+
 def main():
     def extra(p):
         p.add_argument("--sizes", default="1024,4096,16384", help="comma-separated sequence lengths (MHA cases)")
+        p.add_argument("--sanitize", default="", metavar="TOOL",
+                       help="instead of timing: run a few GPU prefill tests under compute-sanitizer --tool TOOL "
+                            "(memcheck, racecheck, synccheck) and print its summary")
         p.add_argument("--no-other", action="store_true", help="skip timing the other sm_90 kernels")
 
     a = common.parse_args(__doc__.splitlines()[0], extra)
     a.rounds = max(a.rounds, 20)
     if not common.require_cuda():
         return 0
+    if a.sanitize:
+        return sanitize(a.sanitize)
     try:
         import torch
         from torch.nn.attention import SDPBackend, sdpa_kernel
