@@ -1,4 +1,7 @@
-// attention_prefill on Hopper tensor cores (wgmma, sm_90a), bf16 / fp16.
+// attention_prefill on Hopper tensor cores (wgmma, sm_90a), bf16 / fp16: the
+// dispatch (attention_prefill_sm90, called by the CUDA prefill front end) and the
+// simpler of the two kernels; the default is the warp-specialized TMA kernel of
+// attention_prefill_sm90_ws.cu, this one runs where tensor maps are refused.
 //
 // One CTA per (query head, query tile of BM = 64 * kWG rows of one sequence);
 // kWG warpgroups, each owning 64 query rows. All threads copy Q once and then

@@ -9,6 +9,11 @@
 // O += P_{n-1} V_{n-1} (P from registers) back to back, run the online softmax
 // of S_n while the second product runs on the tensor cores, then rescale O and
 // convert P_n; K is released right after S_n, V after its product.
+// Ping-pong (the default): the two consumer warpgroups take turns issuing their
+// products (named barriers), so one's softmax overlaps the other's products.
+// Persistent (one sequence): one CTA per multiprocessor walks (tile, head)
+// items; Q is released after an item's last S_n, so the next item's Q and K / V
+// loads overlap the end of the current one.
 //
 // Masking, softmax, tile order and output rows are those of the cp.async kernel
 // (attention_prefill_sm90.cu): each output row is written by one thread of one
