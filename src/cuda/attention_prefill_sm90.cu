@@ -181,10 +181,10 @@ void launch(const PrefillArgs& a, unsigned ny, cudaStream_t st) {
 // this cp.async kernel, "2" the warp-specialized TMA kernel, "3" the same with
 // ping-pong scheduling of its consumer warpgroups (the default), "4" ping-pong
 // with three K/V stages, "5" ping-pong in a persistent grid (one sequence only;
-// with cu_seqlens it runs as "3").
+// with cu_seqlens it runs as "3"), "6" persistent with three stages.
 int variant_from_env() {
   const char* e = std::getenv("GPUKIT_PREFILL_SM90");
-  if (e && e[0] >= '0' && e[0] <= '5' && e[1] == 0) return e[0] - '0';
+  if (e && e[0] >= '0' && e[0] <= '6' && e[1] == 0) return e[0] - '0';
   return 3;
 }
 // GPUKIT_PREFILL_SM90_LOG set: one stderr line per call naming the kernel that ran.
@@ -221,10 +221,12 @@ bool attention_prefill_sm90(const PrefillArgs& a, void* stream) {
   const int64_t ny = (a.Tq + BM - 1) / BM + (a.cu_q ? a.B : 0);
   if (ny > 65535 || a.hq > 65535 || ny <= 0) return false;
   if (a.Tq > INT32_MAX - 1024 || a.Tk > INT32_MAX - 1024) return false;  // 32-bit key indices in the kernels
-  if (variant >= 2 && attention_prefill_sm90_ws(a, variant >= 3, variant == 4 ? 3 : 2, variant == 5, stream)) {
+  const int stages = variant == 4 || variant == 6 ? 3 : 2;
+  if (variant >= 2 && attention_prefill_sm90_ws(a, variant >= 3, stages, variant >= 5, stream)) {
     static const char* names[] = {"", "", "sm90 warp-specialized", "sm90 warp-specialized ping-pong",
                                   "sm90 warp-specialized ping-pong 3-stage",
-                                  "sm90 warp-specialized ping-pong persistent"};
+                                  "sm90 warp-specialized ping-pong persistent",
+                                  "sm90 warp-specialized ping-pong persistent 3-stage"};
     log_choice(a, names[variant]);
     return true;
   }

@@ -285,7 +285,7 @@ bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, cudaStr
     return false;
   dim3 grid{unsigned(a.hq), ny, 1u};
   auto kern = pp ? k_prefill_ws<BF16, D, true, ST, false> : k_prefill_ws<BF16, D, false, ST, false>;
-  if constexpr (ST == 2 && D <= 128) {  // (head_dim 256 would spill registers)
+  if constexpr (D <= 128) {  // (head_dim 256 would spill registers)
     if (persist && !a.cu_q) {  // one CTA per multiprocessor walks the (tile, head) items
       int dev = 0, sms = 0;
       GK_CUDA_CHECK(cudaGetDevice(&dev));
