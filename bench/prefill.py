@@ -1,13 +1,16 @@
-"""Prefill attention benchmark: gpukit's attention_prefill against torch SDPA (flash backend), same run.
+"""Prefill attention benchmark: gpukit's attention_prefill against torch SDPA (its fastest form), same run.
 
     python bench/prefill.py [--out bench/results/h200.json] [--rounds 20] [--no-peer] [--sizes 1024,4096,16384]
 
 Causal bf16, batch 1, H=32, D=128 at S = 1024, 4096, 16384, plus GQA (Hq=32, Hkv=8) at S=4096.
-Both libraries read the same memory (torch tensors [S, H, D] shared with gpukit through DLPack;
-SDPA gets the [1, H, S, D] transposed view). TFLOP/s counts 4 * S^2 * D * Hq / 2 (causal half).
+gpukit reads torch tensors [S, H, D] through DLPack (zero-copy);
+torch SDPA is timed in several forms (contiguous [1, H, S, D] with the default backend choice, forced
+flash / cuDNN / memory-efficient, and flash on the [1, H, S, D] view of the shared tensors) and the
+fastest is the peer. TFLOP/s counts 4 * S^2 * D * Hq / 2 (causal half).
 Each size also prints the max |gpukit - torch| of the outputs and, in brackets, the TFLOP/s of the
-other sm_90 kernels (GPUKIT_PREFILL_SM90=1: cp.async, =3: warp-specialized with ping-pong); the
-record holds the default kernel. Records: name attention_prefill,
+other sm_90 kernels (GPUKIT_PREFILL_SM90=1: cp.async, =2: warp-specialized without ping-pong,
+=4: ping-pong with 3 K/V stages, =5: ping-pong in a persistent grid, =6: the same with 3 stages);
+the record holds the default (=3: warp-specialized, ping-pong). Records: name attention_prefill,
 shape S{S}_H32_D128_causal (GQA: S{S}_Hq32_Hkv8_D128_causal), metric TFLOP/s, peer torch SDPA.
 Exits 0 with a message without CUDA or torch.
 """
@@ -23,15 +26,82 @@ import common  # noqa: E402
 from common import gk  # noqa: E402
 
 
+def sdpa_forms(torch, F, SDPBackend, sdpa_kernel, q, k, v, flops, rounds):
+    """Times torch SDPA (causal) in its usual forms: contiguous [1, H, S, D] inputs with the default
+    backend choice, forced flash / cuDNN / memory-efficient backends, and flash on the [1, H, S, D]
+    view of the [S, H, D] tensors gpukit reads. Returns (best TFLOP/s, its name, all, its output)."""
+    gqa = q.shape[1] != k.shape[1]
+    bhsd = [x.transpose(0, 1).unsqueeze(0).contiguous() for x in (q, k, v)]
+    view = [x.unsqueeze(0).transpose(1, 2) for x in (q, k, v)]
+    forms = [("default", None, bhsd), ("flash", SDPBackend.FLASH_ATTENTION, bhsd),
+             ("cudnn", SDPBackend.CUDNN_ATTENTION, bhsd), ("efficient", SDPBackend.EFFICIENT_ATTENTION, bhsd),
+             ("flash on BSHD view", SDPBackend.FLASH_ATTENTION, view)]
+    best, best_name, best_out, shown = None, "", None, []
+    for name, backend, (tq, tk, tv) in forms:
+        def run():
+            return F.scaled_dot_product_attention(tq, tk, tv, is_causal=True, enable_gqa=gqa)
+        try:
+            if backend is None:
+                ms = common.time_torch(run, rounds)
+                out = run()
+            else:
+                with sdpa_kernel(backend):
+                    ms = common.time_torch(run, rounds)
+                    out = run()
+        except RuntimeError as e:  # backend not available for this case
+            shown.append(f"{name}: n/a ({str(e).splitlines()[0][:60]})")
+            continue
+        tf = flops / (common.median(ms) * 1e-3) / 1e12
+        shown.append(f"{name} {tf:.1f}")
+        if best is None or tf > best:
+            best, best_name, best_out = tf, f"torch SDPA {name}", out
+    torch.cuda.synchronize()
+    return best, best_name, "; ".join(shown), best_out
+
+
+def sanitize(tool):
+    """Small GPU prefill tests (default kernel, persistent kernel, cp.async kernel) under compute-sanitizer."""
+    import shutil
+    import subprocess
+    exe = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
+    if not os.path.exists(exe):
+        print("compute-sanitizer not found")
+        return 0
+    repo = pathlib.Path(__file__).resolve().parents[1]
+    sel = "(sm90pp or sm90ps or sm90cp) and (test_diag_structured or test_poisoned_output_and_determinism)"
+    if tool != "memcheck":  # racecheck / synccheck are much slower: one small case per kernel
+        sel = "(sm90pp or sm90ps or sm90cp) and test_diag_structured and 128"
+    cmd = [exe, "--tool", tool, "--error-exitcode", "7", sys.executable, "-m", "pytest", "-q", "-x",
+           "-p", "no:cacheprovider", str(repo / "tests/python/test_attention_prefill_sm90.py"), "-k", sel]
+    env = dict(os.environ, PYTHONPATH=str(repo / "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    t0 = time.time()
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=55, env=env, cwd=repo)
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        print(f"compute-sanitizer --tool {tool}: timed out after 55 s; last output:\n{out[-3000:]}")
+        return 0
+    lines = (r.stdout + r.stderr).splitlines()
+    keep = [ln for ln in lines if "=========" in ln or "passed" in ln or "failed" in ln or "error" in ln.lower()]
+    print(f"compute-sanitizer --tool {tool}: exit {r.returncode} in {time.time() - t0:.1f} s")
+    print("\n".join(keep[-60:]))
+    return 0
+
+
 def main():
     def extra(p):
         p.add_argument("--sizes", default="1024,4096,16384", help="comma-separated sequence lengths (MHA cases)")
+        p.add_argument("--sanitize", default="", metavar="TOOL",
+                       help="instead of timing: run a few GPU prefill tests under compute-sanitizer --tool TOOL "
+                            "(memcheck, racecheck, synccheck) and print its summary")
         p.add_argument("--no-other", action="store_true", help="skip timing the other sm_90 kernels")
 
     a = common.parse_args(__doc__.splitlines()[0], extra)
     a.rounds = max(a.rounds, 20)
     if not common.require_cuda():
         return 0
+    if a.sanitize:
+        return sanitize(a.sanitize)
     try:
         import torch
         from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -54,11 +124,12 @@ def main():
         torch.cuda.synchronize()
         gq, gk_, gv = gk.from_dlpack(q), gk.from_dlpack(k), gk.from_dlpack(v)
         flops = 4.0 * S * S * D * Hq / 2
-        # The other sm_90 kernels for comparison (GPUKIT_PREFILL_SM90=1: cp.async, =3: ping-pong),
-        # then the default one.
+        # The other sm_90 kernels for comparison (GPUKIT_PREFILL_SM90=1: cp.async, =2: warp-specialized
+        # without ping-pong, =4: 3 K/V stages, =5: persistent, =6: both), then the default one (=3).
         other = ""
         if not a.no_other:
-            for env, what in (("1", "cp.async"), ("3", "ping-pong")):
+            for env, what in (("1", "cp.async"), ("2", "no ping-pong"), ("4", "3-stage"), ("5", "persistent"),
+                              ("6", "persistent 3-stage")):
                 os.environ["GPUKIT_PREFILL_SM90"] = env
                 if S == cases[0][0]:  # name the kernel that runs (stderr), once
                     os.environ["GPUKIT_PREFILL_SM90_LOG"] = "1"
@@ -76,32 +147,18 @@ def main():
         gms = common.time_cuda(lambda: gk.nn.attention_prefill(gq, gk_, gv, causal=True), a.rounds)
         g_tf = flops / (common.median(gms) * 1e-3) / 1e12
         label = f"S{S}_H{Hq}_D{D}_causal" if Hq == Hkv else f"S{S}_Hq{Hq}_Hkv{Hkv}_D{D}_causal"
-        peer_tf, peer, err = None, "", float("nan")
+        peer_tf, peer, err, forms = None, "", float("nan"), ""
         if not a.no_peer:
-            tq, tk, tv = (x.unsqueeze(0).transpose(1, 2) for x in (q, k, v))
-            gqa = Hq != Hkv
-
-            def sdpa():
-                return F.scaled_dot_product_attention(tq, tk, tv, is_causal=True, enable_gqa=gqa)
-
-            peer = "torch SDPA flash"
-            try:
-                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                    tms = common.time_torch(sdpa, a.rounds)
-                    ref = sdpa()
-            except RuntimeError as e:  # e.g. no flash kernel for this case: whatever SDPA picks
-                print(f"  flash backend refused {label} ({str(e).splitlines()[0][:80]}); default SDPA")
-                peer = "torch SDPA default"
-                tms = common.time_torch(sdpa, a.rounds)
-                ref = sdpa()
-            peer_tf = flops / (common.median(tms) * 1e-3) / 1e12
+            peer_tf, peer, forms, ref = sdpa_forms(torch, F, SDPBackend, sdpa_kernel, q, k, v, flops, a.rounds)
             out = gk.nn.attention_prefill(gq, gk_, gv, causal=True)
             gk.cuda.synchronize()
             got = torch.from_dlpack(out).float()
             err = (got - ref[0].transpose(0, 1).float()).abs().max().item()
         print(f"attention_prefill {label:<28} gpukit {g_tf:7.1f} TFLOP/s ({common.median(gms):8.3f} ms)"
-              + (f"   {peer} {peer_tf:7.1f} TFLOP/s   ratio {g_tf / peer_tf:5.2f}   max|diff| {err:.3g}"
+              + (f"   best torch: {peer} {peer_tf:7.1f} TFLOP/s   ratio {g_tf / peer_tf:5.2f}   max|diff| {err:.3g}"
                  if peer_tf else "") + other, flush=True)
+        if forms:
+            print(f"    torch SDPA forms (TFLOP/s): {forms}", flush=True)
         records.append(common.record("attention_prefill", label, "bf16", "TFLOP/s", g_tf, peer, peer_tf, [
             flops / (t * 1e-3) / 1e12 for t in gms]))
         q = k = v = gq = gk_ = gv = None  # free before the next size

@@ -1,4 +1,7 @@
-// attention_prefill on Hopper tensor cores (wgmma, sm_90a), bf16 / fp16.
+// attention_prefill on Hopper tensor cores (wgmma, sm_90a), bf16 / fp16: the
+// dispatch (attention_prefill_sm90, called by the CUDA prefill front end) and the
+// simpler of the two kernels; the default is the warp-specialized TMA kernel of
+// attention_prefill_sm90_ws.cu, this one runs where tensor maps are refused.
 //
 // One CTA per (query head, query tile of BM = 64 * kWG rows of one sequence);
 // kWG warpgroups, each owning 64 query rows. All threads copy Q once and then
@@ -175,14 +178,14 @@ void launch(const PrefillArgs& a, unsigned ny, cudaStream_t st) {
 
 // GPUKIT_PREFILL_SM90 in the environment (read per call, so tests and benchmarks
 // can compare): "0" turns the wgmma kernels off (generic kernel), "1" selects
-// this cp.async kernel, "3" the warp-specialized kernel with ping-pong
-// scheduling; otherwise ("2", unset) the warp-specialized TMA kernel runs.
+// this cp.async kernel, "2" the warp-specialized TMA kernel, "3" the same with
+// ping-pong scheduling of its consumer warpgroups (the default), "4" ping-pong
+// with three K/V stages, "5" ping-pong in a persistent grid (one sequence only;
+// with cu_seqlens it runs as "3"), "6" persistent with three stages.
 int variant_from_env() {
   const char* e = std::getenv("GPUKIT_PREFILL_SM90");
-  if (e && std::strcmp(e, "0") == 0) return 0;
-  if (e && std::strcmp(e, "1") == 0) return 1;
-  if (e && std::strcmp(e, "3") == 0) return 3;
-  return 2;
+  if (e && e[0] >= '0' && e[0] <= '6' && e[1] == 0) return e[0] - '0';
+  return 3;
 }
 // GPUKIT_PREFILL_SM90_LOG set: one stderr line per call naming the kernel that ran.
 void log_choice(const PrefillArgs& a, const char* kernel) {
@@ -193,7 +196,8 @@ void log_choice(const PrefillArgs& a, const char* kernel) {
 }  // namespace
 #endif
 
-bool attention_prefill_sm90_ws(const PrefillArgs& a, bool pingpong, void* stream);  // attention_prefill_sm90_ws.cu
+// attention_prefill_sm90_ws.cu
+bool attention_prefill_sm90_ws(const PrefillArgs& a, bool pingpong, int stages, bool persist, void* stream);
 
 // Runs a wgmma kernel when one applies (sm_90 device, sm_90a code built,
 // bf16/fp16, head_dim 64/128/256, 16-byte aligned rows): the warp-specialized
@@ -217,8 +221,13 @@ bool attention_prefill_sm90(const PrefillArgs& a, void* stream) {
   const int64_t ny = (a.Tq + BM - 1) / BM + (a.cu_q ? a.B : 0);
   if (ny > 65535 || a.hq > 65535 || ny <= 0) return false;
   if (a.Tq > INT32_MAX - 1024 || a.Tk > INT32_MAX - 1024) return false;  // 32-bit key indices in the kernels
-  if (variant >= 2 && attention_prefill_sm90_ws(a, variant == 3, stream)) {
-    log_choice(a, variant == 3 ? "sm90 warp-specialized ping-pong" : "sm90 warp-specialized");
+  const int stages = variant == 4 || variant == 6 ? 3 : 2;
+  if (variant >= 2 && attention_prefill_sm90_ws(a, variant >= 3, stages, variant >= 5, stream)) {
+    static const char* names[] = {"", "", "sm90 warp-specialized", "sm90 warp-specialized ping-pong",
+                                  "sm90 warp-specialized ping-pong 3-stage",
+                                  "sm90 warp-specialized ping-pong persistent",
+                                  "sm90 warp-specialized ping-pong persistent 3-stage"};
+    log_choice(a, names[variant]);
     return true;
   }
   log_choice(a, "sm90 cp.async");

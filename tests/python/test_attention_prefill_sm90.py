@@ -14,14 +14,16 @@ gpu = pytest.mark.skipif(not CUDA, reason="no CUDA device")
 TOL = {"bfloat16": 2e-2, "float16": 4e-3}
 
 
-_VARIANT_ENV = {"sm90ws": "2", "sm90pp": "3", "sm90cp": "1"}
+_VARIANT_ENV = {"sm90pp": "3", "sm90ws": "2", "sm90p3": "4", "sm90ps": "5", "sm90s3": "6", "sm90cp": "1"}
 
 
 @pytest.fixture(autouse=True, params=list(_VARIANT_ENV))
 def kernel_variant(request, monkeypatch):
-    """Runs each test with each sm_90 kernel: the warp-specialized TMA one (default), the same with
-    ping-pong scheduling (GPUKIT_PREFILL_SM90=3) and the cp.async one (=1). Elsewhere all three run
-    the generic kernel. Select one with -k sm90ws / sm90pp / sm90cp."""
+    """Runs each test with each sm_90 kernel (GPUKIT_PREFILL_SM90): the warp-specialized TMA kernel
+    with ping-pong scheduling (3, the default), without it (2), with three K/V stages (4), in a
+    persistent grid (5; one sequence only, else as 3), persistent with three stages (6) and the
+    cp.async kernel (1). Elsewhere all of
+    them run the generic kernel. Select one with -k sm90pp etc."""
     monkeypatch.setenv("GPUKIT_PREFILL_SM90", _VARIANT_ENV[request.param])
     monkeypatch.setenv("GPUKIT_PREFILL_SM90_LOG", "1")  # stderr names the kernel that ran
     return request.param
