@@ -137,7 +137,10 @@ def bench_hf(cfg, batch, prompt_len, new_tokens, compiled):
 
 def print_profile(model, cfg, batch, context, quant):
     prof = model.profile_decode(batch=batch, context=context, reps=3)
+    gaps = [ms for n, _, ms in prof if n == "(event)"]
+    prof = [p for p in prof if p[0] != "(event)"]
     total = sum(ms for _, _, ms in prof)
+    gap = sorted(gaps)[len(gaps) // 2] if gaps else 0.0
     H, I, D = cfg["hidden_size"], cfg["intermediate_size"], cfg["head_dim"]
     Q, KV, V = cfg["num_attention_heads"] * D, cfg["num_key_value_heads"] * D, cfg["vocab_size"]
     L = cfg["num_hidden_layers"]
@@ -146,16 +149,18 @@ def print_profile(model, cfg, batch, context, quant):
               "gate_up": 2 * I * H * per_elem * L, "down": I * H * per_elem * L,
               "lm_head": V * H * (1.0 if quant else 2.0),  # quantized heads: int8 / fp8
               "attention": kv_bytes_per_token(cfg) * batch * context}
-    agg = {}
+    agg, cnt = {}, {}
     for name, _, ms in prof:
         agg[name] = agg.get(name, 0.0) + ms
-    print(f"  profile of one eager decode step (b{batch}, context {context}): sum of ops {total * 1e3:.0f} us")
-    print(f"  {'op':<11}{'us/step':>9}{'share':>8}{'GB read':>9}{'TB/s':>7}")
+        cnt[name] = cnt.get(name, 0) + 1
+    print(f"  profile of one eager decode step (b{batch}, context {context}): sum of ops {total * 1e3:.0f} us "
+          f"over {len(prof)} ops; an empty event interval takes {gap * 1e3:.1f} us (included in each op)")
+    print(f"  {'op':<11}{'us/step':>9}{'share':>8}{'calls':>6}{'us/call':>8}{'GB read':>9}{'TB/s':>7}")
     for name, ms in sorted(agg.items(), key=lambda kv: -kv[1]):
         b = wbytes.get(name)
         tbs = f"{b / (ms * 1e-3) / 1e12:7.2f}" if b and ms > 0 else "       "
         gb = f"{b / 1e9:9.3f}" if b else "         "
-        print(f"  {name:<11}{ms * 1e3:9.1f}{100 * ms / total:7.1f}%{gb}{tbs}")
+        print(f"  {name:<11}{ms * 1e3:9.1f}{100 * ms / total:7.1f}%{cnt[name]:6d}{ms * 1e3 / cnt[name]:8.1f}{gb}{tbs}")
 
 
 def main():
@@ -168,6 +173,8 @@ def main():
         p.add_argument("--new", type=int, default=256, help="new tokens per sequence")
         p.add_argument("--eager-new", type=int, default=0, help="new tokens for gk-eager (default --new)")
         p.add_argument("--profile", action="store_true", help="per-op GPU time of one decode step per case")
+        p.add_argument("--no-gemv", action="store_true",
+                       help="gpukit decode projections through matmul (cuBLASLt) instead of gk.gemv")
         p.add_argument("--no-lookahead", action="store_true",
                        help="gpukit waits for each token before launching the next step")
 
@@ -183,9 +190,12 @@ def main():
     if a.no_peer or a.device == "cpu":
         engines = [e for e in engines if not e.startswith("hf")]
     print(f"prompt {a.prompt} tokens, {a.new} new tokens per sequence (gk-eager: {a.eager_new or a.new}); "
-          f"greedy, EOS ignored; engines {engines}; gpukit lookahead {'off' if a.no_lookahead else 'on'}")
+          f"greedy, EOS ignored; engines {engines}; gpukit lookahead {'off' if a.no_lookahead else 'on'}, "
+          f"decode projections through {'matmul' if a.no_gemv else 'gemv'}")
     records = []
     loaded = {}
+    # variants get their own record names (the results file merges by name, shape, dtype)
+    variant = (" [matmul decode]" if a.no_gemv else "") + (" [no lookahead]" if a.no_lookahead else "")
     for key, quant, batch in cases:
         name, cfg = MODELS[key]
         if (key, quant) not in loaded:
@@ -195,6 +205,7 @@ def main():
                                                        share_layers=True)
             print(f"{name}{'-' + quant if quant else ''}: random weights made in {time.perf_counter() - t:.1f} s")
         model = loaded[(key, quant)]
+        model._m.use_gemv = not a.no_gemv
         dtype = quant or "bfloat16"
         shape = f"{name} b{batch} p{a.prompt} n{a.new}"
         # bytes read per step: every weight but the embedding table (one row per token is
@@ -234,13 +245,13 @@ def main():
             if eng not in res:
                 continue
             r = res[eng]
-            label = "" if eng == "gk-graph" else " (eager)"
+            label = ("" if eng == "gk-graph" else " (eager)") + variant
             for metric, k in (("prefill tok/s", "prefill"), ("decode tok/s", "decode"), ("TTFT s", "ttft")):
                 records.append(record(f"e2e {metric}{label}", shape, dtype, metric, r[k], peer=peer_name,
                                       peer_value=peer[k] if peer else None))
             records.append(record(f"e2e peak memory GiB{label}", shape, dtype, "GiB", r["peak"] / 2**30,
                                   peer=peer_name, peer_value=peer["peak"] / 2**30 if peer else None))
-        if "hf-eager" in res and "hf-compile" in res and "gk-graph" in res:
+        if "hf-eager" in res and "hf-compile" in res and "gk-graph" in res and not variant:
             records.append(record("e2e decode tok/s (vs hf eager)", shape, dtype, "decode tok/s",
                                   res["gk-graph"]["decode"], peer="hf-eager", peer_value=res["hf-eager"]["decode"]))
         records.append(record("e2e decode roofline tok/s", shape, dtype, "decode tok/s (bytes once per step)", roof))

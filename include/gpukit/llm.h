@@ -287,7 +287,9 @@ class Generation {
 // GPU time of each op of one eager decode step for `batch` sequences of `context`
 // cached tokens (random ids; CUDA events between the ops of Model's op hook, the GPU
 // queue filled first with matrix products so that launch gaps do not count): the
-// median over `reps` steps. On the CPU the times are wall-clock.
+// median over `reps` steps. On the CPU the times are wall-clock. The first entries,
+// named "(event)", are empty intervals: the cost of the event records themselves,
+// which each op's time includes.
 struct OpTime {
   std::string name;
   int layer;  // -1: outside the layers
