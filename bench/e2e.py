@@ -179,6 +179,8 @@ def main():
         p.add_argument("--profile", action="store_true", help="per-op GPU time of one decode step per case")
         p.add_argument("--no-gemv", action="store_true",
                        help="gpukit decode projections through matmul (cuBLASLt) instead of gk.gemv")
+        p.add_argument("--gemv-min-elems", type=int, default=0,
+                       help="decode weights smaller than this go through cuBLASLt instead of gk.gemv")
         p.add_argument("--no-lookahead", action="store_true",
                        help="gpukit waits for each token before launching the next step")
 
@@ -199,7 +201,8 @@ def main():
     records = []
     loaded = {}
     # variants get their own record names (the results file merges by name, shape, dtype)
-    variant = (" [matmul decode]" if a.no_gemv else "") + (" [no lookahead]" if a.no_lookahead else "")
+    variant = ((" [matmul decode]" if a.no_gemv else "") + (" [no lookahead]" if a.no_lookahead else "")
+               + (f" [gemv >= {a.gemv_min_elems}]" if a.gemv_min_elems else ""))
     for key, quant, batch in cases:
         name, cfg = MODELS[key]
         if (key, quant) not in loaded:
@@ -210,6 +213,7 @@ def main():
             print(f"{name}{'-' + quant if quant else ''}: random weights made in {time.perf_counter() - t:.1f} s")
         model = loaded[(key, quant)]
         model._m.use_gemv = not a.no_gemv
+        model._m.gemv_min_elems = a.gemv_min_elems
         dtype = quant or "bfloat16"
         shape = f"{name} b{batch} p{a.prompt} n{a.new}"
         # bytes read per step: every weight but the embedding table (one row per token is

@@ -166,6 +166,7 @@ struct DecodeBatch {
 struct EngineOptions {
   bool cuda_graph = true;  // capture the decode step in a CUDA graph on CUDA
   bool use_gemv = true;    // decode projections (<= 8 rows) through gk::gemv instead of matmul
+  int64_t gemv_min_elems = 0;  // ... for weights of at least this many elements (smaller: cuBLASLt)
 };
 
 class Model {
