@@ -93,6 +93,18 @@ def test_gpt2_bad_configs_and_shapes(tmp_path):
         gk.llm.load(d)
 
 
+def test_gpt2_quantize_is_refused(tmp_path):
+    """Load-time quantization covers the llama-style layouts only: a clear error, and the
+    weights read before it are freed."""
+    cfg = tiny_config("gpt2")
+    d = save_model(str(tmp_path / "m"), cfg, make_weights(cfg, "gpt2", seed=32), model_type="gpt2")
+    gk.empty_cache()
+    before = gk.memory_stats("cpu")["allocated"]
+    with pytest.raises(ValueError, match="quantize: .*not for layer 0 of this gpt2 model"):
+        gk.llm.load(d, quantize="int8")
+    assert gk.memory_stats("cpu")["allocated"] == before
+
+
 def test_gpt2_random_model():
     cfg = dict(tiny_config("gpt2"), model_type="gpt2")
     m = gk.llm.random_model(cfg, seed=3)
