@@ -164,6 +164,15 @@ def test_gpt2_gguf(tmp_path, fmt):
     assert out.ids == ref_greedy(cfg, seen, ids[:4], 6, "gpt2")
 
 
+def test_gpt2_gguf_untransposed_projection_is_named(tmp_path):
+    """A GGUF whose converter left the Conv1D projections [in, out]: the first one is named."""
+    pytest.importorskip("gguf")
+    cfg = tiny_config("gpt2")
+    write_gpt2_gguf(tmp_path / "g.gguf", cfg, make_weights(cfg, "gpt2", seed=34), transpose=False)
+    with pytest.raises(ValueError, match=r"blk.0.attn_qkv.weight has shape \(128, 384\), expected \(384, 128\)"):
+        gk.llm.load(str(tmp_path / "g.gguf"))
+
+
 # ---- GPT-2 on CUDA (skipped without a GPU) ----
 
 cuda = pytest.mark.skipif(not gk.cuda.is_available(), reason="no CUDA device")
