@@ -74,20 +74,19 @@ __device__ __forceinline__ bool sel_key(const SelCtx& x, float s, uint32_t& key)
 // for the next pass), picks the bin in descending key order where the cumulative count /
 // mass reaches the target, and records the prefix (and at level 2 the threshold).
 template <int which>
-__device__ __forceinline__ void finish_level(Scratch& sh, unsigned long long* hv, unsigned int* hc,
-                                             unsigned long long* gv, unsigned int* gc, const smp::RowCfg& c,
+__device__ __forceinline__ void finish_level(Scratch& sh, unsigned long long* hv, unsigned long long* gv,
+                                             const smp::RowCfg& c,
                                              RowState& st, int level, uint32_t prefix) {
   const int width = level == 2 ? 10 : 11;
 #pragma unroll
   for (int k = 0; k < kBins / kThreads; ++k) {
     const int b = threadIdx.x + k * kThreads;
     hv[b] = __ldcg(&gv[b]);
-    hc[b] = __ldcg(&gc[b]);
   }
 #pragma unroll
   for (int k = 0; k < kBins / kThreads; ++k) {
     const int b = threadIdx.x + k * kThreads;
-    gv[b] = 0, gc[b] = 0;
+    gv[b] = 0;
   }
   if (threadIdx.x == 0) sh.pick = INT32_MAX;
   __syncthreads();
@@ -111,7 +110,7 @@ __device__ __forceinline__ void finish_level(Scratch& sh, unsigned long long* hv
   for (int k = 0; k < 8; ++k) {
     const int b = kBins - 1 - (threadIdx.x * 8 + k);
     const unsigned long long nx = cum + hv[b];
-    if (cand == INT32_MAX && hc[b] && nx >= target) cand = threadIdx.x * 8 + k, above = cum;
+    if (cand == INT32_MAX && hv[b] && nx >= target) cand = threadIdx.x * 8 + k, above = cum;
     cum = nx;
   }
   if (cand != INT32_MAX) atomicMin(&sh.pick, cand);
@@ -230,9 +229,8 @@ __global__ void __launch_bounds__(kThreads) k_process(SampleArgs a, Ws w, bool t
     if (cur >= 0) atomicAdd(&hc[cur], cc);
     __syncthreads();
     unsigned long long* gv = w.hval + r * kBins;
-    unsigned int* gc = w.hcnt + r * kBins;
     for (int b = threadIdx.x; b < kBins; b += kThreads)
-      if (hc[b]) atomicAdd(&gv[b], (unsigned long long)hc[b]), atomicAdd(&gc[b], hc[b]);
+      if (hc[b]) atomicAdd(&gv[b], (unsigned long long)hc[b]);
   }
   block_argmax(sh, bv, bi);
   Partial* part = w.part + r * w.C;
@@ -246,13 +244,12 @@ __global__ void __launch_bounds__(kThreads) k_process(SampleArgs a, Ws w, bool t
   }
   block_argmax(sh, bv, bi);
   if (threadIdx.x == 0) w.state[r].m = bv, w.state[r].argmax = bi;
-  if (hist) finish_level<kTopK>(sh, hv, hc, w.hval + r * kBins, w.hcnt + r * kBins, c, w.state[r], 0, 0u);
+  if (hist) finish_level<kTopK>(sh, hv, w.hval + r * kBins, c, w.state[r], 0, 0u);
 }
 
 template <int which>
 __global__ void __launch_bounds__(kThreads) k_select(SampleArgs a, Ws w, int level) {
   __shared__ unsigned long long hv[kBins];
-  __shared__ unsigned int hc[kBins];
   __shared__ Scratch sh;
   const int64_t r = blockIdx.y, V = a.V;
   const smp::RowCfg c = smp::row_cfg(a, r);
@@ -269,7 +266,7 @@ __global__ void __launch_bounds__(kThreads) k_select(SampleArgs a, Ws w, int lev
   const int width = level == 2 ? 10 : 11;
   const uint32_t mask = (1u << width) - 1u;
   const uint32_t prefix = level > 0 ? st.prefix : 0u;
-  for (int b = threadIdx.x; b < kBins; b += kThreads) hv[b] = 0, hc[b] = 0;
+  for (int b = threadIdx.x; b < kBins; b += kThreads) hv[b] = 0;
   __syncthreads();
   const int64_t c0 = int64_t(blockIdx.x) * kChunk, c1 = min(V, c0 + kChunk);
   const float* row = a.work + r * a.work_stride;
@@ -277,7 +274,6 @@ __global__ void __launch_bounds__(kThreads) k_select(SampleArgs a, Ws w, int lev
   load_chunk(row, c0, c1, sv);
   int cur = -1;  // run cache: a thread's entries of a flat row share one bin
   unsigned long long cv = 0;
-  unsigned int cc = 0;
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
     if (ent(c0, j) >= c1) continue;
@@ -292,20 +288,18 @@ __global__ void __launch_bounds__(kThreads) k_select(SampleArgs a, Ws w, int lev
     if (v == 0) continue;
     const int d = int((key >> shift) & mask);
     if (d != cur) {
-      if (cur >= 0) atomicAdd(&hv[cur], cv), atomicAdd(&hc[cur], cc);
-      cur = d, cv = 0, cc = 0;
+      if (cur >= 0) atomicAdd(&hv[cur], cv);
+      cur = d, cv = 0;
     }
     cv += v;
-    ++cc;
   }
-  if (cur >= 0) atomicAdd(&hv[cur], cv), atomicAdd(&hc[cur], cc);
+  if (cur >= 0) atomicAdd(&hv[cur], cv);
   __syncthreads();
   unsigned long long* gv = w.hval + r * kBins;
-  unsigned int* gc = w.hcnt + r * kBins;
   for (int b = threadIdx.x; b < kBins; b += kThreads)
-    if (hc[b]) atomicAdd(&gv[b], hv[b]), atomicAdd(&gc[b], hc[b]);
+    if (hv[b]) atomicAdd(&gv[b], hv[b]);
   if (!last_cta(sh, &st.counter, unsigned(w.C))) return;
-  finish_level<which>(sh, hv, hc, gv, gc, c, st, level, prefix);
+  finish_level<which>(sh, hv, gv, c, st, level, prefix);
 }
 
 // typical-p: kept mass W1 and sum of w (s - m) over the entries kept so far (integer atomics)

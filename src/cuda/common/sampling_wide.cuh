@@ -185,10 +185,12 @@ __device__ __forceinline__ unsigned long long block_excl_scan(Scratch& sh, unsig
 
 // Last-CTA-done: every CTA calls it after its global writes; returns true in the one
 // CTA that finished last (which then sees all the others' writes) and re-arms the counter.
+// (The barrier then one cumulative fence by the signalling thread, as in cooperative
+// groups' grid sync: the CTA's writes are ordered before the counter increment.)
 __device__ __forceinline__ bool last_cta(Scratch& sh, unsigned int* counter, unsigned int n) {
-  __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
+    __threadfence();
     const unsigned int prev = atomicAdd(counter, 1u);
     sh.flag = prev == n - 1;
     if (sh.flag) *counter = 0;  // nobody else touches it until the next pass
