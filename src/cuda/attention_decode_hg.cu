@@ -12,6 +12,12 @@
 // CTA covers never changes a head's arithmetic, so results stay bitwise
 // reproducible and batch independent. Chunk partials go to the workspace merged
 // by launch_decode_merge (attention_decode.cu).
+//
+// Opt-in only (GPUKIT_DECODE_SPLIT variant 5). Measured on the H200 at checkpoint B
+// (bf16, Hq 32, Hkv 8, D 128) it was slower than the default kernel at every
+// shape (e.g. B32 T8192: 1.3-2.0 TB/s against 2.6; B1 T512: 26-61 us against
+// 13.6 us): contiguous per-token reads were not what limits the default kernel.
+// Kept, tested, as a measured alternative.
 #include <algorithm>
 #include <cfloat>
 
