@@ -33,43 +33,6 @@ __device__ __forceinline__ float group_sum(float v, float* sh) {
   return t;
 }
 
-// Moments of a set of values: count, mean and sum of squared deviations.
-// Chan's pairwise combination keeps layer_norm's variance accurate for rows with
-// a large mean, with one reduction per row instead of two.
-struct Moments {
-  float n, mean, m2;
-};
-__device__ __forceinline__ Moments combine(const Moments& a, const Moments& b) {
-  if (b.n == 0.f) return a;
-  if (a.n == 0.f) return b;
-  const float n = a.n + b.n, d = b.mean - a.mean;
-  return {n, a.mean + d * (b.n / n), a.m2 + b.m2 + d * d * (a.n * b.n / n)};
-}
-
-// Moments over the blockDim.x threads of one row (same contract as group_sum; sh
-// holds 96 floats): a shuffle tree per warp, then the row's warps in order.
-__device__ __forceinline__ Moments group_moments(Moments v, float* sh) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    Moments u{__shfl_down_sync(0xffffffffu, v.n, o), __shfl_down_sync(0xffffffffu, v.mean, o),
-              __shfl_down_sync(0xffffffffu, v.m2, o)};
-    v = combine(v, u);
-  }
-  v = {__shfl_sync(0xffffffffu, v.n, 0), __shfl_sync(0xffffffffu, v.mean, 0), __shfl_sync(0xffffffffu, v.m2, 0)};
-  if (blockDim.x == 32) return v;
-  const int nw = blockDim.x >> 5;
-  float* mine = sh + threadIdx.y * nw * 3;
-  __syncthreads();  // sh may still be read by a previous reduction
-  if ((threadIdx.x & 31) == 0) {
-    float* e = mine + (threadIdx.x >> 5) * 3;
-    e[0] = v.n, e[1] = v.mean, e[2] = v.m2;
-  }
-  __syncthreads();
-  Moments r{mine[0], mine[1], mine[2]};
-  for (int i = 1; i < nw; ++i) r = combine(r, Moments{mine[3 * i], mine[3 * i + 1], mine[3 * i + 2]});
-  return r;
-}
-
 // Row-in-registers form: thread t of a row holds the 16-byte vectors t, t + tpr,
 // ... (VPT of them, raw until all loads are issued). MAXT: the largest block
 // this instantiation is launched with, which sets the register budget.
@@ -80,7 +43,7 @@ __device__ __forceinline__ Moments group_moments(Moments v, float* sh) {
 template <class T, int VPT, int MAXT, bool PERSIST, bool PREW>
 __global__ void __launch_bounds__(MAXT) k_norm_vec(NormArgs a) {
   constexpr int N = kVecN<T>;
-  __shared__ float sh[96];
+  __shared__ float sh[32];
   const int tpr = blockDim.x, t = threadIdx.x;
   const int64_t groups = (a.rows + blockDim.y - 1) / blockDim.y;
   const int hvec = int(a.H / N);
@@ -130,19 +93,20 @@ __global__ void __launch_bounds__(MAXT) k_norm_vec(NormArgs a) {
         }
       }
     }
+    float s = 0.f;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+      if (t + k * tpr < nvec) {
+        float xf[N];
+        unpack<T>(xs[k], xf);
+#pragma unroll
+        for (int j = 0; j < N; ++j) s += a.layer ? xf[j] : xf[j] * xf[j];
+      }
+    s = group_sum(s, sh);
+    const float invH = 1.f / float(a.H);
     float mean = 0.f, inv;
-    if (a.layer) {  // per-thread moments (two passes over registers), then one combined reduction
-      float s = 0.f, cnt = 0.f;
-#pragma unroll
-      for (int k = 0; k < VPT; ++k)
-        if (t + k * tpr < nvec) {
-          float xf[N];
-          unpack<T>(xs[k], xf);
-#pragma unroll
-          for (int j = 0; j < N; ++j) s += xf[j];
-          cnt += float(N);
-        }
-      const float mt = cnt > 0.f ? s / cnt : 0.f;
+    if (a.layer) {  // two reductions (mean, then squared deviations from registers)
+      mean = s * invH;
       float q = 0.f;
 #pragma unroll
       for (int k = 0; k < VPT; ++k)
@@ -150,23 +114,12 @@ __global__ void __launch_bounds__(MAXT) k_norm_vec(NormArgs a) {
           float xf[N];
           unpack<T>(xs[k], xf);
 #pragma unroll
-          for (int j = 0; j < N; ++j) q += (xf[j] - mt) * (xf[j] - mt);
+          for (int j = 0; j < N; ++j) q += (xf[j] - mean) * (xf[j] - mean);
         }
-      const Moments m = group_moments(Moments{cnt, mt, q}, sh);
-      mean = m.mean;
-      inv = rsqrtf(m.m2 / float(a.H) + float(a.eps));
+      q = group_sum(q, sh);
+      inv = rsqrtf(q * invH + float(a.eps));
     } else {
-      float s = 0.f;
-#pragma unroll
-      for (int k = 0; k < VPT; ++k)
-        if (t + k * tpr < nvec) {
-          float xf[N];
-          unpack<T>(xs[k], xf);
-#pragma unroll
-          for (int j = 0; j < N; ++j) s += xf[j] * xf[j];
-        }
-      s = group_sum(s, sh);
-      inv = rsqrtf(s / float(a.H) + float(a.eps));
+      inv = rsqrtf(s * invH + float(a.eps));
     }
     raw16* out = reinterpret_cast<raw16*>(static_cast<T*>(a.out) + row * a.out_rs);
     const float wadd = a.gemma ? 1.f : 0.f;
@@ -255,8 +208,9 @@ int round32(int64_t n) { return int(std::min<int64_t>(1024, std::max<int64_t>(32
 
 // Launch shape of the vector form: threads per row (a multiple of 32) and
 // vectors per thread (1, 2, 4, 8 or 16). Default: about 4 vectors per thread
-// (8 for long rows), overridable with GPUKIT_TUNE=norm.tpr=..,norm.rows=.. for
-// benchmarking.
+// (2 for 16-bit rms_norm), overridable with GPUKIT_TUNE=norm.tpr=..,norm.rows=..,
+// norm.prew=..,norm.persist=.. for benchmarking (bench/fused.py sweeps them; on
+// the H200 the persistent form was slower everywhere).
 template <class T>
 void launch(const NormArgs& a, cudaStream_t st) {
   constexpr int N = kVecN<T>;
@@ -267,6 +221,9 @@ void launch(const NormArgs& a, cudaStream_t st) {
   int tpr = 0, vpt = 0;
   if (vec && nvec <= 16 * 1024) {
     tpr = nvec <= 32 * 4 ? 32 : round32((nvec + 3) / 4);
+    // 16-bit rms_norm: 2 vectors per thread in blocks of up to 256 threads, weights
+    // loaded with the row (H200, bf16 4096x4096 with residual: 3.65 TB/s against 3.52)
+    if (sizeof(T) == 2 && !a.layer && nvec > 32 * 4 && (nvec + 1) / 2 <= 256) tpr = round32((nvec + 1) / 2);
     tpr = tune("norm.tpr", tpr);
     tpr = std::max(32, std::min(1024, tpr / 32 * 32));
     const int64_t need = (nvec + tpr - 1) / tpr;
@@ -284,7 +241,7 @@ void launch(const NormArgs& a, cudaStream_t st) {
   dim3 grid{unsigned(blocks), 1u, 1u};
   // persistent: blocks of at most 256 threads (two row buffers need the registers)
   const bool persist = vpt && tpr * rpb <= 256 && tune("norm.persist", 0);
-  const bool prew = vpt && vpt <= 4 && tpr * rpb <= 256 && tune("norm.prew", 0);
+  const bool prew = vpt && vpt <= 4 && tpr * rpb <= 256 && tune("norm.prew", sizeof(T) == 2 && !a.layer);
   // persistent grid: one wave (GPUKIT_TUNE norm.waves / norm.grid for the sweep and the tests)
   auto wave = [&](int64_t resident) {
     int64_t g = resident * std::max(1, tune("norm.waves", 1));

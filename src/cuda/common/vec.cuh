@@ -30,10 +30,7 @@ inline constexpr int kVecN = 16 / int(sizeof(T));  // elements per 16-byte vecto
 __device__ __forceinline__ raw16 ld16(const void* p) { return *static_cast<const raw16*>(p); }
 // Read-only for the whole kernel (weights, inputs that no thread of the kernel writes).
 __device__ __forceinline__ raw16 ld16_ro(const void* p) { return __ldg(static_cast<const raw16*>(p)); }
-// Streamed once: evict-first in L1/L2.
-__device__ __forceinline__ raw16 ld16_stream(const void* p) { return __ldcs(static_cast<const raw16*>(p)); }
 __device__ __forceinline__ void st16(void* p, raw16 v) { *static_cast<raw16*>(p) = v; }
-__device__ __forceinline__ void st16_stream(void* p, raw16 v) { __stcs(static_cast<raw16*>(p), v); }
 
 __device__ __forceinline__ uint32_t word(const raw16& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
@@ -102,20 +99,6 @@ __device__ __forceinline__ raw16 pack(const float (&f)[kVecN<T>]) {
       set_word(v, i, uint32_t(convert<f16>(f[2 * i]).bits) | (uint32_t(convert<f16>(f[2 * i + 1]).bits) << 16));
   }
   return v;
-}
-
-// Element i of a raw vector as float (for code that walks a vector lane by lane).
-template <class T>
-__device__ __forceinline__ float elem(const raw16& v, int i) {
-  if constexpr (std::is_same_v<T, float>) {
-    return __uint_as_float(word(v, i));
-  } else if constexpr (std::is_same_v<T, bf16>) {
-    uint32_t w = word(v, i >> 1);
-    return __uint_as_float((i & 1) ? (w & 0xffff0000u) : (w << 16));
-  } else {
-    uint32_t w = word(v, i >> 1);
-    return float(f16::from_bits(uint16_t((i & 1) ? (w >> 16) : (w & 0xffffu))));
-  }
 }
 
 // n / d for 0 <= n < 2^31 and 1 <= d < 2^31, by a multiply and a shift:
