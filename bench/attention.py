@@ -1,6 +1,6 @@
 """attention_decode against torch SDPA (enable_gqa=True), bf16, Hq=32, Hkv=8, D=128, in one run.
 
-    python bench/attention.py [--out bench/results/h200.json] [--rounds 30] [--splits 64,512,32 128,512,16,1]
+    python bench/attention.py [--out bench/results/h200.json] [--rounds 30] [--splits 64,512,32 128,512,16,1] [--no-sweep]
 
 Metric: TB/s of KV read (2 * B * T * Hkv * D * 2 bytes over the median time of one call). Each round
 times --iters back-to-back calls with CUDA events (gpukit events on gpukit's stream, torch events
@@ -8,8 +8,8 @@ on torch's); the calls rotate over enough copies of the cache that the data read
 calls is about 3x the 60 MB L2. gpukit reads a contiguous cache [B, T, Hkv, D] (records
 "attention_decode") and, for some shapes, a paged one with 16-token blocks in shuffled order
 ("attention_decode_paged"); torch reads [B, Hkv, T, D]. Caches are filled with random data (never
-zeros). --splits also times other flash-decoding split parameters (GPUKIT_DECODE_SPLIT, printed
-only, not recorded). Exits 0 with a message without CUDA or torch.
+zeros). A short sweep (--splits, off with --no-sweep) also times other flash-decoding split parameters and
+kernel variants (GPUKIT_DECODE_SPLIT; printed only, not recorded). Exits 0 with a message without CUDA or torch.
 """
 from __future__ import annotations
 
@@ -26,6 +26,10 @@ import common  # bench/common.py
 SHAPES = [(1, 512), (1, 1024), (1, 2048), (1, 4096), (1, 16384), (1, 131072), (16, 4096), (32, 1024),
           (32, 8192), (64, 2048)]
 PAGED = [(1, 16384), (32, 8192)]
+# tuning sweep: "chunk_min,chunk_max,target_splits,variant,grid_order" (see src/cuda/attention_decode.cu)
+SWEEP = ["64,512,32,0,1", "128,512,32,0,1", "64,512,32,1,1", "64,512,32,2,1", "64,512,32,3,1", "64,512,32,4,1",
+         "64,256,64,0,1", "128,512,16,0,1", "64,128,128,5", "64,512,32,5", "64,256,64,5", "32,128,256,5",
+         "128,256,32,5"]
 Hq, Hkv, D = 32, 8, 128
 L2_BYTES = 60e6
 
@@ -49,13 +53,58 @@ def time_events(gk, torch, fn, nargs, rounds, iters, use_torch):
     return out
 
 
+def time_graph_gk(gk, fn, nargs, rounds, iters):
+    """us per call of fn, `iters` calls captured in one gpukit CUDA graph (no host overhead)."""
+    g = gk.Graph()
+    with g:
+        for i in range(iters):
+            fn(i % nargs)
+    g.replay()
+    gk.cuda.synchronize()
+    out = []
+    for _ in range(rounds):
+        a, b = gk.Event(), gk.Event()
+        a.record(g.stream)
+        g.replay()
+        b.record(g.stream)
+        b.synchronize()
+        out.append(a.elapsed_time(b) * 1e3 / iters)
+    return out
+
+
+def time_graph_torch(torch, fn, nargs, rounds, iters):
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for i in range(3):
+            fn(i % nargs)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(iters):
+            fn(i % nargs)
+    g.replay()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(rounds):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b) * 1e3 / iters)
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=str(common.DEFAULT_OUT))
     p.add_argument("--rounds", type=int, default=30)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--shapes", default="", help="B:T,B:T,... (default: the issue's list)")
-    p.add_argument("--splits", nargs="*", default=[], help="extra GPUKIT_DECODE_SPLIT settings to time")
+    p.add_argument("--splits", nargs="*", default=SWEEP,
+                   help="extra GPUKIT_DECODE_SPLIT settings to time (printed only; default: a short sweep)")
+    p.add_argument("--no-sweep", action="store_true", help="time the default split parameters only")
     p.add_argument("--no-write", action="store_true")
     a = p.parse_args(argv)
     try:
@@ -107,7 +156,16 @@ def main(argv=None):
         print(f"  {shape:28s} gpukit {rec['gpukit']:.2f} TB/s ({statistics.median(g):7.1f} us)  "
               f"SDPA {peer_tb:.2f} TB/s ({statistics.median(t):7.1f} us)  x{rec['gpukit'] / peer_tb:.2f}"
               f"  (max err {err:.1e})")
-        for sp in a.splits:
+        try:  # GPU time alone: both sides replay a captured CUDA graph of `iters` calls
+            gg = statistics.median(time_graph_gk(gk, gfn, ncopy, a.rounds, a.iters))
+            tg = statistics.median(time_graph_torch(torch, tfn, ncopy, a.rounds, a.iters))
+            recs.append(common.record("attention_decode_graph", shape, "bf16", "TB/s", nbytes / (gg * 1e-6) / 1e12,
+                                      "torch SDPA (enable_gqa), CUDA graph", nbytes / (tg * 1e-6) / 1e12))
+            print(f"      CUDA graphs: gpukit {nbytes / (gg * 1e-6) / 1e12:.2f} TB/s ({gg:7.1f} us)  "
+                  f"SDPA {nbytes / (tg * 1e-6) / 1e12:.2f} TB/s ({tg:7.1f} us)  x{tg / gg:.2f}")
+        except Exception as e:  # noqa: BLE001 (a diagnostic: never fail the bench over it)
+            print(f"      CUDA graphs: skipped ({type(e).__name__}: {e})")
+        for sp in ([] if a.no_sweep else a.splits):
             os.environ["GPUKIT_DECODE_SPLIT"] = sp
             try:
                 g2 = time_events(gk, torch, gfn, ncopy, max(10, a.rounds // 3), a.iters, False)

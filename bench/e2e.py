@@ -87,14 +87,18 @@ def bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead=
     g.step()  # prefill + first token (copied to the host: synchronized)
     t1 = time.perf_counter()
     steps = 1
+    t_first = None
     while not g.done:
         g.step()
         steps += 1
+        if t_first is None:
+            t_first = time.perf_counter()  # the first decode step (it captures the graph)
     t2 = time.perf_counter()
     peak = gk.memory_stats(device)["peak"] if device != "cpu" else 0
     assert all(len(x) == new_tokens for x in g.generated)
+    steady = batch * (steps - 2) / (t2 - t_first) if steps > 2 else float("nan")
     return dict(prefill=batch * prompt_len / (t1 - t0), decode=batch * (steps - 1) / (t2 - t1), ttft=t1 - t0,
-                peak=peak, captures=g.captures)
+                peak=peak, captures=g.captures, steady=steady, first_ms=(t_first - t1) * 1e3 if t_first else 0.0)
 
 
 def bench_hf(cfg, batch, prompt_len, new_tokens, compiled):
@@ -137,7 +141,10 @@ def bench_hf(cfg, batch, prompt_len, new_tokens, compiled):
 
 def print_profile(model, cfg, batch, context, quant):
     prof = model.profile_decode(batch=batch, context=context, reps=3)
+    gaps = [ms for n, _, ms in prof if n == "(event)"]
+    prof = [p for p in prof if p[0] != "(event)"]
     total = sum(ms for _, _, ms in prof)
+    gap = sorted(gaps)[len(gaps) // 2] if gaps else 0.0
     H, I, D = cfg["hidden_size"], cfg["intermediate_size"], cfg["head_dim"]
     Q, KV, V = cfg["num_attention_heads"] * D, cfg["num_key_value_heads"] * D, cfg["vocab_size"]
     L = cfg["num_hidden_layers"]
@@ -146,16 +153,18 @@ def print_profile(model, cfg, batch, context, quant):
               "gate_up": 2 * I * H * per_elem * L, "down": I * H * per_elem * L,
               "lm_head": V * H * (1.0 if quant else 2.0),  # quantized heads: int8 / fp8
               "attention": kv_bytes_per_token(cfg) * batch * context}
-    agg = {}
+    agg, cnt = {}, {}
     for name, _, ms in prof:
         agg[name] = agg.get(name, 0.0) + ms
-    print(f"  profile of one eager decode step (b{batch}, context {context}): sum of ops {total * 1e3:.0f} us")
-    print(f"  {'op':<11}{'us/step':>9}{'share':>8}{'GB read':>9}{'TB/s':>7}")
+        cnt[name] = cnt.get(name, 0) + 1
+    print(f"  profile of one eager decode step (b{batch}, context {context}): sum of ops {total * 1e3:.0f} us "
+          f"over {len(prof)} ops; an empty event interval takes {gap * 1e3:.1f} us (included in each op)")
+    print(f"  {'op':<11}{'us/step':>9}{'share':>8}{'calls':>6}{'us/call':>8}{'GB read':>9}{'TB/s':>7}")
     for name, ms in sorted(agg.items(), key=lambda kv: -kv[1]):
         b = wbytes.get(name)
         tbs = f"{b / (ms * 1e-3) / 1e12:7.2f}" if b and ms > 0 else "       "
         gb = f"{b / 1e9:9.3f}" if b else "         "
-        print(f"  {name:<11}{ms * 1e3:9.1f}{100 * ms / total:7.1f}%{gb}{tbs}")
+        print(f"  {name:<11}{ms * 1e3:9.1f}{100 * ms / total:7.1f}%{cnt[name]:6d}{ms * 1e3 / cnt[name]:8.1f}{gb}{tbs}")
 
 
 def main():
@@ -168,6 +177,10 @@ def main():
         p.add_argument("--new", type=int, default=256, help="new tokens per sequence")
         p.add_argument("--eager-new", type=int, default=0, help="new tokens for gk-eager (default --new)")
         p.add_argument("--profile", action="store_true", help="per-op GPU time of one decode step per case")
+        p.add_argument("--no-gemv", action="store_true",
+                       help="gpukit decode projections through matmul (cuBLASLt) instead of gk.gemv")
+        p.add_argument("--gemv-min-elems", type=int, default=0,
+                       help="decode weights smaller than this go through cuBLASLt instead of gk.gemv")
         p.add_argument("--no-lookahead", action="store_true",
                        help="gpukit waits for each token before launching the next step")
 
@@ -183,9 +196,13 @@ def main():
     if a.no_peer or a.device == "cpu":
         engines = [e for e in engines if not e.startswith("hf")]
     print(f"prompt {a.prompt} tokens, {a.new} new tokens per sequence (gk-eager: {a.eager_new or a.new}); "
-          f"greedy, EOS ignored; engines {engines}; gpukit lookahead {'off' if a.no_lookahead else 'on'}")
+          f"greedy, EOS ignored; engines {engines}; gpukit lookahead {'off' if a.no_lookahead else 'on'}, "
+          f"decode projections through {'matmul' if a.no_gemv else 'gemv'}")
     records = []
     loaded = {}
+    # variants get their own record names (the results file merges by name, shape, dtype)
+    variant = ((" [matmul decode]" if a.no_gemv else "") + (" [no lookahead]" if a.no_lookahead else "")
+               + (f" [gemv >= {a.gemv_min_elems}]" if a.gemv_min_elems else ""))
     for key, quant, batch in cases:
         name, cfg = MODELS[key]
         if (key, quant) not in loaded:
@@ -195,6 +212,8 @@ def main():
                                                        share_layers=True)
             print(f"{name}{'-' + quant if quant else ''}: random weights made in {time.perf_counter() - t:.1f} s")
         model = loaded[(key, quant)]
+        model._m.use_gemv = not a.no_gemv
+        model._m.gemv_min_elems = a.gemv_min_elems
         dtype = quant or "bfloat16"
         shape = f"{name} b{batch} p{a.prompt} n{a.new}"
         # bytes read per step: every weight but the embedding table (one row per token is
@@ -224,7 +243,10 @@ def main():
         print(f"== {shape} {dtype}: weights {wbytes / 1e9:.2f} GB, roofline {roof:.0f} tok/s"
               + (f", target {target} tok/s" if target else ""))
         for eng, r in res.items():
-            extra_s = f" captures {r['captures']}" if "captures" in r and eng == "gk-graph" else ""
+            extra_s = ""
+            if "steady" in r:
+                extra_s = (f"; after the first decode step ({r['first_ms']:.1f} ms"
+                           f"{', graph capture included' if eng == 'gk-graph' else ''}): {r['steady']:.1f} tok/s")
             print(f"  {eng:<11} prefill {r['prefill']:9.0f} tok/s  decode {r['decode']:8.1f} tok/s "
                   f"({100 * r['decode'] / roof:5.1f}% of roofline)  TTFT {r['ttft'] * 1e3:8.1f} ms  "
                   f"peak {r['peak'] / 2**30:6.2f} GiB{extra_s}")
@@ -234,13 +256,15 @@ def main():
             if eng not in res:
                 continue
             r = res[eng]
-            label = "" if eng == "gk-graph" else " (eager)"
+            label = ("" if eng == "gk-graph" else " (eager)") + variant
             for metric, k in (("prefill tok/s", "prefill"), ("decode tok/s", "decode"), ("TTFT s", "ttft")):
                 records.append(record(f"e2e {metric}{label}", shape, dtype, metric, r[k], peer=peer_name,
                                       peer_value=peer[k] if peer else None))
+            records.append(record(f"e2e decode tok/s after the first step{label}", shape, dtype, "decode tok/s",
+                                  r["steady"]))
             records.append(record(f"e2e peak memory GiB{label}", shape, dtype, "GiB", r["peak"] / 2**30,
                                   peer=peer_name, peer_value=peer["peak"] / 2**30 if peer else None))
-        if "hf-eager" in res and "hf-compile" in res and "gk-graph" in res:
+        if "hf-eager" in res and "hf-compile" in res and "gk-graph" in res and not variant:
             records.append(record("e2e decode tok/s (vs hf eager)", shape, dtype, "decode tok/s",
                                   res["gk-graph"]["decode"], peer="hf-eager", peer_value=res["hf-eager"]["decode"]))
         records.append(record("e2e decode roofline tok/s", shape, dtype, "decode tok/s (bytes once per step)", roof))

@@ -1,14 +1,14 @@
 """Benchmarks of the fused inference ops against torch's fastest form, in one run.
 
-    python bench/fused.py --out bench/results/fused.json [--rounds 30] [--only softmax,rope_qk] [--sweep]
+    python bench/fused.py [--out bench/results/h200.json] [--rounds 30] [--only softmax,rope_qk] [--no-sweep]
 
 Times each op with CUDA events (gpukit events on gpukit's stream, torch events on
 torch's), warm-up first, the median of --rounds rounds of --iters launches each;
 inputs rotate between several copies so that they do not sit in the 60 MB L2.
 Beside each op it measures torch's copy_ of the same number of bytes (half read,
 half written) and prints the op's TB/s as a share of that copy and of the 512 MiB
-copy ceiling. --sweep also times the launch shapes the kernels can take
-(GPUKIT_TUNE, see src/cuda/common/vec.cuh), one line each, to pick defaults.
+copy ceiling. Unless --no-sweep, it also times the launch shapes the kernels can
+take (GPUKIT_TUNE, see src/cuda/common/vec.cuh), one line each, to pick defaults.
 Records: {"name", "shape", "dtype", "metric", "gpukit", "peer", "peer_value", "rounds"}
 (metric TB/s of minimum bytes moved). Exits 0 with a message without CUDA or torch.
 """
@@ -137,7 +137,8 @@ def rope_cases(gk, torch, ncopy=2):
 
 
 NORM_PERSIST = ["norm.persist=1", "norm.persist=1,norm.waves=2", "norm.persist=1,norm.tpr=64",
-                "norm.persist=1,norm.tpr=256", "norm.persist=1,norm.tpr=32,norm.rows=4"]
+                "norm.persist=1,norm.tpr=256", "norm.persist=1,norm.tpr=32,norm.rows=4", "norm.prew=1",
+                "norm.prew=1,norm.tpr=64,norm.rows=2", "norm.prew=1,norm.persist=1", "norm.prew=1,norm.tpr=256"]
 # Launch shapes to compare with --sweep: op name -> GPUKIT_TUNE strings ("" = the default).
 SWEEP = {
     "rms_norm_residual": ["norm.tpr=32", "norm.tpr=64", "norm.tpr=128", "norm.tpr=256", "norm.tpr=512",
@@ -145,7 +146,8 @@ SWEEP = {
     "layer_norm": ["norm.tpr=32", "norm.tpr=64", "norm.tpr=128", "norm.tpr=256", "norm.tpr=512",
                    "norm.tpr=128,norm.rows=2", "norm.tpr=64,norm.rows=4", *NORM_PERSIST],
     "softmax": ["softmax.tpr=32", "softmax.tpr=64", "softmax.tpr=128", "softmax.tpr=256", "softmax.tpr=512",
-                "softmax.persist=1", "softmax.persist=1,softmax.tpr=64", "softmax.persist=1,softmax.tpr=256"],
+                "softmax.tpr=128,softmax.rows=2", "softmax.tpr=64,softmax.rows=2", "softmax.persist=1",
+                "softmax.persist=1,softmax.tpr=64", "softmax.persist=1,softmax.tpr=256"],
     "swiglu": ["gated.unroll=2", "gated.unroll=4", "gated.unroll=8", "gated.bpsm=8", "gated.bpsm=16",
                "gated.unroll=2,gated.bpsm=16"],
     "rope_qk": ["rope.k=1", "rope.k=2", "rope.k=4", "rope.k=8"],
@@ -167,11 +169,13 @@ def copy_time(torch, nbytes, rounds, iters, cache):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default="bench/results/fused.json")
+    p.add_argument("--out", default="bench/results/h200.json")
     p.add_argument("--rounds", type=int, default=30)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--only", default="", help="comma-separated names to run")
-    p.add_argument("--sweep", action="store_true", help="also time the launch shapes in SWEEP")
+    p.add_argument("--sweep", action="store_true", default=True,
+                   help="also time the launch shapes in SWEEP (the default; a few seconds)")
+    p.add_argument("--no-sweep", dest="sweep", action="store_false")
     a = p.parse_args(argv)
     gk, torch, why = _setup()
     if why:

@@ -1,22 +1,16 @@
-"""GEMM and decode-GEMV throughput against torch in the same run.
+"""GEMM throughput against torch in the same run (GEMV: bench/gemv.py).
 
 gemm: C = A @ B at 8192^3 (bf16, f16; f32 with TF32 asked for), TFLOP/s = 2*M*N*K / median
 time, peer torch.matmul; fp8 (gk.fp8_linear, per-tensor scales, bf16 out) vs torch._scaled_mm;
 fp8 with 1x128 / 128x128 block scales (gk.fp8_block_linear) vs torch._scaled_mm blockwise;
-int8 -> int32 (gk.int8_linear, TOP/s) vs torch._int_mm.
+int8 -> int32 (gk.int8_linear, TOP/s) vs torch._int_mm, and gpukit's own int8 tensor-core
+kernel (GPUKIT_INT8_GEMM=gpukit) beside it.
 moe: the grouped GEMM (gk.moe_grouped_gemm) of a Mixtral-like prefill vs torch.matmul per expert.
-gemv: y = x @ W^T for x [1, K], W [N, K] at (K, N) = (4096, 14336), (14336, 4096),
-(4096, 128256) in bf16; TB/s of weight bytes read; peer torch.nn.functional.linear.
-gpukit's figure uses gk.gemv when it exists, else gk.linear (cuBLASLt).
-Quantized GEMV (dtypes fp8, int8, int4 (group 128), q8_0, q4_0): TB/s of the compressed
-bytes read (codes + scales + zero points / GGUF blocks); peer: torch F.linear on the bf16
-weight (its own bytes), and each record is printed beside the measured copy ceiling (the
-target is >= 80% of it).
 
-Usage: python bench/gemm.py [--out F] [--rounds N] [--only gemm,moe,gemv,qgemv]
+Usage: python bench/gemm.py [--out F] [--rounds N] [--only gemm,moe]
              [--shape 8192x8192x8192] [--dtypes bf16,f16,fp8,fp8block,int8,tf32]
-The GEMM part alone (the default) takes well under a minute on an H200 with torch present
-(inputs are drawn on the GPU). Exits 0 without CUDA.
+About half a minute on an H200 with torch present (inputs are drawn on the GPU).
+Exits 0 without CUDA.
 """
 from __future__ import annotations
 
@@ -27,17 +21,10 @@ import numpy as np
 
 from common import gk, median, parse_args, print_table, record, require_cuda, time_cuda, time_torch, write_results
 
-GEMM_SHAPE = (8192, 8192, 8192)
-GEMV_SHAPES = [(4096, 14336), (14336, 4096), (4096, 128256)]
-DT = {"bf16": "bfloat16", "f16": "float16"}
 
 
 def tflops(m, n, k, ms):
     return 2.0 * m * n * k / (ms * 1e-3) / 1e12
-
-
-def tbs(nbytes, ms):
-    return nbytes / (ms * 1e-3) / 1e12
 
 
 def rand_gk(shape, dtype, scale=1.0, seed=0, torch=None):
@@ -166,9 +153,11 @@ def bench_gemm_low(args, have_torch, torch):
         if have_torch:
             try:
                 tx, tw = _torch_fp8(x, torch), _torch_fp8(w, torch)
-                txs = torch.from_dlpack(xs.T.contiguous()).t()      # (M, L), M contiguous
-                tws = torch.from_dlpack(ws.T.contiguous()).t()      # (N/128, L) ... as torch wants
-                pms = time_torch(lambda: torch._scaled_mm(tx, tw.t(), scale_a=txs, scale_b=tws.t(),
+                # torch's layouts: scale_a (M, L) with M contiguous; scale_b (L, N/128) whose
+                # transpose is row-major (N/128, L), i.e. gpukit's w_scale as it is
+                txs = torch.from_dlpack(xs.T.contiguous()).t()
+                tws = torch.from_dlpack(ws).t()
+                pms = time_torch(lambda: torch._scaled_mm(tx, tw.t(), scale_a=txs, scale_b=tws,
                                                           out_dtype=torch.bfloat16), args.rounds)
                 peer, pv = "torch._scaled_mm blockwise", tflops(m, n, k, median(pms))
             except Exception as e:  # noqa: BLE001
@@ -247,96 +236,8 @@ def bench_moe(args, have_torch, torch):
     return out
 
 
-def bench_gemv(args, have_torch, torch):
-    out = []
-    use_gemv = hasattr(gk, "gemv")
-    for k, n in GEMV_SHAPES:
-        w = rand_gk((n, k), "bfloat16", 1 / 64.0, seed=3)
-        x = rand_gk((1, k), "bfloat16", seed=4)
-        fn = (lambda: gk.gemv(x, w)) if use_gemv else (lambda: gk.linear(x, w))
-        y = fn()
-        ref = gk.linear(x.to("cpu"), w.to("cpu")) if n * k <= 4096 * 14336 else None
-        if ref is not None:
-            np.testing.assert_allclose(y.astype("float32").numpy(), ref.astype("float32").numpy(), rtol=2e-2,
-                                       atol=2e-2)
-        nbytes = n * k * 2
-        ms = time_cuda(fn, args.rounds)
-        peer, pv = "", None
-        if have_torch:
-            import torch.nn.functional as F
-            tx, tw = torch.from_dlpack(x), torch.from_dlpack(w)
-            pms = time_torch(lambda: F.linear(tx, tw), args.rounds)
-            peer, pv = "torch F.linear", tbs(nbytes, median(pms))
-            del tx, tw
-        out.append(record("gemv", f"K{k}_N{n}", "bf16", "TB/s", tbs(nbytes, median(ms)), peer, pv,
-                          [tbs(nbytes, t) for t in ms]))
-        w = x = y = None
-    return out
-
-
-QFORMATS = ("fp8", "int8", "int4", "q8_0", "q4_0")
-
-
-def quantized(fmt, w_cpu):
-    """(arrays on the GPU, gemv callable taking x, compressed bytes)."""
-    if fmt == "int4":
-        q, s, z = gk.quantize_int4(w_cpu, group=128)
-        parts = [q.to("cuda"), s.to("cuda"), z.to("cuda")]
-        return parts, (lambda x: gk.gemv_int4(x, *parts, group=128)), sum(p.nbytes for p in parts)
-    if fmt in ("q8_0", "q4_0"):
-        q = getattr(gk, f"quantize_{fmt}")(w_cpu).to("cuda")
-        return [q], (lambda x: getattr(gk, f"gemv_{fmt}")(x, q)), q.nbytes
-    q, s = getattr(gk, f"quantize_{fmt}")(w_cpu)
-    parts = [q.to("cuda"), s.to("cuda")]
-    return parts, (lambda x: getattr(gk, f"gemv_{fmt}")(x, *parts)), sum(p.nbytes for p in parts)
-
-
-def copy_ceiling(rounds):
-    n = 1 << 28  # 1 GiB of float32, read + written
-    src = gk.full((n,), 1.0, dtype="float32", device="cuda")
-    dst = gk.empty((n,), dtype="float32", device="cuda")
-    ms = time_cuda(lambda: gk.copy_into(dst, src), rounds)
-    return tbs(2 * 4 * n, median(ms))
-
-
-def bench_qgemv(args, have_torch, torch, ceiling):
-    out = []
-    for k, n in GEMV_SHAPES:
-        rng = np.random.default_rng(5)
-        w_cpu = gk.asarray((rng.standard_normal((n, k), dtype=np.float32) / 64).astype(np.float32))
-        x = rand_gk((1, k), "bfloat16", seed=6)
-        peer, pv = "", None
-        if have_torch:
-            import torch.nn.functional as F
-            tw = torch.from_dlpack(w_cpu.to("cuda").astype("bfloat16"))
-            tx = torch.from_dlpack(x)
-            pv = tbs(n * k * 2, median(time_torch(lambda: F.linear(tx, tw), args.rounds)))
-            peer = "torch F.linear (bf16 weight)"
-            del tw, tx
-        for fmt in QFORMATS:
-            parts, fn, nbytes = quantized(fmt, w_cpu)
-            y = fn(x)
-            if n * k <= 4096 * 14336:  # spot check against the exact dequantized weight
-                if fmt == "int4":
-                    deq = gk.dequantize_int4(*[p.to("cpu") for p in parts], group=128)
-                elif fmt in ("q8_0", "q4_0"):
-                    deq = getattr(gk, f"dequantize_{fmt}")(parts[0].to("cpu"))
-                else:
-                    deq = getattr(gk, f"dequantize_{fmt}")(*[p.to("cpu") for p in parts])
-                ref = x.astype("float32").numpy()[:, :] @ deq.numpy()[:512].T
-                np.testing.assert_allclose(y.astype("float32").numpy()[:, :512], ref, rtol=3e-2, atol=3e-2)
-            ms = time_cuda(lambda: fn(x), args.rounds)
-            r = record("gemv", f"K{k}_N{n}", fmt, "TB/s", tbs(nbytes, median(ms)), peer, pv,
-                       [tbs(nbytes, t) for t in ms])
-            print(f"gemv {fmt} K{k}_N{n}: {r['gpukit']:.3f} TB/s = {r['gpukit'] / ceiling:.0%} of copy")
-            out.append(r)
-            parts = fn = y = None
-        w_cpu = x = None
-    return out
-
-
 def _options(p):
-    p.add_argument("--only", default="gemm,moe", help="comma list of gemm, moe, gemv, qgemv (gemv moves to bench/gemv.py)")
+    p.add_argument("--only", default="gemm,moe", help="comma list of gemm, moe (GEMV: bench/gemv.py)")
     p.add_argument("--shape", default="8192x8192x8192", help="GEMM M x N x K")
     p.add_argument("--dtypes", default="bf16,f16,fp8,fp8block,int8,tf32",
                    help="GEMM kinds: bf16, f16, tf32, fp8, fp8block, int8")
@@ -360,12 +261,6 @@ def main():
         records += bench_gemm_low(args, have_torch, torch)
     if "moe" in only:
         records += bench_moe(args, have_torch, torch)
-    if "gemv" in only:
-        records += bench_gemv(args, have_torch, torch)
-    if "qgemv" in only:
-        ceiling = copy_ceiling(args.rounds)
-        print(f"copy ceiling {ceiling:.3f} TB/s")
-        records += bench_qgemv(args, have_torch, torch, ceiling)
     print_table(records)
     write_results(args.out, records)
     return 0

@@ -78,6 +78,9 @@ Array fp8_linear(const Array& x, const Array& w, const Array& x_scale, const Arr
 // P_b (+ bias) in fp32, rounded once to out_dtype (default bfloat16). On CUDA
 // cuBLASLt's block-scaled FP8 kernels (VEC128_32F x BLK128x128_32F, sm_90) when the
 // problem meets their requirements, else gpukit's kernel (bitwise equal to the CPU).
+// cuBLASLt sums each block P_b on the FP8 tensor cores, whose adder keeps about 14
+// significant bits (measured on the H200: errors up to 2^-14 of the block's sum of
+// |products|); only the scaled blocks are added in fp32. gpukit's kernel is exact fp32.
 Array fp8_block_linear(const Array& x, const Array& w, const Array& x_scale, const Array& w_scale,
                        const Array* bias = nullptr, std::optional<DType> out_dtype = std::nullopt,
                        const Stream* s = nullptr);

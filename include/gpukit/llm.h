@@ -166,6 +166,7 @@ struct DecodeBatch {
 struct EngineOptions {
   bool cuda_graph = true;  // capture the decode step in a CUDA graph on CUDA
   bool use_gemv = true;    // decode projections (<= 8 rows) through gk::gemv instead of matmul
+  int64_t gemv_min_elems = 0;  // ... for weights of at least this many elements (smaller: cuBLASLt)
 };
 
 class Model {
@@ -287,7 +288,9 @@ class Generation {
 // GPU time of each op of one eager decode step for `batch` sequences of `context`
 // cached tokens (random ids; CUDA events between the ops of Model's op hook, the GPU
 // queue filled first with matrix products so that launch gaps do not count): the
-// median over `reps` steps. On the CPU the times are wall-clock.
+// median over `reps` steps. On the CPU the times are wall-clock. The first entries,
+// named "(event)", are empty intervals: the cost of the event records themselves,
+// which each op's time includes.
 struct OpTime {
   std::string name;
   int layer;  // -1: outside the layers

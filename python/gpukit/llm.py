@@ -7,7 +7,7 @@
     for piece in model.chat([{"role": "user", "content": "Hi!"}], stream=True):
         print(piece, end="", flush=True)
 
-Families: llama (Llama 2/3/3.1/3.2, Mistral, SmolLM2), qwen2, qwen3, gpt2, from a Hugging
+Families: llama (Llama 2/3/3.1/3.2, Mistral, SmolLM2, Mixtral), qwen2, qwen3, gpt2, from a Hugging
 Face directory (config.json + safetensors [+ tokenizer.json]) or a GGUF file.
 The engine (src/llm) runs the prefill and the decode steps over a paged KV cache;
 greedy decoding when temperature <= 0. On CUDA each decode step is one replay of a

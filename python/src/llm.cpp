@@ -95,6 +95,9 @@ GK_BINDING(60, llm) {
       .def_prop_rw("use_gemv", [](const llm::Model& m) { return m.options().use_gemv; },
                    [](llm::Model& m, bool v) { m.options().use_gemv = v; },
                    "Decode projections of <= 8 rows through gk.gemv rather than matmul (default True).")
+      .def_prop_rw("gemv_min_elems", [](const llm::Model& m) { return m.options().gemv_min_elems; },
+                   [](llm::Model& m, int64_t v) { m.options().gemv_min_elems = v; },
+                   "With use_gemv: weights smaller than this many elements go through cuBLASLt (default 0).")
       .def_prop_ro("quantized", [](const llm::Model& m) { return m.weights().quantized; })
       .def("profile_decode", [](llm::Model& m, int64_t batch, int64_t context, int64_t reps) {
         auto r = llm::profile_decode(m, batch, context, reps);

@@ -71,6 +71,8 @@ GK_BINDING(27, quant) {
   m.def("_gemv_set_dense_path", &gemv_set_dense_path, nb::arg("path"),
         "Benchmarking switch: -1 default, 0 CUDA-core, 1 tensor-core kernel for bf16/fp16 weights.");
   m.def("_gemv_dense_path", &gemv_dense_path);
+  m.def("_gemv_set_variant", &gemv_set_variant, nb::arg("variant"),
+        "Benchmarking switch: 0 default, 1 twice the loads in flight per thread (every GEMV kernel).");
 
   // ---- per-channel / group formats ----
   m.def("quantize_fp8", [](const Array& w) {

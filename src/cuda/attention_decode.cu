@@ -76,9 +76,22 @@ __global__ void __launch_bounds__(kThr) k_decode_chunk(const __grid_constant__ D
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float sm_m[GB], sm_l[GB];
 
-  // blockIdx.x = split * ngb + gb: the head groups of one chunk run side by side (their K/V reads meet in L2)
+  // Grid order 0: blockIdx.x = split * ngb + gb, blockIdx.y = kv head (the head groups of one chunk run side
+  // by side: their K/V reads meet in L2). Order 1: blockIdx.x = (split * ngb + gb) * hkv + kv head (also the kv
+  // heads of one chunk side by side, so the rows of a token are read at about the same time).
   const int G = a.hq / a.hkv, ngb = (G + GB - 1) / GB;
-  const int b = blockIdx.z, split = blockIdx.x / ngb, gb = blockIdx.x % ngb, kvh = blockIdx.y;
+  const int b = blockIdx.z;
+  int split, gb, kvh;
+  if (a.grid_order == 1) {
+    kvh = blockIdx.x % a.hkv;
+    const int r = blockIdx.x / a.hkv;
+    split = r / ngb;
+    gb = r % ngb;
+  } else {
+    split = blockIdx.x / ngb;
+    gb = blockIdx.x % ngb;
+    kvh = blockIdx.y;
+  }
   const int h0 = kvh * G + gb * GB, nh = min(GB, G - gb * GB);
   int64_t L, start;
   decode_span(a, b, L, start);
@@ -157,9 +170,13 @@ __global__ void __launch_bounds__(kThr) k_decode_chunk(const __grid_constant__ D
         float dot[GB];
 #pragma unroll
         for (int g = 0; g < GB; ++g) {
-          float s = 0.f;
+          float s0 = 0.f, s1 = 0.f;  // two chains: half the dependent FMA latency
 #pragma unroll
-          for (int e = 0; e < 16; ++e) s = fmaf(qf[g][e], kf[e], s);
+          for (int e = 0; e < 16; e += 2) {
+            s0 = fmaf(qf[g][e], kf[e], s0);
+            s1 = fmaf(qf[g][e + 1], kf[e + 1], s1);
+          }
+          float s = s0 + s1;
 #pragma unroll
           for (int o = LPT / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
           dot[g] = s;
@@ -283,13 +300,36 @@ __global__ void __launch_bounds__(kThr) k_decode_chunk(const __grid_constant__ D
 
 // One CTA per (query head, sequence), one thread per output element: combines
 // the chunks in chunk order. Sequences with one chunk were written by kernel 1;
-// sequences without keys get 0.
+// sequences without keys get 0. The chunk maxima and weights are loaded and
+// reduced by all threads at once (fixed-order trees), the weighted sum of the
+// partial outputs runs over independent loads, so the merge is not a chain of
+// dependent memory round trips.
+constexpr int kMergeBlock = 1024;
+
+__device__ __forceinline__ float block_reduce(float v, float* sh, bool is_max) {
+  // blockDim.x = D (64, 128 or 256): a warp butterfly, then the warps in index order.
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float u = __shfl_xor_sync(0xffffffffu, v, o);
+    v = is_max ? fmaxf(v, u) : v + u;
+  }
+  const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  __syncthreads();  // sh may still be read by a previous reduction
+  if ((threadIdx.x & 31) == 0) sh[warp] = v;
+  __syncthreads();
+  float r = sh[0];
+  for (int i = 1; i < nw; ++i) r = is_max ? fmaxf(r, sh[i]) : r + sh[i];
+  return r;
+}
+
 template <class T>
 __global__ void k_decode_merge(const __grid_constant__ DecodeArgs a) {
-  const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x;
+  __shared__ float w[kMergeBlock];
+  __shared__ float sh[8];
+  const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x, nthr = blockDim.x;
   int64_t L, start;
   decode_span(a, b, L, start);
-  const int64_t nsp = decode_nsplit(L - start, a.chunk_min, a.chunk_max, a.target_splits);
+  const int nsp = int(decode_nsplit(L - start, a.chunk_min, a.chunk_max, a.target_splits));
   const int64_t row = int64_t(b) * a.hq + h;
   T* out = static_cast<T*>(a.out) + row * a.D + d;
   if (nsp == 1) return;
@@ -299,18 +339,28 @@ __global__ void k_decode_merge(const __grid_constant__ DecodeArgs a) {
   }
   const float* ml = a.ws_ml + row * a.nsplit * 2;
   const float* po = a.ws_o + row * a.nsplit * a.D + d;
-  float M = -INFINITY;
-  for (int s = 0; s < nsp; ++s) M = fmaxf(M, ml[2 * s]);
-  float num = 0.f, den = 0.f;
-  if (M > -INFINITY) {
-    for (int s = 0; s < nsp; ++s) {
-      const float m = ml[2 * s];
-      if (m == -INFINITY) continue;
-      const float w = expf(m - M);
-      den = fmaf(w, ml[2 * s + 1], den);
-      num = fmaf(w, po[int64_t(s) * a.D], num);
-    }
+  float m = -INFINITY;
+  for (int s = d; s < nsp; s += nthr) m = fmaxf(m, ml[2 * s]);
+  const float M = block_reduce(m, sh, true);
+  if (M == -INFINITY) {  // every key masked
+    *out = convert<T>(0.f);
+    return;
   }
+  float num = 0.f, den = 0.f;
+  for (int s0 = 0; s0 < nsp; s0 += kMergeBlock) {
+    const int n = min(kMergeBlock, nsp - s0);
+    __syncthreads();  // w of the previous block is consumed
+    for (int s = d; s < n; s += nthr) {
+      const float ms = ml[2 * (s0 + s)];
+      const float ws = ms == -INFINITY ? 0.f : expf(ms - M);
+      w[s] = ws;
+      den = fmaf(ws, ml[2 * (s0 + s) + 1], den);
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int s = 0; s < n; ++s) num = fmaf(w[s], po[int64_t(s0 + s) * a.D], num);
+  }
+  den = block_reduce(den, sh, false);
   *out = convert<T>(den > 0.f ? num / den : 0.f);
 }
 
@@ -325,12 +375,12 @@ void launch(const DecodeArgs& a, cudaStream_t st) {
   const size_t smem = smem_bytes<C, D, GB, S, TILEB>(a.chunk_max);
   if (smem > 48 * 1024)  // only with a chunk_max above the default (a per-device attribute: set each time)
     GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  dim3 grid{unsigned(a.nsplit * ngb), unsigned(a.hkv), unsigned(a.B)};
+  if (a.grid_order == 1 && int64_t(a.nsplit) * ngb * a.hkv > INT32_MAX) throw ValueError("q: too many heads x chunks");
+  dim3 grid = a.grid_order == 1 ? dim3{unsigned(a.nsplit * ngb * a.hkv), 1u, unsigned(a.B)}
+                                : dim3{unsigned(a.nsplit * ngb), unsigned(a.hkv), unsigned(a.B)};
   kern<<<grid, kThr, smem, st>>>(a);
   GK_LAUNCH_CHECK("attention_decode_chunk");
-  dim3 mgrid{unsigned(a.hq), unsigned(a.B), 1u};
-  k_decode_merge<T><<<mgrid, unsigned(D), 0, st>>>(a);
-  GK_LAUNCH_CHECK("attention_decode_merge");
+  launch_decode_merge(a, st);
 }
 
 template <class T, class C, int D>
@@ -348,11 +398,18 @@ void launch_g(const DecodeArgs& a, cudaStream_t st) {
 }
 }  // namespace
 
+void launch_decode_merge(const DecodeArgs& a, cudaStream_t st) {
+  dim3 mgrid{unsigned(a.hq), unsigned(a.B), 1u};
+  dispatch_float(a.dtype, [&](auto t) { k_decode_merge<decltype(t)><<<mgrid, unsigned(a.D), 0, st>>>(a); });
+  GK_LAUNCH_CHECK("attention_decode_merge");
+}
+
 void attention_decode(const DecodeArgs& a, void* stream) {
   auto st = static_cast<cudaStream_t>(stream);
   if (!aligned16(a.kc) || !aligned16(a.vc)) throw ValueError("k_cache, v_cache: must be 16-byte aligned");
   if (a.chunk_min < 32 || a.chunk_min % 32 || a.chunk_max < a.chunk_min || a.chunk_max > 4096 || a.target_splits < 1)
     throw ValueError("attention_decode: bad split parameters");
+  if (a.variant == 5 && attention_decode_hg(a, st)) return;  // head-group kernel (attention_decode_hg.cu)
   dispatch_float(a.dtype, [&](auto t) {
     using T = decltype(t);
     auto go = [&](auto c) {

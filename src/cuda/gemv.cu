@@ -83,6 +83,7 @@ void launch(const GemvArgs& a, cudaStream_t st) {
   p.n = a.n;
   p.k = a.k;
   p.out = a.out_dtype;
+  p.variant = a.variant;
   if (a.mma) launch_mma<MDense<T>, T>(p, a.split, st);
   else launch_family<FDense<T>, T>(p, a.split, st);
 }

@@ -11,14 +11,12 @@
 // - un-permute: one thread per output element, choices added in order j with _rn ops.
 // The offsets are read on the device; indices are clamped so that even unchecked input
 // cannot make a kernel read or write out of bounds.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
-#include <mma.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "core/cuda_util.h"
 #include "gpukit/numeric.h"
@@ -237,33 +235,58 @@ __global__ void __launch_bounds__(kThreads) k_grouped(const T* __restrict__ x, c
   }
 }
 
-// Tensor-core form for bf16/f16 (K a multiple of 8, 16-byte aligned operands): 128x128
-// tiles, 8 warps of 64x32 each as 4x2 WMMA 16x16x16 fragments with fp32 accumulators, K
-// staged 32 deep through shared memory. Each output is a function of its own row of x
-// and column of w only (the MMA computes every element independently), the k order is
-// fixed: the same bits on every run, whatever else is in the batch. Not the same bits as
-// the CPU's fma chain (the tensor core adds in its own order); within fp32 accuracy.
-template <class T> struct wmma_type;
-template <> struct wmma_type<bf16> { using type = __nv_bfloat16; };
-template <> struct wmma_type<f16> { using type = __half; };
+// Tensor-core form for bf16/f16 (K a multiple of 8, 16-byte aligned operands), the
+// structure of src/cuda/int8_gemm.cu: 128x128 tiles, 8 warps of 64x32, each 4x4
+// mma.sync m16n8k16 tiles with fp32 accumulators; K walked 32 deep through two
+// shared-memory stages filled by cp.async (zero-filled outside the expert's rows and past
+// K) while ldmatrix feeds the other. Each output depends only on its own row of x and
+// column of w (the MMA computes every element independently) and the k order is fixed:
+// the same bits on every run, whatever else is in the batch. Not the CPU's bits (the
+// tensor core adds in its own order and precision); within fp32 accuracy of it.
+constexpr int kTcM = 128, kTcN = 128, kTcK = 32, kTcLd = 40, kTcThreads = 256;  // kTcLd: 80-byte rows
 
-constexpr int kTcM = 128, kTcN = 128, kTcK = 32, kTcLd = kTcK + 8, kTcThreads = 256;
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(smem)));
+}
+template <class T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
 
 template <class T, class O>
 __global__ void __launch_bounds__(kTcThreads) k_grouped_tc(const T* __restrict__ x, const T* __restrict__ w,
                                                            const int32_t* __restrict__ off_in, O* __restrict__ y,
                                                            int64_t r, int e, int64_t n, int64_t kd) {
-  namespace wm = nvcuda::wmma;
-  using W = typename wmma_type<T>::type;
-  __shared__ __align__(128) W As[kTcM * kTcLd];
-  __shared__ __align__(128) W Bs[kTcN * kTcLd];
-  __shared__ __align__(128) float scratch[kTcThreads / 32][16 * 16];
+  __shared__ __align__(128) T As[2][kTcM * kTcLd];
+  __shared__ __align__(128) T Ws[2][kTcN * kTcLd];
   __shared__ int32_t off[1025];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int wr = warp / 4, wc = warp % 4;  // the warp's 64x32 part: rows wr*64.., columns wc*32..
+  const int wm = warp / 4, wn = warp % 4;  // the warp's rows wm*64.., columns wn*32..
   for (int i = tid; i <= e; i += kTcThreads) off[i] = int32_t(min64(max(off_in[i], 0), r));
   __syncthreads();
   const int64_t col0 = int64_t(blockIdx.x) * kTcN;
+  const int64_t nk = (kd + kTcK - 1) / kTcK;
   for (int64_t row0 = int64_t(blockIdx.y) * kTcM; row0 < r; row0 += int64_t(gridDim.y) * kTcM) {
     const int64_t row1 = min64(r, row0 + kTcM), end = off[e];
     for (int t = tid; t < kTcM * kTcN; t += kTcThreads) {  // rows past the last expert's end are zeros
@@ -276,62 +299,64 @@ __global__ void __launch_bounds__(kTcThreads) k_grouped_tc(const T* __restrict__
       const int64_t lo = max64(row0, off[ex]), hi = min64(row1, off[ex + 1]);
       if (lo >= hi) continue;  // block-uniform
       const T* we = w + int64_t(ex) * n * kd;
-      wm::fragment<wm::accumulator, 16, 16, 16, float> acc[4][2];
+      float acc[4][4][4];
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int j = 0; j < 2; ++j) wm::fill_fragment(acc[i][j], 0.0f);
-      // 128 rows x 32 k of x and of w per step: 512 vectors of 8 each, 2 per thread; the next
-      // step's vectors are fetched into registers while the tensor cores work on this one.
-      uint4 ra[2], rb[2];
-      auto fetch = [&](int64_t k0) {
+        for (int j = 0; j < 4; ++j)
 #pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          const int v = tid + u * kTcThreads, rr = v / 4, kv = (v % 4) * 8;
-          const int64_t gk = k0 + kv, gr = row0 + rr, gc = col0 + rr;
-          ra[u] = make_uint4(0, 0, 0, 0);
-          rb[u] = make_uint4(0, 0, 0, 0);
-          if (gr >= lo && gr < hi && gk < kd) ra[u] = *reinterpret_cast<const uint4*>(x + gr * kd + gk);
-          if (gc < n && gk < kd) rb[u] = *reinterpret_cast<const uint4*>(we + gc * kd + gk);
+          for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
+      auto load = [&](int stage, int64_t k0) {
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {  // 128 rows x 32 elements = 512 chunks of 16 bytes, per operand
+          const int c = tid + u * kTcThreads, rr = c / 4, kc = (c % 4) * 8;
+          const int64_t gk = k0 + kc, gr = row0 + rr, gc = col0 + rr;
+          const bool va = gr >= lo && gr < hi && gk < kd, vw = gc < n && gk < kd;
+          cp_async16(&As[stage][rr * kTcLd + kc], va ? x + gr * kd + gk : x, va);
+          cp_async16(&Ws[stage][rr * kTcLd + kc], vw ? we + gc * kd + gk : we, vw);
         }
+        asm volatile("cp.async.commit_group;\n" ::);
       };
-      fetch(0);
-      for (int64_t k0 = 0; k0 < kd; k0 += kTcK) {
-#pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          const int v = tid + u * kTcThreads, rr = v / 4, kv = (v % 4) * 8;
-          *reinterpret_cast<uint4*>(&As[rr * kTcLd + kv]) = ra[u];
-          *reinterpret_cast<uint4*>(&Bs[rr * kTcLd + kv]) = rb[u];
+      load(0, 0);
+      for (int64_t kt = 0; kt < nk; ++kt) {
+        const int st = int(kt & 1);
+        if (kt + 1 < nk) {
+          load(st ^ 1, (kt + 1) * kTcK);
+          asm volatile("cp.async.wait_group 1;\n" ::);
+        } else {
+          asm volatile("cp.async.wait_group 0;\n" ::);
         }
         __syncthreads();
-        if (k0 + kTcK < kd) fetch(k0 + kTcK);
 #pragma unroll
         for (int kk = 0; kk < kTcK; kk += 16) {
-          wm::fragment<wm::matrix_a, 16, 16, 16, W, wm::row_major> fa[4];
-          wm::fragment<wm::matrix_b, 16, 16, 16, W, wm::col_major> fb[2];
+          uint32_t af[4][4], bfr[2][4];
 #pragma unroll
-          for (int i = 0; i < 4; ++i) wm::load_matrix_sync(fa[i], As + (wr * 64 + i * 16) * kTcLd + kk, kTcLd);
+          for (int i = 0; i < 4; ++i)
+            ldmatrix_x4(af[i], &As[st][(wm * 64 + i * 16 + (lane % 16)) * kTcLd + kk + 8 * (lane / 16)]);
 #pragma unroll
-          for (int j = 0; j < 2; ++j) wm::load_matrix_sync(fb[j], Bs + (wc * 32 + j * 16) * kTcLd + kk, kTcLd);
+          for (int j = 0; j < 2; ++j)
+            ldmatrix_x4(bfr[j], &Ws[st][(wn * 32 + j * 16 + (lane % 8) + 8 * (lane / 16)) * kTcLd + kk +
+                                        8 * ((lane / 8) % 2)]);
 #pragma unroll
           for (int i = 0; i < 4; ++i)
 #pragma unroll
-            for (int j = 0; j < 2; ++j) wm::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+            for (int j = 0; j < 4; ++j)
+              mma_16816<T>(acc[i][j], af[i], bfr[j / 2][(j % 2) * 2], bfr[j / 2][(j % 2) * 2 + 1]);
         }
         __syncthreads();
       }
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          wm::store_matrix_sync(scratch[warp], acc[i][j], 16, wm::mem_row_major);
-          __syncwarp();
-          for (int t = lane; t < 256; t += 32) {
-            const int64_t gr = row0 + wr * 64 + i * 16 + t / 16, gc = col0 + wc * 32 + j * 16 + t % 16;
-            if (gr >= lo && gr < hi && gc < n) y[gr * n + gc] = convert<O>(scratch[warp][t]);
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {  // c0, c1: row lane/4, columns 2*(lane%4) + {0, 1}; c2, c3: row + 8
+            const int64_t gr = row0 + wm * 64 + i * 16 + lane / 4 + 8 * h;
+            const int64_t gc = col0 + wn * 32 + j * 8 + 2 * (lane % 4);
+            if (gr < lo || gr >= hi) continue;
+            if (gc < n) y[gr * n + gc] = convert<O>(acc[i][j][2 * h]);
+            if (gc + 1 < n) y[gr * n + gc + 1] = convert<O>(acc[i][j][2 * h + 1]);
           }
-          __syncwarp();
-        }
     }
   }
 }

@@ -6,7 +6,6 @@
 // Rows that are too long, unaligned or not a multiple of the vector width take a
 // scalar path that re-reads the row (from L1/L2).
 #include <algorithm>
-#include <atomic>
 
 #include "cuda/common/rows.cuh"
 #include "cuda/common/vec.cuh"
@@ -34,15 +33,54 @@ __device__ __forceinline__ float group_sum(float v, float* sh) {
   return t;
 }
 
+// Moments of a set of values: count, mean and sum of squared deviations.
+// Chan's pairwise combination keeps layer_norm's variance accurate for rows with
+// a large mean, with one reduction per row instead of two.
+struct Moments {
+  float n, mean, m2;
+};
+__device__ __forceinline__ Moments combine(const Moments& a, const Moments& b) {
+  if (b.n == 0.f) return a;
+  if (a.n == 0.f) return b;
+  const float n = a.n + b.n, d = b.mean - a.mean;
+  return {n, a.mean + d * (b.n / n), a.m2 + b.m2 + d * d * (a.n * b.n / n)};
+}
+
+// Moments over the blockDim.x threads of one row (same contract as group_sum; sh
+// holds 96 floats): a shuffle tree per warp, then the row's warps in order.
+__device__ __forceinline__ Moments group_moments(Moments v, float* sh) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    Moments u{__shfl_down_sync(0xffffffffu, v.n, o), __shfl_down_sync(0xffffffffu, v.mean, o),
+              __shfl_down_sync(0xffffffffu, v.m2, o)};
+    v = combine(v, u);
+  }
+  v = {__shfl_sync(0xffffffffu, v.n, 0), __shfl_sync(0xffffffffu, v.mean, 0), __shfl_sync(0xffffffffu, v.m2, 0)};
+  if (blockDim.x == 32) return v;
+  const int nw = blockDim.x >> 5;
+  float* mine = sh + threadIdx.y * nw * 3;
+  __syncthreads();  // sh may still be read by a previous reduction
+  if ((threadIdx.x & 31) == 0) {
+    float* e = mine + (threadIdx.x >> 5) * 3;
+    e[0] = v.n, e[1] = v.mean, e[2] = v.m2;
+  }
+  __syncthreads();
+  Moments r{mine[0], mine[1], mine[2]};
+  for (int i = 1; i < nw; ++i) r = combine(r, Moments{mine[3 * i], mine[3 * i + 1], mine[3 * i + 2]});
+  return r;
+}
+
 // Row-in-registers form: thread t of a row holds the 16-byte vectors t, t + tpr,
 // ... (VPT of them, raw until all loads are issued). MAXT: the largest block
 // this instantiation is launched with, which sets the register budget.
 // PERSIST: a grid of about one wave loops over the row groups and loads the
 // next group's rows while it reduces and writes the current one.
-template <class T, int VPT, int MAXT, bool PERSIST>
+// PREW: the weight (and bias) vectors are loaded with the row, before the
+// reduction, instead of after it.
+template <class T, int VPT, int MAXT, bool PERSIST, bool PREW>
 __global__ void __launch_bounds__(MAXT) k_norm_vec(NormArgs a) {
   constexpr int N = kVecN<T>;
-  __shared__ float sh[32];
+  __shared__ float sh[96];
   const int tpr = blockDim.x, t = threadIdx.x;
   const int64_t groups = (a.rows + blockDim.y - 1) / blockDim.y;
   const int hvec = int(a.H / N);
@@ -63,6 +101,19 @@ __global__ void __launch_bounds__(MAXT) k_norm_vec(NormArgs a) {
   auto process = [&](int64_t g, raw16 (&xs)[VPT], const raw16 (&rs)[VPT]) {
     const int64_t row = g * blockDim.y + threadIdx.y;
     const int nvec = row < a.rows ? hvec : 0;  // a dead row (last group) only joins the barriers
+    const raw16* w = static_cast<const raw16*>(a.w);
+    const raw16* b = static_cast<const raw16*>(a.b);
+    raw16 wv[VPT], bv[VPT];
+    if constexpr (PREW) {
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        const int i = t + k * tpr;
+        if (i < nvec) {
+          wv[k] = ld16_ro(w + i);
+          if (b) bv[k] = ld16_ro(b + i);
+        }
+      }
+    }
     if (a.res) {
       raw16* ro = reinterpret_cast<raw16*>(static_cast<T*>(a.res_out) + row * a.res_out_rs);
 #pragma unroll
@@ -79,20 +130,19 @@ __global__ void __launch_bounds__(MAXT) k_norm_vec(NormArgs a) {
         }
       }
     }
-    float s = 0.f;
-#pragma unroll
-    for (int k = 0; k < VPT; ++k)
-      if (t + k * tpr < nvec) {
-        float xf[N];
-        unpack<T>(xs[k], xf);
-#pragma unroll
-        for (int j = 0; j < N; ++j) s += a.layer ? xf[j] : xf[j] * xf[j];
-      }
-    s = group_sum(s, sh);
-    const float invH = 1.f / float(a.H);
     float mean = 0.f, inv;
-    if (a.layer) {
-      mean = s * invH;
+    if (a.layer) {  // per-thread moments (two passes over registers), then one combined reduction
+      float s = 0.f, cnt = 0.f;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+        if (t + k * tpr < nvec) {
+          float xf[N];
+          unpack<T>(xs[k], xf);
+#pragma unroll
+          for (int j = 0; j < N; ++j) s += xf[j];
+          cnt += float(N);
+        }
+      const float mt = cnt > 0.f ? s / cnt : 0.f;
       float q = 0.f;
 #pragma unroll
       for (int k = 0; k < VPT; ++k)
@@ -100,15 +150,24 @@ __global__ void __launch_bounds__(MAXT) k_norm_vec(NormArgs a) {
           float xf[N];
           unpack<T>(xs[k], xf);
 #pragma unroll
-          for (int j = 0; j < N; ++j) q += (xf[j] - mean) * (xf[j] - mean);
+          for (int j = 0; j < N; ++j) q += (xf[j] - mt) * (xf[j] - mt);
         }
-      q = group_sum(q, sh);
-      inv = rsqrtf(q * invH + float(a.eps));
+      const Moments m = group_moments(Moments{cnt, mt, q}, sh);
+      mean = m.mean;
+      inv = rsqrtf(m.m2 / float(a.H) + float(a.eps));
     } else {
-      inv = rsqrtf(s * invH + float(a.eps));
+      float s = 0.f;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+        if (t + k * tpr < nvec) {
+          float xf[N];
+          unpack<T>(xs[k], xf);
+#pragma unroll
+          for (int j = 0; j < N; ++j) s += xf[j] * xf[j];
+        }
+      s = group_sum(s, sh);
+      inv = rsqrtf(s / float(a.H) + float(a.eps));
     }
-    const raw16* w = static_cast<const raw16*>(a.w);
-    const raw16* b = static_cast<const raw16*>(a.b);
     raw16* out = reinterpret_cast<raw16*>(static_cast<T*>(a.out) + row * a.out_rs);
     const float wadd = a.gemma ? 1.f : 0.f;
 #pragma unroll
@@ -117,10 +176,10 @@ __global__ void __launch_bounds__(MAXT) k_norm_vec(NormArgs a) {
       if (i < nvec) {
         float xf[N], wf[N];
         unpack<T>(xs[k], xf);
-        unpack<T>(ld16_ro(w + i), wf);
+        unpack<T>(PREW ? wv[k] : ld16_ro(w + i), wf);
         if (b) {
           float bf[N];
-          unpack<T>(ld16_ro(b + i), bf);
+          unpack<T>(PREW ? bv[k] : ld16_ro(b + i), bf);
 #pragma unroll
           for (int j = 0; j < N; ++j) xf[j] = (xf[j] - mean) * inv * wf[j] + bf[j];
         } else {
@@ -192,22 +251,6 @@ __global__ void __launch_bounds__(1024) k_norm_scalar(NormArgs a) {
   }
 }
 
-// Blocks of `threads` that fit on the device at once (a rough count from the
-// thread limit: the persistent form only needs about one wave).
-int64_t waves_of(int vpt, int threads) {
-  if (int g = tune("norm.grid", 0); g > 0) return g;  // tests: force several groups per block
-  static std::atomic<int> sms[64];
-  int dev = 0;
-  GK_CUDA_CHECK(cudaGetDevice(&dev));
-  int n = sms[dev & 63].load(std::memory_order_relaxed);
-  if (!n) {
-    GK_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    sms[dev & 63].store(n, std::memory_order_relaxed);
-  }
-  const int per_sm = std::max(1, std::min(32, (vpt >= 8 ? 512 : 1024) / threads));
-  return int64_t(n) * per_sm * std::max(1, tune("norm.waves", 1));
-}
-
 int round32(int64_t n) { return int(std::min<int64_t>(1024, std::max<int64_t>(32, (n + 31) / 32 * 32))); }
 
 // Launch shape of the vector form: threads per row (a multiple of 32) and
@@ -241,11 +284,29 @@ void launch(const NormArgs& a, cudaStream_t st) {
   dim3 grid{unsigned(blocks), 1u, 1u};
   // persistent: blocks of at most 256 threads (two row buffers need the registers)
   const bool persist = vpt && tpr * rpb <= 256 && tune("norm.persist", 0);
-  if (persist) grid.x = unsigned(std::min<int64_t>(blocks, waves_of(vpt, tpr * rpb)));
+  const bool prew = vpt && vpt <= 4 && tpr * rpb <= 256 && tune("norm.prew", 0);
+  // persistent grid: one wave (GPUKIT_TUNE norm.waves / norm.grid for the sweep and the tests)
+  auto wave = [&](int64_t resident) {
+    int64_t g = resident * std::max(1, tune("norm.waves", 1));
+    if (int forced = tune("norm.grid", 0); forced > 0) g = forced;
+    return dim3{unsigned(std::min<int64_t>(blocks, g)), 1u, 1u};
+  };
+  const int threads = tpr * rpb;
   auto go = [&](auto vc, auto mc) {
     constexpr int V = decltype(vc)::value, MT = decltype(mc)::value;
-    if (persist) k_norm_vec<T, V, 256, true><<<grid, block, 0, st>>>(a);
-    else k_norm_vec<T, V, MT, false><<<grid, block, 0, st>>>(a);
+    if constexpr (V <= 4) {
+      if (prew && persist) {
+        constexpr auto k = k_norm_vec<T, V, 256, true, true>;
+        return k<<<wave(resident_blocks<k>(threads)), block, 0, st>>>(a);
+      }
+      if (prew) return k_norm_vec<T, V, 256, false, true><<<grid, block, 0, st>>>(a);
+    }
+    if (persist) {
+      constexpr auto k = k_norm_vec<T, V, 256, true, false>;
+      k<<<wave(resident_blocks<k>(threads)), block, 0, st>>>(a);
+    } else {
+      k_norm_vec<T, V, MT, false, false><<<grid, block, 0, st>>>(a);
+    }
   };
   using std::integral_constant;
   switch (vpt) {

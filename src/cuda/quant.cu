@@ -1,7 +1,9 @@
-// Quantized decode GEMV (formats in ops/quant_args.h): fp8, int8, int4, NVF4 and Q4_K
-// run the 16-byte chunk kernel family of common/gemv.cuh with their format functors;
-// the GGUF blocks that are only 2-byte aligned (Q8_0 34 B, Q4_0 18 B, Q4_1 20 B, Q6_K
-// 210 B) run the kernels of quant_gguf.cu.
+// Quantized decode GEMV (formats in ops/quant_args.h) and the device quantization of
+// fp8/int8/int4 weights. fp8 and int8 run the 16-byte chunk kernel family of
+// common/gemv.cuh (CUDA cores); int4 and NVF4 (K % 128 == 0) and Q4_K run the tensor-core
+// kernel of common/gemv_mma.cuh (int4/NVF4 with other K: the chunk family); the GGUF blocks
+// that are only 2-byte aligned (Q8_0 34 B, Q4_0 18 B, Q4_1 20 B, Q6_K 210 B) run the
+// kernels of quant_gguf.cu.
 #include "common/gemv.cuh"
 #include "common/gemv_gguf.cuh"
 #include "common/gemv_mma.cuh"
@@ -17,13 +19,6 @@ GK_REGISTER_CUDA_OPS("gemv_fp8", "gemv_int8", "gemv_int4", "gemv_nvf4", "gemv_q8
 namespace {
 
 using namespace gemv_detail;
-
-
-KArgs kargs(const QGemvArgs& a);
-template <class F, class T>
-void launch_chunks(const QGemvArgs& a, cudaStream_t st) {
-  launch_family<F, T>(kargs(a), a.split, st);
-}
 
 KArgs kargs(const QGemvArgs& a) {
   KArgs p;
@@ -41,7 +36,13 @@ KArgs kargs(const QGemvArgs& a) {
   p.k = a.k;
   p.group = a.group;
   p.out = a.out_dtype;
+  p.variant = a.variant;
   return p;
+}
+
+template <class F, class T>
+void launch_chunks(const QGemvArgs& a, cudaStream_t st) {
+  launch_family<F, T>(kargs(a), a.split, st);
 }
 
 // 4-bit formats run on the tensor cores when K % 128 == 0 (gemv_mma.cuh).

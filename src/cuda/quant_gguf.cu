@@ -343,7 +343,7 @@ template void launch_gguf<f16>(const QGemvArgs&, cudaStream_t);
 int gguf_split(int64_t n, int64_t k, QFormat f) {
   // warps of R rows, 32 blocks per step; enough warps to fill the GPU
   const int64_t rpw = f == QFormat::q6_k ? 1 : (f == QFormat::q8_0 ? 2 : 4);  // rows per warp (staged kernel)
-  const int64_t warps = (n + rpw - 1) / rpw, target = 132 * 32;
+  const int64_t warps = (n + rpw - 1) / rpw, target = 132 * 12;
   const int64_t steps = (k / gguf_block_weights(f) + 31) / 32;
   int64_t sp = warps >= target ? 1 : target / std::max<int64_t>(warps, 1);
   sp = std::min<int64_t>({sp, 16, std::max<int64_t>(steps / 2, 1)});

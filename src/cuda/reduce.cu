@@ -249,27 +249,40 @@ __global__ void __launch_bounds__(kThreads) k_softmax_block(const T* in, T* out,
 // ---- softmax, rows in registers ----
 // A group of blockDim.x threads per row (blockDim.y rows per block); thread t
 // holds the row's 16-byte vectors t, t + tpr, ... (VPT of them), loaded raw
-// before any arithmetic: one read and one write of the row. Reductions: a
-// shuffle tree per warp, then the warps of the row in order (every thread of
-// the row gets lane 0's value), so the bits do not depend on the batch.
-struct MaxF {
-  __device__ float operator()(float a, float b) const { return red::MaxR<float, true>::combine(a, b); }
-};
-struct AddF {
-  __device__ float operator()(float a, float b) const { return a + b; }
-};
+// before any arithmetic: one read and one write of the row. Each thread takes
+// the max of its values and the sum of their exponentials relative to it; one
+// reduction of (max, sum) pairs (a shuffle tree per warp, then the row's warps
+// in order; every thread gets lane 0's value) gives the row's, so the bits do
+// not depend on the batch. NaN, +inf and all -inf rows give what the CPU
+// reference gives (NaN rows).
 
-template <class F>
-__device__ __forceinline__ float group_all(float v, F f, float* sh) {
-  v = warp_all(v, f);
+// (max, sum of exp(x - max)) of a set of values; combining rescales the smaller
+// side's sum. A max of -inf comes with a sum of 0 (or NaN).
+struct MaxSum {
+  float m, s;
+};
+__device__ __forceinline__ MaxSum combine(const MaxSum& a, const MaxSum& b) {
+  const float m = fmaxf(a.m, b.m);
+  const float sa = a.m == m ? a.s : a.s * ::expf(a.m - m);
+  const float sb = b.m == m ? b.s : b.s * ::expf(b.m - m);
+  return {m, sa + sb};
+}
+
+// Over the blockDim.x threads of one row, fixed order, every thread gets the
+// result; sh holds 64 floats; all threads of the block call it.
+__device__ __forceinline__ MaxSum group_maxsum(MaxSum v, float* sh) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v = combine(v, MaxSum{__shfl_down_sync(0xffffffffu, v.m, o), __shfl_down_sync(0xffffffffu, v.s, o)});
+  v = {__shfl_sync(0xffffffffu, v.m, 0), __shfl_sync(0xffffffffu, v.s, 0)};
   if (blockDim.x == 32) return v;
   const int nw = blockDim.x >> 5;
-  float* mine = sh + threadIdx.y * nw;
-  __syncthreads();  // sh may still be read by the previous reduction
-  if ((threadIdx.x & 31) == 0) mine[threadIdx.x >> 5] = v;
+  float* mine = sh + threadIdx.y * nw * 2;
+  __syncthreads();  // sh may still be read by the previous row
+  if ((threadIdx.x & 31) == 0) mine[(threadIdx.x >> 5) * 2] = v.m, mine[(threadIdx.x >> 5) * 2 + 1] = v.s;
   __syncthreads();
-  float r = mine[0];
-  for (int i = 1; i < nw; ++i) r = f(r, mine[i]);
+  MaxSum r{mine[0], mine[1]};
+  for (int i = 1; i < nw; ++i) r = combine(r, MaxSum{mine[2 * i], mine[2 * i + 1]});
   return r;
 }
 
@@ -286,7 +299,7 @@ template <class T, int VPT, int MAXT, bool PERSIST>
 __global__ void __launch_bounds__(MAXT) k_softmax_vec(const T* in, T* out, int64_t rows, int64_t cols, int64_t irs,
                                                       int64_t ors, bool log) {
   constexpr int N = kVecN<T>;
-  __shared__ float sh[32];
+  __shared__ float sh[64];
   const int tpr = blockDim.x, t = threadIdx.x;
   const int64_t groups = (rows + blockDim.y - 1) / blockDim.y;
   auto load = [&](int64_t g, raw16 (&xs)[VPT]) {
@@ -301,17 +314,19 @@ __global__ void __launch_bounds__(MAXT) k_softmax_vec(const T* in, T* out, int64
     const int64_t row = g * blockDim.y + threadIdx.y;
     const int nvec = row < rows ? int(cols / N) : 0;  // a dead row only joins the barriers
     raw16* y = reinterpret_cast<raw16*>(out + row * ors);
-    float m = red::lowest<float>();
+    // this thread's max (NaN skipped: a NaN still reaches the sum below) and its
+    // exponentials relative to it
+    float mt = -INFINITY;
 #pragma unroll
     for (int k = 0; k < VPT; ++k)
       if (t + k * tpr < nvec) {
         float f[N];
         unpack<T>(xs[k], f);
 #pragma unroll
-        for (int j = 0; j < N; ++j) m = MaxF{}(m, f[j]);
+        for (int j = 0; j < N; ++j) mt = fmaxf(mt, f[j]);
       }
-    m = group_all(m, MaxF{}, sh);
-    float e[VPT][N], sum = 0.f;
+    const float base = mt == -INFINITY ? 0.f : mt;  // only -inf (and NaN) here: their terms are 0 (NaN)
+    float e[VPT][N], st = 0.f;
 #pragma unroll
     for (int k = 0; k < VPT; ++k)
       if (t + k * tpr < nvec) {
@@ -319,19 +334,33 @@ __global__ void __launch_bounds__(MAXT) k_softmax_vec(const T* in, T* out, int64
         unpack<T>(xs[k], f);
 #pragma unroll
         for (int j = 0; j < N; ++j) {
-          e[k][j] = exp_t<T>(f[j] - m);
-          sum += e[k][j];
+          e[k][j] = exp_t<T>(f[j] - base);
+          st += e[k][j];
         }
       }
-    sum = group_all(sum, AddF{}, sh);
-    const float ls = log ? ::logf(sum) : 0.f;
+    const MaxSum ms = group_maxsum(MaxSum{mt, st}, sh);
+    const float M = ms.m, S = ms.s;
+    const float ls = log ? ::logf(S) : 0.f;
+    // exp(x - M) / S = e * exp(mt - M) / S; a thread whose values are all -inf
+    // (its scale could overflow) recomputes exp(x - M) instead
+    const bool direct = mt == -INFINITY;
+    const float scale = direct ? 0.f : ::expf(mt - M) / S;
+    const int mode = log ? 0 : direct ? 1 : 2;  // uniform per thread: one loop body each
 #pragma unroll
     for (int k = 0; k < VPT; ++k)
       if (t + k * tpr < nvec) {
         float f[N];
         unpack<T>(xs[k], f);
+        if (mode == 0) {
 #pragma unroll
-        for (int j = 0; j < N; ++j) f[j] = log ? (f[j] - m) - ls : e[k][j] / sum;
+          for (int j = 0; j < N; ++j) f[j] = (f[j] - M) - ls;
+        } else if (mode == 1) {
+#pragma unroll
+          for (int j = 0; j < N; ++j) f[j] = ::expf(f[j] - M) / S;
+        } else {
+#pragma unroll
+          for (int j = 0; j < N; ++j) f[j] = e[k][j] * scale;
+        }
         st16(y + t + k * tpr, pack<T>(f));
       }
   };
@@ -378,20 +407,19 @@ bool softmax_vec(const RowArgs& a, bool log, cudaStream_t s) {
     dim3 block{unsigned(tpr), unsigned(rpb), 1u}, grid{unsigned(blocks), 1u, 1u};
     // persistent: blocks of at most 256 threads (two row buffers need the registers)
     const bool persist = tpr * rpb <= 256 && tune("softmax.persist", 0);
-    if (persist) {
-      int dev = 0, sms = 0;
-      GK_CUDA_CHECK(cudaGetDevice(&dev));
-      GK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-      int64_t g = int64_t(sms) * std::max(1, std::min(32, (vpt >= 8 ? 512 : 1024) / (tpr * rpb)));
-      if (int forced = tune("softmax.grid", 0); forced > 0) g = forced;
-      grid.x = unsigned(std::min<int64_t>(blocks, g));
-    }
     const T* in = static_cast<const T*>(a.in);
     T* out = static_cast<T*>(a.out);
     const auto rs = a.in_row_stride, os = a.out_row_stride;
     auto go = [&](auto vc, auto mc) {
       constexpr int V = decltype(vc)::value, MT = decltype(mc)::value;
-      if (persist) k_softmax_vec<T, V, 256, true><<<grid, block, 0, s>>>(in, out, a.rows, a.cols, rs, os, log);
+      if (persist) {  // one wave (GPUKIT_TUNE softmax.grid for the tests)
+        constexpr auto k = k_softmax_vec<T, V, 256, true>;
+        int64_t g = resident_blocks<k>(tpr * rpb);
+        if (int forced = tune("softmax.grid", 0); forced > 0) g = forced;
+        const dim3 pg{unsigned(std::min<int64_t>(blocks, g)), 1u, 1u};
+        k<<<pg, block, 0, s>>>(in, out, a.rows, a.cols, rs, os, log);
+      } else if (tpr * rpb <= 256)  // the register budget of 256-thread blocks (no spills at VPT 4)
+        k_softmax_vec<T, V, 256, false><<<grid, block, 0, s>>>(in, out, a.rows, a.cols, rs, os, log);
       else k_softmax_vec<T, V, MT, false><<<grid, block, 0, s>>>(in, out, a.rows, a.cols, rs, os, log);
     };
     using std::integral_constant;

@@ -78,9 +78,15 @@ __device__ __forceinline__ void finish_level(Scratch& sh, unsigned long long* hv
                                              unsigned long long* gv, unsigned int* gc, const smp::RowCfg& c,
                                              RowState& st, int level, uint32_t prefix) {
   const int width = level == 2 ? 10 : 11;
-  for (int b = threadIdx.x; b < kBins; b += kThreads) {
+#pragma unroll
+  for (int k = 0; k < kBins / kThreads; ++k) {
+    const int b = threadIdx.x + k * kThreads;
     hv[b] = __ldcg(&gv[b]);
     hc[b] = __ldcg(&gc[b]);
+  }
+#pragma unroll
+  for (int k = 0; k < kBins / kThreads; ++k) {
+    const int b = threadIdx.x + k * kThreads;
     gv[b] = 0, gc[b] = 0;
   }
   if (threadIdx.x == 0) sh.pick = INT32_MAX;
@@ -147,9 +153,16 @@ __global__ void __launch_bounds__(kThreads) k_process(SampleArgs a, Ws w, bool t
       int64_t len = a.hist_len.at(r);
       len = len < 0 ? 0 : (len > a.hist_max ? a.hist_max : len);
       const int32_t* h = a.history + r * a.hist_stride;
-      for (int64_t j = threadIdx.x; j < len; j += kThreads) {
-        const int32_t t = h[j];
-        if (t >= c0 && t < c1) atomicAdd(&mark[t - c0], 1);
+      for (int64_t j0 = 0; j0 < len; j0 += 4 * kThreads) {  // 4 loads in flight per thread
+        int32_t t[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const int64_t j = j0 + u * kThreads + threadIdx.x;
+          t[u] = j < len ? h[j] : -1;
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+          if (t[u] >= c0 && t[u] < c1) atomicAdd(&mark[t[u] - c0], 1);
       }
     }
     if (a.banned)
@@ -178,12 +191,19 @@ __global__ void __launch_bounds__(kThreads) k_process(SampleArgs a, Ws w, bool t
   unsigned int cc = 0;
   float bv = -INFINITY;
   int bi = INT32_MAX;
+  float xin[kPer], bin[kPer];  // every load issued before any use
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int64_t i = c0 + threadIdx.x + j * kThreads;
+    xin[j] = i < c1 ? float(in[i]) : 0.f;
+    bin[j] = bias && i < c1 ? bias[i] : 0.f;
+  }
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
     const int64_t i = c0 + threadIdx.x + j * kThreads;
     if (i >= c1) break;
-    float x = smp::sanitize(float(in[i]));
-    if (bias) x = smp::fadd_rn(x, bias[i]);
+    float x = smp::sanitize(xin[j]);
+    if (bias) x = smp::fadd_rn(x, bin[j]);
     if (marks) {
       const int mk = mark[i - c0];
       if (mk & kCountMask) x = smp::penalize(x, mk & kCountMask, c.rep, c.presence, c.frequency);
@@ -253,23 +273,29 @@ __global__ void __launch_bounds__(kThreads) k_select(SampleArgs a, Ws w, int lev
   __syncthreads();
   const int64_t c0 = int64_t(blockIdx.x) * kChunk, c1 = min(V, c0 + kChunk);
   const float* row = a.work + r * a.work_stride;
+  float sv[kPer];
+  load_chunk(row, c0, c1, sv);
   int cur = -1;  // run cache: a thread's entries of a flat row share one bin
   unsigned long long cv = 0;
   unsigned int cc = 0;
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
-    const int64_t i = c0 + threadIdx.x + j * kThreads;
-    if (i >= c1) break;
-    const float s = row[i];
+    if (ent(c0, j) >= c1) continue;
+    const float s = sv[j];
     uint32_t key;
     if (!sel_key<which>(x, s, key)) continue;
     if (level > 0 && (key >> (shift + width)) != prefix) continue;
+    // mass selects skip zero-weight entries: a group of weight 0 is never the first to reach
+    // the target (target 0 picks the top group, which holds the max; for typical-p the
+    // closest group to the weighted mean is weighted) -- fewer bins, fewer atomics
+    const unsigned long long v = which == kTopK ? 1ull : weight(s, m);
+    if (v == 0) continue;
     const int d = int((key >> shift) & mask);
     if (d != cur) {
       if (cur >= 0) atomicAdd(&hv[cur], cv), atomicAdd(&hc[cur], cc);
       cur = d, cv = 0, cc = 0;
     }
-    cv += which == kTopK ? 1ull : weight(s, m);
+    cv += v;
     ++cc;
   }
   if (cur >= 0) atomicAdd(&hv[cur], cv), atomicAdd(&hc[cur], cc);
@@ -296,11 +322,12 @@ __global__ void __launch_bounds__(kThreads) k_typstats(SampleArgs a, Ws w) {
   const float* row = a.work + r * a.work_stride;
   unsigned long long wl = 0;
   long long sl = 0;
+  float sv[kPer];
+  load_chunk(row, c0, c1, sv);
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
-    const int64_t i = c0 + threadIdx.x + j * kThreads;
-    if (i >= c1) break;
-    const float s = row[i];
+    if (ent(c0, j) >= c1) continue;
+    const float s = sv[j];
     uint32_t key;
     if (!sel_key<kTyp>(x, s, key)) continue;
     const uint64_t wt = weight(s, m);
@@ -329,8 +356,12 @@ struct Kept {
   }
 };
 
+constexpr int kStage = 2048;
+
 __global__ void __launch_bounds__(kThreads) k_final(SampleArgs a, Ws w) {
   __shared__ Scratch sh;
+  __shared__ float stage_v[kStage];
+  __shared__ int stage_i[kStage];
   __shared__ unsigned long long s_rem;
   __shared__ int s_chunk, s_token;
   const int64_t r = blockIdx.y, V = a.V;
@@ -348,15 +379,11 @@ __global__ void __launch_bounds__(kThreads) k_final(SampleArgs a, Ws w) {
     kept.mean = kept.typ ? typical_mean(st) : 0.0;
   }
   float sv[kPer];
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    const int64_t i = c0 + threadIdx.x + j * kThreads;
-    sv[j] = i < c1 ? row[i] : -INFINITY;
-  }
+  load_chunk(row, c0, c1, sv);
   if (m == -INFINITY) {  // no finite logit in the row
     if (a.mode == SampleMode::Filter) {
       for (int j = 0; j < kPer; ++j) {
-        const int64_t i = c0 + threadIdx.x + j * kThreads;
+        const int64_t i = ent(c0, j);
         if (i < c1) a.out[r * V + i] = -INFINITY;
       }
     } else if (blockIdx.x == 0 && threadIdx.x == 0) {
@@ -369,7 +396,7 @@ __global__ void __launch_bounds__(kThreads) k_final(SampleArgs a, Ws w) {
   if (a.mode == SampleMode::Filter) {
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
-      const int64_t i = c0 + threadIdx.x + j * kThreads;
+      const int64_t i = ent(c0, j);
       if (i < c1) a.out[r * V + i] = kept(sv[j]) ? sv[j] : -INFINITY;
     }
     return;
@@ -379,8 +406,7 @@ __global__ void __launch_bounds__(kThreads) k_final(SampleArgs a, Ws w) {
   double z = 0.0;
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
-    const int64_t i = c0 + threadIdx.x + j * kThreads;
-    if (i >= c1) break;
+    if (ent(c0, j) >= c1) continue;
     const float e = smp::rel_exp(sv[j], m);
     if (!c.greedy && kept(sv[j])) mass += smp::weight_of(e);
     if (want_z) z += double(e);
@@ -401,8 +427,8 @@ __global__ void __launch_bounds__(kThreads) k_final(SampleArgs a, Ws w) {
       int vi = INT32_MAX;
 #pragma unroll
       for (int j = 0; j < kPer; ++j) {
-        const int i = int(c0 + threadIdx.x + j * kThreads);
-        if (i >= c1) break;
+        const int i = int(ent(c0, j));
+        if (i >= c1) continue;
         const float s = sv[j];
         const bool after = s < pv || (s == pv && i > pi);
         if (after && better(s, i, v, vi)) v = s, vi = i;
@@ -415,16 +441,20 @@ __global__ void __launch_bounds__(kThreads) k_final(SampleArgs a, Ws w) {
   if (!last_cta(sh, &w.state[r].counter, unsigned(w.C))) return;
 
   // ---- the row's last CTA: merge the chunks in a fixed order
-  float logZ = 0.f;
-  if (want_z) {
-    double zl = 0.0;
-    for (int64_t k = threadIdx.x; k < w.C; k += kThreads) zl += __ldcg(&part[k].z);
-    logZ = float(log(block_sum_d(sh, zl)));
+  // each thread's partials in one pass (one load each when C <= 256, the usual case)
+  double zl = 0.0;
+  unsigned long long Wl = 0, mine = 0;
+  for (int64_t k = threadIdx.x; k < w.C; k += kThreads) {
+    const unsigned long long mk = __ldcg(&part[k].mass);
+    const double zk = __ldcg(&part[k].z);
+    if (k == threadIdx.x) mine = mk;
+    zl += zk;
+    Wl += mk;
   }
+  float logZ = 0.f;
+  if (want_z) logZ = float(log(block_sum_d(sh, zl)));
   int token = st.argmax;
   if (!c.greedy) {
-    unsigned long long Wl = 0;
-    for (int64_t k = threadIdx.x; k < w.C; k += kThreads) Wl += __ldcg(&part[k].mass);
     const unsigned long long W = block_sum_u(sh, Wl);
     if (W > 0) {
       const uint32_t tag = a.row_tag_is_index ? uint32_t(r) : 0u;
@@ -436,7 +466,7 @@ __global__ void __launch_bounds__(kThreads) k_final(SampleArgs a, Ws w) {
       unsigned long long acc = 0;
       for (int64_t base = 0; base < w.C; base += kThreads) {
         const int64_t k = base + threadIdx.x;
-        const unsigned long long mk = k < w.C ? __ldcg(&part[k].mass) : 0ull;
+        const unsigned long long mk = base == 0 ? mine : (k < w.C ? __ldcg(&part[k].mass) : 0ull);
         unsigned long long tot;
         const unsigned long long ex = acc + block_excl_scan(sh, mk, &tot);
         if (mk > 0 && t >= ex && t < ex + mk) s_chunk = int(k), s_rem = t - ex;
@@ -450,12 +480,19 @@ __global__ void __launch_bounds__(kThreads) k_final(SampleArgs a, Ws w) {
         const unsigned long long rem = s_rem;
         const int64_t q0 = int64_t(ck) * kChunk + int64_t(threadIdx.x) * kPer;
         const int64_t q1 = min(V, int64_t(ck) * kChunk + kChunk);
+        float qs[kPer];
+        if (q0 + kPer <= q1) {  // 32-byte aligned: the row stride is padded, q0 a multiple of 8
+          const float4 u = __ldcg(reinterpret_cast<const float4*>(row + q0));
+          const float4 v = __ldcg(reinterpret_cast<const float4*>(row + q0 + 4));
+          qs[0] = u.x, qs[1] = u.y, qs[2] = u.z, qs[3] = u.w, qs[4] = v.x, qs[5] = v.y, qs[6] = v.z, qs[7] = v.w;
+        } else {
+#pragma unroll
+          for (int j = 0; j < kPer; ++j) qs[j] = q0 + j < q1 ? __ldcg(row + q0 + j) : -INFINITY;
+        }
         unsigned long long wj[kPer], loc = 0;
 #pragma unroll
         for (int j = 0; j < kPer; ++j) {
-          const int64_t i = q0 + j;
-          float s = i < q1 ? __ldcg(row + i) : -INFINITY;
-          wj[j] = i < q1 && kept(s) ? weight(s, m) : 0ull;
+          wj[j] = q0 + j < q1 && kept(qs[j]) ? weight(qs[j], m) : 0ull;
           loc += wj[j];
         }
         unsigned long long tot;
@@ -480,18 +517,23 @@ __global__ void __launch_bounds__(kThreads) k_final(SampleArgs a, Ws w) {
     a.tokens[r] = token;
     if (a.logprobs) a.logprobs[r] = (__ldcg(row + token) - m) - logZ;
   }
-  // top-n: n rounds over the chunks' candidate lists
+  // top-n: n rounds over the chunks' candidate lists (staged in shared memory when they fit)
   const int64_t ncand = w.C * n;
   const float* cv = w.topv + r * w.C * n;
   const int* ci = w.topi + r * w.C * n;
+  const bool staged = ncand <= kStage;
+  if (n > 0 && staged) {
+    for (int64_t q = threadIdx.x; q < ncand; q += kThreads) stage_v[q] = __ldcg(cv + q), stage_i[q] = __ldcg(ci + q);
+    __syncthreads();
+  }
   float pv = INFINITY;
   int pi = -1;
   for (int k = 0; k < n; ++k) {
     float v = -INFINITY;
     int vi = INT32_MAX;
     for (int64_t q = threadIdx.x; q < ncand; q += kThreads) {
-      const float s = __ldcg(cv + q);
-      const int i = __ldcg(ci + q);
+      const float s = staged ? stage_v[q] : __ldcg(cv + q);
+      const int i = staged ? stage_i[q] : __ldcg(ci + q);
       const bool after = s < pv || (s == pv && i > pi);
       if (after && better(s, i, v, vi)) v = s, vi = i;
     }
@@ -514,7 +556,7 @@ void launch_select(const SampleArgs& a, const Ws& w, dim3 grid, cudaStream_t st,
 
 }  // namespace
 
-int64_t sample_work_stride(int64_t V) { return V; }
+int64_t sample_work_stride(int64_t V) { return (V + 3) / 4 * 4; }  // 16-byte rows
 int64_t sample_workspace_bytes(const SampleArgs& a) { return ws_bytes(a.B, a.V, a.top_n); }
 
 void sample_rows(const SampleArgs& a, void* stream) {

@@ -57,7 +57,7 @@ class DecodeRunner {
   Model& m_;
   KvCache& cache_;
   std::vector<DecodeRow> rows_;
-  bool use_graph_;
+  bool use_graph_, greedy_ = false;
   int64_t B_ = 0, max_blocks_ = 0;
   Device d_;
   Stream stream_;

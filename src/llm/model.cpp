@@ -189,7 +189,7 @@ Array Model::project(const Array& x, const Array& w, const QuantizedWeight& qw, 
         copy_into(y.narrow(0, r, n), gemv_quantized(x.narrow(0, r, n), qw, ot));
       }
     }
-  } else if (device_.is_cuda() && half && opt_.use_gemv && M <= kGemvRows) {
+  } else if (device_.is_cuda() && half && opt_.use_gemv && M <= kGemvRows && w.numel() >= opt_.gemv_min_elems) {
     y = gemv(x, w);
   } else if (device_.is_cuda() && half) {
     y = linear(x, w);  // cuBLASLt with w [N, K]
@@ -202,7 +202,8 @@ Array Model::project(const Array& x, const Array& w, const QuantizedWeight& qw, 
 Array Model::lm_head(const Array& h) const {
   if (!w_.lm_head_q.format.empty()) return project(h, Array(), w_.lm_head_q, Array(), DType::f32);
   if (device_.is_cuda() && (dtype_ == DType::bf16 || dtype_ == DType::f16)) {
-    if (opt_.use_gemv && h.shape(0) <= kGemvRows) return gemv(h, w_.lm_head, DType::f32);
+    if (opt_.use_gemv && h.shape(0) <= kGemvRows && w_.lm_head.numel() >= opt_.gemv_min_elems)
+      return gemv(h, w_.lm_head, DType::f32);
     return linear(h, w_.lm_head, nullptr, Activation::none, nullptr, DType::f32);
   }
   return matmul(h, w_.lm_head.T()).astype(DType::f32);

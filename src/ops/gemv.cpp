@@ -16,6 +16,14 @@ void gemv_set_dense_path(int path) {
   g_dense_path.store(path);
 }
 int gemv_dense_path() { return g_dense_path.load(); }
+namespace {
+std::atomic<int> g_variant{0};
+}
+void gemv_set_variant(int v) {
+  if (v < 0 || v > 1) throw ValueError(cat("variant: expected 0 or 1, got ", v));
+  g_variant.store(v);
+}
+int gemv_variant() { return g_variant.load(); }
 
 Array gemv(const Array& x_in, const Array& w_in, std::optional<DType> out_dtype, const Stream* sp) {
   Device d = detail::common_device({{"x", &x_in}, {"w", &w_in}});
@@ -67,6 +75,7 @@ Array gemv(const Array& x_in, const Array& w_in, std::optional<DType> out_dtype,
       const int path = g_dense_path.load();
       a.mma = a.vec && k % 32 == 0 && (path == 1 || (path < 0 && kDenseMmaDefault));
       a.split = a.vec ? cuda::gemv_split(n, k, a.mma) : 1;
+      a.variant = g_variant.load();
       Array part;
       if (a.split > 1) {
         part = Array::empty({int64_t(a.split), m, n}, DType::f32, d, &s);

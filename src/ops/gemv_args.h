@@ -17,6 +17,7 @@ struct GemvArgs {
   int split = 1;     // CUDA: slices of k summed by a second pass in slice order
   bool vec = false;  // CUDA: rows of x and w are 16-byte aligned (16-byte loads)
   bool mma = false;  // CUDA: the tensor-core kernel (vec and K % 32 == 0)
+  int variant = 0;   // CUDA: kernel variant (gemv_set_variant)
 };
 
 // Which CUDA kernel reads bf16/fp16 weights when both can: -1 the default, 0 the
@@ -24,6 +25,10 @@ struct GemvArgs {
 // never depends on M, so a row's bits do not depend on the batch).
 void gemv_set_dense_path(int path);
 int gemv_dense_path();
+// Benchmarking switch of every GEMV kernel: 0 the default, 1 twice the loads in flight per
+// thread. Like the path, never a function of M.
+void gemv_set_variant(int variant);
+int gemv_variant();
 
 namespace cpu {
 void gemv(const GemvArgs& a);

@@ -209,7 +209,8 @@ struct DecodeArgs {
   // CUDA flash-decoding split (see decode_chunk) and workspace: partial
   // (unnormalized) outputs and their max / sum per split.
   int chunk_min = nn::kDecodeChunkMin, chunk_max = nn::kDecodeChunkMax, target_splits = nn::kDecodeTargetSplits;
-  int variant = 0;  // kernel tuning variant (0: default; see attention_decode.cu)
+  int variant = 0;     // kernel tuning variant (0: default; see attention_decode.cu)
+  int grid_order = 0;  // CTA order (0 or 1; see attention_decode.cu)
   float* ws_o = nullptr;  // [B, hq, nsplit, D]
   float* ws_ml = nullptr; // [B, hq, nsplit, 2]
   int nsplit = 0;         // workspace stride: decode_splits_bound(capacity)

@@ -4,6 +4,7 @@
 #include "gpukit/quant.h"
 #include "ops/common.h"
 #include "ops/gguf_blocks.h"
+#include "ops/gemv_args.h"
 #include "ops/quant_args.h"
 
 namespace gk {
@@ -297,6 +298,7 @@ Array gemv_quantized(const Array& x_in, const QuantizedWeight& qw, std::optional
 #if GPUKIT_WITH_CUDA
     if (!al(a.x, 16)) x = x.copy(&s), a.x = x.data();
     a.split = cuda::qgemv_split(n, k, f);
+    a.variant = gemv_variant();
     Array part;
     if (a.split > 1) {
       part = Array::empty({int64_t(a.split), m, n}, DType::f32, d, &s);

@@ -55,6 +55,7 @@ struct QGemvArgs {
   DType x_dtype = DType::bf16, out_dtype = DType::bf16;
   QFormat fmt = QFormat::int8;
   int split = 1;
+  int variant = 0;  // CUDA kernel variant (gemv_set_variant in ops/gemv_args.h)
 };
 
 namespace cpu {

@@ -234,7 +234,7 @@ def ref_greedy(cfg, weights, ids, n, family="llama"):
     return out
 
 
-def write_gpt2_gguf(path, cfg, weights, fmt="F32", tie=False):
+def write_gpt2_gguf(path, cfg, weights, fmt="F32", tie=False, transpose=True):
     """llama.cpp's GPT-2 layout: projections transposed to [out, in]; returns the HF-layout
     weights as the model sees them after quantization."""
     import gguf
@@ -264,7 +264,7 @@ def write_gpt2_gguf(path, cfg, weights, fmt="F32", tie=False):
         else:
             _, l, *rest = short.split(".")
             g = f"blk.{l}.{roles['.'.join(rest[:-1])]}.{rest[-1]}"
-        stored = np.ascontiguousarray(arr.T) if conv else arr
+        stored = np.ascontiguousarray(arr.T) if conv and transpose else arr  # transpose=False: a broken converter
         if stored.ndim == 2 and fmt == "Q8_0" and stored.shape[1] % 32 == 0:
             q = gguf.quants.quantize(stored, Q.Q8_0)
             wr.add_tensor(g, q, raw_dtype=Q.Q8_0)
@@ -275,7 +275,7 @@ def write_gpt2_gguf(path, cfg, weights, fmt="F32", tie=False):
         else:
             wr.add_tensor(g, stored.astype(np.float32))
             deq = stored.astype(np.float32)
-        seen[name] = np.ascontiguousarray(deq.T) if conv else deq
+        seen[name] = np.ascontiguousarray(deq.T) if conv and transpose else deq
     wr.write_header_to_file()
     wr.write_kv_data_to_file()
     wr.write_tensors_to_file()

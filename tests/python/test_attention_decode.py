@@ -215,7 +215,8 @@ def test_cuda_batch_invariance_bitwise():
 
 @gpu
 @pytest.mark.parametrize("split", ["32,32,100000", "4096,4096,1", "64,1024,8", "64,512,32,1", "64,512,32,2",
-                                   "64,512,32,3", "64,512,32,4"])
+                                   "64,512,32,3", "64,512,32,4", "64,512,32,0,1", "128,512,16,1,1", "64,512,32,5",
+                                   "64,128,128,5", "32,64,1000,5"])
 def test_cuda_split_override(split, monkeypatch):
     lens = np.array([1, 4000, 9000, 333], np.int32)
     q, kc, vc, bt = setup_compact(lens, 16, 4, 128, 32, "bfloat16", seed=6)  # G = 4, D = 128: the variants apply
@@ -233,3 +234,62 @@ def test_split_override_rejected(monkeypatch):
             cuda_decode(q, kc, vc, lens, bt)
     out = gk.nn.attention_decode(q, kc, vc, lens, block_table=bt)  # the CPU reference has no split
     check(out, ref_decode(f64(q), f64(kc), f64(vc), lens, bt), 1e-5, "cpu with override set")
+
+
+# ---- the head-group kernel (GPUKIT_DECODE_SPLIT variant 5; attention_decode_hg.cu) ----
+HG = "64,128,128,5"
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("Hq,Hkv", [(32, 8), (8, 8), (12, 1), (40, 8), (6, 3), (64, 2)])
+def test_cuda_head_group_kernel(dtype, D, Hq, Hkv, monkeypatch):
+    lens = np.array([1, 700, 129, 64, 0, 2500], np.int32)
+    q, kc, vc, bt = setup_compact(lens, Hq, Hkv, D, 16, dtype, seed=D + Hq + Hkv)
+    want = ref_decode(f64(q), f64(kc), f64(vc), lens, bt)
+    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", HG)
+    check(cuda_decode(q, kc, vc, lens, bt), want, TOL[dtype] * 2, f"hg {dtype} D={D} Hq={Hq} Hkv={Hkv}")
+
+
+@gpu
+@pytest.mark.parametrize("kw", [{"window": 100, "softcap": 3.0}, {"window": 2100}, {"scale": 0.05}])
+def test_cuda_head_group_window_fp8(kw, monkeypatch):
+    B, Hq, Hkv, D, Tm = 3, 32, 8, 128, 4500
+    q, kc, vc = (make(s, "bfloat16", i) for i, s in enumerate([(B, Hq, D), (B, Tm, Hkv, D), (B, Tm, Hkv, D)]))
+    lens = np.array([4500, 2101, 64], np.int32)
+    want = ref_decode(f64(q), f64(kc), f64(vc), lens, **kw)
+    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", HG)
+    check(cuda_decode(q, kc, vc, lens, **kw), want, 3.2e-2, f"hg contiguous {kw}")
+    ks = np.linspace(0.5, 1.5, Hkv).astype(np.float32)
+    k8 = gk.asarray(gk.to_numpy(kc).astype(np.float32) / ks[None, None, :, None]).astype("float8_e4m3fn")
+    v8 = gk.asarray(gk.to_numpy(vc).astype(np.float32) / ks[None, None, :, None]).astype("float8_e4m3fn")
+    cpu = gk.nn.attention_decode(q, k8, v8, lens, k_scale=ks, v_scale=ks, **kw)
+    got = cuda_decode(q, k8, v8, lens, k_scale=gk.asarray(ks).to("cuda"), v_scale=gk.asarray(ks).to("cuda"), **kw)
+    check(got, f64(cpu), 3.2e-2, f"hg fp8 {kw}")
+
+
+@gpu
+def test_cuda_head_group_bitwise_same_as_alone_and_deterministic(monkeypatch):
+    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", HG)
+    Hq, Hkv, D, bs = 32, 8, 128, 16
+    lens = np.array([4096, 17, 9000, 300, 1, 129], np.int32)
+    B = len(lens)
+    _, kc, vc, bt = setup_compact(lens, Hq, Hkv, D, bs, "bfloat16", seed=21)
+    q32 = np.random.default_rng(22).standard_normal((B, Hq, D)).astype(np.float32)
+    kd, vd = kc.to("cuda"), vc.to("cuda")
+
+    def run(idx):
+        qd = gk.asarray(np.ascontiguousarray(q32[idx])).astype("bfloat16").to("cuda")
+        return bits(gk.nn.attention_decode(qd, kd, vd, gk.asarray(np.ascontiguousarray(lens[idx])).to("cuda"),
+                                           block_table=gk.asarray(np.ascontiguousarray(bt[idx])).to("cuda")))
+
+    full = run(np.arange(B))
+    np.testing.assert_array_equal(full, run(np.arange(B)))
+    for i in range(B):
+        np.testing.assert_array_equal(run(np.array([i]))[0], full[i])
+    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "64,128,128,0")  # the other kernel: same chunks, close values
+    other = gk.to_numpy(gk.nn.attention_decode(gk.asarray(q32).astype("bfloat16").to("cuda"), kd, vd,
+                                               gk.asarray(lens).to("cuda"), block_table=gk.asarray(bt).to("cuda")))
+    full_f = (full.astype(np.uint32) << 16).view(np.float32).astype(np.float64)  # bf16 bits -> values
+    np.testing.assert_allclose(other.astype(np.float64), full_f, rtol=2e-2, atol=2e-2)

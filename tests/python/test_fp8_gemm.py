@@ -149,6 +149,14 @@ def test_quantize_fp8_blocks(device, shape, block_rows, dtype):
     assert np.all(np.abs(deq - src) <= 2.0**-4 * np.abs(src) + 2.0**-9 * np.max(np.abs(src)))
 
 
+# cuBLASLt's block-scaled kernels sum each 128-wide block on the FP8 tensor cores, whose
+# adder keeps about 14 significant bits (the DeepSeek-V3 report; the H200 run of
+# 2026-11-30 measured 2^-13.9 of the block's sum of |products|), and add the scaled blocks
+# in fp32. The bound allows 8x that: still orders of magnitude below any wrong scale or
+# block index. gpukit's own kernel is held to fp32 (and to the CPU's bits).
+LT_BLOCK_ACC = 2.0**-11
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("m,k,n", [(1, 128, 128), (7, 200, 130), (64, 512, 256), (130, 1024, 384), (16, 4096, 512),
                                    (5, 100, 3)])
@@ -167,7 +175,7 @@ def test_fp8_block_linear(device, m, k, n, out, with_bias):
     used_lt = gk.linalg.cublaslt_info()["lt_calls"] > before["lt_calls"]
     assert got.dtype == getattr(gk, out) and got.shape == (m, n)
     ref, bound = block_ref(xq, xs, wq, ws, bias, out)
-    tol = 2 * EPS[out] * np.abs(ref) + 2 * (k + 8) * 2.0**-24 * bound + 1e-30
+    tol = 2 * EPS[out] * np.abs(ref) + (LT_BLOCK_ACC if used_lt else 2 * (k + 8) * 2.0**-24) * bound + 1e-30
     g = gk.to_numpy(got).astype(np.float64)
     check(g, ref, tol, f"{device} m={m} k={k} n={n} {out} bias={with_bias} ({'cuBLASLt' if used_lt else 'gpukit'})")
     if device == "cuda":
@@ -191,7 +199,9 @@ def test_fp8_block_linear_cublaslt_taken():
     got = gk.fp8_block_linear(*(gk.asarray(v).to("cuda") for v in (xq, wq, xs, ws)))
     after = gk.linalg.cublaslt_info()
     ref, bound = block_ref(xq, xs, wq, ws)
-    check(gk.to_numpy(got).astype(np.float64), ref, 2 * EPS["bfloat16"] * np.abs(ref) + 2 * (k + 8) * 2.0**-24 * bound,
+    err = np.abs(gk.to_numpy(got).astype(np.float64) - ref)
+    print(f"cuBLASLt block-scaled fp8: max |err| / bound = {np.max(err / bound):.3g} (2^{np.log2(np.max(err / bound)):.1f})")
+    check(gk.to_numpy(got).astype(np.float64), ref, 2 * EPS["bfloat16"] * np.abs(ref) + LT_BLOCK_ACC * bound,
           "cuBLASLt block-scaled")
     print("cuBLASLt", after["version"], "lt_calls +", after["lt_calls"] - before["lt_calls"], "fallback +",
           after["fallback_calls"] - before["fallback_calls"])

@@ -93,6 +93,48 @@ def test_gpt2_bad_configs_and_shapes(tmp_path):
         gk.llm.load(d)
 
 
+def test_gpt2_quantize_is_refused(tmp_path):
+    """Load-time quantization covers the llama-style layouts only: a clear error, and the
+    weights read before it are freed."""
+    cfg = tiny_config("gpt2")
+    d = save_model(str(tmp_path / "m"), cfg, make_weights(cfg, "gpt2", seed=32), model_type="gpt2")
+    gk.empty_cache()
+    before = gk.memory_stats("cpu")["allocated"]
+    with pytest.raises(ValueError, match="quantize: .*not for layer 0 of this gpt2 model"):
+        gk.llm.load(d, quantize="int8")
+    assert gk.memory_stats("cpu")["allocated"] == before
+
+
+def test_gpt2_with_a_tokenizer(tmp_path):
+    """A GPT-2 directory with a byte-level BPE tokenizer.json: text in, text out, the same
+    ids as the tokenizers library, greedy tokens equal to the NumPy reference's."""
+    tk = pytest.importorskip("tokenizers")
+    corpus = ["the quick brown fox jumps over the lazy dog", "a small model writes a few words",
+              "hello world, hello there; numbers 123 and 456"] * 10
+    tok = tk.Tokenizer(tk.models.BPE())
+    tok.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = tk.decoders.ByteLevel()
+    tok.train_from_iterator(corpus, tk.trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False))
+    V = tok.get_vocab_size()
+    eos = tok.token_to_id("<|endoftext|>")
+    cfg = dict(tiny_config("gpt2"), vocab_size=V, bos_token_id=eos, eos_token_id=eos)
+    w = make_weights(cfg, "gpt2", seed=33)
+    d = save_model(str(tmp_path / "m"), cfg, w, model_type="gpt2")
+    tok.save(str(tmp_path / "m" / "tokenizer.json"))
+    m = gk.llm.load(d)
+    assert m.tokenizer is not None and m.config.vocab_size == V
+    text = "the quick brown fox says hello"
+    ids = tok.encode(text).ids
+    assert m.tokenizer.encode(text) == ids
+    out = m.generate(text, max_new_tokens=8, ignore_eos=True)
+    assert out.ids == ref_greedy(cfg, w, ids, 8, "gpt2")
+    assert out.text == tok.decode(out.ids)
+    assert "".join(m.stream(text, max_new_tokens=8)) == \
+        tok.decode(m.generate(text, max_new_tokens=8).ids, skip_special_tokens=True)
+
+
 def test_gpt2_random_model():
     cfg = dict(tiny_config("gpt2"), model_type="gpt2")
     m = gk.llm.random_model(cfg, seed=3)
@@ -120,6 +162,15 @@ def test_gpt2_gguf(tmp_path, fmt):
     # decode over the cache agrees with the full forward
     out = m.generate(ids[:4], max_new_tokens=6, ignore_eos=True)
     assert out.ids == ref_greedy(cfg, seen, ids[:4], 6, "gpt2")
+
+
+def test_gpt2_gguf_untransposed_projection_is_named(tmp_path):
+    """A GGUF whose converter left the Conv1D projections [in, out]: the first one is named."""
+    pytest.importorskip("gguf")
+    cfg = tiny_config("gpt2")
+    write_gpt2_gguf(tmp_path / "g.gguf", cfg, make_weights(cfg, "gpt2", seed=34), transpose=False)
+    with pytest.raises(ValueError, match=r"blk.0.attn_qkv.weight has shape \(128, 384\), expected \(384, 128\)"):
+        gk.llm.load(str(tmp_path / "g.gguf"))
 
 
 # ---- GPT-2 on CUDA (skipped without a GPU) ----

@@ -122,3 +122,19 @@ def test_profile_decode_names_every_op():
             "lm_head"} <= names, names
     assert all(ms >= 0 for _, _, ms in prof)
     print("\nprofile:", [(n, l, round(ms * 1e3, 1)) for n, l, ms in prof][:14])
+
+
+@pytest.mark.parametrize("quantize", ["fp8", "int8", "int4"])
+def test_quantized_cuda_matches_cpu(quantize):
+    # The same quantized weights on CUDA (bf16 activations, gemv_quantized kernels; the
+    # prefill runs the GEMV per 8 rows) and on the CPU (float32 model, the reference).
+    ids = PROMPTS[2]
+    cpu = gk.to_numpy(gk.llm.random_model(CFG, seed=4, quantize=quantize).forward(ids)).astype(np.float64)
+    gpu = gk.to_numpy(gk.llm.random_model(CFG, device="cuda", dtype="bfloat16", seed=4,
+                                          quantize=quantize).forward(ids)).astype(np.float64)
+    rel = float(np.max(np.abs(gpu - cpu)) / np.max(np.abs(cpu)))
+    print(f"\n{quantize}: CUDA bf16 vs CPU float32 logits, max relative error {rel:.4f}")
+    assert rel < 5e-2
+    out = gk.llm.random_model(CFG, device="cuda", dtype="bfloat16", seed=4, quantize=quantize).generate(
+        [ids], max_new_tokens=4, ignore_eos=True)
+    assert len(out.ids[0]) == 4

@@ -116,6 +116,22 @@ def test_cuda_matches_numpy(tiny_mixtral, dtype, tol):
         assert rel_err(got, ref_logits(CFG, w, seq)[-1]) < tol
 
 
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_cuda_graph_generation(tiny_mixtral, dtype):
+    """Greedy generation with the decode step captured as a CUDA graph (the MoE layer has no
+    host synchronization): the same tokens as eager decoding, and in fp32 as the CPU."""
+    w, d = tiny_mixtral
+    m = gk.llm.load(d, device="cuda", dtype=dtype)
+    prompts = [PROMPT, PROMPT[:4]]
+    graph = m.generate(prompts, max_new_tokens=12, ignore_eos=True, cuda_graph=True).ids
+    eager = m.generate(prompts, max_new_tokens=12, ignore_eos=True, cuda_graph=False).ids
+    assert graph == eager
+    if dtype == "float32":
+        cpu = gk.llm.load(d).generate(prompts, max_new_tokens=12, ignore_eos=True).ids
+        assert graph == cpu
+
+
 def write_moe_gguf(path, cfg, weights):
     gguf = pytest.importorskip("gguf")
     from test_llm_gguf import ROLES, permute

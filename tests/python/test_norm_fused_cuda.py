@@ -60,7 +60,8 @@ def check(got, want, dtype, what):
 NORM_SHAPES = ["", "norm.tpr=32", "norm.tpr=64", "norm.tpr=128", "norm.tpr=256", "norm.tpr=512", "norm.tpr=1024",
                "norm.tpr=128,norm.rows=2", "norm.tpr=64,norm.rows=4", "norm.tpr=32,norm.rows=8", "norm.persist=1",
                "norm.persist=1,norm.grid=5", "norm.persist=1,norm.tpr=64,norm.rows=2,norm.grid=3",
-               "norm.persist=1,norm.tpr=32,norm.rows=4,norm.grid=2", "norm.persist=1,norm.tpr=128,norm.grid=1"]
+               "norm.persist=1,norm.tpr=32,norm.rows=4,norm.grid=2", "norm.persist=1,norm.tpr=128,norm.grid=1",
+               "norm.prew=1", "norm.prew=1,norm.tpr=64,norm.rows=2", "norm.prew=1,norm.persist=1,norm.grid=4"]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -8,6 +8,10 @@
 
 #include "cuda/common/rows.cuh"
 
+namespace gk {
+struct DecodeArgs;
+}
+
 namespace gk::cuda {
 
 // Copies 16 bytes from global `src` to shared `dst`; when !valid the 16 bytes
@@ -44,5 +48,10 @@ __device__ __forceinline__ void vec16_to_float(const void* p, float* out) {
 #pragma unroll
   for (int j = 0; j < N; ++j) out[j] = float(v.v[j]);
 }
+
+// attention_decode.cu: the kernel merging the chunk partials of a decode call.
+void launch_decode_merge(const DecodeArgs& a, cudaStream_t st);
+// attention_decode_hg.cu: the head-group decode kernel (chunks + merge); false when the shape is not covered.
+bool attention_decode_hg(const DecodeArgs& a, cudaStream_t st);
 
 }  // namespace gk::cuda

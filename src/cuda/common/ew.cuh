@@ -197,11 +197,15 @@ void launch_binary(const EwArgs& a, F f, compute_t<T> sv, cudaStream_t s) {
 }
 
 // ---- one input ----
+// Twice the binary kernel's unroll: one stream in needs twice the vectors per
+// thread to keep as many bytes in flight.
+constexpr int kUnrollUnary = 2 * kUnroll;
+
 template <class T, class R, int N, class F>
 __global__ void __launch_bounds__(kThreads) k_unary_vec(const T* __restrict__ x, R* __restrict__ out, int64_t nvec,
                                                         F f) {
   using RT = raw_t<T, N>;
-  constexpr int64_t kTile = int64_t(kThreads) * kUnroll;
+  constexpr int64_t kTile = int64_t(kThreads) * kUnrollUnary;
   const int64_t full = nvec / kTile;
   auto compute = [&](const RT& xr, int64_t i) {
     Vec<T, N> xv = as_vec<T, N>(xr);
@@ -212,11 +216,11 @@ __global__ void __launch_bounds__(kThreads) k_unary_vec(const T* __restrict__ x,
   };
   for (int64_t tile = blockIdx.x; tile < full; tile += gridDim.x) {
     const int64_t base = tile * kTile + threadIdx.x;
-    RT xa[kUnroll];
+    RT xa[kUnrollUnary];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) xa[u] = ld_vec<T, N>(x, base + u * kThreads);
+    for (int u = 0; u < kUnrollUnary; ++u) xa[u] = ld_vec<T, N>(x, base + u * kThreads);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) compute(xa[u], base + u * kThreads);
+    for (int u = 0; u < kUnrollUnary; ++u) compute(xa[u], base + u * kThreads);
   }
   for (int64_t i = full * kTile + int64_t(blockIdx.x) * kThreads + threadIdx.x; i < nvec;
        i += int64_t(gridDim.x) * kThreads)
@@ -242,7 +246,7 @@ void launch_unary(const EwArgs& a, F f, cudaStream_t s) {
   if (a.contiguous && aligned_for<R, N>(out) && aligned_for<T, N>(x)) {
     int64_t nvec = a.numel / N;
     if (nvec > 0) {
-      k_unary_vec<T, R, N><<<grid_for(nvec, kThreads * kUnroll), kThreads, 0, s>>>(x, out, nvec, f);
+      k_unary_vec<T, R, N><<<grid_for(nvec, kThreads * kUnrollUnary), kThreads, 0, s>>>(x, out, nvec, f);
       GK_LAUNCH_CHECK("unary_vec");
     }
     done = nvec * N;

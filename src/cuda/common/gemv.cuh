@@ -53,6 +53,7 @@ struct KArgs {
   int64_t m = 0, n = 0, k = 0, x_rs = 0, q_rs = 0, group = 0;
   DType out = DType::bf16;
   int wpg = kWarps;  // warps per row group (a CTA holds kWarps / wpg groups of R rows)
+  int variant = 0;   // host side: 1 = twice the loads in flight per thread
 };
 
 // ---- small device helpers ----
@@ -394,10 +395,20 @@ void launch_family(const KArgs& p_in, int split, cudaStream_t st) {
   const int64_t blocks = (p.n + rows_per_cta - 1) / rows_per_cta;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   dim3 grid(unsigned(blocks), unsigned(std::max(1, split)));
-  if (p.m <= 1) k_gemv<F, T, 1, R, U><<<grid, kThreads, 0, st>>>(p);
-  else if (p.m <= 2) k_gemv<F, T, 2, R, U><<<grid, kThreads, 0, st>>>(p);
-  else if (p.m <= 4) k_gemv<F, T, 4, R, U><<<grid, kThreads, 0, st>>>(p);
-  else k_gemv<F, T, 8, R, U><<<grid, kThreads, 0, st>>>(p);
+  if (p.variant == 1) {
+    if (p.m <= 1) k_gemv<F, T, 1, R, 2 * U><<<grid, kThreads, 0, st>>>(p);
+    else if (p.m <= 2) k_gemv<F, T, 2, R, 2 * U><<<grid, kThreads, 0, st>>>(p);
+    else if (p.m <= 4) k_gemv<F, T, 4, R, 2 * U><<<grid, kThreads, 0, st>>>(p);
+    else k_gemv<F, T, 8, R, 2 * U><<<grid, kThreads, 0, st>>>(p);
+  } else if (p.m <= 1) {
+    k_gemv<F, T, 1, R, U><<<grid, kThreads, 0, st>>>(p);
+  } else if (p.m <= 2) {
+    k_gemv<F, T, 2, R, U><<<grid, kThreads, 0, st>>>(p);
+  } else if (p.m <= 4) {
+    k_gemv<F, T, 4, R, U><<<grid, kThreads, 0, st>>>(p);
+  } else {
+    k_gemv<F, T, 8, R, U><<<grid, kThreads, 0, st>>>(p);
+  }
   GK_LAUNCH_CHECK("gemv");
   if (split > 1) launch_sum(p, split, st);
 }

@@ -26,7 +26,7 @@
 
 namespace gk::cuda::gemv_detail {
 
-constexpr int kWarpsM = 4;
+constexpr int kWarpsM = 8;  // warps sharing a CTA's 16 rows (k interleaved)
 
 template <class T>
 __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -75,9 +75,10 @@ __device__ __forceinline__ uint32_t splat(float v) {
 }
 
 // The two 4-bit codes of byte i of u as 16-bit halves [lo nibble, hi nibble] (0..15 each):
-// L = u & 0x0f0f0f0f, H = (u >> 4) & 0x0f0f0f0f; selector nibbles 0x8 | i give 0x00 bytes.
+// L = u & 0x0f0f0f0f, H = (u >> 4) & 0x0f0f0f0f; bytes L_i, H_i moved to bytes 0 and 2,
+// the other bytes masked off (__byte_perm uses only the low 3 bits of each selector).
 __device__ __forceinline__ uint32_t nib_pair(uint32_t L, uint32_t H, int i) {
-  return __byte_perm(L, H, uint32_t(i) | ((0x8u | i) << 4) | ((4u + i) << 8) | ((0x8u | i) << 12));
+  return __byte_perm(L, H, uint32_t(i) | ((4u + i) << 8)) & 0x000f000fu;
 }
 
 // Functor interface of k_mma_gemv. E: weights per 16-byte chunk; tiles of 4 chunks per row;
@@ -341,11 +342,12 @@ __global__ void __launch_bounds__(kWarpsM * 32) k_mma_gemv(const KArgs p) {
   }
 }
 
-// Split for the tensor-core kernel: CTAs of 16 rows; enough CTAs for 8 per SM, at least
-// 2 tiles per warp per slice. A function of (N, K, weights per chunk) only.
+// Split for the tensor-core kernel: CTAs of 16 rows and kWarpsM warps; a second pass only
+// when there are fewer CTAs than SMs (N < 2112), then about 2 CTAs per SM, at least 2
+// tiles per warp per slice. A function of (N, K) only.
 inline int split_mma(int64_t n, int64_t tiles) {
-  const int64_t ctas = (n + 15) / 16, target = 132 * 8;
-  if (ctas >= target) return 1;
+  const int64_t ctas = (n + 15) / 16, target = 132 * 2;
+  if (ctas >= 132) return 1;
   int64_t sp = (target + ctas - 1) / ctas;
   sp = std::min<int64_t>({sp, 16, std::max<int64_t>(tiles / (2 * kWarpsM), 1)});
   return int(std::max<int64_t>(sp, 1));
@@ -357,7 +359,8 @@ void launch_mma(const KArgs& p, int split, cudaStream_t st) {
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   dim3 grid(unsigned(blocks), unsigned(std::max(1, split)));
-  k_mma_gemv<F, T, U><<<grid, kWarpsM * 32, 0, st>>>(p);
+  if (p.variant == 1) k_mma_gemv<F, T, 2 * U><<<grid, kWarpsM * 32, 0, st>>>(p);
+  else k_mma_gemv<F, T, U><<<grid, kWarpsM * 32, 0, st>>>(p);
   GK_LAUNCH_CHECK("gemv_mma");
   if (split > 1) launch_sum(p, split, st);
 }

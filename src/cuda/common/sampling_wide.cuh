@@ -82,6 +82,26 @@ __host__ __device__ inline Ws ws_layout(void* base, int64_t B, int64_t V, int to
   return w;
 }
 
+// Entry j of thread t in the chunk starting at c0 (work rows are padded to 16 bytes):
+// j < 4: c0 + 4t + j, j >= 4: c0 + 1024 + 4t + j - 4 (two float4 loads per thread).
+__device__ __forceinline__ int64_t ent(int64_t c0, int j) {
+  return c0 + (j >> 2) * (kThreads * 4) + int64_t(threadIdx.x) * 4 + (j & 3);
+}
+// All 8 loads issued before any use (a loop with `break` would serialize them).
+__device__ __forceinline__ void load_chunk(const float* row, int64_t c0, int64_t c1, float (&v)[kPer]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t b = ent(c0, 4 * h);
+    if (b + 4 <= c1) {
+      const float4 q = *reinterpret_cast<const float4*>(row + b);
+      v[4 * h] = q.x, v[4 * h + 1] = q.y, v[4 * h + 2] = q.z, v[4 * h + 3] = q.w;
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[4 * h + e] = b + e < c1 ? row[b + e] : -INFINITY;
+    }
+  }
+}
+
 // a better than b: larger value, ties -> lower index.
 __device__ __forceinline__ bool better(float a, int ia, float b, int ib) { return a > b || (a == b && ia < ib); }
 

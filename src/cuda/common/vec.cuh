@@ -13,6 +13,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -144,6 +145,21 @@ inline int sm_count() {
   int& n = cache[dev & 63];
   if (!n && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) n = 132;
   return n;
+}
+
+// Blocks of kernel K with `threads` threads that are resident at once on the
+// device (one wave), for persistent grids. Cached per kernel and block size
+// (the first device's answer).
+template <auto K>
+inline int64_t resident_blocks(int threads) {
+  static int cache[33] = {};  // benign race: every writer stores the same value
+  int& per = cache[std::min(32, std::max(0, threads / 32))];
+  if (!per) {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, K, threads, 0) != cudaSuccess) n = 2048 / threads;
+    per = std::max(1, n);
+  }
+  return int64_t(sm_count()) * per;
 }
 
 // Launch-shape overrides for benchmarking: GPUKIT_TUNE="key=value,key=value".
