@@ -9,8 +9,9 @@ flash / cuDNN / memory-efficient, and flash on the [1, H, S, D] view of the shar
 fastest is the peer. TFLOP/s counts 4 * S^2 * D * Hq / 2 (causal half).
 Each size also prints the max |gpukit - torch| of the outputs and, in brackets, the TFLOP/s of the
 other sm_90 kernels (GPUKIT_PREFILL_SM90=1: cp.async, =2: warp-specialized without ping-pong,
-=4: ping-pong with 3 K/V stages, =5: ping-pong in a persistent grid, =6: the same with 3 stages);
-the record holds the default (=3: warp-specialized, ping-pong). Records: name attention_prefill,
+=3: ping-pong, one CTA per tile, =4: the same with 3 K/V stages, =6: persistent with 3 stages);
+the record holds the default (=5: warp-specialized, ping-pong, persistent grid). Records: name
+attention_prefill,
 shape S{S}_H32_D128_causal (GQA: S{S}_Hq32_Hkv8_D128_causal), metric TFLOP/s, peer torch SDPA.
 Exits 0 with a message without CUDA or torch.
 """
@@ -125,10 +126,11 @@ def main():
         gq, gk_, gv = gk.from_dlpack(q), gk.from_dlpack(k), gk.from_dlpack(v)
         flops = 4.0 * S * S * D * Hq / 2
         # The other sm_90 kernels for comparison (GPUKIT_PREFILL_SM90=1: cp.async, =2: warp-specialized
-        # without ping-pong, =4: 3 K/V stages, =5: persistent, =6: both), then the default one (=3).
+        # without ping-pong, =3: ping-pong, =4: 3 K/V stages, =6: persistent, 3 stages), then the
+        # default one (=5: ping-pong in a persistent grid).
         other = ""
         if not a.no_other:
-            for env, what in (("1", "cp.async"), ("2", "no ping-pong"), ("4", "3-stage"), ("5", "persistent"),
+            for env, what in (("1", "cp.async"), ("2", "no ping-pong"), ("3", "not persistent"), ("4", "3-stage"),
                               ("6", "persistent 3-stage")):
                 os.environ["GPUKIT_PREFILL_SM90"] = env
                 if S == cases[0][0]:  # name the kernel that runs (stderr), once

@@ -179,13 +179,15 @@ void launch(const PrefillArgs& a, unsigned ny, cudaStream_t st) {
 // GPUKIT_PREFILL_SM90 in the environment (read per call, so tests and benchmarks
 // can compare): "0" turns the wgmma kernels off (generic kernel), "1" selects
 // this cp.async kernel, "2" the warp-specialized TMA kernel, "3" the same with
-// ping-pong scheduling of its consumer warpgroups (the default), "4" ping-pong
-// with three K/V stages, "5" ping-pong in a persistent grid (one sequence only;
-// with cu_seqlens it runs as "3"), "6" persistent with three stages.
+// ping-pong scheduling of its consumer warpgroups, "4" ping-pong with three K/V
+// stages, "5" ping-pong in a persistent grid (one sequence only; with
+// cu_seqlens it runs as "3"), "6" persistent with three stages. Default: "5"
+// (H200, causal bf16 H=32 D=128: 251 / 556 / 554 TFLOP/s at S = 1K / 4K / 16K
+// against 240 / 526 / 540 for "3" in the same run).
 int variant_from_env() {
   const char* e = std::getenv("GPUKIT_PREFILL_SM90");
   if (e && e[0] >= '0' && e[0] <= '6' && e[1] == 0) return e[0] - '0';
-  return 3;
+  return 5;
 }
 // GPUKIT_PREFILL_SM90_LOG set: one stderr line per call naming the kernel that ran.
 void log_choice(const PrefillArgs& a, const char* kernel) {

@@ -20,10 +20,9 @@ _VARIANT_ENV = {"sm90pp": "3", "sm90ws": "2", "sm90p3": "4", "sm90ps": "5", "sm9
 @pytest.fixture(autouse=True, params=list(_VARIANT_ENV))
 def kernel_variant(request, monkeypatch):
     """Runs each test with each sm_90 kernel (GPUKIT_PREFILL_SM90): the warp-specialized TMA kernel
-    with ping-pong scheduling (3, the default), without it (2), with three K/V stages (4), in a
-    persistent grid (5; one sequence only, else as 3), persistent with three stages (6) and the
-    cp.async kernel (1). Elsewhere all of
-    them run the generic kernel. Select one with -k sm90pp etc."""
+    with ping-pong scheduling (3), without it (2), with three K/V stages (4), in a persistent grid
+    (5, the default; one sequence only, else as 3), persistent with three stages (6) and the
+    cp.async kernel (1). Elsewhere all of them run the generic kernel. Select one with -k sm90pp etc."""
     monkeypatch.setenv("GPUKIT_PREFILL_SM90", _VARIANT_ENV[request.param])
     monkeypatch.setenv("GPUKIT_PREFILL_SM90_LOG", "1")  # stderr names the kernel that ran
     return request.param
