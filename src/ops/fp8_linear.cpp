@@ -104,25 +104,7 @@ Array fp8_linear(const Array& x, const Array& w, const Array& x_scale, const Arr
   ma.out_dtype = DType::f32;
   detail::run_gemm(ma, d, s);
   Array xsv = xs.broadcast_to({m}).contiguous(&s), wsv = ws.broadcast_to({n}).contiguous(&s);
-  Int8EpilogueArgs ea;
-  ea.acc = acc.data();
-  ea.acc_dtype = DType::f32;
-  ea.xs = xsv.data_as<float>();
-  ea.ws = wsv.data_as<float>();
-  ea.bias = bias.defined() ? bias.data() : nullptr;
-  ea.out = y.data();
-  ea.m = m;
-  ea.n = n;
-  ea.out_dtype = out;
-  if (d.is_cpu()) {
-    cpu::int8_epilogue(ea);
-  } else {
-#if GPUKIT_WITH_CUDA
-    cuda::int8_epilogue(ea, s.handle());
-#else
-    detail::no_cuda_backend();
-#endif
-  }
+  detail::scale_epilogue(acc, xsv, wsv, bias, y, m, n, out, d, s);
   return y;
 }
 

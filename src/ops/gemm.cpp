@@ -145,6 +145,29 @@ void run_gemm(const MatmulArgs& ma, Device d, const Stream& s) {
 #endif
 }
 
+void scale_epilogue(const Array& acc, const Array& xs, const Array& ws, const Array& bias, Array& y, int64_t m,
+                    int64_t n, DType out, Device d, const Stream& s) {
+  Int8EpilogueArgs ea;
+  ea.acc = acc.data();
+  ea.acc_dtype = acc.dtype();
+  ea.xs = xs.data_as<float>();
+  ea.ws = ws.data_as<float>();
+  ea.bias = bias.defined() ? bias.data() : nullptr;
+  ea.out = y.data();
+  ea.m = m;
+  ea.n = n;
+  ea.out_dtype = out;
+  if (d.is_cpu()) {
+    cpu::int8_epilogue(ea);
+  } else {
+#if GPUKIT_WITH_CUDA
+    cuda::int8_epilogue(ea, s.handle());
+#else
+    no_cuda_backend();
+#endif
+  }
+}
+
 }  // namespace detail
 
 Array detail::rows_view(const Array& x, int64_t m, int64_t k, const Stream& s) {
@@ -395,25 +418,7 @@ Array int8_linear(const Array& x, const Array& w, const Array* x_scale, const Ar
   }
   detail::run_gemm(ma, d, s);
   if (!scaled) return y;
-  Int8EpilogueArgs ea;
-  ea.acc = acc.data();
-  ea.acc_dtype = DType::i32;
-  ea.xs = xs.data_as<float>();
-  ea.ws = ws.data_as<float>();
-  ea.bias = bias.defined() ? bias.data() : nullptr;
-  ea.out = y.data();
-  ea.m = m;
-  ea.n = n;
-  ea.out_dtype = out;
-  if (d.is_cpu()) {
-    cpu::int8_epilogue(ea);
-  } else {
-#if GPUKIT_WITH_CUDA
-    cuda::int8_epilogue(ea, s.handle());
-#else
-    detail::no_cuda_backend();
-#endif
-  }
+  detail::scale_epilogue(acc, xs, ws, bias, y, m, n, out, d, s);
   return y;
 }
 

@@ -14,6 +14,11 @@ bool collapse_batch(const MatmulArgs& ma, int64_t* a_bs, int64_t* b_bs);
 // cuBLASLt when it takes the problem, else gpukit's CUDA kernel.
 void run_gemm(const MatmulArgs& ma, Device d, const Stream& s);
 
+// out[i, j] = acc[i, j] * xs[i] * ws[j] (+ bias[j]) into y [m, n] of dtype `out` (the scale
+// epilogue of int8_linear and fp8_linear; xs, ws contiguous float32; bias may be undefined).
+void scale_epilogue(const Array& acc, const Array& xs, const Array& ws, const Array& bias, Array& y, int64_t m,
+                    int64_t n, DType out, Device d, const Stream& s);
+
 // x [..., K] -> [m, k] (a view when the strides allow, else a contiguous copy).
 Array rows_view(const Array& x, int64_t m, int64_t k, const Stream& s);
 
