@@ -88,21 +88,7 @@ Array fp8_linear(const Array& x, const Array& w, const Array& x_scale, const Arr
   // operands gives the fp32-accumulated product; the scales (and bias) follow in one pass.
   Array xf = x2.astype(DType::f32, &s), wf = w.astype(DType::f32, &s);
   Array acc = Array::empty({m, n}, DType::f32, d, &s);
-  MatmulArgs ma;
-  ma.a = xf.data();
-  ma.b = wf.data();
-  ma.c = acc.data();
-  ma.m = m;
-  ma.n = n;
-  ma.k = k;
-  ma.a_rs = xf.stride(0);
-  ma.a_cs = xf.stride(1);
-  ma.b_rs = wf.stride(1);
-  ma.b_cs = wf.stride(0);
-  ma.c_rs = n;
-  ma.dtype = DType::f32;
-  ma.out_dtype = DType::f32;
-  detail::run_gemm(ma, d, s);
+  detail::run_gemm(detail::rows_times_wt(xf, wf, acc, n, DType::f32, DType::f32), d, s);
   Array xsv = xs.broadcast_to({m}).contiguous(&s), wsv = ws.broadcast_to({n}).contiguous(&s);
   detail::scale_epilogue(acc, xsv, wsv, bias, y, m, n, out, d, s);
   return y;

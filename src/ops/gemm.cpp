@@ -145,6 +145,25 @@ void run_gemm(const MatmulArgs& ma, Device d, const Stream& s) {
 #endif
 }
 
+MatmulArgs rows_times_wt(const Array& x2, const Array& w, const Array& c, int64_t n, DType dtype, DType out_dtype) {
+  MatmulArgs ma;
+  ma.a = x2.data();
+  ma.b = w.data();
+  ma.c = c.data();
+  ma.m = x2.shape(0);
+  ma.n = n;
+  ma.k = x2.shape(1);
+  ma.a_rs = x2.stride(0);
+  ma.a_cs = x2.stride(1);
+  ma.b_rs = w.stride(1);  // B = w^T: B[kk, j] = w[j, kk]
+  ma.b_cs = w.stride(0);
+  ma.c_rs = n;
+  ma.c_cs = 1;
+  ma.dtype = dtype;
+  ma.out_dtype = out_dtype;
+  return ma;
+}
+
 void scale_epilogue(const Array& acc, const Array& xs, const Array& ws, const Array& bias, Array& y, int64_t m,
                     int64_t n, DType out, Device d, const Stream& s) {
   Int8EpilogueArgs ea;
@@ -220,21 +239,7 @@ Prepared prepare(const Array& x_in, const Array& w_in, std::optional<DType> out_
 }
 
 MatmulArgs gemm_args(const Prepared& p, const Array& c, int64_t n, DType out) {
-  MatmulArgs ma;
-  ma.a = p.x2.data();
-  ma.b = p.w.data();
-  ma.c = c.data();
-  ma.m = p.m;
-  ma.n = n;
-  ma.k = p.k;
-  ma.a_rs = p.x2.stride(0);
-  ma.a_cs = p.x2.stride(1);
-  ma.b_rs = p.w.stride(1);  // B = w^T: B[kk, j] = w[j, kk]
-  ma.b_cs = p.w.stride(0);
-  ma.c_rs = n;
-  ma.c_cs = 1;
-  ma.dtype = p.t;
-  ma.out_dtype = out;
+  MatmulArgs ma = detail::rows_times_wt(p.x2, p.w, c, n, p.t, out);
   ma.allow_tf32 = p.t == DType::f32 && matmul_precision() == MatmulPrecision::tf32;
   return ma;
 }
@@ -397,20 +402,7 @@ Array int8_linear(const Array& x, const Array& w, const Array* x_scale, const Ar
   if (y.numel() == 0) return y;
   Array x2 = rows_view(x, m, k, s);
   Array acc = scaled ? Array::empty({m, n}, DType::i32, d, &s) : y;
-  MatmulArgs ma;
-  ma.a = x2.data();
-  ma.b = w.data();
-  ma.c = acc.data();
-  ma.m = m;
-  ma.n = n;
-  ma.k = k;
-  ma.a_rs = x2.stride(0);
-  ma.a_cs = x2.stride(1);
-  ma.b_rs = w.stride(1);
-  ma.b_cs = w.stride(0);
-  ma.c_rs = n;
-  ma.dtype = DType::i8;
-  ma.out_dtype = DType::i32;
+  MatmulArgs ma = detail::rows_times_wt(x2, w, acc, n, DType::i8, DType::i32);
   if (d.is_cuda()) {
     const Array* used[] = {&x2, &w, &xs, &ws, &bias};
     for (const Array* a : used)

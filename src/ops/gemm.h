@@ -14,6 +14,10 @@ bool collapse_batch(const MatmulArgs& ma, int64_t* a_bs, int64_t* b_bs);
 // cuBLASLt when it takes the problem, else gpukit's CUDA kernel.
 void run_gemm(const MatmulArgs& ma, Device d, const Stream& s);
 
+// The GEMM c [m, n] (contiguous) = x2 [m, k] @ w^T for w [n, k] (any strides): the product
+// of every linear-style front end (linear, gate_up_swiglu, int8_linear, fp8_linear).
+MatmulArgs rows_times_wt(const Array& x2, const Array& w, const Array& c, int64_t n, DType dtype, DType out_dtype);
+
 // out[i, j] = acc[i, j] * xs[i] * ws[j] (+ bias[j]) into y [m, n] of dtype `out` (the scale
 // epilogue of int8_linear and fp8_linear; xs, ws contiguous float32; bias may be undefined).
 void scale_epilogue(const Array& acc, const Array& xs, const Array& ws, const Array& bias, Array& y, int64_t m,
