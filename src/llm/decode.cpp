@@ -60,8 +60,11 @@ DecodeRunner::DecodeRunner(Model& model, KvCache& cache, const std::vector<Decod
   // Per-row sampling parameters and seeds: constant for the runner's life.
   params_.temperature = host_vec<float>(B_, float(o.temperature), DType::f32).to(d_, sp, true);
   const int64_t top_k = std::min<int64_t>(o.top_k, model.config().vocab_size);  // >= V: all tokens
-  params_.top_k = host_vec<int32_t>(B_, int32_t(top_k), DType::i32).to(d_, sp, true);
-  params_.top_p = host_vec<float>(B_, float(o.top_p), DType::f32).to(d_, sp, true);
+  // A filter that is off is left out: each per-row filter array costs decode_step its own
+  // threshold-search launches even for rows where it does nothing.
+  if (top_k > 0 && top_k < model.config().vocab_size)
+    params_.top_k = host_vec<int32_t>(B_, int32_t(top_k), DType::i32).to(d_, sp, true);
+  if (o.top_p < 1.0) params_.top_p = host_vec<float>(B_, float(o.top_p), DType::f32).to(d_, sp, true);
   Array seeds = Array::empty({B_}, DType::i64, Device{});
   for (int64_t r = 0; r < B_; ++r) seeds.data_as<int64_t>()[r] = rows[size_t(r)].seed;
   seeds_ = seeds.to(d_, sp, true);
