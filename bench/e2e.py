@@ -1,22 +1,29 @@
 """End-to-end LLM generation on the GPU: gpukit (CUDA graph and eager decode, bf16 and
 quantized weights) beside Hugging Face transformers (eager, and static cache +
-torch.compile) in the same run, with the weight-bandwidth roofline.
+torch.compile; bench/e2e_hf.py) in the same run, with the weight-bandwidth roofline.
 
 Llama-3.2-1B and Llama-3.1-8B shapes with random weights, a 128-token prompt and 256
-new tokens by default (greedy, EOS ignored): prefill tokens/s (prompt tokens / time to
-first token), decode tokens/s (batch x tokens after the first / their time), time to
-first token, peak GPU memory.
+new tokens by default (greedy, EOS ignored, exactly --new tokens per sequence for every
+engine): prefill tokens/s (batch x prompt tokens / time to first token), decode tokens/s
+(batch x (new - 1) tokens after the first / their time), time to first token, peak GPU
+memory (gpukit's own allocator statistics; torch.cuda.max_memory_allocated for transformers).
 
-    python bench/e2e.py                                   # every case (several minutes)
+    python bench/e2e.py                                   # every gpukit case (several minutes)
     python bench/e2e.py --cases 1b-b1,8b-b1 --new 64      # a selection, fewer decode tokens
     python bench/e2e.py --cases 8b-fp8-b1 --engines gk-graph --profile
-    python bench/e2e.py --tiny --device cpu               # smoke test of the gpukit side anywhere
+    python bench/e2e.py --cases 1b-b1,8b-b1 --engines gk-graph,hf-eager,hf-compile   # the peers
+    python bench/e2e.py --tiny --device cpu               # smoke test anywhere (transformers too, if installed)
 
 Cases are <model>[-<quant>]-b<batch>: model 1b or 8b, quant fp8/int8/int4 (gpukit
 only; the HF peers run bf16), e.g. 8b-int4-b1. Engines: gk-graph, gk-eager, hf-eager,
-hf-compile. --profile prints the GPU time of each op of one decode step (CUDA events
-with the GPU queue pre-filled), summed over the layers, with the bytes each
-projection reads and the bandwidth it reaches.
+hf-compile (--compile-mode, default reduce-overhead; on failure 'default', and the
+label says which ran). Asking for a transformers engine adds gk-graph, whose figure the
+peer records carry. hf-eager also runs with SDPA's cuDNN backend off when a probe shows
+that cuDNN pays a set-up cost per new K/V length (--hf-cudnn-off auto|yes|no|only); the
+faster form is the peer. Compilation (hf-compile's warm-up run) is outside the timed
+run and its wall time is printed. --profile prints the GPU time of each op of one decode
+step (CUDA events with the GPU queue pre-filled), summed over the layers, with the bytes
+each projection reads and the bandwidth it reaches.
 
 Random weights: gpukit draws layer 0 on the host and copies it to every layer
 (share_layers; separate memory per layer, so the bytes read per step are real);
@@ -101,44 +108,6 @@ def bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead=
                 peak=peak, captures=g.captures, steady=steady, first_ms=(t_first - t1) * 1e3 if t_first else 0.0)
 
 
-def bench_hf(cfg, batch, prompt_len, new_tokens, compiled):
-    import torch
-    import transformers as tf
-    c = dict(cfg)
-    c.pop("model_type")
-    torch.manual_seed(0)
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.bfloat16)
-    try:
-        with torch.device("cuda"):
-            model = tf.LlamaForCausalLM(tf.LlamaConfig(**c)).eval()
-    finally:
-        torch.set_default_dtype(old)
-    ids = torch.tensor(prompts_for(batch, prompt_len, cfg["vocab_size"]), device="cuda")
-    kw = dict(do_sample=False, min_new_tokens=new_tokens, max_new_tokens=new_tokens, pad_token_id=0)
-    if compiled:
-        kw["cache_implementation"] = "static"
-        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
-    with torch.no_grad():
-        model.generate(ids, **dict(kw, max_new_tokens=4, min_new_tokens=4))  # warm-up / compile
-        model.generate(ids, **dict(kw, max_new_tokens=4, min_new_tokens=4))
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        t0 = time.perf_counter()
-        model.generate(ids, **dict(kw, max_new_tokens=1, min_new_tokens=1))
-        torch.cuda.synchronize()
-        t1 = time.perf_counter()
-        model.generate(ids, **kw)
-        torch.cuda.synchronize()
-        t2 = time.perf_counter()
-    peak = torch.cuda.max_memory_allocated()
-    del model
-    torch.cuda.empty_cache()
-    ttft = t1 - t0
-    return dict(prefill=batch * prompt_len / ttft, decode=batch * (new_tokens - 1) / max(t2 - t1 - ttft, 1e-9),
-                ttft=ttft, peak=peak)
-
-
 def print_profile(model, cfg, batch, context, quant):
     prof = model.profile_decode(batch=batch, context=context, reps=3)
     gaps = [ms for n, _, ms in prof if n == "(event)"]
@@ -167,6 +136,62 @@ def print_profile(model, cfg, batch, context, quant):
         print(f"  {name:<11}{ms * 1e3:9.1f}{100 * ms / total:7.1f}%{cnt[name]:6d}{ms * 1e3 / cnt[name]:8.1f}{gb}{tbs}")
 
 
+def run_hf(a, key, cfg, batch, engines, hf, res):
+    """The transformers engines of one case into res (label -> result); hf caches one model."""
+    import e2e_hf
+    t = time.perf_counter()
+    if hf.get("key") != key:
+        hf.clear()
+        _free_torch()
+        hf["model"], desc = e2e_hf.build_model(cfg, a.device)
+        hf["key"] = key
+        print(f"  transformers model made in {time.perf_counter() - t:.1f} s ({e2e_hf.versions()}; {desc})")
+    prompts = prompts_for(batch, a.prompt, cfg["vocab_size"])
+    for eng in engines:
+        runs = [False]
+        if eng == "hf-eager":
+            probe = e2e_hf.sdpa_probe(cfg, batch, a.prompt, a.device)
+            suspect = e2e_hf.cudnn_suspect(probe)
+            if suspect:
+                print("  SDPA's default choice pays a set-up per new K/V length here (cuDNN execution plans)")
+            if a.hf_cudnn_off == "only":
+                runs = [True]
+            elif a.hf_cudnn_off == "yes" or (a.hf_cudnn_off == "auto" and suspect):
+                runs.append(True)
+        for no_cudnn in runs:
+            t = time.perf_counter()
+            try:
+                r = e2e_hf.bench_hf(hf["model"], batch, prompts, a.new, a.device, eng, compile_mode=a.compile_mode,
+                                    no_cudnn=no_cudnn)
+            except Exception as e:  # noqa: BLE001 - report and continue with the other engines
+                print(f"  {eng}: {type(e).__name__}: {str(e)[:400]}")
+                continue
+            if r is None:
+                print(f"  {eng}: no compile mode worked")
+                continue
+            print(f"  {r['label']}: {time.perf_counter() - t:.1f} s in all; {r['note']}")
+            res[r["label"]] = r
+
+
+def _free_torch():
+    """Drops what torch holds of a previous transformers model (compiled graphs and their CUDA
+    graph pools keep its weights alive), so that the next model's peak memory is its own."""
+    import sys
+    if "torch" not in sys.modules:
+        return
+    import gc
+    torch = sys.modules["torch"]
+    torch._dynamo.reset()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def best_peer(res, prefix):
+    cands = [(r["decode"], lab) for lab, r in res.items() if lab.startswith(prefix)]
+    return max(cands)[1] if cands else ""
+
+
 def main():
     def extra(p):
         p.add_argument("--tiny", action="store_true", help="a tiny model (smoke test; cases tiny-b1,tiny-b4)")
@@ -174,7 +199,7 @@ def main():
         p.add_argument("--cases", default=DEFAULT_CASES, help=f"comma-separated (default {DEFAULT_CASES})")
         p.add_argument("--engines", default=",".join(ENGINES), help=f"comma-separated subset of {ENGINES}")
         p.add_argument("--prompt", type=int, default=128)
-        p.add_argument("--new", type=int, default=256, help="new tokens per sequence")
+        p.add_argument("--new", type=int, default=256, help="new tokens per sequence (default 256)")
         p.add_argument("--eager-new", type=int, default=0, help="new tokens for gk-eager (default --new)")
         p.add_argument("--profile", action="store_true", help="per-op GPU time of one decode step per case")
         p.add_argument("--no-gemv", action="store_true",
@@ -183,6 +208,12 @@ def main():
                        help="decode weights smaller than this go through cuBLASLt instead of gk.gemv")
         p.add_argument("--no-lookahead", action="store_true",
                        help="gpukit waits for each token before launching the next step")
+        p.add_argument("--compile-mode", default="reduce-overhead",
+                       help="torch.compile mode of hf-compile (CompileConfig(mode=...)); on failure it falls back "
+                            "to 'default' (no CUDA graphs), and the label says which ran")
+        p.add_argument("--hf-cudnn-off", choices=("auto", "yes", "no", "only"), default="auto",
+                       help="also run hf-eager with SDPA's cuDNN backend off: auto = when a probe shows a per-shape "
+                            "set-up cost; only = run hf-eager with it off only")
 
     a = parse_args("End-to-end LLM generation", extra)
     if a.device != "cpu" and not gk.cuda.is_available():
@@ -193,13 +224,26 @@ def main():
     for e in engines:
         if e not in ENGINES:
             raise SystemExit(f"--engines: unknown {e!r} (choose from {ENGINES})")
-    if a.no_peer or a.device == "cpu":
+    if a.no_peer or (a.device == "cpu" and not a.tiny):
         engines = [e for e in engines if not e.startswith("hf")]
+    hf_engines = [e for e in engines if e.startswith("hf")]
+    if hf_engines:
+        try:
+            import e2e_hf
+            print(e2e_hf.versions())
+        except ImportError as e:
+            print(f"transformers engines skipped: {e}")
+            engines = [e for e in engines if not e.startswith("hf")]
+            hf_engines = []
+    if hf_engines and "gk-graph" not in engines:
+        engines.insert(0, "gk-graph")  # the records of the peers carry gpukit's figure of the same run
+        print("gk-graph added: the records of the transformers figures carry gpukit's figure of the same run")
     print(f"prompt {a.prompt} tokens, {a.new} new tokens per sequence (gk-eager: {a.eager_new or a.new}); "
           f"greedy, EOS ignored; engines {engines}; gpukit lookahead {'off' if a.no_lookahead else 'on'}, "
           f"decode projections through {'matmul' if a.no_gemv else 'gemv'}")
     records = []
     loaded = {}
+    hf = {}
     # variants get their own record names (the results file merges by name, shape, dtype)
     variant = ((" [matmul decode]" if a.no_gemv else "") + (" [no lookahead]" if a.no_lookahead else "")
                + (f" [gemv >= {a.gemv_min_elems}]" if a.gemv_min_elems else ""))
@@ -230,27 +274,20 @@ def main():
                                         lookahead=not a.no_lookahead)
         if a.profile:
             print_profile(model, cfg, batch, a.prompt + a.new // 2, quant)
-        for eng in engines:
-            if eng.startswith("hf") and not quant:
-                if key == "8b":
-                    loaded.clear()  # room for transformers' copy
-                    model = None
-                try:
-                    res[eng] = bench_hf(cfg, batch, a.prompt, a.new, compiled=eng == "hf-compile")
-                except Exception as e:  # noqa: BLE001 - report and continue
-                    print(f"{eng}: {type(e).__name__}: {str(e)[:300]}")
+        if hf_engines and not quant:
+            run_hf(a, key, cfg, batch, hf_engines, hf, res)
         target = TARGETS.get((key, quant, batch))
-        print(f"== {shape} {dtype}: weights {wbytes / 1e9:.2f} GB, roofline {roof:.0f} tok/s"
+        print(f"== {shape} {dtype}: weights {wbytes / 1e9:.2f} GB, weight-bandwidth roofline {roof:.0f} tok/s"
               + (f", target {target} tok/s" if target else ""))
         for eng, r in res.items():
             extra_s = ""
             if "steady" in r:
                 extra_s = (f"; after the first decode step ({r['first_ms']:.1f} ms"
                            f"{', graph capture included' if eng == 'gk-graph' else ''}): {r['steady']:.1f} tok/s")
-            print(f"  {eng:<11} prefill {r['prefill']:9.0f} tok/s  decode {r['decode']:8.1f} tok/s "
+            print(f"  {eng:<34} prefill {r['prefill']:9.0f} tok/s  decode {r['decode']:8.1f} tok/s "
                   f"({100 * r['decode'] / roof:5.1f}% of roofline)  TTFT {r['ttft'] * 1e3:8.1f} ms  "
                   f"peak {r['peak'] / 2**30:6.2f} GiB{extra_s}")
-        peer_name = "hf-compile" if "hf-compile" in res else ("hf-eager" if "hf-eager" in res else "")
+        peer_name = best_peer(res, "hf-compile") or best_peer(res, "hf-eager")
         peer = res.get(peer_name)
         for eng in ("gk-graph", "gk-eager"):
             if eng not in res:
@@ -264,9 +301,21 @@ def main():
                                   r["steady"]))
             records.append(record(f"e2e peak memory GiB{label}", shape, dtype, "GiB", r["peak"] / 2**30,
                                   peer=peer_name, peer_value=peer["peak"] / 2**30 if peer else None))
-        if "hf-eager" in res and "hf-compile" in res and "gk-graph" in res and not variant:
-            records.append(record("e2e decode tok/s (vs hf eager)", shape, dtype, "decode tok/s",
-                                  res["gk-graph"]["decode"], peer="hf-eager", peer_value=res["hf-eager"]["decode"]))
+        gkr = res.get("gk-graph")
+        if gkr and not variant:
+            # each transformers figure in its own record (not overwritten by a later gpukit-only run)
+            for lab, r in res.items():
+                if not lab.startswith("hf"):
+                    continue
+                for metric, k, scale in (("prefill tok/s", "prefill", 1), ("decode tok/s", "decode", 1),
+                                         ("TTFT s", "ttft", 1), ("peak memory GiB", "peak", 2**-30)):
+                    unit = "GiB" if k == "peak" else metric
+                    records.append(record(f"e2e {metric} vs {lab}", shape, dtype, unit, gkr[k] * scale,
+                                          peer=lab, peer_value=r[k] * scale))
+            eager = best_peer(res, "hf-eager")
+            if eager and best_peer(res, "hf-compile"):
+                records.append(record("e2e decode tok/s (vs hf eager)", shape, dtype, "decode tok/s",
+                                      gkr["decode"], peer=eager, peer_value=res[eager]["decode"]))
         records.append(record("e2e decode roofline tok/s", shape, dtype, "decode tok/s (bytes once per step)", roof))
     loaded.clear()
     print_table(records)
