@@ -34,6 +34,7 @@ H200's HBM3e rate; measured copies reach about 4.2-4.4 TB/s).
 from __future__ import annotations
 
 import re
+import sys
 import time
 
 from common import gk, parse_args, print_table, record, write_results
@@ -216,6 +217,7 @@ def main():
                             "set-up cost; only = run hf-eager with it off only")
 
     a = parse_args("End-to-end LLM generation", extra)
+    sys.stdout.reconfigure(line_buffering=True)  # a run stopped by a time limit keeps what it printed
     if a.device != "cpu" and not gk.cuda.is_available():
         print("CUDA is unavailable: use --device cpu --tiny for a smoke test")
         return 0
@@ -242,6 +244,7 @@ def main():
           f"greedy, EOS ignored; engines {engines}; gpukit lookahead {'off' if a.no_lookahead else 'on'}, "
           f"decode projections through {'matmul' if a.no_gemv else 'gemv'}")
     records = []
+    written = 0
     loaded = {}
     hf = {}
     # variants get their own record names (the results file merges by name, shape, dtype)
@@ -317,10 +320,11 @@ def main():
                 records.append(record("e2e decode tok/s (vs hf eager)", shape, dtype, "decode tok/s",
                                       gkr["decode"], peer=eager, peer_value=res[eager]["decode"]))
         records.append(record("e2e decode roofline tok/s", shape, dtype, "decode tok/s (bytes once per step)", roof))
+        if not a.tiny and a.device != "cpu":
+            write_results(a.out, records[written:])  # after every case: a later case that fails loses only itself
+            written = len(records)
     loaded.clear()
     print_table(records)
-    if not a.tiny and a.device != "cpu":
-        write_results(a.out, records)
     return 0
 
 
