@@ -155,6 +155,8 @@ def run_hf(a, key, cfg, batch, engines, hf, res):
             suspect = e2e_hf.cudnn_suspect(probe)
             if suspect:
                 print("  SDPA's default choice pays a set-up per new K/V length here (cuDNN execution plans)")
+            if a.hf_profile:
+                e2e_hf.profile_generate(hf["model"], prompts, a.hf_profile, a.device, no_cudnn=a.hf_cudnn_off == "only")
             if a.hf_cudnn_off == "only":
                 runs = [True]
             elif a.hf_cudnn_off == "yes" or (a.hf_cudnn_off == "auto" and suspect):
@@ -212,6 +214,9 @@ def main():
         p.add_argument("--compile-mode", default="reduce-overhead",
                        help="torch.compile mode of hf-compile (CompileConfig(mode=...)); on failure it falls back "
                             "to 'default' (no CUDA graphs), and the label says which ran")
+        p.add_argument("--hf-profile", type=int, default=0, metavar="N",
+                       help="torch.profiler over an eager generate() of N tokens: the ops that cost host and "
+                            "device time (diagnosis of hf-eager)")
         p.add_argument("--hf-cudnn-off", choices=("auto", "yes", "no", "only"), default="auto",
                        help="also run hf-eager with SDPA's cuDNN backend off: auto = when a probe shows a per-shape "
                             "set-up cost; only = run hf-eager with it off only")

@@ -279,3 +279,30 @@ def cudnn_suspect(med):
         if a is not None and b is not None and a > 3 * b and a - b > 0.3:
             return True
     return False
+
+
+def profile_generate(model, prompt_ids, new, device, no_cudnn=False, top=10, log=print):
+    """torch.profiler over one eager generate() of `new` tokens (the prefill is one forward among
+    them): the ops with the most host time and the most device time, per generated token."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    ids = torch.tensor(prompt_ids, device=device)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device != "cpu" else [])
+    was = torch.backends.cuda.cudnn_sdp_enabled()
+    if no_cudnn:
+        torch.backends.cuda.enable_cudnn_sdp(False)
+    try:
+        with profile(activities=acts) as prof:
+            generate_timed(model, ids, new, device, {})
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(was)
+    ka = prof.key_averages()
+    dev = lambda e: getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0))  # noqa: E731
+    tables = (("host", lambda e: e.self_cpu_time_total),) + ((("device", dev),) if device != "cpu" else ())
+    for what, key in tables:
+        rows = sorted(ka, key=key, reverse=True)[:top]
+        total = sum(key(e) for e in ka)
+        log(f"  profile of hf-eager{' [cuDNN SDPA off]' if no_cudnn else ''}, {new} tokens: self {what} time "
+            f"{total / 1e3 / new:.2f} ms per token; top ops (ms per token, calls per token):")
+        for e in rows:
+            log(f"    {e.key[:60]:<60} {key(e) / 1e3 / new:8.3f} {e.count / new:7.1f}")
