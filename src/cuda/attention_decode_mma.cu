@@ -45,7 +45,8 @@ namespace {
 constexpr unsigned kFull = 0xffffffffu;
 constexpr float kLog2e = 1.4426950408889634f;
 
-template <int D>
+// W warps per CTA and S stages per warp: 0 = the defaults below (other values: tuning variants).
+template <int D, int W_ = 0, int S_ = 0>
 struct MCfg {
   static constexpr int ROWB = D * 2;             // bytes of one head row
   static constexpr int CH = ROWB / 16;           // 16-byte chunks per row (8, 16, 32)
@@ -53,8 +54,8 @@ struct MCfg {
   static constexpr int KVB = TK * ROWB;          // bytes of the K (or V) tile of a stage
   static constexpr int QB = 8 * ROWB;            // the query slot: 8 heads
   static constexpr int STAGE = 2 * KVB + QB;
-  static constexpr int W = D == 64 ? 6 : D == 128 ? 4 : 2;  // warps per CTA
-  static constexpr int S = D == 64 ? 6 : 5;                  // stages per warp
+  static constexpr int W = W_ ? W_ : D == 64 ? 6 : D == 128 ? 4 : 2;  // warps per CTA
+  static constexpr int S = S_ ? S_ : D == 64 ? 6 : 5;                 // stages per warp
   static constexpr int CPL = TK * CH / 32;       // K (and V) copies per lane per stage
   static constexpr int QPL = 8 * CH / 32;        // query copies per lane
   static constexpr int KSTEP = D / 16;
@@ -157,14 +158,18 @@ __device__ __forceinline__ int tile_row(const DecodeArgs& a, int nitems, const C
   return int(decode_row(a, c.b, c.j0 + t));
 }
 
-template <class T, int D>
-__global__ void __launch_bounds__(MCfg<D>::W * 32, 1) k_decode_mma(const __grid_constant__ DecodeArgs a, int nitems) {
-  using Cf = MCfg<D>;
+template <class T, int D, int W_, int S_>
+__global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
+    k_decode_mma(const __grid_constant__ DecodeArgs a, int nitems) {
+  using Cf = MCfg<D, W_, S_>;
   constexpr int W = Cf::W, S = Cf::S, ROWB = Cf::ROWB, CH = Cf::CH, KVB = Cf::KVB, STAGE = Cf::STAGE,
                 CPL = Cf::CPL, QPL = Cf::QPL, KSTEP = Cf::KSTEP;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ unsigned msk[W][S];  // valid keys of each stage (bit k: key k)
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the merge kernel may start (and wait)
+#endif
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t4 = lane & 3;
   const int stride = int(gridDim.x) * W;
@@ -375,6 +380,9 @@ __global__ void __launch_bounds__(512) k_merge_mma(const __grid_constant__ Decod
     if (r == 0) *out = convert<T>(0.f);
     return;
   }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");  // launched early (programmatic dependence): the partials
+#endif
   const float* ml = a.ws_ml + row * a.nsplit * 2;
   const float* po = a.ws_o + row * a.nsplit * D + d;
   float m = -INFINITY;
@@ -423,20 +431,35 @@ int sm_count() {
   return n;
 }
 
-template <class T, int D>
+template <class T, int D, int W_ = 0, int S_ = 0>
 void launch_mma(const DecodeArgs& a, cudaStream_t st) {
-  using Cf = MCfg<D>;
+  using Cf = MCfg<D, W_, S_>;
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
   const int64_t nitems = int64_t(a.nsplit) * a.B * a.hkv * ngb;
   if (nitems + int64_t(1024) * 132 * Cf::W > INT32_MAX) throw ValueError("q: too many heads x chunks");
-  auto kern = k_decode_mma<T, D>;
+  auto kern = k_decode_mma<T, D, W_, S_>;
   // A per-device attribute: set on each call (cheap next to the launch).
   GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cf::SMEM)));
   const int nsm = sm_count();
   const unsigned grid = unsigned(std::min<int64_t>(nsm, nitems));
   kern<<<grid, Cf::W * 32, Cf::SMEM, st>>>(a, int(nitems));
   GK_LAUNCH_CHECK("attention_decode_mma");
-  k_merge_mma<T, D><<<dim3{unsigned(a.hq), unsigned(a.B), 1u}, 512, 0, st>>>(a);
+  // The merge kernel with programmatic dependence: its CTAs are launched while the chunks run and wait
+  // (griddepcontrol.wait) for the whole chunk grid and its memory; a plain launch where that is refused.
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3{unsigned(a.hq), unsigned(a.B), 1u};
+  cfg.blockDim = dim3{512u, 1u, 1u};
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (cudaLaunchKernelEx(&cfg, k_merge_mma<T, D>, a) != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: clear it and launch plainly
+    k_merge_mma<T, D><<<cfg.gridDim, cfg.blockDim, 0, st>>>(a);
+  }
   GK_LAUNCH_CHECK("attention_decode_mma_merge");
 }
 }  // namespace
@@ -449,6 +472,11 @@ bool attention_decode_mma(const DecodeArgs& a, cudaStream_t st) {
   if (a.chunk_min % 16) return false;
   auto go = [&](auto t) {
     using T = decltype(t);
+    if constexpr (std::is_same_v<T, bf16>) {  // tuning variants (GPUKIT_DECODE_SPLIT's 4th field), bf16 D = 128
+      if (a.D == 128 && a.variant == 2) return launch_mma<T, 128, 3, 7>(a, st), true;
+      if (a.D == 128 && a.variant == 3) return launch_mma<T, 128, 6, 3>(a, st), true;
+      if (a.D == 128 && a.variant == 4) return launch_mma<T, 128, 2, 10>(a, st), true;
+    }
     switch (a.D) {
       case 64: launch_mma<T, 64>(a, st); return true;
       case 128: launch_mma<T, 128>(a, st); return true;
