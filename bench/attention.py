@@ -28,9 +28,10 @@ SHAPES = [(1, 512), (1, 1024), (1, 2048), (1, 4096), (1, 16384), (1, 32768), (1,
           (32, 1024), (32, 4096), (32, 8192), (64, 2048)]
 PAGED = [(1, 16384), (32, 8192)]
 # tuning sweep: "chunk_min,chunk_max,target_splits[,variant]" (variant 1: the CUDA-core kernel of
-# src/cuda/attention_decode.cu; 0: the tensor-core kernel of attention_decode_mma.cu, 2-4 its tuning variants)
+# src/cuda/attention_decode.cu; 0: the tensor-core kernel of attention_decode_mma.cu, 2-7 its tuning variants:
+# 2-4 warps x stages, 5 partials in bf16, 6 sequence-major item order, 7 both)
 SWEEP = ["64,2048,64", "128,2048,16", "64,1024,32", "256,4096,16", "32,2048,64", "64,2048,32,2", "64,2048,32,3",
-         "64,2048,32,4", "64,2048,32,1"]
+         "64,2048,32,4", "64,2048,32,5", "64,2048,32,6", "64,2048,32,7", "64,2048,64,5", "64,2048,32,1"]
 Hq, Hkv, D = 32, 8, 128
 L2_BYTES = 60e6
 

@@ -114,7 +114,12 @@ struct Cursor {
 };
 
 // Moves c.item (step `stride`) to the first item at or after it that has keys, and loads it.
-__device__ __forceinline__ void find_item(const DecodeArgs& a, int ngb, int nitems, int stride, Cursor& c) {
+// Item order: ((split * B + b) * Hkv + kv head) * ngb + head group, or with kBMajor
+// ((b * nsplit + split) * Hkv + kv head) * ngb + head group.
+constexpr int kTPartials = 1, kBMajor = 2;  // flags of k_decode_mma
+
+__device__ __forceinline__ void find_item(const DecodeArgs& a, int ngb, int nitems, int stride, int flags,
+                                          Cursor& c) {
   c.tile = 0;
   for (; c.item < nitems; c.item += stride) {
     int r = c.item;
@@ -122,7 +127,8 @@ __device__ __forceinline__ void find_item(const DecodeArgs& a, int ngb, int nite
     r /= ngb;
     const int kvh = r % a.hkv;
     r /= a.hkv;
-    const int b = r % a.B, split = r / a.B;
+    const bool bm = flags & kBMajor;
+    const int b = bm ? r / a.nsplit : r % a.B, split = bm ? r % a.nsplit : r / a.B;
     int64_t L, start;
     decode_span(a, b, L, start);
     const int64_t n = L - start;
@@ -144,11 +150,12 @@ __device__ __forceinline__ void find_item(const DecodeArgs& a, int ngb, int nite
   }
 }
 
-__device__ __forceinline__ void advance(const DecodeArgs& a, int ngb, int nitems, int stride, Cursor& c) {
+__device__ __forceinline__ void advance(const DecodeArgs& a, int ngb, int nitems, int stride, int flags,
+                                        Cursor& c) {
   if (c.item >= nitems) return;
   if (++c.tile < c.ntile) return;
   c.item += stride;
-  find_item(a, ngb, nitems, stride, c);
+  find_item(a, ngb, nitems, stride, flags, c);
 }
 
 // Cache row of key (lane & 15) of the cursor's tile; -1 past the chunk or for a block outside the pool.
@@ -160,7 +167,7 @@ __device__ __forceinline__ int tile_row(const DecodeArgs& a, int nitems, const C
 
 template <class T, int D, int W_, int S_>
 __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
-    k_decode_mma(const __grid_constant__ DecodeArgs a, int nitems) {
+    k_decode_mma(const __grid_constant__ DecodeArgs a, int nitems, int flags) {
   using Cf = MCfg<D, W_, S_>;
   constexpr int W = Cf::W, S = Cf::S, ROWB = Cf::ROWB, CH = Cf::CH, KVB = Cf::KVB, STAGE = Cf::STAGE,
                 CPL = Cf::CPL, QPL = Cf::QPL, KSTEP = Cf::KSTEP;
@@ -182,7 +189,7 @@ __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
 
   Cursor P;
   P.item = warp * int(gridDim.x) + blockIdx.x;
-  find_item(a, ngb, nitems, stride, P);
+  find_item(a, ngb, nitems, stride, flags, P);
   if (P.item >= nitems) return;
   Cursor C = P;
   int prow = tile_row(a, nitems, P, lane);
@@ -216,7 +223,7 @@ __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
     cp_async_commit();
   };
   auto step_producer = [&]() {
-    advance(a, ngb, nitems, stride, P);
+    advance(a, ngb, nitems, stride, flags, P);
     prow = tile_row(a, nitems, P, lane);
   };
 
@@ -334,6 +341,17 @@ __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
             const int h = e & 1 ? hB : hA, d = mt * 16 + g + (e >= 2 ? 8 : 0);
             if (h < C.nh) out[h * D + d] = convert<T>(o[mt][e] * (e & 1 ? i1 : i0));
           }
+      } else if (flags & kTPartials) {  // normalized, in the cache type (a convex combination of V rows)
+        T* wo = reinterpret_cast<T*>(a.ws_o) + (hrow * a.nsplit + C.split) * D;
+        const int64_t hs = int64_t(a.nsplit) * D;
+        const float i0 = l0 > 0.f ? 1.f / l0 : 0.f, i1 = l1 > 0.f ? 1.f / l1 : 0.f;
+#pragma unroll
+        for (int mt = 0; mt < KSTEP; ++mt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e & 1 ? hB : hA, d = mt * 16 + g + (e >= 2 ? 8 : 0);
+            if (h < C.nh) wo[h * hs + d] = convert<T>(o[mt][e] * (e & 1 ? i1 : i0));
+          }
       } else {
         float* wo = a.ws_o + (hrow * a.nsplit + C.split) * D;
         const int64_t hs = int64_t(a.nsplit) * D;
@@ -344,11 +362,11 @@ __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
             const int h = e & 1 ? hB : hA, d = mt * 16 + g + (e >= 2 ? 8 : 0);
             if (h < C.nh) wo[h * hs + d] = o[mt][e];
           }
-        if (t4 == 0 && g < C.nh) {
-          float* ml = a.ws_ml + ((hrow + g) * a.nsplit + C.split) * 2;
-          ml[0] = mrow;
-          ml[1] = l;
-        }
+      }
+      if (C.nsp > 1 && t4 == 0 && g < C.nh) {
+        float* ml = a.ws_ml + ((hrow + g) * a.nsplit + C.split) * 2;
+        ml[0] = mrow;
+        ml[1] = l;
       }
 #pragma unroll
       for (int mt = 0; mt < KSTEP; ++mt)
@@ -357,7 +375,7 @@ __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
       mrow = -INFINITY;
       lsum = 0.f;
     }
-    advance(a, ngb, nitems, stride, C);
+    advance(a, ngb, nitems, stride, flags, C);
     cs = cs + 1 == S ? 0 : cs + 1;
   }
   cp_async_wait<0>();
@@ -365,7 +383,8 @@ __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
 
 // One CTA of 512 threads per (query head, sequence): thread (r, d) folds the chunks s = r (mod R) of
 // output element d, then the R partial sums are added in r order. Chunk maxima are in the log2 domain.
-template <class T, int D>
+// P: the partial outputs' type: float (unnormalized) or T (normalized by their sums).
+template <class T, int D, class P>
 __global__ void __launch_bounds__(512) k_merge_mma(const __grid_constant__ DecodeArgs a) {
   constexpr int R = 512 / D;
   __shared__ float shm[R], shd[R], shn[R][D];
@@ -384,7 +403,7 @@ __global__ void __launch_bounds__(512) k_merge_mma(const __grid_constant__ Decod
   asm volatile("griddepcontrol.wait;\n" ::: "memory");  // launched early (programmatic dependence): the partials
 #endif
   const float* ml = a.ws_ml + row * a.nsplit * 2;
-  const float* po = a.ws_o + row * a.nsplit * D + d;
+  const P* po = reinterpret_cast<const P*>(a.ws_o) + row * a.nsplit * D + d;
   float m = -INFINITY;
   for (int s = r; s < nsp; s += R) m = fmaxf(m, ml[2 * s]);
   if (d == 0) shm[r] = m;
@@ -400,9 +419,13 @@ __global__ void __launch_bounds__(512) k_merge_mma(const __grid_constant__ Decod
 #pragma unroll 4
   for (int s = r; s < nsp; s += R) {
     const float ms = ml[2 * s];
-    const float w = ms == -INFINITY ? 0.f : exp2f(ms - M);
-    num = fmaf(w, po[int64_t(s) * D], num);
-    den = fmaf(w, ml[2 * s + 1], den);
+    const float w = ms == -INFINITY ? 0.f : exp2f(ms - M), ls = ml[2 * s + 1];
+    if constexpr (std::is_same_v<P, float>) {
+      num = fmaf(w, po[int64_t(s) * D], num);
+    } else {
+      num = fmaf(w * ls, float(po[int64_t(s) * D]), num);
+    }
+    den = fmaf(w, ls, den);
   }
   shn[r][d] = num;
   if (d == 0) shd[r] = den;
@@ -442,7 +465,8 @@ void launch_mma(const DecodeArgs& a, cudaStream_t st) {
   GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cf::SMEM)));
   const int nsm = sm_count();
   const unsigned grid = unsigned(std::min<int64_t>(nsm, nitems));
-  kern<<<grid, Cf::W * 32, Cf::SMEM, st>>>(a, int(nitems));
+  const int flags = a.variant == 5 ? kTPartials : a.variant == 6 ? kBMajor : a.variant == 7 ? kTPartials | kBMajor : 0;
+  kern<<<grid, Cf::W * 32, Cf::SMEM, st>>>(a, int(nitems), flags);
   GK_LAUNCH_CHECK("attention_decode_mma");
   // The merge kernel with programmatic dependence: its CTAs are launched while the chunks run and wait
   // (griddepcontrol.wait) for the whole chunk grid and its memory; a plain launch where that is refused.
@@ -456,9 +480,10 @@ void launch_mma(const DecodeArgs& a, cudaStream_t st) {
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  if (cudaLaunchKernelEx(&cfg, k_merge_mma<T, D>, a) != cudaSuccess) {
+  auto merge = flags & kTPartials ? k_merge_mma<T, D, T> : k_merge_mma<T, D, float>;
+  if (cudaLaunchKernelEx(&cfg, merge, a) != cudaSuccess) {
     (void)cudaGetLastError();  // not sticky: clear it and launch plainly
-    k_merge_mma<T, D><<<cfg.gridDim, cfg.blockDim, 0, st>>>(a);
+    merge<<<cfg.gridDim, cfg.blockDim, 0, st>>>(a);
   }
   GK_LAUNCH_CHECK("attention_decode_mma_merge");
 }

@@ -217,7 +217,7 @@ def test_cuda_batch_invariance_bitwise():
 @gpu
 @pytest.mark.parametrize("split", ["32,32,100000", "4096,4096,1", "64,1024,8", "64,512,32,1", "64,512,32,0,1",
                                    "128,512,16,1,1", "32,64,1000", "64,4096,2", "2048,2048,1,1", "64,2048,32,2",
-                                   "64,256,64,3", "128,2048,16,4"])
+                                   "64,256,64,3", "128,2048,16,4", "64,2048,32,5", "64,2048,32,6", "32,64,1000,7"])
 def test_cuda_split_override(split, monkeypatch):
     lens = np.array([1, 4000, 9000, 333], np.int32)
     q, kc, vc, bt = setup_compact(lens, 16, 4, 128, 32, "bfloat16", seed=6)
@@ -229,7 +229,7 @@ def test_cuda_split_override(split, monkeypatch):
 def test_split_override_rejected(monkeypatch):
     lens = np.array([3, 4], np.int32)
     q, kc, vc, bt = setup_paged(2, 4, 2, 64, 16, lens, "float32")
-    for bad in ("48,64,2", "64,512,32,5"):
+    for bad in ("48,64,2", "64,512,32,8"):
         monkeypatch.setenv("GPUKIT_DECODE_SPLIT", bad)
         if CUDA:
             with pytest.raises(ValueError, match="GPUKIT_DECODE_SPLIT"):
