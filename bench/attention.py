@@ -30,8 +30,9 @@ PAGED = [(1, 16384), (32, 8192)]
 # tuning sweep: "chunk_min,chunk_max,target_splits[,variant]" (variant 1: the CUDA-core kernel of
 # src/cuda/attention_decode.cu; 0: the tensor-core kernel of attention_decode_mma.cu, 2-7 its tuning variants:
 # 2-4 warps x stages, 5 partials in bf16, 6 sequence-major item order, 7 both)
-SWEEP = ["64,2048,64", "128,2048,16", "64,1024,32", "256,4096,16", "32,2048,64", "64,2048,32,2", "64,2048,32,3",
-         "64,2048,32,4", "64,2048,32,5", "64,2048,32,6", "64,2048,32,7", "64,2048,64,5", "64,2048,32,1"]
+SWEEP = ["64,2048,64", "128,2048,16", "128,2048,32", "128,2048,64", "256,2048,32", "256,2048,64", "256,4096,16",
+         "64,2048,32,2", "64,2048,32,3", "64,2048,32,4", "64,2048,32,5", "64,2048,32,6", "64,2048,32,7",
+         "256,2048,64,5", "256,2048,64,7", "64,2048,32,1"]
 Hq, Hkv, D = 32, 8, 128
 L2_BYTES = 60e6
 
