@@ -118,8 +118,11 @@ struct Cursor {
 // ((b * nsplit + split) * Hkv + kv head) * ngb + head group.
 constexpr int kTPartials = 1, kBMajor = 2;  // flags of k_decode_mma
 
+// In CTA mode (wsub >= 0: the warp's index among nw) the warps of a CTA share each item: warp w takes
+// keys [w * sc, (w + 1) * sc) of the chunk, sc = the chunk / nw rounded up to whole tiles (a function of the
+// chunk alone), and at least one tile (fully masked when its range is empty) so that it joins the combine.
 __device__ __forceinline__ void find_item(const DecodeArgs& a, int ngb, int nitems, int stride, int flags,
-                                          Cursor& c) {
+                                          Cursor& c, int wsub = -1, int nw = 1) {
   c.tile = 0;
   for (; c.item < nitems; c.item += stride) {
     int r = c.item;
@@ -146,16 +149,22 @@ __device__ __forceinline__ void find_item(const DecodeArgs& a, int ngb, int nite
     c.j0 = start + int64_t(split) * chunk;
     c.len = int(min(chunk, L - c.j0));
     c.ntile = (c.len + 15) / 16;
+    if (wsub >= 0) {
+      const int sc = int((chunk + 16 * nw - 1) / (16 * nw)) * 16;
+      c.j0 += int64_t(wsub) * sc;
+      c.len = max(0, min(sc, c.len - wsub * sc));
+      c.ntile = max(1, (c.len + 15) / 16);
+    }
     return;
   }
 }
 
 __device__ __forceinline__ void advance(const DecodeArgs& a, int ngb, int nitems, int stride, int flags,
-                                        Cursor& c) {
+                                        Cursor& c, int wsub, int nw) {
   if (c.item >= nitems) return;
   if (++c.tile < c.ntile) return;
   c.item += stride;
-  find_item(a, ngb, nitems, stride, flags, c);
+  find_item(a, ngb, nitems, stride, flags, c, wsub, nw);
 }
 
 // Cache row of key (lane & 15) of the cursor's tile; -1 past the chunk or for a block outside the pool.
@@ -165,7 +174,65 @@ __device__ __forceinline__ int tile_row(const DecodeArgs& a, int nitems, const C
   return int(decode_row(a, c.b, c.j0 + t));
 }
 
-template <class T, int D, int W_, int S_>
+// CTA mode: the W warps' results for one item (their sub-chunks) combined in warp order through shared
+// memory cmb: [W][8][D] floats, then [W][8] maxima and [W][8] sums; then written by all threads of the CTA
+// (coalesced): the output (one chunk) or the chunk's partial.
+template <class T, int D, int W>
+__device__ __forceinline__ void combine(const DecodeArgs& a, const Cursor& C, int flags, const float (&o)[D / 16][4],
+                                        float mrow, float l, float* cmb) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+  float* cm = cmb + W * 8 * D;
+  float* cl = cm + W * 8;
+  float* my = cmb + warp * 8 * D;
+#pragma unroll
+  for (int mt = 0; mt < D / 16; ++mt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) my[(2 * t4 + (e & 1)) * D + mt * 16 + g + (e >= 2 ? 8 : 0)] = o[mt][e];
+  if (t4 == 0) {
+    cm[warp * 8 + g] = mrow;
+    cl[warp * 8 + g] = l;
+  }
+  __syncthreads();
+  const int64_t hrow = int64_t(C.b) * a.hq + C.h0;
+  for (int idx = threadIdx.x; idx < C.nh * D; idx += W * 32) {
+    const int h = idx / D, d = idx - h * D;
+    float M = cm[h];
+#pragma unroll
+    for (int w = 1; w < W; ++w) M = fmaxf(M, cm[w * 8 + h]);
+    float O = 0.f, L = 0.f;
+    if (M != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < W; ++w) {
+        const float mw = cm[w * 8 + h], f = mw == -INFINITY ? 0.f : exp2f(mw - M);
+        O = fmaf(f, cmb[(w * 8 + h) * D + d], O);
+        L = fmaf(f, cl[w * 8 + h], L);
+      }
+    }
+    const int64_t r = hrow + h;
+    if (C.nsp == 1) {
+      static_cast<T*>(a.out)[r * D + d] = convert<T>(L > 0.f ? O / L : 0.f);
+    } else {
+      if (flags & kTPartials)
+        reinterpret_cast<T*>(a.ws_o)[(r * a.nsplit + C.split) * D + d] = convert<T>(L > 0.f ? O / L : 0.f);
+      else
+        a.ws_o[(r * a.nsplit + C.split) * D + d] = O;
+      if (d == 0) {
+        float* ml = a.ws_ml + (r * a.nsplit + C.split) * 2;
+        ml[0] = M;
+        ml[1] = L;
+      }
+    }
+  }
+  __syncthreads();  // cmb is free again
+}
+template <int D, int W>
+constexpr size_t combine_bytes() {
+  return size_t(W) * 8 * (D + 2) * sizeof(float);
+}
+
+// CI: CTA mode (the W warps of a CTA share each item, their results combined through shared memory in
+// warp order); otherwise every warp runs items of its own.
+template <class T, int D, int W_, int S_, bool CI>
 __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
     k_decode_mma(const __grid_constant__ DecodeArgs a, int nitems, int flags) {
   using Cf = MCfg<D, W_, S_>;
@@ -179,7 +246,8 @@ __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
 #endif
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t4 = lane & 3;
-  const int stride = int(gridDim.x) * W;
+  const int stride = CI ? int(gridDim.x) : int(gridDim.x) * W;
+  const int wsub = CI ? warp : -1;
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
   unsigned char* ring = smem + size_t(warp) * S * STAGE;
   const uint32_t ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
@@ -188,8 +256,8 @@ __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
   const T* qp = static_cast<const T*>(a.q);
 
   Cursor P;
-  P.item = warp * int(gridDim.x) + blockIdx.x;
-  find_item(a, ngb, nitems, stride, flags, P);
+  P.item = CI ? int(blockIdx.x) : warp * int(gridDim.x) + blockIdx.x;
+  find_item(a, ngb, nitems, stride, flags, P, wsub, W);
   if (P.item >= nitems) return;
   Cursor C = P;
   int prow = tile_row(a, nitems, P, lane);
@@ -223,7 +291,7 @@ __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
     cp_async_commit();
   };
   auto step_producer = [&]() {
-    advance(a, ngb, nitems, stride, flags, P);
+    advance(a, ngb, nitems, stride, flags, P, wsub, W);
     prow = tile_row(a, nitems, P, lane);
   };
 
@@ -328,45 +396,49 @@ __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
       float l = lsum;
       l += __shfl_xor_sync(kFull, l, 1);
       l += __shfl_xor_sync(kFull, l, 2);
-      const float l0 = __shfl_sync(kFull, l, 8 * t4), l1 = __shfl_sync(kFull, l, 8 * t4 + 4);
-      const int hA = 2 * t4, hB = 2 * t4 + 1;
-      const int64_t hrow = int64_t(C.b) * a.hq + C.h0;
-      if (C.nsp == 1) {
-        T* out = static_cast<T*>(a.out) + hrow * D;
-        const float i0 = l0 > 0.f ? 1.f / l0 : 0.f, i1 = l1 > 0.f ? 1.f / l1 : 0.f;
-#pragma unroll
-        for (int mt = 0; mt < KSTEP; ++mt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int h = e & 1 ? hB : hA, d = mt * 16 + g + (e >= 2 ? 8 : 0);
-            if (h < C.nh) out[h * D + d] = convert<T>(o[mt][e] * (e & 1 ? i1 : i0));
-          }
-      } else if (flags & kTPartials) {  // normalized, in the cache type (a convex combination of V rows)
-        T* wo = reinterpret_cast<T*>(a.ws_o) + (hrow * a.nsplit + C.split) * D;
-        const int64_t hs = int64_t(a.nsplit) * D;
-        const float i0 = l0 > 0.f ? 1.f / l0 : 0.f, i1 = l1 > 0.f ? 1.f / l1 : 0.f;
-#pragma unroll
-        for (int mt = 0; mt < KSTEP; ++mt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int h = e & 1 ? hB : hA, d = mt * 16 + g + (e >= 2 ? 8 : 0);
-            if (h < C.nh) wo[h * hs + d] = convert<T>(o[mt][e] * (e & 1 ? i1 : i0));
-          }
+      if constexpr (CI) {
+        combine<T, D, W>(a, C, flags, o, mrow, l, reinterpret_cast<float*>(smem + Cf::SMEM));
       } else {
-        float* wo = a.ws_o + (hrow * a.nsplit + C.split) * D;
-        const int64_t hs = int64_t(a.nsplit) * D;
+        const float l0 = __shfl_sync(kFull, l, 8 * t4), l1 = __shfl_sync(kFull, l, 8 * t4 + 4);
+        const int hA = 2 * t4, hB = 2 * t4 + 1;
+        const int64_t hrow = int64_t(C.b) * a.hq + C.h0;
+        if (C.nsp == 1) {
+          T* out = static_cast<T*>(a.out) + hrow * D;
+          const float i0 = l0 > 0.f ? 1.f / l0 : 0.f, i1 = l1 > 0.f ? 1.f / l1 : 0.f;
 #pragma unroll
-        for (int mt = 0; mt < KSTEP; ++mt)
+          for (int mt = 0; mt < KSTEP; ++mt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int h = e & 1 ? hB : hA, d = mt * 16 + g + (e >= 2 ? 8 : 0);
-            if (h < C.nh) wo[h * hs + d] = o[mt][e];
-          }
-      }
-      if (C.nsp > 1 && t4 == 0 && g < C.nh) {
-        float* ml = a.ws_ml + ((hrow + g) * a.nsplit + C.split) * 2;
-        ml[0] = mrow;
-        ml[1] = l;
+            for (int e = 0; e < 4; ++e) {
+              const int h = e & 1 ? hB : hA, d = mt * 16 + g + (e >= 2 ? 8 : 0);
+              if (h < C.nh) out[h * D + d] = convert<T>(o[mt][e] * (e & 1 ? i1 : i0));
+            }
+        } else if (flags & kTPartials) {  // normalized, in the cache type (a convex combination of V rows)
+          T* wo = reinterpret_cast<T*>(a.ws_o) + (hrow * a.nsplit + C.split) * D;
+          const int64_t hs = int64_t(a.nsplit) * D;
+          const float i0 = l0 > 0.f ? 1.f / l0 : 0.f, i1 = l1 > 0.f ? 1.f / l1 : 0.f;
+#pragma unroll
+          for (int mt = 0; mt < KSTEP; ++mt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int h = e & 1 ? hB : hA, d = mt * 16 + g + (e >= 2 ? 8 : 0);
+              if (h < C.nh) wo[h * hs + d] = convert<T>(o[mt][e] * (e & 1 ? i1 : i0));
+            }
+        } else {
+          float* wo = a.ws_o + (hrow * a.nsplit + C.split) * D;
+          const int64_t hs = int64_t(a.nsplit) * D;
+#pragma unroll
+          for (int mt = 0; mt < KSTEP; ++mt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int h = e & 1 ? hB : hA, d = mt * 16 + g + (e >= 2 ? 8 : 0);
+              if (h < C.nh) wo[h * hs + d] = o[mt][e];
+            }
+        }
+        if (C.nsp > 1 && t4 == 0 && g < C.nh) {
+          float* ml = a.ws_ml + ((hrow + g) * a.nsplit + C.split) * 2;
+          ml[0] = mrow;
+          ml[1] = l;
+        }
       }
 #pragma unroll
       for (int mt = 0; mt < KSTEP; ++mt)
@@ -375,7 +447,7 @@ __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
       mrow = -INFINITY;
       lsum = 0.f;
     }
-    advance(a, ngb, nitems, stride, flags, C);
+    advance(a, ngb, nitems, stride, flags, C, wsub, W);
     cs = cs + 1 == S ? 0 : cs + 1;
   }
   cp_async_wait<0>();
@@ -454,19 +526,21 @@ int sm_count() {
   return n;
 }
 
-template <class T, int D, int W_ = 0, int S_ = 0>
+template <class T, int D, int W_ = 0, int S_ = 0, bool CI = false>
 void launch_mma(const DecodeArgs& a, cudaStream_t st) {
   using Cf = MCfg<D, W_, S_>;
+  constexpr size_t smem = Cf::SMEM + (CI ? combine_bytes<D, Cf::W>() : 0);
+  static_assert(smem + Cf::W * Cf::S * 4 <= 227 * 1024, "shared memory of one CTA");
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
   const int64_t nitems = int64_t(a.nsplit) * a.B * a.hkv * ngb;
   if (nitems + int64_t(1024) * 132 * Cf::W > INT32_MAX) throw ValueError("q: too many heads x chunks");
-  auto kern = k_decode_mma<T, D, W_, S_>;
+  auto kern = k_decode_mma<T, D, W_, S_, CI>;
   // A per-device attribute: set on each call (cheap next to the launch).
-  GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cf::SMEM)));
+  GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const int nsm = sm_count();
   const unsigned grid = unsigned(std::min<int64_t>(nsm, nitems));
-  const int flags = a.variant == 5 ? kTPartials : a.variant == 6 ? kBMajor : a.variant == 7 ? kTPartials | kBMajor : 0;
-  kern<<<grid, Cf::W * 32, Cf::SMEM, st>>>(a, int(nitems), flags);
+  const int flags = a.variant == 5 || a.variant == 7 || a.variant == 9 ? kTPartials : 0;
+  kern<<<grid, Cf::W * 32, smem, st>>>(a, int(nitems), flags | (a.variant == 6 || a.variant == 7 ? kBMajor : 0));
   GK_LAUNCH_CHECK("attention_decode_mma");
   // The merge kernel with programmatic dependence: its CTAs are launched while the chunks run and wait
   // (griddepcontrol.wait) for the whole chunk grid and its memory; a plain launch where that is refused.
@@ -501,6 +575,14 @@ bool attention_decode_mma(const DecodeArgs& a, cudaStream_t st) {
       if (a.D == 128 && a.variant == 2) return launch_mma<T, 128, 3, 7>(a, st), true;
       if (a.D == 128 && a.variant == 3) return launch_mma<T, 128, 6, 3>(a, st), true;
       if (a.D == 128 && a.variant == 4) return launch_mma<T, 128, 2, 10>(a, st), true;
+    }
+    if (a.variant == 8 || a.variant == 9) {  // CTA mode (warps share items)
+      switch (a.D) {
+        case 64: launch_mma<T, 64, 0, 0, true>(a, st); return true;
+        case 128: launch_mma<T, 128, 0, 0, true>(a, st); return true;
+        case 256: launch_mma<T, 256, 0, 0, true>(a, st); return true;
+        default: return false;
+      }
     }
     switch (a.D) {
       case 64: launch_mma<T, 64>(a, st); return true;

@@ -217,7 +217,8 @@ def test_cuda_batch_invariance_bitwise():
 @gpu
 @pytest.mark.parametrize("split", ["32,32,100000", "4096,4096,1", "64,1024,8", "64,512,32,1", "64,512,32,0,1",
                                    "128,512,16,1,1", "32,64,1000", "64,4096,2", "2048,2048,1,1", "64,2048,32,2",
-                                   "64,256,64,3", "128,2048,16,4", "64,2048,32,5", "64,2048,32,6", "32,64,1000,7"])
+                                   "64,256,64,3", "128,2048,16,4", "64,2048,32,5", "64,2048,32,6", "32,64,1000,7",
+                                   "64,2048,32,8", "32,64,1000,9", "4096,4096,1,8", "256,4096,16,9"])
 def test_cuda_split_override(split, monkeypatch):
     lens = np.array([1, 4000, 9000, 333], np.int32)
     q, kc, vc, bt = setup_compact(lens, 16, 4, 128, 32, "bfloat16", seed=6)
@@ -229,7 +230,7 @@ def test_cuda_split_override(split, monkeypatch):
 def test_split_override_rejected(monkeypatch):
     lens = np.array([3, 4], np.int32)
     q, kc, vc, bt = setup_paged(2, 4, 2, 64, 16, lens, "float32")
-    for bad in ("48,64,2", "64,512,32,8"):
+    for bad in ("48,64,2", "64,512,32,10"):
         monkeypatch.setenv("GPUKIT_DECODE_SPLIT", bad)
         if CUDA:
             with pytest.raises(ValueError, match="GPUKIT_DECODE_SPLIT"):
@@ -327,3 +328,22 @@ def test_cuda_mma_matches_cuda_core_kernel(dtype, monkeypatch):
     monkeypatch.setenv("GPUKIT_DECODE_SPLIT", CORE)
     core = f64(gk.nn.attention_decode(qd, kd, vd, ld, block_table=btd))
     check(fast, core, TOL[dtype] * 2, f"mma vs cuda-core {dtype}")
+
+
+@gpu
+@pytest.mark.parametrize("split", ["64,2048,32,8", "256,4096,16,9", "256,4096,16,8"])
+@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("Hq,Hkv", [(32, 8), (12, 1), (64, 2)])
+def test_cuda_mma_cta_mode(Hq, Hkv, dtype, D, split, monkeypatch):
+    # CTA mode: the warps of a CTA split each chunk (sub-chunks empty for short sequences) and combine
+    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", split)
+    lens = np.array([1, 17, 63, 64, 65, 700, 5000, 0, 300], np.int32)
+    q, kc, vc, bt = setup_compact(lens, Hq, Hkv, D, 16, dtype, seed=D + Hq)
+    want = ref_decode(f64(q), f64(kc), f64(vc), lens, bt)
+    got = cuda_decode(q, kc, vc, lens, bt)
+    check(got, want, TOL[dtype] * 2, f"cta mode {split} {dtype} D={D} Hq={Hq} Hkv={Hkv}")
+    for i in (0, 5, 6):
+        alone = cuda_decode(q[i:i + 1], kc, vc, lens[i:i + 1], bt[i:i + 1])
+        np.testing.assert_array_equal(bits(alone)[0], bits(got)[i])
+    np.testing.assert_array_equal(bits(cuda_decode(q, kc, vc, lens, bt)), bits(got))
