@@ -171,7 +171,10 @@ __device__ __forceinline__ void advance(const DecodeArgs& a, int ngb, int nitems
 __device__ __forceinline__ int tile_row(const DecodeArgs& a, int nitems, const Cursor& c, int lane) {
   const int t = c.tile * 16 + (lane & 15);
   if (c.item >= nitems || t >= c.len) return -1;
-  return int(decode_row(a, c.b, c.j0 + t));
+  const int j = int(c.j0) + t;  // key positions fit in 32 bits (lengths are int32); as decode_row
+  if (!a.block_table) return c.b * int(a.bs) + j;
+  const int bs = int(a.bs), blk = a.block_table[c.b * a.bt_stride + j / bs];
+  return blk < 0 || blk >= a.nb ? -1 : blk * bs + j % bs;
 }
 
 // CTA mode: the W warps' results for one item (their sub-chunks) combined in warp order through shared
