@@ -154,7 +154,7 @@ void kv_append(const Array& k_new, const Array& v_new, const Array& k_cache, con
 // clamps lengths to the capacity and masks keys of block ids outside the pool).
 // A float8_e4m3fn cache (as written by kv_append) takes its per-head float32
 // scales k_scale, v_scale [Hkv]: key = stored * k_scale.
-constexpr int kDecodeChunkMin = 64, kDecodeChunkMax = 2048, kDecodeTargetSplits = 32;
+constexpr int kDecodeChunkMin = 256, kDecodeChunkMax = 2048, kDecodeTargetSplits = 64;
 Array attention_decode(const Array& q, const Array& k_cache, const Array& v_cache, const Array& seq_lens,
                        const Array& block_table = {}, std::optional<double> scale = std::nullopt,
                        std::optional<int64_t> window = std::nullopt, std::optional<double> softcap = std::nullopt,

@@ -375,7 +375,7 @@ void launch(const DecodeArgs& a, cudaStream_t st) {
   if (a.nb * a.bs > int64_t(INT32_MAX)) throw ValueError("k_cache: more than 2^31 - 1 cache rows");
   auto kern = k_decode_chunk<T, C, D, GB, S, TILEB>;
   const size_t smem = smem_bytes<C, D, GB, S, TILEB>(a.chunk_max);
-  if (smem > 48 * 1024)  // only with a chunk_max above the default (a per-device attribute: set each time)
+  if (smem > 32 * 1024)  // (+ static shared memory) past 48 KB needs the opt-in: a per-device attribute, set each time
     GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   if (a.grid_order == 1 && int64_t(a.nsplit) * ngb * a.hkv > INT32_MAX) throw ValueError("q: too many heads x chunks");
   dim3 grid = a.grid_order == 1 ? dim3{unsigned(a.nsplit * ngb * a.hkv), 1u, unsigned(a.B)}

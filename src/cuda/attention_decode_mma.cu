@@ -52,15 +52,19 @@ struct MCfg {
   static constexpr int CH = ROWB / 16;           // 16-byte chunks per row (8, 16, 32)
   static constexpr int TK = 16;                  // keys per stage
   static constexpr int KVB = TK * ROWB;          // bytes of the K (or V) tile of a stage
-  static constexpr int QB = 8 * ROWB;            // the query slot: 8 heads
-  static constexpr int STAGE = 2 * KVB + QB;
-  static constexpr int W = W_ ? W_ : D == 64 ? 6 : D == 128 ? 4 : 2;  // warps per CTA
-  static constexpr int S = S_ ? S_ : D == 64 ? 6 : 5;                 // stages per warp
+  static constexpr int QB = 8 * ROWB;            // a query slot: 8 heads
+  static constexpr int STAGE = 2 * KVB;
+  static constexpr int W = W_ ? W_ : D == 256 ? 4 : 8;  // warps per CTA (two per scheduler: latency hiding)
+  static constexpr int S = S_ ? S_ : D == 64 ? 5 : 3;   // stages per warp
+  // Query slots per warp, used round-robin by the warp's items: the copies of an item's queries are
+  // issued at most S - 1 tiles (so S - 1 items) ahead of their use, after the use of the slot's last item.
+  static constexpr int NQ = S > 2 ? S - 1 : 1;
+  static constexpr int WARPB = S * STAGE + NQ * QB;  // shared memory of one warp
   static constexpr int CPL = TK * CH / 32;       // K (and V) copies per lane per stage
   static constexpr int QPL = 8 * CH / 32;        // query copies per lane
   static constexpr int KSTEP = D / 16;
-  static constexpr size_t SMEM = size_t(W) * S * STAGE;
-  static_assert(SMEM <= 227 * 1024, "shared memory of one CTA");
+  static constexpr size_t SMEM = size_t(W) * WARPB;
+  static_assert(SMEM + W * S * 4 <= 227 * 1024, "shared memory of one CTA");
 };
 
 __device__ __forceinline__ int swz(int r, int c, int rowb) { return r * rowb + ((c ^ (r & 7)) << 4); }
@@ -109,6 +113,7 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 struct Cursor {
   int item;  // >= nitems: no more items
   int tile;
+  int qi;    // the item's query slot
   int b, kvh, h0, nh, split, nsp, len, ntile;
   int64_t j0;
 };
@@ -160,11 +165,12 @@ __device__ __forceinline__ void find_item(const DecodeArgs& a, int ngb, int nite
 }
 
 __device__ __forceinline__ void advance(const DecodeArgs& a, int ngb, int nitems, int stride, int flags,
-                                        Cursor& c, int wsub, int nw) {
+                                        Cursor& c, int wsub, int nw, int nq) {
   if (c.item >= nitems) return;
   if (++c.tile < c.ntile) return;
   c.item += stride;
   find_item(a, ngb, nitems, stride, flags, c, wsub, nw);
+  c.qi = c.qi + 1 == nq ? 0 : c.qi + 1;
 }
 
 // Cache row of key (lane & 15) of the cursor's tile; -1 past the chunk or for a block outside the pool.
@@ -252,17 +258,19 @@ __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
   const int stride = CI ? int(gridDim.x) : int(gridDim.x) * W;
   const int wsub = CI ? warp : -1;
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
-  unsigned char* ring = smem + size_t(warp) * S * STAGE;
-  const uint32_t ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
+  unsigned char* ring = smem + size_t(warp) * Cf::WARPB;
+  unsigned char* qslots = ring + S * STAGE;
+  const uint32_t ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(ring)), qslots_s = ring_s + S * STAGE;
   const T* kc = static_cast<const T*>(a.kc);
   const T* vc = static_cast<const T*>(a.vc);
   const T* qp = static_cast<const T*>(a.q);
 
   Cursor P;
   P.item = CI ? int(blockIdx.x) : warp * int(gridDim.x) + blockIdx.x;
+  P.qi = 0;
   find_item(a, ngb, nitems, stride, flags, P, wsub, W);
   if (P.item >= nitems) return;
-  Cursor C = P;
+  Cursor C = P;  // (qi = 0 too)
   int prow = tile_row(a, nitems, P, lane);
 
   // Copies the producer's tile into stage ps (an empty group once the items are done).
@@ -287,14 +295,14 @@ __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
         for (int u = 0; u < QPL; ++u) {
           const int c = lane + 32 * u, r = c / CH, cc = c % CH;
           const bool ok = r < P.nh;
-          cp_async16(st + 2 * KVB + swz(r, cc, ROWB), ok ? q + int64_t(r) * a.q_hs + cc * 8 : qp, ok);
+          cp_async16(qslots + P.qi * Cf::QB + swz(r, cc, ROWB), ok ? q + int64_t(r) * a.q_hs + cc * 8 : qp, ok);
         }
       }
     }
     cp_async_commit();
   };
   auto step_producer = [&]() {
-    advance(a, ngb, nitems, stride, flags, P, wsub, W);
+    advance(a, ngb, nitems, stride, flags, P, wsub, W, Cf::NQ);
     prow = tile_row(a, nitems, P, lane);
   };
 
@@ -323,22 +331,22 @@ __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
   while (C.item < nitems) {
     cp_async_wait<S - 2>();
     __syncwarp();
-    issue(ps);
-    step_producer();
-    ps = ps + 1 == S ? 0 : ps + 1;
     const uint32_t st = ring_s + cs * STAGE;
-
     if (C.tile == 0) {  // the item's query rows: A fragments of each k-step (a0: dims 2t.., a2: dims 2t + 8..)
 #pragma unroll
       for (int k2 = 0; k2 < KSTEP / 2; ++k2) {
         uint32_t x[4];
-        ldsm_x4(x, st + 2 * KVB + swz(lane & 7, 4 * k2 + (lane >> 3), ROWB));
+        ldsm_x4(x, qslots_s + C.qi * Cf::QB + swz(lane & 7, 4 * k2 + (lane >> 3), ROWB));
         qa[2 * k2][0] = x[0];
         qa[2 * k2][1] = x[1];
         qa[2 * k2 + 1][0] = x[2];
         qa[2 * k2 + 1][1] = x[3];
       }
+      __syncwarp();  // the slot is read before this iteration's copies may refill it
     }
+    issue(ps);
+    step_producer();
+    ps = ps + 1 == S ? 0 : ps + 1;
     // S = Q K^T: s?[n] = heads x keys n*8 .. n*8 + 7 (lane: head g, keys 2t, 2t + 1 in [0], [1]).
     float sa[2][4] = {}, sb[2][4] = {};
 #pragma unroll
@@ -450,7 +458,7 @@ __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
       mrow = -INFINITY;
       lsum = 0.f;
     }
-    advance(a, ngb, nitems, stride, flags, C, wsub, W);
+    advance(a, ngb, nitems, stride, flags, C, wsub, W, Cf::NQ);
     cs = cs + 1 == S ? 0 : cs + 1;
   }
   cp_async_wait<0>();
@@ -575,15 +583,15 @@ bool attention_decode_mma(const DecodeArgs& a, cudaStream_t st) {
   auto go = [&](auto t) {
     using T = decltype(t);
     if constexpr (std::is_same_v<T, bf16>) {  // tuning variants (GPUKIT_DECODE_SPLIT's 4th field), bf16 D = 128
-      if (a.D == 128 && a.variant == 2) return launch_mma<T, 128, 3, 7>(a, st), true;
+      if (a.D == 128 && a.variant == 2) return launch_mma<T, 128, 4, 5>(a, st), true;
       if (a.D == 128 && a.variant == 3) return launch_mma<T, 128, 6, 3>(a, st), true;
-      if (a.D == 128 && a.variant == 4) return launch_mma<T, 128, 2, 10>(a, st), true;
+      if (a.D == 128 && a.variant == 4) return launch_mma<T, 128, 12, 2>(a, st), true;
     }
     if (a.variant == 8 || a.variant == 9) {  // CTA mode (warps share items)
       switch (a.D) {
-        case 64: launch_mma<T, 64, 0, 0, true>(a, st); return true;
-        case 128: launch_mma<T, 128, 0, 0, true>(a, st); return true;
-        case 256: launch_mma<T, 256, 0, 0, true>(a, st); return true;
+        case 64: launch_mma<T, 64, 6, 6, true>(a, st); return true;
+        case 128: launch_mma<T, 128, 4, 5, true>(a, st); return true;
+        case 256: launch_mma<T, 256, 2, 5, true>(a, st); return true;
         default: return false;
       }
     }
