@@ -29,7 +29,7 @@ SHAPES = [(1, 512), (1, 1024), (1, 2048), (1, 4096), (1, 16384), (1, 32768), (1,
 PAGED = [(1, 16384), (32, 8192)]
 # tuning sweep: "chunk_min,chunk_max,target_splits[,variant]" (variant 1: the CUDA-core kernel of
 # src/cuda/attention_decode.cu; 0: the tensor-core kernel of attention_decode_mma.cu, 2-7 its tuning variants:
-# 2-4 warps x stages (4x5, 6x3, 12x2; default 8x3), 5 partials in bf16, 6 sequence-major item order, 7 both,
+# 2-4 warps x stages (4x5, 6x3, 12x2; default 8x3), 5 partials in bf16, 6 split-major item order, 7 both,
 # 8 CTA mode (the warps of a CTA share each chunk), 9 CTA mode with bf16 partials)
 SWEEP = ["64,2048,64", "128,2048,64", "256,4096,16", "512,2048,32", "256,2048,64,2", "256,2048,64,3",
          "256,2048,64,4", "256,2048,64,5", "256,2048,64,6", "256,4096,16,5", "1024,4096,16,8", "64,2048,32,1"]
