@@ -31,7 +31,7 @@ PAGED = [(1, 16384), (32, 8192)]
 # src/cuda/attention_decode.cu; 0: the tensor-core kernel of attention_decode_mma.cu, 2-7 its tuning variants:
 # 2-4 warps x stages (4x5, 6x3, 12x2; default 8x3), 5 partials in bf16, 6 split-major item order, 7 both,
 # 8 CTA mode (the warps of a CTA share each chunk), 9 CTA mode with bf16 partials)
-SWEEP = ["64,2048,64", "128,2048,64", "256,4096,16", "512,2048,32", "256,2048,64,2", "256,2048,64,3",
+SWEEP = ["64,2048,64", "128,2048,64", "128,2048,128", "256,4096,16", "512,2048,32", "256,2048,64,2", "256,2048,64,3",
          "256,2048,64,4", "256,2048,64,5", "256,2048,64,6", "256,4096,16,5", "1024,4096,16,8", "64,2048,32,1"]
 Hq, Hkv, D = 32, 8, 128
 L2_BYTES = 60e6
