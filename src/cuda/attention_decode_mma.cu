@@ -4,16 +4,17 @@
 // Work items: (chunk of one sequence, kv head, group of up to 8 query heads). The
 // chunking is the flash-decoding split of attention_decode.cu (decode_chunk: a
 // function of the sequence's attended length and the fixed split parameters only).
-// Every warp is independent: the grid holds one CTA per SM (at most), the warps of
-// all CTAs take the items round-robin (item gw, gw + NW, gw + 2 NW, ... for global
-// warp gw of NW; consecutive items are the kv heads of one chunk, so the warps of
-// neighbouring SMs read neighbouring cache rows at the same time), and each warp
+// Every warp is independent: the grid holds one CTA per SM (at most; 8 warps, two
+// per scheduler, for D = 64 and 128), the warps of all CTAs take the items
+// round-robin (item gw, gw + NW, gw + 2 NW, ... for global warp gw of NW; items are
+// ordered sequence-major and the kv heads of one chunk are consecutive, so the warps
+// running at one time read few, neighbouring regions of the cache), and each warp
 // streams the tiles of its items through its own ring of S shared-memory stages,
 // filled by 16-byte cp.async copies S - 1 tiles ahead, across item boundaries. A
 // stage holds 16 keys of K and V (rows swizzled: 16-byte chunk c of row r sits at
-// c ^ (r & 7), so ldmatrix is conflict-free) and, for the first tile of an item,
-// the item's query rows. The cache rows of the next tile to copy (block table
-// look-ups for a paged cache) are loaded one step early.
+// c ^ (r & 7), so ldmatrix is conflict-free); an item's query rows go to one of
+// S - 1 query slots with its first tile. The cache rows of the next tile to copy
+// (block table look-ups for a paged cache) are loaded one step early.
 //
 // Per tile (warp, 16 keys):
 //  - S = Q K^T with mma.m16n8k16 (fp32 accumulation): A = the query heads (rows
@@ -28,10 +29,17 @@
 //    P is rounded to the cache type for the product; the sum uses fp32 P.
 // A sequence of one chunk is normalized and written directly; otherwise a chunk
 // writes its unnormalized output, max (log2 domain) and sum to the workspace and
-// k_merge_mma combines the chunks of each (sequence, head) in a fixed order.
+// k_merge_mma (launched with programmatic dependence, so its launch overlaps the
+// chunks) combines the chunks of each (sequence, head) in a fixed order.
 // Each item's arithmetic depends only on its own sequence, chunk and heads, never
 // on which warp runs it or what else is in the batch: bitwise reproducible and
 // batch independent.
+//
+// Tuning variants (GPUKIT_DECODE_SPLIT's 4th field; not defaults): 2-4 other warps x
+// stages (bf16, D = 128), 5 partials stored in the cache type, 6 split-major item
+// order, 8-9 "CTA mode": the warps of a CTA split each chunk into sub-chunks and
+// combine them in warp order through shared memory (other bits than the default,
+// still a function of the sequence alone).
 #include <atomic>
 #include <cfloat>
 
