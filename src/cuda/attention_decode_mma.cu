@@ -480,12 +480,12 @@ __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
   cp_async_wait<0>();
 }
 
-// One CTA of 512 threads per (query head, sequence): thread (r, d) folds the chunks s = r (mod R) of
+// One CTA of 1024 threads per (query head, sequence): thread (r, d) folds the chunks s = r (mod R) of
 // output element d, then the R partial sums are added in r order. Chunk maxima are in the log2 domain.
 // P: the partial outputs' type: float (unnormalized) or T (normalized by their sums).
 template <class T, int D, class P>
-__global__ void __launch_bounds__(512) k_merge_mma(const __grid_constant__ DecodeArgs a) {
-  constexpr int R = 512 / D;
+__global__ void __launch_bounds__(1024) k_merge_mma(const __grid_constant__ DecodeArgs a) {
+  constexpr int R = 1024 / D;
   __shared__ float shm[R], shd[R], shn[R][D];
   const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x % D, r = threadIdx.x / D;
   int64_t L, start;
@@ -573,7 +573,7 @@ void launch_mma(const DecodeArgs& a, cudaStream_t st) {
   // (griddepcontrol.wait) for the whole chunk grid and its memory; a plain launch where that is refused.
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3{unsigned(a.hq), unsigned(a.B), 1u};
-  cfg.blockDim = dim3{512u, 1u, 1u};
+  cfg.blockDim = dim3{1024u, 1u, 1u};
   cfg.dynamicSmemBytes = 0;
   cfg.stream = st;
   cudaLaunchAttribute attr[1];
