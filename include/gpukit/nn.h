@@ -141,7 +141,8 @@ void kv_append(const Array& k_new, const Array& v_new, const Array& k_cache, con
 // maps each scaled logit s to c * tanh(s / c). A sequence of length 0 gives 0.
 // CUDA (flash-decoding): the attended keys [start, L) of a sequence are cut into
 // chunks of kDecodeChunkMin * 2^k tokens (at most kDecodeChunkMax), the
-// smallest giving at most kDecodeTargetSplits chunks. The chunking depends only
+// smallest giving at most kDecodeTargetSplits chunks, and at most 4 chunks
+// while they are shorter than 4 * kDecodeChunkMin. The chunking depends only
 // on that sequence's length, the window and these constants, never on the batch
 // or the GPU; partial results merge in a fixed order, so the output bits of a
 // sequence are reproducible and independent of the other sequences. bf16/fp16
@@ -154,7 +155,7 @@ void kv_append(const Array& k_new, const Array& v_new, const Array& k_cache, con
 // clamps lengths to the capacity and masks keys of block ids outside the pool).
 // A float8_e4m3fn cache (as written by kv_append) takes its per-head float32
 // scales k_scale, v_scale [Hkv]: key = stored * k_scale.
-constexpr int kDecodeChunkMin = 256, kDecodeChunkMax = 2048, kDecodeTargetSplits = 64;
+constexpr int kDecodeChunkMin = 64, kDecodeChunkMax = 2048, kDecodeTargetSplits = 64;
 Array attention_decode(const Array& q, const Array& k_cache, const Array& v_cache, const Array& seq_lens,
                        const Array& block_table = {}, std::optional<double> scale = std::nullopt,
                        std::optional<int64_t> window = std::nullopt, std::optional<double> softcap = std::nullopt,

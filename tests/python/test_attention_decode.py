@@ -108,7 +108,7 @@ def cuda_decode(q, kc, vc, lens, bt=None, **kw):
 @gpu
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
 def test_cuda_chunk_regimes_vs_float64(dtype):
-    # 1 chunk (<= 256 keys), 256-key chunks, then 512 and 1024-key chunks (more than 64 of the smaller size)
+    # 1 chunk (<= 64 keys), up to 4 chunks of 64 .. 256 keys, 256-key chunks, then 512 and 1024-key chunks
     lens = np.array([1, 63, 256, 257, 2047, 2049, 4100, 16385, 0, 20000, 33000], np.int32)
     Hq, Hkv, D, bs = 32, 8, 128, 64
     q, kc, vc, bt = setup_compact(lens, Hq, Hkv, D, bs, dtype, seed=3)
@@ -240,7 +240,7 @@ def test_split_override_rejected(monkeypatch):
 
 
 # ---- the tensor-core kernel (bf16 / fp16; attention_decode_mma.cu) and the CUDA-core one (variant 1) ----
-CORE = "256,2048,64,1"  # the default chunking on the CUDA-core kernel
+CORE = "64,2048,64,1"  # the default chunking on the CUDA-core kernel
 
 
 @gpu
