@@ -1,15 +1,16 @@
 """attention_decode against torch SDPA (enable_gqa=True), bf16, Hq=32, Hkv=8, D=128, in one run.
 
-    python bench/attention.py [--out bench/results/h200.json] [--rounds 30] [--splits 64,512,32 128,512,16,1] [--no-sweep]
+    python bench/attention.py [--out bench/results/h200.json] [--rounds 30] [--splits 64,2048,32 64,2048,32,1] [--no-sweep]
 
-Metric: TB/s of KV read (2 * B * T * Hkv * D * 2 bytes over the median time of one call). Each round
+Metric: TB/s of KV read (2 * B * T * Hkv * D * 2 bytes: K and V, bf16, over the median time of one call; the
+query, output and split workspace are not counted). Each round
 times --iters back-to-back calls with CUDA events (gpukit events on gpukit's stream, torch events
 on torch's); the calls rotate over enough copies of the cache that the data read by consecutive
 calls is about 3x the 60 MB L2. gpukit reads a contiguous cache [B, T, Hkv, D] (records
 "attention_decode") and, for some shapes, a paged one with 16-token blocks in shuffled order
 ("attention_decode_paged"); torch reads [B, Hkv, T, D]. Caches are filled with random data (never
-zeros). A short sweep (--splits, off with --no-sweep) also times other flash-decoding split parameters and
-kernel variants (GPUKIT_DECODE_SPLIT; printed only, not recorded). Exits 0 with a message without CUDA or torch.
+zeros). A short sweep (--splits, off with --no-sweep) also times other flash-decoding split parameters
+("min,max,target") and the CUDA-core kernel (",1"; GPUKIT_DECODE_SPLIT; printed only, not recorded). Exits 0 with a message without CUDA or torch.
 """
 from __future__ import annotations
 
@@ -23,13 +24,15 @@ import numpy as np
 
 import common  # bench/common.py
 
-SHAPES = [(1, 512), (1, 1024), (1, 2048), (1, 4096), (1, 16384), (1, 131072), (16, 4096), (32, 1024),
-          (32, 8192), (64, 2048)]
+SHAPES = [(1, 512), (1, 1024), (1, 2048), (1, 4096), (1, 16384), (1, 32768), (1, 131072), (16, 4096), (16, 8192),
+          (32, 1024), (32, 4096), (32, 8192), (64, 2048)]
 PAGED = [(1, 16384), (32, 8192)]
-# tuning sweep: "chunk_min,chunk_max,target_splits,variant,grid_order" (see src/cuda/attention_decode.cu)
-SWEEP = ["64,512,32,0,1", "128,512,32,0,1", "64,512,32,1,1", "64,512,32,2,1", "64,512,32,3,1", "64,512,32,4,1",
-         "64,256,64,0,1", "128,512,16,0,1", "64,128,128,5", "64,512,32,5", "64,256,64,5", "32,128,256,5",
-         "128,256,32,5"]
+# tuning sweep: "chunk_min,chunk_max,target_splits[,variant]" (variant 1: the CUDA-core kernel of
+# src/cuda/attention_decode.cu; 0: the tensor-core kernel of attention_decode_mma.cu, 2-7 its tuning variants:
+# 2-4 warps x stages (4x5, 6x3, 12x2; default 8x3), 5 partials in bf16, 6 split-major item order, 7 both,
+# 8 CTA mode (the warps of a CTA share each chunk), 9 CTA mode with bf16 partials)
+SWEEP = ["64,2048,64", "128,2048,64", "128,2048,128", "256,4096,16", "512,2048,32", "256,2048,64,2", "256,2048,64,3",
+         "256,2048,64,4", "256,2048,64,5", "256,2048,64,6", "256,4096,16,5", "1024,4096,16,8", "64,2048,32,1"]
 Hq, Hkv, D = 32, 8, 128
 L2_BYTES = 60e6
 

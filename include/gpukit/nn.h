@@ -141,18 +141,21 @@ void kv_append(const Array& k_new, const Array& v_new, const Array& k_cache, con
 // maps each scaled logit s to c * tanh(s / c). A sequence of length 0 gives 0.
 // CUDA (flash-decoding): the attended keys [start, L) of a sequence are cut into
 // chunks of kDecodeChunkMin * 2^k tokens (at most kDecodeChunkMax), the
-// smallest giving at most kDecodeTargetSplits chunks. The chunking depends only
+// smallest giving at most kDecodeTargetSplits chunks, and at most 4 chunks
+// while they are shorter than 4 * kDecodeChunkMin. The chunking depends only
 // on that sequence's length, the window and these constants, never on the batch
-// or the GPU; partial results merge in chunk order, so the output bits of a
-// sequence are reproducible and independent of the other sequences. (The
-// environment variable GPUKIT_DECODE_SPLIT="min,max,target", read at each call,
-// overrides the three constants: a tuning knob for benchmarks.)
+// or the GPU; partial results merge in a fixed order, so the output bits of a
+// sequence are reproducible and independent of the other sequences. bf16/fp16
+// caches run on the tensor cores (src/cuda/attention_decode_mma.cu), float32 and
+// fp8 caches on a CUDA-core kernel. (The environment variable
+// GPUKIT_DECODE_SPLIT="min,max,target[,variant]", read at each call, overrides the
+// three constants, and variant 1 forces the CUDA-core kernel: tuning knobs.)
 // Bounds: as kv_append (host-visible seq_lens/block_table are checked before the
 // launch, validate=true copies device ones to the host; otherwise the kernel
 // clamps lengths to the capacity and masks keys of block ids outside the pool).
 // A float8_e4m3fn cache (as written by kv_append) takes its per-head float32
 // scales k_scale, v_scale [Hkv]: key = stored * k_scale.
-constexpr int kDecodeChunkMin = 64, kDecodeChunkMax = 512, kDecodeTargetSplits = 32;
+constexpr int kDecodeChunkMin = 64, kDecodeChunkMax = 2048, kDecodeTargetSplits = 64;
 Array attention_decode(const Array& q, const Array& k_cache, const Array& v_cache, const Array& seq_lens,
                        const Array& block_table = {}, std::optional<double> scale = std::nullopt,
                        std::optional<int64_t> window = std::nullopt, std::optional<double> softcap = std::nullopt,

@@ -38,6 +38,8 @@ constexpr int kWarps = kThr / 32;
 constexpr int kStages = 4;
 constexpr int kTileBytes = 8192;  // at most, per stage
 
+void launch_decode_merge(const DecodeArgs& a, cudaStream_t st);
+
 // Compile-time layout of one (cache type, head_dim) pair.
 template <class C, int D, int TILEB = kTileBytes>
 struct Layout {
@@ -373,7 +375,7 @@ void launch(const DecodeArgs& a, cudaStream_t st) {
   if (a.nb * a.bs > int64_t(INT32_MAX)) throw ValueError("k_cache: more than 2^31 - 1 cache rows");
   auto kern = k_decode_chunk<T, C, D, GB, S, TILEB>;
   const size_t smem = smem_bytes<C, D, GB, S, TILEB>(a.chunk_max);
-  if (smem > 48 * 1024)  // only with a chunk_max above the default (a per-device attribute: set each time)
+  if (smem > 32 * 1024)  // (+ static shared memory) past 48 KB needs the opt-in: a per-device attribute, set each time
     GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   if (a.grid_order == 1 && int64_t(a.nsplit) * ngb * a.hkv > INT32_MAX) throw ValueError("q: too many heads x chunks");
   dim3 grid = a.grid_order == 1 ? dim3{unsigned(a.nsplit * ngb * a.hkv), 1u, unsigned(a.B)}
@@ -388,28 +390,23 @@ void launch_g(const DecodeArgs& a, cudaStream_t st) {
   const int G = a.hq / a.hkv;
   if (G == 1) return launch<T, C, D, 1>(a, st);
   if (G == 2) return launch<T, C, D, 2>(a, st);
-  if constexpr (std::is_same_v<T, bf16> && std::is_same_v<C, bf16> && D == 128) {  // tuning variants
-    if (a.variant == 1) return launch<T, C, D, 4, 6, 8192>(a, st);
-    if (a.variant == 2) return launch<T, C, D, 4, 3, 16384>(a, st);
-    if (a.variant == 3) return launch<T, C, D, 4, 4, 16384>(a, st);
-    if (a.variant == 4) return launch<T, C, D, 4, 8, 4096>(a, st);
-  }
   return launch<T, C, D, 4>(a, st);
 }
-}  // namespace
-
 void launch_decode_merge(const DecodeArgs& a, cudaStream_t st) {
   dim3 mgrid{unsigned(a.hq), unsigned(a.B), 1u};
   dispatch_float(a.dtype, [&](auto t) { k_decode_merge<decltype(t)><<<mgrid, unsigned(a.D), 0, st>>>(a); });
   GK_LAUNCH_CHECK("attention_decode_merge");
 }
+}  // namespace
 
 void attention_decode(const DecodeArgs& a, void* stream) {
   auto st = static_cast<cudaStream_t>(stream);
   if (!aligned16(a.kc) || !aligned16(a.vc)) throw ValueError("k_cache, v_cache: must be 16-byte aligned");
   if (a.chunk_min < 32 || a.chunk_min % 32 || a.chunk_max < a.chunk_min || a.chunk_max > 4096 || a.target_splits < 1)
     throw ValueError("attention_decode: bad split parameters");
-  if (a.variant == 5 && attention_decode_hg(a, st)) return;  // head-group kernel (attention_decode_hg.cu)
+  // bf16 / fp16: the tensor-core kernel (attention_decode_mma.cu; variants 2-4: its tuning variants);
+  // variant 1 forces the CUDA-core kernel below.
+  if (a.variant != 1 && attention_decode_mma(a, st)) return;
   dispatch_float(a.dtype, [&](auto t) {
     using T = decltype(t);
     auto go = [&](auto c) {

@@ -225,12 +225,17 @@ GK_HD void decode_span(const DecodeArgs& a, int b, int64_t& L, int64_t& start) {
 }
 
 // Chunk length (tokens) of the flash-decoding split of n attended keys: the
-// smallest chunk_min * 2^k <= chunk_max giving at most target_splits chunks.
-// It depends only on n and the fixed parameters, never on the batch.
+// smallest chunk_min * 2^k <= chunk_max giving at most target_splits chunks, but
+// at least min(ceil(n / 4) rounded up to a power of two, 4 * chunk_min, chunk_max)
+// (at most 4 chunks while they are shorter than 4 * chunk_min: fewer partial
+// results for mid-length sequences). It depends only on n and the fixed
+// parameters (powers of two), never on the batch.
 GK_HD int64_t decode_chunk(int64_t n, int cmin, int cmax, int target) {
   int64_t c = cmin;
   while (c < cmax && (n + c - 1) / c > target) c *= 2;
-  return c;
+  int64_t f = 1;
+  while (f < (n + 3) / 4 && f < 4LL * cmin && f < cmax) f *= 2;
+  return c > f ? c : f;
 }
 GK_HD int64_t decode_nsplit(int64_t n, int cmin, int cmax, int target) {
   if (n <= 0) return 0;

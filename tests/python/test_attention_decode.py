@@ -1,7 +1,8 @@
 """attention_decode: page boundaries and odd lengths, the flash-decoding chunk regimes of the CUDA
-kernel (chunks of 64..512 keys, one-chunk sequences written directly), windows starting inside a
+kernels (chunks of 64..2048 keys, one-chunk sequences written directly), windows starting inside a
 chunk, poisoned outputs, run-to-run determinism and batch invariance (bitwise), the split-parameter
-override, and bad input. References: float64 NumPy (test_attention.ref_decode) and the CPU op."""
+override, the tensor-core kernel (bf16/fp16, attention_decode_mma.cu) against the CUDA-core one, and
+bad input. References: float64 NumPy (test_attention.ref_decode) and the CPU op."""
 import os
 
 import numpy as np
@@ -35,7 +36,7 @@ def setup_compact(lens, Hq, Hkv, D, bs, dtype, seed=0):
 
 
 def check(got, want, tol, what=""):
-    g = f64(got)
+    g = got if isinstance(got, np.ndarray) else f64(got)
     err = np.abs(g - want)
     lim = tol + tol * np.abs(want)
     if not np.all(err <= lim) or not np.all(np.isfinite(g)):
@@ -107,13 +108,13 @@ def cuda_decode(q, kc, vc, lens, bt=None, **kw):
 @gpu
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
 def test_cuda_chunk_regimes_vs_float64(dtype):
-    # 1 chunk (<= 64), 64-key chunks, then 128, 256 and 512-key chunks (more than 32 chunks of the smaller size)
-    lens = np.array([1, 63, 64, 65, 2047, 2049, 4100, 8191, 16385, 0, 20000], np.int32)
+    # 1 chunk (<= 64 keys), up to 4 chunks of 64 .. 256 keys, 256-key chunks, then 512 and 1024-key chunks
+    lens = np.array([1, 63, 256, 257, 2047, 2049, 4100, 16385, 0, 20000, 33000], np.int32)
     Hq, Hkv, D, bs = 32, 8, 128, 64
     q, kc, vc, bt = setup_compact(lens, Hq, Hkv, D, bs, dtype, seed=3)
     out = cuda_decode(q, kc, vc, lens, bt)
     check(out, ref_decode(f64(q), f64(kc), f64(vc), lens, bt), TOL[dtype] * 2, f"paged {dtype}")
-    assert np.all(f64(out)[9] == 0)
+    assert np.all(f64(out)[8] == 0)
 
 
 @gpu
@@ -214,12 +215,13 @@ def test_cuda_batch_invariance_bitwise():
 
 
 @gpu
-@pytest.mark.parametrize("split", ["32,32,100000", "4096,4096,1", "64,1024,8", "64,512,32,1", "64,512,32,2",
-                                   "64,512,32,3", "64,512,32,4", "64,512,32,0,1", "128,512,16,1,1", "64,512,32,5",
-                                   "64,128,128,5", "32,64,1000,5"])
+@pytest.mark.parametrize("split", ["32,32,100000", "4096,4096,1", "64,1024,8", "64,512,32,1", "64,512,32,0,1",
+                                   "128,512,16,1,1", "32,64,1000", "64,4096,2", "2048,2048,1,1", "64,2048,32,2",
+                                   "64,256,64,3", "128,2048,16,4", "64,2048,32,5", "64,2048,32,6", "32,64,1000,7",
+                                   "64,2048,32,8", "32,64,1000,9", "4096,4096,1,8", "256,4096,16,9"])
 def test_cuda_split_override(split, monkeypatch):
     lens = np.array([1, 4000, 9000, 333], np.int32)
-    q, kc, vc, bt = setup_compact(lens, 16, 4, 128, 32, "bfloat16", seed=6)  # G = 4, D = 128: the variants apply
+    q, kc, vc, bt = setup_compact(lens, 16, 4, 128, 32, "bfloat16", seed=6)
     want = ref_decode(f64(q), f64(kc), f64(vc), lens, bt)
     monkeypatch.setenv("GPUKIT_DECODE_SPLIT", split)
     check(cuda_decode(q, kc, vc, lens, bt), want, 3.2e-2, f"split {split}")
@@ -228,68 +230,120 @@ def test_cuda_split_override(split, monkeypatch):
 def test_split_override_rejected(monkeypatch):
     lens = np.array([3, 4], np.int32)
     q, kc, vc, bt = setup_paged(2, 4, 2, 64, 16, lens, "float32")
-    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "48,64,2")
-    if CUDA:
-        with pytest.raises(ValueError, match="GPUKIT_DECODE_SPLIT"):
-            cuda_decode(q, kc, vc, lens, bt)
+    for bad in ("48,64,2", "64,512,32,10"):
+        monkeypatch.setenv("GPUKIT_DECODE_SPLIT", bad)
+        if CUDA:
+            with pytest.raises(ValueError, match="GPUKIT_DECODE_SPLIT"):
+                cuda_decode(q, kc, vc, lens, bt)
     out = gk.nn.attention_decode(q, kc, vc, lens, block_table=bt)  # the CPU reference has no split
     check(out, ref_decode(f64(q), f64(kc), f64(vc), lens, bt), 1e-5, "cpu with override set")
 
 
-# ---- the head-group kernel (GPUKIT_DECODE_SPLIT variant 5; attention_decode_hg.cu) ----
-HG = "64,128,128,5"
+# ---- the tensor-core kernel (bf16 / fp16; attention_decode_mma.cu) and the CUDA-core one (variant 1) ----
+CORE = "64,2048,64,1"  # the default chunking on the CUDA-core kernel
 
 
 @gpu
-@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("D", [64, 128, 256])
-@pytest.mark.parametrize("Hq,Hkv", [(32, 8), (8, 8), (12, 1), (40, 8), (6, 3), (64, 2)])
-def test_cuda_head_group_kernel(dtype, D, Hq, Hkv, monkeypatch):
-    lens = np.array([1, 700, 129, 64, 0, 2500], np.int32)
+@pytest.mark.parametrize("Hq,Hkv", [(32, 8), (8, 8), (12, 1), (40, 8), (6, 3), (64, 2), (16, 16)])
+def test_cuda_mma_heads_dims(dtype, D, Hq, Hkv):
+    # tile (16 keys) and chunk edges, an empty sequence, G = 1 .. 32 (groups of 8 query heads per item)
+    lens = np.array([1, 700, 129, 64, 0, 2500, 15, 16, 17], np.int32)
     q, kc, vc, bt = setup_compact(lens, Hq, Hkv, D, 16, dtype, seed=D + Hq + Hkv)
     want = ref_decode(f64(q), f64(kc), f64(vc), lens, bt)
-    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", HG)
-    check(cuda_decode(q, kc, vc, lens, bt), want, TOL[dtype] * 2, f"hg {dtype} D={D} Hq={Hq} Hkv={Hkv}")
+    check(cuda_decode(q, kc, vc, lens, bt), want, TOL[dtype] * 2, f"mma {dtype} D={D} Hq={Hq} Hkv={Hkv}")
 
 
 @gpu
-@pytest.mark.parametrize("kw", [{"window": 100, "softcap": 3.0}, {"window": 2100}, {"scale": 0.05}])
-def test_cuda_head_group_window_fp8(kw, monkeypatch):
-    B, Hq, Hkv, D, Tm = 3, 32, 8, 128, 4500
-    q, kc, vc = (make(s, "bfloat16", i) for i, s in enumerate([(B, Hq, D), (B, Tm, Hkv, D), (B, Tm, Hkv, D)]))
-    lens = np.array([4500, 2101, 64], np.int32)
-    want = ref_decode(f64(q), f64(kc), f64(vc), lens, **kw)
-    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", HG)
-    check(cuda_decode(q, kc, vc, lens, **kw), want, 3.2e-2, f"hg contiguous {kw}")
-    ks = np.linspace(0.5, 1.5, Hkv).astype(np.float32)
-    k8 = gk.asarray(gk.to_numpy(kc).astype(np.float32) / ks[None, None, :, None]).astype("float8_e4m3fn")
-    v8 = gk.asarray(gk.to_numpy(vc).astype(np.float32) / ks[None, None, :, None]).astype("float8_e4m3fn")
-    cpu = gk.nn.attention_decode(q, k8, v8, lens, k_scale=ks, v_scale=ks, **kw)
-    got = cuda_decode(q, k8, v8, lens, k_scale=gk.asarray(ks).to("cuda"), v_scale=gk.asarray(ks).to("cuda"), **kw)
-    check(got, f64(cpu), 3.2e-2, f"hg fp8 {kw}")
+@pytest.mark.parametrize("bs", [16, 48, 256])
+@pytest.mark.parametrize("kw", [{}, {"window": 100, "softcap": 3.0}, {"window": 2100}, {"scale": 0.05},
+                                {"window": 1}])
+def test_cuda_mma_paged_window_softcap(bs, kw):
+    lens = np.array([4500, 2101, 64, 1, 3000], np.int32)
+    q, kc, vc, bt = setup_compact(lens, 32, 8, 128, bs, "bfloat16", seed=bs)
+    want = ref_decode(f64(q), f64(kc), f64(vc), lens, bt, **kw)
+    check(cuda_decode(q, kc, vc, lens, bt, **kw), want, 3.2e-2, f"mma paged bs={bs} {kw}")
 
 
 @gpu
-def test_cuda_head_group_bitwise_same_as_alone_and_deterministic(monkeypatch):
-    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", HG)
-    Hq, Hkv, D, bs = 32, 8, 128, 16
-    lens = np.array([4096, 17, 9000, 300, 1, 129], np.int32)
-    B = len(lens)
-    _, kc, vc, bt = setup_compact(lens, Hq, Hkv, D, bs, "bfloat16", seed=21)
-    q32 = np.random.default_rng(22).standard_normal((B, Hq, D)).astype(np.float32)
-    kd, vd = kc.to("cuda"), vc.to("cuda")
+def test_cuda_mma_many_items_per_warp():
+    # hundreds of short sequences: each warp runs several items, and its copy pipeline crosses item
+    # boundaries (items of 1 .. 12 tiles, empty sequences in between)
+    rng = np.random.default_rng(30)
+    lens = rng.integers(0, 200, 600).astype(np.int32)
+    lens[::7] = 0
+    lens[::11] = 1
+    q, kc, vc, bt = setup_compact(lens, 8, 2, 64, 16, "float16", seed=31)
+    want = ref_decode(f64(q), f64(kc), f64(vc), lens, bt)
+    got = cuda_decode(q, kc, vc, lens, bt)
+    check(got, want, TOL["float16"] * 2, "mma 600 sequences")
+    for i in (0, 1, 5, 599):  # batch invariance with many items per warp
+        alone = cuda_decode(q[i:i + 1], kc, vc, lens[i:i + 1], bt[i:i + 1])
+        np.testing.assert_array_equal(bits(alone)[0], bits(got)[i])
 
-    def run(idx):
-        qd = gk.asarray(np.ascontiguousarray(q32[idx])).astype("bfloat16").to("cuda")
-        return bits(gk.nn.attention_decode(qd, kd, vd, gk.asarray(np.ascontiguousarray(lens[idx])).to("cuda"),
-                                           block_table=gk.asarray(np.ascontiguousarray(bt[idx])).to("cuda")))
 
-    full = run(np.arange(B))
-    np.testing.assert_array_equal(full, run(np.arange(B)))
-    for i in range(B):
-        np.testing.assert_array_equal(run(np.array([i]))[0], full[i])
-    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "64,128,128,0")  # the other kernel: same chunks, close values
-    other = gk.to_numpy(gk.nn.attention_decode(gk.asarray(q32).astype("bfloat16").to("cuda"), kd, vd,
-                                               gk.asarray(lens).to("cuda"), block_table=gk.asarray(bt).to("cuda")))
-    full_f = (full.astype(np.uint32) << 16).view(np.float32).astype(np.float64)  # bf16 bits -> values
-    np.testing.assert_allclose(other.astype(np.float64), full_f, rtol=2e-2, atol=2e-2)
+@gpu
+def test_cuda_mma_strided_and_unaligned_q():
+    lens = np.array([3000, 77, 1], np.int32)
+    Hq, Hkv, D = 16, 4, 128
+    _, kc, vc, bt = setup_compact(lens, Hq, Hkv, D, 32, "bfloat16", seed=40)
+    kd, vd, ld, btd = (gk.asarray(x).to("cuda") for x in (kc, vc, lens, bt))
+    big = make((3, 2 * Hq, D + 8), "bfloat16", seed=41).to("cuda")
+    odd = make((3, Hq, D + 1), "bfloat16", seed=42).to("cuda")
+    # 16-byte aligned rows (tensor-core kernel), then rows at an odd element offset (CUDA-core kernel)
+    for name, q in (("strided", big[:, ::2, 8:]), ("strided", big[:, 1::2, :D]), ("unaligned", odd[:, :, 1:])):
+        assert q.strides[2] == 1
+        want = ref_decode(f64(q), f64(kc), f64(vc), lens, bt)
+        check(gk.nn.attention_decode(q, kd, vd, ld, block_table=btd), want, 3.2e-2, f"{name} q")
+
+
+@gpu
+def test_cuda_mma_masked_blocks_and_capacity():
+    # device block tables with ids outside the pool (masked keys, no validation) and lengths past the capacity
+    lens = np.array([100, 40, 33], np.int32)
+    q, kc, vc, bt = setup_compact(lens, 8, 2, 128, 16, "bfloat16", seed=50)
+    bad = bt.copy()
+    bad[0, 2] = 10 ** 6   # keys 32..47 of sequence 0 masked
+    bad[1, :] = -5        # every key of sequence 1 masked: output 0
+    out = f64(cuda_decode(q, kc, vc, lens, bad))
+    assert np.all(np.isfinite(out)) and not gk.cuda.is_failed()
+    assert np.all(out[1] == 0)
+    keep = np.r_[0:32, 48:100]
+    qq, kk, vv = f64(q), f64(kc), f64(vc)
+    rows = [(bt[0, p // 16], p % 16) for p in keep]
+    k0 = np.stack([kk[r] for r in rows])[None]
+    v0 = np.stack([vv[r] for r in rows])[None]
+    want0 = ref_decode(qq[:1], k0, v0, np.array([len(keep)], np.int32))
+    check(out[0:1], want0, 3.2e-2, "masked block")
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_cuda_mma_matches_cuda_core_kernel(dtype, monkeypatch):
+    lens = np.array([4096, 17, 9000, 300, 1, 129, 0], np.int32)
+    q, kc, vc, bt = setup_compact(lens, 32, 8, 128, 16, dtype, seed=21)
+    qd, kd, vd, ld, btd = (gk.asarray(x).to("cuda") for x in (q, kc, vc, lens, bt))
+    fast = f64(gk.nn.attention_decode(qd, kd, vd, ld, block_table=btd))
+    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", CORE)
+    core = f64(gk.nn.attention_decode(qd, kd, vd, ld, block_table=btd))
+    check(fast, core, TOL[dtype] * 2, f"mma vs cuda-core {dtype}")
+
+
+@gpu
+@pytest.mark.parametrize("split", ["64,2048,32,8", "256,4096,16,9"])
+@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("Hq,Hkv", [(32, 8), (12, 1)])
+def test_cuda_mma_cta_mode(Hq, Hkv, dtype, D, split, monkeypatch):
+    # CTA mode: the warps of a CTA split each chunk (sub-chunks empty for short sequences) and combine
+    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", split)
+    lens = np.array([1, 17, 63, 64, 65, 700, 5000, 0, 300], np.int32)
+    q, kc, vc, bt = setup_compact(lens, Hq, Hkv, D, 16, dtype, seed=D + Hq)
+    want = ref_decode(f64(q), f64(kc), f64(vc), lens, bt)
+    got = cuda_decode(q, kc, vc, lens, bt)
+    check(got, want, TOL[dtype] * 2, f"cta mode {split} {dtype} D={D} Hq={Hq} Hkv={Hkv}")
+    for i in (0, 5, 6):
+        alone = cuda_decode(q[i:i + 1], kc, vc, lens[i:i + 1], bt[i:i + 1])
+        np.testing.assert_array_equal(bits(alone)[0], bits(got)[i])
+    np.testing.assert_array_equal(bits(cuda_decode(q, kc, vc, lens, bt)), bits(got))

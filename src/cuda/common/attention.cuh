@@ -49,9 +49,8 @@ __device__ __forceinline__ void vec16_to_float(const void* p, float* out) {
   for (int j = 0; j < N; ++j) out[j] = float(v.v[j]);
 }
 
-// attention_decode.cu: the kernel merging the chunk partials of a decode call.
-void launch_decode_merge(const DecodeArgs& a, cudaStream_t st);
-// attention_decode_hg.cu: the head-group decode kernel (chunks + merge); false when the shape is not covered.
-bool attention_decode_hg(const DecodeArgs& a, cudaStream_t st);
+// attention_decode_mma.cu: the tensor-core decode kernel (bf16 / fp16 caches; chunks + merge); false when
+// the call is not covered (other dtypes, fp8 caches, unaligned query rows): attention_decode.cu's kernel runs.
+bool attention_decode_mma(const DecodeArgs& a, cudaStream_t st);
 
 }  // namespace gk::cuda
