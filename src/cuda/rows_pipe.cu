@@ -1,0 +1,419 @@
+// Row-wise fused kernels with the rows staged in shared memory: rms_norm (with
+// the residual add), layer_norm, softmax and log_softmax on rows of 129 to 1024
+// 16-byte vectors (bf16/f16 H <= 8192, f32 H <= 4096; softmax of 16-bit rows
+// H <= 4096).
+//
+// Why: a row held in registers (src/cuda/norm.cu, reduce.cu) keeps only as many
+// rows in flight per SM as the register file allows, and a block's loads stop
+// while it reduces and writes; short kernels (64 MiB, ~17 us on an H200) then
+// stay well under the copy bandwidth. Here a persistent grid (one CTA per SM)
+// keeps up to 200 KB of rows per SM in flight, independent of the arithmetic:
+//  - one producer thread issues one bulk async copy (cp.async.bulk, TMA) per row
+//    and input into a ring of `stages` shared-memory slots, each completing on
+//    the slot's "full" mbarrier;
+//  - 7 consumer warps take the CTA's rows in turn (row i of the CTA: warp i % 7,
+//    slot i % stages); a warp copies its row's 16-byte vectors from the slot into
+//    registers (lane l: vectors l, l + 32, ...), frees the slot (its "empty"
+//    mbarrier, the producer refills it at once), reduces with warp shuffles only
+//    (a fixed butterfly: deterministic, no block barrier) and writes the outputs
+//    with 16-byte stores.
+// CTA b takes the rows b, b + grid, b + 2 grid, ...; every row is computed the
+// same way whatever the grid, so the bits do not depend on the batch.
+// GPUKIT_TUNE: pipe.kb (shared memory per SM for the slots, KB, default 200),
+// pipe.cta (CTAs per SM, default 1).
+#include "cuda/rows_pipe.h"
+
+#include <algorithm>
+
+#include "core/cuda_util.h"
+#include "cuda/common/rows.cuh"
+#include "cuda/common/softmax_rows.cuh"
+#include "cuda/common/tma.cuh"
+#include "cuda/common/vec.cuh"
+
+namespace gk::cuda {
+
+namespace {
+
+constexpr int kConsumers = 7;                        // warps that reduce and write rows
+constexpr int kPipeThreads = (kConsumers + 1) * 32;  // and one producer warp
+constexpr int kMaxStages = 32;
+constexpr int kBarBytes = 1024;  // full[kMaxStages], empty[kMaxStages]; the slots follow
+constexpr int kMaxSmem = 227 * 1024;
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+
+// `bytes` (a multiple of 16) from global src to shared dst (both 16-byte aligned),
+// completing as transaction bytes on the mbarrier at `bar`.
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
+// Op: int nin (inputs staged per row, 1 or 2); const void* src(k, row);
+// process<CPL>(row, slot, lane, release): release() is called by the whole warp
+// once the slot is no longer read.
+template <class Op, int CPL>
+__global__ void __launch_bounds__(kPipeThreads, 1) k_pipe(const Op op, int rows, int stages, uint32_t row_bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t bars = smem_addr(smem);  // full[s] at bars + 8 s, empty[s] at bars + 8 (kMaxStages + s)
+  unsigned char* slots = smem + kBarBytes;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int G = int(gridDim.x), b = int(blockIdx.x);
+  const int nl = rows > b ? (rows - b + G - 1) / G : 0;  // rows of this CTA
+  const uint32_t slot_bytes = uint32_t(op.nin) * row_bytes;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) {
+      sm90::mbar_init(bars + 8 * s, 1);
+      sm90::mbar_init(bars + 8 * (kMaxStages + s), 1);
+    }
+    sm90::mbar_fence_init();
+  }
+  __syncthreads();
+  if (warp == kConsumers) {  // producer
+    if (lane == 0) {
+      const uint32_t base = smem_addr(slots);
+      for (int i = 0; i < nl; ++i) {
+        const int s = i % stages;
+        if (i >= stages) sm90::mbar_wait(bars + 8 * (kMaxStages + s), uint32_t((i / stages) - 1) & 1u);
+        const uint32_t full = bars + 8 * s;
+        sm90::mbar_expect_tx(full, slot_bytes);
+        const int64_t row = b + int64_t(i) * G;
+        for (int k = 0; k < op.nin; ++k) bulk_load(base + uint32_t(s) * slot_bytes + k * row_bytes, op.src(k, row),
+                                                   row_bytes, full);
+      }
+    }
+    return;
+  }
+  for (int i = warp; i < nl; i += kConsumers) {
+    const int s = i % stages;
+    sm90::mbar_wait(bars + 8 * s, uint32_t(i / stages) & 1u);
+    const raw16* slot = reinterpret_cast<const raw16*>(slots + size_t(s) * slot_bytes);
+    op.template process<CPL>(b + int64_t(i) * G, slot, lane, [&] {
+      __syncwarp();
+      if (lane == 0) sm90::mbar_arrive(bars + 8 * (kMaxStages + s));
+    });
+  }
+#else
+  __trap();  // never launched: the host checks the kernel's binary version first
+#endif
+}
+
+// ---- rms_norm / layer_norm ----
+template <class T>
+struct NormPipe {
+  NormArgs a;
+  int nin;
+  __device__ const void* src(int k, int64_t row) const {
+    return k == 0 ? static_cast<const T*>(a.x) + row * a.x_rs : static_cast<const T*>(a.res) + row * a.res_rs;
+  }
+  template <int CPL, class Rel>
+  __device__ __forceinline__ void process(int64_t row, const raw16* sl, int lane, Rel release) const {
+    constexpr int N = kVecN<T>;
+    const int nvec = int(a.H / N);
+    raw16 xs[CPL];
+    if (a.res) {  // the new residual, rounded to T: the normalization sees this value
+      raw16* ro = reinterpret_cast<raw16*>(static_cast<T*>(a.res_out) + row * a.res_out_rs);
+#pragma unroll
+      for (int j = 0; j < CPL; ++j) {
+        const int c = lane + 32 * j;
+        if (c < nvec) {
+          float xf[N], rf[N];
+          unpack<T>(sl[c], xf);
+          unpack<T>(sl[nvec + c], rf);
+#pragma unroll
+          for (int n = 0; n < N; ++n) xf[n] += rf[n];
+          xs[j] = pack<T>(xf);
+          st16(ro + c, xs[j]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < CPL; ++j)
+        if (lane + 32 * j < nvec) xs[j] = sl[lane + 32 * j];
+    }
+    release();
+    float s = 0.f;
+#pragma unroll
+    for (int j = 0; j < CPL; ++j)
+      if (lane + 32 * j < nvec) {
+        float xf[N];
+        unpack<T>(xs[j], xf);
+#pragma unroll
+        for (int n = 0; n < N; ++n) s += a.layer ? xf[n] : xf[n] * xf[n];
+      }
+    s = warp_sum(s);
+    const float invH = 1.f / float(a.H);
+    float mean = 0.f, inv;
+    if (a.layer) {  // squared deviations from the mean, from registers
+      mean = s * invH;
+      float q = 0.f;
+#pragma unroll
+      for (int j = 0; j < CPL; ++j)
+        if (lane + 32 * j < nvec) {
+          float xf[N];
+          unpack<T>(xs[j], xf);
+#pragma unroll
+          for (int n = 0; n < N; ++n) q += (xf[n] - mean) * (xf[n] - mean);
+        }
+      q = warp_sum(q);
+      inv = rsqrtf(q * invH + float(a.eps));
+    } else {
+      inv = rsqrtf(s * invH + float(a.eps));
+    }
+    const raw16* w = static_cast<const raw16*>(a.w);
+    const raw16* bb = static_cast<const raw16*>(a.b);
+    raw16* out = reinterpret_cast<raw16*>(static_cast<T*>(a.out) + row * a.out_rs);
+    const float wadd = a.gemma ? 1.f : 0.f;
+#pragma unroll
+    for (int j = 0; j < CPL; ++j) {
+      const int c = lane + 32 * j;
+      if (c < nvec) {
+        float xf[N], wf[N];
+        unpack<T>(xs[j], xf);
+        unpack<T>(ld16_ro(w + c), wf);
+        if (bb) {
+          float bf[N];
+          unpack<T>(ld16_ro(bb + c), bf);
+#pragma unroll
+          for (int n = 0; n < N; ++n) xf[n] = (xf[n] - mean) * inv * wf[n] + bf[n];
+        } else {
+#pragma unroll
+          for (int n = 0; n < N; ++n) xf[n] = (xf[n] - mean) * inv * (wf[n] + wadd);
+        }
+        st16(out + c, pack<T>(xf));
+      }
+    }
+  }
+};
+
+// ---- softmax / log_softmax: the lane's max and the sum of its exponentials
+// relative to it, one (max, sum) warp reduction, then the outputs (see
+// k_softmax_vec in reduce.cu for the rules on -inf, +inf and NaN) ----
+template <class T, bool LOG>
+struct SoftmaxPipe {
+  const T* in;
+  T* out;
+  int64_t irs, ors;
+  int nvec;
+  int nin = 1;
+  __device__ const void* src(int, int64_t row) const { return in + row * irs; }
+  template <int CPL, class Rel>
+  __device__ __forceinline__ void process(int64_t row, const raw16* sl, int lane, Rel release) const {
+    constexpr int N = kVecN<T>;
+    raw16* y = reinterpret_cast<raw16*>(out + row * ors);
+    float mt = -INFINITY;
+    if constexpr (LOG) {
+      raw16 xs[CPL];
+#pragma unroll
+      for (int j = 0; j < CPL; ++j)
+        if (lane + 32 * j < nvec) xs[j] = sl[lane + 32 * j];
+      release();
+#pragma unroll
+      for (int j = 0; j < CPL; ++j)
+        if (lane + 32 * j < nvec) {
+          float f[N];
+          unpack<T>(xs[j], f);
+#pragma unroll
+          for (int n = 0; n < N; ++n) mt = fmaxf(mt, f[n]);
+        }
+      const float base = mt == -INFINITY ? 0.f : mt;
+      float st = 0.f;
+#pragma unroll
+      for (int j = 0; j < CPL; ++j)
+        if (lane + 32 * j < nvec) {
+          float f[N];
+          unpack<T>(xs[j], f);
+#pragma unroll
+          for (int n = 0; n < N; ++n) st += exp_t<T>(f[n] - base);
+        }
+      const MaxSum ms = warp_maxsum(MaxSum{mt, st});
+      const float M = ms.m, ls = ::logf(ms.s);
+#pragma unroll
+      for (int j = 0; j < CPL; ++j)
+        if (lane + 32 * j < nvec) {
+          float f[N];
+          unpack<T>(xs[j], f);
+#pragma unroll
+          for (int n = 0; n < N; ++n) f[n] = (f[n] - M) - ls;
+          st16(y + lane + 32 * j, pack<T>(f));
+        }
+    } else {
+      // two passes over the slot: the lane's max, then its exponentials (kept as
+      // fp32, one exp per element)
+#pragma unroll
+      for (int j = 0; j < CPL; ++j)
+        if (lane + 32 * j < nvec) {
+          float f[N];
+          unpack<T>(sl[lane + 32 * j], f);
+#pragma unroll
+          for (int n = 0; n < N; ++n) mt = fmaxf(mt, f[n]);
+        }
+      const float base = mt == -INFINITY ? 0.f : mt;  // only -inf (and NaN) here: their terms are 0 (NaN)
+      float e[CPL][N], st = 0.f;
+#pragma unroll
+      for (int j = 0; j < CPL; ++j)
+        if (lane + 32 * j < nvec) {
+          float f[N];
+          unpack<T>(sl[lane + 32 * j], f);
+#pragma unroll
+          for (int n = 0; n < N; ++n) {
+            e[j][n] = exp_t<T>(f[n] - base);
+            st += e[j][n];
+          }
+        }
+      release();
+      const MaxSum ms = warp_maxsum(MaxSum{mt, st});
+      const float M = ms.m, S = ms.s;
+      // exp(x - M) / S = e * exp(mt - M) / S. A lane whose values are all -inf or
+      // NaN (mt = -inf, e = exp(x) in {0, NaN}): exp(-inf - M) / S is NaN when
+      // M = -inf, else 0 / S.
+      const bool direct = mt == -INFINITY;
+      const float scale = direct ? 0.f : ::expf(mt - M) / S;
+      const float zero = M == -INFINITY ? __int_as_float(0x7fffffff) : 0.f / S;
+#pragma unroll
+      for (int j = 0; j < CPL; ++j)
+        if (lane + 32 * j < nvec) {
+          float f[N];
+#pragma unroll
+          for (int n = 0; n < N; ++n) f[n] = direct ? (e[j][n] != e[j][n] ? e[j][n] : zero) : e[j][n] * scale;
+          st16(y + lane + 32 * j, pack<T>(f));
+        }
+    }
+  }
+};
+
+// Whether kernel K runs here (built for sm_90 or newer); sets its shared-memory
+// limit once per device.
+template <auto K>
+bool kernel_ready() {
+  static int cache[64] = {};  // 0: unknown, 1: yes, 2: no (benign race: same value)
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  int& c = cache[dev & 63];
+  if (!c) {
+    cudaFuncAttributes fa{};
+    bool ok = cudaFuncGetAttributes(&fa, K) == cudaSuccess && fa.binaryVersion >= 90;
+    ok = ok && cudaFuncSetAttribute(K, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem) == cudaSuccess;
+    if (!ok) (void)cudaGetLastError();
+    c = ok ? 1 : 2;
+  }
+  return c == 1;
+}
+
+// Vectors per lane for a row of nvec 16-byte vectors: 8, 16, 32, or 0 (not taken).
+int pick_cpl(int64_t nvec, int max_cpl) {
+  if (nvec <= 32 * 4) return 0;  // short rows: the register forms do well
+  const int c = nvec <= 32 * 8 ? 8 : nvec <= 32 * 16 ? 16 : nvec <= 32 * 32 ? 32 : 0;
+  return c <= max_cpl ? c : 0;
+}
+
+template <class Op, int CPL>
+void launch_pipe(const Op& op, int64_t rows, uint32_t row_bytes, cudaStream_t st, const char* what) {
+  constexpr auto k = k_pipe<Op, CPL>;
+  const uint32_t slot = uint32_t(op.nin) * row_bytes;
+  const int ctas = std::max(1, std::min(8, tune("pipe.cta", 1)));
+  const int64_t budget = std::min<int64_t>(int64_t(std::max(1, tune("pipe.kb", 200))) * 1024 / ctas, kMaxSmem);
+  const int stages = int(std::max<int64_t>(1, std::min<int64_t>(kMaxStages, (budget - kBarBytes) / slot)));
+  const size_t smem = size_t(kBarBytes) + size_t(stages) * slot;
+  const unsigned grid = unsigned(std::min<int64_t>(rows, int64_t(sm_count()) * ctas));
+  k<<<grid, kPipeThreads, smem, st>>>(op, int(rows), stages, row_bytes);
+  GK_LAUNCH_CHECK(what);
+}
+
+// Calls f(integral_constant<CPL>) for CPL in {8, 16, 32} (at most MAXC).
+template <int MAXC, class F>
+void with_cpl(int cpl, F f) {
+  using std::integral_constant;
+  if (cpl == 8) f(integral_constant<int, 8>{});
+  else if (cpl == 16 || MAXC < 32) f(integral_constant<int, 16>{});
+  else if constexpr (MAXC >= 32) f(integral_constant<int, 32>{});
+}
+template <class T, bool LOG>
+inline constexpr int kSoftmaxMaxCpl = LOG ? 32 : 128 / kVecN<T>;
+
+bool rows_ok(int64_t rows, uint32_t slot) {
+  return rows > 0 && rows <= INT32_MAX && size_t(kBarBytes) + slot <= size_t(kMaxSmem);
+}
+
+template <class T>
+bool norm_ready(const NormArgs& a) {
+  constexpr int N = kVecN<T>;
+  const int cpl = pick_cpl(a.H / N, 32);
+  if (!cpl) return false;
+  bool ok = false;
+  with_cpl<32>(cpl, [&](auto c) { ok = kernel_ready<k_pipe<NormPipe<T>, decltype(c)::value>>(); });
+  return ok;
+}
+
+template <class T, bool LOG>
+bool softmax_ready(int64_t cols) {
+  constexpr int N = kVecN<T>;
+  // non-log softmax keeps CPL * N exponentials per lane in registers: at most 128
+  constexpr int MAXC = kSoftmaxMaxCpl<T, LOG>;
+  const int cpl = pick_cpl(cols / N, MAXC);
+  if (!cpl) return false;
+  bool ok = false;
+  with_cpl<MAXC>(cpl, [&](auto c) { ok = kernel_ready<k_pipe<SoftmaxPipe<T, LOG>, decltype(c)::value>>(); });
+  return ok;
+}
+
+}  // namespace
+
+bool pipe_norm_ok(const NormArgs& a) {
+  if (!tune("norm.pipe", a.layer ? 1 : 0)) return false;
+  const size_t es = itemsize(a.dtype);
+  if (a.H * int64_t(es) % 16 || !rows_ok(a.rows, uint32_t((a.res ? 2 : 1) * a.H * int64_t(es)))) return false;
+  bool ok = false;
+  dispatch_float(a.dtype, [&](auto t) { ok = norm_ready<decltype(t)>(a); });
+  return ok;
+}
+
+void pipe_norm(const NormArgs& a, cudaStream_t st) {
+  dispatch_float(a.dtype, [&](auto t) {
+    using T = decltype(t);
+    const NormPipe<T> op{a, a.res ? 2 : 1};
+    with_cpl<32>(pick_cpl(a.H / kVecN<T>, 32), [&](auto c) {
+      launch_pipe<NormPipe<T>, decltype(c)::value>(op, a.rows, uint32_t(a.H * int64_t(sizeof(T))), st,
+                                                    a.layer ? "layer_norm_pipe" : "rms_norm_pipe");
+    });
+  });
+}
+
+bool pipe_softmax_ok(const RowArgs& a, bool log) {
+  if (!tune("softmax.pipe", 1)) return false;
+  if (a.in_dtype != a.out_dtype || (a.in_dtype != DType::f32 && a.in_dtype != DType::f16 && a.in_dtype != DType::bf16))
+    return false;
+  bool ok = false;
+  dispatch_float(a.in_dtype, [&](auto t) {
+    using T = decltype(t);
+    if (a.cols * int64_t(sizeof(T)) % 16 || !rows_ok(a.rows, uint32_t(a.cols * int64_t(sizeof(T))))) return;
+    ok = log ? softmax_ready<T, true>(a.cols) : softmax_ready<T, false>(a.cols);
+  });
+  return ok;
+}
+
+void pipe_softmax(const RowArgs& a, bool log, cudaStream_t st) {
+  dispatch_float(a.in_dtype, [&](auto t) {
+    using T = decltype(t);
+    constexpr int N = kVecN<T>;
+    const uint32_t rb = uint32_t(a.cols * int64_t(sizeof(T)));
+    auto go = [&](auto lg) {
+      constexpr bool L = decltype(lg)::value;
+      const SoftmaxPipe<T, L> op{static_cast<const T*>(a.in), static_cast<T*>(a.out), a.in_row_stride,
+                                 a.out_row_stride, int(a.cols / N)};
+      constexpr int MAXC = kSoftmaxMaxCpl<T, L>;
+      with_cpl<MAXC>(pick_cpl(a.cols / N, MAXC),
+               [&](auto c) { launch_pipe<SoftmaxPipe<T, L>, decltype(c)::value>(op, a.rows, rb, st, "softmax_pipe"); });
+    };
+    if (log) go(std::true_type{});
+    else go(std::false_type{});
+  });
+}
+
+}  // namespace gk::cuda
