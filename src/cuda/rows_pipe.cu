@@ -20,7 +20,9 @@
 // CTA b takes the rows b, b + grid, b + 2 grid, ...; every row is computed the
 // same way whatever the grid, so the bits do not depend on the batch.
 // GPUKIT_TUNE: pipe.kb (shared memory per SM for the slots, KB, default 200),
-// pipe.cta (CTAs per SM, default 1).
+// pipe.cta (CTAs per SM, default 1), pipe.grid (force the grid, for the tests);
+// norm.pipe / softmax.pipe (0: the register forms; default 1 for layer_norm and
+// softmax, 0 for rms_norm).
 #include "cuda/rows_pipe.h"
 
 #include <algorithm>
@@ -321,7 +323,9 @@ void launch_pipe(const Op& op, int64_t rows, uint32_t row_bytes, cudaStream_t st
   const int64_t budget = std::min<int64_t>(int64_t(std::max(1, tune("pipe.kb", 200))) * 1024 / ctas, kMaxSmem);
   const int stages = int(std::max<int64_t>(1, std::min<int64_t>(kMaxStages, (budget - kBarBytes) / slot)));
   const size_t smem = size_t(kBarBytes) + size_t(stages) * slot;
-  const unsigned grid = unsigned(std::min<int64_t>(rows, int64_t(sm_count()) * ctas));
+  int64_t g = int64_t(sm_count()) * ctas;
+  if (const int forced = tune("pipe.grid", 0); forced > 0) g = forced;  // tests: many rows per CTA
+  const unsigned grid = unsigned(std::min<int64_t>(rows, g));
   k<<<grid, kPipeThreads, smem, st>>>(op, int(rows), stages, row_bytes);
   GK_LAUNCH_CHECK(what);
 }
