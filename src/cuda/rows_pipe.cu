@@ -20,7 +20,8 @@
 // CTA b takes the rows b, b + grid, b + 2 grid, ...; every row is computed the
 // same way whatever the grid, so the bits do not depend on the batch.
 // GPUKIT_TUNE: pipe.kb (shared memory per SM for the slots, KB, default 200),
-// pipe.cta (CTAs per SM, default 1), pipe.grid (force the grid, for the tests);
+// pipe.cta (CTAs per SM, default 1), pipe.grid (force the grid, for the tests),
+// pipe.ef (1: the row loads carry an L2 evict-first hint);
 // norm.pipe / softmax.pipe (0: the register forms; default 1 for layer_norm and
 // softmax, 0 for rms_norm).
 #include "cuda/rows_pipe.h"
@@ -53,18 +54,34 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_
                : "memory");
 }
 
+// The same with an L2 eviction-priority hint (a policy from createpolicy).
+__device__ __forceinline__ void bulk_load_hint(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar,
+                                               uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+      : "memory");
+}
+__device__ __forceinline__ uint64_t policy_evict_first() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+  return p;
+}
+
 // Op: int nin (inputs staged per row, 1 or 2); const void* src(k, row);
 // process<CPL>(row, slot, lane, release): release() is called by the whole warp
 // once the slot is no longer read.
 template <class Op, int CPL>
-__global__ void __launch_bounds__(kPipeThreads, 1) k_pipe(const Op op, int rows, int stages, uint32_t row_bytes) {
+__global__ void __launch_bounds__(kPipeThreads, 1) k_pipe(const Op op, int rows, int stages, uint32_t row_bytes,
+                                                            int evict_first) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t bars = smem_addr(smem);  // full[s] at bars + 8 s, empty[s] at bars + 8 (kMaxStages + s)
   unsigned char* slots = smem + kBarBytes;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int G = int(gridDim.x), b = int(blockIdx.x);
-  const int nl = rows > b ? (rows - b + G - 1) / G : 0;  // rows of this CTA
+  const int nl = rows > b ? int((int64_t(rows) - b + G - 1) / G) : 0;  // rows of this CTA
   const uint32_t slot_bytes = uint32_t(op.nin) * row_bytes;
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) {
@@ -83,8 +100,11 @@ __global__ void __launch_bounds__(kPipeThreads, 1) k_pipe(const Op op, int rows,
         const uint32_t full = bars + 8 * s;
         sm90::mbar_expect_tx(full, slot_bytes);
         const int64_t row = b + int64_t(i) * G;
-        for (int k = 0; k < op.nin; ++k) bulk_load(base + uint32_t(s) * slot_bytes + k * row_bytes, op.src(k, row),
-                                                   row_bytes, full);
+        for (int k = 0; k < op.nin; ++k) {
+          const uint32_t dst = base + uint32_t(s) * slot_bytes + k * row_bytes;
+          if (evict_first) bulk_load_hint(dst, op.src(k, row), row_bytes, full, policy_evict_first());
+          else bulk_load(dst, op.src(k, row), row_bytes, full);
+        }
       }
     }
     return;
@@ -326,7 +346,7 @@ void launch_pipe(const Op& op, int64_t rows, uint32_t row_bytes, cudaStream_t st
   int64_t g = int64_t(sm_count()) * ctas;
   if (const int forced = tune("pipe.grid", 0); forced > 0) g = forced;  // tests: many rows per CTA
   const unsigned grid = unsigned(std::min<int64_t>(rows, g));
-  k<<<grid, kPipeThreads, smem, st>>>(op, int(rows), stages, row_bytes);
+  k<<<grid, kPipeThreads, smem, st>>>(op, int(rows), stages, row_bytes, tune("pipe.ef", 0));
   GK_LAUNCH_CHECK(what);
 }
 
