@@ -70,15 +70,18 @@ __device__ __forceinline__ uint64_t policy_evict_first() {
 }
 
 // Op: int nin (inputs staged per row, 1 or 2); const void* src(k, row);
-// process<CPL>(row, slot, lane, release): release() is called by the whole warp
-// once the slot is no longer read.
+// int npar (row-long parameter vectors: the norms' weight and bias, copied to
+// shared memory once per CTA, so that they do not compete with the slots for L1);
+// const void* par(k); process<CPL>(row, slot, params, lane, release): release() is
+// called by the whole warp once the slot is no longer read.
 template <class Op, int CPL>
 __global__ void __launch_bounds__(kPipeThreads, 1) k_pipe(const Op op, int rows, int stages, uint32_t row_bytes,
                                                             int evict_first) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t bars = smem_addr(smem);  // full[s] at bars + 8 s, empty[s] at bars + 8 (kMaxStages + s)
-  unsigned char* slots = smem + kBarBytes;
+  raw16* params = reinterpret_cast<raw16*>(smem + kBarBytes);
+  unsigned char* slots = smem + kBarBytes + size_t(op.npar) * row_bytes;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int G = int(gridDim.x), b = int(blockIdx.x);
   const int nl = rows > b ? int((int64_t(rows) - b + G - 1) / G) : 0;  // rows of this CTA
@@ -90,6 +93,10 @@ __global__ void __launch_bounds__(kPipeThreads, 1) k_pipe(const Op op, int rows,
     }
     sm90::mbar_fence_init();
   }
+  const int pv = int(row_bytes / 16);
+  for (int k = 0; k < op.npar; ++k)
+    for (int v = threadIdx.x; v < pv; v += kPipeThreads)
+      params[k * pv + v] = ld16_ro(static_cast<const raw16*>(op.par(k)) + v);
   __syncthreads();
   if (warp == kConsumers) {  // producer
     if (lane == 0) {
@@ -113,7 +120,7 @@ __global__ void __launch_bounds__(kPipeThreads, 1) k_pipe(const Op op, int rows,
     const int s = i % stages;
     sm90::mbar_wait(bars + 8 * s, uint32_t(i / stages) & 1u);
     const raw16* slot = reinterpret_cast<const raw16*>(slots + size_t(s) * slot_bytes);
-    op.template process<CPL>(b + int64_t(i) * G, slot, lane, [&] {
+    op.template process<CPL>(b + int64_t(i) * G, slot, params, lane, [&] {
       __syncwarp();
       if (lane == 0) sm90::mbar_arrive(bars + 8 * (kMaxStages + s));
     });
@@ -127,12 +134,14 @@ __global__ void __launch_bounds__(kPipeThreads, 1) k_pipe(const Op op, int rows,
 template <class T>
 struct NormPipe {
   NormArgs a;
-  int nin;
+  int nin, npar;  // 1 + residual; 1 + bias
   __device__ const void* src(int k, int64_t row) const {
     return k == 0 ? static_cast<const T*>(a.x) + row * a.x_rs : static_cast<const T*>(a.res) + row * a.res_rs;
   }
+  __device__ const void* par(int k) const { return k == 0 ? a.w : a.b; }
   template <int CPL, class Rel>
-  __device__ __forceinline__ void process(int64_t row, const raw16* sl, int lane, Rel release) const {
+  __device__ __forceinline__ void process(int64_t row, const raw16* sl, const raw16* prm, int lane,
+                                          Rel release) const {
     constexpr int N = kVecN<T>;
     const int nvec = int(a.H / N);
     raw16 xs[CPL];
@@ -185,8 +194,8 @@ struct NormPipe {
     } else {
       inv = rsqrtf(s * invH + float(a.eps));
     }
-    const raw16* w = static_cast<const raw16*>(a.w);
-    const raw16* bb = static_cast<const raw16*>(a.b);
+    const raw16* w = prm;  // weight, then bias, in shared memory
+    const raw16* bb = a.b ? prm + nvec : nullptr;
     raw16* out = reinterpret_cast<raw16*>(static_cast<T*>(a.out) + row * a.out_rs);
     const float wadd = a.gemma ? 1.f : 0.f;
 #pragma unroll
@@ -195,10 +204,10 @@ struct NormPipe {
       if (c < nvec) {
         float xf[N], wf[N];
         unpack<T>(xs[j], xf);
-        unpack<T>(ld16_ro(w + c), wf);
+        unpack<T>(w[c], wf);
         if (bb) {
           float bf[N];
-          unpack<T>(ld16_ro(bb + c), bf);
+          unpack<T>(bb[c], bf);
 #pragma unroll
           for (int n = 0; n < N; ++n) xf[n] = (xf[n] - mean) * inv * wf[n] + bf[n];
         } else {
@@ -220,10 +229,11 @@ struct SoftmaxPipe {
   T* out;
   int64_t irs, ors;
   int nvec;
-  int nin = 1;
+  int nin = 1, npar = 0;
   __device__ const void* src(int, int64_t row) const { return in + row * irs; }
+  __device__ const void* par(int) const { return nullptr; }
   template <int CPL, class Rel>
-  __device__ __forceinline__ void process(int64_t row, const raw16* sl, int lane, Rel release) const {
+  __device__ __forceinline__ void process(int64_t row, const raw16* sl, const raw16*, int lane, Rel release) const {
     constexpr int N = kVecN<T>;
     raw16* y = reinterpret_cast<raw16*>(out + row * ors);
     float mt = -INFINITY;
@@ -339,10 +349,11 @@ template <class Op, int CPL>
 void launch_pipe(const Op& op, int64_t rows, uint32_t row_bytes, cudaStream_t st, const char* what) {
   constexpr auto k = k_pipe<Op, CPL>;
   const uint32_t slot = uint32_t(op.nin) * row_bytes;
+  const size_t fixed = size_t(kBarBytes) + size_t(op.npar) * row_bytes;
   const int ctas = std::max(1, std::min(8, tune("pipe.cta", 1)));
   const int64_t budget = std::min<int64_t>(int64_t(std::max(1, tune("pipe.kb", 200))) * 1024 / ctas, kMaxSmem);
-  const int stages = int(std::max<int64_t>(1, std::min<int64_t>(kMaxStages, (budget - kBarBytes) / slot)));
-  const size_t smem = size_t(kBarBytes) + size_t(stages) * slot;
+  const int stages = int(std::max<int64_t>(1, std::min<int64_t>(kMaxStages, (budget - int64_t(fixed)) / slot)));
+  const size_t smem = fixed + size_t(stages) * slot;
   int64_t g = int64_t(sm_count()) * ctas;
   if (const int forced = tune("pipe.grid", 0); forced > 0) g = forced;  // tests: many rows per CTA
   const unsigned grid = unsigned(std::min<int64_t>(rows, g));
@@ -361,8 +372,9 @@ void with_cpl(int cpl, F f) {
 template <class T, bool LOG>
 inline constexpr int kSoftmaxMaxCpl = LOG ? 32 : 128 / kVecN<T>;
 
-bool rows_ok(int64_t rows, uint32_t slot) {
-  return rows > 0 && rows <= INT32_MAX && size_t(kBarBytes) + slot <= size_t(kMaxSmem);
+// fixed: the parameter vectors' bytes
+bool rows_ok(int64_t rows, uint32_t slot, size_t fixed = 0) {
+  return rows > 0 && rows <= INT32_MAX && size_t(kBarBytes) + fixed + slot <= size_t(kMaxSmem);
 }
 
 template <class T>
@@ -392,7 +404,8 @@ bool softmax_ready(int64_t cols) {
 bool pipe_norm_ok(const NormArgs& a) {
   if (!tune("norm.pipe", a.layer ? 1 : 0)) return false;
   const size_t es = itemsize(a.dtype);
-  if (a.H * int64_t(es) % 16 || !rows_ok(a.rows, uint32_t((a.res ? 2 : 1) * a.H * int64_t(es)))) return false;
+  const int64_t rb = a.H * int64_t(es);
+  if (rb % 16 || !rows_ok(a.rows, uint32_t((a.res ? 2 : 1) * rb), size_t(a.b ? 2 : 1) * size_t(rb))) return false;
   bool ok = false;
   dispatch_float(a.dtype, [&](auto t) { ok = norm_ready<decltype(t)>(a); });
   return ok;
@@ -401,7 +414,7 @@ bool pipe_norm_ok(const NormArgs& a) {
 void pipe_norm(const NormArgs& a, cudaStream_t st) {
   dispatch_float(a.dtype, [&](auto t) {
     using T = decltype(t);
-    const NormPipe<T> op{a, a.res ? 2 : 1};
+    const NormPipe<T> op{a, a.res ? 2 : 1, a.b ? 2 : 1};
     with_cpl<32>(pick_cpl(a.H / kVecN<T>, 32), [&](auto c) {
       launch_pipe<NormPipe<T>, decltype(c)::value>(op, a.rows, uint32_t(a.H * int64_t(sizeof(T))), st,
                                                     a.layer ? "layer_norm_pipe" : "rms_norm_pipe");
