@@ -12,7 +12,7 @@
 //    and input into a ring of `stages` shared-memory slots, each completing on
 //    the slot's "full" mbarrier;
 //  - 7 consumer warps take the CTA's rows in turn (row i of the CTA: warp i % 7,
-//    slot i % stages); a warp copies its row's 16-byte vectors from the slot into
+//    slot i % stages; pipe.w=11: 11 warps); a warp copies its row's 16-byte vectors from the slot into
 //    registers (lane l: vectors l, l + 32, ...), frees the slot (its "empty"
 //    mbarrier, the producer refills it at once), reduces with warp shuffles only
 //    (a fixed butterfly: deterministic, no block barrier) and writes the outputs
@@ -38,8 +38,9 @@ namespace gk::cuda {
 
 namespace {
 
-constexpr int kConsumers = 7;                        // warps that reduce and write rows
-constexpr int kPipeThreads = (kConsumers + 1) * 32;  // and one producer warp
+// W consumer warps reduce and write rows, one producer warp loads them: 7 + 1
+// warps (2 per SM sub-partition, so up to 255 registers), or 11 + 1 (pipe.w=11;
+// up to 168 registers).
 constexpr int kMaxStages = 32;
 constexpr int kBarBytes = 1024;  // full[kMaxStages], empty[kMaxStages]; the slots follow
 constexpr int kMaxSmem = 227 * 1024;
@@ -74,8 +75,8 @@ __device__ __forceinline__ uint64_t policy_evict_first() {
 // shared memory once per CTA, so that they do not compete with the slots for L1);
 // const void* par(k); process<CPL>(row, slot, params, lane, release): release() is
 // called by the whole warp once the slot is no longer read.
-template <class Op, int CPL>
-__global__ void __launch_bounds__(kPipeThreads, 1) k_pipe(const Op op, int rows, int stages, uint32_t row_bytes,
+template <class Op, int CPL, int W>
+__global__ void __launch_bounds__((W + 1) * 32, 1) k_pipe(const Op op, int rows, int stages, uint32_t row_bytes,
                                                             int evict_first) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) unsigned char smem[];
@@ -95,10 +96,10 @@ __global__ void __launch_bounds__(kPipeThreads, 1) k_pipe(const Op op, int rows,
   }
   const int pv = int(row_bytes / 16);
   for (int k = 0; k < op.npar; ++k)
-    for (int v = threadIdx.x; v < pv; v += kPipeThreads)
+    for (int v = threadIdx.x; v < pv; v += (W + 1) * 32)
       params[k * pv + v] = ld16_ro(static_cast<const raw16*>(op.par(k)) + v);
   __syncthreads();
-  if (warp == kConsumers) {  // producer
+  if (warp == W) {  // producer
     if (lane == 0) {
       const uint32_t base = smem_addr(slots);
       for (int i = 0; i < nl; ++i) {
@@ -116,7 +117,7 @@ __global__ void __launch_bounds__(kPipeThreads, 1) k_pipe(const Op op, int rows,
     }
     return;
   }
-  for (int i = warp; i < nl; i += kConsumers) {
+  for (int i = warp; i < nl; i += W) {
     const int s = i % stages;
     sm90::mbar_wait(bars + 8 * s, uint32_t(i / stages) & 1u);
     const raw16* slot = reinterpret_cast<const raw16*>(slots + size_t(s) * slot_bytes);
@@ -347,7 +348,6 @@ int pick_cpl(int64_t nvec, int max_cpl) {
 
 template <class Op, int CPL>
 void launch_pipe(const Op& op, int64_t rows, uint32_t row_bytes, cudaStream_t st, const char* what) {
-  constexpr auto k = k_pipe<Op, CPL>;
   const uint32_t slot = uint32_t(op.nin) * row_bytes;
   const size_t fixed = size_t(kBarBytes) + size_t(op.npar) * row_bytes;
   const int ctas = std::max(1, std::min(8, tune("pipe.cta", 1)));
@@ -357,7 +357,11 @@ void launch_pipe(const Op& op, int64_t rows, uint32_t row_bytes, cudaStream_t st
   int64_t g = int64_t(sm_count()) * ctas;
   if (const int forced = tune("pipe.grid", 0); forced > 0) g = forced;  // tests: many rows per CTA
   const unsigned grid = unsigned(std::min<int64_t>(rows, g));
-  k<<<grid, kPipeThreads, smem, st>>>(op, int(rows), stages, row_bytes, tune("pipe.ef", 0));
+  const int ef = tune("pipe.ef", 0);
+  if (tune("pipe.w", 7) == 11 && kernel_ready<k_pipe<Op, CPL, 11>>())
+    k_pipe<Op, CPL, 11><<<grid, 12 * 32, smem, st>>>(op, int(rows), stages, row_bytes, ef);
+  else
+    k_pipe<Op, CPL, 7><<<grid, 8 * 32, smem, st>>>(op, int(rows), stages, row_bytes, ef);
   GK_LAUNCH_CHECK(what);
 }
 
@@ -383,7 +387,7 @@ bool norm_ready(const NormArgs& a) {
   const int cpl = pick_cpl(a.H / N, 32);
   if (!cpl) return false;
   bool ok = false;
-  with_cpl<32>(cpl, [&](auto c) { ok = kernel_ready<k_pipe<NormPipe<T>, decltype(c)::value>>(); });
+  with_cpl<32>(cpl, [&](auto c) { ok = kernel_ready<k_pipe<NormPipe<T>, decltype(c)::value, 7>>(); });
   return ok;
 }
 
@@ -395,7 +399,7 @@ bool softmax_ready(int64_t cols) {
   const int cpl = pick_cpl(cols / N, MAXC);
   if (!cpl) return false;
   bool ok = false;
-  with_cpl<MAXC>(cpl, [&](auto c) { ok = kernel_ready<k_pipe<SoftmaxPipe<T, LOG>, decltype(c)::value>>(); });
+  with_cpl<MAXC>(cpl, [&](auto c) { ok = kernel_ready<k_pipe<SoftmaxPipe<T, LOG>, decltype(c)::value, 7>>(); });
   return ok;
 }
 
