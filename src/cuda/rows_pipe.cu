@@ -198,7 +198,7 @@ struct NormPipe {
     const raw16* w = prm;  // weight, then bias, in shared memory
     const raw16* bb = a.b ? prm + nvec : nullptr;
     raw16* out = reinterpret_cast<raw16*>(static_cast<T*>(a.out) + row * a.out_rs);
-    const float wadd = a.gemma ? 1.f : 0.f;
+    const float wadd = a.gemma ? 1.f : 0.f, nmi = -mean * inv;
 #pragma unroll
     for (int j = 0; j < CPL; ++j) {
       const int c = lane + 32 * j;
@@ -206,11 +206,11 @@ struct NormPipe {
         float xf[N], wf[N];
         unpack<T>(xs[j], xf);
         unpack<T>(w[c], wf);
-        if (bb) {
+        if (bb) {  // layer_norm with a bias: two FMAs per element
           float bf[N];
           unpack<T>(bb[c], bf);
 #pragma unroll
-          for (int n = 0; n < N; ++n) xf[n] = (xf[n] - mean) * inv * wf[n] + bf[n];
+          for (int n = 0; n < N; ++n) xf[n] = fmaf(fmaf(xf[n], inv, nmi), wf[n], bf[n]);
         } else {
 #pragma unroll
           for (int n = 0; n < N; ++n) xf[n] = (xf[n] - mean) * inv * (wf[n] + wadd);
