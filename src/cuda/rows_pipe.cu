@@ -11,12 +11,16 @@
 //  - one producer thread issues one bulk async copy (cp.async.bulk, TMA) per row
 //    and input into a ring of `stages` shared-memory slots, each completing on
 //    the slot's "full" mbarrier;
-//  - 7 consumer warps take the CTA's rows in turn (row i of the CTA: warp i % 7,
-//    slot i % stages; pipe.w=11: 11 warps); a warp copies its row's 16-byte vectors from the slot into
-//    registers (lane l: vectors l, l + 32, ...), frees the slot (its "empty"
-//    mbarrier, the producer refills it at once), reduces with warp shuffles only
-//    (a fixed butterfly: deterministic, no block barrier) and writes the outputs
-//    with 16-byte stores.
+//  - nw consumer warps take the CTA's rows in turn (row i of the CTA: warp
+//    i % nw, slot i % stages; nw = min(7, stages), or 11 with pipe.w=11); a
+//    warp copies its row's 16-byte vectors from the slot into registers (lane l:
+//    vectors l, l + 32, ...), frees the slot (its "empty" mbarrier, the producer
+//    refills it at once), reduces with warp shuffles only (a fixed butterfly:
+//    deterministic, no block barrier) and writes the outputs with 16-byte stores.
+//  - stages is a multiple of nw, so that the previous use of a warp's slot was
+//    the same warp's row: a warp never waits for a phase of a "full" barrier
+//    whose previous phase is still pending (a parity wait cannot tell them apart;
+//    that was the H200 launch failure of checkpoint A, 2026-11-30).
 // CTA b takes the rows b, b + grid, b + 2 grid, ...; every row is computed the
 // same way whatever the grid, so the bits do not depend on the batch.
 // GPUKIT_TUNE: pipe.kb (shared memory per SM for the slots, KB, default 200),
@@ -117,7 +121,9 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) k_pipe(const Op op, int rows,
     }
     return;
   }
-  for (int i = warp; i < nl; i += W) {
+  const int nw = stages < W ? stages : W;  // the host makes stages a multiple of nw
+  if (warp >= nw) return;
+  for (int i = warp; i < nl; i += nw) {
     const int s = i % stages;
     sm90::mbar_wait(bars + 8 * s, uint32_t(i / stages) & 1u);
     const raw16* slot = reinterpret_cast<const raw16*>(slots + size_t(s) * slot_bytes);
@@ -352,13 +358,16 @@ void launch_pipe(const Op& op, int64_t rows, uint32_t row_bytes, cudaStream_t st
   const size_t fixed = size_t(kBarBytes) + size_t(op.npar) * row_bytes;
   const int ctas = std::max(1, std::min(8, tune("pipe.cta", 1)));
   const int64_t budget = std::min<int64_t>(int64_t(std::max(1, tune("pipe.kb", 200))) * 1024 / ctas, kMaxSmem);
-  const int stages = int(std::max<int64_t>(1, std::min<int64_t>(kMaxStages, (budget - int64_t(fixed)) / slot)));
+  const bool w11 = tune("pipe.w", 7) == 11 && kernel_ready<k_pipe<Op, CPL, 11>>();
+  const int W = w11 ? 11 : 7;
+  int stages = int(std::max<int64_t>(1, std::min<int64_t>(kMaxStages, (budget - int64_t(fixed)) / slot)));
+  if (stages > W) stages = stages / W * W;  // a multiple of the consumer warps (see k_pipe)
   const size_t smem = fixed + size_t(stages) * slot;
   int64_t g = int64_t(sm_count()) * ctas;
   if (const int forced = tune("pipe.grid", 0); forced > 0) g = forced;  // tests: many rows per CTA
   const unsigned grid = unsigned(std::min<int64_t>(rows, g));
   const int ef = tune("pipe.ef", 0);
-  if (tune("pipe.w", 7) == 11 && kernel_ready<k_pipe<Op, CPL, 11>>())
+  if (w11)
     k_pipe<Op, CPL, 11><<<grid, 12 * 32, smem, st>>>(op, int(rows), stages, row_bytes, ef);
   else
     k_pipe<Op, CPL, 7><<<grid, 8 * 32, smem, st>>>(op, int(rows), stages, row_bytes, ef);

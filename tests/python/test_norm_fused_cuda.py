@@ -65,7 +65,8 @@ NORM_SHAPES = ["", "norm.tpr=32", "norm.tpr=64", "norm.tpr=128", "norm.tpr=256",
                # rows staged in shared memory (src/cuda/rows_pipe.cu; layer_norm's default, rms_norm's with
                # norm.pipe=1): one slot, few slots, several rows per CTA and per warp, 3 CTAs per SM
                "norm.pipe=0", "norm.pipe=1", "norm.pipe=1,pipe.grid=2,pipe.kb=20", "norm.pipe=1,pipe.grid=1,pipe.kb=70",
-               "norm.pipe=1,pipe.grid=3", "norm.pipe=1,pipe.cta=3", "norm.pipe=1,pipe.ef=1", "norm.pipe=1,pipe.w=11,pipe.grid=3"]
+               "norm.pipe=1,pipe.grid=3", "norm.pipe=1,pipe.cta=3", "norm.pipe=1,pipe.ef=1", "norm.pipe=1,pipe.w=11,pipe.grid=3", "norm.pipe=1,pipe.kb=100,pipe.grid=4",
+               "norm.pipe=1,pipe.w=11,pipe.kb=220,pipe.grid=2"]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -93,7 +94,8 @@ SOFTMAX_SHAPES = ["", "softmax.tpr=32", "softmax.tpr=64", "softmax.tpr=128", "so
                   "softmax.tpr=64,softmax.rows=4", "softmax.persist=1", "softmax.persist=1,softmax.grid=5",
                   "softmax.persist=1,softmax.tpr=64,softmax.rows=2,softmax.grid=3",
                   "softmax.persist=1,softmax.tpr=32,softmax.rows=4,softmax.grid=1",
-                  "softmax.pipe=0", "pipe.grid=2,pipe.kb=20", "pipe.grid=1,pipe.kb=40", "pipe.grid=5", "pipe.cta=3", "pipe.ef=1,pipe.grid=3", "pipe.w=11,pipe.grid=2"]
+                  "softmax.pipe=0", "pipe.grid=2,pipe.kb=20", "pipe.grid=1,pipe.kb=40", "pipe.grid=5", "pipe.cta=3", "pipe.ef=1,pipe.grid=3", "pipe.w=11,pipe.grid=2", "pipe.kb=100,pipe.grid=4",
+                  "pipe.w=11,pipe.kb=220,pipe.grid=2"]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
