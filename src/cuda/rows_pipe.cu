@@ -91,34 +91,41 @@ __global__ void __launch_bounds__((W + 1) * 32, 1) k_pipe(const Op op, int rows,
   const int G = int(gridDim.x), b = int(blockIdx.x);
   const int nl = rows > b ? int((int64_t(rows) - b + G - 1) / G) : 0;  // rows of this CTA
   const uint32_t slot_bytes = uint32_t(op.nin) * row_bytes;
-  if (threadIdx.x == 0) {
+  const bool producer = warp == W && lane == 0;
+  // One row's loads into slot i % stages (the slot is free).
+  auto issue = [&](int i) {
+    const int s = i % stages;
+    const uint32_t full = bars + 8 * s;
+    sm90::mbar_expect_tx(full, slot_bytes);
+    const int64_t row = b + int64_t(i) * G;
+    for (int k = 0; k < op.nin; ++k) {
+      const uint32_t dst = smem_addr(slots) + uint32_t(s) * slot_bytes + k * row_bytes;
+      if (evict_first) bulk_load_hint(dst, op.src(k, row), row_bytes, full, policy_evict_first());
+      else bulk_load(dst, op.src(k, row), row_bytes, full);
+    }
+  };
+  // The producer initializes the barriers and starts the first `stages` rows
+  // before anything else, while the other threads stage the parameters.
+  if (producer) {
     for (int s = 0; s < stages; ++s) {
       sm90::mbar_init(bars + 8 * s, 1);
       sm90::mbar_init(bars + 8 * (kMaxStages + s), 1);
     }
     sm90::mbar_fence_init();
+    for (int i = 0; i < nl && i < stages; ++i) issue(i);
   }
   const int pv = int(row_bytes / 16);
-  for (int k = 0; k < op.npar; ++k)
-    for (int v = threadIdx.x; v < pv; v += (W + 1) * 32)
-      params[k * pv + v] = ld16_ro(static_cast<const raw16*>(op.par(k)) + v);
+  if (warp < W)  // the consumer warps
+    for (int k = 0; k < op.npar; ++k)
+      for (int v = threadIdx.x; v < pv; v += W * 32)
+        params[k * pv + v] = ld16_ro(static_cast<const raw16*>(op.par(k)) + v);
   __syncthreads();
-  if (warp == W) {  // producer
-    if (lane == 0) {
-      const uint32_t base = smem_addr(slots);
-      for (int i = 0; i < nl; ++i) {
-        const int s = i % stages;
-        if (i >= stages) sm90::mbar_wait(bars + 8 * (kMaxStages + s), uint32_t((i / stages) - 1) & 1u);
-        const uint32_t full = bars + 8 * s;
-        sm90::mbar_expect_tx(full, slot_bytes);
-        const int64_t row = b + int64_t(i) * G;
-        for (int k = 0; k < op.nin; ++k) {
-          const uint32_t dst = base + uint32_t(s) * slot_bytes + k * row_bytes;
-          if (evict_first) bulk_load_hint(dst, op.src(k, row), row_bytes, full, policy_evict_first());
-          else bulk_load(dst, op.src(k, row), row_bytes, full);
-        }
+  if (warp == W) {  // producer: each further row once its slot's previous row is released
+    if (producer)
+      for (int i = stages; i < nl; ++i) {
+        sm90::mbar_wait(bars + 8 * (kMaxStages + i % stages), uint32_t((i / stages) - 1) & 1u);
+        issue(i);
       }
-    }
     return;
   }
   const int nw = stages < W ? stages : W;  // the host makes stages a multiple of nw
