@@ -319,14 +319,25 @@ struct SoftmaxPipe {
       const bool direct = mt == -INFINITY;
       const float scale = direct ? 0.f : ::expf(mt - M) / S;
       const float zero = M == -INFINITY ? __int_as_float(0x7fffffff) : 0.f / S;
+      if (!direct) {  // the common case: one multiply per element
 #pragma unroll
-      for (int j = 0; j < CPL; ++j)
-        if (lane + 32 * j < nvec) {
-          float f[N];
+        for (int j = 0; j < CPL; ++j)
+          if (lane + 32 * j < nvec) {
+            float f[N];
 #pragma unroll
-          for (int n = 0; n < N; ++n) f[n] = direct ? (e[j][n] != e[j][n] ? e[j][n] : zero) : e[j][n] * scale;
-          st16(y + lane + 32 * j, pack<T>(f));
-        }
+            for (int n = 0; n < N; ++n) f[n] = e[j][n] * scale;
+            st16(y + lane + 32 * j, pack<T>(f));
+          }
+      } else {
+#pragma unroll
+        for (int j = 0; j < CPL; ++j)
+          if (lane + 32 * j < nvec) {
+            float f[N];
+#pragma unroll
+            for (int n = 0; n < N; ++n) f[n] = e[j][n] != e[j][n] ? e[j][n] : zero;
+            st16(y + lane + 32 * j, pack<T>(f));
+          }
+      }
     }
   }
 };
