@@ -180,21 +180,20 @@ struct NormPipe {
         if (lane + 32 * j < nvec) xs[j] = sl[lane + 32 * j];
     }
     release();
-    float s = 0.f;
-#pragma unroll
-    for (int j = 0; j < CPL; ++j)
-      if (lane + 32 * j < nvec) {
-        float xf[N];
-        unpack<T>(xs[j], xf);
-#pragma unroll
-        for (int n = 0; n < N; ++n) s += a.layer ? xf[n] : xf[n] * xf[n];
-      }
-    s = warp_sum(s);
+    // statistics (branches outside the element loops)
     const float invH = 1.f / float(a.H);
     float mean = 0.f, inv;
-    if (a.layer) {  // squared deviations from the mean, from registers
-      mean = s * invH;
-      float q = 0.f;
+    if (a.layer) {  // the mean, then the squared deviations from it, from registers
+      float s = 0.f, q = 0.f;
+#pragma unroll
+      for (int j = 0; j < CPL; ++j)
+        if (lane + 32 * j < nvec) {
+          float xf[N];
+          unpack<T>(xs[j], xf);
+#pragma unroll
+          for (int n = 0; n < N; ++n) s += xf[n];
+        }
+      mean = warp_sum(s) * invH;
 #pragma unroll
       for (int j = 0; j < CPL; ++j)
         if (lane + 32 * j < nvec) {
@@ -203,15 +202,40 @@ struct NormPipe {
 #pragma unroll
           for (int n = 0; n < N; ++n) q += (xf[n] - mean) * (xf[n] - mean);
         }
-      q = warp_sum(q);
-      inv = rsqrtf(q * invH + float(a.eps));
+      inv = rsqrtf(warp_sum(q) * invH + float(a.eps));
     } else {
-      inv = rsqrtf(s * invH + float(a.eps));
+      float s = 0.f;
+#pragma unroll
+      for (int j = 0; j < CPL; ++j)
+        if (lane + 32 * j < nvec) {
+          float xf[N];
+          unpack<T>(xs[j], xf);
+#pragma unroll
+          for (int n = 0; n < N; ++n) s += xf[n] * xf[n];
+        }
+      inv = rsqrtf(warp_sum(s) * invH + float(a.eps));
     }
     const raw16* w = prm;  // weight, then bias, in shared memory
-    const raw16* bb = a.b ? prm + nvec : nullptr;
     raw16* out = reinterpret_cast<raw16*>(static_cast<T*>(a.out) + row * a.out_rs);
-    const float wadd = a.gemma ? 1.f : 0.f, nmi = -mean * inv;
+    if (a.b) {  // layer_norm with a bias: two FMAs per element
+      const raw16* bb = prm + nvec;
+      const float nmi = -mean * inv;
+#pragma unroll
+      for (int j = 0; j < CPL; ++j) {
+        const int c = lane + 32 * j;
+        if (c < nvec) {
+          float xf[N], wf[N], bf[N];
+          unpack<T>(xs[j], xf);
+          unpack<T>(w[c], wf);
+          unpack<T>(bb[c], bf);
+#pragma unroll
+          for (int n = 0; n < N; ++n) xf[n] = fmaf(fmaf(xf[n], inv, nmi), wf[n], bf[n]);
+          st16(out + c, pack<T>(xf));
+        }
+      }
+      return;
+    }
+    const float wadd = a.gemma ? 1.f : 0.f;  // mean = 0 for rms_norm
 #pragma unroll
     for (int j = 0; j < CPL; ++j) {
       const int c = lane + 32 * j;
@@ -219,15 +243,8 @@ struct NormPipe {
         float xf[N], wf[N];
         unpack<T>(xs[j], xf);
         unpack<T>(w[c], wf);
-        if (bb) {  // layer_norm with a bias: two FMAs per element
-          float bf[N];
-          unpack<T>(bb[c], bf);
 #pragma unroll
-          for (int n = 0; n < N; ++n) xf[n] = fmaf(fmaf(xf[n], inv, nmi), wf[n], bf[n]);
-        } else {
-#pragma unroll
-          for (int n = 0; n < N; ++n) xf[n] = (xf[n] - mean) * inv * (wf[n] + wadd);
-        }
+        for (int n = 0; n < N; ++n) xf[n] = (xf[n] - mean) * inv * (wf[n] + wadd);
         st16(out + c, pack<T>(xf));
       }
     }
