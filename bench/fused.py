@@ -193,7 +193,8 @@ def rope_cases(gk, torch):
 
 
 # Launch shapes to compare (--sweep): op name -> GPUKIT_TUNE strings.
-PIPE = ["pipe.kb=64", "pipe.kb=128", "pipe.kb=220", "pipe.ef=1", "pipe.w=11", "pipe.w=11,pipe.kb=220", "pipe.cta=2"]
+PIPE = ["pipe.kb=64", "pipe.kb=128", "pipe.kb=220", "pipe.ef=1", "pipe.w=11", "pipe.w=11,pipe.kb=220",
+        "pipe.w=11,pipe.kb=128", "pipe.w=11,pipe.ef=1", "pipe.cta=2", "pipe.cta=2,pipe.kb=220"]
 SWEEP = {
     "rms_norm_residual": ["norm.tpr=256", "norm.prew=1,norm.tpr=256", "norm.pipe=1",
                           *("norm.pipe=1," + p for p in PIPE)],
