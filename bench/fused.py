@@ -205,6 +205,55 @@ SWEEP = {
 }
 
 
+def _time_graph(gk, fn, args_list, rounds, iters):
+    """Per-round microseconds per call of `iters` calls captured in one gpukit graph
+    (GPU time without the host's launch overhead), inputs rotating."""
+    s, n = gk.Stream("cuda"), len(args_list)
+    with s:
+        for i in range(3):
+            fn(*args_list[i % n])
+    s.synchronize()
+    g, keep = gk.Graph(s), []
+    with g:
+        for i in range(iters):
+            keep.append(fn(*args_list[i % n]))
+    g.replay(s)
+    s.synchronize()
+    out = []
+    for _ in range(rounds):
+        a, b = gk.Event(), gk.Event()
+        a.record(s)
+        g.replay(s)
+        b.record(s)
+        b.synchronize()
+        out.append(a.elapsed_time(b) * 1e3 / iters)
+    return out
+
+
+def latency(gk, torch, rounds, iters):
+    """Few-row (decode-like) GPU times of the row ops, register forms against the staged
+    forms (src/cuda/rows_pipe.cu), H = 4096, bf16, each in a graph of --iters calls
+    (inputs rotate over 8 sets)."""
+    H = 4096
+    w = gk.from_dlpack(torch.randn(H, device="cuda", dtype=torch.bfloat16))
+    b = gk.from_dlpack(torch.randn(H, device="cuda", dtype=torch.bfloat16))
+    ops = {"rms_norm_residual": (lambda x, r: gk.nn.rms_norm(x, w, 1e-6, residual=r), "norm.pipe"),
+           "layer_norm": (lambda x, r: gk.nn.layer_norm(x, w, b, 1e-5), "norm.pipe"),
+           "softmax": (lambda x, r: gk.softmax(x), "softmax.pipe")}
+    for rows in (1, 8, 64, 512):
+        gx, _ = _pair(gk, torch, (rows, H), "bfloat16", 8)
+        gr, _ = _pair(gk, torch, (rows, H), "bfloat16", 8)
+        line = []
+        for name, (fn, knob) in ops.items():
+            v = []
+            for on in (0, 1):
+                os.environ["GPUKIT_TUNE"] = f"{knob}={on}"
+                v.append(statistics.median(_time_graph(gk, fn, list(zip(gx, gr)), rounds, iters)))
+            line.append(f"{name} {v[0]:.1f} / {v[1]:.1f} us")
+        os.environ.pop("GPUKIT_TUNE", None)
+        print(f"latency bf16 rows={rows:4d} H={H} (register / staged form): " + "; ".join(line), flush=True)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="bench/results/h200.json")
@@ -214,10 +263,14 @@ def main(argv=None):
     p.add_argument("--sweep", action="store_true", default=True,
                    help="also time the launch shapes in SWEEP (the default; a few seconds)")
     p.add_argument("--no-sweep", dest="sweep", action="store_false")
+    p.add_argument("--latency", action="store_true", help="only the few-row times of the row ops (no records)")
     a = p.parse_args(argv)
     gk, torch, why = _setup()
     if why:
         print(f"bench/fused.py: skipped ({why})")
+        return 0
+    if a.latency:
+        latency(gk, torch, a.rounds, a.iters)
         return 0
     only = {s for s in a.only.split(",") if s}
     want = lambda name: not only or name in only  # noqa: E731
