@@ -70,7 +70,7 @@ NORM_SHAPES = ["", "norm.tpr=32", "norm.tpr=64", "norm.tpr=128", "norm.tpr=256",
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("H", [512, 4096, 8192])
+@pytest.mark.parametrize("H", [512, 1000, 2056, 4096, 8192])
 @pytest.mark.parametrize("shape", NORM_SHAPES)
 def test_norm_shapes(tune, dtype, H, shape):
     tune(shape)
@@ -99,7 +99,7 @@ SOFTMAX_SHAPES = ["", "softmax.tpr=32", "softmax.tpr=64", "softmax.tpr=128", "so
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("H", [8, 1000, 4096, 8192])
+@pytest.mark.parametrize("H", [8, 1000, 2056, 4096, 8192])
 @pytest.mark.parametrize("shape", SOFTMAX_SHAPES)
 def test_softmax_shapes(tune, dtype, H, shape):
     tune(shape)
