@@ -7,7 +7,10 @@
 // elements: pass 1 writes one partial per chunk into the workspace, pass 2
 // reduces the partials. Every choice depends only on the row length, never on
 // the number of rows or the device, so a row gives the same bits on every run
-// and in any batch.
+// and in any batch. Softmax rows of 129 to 1024 16-byte vectors (16-bit rows up
+// to 512 for softmax, 1024 for log_softmax) take, on sm_90 and newer, the staged
+// form of src/cuda/rows_pipe.cu (so those rows' bits differ between GPU
+// generations, not between runs or batches).
 #include <cuda_runtime.h>
 
 #include <algorithm>
