@@ -387,13 +387,18 @@ int pick_cpl(int64_t nvec, int max_cpl) {
   return c <= max_cpl ? c : 0;
 }
 
+// Default launch shape of an op and dtype (GPUKIT_TUNE pipe.* overrides it).
+struct PipeShape {
+  int kb = 200, w = 7, ef = 0, cta = 1;
+};
+
 template <class Op, int CPL>
-void launch_pipe(const Op& op, int64_t rows, uint32_t row_bytes, cudaStream_t st, const char* what) {
+void launch_pipe(const Op& op, int64_t rows, uint32_t row_bytes, cudaStream_t st, const char* what, PipeShape d) {
   const uint32_t slot = uint32_t(op.nin) * row_bytes;
   const size_t fixed = size_t(kBarBytes) + size_t(op.npar) * row_bytes;
-  const int ctas = std::max(1, std::min(8, tune("pipe.cta", 1)));
-  const int64_t budget = std::min<int64_t>(int64_t(std::max(1, tune("pipe.kb", 200))) * 1024 / ctas, kMaxSmem);
-  const bool w11 = tune("pipe.w", 7) == 11 && kernel_ready<k_pipe<Op, CPL, 11>>();
+  const int ctas = std::max(1, std::min(8, tune("pipe.cta", d.cta)));
+  const int64_t budget = std::min<int64_t>(int64_t(std::max(1, tune("pipe.kb", d.kb))) * 1024 / ctas, kMaxSmem);
+  const bool w11 = tune("pipe.w", d.w) == 11 && kernel_ready<k_pipe<Op, CPL, 11>>();
   const int W = w11 ? 11 : 7;
   int stages = int(std::max<int64_t>(1, std::min<int64_t>(kMaxStages, (budget - int64_t(fixed)) / slot)));
   if (stages > W) stages = stages / W * W;  // a multiple of the consumer warps (see k_pipe)
@@ -401,7 +406,7 @@ void launch_pipe(const Op& op, int64_t rows, uint32_t row_bytes, cudaStream_t st
   int64_t g = int64_t(sm_count()) * ctas;
   if (const int forced = tune("pipe.grid", 0); forced > 0) g = forced;  // tests: many rows per CTA
   const unsigned grid = unsigned(std::min<int64_t>(rows, g));
-  const int ef = tune("pipe.ef", 0);
+  const int ef = tune("pipe.ef", d.ef);
   if (w11)
     k_pipe<Op, CPL, 11><<<grid, 12 * 32, smem, st>>>(op, int(rows), stages, row_bytes, ef);
   else
@@ -465,7 +470,7 @@ void pipe_norm(const NormArgs& a, cudaStream_t st) {
     const NormPipe<T> op{a, a.res ? 2 : 1, a.b ? 2 : 1};
     with_cpl<32>(pick_cpl(a.H / kVecN<T>, 32), [&](auto c) {
       launch_pipe<NormPipe<T>, decltype(c)::value>(op, a.rows, uint32_t(a.H * int64_t(sizeof(T))), st,
-                                                    a.layer ? "layer_norm_pipe" : "rms_norm_pipe");
+                                                    a.layer ? "layer_norm_pipe" : "rms_norm_pipe", PipeShape{});
     });
   });
 }
@@ -494,7 +499,9 @@ void pipe_softmax(const RowArgs& a, bool log, cudaStream_t st) {
                                  a.out_row_stride, int(a.cols / N)};
       constexpr int MAXC = kSoftmaxMaxCpl<T, L>;
       with_cpl<MAXC>(pick_cpl(a.cols / N, MAXC),
-               [&](auto c) { launch_pipe<SoftmaxPipe<T, L>, decltype(c)::value>(op, a.rows, rb, st, "softmax_pipe"); });
+               [&](auto c) {
+                       launch_pipe<SoftmaxPipe<T, L>, decltype(c)::value>(op, a.rows, rb, st, "softmax_pipe", PipeShape{});
+                     });
     };
     if (log) go(std::true_type{});
     else go(std::false_type{});
