@@ -192,14 +192,13 @@ def rope_cases(gk, torch):
         del gq, tq, gkk, tk
 
 
-# Launch shapes to compare (--sweep): op name -> GPUKIT_TUNE strings.
-PIPE = ["pipe.kb=64", "pipe.kb=128", "pipe.kb=220", "pipe.ef=1", "pipe.w=11", "pipe.w=11,pipe.kb=220",
-        "pipe.w=11,pipe.kb=128", "pipe.w=11,pipe.ef=1", "pipe.cta=2", "pipe.cta=2,pipe.kb=220"]
+# Launch shapes to compare (--sweep): op name -> GPUKIT_TUNE strings. The staged
+# forms (src/cuda/rows_pipe.cu) are the default for f32 softmax only.
+PIPE = ["pipe.w=7", "pipe.w=11", "pipe.w=11,pipe.ef=1", "pipe.w=11,pipe.kb=128"]
 SWEEP = {
-    "rms_norm_residual": ["norm.tpr=256", "norm.prew=1,norm.tpr=256", "norm.pipe=1",
-                          *("norm.pipe=1," + p for p in PIPE)],
-    "layer_norm": ["norm.pipe=0", "norm.pipe=0,norm.tpr=128", "norm.pipe=0,norm.tpr=256", *PIPE],
-    "softmax": ["softmax.pipe=0", "softmax.pipe=0,softmax.tpr=64", "softmax.pipe=0,softmax.tpr=256", *PIPE],
+    "rms_norm_residual": ["norm.tpr=256", "norm.prew=1,norm.tpr=256", *("norm.pipe=1," + p for p in PIPE)],
+    "layer_norm": ["norm.tpr=128", "norm.tpr=256", *("norm.pipe=1," + p for p in PIPE)],
+    "softmax": ["softmax.pipe=0", "softmax.pipe=0,softmax.tpr=256", *("softmax.pipe=1," + p for p in PIPE)],
     "swiglu": ["gated.unroll=2", "gated.unroll=4", "gated.bpsm=16"],
     "rope_qk": ["rope.k=2", "rope.k=4"],
 }

@@ -5,9 +5,9 @@
 // sums use a fixed warp-shuffle + shared-memory order (deterministic).
 // Rows that are too long, unaligned or not a multiple of the vector width take a
 // scalar path that re-reads the row (from L1/L2).
-// layer_norm rows of 129 to 1024 16-byte vectors (and rms_norm with GPUKIT_TUNE
-// norm.pipe=1) take the staged form of src/cuda/rows_pipe.cu instead; the choice
-// depends on the row length only, never on the number of rows.
+// With GPUKIT_TUNE norm.pipe=1, rows of 129 to 1024 16-byte vectors take the
+// staged form of src/cuda/rows_pipe.cu instead (slower than these on the H200,
+// see there); the choice never depends on the number of rows.
 #include <algorithm>
 
 #include "cuda/common/rows.cuh"

@@ -7,10 +7,10 @@
 // elements: pass 1 writes one partial per chunk into the workspace, pass 2
 // reduces the partials. Every choice depends only on the row length, never on
 // the number of rows or the device, so a row gives the same bits on every run
-// and in any batch. Softmax rows of 129 to 1024 16-byte vectors (16-bit rows up
-// to 512 for softmax, 1024 for log_softmax) take, on sm_90 and newer, the staged
-// form of src/cuda/rows_pipe.cu (so those rows' bits differ between GPU
-// generations, not between runs or batches).
+// and in any batch. f32 softmax rows of 129 to 1024 16-byte vectors (512 to 4096
+// elements) take, on sm_90 and newer, the staged form of src/cuda/rows_pipe.cu
+// (so those rows' bits differ between GPU generations, not between runs or
+// batches); 16-bit rows do with GPUKIT_TUNE softmax.pipe=1.
 #include <cuda_runtime.h>
 
 #include <algorithm>

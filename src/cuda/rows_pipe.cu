@@ -23,11 +23,21 @@
 //    that was the H200 launch failure of checkpoint A, 2026-11-30).
 // CTA b takes the rows b, b + grid, b + 2 grid, ...; every row is computed the
 // same way whatever the grid, so the bits do not depend on the batch.
+// Measured on the H200 (checkpoint B of 2026-11-30, bench/fused.py, 4096x4096,
+// TB/s against a same-bytes copy of 3.84 (f32) / 3.51 (bf16) TB/s):
+//   softmax f32:     staged 3.30 (7 warps), 3.37 (11 warps)   register form 3.19
+//   layer_norm f32:  staged 3.35 / 3.34                       register form 3.59
+//   layer_norm bf16: staged 2.19 / 2.67 (2.81 with pipe.ef)   register form 2.75
+//   softmax bf16:    staged 1.57 / 2.06 (2.19 at pipe.kb=128) register form 2.37
+// The consumer warps, not the memory, set the pace of 16-bit rows (7 -> 11 warps:
+// +22% / +31%), and more warps do not fit the registers. So the staged form is
+// the default for f32 softmax / log_softmax only (with 11 consumer warps); the
+// others take it with GPUKIT_TUNE norm.pipe=1 / softmax.pipe=1.
 // GPUKIT_TUNE: pipe.kb (shared memory per SM for the slots, KB, default 200),
 // pipe.cta (CTAs per SM, default 1), pipe.grid (force the grid, for the tests),
 // pipe.ef (1: the row loads carry an L2 evict-first hint);
-// norm.pipe / softmax.pipe (0: the register forms; default 1 for layer_norm and
-// softmax, 0 for rms_norm).
+// pipe.w (7 or 11 consumer warps); norm.pipe / softmax.pipe (1: the staged form
+// where it applies; default 0, 1 for f32 softmax).
 #include "cuda/rows_pipe.h"
 
 #include <algorithm>
@@ -455,7 +465,7 @@ bool softmax_ready(int64_t cols) {
 }  // namespace
 
 bool pipe_norm_ok(const NormArgs& a) {
-  if (!tune("norm.pipe", a.layer ? 1 : 0)) return false;
+  if (!tune("norm.pipe", 0)) return false;  // off by default: slower than the register forms (see the top)
   const size_t es = itemsize(a.dtype);
   const int64_t rb = a.H * int64_t(es);
   if (rb % 16 || !rows_ok(a.rows, uint32_t((a.res ? 2 : 1) * rb), size_t(a.b ? 2 : 1) * size_t(rb))) return false;
@@ -476,7 +486,8 @@ void pipe_norm(const NormArgs& a, cudaStream_t st) {
 }
 
 bool pipe_softmax_ok(const RowArgs& a, bool log) {
-  if (!tune("softmax.pipe", 1)) return false;
+  // on by default for f32 only (see the top)
+  if (!tune("softmax.pipe", a.in_dtype == DType::f32 ? 1 : 0)) return false;
   if (a.in_dtype != a.out_dtype || (a.in_dtype != DType::f32 && a.in_dtype != DType::f16 && a.in_dtype != DType::bf16))
     return false;
   bool ok = false;
@@ -500,7 +511,7 @@ void pipe_softmax(const RowArgs& a, bool log, cudaStream_t st) {
       constexpr int MAXC = kSoftmaxMaxCpl<T, L>;
       with_cpl<MAXC>(pick_cpl(a.cols / N, MAXC),
                [&](auto c) {
-                       launch_pipe<SoftmaxPipe<T, L>, decltype(c)::value>(op, a.rows, rb, st, "softmax_pipe", PipeShape{});
+                       launch_pipe<SoftmaxPipe<T, L>, decltype(c)::value>(op, a.rows, rb, st, "softmax_pipe", PipeShape{200, 11});
                      });
     };
     if (log) go(std::true_type{});

@@ -62,8 +62,8 @@ NORM_SHAPES = ["", "norm.tpr=32", "norm.tpr=64", "norm.tpr=128", "norm.tpr=256",
                "norm.persist=1,norm.grid=5", "norm.persist=1,norm.tpr=64,norm.rows=2,norm.grid=3",
                "norm.persist=1,norm.tpr=32,norm.rows=4,norm.grid=2", "norm.persist=1,norm.tpr=128,norm.grid=1",
                "norm.prew=1", "norm.prew=1,norm.tpr=64,norm.rows=2", "norm.prew=1,norm.persist=1,norm.grid=4",
-               # rows staged in shared memory (src/cuda/rows_pipe.cu; layer_norm's default, rms_norm's with
-               # norm.pipe=1): one slot, few slots, several rows per CTA and per warp, 3 CTAs per SM
+               # rows staged in shared memory (src/cuda/rows_pipe.cu, with norm.pipe=1): one slot, few
+               # slots, several rows per CTA and per warp, 3 CTAs per SM
                "norm.pipe=0", "norm.pipe=1", "norm.pipe=1,pipe.grid=2,pipe.kb=20", "norm.pipe=1,pipe.grid=1,pipe.kb=70",
                "norm.pipe=1,pipe.grid=3", "norm.pipe=1,pipe.cta=3", "norm.pipe=1,pipe.ef=1", "norm.pipe=1,pipe.w=11,pipe.grid=3", "norm.pipe=1,pipe.kb=100,pipe.grid=4",
                "norm.pipe=1,pipe.w=11,pipe.kb=220,pipe.grid=2"]
@@ -94,8 +94,10 @@ SOFTMAX_SHAPES = ["", "softmax.tpr=32", "softmax.tpr=64", "softmax.tpr=128", "so
                   "softmax.tpr=64,softmax.rows=4", "softmax.persist=1", "softmax.persist=1,softmax.grid=5",
                   "softmax.persist=1,softmax.tpr=64,softmax.rows=2,softmax.grid=3",
                   "softmax.persist=1,softmax.tpr=32,softmax.rows=4,softmax.grid=1",
-                  "softmax.pipe=0", "pipe.grid=2,pipe.kb=20", "pipe.grid=1,pipe.kb=40", "pipe.grid=5", "pipe.cta=3", "pipe.ef=1,pipe.grid=3", "pipe.w=11,pipe.grid=2", "pipe.kb=100,pipe.grid=4",
-                  "pipe.w=11,pipe.kb=220,pipe.grid=2"]
+                  "softmax.pipe=0", "softmax.pipe=1", *("softmax.pipe=1," + v for v in (
+                      "pipe.grid=2,pipe.kb=20", "pipe.grid=1,pipe.kb=40", "pipe.grid=5", "pipe.cta=3",
+                      "pipe.ef=1,pipe.grid=3", "pipe.w=11,pipe.grid=2", "pipe.w=7,pipe.grid=2",
+                      "pipe.kb=100,pipe.grid=4", "pipe.w=11,pipe.kb=220,pipe.grid=2"))]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -112,7 +114,7 @@ def test_softmax_shapes(tune, dtype, H, shape):
         assert np.array_equal(bits(got), bits(f(xd))), f"{f.__name__} [{shape}]: reruns differ"
 
 
-@pytest.mark.parametrize("shape", ["", "softmax.pipe=0", "pipe.grid=1,pipe.kb=20"])
+@pytest.mark.parametrize("shape", ["", "softmax.pipe=0", "softmax.pipe=1", "softmax.pipe=1,pipe.grid=1,pipe.kb=20"])
 @pytest.mark.parametrize("H", [2048, 4096])
 def test_softmax_special_rows(tune, shape, H):
     tune(shape)
@@ -139,7 +141,7 @@ def test_softmax_special_rows(tune, shape, H):
 def test_rows_batch_invariant(tune, dtype, H):
     """A row gives the same bits alone and in a batch of 300 (several rows per CTA and
     per warp in the staged form), for the default and the register forms."""
-    for shape in ("", "norm.pipe=0,softmax.pipe=0", "norm.pipe=1"):
+    for shape in ("", "norm.pipe=0,softmax.pipe=0", "norm.pipe=1,softmax.pipe=1"):
         tune(shape)
         x = make((300, H), dtype, 11, scale=3.0).to("cuda")
         r = make((300, H), dtype, 12).to("cuda")
