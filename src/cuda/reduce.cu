@@ -7,14 +7,19 @@
 // elements: pass 1 writes one partial per chunk into the workspace, pass 2
 // reduces the partials. Every choice depends only on the row length, never on
 // the number of rows or the device, so a row gives the same bits on every run
-// and in any batch.
+// and in any batch. f32 softmax rows of 129 to 1024 16-byte vectors (512 to 4096
+// elements) take, on sm_90 and newer, the staged form of src/cuda/rows_pipe.cu
+// (so those rows' bits differ between GPU generations, not between runs or
+// batches); 16-bit rows do with GPUKIT_TUNE softmax.pipe=1.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "core/cuda_util.h"
+#include "cuda/common/softmax_rows.cuh"
 #include "cuda/common/vec.cuh"
+#include "cuda/rows_pipe.h"
 #include "ops/backend.h"
 #include "ops/reduce_functors.h"
 
@@ -256,25 +261,10 @@ __global__ void __launch_bounds__(kThreads) k_softmax_block(const T* in, T* out,
 // not depend on the batch. NaN, +inf and all -inf rows give what the CPU
 // reference gives (NaN rows).
 
-// (max, sum of exp(x - max)) of a set of values; combining rescales the smaller
-// side's sum. A max of -inf comes with a sum of 0 (or NaN).
-struct MaxSum {
-  float m, s;
-};
-__device__ __forceinline__ MaxSum combine(const MaxSum& a, const MaxSum& b) {
-  const float m = fmaxf(a.m, b.m);
-  const float sa = a.m == m ? a.s : a.s * ::expf(a.m - m);
-  const float sb = b.m == m ? b.s : b.s * ::expf(b.m - m);
-  return {m, sa + sb};
-}
-
 // Over the blockDim.x threads of one row, fixed order, every thread gets the
 // result; sh holds 64 floats; all threads of the block call it.
 __device__ __forceinline__ MaxSum group_maxsum(MaxSum v, float* sh) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-    v = combine(v, MaxSum{__shfl_down_sync(0xffffffffu, v.m, o), __shfl_down_sync(0xffffffffu, v.s, o)});
-  v = {__shfl_sync(0xffffffffu, v.m, 0), __shfl_sync(0xffffffffu, v.s, 0)};
+  v = warp_maxsum(v);
   if (blockDim.x == 32) return v;
   const int nw = blockDim.x >> 5;
   float* mine = sh + threadIdx.y * nw * 2;
@@ -284,13 +274,6 @@ __device__ __forceinline__ MaxSum group_maxsum(MaxSum v, float* sh) {
   MaxSum r{mine[0], mine[1]};
   for (int i = 1; i < nw; ++i) r = combine(r, MaxSum{mine[2 * i], mine[2 * i + 1]});
   return r;
-}
-
-// 16-bit storage: the hardware exp (a few fp32 ulps, far below half a bf16/f16 ulp).
-template <class T>
-__device__ __forceinline__ float exp_t(float x) {
-  if constexpr (std::is_same_v<T, float>) return ::expf(x);
-  else return __expf(x);
 }
 
 // PERSIST: a grid of about one wave loops over the row groups, loading the next
@@ -395,6 +378,10 @@ bool softmax_vec(const RowArgs& a, bool log, cudaStream_t s) {
     if (a.cols % N || a.in_row_stride % N || a.out_row_stride % N || !aligned_16(a.in) || !aligned_16(a.out) ||
         nvec > 256 * 16)
       return false;
+    if (pipe_softmax_ok(a, log)) {  // rows staged in shared memory (src/cuda/rows_pipe.cu)
+      pipe_softmax(a, log, s);
+      return true;
+    }
     int tpr = nvec <= 32 * 4 ? 32 : int(std::min<int64_t>(1024, (nvec + 3) / 4 + 31) / 32 * 32);
     tpr = std::max(32, std::min(1024, tune("softmax.tpr", tpr) / 32 * 32));
     const int64_t need = (nvec + tpr - 1) / tpr;

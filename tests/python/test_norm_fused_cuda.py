@@ -61,11 +61,16 @@ NORM_SHAPES = ["", "norm.tpr=32", "norm.tpr=64", "norm.tpr=128", "norm.tpr=256",
                "norm.tpr=128,norm.rows=2", "norm.tpr=64,norm.rows=4", "norm.tpr=32,norm.rows=8", "norm.persist=1",
                "norm.persist=1,norm.grid=5", "norm.persist=1,norm.tpr=64,norm.rows=2,norm.grid=3",
                "norm.persist=1,norm.tpr=32,norm.rows=4,norm.grid=2", "norm.persist=1,norm.tpr=128,norm.grid=1",
-               "norm.prew=1", "norm.prew=1,norm.tpr=64,norm.rows=2", "norm.prew=1,norm.persist=1,norm.grid=4"]
+               "norm.prew=1", "norm.prew=1,norm.tpr=64,norm.rows=2", "norm.prew=1,norm.persist=1,norm.grid=4",
+               # rows staged in shared memory (src/cuda/rows_pipe.cu, with norm.pipe=1): one slot, few
+               # slots, several rows per CTA and per warp, 3 CTAs per SM
+               "norm.pipe=0", "norm.pipe=1", "norm.pipe=1,pipe.grid=2,pipe.kb=20", "norm.pipe=1,pipe.grid=1,pipe.kb=70",
+               "norm.pipe=1,pipe.grid=3", "norm.pipe=1,pipe.cta=3", "norm.pipe=1,pipe.ef=1", "norm.pipe=1,pipe.w=11,pipe.grid=3", "norm.pipe=1,pipe.kb=100,pipe.grid=4",
+               "norm.pipe=1,pipe.w=11,pipe.kb=220,pipe.grid=2"]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("H", [512, 4096, 8192])
+@pytest.mark.parametrize("H", [512, 1000, 2056, 4096, 8192])
 @pytest.mark.parametrize("shape", NORM_SHAPES)
 def test_norm_shapes(tune, dtype, H, shape):
     tune(shape)
@@ -88,11 +93,15 @@ def test_norm_shapes(tune, dtype, H, shape):
 SOFTMAX_SHAPES = ["", "softmax.tpr=32", "softmax.tpr=64", "softmax.tpr=128", "softmax.tpr=256", "softmax.tpr=512",
                   "softmax.tpr=64,softmax.rows=4", "softmax.persist=1", "softmax.persist=1,softmax.grid=5",
                   "softmax.persist=1,softmax.tpr=64,softmax.rows=2,softmax.grid=3",
-                  "softmax.persist=1,softmax.tpr=32,softmax.rows=4,softmax.grid=1"]
+                  "softmax.persist=1,softmax.tpr=32,softmax.rows=4,softmax.grid=1",
+                  "softmax.pipe=0", "softmax.pipe=1", *("softmax.pipe=1," + v for v in (
+                      "pipe.grid=2,pipe.kb=20", "pipe.grid=1,pipe.kb=40", "pipe.grid=5", "pipe.cta=3",
+                      "pipe.ef=1,pipe.grid=3", "pipe.w=11,pipe.grid=2", "pipe.w=7,pipe.grid=2",
+                      "pipe.kb=100,pipe.grid=4", "pipe.w=11,pipe.kb=220,pipe.grid=2"))]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("H", [8, 1000, 4096, 8192])
+@pytest.mark.parametrize("H", [8, 1000, 2056, 4096, 8192])
 @pytest.mark.parametrize("shape", SOFTMAX_SHAPES)
 def test_softmax_shapes(tune, dtype, H, shape):
     tune(shape)
@@ -105,19 +114,55 @@ def test_softmax_shapes(tune, dtype, H, shape):
         assert np.array_equal(bits(got), bits(f(xd))), f"{f.__name__} [{shape}]: reruns differ"
 
 
-def test_softmax_special_rows(tune):
-    tune("")
-    a = np.random.default_rng(0).standard_normal((6, 4096)).astype(np.float32)
+@pytest.mark.parametrize("shape", ["", "softmax.pipe=0", "softmax.pipe=1", "softmax.pipe=1,pipe.grid=1,pipe.kb=20"])
+@pytest.mark.parametrize("H", [2048, 4096])
+def test_softmax_special_rows(tune, shape, H):
+    tune(shape)
+    a = np.random.default_rng(0).standard_normal((8, H)).astype(np.float32)
     a[1, :] = -np.inf          # a row of -inf
     a[2, 7] = np.inf           # +inf in a row
     a[3, 100] = np.nan         # NaN propagates
-    a[4, :4000] = -np.inf      # mostly -inf
+    a[4, :H - 96] = -np.inf    # mostly -inf (whole lanes of -inf)
+    a[5, 3] = np.inf           # two +inf
+    a[5, H - 1] = np.inf
+    a[6, ::2] = -np.inf        # every other -inf
+    a[7, 5:] = -np.inf         # one lane of finite values
     for dtype in DTYPES:
         x = gk.asarray(a).astype(dtype)
         for f in (gk.softmax, gk.log_softmax):
             g, c = f64(f(x.to("cuda"))), f64(f(x))
             same = (g == c) | np.isclose(g, c, rtol=TOL[dtype], atol=TOL[dtype]) | (np.isnan(g) & np.isnan(c))
-            assert same.all(), f"{f.__name__} {dtype}: rows {sorted(set(np.argwhere(~same)[:, 0].tolist()))} differ"
+            assert same.all(), (f"{f.__name__} {dtype} H={H} [{shape}]: rows "
+                                f"{sorted(set(np.argwhere(~same)[:, 0].tolist()))} differ")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("H", [2048, 4096])
+def test_rows_batch_invariant(tune, dtype, H):
+    """A row gives the same bits alone and in a batch of 300 (several rows per CTA and
+    per warp in the staged form), for the default and the register forms."""
+    for shape in ("", "norm.pipe=0,softmax.pipe=0", "norm.pipe=1,softmax.pipe=1"):
+        tune(shape)
+        x = make((300, H), dtype, 11, scale=3.0).to("cuda")
+        r = make((300, H), dtype, 12).to("cuda")
+        w, b = make((H,), dtype, 13).to("cuda"), make((H,), dtype, 14).to("cuda")
+        one, onr = x[217:218], r[217:218]
+        pairs = [(gk.softmax(x), gk.softmax(one)), (gk.log_softmax(x), gk.log_softmax(one)),
+                 (gk.nn.layer_norm(x, w, b), gk.nn.layer_norm(one, w, b)),
+                 (gk.nn.rms_norm(x, w, residual=r)[0], gk.nn.rms_norm(one, w, residual=onr)[0])]
+        for i, (full, single) in enumerate(pairs):
+            assert np.array_equal(bits(full[217:218]), bits(single)), f"op {i} {dtype} H={H} [{shape}]: batch-dependent"
+        # and the whole batch against the CPU
+        xc, wc, bc = x.to("cpu"), w.to("cpu"), b.to("cpu")
+        check(pairs[0][0], gk.softmax(xc), dtype, f"softmax 300x{H} {dtype} [{shape}]")
+        check(pairs[2][0], gk.nn.layer_norm(xc, wc, bc), dtype, f"layer_norm 300x{H} {dtype} [{shape}]")
+        big = make((300, H + 64), dtype, 15).to("cuda")  # rows with a stride of H + 64 elements
+        xs = big[:, :H]
+        check(gk.nn.layer_norm(xs, w, b), gk.nn.layer_norm(xs.to("cpu"), wc, bc), dtype, f"layer_norm strided [{shape}]")
+        y, nr = gk.nn.rms_norm(xs, w, residual=big[:, 64:])
+        yc, nrc = gk.nn.rms_norm(xs.to("cpu"), wc, residual=big[:, 64:].to("cpu"))
+        check(y, yc, dtype, f"rms_norm strided [{shape}]")
+        np.testing.assert_array_equal(bits(nr), bits(nrc), err_msg=f"rms_norm strided residual [{shape}]")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
