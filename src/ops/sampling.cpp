@@ -73,7 +73,7 @@ void execute(Run& r) {
   // scratch from the stream's caching allocator: the same sizes every call, so a
   // captured graph replays with the buffers it captured
   Array work, ws;
-  if (a.mode != SampleMode::Process) {
+  if (a.mode != SampleMode::Process && !cuda::fused_sample_ok(a)) {
     a.work_stride = cuda::sample_work_stride(a.V);
     work = Array::empty({a.B, a.work_stride}, DType::f32, r.d, &r.s);
     a.work = work.data_as<float>();

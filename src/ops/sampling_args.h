@@ -230,6 +230,10 @@ namespace cuda {
 int64_t sample_work_stride(int64_t V);
 int64_t sample_workspace_bytes(const SampleArgs& a);
 void sample_rows(const SampleArgs& a, void* stream);
+// The one-launch cluster path (src/cuda/sampling_fused.cu): Draw mode without typical-p or
+// top-n logprobs; sample_rows takes it whenever fused_sample_ok (no work / workspace needed).
+bool fused_sample_ok(const SampleArgs& a);
+void fused_sample_rows(const SampleArgs& a, void* stream);
 // argmax: partials of ceil(V / 4096) chunks per row, argmax_workspace_bytes(B, V) bytes.
 int64_t argmax_workspace_bytes(int64_t B, int64_t V);
 void topk_rows(const void* logits, DType dt, int64_t B, int64_t V, int64_t row_stride, int64_t k, float* values,

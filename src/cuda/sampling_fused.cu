@@ -1,0 +1,520 @@
+// CUDA sampling, fused path: the whole decode step (processors, temperature, top-k,
+// top-p, min-p, the draw, the chosen token's logprob) in ONE launch, one thread-block
+// cluster per row (Hopper). Each CTA of the cluster owns a contiguous slice of the
+// row, reads its logits from global memory once into shared memory, and every later
+// pass runs on-chip:
+//  1. load + process: history counts / bans are first accumulated with integer atomics
+//     in the slice's shared words, then each word is replaced by the processed logit
+//     (the same thread reads the count and writes the value); local max/argmax.
+//     Cluster exchange of (max, argmax) through distributed shared memory.
+//  2. radix selects on the 32-bit order key with 8-bit digits (4 levels): per-warp
+//     integer histograms (mass split in two 32-bit words, no 64-bit shared atomics),
+//     merged per CTA, summed over the cluster through DSMEM; every CTA picks the same
+//     bin (identical data, fixed rule), so no broadcast is needed. top-k by count,
+//     then top-p by integer mass over the top-k set.
+//  3. final pass: each thread's kept mass over its contiguous entries, block scan,
+//     cluster exchange of the CTA masses (vocabulary order = rank order), Philox draw,
+//     the owning thread rescans its entries for the token.
+// Everything that decides a token is an exact integer (weights, masses, counts) or a
+// max, so the result does not depend on the partition: the cluster size may follow the
+// batch size. The logprob normalizer is the exact integer sum of the weights too
+// (Z = sum floor(exp(s - m) 2^40), logZ = log Z - 40 ln 2), as in the multi-pass path.
+// Falls back (fused_sample_ok false) for Filter / Process modes, typical-p, top-n
+// logprobs and vocabularies whose slice does not fit in shared memory.
+#include <cooperative_groups.h>
+
+#include <cfloat>
+#include <climits>
+
+#include "core/cuda_util.h"
+#include "ops/backend.h"
+#include "ops/philox.h"
+#include "ops/sampling_args.h"
+
+namespace gk::cuda {
+
+namespace {
+namespace cg = cooperative_groups;
+
+constexpr int kNT = 512, kW = kNT / 32, kBins = 256, kU = 4;
+constexpr int kCntMask = 0x3fffffff, kBan = 0x40000000;
+constexpr int kMaxE = 127;                   // per-warp 32-bit histogram words cannot overflow
+constexpr int kMaxDyn = 160 * 1024;          // slice bytes in shared memory
+constexpr double kLn2x40 = 27.725887222397812377;  // 40 ln 2
+
+struct FGeo {
+  int64_t S;    // slice entries per CTA (multiple of 8)
+  int E;        // contiguous entries per thread in the on-chip passes (odd: no bank conflicts)
+  int CL;       // cluster size = CTAs per row
+  int aligned;  // 16-byte vector loads allowed
+};
+
+struct Sh {
+  unsigned int hi[kW][kBins], lo[kW][kBins];  // per-warp histograms: mass >> 20 and mass & (2^20 - 1)
+  unsigned long long chist[2][kBins];          // CTA histogram, read by the cluster (double-buffered)
+  unsigned long long u[kW];
+  float fv[kW];
+  int fi[kW];
+  // cluster exchange slots
+  float xm;
+  int xi;
+  unsigned long long xw, xz;
+  unsigned long long ptarget;
+  int pick;
+};
+
+__device__ __forceinline__ bool better(float a, int ia, float b, int ib) { return a > b || (a == b && ia < ib); }
+
+__device__ __forceinline__ void block_argmax(Sh& sh, float& v, int& i) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+    if (better(ov, oi, v, i)) v = ov, i = oi;
+  }
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sh.fv[threadIdx.x >> 5] = v, sh.fi[threadIdx.x >> 5] = i;
+  __syncthreads();
+  v = sh.fv[0], i = sh.fi[0];
+#pragma unroll
+  for (int k = 1; k < kW; ++k)
+    if (better(sh.fv[k], sh.fi[k], v, i)) v = sh.fv[k], i = sh.fi[k];
+  __syncthreads();
+}
+
+__device__ __forceinline__ unsigned long long block_sum(Sh& sh, unsigned long long v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sh.u[threadIdx.x >> 5] = v;
+  __syncthreads();
+  unsigned long long t = 0;
+#pragma unroll
+  for (int k = 0; k < kW; ++k) t += sh.u[k];
+  __syncthreads();
+  return t;
+}
+
+// Exclusive prefix over the threads in thread order; *total gets the block sum.
+__device__ __forceinline__ unsigned long long block_scan(Sh& sh, unsigned long long v, unsigned long long* total) {
+  const int l = threadIdx.x & 31, w = threadIdx.x >> 5;
+  unsigned long long inc = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const unsigned long long n = __shfl_up_sync(0xffffffffu, inc, o);
+    if (l >= o) inc += n;
+  }
+  __syncthreads();
+  if (l == 31) sh.u[w] = inc;
+  __syncthreads();
+  unsigned long long before = 0, all = 0;
+#pragma unroll
+  for (int k = 0; k < kW; ++k) {
+    if (k < w) before += sh.u[k];
+    all += sh.u[k];
+  }
+  __syncthreads();
+  *total = all;
+  return before + inc - v;
+}
+
+__device__ __forceinline__ unsigned long long weight(float s, float m) {
+  return smp::weight_of(smp::rel_exp(s, m));
+}
+__device__ __forceinline__ float val(const uint32_t* v, int i) { return __uint_as_float(v[i]); }
+
+// ---------------------------------------------------------------- loads
+template <class T>
+__device__ __forceinline__ float elem(const uint4& q, int k) {
+  if constexpr (sizeof(T) == 4) {
+    const uint32_t u = k == 0 ? q.x : (k == 1 ? q.y : (k == 2 ? q.z : q.w));
+    return __uint_as_float(u);
+  } else {
+    const uint32_t word = (k >> 1) == 0 ? q.x : ((k >> 1) == 1 ? q.y : ((k >> 1) == 2 ? q.z : q.w));
+    return float(T::from_bits(uint16_t((k & 1) ? word >> 16 : word & 0xffffu)));
+  }
+}
+
+template <class T>
+__device__ __forceinline__ uint32_t raw_bits(T x) {
+  if constexpr (sizeof(T) == 4) return __float_as_uint(x);
+  else return uint32_t(x.bits);
+}
+
+// G consecutive entries [e, e + G) of the slice (entries >= n read as 0, never used).
+template <class T>
+__device__ __forceinline__ uint4 load_group(const T* p, int64_t e, int64_t n, bool aligned) {
+  constexpr int G = 16 / int(sizeof(T));
+  if (aligned && e + G <= n) return *reinterpret_cast<const uint4*>(p + e);
+  uint32_t w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+  for (int k = 0; k < G; ++k) {
+    if (e + k < n) {
+      if constexpr (sizeof(T) == 4) w[k] = raw_bits(p[e + k]);
+      else w[k >> 1] |= raw_bits(p[e + k]) << (16 * (k & 1));
+    }
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// ---------------------------------------------------------------- radix select
+__device__ __forceinline__ void hflush(Sh& sh, int w, int d, unsigned long long v) {
+  atomicAdd(&sh.hi[w][d], unsigned(v >> 20));
+  atomicAdd(&sh.lo[w][d], unsigned(v & 0xfffffu));
+}
+
+// One level's histogram of this CTA's entries (key >= lowkey, matching the prefix).
+// z: also sum every entry's weight (level 0 of the first mass select, for logprobs).
+template <bool kMass>
+__device__ __forceinline__ void level_pass(Sh& sh, const uint32_t* vals, int i0, int i1, float m, uint32_t lowkey,
+                                           int L, uint32_t prefix, unsigned long long* z) {
+  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  for (int b = l; b < kBins; b += 32) sh.hi[w][b] = 0u, sh.lo[w][b] = 0u;
+  __syncwarp();
+  const int sh_ = 24 - 8 * L;
+  int cur = -1;
+  unsigned long long cv = 0, zl = 0;
+  for (int i = i0; i < i1; ++i) {
+    const float s = val(vals, i);
+    const uint32_t key = smp::order_key(s);
+    unsigned long long v = 1;
+    if (z) {
+      v = weight(s, m);
+      zl += v;
+    }
+    if (key < lowkey) continue;
+    if (L > 0 && (key >> (sh_ + 8)) != prefix) continue;
+    if (kMass) {
+      if (!z) v = weight(s, m);
+      if (v == 0) continue;
+    }
+    const int d = int((key >> sh_) & 255u);
+    if (d != cur) {
+      if (cur >= 0) hflush(sh, w, cur, cv);
+      cur = d, cv = 0;
+    }
+    cv += v;
+  }
+  if (cur >= 0) hflush(sh, w, cur, cv);
+  if (z) *z += zl;
+}
+
+// Merge the warps, sum over the cluster, pick the bin (descending key order) where the
+// cumulative count/mass reaches the target. Returns false if no bin does (keep all).
+__device__ __forceinline__ bool level_pick(Sh& sh, const cg::cluster_group& cl, int CL, int buf, int L, bool mass,
+                                           float p, unsigned long long k, uint32_t& prefix,
+                                           unsigned long long& target) {
+  __syncthreads();
+  const int t = threadIdx.x;
+  if (t < kBins) {
+    unsigned long long tot = 0;
+#pragma unroll
+    for (int w = 0; w < kW; ++w) tot += (static_cast<unsigned long long>(sh.hi[w][t]) << 20) + sh.lo[w][t];
+    sh.chist[buf][t] = tot;
+  }
+  if (t == 0) sh.pick = INT_MAX;
+  cl.sync();
+  unsigned long long g = 0;
+  if (t < kBins) {
+    const int b = kBins - 1 - t;  // thread t holds the bin of rank t in descending order
+    for (int q = 0; q < CL; ++q) g += cl.map_shared_rank(&sh.chist[buf][0], q)[b];
+  }
+  unsigned long long total;
+  const unsigned long long ex = block_scan(sh, g, &total);
+  const unsigned long long tgt = L == 0 ? (mass ? smp::frac_target(p, total) : k) : target;
+  if (t < kBins && g > 0 && ex + g >= tgt) atomicMin(&sh.pick, t);
+  __syncthreads();
+  const int pick = sh.pick;
+  if (pick == INT_MAX) return false;
+  if (t == pick) sh.ptarget = tgt - ex;
+  __syncthreads();
+  target = sh.ptarget;
+  prefix = (prefix << 8) | uint32_t(kBins - 1 - pick);
+  return true;
+}
+
+// The threshold key of a select (0: keep everything).
+template <bool kMass>
+__device__ uint32_t radix_select(Sh& sh, const cg::cluster_group& cl, int CL, const uint32_t* vals, int i0, int i1,
+                                 float m, uint32_t lowkey, float p, unsigned long long k, int& buf,
+                                 unsigned long long* z) {
+  uint32_t prefix = 0;
+  unsigned long long target = 0;
+  for (int L = 0; L < 4; ++L) {
+    level_pass<kMass>(sh, vals, i0, i1, m, lowkey, L, prefix, L == 0 ? z : nullptr);
+    const bool ok = level_pick(sh, cl, CL, buf, L, kMass, p, k, prefix, target);
+    buf ^= 1;
+    if (!ok) return 0u;
+  }
+  return prefix;
+}
+
+// ---------------------------------------------------------------- the kernel
+template <class T>
+__global__ void __launch_bounds__(kNT, 2) k_fused(SampleArgs a, FGeo g) {
+  extern __shared__ uint4 dyn_smem[];
+  uint32_t* vals = reinterpret_cast<uint32_t*>(dyn_smem);
+  __shared__ Sh sh;
+  const cg::cluster_group cl = cg::this_cluster();
+  const int CL = g.CL;
+  const int rank = int(cl.block_rank());
+  const int64_t r = blockIdx.y, V = a.V;
+  const int64_t c0 = int64_t(rank) * g.S;
+  const int n = int(c0 < V ? (V - c0 < g.S ? V - c0 : g.S) : 0);  // entries of this slice
+  const smp::RowCfg c = smp::row_cfg(a, r);
+  const int t = threadIdx.x;
+  constexpr int G = 16 / int(sizeof(T));
+  const T* in = static_cast<const T*>(a.logits) + r * a.row_stride + c0;
+  const bool aligned = g.aligned != 0;
+
+  // ---- 1. load (first batch issued before the history phase) + process
+  uint4 q[kU];
+  auto load_batch = [&](int bt) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t e = (int64_t(bt) * kU * kNT + int64_t(u) * kNT + t) * G;
+      q[u] = e < n ? load_group(in, e, n, aligned) : make_uint4(0u, 0u, 0u, 0u);
+    }
+  };
+  load_batch(0);
+  const bool eos_on = a.eos && a.generated.at(r) < a.min_tokens.at(r);
+  const bool marks = a.history || a.banned || eos_on;
+  if (marks) {
+    for (int i = t * 4; i < n; i += kNT * 4) *reinterpret_cast<uint4*>(vals + i) = make_uint4(0u, 0u, 0u, 0u);
+    __syncthreads();
+    if (a.history) {
+      int64_t len = a.hist_len.at(r);
+      len = len < 0 ? 0 : (len > a.hist_max ? a.hist_max : len);
+      const int32_t* h = a.history + r * a.hist_stride;
+      for (int64_t j0 = 0; j0 < len; j0 += 4 * kNT) {  // 4 loads in flight per thread
+        int32_t tk[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const int64_t j = j0 + u * kNT + t;
+          tk[u] = j < len ? h[j] : -1;
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+          if (tk[u] >= c0 && tk[u] < c0 + n) atomicAdd(&vals[tk[u] - c0], 1u);
+      }
+    }
+    if (a.banned)
+      for (int64_t j = t; j < a.n_banned; j += kNT) {
+        const int32_t tk = a.banned[r * a.banned_row_stride + j];
+        if (tk >= c0 && tk < c0 + n) atomicOr(&vals[tk - c0], unsigned(kBan));
+      }
+    if (eos_on)
+      for (int64_t j = t; j < a.n_eos; j += kNT) {
+        const int32_t tk = a.eos[j];
+        if (tk >= c0 && tk < c0 + n) atomicOr(&vals[tk - c0], unsigned(kBan));
+      }
+    __syncthreads();
+  }
+  const float* bias = a.bias ? a.bias + r * a.bias_row_stride + c0 : nullptr;
+  float bv = -INFINITY;
+  int bi = INT_MAX;
+  const int nbatch = int((int64_t(n) + int64_t(kU) * kNT * G - 1) / (int64_t(kU) * kNT * G));
+  for (int bt = 0; bt < nbatch; ++bt) {
+    if (bt > 0) load_batch(bt);
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t e = (int64_t(bt) * kU * kNT + int64_t(u) * kNT + t) * G;
+#pragma unroll
+      for (int k = 0; k < G; ++k) {
+        const int i = int(e) + k;
+        if (e + k >= n) break;
+        float x = smp::sanitize(elem<T>(q[u], k));
+        if (bias) x = smp::fadd_rn(x, bias[i]);
+        if (marks) {
+          const int mk = int(vals[i]);
+          if (mk & kCntMask) x = smp::penalize(x, mk & kCntMask, c.rep, c.presence, c.frequency);
+          if (mk & kBan) x = -INFINITY;
+        }
+        const float s = smp::finite_top(c.greedy ? x : x / c.temp);
+        vals[i] = __float_as_uint(s);
+        if (better(s, int(c0 + i), bv, bi)) bv = s, bi = int(c0 + i);
+      }
+    }
+  }
+  block_argmax(sh, bv, bi);
+  if (t == 0) sh.xm = bv, sh.xi = bi;
+  cl.sync();  // also orders the vals writes before the contiguous passes
+  float m = -INFINITY;
+  int am = INT_MAX;
+  for (int k = 0; k < CL; ++k) {
+    const Sh* o = cl.map_shared_rank(&sh, k);
+    const float v = o->xm;
+    const int vi = o->xi;
+    if (better(v, vi, m, am)) m = v, am = vi;
+  }
+  if (m == -INFINITY) {  // no finite logit in the row
+    cl.sync();
+    if (rank == 0 && t == 0) {
+      a.tokens[r] = -1;
+      if (a.logprobs) a.logprobs[r] = NAN;
+    }
+    return;
+  }
+
+  // ---- 2. selects
+  const int i0 = t * g.E, i1 = i0 + g.E < n ? i0 + g.E : n;
+  const bool want_z = a.logprobs != nullptr;
+  const bool topk = !c.greedy && c.top_k > 0;
+  const bool topp = !c.greedy && c.top_p < 1.f;
+  int buf = 0;
+  unsigned long long zl = 0;
+  uint32_t kk = 0, kp = 0;
+  if (topk) kk = radix_select<false>(sh, cl, CL, vals, i0, i1, m, 0u, 1.f, (unsigned long long)c.top_k, buf, nullptr);
+  if (topp) kp = radix_select<true>(sh, cl, CL, vals, i0, i1, m, kk, c.top_p, 0ull, buf, want_z ? &zl : nullptr);
+  if (want_z && !topp)
+    for (int i = i0; i < i1; ++i) zl += weight(val(vals, i), m);
+
+  // ---- 3. kept masses, cluster exchange, draw
+  const uint32_t kv = kk > kp ? kk : kp;
+  const float minp = c.greedy ? 0.f : c.min_p;
+  unsigned long long mt = 0;
+  if (!c.greedy)
+    for (int i = i0; i < i1; ++i) {
+      const float s = val(vals, i);
+      if (smp::order_key(s) < kv) continue;
+      const float e = smp::rel_exp(s, m);
+      if (minp != 0.f && !(e >= minp)) continue;
+      mt += smp::weight_of(e);
+    }
+  unsigned long long ctot;
+  const unsigned long long ex = block_scan(sh, mt, &ctot);
+  if (want_z) zl = block_sum(sh, zl);
+  if (t == 0) sh.xw = ctot, sh.xz = zl;
+  cl.sync();
+  unsigned long long W = 0, pre = 0, Z = 0;
+  for (int k = 0; k < CL; ++k) {
+    const Sh* o = cl.map_shared_rank(&sh, k);
+    const unsigned long long wk = o->xw;
+    if (k < rank) pre += wk;
+    W += wk;
+    if (want_z) Z += o->xz;
+  }
+  cl.sync();  // no CTA leaves while another still reads its shared memory
+  const float logZ = want_z ? float(log(double(Z)) - kLn2x40) : 0.f;
+  if (c.greedy || W == 0) {
+    if (rank == 0 && t == 0) {
+      a.tokens[r] = am;
+      if (a.logprobs) a.logprobs[r] = -logZ;  // s[argmax] = m
+    }
+    return;
+  }
+  const uint32_t tag = a.row_tag_is_index ? uint32_t(r) : 0u;
+  const uint64_t bits = philox::draw_bits(uint64_t(a.seed.at(r)), uint64_t(a.position.at(r)), tag);
+  const unsigned long long tt = smp::scale_draw(W, bits);
+  if (!(tt >= pre && tt < pre + ctot)) return;  // another CTA holds the token
+  const unsigned long long rem = tt - pre;
+  if (!(mt > 0 && rem >= ex && rem < ex + mt)) return;
+  unsigned long long cum = ex;
+  for (int i = i0; i < i1; ++i) {
+    const float s = val(vals, i);
+    if (smp::order_key(s) < kv) continue;
+    const float e = smp::rel_exp(s, m);
+    if (minp != 0.f && !(e >= minp)) continue;
+    cum += smp::weight_of(e);
+    if (cum > rem) {
+      a.tokens[r] = int(c0 + i);
+      if (a.logprobs) a.logprobs[r] = (s - m) - logZ;
+      return;
+    }
+  }
+}
+
+// ---------------------------------------------------------------- host side
+int pick_cluster(int64_t B, int64_t V) {
+  const int want = B <= 4 ? 16 : 8;
+  const int64_t by_v = (V + 2047) / 2048;  // at least ~2048 entries per CTA
+  return int(by_v < want ? (by_v < 1 ? 1 : by_v) : want);
+}
+
+FGeo geo_for(const SampleArgs& a, int CL) {
+  FGeo g;
+  g.CL = CL;
+  g.S = ((a.V + CL - 1) / CL + 7) / 8 * 8;
+  int64_t E = (g.S + kNT - 1) / kNT;
+  if (E % 2 == 0) ++E;
+  g.E = int(E);
+  g.aligned = 0;
+  return g;
+}
+
+template <class T>
+bool cluster_fits(int CL, size_t smem) {
+  // cluster sizes above 8 are non-portable: ask once whether one can be resident
+  static int ok16 = -1;
+  if (CL <= 8) return true;
+  if (ok16 < 0) {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = unsigned(CL), at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3(unsigned(CL), 1, 1);
+    cfg.blockDim = dim3(kNT, 1, 1);
+    cfg.dynamicSmemBytes = smem;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    int n = 0;
+    const bool set = cudaFuncSetAttribute(k_fused<T>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess &&
+                     cudaFuncSetAttribute(k_fused<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxDyn)) ==
+                         cudaSuccess;
+    const bool q = set && cudaOccupancyMaxActiveClusters(&n, k_fused<T>, &cfg) == cudaSuccess;
+    (void)cudaGetLastError();
+    ok16 = q && n >= 1 ? 1 : 0;
+  }
+  return ok16 == 1;
+}
+
+template <class T>
+void launch_fused(const SampleArgs& a, cudaStream_t st) {
+  int CL = pick_cluster(a.B, a.V);
+  FGeo g = geo_for(a, CL);
+  size_t smem = size_t(g.E) * kNT * 4;
+  if (!cluster_fits<T>(CL, smem)) {
+    CL = 8 < CL ? 8 : CL;
+    g = geo_for(a, CL);
+    smem = size_t(g.E) * kNT * 4;
+  }
+  g.aligned = (reinterpret_cast<uintptr_t>(a.logits) % 16 == 0) && ((a.row_stride * int64_t(sizeof(T))) % 16 == 0);
+  GK_CUDA_CHECK(cudaFuncSetAttribute(k_fused<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxDyn)));
+  if (CL > 8) GK_CUDA_CHECK(cudaFuncSetAttribute(k_fused<T>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = unsigned(CL), at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+  cfg.gridDim = dim3(unsigned(CL), unsigned(a.B), 1);
+  cfg.blockDim = dim3(kNT, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  GK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, k_fused<T>, a, g));
+  GK_LAUNCH_CHECK("sampling_fused");
+}
+
+}  // namespace
+
+bool fused_sample_ok(const SampleArgs& a) {
+  if (a.mode != SampleMode::Draw || a.top_n > 0 || a.B < 1 || a.B > 65535) return false;
+  if (a.typical_p.ptr || (a.typical_p.value > 0.f && a.typical_p.value < 1.f)) return false;
+  const FGeo g = geo_for(a, pick_cluster(a.B, a.V));
+  if (g.E > kMaxE || size_t(g.E) * kNT * 4 > size_t(kMaxDyn)) return false;
+  // with 16 CTAs a slice is half the 8-CTA one: the 8-CTA fallback must fit too
+  const FGeo g8 = geo_for(a, pick_cluster(a.B, a.V) > 8 ? 8 : pick_cluster(a.B, a.V));
+  return g8.E <= kMaxE && size_t(g8.E) * kNT * 4 <= size_t(kMaxDyn);
+}
+
+void fused_sample_rows(const SampleArgs& a, void* stream) {
+  auto st = static_cast<cudaStream_t>(stream);
+  switch (a.dtype) {
+    case DType::f32: return launch_fused<float>(a, st);
+    case DType::bf16: return launch_fused<bf16>(a, st);
+    case DType::f16: return launch_fused<f16>(a, st);
+    default: throw TypeError("logits: dtype must be float32, bfloat16 or float16");
+  }
+}
+
+}  // namespace gk::cuda
