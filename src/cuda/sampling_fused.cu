@@ -37,8 +37,9 @@ namespace {
 namespace cg = cooperative_groups;
 
 constexpr int kNT = 512, kW = kNT / 32, kBins = 256, kU = 4;
+constexpr int kHG = kW / 2;  // histogram groups: two warps share one (smaller shared footprint)
 constexpr int kCntMask = 0x3fffffff, kBan = 0x40000000;
-constexpr int kMaxE = 127;                   // per-warp 32-bit histogram words cannot overflow
+constexpr int kMaxE = 63;  // 64 threads x 63 entries x 2^20 < 2^32: a group's 32-bit words cannot overflow
 constexpr int kMaxDyn = 160 * 1024;          // slice bytes in shared memory
 constexpr double kLn2x40 = 27.725887222397812377;  // 40 ln 2
 
@@ -50,7 +51,7 @@ struct FGeo {
 };
 
 struct Sh {
-  unsigned int hi[kW][kBins], lo[kW][kBins];  // per-warp histograms: mass >> 20 and mass & (2^20 - 1)
+  unsigned int hi[kHG][kBins], lo[kHG][kBins];  // per-group histograms: mass >> 20 and mass & (2^20 - 1)
   unsigned long long chist[2][kBins];          // CTA histogram, read by the cluster (double-buffered)
   unsigned long long u[kW];
   float fv[kW];
@@ -168,12 +169,11 @@ __device__ __forceinline__ void hflush(Sh& sh, int w, int d, unsigned long long 
 template <bool kMass>
 __device__ __forceinline__ void level_pass(Sh& sh, const uint32_t* vals, int i0, int i1, float m, uint32_t lowkey,
                                            int L, uint32_t prefix, unsigned long long* z) {
-  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
-  for (int b = l; b < kBins; b += 32) sh.hi[w][b] = 0u, sh.lo[w][b] = 0u;
-  __syncwarp();
+  const int w = threadIdx.x >> 6;  // histogram group (zeroed by the merge of the previous level)
   const int sh_ = 24 - 8 * L;
   int cur = -1;
   unsigned long long cv = 0, zl = 0;
+#pragma unroll 4
   for (int i = i0; i < i1; ++i) {
     const float s = val(vals, i);
     const uint32_t key = smp::order_key(s);
@@ -209,7 +209,10 @@ __device__ __forceinline__ bool level_pick(Sh& sh, const cg::cluster_group& cl, 
   if (t < kBins) {
     unsigned long long tot = 0;
 #pragma unroll
-    for (int w = 0; w < kW; ++w) tot += (static_cast<unsigned long long>(sh.hi[w][t]) << 20) + sh.lo[w][t];
+    for (int w = 0; w < kHG; ++w) {
+      tot += (static_cast<unsigned long long>(sh.hi[w][t]) << 20) + sh.lo[w][t];
+      sh.hi[w][t] = 0u, sh.lo[w][t] = 0u;  // ready for the next level
+    }
     sh.chist[buf][t] = tot;
   }
   if (t == 0) sh.pick = INT_MAX;
@@ -336,6 +339,7 @@ __global__ void __launch_bounds__(kNT, 2) k_fused(SampleArgs a, FGeo g) {
       }
     }
   }
+  for (int k = t; k < kHG * kBins; k += kNT) (&sh.hi[0][0])[k] = 0u, (&sh.lo[0][0])[k] = 0u;
   block_argmax(sh, bv, bi);
   if (t == 0) sh.xm = bv, sh.xi = bi;
   cl.sync();  // also orders the vals writes before the contiguous passes
@@ -367,6 +371,7 @@ __global__ void __launch_bounds__(kNT, 2) k_fused(SampleArgs a, FGeo g) {
   if (topk) kk = radix_select<false>(sh, cl, CL, vals, i0, i1, m, 0u, 1.f, (unsigned long long)c.top_k, buf, nullptr);
   if (topp) kp = radix_select<true>(sh, cl, CL, vals, i0, i1, m, kk, c.top_p, 0ull, buf, want_z ? &zl : nullptr);
   if (want_z && !topp)
+#pragma unroll 4
     for (int i = i0; i < i1; ++i) zl += weight(val(vals, i), m);
 
   // ---- 3. kept masses, cluster exchange, draw
@@ -374,6 +379,7 @@ __global__ void __launch_bounds__(kNT, 2) k_fused(SampleArgs a, FGeo g) {
   const float minp = c.greedy ? 0.f : c.min_p;
   unsigned long long mt = 0;
   if (!c.greedy)
+#pragma unroll 4
     for (int i = i0; i < i1; ++i) {
       const float s = val(vals, i);
       if (smp::order_key(s) < kv) continue;
@@ -479,8 +485,13 @@ void launch_fused(const SampleArgs& a, cudaStream_t st) {
     smem = size_t(g.E) * kNT * 4;
   }
   g.aligned = (reinterpret_cast<uintptr_t>(a.logits) % 16 == 0) && ((a.row_stride * int64_t(sizeof(T))) % 16 == 0);
-  GK_CUDA_CHECK(cudaFuncSetAttribute(k_fused<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxDyn)));
-  if (CL > 8) GK_CUDA_CHECK(cudaFuncSetAttribute(k_fused<T>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  static bool attrs = false;  // function attributes: set once (the same for every launch)
+  if (!attrs) {
+    GK_CUDA_CHECK(cudaFuncSetAttribute(k_fused<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxDyn)));
+    GK_CUDA_CHECK(cudaFuncSetAttribute(k_fused<T>, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+    GK_CUDA_CHECK(cudaFuncSetAttribute(k_fused<T>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    attrs = true;
+  }
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute at[1];
   at[0].id = cudaLaunchAttributeClusterDimension;
