@@ -255,6 +255,9 @@ __device__ uint32_t radix_select(Sh& sh, const cg::cluster_group& cl, int CL, co
 // ---------------------------------------------------------------- the kernel
 template <class T>
 __global__ void __launch_bounds__(kNT, 2) k_fused(SampleArgs a, FGeo g) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();  // clusters need sm_90; the host never launches this on older devices
+#else
   extern __shared__ uint4 dyn_smem[];
   uint32_t* vals = reinterpret_cast<uint32_t*>(dyn_smem);
   __shared__ Sh sh;
@@ -428,6 +431,7 @@ __global__ void __launch_bounds__(kNT, 2) k_fused(SampleArgs a, FGeo g) {
       return;
     }
   }
+#endif
 }
 
 // ---------------------------------------------------------------- host side
@@ -510,6 +514,16 @@ void launch_fused(const SampleArgs& a, cudaStream_t st) {
 
 bool fused_sample_ok(const SampleArgs& a) {
   if (a.mode != SampleMode::Draw || a.top_n > 0 || a.B < 1 || a.B > 65535) return false;
+  static int major = -1;  // thread-block clusters: compute capability 9.0 or newer
+  if (major < 0) {
+    int dev = 0, v = 0;
+    major = cudaGetDevice(&dev) == cudaSuccess &&
+                    cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess
+                ? v
+                : 0;
+    (void)cudaGetLastError();
+  }
+  if (major < 9) return false;
   if (a.typical_p.ptr || (a.typical_p.value > 0.f && a.typical_p.value < 1.f)) return false;
   const FGeo g = geo_for(a, pick_cluster(a.B, a.V));
   if (g.E > kMaxE || size_t(g.E) * kNT * 4 > size_t(kMaxDyn)) return false;
