@@ -408,7 +408,7 @@ __global__ void __launch_bounds__(kNT, 2) k_fused(SampleArgs a, FGeo g) {
   if (c.greedy || W == 0) {
     if (rank == 0 && t == 0) {
       a.tokens[r] = am;
-      if (a.logprobs) a.logprobs[r] = -logZ;  // s[argmax] = m
+      if (a.logprobs) a.logprobs[r] = 0.f - logZ;  // (s[argmax] - m) - logZ, as the multi-pass path (+0, not -0)
     }
     return;
   }
