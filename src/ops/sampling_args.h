@@ -19,6 +19,14 @@ struct RowParam {
   GK_HD T at(int64_t r) const { return ptr ? ptr[r] : value; }
 };
 
+// Sequence positions: int64, or int32 (the engine's lengths) read without a conversion launch.
+struct RowPos {
+  const int64_t* ptr = nullptr;
+  const int32_t* ptr32 = nullptr;
+  int64_t value = 0;
+  GK_HD int64_t at(int64_t r) const { return ptr ? ptr[r] : (ptr32 ? int64_t(ptr32[r]) : value); }
+};
+
 enum class SampleMode : uint8_t {
   Draw,     // tokens (+ logprobs): the whole decode step
   Filter,   // processed logits with filtered-out entries set to -inf -> out
@@ -36,7 +44,8 @@ struct SampleArgs {
   RowParam<float> temperature{nullptr, 1.f}, top_p{nullptr, 1.f}, min_p{nullptr, 0.f}, typical_p{nullptr, 1.f};
   RowParam<float> repetition{nullptr, 1.f}, presence{nullptr, 0.f}, frequency{nullptr, 0.f};
   RowParam<int32_t> top_k{nullptr, 0}, min_tokens{nullptr, 0}, generated{nullptr, 0};
-  RowParam<int64_t> seed{nullptr, 0}, position{nullptr, 0};
+  RowParam<int64_t> seed{nullptr, 0};
+  RowPos position;
   bool row_tag_is_index = false;  // sample(): the row tag is the batch index; decode_step: 0
 
   // token history [B, Hmax] (row stride hist_stride) with lengths [B]

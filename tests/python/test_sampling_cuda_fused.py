@@ -224,3 +224,16 @@ def test_fused_sample_topk_equal_cpu():
                 a = N(S.sample(C(x), seed=5, position=pos, **kw))
                 b = N(S.sample(H(x), seed=5, position=pos, **kw))
                 assert _diff(f"sample V={V} {kw} pos={pos}", a, b) == 0
+
+
+def test_fused_int32_positions_equal_int64():
+    g = np.random.default_rng(32)
+    x = C((g.standard_normal((5, 151936)) * 2).astype(np.float32))
+    seeds = C(np.arange(5, dtype=np.int64) + 9)
+    p = S.Params(temperature=0.9, top_p=0.9)
+    pos = np.arange(5) + 1000
+    a = N(S.decode_step(x, p, seeds, C(pos.astype(np.int64))).tokens)
+    b = N(S.decode_step(x, p, seeds, C(pos.astype(np.int32))).tokens)
+    c = N(S.decode_step(H(N(x)), p, H(N(seeds)), H(pos.astype(np.int64))).tokens)
+    assert _diff("int32 vs int64 positions", a, b) == 0
+    assert _diff("cuda vs cpu", a, c) == 0
