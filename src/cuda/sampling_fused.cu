@@ -25,6 +25,7 @@
 
 #include <cfloat>
 #include <climits>
+#include <cstdlib>
 
 #include "core/cuda_util.h"
 #include "ops/backend.h"
@@ -436,7 +437,13 @@ __global__ void __launch_bounds__(kNT, 2) k_fused(SampleArgs a, FGeo g) {
 
 // ---------------------------------------------------------------- host side
 int pick_cluster(int64_t B, int64_t V) {
-  const int want = B <= 4 ? 16 : 8;
+  int want = B <= 4 ? 16 : 8;
+  // development knob (bench/sampling.py --breakdown): force the cluster size; the results do
+  // not depend on it (every decision is an exact integer), only the speed does
+  if (const char* env = std::getenv("GPUKIT_SAMPLING_CLUSTER")) {
+    const int v = std::atoi(env);
+    if (v >= 1 && v <= 16) want = v;
+  }
   const int64_t by_v = (V + 2047) / 2048;  // at least ~2048 entries per CTA
   return int(by_v < want ? (by_v < 1 ? 1 : by_v) : want);
 }
@@ -455,8 +462,9 @@ FGeo geo_for(const SampleArgs& a, int CL) {
 template <class T>
 bool cluster_fits(int CL, size_t smem) {
   // cluster sizes above 8 are non-portable: ask once whether one can be resident
-  static int ok16 = -1;
+  static int ok_cl[17] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
   if (CL <= 8) return true;
+  int& ok16 = ok_cl[CL];
   if (ok16 < 0) {
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[1];
