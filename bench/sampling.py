@@ -142,12 +142,14 @@ def main() -> int:
                         print(f"breakdown {name:12s} B{B:<3d} V{V} {dtype:9s} {'flat' if flat else 'peaked':6s} "
                               f"{np.median(r):8.1f} us")
                     prm, kw = variants["pen+topp"]
-                    for cl in (4, 8, 12, 16):  # cluster size (results identical; only the speed differs)
+                    # cluster size x threads per CTA (results identical; only the speed differs)
+                    for cl, nt in ((16, 1024), (16, 512), (8, 1024), (8, 512), (12, 1024), (4, 1024)):
                         os.environ["GPUKIT_SAMPLING_CLUSTER"] = str(cl)
+                        os.environ["GPUKIT_SAMPLING_THREADS"] = str(nt)
                         r = time_gk(lambda i: S.decode_step(g[i], prm, seeds, pos, **kw), n)
-                        print(f"breakdown pen+topp CL{cl:<3d} B{B:<3d} V{V} {dtype:9s} "
+                        print(f"breakdown pen+topp CL{cl:<2d}x{nt:<4d} B{B:<3d} V{V} {dtype:9s} "
                               f"{'flat' if flat else 'peaked':6s} {np.median(r):8.1f} us")
-                    del os.environ["GPUKIT_SAMPLING_CLUSTER"]
+                    del os.environ["GPUKIT_SAMPLING_CLUSTER"], os.environ["GPUKIT_SAMPLING_THREADS"]
         print(f"total bench time {time.time() - t_start:.1f} s")
         return 0
     for V in (128256, 151936):

@@ -37,8 +37,7 @@ namespace gk::cuda {
 namespace {
 namespace cg = cooperative_groups;
 
-constexpr int kNT = 512, kW = kNT / 32, kBins = 256, kU = 4;
-constexpr int kHG = kW / 2;  // histogram groups: two warps share one (smaller shared footprint)
+constexpr int kBins = 256, kU = 4, kMaxCL = 16;
 constexpr int kCntMask = 0x3fffffff, kBan = 0x40000000;
 constexpr int kMaxE = 63;  // 64 threads x 63 entries x 2^20 < 2^32: a group's 32-bit words cannot overflow
 constexpr int kMaxDyn = 160 * 1024;          // slice bytes in shared memory
@@ -51,23 +50,31 @@ struct FGeo {
   int aligned;  // 16-byte vector loads allowed
 };
 
+template <int NT>
 struct Sh {
+  static constexpr int kW = NT / 32, kHG = NT / 64;  // histogram groups: two warps share one
   unsigned int hi[kHG][kBins], lo[kHG][kBins];  // per-group histograms: mass >> 20 and mass & (2^20 - 1)
   unsigned long long chist[2][kBins];          // CTA histogram, read by the cluster (double-buffered)
+  unsigned long long part[NT / kBins][kBins];  // partial cluster sums of the bins
   unsigned long long u[kW];
   float fv[kW];
   int fi[kW];
-  // cluster exchange slots
+  // cluster exchange slots (read by the other CTAs) and their merged values
   float xm;
   int xi;
   unsigned long long xw, xz;
+  float gm;
+  int gam;
+  unsigned long long gW, gpre, gZ;
   unsigned long long ptarget;
   int pick;
 };
 
 __device__ __forceinline__ bool better(float a, int ia, float b, int ib) { return a > b || (a == b && ia < ib); }
 
-__device__ __forceinline__ void block_argmax(Sh& sh, float& v, int& i) {
+template <int NT>
+__device__ __forceinline__ void block_argmax(Sh<NT>& sh, float& v, int& i) {
+  constexpr int kW = NT / 32;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, v, o);
@@ -84,7 +91,9 @@ __device__ __forceinline__ void block_argmax(Sh& sh, float& v, int& i) {
   __syncthreads();
 }
 
-__device__ __forceinline__ unsigned long long block_sum(Sh& sh, unsigned long long v) {
+template <int NT>
+__device__ __forceinline__ unsigned long long block_sum(Sh<NT>& sh, unsigned long long v) {
+  constexpr int kW = NT / 32;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   __syncthreads();
@@ -98,7 +107,10 @@ __device__ __forceinline__ unsigned long long block_sum(Sh& sh, unsigned long lo
 }
 
 // Exclusive prefix over the threads in thread order; *total gets the block sum.
-__device__ __forceinline__ unsigned long long block_scan(Sh& sh, unsigned long long v, unsigned long long* total) {
+template <int NT>
+__device__ __forceinline__ unsigned long long block_scan(Sh<NT>& sh, unsigned long long v,
+                                                         unsigned long long* total) {
+  constexpr int kW = NT / 32;
   const int l = threadIdx.x & 31, w = threadIdx.x >> 5;
   unsigned long long inc = v;
 #pragma unroll
@@ -120,8 +132,11 @@ __device__ __forceinline__ unsigned long long block_scan(Sh& sh, unsigned long l
   return before + inc - v;
 }
 
+// floor(det_exp(s - m) 2^40); below s - m = -28 the weight is 0 for certain (exp(-28) < 2^-40
+// by far, det_exp is within ulps of exp), so the polynomial is skipped there
 __device__ __forceinline__ unsigned long long weight(float s, float m) {
-  return smp::weight_of(smp::rel_exp(s, m));
+  const float d = smp::fsub_rn(s, m);
+  return d >= -28.f ? smp::weight_of(smp::det_exp(d)) : 0ull;
 }
 __device__ __forceinline__ float val(const uint32_t* v, int i) { return __uint_as_float(v[i]); }
 
@@ -160,15 +175,16 @@ __device__ __forceinline__ uint4 load_group(const T* p, int64_t e, int64_t n, bo
 }
 
 // ---------------------------------------------------------------- radix select
-__device__ __forceinline__ void hflush(Sh& sh, int w, int d, unsigned long long v) {
+template <int NT>
+__device__ __forceinline__ void hflush(Sh<NT>& sh, int w, int d, unsigned long long v) {
   atomicAdd(&sh.hi[w][d], unsigned(v >> 20));
   atomicAdd(&sh.lo[w][d], unsigned(v & 0xfffffu));
 }
 
 // One level's histogram of this CTA's entries (key >= lowkey, matching the prefix).
 // z: also sum every entry's weight (level 0 of the first mass select, for logprobs).
-template <bool kMass>
-__device__ __forceinline__ void level_pass(Sh& sh, const uint32_t* vals, int i0, int i1, float m, uint32_t lowkey,
+template <int NT, bool kMass>
+__device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int i0, int i1, float m, uint32_t lowkey,
                                            int L, uint32_t prefix, unsigned long long* z) {
   const int w = threadIdx.x >> 6;  // histogram group (zeroed by the merge of the previous level)
   const int sh_ = 24 - 8 * L;
@@ -202,15 +218,16 @@ __device__ __forceinline__ void level_pass(Sh& sh, const uint32_t* vals, int i0,
 
 // Merge the warps, sum over the cluster, pick the bin (descending key order) where the
 // cumulative count/mass reaches the target. Returns false if no bin does (keep all).
-__device__ __forceinline__ bool level_pick(Sh& sh, const cg::cluster_group& cl, int CL, int buf, int L, bool mass,
+template <int NT>
+__device__ __forceinline__ bool level_pick(Sh<NT>& sh, const cg::cluster_group& cl, int CL, int buf, int L, bool mass,
                                            float p, unsigned long long k, uint32_t& prefix,
-                                           unsigned long long& target) {
+                                           unsigned long long& target, unsigned long long* kept) {
   __syncthreads();
   const int t = threadIdx.x;
   if (t < kBins) {
     unsigned long long tot = 0;
 #pragma unroll
-    for (int w = 0; w < kHG; ++w) {
+    for (int w = 0; w < Sh<NT>::kHG; ++w) {
       tot += (static_cast<unsigned long long>(sh.hi[w][t]) << 20) + sh.lo[w][t];
       sh.hi[w][t] = 0u, sh.lo[w][t] = 0u;  // ready for the next level
     }
@@ -218,11 +235,27 @@ __device__ __forceinline__ bool level_pick(Sh& sh, const cg::cluster_group& cl, 
   }
   if (t == 0) sh.pick = INT_MAX;
   cl.sync();
-  unsigned long long g = 0;
-  if (t < kBins) {
-    const int b = kBins - 1 - t;  // thread t holds the bin of rank t in descending order
-    for (int q = 0; q < CL; ++q) g += cl.map_shared_rank(&sh.chist[buf][0], q)[b];
+  // cluster sum of each bin: threads t and t + 256 share bin rank t (descending order), each
+  // summing every other rank's copy; all their remote loads are in flight at once
+  {
+    const int rr = t & (kBins - 1), h = t / kBins, b = kBins - 1 - rr;
+    constexpr int kLoads = kMaxCL / (NT / kBins);
+    unsigned long long v[kLoads];
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) {
+      const int q = h + j * (NT / kBins);
+      v[j] = q < CL ? cl.map_shared_rank(&sh.chist[buf][0], q)[b] : 0ull;
+    }
+    unsigned long long acc = 0;
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) acc += v[j];
+    sh.part[h][rr] = acc;
   }
+  __syncthreads();
+  unsigned long long g = 0;
+  if (t < kBins)
+#pragma unroll
+    for (int h = 0; h < NT / kBins; ++h) g += sh.part[h][t];
   unsigned long long total;
   const unsigned long long ex = block_scan(sh, g, &total);
   const unsigned long long tgt = L == 0 ? (mass ? smp::frac_target(p, total) : k) : target;
@@ -231,6 +264,10 @@ __device__ __forceinline__ bool level_pick(Sh& sh, const cg::cluster_group& cl, 
   const int pick = sh.pick;
   if (pick == INT_MAX) return false;
   if (t == pick) sh.ptarget = tgt - ex;
+  if (kept) {  // this CTA's mass above the picked bin (and in it at the last level): its kept mass
+    const unsigned long long own = t < kBins ? sh.chist[buf][kBins - 1 - t] : 0ull;
+    *kept += block_sum(sh, t < pick || (L == 3 && t == pick) ? own : 0ull);
+  }
   __syncthreads();
   target = sh.ptarget;
   prefix = (prefix << 8) | uint32_t(kBins - 1 - pick);
@@ -238,30 +275,33 @@ __device__ __forceinline__ bool level_pick(Sh& sh, const cg::cluster_group& cl, 
 }
 
 // The threshold key of a select (0: keep everything).
-template <bool kMass>
-__device__ uint32_t radix_select(Sh& sh, const cg::cluster_group& cl, int CL, const uint32_t* vals, int i0, int i1,
+template <int NT, bool kMass>
+__device__ uint32_t radix_select(Sh<NT>& sh, const cg::cluster_group& cl, int CL, const uint32_t* vals, int i0, int i1,
                                  float m, uint32_t lowkey, float p, unsigned long long k, int& buf,
-                                 unsigned long long* z) {
+                                 unsigned long long* z, unsigned long long* kept, bool& done) {
   uint32_t prefix = 0;
   unsigned long long target = 0;
+  done = false;
   for (int L = 0; L < 4; ++L) {
-    level_pass<kMass>(sh, vals, i0, i1, m, lowkey, L, prefix, L == 0 ? z : nullptr);
-    const bool ok = level_pick(sh, cl, CL, buf, L, kMass, p, k, prefix, target);
+    level_pass<NT, kMass>(sh, vals, i0, i1, m, lowkey, L, prefix, L == 0 ? z : nullptr);
+    const bool ok = level_pick(sh, cl, CL, buf, L, kMass, p, k, prefix, target, kept);
     buf ^= 1;
     if (!ok) return 0u;
   }
+  done = true;
   return prefix;
 }
 
 // ---------------------------------------------------------------- the kernel
-template <class T>
-__global__ void __launch_bounds__(kNT, 2) k_fused(SampleArgs a, FGeo g) {
+template <class T, int NT>
+__global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, FGeo g) {
+  constexpr int kNT = NT;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   __trap();  // clusters need sm_90; the host never launches this on older devices
 #else
   extern __shared__ uint4 dyn_smem[];
   uint32_t* vals = reinterpret_cast<uint32_t*>(dyn_smem);
-  __shared__ Sh sh;
+  __shared__ Sh<NT> sh;
   const cg::cluster_group cl = cg::this_cluster();
   const int CL = g.CL;
   const int rank = int(cl.block_rank());
@@ -343,18 +383,28 @@ __global__ void __launch_bounds__(kNT, 2) k_fused(SampleArgs a, FGeo g) {
       }
     }
   }
-  for (int k = t; k < kHG * kBins; k += kNT) (&sh.hi[0][0])[k] = 0u, (&sh.lo[0][0])[k] = 0u;
+  for (int k = t; k < Sh<NT>::kHG * kBins; k += kNT) (&sh.hi[0][0])[k] = 0u, (&sh.lo[0][0])[k] = 0u;
   block_argmax(sh, bv, bi);
   if (t == 0) sh.xm = bv, sh.xi = bi;
   cl.sync();  // also orders the vals writes before the contiguous passes
-  float m = -INFINITY;
-  int am = INT_MAX;
-  for (int k = 0; k < CL; ++k) {
-    const Sh* o = cl.map_shared_rank(&sh, k);
-    const float v = o->xm;
-    const int vi = o->xi;
-    if (better(v, vi, m, am)) m = v, am = vi;
+  if (t < 32) {  // lane q reads CTA q's (max, argmax): all loads at once, then a warp argmax
+    float v = -INFINITY;
+    int vi = INT_MAX;
+    if (t < CL) {
+      const Sh<NT>* o = cl.map_shared_rank(&sh, t);
+      v = o->xm, vi = o->xi;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, vi, o);
+      if (better(ov, oi, v, vi)) v = ov, vi = oi;
+    }
+    if (t == 0) sh.gm = v, sh.gam = vi;
   }
+  __syncthreads();
+  const float m = sh.gm;
+  const int am = sh.gam;
   if (m == -INFINITY) {  // no finite logit in the row
     cl.sync();
     if (rank == 0 && t == 0) {
@@ -372,8 +422,17 @@ __global__ void __launch_bounds__(kNT, 2) k_fused(SampleArgs a, FGeo g) {
   int buf = 0;
   unsigned long long zl = 0;
   uint32_t kk = 0, kp = 0;
-  if (topk) kk = radix_select<false>(sh, cl, CL, vals, i0, i1, m, 0u, 1.f, (unsigned long long)c.top_k, buf, nullptr);
-  if (topp) kp = radix_select<true>(sh, cl, CL, vals, i0, i1, m, kk, c.top_p, 0ull, buf, want_z ? &zl : nullptr);
+  bool done = false;
+  unsigned long long kept_local = 0;
+  if (topk)
+    kk = radix_select<NT, false>(sh, cl, CL, vals, i0, i1, m, 0u, 1.f, (unsigned long long)c.top_k, buf, nullptr,
+                                 nullptr, done);
+  if (topp)
+    kp = radix_select<NT, true>(sh, cl, CL, vals, i0, i1, m, kk, c.top_p, 0ull, buf, want_z ? &zl : nullptr,
+                                &kept_local, done);
+  // top-p's histograms already give each CTA its kept mass (key >= kp, kp >= kk): then only
+  // the CTA that holds the draw scans its entries (unless min-p adds a per-entry test)
+  const bool hist_mass = topp && done && !(c.min_p != 0.f);
   if (want_z && !topp)
 #pragma unroll 4
     for (int i = i0; i < i1; ++i) zl += weight(val(vals, i), m);
@@ -381,29 +440,45 @@ __global__ void __launch_bounds__(kNT, 2) k_fused(SampleArgs a, FGeo g) {
   // ---- 3. kept masses, cluster exchange, draw
   const uint32_t kv = kk > kp ? kk : kp;
   const float minp = c.greedy ? 0.f : c.min_p;
-  unsigned long long mt = 0;
-  if (!c.greedy)
+  auto thread_mass = [&]() {  // this thread's kept mass (its entries are contiguous)
+    unsigned long long acc = 0;
 #pragma unroll 4
     for (int i = i0; i < i1; ++i) {
       const float s = val(vals, i);
       if (smp::order_key(s) < kv) continue;
-      const float e = smp::rel_exp(s, m);
+      const float d = smp::fsub_rn(s, m);
+      if (!(d >= -28.f)) continue;  // weight 0
+      const float e = smp::det_exp(d);
       if (minp != 0.f && !(e >= minp)) continue;
-      mt += smp::weight_of(e);
+      acc += smp::weight_of(e);
     }
-  unsigned long long ctot;
-  const unsigned long long ex = block_scan(sh, mt, &ctot);
+    return acc;
+  };
+  unsigned long long mt = 0, ex = 0, ctot = 0;
+  if (!c.greedy) {
+    if (hist_mass) ctot = kept_local;
+    else ex = block_scan(sh, mt = thread_mass(), &ctot);
+  }
   if (want_z) zl = block_sum(sh, zl);
   if (t == 0) sh.xw = ctot, sh.xz = zl;
   cl.sync();
-  unsigned long long W = 0, pre = 0, Z = 0;
-  for (int k = 0; k < CL; ++k) {
-    const Sh* o = cl.map_shared_rank(&sh, k);
-    const unsigned long long wk = o->xw;
-    if (k < rank) pre += wk;
-    W += wk;
-    if (want_z) Z += o->xz;
+  if (t < 32) {  // lane q reads CTA q's kept mass and normalizer
+    unsigned long long wk = 0, zk = 0;
+    if (t < CL) {
+      const Sh<NT>* o = cl.map_shared_rank(&sh, t);
+      wk = o->xw, zk = want_z ? o->xz : 0ull;
+    }
+    unsigned long long wb = t < rank ? wk : 0ull;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      wk += __shfl_xor_sync(0xffffffffu, wk, o);
+      zk += __shfl_xor_sync(0xffffffffu, zk, o);
+      wb += __shfl_xor_sync(0xffffffffu, wb, o);
+    }
+    if (t == 0) sh.gW = wk, sh.gZ = zk, sh.gpre = wb;
   }
+  __syncthreads();
+  const unsigned long long W = sh.gW, pre = sh.gpre, Z = sh.gZ;
   cl.sync();  // no CTA leaves while another still reads its shared memory
   const float logZ = want_z ? float(log(double(Z)) - kLn2x40) : 0.f;
   if (c.greedy || W == 0) {
@@ -416,106 +491,138 @@ __global__ void __launch_bounds__(kNT, 2) k_fused(SampleArgs a, FGeo g) {
   const uint32_t tag = a.row_tag_is_index ? uint32_t(r) : 0u;
   const uint64_t bits = philox::draw_bits(uint64_t(a.seed.at(r)), uint64_t(a.position.at(r)), tag);
   const unsigned long long tt = smp::scale_draw(W, bits);
-  if (!(tt >= pre && tt < pre + ctot)) return;  // another CTA holds the token
+  if (!(tt >= pre && tt < pre + ctot)) return;  // another CTA holds the token (CTA-uniform)
+  if (hist_mass) {
+    unsigned long long tot2;
+    ex = block_scan(sh, mt = thread_mass(), &tot2);
+  }
   const unsigned long long rem = tt - pre;
-  if (!(mt > 0 && rem >= ex && rem < ex + mt)) return;
-  unsigned long long cum = ex;
-  for (int i = i0; i < i1; ++i) {
-    const float s = val(vals, i);
-    if (smp::order_key(s) < kv) continue;
-    const float e = smp::rel_exp(s, m);
-    if (minp != 0.f && !(e >= minp)) continue;
-    cum += smp::weight_of(e);
-    if (cum > rem) {
-      a.tokens[r] = int(c0 + i);
-      if (a.logprobs) a.logprobs[r] = (s - m) - logZ;
-      return;
+  if (t == 0) sh.pick = INT_MAX;
+  __syncthreads();
+  if (mt > 0 && rem >= ex && rem < ex + mt) {
+    unsigned long long cum = ex;
+    for (int i = i0; i < i1; ++i) {
+      const float s = val(vals, i);
+      if (smp::order_key(s) < kv) continue;
+      const float d = smp::fsub_rn(s, m);
+      if (!(d >= -28.f)) continue;
+      const float e = smp::det_exp(d);
+      if (minp != 0.f && !(e >= minp)) continue;
+      cum += smp::weight_of(e);
+      if (cum > rem) {
+        sh.pick = i;
+        a.tokens[r] = int(c0 + i);
+        if (a.logprobs) a.logprobs[r] = (s - m) - logZ;
+        break;
+      }
     }
+  }
+  __syncthreads();
+  if (t == 0 && sh.pick == INT_MAX) {  // unreachable unless the masses disagree: never leave garbage
+    a.tokens[r] = am;
+    if (a.logprobs) a.logprobs[r] = 0.f - logZ;
   }
 #endif
 }
 
 // ---------------------------------------------------------------- host side
-int pick_cluster(int64_t B, int64_t V) {
-  int want = B <= 4 ? 16 : 8;
-  // development knob (bench/sampling.py --breakdown): force the cluster size; the results do
-  // not depend on it (every decision is an exact integer), only the speed does
-  if (const char* env = std::getenv("GPUKIT_SAMPLING_CLUSTER")) {
-    const int v = std::atoi(env);
-    if (v >= 1 && v <= 16) want = v;
-  }
-  const int64_t by_v = (V + 2047) / 2048;  // at least ~2048 entries per CTA
-  return int(by_v < want ? (by_v < 1 ? 1 : by_v) : want);
+struct Cfg {
+  int CL, NT;
+};
+
+int env_int(const char* name) {
+  const char* e = std::getenv(name);
+  return e ? std::atoi(e) : 0;
 }
 
-FGeo geo_for(const SampleArgs& a, int CL) {
+// Few rows: 16-CTA clusters of 1024 threads (the rows' work spread over as many SMs as a
+// cluster allows); many rows: 8-CTA clusters of 512 threads, two CTAs per SM.
+// Development knobs (bench/sampling.py --breakdown): GPUKIT_SAMPLING_CLUSTER (1-16) and
+// GPUKIT_SAMPLING_THREADS (512 or 1024) force the shape; results never depend on it (every
+// decision is an exact integer), only the speed does.
+Cfg pick_cfg(int64_t B, int64_t V) {
+  Cfg c{B <= 4 ? 16 : 8, B <= 4 ? 1024 : 512};
+  const int ecl = env_int("GPUKIT_SAMPLING_CLUSTER"), ent = env_int("GPUKIT_SAMPLING_THREADS");
+  if (ecl >= 1 && ecl <= 16) c.CL = ecl;
+  if (ent == 512 || ent == 1024) c.NT = ent;
+  const int64_t by_v = (V + 2047) / 2048;  // at least ~2048 entries per CTA
+  if (by_v < c.CL) c.CL = int(by_v < 1 ? 1 : by_v);
+  return c;
+}
+
+FGeo geo_for(int64_t V, Cfg c) {
   FGeo g;
-  g.CL = CL;
-  g.S = ((a.V + CL - 1) / CL + 7) / 8 * 8;
-  int64_t E = (g.S + kNT - 1) / kNT;
+  g.CL = c.CL;
+  g.S = ((V + c.CL - 1) / c.CL + 7) / 8 * 8;
+  int64_t E = (g.S + c.NT - 1) / c.NT;
   if (E % 2 == 0) ++E;
   g.E = int(E);
   g.aligned = 0;
   return g;
 }
+bool geo_ok(const FGeo& g, Cfg c) { return g.E <= kMaxE && size_t(g.E) * size_t(c.NT) * 4 <= size_t(kMaxDyn); }
 
-template <class T>
-bool cluster_fits(int CL, size_t smem) {
-  // cluster sizes above 8 are non-portable: ask once whether one can be resident
-  static int ok_cl[17] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
-  if (CL <= 8) return true;
-  int& ok16 = ok_cl[CL];
-  if (ok16 < 0) {
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = unsigned(CL), at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
-    cfg.gridDim = dim3(unsigned(CL), 1, 1);
-    cfg.blockDim = dim3(kNT, 1, 1);
-    cfg.dynamicSmemBytes = smem;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
-    int n = 0;
-    const bool set = cudaFuncSetAttribute(k_fused<T>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess &&
-                     cudaFuncSetAttribute(k_fused<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxDyn)) ==
-                         cudaSuccess;
-    const bool q = set && cudaOccupancyMaxActiveClusters(&n, k_fused<T>, &cfg) == cudaSuccess;
-    (void)cudaGetLastError();
-    ok16 = q && n >= 1 ? 1 : 0;
-  }
-  return ok16 == 1;
+template <class T, int NT>
+void set_attrs() {
+  static bool done = false;  // function attributes: set once (the same for every launch)
+  if (done) return;
+  GK_CUDA_CHECK(cudaFuncSetAttribute(k_fused<T, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxDyn)));
+  GK_CUDA_CHECK(cudaFuncSetAttribute(k_fused<T, NT>, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+  GK_CUDA_CHECK(cudaFuncSetAttribute(k_fused<T, NT>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  done = true;
 }
 
-template <class T>
-void launch_fused(const SampleArgs& a, cudaStream_t st) {
-  int CL = pick_cluster(a.B, a.V);
-  FGeo g = geo_for(a, CL);
-  size_t smem = size_t(g.E) * kNT * 4;
-  if (!cluster_fits<T>(CL, smem)) {
-    CL = 8 < CL ? 8 : CL;
-    g = geo_for(a, CL);
-    smem = size_t(g.E) * kNT * 4;
-  }
-  g.aligned = (reinterpret_cast<uintptr_t>(a.logits) % 16 == 0) && ((a.row_stride * int64_t(sizeof(T))) % 16 == 0);
-  static bool attrs = false;  // function attributes: set once (the same for every launch)
-  if (!attrs) {
-    GK_CUDA_CHECK(cudaFuncSetAttribute(k_fused<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxDyn)));
-    GK_CUDA_CHECK(cudaFuncSetAttribute(k_fused<T>, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
-    GK_CUDA_CHECK(cudaFuncSetAttribute(k_fused<T>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-    attrs = true;
-  }
+cudaLaunchConfig_t launch_cfg(cudaLaunchAttribute* at, int CL, int NT, int64_t B, size_t smem, cudaStream_t st) {
   cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute at[1];
   at[0].id = cudaLaunchAttributeClusterDimension;
   at[0].val.clusterDim.x = unsigned(CL), at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
-  cfg.gridDim = dim3(unsigned(CL), unsigned(a.B), 1);
-  cfg.blockDim = dim3(kNT, 1, 1);
+  cfg.gridDim = dim3(unsigned(CL), unsigned(B), 1);
+  cfg.blockDim = dim3(unsigned(NT), 1, 1);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = st;
   cfg.attrs = at;
   cfg.numAttrs = 1;
-  GK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, k_fused<T>, a, g));
+  return cfg;
+}
+
+// Cluster sizes above 8 are non-portable: ask once per shape whether one can be resident.
+template <class T, int NT>
+bool cluster_fits(int CL, size_t smem) {
+  static int ok_cl[17] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+  if (CL <= 8) return true;
+  int& ok = ok_cl[CL];
+  if (ok < 0) {
+    set_attrs<T, NT>();
+    cudaLaunchAttribute at[1];
+    const cudaLaunchConfig_t cfg = launch_cfg(at, CL, NT, 1, smem, nullptr);
+    int n = 0;
+    const bool q = cudaOccupancyMaxActiveClusters(&n, k_fused<T, NT>, &cfg) == cudaSuccess;
+    (void)cudaGetLastError();
+    ok = q && n >= 1 ? 1 : 0;
+  }
+  return ok == 1;
+}
+
+template <class T, int NT>
+void launch_nt(const SampleArgs& a, Cfg c, cudaStream_t st) {
+  FGeo g = geo_for(a.V, c);
+  if (!cluster_fits<T, NT>(c.CL, size_t(g.E) * NT * 4)) {
+    c.CL = 8;
+    g = geo_for(a.V, c);
+  }
+  g.aligned = (reinterpret_cast<uintptr_t>(a.logits) % 16 == 0) && ((a.row_stride * int64_t(sizeof(T))) % 16 == 0);
+  set_attrs<T, NT>();
+  cudaLaunchAttribute at[1];
+  const cudaLaunchConfig_t cfg = launch_cfg(at, c.CL, NT, a.B, size_t(g.E) * NT * 4, st);
+  GK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, k_fused<T, NT>, a, g));
   GK_LAUNCH_CHECK("sampling_fused");
+}
+
+template <class T>
+void launch_fused(const SampleArgs& a, cudaStream_t st) {
+  const Cfg c = pick_cfg(a.B, a.V);
+  if (c.NT == 1024) launch_nt<T, 1024>(a, c, st);
+  else launch_nt<T, 512>(a, c, st);
 }
 
 }  // namespace
@@ -533,11 +640,9 @@ bool fused_sample_ok(const SampleArgs& a) {
   }
   if (major < 9) return false;
   if (a.typical_p.ptr || (a.typical_p.value > 0.f && a.typical_p.value < 1.f)) return false;
-  const FGeo g = geo_for(a, pick_cluster(a.B, a.V));
-  if (g.E > kMaxE || size_t(g.E) * kNT * 4 > size_t(kMaxDyn)) return false;
-  // with 16 CTAs a slice is half the 8-CTA one: the 8-CTA fallback must fit too
-  const FGeo g8 = geo_for(a, pick_cluster(a.B, a.V) > 8 ? 8 : pick_cluster(a.B, a.V));
-  return g8.E <= kMaxE && size_t(g8.E) * kNT * 4 <= size_t(kMaxDyn);
+  const Cfg c = pick_cfg(a.B, a.V);
+  // the 8-CTA shape (taken when a larger cluster cannot be resident) must fit as well
+  return geo_ok(geo_for(a.V, c), c) && geo_ok(geo_for(a.V, Cfg{c.CL < 8 ? c.CL : 8, c.NT}), c);
 }
 
 void fused_sample_rows(const SampleArgs& a, void* stream) {
