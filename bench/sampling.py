@@ -111,6 +111,7 @@ def main() -> int:
 
     H = 256
     if args.breakdown:
+        os.environ["GPUKIT_SAMPLING_DEBUG"] = "1"  # the fused kernel prints its shape and cluster occupancy
         V = 151936
         for B in (1, 4, 32):
             for dtype in ("float32", "bfloat16"):

@@ -25,6 +25,7 @@
 
 #include <cfloat>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 
 #include "core/cuda_util.h"
@@ -614,6 +615,18 @@ void launch_nt(const SampleArgs& a, Cfg c, cudaStream_t st) {
   set_attrs<T, NT>();
   cudaLaunchAttribute at[1];
   const cudaLaunchConfig_t cfg = launch_cfg(at, c.CL, NT, a.B, size_t(g.E) * NT * 4, st);
+  if (env_int("GPUKIT_SAMPLING_DEBUG")) {  // development: the shape and how many clusters fit at once
+    static int64_t last = -1;
+    const int64_t key = (int64_t(c.CL) << 40) ^ (int64_t(NT) << 30) ^ (a.B << 20) ^ a.V;
+    if (key != last) {
+      last = key;
+      int n = 0;
+      (void)cudaOccupancyMaxActiveClusters(&n, k_fused<T, NT>, &cfg);
+      (void)cudaGetLastError();
+      std::fprintf(stderr, "sampling_fused: B=%lld V=%lld CL=%d NT=%d E=%d smem=%zu+%zu max_active_clusters=%d\n",
+                   (long long)a.B, (long long)a.V, c.CL, NT, g.E, size_t(g.E) * NT * 4, sizeof(Sh<NT>), n);
+    }
+  }
   GK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, k_fused<T, NT>, a, g));
   GK_LAUNCH_CHECK("sampling_fused");
 }
