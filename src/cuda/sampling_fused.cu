@@ -133,11 +133,17 @@ __device__ __forceinline__ unsigned long long block_scan(Sh<NT>& sh, unsigned lo
   return before + inc - v;
 }
 
-// floor(det_exp(s - m) 2^40); below s - m = -28 the weight is 0 for certain (exp(-28) < 2^-40
-// by far, det_exp is within ulps of exp), so the polynomial is skipped there
-__device__ __forceinline__ unsigned long long weight(float s, float m) {
+// floor(det_exp(s - m) 2^40) without branches (unrolled loops interleave several entries).
+// Below s - m = -28 the weight is 0 for certain (exp(-28) < 2^-40 by far; det_exp is within
+// ulps of exp), so the polynomial's result is discarded there. *e gets the relative exp (0
+// there). s <= m always (m is the row max).
+__device__ __forceinline__ unsigned long long weight_nb(float s, float m, float* e = nullptr) {
   const float d = smp::fsub_rn(s, m);
-  return d >= -28.f ? smp::weight_of(smp::det_exp(d)) : 0ull;
+  const bool live = d >= -28.f;
+  const float ev = live ? smp::det_exp_core(live ? d : -28.f) : 0.f;
+  if (e) *e = ev;
+  const float v = ev * smp::kWeightScale;
+  return v >= 1.f ? static_cast<unsigned long long>(v) : 0ull;
 }
 __device__ __forceinline__ float val(const uint32_t* v, int i) { return __uint_as_float(v[i]); }
 
@@ -182,36 +188,57 @@ __device__ __forceinline__ void hflush(Sh<NT>& sh, int w, int d, unsigned long l
   atomicAdd(&sh.lo[w][d], unsigned(v & 0xfffffu));
 }
 
-// One level's histogram of this CTA's entries (key >= lowkey, matching the prefix).
-// z: also sum every entry's weight (level 0 of the first mass select, for logprobs).
+// One level's histogram of this CTA's entries (key >= lowkey, matching the prefix). The
+// thread's E contiguous entries go 4 at a time (E is the same for every thread, so the warp
+// votes are uniform): the weights of a group are computed without branches, and only when
+// some lane of the warp needs one. z: also sum every entry's weight (logprob normalizer).
 template <int NT, bool kMass>
-__device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int i0, int i1, float m, uint32_t lowkey,
-                                           int L, uint32_t prefix, unsigned long long* z) {
+__device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int i0, int E, int n, float m,
+                                           uint32_t lowkey, int L, uint32_t prefix, unsigned long long* z) {
   const int w = threadIdx.x >> 6;  // histogram group (zeroed by the merge of the previous level)
   const int sh_ = 24 - 8 * L;
   int cur = -1;
   unsigned long long cv = 0, zl = 0;
-#pragma unroll 4
-  for (int i = i0; i < i1; ++i) {
-    const float s = val(vals, i);
-    const uint32_t key = smp::order_key(s);
-    unsigned long long v = 1;
-    if (z) {
-      v = weight(s, m);
-      zl += v;
+  for (int j = 0; j < E; j += 4) {
+    float sv[4];
+    uint32_t key[4];
+    bool sel[4];
+    bool any = false;
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int idx = i0 + j + u;
+      const bool valid = j + u < E && idx < n;
+      sv[u] = valid ? val(vals, idx) : -INFINITY;
+      key[u] = smp::order_key(sv[u]);
+      sel[u] = valid && key[u] >= lowkey && (L == 0 || (key[u] >> (sh_ + 8)) == prefix);
+      any |= sel[u];
     }
-    if (key < lowkey) continue;
-    if (L > 0 && (key >> (sh_ + 8)) != prefix) continue;
-    if (kMass) {
-      if (!z) v = weight(s, m);
-      if (v == 0) continue;
+    unsigned long long v[4] = {1ull, 1ull, 1ull, 1ull};
+    if (kMass || z) {
+      if (__any_sync(0xffffffffu, z ? true : any)) {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = weight_nb(sv[u], m);  // invalid entries (-inf) weigh 0
+      } else {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = 0ull;
+      }
+      if (z)
+#pragma unroll
+        for (int u = 0; u < 4; ++u) zl += v[u];
+      if (!kMass)
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = 1ull;
     }
-    const int d = int((key >> sh_) & 255u);
-    if (d != cur) {
-      if (cur >= 0) hflush(sh, w, cur, cv);
-      cur = d, cv = 0;
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      if (!sel[u] || v[u] == 0) continue;
+      const int d = int((key[u] >> sh_) & 255u);
+      if (d != cur) {
+        if (cur >= 0) hflush(sh, w, cur, cv);
+        cur = d, cv = 0;
+      }
+      cv += v[u];
     }
-    cv += v;
   }
   if (cur >= 0) hflush(sh, w, cur, cv);
   if (z) *z += zl;
@@ -277,14 +304,14 @@ __device__ __forceinline__ bool level_pick(Sh<NT>& sh, const cg::cluster_group& 
 
 // The threshold key of a select (0: keep everything).
 template <int NT, bool kMass>
-__device__ uint32_t radix_select(Sh<NT>& sh, const cg::cluster_group& cl, int CL, const uint32_t* vals, int i0, int i1,
-                                 float m, uint32_t lowkey, float p, unsigned long long k, int& buf,
+__device__ uint32_t radix_select(Sh<NT>& sh, const cg::cluster_group& cl, int CL, const uint32_t* vals, int i0, int E,
+                                 int n, float m, uint32_t lowkey, float p, unsigned long long k, int& buf,
                                  unsigned long long* z, unsigned long long* kept, bool& done) {
   uint32_t prefix = 0;
   unsigned long long target = 0;
   done = false;
   for (int L = 0; L < 4; ++L) {
-    level_pass<NT, kMass>(sh, vals, i0, i1, m, lowkey, L, prefix, L == 0 ? z : nullptr);
+    level_pass<NT, kMass>(sh, vals, i0, E, n, m, lowkey, L, prefix, L == 0 ? z : nullptr);
     const bool ok = level_pick(sh, cl, CL, buf, L, kMass, p, k, prefix, target, kept);
     buf ^= 1;
     if (!ok) return 0u;
@@ -426,32 +453,43 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
   bool done = false;
   unsigned long long kept_local = 0;
   if (topk)
-    kk = radix_select<NT, false>(sh, cl, CL, vals, i0, i1, m, 0u, 1.f, (unsigned long long)c.top_k, buf, nullptr,
+    kk = radix_select<NT, false>(sh, cl, CL, vals, i0, g.E, n, m, 0u, 1.f, (unsigned long long)c.top_k, buf, nullptr,
                                  nullptr, done);
   if (topp)
-    kp = radix_select<NT, true>(sh, cl, CL, vals, i0, i1, m, kk, c.top_p, 0ull, buf, want_z ? &zl : nullptr,
+    kp = radix_select<NT, true>(sh, cl, CL, vals, i0, g.E, n, m, kk, c.top_p, 0ull, buf, want_z ? &zl : nullptr,
                                 &kept_local, done);
   // top-p's histograms already give each CTA its kept mass (key >= kp, kp >= kk): then only
   // the CTA that holds the draw scans its entries (unless min-p adds a per-entry test)
   const bool hist_mass = topp && done && !(c.min_p != 0.f);
   if (want_z && !topp)
 #pragma unroll 4
-    for (int i = i0; i < i1; ++i) zl += weight(val(vals, i), m);
+    for (int i = i0; i < i1; ++i) zl += weight_nb(val(vals, i), m);
 
   // ---- 3. kept masses, cluster exchange, draw
   const uint32_t kv = kk > kp ? kk : kp;
   const float minp = c.greedy ? 0.f : c.min_p;
-  auto thread_mass = [&]() {  // this thread's kept mass (its entries are contiguous)
+  auto thread_mass = [&]() {  // this thread's kept mass (its entries are contiguous); 4 at a time
     unsigned long long acc = 0;
-#pragma unroll 4
-    for (int i = i0; i < i1; ++i) {
-      const float s = val(vals, i);
-      if (smp::order_key(s) < kv) continue;
-      const float d = smp::fsub_rn(s, m);
-      if (!(d >= -28.f)) continue;  // weight 0
-      const float e = smp::det_exp(d);
-      if (minp != 0.f && !(e >= minp)) continue;
-      acc += smp::weight_of(e);
+    for (int j = 0; j < g.E; j += 4) {
+      float sv[4];
+      bool need[4];
+      bool any = false;
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int idx = i0 + j + u;
+        const bool valid = j + u < g.E && idx < n;
+        sv[u] = valid ? val(vals, idx) : -INFINITY;
+        need[u] = valid && smp::order_key(sv[u]) >= kv && smp::fsub_rn(sv[u], m) >= -28.f;
+        any |= need[u];
+      }
+      if (__any_sync(0xffffffffu, any)) {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          float e;
+          const unsigned long long wv = weight_nb(sv[u], m, &e);
+          acc += need[u] && (minp == 0.f || e >= minp) ? wv : 0ull;
+        }
+      }
     }
     return acc;
   };

@@ -128,9 +128,8 @@ GK_HD float penalize(float x, int32_t count, float rep, float presence, float fr
 // ~2 ulp of the true exp; the masses, thresholds and draws are then equal exactly).
 // Range reduction d = k ln2 + r (ln2 split in two, k ln2_hi exact), degree-7
 // Taylor/Horner on |r| <= ln2/2, then the exact scaling by 2^k. NaN or -inf -> 0.
-GK_HD float det_exp(float d) {
-  if (!(d > -104.f)) return 0.f;
-  if (d > 0.f) d = 0.f;
+// The polynomial and scaling of det_exp for d in (-104, 0] (no range checks, no branches).
+GK_HD float det_exp_core(float d) {
   const float kf = fmul_rn(d, 1.44269502f);
 #if defined(__CUDA_ARCH__)
   const float k = rintf(kf);
@@ -152,6 +151,11 @@ GK_HD float det_exp(float d) {
   const int k1 = ki / 2, k2 = ki - k1;
   p = fmul_rn(p, bits_f32(uint32_t(127 + k1) << 23));
   return fmul_rn(p, bits_f32(uint32_t(127 + k2) << 23));
+}
+GK_HD float det_exp(float d) {
+  if (!(d > -104.f)) return 0.f;
+  if (d > 0.f) d = 0.f;
+  return det_exp_core(d);
 }
 
 // A uint32 whose unsigned order is the float order (no NaNs here).
