@@ -201,9 +201,17 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
         need[u] = valid && smp::order_key(sv[u]) >= kv && smp::fsub_rn(sv[u], m) >= -28.f;
         any |= need[u];
       }
-      if (__any_sync(0xffffffffu, any)) {
+      if (__all_sync(0xffffffffu, need[0] && need[1] && need[2] && need[3])) {  // dense: interleaved
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
+          float e;
+          const unsigned long long wv = weight_nb(sv[u], m, &e);
+          acc += need[u] && (minp == 0.f || e >= minp) ? wv : 0ull;
+        }
+      } else if (__any_sync(0xffffffffu, any)) {  // sparse: only entries some lane needs
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          if (!__any_sync(0xffffffffu, need[u])) continue;
           float e;
           const unsigned long long wv = weight_nb(sv[u], m, &e);
           acc += need[u] && (minp == 0.f || e >= minp) ? wv : 0ull;
@@ -293,13 +301,13 @@ int env_int(const char* name) {
   return e ? std::atoi(e) : 0;
 }
 
-// Few rows: 16-CTA clusters of 1024 threads (the rows' work spread over as many SMs as a
-// cluster allows); many rows: 8-CTA clusters of 512 threads, two CTAs per SM.
+// Few rows: 16-CTA clusters (the rows' work spread over as many SMs as a cluster allows);
+// many rows: 8-CTA clusters, two 512-thread CTAs per SM.
 // Development knobs (bench/sampling.py --breakdown): GPUKIT_SAMPLING_CLUSTER (1-16) and
 // GPUKIT_SAMPLING_THREADS (512 or 1024) force the shape; results never depend on it (every
 // decision is an exact integer), only the speed does.
 Cfg pick_cfg(int64_t B, int64_t V) {
-  Cfg c{B <= 4 ? 16 : 8, B <= 4 ? 1024 : 512};
+  Cfg c{B <= 4 ? 16 : 8, 512};  // (16 x 512 measured fastest for B = 1 at checkpoint A; 1024 unmeasured)
   const int ecl = env_int("GPUKIT_SAMPLING_CLUSTER"), ent = env_int("GPUKIT_SAMPLING_THREADS");
   if (ecl >= 1 && ecl <= 16) c.CL = ecl;
   if (ent == 512 || ent == 1024) c.NT = ent;

@@ -180,7 +180,6 @@ __device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int
     float sv[4];
     uint32_t key[4];
     bool sel[4];
-    bool any = false;
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       const int idx = i0 + j + u;
@@ -188,16 +187,18 @@ __device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int
       sv[u] = valid ? val(vals, idx) : -INFINITY;
       key[u] = smp::order_key(sv[u]);
       sel[u] = valid && key[u] >= lowkey && (L == 0 || (key[u] >> (sh_ + 8)) == prefix);
-      any |= sel[u];
     }
     unsigned long long v[4] = {1ull, 1ull, 1ull, 1ull};
     if (kMass || z) {
-      if (__any_sync(0xffffffffu, z ? true : any)) {
+      // every entry needed (the normalizer, or a dense group): the 4 weights without branches,
+      // interleaved; otherwise entry by entry, only where some lane of the warp selected it
+      // (sparse candidates at the deeper levels: no exps for the others)
+      if (z || __all_sync(0xffffffffu, sel[0] && sel[1] && sel[2] && sel[3])) {
 #pragma unroll
         for (int u = 0; u < 4; ++u) v[u] = weight_nb(sv[u], m);  // invalid entries (-inf) weigh 0
       } else {
 #pragma unroll
-        for (int u = 0; u < 4; ++u) v[u] = 0ull;
+        for (int u = 0; u < 4; ++u) v[u] = __any_sync(0xffffffffu, sel[u]) ? weight_nb(sv[u], m) : 0ull;
       }
       if (z)
 #pragma unroll
