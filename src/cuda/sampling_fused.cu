@@ -407,6 +407,7 @@ void launch_fused(const SampleArgs& a, cudaStream_t st) {
 
 bool fused_sample_ok(const SampleArgs& a) {
   if (a.mode != SampleMode::Draw || a.top_n > 0 || a.B < 1 || a.B > 65535) return false;
+  if (const char* e = std::getenv("GPUKIT_SAMPLING_FUSED"); e && e[0] == '0') return false;  // multi-pass path
   static int major = -1;  // thread-block clusters: compute capability 9.0 or newer
   if (major < 0) {
     int dev = 0, v = 0;
