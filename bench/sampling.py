@@ -26,6 +26,9 @@ def main() -> int:
     ap.add_argument("--out", default="bench/results/h200.json")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--iters", type=int, default=20, help="launches per round")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="only print decode_step variants (greedy, temperature only, top-p, penalty + top-p, "
+                         "top-k 50, logprobs) at B1/B32, V=151936, to see what each part costs; no records")
     args = ap.parse_args()
     try:
         import torch
@@ -107,6 +110,49 @@ def main() -> int:
               f"{rec['peer_value']:8.1f} us   ({rec['peer_value'] / rec['gpukit']:.1f}x)")
 
     H = 256
+    if args.breakdown:
+        os.environ["GPUKIT_SAMPLING_DEBUG"] = "1"  # the fused kernel prints its shape and cluster occupancy
+        V = 151936
+        for B in (1, 4, 32):
+            for dtype in ("float32", "bfloat16"):
+                for flat in (False, True):
+                    g, t, n = pools(B, V, flat, dtype)
+                    hist = gk.asarray(rng.integers(0, V, size=(B, H)).astype(np.int32)).to("cuda")
+                    lens = gk.asarray(np.full(B, H, np.int32)).to("cuda")
+                    seeds = gk.asarray(np.arange(B, dtype=np.int64)).to("cuda")
+                    pos = gk.asarray(np.zeros(B, np.int64)).to("cuda")
+
+                    def full(v):
+                        return gk.asarray(np.full(B, v, np.float32)).to("cuda")
+                    variants = {
+                        "greedy": (S.Params(temperature=full(0.0)), {}),
+                        "temp": (S.Params(temperature=full(0.8)), {}),
+                        "topp": (S.Params(temperature=full(0.8), top_p=full(0.9)), {}),
+                        "pen+topp": (S.Params(temperature=full(0.8), top_p=full(0.9), repetition_penalty=full(1.1)),
+                                     dict(history=hist, history_lengths=lens)),
+                        "pen+topp+lp": (S.Params(temperature=full(0.8), top_p=full(0.9),
+                                                 repetition_penalty=full(1.1)),
+                                        dict(history=hist, history_lengths=lens, return_logprobs=True)),
+                        "topk50": (S.Params(temperature=full(0.8),
+                                            top_k=gk.asarray(np.full(B, 50, np.int32)).to("cuda")), {}),
+                        "multipass": (S.Params(temperature=full(0.8), top_p=full(0.9), repetition_penalty=full(1.1),
+                                               typical_p=full(1.0)), dict(history=hist, history_lengths=lens)),
+                    }
+                    for name, (prm, kw) in variants.items():
+                        r = time_gk(lambda i: S.decode_step(g[i], prm, seeds, pos, **kw), n)
+                        print(f"breakdown {name:12s} B{B:<3d} V{V} {dtype:9s} {'flat' if flat else 'peaked':6s} "
+                              f"{np.median(r):8.1f} us")
+                    prm, kw = variants["pen+topp"]
+                    # cluster size x threads per CTA (results identical; only the speed differs)
+                    for cl, nt in ((16, 1024), (16, 512), (8, 1024), (8, 512), (12, 1024), (4, 1024)):
+                        os.environ["GPUKIT_SAMPLING_CLUSTER"] = str(cl)
+                        os.environ["GPUKIT_SAMPLING_THREADS"] = str(nt)
+                        r = time_gk(lambda i: S.decode_step(g[i], prm, seeds, pos, **kw), n)
+                        print(f"breakdown pen+topp CL{cl:<2d}x{nt:<4d} B{B:<3d} V{V} {dtype:9s} "
+                              f"{'flat' if flat else 'peaked':6s} {np.median(r):8.1f} us")
+                    del os.environ["GPUKIT_SAMPLING_CLUSTER"], os.environ["GPUKIT_SAMPLING_THREADS"]
+        print(f"total bench time {time.time() - t_start:.1f} s")
+        return 0
     for V in (128256, 151936):
         for B in (1, 32):
             for dtype in ("float32", "bfloat16"):

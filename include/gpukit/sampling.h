@@ -29,6 +29,9 @@
 //    0 (only possible with typical-p) the argmax is returned.
 //  * Log-probabilities are log_softmax of the processed logits s (temperature 1 for
 //    greedy rows), before the filters. Top-n: the n largest, ties -> lowest index.
+//    On CUDA the normalizer is the exact integer sum of the weights (Z = sum w / 2^40,
+//    within V * 2^-40 of sum exp(s - m)), so logprob bits do not depend on how a row is
+//    partitioned; the CPU sums exp in double (the two agree to ~1e-7).
 //  * Bad values: on the CPU, a row with NaN logits raises ValueError. On CUDA (no
 //    host synchronization) NaN is treated as -inf. On both, +inf (also when bias,
 //    penalty or temperature overflow) is treated as the largest finite float, and a row with no finite logit gives token -1 and
@@ -40,7 +43,11 @@
 //    built from singly rounded float operations, so the CPU and CUDA weights, masses,
 //    thresholds and draws are bit-identical (penalties avoid FMA contraction likewise).
 //  * CUDA limits: topk k <= 1024; at most 65535 rows per call for the sampling ops.
-//    Design: each row is split into chunks of 2048 entries, one CTA per chunk, in a few
+//    Design (decode_step / sample without typical-p or top-n, sm_90+): one launch, one
+//    thread-block cluster of 8-16 CTAs per row; each CTA keeps its slice of the row in
+//    shared memory, radix selects on 8-bit digits sum their integer histograms over the
+//    cluster through distributed shared memory (src/cuda/sampling_fused.cu).
+//    Otherwise (filters, processors, typical-p, top-n logprobs): each row is split into chunks of 2048 entries, one CTA per chunk, in a few
 //    passes: processing (bias, penalties, bans, temperature) + max, a three-level radix
 //    select per active filter (integer histograms merged with integer atomics), and a
 //    final pass (kept masses, sum of exp, top-n candidates per chunk) whose last CTA per

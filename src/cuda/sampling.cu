@@ -396,17 +396,16 @@ __global__ void __launch_bounds__(kThreads) k_final(SampleArgs a, Ws w) {
     return;
   }
   const bool want_z = a.logprobs || a.top_n > 0;
-  unsigned long long mass = 0;
-  double z = 0.0;
+  unsigned long long mass = 0, z = 0;
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
     if (ent(c0, j) >= c1) continue;
     const float e = smp::rel_exp(sv[j], m);
     if (!c.greedy && kept(sv[j])) mass += smp::weight_of(e);
-    if (want_z) z += double(e);
+    if (want_z) z += smp::weight_of(e);
   }
   mass = block_sum_u(sh, mass);
-  if (want_z) z = block_sum_d(sh, z);
+  if (want_z) z = block_sum_u(sh, z);
   Partial* part = w.part + r * w.C;
   if (threadIdx.x == 0) part[blockIdx.x].mass = mass, part[blockIdx.x].z = z;
   // this chunk's top-n: n rounds of "the best after (pv, pi)"
@@ -436,17 +435,18 @@ __global__ void __launch_bounds__(kThreads) k_final(SampleArgs a, Ws w) {
 
   // ---- the row's last CTA: merge the chunks in a fixed order
   // each thread's partials in one pass (one load each when C <= 256, the usual case)
-  double zl = 0.0;
-  unsigned long long Wl = 0, mine = 0;
+  unsigned long long zl = 0, Wl = 0, mine = 0;
   for (int64_t k = threadIdx.x; k < w.C; k += kThreads) {
     const unsigned long long mk = __ldcg(&part[k].mass);
-    const double zk = __ldcg(&part[k].z);
+    const unsigned long long zk = __ldcg(&part[k].z);
     if (k == threadIdx.x) mine = mk;
     zl += zk;
     Wl += mk;
   }
   float logZ = 0.f;
-  if (want_z) logZ = float(log(block_sum_d(sh, zl)));
+  // exact integer normalizer Z = sum floor(exp(s - m) 2^40): logZ = log Z - 40 ln 2, the same
+  // bits whatever the partition (the fused path computes it the same way)
+  if (want_z) logZ = float(log(double(block_sum_u(sh, zl))) - 27.725887222397812377);
   int token = st.argmax;
   if (!c.greedy) {
     const unsigned long long W = block_sum_u(sh, Wl);
@@ -554,6 +554,7 @@ int64_t sample_work_stride(int64_t V) { return (V + 3) / 4 * 4; }  // 16-byte ro
 int64_t sample_workspace_bytes(const SampleArgs& a) { return ws_bytes(a.B, a.V, a.top_n); }
 
 void sample_rows(const SampleArgs& a, void* stream) {
+  if (fused_sample_ok(a)) return fused_sample_rows(a, stream);  // one launch (src/cuda/sampling_fused.cu)
   auto st = static_cast<cudaStream_t>(stream);
   if (a.B > 65535) throw ValueError(cat("logits: at most 65535 rows per call on CUDA, got ", a.B));
   const Ws w = ws_layout(a.ws, a.B, a.V, a.top_n);

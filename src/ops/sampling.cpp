@@ -73,7 +73,7 @@ void execute(Run& r) {
   // scratch from the stream's caching allocator: the same sizes every call, so a
   // captured graph replays with the buffers it captured
   Array work, ws;
-  if (a.mode != SampleMode::Process) {
+  if (a.mode != SampleMode::Process && !cuda::fused_sample_ok(a)) {
     a.work_stride = cuda::sample_work_stride(a.V);
     work = Array::empty({a.B, a.work_stride}, DType::f32, r.d, &r.s);
     a.work = work.data_as<float>();
@@ -355,7 +355,15 @@ DecodeResult decode_step(const Array& logits, const Params& p, const Array& seed
   detail::require_defined(seeds, "seeds");
   detail::require_defined(positions, "positions");
   set_param(r, a.seed, seeds, "seeds");
-  set_param(r, a.position, positions, "positions");
+  if (positions.defined() && positions.dtype() == DType::i32) {  // no conversion launch (the engine's lengths)
+    Array y = as_vec(positions, DType::i32, a.B, "positions", r.d, r.s);
+    r.inputs.push_back(y);
+    a.position.ptr32 = y.data_as<int32_t>();
+  } else {
+    Array y = as_vec(positions, DType::i64, a.B, "positions", r.d, r.s);
+    r.inputs.push_back(y);
+    a.position.ptr = y.data_as<int64_t>();
+  }
   set_param(r, a.temperature, p.temperature, "params.temperature");
   set_param(r, a.top_k, p.top_k, "params.top_k");
   set_param(r, a.top_p, p.top_p, "params.top_p");

@@ -19,6 +19,14 @@ struct RowParam {
   GK_HD T at(int64_t r) const { return ptr ? ptr[r] : value; }
 };
 
+// Sequence positions: int64, or int32 (the engine's lengths) read without a conversion launch.
+struct RowPos {
+  const int64_t* ptr = nullptr;
+  const int32_t* ptr32 = nullptr;
+  int64_t value = 0;
+  GK_HD int64_t at(int64_t r) const { return ptr ? ptr[r] : (ptr32 ? int64_t(ptr32[r]) : value); }
+};
+
 enum class SampleMode : uint8_t {
   Draw,     // tokens (+ logprobs): the whole decode step
   Filter,   // processed logits with filtered-out entries set to -inf -> out
@@ -36,7 +44,8 @@ struct SampleArgs {
   RowParam<float> temperature{nullptr, 1.f}, top_p{nullptr, 1.f}, min_p{nullptr, 0.f}, typical_p{nullptr, 1.f};
   RowParam<float> repetition{nullptr, 1.f}, presence{nullptr, 0.f}, frequency{nullptr, 0.f};
   RowParam<int32_t> top_k{nullptr, 0}, min_tokens{nullptr, 0}, generated{nullptr, 0};
-  RowParam<int64_t> seed{nullptr, 0}, position{nullptr, 0};
+  RowParam<int64_t> seed{nullptr, 0};
+  RowPos position;
   bool row_tag_is_index = false;  // sample(): the row tag is the batch index; decode_step: 0
 
   // token history [B, Hmax] (row stride hist_stride) with lengths [B]
@@ -119,9 +128,8 @@ GK_HD float penalize(float x, int32_t count, float rep, float presence, float fr
 // ~2 ulp of the true exp; the masses, thresholds and draws are then equal exactly).
 // Range reduction d = k ln2 + r (ln2 split in two, k ln2_hi exact), degree-7
 // Taylor/Horner on |r| <= ln2/2, then the exact scaling by 2^k. NaN or -inf -> 0.
-GK_HD float det_exp(float d) {
-  if (!(d > -104.f)) return 0.f;
-  if (d > 0.f) d = 0.f;
+// The polynomial and scaling of det_exp for d in (-104, 0] (no range checks, no branches).
+GK_HD float det_exp_core(float d) {
   const float kf = fmul_rn(d, 1.44269502f);
 #if defined(__CUDA_ARCH__)
   const float k = rintf(kf);
@@ -143,6 +151,11 @@ GK_HD float det_exp(float d) {
   const int k1 = ki / 2, k2 = ki - k1;
   p = fmul_rn(p, bits_f32(uint32_t(127 + k1) << 23));
   return fmul_rn(p, bits_f32(uint32_t(127 + k2) << 23));
+}
+GK_HD float det_exp(float d) {
+  if (!(d > -104.f)) return 0.f;
+  if (d > 0.f) d = 0.f;
+  return det_exp_core(d);
 }
 
 // A uint32 whose unsigned order is the float order (no NaNs here).
@@ -230,6 +243,10 @@ namespace cuda {
 int64_t sample_work_stride(int64_t V);
 int64_t sample_workspace_bytes(const SampleArgs& a);
 void sample_rows(const SampleArgs& a, void* stream);
+// The one-launch cluster path (src/cuda/sampling_fused.cu): Draw mode without typical-p or
+// top-n logprobs; sample_rows takes it whenever fused_sample_ok (no work / workspace needed).
+bool fused_sample_ok(const SampleArgs& a);
+void fused_sample_rows(const SampleArgs& a, void* stream);
 // argmax: partials of ceil(V / 4096) chunks per row, argmax_workspace_bytes(B, V) bytes.
 int64_t argmax_workspace_bytes(int64_t B, int64_t V);
 void topk_rows(const void* logits, DType dt, int64_t B, int64_t V, int64_t row_stride, int64_t k, float* values,

@@ -390,3 +390,16 @@ def test_temperature_zero_is_greedy_in_sample():
     x = rng.standard_normal((9, 333)).astype(np.float32)
     for t in (0.0, -1.0):
         np.testing.assert_array_equal(N(S.sample(A(x), temperature=t, top_p=0.5, seed=4)), np.argmax(x, 1))
+
+
+def test_int32_positions_equal_int64():
+    """decode_step reads int32 positions (the engine passes its lengths) without converting."""
+    g = np.random.default_rng(31)
+    x = gk.asarray((g.standard_normal((6, 3000)) * 2).astype(np.float32))
+    seeds = gk.asarray(np.arange(6, dtype=np.int64) + 9)
+    p = S.Params(temperature=0.9, top_p=0.9)
+    for base in (0, 7, 2**31 - 10):
+        pos = np.arange(6) + base
+        a = N(S.decode_step(x, p, seeds, gk.asarray(pos.astype(np.int64))).tokens)
+        b = N(S.decode_step(x, p, seeds, gk.asarray(pos.astype(np.int64).astype(np.int32))).tokens)
+        np.testing.assert_array_equal(a, b)

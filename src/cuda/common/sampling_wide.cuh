@@ -40,7 +40,7 @@ struct Partial {  // one per chunk
   float vmax;
   int imax;
   unsigned long long mass;
-  double z;
+  unsigned long long z;  // sum of weight_of(exp(s - m)) over the chunk (logprob normalizer)
   unsigned long long pad;
 };
 static_assert(sizeof(Partial) == 32, "Partial layout");

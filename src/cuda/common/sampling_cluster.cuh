@@ -1,0 +1,302 @@
+// Building blocks of the one-launch cluster sampling kernel (src/cuda/sampling_fused.cu):
+// per-CTA shared state, block reductions with fixed trees, branch-free weights, the slice
+// loads, and the 8-bit radix select whose per-group integer histograms are summed over the
+// thread-block cluster through distributed shared memory (Hopper, sm_90+).
+#pragma once
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <climits>
+#include <cstdint>
+
+#include "ops/sampling_args.h"
+
+namespace gk::cuda::fused {
+namespace cg = cooperative_groups;
+
+constexpr int kBins = 256, kU = 4, kMaxCL = 16;
+constexpr int kCntMask = 0x3fffffff, kBan = 0x40000000;
+constexpr int kMaxE = 63;  // 64 threads x 63 entries x 2^20 < 2^32: a group's 32-bit words cannot overflow
+constexpr int kMaxDyn = 160 * 1024;          // slice bytes in shared memory
+constexpr double kLn2x40 = 27.725887222397812377;  // 40 ln 2
+
+struct FGeo {
+  int64_t S;    // slice entries per CTA (multiple of 8)
+  int E;        // contiguous entries per thread in the on-chip passes (odd: no bank conflicts)
+  int CL;       // cluster size = CTAs per row
+  int aligned;  // 16-byte vector loads allowed
+};
+
+template <int NT>
+struct Sh {
+  static constexpr int kW = NT / 32, kHG = NT / 64;  // histogram groups: two warps share one
+  unsigned int hi[kHG][kBins], lo[kHG][kBins];  // per-group histograms: mass >> 20 and mass & (2^20 - 1)
+  unsigned long long chist[2][kBins];          // CTA histogram, read by the cluster (double-buffered)
+  unsigned long long part[NT / kBins][kBins];  // partial cluster sums of the bins
+  unsigned long long u[kW];
+  float fv[kW];
+  int fi[kW];
+  // cluster exchange slots (read by the other CTAs) and their merged values
+  float xm;
+  int xi;
+  unsigned long long xw, xz;
+  float gm;
+  int gam;
+  unsigned long long gW, gpre, gZ;
+  unsigned long long ptarget;
+  int pick;
+};
+
+__device__ __forceinline__ bool better(float a, int ia, float b, int ib) { return a > b || (a == b && ia < ib); }
+
+template <int NT>
+__device__ __forceinline__ void block_argmax(Sh<NT>& sh, float& v, int& i) {
+  constexpr int kW = NT / 32;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+    if (better(ov, oi, v, i)) v = ov, i = oi;
+  }
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sh.fv[threadIdx.x >> 5] = v, sh.fi[threadIdx.x >> 5] = i;
+  __syncthreads();
+  v = sh.fv[0], i = sh.fi[0];
+#pragma unroll
+  for (int k = 1; k < kW; ++k)
+    if (better(sh.fv[k], sh.fi[k], v, i)) v = sh.fv[k], i = sh.fi[k];
+  __syncthreads();
+}
+
+template <int NT>
+__device__ __forceinline__ unsigned long long block_sum(Sh<NT>& sh, unsigned long long v) {
+  constexpr int kW = NT / 32;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sh.u[threadIdx.x >> 5] = v;
+  __syncthreads();
+  unsigned long long t = 0;
+#pragma unroll
+  for (int k = 0; k < kW; ++k) t += sh.u[k];
+  __syncthreads();
+  return t;
+}
+
+// Exclusive prefix over the threads in thread order; *total gets the block sum.
+template <int NT>
+__device__ __forceinline__ unsigned long long block_scan(Sh<NT>& sh, unsigned long long v,
+                                                         unsigned long long* total) {
+  constexpr int kW = NT / 32;
+  const int l = threadIdx.x & 31, w = threadIdx.x >> 5;
+  unsigned long long inc = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const unsigned long long n = __shfl_up_sync(0xffffffffu, inc, o);
+    if (l >= o) inc += n;
+  }
+  __syncthreads();
+  if (l == 31) sh.u[w] = inc;
+  __syncthreads();
+  unsigned long long before = 0, all = 0;
+#pragma unroll
+  for (int k = 0; k < kW; ++k) {
+    if (k < w) before += sh.u[k];
+    all += sh.u[k];
+  }
+  __syncthreads();
+  *total = all;
+  return before + inc - v;
+}
+
+// floor(det_exp(s - m) 2^40) without branches (unrolled loops interleave several entries).
+// Below s - m = -28 the weight is 0 for certain (exp(-28) < 2^-40 by far; det_exp is within
+// ulps of exp), so the polynomial's result is discarded there. *e gets the relative exp (0
+// there). s <= m always (m is the row max).
+__device__ __forceinline__ unsigned long long weight_nb(float s, float m, float* e = nullptr) {
+  const float d = smp::fsub_rn(s, m);
+  const bool live = d >= -28.f;
+  const float ev = live ? smp::det_exp_core(live ? d : -28.f) : 0.f;
+  if (e) *e = ev;
+  const float v = ev * smp::kWeightScale;
+  return v >= 1.f ? static_cast<unsigned long long>(v) : 0ull;
+}
+__device__ __forceinline__ float val(const uint32_t* v, int i) { return __uint_as_float(v[i]); }
+
+// ---------------------------------------------------------------- loads
+template <class T>
+__device__ __forceinline__ float elem(const uint4& q, int k) {
+  if constexpr (sizeof(T) == 4) {
+    const uint32_t u = k == 0 ? q.x : (k == 1 ? q.y : (k == 2 ? q.z : q.w));
+    return __uint_as_float(u);
+  } else {
+    const uint32_t word = (k >> 1) == 0 ? q.x : ((k >> 1) == 1 ? q.y : ((k >> 1) == 2 ? q.z : q.w));
+    return float(T::from_bits(uint16_t((k & 1) ? word >> 16 : word & 0xffffu)));
+  }
+}
+
+template <class T>
+__device__ __forceinline__ uint32_t raw_bits(T x) {
+  if constexpr (sizeof(T) == 4) return __float_as_uint(x);
+  else return uint32_t(x.bits);
+}
+
+// G consecutive entries [e, e + G) of the slice (entries >= n read as 0, never used).
+template <class T>
+__device__ __forceinline__ uint4 load_group(const T* p, int64_t e, int64_t n, bool aligned) {
+  constexpr int G = 16 / int(sizeof(T));
+  if (aligned && e + G <= n) return *reinterpret_cast<const uint4*>(p + e);
+  uint32_t w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+  for (int k = 0; k < G; ++k) {
+    if (e + k < n) {
+      if constexpr (sizeof(T) == 4) w[k] = raw_bits(p[e + k]);
+      else w[k >> 1] |= raw_bits(p[e + k]) << (16 * (k & 1));
+    }
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// ---------------------------------------------------------------- radix select
+template <int NT>
+__device__ __forceinline__ void hflush(Sh<NT>& sh, int w, int d, unsigned long long v) {
+  atomicAdd(&sh.hi[w][d], unsigned(v >> 20));
+  atomicAdd(&sh.lo[w][d], unsigned(v & 0xfffffu));
+}
+
+// One level's histogram of this CTA's entries (key >= lowkey, matching the prefix). The
+// thread's E contiguous entries go 4 at a time (E is the same for every thread, so the warp
+// votes are uniform): the weights of a group are computed without branches, and only when
+// some lane of the warp needs one. z: also sum every entry's weight (logprob normalizer).
+template <int NT, bool kMass>
+__device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int i0, int E, int n, float m,
+                                           uint32_t lowkey, int L, uint32_t prefix, unsigned long long* z) {
+  const int w = threadIdx.x >> 6;  // histogram group (zeroed by the merge of the previous level)
+  const int sh_ = 24 - 8 * L;
+  int cur = -1;
+  unsigned long long cv = 0, zl = 0;
+  for (int j = 0; j < E; j += 4) {
+    float sv[4];
+    uint32_t key[4];
+    bool sel[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int idx = i0 + j + u;
+      const bool valid = j + u < E && idx < n;
+      sv[u] = valid ? val(vals, idx) : -INFINITY;
+      key[u] = smp::order_key(sv[u]);
+      sel[u] = valid && key[u] >= lowkey && (L == 0 || (key[u] >> (sh_ + 8)) == prefix);
+    }
+    unsigned long long v[4] = {1ull, 1ull, 1ull, 1ull};
+    if (kMass || z) {
+      // every entry needed (the normalizer, or a dense group): the 4 weights without branches,
+      // interleaved; otherwise entry by entry, only where some lane of the warp selected it
+      // (sparse candidates at the deeper levels: no exps for the others)
+      if (z || __all_sync(0xffffffffu, sel[0] && sel[1] && sel[2] && sel[3])) {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = weight_nb(sv[u], m);  // invalid entries (-inf) weigh 0
+      } else {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = __any_sync(0xffffffffu, sel[u]) ? weight_nb(sv[u], m) : 0ull;
+      }
+      if (z)
+#pragma unroll
+        for (int u = 0; u < 4; ++u) zl += v[u];
+      if (!kMass)
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = 1ull;
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      if (!sel[u] || v[u] == 0) continue;
+      const int d = int((key[u] >> sh_) & 255u);
+      if (d != cur) {
+        if (cur >= 0) hflush(sh, w, cur, cv);
+        cur = d, cv = 0;
+      }
+      cv += v[u];
+    }
+  }
+  if (cur >= 0) hflush(sh, w, cur, cv);
+  if (z) *z += zl;
+}
+
+// Merge the warps, sum over the cluster, pick the bin (descending key order) where the
+// cumulative count/mass reaches the target. Returns false if no bin does (keep all).
+template <int NT>
+__device__ __forceinline__ bool level_pick(Sh<NT>& sh, const cg::cluster_group& cl, int CL, int buf, int L, bool mass,
+                                           float p, unsigned long long k, uint32_t& prefix,
+                                           unsigned long long& target, unsigned long long* kept) {
+  __syncthreads();
+  const int t = threadIdx.x;
+  if (t < kBins) {
+    unsigned long long tot = 0;
+#pragma unroll
+    for (int w = 0; w < Sh<NT>::kHG; ++w) {
+      tot += (static_cast<unsigned long long>(sh.hi[w][t]) << 20) + sh.lo[w][t];
+      sh.hi[w][t] = 0u, sh.lo[w][t] = 0u;  // ready for the next level
+    }
+    sh.chist[buf][t] = tot;
+  }
+  if (t == 0) sh.pick = INT_MAX;
+  cl.sync();
+  // cluster sum of each bin: threads t and t + 256 share bin rank t (descending order), each
+  // summing every other rank's copy; all their remote loads are in flight at once
+  {
+    const int rr = t & (kBins - 1), h = t / kBins, b = kBins - 1 - rr;
+    constexpr int kLoads = kMaxCL / (NT / kBins);
+    unsigned long long v[kLoads];
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) {
+      const int q = h + j * (NT / kBins);
+      v[j] = q < CL ? cl.map_shared_rank(&sh.chist[buf][0], q)[b] : 0ull;
+    }
+    unsigned long long acc = 0;
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) acc += v[j];
+    sh.part[h][rr] = acc;
+  }
+  __syncthreads();
+  unsigned long long g = 0;
+  if (t < kBins)
+#pragma unroll
+    for (int h = 0; h < NT / kBins; ++h) g += sh.part[h][t];
+  unsigned long long total;
+  const unsigned long long ex = block_scan(sh, g, &total);
+  const unsigned long long tgt = L == 0 ? (mass ? smp::frac_target(p, total) : k) : target;
+  if (t < kBins && g > 0 && ex + g >= tgt) atomicMin(&sh.pick, t);
+  __syncthreads();
+  const int pick = sh.pick;
+  if (pick == INT_MAX) return false;
+  if (t == pick) sh.ptarget = tgt - ex;
+  if (kept) {  // this CTA's mass above the picked bin (and in it at the last level): its kept mass
+    const unsigned long long own = t < kBins ? sh.chist[buf][kBins - 1 - t] : 0ull;
+    *kept += block_sum(sh, t < pick || (L == 3 && t == pick) ? own : 0ull);
+  }
+  __syncthreads();
+  target = sh.ptarget;
+  prefix = (prefix << 8) | uint32_t(kBins - 1 - pick);
+  return true;
+}
+
+// The threshold key of a select (0: keep everything).
+template <int NT, bool kMass>
+__device__ uint32_t radix_select(Sh<NT>& sh, const cg::cluster_group& cl, int CL, const uint32_t* vals, int i0, int E,
+                                 int n, float m, uint32_t lowkey, float p, unsigned long long k, int& buf,
+                                 unsigned long long* z, unsigned long long* kept, bool& done) {
+  uint32_t prefix = 0;
+  unsigned long long target = 0;
+  done = false;
+  for (int L = 0; L < 4; ++L) {
+    level_pass<NT, kMass>(sh, vals, i0, E, n, m, lowkey, L, prefix, L == 0 ? z : nullptr);
+    const bool ok = level_pick(sh, cl, CL, buf, L, kMass, p, k, prefix, target, kept);
+    buf ^= 1;
+    if (!ok) return 0u;
+  }
+  done = true;
+  return prefix;
+}
+
+
+}  // namespace gk::cuda::fused

@@ -1,0 +1,437 @@
+// CUDA sampling, fused path: the whole decode step (processors, temperature, top-k,
+// top-p, min-p, the draw, the chosen token's logprob) in ONE launch, one thread-block
+// cluster per row (Hopper). Each CTA of the cluster owns a contiguous slice of the
+// row, reads its logits from global memory once into shared memory, and every later
+// pass runs on-chip:
+//  1. load + process: history counts / bans are first accumulated with integer atomics
+//     in the slice's shared words, then each word is replaced by the processed logit
+//     (the same thread reads the count and writes the value); local max/argmax.
+//     Cluster exchange of (max, argmax) through distributed shared memory.
+//  2. radix selects on the 32-bit order key with 8-bit digits (4 levels): per-warp
+//     integer histograms (mass split in two 32-bit words, no 64-bit shared atomics),
+//     merged per CTA, summed over the cluster through DSMEM; every CTA picks the same
+//     bin (identical data, fixed rule), so no broadcast is needed. top-k by count,
+//     then top-p by integer mass over the top-k set.
+//  3. final pass: each thread's kept mass over its contiguous entries, block scan,
+//     cluster exchange of the CTA masses (vocabulary order = rank order), Philox draw,
+//     the owning thread rescans its entries for the token.
+// Everything that decides a token is an exact integer (weights, masses, counts) or a
+// max, so the result does not depend on the partition: the cluster size may follow the
+// batch size. The logprob normalizer is the exact integer sum of the weights too
+// (Z = sum floor(exp(s - m) 2^40), logZ = log Z - 40 ln 2), as in the multi-pass path.
+// Falls back (fused_sample_ok false) for Filter / Process modes, typical-p, top-n
+// logprobs and vocabularies whose slice does not fit in shared memory.
+#include <cooperative_groups.h>
+
+#include <cfloat>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/cuda_util.h"
+#include "ops/backend.h"
+#include "ops/philox.h"
+#include "ops/sampling_args.h"
+#include "cuda/common/sampling_cluster.cuh"
+
+namespace gk::cuda {
+
+namespace {
+using namespace fused;
+
+// ---------------------------------------------------------------- the kernel
+template <class T, int NT>
+__global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, FGeo g) {
+  constexpr int kNT = NT;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();  // clusters need sm_90; the host never launches this on older devices
+#else
+  extern __shared__ uint4 dyn_smem[];
+  uint32_t* vals = reinterpret_cast<uint32_t*>(dyn_smem);
+  __shared__ Sh<NT> sh;
+  const cg::cluster_group cl = cg::this_cluster();
+  const int CL = g.CL;
+  const int rank = int(cl.block_rank());
+  const int64_t r = blockIdx.y, V = a.V;
+  const int64_t c0 = int64_t(rank) * g.S;
+  const int n = int(c0 < V ? (V - c0 < g.S ? V - c0 : g.S) : 0);  // entries of this slice
+  const smp::RowCfg c = smp::row_cfg(a, r);
+  const int t = threadIdx.x;
+  constexpr int G = 16 / int(sizeof(T));
+  const T* in = static_cast<const T*>(a.logits) + r * a.row_stride + c0;
+  const bool aligned = g.aligned != 0;
+
+  // ---- 1. load (first batch issued before the history phase) + process
+  uint4 q[kU];
+  auto load_batch = [&](int bt) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t e = (int64_t(bt) * kU * kNT + int64_t(u) * kNT + t) * G;
+      q[u] = e < n ? load_group(in, e, n, aligned) : make_uint4(0u, 0u, 0u, 0u);
+    }
+  };
+  load_batch(0);
+  const bool eos_on = a.eos && a.generated.at(r) < a.min_tokens.at(r);
+  const bool marks = a.history || a.banned || eos_on;
+  if (marks) {
+    for (int i = t * 4; i < n; i += kNT * 4) *reinterpret_cast<uint4*>(vals + i) = make_uint4(0u, 0u, 0u, 0u);
+    __syncthreads();
+    if (a.history) {
+      int64_t len = a.hist_len.at(r);
+      len = len < 0 ? 0 : (len > a.hist_max ? a.hist_max : len);
+      const int32_t* h = a.history + r * a.hist_stride;
+      for (int64_t j0 = 0; j0 < len; j0 += 4 * kNT) {  // 4 loads in flight per thread
+        int32_t tk[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const int64_t j = j0 + u * kNT + t;
+          tk[u] = j < len ? h[j] : -1;
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+          if (tk[u] >= c0 && tk[u] < c0 + n) atomicAdd(&vals[tk[u] - c0], 1u);
+      }
+    }
+    if (a.banned)
+      for (int64_t j = t; j < a.n_banned; j += kNT) {
+        const int32_t tk = a.banned[r * a.banned_row_stride + j];
+        if (tk >= c0 && tk < c0 + n) atomicOr(&vals[tk - c0], unsigned(kBan));
+      }
+    if (eos_on)
+      for (int64_t j = t; j < a.n_eos; j += kNT) {
+        const int32_t tk = a.eos[j];
+        if (tk >= c0 && tk < c0 + n) atomicOr(&vals[tk - c0], unsigned(kBan));
+      }
+    __syncthreads();
+  }
+  const float* bias = a.bias ? a.bias + r * a.bias_row_stride + c0 : nullptr;
+  float bv = -INFINITY;
+  int bi = INT_MAX;
+  const int nbatch = int((int64_t(n) + int64_t(kU) * kNT * G - 1) / (int64_t(kU) * kNT * G));
+  for (int bt = 0; bt < nbatch; ++bt) {
+    if (bt > 0) load_batch(bt);
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t e = (int64_t(bt) * kU * kNT + int64_t(u) * kNT + t) * G;
+#pragma unroll
+      for (int k = 0; k < G; ++k) {
+        const int i = int(e) + k;
+        if (e + k >= n) break;
+        float x = smp::sanitize(elem<T>(q[u], k));
+        if (bias) x = smp::fadd_rn(x, bias[i]);
+        if (marks) {
+          const int mk = int(vals[i]);
+          if (mk & kCntMask) x = smp::penalize(x, mk & kCntMask, c.rep, c.presence, c.frequency);
+          if (mk & kBan) x = -INFINITY;
+        }
+        const float s = smp::finite_top(c.greedy ? x : x / c.temp);
+        vals[i] = __float_as_uint(s);
+        if (better(s, int(c0 + i), bv, bi)) bv = s, bi = int(c0 + i);
+      }
+    }
+  }
+  for (int k = t; k < Sh<NT>::kHG * kBins; k += kNT) (&sh.hi[0][0])[k] = 0u, (&sh.lo[0][0])[k] = 0u;
+  block_argmax(sh, bv, bi);
+  if (t == 0) sh.xm = bv, sh.xi = bi;
+  cl.sync();  // also orders the vals writes before the contiguous passes
+  if (t < 32) {  // lane q reads CTA q's (max, argmax): all loads at once, then a warp argmax
+    float v = -INFINITY;
+    int vi = INT_MAX;
+    if (t < CL) {
+      const Sh<NT>* o = cl.map_shared_rank(&sh, t);
+      v = o->xm, vi = o->xi;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, vi, o);
+      if (better(ov, oi, v, vi)) v = ov, vi = oi;
+    }
+    if (t == 0) sh.gm = v, sh.gam = vi;
+  }
+  __syncthreads();
+  const float m = sh.gm;
+  const int am = sh.gam;
+  if (m == -INFINITY) {  // no finite logit in the row
+    cl.sync();
+    if (rank == 0 && t == 0) {
+      a.tokens[r] = -1;
+      if (a.logprobs) a.logprobs[r] = NAN;
+    }
+    return;
+  }
+
+  // ---- 2. selects
+  const int i0 = t * g.E, i1 = i0 + g.E < n ? i0 + g.E : n;
+  const bool want_z = a.logprobs != nullptr;
+  const bool topk = !c.greedy && c.top_k > 0;
+  const bool topp = !c.greedy && c.top_p < 1.f;
+  int buf = 0;
+  unsigned long long zl = 0;
+  uint32_t kk = 0, kp = 0;
+  bool done = false;
+  unsigned long long kept_local = 0;
+  if (topk)
+    kk = radix_select<NT, false>(sh, cl, CL, vals, i0, g.E, n, m, 0u, 1.f, (unsigned long long)c.top_k, buf, nullptr,
+                                 nullptr, done);
+  if (topp)
+    kp = radix_select<NT, true>(sh, cl, CL, vals, i0, g.E, n, m, kk, c.top_p, 0ull, buf, want_z ? &zl : nullptr,
+                                &kept_local, done);
+  // top-p's histograms already give each CTA its kept mass (key >= kp, kp >= kk): then only
+  // the CTA that holds the draw scans its entries (unless min-p adds a per-entry test)
+  const bool hist_mass = topp && done && !(c.min_p != 0.f);
+  if (want_z && !topp)
+#pragma unroll 4
+    for (int i = i0; i < i1; ++i) zl += weight_nb(val(vals, i), m);
+
+  // ---- 3. kept masses, cluster exchange, draw
+  const uint32_t kv = kk > kp ? kk : kp;
+  const float minp = c.greedy ? 0.f : c.min_p;
+  auto thread_mass = [&]() {  // this thread's kept mass (its entries are contiguous); 4 at a time
+    unsigned long long acc = 0;
+    for (int j = 0; j < g.E; j += 4) {
+      float sv[4];
+      bool need[4];
+      bool any = false;
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int idx = i0 + j + u;
+        const bool valid = j + u < g.E && idx < n;
+        sv[u] = valid ? val(vals, idx) : -INFINITY;
+        need[u] = valid && smp::order_key(sv[u]) >= kv && smp::fsub_rn(sv[u], m) >= -28.f;
+        any |= need[u];
+      }
+      if (__all_sync(0xffffffffu, need[0] && need[1] && need[2] && need[3])) {  // dense: interleaved
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          float e;
+          const unsigned long long wv = weight_nb(sv[u], m, &e);
+          acc += need[u] && (minp == 0.f || e >= minp) ? wv : 0ull;
+        }
+      } else if (__any_sync(0xffffffffu, any)) {  // sparse: only entries some lane needs
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          if (!__any_sync(0xffffffffu, need[u])) continue;
+          float e;
+          const unsigned long long wv = weight_nb(sv[u], m, &e);
+          acc += need[u] && (minp == 0.f || e >= minp) ? wv : 0ull;
+        }
+      }
+    }
+    return acc;
+  };
+  unsigned long long mt = 0, ex = 0, ctot = 0;
+  if (!c.greedy) {
+    if (hist_mass) ctot = kept_local;
+    else ex = block_scan(sh, mt = thread_mass(), &ctot);
+  }
+  if (want_z) zl = block_sum(sh, zl);
+  if (t == 0) sh.xw = ctot, sh.xz = zl;
+  cl.sync();
+  if (t < 32) {  // lane q reads CTA q's kept mass and normalizer
+    unsigned long long wk = 0, zk = 0;
+    if (t < CL) {
+      const Sh<NT>* o = cl.map_shared_rank(&sh, t);
+      wk = o->xw, zk = want_z ? o->xz : 0ull;
+    }
+    unsigned long long wb = t < rank ? wk : 0ull;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      wk += __shfl_xor_sync(0xffffffffu, wk, o);
+      zk += __shfl_xor_sync(0xffffffffu, zk, o);
+      wb += __shfl_xor_sync(0xffffffffu, wb, o);
+    }
+    if (t == 0) sh.gW = wk, sh.gZ = zk, sh.gpre = wb;
+  }
+  __syncthreads();
+  const unsigned long long W = sh.gW, pre = sh.gpre, Z = sh.gZ;
+  cl.sync();  // no CTA leaves while another still reads its shared memory
+  const float logZ = want_z ? float(log(double(Z)) - kLn2x40) : 0.f;
+  if (c.greedy || W == 0) {
+    if (rank == 0 && t == 0) {
+      a.tokens[r] = am;
+      if (a.logprobs) a.logprobs[r] = 0.f - logZ;  // (s[argmax] - m) - logZ, as the multi-pass path (+0, not -0)
+    }
+    return;
+  }
+  const uint32_t tag = a.row_tag_is_index ? uint32_t(r) : 0u;
+  const uint64_t bits = philox::draw_bits(uint64_t(a.seed.at(r)), uint64_t(a.position.at(r)), tag);
+  const unsigned long long tt = smp::scale_draw(W, bits);
+  if (!(tt >= pre && tt < pre + ctot)) return;  // another CTA holds the token (CTA-uniform)
+  if (hist_mass) {
+    unsigned long long tot2;
+    ex = block_scan(sh, mt = thread_mass(), &tot2);
+  }
+  const unsigned long long rem = tt - pre;
+  if (t == 0) sh.pick = INT_MAX;
+  __syncthreads();
+  if (mt > 0 && rem >= ex && rem < ex + mt) {
+    unsigned long long cum = ex;
+    for (int i = i0; i < i1; ++i) {
+      const float s = val(vals, i);
+      if (smp::order_key(s) < kv) continue;
+      const float d = smp::fsub_rn(s, m);
+      if (!(d >= -28.f)) continue;
+      const float e = smp::det_exp(d);
+      if (minp != 0.f && !(e >= minp)) continue;
+      cum += smp::weight_of(e);
+      if (cum > rem) {
+        sh.pick = i;
+        a.tokens[r] = int(c0 + i);
+        if (a.logprobs) a.logprobs[r] = (s - m) - logZ;
+        break;
+      }
+    }
+  }
+  __syncthreads();
+  if (t == 0 && sh.pick == INT_MAX) {  // unreachable unless the masses disagree: never leave garbage
+    a.tokens[r] = am;
+    if (a.logprobs) a.logprobs[r] = 0.f - logZ;
+  }
+#endif
+}
+
+// ---------------------------------------------------------------- host side
+struct Cfg {
+  int CL, NT;
+};
+
+int env_int(const char* name) {
+  const char* e = std::getenv(name);
+  return e ? std::atoi(e) : 0;
+}
+
+// Few rows: 16-CTA clusters (the rows' work spread over as many SMs as a cluster allows);
+// many rows: 8-CTA clusters, two 512-thread CTAs per SM.
+// Development knobs (bench/sampling.py --breakdown): GPUKIT_SAMPLING_CLUSTER (1-16) and
+// GPUKIT_SAMPLING_THREADS (512 or 1024) force the shape; results never depend on it (every
+// decision is an exact integer), only the speed does.
+Cfg pick_cfg(int64_t B, int64_t V) {
+  Cfg c{B <= 4 ? 16 : 8, 512};  // (16 x 512 measured fastest for B = 1 at checkpoint A; 1024 unmeasured)
+  const int ecl = env_int("GPUKIT_SAMPLING_CLUSTER"), ent = env_int("GPUKIT_SAMPLING_THREADS");
+  if (ecl >= 1 && ecl <= 16) c.CL = ecl;
+  if (ent == 512 || ent == 1024) c.NT = ent;
+  const int64_t by_v = (V + 2047) / 2048;  // at least ~2048 entries per CTA
+  if (by_v < c.CL) c.CL = int(by_v < 1 ? 1 : by_v);
+  return c;
+}
+
+FGeo geo_for(int64_t V, Cfg c) {
+  FGeo g;
+  g.CL = c.CL;
+  g.S = ((V + c.CL - 1) / c.CL + 7) / 8 * 8;
+  int64_t E = (g.S + c.NT - 1) / c.NT;
+  if (E % 2 == 0) ++E;
+  g.E = int(E);
+  g.aligned = 0;
+  return g;
+}
+bool geo_ok(const FGeo& g, Cfg c) { return g.E <= kMaxE && size_t(g.E) * size_t(c.NT) * 4 <= size_t(kMaxDyn); }
+
+template <class T, int NT>
+void set_attrs() {
+  static bool done = false;  // function attributes: set once (the same for every launch)
+  if (done) return;
+  GK_CUDA_CHECK(cudaFuncSetAttribute(k_fused<T, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxDyn)));
+  GK_CUDA_CHECK(cudaFuncSetAttribute(k_fused<T, NT>, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+  GK_CUDA_CHECK(cudaFuncSetAttribute(k_fused<T, NT>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  done = true;
+}
+
+cudaLaunchConfig_t launch_cfg(cudaLaunchAttribute* at, int CL, int NT, int64_t B, size_t smem, cudaStream_t st) {
+  cudaLaunchConfig_t cfg = {};
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = unsigned(CL), at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+  cfg.gridDim = dim3(unsigned(CL), unsigned(B), 1);
+  cfg.blockDim = dim3(unsigned(NT), 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
+// Cluster sizes above 8 are non-portable: ask once per shape whether one can be resident.
+template <class T, int NT>
+bool cluster_fits(int CL, size_t smem) {
+  static int ok_cl[17] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+  if (CL <= 8) return true;
+  int& ok = ok_cl[CL];
+  if (ok < 0) {
+    set_attrs<T, NT>();
+    cudaLaunchAttribute at[1];
+    const cudaLaunchConfig_t cfg = launch_cfg(at, CL, NT, 1, smem, nullptr);
+    int n = 0;
+    const bool q = cudaOccupancyMaxActiveClusters(&n, k_fused<T, NT>, &cfg) == cudaSuccess;
+    (void)cudaGetLastError();
+    ok = q && n >= 1 ? 1 : 0;
+  }
+  return ok == 1;
+}
+
+template <class T, int NT>
+void launch_nt(const SampleArgs& a, Cfg c, cudaStream_t st) {
+  FGeo g = geo_for(a.V, c);
+  if (!cluster_fits<T, NT>(c.CL, size_t(g.E) * NT * 4)) {
+    c.CL = 8;
+    g = geo_for(a.V, c);
+  }
+  g.aligned = (reinterpret_cast<uintptr_t>(a.logits) % 16 == 0) && ((a.row_stride * int64_t(sizeof(T))) % 16 == 0);
+  set_attrs<T, NT>();
+  cudaLaunchAttribute at[1];
+  const cudaLaunchConfig_t cfg = launch_cfg(at, c.CL, NT, a.B, size_t(g.E) * NT * 4, st);
+  if (env_int("GPUKIT_SAMPLING_DEBUG")) {  // development: the shape and how many clusters fit at once
+    static int64_t last = -1;
+    const int64_t key = (int64_t(c.CL) << 40) ^ (int64_t(NT) << 30) ^ (a.B << 20) ^ a.V;
+    if (key != last) {
+      last = key;
+      int n = 0;
+      (void)cudaOccupancyMaxActiveClusters(&n, k_fused<T, NT>, &cfg);
+      (void)cudaGetLastError();
+      std::fprintf(stderr, "sampling_fused: B=%lld V=%lld CL=%d NT=%d E=%d smem=%zu+%zu max_active_clusters=%d\n",
+                   (long long)a.B, (long long)a.V, c.CL, NT, g.E, size_t(g.E) * NT * 4, sizeof(Sh<NT>), n);
+    }
+  }
+  GK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, k_fused<T, NT>, a, g));
+  GK_LAUNCH_CHECK("sampling_fused");
+}
+
+template <class T>
+void launch_fused(const SampleArgs& a, cudaStream_t st) {
+  const Cfg c = pick_cfg(a.B, a.V);
+  if (c.NT == 1024) launch_nt<T, 1024>(a, c, st);
+  else launch_nt<T, 512>(a, c, st);
+}
+
+}  // namespace
+
+bool fused_sample_ok(const SampleArgs& a) {
+  if (a.mode != SampleMode::Draw || a.top_n > 0 || a.B < 1 || a.B > 65535) return false;
+  if (const char* e = std::getenv("GPUKIT_SAMPLING_FUSED"); e && e[0] == '0') return false;  // multi-pass path
+  static int major = -1;  // thread-block clusters: compute capability 9.0 or newer
+  if (major < 0) {
+    int dev = 0, v = 0;
+    major = cudaGetDevice(&dev) == cudaSuccess &&
+                    cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess
+                ? v
+                : 0;
+    (void)cudaGetLastError();
+  }
+  if (major < 9) return false;
+  if (a.typical_p.ptr || (a.typical_p.value > 0.f && a.typical_p.value < 1.f)) return false;
+  const Cfg c = pick_cfg(a.B, a.V);
+  // the 8-CTA shape (taken when a larger cluster cannot be resident) must fit as well
+  return geo_ok(geo_for(a.V, c), c) && geo_ok(geo_for(a.V, Cfg{c.CL < 8 ? c.CL : 8, c.NT}), c);
+}
+
+void fused_sample_rows(const SampleArgs& a, void* stream) {
+  auto st = static_cast<cudaStream_t>(stream);
+  switch (a.dtype) {
+    case DType::f32: return launch_fused<float>(a, st);
+    case DType::bf16: return launch_fused<bf16>(a, st);
+    case DType::f16: return launch_fused<f16>(a, st);
+    default: throw TypeError("logits: dtype must be float32, bfloat16 or float16");
+  }
+}
+
+}  // namespace gk::cuda
