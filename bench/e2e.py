@@ -14,7 +14,10 @@ first token, peak GPU memory.
 
 Cases are <model>[-<quant>]-b<batch>: model 1b or 8b, quant fp8/int8/int4 (gpukit
 only; the HF peers run bf16), e.g. 8b-int4-b1. Engines: gk-graph, gk-eager, hf-eager,
-hf-compile. --profile prints the GPU time of each op of one decode step (CUDA events
+hf-compile, and gk-ops / gk-unfused: the gk-graph engine with the layers composed of the
+gk.nn fused ops (fusion level 1, last release's engine) or unfused (level 0: separate
+q/k/v and gate/up projections, add + rms_norm, rope then kv_append, silu then mul), the
+"before" of the fused kernels. --profile prints the GPU time of each op of one decode step (CUDA events
 with the GPU queue pre-filled), summed over the layers, with the bytes each
 projection reads and the bandwidth it reaches.
 
@@ -49,7 +52,9 @@ MODELS = {
                           max_position_embeddings=1024, tie_word_embeddings=True)),
 }
 DEFAULT_CASES = "1b-b1,1b-b32,8b-b1,8b-b32,8b-fp8-b1,8b-int4-b1"
-ENGINES = ("gk-graph", "gk-eager", "hf-eager", "hf-compile")
+ENGINES = ("gk-graph", "gk-eager", "gk-ops", "gk-unfused", "hf-eager", "hf-compile")
+FUSION = {"gk-ops": 1, "gk-unfused": 0}  # model.fusion of the gk engines (default 2)
+GK_LABEL = {"gk-graph": "", "gk-eager": " (eager)", "gk-ops": " (ops fused)", "gk-unfused": " (unfused)"}
 HBM_BYTES_PER_S = 4.8e12  # H200 HBM3e
 TARGETS = {("8b", "", 1): 240, ("1b", "", 1): 1000, ("8b", "fp8", 1): 400, ("8b", "int4", 1): 600,
            ("8b", "", 32): 4000}  # decode tok/s, issue 7
@@ -70,7 +75,16 @@ def prompts_for(batch, prompt_len, vocab):
     return [[(i * 7919 + b * 104729 + 13) % vocab for i in range(prompt_len)] for b in range(batch)]
 
 
-def bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead=True):
+def bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead=True, fusion=2):
+    from gpukit import _C
+    model._m.fusion = fusion
+    try:
+        return _bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead)
+    finally:
+        model._m.fusion = 2
+
+
+def _bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead):
     from gpukit import _C
     prompts = prompts_for(batch, prompt_len, model.config.vocab_size)
     w = _C.llm.Generation(model._m, prompts, max_new_tokens=3, ignore_eos=True, cuda_graph=graph,
@@ -98,7 +112,8 @@ def bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead=
     assert all(len(x) == new_tokens for x in g.generated)
     steady = batch * (steps - 2) / (t2 - t_first) if steps > 2 else float("nan")
     return dict(prefill=batch * prompt_len / (t1 - t0), decode=batch * (steps - 1) / (t2 - t1), ttft=t1 - t0,
-                peak=peak, captures=g.captures, steady=steady, first_ms=(t_first - t1) * 1e3 if t_first else 0.0)
+                peak=peak, captures=g.captures, steady=steady, first_ms=(t_first - t1) * 1e3 if t_first else 0.0,
+                nodes=list(g.graph_nodes))
 
 
 def bench_hf(cfg, batch, prompt_len, new_tokens, compiled):
@@ -226,8 +241,8 @@ def main():
         for eng in engines:
             if eng.startswith("gk"):
                 n = (a.eager_new or a.new) if eng == "gk-eager" else a.new
-                res[eng] = bench_gpukit(model, batch, a.prompt, n, a.device, graph=eng == "gk-graph",
-                                        lookahead=not a.no_lookahead)
+                res[eng] = bench_gpukit(model, batch, a.prompt, n, a.device, graph=eng != "gk-eager",
+                                        lookahead=not a.no_lookahead, fusion=FUSION.get(eng, 2))
         if a.profile:
             print_profile(model, cfg, batch, a.prompt + a.new // 2, quant)
         for eng in engines:
@@ -246,17 +261,19 @@ def main():
             extra_s = ""
             if "steady" in r:
                 extra_s = (f"; after the first decode step ({r['first_ms']:.1f} ms"
-                           f"{', graph capture included' if eng == 'gk-graph' else ''}): {r['steady']:.1f} tok/s")
+                           f"{', graph capture included' if eng != 'gk-eager' else ''}): {r['steady']:.1f} tok/s")
+                if r.get("nodes") and r["nodes"][0]:
+                    extra_s += f"; graph {r['nodes'][0]} nodes ({r['nodes'][1]} kernels)"
             print(f"  {eng:<11} prefill {r['prefill']:9.0f} tok/s  decode {r['decode']:8.1f} tok/s "
                   f"({100 * r['decode'] / roof:5.1f}% of roofline)  TTFT {r['ttft'] * 1e3:8.1f} ms  "
                   f"peak {r['peak'] / 2**30:6.2f} GiB{extra_s}")
         peer_name = "hf-compile" if "hf-compile" in res else ("hf-eager" if "hf-eager" in res else "")
         peer = res.get(peer_name)
-        for eng in ("gk-graph", "gk-eager"):
+        for eng in GK_LABEL:
             if eng not in res:
                 continue
             r = res[eng]
-            label = ("" if eng == "gk-graph" else " (eager)") + variant
+            label = GK_LABEL[eng] + variant
             for metric, k in (("prefill tok/s", "prefill"), ("decode tok/s", "decode"), ("TTFT s", "ttft")):
                 records.append(record(f"e2e {metric}{label}", shape, dtype, metric, r[k], peer=peer_name,
                                       peer_value=peer[k] if peer else None))

@@ -10,6 +10,9 @@
 #include "gpukit/gemm.h"
 #include "gpukit/ops.h"
 #if GPUKIT_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "core/cuda_util.h"
 #include "ops/backend.h"
 #endif
 
@@ -110,6 +113,39 @@ void DecodeRunner::body() {
   copy_into(pl, binary(BinaryOp::Add, pl, Scalar::of_int(1)));
 }
 
+// The nodes of the graph being captured on stream_, by type (diagnostics: how many
+// launches one step costs).
+void DecodeRunner::count_nodes() {
+  nodes_ = {};
+#if GPUKIT_WITH_CUDA
+  auto st = static_cast<cudaStream_t>(stream_.handle());
+  cudaStreamCaptureStatus status;
+  unsigned long long id = 0;
+  cudaGraph_t g = nullptr;
+  const cudaGraphNode_t* deps = nullptr;
+  size_t nd = 0;
+#if CUDART_VERSION >= 13000
+  const cudaGraphEdgeData* ed = nullptr;
+  GK_CUDA_CHECK(cudaStreamGetCaptureInfo(st, &status, &id, &g, &deps, &ed, &nd));
+#else
+  GK_CUDA_CHECK(cudaStreamGetCaptureInfo(st, &status, &id, &g, &deps, &nd));
+#endif
+  if (status != cudaStreamCaptureStatusActive || !g) return;
+  size_t n = 0;
+  GK_CUDA_CHECK(cudaGraphGetNodes(g, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (n) GK_CUDA_CHECK(cudaGraphGetNodes(g, nodes.data(), &n));
+  nodes_.total = int64_t(n);
+  for (size_t i = 0; i < n; ++i) {
+    cudaGraphNodeType t;
+    GK_CUDA_CHECK(cudaGraphNodeGetType(nodes[i], &t));
+    if (t == cudaGraphNodeTypeKernel) ++nodes_.kernels;
+    else if (t == cudaGraphNodeTypeMemcpy) ++nodes_.memcpy;
+    else if (t == cudaGraphNodeTypeMemset) ++nodes_.memset;
+  }
+#endif
+}
+
 void DecodeRunner::prepare(int64_t extra) {
   int32_t* bt = h_bt_.data_as<int32_t>();
   bool dirty = false;
@@ -145,6 +181,7 @@ void DecodeRunner::launch() {
         logits_ = tokens_ = Array();
         throw;
       }
+      count_nodes();
       graph_.end();
     }
     graph_.replay(&stream_);

@@ -1,0 +1,352 @@
+// The engine's decode kernels (see src/llm/fused.h): projection GEMV (optionally with
+// the SwiGLU epilogue), q/k RoPE + paged KV append in one launch, and residual add +
+// RMSNorm, each aware of programmatic dependent launch (PDL):
+//   1. issue the loads that do not depend on the previous kernel (weights),
+//   2. griddepcontrol.launch_dependents: the next kernel may start launching now,
+//   3. griddepcontrol.wait: the previous kernel has finished and its writes are visible,
+//   4. read the activations, compute, write.
+// Nothing is written before step 3, so a kernel that starts early never disturbs the
+// one still running; without the launch attribute both instructions are no-ops.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/cuda_util.h"
+#include "cuda/common/rows.cuh"
+#include "llm/fused.h"
+#include "ops/nn_args.h"
+
+namespace gk::cuda {
+
+namespace {
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+template <class... P, class... A>
+void launch_ex(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t st, bool pdl, const char* name,
+               A&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  GK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
+  GK_LAUNCH_CHECK(name);
+}
+
+// Weights: read once, never written during the step (safe before the PDL wait).
+__device__ __forceinline__ uint4 ld_weight(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+// Activations written by the previous kernel: a plain (coherent) load, after the wait.
+__device__ __forceinline__ uint4 ld_act(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+template <class T>
+__device__ __forceinline__ void f8(const uint4& v, float (&f)[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (std::is_same_v<T, bf16>) {
+      f[2 * i] = __uint_as_float(w[i] << 16);
+      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    } else {
+      __half2 h;
+      memcpy(&h, &w[i], 4);
+      const float2 x = __half22float2(h);
+      f[2 * i] = x.x;
+      f[2 * i + 1] = x.y;
+    }
+  }
+}
+
+// ---- projection GEMV ----
+// A block of kPT threads owns kPR weight rows (swiglu: gate rows j0, j0+1 and up rows
+// n+j0, n+j0+1); thread t takes the 16-byte chunks t, t + kPT, ... of each row, kPU
+// chunks per row in flight. Sums: per thread in chunk order, warp butterfly, warps in
+// order: a fixed order that does not depend on M.
+constexpr int kPT = 256, kPR = 4, kPU = 2, kPW = kPT / 32;
+
+template <class T, int MT, bool SWI>
+__global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1) k_project(const llm::ProjArgs a) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t nch = a.k / 8;
+  const int64_t rbytes = a.w_rs * int64_t(sizeof(T));
+  const uint8_t* wr[kPR];
+#pragma unroll
+  for (int r = 0; r < kPR; ++r) {
+    int64_t row;
+    if constexpr (SWI) {
+      const int64_t j = std::min<int64_t>(int64_t(blockIdx.x) * 2 + (r & 1), a.n - 1);
+      row = r < 2 ? j : a.n + j;
+    } else {
+      row = std::min<int64_t>(int64_t(blockIdx.x) * kPR + r, a.n - 1);
+    }
+    wr[r] = static_cast<const uint8_t*>(a.w) + row * rbytes;
+  }
+  float acc[MT][kPR];
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int r = 0; r < kPR; ++r) acc[i][r] = 0.f;
+  uint4 raw[kPU][kPR];
+  auto load = [&](int64_t c) {
+#pragma unroll
+    for (int u = 0; u < kPU; ++u) {
+      const int64_t cc = c + int64_t(u) * kPT;
+      if (cc < nch) {
+#pragma unroll
+        for (int r = 0; r < kPR; ++r) raw[u][r] = ld_weight(wr[r] + cc * 16);
+      }
+    }
+  };
+  int64_t c = tid;
+  load(c);  // the first weights in flight before waiting for x
+  pdl_trigger();
+  pdl_wait();
+  const T* x = static_cast<const T*>(a.x);
+  while (true) {
+#pragma unroll
+    for (int u = 0; u < kPU; ++u) {
+      const int64_t cc = c + int64_t(u) * kPT;
+      if (cc < nch) {
+        float w[kPR][8];
+#pragma unroll
+        for (int r = 0; r < kPR; ++r) f8<T>(raw[u][r], w[r]);
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+          if (i < a.m) {
+            float xf[8];
+            f8<T>(ld_act(x + i * a.x_rs + cc * 8), xf);
+#pragma unroll
+            for (int r = 0; r < kPR; ++r) {
+              float d = acc[i][r];
+#pragma unroll
+              for (int e = 0; e < 8; ++e) d = fmaf(xf[e], w[r][e], d);
+              acc[i][r] = d;
+            }
+          }
+        }
+      }
+    }
+    c += int64_t(kPT) * kPU;
+    if (c >= nch) break;
+    load(c);
+  }
+  __shared__ float red[kPW][MT * kPR];
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int r = 0; r < kPR; ++r) {
+      const float v = warp_sum(acc[i][r]);
+      if (lane == 0) red[warp][i * kPR + r] = v;
+    }
+  __syncthreads();
+  auto total = [&](int o) {
+    float v = red[0][o];
+#pragma unroll
+    for (int w = 1; w < kPW; ++w) v += red[w][o];
+    return v;
+  };
+  T* y = static_cast<T*>(a.y);
+  if constexpr (SWI) {
+    if (tid < MT * 2) {
+      const int i = tid / 2, jj = tid % 2;
+      const int64_t j = int64_t(blockIdx.x) * 2 + jj;
+      if (i < a.m && j < a.n) {
+        const float g = float(convert<T>(total(i * kPR + jj))), u = float(convert<T>(total(i * kPR + 2 + jj)));
+        y[i * a.n + j] = convert<T>(gated_fn<nn::GatedAct::SwiGLU, float>(g, u));
+      }
+    }
+  } else {
+    if (tid < MT * kPR) {
+      const int i = tid / kPR, r = tid % kPR;
+      const int64_t row = int64_t(blockIdx.x) * kPR + r;
+      if (i < a.m && row < a.n) {
+        T v = convert<T>(total(i * kPR + r));
+        if (a.bias) v = convert<T>(float(v) + float(static_cast<const T*>(a.bias)[row]));
+        y[i * a.n + row] = v;
+      }
+    }
+  }
+}
+
+template <class T>
+void project_t(const llm::ProjArgs& a, cudaStream_t st) {
+  const int64_t blocks = a.swiglu ? (a.n + 1) / 2 : (a.n + kPR - 1) / kPR;
+  if (blocks > int64_t(INT32_MAX)) throw ValueError("project: n is too large");
+  const dim3 g{unsigned(blocks)}, b{unsigned(kPT)};
+  auto go = [&](auto kernel) { launch_ex(kernel, g, b, st, a.pdl, "llm_project", a); };
+  if (a.swiglu) {
+    if (a.m <= 1) go(k_project<T, 1, true>);
+    else if (a.m <= 2) go(k_project<T, 2, true>);
+    else if (a.m <= 4) go(k_project<T, 4, true>);
+    else go(k_project<T, 8, true>);
+  } else {
+    if (a.m <= 1) go(k_project<T, 1, false>);
+    else if (a.m <= 2) go(k_project<T, 2, false>);
+    else if (a.m <= 4) go(k_project<T, 4, false>);
+    else go(k_project<T, 8, false>);
+  }
+}
+
+// ---- q/k RoPE + paged KV append ----
+// One block per token: the cos/sin table of its position into shared memory, then the
+// q pairs (in place), the k pairs and k tail (stored), the v elements (stored).
+template <class T, bool IL>
+__global__ void __launch_bounds__(256) k_rope_append(const __grid_constant__ llm::RopeAppendArgs a) {
+  __shared__ float tab[2 * llm::kFusedMaxFreqs];
+  pdl_trigger();
+  pdl_wait();
+  const int64_t t = blockIdx.x;
+  const int n = a.rd / 2;
+  const int32_t p = a.pos[t];
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    float sn, cs;
+    sincosf(float(p) * a.inv_freq[j], &sn, &cs);
+    tab[j] = cs * a.mscale;
+    tab[llm::kFusedMaxFreqs + j] = sn * a.mscale;
+  }
+  bool dest = p >= 0;
+  int64_t blk = 0, off = 0;
+  if (dest) {
+    const int64_t li = p / a.bs;
+    dest = li < a.max_blocks;
+    if (dest) {
+      blk = a.block_table[t * a.bt_stride + li];
+      off = p - li * a.bs;
+      dest = blk >= 0 && blk < a.nb;
+    }
+  }
+  __syncthreads();
+  const int64_t base = (blk * a.bs + off) * a.hkv * a.D;
+  T* kc = static_cast<T*>(a.kc) + base;
+  T* vc = static_cast<T*>(a.vc) + base;
+  const int qpairs = a.hq * n, kpairs = a.hkv * n, ktail = a.hkv * (a.D - a.rd);
+  const int total = qpairs + (dest ? kpairs + ktail + a.hkv * a.D : 0);
+  for (int u = threadIdx.x; u < total; u += blockDim.x) {
+    if (u < qpairs + kpairs) {
+      const bool isq = u < qpairs;
+      const int w = isq ? u : u - qpairs, h = w / n, i = w - h * n;
+      const int i1 = IL ? 2 * i : i, i2 = IL ? 2 * i + 1 : i + n;
+      const float cs = tab[i], sn = tab[llm::kFusedMaxFreqs + i];
+      const T* src = isq ? static_cast<const T*>(a.q) + t * a.q_ts + h * a.q_hs
+                         : static_cast<const T*>(a.k) + t * a.k_ts + h * a.k_hs;
+      const float x1 = float(src[i1]), x2 = float(src[i2]);
+      const T r1 = convert<T>(x1 * cs - x2 * sn), r2 = convert<T>(x2 * cs + x1 * sn);
+      if (isq) {
+        T* q = static_cast<T*>(a.q) + t * a.q_ts + h * a.q_hs;
+        q[i1] = r1;
+        q[i2] = r2;
+      } else {
+        kc[h * a.D + i1] = r1;
+        kc[h * a.D + i2] = r2;
+      }
+    } else if (u < qpairs + kpairs + ktail) {
+      const int tl = a.D - a.rd, w = u - qpairs - kpairs, h = w / tl, i = a.rd + (w - h * tl);
+      kc[h * a.D + i] = static_cast<const T*>(a.k)[t * a.k_ts + h * a.k_hs + i];
+    } else {
+      const int w = u - qpairs - kpairs - ktail, h = w / a.D, i = w - h * a.D;
+      vc[h * a.D + i] = static_cast<const T*>(a.v)[t * a.v_ts + h * a.v_hs + i];
+    }
+  }
+}
+
+// ---- residual add + RMSNorm ----
+template <class T, bool VEC>
+__global__ void __launch_bounds__(256) k_add_rms_norm(const llm::AddNormArgs a) {
+  __shared__ float sh[32];
+  pdl_trigger();
+  pdl_wait();
+  const int64_t row = blockIdx.x;
+  const T* x = static_cast<const T*>(a.x) + row * a.x_rs;
+  const T* res = static_cast<const T*>(a.res) + row * a.res_rs;
+  const T* w = static_cast<const T*>(a.w);
+  T* out = static_cast<T*>(a.out) + row * a.H;
+  T* ro = static_cast<T*>(a.res_out) + row * a.H;
+  constexpr int N = VEC ? 16 / int(sizeof(T)) : 1;
+  float ss = 0.f;
+  for (int64_t i = int64_t(threadIdx.x) * N; i < a.H; i += int64_t(blockDim.x) * N) {
+    Vec<T, N> xv = *reinterpret_cast<const Vec<T, N>*>(x + i);
+    Vec<T, N> rv = *reinterpret_cast<const Vec<T, N>*>(res + i);
+    Vec<T, N> o;
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      o.v[j] = convert<T>(float(xv.v[j]) + float(rv.v[j]));
+      const float f = float(o.v[j]);
+      ss = fmaf(f, f, ss);
+    }
+    *reinterpret_cast<Vec<T, N>*>(ro + i) = o;
+  }
+  const float inv = rsqrtf(row_sum(ss, sh) / float(a.H) + a.eps);
+  for (int64_t i = int64_t(threadIdx.x) * N; i < a.H; i += int64_t(blockDim.x) * N) {
+    Vec<T, N> rv = *reinterpret_cast<const Vec<T, N>*>(ro + i);  // this thread's own writes
+    Vec<T, N> wv = *reinterpret_cast<const Vec<T, N>*>(w + i);
+    Vec<T, N> o;
+#pragma unroll
+    for (int j = 0; j < N; ++j) o.v[j] = convert<T>(float(rv.v[j]) * inv * float(wv.v[j]));
+    *reinterpret_cast<Vec<T, N>*>(out + i) = o;
+  }
+}
+
+}  // namespace
+
+void llm_project(const llm::ProjArgs& a, void* stream) {
+  if (a.m <= 0 || a.n <= 0) return;
+  if (a.m > 8 || !a.vec || a.k % 8 != 0) throw ValueError("llm_project: needs m <= 8, aligned rows and k % 8 == 0");
+  auto st = static_cast<cudaStream_t>(stream);
+  if (a.dtype == DType::bf16) project_t<bf16>(a, st);
+  else if (a.dtype == DType::f16) project_t<f16>(a, st);
+  else throw TypeError(cat("llm_project: unsupported dtype ", dtype_name(a.dtype)));
+}
+
+void llm_rope_append(const llm::RopeAppendArgs& a, void* stream) {
+  if (a.T <= 0) return;
+  if (a.T > int64_t(INT32_MAX)) throw ValueError("rope_append: too many tokens");
+  auto st = static_cast<cudaStream_t>(stream);
+  const int work = a.hq * (a.rd / 2) + a.hkv * (a.D + a.D / 2);
+  const int threads = std::min(256, std::max(32, (work + 31) / 32 * 32));
+  dispatch_float(a.dtype, [&](auto tv) {
+    using T = decltype(tv);
+    if (a.interleaved)
+      launch_ex(k_rope_append<T, true>, dim3(unsigned(a.T)), dim3(threads), st, a.pdl, "llm_rope_append", a);
+    else
+      launch_ex(k_rope_append<T, false>, dim3(unsigned(a.T)), dim3(threads), st, a.pdl, "llm_rope_append", a);
+  });
+}
+
+void llm_add_rms_norm(const llm::AddNormArgs& a, void* stream) {
+  if (a.rows <= 0 || a.H <= 0) return;
+  if (a.rows > int64_t(INT32_MAX)) throw ValueError("add_rms_norm: too many rows");
+  auto st = static_cast<cudaStream_t>(stream);
+  dispatch_float(a.dtype, [&](auto tv) {
+    using T = decltype(tv);
+    const int64_t per = a.vec ? a.H / (16 / int64_t(sizeof(T))) : a.H;
+    const int threads = int(std::min<int64_t>(256, std::max<int64_t>(32, (per + 31) / 32 * 32)));
+    if (a.vec) launch_ex(k_add_rms_norm<T, true>, dim3(unsigned(a.rows)), dim3(threads), st, a.pdl, "llm_add_rms_norm", a);
+    else launch_ex(k_add_rms_norm<T, false>, dim3(unsigned(a.rows)), dim3(threads), st, a.pdl, "llm_add_rms_norm", a);
+  });
+}
+
+}  // namespace gk::cuda

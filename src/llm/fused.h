@@ -1,0 +1,105 @@
+// The engine's own decode kernels (src/cuda/llm_decode.cu, CPU references in
+// src/llm/fused.cpp): the few launches of one decode layer, each written so that
+// inside the captured step a kernel can start while the previous one finishes
+// (programmatic dependent launch, PDL: a kernel first issues the loads that do not
+// depend on the previous kernel, the weights, then waits for it with
+// griddepcontrol.wait, and lets the next kernel launch early with
+// griddepcontrol.launch_dependents). Without PDL (GPUKIT_PDL=0, or off Hopper) the
+// waits are no-ops and the kernels run one after the other as usual.
+//
+// - project: y = x @ w^T (+ bias) for M <= 8 rows of bf16/f16 x and dense weight rows,
+//   fp32 sums in a fixed order (the same bits for a row whatever M), rounded once;
+//   with swiglu, w = [gate; up] (2n rows) and y = silu(g) * u of the rounded g, u
+//   (one launch instead of GEMV + swiglu).
+// - rope_append: one token per sequence: q rotated in place, k rotated and stored with
+//   v into the paged cache at position pos[t] of sequence t (block_table row t); the
+//   cos/sin formula of nn::rope (sincosf of the fp32 angle, times mscale). A token
+//   whose destination is outside the pool is not stored (device index arrays are not
+//   inspected on the host, like nn::kv_append).
+// - add_rms_norm: r = round(x + residual), y = rms_norm(r) * w (nn::rms_norm_residual's
+//   rule), one block per row.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <utility>
+
+#include "gpukit/array.h"
+#include "gpukit/nn.h"
+
+namespace gk::llm {
+
+constexpr int kFusedMaxFreqs = 512;  // rotary_dim <= 1024
+
+struct ProjArgs {
+  const void* x = nullptr;  // [m, k], rows x_rs elements apart
+  const void* w = nullptr;  // [n or 2n, k], rows w_rs elements apart
+  const void* bias = nullptr;  // [n] (not with swiglu) or null
+  void* y = nullptr;           // [m, n] dense
+  int64_t m = 0, n = 0, k = 0, x_rs = 0, w_rs = 0;
+  DType dtype = DType::bf16;  // of x, w, bias, y
+  bool swiglu = false;
+  bool vec = false;  // CUDA: 16-byte aligned rows and k % 8 == 0
+  bool pdl = false;
+};
+
+struct RopeAppendArgs {
+  void* q = nullptr;  // [T, hq, D], rotated in place
+  const void* k = nullptr;
+  const void* v = nullptr;
+  int64_t q_ts = 0, q_hs = 0, k_ts = 0, k_hs = 0, v_ts = 0, v_hs = 0;
+  void* kc = nullptr;  // [nb, bs, hkv, D] dense
+  void* vc = nullptr;
+  int64_t nb = 0, bs = 0, T = 0;
+  int hq = 0, hkv = 0, D = 0, rd = 0;
+  bool interleaved = false;
+  const int32_t* pos = nullptr;          // [T]
+  const int32_t* block_table = nullptr;  // [T, max_blocks]
+  int64_t bt_stride = 0, max_blocks = 0;
+  float mscale = 1.f;
+  DType dtype = DType::bf16;
+  bool pdl = false;
+  float inv_freq[kFusedMaxFreqs] = {};
+};
+
+struct AddNormArgs {
+  const void* x = nullptr;
+  const void* res = nullptr;
+  const void* w = nullptr;
+  void* out = nullptr;      // [rows, H] dense
+  void* res_out = nullptr;  // [rows, H] dense
+  int64_t rows = 0, H = 0, x_rs = 0, res_rs = 0;
+  float eps = 1e-6f;
+  DType dtype = DType::bf16;
+  bool vec = false;
+  bool pdl = false;
+};
+
+namespace fused {
+struct Rope {
+  double theta = 10000.0;
+  std::optional<int> rotary_dim;
+  bool interleaved = false;
+  nn::RopeScaling scaling;
+};
+// Whether kernels launch with PDL (CUDA, sm_90+, and GPUKIT_PDL is not "0"; read once).
+bool pdl_enabled(Device d);
+Array project(const Array& x, const Array& w, const Array& bias = {}, bool swiglu = false, const Stream* s = nullptr);
+void rope_append(const Array& q, const Array& k, const Array& v, const Array& k_cache, const Array& v_cache,
+                 const Array& positions, const Array& block_table, const Rope& rope, const Stream* s = nullptr);
+std::pair<Array, Array> add_rms_norm(const Array& x, const Array& residual, const Array& w, double eps,
+                                     const Stream* s = nullptr);
+
+// CPU references (src/llm/fused.cpp)
+void ref_project(const ProjArgs& a);
+void ref_rope_append(const RopeAppendArgs& a);
+void ref_add_rms_norm(const AddNormArgs& a);
+}  // namespace fused
+
+}  // namespace gk::llm
+
+namespace gk::cuda {
+// src/cuda/llm_decode.cu (CUDA builds only)
+void llm_project(const llm::ProjArgs& a, void* stream);
+void llm_rope_append(const llm::RopeAppendArgs& a, void* stream);
+void llm_add_rms_norm(const llm::AddNormArgs& a, void* stream);
+}  // namespace gk::cuda
