@@ -31,6 +31,8 @@ GK_BINDING(61, llm_fused) {
     return llm::fused::add_rms_norm(x, residual, w, eps);
   }, nb::arg("x"), nb::arg("residual"), nb::arg("w"), nb::arg("eps") = 1e-6,
      "(rms_norm(x + residual) * w, x + residual)");
+  lm.def("set_pdl", [](std::optional<bool> on) { llm::fused::set_pdl(on ? int(*on) : -1); }, nb::arg("on"),
+         "Programmatic dependent launch of the engine's kernels: True, False, or None for GPUKIT_PDL's default.");
   lm.def("pdl_enabled", [](nb::handle device) { return llm::fused::pdl_enabled(to_device(device)); },
          nb::arg("device"), "Whether the engine's kernels launch with programmatic dependent launch on device.");
 }

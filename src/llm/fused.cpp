@@ -1,6 +1,7 @@
 // Front ends and CPU references of the engine's decode kernels (see llm/fused.h).
 #include "llm/fused.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -29,6 +30,14 @@ void same_dtype(const Array& a, const Array& b, const char* arg) {
 }
 }  // namespace
 
+namespace {
+std::atomic<int> g_pdl{-1};
+}
+void set_pdl(int mode) {
+  if (mode < -1 || mode > 1) throw ValueError(cat("pdl: expected -1, 0 or 1, got ", mode));
+  g_pdl.store(mode);
+}
+
 bool pdl_enabled(Device d) {
 #if GPUKIT_WITH_CUDA
   if (!d.is_cuda()) return false;
@@ -36,7 +45,8 @@ bool pdl_enabled(Device d) {
     const char* e = std::getenv("GPUKIT_PDL");
     return !(e && std::strcmp(e, "0") == 0);
   }();
-  if (!env_on) return false;
+  const int mode = g_pdl.load();
+  if (mode == 0 || (mode < 0 && !env_on)) return false;
   static int major[64] = {};
   const int i = d.index < 64 ? d.index : 63;
   if (major[i] == 0) {

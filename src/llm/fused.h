@@ -83,6 +83,9 @@ struct Rope {
 };
 // Whether kernels launch with PDL (CUDA, sm_90+, and GPUKIT_PDL is not "0"; read once).
 bool pdl_enabled(Device d);
+// -1: as GPUKIT_PDL says (default), 0: off, 1: on where supported (benchmarks; takes
+// effect at the next launch or capture).
+void set_pdl(int mode);
 Array project(const Array& x, const Array& w, const Array& bias = {}, bool swiglu = false, const Stream* s = nullptr);
 void rope_append(const Array& q, const Array& k, const Array& v, const Array& k_cache, const Array& v_cache,
                  const Array& positions, const Array& block_table, const Rope& rope, const Stream* s = nullptr);
