@@ -131,20 +131,41 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1) k_project(const llm::Pro
     for (int u = 0; u < kPU; ++u) {
       const int64_t cc = c + int64_t(u) * kPT;
       if (cc < nch) {
-        float w[kPR][8];
+        if constexpr (MT <= 2) {  // few rows of x: hold x, decode one weight row at a time
+          float xf[MT][8];
 #pragma unroll
-        for (int r = 0; r < kPR; ++r) f8<T>(raw[u][r], w[r]);
+          for (int i = 0; i < MT; ++i)
+            if (i < a.m) f8<T>(ld_act(x + i * a.x_rs + cc * 8), xf[i]);
 #pragma unroll
-        for (int i = 0; i < MT; ++i) {
-          if (i < a.m) {
-            float xf[8];
-            f8<T>(ld_act(x + i * a.x_rs + cc * 8), xf);
+          for (int r = 0; r < kPR; ++r) {
+            float w[8];
+            f8<T>(raw[u][r], w);
 #pragma unroll
-            for (int r = 0; r < kPR; ++r) {
-              float d = acc[i][r];
+            for (int i = 0; i < MT; ++i) {
+              if (i < a.m) {
+                float d = acc[i][r];
 #pragma unroll
-              for (int e = 0; e < 8; ++e) d = fmaf(xf[e], w[r][e], d);
-              acc[i][r] = d;
+                for (int e = 0; e < 8; ++e) d = fmaf(xf[i][e], w[e], d);
+                acc[i][r] = d;
+              }
+            }
+          }
+        } else {  // many rows of x: hold the decoded weights, stream x
+          float w[kPR][8];
+#pragma unroll
+          for (int r = 0; r < kPR; ++r) f8<T>(raw[u][r], w[r]);
+#pragma unroll
+          for (int i = 0; i < MT; ++i) {
+            if (i < a.m) {
+              float xf[8];
+              f8<T>(ld_act(x + i * a.x_rs + cc * 8), xf);
+#pragma unroll
+              for (int r = 0; r < kPR; ++r) {
+                float d = acc[i][r];
+#pragma unroll
+                for (int e = 0; e < 8; ++e) d = fmaf(xf[e], w[r][e], d);
+                acc[i][r] = d;
+              }
             }
           }
         }
