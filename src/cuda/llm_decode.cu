@@ -331,7 +331,26 @@ __global__ void __launch_bounds__(256) k_add_rms_norm(const llm::AddNormArgs a) 
   }
 }
 
+// ---- the step's input update: ids = tokens, positions and lengths + 1 ----
+__global__ void k_advance(int32_t* in, const int32_t* tokens, int B) {
+  pdl_trigger();
+  pdl_wait();
+  for (int b = blockIdx.x * blockDim.x + threadIdx.x; b < B; b += gridDim.x * blockDim.x) {
+    in[b] = tokens[b];
+    in[B + b] += 1;
+    in[2 * B + b] += 1;
+  }
+}
+
 }  // namespace
+
+void llm_advance(int32_t* in, const int32_t* tokens, int64_t B, bool pdl, void* stream) {
+  if (B <= 0) return;
+  if (B > INT32_MAX / 3) throw ValueError("advance: too many rows");
+  const unsigned blocks = unsigned(std::min<int64_t>((B + 255) / 256, 1024));
+  launch_ex(k_advance, dim3(blocks), dim3(256), static_cast<cudaStream_t>(stream), pdl, "llm_advance", in, tokens,
+            int(B));
+}
 
 void llm_project(const llm::ProjArgs& a, void* stream) {
   if (a.m <= 0 || a.n <= 0) return;

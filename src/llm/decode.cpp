@@ -9,6 +9,7 @@
 #include "gpukit/errors.h"
 #include "gpukit/gemm.h"
 #include "gpukit/ops.h"
+#include "llm/fused.h"
 #if GPUKIT_WITH_CUDA
 #include <cuda_runtime.h>
 
@@ -108,9 +109,13 @@ void DecodeRunner::body() {
   // Greedy rows: the argmax kernel (the same token as decode_step's greedy rule, ties to
   // the lowest id, at a fraction of the fused step's cost).
   tokens_ = greedy_ ? sampling::argmax(logits_) : sampling::decode_step(logits_, params_, seeds_, batch_.lengths).tokens;
-  copy_into(batch_.ids, tokens_);
-  Array pl = d_in_.narrow(0, 1, 2);
-  copy_into(pl, binary(BinaryOp::Add, pl, Scalar::of_int(1)));
+  if (m_.options().fusion >= 2 && d_.is_cuda()) {
+    fused::advance_inputs(d_in_, tokens_);  // one launch
+  } else {
+    copy_into(batch_.ids, tokens_);
+    Array pl = d_in_.narrow(0, 1, 2);
+    copy_into(pl, binary(BinaryOp::Add, pl, Scalar::of_int(1)));
+  }
 }
 
 // The nodes of the graph being captured on stream_, by type (diagnostics: how many

@@ -328,4 +328,33 @@ void ref_add_rms_norm(const AddNormArgs& a) {
   });
 }
 
+// ---- advance_inputs ----
+
+void advance_inputs(const Array& in, const Array& tokens, const Stream* sp) {
+  Device d = detail::common_device({{"in", &in}, {"tokens", &tokens}});
+  Stream s = resolve_stream(sp, d);
+  if (in.dtype() != DType::i32 || tokens.dtype() != DType::i32) throw TypeError("advance_inputs: int32 arrays expected");
+  if (in.ndim() != 2 || in.shape(0) != 3 || !in.is_contiguous() || tokens.ndim() != 1 ||
+      tokens.shape(0) != in.shape(1) || !tokens.is_contiguous())
+    throw ValueError(cat("advance_inputs: dense in [3, B] and tokens [B] expected, got ", shape_str(in.shape()), " and ",
+                         shape_str(tokens.shape())));
+  const int64_t B = in.shape(1);
+  int32_t* p = in.data_as<int32_t>();
+  const int32_t* t = tokens.data_as<int32_t>();
+  if (d.is_cpu()) {
+    for (int64_t b = 0; b < B; ++b) {
+      p[b] = t[b];
+      p[B + b] += 1;
+      p[2 * B + b] += 1;
+    }
+    return;
+  }
+#if GPUKIT_WITH_CUDA
+  detail::mark_used(tokens, s);
+  cuda::llm_advance(p, t, B, pdl_enabled(d), s.handle());
+#else
+  detail::no_cuda_backend();
+#endif
+}
+
 }  // namespace gk::llm::fused

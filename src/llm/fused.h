@@ -92,6 +92,10 @@ void rope_append(const Array& q, const Array& k, const Array& v, const Array& k_
 std::pair<Array, Array> add_rms_norm(const Array& x, const Array& residual, const Array& w, double eps,
                                      const Stream* s = nullptr);
 
+// The decode step's input update in one launch: in = int32 [3, B] (ids, positions,
+// lengths, dense): ids = tokens (int32 [B]), positions and lengths + 1.
+void advance_inputs(const Array& in, const Array& tokens, const Stream* s = nullptr);
+
 // CPU references (src/llm/fused.cpp)
 void ref_project(const ProjArgs& a);
 void ref_rope_append(const RopeAppendArgs& a);
@@ -105,4 +109,5 @@ namespace gk::cuda {
 void llm_project(const llm::ProjArgs& a, void* stream);
 void llm_rope_append(const llm::RopeAppendArgs& a, void* stream);
 void llm_add_rms_norm(const llm::AddNormArgs& a, void* stream);
+void llm_advance(int32_t* in, const int32_t* tokens, int64_t B, bool pdl, void* stream);
 }  // namespace gk::cuda
