@@ -17,7 +17,8 @@ only; the HF peers run bf16), e.g. 8b-int4-b1. Engines: gk-graph, gk-eager, hf-e
 hf-compile, and gk-ops / gk-unfused: the gk-graph engine with the layers composed of the
 gk.nn fused ops (fusion level 1, last release's engine) or unfused (level 0: separate
 q/k/v and gate/up projections, add + rms_norm, rope then kv_append, silu then mul), the
-"before" of the fused kernels; gk-nopdl: gk-graph without programmatic dependent launch.
+"before" of the fused kernels; gk-nopdl: gk-graph without programmatic dependent launch;
+gk-ropeqkv: gk-graph with RoPE and the KV append in the q/k/v GEMV's epilogue.
 --profile prints the GPU time of each op of one decode step (CUDA events
 with the GPU queue pre-filled), summed over the layers, with the bytes each
 projection reads and the bandwidth it reaches.
@@ -53,10 +54,10 @@ MODELS = {
                           max_position_embeddings=1024, tie_word_embeddings=True)),
 }
 DEFAULT_CASES = "1b-b1,1b-b32,8b-b1,8b-b32,8b-fp8-b1,8b-int4-b1"
-ENGINES = ("gk-graph", "gk-eager", "gk-ops", "gk-unfused", "gk-nopdl", "hf-eager", "hf-compile")
+ENGINES = ("gk-graph", "gk-eager", "gk-ops", "gk-unfused", "gk-nopdl", "gk-ropeqkv", "hf-eager", "hf-compile")
 FUSION = {"gk-ops": 1, "gk-unfused": 0}  # model.fusion of the gk engines (default 2)
 GK_LABEL = {"gk-graph": "", "gk-eager": " (eager)", "gk-ops": " (ops fused)", "gk-unfused": " (unfused)",
-            "gk-nopdl": " (no PDL)"}
+            "gk-nopdl": " (no PDL)", "gk-ropeqkv": " (rope in qkv)"}
 HBM_BYTES_PER_S = 4.8e12  # H200 HBM3e
 TARGETS = {("8b", "", 1): 240, ("1b", "", 1): 1000, ("8b", "fp8", 1): 400, ("8b", "int4", 1): 600,
            ("8b", "", 32): 4000}  # decode tok/s, issue 7
@@ -77,14 +78,19 @@ def prompts_for(batch, prompt_len, vocab):
     return [[(i * 7919 + b * 104729 + 13) % vocab for i in range(prompt_len)] for b in range(batch)]
 
 
-def bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead=True, fusion=2, pdl=None):
+def bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead=True, fusion=2, pdl=None,
+                 rope_in_qkv=None):
     from gpukit import _C
     model._m.fusion = fusion
+    default_rope_in_qkv = model._m.rope_in_qkv
+    if rope_in_qkv is not None:
+        model._m.rope_in_qkv = rope_in_qkv
     _C.llm.set_pdl(pdl)
     try:
         return _bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead)
     finally:
         model._m.fusion = 2
+        model._m.rope_in_qkv = default_rope_in_qkv
         _C.llm.set_pdl(None)
 
 
@@ -247,7 +253,8 @@ def main():
                 n = (a.eager_new or a.new) if eng == "gk-eager" else a.new
                 res[eng] = bench_gpukit(model, batch, a.prompt, n, a.device, graph=eng != "gk-eager",
                                         lookahead=not a.no_lookahead, fusion=FUSION.get(eng, 2),
-                                        pdl=False if eng == "gk-nopdl" else None)
+                                        pdl=False if eng == "gk-nopdl" else None,
+                                        rope_in_qkv=True if eng == "gk-ropeqkv" else None)
         if a.profile:
             print_profile(model, cfg, batch, a.prompt + a.new // 2, quant)
         for eng in engines:

@@ -181,6 +181,10 @@ struct EngineOptions {
   //   kv_append, silu then mul. All levels compute the same model (same rounding steps
   //   up to the order of the sums inside the projections).
   int fusion = 2;
+  // Level 2: the q/k/v GEMV also rotates q and k and stores k, v into the cache (one
+  // launch instead of GEMV + rope_append; the same bits). Not with q/k norm. The
+  // environment sets the default of a new model: GPUKIT_ROPE_IN_QKV=0/1.
+  bool rope_in_qkv = false;
 };
 
 class Model {

@@ -105,6 +105,9 @@ GK_BINDING(60, llm) {
                    },
                    "How the layers are composed: 2 the engine's decode kernels (default), 1 the gk.nn fused ops, "
                    "0 unfused (see EngineOptions in gpukit/llm.h). Takes effect at the next capture.")
+      .def_prop_rw("rope_in_qkv", [](const llm::Model& m) { return m.options().rope_in_qkv; },
+                   [](llm::Model& m, bool v) { m.options().rope_in_qkv = v; },
+                   "Fusion level 2: the q/k/v GEMV also applies RoPE and appends k, v to the cache (one launch).")
       .def_prop_ro("quantized", [](const llm::Model& m) { return m.weights().quantized; })
       .def("profile_decode", [](llm::Model& m, int64_t batch, int64_t context, int64_t reps) {
         auto r = llm::profile_decode(m, batch, context, reps);

@@ -27,6 +27,19 @@ GK_BINDING(61, llm_fused) {
      nb::arg("block_table"), nb::arg("theta") = 10000.0, nb::arg("rotary_dim") = nb::none(),
      nb::arg("interleaved") = false,
      "q rotated in place; k rotated and stored with v at positions[t] of sequence t's pages.");
+  lm.def("fused_project_qkv_rope", [](const Array& x, const Array& w, std::optional<Array> bias, int64_t hq,
+                                     const Array& k_cache, const Array& v_cache, const Array& positions,
+                                     const Array& block_table, double theta, std::optional<int> rotary_dim,
+                                     bool interleaved) {
+    llm::fused::Rope r;
+    r.theta = theta;
+    r.rotary_dim = rotary_dim;
+    r.interleaved = interleaved;
+    return llm::fused::project_qkv_rope(x, w, bias ? *bias : Array(), hq, k_cache, v_cache, positions, block_table, r);
+  }, nb::arg("x"), nb::arg("w"), nb::arg("bias") = nb::none(), nb::arg("hq"), nb::arg("k_cache"),
+     nb::arg("v_cache"), nb::arg("positions"), nb::arg("block_table"), nb::arg("theta") = 10000.0,
+     nb::arg("rotary_dim") = nb::none(), nb::arg("interleaved") = false,
+     "q/k/v projection + RoPE + KV append in one launch; returns q [M, hq, D].");
   lm.def("fused_add_rms_norm", [](const Array& x, const Array& residual, const Array& w, double eps) {
     return llm::fused::add_rms_norm(x, residual, w, eps);
   }, nb::arg("x"), nb::arg("residual"), nb::arg("w"), nb::arg("eps") = 1e-6,

@@ -88,8 +88,41 @@ __device__ __forceinline__ void f8(const uint4& v, float (&f)[8]) {
 // order: a fixed order that does not depend on M.
 constexpr int kPT = 256, kPR = 4, kPU = 2, kPW = kPT / 32;
 
-template <class T, int MT, bool SWI>
-__global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1) k_project(const llm::ProjArgs a) {
+// MODE 2 (q/k/v with RoPE and the KV append): the rows of the [Q + 2 KV] output come in
+// units of two (a rotary pair of a q or k head, two rows of a k tail, two v rows); a
+// block owns two units.
+struct QkvUnit {
+  int64_t row1, row2;
+  int kind, head, i1, i2, j;  // kind 0 q, 1 k, 2 v; i1, i2 inside the head; j: rotary pair or -1
+};
+__device__ __forceinline__ QkvUnit qkv_unit(const llm::ProjArgs& a, int64_t uidx) {
+  const int half = a.D / 2, n2 = a.rd / 2;
+  const int hd = int(uidx / half), u = int(uidx - int64_t(hd) * half);
+  QkvUnit q;
+  int64_t base;
+  if (hd < a.hq) {
+    q.kind = 0, q.head = hd, base = int64_t(hd) * a.D;
+  } else if (hd < a.hq + a.hkv) {
+    q.kind = 1, q.head = hd - a.hq, base = (int64_t(a.hq) + q.head) * a.D;
+  } else {
+    q.kind = 2, q.head = hd - a.hq - a.hkv, base = (int64_t(a.hq) + a.hkv + q.head) * a.D;
+  }
+  if (q.kind != 2 && u < n2) {
+    q.i1 = a.interleaved ? 2 * u : u;
+    q.i2 = a.interleaved ? 2 * u + 1 : u + n2;
+    q.j = u;
+  } else if (q.kind != 2) {
+    q.i1 = a.rd + 2 * (u - n2), q.i2 = q.i1 + 1, q.j = -1;
+  } else {
+    q.i1 = 2 * u, q.i2 = 2 * u + 1, q.j = -1;
+  }
+  q.row1 = base + q.i1;
+  q.row2 = base + q.i2;
+  return q;
+}
+
+template <class T, int MT, int MODE>
+__global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1) k_project(const __grid_constant__ llm::ProjArgs a) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t nch = a.k / 8;
   const int64_t rbytes = a.w_rs * int64_t(sizeof(T));
@@ -97,9 +130,12 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1) k_project(const llm::Pro
 #pragma unroll
   for (int r = 0; r < kPR; ++r) {
     int64_t row;
-    if constexpr (SWI) {
+    if constexpr (MODE == 1) {
       const int64_t j = std::min<int64_t>(int64_t(blockIdx.x) * 2 + (r & 1), a.n - 1);
       row = r < 2 ? j : a.n + j;
+    } else if constexpr (MODE == 2) {
+      const QkvUnit q = qkv_unit(a, std::min<int64_t>(int64_t(blockIdx.x) * 2 + r / 2, a.n / 2 - 1));
+      row = (r & 1) ? q.row2 : q.row1;
     } else {
       row = std::min<int64_t>(int64_t(blockIdx.x) * kPR + r, a.n - 1);
     }
@@ -191,7 +227,47 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1) k_project(const llm::Pro
     return v;
   };
   T* y = static_cast<T*>(a.y);
-  if constexpr (SWI) {
+  if constexpr (MODE == 2) {
+    if (tid < MT * 2) {
+      const int i = tid / 2, uu = tid % 2;
+      const int64_t uidx = int64_t(blockIdx.x) * 2 + uu;
+      if (i < a.m && uidx < a.n / 2) {
+        const QkvUnit q = qkv_unit(a, uidx);
+        const T* bias = static_cast<const T*>(a.bias);
+        T v1 = convert<T>(total(i * kPR + 2 * uu)), v2 = convert<T>(total(i * kPR + 2 * uu + 1));
+        if (bias) {
+          v1 = convert<T>(float(v1) + float(bias[q.row1]));
+          v2 = convert<T>(float(v2) + float(bias[q.row2]));
+        }
+        const int32_t p = a.pos[i];
+        if (q.j >= 0) {
+          float sn, cs;
+          sincosf(float(p) * a.inv_freq[q.j], &sn, &cs);
+          cs *= a.mscale;
+          sn *= a.mscale;
+          const float x1 = float(v1), x2 = float(v2);
+          v1 = convert<T>(x1 * cs - x2 * sn);
+          v2 = convert<T>(x2 * cs + x1 * sn);
+        }
+        if (q.kind == 0) {
+          T* o = static_cast<T*>(a.q_out) + (int64_t(i) * a.hq + q.head) * a.D;
+          o[q.i1] = v1;
+          o[q.i2] = v2;
+        } else if (p >= 0) {
+          const int64_t li = p / a.bs;
+          if (li < a.max_blocks) {
+            const int64_t blk = a.block_table[i * a.bt_stride + li];
+            if (blk >= 0 && blk < a.nb) {
+              T* c = static_cast<T*>(q.kind == 1 ? a.kc : a.vc) +
+                     ((blk * a.bs + (p - li * a.bs)) * a.hkv + q.head) * a.D;
+              c[q.i1] = v1;
+              c[q.i2] = v2;
+            }
+          }
+        }
+      }
+    }
+  } else if constexpr (MODE == 1) {
     if (tid < MT * 2) {
       const int i = tid / 2, jj = tid % 2;
       const int64_t j = int64_t(blockIdx.x) * 2 + jj;
@@ -213,23 +289,23 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1) k_project(const llm::Pro
   }
 }
 
-template <class T>
-void project_t(const llm::ProjArgs& a, cudaStream_t st) {
-  const int64_t blocks = a.swiglu ? (a.n + 1) / 2 : (a.n + kPR - 1) / kPR;
+template <class T, int MODE>
+void project_m(const llm::ProjArgs& a, cudaStream_t st) {
+  const int64_t blocks = MODE == 1 ? (a.n + 1) / 2 : MODE == 2 ? (a.n / 2 + 1) / 2 : (a.n + kPR - 1) / kPR;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("project: n is too large");
   const dim3 g{unsigned(blocks)}, b{unsigned(kPT)};
   auto go = [&](auto kernel) { launch_ex(kernel, g, b, st, a.pdl, "llm_project", a); };
-  if (a.swiglu) {
-    if (a.m <= 1) go(k_project<T, 1, true>);
-    else if (a.m <= 2) go(k_project<T, 2, true>);
-    else if (a.m <= 4) go(k_project<T, 4, true>);
-    else go(k_project<T, 8, true>);
-  } else {
-    if (a.m <= 1) go(k_project<T, 1, false>);
-    else if (a.m <= 2) go(k_project<T, 2, false>);
-    else if (a.m <= 4) go(k_project<T, 4, false>);
-    else go(k_project<T, 8, false>);
-  }
+  if (a.m <= 1) go(k_project<T, 1, MODE>);
+  else if (a.m <= 2) go(k_project<T, 2, MODE>);
+  else if (a.m <= 4) go(k_project<T, 4, MODE>);
+  else go(k_project<T, 8, MODE>);
+}
+
+template <class T>
+void project_t(const llm::ProjArgs& a, cudaStream_t st) {
+  if (a.rope) project_m<T, 2>(a, st);
+  else if (a.swiglu) project_m<T, 1>(a, st);
+  else project_m<T, 0>(a, st);
 }
 
 // ---- q/k RoPE + paged KV append ----

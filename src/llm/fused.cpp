@@ -1,6 +1,7 @@
 // Front ends and CPU references of the engine's decode kernels (see llm/fused.h).
 #include "llm/fused.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "gpukit/errors.h"
+#include "gpukit/ops.h"
 #include "ops/common.h"
 #include "ops/nn_args.h"
 #if GPUKIT_WITH_CUDA
@@ -213,6 +215,127 @@ void rope_append(const Array& q, const Array& k, const Array& v, const Array& k_
 #else
   detail::no_cuda_backend();
 #endif
+}
+
+Array project_qkv_rope(const Array& x_in, const Array& w, const Array& bias, int64_t hq, const Array& k_cache,
+                       const Array& v_cache, const Array& positions, const Array& block_table, const Rope& rope,
+                       const Stream* sp) {
+  Device d = detail::common_device({{"x", &x_in}, {"w", &w}, {"k_cache", &k_cache}, {"v_cache", &v_cache},
+                                    {"positions", &positions}, {"block_table", &block_table}});
+  Stream s = resolve_stream(sp, d);
+  if (w.dtype() != DType::bf16 && w.dtype() != DType::f16)
+    throw TypeError(cat("w: project_qkv_rope reads bfloat16 or float16 weights, got ", dtype_name(w.dtype())));
+  same_dtype(w, x_in, "x");
+  same_dtype(w, k_cache, "k_cache");
+  same_dtype(w, v_cache, "v_cache");
+  if (w.ndim() != 2 || x_in.ndim() != 2 || x_in.shape(1) != w.shape(1))
+    throw ValueError(cat("project_qkv_rope: x [M, K] and w [N, K] expected, got ", shape_str(x_in.shape()), " and ",
+                         shape_str(w.shape())));
+  const int64_t m = x_in.shape(0), k = w.shape(1), n = w.shape(0);
+  if (m > 8) throw ValueError(cat("x: project_qkv_rope takes at most 8 rows, got ", m));
+  if (k_cache.ndim() != 4 || k_cache.shape() != v_cache.shape() || !k_cache.is_contiguous() ||
+      !v_cache.is_contiguous())
+    throw ValueError("k_cache, v_cache: dense [blocks, block_size, Hkv, D] of one shape expected");
+  const int64_t hkv = k_cache.shape(2), D = k_cache.shape(3);
+  if (hq <= 0 || D % 2 || D > 1024 || hq > INT32_MAX / 1024 || n != (hq + 2 * hkv) * D)
+    throw ValueError(cat("w: ", n, " rows, expected (hq + 2 hkv) * D = (", hq, " + 2 * ", hkv, ") * ", D,
+                         " with an even D"));
+  if (positions.dtype() != DType::i32 || positions.ndim() != 1 || positions.shape(0) != m)
+    throw ValueError(cat("positions: int32 (", m, ",) expected"));
+  if (block_table.dtype() != DType::i32 || block_table.ndim() != 2 || block_table.shape(0) != m ||
+      block_table.stride(1) != 1)
+    throw ValueError(cat("block_table: int32 [", m, ", max_blocks] with dense rows expected"));
+  if (bias.defined()) {
+    same_dtype(w, bias, "bias");
+    if (bias.device() != d || bias.ndim() != 1 || bias.shape(0) != n)
+      throw ValueError(cat("bias: shape (", n, ",) on ", d.str(), " expected"));
+  }
+  const int rd = rope.rotary_dim ? *rope.rotary_dim : int(D);
+  if (rd < 2 || rd > D || rd % 2 || rd / 2 > kFusedMaxFreqs)
+    throw ValueError(cat("rotary_dim: must be even and in [2, head_dim = ", D, "], got ", rd));
+  double mscale = 1.0;
+  std::vector<double> f = nn::rope_inv_freq(rope.theta, rd, rope.scaling, &mscale);
+  Array x = x_in.stride(1) == 1 || k <= 1 ? x_in : x_in.contiguous(&s);
+  Array wd = w.stride(1) == 1 || k <= 1 ? w : w.contiguous(&s);
+  Array b = bias.defined() ? bias.contiguous(&s) : Array();
+  Array q = Array::empty({m, hq, D}, w.dtype(), d, &s);
+  if (q.numel() == 0 && k_cache.numel() == 0) return q;
+  ProjArgs a;
+  a.x = x.data();
+  a.w = wd.data();
+  a.bias = b.defined() ? b.data() : nullptr;
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.x_rs = x.stride(0);
+  a.w_rs = wd.stride(0);
+  a.dtype = w.dtype();
+  a.rope = true;
+  a.q_out = q.data();
+  a.kc = k_cache.data();
+  a.vc = v_cache.data();
+  a.nb = k_cache.shape(0);
+  a.bs = k_cache.shape(1);
+  a.bt_stride = block_table.stride(0);
+  a.max_blocks = block_table.shape(1);
+  a.hq = int(hq);
+  a.hkv = int(hkv);
+  a.D = int(D);
+  a.rd = rd;
+  a.interleaved = rope.interleaved;
+  a.pos = positions.data_as<int32_t>();
+  a.block_table = block_table.data_as<int32_t>();
+  a.mscale = float(mscale);
+  for (int i = 0; i < rd / 2; ++i) a.inv_freq[i] = float(f[size_t(i)]);
+  if (d.is_cpu()) {  // the reference: project, then rope_append on views of its output
+    Array y = Array::empty({m, n}, w.dtype(), d);
+    ProjArgs p = a;
+    p.rope = false;
+    p.y = y.data();
+    ref_project(p);  // (+ bias: the rounding steps of the plain path)
+    RopeAppendArgs r;
+    r.q = y.data();
+    r.k = static_cast<const uint8_t*>(y.data()) + hq * D * int64_t(itemsize(a.dtype));
+    r.v = static_cast<const uint8_t*>(y.data()) + (hq + hkv) * D * int64_t(itemsize(a.dtype));
+    r.q_ts = r.k_ts = r.v_ts = n;
+    r.q_hs = r.k_hs = r.v_hs = D;
+    r.kc = a.kc;
+    r.vc = a.vc;
+    r.nb = a.nb;
+    r.bs = a.bs;
+    r.T = m;
+    r.hq = a.hq;
+    r.hkv = a.hkv;
+    r.D = a.D;
+    r.rd = rd;
+    r.interleaved = a.interleaved;
+    r.pos = a.pos;
+    r.block_table = a.block_table;
+    r.bt_stride = a.bt_stride;
+    r.max_blocks = a.max_blocks;
+    r.mscale = a.mscale;
+    r.dtype = a.dtype;
+    std::copy(std::begin(a.inv_freq), std::end(a.inv_freq), std::begin(r.inv_freq));
+    if (a.nb > 0 && a.bs > 0) ref_rope_append(r);
+    copy_into(q.reshape({m, hq * D}), y.narrow(1, 0, hq * D));
+    return q;
+  }
+#if GPUKIT_WITH_CUDA
+  if (!al16(a.x) || a.x_rs % 8 != 0) {
+    x = x.copy(&s);
+    a.x = x.data();
+    a.x_rs = k;
+  }
+  a.vec = al16(a.w) && a.w_rs % 8 == 0 && k % 8 == 0 && al16(a.x);
+  if (!a.vec) throw ValueError("w: project_qkv_rope needs 16-byte aligned weight rows and K % 8 == 0");
+  a.pdl = pdl_enabled(d);
+  for (const Array* t : std::initializer_list<const Array*>{&x, &wd, &b, &k_cache, &v_cache, &positions, &block_table})
+    if (t->defined()) detail::mark_used(*t, s);
+  cuda::llm_project(a, s.handle());
+#else
+  detail::no_cuda_backend();
+#endif
+  return q;
 }
 
 void ref_rope_append(const RopeAppendArgs& a) {

@@ -40,6 +40,20 @@ struct ProjArgs {
   bool swiglu = false;
   bool vec = false;  // CUDA: 16-byte aligned rows and k % 8 == 0
   bool pdl = false;
+  // rope: w is a layer's [Q + 2 KV, k] q/k/v weight; instead of y, q (rotated) goes to
+  // q_out [m, hq, D] and k (rotated), v into the paged cache at pos[i] of sequence i
+  // (the rule of rope_append; bias added before the rotation).
+  bool rope = false;
+  void* q_out = nullptr;
+  void* kc = nullptr;
+  void* vc = nullptr;
+  int64_t nb = 0, bs = 0, bt_stride = 0, max_blocks = 0;
+  int hq = 0, hkv = 0, D = 0, rd = 0;
+  bool interleaved = false;
+  const int32_t* pos = nullptr;
+  const int32_t* block_table = nullptr;
+  float mscale = 1.f;
+  float inv_freq[kFusedMaxFreqs] = {};
 };
 
 struct RopeAppendArgs {
@@ -89,6 +103,13 @@ void set_pdl(int mode);
 Array project(const Array& x, const Array& w, const Array& bias = {}, bool swiglu = false, const Stream* s = nullptr);
 void rope_append(const Array& q, const Array& k, const Array& v, const Array& k_cache, const Array& v_cache,
                  const Array& positions, const Array& block_table, const Rope& rope, const Stream* s = nullptr);
+// project + rope_append in one launch: x [M <= 8, H] @ w^T with w = [Wq; Wk; Wv]
+// ([(hq + 2 hkv) D, H]) (+ bias); returns q [M, hq, D] rotated; k rotated and v stored
+// into the caches at positions[i] of sequence i (block_table row i). The same bits as
+// project then rope_append.
+Array project_qkv_rope(const Array& x, const Array& w, const Array& bias, int64_t hq, const Array& k_cache,
+                       const Array& v_cache, const Array& positions, const Array& block_table, const Rope& rope,
+                       const Stream* s = nullptr);
 std::pair<Array, Array> add_rms_norm(const Array& x, const Array& residual, const Array& w, double eps,
                                      const Stream* s = nullptr);
 

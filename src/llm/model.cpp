@@ -105,6 +105,11 @@ int env_fusion() {
   if (const char* e = std::getenv("GPUKIT_ENGINE_UNFUSED"); e && std::strcmp(e, "1") == 0) return 0;
   return 2;
 }
+bool env_flag(const char* name, bool dflt) {
+  const char* e = std::getenv(name);
+  if (!e || !*e) return dflt;
+  return std::strcmp(e, "0") != 0;
+}
 }  // namespace
 
 std::shared_ptr<Model> Model::load(const std::string& path, Device device, DType dtype, const Progress& progress,
@@ -112,6 +117,7 @@ std::shared_ptr<Model> Model::load(const std::string& path, Device device, DType
   ModelFiles files = locate_model(path);
   auto m = std::make_shared<Model>();
   m->opt_.fusion = env_fusion();
+  m->opt_.rope_in_qkv = env_flag("GPUKIT_ROPE_IN_QKV", false);
   m->device_ = device;
   m->dtype_ = dtype;
   if (!files.gguf.empty()) {
@@ -163,6 +169,7 @@ std::shared_ptr<Model> Model::random(const ModelConfig& c, Device device, DType 
                                      const std::string& quantize, bool share_layers) {
   auto m = std::make_shared<Model>();
   m->opt_.fusion = env_fusion();
+  m->opt_.rope_in_qkv = env_flag("GPUKIT_ROPE_IN_QKV", false);
   m->cfg_ = c;
   m->cfg_.format = "random";
   m->device_ = device;
@@ -304,9 +311,28 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
   // level 2 decode: rope + append in one kernel (one token per sequence, paged cache)
   const bool rope_append = engine_ops() && idx.block_table.defined() && pos.dtype() == DType::i32 &&
                            idx.block_table.device() == device_ && cache.k[0].dtype() == dtype_;
+  fused::Rope rope;
+  rope.theta = c.rope_theta;
+  rope.rotary_dim = rd;
+  rope.interleaved = c.rope_interleaved;
+  rope.scaling = c.rope_scaling;
   for (int l = 0; l < int(c.num_layers); ++l) {
     const LayerWeights& L = w_.layers[size_t(l)];
     Array q, k, v;
+    if (rope_append && opt_.rope_in_qkv && !c.qk_norm && engine_proj(h) && L.qkv_q.format.empty()) {
+      // one launch: q/k/v GEMV, q and k rotated, k and v into the pages (decode attention reads the cache)
+      q = fused::project_qkv_rope(h, L.qkv, L.qkv_bias, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos,
+                                  idx.block_table, rope);
+      mark("qkv", l);
+      Array att = attend(q, k, v, l).reshape({T, Q});
+      mark("attention", l);
+      Array o = fused::project(att, L.o);
+      mark("o_proj", l);
+      h = add_norm(o, resid, L.ffn_norm, l);
+      Array down = cfg_.num_experts > 0 ? moe_forward(cfg_, L, h) : mlp(L, h, l);
+      h = add_norm(down, resid, l + 1 < int(c.num_layers) ? w_.layers[size_t(l + 1)].attn_norm : w_.final_norm, l);
+      continue;
+    }
     if (opt_.fusion <= 0 && L.qkv_q.format.empty() && L.q.defined()) {  // unfused: three projections
       q = project(h, L.q, {}, L.q_bias).reshape({T, c.num_heads, D});
       k = project(h, L.k, {}, L.k_bias).reshape({T, c.num_kv_heads, D});
@@ -325,12 +351,7 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
       mark("qk_norm", l);
     }
     if (rope_append) {
-      fused::Rope r;
-      r.theta = c.rope_theta;
-      r.rotary_dim = rd;
-      r.interleaved = c.rope_interleaved;
-      r.scaling = c.rope_scaling;
-      fused::rope_append(q, k, v, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table, r);
+      fused::rope_append(q, k, v, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table, rope);
       mark("rope_kv", l);
     } else {
       std::tie(q, k) = nn::rope(q, k, pos, c.rope_theta, rd, c.rope_interleaved, c.rope_scaling, /*inplace=*/true);

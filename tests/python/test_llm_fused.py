@@ -340,3 +340,84 @@ def test_graph_nodes_per_level():
         kernels[level] = nodes[1]
     m._m.fusion = 2
     assert kernels[2] < kernels[1] < kernels[0], kernels
+
+
+# ---- project_qkv_rope: the q/k/v GEMV + rope_append in one launch ----
+
+def qkv_rope_case(dtype, m, hq, hkv, D, bs, nb, device, rd=None, il=False, bias=False, bad=False, seed=0):
+    rng = np.random.default_rng(seed)
+    K = 64 * 3
+    x = (rng.standard_normal((m, K))).astype(NP_DT[dtype])
+    w = (rng.standard_normal(((hq + 2 * hkv) * D, K)) / math.sqrt(K)).astype(NP_DT[dtype])
+    b = (rng.standard_normal(((hq + 2 * hkv) * D,)) * 0.1).astype(NP_DT[dtype]) if bias else None
+    pos = rng.integers(0, 3 * bs, size=m).astype(np.int32)
+    bt = rng.permutation(nb)[: m * 3].reshape(m, 3).astype(np.int32)
+    if bad:
+        bt[0, pos[0] // bs] = nb + 3  # token 0: page outside the pool, not stored
+    caches = [np.full((nb, bs, hkv, D), 5, NP_DT[dtype]) for _ in range(4)]
+    cs = [arr(c.copy(), device) for c in caches]
+    dev = lambda a: arr(a, device) if a is not None else None
+    q = _C.llm.fused_project_qkv_rope(dev(x), dev(w), dev(b), hq, cs[0], cs[1], dev(pos), dev(bt),
+                                      rotary_dim=rd, interleaved=il)
+    # the two-launch composition on the same device
+    y = _C.llm.fused_project(dev(x), dev(w), dev(b))
+    Q, KV = hq * D, hkv * D
+    q2 = y[:, :Q].reshape((m, hq, D))
+    k2 = y[:, Q:Q + KV].reshape((m, hkv, D))
+    v2 = y[:, Q + KV:].reshape((m, hkv, D))
+    _C.llm.fused_rope_append(q2, k2, v2, cs[2], cs[3], dev(pos), dev(bt), rotary_dim=rd, interleaved=il)
+    return [gk.to_numpy(a) for a in (q, cs[0], cs[1])], [gk.to_numpy(a) for a in (q2, cs[2], cs[3])]
+
+
+@pytest.mark.parametrize("il", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+def test_project_qkv_rope_cpu(il, bias):
+    one, two = qkv_rope_case("bfloat16", 3, 4, 2, 32, 16, 12, "cpu", il=il, bias=bias, bad=True)
+    for a, b in zip(one, two):
+        assert a.tobytes() == b.tobytes()
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("m", [1, 3, 8])
+@pytest.mark.parametrize("shape", [(32, 8, 128, 16, 40, None), (4, 2, 64, 32, 30, None), (6, 2, 64, 16, 30, 32)])
+@pytest.mark.parametrize("il", [False, True])
+def test_project_qkv_rope_cuda(dtype, m, shape, il):
+    hq, hkv, D, bs, nb, rd = shape
+    one, two = qkv_rope_case(dtype, m, hq, hkv, D, bs, nb, "cuda", rd=rd, il=il, bias=m == 3, bad=m > 1)
+    names = ("q", "k_cache", "v_cache")
+    for n, a, b in zip(names, one, two):  # the same bits as project then rope_append
+        if a.tobytes() != b.tobytes():
+            d = np.argwhere(a.astype(np.float64) != b.astype(np.float64))
+            raise AssertionError(f"{n}: {len(d)} values differ, first at {tuple(d[0])}: "
+                                 f"{a[tuple(d[0])]} vs {b[tuple(d[0])]}")
+    cpu, _ = qkv_rope_case(dtype, m, hq, hkv, D, bs, nb, "cpu", rd=rd, il=il, bias=m == 3, bad=m > 1)
+    for n, a, b in zip(names, one, cpu):
+        np.testing.assert_allclose(a.astype(np.float64), b.astype(np.float64), atol=4 * EPS[dtype] * 4 + 1e-3,
+                                   err_msg=n)
+
+
+def test_project_qkv_rope_bad_input():
+    x = arr(rand((1, 64), "bfloat16"))
+    w = arr(rand(((4 + 4) * 16, 64), "bfloat16"))
+    kc = arr(np.zeros((4, 16, 2, 16), NP_DT["bfloat16"]))
+    pos, bt = arr(np.zeros(1, np.int32)), arr(np.zeros((1, 2), np.int32))
+    with pytest.raises(ValueError, match="rows"):
+        _C.llm.fused_project_qkv_rope(x, w, None, 5, kc, kc, pos, bt)
+    with pytest.raises(ValueError, match="positions"):
+        _C.llm.fused_project_qkv_rope(x, w, None, 4, kc, kc, arr(np.zeros(2, np.int32)), bt)
+    with pytest.raises(TypeError):
+        _C.llm.fused_project_qkv_rope(x, w, None, 4, arr(np.zeros((4, 16, 2, 16), np.float32)), kc, pos, bt)
+
+
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if CUDA else []))
+def test_rope_in_qkv_same_bits(device):
+    dtype = "bfloat16" if device == "cuda" else "float32"
+    m = gk.llm.random_model(CFG, device=device, dtype=dtype, seed=6)
+    assert not m._m.rope_in_qkv
+    base = decode_logits(m, new=10)
+    m._m.rope_in_qkv = True
+    got = decode_logits(m, new=10)
+    assert base[0] == got[0]
+    for t, (a, b) in enumerate(zip(base[1], got[1])):
+        assert a.tobytes() == b.tobytes(), f"step {t}: logits differ with rope_in_qkv"
