@@ -326,7 +326,7 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
       mark("qkv", l);
       Array att = attend(q, k, v, l).reshape({T, Q});
       mark("attention", l);
-      Array o = fused::project(att, L.o);
+      Array o = L.o_q.format.empty() ? fused::project(att, L.o) : project(att, L.o, L.o_q);
       mark("o_proj", l);
       h = add_norm(o, resid, L.ffn_norm, l);
       Array down = cfg_.num_experts > 0 ? moe_forward(cfg_, L, h) : mlp(L, h, l);
