@@ -17,8 +17,11 @@ only; the HF peers run bf16), e.g. 8b-int4-b1. Engines: gk-graph, gk-eager, hf-e
 hf-compile, and gk-ops / gk-unfused: the gk-graph engine with the layers composed of the
 gk.nn fused ops (fusion level 1, last release's engine) or unfused (level 0: separate
 q/k/v and gate/up projections, add + rms_norm, rope then kv_append, silu then mul), the
-"before" of the fused kernels; gk-nopdl: gk-graph without programmatic dependent launch;
-gk-ropeqkv: gk-graph with RoPE and the KV append in the q/k/v GEMV's epilogue.
+"before" of the fused kernels. A gk engine may carry options after '+': nopdl (no
+programmatic dependent launch), ropeqkv (RoPE and the KV append in the q/k/v GEMV's
+epilogue), norope (not), pf<MB> (L2 prefetch of the output projection's weight during
+attention), e.g. gk-graph+ropeqkv+pf32; gk-nopdl and gk-ropeqkv are short for
+gk-graph+nopdl and gk-graph+ropeqkv.
 --profile prints the GPU time of each op of one decode step (CUDA events
 with the GPU queue pre-filled), summed over the layers, with the bytes each
 projection reads and the bandwidth it reaches.
@@ -56,8 +59,33 @@ MODELS = {
 DEFAULT_CASES = "1b-b1,1b-b32,8b-b1,8b-b32,8b-fp8-b1,8b-int4-b1"
 ENGINES = ("gk-graph", "gk-eager", "gk-ops", "gk-unfused", "gk-nopdl", "gk-ropeqkv", "hf-eager", "hf-compile")
 FUSION = {"gk-ops": 1, "gk-unfused": 0}  # model.fusion of the gk engines (default 2)
-GK_LABEL = {"gk-graph": "", "gk-eager": " (eager)", "gk-ops": " (ops fused)", "gk-unfused": " (unfused)",
-            "gk-nopdl": " (no PDL)", "gk-ropeqkv": " (rope in qkv)"}
+GK_LABEL = {"gk-graph": "", "gk-eager": " (eager)", "gk-ops": " (ops fused)", "gk-unfused": " (unfused)"}
+GK_ALIAS = {"gk-nopdl": "gk-graph+nopdl", "gk-ropeqkv": "gk-graph+ropeqkv"}
+
+
+def gk_engine(eng):
+    """(base, options) of a gk engine name such as gk-graph+ropeqkv+pf32, or None."""
+    parts = GK_ALIAS.get(eng, eng).split("+")
+    if parts[0] not in GK_LABEL:
+        return None
+    opt = dict(graph=parts[0] != "gk-eager", fusion=FUSION.get(parts[0], 2), pdl=None, rope_in_qkv=None,
+               prefetch_o_mb=None)
+    for f in parts[1:]:
+        if f == "nopdl":
+            opt["pdl"] = False
+        elif f in ("ropeqkv", "norope"):
+            opt["rope_in_qkv"] = f == "ropeqkv"
+        elif re.fullmatch(r"pf\d+", f):
+            opt["prefetch_o_mb"] = int(f[2:])
+        else:
+            return None
+    return parts[0], opt
+
+
+def gk_label(eng):
+    base, _ = gk_engine(eng)
+    flags = GK_ALIAS.get(eng, eng).split("+")[1:]
+    return GK_LABEL[base] + (f" [{'+'.join(flags)}]" if flags else "")
 HBM_BYTES_PER_S = 4.8e12  # H200 HBM3e
 TARGETS = {("8b", "", 1): 240, ("1b", "", 1): 1000, ("8b", "fp8", 1): 400, ("8b", "int4", 1): 600,
            ("8b", "", 32): 4000}  # decode tok/s, issue 7
@@ -79,18 +107,21 @@ def prompts_for(batch, prompt_len, vocab):
 
 
 def bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead=True, fusion=2, pdl=None,
-                 rope_in_qkv=None):
+                 rope_in_qkv=None, prefetch_o_mb=None):
     from gpukit import _C
     model._m.fusion = fusion
-    default_rope_in_qkv = model._m.rope_in_qkv
+    default_rope_in_qkv, default_pf = model._m.rope_in_qkv, model._m.prefetch_o_mb
     if rope_in_qkv is not None:
         model._m.rope_in_qkv = rope_in_qkv
+    if prefetch_o_mb is not None:
+        model._m.prefetch_o_mb = prefetch_o_mb
     _C.llm.set_pdl(pdl)
     try:
         return _bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead)
     finally:
         model._m.fusion = 2
         model._m.rope_in_qkv = default_rope_in_qkv
+        model._m.prefetch_o_mb = default_pf
         _C.llm.set_pdl(None)
 
 
@@ -216,7 +247,7 @@ def main():
     cases = [parse_case(c) for c in ("tiny-b1,tiny-b4" if a.tiny else a.cases).split(",") if c.strip()]
     engines = [e.strip() for e in a.engines.split(",") if e.strip()]
     for e in engines:
-        if e not in ENGINES:
+        if e not in ENGINES and not gk_engine(e):
             raise SystemExit(f"--engines: unknown {e!r} (choose from {ENGINES})")
     if a.no_peer or a.device == "cpu":
         engines = [e for e in engines if not e.startswith("hf")]
@@ -249,12 +280,10 @@ def main():
         roof = batch * HBM_BYTES_PER_S / (wbytes + kv)
         res = {}
         for eng in engines:
-            if eng.startswith("gk"):
-                n = (a.eager_new or a.new) if eng == "gk-eager" else a.new
-                res[eng] = bench_gpukit(model, batch, a.prompt, n, a.device, graph=eng != "gk-eager",
-                                        lookahead=not a.no_lookahead, fusion=FUSION.get(eng, 2),
-                                        pdl=False if eng == "gk-nopdl" else None,
-                                        rope_in_qkv=True if eng == "gk-ropeqkv" else None)
+            if gk_engine(eng):
+                base, opt = gk_engine(eng)
+                n = (a.eager_new or a.new) if base == "gk-eager" else a.new
+                res[eng] = bench_gpukit(model, batch, a.prompt, n, a.device, lookahead=not a.no_lookahead, **opt)
         if a.profile:
             print_profile(model, cfg, batch, a.prompt + a.new // 2, quant)
         for eng in engines:
@@ -281,11 +310,11 @@ def main():
                   f"peak {r['peak'] / 2**30:6.2f} GiB{extra_s}")
         peer_name = "hf-compile" if "hf-compile" in res else ("hf-eager" if "hf-eager" in res else "")
         peer = res.get(peer_name)
-        for eng in GK_LABEL:
-            if eng not in res:
+        for eng in res:
+            if not gk_engine(eng):
                 continue
             r = res[eng]
-            label = GK_LABEL[eng] + variant
+            label = gk_label(eng) + variant
             for metric, k in (("prefill tok/s", "prefill"), ("decode tok/s", "decode"), ("TTFT s", "ttft")):
                 records.append(record(f"e2e {metric}{label}", shape, dtype, metric, r[k], peer=peer_name,
                                       peer_value=peer[k] if peer else None))

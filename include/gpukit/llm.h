@@ -185,6 +185,11 @@ struct EngineOptions {
   // launch instead of GEMV + rope_append; the same bits). Not with q/k norm. The
   // environment sets the default of a new model: GPUKIT_ROPE_IN_QKV=0/1.
   bool rope_in_qkv = false;
+  // Level 2 decode on CUDA: after the q/k/v projection, ask the L2 to fetch the first
+  // prefetch_o_mb MB of the output projection's weight (bf16/f16), so that it streams
+  // in while RoPE and attention leave the memory idle (attention does not let the
+  // next kernel start early). 0: off. Default from GPUKIT_PREFETCH_O_MB.
+  int64_t prefetch_o_mb = 0;
 };
 
 class Model {

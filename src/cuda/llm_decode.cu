@@ -418,7 +418,34 @@ __global__ void k_advance(int32_t* in, const int32_t* tokens, int B) {
   }
 }
 
+// ---- L2 prefetch of a weight the next-but-one kernel reads ----
+// Each thread issues bulk L2 prefetches of `piece` bytes (fire and forget), then waits
+// for the previous kernel like every PDL kernel of the chain, so that the stream order
+// of the kernels after it is kept.
+__global__ void k_prefetch_l2(const uint8_t* p, int64_t bytes, int64_t piece) {
+  pdl_trigger();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const int64_t n = (bytes + piece - 1) / piece;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t off = i * piece;
+    const uint32_t sz = uint32_t(std::min<int64_t>(piece, bytes - off)) & ~15u;
+    if (sz) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + off), "r"(sz) : "memory");
+  }
+#endif
+  pdl_wait();
+}
+
 }  // namespace
+
+void llm_prefetch_l2(const void* p, int64_t bytes, bool pdl, void* stream) {
+  if (bytes < 16) return;
+  if (reinterpret_cast<uintptr_t>(p) % 16) throw ValueError("prefetch: the address must be 16-byte aligned");
+  const int64_t piece = 64 << 10;
+  const int64_t n = (bytes + piece - 1) / piece;
+  const unsigned blocks = unsigned(std::min<int64_t>((n + 127) / 128, 8));
+  launch_ex(k_prefetch_l2, dim3(blocks), dim3(128), static_cast<cudaStream_t>(stream), pdl, "llm_prefetch_l2",
+            static_cast<const uint8_t*>(p), bytes, piece);
+}
 
 void llm_advance(int32_t* in, const int32_t* tokens, int64_t B, bool pdl, void* stream) {
   if (B <= 0) return;

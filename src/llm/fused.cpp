@@ -480,4 +480,16 @@ void advance_inputs(const Array& in, const Array& tokens, const Stream* sp) {
 #endif
 }
 
+void prefetch_l2(const Array& w, int64_t bytes, const Stream* sp) {
+  if (!w.defined() || !w.device().is_cuda() || bytes <= 0) return;
+  if (!w.is_contiguous()) throw ValueError("prefetch_l2: w must be dense");
+  Stream s = resolve_stream(sp, w.device());
+#if GPUKIT_WITH_CUDA
+  bytes = std::min<int64_t>(bytes, int64_t(w.nbytes())) / 16 * 16;
+  if (bytes == 0 || reinterpret_cast<uintptr_t>(w.data()) % 16) return;
+  detail::mark_used(w, s);
+  cuda::llm_prefetch_l2(w.data(), bytes, pdl_enabled(w.device()), s.handle());
+#endif
+}
+
 }  // namespace gk::llm::fused

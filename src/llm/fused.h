@@ -117,6 +117,11 @@ std::pair<Array, Array> add_rms_norm(const Array& x, const Array& residual, cons
 // lengths, dense): ids = tokens (int32 [B]), positions and lengths + 1.
 void advance_inputs(const Array& in, const Array& tokens, const Stream* s = nullptr);
 
+// CUDA: asks the L2 to fetch the first `bytes` of w's storage (a weight a later kernel of
+// the step reads, fetched while the kernels in between leave the memory idle); nothing
+// on the CPU. One small launch, PDL-chained.
+void prefetch_l2(const Array& w, int64_t bytes, const Stream* s = nullptr);
+
 // CPU references (src/llm/fused.cpp)
 void ref_project(const ProjArgs& a);
 void ref_rope_append(const RopeAppendArgs& a);
@@ -131,4 +136,5 @@ void llm_project(const llm::ProjArgs& a, void* stream);
 void llm_rope_append(const llm::RopeAppendArgs& a, void* stream);
 void llm_add_rms_norm(const llm::AddNormArgs& a, void* stream);
 void llm_advance(int32_t* in, const int32_t* tokens, int64_t B, bool pdl, void* stream);
+void llm_prefetch_l2(const void* p, int64_t bytes, bool pdl, void* stream);
 }  // namespace gk::cuda

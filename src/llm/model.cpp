@@ -105,6 +105,14 @@ int env_fusion() {
   if (const char* e = std::getenv("GPUKIT_ENGINE_UNFUSED"); e && std::strcmp(e, "1") == 0) return 0;
   return 2;
 }
+int64_t env_int(const char* name, int64_t dflt) {
+  const char* e = std::getenv(name);
+  if (!e || !*e) return dflt;
+  char* end = nullptr;
+  const long long v = std::strtoll(e, &end, 10);
+  if (*end || v < 0 || v > (1 << 20)) throw ValueError(cat(name, ": expected a count >= 0, got \"", e, "\""));
+  return v;
+}
 bool env_flag(const char* name, bool dflt) {
   const char* e = std::getenv(name);
   if (!e || !*e) return dflt;
@@ -118,6 +126,7 @@ std::shared_ptr<Model> Model::load(const std::string& path, Device device, DType
   auto m = std::make_shared<Model>();
   m->opt_.fusion = env_fusion();
   m->opt_.rope_in_qkv = env_flag("GPUKIT_ROPE_IN_QKV", false);
+  m->opt_.prefetch_o_mb = env_int("GPUKIT_PREFETCH_O_MB", 0);
   m->device_ = device;
   m->dtype_ = dtype;
   if (!files.gguf.empty()) {
@@ -170,6 +179,7 @@ std::shared_ptr<Model> Model::random(const ModelConfig& c, Device device, DType 
   auto m = std::make_shared<Model>();
   m->opt_.fusion = env_fusion();
   m->opt_.rope_in_qkv = env_flag("GPUKIT_ROPE_IN_QKV", false);
+  m->opt_.prefetch_o_mb = env_int("GPUKIT_PREFETCH_O_MB", 0);
   m->cfg_ = c;
   m->cfg_.format = "random";
   m->device_ = device;
@@ -324,6 +334,7 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
       q = fused::project_qkv_rope(h, L.qkv, L.qkv_bias, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos,
                                   idx.block_table, rope);
       mark("qkv", l);
+      if (opt_.prefetch_o_mb > 0 && L.o_q.format.empty()) fused::prefetch_l2(L.o, opt_.prefetch_o_mb << 20);
       Array att = attend(q, k, v, l).reshape({T, Q});
       mark("attention", l);
       Array o = L.o_q.format.empty() ? fused::project(att, L.o) : project(att, L.o, L.o_q);
@@ -345,6 +356,8 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
       v = qkv.narrow(1, Q + KV, KV).reshape({T, c.num_kv_heads, D});
     }
     mark("qkv", l);
+    if (engine_ops() && opt_.prefetch_o_mb > 0 && L.o_q.format.empty() && L.o.defined())
+      fused::prefetch_l2(L.o, opt_.prefetch_o_mb << 20);
     if (c.qk_norm) {
       q = nn::rms_norm(q, L.q_norm, c.norm_eps);
       k = nn::rms_norm(k, L.k_norm, c.norm_eps);

@@ -416,8 +416,11 @@ def test_rope_in_qkv_same_bits(device):
     m = gk.llm.random_model(CFG, device=device, dtype=dtype, seed=6)
     assert not m._m.rope_in_qkv
     base = decode_logits(m, new=10)
-    m._m.rope_in_qkv = True
-    got = decode_logits(m, new=10)
-    assert base[0] == got[0]
-    for t, (a, b) in enumerate(zip(base[1], got[1])):
-        assert a.tobytes() == b.tobytes(), f"step {t}: logits differ with rope_in_qkv"
+    assert m._m.prefetch_o_mb == 0
+    for rope_in_qkv, pf in ((True, 0), (False, 64), (True, 64)):  # L2 prefetch: a hint only
+        m._m.rope_in_qkv = rope_in_qkv
+        m._m.prefetch_o_mb = pf
+        got = decode_logits(m, new=10)
+        assert base[0] == got[0], (rope_in_qkv, pf)
+        for t, (a, b) in enumerate(zip(base[1], got[1])):
+            assert a.tobytes() == b.tobytes(), f"step {t}: logits differ with rope_in_qkv={rope_in_qkv}, prefetch {pf}"
