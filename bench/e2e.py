@@ -20,7 +20,7 @@ q/k/v and gate/up projections, add + rms_norm, rope then kv_append, silu then mu
 "before" of the fused kernels. A gk engine may carry options after '+': nopdl (no
 programmatic dependent launch), ropeqkv (RoPE and the KV append in the q/k/v GEMV's
 epilogue), norope (not), pf<MB> (L2 prefetch of the output projection's weight during
-attention), e.g. gk-graph+ropeqkv+pf32; gk-nopdl and gk-ropeqkv are short for
+attention), r4 / r8 (weight rows per block of the engine's projection kernel), e.g. gk-graph+ropeqkv+pf32; gk-nopdl and gk-ropeqkv are short for
 gk-graph+nopdl and gk-graph+ropeqkv.
 --profile prints the GPU time of each op of one decode step (CUDA events
 with the GPU queue pre-filled), summed over the layers, with the bytes each
@@ -69,12 +69,14 @@ def gk_engine(eng):
     if parts[0] not in GK_LABEL:
         return None
     opt = dict(graph=parts[0] != "gk-eager", fusion=FUSION.get(parts[0], 2), pdl=None, rope_in_qkv=None,
-               prefetch_o_mb=None)
+               prefetch_o_mb=None, rows=None)
     for f in parts[1:]:
         if f == "nopdl":
             opt["pdl"] = False
         elif f in ("ropeqkv", "norope"):
             opt["rope_in_qkv"] = f == "ropeqkv"
+        elif f in ("r4", "r8"):
+            opt["rows"] = int(f[1:])
         elif re.fullmatch(r"pf\d+", f):
             opt["prefetch_o_mb"] = int(f[2:])
         else:
@@ -107,7 +109,7 @@ def prompts_for(batch, prompt_len, vocab):
 
 
 def bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead=True, fusion=2, pdl=None,
-                 rope_in_qkv=None, prefetch_o_mb=None):
+                 rope_in_qkv=None, prefetch_o_mb=None, rows=None):
     from gpukit import _C
     model._m.fusion = fusion
     default_rope_in_qkv, default_pf = model._m.rope_in_qkv, model._m.prefetch_o_mb
@@ -116,6 +118,7 @@ def bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead=
     if prefetch_o_mb is not None:
         model._m.prefetch_o_mb = prefetch_o_mb
     _C.llm.set_pdl(pdl)
+    _C.llm.set_project_rows(rows or 0)
     try:
         return _bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead)
     finally:
@@ -123,6 +126,7 @@ def bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead=
         model._m.rope_in_qkv = default_rope_in_qkv
         model._m.prefetch_o_mb = default_pf
         _C.llm.set_pdl(None)
+        _C.llm.set_project_rows(0)
 
 
 def _bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead):

@@ -46,6 +46,9 @@ GK_BINDING(61, llm_fused) {
      "(rms_norm(x + residual) * w, x + residual)");
   lm.def("set_pdl", [](std::optional<bool> on) { llm::fused::set_pdl(on ? int(*on) : -1); }, nb::arg("on"),
          "Programmatic dependent launch of the engine's kernels: True, False, or None for GPUKIT_PDL's default.");
+  lm.def("set_project_rows", [](int rows) { llm::fused::set_project_rows(rows); }, nb::arg("rows"),
+         "Weight rows per block of the engine's CUDA projection kernel: 4, 8, or 0 for the default.");
+  lm.def("project_rows", &llm::fused::project_rows);
   lm.def("pdl_enabled", [](nb::handle device) { return llm::fused::pdl_enabled(to_device(device)); },
          nb::arg("device"), "Whether the engine's kernels launch with programmatic dependent launch on device.");
 }

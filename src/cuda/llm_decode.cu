@@ -82,11 +82,11 @@ __device__ __forceinline__ void f8(const uint4& v, float (&f)[8]) {
 }
 
 // ---- projection GEMV ----
-// A block of kPT threads owns kPR weight rows (swiglu: gate rows j0, j0+1 and up rows
-// n+j0, n+j0+1); thread t takes the 16-byte chunks t, t + kPT, ... of each row, kPU
+// A block of kPT threads owns R weight rows, R = 4 or 8 (swiglu: gate rows j0 .. j0+R/2-1
+// and the up rows n+j0 ..; rope: R/2 units of two rows); thread t takes the 16-byte chunks t, t + kPT, ... of each row, kPU
 // chunks per row in flight. Sums: per thread in chunk order, warp butterfly, warps in
 // order: a fixed order that does not depend on M.
-constexpr int kPT = 256, kPR = 4, kPU = 2, kPW = kPT / 32;
+constexpr int kPT = 256, kPU = 2, kPW = kPT / 32;
 
 // MODE 2 (q/k/v with RoPE and the KV append): the rows of the [Q + 2 KV] output come in
 // units of two (a rotary pair of a q or k head, two rows of a k tail, two v rows); a
@@ -121,39 +121,40 @@ __device__ __forceinline__ QkvUnit qkv_unit(const llm::ProjArgs& a, int64_t uidx
   return q;
 }
 
-template <class T, int MT, int MODE>
-__global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1) k_project(const __grid_constant__ llm::ProjArgs a) {
+template <class T, int MT, int MODE, int R>
+__global__ void __launch_bounds__(kPT, MT == 1 ? (R == 4 ? 4 : 2) : 1) k_project(const __grid_constant__ llm::ProjArgs a) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t nch = a.k / 8;
   const int64_t rbytes = a.w_rs * int64_t(sizeof(T));
-  const uint8_t* wr[kPR];
+  constexpr int P = R / 2;  // swiglu: outputs per block; rope: units per block
+  const uint8_t* wr[R];
 #pragma unroll
-  for (int r = 0; r < kPR; ++r) {
+  for (int r = 0; r < R; ++r) {
     int64_t row;
     if constexpr (MODE == 1) {
-      const int64_t j = std::min<int64_t>(int64_t(blockIdx.x) * 2 + (r & 1), a.n - 1);
-      row = r < 2 ? j : a.n + j;
+      const int64_t j = std::min<int64_t>(int64_t(blockIdx.x) * P + (r % P), a.n - 1);
+      row = r < P ? j : a.n + j;
     } else if constexpr (MODE == 2) {
-      const QkvUnit q = qkv_unit(a, std::min<int64_t>(int64_t(blockIdx.x) * 2 + r / 2, a.n / 2 - 1));
+      const QkvUnit q = qkv_unit(a, std::min<int64_t>(int64_t(blockIdx.x) * P + r / 2, a.n / 2 - 1));
       row = (r & 1) ? q.row2 : q.row1;
     } else {
-      row = std::min<int64_t>(int64_t(blockIdx.x) * kPR + r, a.n - 1);
+      row = std::min<int64_t>(int64_t(blockIdx.x) * R + r, a.n - 1);
     }
     wr[r] = static_cast<const uint8_t*>(a.w) + row * rbytes;
   }
-  float acc[MT][kPR];
+  float acc[MT][R];
 #pragma unroll
   for (int i = 0; i < MT; ++i)
 #pragma unroll
-    for (int r = 0; r < kPR; ++r) acc[i][r] = 0.f;
-  uint4 raw[kPU][kPR];
+    for (int r = 0; r < R; ++r) acc[i][r] = 0.f;
+  uint4 raw[kPU][R];
   auto load = [&](int64_t c) {
 #pragma unroll
     for (int u = 0; u < kPU; ++u) {
       const int64_t cc = c + int64_t(u) * kPT;
       if (cc < nch) {
 #pragma unroll
-        for (int r = 0; r < kPR; ++r) raw[u][r] = ld_weight(wr[r] + cc * 16);
+        for (int r = 0; r < R; ++r) raw[u][r] = ld_weight(wr[r] + cc * 16);
       }
     }
   };
@@ -173,7 +174,7 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1) k_project(const __grid_c
           for (int i = 0; i < MT; ++i)
             if (i < a.m) f8<T>(ld_act(x + i * a.x_rs + cc * 8), xf[i]);
 #pragma unroll
-          for (int r = 0; r < kPR; ++r) {
+          for (int r = 0; r < R; ++r) {
             float w[8];
             f8<T>(raw[u][r], w);
 #pragma unroll
@@ -187,16 +188,16 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1) k_project(const __grid_c
             }
           }
         } else {  // many rows of x: hold the decoded weights, stream x
-          float w[kPR][8];
+          float w[R][8];
 #pragma unroll
-          for (int r = 0; r < kPR; ++r) f8<T>(raw[u][r], w[r]);
+          for (int r = 0; r < R; ++r) f8<T>(raw[u][r], w[r]);
 #pragma unroll
           for (int i = 0; i < MT; ++i) {
             if (i < a.m) {
               float xf[8];
               f8<T>(ld_act(x + i * a.x_rs + cc * 8), xf);
 #pragma unroll
-              for (int r = 0; r < kPR; ++r) {
+              for (int r = 0; r < R; ++r) {
                 float d = acc[i][r];
 #pragma unroll
                 for (int e = 0; e < 8; ++e) d = fmaf(xf[e], w[r][e], d);
@@ -211,13 +212,13 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1) k_project(const __grid_c
     if (c >= nch) break;
     load(c);
   }
-  __shared__ float red[kPW][MT * kPR];
+  __shared__ float red[kPW][MT * R];
 #pragma unroll
   for (int i = 0; i < MT; ++i)
 #pragma unroll
-    for (int r = 0; r < kPR; ++r) {
+    for (int r = 0; r < R; ++r) {
       const float v = warp_sum(acc[i][r]);
-      if (lane == 0) red[warp][i * kPR + r] = v;
+      if (lane == 0) red[warp][i * R + r] = v;
     }
   __syncthreads();
   auto total = [&](int o) {
@@ -228,13 +229,13 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1) k_project(const __grid_c
   };
   T* y = static_cast<T*>(a.y);
   if constexpr (MODE == 2) {
-    if (tid < MT * 2) {
-      const int i = tid / 2, uu = tid % 2;
-      const int64_t uidx = int64_t(blockIdx.x) * 2 + uu;
+    if (tid < MT * P) {
+      const int i = tid / P, uu = tid % P;
+      const int64_t uidx = int64_t(blockIdx.x) * P + uu;
       if (i < a.m && uidx < a.n / 2) {
         const QkvUnit q = qkv_unit(a, uidx);
         const T* bias = static_cast<const T*>(a.bias);
-        T v1 = convert<T>(total(i * kPR + 2 * uu)), v2 = convert<T>(total(i * kPR + 2 * uu + 1));
+        T v1 = convert<T>(total(i * R + 2 * uu)), v2 = convert<T>(total(i * R + 2 * uu + 1));
         if (bias) {
           v1 = convert<T>(float(v1) + float(bias[q.row1]));
           v2 = convert<T>(float(v2) + float(bias[q.row2]));
@@ -268,20 +269,20 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1) k_project(const __grid_c
       }
     }
   } else if constexpr (MODE == 1) {
-    if (tid < MT * 2) {
-      const int i = tid / 2, jj = tid % 2;
-      const int64_t j = int64_t(blockIdx.x) * 2 + jj;
+    if (tid < MT * P) {
+      const int i = tid / P, jj = tid % P;
+      const int64_t j = int64_t(blockIdx.x) * P + jj;
       if (i < a.m && j < a.n) {
-        const float g = float(convert<T>(total(i * kPR + jj))), u = float(convert<T>(total(i * kPR + 2 + jj)));
+        const float g = float(convert<T>(total(i * R + jj))), u = float(convert<T>(total(i * R + P + jj)));
         y[i * a.n + j] = convert<T>(gated_fn<nn::GatedAct::SwiGLU, float>(g, u));
       }
     }
   } else {
-    if (tid < MT * kPR) {
-      const int i = tid / kPR, r = tid % kPR;
-      const int64_t row = int64_t(blockIdx.x) * kPR + r;
+    if (tid < MT * R) {
+      const int i = tid / R, r = tid % R;
+      const int64_t row = int64_t(blockIdx.x) * R + r;
       if (i < a.m && row < a.n) {
-        T v = convert<T>(total(i * kPR + r));
+        T v = convert<T>(total(i * R + r));
         if (a.bias) v = convert<T>(float(v) + float(static_cast<const T*>(a.bias)[row]));
         y[i * a.n + row] = v;
       }
@@ -289,23 +290,30 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1) k_project(const __grid_c
   }
 }
 
-template <class T, int MODE>
+template <class T, int MODE, int R>
 void project_m(const llm::ProjArgs& a, cudaStream_t st) {
-  const int64_t blocks = MODE == 1 ? (a.n + 1) / 2 : MODE == 2 ? (a.n / 2 + 1) / 2 : (a.n + kPR - 1) / kPR;
+  constexpr int P = R / 2;
+  const int64_t blocks = MODE == 1 ? (a.n + P - 1) / P : MODE == 2 ? (a.n / 2 + P - 1) / P : (a.n + R - 1) / R;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("project: n is too large");
   const dim3 g{unsigned(blocks)}, b{unsigned(kPT)};
   auto go = [&](auto kernel) { launch_ex(kernel, g, b, st, a.pdl, "llm_project", a); };
-  if (a.m <= 1) go(k_project<T, 1, MODE>);
-  else if (a.m <= 2) go(k_project<T, 2, MODE>);
-  else if (a.m <= 4) go(k_project<T, 4, MODE>);
-  else go(k_project<T, 8, MODE>);
+  if (a.m <= 1) go(k_project<T, 1, MODE, R>);
+  else if (a.m <= 2) go(k_project<T, 2, MODE, R>);
+  else if (a.m <= 4) go(k_project<T, 4, MODE, R>);
+  else go(k_project<T, 8, MODE, R>);
+}
+
+template <class T, int R>
+void project_r(const llm::ProjArgs& a, cudaStream_t st) {
+  if (a.rope) project_m<T, 2, R>(a, st);
+  else if (a.swiglu) project_m<T, 1, R>(a, st);
+  else project_m<T, 0, R>(a, st);
 }
 
 template <class T>
 void project_t(const llm::ProjArgs& a, cudaStream_t st) {
-  if (a.rope) project_m<T, 2>(a, st);
-  else if (a.swiglu) project_m<T, 1>(a, st);
-  else project_m<T, 0>(a, st);
+  if (a.rows == 8) project_r<T, 8>(a, st);
+  else project_r<T, 4>(a, st);
 }
 
 // ---- q/k RoPE + paged KV append ----

@@ -34,6 +34,16 @@ void same_dtype(const Array& a, const Array& b, const char* arg) {
 
 namespace {
 std::atomic<int> g_pdl{-1};
+std::atomic<int> g_rows{0};
+constexpr int kDefaultRows = 4;
+}  // namespace
+void set_project_rows(int rows) {
+  if (rows != 0 && rows != 4 && rows != 8) throw ValueError(cat("rows: expected 0, 4 or 8, got ", rows));
+  g_rows.store(rows);
+}
+int project_rows() {
+  const int r = g_rows.load();
+  return r ? r : kDefaultRows;
 }
 void set_pdl(int mode) {
   if (mode < -1 || mode > 1) throw ValueError(cat("pdl: expected -1, 0 or 1, got ", mode));
@@ -116,6 +126,7 @@ Array project(const Array& x_in, const Array& w, const Array& bias, bool swiglu,
   a.vec = al16(a.w) && a.w_rs % 8 == 0 && k % 8 == 0 && al16(a.x);
   if (!a.vec) throw ValueError("w: project needs 16-byte aligned weight rows and K % 8 == 0");
   a.pdl = pdl_enabled(d);
+  a.rows = project_rows();
   for (const Array* t : {&x, &wd, &b})
     if (t->defined()) detail::mark_used(*t, s);
   cuda::llm_project(a, s.handle());
@@ -329,6 +340,7 @@ Array project_qkv_rope(const Array& x_in, const Array& w, const Array& bias, int
   a.vec = al16(a.w) && a.w_rs % 8 == 0 && k % 8 == 0 && al16(a.x);
   if (!a.vec) throw ValueError("w: project_qkv_rope needs 16-byte aligned weight rows and K % 8 == 0");
   a.pdl = pdl_enabled(d);
+  a.rows = project_rows();
   for (const Array* t : std::initializer_list<const Array*>{&x, &wd, &b, &k_cache, &v_cache, &positions, &block_table})
     if (t->defined()) detail::mark_used(*t, s);
   cuda::llm_project(a, s.handle());

@@ -40,6 +40,7 @@ struct ProjArgs {
   bool swiglu = false;
   bool vec = false;  // CUDA: 16-byte aligned rows and k % 8 == 0
   bool pdl = false;
+  int rows = 4;      // CUDA: weight rows per block, 4 or 8 (never changes a result's bits)
   // rope: w is a layer's [Q + 2 KV, k] q/k/v weight; instead of y, q (rotated) goes to
   // q_out [m, hq, D] and k (rotated), v into the paged cache at pos[i] of sequence i
   // (the rule of rope_append; bias added before the rotation).
@@ -100,6 +101,10 @@ bool pdl_enabled(Device d);
 // -1: as GPUKIT_PDL says (default), 0: off, 1: on where supported (benchmarks; takes
 // effect at the next launch or capture).
 void set_pdl(int mode);
+// Weight rows per block of the CUDA projection kernel: 4 or 8 (x is re-read from the L2
+// once per block: 8 halves that traffic), 0 for the default. Never changes the bits.
+void set_project_rows(int rows);
+int project_rows();
 Array project(const Array& x, const Array& w, const Array& bias = {}, bool swiglu = false, const Stream* s = nullptr);
 void rope_append(const Array& q, const Array& k, const Array& v, const Array& k_cache, const Array& v_cache,
                  const Array& positions, const Array& block_table, const Rope& rope, const Stream* s = nullptr);

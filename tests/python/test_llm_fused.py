@@ -424,3 +424,27 @@ def test_rope_in_qkv_same_bits(device):
         assert base[0] == got[0], (rope_in_qkv, pf)
         for t, (a, b) in enumerate(zip(base[1], got[1])):
             assert a.tobytes() == b.tobytes(), f"step {t}: logits differ with rope_in_qkv={rope_in_qkv}, prefetch {pf}"
+
+
+@cuda_only
+@pytest.mark.parametrize("m", [1, 3, 8])
+@pytest.mark.parametrize("mode", ["plain", "bias", "swiglu", "qkv_rope"])
+def test_project_rows_8_same_bits(m, mode):
+    # 4 or 8 weight rows per block: a different grid, the same sums in the same order
+    outs = []
+    for rows in (4, 8):
+        _C.llm.set_project_rows(rows)
+        try:
+            if mode == "qkv_rope":
+                one, _ = qkv_rope_case("bfloat16", m, 6, 2, 64, 16, 30, "cuda", il=False, bias=True, bad=m > 1, seed=4)
+                outs.append(b"".join(a.tobytes() for a in one))
+            else:
+                rng = np.random.default_rng(9)
+                n, k = 37, 4104
+                x = rng.standard_normal((m, k)).astype(NP_DT["bfloat16"])
+                w = (rng.standard_normal((2 * n if mode == "swiglu" else n, k)) / 64).astype(NP_DT["bfloat16"])
+                b = arr(rng.standard_normal(n).astype(NP_DT["bfloat16"]), "cuda") if mode == "bias" else None
+                outs.append(bits(_C.llm.fused_project(arr(x, "cuda"), arr(w, "cuda"), b, swiglu=mode == "swiglu")))
+        finally:
+            _C.llm.set_project_rows(0)
+    assert outs[0] == outs[1]
