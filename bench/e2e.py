@@ -20,7 +20,8 @@ q/k/v and gate/up projections, add + rms_norm, rope then kv_append, silu then mu
 "before" of the fused kernels. A gk engine may carry options after '+': nopdl (no
 programmatic dependent launch), ropeqkv (RoPE and the KV append in the q/k/v GEMV's
 epilogue), norope (not), pf<MB> (L2 prefetch of the output projection's weight during
-attention), r4 / r8 (weight rows per block of the engine's projection kernel), e.g. gk-graph+ropeqkv+pf32; gk-nopdl and gk-ropeqkv are short for
+attention), r4 / r8 (weight rows per block of the engine's projection kernel), nip (the
+residual add + RMSNorm inside the next projection), e.g. gk-graph+ropeqkv+pf32; gk-nopdl and gk-ropeqkv are short for
 gk-graph+nopdl and gk-graph+ropeqkv.
 --profile prints the GPU time of each op of one decode step (CUDA events
 with the GPU queue pre-filled), summed over the layers, with the bytes each
@@ -69,12 +70,14 @@ def gk_engine(eng):
     if parts[0] not in GK_LABEL:
         return None
     opt = dict(graph=parts[0] != "gk-eager", fusion=FUSION.get(parts[0], 2), pdl=None, rope_in_qkv=None,
-               prefetch_o_mb=None, rows=None)
+               prefetch_o_mb=None, rows=None, norm_in_proj=None)
     for f in parts[1:]:
         if f == "nopdl":
             opt["pdl"] = False
         elif f in ("ropeqkv", "norope"):
             opt["rope_in_qkv"] = f == "ropeqkv"
+        elif f == "nip":
+            opt["norm_in_proj"] = True
         elif f in ("r4", "r8"):
             opt["rows"] = int(f[1:])
         elif re.fullmatch(r"pf\d+", f):
@@ -109,10 +112,12 @@ def prompts_for(batch, prompt_len, vocab):
 
 
 def bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead=True, fusion=2, pdl=None,
-                 rope_in_qkv=None, prefetch_o_mb=None, rows=None):
+                 rope_in_qkv=None, prefetch_o_mb=None, rows=None, norm_in_proj=None):
     from gpukit import _C
     model._m.fusion = fusion
-    default_rope_in_qkv, default_pf = model._m.rope_in_qkv, model._m.prefetch_o_mb
+    default_rope_in_qkv, default_pf, default_nip = model._m.rope_in_qkv, model._m.prefetch_o_mb, model._m.norm_in_proj
+    if norm_in_proj is not None:
+        model._m.norm_in_proj = norm_in_proj
     if rope_in_qkv is not None:
         model._m.rope_in_qkv = rope_in_qkv
     if prefetch_o_mb is not None:
@@ -125,6 +130,7 @@ def bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead=
         model._m.fusion = 2
         model._m.rope_in_qkv = default_rope_in_qkv
         model._m.prefetch_o_mb = default_pf
+        model._m.norm_in_proj = default_nip
         _C.llm.set_pdl(None)
         _C.llm.set_project_rows(0)
 

@@ -190,6 +190,10 @@ struct EngineOptions {
   // in while RoPE and attention leave the memory idle (attention does not let the
   // next kernel start early). 0: off. Default from GPUKIT_PREFETCH_O_MB.
   int64_t prefetch_o_mb = 0;
+  // Level 2 decode: the residual add + RMSNorm before the q/k/v and gate/up projections
+  // runs inside them (each block computes the norm of its input; the same bits) instead
+  // of as its own launch. Default from GPUKIT_NORM_IN_PROJ.
+  bool norm_in_proj = false;
 };
 
 class Model {

@@ -114,6 +114,9 @@ GK_BINDING(60, llm) {
                      m.options().prefetch_o_mb = v;
                    },
                    "Fusion level 2 decode: MB of the output projection's weight the L2 fetches during attention.")
+      .def_prop_rw("norm_in_proj", [](const llm::Model& m) { return m.options().norm_in_proj; },
+                   [](llm::Model& m, bool v) { m.options().norm_in_proj = v; },
+                   "Fusion level 2 decode: residual add + RMSNorm inside the following projection.")
       .def_prop_ro("quantized", [](const llm::Model& m) { return m.weights().quantized; })
       .def("profile_decode", [](llm::Model& m, int64_t batch, int64_t context, int64_t reps) {
         auto r = llm::profile_decode(m, batch, context, reps);

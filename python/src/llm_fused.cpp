@@ -15,6 +15,14 @@ GK_BINDING(61, llm_fused) {
     return llm::fused::project(x, w, bias ? *bias : Array(), swiglu);
   }, nb::arg("x"), nb::arg("w"), nb::arg("bias") = nb::none(), nb::arg("swiglu") = false,
      "x [M<=8, K] @ w[N, K]^T (+ bias), or with swiglu silu(x @ gate^T) * (x @ up^T) for w = [gate; up].");
+  lm.def("fused_norm_project", [](const Array& a, const Array& b, const Array& nw, double eps, const Array& w,
+                                  bool swiglu) {
+    llm::fused::NormIn n{a, b, nw, eps};
+    Array res;
+    Array y = llm::fused::project(a, w, Array(), swiglu, nullptr, &n, &res);
+    return std::make_pair(y, res);
+  }, nb::arg("a"), nb::arg("b"), nb::arg("norm_w"), nb::arg("eps"), nb::arg("w"), nb::arg("swiglu") = false,
+     "(project(rms_norm(a + b) * norm_w, w), a + b) with the norm inside the projection kernel.");
   lm.def("fused_rope_append", [](const Array& q, const Array& k, const Array& v, const Array& k_cache,
                                  const Array& v_cache, const Array& positions, const Array& block_table,
                                  double theta, std::optional<int> rotary_dim, bool interleaved) {

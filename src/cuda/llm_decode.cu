@@ -121,7 +121,7 @@ __device__ __forceinline__ QkvUnit qkv_unit(const llm::ProjArgs& a, int64_t uidx
   return q;
 }
 
-template <class T, int MT, int MODE, int R>
+template <class T, int MT, int MODE, int R, bool NRM>
 __global__ void __launch_bounds__(kPT, MT == 1 ? (R == 4 ? 4 : 2) : 1) k_project(const __grid_constant__ llm::ProjArgs a) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t nch = a.k / 8;
@@ -163,6 +163,64 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? (R == 4 ? 4 : 2) : 1) k_project
   pdl_trigger();
   pdl_wait();
   const T* x = static_cast<const T*>(a.x);
+  // NRM: x = rms_norm(na + nb) * nw computed here (the rule and the sum order of
+  // add_rms_norm with 256 threads: the same bits); block 0 writes na + nb to nres.
+  float inv[MT];
+  const T* na = static_cast<const T*>(a.nrm_a);
+  const T* nb = static_cast<const T*>(a.nrm_b);
+  auto resid = [&](int i, int64_t cc, T (&r)[8]) {
+    float fa[8], fb[8];
+    f8<T>(ld_act(na + i * a.nrm_a_rs + cc * 8), fa);
+    f8<T>(ld_act(nb + i * a.nrm_b_rs + cc * 8), fb);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) r[e] = convert<T>(fa[e] + fb[e]);
+  };
+  if constexpr (NRM) {
+    float ss[MT];
+#pragma unroll
+    for (int i = 0; i < MT; ++i) ss[i] = 0.f;
+    const bool writer = blockIdx.x == 0;
+    for (int64_t cc = tid; cc < nch; cc += kPT) {
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        if (i < a.m) {
+          Vec<T, 8> r;
+          resid(i, cc, r.v);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            const float f = float(r.v[e]);
+            ss[i] = fmaf(f, f, ss[i]);
+          }
+          if (writer) *reinterpret_cast<Vec<T, 8>*>(static_cast<T*>(a.nrm_res) + i * a.k + cc * 8) = r;
+        }
+      }
+    }
+    __shared__ float nred[kPW][MT];
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      const float v = warp_sum(ss[i]);
+      if (lane == 0) nred[warp][i] = v;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      float t = 0.f;
+      for (int w = 0; w < kPW; ++w) t += nred[w][i];
+      inv[i] = rsqrtf(t / float(a.k) + a.nrm_eps);
+    }
+  }
+  auto load_x = [&](int i, int64_t cc, float (&xf)[8]) {
+    if constexpr (NRM) {
+      T r[8];
+      resid(i, cc, r);
+      float wf[8];
+      f8<T>(ld_act(static_cast<const T*>(a.nrm_w) + cc * 8), wf);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) xf[e] = float(convert<T>(float(r[e]) * inv[i] * wf[e]));
+    } else {
+      f8<T>(ld_act(x + i * a.x_rs + cc * 8), xf);
+    }
+  };
   while (true) {
 #pragma unroll
     for (int u = 0; u < kPU; ++u) {
@@ -172,7 +230,7 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? (R == 4 ? 4 : 2) : 1) k_project
           float xf[MT][8];
 #pragma unroll
           for (int i = 0; i < MT; ++i)
-            if (i < a.m) f8<T>(ld_act(x + i * a.x_rs + cc * 8), xf[i]);
+            if (i < a.m) load_x(i, cc, xf[i]);
 #pragma unroll
           for (int r = 0; r < R; ++r) {
             float w[8];
@@ -195,7 +253,7 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? (R == 4 ? 4 : 2) : 1) k_project
           for (int i = 0; i < MT; ++i) {
             if (i < a.m) {
               float xf[8];
-              f8<T>(ld_act(x + i * a.x_rs + cc * 8), xf);
+              load_x(i, cc, xf);
 #pragma unroll
               for (int r = 0; r < R; ++r) {
                 float d = acc[i][r];
@@ -290,30 +348,35 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? (R == 4 ? 4 : 2) : 1) k_project
   }
 }
 
-template <class T, int MODE, int R>
+template <class T, int MODE, int R, bool NRM>
 void project_m(const llm::ProjArgs& a, cudaStream_t st) {
   constexpr int P = R / 2;
   const int64_t blocks = MODE == 1 ? (a.n + P - 1) / P : MODE == 2 ? (a.n / 2 + P - 1) / P : (a.n + R - 1) / R;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("project: n is too large");
   const dim3 g{unsigned(blocks)}, b{unsigned(kPT)};
   auto go = [&](auto kernel) { launch_ex(kernel, g, b, st, a.pdl, "llm_project", a); };
-  if (a.m <= 1) go(k_project<T, 1, MODE, R>);
-  else if (a.m <= 2) go(k_project<T, 2, MODE, R>);
-  else if (a.m <= 4) go(k_project<T, 4, MODE, R>);
-  else go(k_project<T, 8, MODE, R>);
+  if (a.m <= 1) go(k_project<T, 1, MODE, R, NRM>);
+  else if (a.m <= 2) go(k_project<T, 2, MODE, R, NRM>);
+  else if (a.m <= 4) go(k_project<T, 4, MODE, R, NRM>);
+  else go(k_project<T, 8, MODE, R, NRM>);
 }
 
-template <class T, int R>
+template <class T, int R, bool NRM>
 void project_r(const llm::ProjArgs& a, cudaStream_t st) {
-  if (a.rope) project_m<T, 2, R>(a, st);
-  else if (a.swiglu) project_m<T, 1, R>(a, st);
-  else project_m<T, 0, R>(a, st);
+  if (a.rope) project_m<T, 2, R, NRM>(a, st);
+  else if (a.swiglu) project_m<T, 1, R, NRM>(a, st);
+  else project_m<T, 0, R, NRM>(a, st);
 }
 
 template <class T>
 void project_t(const llm::ProjArgs& a, cudaStream_t st) {
-  if (a.rows == 8) project_r<T, 8>(a, st);
-  else project_r<T, 4>(a, st);
+  if (a.norm) {
+    if (a.rows == 8) project_r<T, 8, true>(a, st);
+    else project_r<T, 4, true>(a, st);
+  } else {
+    if (a.rows == 8) project_r<T, 8, false>(a, st);
+    else project_r<T, 4, false>(a, st);
+  }
 }
 
 // ---- q/k RoPE + paged KV append ----

@@ -75,7 +75,46 @@ bool pdl_enabled(Device d) {
 
 // ---- project ----
 
-Array project(const Array& x_in, const Array& w, const Array& bias, bool swiglu, const Stream* sp) {
+namespace {
+// NormIn on CUDA: the kernel reads a, b, w itself when their rows are 16-byte aligned
+// and dense; otherwise (or on the CPU) add_rms_norm runs first and x is its output.
+bool norm_in_kernel(const NormIn& n, Device d, int64_t m, int64_t k) {
+  if (!d.is_cuda()) return false;
+  for (const Array* t : {&n.a, &n.b})
+    if (t->ndim() != 2 || t->shape(0) != m || t->shape(1) != k || (k > 1 && t->stride(1) != 1) ||
+        t->stride(0) % 8 != 0 || !al16(t->data()))
+      return false;
+  return n.w.ndim() == 1 && n.w.shape(0) == k && (k <= 1 || n.w.stride(0) == 1) && al16(n.w.data()) &&
+         n.a.dtype() == n.b.dtype() && n.a.dtype() == n.w.dtype() && k % 8 == 0;
+}
+void set_norm(ProjArgs& a, const NormIn& n, Array& res, Device d, const Stream& s) {
+  res = Array::empty({n.a.shape(0), n.a.shape(1)}, n.a.dtype(), d, &s);
+  a.norm = true;
+  a.nrm_a = n.a.data();
+  a.nrm_b = n.b.data();
+  a.nrm_w = n.w.data();
+  a.nrm_res = res.data();
+  a.nrm_a_rs = n.a.stride(0);
+  a.nrm_b_rs = n.b.stride(0);
+  a.nrm_eps = float(n.eps);
+  for (const Array* t : {&n.a, &n.b, &n.w}) detail::mark_used(*t, s);
+}
+}  // namespace
+
+Array project(const Array& x_arg, const Array& w, const Array& bias, bool swiglu, const Stream* sp, const NormIn* norm,
+              Array* res_out) {
+  Array x_in = x_arg;
+  if (norm) {
+    if (!res_out) throw ValueError("project: a NormIn input needs res_out");
+    x_in = norm->a;
+    if (!norm_in_kernel(*norm, norm->a.device(), norm->a.ndim() == 2 ? norm->a.shape(0) : -1,
+                        norm->a.ndim() == 2 ? norm->a.shape(1) : -1) ||
+        w.dtype() != norm->a.dtype() || (w.ndim() == 2 && w.shape(1) != norm->a.shape(1))) {
+      auto [h, r] = add_rms_norm(norm->a, norm->b, norm->w, norm->eps, sp);
+      *res_out = r;
+      return project(h, w, bias, swiglu, sp);
+    }
+  }
   Device d = detail::common_device({{"x", &x_in}, {"w", &w}});
   Stream s = resolve_stream(sp, d);
   if (w.dtype() != DType::bf16 && w.dtype() != DType::f16)
@@ -127,6 +166,7 @@ Array project(const Array& x_in, const Array& w, const Array& bias, bool swiglu,
   if (!a.vec) throw ValueError("w: project needs 16-byte aligned weight rows and K % 8 == 0");
   a.pdl = pdl_enabled(d);
   a.rows = project_rows();
+  if (norm) set_norm(a, *norm, *res_out, d, s);
   for (const Array* t : {&x, &wd, &b})
     if (t->defined()) detail::mark_used(*t, s);
   cuda::llm_project(a, s.handle());
@@ -228,9 +268,21 @@ void rope_append(const Array& q, const Array& k, const Array& v, const Array& k_
 #endif
 }
 
-Array project_qkv_rope(const Array& x_in, const Array& w, const Array& bias, int64_t hq, const Array& k_cache,
+Array project_qkv_rope(const Array& x_arg, const Array& w, const Array& bias, int64_t hq, const Array& k_cache,
                        const Array& v_cache, const Array& positions, const Array& block_table, const Rope& rope,
-                       const Stream* sp) {
+                       const Stream* sp, const NormIn* norm, Array* res_out) {
+  Array x_in = x_arg;
+  if (norm) {
+    if (!res_out) throw ValueError("project_qkv_rope: a NormIn input needs res_out");
+    x_in = norm->a;
+    if (!norm_in_kernel(*norm, norm->a.device(), norm->a.ndim() == 2 ? norm->a.shape(0) : -1,
+                        norm->a.ndim() == 2 ? norm->a.shape(1) : -1) ||
+        w.dtype() != norm->a.dtype() || (w.ndim() == 2 && w.shape(1) != norm->a.shape(1))) {
+      auto [h, r] = add_rms_norm(norm->a, norm->b, norm->w, norm->eps, sp);
+      *res_out = r;
+      return project_qkv_rope(h, w, bias, hq, k_cache, v_cache, positions, block_table, rope, sp);
+    }
+  }
   Device d = detail::common_device({{"x", &x_in}, {"w", &w}, {"k_cache", &k_cache}, {"v_cache", &v_cache},
                                     {"positions", &positions}, {"block_table", &block_table}});
   Stream s = resolve_stream(sp, d);
@@ -341,6 +393,7 @@ Array project_qkv_rope(const Array& x_in, const Array& w, const Array& bias, int
   if (!a.vec) throw ValueError("w: project_qkv_rope needs 16-byte aligned weight rows and K % 8 == 0");
   a.pdl = pdl_enabled(d);
   a.rows = project_rows();
+  if (norm) set_norm(a, *norm, *res_out, d, s);
   for (const Array* t : std::initializer_list<const Array*>{&x, &wd, &b, &k_cache, &v_cache, &positions, &block_table})
     if (t->defined()) detail::mark_used(*t, s);
   cuda::llm_project(a, s.handle());

@@ -41,6 +41,15 @@ struct ProjArgs {
   bool vec = false;  // CUDA: 16-byte aligned rows and k % 8 == 0
   bool pdl = false;
   int rows = 4;      // CUDA: weight rows per block, 4 or 8 (never changes a result's bits)
+  // norm: x is rms_norm(nrm_a + nrm_b) * nrm_w (add_rms_norm's rule and bits), computed by
+  // every block from the two inputs; block 0 writes nrm_a + nrm_b to nrm_res [m, k].
+  bool norm = false;
+  const void* nrm_a = nullptr;
+  const void* nrm_b = nullptr;
+  const void* nrm_w = nullptr;
+  void* nrm_res = nullptr;
+  int64_t nrm_a_rs = 0, nrm_b_rs = 0;
+  float nrm_eps = 0.f;
   // rope: w is a layer's [Q + 2 KV, k] q/k/v weight; instead of y, q (rotated) goes to
   // q_out [m, hq, D] and k (rotated), v into the paged cache at pos[i] of sequence i
   // (the rule of rope_append; bias added before the rotation).
@@ -105,7 +114,14 @@ void set_pdl(int mode);
 // once per block: 8 halves that traffic), 0 for the default. Never changes the bits.
 void set_project_rows(int rows);
 int project_rows();
-Array project(const Array& x, const Array& w, const Array& bias = {}, bool swiglu = false, const Stream* s = nullptr);
+// The input of a projection given as residual add + RMSNorm (fused into the projection):
+// x = rms_norm(a + b) * w; the new residual a + b is returned in res_out.
+struct NormIn {
+  Array a, b, w;
+  double eps = 1e-6;
+};
+Array project(const Array& x, const Array& w, const Array& bias = {}, bool swiglu = false, const Stream* s = nullptr,
+              const NormIn* norm = nullptr, Array* res_out = nullptr);
 void rope_append(const Array& q, const Array& k, const Array& v, const Array& k_cache, const Array& v_cache,
                  const Array& positions, const Array& block_table, const Rope& rope, const Stream* s = nullptr);
 // project + rope_append in one launch: x [M <= 8, H] @ w^T with w = [Wq; Wk; Wv]
@@ -114,7 +130,7 @@ void rope_append(const Array& q, const Array& k, const Array& v, const Array& k_
 // project then rope_append.
 Array project_qkv_rope(const Array& x, const Array& w, const Array& bias, int64_t hq, const Array& k_cache,
                        const Array& v_cache, const Array& positions, const Array& block_table, const Rope& rope,
-                       const Stream* s = nullptr);
+                       const Stream* s = nullptr, const NormIn* norm = nullptr, Array* res_out = nullptr);
 std::pair<Array, Array> add_rms_norm(const Array& x, const Array& residual, const Array& w, double eps,
                                      const Stream* s = nullptr);
 

@@ -127,6 +127,7 @@ std::shared_ptr<Model> Model::load(const std::string& path, Device device, DType
   m->opt_.fusion = env_fusion();
   m->opt_.rope_in_qkv = env_flag("GPUKIT_ROPE_IN_QKV", false);
   m->opt_.prefetch_o_mb = env_int("GPUKIT_PREFETCH_O_MB", 0);
+  m->opt_.norm_in_proj = env_flag("GPUKIT_NORM_IN_PROJ", false);
   m->device_ = device;
   m->dtype_ = dtype;
   if (!files.gguf.empty()) {
@@ -180,6 +181,7 @@ std::shared_ptr<Model> Model::random(const ModelConfig& c, Device device, DType 
   m->opt_.fusion = env_fusion();
   m->opt_.rope_in_qkv = env_flag("GPUKIT_ROPE_IN_QKV", false);
   m->opt_.prefetch_o_mb = env_int("GPUKIT_PREFETCH_O_MB", 0);
+  m->opt_.norm_in_proj = env_flag("GPUKIT_NORM_IN_PROJ", false);
   m->cfg_ = c;
   m->cfg_.format = "random";
   m->device_ = device;
@@ -326,24 +328,71 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
   rope.rotary_dim = rd;
   rope.interleaved = c.rope_interleaved;
   rope.scaling = c.rope_scaling;
+  if (rope_append && engine_proj(x) && w_.layers[0].qkv_q.format.empty() && w_.layers[0].gate_up.defined() &&
+      c.num_experts == 0) {
+    // Level 2 decode, plain weights, dense MLP: the engine's kernels only. Per layer:
+    // q/k/v GEMV (+ RoPE and the KV append with rope_in_qkv), attention, o GEMV, gate/up
+    // GEMV with SwiGLU, down GEMV; the residual add + RMSNorm before a projection is its
+    // own launch, or with norm_in_proj runs inside the projection.
+    const bool nip = opt_.norm_in_proj;
+    fused::NormIn pend;  // nip: the pending add + norm of the next q/k/v projection
+    bool have_pend = false;
+    for (int l = 0; l < int(c.num_layers); ++l) {
+      const LayerWeights& L = w_.layers[size_t(l)];
+      const fused::NormIn* ni = have_pend ? &pend : nullptr;
+      Array q, k, v, newres;
+      const bool rq = opt_.rope_in_qkv && !c.qk_norm;
+      if (rq) {
+        q = fused::project_qkv_rope(h, L.qkv, L.qkv_bias, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos,
+                                    idx.block_table, rope, nullptr, ni, &newres);
+      } else {
+        Array qkv = fused::project(h, L.qkv, L.qkv_bias, false, nullptr, ni, &newres);
+        q = qkv.narrow(1, 0, Q).reshape({T, c.num_heads, D});
+        k = qkv.narrow(1, Q, KV).reshape({T, c.num_kv_heads, D});
+        v = qkv.narrow(1, Q + KV, KV).reshape({T, c.num_kv_heads, D});
+      }
+      mark("qkv", l);
+      if (have_pend) resid = newres;
+      have_pend = false;
+      if (opt_.prefetch_o_mb > 0) fused::prefetch_l2(L.o, opt_.prefetch_o_mb << 20);
+      if (!rq) {
+        if (c.qk_norm) {
+          q = nn::rms_norm(q, L.q_norm, c.norm_eps);
+          k = nn::rms_norm(k, L.k_norm, c.norm_eps);
+          mark("qk_norm", l);
+        }
+        fused::rope_append(q, k, v, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table, rope);
+        mark("rope_kv", l);
+      }
+      Array att = attend(q, k, v, l).reshape({T, Q});
+      mark("attention", l);
+      Array o = fused::project(att, L.o);
+      mark("o_proj", l);
+      Array act;
+      if (nip) {
+        fused::NormIn n{o, resid, L.ffn_norm, c.norm_eps};
+        act = fused::project(o, L.gate_up, Array(), /*swiglu=*/true, nullptr, &n, &newres);
+        resid = newres;
+      } else {
+        h = add_norm(o, resid, L.ffn_norm, l);
+        act = fused::project(h, L.gate_up, Array(), /*swiglu=*/true);
+      }
+      mark("gate_up", l);  // with SwiGLU
+      Array down = fused::project(act, L.down);
+      mark("down", l);
+      if (nip && l + 1 < int(c.num_layers)) {
+        pend = fused::NormIn{down, resid, w_.layers[size_t(l + 1)].attn_norm, c.norm_eps};
+        have_pend = true;
+        h = Array();
+      } else {
+        h = add_norm(down, resid, l + 1 < int(c.num_layers) ? w_.layers[size_t(l + 1)].attn_norm : w_.final_norm, l);
+      }
+    }
+    return h;  // final-normed hidden states [T, H]
+  }
   for (int l = 0; l < int(c.num_layers); ++l) {
     const LayerWeights& L = w_.layers[size_t(l)];
     Array q, k, v;
-    if (rope_append && opt_.rope_in_qkv && !c.qk_norm && engine_proj(h) && L.qkv_q.format.empty()) {
-      // one launch: q/k/v GEMV, q and k rotated, k and v into the pages (decode attention reads the cache)
-      q = fused::project_qkv_rope(h, L.qkv, L.qkv_bias, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos,
-                                  idx.block_table, rope);
-      mark("qkv", l);
-      if (opt_.prefetch_o_mb > 0 && L.o_q.format.empty()) fused::prefetch_l2(L.o, opt_.prefetch_o_mb << 20);
-      Array att = attend(q, k, v, l).reshape({T, Q});
-      mark("attention", l);
-      Array o = L.o_q.format.empty() ? fused::project(att, L.o) : project(att, L.o, L.o_q);
-      mark("o_proj", l);
-      h = add_norm(o, resid, L.ffn_norm, l);
-      Array down = cfg_.num_experts > 0 ? moe_forward(cfg_, L, h) : mlp(L, h, l);
-      h = add_norm(down, resid, l + 1 < int(c.num_layers) ? w_.layers[size_t(l + 1)].attn_norm : w_.final_norm, l);
-      continue;
-    }
     if (opt_.fusion <= 0 && L.qkv_q.format.empty() && L.q.defined()) {  // unfused: three projections
       q = project(h, L.q, {}, L.q_bias).reshape({T, c.num_heads, D});
       k = project(h, L.k, {}, L.k_bias).reshape({T, c.num_kv_heads, D});

@@ -416,14 +416,17 @@ def test_rope_in_qkv_same_bits(device):
     m = gk.llm.random_model(CFG, device=device, dtype=dtype, seed=6)
     assert not m._m.rope_in_qkv
     base = decode_logits(m, new=10)
-    assert m._m.prefetch_o_mb == 0
-    for rope_in_qkv, pf in ((True, 0), (False, 64), (True, 64)):  # L2 prefetch: a hint only
+    assert m._m.prefetch_o_mb == 0 and not m._m.norm_in_proj
+    for rope_in_qkv, pf, nip in ((True, 0, False), (False, 64, False), (True, 64, False), (False, 0, True),
+                                 (True, 16, True)):  # L2 prefetch: a hint only
         m._m.rope_in_qkv = rope_in_qkv
         m._m.prefetch_o_mb = pf
+        m._m.norm_in_proj = nip
         got = decode_logits(m, new=10)
-        assert base[0] == got[0], (rope_in_qkv, pf)
+        assert base[0] == got[0], (rope_in_qkv, pf, nip)
         for t, (a, b) in enumerate(zip(base[1], got[1])):
-            assert a.tobytes() == b.tobytes(), f"step {t}: logits differ with rope_in_qkv={rope_in_qkv}, prefetch {pf}"
+            assert a.tobytes() == b.tobytes(), \
+                f"step {t}: logits differ with rope_in_qkv={rope_in_qkv}, prefetch {pf}, norm_in_proj {nip}"
 
 
 @cuda_only
@@ -448,3 +451,22 @@ def test_project_rows_8_same_bits(m, mode):
         finally:
             _C.llm.set_project_rows(0)
     assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if CUDA else []))
+@pytest.mark.parametrize("m", [1, 3])
+@pytest.mark.parametrize("k", [256, 576, 2048, 4096])
+@pytest.mark.parametrize("swiglu", [False, True])
+def test_norm_in_projection_same_bits(device, m, k, swiglu):
+    # add_rms_norm then project, against the norm computed inside the projection kernel
+    rng = np.random.default_rng(k + m)
+    a, b = (rng.standard_normal((m, k)).astype(NP_DT["bfloat16"]) for _ in range(2))
+    nw = (1 + 0.1 * rng.standard_normal(k)).astype(NP_DT["bfloat16"])
+    n = 24
+    w = (rng.standard_normal((2 * n if swiglu else n, k)) / math.sqrt(k)).astype(NP_DT["bfloat16"])
+    d = lambda t: arr(t, device)
+    h, r = _C.llm.fused_add_rms_norm(d(a), d(b), d(nw), 1e-5)
+    want = _C.llm.fused_project(h, d(w), None, swiglu)
+    got, res = _C.llm.fused_norm_project(d(a), d(b), d(nw), 1e-5, d(w), swiglu)
+    assert bits(res) == bits(r), "residual"
+    assert bits(got) == bits(want), f"max |diff| {np.max(np.abs(f64(got) - f64(want)))}"
