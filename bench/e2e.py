@@ -14,16 +14,7 @@ first token, peak GPU memory.
 
 Cases are <model>[-<quant>]-b<batch>: model 1b or 8b, quant fp8/int8/int4 (gpukit
 only; the HF peers run bf16), e.g. 8b-int4-b1. Engines: gk-graph, gk-eager, hf-eager,
-hf-compile, and gk-ops / gk-unfused: the gk-graph engine with the layers composed of the
-gk.nn fused ops (fusion level 1, last release's engine) or unfused (level 0: separate
-q/k/v and gate/up projections, add + rms_norm, rope then kv_append, silu then mul), the
-"before" of the fused kernels. A gk engine may carry options after '+': nopdl (no
-programmatic dependent launch), ropeqkv (RoPE and the KV append in the q/k/v GEMV's
-epilogue), norope (not), pf<MB> (L2 prefetch of the output projection's weight during
-attention), r4 / r8 (weight rows per block of the engine's projection kernel), nip (the
-residual add + RMSNorm inside the next projection), e.g. gk-graph+ropeqkv+pf32; gk-nopdl and gk-ropeqkv are short for
-gk-graph+nopdl and gk-graph+ropeqkv.
---profile prints the GPU time of each op of one decode step (CUDA events
+hf-compile. --profile prints the GPU time of each op of one decode step (CUDA events
 with the GPU queue pre-filled), summed over the layers, with the bytes each
 projection reads and the bandwidth it reaches.
 
@@ -32,6 +23,17 @@ Random weights: gpukit draws layer 0 on the host and copies it to every layer
 transformers initializes its model on the GPU. The roofline is the weight bytes (and,
 for batch > 1, the KV cache at the mean context) read once per step at 4.8 TB/s (the
 H200's HBM3e rate; measured copies reach about 4.2-4.4 TB/s).
+
+More gpukit engines: gk-ops and gk-unfused are gk-graph with the layers composed of the
+gk.nn fused ops (fusion level 1, the engine of the last release) or unfused (level 0:
+separate q/k/v and gate/up projections, add + rms_norm, rope then kv_append, silu then
+mul), the "before" of the fused kernels. A gk engine may carry options after '+': nopdl
+(no programmatic dependent launch), ropeqkv / norope (RoPE and the KV append in the q/k/v
+GEMV's epilogue, or not), pf<MB> (L2 prefetch of the output projection's weight during
+attention), r4 / r8 (weight rows per block of the engine's projection kernel), nip (the
+residual add + RMSNorm inside the next projection), e.g. gk-graph+ropeqkv+pf32; gk-nopdl
+and gk-ropeqkv are short for gk-graph+nopdl and gk-graph+ropeqkv. Each gk run prints the
+node count of its captured decode step.
 """
 from __future__ import annotations
 
@@ -58,7 +60,15 @@ MODELS = {
                           max_position_embeddings=1024, tie_word_embeddings=True)),
 }
 DEFAULT_CASES = "1b-b1,1b-b32,8b-b1,8b-b32,8b-fp8-b1,8b-int4-b1"
-ENGINES = ("gk-graph", "gk-eager", "gk-ops", "gk-unfused", "gk-nopdl", "gk-ropeqkv", "hf-eager", "hf-compile")
+class _Engines(tuple):
+    """The engine names; `in` also accepts gk engines with +options (gk_engine)."""
+
+    def __contains__(self, e):
+        return tuple.__contains__(self, e) or gk_engine(e) is not None
+
+
+ENGINES = _Engines(("gk-graph", "gk-eager", "gk-ops", "gk-unfused", "gk-nopdl", "gk-ropeqkv", "hf-eager",
+                    "hf-compile"))
 FUSION = {"gk-ops": 1, "gk-unfused": 0}  # model.fusion of the gk engines (default 2)
 GK_LABEL = {"gk-graph": "", "gk-eager": " (eager)", "gk-ops": " (ops fused)", "gk-unfused": " (unfused)"}
 GK_ALIAS = {"gk-nopdl": "gk-graph+nopdl", "gk-ropeqkv": "gk-graph+ropeqkv"}
@@ -91,6 +101,8 @@ def gk_label(eng):
     base, _ = gk_engine(eng)
     flags = GK_ALIAS.get(eng, eng).split("+")[1:]
     return GK_LABEL[base] + (f" [{'+'.join(flags)}]" if flags else "")
+
+
 HBM_BYTES_PER_S = 4.8e12  # H200 HBM3e
 TARGETS = {("8b", "", 1): 240, ("1b", "", 1): 1000, ("8b", "fp8", 1): 400, ("8b", "int4", 1): 600,
            ("8b", "", 32): 4000}  # decode tok/s, issue 7
@@ -125,7 +137,11 @@ def bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead=
     _C.llm.set_pdl(pdl)
     _C.llm.set_project_rows(rows or 0)
     try:
-        return _bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead)
+        r = _bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead)
+        if r["nodes"][0]:
+            print(f"  (fusion {fusion}: decode graph of {r['nodes'][0]} nodes, {r['nodes'][1]} kernels, "
+                  f"{r['nodes'][2]} copies, {r['nodes'][3]} memsets; {r['decode']:.1f} tok/s)")
+        return r
     finally:
         model._m.fusion = 2
         model._m.rope_in_qkv = default_rope_in_qkv
@@ -257,7 +273,7 @@ def main():
     cases = [parse_case(c) for c in ("tiny-b1,tiny-b4" if a.tiny else a.cases).split(",") if c.strip()]
     engines = [e.strip() for e in a.engines.split(",") if e.strip()]
     for e in engines:
-        if e not in ENGINES and not gk_engine(e):
+        if e not in ENGINES:
             raise SystemExit(f"--engines: unknown {e!r} (choose from {ENGINES})")
     if a.no_peer or a.device == "cpu":
         engines = [e for e in engines if not e.startswith("hf")]
@@ -312,9 +328,7 @@ def main():
             extra_s = ""
             if "steady" in r:
                 extra_s = (f"; after the first decode step ({r['first_ms']:.1f} ms"
-                           f"{', graph capture included' if eng != 'gk-eager' else ''}): {r['steady']:.1f} tok/s")
-                if r.get("nodes") and r["nodes"][0]:
-                    extra_s += f"; graph {r['nodes'][0]} nodes ({r['nodes'][1]} kernels)"
+                           f"{', graph capture included' if eng == 'gk-graph' else ''}): {r['steady']:.1f} tok/s")
             print(f"  {eng:<11} prefill {r['prefill']:9.0f} tok/s  decode {r['decode']:8.1f} tok/s "
                   f"({100 * r['decode'] / roof:5.1f}% of roofline)  TTFT {r['ttft'] * 1e3:8.1f} ms  "
                   f"peak {r['peak'] / 2**30:6.2f} GiB{extra_s}")
