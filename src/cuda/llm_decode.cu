@@ -121,8 +121,13 @@ __device__ __forceinline__ QkvUnit qkv_unit(const llm::ProjArgs& a, int64_t uidx
   return q;
 }
 
-template <class T, int MT, int MODE, int R, bool NRM>
-__global__ void __launch_bounds__(kPT, MT == 1 ? (R == 4 ? 4 : 2) : 1) k_project(const __grid_constant__ llm::ProjArgs a) {
+struct NoExtra {
+  int unused;
+};
+
+template <class T, int MT, int MODE, int R, bool NRM, class X>
+__global__ void __launch_bounds__(kPT, MT == 1 ? (R == 4 ? 4 : 2) : 1)
+    k_project(const __grid_constant__ llm::ProjArgs a, const __grid_constant__ X extra) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t nch = a.k / 8;
   const int64_t rbytes = a.w_rs * int64_t(sizeof(T));
@@ -301,7 +306,7 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? (R == 4 ? 4 : 2) : 1) k_project
         const int32_t p = a.pos[i];
         if (q.j >= 0) {
           float sn, cs;
-          sincosf(float(p) * a.inv_freq[q.j], &sn, &cs);
+          sincosf(float(p) * extra.inv_freq[q.j], &sn, &cs);
           cs *= a.mscale;
           sn *= a.mscale;
           const float x1 = float(v1), x2 = float(v2);
@@ -349,33 +354,39 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? (R == 4 ? 4 : 2) : 1) k_project
 }
 
 template <class T, int MODE, int R, bool NRM>
-void project_m(const llm::ProjArgs& a, cudaStream_t st) {
+void project_m(const llm::ProjArgs& a, const llm::ProjRope* rope, cudaStream_t st) {
   constexpr int P = R / 2;
   const int64_t blocks = MODE == 1 ? (a.n + P - 1) / P : MODE == 2 ? (a.n / 2 + P - 1) / P : (a.n + R - 1) / R;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("project: n is too large");
   const dim3 g{unsigned(blocks)}, b{unsigned(kPT)};
-  auto go = [&](auto kernel) { launch_ex(kernel, g, b, st, a.pdl, "llm_project", a); };
-  if (a.m <= 1) go(k_project<T, 1, MODE, R, NRM>);
-  else if (a.m <= 2) go(k_project<T, 2, MODE, R, NRM>);
-  else if (a.m <= 4) go(k_project<T, 4, MODE, R, NRM>);
-  else go(k_project<T, 8, MODE, R, NRM>);
+  using X = std::conditional_t<MODE == 2, llm::ProjRope, NoExtra>;
+  X extra{};
+  if constexpr (MODE == 2) {
+    if (!rope) throw ValueError("llm_project: rope frequencies missing");
+    extra = *rope;
+  }
+  auto go = [&](auto kernel) { launch_ex(kernel, g, b, st, a.pdl, "llm_project", a, extra); };
+  if (a.m <= 1) go(k_project<T, 1, MODE, R, NRM, X>);
+  else if (a.m <= 2) go(k_project<T, 2, MODE, R, NRM, X>);
+  else if (a.m <= 4) go(k_project<T, 4, MODE, R, NRM, X>);
+  else go(k_project<T, 8, MODE, R, NRM, X>);
 }
 
 template <class T, int R, bool NRM>
-void project_r(const llm::ProjArgs& a, cudaStream_t st) {
-  if (a.rope) project_m<T, 2, R, NRM>(a, st);
-  else if (a.swiglu) project_m<T, 1, R, NRM>(a, st);
-  else project_m<T, 0, R, NRM>(a, st);
+void project_r(const llm::ProjArgs& a, const llm::ProjRope* rope, cudaStream_t st) {
+  if (a.rope) project_m<T, 2, R, NRM>(a, rope, st);
+  else if (a.swiglu) project_m<T, 1, R, NRM>(a, rope, st);
+  else project_m<T, 0, R, NRM>(a, rope, st);
 }
 
 template <class T>
-void project_t(const llm::ProjArgs& a, cudaStream_t st) {
+void project_t(const llm::ProjArgs& a, const llm::ProjRope* rope, cudaStream_t st) {
   if (a.norm) {
-    if (a.rows == 8) project_r<T, 8, true>(a, st);
-    else project_r<T, 4, true>(a, st);
+    if (a.rows == 8) project_r<T, 8, true>(a, rope, st);
+    else project_r<T, 4, true>(a, rope, st);
   } else {
-    if (a.rows == 8) project_r<T, 8, false>(a, st);
-    else project_r<T, 4, false>(a, st);
+    if (a.rows == 8) project_r<T, 8, false>(a, rope, st);
+    else project_r<T, 4, false>(a, rope, st);
   }
 }
 
@@ -526,12 +537,12 @@ void llm_advance(int32_t* in, const int32_t* tokens, int64_t B, bool pdl, void* 
             int(B));
 }
 
-void llm_project(const llm::ProjArgs& a, void* stream) {
+void llm_project(const llm::ProjArgs& a, const llm::ProjRope* rope, void* stream) {
   if (a.m <= 0 || a.n <= 0) return;
   if (a.m > 8 || !a.vec || a.k % 8 != 0) throw ValueError("llm_project: needs m <= 8, aligned rows and k % 8 == 0");
   auto st = static_cast<cudaStream_t>(stream);
-  if (a.dtype == DType::bf16) project_t<bf16>(a, st);
-  else if (a.dtype == DType::f16) project_t<f16>(a, st);
+  if (a.dtype == DType::bf16) project_t<bf16>(a, rope, st);
+  else if (a.dtype == DType::f16) project_t<f16>(a, rope, st);
   else throw TypeError(cat("llm_project: unsupported dtype ", dtype_name(a.dtype)));
 }
 

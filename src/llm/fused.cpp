@@ -169,7 +169,7 @@ Array project(const Array& x_arg, const Array& w, const Array& bias, bool swiglu
   if (norm) set_norm(a, *norm, *res_out, d, s);
   for (const Array* t : {&x, &wd, &b})
     if (t->defined()) detail::mark_used(*t, s);
-  cuda::llm_project(a, s.handle());
+  cuda::llm_project(a, nullptr, s.handle());
 #else
   detail::no_cuda_backend();
 #endif
@@ -349,7 +349,8 @@ Array project_qkv_rope(const Array& x_arg, const Array& w, const Array& bias, in
   a.pos = positions.data_as<int32_t>();
   a.block_table = block_table.data_as<int32_t>();
   a.mscale = float(mscale);
-  for (int i = 0; i < rd / 2; ++i) a.inv_freq[i] = float(f[size_t(i)]);
+  ProjRope pr;
+  for (int i = 0; i < rd / 2; ++i) pr.inv_freq[i] = float(f[size_t(i)]);
   if (d.is_cpu()) {  // the reference: project, then rope_append on views of its output
     Array y = Array::empty({m, n}, w.dtype(), d);
     ProjArgs p = a;
@@ -378,7 +379,7 @@ Array project_qkv_rope(const Array& x_arg, const Array& w, const Array& bias, in
     r.max_blocks = a.max_blocks;
     r.mscale = a.mscale;
     r.dtype = a.dtype;
-    std::copy(std::begin(a.inv_freq), std::end(a.inv_freq), std::begin(r.inv_freq));
+    std::copy(std::begin(pr.inv_freq), std::end(pr.inv_freq), std::begin(r.inv_freq));
     if (a.nb > 0 && a.bs > 0) ref_rope_append(r);
     copy_into(q.reshape({m, hq * D}), y.narrow(1, 0, hq * D));
     return q;
@@ -396,7 +397,7 @@ Array project_qkv_rope(const Array& x_arg, const Array& w, const Array& bias, in
   if (norm) set_norm(a, *norm, *res_out, d, s);
   for (const Array* t : std::initializer_list<const Array*>{&x, &wd, &b, &k_cache, &v_cache, &positions, &block_table})
     if (t->defined()) detail::mark_used(*t, s);
-  cuda::llm_project(a, s.handle());
+  cuda::llm_project(a, &pr, s.handle());
 #else
   detail::no_cuda_backend();
 #endif

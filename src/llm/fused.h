@@ -63,6 +63,10 @@ struct ProjArgs {
   const int32_t* pos = nullptr;
   const int32_t* block_table = nullptr;
   float mscale = 1.f;
+};
+// The rope frequencies of a rope projection: a second kernel parameter, so that the
+// other projections launch with a small parameter block.
+struct ProjRope {
   float inv_freq[kFusedMaxFreqs] = {};
 };
 
@@ -153,7 +157,7 @@ void ref_add_rms_norm(const AddNormArgs& a);
 
 namespace gk::cuda {
 // src/cuda/llm_decode.cu (CUDA builds only)
-void llm_project(const llm::ProjArgs& a, void* stream);
+void llm_project(const llm::ProjArgs& a, const llm::ProjRope* rope, void* stream);
 void llm_rope_append(const llm::RopeAppendArgs& a, void* stream);
 void llm_add_rms_norm(const llm::AddNormArgs& a, void* stream);
 void llm_advance(int32_t* in, const int32_t* tokens, int64_t B, bool pdl, void* stream);
