@@ -29,10 +29,8 @@ gk.nn fused ops (fusion level 1, the engine of the last release) or unfused (lev
 separate q/k/v and gate/up projections, add + rms_norm, rope then kv_append, silu then
 mul), the "before" of the fused kernels. A gk engine may carry options after '+': nopdl
 (no programmatic dependent launch), ropeqkv / norope (RoPE and the KV append in the q/k/v
-GEMV's epilogue, or not), pf<MB> (L2 prefetch of the output projection's weight during
-attention), r4 / r8 (weight rows per block of the engine's projection kernel), nip (the
-residual add + RMSNorm inside the next projection), e.g. gk-graph+ropeqkv+pf32; gk-nopdl
-and gk-ropeqkv are short for gk-graph+nopdl and gk-graph+ropeqkv. Each gk run prints the
+GEMV's epilogue, the default, or a separate launch), e.g. gk-graph+norope+nopdl; gk-nopdl
+and gk-norope are short for gk-graph+nopdl and gk-graph+norope. Each gk run prints the
 node count of its captured decode step.
 """
 from __future__ import annotations
@@ -67,11 +65,11 @@ class _Engines(tuple):
         return tuple.__contains__(self, e) or gk_engine(e) is not None
 
 
-ENGINES = _Engines(("gk-graph", "gk-eager", "gk-ops", "gk-unfused", "gk-nopdl", "gk-ropeqkv", "hf-eager",
+ENGINES = _Engines(("gk-graph", "gk-eager", "gk-ops", "gk-unfused", "gk-nopdl", "gk-norope", "hf-eager",
                     "hf-compile"))
 FUSION = {"gk-ops": 1, "gk-unfused": 0}  # model.fusion of the gk engines (default 2)
 GK_LABEL = {"gk-graph": "", "gk-eager": " (eager)", "gk-ops": " (ops fused)", "gk-unfused": " (unfused)"}
-GK_ALIAS = {"gk-nopdl": "gk-graph+nopdl", "gk-ropeqkv": "gk-graph+ropeqkv"}
+GK_ALIAS = {"gk-nopdl": "gk-graph+nopdl", "gk-norope": "gk-graph+norope"}
 
 
 def gk_engine(eng):
@@ -79,19 +77,12 @@ def gk_engine(eng):
     parts = GK_ALIAS.get(eng, eng).split("+")
     if parts[0] not in GK_LABEL:
         return None
-    opt = dict(graph=parts[0] != "gk-eager", fusion=FUSION.get(parts[0], 2), pdl=None, rope_in_qkv=None,
-               prefetch_o_mb=None, rows=None, norm_in_proj=None)
+    opt = dict(graph=parts[0] != "gk-eager", fusion=FUSION.get(parts[0], 2), pdl=None, rope_in_qkv=None)
     for f in parts[1:]:
         if f == "nopdl":
             opt["pdl"] = False
         elif f in ("ropeqkv", "norope"):
             opt["rope_in_qkv"] = f == "ropeqkv"
-        elif f == "nip":
-            opt["norm_in_proj"] = True
-        elif f in ("r4", "r8"):
-            opt["rows"] = int(f[1:])
-        elif re.fullmatch(r"pf\d+", f):
-            opt["prefetch_o_mb"] = int(f[2:])
         else:
             return None
     return parts[0], opt
@@ -124,18 +115,13 @@ def prompts_for(batch, prompt_len, vocab):
 
 
 def bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead=True, fusion=2, pdl=None,
-                 rope_in_qkv=None, prefetch_o_mb=None, rows=None, norm_in_proj=None):
+                 rope_in_qkv=None):
     from gpukit import _C
     model._m.fusion = fusion
-    default_rope_in_qkv, default_pf, default_nip = model._m.rope_in_qkv, model._m.prefetch_o_mb, model._m.norm_in_proj
-    if norm_in_proj is not None:
-        model._m.norm_in_proj = norm_in_proj
+    default_rope_in_qkv = model._m.rope_in_qkv
     if rope_in_qkv is not None:
         model._m.rope_in_qkv = rope_in_qkv
-    if prefetch_o_mb is not None:
-        model._m.prefetch_o_mb = prefetch_o_mb
     _C.llm.set_pdl(pdl)
-    _C.llm.set_project_rows(rows or 0)
     try:
         r = _bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead)
         if r["nodes"][0]:
@@ -145,10 +131,7 @@ def bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead=
     finally:
         model._m.fusion = 2
         model._m.rope_in_qkv = default_rope_in_qkv
-        model._m.prefetch_o_mb = default_pf
-        model._m.norm_in_proj = default_nip
         _C.llm.set_pdl(None)
-        _C.llm.set_project_rows(0)
 
 
 def _bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead):

@@ -52,7 +52,7 @@ def main():
     from gpukit import _C
     rounds = max(a.rounds, 5)
     records = []
-    print(f"{'shape':<12}{'N':>7}{'K':>7}  {'gk.gemv':>16}  {'llm PDL':>16}  {'llm no PDL':>16}  {'llm PDL r8':>16}")
+    print(f"{'shape':<12}{'N':>7}{'K':>7}  {'gk.gemv':>16}  {'llm PDL':>16}  {'llm no PDL':>16}")
     for name, (n, k, sw) in SHAPES.items():
         nbytes = n * k * 2
         copies = max(2, math.ceil(L2_DEFEAT / nbytes))
@@ -60,17 +60,15 @@ def main():
         x = gk.full((1, k), 0.5, dtype="bfloat16", device="cuda")
         res = {}
         res["gemv"] = time_graph([lambda w=w: gk.gemv(x, w) for w in ws], rounds)
-        for label, pdl, rows in (("pdl", True, 4), ("nopdl", False, 4), ("r8", True, 8)):
+        for label, pdl in (("pdl", True), ("nopdl", False)):
             _C.llm.set_pdl(pdl)
-            _C.llm.set_project_rows(rows)
             res[label] = time_graph([lambda w=w: _C.llm.fused_project(x, w, None, sw) for w in ws], rounds)
         _C.llm.set_pdl(None)
-        _C.llm.set_project_rows(0)
         tbs = {key: nbytes / (ms * 1e-3) / 1e12 for key, ms in res.items()}
         print(f"{name:<12}{n:>7}{k:>7}  " + "  ".join(f"{res[key] * 1e3:7.1f} us {tbs[key]:4.2f}"
-                                                     for key in ("gemv", "pdl", "nopdl", "r8"))
+                                                     for key in ("gemv", "pdl", "nopdl"))
               + ("  (gemv: no SwiGLU epilogue)" if sw else ""))
-        for key, label in (("pdl", "llm_project"), ("nopdl", "llm_project no PDL"), ("r8", "llm_project r8")):
+        for key, label in (("pdl", "llm_project"), ("nopdl", "llm_project no PDL")):
             records.append(record(label, f"{name} N{n} K{k}", "bfloat16", "TB/s", tbs[key], peer="gk.gemv",
                                   peer_value=tbs["gemv"]))
         del ws
@@ -95,17 +93,14 @@ def main():
 
         out = {}
         out["gemv"] = time_graph(chain(lambda x, w, sw: gk.gemv(x, w)), rounds) * 4
-        for label, pdl, rows in (("pdl", True, 4), ("nopdl", False, 4), ("r8", True, 8)):
+        for label, pdl in (("pdl", True), ("nopdl", False)):
             _C.llm.set_pdl(pdl)
-            _C.llm.set_project_rows(rows)
             out[label] = time_graph(chain(lambda x, w, sw: _C.llm.fused_project(x, w, None, sw)), rounds) * 4
         _C.llm.set_pdl(None)
-        _C.llm.set_project_rows(0)
         print(f"{model} layer projections (qkv, o, gate_up, down; 8 layers): "
               + ", ".join(f"{key} {ms * 1e3:.1f} us/layer ({per_layer / (ms * 1e-3) / 1e12:.2f} TB/s)"
                           for key, ms in out.items()) + "  (gemv: no SwiGLU)")
-        for key, label in (("pdl", "llm layer projections"), ("nopdl", "llm layer projections no PDL"),
-                           ("r8", "llm layer projections r8")):
+        for key, label in (("pdl", "llm layer projections"), ("nopdl", "llm layer projections no PDL")):
             records.append(record(label, f"{model} M1", "bfloat16", "us/layer", out[key] * 1e3, peer="gk.gemv",
                                   peer_value=out["gemv"] * 1e3))
         W = None

@@ -184,16 +184,7 @@ struct EngineOptions {
   // Level 2: the q/k/v GEMV also rotates q and k and stores k, v into the cache (one
   // launch instead of GEMV + rope_append; the same bits). Not with q/k norm. The
   // environment sets the default of a new model: GPUKIT_ROPE_IN_QKV=0/1.
-  bool rope_in_qkv = false;
-  // Level 2 decode on CUDA: after the q/k/v projection, ask the L2 to fetch the first
-  // prefetch_o_mb MB of the output projection's weight (bf16/f16), so that it streams
-  // in while RoPE and attention leave the memory idle (attention does not let the
-  // next kernel start early). 0: off. Default from GPUKIT_PREFETCH_O_MB.
-  int64_t prefetch_o_mb = 0;
-  // Level 2 decode: the residual add + RMSNorm before the q/k/v and gate/up projections
-  // runs inside them (each block computes the norm of its input; the same bits) instead
-  // of as its own launch. Default from GPUKIT_NORM_IN_PROJ.
-  bool norm_in_proj = false;
+  bool rope_in_qkv = true;
 };
 
 class Model {

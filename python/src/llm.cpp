@@ -108,15 +108,6 @@ GK_BINDING(60, llm) {
       .def_prop_rw("rope_in_qkv", [](const llm::Model& m) { return m.options().rope_in_qkv; },
                    [](llm::Model& m, bool v) { m.options().rope_in_qkv = v; },
                    "Fusion level 2: the q/k/v GEMV also applies RoPE and appends k, v to the cache (one launch).")
-      .def_prop_rw("prefetch_o_mb", [](const llm::Model& m) { return m.options().prefetch_o_mb; },
-                   [](llm::Model& m, int64_t v) {
-                     if (v < 0) throw ValueError(cat("prefetch_o_mb: must be >= 0, got ", v));
-                     m.options().prefetch_o_mb = v;
-                   },
-                   "Fusion level 2 decode: MB of the output projection's weight the L2 fetches during attention.")
-      .def_prop_rw("norm_in_proj", [](const llm::Model& m) { return m.options().norm_in_proj; },
-                   [](llm::Model& m, bool v) { m.options().norm_in_proj = v; },
-                   "Fusion level 2 decode: residual add + RMSNorm inside the following projection.")
       .def_prop_ro("quantized", [](const llm::Model& m) { return m.weights().quantized; })
       .def("profile_decode", [](llm::Model& m, int64_t batch, int64_t context, int64_t reps) {
         auto r = llm::profile_decode(m, batch, context, reps);

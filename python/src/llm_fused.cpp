@@ -15,14 +15,6 @@ GK_BINDING(61, llm_fused) {
     return llm::fused::project(x, w, bias ? *bias : Array(), swiglu);
   }, nb::arg("x"), nb::arg("w"), nb::arg("bias") = nb::none(), nb::arg("swiglu") = false,
      "x [M<=8, K] @ w[N, K]^T (+ bias), or with swiglu silu(x @ gate^T) * (x @ up^T) for w = [gate; up].");
-  lm.def("fused_norm_project", [](const Array& a, const Array& b, const Array& nw, double eps, const Array& w,
-                                  bool swiglu) {
-    llm::fused::NormIn n{a, b, nw, eps};
-    Array res;
-    Array y = llm::fused::project(a, w, Array(), swiglu, nullptr, &n, &res);
-    return std::make_pair(y, res);
-  }, nb::arg("a"), nb::arg("b"), nb::arg("norm_w"), nb::arg("eps"), nb::arg("w"), nb::arg("swiglu") = false,
-     "(project(rms_norm(a + b) * norm_w, w), a + b) with the norm inside the projection kernel.");
   lm.def("fused_rope_append", [](const Array& q, const Array& k, const Array& v, const Array& k_cache,
                                  const Array& v_cache, const Array& positions, const Array& block_table,
                                  double theta, std::optional<int> rotary_dim, bool interleaved) {
@@ -54,9 +46,6 @@ GK_BINDING(61, llm_fused) {
      "(rms_norm(x + residual) * w, x + residual)");
   lm.def("set_pdl", [](std::optional<bool> on) { llm::fused::set_pdl(on ? int(*on) : -1); }, nb::arg("on"),
          "Programmatic dependent launch of the engine's kernels: True, False, or None for GPUKIT_PDL's default.");
-  lm.def("set_project_rows", [](int rows) { llm::fused::set_project_rows(rows); }, nb::arg("rows"),
-         "Weight rows per block of the engine's CUDA projection kernel: 4, 8, or 0 for the default.");
-  lm.def("project_rows", &llm::fused::project_rows);
   lm.def("pdl_enabled", [](nb::handle device) { return llm::fused::pdl_enabled(to_device(device)); },
          nb::arg("device"), "Whether the engine's kernels launch with programmatic dependent launch on device.");
 }

@@ -31,6 +31,25 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
+// A rotary pair, each product rounded on its own (no fused multiply-add).
+__device__ __forceinline__ void rotate(float x1, float x2, float cs, float sn, float& r1, float& r2) {
+  r1 = __fsub_rn(__fmul_rn(x1, cs), __fmul_rn(x2, sn));
+  r2 = __fadd_rn(__fmul_rn(x2, cs), __fmul_rn(x1, sn));
+}
+
+// The cache slot (block * bs + offset) of token t at position p, or false when its page
+// is outside the table or the pool (the token is then not stored).
+template <class A>
+__device__ __forceinline__ bool llm_slot(const A& a, int64_t t, int32_t p, int64_t& slot) {
+  if (p < 0) return false;
+  const int64_t li = p / a.bs;
+  if (li >= a.max_blocks) return false;
+  const int64_t blk = a.block_table[t * a.bt_stride + li];
+  if (blk < 0 || blk >= a.nb) return false;
+  slot = blk * a.bs + (p - li * a.bs);
+  return true;
+}
+
 template <class... P, class... A>
 void launch_ex(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t st, bool pdl, const char* name,
                A&&... args) {
@@ -82,11 +101,11 @@ __device__ __forceinline__ void f8(const uint4& v, float (&f)[8]) {
 }
 
 // ---- projection GEMV ----
-// A block of kPT threads owns R weight rows, R = 4 or 8 (swiglu: gate rows j0 .. j0+R/2-1
-// and the up rows n+j0 ..; rope: R/2 units of two rows); thread t takes the 16-byte chunks t, t + kPT, ... of each row, kPU
-// chunks per row in flight. Sums: per thread in chunk order, warp butterfly, warps in
+// A block of kPT threads owns kPR = 4 weight rows (swiglu: gate rows j0, j0+1 and the up
+// rows n+j0, n+j0+1; rope: two units of two rows); thread t takes the 16-byte chunks t,
+// t + kPT, ... of each row, kPU chunks per row in flight. Sums: per thread in chunk order, warp butterfly, warps in
 // order: a fixed order that does not depend on M.
-constexpr int kPT = 256, kPU = 2, kPW = kPT / 32;
+constexpr int kPT = 256, kPR = 4, kPU = 2, kPW = kPT / 32;
 
 // MODE 2 (q/k/v with RoPE and the KV append): the rows of the [Q + 2 KV] output come in
 // units of two (a rotary pair of a q or k head, two rows of a k tail, two v rows); a
@@ -125,13 +144,13 @@ struct NoExtra {
   int unused;
 };
 
-template <class T, int MT, int MODE, int R, bool NRM, class X>
-__global__ void __launch_bounds__(kPT, MT == 1 ? (R == 4 ? 4 : 2) : 1)
+template <class T, int MT, int MODE, class X>
+__global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1)
     k_project(const __grid_constant__ llm::ProjArgs a, const __grid_constant__ X extra) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t nch = a.k / 8;
   const int64_t rbytes = a.w_rs * int64_t(sizeof(T));
-  constexpr int P = R / 2;  // swiglu: outputs per block; rope: units per block
+  constexpr int R = kPR, P = R / 2;  // swiglu: outputs per block; rope: units per block
   const uint8_t* wr[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -168,64 +187,7 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? (R == 4 ? 4 : 2) : 1)
   pdl_trigger();
   pdl_wait();
   const T* x = static_cast<const T*>(a.x);
-  // NRM: x = rms_norm(na + nb) * nw computed here (the rule and the sum order of
-  // add_rms_norm with 256 threads: the same bits); block 0 writes na + nb to nres.
-  float inv[MT];
-  const T* na = static_cast<const T*>(a.nrm_a);
-  const T* nb = static_cast<const T*>(a.nrm_b);
-  auto resid = [&](int i, int64_t cc, T (&r)[8]) {
-    float fa[8], fb[8];
-    f8<T>(ld_act(na + i * a.nrm_a_rs + cc * 8), fa);
-    f8<T>(ld_act(nb + i * a.nrm_b_rs + cc * 8), fb);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) r[e] = convert<T>(fa[e] + fb[e]);
-  };
-  if constexpr (NRM) {
-    float ss[MT];
-#pragma unroll
-    for (int i = 0; i < MT; ++i) ss[i] = 0.f;
-    const bool writer = blockIdx.x == 0;
-    for (int64_t cc = tid; cc < nch; cc += kPT) {
-#pragma unroll
-      for (int i = 0; i < MT; ++i) {
-        if (i < a.m) {
-          Vec<T, 8> r;
-          resid(i, cc, r.v);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            const float f = float(r.v[e]);
-            ss[i] = fmaf(f, f, ss[i]);
-          }
-          if (writer) *reinterpret_cast<Vec<T, 8>*>(static_cast<T*>(a.nrm_res) + i * a.k + cc * 8) = r;
-        }
-      }
-    }
-    __shared__ float nred[kPW][MT];
-#pragma unroll
-    for (int i = 0; i < MT; ++i) {
-      const float v = warp_sum(ss[i]);
-      if (lane == 0) nred[warp][i] = v;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int i = 0; i < MT; ++i) {
-      float t = 0.f;
-      for (int w = 0; w < kPW; ++w) t += nred[w][i];
-      inv[i] = rsqrtf(t / float(a.k) + a.nrm_eps);
-    }
-  }
-  auto load_x = [&](int i, int64_t cc, float (&xf)[8]) {
-    if constexpr (NRM) {
-      T r[8];
-      resid(i, cc, r);
-      float wf[8];
-      f8<T>(ld_act(static_cast<const T*>(a.nrm_w) + cc * 8), wf);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) xf[e] = float(convert<T>(float(r[e]) * inv[i] * wf[e]));
-    } else {
-      f8<T>(ld_act(x + i * a.x_rs + cc * 8), xf);
-    }
-  };
+  auto load_x = [&](int i, int64_t cc, float (&xf)[8]) { f8<T>(ld_act(x + i * a.x_rs + cc * 8), xf); };
   while (true) {
 #pragma unroll
     for (int u = 0; u < kPU; ++u) {
@@ -305,29 +267,21 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? (R == 4 ? 4 : 2) : 1)
         }
         const int32_t p = a.pos[i];
         if (q.j >= 0) {
-          float sn, cs;
+          float sn, cs, r1, r2;
           sincosf(float(p) * extra.inv_freq[q.j], &sn, &cs);
-          cs *= a.mscale;
-          sn *= a.mscale;
-          const float x1 = float(v1), x2 = float(v2);
-          v1 = convert<T>(x1 * cs - x2 * sn);
-          v2 = convert<T>(x2 * cs + x1 * sn);
+          rotate(float(v1), float(v2), __fmul_rn(cs, a.mscale), __fmul_rn(sn, a.mscale), r1, r2);
+          v1 = convert<T>(r1);
+          v2 = convert<T>(r2);
         }
+        int64_t slot;
         if (q.kind == 0) {
           T* o = static_cast<T*>(a.q_out) + (int64_t(i) * a.hq + q.head) * a.D;
           o[q.i1] = v1;
           o[q.i2] = v2;
-        } else if (p >= 0) {
-          const int64_t li = p / a.bs;
-          if (li < a.max_blocks) {
-            const int64_t blk = a.block_table[i * a.bt_stride + li];
-            if (blk >= 0 && blk < a.nb) {
-              T* c = static_cast<T*>(q.kind == 1 ? a.kc : a.vc) +
-                     ((blk * a.bs + (p - li * a.bs)) * a.hkv + q.head) * a.D;
-              c[q.i1] = v1;
-              c[q.i2] = v2;
-            }
-          }
+        } else if (llm_slot(a, i, p, slot)) {
+          T* c = static_cast<T*>(q.kind == 1 ? a.kc : a.vc) + (slot * a.hkv + q.head) * a.D;
+          c[q.i1] = v1;
+          c[q.i2] = v2;
         }
       }
     }
@@ -353,9 +307,9 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? (R == 4 ? 4 : 2) : 1)
   }
 }
 
-template <class T, int MODE, int R, bool NRM>
+template <class T, int MODE>
 void project_m(const llm::ProjArgs& a, const llm::ProjRope* rope, cudaStream_t st) {
-  constexpr int P = R / 2;
+  constexpr int R = kPR, P = R / 2;
   const int64_t blocks = MODE == 1 ? (a.n + P - 1) / P : MODE == 2 ? (a.n / 2 + P - 1) / P : (a.n + R - 1) / R;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("project: n is too large");
   const dim3 g{unsigned(blocks)}, b{unsigned(kPT)};
@@ -366,89 +320,65 @@ void project_m(const llm::ProjArgs& a, const llm::ProjRope* rope, cudaStream_t s
     extra = *rope;
   }
   auto go = [&](auto kernel) { launch_ex(kernel, g, b, st, a.pdl, "llm_project", a, extra); };
-  if (a.m <= 1) go(k_project<T, 1, MODE, R, NRM, X>);
-  else if (a.m <= 2) go(k_project<T, 2, MODE, R, NRM, X>);
-  else if (a.m <= 4) go(k_project<T, 4, MODE, R, NRM, X>);
-  else go(k_project<T, 8, MODE, R, NRM, X>);
-}
-
-template <class T, int R, bool NRM>
-void project_r(const llm::ProjArgs& a, const llm::ProjRope* rope, cudaStream_t st) {
-  if (a.rope) project_m<T, 2, R, NRM>(a, rope, st);
-  else if (a.swiglu) project_m<T, 1, R, NRM>(a, rope, st);
-  else project_m<T, 0, R, NRM>(a, rope, st);
+  if (a.m <= 1) go(k_project<T, 1, MODE, X>);
+  else if (a.m <= 2) go(k_project<T, 2, MODE, X>);
+  else if (a.m <= 4) go(k_project<T, 4, MODE, X>);
+  else go(k_project<T, 8, MODE, X>);
 }
 
 template <class T>
 void project_t(const llm::ProjArgs& a, const llm::ProjRope* rope, cudaStream_t st) {
-  if (a.norm) {
-    if (a.rows == 8) project_r<T, 8, true>(a, rope, st);
-    else project_r<T, 4, true>(a, rope, st);
-  } else {
-    if (a.rows == 8) project_r<T, 8, false>(a, rope, st);
-    else project_r<T, 4, false>(a, rope, st);
-  }
+  if (a.rope) project_m<T, 2>(a, rope, st);
+  else if (a.swiglu) project_m<T, 1>(a, rope, st);
+  else project_m<T, 0>(a, rope, st);
 }
 
 // ---- q/k RoPE + paged KV append ----
-// One block per token: the cos/sin table of its position into shared memory, then the
-// q pairs (in place), the k pairs and k tail (stored), the v elements (stored).
+// One thread per item of a token (a q rotary pair, a k rotary pair, a k tail element, a v
+// element; grid.y = token): every load is issued at once, nothing waits on a table. The
+// rotation rounds each product (no fused multiply-add), as the q/k/v GEMV's epilogue
+// does, so both give the same bits.
 template <class T, bool IL>
-__global__ void __launch_bounds__(256) k_rope_append(const __grid_constant__ llm::RopeAppendArgs a) {
-  __shared__ float tab[2 * llm::kFusedMaxFreqs];
+__global__ void __launch_bounds__(128) k_rope_append(const __grid_constant__ llm::RopeAppendArgs a) {
   pdl_trigger();
   pdl_wait();
-  const int64_t t = blockIdx.x;
+  const int64_t t = blockIdx.y;
   const int n = a.rd / 2;
-  const int32_t p = a.pos[t];
-  for (int j = threadIdx.x; j < n; j += blockDim.x) {
-    float sn, cs;
-    sincosf(float(p) * a.inv_freq[j], &sn, &cs);
-    tab[j] = cs * a.mscale;
-    tab[llm::kFusedMaxFreqs + j] = sn * a.mscale;
-  }
-  bool dest = p >= 0;
-  int64_t blk = 0, off = 0;
-  if (dest) {
-    const int64_t li = p / a.bs;
-    dest = li < a.max_blocks;
-    if (dest) {
-      blk = a.block_table[t * a.bt_stride + li];
-      off = p - li * a.bs;
-      dest = blk >= 0 && blk < a.nb;
-    }
-  }
-  __syncthreads();
-  const int64_t base = (blk * a.bs + off) * a.hkv * a.D;
-  T* kc = static_cast<T*>(a.kc) + base;
-  T* vc = static_cast<T*>(a.vc) + base;
   const int qpairs = a.hq * n, kpairs = a.hkv * n, ktail = a.hkv * (a.D - a.rd);
-  const int total = qpairs + (dest ? kpairs + ktail + a.hkv * a.D : 0);
-  for (int u = threadIdx.x; u < total; u += blockDim.x) {
-    if (u < qpairs + kpairs) {
-      const bool isq = u < qpairs;
-      const int w = isq ? u : u - qpairs, h = w / n, i = w - h * n;
-      const int i1 = IL ? 2 * i : i, i2 = IL ? 2 * i + 1 : i + n;
-      const float cs = tab[i], sn = tab[llm::kFusedMaxFreqs + i];
-      const T* src = isq ? static_cast<const T*>(a.q) + t * a.q_ts + h * a.q_hs
-                         : static_cast<const T*>(a.k) + t * a.k_ts + h * a.k_hs;
-      const float x1 = float(src[i1]), x2 = float(src[i2]);
-      const T r1 = convert<T>(x1 * cs - x2 * sn), r2 = convert<T>(x2 * cs + x1 * sn);
-      if (isq) {
-        T* q = static_cast<T*>(a.q) + t * a.q_ts + h * a.q_hs;
-        q[i1] = r1;
-        q[i2] = r2;
-      } else {
-        kc[h * a.D + i1] = r1;
-        kc[h * a.D + i2] = r2;
-      }
-    } else if (u < qpairs + kpairs + ktail) {
-      const int tl = a.D - a.rd, w = u - qpairs - kpairs, h = w / tl, i = a.rd + (w - h * tl);
-      kc[h * a.D + i] = static_cast<const T*>(a.k)[t * a.k_ts + h * a.k_hs + i];
-    } else {
-      const int w = u - qpairs - kpairs - ktail, h = w / a.D, i = w - h * a.D;
-      vc[h * a.D + i] = static_cast<const T*>(a.v)[t * a.v_ts + h * a.v_hs + i];
+  const int u = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
+  if (u >= qpairs + kpairs + ktail + a.hkv * a.D) return;
+  const int32_t p = a.pos[t];
+  if (u < qpairs + kpairs) {
+    const bool isq = u < qpairs;
+    const int w = isq ? u : u - qpairs, h = w / n, i = w - h * n;
+    const int i1 = IL ? 2 * i : i, i2 = IL ? 2 * i + 1 : i + n;
+    const T* src = isq ? static_cast<const T*>(a.q) + t * a.q_ts + h * a.q_hs
+                       : static_cast<const T*>(a.k) + t * a.k_ts + h * a.k_hs;
+    const float x1 = float(src[i1]), x2 = float(src[i2]);
+    float sn, cs, r1, r2;
+    sincosf(float(p) * a.inv_freq[i], &sn, &cs);
+    rotate(x1, x2, __fmul_rn(cs, a.mscale), __fmul_rn(sn, a.mscale), r1, r2);
+    if (isq) {
+      T* q = static_cast<T*>(a.q) + t * a.q_ts + h * a.q_hs;
+      q[i1] = convert<T>(r1);
+      q[i2] = convert<T>(r2);
+      return;
     }
+    int64_t slot;
+    if (!llm_slot(a, t, p, slot)) return;
+    T* kc = static_cast<T*>(a.kc) + (slot * a.hkv + h) * a.D;
+    kc[i1] = convert<T>(r1);
+    kc[i2] = convert<T>(r2);
+    return;
+  }
+  int64_t slot;
+  if (!llm_slot(a, t, p, slot)) return;
+  if (u < qpairs + kpairs + ktail) {
+    const int tl = a.D - a.rd, w = u - qpairs - kpairs, h = w / tl, i = a.rd + (w - h * tl);
+    static_cast<T*>(a.kc)[(slot * a.hkv + h) * a.D + i] = static_cast<const T*>(a.k)[t * a.k_ts + h * a.k_hs + i];
+  } else {
+    const int w = u - qpairs - kpairs - ktail, h = w / a.D, i = w - h * a.D;
+    static_cast<T*>(a.vc)[(slot * a.hkv + h) * a.D + i] = static_cast<const T*>(a.v)[t * a.v_ts + h * a.v_hs + i];
   }
 }
 
@@ -500,34 +430,7 @@ __global__ void k_advance(int32_t* in, const int32_t* tokens, int B) {
   }
 }
 
-// ---- L2 prefetch of a weight the next-but-one kernel reads ----
-// Each thread issues bulk L2 prefetches of `piece` bytes (fire and forget), then waits
-// for the previous kernel like every PDL kernel of the chain, so that the stream order
-// of the kernels after it is kept.
-__global__ void k_prefetch_l2(const uint8_t* p, int64_t bytes, int64_t piece) {
-  pdl_trigger();
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const int64_t n = (bytes + piece - 1) / piece;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t off = i * piece;
-    const uint32_t sz = uint32_t(std::min<int64_t>(piece, bytes - off)) & ~15u;
-    if (sz) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + off), "r"(sz) : "memory");
-  }
-#endif
-  pdl_wait();
-}
-
 }  // namespace
-
-void llm_prefetch_l2(const void* p, int64_t bytes, bool pdl, void* stream) {
-  if (bytes < 16) return;
-  if (reinterpret_cast<uintptr_t>(p) % 16) throw ValueError("prefetch: the address must be 16-byte aligned");
-  const int64_t piece = 64 << 10;
-  const int64_t n = (bytes + piece - 1) / piece;
-  const unsigned blocks = unsigned(std::min<int64_t>((n + 127) / 128, 8));
-  launch_ex(k_prefetch_l2, dim3(blocks), dim3(128), static_cast<cudaStream_t>(stream), pdl, "llm_prefetch_l2",
-            static_cast<const uint8_t*>(p), bytes, piece);
-}
 
 void llm_advance(int32_t* in, const int32_t* tokens, int64_t B, bool pdl, void* stream) {
   if (B <= 0) return;
@@ -548,16 +451,14 @@ void llm_project(const llm::ProjArgs& a, const llm::ProjRope* rope, void* stream
 
 void llm_rope_append(const llm::RopeAppendArgs& a, void* stream) {
   if (a.T <= 0) return;
-  if (a.T > int64_t(INT32_MAX)) throw ValueError("rope_append: too many tokens");
+  if (a.T > 65535) throw ValueError("rope_append: at most 65535 tokens per call");
   auto st = static_cast<cudaStream_t>(stream);
-  const int work = a.hq * (a.rd / 2) + a.hkv * (a.D + a.D / 2);
-  const int threads = std::min(256, std::max(32, (work + 31) / 32 * 32));
+  const int work = a.hq * (a.rd / 2) + a.hkv * (a.rd / 2) + a.hkv * (a.D - a.rd) + a.hkv * a.D;  // items per token
+  const dim3 grid{unsigned((work + 127) / 128), unsigned(a.T)};
   dispatch_float(a.dtype, [&](auto tv) {
     using T = decltype(tv);
-    if (a.interleaved)
-      launch_ex(k_rope_append<T, true>, dim3(unsigned(a.T)), dim3(threads), st, a.pdl, "llm_rope_append", a);
-    else
-      launch_ex(k_rope_append<T, false>, dim3(unsigned(a.T)), dim3(threads), st, a.pdl, "llm_rope_append", a);
+    if (a.interleaved) launch_ex(k_rope_append<T, true>, grid, dim3(128), st, a.pdl, "llm_rope_append", a);
+    else launch_ex(k_rope_append<T, false>, grid, dim3(128), st, a.pdl, "llm_rope_append", a);
   });
 }
 

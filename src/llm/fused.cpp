@@ -34,17 +34,7 @@ void same_dtype(const Array& a, const Array& b, const char* arg) {
 
 namespace {
 std::atomic<int> g_pdl{-1};
-std::atomic<int> g_rows{0};
-constexpr int kDefaultRows = 4;
 }  // namespace
-void set_project_rows(int rows) {
-  if (rows != 0 && rows != 4 && rows != 8) throw ValueError(cat("rows: expected 0, 4 or 8, got ", rows));
-  g_rows.store(rows);
-}
-int project_rows() {
-  const int r = g_rows.load();
-  return r ? r : kDefaultRows;
-}
 void set_pdl(int mode) {
   if (mode < -1 || mode > 1) throw ValueError(cat("pdl: expected -1, 0 or 1, got ", mode));
   g_pdl.store(mode);
@@ -75,46 +65,7 @@ bool pdl_enabled(Device d) {
 
 // ---- project ----
 
-namespace {
-// NormIn on CUDA: the kernel reads a, b, w itself when their rows are 16-byte aligned
-// and dense; otherwise (or on the CPU) add_rms_norm runs first and x is its output.
-bool norm_in_kernel(const NormIn& n, Device d, int64_t m, int64_t k) {
-  if (!d.is_cuda()) return false;
-  for (const Array* t : {&n.a, &n.b})
-    if (t->ndim() != 2 || t->shape(0) != m || t->shape(1) != k || (k > 1 && t->stride(1) != 1) ||
-        t->stride(0) % 8 != 0 || !al16(t->data()))
-      return false;
-  return n.w.ndim() == 1 && n.w.shape(0) == k && (k <= 1 || n.w.stride(0) == 1) && al16(n.w.data()) &&
-         n.a.dtype() == n.b.dtype() && n.a.dtype() == n.w.dtype() && k % 8 == 0;
-}
-void set_norm(ProjArgs& a, const NormIn& n, Array& res, Device d, const Stream& s) {
-  res = Array::empty({n.a.shape(0), n.a.shape(1)}, n.a.dtype(), d, &s);
-  a.norm = true;
-  a.nrm_a = n.a.data();
-  a.nrm_b = n.b.data();
-  a.nrm_w = n.w.data();
-  a.nrm_res = res.data();
-  a.nrm_a_rs = n.a.stride(0);
-  a.nrm_b_rs = n.b.stride(0);
-  a.nrm_eps = float(n.eps);
-  for (const Array* t : {&n.a, &n.b, &n.w}) detail::mark_used(*t, s);
-}
-}  // namespace
-
-Array project(const Array& x_arg, const Array& w, const Array& bias, bool swiglu, const Stream* sp, const NormIn* norm,
-              Array* res_out) {
-  Array x_in = x_arg;
-  if (norm) {
-    if (!res_out) throw ValueError("project: a NormIn input needs res_out");
-    x_in = norm->a;
-    if (!norm_in_kernel(*norm, norm->a.device(), norm->a.ndim() == 2 ? norm->a.shape(0) : -1,
-                        norm->a.ndim() == 2 ? norm->a.shape(1) : -1) ||
-        w.dtype() != norm->a.dtype() || (w.ndim() == 2 && w.shape(1) != norm->a.shape(1))) {
-      auto [h, r] = add_rms_norm(norm->a, norm->b, norm->w, norm->eps, sp);
-      *res_out = r;
-      return project(h, w, bias, swiglu, sp);
-    }
-  }
+Array project(const Array& x_in, const Array& w, const Array& bias, bool swiglu, const Stream* sp) {
   Device d = detail::common_device({{"x", &x_in}, {"w", &w}});
   Stream s = resolve_stream(sp, d);
   if (w.dtype() != DType::bf16 && w.dtype() != DType::f16)
@@ -165,8 +116,6 @@ Array project(const Array& x_arg, const Array& w, const Array& bias, bool swiglu
   a.vec = al16(a.w) && a.w_rs % 8 == 0 && k % 8 == 0 && al16(a.x);
   if (!a.vec) throw ValueError("w: project needs 16-byte aligned weight rows and K % 8 == 0");
   a.pdl = pdl_enabled(d);
-  a.rows = project_rows();
-  if (norm) set_norm(a, *norm, *res_out, d, s);
   for (const Array* t : {&x, &wd, &b})
     if (t->defined()) detail::mark_used(*t, s);
   cuda::llm_project(a, nullptr, s.handle());
@@ -268,21 +217,9 @@ void rope_append(const Array& q, const Array& k, const Array& v, const Array& k_
 #endif
 }
 
-Array project_qkv_rope(const Array& x_arg, const Array& w, const Array& bias, int64_t hq, const Array& k_cache,
+Array project_qkv_rope(const Array& x_in, const Array& w, const Array& bias, int64_t hq, const Array& k_cache,
                        const Array& v_cache, const Array& positions, const Array& block_table, const Rope& rope,
-                       const Stream* sp, const NormIn* norm, Array* res_out) {
-  Array x_in = x_arg;
-  if (norm) {
-    if (!res_out) throw ValueError("project_qkv_rope: a NormIn input needs res_out");
-    x_in = norm->a;
-    if (!norm_in_kernel(*norm, norm->a.device(), norm->a.ndim() == 2 ? norm->a.shape(0) : -1,
-                        norm->a.ndim() == 2 ? norm->a.shape(1) : -1) ||
-        w.dtype() != norm->a.dtype() || (w.ndim() == 2 && w.shape(1) != norm->a.shape(1))) {
-      auto [h, r] = add_rms_norm(norm->a, norm->b, norm->w, norm->eps, sp);
-      *res_out = r;
-      return project_qkv_rope(h, w, bias, hq, k_cache, v_cache, positions, block_table, rope, sp);
-    }
-  }
+                       const Stream* sp) {
   Device d = detail::common_device({{"x", &x_in}, {"w", &w}, {"k_cache", &k_cache}, {"v_cache", &v_cache},
                                     {"positions", &positions}, {"block_table", &block_table}});
   Stream s = resolve_stream(sp, d);
@@ -393,8 +330,6 @@ Array project_qkv_rope(const Array& x_arg, const Array& w, const Array& bias, in
   a.vec = al16(a.w) && a.w_rs % 8 == 0 && k % 8 == 0 && al16(a.x);
   if (!a.vec) throw ValueError("w: project_qkv_rope needs 16-byte aligned weight rows and K % 8 == 0");
   a.pdl = pdl_enabled(d);
-  a.rows = project_rows();
-  if (norm) set_norm(a, *norm, *res_out, d, s);
   for (const Array* t : std::initializer_list<const Array*>{&x, &wd, &b, &k_cache, &v_cache, &positions, &block_table})
     if (t->defined()) detail::mark_used(*t, s);
   cuda::llm_project(a, &pr, s.handle());
@@ -543,18 +478,6 @@ void advance_inputs(const Array& in, const Array& tokens, const Stream* sp) {
   cuda::llm_advance(p, t, B, pdl_enabled(d), s.handle());
 #else
   detail::no_cuda_backend();
-#endif
-}
-
-void prefetch_l2(const Array& w, int64_t bytes, const Stream* sp) {
-  if (!w.defined() || !w.device().is_cuda() || bytes <= 0) return;
-  if (!w.is_contiguous()) throw ValueError("prefetch_l2: w must be dense");
-  Stream s = resolve_stream(sp, w.device());
-#if GPUKIT_WITH_CUDA
-  bytes = std::min<int64_t>(bytes, int64_t(w.nbytes())) / 16 * 16;
-  if (bytes == 0 || reinterpret_cast<uintptr_t>(w.data()) % 16) return;
-  detail::mark_used(w, s);
-  cuda::llm_prefetch_l2(w.data(), bytes, pdl_enabled(w.device()), s.handle());
 #endif
 }
 

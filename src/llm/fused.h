@@ -40,16 +40,6 @@ struct ProjArgs {
   bool swiglu = false;
   bool vec = false;  // CUDA: 16-byte aligned rows and k % 8 == 0
   bool pdl = false;
-  int rows = 4;      // CUDA: weight rows per block, 4 or 8 (never changes a result's bits)
-  // norm: x is rms_norm(nrm_a + nrm_b) * nrm_w (add_rms_norm's rule and bits), computed by
-  // every block from the two inputs; block 0 writes nrm_a + nrm_b to nrm_res [m, k].
-  bool norm = false;
-  const void* nrm_a = nullptr;
-  const void* nrm_b = nullptr;
-  const void* nrm_w = nullptr;
-  void* nrm_res = nullptr;
-  int64_t nrm_a_rs = 0, nrm_b_rs = 0;
-  float nrm_eps = 0.f;
   // rope: w is a layer's [Q + 2 KV, k] q/k/v weight; instead of y, q (rotated) goes to
   // q_out [m, hq, D] and k (rotated), v into the paged cache at pos[i] of sequence i
   // (the rule of rope_append; bias added before the rotation).
@@ -114,18 +104,7 @@ bool pdl_enabled(Device d);
 // -1: as GPUKIT_PDL says (default), 0: off, 1: on where supported (benchmarks; takes
 // effect at the next launch or capture).
 void set_pdl(int mode);
-// Weight rows per block of the CUDA projection kernel: 4 or 8 (x is re-read from the L2
-// once per block: 8 halves that traffic), 0 for the default. Never changes the bits.
-void set_project_rows(int rows);
-int project_rows();
-// The input of a projection given as residual add + RMSNorm (fused into the projection):
-// x = rms_norm(a + b) * w; the new residual a + b is returned in res_out.
-struct NormIn {
-  Array a, b, w;
-  double eps = 1e-6;
-};
-Array project(const Array& x, const Array& w, const Array& bias = {}, bool swiglu = false, const Stream* s = nullptr,
-              const NormIn* norm = nullptr, Array* res_out = nullptr);
+Array project(const Array& x, const Array& w, const Array& bias = {}, bool swiglu = false, const Stream* s = nullptr);
 void rope_append(const Array& q, const Array& k, const Array& v, const Array& k_cache, const Array& v_cache,
                  const Array& positions, const Array& block_table, const Rope& rope, const Stream* s = nullptr);
 // project + rope_append in one launch: x [M <= 8, H] @ w^T with w = [Wq; Wk; Wv]
@@ -134,18 +113,13 @@ void rope_append(const Array& q, const Array& k, const Array& v, const Array& k_
 // project then rope_append.
 Array project_qkv_rope(const Array& x, const Array& w, const Array& bias, int64_t hq, const Array& k_cache,
                        const Array& v_cache, const Array& positions, const Array& block_table, const Rope& rope,
-                       const Stream* s = nullptr, const NormIn* norm = nullptr, Array* res_out = nullptr);
+                       const Stream* s = nullptr);
 std::pair<Array, Array> add_rms_norm(const Array& x, const Array& residual, const Array& w, double eps,
                                      const Stream* s = nullptr);
 
 // The decode step's input update in one launch: in = int32 [3, B] (ids, positions,
 // lengths, dense): ids = tokens (int32 [B]), positions and lengths + 1.
 void advance_inputs(const Array& in, const Array& tokens, const Stream* s = nullptr);
-
-// CUDA: asks the L2 to fetch the first `bytes` of w's storage (a weight a later kernel of
-// the step reads, fetched while the kernels in between leave the memory idle); nothing
-// on the CPU. One small launch, PDL-chained.
-void prefetch_l2(const Array& w, int64_t bytes, const Stream* s = nullptr);
 
 // CPU references (src/llm/fused.cpp)
 void ref_project(const ProjArgs& a);
@@ -161,5 +135,4 @@ void llm_project(const llm::ProjArgs& a, const llm::ProjRope* rope, void* stream
 void llm_rope_append(const llm::RopeAppendArgs& a, void* stream);
 void llm_add_rms_norm(const llm::AddNormArgs& a, void* stream);
 void llm_advance(int32_t* in, const int32_t* tokens, int64_t B, bool pdl, void* stream);
-void llm_prefetch_l2(const void* p, int64_t bytes, bool pdl, void* stream);
 }  // namespace gk::cuda

@@ -105,14 +105,6 @@ int env_fusion() {
   if (const char* e = std::getenv("GPUKIT_ENGINE_UNFUSED"); e && std::strcmp(e, "1") == 0) return 0;
   return 2;
 }
-int64_t env_int(const char* name, int64_t dflt) {
-  const char* e = std::getenv(name);
-  if (!e || !*e) return dflt;
-  char* end = nullptr;
-  const long long v = std::strtoll(e, &end, 10);
-  if (*end || v < 0 || v > (1 << 20)) throw ValueError(cat(name, ": expected a count >= 0, got \"", e, "\""));
-  return v;
-}
 bool env_flag(const char* name, bool dflt) {
   const char* e = std::getenv(name);
   if (!e || !*e) return dflt;
@@ -125,9 +117,7 @@ std::shared_ptr<Model> Model::load(const std::string& path, Device device, DType
   ModelFiles files = locate_model(path);
   auto m = std::make_shared<Model>();
   m->opt_.fusion = env_fusion();
-  m->opt_.rope_in_qkv = env_flag("GPUKIT_ROPE_IN_QKV", false);
-  m->opt_.prefetch_o_mb = env_int("GPUKIT_PREFETCH_O_MB", 0);
-  m->opt_.norm_in_proj = env_flag("GPUKIT_NORM_IN_PROJ", false);
+  m->opt_.rope_in_qkv = env_flag("GPUKIT_ROPE_IN_QKV", true);
   m->device_ = device;
   m->dtype_ = dtype;
   if (!files.gguf.empty()) {
@@ -179,9 +169,7 @@ std::shared_ptr<Model> Model::random(const ModelConfig& c, Device device, DType 
                                      const std::string& quantize, bool share_layers) {
   auto m = std::make_shared<Model>();
   m->opt_.fusion = env_fusion();
-  m->opt_.rope_in_qkv = env_flag("GPUKIT_ROPE_IN_QKV", false);
-  m->opt_.prefetch_o_mb = env_int("GPUKIT_PREFETCH_O_MB", 0);
-  m->opt_.norm_in_proj = env_flag("GPUKIT_NORM_IN_PROJ", false);
+  m->opt_.rope_in_qkv = env_flag("GPUKIT_ROPE_IN_QKV", true);
   m->cfg_ = c;
   m->cfg_.format = "random";
   m->device_ = device;
@@ -331,31 +319,22 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
   if (rope_append && engine_proj(x) && w_.layers[0].qkv_q.format.empty() && w_.layers[0].gate_up.defined() &&
       c.num_experts == 0) {
     // Level 2 decode, plain weights, dense MLP: the engine's kernels only. Per layer:
-    // q/k/v GEMV (+ RoPE and the KV append with rope_in_qkv), attention, o GEMV, gate/up
-    // GEMV with SwiGLU, down GEMV; the residual add + RMSNorm before a projection is its
-    // own launch, or with norm_in_proj runs inside the projection.
-    const bool nip = opt_.norm_in_proj;
-    fused::NormIn pend;  // nip: the pending add + norm of the next q/k/v projection
-    bool have_pend = false;
+    // q/k/v GEMV (+ RoPE and the KV append with rope_in_qkv), attention, o GEMV, residual
+    // add + RMSNorm, gate/up GEMV with SwiGLU, down GEMV, residual add + the next RMSNorm.
     for (int l = 0; l < int(c.num_layers); ++l) {
       const LayerWeights& L = w_.layers[size_t(l)];
-      const fused::NormIn* ni = have_pend ? &pend : nullptr;
-      Array q, k, v, newres;
+      Array q, k, v;
       const bool rq = opt_.rope_in_qkv && !c.qk_norm;
       if (rq) {
         q = fused::project_qkv_rope(h, L.qkv, L.qkv_bias, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos,
-                                    idx.block_table, rope, nullptr, ni, &newres);
+                                    idx.block_table, rope);
+        mark("qkv", l);  // with RoPE and the KV append
       } else {
-        Array qkv = fused::project(h, L.qkv, L.qkv_bias, false, nullptr, ni, &newres);
+        Array qkv = fused::project(h, L.qkv, L.qkv_bias);
         q = qkv.narrow(1, 0, Q).reshape({T, c.num_heads, D});
         k = qkv.narrow(1, Q, KV).reshape({T, c.num_kv_heads, D});
         v = qkv.narrow(1, Q + KV, KV).reshape({T, c.num_kv_heads, D});
-      }
-      mark("qkv", l);
-      if (have_pend) resid = newres;
-      have_pend = false;
-      if (opt_.prefetch_o_mb > 0) fused::prefetch_l2(L.o, opt_.prefetch_o_mb << 20);
-      if (!rq) {
+        mark("qkv", l);
         if (c.qk_norm) {
           q = nn::rms_norm(q, L.q_norm, c.norm_eps);
           k = nn::rms_norm(k, L.k_norm, c.norm_eps);
@@ -368,25 +347,12 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
       mark("attention", l);
       Array o = fused::project(att, L.o);
       mark("o_proj", l);
-      Array act;
-      if (nip) {
-        fused::NormIn n{o, resid, L.ffn_norm, c.norm_eps};
-        act = fused::project(o, L.gate_up, Array(), /*swiglu=*/true, nullptr, &n, &newres);
-        resid = newres;
-      } else {
-        h = add_norm(o, resid, L.ffn_norm, l);
-        act = fused::project(h, L.gate_up, Array(), /*swiglu=*/true);
-      }
+      h = add_norm(o, resid, L.ffn_norm, l);
+      Array act = fused::project(h, L.gate_up, Array(), /*swiglu=*/true);
       mark("gate_up", l);  // with SwiGLU
       Array down = fused::project(act, L.down);
       mark("down", l);
-      if (nip && l + 1 < int(c.num_layers)) {
-        pend = fused::NormIn{down, resid, w_.layers[size_t(l + 1)].attn_norm, c.norm_eps};
-        have_pend = true;
-        h = Array();
-      } else {
-        h = add_norm(down, resid, l + 1 < int(c.num_layers) ? w_.layers[size_t(l + 1)].attn_norm : w_.final_norm, l);
-      }
+      h = add_norm(down, resid, l + 1 < int(c.num_layers) ? w_.layers[size_t(l + 1)].attn_norm : w_.final_norm, l);
     }
     return h;  // final-normed hidden states [T, H]
   }
@@ -405,8 +371,6 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
       v = qkv.narrow(1, Q + KV, KV).reshape({T, c.num_kv_heads, D});
     }
     mark("qkv", l);
-    if (engine_ops() && opt_.prefetch_o_mb > 0 && L.o_q.format.empty() && L.o.defined())
-      fused::prefetch_l2(L.o, opt_.prefetch_o_mb << 20);
     if (c.qk_norm) {
       q = nn::rms_norm(q, L.q_norm, c.norm_eps);
       k = nn::rms_norm(k, L.k_norm, c.norm_eps);
