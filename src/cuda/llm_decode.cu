@@ -419,6 +419,62 @@ __global__ void __launch_bounds__(256) k_add_rms_norm(const llm::AddNormArgs a) 
   }
 }
 
+// The same with the row held in registers (H <= blockDim * N * NV, aligned rows): the
+// weights are read before waiting for the previous kernel, x and the residual in one
+// round of loads; the sums and roundings of k_add_rms_norm, so the same bits.
+template <class T, int NV>
+__global__ void __launch_bounds__(256) k_add_rms_norm_reg(const llm::AddNormArgs a) {
+  __shared__ float sh[32];
+  constexpr int N = 16 / int(sizeof(T));
+  const int64_t row = blockIdx.x;
+  const int64_t step = int64_t(blockDim.x) * N;
+  Vec<T, N> wv[NV], xv[NV], rv[NV];
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int64_t i = int64_t(threadIdx.x) * N + k * step;
+    if (i < a.H) wv[k] = *reinterpret_cast<const Vec<T, N>*>(static_cast<const T*>(a.w) + i);
+  }
+  pdl_trigger();
+  pdl_wait();
+  const T* x = static_cast<const T*>(a.x) + row * a.x_rs;
+  const T* res = static_cast<const T*>(a.res) + row * a.res_rs;
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int64_t i = int64_t(threadIdx.x) * N + k * step;
+    if (i < a.H) {
+      xv[k] = *reinterpret_cast<const Vec<T, N>*>(x + i);
+      rv[k] = *reinterpret_cast<const Vec<T, N>*>(res + i);
+    }
+  }
+  float ss = 0.f;
+  T* ro = static_cast<T*>(a.res_out) + row * a.H;
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int64_t i = int64_t(threadIdx.x) * N + k * step;
+    if (i < a.H) {
+#pragma unroll
+      for (int j = 0; j < N; ++j) {
+        rv[k].v[j] = convert<T>(float(xv[k].v[j]) + float(rv[k].v[j]));
+        const float f = float(rv[k].v[j]);
+        ss = fmaf(f, f, ss);
+      }
+      *reinterpret_cast<Vec<T, N>*>(ro + i) = rv[k];
+    }
+  }
+  const float inv = rsqrtf(row_sum(ss, sh) / float(a.H) + a.eps);
+  T* out = static_cast<T*>(a.out) + row * a.H;
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int64_t i = int64_t(threadIdx.x) * N + k * step;
+    if (i < a.H) {
+      Vec<T, N> o;
+#pragma unroll
+      for (int j = 0; j < N; ++j) o.v[j] = convert<T>(float(rv[k].v[j]) * inv * float(wv[k].v[j]));
+      *reinterpret_cast<Vec<T, N>*>(out + i) = o;
+    }
+  }
+}
+
 // ---- the step's input update: ids = tokens, positions and lengths + 1 ----
 __global__ void k_advance(int32_t* in, const int32_t* tokens, int B) {
   pdl_trigger();
@@ -470,8 +526,13 @@ void llm_add_rms_norm(const llm::AddNormArgs& a, void* stream) {
     using T = decltype(tv);
     const int64_t per = a.vec ? a.H / (16 / int64_t(sizeof(T))) : a.H;
     const int threads = int(std::min<int64_t>(256, std::max<int64_t>(32, (per + 31) / 32 * 32)));
-    if (a.vec) launch_ex(k_add_rms_norm<T, true>, dim3(unsigned(a.rows)), dim3(threads), st, a.pdl, "llm_add_rms_norm", a);
-    else launch_ex(k_add_rms_norm<T, false>, dim3(unsigned(a.rows)), dim3(threads), st, a.pdl, "llm_add_rms_norm", a);
+    const dim3 grid{unsigned(a.rows)}, block{unsigned(threads)};
+    if (a.vec && per <= int64_t(threads) * 4)  // the row in registers
+      launch_ex(k_add_rms_norm_reg<T, 4>, grid, block, st, a.pdl, "llm_add_rms_norm", a);
+    else if (a.vec)
+      launch_ex(k_add_rms_norm<T, true>, grid, block, st, a.pdl, "llm_add_rms_norm", a);
+    else
+      launch_ex(k_add_rms_norm<T, false>, grid, block, st, a.pdl, "llm_add_rms_norm", a);
   });
 }
 

@@ -240,7 +240,7 @@ def ref_add_norm(x, r, w, dtype, eps):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
-@pytest.mark.parametrize("rows,H", [(1, 64), (3, 100), (2, 4096)])
+@pytest.mark.parametrize("rows,H", [(1, 64), (3, 100), (2, 4096), (1, 12288)])
 def test_add_rms_norm(dtype, rows, H):
     x, r, w = rand((rows, H), dtype), rand((rows, H), dtype), rand((H,), dtype)
     ry, rs = ref_add_norm(x, r, w, dtype, 1e-5)
