@@ -29,7 +29,8 @@ gk.nn fused ops (fusion level 1, the engine of the last release) or unfused (lev
 separate q/k/v and gate/up projections, add + rms_norm, rope then kv_append, silu then
 mul), the "before" of the fused kernels. A gk engine may carry options after '+': nopdl
 (no programmatic dependent launch), ropeqkv / norope (RoPE and the KV append in the q/k/v
-GEMV's epilogue, the default, or a separate launch), e.g. gk-graph+norope+nopdl; gk-nopdl
+GEMV's epilogue, the default, or a separate launch), tail (the residual add + RMSNorm in the
+o/down GEMV's last block), e.g. gk-graph+norope+nopdl; gk-nopdl
 and gk-norope are short for gk-graph+nopdl and gk-graph+norope. Each gk run prints the
 node count of its captured decode step.
 """
@@ -77,12 +78,15 @@ def gk_engine(eng):
     parts = GK_ALIAS.get(eng, eng).split("+")
     if parts[0] not in GK_LABEL:
         return None
-    opt = dict(graph=parts[0] != "gk-eager", fusion=FUSION.get(parts[0], 2), pdl=None, rope_in_qkv=None)
+    opt = dict(graph=parts[0] != "gk-eager", fusion=FUSION.get(parts[0], 2), pdl=None, rope_in_qkv=None,
+               norm_in_tail=None)
     for f in parts[1:]:
         if f == "nopdl":
             opt["pdl"] = False
         elif f in ("ropeqkv", "norope"):
             opt["rope_in_qkv"] = f == "ropeqkv"
+        elif f in ("tail", "notail"):
+            opt["norm_in_tail"] = f == "tail"
         else:
             return None
     return parts[0], opt
@@ -115,12 +119,14 @@ def prompts_for(batch, prompt_len, vocab):
 
 
 def bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead=True, fusion=2, pdl=None,
-                 rope_in_qkv=None):
+                 rope_in_qkv=None, norm_in_tail=None):
     from gpukit import _C
     model._m.fusion = fusion
-    default_rope_in_qkv = model._m.rope_in_qkv
+    default_rope_in_qkv, default_tail = model._m.rope_in_qkv, model._m.norm_in_tail
     if rope_in_qkv is not None:
         model._m.rope_in_qkv = rope_in_qkv
+    if norm_in_tail is not None:
+        model._m.norm_in_tail = norm_in_tail
     _C.llm.set_pdl(pdl)
     try:
         r = _bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead)
@@ -131,6 +137,7 @@ def bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead=
     finally:
         model._m.fusion = 2
         model._m.rope_in_qkv = default_rope_in_qkv
+        model._m.norm_in_tail = default_tail
         _C.llm.set_pdl(None)
 
 

@@ -185,6 +185,10 @@ struct EngineOptions {
   // launch instead of GEMV + rope_append; the same bits). Not with q/k norm. The
   // environment sets the default of a new model: GPUKIT_ROPE_IN_QKV=0/1.
   bool rope_in_qkv = true;
+  // Level 2 decode: the residual add + RMSNorm after the o and down projections is done by
+  // the projection's last block instead of its own launch (the same bits). Default from
+  // GPUKIT_NORM_IN_TAIL=0/1.
+  bool norm_in_tail = true;
 };
 
 class Model {

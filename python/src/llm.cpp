@@ -108,6 +108,9 @@ GK_BINDING(60, llm) {
       .def_prop_rw("rope_in_qkv", [](const llm::Model& m) { return m.options().rope_in_qkv; },
                    [](llm::Model& m, bool v) { m.options().rope_in_qkv = v; },
                    "Fusion level 2: the q/k/v GEMV also applies RoPE and appends k, v to the cache (one launch).")
+      .def_prop_rw("norm_in_tail", [](const llm::Model& m) { return m.options().norm_in_tail; },
+                   [](llm::Model& m, bool v) { m.options().norm_in_tail = v; },
+                   "Fusion level 2 decode: residual add + RMSNorm in the o/down projection's last block.")
       .def_prop_ro("quantized", [](const llm::Model& m) { return m.weights().quantized; })
       .def("profile_decode", [](llm::Model& m, int64_t batch, int64_t context, int64_t reps) {
         auto r = llm::profile_decode(m, batch, context, reps);

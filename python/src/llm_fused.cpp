@@ -15,6 +15,14 @@ GK_BINDING(61, llm_fused) {
     return llm::fused::project(x, w, bias ? *bias : Array(), swiglu);
   }, nb::arg("x"), nb::arg("w"), nb::arg("bias") = nb::none(), nb::arg("swiglu") = false,
      "x [M<=8, K] @ w[N, K]^T (+ bias), or with swiglu silu(x @ gate^T) * (x @ up^T) for w = [gate; up].");
+  lm.def("fused_project_norm", [](const Array& x, const Array& w, const Array& residual, const Array& norm_w,
+                                  double eps) {
+    Array ctr = full({1}, Scalar::of_int(0), DType::i32, x.device());
+    Array h, r;
+    Array y = llm::fused::project_norm(x, w, residual, norm_w, eps, ctr, 0, h, r);
+    return nb::make_tuple(y, h, r, ctr);
+  }, nb::arg("x"), nb::arg("w"), nb::arg("residual"), nb::arg("norm_w"), nb::arg("eps") = 1e-6,
+     "(y = x @ w^T, rms_norm(y + residual) * norm_w, y + residual, the counter) with the norm in the last block.");
   lm.def("fused_rope_append", [](const Array& q, const Array& k, const Array& v, const Array& k_cache,
                                  const Array& v_cache, const Array& positions, const Array& block_table,
                                  double theta, std::optional<int> rotary_dim, bool interleaved) {

@@ -144,7 +144,56 @@ struct NoExtra {
   int unused;
 };
 
-template <class T, int MT, int MODE, class X>
+// TAIL (plain projections): the block that finishes last (an integer counter; every block
+// makes its outputs visible first) adds the residual and RMS-normalizes the whole output
+// rows: r = round(y + res), out = round(r * rsqrt(mean(r^2) + eps) * w), with the
+// per-thread order and block sum of add_rms_norm (the same bits), in place of its launch.
+template <class T>
+__device__ void tail_norm(const llm::ProjArgs& a) {
+  __shared__ int s_last;
+  __shared__ float sh[32];
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) s_last = atomicAdd(a.tail_counter, 1) == int(gridDim.x) - 1;
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  constexpr int N = 8;
+  const int64_t H = a.n, step = int64_t(blockDim.x) * N;
+  const T* w = static_cast<const T*>(a.tail_w);
+  for (int64_t i = 0; i < a.m; ++i) {
+    const T* y = static_cast<const T*>(a.y) + i * H;
+    const T* res = static_cast<const T*>(a.tail_res) + i * a.tail_res_rs;
+    T* ro = static_cast<T*>(a.tail_res_out) + i * H;
+    T* out = static_cast<T*>(a.tail_out) + i * H;
+    float ss = 0.f;
+    for (int64_t e = int64_t(threadIdx.x) * N; e < H; e += step) {
+      const uint4 yr = __ldcg(reinterpret_cast<const uint4*>(y + e));  // written by the other blocks
+      Vec<T, N> yv, rv;
+      memcpy(&yv, &yr, 16);
+      rv = *reinterpret_cast<const Vec<T, N>*>(res + e);
+#pragma unroll
+      for (int j = 0; j < N; ++j) {
+        rv.v[j] = convert<T>(float(yv.v[j]) + float(rv.v[j]));
+        const float f = float(rv.v[j]);
+        ss = fmaf(f, f, ss);
+      }
+      *reinterpret_cast<Vec<T, N>*>(ro + e) = rv;
+    }
+    const float inv = rsqrtf(row_sum(ss, sh) / float(H) + a.tail_eps);
+    for (int64_t e = int64_t(threadIdx.x) * N; e < H; e += step) {
+      const Vec<T, N> rv = *reinterpret_cast<const Vec<T, N>*>(ro + e);  // this thread's own writes
+      const Vec<T, N> wv = *reinterpret_cast<const Vec<T, N>*>(w + e);
+      Vec<T, N> o;
+#pragma unroll
+      for (int j = 0; j < N; ++j) o.v[j] = convert<T>(float(rv.v[j]) * inv * float(wv.v[j]));
+      *reinterpret_cast<Vec<T, N>*>(out + e) = o;
+    }
+  }
+  if (threadIdx.x == 0) *a.tail_counter = 0;  // ready for the next launch
+}
+
+template <class T, int MT, int MODE, class X, bool TAIL = false>
 __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1)
     k_project(const __grid_constant__ llm::ProjArgs a, const __grid_constant__ X extra) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -304,6 +353,7 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1)
         y[i * a.n + row] = v;
       }
     }
+    if constexpr (TAIL) tail_norm<T>(a);
   }
 }
 
@@ -320,6 +370,15 @@ void project_m(const llm::ProjArgs& a, const llm::ProjRope* rope, cudaStream_t s
     extra = *rope;
   }
   auto go = [&](auto kernel) { launch_ex(kernel, g, b, st, a.pdl, "llm_project", a, extra); };
+  if constexpr (MODE == 0) {
+    if (a.tail) {
+      if (a.m <= 1) go(k_project<T, 1, MODE, X, true>);
+      else if (a.m <= 2) go(k_project<T, 2, MODE, X, true>);
+      else if (a.m <= 4) go(k_project<T, 4, MODE, X, true>);
+      else go(k_project<T, 8, MODE, X, true>);
+      return;
+    }
+  }
   if (a.m <= 1) go(k_project<T, 1, MODE, X>);
   else if (a.m <= 2) go(k_project<T, 2, MODE, X>);
   else if (a.m <= 4) go(k_project<T, 4, MODE, X>);

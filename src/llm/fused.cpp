@@ -65,7 +65,7 @@ bool pdl_enabled(Device d) {
 
 // ---- project ----
 
-Array project(const Array& x_in, const Array& w, const Array& bias, bool swiglu, const Stream* sp) {
+Array project(const Array& x_in, const Array& w, const Array& bias, bool swiglu, const Stream* sp, const TailNorm* tail) {
   Device d = detail::common_device({{"x", &x_in}, {"w", &w}});
   Stream s = resolve_stream(sp, d);
   if (w.dtype() != DType::bf16 && w.dtype() != DType::f16)
@@ -116,6 +116,17 @@ Array project(const Array& x_in, const Array& w, const Array& bias, bool swiglu,
   a.vec = al16(a.w) && a.w_rs % 8 == 0 && k % 8 == 0 && al16(a.x);
   if (!a.vec) throw ValueError("w: project needs 16-byte aligned weight rows and K % 8 == 0");
   a.pdl = pdl_enabled(d);
+  if (tail) {
+    a.tail = true;
+    a.tail_counter = tail->counter;
+    a.tail_res = tail->res.data();
+    a.tail_res_rs = tail->res.stride(0);
+    a.tail_w = tail->w.data();
+    a.tail_out = tail->out.data();
+    a.tail_res_out = tail->res_out.data();
+    a.tail_eps = float(tail->eps);
+    for (const Array* t : {&tail->res, &tail->w}) detail::mark_used(*t, s);
+  }
   for (const Array* t : {&x, &wd, &b})
     if (t->defined()) detail::mark_used(*t, s);
   cuda::llm_project(a, nullptr, s.handle());
@@ -123,6 +134,31 @@ Array project(const Array& x_in, const Array& w, const Array& bias, bool swiglu,
   detail::no_cuda_backend();
 #endif
   return y;
+}
+
+Array project_norm(const Array& x, const Array& w, const Array& residual, const Array& norm_w, double eps,
+                   const Array& counter, int64_t slot, Array& h_out, Array& res_out, const Stream* sp) {
+  const Device d = x.device();
+  const bool kernel = d.is_cuda() && x.defined() && w.defined() && residual.defined() && norm_w.defined() &&
+                      w.ndim() == 2 && residual.ndim() == 2 && norm_w.ndim() == 1 && x.ndim() == 2 &&
+                      residual.dtype() == w.dtype() && norm_w.dtype() == w.dtype() &&
+                      residual.shape(0) == x.shape(0) && residual.shape(1) == w.shape(0) &&
+                      norm_w.shape(0) == w.shape(0) && w.shape(0) % 8 == 0 && residual.device() == d &&
+                      norm_w.device() == d && (residual.shape(1) <= 1 || residual.stride(1) == 1) &&
+                      residual.stride(0) % 8 == 0 && al16(residual.data()) && norm_w.stride(0) == 1 &&
+                      al16(norm_w.data()) && counter.defined() && counter.device() == d &&
+                      counter.dtype() == DType::i32 && counter.is_contiguous() && slot >= 0 && slot < counter.numel();
+  if (!kernel) {  // two launches (and the CPU)
+    Array y = project(x, w, Array(), false, sp);
+    std::tie(h_out, res_out) = add_rms_norm(y, residual, norm_w, eps, sp);
+    return y;
+  }
+  Stream s = resolve_stream(sp, d);
+  const int64_t m = x.shape(0), n = w.shape(0);
+  h_out = Array::empty({m, n}, w.dtype(), d, &s);
+  res_out = Array::empty({m, n}, w.dtype(), d, &s);
+  TailNorm t{residual, norm_w, eps, counter.data_as<int32_t>() + slot, h_out, res_out};
+  return project(x, w, Array(), false, sp, &t);
 }
 
 void ref_project(const ProjArgs& a) {

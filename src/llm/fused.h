@@ -40,6 +40,17 @@ struct ProjArgs {
   bool swiglu = false;
   bool vec = false;  // CUDA: 16-byte aligned rows and k % 8 == 0
   bool pdl = false;
+  // tail (plain projections, n % 8 == 0): the last block to finish also writes
+  // tail_res_out = round(y + tail_res) and tail_out = rms_norm(tail_res_out) * tail_w
+  // (add_rms_norm's bits); tail_counter: a zeroed int32 (left zeroed).
+  bool tail = false;
+  int* tail_counter = nullptr;
+  const void* tail_res = nullptr;
+  const void* tail_w = nullptr;
+  void* tail_out = nullptr;
+  void* tail_res_out = nullptr;
+  int64_t tail_res_rs = 0;
+  float tail_eps = 0.f;
   // rope: w is a layer's [Q + 2 KV, k] q/k/v weight; instead of y, q (rotated) goes to
   // q_out [m, hq, D] and k (rotated), v into the paged cache at pos[i] of sequence i
   // (the rule of rope_append; bias added before the rotation).
@@ -104,7 +115,15 @@ bool pdl_enabled(Device d);
 // -1: as GPUKIT_PDL says (default), 0: off, 1: on where supported (benchmarks; takes
 // effect at the next launch or capture).
 void set_pdl(int mode);
-Array project(const Array& x, const Array& w, const Array& bias = {}, bool swiglu = false, const Stream* s = nullptr);
+struct TailNorm;  // internal (project_norm)
+Array project(const Array& x, const Array& w, const Array& bias = {}, bool swiglu = false, const Stream* s = nullptr,
+              const TailNorm* tail = nullptr);
+struct TailNorm {
+  Array res, w;
+  double eps;
+  int32_t* counter;
+  Array out, res_out;
+};
 void rope_append(const Array& q, const Array& k, const Array& v, const Array& k_cache, const Array& v_cache,
                  const Array& positions, const Array& block_table, const Rope& rope, const Stream* s = nullptr);
 // project + rope_append in one launch: x [M <= 8, H] @ w^T with w = [Wq; Wk; Wv]
@@ -116,6 +135,13 @@ Array project_qkv_rope(const Array& x, const Array& w, const Array& bias, int64_
                        const Stream* s = nullptr);
 std::pair<Array, Array> add_rms_norm(const Array& x, const Array& residual, const Array& w, double eps,
                                      const Stream* s = nullptr);
+
+// project then add_rms_norm(y, residual, norm_w, eps) with the norm done by the
+// projection's last block (one launch): returns y; h_out = the normalized rows, res_out
+// = y + residual. counter: an int32 device array of zeros, slot < its size (left zero).
+// The same bits as the two launches.
+Array project_norm(const Array& x, const Array& w, const Array& residual, const Array& norm_w, double eps,
+                   const Array& counter, int64_t slot, Array& h_out, Array& res_out, const Stream* s = nullptr);
 
 // The decode step's input update in one launch: in = int32 [3, B] (ids, positions,
 // lengths, dense): ids = tokens (int32 [B]), positions and lengths + 1.

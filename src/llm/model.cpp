@@ -118,6 +118,7 @@ std::shared_ptr<Model> Model::load(const std::string& path, Device device, DType
   auto m = std::make_shared<Model>();
   m->opt_.fusion = env_fusion();
   m->opt_.rope_in_qkv = env_flag("GPUKIT_ROPE_IN_QKV", true);
+  m->opt_.norm_in_tail = env_flag("GPUKIT_NORM_IN_TAIL", true);
   m->device_ = device;
   m->dtype_ = dtype;
   if (!files.gguf.empty()) {
@@ -170,6 +171,7 @@ std::shared_ptr<Model> Model::random(const ModelConfig& c, Device device, DType 
   auto m = std::make_shared<Model>();
   m->opt_.fusion = env_fusion();
   m->opt_.rope_in_qkv = env_flag("GPUKIT_ROPE_IN_QKV", true);
+  m->opt_.norm_in_tail = env_flag("GPUKIT_NORM_IN_TAIL", true);
   m->cfg_ = c;
   m->cfg_.format = "random";
   m->device_ = device;
@@ -320,7 +322,22 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
       c.num_experts == 0) {
     // Level 2 decode, plain weights, dense MLP: the engine's kernels only. Per layer:
     // q/k/v GEMV (+ RoPE and the KV append with rope_in_qkv), attention, o GEMV, residual
-    // add + RMSNorm, gate/up GEMV with SwiGLU, down GEMV, residual add + the next RMSNorm.
+    // add + RMSNorm (in the o GEMV's last block with norm_in_tail), gate/up GEMV with
+    // SwiGLU, down GEMV, residual add + the next RMSNorm (likewise).
+    Array ctr;  // norm_in_tail: one zeroed counter per projection with a norm
+    if (opt_.norm_in_tail) ctr = full({2 * c.num_layers}, Scalar::of_int(0), DType::i32, device_);
+    auto proj_norm = [&](const Array& in, const Array& w, const Array& nw, int64_t slot, int l, const char* name) {
+      if (!opt_.norm_in_tail) {
+        Array y = fused::project(in, w);
+        mark(name, l);
+        return add_norm(y, resid, nw, l);
+      }
+      Array hh, rr;
+      fused::project_norm(in, w, resid, nw, c.norm_eps, ctr, slot, hh, rr);
+      mark(name, l);  // with the add + norm
+      resid = rr;
+      return hh;
+    };
     for (int l = 0; l < int(c.num_layers); ++l) {
       const LayerWeights& L = w_.layers[size_t(l)];
       Array q, k, v;
@@ -345,14 +362,11 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
       }
       Array att = attend(q, k, v, l).reshape({T, Q});
       mark("attention", l);
-      Array o = fused::project(att, L.o);
-      mark("o_proj", l);
-      h = add_norm(o, resid, L.ffn_norm, l);
+      h = proj_norm(att, L.o, L.ffn_norm, 2 * l, l, "o_proj");
       Array act = fused::project(h, L.gate_up, Array(), /*swiglu=*/true);
       mark("gate_up", l);  // with SwiGLU
-      Array down = fused::project(act, L.down);
-      mark("down", l);
-      h = add_norm(down, resid, l + 1 < int(c.num_layers) ? w_.layers[size_t(l + 1)].attn_norm : w_.final_norm, l);
+      const Array& next_norm = l + 1 < int(c.num_layers) ? w_.layers[size_t(l + 1)].attn_norm : w_.final_norm;
+      h = proj_norm(act, L.down, next_norm, 2 * l + 1, l, "down");
     }
     return h;  // final-normed hidden states [T, H]
   }

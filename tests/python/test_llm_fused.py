@@ -420,8 +420,31 @@ def test_rope_in_qkv_same_bits(device):
     m = gk.llm.random_model(CFG, device=device, dtype=dtype, seed=6)
     assert m._m.rope_in_qkv  # the default
     base = decode_logits(m, new=10)
-    m._m.rope_in_qkv = False  # GEMV, then rope_append: the same bits
-    got = decode_logits(m, new=10)
-    assert base[0] == got[0]
-    for t, (a, b) in enumerate(zip(base[1], got[1])):
-        assert a.tobytes() == b.tobytes(), f"step {t}: logits differ without rope_in_qkv"
+    assert m._m.norm_in_tail  # the default
+    for rope_in_qkv, tail in ((False, False), (True, False), (False, True)):  # the same bits
+        m._m.rope_in_qkv = rope_in_qkv
+        m._m.norm_in_tail = tail
+        got = decode_logits(m, new=10)
+        assert base[0] == got[0], (rope_in_qkv, tail)
+        for t, (a, b) in enumerate(zip(base[1], got[1])):
+            assert a.tobytes() == b.tobytes(), f"step {t}: logits differ (rope_in_qkv {rope_in_qkv}, tail {tail})"
+
+
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if CUDA else []))
+@pytest.mark.parametrize("m", [1, 3, 8])
+@pytest.mark.parametrize("n,k", [(256, 64), (2048, 2048), (4096, 4096), (4104, 520)])
+def test_project_norm_same_bits(device, m, n, k):
+    # the add + RMSNorm in the projection's last block against project then add_rms_norm
+    rng = np.random.default_rng(n + m)
+    x = rng.standard_normal((m, k)).astype(NP_DT["bfloat16"])
+    w = (rng.standard_normal((n, k)) / math.sqrt(k)).astype(NP_DT["bfloat16"])
+    res = rng.standard_normal((m, n)).astype(NP_DT["bfloat16"])
+    nw = (1 + 0.1 * rng.standard_normal(n)).astype(NP_DT["bfloat16"])
+    d = lambda t: arr(t, device)
+    y0 = _C.llm.fused_project(d(x), d(w))
+    h0, r0 = _C.llm.fused_add_rms_norm(y0, d(res), d(nw), 1e-5)
+    for _ in range(2):  # the counter is left at zero: a second call works the same
+        y, h, r, ctr = _C.llm.fused_project_norm(d(x), d(w), d(res), d(nw), 1e-5)
+        assert bits(y) == bits(y0) and bits(r) == bits(r0), "y or residual"
+        assert bits(h) == bits(h0), f"norm: max |diff| {np.max(np.abs(f64(h) - f64(h0)))}"
+        assert int(gk.to_numpy(ctr)[0]) == 0
