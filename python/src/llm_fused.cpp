@@ -23,6 +23,8 @@ GK_BINDING(61, llm_fused) {
     return nb::make_tuple(y, h, r, ctr);
   }, nb::arg("x"), nb::arg("w"), nb::arg("residual"), nb::arg("norm_w"), nb::arg("eps") = 1e-6,
      "(y = x @ w^T, rms_norm(y + residual) * norm_w, y + residual, the counter) with the norm in the last block.");
+  lm.def("fused_swiglu", [](const Array& gu) { return llm::fused::swiglu(gu); }, nb::arg("gu"),
+         "silu(gate) * up of gu [rows, 2 I] (gate then up).");
   lm.def("fused_rope_append", [](const Array& q, const Array& k, const Array& v, const Array& k_cache,
                                  const Array& v_cache, const Array& positions, const Array& block_table,
                                  double theta, std::optional<int> rotary_dim, bool interleaved) {

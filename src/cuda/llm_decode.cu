@@ -534,6 +534,19 @@ __global__ void __launch_bounds__(256) k_add_rms_norm_reg(const llm::AddNormArgs
   }
 }
 
+// ---- SwiGLU of a [rows, 2 I] gate/up product (quantized weights: after gemv_quantized) ----
+// out[r, j] = silu(g) * u of gu[r, j], gu[r, I + j]; one thread per element.
+template <class T>
+__global__ void __launch_bounds__(256) k_swiglu(const T* gu, T* out, int64_t rows, int64_t I, int64_t gu_rs) {
+  pdl_trigger();
+  pdl_wait();
+  const int64_t n = rows * I;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = e / I, j = e - r * I;
+    out[e] = convert<T>(gated_fn<nn::GatedAct::SwiGLU, float>(float(gu[r * gu_rs + j]), float(gu[r * gu_rs + I + j])));
+  }
+}
+
 // ---- the step's input update: ids = tokens, positions and lengths + 1 ----
 __global__ void k_advance(int32_t* in, const int32_t* tokens, int B) {
   pdl_trigger();
@@ -546,6 +559,18 @@ __global__ void k_advance(int32_t* in, const int32_t* tokens, int B) {
 }
 
 }  // namespace
+
+void llm_swiglu(const void* gu, void* out, int64_t rows, int64_t I, int64_t gu_rs, DType t, bool pdl, void* stream) {
+  if (rows <= 0 || I <= 0) return;
+  const int64_t n = rows * I;
+  const unsigned blocks = unsigned(std::min<int64_t>((n + 255) / 256, 132 * 16));
+  auto st = static_cast<cudaStream_t>(stream);
+  dispatch_float(t, [&](auto tv) {
+    using T = decltype(tv);
+    launch_ex(k_swiglu<T>, dim3(blocks), dim3(256), st, pdl, "llm_swiglu", static_cast<const T*>(gu),
+              static_cast<T*>(out), rows, I, gu_rs);
+  });
+}
 
 void llm_advance(int32_t* in, const int32_t* tokens, int64_t B, bool pdl, void* stream) {
   if (B <= 0) return;

@@ -488,6 +488,38 @@ void ref_add_rms_norm(const AddNormArgs& a) {
   });
 }
 
+// ---- swiglu ----
+
+Array swiglu(const Array& gu, const Stream* sp) {
+  need_float(gu, "gu");
+  if (gu.ndim() != 2 || gu.shape(1) % 2 || (gu.shape(1) > 1 && gu.stride(1) != 1))
+    throw ValueError(cat("swiglu: gu [rows, 2 I] with a dense last dimension expected, got ", shape_str(gu.shape())));
+  const Device d = gu.device();
+  Stream s = resolve_stream(sp, d);
+  const int64_t rows = gu.shape(0), I = gu.shape(1) / 2;
+  Array out = Array::empty({rows, I}, gu.dtype(), d, &s);
+  if (out.numel() == 0) return out;
+  if (d.is_cpu()) {
+    dispatch_float(gu.dtype(), [&](auto tv) {
+      using T = decltype(tv);
+      const T* g = gu.data_as<T>();
+      T* o = out.data_as<T>();
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < I; ++j)
+          o[r * I + j] = convert<T>(gated_fn<nn::GatedAct::SwiGLU, float>(float(g[r * gu.stride(0) + j]),
+                                                                           float(g[r * gu.stride(0) + I + j])));
+    });
+    return out;
+  }
+#if GPUKIT_WITH_CUDA
+  detail::mark_used(gu, s);
+  cuda::llm_swiglu(gu.data(), out.data(), rows, I, gu.stride(0), gu.dtype(), pdl_enabled(d), s.handle());
+#else
+  detail::no_cuda_backend();
+#endif
+  return out;
+}
+
 // ---- advance_inputs ----
 
 void advance_inputs(const Array& in, const Array& tokens, const Stream* sp) {

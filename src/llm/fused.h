@@ -143,6 +143,10 @@ std::pair<Array, Array> add_rms_norm(const Array& x, const Array& residual, cons
 Array project_norm(const Array& x, const Array& w, const Array& residual, const Array& norm_w, double eps,
                    const Array& counter, int64_t slot, Array& h_out, Array& res_out, const Stream* s = nullptr);
 
+// SwiGLU of gu [rows, 2 I] (gate then up, last dim dense): [rows, I], silu(g) * u
+// rounded once (gk::nn::gated_fused's rule), PDL-chained on CUDA.
+Array swiglu(const Array& gu, const Stream* s = nullptr);
+
 // The decode step's input update in one launch: in = int32 [3, B] (ids, positions,
 // lengths, dense): ids = tokens (int32 [B]), positions and lengths + 1.
 void advance_inputs(const Array& in, const Array& tokens, const Stream* s = nullptr);
@@ -161,4 +165,5 @@ void llm_project(const llm::ProjArgs& a, const llm::ProjRope* rope, void* stream
 void llm_rope_append(const llm::RopeAppendArgs& a, void* stream);
 void llm_add_rms_norm(const llm::AddNormArgs& a, void* stream);
 void llm_advance(int32_t* in, const int32_t* tokens, int64_t B, bool pdl, void* stream);
+void llm_swiglu(const void* gu, void* out, int64_t rows, int64_t I, int64_t gu_rs, DType t, bool pdl, void* stream);
 }  // namespace gk::cuda

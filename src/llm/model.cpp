@@ -261,7 +261,8 @@ Array Model::mlp(const LayerWeights& L, const Array& h, int l) const {
   } else {
     Array gu = project(h, L.gate_up, L.gate_up_q);
     mark("gate_up", l);
-    act = nn::gated_fused(nn::GatedAct::SwiGLU, gu);
+    // level 2 decode: the PDL-chained kernel (gemv_quantized around it may start early)
+    act = engine_ops() ? fused::swiglu(gu) : nn::gated_fused(nn::GatedAct::SwiGLU, gu);
     mark("swiglu", l);
   }
   Array down = engine_proj(act) && L.down_q.format.empty() ? fused::project(act, L.down)

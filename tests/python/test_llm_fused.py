@@ -448,3 +448,15 @@ def test_project_norm_same_bits(device, m, n, k):
         assert bits(y) == bits(y0) and bits(r) == bits(r0), "y or residual"
         assert bits(h) == bits(h0), f"norm: max |diff| {np.max(np.abs(f64(h) - f64(h0)))}"
         assert int(gk.to_numpy(ctr)[0]) == 0
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("rows,I", [(1, 7), (3, 512), (8, 1000)])
+def test_swiglu_matches_gated_fused(dtype, rows, I):
+    gu = rand((rows, 2 * I), dtype)
+    for d in ["cpu"] + (["cuda"] if CUDA else []):
+        got = _C.llm.fused_swiglu(arr(gu, d))
+        want = silu(f64(gu[:, :I])) * f64(gu[:, I:])
+        np.testing.assert_allclose(f64(got), want, rtol=2 * EPS[dtype], atol=1e-6)
+        ref = gk.nn.swiglu(arr(gu, d))  # gated_fused: the same rule
+        np.testing.assert_allclose(f64(got), f64(ref), rtol=2 * EPS[dtype] + 1e-6, atol=1e-7)
