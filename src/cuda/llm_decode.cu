@@ -1,6 +1,7 @@
-// The engine's decode kernels (see src/llm/fused.h): projection GEMV (optionally with
-// the SwiGLU epilogue), q/k RoPE + paged KV append in one launch, and residual add +
-// RMSNorm, each aware of programmatic dependent launch (PDL):
+// The engine's decode kernels (see src/llm/fused.h): the projection GEMV (with a SwiGLU,
+// a RoPE + KV append or a residual add + RMSNorm epilogue), q/k RoPE + paged KV append,
+// residual add + RMSNorm, SwiGLU and the step's input update, each written for
+// programmatic dependent launch (PDL):
 //   1. issue the loads that do not depend on the previous kernel (weights),
 //   2. griddepcontrol.launch_dependents: the next kernel may start launching now,
 //   3. griddepcontrol.wait: the previous kernel has finished and its writes are visible,
@@ -103,8 +104,8 @@ __device__ __forceinline__ void f8(const uint4& v, float (&f)[8]) {
 // ---- projection GEMV ----
 // A block of kPT threads owns kPR = 4 weight rows (swiglu: gate rows j0, j0+1 and the up
 // rows n+j0, n+j0+1; rope: two units of two rows); thread t takes the 16-byte chunks t,
-// t + kPT, ... of each row, kPU chunks per row in flight. Sums: per thread in chunk order, warp butterfly, warps in
-// order: a fixed order that does not depend on M.
+// t + kPT, ... of each row, kPU chunks per row in flight. Sums: per thread in chunk
+// order, warp butterfly, warps in order: a fixed order that does not depend on M.
 constexpr int kPT = 256, kPR = 4, kPU = 2, kPW = kPT / 32;
 
 // MODE 2 (q/k/v with RoPE and the KV append): the rows of the [Q + 2 KV] output come in
