@@ -29,9 +29,10 @@ gk.nn fused ops (fusion level 1, the engine of the last release) or unfused (lev
 separate q/k/v and gate/up projections, add + rms_norm, rope then kv_append, silu then
 mul), the "before" of the fused kernels. A gk engine may carry options after '+': nopdl
 (no programmatic dependent launch), ropeqkv / norope (RoPE and the KV append in the q/k/v
-GEMV's epilogue, the default, or a separate launch), tail (the residual add + RMSNorm in the
-o/down GEMV's last block), e.g. gk-graph+norope+nopdl; gk-nopdl
-and gk-norope are short for gk-graph+nopdl and gk-graph+norope. Each gk run prints the
+GEMV's epilogue, or a separate launch: the default), tail / notail (the residual add +
+RMSNorm in the o/down GEMV's last block, or its own launch: the default), e.g.
+gk-graph+ropeqkv+nopdl; gk-nopdl and gk-norope are short for gk-graph+nopdl and
+gk-graph+norope. Each gk run prints the
 node count of its captured decode step.
 """
 from __future__ import annotations

@@ -182,13 +182,15 @@ struct EngineOptions {
   //   up to the order of the sums inside the projections).
   int fusion = 2;
   // Level 2: the q/k/v GEMV also rotates q and k and stores k, v into the cache (one
-  // launch instead of GEMV + rope_append; the same bits). Not with q/k norm. The
-  // environment sets the default of a new model: GPUKIT_ROPE_IN_QKV=0/1.
-  bool rope_in_qkv = true;
+  // launch instead of GEMV + rope_append; the same bits). Not with q/k norm. Off by
+  // default (H200, checkpoint B: 8B 216.9 vs 219.1 tok/s, 1B 948 vs 977 once rope_append
+  // was one thread per item). The environment sets the default: GPUKIT_ROPE_IN_QKV=0/1.
+  bool rope_in_qkv = false;
   // Level 2 decode: the residual add + RMSNorm after the o and down projections is done by
-  // the projection's last block instead of its own launch (the same bits). Default from
-  // GPUKIT_NORM_IN_TAIL=0/1.
-  bool norm_in_tail = true;
+  // the projection's last block instead of its own launch (the same bits). Off by default
+  // (checkpoint B: 8B 211.4 vs 216.9 tok/s, 1B 914 vs 948: the last block's serial norm
+  // costs more than the PDL-overlapped launch). Default from GPUKIT_NORM_IN_TAIL=0/1.
+  bool norm_in_tail = false;
 };
 
 class Model {

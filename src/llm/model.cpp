@@ -117,8 +117,8 @@ std::shared_ptr<Model> Model::load(const std::string& path, Device device, DType
   ModelFiles files = locate_model(path);
   auto m = std::make_shared<Model>();
   m->opt_.fusion = env_fusion();
-  m->opt_.rope_in_qkv = env_flag("GPUKIT_ROPE_IN_QKV", true);
-  m->opt_.norm_in_tail = env_flag("GPUKIT_NORM_IN_TAIL", true);
+  m->opt_.rope_in_qkv = env_flag("GPUKIT_ROPE_IN_QKV", false);
+  m->opt_.norm_in_tail = env_flag("GPUKIT_NORM_IN_TAIL", false);
   m->device_ = device;
   m->dtype_ = dtype;
   if (!files.gguf.empty()) {
@@ -170,8 +170,8 @@ std::shared_ptr<Model> Model::random(const ModelConfig& c, Device device, DType 
                                      const std::string& quantize, bool share_layers) {
   auto m = std::make_shared<Model>();
   m->opt_.fusion = env_fusion();
-  m->opt_.rope_in_qkv = env_flag("GPUKIT_ROPE_IN_QKV", true);
-  m->opt_.norm_in_tail = env_flag("GPUKIT_NORM_IN_TAIL", true);
+  m->opt_.rope_in_qkv = env_flag("GPUKIT_ROPE_IN_QKV", false);
+  m->opt_.norm_in_tail = env_flag("GPUKIT_NORM_IN_TAIL", false);
   m->cfg_ = c;
   m->cfg_.format = "random";
   m->device_ = device;

@@ -319,12 +319,13 @@ def test_fusion2_graph_equals_eager_and_profile_names():
     assert outs[0][0] == outs[1][0]
     assert outs[0][1] == outs[1][1], "graph logits differ from eager"
     names = {n for n, _, _ in m.profile_decode(batch=2, context=40, reps=1)}
-    assert {"qkv", "attention", "o_proj", "norm", "gate_up", "down"} <= names, names
-    assert not names & {"swiglu", "kv_append", "rope", "rope_kv"}, names  # RoPE + append in the qkv GEMV
-    m._m.rope_in_qkv = False
-    names = {n for n, _, _ in m.profile_decode(batch=2, context=40, reps=1)}
     assert {"qkv", "rope_kv", "attention", "o_proj", "norm", "gate_up", "down"} <= names, names
+    assert not names & {"swiglu", "kv_append", "rope"}, names
     m._m.rope_in_qkv = True
+    names = {n for n, _, _ in m.profile_decode(batch=2, context=40, reps=1)}
+    assert {"qkv", "attention", "o_proj", "norm", "gate_up", "down"} <= names, names
+    assert "rope_kv" not in names, names  # RoPE + append in the qkv GEMV
+    m._m.rope_in_qkv = False
     print("\nPDL on cuda:", _C.llm.pdl_enabled("cuda"))
 
 
@@ -418,10 +419,9 @@ def test_project_qkv_rope_bad_input():
 def test_rope_in_qkv_same_bits(device):
     dtype = "bfloat16" if device == "cuda" else "float32"
     m = gk.llm.random_model(CFG, device=device, dtype=dtype, seed=6)
-    assert m._m.rope_in_qkv  # the default
+    assert not m._m.rope_in_qkv and not m._m.norm_in_tail  # the defaults
     base = decode_logits(m, new=10)
-    assert m._m.norm_in_tail  # the default
-    for rope_in_qkv, tail in ((False, False), (True, False), (False, True)):  # the same bits
+    for rope_in_qkv, tail in ((True, True), (True, False), (False, True)):  # the same bits
         m._m.rope_in_qkv = rope_in_qkv
         m._m.norm_in_tail = tail
         got = decode_logits(m, new=10)
