@@ -33,6 +33,17 @@ Random weights: gpukit draws layer 0 on the host and copies it to every layer
 transformers initializes its model on the GPU. The roofline is the weight bytes (and,
 for batch > 1, the KV cache at the mean context) read once per step at 4.8 TB/s (the
 H200's HBM3e rate; measured copies reach about 4.2-4.4 TB/s).
+
+More gpukit engines: gk-ops and gk-unfused are gk-graph with the layers composed of the
+gk.nn fused ops (fusion level 1, the engine of the last release) or unfused (level 0:
+separate q/k/v and gate/up projections, add + rms_norm, rope then kv_append, silu then
+mul), the "before" of the fused kernels. A gk engine may carry options after '+': nopdl
+(no programmatic dependent launch), ropeqkv / norope (RoPE and the KV append in the q/k/v
+GEMV's epilogue, or a separate launch: the default), tail / notail (the residual add +
+RMSNorm in the o/down GEMV's last block, or its own launch: the default), e.g.
+gk-graph+ropeqkv+nopdl; gk-nopdl and gk-norope are short for gk-graph+nopdl and
+gk-graph+norope. Each gk run prints the
+node count of its captured decode step.
 """
 from __future__ import annotations
 
@@ -60,7 +71,45 @@ MODELS = {
                           max_position_embeddings=1024, tie_word_embeddings=True)),
 }
 DEFAULT_CASES = "1b-b1,1b-b32,8b-b1,8b-b32,8b-fp8-b1,8b-int4-b1"
-ENGINES = ("gk-graph", "gk-eager", "hf-eager", "hf-compile")
+class _Engines(tuple):
+    """The engine names; `in` also accepts gk engines with +options (gk_engine)."""
+
+    def __contains__(self, e):
+        return tuple.__contains__(self, e) or gk_engine(e) is not None
+
+
+ENGINES = _Engines(("gk-graph", "gk-eager", "gk-ops", "gk-unfused", "gk-nopdl", "gk-norope", "hf-eager",
+                    "hf-compile"))
+FUSION = {"gk-ops": 1, "gk-unfused": 0}  # model.fusion of the gk engines (default 2)
+GK_LABEL = {"gk-graph": "", "gk-eager": " (eager)", "gk-ops": " (ops fused)", "gk-unfused": " (unfused)"}
+GK_ALIAS = {"gk-nopdl": "gk-graph+nopdl", "gk-norope": "gk-graph+norope"}
+
+
+def gk_engine(eng):
+    """(base, options) of a gk engine name such as gk-graph+ropeqkv+pf32, or None."""
+    parts = GK_ALIAS.get(eng, eng).split("+")
+    if parts[0] not in GK_LABEL:
+        return None
+    opt = dict(graph=parts[0] != "gk-eager", fusion=FUSION.get(parts[0], 2), pdl=None, rope_in_qkv=None,
+               norm_in_tail=None)
+    for f in parts[1:]:
+        if f == "nopdl":
+            opt["pdl"] = False
+        elif f in ("ropeqkv", "norope"):
+            opt["rope_in_qkv"] = f == "ropeqkv"
+        elif f in ("tail", "notail"):
+            opt["norm_in_tail"] = f == "tail"
+        else:
+            return None
+    return parts[0], opt
+
+
+def gk_label(eng):
+    base, _ = gk_engine(eng)
+    flags = GK_ALIAS.get(eng, eng).split("+")[1:]
+    return GK_LABEL[base] + (f" [{'+'.join(flags)}]" if flags else "")
+
+
 HBM_BYTES_PER_S = 4.8e12  # H200 HBM3e
 TARGETS = {("8b", "", 1): 240, ("1b", "", 1): 1000, ("8b", "fp8", 1): 400, ("8b", "int4", 1): 600,
            ("8b", "", 32): 4000}  # decode tok/s, issue 7
@@ -81,7 +130,30 @@ def prompts_for(batch, prompt_len, vocab):
     return [[(i * 7919 + b * 104729 + 13) % vocab for i in range(prompt_len)] for b in range(batch)]
 
 
-def bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead=True):
+def bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead=True, fusion=2, pdl=None,
+                 rope_in_qkv=None, norm_in_tail=None):
+    from gpukit import _C
+    model._m.fusion = fusion
+    default_rope_in_qkv, default_tail = model._m.rope_in_qkv, model._m.norm_in_tail
+    if rope_in_qkv is not None:
+        model._m.rope_in_qkv = rope_in_qkv
+    if norm_in_tail is not None:
+        model._m.norm_in_tail = norm_in_tail
+    _C.llm.set_pdl(pdl)
+    try:
+        r = _bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead)
+        if r["nodes"][0]:
+            print(f"  (fusion {fusion}: decode graph of {r['nodes'][0]} nodes, {r['nodes'][1]} kernels, "
+                  f"{r['nodes'][2]} copies, {r['nodes'][3]} memsets; {r['decode']:.1f} tok/s)")
+        return r
+    finally:
+        model._m.fusion = 2
+        model._m.rope_in_qkv = default_rope_in_qkv
+        model._m.norm_in_tail = default_tail
+        _C.llm.set_pdl(None)
+
+
+def _bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead):
     from gpukit import _C
     prompts = prompts_for(batch, prompt_len, model.config.vocab_size)
     w = _C.llm.Generation(model._m, prompts, max_new_tokens=3, ignore_eos=True, cuda_graph=graph,
@@ -109,7 +181,8 @@ def bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead=
     assert all(len(x) == new_tokens for x in g.generated)
     steady = batch * (steps - 2) / (t2 - t_first) if steps > 2 else float("nan")
     return dict(prefill=batch * prompt_len / (t1 - t0), decode=batch * (steps - 1) / (t2 - t1), ttft=t1 - t0,
-                peak=peak, captures=g.captures, steady=steady, first_ms=(t_first - t1) * 1e3 if t_first else 0.0)
+                peak=peak, captures=g.captures, steady=steady, first_ms=(t_first - t1) * 1e3 if t_first else 0.0,
+                nodes=list(g.graph_nodes))
 
 
 def print_profile(model, cfg, batch, context, quant):
@@ -280,10 +353,10 @@ def main():
         roof = batch * HBM_BYTES_PER_S / (wbytes + kv)
         res = {}
         for eng in engines:
-            if eng.startswith("gk"):
-                n = (a.eager_new or a.new) if eng == "gk-eager" else a.new
-                res[eng] = bench_gpukit(model, batch, a.prompt, n, a.device, graph=eng == "gk-graph",
-                                        lookahead=not a.no_lookahead)
+            if gk_engine(eng):
+                base, opt = gk_engine(eng)
+                n = (a.eager_new or a.new) if base == "gk-eager" else a.new
+                res[eng] = bench_gpukit(model, batch, a.prompt, n, a.device, lookahead=not a.no_lookahead, **opt)
         if a.profile:
             print_profile(model, cfg, batch, a.prompt + a.new // 2, quant)
         if hf_engines and not quant:
@@ -301,11 +374,11 @@ def main():
                   f"peak {r['peak'] / 2**30:6.2f} GiB{extra_s}")
         peer_name = best_peer(res, "hf-compile") or best_peer(res, "hf-eager")
         peer = res.get(peer_name)
-        for eng in ("gk-graph", "gk-eager"):
-            if eng not in res:
+        for eng in res:
+            if not gk_engine(eng):
                 continue
             r = res[eng]
-            label = ("" if eng == "gk-graph" else " (eager)") + variant
+            label = gk_label(eng) + variant
             for metric, k in (("prefill tok/s", "prefill"), ("decode tok/s", "decode"), ("TTFT s", "ttft")):
                 records.append(record(f"e2e {metric}{label}", shape, dtype, metric, r[k], peer=peer_name,
                                       peer_value=peer[k] if peer else None))

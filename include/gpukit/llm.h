@@ -167,6 +167,30 @@ struct EngineOptions {
   bool cuda_graph = true;  // capture the decode step in a CUDA graph on CUDA
   bool use_gemv = true;    // decode projections (<= 8 rows) through gk::gemv instead of matmul
   int64_t gemv_min_elems = 0;  // ... for weights of at least this many elements (smaller: cuBLASLt)
+  // How the layers are composed (the environment sets the default of a new model:
+  // GPUKIT_ENGINE_FUSION=0/1/2, or GPUKIT_ENGINE_UNFUSED=1 for 0):
+  // 2 (default): decode steps on CUDA run the engine's own kernels (src/llm/fused.h):
+  //   the q/k/v, o, down projections and gate/up + SwiGLU as one GEMV each (bf16/f16
+  //   weights, <= 8 rows; quantized weights keep gemv_quantized), q/k RoPE + KV append
+  //   in one launch, residual add + RMSNorm in one launch, chained with programmatic
+  //   dependent launch (GPUKIT_PDL=0 turns that off); prefill and the CPU as level 1;
+  // 1: the gk::nn fused ops (rms_norm_residual, rope then kv_append, gated_fused SwiGLU)
+  //   with the concatenated q/k/v and gate/up weights through gk::gemv / cuBLASLt;
+  // 0: the unfused composition (the "before" of the fused kernels): separate q, k, v and
+  //   gate, up projections (bias added separately), add then rms_norm, rope then
+  //   kv_append, silu then mul. All levels compute the same model (same rounding steps
+  //   up to the order of the sums inside the projections).
+  int fusion = 2;
+  // Level 2: the q/k/v GEMV also rotates q and k and stores k, v into the cache (one
+  // launch instead of GEMV + rope_append; the same bits). Not with q/k norm. Off by
+  // default (H200, checkpoint B: 8B 216.9 vs 219.1 tok/s, 1B 948 vs 977 once rope_append
+  // was one thread per item). The environment sets the default: GPUKIT_ROPE_IN_QKV=0/1.
+  bool rope_in_qkv = false;
+  // Level 2 decode: the residual add + RMSNorm after the o and down projections is done by
+  // the projection's last block instead of its own launch (the same bits). Off by default
+  // (checkpoint B: 8B 211.4 vs 216.9 tok/s, 1B 914 vs 948: the last block's serial norm
+  // costs more than the PDL-overlapped launch). Default from GPUKIT_NORM_IN_TAIL=0/1.
+  bool norm_in_tail = false;
 };
 
 class Model {
@@ -217,9 +241,13 @@ class Model {
                 std::optional<DType> out = std::nullopt) const;
   Array lm_head(const Array& h) const;
   Array mlp(const LayerWeights& L, const Array& h, int layer) const;
+  Array add_norm(const Array& x, Array& resid, const Array& w, int layer) const;
+  bool engine_ops() const;                    // fusion level 2 decode step on CUDA
+  bool engine_proj(const Array& x) const;     // ... and x @ W^T through the engine's GEMV
   void mark(const char* what, int layer) const {
     if (op_hook) op_hook(what, layer);
   }
+  bool decoding_ = false;  // run_layers is running a decode step (decode_batch)
   ModelConfig cfg_;
   EngineOptions opt_;
   Weights w_;
@@ -263,6 +291,9 @@ class Generation {
   Array last_logits() const;
   // How many times the decode step was captured (0 when eager).
   int64_t captures() const { return captures_; }
+  // Nodes of the current decode graph: {all, kernels, memcpy, memset} (zeros when eager
+  // or before the first decode step).
+  std::vector<int64_t> graph_nodes() const;
   bool done() const;
   void finish(size_t row);  // stops a sequence (e.g. a stop string matched)
   const std::vector<std::vector<int32_t>>& generated() const { return out_; }

@@ -98,6 +98,19 @@ GK_BINDING(60, llm) {
       .def_prop_rw("gemv_min_elems", [](const llm::Model& m) { return m.options().gemv_min_elems; },
                    [](llm::Model& m, int64_t v) { m.options().gemv_min_elems = v; },
                    "With use_gemv: weights smaller than this many elements go through cuBLASLt (default 0).")
+      .def_prop_rw("fusion", [](const llm::Model& m) { return m.options().fusion; },
+                   [](llm::Model& m, int v) {
+                     if (v < 0 || v > 2) throw ValueError(cat("fusion: expected 0, 1 or 2, got ", v));
+                     m.options().fusion = v;
+                   },
+                   "How the layers are composed: 2 the engine's decode kernels (default), 1 the gk.nn fused ops, "
+                   "0 unfused (see EngineOptions in gpukit/llm.h). Takes effect at the next capture.")
+      .def_prop_rw("rope_in_qkv", [](const llm::Model& m) { return m.options().rope_in_qkv; },
+                   [](llm::Model& m, bool v) { m.options().rope_in_qkv = v; },
+                   "Fusion level 2: the q/k/v GEMV also applies RoPE and appends k, v to the cache (one launch).")
+      .def_prop_rw("norm_in_tail", [](const llm::Model& m) { return m.options().norm_in_tail; },
+                   [](llm::Model& m, bool v) { m.options().norm_in_tail = v; },
+                   "Fusion level 2 decode: residual add + RMSNorm in the o/down projection's last block.")
       .def_prop_ro("quantized", [](const llm::Model& m) { return m.weights().quantized; })
       .def("profile_decode", [](llm::Model& m, int64_t batch, int64_t context, int64_t reps) {
         auto r = llm::profile_decode(m, batch, context, reps);
@@ -165,6 +178,8 @@ GK_BINDING(60, llm) {
       .def("last_logits", &llm::Generation::last_logits,
            "float32 logits [n, V] of the rows that ran in the last step (a host copy).")
       .def_prop_ro("captures", &llm::Generation::captures, "Times the decode step was captured as a CUDA graph.")
+      .def_prop_ro("graph_nodes", &llm::Generation::graph_nodes,
+                   "Nodes of the decode step's CUDA graph: [all, kernels, memcpy, memset] (zeros when eager).")
       .def("finish", &llm::Generation::finish, nb::arg("row"))
       .def_prop_ro("generated", &llm::Generation::generated)
       .def_prop_ro("finish_reasons", &llm::Generation::finish_reasons);

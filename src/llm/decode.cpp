@@ -9,7 +9,11 @@
 #include "gpukit/errors.h"
 #include "gpukit/gemm.h"
 #include "gpukit/ops.h"
+#include "llm/fused.h"
 #if GPUKIT_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "core/cuda_util.h"
 #include "ops/backend.h"
 #endif
 
@@ -105,9 +109,46 @@ void DecodeRunner::body() {
   // Greedy rows: the argmax kernel (the same token as decode_step's greedy rule, ties to
   // the lowest id, at a fraction of the fused step's cost).
   tokens_ = greedy_ ? sampling::argmax(logits_) : sampling::decode_step(logits_, params_, seeds_, batch_.lengths).tokens;
-  copy_into(batch_.ids, tokens_);
-  Array pl = d_in_.narrow(0, 1, 2);
-  copy_into(pl, binary(BinaryOp::Add, pl, Scalar::of_int(1)));
+  if (m_.options().fusion >= 2 && d_.is_cuda()) {
+    fused::advance_inputs(d_in_, tokens_);  // one launch
+  } else {
+    copy_into(batch_.ids, tokens_);
+    Array pl = d_in_.narrow(0, 1, 2);
+    copy_into(pl, binary(BinaryOp::Add, pl, Scalar::of_int(1)));
+  }
+}
+
+// The nodes of the graph being captured on stream_, by type (diagnostics: how many
+// launches one step costs).
+void DecodeRunner::count_nodes() {
+  nodes_ = {};
+#if GPUKIT_WITH_CUDA
+  auto st = static_cast<cudaStream_t>(stream_.handle());
+  cudaStreamCaptureStatus status;
+  unsigned long long id = 0;
+  cudaGraph_t g = nullptr;
+  const cudaGraphNode_t* deps = nullptr;
+  size_t nd = 0;
+#if CUDART_VERSION >= 13000
+  const cudaGraphEdgeData* ed = nullptr;
+  GK_CUDA_CHECK(cudaStreamGetCaptureInfo(st, &status, &id, &g, &deps, &ed, &nd));
+#else
+  GK_CUDA_CHECK(cudaStreamGetCaptureInfo(st, &status, &id, &g, &deps, &nd));
+#endif
+  if (status != cudaStreamCaptureStatusActive || !g) return;
+  size_t n = 0;
+  GK_CUDA_CHECK(cudaGraphGetNodes(g, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (n) GK_CUDA_CHECK(cudaGraphGetNodes(g, nodes.data(), &n));
+  nodes_.total = int64_t(n);
+  for (size_t i = 0; i < n; ++i) {
+    cudaGraphNodeType t;
+    GK_CUDA_CHECK(cudaGraphNodeGetType(nodes[i], &t));
+    if (t == cudaGraphNodeTypeKernel) ++nodes_.kernels;
+    else if (t == cudaGraphNodeTypeMemcpy) ++nodes_.memcpy;
+    else if (t == cudaGraphNodeTypeMemset) ++nodes_.memset;
+  }
+#endif
 }
 
 void DecodeRunner::prepare(int64_t extra) {
@@ -145,6 +186,7 @@ void DecodeRunner::launch() {
         logits_ = tokens_ = Array();
         throw;
       }
+      count_nodes();
       graph_.end();
     }
     graph_.replay(&stream_);

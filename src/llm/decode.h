@@ -45,6 +45,11 @@ class DecodeRunner {
   // The running sequences, in row order.
   bool same_rows(const std::vector<int64_t>& seqs) const;
   bool captured() const { return graph_.captured(); }
+  // Nodes of the captured step (zeros when eager): all, kernels, copies, memsets.
+  struct Nodes {
+    int64_t total = 0, kernels = 0, memcpy = 0, memset = 0;
+  };
+  const Nodes& graph_nodes() const { return nodes_; }
   // float32 [B, V] logits of the last step returned (device). With lookahead in graph
   // mode the buffer already holds the next step's logits: use lookahead = false to read them.
   const Array& logits() const { return step_logits_; }
@@ -54,6 +59,8 @@ class DecodeRunner {
   void launch();                     // body() or a graph replay, then the token read-back
   void prepare(int64_t extra);       // reserves pages for length + extra, uploads new table entries
   void wait_all();
+  void count_nodes();
+  Nodes nodes_;
   Model& m_;
   KvCache& cache_;
   std::vector<DecodeRow> rows_;

@@ -102,6 +102,12 @@ std::vector<int32_t> Generation::sample_prefill(const Array& logits, const std::
   return std::vector<int32_t>(tokens.data_as<int32_t>(), tokens.data_as<int32_t>() + n);
 }
 
+std::vector<int64_t> Generation::graph_nodes() const {
+  if (!runner_) return {0, 0, 0, 0};
+  const auto& n = runner_->graph_nodes();
+  return {n.total, n.kernels, n.memcpy, n.memset};
+}
+
 std::vector<int32_t> Generation::step() {
   const size_t B = prompts_.size();
   std::vector<int32_t> result(B, -1);

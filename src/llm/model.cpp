@@ -6,6 +6,8 @@
 // sequence at its own length), output projection, SwiGLU MLP; final norm and lm
 // head; float32 logits.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -14,6 +16,7 @@
 #include "gpukit/gemm.h"
 #include "gpukit/ops.h"
 #include "gpukit/text.h"
+#include "llm/fused.h"
 #include "llm/internal.h"
 #include "text/json.h"
 
@@ -91,10 +94,31 @@ Array KvCache::block_table(const std::vector<int64_t>& seqs) const {
 
 // ---- model ----
 
+namespace {
+// The default EngineOptions::fusion of a new model: GPUKIT_ENGINE_FUSION (0, 1, 2), or
+// GPUKIT_ENGINE_UNFUSED=1 for 0; otherwise 2.
+int env_fusion() {
+  if (const char* e = std::getenv("GPUKIT_ENGINE_FUSION"); e && *e) {
+    if (std::strcmp(e, "0") == 0 || std::strcmp(e, "1") == 0 || std::strcmp(e, "2") == 0) return e[0] - '0';
+    throw ValueError(cat("GPUKIT_ENGINE_FUSION: expected 0, 1 or 2, got \"", e, "\""));
+  }
+  if (const char* e = std::getenv("GPUKIT_ENGINE_UNFUSED"); e && std::strcmp(e, "1") == 0) return 0;
+  return 2;
+}
+bool env_flag(const char* name, bool dflt) {
+  const char* e = std::getenv(name);
+  if (!e || !*e) return dflt;
+  return std::strcmp(e, "0") != 0;
+}
+}  // namespace
+
 std::shared_ptr<Model> Model::load(const std::string& path, Device device, DType dtype, const Progress& progress,
                                    const std::string& quantize) {
   ModelFiles files = locate_model(path);
   auto m = std::make_shared<Model>();
+  m->opt_.fusion = env_fusion();
+  m->opt_.rope_in_qkv = env_flag("GPUKIT_ROPE_IN_QKV", false);
+  m->opt_.norm_in_tail = env_flag("GPUKIT_NORM_IN_TAIL", false);
   m->device_ = device;
   m->dtype_ = dtype;
   if (!files.gguf.empty()) {
@@ -145,6 +169,9 @@ std::shared_ptr<Model> Model::load(const std::string& path, Device device, DType
 std::shared_ptr<Model> Model::random(const ModelConfig& c, Device device, DType dtype, uint64_t seed,
                                      const std::string& quantize, bool share_layers) {
   auto m = std::make_shared<Model>();
+  m->opt_.fusion = env_fusion();
+  m->opt_.rope_in_qkv = env_flag("GPUKIT_ROPE_IN_QKV", false);
+  m->opt_.norm_in_tail = env_flag("GPUKIT_NORM_IN_TAIL", false);
   m->cfg_ = c;
   m->cfg_.format = "random";
   m->device_ = device;
@@ -210,21 +237,67 @@ Array Model::lm_head(const Array& h) const {
 }
 
 // SwiGLU MLP: one gate/up projection [T, 2 I] (gate then up), the fused activation,
-// the down projection.
+// the down projection (fusion 1). Level 2 decode: one GEMV with the SwiGLU epilogue.
+// Level 0: gate and up projected separately, silu then mul.
 Array Model::mlp(const LayerWeights& L, const Array& h, int l) const {
-  Array gu = project(h, L.gate_up, L.gate_up_q);
-  mark("gate_up", l);
-  Array act = nn::gated_fused(nn::GatedAct::SwiGLU, gu);
-  mark("swiglu", l);
-  Array down = project(act, L.down, L.down_q);
+  const bool plain = L.gate_up_q.format.empty();
+  Array act;
+  if (engine_proj(h) && plain) {
+    act = fused::project(h, L.gate_up, Array(), /*swiglu=*/true);
+    mark("gate_up", l);  // with SwiGLU
+  } else if (opt_.fusion <= 0) {
+    Array g, u;
+    if (plain) {
+      g = project(h, L.gate, L.gate_up_q);
+      u = project(h, L.up, L.gate_up_q);
+    } else {  // quantized: one matrix
+      Array gu = project(h, Array(), L.gate_up_q);
+      g = gu.narrow(1, 0, cfg_.intermediate_size);
+      u = gu.narrow(1, cfg_.intermediate_size, cfg_.intermediate_size);
+    }
+    mark("gate_up", l);
+    act = mul(unary(UnaryOp::Silu, g), u);
+    mark("swiglu", l);
+  } else {
+    Array gu = project(h, L.gate_up, L.gate_up_q);
+    mark("gate_up", l);
+    // level 2 decode: the PDL-chained kernel (gemv_quantized around it may start early)
+    act = engine_ops() ? fused::swiglu(gu) : nn::gated_fused(nn::GatedAct::SwiGLU, gu);
+    mark("swiglu", l);
+  }
+  Array down = engine_proj(act) && L.down_q.format.empty() ? fused::project(act, L.down)
+                                                             : project(act, L.down, L.down_q);
   mark("down", l);
   return down;
+}
+
+// Level 2 decode on CUDA: the engine's kernels (src/llm/fused.h).
+bool Model::engine_ops() const { return opt_.fusion >= 2 && decoding_ && device_.is_cuda(); }
+bool Model::engine_proj(const Array& x) const {
+  return engine_ops() && opt_.use_gemv && (dtype_ == DType::bf16 || dtype_ == DType::f16) && x.shape(0) <= kGemvRows;
+}
+
+// residual += x; returns rms_norm(residual) with w (fused as the level asks).
+Array Model::add_norm(const Array& x, Array& resid, const Array& w, int l) const {
+  Array h;
+  if (engine_ops()) {
+    std::tie(h, resid) = fused::add_rms_norm(x, resid, w, cfg_.norm_eps);
+  } else if (opt_.fusion <= 0) {
+    resid = add(x, resid);
+    mark("add", l);
+    h = nn::rms_norm(resid, w, cfg_.norm_eps);
+  } else {
+    std::tie(h, resid) = nn::rms_norm_residual(x, resid, w, cfg_.norm_eps);
+  }
+  mark("norm", l);
+  return h;
 }
 
 // One pass of the layers. Per layer: the fused q/k/v projection (one matrix), views of
 // q, k, v into its output, optional q/k norm, rope in place, kv_append, attention,
 // output projection, fused residual + norm, the fused gate/up projection with SwiGLU,
-// down projection, fused residual + the next norm.
+// down projection, fused residual + the next norm. (EngineOptions::fusion: level 2
+// decode steps fuse further, level 0 unfuses.)
 Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache, const nn::KvIndex& idx,
                         const std::function<Array(const Array&, const Array&, const Array&, int)>& attend) {
   if (cfg_.learned_positions) return gpt2_layers(cfg_, w_, ids, positions.to(device_), cache, idx, attend);  // gpt2.cpp
@@ -238,33 +311,104 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
   Array resid = x;
   std::optional<int> rd;
   if (c.rotary_dim) rd = int(c.rotary_dim);
+  // level 2 decode: rope + append in one kernel (one token per sequence, paged cache)
+  const bool rope_append = engine_ops() && idx.block_table.defined() && pos.dtype() == DType::i32 &&
+                           idx.block_table.device() == device_ && cache.k[0].dtype() == dtype_;
+  fused::Rope rope;
+  rope.theta = c.rope_theta;
+  rope.rotary_dim = rd;
+  rope.interleaved = c.rope_interleaved;
+  rope.scaling = c.rope_scaling;
+  if (rope_append && engine_proj(x) && w_.layers[0].qkv_q.format.empty() && w_.layers[0].gate_up.defined() &&
+      c.num_experts == 0) {
+    // Level 2 decode, plain weights, dense MLP: the engine's kernels only. Per layer:
+    // q/k/v GEMV (+ RoPE and the KV append with rope_in_qkv), attention, o GEMV, residual
+    // add + RMSNorm (in the o GEMV's last block with norm_in_tail), gate/up GEMV with
+    // SwiGLU, down GEMV, residual add + the next RMSNorm (likewise).
+    Array ctr;  // norm_in_tail: one zeroed counter per projection with a norm
+    if (opt_.norm_in_tail) ctr = full({2 * c.num_layers}, Scalar::of_int(0), DType::i32, device_);
+    auto proj_norm = [&](const Array& in, const Array& w, const Array& nw, int64_t slot, int l, const char* name) {
+      if (!opt_.norm_in_tail) {
+        Array y = fused::project(in, w);
+        mark(name, l);
+        return add_norm(y, resid, nw, l);
+      }
+      Array hh, rr;
+      fused::project_norm(in, w, resid, nw, c.norm_eps, ctr, slot, hh, rr);
+      mark(name, l);  // with the add + norm
+      resid = rr;
+      return hh;
+    };
+    for (int l = 0; l < int(c.num_layers); ++l) {
+      const LayerWeights& L = w_.layers[size_t(l)];
+      Array q, k, v;
+      const bool rq = opt_.rope_in_qkv && !c.qk_norm;
+      if (rq) {
+        q = fused::project_qkv_rope(h, L.qkv, L.qkv_bias, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos,
+                                    idx.block_table, rope);
+        mark("qkv", l);  // with RoPE and the KV append
+      } else {
+        Array qkv = fused::project(h, L.qkv, L.qkv_bias);
+        q = qkv.narrow(1, 0, Q).reshape({T, c.num_heads, D});
+        k = qkv.narrow(1, Q, KV).reshape({T, c.num_kv_heads, D});
+        v = qkv.narrow(1, Q + KV, KV).reshape({T, c.num_kv_heads, D});
+        mark("qkv", l);
+        if (c.qk_norm) {
+          q = nn::rms_norm(q, L.q_norm, c.norm_eps);
+          k = nn::rms_norm(k, L.k_norm, c.norm_eps);
+          mark("qk_norm", l);
+        }
+        fused::rope_append(q, k, v, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table, rope);
+        mark("rope_kv", l);
+      }
+      Array att = attend(q, k, v, l).reshape({T, Q});
+      mark("attention", l);
+      h = proj_norm(att, L.o, L.ffn_norm, 2 * l, l, "o_proj");
+      Array act = fused::project(h, L.gate_up, Array(), /*swiglu=*/true);
+      mark("gate_up", l);  // with SwiGLU
+      const Array& next_norm = l + 1 < int(c.num_layers) ? w_.layers[size_t(l + 1)].attn_norm : w_.final_norm;
+      h = proj_norm(act, L.down, next_norm, 2 * l + 1, l, "down");
+    }
+    return h;  // final-normed hidden states [T, H]
+  }
   for (int l = 0; l < int(c.num_layers); ++l) {
     const LayerWeights& L = w_.layers[size_t(l)];
-    Array qkv = project(h, L.qkv, L.qkv_q, L.qkv_bias);  // [T, Q + 2 KV]
+    Array q, k, v;
+    if (opt_.fusion <= 0 && L.qkv_q.format.empty() && L.q.defined()) {  // unfused: three projections
+      q = project(h, L.q, {}, L.q_bias).reshape({T, c.num_heads, D});
+      k = project(h, L.k, {}, L.k_bias).reshape({T, c.num_kv_heads, D});
+      v = project(h, L.v, {}, L.v_bias).reshape({T, c.num_kv_heads, D});
+    } else {
+      Array qkv = engine_proj(h) && L.qkv_q.format.empty() ? fused::project(h, L.qkv, L.qkv_bias)
+                                                            : project(h, L.qkv, L.qkv_q, L.qkv_bias);  // [T, Q + 2 KV]
+      q = qkv.narrow(1, 0, Q).reshape({T, c.num_heads, D});
+      k = qkv.narrow(1, Q, KV).reshape({T, c.num_kv_heads, D});
+      v = qkv.narrow(1, Q + KV, KV).reshape({T, c.num_kv_heads, D});
+    }
     mark("qkv", l);
-    Array q = qkv.narrow(1, 0, Q).reshape({T, c.num_heads, D});
-    Array k = qkv.narrow(1, Q, KV).reshape({T, c.num_kv_heads, D});
-    Array v = qkv.narrow(1, Q + KV, KV).reshape({T, c.num_kv_heads, D});
     if (c.qk_norm) {
       q = nn::rms_norm(q, L.q_norm, c.norm_eps);
       k = nn::rms_norm(k, L.k_norm, c.norm_eps);
       mark("qk_norm", l);
     }
-    std::tie(q, k) = nn::rope(q, k, pos, c.rope_theta, rd, c.rope_interleaved, c.rope_scaling, /*inplace=*/true);
-    mark("rope", l);
-    nn::kv_append(k, v, cache.k[size_t(l)], cache.v[size_t(l)], idx);
-    mark("kv_append", l);
+    if (rope_append) {
+      fused::rope_append(q, k, v, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table, rope);
+      mark("rope_kv", l);
+    } else {
+      std::tie(q, k) = nn::rope(q, k, pos, c.rope_theta, rd, c.rope_interleaved, c.rope_scaling, /*inplace=*/true);
+      mark("rope", l);
+      nn::kv_append(k, v, cache.k[size_t(l)], cache.v[size_t(l)], idx);
+      mark("kv_append", l);
+    }
     Array att = attend(q, k, v, l).reshape({T, Q});
     mark("attention", l);
-    Array o = project(att, L.o, L.o_q);
+    Array o = engine_proj(att) && L.o_q.format.empty() ? fused::project(att, L.o) : project(att, L.o, L.o_q);
     mark("o_proj", l);
-    std::tie(h, resid) = nn::rms_norm_residual(o, resid, L.ffn_norm, c.norm_eps);
-    mark("norm", l);
+    h = add_norm(o, resid, L.ffn_norm, l);
     Array down = cfg_.num_experts > 0 ? moe_forward(cfg_, L, h)  // Mixtral: sparse MLP (src/llm/moe.cpp)
                                       : mlp(L, h, l);
     const Array& next_norm = l + 1 < int(c.num_layers) ? w_.layers[size_t(l + 1)].attn_norm : w_.final_norm;
-    std::tie(h, resid) = nn::rms_norm_residual(down, resid, next_norm, c.norm_eps);
-    mark("norm", l);
+    h = add_norm(down, resid, next_norm, l);
   }
   return h;  // final-normed hidden states [T, H]
 }
@@ -333,6 +477,11 @@ Array Model::decode_batch(KvCache& cache, const DecodeBatch& in) {
     return nn::attention_decode(q, cache.k[size_t(l)], cache.v[size_t(l)], in.lengths, in.block_table, std::nullopt,
                                 window);
   };
+  struct Flag {  // engine kernels for this step (EngineOptions::fusion)
+    bool& f;
+    explicit Flag(bool& x) : f(x) { f = true; }
+    ~Flag() { f = false; }
+  } flag(decoding_);
   Array h = run_layers(in.ids, in.positions, cache, idx, attend);
   Array logits = lm_head(h);
   mark("lm_head", -1);

@@ -116,6 +116,7 @@ def test_graph_generate_api_and_toggle():
 
 def test_profile_decode_names_every_op():
     m = gk.llm.random_model(CFG, device="cuda", dtype="bfloat16", seed=1)
+    m._m.fusion = 1  # the gk.nn ops (level 2's names: test_llm_fused.py)
     prof = m.profile_decode(batch=2, context=40, reps=2)
     names = {n for n, _, _ in prof}
     assert {"embed", "qkv", "rope", "kv_append", "attention", "o_proj", "gate_up", "swiglu", "down",

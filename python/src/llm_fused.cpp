@@ -1,0 +1,63 @@
+// Bindings of the engine's decode kernels (src/llm/fused.h) for their tests:
+// gpukit._C.llm.fused_project / fused_rope_append / fused_add_rms_norm.
+#include <nanobind/stl/pair.h>
+
+#include "bind.h"
+#include "gpukit/errors.h"
+#include "llm/fused.h"
+
+namespace gkpy {
+using namespace gk;
+
+GK_BINDING(61, llm_fused) {
+  nb::module_ lm = nb::borrow<nb::module_>(m.attr("llm"));
+  lm.def("fused_project", [](const Array& x, const Array& w, std::optional<Array> bias, bool swiglu) {
+    return llm::fused::project(x, w, bias ? *bias : Array(), swiglu);
+  }, nb::arg("x"), nb::arg("w"), nb::arg("bias") = nb::none(), nb::arg("swiglu") = false,
+     "x [M<=8, K] @ w[N, K]^T (+ bias), or with swiglu silu(x @ gate^T) * (x @ up^T) for w = [gate; up].");
+  lm.def("fused_project_norm", [](const Array& x, const Array& w, const Array& residual, const Array& norm_w,
+                                  double eps) {
+    Array ctr = full({1}, Scalar::of_int(0), DType::i32, x.device());
+    Array h, r;
+    Array y = llm::fused::project_norm(x, w, residual, norm_w, eps, ctr, 0, h, r);
+    return nb::make_tuple(y, h, r, ctr);
+  }, nb::arg("x"), nb::arg("w"), nb::arg("residual"), nb::arg("norm_w"), nb::arg("eps") = 1e-6,
+     "(y = x @ w^T, rms_norm(y + residual) * norm_w, y + residual, the counter) with the norm in the last block.");
+  lm.def("fused_swiglu", [](const Array& gu) { return llm::fused::swiglu(gu); }, nb::arg("gu"),
+         "silu(gate) * up of gu [rows, 2 I] (gate then up).");
+  lm.def("fused_rope_append", [](const Array& q, const Array& k, const Array& v, const Array& k_cache,
+                                 const Array& v_cache, const Array& positions, const Array& block_table,
+                                 double theta, std::optional<int> rotary_dim, bool interleaved) {
+    llm::fused::Rope r;
+    r.theta = theta;
+    r.rotary_dim = rotary_dim;
+    r.interleaved = interleaved;
+    llm::fused::rope_append(q, k, v, k_cache, v_cache, positions, block_table, r);
+  }, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("k_cache"), nb::arg("v_cache"), nb::arg("positions"),
+     nb::arg("block_table"), nb::arg("theta") = 10000.0, nb::arg("rotary_dim") = nb::none(),
+     nb::arg("interleaved") = false,
+     "q rotated in place; k rotated and stored with v at positions[t] of sequence t's pages.");
+  lm.def("fused_project_qkv_rope", [](const Array& x, const Array& w, std::optional<Array> bias, int64_t hq,
+                                     const Array& k_cache, const Array& v_cache, const Array& positions,
+                                     const Array& block_table, double theta, std::optional<int> rotary_dim,
+                                     bool interleaved) {
+    llm::fused::Rope r;
+    r.theta = theta;
+    r.rotary_dim = rotary_dim;
+    r.interleaved = interleaved;
+    return llm::fused::project_qkv_rope(x, w, bias ? *bias : Array(), hq, k_cache, v_cache, positions, block_table, r);
+  }, nb::arg("x"), nb::arg("w"), nb::arg("bias") = nb::none(), nb::arg("hq"), nb::arg("k_cache"),
+     nb::arg("v_cache"), nb::arg("positions"), nb::arg("block_table"), nb::arg("theta") = 10000.0,
+     nb::arg("rotary_dim") = nb::none(), nb::arg("interleaved") = false,
+     "q/k/v projection + RoPE + KV append in one launch; returns q [M, hq, D].");
+  lm.def("fused_add_rms_norm", [](const Array& x, const Array& residual, const Array& w, double eps) {
+    return llm::fused::add_rms_norm(x, residual, w, eps);
+  }, nb::arg("x"), nb::arg("residual"), nb::arg("w"), nb::arg("eps") = 1e-6,
+     "(rms_norm(x + residual) * w, x + residual)");
+  lm.def("set_pdl", [](std::optional<bool> on) { llm::fused::set_pdl(on ? int(*on) : -1); }, nb::arg("on"),
+         "Programmatic dependent launch of the engine's kernels: True, False, or None for GPUKIT_PDL's default.");
+  lm.def("pdl_enabled", [](nb::handle device) { return llm::fused::pdl_enabled(to_device(device)); },
+         nb::arg("device"), "Whether the engine's kernels launch with programmatic dependent launch on device.");
+}
+
+}  // namespace gkpy

@@ -1,0 +1,624 @@
+// The engine's decode kernels (see src/llm/fused.h): the projection GEMV (with a SwiGLU,
+// a RoPE + KV append or a residual add + RMSNorm epilogue), q/k RoPE + paged KV append,
+// residual add + RMSNorm, SwiGLU and the step's input update, each written for
+// programmatic dependent launch (PDL):
+//   1. issue the loads that do not depend on the previous kernel (weights),
+//   2. griddepcontrol.launch_dependents: the next kernel may start launching now,
+//   3. griddepcontrol.wait: the previous kernel has finished and its writes are visible,
+//   4. read the activations, compute, write.
+// Nothing is written before step 3, so a kernel that starts early never disturbs the
+// one still running; without the launch attribute both instructions are no-ops.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/cuda_util.h"
+#include "cuda/common/rows.cuh"
+#include "llm/fused.h"
+#include "ops/nn_args.h"
+
+namespace gk::cuda {
+
+namespace {
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// A rotary pair, each product rounded on its own (no fused multiply-add).
+__device__ __forceinline__ void rotate(float x1, float x2, float cs, float sn, float& r1, float& r2) {
+  r1 = __fsub_rn(__fmul_rn(x1, cs), __fmul_rn(x2, sn));
+  r2 = __fadd_rn(__fmul_rn(x2, cs), __fmul_rn(x1, sn));
+}
+
+// The cache slot (block * bs + offset) of token t at position p, or false when its page
+// is outside the table or the pool (the token is then not stored).
+template <class A>
+__device__ __forceinline__ bool llm_slot(const A& a, int64_t t, int32_t p, int64_t& slot) {
+  if (p < 0) return false;
+  const int64_t li = p / a.bs;
+  if (li >= a.max_blocks) return false;
+  const int64_t blk = a.block_table[t * a.bt_stride + li];
+  if (blk < 0 || blk >= a.nb) return false;
+  slot = blk * a.bs + (p - li * a.bs);
+  return true;
+}
+
+template <class... P, class... A>
+void launch_ex(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t st, bool pdl, const char* name,
+               A&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  GK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
+  GK_LAUNCH_CHECK(name);
+}
+
+// Weights: read once, never written during the step (safe before the PDL wait).
+__device__ __forceinline__ uint4 ld_weight(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+// Activations written by the previous kernel: a plain (coherent) load, after the wait.
+__device__ __forceinline__ uint4 ld_act(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+template <class T>
+__device__ __forceinline__ void f8(const uint4& v, float (&f)[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (std::is_same_v<T, bf16>) {
+      f[2 * i] = __uint_as_float(w[i] << 16);
+      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    } else {
+      __half2 h;
+      memcpy(&h, &w[i], 4);
+      const float2 x = __half22float2(h);
+      f[2 * i] = x.x;
+      f[2 * i + 1] = x.y;
+    }
+  }
+}
+
+// ---- projection GEMV ----
+// A block of kPT threads owns kPR = 4 weight rows (swiglu: gate rows j0, j0+1 and the up
+// rows n+j0, n+j0+1; rope: two units of two rows); thread t takes the 16-byte chunks t,
+// t + kPT, ... of each row, kPU chunks per row in flight. Sums: per thread in chunk
+// order, warp butterfly, warps in order: a fixed order that does not depend on M.
+constexpr int kPT = 256, kPR = 4, kPU = 2, kPW = kPT / 32;
+
+// MODE 2 (q/k/v with RoPE and the KV append): the rows of the [Q + 2 KV] output come in
+// units of two (a rotary pair of a q or k head, two rows of a k tail, two v rows); a
+// block owns two units.
+struct QkvUnit {
+  int64_t row1, row2;
+  int kind, head, i1, i2, j;  // kind 0 q, 1 k, 2 v; i1, i2 inside the head; j: rotary pair or -1
+};
+__device__ __forceinline__ QkvUnit qkv_unit(const llm::ProjArgs& a, int64_t uidx) {
+  const int half = a.D / 2, n2 = a.rd / 2;
+  const int hd = int(uidx / half), u = int(uidx - int64_t(hd) * half);
+  QkvUnit q;
+  int64_t base;
+  if (hd < a.hq) {
+    q.kind = 0, q.head = hd, base = int64_t(hd) * a.D;
+  } else if (hd < a.hq + a.hkv) {
+    q.kind = 1, q.head = hd - a.hq, base = (int64_t(a.hq) + q.head) * a.D;
+  } else {
+    q.kind = 2, q.head = hd - a.hq - a.hkv, base = (int64_t(a.hq) + a.hkv + q.head) * a.D;
+  }
+  if (q.kind != 2 && u < n2) {
+    q.i1 = a.interleaved ? 2 * u : u;
+    q.i2 = a.interleaved ? 2 * u + 1 : u + n2;
+    q.j = u;
+  } else if (q.kind != 2) {
+    q.i1 = a.rd + 2 * (u - n2), q.i2 = q.i1 + 1, q.j = -1;
+  } else {
+    q.i1 = 2 * u, q.i2 = 2 * u + 1, q.j = -1;
+  }
+  q.row1 = base + q.i1;
+  q.row2 = base + q.i2;
+  return q;
+}
+
+struct NoExtra {
+  int unused;
+};
+
+// TAIL (plain projections): the block that finishes last (an integer counter; every block
+// makes its outputs visible first) adds the residual and RMS-normalizes the whole output
+// rows: r = round(y + res), out = round(r * rsqrt(mean(r^2) + eps) * w), with the
+// per-thread order and block sum of add_rms_norm (the same bits), in place of its launch.
+template <class T>
+__device__ void tail_norm(const llm::ProjArgs& a) {
+  __shared__ int s_last;
+  __shared__ float sh[32];
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) s_last = atomicAdd(a.tail_counter, 1) == int(gridDim.x) - 1;
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  constexpr int N = 8;
+  const int64_t H = a.n, step = int64_t(blockDim.x) * N;
+  const T* w = static_cast<const T*>(a.tail_w);
+  for (int64_t i = 0; i < a.m; ++i) {
+    const T* y = static_cast<const T*>(a.y) + i * H;
+    const T* res = static_cast<const T*>(a.tail_res) + i * a.tail_res_rs;
+    T* ro = static_cast<T*>(a.tail_res_out) + i * H;
+    T* out = static_cast<T*>(a.tail_out) + i * H;
+    float ss = 0.f;
+    for (int64_t e = int64_t(threadIdx.x) * N; e < H; e += step) {
+      const uint4 yr = __ldcg(reinterpret_cast<const uint4*>(y + e));  // written by the other blocks
+      Vec<T, N> yv, rv;
+      memcpy(&yv, &yr, 16);
+      rv = *reinterpret_cast<const Vec<T, N>*>(res + e);
+#pragma unroll
+      for (int j = 0; j < N; ++j) {
+        rv.v[j] = convert<T>(float(yv.v[j]) + float(rv.v[j]));
+        const float f = float(rv.v[j]);
+        ss = fmaf(f, f, ss);
+      }
+      *reinterpret_cast<Vec<T, N>*>(ro + e) = rv;
+    }
+    const float inv = rsqrtf(row_sum(ss, sh) / float(H) + a.tail_eps);
+    for (int64_t e = int64_t(threadIdx.x) * N; e < H; e += step) {
+      const Vec<T, N> rv = *reinterpret_cast<const Vec<T, N>*>(ro + e);  // this thread's own writes
+      const Vec<T, N> wv = *reinterpret_cast<const Vec<T, N>*>(w + e);
+      Vec<T, N> o;
+#pragma unroll
+      for (int j = 0; j < N; ++j) o.v[j] = convert<T>(float(rv.v[j]) * inv * float(wv.v[j]));
+      *reinterpret_cast<Vec<T, N>*>(out + e) = o;
+    }
+  }
+  if (threadIdx.x == 0) *a.tail_counter = 0;  // ready for the next launch
+}
+
+template <class T, int MT, int MODE, class X, bool TAIL = false>
+__global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1)
+    k_project(const __grid_constant__ llm::ProjArgs a, const __grid_constant__ X extra) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t nch = a.k / 8;
+  const int64_t rbytes = a.w_rs * int64_t(sizeof(T));
+  constexpr int R = kPR, P = R / 2;  // swiglu: outputs per block; rope: units per block
+  const uint8_t* wr[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    int64_t row;
+    if constexpr (MODE == 1) {
+      const int64_t j = std::min<int64_t>(int64_t(blockIdx.x) * P + (r % P), a.n - 1);
+      row = r < P ? j : a.n + j;
+    } else if constexpr (MODE == 2) {
+      const QkvUnit q = qkv_unit(a, std::min<int64_t>(int64_t(blockIdx.x) * P + r / 2, a.n / 2 - 1));
+      row = (r & 1) ? q.row2 : q.row1;
+    } else {
+      row = std::min<int64_t>(int64_t(blockIdx.x) * R + r, a.n - 1);
+    }
+    wr[r] = static_cast<const uint8_t*>(a.w) + row * rbytes;
+  }
+  float acc[MT][R];
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[i][r] = 0.f;
+  uint4 raw[kPU][R];
+  auto load = [&](int64_t c) {
+#pragma unroll
+    for (int u = 0; u < kPU; ++u) {
+      const int64_t cc = c + int64_t(u) * kPT;
+      if (cc < nch) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) raw[u][r] = ld_weight(wr[r] + cc * 16);
+      }
+    }
+  };
+  int64_t c = tid;
+  load(c);  // the first weights in flight before waiting for x
+  pdl_trigger();
+  pdl_wait();
+  const T* x = static_cast<const T*>(a.x);
+  auto load_x = [&](int i, int64_t cc, float (&xf)[8]) { f8<T>(ld_act(x + i * a.x_rs + cc * 8), xf); };
+  while (true) {
+#pragma unroll
+    for (int u = 0; u < kPU; ++u) {
+      const int64_t cc = c + int64_t(u) * kPT;
+      if (cc < nch) {
+        if constexpr (MT <= 2) {  // few rows of x: hold x, decode one weight row at a time
+          float xf[MT][8];
+#pragma unroll
+          for (int i = 0; i < MT; ++i)
+            if (i < a.m) load_x(i, cc, xf[i]);
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            float w[8];
+            f8<T>(raw[u][r], w);
+#pragma unroll
+            for (int i = 0; i < MT; ++i) {
+              if (i < a.m) {
+                float d = acc[i][r];
+#pragma unroll
+                for (int e = 0; e < 8; ++e) d = fmaf(xf[i][e], w[e], d);
+                acc[i][r] = d;
+              }
+            }
+          }
+        } else {  // many rows of x: hold the decoded weights, stream x
+          float w[R][8];
+#pragma unroll
+          for (int r = 0; r < R; ++r) f8<T>(raw[u][r], w[r]);
+#pragma unroll
+          for (int i = 0; i < MT; ++i) {
+            if (i < a.m) {
+              float xf[8];
+              load_x(i, cc, xf);
+#pragma unroll
+              for (int r = 0; r < R; ++r) {
+                float d = acc[i][r];
+#pragma unroll
+                for (int e = 0; e < 8; ++e) d = fmaf(xf[e], w[r][e], d);
+                acc[i][r] = d;
+              }
+            }
+          }
+        }
+      }
+    }
+    c += int64_t(kPT) * kPU;
+    if (c >= nch) break;
+    load(c);
+  }
+  __shared__ float red[kPW][MT * R];
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float v = warp_sum(acc[i][r]);
+      if (lane == 0) red[warp][i * R + r] = v;
+    }
+  __syncthreads();
+  auto total = [&](int o) {
+    float v = red[0][o];
+#pragma unroll
+    for (int w = 1; w < kPW; ++w) v += red[w][o];
+    return v;
+  };
+  T* y = static_cast<T*>(a.y);
+  if constexpr (MODE == 2) {
+    if (tid < MT * P) {
+      const int i = tid / P, uu = tid % P;
+      const int64_t uidx = int64_t(blockIdx.x) * P + uu;
+      if (i < a.m && uidx < a.n / 2) {
+        const QkvUnit q = qkv_unit(a, uidx);
+        const T* bias = static_cast<const T*>(a.bias);
+        T v1 = convert<T>(total(i * R + 2 * uu)), v2 = convert<T>(total(i * R + 2 * uu + 1));
+        if (bias) {
+          v1 = convert<T>(float(v1) + float(bias[q.row1]));
+          v2 = convert<T>(float(v2) + float(bias[q.row2]));
+        }
+        const int32_t p = a.pos[i];
+        if (q.j >= 0) {
+          float sn, cs, r1, r2;
+          sincosf(float(p) * extra.inv_freq[q.j], &sn, &cs);
+          rotate(float(v1), float(v2), __fmul_rn(cs, a.mscale), __fmul_rn(sn, a.mscale), r1, r2);
+          v1 = convert<T>(r1);
+          v2 = convert<T>(r2);
+        }
+        int64_t slot;
+        if (q.kind == 0) {
+          T* o = static_cast<T*>(a.q_out) + (int64_t(i) * a.hq + q.head) * a.D;
+          o[q.i1] = v1;
+          o[q.i2] = v2;
+        } else if (llm_slot(a, i, p, slot)) {
+          T* c = static_cast<T*>(q.kind == 1 ? a.kc : a.vc) + (slot * a.hkv + q.head) * a.D;
+          c[q.i1] = v1;
+          c[q.i2] = v2;
+        }
+      }
+    }
+  } else if constexpr (MODE == 1) {
+    if (tid < MT * P) {
+      const int i = tid / P, jj = tid % P;
+      const int64_t j = int64_t(blockIdx.x) * P + jj;
+      if (i < a.m && j < a.n) {
+        const float g = float(convert<T>(total(i * R + jj))), u = float(convert<T>(total(i * R + P + jj)));
+        y[i * a.n + j] = convert<T>(gated_fn<nn::GatedAct::SwiGLU, float>(g, u));
+      }
+    }
+  } else {
+    if (tid < MT * R) {
+      const int i = tid / R, r = tid % R;
+      const int64_t row = int64_t(blockIdx.x) * R + r;
+      if (i < a.m && row < a.n) {
+        T v = convert<T>(total(i * R + r));
+        if (a.bias) v = convert<T>(float(v) + float(static_cast<const T*>(a.bias)[row]));
+        y[i * a.n + row] = v;
+      }
+    }
+    if constexpr (TAIL) tail_norm<T>(a);
+  }
+}
+
+template <class T, int MODE>
+void project_m(const llm::ProjArgs& a, const llm::ProjRope* rope, cudaStream_t st) {
+  constexpr int R = kPR, P = R / 2;
+  const int64_t blocks = MODE == 1 ? (a.n + P - 1) / P : MODE == 2 ? (a.n / 2 + P - 1) / P : (a.n + R - 1) / R;
+  if (blocks > int64_t(INT32_MAX)) throw ValueError("project: n is too large");
+  const dim3 g{unsigned(blocks)}, b{unsigned(kPT)};
+  using X = std::conditional_t<MODE == 2, llm::ProjRope, NoExtra>;
+  X extra{};
+  if constexpr (MODE == 2) {
+    if (!rope) throw ValueError("llm_project: rope frequencies missing");
+    extra = *rope;
+  }
+  auto go = [&](auto kernel) { launch_ex(kernel, g, b, st, a.pdl, "llm_project", a, extra); };
+  if constexpr (MODE == 0) {
+    if (a.tail) {
+      if (a.m <= 1) go(k_project<T, 1, MODE, X, true>);
+      else if (a.m <= 2) go(k_project<T, 2, MODE, X, true>);
+      else if (a.m <= 4) go(k_project<T, 4, MODE, X, true>);
+      else go(k_project<T, 8, MODE, X, true>);
+      return;
+    }
+  }
+  if (a.m <= 1) go(k_project<T, 1, MODE, X>);
+  else if (a.m <= 2) go(k_project<T, 2, MODE, X>);
+  else if (a.m <= 4) go(k_project<T, 4, MODE, X>);
+  else go(k_project<T, 8, MODE, X>);
+}
+
+template <class T>
+void project_t(const llm::ProjArgs& a, const llm::ProjRope* rope, cudaStream_t st) {
+  if (a.rope) project_m<T, 2>(a, rope, st);
+  else if (a.swiglu) project_m<T, 1>(a, rope, st);
+  else project_m<T, 0>(a, rope, st);
+}
+
+// ---- q/k RoPE + paged KV append ----
+// One thread per item of a token (a q rotary pair, a k rotary pair, a k tail element, a v
+// element; grid.y = token): every load is issued at once, nothing waits on a table. The
+// rotation rounds each product (no fused multiply-add), as the q/k/v GEMV's epilogue
+// does, so both give the same bits.
+template <class T, bool IL>
+__global__ void __launch_bounds__(128) k_rope_append(const __grid_constant__ llm::RopeAppendArgs a) {
+  pdl_trigger();
+  pdl_wait();
+  const int64_t t = blockIdx.y;
+  const int n = a.rd / 2;
+  const int qpairs = a.hq * n, kpairs = a.hkv * n, ktail = a.hkv * (a.D - a.rd);
+  const int u = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
+  if (u >= qpairs + kpairs + ktail + a.hkv * a.D) return;
+  const int32_t p = a.pos[t];
+  if (u < qpairs + kpairs) {
+    const bool isq = u < qpairs;
+    const int w = isq ? u : u - qpairs, h = w / n, i = w - h * n;
+    const int i1 = IL ? 2 * i : i, i2 = IL ? 2 * i + 1 : i + n;
+    const T* src = isq ? static_cast<const T*>(a.q) + t * a.q_ts + h * a.q_hs
+                       : static_cast<const T*>(a.k) + t * a.k_ts + h * a.k_hs;
+    const float x1 = float(src[i1]), x2 = float(src[i2]);
+    float sn, cs, r1, r2;
+    sincosf(float(p) * a.inv_freq[i], &sn, &cs);
+    rotate(x1, x2, __fmul_rn(cs, a.mscale), __fmul_rn(sn, a.mscale), r1, r2);
+    if (isq) {
+      T* q = static_cast<T*>(a.q) + t * a.q_ts + h * a.q_hs;
+      q[i1] = convert<T>(r1);
+      q[i2] = convert<T>(r2);
+      return;
+    }
+    int64_t slot;
+    if (!llm_slot(a, t, p, slot)) return;
+    T* kc = static_cast<T*>(a.kc) + (slot * a.hkv + h) * a.D;
+    kc[i1] = convert<T>(r1);
+    kc[i2] = convert<T>(r2);
+    return;
+  }
+  int64_t slot;
+  if (!llm_slot(a, t, p, slot)) return;
+  if (u < qpairs + kpairs + ktail) {
+    const int tl = a.D - a.rd, w = u - qpairs - kpairs, h = w / tl, i = a.rd + (w - h * tl);
+    static_cast<T*>(a.kc)[(slot * a.hkv + h) * a.D + i] = static_cast<const T*>(a.k)[t * a.k_ts + h * a.k_hs + i];
+  } else {
+    const int w = u - qpairs - kpairs - ktail, h = w / a.D, i = w - h * a.D;
+    static_cast<T*>(a.vc)[(slot * a.hkv + h) * a.D + i] = static_cast<const T*>(a.v)[t * a.v_ts + h * a.v_hs + i];
+  }
+}
+
+// ---- residual add + RMSNorm ----
+template <class T, bool VEC>
+__global__ void __launch_bounds__(256) k_add_rms_norm(const llm::AddNormArgs a) {
+  __shared__ float sh[32];
+  pdl_trigger();
+  pdl_wait();
+  const int64_t row = blockIdx.x;
+  const T* x = static_cast<const T*>(a.x) + row * a.x_rs;
+  const T* res = static_cast<const T*>(a.res) + row * a.res_rs;
+  const T* w = static_cast<const T*>(a.w);
+  T* out = static_cast<T*>(a.out) + row * a.H;
+  T* ro = static_cast<T*>(a.res_out) + row * a.H;
+  constexpr int N = VEC ? 16 / int(sizeof(T)) : 1;
+  float ss = 0.f;
+  for (int64_t i = int64_t(threadIdx.x) * N; i < a.H; i += int64_t(blockDim.x) * N) {
+    Vec<T, N> xv = *reinterpret_cast<const Vec<T, N>*>(x + i);
+    Vec<T, N> rv = *reinterpret_cast<const Vec<T, N>*>(res + i);
+    Vec<T, N> o;
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      o.v[j] = convert<T>(float(xv.v[j]) + float(rv.v[j]));
+      const float f = float(o.v[j]);
+      ss = fmaf(f, f, ss);
+    }
+    *reinterpret_cast<Vec<T, N>*>(ro + i) = o;
+  }
+  const float inv = rsqrtf(row_sum(ss, sh) / float(a.H) + a.eps);
+  for (int64_t i = int64_t(threadIdx.x) * N; i < a.H; i += int64_t(blockDim.x) * N) {
+    Vec<T, N> rv = *reinterpret_cast<const Vec<T, N>*>(ro + i);  // this thread's own writes
+    Vec<T, N> wv = *reinterpret_cast<const Vec<T, N>*>(w + i);
+    Vec<T, N> o;
+#pragma unroll
+    for (int j = 0; j < N; ++j) o.v[j] = convert<T>(float(rv.v[j]) * inv * float(wv.v[j]));
+    *reinterpret_cast<Vec<T, N>*>(out + i) = o;
+  }
+}
+
+// The same with the row held in registers (H <= blockDim * N * NV, aligned rows): the
+// weights are read before waiting for the previous kernel, x and the residual in one
+// round of loads; the sums and roundings of k_add_rms_norm, so the same bits.
+template <class T, int NV>
+__global__ void __launch_bounds__(256) k_add_rms_norm_reg(const llm::AddNormArgs a) {
+  __shared__ float sh[32];
+  constexpr int N = 16 / int(sizeof(T));
+  const int64_t row = blockIdx.x;
+  const int64_t step = int64_t(blockDim.x) * N;
+  Vec<T, N> wv[NV], xv[NV], rv[NV];
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int64_t i = int64_t(threadIdx.x) * N + k * step;
+    if (i < a.H) wv[k] = *reinterpret_cast<const Vec<T, N>*>(static_cast<const T*>(a.w) + i);
+  }
+  pdl_trigger();
+  pdl_wait();
+  const T* x = static_cast<const T*>(a.x) + row * a.x_rs;
+  const T* res = static_cast<const T*>(a.res) + row * a.res_rs;
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int64_t i = int64_t(threadIdx.x) * N + k * step;
+    if (i < a.H) {
+      xv[k] = *reinterpret_cast<const Vec<T, N>*>(x + i);
+      rv[k] = *reinterpret_cast<const Vec<T, N>*>(res + i);
+    }
+  }
+  float ss = 0.f;
+  T* ro = static_cast<T*>(a.res_out) + row * a.H;
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int64_t i = int64_t(threadIdx.x) * N + k * step;
+    if (i < a.H) {
+#pragma unroll
+      for (int j = 0; j < N; ++j) {
+        rv[k].v[j] = convert<T>(float(xv[k].v[j]) + float(rv[k].v[j]));
+        const float f = float(rv[k].v[j]);
+        ss = fmaf(f, f, ss);
+      }
+      *reinterpret_cast<Vec<T, N>*>(ro + i) = rv[k];
+    }
+  }
+  const float inv = rsqrtf(row_sum(ss, sh) / float(a.H) + a.eps);
+  T* out = static_cast<T*>(a.out) + row * a.H;
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int64_t i = int64_t(threadIdx.x) * N + k * step;
+    if (i < a.H) {
+      Vec<T, N> o;
+#pragma unroll
+      for (int j = 0; j < N; ++j) o.v[j] = convert<T>(float(rv[k].v[j]) * inv * float(wv[k].v[j]));
+      *reinterpret_cast<Vec<T, N>*>(out + i) = o;
+    }
+  }
+}
+
+// ---- SwiGLU of a [rows, 2 I] gate/up product (quantized weights: after gemv_quantized) ----
+// out[r, j] = silu(g) * u of gu[r, j], gu[r, I + j]; one thread per element.
+template <class T>
+__global__ void __launch_bounds__(256) k_swiglu(const T* gu, T* out, int64_t rows, int64_t I, int64_t gu_rs) {
+  pdl_trigger();
+  pdl_wait();
+  const int64_t n = rows * I;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = e / I, j = e - r * I;
+    out[e] = convert<T>(gated_fn<nn::GatedAct::SwiGLU, float>(float(gu[r * gu_rs + j]), float(gu[r * gu_rs + I + j])));
+  }
+}
+
+// ---- the step's input update: ids = tokens, positions and lengths + 1 ----
+__global__ void k_advance(int32_t* in, const int32_t* tokens, int B) {
+  pdl_trigger();
+  pdl_wait();
+  for (int b = blockIdx.x * blockDim.x + threadIdx.x; b < B; b += gridDim.x * blockDim.x) {
+    in[b] = tokens[b];
+    in[B + b] += 1;
+    in[2 * B + b] += 1;
+  }
+}
+
+}  // namespace
+
+void llm_swiglu(const void* gu, void* out, int64_t rows, int64_t I, int64_t gu_rs, DType t, bool pdl, void* stream) {
+  if (rows <= 0 || I <= 0) return;
+  const int64_t n = rows * I;
+  const unsigned blocks = unsigned(std::min<int64_t>((n + 255) / 256, 132 * 16));
+  auto st = static_cast<cudaStream_t>(stream);
+  dispatch_float(t, [&](auto tv) {
+    using T = decltype(tv);
+    launch_ex(k_swiglu<T>, dim3(blocks), dim3(256), st, pdl, "llm_swiglu", static_cast<const T*>(gu),
+              static_cast<T*>(out), rows, I, gu_rs);
+  });
+}
+
+void llm_advance(int32_t* in, const int32_t* tokens, int64_t B, bool pdl, void* stream) {
+  if (B <= 0) return;
+  if (B > INT32_MAX / 3) throw ValueError("advance: too many rows");
+  const unsigned blocks = unsigned(std::min<int64_t>((B + 255) / 256, 1024));
+  launch_ex(k_advance, dim3(blocks), dim3(256), static_cast<cudaStream_t>(stream), pdl, "llm_advance", in, tokens,
+            int(B));
+}
+
+void llm_project(const llm::ProjArgs& a, const llm::ProjRope* rope, void* stream) {
+  if (a.m <= 0 || a.n <= 0) return;
+  if (a.m > 8 || !a.vec || a.k % 8 != 0) throw ValueError("llm_project: needs m <= 8, aligned rows and k % 8 == 0");
+  auto st = static_cast<cudaStream_t>(stream);
+  if (a.dtype == DType::bf16) project_t<bf16>(a, rope, st);
+  else if (a.dtype == DType::f16) project_t<f16>(a, rope, st);
+  else throw TypeError(cat("llm_project: unsupported dtype ", dtype_name(a.dtype)));
+}
+
+void llm_rope_append(const llm::RopeAppendArgs& a, void* stream) {
+  if (a.T <= 0) return;
+  if (a.T > 65535) throw ValueError("rope_append: at most 65535 tokens per call");
+  auto st = static_cast<cudaStream_t>(stream);
+  const int work = a.hq * (a.rd / 2) + a.hkv * (a.rd / 2) + a.hkv * (a.D - a.rd) + a.hkv * a.D;  // items per token
+  const dim3 grid{unsigned((work + 127) / 128), unsigned(a.T)};
+  dispatch_float(a.dtype, [&](auto tv) {
+    using T = decltype(tv);
+    if (a.interleaved) launch_ex(k_rope_append<T, true>, grid, dim3(128), st, a.pdl, "llm_rope_append", a);
+    else launch_ex(k_rope_append<T, false>, grid, dim3(128), st, a.pdl, "llm_rope_append", a);
+  });
+}
+
+void llm_add_rms_norm(const llm::AddNormArgs& a, void* stream) {
+  if (a.rows <= 0 || a.H <= 0) return;
+  if (a.rows > int64_t(INT32_MAX)) throw ValueError("add_rms_norm: too many rows");
+  auto st = static_cast<cudaStream_t>(stream);
+  dispatch_float(a.dtype, [&](auto tv) {
+    using T = decltype(tv);
+    const int64_t per = a.vec ? a.H / (16 / int64_t(sizeof(T))) : a.H;
+    const int threads = int(std::min<int64_t>(256, std::max<int64_t>(32, (per + 31) / 32 * 32)));
+    const dim3 grid{unsigned(a.rows)}, block{unsigned(threads)};
+    if (a.vec && per <= int64_t(threads) * 4)  // the row in registers
+      launch_ex(k_add_rms_norm_reg<T, 4>, grid, block, st, a.pdl, "llm_add_rms_norm", a);
+    else if (a.vec)
+      launch_ex(k_add_rms_norm<T, true>, grid, block, st, a.pdl, "llm_add_rms_norm", a);
+    else
+      launch_ex(k_add_rms_norm<T, false>, grid, block, st, a.pdl, "llm_add_rms_norm", a);
+  });
+}
+
+}  // namespace gk::cuda

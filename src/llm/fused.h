@@ -1,0 +1,169 @@
+// The engine's own decode kernels (src/cuda/llm_decode.cu, CPU references in
+// src/llm/fused.cpp): the few launches of one decode layer, each written so that
+// inside the captured step a kernel can start while the previous one finishes
+// (programmatic dependent launch, PDL: a kernel first issues the loads that do not
+// depend on the previous kernel, the weights, then waits for it with
+// griddepcontrol.wait, and lets the next kernel launch early with
+// griddepcontrol.launch_dependents). Without PDL (GPUKIT_PDL=0, or off Hopper) the
+// waits are no-ops and the kernels run one after the other as usual.
+//
+// - project: y = x @ w^T (+ bias) for M <= 8 rows of bf16/f16 x and dense weight rows,
+//   fp32 sums in a fixed order (the same bits for a row whatever M), rounded once;
+//   with swiglu, w = [gate; up] (2n rows) and y = silu(g) * u of the rounded g, u
+//   (one launch instead of GEMV + swiglu).
+// - rope_append: one token per sequence: q rotated in place, k rotated and stored with
+//   v into the paged cache at position pos[t] of sequence t (block_table row t); the
+//   cos/sin formula of nn::rope (sincosf of the fp32 angle, times mscale). A token
+//   whose destination is outside the pool is not stored (device index arrays are not
+//   inspected on the host, like nn::kv_append).
+// - add_rms_norm: r = round(x + residual), y = rms_norm(r) * w (nn::rms_norm_residual's
+//   rule), one block per row.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <utility>
+
+#include "gpukit/array.h"
+#include "gpukit/nn.h"
+
+namespace gk::llm {
+
+constexpr int kFusedMaxFreqs = 512;  // rotary_dim <= 1024
+
+struct ProjArgs {
+  const void* x = nullptr;  // [m, k], rows x_rs elements apart
+  const void* w = nullptr;  // [n or 2n, k], rows w_rs elements apart
+  const void* bias = nullptr;  // [n] (not with swiglu) or null
+  void* y = nullptr;           // [m, n] dense
+  int64_t m = 0, n = 0, k = 0, x_rs = 0, w_rs = 0;
+  DType dtype = DType::bf16;  // of x, w, bias, y
+  bool swiglu = false;
+  bool vec = false;  // CUDA: 16-byte aligned rows and k % 8 == 0
+  bool pdl = false;
+  // tail (plain projections, n % 8 == 0): the last block to finish also writes
+  // tail_res_out = round(y + tail_res) and tail_out = rms_norm(tail_res_out) * tail_w
+  // (add_rms_norm's bits); tail_counter: a zeroed int32 (left zeroed).
+  bool tail = false;
+  int* tail_counter = nullptr;
+  const void* tail_res = nullptr;
+  const void* tail_w = nullptr;
+  void* tail_out = nullptr;
+  void* tail_res_out = nullptr;
+  int64_t tail_res_rs = 0;
+  float tail_eps = 0.f;
+  // rope: w is a layer's [Q + 2 KV, k] q/k/v weight; instead of y, q (rotated) goes to
+  // q_out [m, hq, D] and k (rotated), v into the paged cache at pos[i] of sequence i
+  // (the rule of rope_append; bias added before the rotation).
+  bool rope = false;
+  void* q_out = nullptr;
+  void* kc = nullptr;
+  void* vc = nullptr;
+  int64_t nb = 0, bs = 0, bt_stride = 0, max_blocks = 0;
+  int hq = 0, hkv = 0, D = 0, rd = 0;
+  bool interleaved = false;
+  const int32_t* pos = nullptr;
+  const int32_t* block_table = nullptr;
+  float mscale = 1.f;
+};
+// The rope frequencies of a rope projection: a second kernel parameter, so that the
+// other projections launch with a small parameter block.
+struct ProjRope {
+  float inv_freq[kFusedMaxFreqs] = {};
+};
+
+struct RopeAppendArgs {
+  void* q = nullptr;  // [T, hq, D], rotated in place
+  const void* k = nullptr;
+  const void* v = nullptr;
+  int64_t q_ts = 0, q_hs = 0, k_ts = 0, k_hs = 0, v_ts = 0, v_hs = 0;
+  void* kc = nullptr;  // [nb, bs, hkv, D] dense
+  void* vc = nullptr;
+  int64_t nb = 0, bs = 0, T = 0;
+  int hq = 0, hkv = 0, D = 0, rd = 0;
+  bool interleaved = false;
+  const int32_t* pos = nullptr;          // [T]
+  const int32_t* block_table = nullptr;  // [T, max_blocks]
+  int64_t bt_stride = 0, max_blocks = 0;
+  float mscale = 1.f;
+  DType dtype = DType::bf16;
+  bool pdl = false;
+  float inv_freq[kFusedMaxFreqs] = {};
+};
+
+struct AddNormArgs {
+  const void* x = nullptr;
+  const void* res = nullptr;
+  const void* w = nullptr;
+  void* out = nullptr;      // [rows, H] dense
+  void* res_out = nullptr;  // [rows, H] dense
+  int64_t rows = 0, H = 0, x_rs = 0, res_rs = 0;
+  float eps = 1e-6f;
+  DType dtype = DType::bf16;
+  bool vec = false;
+  bool pdl = false;
+};
+
+namespace fused {
+struct Rope {
+  double theta = 10000.0;
+  std::optional<int> rotary_dim;
+  bool interleaved = false;
+  nn::RopeScaling scaling;
+};
+// Whether kernels launch with PDL (CUDA, sm_90+, and GPUKIT_PDL is not "0"; read once).
+bool pdl_enabled(Device d);
+// -1: as GPUKIT_PDL says (default), 0: off, 1: on where supported (benchmarks; takes
+// effect at the next launch or capture).
+void set_pdl(int mode);
+struct TailNorm;  // internal (project_norm)
+Array project(const Array& x, const Array& w, const Array& bias = {}, bool swiglu = false, const Stream* s = nullptr,
+              const TailNorm* tail = nullptr);
+struct TailNorm {
+  Array res, w;
+  double eps;
+  int32_t* counter;
+  Array out, res_out;
+};
+void rope_append(const Array& q, const Array& k, const Array& v, const Array& k_cache, const Array& v_cache,
+                 const Array& positions, const Array& block_table, const Rope& rope, const Stream* s = nullptr);
+// project + rope_append in one launch: x [M <= 8, H] @ w^T with w = [Wq; Wk; Wv]
+// ([(hq + 2 hkv) D, H]) (+ bias); returns q [M, hq, D] rotated; k rotated and v stored
+// into the caches at positions[i] of sequence i (block_table row i). The same bits as
+// project then rope_append.
+Array project_qkv_rope(const Array& x, const Array& w, const Array& bias, int64_t hq, const Array& k_cache,
+                       const Array& v_cache, const Array& positions, const Array& block_table, const Rope& rope,
+                       const Stream* s = nullptr);
+std::pair<Array, Array> add_rms_norm(const Array& x, const Array& residual, const Array& w, double eps,
+                                     const Stream* s = nullptr);
+
+// project then add_rms_norm(y, residual, norm_w, eps) with the norm done by the
+// projection's last block (one launch): returns y; h_out = the normalized rows, res_out
+// = y + residual. counter: an int32 device array of zeros, slot < its size (left zero).
+// The same bits as the two launches.
+Array project_norm(const Array& x, const Array& w, const Array& residual, const Array& norm_w, double eps,
+                   const Array& counter, int64_t slot, Array& h_out, Array& res_out, const Stream* s = nullptr);
+
+// SwiGLU of gu [rows, 2 I] (gate then up, last dim dense): [rows, I], silu(g) * u
+// rounded once (gk::nn::gated_fused's rule), PDL-chained on CUDA.
+Array swiglu(const Array& gu, const Stream* s = nullptr);
+
+// The decode step's input update in one launch: in = int32 [3, B] (ids, positions,
+// lengths, dense): ids = tokens (int32 [B]), positions and lengths + 1.
+void advance_inputs(const Array& in, const Array& tokens, const Stream* s = nullptr);
+
+// CPU references (src/llm/fused.cpp)
+void ref_project(const ProjArgs& a);
+void ref_rope_append(const RopeAppendArgs& a);
+void ref_add_rms_norm(const AddNormArgs& a);
+}  // namespace fused
+
+}  // namespace gk::llm
+
+namespace gk::cuda {
+// src/cuda/llm_decode.cu (CUDA builds only)
+void llm_project(const llm::ProjArgs& a, const llm::ProjRope* rope, void* stream);
+void llm_rope_append(const llm::RopeAppendArgs& a, void* stream);
+void llm_add_rms_norm(const llm::AddNormArgs& a, void* stream);
+void llm_advance(int32_t* in, const int32_t* tokens, int64_t B, bool pdl, void* stream);
+void llm_swiglu(const void* gu, void* out, int64_t rows, int64_t I, int64_t gu_rs, DType t, bool pdl, void* stream);
+}  // namespace gk::cuda
