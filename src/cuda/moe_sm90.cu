@@ -1,0 +1,290 @@
+// Grouped GEMM of the mixture-of-experts layer on Hopper (sm_90a): y[r] = x[r] w[e(r)]^T for
+// rows sorted by expert (offsets[e] .. offsets[e+1] are expert e's rows), bf16 / fp16 inputs,
+// fp32 accumulation, fp32 / bf16 / fp16 output, all experts in one launch.
+//
+// Persistent, warp-specialized: one CTA per multiprocessor, three warpgroups. Each CTA
+// first reads the offsets and builds, in shared memory, the prefix over experts of their
+// 128-row m-tile counts; a tile index t then decodes to (expert, m-tile, n-tile) on the
+// device (nothing is read back to the host, so the launch can be captured in a CUDA graph).
+// Tiles are numbered expert by expert, n-tile major and m-tile minor, so that the CTAs
+// running at the same time share weight tiles through L2; CTA b takes tiles b, b + G, ...
+// Warpgroup 0 is the producer: one thread issues TMA loads of 128 x 64 tiles of x (rows
+// offsets[e] + 128 m ..) and BN x 64 tiles of w[e] into an ST-stage ring of 128-byte-swizzled
+// buffers that complete on mbarriers, waiting on "empty" barriers before reusing a stage.
+// Warpgroups 1 and 2 each own 64 rows of the tile and issue wgmma m64nBNk16 (both operands
+// from shared memory, K-major), keeping one k-block in flight, and write their fp32
+// accumulators straight to y (rows of other experts and columns past N masked; TMA reads
+// zeros past R, N and K). Rows from offsets[E] to R are written as zeros.
+//
+// Determinism: every output element is computed by one CTA, as a chain of k16 tensor-core
+// steps in increasing k; nothing is split or reduced across CTAs. Its value depends only on
+// its row of x and its column of w[e], not on the tile shape, the grid or the other rows.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <type_traits>
+
+#include "core/cuda_util.h"
+#include "cuda/common/tma.cuh"
+#include "cuda/common/wgmma.cuh"
+#include "cuda/common/wgmma_gemm.cuh"
+#include "gpukit/numeric.h"
+#include "ops/moe_args.h"
+
+namespace gk::cuda {
+
+#if defined(GPUKIT_SM90A) && GPUKIT_SM90A
+namespace {
+using namespace sm90;
+
+constexpr int kBM = 128, kBK = 64, kThreads = 384, kMaxE = 1024;
+
+template <int BN>
+struct Cfg {
+  static constexpr int ST = BN == 256 ? 4 : 6;  // pipeline stages: 192 KB either way
+  static constexpr int A_BYTES = kBM * kBK * 2, B_BYTES = BN * kBK * 2, STAGE = A_BYTES + B_BYTES;
+  static constexpr int SMEM = ST * STAGE + 1024;  // + alignment slack (1024-byte swizzle atoms)
+};
+
+struct Params {
+  const int32_t* offsets;  // [e + 1]
+  void* y;                 // [r, n]
+  int r, n, e, kd;
+  int out_kind;  // 0: float32, 1: bfloat16, 2: float16
+};
+
+template <class O>
+__device__ __forceinline__ void store_pair(void* y, int64_t idx, float a, float b) {
+  if constexpr (std::is_same_v<O, float>) {
+    *reinterpret_cast<float2*>(static_cast<float*>(y) + idx) = make_float2(a, b);
+  } else {
+    const uint32_t v = uint32_t(O(a).bits) | (uint32_t(O(b).bits) << 16);
+    *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(y) + idx) = v;
+  }
+}
+
+template <bool BF16, int BN>
+__global__ void __launch_bounds__(kThreads, 1)
+    k_grouped_sm90(const __grid_constant__ Params p, const __grid_constant__ CUtensorMap tx,
+                   const __grid_constant__ CUtensorMap tw) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using C = Cfg<BN>;
+  constexpr int ST = C::ST;
+  extern __shared__ char smem_raw[];
+  __shared__ int32_t s_off[kMaxE + 1];
+  __shared__ int32_t s_mp[kMaxE + 1];  // m-tiles of the experts before e
+  __shared__ __align__(8) uint64_t bars[2 * ST];  // full[ST], empty[ST]
+  const uint32_t sbase = (uint32_t(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
+  auto sA = [&](int s) { return sbase + uint32_t(s) * C::STAGE; };
+  auto sB = [&](int s) { return sbase + uint32_t(s) * C::STAGE + C::A_BYTES; };
+  const uint32_t b0 = uint32_t(__cvta_generic_to_shared(bars));
+  auto full = [&](int s) { return b0 + 8u * s; };
+  auto empty = [&](int s) { return b0 + 8u * (ST + s); };
+
+  const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
+  const int E = p.e, R = p.r, N = p.n;
+  for (int i = tid; i <= E; i += kThreads) s_off[i] = min(max(p.offsets[i], 0), R);  // clamped
+  if (tid == 0) {
+    for (int s = 0; s < ST; ++s) {
+      mbar_init(full(s), 1);
+      mbar_init(empty(s), 8);  // one arrival per consumer warp
+    }
+    mbar_fence_init();
+  }
+  __syncthreads();
+  auto mtiles = [&](int e) { return (max(s_off[e + 1] - s_off[e], 0) + kBM - 1) / kBM; };
+  if (tid < 32) {  // exclusive prefix of the m-tile counts: a chunk of experts per lane, then a warp scan
+    const int chunk = (E + 31) / 32, lo = min(E, lane * chunk), hi = min(E, lo + chunk);
+    int sum = 0;
+    for (int e = lo; e < hi; ++e) sum += mtiles(e);
+    int incl = sum;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, incl, d);
+      if (lane >= d) incl += v;
+    }
+    int run = incl - sum;
+    for (int e = lo; e < hi; ++e) {
+      s_mp[e] = run;
+      run += mtiles(e);
+    }
+    if (lane == 31) s_mp[E] = incl;
+  }
+  __syncthreads();
+  const int ntn = (N + BN - 1) / BN, nkb = (p.kd + kBK - 1) / kBK;
+  const int total = s_mp[E] * ntn;  // the host bounds (R / 128 + E) * ntn below 2^31
+  struct Tile {
+    int e, row0, rend, col0;
+  };
+  auto decode = [&](int t) {
+    const int q = t / ntn;  // expert: the last with s_mp[e] * ntn <= t, i.e. s_mp[e] <= q
+    int lo = 0, hi = E - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (s_mp[mid] <= q) lo = mid;
+      else hi = mid - 1;
+    }
+    const int local = t - s_mp[lo] * ntn, mte = s_mp[lo + 1] - s_mp[lo];
+    const int mt = local % mte, nt = local / mte;
+    return Tile{lo, s_off[lo] + mt * kBM, s_off[lo + 1], nt * BN};
+  };
+
+  if (wg == 0) {  // ---- producer ----
+    setmaxnreg_dec<40>();
+    if (tid == 0) {
+      int g = 0;  // k-blocks loaded so far; stage g % ST, its (g / ST)-th use
+      for (int t = int(blockIdx.x); t < total; t += int(gridDim.x)) {
+        const Tile tl = decode(t);
+        for (int kb = 0; kb < nkb; ++kb, ++g) {
+          const int s = g % ST;
+          if (g >= ST) mbar_wait(empty(s), uint32_t(g / ST - 1) & 1u);
+          mbar_expect_tx(full(s), C::STAGE);
+          tma_load_3d(sA(s), &tx, full(s), kb * kBK, tl.row0, 0);
+          tma_load_3d(sB(s), &tw, full(s), kb * kBK, tl.col0, tl.e);
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- consumers ----
+  setmaxnreg_inc<232>();
+  const int cw = wg - 1, warp = (tid % 128) / 32;
+  float acc[BN / 2];
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+  auto release = [&](int s) {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty(s));
+  };
+  int g = 0;
+  for (int t = int(blockIdx.x); t < total; t += int(gridDim.x)) {
+    const Tile tl = decode(t);
+    for (int kb = 0; kb < nkb; ++kb, ++g) {
+      const int s = g % ST;
+      mbar_wait(full(s), uint32_t(g / ST) & 1u);
+      wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBK / 16; ++kk) {
+        const uint64_t da = smem_desc(sA(s) + cw * (64 * 128) + kk * 32, 16, 1024);
+        const uint64_t db = smem_desc(sB(s) + kk * 32, 16, 1024);
+        mma_ss<BN, BF16>(acc, da, db, (kb | kk) != 0);
+      }
+      wg_commit();
+      wg_wait<1>();  // the previous k-block's products are done: its stage can be refilled
+      if (kb > 0) release((g - 1) % ST);
+    }
+    wg_wait<0>();
+    fence_regs(acc);
+    release((g - 1) % ST);
+    // accumulator of thread (warp, lane): acc[4i + 2h + c] is row 16 warp + lane / 4 + 8 h,
+    // column 8 i + 2 (lane % 4) + c of this warpgroup's 64 x BN block
+    const int rb = tl.row0 + cw * 64 + warp * 16 + lane / 4, cb = tl.col0 + 2 * (lane & 3);
+    auto store = [&](auto tag) {
+      using O = decltype(tag);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int gr = rb + 8 * h;
+        if (gr >= tl.rend) continue;
+        const int64_t rowi = int64_t(gr) * N;
+#pragma unroll
+        for (int i = 0; i < BN / 8; ++i) {
+          const int gc = cb + 8 * i;
+          if (gc < N) store_pair<O>(p.y, rowi + gc, acc[4 * i + 2 * h], acc[4 * i + 2 * h + 1]);  // N is even
+        }
+      }
+    };
+    if (p.out_kind == 0) store(float{});
+    else if (p.out_kind == 1) store(bf16{});
+    else store(f16{});
+  }
+  // rows past the last expert's end are zeros
+  const int end = s_off[E];
+  const int64_t tail = int64_t(R - end) * N, step = int64_t(gridDim.x) * 256;
+  for (int64_t i = int64_t(blockIdx.x) * 256 + (tid - 128); i < tail; i += step) {
+    const int64_t idx = int64_t(end) * N + i;
+    if (p.out_kind == 0) static_cast<float*>(p.y)[idx] = 0.f;
+    else static_cast<uint16_t*>(p.y)[idx] = 0;
+  }
+#else
+  __trap();  // launched only when sm_90a code was built (GPUKIT_SM90A)
+#endif
+}
+
+int env_int(const char* name, int dflt) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : dflt;
+}
+
+template <bool BF16, int BN>
+bool launch(const MoeGemmArgs& a, int sms, int mt_bound, cudaStream_t st) {
+  using C = Cfg<BN>;
+  CUtensorMap mx, mw;
+  const uint64_t K = uint64_t(a.kdim), row = K * 2;
+  if (!make_tmap_3d(&mx, a.x, BF16, K, uint64_t(a.r), 1, row, row * uint64_t(a.r), kBK, kBM, 1) ||
+      !make_tmap_3d(&mw, a.w, BF16, K, uint64_t(a.n), uint64_t(a.e), row, row * uint64_t(a.n), kBK, BN, 1))
+    return false;  // the driver refused the shape: the caller falls back
+  Params p{a.offsets, a.y, int(a.r), int(a.n), int(a.e), int(a.kdim),
+           a.out_dtype == DType::f32 ? 0 : a.out_dtype == DType::bf16 ? 1 : 2};
+  const int64_t tiles = int64_t(mt_bound) * ((a.n + BN - 1) / BN);
+  const unsigned grid = unsigned(std::max<int64_t>(1, std::min<int64_t>(tiles, sms)));
+  auto kern = k_grouped_sm90<BF16, BN>;
+  GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
+  kern<<<grid, kThreads, C::SMEM, st>>>(p, mx, mw);
+  GK_LAUNCH_CHECK("moe_grouped_gemm (sm90 wgmma)");
+  if (std::getenv("GPUKIT_MOE_LOG"))
+    std::fprintf(stderr, "moe_grouped_gemm: sm90 wgmma kernel, BN=%d stages=%d grid=%u R=%lld N=%lld K=%lld E=%lld\n",
+                 BN, C::ST, grid, static_cast<long long>(a.r), static_cast<long long>(a.n),
+                 static_cast<long long>(a.kdim), static_cast<long long>(a.e));
+  return true;
+}
+}  // namespace
+#endif
+
+// Runs the wgmma kernel when it applies: sm_90 device with sm_90a code built, bf16 / fp16,
+// K a positive multiple of 8 and N even (TMA strides, paired stores), 16-byte aligned x and
+// w, and not turned off by GPUKIT_MOE_SM90=0. false: the caller runs the mma.sync kernel.
+// GPUKIT_MOE_SM90_BN=128|256 forces the tile width (default: chosen from the shape).
+bool moe_grouped_gemm_sm90(const MoeGemmArgs& a, void* stream) {
+#if defined(GPUKIT_SM90A) && GPUKIT_SM90A
+  if (a.dtype != DType::bf16 && a.dtype != DType::f16) return false;
+  if (a.out_dtype != DType::f32 && a.out_dtype != DType::bf16 && a.out_dtype != DType::f16) return false;
+  if (env_int("GPUKIT_MOE_SM90", 1) == 0) return false;
+  if (a.kdim <= 0 || a.kdim % 8 != 0 || a.n % 2 != 0 || a.r <= 0 || a.n <= 0) return false;
+  if (a.kdim > INT32_MAX - kBK || a.n > INT32_MAX - 1024 || a.r > INT32_MAX - 1024 || a.e < 1 || a.e > kMaxE)
+    return false;
+  if (reinterpret_cast<uintptr_t>(a.x) % 16 != 0 || reinterpret_cast<uintptr_t>(a.w) % 16 != 0) return false;
+  int dev = 0, major = 0, minor = 0, sms = 0;
+  GK_CUDA_CHECK(cudaGetDevice(&dev));
+  GK_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  GK_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  if (major != 9 || minor != 0) return false;
+  GK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  sms = std::max(sms, 1);
+  // m-tiles: at most R / 128 + E in all (each expert adds at most one partial tile)
+  const int64_t mt_bound = (a.r + kBM - 1) / kBM + std::min<int64_t>(a.e, a.r);
+  if (mt_bound * ((a.n + 127) / 128) > INT32_MAX) return false;
+  // Tile width: the cost of a width is its waves of tiles times a tile's time (a 128 x 256
+  // tile is about 10% more efficient per flop than two 128 x 128 ones). The m-tile count
+  // is estimated from R and E (the offsets stay on the device).
+  int bn = env_int("GPUKIT_MOE_SM90_BN", 0);
+  if (bn != 128 && bn != 256) {
+    const int64_t mt_est = (a.r + kBM - 1) / kBM + std::min<int64_t>(a.e, a.r) / 2;
+    auto waves = [&](int64_t w) { return double((mt_est * ((a.n + w - 1) / w) + sms - 1) / sms); };
+    bn = waves(256) <= waves(128) * 0.55 ? 256 : 128;
+  }
+  auto st = static_cast<cudaStream_t>(stream);
+  const bool bf = a.dtype == DType::bf16;
+  const int mb = int(mt_bound);
+  if (bn == 256) return bf ? launch<true, 256>(a, sms, mb, st) : launch<false, 256>(a, sms, mb, st);
+  return bf ? launch<true, 128>(a, sms, mb, st) : launch<false, 128>(a, sms, mb, st);
+#else
+  (void)a;
+  (void)stream;
+  return false;
+#endif
+}
+
+}  // namespace gk::cuda
