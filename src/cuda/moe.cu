@@ -440,8 +440,17 @@ void moe_unpermute(const MoeUnpermuteArgs& p, void* stream) {
 // moe_sm90.cu: the Hopper kernel (wgmma, TMA, persistent); false where it does not apply
 bool moe_grouped_gemm_sm90(const MoeGemmArgs& a, void* stream);
 
+// GPUKIT_MOE_FUSED_SWIGLU=0: moe_mlp runs the gate-up product and the SwiGLU epilogue apart
+bool moe_grouped_gemm_swiglu(const MoeGemmArgs& p, void* stream) {
+  const char* v = std::getenv("GPUKIT_MOE_FUSED_SWIGLU");  // read per call: tests switch it
+  const bool off = v && std::string(v) == "0";
+  if (off || !p.swiglu || !tensor_cores_enabled() || (p.dtype != DType::bf16 && p.dtype != DType::f16)) return false;
+  return moe_grouped_gemm_sm90(p, stream);
+}
+
 void moe_grouped_gemm(const MoeGemmArgs& p, void* stream) {
   if (p.r <= 0 || p.n <= 0) return;
+  if (p.swiglu) throw ValueError("moe_grouped_gemm: the fused SwiGLU form runs through moe_grouped_gemm_swiglu");
   auto s = static_cast<cudaStream_t>(stream);
   if ((p.dtype == DType::bf16 || p.dtype == DType::f16) && tensor_cores_enabled() && moe_grouped_gemm_sm90(p, stream))
     return;

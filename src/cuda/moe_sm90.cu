@@ -51,8 +51,9 @@ struct Cfg {
 struct Params {
   const int32_t* offsets;  // [e + 1]
   void* y;                 // [r, n]
-  int r, n, e, kd;
-  int out_kind;  // 0: float32, 1: bfloat16, 2: float16
+  int r, n, e, kd;         // n: columns of y
+  int half;                // SWIGLU: the row of w[e] where the up projection starts (= n)
+  int out_kind;            // 0: float32, 1: bfloat16, 2: float16
 };
 
 template <class O>
@@ -65,7 +66,11 @@ __device__ __forceinline__ void store_pair(void* y, int64_t idx, float a, float 
   }
 }
 
-template <bool BF16, int BN>
+// SWIGLU (moe_mlp's gate-up product): w[e] is [2 half, K] (gate rows, then up rows); a tile
+// loads BN / 2 gate rows and the BN / 2 up rows of the same columns, so a thread holds the gate
+// and up accumulators of its columns, and writes silu(gate) * up (the formula of the unfused
+// epilogue in src/cuda/matmul.cu, same bits) to y [R, half].
+template <bool BF16, int BN, bool SWIGLU>
 __global__ void __launch_bounds__(kThreads, 1)
     k_grouped_sm90(const __grid_constant__ Params p, const __grid_constant__ CUtensorMap tx,
                    const __grid_constant__ CUtensorMap tw) {
@@ -113,7 +118,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (lane == 31) s_mp[E] = incl;
   }
   __syncthreads();
-  const int ntn = (N + BN - 1) / BN, nkb = (p.kd + kBK - 1) / kBK;
+  constexpr int WN = SWIGLU ? BN / 2 : BN;  // columns of y per tile
+  const int ntn = (N + WN - 1) / WN, nkb = (p.kd + kBK - 1) / kBK;
   const int total = s_mp[E] * ntn;  // the host bounds (R / 128 + E) * ntn below 2^31
   struct Tile {
     int e, row0, rend, col0;
@@ -128,7 +134,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     const int local = t - s_mp[lo] * ntn, mte = s_mp[lo + 1] - s_mp[lo];
     const int mt = local % mte, nt = local / mte;
-    return Tile{lo, s_off[lo] + mt * kBM, s_off[lo + 1], nt * BN};
+    return Tile{lo, s_off[lo] + mt * kBM, s_off[lo + 1], nt * WN};
   };
 
   if (wg == 0) {  // ---- producer ----
@@ -143,6 +149,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           mbar_expect_tx(full(s), C::STAGE);
           tma_load_3d(sA(s), &tx, full(s), kb * kBK, tl.row0, 0);
           tma_load_3d(sB(s), &tw, full(s), kb * kBK, tl.col0, tl.e);
+          if constexpr (SWIGLU) tma_load_3d(sB(s) + WN * 128, &tw, full(s), kb * kBK, p.half + tl.col0, tl.e);
         }
       }
     }
@@ -190,9 +197,16 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (gr >= tl.rend) continue;
         const int64_t rowi = int64_t(gr) * N;
 #pragma unroll
-        for (int i = 0; i < BN / 8; ++i) {
+        for (int i = 0; i < WN / 8; ++i) {
           const int gc = cb + 8 * i;
-          if (gc < N) store_pair<O>(p.y, rowi + gc, acc[4 * i + 2 * h], acc[4 * i + 2 * h + 1]);  // N is even
+          if (gc >= N) continue;  // N is even: both columns or none
+          float v0 = acc[4 * i + 2 * h], v1 = acc[4 * i + 2 * h + 1];
+          if constexpr (SWIGLU) {  // the up accumulators sit WN / 8 fragments later
+            const float u0 = acc[4 * (i + WN / 8) + 2 * h], u1 = acc[4 * (i + WN / 8) + 2 * h + 1];
+            v0 = v0 / (1.0f + expf(-v0)) * u0;
+            v1 = v1 / (1.0f + expf(-v1)) * u1;
+          }
+          store_pair<O>(p.y, rowi + gc, v0, v1);
         }
       }
     };
@@ -218,25 +232,27 @@ int env_int(const char* name, int dflt) {
   return v && *v ? std::atoi(v) : dflt;
 }
 
-template <bool BF16, int BN>
+template <bool BF16, int BN, bool SWIGLU>
 bool launch(const MoeGemmArgs& a, int sms, int mt_bound, cudaStream_t st) {
   using C = Cfg<BN>;
+  constexpr int WN = SWIGLU ? BN / 2 : BN;
   CUtensorMap mx, mw;
   const uint64_t K = uint64_t(a.kdim), row = K * 2;
   if (!make_tmap_3d(&mx, a.x, BF16, K, uint64_t(a.r), 1, row, row * uint64_t(a.r), kBK, kBM, 1) ||
-      !make_tmap_3d(&mw, a.w, BF16, K, uint64_t(a.n), uint64_t(a.e), row, row * uint64_t(a.n), kBK, BN, 1))
+      !make_tmap_3d(&mw, a.w, BF16, K, uint64_t(a.n), uint64_t(a.e), row, row * uint64_t(a.n), kBK, WN, 1))
     return false;  // the driver refused the shape: the caller falls back
-  Params p{a.offsets, a.y, int(a.r), int(a.n), int(a.e), int(a.kdim),
+  const int ycols = int(SWIGLU ? a.n / 2 : a.n);
+  Params p{a.offsets, a.y, int(a.r), ycols, int(a.e), int(a.kdim), int(a.n / 2),
            a.out_dtype == DType::f32 ? 0 : a.out_dtype == DType::bf16 ? 1 : 2};
-  const int64_t tiles = int64_t(mt_bound) * ((a.n + BN - 1) / BN);
+  const int64_t tiles = int64_t(mt_bound) * ((ycols + WN - 1) / WN);
   const unsigned grid = unsigned(std::max<int64_t>(1, std::min<int64_t>(tiles, sms)));
-  auto kern = k_grouped_sm90<BF16, BN>;
+  auto kern = k_grouped_sm90<BF16, BN, SWIGLU>;
   GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
   kern<<<grid, kThreads, C::SMEM, st>>>(p, mx, mw);
   GK_LAUNCH_CHECK("moe_grouped_gemm (sm90 wgmma)");
   if (std::getenv("GPUKIT_MOE_LOG"))
-    std::fprintf(stderr, "moe_grouped_gemm: sm90 wgmma kernel, BN=%d stages=%d grid=%u R=%lld N=%lld K=%lld E=%lld\n",
-                 BN, C::ST, grid, static_cast<long long>(a.r), static_cast<long long>(a.n),
+    std::fprintf(stderr, "moe_grouped_gemm: sm90 wgmma kernel%s, BN=%d stages=%d grid=%u R=%lld N=%lld K=%lld E=%lld\n",
+                 SWIGLU ? " (swiglu)" : "", BN, C::ST, grid, static_cast<long long>(a.r), static_cast<long long>(a.n),
                  static_cast<long long>(a.kdim), static_cast<long long>(a.e));
   return true;
 }
@@ -244,8 +260,9 @@ bool launch(const MoeGemmArgs& a, int sms, int mt_bound, cudaStream_t st) {
 #endif
 
 // Runs the wgmma kernel when it applies: sm_90 device with sm_90a code built, bf16 / fp16,
-// K a positive multiple of 8 and N even (TMA strides, paired stores), 16-byte aligned x and
-// w, and not turned off by GPUKIT_MOE_SM90=0. false: the caller runs the mma.sync kernel.
+// K a positive multiple of 8 and N even (TMA strides, paired stores; N / 2 even with
+// a.swiglu), 16-byte aligned x and w, and not turned off by GPUKIT_MOE_SM90=0. false: the
+// caller runs the mma.sync kernel (or, for a.swiglu, the unfused product and epilogue).
 // GPUKIT_MOE_SM90_BN=128|256 forces the tile width (default: chosen from the shape).
 bool moe_grouped_gemm_sm90(const MoeGemmArgs& a, void* stream) {
 #if defined(GPUKIT_SM90A) && GPUKIT_SM90A
@@ -253,6 +270,7 @@ bool moe_grouped_gemm_sm90(const MoeGemmArgs& a, void* stream) {
   if (a.out_dtype != DType::f32 && a.out_dtype != DType::bf16 && a.out_dtype != DType::f16) return false;
   if (env_int("GPUKIT_MOE_SM90", 1) == 0) return false;
   if (a.kdim <= 0 || a.kdim % 8 != 0 || a.n % 2 != 0 || a.r <= 0 || a.n <= 0) return false;
+  if (a.swiglu && a.n % 4 != 0) return false;
   if (a.kdim > INT32_MAX - kBK || a.n > INT32_MAX - 1024 || a.r > INT32_MAX - 1024 || a.e < 1 || a.e > kMaxE)
     return false;
   if (reinterpret_cast<uintptr_t>(a.x) % 16 != 0 || reinterpret_cast<uintptr_t>(a.w) % 16 != 0) return false;
@@ -278,8 +296,19 @@ bool moe_grouped_gemm_sm90(const MoeGemmArgs& a, void* stream) {
   auto st = static_cast<cudaStream_t>(stream);
   const bool bf = a.dtype == DType::bf16;
   const int mb = int(mt_bound);
-  if (bn == 256) return bf ? launch<true, 256>(a, sms, mb, st) : launch<false, 256>(a, sms, mb, st);
-  return bf ? launch<true, 128>(a, sms, mb, st) : launch<false, 128>(a, sms, mb, st);
+  auto go = [&](auto bft, auto bnt, auto swt) {
+    return launch<decltype(bft)::value, decltype(bnt)::value, decltype(swt)::value>(a, sms, mb, st);
+  };
+  using T = std::true_type;
+  using F = std::false_type;
+  using W256 = std::integral_constant<int, 256>;
+  using W128 = std::integral_constant<int, 128>;
+  if (a.swiglu) {
+    if (bn == 256) return bf ? go(T{}, W256{}, T{}) : go(F{}, W256{}, T{});
+    return bf ? go(T{}, W128{}, T{}) : go(F{}, W128{}, T{});
+  }
+  if (bn == 256) return bf ? go(T{}, W256{}, F{}) : go(F{}, W256{}, F{});
+  return bf ? go(T{}, W128{}, F{}) : go(F{}, W128{}, F{});
 #else
   (void)a;
   (void)stream;

@@ -3,9 +3,9 @@ on the device) against float64 NumPy: uneven expert counts with empty experts, o
 that straddle experts, K not a multiple of 64, N not a multiple of the tile width, up to 1024
 experts; bf16 / f16 in, f32 / bf16 / f16 out; the same bits run to run, for both tile widths,
 and whatever the other experts' rows are; rows past the last expert zero in poisoned memory;
-moe_mlp through it, captured in a CUDA graph and replayed with new inputs (new routing). On a
-device other than sm_90 the same checks run against the mma.sync kernel. Needs a CUDA GPU."""
-import os
+moe_mlp through it (with SwiGLU fused into the gate-up epilogue: the unfused bits), captured in a
+CUDA graph and replayed with new inputs (new routing). On a device other than sm_90 the same
+checks run against the mma.sync kernel. Needs a CUDA GPU."""
 
 import ml_dtypes
 import numpy as np
@@ -259,3 +259,31 @@ def test_unvalidated_bad_offsets_stay_in_bounds():
         gk.cuda.synchronize()
         assert y.shape == (30, 64)
     assert not gk.cuda.is_failed()
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("T,H,I", [(333, 256, 384), (50, 136, 200), (7, 64, 101)])
+def test_moe_mlp_fused_swiglu_same_bits(dtype, T, H, I, capfd, monkeypatch):
+    """moe_mlp's gate-up product with SwiGLU in the kernel's epilogue (Hopper; I even) gives the
+    bits of the product to fp32 followed by the separate epilogue (GPUKIT_MOE_FUSED_SWIGLU=0)."""
+    E, k = 8, 2
+    rng = np.random.default_rng(T + I)
+    dt = NP[dtype]
+    x = rng.standard_normal((T, H)).astype(dt)
+    gate_w = (rng.standard_normal((E, H)) / np.sqrt(H)).astype(dt)
+    w13 = (rng.standard_normal((E, 2 * I, H)) / np.sqrt(H)).astype(dt)
+    w2 = (rng.standard_normal((E, H, I)) / np.sqrt(I)).astype(dt)
+    args = [cu(v) for v in (x, gate_w, w13, w2)]
+    monkeypatch.setenv("GPUKIT_MOE_LOG", "1")
+    fused = gk.moe_mlp(*args, k)
+    lines = kernel_lines(capfd)
+    if SM90:
+        assert any("(swiglu)" in ln for ln in lines) == (I % 2 == 0), lines
+    monkeypatch.setenv("GPUKIT_MOE_FUSED_SWIGLU", "0")
+    apart = gk.moe_mlp(*args, k)
+    assert not any("(swiglu)" in ln for ln in kernel_lines(capfd))
+    a, b = gk.to_numpy(fused).view(np.uint16), gk.to_numpy(apart).view(np.uint16)
+    assert (a == b).all(), f"fused != unfused at {np.sum(a != b)} elements, first {np.argwhere(a != b)[0]}"
+    ref = mlp_ref(x, gate_w, w13, w2, k)
+    err = np.max(np.abs(f64(fused) - ref)) / np.max(np.abs(ref))
+    assert err < 3e-2, f"moe_mlp vs float64: relative error {err:.3g}"
