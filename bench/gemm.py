@@ -275,6 +275,22 @@ def bench_moe(args, have_torch, torch):
                                   [tf(t) for t in ms]))
             out.append(record("moe_grouped_gemm_mmasync", shp, "bf16", "TFLOP/s", old))
             print(line, flush=True)
+        # the whole sparse MLP (router, gating, permute, gate-up with SwiGLU fused on Hopper,
+        # down, un-permute); GPUKIT_MOE_FUSED_SWIGLU=0: gate-up to fp32, then the epilogue kernel
+        gate_w = rand_gk((E, H), "bfloat16", 1 / 64.0, seed=18, torch=tt)
+        mlp = lambda: gk.moe_mlp(x, gate_w, w13, w2, k)  # noqa: E731
+        flops = 2.0 * R * 3 * H * I
+        ms = time_cuda(mlp, args.rounds)
+        os.environ["GPUKIT_MOE_FUSED_SWIGLU"] = "0"
+        try:
+            ms_apart = time_cuda(mlp, args.rounds)
+        finally:
+            del os.environ["GPUKIT_MOE_FUSED_SWIGLU"]
+        tf = lambda t: flops / (t * 1e-3) / 1e12  # noqa: E731
+        out.append(record("moe_mlp", f"T{T}_H{H}_I{I}_E{E}_k{k}", "bf16", "TFLOP/s", tf(median(ms)),
+                          "gpukit, SwiGLU not fused", tf(median(ms_apart)), [tf(t) for t in ms]))
+        print(f"moe_mlp T={T}: {median(ms):.3f} ms = {tf(median(ms)):.1f} TFLOP/s (SwiGLU fused); "
+              f"{median(ms_apart):.3f} ms not fused", flush=True)
     return out
 
 
