@@ -169,18 +169,23 @@ __global__ void __launch_bounds__(kThreads, 1)
   int g = 0;
   for (int t = int(blockIdx.x); t < total; t += int(gridDim.x)) {
     const Tile tl = decode(t);
+    // A warpgroup whose 64 rows all lie past the expert's end (the last m-tile of an expert
+    // with 64 or fewer rows left) issues no products: the other one gets the tensor cores.
+    const bool active = tl.row0 + cw * 64 < tl.rend;  // uniform over the warpgroup
     for (int kb = 0; kb < nkb; ++kb, ++g) {
       const int s = g % ST;
       mbar_wait(full(s), uint32_t(g / ST) & 1u);
-      wg_fence();
+      if (active) {
+        wg_fence();
 #pragma unroll
-      for (int kk = 0; kk < kBK / 16; ++kk) {
-        const uint64_t da = smem_desc(sA(s) + cw * (64 * 128) + kk * 32, 16, 1024);
-        const uint64_t db = smem_desc(sB(s) + kk * 32, 16, 1024);
-        mma_ss<BN, BF16>(acc, da, db, (kb | kk) != 0);
+        for (int kk = 0; kk < kBK / 16; ++kk) {
+          const uint64_t da = smem_desc(sA(s) + cw * (64 * 128) + kk * 32, 16, 1024);
+          const uint64_t db = smem_desc(sB(s) + kk * 32, 16, 1024);
+          mma_ss<BN, BF16>(acc, da, db, (kb | kk) != 0);
+        }
+        wg_commit();
+        wg_wait<1>();  // the previous k-block's products are done: its stage can be refilled
       }
-      wg_commit();
-      wg_wait<1>();  // the previous k-block's products are done: its stage can be refilled
       if (kb > 0) release((g - 1) % ST);
     }
     wg_wait<0>();
@@ -188,6 +193,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     release((g - 1) % ST);
     // accumulator of thread (warp, lane): acc[4i + 2h + c] is row 16 warp + lane / 4 + 8 h,
     // column 8 i + 2 (lane % 4) + c of this warpgroup's 64 x BN block
+    if (!active) continue;
     const int rb = tl.row0 + cw * 64 + warp * 16 + lane / 4, cb = tl.col0 + 2 * (lane & 3);
     auto store = [&](auto tag) {
       using O = decltype(tag);

@@ -73,6 +73,7 @@ CASES = [
     ([0, 0, 5], 64, 128),
     ([1], 2, 8),  # the smallest shape the kernel takes
     ([257, 0, 0, 513], 520, 72),
+    ([64, 65, 192, 0, 1], 256, 64),  # tiles whose second 64-row half is past the expert (idle warpgroup)
     (list(RNG.integers(0, 9, 64) * (RNG.random(64) < 0.7)), 136, 64),  # 64 experts: several per lane of the scan
 ]
 
