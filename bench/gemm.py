@@ -248,14 +248,19 @@ def bench_moe(args, have_torch, torch):
             fn = lambda: gk.moe_grouped_gemm(xin, w, offsets, validate=False)  # noqa: E731
             _moe_spot_check(fn(), xin, w, off, f"T={T} {part}")
             ms = time_cuda(fn, args.rounds)
-            os.environ["GPUKIT_MOE_SM90"] = "0"
-            try:
-                old = tf(median(time_cuda(fn, max(5, args.rounds // 4))))
-            finally:
-                del os.environ["GPUKIT_MOE_SM90"]
+            alt = {}
+            for var, val in (("GPUKIT_MOE_SM90", "0"), ("GPUKIT_MOE_SM90_CLUSTER", "1"),
+                             ("GPUKIT_MOE_SM90_CLUSTER", "2")):
+                os.environ[var] = val
+                try:
+                    alt[var, val] = tf(median(time_cuda(fn, max(5, args.rounds // 3))))
+                finally:
+                    del os.environ[var]
+            old = alt["GPUKIT_MOE_SM90", "0"]
             shp = f"T{T}_{part}_R{R}_N{N}_K{K}_E{E}"
             line = f"moe {part:7s} T={T:<5d} R={R:<5d} N={N:<5d} K={K:<5d}: gpukit {tf(median(ms)):6.1f} TFLOP/s " \
-                   f"({median(ms):.3f} ms); mma.sync kernel {old:6.1f}"
+                   f"({median(ms):.3f} ms) [cluster 1: {alt['GPUKIT_MOE_SM90_CLUSTER', '1']:.1f}, cluster 2: " \
+                   f"{alt['GPUKIT_MOE_SM90_CLUSTER', '2']:.1f}]; mma.sync kernel {old:6.1f}"
             if have_torch:
                 tx, tw = torch.from_dlpack(xin), torch.from_dlpack(w)
                 bounds = [(int(off[e]), int(off[e + 1])) for e in range(E)]

@@ -28,6 +28,7 @@
 
 #include "core/cuda_util.h"
 #include "cuda/common/tma.cuh"
+#include "cuda/common/tma_cluster.cuh"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/common/wgmma_gemm.cuh"
 #include "gpukit/numeric.h"
@@ -70,7 +71,13 @@ __device__ __forceinline__ void store_pair(void* y, int64_t idx, float a, float 
 // loads BN / 2 gate rows and the BN / 2 up rows of the same columns, so a thread holds the gate
 // and up accumulators of its columns, and writes silu(gate) * up (the formula of the unfused
 // epilogue in src/cuda/matmul.cu, same bits) to y [R, half].
-template <bool BF16, int BN, bool SWIGLU>
+//
+// CL = 2: clusters of two CTAs take m-tiles 2u and 2u + 1 of an expert at the same n-tile
+// (one unit u); each loads its own x tile and half of the w tile, multicast to both, so the
+// pair reads w from L2 once. A stage is refilled only after both CTAs' consumers released it
+// (each consumer warp arrives on its own and on the peer's empty barrier). A CTA whose m-tile
+// lies past its expert still loads and releases, and issues no products.
+template <bool BF16, int BN, bool SWIGLU, int CL>
 __global__ void __launch_bounds__(kThreads, 1)
     k_grouped_sm90(const __grid_constant__ Params p, const __grid_constant__ CUtensorMap tx,
                    const __grid_constant__ CUtensorMap tw) {
@@ -79,7 +86,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int ST = C::ST;
   extern __shared__ char smem_raw[];
   __shared__ int32_t s_off[kMaxE + 1];
-  __shared__ int32_t s_mp[kMaxE + 1];  // m-tiles of the experts before e
+  __shared__ int32_t s_mp[kMaxE + 1];  // m-tile units of the experts before e
   __shared__ __align__(8) uint64_t bars[2 * ST];  // full[ST], empty[ST]
   const uint32_t sbase = (uint32_t(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
   auto sA = [&](int s) { return sbase + uint32_t(s) * C::STAGE; };
@@ -90,16 +97,19 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
   const int E = p.e, R = p.r, N = p.n;
+  const int rank = CL == 2 ? int(cluster_ctarank()) : 0;
   for (int i = tid; i <= E; i += kThreads) s_off[i] = min(max(p.offsets[i], 0), R);  // clamped
   if (tid == 0) {
     for (int s = 0; s < ST; ++s) {
       mbar_init(full(s), 1);
-      mbar_init(empty(s), 8);  // one arrival per consumer warp
+      mbar_init(empty(s), 8 * CL);  // one arrival per consumer warp (of each CTA of the cluster)
     }
     mbar_fence_init();
   }
-  __syncthreads();
-  auto mtiles = [&](int e) { return (max(s_off[e + 1] - s_off[e], 0) + kBM - 1) / kBM; };
+  if constexpr (CL == 2) cluster_sync();  // the peer's barriers are initialized before any use
+  else __syncthreads();
+  // units of CL m-tiles per expert
+  auto mtiles = [&](int e) { return (max(s_off[e + 1] - s_off[e], 0) + kBM * CL - 1) / (kBM * CL); };
   if (tid < 32) {  // exclusive prefix of the m-tile counts: a chunk of experts per lane, then a warp scan
     const int chunk = (E + 31) / 32, lo = min(E, lane * chunk), hi = min(E, lo + chunk);
     int sum = 0;
@@ -133,7 +143,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       else hi = mid - 1;
     }
     const int local = t - s_mp[lo] * ntn, mte = s_mp[lo + 1] - s_mp[lo];
-    const int mt = local % mte, nt = local / mte;
+    const int mt = (local % mte) * CL + rank, nt = local / mte;
     return Tile{lo, s_off[lo] + mt * kBM, s_off[lo + 1], nt * WN};
   };
 
@@ -141,17 +151,25 @@ __global__ void __launch_bounds__(kThreads, 1)
     setmaxnreg_dec<40>();
     if (tid == 0) {
       int g = 0;  // k-blocks loaded so far; stage g % ST, its (g / ST)-th use
-      for (int t = int(blockIdx.x); t < total; t += int(gridDim.x)) {
+      for (int t = int(blockIdx.x) / CL; t < total; t += int(gridDim.x) / CL) {
         const Tile tl = decode(t);
         for (int kb = 0; kb < nkb; ++kb, ++g) {
           const int s = g % ST;
           if (g >= ST) mbar_wait(empty(s), uint32_t(g / ST - 1) & 1u);
-          mbar_expect_tx(full(s), C::STAGE);
+          mbar_expect_tx(full(s), C::STAGE);  // this CTA's x tile and both halves of the w tile
           tma_load_3d(sA(s), &tx, full(s), kb * kBK, tl.row0, 0);
-          tma_load_3d(sB(s), &tw, full(s), kb * kBK, tl.col0, tl.e);
-          if constexpr (SWIGLU) tma_load_3d(sB(s) + WN * 128, &tw, full(s), kb * kBK, p.half + tl.col0, tl.e);
+          if constexpr (CL == 2) {  // w rows: gate / up halves (SWIGLU) or the two halves of the tile
+            const int wrow = SWIGLU ? (rank ? p.half : 0) + tl.col0 : tl.col0 + rank * (BN / 2);
+            tma_load_3d_multicast(sB(s) + rank * (BN / 2) * 128, &tw, full(s), kb * kBK, wrow, tl.e, 3);
+          } else {
+            tma_load_3d(sB(s), &tw, full(s), kb * kBK, tl.col0, tl.e);
+            if constexpr (SWIGLU) tma_load_3d(sB(s) + WN * 128, &tw, full(s), kb * kBK, p.half + tl.col0, tl.e);
+          }
         }
       }
+      if constexpr (CL == 2)  // stay until both CTAs released every stage: no arrival targets an exited CTA
+        for (int i = 0; i < ST; ++i, ++g)
+          if (g >= ST) mbar_wait(empty(g % ST), uint32_t(g / ST - 1) & 1u);
     }
     return;
   }
@@ -164,10 +182,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
   auto release = [&](int s) {
     __syncwarp();
-    if (lane == 0) mbar_arrive(empty(s));
+    if (lane == 0) {
+      mbar_arrive(empty(s));
+      if constexpr (CL == 2) mbar_arrive_cluster(empty(s), uint32_t(rank ^ 1));
+    }
   };
   int g = 0;
-  for (int t = int(blockIdx.x); t < total; t += int(gridDim.x)) {
+  for (int t = int(blockIdx.x) / CL; t < total; t += int(gridDim.x) / CL) {
     const Tile tl = decode(t);
     // A warpgroup whose 64 rows all lie past the expert's end (the last m-tile of an expert
     // with 64 or fewer rows left) issues no products: the other one gets the tensor cores.
@@ -238,28 +259,49 @@ int env_int(const char* name, int dflt) {
   return v && *v ? std::atoi(v) : dflt;
 }
 
-template <bool BF16, int BN, bool SWIGLU>
-bool launch(const MoeGemmArgs& a, int sms, int mt_bound, cudaStream_t st) {
+template <bool BF16, int BN, bool SWIGLU, int CL>
+bool launch(const MoeGemmArgs& a, int sms, cudaStream_t st) {
   using C = Cfg<BN>;
   constexpr int WN = SWIGLU ? BN / 2 : BN;
   CUtensorMap mx, mw;
   const uint64_t K = uint64_t(a.kdim), row = K * 2;
   if (!make_tmap_3d(&mx, a.x, BF16, K, uint64_t(a.r), 1, row, row * uint64_t(a.r), kBK, kBM, 1) ||
-      !make_tmap_3d(&mw, a.w, BF16, K, uint64_t(a.n), uint64_t(a.e), row, row * uint64_t(a.n), kBK, WN, 1))
+      !make_tmap_3d(&mw, a.w, BF16, K, uint64_t(a.n), uint64_t(a.e), row, row * uint64_t(a.n), kBK,
+                    CL == 2 ? BN / 2 : WN, 1))
     return false;  // the driver refused the shape: the caller falls back
   const int ycols = int(SWIGLU ? a.n / 2 : a.n);
   Params p{a.offsets, a.y, int(a.r), ycols, int(a.e), int(a.kdim), int(a.n / 2),
            a.out_dtype == DType::f32 ? 0 : a.out_dtype == DType::bf16 ? 1 : 2};
-  const int64_t tiles = int64_t(mt_bound) * ((ycols + WN - 1) / WN);
-  const unsigned grid = unsigned(std::max<int64_t>(1, std::min<int64_t>(tiles, sms)));
-  auto kern = k_grouped_sm90<BF16, BN, SWIGLU>;
+  // units of CL m-tiles: at most R / (128 CL) + E in all (each expert adds at most one partial unit)
+  const int64_t units = (a.r + kBM * CL - 1) / (kBM * CL) + std::min<int64_t>(a.e, a.r);
+  const int64_t tiles = units * ((ycols + WN - 1) / WN);
+  const unsigned grid = unsigned(CL * std::max<int64_t>(1, std::min<int64_t>(tiles, sms / CL)));
+  auto kern = k_grouped_sm90<BF16, BN, SWIGLU, CL>;
   GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
-  kern<<<grid, kThreads, C::SMEM, st>>>(p, mx, mw);
+  if constexpr (CL == 1) {
+    kern<<<grid, kThreads, C::SMEM, st>>>(p, mx, mw);
+  } else {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(grid, 1, 1);
+    cfg.blockDim = dim3(kThreads, 1, 1);
+    cfg.dynamicSmemBytes = C::SMEM;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = CL;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    GK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, p, mx, mw));
+  }
   GK_LAUNCH_CHECK("moe_grouped_gemm (sm90 wgmma)");
   if (std::getenv("GPUKIT_MOE_LOG"))
-    std::fprintf(stderr, "moe_grouped_gemm: sm90 wgmma kernel%s, BN=%d stages=%d grid=%u R=%lld N=%lld K=%lld E=%lld\n",
-                 SWIGLU ? " (swiglu)" : "", BN, C::ST, grid, static_cast<long long>(a.r), static_cast<long long>(a.n),
-                 static_cast<long long>(a.kdim), static_cast<long long>(a.e));
+    std::fprintf(stderr,
+                 "moe_grouped_gemm: sm90 wgmma kernel%s, BN=%d cluster=%d stages=%d grid=%u R=%lld N=%lld K=%lld "
+                 "E=%lld\n",
+                 SWIGLU ? " (swiglu)" : "", BN, CL, C::ST, grid, static_cast<long long>(a.r),
+                 static_cast<long long>(a.n), static_cast<long long>(a.kdim), static_cast<long long>(a.e));
   return true;
 }
 }  // namespace
@@ -269,7 +311,8 @@ bool launch(const MoeGemmArgs& a, int sms, int mt_bound, cudaStream_t st) {
 // K a positive multiple of 8 and N even (TMA strides, paired stores; N / 2 even with
 // a.swiglu), 16-byte aligned x and w, and not turned off by GPUKIT_MOE_SM90=0. false: the
 // caller runs the mma.sync kernel (or, for a.swiglu, the unfused product and epilogue).
-// GPUKIT_MOE_SM90_BN=128|256 forces the tile width (default: chosen from the shape).
+// GPUKIT_MOE_SM90_BN=128|256 forces the tile width, GPUKIT_MOE_SM90_CLUSTER=1|2 the cluster
+// size (defaults: chosen from the shape).
 bool moe_grouped_gemm_sm90(const MoeGemmArgs& a, void* stream) {
 #if defined(GPUKIT_SM90A) && GPUKIT_SM90A
   if (a.dtype != DType::bf16 && a.dtype != DType::f16) return false;
@@ -299,22 +342,23 @@ bool moe_grouped_gemm_sm90(const MoeGemmArgs& a, void* stream) {
     auto waves = [&](int64_t w) { return double((mt_est * ((a.n + w - 1) / w) + sms - 1) / sms); };
     bn = waves(256) <= waves(128) * 0.55 ? 256 : 128;
   }
+  // Clusters of two (w read once per pair of m-tiles) where experts have several m-tiles each;
+  // with one or two per expert, a pair's second CTA would idle too often.
+  int cl = env_int("GPUKIT_MOE_SM90_CLUSTER", 0);
+  if (cl != 1 && cl != 2) cl = a.r / std::min<int64_t>(a.e, a.r) >= 4 * kBM ? 2 : 1;
+  if (sms < 2) cl = 1;
   auto st = static_cast<cudaStream_t>(stream);
-  const bool bf = a.dtype == DType::bf16;
-  const int mb = int(mt_bound);
-  auto go = [&](auto bft, auto bnt, auto swt) {
-    return launch<decltype(bft)::value, decltype(bnt)::value, decltype(swt)::value>(a, sms, mb, st);
+  auto go = [&](auto bnt, auto swt) {
+    constexpr int B = decltype(bnt)::value;
+    constexpr bool S = decltype(swt)::value;
+    if (a.dtype == DType::bf16)
+      return cl == 2 ? launch<true, B, S, 2>(a, sms, st) : launch<true, B, S, 1>(a, sms, st);
+    return cl == 2 ? launch<false, B, S, 2>(a, sms, st) : launch<false, B, S, 1>(a, sms, st);
   };
-  using T = std::true_type;
-  using F = std::false_type;
   using W256 = std::integral_constant<int, 256>;
   using W128 = std::integral_constant<int, 128>;
-  if (a.swiglu) {
-    if (bn == 256) return bf ? go(T{}, W256{}, T{}) : go(F{}, W256{}, T{});
-    return bf ? go(T{}, W128{}, T{}) : go(F{}, W128{}, T{});
-  }
-  if (bn == 256) return bf ? go(T{}, W256{}, F{}) : go(F{}, W256{}, F{});
-  return bf ? go(T{}, W128{}, F{}) : go(F{}, W128{}, F{});
+  if (a.swiglu) return bn == 256 ? go(W256{}, std::true_type{}) : go(W128{}, std::true_type{});
+  return bn == 256 ? go(W256{}, std::false_type{}) : go(W128{}, std::false_type{});
 #else
   (void)a;
   (void)stream;

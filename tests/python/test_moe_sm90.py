@@ -78,13 +78,16 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("cluster", ["auto", "2"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("case", range(len(CASES)))
-def test_grouped_gemm_vs_float64(dtype, case, capfd, monkeypatch):
+def test_grouped_gemm_vs_float64(dtype, case, cluster, capfd, monkeypatch):
     counts, N, K = CASES[case]
     x, w, off = make(counts, N, K, dtype, pad=3, seed=case)
     R = int(off[-1])
     monkeypatch.setenv("GPUKIT_MOE_LOG", "1")
+    if cluster != "auto":  # pairs of CTAs sharing the w tile (multicast)
+        monkeypatch.setenv("GPUKIT_MOE_SM90_CLUSTER", cluster)
     junk = gk.full((R + 3, N), float("nan"), dtype="float32", device="cuda")  # poison the pool
     del junk
     args = [cu(v) for v in (x, w, off)]
@@ -92,6 +95,7 @@ def test_grouped_gemm_vs_float64(dtype, case, capfd, monkeypatch):
     lines = kernel_lines(capfd)
     if SM90:
         assert lines and "sm90 wgmma" in lines[-1], f"the sm90 kernel did not run: {lines}"
+        assert cluster == "auto" or f"cluster={cluster}" in lines[-1], lines
     ref, bound = reference(x, w, off)
     g = f64(y)
     check_close(g[:R], ref[:R], bound[:R], K, f"{dtype} counts={counts} N={N} K={K}")
@@ -107,8 +111,9 @@ def test_grouped_gemm_vs_float64(dtype, case, capfd, monkeypatch):
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_same_bits_for_both_tile_widths_and_any_batch(dtype, capfd, monkeypatch):
-    """Each output element is one CTA's chain of k16 steps: the tile width (128 or 256, chosen
-    from the shape) and the other experts' rows must not change a bit."""
+    """Each output element is one CTA's chain of k16 steps: the tile width (128 or 256) and the
+    cluster size (1 or 2), both chosen from the shape, and the other experts' rows must not
+    change a bit."""
     counts = [200, 0, 37, 300, 1, 0, 129, 90]
     N, K = 520, 328
     x, w, off = make(counts, N, K, dtype, seed=7)
@@ -116,17 +121,22 @@ def test_same_bits_for_both_tile_widths_and_any_batch(dtype, capfd, monkeypatch)
     monkeypatch.setenv("GPUKIT_MOE_LOG", "1")
     outs = {}
     for bn in ("128", "256"):
-        monkeypatch.setenv("GPUKIT_MOE_SM90_BN", bn)
-        outs[bn] = gk.moe_grouped_gemm(*args, out_dtype="float32")
-        lines = kernel_lines(capfd)
-        if SM90:
-            assert lines and f"BN={bn}" in lines[-1], lines
+        for cl in ("1", "2"):
+            monkeypatch.setenv("GPUKIT_MOE_SM90_BN", bn)
+            monkeypatch.setenv("GPUKIT_MOE_SM90_CLUSTER", cl)
+            outs[bn, cl] = gk.to_numpy(gk.moe_grouped_gemm(*args, out_dtype="float32"))
+            lines = kernel_lines(capfd)
+            if SM90:
+                assert lines and f"BN={bn} cluster={cl}" in lines[-1], lines
     monkeypatch.delenv("GPUKIT_MOE_SM90_BN")
+    monkeypatch.delenv("GPUKIT_MOE_SM90_CLUSTER")
     ref, bound = reference(x, w, off)
-    check_close(f64(outs["256"]), ref, bound, K, "BN=256")
-    a, b = gk.to_numpy(outs["128"]), gk.to_numpy(outs["256"])
-    diff = a.view(np.uint32) != b.view(np.uint32)
-    assert not diff.any(), f"BN=128 and BN=256 differ at {diff.sum()} elements, first {np.argwhere(diff)[0]}"
+    a = outs["256", "1"]
+    check_close(a.astype(np.float64), ref, bound, K, "BN=256")
+    for key, b in outs.items():
+        diff = a.view(np.uint32) != b.view(np.uint32)
+        assert not diff.any(), f"BN, cluster = {key} differs from (256, 1) at {diff.sum()} elements, " \
+                               f"first {np.argwhere(diff)[0]}"
     for e in (3, 6, 4):  # one expert's rows alone (the others empty) give the same bits
         solo_off = np.array([0] * (e + 1) + [counts[e]] * (len(counts) - e), np.int32)
         xe = np.ascontiguousarray(x[off[e]:off[e + 1]])
@@ -262,9 +272,10 @@ def test_unvalidated_bad_offsets_stay_in_bounds():
     assert not gk.cuda.is_failed()
 
 
+@pytest.mark.parametrize("cluster", ["1", "2"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("T,H,I", [(333, 256, 384), (50, 136, 200), (7, 64, 101)])
-def test_moe_mlp_fused_swiglu_same_bits(dtype, T, H, I, capfd, monkeypatch):
+def test_moe_mlp_fused_swiglu_same_bits(dtype, T, H, I, cluster, capfd, monkeypatch):
     """moe_mlp's gate-up product with SwiGLU in the kernel's epilogue (Hopper; I even) gives the
     bits of the product to fp32 followed by the separate epilogue (GPUKIT_MOE_FUSED_SWIGLU=0)."""
     E, k = 8, 2
@@ -276,6 +287,7 @@ def test_moe_mlp_fused_swiglu_same_bits(dtype, T, H, I, capfd, monkeypatch):
     w2 = (rng.standard_normal((E, H, I)) / np.sqrt(I)).astype(dt)
     args = [cu(v) for v in (x, gate_w, w13, w2)]
     monkeypatch.setenv("GPUKIT_MOE_LOG", "1")
+    monkeypatch.setenv("GPUKIT_MOE_SM90_CLUSTER", cluster)
     fused = gk.moe_mlp(*args, k)
     lines = kernel_lines(capfd)
     if SM90:
