@@ -344,8 +344,10 @@ bool moe_grouped_gemm_sm90(const MoeGemmArgs& a, void* stream) {
   }
   // Clusters of two (w read once per pair of m-tiles) where experts have several m-tiles each;
   // with one or two per expert, a pair's second CTA would idle too often.
+  // (Not the default until measured on the H200: set kAutoCluster.)
+  constexpr bool kAutoCluster = false;
   int cl = env_int("GPUKIT_MOE_SM90_CLUSTER", 0);
-  if (cl != 1 && cl != 2) cl = a.r / std::min<int64_t>(a.e, a.r) >= 4 * kBM ? 2 : 1;
+  if (cl != 1 && cl != 2) cl = kAutoCluster && a.r / std::min<int64_t>(a.e, a.r) >= 4 * kBM ? 2 : 1;
   if (sms < 2) cl = 1;
   auto st = static_cast<cudaStream_t>(stream);
   auto go = [&](auto bnt, auto swt) {
