@@ -226,12 +226,15 @@ def bench_moe(args, have_torch, torch):
     tokens (R = 2T rows sorted by expert, random routing): gate-up [R x 28672 x 4096] and down
     [R x 4096 x 14336], bf16, one launch each (offsets on the device; validate=False: no host copy,
     as in moe_mlp) against torch.matmul per expert and one dense torch.matmul of the same R x N x K
-    (the ceiling: one weight instead of eight); the mma.sync kernel (GPUKIT_MOE_SM90=0) beside."""
+    (the ceiling: one weight instead of eight); then moe_mlp with SwiGLU fused or not; last, the
+    kernel variants (the mma.sync kernel, GPUKIT_MOE_SM90=0; clusters of 1 or 2 CTAs)."""
     out = []
     E, k, H, I = 8, 2, 4096, 14336
     tt = torch if have_torch else None
     w13 = rand_gk((E, 2 * I, H), "bfloat16", 1 / 64.0, seed=15, torch=tt)
     w2 = rand_gk((E, H, I), "bfloat16", 1 / 120.0, seed=16, torch=tt)
+    gate_w = rand_gk((E, H), "bfloat16", 1 / 64.0, seed=18, torch=tt)
+    cases = []
     for T in (int(v) for v in args.moe_tokens.split(",")):
         R = T * k
         rng = np.random.default_rng(13 + T)
@@ -244,23 +247,15 @@ def bench_moe(args, have_torch, torch):
         for part, xin, w in (("gate_up", xs, w13), ("down", hmid, w2)):
             N, K = w.shape[1], w.shape[2]
             flops = 2.0 * R * N * K
-            tf = lambda t: flops / (t * 1e-3) / 1e12  # noqa: E731
-            fn = lambda: gk.moe_grouped_gemm(xin, w, offsets, validate=False)  # noqa: E731
+            tf = lambda t, f=flops: f / (t * 1e-3) / 1e12  # noqa: E731
+            fn = lambda xin=xin, w=w, offsets=offsets: gk.moe_grouped_gemm(xin, w, offsets, validate=False)  # noqa
+            cases.append((T, part, xin, w, off, fn, tf))
             _moe_spot_check(fn(), xin, w, off, f"T={T} {part}")
             ms = time_cuda(fn, args.rounds)
-            alt = {}
-            for var, val in (("GPUKIT_MOE_SM90", "0"), ("GPUKIT_MOE_SM90_CLUSTER", "1"),
-                             ("GPUKIT_MOE_SM90_CLUSTER", "2")):
-                os.environ[var] = val
-                try:
-                    alt[var, val] = tf(median(time_cuda(fn, max(5, args.rounds // 3))))
-                finally:
-                    del os.environ[var]
-            old = alt["GPUKIT_MOE_SM90", "0"]
+            g = tf(median(ms))
             shp = f"T{T}_{part}_R{R}_N{N}_K{K}_E{E}"
-            line = f"moe {part:7s} T={T:<5d} R={R:<5d} N={N:<5d} K={K:<5d}: gpukit {tf(median(ms)):6.1f} TFLOP/s " \
-                   f"({median(ms):.3f} ms) [cluster 1: {alt['GPUKIT_MOE_SM90_CLUSTER', '1']:.1f}, cluster 2: " \
-                   f"{alt['GPUKIT_MOE_SM90_CLUSTER', '2']:.1f}]; mma.sync kernel {old:6.1f}"
+            line = f"moe {part:7s} T={T:<5d} R={R:<5d} N={N:<5d} K={K:<5d}: gpukit {g:6.1f} TFLOP/s " \
+                   f"({median(ms):.3f} ms)"
             if have_torch:
                 tx, tw = torch.from_dlpack(xin), torch.from_dlpack(w)
                 bounds = [(int(off[e]), int(off[e + 1])) for e in range(E)]
@@ -268,7 +263,6 @@ def bench_moe(args, have_torch, torch):
                     lambda: [torch.matmul(tx[a:b], tw[e].t()) for e, (a, b) in enumerate(bounds) if b > a],
                     args.rounds)))
                 dense = tf(median(time_torch(lambda: torch.matmul(tx, tw[0].t()), args.rounds)))
-                g = tf(median(ms))
                 line += f"; torch per expert {loop:6.1f} ({g / loop:.2f}x); dense torch.matmul {dense:6.1f} " \
                         f"({g / dense:.2f}x)"
                 out.append(record("moe_grouped_gemm", shp, "bf16", "TFLOP/s", g, "torch.matmul per expert", loop,
@@ -276,13 +270,10 @@ def bench_moe(args, have_torch, torch):
                 out.append(record("moe_grouped_gemm_dense", shp, "bf16", "TFLOP/s", g, "dense torch.matmul", dense,
                                   [tf(t) for t in ms]))
             else:
-                out.append(record("moe_grouped_gemm", shp, "bf16", "TFLOP/s", tf(median(ms)), "", None,
-                                  [tf(t) for t in ms]))
-            out.append(record("moe_grouped_gemm_mmasync", shp, "bf16", "TFLOP/s", old))
+                out.append(record("moe_grouped_gemm", shp, "bf16", "TFLOP/s", g, "", None, [tf(t) for t in ms]))
             print(line, flush=True)
         # the whole sparse MLP (router, gating, permute, gate-up with SwiGLU fused on Hopper,
         # down, un-permute); GPUKIT_MOE_FUSED_SWIGLU=0: gate-up to fp32, then the epilogue kernel
-        gate_w = rand_gk((E, H), "bfloat16", 1 / 64.0, seed=18, torch=tt)
         mlp = lambda: gk.moe_mlp(x, gate_w, w13, w2, k)  # noqa: E731
         flops = 2.0 * R * 3 * H * I
         ms = time_cuda(mlp, args.rounds)
@@ -296,6 +287,19 @@ def bench_moe(args, have_torch, torch):
                           "gpukit, SwiGLU not fused", tf(median(ms_apart)), [tf(t) for t in ms]))
         print(f"moe_mlp T={T}: {median(ms):.3f} ms = {tf(median(ms)):.1f} TFLOP/s (SwiGLU fused); "
               f"{median(ms_apart):.3f} ms not fused", flush=True)
+    for T, part, xin, w, off, fn, tf in cases:  # kernel variants, each checked, then timed
+        for var, val, name in (("GPUKIT_MOE_SM90", "0", "mma.sync kernel"),
+                               ("GPUKIT_MOE_SM90_CLUSTER", "1", "sm90, cluster 1"),
+                               ("GPUKIT_MOE_SM90_CLUSTER", "2", "sm90, cluster 2")):
+            os.environ[var] = val
+            try:
+                _moe_spot_check(fn(), xin, w, off, f"T={T} {part} {name}")
+                v = tf(median(time_cuda(fn, max(5, args.rounds // 3))))
+            finally:
+                del os.environ[var]
+            print(f"moe {part:7s} T={T:<5d} variant {name}: {v:6.1f} TFLOP/s", flush=True)
+            out.append(record("moe_grouped_gemm_" + name.replace(".", "").replace(", ", "_").replace(" ", ""),
+                              f"T{T}_{part}_N{w.shape[1]}_K{w.shape[2]}_E{E}", "bf16", "TFLOP/s", v))
     return out
 
 
