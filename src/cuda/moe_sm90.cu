@@ -216,6 +216,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     // column 8 i + 2 (lane % 4) + c of this warpgroup's 64 x BN block
     if (!active) continue;
     const int rb = tl.row0 + cw * 64 + warp * 16 + lane / 4, cb = tl.col0 + 2 * (lane & 3);
+    // the two values of fragment i, row half h (SwiGLU applied): columns 8 i + 2 (lane % 4) + {0, 1}
+    auto value = [&](int i, int h, float& v0, float& v1) {
+      v0 = acc[4 * i + 2 * h];
+      v1 = acc[4 * i + 2 * h + 1];
+      if constexpr (SWIGLU) {  // the up accumulators sit WN / 8 fragments later
+        const float u0 = acc[4 * (i + WN / 8) + 2 * h], u1 = acc[4 * (i + WN / 8) + 2 * h + 1];
+        v0 = v0 / (1.0f + expf(-v0)) * u0;
+        v1 = v1 / (1.0f + expf(-v1)) * u1;
+      }
+    };
     auto store = [&](auto tag) {
       using O = decltype(tag);
 #pragma unroll
@@ -227,19 +237,51 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int i = 0; i < WN / 8; ++i) {
           const int gc = cb + 8 * i;
           if (gc >= N) continue;  // N is even: both columns or none
-          float v0 = acc[4 * i + 2 * h], v1 = acc[4 * i + 2 * h + 1];
-          if constexpr (SWIGLU) {  // the up accumulators sit WN / 8 fragments later
-            const float u0 = acc[4 * (i + WN / 8) + 2 * h], u1 = acc[4 * (i + WN / 8) + 2 * h + 1];
-            v0 = v0 / (1.0f + expf(-v0)) * u0;
-            v1 = v1 / (1.0f + expf(-v1)) * u1;
-          }
+          float v0, v1;
+          value(i, h, v0, v1);
           store_pair<O>(p.y, rowi + gc, v0, v1);
         }
       }
     };
+    // 16-bit output with N % 8 == 0: the four lanes of a quad swap their packed pairs of four
+    // fragments (a 4 x 4 transpose by shuffles), so that each lane writes 8 consecutive
+    // columns with one 16-byte store instead of four 4-byte ones.
+    auto store16 = [&](auto tag) {
+      using O = decltype(tag);
+      const int q = lane & 3;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int gr = rb + 8 * h;
+        const bool row_ok = gr < tl.rend;  // the shuffles need every lane: only the store is skipped
+        uint16_t* yrow = static_cast<uint16_t*>(p.y) + int64_t(gr) * N;
+#pragma unroll
+        for (int i0 = 0; i0 < WN / 8; i0 += 4) {
+          uint32_t w[4];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            float v0, v1;
+            value(i0 + j, h, v0, v1);
+            w[j] = uint32_t(O(v0).bits) | (uint32_t(O(v1).bits) << 16);
+          }
+          uint32_t o[4] = {0, 0, 0, 0};
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {  // lane q gets from lane q ^ r its pair of fragment i0 + q
+            const int src = q ^ r;
+            const uint32_t send = src == 0 ? w[0] : src == 1 ? w[1] : src == 2 ? w[2] : w[3];
+            const uint32_t v = r == 0 ? send : __shfl_xor_sync(0xffffffffu, send, r);
+#pragma unroll
+            for (int t = 0; t < 4; ++t)
+              if (t == src) o[t] = v;
+          }
+          const int gc = tl.col0 + 8 * (i0 + q);
+          if (row_ok && gc < N) *reinterpret_cast<uint4*>(yrow + gc) = make_uint4(o[0], o[1], o[2], o[3]);
+        }
+      }
+    };
+    const bool vec = N % 8 == 0;
     if (p.out_kind == 0) store(float{});
-    else if (p.out_kind == 1) store(bf16{});
-    else store(f16{});
+    else if (p.out_kind == 1) vec ? store16(bf16{}) : store(bf16{});
+    else vec ? store16(f16{}) : store(f16{});
   }
   // rows past the last expert's end are zeros
   const int end = s_off[E];

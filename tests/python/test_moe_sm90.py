@@ -74,6 +74,7 @@ CASES = [
     ([1], 2, 8),  # the smallest shape the kernel takes
     ([257, 0, 0, 513], 520, 72),
     ([64, 65, 192, 0, 1], 256, 64),  # tiles whose second 64-row half is past the expert (idle warpgroup)
+    ([70, 0, 200], 138, 64),  # N % 8 != 0: 4-byte stores instead of the 16-byte ones
     (list(RNG.integers(0, 9, 64) * (RNG.random(64) < 0.7)), 136, 64),  # 64 experts: several per lane of the scan
 ]
 
@@ -274,7 +275,7 @@ def test_unvalidated_bad_offsets_stay_in_bounds():
 
 @pytest.mark.parametrize("cluster", ["1", "2"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("T,H,I", [(333, 256, 384), (50, 136, 200), (7, 64, 101)])
+@pytest.mark.parametrize("T,H,I", [(333, 256, 384), (50, 136, 200), (19, 64, 102), (7, 64, 101)])
 def test_moe_mlp_fused_swiglu_same_bits(dtype, T, H, I, cluster, capfd, monkeypatch):
     """moe_mlp's gate-up product with SwiGLU in the kernel's epilogue (Hopper; I even) gives the
     bits of the product to fp32 followed by the separate epilogue (GPUKIT_MOE_FUSED_SWIGLU=0)."""
