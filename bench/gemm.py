@@ -289,8 +289,13 @@ def bench_moe(args, have_torch, torch):
               f"{median(ms_apart):.3f} ms not fused", flush=True)
     for T, part, xin, w, off, fn, tf in cases:  # kernel variants, each checked, then timed
         for var, val, name in (("GPUKIT_MOE_SM90", "0", "mma.sync kernel"),
+                               ("GPUKIT_MOE_SM90", "1", "sm90, default again"),
+                               ("GPUKIT_MOE_SM90_BN", "128", "sm90, BN 128"),
+                               ("GPUKIT_MOE_SM90_BN", "256", "sm90, BN 256"),
                                ("GPUKIT_MOE_SM90_CLUSTER", "1", "sm90, cluster 1"),
-                               ("GPUKIT_MOE_SM90_CLUSTER", "2", "sm90, cluster 2")):
+                               ("GPUKIT_MOE_SM90_CLUSTER", "2", "sm90, cluster 2"),
+                               ("GPUKIT_MOE_SM90_PREFETCH", "4", "sm90, L2 prefetch 4"),
+                               ("GPUKIT_MOE_SM90_PREFETCH", "8", "sm90, L2 prefetch 8")):
             os.environ[var] = val
             try:
                 _moe_spot_check(fn(), xin, w, off, f"T={T} {part} {name}")

@@ -55,6 +55,7 @@ struct Params {
   int r, n, e, kd;         // n: columns of y
   int half;                // SWIGLU: the row of w[e] where the up projection starts (= n)
   int out_kind;            // 0: float32, 1: bfloat16, 2: float16
+  int prefetch;            // > 0: the producer also asks L2 for the w box this many k-blocks ahead
 };
 
 template <class O>
@@ -158,12 +159,18 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (g >= ST) mbar_wait(empty(s), uint32_t(g / ST - 1) & 1u);
           mbar_expect_tx(full(s), C::STAGE);  // this CTA's x tile and both halves of the w tile
           tma_load_3d(sA(s), &tx, full(s), kb * kBK, tl.row0, 0);
+          const int kp = (kb + p.prefetch) * kBK, kpf = p.prefetch > 0 && kb + p.prefetch < nkb;
           if constexpr (CL == 2) {  // w rows: gate / up halves (SWIGLU) or the two halves of the tile
             const int wrow = SWIGLU ? (rank ? p.half : 0) + tl.col0 : tl.col0 + rank * (BN / 2);
             tma_load_3d_multicast(sB(s) + rank * (BN / 2) * 128, &tw, full(s), kb * kBK, wrow, tl.e, 3);
+            if (kpf) tma_prefetch_3d(&tw, kp, wrow, tl.e);
           } else {
             tma_load_3d(sB(s), &tw, full(s), kb * kBK, tl.col0, tl.e);
-            if constexpr (SWIGLU) tma_load_3d(sB(s) + WN * 128, &tw, full(s), kb * kBK, p.half + tl.col0, tl.e);
+            if (kpf) tma_prefetch_3d(&tw, kp, tl.col0, tl.e);
+            if constexpr (SWIGLU) {
+              tma_load_3d(sB(s) + WN * 128, &tw, full(s), kb * kBK, p.half + tl.col0, tl.e);
+              if (kpf) tma_prefetch_3d(&tw, kp, p.half + tl.col0, tl.e);
+            }
           }
         }
       }
@@ -313,18 +320,18 @@ bool launch(const MoeGemmArgs& a, int sms, cudaStream_t st) {
     return false;  // the driver refused the shape: the caller falls back
   const int ycols = int(SWIGLU ? a.n / 2 : a.n);
   Params p{a.offsets, a.y, int(a.r), ycols, int(a.e), int(a.kdim), int(a.n / 2),
-           a.out_dtype == DType::f32 ? 0 : a.out_dtype == DType::bf16 ? 1 : 2};
+           a.out_dtype == DType::f32 ? 0 : a.out_dtype == DType::bf16 ? 1 : 2,
+           std::clamp(env_int("GPUKIT_MOE_SM90_PREFETCH", 0), 0, 64)};
   // units of CL m-tiles: at most R / (128 CL) + E in all (each expert adds at most one partial unit)
   const int64_t units = (a.r + kBM * CL - 1) / (kBM * CL) + std::min<int64_t>(a.e, a.r);
   const int64_t tiles = units * ((ycols + WN - 1) / WN);
-  const unsigned grid = unsigned(CL * std::max<int64_t>(1, std::min<int64_t>(tiles, sms / CL)));
   auto kern = k_grouped_sm90<BF16, BN, SWIGLU, CL>;
   GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
+  unsigned grid = unsigned(std::max<int64_t>(1, std::min<int64_t>(tiles, sms)));
   if constexpr (CL == 1) {
     kern<<<grid, kThreads, C::SMEM, st>>>(p, mx, mw);
   } else {
     cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(grid, 1, 1);
     cfg.blockDim = dim3(kThreads, 1, 1);
     cfg.dynamicSmemBytes = C::SMEM;
     cfg.stream = st;
@@ -335,14 +342,27 @@ bool launch(const MoeGemmArgs& a, int sms, cudaStream_t st) {
     attr[0].val.clusterDim.z = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
+    // Persistent: no more clusters than can be resident at once (the GPCs may not split into
+    // pairs evenly); a cluster that waits for a free pair would run its whole share afterwards.
+    static const int resident = [&] {
+      cfg.gridDim = dim3(unsigned(CL * (sms / CL)), 1, 1);
+      int n = 0;
+      if (cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) {
+        (void)cudaGetLastError();
+        n = 0;
+      }
+      return n > 0 ? n : sms / CL;
+    }();
+    grid = unsigned(CL * std::max<int64_t>(1, std::min<int64_t>(tiles, resident)));
+    cfg.gridDim = dim3(grid, 1, 1);
     GK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, p, mx, mw));
   }
   GK_LAUNCH_CHECK("moe_grouped_gemm (sm90 wgmma)");
   if (std::getenv("GPUKIT_MOE_LOG"))
     std::fprintf(stderr,
-                 "moe_grouped_gemm: sm90 wgmma kernel%s, BN=%d cluster=%d stages=%d grid=%u R=%lld N=%lld K=%lld "
-                 "E=%lld\n",
-                 SWIGLU ? " (swiglu)" : "", BN, CL, C::ST, grid, static_cast<long long>(a.r),
+                 "moe_grouped_gemm: sm90 wgmma kernel%s, BN=%d cluster=%d stages=%d prefetch=%d grid=%u R=%lld "
+                 "N=%lld K=%lld E=%lld\n",
+                 SWIGLU ? " (swiglu)" : "", BN, CL, C::ST, p.prefetch, grid, static_cast<long long>(a.r),
                  static_cast<long long>(a.n), static_cast<long long>(a.kdim), static_cast<long long>(a.e));
   return true;
 }

@@ -79,16 +79,20 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("cluster", ["auto", "2"])
+VARIANTS = {"auto": {}, "cluster2": {"GPUKIT_MOE_SM90_CLUSTER": "2"},  # pairs of CTAs sharing the w tile
+            "prefetch4": {"GPUKIT_MOE_SM90_PREFETCH": "4"}}  # L2 prefetch of w 4 k-blocks ahead
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("case", range(len(CASES)))
-def test_grouped_gemm_vs_float64(dtype, case, cluster, capfd, monkeypatch):
+def test_grouped_gemm_vs_float64(dtype, case, variant, capfd, monkeypatch):
     counts, N, K = CASES[case]
     x, w, off = make(counts, N, K, dtype, pad=3, seed=case)
     R = int(off[-1])
     monkeypatch.setenv("GPUKIT_MOE_LOG", "1")
-    if cluster != "auto":  # pairs of CTAs sharing the w tile (multicast)
-        monkeypatch.setenv("GPUKIT_MOE_SM90_CLUSTER", cluster)
+    for var, val in VARIANTS[variant].items():
+        monkeypatch.setenv(var, val)
     junk = gk.full((R + 3, N), float("nan"), dtype="float32", device="cuda")  # poison the pool
     del junk
     args = [cu(v) for v in (x, w, off)]
@@ -96,7 +100,8 @@ def test_grouped_gemm_vs_float64(dtype, case, cluster, capfd, monkeypatch):
     lines = kernel_lines(capfd)
     if SM90:
         assert lines and "sm90 wgmma" in lines[-1], f"the sm90 kernel did not run: {lines}"
-        assert cluster == "auto" or f"cluster={cluster}" in lines[-1], lines
+        assert variant != "cluster2" or "cluster=2" in lines[-1], lines
+        assert variant != "prefetch4" or "prefetch=4" in lines[-1], lines
     ref, bound = reference(x, w, off)
     g = f64(y)
     check_close(g[:R], ref[:R], bound[:R], K, f"{dtype} counts={counts} N={N} K={K}")

@@ -1,6 +1,6 @@
 // Thread-block-cluster helpers for TMA pipelines (sm_90): multicast bulk tensor copies,
-// arrivals on a peer CTA's mbarrier, the cluster-wide barrier and the CTA's rank. Used
-// with the mbarrier / TMA helpers of tma.cuh.
+// arrivals on a peer CTA's mbarrier, the cluster-wide barrier and the CTA's rank; and the
+// L2 prefetch of a tensor-map box. Used with the mbarrier / TMA helpers of tma.cuh.
 #pragma once
 #include <cuda.h>
 
@@ -35,6 +35,14 @@ __device__ __forceinline__ void tma_load_3d_multicast(uint32_t dst, const CUtens
       " [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(mask)
       : "memory");
+}
+
+// Starts bringing one box of a 3-D tensor map into L2 (no shared memory, no completion).
+__device__ __forceinline__ void tma_prefetch_3d(const CUtensorMap* map, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
 }
 
 }  // namespace gk::cuda::sm90
