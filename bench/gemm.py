@@ -6,10 +6,10 @@ fp8 with 1x128 / 128x128 block scales (gk.fp8_block_linear) vs torch._scaled_mm 
 int8 -> int32 (gk.int8_linear, TOP/s) vs torch._int_mm, and gpukit's own int8 tensor-core
 kernel (GPUKIT_INT8_GEMM=gpukit) beside it.
 moe: the grouped GEMMs (gk.moe_grouped_gemm, gate-up and down) of a Mixtral-8x7B-like layer for
-512 and 4096 tokens routed top-2 of 8, vs torch.matmul per expert and a dense torch.matmul of the
-same size, with the older mma.sync kernel beside.
+1, 32, 512 and 4096 tokens routed top-2 of 8, vs torch.matmul per expert and a dense torch.matmul
+of the same size; moe_mlp; kernel variants (the older mma.sync kernel, tile widths, clusters).
 
-Usage: python bench/gemm.py [--out F] [--rounds N] [--only gemm,moe] [--moe-tokens 512,4096]
+Usage: python bench/gemm.py [--out F] [--rounds N] [--only gemm,moe] [--moe-tokens 1,32,512,4096]
              [--shape 8192x8192x8192] [--dtypes bf16,f16,fp8,fp8block,int8,tf32]
 About half a minute on an H200 with torch present (inputs are drawn on the GPU).
 Exits 0 without CUDA.
@@ -288,6 +288,8 @@ def bench_moe(args, have_torch, torch):
         print(f"moe_mlp T={T}: {median(ms):.3f} ms = {tf(median(ms)):.1f} TFLOP/s (SwiGLU fused); "
               f"{median(ms_apart):.3f} ms not fused", flush=True)
     for T, part, xin, w, off, fn, tf in cases:  # kernel variants, each checked, then timed
+        if T < 512:
+            continue
         for var, val, name in (("GPUKIT_MOE_SM90", "0", "mma.sync kernel"),
                                ("GPUKIT_MOE_SM90", "1", "sm90, default again"),
                                ("GPUKIT_MOE_SM90_BN", "128", "sm90, BN 128"),
@@ -310,7 +312,8 @@ def bench_moe(args, have_torch, torch):
 
 def _options(p):
     p.add_argument("--only", default="gemm,moe", help="comma list of gemm, moe (GEMV: bench/gemv.py)")
-    p.add_argument("--moe-tokens", default="512,4096", help="MoE: tokens routed (top-2 of 8 experts), comma list")
+    p.add_argument("--moe-tokens", default="1,32,512,4096",
+                   help="MoE: tokens routed (top-2 of 8 experts), comma list (variants for >= 512)")
     p.add_argument("--shape", default="8192x8192x8192", help="GEMM M x N x K")
     p.add_argument("--dtypes", default="bf16,f16,fp8,fp8block,int8,tf32",
                    help="GEMM kinds: bf16, f16, tf32, fp8, fp8block, int8")
