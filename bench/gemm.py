@@ -297,13 +297,19 @@ def bench_moe(args, have_torch, torch):
                                ("GPUKIT_MOE_SM90_CLUSTER", "1", "sm90, cluster 1"),
                                ("GPUKIT_MOE_SM90_CLUSTER", "2", "sm90, cluster 2"),
                                ("GPUKIT_MOE_SM90_PREFETCH", "4", "sm90, L2 prefetch 4"),
-                               ("GPUKIT_MOE_SM90_PREFETCH", "8", "sm90, L2 prefetch 8")):
-            os.environ[var] = val
+                               ("GPUKIT_MOE_SM90_PREFETCH", "8", "sm90, L2 prefetch 8"),
+                               ("GPUKIT_MOE_SM90_PREFETCH", "8,4", "sm90, L2 prefetch 8 in 4s"),
+                               ("GPUKIT_MOE_SM90_PREFETCH", "16,8", "sm90, L2 prefetch 16 in 8s")):
+            env = {var: val.split(",")[0]}
+            if "," in val:
+                env["GPUKIT_MOE_SM90_PREFETCH_GROUP"] = val.split(",")[1]
+            os.environ.update(env)
             try:
                 _moe_spot_check(fn(), xin, w, off, f"T={T} {part} {name}")
                 v = tf(median(time_cuda(fn, max(5, args.rounds // 3))))
             finally:
-                del os.environ[var]
+                for key in env:
+                    del os.environ[key]
             print(f"moe {part:7s} T={T:<5d} variant {name}: {v:6.1f} TFLOP/s", flush=True)
             out.append(record("moe_grouped_gemm_" + name.replace(".", "").replace(", ", "_").replace(" ", ""),
                               f"T{T}_{part}_N{w.shape[1]}_K{w.shape[2]}_E{E}", "bf16", "TFLOP/s", v))

@@ -55,7 +55,8 @@ struct Params {
   int r, n, e, kd;         // n: columns of y
   int half;                // SWIGLU: the row of w[e] where the up projection starts (= n)
   int out_kind;            // 0: float32, 1: bfloat16, 2: float16
-  int prefetch;            // > 0: the producer also asks L2 for the w box this many k-blocks ahead
+  int prefetch;            // > 0: the producer also asks L2 for the w box this many k-blocks ahead,
+  int pgroup;              // in groups: every pgroup k-blocks, the boxes of pgroup k-blocks back to back
 };
 
 template <class O>
@@ -159,17 +160,23 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (g >= ST) mbar_wait(empty(s), uint32_t(g / ST - 1) & 1u);
           mbar_expect_tx(full(s), C::STAGE);  // this CTA's x tile and both halves of the w tile
           tma_load_3d(sA(s), &tx, full(s), kb * kBK, tl.row0, 0);
-          const int kp = (kb + p.prefetch) * kBK, kpf = p.prefetch > 0 && kb + p.prefetch < nkb;
+          // L2 prefetch of this CTA's w rows, p.prefetch k-blocks ahead (adjacent k-blocks of a
+          // group back to back: longer runs of each row for the DRAM pages)
+          auto prefetch = [&](int wrow) {
+            if (p.prefetch <= 0 || kb % p.pgroup != 0) return;
+            for (int j = 0; j < p.pgroup && kb + p.prefetch + j < nkb; ++j)
+              tma_prefetch_3d(&tw, (kb + p.prefetch + j) * kBK, wrow, tl.e);
+          };
           if constexpr (CL == 2) {  // w rows: gate / up halves (SWIGLU) or the two halves of the tile
             const int wrow = SWIGLU ? (rank ? p.half : 0) + tl.col0 : tl.col0 + rank * (BN / 2);
             tma_load_3d_multicast(sB(s) + rank * (BN / 2) * 128, &tw, full(s), kb * kBK, wrow, tl.e, 3);
-            if (kpf) tma_prefetch_3d(&tw, kp, wrow, tl.e);
+            prefetch(wrow);
           } else {
             tma_load_3d(sB(s), &tw, full(s), kb * kBK, tl.col0, tl.e);
-            if (kpf) tma_prefetch_3d(&tw, kp, tl.col0, tl.e);
+            prefetch(tl.col0);
             if constexpr (SWIGLU) {
               tma_load_3d(sB(s) + WN * 128, &tw, full(s), kb * kBK, p.half + tl.col0, tl.e);
-              if (kpf) tma_prefetch_3d(&tw, kp, p.half + tl.col0, tl.e);
+              prefetch(p.half + tl.col0);
             }
           }
         }
@@ -321,7 +328,8 @@ bool launch(const MoeGemmArgs& a, int sms, cudaStream_t st) {
   const int ycols = int(SWIGLU ? a.n / 2 : a.n);
   Params p{a.offsets, a.y, int(a.r), ycols, int(a.e), int(a.kdim), int(a.n / 2),
            a.out_dtype == DType::f32 ? 0 : a.out_dtype == DType::bf16 ? 1 : 2,
-           std::clamp(env_int("GPUKIT_MOE_SM90_PREFETCH", 0), 0, 64)};
+           std::clamp(env_int("GPUKIT_MOE_SM90_PREFETCH", 0), 0, 64),
+           std::clamp(env_int("GPUKIT_MOE_SM90_PREFETCH_GROUP", 1), 1, 16)};
   // units of CL m-tiles: at most R / (128 CL) + E in all (each expert adds at most one partial unit)
   const int64_t units = (a.r + kBM * CL - 1) / (kBM * CL) + std::min<int64_t>(a.e, a.r);
   const int64_t tiles = units * ((ycols + WN - 1) / WN);
@@ -360,9 +368,9 @@ bool launch(const MoeGemmArgs& a, int sms, cudaStream_t st) {
   GK_LAUNCH_CHECK("moe_grouped_gemm (sm90 wgmma)");
   if (std::getenv("GPUKIT_MOE_LOG"))
     std::fprintf(stderr,
-                 "moe_grouped_gemm: sm90 wgmma kernel%s, BN=%d cluster=%d stages=%d prefetch=%d grid=%u R=%lld "
+                 "moe_grouped_gemm: sm90 wgmma kernel%s, BN=%d cluster=%d stages=%d prefetch=%d/%d grid=%u R=%lld "
                  "N=%lld K=%lld E=%lld\n",
-                 SWIGLU ? " (swiglu)" : "", BN, CL, C::ST, p.prefetch, grid, static_cast<long long>(a.r),
+                 SWIGLU ? " (swiglu)" : "", BN, CL, C::ST, p.prefetch, p.pgroup, grid, static_cast<long long>(a.r),
                  static_cast<long long>(a.n), static_cast<long long>(a.kdim), static_cast<long long>(a.e));
   return true;
 }

@@ -80,7 +80,8 @@ CASES = [
 
 
 VARIANTS = {"auto": {}, "cluster2": {"GPUKIT_MOE_SM90_CLUSTER": "2"},  # pairs of CTAs sharing the w tile
-            "prefetch4": {"GPUKIT_MOE_SM90_PREFETCH": "4"}}  # L2 prefetch of w 4 k-blocks ahead
+            "prefetch4": {"GPUKIT_MOE_SM90_PREFETCH": "4"},  # L2 prefetch of w 4 k-blocks ahead
+            "prefetch8g4": {"GPUKIT_MOE_SM90_PREFETCH": "8", "GPUKIT_MOE_SM90_PREFETCH_GROUP": "4"}}
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -101,7 +102,8 @@ def test_grouped_gemm_vs_float64(dtype, case, variant, capfd, monkeypatch):
     if SM90:
         assert lines and "sm90 wgmma" in lines[-1], f"the sm90 kernel did not run: {lines}"
         assert variant != "cluster2" or "cluster=2" in lines[-1], lines
-        assert variant != "prefetch4" or "prefetch=4" in lines[-1], lines
+        assert variant != "prefetch4" or "prefetch=4/1" in lines[-1], lines
+        assert variant != "prefetch8g4" or "prefetch=8/4" in lines[-1], lines
     ref, bound = reference(x, w, off)
     g = f64(y)
     check_close(g[:R], ref[:R], bound[:R], K, f"{dtype} counts={counts} N={N} K={K}")
