@@ -292,6 +292,7 @@ def bench_moe(args, have_torch, torch):
             continue
         for var, val, name in (("GPUKIT_MOE_SM90", "0", "mma.sync kernel"),
                                ("GPUKIT_MOE_SM90", "1", "sm90, default again"),
+                               ("GPUKIT_MOE_SM90_BN", "64", "sm90, BN 64"),
                                ("GPUKIT_MOE_SM90_BN", "128", "sm90, BN 128"),
                                ("GPUKIT_MOE_SM90_BN", "256", "sm90, BN 256"),
                                ("GPUKIT_MOE_SM90_CLUSTER", "1", "sm90, cluster 1"),

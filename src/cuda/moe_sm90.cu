@@ -44,7 +44,7 @@ constexpr int kBM = 128, kBK = 64, kThreads = 384, kMaxE = 1024;
 
 template <int BN>
 struct Cfg {
-  static constexpr int ST = BN == 256 ? 4 : 6;  // pipeline stages: 192 KB either way
+  static constexpr int ST = BN == 256 ? 4 : BN == 128 ? 6 : 8;  // pipeline stages: 192 KB each way
   static constexpr int A_BYTES = kBM * kBK * 2, B_BYTES = BN * kBK * 2, STAGE = A_BYTES + B_BYTES;
   static constexpr int SMEM = ST * STAGE + 1024;  // + alignment slack (1024-byte swizzle atoms)
 };
@@ -381,7 +381,7 @@ bool launch(const MoeGemmArgs& a, int sms, cudaStream_t st) {
 // K a positive multiple of 8 and N even (TMA strides, paired stores; N / 2 even with
 // a.swiglu), 16-byte aligned x and w, and not turned off by GPUKIT_MOE_SM90=0. false: the
 // caller runs the mma.sync kernel (or, for a.swiglu, the unfused product and epilogue).
-// GPUKIT_MOE_SM90_BN=128|256 forces the tile width, GPUKIT_MOE_SM90_CLUSTER=1|2 the cluster
+// GPUKIT_MOE_SM90_BN=64|128|256 forces the tile width, GPUKIT_MOE_SM90_CLUSTER=1|2 the cluster
 // size (defaults: chosen from the shape).
 bool moe_grouped_gemm_sm90(const MoeGemmArgs& a, void* stream) {
 #if defined(GPUKIT_SM90A) && GPUKIT_SM90A
@@ -407,7 +407,7 @@ bool moe_grouped_gemm_sm90(const MoeGemmArgs& a, void* stream) {
   // tile is about 10% more efficient per flop than two 128 x 128 ones). The m-tile count
   // is estimated from R and E (the offsets stay on the device).
   int bn = env_int("GPUKIT_MOE_SM90_BN", 0);
-  if (bn != 128 && bn != 256) {
+  if (bn != 64 && bn != 128 && bn != 256) {
     const int64_t mt_est = (a.r + kBM - 1) / kBM + std::min<int64_t>(a.e, a.r) / 2;
     auto waves = [&](int64_t w) { return double((mt_est * ((a.n + w - 1) / w) + sms - 1) / sms); };
     bn = waves(256) <= waves(128) * 0.55 ? 256 : 128;
@@ -429,8 +429,10 @@ bool moe_grouped_gemm_sm90(const MoeGemmArgs& a, void* stream) {
   };
   using W256 = std::integral_constant<int, 256>;
   using W128 = std::integral_constant<int, 128>;
-  if (a.swiglu) return bn == 256 ? go(W256{}, std::true_type{}) : go(W128{}, std::true_type{});
-  return bn == 256 ? go(W256{}, std::false_type{}) : go(W128{}, std::false_type{});
+  using W64 = std::integral_constant<int, 64>;  // only when asked for (GPUKIT_MOE_SM90_BN=64)
+  if (a.swiglu)
+    return bn == 256 ? go(W256{}, std::true_type{}) : bn == 128 ? go(W128{}, std::true_type{}) : go(W64{}, std::true_type{});
+  return bn == 256 ? go(W256{}, std::false_type{}) : bn == 128 ? go(W128{}, std::false_type{}) : go(W64{}, std::false_type{});
 #else
   (void)a;
   (void)stream;

@@ -119,7 +119,7 @@ def test_grouped_gemm_vs_float64(dtype, case, variant, capfd, monkeypatch):
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_same_bits_for_both_tile_widths_and_any_batch(dtype, capfd, monkeypatch):
-    """Each output element is one CTA's chain of k16 steps: the tile width (128 or 256) and the
+    """Each output element is one CTA's chain of k16 steps: the tile width (64, 128 or 256) and the
     cluster size (1 or 2), both chosen from the shape, and the other experts' rows must not
     change a bit."""
     counts = [200, 0, 37, 300, 1, 0, 129, 90]
@@ -128,7 +128,7 @@ def test_same_bits_for_both_tile_widths_and_any_batch(dtype, capfd, monkeypatch)
     args = [cu(v) for v in (x, w, off)]
     monkeypatch.setenv("GPUKIT_MOE_LOG", "1")
     outs = {}
-    for bn in ("128", "256"):
+    for bn in ("64", "128", "256"):
         for cl in ("1", "2"):
             monkeypatch.setenv("GPUKIT_MOE_SM90_BN", bn)
             monkeypatch.setenv("GPUKIT_MOE_SM90_CLUSTER", cl)
