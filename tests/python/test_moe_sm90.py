@@ -280,7 +280,7 @@ def test_unvalidated_bad_offsets_stay_in_bounds():
     assert not gk.cuda.is_failed()
 
 
-@pytest.mark.parametrize("cluster", ["1", "2"])
+@pytest.mark.parametrize("cluster", ["1", "2", "bn64"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("T,H,I", [(333, 256, 384), (50, 136, 200), (19, 64, 102), (7, 64, 101)])
 def test_moe_mlp_fused_swiglu_same_bits(dtype, T, H, I, cluster, capfd, monkeypatch):
@@ -295,7 +295,10 @@ def test_moe_mlp_fused_swiglu_same_bits(dtype, T, H, I, cluster, capfd, monkeypa
     w2 = (rng.standard_normal((E, H, I)) / np.sqrt(I)).astype(dt)
     args = [cu(v) for v in (x, gate_w, w13, w2)]
     monkeypatch.setenv("GPUKIT_MOE_LOG", "1")
-    monkeypatch.setenv("GPUKIT_MOE_SM90_CLUSTER", cluster)
+    if cluster == "bn64":
+        monkeypatch.setenv("GPUKIT_MOE_SM90_BN", "64")
+    else:
+        monkeypatch.setenv("GPUKIT_MOE_SM90_CLUSTER", cluster)
     fused = gk.moe_mlp(*args, k)
     lines = kernel_lines(capfd)
     if SM90:
