@@ -288,8 +288,6 @@ def bench_moe(args, have_torch, torch):
         print(f"moe_mlp T={T}: {median(ms):.3f} ms = {tf(median(ms)):.1f} TFLOP/s (SwiGLU fused); "
               f"{median(ms_apart):.3f} ms not fused", flush=True)
     for T, part, xin, w, off, fn, tf in cases:  # kernel variants, each checked, then timed
-        if T < 512:
-            continue
         for var, val, name in (("GPUKIT_MOE_SM90", "0", "mma.sync kernel"),
                                ("GPUKIT_MOE_SM90", "1", "sm90, default again"),
                                ("GPUKIT_MOE_SM90_BN", "64", "sm90, BN 64"),
@@ -320,7 +318,7 @@ def bench_moe(args, have_torch, torch):
 def _options(p):
     p.add_argument("--only", default="gemm,moe", help="comma list of gemm, moe (GEMV: bench/gemv.py)")
     p.add_argument("--moe-tokens", default="1,32,512,4096",
-                   help="MoE: tokens routed (top-2 of 8 experts), comma list (variants for >= 512)")
+                   help="MoE: tokens routed (top-2 of 8 experts), comma list")
     p.add_argument("--shape", default="8192x8192x8192", help="GEMM M x N x K")
     p.add_argument("--dtypes", default="bf16,f16,fp8,fp8block,int8,tf32",
                    help="GEMM kinds: bf16, f16, tf32, fp8, fp8block, int8")
