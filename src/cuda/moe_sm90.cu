@@ -403,18 +403,20 @@ bool moe_grouped_gemm_sm90(const MoeGemmArgs& a, void* stream) {
   // m-tiles: at most R / 128 + E in all (each expert adds at most one partial tile)
   const int64_t mt_bound = (a.r + kBM - 1) / kBM + std::min<int64_t>(a.e, a.r);
   if (mt_bound * ((a.n + 127) / 128) > INT32_MAX) return false;
-  // Tile width: the cost of a width is its waves of tiles times a tile's time (a 128 x 256
-  // tile is about 10% more efficient per flop than two 128 x 128 ones). The m-tile count
-  // is estimated from R and E (the offsets stay on the device).
+  // Tile width: the cost of a width is its waves of tiles times a tile's time (a 128 x 128
+  // tile takes about 0.55 / 0.9 of a 128 x 256 one); 256 whenever its tiles fit in one wave
+  // (few rows: fewer CTAs, each with more bytes in flight, read w faster). The m-tile count
+  // is estimated from R and E (the offsets stay on the device). H200, Mixtral shapes: this
+  // picks the faster width of 128 / 256 at 1, 32, 512 and 4096 tokens (bench/gemm.py).
   int bn = env_int("GPUKIT_MOE_SM90_BN", 0);
   if (bn != 64 && bn != 128 && bn != 256) {
     const int64_t mt_est = (a.r + kBM - 1) / kBM + std::min<int64_t>(a.e, a.r) / 2;
     auto waves = [&](int64_t w) { return double((mt_est * ((a.n + w - 1) / w) + sms - 1) / sms); };
-    bn = waves(256) <= waves(128) * 0.55 ? 256 : 128;
+    bn = waves(256) <= 1 || waves(256) * 0.9 <= waves(128) * 0.55 ? 256 : 128;
   }
   // Clusters of two (w read once per pair of m-tiles) where experts have several m-tiles each;
-  // with one or two per expert, a pair's second CTA would idle too often.
-  // (Not the default until measured on the H200: set kAutoCluster.)
+  // with one or two per expert, a pair's second CTA would idle too often. Off: on the H200
+  // (checkpoint B, Mixtral shapes) cluster 2 ran at 0.35-0.65x of cluster 1 at every size.
   constexpr bool kAutoCluster = false;
   int cl = env_int("GPUKIT_MOE_SM90_CLUSTER", 0);
   if (cl != 1 && cl != 2) cl = kAutoCluster && a.r / std::min<int64_t>(a.e, a.r) >= 4 * kBM ? 2 : 1;
