@@ -5,9 +5,11 @@ time, peer torch.matmul; fp8 (gk.fp8_linear, per-tensor scales, bf16 out) vs tor
 fp8 with 1x128 / 128x128 block scales (gk.fp8_block_linear) vs torch._scaled_mm blockwise;
 int8 -> int32 (gk.int8_linear, TOP/s) vs torch._int_mm, and gpukit's own int8 tensor-core
 kernel (GPUKIT_INT8_GEMM=gpukit) beside it.
-moe: the grouped GEMM (gk.moe_grouped_gemm) of a Mixtral-like prefill vs torch.matmul per expert.
+moe: the grouped GEMMs (gk.moe_grouped_gemm, gate-up and down) of a Mixtral-8x7B-like layer for
+1, 32, 512 and 4096 tokens routed top-2 of 8, vs torch.matmul per expert and a dense torch.matmul
+of the same size; moe_mlp; kernel variants (the older mma.sync kernel, tile widths, clusters).
 
-Usage: python bench/gemm.py [--out F] [--rounds N] [--only gemm,moe]
+Usage: python bench/gemm.py [--out F] [--rounds N] [--only gemm,moe] [--moe-tokens 1,32,512,4096]
              [--shape 8192x8192x8192] [--dtypes bf16,f16,fp8,fp8block,int8,tf32]
 About half a minute on an H200 with torch present (inputs are drawn on the GPU).
 Exits 0 without CUDA.
@@ -201,43 +203,122 @@ def bench_gemm_low(args, have_torch, torch):
     return out
 
 
+def _moe_spot_check(y, xin, w, off, what):
+    """The first and last row of each non-empty expert, first and last 128 columns, against float64."""
+    n = w.shape[1]
+    for e in range(len(off) - 1):
+        for r in sorted({int(off[e]), int(off[e + 1]) - 1}):
+            if r < off[e] or r >= off[e + 1]:
+                continue
+            xr = xin[r].astype("float32").numpy().astype(np.float64)
+            for c0 in (0, max(0, n - 128)):
+                wb = w[e, c0:c0 + 128].astype("float32").numpy().astype(np.float64)
+                ref, bound = wb @ xr, np.abs(wb) @ np.abs(xr)
+                got = y[r, c0:c0 + 128].astype("float32").numpy().astype(np.float64)
+                err = np.abs(got - ref)
+                ok = err <= 2.0**-7 * np.abs(ref) + 1e-4 * bound + 1e-3  # bf16 output rounding + fp32 sums
+                assert ok.all(), (f"{what}: expert {e} row {r} col {c0 + int(np.argmin(ok))}: got "
+                                  f"{got[~ok][0]}, want {ref[~ok][0]}; max err {err.max():.3g}")
+
+
 def bench_moe(args, have_torch, torch):
-    """Grouped GEMM of a Mixtral-8x7B-like prefill (2048 tokens, top-2 of 8 experts, the gate-up
-    projection [4096 rows, 28672 x 4096] bf16) in one launch vs torch.matmul per expert."""
+    """Grouped GEMMs of a Mixtral-8x7B-like layer (8 experts, top-2, hidden 4096, ffn 14336) for T
+    tokens (R = 2T rows sorted by expert, random routing): gate-up [R x 28672 x 4096] and down
+    [R x 4096 x 14336], bf16, one launch each (offsets on the device; validate=False: no host copy,
+    as in moe_mlp) against torch.matmul per expert and one dense torch.matmul of the same R x N x K
+    (the ceiling: one weight instead of eight); then moe_mlp with SwiGLU fused or not; last, the
+    kernel variants (the mma.sync kernel, GPUKIT_MOE_SM90=0; clusters of 1 or 2 CTAs)."""
     out = []
-    T, E, k, H, N = 2048, 8, 2, 4096, 2 * 14336
+    E, k, H, I = 8, 2, 4096, 14336
     tt = torch if have_torch else None
-    rng = np.random.default_rng(13)
-    ids = np.stack([rng.permutation(E)[:k] for _ in range(T)]).astype(np.int32)
-    x = rand_gk((T, H), "bfloat16", seed=14, torch=tt)
-    w = rand_gk((E, N, H), "bfloat16", 1 / 64.0, seed=15, torch=tt)
-    xs, offsets, _, _ = gk.moe_permute(x, gk.asarray(ids).to("cuda"), E)
-    R = T * k
-    fn = lambda: gk.moe_grouped_gemm(xs, w, offsets)  # noqa: E731
-    y = fn()
-    off = offsets.numpy()
-    e0 = int(np.argmax(np.diff(off)))
-    r0 = int(off[e0])
-    ref = xs[r0].astype("float32").numpy().astype(np.float64) @ w[e0, :256].astype("float32").numpy().astype(np.float64).T
-    np.testing.assert_allclose(y[r0, :256].astype("float32").numpy(), ref, rtol=2e-2, atol=2e-2)
-    ms = time_cuda(fn, args.rounds)
-    flops = 2.0 * R * N * H
-    peer, pv = "", None
-    if have_torch:
-        tx, tw = torch.from_dlpack(xs), torch.from_dlpack(w)
-        bounds = [(int(off[e]), int(off[e + 1])) for e in range(E)]
-        pms = time_torch(lambda: [torch.matmul(tx[a:b], tw[e].t()) for e, (a, b) in enumerate(bounds)], args.rounds)
-        peer, pv = "torch.matmul per expert", flops / (median(pms) * 1e-3) / 1e12
-    r = record("moe_grouped_gemm", f"R{R}_N{N}_K{H}_E{E}", "bf16", "TFLOP/s", flops / (median(ms) * 1e-3) / 1e12,
-               peer, pv, [flops / (t * 1e-3) / 1e12 for t in ms])
-    ratio = f" = {r['gpukit'] / pv:.2f}x {peer}" if pv else ""
-    print(f"moe grouped gemm bf16 R{R} N{N} K{H}: {r['gpukit']:.1f} TFLOP/s{ratio}", flush=True)
-    out.append(r)
+    w13 = rand_gk((E, 2 * I, H), "bfloat16", 1 / 64.0, seed=15, torch=tt)
+    w2 = rand_gk((E, H, I), "bfloat16", 1 / 120.0, seed=16, torch=tt)
+    gate_w = rand_gk((E, H), "bfloat16", 1 / 64.0, seed=18, torch=tt)
+    cases = []
+    for T in (int(v) for v in args.moe_tokens.split(",")):
+        R = T * k
+        rng = np.random.default_rng(13 + T)
+        ids = np.stack([rng.permutation(E)[:k] for _ in range(T)]).astype(np.int32)
+        x = rand_gk((T, H), "bfloat16", seed=14, torch=tt)
+        xs, offsets, _, _ = gk.moe_permute(x, gk.asarray(ids).to("cuda"), E)
+        hmid = rand_gk((R, I), "bfloat16", seed=17, torch=tt)
+        off = offsets.numpy()
+        print(f"moe T={T}: rows per expert {np.diff(off).tolist()}", flush=True)
+        for part, xin, w in (("gate_up", xs, w13), ("down", hmid, w2)):
+            N, K = w.shape[1], w.shape[2]
+            flops = 2.0 * R * N * K
+            tf = lambda t, f=flops: f / (t * 1e-3) / 1e12  # noqa: E731
+            fn = lambda xin=xin, w=w, offsets=offsets: gk.moe_grouped_gemm(xin, w, offsets, validate=False)  # noqa
+            cases.append((T, part, xin, w, off, fn, tf))
+            _moe_spot_check(fn(), xin, w, off, f"T={T} {part}")
+            ms = time_cuda(fn, args.rounds)
+            g = tf(median(ms))
+            shp = f"T{T}_{part}_R{R}_N{N}_K{K}_E{E}"
+            line = f"moe {part:7s} T={T:<5d} R={R:<5d} N={N:<5d} K={K:<5d}: gpukit {g:6.1f} TFLOP/s " \
+                   f"({median(ms):.3f} ms)"
+            if have_torch:
+                tx, tw = torch.from_dlpack(xin), torch.from_dlpack(w)
+                bounds = [(int(off[e]), int(off[e + 1])) for e in range(E)]
+                loop = tf(median(time_torch(
+                    lambda: [torch.matmul(tx[a:b], tw[e].t()) for e, (a, b) in enumerate(bounds) if b > a],
+                    args.rounds)))
+                dense = tf(median(time_torch(lambda: torch.matmul(tx, tw[0].t()), args.rounds)))
+                line += f"; torch per expert {loop:6.1f} ({g / loop:.2f}x); dense torch.matmul {dense:6.1f} " \
+                        f"({g / dense:.2f}x)"
+                out.append(record("moe_grouped_gemm", shp, "bf16", "TFLOP/s", g, "torch.matmul per expert", loop,
+                                  [tf(t) for t in ms]))
+                out.append(record("moe_grouped_gemm_dense", shp, "bf16", "TFLOP/s", g, "dense torch.matmul", dense,
+                                  [tf(t) for t in ms]))
+            else:
+                out.append(record("moe_grouped_gemm", shp, "bf16", "TFLOP/s", g, "", None, [tf(t) for t in ms]))
+            print(line, flush=True)
+        # the whole sparse MLP (router, gating, permute, gate-up with SwiGLU fused on Hopper,
+        # down, un-permute); GPUKIT_MOE_FUSED_SWIGLU=0: gate-up to fp32, then the epilogue kernel
+        mlp = lambda: gk.moe_mlp(x, gate_w, w13, w2, k)  # noqa: E731
+        flops = 2.0 * R * 3 * H * I
+        ms = time_cuda(mlp, args.rounds)
+        os.environ["GPUKIT_MOE_FUSED_SWIGLU"] = "0"
+        try:
+            ms_apart = time_cuda(mlp, args.rounds)
+        finally:
+            del os.environ["GPUKIT_MOE_FUSED_SWIGLU"]
+        tf = lambda t: flops / (t * 1e-3) / 1e12  # noqa: E731
+        out.append(record("moe_mlp", f"T{T}_H{H}_I{I}_E{E}_k{k}", "bf16", "TFLOP/s", tf(median(ms)),
+                          "gpukit, SwiGLU not fused", tf(median(ms_apart)), [tf(t) for t in ms]))
+        print(f"moe_mlp T={T}: {median(ms):.3f} ms = {tf(median(ms)):.1f} TFLOP/s (SwiGLU fused); "
+              f"{median(ms_apart):.3f} ms not fused", flush=True)
+    for T, part, xin, w, off, fn, tf in cases:  # kernel variants, each checked, then timed
+        for var, val, name in (("GPUKIT_MOE_SM90", "0", "mma.sync kernel"),
+                               ("GPUKIT_MOE_SM90", "1", "sm90, default again"),
+                               ("GPUKIT_MOE_SM90_BN", "64", "sm90, BN 64"),
+                               ("GPUKIT_MOE_SM90_BN", "128", "sm90, BN 128"),
+                               ("GPUKIT_MOE_SM90_BN", "256", "sm90, BN 256"),
+                               ("GPUKIT_MOE_SM90_CLUSTER", "1", "sm90, cluster 1"),
+                               ("GPUKIT_MOE_SM90_CLUSTER", "2", "sm90, cluster 2"),
+                               ("GPUKIT_MOE_SM90_PREFETCH", "4", "sm90, L2 prefetch 4"),
+                               ("GPUKIT_MOE_SM90_PREFETCH", "8", "sm90, L2 prefetch 8"),
+                               ("GPUKIT_MOE_SM90_PREFETCH", "8,4", "sm90, L2 prefetch 8 in 4s"),
+                               ("GPUKIT_MOE_SM90_PREFETCH", "16,8", "sm90, L2 prefetch 16 in 8s")):
+            env = {var: val.split(",")[0]}
+            if "," in val:
+                env["GPUKIT_MOE_SM90_PREFETCH_GROUP"] = val.split(",")[1]
+            os.environ.update(env)
+            try:
+                _moe_spot_check(fn(), xin, w, off, f"T={T} {part} {name}")
+                v = tf(median(time_cuda(fn, max(5, args.rounds // 3))))
+            finally:
+                for key in env:
+                    del os.environ[key]
+            print(f"moe {part:7s} T={T:<5d} variant {name}: {v:6.1f} TFLOP/s", flush=True)
+            out.append(record("moe_grouped_gemm_" + name.replace(".", "").replace(", ", "_").replace(" ", ""),
+                              f"T{T}_{part}_N{w.shape[1]}_K{w.shape[2]}_E{E}", "bf16", "TFLOP/s", v))
     return out
 
 
 def _options(p):
     p.add_argument("--only", default="gemm,moe", help="comma list of gemm, moe (GEMV: bench/gemv.py)")
+    p.add_argument("--moe-tokens", default="1,32,512,4096",
+                   help="MoE: tokens routed (top-2 of 8 experts), comma list")
     p.add_argument("--shape", default="8192x8192x8192", help="GEMM M x N x K")
     p.add_argument("--dtypes", default="bf16,f16,fp8,fp8block,int8,tf32",
                    help="GEMM kinds: bf16, f16, tf32, fp8, fp8block, int8")

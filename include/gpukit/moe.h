@@ -40,10 +40,17 @@ Array moe_unpermute(const Array& y_sorted, const Array& slot_pos, const Array& w
 // (torch Linear layout per expert), both bfloat16 or both float16 (float32 also works,
 // on gpukit's kernel); offsets int32 [E+1] on x's device with offsets[0] = 0,
 // offsets[E] = R (rows outside [0, offsets[E]) are left as zeros). fp32 accumulation in
-// increasing k, rounded once to out_dtype (default x's dtype): the same bits on the CPU
-// and on CUDA. The offsets stay on the device: nothing synchronizes the host.
+// increasing k, rounded once to out_dtype (default x's dtype). The CUDA-core kernel
+// (float32, or no tensor cores) gives the CPU's bits; the tensor-core kernels (bf16/f16:
+// wgmma on Hopper, mma.sync elsewhere) are within fp32 accuracy of them, and the same
+// bits on every run whatever the other experts' rows. validate: the offsets are checked
+// on the host first (a copy: a sync). validate = false skips that (for offsets from
+// moe_permute): nothing synchronizes the host and the call can be captured in a CUDA
+// graph; the kernels clamp the offsets, so bad ones give wrong rows, never out-of-bounds
+// accesses.
 Array moe_grouped_gemm(const Array& x, const Array& w, const Array& offsets,
-                       std::optional<DType> out_dtype = std::nullopt, const Stream* s = nullptr);
+                       std::optional<DType> out_dtype = std::nullopt, const Stream* s = nullptr,
+                       bool validate = true);
 
 // The Mixtral expert MLP for x [T, H]: router logits = x @ gate_w^T (gate_w [E, H]),
 // top-k gating (renormalized), then per chosen expert w2 @ (silu(w1 x) * (w3 x)) with

@@ -41,17 +41,20 @@ GK_BINDING(27, moe) {
      "moe_unpermute(y_sorted, slot_pos, weights, out_dtype=None, stream=None) -> y [T, H]\n\n"
      "y[t] = sum over j (in order) of weights[t, j] * y_sorted[slot_pos[t, j]], fp32, rounded once.");
   m.def("moe_grouped_gemm", [](nb::handle x, nb::handle w, nb::handle offsets, nb::handle out_dtype,
-                               nb::handle stream) {
+                               nb::handle stream, bool validate) {
     Stream st;
     const Stream* sp = to_stream(stream, st);
     Array xa = to_array(x, "x");
     return moe_grouped_gemm(xa, to_array(w, "w", &xa), to_array(offsets, "offsets", &xa),
-                            to_dtype_opt(out_dtype, "out_dtype"), sp);
+                            to_dtype_opt(out_dtype, "out_dtype"), sp, validate);
   }, nb::arg("x"), nb::arg("w"), nb::arg("offsets"), nb::arg("out_dtype") = nb::none(), nb::arg("stream") = nb::none(),
-     "moe_grouped_gemm(x, w, offsets, out_dtype=None, stream=None) -> y [R, N]\n\n"
+     nb::arg("validate") = true,
+     "moe_grouped_gemm(x, w, offsets, out_dtype=None, stream=None, validate=True) -> y [R, N]\n\n"
      "All experts in one launch: y[r] = x[r] @ w[e].T for offsets[e] <= r < offsets[e+1]; x [R, K],\n"
      "w [E, N, K] (bfloat16, float16 or float32), offsets int32 [E+1]. fp32 accumulation in\n"
-     "increasing k, rounded once: the same bits on CPU and CUDA.");
+     "increasing k, rounded once; the same bits on every run. validate=False skips the host check\n"
+     "of the offsets (no sync: capturable in a CUDA graph; bad offsets give wrong rows, never\n"
+     "out-of-bounds accesses).");
   m.def("moe_mlp", [](nb::handle x, nb::handle gate_w, nb::handle w13, nb::handle w2, int64_t top_k,
                       nb::handle stream) {
     Stream st;

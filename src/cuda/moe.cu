@@ -7,7 +7,9 @@
 // - grouped GEMM: 64x64 output tiles over the rows sorted by expert; a tile that
 //   straddles experts runs one pass per expert over the rows that expert owns; each
 //   output is an fp32 fma chain over k in increasing order (bf16/f16 products are exact,
-//   so the CPU's mul + add gives the same bits);
+//   so the CPU's mul + add gives the same bits); for bf16/f16 on Hopper the wgmma kernel of
+//   moe_sm90.cu runs instead, elsewhere (or for K % 8 != 0, odd N, unaligned operands) the
+//   mma.sync kernel below;
 // - un-permute: one thread per output element, choices added in order j with _rn ops.
 // The offsets are read on the device; indices are clamped so that even unchecked input
 // cannot make a kernel read or write out of bounds.
@@ -435,9 +437,23 @@ void moe_unpermute(const MoeUnpermuteArgs& p, void* stream) {
   GK_LAUNCH_CHECK("moe_unpermute");
 }
 
+// moe_sm90.cu: the Hopper kernel (wgmma, TMA, persistent); false where it does not apply
+bool moe_grouped_gemm_sm90(const MoeGemmArgs& a, void* stream);
+
+// GPUKIT_MOE_FUSED_SWIGLU=0: moe_mlp runs the gate-up product and the SwiGLU epilogue apart
+bool moe_grouped_gemm_swiglu(const MoeGemmArgs& p, void* stream) {
+  const char* v = std::getenv("GPUKIT_MOE_FUSED_SWIGLU");  // read per call: tests switch it
+  const bool off = v && std::string(v) == "0";
+  if (off || !p.swiglu || !tensor_cores_enabled() || (p.dtype != DType::bf16 && p.dtype != DType::f16)) return false;
+  return moe_grouped_gemm_sm90(p, stream);
+}
+
 void moe_grouped_gemm(const MoeGemmArgs& p, void* stream) {
   if (p.r <= 0 || p.n <= 0) return;
+  if (p.swiglu) throw ValueError("moe_grouped_gemm: the fused SwiGLU form runs through moe_grouped_gemm_swiglu");
   auto s = static_cast<cudaStream_t>(stream);
+  if ((p.dtype == DType::bf16 || p.dtype == DType::f16) && tensor_cores_enabled() && moe_grouped_gemm_sm90(p, stream))
+    return;
   const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.w) % 16 == 0;
   if ((p.dtype == DType::bf16 || p.dtype == DType::f16) && p.kdim % 8 == 0 && aligned && tensor_cores_enabled()) {
     const int64_t gx = (p.n + kTcN - 1) / kTcN, gy = (p.r + kTcM - 1) / kTcM;

@@ -191,7 +191,9 @@ Array grouped_impl(const Array& x_in, const Array& w_in, const Array& offsets_in
   DType out = out_dtype.value_or(x_in.dtype());
   if (!is_half_or_f32(out)) throw TypeError("out_dtype: moe_grouped_gemm produces float32, float16 or bfloat16");
   Array offsets = offsets_in.contiguous(&s);
-  if (check) {  // the offsets must be non-decreasing from 0 to at most R: checked before any launch
+  // The offsets must be non-decreasing from 0 to at most R: checked before any launch (always
+  // on the CPU, where it costs no sync and the reference kernel does not clamp them).
+  if (check || d.is_cpu()) {
     Array h = offsets.to(Device{}, &s).contiguous();
     const int32_t* o = h.data_as<int32_t>();
     if (o[0] != 0) throw ValueError(cat("offsets: must start at 0, got ", o[0]));
@@ -237,8 +239,8 @@ Array moe_unpermute(const Array& y_sorted, const Array& slot_pos, const Array& w
   return unpermute_impl(y_sorted, slot_pos, weights, out_dtype, s, true);
 }
 Array moe_grouped_gemm(const Array& x, const Array& w, const Array& offsets, std::optional<DType> out_dtype,
-                       const Stream* s) {
-  return grouped_impl(x, w, offsets, out_dtype, s, true);
+                       const Stream* s, bool validate) {
+  return grouped_impl(x, w, offsets, out_dtype, s, validate);
 }
 
 Array moe_mlp(const Array& x, const Array& gate_w, const Array& w13, const Array& w2, int64_t top_k,
@@ -259,9 +261,30 @@ Array moe_mlp(const Array& x, const Array& gate_w, const Array& w13, const Array
   MoeRouting rt = moe_topk_gating(logits, top_k, /*renormalize=*/true, &s);
   Array xin = x.dtype() == dt ? x : x.astype(dt, &s);
   MoePermutation p = permute_impl(xin, rt.expert_ids, e, &s, false);
-  Array acc = grouped_impl(p.x_sorted, w13, p.offsets, DType::f32, &s, false);  // [R, 2I] fp32
-  Array hmid = Array::empty({acc.shape(0), inter}, dt, d, &s);
-  if (hmid.numel() > 0) {
+  const int64_t rows = p.x_sorted.shape(0);
+  Array hmid = Array::empty({rows, inter}, dt, d, &s);
+  bool fused = false;  // the gate-up product with SwiGLU in its epilogue (Hopper kernel), same bits
+#if GPUKIT_WITH_CUDA
+  if (!d.is_cpu() && hmid.numel() > 0 && hdim > 0) {
+    Array w13c = w13.contiguous(&s);
+    MoeGemmArgs a;
+    a.x = p.x_sorted.data();
+    a.w = w13c.data();
+    a.offsets = p.offsets.data_as<int32_t>();
+    a.y = hmid.data();
+    a.r = rows;
+    a.e = e;
+    a.n = 2 * inter;
+    a.kdim = hdim;
+    a.dtype = dt;
+    a.out_dtype = dt;
+    a.swiglu = true;
+    for (const Array* u : {&p.x_sorted, &w13c, &p.offsets}) detail::mark_used(*u, s);
+    fused = cuda::moe_grouped_gemm_swiglu(a, s.handle());
+  }
+#endif
+  if (!fused && hmid.numel() > 0) {
+    Array acc = grouped_impl(p.x_sorted, w13, p.offsets, DType::f32, &s, false);  // [R, 2I] fp32
     EpilogueArgs ea;
     ea.acc = acc.data();
     ea.out = hmid.data();

@@ -44,6 +44,9 @@ struct MoeGemmArgs {
   void* y = nullptr;  // [r, n] contiguous
   int64_t r = 0, e = 0, n = 0, kdim = 0;
   DType dtype = DType::bf16, out_dtype = DType::bf16;
+  // moe_mlp's gate-up product: w [e, n, kdim] holds n / 2 gate rows then n / 2 up rows, and
+  // y [r, n / 2] = silu(x w_gate^T) * (x w_up^T), from the fp32 accumulators
+  bool swiglu = false;
 };
 
 namespace cpu {
@@ -57,6 +60,9 @@ void moe_topk_gating(const MoeGatingArgs& a, void* stream);
 void moe_permute(const MoePermuteArgs& a, void* stream);
 void moe_unpermute(const MoeUnpermuteArgs& a, void* stream);
 void moe_grouped_gemm(const MoeGemmArgs& a, void* stream);
+// a.swiglu: the fused gate-up + SwiGLU product where a kernel supports it (Hopper, bf16 / f16);
+// false: nothing was launched, the caller runs the product and the epilogue separately
+bool moe_grouped_gemm_swiglu(const MoeGemmArgs& a, void* stream);
 }  // namespace cuda
 
 }  // namespace gk

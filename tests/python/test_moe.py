@@ -225,6 +225,8 @@ def test_moe_bad_input():
         gk.moe_grouped_gemm(x, w, gk.asarray(np.array([1, 3, 4], np.int32)))
     with pytest.raises(ValueError, match="offsets"):
         gk.moe_grouped_gemm(x, w, gk.asarray(np.array([0, 4], np.int32)))
+    with pytest.raises(ValueError, match="offsets"):  # validate=False skips only the device's host copy
+        gk.moe_grouped_gemm(x, w, gk.asarray(np.array([0, 3, 9], np.int32)), validate=False)
     with pytest.raises(TypeError, match="w"):
         gk.moe_grouped_gemm(x, gk.ones((2, 5, 8), dtype="bfloat16"), gk.asarray(np.array([0, 2, 4], np.int32)))
     with pytest.raises(ValueError, match="features"):
