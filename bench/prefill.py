@@ -1,6 +1,7 @@
 """Prefill attention benchmark: gpukit's attention_prefill against torch SDPA (its fastest form), same run.
 
     python bench/prefill.py [--out bench/results/h200.json] [--rounds 20] [--no-peer] [--sizes 1024,4096,16384]
+                            [--experiments [4096,16384]]
 
 Causal bf16, batch 1, H=32, D=128 at S = 1024, 4096, 16384, plus GQA (Hq=32, Hkv=8) at S=4096.
 gpukit reads torch tensors [S, H, D] through DLPack (zero-copy);
@@ -13,6 +14,10 @@ other sm_90 kernels (GPUKIT_PREFILL_SM90=1: cp.async, =2: warp-specialized witho
 the record holds the default (=5: warp-specialized, ping-pong, persistent grid). Records: name
 attention_prefill,
 shape S{S}_H32_D128_causal (GQA: S{S}_Hq32_Hkv8_D128_causal), metric TFLOP/s, peer torch SDPA.
+--experiments: afterwards, times the default kernel under run-time settings at the given sizes (MHA,
+causal): GPUKIT_PREFILL_SM90_HS (heads per section of the persistent order), the 3-stage persistent
+kernel, and two timing experiments that give wrong results (no K/V loads, no softmax), with the
+default timed again at the end (the spread of the two default figures is the noise).
 Exits 0 with a message without CUDA or torch.
 """
 from __future__ import annotations
@@ -89,6 +94,44 @@ def sanitize(tool):
     return 0
 
 
+# (label, environment) of the --experiments table; "OPT" runs are timing experiments only.
+EXPERIMENTS = [
+    ("default", {}),
+    ("hs=1", {"GPUKIT_PREFILL_SM90_HS": "1"}),
+    ("hs=2", {"GPUKIT_PREFILL_SM90_HS": "2"}),
+    ("hs=4", {"GPUKIT_PREFILL_SM90_HS": "4"}),
+    ("hs=8", {"GPUKIT_PREFILL_SM90_HS": "8"}),
+    ("hs=l2", {"GPUKIT_PREFILL_SM90_HS": "l2"}),
+    ("3-stage", {"GPUKIT_PREFILL_SM90": "6"}),
+    ("3-stage hs=l2", {"GPUKIT_PREFILL_SM90": "6", "GPUKIT_PREFILL_SM90_HS": "l2"}),
+    ("no K/V loads (wrong results)", {"GPUKIT_PREFILL_SM90_OPT": "1"}),
+    ("no softmax (wrong results)", {"GPUKIT_PREFILL_SM90_OPT": "2"}),
+    ("default again", {}),
+]
+
+
+def experiments(sizes, rounds):
+    """Times the default kernel under each EXPERIMENTS setting (environment set per call)."""
+    keys = {k for _, env in EXPERIMENTS for k in env}
+    D, H = 128, 32
+    for S in sizes:
+        rng = __import__("numpy").random.default_rng(S)
+        mk = lambda: gk.asarray(rng.standard_normal((S, H, D)).astype("float32")).astype("bfloat16").to("cuda")
+        q, k, v = mk(), mk(), mk()
+        flops = 4.0 * S * S * D * H / 2
+        cells = []
+        for label, env in EXPERIMENTS:
+            for key in keys:
+                os.environ.pop(key, None)
+            os.environ.update(env)
+            ms = common.time_cuda(lambda: gk.nn.attention_prefill(q, k, v, causal=True), rounds)
+            cells.append(f"{label} {flops / (common.median(ms) * 1e-3) / 1e12:.1f}")
+        for key in keys:
+            os.environ.pop(key, None)
+        print(f"experiments S{S}_H{H}_D{D}_causal TFLOP/s: " + " | ".join(cells), flush=True)
+        q = k = v = None
+
+
 def main():
     def extra(p):
         p.add_argument("--sizes", default="1024,4096,16384", help="comma-separated sequence lengths (MHA cases)")
@@ -96,6 +139,8 @@ def main():
                        help="instead of timing: run a few GPU prefill tests under compute-sanitizer --tool TOOL "
                             "(memcheck, racecheck, synccheck) and print its summary")
         p.add_argument("--no-other", action="store_true", help="skip timing the other sm_90 kernels")
+        p.add_argument("--experiments", nargs="?", const="4096,16384", default="", metavar="SIZES",
+                       help="afterwards, time the default kernel under the EXPERIMENTS settings at these sizes")
 
     a = common.parse_args(__doc__.splitlines()[0], extra)
     a.rounds = max(a.rounds, 20)
@@ -166,6 +211,8 @@ def main():
         q = k = v = gq = gk_ = gv = None  # free before the next size
         torch.cuda.empty_cache()
     common.write_results(a.out, records)
+    if a.experiments:
+        experiments([int(x) for x in a.experiments.split(",") if x], a.rounds)
     print(f"total {time.time() - t_start:.1f} s")
     return 0
 

@@ -19,7 +19,14 @@
 // (attention_prefill_sm90.cu): each output row is written by one thread of one
 // CTA and every sum has a fixed order, so results are bitwise reproducible.
 // Keys past the end of the sequence (read from the next sequence or
-// zero-filled past the tensor) always get probability 0.
+// zero-filled past the tensor) always get probability 0; where the last key
+// tile of a sequence reads rows of the next sequence, the producer warp zeroes
+// those V rows in shared memory before the consumers see the tile, so Inf / NaN
+// there cannot reach the output through 0 * Inf in P V.
+// Persistent item order (PersistOrder): heads are taken in sections of `hs`
+// heads (all heads by default); inside a section the longest query tiles of all
+// its heads come first. Smaller sections keep the K / V rows that concurrently
+// running CTAs read within L2.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -48,17 +55,27 @@ struct CfgWS {
   static constexpr int THREADS = 128 * (kCons + 1);
 };
 
-template <bool BF16, int D, bool PP, int ST, bool PERSIST>
+// Timing experiments (template OPT, bench only, GPUKIT_PREFILL_SM90_OPT): bit 0: no K / V
+// loads after the first ST tiles (memory taken out; WRONG results), bit 1: no softmax
+// (P = S unscaled; WRONG results). Instantiated for bf16, head_dim 128, persistent only.
+constexpr int kOptNoLoad = 1, kOptNoSoftmax = 2;
+
+struct PersistOrder {
+  int hs;  // heads per section (>= hq: one section)
+};
+
+template <bool BF16, int D, bool PP, int ST, bool PERSIST, int OPT = 0>
 __global__ void __launch_bounds__(CfgWS<D, ST>::THREADS, 1)
     k_prefill_ws(const __grid_constant__ PrefillArgs a, const __grid_constant__ CUtensorMap tq,
-                 const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv) {
+                 const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
+                 const PersistOrder po) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = CfgWS<D, ST>;
   constexpr int BM = C::BM, BN = C::BN, NCB = D / 64;
   extern __shared__ char smem_raw[];
   __shared__ int sh_find[2];
-  // k_full[ST], v_full[ST], k_empty[ST], v_empty[ST], q_full, q_empty
-  __shared__ __align__(8) uint64_t bars[2 + 4 * ST];
+  // k_full[ST], v_full[ST], k_empty[ST], v_empty[ST], q_full, q_empty, v_fix
+  __shared__ __align__(8) uint64_t bars[3 + 4 * ST];
   const uint32_t sbase = (uint32_t(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
   const uint32_t sQ = sbase;
   auto sK = [&](int s) { return sbase + C::Q_BYTES + s * C::KV_BYTES; };
@@ -68,7 +85,7 @@ __global__ void __launch_bounds__(CfgWS<D, ST>::THREADS, 1)
   auto v_full = [&](int s) { return b0 + 8u * (ST + s); };
   auto k_empty = [&](int s) { return b0 + 8u * (2 * ST + s); };
   auto v_empty = [&](int s) { return b0 + 8u * (3 * ST + s); };
-  const uint32_t q_full = b0 + 8u * (4 * ST), q_empty = q_full + 8u;
+  const uint32_t q_full = b0 + 8u * (4 * ST), q_empty = q_full + 8u, v_fix = q_full + 16u;
   // K / V tile number g (counted over all items of the CTA) uses stage g % ST for the
   // (g / ST)-th time: barrier phase parity (g / ST) & 1.
   auto stage = [](int it) { return it % ST; };
@@ -77,7 +94,7 @@ __global__ void __launch_bounds__(CfgWS<D, ST>::THREADS, 1)
   const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
   // Work items (query tile, head). One per CTA: (blockIdx.y, blockIdx.x), varlen lookup
   // by find_tile. PERSIST (one sequence, no cu_seqlens): round k gives this CTA item
-  // w (see below), tile y = w / hq (y = 0 is the longest), head w % hq.
+  // w (see below): tile y (y = 0 is the longest) of a head, in sections of po.hs heads.
   SeqTile t1{};
   if constexpr (!PERSIST)
     if (!find_tile<BM>(a, int(blockIdx.y), t1, sh_find)) return;
@@ -93,8 +110,11 @@ __global__ void __launch_bounds__(CfgWS<D, ST>::THREADS, 1)
       const int G = int(gridDim.x), i = int(blockIdx.x);
       const int w = k * G + ((k & 1) ? G - 1 - i : i);
       if (w >= nblk * a.hq) return false;
-      const int y = w / a.hq;
-      h = w - y * a.hq;
+      // Sections of po.hs heads; inside one, item r is tile y = r / hn of head h0 + r % hn.
+      const int per = nblk * po.hs, sec = w / per, r = w - sec * per;
+      const int h0 = sec * po.hs, hn = min(po.hs, a.hq - h0);
+      const int y = r / hn;
+      h = h0 + (r - y * hn);
       t = SeqTile{0, 0, a.Tq, a.Tk, (nblk - 1 - y) * BM};
       return true;
     }
@@ -113,6 +133,7 @@ __global__ void __launch_bounds__(CfgWS<D, ST>::THREADS, 1)
   if (tid == 0) {
     mbar_init(q_full, 1);
     mbar_init(q_empty, 4 * kCons);
+    mbar_init(v_fix, 1);
     for (int s = 0; s < ST; ++s) {
       mbar_init(k_full(s), 1);
       mbar_init(v_full(s), 1);
@@ -125,28 +146,65 @@ __global__ void __launch_bounds__(CfgWS<D, ST>::THREADS, 1)
 
   if (wg == 0) {  // ---- producer ----
     setmaxnreg_dec<24>();
-    if (tid == 0) {
+    if (tid < 32) {  // warp 0: lane 0 issues the copies; the warp zeroes V rows past a sequence
+      const bool leader = tid == 0;
       SeqTile t;
-      int h, g = 0;  // g: K / V tiles loaded so far (all items)
+      int h, g = 0, nfix = 0;  // g: K / V tiles loaded so far (all items); nfix: uses of v_fix
       for (int k = 0; item(k, t, h); ++k) {
         const RowRange rr{t.Lk - t.Lq, t.Lk, a.window, a.causal};
         const Tiles tl = tiles_of(t, rr);
         const int kvh = h / (a.hq / a.hkv);
         if (k > 0) mbar_wait(q_empty, uint32_t(k - 1) & 1u);  // the previous item's last S is done
-        mbar_expect_tx(q_full, C::Q_BYTES);
+        if (leader) {
+          mbar_expect_tx(q_full, C::Q_BYTES);
 #pragma unroll
-        for (int c = 0; c < NCB; ++c) tma_load_3d(sQ + c * (BM * 128), &tq, q_full, 64 * c, h, int(t.q0 + t.m0));
+          for (int c = 0; c < NCB; ++c) tma_load_3d(sQ + c * (BM * 128), &tq, q_full, 64 * c, h, int(t.q0 + t.m0));
+        }
         for (int it = 0; it < tl.ntiles; ++it, ++g) {
           const int s = stage(g);
-          const int row = int(t.k0 + int64_t(tl.n_begin + it) * BN);
+          const int j0 = (tl.n_begin + it) * BN;  // sequence-relative first key of the tile
+          const int row = int(t.k0 + j0);
+          const bool skip = (OPT & kOptNoLoad) && g >= ST;
           if (g >= ST) mbar_wait(k_empty(s), par(g - ST));
-          mbar_expect_tx(k_full(s), C::KV_BYTES);
+          if (leader) {
+            if (skip) {
+              mbar_arrive(k_full(s));
+            } else {
+              mbar_expect_tx(k_full(s), C::KV_BYTES);
 #pragma unroll
-          for (int c = 0; c < NCB; ++c) tma_load_3d(sK(s) + c * (BN * 128), &tk, k_full(s), 64 * c, kvh, row);
+              for (int c = 0; c < NCB; ++c) tma_load_3d(sK(s) + c * (BN * 128), &tk, k_full(s), 64 * c, kvh, row);
+            }
+          }
           if (g >= ST) mbar_wait(v_empty(s), par(g - ST));
-          mbar_expect_tx(v_full(s), C::KV_BYTES);
+          // Rows valid .. BN - 1 of the tile belong to the next sequence (rows past the tensor
+          // are zero-filled by the copy): load onto v_fix, zero them, then complete v_full.
+          const int valid = int(min(int64_t(BN), t.Lk - j0));
+          const bool fix = valid < BN && t.k0 + t.Lk < a.Tk;
+          if (leader) {
+            if (skip) {
+              mbar_arrive(v_full(s));
+            } else {
+              const uint32_t bar = fix ? v_fix : v_full(s);
+              mbar_expect_tx(bar, C::KV_BYTES);
 #pragma unroll
-          for (int c = 0; c < NCB; ++c) tma_load_3d(sV(s) + c * (BN * 128), &tv, v_full(s), 64 * c, kvh, row);
+              for (int c = 0; c < NCB; ++c) tma_load_3d(sV(s) + c * (BN * 128), &tv, bar, 64 * c, kvh, row);
+            }
+          }
+          if (fix && !skip) {
+            mbar_wait(v_fix, uint32_t(nfix++) & 1u);
+            // Row r of column block c: 128 bytes at c * BN * 128 + r * 128 (the swizzle only
+            // permutes the 16-byte chunks inside a row).
+            const int n16 = (BN - valid) * NCB * 8;
+            for (int u = lane; u < n16; u += 32) {
+              const int r = valid + u / (NCB * 8), c = (u / 8) % NCB, ch = u % 8;
+              asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(sV(s) + c * (BN * 128) + r * 128 + ch * 16),
+                           "r"(0u)
+                           : "memory");
+            }
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // visible to wgmma
+            __syncwarp();
+            if (leader) mbar_arrive(v_full(s));
+          }
         }
       }
     }
@@ -224,8 +282,9 @@ __global__ void __launch_bounds__(CfgWS<D, ST>::THREADS, 1)
         release(k_empty(s));
         if (ntiles == 1) release(q_empty);
         const int j0 = n_begin * BN;
-        float al0, al1;
-        softmax_step<BN>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0, lo1, hi1, al0, al1);
+        float al0 = 1.f, al1 = 1.f;
+        if constexpr (!(OPT & kOptNoSoftmax))
+          softmax_step<BN>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0, lo1, hi1, al0, al1);
         to_a_frags<BN, BF16>(p, pa);  // O is still zero: no rescale
       }
       for (int it = 1; it < ntiles; ++it) {
@@ -245,8 +304,9 @@ __global__ void __launch_bounds__(CfgWS<D, ST>::THREADS, 1)
         release(k_empty(s));
         if (it == ntiles - 1) release(q_empty);
         const int j0 = (n_begin + it) * BN;
-        float al0, al1;
-        softmax_step<BN>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0, lo1, hi1, al0, al1);
+        float al0 = 1.f, al1 = 1.f;
+        if constexpr (!(OPT & kOptNoSoftmax))
+          softmax_step<BN>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0, lo1, hi1, al0, al1);
         wg_wait<0>();
         fence_regs(o);
         release(v_empty(ps));
@@ -274,8 +334,20 @@ __global__ void __launch_bounds__(CfgWS<D, ST>::THREADS, 1)
 #endif
 }
 
+// Heads per section of the persistent order: hs > 0 as given; 0: all heads (one
+// section); -1: as many heads as keep their K and V within kL2Budget bytes.
+int heads_per_section(const PrefillArgs& a, int hs) {
+  constexpr double kL2Budget = 24.0 * (1 << 20);
+  if (hs == 0) return a.hq;
+  if (hs < 0) {
+    const double per_head = double(a.Tk) * a.D * 2 * 2 / double(a.hq / a.hkv);  // K + V bytes per q head
+    hs = int(std::max(1.0, kL2Budget / std::max(per_head, 1.0)));
+  }
+  return std::min(hs, a.hq);
+}
+
 template <bool BF16, int D, int ST>
-bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, cudaStream_t st) {
+bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, const WsTuning& tu, cudaStream_t st) {
   using C = CfgWS<D, ST>;
   CUtensorMap mq, mk, mv;
   const uint64_t e = 2;  // bytes per element
@@ -284,6 +356,7 @@ bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, cudaStr
       !make_tmap_3d(&mv, a.v, BF16, D, uint64_t(a.hkv), uint64_t(a.Tk), a.v_hs * e, a.v_ts * e, 64, 1, C::BN))
     return false;
   dim3 grid{unsigned(a.hq), ny, 1u};
+  PersistOrder po{a.hq};
   auto kern = pp ? k_prefill_ws<BF16, D, true, ST, false> : k_prefill_ws<BF16, D, false, ST, false>;
   if constexpr (D <= 128) {  // (head_dim 256 would spill registers)
     if (persist && !a.cu_q) {  // one CTA per multiprocessor walks the (tile, head) items
@@ -293,11 +366,16 @@ bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, cudaStr
       const int64_t items = (a.Tq + C::BM - 1) / C::BM * a.hq;
       if (items > INT32_MAX / 2) return false;
       kern = k_prefill_ws<BF16, D, true, ST, true>;
+      if constexpr (BF16 && D == 128 && ST == 2) {
+        if (tu.opt == kOptNoLoad) kern = k_prefill_ws<BF16, D, true, ST, true, kOptNoLoad>;
+        if (tu.opt == kOptNoSoftmax) kern = k_prefill_ws<BF16, D, true, ST, true, kOptNoSoftmax>;
+      }
       grid = dim3{unsigned(std::min<int64_t>(items, std::max(sms, 1))), 1u, 1u};
+      po.hs = heads_per_section(a, tu.hs);
     }
   }
   GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
-  kern<<<grid, C::THREADS, C::SMEM, st>>>(a, mq, mk, mv);
+  kern<<<grid, C::THREADS, C::SMEM, st>>>(a, mq, mk, mv, po);
   GK_LAUNCH_CHECK("attention_prefill_sm90_ws");
   return true;
 }
@@ -309,7 +387,8 @@ bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, cudaStr
 // the caller has checked the device (sm_90),
 // dtype, head_dim and 16-byte alignment. false: not applicable (tensor maps
 // rejected, e.g. zero-size or over-large dims), the caller falls back.
-bool attention_prefill_sm90_ws(const PrefillArgs& a, bool pingpong, int stages, bool persist, void* stream) {
+bool attention_prefill_sm90_ws(const PrefillArgs& a, bool pingpong, int stages, bool persist, const sm90::WsTuning& tu,
+                               void* stream) {
 #if defined(GPUKIT_SM90A) && GPUKIT_SM90A
   constexpr int BM = 64 * kCons;
   if (a.Tq <= 0 || a.Tk <= 0 || a.Tq > INT32_MAX || a.Tk > INT32_MAX) return false;
@@ -323,8 +402,8 @@ bool attention_prefill_sm90_ws(const PrefillArgs& a, bool pingpong, int stages, 
     constexpr bool B = decltype(bf16)::value;
     constexpr int DD = decltype(d)::value;
     if constexpr (DD <= 128)  // 3 stages fit in shared memory for head_dim 64 and 128
-      if (stages == 3) return launch_ws<B, DD, 3>(a, y, pingpong, persist, st);
-    return launch_ws<B, DD, 2>(a, y, pingpong, persist, st);
+      if (stages == 3) return launch_ws<B, DD, 3>(a, y, pingpong, persist, tu, st);
+    return launch_ws<B, DD, 2>(a, y, pingpong, persist, tu, st);
   };
   using T = std::true_type;
   using F = std::false_type;
@@ -339,6 +418,7 @@ bool attention_prefill_sm90_ws(const PrefillArgs& a, bool pingpong, int stages, 
   (void)pingpong;
   (void)stages;
   (void)persist;
+  (void)tu;
   (void)stream;
   return false;
 #endif

@@ -157,6 +157,32 @@ def test_varlen_prefix(D, causal, dev_cu):
 
 
 @gpu
+@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("causal", [True, False])
+def test_varlen_poisoned_neighbours(D, causal):
+    """The last key tile of a sequence also reads the next sequence's rows. Here those rows hold NaN,
+    +-Inf and 3e38 (sequences 1 and 3 have keys but no queries, sequence 4 is all poison, its query
+    rows too): they must not reach sequences 0 and 2 (masked scores, zero probabilities, and no
+    0 * Inf in P V)."""
+    lq, prefix = [100, 0, 37, 0, 20], [0, 28, 5, 60, 0]
+    cuq, cuk = _varlen(lq, prefix)
+    q, k, v = case(int(cuq[-1]), int(cuk[-1]), 4, 2, D, "bfloat16", seed=D + causal)
+    qn, kn, vn = (np.array(gk.to_numpy(x.astype("float32")), np.float32) for x in (q, k, v))
+    bad = np.array([np.nan, np.inf, -np.inf, 3e38, -3e38], np.float32)
+    for b in (1, 3, 4):
+        for a in (kn, vn):
+            rows = a[cuk[b]:cuk[b + 1]]
+            rows[...] = bad[np.arange(rows.size).reshape(rows.shape) % bad.size]
+    qn[cuq[4]:cuq[5]] = np.nan
+    q, k, v = (gk.asarray(x).astype("bfloat16") for x in (qn, kn, vn))
+    out = f64(run(q, k, v, cuq, cuk, causal=causal))
+    want = ref(f64(q), f64(k), f64(v), cuq, cuk, causal)
+    for b in (0, 2):
+        r = slice(int(cuq[b]), int(cuq[b + 1]))
+        check(out[r], want[r], TOL["bfloat16"], f"sequence {b} beside poisoned rows, D={D} causal={causal}")
+
+
+@gpu
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("Lq,Lk", [(100, 1000), (1, 777), (300, 300), (129, 4000), (50, 20)])
 def test_chunked_prefix(Lq, Lk, dtype):

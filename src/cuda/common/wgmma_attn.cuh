@@ -12,6 +12,14 @@
 
 namespace gk::cuda::sm90 {
 
+// Run-time choices of the warp-specialized kernel (attention_prefill_sm90_ws.cu), read
+// from the environment by the dispatch: opt selects a timing experiment (0: none),
+// hs the heads per section of the persistent order (0: all heads, -1: sized for L2).
+struct WsTuning {
+  int opt = 0;
+  int hs = 0;
+};
+
 __device__ __forceinline__ float ex2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
