@@ -74,9 +74,11 @@ def sanitize(tool):
         print("compute-sanitizer not found")
         return 0
     repo = pathlib.Path(__file__).resolve().parents[1]
-    sel = "(sm90pp or sm90ps or sm90cp) and (test_diag_structured or test_poisoned_output_and_determinism)"
-    if tool != "memcheck":  # racecheck / synccheck are much slower: one small case per kernel
-        sel = "(sm90pp or sm90ps or sm90cp) and test_diag_structured and 128"
+    sel = ("(sm90pp or sm90ps or sm90cp) and (test_diag_structured or test_poisoned_output_and_determinism"
+           " or test_varlen_poisoned_neighbours)")
+    if tool != "memcheck":  # racecheck / synccheck are much slower: a few small cases per kernel
+        sel = ("(sm90pp or sm90ps or sm90cp) and ((test_diag_structured and 128)"
+               " or (test_varlen_poisoned_neighbours and 128 and True))")
     cmd = [exe, "--tool", tool, "--error-exitcode", "7", sys.executable, "-m", "pytest", "-q", "-x",
            "-p", "no:cacheprovider", str(repo / "tests/python/test_attention_prefill_sm90.py"), "-k", sel]
     env = dict(os.environ, PYTHONPATH=str(repo / "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -103,6 +105,10 @@ EXPERIMENTS = [
     ("hs=8", {"GPUKIT_PREFILL_SM90_HS": "8"}),
     ("hs=l2", {"GPUKIT_PREFILL_SM90_HS": "l2"}),
     ("3-stage", {"GPUKIT_PREFILL_SM90": "6"}),
+    ("bn=160", {"GPUKIT_PREFILL_SM90_BN": "160"}),
+    ("bn=176", {"GPUKIT_PREFILL_SM90_BN": "176"}),
+    ("bn=192", {"GPUKIT_PREFILL_SM90_BN": "192"}),
+    ("bn=176 hs=l2", {"GPUKIT_PREFILL_SM90_BN": "176", "GPUKIT_PREFILL_SM90_HS": "l2"}),
     ("3-stage hs=l2", {"GPUKIT_PREFILL_SM90": "6", "GPUKIT_PREFILL_SM90_HS": "l2"}),
     ("no K/V loads (wrong results)", {"GPUKIT_PREFILL_SM90_OPT": "1"}),
     ("no softmax (wrong results)", {"GPUKIT_PREFILL_SM90_OPT": "2"}),

@@ -191,11 +191,14 @@ int variant_from_env() {
 }
 // GPUKIT_PREFILL_SM90_HS: heads per section of the persistent order (0: all heads,
 // "-1" / "l2": sized for L2); GPUKIT_PREFILL_SM90_OPT: a timing experiment of the
-// persistent kernel (bench only; 1: no K/V loads, 2: no softmax; both give wrong results).
+// persistent kernel (bench only; 1: no K/V loads, 2: no softmax; both give wrong results);
+// GPUKIT_PREFILL_SM90_BN: keys per tile of the persistent bf16 head_dim 128 kernel (128,
+// 160, 176, 192).
 sm90::WsTuning tuning_from_env() {
   sm90::WsTuning tu;
   if (const char* e = std::getenv("GPUKIT_PREFILL_SM90_HS")) tu.hs = std::strcmp(e, "l2") == 0 ? -1 : std::atoi(e);
   if (const char* e = std::getenv("GPUKIT_PREFILL_SM90_OPT")) tu.opt = std::atoi(e);
+  if (const char* e = std::getenv("GPUKIT_PREFILL_SM90_BN")) tu.bn = std::atoi(e);
   return tu;
 }
 // GPUKIT_PREFILL_SM90_LOG set: one stderr line per call naming the kernel that ran.

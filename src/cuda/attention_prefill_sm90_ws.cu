@@ -35,6 +35,7 @@
 #include "cuda/common/tma.cuh"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/common/wgmma_attn.cuh"
+#include "cuda/common/wgmma_wide.cuh"
 #include "ops/nn_args.h"
 
 namespace gk::cuda {
@@ -45,13 +46,14 @@ using namespace sm90;
 
 constexpr int kCons = 2;  // consumer warpgroups
 
-template <int D, int ST>  // ST: K / V pipeline stages
+constexpr int default_bn(int D) { return D == 256 ? 64 : 128; }
+
+template <int D, int ST, int BN_ = default_bn(D)>  // ST: K / V pipeline stages; BN_: keys per tile
 struct CfgWS {
   static constexpr int BM = 64 * kCons;
-  static constexpr int BN = D == 256 ? 64 : 128;
+  static constexpr int BN = BN_;
   static constexpr int Q_BYTES = BM * D * 2;
   static constexpr int KV_BYTES = BN * D * 2;
-  static constexpr int SMEM = Q_BYTES + 2 * ST * KV_BYTES + 1024;  // K, V x ST stages; + alignment slack
   static constexpr int THREADS = 128 * (kCons + 1);
 };
 
@@ -64,13 +66,13 @@ struct PersistOrder {
   int hs;  // heads per section (>= hq: one section)
 };
 
-template <bool BF16, int D, bool PP, int ST, bool PERSIST, int OPT = 0>
-__global__ void __launch_bounds__(CfgWS<D, ST>::THREADS, 1)
+template <bool BF16, int D, bool PP, int ST, bool PERSIST, int OPT = 0, int BNT = default_bn(D)>
+__global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
     k_prefill_ws(const __grid_constant__ PrefillArgs a, const __grid_constant__ CUtensorMap tq,
                  const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
                  const PersistOrder po) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using C = CfgWS<D, ST>;
+  using C = CfgWS<D, ST, BNT>;
   constexpr int BM = C::BM, BN = C::BN, NCB = D / 64;
   extern __shared__ char smem_raw[];
   __shared__ int sh_find[2];
@@ -220,9 +222,13 @@ __global__ void __launch_bounds__(CfgWS<D, ST>::THREADS, 1)
   uint32_t pa[BN / 16][4];
 
   auto issue_s = [&](float (&p)[BN / 2], int s) {
+    // The Q descriptors are recomputed per use from an opaque base rather than kept live
+    // across the loop (16 registers: with wide key tiles they would spill).
+    uint32_t qb = sQ + cw * (64 * 128);
+    asm volatile("" : "+r"(qb));
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      const uint64_t dq = smem_desc(sQ + (kk / 4) * (BM * 128) + cw * (64 * 128) + (kk % 4) * 32, 16, 1024);
+      const uint64_t dq = smem_desc(qb + (kk / 4) * (BM * 128) + (kk % 4) * 32, 16, 1024);
       const uint64_t dk = smem_desc(sK(s) + (kk / 4) * (BN * 128) + (kk % 4) * 32, 16, 1024);
       mma_ss<BN, BF16>(p, dq, dk, kk > 0);
     }
@@ -349,15 +355,11 @@ int heads_per_section(const PrefillArgs& a, int hs) {
 template <bool BF16, int D, int ST>
 bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, const WsTuning& tu, cudaStream_t st) {
   using C = CfgWS<D, ST>;
-  CUtensorMap mq, mk, mv;
-  const uint64_t e = 2;  // bytes per element
-  if (!make_tmap_3d(&mq, a.q, BF16, D, uint64_t(a.hq), uint64_t(a.Tq), a.q_hs * e, a.q_ts * e, 64, 1, C::BM) ||
-      !make_tmap_3d(&mk, a.k, BF16, D, uint64_t(a.hkv), uint64_t(a.Tk), a.k_hs * e, a.k_ts * e, 64, 1, C::BN) ||
-      !make_tmap_3d(&mv, a.v, BF16, D, uint64_t(a.hkv), uint64_t(a.Tk), a.v_hs * e, a.v_ts * e, 64, 1, C::BN))
-    return false;
+  using Kern = void (*)(PrefillArgs, CUtensorMap, CUtensorMap, CUtensorMap, PersistOrder);
   dim3 grid{unsigned(a.hq), ny, 1u};
   PersistOrder po{a.hq};
-  auto kern = pp ? k_prefill_ws<BF16, D, true, ST, false> : k_prefill_ws<BF16, D, false, ST, false>;
+  int bn = C::BN;
+  Kern kern = pp ? k_prefill_ws<BF16, D, true, ST, false> : k_prefill_ws<BF16, D, false, ST, false>;
   if constexpr (D <= 128) {  // (head_dim 256 would spill registers)
     if (persist && !a.cu_q) {  // one CTA per multiprocessor walks the (tile, head) items
       int dev = 0, sms = 0;
@@ -366,16 +368,27 @@ bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, const W
       const int64_t items = (a.Tq + C::BM - 1) / C::BM * a.hq;
       if (items > INT32_MAX / 2) return false;
       kern = k_prefill_ws<BF16, D, true, ST, true>;
-      if constexpr (BF16 && D == 128 && ST == 2) {
+      if constexpr (BF16 && D == 128 && ST == 2) {  // run-time experiments (bench)
         if (tu.opt == kOptNoLoad) kern = k_prefill_ws<BF16, D, true, ST, true, kOptNoLoad>;
         if (tu.opt == kOptNoSoftmax) kern = k_prefill_ws<BF16, D, true, ST, true, kOptNoSoftmax>;
+        if (tu.bn == 160) kern = k_prefill_ws<BF16, D, true, ST, true, 0, 160>;
+        if (tu.bn == 176) kern = k_prefill_ws<BF16, D, true, ST, true, 0, 176>;
+        if (tu.bn == 192) kern = k_prefill_ws<BF16, D, true, ST, true, 0, 192>;
+        if (tu.bn == 160 || tu.bn == 176 || tu.bn == 192) bn = tu.bn;
       }
       grid = dim3{unsigned(std::min<int64_t>(items, std::max(sms, 1))), 1u, 1u};
       po.hs = heads_per_section(a, tu.hs);
     }
   }
-  GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
-  kern<<<grid, C::THREADS, C::SMEM, st>>>(a, mq, mk, mv, po);
+  CUtensorMap mq, mk, mv;
+  const uint64_t e = 2;  // bytes per element
+  if (!make_tmap_3d(&mq, a.q, BF16, D, uint64_t(a.hq), uint64_t(a.Tq), a.q_hs * e, a.q_ts * e, 64, 1, C::BM) ||
+      !make_tmap_3d(&mk, a.k, BF16, D, uint64_t(a.hkv), uint64_t(a.Tk), a.k_hs * e, a.k_ts * e, 64, 1, bn) ||
+      !make_tmap_3d(&mv, a.v, BF16, D, uint64_t(a.hkv), uint64_t(a.Tk), a.v_hs * e, a.v_ts * e, 64, 1, bn))
+    return false;
+  const int smem = C::Q_BYTES + 2 * ST * bn * D * 2 + 1024;  // Q, K and V x ST stages; + alignment slack
+  GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kern<<<grid, C::THREADS, smem, st>>>(a, mq, mk, mv, po);
   GK_LAUNCH_CHECK("attention_prefill_sm90_ws");
   return true;
 }

@@ -14,7 +14,8 @@ gpu = pytest.mark.skipif(not CUDA, reason="no CUDA device")
 TOL = {"bfloat16": 2e-2, "float16": 4e-3}
 
 
-_VARIANT_ENV = {"sm90pp": "3", "sm90ws": "2", "sm90p3": "4", "sm90ps": "5", "sm90s3": "6", "sm90cp": "1"}
+_VARIANT_ENV = {"sm90pp": "3", "sm90ws": "2", "sm90p3": "4", "sm90ps": "5", "sm90s3": "6", "sm90cp": "1",
+                "sm90n176": "5:176", "sm90hs1": "5:0:1"}
 
 
 @pytest.fixture(autouse=True, params=list(_VARIANT_ENV))
@@ -22,8 +23,14 @@ def kernel_variant(request, monkeypatch):
     """Runs each test with each sm_90 kernel (GPUKIT_PREFILL_SM90): the warp-specialized TMA kernel
     with ping-pong scheduling (3), without it (2), with three K/V stages (4), in a persistent grid
     (5, the default; one sequence only, else as 3), persistent with three stages (6) and the
-    cp.async kernel (1). Elsewhere all of them run the generic kernel. Select one with -k sm90pp etc."""
-    monkeypatch.setenv("GPUKIT_PREFILL_SM90", _VARIANT_ENV[request.param])
+    cp.async kernel (1); and the persistent kernel with 176-key tiles (GPUKIT_PREFILL_SM90_BN, bf16
+    head_dim 128 only) or in sections of one head (GPUKIT_PREFILL_SM90_HS). Elsewhere all of them run
+    the generic kernel. Select one with -k sm90pp etc."""
+    variant, *rest = _VARIANT_ENV[request.param].split(":")
+    monkeypatch.setenv("GPUKIT_PREFILL_SM90", variant)
+    for name, val in zip(("GPUKIT_PREFILL_SM90_BN", "GPUKIT_PREFILL_SM90_HS"), rest):
+        if val != "0":
+            monkeypatch.setenv(name, val)
     monkeypatch.setenv("GPUKIT_PREFILL_SM90_LOG", "1")  # stderr names the kernel that ran
     return request.param
 
@@ -73,7 +80,10 @@ def ref(q, k, v, cuq, cuk, causal=True, scale=None, window=None, softcap=None):
 
 def check(got, want, tol, what=""):
     import os
-    what = f"[{os.environ.get('GPUKIT_PREFILL_SM90', 'default')}] {what}"
+    env = os.environ.get('GPUKIT_PREFILL_SM90', 'default')
+    env += "".join(f" {k[20:]}={os.environ[k]}" for k in ("GPUKIT_PREFILL_SM90_BN", "GPUKIT_PREFILL_SM90_HS")
+                   if k in os.environ)
+    what = f"[{env}] {what}"
     got = np.asarray(got, np.float64)
     err = np.abs(got - want)
     bad = ~(err <= tol + tol * np.abs(want))  # NaN counts as bad

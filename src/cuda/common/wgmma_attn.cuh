@@ -14,10 +14,12 @@ namespace gk::cuda::sm90 {
 
 // Run-time choices of the warp-specialized kernel (attention_prefill_sm90_ws.cu), read
 // from the environment by the dispatch: opt selects a timing experiment (0: none),
-// hs the heads per section of the persistent order (0: all heads, -1: sized for L2).
+// hs the heads per section of the persistent order (0: all heads, -1: sized for L2),
+// bn the keys per tile of the persistent bf16 head_dim 128 kernel (0: default 128).
 struct WsTuning {
   int opt = 0;
   int hs = 0;
+  int bn = 0;
 };
 
 __device__ __forceinline__ float ex2(float x) {
