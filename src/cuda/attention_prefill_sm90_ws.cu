@@ -59,8 +59,9 @@ struct CfgWS {
 
 // Timing experiments (template OPT, bench only, GPUKIT_PREFILL_SM90_OPT): bit 0: no K / V
 // loads after the first ST tiles (memory taken out; WRONG results), bit 1: no softmax
-// (P = S unscaled; WRONG results). Instantiated for bf16, head_dim 128, persistent only.
-constexpr int kOptNoLoad = 1, kOptNoSoftmax = 2;
+// (P = S unscaled; WRONG results); bit 2: a quarter of the exponentials of unmasked tiles
+// by a polynomial (ex2_poly; correct results). Instantiated for bf16, head_dim 128, persistent.
+constexpr int kOptNoLoad = 1, kOptNoSoftmax = 2, kOptPolyExp = 4;
 
 struct PersistOrder {
   int hs;  // heads per section (>= hq: one section)
@@ -290,7 +291,7 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
         const int j0 = n_begin * BN;
         float al0 = 1.f, al1 = 1.f;
         if constexpr (!(OPT & kOptNoSoftmax))
-          softmax_step<BN>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0, lo1, hi1, al0, al1);
+          softmax_step<BN, (OPT & kOptPolyExp) != 0>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0, lo1, hi1, al0, al1);
         to_a_frags<BN, BF16>(p, pa);  // O is still zero: no rescale
       }
       for (int it = 1; it < ntiles; ++it) {
@@ -312,7 +313,7 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
         const int j0 = (n_begin + it) * BN;
         float al0 = 1.f, al1 = 1.f;
         if constexpr (!(OPT & kOptNoSoftmax))
-          softmax_step<BN>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0, lo1, hi1, al0, al1);
+          softmax_step<BN, (OPT & kOptPolyExp) != 0>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0, lo1, hi1, al0, al1);
         wg_wait<0>();
         fence_regs(o);
         release(v_empty(ps));
@@ -368,13 +369,21 @@ bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, const W
       const int64_t items = (a.Tq + C::BM - 1) / C::BM * a.hq;
       if (items > INT32_MAX / 2) return false;
       kern = k_prefill_ws<BF16, D, true, ST, true>;
-      if constexpr (BF16 && D == 128 && ST == 2) {  // run-time experiments (bench)
-        if (tu.opt == kOptNoLoad) kern = k_prefill_ws<BF16, D, true, ST, true, kOptNoLoad>;
-        if (tu.opt == kOptNoSoftmax) kern = k_prefill_ws<BF16, D, true, ST, true, kOptNoSoftmax>;
-        if (tu.bn == 160) kern = k_prefill_ws<BF16, D, true, ST, true, 0, 160>;
-        if (tu.bn == 176) kern = k_prefill_ws<BF16, D, true, ST, true, 0, 176>;
-        if (tu.bn == 192) kern = k_prefill_ws<BF16, D, true, ST, true, 0, 192>;
-        if (tu.bn == 160 || tu.bn == 176 || tu.bn == 192) bn = tu.bn;
+      if constexpr (BF16 && D == 128 && ST == 2) {  // run-time experiments (bench); others: default
+        constexpr int P = kOptPolyExp;
+        const int o = tu.opt, b = tu.bn == 128 ? 0 : tu.bn;
+        Kern pick = nullptr;
+        if (o == kOptNoLoad && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptNoLoad>;
+        if (o == kOptNoSoftmax && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptNoSoftmax>;
+        if (o == P && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, P>;
+        if (o == 0 && b == 160) pick = k_prefill_ws<BF16, D, true, ST, true, 0, 160>;
+        if (o == 0 && b == 176) pick = k_prefill_ws<BF16, D, true, ST, true, 0, 176>;
+        if (o == 0 && b == 192) pick = k_prefill_ws<BF16, D, true, ST, true, 0, 192>;
+        if (o == P && b == 176) pick = k_prefill_ws<BF16, D, true, ST, true, P, 176>;
+        if (pick) {
+          kern = pick;
+          if (b) bn = b;
+        }
       }
       grid = dim3{unsigned(std::min<int64_t>(items, std::max(sms, 1))), 1u, 1u};
       po.hs = heads_per_section(a, tu.hs);

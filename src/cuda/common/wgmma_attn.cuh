@@ -28,6 +28,19 @@ __device__ __forceinline__ float ex2(float x) {
   return y;
 }
 
+// 2^x for x <= 0 on the FMA and integer pipes (no MUFU): x = n + f with n = round(x),
+// f in [-0.5, 0.5]; 2^f by a cubic (relative error 1.1e-4, far below the bf16 / fp16 rounding
+// of P); n added to the exponent. x is clamped to -125 (2^-125 for smaller x: not 0).
+__device__ __forceinline__ float ex2_poly(float x) {
+  x = fmaxf(x, -125.f);
+  const float t = x + 12582912.f;  // 1.5 * 2^23: round(x) lands in the low mantissa bits
+  const float f = x - (t - 12582912.f);
+  float y = fmaf(0.05592203512787819f, f, 0.24264007806777954f);
+  y = fmaf(y, f, 0.6931210160255432f);
+  y = fmaf(y, f, 0.9999244809150696f);
+  return __int_as_float(__float_as_int(y) + (__float_as_int(t) << 23));
+}
+
 template <bool BF16>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   uint32_t r;
@@ -140,7 +153,7 @@ struct RowState {
 // r0 + 8 lo1/hi1), scales and caps, turns p into exp2(x - new max) and returns
 // the rescale factors of the old state. MODE 0: scale > 0, no cap (the scale is
 // folded into the exponent's FMA); 1: any scale, no cap; 2: soft-cap.
-template <int BN, int MODE, bool MASK>
+template <int BN, int MODE, bool MASK, bool POLY = false>
 __device__ __forceinline__ void softmax_step_t(float (&p)[BN / 2], RowState& st, const SoftmaxParams& sp, int cq,
                                                int lo0, int hi0, int lo1, int hi1, float& al0, float& al1) {
 #pragma unroll
@@ -180,10 +193,14 @@ __device__ __forceinline__ void softmax_step_t(float (&p)[BN / 2], RowState& st,
   float s0 = 0.f, s1 = 0.f;
 #pragma unroll
   for (int i = 0; i < BN / 2; i += 4) {
+    // POLY (unmasked tiles only, so masked keys still get exactly 0): a quarter of the
+    // exponentials on the FMA pipe, to unload the MUFU pipe.
+    constexpr bool kPoly = POLY && !MASK;
+    const bool poly = kPoly && ((i / 4) & 1);
     p[i] = ex2(fmaf(p[i], f, -mu0));
-    p[i + 1] = ex2(fmaf(p[i + 1], f, -mu0));
+    p[i + 1] = poly ? ex2_poly(fmaf(p[i + 1], f, -mu0)) : ex2(fmaf(p[i + 1], f, -mu0));
     p[i + 2] = ex2(fmaf(p[i + 2], f, -mu1));
-    p[i + 3] = ex2(fmaf(p[i + 3], f, -mu1));
+    p[i + 3] = poly ? ex2_poly(fmaf(p[i + 3], f, -mu1)) : ex2(fmaf(p[i + 3], f, -mu1));
     s0 += p[i] + p[i + 1];
     s1 += p[i + 2] + p[i + 3];
   }
@@ -194,7 +211,7 @@ __device__ __forceinline__ void softmax_step_t(float (&p)[BN / 2], RowState& st,
 // softmax_step_t for the key tile starting at key j0: masks only when the tile
 // crosses a key-range edge of the CTA's rows (need_mask), with the thread's row
 // ranges [lo0, hi0), [lo1, hi1) (keys of the sequence, clamped to [0, Lk]).
-template <int BN>
+template <int BN, bool POLY = false>
 __device__ __forceinline__ void softmax_step(float (&p)[BN / 2], RowState& st, const SoftmaxParams& sp,
                                              bool need_mask, int j0, int cq, int lo0, int hi0, int lo1, int hi1,
                                              float& al0, float& al1) {
@@ -203,7 +220,7 @@ __device__ __forceinline__ void softmax_step(float (&p)[BN / 2], RowState& st, c
   const int mode = sp.cap ? 2 : (sp.sc > 0.f ? 0 : 1);
   if (mode == 0) {
     if (need_mask) softmax_step_t<BN, 0, true>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
-    else softmax_step_t<BN, 0, false>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    else softmax_step_t<BN, 0, false, POLY>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
   } else if (mode == 1) {
     if (need_mask) softmax_step_t<BN, 1, true>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
     else softmax_step_t<BN, 1, false>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
