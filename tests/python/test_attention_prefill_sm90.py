@@ -15,7 +15,7 @@ TOL = {"bfloat16": 2e-2, "float16": 4e-3}
 
 
 _VARIANT_ENV = {"sm90pp": "3", "sm90ws": "2", "sm90p3": "4", "sm90ps": "5", "sm90s3": "6", "sm90cp": "1",
-                "sm90n176": "5:176", "sm90hs1": "5:0:1"}
+                "sm90n176": "5:176", "sm90hs1": "5:0:1", "sm90poly": "5:0:0:4"}
 
 
 @pytest.fixture(autouse=True, params=list(_VARIANT_ENV))
@@ -24,11 +24,12 @@ def kernel_variant(request, monkeypatch):
     with ping-pong scheduling (3), without it (2), with three K/V stages (4), in a persistent grid
     (5, the default; one sequence only, else as 3), persistent with three stages (6) and the
     cp.async kernel (1); and the persistent kernel with 176-key tiles (GPUKIT_PREFILL_SM90_BN, bf16
-    head_dim 128 only) or in sections of one head (GPUKIT_PREFILL_SM90_HS). Elsewhere all of them run
-    the generic kernel. Select one with -k sm90pp etc."""
+    head_dim 128 only), in sections of one head (GPUKIT_PREFILL_SM90_HS) or with some exponentials
+    by a polynomial (GPUKIT_PREFILL_SM90_OPT=4, bf16 head_dim 128). Elsewhere all of them run the
+    generic kernel. Select one with -k sm90pp etc."""
     variant, *rest = _VARIANT_ENV[request.param].split(":")
     monkeypatch.setenv("GPUKIT_PREFILL_SM90", variant)
-    for name, val in zip(("GPUKIT_PREFILL_SM90_BN", "GPUKIT_PREFILL_SM90_HS"), rest):
+    for name, val in zip(("GPUKIT_PREFILL_SM90_BN", "GPUKIT_PREFILL_SM90_HS", "GPUKIT_PREFILL_SM90_OPT"), rest):
         if val != "0":
             monkeypatch.setenv(name, val)
     monkeypatch.setenv("GPUKIT_PREFILL_SM90_LOG", "1")  # stderr names the kernel that ran
@@ -81,8 +82,8 @@ def ref(q, k, v, cuq, cuk, causal=True, scale=None, window=None, softcap=None):
 def check(got, want, tol, what=""):
     import os
     env = os.environ.get('GPUKIT_PREFILL_SM90', 'default')
-    env += "".join(f" {k[20:]}={os.environ[k]}" for k in ("GPUKIT_PREFILL_SM90_BN", "GPUKIT_PREFILL_SM90_HS")
-                   if k in os.environ)
+    env += "".join(f" {k[20:]}={os.environ[k]}" for k in ("GPUKIT_PREFILL_SM90_BN", "GPUKIT_PREFILL_SM90_HS",
+                                                         "GPUKIT_PREFILL_SM90_OPT") if k in os.environ)
     what = f"[{env}] {what}"
     got = np.asarray(got, np.float64)
     err = np.abs(got - want)
