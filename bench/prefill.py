@@ -112,6 +112,8 @@ EXPERIMENTS = [
     ("3-stage hs=l2", {"GPUKIT_PREFILL_SM90": "6", "GPUKIT_PREFILL_SM90_HS": "l2"}),
     ("poly exp", {"GPUKIT_PREFILL_SM90_OPT": "4"}),
     ("poly exp bn=176", {"GPUKIT_PREFILL_SM90_OPT": "4", "GPUKIT_PREFILL_SM90_BN": "176"}),
+    ("rescale when max changed", {"GPUKIT_PREFILL_SM90_OPT": "8"}),
+    ("poly exp + rescale when changed", {"GPUKIT_PREFILL_SM90_OPT": "12"}),
     ("no K/V loads (wrong results)", {"GPUKIT_PREFILL_SM90_OPT": "1"}),
     ("no softmax (wrong results)", {"GPUKIT_PREFILL_SM90_OPT": "2"}),
     ("default again", {}),

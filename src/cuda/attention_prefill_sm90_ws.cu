@@ -60,8 +60,10 @@ struct CfgWS {
 // Timing experiments (template OPT, bench only, GPUKIT_PREFILL_SM90_OPT): bit 0: no K / V
 // loads after the first ST tiles (memory taken out; WRONG results), bit 1: no softmax
 // (P = S unscaled; WRONG results); bit 2: a quarter of the exponentials of unmasked tiles
-// by a polynomial (ex2_poly; correct results). Instantiated for bf16, head_dim 128, persistent.
-constexpr int kOptNoLoad = 1, kOptNoSoftmax = 2, kOptPolyExp = 4;
+// by a polynomial (ex2_poly; correct results); bit 3: O is rescaled only when a row maximum of
+// the warp changed (exact: the skipped factors are 1). Instantiated for bf16, head_dim 128,
+// persistent.
+constexpr int kOptNoLoad = 1, kOptNoSoftmax = 2, kOptPolyExp = 4, kOptSkipRescale = 8;
 
 struct PersistOrder {
   int hs;  // heads per section (>= hq: one section)
@@ -200,9 +202,8 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
             const int n16 = (BN - valid) * NCB * 8;
             for (int u = lane; u < n16; u += 32) {
               const int r = valid + u / (NCB * 8), c = (u / 8) % NCB, ch = u % 8;
-              asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(sV(s) + c * (BN * 128) + r * 128 + ch * 16),
-                           "r"(0u)
-                           : "memory");
+              const uint32_t at = sV(s) + c * (BN * 128) + r * 128 + ch * 16;
+              asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(at), "r"(0u) : "memory");
             }
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // visible to wgmma
             __syncwarp();
@@ -219,6 +220,7 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
   const int cw = wg - 1, warp = (tid % 128) / 32;
   const int cq = 2 * (lane & 3);
   const SoftmaxParams sp(a);
+  constexpr bool kPoly = (OPT & kOptPolyExp) != 0;
   float o[D / 2];
   uint32_t pa[BN / 16][4];
 
@@ -291,7 +293,7 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
         const int j0 = n_begin * BN;
         float al0 = 1.f, al1 = 1.f;
         if constexpr (!(OPT & kOptNoSoftmax))
-          softmax_step<BN, (OPT & kOptPolyExp) != 0>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0, lo1, hi1, al0, al1);
+          softmax_step<BN, kPoly>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0, lo1, hi1, al0, al1);
         to_a_frags<BN, BF16>(p, pa);  // O is still zero: no rescale
       }
       for (int it = 1; it < ntiles; ++it) {
@@ -313,11 +315,12 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
         const int j0 = (n_begin + it) * BN;
         float al0 = 1.f, al1 = 1.f;
         if constexpr (!(OPT & kOptNoSoftmax))
-          softmax_step<BN, (OPT & kOptPolyExp) != 0>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0, lo1, hi1, al0, al1);
+          softmax_step<BN, kPoly>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0, lo1, hi1, al0, al1);
         wg_wait<0>();
         fence_regs(o);
         release(v_empty(ps));
-        rescale(o, al0, al1);
+        if (!(OPT & kOptSkipRescale) || !__all_sync(0xffffffffu, al0 == 1.f && al1 == 1.f))
+          rescale(o, al0, al1);
         to_a_frags<BN, BF16>(p, pa);
       }
       const int ls = stage(g + ntiles - 1);
@@ -380,6 +383,8 @@ bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, const W
         if (o == 0 && b == 176) pick = k_prefill_ws<BF16, D, true, ST, true, 0, 176>;
         if (o == 0 && b == 192) pick = k_prefill_ws<BF16, D, true, ST, true, 0, 192>;
         if (o == P && b == 176) pick = k_prefill_ws<BF16, D, true, ST, true, P, 176>;
+        if (o == kOptSkipRescale && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptSkipRescale>;
+        if (o == (P | kOptSkipRescale) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, P | kOptSkipRescale>;
         if (pick) {
           kern = pick;
           if (b) bn = b;
