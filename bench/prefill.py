@@ -114,6 +114,8 @@ EXPERIMENTS = [
     ("poly exp bn=176", {"GPUKIT_PREFILL_SM90_OPT": "4", "GPUKIT_PREFILL_SM90_BN": "176"}),
     ("rescale when max changed", {"GPUKIT_PREFILL_SM90_OPT": "8"}),
     ("poly exp + rescale when changed", {"GPUKIT_PREFILL_SM90_OPT": "12"}),
+    ("dynamic order", {"GPUKIT_PREFILL_SM90_OPT": "16"}),
+    ("dynamic order hs=l2", {"GPUKIT_PREFILL_SM90_OPT": "16", "GPUKIT_PREFILL_SM90_HS": "l2"}),
     ("no K/V loads (wrong results)", {"GPUKIT_PREFILL_SM90_OPT": "1"}),
     ("no softmax (wrong results)", {"GPUKIT_PREFILL_SM90_OPT": "2"}),
     ("default again", {}),

@@ -28,6 +28,7 @@
 // its heads come first. Smaller sections keep the K / V rows that concurrently
 // running CTAs read within L2.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -63,11 +64,18 @@ struct CfgWS {
 // by a polynomial (ex2_poly; correct results); bit 3: O is rescaled only when a row maximum of
 // the warp changed (exact: the skipped factors are 1). Instantiated for bf16, head_dim 128,
 // persistent.
-constexpr int kOptNoLoad = 1, kOptNoSoftmax = 2, kOptPolyExp = 4, kOptSkipRescale = 8;
+// bit 4: dynamic persistent order (the next item from an atomic counter, as CTAs get free).
+constexpr int kOptNoLoad = 1, kOptNoSoftmax = 2, kOptPolyExp = 4, kOptSkipRescale = 8, kOptDynamic = 16;
 
 struct PersistOrder {
   int hs;  // heads per section (>= hq: one section)
+  int* counter;  // kOptDynamic: items taken after the first gridDim.x (zeroed before the launch)
 };
+
+// Counters of the dynamic order: one per launch in flight (a rotating slot, zeroed on the
+// launch's stream before it).
+constexpr int kCounterSlots = 256;
+__device__ int g_item_counters[kCounterSlots];
 
 template <bool BF16, int D, bool PP, int ST, bool PERSIST, int OPT = 0, int BNT = default_bn(D)>
 __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
@@ -79,6 +87,7 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
   constexpr int BM = C::BM, BN = C::BN, NCB = D / 64;
   extern __shared__ char smem_raw[];
   __shared__ int sh_find[2];
+  __shared__ int sh_item[2];  // kOptDynamic: item of round k in slot k & 1 (-1: none)
   // k_full[ST], v_full[ST], k_empty[ST], v_empty[ST], q_full, q_empty, v_fix
   __shared__ __align__(8) uint64_t bars[3 + 4 * ST];
   const uint32_t sbase = (uint32_t(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
@@ -104,26 +113,23 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
   if constexpr (!PERSIST)
     if (!find_tile<BM>(a, int(blockIdx.y), t1, sh_find)) return;
   const int nblk = PERSIST ? int((a.Tq + BM - 1) / BM) : 1;
-  auto item = [&](int k, SeqTile& t, int& h) -> bool {
-    if constexpr (!PERSIST) {
-      t = t1;
-      h = int(blockIdx.x);
-      return k == 0;
-    } else {
-      // Snake order: even rounds give CTA i the i-th item, odd rounds the (G - 1 - i)-th,
-      // so that no CTA always draws the longest tile of a round.
-      const int G = int(gridDim.x), i = int(blockIdx.x);
-      const int w = k * G + ((k & 1) ? G - 1 - i : i);
-      if (w >= nblk * a.hq) return false;
-      // Sections of po.hs heads; inside one, item r is tile y = r / hn of head h0 + r % hn.
-      const int per = nblk * po.hs, sec = w / per, r = w - sec * per;
-      const int h0 = sec * po.hs, hn = min(po.hs, a.hq - h0);
-      const int y = r / hn;
-      h = h0 + (r - y * hn);
-      t = SeqTile{0, 0, a.Tq, a.Tk, (nblk - 1 - y) * BM};
-      return true;
-    }
+  constexpr bool DYN = PERSIST && (OPT & kOptDynamic) != 0;
+  // PERSIST, static order: round k's item. Snake order: even rounds give CTA i the i-th
+  // item, odd rounds the (G - 1 - i)-th, so that no CTA always draws the longest tile of a
+  // round. (Dynamic order: CTA i starts with item i and then takes them from the counter.)
+  auto static_item = [&](int k) {
+    const int G = int(gridDim.x), i = int(blockIdx.x);
+    return k * G + ((k & 1) ? G - 1 - i : i);
   };
+  // Item w: sections of po.hs heads; inside one, item r is tile y = r / hn of head h0 + r % hn.
+  auto decode = [&](int w, SeqTile& t, int& h) {
+    const int per = nblk * po.hs, sec = w / per, r = w - sec * per;
+    const int h0 = sec * po.hs, hn = min(po.hs, a.hq - h0);
+    const int y = r / hn;
+    h = h0 + (r - y * hn);
+    t = SeqTile{0, 0, a.Tq, a.Tk, (nblk - 1 - y) * BM};
+  };
+  const int n_items = PERSIST ? nblk * a.hq : 1;
   // The key tiles [n_begin, n_begin + ntiles) of an item and the CTA's mask edges.
   struct Tiles {
     int n_begin, ntiles, hi_first, lo_last;
@@ -153,13 +159,32 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
     setmaxnreg_dec<24>();
     if (tid < 32) {  // warp 0: lane 0 issues the copies; the warp zeroes V rows past a sequence
       const bool leader = tid == 0;
-      SeqTile t;
-      int h, g = 0, nfix = 0;  // g: K / V tiles loaded so far (all items); nfix: uses of v_fix
-      for (int k = 0; item(k, t, h); ++k) {
+      SeqTile t = t1;
+      int h = int(blockIdx.x), g = 0, nfix = 0;  // g: K / V tiles loaded so far (all items); nfix: uses of v_fix
+      int next = int(blockIdx.x);  // DYN: the item after the current one
+      for (int k = 0;; ++k) {
+        if (k > 0) mbar_wait(q_empty, uint32_t(k - 1) & 1u);  // the previous item's last S is done
+        if constexpr (PERSIST) {
+          const int w = DYN ? next : static_item(k);
+          if constexpr (DYN) {
+            if (leader) {
+              sh_item[k & 1] = w < n_items ? w : -1;
+              if (w < n_items) next = atomicAdd(po.counter, 1) + int(gridDim.x);
+            }
+            next = __shfl_sync(0xffffffffu, next, 0);
+            if (w >= n_items) {
+              if (leader) mbar_arrive(q_full);  // wakes the consumers to read -1
+              break;
+            }
+          }
+          if (w >= n_items) break;
+          decode(w, t, h);
+        } else if (k > 0) {
+          break;
+        }
         const RowRange rr{t.Lk - t.Lq, t.Lk, a.window, a.causal};
         const Tiles tl = tiles_of(t, rr);
         const int kvh = h / (a.hq / a.hkv);
-        if (k > 0) mbar_wait(q_empty, uint32_t(k - 1) & 1u);  // the previous item's last S is done
         if (leader) {
           mbar_expect_tx(q_full, C::Q_BYTES);
 #pragma unroll
@@ -260,9 +285,23 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
       if (!(last && cw == 1)) asm volatile("bar.arrive %0, 256;\n" ::"r"(2 - cw) : "memory");
   };
 
-  SeqTile t;
-  int h, g = 0;  // g: K / V tiles consumed so far (all items)
-  for (int k = 0; item(k, t, h); ++k) {
+  SeqTile t = t1;
+  int h = int(blockIdx.x), g = 0;  // g: K / V tiles consumed so far (all items)
+  for (int k = 0;; ++k) {
+    if constexpr (PERSIST) {
+      int w;
+      if constexpr (DYN) {
+        mbar_wait(q_full, uint32_t(k) & 1u);  // the producer stored the item before arriving
+        w = *static_cast<volatile int*>(&sh_item[k & 1]);
+        if (w < 0) break;
+      } else {
+        w = static_item(k);
+        if (w >= n_items) break;
+      }
+      decode(w, t, h);
+    } else if (k > 0) {
+      break;
+    }
     const RowRange rr{t.Lk - t.Lq, t.Lk, a.window, a.causal};
     const Tiles tl = tiles_of(t, rr);
     const int ntiles = tl.ntiles, n_begin = tl.n_begin, hi_first = tl.hi_first, lo_last = tl.lo_last;
@@ -272,7 +311,7 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
     for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
     RowState st;
 
-    mbar_wait(q_full, uint32_t(k) & 1u);
+    if constexpr (!DYN) mbar_wait(q_full, uint32_t(k) & 1u);
     if (ntiles == 0) release(q_empty);
     if (ntiles > 0) {
       if constexpr (PP)
@@ -361,7 +400,7 @@ bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, const W
   using C = CfgWS<D, ST>;
   using Kern = void (*)(PrefillArgs, CUtensorMap, CUtensorMap, CUtensorMap, PersistOrder);
   dim3 grid{unsigned(a.hq), ny, 1u};
-  PersistOrder po{a.hq};
+  PersistOrder po{a.hq, nullptr};
   int bn = C::BN;
   Kern kern = pp ? k_prefill_ws<BF16, D, true, ST, false> : k_prefill_ws<BF16, D, false, ST, false>;
   if constexpr (D <= 128) {  // (head_dim 256 would spill registers)
@@ -385,6 +424,14 @@ bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, const W
         if (o == P && b == 176) pick = k_prefill_ws<BF16, D, true, ST, true, P, 176>;
         if (o == kOptSkipRescale && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptSkipRescale>;
         if (o == (P | kOptSkipRescale) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, P | kOptSkipRescale>;
+        if (o == kOptDynamic && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptDynamic>;
+        if (pick && o == kOptDynamic) {
+          static std::atomic<unsigned> slot{0};
+          void* base = nullptr;
+          GK_CUDA_CHECK(cudaGetSymbolAddress(&base, g_item_counters));
+          po.counter = static_cast<int*>(base) + slot.fetch_add(1) % kCounterSlots;
+          GK_CUDA_CHECK(cudaMemsetAsync(po.counter, 0, sizeof(int), st));
+        }
         if (pick) {
           kern = pick;
           if (b) bn = b;

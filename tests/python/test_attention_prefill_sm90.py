@@ -15,7 +15,8 @@ TOL = {"bfloat16": 2e-2, "float16": 4e-3}
 
 
 _VARIANT_ENV = {"sm90pp": "3", "sm90ws": "2", "sm90p3": "4", "sm90ps": "5", "sm90s3": "6", "sm90cp": "1",
-                "sm90n176": "5:176", "sm90hs1": "5:0:1", "sm90poly": "5:0:0:12"}
+                "sm90n176": "5:176", "sm90hs1": "5:0:1", "sm90poly": "5:0:0:12",
+                "sm90dyn": "5:0:2:16"}
 
 
 @pytest.fixture(autouse=True, params=list(_VARIANT_ENV))
@@ -26,7 +27,7 @@ def kernel_variant(request, monkeypatch):
     cp.async kernel (1); and the persistent kernel with 176-key tiles (GPUKIT_PREFILL_SM90_BN, bf16
     head_dim 128 only), in sections of one head (GPUKIT_PREFILL_SM90_HS) or with some exponentials
     by a polynomial and O rescaled only when a maximum changed (GPUKIT_PREFILL_SM90_OPT=12, bf16
-    head_dim 128). Elsewhere all of them run the
+    head_dim 128), or in the dynamic order (atomic counter; OPT=16, sections of 2 heads). Elsewhere all of them run the
     generic kernel. Select one with -k sm90pp etc."""
     variant, *rest = _VARIANT_ENV[request.param].split(":")
     monkeypatch.setenv("GPUKIT_PREFILL_SM90", variant)
@@ -244,6 +245,29 @@ def test_poisoned_output_and_determinism(D):
             diff = np.argwhere(res[0] != res[i])
             raise AssertionError(f"run {i} differs from run 0 at {len(diff)} elements, first {diff[0].tolist()}")
     check(f64(out), ref(f64(q), f64(k), f64(v), cuq, cuk), TOL["bfloat16"], f"poisoned D={D}")
+
+
+@gpu
+def test_persistent_many_items_poisoned_and_deterministic():
+    """One sequence (no cu_seqlens: the persistent kernel), more (tile, head) items than
+    multiprocessors: every row written under two poisons, bit-identical across runs, correct."""
+    L, Hq, Hkv = 2000, 16, 4
+    q, k, v = case(L, L, Hq, Hkv, 128, "bfloat16", seed=17)
+    res = []
+    for p in (0xFF, 0x5A, -1):
+        gk._C._debug_alloc_poison(p)
+        try:
+            out = run(q, k, v)
+            gk.cuda.synchronize()
+        finally:
+            gk._C._debug_alloc_poison(-1)
+        res.append(gk.to_numpy(out.to("cpu")).view(np.uint16).copy())
+    for i in (1, 2):
+        if not np.array_equal(res[0], res[i]):
+            diff = np.argwhere(res[0] != res[i])
+            raise AssertionError(f"run {i} differs from run 0 at {len(diff)} elements, first {diff[0].tolist()}")
+    one = np.array([0, L])
+    check(f64(out), ref(f64(q), f64(k), f64(v), one, one), TOL["bfloat16"], "persistent, many items")
 
 
 @gpu
