@@ -114,6 +114,7 @@ EXPERIMENTS = [
     ("poly exp bn=176", {"GPUKIT_PREFILL_SM90_OPT": "4", "GPUKIT_PREFILL_SM90_BN": "176"}),
     ("rescale when max changed", {"GPUKIT_PREFILL_SM90_OPT": "8"}),
     ("poly exp + rescale when changed", {"GPUKIT_PREFILL_SM90_OPT": "12"}),
+    ("two P buffers", {"GPUKIT_PREFILL_SM90_OPT": "32"}),
     ("dynamic order", {"GPUKIT_PREFILL_SM90_OPT": "16"}),
     ("dynamic order hs=l2", {"GPUKIT_PREFILL_SM90_OPT": "16", "GPUKIT_PREFILL_SM90_HS": "l2"}),
     ("no K/V loads (wrong results)", {"GPUKIT_PREFILL_SM90_OPT": "1"}),

@@ -64,8 +64,10 @@ struct CfgWS {
 // by a polynomial (ex2_poly; correct results); bit 3: O is rescaled only when a row maximum of
 // the warp changed (exact: the skipped factors are 1). Instantiated for bf16, head_dim 128,
 // persistent.
-// bit 4: dynamic persistent order (the next item from an atomic counter, as CTAs get free).
-constexpr int kOptNoLoad = 1, kOptNoSoftmax = 2, kOptPolyExp = 4, kOptSkipRescale = 8, kOptDynamic = 16;
+// bit 4: dynamic persistent order (the next item from an atomic counter, as CTAs get free);
+// bit 5: two P register buffers, so that P_n is converted before O += P_{n-1} V_{n-1} is done.
+constexpr int kOptNoLoad = 1, kOptNoSoftmax = 2, kOptPolyExp = 4, kOptSkipRescale = 8, kOptDynamic = 16,
+              kOptDoubleP = 32;
 
 struct PersistOrder {
   int hs;  // heads per section (>= hq: one section)
@@ -246,8 +248,9 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
   const int cq = 2 * (lane & 3);
   const SoftmaxParams sp(a);
   constexpr bool kPoly = (OPT & kOptPolyExp) != 0;
+  constexpr int NPA = (OPT & kOptDoubleP) ? 2 : 1;
   float o[D / 2];
-  uint32_t pa[BN / 16][4];
+  uint32_t pa_buf[NPA][BN / 16][4];  // P_n in buffer n % NPA
 
   auto issue_s = [&](float (&p)[BN / 2], int s) {
     // The Q descriptors are recomputed per use from an opaque base rather than kept live
@@ -261,7 +264,7 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
       mma_ss<BN, BF16>(p, dq, dk, kk > 0);
     }
   };
-  auto issue_pv = [&](int s) {
+  auto issue_pv = [&](int s, const uint32_t (&pa)[BN / 16][4]) {
 #pragma unroll
     for (int j = 0; j < BN / 16; ++j) {
       const uint64_t dv = smem_desc(sV(s) + j * (16 * 128), BN * 128, 1024);
@@ -333,9 +336,11 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
         float al0 = 1.f, al1 = 1.f;
         if constexpr (!(OPT & kOptNoSoftmax))
           softmax_step<BN, kPoly>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0, lo1, hi1, al0, al1);
-        to_a_frags<BN, BF16>(p, pa);  // O is still zero: no rescale
+        to_a_frags<BN, BF16>(p, pa_buf[0]);  // O is still zero: no rescale
       }
-      for (int it = 1; it < ntiles; ++it) {
+      // Key tile it >= 1: S_it and O += P_{it-1} V_{it-1}; B: the buffer of P_it (NPA == 2) or 0.
+      auto step = [&](int it, auto b_) {
+        constexpr int B = decltype(b_)::value, PB = NPA == 2 ? 1 - B : 0;
         const int s = stage(g + it), ps = stage(g + it - 1);
         float p[BN / 2];
         mbar_wait(k_full(s), par(g + it));
@@ -344,7 +349,7 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
         wg_fence();
         issue_s(p, s);
         wg_commit();
-        issue_pv(ps);  // O += P_{n-1} V_{n-1} runs while the softmax of S_n does
+        issue_pv(ps, pa_buf[PB]);  // O += P_{n-1} V_{n-1} runs while the softmax of S_n does
         wg_commit();
         turn_pass(false);
         wg_wait<1>();
@@ -355,18 +360,37 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
         float al0 = 1.f, al1 = 1.f;
         if constexpr (!(OPT & kOptNoSoftmax))
           softmax_step<BN, kPoly>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0, lo1, hi1, al0, al1);
+        if constexpr (NPA == 2) to_a_frags<BN, BF16>(p, pa_buf[B]);  // buffer B's last reader is done
         wg_wait<0>();
         fence_regs(o);
         release(v_empty(ps));
         if (!(OPT & kOptSkipRescale) || !__all_sync(0xffffffffu, al0 == 1.f && al1 == 1.f))
           rescale(o, al0, al1);
-        to_a_frags<BN, BF16>(p, pa);
+        if constexpr (NPA == 1) to_a_frags<BN, BF16>(p, pa_buf[0]);
+      };
+      using I0 = std::integral_constant<int, 0>;
+      using I1 = std::integral_constant<int, 1>;
+      if constexpr (NPA == 2) {
+        int it = 1;
+        for (; it + 1 < ntiles; it += 2) {
+          step(it, I1{});
+          step(it + 1, I0{});
+        }
+        if (it < ntiles) step(it, I1{});
+        if ((ntiles - 1) & 1) {  // the last P is in buffer 1: the last product reads buffer 0
+#pragma unroll
+          for (int j = 0; j < BN / 16; ++j)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) pa_buf[0][j][r] = pa_buf[NPA - 1][j][r];
+        }
+      } else {
+        for (int it = 1; it < ntiles; ++it) step(it, I0{});
       }
       const int ls = stage(g + ntiles - 1);
       mbar_wait(v_full(ls), par(g + ntiles - 1));
       turn_wait();
       wg_fence();
-      issue_pv(ls);
+      issue_pv(ls, pa_buf[0]);
       wg_commit();
       turn_pass(true);
       wg_wait<0>();
@@ -425,6 +449,7 @@ bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, const W
         if (o == kOptSkipRescale && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptSkipRescale>;
         if (o == (P | kOptSkipRescale) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, P | kOptSkipRescale>;
         if (o == kOptDynamic && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptDynamic>;
+        if (o == kOptDoubleP && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptDoubleP>;
         if (pick && o == kOptDynamic) {
           static std::atomic<unsigned> slot{0};
           void* base = nullptr;
