@@ -115,6 +115,8 @@ EXPERIMENTS = [
     ("rescale when max changed", {"GPUKIT_PREFILL_SM90_OPT": "8"}),
     ("poly exp + rescale when changed", {"GPUKIT_PREFILL_SM90_OPT": "12"}),
     ("two P buffers", {"GPUKIT_PREFILL_SM90_OPT": "32"}),
+    ("two P buffers + rescale when changed", {"GPUKIT_PREFILL_SM90_OPT": "40"}),
+    ("two P buffers + rescale when changed + poly exp", {"GPUKIT_PREFILL_SM90_OPT": "44"}),
     ("dynamic order", {"GPUKIT_PREFILL_SM90_OPT": "16"}),
     ("dynamic order hs=l2", {"GPUKIT_PREFILL_SM90_OPT": "16", "GPUKIT_PREFILL_SM90_HS": "l2"}),
     ("no K/V loads (wrong results)", {"GPUKIT_PREFILL_SM90_OPT": "1"}),

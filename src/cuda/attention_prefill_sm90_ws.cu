@@ -450,6 +450,10 @@ bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, const W
         if (o == (P | kOptSkipRescale) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, P | kOptSkipRescale>;
         if (o == kOptDynamic && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptDynamic>;
         if (o == kOptDoubleP && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptDoubleP>;
+        if (o == (kOptDoubleP | kOptSkipRescale) && b == 0)
+          pick = k_prefill_ws<BF16, D, true, ST, true, kOptDoubleP | kOptSkipRescale>;
+        if (o == (kOptDoubleP | kOptSkipRescale | P) && b == 0)
+          pick = k_prefill_ws<BF16, D, true, ST, true, kOptDoubleP | kOptSkipRescale | P>;
         if (pick && o == kOptDynamic) {
           static std::atomic<unsigned> slot{0};
           void* base = nullptr;
