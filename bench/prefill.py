@@ -117,6 +117,7 @@ EXPERIMENTS = [
     ("two P buffers", {"GPUKIT_PREFILL_SM90_OPT": "32"}),
     ("two P buffers + rescale when changed", {"GPUKIT_PREFILL_SM90_OPT": "40"}),
     ("two P buffers + rescale when changed + poly exp", {"GPUKIT_PREFILL_SM90_OPT": "44"}),
+    ("turns chained across items", {"GPUKIT_PREFILL_SM90_OPT": "64"}),
     ("dynamic order", {"GPUKIT_PREFILL_SM90_OPT": "16"}),
     ("dynamic order hs=l2", {"GPUKIT_PREFILL_SM90_OPT": "16", "GPUKIT_PREFILL_SM90_HS": "l2"}),
     ("no K/V loads (wrong results)", {"GPUKIT_PREFILL_SM90_OPT": "1"}),

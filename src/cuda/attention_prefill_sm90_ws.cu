@@ -65,9 +65,11 @@ struct CfgWS {
 // the warp changed (exact: the skipped factors are 1). Instantiated for bf16, head_dim 128,
 // persistent.
 // bit 4: dynamic persistent order (the next item from an atomic counter, as CTAs get free);
-// bit 5: two P register buffers, so that P_n is converted before O += P_{n-1} V_{n-1} is done.
+// bit 5: two P register buffers, so that P_n is converted before O += P_{n-1} V_{n-1} is done;
+// bit 6: the ping-pong turns run on across items (warpgroup 0 may start an item while
+// warpgroup 1 still writes the previous one).
 constexpr int kOptNoLoad = 1, kOptNoSoftmax = 2, kOptPolyExp = 4, kOptSkipRescale = 8, kOptDynamic = 16,
-              kOptDoubleP = 32;
+              kOptDoubleP = 32, kOptChain = 64;
 
 struct PersistOrder {
   int hs;  // heads per section (>= hq: one section)
@@ -283,9 +285,13 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
   auto turn_wait = [&] {
     if constexpr (PP) asm volatile("bar.sync %0, 256;\n" ::"r"(1 + cw) : "memory");
   };
+  // kOptChain: warpgroup 1 opens only the first item and always signals; warpgroup 0 takes
+  // the one signal left over after the last item.
+  constexpr bool CHAIN = PP && (OPT & kOptChain) != 0;
+  bool opened = false;
   auto turn_pass = [&](bool last) {
     if constexpr (PP)
-      if (!(last && cw == 1)) asm volatile("bar.arrive %0, 256;\n" ::"r"(2 - cw) : "memory");
+      if (CHAIN || !(last && cw == 1)) asm volatile("bar.arrive %0, 256;\n" ::"r"(2 - cw) : "memory");
   };
 
   SeqTile t = t1;
@@ -318,7 +324,8 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
     if (ntiles == 0) release(q_empty);
     if (ntiles > 0) {
       if constexpr (PP)
-        if (cw == 1) asm volatile("bar.arrive 1, 256;\n" ::: "memory");  // warpgroup 0 goes first
+        if (cw == 1 && !(CHAIN && opened)) asm volatile("bar.arrive 1, 256;\n" ::: "memory");  // warpgroup 0 first
+      opened = true;
       {  // first tile: S_0 alone
         float p[BN / 2];
         const int s = stage(g);
@@ -402,6 +409,8 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
     store_rows<D, BF16>(o, st, og, int64_t(a.hq) * D, r0, t.Lq, cq);
     (void)r1;
   }
+  if constexpr (CHAIN)
+    if (opened && cw == 0) asm volatile("bar.sync 1, 256;\n" ::: "memory");
 #else
   __trap();  // launched only when sm_90a code was built (GPUKIT_SM90A)
 #endif
@@ -450,6 +459,7 @@ bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, const W
         if (o == (P | kOptSkipRescale) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, P | kOptSkipRescale>;
         if (o == kOptDynamic && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptDynamic>;
         if (o == kOptDoubleP && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptDoubleP>;
+        if (o == kOptChain && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptChain>;
         if (o == (kOptDoubleP | kOptSkipRescale) && b == 0)
           pick = k_prefill_ws<BF16, D, true, ST, true, kOptDoubleP | kOptSkipRescale>;
         if (o == (kOptDoubleP | kOptSkipRescale | P) && b == 0)
