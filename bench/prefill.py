@@ -8,6 +8,9 @@ gpukit reads torch tensors [S, H, D] through DLPack (zero-copy);
 torch SDPA is timed in several forms (contiguous [1, H, S, D] with the default backend choice, forced
 flash / cuDNN / memory-efficient, and flash on the [1, H, S, D] view of the shared tensors) and the
 fastest is the peer. TFLOP/s counts 4 * S^2 * D * Hq / 2 (causal half).
+The recorded gpukit and torch figures come from interleaved rounds (one call of each per round,
+medians), so that clock and temperature drift over the run falls on both alike; the figures of
+each timed on its own are printed too.
 Each size also prints the max |gpukit - torch| of the outputs and, in brackets, the TFLOP/s of the
 other sm_90 kernels (GPUKIT_PREFILL_SM90=1: cp.async, =2: warp-specialized without ping-pong,
 =3: ping-pong, one CTA per tile, =4: the same with 3 K/V stages, =6: persistent with 3 stages);
@@ -42,9 +45,9 @@ def sdpa_forms(torch, F, SDPBackend, sdpa_kernel, q, k, v, flops, rounds):
     forms = [("default", None, bhsd), ("flash", SDPBackend.FLASH_ATTENTION, bhsd),
              ("cudnn", SDPBackend.CUDNN_ATTENTION, bhsd), ("efficient", SDPBackend.EFFICIENT_ATTENTION, bhsd),
              ("flash on BSHD view", SDPBackend.FLASH_ATTENTION, view)]
-    best, best_name, best_out, shown = None, "", None, []
+    best, best_name, best_out, best_fn, shown = None, "", None, None, []
     for name, backend, (tq, tk, tv) in forms:
-        def run():
+        def run(tq=tq, tk=tk, tv=tv):
             return F.scaled_dot_product_attention(tq, tk, tv, is_causal=True, enable_gqa=gqa)
         try:
             if backend is None:
@@ -61,8 +64,38 @@ def sdpa_forms(torch, F, SDPBackend, sdpa_kernel, q, k, v, flops, rounds):
         shown.append(f"{name} {tf:.1f}")
         if best is None or tf > best:
             best, best_name, best_out = tf, f"torch SDPA {name}", out
+            if backend is None:
+                best_fn = run
+            else:
+                def best_fn(run=run, backend=backend):
+                    with sdpa_kernel(backend):
+                        return run()
     torch.cuda.synchronize()
-    return best, best_name, "; ".join(shown), best_out
+    return best, best_name, "; ".join(shown), best_out, best_fn
+
+
+def interleaved(fns, rounds):
+    """Times fns ((kind, fn) with kind "gk" or "torch": events of that library's stream) in
+    interleaved rounds, one call of each per round, so that clock and temperature drift over
+    the run falls on all of them alike. Returns the per-round milliseconds of each."""
+    import torch
+    for _, f in fns:  # warm-up
+        f()
+    gk.cuda.synchronize()
+    torch.cuda.synchronize()
+    out = [[] for _ in fns]
+    for _ in range(rounds):
+        for i, (kind, f) in enumerate(fns):
+            if kind == "gk":
+                a, b = gk.Event(), gk.Event()
+            else:
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            f()
+            b.record()
+            b.synchronize()
+            out[i].append(a.elapsed_time(b))
+    return out
 
 
 def sanitize(tool):
@@ -127,24 +160,31 @@ EXPERIMENTS = [
 
 
 def experiments(sizes, rounds):
-    """Times the default kernel under each EXPERIMENTS setting (environment set per call)."""
+    """Times the default kernel under each EXPERIMENTS setting (environment set per call), interleaved:
+    each round runs every setting once. Prints the median TFLOP/s of each and its ratio to the default."""
     keys = {k for _, env in EXPERIMENTS for k in env}
     D, H = 128, 32
+
+    def with_env(env, q, k, v):
+        def f():
+            for key in keys:
+                os.environ.pop(key, None)
+            os.environ.update(env)
+            return gk.nn.attention_prefill(q, k, v, causal=True)
+        return f
+
     for S in sizes:
         rng = __import__("numpy").random.default_rng(S)
         mk = lambda: gk.asarray(rng.standard_normal((S, H, D)).astype("float32")).astype("bfloat16").to("cuda")
         q, k, v = mk(), mk(), mk()
         flops = 4.0 * S * S * D * H / 2
-        cells = []
-        for label, env in EXPERIMENTS:
-            for key in keys:
-                os.environ.pop(key, None)
-            os.environ.update(env)
-            ms = common.time_cuda(lambda: gk.nn.attention_prefill(q, k, v, causal=True), rounds)
-            cells.append(f"{label} {flops / (common.median(ms) * 1e-3) / 1e12:.1f}")
+        ms = interleaved([("gk", with_env(env, q, k, v)) for _, env in EXPERIMENTS], rounds)
         for key in keys:
             os.environ.pop(key, None)
-        print(f"experiments S{S}_H{H}_D{D}_causal TFLOP/s: " + " | ".join(cells), flush=True)
+        tf = [flops / (common.median(m) * 1e-3) / 1e12 for m in ms]
+        cells = [f"{label} {t:.1f} ({t / tf[0]:.3f})" for (label, _), t in zip(EXPERIMENTS, tf)]
+        print(f"experiments S{S}_H{H}_D{D}_causal, interleaved, median TFLOP/s (ratio to default): "
+              + " | ".join(cells), flush=True)
         q = k = v = None
 
 
@@ -210,18 +250,26 @@ def main():
         gms = common.time_cuda(lambda: gk.nn.attention_prefill(gq, gk_, gv, causal=True), a.rounds)
         g_tf = flops / (common.median(gms) * 1e-3) / 1e12
         label = f"S{S}_H{Hq}_D{D}_causal" if Hq == Hkv else f"S{S}_Hq{Hq}_Hkv{Hkv}_D{D}_causal"
-        peer_tf, peer, err, forms = None, "", float("nan"), ""
+        peer_tf, peer, err, forms, h2h = None, "", float("nan"), "", ""
         if not a.no_peer:
-            peer_tf, peer, forms, ref = sdpa_forms(torch, F, SDPBackend, sdpa_kernel, q, k, v, flops, a.rounds)
+            seq_tf, peer, forms, ref, peer_fn = sdpa_forms(torch, F, SDPBackend, sdpa_kernel, q, k, v, flops,
+                                                           a.rounds)
             out = gk.nn.attention_prefill(gq, gk_, gv, causal=True)
             gk.cuda.synchronize()
             got = torch.from_dlpack(out).float()
             err = (got - ref[0].transpose(0, 1).float()).abs().max().item()
+            # The record: gpukit and the fastest torch form timed in interleaved rounds (drift-fair).
+            seq_g = g_tf
+            gms, pms = interleaved([("gk", lambda: gk.nn.attention_prefill(gq, gk_, gv, causal=True)),
+                                    ("torch", peer_fn)], a.rounds)
+            g_tf = flops / (common.median(gms) * 1e-3) / 1e12
+            peer_tf = flops / (common.median(pms) * 1e-3) / 1e12
+            h2h = f"   (timed one after the other: gpukit {seq_g:.1f}, torch {seq_tf:.1f})"
         print(f"attention_prefill {label:<28} gpukit {g_tf:7.1f} TFLOP/s ({common.median(gms):8.3f} ms)"
               + (f"   best torch: {peer} {peer_tf:7.1f} TFLOP/s   ratio {g_tf / peer_tf:5.2f}   max|diff| {err:.3g}"
                  if peer_tf else "") + other, flush=True)
         if forms:
-            print(f"    torch SDPA forms (TFLOP/s): {forms}", flush=True)
+            print(f"    interleaved rounds{h2h}; torch SDPA forms (TFLOP/s): {forms}", flush=True)
         records.append(common.record("attention_prefill", label, "bf16", "TFLOP/s", g_tf, peer, peer_tf, [
             flops / (t * 1e-3) / 1e12 for t in gms]))
         q = k = v = gq = gk_ = gv = None  # free before the next size
