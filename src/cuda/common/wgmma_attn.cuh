@@ -152,8 +152,11 @@ struct RowState {
 // keys outside [lo, hi) of each row (tile-relative: row r0 uses lo0/hi0, row
 // r0 + 8 lo1/hi1), scales and caps, turns p into exp2(x - new max) and returns
 // the rescale factors of the old state. MODE 0: scale > 0, no cap (the scale is
-// folded into the exponent's FMA); 1: any scale, no cap; 2: soft-cap.
-template <int BN, int MODE, bool MASK, bool POLY = false>
+// folded into the exponent's FMA); 1: any scale, no cap; 2: soft-cap. TRUNC (bf16 P):
+// p is cut to its upper 16 bits (a bf16 value, rounded toward 0) before the row sum, so
+// that to_a_frags<.., TRUNC> packs it with one byte permute and the sum l matches the P
+// the product uses (per-weight error within one bf16 unit, like rounding).
+template <int BN, int MODE, bool MASK, bool POLY = false, bool TRUNC = false>
 __device__ __forceinline__ void softmax_step_t(float (&p)[BN / 2], RowState& st, const SoftmaxParams& sp, int cq,
                                                int lo0, int hi0, int lo1, int hi1, float& al0, float& al1) {
 #pragma unroll
@@ -201,6 +204,10 @@ __device__ __forceinline__ void softmax_step_t(float (&p)[BN / 2], RowState& st,
     p[i + 1] = poly ? ex2_poly(fmaf(p[i + 1], f, -mu0)) : ex2(fmaf(p[i + 1], f, -mu0));
     p[i + 2] = ex2(fmaf(p[i + 2], f, -mu1));
     p[i + 3] = poly ? ex2_poly(fmaf(p[i + 3], f, -mu1)) : ex2(fmaf(p[i + 3], f, -mu1));
+    if constexpr (TRUNC) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) p[i + e] = __uint_as_float(__float_as_uint(p[i + e]) & 0xFFFF0000u);
+    }
     s0 += p[i] + p[i + 1];
     s1 += p[i + 2] + p[i + 3];
   }
@@ -211,7 +218,7 @@ __device__ __forceinline__ void softmax_step_t(float (&p)[BN / 2], RowState& st,
 // softmax_step_t for the key tile starting at key j0: masks only when the tile
 // crosses a key-range edge of the CTA's rows (need_mask), with the thread's row
 // ranges [lo0, hi0), [lo1, hi1) (keys of the sequence, clamped to [0, Lk]).
-template <int BN, bool POLY = false>
+template <int BN, bool POLY = false, bool TRUNC = false>
 __device__ __forceinline__ void softmax_step(float (&p)[BN / 2], RowState& st, const SoftmaxParams& sp,
                                              bool need_mask, int j0, int cq, int lo0, int hi0, int lo1, int hi1,
                                              float& al0, float& al1) {
@@ -219,14 +226,14 @@ __device__ __forceinline__ void softmax_step(float (&p)[BN / 2], RowState& st, c
   const int l0 = rel(lo0), h0 = rel(hi0), l1 = rel(lo1), h1 = rel(hi1);
   const int mode = sp.cap ? 2 : (sp.sc > 0.f ? 0 : 1);
   if (mode == 0) {
-    if (need_mask) softmax_step_t<BN, 0, true>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
-    else softmax_step_t<BN, 0, false, POLY>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    if (need_mask) softmax_step_t<BN, 0, true, false, TRUNC>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    else softmax_step_t<BN, 0, false, POLY, TRUNC>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
   } else if (mode == 1) {
-    if (need_mask) softmax_step_t<BN, 1, true>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
-    else softmax_step_t<BN, 1, false>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    if (need_mask) softmax_step_t<BN, 1, true, false, TRUNC>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    else softmax_step_t<BN, 1, false, false, TRUNC>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
   } else {
-    if (need_mask) softmax_step_t<BN, 2, true>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
-    else softmax_step_t<BN, 2, false>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    if (need_mask) softmax_step_t<BN, 2, true, false, TRUNC>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    else softmax_step_t<BN, 2, false, false, TRUNC>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
   }
 }
 
@@ -241,13 +248,19 @@ __device__ __forceinline__ void rescale(float (&o)[N], float al0, float al1) {
   }
 }
 
-// P (fp32 accumulator layout) -> register A fragments of BN / 16 k16 steps.
-template <int BN, bool BF16>
+// P (fp32 accumulator layout) -> register A fragments of BN / 16 k16 steps. TRUNC (bf16,
+// p already cut to bf16 values by softmax_step<.., TRUNC>): the upper halves, one byte permute.
+template <int BN, bool BF16, bool TRUNC = false>
 __device__ __forceinline__ void to_a_frags(const float (&p)[BN / 2], uint32_t (&pa)[BN / 16][4]) {
+  static_assert(!TRUNC || BF16, "truncated P is bf16 only");
 #pragma unroll
   for (int j = 0; j < BN / 16; ++j) {
 #pragma unroll
-    for (int r = 0; r < 4; ++r) pa[j][r] = pack2<BF16>(p[8 * j + 2 * r], p[8 * j + 2 * r + 1]);
+    for (int r = 0; r < 4; ++r) {
+      const float lo = p[8 * j + 2 * r], hi = p[8 * j + 2 * r + 1];
+      if constexpr (TRUNC) pa[j][r] = __byte_perm(__float_as_uint(lo), __float_as_uint(hi), 0x7632);
+      else pa[j][r] = pack2<BF16>(lo, hi);
+    }
   }
 }
 
