@@ -140,6 +140,7 @@ def sanitize(tool):
 # (label, environment) of the --experiments table; "OPT" runs are timing experiments only.
 EXPERIMENTS = [
     ("default", {}),
+    ("row max by a chain (before B)", {"GPUKIT_PREFILL_SM90_OPT": "256"}),
     ("hs=l2", {"GPUKIT_PREFILL_SM90_HS": "l2"}),
     ("3-stage", {"GPUKIT_PREFILL_SM90": "6"}),
     ("bn=160", {"GPUKIT_PREFILL_SM90_BN": "160"}),

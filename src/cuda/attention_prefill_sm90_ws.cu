@@ -68,9 +68,10 @@ struct CfgWS {
 // bit 5: two P register buffers, so that P_n is converted before O += P_{n-1} V_{n-1} is done;
 // bit 6: the ping-pong turns run on across items (warpgroup 0 may start an item while
 // warpgroup 1 still writes the previous one); bit 7 (bf16): P cut to bf16 by truncation,
-// packed by byte permutes instead of conversions (row sums of the cut values).
+// packed by byte permutes instead of conversions (row sums of the cut values); bit 8: row
+// maxima by a chain instead of a tree (the previous form).
 constexpr int kOptNoLoad = 1, kOptNoSoftmax = 2, kOptPolyExp = 4, kOptSkipRescale = 8, kOptDynamic = 16,
-              kOptDoubleP = 32, kOptChain = 64, kOptTruncP = 128;
+              kOptDoubleP = 32, kOptChain = 64, kOptTruncP = 128, kOptChainMax = 256;
 
 struct PersistOrder {
   int hs;  // heads per section (>= hq: one section)
@@ -251,6 +252,7 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
   const int cq = 2 * (lane & 3);
   const SoftmaxParams sp(a);
   constexpr bool kPoly = (OPT & kOptPolyExp) != 0, kTrunc = BF16 && (OPT & kOptTruncP) != 0;
+  constexpr bool kChainMax = (OPT & kOptChainMax) != 0;
   constexpr int NPA = (OPT & kOptDoubleP) ? 2 : 1;
   float o[D / 2];
   uint32_t pa_buf[NPA][BN / 16][4];  // P_n in buffer n % NPA
@@ -343,7 +345,8 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
         const int j0 = n_begin * BN;
         float al0 = 1.f, al1 = 1.f;
         if constexpr (!(OPT & kOptNoSoftmax))
-          softmax_step<BN, kPoly, kTrunc>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0, lo1, hi1, al0, al1);
+          softmax_step<BN, kPoly, kTrunc, kChainMax>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0,
+                                                     lo1, hi1, al0, al1);
         to_a_frags<BN, BF16, kTrunc>(p, pa_buf[0]);  // O is still zero: no rescale
       }
       // Key tile it >= 1: S_it and O += P_{it-1} V_{it-1}; B: the buffer of P_it (NPA == 2) or 0.
@@ -367,7 +370,8 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
         const int j0 = (n_begin + it) * BN;
         float al0 = 1.f, al1 = 1.f;
         if constexpr (!(OPT & kOptNoSoftmax))
-          softmax_step<BN, kPoly, kTrunc>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0, lo1, hi1, al0, al1);
+          softmax_step<BN, kPoly, kTrunc, kChainMax>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0,
+                                                     lo1, hi1, al0, al1);
         if constexpr (NPA == 2) to_a_frags<BN, BF16, kTrunc>(p, pa_buf[B]);  // buffer B's last reader is done
         wg_wait<0>();
         fence_regs(o);
@@ -462,6 +466,7 @@ bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, const W
         if (o == kOptDoubleP && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptDoubleP>;
         if (o == kOptChain && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptChain>;
         if (o == kOptTruncP && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptTruncP>;
+        if (o == kOptChainMax && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptChainMax>;
         if (o == (kOptTruncP | kOptDoubleP) && b == 0)
           pick = k_prefill_ws<BF16, D, true, ST, true, kOptTruncP | kOptDoubleP>;
         if (o == (kOptTruncP | P) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptTruncP | P>;

@@ -143,6 +143,17 @@ struct SoftmaxParams {
   }
 };
 
+// t[0] = max of t[0 .. N) by halving (unrolled; N known at compile time).
+template <int N, int M>
+__device__ __forceinline__ void fold_max(float (&t)[M]) {
+  if constexpr (N > 1) {
+    constexpr int H = (N + 1) / 2;
+#pragma unroll
+    for (int k = 0; k + H < N; ++k) t[k] = fmaxf(t[k], t[k + H]);
+    fold_max<H>(t);
+  }
+}
+
 // Running max / sum of this thread's two rows (row and row + 8 of the fragment).
 struct RowState {
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
@@ -156,7 +167,7 @@ struct RowState {
 // p is cut to its upper 16 bits (a bf16 value, rounded toward 0) before the row sum, so
 // that to_a_frags<.., TRUNC> packs it with one byte permute and the sum l matches the P
 // the product uses (per-weight error within one bf16 unit, like rounding).
-template <int BN, int MODE, bool MASK, bool POLY = false, bool TRUNC = false>
+template <int BN, int MODE, bool MASK, bool POLY = false, bool TRUNC = false, bool CHAINMAX = false>
 __device__ __forceinline__ void softmax_step_t(float (&p)[BN / 2], RowState& st, const SoftmaxParams& sp, int cq,
                                                int lo0, int hi0, int lo1, int hi1, float& al0, float& al1) {
 #pragma unroll
@@ -171,12 +182,25 @@ __device__ __forceinline__ void softmax_step_t(float (&p)[BN / 2], RowState& st,
     }
     p[i] = x;
   }
-  float mx0 = -INFINITY, mx1 = -INFINITY;
+  // Row maxima as a tree (depth log2(BN / 8) + 1 instead of a chain of BN / 8): the
+  // exponentials wait for them. (Same value in any order.)
+  float t0[BN / 8], t1[BN / 8];
 #pragma unroll
-  for (int i = 0; i < BN / 2; i += 4) {
-    mx0 = fmaxf(mx0, fmaxf(p[i], p[i + 1]));
-    mx1 = fmaxf(mx1, fmaxf(p[i + 2], p[i + 3]));
+  for (int k = 0; k < BN / 8; ++k) {
+    t0[k] = fmaxf(p[4 * k], p[4 * k + 1]);
+    t1[k] = fmaxf(p[4 * k + 2], p[4 * k + 3]);
   }
+  if constexpr (CHAINMAX) {  // (the previous form, kept for timing comparisons)
+#pragma unroll
+    for (int k = 1; k < BN / 8; ++k) {
+      t0[0] = fmaxf(t0[0], t0[k]);
+      t1[0] = fmaxf(t1[0], t1[k]);
+    }
+  } else {
+    fold_max<BN / 8>(t0);
+    fold_max<BN / 8>(t1);
+  }
+  float mx0 = t0[0], mx1 = t1[0];
 #pragma unroll
   for (int o = 1; o < 4; o <<= 1) {
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
@@ -218,7 +242,7 @@ __device__ __forceinline__ void softmax_step_t(float (&p)[BN / 2], RowState& st,
 // softmax_step_t for the key tile starting at key j0: masks only when the tile
 // crosses a key-range edge of the CTA's rows (need_mask), with the thread's row
 // ranges [lo0, hi0), [lo1, hi1) (keys of the sequence, clamped to [0, Lk]).
-template <int BN, bool POLY = false, bool TRUNC = false>
+template <int BN, bool POLY = false, bool TRUNC = false, bool CM = false>
 __device__ __forceinline__ void softmax_step(float (&p)[BN / 2], RowState& st, const SoftmaxParams& sp,
                                              bool need_mask, int j0, int cq, int lo0, int hi0, int lo1, int hi1,
                                              float& al0, float& al1) {
@@ -226,14 +250,14 @@ __device__ __forceinline__ void softmax_step(float (&p)[BN / 2], RowState& st, c
   const int l0 = rel(lo0), h0 = rel(hi0), l1 = rel(lo1), h1 = rel(hi1);
   const int mode = sp.cap ? 2 : (sp.sc > 0.f ? 0 : 1);
   if (mode == 0) {
-    if (need_mask) softmax_step_t<BN, 0, true, false, TRUNC>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
-    else softmax_step_t<BN, 0, false, POLY, TRUNC>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    if (need_mask) softmax_step_t<BN, 0, true, false, TRUNC, CM>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    else softmax_step_t<BN, 0, false, POLY, TRUNC, CM>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
   } else if (mode == 1) {
-    if (need_mask) softmax_step_t<BN, 1, true, false, TRUNC>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
-    else softmax_step_t<BN, 1, false, false, TRUNC>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    if (need_mask) softmax_step_t<BN, 1, true, false, TRUNC, CM>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    else softmax_step_t<BN, 1, false, false, TRUNC, CM>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
   } else {
-    if (need_mask) softmax_step_t<BN, 2, true, false, TRUNC>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
-    else softmax_step_t<BN, 2, false, false, TRUNC>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    if (need_mask) softmax_step_t<BN, 2, true, false, TRUNC, CM>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    else softmax_step_t<BN, 2, false, false, TRUNC, CM>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
   }
 }
 
