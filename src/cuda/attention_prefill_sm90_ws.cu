@@ -260,19 +260,23 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
   auto issue_s = [&](float (&p)[BN / 2], int s) {
     // The Q descriptors are recomputed per use from an opaque base rather than kept live
     // across the loop (16 registers: with wide key tiles they would spill).
+    // Descriptors are a base plus the step's byte offset / 16 (the 14-bit address field
+    // cannot carry: shared addresses stay below 256 KiB).
     uint32_t qb = sQ + cw * (64 * 128);
     asm volatile("" : "+r"(qb));
+    const uint64_t dq0 = smem_desc(qb, 16, 1024), dk0 = smem_desc(sK(s), 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      const uint64_t dq = smem_desc(qb + (kk / 4) * (BM * 128) + (kk % 4) * 32, 16, 1024);
-      const uint64_t dk = smem_desc(sK(s) + (kk / 4) * (BN * 128) + (kk % 4) * 32, 16, 1024);
+      const uint64_t dq = dq0 + uint64_t(((kk / 4) * (BM * 128) + (kk % 4) * 32) >> 4);
+      const uint64_t dk = dk0 + uint64_t(((kk / 4) * (BN * 128) + (kk % 4) * 32) >> 4);
       mma_ss<BN, BF16>(p, dq, dk, kk > 0);
     }
   };
   auto issue_pv = [&](int s, const uint32_t (&pa)[BN / 16][4]) {
+    const uint64_t dv0 = smem_desc(sV(s), BN * 128, 1024);
 #pragma unroll
     for (int j = 0; j < BN / 16; ++j) {
-      const uint64_t dv = smem_desc(sV(s) + j * (16 * 128), BN * 128, 1024);
+      const uint64_t dv = dv0 + uint64_t((j * (16 * 128)) >> 4);
       mma_rs_mn<D, BF16>(o, pa[j], dv, 1);
     }
   };
