@@ -182,8 +182,13 @@ void launch(const PrefillArgs& a, unsigned ny, cudaStream_t st) {
 // ping-pong scheduling of its consumer warpgroups, "4" ping-pong with three K/V
 // stages, "5" ping-pong in a persistent grid (one sequence only; with
 // cu_seqlens it runs as "3"), "6" persistent with three stages. Default: "5"
-// (H200, causal bf16 H=32 D=128: 251 / 556 / 554 TFLOP/s at S = 1K / 4K / 16K
-// against 240 / 526 / 540 for "3" in the same run).
+// (H200, 2026-11-30 checkpoint B, causal bf16 H=32 D=128, timed one call after the
+// other: 245 / 516 / 554 TFLOP/s at S = 1K / 4K / 16K against 228 / 505 / 556 for "3";
+// interleaved with torch SDPA: 316 / 544 / 590 against its best form's 249 / 469 / 546).
+// The experiments of the persistent kernel (GPUKIT_PREFILL_SM90_OPT / _BN / _HS, see
+// attention_prefill_sm90_ws.cu) all measured at or below the default there (interleaved
+// medians, bench/prefill.py --experiments): the default stays OPT 0, 128-key tiles, one
+// section of all heads.
 int variant_from_env() {
   const char* e = std::getenv("GPUKIT_PREFILL_SM90");
   if (e && e[0] >= '0' && e[0] <= '6' && e[1] == 0) return e[0] - '0';
