@@ -182,12 +182,29 @@ void launch(const PrefillArgs& a, unsigned ny, cudaStream_t st) {
 // ping-pong scheduling of its consumer warpgroups, "4" ping-pong with three K/V
 // stages, "5" ping-pong in a persistent grid (one sequence only; with
 // cu_seqlens it runs as "3"), "6" persistent with three stages. Default: "5"
-// (H200, causal bf16 H=32 D=128: 251 / 556 / 554 TFLOP/s at S = 1K / 4K / 16K
-// against 240 / 526 / 540 for "3" in the same run).
+// (H200, 2026-11-30 checkpoint B, causal bf16 H=32 D=128, timed one call after the
+// other: 245 / 516 / 554 TFLOP/s at S = 1K / 4K / 16K against 228 / 505 / 556 for "3";
+// interleaved with torch SDPA: 316 / 544 / 590 against its best form's 249 / 469 / 546).
+// The experiments of the persistent kernel (GPUKIT_PREFILL_SM90_OPT / _BN / _HS, see
+// attention_prefill_sm90_ws.cu) all measured at or below the default there (interleaved
+// medians, bench/prefill.py --experiments): the default stays OPT 0, 128-key tiles, one
+// section of all heads.
 int variant_from_env() {
   const char* e = std::getenv("GPUKIT_PREFILL_SM90");
   if (e && e[0] >= '0' && e[0] <= '6' && e[1] == 0) return e[0] - '0';
   return 5;
+}
+// GPUKIT_PREFILL_SM90_HS: heads per section of the persistent order (0: all heads,
+// "-1" / "l2": sized for L2); GPUKIT_PREFILL_SM90_OPT: a timing experiment of the
+// persistent kernel (bench only; 1: no K/V loads, 2: no softmax; both give wrong results);
+// GPUKIT_PREFILL_SM90_BN: keys per tile of the persistent bf16 head_dim 128 kernel (128,
+// 160, 176, 192).
+sm90::WsTuning tuning_from_env() {
+  sm90::WsTuning tu;
+  if (const char* e = std::getenv("GPUKIT_PREFILL_SM90_HS")) tu.hs = std::strcmp(e, "l2") == 0 ? -1 : std::atoi(e);
+  if (const char* e = std::getenv("GPUKIT_PREFILL_SM90_OPT")) tu.opt = std::atoi(e);
+  if (const char* e = std::getenv("GPUKIT_PREFILL_SM90_BN")) tu.bn = std::atoi(e);
+  return tu;
 }
 // GPUKIT_PREFILL_SM90_LOG set: one stderr line per call naming the kernel that ran.
 void log_choice(const PrefillArgs& a, const char* kernel) {
@@ -199,7 +216,8 @@ void log_choice(const PrefillArgs& a, const char* kernel) {
 #endif
 
 // attention_prefill_sm90_ws.cu
-bool attention_prefill_sm90_ws(const PrefillArgs& a, bool pingpong, int stages, bool persist, void* stream);
+bool attention_prefill_sm90_ws(const PrefillArgs& a, bool pingpong, int stages, bool persist, const sm90::WsTuning& tu,
+                               void* stream);
 
 // Runs a wgmma kernel when one applies (sm_90 device, sm_90a code built,
 // bf16/fp16, head_dim 64/128/256, 16-byte aligned rows): the warp-specialized
@@ -224,7 +242,7 @@ bool attention_prefill_sm90(const PrefillArgs& a, void* stream) {
   if (ny > 65535 || a.hq > 65535 || ny <= 0) return false;
   if (a.Tq > INT32_MAX - 1024 || a.Tk > INT32_MAX - 1024) return false;  // 32-bit key indices in the kernels
   const int stages = variant == 4 || variant == 6 ? 3 : 2;
-  if (variant >= 2 && attention_prefill_sm90_ws(a, variant >= 3, stages, variant >= 5, stream)) {
+  if (variant >= 2 && attention_prefill_sm90_ws(a, variant >= 3, stages, variant >= 5, tuning_from_env(), stream)) {
     static const char* names[] = {"", "", "sm90 warp-specialized", "sm90 warp-specialized ping-pong",
                                   "sm90 warp-specialized ping-pong 3-stage",
                                   "sm90 warp-specialized ping-pong persistent",

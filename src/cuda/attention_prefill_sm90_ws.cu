@@ -19,8 +19,17 @@
 // (attention_prefill_sm90.cu): each output row is written by one thread of one
 // CTA and every sum has a fixed order, so results are bitwise reproducible.
 // Keys past the end of the sequence (read from the next sequence or
-// zero-filled past the tensor) always get probability 0.
+// zero-filled past the tensor) always get probability 0; where the last key
+// tile of a sequence reads rows of the next sequence, the producer warp zeroes
+// those V rows in shared memory before the consumers see the tile, so Inf / NaN
+// there cannot reach the output through 0 * Inf in P V.
+// Persistent item order (PersistOrder): heads are taken in sections of `hs`
+// heads (all heads by default); inside a section the longest query tiles of all
+// its heads come first. Smaller sections keep the K / V rows that concurrently
+// running CTAs read within L2 (on the H200 that did not pay: the default is one
+// section; see the experiment bits below for what else was measured).
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -28,6 +37,7 @@
 #include "cuda/common/tma.cuh"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/common/wgmma_attn.cuh"
+#include "cuda/common/wgmma_wide.cuh"
 #include "ops/nn_args.h"
 
 namespace gk::cuda {
@@ -38,27 +48,55 @@ using namespace sm90;
 
 constexpr int kCons = 2;  // consumer warpgroups
 
-template <int D, int ST>  // ST: K / V pipeline stages
+constexpr int default_bn(int D) { return D == 256 ? 64 : 128; }
+
+template <int D, int ST, int BN_ = default_bn(D)>  // ST: K / V pipeline stages; BN_: keys per tile
 struct CfgWS {
   static constexpr int BM = 64 * kCons;
-  static constexpr int BN = D == 256 ? 64 : 128;
+  static constexpr int BN = BN_;
   static constexpr int Q_BYTES = BM * D * 2;
   static constexpr int KV_BYTES = BN * D * 2;
-  static constexpr int SMEM = Q_BYTES + 2 * ST * KV_BYTES + 1024;  // K, V x ST stages; + alignment slack
   static constexpr int THREADS = 128 * (kCons + 1);
 };
 
-template <bool BF16, int D, bool PP, int ST, bool PERSIST>
-__global__ void __launch_bounds__(CfgWS<D, ST>::THREADS, 1)
+// Timing experiments (template OPT, bench only, GPUKIT_PREFILL_SM90_OPT): bit 0: no K / V
+// loads after the first ST tiles (memory taken out; WRONG results), bit 1: no softmax
+// (P = S unscaled; WRONG results); bit 2: a quarter of the exponentials of unmasked tiles
+// by a polynomial (ex2_poly; correct results); bit 3: O is rescaled only when a row maximum of
+// the warp changed (exact: the skipped factors are 1). Instantiated for bf16, head_dim 128,
+// persistent.
+// bit 4: dynamic persistent order (the next item from an atomic counter, as CTAs get free);
+// bit 5: two P register buffers, so that P_n is converted before O += P_{n-1} V_{n-1} is done;
+// bit 6: the ping-pong turns run on across items (warpgroup 0 may start an item while
+// warpgroup 1 still writes the previous one); bit 7 (bf16): P cut to bf16 by truncation,
+// packed by byte permutes instead of conversions (row sums of the cut values); bit 8: row
+// maxima by a chain instead of a tree (the previous form).
+constexpr int kOptNoLoad = 1, kOptNoSoftmax = 2, kOptPolyExp = 4, kOptSkipRescale = 8, kOptDynamic = 16,
+              kOptDoubleP = 32, kOptChain = 64, kOptTruncP = 128, kOptChainMax = 256;
+
+struct PersistOrder {
+  int hs;  // heads per section (>= hq: one section)
+  int* counter;  // kOptDynamic: items taken after the first gridDim.x (zeroed before the launch)
+};
+
+// Counters of the dynamic order: one per launch in flight (a rotating slot, zeroed on the
+// launch's stream before it).
+constexpr int kCounterSlots = 256;
+__device__ int g_item_counters[kCounterSlots];
+
+template <bool BF16, int D, bool PP, int ST, bool PERSIST, int OPT = 0, int BNT = default_bn(D)>
+__global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
     k_prefill_ws(const __grid_constant__ PrefillArgs a, const __grid_constant__ CUtensorMap tq,
-                 const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv) {
+                 const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
+                 const PersistOrder po) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using C = CfgWS<D, ST>;
+  using C = CfgWS<D, ST, BNT>;
   constexpr int BM = C::BM, BN = C::BN, NCB = D / 64;
   extern __shared__ char smem_raw[];
   __shared__ int sh_find[2];
-  // k_full[ST], v_full[ST], k_empty[ST], v_empty[ST], q_full, q_empty
-  __shared__ __align__(8) uint64_t bars[2 + 4 * ST];
+  __shared__ int sh_item[2];  // kOptDynamic: item of round k in slot k & 1 (-1: none)
+  // k_full[ST], v_full[ST], k_empty[ST], v_empty[ST], q_full, q_empty, v_fix
+  __shared__ __align__(8) uint64_t bars[3 + 4 * ST];
   const uint32_t sbase = (uint32_t(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
   const uint32_t sQ = sbase;
   auto sK = [&](int s) { return sbase + C::Q_BYTES + s * C::KV_BYTES; };
@@ -68,7 +106,7 @@ __global__ void __launch_bounds__(CfgWS<D, ST>::THREADS, 1)
   auto v_full = [&](int s) { return b0 + 8u * (ST + s); };
   auto k_empty = [&](int s) { return b0 + 8u * (2 * ST + s); };
   auto v_empty = [&](int s) { return b0 + 8u * (3 * ST + s); };
-  const uint32_t q_full = b0 + 8u * (4 * ST), q_empty = q_full + 8u;
+  const uint32_t q_full = b0 + 8u * (4 * ST), q_empty = q_full + 8u, v_fix = q_full + 16u;
   // K / V tile number g (counted over all items of the CTA) uses stage g % ST for the
   // (g / ST)-th time: barrier phase parity (g / ST) & 1.
   auto stage = [](int it) { return it % ST; };
@@ -77,28 +115,28 @@ __global__ void __launch_bounds__(CfgWS<D, ST>::THREADS, 1)
   const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
   // Work items (query tile, head). One per CTA: (blockIdx.y, blockIdx.x), varlen lookup
   // by find_tile. PERSIST (one sequence, no cu_seqlens): round k gives this CTA item
-  // w (see below), tile y = w / hq (y = 0 is the longest), head w % hq.
+  // w (see below): tile y (y = 0 is the longest) of a head, in sections of po.hs heads.
   SeqTile t1{};
   if constexpr (!PERSIST)
     if (!find_tile<BM>(a, int(blockIdx.y), t1, sh_find)) return;
   const int nblk = PERSIST ? int((a.Tq + BM - 1) / BM) : 1;
-  auto item = [&](int k, SeqTile& t, int& h) -> bool {
-    if constexpr (!PERSIST) {
-      t = t1;
-      h = int(blockIdx.x);
-      return k == 0;
-    } else {
-      // Snake order: even rounds give CTA i the i-th item, odd rounds the (G - 1 - i)-th,
-      // so that no CTA always draws the longest tile of a round.
-      const int G = int(gridDim.x), i = int(blockIdx.x);
-      const int w = k * G + ((k & 1) ? G - 1 - i : i);
-      if (w >= nblk * a.hq) return false;
-      const int y = w / a.hq;
-      h = w - y * a.hq;
-      t = SeqTile{0, 0, a.Tq, a.Tk, (nblk - 1 - y) * BM};
-      return true;
-    }
+  constexpr bool DYN = PERSIST && (OPT & kOptDynamic) != 0;
+  // PERSIST, static order: round k's item. Snake order: even rounds give CTA i the i-th
+  // item, odd rounds the (G - 1 - i)-th, so that no CTA always draws the longest tile of a
+  // round. (Dynamic order: CTA i starts with item i and then takes them from the counter.)
+  auto static_item = [&](int k) {
+    const int G = int(gridDim.x), i = int(blockIdx.x);
+    return k * G + ((k & 1) ? G - 1 - i : i);
   };
+  // Item w: sections of po.hs heads; inside one, item r is tile y = r / hn of head h0 + r % hn.
+  auto decode = [&](int w, SeqTile& t, int& h) {
+    const int per = nblk * po.hs, sec = w / per, r = w - sec * per;
+    const int h0 = sec * po.hs, hn = min(po.hs, a.hq - h0);
+    const int y = r / hn;
+    h = h0 + (r - y * hn);
+    t = SeqTile{0, 0, a.Tq, a.Tk, (nblk - 1 - y) * BM};
+  };
+  const int n_items = PERSIST ? nblk * a.hq : 1;
   // The key tiles [n_begin, n_begin + ntiles) of an item and the CTA's mask edges.
   struct Tiles {
     int n_begin, ntiles, hi_first, lo_last;
@@ -113,6 +151,7 @@ __global__ void __launch_bounds__(CfgWS<D, ST>::THREADS, 1)
   if (tid == 0) {
     mbar_init(q_full, 1);
     mbar_init(q_empty, 4 * kCons);
+    mbar_init(v_fix, 1);
     for (int s = 0; s < ST; ++s) {
       mbar_init(k_full(s), 1);
       mbar_init(v_full(s), 1);
@@ -125,28 +164,83 @@ __global__ void __launch_bounds__(CfgWS<D, ST>::THREADS, 1)
 
   if (wg == 0) {  // ---- producer ----
     setmaxnreg_dec<24>();
-    if (tid == 0) {
-      SeqTile t;
-      int h, g = 0;  // g: K / V tiles loaded so far (all items)
-      for (int k = 0; item(k, t, h); ++k) {
+    if (tid < 32) {  // warp 0: lane 0 issues the copies; the warp zeroes V rows past a sequence
+      const bool leader = tid == 0;
+      SeqTile t = t1;
+      int h = int(blockIdx.x), g = 0, nfix = 0;  // g: K / V tiles loaded so far (all items); nfix: uses of v_fix
+      int next = int(blockIdx.x);  // DYN: the item after the current one
+      for (int k = 0;; ++k) {
+        if (k > 0) mbar_wait(q_empty, uint32_t(k - 1) & 1u);  // the previous item's last S is done
+        if constexpr (PERSIST) {
+          const int w = DYN ? next : static_item(k);
+          if constexpr (DYN) {
+            if (leader) {
+              sh_item[k & 1] = w < n_items ? w : -1;
+              if (w < n_items) next = atomicAdd(po.counter, 1) + int(gridDim.x);
+            }
+            next = __shfl_sync(0xffffffffu, next, 0);
+            if (w >= n_items) {
+              if (leader) mbar_arrive(q_full);  // wakes the consumers to read -1
+              break;
+            }
+          }
+          if (w >= n_items) break;
+          decode(w, t, h);
+        } else if (k > 0) {
+          break;
+        }
         const RowRange rr{t.Lk - t.Lq, t.Lk, a.window, a.causal};
         const Tiles tl = tiles_of(t, rr);
         const int kvh = h / (a.hq / a.hkv);
-        if (k > 0) mbar_wait(q_empty, uint32_t(k - 1) & 1u);  // the previous item's last S is done
-        mbar_expect_tx(q_full, C::Q_BYTES);
+        if (leader) {
+          mbar_expect_tx(q_full, C::Q_BYTES);
 #pragma unroll
-        for (int c = 0; c < NCB; ++c) tma_load_3d(sQ + c * (BM * 128), &tq, q_full, 64 * c, h, int(t.q0 + t.m0));
+          for (int c = 0; c < NCB; ++c) tma_load_3d(sQ + c * (BM * 128), &tq, q_full, 64 * c, h, int(t.q0 + t.m0));
+        }
         for (int it = 0; it < tl.ntiles; ++it, ++g) {
           const int s = stage(g);
-          const int row = int(t.k0 + int64_t(tl.n_begin + it) * BN);
+          const int j0 = (tl.n_begin + it) * BN;  // sequence-relative first key of the tile
+          const int row = int(t.k0 + j0);
+          const bool skip = (OPT & kOptNoLoad) && g >= ST;
           if (g >= ST) mbar_wait(k_empty(s), par(g - ST));
-          mbar_expect_tx(k_full(s), C::KV_BYTES);
+          if (leader) {
+            if (skip) {
+              mbar_arrive(k_full(s));
+            } else {
+              mbar_expect_tx(k_full(s), C::KV_BYTES);
 #pragma unroll
-          for (int c = 0; c < NCB; ++c) tma_load_3d(sK(s) + c * (BN * 128), &tk, k_full(s), 64 * c, kvh, row);
+              for (int c = 0; c < NCB; ++c) tma_load_3d(sK(s) + c * (BN * 128), &tk, k_full(s), 64 * c, kvh, row);
+            }
+          }
           if (g >= ST) mbar_wait(v_empty(s), par(g - ST));
-          mbar_expect_tx(v_full(s), C::KV_BYTES);
+          // Rows valid .. BN - 1 of the tile belong to the next sequence (rows past the tensor
+          // are zero-filled by the copy): load onto v_fix, zero them, then complete v_full.
+          const int valid = int(min(int64_t(BN), t.Lk - j0));
+          const bool fix = valid < BN && t.k0 + t.Lk < a.Tk;
+          if (leader) {
+            if (skip) {
+              mbar_arrive(v_full(s));
+            } else {
+              const uint32_t bar = fix ? v_fix : v_full(s);
+              mbar_expect_tx(bar, C::KV_BYTES);
 #pragma unroll
-          for (int c = 0; c < NCB; ++c) tma_load_3d(sV(s) + c * (BN * 128), &tv, v_full(s), 64 * c, kvh, row);
+              for (int c = 0; c < NCB; ++c) tma_load_3d(sV(s) + c * (BN * 128), &tv, bar, 64 * c, kvh, row);
+            }
+          }
+          if (fix && !skip) {
+            mbar_wait(v_fix, uint32_t(nfix++) & 1u);
+            // Row r of column block c: 128 bytes at c * BN * 128 + r * 128 (the swizzle only
+            // permutes the 16-byte chunks inside a row).
+            const int n16 = (BN - valid) * NCB * 8;
+            for (int u = lane; u < n16; u += 32) {
+              const int r = valid + u / (NCB * 8), c = (u / 8) % NCB, ch = u % 8;
+              const uint32_t at = sV(s) + c * (BN * 128) + r * 128 + ch * 16;
+              asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(at), "r"(0u) : "memory");
+            }
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // visible to wgmma
+            __syncwarp();
+            if (leader) mbar_arrive(v_full(s));
+          }
         }
       }
     }
@@ -158,21 +252,32 @@ __global__ void __launch_bounds__(CfgWS<D, ST>::THREADS, 1)
   const int cw = wg - 1, warp = (tid % 128) / 32;
   const int cq = 2 * (lane & 3);
   const SoftmaxParams sp(a);
+  constexpr bool kPoly = (OPT & kOptPolyExp) != 0, kTrunc = BF16 && (OPT & kOptTruncP) != 0;
+  constexpr bool kChainMax = (OPT & kOptChainMax) != 0;
+  constexpr int NPA = (OPT & kOptDoubleP) ? 2 : 1;
   float o[D / 2];
-  uint32_t pa[BN / 16][4];
+  uint32_t pa_buf[NPA][BN / 16][4];  // P_n in buffer n % NPA
 
   auto issue_s = [&](float (&p)[BN / 2], int s) {
+    // The Q descriptors are recomputed per use from an opaque base rather than kept live
+    // across the loop (16 registers: with wide key tiles they would spill).
+    // Descriptors are a base plus the step's byte offset / 16 (the 14-bit address field
+    // cannot carry: shared addresses stay below 256 KiB).
+    uint32_t qb = sQ + cw * (64 * 128);
+    asm volatile("" : "+r"(qb));
+    const uint64_t dq0 = smem_desc(qb, 16, 1024), dk0 = smem_desc(sK(s), 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      const uint64_t dq = smem_desc(sQ + (kk / 4) * (BM * 128) + cw * (64 * 128) + (kk % 4) * 32, 16, 1024);
-      const uint64_t dk = smem_desc(sK(s) + (kk / 4) * (BN * 128) + (kk % 4) * 32, 16, 1024);
+      const uint64_t dq = dq0 + uint64_t(((kk / 4) * (BM * 128) + (kk % 4) * 32) >> 4);
+      const uint64_t dk = dk0 + uint64_t(((kk / 4) * (BN * 128) + (kk % 4) * 32) >> 4);
       mma_ss<BN, BF16>(p, dq, dk, kk > 0);
     }
   };
-  auto issue_pv = [&](int s) {
+  auto issue_pv = [&](int s, const uint32_t (&pa)[BN / 16][4]) {
+    const uint64_t dv0 = smem_desc(sV(s), BN * 128, 1024);
 #pragma unroll
     for (int j = 0; j < BN / 16; ++j) {
-      const uint64_t dv = smem_desc(sV(s) + j * (16 * 128), BN * 128, 1024);
+      const uint64_t dv = dv0 + uint64_t((j * (16 * 128)) >> 4);
       mma_rs_mn<D, BF16>(o, pa[j], dv, 1);
     }
   };
@@ -188,14 +293,32 @@ __global__ void __launch_bounds__(CfgWS<D, ST>::THREADS, 1)
   auto turn_wait = [&] {
     if constexpr (PP) asm volatile("bar.sync %0, 256;\n" ::"r"(1 + cw) : "memory");
   };
+  // kOptChain: warpgroup 1 opens only the first item and always signals; warpgroup 0 takes
+  // the one signal left over after the last item.
+  constexpr bool CHAIN = PP && (OPT & kOptChain) != 0;
+  bool opened = false;
   auto turn_pass = [&](bool last) {
     if constexpr (PP)
-      if (!(last && cw == 1)) asm volatile("bar.arrive %0, 256;\n" ::"r"(2 - cw) : "memory");
+      if (CHAIN || !(last && cw == 1)) asm volatile("bar.arrive %0, 256;\n" ::"r"(2 - cw) : "memory");
   };
 
-  SeqTile t;
-  int h, g = 0;  // g: K / V tiles consumed so far (all items)
-  for (int k = 0; item(k, t, h); ++k) {
+  SeqTile t = t1;
+  int h = int(blockIdx.x), g = 0;  // g: K / V tiles consumed so far (all items)
+  for (int k = 0;; ++k) {
+    if constexpr (PERSIST) {
+      int w;
+      if constexpr (DYN) {
+        mbar_wait(q_full, uint32_t(k) & 1u);  // the producer stored the item before arriving
+        w = *static_cast<volatile int*>(&sh_item[k & 1]);
+        if (w < 0) break;
+      } else {
+        w = static_item(k);
+        if (w >= n_items) break;
+      }
+      decode(w, t, h);
+    } else if (k > 0) {
+      break;
+    }
     const RowRange rr{t.Lk - t.Lq, t.Lk, a.window, a.causal};
     const Tiles tl = tiles_of(t, rr);
     const int ntiles = tl.ntiles, n_begin = tl.n_begin, hi_first = tl.hi_first, lo_last = tl.lo_last;
@@ -205,11 +328,12 @@ __global__ void __launch_bounds__(CfgWS<D, ST>::THREADS, 1)
     for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
     RowState st;
 
-    mbar_wait(q_full, uint32_t(k) & 1u);
+    if constexpr (!DYN) mbar_wait(q_full, uint32_t(k) & 1u);
     if (ntiles == 0) release(q_empty);
     if (ntiles > 0) {
       if constexpr (PP)
-        if (cw == 1) asm volatile("bar.arrive 1, 256;\n" ::: "memory");  // warpgroup 0 goes first
+        if (cw == 1 && !(CHAIN && opened)) asm volatile("bar.arrive 1, 256;\n" ::: "memory");  // warpgroup 0 first
+      opened = true;
       {  // first tile: S_0 alone
         float p[BN / 2];
         const int s = stage(g);
@@ -224,11 +348,15 @@ __global__ void __launch_bounds__(CfgWS<D, ST>::THREADS, 1)
         release(k_empty(s));
         if (ntiles == 1) release(q_empty);
         const int j0 = n_begin * BN;
-        float al0, al1;
-        softmax_step<BN>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0, lo1, hi1, al0, al1);
-        to_a_frags<BN, BF16>(p, pa);  // O is still zero: no rescale
+        float al0 = 1.f, al1 = 1.f;
+        if constexpr (!(OPT & kOptNoSoftmax))
+          softmax_step<BN, kPoly, kTrunc, kChainMax>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0,
+                                                     lo1, hi1, al0, al1);
+        to_a_frags<BN, BF16, kTrunc>(p, pa_buf[0]);  // O is still zero: no rescale
       }
-      for (int it = 1; it < ntiles; ++it) {
+      // Key tile it >= 1: S_it and O += P_{it-1} V_{it-1}; B: the buffer of P_it (NPA == 2) or 0.
+      auto step = [&](int it, auto b_) {
+        constexpr int B = decltype(b_)::value, PB = NPA == 2 ? 1 - B : 0;
         const int s = stage(g + it), ps = stage(g + it - 1);
         float p[BN / 2];
         mbar_wait(k_full(s), par(g + it));
@@ -237,7 +365,7 @@ __global__ void __launch_bounds__(CfgWS<D, ST>::THREADS, 1)
         wg_fence();
         issue_s(p, s);
         wg_commit();
-        issue_pv(ps);  // O += P_{n-1} V_{n-1} runs while the softmax of S_n does
+        issue_pv(ps, pa_buf[PB]);  // O += P_{n-1} V_{n-1} runs while the softmax of S_n does
         wg_commit();
         turn_pass(false);
         wg_wait<1>();
@@ -245,19 +373,41 @@ __global__ void __launch_bounds__(CfgWS<D, ST>::THREADS, 1)
         release(k_empty(s));
         if (it == ntiles - 1) release(q_empty);
         const int j0 = (n_begin + it) * BN;
-        float al0, al1;
-        softmax_step<BN>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0, lo1, hi1, al0, al1);
+        float al0 = 1.f, al1 = 1.f;
+        if constexpr (!(OPT & kOptNoSoftmax))
+          softmax_step<BN, kPoly, kTrunc, kChainMax>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0,
+                                                     lo1, hi1, al0, al1);
+        if constexpr (NPA == 2) to_a_frags<BN, BF16, kTrunc>(p, pa_buf[B]);  // buffer B's last reader is done
         wg_wait<0>();
         fence_regs(o);
         release(v_empty(ps));
-        rescale(o, al0, al1);
-        to_a_frags<BN, BF16>(p, pa);
+        if (!(OPT & kOptSkipRescale) || !__all_sync(0xffffffffu, al0 == 1.f && al1 == 1.f))
+          rescale(o, al0, al1);
+        if constexpr (NPA == 1) to_a_frags<BN, BF16, kTrunc>(p, pa_buf[0]);
+      };
+      using I0 = std::integral_constant<int, 0>;
+      using I1 = std::integral_constant<int, 1>;
+      if constexpr (NPA == 2) {
+        int it = 1;
+        for (; it + 1 < ntiles; it += 2) {
+          step(it, I1{});
+          step(it + 1, I0{});
+        }
+        if (it < ntiles) step(it, I1{});
+        if ((ntiles - 1) & 1) {  // the last P is in buffer 1: the last product reads buffer 0
+#pragma unroll
+          for (int j = 0; j < BN / 16; ++j)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) pa_buf[0][j][r] = pa_buf[NPA - 1][j][r];
+        }
+      } else {
+        for (int it = 1; it < ntiles; ++it) step(it, I0{});
       }
       const int ls = stage(g + ntiles - 1);
       mbar_wait(v_full(ls), par(g + ntiles - 1));
       turn_wait();
       wg_fence();
-      issue_pv(ls);
+      issue_pv(ls, pa_buf[0]);
       wg_commit();
       turn_pass(true);
       wg_wait<0>();
@@ -269,22 +419,33 @@ __global__ void __launch_bounds__(CfgWS<D, ST>::THREADS, 1)
     store_rows<D, BF16>(o, st, og, int64_t(a.hq) * D, r0, t.Lq, cq);
     (void)r1;
   }
+  if constexpr (CHAIN)
+    if (opened && cw == 0) asm volatile("bar.sync 1, 256;\n" ::: "memory");
 #else
   __trap();  // launched only when sm_90a code was built (GPUKIT_SM90A)
 #endif
 }
 
+// Heads per section of the persistent order: hs > 0 as given; 0: all heads (one
+// section); -1: as many heads as keep their K and V within kL2Budget bytes.
+int heads_per_section(const PrefillArgs& a, int hs) {
+  constexpr double kL2Budget = 24.0 * (1 << 20);
+  if (hs == 0) return a.hq;
+  if (hs < 0) {
+    const double per_head = double(a.Tk) * a.D * 2 * 2 / double(a.hq / a.hkv);  // K + V bytes per q head
+    hs = int(std::max(1.0, kL2Budget / std::max(per_head, 1.0)));
+  }
+  return std::min(hs, a.hq);
+}
+
 template <bool BF16, int D, int ST>
-bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, cudaStream_t st) {
+bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, const WsTuning& tu, cudaStream_t st) {
   using C = CfgWS<D, ST>;
-  CUtensorMap mq, mk, mv;
-  const uint64_t e = 2;  // bytes per element
-  if (!make_tmap_3d(&mq, a.q, BF16, D, uint64_t(a.hq), uint64_t(a.Tq), a.q_hs * e, a.q_ts * e, 64, 1, C::BM) ||
-      !make_tmap_3d(&mk, a.k, BF16, D, uint64_t(a.hkv), uint64_t(a.Tk), a.k_hs * e, a.k_ts * e, 64, 1, C::BN) ||
-      !make_tmap_3d(&mv, a.v, BF16, D, uint64_t(a.hkv), uint64_t(a.Tk), a.v_hs * e, a.v_ts * e, 64, 1, C::BN))
-    return false;
+  using Kern = void (*)(PrefillArgs, CUtensorMap, CUtensorMap, CUtensorMap, PersistOrder);
   dim3 grid{unsigned(a.hq), ny, 1u};
-  auto kern = pp ? k_prefill_ws<BF16, D, true, ST, false> : k_prefill_ws<BF16, D, false, ST, false>;
+  PersistOrder po{a.hq, nullptr};
+  int bn = C::BN;
+  Kern kern = pp ? k_prefill_ws<BF16, D, true, ST, false> : k_prefill_ws<BF16, D, false, ST, false>;
   if constexpr (D <= 128) {  // (head_dim 256 would spill registers)
     if (persist && !a.cu_q) {  // one CTA per multiprocessor walks the (tile, head) items
       int dev = 0, sms = 0;
@@ -293,11 +454,56 @@ bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, cudaStr
       const int64_t items = (a.Tq + C::BM - 1) / C::BM * a.hq;
       if (items > INT32_MAX / 2) return false;
       kern = k_prefill_ws<BF16, D, true, ST, true>;
+      if constexpr (BF16 && D == 128 && ST == 2) {  // run-time experiments (bench); others: default
+        constexpr int P = kOptPolyExp;
+        const int o = tu.opt, b = tu.bn == 128 ? 0 : tu.bn;
+        Kern pick = nullptr;
+        if (o == kOptNoLoad && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptNoLoad>;
+        if (o == kOptNoSoftmax && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptNoSoftmax>;
+        if (o == P && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, P>;
+        if (o == 0 && b == 160) pick = k_prefill_ws<BF16, D, true, ST, true, 0, 160>;
+        if (o == 0 && b == 176) pick = k_prefill_ws<BF16, D, true, ST, true, 0, 176>;
+        if (o == 0 && b == 192) pick = k_prefill_ws<BF16, D, true, ST, true, 0, 192>;
+        if (o == P && b == 176) pick = k_prefill_ws<BF16, D, true, ST, true, P, 176>;
+        if (o == kOptSkipRescale && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptSkipRescale>;
+        if (o == (P | kOptSkipRescale) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, P | kOptSkipRescale>;
+        if (o == kOptDynamic && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptDynamic>;
+        if (o == kOptDoubleP && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptDoubleP>;
+        if (o == kOptChain && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptChain>;
+        if (o == kOptTruncP && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptTruncP>;
+        if (o == kOptChainMax && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptChainMax>;
+        if (o == (kOptTruncP | kOptDoubleP) && b == 0)
+          pick = k_prefill_ws<BF16, D, true, ST, true, kOptTruncP | kOptDoubleP>;
+        if (o == (kOptTruncP | P) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptTruncP | P>;
+        if (o == (kOptDoubleP | kOptSkipRescale) && b == 0)
+          pick = k_prefill_ws<BF16, D, true, ST, true, kOptDoubleP | kOptSkipRescale>;
+        if (o == (kOptDoubleP | kOptSkipRescale | P) && b == 0)
+          pick = k_prefill_ws<BF16, D, true, ST, true, kOptDoubleP | kOptSkipRescale | P>;
+        if (pick && o == kOptDynamic) {
+          static std::atomic<unsigned> slot{0};
+          void* base = nullptr;
+          GK_CUDA_CHECK(cudaGetSymbolAddress(&base, g_item_counters));
+          po.counter = static_cast<int*>(base) + slot.fetch_add(1) % kCounterSlots;
+          GK_CUDA_CHECK(cudaMemsetAsync(po.counter, 0, sizeof(int), st));
+        }
+        if (pick) {
+          kern = pick;
+          if (b) bn = b;
+        }
+      }
       grid = dim3{unsigned(std::min<int64_t>(items, std::max(sms, 1))), 1u, 1u};
+      po.hs = heads_per_section(a, tu.hs);
     }
   }
-  GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
-  kern<<<grid, C::THREADS, C::SMEM, st>>>(a, mq, mk, mv);
+  CUtensorMap mq, mk, mv;
+  const uint64_t e = 2;  // bytes per element
+  if (!make_tmap_3d(&mq, a.q, BF16, D, uint64_t(a.hq), uint64_t(a.Tq), a.q_hs * e, a.q_ts * e, 64, 1, C::BM) ||
+      !make_tmap_3d(&mk, a.k, BF16, D, uint64_t(a.hkv), uint64_t(a.Tk), a.k_hs * e, a.k_ts * e, 64, 1, bn) ||
+      !make_tmap_3d(&mv, a.v, BF16, D, uint64_t(a.hkv), uint64_t(a.Tk), a.v_hs * e, a.v_ts * e, 64, 1, bn))
+    return false;
+  const int smem = C::Q_BYTES + 2 * ST * bn * D * 2 + 1024;  // Q, K and V x ST stages; + alignment slack
+  GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kern<<<grid, C::THREADS, smem, st>>>(a, mq, mk, mv, po);
   GK_LAUNCH_CHECK("attention_prefill_sm90_ws");
   return true;
 }
@@ -309,7 +515,8 @@ bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, cudaStr
 // the caller has checked the device (sm_90),
 // dtype, head_dim and 16-byte alignment. false: not applicable (tensor maps
 // rejected, e.g. zero-size or over-large dims), the caller falls back.
-bool attention_prefill_sm90_ws(const PrefillArgs& a, bool pingpong, int stages, bool persist, void* stream) {
+bool attention_prefill_sm90_ws(const PrefillArgs& a, bool pingpong, int stages, bool persist, const sm90::WsTuning& tu,
+                               void* stream) {
 #if defined(GPUKIT_SM90A) && GPUKIT_SM90A
   constexpr int BM = 64 * kCons;
   if (a.Tq <= 0 || a.Tk <= 0 || a.Tq > INT32_MAX || a.Tk > INT32_MAX) return false;
@@ -323,8 +530,8 @@ bool attention_prefill_sm90_ws(const PrefillArgs& a, bool pingpong, int stages, 
     constexpr bool B = decltype(bf16)::value;
     constexpr int DD = decltype(d)::value;
     if constexpr (DD <= 128)  // 3 stages fit in shared memory for head_dim 64 and 128
-      if (stages == 3) return launch_ws<B, DD, 3>(a, y, pingpong, persist, st);
-    return launch_ws<B, DD, 2>(a, y, pingpong, persist, st);
+      if (stages == 3) return launch_ws<B, DD, 3>(a, y, pingpong, persist, tu, st);
+    return launch_ws<B, DD, 2>(a, y, pingpong, persist, tu, st);
   };
   using T = std::true_type;
   using F = std::false_type;
@@ -339,6 +546,7 @@ bool attention_prefill_sm90_ws(const PrefillArgs& a, bool pingpong, int stages, 
   (void)pingpong;
   (void)stages;
   (void)persist;
+  (void)tu;
   (void)stream;
   return false;
 #endif

@@ -14,7 +14,10 @@ gpu = pytest.mark.skipif(not CUDA, reason="no CUDA device")
 TOL = {"bfloat16": 2e-2, "float16": 4e-3}
 
 
-_VARIANT_ENV = {"sm90pp": "3", "sm90ws": "2", "sm90p3": "4", "sm90ps": "5", "sm90s3": "6", "sm90cp": "1"}
+_VARIANT_ENV = {"sm90pp": "3", "sm90ws": "2", "sm90p3": "4", "sm90ps": "5", "sm90s3": "6", "sm90cp": "1",
+                "sm90n176": "5:176", "sm90hs1": "5:0:1", "sm90poly": "5:0:0:12",
+                "sm90dyn": "5:0:2:16", "sm90p2": "5:0:0:32", "sm90chain": "5:0:0:64",
+                "sm90trunc": "5:0:0:160"}
 
 
 @pytest.fixture(autouse=True, params=list(_VARIANT_ENV))
@@ -22,8 +25,18 @@ def kernel_variant(request, monkeypatch):
     """Runs each test with each sm_90 kernel (GPUKIT_PREFILL_SM90): the warp-specialized TMA kernel
     with ping-pong scheduling (3), without it (2), with three K/V stages (4), in a persistent grid
     (5, the default; one sequence only, else as 3), persistent with three stages (6) and the
-    cp.async kernel (1). Elsewhere all of them run the generic kernel. Select one with -k sm90pp etc."""
-    monkeypatch.setenv("GPUKIT_PREFILL_SM90", _VARIANT_ENV[request.param])
+    cp.async kernel (1); and the persistent kernel with 176-key tiles (GPUKIT_PREFILL_SM90_BN, bf16
+    head_dim 128 only), in sections of one head (GPUKIT_PREFILL_SM90_HS) or with some exponentials
+    by a polynomial and O rescaled only when a maximum changed (GPUKIT_PREFILL_SM90_OPT=12, bf16
+    head_dim 128), in the dynamic order (atomic counter; OPT=16, sections of 2 heads), with two P
+    register buffers (OPT=32), with the ping-pong turns chained across items (OPT=64), or with P cut
+    to bf16 by truncation and two P buffers (OPT=160). Elsewhere all of them run the
+    generic kernel. Select one with -k sm90pp etc."""
+    variant, *rest = _VARIANT_ENV[request.param].split(":")
+    monkeypatch.setenv("GPUKIT_PREFILL_SM90", variant)
+    for name, val in zip(("GPUKIT_PREFILL_SM90_BN", "GPUKIT_PREFILL_SM90_HS", "GPUKIT_PREFILL_SM90_OPT"), rest):
+        if val != "0":
+            monkeypatch.setenv(name, val)
     monkeypatch.setenv("GPUKIT_PREFILL_SM90_LOG", "1")  # stderr names the kernel that ran
     return request.param
 
@@ -73,7 +86,10 @@ def ref(q, k, v, cuq, cuk, causal=True, scale=None, window=None, softcap=None):
 
 def check(got, want, tol, what=""):
     import os
-    what = f"[{os.environ.get('GPUKIT_PREFILL_SM90', 'default')}] {what}"
+    env = os.environ.get('GPUKIT_PREFILL_SM90', 'default')
+    env += "".join(f" {k[20:]}={os.environ[k]}" for k in ("GPUKIT_PREFILL_SM90_BN", "GPUKIT_PREFILL_SM90_HS",
+                                                         "GPUKIT_PREFILL_SM90_OPT") if k in os.environ)
+    what = f"[{env}] {what}"
     got = np.asarray(got, np.float64)
     err = np.abs(got - want)
     bad = ~(err <= tol + tol * np.abs(want))  # NaN counts as bad
@@ -157,6 +173,32 @@ def test_varlen_prefix(D, causal, dev_cu):
 
 
 @gpu
+@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("causal", [True, False])
+def test_varlen_poisoned_neighbours(D, causal):
+    """The last key tile of a sequence also reads the next sequence's rows. Here those rows hold NaN,
+    +-Inf and 3e38 (sequences 1 and 3 have keys but no queries, sequence 4 is all poison, its query
+    rows too): they must not reach sequences 0 and 2 (masked scores, zero probabilities, and no
+    0 * Inf in P V)."""
+    lq, prefix = [100, 0, 37, 0, 20], [0, 28, 5, 60, 0]
+    cuq, cuk = _varlen(lq, prefix)
+    q, k, v = case(int(cuq[-1]), int(cuk[-1]), 4, 2, D, "bfloat16", seed=D + causal)
+    qn, kn, vn = (np.array(gk.to_numpy(x.astype("float32")), np.float32) for x in (q, k, v))
+    bad = np.array([np.nan, np.inf, -np.inf, 3e38, -3e38], np.float32)
+    for b in (1, 3, 4):
+        for a in (kn, vn):
+            rows = a[cuk[b]:cuk[b + 1]]
+            rows[...] = bad[np.arange(rows.size).reshape(rows.shape) % bad.size]
+    qn[cuq[4]:cuq[5]] = np.nan
+    q, k, v = (gk.asarray(x).astype("bfloat16") for x in (qn, kn, vn))
+    out = f64(run(q, k, v, cuq, cuk, causal=causal))
+    want = ref(f64(q), f64(k), f64(v), cuq, cuk, causal)
+    for b in (0, 2):
+        r = slice(int(cuq[b]), int(cuq[b + 1]))
+        check(out[r], want[r], TOL["bfloat16"], f"sequence {b} beside poisoned rows, D={D} causal={causal}")
+
+
+@gpu
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("Lq,Lk", [(100, 1000), (1, 777), (300, 300), (129, 4000), (50, 20)])
 def test_chunked_prefix(Lq, Lk, dtype):
@@ -206,6 +248,29 @@ def test_poisoned_output_and_determinism(D):
             diff = np.argwhere(res[0] != res[i])
             raise AssertionError(f"run {i} differs from run 0 at {len(diff)} elements, first {diff[0].tolist()}")
     check(f64(out), ref(f64(q), f64(k), f64(v), cuq, cuk), TOL["bfloat16"], f"poisoned D={D}")
+
+
+@gpu
+def test_persistent_many_items_poisoned_and_deterministic():
+    """One sequence (no cu_seqlens: the persistent kernel), more (tile, head) items than
+    multiprocessors: every row written under two poisons, bit-identical across runs, correct."""
+    L, Hq, Hkv = 2000, 16, 4
+    q, k, v = case(L, L, Hq, Hkv, 128, "bfloat16", seed=17)
+    res = []
+    for p in (0xFF, 0x5A, -1):
+        gk._C._debug_alloc_poison(p)
+        try:
+            out = run(q, k, v)
+            gk.cuda.synchronize()
+        finally:
+            gk._C._debug_alloc_poison(-1)
+        res.append(gk.to_numpy(out.to("cpu")).view(np.uint16).copy())
+    for i in (1, 2):
+        if not np.array_equal(res[0], res[i]):
+            diff = np.argwhere(res[0] != res[i])
+            raise AssertionError(f"run {i} differs from run 0 at {len(diff)} elements, first {diff[0].tolist()}")
+    one = np.array([0, L])
+    check(f64(out), ref(f64(q), f64(k), f64(v), one, one), TOL["bfloat16"], "persistent, many items")
 
 
 @gpu

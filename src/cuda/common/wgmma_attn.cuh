@@ -12,10 +12,33 @@
 
 namespace gk::cuda::sm90 {
 
+// Run-time choices of the warp-specialized kernel (attention_prefill_sm90_ws.cu), read
+// from the environment by the dispatch: opt selects a timing experiment (0: none),
+// hs the heads per section of the persistent order (0: all heads, -1: sized for L2),
+// bn the keys per tile of the persistent bf16 head_dim 128 kernel (0: default 128).
+struct WsTuning {
+  int opt = 0;
+  int hs = 0;
+  int bn = 0;
+};
+
 __device__ __forceinline__ float ex2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+}
+
+// 2^x for x <= 0 on the FMA and integer pipes (no MUFU): x = n + f with n = round(x),
+// f in [-0.5, 0.5]; 2^f by a cubic (relative error 1.1e-4, far below the bf16 / fp16 rounding
+// of P); n added to the exponent. x is clamped to -125 (2^-125 for smaller x: not 0).
+__device__ __forceinline__ float ex2_poly(float x) {
+  x = fmaxf(x, -125.f);
+  const float t = x + 12582912.f;  // 1.5 * 2^23: round(x) lands in the low mantissa bits
+  const float f = x - (t - 12582912.f);
+  float y = fmaf(0.05592203512787819f, f, 0.24264007806777954f);
+  y = fmaf(y, f, 0.6931210160255432f);
+  y = fmaf(y, f, 0.9999244809150696f);
+  return __int_as_float(__float_as_int(y) + (__float_as_int(t) << 23));
 }
 
 template <bool BF16>
@@ -120,6 +143,17 @@ struct SoftmaxParams {
   }
 };
 
+// t[0] = max of t[0 .. N) by halving (unrolled; N known at compile time).
+template <int N, int M>
+__device__ __forceinline__ void fold_max(float (&t)[M]) {
+  if constexpr (N > 1) {
+    constexpr int H = (N + 1) / 2;
+#pragma unroll
+    for (int k = 0; k + H < N; ++k) t[k] = fmaxf(t[k], t[k + H]);
+    fold_max<H>(t);
+  }
+}
+
 // Running max / sum of this thread's two rows (row and row + 8 of the fragment).
 struct RowState {
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
@@ -129,8 +163,11 @@ struct RowState {
 // keys outside [lo, hi) of each row (tile-relative: row r0 uses lo0/hi0, row
 // r0 + 8 lo1/hi1), scales and caps, turns p into exp2(x - new max) and returns
 // the rescale factors of the old state. MODE 0: scale > 0, no cap (the scale is
-// folded into the exponent's FMA); 1: any scale, no cap; 2: soft-cap.
-template <int BN, int MODE, bool MASK>
+// folded into the exponent's FMA); 1: any scale, no cap; 2: soft-cap. TRUNC (bf16 P):
+// p is cut to its upper 16 bits (a bf16 value, rounded toward 0) before the row sum, so
+// that to_a_frags<.., TRUNC> packs it with one byte permute and the sum l matches the P
+// the product uses (per-weight error within one bf16 unit, like rounding).
+template <int BN, int MODE, bool MASK, bool POLY = false, bool TRUNC = false, bool CHAINMAX = false>
 __device__ __forceinline__ void softmax_step_t(float (&p)[BN / 2], RowState& st, const SoftmaxParams& sp, int cq,
                                                int lo0, int hi0, int lo1, int hi1, float& al0, float& al1) {
 #pragma unroll
@@ -145,12 +182,25 @@ __device__ __forceinline__ void softmax_step_t(float (&p)[BN / 2], RowState& st,
     }
     p[i] = x;
   }
-  float mx0 = -INFINITY, mx1 = -INFINITY;
+  // Row maxima as a tree (depth log2(BN / 8) + 1 instead of a chain of BN / 8): the
+  // exponentials wait for them. (Same value in any order.)
+  float t0[BN / 8], t1[BN / 8];
 #pragma unroll
-  for (int i = 0; i < BN / 2; i += 4) {
-    mx0 = fmaxf(mx0, fmaxf(p[i], p[i + 1]));
-    mx1 = fmaxf(mx1, fmaxf(p[i + 2], p[i + 3]));
+  for (int k = 0; k < BN / 8; ++k) {
+    t0[k] = fmaxf(p[4 * k], p[4 * k + 1]);
+    t1[k] = fmaxf(p[4 * k + 2], p[4 * k + 3]);
   }
+  if constexpr (CHAINMAX) {  // (the previous form, kept for timing comparisons)
+#pragma unroll
+    for (int k = 1; k < BN / 8; ++k) {
+      t0[0] = fmaxf(t0[0], t0[k]);
+      t1[0] = fmaxf(t1[0], t1[k]);
+    }
+  } else {
+    fold_max<BN / 8>(t0);
+    fold_max<BN / 8>(t1);
+  }
+  float mx0 = t0[0], mx1 = t1[0];
 #pragma unroll
   for (int o = 1; o < 4; o <<= 1) {
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
@@ -170,10 +220,18 @@ __device__ __forceinline__ void softmax_step_t(float (&p)[BN / 2], RowState& st,
   float s0 = 0.f, s1 = 0.f;
 #pragma unroll
   for (int i = 0; i < BN / 2; i += 4) {
+    // POLY (unmasked tiles only, so masked keys still get exactly 0): a quarter of the
+    // exponentials on the FMA pipe, to unload the MUFU pipe.
+    constexpr bool kPoly = POLY && !MASK;
+    const bool poly = kPoly && ((i / 4) & 1);
     p[i] = ex2(fmaf(p[i], f, -mu0));
-    p[i + 1] = ex2(fmaf(p[i + 1], f, -mu0));
+    p[i + 1] = poly ? ex2_poly(fmaf(p[i + 1], f, -mu0)) : ex2(fmaf(p[i + 1], f, -mu0));
     p[i + 2] = ex2(fmaf(p[i + 2], f, -mu1));
-    p[i + 3] = ex2(fmaf(p[i + 3], f, -mu1));
+    p[i + 3] = poly ? ex2_poly(fmaf(p[i + 3], f, -mu1)) : ex2(fmaf(p[i + 3], f, -mu1));
+    if constexpr (TRUNC) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) p[i + e] = __uint_as_float(__float_as_uint(p[i + e]) & 0xFFFF0000u);
+    }
     s0 += p[i] + p[i + 1];
     s1 += p[i + 2] + p[i + 3];
   }
@@ -184,7 +242,7 @@ __device__ __forceinline__ void softmax_step_t(float (&p)[BN / 2], RowState& st,
 // softmax_step_t for the key tile starting at key j0: masks only when the tile
 // crosses a key-range edge of the CTA's rows (need_mask), with the thread's row
 // ranges [lo0, hi0), [lo1, hi1) (keys of the sequence, clamped to [0, Lk]).
-template <int BN>
+template <int BN, bool POLY = false, bool TRUNC = false, bool CM = false>
 __device__ __forceinline__ void softmax_step(float (&p)[BN / 2], RowState& st, const SoftmaxParams& sp,
                                              bool need_mask, int j0, int cq, int lo0, int hi0, int lo1, int hi1,
                                              float& al0, float& al1) {
@@ -192,14 +250,14 @@ __device__ __forceinline__ void softmax_step(float (&p)[BN / 2], RowState& st, c
   const int l0 = rel(lo0), h0 = rel(hi0), l1 = rel(lo1), h1 = rel(hi1);
   const int mode = sp.cap ? 2 : (sp.sc > 0.f ? 0 : 1);
   if (mode == 0) {
-    if (need_mask) softmax_step_t<BN, 0, true>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
-    else softmax_step_t<BN, 0, false>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    if (need_mask) softmax_step_t<BN, 0, true, false, TRUNC, CM>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    else softmax_step_t<BN, 0, false, POLY, TRUNC, CM>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
   } else if (mode == 1) {
-    if (need_mask) softmax_step_t<BN, 1, true>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
-    else softmax_step_t<BN, 1, false>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    if (need_mask) softmax_step_t<BN, 1, true, false, TRUNC, CM>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    else softmax_step_t<BN, 1, false, false, TRUNC, CM>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
   } else {
-    if (need_mask) softmax_step_t<BN, 2, true>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
-    else softmax_step_t<BN, 2, false>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    if (need_mask) softmax_step_t<BN, 2, true, false, TRUNC, CM>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    else softmax_step_t<BN, 2, false, false, TRUNC, CM>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
   }
 }
 
@@ -214,13 +272,19 @@ __device__ __forceinline__ void rescale(float (&o)[N], float al0, float al1) {
   }
 }
 
-// P (fp32 accumulator layout) -> register A fragments of BN / 16 k16 steps.
-template <int BN, bool BF16>
+// P (fp32 accumulator layout) -> register A fragments of BN / 16 k16 steps. TRUNC (bf16,
+// p already cut to bf16 values by softmax_step<.., TRUNC>): the upper halves, one byte permute.
+template <int BN, bool BF16, bool TRUNC = false>
 __device__ __forceinline__ void to_a_frags(const float (&p)[BN / 2], uint32_t (&pa)[BN / 16][4]) {
+  static_assert(!TRUNC || BF16, "truncated P is bf16 only");
 #pragma unroll
   for (int j = 0; j < BN / 16; ++j) {
 #pragma unroll
-    for (int r = 0; r < 4; ++r) pa[j][r] = pack2<BF16>(p[8 * j + 2 * r], p[8 * j + 2 * r + 1]);
+    for (int r = 0; r < 4; ++r) {
+      const float lo = p[8 * j + 2 * r], hi = p[8 * j + 2 * r + 1];
+      if constexpr (TRUNC) pa[j][r] = __byte_perm(__float_as_uint(lo), __float_as_uint(hi), 0x7632);
+      else pa[j][r] = pack2<BF16>(lo, hi);
+    }
   }
 }
 
