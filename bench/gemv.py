@@ -15,8 +15,10 @@ host launch overhead is not counted - for torch too. Every format is checked on 
 rows against float64 products with its exact dequantization before it is timed.
 
 bf16_tc / bf16_m8_tc: bf16 weights through the tensor-core kernel instead of the default one.
+--ms 1,4,8: also time every other format with M = 4 and 8 rows of x (records FMT_m4, FMT_m8).
+"variant 1" lines: the same kernels with a 2-stage cp.async ring instead of the default depth.
 
-Usage: python bench/gemv.py [--out F] [--rounds N] [--only bf16,fp8,...] [--shapes 0,1,2]
+Usage: python bench/gemv.py [--out F] [--rounds N] [--only bf16,fp8,...] [--shapes 0,1,2] [--ms 1,8]
 Exits 0 without CUDA.
 """
 from __future__ import annotations
@@ -175,6 +177,7 @@ def check(fmt, y, x, deq):
 def main():
     args = parse_args(__doc__, lambda p: (p.add_argument("--only", default=",".join(FORMATS)),
                                           p.add_argument("--shapes", default="0,1,2"),
+                                          p.add_argument("--ms", default="1"),
                                           p.add_argument("--no-variants", action="store_true",
                                                          help="skip the alternative kernel variants")))
     if not require_cuda():
@@ -187,6 +190,9 @@ def main():
         torch, have_torch = None, False
     rounds = max(5, args.rounds // 3)
     only = [f for f in FORMATS if f in set(args.only.split(","))]
+    extra_ms = [int(v) for v in args.ms.split(",") if int(v) > 1]
+    only = only + [f"{f}_m{mm}" for mm in extra_ms for f in only if "_m" not in f and not f.endswith("_tc")
+                   and f not in ("bf16", "fp16")]
     ceiling = copy_ceiling(rounds)
     print(f"copy ceiling {ceiling:.3f} TB/s (1 GiB device-to-device, read + written)")
     if not 1.0 < ceiling < 6.0:
@@ -207,14 +213,15 @@ def main():
             del tw, calls
             torch.cuda.empty_cache()
         for fmt in only:
-            m = 8 if "_m8" in fmt else (4 if "_m4" in fmt else 1)
+            m = int(fmt.rsplit("_m", 1)[1].split("_")[0]) if "_m" in fmt else 1
+            base = fmt.rsplit("_m", 1)[0] if fmt.split("_m")[0] not in ("bf16", "fp16") and "_m" in fmt else fmt
             gk._C._gemv_set_dense_path(1 if fmt.endswith("_tc") else -1)
             xdt = "float16" if fmt == "fp16" else "bfloat16"
             x = gk.asarray(rng.standard_normal((m, k), dtype=np.float32)).to("cuda").astype(xdt)
             probe_bytes = n * k * (2 if fmt.startswith(("bf16", "fp16")) else 1)
             copies = max(1, math.ceil(L2_DEFEAT / probe_bytes))
             try:
-                wargs, fn, nbytes, deq = weights(fmt, k, n, copies, rng)
+                wargs, fn, nbytes, deq = weights(base, k, n, copies, rng)
                 copies = max(1, min(copies, math.ceil(L2_DEFEAT / nbytes)))
                 check(fmt, fn(x, *wargs[0]), x, deq)
                 calls = [(lambda a=a: fn(x, *a)) for a in wargs[:copies] * 2]
@@ -223,14 +230,15 @@ def main():
                 print(f"gemv {fmt} {shape}: FAILED: {type(e).__name__}: {e}")
                 continue
             v = tbs(nbytes, median(ms))
-            if fmt in VARIANT_FMTS and not args.no_variants:  # the alternative kernel variant, printed only
+            notes = []
+            if (fmt in VARIANT_FMTS or base in VARIANT_FMTS) and not args.no_variants:  # the alternative kernel variant, printed only
                 gk._C._gemv_set_variant(1)
                 try:
                     check(fmt, fn(x, *wargs[0]), x, deq)
                     v1 = tbs(nbytes, median(time_graph(calls, rounds)))
-                    print(f"  variant 1 (twice the loads in flight): {v1:.3f} TB/s = {v1 / ceiling:.0%} of copy")
+                    notes.append(f"  variant 1 (2-stage ring): {v1:.3f} TB/s = {v1 / ceiling:.0%} of copy")
                 except Exception as e:  # noqa: BLE001
-                    print(f"  variant 1 FAILED: {type(e).__name__}: {e}")
+                    notes.append(f"  variant 1 FAILED: {type(e).__name__}: {e}")
                 finally:
                     gk._C._gemv_set_variant(0)
             if fmt == "bf16":  # cross-check: plain launches timed on the current stream (host overhead included)
@@ -240,13 +248,15 @@ def main():
                     c()
                 b.record()
                 b.synchronize()
-                print(f"  (bf16 without a graph: {a.elapsed_time(b) / len(calls) * 1e3:.1f} us per call)")
+                notes.append(f"  (bf16 without a graph: {a.elapsed_time(b) / len(calls) * 1e3:.1f} us per call)")
             r = record("gemv", shape, fmt, "TB/s", v, peer, pv, [tbs(nbytes, t) for t in ms])
             r["copy_ceiling"] = round(ceiling, 4)
             r["us"] = round(median(ms) * 1e3, 2)
             records.append(r)
             print(f"gemv {fmt:<8} {shape:<14} M={m}: {median(ms) * 1e3:8.1f} us  {v:6.3f} TB/s = "
                   f"{v / ceiling:4.0%} of copy" + (f"  (torch bf16 M=1: {pv:.3f} TB/s)" if pv else ""))
+            for line in notes:
+                print(line)
             wargs = fn = calls = None
     gk._C._gemv_set_dense_path(-1)
     print_table(records)
