@@ -75,6 +75,9 @@ void by_format(const QGemvArgs& p, cudaStream_t st) {
     case QFormat::q8_0:
     case QFormat::q4_0:
     case QFormat::q4_1:
+      // variant 1: the CUDA-core kernels of quant_gguf.cu (for comparison)
+      if (p.variant != 1 && gguf_mma_applies(p)) return launch_gguf_mma<T>(p, st);
+      return launch_gguf<T>(p, st);
     case QFormat::q6_k: return launch_gguf<T>(p, st);
   }
   throw ValueError("gemv: unknown quantized format");
@@ -203,6 +206,11 @@ int qgemv_split(int64_t n, int64_t k, QFormat f) {
     case QFormat::int4: return use_mma(f, k) ? split_mma(n, k / 128) : split_for(n, chunks_per_row<FInt4>(k));
     case QFormat::nvf4: return use_mma(f, k) ? split_mma(n, k / 128) : split_for(n, chunks_per_row<FNvf4>(k));
     case QFormat::q4_k: return split_mma(n, k / 256 * 2);
+    case QFormat::q8_0:
+    case QFormat::q4_0:
+    case QFormat::q4_1:
+      if (k % 256 == 0) return gguf_mma_split(n, k);
+      return gguf_split(n, k, f);
     default: return gguf_split(n, k, f);
   }
 }

@@ -1,0 +1,271 @@
+// GEMV over the 32-weight GGUF blocks Q4_0 (18 B), Q4_1 (20 B), Q8_0 (34 B) on the tensor
+// cores, read directly from the file's blocks (layouts: ops/gguf_blocks.h).
+//
+// A CTA owns 16 weight rows; its kGW warps take tiles of kTB = 8 blocks of every row
+// (256 weights; 8 * BB bytes, a multiple of 16) in turn along k. A warp copies its tile
+// (16 rows x 8 blocks) with coalesced 16-byte cp.async into its own ring of D stages in
+// shared memory, D - 1 tiles ahead, and decodes from there: lane (g, t) takes rows g and
+// g + 8 and, of each block, the 8 weights it feeds to two mma.sync.m16n8k16 steps
+// (4-bit: code bytes 4t..4t+3, low nibbles = weights 4t..4t+3 in step 0, high nibbles =
+// weights 16 + 4t.. in step 1; 8-bit: bytes 8t..8t+7), turned into exact bf16/fp16
+// values (Q4_0: q - 8, Q4_1: q, Q8_0: the int8) with byte permutes and one packed
+// subtraction per pair; x row g (g < M, else zeros) at the same k positions is the B
+// operand. Per block: the fp32 mma sum times the block's scale d, plus for Q4_1 m times
+// the sum of x over the block (a second mma with ones) -- added to fp32 accumulators.
+// The kGW warps' sums are added in warp order, split-K slices by the second pass of
+// gemv.cu in slice order: the same bits every run and for a row alone or in a batch.
+// Needs 16-byte aligned rows and K % 256 == 0 (else quant_gguf.cu's kernels run).
+#include "common/gemv_gguf.cuh"
+#include "common/gemv_mma.cuh"
+#include "core/cuda_util.h"
+
+namespace gk::cuda {
+
+namespace {
+
+using namespace gemv_detail;
+
+constexpr int kGW = 8;  // warps per CTA
+constexpr int kTB = 8;  // blocks per row per tile
+
+template <int F>
+struct GBM;
+template <>
+struct GBM<int(QFormat::q4_0)> {
+  static constexpr int BB = gguf::kQ4_0Bytes, QOFF = 2, D = 4, RS = 144;  // RS: smem bytes per row
+  static constexpr bool k4 = true, kMin = false;
+};
+template <>
+struct GBM<int(QFormat::q4_1)> {
+  static constexpr int BB = gguf::kQ4_1Bytes, QOFF = 4, D = 4, RS = 176;  // 160 + 16: no bank conflicts
+  static constexpr bool k4 = true, kMin = true;
+};
+template <>
+struct GBM<int(QFormat::q8_0)> {
+  static constexpr int BB = gguf::kQ8_0Bytes, QOFF = 2, D = 3, RS = 272;
+  static constexpr bool k4 = false, kMin = false;
+};
+
+__device__ __forceinline__ uint32_t lds_u16(uint32_t a) {
+  uint16_t v;
+  asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(a));
+  return v;
+}
+__device__ __forceinline__ uint32_t lds_u32(uint32_t a) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
+  return v;
+}
+// 4 bytes at a 2-byte aligned shared address (a & 2 is the same for the whole warp).
+__device__ __forceinline__ uint32_t lds32_2(uint32_t a) {
+  if (a & 2u) return lds_u16(a) | (lds_u16(a + 2) << 16);
+  return lds_u32(a);
+}
+__device__ __forceinline__ float f16f(uint32_t h) { return __half2float(__ushort_as_half(uint16_t(h))); }
+
+template <class T>
+constexpr uint32_t kMagicByte = std::is_same_v<T, bf16> ? 0x43434343u : 0x64646464u;  // 128.0 / 1024.0 high bytes
+
+// Bytes i and i + 1 of v (each < 128 for bf16, < 1024 for fp16) as (magic + v) twice, minus sub2.
+template <class T>
+__device__ __forceinline__ uint32_t byte_pair(uint32_t v, int i, uint32_t sub2) {
+  const uint32_t sel = uint32_t(i) | (4u << 4) | (uint32_t(i + 1) << 8) | (4u << 12);
+  return hsub2u<T>(__byte_perm(v, kMagicByte<T>, sel), sub2);
+}
+
+// The int8 codes i, i + 1 of u (raw Q8_0 bytes) as exact T values.
+template <class T>
+__device__ __forceinline__ uint32_t int8_pair(uint32_t u, int i) {
+  const uint32_t v = u ^ 0x80808080u;  // b + 128
+  if constexpr (std::is_same_v<T, f16>) {
+    return byte_pair<T>(v, i, 0x64806480u);  // (1024 + 128 + b) - 1152
+  } else {
+    const float a = __uint_as_float(__byte_perm(v, 0x4B00u, 0x5440u + i)) - 8388736.0f;  // 2^23 + 128
+    const float b = __uint_as_float(__byte_perm(v, 0x4B00u, 0x5440u + i + 1)) - 8388736.0f;
+    __nv_bfloat162 r = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<uint32_t*>(&r);
+  }
+}
+
+template <class T, int F>
+__global__ void __launch_bounds__(kGW * 32, 1) k_gguf_mma(const QGemvArgs p) {
+  using B = GBM<F>;
+  constexpr int BB = B::BB, D = B::D, RS = B::RS;
+  constexpr int C = kTB * BB / 16;  // 16-byte chunks of a tile row
+  constexpr int STAGE = 16 * RS;    // bytes of a stage
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t row0 = int64_t(blockIdx.x) * 16;
+  const int64_t ntile = p.k / (32 * kTB);
+  const int S = gridDim.y, s = blockIdx.y;
+  const int64_t tps = (ntile + S - 1) / S;
+  const int64_t t0 = int64_t(s) * tps, t1 = std::min(ntile, t0 + tps);
+  const bool xrow = g < p.m;
+  const T* xr = static_cast<const T*>(p.x) + (xrow ? g : 0) * p.x_rs;
+  const uint8_t* q = static_cast<const uint8_t*>(p.q);
+  const uint32_t ones = splat<T>(1.0f);
+  constexpr uint32_t kSub4 = B::kMin ? (std::is_same_v<T, bf16> ? 0x43004300u : 0x64006400u)
+                                     : (std::is_same_v<T, bf16> ? 0x43084308u : 0x64086408u);
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+
+  extern __shared__ uint4 ring[];
+  const uint32_t wbase = smem_addr(ring) + uint32_t(warp * D * STAGE);
+  const int64_t tb = t0 + warp;
+  auto issue = [&](int st, int64_t j) {
+    const int64_t tt = tb + j * kGW;
+    if (tt < t1) {
+      for (int i = lane; i < 16 * C; i += 32) {
+        const int r = i / C, c = i % C;
+        const int64_t row = row0 + r < p.n ? row0 + r : p.n - 1;
+        cp_async16(wbase + uint32_t(st * STAGE + r * RS + c * 16), q + row * p.q_rs + tt * (kTB * BB) + c * 16);
+      }
+    }
+    cp_commit();
+  };
+  auto consume = [&](int st, int64_t tt) {
+    const uint32_t ra = wbase + uint32_t(st * STAGE + g * RS), rb = ra + 8 * RS;
+#pragma unroll 2
+    for (int b = 0; b < kTB; ++b) {
+      const uint32_t ba = ra + b * BB, bbk = rb + b * BB;
+      const int64_t kb = (tt * kTB + b) * 32;
+      float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, xs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      uint32_t a0[4], a1[4], x0[2], x1[2];  // steps 0 and 1
+      if constexpr (B::k4) {
+        uint2 xa = make_uint2(0, 0), xb = make_uint2(0, 0);
+        if (xrow) {
+          xa = __ldg(reinterpret_cast<const uint2*>(xr + kb + 4 * t));
+          xb = __ldg(reinterpret_cast<const uint2*>(xr + kb + 16 + 4 * t));
+        }
+        const uint32_t ua = lds32_2(ba + B::QOFF + 4 * t), ub = lds32_2(bbk + B::QOFF + 4 * t);
+        const uint32_t La = ua & 0x0f0f0f0fu, Ha = (ua >> 4) & 0x0f0f0f0fu;
+        const uint32_t Lb = ub & 0x0f0f0f0fu, Hb = (ub >> 4) & 0x0f0f0f0fu;
+        a0[0] = byte_pair<T>(La, 0, kSub4);
+        a0[1] = byte_pair<T>(Lb, 0, kSub4);
+        a0[2] = byte_pair<T>(La, 2, kSub4);
+        a0[3] = byte_pair<T>(Lb, 2, kSub4);
+        a1[0] = byte_pair<T>(Ha, 0, kSub4);
+        a1[1] = byte_pair<T>(Hb, 0, kSub4);
+        a1[2] = byte_pair<T>(Ha, 2, kSub4);
+        a1[3] = byte_pair<T>(Hb, 2, kSub4);
+        x0[0] = xa.x, x0[1] = xa.y, x1[0] = xb.x, x1[1] = xb.y;
+      } else {
+        uint4 xv = make_uint4(0, 0, 0, 0);
+        if (xrow) xv = __ldg(reinterpret_cast<const uint4*>(xr + kb + 8 * t));
+        const uint32_t ua0 = lds32_2(ba + B::QOFF + 8 * t), ua1 = lds32_2(ba + B::QOFF + 4 + 8 * t);
+        const uint32_t ub0 = lds32_2(bbk + B::QOFF + 8 * t), ub1 = lds32_2(bbk + B::QOFF + 4 + 8 * t);
+        a0[0] = int8_pair<T>(ua0, 0);
+        a0[1] = int8_pair<T>(ub0, 0);
+        a0[2] = int8_pair<T>(ua0, 2);
+        a0[3] = int8_pair<T>(ub0, 2);
+        a1[0] = int8_pair<T>(ua1, 0);
+        a1[1] = int8_pair<T>(ub1, 0);
+        a1[2] = int8_pair<T>(ua1, 2);
+        a1[3] = int8_pair<T>(ub1, 2);
+        x0[0] = xv.x, x0[1] = xv.y, x1[0] = xv.z, x1[1] = xv.w;
+      }
+      mma16816<T>(c, a0, x0[0], x0[1]);
+      mma16816<T>(c, a1, x1[0], x1[1]);
+      const float da = f16f(lds_u16(ba)), db = f16f(lds_u16(bbk));
+      acc[0] = fmaf(da, c[0], acc[0]);
+      acc[1] = fmaf(da, c[1], acc[1]);
+      acc[2] = fmaf(db, c[2], acc[2]);
+      acc[3] = fmaf(db, c[3], acc[3]);
+      if constexpr (B::kMin) {
+        const uint32_t o[4] = {ones, ones, ones, ones};
+        mma16816<T>(xs, o, x0[0], x0[1]);
+        mma16816<T>(xs, o, x1[0], x1[1]);
+        const float ma = f16f(lds_u16(ba + 2)), mb = f16f(lds_u16(bbk + 2));
+        acc[0] = fmaf(ma, xs[0], acc[0]);
+        acc[1] = fmaf(ma, xs[1], acc[1]);
+        acc[2] = fmaf(mb, xs[2], acc[2]);
+        acc[3] = fmaf(mb, xs[3], acc[3]);
+      }
+    }
+  };
+#pragma unroll
+  for (int st = 0; st < D - 1; ++st) issue(st, st);
+  for (int64_t j0 = 0; tb + j0 * kGW < t1; j0 += D) {
+#pragma unroll
+    for (int st = 0; st < D; ++st) {
+      __syncwarp();  // every lane is done with the stage the next copy overwrites
+      issue((st + D - 1) % D, j0 + st + D - 1);
+      cp_wait<D - 1>();
+      __syncwarp();  // every lane's copies of this stage are visible to the warp
+      const int64_t tt = tb + (j0 + st) * kGW;
+      if (tt < t1) consume(st, tt);
+    }
+  }
+  cp_wait<0>();
+
+  // acc: (row g, m = 2t), (row g, m = 2t + 1), (row g + 8, m = 2t), (row g + 8, m = 2t + 1)
+  __shared__ float red[kGW][32][4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) red[warp][lane][e] = acc[e];
+  __syncthreads();
+  if (warp == 0) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float v = red[0][lane][e];
+#pragma unroll
+      for (int w = 1; w < kGW; ++w) v += red[w][lane][e];
+      const int m = 2 * t + (e & 1);
+      const int64_t row = row0 + g + (e >= 2 ? 8 : 0);
+      if (m < p.m && row < p.n) {
+        if (S == 1) store_out(p.y, p.out_dtype, m * p.n + row, v);
+        else p.part[(int64_t(s) * p.m + m) * p.n + row] = v;
+      }
+    }
+  }
+}
+
+template <class T, int F>
+void launch(const QGemvArgs& p, cudaStream_t st) {
+  using B = GBM<F>;
+  constexpr int smem = kGW * B::D * 16 * B::RS;
+  const int64_t blocks = (p.n + 15) / 16;
+  if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
+  dim3 grid(unsigned(blocks), unsigned(std::max(1, p.split)));
+  smem_limit<k_gguf_mma<T, F>>(smem);
+  k_gguf_mma<T, F><<<grid, kGW * 32, smem, st>>>(p);
+  GK_LAUNCH_CHECK("qgemv_gguf_mma");
+  if (p.split > 1) {
+    KArgs k;
+    k.part = p.part;
+    k.y = p.y;
+    k.m = p.m;
+    k.n = p.n;
+    k.out = p.out_dtype;
+    launch_sum(k, p.split, st);
+  }
+}
+
+}  // namespace
+
+bool gguf_mma_applies(const QGemvArgs& p) {
+  if (p.fmt != QFormat::q4_0 && p.fmt != QFormat::q4_1 && p.fmt != QFormat::q8_0) return false;
+  return reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && p.q_rs % 16 == 0 && p.k % (32 * kTB) == 0 &&
+         reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.x_rs % 8 == 0;
+}
+
+template <class T>
+void launch_gguf_mma(const QGemvArgs& p, cudaStream_t st) {
+  switch (p.fmt) {
+    case QFormat::q4_0: return launch<T, int(QFormat::q4_0)>(p, st);
+    case QFormat::q4_1: return launch<T, int(QFormat::q4_1)>(p, st);
+    case QFormat::q8_0: return launch<T, int(QFormat::q8_0)>(p, st);
+    default: throw ValueError("gemv: not a 32-weight GGUF format");
+  }
+}
+template void launch_gguf_mma<bf16>(const QGemvArgs&, cudaStream_t);
+template void launch_gguf_mma<f16>(const QGemvArgs&, cudaStream_t);
+
+// Split-K for this kernel (CTAs of 16 rows): only when there are fewer CTAs than SMs.
+int gguf_mma_split(int64_t n, int64_t k) {
+  const int64_t ctas = (n + 15) / 16, tiles = k / (32 * kTB);
+  if (ctas >= 132) return 1;
+  int64_t sp = (264 + ctas - 1) / ctas;
+  sp = std::min<int64_t>({sp, 16, std::max<int64_t>(tiles / (2 * kGW), 1)});
+  return int(std::max<int64_t>(sp, 1));
+}
+
+}  // namespace gk::cuda
