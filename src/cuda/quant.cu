@@ -76,9 +76,9 @@ void by_format(const QGemvArgs& p, cudaStream_t st) {
     case QFormat::q4_0:
     case QFormat::q4_1:
       // variant 1: the CUDA-core kernels of quant_gguf.cu (for comparison)
+    case QFormat::q6_k:
       if (p.variant != 1 && gguf_mma_applies(p)) return launch_gguf_mma<T>(p, st);
       return launch_gguf<T>(p, st);
-    case QFormat::q6_k: return launch_gguf<T>(p, st);
   }
   throw ValueError("gemv: unknown quantized format");
 }
@@ -209,7 +209,10 @@ int qgemv_split(int64_t n, int64_t k, QFormat f) {
     case QFormat::q8_0:
     case QFormat::q4_0:
     case QFormat::q4_1:
-      if (k % 256 == 0) return gguf_mma_split(n, k);
+      if (k % 256 == 0) return gguf_mma_split(n, k, f);
+      return gguf_split(n, k, f);
+    case QFormat::q6_k:
+      if (k % 512 == 0) return gguf_mma_split(n, k, f);
       return gguf_split(n, k, f);
     default: return gguf_split(n, k, f);
   }

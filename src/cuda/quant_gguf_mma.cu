@@ -45,11 +45,27 @@ struct GBM<int(QFormat::q8_0)> {
   static constexpr int BB = gguf::kQ8_0Bytes, QOFF = 2, D = 3, RS = 272;
   static constexpr bool k4 = false, kMin = false;
 };
+// Q6_K: tiles of 2 blocks (420 bytes, 4-byte cp.async: 8 blocks would be the first
+// 16-byte multiple), rows 432 bytes apart in shared memory (no bank conflicts).
+template <>
+struct GBM<int(QFormat::q6_k)> {
+  static constexpr int BB = gguf::kQ6_KBytes, QOFF = 0, D = 2, RS = 432;
+  static constexpr bool k4 = false, kMin = false;
+};
+template <int F>
+constexpr int kTileW = F == int(QFormat::q6_k) ? 512 : 32 * kTB;  // weights per tile row
+template <int F>
+constexpr int kTileB = F == int(QFormat::q6_k) ? 2 * gguf::kQ6_KBytes : kTB * GBM<F>::BB;  // its bytes
 
 __device__ __forceinline__ uint32_t lds_u16(uint32_t a) {
   uint16_t v;
   asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(a));
   return v;
+}
+__device__ __forceinline__ uint32_t lds_u8(uint32_t a) {
+  uint16_t v;
+  asm volatile("ld.shared.u8 %0, [%1];" : "=h"(v) : "r"(a));
+  return v & 0xffu;
 }
 __device__ __forceinline__ uint32_t lds_u32(uint32_t a) {
   uint32_t v;
@@ -91,12 +107,14 @@ template <class T, int F>
 __global__ void __launch_bounds__(kGW * 32, 1) k_gguf_mma(const QGemvArgs p) {
   using B = GBM<F>;
   constexpr int BB = B::BB, D = B::D, RS = B::RS;
-  constexpr int C = kTB * BB / 16;  // 16-byte chunks of a tile row
+  constexpr bool kQ6 = F == int(QFormat::q6_k);
+  constexpr int CB = kQ6 ? 4 : 16;          // bytes per cp.async
+  constexpr int C = kTileB<F> / CB;         // copies per tile row
   constexpr int STAGE = 16 * RS;    // bytes of a stage
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int64_t row0 = int64_t(blockIdx.x) * 16;
-  const int64_t ntile = p.k / (32 * kTB);
+  const int64_t ntile = p.k / kTileW<F>;
   const int S = gridDim.y, s = blockIdx.y;
   const int64_t tps = (ntile + S - 1) / S;
   const int64_t t0 = int64_t(s) * tps, t1 = std::min(ntile, t0 + tps);
@@ -117,12 +135,49 @@ __global__ void __launch_bounds__(kGW * 32, 1) k_gguf_mma(const QGemvArgs p) {
       for (int i = lane; i < 16 * C; i += 32) {
         const int r = i / C, c = i % C;
         const int64_t row = row0 + r < p.n ? row0 + r : p.n - 1;
-        cp_async16(wbase + uint32_t(st * STAGE + r * RS + c * 16), q + row * p.q_rs + tt * (kTB * BB) + c * 16);
+        const uint32_t dst = wbase + uint32_t(st * STAGE + r * RS + c * CB);
+        const uint8_t* src = q + row * p.q_rs + tt * kTileB<F> + c * CB;
+        if constexpr (kQ6) cp_async4(dst, src);
+        else cp_async16(dst, src);
       }
     }
     cp_commit();
   };
+  auto consume_q6 = [&](int st, int64_t tt) {
+    // sub-block i (16 weights, one k-step) of block b: lane t takes its weights 4t..4t+3
+    constexpr uint32_t kSub = std::is_same_v<T, bf16> ? 0x43204320u : 0x64206420u;  // magic + 32
+    const uint32_t ra = wbase + uint32_t(st * STAGE + g * RS), rb = ra + 8 * RS;
+#pragma unroll 1
+    for (int b = 0; b < 2; ++b) {
+      const uint32_t ba = ra + b * BB, bbk = rb + b * BB;
+      const float da = f16f(lds_u16(ba + 208)), db = f16f(lds_u16(bbk + 208));
+      const int64_t kb = (tt * 2 + b) * 256;
+#pragma unroll 4
+      for (int i = 0; i < 16; ++i) {
+        const int h = i / 8, r0 = 16 * (i % 8) + 4 * t;
+        const int sl = 4 * (r0 / 64), sh = 2 * (r0 / 32);
+        const uint32_t ol = 64 * h + r0 % 64, oh = 128 + 32 * h + r0 % 32;
+        uint2 xv = make_uint2(0, 0);
+        if (xrow) xv = __ldg(reinterpret_cast<const uint2*>(xr + kb + 16 * i + 4 * t));
+        const uint32_t ca = ((lds32_2(ba + ol) >> sl) & 0x0f0f0f0fu) | (((lds32_2(ba + oh) >> sh) & 0x03030303u) << 4);
+        const uint32_t cb = ((lds32_2(bbk + ol) >> sl) & 0x0f0f0f0fu) | (((lds32_2(bbk + oh) >> sh) & 0x03030303u) << 4);
+        const uint32_t a[4] = {byte_pair<T>(ca, 0, kSub), byte_pair<T>(cb, 0, kSub), byte_pair<T>(ca, 2, kSub),
+                               byte_pair<T>(cb, 2, kSub)};
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        mma16816<T>(c, a, xv.x, xv.y);
+        const float sa = da * float(int8_t(lds_u8(ba + 192 + i))), sb = db * float(int8_t(lds_u8(bbk + 192 + i)));
+        acc[0] = fmaf(sa, c[0], acc[0]);
+        acc[1] = fmaf(sa, c[1], acc[1]);
+        acc[2] = fmaf(sb, c[2], acc[2]);
+        acc[3] = fmaf(sb, c[3], acc[3]);
+      }
+    }
+  };
   auto consume = [&](int st, int64_t tt) {
+    if constexpr (kQ6) {
+      consume_q6(st, tt);
+      return;
+    }
     const uint32_t ra = wbase + uint32_t(st * STAGE + g * RS), rb = ra + 8 * RS;
 #pragma unroll 2
     for (int b = 0; b < kTB; ++b) {
@@ -242,6 +297,9 @@ void launch(const QGemvArgs& p, cudaStream_t st) {
 }  // namespace
 
 bool gguf_mma_applies(const QGemvArgs& p) {
+  const bool al_x = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.x_rs % 8 == 0;
+  if (p.fmt == QFormat::q6_k)
+    return reinterpret_cast<uintptr_t>(p.q) % 4 == 0 && p.q_rs % 4 == 0 && p.k % 512 == 0 && al_x;
   if (p.fmt != QFormat::q4_0 && p.fmt != QFormat::q4_1 && p.fmt != QFormat::q8_0) return false;
   return reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && p.q_rs % 16 == 0 && p.k % (32 * kTB) == 0 &&
          reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.x_rs % 8 == 0;
@@ -253,15 +311,16 @@ void launch_gguf_mma(const QGemvArgs& p, cudaStream_t st) {
     case QFormat::q4_0: return launch<T, int(QFormat::q4_0)>(p, st);
     case QFormat::q4_1: return launch<T, int(QFormat::q4_1)>(p, st);
     case QFormat::q8_0: return launch<T, int(QFormat::q8_0)>(p, st);
-    default: throw ValueError("gemv: not a 32-weight GGUF format");
+    case QFormat::q6_k: return launch<T, int(QFormat::q6_k)>(p, st);
+    default: throw ValueError("gemv: not a GGUF format of the tensor-core kernel");
   }
 }
 template void launch_gguf_mma<bf16>(const QGemvArgs&, cudaStream_t);
 template void launch_gguf_mma<f16>(const QGemvArgs&, cudaStream_t);
 
 // Split-K for this kernel (CTAs of 16 rows): only when there are fewer CTAs than SMs.
-int gguf_mma_split(int64_t n, int64_t k) {
-  const int64_t ctas = (n + 15) / 16, tiles = k / (32 * kTB);
+int gguf_mma_split(int64_t n, int64_t k, QFormat f) {
+  const int64_t ctas = (n + 15) / 16, tiles = k / (f == QFormat::q6_k ? 512 : 32 * kTB);
   if (ctas >= 132) return 1;
   int64_t sp = (264 + ctas - 1) / ctas;
   sp = std::min<int64_t>({sp, 16, std::max<int64_t>(tiles / (2 * kGW), 1)});
