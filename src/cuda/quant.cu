@@ -71,7 +71,9 @@ void by_format(const QGemvArgs& p, cudaStream_t st) {
     case QFormat::int8: return launch_chunks<FInt8, T>(p, st);
     case QFormat::int4: return launch_int4<T>(p, st);
     case QFormat::nvf4: return launch_nvf4<T>(p, st);
-    case QFormat::q4_k: return launch_mma<MQ4K<T>, T>(kargs(p), p.split, st);
+    case QFormat::q4_k:  // variant 1: the 16-byte chunk tensor-core kernel of gemv_mma.cuh
+      if (p.variant != 1 && gguf_mma_applies(p)) return launch_gguf_mma<T>(p, st);
+      return launch_mma<MQ4K<T>, T>(kargs(p), p.split, st);
     case QFormat::q8_0:
     case QFormat::q4_0:
     case QFormat::q4_1:
@@ -205,7 +207,7 @@ int qgemv_split(int64_t n, int64_t k, QFormat f) {
     case QFormat::int8: return split_for(n, chunks_per_row<FInt8>(k));
     case QFormat::int4: return use_mma(f, k) ? split_mma(n, k / 128) : split_for(n, chunks_per_row<FInt4>(k));
     case QFormat::nvf4: return use_mma(f, k) ? split_mma(n, k / 128) : split_for(n, chunks_per_row<FNvf4>(k));
-    case QFormat::q4_k: return split_mma(n, k / 256 * 2);
+    case QFormat::q4_k: return gguf_mma_split(n, k, f);  // either kernel takes any split
     case QFormat::q8_0:
     case QFormat::q4_0:
     case QFormat::q4_1:

@@ -52,10 +52,17 @@ struct GBM<int(QFormat::q6_k)> {
   static constexpr int BB = gguf::kQ6_KBytes, QOFF = 0, D = 2, RS = 432;
   static constexpr bool k4 = false, kMin = false;
 };
+// Q4_K: tiles of 1 block (144 bytes: 9 chunks).
+template <>
+struct GBM<int(QFormat::q4_k)> {
+  static constexpr int BB = gguf::kQ4_KBytes, QOFF = 16, D = 4, RS = 144;
+  static constexpr bool k4 = true, kMin = true;
+};
 template <int F>
-constexpr int kTileW = F == int(QFormat::q6_k) ? 512 : 32 * kTB;  // weights per tile row
+constexpr int kTileW = F == int(QFormat::q6_k) ? 512 : (F == int(QFormat::q4_k) ? 256 : 32 * kTB);  // weights
 template <int F>
-constexpr int kTileB = F == int(QFormat::q6_k) ? 2 * gguf::kQ6_KBytes : kTB * GBM<F>::BB;  // its bytes
+constexpr int kTileB = F == int(QFormat::q6_k) ? 2 * gguf::kQ6_KBytes
+                                               : (F == int(QFormat::q4_k) ? gguf::kQ4_KBytes : kTB * GBM<F>::BB);
 
 __device__ __forceinline__ uint32_t lds_u16(uint32_t a) {
   uint16_t v;
@@ -104,7 +111,7 @@ __device__ __forceinline__ uint32_t int8_pair(uint32_t u, int i) {
 }
 
 template <class T, int F>
-__global__ void __launch_bounds__(kGW * 32, 1) k_gguf_mma(const QGemvArgs p) {
+__global__ void __launch_bounds__(kGW * 32, 2) k_gguf_mma(const QGemvArgs p) {
   using B = GBM<F>;
   constexpr int BB = B::BB, D = B::D, RS = B::RS;
   constexpr bool kQ6 = F == int(QFormat::q6_k);
@@ -173,9 +180,66 @@ __global__ void __launch_bounds__(kGW * 32, 1) k_gguf_mma(const QGemvArgs p) {
       }
     }
   };
+  auto consume_q4k = [&](int st, int64_t tt) {
+    // sub-blocks 2c (low nibbles) and 2c + 1 (high) of qs[32c .. 32c + 31]: lane t takes
+    // bytes 4t..4t+3 (step 0) and 16 + 4t.. (step 1) of the 32; w = d sc q - dmin m
+    constexpr uint32_t kSub = std::is_same_v<T, bf16> ? 0x43004300u : 0x64006400u;
+    const uint32_t ba = wbase + uint32_t(st * STAGE + g * RS), bbk = ba + 8 * RS;
+    const uint32_t hda = lds_u32(ba), hdb = lds_u32(bbk);
+    struct Sc {
+      uint32_t w[3];
+      __device__ uint32_t operator[](int i) const { return (w[i >> 2] >> (8 * (i & 3))) & 0xffu; }
+    };
+    const Sc sa{{lds_u32(ba + 4), lds_u32(ba + 8), lds_u32(ba + 12)}};
+    const Sc sb{{lds_u32(bbk + 4), lds_u32(bbk + 8), lds_u32(bbk + 12)}};
+    const float da = f16f(hda & 0xffffu), dma = f16f(hda >> 16), db = f16f(hdb & 0xffffu), dmb = f16f(hdb >> 16);
+    const int64_t kb = tt * 256;
+    const uint32_t o[4] = {ones, ones, ones, ones};
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const uint32_t ua0 = lds_u32(ba + 16 + 32 * c + 4 * t), ua1 = lds_u32(ba + 32 + 32 * c + 4 * t);
+      const uint32_t ub0 = lds_u32(bbk + 16 + 32 * c + 4 * t), ub1 = lds_u32(bbk + 32 + 32 * c + 4 * t);
+#pragma unroll
+      for (int hi = 0; hi < 2; ++hi) {  // sub-block 2c + hi
+        const int sh = 4 * hi;
+        const uint32_t a0v = (ua0 >> sh) & 0x0f0f0f0fu, a1v = (ua1 >> sh) & 0x0f0f0f0fu;
+        const uint32_t b0v = (ub0 >> sh) & 0x0f0f0f0fu, b1v = (ub1 >> sh) & 0x0f0f0f0fu;
+        const uint32_t A0[4] = {byte_pair<T>(a0v, 0, kSub), byte_pair<T>(b0v, 0, kSub), byte_pair<T>(a0v, 2, kSub),
+                                byte_pair<T>(b0v, 2, kSub)};
+        const uint32_t A1[4] = {byte_pair<T>(a1v, 0, kSub), byte_pair<T>(b1v, 0, kSub), byte_pair<T>(a1v, 2, kSub),
+                                byte_pair<T>(b1v, 2, kSub)};
+        uint2 x0 = make_uint2(0, 0), x1 = make_uint2(0, 0);
+        if (xrow) {
+          x0 = __ldg(reinterpret_cast<const uint2*>(xr + kb + 64 * c + 32 * hi + 4 * t));
+          x1 = __ldg(reinterpret_cast<const uint2*>(xr + kb + 64 * c + 32 * hi + 16 + 4 * t));
+        }
+        float cc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, xs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        mma16816<T>(cc, A0, x0.x, x0.y);
+        mma16816<T>(cc, A1, x1.x, x1.y);
+        mma16816<T>(xs, o, x0.x, x0.y);
+        mma16816<T>(xs, o, x1.x, x1.y);
+        int sca, mna, scb, mnb;
+        gguf::k_scale_min(sa, 2 * c + hi, &sca, &mna);
+        gguf::k_scale_min(sb, 2 * c + hi, &scb, &mnb);
+        const float d1a = da * float(sca), m1a = dma * float(mna), d1b = db * float(scb), m1b = dmb * float(mnb);
+        acc[0] = fmaf(d1a, cc[0], acc[0]);
+        acc[1] = fmaf(d1a, cc[1], acc[1]);
+        acc[2] = fmaf(d1b, cc[2], acc[2]);
+        acc[3] = fmaf(d1b, cc[3], acc[3]);
+        acc[0] = fmaf(-m1a, xs[0], acc[0]);
+        acc[1] = fmaf(-m1a, xs[1], acc[1]);
+        acc[2] = fmaf(-m1b, xs[2], acc[2]);
+        acc[3] = fmaf(-m1b, xs[3], acc[3]);
+      }
+    }
+  };
   auto consume = [&](int st, int64_t tt) {
     if constexpr (kQ6) {
       consume_q6(st, tt);
+      return;
+    }
+    if constexpr (F == int(QFormat::q4_k)) {
+      consume_q4k(st, tt);
       return;
     }
     const uint32_t ra = wbase + uint32_t(st * STAGE + g * RS), rb = ra + 8 * RS;
@@ -300,6 +364,7 @@ bool gguf_mma_applies(const QGemvArgs& p) {
   const bool al_x = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.x_rs % 8 == 0;
   if (p.fmt == QFormat::q6_k)
     return reinterpret_cast<uintptr_t>(p.q) % 4 == 0 && p.q_rs % 4 == 0 && p.k % 512 == 0 && al_x;
+  if (p.fmt == QFormat::q4_k) return reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && p.q_rs % 16 == 0 && al_x;
   if (p.fmt != QFormat::q4_0 && p.fmt != QFormat::q4_1 && p.fmt != QFormat::q8_0) return false;
   return reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && p.q_rs % 16 == 0 && p.k % (32 * kTB) == 0 &&
          reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.x_rs % 8 == 0;
@@ -312,6 +377,7 @@ void launch_gguf_mma(const QGemvArgs& p, cudaStream_t st) {
     case QFormat::q4_1: return launch<T, int(QFormat::q4_1)>(p, st);
     case QFormat::q8_0: return launch<T, int(QFormat::q8_0)>(p, st);
     case QFormat::q6_k: return launch<T, int(QFormat::q6_k)>(p, st);
+    case QFormat::q4_k: return launch<T, int(QFormat::q4_k)>(p, st);
     default: throw ValueError("gemv: not a GGUF format of the tensor-core kernel");
   }
 }
@@ -320,7 +386,7 @@ template void launch_gguf_mma<f16>(const QGemvArgs&, cudaStream_t);
 
 // Split-K for this kernel (CTAs of 16 rows): only when there are fewer CTAs than SMs.
 int gguf_mma_split(int64_t n, int64_t k, QFormat f) {
-  const int64_t ctas = (n + 15) / 16, tiles = k / (f == QFormat::q6_k ? 512 : 32 * kTB);
+  const int64_t ctas = (n + 15) / 16, tiles = k / (f == QFormat::q6_k ? 512 : (f == QFormat::q4_k ? 256 : 32 * kTB));
   if (ctas >= 132) return 1;
   int64_t sp = (264 + ctas - 1) / ctas;
   sp = std::min<int64_t>({sp, 16, std::max<int64_t>(tiles / (2 * kGW), 1)});

@@ -1,5 +1,5 @@
 """Every GEMV kernel variant (gk._C._gemv_set_variant: 0 the default cp.async ring depth,
-1 a 2-stage ring; for Q8_0 / Q4_0 / Q4_1 / Q6_K variant 1 is the CUDA-core kernel instead of the
+1 a 2-stage ring; for Q8_0 / Q4_0 / Q4_1 / Q4_K / Q6_K variant 1 is the CUDA-core kernel instead of the
 tensor-core one) and both bf16 paths (CUDA-core chunks, tensor cores) against float64
 products with the exactly dequantized weights, at shapes with ragged per-warp work (odd N,
 K with a partial last step, split-K): the variant switch is a benchmarking knob and
@@ -104,5 +104,5 @@ def test_variant_matches_exact(fmt, variant, n, k):
     assert f64(run(fmt, fn, x, variant)).tobytes() == f64(got).tobytes(), "not the same bits on a second run"
     one = run(fmt, fn, x[3:4], variant)
     assert f64(one).tobytes() == f64(got)[3:4].tobytes(), "row 3 alone differs from row 3 of the batch"
-    if variant == 1 and fmt not in ("q8_0", "q4_0", "q4_1", "q6_k"):  # ring depth only: the same sums, same order
+    if variant == 1 and fmt not in ("q8_0", "q4_0", "q4_1", "q6_k", "q4_k"):  # ring depth only: the same sums, same order
         assert f64(run(fmt, fn, x, 0)).tobytes() == f64(got).tobytes(), "variant 1 and 0 differ"
