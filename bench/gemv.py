@@ -16,7 +16,10 @@ rows against float64 products with its exact dequantization before it is timed.
 
 bf16_tc / bf16_m8_tc: bf16 weights through the tensor-core kernel instead of the default one.
 --ms 1,4,8: also time every other format with M = 4 and 8 rows of x (records FMT_m4, FMT_m8).
-"variant 1" lines: the same kernels with a 2-stage cp.async ring instead of the default depth.
+"variant 1" lines: the same kernels with a 2-stage cp.async ring instead of the default depth (GGUF
+formats: the previous kernels); "variant 2": the default kernels launched with programmatic
+dependent launch (each call copies its first weights while the previous call finishes, as in a
+decode step's chain of GEMVs).
 
 Usage: python bench/gemv.py [--out F] [--rounds N] [--only bf16,fp8,...] [--shapes 0,1,2] [--ms 1,8]
 Exits 0 without CUDA.
@@ -36,7 +39,9 @@ TILE = 512           # rows quantized on the CPU, repeated on the GPU
 L2_DEFEAT = 256e6    # bytes of rotated weights per measurement (>= 5x the H200's L2)
 FORMATS = ("bf16", "fp16", "bf16_m4", "bf16_m8", "bf16_tc", "bf16_m8_tc", "fp8", "int8", "int4", "nvf4",
            "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
-VARIANT_FMTS = ("bf16", "bf16_m8", "bf16_tc", "bf16_m8_tc", "fp8", "int8", "int4", "nvf4", "q4_k")
+VARIANT_FMTS = ("bf16", "bf16_m8", "bf16_tc", "bf16_m8_tc", "fp8", "int8", "int4", "nvf4", "q8_0", "q4_0", "q4_1",
+                "q4_k", "q6_k")
+VARIANT_NAMES = {1: "2-stage ring; GGUF: the previous kernel", 2: "PDL: weights copied before waiting on the previous kernel"}
 # bf16 *_tc: the tensor-core kernel for bf16 weights (gk._C._gemv_set_dense_path(1)), to
 # compare with the default kernel; every other record uses the default choice.
 
@@ -230,17 +235,21 @@ def main():
                 print(f"gemv {fmt} {shape}: FAILED: {type(e).__name__}: {e}")
                 continue
             v = tbs(nbytes, median(ms))
-            notes = []
-            if (fmt in VARIANT_FMTS or base in VARIANT_FMTS) and not args.no_variants:  # the alternative kernel variant, printed only
-                gk._C._gemv_set_variant(1)
-                try:
-                    check(fmt, fn(x, *wargs[0]), x, deq)
-                    v1 = tbs(nbytes, median(time_graph(calls, rounds)))
-                    notes.append(f"  variant 1 (2-stage ring): {v1:.3f} TB/s = {v1 / ceiling:.0%} of copy")
-                except Exception as e:  # noqa: BLE001
-                    notes.append(f"  variant 1 FAILED: {type(e).__name__}: {e}")
-                finally:
-                    gk._C._gemv_set_variant(0)
+            notes, r_var = [], {}
+            if not args.no_variants:  # the alternative kernel variants, printed only
+                for var in (1, 2):
+                    if var == 1 and fmt not in VARIANT_FMTS and base not in VARIANT_FMTS:
+                        continue
+                    gk._C._gemv_set_variant(var)
+                    try:
+                        check(fmt, fn(x, *wargs[0]), x, deq)
+                        v1 = tbs(nbytes, median(time_graph(calls, rounds)))
+                        notes.append(f"  variant {var} ({VARIANT_NAMES[var]}): {v1:.3f} TB/s = {v1 / ceiling:.0%} of copy")
+                        r_var[var] = v1
+                    except Exception as e:  # noqa: BLE001
+                        notes.append(f"  variant {var} FAILED: {type(e).__name__}: {e}")
+                    finally:
+                        gk._C._gemv_set_variant(0)
             if fmt == "bf16":  # cross-check: plain launches timed on the current stream (host overhead included)
                 a, b = gk.Event(), gk.Event()
                 a.record()
@@ -252,6 +261,8 @@ def main():
             r = record("gemv", shape, fmt, "TB/s", v, peer, pv, [tbs(nbytes, t) for t in ms])
             r["copy_ceiling"] = round(ceiling, 4)
             r["us"] = round(median(ms) * 1e3, 2)
+            for var, vv in r_var.items():
+                r[f"variant{var}_tbs"] = round(vv, 4)
             records.append(r)
             print(f"gemv {fmt:<8} {shape:<14} M={m}: {median(ms) * 1e3:8.1f} us  {v:6.3f} TB/s = "
                   f"{v / ceiling:4.0%} of copy" + (f"  (torch bf16 M=1: {pv:.3f} TB/s)" if pv else ""))

@@ -72,7 +72,7 @@ GK_BINDING(27, quant) {
         "Benchmarking switch: -1 default, 0 CUDA-core, 1 tensor-core kernel for bf16/fp16 weights.");
   m.def("_gemv_dense_path", &gemv_dense_path);
   m.def("_gemv_set_variant", &gemv_set_variant, nb::arg("variant"),
-        "Benchmarking switch: 0 default, 1 twice the loads in flight per thread (every GEMV kernel).");
+        "Benchmarking switch of the GEMV kernels: 0 default, 1 a 2-stage ring (GGUF: the older kernels), 2 PDL.");
 
   // ---- per-channel / group formats ----
   m.def("quantize_fp8", [](const Array& w) {

@@ -301,8 +301,10 @@ __global__ void __launch_bounds__(kGW * 32, 2) k_gguf_mma(const QGemvArgs p) {
       }
     }
   };
+  pdl_trigger();
 #pragma unroll
   for (int st = 0; st < D - 1; ++st) issue(st, st);
+  pdl_wait();
   for (int64_t j0 = 0; tb + j0 * kGW < t1; j0 += D) {
 #pragma unroll
     for (int st = 0; st < D; ++st) {
@@ -345,7 +347,7 @@ void launch(const QGemvArgs& p, cudaStream_t st) {
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   dim3 grid(unsigned(blocks), unsigned(std::max(1, p.split)));
   smem_limit<k_gguf_mma<T, F>>(smem);
-  k_gguf_mma<T, F><<<grid, kGW * 32, smem, st>>>(p);
+  launch_ex(k_gguf_mma<T, F>, grid, kGW * 32, smem, st, p.variant == 2, p);
   GK_LAUNCH_CHECK("qgemv_gguf_mma");
   if (p.split > 1) {
     KArgs k;
@@ -354,6 +356,7 @@ void launch(const QGemvArgs& p, cudaStream_t st) {
     k.m = p.m;
     k.n = p.n;
     k.out = p.out_dtype;
+    k.variant = p.variant;
     launch_sum(k, p.split, st);
   }
 }

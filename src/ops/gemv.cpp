@@ -20,7 +20,7 @@ namespace {
 std::atomic<int> g_variant{0};
 }
 void gemv_set_variant(int v) {
-  if (v < 0 || v > 1) throw ValueError(cat("variant: expected 0 or 1, got ", v));
+  if (v < 0 || v > 2) throw ValueError(cat("variant: expected 0, 1 or 2, got ", v));
   g_variant.store(v);
 }
 int gemv_variant() { return g_variant.load(); }

@@ -25,8 +25,10 @@ struct GemvArgs {
 // never depends on M, so a row's bits do not depend on the batch).
 void gemv_set_dense_path(int path);
 int gemv_dense_path();
-// Benchmarking switch of every GEMV kernel: 0 the default, 1 twice the loads in flight per
-// thread. Like the path, never a function of M.
+// Benchmarking switch of every GEMV kernel: 0 the default, 1 a 2-stage cp.async ring (for
+// Q8_0/Q4_0/Q4_1/Q4_K/Q6_K: the older kernels), 2 the default launched with programmatic
+// dependent launch (weights copied before waiting for the previous kernel). Like the path,
+// never a function of M.
 void gemv_set_variant(int variant);
 int gemv_variant();
 

@@ -92,6 +92,12 @@ __device__ __forceinline__ float lds_f32(uint32_t a) {
   return v;
 }
 
+// Programmatic dependent launch (variant 2): a kernel lets the next one launch at once and
+// waits for the previous one's writes only after issuing its first weight copies (weights
+// are never written by a kernel). No-ops when the launch did not ask for it.
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
 __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
 }
@@ -351,8 +357,10 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? F::kMinBlocks : 1) k_gemv(
     }
     cp_commit();
   };
+  pdl_trigger();
 #pragma unroll
   for (int st = 0; st < D - 1; ++st) issue(st, st);
+  pdl_wait();
   for (int64_t j0 = 0; cb + j0 * gsz < c1; j0 += D) {
 #pragma unroll
     for (int st = 0; st < D; ++st) {
@@ -436,11 +444,27 @@ void smem_limit(int bytes) {
   done.fetch_or(bit);
 }
 
+// A launch with the programmatic-serialization attribute when pdl (variant 2).
+template <class K, class... A>
+void launch_ex(K kernel, dim3 grid, int threads, int smem, cudaStream_t st, bool pdl, const A&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(unsigned(threads));
+  cfg.dynamicSmemBytes = size_t(smem);
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  GK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
 template <class F, class T, int MT, int D>
 void launch_k(const KArgs& p, dim3 grid, cudaStream_t st) {
   constexpr int smem = D * kRows * kThreads * 16;
   smem_limit<k_gemv<F, T, MT, kRows, D>>(smem);
-  k_gemv<F, T, MT, kRows, D><<<grid, kThreads, smem, st>>>(p);
+  launch_ex(k_gemv<F, T, MT, kRows, D>, grid, kThreads, smem, st, p.variant == 2, p);
 }
 
 template <class F, class T, int D>
@@ -451,7 +475,8 @@ void launch_m(const KArgs& p, dim3 grid, cudaStream_t st) {
   else launch_k<F, T, 8, D>(p, grid, st);
 }
 
-// variant 0: a ring of kStages stages of kRows chunks per thread; 1: two stages.
+// variant 0: a ring of kStages stages of kRows chunks per thread; 1: two stages; 2: as 0,
+// launched with programmatic dependent launch.
 constexpr int kStages = 4;
 
 template <class F, class T>

@@ -351,8 +351,10 @@ __global__ void __launch_bounds__(kWarpsM * 32, 2) k_mma_gemv(const KArgs p) {
       }
     }
   };
+  pdl_trigger();
 #pragma unroll
   for (int st = 0; st < D - 1; ++st) issue(st, st);
+  pdl_wait();
   for (int64_t j0 = 0; tb + j0 * kWarpsM < t1; j0 += D) {
 #pragma unroll
     for (int st = 0; st < D; ++st) {
@@ -400,7 +402,7 @@ template <class F, class T, int D>
 void launch_mma_d(const KArgs& p, dim3 grid, cudaStream_t st) {
   constexpr int smem = D * (F::kExtra ? 4 : 2) * kWarpsM * 32 * 16;
   smem_limit<k_mma_gemv<F, T, D>>(smem);
-  k_mma_gemv<F, T, D><<<grid, kWarpsM * 32, smem, st>>>(p);
+  launch_ex(k_mma_gemv<F, T, D>, grid, kWarpsM * 32, smem, st, p.variant == 2, p);
 }
 
 // variant 0: kStagesM stages per thread; 1: two.
