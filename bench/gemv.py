@@ -14,7 +14,8 @@ captured in one CUDA graph whose replays are timed with events (median of --roun
 host launch overhead is not counted - for torch too. Every format is checked on its first
 rows against float64 products with its exact dequantization before it is timed.
 
-bf16_tc / bf16_m8_tc: bf16 weights through the tensor-core kernel instead of the default one.
+bf16_tc / bf16_m8_tc / fp8_tc / int8_tc ...: bf16, fp8 or int8 weights through the tensor-core
+kernel instead of the default CUDA-core one (gk._C._gemv_set_dense_path(1)).
 --ms 1,4,8: also time every other format with M = 4 and 8 rows of x (records FMT_m4, FMT_m8).
 "variant 1" lines: the same kernels with a 2-stage cp.async ring instead of the default depth (GGUF
 formats: the previous kernels); "variant 2": the default kernels launched with programmatic
@@ -37,8 +38,8 @@ from common import gk, median, parse_args, print_table, record, require_cuda, wr
 SHAPES = [(4096, 14336), (14336, 4096), (4096, 128256)]
 TILE = 512           # rows quantized on the CPU, repeated on the GPU
 L2_DEFEAT = 256e6    # bytes of rotated weights per measurement (>= 5x the H200's L2)
-FORMATS = ("bf16", "fp16", "bf16_m4", "bf16_m8", "bf16_tc", "bf16_m8_tc", "fp8", "int8", "int4", "nvf4",
-           "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
+FORMATS = ("bf16", "fp16", "bf16_m4", "bf16_m8", "bf16_tc", "bf16_m4_tc", "bf16_m8_tc", "fp8", "int8", "fp8_tc",
+           "int8_tc", "fp8_m8_tc", "int8_m8_tc", "int4", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 VARIANT_FMTS = ("bf16", "bf16_m8", "bf16_tc", "bf16_m8_tc", "fp8", "int8", "int4", "nvf4", "q8_0", "q4_0", "q4_1",
                 "q4_k", "q6_k")
 VARIANT_NAMES = {1: "2-stage ring; GGUF: the previous kernel", 2: "PDL: weights copied before waiting on the previous kernel"}
@@ -219,7 +220,7 @@ def main():
             torch.cuda.empty_cache()
         for fmt in only:
             m = int(fmt.rsplit("_m", 1)[1].split("_")[0]) if "_m" in fmt else 1
-            base = fmt.rsplit("_m", 1)[0] if fmt.split("_m")[0] not in ("bf16", "fp16") and "_m" in fmt else fmt
+            base = fmt if fmt.startswith(("bf16", "fp16")) else fmt.removesuffix("_tc").split("_m")[0]
             gk._C._gemv_set_dense_path(1 if fmt.endswith("_tc") else -1)
             xdt = "float16" if fmt == "fp16" else "bfloat16"
             x = gk.asarray(rng.standard_normal((m, k), dtype=np.float32)).to("cuda").astype(xdt)

@@ -67,8 +67,12 @@ void launch_nvf4(const QGemvArgs& a, cudaStream_t st) {
 template <class T>
 void by_format(const QGemvArgs& p, cudaStream_t st) {
   switch (p.fmt) {
-    case QFormat::fp8: return launch_chunks<FFp8, T>(p, st);
-    case QFormat::int8: return launch_chunks<FInt8, T>(p, st);
+    case QFormat::fp8:
+      if (p.mma) return launch_mma<MFp8<T>, T>(kargs(p), p.split, st);
+      return launch_chunks<FFp8, T>(p, st);
+    case QFormat::int8:
+      if (p.mma) return launch_mma<MInt8<T>, T>(kargs(p), p.split, st);
+      return launch_chunks<FInt8, T>(p, st);
     case QFormat::int4: return launch_int4<T>(p, st);
     case QFormat::nvf4: return launch_nvf4<T>(p, st);
     case QFormat::q4_k:  // variant 1: the 16-byte chunk tensor-core kernel of gemv_mma.cuh
@@ -201,7 +205,8 @@ void quantize(const QuantArgs& a, void* stream) {
   GK_LAUNCH_CHECK("quantize");
 }
 
-int qgemv_split(int64_t n, int64_t k, QFormat f) {
+int qgemv_split(int64_t n, int64_t k, QFormat f, bool mma) {
+  if (mma && (f == QFormat::fp8 || f == QFormat::int8)) return split_mma(n, k / 64);
   switch (f) {
     case QFormat::fp8: return split_for(n, chunks_per_row<FFp8>(k));
     case QFormat::int8: return split_for(n, chunks_per_row<FInt8>(k));
@@ -223,6 +228,8 @@ int qgemv_split(int64_t n, int64_t k, QFormat f) {
 void qgemv(const QGemvArgs& a, void* stream) {
   if (a.m <= 0 || a.n <= 0) return;
   if (a.m > 8) throw ValueError("gemv: the kernel takes at most 8 rows of x");
+  if (a.mma && (a.k % 64 != 0 || (a.fmt != QFormat::fp8 && a.fmt != QFormat::int8)))
+    throw ValueError("gemv: the fp8 / int8 tensor-core path needs K % 64 == 0");
   auto s = static_cast<cudaStream_t>(stream);
   if (a.x_dtype == DType::bf16) return by_format<bf16>(a, s);
   if (a.x_dtype == DType::f16) return by_format<f16>(a, s);

@@ -297,7 +297,8 @@ Array gemv_quantized(const Array& x_in, const QuantizedWeight& qw, std::optional
   } else {
 #if GPUKIT_WITH_CUDA
     if (!al(a.x, 16)) x = x.copy(&s), a.x = x.data();
-    a.split = cuda::qgemv_split(n, k, f);
+    a.mma = (f == QFormat::fp8 || f == QFormat::int8) && k % 64 == 0 && gemv_dense_path() == 1;
+    a.split = cuda::qgemv_split(n, k, f, a.mma);
     a.variant = gemv_variant();
     Array part;
     if (a.split > 1) {

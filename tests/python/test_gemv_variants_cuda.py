@@ -14,7 +14,7 @@ import gpukit as gk
 
 pytestmark = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(2026)
-FMTS = ["bf16", "bf16_tc", "fp8", "int8", "int4_32", "int4_128", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k"]
+FMTS = ["bf16", "bf16_tc", "fp8", "int8", "fp8_tc", "int8_tc", "int4_32", "int4_128", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k"]
 
 
 def f64(a):
@@ -22,7 +22,9 @@ def f64(a):
 
 
 def make(fmt, n, k):
-    """(callable(x) -> y float32 on the GPU, float64 exact weights, split-sum bound factor)."""
+    """(callable(x) -> y float32 on the GPU, float64 exact weights, GGUF bytes or None)."""
+    if fmt in ("fp8_tc", "int8_tc"):
+        fmt = fmt[:-3]
     w = (RNG.standard_normal((n, k)) / math.sqrt(k)).astype(np.float32)
     wt = gk.asarray(w)
     if fmt.startswith("bf16"):
@@ -71,7 +73,7 @@ def split_bound(fmt, qb, xs):
 
 def run(fmt, fn, x, variant):
     gk._C._gemv_set_variant(variant)
-    gk._C._gemv_set_dense_path(1 if fmt == "bf16_tc" else -1)
+    gk._C._gemv_set_dense_path(1 if fmt.endswith("_tc") else -1)
     try:
         return fn(x)
     finally:

@@ -122,6 +122,53 @@ struct MDense : MSimple<8> {
   __device__ static float row_scale(const KArgs&, int64_t) { return 1.0f; }
 };
 
+// fp16 pairs of e4m3 / int8 values as T: for bf16, the fp16 bits shifted into bf16's
+// exponent and mantissa fields (value * 2^-112; the values have at most 4 / 7 significant
+// bits and no fp16 subnormals) times 2^112: exact.
+template <class T>
+__device__ __forceinline__ uint32_t from_h2(uint32_t h) {
+  if constexpr (std::is_same_v<T, f16>) {
+    return h;
+  } else {
+    const uint32_t v = ((h >> 3) & 0x0fff0fffu) | (h & 0x80008000u);
+    return hmul2u<T>(v, 0x77807780u);
+  }
+}
+
+// fp8 e4m3 weights with a scale per row (W8A16 on the tensor cores): pair i of piece h =
+// bytes 8h + 2i, 8h + 2i + 1 of the chunk.
+template <class T>
+struct MFp8 : MSimple<16> {
+  struct Side {};
+  __device__ static Side side(const Pre&) { return {}; }
+  __device__ static void pairs(const uint4& raw, const Side&, int h, uint32_t (&pr)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t u = word(raw, 2 * h + i / 2) >> (16 * (i % 2));
+      __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(u & 0xffffu), __NV_E4M3);
+      pr[i] = from_h2<T>(uint32_t(r.x) | (uint32_t(r.y) << 16));
+    }
+  }
+  __device__ static float row_scale(const KArgs& p, int64_t row) { return __ldg(p.scales + row); }
+};
+
+// int8 weights with a scale per row: (1024 + 128 + b) - 1152 in fp16, exact.
+template <class T>
+struct MInt8 : MSimple<16> {
+  struct Side {};
+  __device__ static Side side(const Pre&) { return {}; }
+  __device__ static void pairs(const uint4& raw, const Side&, int h, uint32_t (&pr)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t u = word(raw, 2 * h + i / 2) ^ 0x80808080u;
+      const uint32_t sel = (i % 2) ? 0x4342u : 0x4140u;  // bytes (0, 1) or (2, 3) under the 0x64 magic
+      const uint32_t hb = hsub2u<f16>(__byte_perm(u, 0x64646464u, sel), 0x64806480u);
+      pr[i] = from_h2<T>(hb);
+    }
+  }
+  __device__ static float row_scale(const KArgs& p, int64_t row) { return __ldg(p.scales + row); }
+};
+
 template <class T>
 constexpr uint32_t kMagic4 = std::is_same_v<T, bf16> ? 0x4300u : 0x6400u;  // 128.0 bf16, 1024.0 fp16: + q exact
 
