@@ -39,7 +39,7 @@ SHAPES = [(4096, 14336), (14336, 4096), (4096, 128256)]
 TILE = 512           # rows quantized on the CPU, repeated on the GPU
 L2_DEFEAT = 256e6    # bytes of rotated weights per measurement (>= 5x the H200's L2)
 FORMATS = ("bf16", "fp16", "bf16_m4", "bf16_m8", "bf16_tc", "bf16_m4_tc", "bf16_m8_tc", "fp8", "int8", "fp8_tc",
-           "int8_tc", "fp8_m8_tc", "int8_m8_tc", "int4", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
+           "int8_tc", "fp8_m8_tc", "int8_m8_tc", "int4", "int4_g64", "int4_g32", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 VARIANT_FMTS = ("bf16", "bf16_m8", "bf16_tc", "bf16_m8_tc", "fp8", "int8", "int4", "nvf4", "q8_0", "q4_0", "q4_1",
                 "q4_k", "q6_k")
 VARIANT_NAMES = {1: "2-stage ring; GGUF: the previous kernel", 2: "PDL: weights copied before waiting on the previous kernel"}
@@ -80,13 +80,14 @@ def weights(fmt, k, n, copies, rng):
         args = [(qb[c * n:(c + 1) * n], sb[c * n:(c + 1) * n]) for c in range(copies)]
         fn = getattr(gk, f"gemv_{fmt}")
         return args, (lambda x, q_, s_: fn(x, q_, s_)), n * k + n * 4, deq
-    if fmt == "int4":
-        q, s, z = gk.quantize_int4(wt, group=128)
-        deq = gk.to_numpy(gk.dequantize_int4(q, s, z, group=128)).astype(np.float64)
+    if fmt.startswith("int4"):
+        g = int(fmt[6:]) if fmt.startswith("int4_g") else 128
+        q, s, z = gk.quantize_int4(wt, group=g)
+        deq = gk.to_numpy(gk.dequantize_int4(q, s, z, group=g)).astype(np.float64)
         qb, sb, zb = (repeat_rows(a, n, copies) for a in (q, s, z))
         args = [(qb[c * n:(c + 1) * n], sb[c * n:(c + 1) * n], zb[c * n:(c + 1) * n]) for c in range(copies)]
-        nbytes = n * k // 2 + n * (k // 128) * 5
-        return args, (lambda x, q_, s_, z_: gk.gemv_int4(x, q_, s_, z_, group=128)), nbytes, deq
+        nbytes = n * k // 2 + n * (k // g) * 5
+        return args, (lambda x, q_, s_, z_: gk.gemv_int4(x, q_, s_, z_, group=g)), nbytes, deq
     if fmt == "nvf4":
         q, bs, ts = gk.quantize_nvf4(wt)
         deq = gk.to_numpy(gk.dequantize_nvf4(q, bs, ts)).astype(np.float64)
@@ -221,6 +222,8 @@ def main():
         for fmt in only:
             m = int(fmt.rsplit("_m", 1)[1].split("_")[0]) if "_m" in fmt else 1
             base = fmt if fmt.startswith(("bf16", "fp16")) else fmt.removesuffix("_tc").split("_m")[0]
+            if fmt.startswith("int4_g"):
+                base = fmt.split("_m")[0]
             gk._C._gemv_set_dense_path(1 if fmt.endswith("_tc") else -1)
             xdt = "float16" if fmt == "fp16" else "bfloat16"
             x = gk.asarray(rng.standard_normal((m, k), dtype=np.float32)).to("cuda").astype(xdt)
