@@ -1,6 +1,6 @@
 """Every GEMV kernel variant (gk._C._gemv_set_variant: 0 the default cp.async ring depth,
-1 a 2-stage ring; for Q8_0 / Q4_0 / Q4_1 / Q4_K / Q6_K variant 1 is the older kernel instead of
-the new tensor-core one; 2 the default kernels with programmatic dependent launch) and both bf16 paths (CUDA-core chunks, tensor cores) against float64
+1 a 2-stage ring; for int4 and Q8_0 / Q4_0 / Q4_1 / Q4_K / Q6_K variant 1 is the older kernel
+instead of the new staged tensor-core one; 2 the default kernels with programmatic dependent launch) and both bf16 paths (CUDA-core chunks, tensor cores) against float64
 products with the exactly dequantized weights, at shapes with ragged per-warp work (odd N,
 K with a partial last step, split-K): the variant switch is a benchmarking knob and
 must never change correctness. Also: same bits every run, a row alone = the row in a
@@ -14,7 +14,7 @@ import gpukit as gk
 
 pytestmark = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(2026)
-FMTS = ["bf16", "bf16_tc", "fp8", "int8", "fp8_tc", "int8_tc", "int4_32", "int4_128", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k"]
+FMTS = ["bf16", "bf16_tc", "fp8", "int8", "fp8_tc", "int8_tc", "int4_32", "int4_64", "int4_128", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k"]
 
 
 def f64(a):
@@ -106,7 +106,8 @@ def test_variant_matches_exact(fmt, variant, n, k):
     assert f64(run(fmt, fn, x, variant)).tobytes() == f64(got).tobytes(), "not the same bits on a second run"
     one = run(fmt, fn, x[3:4], variant)
     assert f64(one).tobytes() == f64(got)[3:4].tobytes(), "row 3 alone differs from row 3 of the batch"
-    if variant == 2 or (variant == 1 and fmt not in ("q8_0", "q4_0", "q4_1", "q6_k", "q4_k")):
+    if variant == 2 or (variant == 1 and fmt not in ("q8_0", "q4_0", "q4_1", "q6_k", "q4_k") and
+                        not fmt.startswith("int4")):
         # ring depth / launch attribute only: the same sums in the same order
         assert f64(run(fmt, fn, x, 0)).tobytes() == f64(got).tobytes(), f"variant {variant} and 0 differ"
 

@@ -18,5 +18,10 @@ int gguf_split(int64_t n, int64_t k, QFormat f);
 bool gguf_mma_applies(const QGemvArgs& p);
 template <class T>
 void launch_gguf_mma(const QGemvArgs& p, cudaStream_t st);
-int gguf_mma_split(int64_t n, int64_t k, QFormat f);
+int gguf_mma_split(int64_t n, int64_t k, QFormat f);  // also int4's kernel below (tiles of 256)
+// int4 with every mma k-step in one group (src/cuda/quant_int4_mma.cu): K % 256 == 0,
+// groups of 32 / 64 / 128, aligned rows.
+bool int4_mma_applies(const QGemvArgs& p);
+template <class T>
+void launch_int4_mma(const QGemvArgs& p, cudaStream_t st);
 }  // namespace gk::cuda
