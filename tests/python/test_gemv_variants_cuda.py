@@ -14,7 +14,8 @@ import gpukit as gk
 
 pytestmark = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(2026)
-FMTS = ["bf16", "bf16_tc", "fp8", "int8", "fp8_tc", "int8_tc", "int4_32", "int4_64", "int4_128", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k"]
+FMTS = ["bf16", "bf16_tc", "fp8", "int8", "fp8_tc", "int8_tc", "int4_32", "int4_64", "int4_128", "nvf4",
+        "q8_0", "q4_0", "q4_1", "q4_k", "q6_k"]
 
 
 def f64(a):
