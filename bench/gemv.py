@@ -14,13 +14,13 @@ captured in one CUDA graph whose replays are timed with events (median of --roun
 host launch overhead is not counted - for torch too. Every format is checked on its first
 rows against float64 products with its exact dequantization before it is timed.
 
-bf16_tc / bf16_m8_tc / fp8_tc / int8_tc ...: bf16, fp8 or int8 weights through the tensor-core
-kernel instead of the default CUDA-core one (gk._C._gemv_set_dense_path(1)).
+bf16_cc / bf16_m8_cc / fp8_cc / int8_cc: bf16, fp8 or int8 weights through the CUDA-core kernel
+instead of the default tensor-core one (gk._C._gemv_set_dense_path(0)).
 --ms 1,4,8: also time every other format with M = 4 and 8 rows of x (records FMT_m4, FMT_m8).
-"variant 1" lines: the same kernels with a 2-stage cp.async ring instead of the default depth (GGUF
-formats: the previous kernels); "variant 2": the default kernels launched with programmatic
-dependent launch (each call copies its first weights while the previous call finishes, as in a
-decode step's chain of GEMVs).
+The default launches use programmatic dependent launch (each call copies its first weights
+while the previous call finishes, as in a decode step's chain of GEMVs); "variant 2" lines: the
+same kernels without it. "variant 1": a 2-stage cp.async ring instead of the default depth
+(int4 and the GGUF formats: the previous kernels).
 
 Usage: python bench/gemv.py [--out F] [--rounds N] [--only bf16,fp8,...] [--shapes 0,1,2] [--ms 1,8]
 Exits 0 without CUDA.
@@ -38,13 +38,10 @@ from common import gk, median, parse_args, print_table, record, require_cuda, wr
 SHAPES = [(4096, 14336), (14336, 4096), (4096, 128256)]
 TILE = 512           # rows quantized on the CPU, repeated on the GPU
 L2_DEFEAT = 256e6    # bytes of rotated weights per measurement (>= 5x the H200's L2)
-FORMATS = ("bf16", "fp16", "bf16_m4", "bf16_m8", "bf16_tc", "bf16_m4_tc", "bf16_m8_tc", "fp8", "int8", "fp8_tc",
-           "int8_tc", "fp8_m8_tc", "int8_m8_tc", "int4", "int4_g64", "int4_g32", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
-VARIANT_FMTS = ("bf16", "bf16_m8", "bf16_tc", "bf16_m8_tc", "fp8", "int8", "int4", "nvf4", "q8_0", "q4_0", "q4_1",
-                "q4_k", "q6_k")
-VARIANT_NAMES = {1: "2-stage ring; GGUF: the previous kernel", 2: "PDL: weights copied before waiting on the previous kernel"}
-# bf16 *_tc: the tensor-core kernel for bf16 weights (gk._C._gemv_set_dense_path(1)), to
-# compare with the default kernel; every other record uses the default choice.
+FORMATS = ("bf16", "fp16", "bf16_m4", "bf16_m8", "bf16_cc", "bf16_m8_cc", "fp8", "int8", "fp8_cc", "int8_cc",
+           "int4", "int4_g64", "int4_g32", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
+VARIANT_FMTS = ("bf16", "bf16_m8", "fp8", "int8", "int4", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
+VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "without PDL"}
 
 
 def tbs(nbytes, ms):
@@ -198,7 +195,7 @@ def main():
     rounds = max(5, args.rounds // 3)
     only = [f for f in FORMATS if f in set(args.only.split(","))]
     extra_ms = [int(v) for v in args.ms.split(",") if int(v) > 1]
-    only = only + [f"{f}_m{mm}" for mm in extra_ms for f in only if "_m" not in f and not f.endswith("_tc")
+    only = only + [f"{f}_m{mm}" for mm in extra_ms for f in only if "_m" not in f and not f.endswith(("_tc", "_cc"))
                    and f not in ("bf16", "fp16")]
     ceiling = copy_ceiling(rounds)
     print(f"copy ceiling {ceiling:.3f} TB/s (1 GiB device-to-device, read + written)")
@@ -221,10 +218,12 @@ def main():
             torch.cuda.empty_cache()
         for fmt in only:
             m = int(fmt.rsplit("_m", 1)[1].split("_")[0]) if "_m" in fmt else 1
-            base = fmt if fmt.startswith(("bf16", "fp16")) else fmt.removesuffix("_tc").split("_m")[0]
+            base = fmt
+            if not fmt.startswith(("bf16", "fp16")):
+                base = fmt.removesuffix("_tc").removesuffix("_cc").split("_m")[0]
             if fmt.startswith("int4_g"):
                 base = fmt.split("_m")[0]
-            gk._C._gemv_set_dense_path(1 if fmt.endswith("_tc") else -1)
+            gk._C._gemv_set_dense_path(1 if fmt.endswith("_tc") else (0 if fmt.endswith("_cc") else -1))
             xdt = "float16" if fmt == "fp16" else "bfloat16"
             x = gk.asarray(rng.standard_normal((m, k), dtype=np.float32)).to("cuda").astype(xdt)
             probe_bytes = n * k * (2 if fmt.startswith(("bf16", "fp16")) else 1)

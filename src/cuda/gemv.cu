@@ -31,7 +31,7 @@ __global__ void k_gemv_sum(const float* __restrict__ part, void* y, DType out, i
 void launch_sum(const KArgs& p, int split, cudaStream_t st) {
   const int64_t mn = p.m * p.n;
   const int64_t blocks = std::min<int64_t>((mn + 255) / 256, 132 * 8);
-  launch_ex(k_gemv_sum, dim3(unsigned(blocks)), 256, 0, st, p.variant == 2, p.part, p.y, p.out, mn, split);
+  launch_ex(k_gemv_sum, dim3(unsigned(blocks)), 256, 0, st, p.variant != 2, p.part, p.y, p.out, mn, split);
   GK_LAUNCH_CHECK("gemv_sum");
 }
 

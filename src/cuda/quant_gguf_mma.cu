@@ -1,7 +1,7 @@
 // GEMV over the 32-weight GGUF blocks Q4_0 (18 B), Q4_1 (20 B), Q8_0 (34 B) on the tensor
 // cores, read directly from the file's blocks (layouts: ops/gguf_blocks.h).
 //
-// A CTA owns 16 weight rows; its kGW warps take tiles of kTB = 8 blocks of every row
+// A CTA owns 16 weight rows; its warps (1..kGW, warps_for) take tiles of kTB = 8 blocks of every row
 // (256 weights; 8 * BB bytes, a multiple of 16) in turn along k. A warp copies its tile
 // (16 rows x 8 blocks) with coalesced 16-byte cp.async into its own ring of D stages in
 // shared memory, D - 1 tiles ahead, and decodes from there: lane (g, t) takes rows g and
@@ -12,7 +12,7 @@
 // subtraction per pair; x row g (g < M, else zeros) at the same k positions is the B
 // operand. Per block: the fp32 mma sum times the block's scale d, plus for Q4_1 m times
 // the sum of x over the block (a second mma with ones) -- added to fp32 accumulators.
-// The kGW warps' sums are added in warp order, split-K slices by the second pass of
+// The warps' sums are added in warp order, split-K slices by the second pass of
 // gemv.cu in slice order: the same bits every run and for a row alone or in a batch.
 // Needs 16-byte aligned rows and K % 256 == 0 (else quant_gguf.cu's kernels run).
 #include "common/gemv_gguf.cuh"
@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kGW * 32, 2) k_gguf_mma(const QGemvArgs p) {
   constexpr int CB = kQ6 ? 4 : 16;          // bytes per cp.async
   constexpr int C = kTileB<F> / CB;         // copies per tile row
   constexpr int STAGE = 16 * RS;    // bytes of a stage
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int64_t row0 = int64_t(blockIdx.x) * 16;
   const int64_t ntile = p.k / kTileW<F>;
@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kGW * 32, 2) k_gguf_mma(const QGemvArgs p) {
   const uint32_t wbase = smem_addr(ring) + uint32_t(warp * D * STAGE);
   const int64_t tb = t0 + warp;
   auto issue = [&](int st, int64_t j) {
-    const int64_t tt = tb + j * kGW;
+    const int64_t tt = tb + j * nw;
     if (tt < t1) {
       for (int i = lane; i < 16 * C; i += 32) {
         const int r = i / C, c = i % C;
@@ -259,14 +259,14 @@ __global__ void __launch_bounds__(kGW * 32, 2) k_gguf_mma(const QGemvArgs p) {
 #pragma unroll
   for (int st = 0; st < D - 1; ++st) issue(st, st);
   pdl_wait();
-  for (int64_t j0 = 0; tb + j0 * kGW < t1; j0 += D) {
+  for (int64_t j0 = 0; tb + j0 * nw < t1; j0 += D) {
 #pragma unroll
     for (int st = 0; st < D; ++st) {
       __syncwarp();  // every lane is done with the stage the next copy overwrites
       issue((st + D - 1) % D, j0 + st + D - 1);
       cp_wait<D - 1>();
       __syncwarp();  // every lane's copies of this stage are visible to the warp
-      const int64_t tt = tb + (j0 + st) * kGW;
+      const int64_t tt = tb + (j0 + st) * nw;
       if (tt < t1) consume(st, tt);
     }
   }
@@ -278,12 +278,13 @@ __global__ void __launch_bounds__(kGW * 32, 2) k_gguf_mma(const QGemvArgs p) {
 template <class T, int F>
 void launch(const QGemvArgs& p, cudaStream_t st) {
   using B = GBM<F>;
-  constexpr int smem = kGW * B::D * 16 * B::RS;
+  constexpr int smem_warp = B::D * 16 * B::RS;
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   dim3 grid(unsigned(blocks), unsigned(std::max(1, p.split)));
-  smem_limit<k_gguf_mma<T, F>>(smem);
-  launch_ex(k_gguf_mma<T, F>, grid, kGW * 32, smem, st, p.variant == 2, p);
+  const int nw = warps_for(p.n, (p.k / kTileW<F> + grid.y - 1) / grid.y);
+  smem_limit<k_gguf_mma<T, F>>(kGW * smem_warp);
+  launch_ex(k_gguf_mma<T, F>, grid, nw * 32, nw * smem_warp, st, p.variant != 2, p);
   GK_LAUNCH_CHECK("qgemv_gguf_mma");
   if (p.split > 1) launch_sum_q(p, st);
 }

@@ -3,7 +3,7 @@
 // 32-weight chunk, so with groups of 32 or 64 a k-step mixes groups and each group costs a
 // masked mma of its own; here a warp stages its tile and lanes pick their bytes freely.
 //
-// A CTA owns 16 rows; its kIW warps take tiles of 256 weights of every row (128 bytes of
+// A CTA owns 16 rows; its warps (1..kIW, warps_for) take tiles of 256 weights of every row (128 bytes of
 // codes) in turn along k. A warp copies the tile's codes (16-byte cp.async) and the rows'
 // 256 / G group scales (4-byte cp.async) into its ring of D stages in shared memory, D - 1
 // tiles ahead, and loads the rows' zero points into registers at the same time. Lane
@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(kIW * 32, 2) k_int4_mma(const QGemvArgs p) {
   constexpr int CODES = 16 * kRS;           // code bytes of a stage
   constexpr int STAGE = CODES + 16 * NG * 4;  // + the scales
   constexpr int D = kStg;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int64_t row0 = int64_t(blockIdx.x) * 16;
   const int64_t ra = row0 + g < p.n ? row0 + g : p.n - 1, rb = row0 + g + 8 < p.n ? row0 + g + 8 : p.n - 1;
@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(kIW * 32, 2) k_int4_mma(const QGemvArgs p) {
   Zp<G> za[D], zb[D];
   const int64_t tb = t0 + warp;
   auto issue = [&](int st, int64_t j) {
-    const int64_t tt = tb + j * kIW;
+    const int64_t tt = tb + j * nw;
     if (tt < t1) {
       const uint32_t sb = wbase + uint32_t(st * STAGE);
 #pragma unroll
@@ -128,14 +128,14 @@ __global__ void __launch_bounds__(kIW * 32, 2) k_int4_mma(const QGemvArgs p) {
 #pragma unroll
   for (int st = 0; st < D - 1; ++st) issue(st, st);
   pdl_wait();
-  for (int64_t j0 = 0; tb + j0 * kIW < t1; j0 += D) {
+  for (int64_t j0 = 0; tb + j0 * nw < t1; j0 += D) {
 #pragma unroll
     for (int st = 0; st < D; ++st) {
       __syncwarp();  // every lane is done with the stage the next copy overwrites
       issue((st + D - 1) % D, j0 + st + D - 1);
       cp_wait<D - 1>();
       __syncwarp();  // every lane's copies of this stage are visible to the warp
-      const int64_t tt = tb + (j0 + st) * kIW;
+      const int64_t tt = tb + (j0 + st) * nw;
       if (tt < t1) consume(st, tt);
     }
   }
@@ -145,12 +145,13 @@ __global__ void __launch_bounds__(kIW * 32, 2) k_int4_mma(const QGemvArgs p) {
 
 template <class T, int G>
 void launch(const QGemvArgs& p, cudaStream_t st) {
-  constexpr int smem = kIW * kStg * (16 * kRS + 16 * (256 / G) * 4);
+  constexpr int smem_warp = kStg * (16 * kRS + 16 * (256 / G) * 4);
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   dim3 grid(unsigned(blocks), unsigned(std::max(1, p.split)));
-  smem_limit<k_int4_mma<T, G>>(smem);
-  launch_ex(k_int4_mma<T, G>, grid, kIW * 32, smem, st, p.variant == 2, p);
+  const int nw = warps_for(p.n, (p.k / 256 + grid.y - 1) / grid.y);
+  smem_limit<k_int4_mma<T, G>>(kIW * smem_warp);
+  launch_ex(k_int4_mma<T, G>, grid, nw * 32, nw * smem_warp, st, p.variant != 2, p);
   GK_LAUNCH_CHECK("qgemv_int4_mma");
   if (p.split > 1) launch_sum_q(p, st);
 }

@@ -297,7 +297,8 @@ Array gemv_quantized(const Array& x_in, const QuantizedWeight& qw, std::optional
   } else {
 #if GPUKIT_WITH_CUDA
     if (!al(a.x, 16)) x = x.copy(&s), a.x = x.data();
-    a.mma = (f == QFormat::fp8 || f == QFormat::int8) && k % 64 == 0 && gemv_dense_path() == 1;
+    // fp8 / int8: the tensor-core kernel by default (K % 64 == 0; gemv_set_dense_path(0): CUDA cores)
+    a.mma = (f == QFormat::fp8 || f == QFormat::int8) && k % 64 == 0 && gemv_dense_path() != 0;
     a.split = cuda::qgemv_split(n, k, f, a.mma);
     a.variant = gemv_variant();
     Array part;

@@ -1,7 +1,8 @@
 """Every GEMV kernel variant (gk._C._gemv_set_variant: 0 the default cp.async ring depth,
-1 a 2-stage ring; for int4 and Q8_0 / Q4_0 / Q4_1 / Q4_K / Q6_K variant 1 is the older kernel
-instead of the new staged tensor-core one; 2 the default kernels with programmatic dependent launch) and both bf16 paths (CUDA-core chunks, tensor cores) against float64
-products with the exactly dequantized weights, at shapes with ragged per-warp work (odd N,
+with programmatic dependent launch; 1 a 2-stage ring; for int4 and Q8_0 / Q4_0 / Q4_1 /
+Q4_K / Q6_K variant 1 is the older kernel instead of the staged tensor-core one; 2 the
+default kernels without programmatic dependent launch) and both paths of bf16/fp8/int8
+(*_cc: the CUDA-core kernel, *_tc / default: the tensor-core kernel) against float64 products with the exactly dequantized weights, at shapes with ragged per-warp work (odd N,
 K with a partial last step, split-K): the variant switch is a benchmarking knob and
 must never change correctness. Also: same bits every run, a row alone = the row in a
 batch. Skipped without a GPU."""
@@ -14,7 +15,7 @@ import gpukit as gk
 
 pytestmark = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(2026)
-FMTS = ["bf16", "bf16_tc", "fp8", "int8", "fp8_tc", "int8_tc", "int4_32", "int4_64", "int4_128", "nvf4",
+FMTS = ["bf16", "bf16_cc", "bf16_tc", "fp8", "int8", "fp8_cc", "int8_cc", "int4_32", "int4_64", "int4_128", "nvf4",
         "q8_0", "q4_0", "q4_1", "q4_k", "q6_k"]
 
 
@@ -24,7 +25,7 @@ def f64(a):
 
 def make(fmt, n, k):
     """(callable(x) -> y float32 on the GPU, float64 exact weights, GGUF bytes or None)."""
-    if fmt in ("fp8_tc", "int8_tc"):
+    if fmt in ("fp8_cc", "int8_cc"):
         fmt = fmt[:-3]
     w = (RNG.standard_normal((n, k)) / math.sqrt(k)).astype(np.float32)
     wt = gk.asarray(w)
@@ -74,7 +75,7 @@ def split_bound(fmt, qb, xs):
 
 def run(fmt, fn, x, variant):
     gk._C._gemv_set_variant(variant)
-    gk._C._gemv_set_dense_path(1 if fmt.endswith("_tc") else -1)
+    gk._C._gemv_set_dense_path(1 if fmt.endswith("_tc") else (0 if fmt.endswith("_cc") else -1))
     try:
         return fn(x)
     finally:
@@ -114,9 +115,9 @@ def test_variant_matches_exact(fmt, variant, n, k):
 
 
 def test_pdl_chain_reads_the_previous_output():
-    """variant 2 (PDL): each GEMV reads the previous one's output; the result must be the
-    bits of the same chain without PDL (a kernel that read x before griddepcontrol.wait
-    would see stale or partial data)."""
+    """The default (PDL) launches: each GEMV reads the previous one's output; the result
+    must be the bits of the same chain without PDL (variant 2; a kernel that read x before
+    griddepcontrol.wait would see stale or partial data)."""
     k = 4096
     fmts = ["fp8", "q4_0", "bf16", "int4_128", "q6_k", "q4_k", "q8_0", "nvf4", "int8"]
     fns = [make(f, k, k)[0] for f in fmts]
@@ -132,9 +133,9 @@ def test_pdl_chain_reads_the_previous_output():
         finally:
             gk._C._gemv_set_variant(0)
 
-    ref = chain(0)
+    ref = chain(2)
     assert np.isfinite(ref).all() and np.abs(ref).max() > 0
     for _ in range(3):
-        got = chain(2)
+        got = chain(0)
         bad = np.argwhere(got != ref)
         assert bad.size == 0, f"PDL chain differs at {len(bad)} places, first {bad[0].tolist()}"

@@ -92,9 +92,10 @@ __device__ __forceinline__ float lds_f32(uint32_t a) {
   return v;
 }
 
-// Programmatic dependent launch (variant 2): a kernel lets the next one launch at once and
-// waits for the previous one's writes only after issuing its first weight copies (weights
-// are never written by a kernel). No-ops when the launch did not ask for it.
+// Programmatic dependent launch (all variants but 2): a kernel lets the next one launch at
+// once and waits for the previous one's writes only after issuing its first weight copies
+// (weights are never written by a kernel); it reads x and writes y, partial sums only after
+// the wait. No-ops when the launch did not ask for it.
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
@@ -444,7 +445,7 @@ void smem_limit(int bytes) {
   done.fetch_or(bit);
 }
 
-// A launch with the programmatic-serialization attribute when pdl (variant 2).
+// A launch with the programmatic-serialization attribute when pdl (every variant but 2).
 template <class K, class... A>
 void launch_ex(K kernel, dim3 grid, int threads, int smem, cudaStream_t st, bool pdl, const A&... args) {
   cudaLaunchConfig_t cfg = {};
@@ -464,7 +465,7 @@ template <class F, class T, int MT, int D>
 void launch_k(const KArgs& p, dim3 grid, cudaStream_t st) {
   constexpr int smem = D * kRows * kThreads * 16;
   smem_limit<k_gemv<F, T, MT, kRows, D>>(smem);
-  launch_ex(k_gemv<F, T, MT, kRows, D>, grid, kThreads, smem, st, p.variant == 2, p);
+  launch_ex(k_gemv<F, T, MT, kRows, D>, grid, kThreads, smem, st, p.variant != 2, p);
 }
 
 template <class F, class T, int D>
@@ -476,7 +477,7 @@ void launch_m(const KArgs& p, dim3 grid, cudaStream_t st) {
 }
 
 // variant 0: a ring of kStages stages of kRows chunks per thread; 1: two stages; 2: as 0,
-// launched with programmatic dependent launch.
+// launched without programmatic dependent launch.
 constexpr int kStages = 4;
 
 template <class F, class T>

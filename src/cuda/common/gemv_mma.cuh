@@ -6,15 +6,15 @@
 //
 // A warp owns 16 weight rows (lane 4g + t holds rows g and g + 8) and walks k in tiles of
 // 4 chunks of 16 bytes per row (128 weights): thread t of the quad copies chunk t of the
-// tile of both its rows (cp.async into its own ring of kStagesM stages in shared memory,
-// kStagesM - 1 tiles ahead, with the tile's scales / block header), and the 16-byte x piece
+// tile of both its rows (cp.async into its own ring of F::kStages stages in shared memory,
+// kStages - 1 tiles ahead, with the tile's scales / block header), and the 16-byte x piece
 // of x row g (m = g < M, else zeros) matching each 8 weights it decodes. In the mma the
 // quad's logical k 2t, 2t+1, 2t+8, 2t+9 of k-step (h, s) are weights 8h + 4s + 0..3 of
 // thread t's chunk, for A (weights) and B (x) alike. Exactness: the decoded values
 // ((q - z) for int4, e2m1 * block scale for NVF4) are exact in bf16/fp16; the group scale
 // of int4 is applied to the fp32 tile sums per group (a tile holds 128 / G groups: each
 // gets its own accumulator, B masked to its threads); NVF4's tensor scale at the end.
-// The kWarpsM warps of a CTA share the 16 rows and interleave tiles; their sums are
+// The warps of a CTA (warps_for: 1..kWarpsM) share the 16 rows and interleave tiles; their sums are
 // added in warp order. Split-K as in gemv.cuh. Needs K % (4 E) == 0 (E weights per
 // 16-byte chunk: 32 for 4-bit codes; 8 for bf16/fp16 weights, MDense, whose words are
 // the mma operands as loaded).
@@ -27,7 +27,18 @@
 
 namespace gk::cuda::gemv_detail {
 
-constexpr int kWarpsM = 8;  // warps sharing a CTA's 16 rows (k interleaved)
+constexpr int kWarpsM = 8;  // at most this many warps share a CTA's 16 rows (k interleaved)
+
+// Warps per CTA of the 16-row tensor-core kernels: about 16 warps per SM over the whole GPU
+// (132 SMs) so that each warp streams a long run of tiles through its ring; at most
+// kWarpsM and at most the tiles of a slice. A function of (N, K, split) only, never of M.
+inline int warps_for(int64_t n, int64_t tiles_per_slice) {
+  const int64_t rb = (n + 15) / 16;
+  int64_t w = (132 * 16 + rb / 2) / rb;
+  w = std::min<int64_t>(std::max<int64_t>(w, 1), kWarpsM);
+  w = std::min<int64_t>(w, std::max<int64_t>(tiles_per_slice, 1));
+  return int(w);
+}
 
 template <class T>
 __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -93,6 +104,7 @@ struct MSimple {
   static constexpr int E = E_, kNG = 1;
   static constexpr bool kMin = false, kScaled = false;
   static constexpr bool kExtra = false;  // a third 16-byte shared slot per row (extra())
+  static constexpr int kStages = 8;      // ring depth (variant 0)
   struct Pre {};                         // side data loaded when a tile is issued (loads only)
   __device__ static Pre pre(const KArgs&, int64_t, int64_t, int) { return {}; }
   __device__ static void extra(const KArgs&, int64_t, int64_t, uint32_t) {}
@@ -183,6 +195,7 @@ struct MInt4 : MSimple<32> {
   };
   static constexpr uint32_t kMagic = kMagic4<T>;
   static constexpr bool kExtra = true;  // the tile's NG group scales of the row
+  static constexpr int kStages = 4;
   __device__ static int group_of(int t, int) { return t / (4 / NG); }
   struct Pre {
     uint32_t z;  // the chunk's zero point
@@ -261,6 +274,7 @@ struct MQ4K : MSimple<32> {
   static constexpr int kNG = 4;
   static constexpr bool kMin = true, kScaled = true;
   static constexpr bool kExtra = true;  // the block's first 16 bytes (d, dmin, scales)
+  static constexpr int kStages = 4;
   struct Side {};
   __device__ static void extra(const KArgs& p, int64_t row, int64_t tt, uint32_t dst) {
     cp_async16(dst, p.q + row * p.q_rs + (tt / 2) * 144);
@@ -312,7 +326,7 @@ template <class F, class T, int D>
 __global__ void __launch_bounds__(kWarpsM * 32, 2) k_mma_gemv(const KArgs p) {
   constexpr int NG = F::kNG, P = F::E / 8;  // accumulators per tile, pieces of 8 per chunk
   constexpr int NS = F::kExtra ? 4 : 2;     // 16-byte slots per stage
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int64_t row0 = int64_t(blockIdx.x) * 16;
   const int64_t ra = row0 + g < p.n ? row0 + g : p.n - 1, rb = row0 + g + 8 < p.n ? row0 + g + 8 : p.n - 1;
@@ -329,11 +343,11 @@ __global__ void __launch_bounds__(kWarpsM * 32, 2) k_mma_gemv(const KArgs p) {
 
   extern __shared__ uint4 ring[];
   const uint32_t base = smem_addr(ring) + uint32_t(threadIdx.x) * 16u;
-  auto slot = [&](int st, int i) { return base + uint32_t((st * NS + i) * kWarpsM * 32) * 16u; };
+  auto slot = [&](int st, int i) { return base + uint32_t((st * NS + i) * nw * 32) * 16u; };
   typename F::Pre pra[D], prb[D];
-  const int64_t tb = t0 + warp;  // the warp's tiles: tb, tb + kWarpsM, ...
+  const int64_t tb = t0 + warp;  // the warp's tiles: tb, tb + nw, ...
   auto issue = [&](int st, int64_t j) {
-    const int64_t tt = tb + j * kWarpsM;
+    const int64_t tt = tb + j * nw;
     if (tt < t1) {
       const int64_t cb = F::chunk_byte(tt, t);
       cp_async16(slot(st, 0), qa + cb);
@@ -402,12 +416,12 @@ __global__ void __launch_bounds__(kWarpsM * 32, 2) k_mma_gemv(const KArgs p) {
 #pragma unroll
   for (int st = 0; st < D - 1; ++st) issue(st, st);
   pdl_wait();
-  for (int64_t j0 = 0; tb + j0 * kWarpsM < t1; j0 += D) {
+  for (int64_t j0 = 0; tb + j0 * nw < t1; j0 += D) {
 #pragma unroll
     for (int st = 0; st < D; ++st) {
       issue((st + D - 1) % D, j0 + st + D - 1);
       cp_wait<D - 1>();
-      const int64_t tt = tb + (j0 + st) * kWarpsM;
+      const int64_t tt = tb + (j0 + st) * nw;
       if (tt < t1) consume(st, tt);
     }
   }
@@ -422,7 +436,7 @@ __global__ void __launch_bounds__(kWarpsM * 32, 2) k_mma_gemv(const KArgs p) {
     for (int e = 0; e < 4; ++e) {
       float v = red[0][lane][e];
 #pragma unroll
-      for (int w = 1; w < kWarpsM; ++w) v += red[w][lane][e];
+      for (int w = 1; w < nw; ++w) v += red[w][lane][e];
       const int m = 2 * t + (e & 1);
       const int64_t row = row0 + g + (e >= 2 ? 8 : 0);
       if (m < p.m && row < p.n) {
@@ -447,13 +461,14 @@ inline int split_mma(int64_t n, int64_t tiles) {
 
 template <class F, class T, int D>
 void launch_mma_d(const KArgs& p, dim3 grid, cudaStream_t st) {
-  constexpr int smem = D * (F::kExtra ? 4 : 2) * kWarpsM * 32 * 16;
-  smem_limit<k_mma_gemv<F, T, D>>(smem);
-  launch_ex(k_mma_gemv<F, T, D>, grid, kWarpsM * 32, smem, st, p.variant == 2, p);
+  const int nw = warps_for(p.n, (F::ntile(p.k) + grid.y - 1) / grid.y);
+  constexpr int smem_max = D * (F::kExtra ? 4 : 2) * kWarpsM * 32 * 16;
+  smem_limit<k_mma_gemv<F, T, D>>(smem_max);
+  launch_ex(k_mma_gemv<F, T, D>, grid, nw * 32, D * (F::kExtra ? 4 : 2) * nw * 32 * 16, st, p.variant != 2, p);
 }
 
-// variant 0: kStagesM stages per thread; 1: two.
-constexpr int kStagesM = 4;
+// variant 0: F::kStages stages per thread; 1: two. Programmatic dependent launch unless
+// variant 2.
 
 template <class F, class T>
 void launch_mma(const KArgs& p, int split, cudaStream_t st) {
@@ -461,7 +476,7 @@ void launch_mma(const KArgs& p, int split, cudaStream_t st) {
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   dim3 grid(unsigned(blocks), unsigned(std::max(1, split)));
   if (p.variant == 1) launch_mma_d<F, T, 2>(p, grid, st);
-  else launch_mma_d<F, T, kStagesM>(p, grid, st);
+  else launch_mma_d<F, T, F::kStages>(p, grid, st);
   GK_LAUNCH_CHECK("gemv_mma");
   if (split > 1) launch_sum(p, split, st);
 }

@@ -54,12 +54,12 @@ __device__ __forceinline__ uint32_t int8_pair(uint32_t u, int i) {
   }
 }
 
-// acc of lane (g, t) of each of the NW warps: (row g, m = 2t), (row g, m = 2t + 1),
+// acc of lane (g, t) of each of the warps of the CTA (at most NW): (row g, m = 2t), (row g, m = 2t + 1),
 // (row g + 8, m = 2t), (row g + 8, m = 2t + 1); summed in warp order, stored (or written
 // as split-K slice s of S).
 template <int NW>
 __device__ __forceinline__ void store_quad_sums(const QGemvArgs& p, const float (&acc)[4], int64_t row0, int s, int S) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;  // nw <= NW
   const int g = lane >> 2, t = lane & 3;
   __shared__ float red[NW][32][4];
 #pragma unroll
@@ -70,7 +70,7 @@ __device__ __forceinline__ void store_quad_sums(const QGemvArgs& p, const float 
     for (int e = 0; e < 4; ++e) {
       float v = red[0][lane][e];
 #pragma unroll
-      for (int w = 1; w < NW; ++w) v += red[w][lane][e];
+      for (int w = 1; w < nw; ++w) v += red[w][lane][e];
       const int m = 2 * t + (e & 1);
       const int64_t row = row0 + g + (e >= 2 ? 8 : 0);
       if (m < p.m && row < p.n) {
