@@ -10,7 +10,7 @@
 // (g, t) takes rows g and g + 8 and, of each 32-weight block of the tile, code bytes
 // 4t..4t+3 (weights 8t..8t+7: byte i holds weights 2i (low nibble) and 2i + 1): two k-steps
 // whose pairs are (q - z) exactly in bf16/fp16, with x row g (g < M, else zeros) at the
-// same k; the block's fp32 mma sum times its group scale goes to fp32 accumulators. The
+// same k; a group's fp32 mma sum (its G / 32 blocks) times its scale goes to fp32 accumulators. The
 // warps' sums are added in warp order (gemv_stage.cuh), split-K slices by the second pass.
 // Needs K % 256 == 0 and 16-byte aligned code rows (the front end checks the rows).
 #include "common/gemv_gguf.cuh"
@@ -97,26 +97,30 @@ __global__ void __launch_bounds__(kIW * 32, 2) k_int4_mma(const QGemvArgs p) {
     const uint32_t ca = sb + uint32_t(g * kRS + 4 * t), cbk = ca + 8 * kRS;
     const uint32_t sca = sb + uint32_t(CODES + g * NG * 4), scb = sca + 8 * NG * 4;
     const int64_t kb0 = tt * 256;
+    constexpr int BPG = G / 32;  // blocks per group: their mma sums share the group's scale
 #pragma unroll
-    for (int b = 0; b < 8; ++b) {
-      uint4 xv = make_uint4(0, 0, 0, 0);
-      if (xrow) xv = __ldg(reinterpret_cast<const uint4*>(xr + kb0 + 32 * b + 8 * t));
-      const uint32_t ua = lds_u32(ca + 16 * b), ub = lds_u32(cbk + 16 * b);
-      const uint32_t zpa = kMag | za[st].of(b), zpb = kMag | zb[st].of(b);
+    for (int gi = 0; gi < NG; ++gi) {
+      const uint32_t zpa = kMag | za[st].of(gi * BPG), zpb = kMag | zb[st].of(gi * BPG);
       const uint32_t z2a = zpa | (zpa << 16), z2b = zpb | (zpb << 16);
-      const uint32_t ha = ua >> 4, hb = ub >> 4;
-      uint32_t pa[4], pb[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {  // byte i: (low, high nibble) = weights (8t + 2i, 8t + 2i + 1)
-        const uint32_t sel = uint32_t(i) | (uint32_t(4 + i) << 8);
-        pa[i] = hsub2u<T>((__byte_perm(ua, ha, sel) & 0x000f000fu) | (kMag | (kMag << 16)), z2a);
-        pb[i] = hsub2u<T>((__byte_perm(ub, hb, sel) & 0x000f000fu) | (kMag | (kMag << 16)), z2b);
-      }
       float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      const uint32_t a0[4] = {pa[0], pb[0], pa[1], pb[1]}, a1[4] = {pa[2], pb[2], pa[3], pb[3]};
-      mma16816<T>(c, a0, xv.x, xv.y);
-      mma16816<T>(c, a1, xv.z, xv.w);
-      const int gi = b * 32 / G;
+#pragma unroll
+      for (int bb = 0; bb < BPG; ++bb) {
+        const int b = gi * BPG + bb;
+        uint4 xv = make_uint4(0, 0, 0, 0);
+        if (xrow) xv = __ldg(reinterpret_cast<const uint4*>(xr + kb0 + 32 * b + 8 * t));
+        const uint32_t ua = lds_u32(ca + 16 * b), ub = lds_u32(cbk + 16 * b);
+        const uint32_t ha = ua >> 4, hb = ub >> 4;
+        uint32_t pa[4], pb[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {  // byte i: (low, high nibble) = weights (8t + 2i, 8t + 2i + 1)
+          const uint32_t sel = uint32_t(i) | (uint32_t(4 + i) << 8);
+          pa[i] = hsub2u<T>((__byte_perm(ua, ha, sel) & 0x000f000fu) | (kMag | (kMag << 16)), z2a);
+          pb[i] = hsub2u<T>((__byte_perm(ub, hb, sel) & 0x000f000fu) | (kMag | (kMag << 16)), z2b);
+        }
+        const uint32_t a0[4] = {pa[0], pb[0], pa[1], pb[1]}, a1[4] = {pa[2], pb[2], pa[3], pb[3]};
+        mma16816<T>(c, a0, xv.x, xv.y);
+        mma16816<T>(c, a1, xv.z, xv.w);
+      }
       const float sa = lds_f32(sca + 4 * gi), sbv = lds_f32(scb + 4 * gi);
       acc[0] = fmaf(sa, c[0], acc[0]);
       acc[1] = fmaf(sa, c[1], acc[1]);
