@@ -228,7 +228,8 @@ struct MInt4 : MSimple<32> {
   __device__ static float row_scale(const KArgs&, int64_t) { return 1.0f; }
 };
 
-// NVF4: pairs e2m1 * block scale exactly (both have few significant bits).
+// NVF4: pairs e2m1 * block scale exactly (both have few significant bits); the e2m1 codes
+// are looked up 4 at a time with byte permutes.
 template <class T>
 struct MNvf4 : MSimple<32> {
   struct Side {
@@ -242,23 +243,30 @@ struct MNvf4 : MSimple<32> {
     return {uint32_t(__ldg(b)), uint32_t(__ldg(b + 1))};
   }
   __device__ static Side side(const Pre& pr) { return {splat<T>(FNvf4::e4m3(pr.b0)), splat<T>(FNvf4::e4m3(pr.b1))}; }
+  // e2m1 magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 as T bits, split in low / high byte tables
+  // (byte j of the 8-byte table {t1:t0} is entry j; __byte_perm looks 4 codes up at once)
+  static constexpr uint32_t kLo0 = std::is_same_v<T, bf16> ? 0xC0800000u : 0u;
+  static constexpr uint32_t kLo1 = std::is_same_v<T, bf16> ? 0xC0804000u : 0u;
+  static constexpr uint32_t kHi0 = std::is_same_v<T, bf16> ? 0x3F3F3F00u : 0x3E3C3800u;
+  static constexpr uint32_t kHi1 = std::is_same_v<T, bf16> ? 0x40404040u : 0x46444240u;
   __device__ static void pairs(const uint4& raw, const Side& sd, int h, uint32_t (&pr)[4]) {
-    const uint32_t u = word(raw, h), L = u & 0x0f0f0f0fu, H = (u >> 4) & 0x0f0f0f0fu;
+    // pair i = codes 2i (low nibble of byte i) and 2i + 1 (high nibble)
+    const uint32_t u = word(raw, h), u4 = u << 4, mags = u & 0x77777777u;  // 3-bit selectors
     const uint32_t bs = h < 2 ? sd.s0 : sd.s1;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t w = nib_pair(L, H, i);  // [c0, c1] as 16-bit halves
-      uint32_t v;
-      if constexpr (std::is_same_v<T, bf16>) {
-        // sign << 15 | (e1 e0 m) << 6: e2m1 * 2^-126 (a bf16 subnormal for code 1), times 2^126
-        v = ((w & 0x00070007u) << 6) | ((w & 0x00080008u) << 12);
-        v = hmul2u<T>(v, 0x7E807E80u);
-      } else {
-        // sign << 15 | (e1 e0 m) << 9: e2m1 * 2^-14 (a fp16 subnormal for code 1), times 2^14
-        v = ((w & 0x00070007u) << 9) | ((w & 0x00080008u) << 12);
-        v = hmul2u<T>(v, 0x74007400u);
+    for (int half = 0; half < 2; ++half) {  // codes 4 half .. 4 half + 3
+      const uint32_t sel = half ? (mags >> 16) : mags;
+      const uint32_t lo = __byte_perm(kLo0, kLo1, sel), hi = __byte_perm(kHi0, kHi1, sel);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int i = 2 * half + j;
+        // [lo, hi] of code 2i, then of code 2i + 1
+        const uint32_t mag = __byte_perm(lo, hi, j ? 0x7362u : 0x5140u);
+        // the sign bits: bit 7 of byte i of u << 4 (code 2i) -> bit 15, of u (code 2i + 1) -> bit 31
+        const uint32_t sg = __byte_perm(u4, u, uint32_t(i) | (uint32_t(i) << 4) | (uint32_t(i) << 8) |
+                                                   (uint32_t(4 + i) << 12));
+        pr[i] = hmul2u<T>(mag | (sg & 0x80008000u), bs);
       }
-      pr[i] = hmul2u<T>(v, bs);
     }
   }
   __device__ static float row_scale(const KArgs& p, int64_t) { return __ldg(p.gscale); }
