@@ -113,24 +113,32 @@ __global__ void __launch_bounds__(kGW * 32, 2) k_gguf_mma(const QGemvArgs p) {
       const uint32_t ba = ra + b * BB, bbk = rb + b * BB;
       const float da = f16f(lds_u16(ba + 208)), db = f16f(lds_u16(bbk + 208));
       const int64_t kb = (tt * 2 + b) * 256;
-#pragma unroll 4
-      for (int i = 0; i < 16; ++i) {
-        const int h = i / 8, r0 = 16 * (i % 8) + 4 * t;
-        const int sl = 4 * (r0 / 64), sh = 2 * (r0 / 32);
-        const uint32_t ol = 64 * h + r0 % 64, oh = 128 + 32 * h + r0 % 32;
-        uint2 xv = make_uint2(0, 0);
-        if (xrow) xv = __ldg(reinterpret_cast<const uint2*>(xr + kb + 16 * i + 4 * t));
-        const uint32_t ca = ((lds32_2(ba + ol) >> sl) & 0x0f0f0f0fu) | (((lds32_2(ba + oh) >> sh) & 0x03030303u) << 4);
-        const uint32_t cb = ((lds32_2(bbk + ol) >> sl) & 0x0f0f0f0fu) | (((lds32_2(bbk + oh) >> sh) & 0x03030303u) << 4);
-        const uint32_t a[4] = {byte_pair<T>(ca, 0, kSub), byte_pair<T>(cb, 0, kSub), byte_pair<T>(ca, 2, kSub),
-                               byte_pair<T>(cb, 2, kSub)};
-        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        mma16816<T>(c, a, xv.x, xv.y);
-        const float sa = da * float(int8_t(lds_u8(ba + 192 + i))), sb = db * float(int8_t(lds_u8(bbk + 192 + i)));
-        acc[0] = fmaf(sa, c[0], acc[0]);
-        acc[1] = fmaf(sa, c[1], acc[1]);
-        acc[2] = fmaf(sb, c[2], acc[2]);
-        acc[3] = fmaf(sb, c[3], acc[3]);
+      // the words of ql (2) and qh (1) that lane t needs serve 4 sub-blocks each:
+      // i = 8h + 2s + q reads ql[64h + 32 (s & 1) + 16q + 4t..] >> 4 (s >> 1) and
+      // qh[32h + 16q + 4t..] >> 2s
+#pragma unroll 1
+      for (int hq = 0; hq < 4; ++hq) {
+        const int h = hq >> 1, q = hq & 1;
+        const uint32_t ol = 64 * h + 16 * q + 4 * t, oh = 128 + 32 * h + 16 * q + 4 * t;
+        const uint32_t la0 = lds32_2(ba + ol), la1 = lds32_2(ba + ol + 32), lha = lds32_2(ba + oh);
+        const uint32_t lb0 = lds32_2(bbk + ol), lb1 = lds32_2(bbk + ol + 32), lhb = lds32_2(bbk + oh);
+#pragma unroll
+        for (int sblk = 0; sblk < 4; ++sblk) {
+          const int i = 8 * h + 2 * sblk + q, sl = 4 * (sblk >> 1), sh = 2 * sblk;
+          uint2 xv = make_uint2(0, 0);
+          if (xrow) xv = __ldg(reinterpret_cast<const uint2*>(xr + kb + 16 * i + 4 * t));
+          const uint32_t ca = (((sblk & 1) ? la1 : la0) >> sl & 0x0f0f0f0fu) | (((lha >> sh) & 0x03030303u) << 4);
+          const uint32_t cb = (((sblk & 1) ? lb1 : lb0) >> sl & 0x0f0f0f0fu) | (((lhb >> sh) & 0x03030303u) << 4);
+          const uint32_t a[4] = {byte_pair<T>(ca, 0, kSub), byte_pair<T>(cb, 0, kSub), byte_pair<T>(ca, 2, kSub),
+                                 byte_pair<T>(cb, 2, kSub)};
+          float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          mma16816<T>(c, a, xv.x, xv.y);
+          const float sa = da * float(int8_t(lds_u8(ba + 192 + i))), sb = db * float(int8_t(lds_u8(bbk + 192 + i)));
+          acc[0] = fmaf(sa, c[0], acc[0]);
+          acc[1] = fmaf(sa, c[1], acc[1]);
+          acc[2] = fmaf(sb, c[2], acc[2]);
+          acc[3] = fmaf(sb, c[3], acc[3]);
+        }
       }
     }
   };
