@@ -14,8 +14,8 @@ captured in one CUDA graph whose replays are timed with events (median of --roun
 host launch overhead is not counted - for torch too. Every format is checked on its first
 rows against float64 products with its exact dequantization before it is timed.
 
-bf16_cc / bf16_m8_cc / fp8_cc / int8_cc: bf16, fp8 or int8 weights through the CUDA-core kernel
-instead of the default tensor-core one (gk._C._gemv_set_dense_path(0)).
+bf16_tc / bf16_m8_tc / fp8_tc / int8_tc: bf16, fp8 or int8 weights through the tensor-core kernel
+instead of the default CUDA-core one (gk._C._gemv_set_dense_path(1)); *_cc forces the CUDA cores.
 --ms 1,4,8: also time every other format with M = 4 and 8 rows of x (records FMT_m4, FMT_m8).
 The default launches use programmatic dependent launch (each call copies its first weights
 while the previous call finishes, as in a decode step's chain of GEMVs); "variant 2" lines: the
@@ -38,7 +38,7 @@ from common import gk, median, parse_args, print_table, record, require_cuda, wr
 SHAPES = [(4096, 14336), (14336, 4096), (4096, 128256)]
 TILE = 512           # rows quantized on the CPU, repeated on the GPU
 L2_DEFEAT = 256e6    # bytes of rotated weights per measurement (>= 5x the H200's L2)
-FORMATS = ("bf16", "fp16", "bf16_m4", "bf16_m8", "bf16_cc", "bf16_m8_cc", "fp8", "int8", "fp8_cc", "int8_cc",
+FORMATS = ("bf16", "fp16", "bf16_m4", "bf16_m8", "bf16_tc", "bf16_m8_tc", "fp8", "int8", "fp8_tc", "int8_tc",
            "int4", "int4_g64", "int4_g32", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 VARIANT_FMTS = ("bf16", "bf16_m8", "fp8", "int8", "int4", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "without PDL"}

@@ -9,7 +9,11 @@ namespace gk {
 
 namespace {
 std::atomic<int> g_dense_path{-1};
-constexpr bool kDenseMmaDefault = true;  // the tensor-core kernel for every M (K % 32 == 0)
+// The CUDA-core chunk kernel by default: on the H200 (checkpoint B) it reads bf16 at
+// 93 / 90 / 104% of the copy bandwidth at M = 1 where the tensor-core kernel reaches
+// 69 / 66 / 91%; the tensor-core kernel is better at M = 4..8 (61-65% against 35%), but
+// the choice may not depend on M.
+constexpr bool kDenseMmaDefault = false;
 }  // namespace
 void gemv_set_dense_path(int path) {
   if (path < -1 || path > 1) throw ValueError(cat("path: expected -1, 0 or 1, got ", path));

@@ -21,7 +21,7 @@ struct GemvArgs {
 };
 
 // Which CUDA kernel reads bf16/fp16 (and fp8/int8) weights when both can: -1 the default
-// (the tensor-core kernel), 0 the CUDA-core chunk kernel, 1 the tensor-core kernel (a
+// (the CUDA-core chunk kernel), 0 the CUDA-core chunk kernel, 1 the tensor-core kernel (a
 // benchmarking switch; the choice never depends on M, so a row's bits do not depend on
 // the batch).
 void gemv_set_dense_path(int path);
