@@ -14,9 +14,15 @@ captured in one CUDA graph whose replays are timed with events (median of --roun
 host launch overhead is not counted - for torch too. Every format is checked on its first
 rows against float64 products with its exact dequantization before it is timed.
 
-bf16_tc / bf16_m8_tc: bf16 weights through the tensor-core kernel instead of the default one.
+bf16_tc / bf16_m8_tc / fp8_tc / int8_tc: bf16, fp8 or int8 weights through the tensor-core kernel
+instead of the default CUDA-core one (gk._C._gemv_set_dense_path(1)); *_cc forces the CUDA cores.
+--ms 1,4,8: also time every other format with M = 4 and 8 rows of x (records FMT_m4, FMT_m8).
+The default launches use programmatic dependent launch (each call copies its first weights
+while the previous call finishes, as in a decode step's chain of GEMVs); "variant 2" lines: the
+same kernels without it. "variant 1": a 2-stage cp.async ring instead of the default depth
+(int4 and the GGUF formats: the previous kernels).
 
-Usage: python bench/gemv.py [--out F] [--rounds N] [--only bf16,fp8,...] [--shapes 0,1,2]
+Usage: python bench/gemv.py [--out F] [--rounds N] [--only bf16,fp8,...] [--shapes 0,1,2] [--ms 1,8]
 Exits 0 without CUDA.
 """
 from __future__ import annotations
@@ -32,11 +38,10 @@ from common import gk, median, parse_args, print_table, record, require_cuda, wr
 SHAPES = [(4096, 14336), (14336, 4096), (4096, 128256)]
 TILE = 512           # rows quantized on the CPU, repeated on the GPU
 L2_DEFEAT = 256e6    # bytes of rotated weights per measurement (>= 5x the H200's L2)
-FORMATS = ("bf16", "fp16", "bf16_m4", "bf16_m8", "bf16_tc", "bf16_m8_tc", "fp8", "int8", "int4", "nvf4",
-           "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
-VARIANT_FMTS = ("bf16", "bf16_m8", "bf16_tc", "bf16_m8_tc", "fp8", "int8", "int4", "nvf4", "q4_k")
-# bf16 *_tc: the tensor-core kernel for bf16 weights (gk._C._gemv_set_dense_path(1)), to
-# compare with the default kernel; every other record uses the default choice.
+FORMATS = ("bf16", "fp16", "bf16_m4", "bf16_m8", "bf16_tc", "bf16_m8_tc", "fp8", "int8", "fp8_tc", "int8_tc",
+           "int4", "int4_g64", "int4_g32", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
+VARIANT_FMTS = ("bf16", "bf16_m8", "fp8", "int8", "int4", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
+VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "without PDL"}
 
 
 def tbs(nbytes, ms):
@@ -72,13 +77,14 @@ def weights(fmt, k, n, copies, rng):
         args = [(qb[c * n:(c + 1) * n], sb[c * n:(c + 1) * n]) for c in range(copies)]
         fn = getattr(gk, f"gemv_{fmt}")
         return args, (lambda x, q_, s_: fn(x, q_, s_)), n * k + n * 4, deq
-    if fmt == "int4":
-        q, s, z = gk.quantize_int4(wt, group=128)
-        deq = gk.to_numpy(gk.dequantize_int4(q, s, z, group=128)).astype(np.float64)
+    if fmt.startswith("int4"):
+        g = int(fmt[6:]) if fmt.startswith("int4_g") else 128
+        q, s, z = gk.quantize_int4(wt, group=g)
+        deq = gk.to_numpy(gk.dequantize_int4(q, s, z, group=g)).astype(np.float64)
         qb, sb, zb = (repeat_rows(a, n, copies) for a in (q, s, z))
         args = [(qb[c * n:(c + 1) * n], sb[c * n:(c + 1) * n], zb[c * n:(c + 1) * n]) for c in range(copies)]
-        nbytes = n * k // 2 + n * (k // 128) * 5
-        return args, (lambda x, q_, s_, z_: gk.gemv_int4(x, q_, s_, z_, group=128)), nbytes, deq
+        nbytes = n * k // 2 + n * (k // g) * 5
+        return args, (lambda x, q_, s_, z_: gk.gemv_int4(x, q_, s_, z_, group=g)), nbytes, deq
     if fmt == "nvf4":
         q, bs, ts = gk.quantize_nvf4(wt)
         deq = gk.to_numpy(gk.dequantize_nvf4(q, bs, ts)).astype(np.float64)
@@ -175,6 +181,7 @@ def check(fmt, y, x, deq):
 def main():
     args = parse_args(__doc__, lambda p: (p.add_argument("--only", default=",".join(FORMATS)),
                                           p.add_argument("--shapes", default="0,1,2"),
+                                          p.add_argument("--ms", default="1"),
                                           p.add_argument("--no-variants", action="store_true",
                                                          help="skip the alternative kernel variants")))
     if not require_cuda():
@@ -187,6 +194,9 @@ def main():
         torch, have_torch = None, False
     rounds = max(5, args.rounds // 3)
     only = [f for f in FORMATS if f in set(args.only.split(","))]
+    extra_ms = [int(v) for v in args.ms.split(",") if int(v) > 1]
+    only = only + [f"{f}_m{mm}" for mm in extra_ms for f in only if "_m" not in f and not f.endswith(("_tc", "_cc"))
+                   and f not in ("bf16", "fp16")]
     ceiling = copy_ceiling(rounds)
     print(f"copy ceiling {ceiling:.3f} TB/s (1 GiB device-to-device, read + written)")
     if not 1.0 < ceiling < 6.0:
@@ -207,14 +217,19 @@ def main():
             del tw, calls
             torch.cuda.empty_cache()
         for fmt in only:
-            m = 8 if "_m8" in fmt else (4 if "_m4" in fmt else 1)
-            gk._C._gemv_set_dense_path(1 if fmt.endswith("_tc") else -1)
+            m = int(fmt.rsplit("_m", 1)[1].split("_")[0]) if "_m" in fmt else 1
+            base = fmt
+            if not fmt.startswith(("bf16", "fp16")):
+                base = fmt.removesuffix("_tc").removesuffix("_cc").split("_m")[0]
+            if fmt.startswith("int4_g"):
+                base = fmt.split("_m")[0]
+            gk._C._gemv_set_dense_path(1 if fmt.endswith("_tc") else (0 if fmt.endswith("_cc") else -1))
             xdt = "float16" if fmt == "fp16" else "bfloat16"
             x = gk.asarray(rng.standard_normal((m, k), dtype=np.float32)).to("cuda").astype(xdt)
             probe_bytes = n * k * (2 if fmt.startswith(("bf16", "fp16")) else 1)
             copies = max(1, math.ceil(L2_DEFEAT / probe_bytes))
             try:
-                wargs, fn, nbytes, deq = weights(fmt, k, n, copies, rng)
+                wargs, fn, nbytes, deq = weights(base, k, n, copies, rng)
                 copies = max(1, min(copies, math.ceil(L2_DEFEAT / nbytes)))
                 check(fmt, fn(x, *wargs[0]), x, deq)
                 calls = [(lambda a=a: fn(x, *a)) for a in wargs[:copies] * 2]
@@ -223,16 +238,21 @@ def main():
                 print(f"gemv {fmt} {shape}: FAILED: {type(e).__name__}: {e}")
                 continue
             v = tbs(nbytes, median(ms))
-            if fmt in VARIANT_FMTS and not args.no_variants:  # the alternative kernel variant, printed only
-                gk._C._gemv_set_variant(1)
-                try:
-                    check(fmt, fn(x, *wargs[0]), x, deq)
-                    v1 = tbs(nbytes, median(time_graph(calls, rounds)))
-                    print(f"  variant 1 (twice the loads in flight): {v1:.3f} TB/s = {v1 / ceiling:.0%} of copy")
-                except Exception as e:  # noqa: BLE001
-                    print(f"  variant 1 FAILED: {type(e).__name__}: {e}")
-                finally:
-                    gk._C._gemv_set_variant(0)
+            notes, r_var = [], {}
+            if not args.no_variants:  # the alternative kernel variants, printed only
+                for var in (1, 2):
+                    if var == 1 and fmt not in VARIANT_FMTS and base not in VARIANT_FMTS:
+                        continue
+                    gk._C._gemv_set_variant(var)
+                    try:
+                        check(fmt, fn(x, *wargs[0]), x, deq)
+                        v1 = tbs(nbytes, median(time_graph(calls, rounds)))
+                        notes.append(f"  variant {var} ({VARIANT_NAMES[var]}): {v1:.3f} TB/s = {v1 / ceiling:.0%} of copy")
+                        r_var[var] = v1
+                    except Exception as e:  # noqa: BLE001
+                        notes.append(f"  variant {var} FAILED: {type(e).__name__}: {e}")
+                    finally:
+                        gk._C._gemv_set_variant(0)
             if fmt == "bf16":  # cross-check: plain launches timed on the current stream (host overhead included)
                 a, b = gk.Event(), gk.Event()
                 a.record()
@@ -240,13 +260,17 @@ def main():
                     c()
                 b.record()
                 b.synchronize()
-                print(f"  (bf16 without a graph: {a.elapsed_time(b) / len(calls) * 1e3:.1f} us per call)")
+                notes.append(f"  (bf16 without a graph: {a.elapsed_time(b) / len(calls) * 1e3:.1f} us per call)")
             r = record("gemv", shape, fmt, "TB/s", v, peer, pv, [tbs(nbytes, t) for t in ms])
             r["copy_ceiling"] = round(ceiling, 4)
             r["us"] = round(median(ms) * 1e3, 2)
+            for var, vv in r_var.items():
+                r[f"variant{var}_tbs"] = round(vv, 4)
             records.append(r)
             print(f"gemv {fmt:<8} {shape:<14} M={m}: {median(ms) * 1e3:8.1f} us  {v:6.3f} TB/s = "
                   f"{v / ceiling:4.0%} of copy" + (f"  (torch bf16 M=1: {pv:.3f} TB/s)" if pv else ""))
+            for line in notes:
+                print(line)
             wargs = fn = calls = None
     gk._C._gemv_set_dense_path(-1)
     print_table(records)

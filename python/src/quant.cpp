@@ -69,10 +69,11 @@ GK_BINDING(27, quant) {
      "More than 8 rows run as linear(). Deterministic (no atomics; fixed split-K order).");
 
   m.def("_gemv_set_dense_path", &gemv_set_dense_path, nb::arg("path"),
-        "Benchmarking switch: -1 default, 0 CUDA-core, 1 tensor-core kernel for bf16/fp16 weights.");
+        "Benchmarking switch: -1 default (CUDA cores), 0 CUDA-core, 1 tensor-core kernel for bf16/fp16/fp8/int8.");
   m.def("_gemv_dense_path", &gemv_dense_path);
   m.def("_gemv_set_variant", &gemv_set_variant, nb::arg("variant"),
-        "Benchmarking switch: 0 default, 1 twice the loads in flight per thread (every GEMV kernel).");
+        "Benchmarking switch of the GEMV kernels: 0 default (PDL), 1 a 2-stage ring (int4, GGUF: the older kernels), "
+        "2 no PDL.");
 
   // ---- per-channel / group formats ----
   m.def("quantize_fp8", [](const Array& w) {

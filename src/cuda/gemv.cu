@@ -18,6 +18,8 @@ namespace gemv_detail {
 
 namespace {
 __global__ void k_gemv_sum(const float* __restrict__ part, void* y, DType out, int64_t mn, int S) {
+  pdl_trigger();
+  pdl_wait();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < mn; i += int64_t(gridDim.x) * blockDim.x) {
     float v = part[i];
     for (int s = 1; s < S; ++s) v += part[int64_t(s) * mn + i];
@@ -29,7 +31,7 @@ __global__ void k_gemv_sum(const float* __restrict__ part, void* y, DType out, i
 void launch_sum(const KArgs& p, int split, cudaStream_t st) {
   const int64_t mn = p.m * p.n;
   const int64_t blocks = std::min<int64_t>((mn + 255) / 256, 132 * 8);
-  k_gemv_sum<<<unsigned(blocks), 256, 0, st>>>(p.part, p.y, p.out, mn, split);
+  launch_ex(k_gemv_sum, dim3(unsigned(blocks)), 256, 0, st, p.variant != 2, p.part, p.y, p.out, mn, split);
   GK_LAUNCH_CHECK("gemv_sum");
 }
 

@@ -50,6 +50,8 @@ bool use_mma(QFormat f, int64_t k) { return (f == QFormat::int4 || f == QFormat:
 
 template <class T>
 void launch_int4(const QGemvArgs& a, cudaStream_t st) {
+  // variant 1: the per-lane-chunk tensor-core kernel (gemv_mma.cuh) as before
+  if (a.variant != 1 && int4_mma_applies(a)) return launch_int4_mma<T>(a, st);
   const KArgs p = kargs(a);
   if (!use_mma(a.fmt, a.k)) return launch_family<FInt4, T>(p, a.split, st);
   if (a.group == 128) return launch_mma<MInt4<T, 1>, T>(p, a.split, st);
@@ -67,15 +69,24 @@ void launch_nvf4(const QGemvArgs& a, cudaStream_t st) {
 template <class T>
 void by_format(const QGemvArgs& p, cudaStream_t st) {
   switch (p.fmt) {
-    case QFormat::fp8: return launch_chunks<FFp8, T>(p, st);
-    case QFormat::int8: return launch_chunks<FInt8, T>(p, st);
+    case QFormat::fp8:
+      if (p.mma) return launch_mma<MFp8<T>, T>(kargs(p), p.split, st);
+      return launch_chunks<FFp8, T>(p, st);
+    case QFormat::int8:
+      if (p.mma) return launch_mma<MInt8<T>, T>(kargs(p), p.split, st);
+      return launch_chunks<FInt8, T>(p, st);
     case QFormat::int4: return launch_int4<T>(p, st);
     case QFormat::nvf4: return launch_nvf4<T>(p, st);
-    case QFormat::q4_k: return launch_mma<MQ4K<T>, T>(kargs(p), p.split, st);
+    case QFormat::q4_k:  // variant 1: the 16-byte chunk tensor-core kernel of gemv_mma.cuh
+      if (p.variant != 1 && gguf_mma_applies(p)) return launch_gguf_mma<T>(p, st);
+      return launch_mma<MQ4K<T>, T>(kargs(p), p.split, st);
     case QFormat::q8_0:
     case QFormat::q4_0:
     case QFormat::q4_1:
-    case QFormat::q6_k: return launch_gguf<T>(p, st);
+      // variant 1: the CUDA-core kernels of quant_gguf.cu (for comparison)
+    case QFormat::q6_k:
+      if (p.variant != 1 && gguf_mma_applies(p)) return launch_gguf_mma<T>(p, st);
+      return launch_gguf<T>(p, st);
   }
   throw ValueError("gemv: unknown quantized format");
 }
@@ -196,13 +207,24 @@ void quantize(const QuantArgs& a, void* stream) {
   GK_LAUNCH_CHECK("quantize");
 }
 
-int qgemv_split(int64_t n, int64_t k, QFormat f) {
+int qgemv_split(int64_t n, int64_t k, QFormat f, bool mma) {
+  if (mma && (f == QFormat::fp8 || f == QFormat::int8)) return split_mma(n, k / 64);
   switch (f) {
     case QFormat::fp8: return split_for(n, chunks_per_row<FFp8>(k));
     case QFormat::int8: return split_for(n, chunks_per_row<FInt8>(k));
-    case QFormat::int4: return use_mma(f, k) ? split_mma(n, k / 128) : split_for(n, chunks_per_row<FInt4>(k));
+    case QFormat::int4:
+      if (k % 256 == 0) return gguf_mma_split(n, k, f);  // any of the int4 kernels takes it
+      return use_mma(f, k) ? split_mma(n, k / 128) : split_for(n, chunks_per_row<FInt4>(k));
     case QFormat::nvf4: return use_mma(f, k) ? split_mma(n, k / 128) : split_for(n, chunks_per_row<FNvf4>(k));
-    case QFormat::q4_k: return split_mma(n, k / 256 * 2);
+    case QFormat::q4_k: return gguf_mma_split(n, k, f);  // either kernel takes any split
+    case QFormat::q8_0:
+    case QFormat::q4_0:
+    case QFormat::q4_1:
+      if (k % 256 == 0) return gguf_mma_split(n, k, f);
+      return gguf_split(n, k, f);
+    case QFormat::q6_k:
+      if (k % 512 == 0) return gguf_mma_split(n, k, f);
+      return gguf_split(n, k, f);
     default: return gguf_split(n, k, f);
   }
 }
@@ -210,6 +232,8 @@ int qgemv_split(int64_t n, int64_t k, QFormat f) {
 void qgemv(const QGemvArgs& a, void* stream) {
   if (a.m <= 0 || a.n <= 0) return;
   if (a.m > 8) throw ValueError("gemv: the kernel takes at most 8 rows of x");
+  if (a.mma && (a.k % 64 != 0 || (a.fmt != QFormat::fp8 && a.fmt != QFormat::int8)))
+    throw ValueError("gemv: the fp8 / int8 tensor-core path needs K % 64 == 0");
   auto s = static_cast<cudaStream_t>(stream);
   if (a.x_dtype == DType::bf16) return by_format<bf16>(a, s);
   if (a.x_dtype == DType::f16) return by_format<f16>(a, s);

@@ -20,13 +20,16 @@ struct GemvArgs {
   int variant = 0;   // CUDA: kernel variant (gemv_set_variant)
 };
 
-// Which CUDA kernel reads bf16/fp16 weights when both can: -1 the default, 0 the
-// CUDA-core chunk kernel, 1 the tensor-core kernel (a benchmarking switch; the choice
-// never depends on M, so a row's bits do not depend on the batch).
+// Which CUDA kernel reads bf16/fp16 (and fp8/int8) weights when both can: -1 the default
+// (the CUDA-core chunk kernel), 0 the CUDA-core chunk kernel, 1 the tensor-core kernel (a
+// benchmarking switch; the choice never depends on M, so a row's bits do not depend on
+// the batch).
 void gemv_set_dense_path(int path);
 int gemv_dense_path();
-// Benchmarking switch of every GEMV kernel: 0 the default, 1 twice the loads in flight per
-// thread. Like the path, never a function of M.
+// Benchmarking switch of every GEMV kernel: 0 the default (launched with programmatic
+// dependent launch: weights copied before waiting for the previous kernel), 1 a 2-stage
+// cp.async ring (int4, Q8_0/Q4_0/Q4_1/Q4_K/Q6_K: the older kernels), 2 the default without
+// programmatic dependent launch. Like the path, never a function of M.
 void gemv_set_variant(int variant);
 int gemv_variant();
 

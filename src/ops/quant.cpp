@@ -297,7 +297,10 @@ Array gemv_quantized(const Array& x_in, const QuantizedWeight& qw, std::optional
   } else {
 #if GPUKIT_WITH_CUDA
     if (!al(a.x, 16)) x = x.copy(&s), a.x = x.data();
-    a.split = cuda::qgemv_split(n, k, f);
+    // fp8 / int8: the CUDA-core kernel by default (faster at M = 1 on the H200); the
+    // tensor-core kernel with gemv_set_dense_path(1) (K % 64 == 0)
+    a.mma = (f == QFormat::fp8 || f == QFormat::int8) && k % 64 == 0 && gemv_dense_path() == 1;
+    a.split = cuda::qgemv_split(n, k, f, a.mma);
     a.variant = gemv_variant();
     Array part;
     if (a.split > 1) {

@@ -55,7 +55,8 @@ struct QGemvArgs {
   DType x_dtype = DType::bf16, out_dtype = DType::bf16;
   QFormat fmt = QFormat::int8;
   int split = 1;
-  int variant = 0;  // CUDA kernel variant (gemv_set_variant in ops/gemv_args.h)
+  int variant = 0;   // CUDA kernel variant (gemv_set_variant in ops/gemv_args.h)
+  bool mma = false;  // CUDA fp8 / int8: the tensor-core kernel (gemv_set_dense_path(1), K % 64 == 0)
 };
 
 namespace cpu {
@@ -67,7 +68,7 @@ void dequantize_gguf_row(const QuantArgs& a, int64_t j, float* out);
 }  // namespace cpu
 namespace cuda {
 void qgemv(const QGemvArgs& a, void* stream);
-int qgemv_split(int64_t n, int64_t k, QFormat f);
+int qgemv_split(int64_t n, int64_t k, QFormat f, bool mma = false);
 // fp8 / int8 / int4 quantization on the device, bit-identical to cpu::quantize (a.w, a.q,
 // a.scales, a.zeros are device pointers).
 void quantize(const QuantArgs& a, void* stream);

@@ -6,10 +6,11 @@
 // Plan (the weight read is the whole cost):
 // - a CTA of kThreads threads holds kWarps / wpg row groups; the wpg warps of a group own
 //   kRows consecutive output rows and sweep their k range (or one slice of it, split-K):
-//   thread t of the group takes 16-byte chunks t, t + 32 wpg, ... of each of the rows, U
-//   chunks per row issued before any is used, with the streaming hint
-//   (ld.global.nc.L1::no_allocate): weights are read once. wpg (warps_per_group) gives
-//   each thread about 2 chunks per row, so short rows (4-bit formats) use every thread;
+//   thread t of the group takes 16-byte chunks t, t + 32 wpg, ... of each of the rows,
+//   copied with cp.async into the thread's own ring of kStages stages in shared memory
+//   (kStages - 1 chunks per row in flight while one is decoded; no registers held, no
+//   barrier: a thread reads only what it copied). wpg (warps_per_group) gives each thread
+//   about 2 chunks per row, so short rows (4-bit formats) use every thread;
 // - each chunk is decoded in registers by the format functor F in pieces of 8
 //   weights (F::piece) and multiplied with 8 x values read once for all R rows
 //   (16-byte loads through the read-only cache: x is small and shared by all CTAs);
@@ -27,6 +28,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -66,6 +68,37 @@ __device__ __forceinline__ uint4 ld_stream(const void* p) {
   return v;
 }
 
+// cp.async: 16 bytes global -> shared, bypassing L1 (weights are read once), in groups.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ uint4 lds16(uint32_t a) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+  return v;
+}
+__device__ __forceinline__ float lds_f32(uint32_t a) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(a));
+  return v;
+}
+
+// Programmatic dependent launch (all variants but 2): a kernel lets the next one launch at
+// once and waits for the previous one's writes only after issuing its first weight copies
+// (weights are never written by a kernel); it reads x and writes y, partial sums only after
+// the wait. No-ops when the launch did not ask for it.
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
 __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
 }
@@ -103,7 +136,6 @@ __device__ __forceinline__ void store_out(void* y, DType t, int64_t i, float v) 
 
 // ---- format functors ----
 struct Simple {
-  static constexpr int kU = 2;          // chunks per row in flight per thread
   static constexpr int kMinBlocks = 3;  // CTAs per SM the M = 1 kernel is compiled for
 };
 // E: weights per 16-byte chunk. Side: what a chunk needs besides its bytes (loaded by
@@ -166,8 +198,7 @@ struct FInt8 : Simple {  // int8 codes, scales[row]
 // int4: q [N, K/2] (element 2i low nibble of byte i), scales/zeros [N, K/G], G % 32 == 0:
 // a 32-weight chunk lies in one group. w = (q - z) * s.
 struct FInt4 : Simple {
-  static constexpr int E = 32, kSpan = 4;
-  static constexpr int kU = 1;
+  static constexpr int E = 32, kSpan = 4, kMinBlocks = 2;
   struct Side {
     uint32_t z2;  // half2 (1024 + z, 1024 + z)
     float s;
@@ -198,8 +229,7 @@ struct FInt4 : Simple {
 // gscale: one fp32 for the tensor. w = e2m1(q) * e4m3(b) * gs. A 32-weight chunk holds two
 // blocks (pieces 0-1 and 2-3).
 struct FNvf4 : Simple {
-  static constexpr int E = 32, kSpan = 2;
-  static constexpr int kU = 1;
+  static constexpr int E = 32, kSpan = 2, kMinBlocks = 2;
   struct Side {
     float s0, s1;  // the two block scales times 2^14 (the fp16 trick below leaves 2^-14)
   };
@@ -291,7 +321,7 @@ __device__ __forceinline__ void do_chunk(const KArgs& p, const int64_t (&rows)[R
   }
 }
 
-template <class F, class T, int MT, int R, int U>
+template <class F, class T, int MT, int R, int D>
 __global__ void __launch_bounds__(kThreads, MT == 1 ? F::kMinBlocks : 1) k_gemv(const KArgs p) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wpg = p.wpg, gsz = wpg * 32, G = kWarps / wpg;
@@ -314,22 +344,39 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? F::kMinBlocks : 1) k_gemv(
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[i][r] = 0.0f;
 
-  for (int64_t c = c0 + gt; c < c1; c += int64_t(gsz) * U) {
-    uint4 raw[U][R];
+  // the thread's ring: D stages of R chunks, [stage][row][thread] (its own 16 bytes only,
+  // so no barrier: cp.async.wait_group makes them visible to the thread that copied them)
+  extern __shared__ uint4 ring[];
+  const uint32_t base = smem_addr(ring) + uint32_t(tid) * 16u;
+  auto slot = [&](int st, int r) { return base + uint32_t((st * R + r) * kThreads) * 16u; };
+  const int64_t cb = c0 + gt;
+  auto issue = [&](int st, int64_t j) {
+    const int64_t cc = cb + j * gsz;
+    if (cc < c1) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t cc = c + int64_t(u) * gsz;
+      for (int r = 0; r < R; ++r) cp_async16(slot(st, r), qr[r] + cc * 16);
+    }
+    cp_commit();
+  };
+  pdl_trigger();
+#pragma unroll
+  for (int st = 0; st < D - 1; ++st) issue(st, st);
+  pdl_wait();
+  for (int64_t j0 = 0; cb + j0 * gsz < c1; j0 += D) {
+#pragma unroll
+    for (int st = 0; st < D; ++st) {
+      issue((st + D - 1) % D, j0 + st + D - 1);
+      cp_wait<D - 1>();
+      const int64_t cc = cb + (j0 + st) * gsz;
       if (cc < c1) {
+        uint4 raw[R];
 #pragma unroll
-        for (int r = 0; r < R; ++r) raw[u][r] = ld_stream(qr[r] + cc * 16);
+        for (int r = 0; r < R; ++r) raw[r] = lds16(slot(st, r));
+        do_chunk<F, T, MT, R>(p, rows, cc, raw, acc);
       }
     }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t cc = c + int64_t(u) * gsz;
-      if (cc < c1) do_chunk<F, T, MT, R>(p, rows, cc, raw[u], acc);
-    }
   }
+  cp_wait<0>();
 
   __shared__ float red[kWarps][MT * R];
 #pragma unroll
@@ -386,29 +433,63 @@ int64_t chunks_per_row(int64_t k) {
   return k / F::E;
 }
 
+// Raise a kernel's dynamic shared memory limit once per device (above the 48 KB default).
+template <auto Kernel>
+void smem_limit(int bytes) {
+  static std::atomic<uint64_t> done{0};
+  int dev = 0;
+  GK_CUDA_CHECK(cudaGetDevice(&dev));
+  const uint64_t bit = uint64_t(1) << (dev & 63);
+  if (done.load(std::memory_order_relaxed) & bit) return;
+  GK_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  done.fetch_or(bit);
+}
+
+// A launch with the programmatic-serialization attribute when pdl (every variant but 2).
+template <class K, class... A>
+void launch_ex(K kernel, dim3 grid, int threads, int smem, cudaStream_t st, bool pdl, const A&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(unsigned(threads));
+  cfg.dynamicSmemBytes = size_t(smem);
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  GK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
+template <class F, class T, int MT, int D>
+void launch_k(const KArgs& p, dim3 grid, cudaStream_t st) {
+  constexpr int smem = D * kRows * kThreads * 16;
+  smem_limit<k_gemv<F, T, MT, kRows, D>>(smem);
+  launch_ex(k_gemv<F, T, MT, kRows, D>, grid, kThreads, smem, st, p.variant != 2, p);
+}
+
+template <class F, class T, int D>
+void launch_m(const KArgs& p, dim3 grid, cudaStream_t st) {
+  if (p.m <= 1) launch_k<F, T, 1, D>(p, grid, st);
+  else if (p.m <= 2) launch_k<F, T, 2, D>(p, grid, st);
+  else if (p.m <= 4) launch_k<F, T, 4, D>(p, grid, st);
+  else launch_k<F, T, 8, D>(p, grid, st);
+}
+
+// variant 0: a ring of kStages stages of kRows chunks per thread; 1: two stages; 2: as 0,
+// launched without programmatic dependent launch.
+constexpr int kStages = 4;
+
 template <class F, class T>
 void launch_family(const KArgs& p_in, int split, cudaStream_t st) {
-  constexpr int R = kRows, U = F::kU;
   KArgs p = p_in;
   p.wpg = warps_per_group(chunks_per_row<F>(p.k));
-  const int64_t rows_per_cta = int64_t(kWarps / p.wpg) * R;
+  const int64_t rows_per_cta = int64_t(kWarps / p.wpg) * kRows;
   const int64_t blocks = (p.n + rows_per_cta - 1) / rows_per_cta;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   dim3 grid(unsigned(blocks), unsigned(std::max(1, split)));
-  if (p.variant == 1) {
-    if (p.m <= 1) k_gemv<F, T, 1, R, 2 * U><<<grid, kThreads, 0, st>>>(p);
-    else if (p.m <= 2) k_gemv<F, T, 2, R, 2 * U><<<grid, kThreads, 0, st>>>(p);
-    else if (p.m <= 4) k_gemv<F, T, 4, R, 2 * U><<<grid, kThreads, 0, st>>>(p);
-    else k_gemv<F, T, 8, R, 2 * U><<<grid, kThreads, 0, st>>>(p);
-  } else if (p.m <= 1) {
-    k_gemv<F, T, 1, R, U><<<grid, kThreads, 0, st>>>(p);
-  } else if (p.m <= 2) {
-    k_gemv<F, T, 2, R, U><<<grid, kThreads, 0, st>>>(p);
-  } else if (p.m <= 4) {
-    k_gemv<F, T, 4, R, U><<<grid, kThreads, 0, st>>>(p);
-  } else {
-    k_gemv<F, T, 8, R, U><<<grid, kThreads, 0, st>>>(p);
-  }
+  if (p.variant == 1) launch_m<F, T, 2>(p, grid, st);
+  else launch_m<F, T, kStages>(p, grid, st);
   GK_LAUNCH_CHECK("gemv");
   if (split > 1) launch_sum(p, split, st);
 }

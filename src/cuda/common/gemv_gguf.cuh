@@ -12,4 +12,16 @@ template <class T>
 void launch_gguf(const QGemvArgs& p, cudaStream_t st);
 // The split-K factor of these kernels: a function of (N, K, format) only.
 int gguf_split(int64_t n, int64_t k, QFormat f);
+// The tensor-core kernel of Q4_0 / Q4_1 / Q8_0 / Q6_K (src/cuda/quant_gguf_mma.cu): whether
+// it takes these arguments (16-byte aligned rows and K % 256 == 0; Q6_K: 4-byte aligned
+// rows, K % 512 == 0), the launch, its split-K.
+bool gguf_mma_applies(const QGemvArgs& p);
+template <class T>
+void launch_gguf_mma(const QGemvArgs& p, cudaStream_t st);
+int gguf_mma_split(int64_t n, int64_t k, QFormat f);  // also int4's kernel below (tiles of 256)
+// int4 with every mma k-step in one group (src/cuda/quant_int4_mma.cu): K % 256 == 0,
+// groups of 32 / 64 / 128, aligned rows.
+bool int4_mma_applies(const QGemvArgs& p);
+template <class T>
+void launch_int4_mma(const QGemvArgs& p, cudaStream_t st);
 }  // namespace gk::cuda

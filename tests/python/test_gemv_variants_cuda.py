@@ -1,0 +1,141 @@
+"""Every GEMV kernel variant (gk._C._gemv_set_variant: 0 the default cp.async ring depth,
+with programmatic dependent launch; 1 a 2-stage ring; for int4 and Q8_0 / Q4_0 / Q4_1 /
+Q4_K / Q6_K variant 1 is the older kernel instead of the staged tensor-core one; 2 the
+default kernels without programmatic dependent launch) and both paths of bf16/fp8/int8
+(default / *_cc: the CUDA-core kernel, *_tc: the tensor-core kernel) against float64 products with the exactly dequantized weights, at shapes with ragged per-warp work (odd N,
+K with a partial last step, split-K): the variant switch is a benchmarking knob and
+must never change correctness. Also: same bits every run, a row alone = the row in a
+batch. Skipped without a GPU."""
+import math
+
+import numpy as np
+import pytest
+
+import gpukit as gk
+
+pytestmark = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
+RNG = np.random.default_rng(2026)
+FMTS = ["bf16", "bf16_cc", "bf16_tc", "fp8", "int8", "fp8_tc", "int8_tc", "int4_32", "int4_64", "int4_128", "nvf4",
+        "q8_0", "q4_0", "q4_1", "q4_k", "q6_k"]
+
+
+def f64(a):
+    return np.asarray(gk.to_numpy(a) if isinstance(a, gk.Array) else a).astype(np.float64)
+
+
+def make(fmt, n, k):
+    """(callable(x) -> y float32 on the GPU, float64 exact weights, GGUF bytes or None)."""
+    if fmt in ("fp8_cc", "int8_cc", "fp8_tc", "int8_tc"):
+        fmt = fmt[:-3]
+    w = (RNG.standard_normal((n, k)) / math.sqrt(k)).astype(np.float32)
+    wt = gk.asarray(w)
+    if fmt.startswith("bf16"):
+        wb = wt.astype("bfloat16")
+        wc = wb.to("cuda")
+        return (lambda x: gk.gemv(x, wc, out_dtype="float32")), f64(wb.astype("float32")), None
+    if fmt in ("fp8", "int8"):
+        q, s = getattr(gk, f"quantize_{fmt}")(wt)
+        qc, sc = q.to("cuda"), s.to("cuda")
+        fn = getattr(gk, f"gemv_{fmt}")
+        return (lambda x: fn(x, qc, sc, out_dtype="float32")), f64(getattr(gk, f"dequantize_{fmt}")(q, s)), None
+    if fmt.startswith("int4"):
+        g = int(fmt.split("_")[1])
+        q, s, z = gk.quantize_int4(wt, group=g)
+        qc, sc, zc = q.to("cuda"), s.to("cuda"), z.to("cuda")
+        deq = f64(gk.dequantize_int4(q, s, z, group=g))
+        return (lambda x: gk.gemv_int4(x, qc, sc, zc, group=g, out_dtype="float32")), deq, None
+    if fmt == "nvf4":
+        q, bs, ts = gk.quantize_nvf4(wt)
+        qc, bc, tc = q.to("cuda"), bs.to("cuda"), ts.to("cuda")
+        return (lambda x: gk.gemv_nvf4(x, qc, bc, tc, out_dtype="float32")), f64(gk.dequantize_nvf4(q, bs, ts)), None
+    q = getattr(gk, f"quantize_{fmt}")(wt)
+    qc = q.to("cuda")
+    fn = getattr(gk, f"gemv_{fmt}")
+    return (lambda x: fn(x, qc, out_dtype="float32")), f64(getattr(gk, f"dequantize_{fmt}")(q)), gk.to_numpy(q)
+
+
+def split_bound(fmt, qb, xs):
+    """sum over (sub-)blocks of |d sc| 15 sum|x| + |m| sum|x| (codes <= 15)."""
+    m = xs.shape[0]
+    if fmt == "q4_1":
+        b = qb.reshape(qb.shape[0], -1, 20)
+        d = np.abs(b[..., 0:2].copy().view(np.float16).astype(np.float64)[..., 0])
+        mn = np.abs(b[..., 2:4].copy().view(np.float16).astype(np.float64)[..., 0])
+        ax = np.abs(xs).reshape(m, -1, 32).sum(-1)  # [m, blocks]
+        return ax @ (15 * d + mn).T
+    b = qb.reshape(qb.shape[0], -1, 144)
+    d = np.abs(b[..., 0:2].copy().view(np.float16).astype(np.float64)[..., 0])
+    dmin = np.abs(b[..., 2:4].copy().view(np.float16).astype(np.float64)[..., 0])
+    s12 = b[..., 4:16].astype(np.int64)
+    sc = np.concatenate([s12[..., 0:4] & 63, (s12[..., 8:12] & 15) | ((s12[..., 0:4] >> 2) & 48)], -1)
+    mn = np.concatenate([s12[..., 4:8] & 63, (s12[..., 8:12] >> 4) | ((s12[..., 4:8] >> 2) & 48)], -1)
+    ax = np.abs(xs).reshape(m, -1, 8, 32).sum(-1)  # [m, blocks, 8]
+    return np.einsum("mbs,nbs->mn", ax, dmin[..., None] * mn + 15 * d[..., None] * sc)
+
+
+def run(fmt, fn, x, variant):
+    gk._C._gemv_set_variant(variant)
+    gk._C._gemv_set_dense_path(1 if fmt.endswith("_tc") else (0 if fmt.endswith("_cc") else -1))
+    try:
+        return fn(x)
+    finally:
+        gk._C._gemv_set_variant(0)
+        gk._C._gemv_set_dense_path(-1)
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("variant", [0, 1, 2])
+@pytest.mark.parametrize("n,k", [(37, 4096), (300, 14336), (2051, 1024)])
+def test_variant_matches_exact(fmt, variant, n, k):
+    fn, deq, qbytes = make(fmt, n, k)
+    m = 5
+    xb = gk.asarray(RNG.standard_normal((m, k)).astype(np.float32)).astype("bfloat16")
+    x = xb.to("cuda")
+    got = run(fmt, fn, x, variant)
+    xs = f64(xb.astype("float32"))
+    ref = xs @ deq.T
+    bound = np.abs(xs) @ np.abs(deq).T
+    if fmt in ("q4_k", "q4_1"):  # d * sum(q x) + m * sum(x) per (sub-)block: a bound over the split sums
+        bound = split_bound(fmt, qbytes, xs)
+    err = np.abs(f64(got) - ref)
+    tol = 2 * (k + 2) * 2.0**-24 * bound + 1e-30
+    if not np.all(err <= tol):
+        i = np.unravel_index(np.argmax(err / tol), err.shape)
+        bad = np.argwhere(~(err <= tol))
+        raise AssertionError(f"{fmt} variant {variant} n={n} k={k}: {len(bad)} of {err.size} out of tolerance; "
+                             f"worst y{list(i)} = {f64(got)[i]!r}, ref {ref[i]!r}, tol {tol[i]:.3g}; "
+                             f"first bad {bad[0].tolist()}")
+    assert f64(run(fmt, fn, x, variant)).tobytes() == f64(got).tobytes(), "not the same bits on a second run"
+    one = run(fmt, fn, x[3:4], variant)
+    assert f64(one).tobytes() == f64(got)[3:4].tobytes(), "row 3 alone differs from row 3 of the batch"
+    if variant == 2 or (variant == 1 and fmt not in ("q8_0", "q4_0", "q4_1", "q6_k", "q4_k") and
+                        not fmt.startswith("int4")):
+        # ring depth / launch attribute only: the same sums in the same order
+        assert f64(run(fmt, fn, x, 0)).tobytes() == f64(got).tobytes(), f"variant {variant} and 0 differ"
+
+
+def test_pdl_chain_reads_the_previous_output():
+    """The default (PDL) launches: each GEMV reads the previous one's output; the result
+    must be the bits of the same chain without PDL (variant 2; a kernel that read x before
+    griddepcontrol.wait would see stale or partial data)."""
+    k = 4096
+    fmts = ["fp8", "q4_0", "bf16", "int4_128", "q6_k", "q4_k", "q8_0", "nvf4", "int8"]
+    fns = [make(f, k, k)[0] for f in fmts]
+    x0 = gk.asarray(RNG.standard_normal((2, k)).astype(np.float32)).astype("bfloat16").to("cuda")
+
+    def chain(variant):
+        gk._C._gemv_set_variant(variant)
+        try:
+            y = x0
+            for fn in fns:
+                y = fn(y).astype("bfloat16")
+            return gk.to_numpy(y.astype("float32"))
+        finally:
+            gk._C._gemv_set_variant(0)
+
+    ref = chain(2)
+    assert np.isfinite(ref).all() and np.abs(ref).max() > 0
+    for _ in range(3):
+        got = chain(0)
+        bad = np.argwhere(got != ref)
+        assert bad.size == 0, f"PDL chain differs at {len(bad)} places, first {bad[0].tolist()}"
