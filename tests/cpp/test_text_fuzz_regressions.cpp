@@ -11,7 +11,12 @@
 
 TEST(TextFuzzRegressions, ReplayAll) {
   namespace fs = std::filesystem;
-  fs::path dir = fs::path(__FILE__).parent_path().parent_path().parent_path() / "fuzz" / "regressions" / "tokenizer";
+#ifdef GPUKIT_SOURCE_DIR
+  const fs::path root = GPUKIT_SOURCE_DIR;
+#else
+  const fs::path root = fs::path(__FILE__).parent_path().parent_path().parent_path();
+#endif
+  fs::path dir = root / "fuzz" / "regressions" / "tokenizer";
   ASSERT_TRUE(fs::is_directory(dir)) << dir;
   int n = 0;
   for (auto& e : fs::directory_iterator(dir)) {
