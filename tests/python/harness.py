@@ -210,6 +210,21 @@ def _default_layouts(s):
 
 # ---- inputs ----
 
+def to_cuda(x):
+    """A contiguous copy of the NumPy array x as a gk.Array on the CUDA device."""
+    return gk.asarray(np.ascontiguousarray(x)).to("cuda")
+
+
+def to_host(x):
+    """A contiguous copy of the NumPy array x as a gk.Array on the CPU."""
+    return gk.asarray(np.ascontiguousarray(x))
+
+
+def to_np(x):
+    """x (a gk.Array on any device) as a NumPy array."""
+    return gk.to_numpy(x)
+
+
 def seed():
     return int(os.environ.get("GPUKIT_TEST_SEED", _SESSION_SEED))
 

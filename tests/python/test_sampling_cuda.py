@@ -9,16 +9,7 @@ S = gk.sampling
 rng = np.random.default_rng(77)
 
 
-def C(x):
-    return gk.asarray(np.ascontiguousarray(x)).to("cuda")
-
-
-def H(x):
-    return gk.asarray(np.ascontiguousarray(x))
-
-
-def N(x):
-    return gk.to_numpy(x)
+from harness import to_cuda as C, to_host as H, to_np as N  # noqa: E402
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])

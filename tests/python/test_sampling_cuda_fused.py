@@ -12,16 +12,7 @@ pytestmark = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA
 S = gk.sampling
 
 
-def C(x):
-    return gk.asarray(np.ascontiguousarray(x)).to("cuda")
-
-
-def H(x):
-    return gk.asarray(np.ascontiguousarray(x))
-
-
-def N(x):
-    return gk.to_numpy(x)
+from harness import to_cuda as C, to_host as H, to_np as N  # noqa: E402
 
 
 def _diff(name, a, b, extra=None):

@@ -17,16 +17,7 @@ S = gk.sampling
 CHUNK = 2048  # entries per CTA in src/cuda/sampling.cu
 
 
-def C(x):
-    return gk.asarray(np.ascontiguousarray(x)).to("cuda")
-
-
-def H(x):
-    return gk.asarray(np.ascontiguousarray(x))
-
-
-def N(x):
-    return gk.to_numpy(x)
+from harness import to_cuda as C, to_host as H, to_np as N  # noqa: E402
 
 
 def _first_diff(name, a, b):
