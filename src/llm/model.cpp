@@ -303,6 +303,11 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
   if (cfg_.learned_positions) return gpt2_layers(cfg_, w_, ids, positions.to(device_), cache, idx, attend);  // gpt2.cpp
   const ModelConfig& c = cfg_;
   const int64_t T = ids.numel(), D = c.head_dim, Q = c.num_heads * D, KV = c.num_kv_heads * D;
+  auto split_qkv = [&](const Array& qkv, Array& q, Array& k, Array& v) {  // [T, Q + 2 KV] -> heads
+    q = qkv.narrow(1, 0, Q).reshape({T, c.num_heads, D});
+    k = qkv.narrow(1, Q, KV).reshape({T, c.num_kv_heads, D});
+    v = qkv.narrow(1, Q + KV, KV).reshape({T, c.num_kv_heads, D});
+  };
   Array pos = positions.to(device_, nullptr, /*non_blocking=*/true);
   Array x = embedding(ids, w_.embed);  // residual stream [T, H]
   mark("embed", -1);
@@ -348,10 +353,7 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
                                     idx.block_table, rope);
         mark("qkv", l);  // with RoPE and the KV append
       } else {
-        Array qkv = fused::project(h, L.qkv, L.qkv_bias);
-        q = qkv.narrow(1, 0, Q).reshape({T, c.num_heads, D});
-        k = qkv.narrow(1, Q, KV).reshape({T, c.num_kv_heads, D});
-        v = qkv.narrow(1, Q + KV, KV).reshape({T, c.num_kv_heads, D});
+        split_qkv(fused::project(h, L.qkv, L.qkv_bias), q, k, v);
         mark("qkv", l);
         if (c.qk_norm) {
           q = nn::rms_norm(q, L.q_norm, c.norm_eps);
@@ -379,11 +381,9 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
       k = project(h, L.k, {}, L.k_bias).reshape({T, c.num_kv_heads, D});
       v = project(h, L.v, {}, L.v_bias).reshape({T, c.num_kv_heads, D});
     } else {
-      Array qkv = engine_proj(h) && L.qkv_q.format.empty() ? fused::project(h, L.qkv, L.qkv_bias)
-                                                            : project(h, L.qkv, L.qkv_q, L.qkv_bias);  // [T, Q + 2 KV]
-      q = qkv.narrow(1, 0, Q).reshape({T, c.num_heads, D});
-      k = qkv.narrow(1, Q, KV).reshape({T, c.num_kv_heads, D});
-      v = qkv.narrow(1, Q + KV, KV).reshape({T, c.num_kv_heads, D});
+      split_qkv(engine_proj(h) && L.qkv_q.format.empty() ? fused::project(h, L.qkv, L.qkv_bias)
+                                                          : project(h, L.qkv, L.qkv_q, L.qkv_bias),
+                q, k, v);
     }
     mark("qkv", l);
     if (c.qk_norm) {
