@@ -131,7 +131,12 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
     }
   }
   for (int k = t; k < Sh<NT>::kHG * kBins; k += kNT) (&sh.hi[0][0])[k] = 0u, (&sh.lo[0][0])[k] = 0u;
+  if (t < kBins) sh.cnt[t] = 0u;
   block_argmax(sh, bv, bi);
+  if (g.stop == 1) {  // probe: load + process only
+    if (rank == 0 && t == 0) a.tokens[r] = bi;
+    return;
+  }
   if (t == 0) sh.xm = bv, sh.xi = bi;
   cl.sync();  // also orders the vals writes before the contiguous passes
   if (t < 32) {  // lane q reads CTA q's (max, argmax): all loads at once, then a warp argmax
@@ -152,6 +157,11 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
   __syncthreads();
   const float m = sh.gm;
   const int am = sh.gam;
+  if (g.stop == 2) {  // probe: + the cluster max exchange
+    cl.sync();
+    if (rank == 0 && t == 0) a.tokens[r] = am;
+    return;
+  }
   if (m == -INFINITY) {  // no finite logit in the row
     cl.sync();
     if (rank == 0 && t == 0) {
@@ -171,12 +181,18 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
   uint32_t kk = 0, kp = 0;
   bool done = false;
   unsigned long long kept_local = 0;
+  const bool agg = g.agg != 0, early = g.early != 0;
   if (topk)
     kk = radix_select<NT, false>(sh, cl, CL, vals, i0, g.E, n, m, 0u, 1.f, (unsigned long long)c.top_k, buf, nullptr,
-                                 nullptr, done);
+                                 nullptr, done, agg, early);
   if (topp)
     kp = radix_select<NT, true>(sh, cl, CL, vals, i0, g.E, n, m, kk, c.top_p, 0ull, buf, want_z ? &zl : nullptr,
-                                &kept_local, done);
+                                &kept_local, done, agg, early);
+  if (g.stop == 3) {  // probe: + the selects
+    cl.sync();
+    if (rank == 0 && t == 0) a.tokens[r] = am;
+    return;
+  }
   // top-p's histograms already give each CTA its kept mass (key >= kp, kp >= kk): then only
   // the CTA that holds the draw scans its entries (unless min-p adds a per-entry test)
   const bool hist_mass = topp && done && !(c.min_p != 0.f);
@@ -265,22 +281,36 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
   const unsigned long long rem = tt - pre;
   if (t == 0) sh.pick = INT_MAX;
   __syncthreads();
-  if (mt > 0 && rem >= ex && rem < ex + mt) {
-    unsigned long long cum = ex;
-    for (int i = i0; i < i1; ++i) {
-      const float s = val(vals, i);
-      if (smp::order_key(s) < kv) continue;
-      const float d = smp::fsub_rn(s, m);
-      if (!(d >= -28.f)) continue;
-      const float e = smp::det_exp(d);
-      if (minp != 0.f && !(e >= minp)) continue;
-      cum += smp::weight_of(e);
-      if (cum > rem) {
-        sh.pick = i;
-        a.tokens[r] = int(c0 + i);
-        if (a.logprobs) a.logprobs[r] = (s - m) - logZ;
+  // the thread whose entries hold the draw; its warp scans them 32 at a time (weights as in
+  // thread_mass, an inclusive warp scan, the first lane whose cumulative mass passes rem)
+  const unsigned own = __ballot_sync(0xffffffffu, mt > 0 && rem >= ex && rem < ex + mt);
+  if (own) {
+    const int lane = t & 31, ol = __ffs(own) - 1;
+    const int oi0 = __shfl_sync(0xffffffffu, i0, ol);
+    unsigned long long base = __shfl_sync(0xffffffffu, ex, ol);
+    for (int j0 = 0; j0 < g.E; j0 += 32) {
+      const int i = oi0 + j0 + lane;
+      const bool valid = j0 + lane < g.E && i < n;
+      const float s = valid ? val(vals, i) : -INFINITY;
+      float e;
+      const unsigned long long wv = weight_nb(s, m, &e);
+      const bool in = valid && smp::order_key(s) >= kv && smp::fsub_rn(s, m) >= -28.f && (minp == 0.f || e >= minp);
+      unsigned long long inc = in ? wv : 0ull;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const unsigned long long nb = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o) inc += nb;
+      }
+      const unsigned hit = __ballot_sync(0xffffffffu, in && wv > 0 && base + inc > rem);
+      if (hit) {
+        if (lane == __ffs(hit) - 1) {
+          sh.pick = i;
+          a.tokens[r] = int(c0 + i);
+          if (a.logprobs) a.logprobs[r] = (s - m) - logZ;
+        }
         break;
       }
+      base += __shfl_sync(0xffffffffu, inc, 31);
     }
   }
   __syncthreads();
@@ -324,6 +354,10 @@ FGeo geo_for(int64_t V, Cfg c) {
   if (E % 2 == 0) ++E;
   g.E = int(E);
   g.aligned = 0;
+  g.agg = 1, g.early = 1, g.stop = 0;
+  if (const char* e = std::getenv("GPUKIT_SAMPLING_AGG"); e && e[0] == '0') g.agg = 0;
+  if (const char* e = std::getenv("GPUKIT_SAMPLING_EARLY"); e && e[0] == '0') g.early = 0;
+  g.stop = env_int("GPUKIT_SAMPLING_STOP");
   return g;
 }
 bool geo_ok(const FGeo& g, Cfg c) { return g.E <= kMaxE && size_t(g.E) * size_t(c.NT) * 4 <= size_t(kMaxDyn); }

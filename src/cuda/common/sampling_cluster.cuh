@@ -26,14 +26,20 @@ struct FGeo {
   int E;        // contiguous entries per thread in the on-chip passes (odd: no bank conflicts)
   int CL;       // cluster size = CTAs per row
   int aligned;  // 16-byte vector loads allowed
+  int agg;      // histogram flushes aggregated per warp (match_any + redux): 1 (default), 0 per lane
+  int early;    // radix select stops at a level whose picked bin is kept whole: 1 (default)
+  int stop;     // development probe: 0 full; 1/2/3 return the argmax after load / max exchange / selects
 };
 
 template <int NT>
 struct Sh {
   static constexpr int kW = NT / 32, kHG = NT / 64;  // histogram groups: two warps share one
   unsigned int hi[kHG][kBins], lo[kHG][kBins];  // per-group histograms: mass >> 20 and mass & (2^20 - 1)
+  unsigned int cnt[kBins];                     // entries per bin (mass selects: weighted entries)
   unsigned long long chist[2][kBins];          // CTA histogram, read by the cluster (double-buffered)
+  unsigned int ccnt[2][kBins];                 // CTA counts, read by the cluster (double-buffered)
   unsigned long long part[NT / kBins][kBins];  // partial cluster sums of the bins
+  unsigned int partc[NT / kBins][kBins];
   unsigned long long u[kW];
   float fv[kW];
   int fi[kW];
@@ -45,7 +51,7 @@ struct Sh {
   int gam;
   unsigned long long gW, gpre, gZ;
   unsigned long long ptarget;
-  int pick;
+  int pick, pexit;
 };
 
 __device__ __forceinline__ bool better(float a, int ia, float b, int ib) { return a > b || (a == b && ia < ib); }
@@ -159,23 +165,46 @@ __device__ __forceinline__ uint4 load_group(const T* p, int64_t e, int64_t n, bo
 }
 
 // ---------------------------------------------------------------- radix select
-template <int NT>
-__device__ __forceinline__ void hflush(Sh<NT>& sh, int w, int d, unsigned long long v) {
+// Per-lane flush of a run (cur bin, mass cv, entries cc) into the group's histogram.
+template <int NT, bool kMass>
+__device__ __forceinline__ void hflush(Sh<NT>& sh, int w, int d, unsigned long long v, unsigned c) {
   atomicAdd(&sh.hi[w][d], unsigned(v >> 20));
   atomicAdd(&sh.lo[w][d], unsigned(v & 0xfffffu));
+  if (kMass) atomicAdd(&sh.cnt[d], c);
+}
+
+// Warp-synchronous flush (every lane calls it; d < 0: nothing to flush): lanes with the
+// same bin are grouped (match_any), their runs summed (redux, exact integers), and one
+// lane per distinct bin does the shared atomics, so lanes never collide on an address.
+// Run masses are at most E 2^40 (E <= 63): mass >> 20 summed over 32 lanes < 2^32.
+template <int NT, bool kMass>
+__device__ __forceinline__ void wflush(Sh<NT>& sh, int w, int d, unsigned long long v, unsigned c) {
+  const unsigned grp = __match_any_sync(0xffffffffu, unsigned(d));
+  const unsigned hi = __reduce_add_sync(grp, unsigned(v >> 20));
+  const unsigned lo = __reduce_add_sync(grp, unsigned(v & 0xfffffu));
+  unsigned cs = 0;
+  if (kMass) cs = __reduce_add_sync(grp, c);
+  if (d >= 0 && int(threadIdx.x & 31) == __ffs(grp) - 1) {
+    if (hi) atomicAdd(&sh.hi[w][d], hi);
+    atomicAdd(&sh.lo[w][d], lo);
+    if (kMass) atomicAdd(&sh.cnt[d], cs);
+  }
 }
 
 // One level's histogram of this CTA's entries (key >= lowkey, matching the prefix). The
 // thread's E contiguous entries go 4 at a time (E is the same for every thread, so the warp
 // votes are uniform): the weights of a group are computed without branches, and only when
 // some lane of the warp needs one. z: also sum every entry's weight (logprob normalizer).
+// Each lane keeps a run (bin, mass, count) and flushes it when the bin changes: per warp
+// with aggregation (agg) or per lane.
 template <int NT, bool kMass>
 __device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int i0, int E, int n, float m,
-                                           uint32_t lowkey, int L, uint32_t prefix, unsigned long long* z) {
+                                           uint32_t lowkey, int L, uint32_t prefix, unsigned long long* z, bool agg) {
   const int w = threadIdx.x >> 6;  // histogram group (zeroed by the merge of the previous level)
   const int sh_ = 24 - 8 * L;
   int cur = -1;
   unsigned long long cv = 0, zl = 0;
+  unsigned cc = 0;
   for (int j = 0; j < E; j += 4) {
     float sv[4];
     uint32_t key[4];
@@ -209,25 +238,35 @@ __device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int
     }
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
-      if (!sel[u] || v[u] == 0) continue;
+      const bool has = sel[u] && v[u] != 0;
       const int d = int((key[u] >> sh_) & 255u);
-      if (d != cur) {
-        if (cur >= 0) hflush(sh, w, cur, cv);
-        cur = d, cv = 0;
+      if (agg) {
+        const bool fl = has && d != cur && cur >= 0;
+        if (__any_sync(0xffffffffu, fl)) wflush<NT, kMass>(sh, w, fl ? cur : -1, cv, cc);
+      } else if (has && d != cur && cur >= 0) {
+        hflush<NT, kMass>(sh, w, cur, cv, cc);
       }
-      cv += v[u];
+      if (has) {
+        if (d != cur) cur = d, cv = 0, cc = 0;
+        cv += v[u];
+        ++cc;
+      }
     }
   }
-  if (cur >= 0) hflush(sh, w, cur, cv);
+  if (agg) wflush<NT, kMass>(sh, w, cur, cv, cc);
+  else if (cur >= 0) hflush<NT, kMass>(sh, w, cur, cv, cc);
   if (z) *z += zl;
 }
 
 // Merge the warps, sum over the cluster, pick the bin (descending key order) where the
 // cumulative count/mass reaches the target. Returns false if no bin does (keep all).
-template <int NT>
-__device__ __forceinline__ bool level_pick(Sh<NT>& sh, const cg::cluster_group& cl, int CL, int buf, int L, bool mass,
-                                           float p, unsigned long long k, uint32_t& prefix,
-                                           unsigned long long& target, unsigned long long* kept) {
+// *whole: the picked bin is kept whole (count select: the target is its whole count; mass
+// select: it holds one weighted entry, or the target is its whole mass), so the threshold
+// may stop at the bin's lowest key: the kept set is the same.
+template <int NT, bool kMass>
+__device__ __forceinline__ bool level_pick(Sh<NT>& sh, const cg::cluster_group& cl, int CL, int buf, int L, float p,
+                                           unsigned long long k, uint32_t& prefix, unsigned long long& target,
+                                           unsigned long long* kept, bool early, bool* whole) {
   __syncthreads();
   const int t = threadIdx.x;
   if (t < kBins) {
@@ -238,8 +277,9 @@ __device__ __forceinline__ bool level_pick(Sh<NT>& sh, const cg::cluster_group& 
       sh.hi[w][t] = 0u, sh.lo[w][t] = 0u;  // ready for the next level
     }
     sh.chist[buf][t] = tot;
+    if (kMass) sh.ccnt[buf][t] = sh.cnt[t], sh.cnt[t] = 0u;
   }
-  if (t == 0) sh.pick = INT_MAX;
+  if (t == 0) sh.pick = INT_MAX, sh.pexit = 0;
   cl.sync();
   // cluster sum of each bin: threads t and t + 256 share bin rank t (descending order), each
   // summing every other rank's copy; all their remote loads are in flight at once
@@ -247,36 +287,47 @@ __device__ __forceinline__ bool level_pick(Sh<NT>& sh, const cg::cluster_group& 
     const int rr = t & (kBins - 1), h = t / kBins, b = kBins - 1 - rr;
     constexpr int kLoads = kMaxCL / (NT / kBins);
     unsigned long long v[kLoads];
+    unsigned c[kLoads];
 #pragma unroll
     for (int j = 0; j < kLoads; ++j) {
       const int q = h + j * (NT / kBins);
       v[j] = q < CL ? cl.map_shared_rank(&sh.chist[buf][0], q)[b] : 0ull;
+      c[j] = kMass && early && q < CL ? cl.map_shared_rank(&sh.ccnt[buf][0], q)[b] : 0u;
     }
     unsigned long long acc = 0;
+    unsigned accc = 0;
 #pragma unroll
-    for (int j = 0; j < kLoads; ++j) acc += v[j];
+    for (int j = 0; j < kLoads; ++j) acc += v[j], accc += c[j];
     sh.part[h][rr] = acc;
+    sh.partc[h][rr] = accc;
   }
   __syncthreads();
   unsigned long long g = 0;
+  unsigned gc = 0;
   if (t < kBins)
 #pragma unroll
-    for (int h = 0; h < NT / kBins; ++h) g += sh.part[h][t];
+    for (int h = 0; h < NT / kBins; ++h) g += sh.part[h][t], gc += sh.partc[h][t];
   unsigned long long total;
   const unsigned long long ex = block_scan(sh, g, &total);
-  const unsigned long long tgt = L == 0 ? (mass ? smp::frac_target(p, total) : k) : target;
+  const unsigned long long tgt = L == 0 ? (kMass ? smp::frac_target(p, total) : k) : target;
   if (t < kBins && g > 0 && ex + g >= tgt) atomicMin(&sh.pick, t);
   __syncthreads();
   const int pick = sh.pick;
   if (pick == INT_MAX) return false;
-  if (t == pick) sh.ptarget = tgt - ex;
+  if (t == pick) {
+    sh.ptarget = tgt - ex;
+    sh.pexit = early && L < 3 && (tgt == ex + g || (kMass && gc == 1u)) ? 1 : 0;
+  }
+  __syncthreads();
+  const bool last = L == 3 || sh.pexit != 0;
   if (kept) {  // this CTA's mass above the picked bin (and in it at the last level): its kept mass
     const unsigned long long own = t < kBins ? sh.chist[buf][kBins - 1 - t] : 0ull;
-    *kept += block_sum(sh, t < pick || (L == 3 && t == pick) ? own : 0ull);
+    *kept += block_sum(sh, t < pick || (last && t == pick) ? own : 0ull);
   }
   __syncthreads();
   target = sh.ptarget;
   prefix = (prefix << 8) | uint32_t(kBins - 1 - pick);
+  *whole = last;
   return true;
 }
 
@@ -284,18 +335,22 @@ __device__ __forceinline__ bool level_pick(Sh<NT>& sh, const cg::cluster_group& 
 template <int NT, bool kMass>
 __device__ uint32_t radix_select(Sh<NT>& sh, const cg::cluster_group& cl, int CL, const uint32_t* vals, int i0, int E,
                                  int n, float m, uint32_t lowkey, float p, unsigned long long k, int& buf,
-                                 unsigned long long* z, unsigned long long* kept, bool& done) {
+                                 unsigned long long* z, unsigned long long* kept, bool& done, bool agg, bool early) {
   uint32_t prefix = 0;
   unsigned long long target = 0;
   done = false;
   for (int L = 0; L < 4; ++L) {
-    level_pass<NT, kMass>(sh, vals, i0, E, n, m, lowkey, L, prefix, L == 0 ? z : nullptr);
-    const bool ok = level_pick(sh, cl, CL, buf, L, kMass, p, k, prefix, target, kept);
+    level_pass<NT, kMass>(sh, vals, i0, E, n, m, lowkey, L, prefix, L == 0 ? z : nullptr, agg);
+    bool last = false;
+    const bool ok = level_pick<NT, kMass>(sh, cl, CL, buf, L, p, k, prefix, target, kept, early, &last);
     buf ^= 1;
     if (!ok) return 0u;
+    if (last) {
+      done = true;
+      return prefix << (8 * (3 - L));  // the picked bin's lowest key
+    }
   }
-  done = true;
-  return prefix;
+  return prefix;  // not reached
 }
 
 
