@@ -116,6 +116,7 @@ def main() -> int:
 
     H = 256
     if args.probe:
+        os.environ["GPUKIT_SAMPLING_DEBUG"] = "1"  # the fused kernel prints its shape and cluster occupancy
         V = 151936
         knobs = ("GPUKIT_SAMPLING_AGG", "GPUKIT_SAMPLING_EARLY", "GPUKIT_SAMPLING_STOP", "GPUKIT_SAMPLING_CLUSTER",
                  "GPUKIT_SAMPLING_THREADS", "GPUKIT_SAMPLING_FUSED")

@@ -422,8 +422,9 @@ void launch_nt(const SampleArgs& a, Cfg c, cudaStream_t st) {
       int n = 0;
       (void)cudaOccupancyMaxActiveClusters(&n, k_fused<T, NT>, &cfg);
       (void)cudaGetLastError();
-      std::fprintf(stderr, "sampling_fused: B=%lld V=%lld CL=%d NT=%d E=%d smem=%zu+%zu max_active_clusters=%d\n",
+      std::fprintf(stdout, "sampling_fused: B=%lld V=%lld CL=%d NT=%d E=%d smem=%zu+%zu max_active_clusters=%d\n",
                    (long long)a.B, (long long)a.V, c.CL, NT, g.E, size_t(g.E) * NT * 4, sizeof(Sh<NT>), n);
+      std::fflush(stdout);
     }
   }
   GK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, k_fused<T, NT>, a, g));

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "ops/sampling_args.h"
+#include "cuda/common/sampling_weight.cuh"
 
 namespace gk::cuda::fused {
 namespace cg = cooperative_groups;
@@ -118,15 +119,15 @@ __device__ __forceinline__ unsigned long long block_scan(Sh<NT>& sh, unsigned lo
 
 // floor(det_exp(s - m) 2^40) without branches (unrolled loops interleave several entries).
 // Below s - m = -28 the weight is 0 for certain (exp(-28) < 2^-40 by far; det_exp is within
-// ulps of exp), so the polynomial's result is discarded there. *e gets the relative exp (0
-// there). s <= m always (m is the row max).
+// ulps of exp), so the result is discarded there. *e gets the relative exp (0 there).
+// s <= m always (m is the row max). live_weight: no conversion instructions, the same bits.
 __device__ __forceinline__ unsigned long long weight_nb(float s, float m, float* e = nullptr) {
   const float d = smp::fsub_rn(s, m);
   const bool live = d >= -28.f;
-  const float ev = live ? smp::det_exp_core(live ? d : -28.f) : 0.f;
-  if (e) *e = ev;
-  const float v = ev * smp::kWeightScale;
-  return v >= 1.f ? static_cast<unsigned long long>(v) : 0ull;
+  float ev;
+  const unsigned long long w = smp::live_weight(live ? d : -28.f, &ev);
+  if (e) *e = live ? ev : 0.f;
+  return live ? w : 0ull;
 }
 __device__ __forceinline__ float val(const uint32_t* v, int i) { return __uint_as_float(v[i]); }
 
