@@ -182,12 +182,14 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
   bool done = false;
   unsigned long long kept_local = 0;
   const bool agg = g.agg != 0, early = g.early != 0;
+  // the relative exps cached by the top-p select (level 0 computes every weight it needs)
+  float* const ec = g.cache && topp ? reinterpret_cast<float*>(vals + int64_t(g.E) * kNT) : nullptr;
   if (topk)
     kk = radix_select<NT, false>(sh, cl, CL, vals, i0, g.E, n, m, 0u, 1.f, (unsigned long long)c.top_k, buf, nullptr,
                                  nullptr, done, agg, early);
   if (topp)
     kp = radix_select<NT, true>(sh, cl, CL, vals, i0, g.E, n, m, kk, c.top_p, 0ull, buf, want_z ? &zl : nullptr,
-                                &kept_local, done, agg, early);
+                                &kept_local, done, agg, early, ec);
   if (g.stop == 3) {  // probe: + the selects
     cl.sync();
     if (rank == 0 && t == 0) a.tokens[r] = am;
@@ -205,6 +207,16 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
   const float minp = c.greedy ? 0.f : c.min_p;
   auto thread_mass = [&]() {  // this thread's kept mass (its entries are contiguous); 4 at a time
     unsigned long long acc = 0;
+    if (ec) {  // relative exps cached by the top-p select (0 below the live range)
+      for (int j = 0; j < g.E; ++j) {
+        const int idx = i0 + j;
+        if (idx >= n) break;
+        const float e = ec[idx];
+        const bool need = smp::order_key(val(vals, idx)) >= kv && (minp == 0.f || e >= minp);
+        acc += need ? weight_of_e(e) : 0ull;
+      }
+      return acc;
+    }
     for (int j = 0; j < g.E; j += 4) {
       float sv[4];
       bool need[4];
@@ -293,7 +305,9 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
       const bool valid = j0 + lane < g.E && i < n;
       const float s = valid ? val(vals, i) : -INFINITY;
       float e;
-      const unsigned long long wv = weight_nb(s, m, &e);
+      unsigned long long wv;
+      if (ec) e = valid ? ec[i] : 0.f, wv = weight_of_e(e);
+      else wv = weight_nb(s, m, &e);
       const bool in = valid && smp::order_key(s) >= kv && smp::fsub_rn(s, m) >= -28.f && (minp == 0.f || e >= minp);
       unsigned long long inc = in ? wv : 0ull;
 #pragma unroll
@@ -354,13 +368,24 @@ FGeo geo_for(int64_t V, Cfg c) {
   if (E % 2 == 0) ++E;
   g.E = int(E);
   g.aligned = 0;
-  g.agg = 1, g.early = 1, g.stop = 0;
+  g.agg = 1, g.early = 1, g.stop = 0, g.cache = 0;
   if (const char* e = std::getenv("GPUKIT_SAMPLING_AGG"); e && e[0] == '0') g.agg = 0;
   if (const char* e = std::getenv("GPUKIT_SAMPLING_EARLY"); e && e[0] == '0') g.early = 0;
   g.stop = env_int("GPUKIT_SAMPLING_STOP");
   return g;
 }
 bool geo_ok(const FGeo& g, Cfg c) { return g.E <= kMaxE && size_t(g.E) * size_t(c.NT) * 4 <= size_t(kMaxDyn); }
+// Dynamic shared memory: the slice, and the relative-exp cache where it is on (few rows: one
+// CTA per SM anyway; many rows would lose the second CTA per SM). GPUKIT_SAMPLING_CACHE=0/1
+// forces it (development); it is dropped where the two arrays do not fit.
+size_t smem_of(FGeo& g, Cfg c, int64_t B) {
+  const size_t one = size_t(g.E) * size_t(c.NT) * 4;
+  const int ec = env_int("GPUKIT_SAMPLING_CACHE");
+  const char* ee = std::getenv("GPUKIT_SAMPLING_CACHE");
+  g.cache = ee ? (ec != 0) : (B <= 4);
+  if (2 * one > size_t(kMaxDyn)) g.cache = 0;
+  return g.cache ? 2 * one : one;
+}
 
 template <class T, int NT>
 void set_attrs() {
@@ -406,24 +431,27 @@ bool cluster_fits(int CL, size_t smem) {
 template <class T, int NT>
 void launch_nt(const SampleArgs& a, Cfg c, cudaStream_t st) {
   FGeo g = geo_for(a.V, c);
-  if (!cluster_fits<T, NT>(c.CL, size_t(g.E) * NT * 4)) {
+  size_t smem = smem_of(g, c, a.B);
+  if (!cluster_fits<T, NT>(c.CL, smem)) {
     c.CL = 8;
     g = geo_for(a.V, c);
+    smem = smem_of(g, c, a.B);
   }
   g.aligned = (reinterpret_cast<uintptr_t>(a.logits) % 16 == 0) && ((a.row_stride * int64_t(sizeof(T))) % 16 == 0);
   set_attrs<T, NT>();
   cudaLaunchAttribute at[1];
-  const cudaLaunchConfig_t cfg = launch_cfg(at, c.CL, NT, a.B, size_t(g.E) * NT * 4, st);
+  const cudaLaunchConfig_t cfg = launch_cfg(at, c.CL, NT, a.B, smem, st);
   if (env_int("GPUKIT_SAMPLING_DEBUG")) {  // development: the shape and how many clusters fit at once
     static int64_t last = -1;
-    const int64_t key = (int64_t(c.CL) << 40) ^ (int64_t(NT) << 30) ^ (a.B << 20) ^ a.V;
+    const int64_t key = (int64_t(g.cache) << 52) ^ (int64_t(c.CL) << 40) ^ (int64_t(NT) << 30) ^ (a.B << 20) ^ a.V;
     if (key != last) {
       last = key;
       int n = 0;
       (void)cudaOccupancyMaxActiveClusters(&n, k_fused<T, NT>, &cfg);
       (void)cudaGetLastError();
-      std::fprintf(stdout, "sampling_fused: B=%lld V=%lld CL=%d NT=%d E=%d smem=%zu+%zu max_active_clusters=%d\n",
-                   (long long)a.B, (long long)a.V, c.CL, NT, g.E, size_t(g.E) * NT * 4, sizeof(Sh<NT>), n);
+      std::fprintf(stdout,
+                   "sampling_fused: B=%lld V=%lld CL=%d NT=%d E=%d cache=%d smem=%zu+%zu max_active_clusters=%d\n",
+                   (long long)a.B, (long long)a.V, c.CL, NT, g.E, g.cache, smem, sizeof(Sh<NT>), n);
       std::fflush(stdout);
     }
   }

@@ -30,6 +30,7 @@ struct FGeo {
   int agg;      // histogram flushes aggregated per warp (match_any + redux): 1 (default), 0 per lane
   int early;    // radix select stops at a level whose picked bin is kept whole: 1 (default)
   int stop;     // development probe: 0 full; 1/2/3 return the argmax after load / max exchange / selects
+  int cache;    // a second slice array holds each entry's relative exp from the first mass level
 };
 
 template <int NT>
@@ -129,6 +130,10 @@ __device__ __forceinline__ unsigned long long weight_nb(float s, float m, float*
   if (e) *e = live ? ev : 0.f;
   return live ? w : 0ull;
 }
+// The weight of a cached relative exp (0 for entries below the live range).
+__device__ __forceinline__ unsigned long long weight_of_e(float e) {
+  return smp::floor_u64_of(smp::fmul_rn(e, smp::kWeightScale));
+}
 __device__ __forceinline__ float val(const uint32_t* v, int i) { return __uint_as_float(v[i]); }
 
 // ---------------------------------------------------------------- loads
@@ -198,9 +203,12 @@ __device__ __forceinline__ void wflush(Sh<NT>& sh, int w, int d, unsigned long l
 // some lane of the warp needs one. z: also sum every entry's weight (logprob normalizer).
 // Each lane keeps a run (bin, mass, count) and flushes it when the bin changes: per warp
 // with aggregation (agg) or per lane.
+// ec (mass selects, when the slice has room): level 0 stores each computed relative exp,
+// the deeper levels read it instead of computing it again.
 template <int NT, bool kMass>
 __device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int i0, int E, int n, float m,
-                                           uint32_t lowkey, int L, uint32_t prefix, unsigned long long* z, bool agg) {
+                                           uint32_t lowkey, int L, uint32_t prefix, unsigned long long* z, bool agg,
+                                           float* ec) {
   const int w = threadIdx.x >> 6;  // histogram group (zeroed by the merge of the previous level)
   const int sh_ = 24 - 8 * L;
   int cur = -1;
@@ -219,16 +227,30 @@ __device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int
       sel[u] = valid && key[u] >= lowkey && (L == 0 || (key[u] >> (sh_ + 8)) == prefix);
     }
     unsigned long long v[4] = {1ull, 1ull, 1ull, 1ull};
-    if (kMass || z) {
+    if (kMass && ec && L > 0) {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) v[u] = sel[u] ? weight_of_e(ec[i0 + j + u]) : 0ull;
+    } else if (kMass || z) {
       // every entry needed (the normalizer, or a dense group): the 4 weights without branches,
       // interleaved; otherwise entry by entry, only where some lane of the warp selected it
       // (sparse candidates at the deeper levels: no exps for the others)
+      float ev[4];
       if (z || __all_sync(0xffffffffu, sel[0] && sel[1] && sel[2] && sel[3])) {
 #pragma unroll
-        for (int u = 0; u < 4; ++u) v[u] = weight_nb(sv[u], m);  // invalid entries (-inf) weigh 0
+        for (int u = 0; u < 4; ++u) v[u] = weight_nb(sv[u], m, &ev[u]);  // invalid entries (-inf) weigh 0
+        if (kMass && ec)
+#pragma unroll
+          for (int u = 0; u < 4; ++u)
+            if (j + u < E && i0 + j + u < n) ec[i0 + j + u] = ev[u];
       } else {
 #pragma unroll
-        for (int u = 0; u < 4; ++u) v[u] = __any_sync(0xffffffffu, sel[u]) ? weight_nb(sv[u], m) : 0ull;
+        for (int u = 0; u < 4; ++u) {
+          v[u] = 0ull;
+          if (__any_sync(0xffffffffu, sel[u])) {
+            v[u] = weight_nb(sv[u], m, &ev[u]);
+            if (kMass && ec && j + u < E && i0 + j + u < n) ec[i0 + j + u] = ev[u];
+          }
+        }
       }
       if (z)
 #pragma unroll
@@ -336,12 +358,13 @@ __device__ __forceinline__ bool level_pick(Sh<NT>& sh, const cg::cluster_group& 
 template <int NT, bool kMass>
 __device__ uint32_t radix_select(Sh<NT>& sh, const cg::cluster_group& cl, int CL, const uint32_t* vals, int i0, int E,
                                  int n, float m, uint32_t lowkey, float p, unsigned long long k, int& buf,
-                                 unsigned long long* z, unsigned long long* kept, bool& done, bool agg, bool early) {
+                                 unsigned long long* z, unsigned long long* kept, bool& done, bool agg, bool early,
+                                 float* ec = nullptr) {
   uint32_t prefix = 0;
   unsigned long long target = 0;
   done = false;
   for (int L = 0; L < 4; ++L) {
-    level_pass<NT, kMass>(sh, vals, i0, E, n, m, lowkey, L, prefix, L == 0 ? z : nullptr, agg);
+    level_pass<NT, kMass>(sh, vals, i0, E, n, m, lowkey, L, prefix, L == 0 ? z : nullptr, agg, ec);
     bool last = false;
     const bool ok = level_pick<NT, kMass>(sh, cl, CL, buf, L, p, k, prefix, target, kept, early, &last);
     buf ^= 1;
