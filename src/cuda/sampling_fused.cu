@@ -7,14 +7,20 @@
 //     in the slice's shared words, then each word is replaced by the processed logit
 //     (the same thread reads the count and writes the value); local max/argmax.
 //     Cluster exchange of (max, argmax) through distributed shared memory.
-//  2. radix selects on the 32-bit order key with 8-bit digits (4 levels): per-warp
-//     integer histograms (mass split in two 32-bit words, no 64-bit shared atomics),
-//     merged per CTA, summed over the cluster through DSMEM; every CTA picks the same
-//     bin (identical data, fixed rule), so no broadcast is needed. top-k by count,
-//     then top-p by integer mass over the top-k set.
+//  2. radix selects on the 32-bit order key with 8-bit digits (up to 4 levels): per-group
+//     integer histograms (mass split in two 32-bit words, no 64-bit shared atomics); each
+//     lane keeps a run (bin, mass, count) and runs are flushed per warp: lanes with the
+//     same bin grouped by match_any, summed by redux, one atomic per distinct bin (no
+//     same-address collisions). Merged per CTA, summed over the cluster through DSMEM;
+//     every CTA picks the same bin (identical data, fixed rule), so no broadcast is
+//     needed. top-k by count, then top-p by integer mass over the top-k set. A select
+//     stops at the first level whose picked bin is kept whole (the count target is the
+//     whole bin, or the bin holds one weighted entry): the threshold is then the bin's
+//     lowest key, the kept set the same. Where the slice has room for a second array
+//     (few rows), top-p's level 0 caches every relative exp for the later passes.
 //  3. final pass: each thread's kept mass over its contiguous entries, block scan,
 //     cluster exchange of the CTA masses (vocabulary order = rank order), Philox draw,
-//     the owning thread rescans its entries for the token.
+//     the owning thread's warp scans its entries 32 at a time for the token.
 // Everything that decides a token is an exact integer (weights, masses, counts) or a
 // max, so the result does not depend on the partition: the cluster size may follow the
 // batch size. The logprob normalizer is the exact integer sum of the weights too
