@@ -118,22 +118,34 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
     if (bt > 0) load_batch(bt);
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
+      // the group's G words read and written as 16-byte vectors (a warp's scalar accesses
+      // at a stride of G words would collide G ways in the banks); entries >= n get -inf
       const int64_t e = (int64_t(bt) * kU * kNT + int64_t(u) * kNT + t) * G;
+      if (e >= n) continue;
+      uint4* vg = reinterpret_cast<uint4*>(vals + e);
+      uint4 mw[G / 4];
+      if (marks)
+#pragma unroll
+        for (int h = 0; h < G / 4; ++h) mw[h] = vg[h];
+      uint32_t ow[G];
 #pragma unroll
       for (int k = 0; k < G; ++k) {
         const int i = int(e) + k;
-        if (e + k >= n) break;
+        const bool ok = e + k < n;
         float x = smp::sanitize(elem<T>(q[u], k));
-        if (bias) x = smp::fadd_rn(x, bias[i]);
+        if (bias && ok) x = smp::fadd_rn(x, bias[i]);
         if (marks) {
-          const int mk = int(vals[i]);
+          const uint4& w4 = mw[k / 4];
+          const int mk = int((k & 3) == 0 ? w4.x : ((k & 3) == 1 ? w4.y : ((k & 3) == 2 ? w4.z : w4.w)));
           if (mk & kCntMask) x = smp::penalize(x, mk & kCntMask, c.rep, c.presence, c.frequency);
           if (mk & kBan) x = -INFINITY;
         }
-        const float s = smp::finite_top(c.greedy ? x : x / c.temp);
-        vals[i] = __float_as_uint(s);
-        if (better(s, int(c0 + i), bv, bi)) bv = s, bi = int(c0 + i);
+        const float s = ok ? smp::finite_top(c.greedy ? x : x / c.temp) : -INFINITY;
+        ow[k] = __float_as_uint(s);
+        if (ok && better(s, int(c0 + i), bv, bi)) bv = s, bi = int(c0 + i);
       }
+#pragma unroll
+      for (int h = 0; h < G / 4; ++h) vg[h] = make_uint4(ow[4 * h], ow[4 * h + 1], ow[4 * h + 2], ow[4 * h + 3]);
     }
   }
   for (int k = t; k < Sh<NT>::kHG * kBins; k += kNT) (&sh.hi[0][0])[k] = 0u, (&sh.lo[0][0])[k] = 0u;
