@@ -52,7 +52,7 @@ struct Sh {
   float gm;
   int gam;
   unsigned long long gW, gpre, gZ;
-  unsigned long long ptarget;
+  unsigned long long ptarget, pkept;
   int pick, pexit;
 };
 
@@ -286,12 +286,17 @@ __device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int
 // *whole: the picked bin is kept whole (count select: the target is its whole count; mass
 // select: it holds one weighted entry, or the target is its whole mass), so the threshold
 // may stop at the bin's lowest key: the kept set is the same.
+// Five block barriers and one cluster barrier: the 256 bin sums sit in warps 0-7, which
+// scan them (and this CTA's own bins, for *kept) with shuffles; one barrier for the warp
+// totals, one for the per-warp first candidates, one for the picked bin's values.
 template <int NT, bool kMass>
 __device__ __forceinline__ bool level_pick(Sh<NT>& sh, const cg::cluster_group& cl, int CL, int buf, int L, float p,
                                            unsigned long long k, uint32_t& prefix, unsigned long long& target,
                                            unsigned long long* kept, bool early, bool* whole) {
+  constexpr int kHW = kBins / 32;  // warps holding the bins
+  static_assert(Sh<NT>::kW >= 2 * kHW, "the warp totals of two scans share sh.u");
   __syncthreads();
-  const int t = threadIdx.x;
+  const int t = threadIdx.x, lane = t & 31, wid = t >> 5;
   if (t < kBins) {
     unsigned long long tot = 0;
 #pragma unroll
@@ -302,7 +307,6 @@ __device__ __forceinline__ bool level_pick(Sh<NT>& sh, const cg::cluster_group& 
     sh.chist[buf][t] = tot;
     if (kMass) sh.ccnt[buf][t] = sh.cnt[t], sh.cnt[t] = 0u;
   }
-  if (t == 0) sh.pick = INT_MAX, sh.pexit = 0;
   cl.sync();
   // cluster sum of each bin: threads t and t + 256 share bin rank t (descending order), each
   // summing every other rank's copy; all their remote loads are in flight at once
@@ -325,29 +329,46 @@ __device__ __forceinline__ bool level_pick(Sh<NT>& sh, const cg::cluster_group& 
     sh.partc[h][rr] = accc;
   }
   __syncthreads();
-  unsigned long long g = 0;
+  unsigned long long g = 0, own = 0;
   unsigned gc = 0;
-  if (t < kBins)
+  if (t < kBins) {
 #pragma unroll
     for (int h = 0; h < NT / kBins; ++h) g += sh.part[h][t], gc += sh.partc[h][t];
-  unsigned long long total;
-  const unsigned long long ex = block_scan(sh, g, &total);
-  const unsigned long long tgt = L == 0 ? (kMass ? smp::frac_target(p, total) : k) : target;
-  if (t < kBins && g > 0 && ex + g >= tgt) atomicMin(&sh.pick, t);
+    own = sh.chist[buf][kBins - 1 - t];
+  }
+  unsigned long long gi = g, oi = own;  // inclusive warp scans (rank order)
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const unsigned long long a = __shfl_up_sync(0xffffffffu, gi, o), b = __shfl_up_sync(0xffffffffu, oi, o);
+    if (lane >= o) gi += a, oi += b;
+  }
+  if (t < kBins && lane == 31) sh.u[wid] = gi, sh.u[kHW + wid] = oi;
   __syncthreads();
-  const int pick = sh.pick;
-  if (pick == INT_MAX) return false;
+  unsigned long long before = 0, obefore = 0, total = 0;
+#pragma unroll
+  for (int w = 0; w < kHW; ++w) {
+    const unsigned long long uw = sh.u[w], ow = sh.u[kHW + w];
+    if (w < wid) before += uw, obefore += ow;
+    total += uw;
+  }
+  const unsigned long long ex = before + gi - g, oex = obefore + oi - own;
+  const unsigned long long tgt = L == 0 ? (kMass ? smp::frac_target(p, total) : k) : target;
+  const unsigned bal = __ballot_sync(0xffffffffu, t < kBins && g > 0 && ex + g >= tgt);
+  if (t < kBins && lane == 0) sh.fi[wid] = bal ? wid * 32 + __ffs(bal) - 1 : INT_MAX;
+  __syncthreads();
+  int pick = INT_MAX;
+#pragma unroll
+  for (int w = 0; w < kHW; ++w) pick = sh.fi[w] < pick ? sh.fi[w] : pick;
+  if (pick == INT_MAX) return false;  // (uniform) the next writes of sh.u / sh.fi follow barriers
   if (t == pick) {
+    const bool ex_whole = early && L < 3 && (tgt == ex + g || (kMass && gc == 1u));
     sh.ptarget = tgt - ex;
-    sh.pexit = early && L < 3 && (tgt == ex + g || (kMass && gc == 1u)) ? 1 : 0;
+    sh.pexit = ex_whole ? 1 : 0;
+    sh.pkept = oex + (L == 3 || ex_whole ? own : 0ull);  // own mass above the bin (and in it when last)
   }
   __syncthreads();
   const bool last = L == 3 || sh.pexit != 0;
-  if (kept) {  // this CTA's mass above the picked bin (and in it at the last level): its kept mass
-    const unsigned long long own = t < kBins ? sh.chist[buf][kBins - 1 - t] : 0ull;
-    *kept += block_sum(sh, t < pick || (last && t == pick) ? own : 0ull);
-  }
-  __syncthreads();
+  if (kept) *kept += sh.pkept;
   target = sh.ptarget;
   prefix = (prefix << 8) | uint32_t(kBins - 1 - pick);
   *whole = last;
