@@ -199,15 +199,15 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
   uint32_t kk = 0, kp = 0;
   bool done = false;
   unsigned long long kept_local = 0;
-  const bool agg = g.agg != 0, early = g.early != 0;
+  const bool agg = g.agg != 0, early = g.early != 0, compact = g.compact != 0;
   // the relative exps cached by the top-p select (level 0 computes every weight it needs)
   float* const ec = g.cache && topp ? reinterpret_cast<float*>(vals + int64_t(g.E) * kNT) : nullptr;
   if (topk)
     kk = radix_select<NT, false>(sh, cl, CL, vals, i0, g.E, n, m, 0u, 1.f, (unsigned long long)c.top_k, buf, nullptr,
-                                 nullptr, done, agg, early);
+                                 nullptr, done, agg, early, nullptr, compact);
   if (topp)
     kp = radix_select<NT, true>(sh, cl, CL, vals, i0, g.E, n, m, kk, c.top_p, 0ull, buf, want_z ? &zl : nullptr,
-                                &kept_local, done, agg, early, ec);
+                                &kept_local, done, agg, early, ec, compact);
   if (g.stop == 3) {  // probe: + the selects
     cl.sync();
     if (rank == 0 && t == 0) a.tokens[r] = am;
@@ -386,7 +386,8 @@ FGeo geo_for(int64_t V, Cfg c) {
   if (E % 2 == 0) ++E;
   g.E = int(E);
   g.aligned = 0;
-  g.agg = 1, g.early = 1, g.stop = 0, g.cache = 0;
+  g.agg = 1, g.early = 1, g.stop = 0, g.cache = 0, g.compact = 0;
+  if (const char* e = std::getenv("GPUKIT_SAMPLING_COMPACT"); e && e[0] == '1') g.compact = 1;
   if (const char* e = std::getenv("GPUKIT_SAMPLING_AGG"); e && e[0] == '0') g.agg = 0;
   if (const char* e = std::getenv("GPUKIT_SAMPLING_EARLY"); e && e[0] == '0') g.early = 0;
   g.stop = env_int("GPUKIT_SAMPLING_STOP");

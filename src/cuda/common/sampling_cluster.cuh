@@ -31,6 +31,7 @@ struct FGeo {
   int early;    // radix select stops at a level whose picked bin is kept whole: 1 (default)
   int stop;     // development probe: 0 full; 1/2/3 return the argmax after load / max exchange / selects
   int cache;    // a second slice array holds each entry's relative exp from the first mass level
+  int compact;  // levels > 0: each lane's selected entries from a bit mask, one per round
 };
 
 template <int NT>
@@ -208,12 +209,50 @@ __device__ __forceinline__ void wflush(Sh<NT>& sh, int w, int d, unsigned long l
 template <int NT, bool kMass>
 __device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int i0, int E, int n, float m,
                                            uint32_t lowkey, int L, uint32_t prefix, unsigned long long* z, bool agg,
-                                           float* ec) {
+                                           float* ec, bool compact) {
   const int w = threadIdx.x >> 6;  // histogram group (zeroed by the merge of the previous level)
   const int sh_ = 24 - 8 * L;
   int cur = -1;
   unsigned long long cv = 0, zl = 0;
   unsigned cc = 0;
+  if (compact && L > 0 && !z) {
+    // the deeper levels select few entries: each lane marks its selected entries in a mask
+    // (E <= 63) and the warp takes one per lane per round, in index order (the same runs),
+    // so the weights cost max-over-lanes rounds instead of E
+    unsigned long long msk = 0;
+    for (int j = 0; j < E; ++j) {
+      const int idx = i0 + j;
+      const uint32_t key = idx < n ? smp::order_key(val(vals, idx)) : 0u;
+      if (idx < n && key >= lowkey && (key >> (sh_ + 8)) == prefix) msk |= 1ull << j;
+    }
+    while (__any_sync(0xffffffffu, msk != 0)) {
+      bool has = false;
+      int d = 0;
+      unsigned long long v = 0;
+      if (msk) {
+        const int idx = i0 + __ffsll(static_cast<long long>(msk)) - 1;
+        msk &= msk - 1;
+        const float sv = val(vals, idx);
+        v = !kMass ? 1ull : (ec ? weight_of_e(ec[idx]) : weight_nb(sv, m));
+        has = v != 0;
+        d = int((smp::order_key(sv) >> sh_) & 255u);
+      }
+      if (agg) {
+        const bool fl = has && d != cur && cur >= 0;
+        if (__any_sync(0xffffffffu, fl)) wflush<NT, kMass>(sh, w, fl ? cur : -1, cv, cc);
+      } else if (has && d != cur && cur >= 0) {
+        hflush<NT, kMass>(sh, w, cur, cv, cc);
+      }
+      if (has) {
+        if (d != cur) cur = d, cv = 0, cc = 0;
+        cv += v;
+        ++cc;
+      }
+    }
+    if (agg) wflush<NT, kMass>(sh, w, cur, cv, cc);
+    else if (cur >= 0) hflush<NT, kMass>(sh, w, cur, cv, cc);
+    return;
+  }
   for (int j = 0; j < E; j += 4) {
     float sv[4];
     uint32_t key[4];
@@ -380,12 +419,12 @@ template <int NT, bool kMass>
 __device__ uint32_t radix_select(Sh<NT>& sh, const cg::cluster_group& cl, int CL, const uint32_t* vals, int i0, int E,
                                  int n, float m, uint32_t lowkey, float p, unsigned long long k, int& buf,
                                  unsigned long long* z, unsigned long long* kept, bool& done, bool agg, bool early,
-                                 float* ec = nullptr) {
+                                 float* ec, bool compact) {
   uint32_t prefix = 0;
   unsigned long long target = 0;
   done = false;
   for (int L = 0; L < 4; ++L) {
-    level_pass<NT, kMass>(sh, vals, i0, E, n, m, lowkey, L, prefix, L == 0 ? z : nullptr, agg, ec);
+    level_pass<NT, kMass>(sh, vals, i0, E, n, m, lowkey, L, prefix, L == 0 ? z : nullptr, agg, ec, compact);
     bool last = false;
     const bool ok = level_pick<NT, kMass>(sh, cl, CL, buf, L, p, k, prefix, target, kept, early, &last);
     buf ^= 1;
