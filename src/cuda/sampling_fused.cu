@@ -403,7 +403,13 @@ size_t smem_of(FGeo& g, Cfg c, int64_t B) {
   const char* ee = std::getenv("GPUKIT_SAMPLING_CACHE");
   g.cache = ee ? (ec != 0) : (B <= 4);
   if (2 * one > size_t(kMaxDyn)) g.cache = 0;
-  return g.cache ? 2 * one : one;
+  size_t bytes = g.cache ? 2 * one : one;
+  // few rows: ask for enough shared memory that no SM holds two CTAs of the launch (the
+  // block scheduler could otherwise pack a cluster onto half as many SMs); unused bytes
+  const char* es = std::getenv("GPUKIT_SAMPLING_SPREAD");
+  const bool spread = es ? es[0] == '1' : B <= 4;
+  if (spread && bytes < size_t(kSpreadDyn)) bytes = size_t(kSpreadDyn);
+  return bytes;
 }
 
 template <class T, int NT>

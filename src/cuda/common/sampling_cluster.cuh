@@ -20,6 +20,7 @@ constexpr int kBins = 256, kU = 4, kMaxCL = 16;
 constexpr int kCntMask = 0x3fffffff, kBan = 0x40000000;
 constexpr int kMaxE = 63;  // 64 threads x 63 entries x 2^20 < 2^32: a group's 32-bit words cannot overflow
 constexpr int kMaxDyn = 160 * 1024;          // slice bytes in shared memory
+constexpr int kSpreadDyn = 120 * 1024;       // few rows: at least this much (one CTA per SM)
 constexpr double kLn2x40 = 27.725887222397812377;  // 40 ln 2
 
 struct FGeo {
