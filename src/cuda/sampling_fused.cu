@@ -45,6 +45,96 @@ namespace gk::cuda {
 namespace {
 using namespace fused;
 
+// ---------------------------------------------------------------- split draw
+// The token search of the CTA that holds the draw, spread over the whole cluster (top-p
+// without a relative-exp cache: that CTA would otherwise compute every weight of its slice
+// alone): CTA q takes the q-th contiguous share of the holder's slice through DSMEM, the
+// shares' kept masses are exchanged, and the share holding the draw finds the token. The
+// same integer masses in the same order as the one-CTA search: the same token.
+template <int NT>
+__device__ __noinline__ void split_draw(Sh<NT>& sh, const cg::cluster_group& cl, const SampleArgs& a, const FGeo& g,
+                                        int64_t r, int64_t V, uint32_t* vals, unsigned long long tt, uint32_t kv,
+                                        float m, float logZ, int am) {
+  const int CL = g.CL, rank = int(cl.block_rank()), t = threadIdx.x;
+  int qd = CL - 1;
+  unsigned long long pq = 0;
+  for (int q = 0; q < CL; ++q) {
+    const unsigned long long w = sh.cw[q];
+    if (tt < pq + w) {
+      qd = q;
+      break;
+    }
+    pq += w;
+  }
+  const int64_t cq = int64_t(qd) * g.S;
+  const int nq = int(cq < V ? (V - cq < g.S ? V - cq : g.S) : 0);
+  const uint32_t* rv = cl.map_shared_rank(vals, qd);
+  const int s0 = int(int64_t(nq) * rank / CL), s1 = int(int64_t(nq) * (rank + 1) / CL);
+  const int E2 = (s1 - s0 + NT - 1) / NT;
+  const int j0 = s0 + t * E2, j1 = j0 + E2 < s1 ? j0 + E2 : s1;
+  unsigned long long m2 = 0;
+  for (int j = j0; j < j1; ++j) {
+    const float s = __uint_as_float(rv[j]);
+    m2 += smp::order_key(s) >= kv ? weight_nb(s, m) : 0ull;
+  }
+  unsigned long long tot2;
+  const unsigned long long ex2 = block_scan(sh, m2, &tot2);
+  if (t == 0) sh.xs = tot2;
+  cl.sync();
+  if (t < CL) sh.cs[t] = cl.map_shared_rank(&sh, t)->xs;
+  __syncthreads();
+  const unsigned long long rem = tt - pq;
+  int js = CL - 1;
+  unsigned long long pj = 0;
+  for (int q = 0; q < CL; ++q) {
+    const unsigned long long w = sh.cs[q];
+    if (rem < pj + w) {
+      js = q;
+      break;
+    }
+    pj += w;
+  }
+  if (rank == js) {
+    const unsigned long long rem2 = rem - pj;
+    if (t == 0) sh.pick = INT_MAX;
+    __syncthreads();
+    const unsigned own = __ballot_sync(0xffffffffu, m2 > 0 && rem2 >= ex2 && rem2 < ex2 + m2);
+    if (own) {
+      const int lane = t & 31, ol = __ffs(own) - 1;
+      const int oj0 = __shfl_sync(0xffffffffu, j0, ol), oj1 = __shfl_sync(0xffffffffu, j1, ol);
+      unsigned long long base = __shfl_sync(0xffffffffu, ex2, ol);
+      for (int k0 = oj0; k0 < oj1; k0 += 32) {
+        const int j = k0 + lane;
+        const float s = j < oj1 ? __uint_as_float(rv[j]) : -INFINITY;
+        const unsigned long long wv = weight_nb(s, m);
+        const bool in = j < oj1 && smp::order_key(s) >= kv;
+        unsigned long long inc = in ? wv : 0ull;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+          const unsigned long long nb = __shfl_up_sync(0xffffffffu, inc, o);
+          if (lane >= o) inc += nb;
+        }
+        const unsigned hit = __ballot_sync(0xffffffffu, in && wv > 0 && base + inc > rem2);
+        if (hit) {
+          if (lane == __ffs(hit) - 1) {
+            sh.pick = j;
+            a.tokens[r] = int(cq + j);
+            if (a.logprobs) a.logprobs[r] = (s - m) - logZ;
+          }
+          break;
+        }
+        base += __shfl_sync(0xffffffffu, inc, 31);
+      }
+    }
+    __syncthreads();
+    if (t == 0 && sh.pick == INT_MAX) {  // unreachable unless the masses disagree
+      a.tokens[r] = am;
+      if (a.logprobs) a.logprobs[r] = 0.f - logZ;
+    }
+  }
+  cl.sync();  // the holder's shared memory stays until every CTA has read it
+}
+
 // ---------------------------------------------------------------- the kernel
 template <class T, int NT>
 __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, FGeo g) {
@@ -279,6 +369,7 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
     if (t < CL) {
       const Sh<NT>* o = cl.map_shared_rank(&sh, t);
       wk = o->xw, zk = want_z ? o->xz : 0ull;
+      sh.cw[t] = wk;
     }
     unsigned long long wb = t < rank ? wk : 0ull;
 #pragma unroll
@@ -303,6 +394,10 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
   const uint32_t tag = a.row_tag_is_index ? uint32_t(r) : 0u;
   const uint64_t bits = philox::draw_bits(uint64_t(a.seed.at(r)), uint64_t(a.position.at(r)), tag);
   const unsigned long long tt = smp::scale_draw(W, bits);
+  if (hist_mass && !ec && g.split && CL > 1) {  // (cluster-uniform)
+    split_draw<NT>(sh, cl, a, g, r, V, vals, tt, kv, m, logZ, am);
+    return;
+  }
   if (!(tt >= pre && tt < pre + ctot)) return;  // another CTA holds the token (CTA-uniform)
   if (hist_mass) {
     unsigned long long tot2;
@@ -386,7 +481,8 @@ FGeo geo_for(int64_t V, Cfg c) {
   if (E % 2 == 0) ++E;
   g.E = int(E);
   g.aligned = 0;
-  g.agg = 1, g.early = 1, g.stop = 0, g.cache = 0, g.compact = 0;
+  g.agg = 1, g.early = 1, g.stop = 0, g.cache = 0, g.compact = 0, g.split = 0;
+  if (const char* e = std::getenv("GPUKIT_SAMPLING_SPLIT"); e && e[0] == '1') g.split = 1;
   if (const char* e = std::getenv("GPUKIT_SAMPLING_COMPACT"); e && e[0] == '1') g.compact = 1;
   if (const char* e = std::getenv("GPUKIT_SAMPLING_AGG"); e && e[0] == '0') g.agg = 0;
   if (const char* e = std::getenv("GPUKIT_SAMPLING_EARLY"); e && e[0] == '0') g.early = 0;

@@ -33,6 +33,7 @@ struct FGeo {
   int stop;     // development probe: 0 full; 1/2/3 return the argmax after load / max exchange / selects
   int cache;    // a second slice array holds each entry's relative exp from the first mass level
   int compact;  // levels > 0: each lane's selected entries from a bit mask, one per round
+  int split;    // top-p without the cache: the token search spread over the cluster
 };
 
 template <int NT>
@@ -55,6 +56,7 @@ struct Sh {
   int gam;
   unsigned long long gW, gpre, gZ;
   unsigned long long ptarget, pkept;
+  unsigned long long cw[kMaxCL], cs[kMaxCL], xs;  // CTA kept masses; split-draw share masses
   int pick, pexit;
 };
 
