@@ -146,6 +146,11 @@ def main() -> int:
                     return gk.asarray(np.full(B, v, np.float32)).to("cuda")
                 prm = S.Params(temperature=full(0.8), top_p=full(0.9), repetition_penalty=full(1.1))
                 prk = S.Params(temperature=full(0.8), top_k=gk.asarray(np.full(B, 50, np.int32)).to("cuda"))
+                for label, prx in (("greedy", S.Params(temperature=full(0.0))), ("temp", S.Params(temperature=full(0.8))),
+                                   ("topp", S.Params(temperature=full(0.8), top_p=full(0.9)))):
+                    r = time_gk(lambda i: S.decode_step(g[i], prx, seeds, pos), n)
+                    print(f"probe B{B:<3d} V{V} f32 {'flat' if flat else 'peaked':6s} {label:14s} "
+                          f"(no penalty)  {np.median(r):8.1f} us")
                 for label, env in settings:
                     os.environ.update(env)
                     r = time_gk(lambda i: S.decode_step(g[i], prm, seeds, pos, history=hist, history_lengths=lens), n)
