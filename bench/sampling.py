@@ -118,18 +118,14 @@ def main() -> int:
     if args.probe:
         os.environ["GPUKIT_SAMPLING_DEBUG"] = "1"  # the fused kernel prints its shape and cluster occupancy
         V = 151936
-        knobs = ("GPUKIT_SAMPLING_AGG", "GPUKIT_SAMPLING_EARLY", "GPUKIT_SAMPLING_STOP", "GPUKIT_SAMPLING_CLUSTER",
+        knobs = ("GPUKIT_SAMPLING_EARLY", "GPUKIT_SAMPLING_STOP", "GPUKIT_SAMPLING_CLUSTER",
                  "GPUKIT_SAMPLING_THREADS", "GPUKIT_SAMPLING_FUSED", "GPUKIT_SAMPLING_CACHE",
-                 "GPUKIT_SAMPLING_COMPACT", "GPUKIT_SAMPLING_SPREAD", "GPUKIT_SAMPLING_SPLIT")
+                 "GPUKIT_SAMPLING_COMPACT")
         for B in (1, 32):
-            shapes = ((16, 512), (16, 1024), (8, 1024), (4, 1024)) if B == 1 else ((8, 512), (16, 512), (4, 1024))
-            settings = [("default", {}), ("agg=0", {"GPUKIT_SAMPLING_AGG": "0"}),
-                        ("early=0", {"GPUKIT_SAMPLING_EARLY": "0"}),
+            shapes = ((16, 1024), (8, 1024)) if B == 1 else ((8, 512), (7, 512), (16, 512))
+            settings = [("default", {}), ("early=0", {"GPUKIT_SAMPLING_EARLY": "0"}),
                         ("cache=%d" % (B > 4), {"GPUKIT_SAMPLING_CACHE": "%d" % (B > 4)}),
-                        ("compact=1", {"GPUKIT_SAMPLING_COMPACT": "1"}),
-                        ("split=1", {"GPUKIT_SAMPLING_SPLIT": "1", "GPUKIT_SAMPLING_CACHE": "0"}),
-                        ("compact+split", {"GPUKIT_SAMPLING_SPLIT": "1", "GPUKIT_SAMPLING_COMPACT": "1"}),
-                        ("spread=%d" % (B > 4), {"GPUKIT_SAMPLING_SPREAD": "%d" % (B > 4)}),
+                        ("compact=0", {"GPUKIT_SAMPLING_COMPACT": "0"}),
                         ("stop=1 load", {"GPUKIT_SAMPLING_STOP": "1"}), ("stop=2 max", {"GPUKIT_SAMPLING_STOP": "2"}),
                         ("stop=3 select", {"GPUKIT_SAMPLING_STOP": "3"}),
                         ("multipass", {"GPUKIT_SAMPLING_FUSED": "0"})]

@@ -9,9 +9,9 @@
 //     Cluster exchange of (max, argmax) through distributed shared memory.
 //  2. radix selects on the 32-bit order key with 8-bit digits (up to 4 levels): per-group
 //     integer histograms (mass split in two 32-bit words, no 64-bit shared atomics); each
-//     lane keeps a run (bin, mass, count) and runs are flushed per warp: lanes with the
-//     same bin grouped by match_any, summed by redux, one atomic per distinct bin (no
-//     same-address collisions). Merged per CTA, summed over the cluster through DSMEM;
+//     lane keeps a run (bin, mass, count) flushed when the bin changes; the deeper levels
+//     take each lane's selected entries from a bit mask. Merged per CTA, summed over the
+//     cluster through DSMEM;
 //     every CTA picks the same bin (identical data, fixed rule), so no broadcast is
 //     needed. top-k by count, then top-p by integer mass over the top-k set. A select
 //     stops at the first level whose picked bin is kept whole (the count target is the
@@ -44,96 +44,6 @@ namespace gk::cuda {
 
 namespace {
 using namespace fused;
-
-// ---------------------------------------------------------------- split draw
-// The token search of the CTA that holds the draw, spread over the whole cluster (top-p
-// without a relative-exp cache: that CTA would otherwise compute every weight of its slice
-// alone): CTA q takes the q-th contiguous share of the holder's slice through DSMEM, the
-// shares' kept masses are exchanged, and the share holding the draw finds the token. The
-// same integer masses in the same order as the one-CTA search: the same token.
-template <int NT>
-__device__ __noinline__ void split_draw(Sh<NT>& sh, const cg::cluster_group& cl, const SampleArgs& a, const FGeo& g,
-                                        int64_t r, int64_t V, uint32_t* vals, unsigned long long tt, uint32_t kv,
-                                        float m, float logZ, int am) {
-  const int CL = g.CL, rank = int(cl.block_rank()), t = threadIdx.x;
-  int qd = CL - 1;
-  unsigned long long pq = 0;
-  for (int q = 0; q < CL; ++q) {
-    const unsigned long long w = sh.cw[q];
-    if (tt < pq + w) {
-      qd = q;
-      break;
-    }
-    pq += w;
-  }
-  const int64_t cq = int64_t(qd) * g.S;
-  const int nq = int(cq < V ? (V - cq < g.S ? V - cq : g.S) : 0);
-  const uint32_t* rv = cl.map_shared_rank(vals, qd);
-  const int s0 = int(int64_t(nq) * rank / CL), s1 = int(int64_t(nq) * (rank + 1) / CL);
-  const int E2 = (s1 - s0 + NT - 1) / NT;
-  const int j0 = s0 + t * E2, j1 = j0 + E2 < s1 ? j0 + E2 : s1;
-  unsigned long long m2 = 0;
-  for (int j = j0; j < j1; ++j) {
-    const float s = __uint_as_float(rv[j]);
-    m2 += smp::order_key(s) >= kv ? weight_nb(s, m) : 0ull;
-  }
-  unsigned long long tot2;
-  const unsigned long long ex2 = block_scan(sh, m2, &tot2);
-  if (t == 0) sh.xs = tot2;
-  cl.sync();
-  if (t < CL) sh.cs[t] = cl.map_shared_rank(&sh, t)->xs;
-  __syncthreads();
-  const unsigned long long rem = tt - pq;
-  int js = CL - 1;
-  unsigned long long pj = 0;
-  for (int q = 0; q < CL; ++q) {
-    const unsigned long long w = sh.cs[q];
-    if (rem < pj + w) {
-      js = q;
-      break;
-    }
-    pj += w;
-  }
-  if (rank == js) {
-    const unsigned long long rem2 = rem - pj;
-    if (t == 0) sh.pick = INT_MAX;
-    __syncthreads();
-    const unsigned own = __ballot_sync(0xffffffffu, m2 > 0 && rem2 >= ex2 && rem2 < ex2 + m2);
-    if (own) {
-      const int lane = t & 31, ol = __ffs(own) - 1;
-      const int oj0 = __shfl_sync(0xffffffffu, j0, ol), oj1 = __shfl_sync(0xffffffffu, j1, ol);
-      unsigned long long base = __shfl_sync(0xffffffffu, ex2, ol);
-      for (int k0 = oj0; k0 < oj1; k0 += 32) {
-        const int j = k0 + lane;
-        const float s = j < oj1 ? __uint_as_float(rv[j]) : -INFINITY;
-        const unsigned long long wv = weight_nb(s, m);
-        const bool in = j < oj1 && smp::order_key(s) >= kv;
-        unsigned long long inc = in ? wv : 0ull;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-          const unsigned long long nb = __shfl_up_sync(0xffffffffu, inc, o);
-          if (lane >= o) inc += nb;
-        }
-        const unsigned hit = __ballot_sync(0xffffffffu, in && wv > 0 && base + inc > rem2);
-        if (hit) {
-          if (lane == __ffs(hit) - 1) {
-            sh.pick = j;
-            a.tokens[r] = int(cq + j);
-            if (a.logprobs) a.logprobs[r] = (s - m) - logZ;
-          }
-          break;
-        }
-        base += __shfl_sync(0xffffffffu, inc, 31);
-      }
-    }
-    __syncthreads();
-    if (t == 0 && sh.pick == INT_MAX) {  // unreachable unless the masses disagree
-      a.tokens[r] = am;
-      if (a.logprobs) a.logprobs[r] = 0.f - logZ;
-    }
-  }
-  cl.sync();  // the holder's shared memory stays until every CTA has read it
-}
 
 // ---------------------------------------------------------------- the kernel
 template <class T, int NT>
@@ -208,34 +118,22 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
     if (bt > 0) load_batch(bt);
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
-      // the group's G words read and written as 16-byte vectors (a warp's scalar accesses
-      // at a stride of G words would collide G ways in the banks); entries >= n get -inf
       const int64_t e = (int64_t(bt) * kU * kNT + int64_t(u) * kNT + t) * G;
-      if (e >= n) continue;
-      uint4* vg = reinterpret_cast<uint4*>(vals + e);
-      uint4 mw[G / 4];
-      if (marks)
-#pragma unroll
-        for (int h = 0; h < G / 4; ++h) mw[h] = vg[h];
-      uint32_t ow[G];
 #pragma unroll
       for (int k = 0; k < G; ++k) {
         const int i = int(e) + k;
-        const bool ok = e + k < n;
+        if (e + k >= n) break;
         float x = smp::sanitize(elem<T>(q[u], k));
-        if (bias && ok) x = smp::fadd_rn(x, bias[i]);
+        if (bias) x = smp::fadd_rn(x, bias[i]);
         if (marks) {
-          const uint4& w4 = mw[k / 4];
-          const int mk = int((k & 3) == 0 ? w4.x : ((k & 3) == 1 ? w4.y : ((k & 3) == 2 ? w4.z : w4.w)));
+          const int mk = int(vals[i]);
           if (mk & kCntMask) x = smp::penalize(x, mk & kCntMask, c.rep, c.presence, c.frequency);
           if (mk & kBan) x = -INFINITY;
         }
-        const float s = ok ? smp::finite_top(c.greedy ? x : x / c.temp) : -INFINITY;
-        ow[k] = __float_as_uint(s);
-        if (ok && better(s, int(c0 + i), bv, bi)) bv = s, bi = int(c0 + i);
+        const float s = smp::finite_top(c.greedy ? x : x / c.temp);
+        vals[i] = __float_as_uint(s);
+        if (better(s, int(c0 + i), bv, bi)) bv = s, bi = int(c0 + i);
       }
-#pragma unroll
-      for (int h = 0; h < G / 4; ++h) vg[h] = make_uint4(ow[4 * h], ow[4 * h + 1], ow[4 * h + 2], ow[4 * h + 3]);
     }
   }
   for (int k = t; k < Sh<NT>::kHG * kBins; k += kNT) (&sh.hi[0][0])[k] = 0u, (&sh.lo[0][0])[k] = 0u;
@@ -289,15 +187,15 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
   uint32_t kk = 0, kp = 0;
   bool done = false;
   unsigned long long kept_local = 0;
-  const bool agg = g.agg != 0, early = g.early != 0, compact = g.compact != 0;
+  const bool early = g.early != 0, compact = g.compact != 0;
   // the relative exps cached by the top-p select (level 0 computes every weight it needs)
   float* const ec = g.cache && topp ? reinterpret_cast<float*>(vals + int64_t(g.E) * kNT) : nullptr;
   if (topk)
     kk = radix_select<NT, false>(sh, cl, CL, vals, i0, g.E, n, m, 0u, 1.f, (unsigned long long)c.top_k, buf, nullptr,
-                                 nullptr, done, agg, early, nullptr, compact);
+                                 nullptr, done, early, nullptr, compact, V);
   if (topp)
     kp = radix_select<NT, true>(sh, cl, CL, vals, i0, g.E, n, m, kk, c.top_p, 0ull, buf, want_z ? &zl : nullptr,
-                                &kept_local, done, agg, early, ec, compact);
+                                &kept_local, done, early, ec, compact, V);
   if (g.stop == 3) {  // probe: + the selects
     cl.sync();
     if (rank == 0 && t == 0) a.tokens[r] = am;
@@ -369,7 +267,6 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
     if (t < CL) {
       const Sh<NT>* o = cl.map_shared_rank(&sh, t);
       wk = o->xw, zk = want_z ? o->xz : 0ull;
-      sh.cw[t] = wk;
     }
     unsigned long long wb = t < rank ? wk : 0ull;
 #pragma unroll
@@ -394,10 +291,6 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
   const uint32_t tag = a.row_tag_is_index ? uint32_t(r) : 0u;
   const uint64_t bits = philox::draw_bits(uint64_t(a.seed.at(r)), uint64_t(a.position.at(r)), tag);
   const unsigned long long tt = smp::scale_draw(W, bits);
-  if (hist_mass && !ec && g.split && CL > 1) {  // (cluster-uniform)
-    split_draw<NT>(sh, cl, a, g, r, V, vals, tt, kv, m, logZ, am);
-    return;
-  }
   if (!(tt >= pre && tt < pre + ctot)) return;  // another CTA holds the token (CTA-uniform)
   if (hist_mass) {
     unsigned long long tot2;
@@ -481,10 +374,8 @@ FGeo geo_for(int64_t V, Cfg c) {
   if (E % 2 == 0) ++E;
   g.E = int(E);
   g.aligned = 0;
-  g.agg = 1, g.early = 1, g.stop = 0, g.cache = 0, g.compact = 0, g.split = 0;
-  if (const char* e = std::getenv("GPUKIT_SAMPLING_SPLIT"); e && e[0] == '1') g.split = 1;
-  if (const char* e = std::getenv("GPUKIT_SAMPLING_COMPACT"); e && e[0] == '1') g.compact = 1;
-  if (const char* e = std::getenv("GPUKIT_SAMPLING_AGG"); e && e[0] == '0') g.agg = 0;
+  g.early = 1, g.stop = 0, g.cache = 0, g.compact = 1;
+  if (const char* e = std::getenv("GPUKIT_SAMPLING_COMPACT"); e && e[0] == '0') g.compact = 0;
   if (const char* e = std::getenv("GPUKIT_SAMPLING_EARLY"); e && e[0] == '0') g.early = 0;
   g.stop = env_int("GPUKIT_SAMPLING_STOP");
   return g;
@@ -499,13 +390,7 @@ size_t smem_of(FGeo& g, Cfg c, int64_t B) {
   const char* ee = std::getenv("GPUKIT_SAMPLING_CACHE");
   g.cache = ee ? (ec != 0) : (B <= 4);
   if (2 * one > size_t(kMaxDyn)) g.cache = 0;
-  size_t bytes = g.cache ? 2 * one : one;
-  // few rows: ask for enough shared memory that no SM holds two CTAs of the launch (the
-  // block scheduler could otherwise pack a cluster onto half as many SMs); unused bytes
-  const char* es = std::getenv("GPUKIT_SAMPLING_SPREAD");
-  const bool spread = es ? es[0] == '1' : B <= 4;
-  if (spread && bytes < size_t(kSpreadDyn)) bytes = size_t(kSpreadDyn);
-  return bytes;
+  return g.cache ? 2 * one : one;
 }
 
 template <class T, int NT>
@@ -549,6 +434,28 @@ bool cluster_fits(int CL, size_t smem) {
   return ok == 1;
 }
 
+// How many clusters of CL CTAs (with smem bytes each) can be resident at once (cached).
+template <class T, int NT>
+int max_clusters(int CL, size_t smem) {
+  struct Ent {
+    int CL;
+    size_t smem;
+    int n;
+  };
+  static Ent cache[16];
+  static int used = 0;
+  for (int i = 0; i < used; ++i)
+    if (cache[i].CL == CL && cache[i].smem == smem) return cache[i].n;
+  set_attrs<T, NT>();
+  cudaLaunchAttribute at[1];
+  const cudaLaunchConfig_t cfg = launch_cfg(at, CL, NT, 1, smem, nullptr);
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, k_fused<T, NT>, &cfg) != cudaSuccess) n = 0;
+  (void)cudaGetLastError();
+  if (used < 16) cache[used++] = Ent{CL, smem, n};
+  return n;
+}
+
 template <class T, int NT>
 void launch_nt(const SampleArgs& a, Cfg c, cudaStream_t st) {
   FGeo g = geo_for(a.V, c);
@@ -557,6 +464,18 @@ void launch_nt(const SampleArgs& a, Cfg c, cudaStream_t st) {
     c.CL = 8;
     g = geo_for(a.V, c);
     smem = smem_of(g, c, a.B);
+  }
+  // many rows: 8-CTA clusters fill the H200 only up to 30 at once (GPC sizes), so B = 32 would
+  // take a second wave; 7-CTA clusters pack 32 rows in one (two CTAs per SM, 43 entries per thread)
+  if (c.CL == 8 && a.B > 4 && env_int("GPUKIT_SAMPLING_CLUSTER") == 0) {
+    const int n8 = max_clusters<T, NT>(8, smem);
+    if (n8 > 0 && a.B > n8) {
+      Cfg c7{7, c.NT};
+      FGeo g7 = geo_for(a.V, c7);
+      const size_t s7 = smem_of(g7, c7, a.B);
+      const int n7 = geo_ok(g7, c7) ? max_clusters<T, NT>(7, s7) : 0;
+      if (n7 > 0 && (a.B + n7 - 1) / n7 < (a.B + n8 - 1) / n8) c = c7, g = g7, smem = s7;
+    }
   }
   g.aligned = (reinterpret_cast<uintptr_t>(a.logits) % 16 == 0) && ((a.row_stride * int64_t(sizeof(T))) % 16 == 0);
   set_attrs<T, NT>();

@@ -18,9 +18,13 @@ namespace cg = cooperative_groups;
 
 constexpr int kBins = 256, kU = 4, kMaxCL = 16;
 constexpr int kCntMask = 0x3fffffff, kBan = 0x40000000;
+// Mass selects with early stops carry min(count, 2) of the weighted entries of each CTA bin in
+// bits 58-63 of its mass word (row masses stay below 2^58 while V < 2^18; summed over at most
+// 16 CTAs the counts stay below 64).
+constexpr int kCntShift = 58;
+constexpr unsigned long long kMassMask = (1ull << kCntShift) - 1;
 constexpr int kMaxE = 63;  // 64 threads x 63 entries x 2^20 < 2^32: a group's 32-bit words cannot overflow
 constexpr int kMaxDyn = 160 * 1024;          // slice bytes in shared memory
-constexpr int kSpreadDyn = 120 * 1024;       // few rows: at least this much (one CTA per SM)
 constexpr double kLn2x40 = 27.725887222397812377;  // 40 ln 2
 
 struct FGeo {
@@ -28,12 +32,10 @@ struct FGeo {
   int E;        // contiguous entries per thread in the on-chip passes (odd: no bank conflicts)
   int CL;       // cluster size = CTAs per row
   int aligned;  // 16-byte vector loads allowed
-  int agg;      // histogram flushes aggregated per warp (match_any + redux): 1 (default), 0 per lane
   int early;    // radix select stops at a level whose picked bin is kept whole: 1 (default)
   int stop;     // development probe: 0 full; 1/2/3 return the argmax after load / max exchange / selects
   int cache;    // a second slice array holds each entry's relative exp from the first mass level
   int compact;  // levels > 0: each lane's selected entries from a bit mask, one per round
-  int split;    // top-p without the cache: the token search spread over the cluster
 };
 
 template <int NT>
@@ -42,9 +44,7 @@ struct Sh {
   unsigned int hi[kHG][kBins], lo[kHG][kBins];  // per-group histograms: mass >> 20 and mass & (2^20 - 1)
   unsigned int cnt[kBins];                     // entries per bin (mass selects: weighted entries)
   unsigned long long chist[2][kBins];          // CTA histogram, read by the cluster (double-buffered)
-  unsigned int ccnt[2][kBins];                 // CTA counts, read by the cluster (double-buffered)
   unsigned long long part[NT / kBins][kBins];  // partial cluster sums of the bins
-  unsigned int partc[NT / kBins][kBins];
   unsigned long long u[kW];
   float fv[kW];
   int fi[kW];
@@ -56,7 +56,6 @@ struct Sh {
   int gam;
   unsigned long long gW, gpre, gZ;
   unsigned long long ptarget, pkept;
-  unsigned long long cw[kMaxCL], cs[kMaxCL], xs;  // CTA kept masses; split-draw share masses
   int pick, pexit;
 };
 
@@ -183,36 +182,18 @@ __device__ __forceinline__ void hflush(Sh<NT>& sh, int w, int d, unsigned long l
   if (kMass) atomicAdd(&sh.cnt[d], c);
 }
 
-// Warp-synchronous flush (every lane calls it; d < 0: nothing to flush): lanes with the
-// same bin are grouped (match_any), their runs summed (redux, exact integers), and one
-// lane per distinct bin does the shared atomics, so lanes never collide on an address.
-// Run masses are at most E 2^40 (E <= 63): mass >> 20 summed over 32 lanes < 2^32.
-template <int NT, bool kMass>
-__device__ __forceinline__ void wflush(Sh<NT>& sh, int w, int d, unsigned long long v, unsigned c) {
-  const unsigned grp = __match_any_sync(0xffffffffu, unsigned(d));
-  const unsigned hi = __reduce_add_sync(grp, unsigned(v >> 20));
-  const unsigned lo = __reduce_add_sync(grp, unsigned(v & 0xfffffu));
-  unsigned cs = 0;
-  if (kMass) cs = __reduce_add_sync(grp, c);
-  if (d >= 0 && int(threadIdx.x & 31) == __ffs(grp) - 1) {
-    if (hi) atomicAdd(&sh.hi[w][d], hi);
-    atomicAdd(&sh.lo[w][d], lo);
-    if (kMass) atomicAdd(&sh.cnt[d], cs);
-  }
-}
-
 // One level's histogram of this CTA's entries (key >= lowkey, matching the prefix). The
 // thread's E contiguous entries go 4 at a time (E is the same for every thread, so the warp
 // votes are uniform): the weights of a group are computed without branches, and only when
 // some lane of the warp needs one. z: also sum every entry's weight (logprob normalizer).
-// Each lane keeps a run (bin, mass, count) and flushes it when the bin changes: per warp
-// with aggregation (agg) or per lane.
+// Each lane keeps a run (bin, mass, count) and flushes it when the bin changes (a warp-
+// aggregated flush, match_any + redux, measured ~2x slower on the H200).
 // ec (mass selects, when the slice has room): level 0 stores each computed relative exp,
 // the deeper levels read it instead of computing it again.
 template <int NT, bool kMass>
 __device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int i0, int E, int n, float m,
-                                           uint32_t lowkey, int L, uint32_t prefix, unsigned long long* z, bool agg,
-                                           float* ec, bool compact) {
+                                           uint32_t lowkey, int L, uint32_t prefix, unsigned long long* z, float* ec,
+                                           bool compact) {
   const int w = threadIdx.x >> 6;  // histogram group (zeroed by the merge of the previous level)
   const int sh_ = 24 - 8 * L;
   int cur = -1;
@@ -240,20 +221,14 @@ __device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int
         has = v != 0;
         d = int((smp::order_key(sv) >> sh_) & 255u);
       }
-      if (agg) {
-        const bool fl = has && d != cur && cur >= 0;
-        if (__any_sync(0xffffffffu, fl)) wflush<NT, kMass>(sh, w, fl ? cur : -1, cv, cc);
-      } else if (has && d != cur && cur >= 0) {
-        hflush<NT, kMass>(sh, w, cur, cv, cc);
-      }
+      if (has && d != cur && cur >= 0) hflush<NT, kMass>(sh, w, cur, cv, cc);
       if (has) {
         if (d != cur) cur = d, cv = 0, cc = 0;
         cv += v;
         ++cc;
       }
     }
-    if (agg) wflush<NT, kMass>(sh, w, cur, cv, cc);
-    else if (cur >= 0) hflush<NT, kMass>(sh, w, cur, cv, cc);
+    if (cur >= 0) hflush<NT, kMass>(sh, w, cur, cv, cc);
     return;
   }
   for (int j = 0; j < E; j += 4) {
@@ -305,12 +280,7 @@ __device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int
     for (int u = 0; u < 4; ++u) {
       const bool has = sel[u] && v[u] != 0;
       const int d = int((key[u] >> sh_) & 255u);
-      if (agg) {
-        const bool fl = has && d != cur && cur >= 0;
-        if (__any_sync(0xffffffffu, fl)) wflush<NT, kMass>(sh, w, fl ? cur : -1, cv, cc);
-      } else if (has && d != cur && cur >= 0) {
-        hflush<NT, kMass>(sh, w, cur, cv, cc);
-      }
+      if (has && d != cur && cur >= 0) hflush<NT, kMass>(sh, w, cur, cv, cc);
       if (has) {
         if (d != cur) cur = d, cv = 0, cc = 0;
         cv += v[u];
@@ -318,8 +288,7 @@ __device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int
       }
     }
   }
-  if (agg) wflush<NT, kMass>(sh, w, cur, cv, cc);
-  else if (cur >= 0) hflush<NT, kMass>(sh, w, cur, cv, cc);
+  if (cur >= 0) hflush<NT, kMass>(sh, w, cur, cv, cc);
   if (z) *z += zl;
 }
 
@@ -334,7 +303,7 @@ __device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int
 template <int NT, bool kMass>
 __device__ __forceinline__ bool level_pick(Sh<NT>& sh, const cg::cluster_group& cl, int CL, int buf, int L, float p,
                                            unsigned long long k, uint32_t& prefix, unsigned long long& target,
-                                           unsigned long long* kept, bool early, bool* whole) {
+                                           unsigned long long* kept, bool early, bool* whole, bool counts) {
   constexpr int kHW = kBins / 32;  // warps holding the bins
   static_assert(Sh<NT>::kW >= 2 * kHW, "the warp totals of two scans share sh.u");
   __syncthreads();
@@ -346,8 +315,12 @@ __device__ __forceinline__ bool level_pick(Sh<NT>& sh, const cg::cluster_group& 
       tot += (static_cast<unsigned long long>(sh.hi[w][t]) << 20) + sh.lo[w][t];
       sh.hi[w][t] = 0u, sh.lo[w][t] = 0u;  // ready for the next level
     }
+    if (kMass) {
+      const unsigned cn = sh.cnt[t];
+      sh.cnt[t] = 0u;
+      if (counts) tot |= static_cast<unsigned long long>(cn < 2u ? cn : 2u) << kCntShift;
+    }
     sh.chist[buf][t] = tot;
-    if (kMass) sh.ccnt[buf][t] = sh.cnt[t], sh.cnt[t] = 0u;
   }
   cl.sync();
   // cluster sum of each bin: threads t and t + 256 share bin rank t (descending order), each
@@ -356,27 +329,24 @@ __device__ __forceinline__ bool level_pick(Sh<NT>& sh, const cg::cluster_group& 
     const int rr = t & (kBins - 1), h = t / kBins, b = kBins - 1 - rr;
     constexpr int kLoads = kMaxCL / (NT / kBins);
     unsigned long long v[kLoads];
-    unsigned c[kLoads];
 #pragma unroll
     for (int j = 0; j < kLoads; ++j) {
       const int q = h + j * (NT / kBins);
       v[j] = q < CL ? cl.map_shared_rank(&sh.chist[buf][0], q)[b] : 0ull;
-      c[j] = kMass && early && q < CL ? cl.map_shared_rank(&sh.ccnt[buf][0], q)[b] : 0u;
     }
     unsigned long long acc = 0;
-    unsigned accc = 0;
 #pragma unroll
-    for (int j = 0; j < kLoads; ++j) acc += v[j], accc += c[j];
+    for (int j = 0; j < kLoads; ++j) acc += v[j];  // (packed counts add up in the top bits)
     sh.part[h][rr] = acc;
-    sh.partc[h][rr] = accc;
   }
   __syncthreads();
   unsigned long long g = 0, own = 0;
   unsigned gc = 0;
   if (t < kBins) {
 #pragma unroll
-    for (int h = 0; h < NT / kBins; ++h) g += sh.part[h][t], gc += sh.partc[h][t];
+    for (int h = 0; h < NT / kBins; ++h) g += sh.part[h][t];
     own = sh.chist[buf][kBins - 1 - t];
+    if (counts) gc = unsigned(g >> kCntShift), g &= kMassMask, own &= kMassMask;
   }
   unsigned long long gi = g, oi = own;  // inclusive warp scans (rank order)
 #pragma unroll
@@ -403,7 +373,7 @@ __device__ __forceinline__ bool level_pick(Sh<NT>& sh, const cg::cluster_group& 
   for (int w = 0; w < kHW; ++w) pick = sh.fi[w] < pick ? sh.fi[w] : pick;
   if (pick == INT_MAX) return false;  // (uniform) the next writes of sh.u / sh.fi follow barriers
   if (t == pick) {
-    const bool ex_whole = early && L < 3 && (tgt == ex + g || (kMass && gc == 1u));
+    const bool ex_whole = early && L < 3 && (tgt == ex + g || (counts && gc == 1u));
     sh.ptarget = tgt - ex;
     sh.pexit = ex_whole ? 1 : 0;
     sh.pkept = oex + (L == 3 || ex_whole ? own : 0ull);  // own mass above the bin (and in it when last)
@@ -421,15 +391,16 @@ __device__ __forceinline__ bool level_pick(Sh<NT>& sh, const cg::cluster_group& 
 template <int NT, bool kMass>
 __device__ uint32_t radix_select(Sh<NT>& sh, const cg::cluster_group& cl, int CL, const uint32_t* vals, int i0, int E,
                                  int n, float m, uint32_t lowkey, float p, unsigned long long k, int& buf,
-                                 unsigned long long* z, unsigned long long* kept, bool& done, bool agg, bool early,
-                                 float* ec, bool compact) {
+                                 unsigned long long* z, unsigned long long* kept, bool& done, bool early,
+                                 float* ec, bool compact, int64_t n_row) {
   uint32_t prefix = 0;
   unsigned long long target = 0;
   done = false;
   for (int L = 0; L < 4; ++L) {
-    level_pass<NT, kMass>(sh, vals, i0, E, n, m, lowkey, L, prefix, L == 0 ? z : nullptr, agg, ec, compact);
+    level_pass<NT, kMass>(sh, vals, i0, E, n, m, lowkey, L, prefix, L == 0 ? z : nullptr, ec, compact);
     bool last = false;
-    const bool ok = level_pick<NT, kMass>(sh, cl, CL, buf, L, p, k, prefix, target, kept, early, &last);
+    const bool ok = level_pick<NT, kMass>(sh, cl, CL, buf, L, p, k, prefix, target, kept, early, &last,
+                                          kMass && early && n_row < (1 << 18));
     buf ^= 1;
     if (!ok) return 0u;
     if (last) {
