@@ -121,7 +121,7 @@ def main() -> int:
         knobs = ("GPUKIT_SAMPLING_EARLY", "GPUKIT_SAMPLING_STOP", "GPUKIT_SAMPLING_CLUSTER",
                  "GPUKIT_SAMPLING_THREADS", "GPUKIT_SAMPLING_FUSED", "GPUKIT_SAMPLING_CACHE",
                  "GPUKIT_SAMPLING_COMPACT")
-        for B in (1, 32):
+        for B in (1, 4, 32):
             shapes = ((16, 1024), (8, 1024)) if B == 1 else ((8, 512), (7, 512), (16, 512))
             settings = [("default", {}), ("early=0", {"GPUKIT_SAMPLING_EARLY": "0"}),
                         ("cache=%d" % (B > 4), {"GPUKIT_SAMPLING_CACHE": "%d" % (B > 4)}),
@@ -131,6 +131,8 @@ def main() -> int:
                         ("multipass", {"GPUKIT_SAMPLING_FUSED": "0"})]
             settings += [(f"CL{cl}x{nt}", {"GPUKIT_SAMPLING_CLUSTER": str(cl), "GPUKIT_SAMPLING_THREADS": str(nt)})
                          for cl, nt in shapes]
+            if B == 4:  # where the fused path starts by default: only it against the multi-pass path
+                settings = [x for x in settings if x[0] in ("default", "multipass")]
             for flat in (False, True):
                 g, t, n = pools(B, V, flat, "float32")
                 hist = gk.asarray(rng.integers(0, V, size=(B, H)).astype(np.int32)).to("cuda")
@@ -142,6 +144,7 @@ def main() -> int:
                     return gk.asarray(np.full(B, v, np.float32)).to("cuda")
                 prm = S.Params(temperature=full(0.8), top_p=full(0.9), repetition_penalty=full(1.1))
                 prk = S.Params(temperature=full(0.8), top_k=gk.asarray(np.full(B, 50, np.int32)).to("cuda"))
+                os.environ["GPUKIT_SAMPLING_FUSED"] = "1"
                 for label, prx in (("greedy", S.Params(temperature=full(0.0))), ("temp", S.Params(temperature=full(0.8))),
                                    ("topp", S.Params(temperature=full(0.8), top_p=full(0.9)))):
                     r = time_gk(lambda i: S.decode_step(g[i], prx, seeds, pos), n)
@@ -149,6 +152,7 @@ def main() -> int:
                           f"(no penalty)  {np.median(r):8.1f} us")
                 for label, env in settings:
                     os.environ.update(env)
+                    os.environ.setdefault("GPUKIT_SAMPLING_FUSED", "1")  # the fused kernel at every B
                     r = time_gk(lambda i: S.decode_step(g[i], prm, seeds, pos, history=hist, history_lengths=lens), n)
                     rk = time_gk(lambda i: S.decode_step(g[i], prk, seeds, pos), n)
                     for k in knobs:

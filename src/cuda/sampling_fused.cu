@@ -508,9 +508,18 @@ void launch_fused(const SampleArgs& a, cudaStream_t st) {
 
 }  // namespace
 
+constexpr int64_t kFusedMinRows = 2;
+
 bool fused_sample_ok(const SampleArgs& a) {
   if (a.mode != SampleMode::Draw || a.top_n > 0 || a.B < 1 || a.B > 65535) return false;
-  if (const char* e = std::getenv("GPUKIT_SAMPLING_FUSED"); e && e[0] == '0') return false;  // multi-pass path
+  // Dispatch by shape: one row takes the multi-pass path (checkpoint A on the H200: 35.8 / 38.9 us
+  // peaked / flat with penalty + top-p against 41-47 us fused in session 3; top-k 50: 26.3 us);
+  // GPUKIT_SAMPLING_FUSED=0 / 1 forces either (comparison, tests).
+  if (const char* e = std::getenv("GPUKIT_SAMPLING_FUSED"); e && (e[0] == '0' || e[0] == '1')) {
+    if (e[0] == '0') return false;
+  } else if (a.B < kFusedMinRows) {
+    return false;
+  }
   static int major = -1;  // thread-block clusters: compute capability 9.0 or newer
   if (major < 0) {
     int dev = 0, v = 0;

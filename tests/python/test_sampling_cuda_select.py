@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA
 S = gk.sampling
 
 KNOBS = ("GPUKIT_SAMPLING_EARLY", "GPUKIT_SAMPLING_CLUSTER", "GPUKIT_SAMPLING_THREADS", "GPUKIT_SAMPLING_CACHE",
-         "GPUKIT_SAMPLING_COMPACT")
+         "GPUKIT_SAMPLING_COMPACT", "GPUKIT_SAMPLING_FUSED")
 SETTINGS = [{}, {"GPUKIT_SAMPLING_EARLY": "0"}, {"GPUKIT_SAMPLING_COMPACT": "0"},
             {"GPUKIT_SAMPLING_EARLY": "0", "GPUKIT_SAMPLING_COMPACT": "0"},
             {"GPUKIT_SAMPLING_CACHE": "0"}, {"GPUKIT_SAMPLING_CACHE": "1"},
@@ -137,6 +137,10 @@ def test_select_knobs_batch_of_32_bits():
         t1, l1 = _with(env, lambda: run(xc))
         d = np.nonzero((t0 != t1) | (l0 != l1))[0]
         assert len(d) == 0, f"{env}: rows {d.tolist()} differ"
-    for r in (0, 3, 6, 13, 31):
-        t1, l1 = run(C(x[r:r + 1]), slice(r, r + 1))
-        assert t1[0] == t0[r] and l1[0] == l0[r], f"row {r} alone {t1[0]} vs in batch {t0[r]}"
+    for env in ({}, {"GPUKIT_SAMPLING_FUSED": "1"}, {"GPUKIT_SAMPLING_FUSED": "0"}):  # one row: by shape / forced
+        for r in (0, 3, 6, 13, 31):
+            t1, l1 = _with(env, lambda: run(C(x[r:r + 1]), slice(r, r + 1)))
+            assert t1[0] == t0[r] and l1[0] == l0[r], f"{env} row {r} alone {t1[0]} vs in batch {t0[r]}"
+    t1, l1 = _with({"GPUKIT_SAMPLING_FUSED": "0"}, lambda: run(xc))  # the whole batch on the multi-pass path
+    d = np.nonzero((t0 != t1) | (l0 != l1))[0]
+    assert len(d) == 0, f"multi-pass vs fused: rows {d.tolist()} differ"
