@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
       }
     }
   }
-  for (int k = t; k < Sh<NT>::kHG * kBins; k += kNT) (&sh.hi[0][0])[k] = 0u, (&sh.lo[0][0])[k] = 0u;
+  for (int k = t; k < Sh<NT>::kHG * Sh<NT>::kHS; k += kNT) (&sh.hi[0][0])[k] = 0u, (&sh.lo[0][0])[k] = 0u;
   if (t < kBins) sh.cnt[t] = 0u;
   block_argmax(sh, bv, bi);
   if (g.stop == 1) {  // probe: load + process only

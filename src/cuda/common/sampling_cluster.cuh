@@ -40,8 +40,11 @@ struct FGeo {
 
 template <int NT>
 struct Sh {
-  static constexpr int kW = NT / 32, kHG = NT / 64;  // histogram groups: two warps share one
-  unsigned int hi[kHG][kBins], lo[kHG][kBins];  // per-group histograms: mass >> 20 and mass & (2^20 - 1)
+  // histogram copies: lane l of every warp adds into copy l % kHG (64 threads per copy, as the
+  // overflow bound needs), so lanes of one warp collide on an address only within a class of
+  // 32 / kHG lanes; rows padded by one word so a bin's copies sit in different banks
+  static constexpr int kW = NT / 32, kHG = NT / 64, kHS = kBins + 1;
+  unsigned int hi[kHG][kHS], lo[kHG][kHS];  // mass >> 20 and mass & (2^20 - 1)
   unsigned int cnt[kBins];                     // entries per bin (mass selects: weighted entries)
   unsigned long long chist[2][kBins];          // CTA histogram, read by the cluster (double-buffered)
   unsigned long long part[NT / kBins][kBins];  // partial cluster sums of the bins
@@ -175,11 +178,14 @@ __device__ __forceinline__ uint4 load_group(const T* p, int64_t e, int64_t n, bo
 
 // ---------------------------------------------------------------- radix select
 // Per-lane flush of a run (cur bin, mass cv, entries cc) into the group's histogram.
+// cnt: count the entries too (deeper levels only: at level 0 every lane would hit the same
+// 256 words; the early stop needs the counts of the picked bin from level 1 on).
 template <int NT, bool kMass>
-__device__ __forceinline__ void hflush(Sh<NT>& sh, int w, int d, unsigned long long v, unsigned c) {
-  atomicAdd(&sh.hi[w][d], unsigned(v >> 20));
+__device__ __forceinline__ void hflush(Sh<NT>& sh, int w, int d, unsigned long long v, unsigned c, bool cnt) {
+  const unsigned h = unsigned(v >> 20);
+  if (h) atomicAdd(&sh.hi[w][d], h);
   atomicAdd(&sh.lo[w][d], unsigned(v & 0xfffffu));
-  if (kMass) atomicAdd(&sh.cnt[d], c);
+  if (kMass && cnt) atomicAdd(&sh.cnt[d], c);
 }
 
 // One level's histogram of this CTA's entries (key >= lowkey, matching the prefix). The
@@ -194,7 +200,7 @@ template <int NT, bool kMass>
 __device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int i0, int E, int n, float m,
                                            uint32_t lowkey, int L, uint32_t prefix, unsigned long long* z, float* ec,
                                            bool compact) {
-  const int w = threadIdx.x >> 6;  // histogram group (zeroed by the merge of the previous level)
+  const int w = threadIdx.x & (Sh<NT>::kHG - 1);  // histogram copy (zeroed by the previous level's merge)
   const int sh_ = 24 - 8 * L;
   int cur = -1;
   unsigned long long cv = 0, zl = 0;
@@ -221,14 +227,14 @@ __device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int
         has = v != 0;
         d = int((smp::order_key(sv) >> sh_) & 255u);
       }
-      if (has && d != cur && cur >= 0) hflush<NT, kMass>(sh, w, cur, cv, cc);
+      if (has && d != cur && cur >= 0) hflush<NT, kMass>(sh, w, cur, cv, cc, L > 0);
       if (has) {
         if (d != cur) cur = d, cv = 0, cc = 0;
         cv += v;
         ++cc;
       }
     }
-    if (cur >= 0) hflush<NT, kMass>(sh, w, cur, cv, cc);
+    if (cur >= 0) hflush<NT, kMass>(sh, w, cur, cv, cc, L > 0);
     return;
   }
   for (int j = 0; j < E; j += 4) {
@@ -280,7 +286,7 @@ __device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int
     for (int u = 0; u < 4; ++u) {
       const bool has = sel[u] && v[u] != 0;
       const int d = int((key[u] >> sh_) & 255u);
-      if (has && d != cur && cur >= 0) hflush<NT, kMass>(sh, w, cur, cv, cc);
+      if (has && d != cur && cur >= 0) hflush<NT, kMass>(sh, w, cur, cv, cc, L > 0);
       if (has) {
         if (d != cur) cur = d, cv = 0, cc = 0;
         cv += v[u];
@@ -288,7 +294,7 @@ __device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int
       }
     }
   }
-  if (cur >= 0) hflush<NT, kMass>(sh, w, cur, cv, cc);
+  if (cur >= 0) hflush<NT, kMass>(sh, w, cur, cv, cc, L > 0);
   if (z) *z += zl;
 }
 
