@@ -17,6 +17,7 @@
 #include <cfloat>
 
 #include "core/cuda_util.h"
+#include "cuda/common/sampling_weight.cuh"
 #include "cuda/common/sampling_wide.cuh"
 #include "ops/backend.h"
 #include "ops/philox.h"
@@ -39,7 +40,12 @@ __device__ __forceinline__ bool sel_active(const SampleArgs& a, const smp::RowCf
   return which == kTopK ? c.top_k > 0 : (which == kTopP ? c.top_p < 1.f : c.typical < 1.f);
 }
 
-__device__ __forceinline__ uint64_t weight(float s, float m) { return smp::weight_of(smp::rel_exp(s, m)); }
+// weight_of(rel_exp(s, m)), the same bits (live_weight: no conversion instructions; 0 below
+// s - m = -28, where exp < 2^-40)
+__device__ __forceinline__ uint64_t weight(float s, float m) {
+  const float d = smp::fsub_rn(s, m);
+  return d >= -28.f ? smp::live_weight(d < 0.f ? d : 0.f, nullptr) : 0ull;
+}
 
 // ---------------------------------------------------------------- radix selects
 struct SelCtx {
