@@ -120,7 +120,7 @@ def main() -> int:
         V = 151936
         knobs = ("GPUKIT_SAMPLING_EARLY", "GPUKIT_SAMPLING_STOP", "GPUKIT_SAMPLING_CLUSTER",
                  "GPUKIT_SAMPLING_THREADS", "GPUKIT_SAMPLING_FUSED", "GPUKIT_SAMPLING_CACHE",
-                 "GPUKIT_SAMPLING_COMPACT")
+                 "GPUKIT_SAMPLING_COMPACT", "GPUKIT_SAMPLING_PDL")
         for B in (1, 4, 32):
             shapes = ((16, 1024), (8, 1024)) if B == 1 else ((8, 512), (7, 512), (16, 512))
             settings = [("default", {}), ("early=0", {"GPUKIT_SAMPLING_EARLY": "0"}),
@@ -129,6 +129,8 @@ def main() -> int:
                         ("stop=1 load", {"GPUKIT_SAMPLING_STOP": "1"}), ("stop=2 max", {"GPUKIT_SAMPLING_STOP": "2"}),
                         ("stop=3 select", {"GPUKIT_SAMPLING_STOP": "3"}),
                         ("multipass", {"GPUKIT_SAMPLING_FUSED": "0"})]
+            if B == 1:  # the multi-pass path without programmatic dependent launch
+                settings.append(("multipass-pdl0", {"GPUKIT_SAMPLING_FUSED": "0", "GPUKIT_SAMPLING_PDL": "0"}))
             settings += [(f"CL{cl}x{nt}", {"GPUKIT_SAMPLING_CLUSTER": str(cl), "GPUKIT_SAMPLING_THREADS": str(nt)})
                          for cl, nt in shapes]
             if B == 4:  # where the fused path starts by default: only it against the multi-pass path
