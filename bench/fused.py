@@ -195,10 +195,17 @@ def rope_cases(gk, torch):
 # Launch shapes to compare (--sweep): op name -> GPUKIT_TUNE strings. The staged
 # forms (src/cuda/rows_pipe.cu) are the default for f32 softmax only.
 PIPE = ["pipe.w=7", "pipe.w=11", "pipe.w=11,pipe.ef=1", "pipe.w=11,pipe.kb=128"]
+# The warp-row form (src/cuda/rows_warp.cu; rows.on=1): warps per row (bf16 4096: wpr 1/2/4/8 = 16/8/4/2
+# vectors per lane; f32 4096: wpr 2/4/8/16 = 16/8/4/2; wpr=1 is not taken for f32 and falls back), rows
+# per block, cache hints (1: loads L1::no_allocate, 2: + L2 evict_first, 4: stores .cs).
+ROWS = ["rows.on=1", "rows.on=1,rows.wpr=1", "rows.on=1,rows.wpr=2", "rows.on=1,rows.wpr=8", "rows.on=1,rows.wpr=16",
+        "rows.on=1,rows.rpc=1", "rows.on=1,rows.rpc=4", "rows.on=1,rows.hint=1", "rows.on=1,rows.hint=3",
+        "rows.on=1,rows.hint=4", "rows.on=1,rows.hint=7", "rows.on=1,rows.wpr=2,rows.rpc=4",
+        "rows.on=1,rows.wpr=2,rows.hint=3", "rows.on=1,rows.wpr=1,rows.rpc=4", "rows.on=1,rows.wpr=1,rows.rpc=2"]
 SWEEP = {
-    "rms_norm_residual": ["norm.tpr=256", "norm.prew=1,norm.tpr=256", *("norm.pipe=1," + p for p in PIPE)],
-    "layer_norm": ["norm.tpr=128", "norm.tpr=256", *("norm.pipe=1," + p for p in PIPE)],
-    "softmax": ["softmax.pipe=0", "softmax.pipe=0,softmax.tpr=256", *("softmax.pipe=1," + p for p in PIPE)],
+    "rms_norm_residual": ["norm.tpr=256", "norm.prew=1,norm.tpr=256", "norm.pipe=1,pipe.w=11", *ROWS],
+    "layer_norm": ["norm.tpr=128", "norm.tpr=256", "norm.pipe=1,pipe.w=11,pipe.ef=1", *ROWS],
+    "softmax": ["softmax.pipe=0", "softmax.pipe=1,pipe.w=11", *ROWS],
     "swiglu": ["gated.unroll=2", "gated.unroll=4", "gated.bpsm=16"],
     "rope_qk": ["rope.k=2", "rope.k=4"],
 }
@@ -308,7 +315,7 @@ def main(argv=None):
                 os.environ["GPUKIT_TUNE"] = tune
                 gs = _time(gk, gfn, gargs, max(10, a.rounds // 2), a.iters)
                 v = tbs(nbytes, statistics.median(gs))
-                print(f"    sweep {name} {dt} {tune:34s} {v:.2f} TB/s ({statistics.median(gs):.1f} us) "
+                print(f"    sweep {name} {dt} {tune:40s} {v:.2f} TB/s ({statistics.median(gs):.1f} us) "
                       f"{v / ceil_:.0%} of copy", flush=True)
             os.environ.pop("GPUKIT_TUNE", None)
         del gargs, targs

@@ -13,6 +13,7 @@
 #include "cuda/common/rows.cuh"
 #include "cuda/common/vec.cuh"
 #include "cuda/rows_pipe.h"
+#include "cuda/rows_warp.h"
 #include "ops/nn_args.h"
 
 namespace gk::cuda {
@@ -221,6 +222,7 @@ void launch(const NormArgs& a, cudaStream_t st) {
   bool vec = a.H % N == 0 && a.x_rs % N == 0 && a.out_rs % N == 0 && aligned16(a.x) && aligned16(a.w) &&
              aligned16(a.out) && (!a.b || aligned16(a.b)) &&
              (!a.res || (a.res_rs % N == 0 && a.res_out_rs % N == 0 && aligned16(a.res) && aligned16(a.res_out)));
+  if (vec && rows_warp_norm(a, st)) return;  // the lean warp-row form (src/cuda/rows_warp.cu)
   if (vec && pipe_norm_ok(a)) {  // rows staged in shared memory (src/cuda/rows_pipe.cu)
     pipe_norm(a, st);
     return;

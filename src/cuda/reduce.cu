@@ -20,6 +20,7 @@
 #include "cuda/common/softmax_rows.cuh"
 #include "cuda/common/vec.cuh"
 #include "cuda/rows_pipe.h"
+#include "cuda/rows_warp.h"
 #include "ops/backend.h"
 #include "ops/reduce_functors.h"
 
@@ -378,6 +379,7 @@ bool softmax_vec(const RowArgs& a, bool log, cudaStream_t s) {
     if (a.cols % N || a.in_row_stride % N || a.out_row_stride % N || !aligned_16(a.in) || !aligned_16(a.out) ||
         nvec > 256 * 16)
       return false;
+    if (rows_warp_softmax(a, log, s)) return true;  // the lean warp-row form (src/cuda/rows_warp.cu)
     if (pipe_softmax_ok(a, log)) {  // rows staged in shared memory (src/cuda/rows_pipe.cu)
       pipe_softmax(a, log, s);
       return true;
