@@ -202,10 +202,17 @@ ROWS = ["rows.on=1", "rows.on=1,rows.wpr=1", "rows.on=1,rows.wpr=2", "rows.on=1,
         "rows.on=1,rows.rpc=1", "rows.on=1,rows.rpc=4", "rows.on=1,rows.hint=1", "rows.on=1,rows.hint=3",
         "rows.on=1,rows.hint=4", "rows.on=1,rows.hint=7", "rows.on=1,rows.wpr=2,rows.rpc=4",
         "rows.on=1,rows.wpr=2,rows.hint=3", "rows.on=1,rows.wpr=1,rows.rpc=4", "rows.on=1,rows.wpr=1,rows.rpc=2"]
+# The staged form with 15 consumer warps (lean per-element code since session 4).
+def PIPE15(op):
+    return [f"{op}.pipe=1,pipe.w=15", f"{op}.pipe=1,pipe.w=15,pipe.kb=220", f"{op}.pipe=1,pipe.w=15,pipe.ef=1",
+            f"{op}.pipe=1,pipe.w=7"]
+
+
 SWEEP = {
-    "rms_norm_residual": ["norm.tpr=256", "norm.prew=1,norm.tpr=256", "norm.pipe=1,pipe.w=11", *ROWS],
-    "layer_norm": ["norm.tpr=128", "norm.tpr=256", "norm.pipe=1,pipe.w=11,pipe.ef=1", *ROWS],
-    "softmax": ["softmax.pipe=0", "softmax.pipe=1,pipe.w=11", *ROWS],
+    "rms_norm_residual": ["norm.tpr=256", "norm.prew=1,norm.tpr=256", "norm.pipe=1,pipe.w=11", *PIPE15("norm"),
+                          *ROWS],
+    "layer_norm": ["norm.tpr=128", "norm.tpr=256", "norm.pipe=1,pipe.w=11,pipe.ef=1", *PIPE15("norm"), *ROWS],
+    "softmax": ["softmax.pipe=0", "softmax.pipe=1,pipe.w=11", *PIPE15("softmax"), *ROWS],
     "swiglu": ["gated.unroll=2", "gated.unroll=4", "gated.bpsm=16"],
     "rope_qk": ["rope.k=2", "rope.k=4"],
 }

@@ -26,6 +26,7 @@
 
 #include "core/cuda_util.h"
 #include "cuda/common/rows.cuh"
+#include "cuda/common/rows_vec.cuh"
 #include "cuda/common/softmax_rows.cuh"
 #include "cuda/common/vec.cuh"
 
@@ -48,34 +49,6 @@ struct Shape {
   float invH = 1.f;                 // 1 / H (norms)
 };
 
-// ---- memory access with cache hints ----
-__device__ __forceinline__ uint64_t evict_first_policy() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
-  return p;
-}
-__device__ __forceinline__ raw16 ld_na(const raw16* p) {
-  raw16 v;
-  asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-__device__ __forceinline__ raw16 ld_ef(const raw16* p, uint64_t pol) {
-  raw16 v;
-  asm volatile("ld.global.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p), "l"(pol));
-  return v;
-}
-__device__ __forceinline__ void st_out(raw16* p, raw16 v, bool cs) {
-  if (cs)
-    asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-                 : "memory");
-  else
-    *p = v;
-}
-
 // The lane's V vectors of a row (c0 + j * stride, j < V); vectors at or past nvec
 // get `fill`. One loop per hint so that the loads stay back to back.
 template <int V>
@@ -90,28 +63,6 @@ __device__ __forceinline__ void load_row(raw16 (&d)[V], const raw16* p, int c0, 
   } else {
 #pragma unroll
     for (int j = 0; j < V; ++j) d[j] = c0 + j * stride < nvec ? ld16(p + c0 + j * stride) : fill;
-  }
-}
-
-// fp32 -> T with pack<T>'s bits: the paired conversion, and pack<T> itself only
-// for a vector that holds a NaN (one test per pair, one branch per vector).
-template <class T>
-__device__ __forceinline__ raw16 pack_out(const float (&f)[kVecN<T>]) {
-  if constexpr (std::is_same_v<T, bf16>) {
-    raw16 v;
-    bool nan = false;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      __nv_bfloat162 h = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-      uint32_t w;
-      memcpy(&w, &h, 4);
-      set_word(v, i, w);
-      nan |= (f[2 * i] != f[2 * i]) | (f[2 * i + 1] != f[2 * i + 1]);
-    }
-    if (nan) v = pack<T>(f);
-    return v;
-  } else {
-    return pack<T>(f);
   }
 }
 

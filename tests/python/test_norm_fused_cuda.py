@@ -69,7 +69,7 @@ NORM_SHAPES = ["", "norm.tpr=32", "norm.tpr=64", "norm.tpr=128", "norm.tpr=256",
                # slots, several rows per CTA and per warp, 3 CTAs per SM
                "norm.pipe=0", "norm.pipe=1", "norm.pipe=1,pipe.grid=2,pipe.kb=20", "norm.pipe=1,pipe.grid=1,pipe.kb=70",
                "norm.pipe=1,pipe.grid=3", "norm.pipe=1,pipe.cta=3", "norm.pipe=1,pipe.ef=1", "norm.pipe=1,pipe.w=11,pipe.grid=3", "norm.pipe=1,pipe.kb=100,pipe.grid=4",
-               "norm.pipe=1,pipe.w=11,pipe.kb=220,pipe.grid=2",
+               "norm.pipe=1,pipe.w=11,pipe.kb=220,pipe.grid=2", "norm.pipe=1,pipe.w=15", "norm.pipe=1,pipe.w=15,pipe.grid=2",
                # the warp-row form (src/cuda/rows_warp.cu, with rows.on=1): 1 to 16 warps per row (1 to 16
                # vectors per lane), 1 to 4 rows per block (3: a dead row), the cache hints
                *ROWS_SHAPES]
@@ -103,7 +103,8 @@ SOFTMAX_SHAPES = ["", "softmax.tpr=32", "softmax.tpr=64", "softmax.tpr=128", "so
                   "softmax.pipe=0", "softmax.pipe=1", *("softmax.pipe=1," + v for v in (
                       "pipe.grid=2,pipe.kb=20", "pipe.grid=1,pipe.kb=40", "pipe.grid=5", "pipe.cta=3",
                       "pipe.ef=1,pipe.grid=3", "pipe.w=11,pipe.grid=2", "pipe.w=7,pipe.grid=2",
-                      "pipe.kb=100,pipe.grid=4", "pipe.w=11,pipe.kb=220,pipe.grid=2")), *ROWS_SHAPES]
+                      "pipe.kb=100,pipe.grid=4", "pipe.w=11,pipe.kb=220,pipe.grid=2", "pipe.w=15", "pipe.w=15,pipe.grid=3")),
+                  *ROWS_SHAPES]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -121,7 +122,8 @@ def test_softmax_shapes(tune, dtype, H, shape):
 
 
 @pytest.mark.parametrize("shape", ["", "softmax.pipe=0", "softmax.pipe=1", "softmax.pipe=1,pipe.grid=1,pipe.kb=20",
-                                   "rows.on=1", "rows.on=1,rows.wpr=1", "rows.on=1,rows.wpr=2,rows.rpc=3"])
+                                   "softmax.pipe=1,pipe.w=15", "rows.on=1", "rows.on=1,rows.wpr=1",
+                                   "rows.on=1,rows.wpr=2,rows.rpc=3"])
 @pytest.mark.parametrize("H", [2048, 4096])
 def test_softmax_special_rows(tune, shape, H):
     tune(shape)
@@ -148,7 +150,8 @@ def test_softmax_special_rows(tune, shape, H):
 def test_rows_batch_invariant(tune, dtype, H):
     """A row gives the same bits alone and in a batch of 300 (several rows per CTA and
     per warp in the staged form), for the default and the register forms."""
-    for shape in ("", "norm.pipe=0,softmax.pipe=0", "norm.pipe=1,softmax.pipe=1", "rows.on=1",
+    for shape in ("", "norm.pipe=0,softmax.pipe=0", "norm.pipe=1,softmax.pipe=1",
+                  "norm.pipe=1,softmax.pipe=1,pipe.w=15,pipe.grid=7", "rows.on=1",
                   "rows.on=1,rows.wpr=2,rows.rpc=3", "rows.on=1,rows.wpr=1,rows.rpc=4"):
         tune(shape)
         x = make((300, H), dtype, 11, scale=3.0).to("cuda")
