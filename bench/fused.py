@@ -197,11 +197,14 @@ def rope_cases(gk, torch):
 PIPE = ["pipe.w=7", "pipe.w=11", "pipe.w=11,pipe.ef=1", "pipe.w=11,pipe.kb=128"]
 # The warp-row form (src/cuda/rows_warp.cu; rows.on=1): warps per row (bf16 4096: wpr 1/2/4/8 = 16/8/4/2
 # vectors per lane; f32 4096: wpr 2/4/8/16 = 16/8/4/2; wpr=1 is not taken for f32 and falls back), rows
-# per block, cache hints (1: loads L1::no_allocate, 2: + L2 evict_first, 4: stores .cs).
+# per block, cache hints (1: loads L1::no_allocate, 2: + L2 evict_first, 4: stores .cs), persistent (rows.pers,
+# bf16 / f32 at 2 or 4 vectors per lane).
 ROWS = ["rows.on=1", "rows.on=1,rows.wpr=1", "rows.on=1,rows.wpr=2", "rows.on=1,rows.wpr=8", "rows.on=1,rows.wpr=16",
         "rows.on=1,rows.rpc=1", "rows.on=1,rows.rpc=4", "rows.on=1,rows.hint=1", "rows.on=1,rows.hint=3",
         "rows.on=1,rows.hint=4", "rows.on=1,rows.hint=7", "rows.on=1,rows.wpr=2,rows.rpc=4",
-        "rows.on=1,rows.wpr=2,rows.hint=3", "rows.on=1,rows.wpr=1,rows.rpc=4", "rows.on=1,rows.wpr=1,rows.rpc=2"]
+        "rows.on=1,rows.wpr=2,rows.hint=3", "rows.on=1,rows.wpr=1,rows.rpc=4", "rows.on=1,rows.wpr=1,rows.rpc=2",
+        "rows.on=1,rows.pers=1", "rows.on=1,rows.pers=1,rows.rpc=1", "rows.on=1,rows.pers=1,rows.v=2",
+        "rows.on=1,rows.pers=1,rows.hint=3"]
 # The staged form with 15 consumer warps (lean per-element code since session 4).
 def PIPE15(op):
     return [f"{op}.pipe=1,pipe.w=15", f"{op}.pipe=1,pipe.w=15,pipe.kb=220", f"{op}.pipe=1,pipe.w=15,pipe.ef=1",

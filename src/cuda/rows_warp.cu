@@ -19,7 +19,9 @@
 // on the batch, and they are the same run to run (no atomics).
 // GPUKIT_TUNE: rows.on (take this form), rows.v (target vectors per lane, which
 // sets the default warps per row), rows.wpr, rows.rpc, rows.hint (bit 0: loads
-// L1::no_allocate, bit 1: loads L2 evict_first, bit 2: stores .cs).
+// L1::no_allocate, bit 1: loads L2 evict_first, bit 2: stores .cs), rows.pers
+// (1: the persistent form with the next rows loaded ahead; rows.grid forces its
+// grid).
 #include "cuda/rows_warp.h"
 
 #include <algorithm>
@@ -103,114 +105,163 @@ struct Place {
   int64_t row;
   int first, c0, stride, nvec;
 };
-__device__ __forceinline__ Place place(const Shape& s) {
+__device__ __forceinline__ int rows_per_block(const Shape& s) { return int(blockDim.x >> 5) >> s.wsh; }
+__device__ __forceinline__ Place place(const Shape& s, int64_t group) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int rloc = warp >> s.wsh, first = rloc << s.wsh;
-  const int rpc = int(blockDim.x >> 5) >> s.wsh;
-  const int64_t row = int64_t(blockIdx.x) * rpc + rloc;
+  const int64_t row = group * rows_per_block(s) + rloc;
   // a dead row (the last block) has no vectors: it only joins the barriers
   return {row, first, (warp - first) * 32 + lane, 32 << s.wsh, row < s.rows ? s.nvec : 0};
 }
 
 // ---- rms_norm (KIND 0), rms_norm with the residual add (1), layer_norm (2) ----
-template <class T, int V, int KIND>
-__global__ void __launch_bounds__(kBlockMax<V>, kMinBlocks<V>) k_norm_warp(const NormArgs a, const Shape s) {
-  constexpr int N = kVecN<T>;
-  constexpr bool PREW = KIND != 2 && V <= 4;  // the weights loaded with the row (rms_norm)
-  __shared__ float sh[2][kMaxWarps];
-  const Place p = place(s);
-  const uint64_t pol = (s.hint & 2) ? evict_first_policy() : 0;
-  const bool cs = s.hint & 4;
-  const raw16 zero{0u, 0u, 0u, 0u};
-  raw16 xs[V], rs[V], wv[V], bv[V];
-  load_row<V>(xs, row_in<T>(a.x, p.row, a.x_rs), p.c0, p.stride, p.nvec, s.hint, pol, zero);
-  if constexpr (KIND == 1) load_row<V>(rs, row_in<T>(a.res, p.row, a.res_rs), p.c0, p.stride, p.nvec, s.hint, pol, zero);
-  const raw16* w = static_cast<const raw16*>(a.w);
-  const raw16* b = static_cast<const raw16*>(a.b);
-  const bool bias = KIND == 2 && b != nullptr;
-  if constexpr (PREW) {
+// PERS: a grid of at most one wave loops over the row groups (block g takes the
+// groups g, g + grid, ...), loading the next group's rows before it reduces and
+// writes the current ones, with the weights loaded once.
+template <class T, int V, int KIND, bool PERS>
+struct NormRow {
+  static constexpr int N = kVecN<T>;
+  static constexpr bool PREW = PERS || (KIND != 2 && V <= 4);  // the weights in registers
+
+  static __device__ __forceinline__ void load(const NormArgs& a, const Shape& s, const Place& p, uint64_t pol,
+                                              raw16 (&xs)[V], raw16 (&rs)[V]) {
+    const raw16 zero{0u, 0u, 0u, 0u};
+    load_row<V>(xs, row_in<T>(a.x, p.row, a.x_rs), p.c0, p.stride, p.nvec, s.hint, pol, zero);
+    if constexpr (KIND == 1)
+      load_row<V>(rs, row_in<T>(a.res, p.row, a.res_rs), p.c0, p.stride, p.nvec, s.hint, pol, zero);
+  }
+  // the weight (and bias) vectors of this thread's columns
+  static __device__ __forceinline__ void load_w(const NormArgs& a, const Shape& s, const Place& p, raw16 (&wv)[V],
+                                                raw16 (&bv)[V]) {
+    const raw16 zero{0u, 0u, 0u, 0u};
+    const raw16* w = static_cast<const raw16*>(a.w);
+    const raw16* b = static_cast<const raw16*>(a.b);
+    const bool bias = KIND == 2 && b != nullptr;
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       const int c = p.c0 + j * p.stride;
-      wv[j] = c < p.nvec ? ld16_ro(w + c) : zero;
-      bv[j] = bias && c < p.nvec ? ld16_ro(b + c) : zero;
+      wv[j] = c < s.nvec ? ld16_ro(w + c) : zero;
+      bv[j] = bias && c < s.nvec ? ld16_ro(b + c) : zero;
     }
   }
-  if constexpr (KIND == 1) {  // the new residual, rounded to T: the normalization sees this value
-    raw16* ro = row_out<T>(a.res_out, p.row, a.res_out_rs);
+  // sh0, sh1: the shared slots of the reductions (see group_all)
+  static __device__ __forceinline__ void process(const NormArgs& a, const Shape& s, const Place& p, float* sh0,
+                                                 float* sh1, raw16 (&xs)[V], const raw16 (&rs)[V],
+                                                 const raw16 (&wv)[V], const raw16 (&bv)[V]) {
+    const bool cs = s.hint & 4;
+    const raw16* w = static_cast<const raw16*>(a.w);
+    const raw16* b = static_cast<const raw16*>(a.b);
+    const bool bias = KIND == 2 && b != nullptr;
+    if constexpr (KIND == 1) {  // the new residual, rounded to T: the normalization sees this value
+      raw16* ro = row_out<T>(a.res_out, p.row, a.res_out_rs);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const int c = p.c0 + j * p.stride;
+        if (c < p.nvec) {
+          float xf[N], rf[N];
+          unpack<T>(xs[j], xf);
+          unpack<T>(rs[j], rf);
+#pragma unroll
+          for (int n = 0; n < N; ++n) xf[n] += rf[n];
+          xs[j] = pack_out<T>(xf);
+          st_out(ro + c, xs[j], cs);
+        }
+      }
+    }
+    const float invH = s.invH;
+    float mean = 0.f, inv;
+    if constexpr (KIND == 2) {  // the mean, then the squared deviations from it (from registers)
+      float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {  // vectors past the row are zeros
+        float f[N];
+        unpack<T>(xs[j], f);
+#pragma unroll
+        for (int n = 0; n < N; n += 2) s0 += f[n], s1 += f[n + 1];
+      }
+      mean = group_all(s0 + s1, sh0, s.wsh, p.first, Add{}) * invH;
+      float q0 = 0.f, q1 = 0.f;
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        if (p.c0 + j * p.stride < p.nvec) {
+          float f[N];
+          unpack<T>(xs[j], f);
+#pragma unroll
+          for (int n = 0; n < N; n += 2) {
+            const float d0 = f[n] - mean, d1 = f[n + 1] - mean;
+            q0 = fmaf(d0, d0, q0);
+            q1 = fmaf(d1, d1, q1);
+          }
+        }
+      inv = rsqrtf(group_all(q0 + q1, sh1, s.wsh, p.first, Add{}) * invH + float(a.eps));
+    } else {
+      float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        float f[N];
+        unpack<T>(xs[j], f);
+#pragma unroll
+        for (int n = 0; n < N; n += 2) s0 = fmaf(f[n], f[n], s0), s1 = fmaf(f[n + 1], f[n + 1], s1);
+      }
+      inv = rsqrtf(group_all(s0 + s1, sh0, s.wsh, p.first, Add{}) * invH + float(a.eps));
+    }
+    raw16* out = row_out<T>(a.out, p.row, a.out_rs);
+    const float nmi = -mean * inv, wadd = a.gemma ? 1.f : 0.f;
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       const int c = p.c0 + j * p.stride;
       if (c < p.nvec) {
-        float xf[N], rf[N];
-        unpack<T>(xs[j], xf);
-        unpack<T>(rs[j], rf);
-#pragma unroll
-        for (int n = 0; n < N; ++n) xf[n] += rf[n];
-        xs[j] = pack_out<T>(xf);
-        st_out(ro + c, xs[j], cs);
-      }
-    }
-  }
-  const float invH = s.invH;
-  float mean = 0.f, inv;
-  if constexpr (KIND == 2) {  // the mean, then the squared deviations from it (from registers)
-    float s0 = 0.f, s1 = 0.f;
-#pragma unroll
-    for (int j = 0; j < V; ++j) {  // vectors past the row are zeros
-      float f[N];
-      unpack<T>(xs[j], f);
-#pragma unroll
-      for (int n = 0; n < N; n += 2) s0 += f[n], s1 += f[n + 1];
-    }
-    mean = group_all(s0 + s1, sh[0], s.wsh, p.first, Add{}) * invH;
-    float q0 = 0.f, q1 = 0.f;
-#pragma unroll
-    for (int j = 0; j < V; ++j)
-      if (p.c0 + j * p.stride < p.nvec) {
-        float f[N];
+        float f[N], wf[N];
         unpack<T>(xs[j], f);
+        unpack<T>(PREW ? wv[j] : ld16_ro(w + c), wf);
+        if (bias) {
+          float bf[N];
+          unpack<T>(PREW ? bv[j] : ld16_ro(b + c), bf);
 #pragma unroll
-        for (int n = 0; n < N; n += 2) {
-          const float d0 = f[n] - mean, d1 = f[n + 1] - mean;
-          q0 = fmaf(d0, d0, q0);
-          q1 = fmaf(d1, d1, q1);
+          for (int n = 0; n < N; ++n) f[n] = fmaf(fmaf(f[n], inv, nmi), wf[n], bf[n]);
+        } else if constexpr (KIND == 2) {
+#pragma unroll
+          for (int n = 0; n < N; ++n) f[n] = fmaf(f[n], inv, nmi) * wf[n];
+        } else {
+#pragma unroll
+          for (int n = 0; n < N; ++n) f[n] = (f[n] * inv) * (wf[n] + wadd);
         }
+        st_out(out + c, pack_out<T>(f), cs);
       }
-    inv = rsqrtf(group_all(q0 + q1, sh[1], s.wsh, p.first, Add{}) * invH + float(a.eps));
-  } else {
-    float s0 = 0.f, s1 = 0.f;
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      float f[N];
-      unpack<T>(xs[j], f);
-#pragma unroll
-      for (int n = 0; n < N; n += 2) s0 = fmaf(f[n], f[n], s0), s1 = fmaf(f[n + 1], f[n + 1], s1);
     }
-    inv = rsqrtf(group_all(s0 + s1, sh[0], s.wsh, p.first, Add{}) * invH + float(a.eps));
   }
-  raw16* out = row_out<T>(a.out, p.row, a.out_rs);
-  const float nmi = -mean * inv, wadd = a.gemma ? 1.f : 0.f;
+};
+
+template <class T, int V, int KIND, bool PERS>
+__global__ void __launch_bounds__(PERS ? kMaxThreads : kBlockMax<V>, PERS ? 1 : kMinBlocks<V>)
+    k_norm_warp(const NormArgs a, const Shape s) {
+  using R = NormRow<T, V, KIND, PERS>;
+  __shared__ float sh[2][kMaxWarps];
+  const uint64_t pol = (s.hint & 2) ? evict_first_policy() : 0;
+  int64_t g = blockIdx.x;
+  Place p = place(s, g);
+  raw16 xs[V], rs[V], wv[V], bv[V];
+  R::load(a, s, p, pol, xs, rs);
+  if constexpr (R::PREW) R::load_w(a, s, p, wv, bv);
+  if constexpr (!PERS) {
+    R::process(a, s, p, sh[0], sh[1], xs, rs, wv, bv);
+  } else {
+    const int rpc = rows_per_block(s);
+    const int64_t groups = (s.rows + rpc - 1) / rpc;
+    for (int it = 0;; ++it) {  // block-uniform trip count
+      const int64_t gn = g + gridDim.x;
+      const Place pn = place(s, gn);
+      raw16 xn[V], rn[V];
+      if (gn < groups) R::load(a, s, pn, pol, xn, rn);
+      // one reduction: alternate the slots between groups (layer_norm's two
+      // reductions are ordered by their own barriers; see group_all)
+      if constexpr (KIND == 2) R::process(a, s, p, sh[0], sh[1], xs, rs, wv, bv);
+      else R::process(a, s, p, sh[it & 1], sh[1], xs, rs, wv, bv);
+      if (gn >= groups) break;
+      g = gn;
+      p = pn;
 #pragma unroll
-  for (int j = 0; j < V; ++j) {
-    const int c = p.c0 + j * p.stride;
-    if (c < p.nvec) {
-      float f[N], wf[N];
-      unpack<T>(xs[j], f);
-      unpack<T>(PREW ? wv[j] : ld16_ro(w + c), wf);
-      if (bias) {
-        float bf[N];
-        unpack<T>(PREW ? bv[j] : ld16_ro(b + c), bf);
-#pragma unroll
-        for (int n = 0; n < N; ++n) f[n] = fmaf(fmaf(f[n], inv, nmi), wf[n], bf[n]);
-      } else if constexpr (KIND == 2) {
-#pragma unroll
-        for (int n = 0; n < N; ++n) f[n] = fmaf(f[n], inv, nmi) * wf[n];
-      } else {
-#pragma unroll
-        for (int n = 0; n < N; ++n) f[n] = (f[n] * inv) * (wf[n] + wadd);
-      }
-      st_out(out + c, pack_out<T>(f), cs);
+      for (int j = 0; j < V; ++j) xs[j] = xn[j], rs[j] = rn[j];
     }
   }
 }
@@ -224,73 +275,105 @@ __device__ __forceinline__ raw16 neg_inf_vec() {
 }
 
 template <class T, int V, bool LOG>
-__global__ void __launch_bounds__(kBlockMax<V>, kMinBlocks<V>) k_softmax_warp(const T* in, T* out, int64_t irs, int64_t ors,
-                                                              const Shape s) {
-  constexpr int N = kVecN<T>;
-  constexpr bool KEEP = !LOG && V * N <= 32;  // keep the exponentials (else recompute them)
-  __shared__ float sh[2][kMaxWarps];
-  const Place p = place(s);
-  const uint64_t pol = (s.hint & 2) ? evict_first_policy() : 0;
-  const bool cs = s.hint & 4;
-  raw16 xs[V];
-  load_row<V>(xs, row_in<T>(in, p.row, irs), p.c0, p.stride, p.nvec, s.hint, pol, neg_inf_vec<T>());
-  float m0 = -INFINITY, m1 = -INFINITY;  // vectors past the row are -inf
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    float f[N];
-    unpack<T>(xs[j], f);
-#pragma unroll
-    for (int n = 0; n < N; n += 2) m0 = fmaxf(m0, f[n]), m1 = fmaxf(m1, f[n + 1]);
+struct SoftmaxRow {
+  static constexpr int N = kVecN<T>;
+  static constexpr bool KEEP = !LOG && V * N <= 32;  // keep the exponentials (else compute them again)
+
+  static __device__ __forceinline__ void load(const T* in, int64_t irs, const Shape& s, const Place& p, uint64_t pol,
+                                              raw16 (&xs)[V]) {
+    load_row<V>(xs, row_in<T>(in, p.row, irs), p.c0, p.stride, p.nvec, s.hint, pol, neg_inf_vec<T>());
   }
-  // NaN is skipped here and reaches the sum below; a row max of +inf or -inf makes
-  // every exp(x - M) NaN or gives NaN through inf - inf: NaN rows, as on the CPU.
-  const float M = group_all(fmaxf(m0, m1), sh[0], s.wsh, p.first, Max{});
-  float e[KEEP ? V : 1][N];
-  float s0 = 0.f, s1 = 0.f;
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    float f[N];
-    unpack<T>(xs[j], f);
-#pragma unroll
-    for (int n = 0; n < N; n += 2) {
-      const float e0 = exp_t<T>(f[n] - M), e1 = exp_t<T>(f[n + 1] - M);
-      s0 += e0;
-      s1 += e1;
-      if constexpr (KEEP) e[j][n] = e0, e[j][n + 1] = e1;
-    }
-  }
-  const float S = group_all(s0 + s1, sh[1], s.wsh, p.first, Add{});
-  raw16* y = row_out<T>(out, p.row, ors);
-  if constexpr (LOG) {
-    const float ls = ::logf(S);
+  static __device__ __forceinline__ void process(T* out, int64_t ors, const Shape& s, const Place& p, float* sh0,
+                                                 float* sh1, const raw16 (&xs)[V]) {
+    const bool cs = s.hint & 4;
+    float m0 = -INFINITY, m1 = -INFINITY;  // vectors past the row are -inf
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      const int c = p.c0 + j * p.stride;
-      if (c < p.nvec) {
-        float f[N];
-        unpack<T>(xs[j], f);
+      float f[N];
+      unpack<T>(xs[j], f);
 #pragma unroll
-        for (int n = 0; n < N; ++n) f[n] = (f[n] - M) - ls;
-        st_out(y + c, pack_out<T>(f), cs);
+      for (int n = 0; n < N; n += 2) m0 = fmaxf(m0, f[n]), m1 = fmaxf(m1, f[n + 1]);
+    }
+    // NaN is skipped here and reaches the sum below; a row max of +inf or -inf makes
+    // every exp(x - M) NaN or gives NaN through inf - inf: NaN rows, as on the CPU.
+    const float M = group_all(fmaxf(m0, m1), sh0, s.wsh, p.first, Max{});
+    float e[KEEP ? V : 1][N];
+    float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      float f[N];
+      unpack<T>(xs[j], f);
+#pragma unroll
+      for (int n = 0; n < N; n += 2) {
+        const float e0 = exp_t<T>(f[n] - M), e1 = exp_t<T>(f[n + 1] - M);
+        s0 += e0;
+        s1 += e1;
+        if constexpr (KEEP) e[j][n] = e0, e[j][n + 1] = e1;
       }
     }
-  } else {
-    const float r = 1.f / S;
+    const float S = group_all(s0 + s1, sh1, s.wsh, p.first, Add{});
+    raw16* y = row_out<T>(out, p.row, ors);
+    if constexpr (LOG) {
+      const float ls = ::logf(S);
 #pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const int c = p.c0 + j * p.stride;
-      if (c < p.nvec) {
-        float f[N];
-        if constexpr (KEEP) {
-#pragma unroll
-          for (int n = 0; n < N; ++n) f[n] = e[j][n] * r;
-        } else {
+      for (int j = 0; j < V; ++j) {
+        const int c = p.c0 + j * p.stride;
+        if (c < p.nvec) {
+          float f[N];
           unpack<T>(xs[j], f);
 #pragma unroll
-          for (int n = 0; n < N; ++n) f[n] = exp_t<T>(f[n] - M) * r;
+          for (int n = 0; n < N; ++n) f[n] = (f[n] - M) - ls;
+          st_out(y + c, pack_out<T>(f), cs);
         }
-        st_out(y + c, pack_out<T>(f), cs);
       }
+    } else {
+      const float r = 1.f / S;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const int c = p.c0 + j * p.stride;
+        if (c < p.nvec) {
+          float f[N];
+          if constexpr (KEEP) {
+#pragma unroll
+            for (int n = 0; n < N; ++n) f[n] = e[j][n] * r;
+          } else {
+            unpack<T>(xs[j], f);
+#pragma unroll
+            for (int n = 0; n < N; ++n) f[n] = exp_t<T>(f[n] - M) * r;
+          }
+          st_out(y + c, pack_out<T>(f), cs);
+        }
+      }
+    }
+  }
+};
+
+template <class T, int V, bool LOG, bool PERS>
+__global__ void __launch_bounds__(PERS ? kMaxThreads : kBlockMax<V>, PERS ? 1 : kMinBlocks<V>)
+    k_softmax_warp(const T* in, T* out, int64_t irs, int64_t ors, const Shape s) {
+  using R = SoftmaxRow<T, V, LOG>;
+  __shared__ float sh[2][kMaxWarps];
+  const uint64_t pol = (s.hint & 2) ? evict_first_policy() : 0;
+  int64_t g = blockIdx.x;
+  Place p = place(s, g);
+  raw16 xs[V];
+  R::load(in, irs, s, p, pol, xs);
+  if constexpr (!PERS) {
+    R::process(out, ors, s, p, sh[0], sh[1], xs);
+  } else {
+    const int rpc = rows_per_block(s);
+    const int64_t groups = (s.rows + rpc - 1) / rpc;
+    for (;;) {  // block-uniform trip count; the two reductions order the slots (see group_all)
+      const int64_t gn = g + gridDim.x;
+      const Place pn = place(s, gn);
+      raw16 xn[V];
+      if (gn < groups) R::load(in, irs, s, pn, pol, xn);
+      R::process(out, ors, s, p, sh[0], sh[1], xs);
+      if (gn >= groups) break;
+      g = gn;
+      p = pn;
+#pragma unroll
+      for (int j = 0; j < V; ++j) xs[j] = xn[j];
     }
   }
 }
@@ -333,6 +416,20 @@ void with_v(int v, F f) {
   }
 }
 
+// The persistent forms are built for bf16 and f32 rows of 2 or 4 vectors per lane.
+template <class T, int V>
+inline constexpr bool kPers = (V == 2 || V == 4) && !std::is_same_v<T, f16>;
+
+// Blocks of a persistent grid: at most one wave, and as many groups for every
+// block as the wave allows (GPUKIT_TUNE rows.grid forces the wave, for the tests).
+template <auto K>
+unsigned pers_grid(int64_t groups, int threads) {
+  int64_t res = resident_blocks<K>(threads);
+  if (const int forced = tune("rows.grid", 0); forced > 0) res = forced;
+  const int64_t per = (groups + res - 1) / res;
+  return unsigned((groups + per - 1) / per);
+}
+
 // Off by default for now (GPUKIT_TUNE rows.on=1 takes it): the register forms of
 // norm.cu / reduce.cu and the staged form stay the defaults until the H200 says.
 bool wanted(DType) { return tune("rows.on", 0) != 0; }
@@ -356,11 +453,24 @@ bool rows_warp_norm(const NormArgs& a, cudaStream_t st) {
     if (blocks > int64_t(INT32_MAX)) return;
     const Shape s{a.rows, int(a.H / N), k.wsh(), tune("rows.hint", 0), 1.f / float(a.H)};
     const dim3 grid{unsigned(blocks), 1u, 1u}, block{unsigned(32 * k.wpr * k.rpc), 1u, 1u};
+    const bool pers = tune("rows.pers", 0) != 0;
     with_v(k.v, [&](auto vc) {
       constexpr int V = decltype(vc)::value;
-      if (a.layer) k_norm_warp<T, V, 2><<<grid, block, 0, st>>>(a, s);
-      else if (a.res) k_norm_warp<T, V, 1><<<grid, block, 0, st>>>(a, s);
-      else k_norm_warp<T, V, 0><<<grid, block, 0, st>>>(a, s);
+      auto go = [&](auto kind) {
+        constexpr int KIND = decltype(kind)::value;
+        if constexpr (kPers<T, V>) {
+          if (pers) {
+            constexpr auto K = k_norm_warp<T, V, KIND, true>;
+            K<<<pers_grid<K>(blocks, int(block.x)), block, 0, st>>>(a, s);
+            return;
+          }
+        }
+        k_norm_warp<T, V, KIND, false><<<grid, block, 0, st>>>(a, s);
+      };
+      using std::integral_constant;
+      if (a.layer) go(integral_constant<int, 2>{});
+      else if (a.res) go(integral_constant<int, 1>{});
+      else go(integral_constant<int, 0>{});
     });
     GK_LAUNCH_CHECK(a.layer ? "layer_norm_warp" : "rms_norm_warp");
     done = true;
@@ -384,10 +494,23 @@ bool rows_warp_softmax(const RowArgs& a, bool log, cudaStream_t st) {
     const dim3 grid{unsigned(blocks), 1u, 1u}, block{unsigned(32 * k.wpr * k.rpc), 1u, 1u};
     const T* in = static_cast<const T*>(a.in);
     T* out = static_cast<T*>(a.out);
+    const bool pers = tune("rows.pers", 0) != 0;
+    const auto irs = a.in_row_stride, ors = a.out_row_stride;
     with_v(k.v, [&](auto vc) {
       constexpr int V = decltype(vc)::value;
-      if (log) k_softmax_warp<T, V, true><<<grid, block, 0, st>>>(in, out, a.in_row_stride, a.out_row_stride, s);
-      else k_softmax_warp<T, V, false><<<grid, block, 0, st>>>(in, out, a.in_row_stride, a.out_row_stride, s);
+      auto go = [&](auto lg) {
+        constexpr bool L = decltype(lg)::value;
+        if constexpr (kPers<T, V>) {
+          if (pers) {
+            constexpr auto K = k_softmax_warp<T, V, L, true>;
+            K<<<pers_grid<K>(blocks, int(block.x)), block, 0, st>>>(in, out, irs, ors, s);
+            return;
+          }
+        }
+        k_softmax_warp<T, V, L, false><<<grid, block, 0, st>>>(in, out, irs, ors, s);
+      };
+      if (log) go(std::true_type{});
+      else go(std::false_type{});
     });
     GK_LAUNCH_CHECK("softmax_warp");
     done = true;

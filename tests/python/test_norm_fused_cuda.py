@@ -59,7 +59,10 @@ def check(got, want, dtype, what):
 
 ROWS_SHAPES = ["rows.on=1", "rows.on=1,rows.wpr=1", "rows.on=1,rows.wpr=2", "rows.on=1,rows.wpr=8,rows.rpc=2",
                "rows.on=1,rows.wpr=16", "rows.on=1,rows.rpc=4,rows.hint=7", "rows.on=1,rows.wpr=2,rows.rpc=3,rows.hint=3",
-               "rows.on=1,rows.wpr=1,rows.rpc=3,rows.hint=1", "rows.on=1,rows.v=8", "rows.on=1,rows.v=2,rows.hint=4"]
+               "rows.on=1,rows.wpr=1,rows.rpc=3,rows.hint=1", "rows.on=1,rows.v=8", "rows.on=1,rows.v=2,rows.hint=4",
+               # persistent (bf16 / f32 at 2 or 4 vectors per lane; others fall back): several groups per block
+               "rows.on=1,rows.pers=1", "rows.on=1,rows.pers=1,rows.grid=3", "rows.on=1,rows.pers=1,rows.rpc=3,rows.grid=5",
+               "rows.on=1,rows.pers=1,rows.v=2,rows.rpc=1,rows.grid=2"]
 NORM_SHAPES = ["", "norm.tpr=32", "norm.tpr=64", "norm.tpr=128", "norm.tpr=256", "norm.tpr=512", "norm.tpr=1024",
                "norm.tpr=128,norm.rows=2", "norm.tpr=64,norm.rows=4", "norm.tpr=32,norm.rows=8", "norm.persist=1",
                "norm.persist=1,norm.grid=5", "norm.persist=1,norm.tpr=64,norm.rows=2,norm.grid=3",
@@ -152,7 +155,8 @@ def test_rows_batch_invariant(tune, dtype, H):
     per warp in the staged form), for the default and the register forms."""
     for shape in ("", "norm.pipe=0,softmax.pipe=0", "norm.pipe=1,softmax.pipe=1",
                   "norm.pipe=1,softmax.pipe=1,pipe.w=15,pipe.grid=7", "rows.on=1",
-                  "rows.on=1,rows.wpr=2,rows.rpc=3", "rows.on=1,rows.wpr=1,rows.rpc=4"):
+                  "rows.on=1,rows.wpr=2,rows.rpc=3", "rows.on=1,rows.wpr=1,rows.rpc=4",
+                  "rows.on=1,rows.pers=1,rows.rpc=3,rows.grid=7"):
         tune(shape)
         x = make((300, H), dtype, 11, scale=3.0).to("cuda")
         r = make((300, H), dtype, 12).to("cuda")
