@@ -5,9 +5,11 @@
 // sums use a fixed warp-shuffle + shared-memory order (deterministic).
 // Rows that are too long, unaligned or not a multiple of the vector width take a
 // scalar path that re-reads the row (from L1/L2).
-// With GPUKIT_TUNE norm.pipe=1, rows of 129 to 1024 16-byte vectors take the
-// staged form of src/cuda/rows_pipe.cu instead (slower than these on the H200,
-// see there); the choice never depends on the number of rows.
+// Dense, aligned rows of 32 or more 16-byte vectors take the warp-row form of
+// src/cuda/rows_warp.cu by default (session 4); the forms here serve the other
+// rows, and all rows with GPUKIT_TUNE rows.on=0. With norm.pipe=1 (and rows.on=0),
+// rows of 129 to 1024 vectors take the staged form of src/cuda/rows_pipe.cu. The
+// choice never depends on the number of rows.
 #include <algorithm>
 
 #include "cuda/common/rows.cuh"

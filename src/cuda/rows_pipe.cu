@@ -1,6 +1,12 @@
 // Session 4: the per-element code is the lean one of rows_warp.cu (pack_out: one
 // NaN test per vector; softmax as max, then sum of exp(x - max), in warp
-// reductions), and 15 consumer warps (pipe.w=15, up to 128 registers).
+// reductions), and 15 consumer warps (pipe.w=15, up to 128 registers). Checkpoint
+// A of session 4 (H200, 4096x4096, % of a same-bytes copy): 15 warps did not help
+// (bf16 layer_norm 78%, softmax 52%; f32 softmax 75%, below the 88% of session 3:
+// f32 rows of 32 vectors per lane compute their expf twice), while the warp-row
+// form of rows_warp.cu reached 87-99%: that is the default now, and this form is
+// taken only with GPUKIT_TUNE rows.on=0 and norm.pipe=1 / softmax.pipe=1 (the
+// latter the default for f32 rows under rows.on=0).
 // Row-wise fused kernels with the rows staged in shared memory: rms_norm (with
 // the residual add), layer_norm, softmax and log_softmax on rows of 129 to 1024
 // 16-byte vectors (bf16/f16 H <= 8192, f32 H <= 4096; softmax of 16-bit rows
