@@ -7,8 +7,8 @@
 //    holds the 16-byte vectors w*32 + l + j*32*wpr, j < V, all loaded before any
 //    arithmetic (optionally with L1::no_allocate / L2 evict_first hints);
 //  - reductions: an xor-butterfly per warp (every lane gets the same bits), then,
-//    with wpr > 1, a butterfly over the warps. values in shared memory (one barrier
-//    per reduction, each reduction with its own slots);
+//    with wpr > 1, a butterfly over the warps' values in shared memory (one
+//    barrier per reduction, each reduction with its own slots);
 //  - the fp32 -> bf16 rounding with the paired conversion, one NaN test per
 //    16-byte vector, and the exact NaN rounding of vec.cuh only where a vector
 //    holds a NaN (so the bits are those of pack<T>);
@@ -17,6 +17,8 @@
 // Every row is computed the same way whatever the number of rows or the grid
 // (the shape depends on the dtype and the row length only): bits do not depend
 // on the batch, and they are the same run to run (no atomics).
+// H200 (bench/fused.py, 4096 x 4096, % of a same-bytes copy; docs/fused.md): bf16
+// softmax 96%, layer_norm 87-89%, rms_norm + residual 96%; f32 97-99%.
 // GPUKIT_TUNE: rows.on (0: not this form), rows.v (target vectors per lane, which
 // sets the default warps per row), rows.wpr, rows.rpc, rows.hint (bit 0: loads
 // L1::no_allocate, bit 1: loads L2 evict_first, bit 2: stores .cs), rows.pers
