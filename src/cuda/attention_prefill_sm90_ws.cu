@@ -30,6 +30,7 @@
 // section; see the experiment bits below for what else was measured).
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdint>
 #include <type_traits>
 
@@ -71,8 +72,31 @@ struct CfgWS {
 // warpgroup 1 still writes the previous one); bit 7 (bf16): P cut to bf16 by truncation,
 // packed by byte permutes instead of conversions (row sums of the cut values); bit 8: row
 // maxima by a chain instead of a tree (the previous form).
+// bit 9: the running row maximum is raised only on jumps of more than 2^8 (softmax_step_t STALE),
+// and O is rescaled only when a row of the warp raised it (correct results); bit 10: cycle
+// profile of the consumer loop (clock64 per phase, warp 0 of each consumer warpgroup; the host
+// prints it; bench only); bit 11: O is rescaled (by the factor of the previous tile) between
+// issuing S_n and O += P_{n-1} V_{n-1}, while S_n runs, instead of after P_{n-1} V_{n-1} is done.
 constexpr int kOptNoLoad = 1, kOptNoSoftmax = 2, kOptPolyExp = 4, kOptSkipRescale = 8, kOptDynamic = 16,
-              kOptDoubleP = 32, kOptChain = 64, kOptTruncP = 128, kOptChainMax = 256;
+              kOptDoubleP = 32, kOptChain = 64, kOptTruncP = 128, kOptChainMax = 256, kOptStale = 512,
+              kOptProf = 1024, kOptEarly = 2048;
+
+// kOptProf counters: per consumer warpgroup w, g_prof[10 w + i]: cycles in phase i (0 waiting for
+// K / V, 1 for the turn, 2 issuing, 3 waiting for S, 4 softmax, 5 waiting for P V, 6 rescale and
+// convert), 7 all cycles of the consumer loop, 8 key-tile steps, 9 items; g_prof[20] cycles and
+// g_prof[21] nanoseconds (globaltimer) of the first consumer thread of each CTA.
+constexpr int kProfSlots = 24;
+__device__ unsigned long long g_prof[kProfSlots];
+__device__ __forceinline__ uint64_t clk() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%clock64;\n" : "=l"(t)::"memory");
+  return t;
+}
+__device__ __forceinline__ uint64_t gtimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t)::"memory");
+  return t;
+}
 
 struct PersistOrder {
   int hs;  // heads per section (>= hq: one section)
@@ -253,10 +277,26 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
   const int cq = 2 * (lane & 3);
   const SoftmaxParams sp(a);
   constexpr bool kPoly = (OPT & kOptPolyExp) != 0, kTrunc = BF16 && (OPT & kOptTruncP) != 0;
-  constexpr bool kChainMax = (OPT & kOptChainMax) != 0;
+  constexpr bool kChainMax = (OPT & kOptChainMax) != 0, kStale = (OPT & kOptStale) != 0;
   constexpr int NPA = (OPT & kOptDoubleP) ? 2 : 1;
   float o[D / 2];
   uint32_t pa_buf[NPA][BN / 16][4];  // P_n in buffer n % NPA
+  constexpr bool PROF = (OPT & kOptProf) != 0, EARLY = (OPT & kOptEarly) != 0;
+  uint64_t pacc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, tprev = 0, nsteps = 0, nitems = 0;
+  const uint64_t t_begin = PROF ? clk() : 0, g_begin = PROF ? gtimer() : 0;
+  auto mark = [&](int ph) {
+    if constexpr (PROF) {
+      const uint64_t t = clk();
+      if (ph >= 0) pacc[ph] += t - tprev;
+      tprev = t;
+    }
+  };
+  // O *= (a0, a1) per row; skipped where every factor of the warp is 1 (exact) under the
+  // options that make that common.
+  auto rescale_o = [&](float a0, float a1) {
+    if (!(OPT & (kOptSkipRescale | kOptStale)) || !__all_sync(0xffffffffu, a0 == 1.f && a1 == 1.f))
+      rescale(o, a0, a1);
+  };
 
   auto issue_s = [&](float (&p)[BN / 2], int s) {
     // The Q descriptors are recomputed per use from an opaque base rather than kept live
@@ -350,40 +390,62 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
         const int j0 = n_begin * BN;
         float al0 = 1.f, al1 = 1.f;
         if constexpr (!(OPT & kOptNoSoftmax))
-          softmax_step<BN, kPoly, kTrunc, kChainMax>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0,
+          softmax_step<BN, kPoly, kTrunc, kChainMax, kStale>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0,
                                                      lo1, hi1, al0, al1);
         to_a_frags<BN, BF16, kTrunc>(p, pa_buf[0]);  // O is still zero: no rescale
       }
+      float pal0 = 1.f, pal1 = 1.f;  // EARLY: the factor for O before the next P V
       // Key tile it >= 1: S_it and O += P_{it-1} V_{it-1}; B: the buffer of P_it (NPA == 2) or 0.
       auto step = [&](int it, auto b_) {
         constexpr int B = decltype(b_)::value, PB = NPA == 2 ? 1 - B : 0;
         const int s = stage(g + it), ps = stage(g + it - 1);
         float p[BN / 2];
+        mark(-1);
         mbar_wait(k_full(s), par(g + it));
         mbar_wait(v_full(ps), par(g + it - 1));
+        mark(0);
         turn_wait();
+        mark(1);
         wg_fence();
         issue_s(p, s);
         wg_commit();
+        if constexpr (EARLY) {  // O is free (P_{n-2} V_{n-2} is done): rescale it while S_n runs
+          rescale_o(pal0, pal1);
+          wg_fence();
+        }
         issue_pv(ps, pa_buf[PB]);  // O += P_{n-1} V_{n-1} runs while the softmax of S_n does
         wg_commit();
         turn_pass(false);
+        mark(2);
         wg_wait<1>();
         fence_regs(p);
+        mark(3);
         release(k_empty(s));
         if (it == ntiles - 1) release(q_empty);
         const int j0 = (n_begin + it) * BN;
         float al0 = 1.f, al1 = 1.f;
         if constexpr (!(OPT & kOptNoSoftmax))
-          softmax_step<BN, kPoly, kTrunc, kChainMax>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0,
+          softmax_step<BN, kPoly, kTrunc, kChainMax, kStale>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0,
                                                      lo1, hi1, al0, al1);
         if constexpr (NPA == 2) to_a_frags<BN, BF16, kTrunc>(p, pa_buf[B]);  // buffer B's last reader is done
+        if constexpr (PROF) fence_regs(p);
+        mark(4);
         wg_wait<0>();
         fence_regs(o);
+        mark(5);
         release(v_empty(ps));
-        if (!(OPT & kOptSkipRescale) || !__all_sync(0xffffffffu, al0 == 1.f && al1 == 1.f))
-          rescale(o, al0, al1);
+        if constexpr (EARLY) {
+          pal0 = al0;
+          pal1 = al1;
+        } else {
+          rescale_o(al0, al1);
+        }
         if constexpr (NPA == 1) to_a_frags<BN, BF16, kTrunc>(p, pa_buf[0]);
+        if constexpr (PROF) {
+          fence_regs(o);
+          ++nsteps;
+        }
+        mark(6);
       };
       using I0 = std::integral_constant<int, 0>;
       using I1 = std::integral_constant<int, 1>;
@@ -405,6 +467,7 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
       }
       const int ls = stage(g + ntiles - 1);
       mbar_wait(v_full(ls), par(g + ntiles - 1));
+      if constexpr (EARLY) rescale_o(pal0, pal1);
       turn_wait();
       wg_fence();
       issue_pv(ls, pa_buf[0]);
@@ -418,6 +481,19 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
     uint16_t* og = static_cast<uint16_t*>(a.out) + (t.q0 * a.hq + h) * int64_t(D);
     store_rows<D, BF16>(o, st, og, int64_t(a.hq) * D, r0, t.Lq, cq);
     (void)r1;
+    if constexpr (PROF) ++nitems;
+  }
+  if constexpr (PROF) {
+    if (lane == 0 && warp == 0) {
+      pacc[7] = clk() - t_begin;
+      for (int i = 0; i < 8; ++i) atomicAdd(&g_prof[10 * cw + i], static_cast<unsigned long long>(pacc[i]));
+      atomicAdd(&g_prof[10 * cw + 8], static_cast<unsigned long long>(nsteps));
+      atomicAdd(&g_prof[10 * cw + 9], static_cast<unsigned long long>(nitems));
+      if (cw == 0) {
+        atomicAdd(&g_prof[20], static_cast<unsigned long long>(pacc[7]));
+        atomicAdd(&g_prof[21], static_cast<unsigned long long>(gtimer() - g_begin));
+      }
+    }
   }
   if constexpr (CHAIN)
     if (opened && cw == 0) asm volatile("bar.sync 1, 256;\n" ::: "memory");
@@ -438,6 +514,27 @@ int heads_per_section(const PrefillArgs& a, int hs) {
   return std::min(hs, a.hq);
 }
 
+// kOptProf: waits for the kernel and prints its cycle profile (stderr; bench only).
+void print_prof(cudaStream_t st) {
+  unsigned long long h[kProfSlots];
+  GK_CUDA_CHECK(cudaStreamSynchronize(st));
+  GK_CUDA_CHECK(cudaMemcpyFromSymbol(h, g_prof, sizeof(h)));
+  static const char* names[7] = {"wait K/V", "wait turn", "issue", "wait S", "softmax", "wait PV", "rescale+cvt"};
+  for (int w = 0; w < 2; ++w) {
+    const double n = double(std::max(h[10 * w + 8], 1ull));
+    double sum = 0;
+    std::fprintf(stderr, "prefill prof wg%d: %llu steps, %llu items; cycles per step:", w, h[10 * w + 8], h[10 * w + 9]);
+    for (int i = 0; i < 7; ++i) {
+      std::fprintf(stderr, " %s %.0f;", names[i], double(h[10 * w + i]) / n);
+      sum += double(h[10 * w + i]);
+    }
+    std::fprintf(stderr, " step %.0f; outside steps per item %.0f\n", sum / n,
+                 (double(h[10 * w + 7]) - sum) / double(std::max(h[10 * w + 9], 1ull)));
+  }
+  std::fprintf(stderr, "prefill prof: SM clock while running %.0f MHz (clock64 / globaltimer over the CTAs)\n",
+               double(h[20]) * 1e3 / double(std::max(h[21], 1ull)));
+}
+
 template <bool BF16, int D, int ST>
 bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, const WsTuning& tu, cudaStream_t st) {
   using C = CfgWS<D, ST>;
@@ -445,6 +542,7 @@ bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, const W
   dim3 grid{unsigned(a.hq), ny, 1u};
   PersistOrder po{a.hq, nullptr};
   int bn = C::BN;
+  bool prof = false;
   Kern kern = pp ? k_prefill_ws<BF16, D, true, ST, false> : k_prefill_ws<BF16, D, false, ST, false>;
   if constexpr (D <= 128) {  // (head_dim 256 would spill registers)
     if (persist && !a.cu_q) {  // one CTA per multiprocessor walks the (tile, head) items
@@ -479,6 +577,20 @@ bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, const W
           pick = k_prefill_ws<BF16, D, true, ST, true, kOptDoubleP | kOptSkipRescale>;
         if (o == (kOptDoubleP | kOptSkipRescale | P) && b == 0)
           pick = k_prefill_ws<BF16, D, true, ST, true, kOptDoubleP | kOptSkipRescale | P>;
+        constexpr int SE = kOptStale | kOptEarly, PR = kOptProf;
+        if (o == kOptStale && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptStale>;
+        if (o == kOptEarly && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptEarly>;
+        if (o == SE && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, SE>;
+        if (o == PR && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, PR>;
+        if (o == (PR | kOptStale) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, PR | kOptStale>;
+        if (o == (PR | SE) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, PR | SE>;
+        if (o == (PR | kOptNoSoftmax) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, PR | kOptNoSoftmax>;
+        if (pick && (o & kOptProf)) {
+          void* base = nullptr;
+          GK_CUDA_CHECK(cudaGetSymbolAddress(&base, g_prof));
+          GK_CUDA_CHECK(cudaMemsetAsync(base, 0, sizeof(unsigned long long) * kProfSlots, st));
+          prof = true;
+        }
         if (pick && o == kOptDynamic) {
           static std::atomic<unsigned> slot{0};
           void* base = nullptr;
@@ -505,6 +617,7 @@ bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, const W
   GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   kern<<<grid, C::THREADS, smem, st>>>(a, mq, mk, mv, po);
   GK_LAUNCH_CHECK("attention_prefill_sm90_ws");
+  if (prof) print_prof(st);
   return true;
 }
 }  // namespace

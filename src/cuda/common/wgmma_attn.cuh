@@ -167,7 +167,13 @@ struct RowState {
 // p is cut to its upper 16 bits (a bf16 value, rounded toward 0) before the row sum, so
 // that to_a_frags<.., TRUNC> packs it with one byte permute and the sum l matches the P
 // the product uses (per-weight error within one bf16 unit, like rounding).
-template <int BN, int MODE, bool MASK, bool POLY = false, bool TRUNC = false, bool CHAINMAX = false>
+// STALE: the running maximum m of a row is raised only when the tile's maximum exceeds it by
+// more than kStaleLog2 (log2 units), so that O and l are rescaled (al != 1) only on such jumps;
+// otherwise exponentials are taken against the older, smaller m and P may reach 2^kStaleLog2
+// (bf16 / fp16 keep their relative precision; O, l stay in fp32). Depends only on the row's
+// own scores: deterministic, and the result is the same softmax up to rounding.
+constexpr float kStaleLog2 = 8.f;
+template <int BN, int MODE, bool MASK, bool POLY = false, bool TRUNC = false, bool CHAINMAX = false, bool STALE = false>
 __device__ __forceinline__ void softmax_step_t(float (&p)[BN / 2], RowState& st, const SoftmaxParams& sp, int cq,
                                                int lo0, int hi0, int lo1, int hi1, float& al0, float& al1) {
 #pragma unroll
@@ -210,10 +216,24 @@ __device__ __forceinline__ void softmax_step_t(float (&p)[BN / 2], RowState& st,
     mx0 *= sp.sc;
     mx1 *= sp.sc;
   }
-  const float mn0 = fmaxf(st.m0, mx0), mn1 = fmaxf(st.m1, mx1);
-  const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
-  al0 = ex2(st.m0 - mu0);
-  al1 = ex2(st.m1 - mu1);
+  float mn0, mn1, mu0, mu1;
+  if constexpr (STALE) {
+    // (st.m = -inf: raised by any finite maximum; al = 0 then, and O, l are still 0.)
+    const bool up0 = mx0 > st.m0 + kStaleLog2, up1 = mx1 > st.m1 + kStaleLog2;
+    mn0 = up0 ? mx0 : st.m0;
+    mn1 = up1 ? mx1 : st.m1;
+    mu0 = mn0 == -INFINITY ? 0.f : mn0;
+    mu1 = mn1 == -INFINITY ? 0.f : mn1;
+    al0 = up0 ? ex2(st.m0 - mu0) : 1.f;
+    al1 = up1 ? ex2(st.m1 - mu1) : 1.f;
+  } else {
+    mn0 = fmaxf(st.m0, mx0);
+    mn1 = fmaxf(st.m1, mx1);
+    mu0 = mn0 == -INFINITY ? 0.f : mn0;
+    mu1 = mn1 == -INFINITY ? 0.f : mn1;
+    al0 = ex2(st.m0 - mu0);
+    al1 = ex2(st.m1 - mu1);
+  }
   st.m0 = mn0;
   st.m1 = mn1;
   const float f = MODE == 0 ? sp.sc : 1.f;
@@ -242,7 +262,7 @@ __device__ __forceinline__ void softmax_step_t(float (&p)[BN / 2], RowState& st,
 // softmax_step_t for the key tile starting at key j0: masks only when the tile
 // crosses a key-range edge of the CTA's rows (need_mask), with the thread's row
 // ranges [lo0, hi0), [lo1, hi1) (keys of the sequence, clamped to [0, Lk]).
-template <int BN, bool POLY = false, bool TRUNC = false, bool CM = false>
+template <int BN, bool POLY = false, bool TRUNC = false, bool CM = false, bool ST = false>
 __device__ __forceinline__ void softmax_step(float (&p)[BN / 2], RowState& st, const SoftmaxParams& sp,
                                              bool need_mask, int j0, int cq, int lo0, int hi0, int lo1, int hi1,
                                              float& al0, float& al1) {
@@ -250,14 +270,14 @@ __device__ __forceinline__ void softmax_step(float (&p)[BN / 2], RowState& st, c
   const int l0 = rel(lo0), h0 = rel(hi0), l1 = rel(lo1), h1 = rel(hi1);
   const int mode = sp.cap ? 2 : (sp.sc > 0.f ? 0 : 1);
   if (mode == 0) {
-    if (need_mask) softmax_step_t<BN, 0, true, false, TRUNC, CM>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
-    else softmax_step_t<BN, 0, false, POLY, TRUNC, CM>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    if (need_mask) softmax_step_t<BN, 0, true, false, TRUNC, CM, ST>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    else softmax_step_t<BN, 0, false, POLY, TRUNC, CM, ST>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
   } else if (mode == 1) {
-    if (need_mask) softmax_step_t<BN, 1, true, false, TRUNC, CM>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
-    else softmax_step_t<BN, 1, false, false, TRUNC, CM>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    if (need_mask) softmax_step_t<BN, 1, true, false, TRUNC, CM, ST>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    else softmax_step_t<BN, 1, false, false, TRUNC, CM, ST>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
   } else {
-    if (need_mask) softmax_step_t<BN, 2, true, false, TRUNC, CM>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
-    else softmax_step_t<BN, 2, false, false, TRUNC, CM>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    if (need_mask) softmax_step_t<BN, 2, true, false, TRUNC, CM, ST>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    else softmax_step_t<BN, 2, false, false, TRUNC, CM, ST>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
   }
 }
 
