@@ -1,7 +1,7 @@
 """Prefill attention benchmark: gpukit's attention_prefill against torch SDPA (its fastest form), same run.
 
     python bench/prefill.py [--out bench/results/h200.json] [--rounds 20] [--no-peer] [--sizes 1024,4096,16384]
-                            [--no-other] [--prof 1024,1026,1536,3584] [--experiments [4096,16384]]
+                            [--no-other] [--prof 1024,1026,1536,3584,5632] [--experiments [4096,16384]]
     python bench/prefill.py --sanitize racecheck|memcheck|synccheck
 
 Causal bf16, batch 1, H=32, D=128 at S = 1024, 4096, 16384, plus GQA (Hq=32, Hkv=8) at S=4096.
@@ -183,8 +183,11 @@ def steady(nv, gfn, tfn, flops, per_call_ms, secs=0.25):
     n = max(5, int(secs * 1e3 / max(per_call_ms, 1e-3)))
     cells = []
     for kind, f in (("gpukit", gfn), ("torch", tfn), ("gpukit", gfn), ("torch", tfn)):
-        def run():
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        def run(kind=kind, f=f):
+            if kind == "gpukit":
+                a, b = gk.Event(), gk.Event()
+            else:
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
             for _ in range(n):
                 f()
@@ -265,6 +268,7 @@ def sanitize_cases():
         ("persistent default", "5", "", [300], [0], 4, 2, 128, True),
         ("persistent thresholded max", "5", "512", [300], [0], 4, 2, 128, True),
         ("persistent thresholded max + early rescale", "5", "2560", [260], [40], 2, 2, 128, True),
+        ("persistent Q in registers", "5", "4608", [333], [0], 2, 2, 128, True),
         ("ping-pong varlen poisoned", "3", "", [100, 0, 37, 20], [0, 28, 5, 0], 4, 2, 128, True),
         ("ping-pong varlen D=64 bidirectional", "3", "", [70, 130], [10, 0], 2, 1, 64, False),
         ("no ping-pong D=256", "2", "", [150], [0], 2, 2, 256, True),
@@ -312,6 +316,8 @@ EXPERIMENTS = [
     ("thresholded max", {"GPUKIT_PREFILL_SM90_OPT": "512"}),
     ("early rescale", {"GPUKIT_PREFILL_SM90_OPT": "2048"}),
     ("thresholded max + early rescale", {"GPUKIT_PREFILL_SM90_OPT": "2560"}),
+    ("Q in registers", {"GPUKIT_PREFILL_SM90_OPT": "4096"}),
+    ("Q in registers + thresholded max", {"GPUKIT_PREFILL_SM90_OPT": "4608"}),
     ("rescale when max changed", {"GPUKIT_PREFILL_SM90_OPT": "8"}),
     ("bn=160", {"GPUKIT_PREFILL_SM90_BN": "160"}),
     ("hs=l2", {"GPUKIT_PREFILL_SM90_HS": "l2"}),
@@ -365,10 +371,10 @@ def main():
                        help="instead of timing: run a few GPU prefill tests under compute-sanitizer --tool TOOL "
                             "(memcheck, racecheck, synccheck) and print its summary")
         p.add_argument("--sanitize-cases", action="store_true", help=argparse_suppress())
-        p.add_argument("--prof", default="1024,1026,1536,3584", metavar="OPTS",
+        p.add_argument("--prof", default="1024,1026,1536,3584,5632", metavar="OPTS",
                        help="at S >= 4096 (MHA), one call each with these GPUKIT_PREFILL_SM90_OPT cycle-profile "
                             "builds (1024: default, 1026: no softmax (wrong results), 1536: thresholded max, 3584: + early "
-                            "rescale); '' for none")
+                            "rescale, 5632: Q in registers + thresholded max); '' for none")
         p.add_argument("--no-other", action="store_true", help="skip timing the other sm_90 kernels")
         p.add_argument("--experiments", nargs="?", const="4096,16384", default="", metavar="SIZES",
                        help="afterwards, time the default kernel under the EXPERIMENTS settings at these sizes")

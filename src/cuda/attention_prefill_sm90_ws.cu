@@ -76,10 +76,13 @@ struct CfgWS {
 // and O is rescaled only when a row of the warp raised it (correct results); bit 10: cycle
 // profile of the consumer loop (clock64 per phase, warp 0 of each consumer warpgroup; the host
 // prints it; bench only); bit 11: O is rescaled (by the factor of the previous tile) between
-// issuing S_n and O += P_{n-1} V_{n-1}, while S_n runs, instead of after P_{n-1} V_{n-1} is done.
+// issuing S_n and O += P_{n-1} V_{n-1}, while S_n runs, instead of after P_{n-1} V_{n-1} is done;
+// bit 12: Q in registers (A fragments loaded once per item by ldmatrix; S = Q K^T with A from
+// registers), so that S_n reads only K from shared memory (a third less shared-memory traffic
+// per S), and Q's buffer is released at the item's start.
 constexpr int kOptNoLoad = 1, kOptNoSoftmax = 2, kOptPolyExp = 4, kOptSkipRescale = 8, kOptDynamic = 16,
               kOptDoubleP = 32, kOptChain = 64, kOptTruncP = 128, kOptChainMax = 256, kOptStale = 512,
-              kOptProf = 1024, kOptEarly = 2048;
+              kOptProf = 1024, kOptEarly = 2048, kOptQReg = 4096;
 
 // kOptProf counters: per consumer warpgroup w, g_prof[10 w + i]: cycles in phase i (0 waiting for
 // K / V, 1 for the turn, 2 issuing, 3 waiting for S, 4 softmax, 5 waiting for P V, 6 rescale and
@@ -282,6 +285,9 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
   float o[D / 2];
   uint32_t pa_buf[NPA][BN / 16][4];  // P_n in buffer n % NPA
   constexpr bool PROF = (OPT & kOptProf) != 0, EARLY = (OPT & kOptEarly) != 0;
+  constexpr bool QREG = (OPT & kOptQReg) != 0;
+  static_assert(!QREG || (D == 128 && BN == 128), "Q in registers: head_dim 128, 128-key tiles");
+  uint32_t qa[QREG ? D / 16 : 1][4];
   uint64_t pacc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, tprev = 0, nsteps = 0, nitems = 0;
   const uint64_t t_begin = PROF ? clk() : 0, g_begin = PROF ? gtimer() : 0;
   auto mark = [&](int ph) {
@@ -299,6 +305,15 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
   };
 
   auto issue_s = [&](float (&p)[BN / 2], int s) {
+    if constexpr (QREG) {
+      const uint64_t dk0 = smem_desc(sK(s), 16, 1024);
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const uint64_t dk = dk0 + uint64_t(((kk / 4) * (BN * 128) + (kk % 4) * 32) >> 4);
+        mma_rs_k<BN, BF16>(p, qa[kk], dk, kk > 0);
+      }
+      return;
+    }
     // The Q descriptors are recomputed per use from an opaque base rather than kept live
     // across the loop (16 registers: with wide key tiles they would spill).
     // Descriptors are a base plus the step's byte offset / 16 (the 14-bit address field
@@ -369,7 +384,15 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
     RowState st;
 
     if constexpr (!DYN) mbar_wait(q_full, uint32_t(k) & 1u);
-    if (ntiles == 0) release(q_empty);
+    if constexpr (QREG) {
+      if (ntiles > 0) {
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) load_a_frag(qa[kk], sQ + cw * (64 * 128), BM * 128, kk, warp, lane);
+      }
+      release(q_empty);  // Q is in registers
+    } else if (ntiles == 0) {
+      release(q_empty);
+    }
     if (ntiles > 0) {
       if constexpr (PP)
         if (cw == 1 && !(CHAIN && opened)) asm volatile("bar.arrive 1, 256;\n" ::: "memory");  // warpgroup 0 first
@@ -386,7 +409,7 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
         wg_wait<0>();
         fence_regs(p);
         release(k_empty(s));
-        if (ntiles == 1) release(q_empty);
+        if (!QREG && ntiles == 1) release(q_empty);
         const int j0 = n_begin * BN;
         float al0 = 1.f, al1 = 1.f;
         if constexpr (!(OPT & kOptNoSoftmax))
@@ -421,7 +444,7 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
         fence_regs(p);
         mark(3);
         release(k_empty(s));
-        if (it == ntiles - 1) release(q_empty);
+        if (!QREG && it == ntiles - 1) release(q_empty);
         const int j0 = (n_begin + it) * BN;
         float al0 = 1.f, al1 = 1.f;
         if constexpr (!(OPT & kOptNoSoftmax))
@@ -585,6 +608,10 @@ bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, const W
         if (o == (PR | kOptStale) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, PR | kOptStale>;
         if (o == (PR | SE) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, PR | SE>;
         if (o == (PR | kOptNoSoftmax) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, PR | kOptNoSoftmax>;
+        constexpr int QR = kOptQReg;
+        if (o == QR && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, QR>;
+        if (o == (QR | kOptStale) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, QR | kOptStale>;
+        if (o == (QR | PR | kOptStale) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, QR | PR | kOptStale>;
         if (pick && (o & kOptProf)) {
           void* base = nullptr;
           GK_CUDA_CHECK(cudaGetSymbolAddress(&base, g_prof));
