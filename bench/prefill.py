@@ -1,7 +1,7 @@
 """Prefill attention benchmark: gpukit's attention_prefill against torch SDPA (its fastest form), same run.
 
     python bench/prefill.py [--out bench/results/h200.json] [--rounds 20] [--no-peer] [--sizes 1024,4096,16384]
-                            [--no-other] [--prof 1024,1026,1536,3584,5632] [--experiments [4096,16384]]
+                            [--no-other] [--prof 1024,1026,1536,3584,5632,9760] [--experiments [4096,16384]]
     python bench/prefill.py --sanitize racecheck|memcheck|synccheck
 
 Causal bf16, batch 1, H=32, D=128 at S = 1024, 4096, 16384, plus GQA (Hq=32, Hkv=8) at S=4096.
@@ -269,6 +269,7 @@ def sanitize_cases():
         ("persistent thresholded max", "5", "512", [300], [0], 4, 2, 128, True),
         ("persistent thresholded max + early rescale", "5", "2560", [260], [40], 2, 2, 128, True),
         ("persistent Q in registers", "5", "4608", [333], [0], 2, 2, 128, True),
+        ("persistent speculative softmax", "5", "8736", [700], [0], 2, 1, 128, True),
         ("ping-pong varlen poisoned", "3", "", [100, 0, 37, 20], [0, 28, 5, 0], 4, 2, 128, True),
         ("ping-pong varlen D=64 bidirectional", "3", "", [70, 130], [10, 0], 2, 1, 64, False),
         ("no ping-pong D=256", "2", "", [150], [0], 2, 2, 256, True),
@@ -316,6 +317,7 @@ EXPERIMENTS = [
     ("thresholded max", {"GPUKIT_PREFILL_SM90_OPT": "512"}),
     ("early rescale", {"GPUKIT_PREFILL_SM90_OPT": "2048"}),
     ("thresholded max + early rescale", {"GPUKIT_PREFILL_SM90_OPT": "2560"}),
+    ("speculative softmax", {"GPUKIT_PREFILL_SM90_OPT": "8736"}),
     ("Q in registers", {"GPUKIT_PREFILL_SM90_OPT": "4096"}),
     ("Q in registers + thresholded max", {"GPUKIT_PREFILL_SM90_OPT": "4608"}),
     ("rescale when max changed", {"GPUKIT_PREFILL_SM90_OPT": "8"}),
@@ -371,10 +373,10 @@ def main():
                        help="instead of timing: run a few GPU prefill tests under compute-sanitizer --tool TOOL "
                             "(memcheck, racecheck, synccheck) and print its summary")
         p.add_argument("--sanitize-cases", action="store_true", help=argparse_suppress())
-        p.add_argument("--prof", default="1024,1026,1536,3584,5632", metavar="OPTS",
+        p.add_argument("--prof", default="1024,1026,1536,3584,5632,9760", metavar="OPTS",
                        help="at S >= 4096 (MHA), one call each with these GPUKIT_PREFILL_SM90_OPT cycle-profile "
                             "builds (1024: default, 1026: no softmax (wrong results), 1536: thresholded max, 3584: + early "
-                            "rescale, 5632: Q in registers + thresholded max); '' for none")
+                            "rescale, 5632: Q in registers + thresholded max, 9760: speculative softmax); '' for none")
         p.add_argument("--no-other", action="store_true", help="skip timing the other sm_90 kernels")
         p.add_argument("--experiments", nargs="?", const="4096,16384", default="", metavar="SIZES",
                        help="afterwards, time the default kernel under the EXPERIMENTS settings at these sizes")

@@ -79,10 +79,13 @@ struct CfgWS {
 // issuing S_n and O += P_{n-1} V_{n-1}, while S_n runs, instead of after P_{n-1} V_{n-1} is done;
 // bit 12: Q in registers (A fragments loaded once per item by ldmatrix; S = Q K^T with A from
 // registers), so that S_n reads only K from shared memory (a third less shared-memory traffic
-// per S), and Q's buffer is released at the item's start.
+// per S), and Q's buffer is released at the item's start; bit 13 (with bits 9 and 5): speculative
+// softmax (softmax_spec): on unmasked tiles the exponentials are taken against the row's current
+// maximum right away, packed into the second P buffer, and the tile maximum only checked after
+// (the rows of a warp redo the step by softmax_step_t when one of them jumped).
 constexpr int kOptNoLoad = 1, kOptNoSoftmax = 2, kOptPolyExp = 4, kOptSkipRescale = 8, kOptDynamic = 16,
               kOptDoubleP = 32, kOptChain = 64, kOptTruncP = 128, kOptChainMax = 256, kOptStale = 512,
-              kOptProf = 1024, kOptEarly = 2048, kOptQReg = 4096;
+              kOptProf = 1024, kOptEarly = 2048, kOptQReg = 4096, kOptSpec = 8192;
 
 // kOptProf counters: per consumer warpgroup w, g_prof[10 w + i]: cycles in phase i (0 waiting for
 // K / V, 1 for the turn, 2 issuing, 3 waiting for S, 4 softmax, 5 waiting for P V, 6 rescale and
@@ -285,7 +288,9 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
   float o[D / 2];
   uint32_t pa_buf[NPA][BN / 16][4];  // P_n in buffer n % NPA
   constexpr bool PROF = (OPT & kOptProf) != 0, EARLY = (OPT & kOptEarly) != 0;
-  constexpr bool QREG = (OPT & kOptQReg) != 0;
+  constexpr bool QREG = (OPT & kOptQReg) != 0, SPEC = (OPT & kOptSpec) != 0;
+  static_assert(!SPEC || (kStale && (OPT & kOptDoubleP) && !(OPT & (kOptNoSoftmax | kOptTruncP | kOptPolyExp))),
+                "speculative softmax: with the thresholded maximum and two P buffers");
   static_assert(!QREG || (D == 128 && BN == 128), "Q in registers: head_dim 128, 128-key tiles");
   uint32_t qa[QREG ? D / 16 : 1][4];
   uint64_t pacc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, tprev = 0, nsteps = 0, nitems = 0;
@@ -447,10 +452,17 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
         if (!QREG && it == ntiles - 1) release(q_empty);
         const int j0 = (n_begin + it) * BN;
         float al0 = 1.f, al1 = 1.f;
+        const bool need_mask = j0 + BN > hi_first || j0 < lo_last;
+        bool spec_done = false;
+        if constexpr (SPEC)
+          if (!need_mask && !sp.cap && sp.sc > 0.f) spec_done = softmax_spec<BN, BF16>(p, st, sp, pa_buf[B]);
         if constexpr (!(OPT & kOptNoSoftmax))
-          softmax_step<BN, kPoly, kTrunc, kChainMax, kStale>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0,
-                                                     lo1, hi1, al0, al1);
-        if constexpr (NPA == 2) to_a_frags<BN, BF16, kTrunc>(p, pa_buf[B]);  // buffer B's last reader is done
+          if (!spec_done)
+            softmax_step<BN, kPoly, kTrunc, kChainMax, kStale>(p, st, sp, need_mask, j0, cq, lo0, hi0, lo1, hi1, al0,
+                                                               al1);
+        if constexpr (NPA == 2)
+          if (!spec_done) to_a_frags<BN, BF16, kTrunc>(p, pa_buf[B]);  // buffer B's last reader is done
+        (void)spec_done;
         if constexpr (PROF) fence_regs(p);
         mark(4);
         wg_wait<0>();
@@ -610,6 +622,9 @@ bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, const W
         if (o == (PR | kOptNoSoftmax) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, PR | kOptNoSoftmax>;
         constexpr int QR = kOptQReg;
         if (o == QR && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, QR>;
+        constexpr int SP = kOptSpec | kOptStale | kOptDoubleP;
+        if (o == SP && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, SP>;
+        if (o == (SP | PR) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, SP | PR>;
         if (o == (QR | kOptStale) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, QR | kOptStale>;
         if (o == (QR | PR | kOptStale) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, QR | PR | kOptStale>;
         if (pick && (o & kOptProf)) {

@@ -281,6 +281,51 @@ __device__ __forceinline__ void softmax_step(float (&p)[BN / 2], RowState& st, c
   }
 }
 
+// Speculative online-softmax step under the STALE rule, for unmasked tiles with a positive scale and
+// no soft-cap (softmax_step_t MODE 0): exponentials against each row's current maximum m (finite),
+// written straight into the A fragments pa of P, with their fp32 row sums; the tile's row maxima are
+// taken alongside instead of before. true: no row of the warp exceeds m + kStaleLog2 (m and O stay,
+// the factors are 1, l gets the sums). false: some row does, or some m is still -inf; nothing has
+// changed in st and p holds the scores: the caller runs softmax_step_t<.., STALE> and to_a_frags,
+// which give each row the values it would have had here when its maximum did not jump.
+template <int BN, bool BF16>
+__device__ __forceinline__ bool softmax_spec(const float (&p)[BN / 2], RowState& st, const SoftmaxParams& sp,
+                                             uint32_t (&pa)[BN / 16][4]) {
+  if (__any_sync(0xffffffffu, st.m0 == -INFINITY || st.m1 == -INFINITY)) return false;
+  const float f = sp.sc, mu0 = st.m0, mu1 = st.m1;
+  float t0[BN / 8], t1[BN / 8];
+  float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+  for (int j = 0; j < BN / 16; ++j) {
+    // k16 step j: p[8 j .. 8 j + 7] = (row, col 2c..), (row + 8, ..), (row, col + 8 ..), (row + 8, ..)
+    float e[8];
+#pragma unroll
+    for (int r = 0; r < 8; ++r) e[r] = ex2(fmaf(p[8 * j + r], f, (r & 2) ? -mu1 : -mu0));
+#pragma unroll
+    for (int r = 0; r < 4; ++r) pa[j][r] = pack2<BF16>(e[2 * r], e[2 * r + 1]);
+    s0 += e[0] + e[1];  // (the order of softmax_step_t: same sums, same bits)
+    s1 += e[2] + e[3];
+    s0 += e[4] + e[5];
+    s1 += e[6] + e[7];
+    t0[2 * j] = fmaxf(p[8 * j], p[8 * j + 1]);
+    t0[2 * j + 1] = fmaxf(p[8 * j + 4], p[8 * j + 5]);
+    t1[2 * j] = fmaxf(p[8 * j + 2], p[8 * j + 3]);
+    t1[2 * j + 1] = fmaxf(p[8 * j + 6], p[8 * j + 7]);
+  }
+  fold_max<BN / 8>(t0);
+  fold_max<BN / 8>(t1);
+  float mx0 = t0[0], mx1 = t1[0];
+#pragma unroll
+  for (int o = 1; o < 4; o <<= 1) {
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
+  }
+  if (__any_sync(0xffffffffu, mx0 * f > mu0 + kStaleLog2 || mx1 * f > mu1 + kStaleLog2)) return false;
+  st.l0 += s0;
+  st.l1 += s1;
+  return true;
+}
+
 template <int N>
 __device__ __forceinline__ void rescale(float (&o)[N], float al0, float al1) {
 #pragma unroll
