@@ -570,6 +570,15 @@ void print_prof(cudaStream_t st) {
                double(h[20]) * 1e3 / double(std::max(h[21], 1ull)));
 }
 
+// The OPT bits of the kernels that run by default (no GPUKIT_PREFILL_SM90_OPT), per dtype, head
+// dim and stage count.
+constexpr int default_opt(bool bf16, int D, int ST) {
+  (void)bf16;
+  (void)D;
+  (void)ST;
+  return 0;
+}
+
 template <bool BF16, int D, int ST>
 bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, const WsTuning& tu, cudaStream_t st) {
   using C = CfgWS<D, ST>;
@@ -578,7 +587,8 @@ bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, const W
   PersistOrder po{a.hq, nullptr};
   int bn = C::BN;
   bool prof = false;
-  Kern kern = pp ? k_prefill_ws<BF16, D, true, ST, false> : k_prefill_ws<BF16, D, false, ST, false>;
+  constexpr int DO = default_opt(BF16, D, ST);
+  Kern kern = pp ? k_prefill_ws<BF16, D, true, ST, false, DO> : k_prefill_ws<BF16, D, false, ST, false, DO>;
   if constexpr (D <= 128) {  // (head_dim 256 would spill registers)
     if (persist && !a.cu_q) {  // one CTA per multiprocessor walks the (tile, head) items
       int dev = 0, sms = 0;
@@ -586,7 +596,7 @@ bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, const W
       GK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
       const int64_t items = (a.Tq + C::BM - 1) / C::BM * a.hq;
       if (items > INT32_MAX / 2) return false;
-      kern = k_prefill_ws<BF16, D, true, ST, true>;
+      kern = k_prefill_ws<BF16, D, true, ST, true, DO>;
       if constexpr (BF16 && D == 128 && ST == 2) {  // run-time experiments (bench); others: default
         constexpr int P = kOptPolyExp;
         const int o = tu.opt, b = tu.bn == 128 ? 0 : tu.bn;
