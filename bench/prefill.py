@@ -440,7 +440,7 @@ def main():
         gms = common.time_cuda(lambda: gk.nn.attention_prefill(gq, gk_, gv, causal=True), a.rounds)
         g_tf = flops / (common.median(gms) * 1e-3) / 1e12
         label = f"S{S}_H{Hq}_D{D}_causal" if Hq == Hkv else f"S{S}_Hq{Hq}_Hkv{Hkv}_D{D}_causal"
-        peer_tf, peer, err, forms, h2h, extra_lines = None, "", float("nan"), "", "", []
+        peer_tf, peer, err, forms, h2h, extra_lines, order_rec = None, "", float("nan"), "", "", [], {}
         if not a.no_peer:
             seq_tf, peer, forms, ref, peer_fn = sdpa_forms(torch, F, SDPBackend, sdpa_kernel, q, k, v, flops,
                                                            a.rounds)
@@ -456,7 +456,11 @@ def main():
             peer_tf = flops / (common.median(pms) * 1e-3) / 1e12
             h2h = f"   (timed one after the other: gpukit {seq_g:.1f}, torch {seq_tf:.1f})"
             gfn = lambda: gk.nn.attention_prefill(gq, gk_, gv, causal=True)  # noqa: E731
-            extra_lines.append(order_line(orders(gfn, peer_fn, flops, a.rounds, reps_for(common.median(gms))))[0])
+            ores = orders(gfn, peer_fn, flops, a.rounds, reps_for(common.median(gms)))
+            oline, worst = order_line(ores)
+            extra_lines.append(oline)
+            order_rec = {"orders": {name: [round(common.median(g), 1), round(common.median(t), 1)]
+                                    for name, (g, t) in ores.items()}, "worst_order_ratio": round(worst, 4)}
             if nv is not None and S >= 4096:
                 extra_lines.append(steady(nv, gfn, peer_fn, flops, common.median(gms)))
             if S >= 4096 and Hq == Hkv:  # cycle profiles of the consumer loop (stderr)
@@ -479,6 +483,7 @@ def main():
             print(line, flush=True)
         records.append(common.record("attention_prefill", label, "bf16", "TFLOP/s", g_tf, peer, peer_tf, [
             flops / (t * 1e-3) / 1e12 for t in gms]))
+        records[-1].update(order_rec)  # medians [gpukit, torch] per timing order, and the worst ratio
         q = k = v = gq = gk_ = gv = None  # free before the next size
         torch.cuda.empty_cache()
     common.write_results(a.out, records)
