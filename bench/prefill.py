@@ -1,7 +1,7 @@
 """Prefill attention benchmark: gpukit's attention_prefill against torch SDPA (its fastest form), same run.
 
     python bench/prefill.py [--out bench/results/h200.json] [--rounds 20] [--no-peer] [--sizes 1024,4096,16384]
-                            [--no-other] [--prof 1024,1026,1536,3584,5632,9760] [--experiments [4096,16384]]
+                            [--no-other] [--prof 1024,9760,58912] [--experiments [4096,16384]]
     python bench/prefill.py --sanitize racecheck|memcheck|synccheck
 
 Causal bf16, batch 1, H=32, D=128 at S = 1024, 4096, 16384, plus GQA (Hq=32, Hkv=8) at S=4096.
@@ -270,6 +270,8 @@ def sanitize_cases():
         ("persistent thresholded max + early rescale", "5", "2560", [260], [40], 2, 2, 128, True),
         ("persistent Q in registers", "5", "4608", [333], [0], 2, 2, 128, True),
         ("persistent speculative softmax", "5", "8736", [700], [0], 2, 1, 128, True),
+        ("persistent spec + K ahead + sleeping waits", "5", "57888", [520], [90], 2, 2, 128, True),
+        ("persistent, no OPT bits (before B)", "5", "1048576", [300], [0], 2, 2, 128, True),
         ("ping-pong varlen poisoned", "3", "", [100, 0, 37, 20], [0, 28, 5, 0], 4, 2, 128, True),
         ("ping-pong varlen D=64 bidirectional", "3", "", [70, 130], [10, 0], 2, 1, 64, False),
         ("no ping-pong D=256", "2", "", [150], [0], 2, 2, 256, True),
@@ -312,19 +314,16 @@ def sanitize_cases():
 
 
 # (label, environment) of the --experiments table; "OPT" runs are timing experiments only.
-EXPERIMENTS = [
+EXPERIMENTS = [  # (default since checkpoint B: speculative softmax, OPT 8736, for head_dim 128)
     ("default", {}),
-    ("thresholded max", {"GPUKIT_PREFILL_SM90_OPT": "512"}),
-    ("early rescale", {"GPUKIT_PREFILL_SM90_OPT": "2048"}),
+    ("default before B (no OPT bits)", {"GPUKIT_PREFILL_SM90_OPT": "1048576"}),
     ("thresholded max + early rescale", {"GPUKIT_PREFILL_SM90_OPT": "2560"}),
-    ("speculative softmax", {"GPUKIT_PREFILL_SM90_OPT": "8736"}),
-    ("Q in registers", {"GPUKIT_PREFILL_SM90_OPT": "4096"}),
+    ("thresholded max + K ahead + sleeping waits", {"GPUKIT_PREFILL_SM90_OPT": "49664"}),
+    ("spec + K ahead of V", {"GPUKIT_PREFILL_SM90_OPT": "25120"}),
+    ("spec + sleeping waits", {"GPUKIT_PREFILL_SM90_OPT": "41504"}),
+    ("spec + K ahead + sleeping waits", {"GPUKIT_PREFILL_SM90_OPT": "57888"}),
     ("Q in registers + thresholded max", {"GPUKIT_PREFILL_SM90_OPT": "4608"}),
-    ("rescale when max changed", {"GPUKIT_PREFILL_SM90_OPT": "8"}),
-    ("bn=160", {"GPUKIT_PREFILL_SM90_BN": "160"}),
-    ("hs=l2", {"GPUKIT_PREFILL_SM90_HS": "l2"}),
-    ("3-stage", {"GPUKIT_PREFILL_SM90": "6"}),
-    ("not persistent", {"GPUKIT_PREFILL_SM90": "3"}),
+    ("bn=160 (no OPT bits)", {"GPUKIT_PREFILL_SM90_BN": "160"}),
     ("no K/V loads (wrong results)", {"GPUKIT_PREFILL_SM90_OPT": "1"}),
     ("no softmax (wrong results)", {"GPUKIT_PREFILL_SM90_OPT": "2"}),
     ("default again (noise)", {}),
@@ -373,10 +372,12 @@ def main():
                        help="instead of timing: run a few GPU prefill tests under compute-sanitizer --tool TOOL "
                             "(memcheck, racecheck, synccheck) and print its summary")
         p.add_argument("--sanitize-cases", action="store_true", help=argparse_suppress())
-        p.add_argument("--prof", default="1024,1026,1536,3584,5632,9760", metavar="OPTS",
+        p.add_argument("--prof", default="1024,9760,58912", metavar="OPTS",
                        help="at S >= 4096 (MHA), one call each with these GPUKIT_PREFILL_SM90_OPT cycle-profile "
-                            "builds (1024: default, 1026: no softmax (wrong results), 1536: thresholded max, 3584: + early "
-                            "rescale, 5632: Q in registers + thresholded max, 9760: speculative softmax); '' for none")
+                            "builds (1024: no other bits (the default before B), 1026: no softmax (wrong results), 1536: "
+                            "thresholded max, 3584: + early rescale, 5632: Q in registers + thresholded max, 9760: "
+                            "speculative softmax (the default since B), 58912: + K ahead of V + sleeping waits); '' "
+                            "for none")
         p.add_argument("--no-other", action="store_true", help="skip timing the other sm_90 kernels")
         p.add_argument("--experiments", nargs="?", const="4096,16384", default="", metavar="SIZES",
                        help="afterwards, time the default kernel under the EXPERIMENTS settings at these sizes")

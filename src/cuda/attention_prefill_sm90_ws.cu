@@ -82,15 +82,20 @@ struct CfgWS {
 // per S), and Q's buffer is released at the item's start; bit 13 (with bits 9 and 5): speculative
 // softmax (softmax_spec): on unmasked tiles the exponentials are taken against the row's current
 // maximum right away, packed into the second P buffer, and the tile maximum only checked after
-// (the rows of a warp redo the step by softmax_step_t when one of them jumped).
+// (the rows of a warp redo the step by softmax_step_t when one of them jumped); bit 14: the producer
+// loads K one tile ahead of V (K_n, then V_{n-1}), so that a K load no longer waits for the
+// release of the V tile two back; bit 15: mbarrier waits that sleep in try_wait (a suspend-time
+// hint) instead of spinning.
 constexpr int kOptNoLoad = 1, kOptNoSoftmax = 2, kOptPolyExp = 4, kOptSkipRescale = 8, kOptDynamic = 16,
               kOptDoubleP = 32, kOptChain = 64, kOptTruncP = 128, kOptChainMax = 256, kOptStale = 512,
-              kOptProf = 1024, kOptEarly = 2048, kOptQReg = 4096, kOptSpec = 8192;
+              kOptProf = 1024, kOptEarly = 2048, kOptQReg = 4096, kOptSpec = 8192, kOptKVOrder = 16384,
+              kOptSleepWait = 32768;
 
 // kOptProf counters: per consumer warpgroup w, g_prof[10 w + i]: cycles in phase i (0 waiting for
 // K / V, 1 for the turn, 2 issuing, 3 waiting for S, 4 softmax, 5 waiting for P V, 6 rescale and
 // convert), 7 all cycles of the consumer loop, 8 key-tile steps, 9 items; g_prof[20] cycles and
 // g_prof[21] nanoseconds (globaltimer) of the first consumer thread of each CTA.
+constexpr int kOptLegacy = 1 << 20;  // (run-time only) the kernel without OPT bits, the default before B
 constexpr int kProfSlots = 24;
 __device__ unsigned long long g_prof[kProfSlots];
 __device__ __forceinline__ uint64_t clk() {
@@ -143,6 +148,11 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
   auto par = [](int it) { return uint32_t(it / ST) & 1u; };
 
   const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
+  constexpr bool KVORD = (OPT & kOptKVOrder) != 0, SLEEP = (OPT & kOptSleepWait) != 0;
+  auto mwait = [](uint32_t bar, uint32_t parity) {
+    if constexpr (SLEEP) mbar_wait_sleep(bar, parity);
+    else mbar_wait(bar, parity);
+  };
   // Work items (query tile, head). One per CTA: (blockIdx.y, blockIdx.x), varlen lookup
   // by find_tile. PERSIST (one sequence, no cu_seqlens): round k gives this CTA item
   // w (see below): tile y (y = 0 is the longest) of a head, in sections of po.hs heads.
@@ -200,7 +210,7 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
       int h = int(blockIdx.x), g = 0, nfix = 0;  // g: K / V tiles loaded so far (all items); nfix: uses of v_fix
       int next = int(blockIdx.x);  // DYN: the item after the current one
       for (int k = 0;; ++k) {
-        if (k > 0) mbar_wait(q_empty, uint32_t(k - 1) & 1u);  // the previous item's last S is done
+        if (k > 0) mwait(q_empty, uint32_t(k - 1) & 1u);  // the previous item's last S is done
         if constexpr (PERSIST) {
           const int w = DYN ? next : static_item(k);
           if constexpr (DYN) {
@@ -227,12 +237,12 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
 #pragma unroll
           for (int c = 0; c < NCB; ++c) tma_load_3d(sQ + c * (BM * 128), &tq, q_full, 64 * c, h, int(t.q0 + t.m0));
         }
-        for (int it = 0; it < tl.ntiles; ++it, ++g) {
+        // K tile it (the g-th of the CTA) and V tile it, each after its stage is free.
+        auto load_k = [&](int it, int g) {
           const int s = stage(g);
-          const int j0 = (tl.n_begin + it) * BN;  // sequence-relative first key of the tile
-          const int row = int(t.k0 + j0);
+          const int row = int(t.k0 + (tl.n_begin + it) * BN);
           const bool skip = (OPT & kOptNoLoad) && g >= ST;
-          if (g >= ST) mbar_wait(k_empty(s), par(g - ST));
+          if (g >= ST) mwait(k_empty(s), par(g - ST));
           if (leader) {
             if (skip) {
               mbar_arrive(k_full(s));
@@ -242,7 +252,13 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
               for (int c = 0; c < NCB; ++c) tma_load_3d(sK(s) + c * (BN * 128), &tk, k_full(s), 64 * c, kvh, row);
             }
           }
-          if (g >= ST) mbar_wait(v_empty(s), par(g - ST));
+        };
+        auto load_v = [&](int it, int g) {
+          const int s = stage(g);
+          const int j0 = (tl.n_begin + it) * BN;  // sequence-relative first key of the tile
+          const int row = int(t.k0 + j0);
+          const bool skip = (OPT & kOptNoLoad) && g >= ST;
+          if (g >= ST) mwait(v_empty(s), par(g - ST));
           // Rows valid .. BN - 1 of the tile belong to the next sequence (rows past the tensor
           // are zero-filled by the copy): load onto v_fix, zero them, then complete v_full.
           const int valid = int(min(int64_t(BN), t.Lk - j0));
@@ -258,7 +274,7 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
             }
           }
           if (fix && !skip) {
-            mbar_wait(v_fix, uint32_t(nfix++) & 1u);
+            mwait(v_fix, uint32_t(nfix++) & 1u);
             // Row r of column block c: 128 bytes at c * BN * 128 + r * 128 (the swizzle only
             // permutes the 16-byte chunks inside a row).
             const int n16 = (BN - valid) * NCB * 8;
@@ -270,6 +286,18 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // visible to wgmma
             __syncwarp();
             if (leader) mbar_arrive(v_full(s));
+          }
+        };
+        if constexpr (KVORD) {  // K one tile ahead of V: K_it, then V_{it-1}
+          for (int it = 0; it < tl.ntiles; ++it, ++g) {
+            load_k(it, g);
+            if (it > 0) load_v(it - 1, g - 1);
+          }
+          if (tl.ntiles > 0) load_v(tl.ntiles - 1, g - 1);
+        } else {
+          for (int it = 0; it < tl.ntiles; ++it, ++g) {
+            load_k(it, g);
+            load_v(it, g);
           }
         }
       }
@@ -368,7 +396,7 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
     if constexpr (PERSIST) {
       int w;
       if constexpr (DYN) {
-        mbar_wait(q_full, uint32_t(k) & 1u);  // the producer stored the item before arriving
+        mwait(q_full, uint32_t(k) & 1u);  // the producer stored the item before arriving
         w = *static_cast<volatile int*>(&sh_item[k & 1]);
         if (w < 0) break;
       } else {
@@ -388,7 +416,7 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
     for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
     RowState st;
 
-    if constexpr (!DYN) mbar_wait(q_full, uint32_t(k) & 1u);
+    if constexpr (!DYN) mwait(q_full, uint32_t(k) & 1u);
     if constexpr (QREG) {
       if (ntiles > 0) {
 #pragma unroll
@@ -405,7 +433,7 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
       {  // first tile: S_0 alone
         float p[BN / 2];
         const int s = stage(g);
-        mbar_wait(k_full(s), par(g));
+        mwait(k_full(s), par(g));
         turn_wait();
         wg_fence();
         issue_s(p, s);
@@ -429,8 +457,8 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
         const int s = stage(g + it), ps = stage(g + it - 1);
         float p[BN / 2];
         mark(-1);
-        mbar_wait(k_full(s), par(g + it));
-        mbar_wait(v_full(ps), par(g + it - 1));
+        mwait(k_full(s), par(g + it));
+        mwait(v_full(ps), par(g + it - 1));
         mark(0);
         turn_wait();
         mark(1);
@@ -501,7 +529,7 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
         for (int it = 1; it < ntiles; ++it) step(it, I0{});
       }
       const int ls = stage(g + ntiles - 1);
-      mbar_wait(v_full(ls), par(g + ntiles - 1));
+      mwait(v_full(ls), par(g + ntiles - 1));
       if constexpr (EARLY) rescale_o(pal0, pal1);
       turn_wait();
       wg_fence();
@@ -574,9 +602,7 @@ void print_prof(cudaStream_t st) {
 // dim and stage count.
 constexpr int default_opt(bool bf16, int D, int ST) {
   (void)bf16;
-  (void)D;
-  (void)ST;
-  return 0;
+  return D == 128 && ST == 2 ? kOptSpec | kOptStale | kOptDoubleP : 0;
 }
 
 template <bool BF16, int D, int ST>
@@ -632,8 +658,14 @@ bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, const W
         if (o == (PR | kOptNoSoftmax) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, PR | kOptNoSoftmax>;
         constexpr int QR = kOptQReg;
         if (o == QR && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, QR>;
-        constexpr int SP = kOptSpec | kOptStale | kOptDoubleP;
+        constexpr int SP = kOptSpec | kOptStale | kOptDoubleP, KO = kOptKVOrder, SL = kOptSleepWait;
         if (o == SP && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, SP>;
+        if (o == kOptLegacy && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, 0>;
+        if (o == (SP | KO) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, SP | KO>;
+        if (o == (SP | SL) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, SP | SL>;
+        if (o == (SP | KO | SL) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, SP | KO | SL>;
+        if (o == (SP | KO | SL | PR) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, SP | KO | SL | PR>;
+        if (o == (kOptStale | KO | SL) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptStale | KO | SL>;
         if (o == (SP | PR) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, SP | PR>;
         if (o == (QR | kOptStale) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, QR | kOptStale>;
         if (o == (QR | PR | kOptStale) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, QR | PR | kOptStale>;

@@ -41,6 +41,20 @@ __device__ __forceinline__ float ex2_poly(float x) {
   return __int_as_float(__float_as_int(y) + (__float_as_int(t) << 23));
 }
 
+// mbarrier wait that sleeps in try_wait (suspend-time hint, ns) instead of spinning; gives up
+// after about 2^20 tries, like mbar_wait (tma.cuh) does after 2^25 spins.
+__device__ __forceinline__ void mbar_wait_sleep(uint32_t bar, uint32_t parity) {
+  for (int tries = 0; tries < (1 << 20); ++tries) {
+    uint32_t done;
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity), "r"(1000000u)
+        : "memory");
+    if (done) return;
+  }
+}
+
 template <bool BF16>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   uint32_t r;
