@@ -1,7 +1,7 @@
 """Prefill attention benchmark: gpukit's attention_prefill against torch SDPA (its fastest form), same run.
 
     python bench/prefill.py [--out bench/results/h200.json] [--rounds 20] [--no-peer] [--sizes 1024,4096,16384]
-                            [--no-other] [--prof 1024,9760,58912] [--experiments [4096,16384]]
+                            [--no-other] [--prof 1024,9760,58912,75296] [--experiments [4096,16384]]
     python bench/prefill.py --sanitize racecheck|memcheck|synccheck
 
 Causal bf16, batch 1, H=32, D=128 at S = 1024, 4096, 16384, plus GQA (Hq=32, Hkv=8) at S=4096.
@@ -272,6 +272,8 @@ def sanitize_cases():
         ("persistent speculative softmax", "5", "8736", [700], [0], 2, 1, 128, True),
         ("persistent spec + K ahead + sleeping waits", "5", "57888", [520], [90], 2, 2, 128, True),
         ("persistent, no OPT bits (before B)", "5", "1048576", [300], [0], 2, 2, 128, True),
+        ("persistent spec + turn after S + K ahead", "5", "90656", [640], [0], 2, 2, 128, True),
+        ("persistent spec + turn after P V", "5", "139808", [333], [17], 2, 1, 128, True),
         ("ping-pong varlen poisoned", "3", "", [100, 0, 37, 20], [0, 28, 5, 0], 4, 2, 128, True),
         ("ping-pong varlen D=64 bidirectional", "3", "", [70, 130], [10, 0], 2, 1, 64, False),
         ("no ping-pong D=256", "2", "", [150], [0], 2, 2, 256, True),
@@ -322,6 +324,9 @@ EXPERIMENTS = [  # (default since checkpoint B: speculative softmax, OPT 8736, f
     ("spec + K ahead of V", {"GPUKIT_PREFILL_SM90_OPT": "25120"}),
     ("spec + sleeping waits", {"GPUKIT_PREFILL_SM90_OPT": "41504"}),
     ("spec + K ahead + sleeping waits", {"GPUKIT_PREFILL_SM90_OPT": "57888"}),
+    ("spec + turn passed after S", {"GPUKIT_PREFILL_SM90_OPT": "74272"}),
+    ("spec + turn passed after P V", {"GPUKIT_PREFILL_SM90_OPT": "139808"}),
+    ("spec + turn after S + K ahead", {"GPUKIT_PREFILL_SM90_OPT": "90656"}),
     ("Q in registers + thresholded max", {"GPUKIT_PREFILL_SM90_OPT": "4608"}),
     ("bn=160 (no OPT bits)", {"GPUKIT_PREFILL_SM90_BN": "160"}),
     ("no K/V loads (wrong results)", {"GPUKIT_PREFILL_SM90_OPT": "1"}),
@@ -372,12 +377,12 @@ def main():
                        help="instead of timing: run a few GPU prefill tests under compute-sanitizer --tool TOOL "
                             "(memcheck, racecheck, synccheck) and print its summary")
         p.add_argument("--sanitize-cases", action="store_true", help=argparse_suppress())
-        p.add_argument("--prof", default="1024,9760,58912", metavar="OPTS",
+        p.add_argument("--prof", default="1024,9760,58912,75296", metavar="OPTS",
                        help="at S >= 4096 (MHA), one call each with these GPUKIT_PREFILL_SM90_OPT cycle-profile "
                             "builds (1024: no other bits (the default before B), 1026: no softmax (wrong results), 1536: "
                             "thresholded max, 3584: + early rescale, 5632: Q in registers + thresholded max, 9760: "
-                            "speculative softmax (the default since B), 58912: + K ahead of V + sleeping waits); '' "
-                            "for none")
+                            "speculative softmax (the default since B), 58912: + K ahead of V + sleeping waits, 75296: "
+                            "spec + turn passed after S); '' for none")
         p.add_argument("--no-other", action="store_true", help="skip timing the other sm_90 kernels")
         p.add_argument("--experiments", nargs="?", const="4096,16384", default="", metavar="SIZES",
                        help="afterwards, time the default kernel under the EXPERIMENTS settings at these sizes")

@@ -85,11 +85,14 @@ struct CfgWS {
 // (the rows of a warp redo the step by softmax_step_t when one of them jumped); bit 14: the producer
 // loads K one tile ahead of V (K_n, then V_{n-1}), so that a K load no longer waits for the
 // release of the V tile two back; bit 15: mbarrier waits that sleep in try_wait (a suspend-time
-// hint) instead of spinning.
+// hint) instead of spinning; bit 16: a consumer warpgroup passes the ping-pong turn only once its
+// S_n is done (not right after issuing), bit 17: only once its P V is done, so that the other's
+// HGMMAs do not sit blocked in issue (at checkpoint A issue took 690-980 cycles per step, while the
+// other warpgroup's softmax ran ~3x slower than its instruction count).
 constexpr int kOptNoLoad = 1, kOptNoSoftmax = 2, kOptPolyExp = 4, kOptSkipRescale = 8, kOptDynamic = 16,
               kOptDoubleP = 32, kOptChain = 64, kOptTruncP = 128, kOptChainMax = 256, kOptStale = 512,
               kOptProf = 1024, kOptEarly = 2048, kOptQReg = 4096, kOptSpec = 8192, kOptKVOrder = 16384,
-              kOptSleepWait = 32768;
+              kOptSleepWait = 32768, kOptLateTurn = 65536, kOptLateTurn2 = 131072;
 
 // kOptProf counters: per consumer warpgroup w, g_prof[10 w + i]: cycles in phase i (0 waiting for
 // K / V, 1 for the turn, 2 issuing, 3 waiting for S, 4 softmax, 5 waiting for P V, 6 rescale and
@@ -149,6 +152,7 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
 
   const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
   constexpr bool KVORD = (OPT & kOptKVOrder) != 0, SLEEP = (OPT & kOptSleepWait) != 0;
+  constexpr int LATE = (OPT & kOptLateTurn) ? 1 : (OPT & kOptLateTurn2) ? 2 : 0;
   auto mwait = [](uint32_t bar, uint32_t parity) {
     if constexpr (SLEEP) mbar_wait_sleep(bar, parity);
     else mbar_wait(bar, parity);
@@ -438,9 +442,10 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
         wg_fence();
         issue_s(p, s);
         wg_commit();
-        turn_pass(false);
+        if constexpr (!LATE) turn_pass(false);
         wg_wait<0>();
         fence_regs(p);
+        if constexpr (LATE) turn_pass(false);
         release(k_empty(s));
         if (!QREG && ntiles == 1) release(q_empty);
         const int j0 = n_begin * BN;
@@ -471,10 +476,11 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
         }
         issue_pv(ps, pa_buf[PB]);  // O += P_{n-1} V_{n-1} runs while the softmax of S_n does
         wg_commit();
-        turn_pass(false);
+        if constexpr (!LATE) turn_pass(false);
         mark(2);
         wg_wait<1>();
         fence_regs(p);
+        if constexpr (LATE == 1) turn_pass(false);
         mark(3);
         release(k_empty(s));
         if (!QREG && it == ntiles - 1) release(q_empty);
@@ -495,6 +501,7 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
         mark(4);
         wg_wait<0>();
         fence_regs(o);
+        if constexpr (LATE == 2) turn_pass(false);
         mark(5);
         release(v_empty(ps));
         if constexpr (EARLY) {
@@ -535,9 +542,10 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
       wg_fence();
       issue_pv(ls, pa_buf[0]);
       wg_commit();
-      turn_pass(true);
+      if constexpr (!LATE) turn_pass(true);
       wg_wait<0>();
       fence_regs(o);
+      if constexpr (LATE) turn_pass(true);
       release(v_empty(ls));
       g += ntiles;
     }
@@ -666,6 +674,11 @@ bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, const W
         if (o == (SP | KO | SL) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, SP | KO | SL>;
         if (o == (SP | KO | SL | PR) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, SP | KO | SL | PR>;
         if (o == (kOptStale | KO | SL) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptStale | KO | SL>;
+        constexpr int L1 = kOptLateTurn, L2 = kOptLateTurn2;
+        if (o == (SP | L1) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, SP | L1>;
+        if (o == (SP | L2) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, SP | L2>;
+        if (o == (SP | L1 | PR) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, SP | L1 | PR>;
+        if (o == (SP | L1 | KO) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, SP | L1 | KO>;
         if (o == (SP | PR) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, SP | PR>;
         if (o == (QR | kOptStale) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, QR | kOptStale>;
         if (o == (QR | PR | kOptStale) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, QR | PR | kOptStale>;
