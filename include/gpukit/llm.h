@@ -162,6 +162,8 @@ struct DecodeBatch {
   Array block_table;  // [B, max_blocks] pages of each sequence (entries past its pages: any id)
 };
 
+struct SideBranch;  // src/llm/model.cpp
+
 // Engine switches of a model.
 struct EngineOptions {
   bool cuda_graph = true;  // capture the decode step in a CUDA graph on CUDA
@@ -191,6 +193,23 @@ struct EngineOptions {
   // (checkpoint B: 8B 211.4 vs 216.9 tok/s, 1B 914 vs 948: the last block's serial norm
   // costs more than the PDL-overlapped launch). Default from GPUKIT_NORM_IN_TAIL=0/1.
   bool norm_in_tail = false;
+  // Level 2 decode: while RoPE and attention run (the weights' memory bandwidth idle), a
+  // side branch of the step prefetches into L2 up to this many MiB of the weights that
+  // come next: the output projection, then the first rows of gate/up. 0: off. Default
+  // from GPUKIT_PREFETCH_MB; GPUKIT_PREFETCH_LAST=1 (prefetch_last) marks the lines
+  // evict-last.
+  int64_t prefetch_mb = 0;
+  bool prefetch_last = false;
+  // Level 2 decode, bf16/fp16 weights: the lm head through the engine's GEMV (float32
+  // logits, PDL-chained) instead of gk::gemv. Default from GPUKIT_HEAD_PROJ.
+  bool head_proj = false;
+  // Level 2 decode: the embedding gather and the first RMSNorm in one PDL-chained launch.
+  // Default from GPUKIT_EMBED_NORM (on).
+  bool embed_norm = true;
+  // Prefill (more than 8 rows) with quantized weights on CUDA: the weight expanded to
+  // bf16/fp16 and cuBLASLt, instead of the GEMV per 8 rows. Default from
+  // GPUKIT_DEQUANT_PREFILL (on).
+  bool dequant_prefill = true;
 };
 
 class Model {
@@ -247,6 +266,11 @@ class Model {
   void mark(const char* what, int layer) const {
     if (op_hook) op_hook(what, layer);
   }
+  // The L2 prefetch's side branch (prefetch_mb): a stream and two events, made on first use.
+  void prefetch_during_attention(const LayerWeights& L);
+  void make_side_branch();
+  void join_side_branch();
+  std::shared_ptr<SideBranch> side_;
   bool decoding_ = false;  // run_layers is running a decode step (decode_batch)
   ModelConfig cfg_;
   EngineOptions opt_;

@@ -111,6 +111,25 @@ GK_BINDING(60, llm) {
       .def_prop_rw("norm_in_tail", [](const llm::Model& m) { return m.options().norm_in_tail; },
                    [](llm::Model& m, bool v) { m.options().norm_in_tail = v; },
                    "Fusion level 2 decode: residual add + RMSNorm in the o/down projection's last block.")
+      .def_prop_rw("prefetch_mb", [](const llm::Model& m) { return m.options().prefetch_mb; },
+                   [](llm::Model& m, int64_t v) {
+                     if (v < 0 || v > 4096) throw ValueError(cat("prefetch_mb: expected 0..4096, got ", v));
+                     m.options().prefetch_mb = v;
+                   },
+                   "Fusion level 2 decode: MiB of the next weights (o, then gate/up) prefetched into L2 on a side "
+                   "branch while attention runs (0: off).")
+      .def_prop_rw("prefetch_last", [](const llm::Model& m) { return m.options().prefetch_last; },
+                   [](llm::Model& m, bool v) { m.options().prefetch_last = v; },
+                   "The L2 prefetch marks its lines evict-last.")
+      .def_prop_rw("head_proj", [](const llm::Model& m) { return m.options().head_proj; },
+                   [](llm::Model& m, bool v) { m.options().head_proj = v; },
+                   "Fusion level 2 decode: the lm head through the engine's GEMV (float32 logits).")
+      .def_prop_rw("embed_norm", [](const llm::Model& m) { return m.options().embed_norm; },
+                   [](llm::Model& m, bool v) { m.options().embed_norm = v; },
+                   "Fusion level 2 decode: embedding gather + first RMSNorm in one launch.")
+      .def_prop_rw("dequant_prefill", [](const llm::Model& m) { return m.options().dequant_prefill; },
+                   [](llm::Model& m, bool v) { m.options().dequant_prefill = v; },
+                   "Quantized prefill on CUDA: the weight expanded to bf16/fp16 + cuBLASLt (else the GEMV per 8 rows).")
       .def_prop_ro("quantized", [](const llm::Model& m) { return m.weights().quantized; })
       .def("profile_decode", [](llm::Model& m, int64_t batch, int64_t context, int64_t reps) {
         auto r = llm::profile_decode(m, batch, context, reps);

@@ -1,6 +1,7 @@
 // Bindings of the engine's decode kernels (src/llm/fused.h) for their tests:
 // gpukit._C.llm.fused_project / fused_rope_append / fused_add_rms_norm.
 #include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
 
 #include "bind.h"
 #include "gpukit/errors.h"
@@ -11,10 +12,30 @@ using namespace gk;
 
 GK_BINDING(61, llm_fused) {
   nb::module_ lm = nb::borrow<nb::module_>(m.attr("llm"));
-  lm.def("fused_project", [](const Array& x, const Array& w, std::optional<Array> bias, bool swiglu) {
-    return llm::fused::project(x, w, bias ? *bias : Array(), swiglu);
-  }, nb::arg("x"), nb::arg("w"), nb::arg("bias") = nb::none(), nb::arg("swiglu") = false,
-     "x [M<=8, K] @ w[N, K]^T (+ bias), or with swiglu silu(x @ gate^T) * (x @ up^T) for w = [gate; up].");
+  lm.def("fused_project", [](const Array& x, const Array& w, std::optional<Array> bias, bool swiglu, bool out_f32) {
+    return llm::fused::project(x, w, bias ? *bias : Array(), swiglu, nullptr, nullptr, out_f32);
+  }, nb::arg("x"), nb::arg("w"), nb::arg("bias") = nb::none(), nb::arg("swiglu") = false, nb::arg("out_f32") = false,
+     "x [M<=8, K] @ w[N, K]^T (+ bias), or with swiglu silu(x @ gate^T) * (x @ up^T) for w = [gate; up]; "
+     "out_f32: float32 sums, not rounded.");
+  lm.def("fused_embed_norm", [](const Array& ids, const Array& table, const Array& w, double eps) {
+    return llm::fused::embed_norm(ids, table, w, eps);
+  }, nb::arg("ids"), nb::arg("table"), nb::arg("w"), nb::arg("eps") = 1e-6,
+     "(rms_norm(table[ids]) * w, table[ids]); ids outside the table give zero rows.");
+  lm.def("fused_dequant_linear", [](const Array& x, const Array& q, const Array& scales, std::optional<Array> zeros,
+                                    const std::string& format, int64_t group, std::optional<std::string> out) {
+    QuantizedWeight qw;
+    qw.format = format;
+    qw.q = q;
+    qw.scales = scales;
+    if (zeros) qw.zeros = *zeros;
+    qw.group = group;
+    const DType ot = out ? dtype_from_name(*out) : x.dtype();
+    Array y = llm::fused::dequant_linear(x, qw, ot);
+    if (!y.defined()) throw ValueError("dequant_linear: this format / layout / device is not handled");
+    return y;
+  }, nb::arg("x"), nb::arg("q"), nb::arg("scales"), nb::arg("zeros") = nb::none(), nb::arg("format"),
+     nb::arg("group") = 0, nb::arg("out") = nb::none(),
+     "x @ dequantize(q)^T for many rows on CUDA (the quantized prefill's GEMM).");
   lm.def("fused_project_norm", [](const Array& x, const Array& w, const Array& residual, const Array& norm_w,
                                   double eps) {
     Array ctr = full({1}, Scalar::of_int(0), DType::i32, x.device());

@@ -14,23 +14,14 @@
 
 #include "core/cuda_util.h"
 #include "cuda/common/rows.cuh"
+#include "cuda/llm_common.cuh"
 #include "llm/fused.h"
 #include "ops/nn_args.h"
 
 namespace gk::cuda {
 
 namespace {
-
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
+using namespace llmk;
 
 // A rotary pair, each product rounded on its own (no fused multiply-add).
 __device__ __forceinline__ void rotate(float x1, float x2, float cs, float sn, float& r1, float& r2) {
@@ -49,38 +40,6 @@ __device__ __forceinline__ bool llm_slot(const A& a, int64_t t, int32_t p, int64
   if (blk < 0 || blk >= a.nb) return false;
   slot = blk * a.bs + (p - li * a.bs);
   return true;
-}
-
-template <class... P, class... A>
-void launch_ex(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t st, bool pdl, const char* name,
-               A&&... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = st;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  GK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
-  GK_LAUNCH_CHECK(name);
-}
-
-// Weights: read once, never written during the step (safe before the PDL wait).
-__device__ __forceinline__ uint4 ld_weight(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-// Activations written by the previous kernel: a plain (coherent) load, after the wait.
-__device__ __forceinline__ uint4 ld_act(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
 }
 
 template <class T>
@@ -349,9 +308,14 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1)
       const int i = tid / R, r = tid % R;
       const int64_t row = int64_t(blockIdx.x) * R + r;
       if (i < a.m && row < a.n) {
-        T v = convert<T>(total(i * R + r));
-        if (a.bias) v = convert<T>(float(v) + float(static_cast<const T*>(a.bias)[row]));
-        y[i * a.n + row] = v;
+        const float s = total(i * R + r);
+        if (a.out_f32) {  // float32 output (the lm head's logits): the sum unrounded
+          static_cast<float*>(a.y)[i * a.n + row] = a.bias ? s + float(static_cast<const T*>(a.bias)[row]) : s;
+        } else {
+          T v = convert<T>(s);
+          if (a.bias) v = convert<T>(float(v) + float(static_cast<const T*>(a.bias)[row]));
+          y[i * a.n + row] = v;
+        }
       }
     }
     if constexpr (TAIL) tail_norm<T>(a);

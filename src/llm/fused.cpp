@@ -65,7 +65,8 @@ bool pdl_enabled(Device d) {
 
 // ---- project ----
 
-Array project(const Array& x_in, const Array& w, const Array& bias, bool swiglu, const Stream* sp, const TailNorm* tail) {
+Array project(const Array& x_in, const Array& w, const Array& bias, bool swiglu, const Stream* sp, const TailNorm* tail,
+              bool out_f32) {
   Device d = detail::common_device({{"x", &x_in}, {"w", &w}});
   Stream s = resolve_stream(sp, d);
   if (w.dtype() != DType::bf16 && w.dtype() != DType::f16)
@@ -80,6 +81,7 @@ Array project(const Array& x_in, const Array& w, const Array& bias, bool swiglu,
   if (m > 8) throw ValueError(cat("x: project takes at most 8 rows, got ", m));
   if (swiglu && nw % 2) throw ValueError(cat("w: swiglu needs [gate; up] with an even row count, got ", nw));
   if (swiglu && bias.defined()) throw ValueError("bias: not supported with swiglu");
+  if (out_f32 && (swiglu || tail)) throw ValueError("project: a float32 output only for plain projections");
   const int64_t n = swiglu ? nw / 2 : nw;
   if (bias.defined()) {
     same_dtype(w, bias, "bias");
@@ -89,9 +91,10 @@ Array project(const Array& x_in, const Array& w, const Array& bias, bool swiglu,
   Array x = x_in.stride(1) == 1 || k <= 1 ? x_in : x_in.contiguous(&s);
   Array wd = w.stride(1) == 1 || k <= 1 ? w : w.contiguous(&s);
   Array b = bias.defined() ? bias.contiguous(&s) : Array();
-  Array y = Array::empty({m, n}, w.dtype(), d, &s);
+  Array y = Array::empty({m, n}, out_f32 ? DType::f32 : w.dtype(), d, &s);
   if (y.numel() == 0) return y;
   ProjArgs a;
+  a.out_f32 = out_f32;
   a.x = x.data();
   a.w = wd.data();
   a.bias = b.defined() ? b.data() : nullptr;
@@ -177,6 +180,9 @@ void ref_project(const ProjArgs& a) {
         if (a.swiglu) {
           const float g = float(convert<T>(dot(i, j))), u = float(convert<T>(dot(i, a.n + j)));
           y[i * a.n + j] = convert<T>(gated_fn<nn::GatedAct::SwiGLU, float>(g, u));
+        } else if (a.out_f32) {
+          const float v = dot(i, j);
+          static_cast<float*>(a.y)[i * a.n + j] = a.bias ? v + float(static_cast<const T*>(a.bias)[j]) : v;
         } else {
           T v = convert<T>(dot(i, j));
           if (a.bias) v = convert<T>(float(v) + float(static_cast<const T*>(a.bias)[j]));

@@ -24,6 +24,8 @@
 #include <utility>
 
 #include "gpukit/array.h"
+#include "gpukit/quant.h"
+#include "gpukit/stream.h"
 #include "gpukit/nn.h"
 
 namespace gk::llm {
@@ -38,6 +40,7 @@ struct ProjArgs {
   int64_t m = 0, n = 0, k = 0, x_rs = 0, w_rs = 0;
   DType dtype = DType::bf16;  // of x, w, bias, y
   bool swiglu = false;
+  bool out_f32 = false;  // y float32 (plain projections without tail): the sums unrounded (+ bias)
   bool vec = false;  // CUDA: 16-byte aligned rows and k % 8 == 0
   bool pdl = false;
   // tail (plain projections, n % 8 == 0): the last block to finish also writes
@@ -103,6 +106,38 @@ struct AddNormArgs {
   bool pdl = false;
 };
 
+// The decode step's first launch: x_out = table[ids], h_out = rms_norm(x_out) * w.
+struct EmbedNormArgs {
+  const int32_t* ids = nullptr;  // [T]
+  const void* table = nullptr;   // [V, H], rows table_rs elements apart
+  const void* w = nullptr;       // [H]
+  void* x_out = nullptr;         // [T, H] dense
+  void* h_out = nullptr;         // [T, H] dense
+  int64_t T = 0, V = 0, H = 0, table_rs = 0;
+  float eps = 1e-6f;
+  DType dtype = DType::bf16;
+  bool pdl = false;
+};
+
+// Up to 4 byte ranges to bring into L2.
+struct PrefetchArgs {
+  const void* p[4] = {};
+  int64_t bytes[4] = {};
+  int n = 0;
+};
+
+// A quantized weight [n, k] expanded to out_dtype (prefill): fmt 0 fp8 e4m3, 1 int8
+// (the code values; the per-row scale is applied after the GEMM), 2 int4 ((q - z) * s).
+struct DequantArgs {
+  const void* q = nullptr;  // rows q_rs bytes apart
+  const float* scales = nullptr;   // int4 [n, k / group]
+  const uint8_t* zeros = nullptr;  // int4 [n, k / group]
+  void* out = nullptr;             // [n, k] dense
+  int64_t n = 0, k = 0, q_rs = 0, group = 0;
+  int fmt = 0;
+  DType out_dtype = DType::bf16;
+};
+
 namespace fused {
 struct Rope {
   double theta = 10000.0;
@@ -116,8 +151,10 @@ bool pdl_enabled(Device d);
 // effect at the next launch or capture).
 void set_pdl(int mode);
 struct TailNorm;  // internal (project_norm)
+// out_f32: float32 output, the sums not rounded to the weight type (the lm head's logits;
+// not with swiglu or tail).
 Array project(const Array& x, const Array& w, const Array& bias = {}, bool swiglu = false, const Stream* s = nullptr,
-              const TailNorm* tail = nullptr);
+              const TailNorm* tail = nullptr, bool out_f32 = false);
 struct TailNorm {
   Array res, w;
   double eps;
@@ -151,6 +188,22 @@ Array swiglu(const Array& gu, const Stream* s = nullptr);
 // lengths, dense): ids = tokens (int32 [B]), positions and lengths + 1.
 void advance_inputs(const Array& in, const Array& tokens, const Stream* s = nullptr);
 
+// The first launch of a decode step (src/llm/fused_step.cpp): x = table[ids] (the
+// residual stream) and h = rms_norm(x) * w, add_rms_norm's sums (so the same bits as
+// add_rms_norm(x, 0, w)). ids int32 [T] (an id outside the table gives zero rows),
+// table [V, H] with dense rows, H a multiple of 8 and <= 8192 (bf16/fp16) on CUDA.
+// Returns {h, x}. supported(): whether the CUDA kernel takes these arguments.
+std::pair<Array, Array> embed_norm(const Array& ids, const Array& table, const Array& w, double eps,
+                                   const Stream* s = nullptr);
+bool embed_norm_supported(const Array& table, const Array& w);
+// Fire-and-forget L2 prefetch of byte ranges on stream s (CUDA; nothing elsewhere).
+void prefetch_l2(const PrefetchArgs& a, bool evict_last, const Stream& s);
+// y = x @ dequantize(qw)^T for many rows of bf16/fp16 x on CUDA (prefill): the weight
+// expanded to x's type (fp8 / int8 code values, exact; int4 (q - z) * s rounded once),
+// cuBLASLt, then the per-row scale (fp8 / int8) on the float32 result. Returns an
+// undefined array when the format or layout is not handled (the caller falls back).
+Array dequant_linear(const Array& x, const QuantizedWeight& qw, DType out, const Stream* s = nullptr);
+
 // CPU references (src/llm/fused.cpp)
 void ref_project(const ProjArgs& a);
 void ref_rope_append(const RopeAppendArgs& a);
@@ -166,4 +219,9 @@ void llm_rope_append(const llm::RopeAppendArgs& a, void* stream);
 void llm_add_rms_norm(const llm::AddNormArgs& a, void* stream);
 void llm_advance(int32_t* in, const int32_t* tokens, int64_t B, bool pdl, void* stream);
 void llm_swiglu(const void* gu, void* out, int64_t rows, int64_t I, int64_t gu_rs, DType t, bool pdl, void* stream);
+// src/cuda/llm_step.cu
+void llm_embed_norm(const llm::EmbedNormArgs& a, void* stream);
+void llm_prefetch_l2(const llm::PrefetchArgs& a, bool evict_last, void* stream);
+void llm_dequant(const llm::DequantArgs& a, void* stream);
+void llm_scale_cols(const float* acc, const float* scales, void* y, int64_t m, int64_t n, DType out, void* stream);
 }  // namespace gk::cuda

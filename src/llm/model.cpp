@@ -110,15 +110,40 @@ bool env_flag(const char* name, bool dflt) {
   if (!e || !*e) return dflt;
   return std::strcmp(e, "0") != 0;
 }
+int64_t env_mb(const char* name, int64_t dflt) {
+  const char* e = std::getenv(name);
+  if (!e || !*e) return dflt;
+  char* end = nullptr;
+  const long long v = std::strtoll(e, &end, 10);
+  if (*end || v < 0 || v > 4096) throw ValueError(cat(name, ": expected MiB in [0, 4096], got \"", e, "\""));
+  return v;
+}
+// The environment's defaults of a new model's options.
+void env_options(EngineOptions& o) {
+  o.fusion = env_fusion();
+  o.rope_in_qkv = env_flag("GPUKIT_ROPE_IN_QKV", false);
+  o.norm_in_tail = env_flag("GPUKIT_NORM_IN_TAIL", false);
+  o.prefetch_mb = env_mb("GPUKIT_PREFETCH_MB", o.prefetch_mb);
+  o.prefetch_last = env_flag("GPUKIT_PREFETCH_LAST", o.prefetch_last);
+  o.head_proj = env_flag("GPUKIT_HEAD_PROJ", o.head_proj);
+  o.embed_norm = env_flag("GPUKIT_EMBED_NORM", o.embed_norm);
+  o.dequant_prefill = env_flag("GPUKIT_DEQUANT_PREFILL", o.dequant_prefill);
+}
 }  // namespace
+
+// The L2 prefetch's side branch: work on `s` forks from the current stream after `fork`
+// and joins it again through `join` at the end of the step.
+struct SideBranch {
+  Stream s;
+  Event fork, join;
+  bool open = false;  // prefetches issued since the last join
+};
 
 std::shared_ptr<Model> Model::load(const std::string& path, Device device, DType dtype, const Progress& progress,
                                    const std::string& quantize) {
   ModelFiles files = locate_model(path);
   auto m = std::make_shared<Model>();
-  m->opt_.fusion = env_fusion();
-  m->opt_.rope_in_qkv = env_flag("GPUKIT_ROPE_IN_QKV", false);
-  m->opt_.norm_in_tail = env_flag("GPUKIT_NORM_IN_TAIL", false);
+  env_options(m->opt_);
   m->device_ = device;
   m->dtype_ = dtype;
   if (!files.gguf.empty()) {
@@ -163,21 +188,21 @@ std::shared_ptr<Model> Model::load(const std::string& path, Device device, DType
                          m->cfg_.vocab_size));
   m->w_ = load_weights(m->cfg_, path, device, dtype, progress);
   prepare_weights(m->cfg_, m->w_, quantize);
+  m->make_side_branch();
   return m;
 }
 
 std::shared_ptr<Model> Model::random(const ModelConfig& c, Device device, DType dtype, uint64_t seed,
                                      const std::string& quantize, bool share_layers) {
   auto m = std::make_shared<Model>();
-  m->opt_.fusion = env_fusion();
-  m->opt_.rope_in_qkv = env_flag("GPUKIT_ROPE_IN_QKV", false);
-  m->opt_.norm_in_tail = env_flag("GPUKIT_NORM_IN_TAIL", false);
+  env_options(m->opt_);
   m->cfg_ = c;
   m->cfg_.format = "random";
   m->device_ = device;
   m->dtype_ = dtype;
   m->w_ = random_weights(c, device, dtype, seed, share_layers);
   prepare_weights(m->cfg_, m->w_, quantize, share_layers);
+  m->make_side_branch();
   return m;
 }
 
@@ -207,6 +232,8 @@ Array Model::project(const Array& x, const Array& w, const QuantizedWeight& qw, 
     const DType ot = out.value_or(dtype_);
     if (M <= kGemvRows || device_.is_cpu()) {
       y = gemv_quantized(x, qw, ot);
+    } else if (opt_.dequant_prefill && (y = fused::dequant_linear(x, qw, ot)).defined()) {
+      // prefill: the weight expanded to x's type, cuBLASLt (src/cuda/llm_step.cu)
     } else {
       // Prefill with quantized weights: the GEMV kernel over blocks of 8 rows (reads the
       // weight once per block; a dequantizing GEMM would be faster for long prompts).
@@ -229,11 +256,63 @@ Array Model::project(const Array& x, const Array& w, const QuantizedWeight& qw, 
 Array Model::lm_head(const Array& h) const {
   if (!w_.lm_head_q.format.empty()) return project(h, Array(), w_.lm_head_q, Array(), DType::f32);
   if (device_.is_cuda() && (dtype_ == DType::bf16 || dtype_ == DType::f16)) {
+    if (opt_.head_proj && engine_proj(h) && h.dtype() == w_.lm_head.dtype())
+      return fused::project(h, w_.lm_head, Array(), false, nullptr, nullptr, /*out_f32=*/true);
     if (opt_.use_gemv && h.shape(0) <= kGemvRows && w_.lm_head.numel() >= opt_.gemv_min_elems)
       return gemv(h, w_.lm_head, DType::f32);
     return linear(h, w_.lm_head, nullptr, Activation::none, nullptr, DType::f32);
   }
   return matmul(h, w_.lm_head.T()).astype(DType::f32);
+}
+
+// Level 2 decode: the L2 prefetch of the weights after attention (the output
+// projection, then the first rows of gate and up, which the gate/up GEMV's first
+// blocks read) on a side branch forked after the q/k/v projection, so that it runs
+// beside RoPE and attention. Joined at the end of the step (join_side_branch).
+void Model::prefetch_during_attention(const LayerWeights& L) {
+  if (!engine_ops() || opt_.prefetch_mb <= 0) return;
+  int64_t budget = opt_.prefetch_mb << 20;
+  PrefetchArgs a;
+  auto add = [&](const Array& t, int64_t bytes) {
+    if (!t.defined() || budget <= 0 || a.n >= 4 || !t.is_contiguous()) return;
+    bytes = std::min({bytes, budget, int64_t(t.nbytes())});
+    if (bytes <= 0) return;
+    a.p[a.n] = t.data();
+    a.bytes[a.n++] = bytes;
+    budget -= bytes;
+  };
+  const bool plain = L.o_q.format.empty();
+  const Array& o = plain ? L.o : L.o_q.q;
+  add(o, int64_t(o.nbytes()));
+  if (L.gate_up_q.format.empty()) {  // the engine's gate/up GEMV: block j reads gate and up rows 2j, 2j + 1
+    const int64_t half = budget / 2;
+    add(L.gate, half);
+    add(L.up, half);
+  } else {
+    add(L.gate_up_q.q, budget);
+  }
+  if (a.n == 0 || !side_) return;
+  Stream main = Stream::current(device_);
+  side_->fork.record(main);
+  side_->s.wait(side_->fork);
+  fused::prefetch_l2(a, opt_.prefetch_last, side_->s);
+  side_->open = true;
+}
+
+// The side branch's stream and events, made with the model (not during a graph capture).
+void Model::make_side_branch() {
+  if (!device_.is_cuda() || side_) return;
+  side_ = std::make_shared<SideBranch>();
+  side_->s = Stream::create(device_);
+  side_->fork = Event::create(device_, /*timing=*/false);
+  side_->join = Event::create(device_, /*timing=*/false);
+}
+
+void Model::join_side_branch() {
+  if (!side_ || !side_->open) return;
+  side_->join.record(side_->s);
+  Stream::current(device_).wait(side_->join);
+  side_->open = false;
 }
 
 // SwiGLU MLP: one gate/up projection [T, 2 I] (gate then up), the fused activation,
@@ -309,10 +388,17 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
     v = qkv.narrow(1, Q + KV, KV).reshape({T, c.num_kv_heads, D});
   };
   Array pos = positions.to(device_, nullptr, /*non_blocking=*/true);
-  Array x = embedding(ids, w_.embed);  // residual stream [T, H]
-  mark("embed", -1);
-  Array h = nn::rms_norm(x, w_.layers[0].attn_norm, c.norm_eps);
-  mark("norm", 0);
+  Array x, h;  // the residual stream [T, H] and its norm
+  if (engine_ops() && opt_.embed_norm && ids.dtype() == DType::i32 &&
+      fused::embed_norm_supported(w_.embed, w_.layers[0].attn_norm)) {
+    std::tie(h, x) = fused::embed_norm(ids, w_.embed, w_.layers[0].attn_norm, c.norm_eps);
+    mark("embed", -1);  // with the norm
+  } else {
+    x = embedding(ids, w_.embed);
+    mark("embed", -1);
+    h = nn::rms_norm(x, w_.layers[0].attn_norm, c.norm_eps);
+    mark("norm", 0);
+  }
   Array resid = x;
   std::optional<int> rd;
   if (c.rotary_dim) rd = int(c.rotary_dim);
@@ -363,6 +449,7 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
         fused::rope_append(q, k, v, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table, rope);
         mark("rope_kv", l);
       }
+      prefetch_during_attention(L);
       Array att = attend(q, k, v, l).reshape({T, Q});
       mark("attention", l);
       h = proj_norm(att, L.o, L.ffn_norm, 2 * l, l, "o_proj");
@@ -400,6 +487,7 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
       nn::kv_append(k, v, cache.k[size_t(l)], cache.v[size_t(l)], idx);
       mark("kv_append", l);
     }
+    prefetch_during_attention(L);
     Array att = attend(q, k, v, l).reshape({T, Q});
     mark("attention", l);
     Array o = engine_proj(att) && L.o_q.format.empty() ? fused::project(att, L.o) : project(att, L.o, L.o_q);
@@ -485,6 +573,7 @@ Array Model::decode_batch(KvCache& cache, const DecodeBatch& in) {
   Array h = run_layers(in.ids, in.positions, cache, idx, attend);
   Array logits = lm_head(h);
   mark("lm_head", -1);
+  join_side_branch();
   return logits;
 }
 
