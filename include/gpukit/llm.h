@@ -210,6 +210,12 @@ struct EngineOptions {
   // bf16/fp16 and cuBLASLt, instead of the GEMV per 8 rows. Default from
   // GPUKIT_DEQUANT_PREFILL (on).
   bool dequant_prefill = true;
+  // Level 2 decode, bf16/fp16 cache, no q/k norm or sliding window: RoPE, the KV append
+  // and attention in one PDL-chained launch (src/cuda/llm_attention.cu) when the step's
+  // block table spans at most fused_attention_max_keys keys; else rope_append +
+  // attention_decode. Default from GPUKIT_FUSED_ATTN.
+  bool fused_attention = false;
+  int64_t fused_attention_max_keys = 4096;
 };
 
 class Model {

@@ -130,6 +130,15 @@ GK_BINDING(60, llm) {
       .def_prop_rw("dequant_prefill", [](const llm::Model& m) { return m.options().dequant_prefill; },
                    [](llm::Model& m, bool v) { m.options().dequant_prefill = v; },
                    "Quantized prefill on CUDA: the weight expanded to bf16/fp16 + cuBLASLt (else the GEMV per 8 rows).")
+      .def_prop_rw("fused_attention", [](const llm::Model& m) { return m.options().fused_attention; },
+                   [](llm::Model& m, bool v) { m.options().fused_attention = v; },
+                   "Fusion level 2 decode: RoPE, KV append and attention in one launch (short contexts).")
+      .def_prop_rw("fused_attention_max_keys", [](const llm::Model& m) { return m.options().fused_attention_max_keys; },
+                   [](llm::Model& m, int64_t v) {
+                     if (v < 0 || v > 16384) throw ValueError(cat("fused_attention_max_keys: expected 0..16384, got ", v));
+                     m.options().fused_attention_max_keys = v;
+                   },
+                   "The longest block table (keys) the fused decode attention takes; longer: attention_decode.")
       .def_prop_ro("quantized", [](const llm::Model& m) { return m.weights().quantized; })
       .def("profile_decode", [](llm::Model& m, int64_t batch, int64_t context, int64_t reps) {
         auto r = llm::profile_decode(m, batch, context, reps);

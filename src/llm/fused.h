@@ -138,6 +138,24 @@ struct DequantArgs {
   DType out_dtype = DType::bf16;
 };
 
+// Decode attention with RoPE and the KV append (src/cuda/llm_attention.cu).
+struct AttnArgs {
+  const void* qkv = nullptr;  // [B, (hq + 2 hkv) D], rows qkv_rs elements apart: q | k | v before RoPE
+  void* out = nullptr;        // [B, hq, D] dense
+  void* kc = nullptr;         // [nb, bs, hkv, D] dense
+  void* vc = nullptr;
+  int64_t qkv_rs = 0, nb = 0, bs = 0, bt_stride = 0, max_blocks = 0;
+  const int32_t* pos = nullptr;          // [B]: the new token's position (attends to 0 .. pos)
+  const int32_t* block_table = nullptr;  // [B, max_blocks]
+  int B = 0, hq = 0, hkv = 0, D = 0, rd = 0, S = 0;  // S: chunks of the grid (the longest possible sequence)
+  bool interleaved = false;
+  float mscale = 1.f, scale = 1.f;
+  float* ws = nullptr;      // S > 1: partials
+  int* counters = nullptr;  // [B * hkv] zeros (left zero)
+  DType dtype = DType::bf16;
+  bool pdl = false;
+};
+
 namespace fused {
 struct Rope {
   double theta = 10000.0;
@@ -204,6 +222,21 @@ void prefetch_l2(const PrefetchArgs& a, bool evict_last, const Stream& s);
 // undefined array when the format or layout is not handled (the caller falls back).
 Array dequant_linear(const Array& x, const QuantizedWeight& qw, DType out, const Stream* s = nullptr);
 
+// Decode attention of one new token per sequence from the q/k/v projection's output
+// qkv [B <= 8, (hq + 2 hkv) D] (before RoPE; bias added): q and k rotated as rope_append
+// does, k and v stored in the paged caches at positions[b] (the rule of rope_append),
+// and attention of the hq query heads over keys 0 .. positions[b] (scale 1/sqrt(D));
+// returns [B, hq, D]. counters: int32 device zeros, >= B * hkv (left zero). On CUDA
+// one launch (src/cuda/llm_attention.cu, head_dim 64 or 128, <= 8 query heads per kv
+// head, block_table.shape(1) * block_size keys at most attention_rope_max_keys);
+// elsewhere rope_append + nn::attention_decode. supported(): whether the CUDA kernel
+// takes these shapes.
+Array attention_rope(const Array& qkv, int64_t hq, const Array& k_cache, const Array& v_cache,
+                     const Array& positions, const Array& block_table, const Rope& rope, const Array& counters,
+                     const Stream* s = nullptr);
+bool attention_rope_supported(int64_t B, int64_t hq, int64_t hkv, int64_t D, int64_t max_keys, DType t);
+constexpr int64_t attention_rope_max_keys = 16384;
+
 // CPU references (src/llm/fused.cpp)
 void ref_project(const ProjArgs& a);
 void ref_rope_append(const RopeAppendArgs& a);
@@ -219,6 +252,10 @@ void llm_rope_append(const llm::RopeAppendArgs& a, void* stream);
 void llm_add_rms_norm(const llm::AddNormArgs& a, void* stream);
 void llm_advance(int32_t* in, const int32_t* tokens, int64_t B, bool pdl, void* stream);
 void llm_swiglu(const void* gu, void* out, int64_t rows, int64_t I, int64_t gu_rs, DType t, bool pdl, void* stream);
+// src/cuda/llm_attention.cu
+void llm_attention_rope(const llm::AttnArgs& a, const llm::ProjRope& rope, void* stream);
+int64_t llm_attention_ws_floats(int64_t B, int64_t hkv, int64_t S);
+int64_t llm_attention_chunk();
 // src/cuda/llm_step.cu
 void llm_embed_norm(const llm::EmbedNormArgs& a, void* stream);
 void llm_prefetch_l2(const llm::PrefetchArgs& a, bool evict_last, void* stream);

@@ -2,6 +2,7 @@
 // embedding + RMSNorm, the L2 prefetch, the quantized prefill GEMM.
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "gpukit/errors.h"
 #include "gpukit/gemm.h"
@@ -97,6 +98,92 @@ void prefetch_l2(const PrefetchArgs& a, bool evict_last, const Stream& s) {
   if (a.n > 0 && s.valid()) cuda::llm_prefetch_l2(a, evict_last, s.handle());
 #else
   (void)a, (void)evict_last, (void)s;
+#endif
+}
+
+// ---- decode attention with RoPE and the KV append ----
+
+bool attention_rope_supported(int64_t B, int64_t hq, int64_t hkv, int64_t D, int64_t max_keys, DType t) {
+  return (t == DType::bf16 || t == DType::f16) && B >= 1 && B <= 8 && (D == 64 || D == 128) && hkv >= 1 &&
+         hq % hkv == 0 && hq / hkv <= 8 && max_keys >= 1 && max_keys <= attention_rope_max_keys;
+}
+
+Array attention_rope(const Array& qkv, int64_t hq, const Array& k_cache, const Array& v_cache,
+                     const Array& positions, const Array& block_table, const Rope& rope, const Array& counters,
+                     const Stream* sp) {
+  Device d = detail::common_device({{"qkv", &qkv}, {"k_cache", &k_cache}, {"v_cache", &v_cache},
+                                    {"positions", &positions}, {"block_table", &block_table}});
+  Stream s = resolve_stream(sp, d);
+  if (k_cache.ndim() != 4 || k_cache.shape() != v_cache.shape() || !k_cache.is_contiguous() || !v_cache.is_contiguous())
+    throw ValueError("k_cache, v_cache: dense [blocks, block_size, Hkv, D] of one shape expected");
+  if (qkv.dtype() != k_cache.dtype() || v_cache.dtype() != k_cache.dtype())
+    throw TypeError("attention_rope: qkv and the caches must have one dtype");
+  const int64_t hkv = k_cache.shape(2), D = k_cache.shape(3);
+  if (qkv.ndim() != 2 || hq <= 0 || D % 2 || qkv.shape(1) != (hq + 2 * hkv) * D || (D > 1 && qkv.stride(1) != 1))
+    throw ValueError(cat("qkv: [B, (hq + 2 hkv) D] = [B, ", (hq + 2 * hkv) * D, "] with dense rows expected, got ",
+                         shape_str(qkv.shape())));
+  const int64_t B = qkv.shape(0);
+  if (positions.dtype() != DType::i32 || positions.ndim() != 1 || positions.shape(0) != B)
+    throw ValueError(cat("positions: int32 (", B, ",) expected"));
+  if (block_table.dtype() != DType::i32 || block_table.ndim() != 2 || block_table.shape(0) != B ||
+      block_table.stride(1) != 1)
+    throw ValueError(cat("block_table: int32 [", B, ", max_blocks] with dense rows expected"));
+  const int rd = rope.rotary_dim ? *rope.rotary_dim : int(D);
+  if (rd < 2 || rd > D || rd % 2 || rd / 2 > kFusedMaxFreqs)
+    throw ValueError(cat("rotary_dim: must be even and in [2, head_dim = ", D, "], got ", rd));
+  const int64_t Q = hq * D, KV = hkv * D;
+  const int64_t max_keys = block_table.shape(1) * k_cache.shape(1);
+  if (!d.is_cuda() || !attention_rope_supported(B, hq, hkv, D, max_keys, qkv.dtype())) {
+    // the composition: rope_append on copies of q, k, v, then attention_decode
+    Array q = qkv.narrow(1, 0, Q).contiguous(&s).reshape({B, hq, D});
+    Array k = qkv.narrow(1, Q, KV).contiguous(&s).reshape({B, hkv, D});
+    Array v = qkv.narrow(1, Q + KV, KV).contiguous(&s).reshape({B, hkv, D});
+    rope_append(q, k, v, k_cache, v_cache, positions, block_table, rope, &s);
+    Array lens = binary(BinaryOp::Add, positions, Scalar::of_int(1));
+    return nn::attention_decode(q, k_cache, v_cache, lens, block_table);
+  }
+#if GPUKIT_WITH_CUDA
+  if (!counters.defined() || counters.device() != d || counters.dtype() != DType::i32 || !counters.is_contiguous() ||
+      counters.numel() < B * hkv)
+    throw ValueError(cat("counters: int32 zeros on ", d.str(), " with at least ", B * hkv, " entries expected"));
+  double mscale = 1.0;
+  std::vector<double> f = nn::rope_inv_freq(rope.theta, rd, rope.scaling, &mscale);
+  const int64_t S = (max_keys + cuda::llm_attention_chunk() - 1) / cuda::llm_attention_chunk();
+  Array out = Array::empty({B, hq, D}, qkv.dtype(), d, &s);
+  Array ws = S > 1 ? Array::empty({cuda::llm_attention_ws_floats(B, hkv, S)}, DType::f32, d, &s) : Array();
+  AttnArgs a;
+  a.qkv = qkv.data();
+  a.qkv_rs = qkv.stride(0);
+  a.out = out.data();
+  a.kc = k_cache.data();
+  a.vc = v_cache.data();
+  a.nb = k_cache.shape(0);
+  a.bs = k_cache.shape(1);
+  a.bt_stride = block_table.stride(0);
+  a.max_blocks = block_table.shape(1);
+  a.pos = positions.data_as<int32_t>();
+  a.block_table = block_table.data_as<int32_t>();
+  a.B = int(B);
+  a.hq = int(hq);
+  a.hkv = int(hkv);
+  a.D = int(D);
+  a.rd = rd;
+  a.S = int(S);
+  a.interleaved = rope.interleaved;
+  a.mscale = float(mscale);
+  a.scale = float(1.0 / std::sqrt(double(D)));
+  a.ws = ws.defined() ? ws.data_as<float>() : nullptr;
+  a.counters = counters.data_as<int32_t>();
+  a.dtype = qkv.dtype();
+  a.pdl = pdl_enabled(d);
+  ProjRope pr;
+  for (int i = 0; i < rd / 2; ++i) pr.inv_freq[i] = float(f[size_t(i)]);
+  for (const Array* t : {&qkv, &k_cache, &v_cache, &positions, &block_table, &counters}) detail::mark_used(*t, s);
+  cuda::llm_attention_rope(a, pr, s.handle());
+  return out;
+#else
+  (void)counters;
+  detail::no_cuda_backend();
 #endif
 }
 

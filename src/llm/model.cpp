@@ -128,6 +128,7 @@ void env_options(EngineOptions& o) {
   o.head_proj = env_flag("GPUKIT_HEAD_PROJ", o.head_proj);
   o.embed_norm = env_flag("GPUKIT_EMBED_NORM", o.embed_norm);
   o.dequant_prefill = env_flag("GPUKIT_DEQUANT_PREFILL", o.dequant_prefill);
+  o.fused_attention = env_flag("GPUKIT_FUSED_ATTN", o.fused_attention);
 }
 }  // namespace
 
@@ -137,6 +138,7 @@ struct SideBranch {
   Stream s;
   Event fork, join;
   bool open = false;  // prefetches issued since the last join
+  Array counters;     // int32 zeros: the fused attention's per-(sequence, kv head) counters
 };
 
 std::shared_ptr<Model> Model::load(const std::string& path, Device device, DType dtype, const Progress& progress,
@@ -306,6 +308,7 @@ void Model::make_side_branch() {
   side_->s = Stream::create(device_);
   side_->fork = Event::create(device_, /*timing=*/false);
   side_->join = Event::create(device_, /*timing=*/false);
+  side_->counters = full({1024}, Scalar::of_int(0), DType::i32, device_);
 }
 
 void Model::join_side_branch() {
@@ -410,6 +413,12 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
   rope.rotary_dim = rd;
   rope.interleaved = c.rope_interleaved;
   rope.scaling = c.rope_scaling;
+  // level 2 decode: RoPE, the KV append and attention in one kernel (short contexts)
+  const bool fa = rope_append && opt_.fused_attention && !c.qk_norm && c.sliding_window <= 0 && side_ &&
+                  side_->counters.numel() >= T * c.num_kv_heads &&
+                  idx.block_table.shape(1) * cache.block_size() <= opt_.fused_attention_max_keys &&
+                  fused::attention_rope_supported(T, c.num_heads, c.num_kv_heads, D,
+                                                  idx.block_table.shape(1) * cache.block_size(), dtype_);
   if (rope_append && engine_proj(x) && w_.layers[0].qkv_q.format.empty() && w_.layers[0].gate_up.defined() &&
       c.num_experts == 0) {
     // Level 2 decode, plain weights, dense MLP: the engine's kernels only. Per layer:
@@ -432,26 +441,37 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
     };
     for (int l = 0; l < int(c.num_layers); ++l) {
       const LayerWeights& L = w_.layers[size_t(l)];
-      Array q, k, v;
+      Array q, k, v, att;
       const bool rq = opt_.rope_in_qkv && !c.qk_norm;
-      if (rq) {
-        q = fused::project_qkv_rope(h, L.qkv, L.qkv_bias, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos,
-                                    idx.block_table, rope);
-        mark("qkv", l);  // with RoPE and the KV append
-      } else {
-        split_qkv(fused::project(h, L.qkv, L.qkv_bias), q, k, v);
+      if (fa) {  // RoPE, the KV append and attention in one launch
+        Array qkv = fused::project(h, L.qkv, L.qkv_bias);
         mark("qkv", l);
-        if (c.qk_norm) {
-          q = nn::rms_norm(q, L.q_norm, c.norm_eps);
-          k = nn::rms_norm(k, L.k_norm, c.norm_eps);
-          mark("qk_norm", l);
+        prefetch_during_attention(L);
+        att = fused::attention_rope(qkv, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table,
+                                    rope, side_->counters)
+                  .reshape({T, Q});
+        mark("attention", l);  // with RoPE and the KV append
+      } else {
+        if (rq) {
+          q = fused::project_qkv_rope(h, L.qkv, L.qkv_bias, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)],
+                                      pos, idx.block_table, rope);
+          mark("qkv", l);  // with RoPE and the KV append
+          prefetch_during_attention(L);
+        } else {
+          split_qkv(fused::project(h, L.qkv, L.qkv_bias), q, k, v);
+          mark("qkv", l);
+          prefetch_during_attention(L);
+          if (c.qk_norm) {
+            q = nn::rms_norm(q, L.q_norm, c.norm_eps);
+            k = nn::rms_norm(k, L.k_norm, c.norm_eps);
+            mark("qk_norm", l);
+          }
+          fused::rope_append(q, k, v, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table, rope);
+          mark("rope_kv", l);
         }
-        fused::rope_append(q, k, v, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table, rope);
-        mark("rope_kv", l);
+        att = attend(q, k, v, l).reshape({T, Q});
+        mark("attention", l);
       }
-      prefetch_during_attention(L);
-      Array att = attend(q, k, v, l).reshape({T, Q});
-      mark("attention", l);
       h = proj_norm(att, L.o, L.ffn_norm, 2 * l, l, "o_proj");
       Array act = fused::project(h, L.gate_up, Array(), /*swiglu=*/true);
       mark("gate_up", l);  // with SwiGLU
@@ -462,33 +482,43 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
   }
   for (int l = 0; l < int(c.num_layers); ++l) {
     const LayerWeights& L = w_.layers[size_t(l)];
-    Array q, k, v;
+    Array q, k, v, att;
     if (opt_.fusion <= 0 && L.qkv_q.format.empty() && L.q.defined()) {  // unfused: three projections
       q = project(h, L.q, {}, L.q_bias).reshape({T, c.num_heads, D});
       k = project(h, L.k, {}, L.k_bias).reshape({T, c.num_kv_heads, D});
       v = project(h, L.v, {}, L.v_bias).reshape({T, c.num_kv_heads, D});
     } else {
-      split_qkv(engine_proj(h) && L.qkv_q.format.empty() ? fused::project(h, L.qkv, L.qkv_bias)
-                                                          : project(h, L.qkv, L.qkv_q, L.qkv_bias),
-                q, k, v);
+      Array qkv = engine_proj(h) && L.qkv_q.format.empty() ? fused::project(h, L.qkv, L.qkv_bias)
+                                                           : project(h, L.qkv, L.qkv_q, L.qkv_bias);
+      if (fa) {  // level 2 decode (quantized weights): RoPE, the KV append and attention in one launch
+        mark("qkv", l);
+        prefetch_during_attention(L);
+        att = fused::attention_rope(qkv, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table,
+                                    rope, side_->counters)
+                  .reshape({T, Q});
+      } else {
+        split_qkv(qkv, q, k, v);
+      }
     }
-    mark("qkv", l);
-    if (c.qk_norm) {
-      q = nn::rms_norm(q, L.q_norm, c.norm_eps);
-      k = nn::rms_norm(k, L.k_norm, c.norm_eps);
-      mark("qk_norm", l);
+    if (!att.defined()) {
+      mark("qkv", l);
+      prefetch_during_attention(L);
+      if (c.qk_norm) {
+        q = nn::rms_norm(q, L.q_norm, c.norm_eps);
+        k = nn::rms_norm(k, L.k_norm, c.norm_eps);
+        mark("qk_norm", l);
+      }
+      if (rope_append) {
+        fused::rope_append(q, k, v, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table, rope);
+        mark("rope_kv", l);
+      } else {
+        std::tie(q, k) = nn::rope(q, k, pos, c.rope_theta, rd, c.rope_interleaved, c.rope_scaling, /*inplace=*/true);
+        mark("rope", l);
+        nn::kv_append(k, v, cache.k[size_t(l)], cache.v[size_t(l)], idx);
+        mark("kv_append", l);
+      }
+      att = attend(q, k, v, l).reshape({T, Q});
     }
-    if (rope_append) {
-      fused::rope_append(q, k, v, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table, rope);
-      mark("rope_kv", l);
-    } else {
-      std::tie(q, k) = nn::rope(q, k, pos, c.rope_theta, rd, c.rope_interleaved, c.rope_scaling, /*inplace=*/true);
-      mark("rope", l);
-      nn::kv_append(k, v, cache.k[size_t(l)], cache.v[size_t(l)], idx);
-      mark("kv_append", l);
-    }
-    prefetch_during_attention(L);
-    Array att = attend(q, k, v, l).reshape({T, Q});
     mark("attention", l);
     Array o = engine_proj(att) && L.o_q.format.empty() ? fused::project(att, L.o) : project(att, L.o, L.o_q);
     mark("o_proj", l);

@@ -233,3 +233,120 @@ def test_quantize_head_format(device):
     for bad in ("int4:head=int2", "int4:tail=int4", ":head=int4", "int3"):
         with pytest.raises(ValueError, match="quantize"):
             gk.llm.random_model(CFG, device=device, dtype=dtype, quantize=bad)
+
+
+# ---- attention_rope: RoPE + KV append + decode attention in one launch ----
+
+def attn_case(dtype, B, hq, hkv, D, bs, nb, max_blocks, positions, rd=None, il=False, bad=None, seed=0):
+    rng = np.random.default_rng(seed)
+    n = (hq + 2 * hkv) * D
+    qkv = (rng.standard_normal((B, n))).astype(NP_DT[dtype])
+    assert B * max_blocks <= nb
+    bt = rng.permutation(nb)[:B * max_blocks].reshape(B, max_blocks).astype(np.int32)  # disjoint pages
+    if bad is not None:  # sequence `bad`'s new token: page outside the pool (not stored, masked)
+        bt[bad, positions[bad] // bs] = nb + 5
+    kc = (rng.standard_normal((nb, bs, hkv, D))).astype(NP_DT[dtype])
+    vc = (rng.standard_normal((nb, bs, hkv, D))).astype(NP_DT[dtype])
+    pos = np.asarray(positions, np.int32)
+    return qkv, kc, vc, pos, bt
+
+
+def run_attn_fused(case, hq, rd=None, il=False):
+    qkv, kc, vc, pos, bt = case
+    k, v = arr(kc.copy(), "cuda"), arr(vc.copy(), "cuda")
+    out, ctr = _C.llm.fused_attention_rope(arr(qkv, "cuda"), hq, k, v, arr(pos, "cuda"), arr(bt, "cuda"),
+                                           theta=10000.0, rotary_dim=rd, interleaved=il)
+    return np_of(out), np_of(k), np_of(v), np_of(ctr)
+
+
+def run_attn_composed(case, hq, rd=None, il=False):
+    qkv, kc, vc, pos, bt = case
+    B = qkv.shape[0]
+    hkv, D = kc.shape[2], kc.shape[3]
+    Q, KV = hq * D, hkv * D
+    k, v = arr(kc.copy(), "cuda"), arr(vc.copy(), "cuda")
+    q2 = arr(np.ascontiguousarray(qkv[:, :Q]).reshape(B, hq, D), "cuda")
+    k2 = arr(np.ascontiguousarray(qkv[:, Q:Q + KV]).reshape(B, hkv, D), "cuda")
+    v2 = arr(np.ascontiguousarray(qkv[:, Q + KV:]).reshape(B, hkv, D), "cuda")
+    _C.llm.fused_rope_append(q2, k2, v2, k, v, arr(pos, "cuda"), arr(bt, "cuda"), rotary_dim=rd, interleaved=il)
+    out = gk.nn.attention_decode(q2, k, v, arr(pos + 1, "cuda"), arr(bt, "cuda"))
+    return np_of(out), np_of(k), np_of(v)
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("B,hq,hkv,D,positions", [
+    (1, 32, 8, 128, [0]), (1, 32, 8, 128, [127]), (1, 32, 8, 128, [128]), (1, 32, 8, 128, [383]),
+    (3, 8, 8, 64, [5, 200, 1000]), (2, 16, 2, 64, [130, 17]), (8, 8, 1, 128, [1, 2, 3, 300, 127, 128, 129, 700]),
+    (4, 4, 4, 128, [2047, 0, 1500, 64])])
+def test_attention_rope_matches_composition(dtype, B, hq, hkv, D, positions):
+    bs = 16
+    max_blocks = 2048 // bs
+    case = attn_case(dtype, B, hq, hkv, D, bs, nb=max_blocks * B + 3, max_blocks=max_blocks, positions=positions)
+    out, k, v, ctr = run_attn_fused(case, hq)
+    ro, rk, rv = run_attn_composed(case, hq)
+    assert k.tobytes() == rk.tobytes(), "k cache differs from rope_append's"
+    assert v.tobytes() == rv.tobytes(), "v cache differs from rope_append's"
+    assert not ctr.any(), "counters not reset"
+    eps = 2.0**-8 if dtype == "bfloat16" else 2.0**-11
+    msg = first_bad(f64(out), f64(ro), 4 * eps * (np.abs(f64(ro)) + 0.05))
+    assert msg is None, msg
+    out2, _, _, _ = run_attn_fused(case, hq)
+    assert out.tobytes() == out2.tobytes(), "not the same bits twice"
+
+
+@cuda_only
+@pytest.mark.parametrize("rd,il", [(None, True), (32, False), (64, True)])
+def test_attention_rope_rotary_variants_and_bad_page(rd, il):
+    B, hq, hkv, D, bs = 3, 8, 2, 128, 16
+    case = attn_case("bfloat16", B, hq, hkv, D, bs, nb=40, max_blocks=12, positions=[33, 150, 7], bad=1)
+    out, k, v, _ = run_attn_fused(case, hq, rd=rd, il=il)
+    ro, rk, rv = run_attn_composed(case, hq, rd=rd, il=il)
+    assert k.tobytes() == rk.tobytes() and v.tobytes() == rv.tobytes()
+    msg = first_bad(f64(out), f64(ro), 4 * 2.0**-8 * (np.abs(f64(ro)) + 0.05))
+    assert msg is None, msg
+
+
+@cuda_only
+def test_attention_rope_row_independent_of_batch():
+    # A sequence's output bits do not depend on the other sequences of the batch.
+    B, hq, hkv, D, bs = 4, 8, 2, 64, 16
+    case = attn_case("bfloat16", B, hq, hkv, D, bs, nb=200, max_blocks=40, positions=[300, 20, 600, 129])
+    out, _, _, _ = run_attn_fused(case, hq)
+    qkv, kc, vc, pos, bt = case
+    solo = (qkv[2:3], kc, vc, pos[2:3], bt[2:3])
+    o1, _, _, _ = run_attn_fused(solo, hq)
+    assert out[2:3].tobytes() == o1.tobytes()
+
+
+def test_attention_rope_bad_input():
+    qkv = arr(np.zeros((1, (4 + 4) * 16), np.float32))
+    kc = arr(np.zeros((4, 16, 2, 16), np.float32))
+    pos = arr(np.zeros(1, np.int32))
+    bt = arr(np.zeros((1, 2), np.int32))
+    with pytest.raises(ValueError, match="qkv"):
+        _C.llm.fused_attention_rope(qkv, 3, kc, kc, pos, bt)
+    with pytest.raises(ValueError, match="positions"):
+        _C.llm.fused_attention_rope(qkv, 4, kc, kc, arr(np.zeros(2, np.int32)), bt)
+    with pytest.raises(ValueError, match="block_table"):
+        _C.llm.fused_attention_rope(qkv, 4, kc, kc, pos, arr(np.zeros((2, 2), np.int32)))
+    with pytest.raises(ValueError, match="rotary_dim"):
+        _C.llm.fused_attention_rope(qkv, 4, kc, kc, pos, bt, rotary_dim=3)
+
+
+@cuda_only
+@pytest.mark.parametrize("quantize", [None, "int4"])
+def test_fused_attention_engine(quantize):
+    m = gk.llm.random_model(CFG, device="cuda", dtype="bfloat16", seed=7, quantize=quantize)
+    assert not m._m.fused_attention
+    base = run(m, True, new=24)
+    m._m.fused_attention = True
+    alt = run(m, True, new=24)
+    same(alt, run(m, False, new=24), "fused attention: graph vs eager")
+    for t, (x, y) in enumerate(zip(base[1], alt[1])):
+        if base[0][:t] != alt[0][:t]:
+            break
+        rel = float(np.max(np.abs(x - y)) / np.max(np.abs(x)))
+        assert rel < 3e-2, f"step {t} max rel diff {rel:.3g}"
+    m._m.fused_attention_max_keys = 16  # shorter than the block table: the two-launch path
+    same(base, run(m, True, new=24), "fused attention off by max_keys")
