@@ -28,6 +28,7 @@ import e2e
 KINDS = [  # (kind, regex on the kernel name); first match wins
     ("prefetch_l2", r"k_prefetch_l2"),
     ("embed_norm", r"k_embed_norm"),
+    ("attn_rope", r"k_attn_rope"),
     ("proj_swiglu", r"k_project<[^,]+, *\d+, *1\b"),
     ("proj_qkv_rope", r"k_project<[^,]+, *\d+, *2\b"),
     ("proj", r"k_project"),
@@ -168,7 +169,7 @@ def trace_case(model, batch, prompt, engine, steps, layer, nlayers):
     if layer is not None:
         st = full[len(full) // 2]
         # the kernels of layer `layer`: attention launches mark the layers
-        att = [i for i, (_, _, nm) in enumerate(st) if kind_of(nm) == "attention"]
+        att = [i for i, (_, _, nm) in enumerate(st) if kind_of(nm) in ("attention", "attn_rope")]
         if len(att) >= nlayers and 0 <= layer < nlayers:
             lo = att[layer - 1] + 1 if layer > 0 else 0
             hi = att[layer + 1] if layer + 1 < len(att) else len(st)
