@@ -232,7 +232,12 @@ class Model {
   // One decode step over device-resident inputs (no host synchronization, nothing
   // read back; capturable): float32 logits [B, V]. The caller has reserved the pages
   // and advances the cache lengths afterwards.
-  Array decode_batch(KvCache& cache, const DecodeBatch& in);
+  // argmax_keys (int64 [B] device zeros, see head_argmax()): the lm head also folds each
+  // row's greedy token into it (fused::advance_argmax reads and resets it).
+  Array decode_batch(KvCache& cache, const DecodeBatch& in, const Array& argmax_keys = {});
+  // Whether decode_batch can fold the greedy token into the lm head for B rows (level 2,
+  // CUDA, a dense bf16/fp16 head through the engine's GEMV: head_proj).
+  bool head_argmax(int64_t B) const;
   // Profiling: when set, run_layers calls it after each op ("embed", "qkv", "rope",
   // ...) with the layer index (-1 outside the layers); used by gk.llm's profile().
   std::function<void(const char*, int)> op_hook;
@@ -264,7 +269,7 @@ class Model {
   // y = x @ W^T (+ bias) through the fastest path for the rows of x and the weight form.
   Array project(const Array& x, const Array& w, const QuantizedWeight& qw, const Array& bias = {},
                 std::optional<DType> out = std::nullopt) const;
-  Array lm_head(const Array& h) const;
+  Array lm_head(const Array& h, const Array* argmax_keys = nullptr) const;
   Array mlp(const LayerWeights& L, const Array& h, int layer) const;
   Array add_norm(const Array& x, Array& resid, const Array& w, int layer) const;
   bool engine_ops() const;                    // fusion level 2 decode step on CUDA

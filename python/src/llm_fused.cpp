@@ -12,11 +12,18 @@ using namespace gk;
 
 GK_BINDING(61, llm_fused) {
   nb::module_ lm = nb::borrow<nb::module_>(m.attr("llm"));
-  lm.def("fused_project", [](const Array& x, const Array& w, std::optional<Array> bias, bool swiglu, bool out_f32) {
-    return llm::fused::project(x, w, bias ? *bias : Array(), swiglu, nullptr, nullptr, out_f32);
+  lm.def("fused_project", [](const Array& x, const Array& w, std::optional<Array> bias, bool swiglu, bool out_f32,
+                             std::optional<Array> argmax_keys) {
+    return llm::fused::project(x, w, bias ? *bias : Array(), swiglu, nullptr, nullptr, out_f32,
+                               argmax_keys ? &*argmax_keys : nullptr);
   }, nb::arg("x"), nb::arg("w"), nb::arg("bias") = nb::none(), nb::arg("swiglu") = false, nb::arg("out_f32") = false,
+     nb::arg("argmax_keys") = nb::none(),
      "x [M<=8, K] @ w[N, K]^T (+ bias), or with swiglu silu(x @ gate^T) * (x @ up^T) for w = [gate; up]; "
-     "out_f32: float32 sums, not rounded.");
+     "out_f32: float32 sums, not rounded; argmax_keys (int64 [M], with out_f32): each row's greedy key folded in.");
+  lm.def("fused_advance_argmax", [](const Array& in, const Array& keys) { return llm::fused::advance_argmax(in, keys); },
+         nb::arg("in"), nb::arg("keys"),
+         "tokens (int32 [B]) decoded from the argmax keys, which are zeroed; in [3, B]: ids = tokens, positions and "
+         "lengths + 1.");
   lm.def("fused_embed_norm", [](const Array& ids, const Array& table, const Array& w, double eps) {
     return llm::fused::embed_norm(ids, table, w, eps);
   }, nb::arg("ids"), nb::arg("table"), nb::arg("w"), nb::arg("eps") = 1e-6,

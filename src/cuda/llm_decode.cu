@@ -29,6 +29,16 @@ __device__ __forceinline__ void rotate(float x1, float x2, float cs, float sn, f
   r2 = __fadd_rn(__fmul_rn(x2, cs), __fmul_rn(x1, sn));
 }
 
+// The greedy key of logit v at index j: larger for a larger value, then for a lower index
+// (sampling::argmax's rule: NaN counts as -inf, -0 as +0); never 0.
+__device__ __forceinline__ unsigned long long argmax_key(float v, int64_t j) {
+  if (v != v) v = -INFINITY;
+  if (v == 0.f) v = 0.f;
+  const uint32_t u = __float_as_uint(v);
+  const uint32_t ord = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return (static_cast<unsigned long long>(ord) << 32) | (0xffffffffu - static_cast<uint32_t>(j));
+}
+
 // The cache slot (block * bs + offset) of token t at position p, or false when its page
 // is outside the table or the pool (the token is then not stored).
 template <class A>
@@ -307,15 +317,27 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1)
     if (tid < MT * R) {
       const int i = tid / R, r = tid % R;
       const int64_t row = int64_t(blockIdx.x) * R + r;
+      unsigned long long key = 0;
       if (i < a.m && row < a.n) {
         const float s = total(i * R + r);
         if (a.out_f32) {  // float32 output (the lm head's logits): the sum unrounded
-          static_cast<float*>(a.y)[i * a.n + row] = a.bias ? s + float(static_cast<const T*>(a.bias)[row]) : s;
+          const float v = a.bias ? s + float(static_cast<const T*>(a.bias)[row]) : s;
+          static_cast<float*>(a.y)[i * a.n + row] = v;
+          if (a.argmax_keys) key = argmax_key(v, row);
         } else {
           T v = convert<T>(s);
           if (a.bias) v = convert<T>(float(v) + float(static_cast<const T*>(a.bias)[row]));
           y[i * a.n + row] = v;
         }
+      }
+      if (a.argmax_keys) {  // the block's best of row i over its R rows (lanes 4i..4i+3), one atomic
+        constexpr unsigned mask = MT * R >= 32 ? 0xffffffffu : (1u << (MT * R)) - 1u;
+#pragma unroll
+        for (int o = 1; o < R; o <<= 1) {
+          const unsigned long long other = __shfl_xor_sync(mask, key, o);
+          key = other > key ? other : key;
+        }
+        if (r == 0 && key) atomicMax(a.argmax_keys + i, key);
       }
     }
     if constexpr (TAIL) tail_norm<T>(a);
@@ -523,7 +545,29 @@ __global__ void k_advance(int32_t* in, const int32_t* tokens, int B) {
   }
 }
 
+__global__ void k_advance_argmax(int32_t* in, unsigned long long* keys, int32_t* tokens, int B) {
+  pdl_trigger();
+  pdl_wait();
+  for (int b = blockIdx.x * blockDim.x + threadIdx.x; b < B; b += gridDim.x * blockDim.x) {
+    const unsigned long long k = keys[b];
+    const int32_t t = k ? int32_t(0xffffffffu - uint32_t(k & 0xffffffffu)) : 0;
+    keys[b] = 0;  // ready for the next step's lm head
+    tokens[b] = t;
+    in[b] = t;
+    in[B + b] += 1;
+    in[2 * B + b] += 1;
+  }
+}
+
 }  // namespace
+
+void llm_advance_argmax(int32_t* in, unsigned long long* keys, int32_t* tokens, int64_t B, bool pdl, void* stream) {
+  if (B <= 0) return;
+  if (B > INT32_MAX / 3) throw ValueError("advance: too many rows");
+  const unsigned blocks = unsigned(std::min<int64_t>((B + 255) / 256, 1024));
+  launch_ex(k_advance_argmax, dim3(blocks), dim3(256), static_cast<cudaStream_t>(stream), pdl, "llm_advance_argmax",
+            in, keys, tokens, int(B));
+}
 
 void llm_swiglu(const void* gu, void* out, int64_t rows, int64_t I, int64_t gu_rs, DType t, bool pdl, void* stream) {
   if (rows <= 0 || I <= 0) return;

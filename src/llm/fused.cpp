@@ -66,7 +66,7 @@ bool pdl_enabled(Device d) {
 // ---- project ----
 
 Array project(const Array& x_in, const Array& w, const Array& bias, bool swiglu, const Stream* sp, const TailNorm* tail,
-              bool out_f32) {
+              bool out_f32, const Array* argmax_keys) {
   Device d = detail::common_device({{"x", &x_in}, {"w", &w}});
   Stream s = resolve_stream(sp, d);
   if (w.dtype() != DType::bf16 && w.dtype() != DType::f16)
@@ -82,6 +82,10 @@ Array project(const Array& x_in, const Array& w, const Array& bias, bool swiglu,
   if (swiglu && nw % 2) throw ValueError(cat("w: swiglu needs [gate; up] with an even row count, got ", nw));
   if (swiglu && bias.defined()) throw ValueError("bias: not supported with swiglu");
   if (out_f32 && (swiglu || tail)) throw ValueError("project: a float32 output only for plain projections");
+  if (argmax_keys && (!out_f32 || !argmax_keys->defined() || argmax_keys->dtype() != DType::i64 ||
+                      argmax_keys->ndim() != 1 || argmax_keys->shape(0) != x_in.shape(0) ||
+                      !argmax_keys->is_contiguous() || argmax_keys->device() != d))
+    throw ValueError("argmax_keys: int64 [M] on the device of x (with a float32 output) expected");
   const int64_t n = swiglu ? nw / 2 : nw;
   if (bias.defined()) {
     same_dtype(w, bias, "bias");
@@ -108,6 +112,21 @@ Array project(const Array& x_in, const Array& w, const Array& bias, bool swiglu,
   a.swiglu = swiglu;
   if (d.is_cpu()) {
     ref_project(a);
+    if (argmax_keys) {  // the kernel's key rule on the host
+      auto* keys = static_cast<uint64_t*>(argmax_keys->data());
+      const float* yp = y.data_as<float>();
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          float v = yp[i * n + j];
+          if (v != v) v = -INFINITY;
+          if (v == 0.f) v = 0.f;
+          uint32_t u;
+          std::memcpy(&u, &v, 4);
+          const uint32_t ord = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+          const uint64_t key = (uint64_t(ord) << 32) | (0xffffffffu - uint32_t(j));
+          keys[i] = std::max(keys[i], key);
+        }
+    }
     return y;
   }
 #if GPUKIT_WITH_CUDA
@@ -119,6 +138,7 @@ Array project(const Array& x_in, const Array& w, const Array& bias, bool swiglu,
   a.vec = al16(a.w) && a.w_rs % 8 == 0 && k % 8 == 0 && al16(a.x);
   if (!a.vec) throw ValueError("w: project needs 16-byte aligned weight rows and K % 8 == 0");
   a.pdl = pdl_enabled(d);
+  if (argmax_keys) a.argmax_keys = static_cast<unsigned long long*>(argmax_keys->data());
   if (tail) {
     a.tail = true;
     a.tail_counter = tail->counter;
@@ -553,6 +573,37 @@ void advance_inputs(const Array& in, const Array& tokens, const Stream* sp) {
 #else
   detail::no_cuda_backend();
 #endif
+}
+
+Array advance_argmax(const Array& in, const Array& keys, const Stream* sp) {
+  Device d = detail::common_device({{"in", &in}, {"keys", &keys}});
+  Stream s = resolve_stream(sp, d);
+  if (in.dtype() != DType::i32 || keys.dtype() != DType::i64) throw TypeError("advance_argmax: int32 in, int64 keys");
+  if (in.ndim() != 2 || in.shape(0) != 3 || !in.is_contiguous() || keys.ndim() != 1 ||
+      keys.shape(0) != in.shape(1) || !keys.is_contiguous())
+    throw ValueError(cat("advance_argmax: dense in [3, B] and keys [B] expected, got ", shape_str(in.shape()), " and ",
+                         shape_str(keys.shape())));
+  const int64_t B = in.shape(1);
+  Array tokens = Array::empty({B}, DType::i32, d, &s);
+  int32_t* p = in.data_as<int32_t>();
+  auto* k = static_cast<uint64_t*>(keys.data());
+  int32_t* t = tokens.data_as<int32_t>();
+  if (d.is_cpu()) {
+    for (int64_t b = 0; b < B; ++b) {
+      t[b] = k[b] ? int32_t(0xffffffffu - uint32_t(k[b] & 0xffffffffu)) : 0;
+      k[b] = 0;
+      p[b] = t[b];
+      p[B + b] += 1;
+      p[2 * B + b] += 1;
+    }
+    return tokens;
+  }
+#if GPUKIT_WITH_CUDA
+  cuda::llm_advance_argmax(p, reinterpret_cast<unsigned long long*>(k), t, B, pdl_enabled(d), s.handle());
+#else
+  detail::no_cuda_backend();
+#endif
+  return tokens;
 }
 
 }  // namespace gk::llm::fused

@@ -41,6 +41,9 @@ struct ProjArgs {
   DType dtype = DType::bf16;  // of x, w, bias, y
   bool swiglu = false;
   bool out_f32 = false;  // y float32 (plain projections without tail): the sums unrounded (+ bias)
+  // with out_f32: the greedy token of each row folded in with an integer atomicMax:
+  // argmax_keys[i] = max over rows j of key(y[i, j], j) (advance_argmax decodes and resets it)
+  unsigned long long* argmax_keys = nullptr;
   bool vec = false;  // CUDA: 16-byte aligned rows and k % 8 == 0
   bool pdl = false;
   // tail (plain projections, n % 8 == 0): the last block to finish also writes
@@ -171,8 +174,11 @@ void set_pdl(int mode);
 struct TailNorm;  // internal (project_norm)
 // out_f32: float32 output, the sums not rounded to the weight type (the lm head's logits;
 // not with swiglu or tail).
+// argmax_keys (with out_f32): uint64 [M] device keys left by a previous advance_argmax (or
+// zeros): each row's greedy token is folded into it (sampling::argmax's rule: NaN as
+// -inf, ties to the lowest index).
 Array project(const Array& x, const Array& w, const Array& bias = {}, bool swiglu = false, const Stream* s = nullptr,
-              const TailNorm* tail = nullptr, bool out_f32 = false);
+              const TailNorm* tail = nullptr, bool out_f32 = false, const Array* argmax_keys = nullptr);
 struct TailNorm {
   Array res, w;
   double eps;
@@ -205,6 +211,9 @@ Array swiglu(const Array& gu, const Stream* s = nullptr);
 // The decode step's input update in one launch: in = int32 [3, B] (ids, positions,
 // lengths, dense): ids = tokens (int32 [B]), positions and lengths + 1.
 void advance_inputs(const Array& in, const Array& tokens, const Stream* s = nullptr);
+// The same from the argmax keys of project(..., argmax_keys): returns the tokens (int32
+// [B]) and zeroes the keys for the next step.
+Array advance_argmax(const Array& in, const Array& keys, const Stream* s = nullptr);
 
 // The first launch of a decode step (src/llm/fused_step.cpp): x = table[ids] (the
 // residual stream) and h = rms_norm(x) * w, add_rms_norm's sums (so the same bits as
@@ -251,6 +260,7 @@ void llm_project(const llm::ProjArgs& a, const llm::ProjRope* rope, void* stream
 void llm_rope_append(const llm::RopeAppendArgs& a, void* stream);
 void llm_add_rms_norm(const llm::AddNormArgs& a, void* stream);
 void llm_advance(int32_t* in, const int32_t* tokens, int64_t B, bool pdl, void* stream);
+void llm_advance_argmax(int32_t* in, unsigned long long* keys, int32_t* tokens, int64_t B, bool pdl, void* stream);
 void llm_swiglu(const void* gu, void* out, int64_t rows, int64_t I, int64_t gu_rs, DType t, bool pdl, void* stream);
 // src/cuda/llm_attention.cu
 void llm_attention_rope(const llm::AttnArgs& a, const llm::ProjRope& rope, void* stream);

@@ -255,11 +255,18 @@ Array Model::project(const Array& x, const Array& w, const QuantizedWeight& qw, 
   return bias.defined() ? add(y, bias) : y;
 }
 
-Array Model::lm_head(const Array& h) const {
+bool Model::head_argmax(int64_t B) const {
+  return opt_.fusion >= 2 && opt_.head_proj && opt_.use_gemv && device_.is_cuda() &&
+         (dtype_ == DType::bf16 || dtype_ == DType::f16) && B >= 1 && B <= kGemvRows &&
+         w_.lm_head_q.format.empty() && w_.lm_head.defined() && w_.lm_head.dtype() == dtype_;
+}
+
+Array Model::lm_head(const Array& h, const Array* argmax_keys) const {
   if (!w_.lm_head_q.format.empty()) return project(h, Array(), w_.lm_head_q, Array(), DType::f32);
   if (device_.is_cuda() && (dtype_ == DType::bf16 || dtype_ == DType::f16)) {
     if (opt_.head_proj && engine_proj(h) && h.dtype() == w_.lm_head.dtype())
-      return fused::project(h, w_.lm_head, Array(), false, nullptr, nullptr, /*out_f32=*/true);
+      return fused::project(h, w_.lm_head, Array(), false, nullptr, nullptr, /*out_f32=*/true,
+                            argmax_keys && argmax_keys->defined() ? argmax_keys : nullptr);
     if (opt_.use_gemv && h.shape(0) <= kGemvRows && w_.lm_head.numel() >= opt_.gemv_min_elems)
       return gemv(h, w_.lm_head, DType::f32);
     return linear(h, w_.lm_head, nullptr, Activation::none, nullptr, DType::f32);
@@ -585,7 +592,7 @@ Array Model::prefill(KvCache& cache, const std::vector<int64_t>& seqs, const std
   return lm_head(h);
 }
 
-Array Model::decode_batch(KvCache& cache, const DecodeBatch& in) {
+Array Model::decode_batch(KvCache& cache, const DecodeBatch& in, const Array& argmax_keys) {
   nn::KvIndex idx;
   idx.block_table = in.block_table;
   idx.seq_lens = in.positions;  // lengths before the append
@@ -601,7 +608,9 @@ Array Model::decode_batch(KvCache& cache, const DecodeBatch& in) {
     ~Flag() { f = false; }
   } flag(decoding_);
   Array h = run_layers(in.ids, in.positions, cache, idx, attend);
-  Array logits = lm_head(h);
+  if (argmax_keys.defined() && !head_argmax(h.shape(0)))
+    throw ValueError("decode_batch: argmax_keys given but the lm head cannot fold the argmax in");
+  Array logits = lm_head(h, &argmax_keys);
   mark("lm_head", -1);
   join_side_branch();
   return logits;

@@ -350,3 +350,45 @@ def test_fused_attention_engine(quantize):
         assert rel < 3e-2, f"step {t} max rel diff {rel:.3g}"
     m._m.fused_attention_max_keys = 16  # shorter than the block table: the two-launch path
     same(base, run(m, True, new=24), "fused attention off by max_keys")
+
+
+# ---- the greedy token folded into the lm head ----
+
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if CUDA else []))
+@pytest.mark.parametrize("m,k,n", [(1, 64, 1000), (3, 136, 517), (8, 256, 4099)])
+def test_project_argmax_keys(device, m, k, n):
+    x = RNG.standard_normal((m, k)).astype(NP_DT["bfloat16"])
+    w = (RNG.standard_normal((n, k)) / math.sqrt(k)).astype(NP_DT["bfloat16"])
+    w[n // 2] = w[n // 3]  # equal logits in every row: the lower index wins if they are the max
+    w[n - 1] = w[n // 3]
+    x[0] = 0  # row 0: every logit +0 (zero products): token 0
+    keys = arr(np.zeros(m, np.int64), device)
+    y = _C.llm.fused_project(arr(x, device), arr(w, device), out_f32=True, argmax_keys=keys)
+    logits = np_of(y)
+    state = arr(np.array([[5] * m, [10] * m, [11] * m], np.int32), device)
+    tok = np_of(_C.llm.fused_advance_argmax(state, keys))
+    expect = np.argmax(logits, axis=1)  # first maximum
+    assert tok.tolist() == expect.tolist(), (tok, expect)
+    assert tok[0] == 0
+    assert not np_of(keys).any(), "keys not reset"
+    st = np_of(state)
+    assert st[0].tolist() == tok.tolist() and (st[1] == 11).all() and (st[2] == 12).all()
+    # forcing the tie: the duplicated rows hold the max of row 1 if they are made large
+    w[n // 3] = w[n // 2] = w[n - 1] = np.abs(w[n // 3]) * 4
+    x2 = np.abs(x).astype(NP_DT["bfloat16"])
+    y = _C.llm.fused_project(arr(x2, device), arr(w, device), out_f32=True, argmax_keys=keys)
+    tok = np_of(_C.llm.fused_advance_argmax(state, keys))
+    assert tok.tolist() == np.argmax(np_of(y), axis=1).tolist()
+    if m > 1:
+        assert tok[1] == n // 3
+
+
+@cuda_only
+def test_head_argmax_engine():
+    m = gk.llm.random_model(CFG, device="cuda", dtype="bfloat16", seed=12)
+    m._m.head_proj = True
+    for graph in (True, False):
+        steps, logits = run(m, graph, new=16)
+        for t, (tok, lg) in enumerate(zip(steps, logits)):
+            assert tok == np.argmax(lg, axis=1).tolist(), f"step {t}: {tok} vs argmax of the logits"
+    m._m.head_proj = False
