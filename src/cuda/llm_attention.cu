@@ -85,7 +85,8 @@ __global__ void __launch_bounds__(kAT) k_attn_rope(const __grid_constant__ llm::
   const int s = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
   const int G = a.hq / a.hkv;
   const int64_t p = a.pos[b];  // written before the step: safe before the wait
-  const int64_t len = p < 0 ? 0 : p + 1;
+  // keys past the grid's S chunks lie past the block table (masked anyway): not attended
+  const int64_t len = p < 0 ? 0 : (p + 1 < int64_t(a.S) * kAC ? p + 1 : int64_t(a.S) * kAC);
   const int64_t k0 = int64_t(s) * kAC;
   const int nsplit = int((len + kAC - 1) / kAC);
   if (len == 0) {  // nothing to attend to: zero output (as attention_decode), written after the wait
