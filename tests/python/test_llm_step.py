@@ -392,3 +392,15 @@ def test_head_argmax_engine():
         for t, (tok, lg) in enumerate(zip(steps, logits)):
             assert tok == np.argmax(lg, axis=1).tolist(), f"step {t}: {tok} vs argmax of the logits"
     m._m.head_proj = False
+
+
+@cuda_only
+def test_attention_rope_position_past_the_table():
+    # The new token's page is past the block table: not stored; keys up to the table's end.
+    B, hq, hkv, D, bs = 2, 8, 2, 64, 16
+    case = attn_case("bfloat16", B, hq, hkv, D, bs, nb=20, max_blocks=3, positions=[60, 47])
+    out, k, v, ctr = run_attn_fused(case, hq)
+    ro, rk, rv = run_attn_composed(case, hq)
+    assert k.tobytes() == rk.tobytes() and v.tobytes() == rv.tobytes() and not ctr.any()
+    msg = first_bad(f64(out), f64(ro), 4 * 2.0**-8 * (np.abs(f64(ro)) + 0.05))
+    assert msg is None, msg
