@@ -282,17 +282,22 @@ void Model::prefetch_during_attention(const LayerWeights& L) {
   if (!engine_ops() || opt_.prefetch_mb <= 0) return;
   int64_t budget = opt_.prefetch_mb << 20;
   PrefetchArgs a;
-  auto add = [&](const Array& t, int64_t bytes) {
+  auto add_at = [&](const Array& t, int64_t from, int64_t bytes) {
     if (!t.defined() || budget <= 0 || a.n >= 4 || !t.is_contiguous()) return;
-    bytes = std::min({bytes, budget, int64_t(t.nbytes())});
+    bytes = std::min({bytes, budget, int64_t(t.nbytes()) - from});
     if (bytes <= 0) return;
-    a.p[a.n] = t.data();
+    a.p[a.n] = static_cast<const uint8_t*>(t.data()) + from;
     a.bytes[a.n++] = bytes;
     budget -= bytes;
   };
+  auto add = [&](const Array& t, int64_t bytes) { add_at(t, 0, bytes); };
   const bool plain = L.o_q.format.empty();
   const Array& o = plain ? L.o : L.o_q.q;
-  add(o, int64_t(o.nbytes()));
+  // o's second half first: the output projection's first blocks (launched early beside
+  // the fused attention) read the first rows themselves
+  const int64_t half_o = int64_t(o.nbytes()) / 2 / 256 * 256;
+  add_at(o, half_o, int64_t(o.nbytes()) - half_o);
+  add_at(o, 0, half_o);
   if (L.gate_up_q.format.empty()) {  // the engine's gate/up GEMV: block j reads gate and up rows 2j, 2j + 1
     const int64_t half = budget / 2;
     add(L.gate, half);
