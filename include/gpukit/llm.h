@@ -216,6 +216,13 @@ struct EngineOptions {
   // attention_decode. Default from GPUKIT_FUSED_ATTN.
   bool fused_attention = false;
   int64_t fused_attention_max_keys = 4096;
+  // Level 2 decode, bf16/fp16 weights: no RMSNorm launches. The o and down GEMVs add the
+  // residual in their epilogue; the q/k/v and gate/up GEMVs (and the lm head with
+  // head_proj) read the raw residual and apply the norm inside: the product with
+  // r * norm_w scaled by rsqrt(mean(r^2) + eps) at the end (the normalized row is not
+  // rounded to the weight type: not the same bits as the separate norm). Default from
+  // GPUKIT_NORM_IN_PROJ.
+  bool norm_in_proj = false;
 };
 
 class Model {
@@ -283,6 +290,7 @@ class Model {
   void join_side_branch();
   std::shared_ptr<SideBranch> side_;
   bool decoding_ = false;  // run_layers is running a decode step (decode_batch)
+  mutable bool raw_final_ = false;  // run_layers returned the raw residual: lm_head applies the final norm
   ModelConfig cfg_;
   EngineOptions opt_;
   Weights w_;

@@ -139,6 +139,10 @@ GK_BINDING(60, llm) {
                      m.options().fused_attention_max_keys = v;
                    },
                    "The longest block table (keys) the fused decode attention takes; longer: attention_decode.")
+      .def_prop_rw("norm_in_proj", [](const llm::Model& m) { return m.options().norm_in_proj; },
+                   [](llm::Model& m, bool v) { m.options().norm_in_proj = v; },
+                   "Fusion level 2 decode: residual adds in the o/down GEMVs, norms inside the q/k/v, gate/up "
+                   "(and, with head_proj, lm head) GEMVs: no norm launches (the normalized rows not rounded).")
       .def_prop_ro("quantized", [](const llm::Model& m) { return m.weights().quantized; })
       .def("profile_decode", [](llm::Model& m, int64_t batch, int64_t context, int64_t reps) {
         auto r = llm::profile_decode(m, batch, context, reps);

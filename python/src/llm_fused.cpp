@@ -20,6 +20,21 @@ GK_BINDING(61, llm_fused) {
      nb::arg("argmax_keys") = nb::none(),
      "x [M<=8, K] @ w[N, K]^T (+ bias), or with swiglu silu(x @ gate^T) * (x @ up^T) for w = [gate; up]; "
      "out_f32: float32 sums, not rounded; argmax_keys (int64 [M], with out_f32): each row's greedy key folded in.");
+  lm.def("fused_project_opts", [](const Array& x, const Array& w, std::optional<Array> bias, bool swiglu,
+                                  std::optional<Array> norm_w, double norm_eps, std::optional<Array> residual,
+                                  bool out_f32) {
+    llm::fused::ProjOpts o;
+    o.swiglu = swiglu;
+    o.out_f32 = out_f32;
+    if (norm_w) o.norm_w = &*norm_w;
+    o.norm_eps = norm_eps;
+    if (residual) o.residual = &*residual;
+    return llm::fused::project_opts(x, w, bias ? *bias : Array(), o);
+  }, nb::arg("x"), nb::arg("w"), nb::arg("bias") = nb::none(), nb::arg("swiglu") = false,
+     nb::arg("norm_w") = nb::none(), nb::arg("norm_eps") = 1e-6, nb::arg("residual") = nb::none(),
+     nb::arg("out_f32") = false,
+     "project with the norm inside (x: raw residual rows; product with rms_norm(x) * norm_w, not rounded) and/or "
+     "the residual added in the epilogue (round(round(y) + residual)).");
   lm.def("fused_advance_argmax", [](const Array& in, const Array& keys) { return llm::fused::advance_argmax(in, keys); },
          nb::arg("in"), nb::arg("keys"),
          "tokens (int32 [B]) decoded from the argmax keys, which are zeroed; in [3, B]: ids = tokens, positions and "

@@ -163,7 +163,10 @@ __device__ void tail_norm(const llm::ProjArgs& a) {
   if (threadIdx.x == 0) *a.tail_counter = 0;  // ready for the next launch
 }
 
-template <class T, int MT, int MODE, class X, bool TAIL = false>
+// NIN (norm in): x holds the raw residual rows r; the product is taken with r * norm_w
+// (fp32, not rounded) and scaled by rsqrt(mean(r^2) + eps) of the whole row at the end:
+// the sum of squares rides along the product's loads (no pass before it).
+template <class T, int MT, int MODE, class X, bool TAIL = false, bool NIN = false>
 __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1)
     k_project(const __grid_constant__ llm::ProjArgs a, const __grid_constant__ X extra) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -206,7 +209,21 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1)
   pdl_trigger();
   pdl_wait();
   const T* x = static_cast<const T*>(a.x);
-  auto load_x = [&](int i, int64_t cc, float (&xf)[8]) { f8<T>(ld_act(x + i * a.x_rs + cc * 8), xf); };
+  float ss[MT];
+#pragma unroll
+  for (int i = 0; i < MT; ++i) ss[i] = 0.f;
+  auto load_x = [&](int i, int64_t cc, float (&xf)[8]) {
+    f8<T>(ld_act(x + i * a.x_rs + cc * 8), xf);
+    if constexpr (NIN) {
+      float wn[8];
+      f8<T>(ld_weight(static_cast<const T*>(a.norm_w) + cc * 8), wn);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        ss[i] = fmaf(xf[e], xf[e], ss[i]);
+        xf[e] = __fmul_rn(xf[e], wn[e]);
+      }
+    }
+  };
   while (true) {
 #pragma unroll
     for (int u = 0; u < kPU; ++u) {
@@ -256,7 +273,7 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1)
     if (c >= nch) break;
     load(c);
   }
-  __shared__ float red[kPW][MT * R];
+  __shared__ float red[kPW][MT * R + (NIN ? MT : 0)];
 #pragma unroll
   for (int i = 0; i < MT; ++i)
 #pragma unroll
@@ -264,11 +281,25 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1)
       const float v = warp_sum(acc[i][r]);
       if (lane == 0) red[warp][i * R + r] = v;
     }
+  if constexpr (NIN) {
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      const float v = warp_sum(ss[i]);
+      if (lane == 0) red[warp][MT * R + i] = v;
+    }
+  }
   __syncthreads();
   auto total = [&](int o) {
     float v = red[0][o];
 #pragma unroll
     for (int w = 1; w < kPW; ++w) v += red[w][o];
+    if constexpr (NIN) {  // row i = o / R: the norm of the whole row
+      const int i = o / R;
+      float q = red[0][MT * R + i];
+#pragma unroll
+      for (int w = 1; w < kPW; ++w) q += red[w][MT * R + i];
+      v *= rsqrtf(q / float(a.k) + a.norm_eps);
+    }
     return v;
   };
   T* y = static_cast<T*>(a.y);
@@ -327,6 +358,7 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1)
         } else {
           T v = convert<T>(s);
           if (a.bias) v = convert<T>(float(v) + float(static_cast<const T*>(a.bias)[row]));
+          if (a.res) v = convert<T>(float(v) + float(static_cast<const T*>(a.res)[i * a.res_rs + row]));
           y[i * a.n + row] = v;
         }
       }
@@ -357,6 +389,13 @@ void project_m(const llm::ProjArgs& a, const llm::ProjRope* rope, cudaStream_t s
     extra = *rope;
   }
   auto go = [&](auto kernel) { launch_ex(kernel, g, b, st, a.pdl, "llm_project", a, extra); };
+  if (a.norm_w) {
+    if (a.m <= 1) go(k_project<T, 1, MODE, X, false, true>);
+    else if (a.m <= 2) go(k_project<T, 2, MODE, X, false, true>);
+    else if (a.m <= 4) go(k_project<T, 4, MODE, X, false, true>);
+    else go(k_project<T, 8, MODE, X, false, true>);
+    return;
+  }
   if constexpr (MODE == 0) {
     if (a.tail) {
       if (a.m <= 1) go(k_project<T, 1, MODE, X, true>);

@@ -65,8 +65,20 @@ bool pdl_enabled(Device d) {
 
 // ---- project ----
 
-Array project(const Array& x_in, const Array& w, const Array& bias, bool swiglu, const Stream* sp, const TailNorm* tail,
+Array project(const Array& x, const Array& w, const Array& bias, bool swiglu, const Stream* sp, const TailNorm* tail,
               bool out_f32, const Array* argmax_keys) {
+  ProjOpts o;
+  o.swiglu = swiglu;
+  o.tail = tail;
+  o.out_f32 = out_f32;
+  o.argmax_keys = argmax_keys;
+  return project_opts(x, w, bias, o, sp);
+}
+
+Array project_opts(const Array& x_in, const Array& w, const Array& bias, const ProjOpts& opt, const Stream* sp) {
+  const bool swiglu = opt.swiglu, out_f32 = opt.out_f32;
+  const TailNorm* tail = opt.tail;
+  const Array* argmax_keys = opt.argmax_keys;
   Device d = detail::common_device({{"x", &x_in}, {"w", &w}});
   Stream s = resolve_stream(sp, d);
   if (w.dtype() != DType::bf16 && w.dtype() != DType::f16)
@@ -92,6 +104,21 @@ Array project(const Array& x_in, const Array& w, const Array& bias, bool swiglu,
     if (bias.device() != d) throw ValueError(cat("bias: must be on ", d.str()));
     if (bias.ndim() != 1 || bias.shape(0) != n) throw ValueError(cat("bias: shape (", n, ",) expected"));
   }
+  if (opt.norm_w) {
+    const Array& nw_ = *opt.norm_w;
+    if (!nw_.defined() || nw_.ndim() != 1 || nw_.shape(0) != k || nw_.dtype() != w.dtype() || nw_.device() != d ||
+        (k > 1 && nw_.stride(0) != 1) || !al16(nw_.data()))
+      throw ValueError(cat("norm_w: a dense aligned (", k, ",) array of the weights' dtype on ", d.str(), " expected"));
+    if (tail) throw ValueError("project: norm_w not with a tail norm");
+    if (!(opt.norm_eps >= 0) || !std::isfinite(opt.norm_eps)) throw ValueError("norm_eps: must be finite and >= 0");
+  }
+  if (opt.residual) {
+    const Array& r = *opt.residual;
+    if (swiglu || out_f32 || tail) throw ValueError("residual: only for plain projections with the weights' dtype");
+    if (!r.defined() || r.ndim() != 2 || r.shape(0) != m || r.shape(1) != n || r.dtype() != w.dtype() ||
+        r.device() != d || (n > 1 && r.stride(1) != 1))
+      throw ValueError(cat("residual: [", m, ", ", n, "] of the weights' dtype with dense rows expected"));
+  }
   Array x = x_in.stride(1) == 1 || k <= 1 ? x_in : x_in.contiguous(&s);
   Array wd = w.stride(1) == 1 || k <= 1 ? w : w.contiguous(&s);
   Array b = bias.defined() ? bias.contiguous(&s) : Array();
@@ -110,6 +137,14 @@ Array project(const Array& x_in, const Array& w, const Array& bias, bool swiglu,
   a.w_rs = wd.stride(0);
   a.dtype = w.dtype();
   a.swiglu = swiglu;
+  if (opt.norm_w) {
+    a.norm_w = opt.norm_w->data();
+    a.norm_eps = float(opt.norm_eps);
+  }
+  if (opt.residual) {
+    a.res = opt.residual->data();
+    a.res_rs = opt.residual->stride(0);
+  }
   if (d.is_cpu()) {
     ref_project(a);
     if (argmax_keys) {  // the kernel's key rule on the host
@@ -152,6 +187,8 @@ Array project(const Array& x_in, const Array& w, const Array& bias, bool swiglu,
   }
   for (const Array* t : {&x, &wd, &b})
     if (t->defined()) detail::mark_used(*t, s);
+  for (const Array* t : {opt.norm_w, opt.residual})
+    if (t) detail::mark_used(*t, s);
   cuda::llm_project(a, nullptr, s.handle());
 #else
   detail::no_cuda_backend();
@@ -190,8 +227,18 @@ void ref_project(const ProjArgs& a) {
     const T* x = static_cast<const T*>(a.x);
     const T* w = static_cast<const T*>(a.w);
     T* y = static_cast<T*>(a.y);
+    const T* nw = static_cast<const T*>(a.norm_w);
     auto dot = [&](int64_t i, int64_t row) {
       float acc = 0.f;
+      if (nw) {  // norm in: (sum of r * norm_w * w) * rsqrt(mean(r^2) + eps)
+        float ss = 0.f;
+        for (int64_t e = 0; e < a.k; ++e) {
+          const float r = float(x[i * a.x_rs + e]);
+          ss += r * r;
+          acc += (r * float(nw[e])) * float(w[row * a.w_rs + e]);
+        }
+        return acc * (1.0f / std::sqrt(ss / float(a.k) + a.norm_eps));
+      }
       for (int64_t e = 0; e < a.k; ++e) acc += float(x[i * a.x_rs + e]) * float(w[row * a.w_rs + e]);
       return acc;
     };
@@ -206,6 +253,7 @@ void ref_project(const ProjArgs& a) {
         } else {
           T v = convert<T>(dot(i, j));
           if (a.bias) v = convert<T>(float(v) + float(static_cast<const T*>(a.bias)[j]));
+          if (a.res) v = convert<T>(float(v) + float(static_cast<const T*>(a.res)[i * a.res_rs + j]));
           y[i * a.n + j] = v;
         }
       }

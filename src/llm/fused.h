@@ -44,6 +44,13 @@ struct ProjArgs {
   // with out_f32: the greedy token of each row folded in with an integer atomicMax:
   // argmax_keys[i] = max over rows j of key(y[i, j], j) (advance_argmax decodes and resets it)
   unsigned long long* argmax_keys = nullptr;
+  // norm in: x holds raw residual rows r (k = H); y = (W (r * norm_w)) * rsqrt(mean(r^2) +
+  // norm_eps), fp32, rounded once (the normalized row itself is never rounded).
+  const void* norm_w = nullptr;
+  float norm_eps = 0.f;
+  // plain projections: y = round(round(x W^T (+ bias)) + res[i]) (add_rms_norm's residual rule)
+  const void* res = nullptr;
+  int64_t res_rs = 0;
   bool vec = false;  // CUDA: 16-byte aligned rows and k % 8 == 0
   bool pdl = false;
   // tail (plain projections, n % 8 == 0): the last block to finish also writes
@@ -174,6 +181,20 @@ void set_pdl(int mode);
 struct TailNorm;  // internal (project_norm)
 // out_f32: float32 output, the sums not rounded to the weight type (the lm head's logits;
 // not with swiglu or tail).
+// More of a projection's options (project_opts).
+struct ProjOpts {
+  bool swiglu = false;
+  bool out_f32 = false;
+  const Array* argmax_keys = nullptr;
+  // x holds raw residual rows r: the product with rms_norm(r) * norm_w, the normalized row
+  // not rounded (ProjArgs::norm_w); norm_w [K] of w's dtype
+  const Array* norm_w = nullptr;
+  double norm_eps = 1e-6;
+  // plain projections: y = round(round(x @ w^T) + residual), residual [M, N] of w's dtype
+  const Array* residual = nullptr;
+  const struct TailNorm* tail = nullptr;
+};
+Array project_opts(const Array& x, const Array& w, const Array& bias, const ProjOpts& o, const Stream* s = nullptr);
 // argmax_keys (with out_f32): uint64 [M] device keys left by a previous advance_argmax (or
 // zeros): each row's greedy token is folded into it (sampling::argmax's rule: NaN as
 // -inf, ties to the lowest index).

@@ -129,6 +129,7 @@ void env_options(EngineOptions& o) {
   o.embed_norm = env_flag("GPUKIT_EMBED_NORM", o.embed_norm);
   o.dequant_prefill = env_flag("GPUKIT_DEQUANT_PREFILL", o.dequant_prefill);
   o.fused_attention = env_flag("GPUKIT_FUSED_ATTN", o.fused_attention);
+  o.norm_in_proj = env_flag("GPUKIT_NORM_IN_PROJ", o.norm_in_proj);
 }
 }  // namespace
 
@@ -262,6 +263,15 @@ bool Model::head_argmax(int64_t B) const {
 }
 
 Array Model::lm_head(const Array& h, const Array* argmax_keys) const {
+  if (raw_final_) {  // h: the raw residual (norm_in_proj); the final norm inside the head's GEMV
+    raw_final_ = false;
+    fused::ProjOpts o;
+    o.out_f32 = true;
+    o.argmax_keys = argmax_keys && argmax_keys->defined() ? argmax_keys : nullptr;
+    o.norm_w = &w_.final_norm;
+    o.norm_eps = cfg_.norm_eps;
+    return fused::project_opts(h, w_.lm_head, Array(), o);
+  }
   if (!w_.lm_head_q.format.empty()) return project(h, Array(), w_.lm_head_q, Array(), DType::f32);
   if (device_.is_cuda() && (dtype_ == DType::bf16 || dtype_ == DType::f16)) {
     if (opt_.head_proj && engine_proj(h) && h.dtype() == w_.lm_head.dtype())
@@ -451,12 +461,22 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
       resid = rr;
       return hh;
     };
+    // norm_in_proj: no norm launches (the residual added in the o / down epilogues, the
+    // norms applied inside the q/k/v, gate/up and lm head GEMVs)
+    const bool nip = opt_.norm_in_proj && !opt_.norm_in_tail;
+    auto qkv_proj = [&](const LayerWeights& L) {
+      if (!nip) return fused::project(h, L.qkv, L.qkv_bias);
+      fused::ProjOpts o;
+      o.norm_w = &L.attn_norm;
+      o.norm_eps = c.norm_eps;
+      return fused::project_opts(resid, L.qkv, L.qkv_bias, o);
+    };
     for (int l = 0; l < int(c.num_layers); ++l) {
       const LayerWeights& L = w_.layers[size_t(l)];
       Array q, k, v, att;
-      const bool rq = opt_.rope_in_qkv && !c.qk_norm;
+      const bool rq = opt_.rope_in_qkv && !c.qk_norm && !nip;
       if (fa) {  // RoPE, the KV append and attention in one launch
-        Array qkv = fused::project(h, L.qkv, L.qkv_bias);
+        Array qkv = qkv_proj(L);
         mark("qkv", l);
         prefetch_during_attention(L);
         att = fused::attention_rope(qkv, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table,
@@ -470,7 +490,7 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
           mark("qkv", l);  // with RoPE and the KV append
           prefetch_during_attention(L);
         } else {
-          split_qkv(fused::project(h, L.qkv, L.qkv_bias), q, k, v);
+          split_qkv(qkv_proj(L), q, k, v);
           mark("qkv", l);
           prefetch_during_attention(L);
           if (c.qk_norm) {
@@ -484,11 +504,35 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
         att = attend(q, k, v, l).reshape({T, Q});
         mark("attention", l);
       }
+      if (nip) {
+        fused::ProjOpts ro;
+        ro.residual = &resid;
+        resid = fused::project_opts(att, L.o, Array(), ro);
+        mark("o_proj", l);  // with the residual add
+        fused::ProjOpts go;
+        go.swiglu = true;
+        go.norm_w = &L.ffn_norm;
+        go.norm_eps = c.norm_eps;
+        Array act = fused::project_opts(resid, L.gate_up, Array(), go);
+        mark("gate_up", l);  // with the norm and SwiGLU
+        resid = fused::project_opts(act, L.down, Array(), ro);
+        mark("down", l);  // with the residual add
+        continue;
+      }
       h = proj_norm(att, L.o, L.ffn_norm, 2 * l, l, "o_proj");
       Array act = fused::project(h, L.gate_up, Array(), /*swiglu=*/true);
       mark("gate_up", l);  // with SwiGLU
       const Array& next_norm = l + 1 < int(c.num_layers) ? w_.layers[size_t(l + 1)].attn_norm : w_.final_norm;
       h = proj_norm(act, L.down, next_norm, 2 * l + 1, l, "down");
+    }
+    if (nip) {
+      if (opt_.head_proj && w_.lm_head_q.format.empty() && w_.lm_head.defined() &&
+          w_.lm_head.dtype() == resid.dtype()) {
+        raw_final_ = true;  // the final norm inside the lm head's GEMV
+        return resid;
+      }
+      h = nn::rms_norm(resid, w_.final_norm, c.norm_eps);
+      mark("norm", int(c.num_layers) - 1);
     }
     return h;  // final-normed hidden states [T, H]
   }

@@ -404,3 +404,82 @@ def test_attention_rope_position_past_the_table():
     assert k.tobytes() == rk.tobytes() and v.tobytes() == rv.tobytes() and not ctr.any()
     msg = first_bad(f64(out), f64(ro), 4 * 2.0**-8 * (np.abs(f64(ro)) + 0.05))
     assert msg is None, msg
+
+
+# ---- the norm inside the projection, the residual in its epilogue ----
+
+def rnd(v, dtype):
+    return np.asarray(v, np.float64).astype(NP_DT[dtype]).astype(np.float64)
+
+
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if CUDA else []))
+@pytest.mark.parametrize("m,k,n", [(1, 256, 40), (3, 520, 33), (8, 4096, 72)])
+@pytest.mark.parametrize("mode", ["plain", "swiglu", "f32"])
+def test_project_norm_in(device, m, k, n, mode):
+    dtype = "bfloat16"
+    r = (RNG.standard_normal((m, k)) * 3).astype(NP_DT[dtype])
+    nw = (1 + 0.3 * RNG.standard_normal(k)).astype(NP_DT[dtype])
+    w = (RNG.standard_normal((2 * n if mode == "swiglu" else n, k)) / math.sqrt(k)).astype(NP_DT[dtype])
+    y = _C.llm.fused_project_opts(arr(r, device), arr(w, device), swiglu=mode == "swiglu", norm_w=arr(nw, device),
+                                  norm_eps=1e-5, out_f32=mode == "f32")
+    rr = f64(r)
+    hn = rr / np.sqrt(np.mean(rr * rr, axis=1, keepdims=True) + 1e-5) * f64(nw)[None, :]
+    z = hn @ f64(w).T
+    if mode == "swiglu":
+        g, u = rnd(z[:, :n], dtype), rnd(z[:, n:], dtype)
+        ref = g / (1 + np.exp(-g)) * u
+    else:
+        ref = z
+    got = f64(np_of(y))
+    mag = np.abs(hn) @ np.abs(f64(w)).T
+    mag = mag[:, :n] + (mag[:, n:] if mode == "swiglu" else 0)
+    tol = (2.0**-8 if mode != "f32" else 0) * np.abs(ref) + (k + 8) * 2.0**-23 * (mag + 1) * (3 if mode == "swiglu" else 1)
+    if mode == "swiglu":
+        tol = tol + 2.0**-7 * (np.abs(ref) + 1e-2)
+    msg = first_bad(got, ref, tol)
+    assert msg is None, msg
+    if device == "cuda":
+        y2 = _C.llm.fused_project_opts(arr(r, device), arr(w, device), swiglu=mode == "swiglu",
+                                       norm_w=arr(nw, device), norm_eps=1e-5, out_f32=mode == "f32")
+        assert np_of(y).tobytes() == np_of(y2).tobytes()
+        if m > 1:  # a row's bits do not depend on the other rows
+            y1 = _C.llm.fused_project_opts(arr(r[1:2], device), arr(w, device), swiglu=mode == "swiglu",
+                                           norm_w=arr(nw, device), norm_eps=1e-5, out_f32=mode == "f32")
+            assert np_of(y)[1:2].tobytes() == np_of(y1).tobytes()
+
+
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if CUDA else []))
+def test_project_residual_epilogue(device):
+    dtype = "bfloat16"
+    m, k, n = 3, 512, 96
+    x = RNG.standard_normal((m, k)).astype(NP_DT[dtype])
+    w = (RNG.standard_normal((n, k)) / math.sqrt(k)).astype(NP_DT[dtype])
+    res = (RNG.standard_normal((m, n)) * 4).astype(NP_DT[dtype])
+    y = np_of(_C.llm.fused_project_opts(arr(x, device), arr(w, device), residual=arr(res, device)))
+    plain = np_of(_C.llm.fused_project(arr(x, device), arr(w, device)))
+    expect = (f64(plain) + f64(res)).astype(np.float32).astype(NP_DT[dtype])  # add_rms_norm's residual rule
+    assert y.tobytes() == expect.tobytes()
+    with pytest.raises(ValueError, match="residual"):
+        _C.llm.fused_project_opts(arr(x, device), arr(w, device), residual=arr(res[:, :5], device))
+    with pytest.raises(ValueError, match="norm_w"):
+        _C.llm.fused_project_opts(arr(x, device), arr(w, device), norm_w=arr(np.ones(k - 1, NP_DT[dtype]), device))
+
+
+@cuda_only
+@pytest.mark.parametrize("fa,hp", [(False, False), (True, True)])
+def test_norm_in_proj_engine(fa, hp):
+    m = gk.llm.random_model(CFG, device="cuda", dtype="bfloat16", seed=13)
+    base = run(m, True, new=16)
+    m._m.norm_in_proj = True
+    m._m.fused_attention = fa
+    m._m.head_proj = hp
+    alt = run(m, True, new=16)
+    same(alt, run(m, False, new=16), "norm_in_proj: graph vs eager")
+    for t, (x, y) in enumerate(zip(base[1], alt[1])):
+        if base[0][:t] != alt[0][:t]:
+            break
+        rel = float(np.max(np.abs(x - y)) / np.max(np.abs(x)))
+        assert rel < 3e-2, f"step {t} max rel diff {rel:.3g}"
+    if hp:
+        for t, (tok, lg) in enumerate(zip(*alt)):
+            assert tok == np.argmax(lg, axis=1).tolist(), f"step {t}"
