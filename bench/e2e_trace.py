@@ -33,8 +33,7 @@ KINDS = [  # (kind, regex on the kernel name); first match wins
     ("proj_qkv_rope", r"k_project<[^,]+, *\d+, *2\b"),
     ("proj", r"k_project"),
     ("rope_append", r"k_rope_append"),
-    ("attn_merge", r"merge"),
-    ("attention", r"decode|attention"),
+    ("attn_merge", r"k_merge"),
     ("add_rms_norm", r"add_rms_norm"),
     ("swiglu", r"k_swiglu|gated"),
     ("advance", r"k_advance"),
@@ -42,6 +41,7 @@ KINDS = [  # (kind, regex on the kernel name); first match wins
     ("sampling", r"sampl|topk|top_k"),
     ("embedding", r"embedding|gather"),
     ("rms_norm", r"rms_norm|norm"),
+    ("attention", r"k_decode|decode_mma|attention"),
     ("gemv", r"gemv|qgemv|quant"),
     ("gemm", r"gemm|cutlass|sm90|xmma|Kernel"),
 ]
