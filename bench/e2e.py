@@ -48,7 +48,7 @@ gk-graph+norope. More options: pf<MiB> (L2 prefetch of the next weights on a sid
 while attention runs, EngineOptions::prefetch_mb), pflast (its lines evict-last), hp /
 nohp (the lm head through the engine's GEMV), emb / noemb (embedding + first norm in one
 launch), dq / nodq (quantized prefill through the dequantized weight and cuBLASLt, or
-the GEMV per 8 rows), fa / nofa (RoPE, the KV append and attention in one launch), nip /
+the GEMV per 8 rows), fa / nofa / fa64 (RoPE, the KV append and attention in one launch; fa64: 64-key chunks), nip /
 nonip (no norm launches: residual adds in the o/down GEMVs, norms inside the q/k/v,
 gate/up and lm head GEMVs).
 Each gk run prints the node count of its captured decode step.
@@ -113,8 +113,10 @@ def gk_engine(eng):
             opt["attrs"]["embed_norm"] = f == "emb"
         elif f in ("dq", "nodq"):  # quantized prefill through the dequantized weight + cuBLASLt
             opt["attrs"]["dequant_prefill"] = f == "dq"
-        elif f in ("fa", "nofa"):  # RoPE + KV append + attention in one launch
-            opt["attrs"]["fused_attention"] = f == "fa"
+        elif f in ("fa", "nofa", "fa64"):  # RoPE + KV append + attention in one launch (fa64: 64-key chunks)
+            opt["attrs"]["fused_attention"] = f != "nofa"
+            if f == "fa64":
+                opt["attrs"]["fused_attention_chunk"] = 64
         elif f in ("nip", "nonip"):  # norms inside the projections, residual adds in their epilogues
             opt["attrs"]["norm_in_proj"] = f == "nip"
         elif f in ("ropeqkv", "norope"):

@@ -216,6 +216,7 @@ struct EngineOptions {
   // attention_decode. Default from GPUKIT_FUSED_ATTN.
   bool fused_attention = false;
   int64_t fused_attention_max_keys = 4096;
+  int fused_attention_chunk = 128;  // keys per CTA: 128 or 64 (GPUKIT_FUSED_ATTN_CHUNK)
   // Level 2 decode, bf16/fp16 weights: no RMSNorm launches. The o and down GEMVs add the
   // residual in their epilogue; the q/k/v and gate/up GEMVs (and the lm head with
   // head_proj) read the raw residual and apply the norm inside: the product with

@@ -139,6 +139,12 @@ GK_BINDING(60, llm) {
                      m.options().fused_attention_max_keys = v;
                    },
                    "The longest block table (keys) the fused decode attention takes; longer: attention_decode.")
+      .def_prop_rw("fused_attention_chunk", [](const llm::Model& m) { return m.options().fused_attention_chunk; },
+                   [](llm::Model& m, int v) {
+                     if (v != 64 && v != 128) throw ValueError(cat("fused_attention_chunk: 64 or 128, got ", v));
+                     m.options().fused_attention_chunk = v;
+                   },
+                   "Keys per CTA of the fused decode attention (128: one thread per key; 64: two).")
       .def_prop_rw("norm_in_proj", [](const llm::Model& m) { return m.options().norm_in_proj; },
                    [](llm::Model& m, bool v) { m.options().norm_in_proj = v; },
                    "Fusion level 2 decode: residual adds in the o/down GEMVs, norms inside the q/k/v, gate/up "

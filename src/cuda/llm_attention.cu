@@ -29,18 +29,18 @@ namespace {
 using namespace llmk;
 
 constexpr int kAT = 128;   // threads per CTA
-constexpr int kAC = 128;   // keys per chunk (one per thread in the score pass)
 constexpr int kAG = 8;     // at most 8 query heads per kv head
 
-template <int D>
+// KC keys per chunk (128: one thread per key in the score pass; 64: two, each half the row)
+template <int D, int KC>
 struct ACfg {
   static constexpr int KROW = D * 2 + 16;  // padded key row (bytes): conflict-free 16-byte reads
   static constexpr int VROW = D * 2;
   static constexpr size_t K_OFF = 0;
-  static constexpr size_t V_OFF = K_OFF + size_t(kAC) * KROW;
-  static constexpr size_t Q_OFF = V_OFF + size_t(kAC) * VROW;
+  static constexpr size_t V_OFF = K_OFF + size_t(KC) * KROW;
+  static constexpr size_t Q_OFF = V_OFF + size_t(KC) * VROW;
   static constexpr size_t P_OFF = Q_OFF + size_t(kAG) * D * 4;
-  static constexpr size_t SMEM = P_OFF + size_t(kAG) * kAC * 4;
+  static constexpr size_t SMEM = P_OFF + size_t(kAG) * KC * 4;
 };
 
 __device__ __forceinline__ void rot(float x1, float x2, float cs, float sn, float& r1, float& r2) {
@@ -72,10 +72,12 @@ __device__ __forceinline__ void a_pair(const llm::AttnArgs& a, int u, int& i1, i
   }
 }
 
-template <class T, int D>
+template <class T, int D, int kAC>
 __global__ void __launch_bounds__(kAT) k_attn_rope(const __grid_constant__ llm::AttnArgs a,
                                                    const __grid_constant__ llm::ProjRope rope) {
-  using Cf = ACfg<D>;
+  using Cf = ACfg<D, kAC>;
+  constexpr int TPK = kAT / kAC;  // threads per key in the score pass
+  static_assert(TPK == 1 || TPK == 2, "64 or 128 keys per chunk");
   extern __shared__ __align__(16) unsigned char sm[];
   __shared__ int kvalid[kAC];
   __shared__ float red_m[kAG], red_l[kAG];
@@ -176,38 +178,48 @@ __global__ void __launch_bounds__(kAT) k_attn_rope(const __grid_constant__ llm::
   }
   cp_async_wait<0>();
   __syncthreads();
-  // 3a. scores: thread j takes key j
-  if (tid < n) {
+  // 3a. scores: thread t takes key t / TPK (with TPK = 2 each thread half the row, the
+  // halves added: the same sum on both threads)
+  {
+    const int j = tid / TPK, part = tid % TPK;
     float acc[kAG];
 #pragma unroll
     for (int g = 0; g < kAG; ++g) acc[g] = 0.f;
-    const unsigned char* kr = Ks + size_t(tid) * Cf::KROW;
+    if (j < n) {
+      const unsigned char* kr = Ks + size_t(j) * Cf::KROW;
 #pragma unroll 4
-    for (int c = 0; c < CH; ++c) {
-      float kf[8];
-      vec16_to_float<T>(kr + c * 16, kf);
+      for (int c = part * (CH / TPK); c < (part + 1) * (CH / TPK); ++c) {
+        float kf[8];
+        vec16_to_float<T>(kr + c * 16, kf);
 #pragma unroll
-      for (int g = 0; g < kAG; ++g) {
-        if (g < G) {
-          const float4 q0 = *reinterpret_cast<const float4*>(qs + g * D + c * 8);
-          const float4 q1 = *reinterpret_cast<const float4*>(qs + g * D + c * 8 + 4);
-          float d = acc[g];
-          d = fmaf(q0.x, kf[0], d);
-          d = fmaf(q0.y, kf[1], d);
-          d = fmaf(q0.z, kf[2], d);
-          d = fmaf(q0.w, kf[3], d);
-          d = fmaf(q1.x, kf[4], d);
-          d = fmaf(q1.y, kf[5], d);
-          d = fmaf(q1.z, kf[6], d);
-          d = fmaf(q1.w, kf[7], d);
-          acc[g] = d;
+        for (int g = 0; g < kAG; ++g) {
+          if (g < G) {
+            const float4 q0 = *reinterpret_cast<const float4*>(qs + g * D + c * 8);
+            const float4 q1 = *reinterpret_cast<const float4*>(qs + g * D + c * 8 + 4);
+            float d = acc[g];
+            d = fmaf(q0.x, kf[0], d);
+            d = fmaf(q0.y, kf[1], d);
+            d = fmaf(q0.z, kf[2], d);
+            d = fmaf(q0.w, kf[3], d);
+            d = fmaf(q1.x, kf[4], d);
+            d = fmaf(q1.y, kf[5], d);
+            d = fmaf(q1.z, kf[6], d);
+            d = fmaf(q1.w, kf[7], d);
+            acc[g] = d;
+          }
         }
       }
     }
-    const bool ok = kvalid[tid];
+    if constexpr (TPK == 2) {
 #pragma unroll
-    for (int g = 0; g < kAG; ++g)
-      if (g < G) ps[g * kAC + tid] = ok ? acc[g] * a.scale : -INFINITY;
+      for (int g = 0; g < kAG; ++g) acc[g] += __shfl_xor_sync(0xffffffffu, acc[g], 1);
+    }
+    if (j < n && part == 0) {
+      const bool ok = kvalid[j];
+#pragma unroll
+      for (int g = 0; g < kAG; ++g)
+        if (g < G) ps[g * kAC + j] = ok ? acc[g] * a.scale : -INFINITY;
+    }
   }
   __syncthreads();
   // 3b. softmax per head: warp w takes heads w, w + 4
@@ -229,8 +241,8 @@ __global__ void __launch_bounds__(kAT) k_attn_rope(const __grid_constant__ llm::
   }
   __syncthreads();
   // 3c. o = P V: thread (d, key group kg) over keys kg, kg + KG, ...
-  constexpr int KG = kAT / D > 0 ? kAT / D : 1;
-  static_assert(kAT % D == 0, "D divides the CTA");
+  constexpr int KG = kAT / D;  // key groups of the P V pass
+  static_assert(kAT % D == 0 && KG >= 1, "D divides the CTA");
   const int d = tid % D, kg = tid / D;
   float o[kAG];
 #pragma unroll
@@ -298,11 +310,11 @@ __global__ void __launch_bounds__(kAT) k_attn_rope(const __grid_constant__ llm::
   if (tid == 0) *ctr = 0;  // ready for the next launch
 }
 
-template <class T, int D>
+template <class T, int D, int KC>
 void attn_launch(const llm::AttnArgs& a, const llm::ProjRope& rope, cudaStream_t st) {
-  constexpr size_t smem = ACfg<D>::SMEM;
+  constexpr size_t smem = ACfg<D, KC>::SMEM;
   static_assert(smem <= 200 * 1024, "shared memory");
-  auto kern = k_attn_rope<T, D>;
+  auto kern = k_attn_rope<T, D, KC>;
   GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(a.S), unsigned(a.hkv), unsigned(a.B));
@@ -321,7 +333,6 @@ void attn_launch(const llm::AttnArgs& a, const llm::ProjRope& rope, cudaStream_t
 }  // namespace
 
 int64_t llm_attention_ws_floats(int64_t B, int64_t hkv, int64_t S) { return B * hkv * S * kAG * (128 + 2); }
-int64_t llm_attention_chunk() { return kAC; }
 
 void llm_attention_rope(const llm::AttnArgs& a, const llm::ProjRope& rope, void* stream) {
   if (a.B <= 0) return;
@@ -329,10 +340,11 @@ void llm_attention_rope(const llm::AttnArgs& a, const llm::ProjRope& rope, void*
   if (a.hkv <= 0 || a.hq % a.hkv || a.hq / a.hkv > kAG) throw ValueError("attention_rope: at most 8 query heads per kv head");
   if (a.S <= 0 || a.S > 65535 || a.hkv > 65535 || a.B > 65535) throw ValueError("attention_rope: grid too large");
   auto st = static_cast<cudaStream_t>(stream);
+  if (a.chunk != 64 && a.chunk != 128) throw ValueError("attention_rope: chunks of 64 or 128 keys");
   auto go = [&](auto tv) {
     using T = decltype(tv);
-    if (a.D == 64) attn_launch<T, 64>(a, rope, st);
-    else attn_launch<T, 128>(a, rope, st);
+    if (a.D == 64) a.chunk == 64 ? attn_launch<T, 64, 64>(a, rope, st) : attn_launch<T, 64, 128>(a, rope, st);
+    else a.chunk == 64 ? attn_launch<T, 128, 64>(a, rope, st) : attn_launch<T, 128, 128>(a, rope, st);
   };
   if (a.dtype == DType::bf16) go(bf16{});
   else if (a.dtype == DType::f16) go(f16{});

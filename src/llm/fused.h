@@ -158,6 +158,7 @@ struct AttnArgs {
   const int32_t* pos = nullptr;          // [B]: the new token's position (attends to 0 .. pos)
   const int32_t* block_table = nullptr;  // [B, max_blocks]
   int B = 0, hq = 0, hkv = 0, D = 0, rd = 0, S = 0;  // S: chunks of the grid (the longest possible sequence)
+  int chunk = 128;  // keys per chunk (64 or 128)
   bool interleaved = false;
   float mscale = 1.f, scale = 1.f;
   float* ws = nullptr;      // S > 1: partials
@@ -263,7 +264,7 @@ Array dequant_linear(const Array& x, const QuantizedWeight& qw, DType out, const
 // takes these shapes.
 Array attention_rope(const Array& qkv, int64_t hq, const Array& k_cache, const Array& v_cache,
                      const Array& positions, const Array& block_table, const Rope& rope, const Array& counters,
-                     const Stream* s = nullptr);
+                     const Stream* s = nullptr, int chunk = 128);
 bool attention_rope_supported(int64_t B, int64_t hq, int64_t hkv, int64_t D, int64_t max_keys, DType t);
 constexpr int64_t attention_rope_max_keys = 16384;
 
@@ -286,7 +287,6 @@ void llm_swiglu(const void* gu, void* out, int64_t rows, int64_t I, int64_t gu_r
 // src/cuda/llm_attention.cu
 void llm_attention_rope(const llm::AttnArgs& a, const llm::ProjRope& rope, void* stream);
 int64_t llm_attention_ws_floats(int64_t B, int64_t hkv, int64_t S);
-int64_t llm_attention_chunk();
 // src/cuda/llm_step.cu
 void llm_embed_norm(const llm::EmbedNormArgs& a, void* stream);
 void llm_prefetch_l2(const llm::PrefetchArgs& a, bool evict_last, void* stream);

@@ -110,7 +110,8 @@ bool attention_rope_supported(int64_t B, int64_t hq, int64_t hkv, int64_t D, int
 
 Array attention_rope(const Array& qkv, int64_t hq, const Array& k_cache, const Array& v_cache,
                      const Array& positions, const Array& block_table, const Rope& rope, const Array& counters,
-                     const Stream* sp) {
+                     const Stream* sp, int chunk) {
+  if (chunk != 64 && chunk != 128) throw ValueError(cat("chunk: 64 or 128 keys, got ", chunk));
   Device d = detail::common_device({{"qkv", &qkv}, {"k_cache", &k_cache}, {"v_cache", &v_cache},
                                     {"positions", &positions}, {"block_table", &block_table}});
   Stream s = resolve_stream(sp, d);
@@ -148,7 +149,7 @@ Array attention_rope(const Array& qkv, int64_t hq, const Array& k_cache, const A
     throw ValueError(cat("counters: int32 zeros on ", d.str(), " with at least ", B * hkv, " entries expected"));
   double mscale = 1.0;
   std::vector<double> f = nn::rope_inv_freq(rope.theta, rd, rope.scaling, &mscale);
-  const int64_t S = (max_keys + cuda::llm_attention_chunk() - 1) / cuda::llm_attention_chunk();
+  const int64_t S = (max_keys + chunk - 1) / chunk;
   Array out = Array::empty({B, hq, D}, qkv.dtype(), d, &s);
   Array ws = S > 1 ? Array::empty({cuda::llm_attention_ws_floats(B, hkv, S)}, DType::f32, d, &s) : Array();
   AttnArgs a;
@@ -169,6 +170,7 @@ Array attention_rope(const Array& qkv, int64_t hq, const Array& k_cache, const A
   a.D = int(D);
   a.rd = rd;
   a.S = int(S);
+  a.chunk = chunk;
   a.interleaved = rope.interleaved;
   a.mscale = float(mscale);
   a.scale = float(1.0 / std::sqrt(double(D)));

@@ -129,6 +129,11 @@ void env_options(EngineOptions& o) {
   o.embed_norm = env_flag("GPUKIT_EMBED_NORM", o.embed_norm);
   o.dequant_prefill = env_flag("GPUKIT_DEQUANT_PREFILL", o.dequant_prefill);
   o.fused_attention = env_flag("GPUKIT_FUSED_ATTN", o.fused_attention);
+  if (const char* e = std::getenv("GPUKIT_FUSED_ATTN_CHUNK"); e && *e) {
+    if (std::strcmp(e, "64") && std::strcmp(e, "128"))
+      throw ValueError(cat("GPUKIT_FUSED_ATTN_CHUNK: expected 64 or 128, got \"", e, "\""));
+    o.fused_attention_chunk = std::atoi(e);
+  }
   o.norm_in_proj = env_flag("GPUKIT_NORM_IN_PROJ", o.norm_in_proj);
 }
 }  // namespace
@@ -480,7 +485,7 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
         mark("qkv", l);
         prefetch_during_attention(L);
         att = fused::attention_rope(qkv, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table,
-                                    rope, side_->counters)
+                                    rope, side_->counters, nullptr, opt_.fused_attention_chunk)
                   .reshape({T, Q});
         mark("attention", l);  // with RoPE and the KV append
       } else {
@@ -550,7 +555,7 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
         mark("qkv", l);
         prefetch_during_attention(L);
         att = fused::attention_rope(qkv, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table,
-                                    rope, side_->counters)
+                                    rope, side_->counters, nullptr, opt_.fused_attention_chunk)
                   .reshape({T, Q});
       } else {
         split_qkv(qkv, q, k, v);

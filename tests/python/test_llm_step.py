@@ -251,11 +251,11 @@ def attn_case(dtype, B, hq, hkv, D, bs, nb, max_blocks, positions, rd=None, il=F
     return qkv, kc, vc, pos, bt
 
 
-def run_attn_fused(case, hq, rd=None, il=False):
+def run_attn_fused(case, hq, rd=None, il=False, chunk=128):
     qkv, kc, vc, pos, bt = case
     k, v = arr(kc.copy(), "cuda"), arr(vc.copy(), "cuda")
     out, ctr = _C.llm.fused_attention_rope(arr(qkv, "cuda"), hq, k, v, arr(pos, "cuda"), arr(bt, "cuda"),
-                                           theta=10000.0, rotary_dim=rd, interleaved=il)
+                                           theta=10000.0, rotary_dim=rd, interleaved=il, chunk=chunk)
     return np_of(out), np_of(k), np_of(v), np_of(ctr)
 
 
@@ -279,11 +279,12 @@ def run_attn_composed(case, hq, rd=None, il=False):
     (1, 32, 8, 128, [0]), (1, 32, 8, 128, [127]), (1, 32, 8, 128, [128]), (1, 32, 8, 128, [383]),
     (3, 8, 8, 64, [5, 200, 1000]), (2, 16, 2, 64, [130, 17]), (8, 8, 1, 128, [1, 2, 3, 300, 127, 128, 129, 700]),
     (4, 4, 4, 128, [2047, 0, 1500, 64])])
-def test_attention_rope_matches_composition(dtype, B, hq, hkv, D, positions):
+@pytest.mark.parametrize("chunk", [128, 64])
+def test_attention_rope_matches_composition(dtype, B, hq, hkv, D, positions, chunk):
     bs = 16
     max_blocks = 2048 // bs
     case = attn_case(dtype, B, hq, hkv, D, bs, nb=max_blocks * B + 3, max_blocks=max_blocks, positions=positions)
-    out, k, v, ctr = run_attn_fused(case, hq)
+    out, k, v, ctr = run_attn_fused(case, hq, chunk=chunk)
     ro, rk, rv = run_attn_composed(case, hq)
     assert k.tobytes() == rk.tobytes(), "k cache differs from rope_append's"
     assert v.tobytes() == rv.tobytes(), "v cache differs from rope_append's"
@@ -291,7 +292,7 @@ def test_attention_rope_matches_composition(dtype, B, hq, hkv, D, positions):
     eps = 2.0**-8 if dtype == "bfloat16" else 2.0**-11
     msg = first_bad(f64(out), f64(ro), 4 * eps * (np.abs(f64(ro)) + 0.05))
     assert msg is None, msg
-    out2, _, _, _ = run_attn_fused(case, hq)
+    out2, _, _, _ = run_attn_fused(case, hq, chunk=chunk)
     assert out.tobytes() == out2.tobytes(), "not the same bits twice"
 
 
@@ -348,6 +349,9 @@ def test_fused_attention_engine(quantize):
             break
         rel = float(np.max(np.abs(x - y)) / np.max(np.abs(x)))
         assert rel < 3e-2, f"step {t} max rel diff {rel:.3g}"
+    m._m.fused_attention_chunk = 64
+    alt64 = run(m, True, new=24)
+    same(alt64, run(m, False, new=24), "fused attention, 64-key chunks: graph vs eager")
     m._m.fused_attention_max_keys = 16  # shorter than the block table: the two-launch path
     same(base, run(m, True, new=24), "fused attention off by max_keys")
 
