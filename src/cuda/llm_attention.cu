@@ -271,17 +271,24 @@ __global__ void __launch_bounds__(kAT) k_attn_rope(const __grid_constant__ llm::
     }
   }
   T* out = static_cast<T*>(a.out) + (int64_t(b) * a.hq + int64_t(kvh) * G) * D;
+  // (o[] indexed by compile-time g only: a runtime index would put it in local memory)
   if (nsplit == 1) {
-    if (kg == 0)
-      for (int g = 0; g < G; ++g) out[g * D + d] = convert<T>(red_l[g] > 0.f ? o[g] / red_l[g] : 0.f);
+    if (kg == 0) {
+#pragma unroll
+      for (int g = 0; g < kAG; ++g)
+        if (g < G) out[g * D + d] = convert<T>(red_l[g] > 0.f ? o[g] / red_l[g] : 0.f);
+    }
     return;
   }
   // 4. partials, then the last CTA merges in chunk order
   const int64_t pr = (int64_t(b) * a.hkv + kvh) * a.S;  // partial rows of this (sequence, kv head)
   float* wo = a.ws + (pr + s) * kAG * D;
   float* wml = a.ws + int64_t(a.B) * a.hkv * a.S * kAG * D + (pr + s) * kAG * 2;
-  if (kg == 0)
-    for (int g = 0; g < G; ++g) wo[g * D + d] = o[g];
+  if (kg == 0) {
+#pragma unroll
+    for (int g = 0; g < kAG; ++g)
+      if (g < G) wo[g * D + d] = o[g];
+  }
   if (tid < G) wml[tid * 2] = red_m[tid], wml[tid * 2 + 1] = red_l[tid];
   __threadfence();
   __syncthreads();

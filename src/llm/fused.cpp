@@ -133,7 +133,7 @@ Array project_opts(const Array& x_in, const Array& w, const Array& bias, const P
   a.m = m;
   a.n = n;
   a.k = k;
-  a.x_rs = x.stride(0);
+  a.x_rs = m == 1 ? k : x.stride(0);  // one row: its stride is irrelevant (a size-1 dim may carry any stride)
   a.w_rs = wd.stride(0);
   a.dtype = w.dtype();
   a.swiglu = swiglu;
@@ -377,7 +377,7 @@ Array project_qkv_rope(const Array& x_in, const Array& w, const Array& bias, int
   a.m = m;
   a.n = n;
   a.k = k;
-  a.x_rs = x.stride(0);
+  a.x_rs = m == 1 ? k : x.stride(0);  // one row: its stride is irrelevant (a size-1 dim may carry any stride)
   a.w_rs = wd.stride(0);
   a.dtype = w.dtype();
   a.rope = true;
@@ -521,8 +521,8 @@ std::pair<Array, Array> add_rms_norm(const Array& x, const Array& residual, cons
   a.res_out = ro.data();
   a.rows = rows;
   a.H = H;
-  a.x_rs = xd.stride(0);
-  a.res_rs = rd.stride(0);
+  a.x_rs = rows == 1 ? H : xd.stride(0);  // one row: any stride of the size-1 dim
+  a.res_rs = rows == 1 ? H : rd.stride(0);
   a.eps = float(eps);
   a.dtype = x.dtype();
   if (d.is_cpu()) {
