@@ -51,11 +51,11 @@ __device__ __forceinline__ void rot(float x1, float x2, float cs, float sn, floa
 // The cache slot of position p of sequence b, or -1 (page outside the table or the pool).
 __device__ __forceinline__ int64_t a_slot(const llm::AttnArgs& a, int b, int64_t p) {
   if (p < 0) return -1;
-  const int64_t li = p / a.bs;
-  if (li >= a.max_blocks) return -1;
+  if (p >= a.max_blocks * a.bs) return -1;
+  const int bs = int(a.bs), li = int(p) / bs;  // positions < 2^31, bs <= 256: 32-bit division
   const int64_t blk = a.block_table[int64_t(b) * a.bt_stride + li];
   if (blk < 0 || blk >= a.nb) return -1;
-  return blk * a.bs + (p - li * a.bs);
+  return blk * a.bs + (int(p) - li * bs);
 }
 
 // Pair u of a head's D / 2 pairs: its two dimensions and its rotary frequency index (-1: not rotated).
@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kAT) k_attn_rope(const __grid_constant__ llm::
   constexpr int TPK = kAT / kAC;  // threads per key in the score pass
   static_assert(TPK == 1 || TPK == 2, "64 or 128 keys per chunk");
   extern __shared__ __align__(16) unsigned char sm[];
-  __shared__ int kvalid[kAC];
+  __shared__ int64_t kslot[kAC];  // cache slot of each key of the chunk, -1: masked
   __shared__ float red_m[kAG], red_l[kAG];
   __shared__ int s_last;
   constexpr int CH = D / 8;  // 16-byte chunks per row
@@ -109,17 +109,15 @@ __global__ void __launch_bounds__(kAT) k_attn_rope(const __grid_constant__ llm::
   float* qs = reinterpret_cast<float*>(sm + Cf::Q_OFF);
   float* ps = reinterpret_cast<float*>(sm + Cf::P_OFF);
   // 1. the cached keys / values of the chunk (positions < p)
-  for (int j = tid; j < kAC; j += kAT) {
-    const int64_t kp = k0 + j;
-    kvalid[j] = j < n && a_slot(a, b, kp) >= 0;  // a key whose page is outside the pool: masked
-  }
+  for (int j = tid; j < kAC; j += kAT)  // a key whose page is outside the pool: masked
+    kslot[j] = j < n ? a_slot(a, b, k0 + j) : -1;
+  __syncthreads();
   const T* kc = static_cast<const T*>(a.kc);
   const T* vc = static_cast<const T*>(a.vc);
   for (int e = tid; e < n * CH; e += kAT) {
     const int j = e / CH, c = e - j * CH;
-    const int64_t kp = k0 + j;
-    if (kp >= p) continue;  // the new token: after the wait
-    const int64_t slot = a_slot(a, b, kp);
+    if (k0 + j >= p) continue;  // the new token: after the wait
+    const int64_t slot = kslot[j];
     const int64_t off = slot >= 0 ? (slot * a.hkv + kvh) * D + c * 8 : 0;
     cp_async16(Ks + size_t(j) * Cf::KROW + c * 16, kc + off, slot >= 0);
     cp_async16(Vs + size_t(j) * Cf::VROW + c * 16, vc + off, slot >= 0);
@@ -215,7 +213,7 @@ __global__ void __launch_bounds__(kAT) k_attn_rope(const __grid_constant__ llm::
       for (int g = 0; g < kAG; ++g) acc[g] += __shfl_xor_sync(0xffffffffu, acc[g], 1);
     }
     if (j < n && part == 0) {
-      const bool ok = kvalid[j];
+      const bool ok = kslot[j] >= 0;
 #pragma unroll
       for (int g = 0; g < kAG; ++g)
         if (g < G) ps[g * kAC + j] = ok ? acc[g] * a.scale : -INFINITY;
