@@ -50,7 +50,8 @@ nohp (the lm head through the engine's GEMV), emb / noemb (embedding + first nor
 launch), dq / nodq (quantized prefill through the dequantized weight and cuBLASLt, or
 the GEMV per 8 rows), fa / nofa / fa64 (RoPE, the KV append and attention in one launch; fa64: 64-key chunks), nip /
 nonip (no norm launches: residual adds in the o/down GEMVs, norms inside the q/k/v,
-gate/up and lm head GEMVs).
+gate/up and lm head GEMVs), qpdl / noqpdl (quantized weights: the engine's launches between
+the quantized GEMVs with / without PDL).
 Each gk run prints the node count of its captured decode step.
 """
 from __future__ import annotations
@@ -117,6 +118,8 @@ def gk_engine(eng):
             opt["attrs"]["fused_attention"] = f != "nofa"
             if f == "fa64":
                 opt["attrs"]["fused_attention_chunk"] = 64
+        elif f in ("qpdl", "noqpdl"):  # quantized weights: PDL of the engine's launches between the GEMVs
+            opt["attrs"]["quantized_pdl"] = f == "qpdl"
         elif f in ("nip", "nonip"):  # norms inside the projections, residual adds in their epilogues
             opt["attrs"]["norm_in_proj"] = f == "nip"
         elif f in ("ropeqkv", "norope"):

@@ -224,6 +224,10 @@ struct EngineOptions {
   // rounded to the weight type: not the same bits as the separate norm). Default from
   // GPUKIT_NORM_IN_PROJ.
   bool norm_in_proj = false;
+  // Level 2 decode with quantized weights: the engine's own launches between the
+  // gemv_quantized ones (norms, SwiGLU, RoPE + append, attention) use PDL. Default from
+  // GPUKIT_QUANT_PDL.
+  bool quantized_pdl = true;
 };
 
 class Model {

@@ -149,6 +149,9 @@ GK_BINDING(60, llm) {
                    [](llm::Model& m, bool v) { m.options().norm_in_proj = v; },
                    "Fusion level 2 decode: residual adds in the o/down GEMVs, norms inside the q/k/v, gate/up "
                    "(and, with head_proj, lm head) GEMVs: no norm launches (the normalized rows not rounded).")
+      .def_prop_rw("quantized_pdl", [](const llm::Model& m) { return m.options().quantized_pdl; },
+                   [](llm::Model& m, bool v) { m.options().quantized_pdl = v; },
+                   "Level 2 decode, quantized weights: the engine's launches between the quantized GEMVs use PDL.")
       .def_prop_ro("quantized", [](const llm::Model& m) { return m.weights().quantized; })
       .def("profile_decode", [](llm::Model& m, int64_t batch, int64_t context, int64_t reps) {
         auto r = llm::profile_decode(m, batch, context, reps);

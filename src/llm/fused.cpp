@@ -34,7 +34,10 @@ void same_dtype(const Array& a, const Array& b, const char* arg) {
 
 namespace {
 std::atomic<int> g_pdl{-1};
+thread_local bool t_no_pdl = false;
 }  // namespace
+NoPdlScope::NoPdlScope(bool off) : prev(t_no_pdl) { t_no_pdl = t_no_pdl || off; }
+NoPdlScope::~NoPdlScope() { t_no_pdl = prev; }
 void set_pdl(int mode) {
   if (mode < -1 || mode > 1) throw ValueError(cat("pdl: expected -1, 0 or 1, got ", mode));
   g_pdl.store(mode);
@@ -42,7 +45,7 @@ void set_pdl(int mode) {
 
 bool pdl_enabled(Device d) {
 #if GPUKIT_WITH_CUDA
-  if (!d.is_cuda()) return false;
+  if (!d.is_cuda() || t_no_pdl) return false;
   static const bool env_on = [] {
     const char* e = std::getenv("GPUKIT_PDL");
     return !(e && std::strcmp(e, "0") == 0);

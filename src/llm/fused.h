@@ -179,6 +179,14 @@ bool pdl_enabled(Device d);
 // -1: as GPUKIT_PDL says (default), 0: off, 1: on where supported (benchmarks; takes
 // effect at the next launch or capture).
 void set_pdl(int mode);
+// Turns PDL off for the engine's launches of this thread while it lives (off = true).
+struct NoPdlScope {
+  explicit NoPdlScope(bool off);
+  ~NoPdlScope();
+  NoPdlScope(const NoPdlScope&) = delete;
+  NoPdlScope& operator=(const NoPdlScope&) = delete;
+  bool prev;
+};
 struct TailNorm;  // internal (project_norm)
 // out_f32: float32 output, the sums not rounded to the weight type (the lm head's logits;
 // not with swiglu or tail).

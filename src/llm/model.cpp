@@ -135,6 +135,7 @@ void env_options(EngineOptions& o) {
     o.fused_attention_chunk = std::atoi(e);
   }
   o.norm_in_proj = env_flag("GPUKIT_NORM_IN_PROJ", o.norm_in_proj);
+  o.quantized_pdl = env_flag("GPUKIT_QUANT_PDL", o.quantized_pdl);
 }
 }  // namespace
 
@@ -661,6 +662,7 @@ Array Model::decode_batch(KvCache& cache, const DecodeBatch& in, const Array& ar
     explicit Flag(bool& x) : f(x) { f = true; }
     ~Flag() { f = false; }
   } flag(decoding_);
+  fused::NoPdlScope no_pdl(!opt_.quantized_pdl && !w_.quantized.empty());
   Array h = run_layers(in.ids, in.positions, cache, idx, attend);
   if (argmax_keys.defined() && !head_argmax(h.shape(0)))
     throw ValueError("decode_batch: argmax_keys given but the lm head cannot fold the argmax in");

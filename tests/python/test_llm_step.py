@@ -532,3 +532,14 @@ def test_no_copy_kernels_in_the_b1_step():
         counts[B] = list(g.graph_nodes)
     print("\ngraph nodes (all, kernels, memcpy, memset) by batch:", counts)
     assert counts[1][1] == counts[2][1], counts
+
+
+@cuda_only
+def test_quantized_pdl_off_same_bits():
+    m = gk.llm.random_model(CFG, device="cuda", dtype="bfloat16", seed=5, quantize="int4")
+    assert m._m.quantized_pdl
+    ref = run(m, True)
+    m._m.quantized_pdl = False
+    same(ref, run(m, True), "quantized_pdl off, graph")
+    same(ref, run(m, False), "quantized_pdl off, eager")
+    m._m.quantized_pdl = True
