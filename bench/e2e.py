@@ -197,11 +197,16 @@ def bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead=
         _C.llm.set_pdl(None)
 
 
+# --sample TEMP,TOP_P: every gpukit Generation draws with these (seeded) instead of greedy,
+# so the step ends in gk::sampling::decode_step rather than argmax.
+SAMPLING = {}
+
+
 def _bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead):
     from gpukit import _C
     prompts = prompts_for(batch, prompt_len, model.config.vocab_size)
     w = _C.llm.Generation(model._m, prompts, max_new_tokens=3, ignore_eos=True, cuda_graph=graph,
-                          lookahead=lookahead)
+                          lookahead=lookahead, **SAMPLING)
     while not w.done:  # warm-up: cuBLASLt plans, one capture
         w.step()
     del w
@@ -209,7 +214,7 @@ def _bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead
         gk.synchronize()
         gk.reset_peak_memory_stats(device)
     g = _C.llm.Generation(model._m, prompts, max_new_tokens=new_tokens, ignore_eos=True, cuda_graph=graph,
-                          lookahead=lookahead)
+                          lookahead=lookahead, **SAMPLING)
     t0 = time.perf_counter()
     g.step()  # prefill + first token (copied to the host: synchronized)
     t1 = time.perf_counter()
@@ -327,6 +332,9 @@ def main():
         p.add_argument("--prompt", type=int, default=128)
         p.add_argument("--new", type=int, default=256, help="new tokens per sequence (default 256)")
         p.add_argument("--eager-new", type=int, default=0, help="new tokens for gk-eager (default --new)")
+        p.add_argument("--sample", default="", metavar="TEMP,TOP_P",
+                       help="gpukit engines sample (temperature, top-p, seed 1234) instead of greedy decoding; "
+                            "records get a [sampled ...] suffix")
         p.add_argument("--profile", action="store_true", help="per-op GPU time of one decode step per case")
         p.add_argument("--no-gemv", action="store_true",
                        help="gpukit decode projections through matmul (cuBLASLt) instead of gk.gemv")
@@ -379,6 +387,15 @@ def main():
     # variants get their own record names (the results file merges by name, shape, dtype)
     variant = ((" [matmul decode]" if a.no_gemv else "") + (" [no lookahead]" if a.no_lookahead else "")
                + (f" [gemv >= {a.gemv_min_elems}]" if a.gemv_min_elems else ""))
+    if a.sample:
+        try:
+            temp, top_p = (float(v) for v in a.sample.split(","))
+        except ValueError:
+            raise SystemExit(f"--sample: expected TEMP,TOP_P (e.g. 0.8,0.9), got {a.sample!r}")
+        if not temp > 0 or not 0 < top_p <= 1:
+            raise SystemExit(f"--sample: need TEMP > 0 and 0 < TOP_P <= 1, got {a.sample!r}")
+        SAMPLING.update(temperature=temp, top_p=top_p, seed=1234)
+        variant += f" [sampled t{temp:g} p{top_p:g}]"
     for key, quant, batch in cases:
         name, cfg = MODELS[key]
         if (key, quant) not in loaded:
