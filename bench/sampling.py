@@ -27,10 +27,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--iters", type=int, default=20, help="launches per round")
     ap.add_argument("--probe", action="store_true",
-                    help="development: decode_step penalty + temperature + top-p at B1/B32, V=151936, f32, peaked "
-                         "and flat, under the fused kernel's knobs (warp-aggregated histograms on/off, early select "
-                         "exit on/off, stop after load / max exchange / selects, cluster shapes) and the multi-pass "
-                         "path; top-k 50 too; no records")
+                    help="development: decode_step penalty + temperature + top-p at B1/B4/B32, V=151936, f32 (and "
+                         "bf16 at B1/B32), peaked and flat, under the fused kernel's knobs (linear-key top-p select, "
+                         "rotated load order, early select exit, exp cache, compaction, stop after load / max exchange "
+                         "/ selects, cluster shapes) and the multi-pass path; top-k 50 too; no records")
     ap.add_argument("--breakdown", action="store_true",
                     help="only print decode_step variants (greedy, temperature only, top-p, penalty + top-p, "
                          "top-k 50, logprobs) at B1/B32, V=151936, to see what each part costs; no records")
@@ -120,10 +120,17 @@ def main() -> int:
         V = 151936
         knobs = ("GPUKIT_SAMPLING_EARLY", "GPUKIT_SAMPLING_STOP", "GPUKIT_SAMPLING_CLUSTER",
                  "GPUKIT_SAMPLING_THREADS", "GPUKIT_SAMPLING_FUSED", "GPUKIT_SAMPLING_CACHE",
-                 "GPUKIT_SAMPLING_COMPACT", "GPUKIT_SAMPLING_PDL")
-        for B in (1, 4, 32):
+                 "GPUKIT_SAMPLING_COMPACT", "GPUKIT_SAMPLING_PDL", "GPUKIT_SAMPLING_QSEL", "GPUKIT_SAMPLING_ROT",
+                 "GPUKIT_SAMPLING_CMASK")
+        for B, dtype in ((1, "float32"), (4, "float32"), (32, "float32"), (1, "bfloat16"), (32, "bfloat16")):
+            dt = {"float32": "f32", "bfloat16": "bf16"}[dtype]
             shapes = ((16, 1024), (8, 1024)) if B == 1 else ((8, 512), (7, 512), (16, 512))
-            settings = [("default", {}), ("early=0", {"GPUKIT_SAMPLING_EARLY": "0"}),
+            settings = [("default", {}), ("qsel=0", {"GPUKIT_SAMPLING_QSEL": "0"}),
+                        ("rot=0", {"GPUKIT_SAMPLING_ROT": "0"}),
+                        ("cmask=0", {"GPUKIT_SAMPLING_CMASK": "0"}),
+                        ("s4 kernel", {"GPUKIT_SAMPLING_QSEL": "0", "GPUKIT_SAMPLING_ROT": "0",
+                                       "GPUKIT_SAMPLING_CMASK": "0"}),
+                        ("early=0", {"GPUKIT_SAMPLING_EARLY": "0"}),
                         ("cache=%d" % (B > 4), {"GPUKIT_SAMPLING_CACHE": "%d" % (B > 4)}),
                         ("compact=0", {"GPUKIT_SAMPLING_COMPACT": "0"}),
                         ("stop=1 load", {"GPUKIT_SAMPLING_STOP": "1"}), ("stop=2 max", {"GPUKIT_SAMPLING_STOP": "2"}),
@@ -133,10 +140,13 @@ def main() -> int:
                 settings.append(("multipass-pdl0", {"GPUKIT_SAMPLING_FUSED": "0", "GPUKIT_SAMPLING_PDL": "0"}))
             settings += [(f"CL{cl}x{nt}", {"GPUKIT_SAMPLING_CLUSTER": str(cl), "GPUKIT_SAMPLING_THREADS": str(nt)})
                          for cl, nt in shapes]
-            if B == 4:  # where the fused path starts by default: only it against the multi-pass path
+            if B == 4:  # only the defaults against the multi-pass path
                 settings = [x for x in settings if x[0] in ("default", "multipass")]
+            if dtype == "bfloat16":  # the new knobs and the stops only
+                settings = [x for x in settings if x[0] in ("default", "qsel=0", "rot=0", "cmask=0", "s4 kernel", "stop=1 load",
+                                                            "stop=3 select", "multipass")]
             for flat in (False, True):
-                g, t, n = pools(B, V, flat, "float32")
+                g, t, n = pools(B, V, flat, dtype)
                 hist = gk.asarray(rng.integers(0, V, size=(B, H)).astype(np.int32)).to("cuda")
                 lens = gk.asarray(np.full(B, H, np.int32)).to("cuda")
                 seeds = gk.asarray(np.arange(B, dtype=np.int64)).to("cuda")
@@ -150,7 +160,7 @@ def main() -> int:
                 for label, prx in (("greedy", S.Params(temperature=full(0.0))), ("temp", S.Params(temperature=full(0.8))),
                                    ("topp", S.Params(temperature=full(0.8), top_p=full(0.9)))):
                     r = time_gk(lambda i: S.decode_step(g[i], prx, seeds, pos), n)
-                    print(f"probe B{B:<3d} V{V} f32 {'flat' if flat else 'peaked':6s} {label:14s} "
+                    print(f"probe B{B:<3d} V{V} {dt:4s} {'flat' if flat else 'peaked':6s} {label:14s} "
                           f"(no penalty)  {np.median(r):8.1f} us")
                 for label, env in settings:
                     os.environ.update(env)
@@ -159,7 +169,7 @@ def main() -> int:
                     rk = time_gk(lambda i: S.decode_step(g[i], prk, seeds, pos), n)
                     for k in knobs:
                         os.environ.pop(k, None)
-                    print(f"probe B{B:<3d} V{V} f32 {'flat' if flat else 'peaked':6s} {label:14s} "
+                    print(f"probe B{B:<3d} V{V} {dt:4s} {'flat' if flat else 'peaked':6s} {label:14s} "
                           f"pen+topp {np.median(r):8.1f} us   topk50 {np.median(rk):8.1f} us")
         print(f"total bench time {time.time() - t_start:.1f} s")
         return 0

@@ -111,19 +111,24 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
     __syncthreads();
   }
   const float* bias = a.bias ? a.bias + r * a.bias_row_stride + c0 : nullptr;
-  float bv = -INFINITY;
+  float bv = -INFINITY, bmn = INFINITY;
   int bi = INT_MAX;
+  // rotated order: in step k, lane l takes entry (k + l / (32 / G)) mod G of its group, so the
+  // 32 lanes' shared-memory words (G apart per lane) fall in 32 different banks
+  const int rot = g.rot ? (t & 31) / (32 / G) : 0;
   const int nbatch = int((int64_t(n) + int64_t(kU) * kNT * G - 1) / (int64_t(kU) * kNT * G));
   for (int bt = 0; bt < nbatch; ++bt) {
     if (bt > 0) load_batch(bt);
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int64_t e = (int64_t(bt) * kU * kNT + int64_t(u) * kNT + t) * G;
+      const uint4 qr = rotate_group<T>(q[u], rot);  // (no runtime index into q: it would go to local memory)
 #pragma unroll
-      for (int k = 0; k < G; ++k) {
+      for (int k0 = 0; k0 < G; ++k0) {
+        const int k = (k0 + rot) & (G - 1);
         const int i = int(e) + k;
-        if (e + k >= n) break;
-        float x = smp::sanitize(elem<T>(q[u], k));
+        if (e + k >= n) continue;
+        float x = smp::sanitize(elem<T>(qr, k0));
         if (bias) x = smp::fadd_rn(x, bias[i]);
         if (marks) {
           const int mk = int(vals[i]);
@@ -133,32 +138,48 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
         const float s = smp::finite_top(c.greedy ? x : x / c.temp);
         vals[i] = __float_as_uint(s);
         if (better(s, int(c0 + i), bv, bi)) bv = s, bi = int(c0 + i);
+        if (s > -INFINITY) bmn = fminf(bmn, s);
       }
     }
   }
   for (int k = t; k < Sh<NT>::kHG * Sh<NT>::kHS; k += kNT) (&sh.hi[0][0])[k] = 0u, (&sh.lo[0][0])[k] = 0u;
   if (t < kBins) sh.cnt[t] = 0u;
+  if (t < 2) sh.lmn[t] = 0xffffffffu, sh.lmx[t] = 0u;
   block_argmax(sh, bv, bi);
   if (g.stop == 1) {  // probe: load + process only
     if (rank == 0 && t == 0) a.tokens[r] = bi;
     return;
   }
+  if (g.qsel) {  // the smallest finite processed logit (the linear keys' window)
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) bmn = fminf(bmn, __shfl_xor_sync(0xffffffffu, bmn, o));
+    if ((t & 31) == 0) sh.fv[t >> 5] = bmn;
+    __syncthreads();
+    if (t == 0) {
+      float v = sh.fv[0];
+#pragma unroll
+      for (int k = 1; k < Sh<NT>::kW; ++k) v = fminf(v, sh.fv[k]);
+      sh.xmn = v;
+    }
+  }
   if (t == 0) sh.xm = bv, sh.xi = bi;
   cl.sync();  // also orders the vals writes before the contiguous passes
   if (t < 32) {  // lane q reads CTA q's (max, argmax): all loads at once, then a warp argmax
-    float v = -INFINITY;
+    float v = -INFINITY, mn = INFINITY;
     int vi = INT_MAX;
     if (t < CL) {
       const Sh<NT>* o = cl.map_shared_rank(&sh, t);
       v = o->xm, vi = o->xi;
+      if (g.qsel) mn = o->xmn;
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
       const float ov = __shfl_xor_sync(0xffffffffu, v, o);
       const int oi = __shfl_xor_sync(0xffffffffu, vi, o);
       if (better(ov, oi, v, vi)) v = ov, vi = oi;
+      mn = fminf(mn, __shfl_xor_sync(0xffffffffu, mn, o));
     }
-    if (t == 0) sh.gm = v, sh.gam = vi;
+    if (t == 0) sh.gm = v, sh.gam = vi, sh.gmn = mn;
   }
   __syncthreads();
   const float m = sh.gm;
@@ -187,15 +208,23 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
   uint32_t kk = 0, kp = 0;
   bool done = false;
   unsigned long long kept_local = 0;
-  const bool early = g.early != 0, compact = g.compact != 0;
+  const bool early = g.early != 0, compact = g.compact != 0, cmask = g.cmask != 0;
   // the relative exps cached by the top-p select (level 0 computes every weight it needs)
   float* const ec = g.cache && topp ? reinterpret_cast<float*>(vals + int64_t(g.E) * kNT) : nullptr;
+  if (t == 0) sh.qm = g.qsel && topp ? make_qmap(m, sh.gmn) : QMap{0.f, 0.f, 0}, sh.keep = Keep{0u, 0u, 0u, 0u, 0, sh.qm};
+  __syncthreads();
   if (topk)
     kk = radix_select<NT, false>(sh, cl, CL, vals, i0, g.E, n, m, 0u, 1.f, (unsigned long long)c.top_k, buf, nullptr,
-                                 nullptr, done, early, nullptr, compact, V);
-  if (topp)
+                                 nullptr, done, early, nullptr, compact, V, cmask);
+  if (topp && sh.qm.on)
+    radix_select_q<NT>(sh, cl, CL, vals, i0, g.E, n, m, kk, c.top_p, buf, want_z ? &zl : nullptr, &kept_local, done,
+                       early, ec, compact, V, sh.qm, sh.keep, cmask);
+  else if (topp)
     kp = radix_select<NT, true>(sh, cl, CL, vals, i0, g.E, n, m, kk, c.top_p, 0ull, buf, want_z ? &zl : nullptr,
-                                &kept_local, done, early, ec, compact, V);
+                                &kept_local, done, early, ec, compact, V, cmask);
+  if (t == 0) sh.keep.kk = kk, sh.keep.kp = kp;
+  __syncthreads();
+  const Keep& keep = sh.keep;
   if (g.stop == 3) {  // probe: + the selects
     cl.sync();
     if (rank == 0 && t == 0) a.tokens[r] = am;
@@ -209,7 +238,6 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
     for (int i = i0; i < i1; ++i) zl += weight_nb(val(vals, i), m);
 
   // ---- 3. kept masses, cluster exchange, draw
-  const uint32_t kv = kk > kp ? kk : kp;
   const float minp = c.greedy ? 0.f : c.min_p;
   auto thread_mass = [&]() {  // this thread's kept mass (its entries are contiguous); 4 at a time
     unsigned long long acc = 0;
@@ -218,7 +246,7 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
         const int idx = i0 + j;
         if (idx >= n) break;
         const float e = ec[idx];
-        const bool need = smp::order_key(val(vals, idx)) >= kv && (minp == 0.f || e >= minp);
+        const bool need = keep(val(vals, idx)) && (minp == 0.f || e >= minp);
         acc += need ? weight_of_e(e) : 0ull;
       }
       return acc;
@@ -232,7 +260,7 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
         const int idx = i0 + j + u;
         const bool valid = j + u < g.E && idx < n;
         sv[u] = valid ? val(vals, idx) : -INFINITY;
-        need[u] = valid && smp::order_key(sv[u]) >= kv && smp::fsub_rn(sv[u], m) >= -28.f;
+        need[u] = valid && smp::fsub_rn(sv[u], m) >= -28.f && keep(sv[u]);
         any |= need[u];
       }
       if (__all_sync(0xffffffffu, need[0] && need[1] && need[2] && need[3])) {  // dense: interleaved
@@ -314,7 +342,7 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
       unsigned long long wv;
       if (ec) e = valid ? ec[i] : 0.f, wv = weight_of_e(e);
       else wv = weight_nb(s, m, &e);
-      const bool in = valid && smp::order_key(s) >= kv && smp::fsub_rn(s, m) >= -28.f && (minp == 0.f || e >= minp);
+      const bool in = valid && keep(s) && smp::fsub_rn(s, m) >= -28.f && (minp == 0.f || e >= minp);
       unsigned long long inc = in ? wv : 0ull;
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
@@ -374,8 +402,11 @@ FGeo geo_for(int64_t V, Cfg c) {
   if (E % 2 == 0) ++E;
   g.E = int(E);
   g.aligned = 0;
-  g.early = 1, g.stop = 0, g.cache = 0, g.compact = 1;
+  g.early = 1, g.stop = 0, g.cache = 0, g.compact = 1, g.qsel = 1, g.rot = 1, g.cmask = 1;
+  if (const char* e = std::getenv("GPUKIT_SAMPLING_CMASK"); e && e[0] == '0') g.cmask = 0;
   if (const char* e = std::getenv("GPUKIT_SAMPLING_COMPACT"); e && e[0] == '0') g.compact = 0;
+  if (const char* e = std::getenv("GPUKIT_SAMPLING_QSEL"); e && e[0] == '0') g.qsel = 0;
+  if (const char* e = std::getenv("GPUKIT_SAMPLING_ROT"); e && e[0] == '0') g.rot = 0;
   if (const char* e = std::getenv("GPUKIT_SAMPLING_EARLY"); e && e[0] == '0') g.early = 0;
   g.stop = env_int("GPUKIT_SAMPLING_STOP");
   return g;
@@ -508,12 +539,12 @@ void launch_fused(const SampleArgs& a, cudaStream_t st) {
 
 }  // namespace
 
-constexpr int64_t kFusedMinRows = 2;
+constexpr int64_t kFusedMinRows = 1;
 
 bool fused_sample_ok(const SampleArgs& a) {
   if (a.mode != SampleMode::Draw || a.top_n > 0 || a.B < 1 || a.B > 65535) return false;
-  // Dispatch by shape: one row takes the multi-pass path (checkpoint A on the H200: 35.8 / 38.9 us
-  // peaked / flat with penalty + top-p against 41-47 us fused in session 3; top-k 50: 26.3 us);
+  // Every batch size takes the fused path (session 4's probe on the H200 at B = 1: 33.0 / 37.7 us
+  // peaked / flat with penalty + top-p against 35.1 / 38.4 us multi-pass; top-k 50: 25.8 vs 25.4);
   // GPUKIT_SAMPLING_FUSED=0 / 1 forces either (comparison, tests).
   if (const char* e = std::getenv("GPUKIT_SAMPLING_FUSED"); e && (e[0] == '0' || e[0] == '1')) {
     if (e[0] == '0') return false;

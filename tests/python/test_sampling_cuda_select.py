@@ -1,10 +1,12 @@
 """The fused decode step's threshold selects (src/cuda/common/sampling_cluster.cuh) under
-their development knobs: the early stop at a bin kept whole (GPUKIT_SAMPLING_EARLY), the
-relative-exp cache (GPUKIT_SAMPLING_CACHE), the compacted deeper levels
-(GPUKIT_SAMPLING_COMPACT) and the cluster shape (GPUKIT_SAMPLING_CLUSTER / _THREADS,
-7-CTA clusters included) change the speed only: tokens and logprob bits must
-be the same as the default and as the CPU reference, also on rows built to stop the
-selects at each level (ties across the top-k boundary, one dominant token, 1-ulp steps).
+their development knobs: the top-p select on linear keys (GPUKIT_SAMPLING_QSEL), the rotated
+load order (GPUKIT_SAMPLING_ROT), the carried candidate masks (GPUKIT_SAMPLING_CMASK), the
+early stop at a bin kept whole (GPUKIT_SAMPLING_EARLY), the relative-exp cache
+(GPUKIT_SAMPLING_CACHE), the compacted deeper levels (GPUKIT_SAMPLING_COMPACT) and the cluster
+shape (GPUKIT_SAMPLING_CLUSTER / _THREADS, 7-CTA clusters included) change the speed only:
+tokens and logprob bits must be the same as the default and as the CPU reference, also on rows
+built to stop the selects at each level (ties across the top-k boundary, one dominant token,
+1-ulp steps, linear-key groups of several float keys, a span of a few ulps).
 GPU machines only."""
 import os
 
@@ -18,8 +20,11 @@ pytestmark = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA
 S = gk.sampling
 
 KNOBS = ("GPUKIT_SAMPLING_EARLY", "GPUKIT_SAMPLING_CLUSTER", "GPUKIT_SAMPLING_THREADS", "GPUKIT_SAMPLING_CACHE",
-         "GPUKIT_SAMPLING_COMPACT", "GPUKIT_SAMPLING_FUSED")
-SETTINGS = [{}, {"GPUKIT_SAMPLING_EARLY": "0"}, {"GPUKIT_SAMPLING_COMPACT": "0"},
+         "GPUKIT_SAMPLING_COMPACT", "GPUKIT_SAMPLING_FUSED", "GPUKIT_SAMPLING_QSEL", "GPUKIT_SAMPLING_ROT",
+         "GPUKIT_SAMPLING_CMASK")
+SETTINGS = [{}, {"GPUKIT_SAMPLING_QSEL": "0"}, {"GPUKIT_SAMPLING_ROT": "0"}, {"GPUKIT_SAMPLING_CMASK": "0"},
+            {"GPUKIT_SAMPLING_QSEL": "0", "GPUKIT_SAMPLING_EARLY": "0"},
+            {"GPUKIT_SAMPLING_EARLY": "0"}, {"GPUKIT_SAMPLING_COMPACT": "0"},
             {"GPUKIT_SAMPLING_EARLY": "0", "GPUKIT_SAMPLING_COMPACT": "0"},
             {"GPUKIT_SAMPLING_CACHE": "0"}, {"GPUKIT_SAMPLING_CACHE": "1"},
             {"GPUKIT_SAMPLING_CLUSTER": "4", "GPUKIT_SAMPLING_THREADS": "1024"},
@@ -66,6 +71,16 @@ def _edge_rows(V, g):
     rows.append(x.astype(np.float32))
     x = np.zeros(V, np.float32)                       # all equal
     rows.append(x)
+    # linear keys: tiny distinct values whose distances to the max round to a few equal
+    # floats (one linear key, several float keys): top-p targets inside such a group
+    x = np.full(V, -60.0, np.float32)
+    x[g.integers(V)] = 1.0
+    idx = g.choice(V, 1000, replace=False)
+    x[idx] = (np.arange(1, 1001) * 1e-9).astype(np.float32)
+    rows.append(x)
+    x = np.full(V, 1.0, np.float32)                   # a span of a few ulps (the largest key scale)
+    x += (g.integers(0, 8, size=V) * np.spacing(np.float32(1.0))).astype(np.float32)
+    rows.append(x.astype(np.float32))
     return np.stack(rows)
 
 

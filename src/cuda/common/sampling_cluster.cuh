@@ -36,6 +36,55 @@ struct FGeo {
   int stop;     // development probe: 0 full; 1/2/3 return the argmax after load / max exchange / selects
   int cache;    // a second slice array holds each entry's relative exp from the first mass level
   int compact;  // levels > 0: each lane's selected entries from a bit mask, one per round
+  int qsel;     // top-p select on linear keys (QMap) instead of float keys
+  int rot;      // load pass: lanes take their G entries in rotated order (no bank conflicts)
+  int cmask;    // compacted levels >= 2 test only the entries the previous level selected
+};
+
+// ---------------------------------------------------------------- linear keys of the mass select
+// The float order key spends most of its top bits on exponents: level 0 puts a flat row's
+// entries into a handful of bins (atomic contention) and its threshold bin holds a tenth of
+// the row (a dense level 1). The mass select may run its levels on a key LINEAR in the
+// distance to the max instead: q(s) = floor(fsub_rn(m, s) 2^k), 2^k chosen from the row's
+// live span (m - max(min, m - 28)) so that q < 2^32, qkey = ~q (larger s: larger qkey).
+// q is monotone in s (rounding is monotone), so every qkey bin is an interval of s: the
+// levels find the qkey group where the target falls. q may map distinct s to one value
+// (fsub rounding): a group kept partly is then resolved on the float keys of its members.
+// Every CTA derives the same (m, 2^k) from the cluster's max and min: partition-independent.
+struct QMap {  // (no initializers: a member of the shared Sh)
+  float m, scale;
+  int on;
+};
+__device__ __forceinline__ uint32_t qkey(float s, const QMap& q) {
+  // s = -inf or far below the live range: the product saturates (weight 0 there anyway)
+  const float v = smp::fmul_rn(smp::fsub_rn(q.m, s), q.scale);
+  return ~__float2uint_rz(v);
+}
+// The window of a row from its max and the smallest finite processed logit.
+__device__ __forceinline__ QMap make_qmap(float m, float mn) {
+  QMap q{m, 0.f, 0};
+  float span = smp::fsub_rn(m, mn);
+  if (!(span <= 28.f)) span = 28.f;  // beyond: weight 0
+  const int e = int((__float_as_uint(span) >> 23) & 0xffu) - 127;  // span in [2^e, 2^(e+1))
+  if (!(span >= 0x1p-90f)) return q;  // (almost) all equal: the float keys
+  const int k = 31 - e;               // x <= span < 2^(e+1): x 2^k < 2^32
+  q.scale = __uint_as_float(uint32_t(127 + k) << 23);
+  q.on = 1;
+  return q;
+}
+// Which entries a finished select keeps: key >= kk (top-k), and for top-p either key >= kp
+// (float keys) or qkey > qt, or qkey == qt with key >= kq (linear keys; kq = 0: the group whole).
+struct Keep {
+  uint32_t kk, kp, qt, kq;
+  int qon;
+  QMap q;
+  __device__ __forceinline__ bool operator()(float s) const {
+    const uint32_t key = smp::order_key(s);
+    if (key < kk) return false;
+    if (!qon) return key >= kp;
+    const uint32_t qk = qkey(s, q);
+    return qk > qt || (qk == qt && key >= kq);
+  }
 };
 
 template <int NT>
@@ -52,13 +101,18 @@ struct Sh {
   float fv[kW];
   int fi[kW];
   // cluster exchange slots (read by the other CTAs) and their merged values
-  float xm;
+  float xm, xmn;  // (xmn: the smallest finite processed logit)
   int xi;
   unsigned long long xw, xz;
-  float gm;
+  float gm, gmn;
   int gam;
   unsigned long long gW, gpre, gZ;
   unsigned long long ptarget, pkept;
+  // linear-key levels >= 1: min / max float key of the weighted candidates (double-buffered as
+  // chist; reset by level_pick), and their cluster merge: equal = one float key, kept whole
+  unsigned int lmn[2], lmx[2], gkmn, gkmx;
+  QMap qm;    // the row's linear keys (uniform; written by thread 0)
+  Keep keep;  // the kept set of the selects (uniform; written by thread 0)
   int pick, pexit;
 };
 
@@ -142,6 +196,7 @@ __device__ __forceinline__ unsigned long long weight_of_e(float e) {
 }
 __device__ __forceinline__ float val(const uint32_t* v, int i) { return __uint_as_float(v[i]); }
 
+
 // ---------------------------------------------------------------- loads
 template <class T>
 __device__ __forceinline__ float elem(const uint4& q, int k) {
@@ -152,6 +207,19 @@ __device__ __forceinline__ float elem(const uint4& q, int k) {
     const uint32_t word = (k >> 1) == 0 ? q.x : ((k >> 1) == 1 ? q.y : ((k >> 1) == 2 ? q.z : q.w));
     return float(T::from_bits(uint16_t((k & 1) ? word >> 16 : word & 0xffffu)));
   }
+}
+
+// The group's entries rotated by r (0 <= r < G): entry k of the result is entry (k + r) mod G.
+template <class T>
+__device__ __forceinline__ uint4 rotate_group(uint4 q, int r) {
+  constexpr int G = 16 / int(sizeof(T));
+  const int wr = G == 4 ? r : r >> 1;  // whole words
+  if (wr & 1) q = make_uint4(q.y, q.z, q.w, q.x);
+  if (wr & 2) q = make_uint4(q.z, q.w, q.x, q.y);
+  if (G == 8 && (r & 1))  // half a word more
+    q = make_uint4(__funnelshift_r(q.x, q.y, 16), __funnelshift_r(q.y, q.z, 16), __funnelshift_r(q.z, q.w, 16),
+                   __funnelshift_r(q.w, q.x, 16));
+  return q;
 }
 
 template <class T>
@@ -196,10 +264,12 @@ __device__ __forceinline__ void hflush(Sh<NT>& sh, int w, int d, unsigned long l
 // aggregated flush, match_any + redux, measured ~2x slower on the H200).
 // ec (mass selects, when the slice has room): level 0 stores each computed relative exp,
 // the deeper levels read it instead of computing it again.
-template <int NT, bool kMass>
+// QM: 0 float keys; 1 linear keys (qkey); 2 float keys of the entries whose qkey is qsel.
+template <int NT, bool kMass, int QM = 0>
 __device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int i0, int E, int n, float m,
                                            uint32_t lowkey, int L, uint32_t prefix, unsigned long long* z, float* ec,
-                                           bool compact) {
+                                           bool compact, const QMap& qm = QMap{0.f, 0.f, 0}, uint32_t qsel = 0,
+                                           unsigned long long* cmask = nullptr, int kb = 0) {
   const int w = threadIdx.x & (Sh<NT>::kHG - 1);  // histogram copy (zeroed by the previous level's merge)
   const int sh_ = 24 - 8 * L;
   int cur = -1;
@@ -209,12 +279,26 @@ __device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int
     // the deeper levels select few entries: each lane marks its selected entries in a mask
     // (E <= 63) and the warp takes one per lane per round, in index order (the same runs),
     // so the weights cost max-over-lanes rounds instead of E
-    unsigned long long msk = 0;
-    for (int j = 0; j < E; ++j) {
+    // (from level 2 on, only the entries the previous level selected: a subset)
+    auto test = [&](int j) {
       const int idx = i0 + j;
-      const uint32_t key = idx < n ? smp::order_key(val(vals, idx)) : 0u;
-      if (idx < n && key >= lowkey && (key >> (sh_ + 8)) == prefix) msk |= 1ull << j;
+      const float sv = idx < n ? val(vals, idx) : -INFINITY;
+      const uint32_t key = smp::order_key(sv);
+      const uint32_t dk = QM == 1 ? qkey(sv, qm) : key;
+      return idx < n && key >= lowkey && (dk >> (sh_ + 8)) == prefix && (QM != 2 || qkey(sv, qm) == qsel);
+    };
+    unsigned long long msk = 0;
+    if (cmask && L >= 2) {
+      for (unsigned long long pm = *cmask; pm; pm &= pm - 1) {
+        const int j = __ffsll(static_cast<long long>(pm)) - 1;
+        if (test(j)) msk |= 1ull << j;
+      }
+    } else {
+      for (int j = 0; j < E; ++j)
+        if (test(j)) msk |= 1ull << j;
     }
+    if (cmask) *cmask = msk;
+    uint32_t kmn = 0xffffffffu, kmx = 0u;  // linear keys: the float keys of the weighted candidates
     while (__any_sync(0xffffffffu, msk != 0)) {
       bool has = false;
       int d = 0;
@@ -225,16 +309,28 @@ __device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int
         const float sv = val(vals, idx);
         v = !kMass ? 1ull : (ec ? weight_of_e(ec[idx]) : weight_nb(sv, m));
         has = v != 0;
-        d = int((smp::order_key(sv) >> sh_) & 255u);
+        d = int(((QM == 1 ? qkey(sv, qm) : smp::order_key(sv)) >> sh_) & 255u);
+        if (QM == 1 && has) {
+          const uint32_t fk = smp::order_key(sv);
+          kmn = fk < kmn ? fk : kmn, kmx = fk > kmx ? fk : kmx;
+        }
       }
-      if (has && d != cur && cur >= 0) hflush<NT, kMass>(sh, w, cur, cv, cc, L > 0);
+      if (has && d != cur && cur >= 0) hflush<NT, kMass>(sh, w, cur, cv, cc, QM == 1 || L > 0);
       if (has) {
         if (d != cur) cur = d, cv = 0, cc = 0;
         cv += v;
         ++cc;
       }
     }
-    if (cur >= 0) hflush<NT, kMass>(sh, w, cur, cv, cc, L > 0);
+    if (cur >= 0) hflush<NT, kMass>(sh, w, cur, cv, cc, QM == 1 || L > 0);
+    if (QM == 1) {  // CTA min / max (integer atomics: order-free), merged over the cluster by level_pick
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        const uint32_t a = __shfl_xor_sync(0xffffffffu, kmn, o), b = __shfl_xor_sync(0xffffffffu, kmx, o);
+        kmn = a < kmn ? a : kmn, kmx = b > kmx ? b : kmx;
+      }
+      if ((threadIdx.x & 31) == 0 && kmn <= kmx) atomicMin(&sh.lmn[kb], kmn), atomicMax(&sh.lmx[kb], kmx);
+    }
     return;
   }
   for (int j = 0; j < E; j += 4) {
@@ -246,8 +342,10 @@ __device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int
       const int idx = i0 + j + u;
       const bool valid = j + u < E && idx < n;
       sv[u] = valid ? val(vals, idx) : -INFINITY;
-      key[u] = smp::order_key(sv[u]);
-      sel[u] = valid && key[u] >= lowkey && (L == 0 || (key[u] >> (sh_ + 8)) == prefix);
+      const uint32_t fk = smp::order_key(sv[u]);
+      key[u] = QM == 1 ? qkey(sv[u], qm) : fk;
+      sel[u] = valid && fk >= lowkey && (L == 0 || (key[u] >> (sh_ + 8)) == prefix) &&
+               (QM != 2 || qkey(sv[u], qm) == qsel);
     }
     unsigned long long v[4] = {1ull, 1ull, 1ull, 1ull};
     if (kMass && ec && L > 0) {
@@ -286,7 +384,7 @@ __device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int
     for (int u = 0; u < 4; ++u) {
       const bool has = sel[u] && v[u] != 0;
       const int d = int((key[u] >> sh_) & 255u);
-      if (has && d != cur && cur >= 0) hflush<NT, kMass>(sh, w, cur, cv, cc, L > 0);
+      if (has && d != cur && cur >= 0) hflush<NT, kMass>(sh, w, cur, cv, cc, QM == 1 || L > 0);
       if (has) {
         if (d != cur) cur = d, cv = 0, cc = 0;
         cv += v[u];
@@ -294,7 +392,7 @@ __device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int
       }
     }
   }
-  if (cur >= 0) hflush<NT, kMass>(sh, w, cur, cv, cc, L > 0);
+  if (cur >= 0) hflush<NT, kMass>(sh, w, cur, cv, cc, QM == 1 || L > 0);
   if (z) *z += zl;
 }
 
@@ -309,7 +407,8 @@ __device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int
 template <int NT, bool kMass>
 __device__ __forceinline__ bool level_pick(Sh<NT>& sh, const cg::cluster_group& cl, int CL, int buf, int L, float p,
                                            unsigned long long k, uint32_t& prefix, unsigned long long& target,
-                                           unsigned long long* kept, bool early, bool* whole, bool counts) {
+                                           unsigned long long* kept, bool early, bool* whole, bool counts,
+                                           bool first, bool full_last, bool single_ok = false) {
   constexpr int kHW = kBins / 32;  // warps holding the bins
   static_assert(Sh<NT>::kW >= 2 * kHW, "the warp totals of two scans share sh.u");
   __syncthreads();
@@ -329,6 +428,20 @@ __device__ __forceinline__ bool level_pick(Sh<NT>& sh, const cg::cluster_group& 
     sh.chist[buf][t] = tot;
   }
   cl.sync();
+  if (t == 0) sh.lmn[buf ^ 1] = 0xffffffffu, sh.lmx[buf ^ 1] = 0u;  // for the next level (nobody reads it now)
+  if (single_ok && t < 32) {  // lane q: CTA q's candidate float-key range
+    uint32_t a = 0xffffffffu, b = 0u;
+    if (t < CL) {
+      const Sh<NT>* o = cl.map_shared_rank(&sh, t);
+      a = o->lmn[buf], b = o->lmx[buf];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const uint32_t x = __shfl_xor_sync(0xffffffffu, a, o), y = __shfl_xor_sync(0xffffffffu, b, o);
+      a = x < a ? x : a, b = y > b ? y : b;
+    }
+    if (t == 0) sh.gkmn = a, sh.gkmx = b;
+  }
   // cluster sum of each bin: threads t and t + 256 share bin rank t (descending order), each
   // summing every other rank's copy; all their remote loads are in flight at once
   {
@@ -370,7 +483,7 @@ __device__ __forceinline__ bool level_pick(Sh<NT>& sh, const cg::cluster_group& 
     total += uw;
   }
   const unsigned long long ex = before + gi - g, oex = obefore + oi - own;
-  const unsigned long long tgt = L == 0 ? (kMass ? smp::frac_target(p, total) : k) : target;
+  const unsigned long long tgt = first ? (kMass ? smp::frac_target(p, total) : k) : target;
   const unsigned bal = __ballot_sync(0xffffffffu, t < kBins && g > 0 && ex + g >= tgt);
   if (t < kBins && lane == 0) sh.fi[wid] = bal ? wid * 32 + __ffs(bal) - 1 : INT_MAX;
   __syncthreads();
@@ -379,13 +492,16 @@ __device__ __forceinline__ bool level_pick(Sh<NT>& sh, const cg::cluster_group& 
   for (int w = 0; w < kHW; ++w) pick = sh.fi[w] < pick ? sh.fi[w] : pick;
   if (pick == INT_MAX) return false;  // (uniform) the next writes of sh.u / sh.fi follow barriers
   if (t == pick) {
-    const bool ex_whole = early && L < 3 && (tgt == ex + g || (counts && gc == 1u));
+    // (full_last: the last level resolves every key; a linear-key group may need its float keys)
+    // single_ok: every weighted candidate of this level has one float key (the bins are one group)
+    const bool single = single_ok && sh.gkmn == sh.gkmx;
+    const bool ex_whole = early && (L < 3 || !full_last) && (tgt == ex + g || (counts && gc == 1u) || single);
     sh.ptarget = tgt - ex;
     sh.pexit = ex_whole ? 1 : 0;
-    sh.pkept = oex + (L == 3 || ex_whole ? own : 0ull);  // own mass above the bin (and in it when last)
+    sh.pkept = oex + ((L == 3 && full_last) || ex_whole ? own : 0ull);  // own mass above the bin (and in it when last)
   }
   __syncthreads();
-  const bool last = L == 3 || sh.pexit != 0;
+  const bool last = (L == 3 && full_last) || sh.pexit != 0;
   if (kept) *kept += sh.pkept;
   target = sh.ptarget;
   prefix = (prefix << 8) | uint32_t(kBins - 1 - pick);
@@ -398,15 +514,16 @@ template <int NT, bool kMass>
 __device__ uint32_t radix_select(Sh<NT>& sh, const cg::cluster_group& cl, int CL, const uint32_t* vals, int i0, int E,
                                  int n, float m, uint32_t lowkey, float p, unsigned long long k, int& buf,
                                  unsigned long long* z, unsigned long long* kept, bool& done, bool early,
-                                 float* ec, bool compact, int64_t n_row) {
+                                 float* ec, bool compact, int64_t n_row, bool cmask_on) {
   uint32_t prefix = 0;
-  unsigned long long target = 0;
+  unsigned long long target = 0, cmask = 0;
   done = false;
   for (int L = 0; L < 4; ++L) {
-    level_pass<NT, kMass>(sh, vals, i0, E, n, m, lowkey, L, prefix, L == 0 ? z : nullptr, ec, compact);
+    level_pass<NT, kMass>(sh, vals, i0, E, n, m, lowkey, L, prefix, L == 0 ? z : nullptr, ec, compact, QMap{0.f, 0.f, 0},
+                          0u, cmask_on ? &cmask : nullptr);
     bool last = false;
     const bool ok = level_pick<NT, kMass>(sh, cl, CL, buf, L, p, k, prefix, target, kept, early, &last,
-                                          kMass && early && n_row < (1 << 18));
+                                          kMass && early && n_row < (1 << 18), L == 0, true);
     buf ^= 1;
     if (!ok) return 0u;
     if (last) {
@@ -415,6 +532,57 @@ __device__ uint32_t radix_select(Sh<NT>& sh, const cg::cluster_group& cl, int CL
     }
   }
   return prefix;  // not reached
+}
+
+// The top-p mass select on linear keys (QMap): the same kept set as radix_select<NT, true>
+// (every decision is the same integer comparison on a monotone key), as a Keep (qt, kq).
+// Levels on qkey; where the last qkey level keeps a group partly (several weighted entries
+// with one qkey), up to four levels on the float keys of that group's members.
+template <int NT>
+__device__ void radix_select_q(Sh<NT>& sh, const cg::cluster_group& cl, int CL, const uint32_t* vals, int i0, int E,
+                               int n, float m, uint32_t lowkey, float p, int& buf, unsigned long long* z,
+                               unsigned long long* kept, bool& done, bool early, float* ec, bool compact,
+                               int64_t n_row, const QMap& qm, Keep& out, bool cmask_on) {
+  uint32_t prefix = 0;
+  unsigned long long target = 0, cmask = 0;
+  unsigned long long* const cm = cmask_on ? &cmask : nullptr;
+  done = false;
+  // out (shared) is written by thread 0 only; the caller syncs before reading it
+  const bool w0 = threadIdx.x == 0;
+  if (w0) out.qon = 1, out.q = qm, out.qt = 0, out.kq = 0;  // keep all (no bin reaches the target)
+  const bool counts = early && n_row < (1 << 18);
+  for (int L = 0; L < 4; ++L) {
+    level_pass<NT, true, 1>(sh, vals, i0, E, n, m, lowkey, L, prefix, L == 0 ? z : nullptr, ec, compact, qm, 0u, cm,
+                            buf);
+    bool last = false;
+    const bool ok = level_pick<NT, true>(sh, cl, CL, buf, L, p, 0ull, prefix, target, kept, early, &last, counts,
+                                         L == 0, false, L > 0 && compact);
+    buf ^= 1;
+    if (!ok) return;
+    if (last) {
+      done = true;
+      if (w0) out.qt = prefix << (8 * (3 - L));  // the picked bin's lowest qkey, kq = 0: kept whole
+      return;
+    }
+  }
+  const uint32_t qg = prefix;  // one qkey, kept partly: its members' float keys
+  prefix = 0;
+  for (int L = 0; L < 4; ++L) {
+    level_pass<NT, true, 2>(sh, vals, i0, E, n, m, lowkey, L, prefix, nullptr, ec, compact, qm, qg, cm);
+    bool last = false;
+    const bool ok = level_pick<NT, true>(sh, cl, CL, buf, L, p, 0ull, prefix, target, kept, early, &last, counts,
+                                         false, true);
+    buf ^= 1;
+    if (!ok) {  // not reached (the group holds the target): keep the group whole
+      if (w0) out.qt = qg, out.kq = 0;
+      return;
+    }
+    if (last) {
+      done = true;
+      if (w0) out.qt = qg, out.kq = prefix << (8 * (3 - L));
+      return;
+    }
+  }
 }
 
 
