@@ -52,6 +52,10 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   __trap();  // clusters need sm_90; the host never launches this on older devices
 #else
+  // programmatic dependent launch (no-ops on a plain launch): wait for the previous kernel's
+  // grid and memory before touching anything, then let the next kernel's CTAs be scheduled
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   extern __shared__ uint4 dyn_smem[];
   uint32_t* vals = reinterpret_cast<uint32_t*>(dyn_smem);
   __shared__ Sh<NT> sh;
@@ -525,6 +529,22 @@ void launch_nt(const SampleArgs& a, Cfg c, cudaStream_t st) {
                    (long long)a.B, (long long)a.V, c.CL, NT, g.E, g.cache, smem, sizeof(Sh<NT>), n);
       std::fflush(stdout);
     }
+  }
+  // with programmatic stream serialization (its launch overlaps the previous kernel's tail);
+  // plainly where that is refused or GPUKIT_SAMPLING_PDL=0
+  const char* pe = std::getenv("GPUKIT_SAMPLING_PDL");
+  if (!(pe && pe[0] == '0')) {
+    cudaLaunchAttribute at2[2] = {at[0], {}};
+    at2[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at2[1].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg2 = cfg;
+    cfg2.attrs = at2;
+    cfg2.numAttrs = 2;
+    if (cudaLaunchKernelEx(&cfg2, k_fused<T, NT>, a, g) == cudaSuccess) {
+      GK_LAUNCH_CHECK("sampling_fused");
+      return;
+    }
+    (void)cudaGetLastError();  // not sticky: clear it and launch plainly
   }
   GK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, k_fused<T, NT>, a, g));
   GK_LAUNCH_CHECK("sampling_fused");
