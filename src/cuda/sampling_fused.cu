@@ -220,12 +220,15 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
   if (topk)
     kk = radix_select<NT, false>(sh, cl, CL, vals, i0, g.E, n, m, 0u, 1.f, (unsigned long long)c.top_k, buf, nullptr,
                                  nullptr, done, early, nullptr, compact, V, cmask);
+  // ts: this thread's weights over key >= kk, summed by the top-p select's level 0 (g.tmask)
+  unsigned long long ts = 0;
+  const bool ts_ok = topp && !ec && g.tmask != 0;
   if (topp && sh.qm.on)
     radix_select_q<NT>(sh, cl, CL, vals, i0, g.E, n, m, kk, c.top_p, buf, want_z ? &zl : nullptr, &kept_local, done,
-                       early, ec, compact, V, sh.qm, sh.keep, cmask);
+                       early, ec, compact, V, sh.qm, sh.keep, cmask, ts_ok ? &ts : nullptr);
   else if (topp)
     kp = radix_select<NT, true>(sh, cl, CL, vals, i0, g.E, n, m, kk, c.top_p, 0ull, buf, want_z ? &zl : nullptr,
-                                &kept_local, done, early, ec, compact, V, cmask);
+                                &kept_local, done, early, ec, compact, V, cmask, ts_ok ? &ts : nullptr);
   if (t == 0) sh.keep.kk = kk, sh.keep.kp = kp;
   __syncthreads();
   const Keep& keep = sh.keep;
@@ -254,6 +257,32 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
         acc += need ? weight_of_e(e) : 0ull;
       }
       return acc;
+    }
+    if (ts_ok) {
+      // the top-p select's level 0 summed this thread's weights over key >= kk (ts): the kept
+      // mass is the sum over the kept entries or ts less the sum over the others, whichever
+      // set is smaller; each lane takes its next entry of that set per round (a mask: E <= 63)
+      unsigned long long min_ = 0, mout = 0;
+      for (int j = 0; j < g.E; ++j) {
+        const int idx = i0 + j;
+        if (idx >= n) break;
+        const float sv = val(vals, idx);
+        if (!(smp::fsub_rn(sv, m) >= -28.f)) continue;  // weight 0
+        if (keep(sv)) min_ |= 1ull << j;
+        else if (smp::order_key(sv) >= keep.kk) mout |= 1ull << j;
+      }
+      const bool out = minp == 0.f && __popcll(mout) < __popcll(min_);
+      unsigned long long msk = out ? mout : min_;
+      while (__any_sync(0xffffffffu, msk != 0)) {
+        if (msk) {
+          const int idx = i0 + __ffsll(static_cast<long long>(msk)) - 1;
+          msk &= msk - 1;
+          float e;
+          const unsigned long long wv = weight_nb(val(vals, idx), m, &e);
+          acc += out || minp == 0.f || e >= minp ? wv : 0ull;
+        }
+      }
+      return out ? ts - acc : acc;
     }
     for (int j = 0; j < g.E; j += 4) {
       float sv[4];
@@ -406,7 +435,8 @@ FGeo geo_for(int64_t V, Cfg c) {
   if (E % 2 == 0) ++E;
   g.E = int(E);
   g.aligned = 0;
-  g.early = 1, g.stop = 0, g.cache = 0, g.compact = 1, g.qsel = 1, g.rot = 1, g.cmask = 1;
+  g.early = 1, g.stop = 0, g.cache = 0, g.compact = 1, g.qsel = 1, g.rot = 1, g.cmask = 1, g.tmask = 1;
+  if (const char* e = std::getenv("GPUKIT_SAMPLING_TMASK"); e && e[0] == '0') g.tmask = 0;
   if (const char* e = std::getenv("GPUKIT_SAMPLING_CMASK"); e && e[0] == '0') g.cmask = 0;
   if (const char* e = std::getenv("GPUKIT_SAMPLING_COMPACT"); e && e[0] == '0') g.compact = 0;
   if (const char* e = std::getenv("GPUKIT_SAMPLING_QSEL"); e && e[0] == '0') g.qsel = 0;

@@ -39,6 +39,7 @@ struct FGeo {
   int qsel;     // top-p select on linear keys (QMap) instead of float keys
   int rot;      // load pass: lanes take their G entries in rotated order (no bank conflicts)
   int cmask;    // compacted levels >= 2 test only the entries the previous level selected
+  int tmask;    // kept masses (no exp cache): the smaller of the kept / dropped sets, compacted
 };
 
 // ---------------------------------------------------------------- linear keys of the mass select
@@ -269,11 +270,12 @@ template <int NT, bool kMass, int QM = 0>
 __device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int i0, int E, int n, float m,
                                            uint32_t lowkey, int L, uint32_t prefix, unsigned long long* z, float* ec,
                                            bool compact, const QMap& qm = QMap{0.f, 0.f, 0}, uint32_t qsel = 0,
-                                           unsigned long long* cmask = nullptr, int kb = 0) {
+                                           unsigned long long* cmask = nullptr, int kb = 0,
+                                           unsigned long long* ts = nullptr) {
   const int w = threadIdx.x & (Sh<NT>::kHG - 1);  // histogram copy (zeroed by the previous level's merge)
   const int sh_ = 24 - 8 * L;
   int cur = -1;
-  unsigned long long cv = 0, zl = 0;
+  unsigned long long cv = 0, zl = 0, tl = 0;
   unsigned cc = 0;
   if (compact && L > 0 && !z) {
     // the deeper levels select few entries: each lane marks its selected entries in a mask
@@ -376,6 +378,9 @@ __device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int
       if (z)
 #pragma unroll
         for (int u = 0; u < 4; ++u) zl += v[u];
+      if (kMass && ts)  // this thread's weights over key >= lowkey (level 0 only)
+#pragma unroll
+        for (int u = 0; u < 4; ++u) tl += sel[u] ? v[u] : 0ull;
       if (!kMass)
 #pragma unroll
         for (int u = 0; u < 4; ++u) v[u] = 1ull;
@@ -394,6 +399,7 @@ __device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int
   }
   if (cur >= 0) hflush<NT, kMass>(sh, w, cur, cv, cc, QM == 1 || L > 0);
   if (z) *z += zl;
+  if (kMass && ts) *ts += tl;
 }
 
 // Merge the warps, sum over the cluster, pick the bin (descending key order) where the
@@ -514,13 +520,14 @@ template <int NT, bool kMass>
 __device__ uint32_t radix_select(Sh<NT>& sh, const cg::cluster_group& cl, int CL, const uint32_t* vals, int i0, int E,
                                  int n, float m, uint32_t lowkey, float p, unsigned long long k, int& buf,
                                  unsigned long long* z, unsigned long long* kept, bool& done, bool early,
-                                 float* ec, bool compact, int64_t n_row, bool cmask_on) {
+                                 float* ec, bool compact, int64_t n_row, bool cmask_on,
+                                 unsigned long long* ts = nullptr) {
   uint32_t prefix = 0;
   unsigned long long target = 0, cmask = 0;
   done = false;
   for (int L = 0; L < 4; ++L) {
     level_pass<NT, kMass>(sh, vals, i0, E, n, m, lowkey, L, prefix, L == 0 ? z : nullptr, ec, compact, QMap{0.f, 0.f, 0},
-                          0u, cmask_on ? &cmask : nullptr);
+                          0u, cmask_on ? &cmask : nullptr, 0, L == 0 ? ts : nullptr);
     bool last = false;
     const bool ok = level_pick<NT, kMass>(sh, cl, CL, buf, L, p, k, prefix, target, kept, early, &last,
                                           kMass && early && n_row < (1 << 18), L == 0, true);
@@ -542,7 +549,8 @@ template <int NT>
 __device__ void radix_select_q(Sh<NT>& sh, const cg::cluster_group& cl, int CL, const uint32_t* vals, int i0, int E,
                                int n, float m, uint32_t lowkey, float p, int& buf, unsigned long long* z,
                                unsigned long long* kept, bool& done, bool early, float* ec, bool compact,
-                               int64_t n_row, const QMap& qm, Keep& out, bool cmask_on) {
+                               int64_t n_row, const QMap& qm, Keep& out, bool cmask_on,
+                               unsigned long long* ts = nullptr) {
   uint32_t prefix = 0;
   unsigned long long target = 0, cmask = 0;
   unsigned long long* const cm = cmask_on ? &cmask : nullptr;
@@ -553,7 +561,7 @@ __device__ void radix_select_q(Sh<NT>& sh, const cg::cluster_group& cl, int CL, 
   const bool counts = early && n_row < (1 << 18);
   for (int L = 0; L < 4; ++L) {
     level_pass<NT, true, 1>(sh, vals, i0, E, n, m, lowkey, L, prefix, L == 0 ? z : nullptr, ec, compact, qm, 0u, cm,
-                            buf);
+                            buf, L == 0 ? ts : nullptr);
     bool last = false;
     const bool ok = level_pick<NT, true>(sh, cl, CL, buf, L, p, 0ull, prefix, target, kept, early, &last, counts,
                                          L == 0, false, L > 0 && compact);
