@@ -1,13 +1,13 @@
-"""The fused decode step's threshold selects (src/cuda/common/sampling_cluster.cuh) under
-their development knobs: the top-p select on linear keys (GPUKIT_SAMPLING_QSEL), the rotated
-load order (GPUKIT_SAMPLING_ROT), the carried candidate masks (GPUKIT_SAMPLING_CMASK), the
-compacted kept masses (GPUKIT_SAMPLING_TMASK), the programmatic dependent launch
-(GPUKIT_SAMPLING_PDL), the early stop at a bin kept whole (GPUKIT_SAMPLING_EARLY), the
-relative-exp cache (GPUKIT_SAMPLING_CACHE), the compacted deeper levels (GPUKIT_SAMPLING_COMPACT) and the cluster shape (GPUKIT_SAMPLING_CLUSTER / _THREADS,
-7-CTA clusters included) change the speed only: tokens and logprob bits must be the same as
-the default and as the CPU reference, also on rows built to stop the selects at each level
-(ties across the top-k boundary, one dominant token, 1-ulp steps, linear-key groups of several
-float keys, a span of a few ulps). GPU machines only."""
+"""The fused decode step's threshold selects (src/cuda/common/sampling_cluster.cuh) under their
+development knobs: the top-p select on linear keys (GPUKIT_SAMPLING_QSEL), the rotated load
+order (GPUKIT_SAMPLING_ROT), the carried candidate masks (GPUKIT_SAMPLING_CMASK), the compacted
+kept masses (GPUKIT_SAMPLING_TMASK), the programmatic dependent launch (GPUKIT_SAMPLING_PDL),
+the early stop at a bin kept whole (GPUKIT_SAMPLING_EARLY), the relative-exp cache
+(GPUKIT_SAMPLING_CACHE), the compacted deeper levels (GPUKIT_SAMPLING_COMPACT) and the cluster
+shape (GPUKIT_SAMPLING_CLUSTER / _THREADS, 7-CTA clusters included) change the speed only:
+tokens and logprob bits must be the same as the default and as the CPU reference, also on rows
+built to stop the selects at each level (ties across the top-k boundary, one dominant token,
+1-ulp steps, linear-key groups of several float keys, a span of a few ulps). GPU machines only."""
 import os
 
 import numpy as np
