@@ -120,18 +120,19 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
   // rotated order: in step k, lane l takes entry (k + l / (32 / G)) mod G of its group, so the
   // 32 lanes' shared-memory words (G apart per lane) fall in 32 different banks
   const int rot = g.rot ? (t & 31) / (32 / G) : 0;
+  const int c0i = int(c0);
   const int nbatch = int((int64_t(n) + int64_t(kU) * kNT * G - 1) / (int64_t(kU) * kNT * G));
   for (int bt = 0; bt < nbatch; ++bt) {
     if (bt > 0) load_batch(bt);
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
-      const int64_t e = (int64_t(bt) * kU * kNT + int64_t(u) * kNT + t) * G;
-      const uint4 qr = rotate_group<T>(q[u], rot);  // (no runtime index into q: it would go to local memory)
+      const int e = (bt * kU * kNT + u * kNT + t) * G;  // (32-bit: a slice holds < 2^20 entries)
+      const uint4 qr = rotate_group<T>(q[u], rot);     // (no runtime index into q: it would go to local memory)
 #pragma unroll
       for (int k0 = 0; k0 < G; ++k0) {
         const int k = (k0 + rot) & (G - 1);
-        const int i = int(e) + k;
-        if (e + k >= n) continue;
+        const int i = e + k;
+        if (i >= n) continue;
         float x = smp::sanitize(elem<T>(qr, k0));
         if (bias) x = smp::fadd_rn(x, bias[i]);
         if (marks) {
@@ -141,7 +142,7 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
         }
         const float s = smp::finite_top(c.greedy ? x : x / c.temp);
         vals[i] = __float_as_uint(s);
-        if (better(s, int(c0 + i), bv, bi)) bv = s, bi = int(c0 + i);
+        if (better(s, c0i + i, bv, bi)) bv = s, bi = c0i + i;
         if (s > -INFINITY) bmn = fminf(bmn, s);
       }
     }
