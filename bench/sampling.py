@@ -124,7 +124,7 @@ def main() -> int:
                  "GPUKIT_SAMPLING_CMASK", "GPUKIT_SAMPLING_TMASK")
         for B, dtype in ((1, "float32"), (4, "float32"), (32, "float32"), (1, "bfloat16"), (32, "bfloat16")):
             dt = {"float32": "f32", "bfloat16": "bf16"}[dtype]
-            shapes = ((16, 1024), (8, 1024)) if B == 1 else ((8, 512), (7, 512), (16, 512))
+            shapes = ((16, 1024), (8, 1024)) if B == 1 else ((8, 512), (7, 512), (16, 512), (4, 1024))
             settings = [("default", {}), ("qsel=0", {"GPUKIT_SAMPLING_QSEL": "0"}),
                         ("rot=0", {"GPUKIT_SAMPLING_ROT": "0"}),
                         ("cmask=0", {"GPUKIT_SAMPLING_CMASK": "0"}), ("tmask=0", {"GPUKIT_SAMPLING_TMASK": "0"}),
