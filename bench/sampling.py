@@ -121,17 +121,17 @@ def main() -> int:
         knobs = ("GPUKIT_SAMPLING_EARLY", "GPUKIT_SAMPLING_STOP", "GPUKIT_SAMPLING_CLUSTER",
                  "GPUKIT_SAMPLING_THREADS", "GPUKIT_SAMPLING_FUSED", "GPUKIT_SAMPLING_CACHE",
                  "GPUKIT_SAMPLING_COMPACT", "GPUKIT_SAMPLING_PDL", "GPUKIT_SAMPLING_QSEL", "GPUKIT_SAMPLING_ROT",
-                 "GPUKIT_SAMPLING_CMASK", "GPUKIT_SAMPLING_TMASK")
+                 "GPUKIT_SAMPLING_CMASK", "GPUKIT_SAMPLING_TMASK", "GPUKIT_SAMPLING_PIPE")
         for B, dtype in ((1, "float32"), (4, "float32"), (32, "float32"), (1, "bfloat16"), (32, "bfloat16")):
             dt = {"float32": "f32", "bfloat16": "bf16"}[dtype]
             shapes = ((16, 1024), (8, 1024)) if B == 1 else ((8, 512), (7, 512), (16, 512), (4, 1024))
             settings = [("default", {}), ("qsel=0", {"GPUKIT_SAMPLING_QSEL": "0"}),
                         ("rot=0", {"GPUKIT_SAMPLING_ROT": "0"}),
                         ("cmask=0", {"GPUKIT_SAMPLING_CMASK": "0"}), ("tmask=0", {"GPUKIT_SAMPLING_TMASK": "0"}),
-                        ("pdl=0", {"GPUKIT_SAMPLING_PDL": "0"}),
+                        ("pdl=0", {"GPUKIT_SAMPLING_PDL": "0"}), ("pipe=0", {"GPUKIT_SAMPLING_PIPE": "0"}),
                         ("s4 kernel", {"GPUKIT_SAMPLING_QSEL": "0", "GPUKIT_SAMPLING_ROT": "0",
                                        "GPUKIT_SAMPLING_CMASK": "0", "GPUKIT_SAMPLING_TMASK": "0",
-                                       "GPUKIT_SAMPLING_PDL": "0"}),
+                                       "GPUKIT_SAMPLING_PDL": "0", "GPUKIT_SAMPLING_PIPE": "0"}),
                         ("early=0", {"GPUKIT_SAMPLING_EARLY": "0"}),
                         ("cache=%d" % (B > 4), {"GPUKIT_SAMPLING_CACHE": "%d" % (B > 4)}),
                         ("compact=0", {"GPUKIT_SAMPLING_COMPACT": "0"}),
@@ -145,7 +145,8 @@ def main() -> int:
             if B == 4:  # only the defaults against the multi-pass path
                 settings = [x for x in settings if x[0] in ("default", "multipass")]
             if dtype == "bfloat16":  # the new knobs and the stops only
-                settings = [x for x in settings if x[0] in ("default", "qsel=0", "rot=0", "cmask=0", "tmask=0", "pdl=0", "s4 kernel",
+                settings = [x for x in settings if x[0] in ("default", "qsel=0", "rot=0", "cmask=0", "tmask=0", "pdl=0", "pipe=0",
+                                                            "s4 kernel",
                                                             "stop=1 load",
                                                             "stop=3 select", "multipass")]
             for flat in (False, True):

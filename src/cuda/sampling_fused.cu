@@ -73,12 +73,13 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
 
   // ---- 1. load (first batch issued before the history phase) + process
   uint4 q[kU];
+  auto load_slot = [&](int bt, int u) -> uint4 {
+    const int64_t e = (int64_t(bt) * kU * kNT + int64_t(u) * kNT + t) * G;
+    return e < n ? load_group(in, e, n, aligned) : make_uint4(0u, 0u, 0u, 0u);
+  };
   auto load_batch = [&](int bt) {
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int64_t e = (int64_t(bt) * kU * kNT + int64_t(u) * kNT + t) * G;
-      q[u] = e < n ? load_group(in, e, n, aligned) : make_uint4(0u, 0u, 0u, 0u);
-    }
+    for (int u = 0; u < kU; ++u) q[u] = load_slot(bt, u);
   };
   load_batch(0);
   const bool eos_on = a.eos && a.generated.at(r) < a.min_tokens.at(r);
@@ -122,10 +123,14 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
   const int rot = g.rot ? (t & 31) / (32 / G) : 0;
   const int c0i = int(c0);
   const int nbatch = int((int64_t(n) + int64_t(kU) * kNT * G - 1) / (int64_t(kU) * kNT * G));
+  // pipelined (g.pipe): the next batch's loads go out two slots at a time as soon as those
+  // slots are processed, so they are in flight while the rest of this batch is processed
+  const bool pipe = g.pipe != 0;
   for (int bt = 0; bt < nbatch; ++bt) {
-    if (bt > 0) load_batch(bt);
+    if (bt > 0 && !pipe) load_batch(bt);
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
+      if (pipe && u >= 2 && bt + 1 < nbatch) q[u - 2] = load_slot(bt + 1, u - 2);  // (slot u - 2 is done)
       const int e = (bt * kU * kNT + u * kNT + t) * G;  // (32-bit: a slice holds < 2^20 entries)
       const uint4 qr = rotate_group<T>(q[u], rot);     // (no runtime index into q: it would go to local memory)
 #pragma unroll
@@ -146,6 +151,9 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
         if (s > -INFINITY) bmn = fminf(bmn, s);
       }
     }
+    if (pipe && bt + 1 < nbatch)
+#pragma unroll
+      for (int u = kU - 2; u < kU; ++u) q[u] = load_slot(bt + 1, u);
   }
   for (int k = t; k < Sh<NT>::kHG * Sh<NT>::kHS; k += kNT) (&sh.hi[0][0])[k] = 0u, (&sh.lo[0][0])[k] = 0u;
   if (t < kBins) sh.cnt[t] = 0u;
@@ -436,7 +444,8 @@ FGeo geo_for(int64_t V, Cfg c) {
   if (E % 2 == 0) ++E;
   g.E = int(E);
   g.aligned = 0;
-  g.early = 1, g.stop = 0, g.cache = 0, g.compact = 1, g.qsel = 1, g.rot = 1, g.cmask = 1, g.tmask = 1;
+  g.early = 1, g.stop = 0, g.cache = 0, g.compact = 1, g.qsel = 1, g.rot = 1, g.cmask = 1, g.tmask = 1, g.pipe = 1;
+  if (const char* e = std::getenv("GPUKIT_SAMPLING_PIPE"); e && e[0] == '0') g.pipe = 0;
   if (const char* e = std::getenv("GPUKIT_SAMPLING_TMASK"); e && e[0] == '0') g.tmask = 0;
   if (const char* e = std::getenv("GPUKIT_SAMPLING_CMASK"); e && e[0] == '0') g.cmask = 0;
   if (const char* e = std::getenv("GPUKIT_SAMPLING_COMPACT"); e && e[0] == '0') g.compact = 0;

@@ -1,13 +1,14 @@
 """The fused decode step's threshold selects (src/cuda/common/sampling_cluster.cuh) under their
 development knobs: the top-p select on linear keys (GPUKIT_SAMPLING_QSEL), the rotated load
 order (GPUKIT_SAMPLING_ROT), the carried candidate masks (GPUKIT_SAMPLING_CMASK), the compacted
-kept masses (GPUKIT_SAMPLING_TMASK), the programmatic dependent launch (GPUKIT_SAMPLING_PDL),
-the early stop at a bin kept whole (GPUKIT_SAMPLING_EARLY), the relative-exp cache
-(GPUKIT_SAMPLING_CACHE), the compacted deeper levels (GPUKIT_SAMPLING_COMPACT) and the cluster
-shape (GPUKIT_SAMPLING_CLUSTER / _THREADS, 7-CTA clusters included) change the speed only:
-tokens and logprob bits must be the same as the default and as the CPU reference, also on rows
-built to stop the selects at each level (ties across the top-k boundary, one dominant token,
-1-ulp steps, linear-key groups of several float keys, a span of a few ulps). GPU machines only."""
+kept masses (GPUKIT_SAMPLING_TMASK), the pipelined loads (GPUKIT_SAMPLING_PIPE), the
+programmatic dependent launch (GPUKIT_SAMPLING_PDL), the early stop at a bin kept whole
+(GPUKIT_SAMPLING_EARLY), the relative-exp cache (GPUKIT_SAMPLING_CACHE), the compacted deeper
+levels (GPUKIT_SAMPLING_COMPACT) and the cluster shape (GPUKIT_SAMPLING_CLUSTER / _THREADS,
+7-CTA clusters included) change the speed only: tokens and logprob bits must be the same as the
+default and as the CPU reference, also on rows built to stop the selects at each level (ties
+across the top-k boundary, one dominant token, 1-ulp steps, linear-key groups of several float
+keys, a span of a few ulps). GPU machines only."""
 import os
 
 import numpy as np
@@ -21,9 +22,10 @@ S = gk.sampling
 
 KNOBS = ("GPUKIT_SAMPLING_EARLY", "GPUKIT_SAMPLING_CLUSTER", "GPUKIT_SAMPLING_THREADS", "GPUKIT_SAMPLING_CACHE",
          "GPUKIT_SAMPLING_COMPACT", "GPUKIT_SAMPLING_FUSED", "GPUKIT_SAMPLING_QSEL", "GPUKIT_SAMPLING_ROT",
-         "GPUKIT_SAMPLING_CMASK", "GPUKIT_SAMPLING_PDL", "GPUKIT_SAMPLING_TMASK")
+         "GPUKIT_SAMPLING_CMASK", "GPUKIT_SAMPLING_PDL", "GPUKIT_SAMPLING_TMASK",
+         "GPUKIT_SAMPLING_PIPE")
 SETTINGS = [{}, {"GPUKIT_SAMPLING_QSEL": "0"}, {"GPUKIT_SAMPLING_ROT": "0"}, {"GPUKIT_SAMPLING_CMASK": "0"},
-            {"GPUKIT_SAMPLING_PDL": "0"}, {"GPUKIT_SAMPLING_TMASK": "0"},
+            {"GPUKIT_SAMPLING_PDL": "0"}, {"GPUKIT_SAMPLING_TMASK": "0"}, {"GPUKIT_SAMPLING_PIPE": "0"},
             {"GPUKIT_SAMPLING_QSEL": "0", "GPUKIT_SAMPLING_EARLY": "0"},
             {"GPUKIT_SAMPLING_EARLY": "0"}, {"GPUKIT_SAMPLING_COMPACT": "0"},
             {"GPUKIT_SAMPLING_EARLY": "0", "GPUKIT_SAMPLING_COMPACT": "0"},

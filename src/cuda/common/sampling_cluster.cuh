@@ -40,6 +40,7 @@ struct FGeo {
   int rot;      // load pass: lanes take their G entries in rotated order (no bank conflicts)
   int cmask;    // compacted levels >= 2 test only the entries the previous level selected
   int tmask;    // kept masses (no exp cache): the smaller of the kept / dropped sets, compacted
+  int pipe;     // load pass: the next batch's loads issued while this batch is processed
 };
 
 // ---------------------------------------------------------------- linear keys of the mass select
