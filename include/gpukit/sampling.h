@@ -43,10 +43,11 @@
 //    built from singly rounded float operations, so the CPU and CUDA weights, masses,
 //    thresholds and draws are bit-identical (penalties avoid FMA contraction likewise).
 //  * CUDA limits: topk k <= 1024; at most 65535 rows per call for the sampling ops.
-//    Design (decode_step / sample without typical-p or top-n, sm_90+): one launch, one
-//    thread-block cluster of 8-16 CTAs per row; each CTA keeps its slice of the row in
-//    shared memory, radix selects on 8-bit digits sum their integer histograms over the
-//    cluster through distributed shared memory (src/cuda/sampling_fused.cu).
+//    Design (decode_step / sample without typical-p or top-n, sm_90+, any batch size): one
+//    launch, one thread-block cluster of 7-16 CTAs per row; each CTA keeps its slice of the
+//    row in shared memory, radix selects on 8-bit digits (top-p's on a key linear in m - s)
+//    sum their integer histograms over the cluster through distributed shared memory
+//    (src/cuda/sampling_fused.cu; docs/sampling.md).
 //    Otherwise (filters, processors, typical-p, top-n logprobs): each row is split into chunks of 2048 entries, one CTA per chunk, in a few
 //    passes: processing (bias, penalties, bans, temperature) + max, a three-level radix
 //    select per active filter (integer histograms merged with integer atomics), and a
