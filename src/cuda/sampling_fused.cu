@@ -349,19 +349,25 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
   }
   __syncthreads();
   const unsigned long long W = sh.gW, pre = sh.gpre, Z = sh.gZ;
-  cl.sync();  // no CTA leaves while another still reads its shared memory
+  // no CTA leaves while another still reads its shared memory: arrive now (this CTA's remote
+  // reads are done), wait before leaving, so the drawing CTA's work overlaps the barrier
+  cl.barrier_arrive();
   const float logZ = want_z ? float(log(double(Z)) - kLn2x40) : 0.f;
   if (c.greedy || W == 0) {
     if (rank == 0 && t == 0) {
       a.tokens[r] = am;
       if (a.logprobs) a.logprobs[r] = 0.f - logZ;  // (s[argmax] - m) - logZ, as the multi-pass path (+0, not -0)
     }
+    cl.barrier_wait();
     return;
   }
   const uint32_t tag = a.row_tag_is_index ? uint32_t(r) : 0u;
   const uint64_t bits = philox::draw_bits(uint64_t(a.seed.at(r)), uint64_t(a.position.at(r)), tag);
   const unsigned long long tt = smp::scale_draw(W, bits);
-  if (!(tt >= pre && tt < pre + ctot)) return;  // another CTA holds the token (CTA-uniform)
+  if (!(tt >= pre && tt < pre + ctot)) {  // another CTA holds the token (CTA-uniform)
+    cl.barrier_wait();
+    return;
+  }
   if (hist_mass) {
     unsigned long long tot2;
     ex = block_scan(sh, mt = thread_mass(), &tot2);
@@ -408,6 +414,7 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
     a.tokens[r] = am;
     if (a.logprobs) a.logprobs[r] = 0.f - logZ;
   }
+  cl.barrier_wait();
 #endif
 }
 
