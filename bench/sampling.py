@@ -126,6 +126,7 @@ def main() -> int:
             dt = {"float32": "f32", "bfloat16": "bf16"}[dtype]
             shapes = ((16, 1024), (8, 1024)) if B == 1 else ((8, 512), (7, 512), (16, 512), (4, 1024))
             settings = [("default", {}), ("qsel=0", {"GPUKIT_SAMPLING_QSEL": "0"}),
+                        ("qsel=1", {"GPUKIT_SAMPLING_QSEL": "1"}), ("pdl=1", {"GPUKIT_SAMPLING_PDL": "1"}),
                         ("rot=0", {"GPUKIT_SAMPLING_ROT": "0"}),
                         ("cmask=0", {"GPUKIT_SAMPLING_CMASK": "0"}), ("tmask=0", {"GPUKIT_SAMPLING_TMASK": "0"}),
                         ("pdl=0", {"GPUKIT_SAMPLING_PDL": "0"}), ("pipe=0", {"GPUKIT_SAMPLING_PIPE": "0"}),
@@ -145,7 +146,7 @@ def main() -> int:
             if B == 4:  # only the defaults against the multi-pass path
                 settings = [x for x in settings if x[0] in ("default", "multipass")]
             if dtype == "bfloat16":  # the new knobs and the stops only
-                settings = [x for x in settings if x[0] in ("default", "qsel=0", "rot=0", "cmask=0", "tmask=0", "pdl=0", "pipe=0",
+                settings = [x for x in settings if x[0] in ("default", "qsel=0", "qsel=1", "pdl=1", "rot=0", "cmask=0", "tmask=0", "pdl=0", "pipe=0",
                                                             "s4 kernel",
                                                             "stop=1 load",
                                                             "stop=3 select", "multipass")]

@@ -163,7 +163,8 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
     if (rank == 0 && t == 0) a.tokens[r] = bi;
     return;
   }
-  if (g.qsel) {  // the smallest finite processed logit (the linear keys' window)
+  const bool want_mn = g.qsel && !c.greedy && c.top_p < 1.f;  // (row-uniform)
+  if (want_mn) {  // the smallest finite processed logit (the linear keys' window)
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) bmn = fminf(bmn, __shfl_xor_sync(0xffffffffu, bmn, o));
     if ((t & 31) == 0) sh.fv[t >> 5] = bmn;
@@ -183,7 +184,7 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
     if (t < CL) {
       const Sh<NT>* o = cl.map_shared_rank(&sh, t);
       v = o->xm, vi = o->xi;
-      if (g.qsel) mn = o->xmn;
+      if (want_mn) mn = o->xmn;
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
@@ -456,7 +457,6 @@ FGeo geo_for(int64_t V, Cfg c) {
   if (const char* e = std::getenv("GPUKIT_SAMPLING_TMASK"); e && e[0] == '0') g.tmask = 0;
   if (const char* e = std::getenv("GPUKIT_SAMPLING_CMASK"); e && e[0] == '0') g.cmask = 0;
   if (const char* e = std::getenv("GPUKIT_SAMPLING_COMPACT"); e && e[0] == '0') g.compact = 0;
-  if (const char* e = std::getenv("GPUKIT_SAMPLING_QSEL"); e && e[0] == '0') g.qsel = 0;
   if (const char* e = std::getenv("GPUKIT_SAMPLING_ROT"); e && e[0] == '0') g.rot = 0;
   if (const char* e = std::getenv("GPUKIT_SAMPLING_EARLY"); e && e[0] == '0') g.early = 0;
   g.stop = env_int("GPUKIT_SAMPLING_STOP");
@@ -560,6 +560,12 @@ void launch_nt(const SampleArgs& a, Cfg c, cudaStream_t st) {
     }
   }
   g.aligned = (reinterpret_cast<uintptr_t>(a.logits) % 16 == 0) && ((a.row_stride * int64_t(sizeof(T))) % 16 == 0);
+  // top-p on linear keys: faster at B <= 4 (checkpoint A of session 5, V = 151936, B = 1: f32
+  // 29.5 / 36.6 us peaked / flat against 33.8 / 38.2 on float keys, bf16 33.8 / 37.5 against
+  // 39.2 / 41.5) and for bf16 at B = 32 (93.4 / 105.3 against 99.2 / 109.0); f32 at B = 32
+  // kept the float keys (flat 107.8 against 111.5). GPUKIT_SAMPLING_QSEL=0 / 1 forces either.
+  const char* qe = std::getenv("GPUKIT_SAMPLING_QSEL");
+  g.qsel = qe && (qe[0] == '0' || qe[0] == '1') ? qe[0] == '1' : (a.B <= 4 || sizeof(T) == 2);
   set_attrs<T, NT>();
   cudaLaunchAttribute at[1];
   const cudaLaunchConfig_t cfg = launch_cfg(at, c.CL, NT, a.B, smem, st);
@@ -577,10 +583,14 @@ void launch_nt(const SampleArgs& a, Cfg c, cudaStream_t st) {
       std::fflush(stdout);
     }
   }
-  // with programmatic stream serialization (its launch overlaps the previous kernel's tail);
-  // plainly where that is refused or GPUKIT_SAMPLING_PDL=0
+  // few rows: with programmatic stream serialization (its launch overlaps the previous kernel's
+  // tail; B = 1: -0.5 us). Not with many rows: there the early CTAs of the next launch cost
+  // (checkpoint A, B = 32, V = 151936: 90.9 / 111.5 us peaked / flat f32 with it, 83.9 / 101.3
+  // without; bf16 93.4 / 105.3 against 85.5 / 91.7). Plain where refused; GPUKIT_SAMPLING_PDL=0 / 1
+  // forces either.
   const char* pe = std::getenv("GPUKIT_SAMPLING_PDL");
-  if (!(pe && pe[0] == '0')) {
+  const bool pdl = pe && (pe[0] == '0' || pe[0] == '1') ? pe[0] == '1' : a.B <= 4;
+  if (pdl) {
     cudaLaunchAttribute at2[2] = {at[0], {}};
     at2[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at2[1].val.programmaticStreamSerializationAllowed = 1;
