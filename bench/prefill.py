@@ -16,9 +16,10 @@ batches first, alternating; median / max TFLOP/s and the worst ratio of medians)
 steady blocks of ~0.25 s of back-to-back calls (gpukit, torch, gpukit, torch) with the SM clock,
 power, temperature and power-cap share read through NVML while each runs, and one call of the
 cycle-profile build of the default kernel (GPUKIT_PREFILL_SM90_PROF=1; --no-prof: none), whose
-per-phase cycles per key tile and SM clock go to stderr. Other sm_90 kernels in brackets (GPUKIT_PREFILL_SM90=1: cp.async,
-=2: warp-specialized without ping-pong, =3: ping-pong, one CTA per tile, =4: the same with 3 K/V
-stages, =6: persistent with 3 stages; the default is =5, ping-pong in a persistent grid).
+per-phase cycles per key tile and SM clock go to stderr. Other sm_90 kernels in brackets
+(GPUKIT_PREFILL_SM90=1: cp.async, =2: warp-specialized without ping-pong, =3: ping-pong, one CTA
+per tile, =4: the same with 3 K/V stages, =6: persistent with 3 stages; the default is =5, ping-pong
+in a persistent grid).
 Records: name attention_prefill, shape S{S}_H32_D128_causal (GQA: S{S}_Hq32_Hkv8_D128_causal),
 metric TFLOP/s, peer torch SDPA.
 --experiments: afterwards, times the default kernel under the run-time settings of EXPERIMENTS (the
