@@ -1,7 +1,7 @@
 """Prefill attention benchmark: gpukit's attention_prefill against torch SDPA (its fastest form), same run.
 
     python bench/prefill.py [--out bench/results/h200.json] [--rounds 20] [--no-peer] [--sizes 1024,4096,16384]
-                            [--no-other] [--prof 1024,9760,58912,75296] [--experiments [4096,16384]]
+                            [--no-other] [--no-prof] [--experiments [4096,16384]]
     python bench/prefill.py --sanitize racecheck|memcheck|synccheck
 
 Causal bf16, batch 1, H=32, D=128 at S = 1024, 4096, 16384, plus GQA (Hq=32, Hkv=8) at S=4096.
@@ -14,15 +14,18 @@ about 2 ms; medians). Because the clock a kernel gets depends on what ran before
 each size also prints gpukit and torch timed in three orders (all gpukit batches first, all torch
 batches first, alternating; median / max TFLOP/s and the worst ratio of medians), and at S >= 4096
 steady blocks of ~0.25 s of back-to-back calls (gpukit, torch, gpukit, torch) with the SM clock,
-power, temperature and power-cap share read through NVML while each runs. --prof: one call each of
-the cycle-profile builds (GPUKIT_PREFILL_SM90_OPT with bit 1024), whose per-phase cycles per key
-tile and SM clock go to stderr. Other sm_90 kernels in brackets (GPUKIT_PREFILL_SM90=1: cp.async,
-=2: warp-specialized without ping-pong, =3: ping-pong, one CTA per tile, =4: the same with 3 K/V
-stages, =6: persistent with 3 stages; the default is =5, ping-pong in a persistent grid).
+power, temperature and power-cap share read through NVML while each runs, and one call of the
+cycle-profile build of the default kernel (GPUKIT_PREFILL_SM90_PROF=1; --no-prof: none), whose
+per-phase cycles per key tile and SM clock go to stderr. Other sm_90 kernels in brackets
+(GPUKIT_PREFILL_SM90=1: cp.async, =2: warp-specialized without ping-pong, =3: ping-pong, one CTA
+per tile, =4: the same with 3 K/V stages, =6: persistent with 3 stages; the default is =5, ping-pong
+in a persistent grid).
 Records: name attention_prefill, shape S{S}_H32_D128_causal (GQA: S{S}_Hq32_Hkv8_D128_causal),
 metric TFLOP/s, peer torch SDPA.
---experiments: afterwards, times the default kernel under the run-time settings of EXPERIMENTS at the
-given sizes (alternating rounds, medians and the ratio to the default; "default again" shows the noise).
+--experiments: afterwards, times the default kernel under the run-time settings of EXPERIMENTS (the
+heads per section of the persistent order) at the given sizes (alternating rounds, medians and the ratio
+to the default; "default again" shows the noise). The compile-time experiments of session 4 (OPT bits)
+were removed; their figures are in docs/notes/prefill-s4.md.
 --sanitize TOOL: runs sanitize_cases() (small shapes, every sm_90 kernel) under compute-sanitizer.
 Exits 0 with a message without CUDA or torch.
 """
@@ -239,8 +242,8 @@ def sanitize(tool):
 
 
 def sanitize_cases():
-    """Small prefill calls, one per kernel and path (persistent default, its experiment builds with the
-    thresholded maximum, ping-pong with varlen and poisoned neighbours, no ping-pong, 3 stages, the
+    """Small prefill calls, one per kernel and path (persistent default and its cycle-profile build,
+    sections of one head, ping-pong with varlen and poisoned neighbours, no ping-pong, 3 stages, the
     cp.async kernel; GQA, head_dim 64 / 128 / 256, causal and bidirectional, a cached prefix), each
     checked against float64 NumPy. Exit status 1 on a wrong result (run under compute-sanitizer)."""
     import numpy as np
@@ -264,24 +267,21 @@ def sanitize_cases():
             out[q0:q1] = (np.matmul(w, V) / np.maximum(w.sum(axis=2, keepdims=True), 1e-300)).transpose(1, 0, 2)
         return out
 
-    cases = [  # (label, GPUKIT_PREFILL_SM90, _OPT, lq list, prefix list, Hq, Hkv, D, causal)
-        ("persistent default", "5", "", [300], [0], 4, 2, 128, True),
-        ("persistent thresholded max", "5", "512", [300], [0], 4, 2, 128, True),
-        ("persistent thresholded max + early rescale", "5", "2560", [260], [40], 2, 2, 128, True),
-        ("persistent Q in registers", "5", "4608", [333], [0], 2, 2, 128, True),
-        ("persistent speculative softmax", "5", "8736", [700], [0], 2, 1, 128, True),
-        ("persistent spec + K ahead + sleeping waits", "5", "57888", [520], [90], 2, 2, 128, True),
-        ("persistent, no OPT bits (before B)", "5", "1048576", [300], [0], 2, 2, 128, True),
-        ("persistent spec + turn after S + K ahead", "5", "90656", [640], [0], 2, 2, 128, True),
-        ("persistent spec + turn after P V", "5", "139808", [333], [17], 2, 1, 128, True),
-        ("ping-pong varlen poisoned", "3", "", [100, 0, 37, 20], [0, 28, 5, 0], 4, 2, 128, True),
-        ("ping-pong varlen D=64 bidirectional", "3", "", [70, 130], [10, 0], 2, 1, 64, False),
-        ("no ping-pong D=256", "2", "", [150], [0], 2, 2, 256, True),
-        ("3 stages", "4", "", [200], [90], 2, 2, 128, True),
-        ("cp.async varlen", "1", "", [90, 50], [0, 30], 2, 1, 128, True),
+    cases = [  # (label, GPUKIT_PREFILL_SM90, extra environment, lq list, prefix list, Hq, Hkv, D, causal)
+        ("persistent default", "5", {}, [300], [0], 4, 2, 128, True),
+        ("persistent default, prefix", "5", {}, [700], [90], 2, 1, 128, True),
+        ("persistent cycle profile", "5", {"GPUKIT_PREFILL_SM90_PROF": "1"}, [333], [17], 2, 1, 128, True),
+        ("persistent sections of one head", "5", {"GPUKIT_PREFILL_SM90_HS": "1"}, [520], [0], 4, 2, 128, True),
+        ("persistent D=64", "5", {}, [260], [40], 2, 2, 64, True),
+        ("ping-pong varlen poisoned", "3", {}, [100, 0, 37, 20], [0, 28, 5, 0], 4, 2, 128, True),
+        ("ping-pong varlen D=64 bidirectional", "3", {}, [70, 130], [10, 0], 2, 1, 64, False),
+        ("no ping-pong D=256", "2", {}, [150], [0], 2, 2, 256, True),
+        ("3 stages", "4", {}, [200], [90], 2, 2, 128, True),
+        ("cp.async varlen", "1", {}, [90, 50], [0, 30], 2, 1, 128, True),
     ]
     bad = 0
-    for label, variant, opt, lq, prefix, Hq, Hkv, D, causal in cases:
+    extra_keys = {k for c in cases for k in c[2]}
+    for label, variant, env, lq, prefix, Hq, Hkv, D, causal in cases:
         cuq = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
         cuk = np.concatenate([[0], np.cumsum(np.add(lq, prefix))]).astype(np.int32)
         qn = rng.standard_normal((int(cuq[-1]), Hq, D)).astype(np.float32)
@@ -293,10 +293,9 @@ def sanitize_cases():
         dev = "cuda" if gk.cuda.is_available() else "cpu"
         q, k, v = (gk.asarray(x).astype("bfloat16").to(dev) for x in (qn, kn, vn))
         os.environ["GPUKIT_PREFILL_SM90"] = variant
-        if opt:
-            os.environ["GPUKIT_PREFILL_SM90_OPT"] = opt
-        else:
-            os.environ.pop("GPUKIT_PREFILL_SM90_OPT", None)
+        for key in extra_keys:
+            os.environ.pop(key, None)
+        os.environ.update(env)
         if len(lq) > 1:
             out = gk.nn.attention_prefill(q, k, v, gk.asarray(cuq), gk.asarray(cuk), causal=causal)
         else:
@@ -309,28 +308,17 @@ def sanitize_cases():
         ok = err <= 2e-2
         bad += not ok
         print(f"case {label}: max err {err:.3g} {'ok' if ok else 'WRONG'}", flush=True)
-    os.environ.pop("GPUKIT_PREFILL_SM90", None)
-    os.environ.pop("GPUKIT_PREFILL_SM90_OPT", None)
+    for key in ("GPUKIT_PREFILL_SM90", *extra_keys):
+        os.environ.pop(key, None)
     print(f"sanitize cases: {len(cases) - bad} of {len(cases)} right", flush=True)
     return 1 if bad else 0
 
 
-# (label, environment) of the --experiments table; "OPT" runs are timing experiments only.
-EXPERIMENTS = [  # (default since checkpoint B: speculative softmax, OPT 8736, for head_dim 128)
+# (label, environment) of the --experiments table: run-time settings of the default kernel.
+EXPERIMENTS = [
     ("default", {}),
-    ("default before B (no OPT bits)", {"GPUKIT_PREFILL_SM90_OPT": "1048576"}),
-    ("thresholded max + early rescale", {"GPUKIT_PREFILL_SM90_OPT": "2560"}),
-    ("thresholded max + K ahead + sleeping waits", {"GPUKIT_PREFILL_SM90_OPT": "49664"}),
-    ("spec + K ahead of V", {"GPUKIT_PREFILL_SM90_OPT": "25120"}),
-    ("spec + sleeping waits", {"GPUKIT_PREFILL_SM90_OPT": "41504"}),
-    ("spec + K ahead + sleeping waits", {"GPUKIT_PREFILL_SM90_OPT": "57888"}),
-    ("spec + turn passed after S", {"GPUKIT_PREFILL_SM90_OPT": "74272"}),
-    ("spec + turn passed after P V", {"GPUKIT_PREFILL_SM90_OPT": "139808"}),
-    ("spec + turn after S + K ahead", {"GPUKIT_PREFILL_SM90_OPT": "90656"}),
-    ("Q in registers + thresholded max", {"GPUKIT_PREFILL_SM90_OPT": "4608"}),
-    ("bn=160 (no OPT bits)", {"GPUKIT_PREFILL_SM90_BN": "160"}),
-    ("no K/V loads (wrong results)", {"GPUKIT_PREFILL_SM90_OPT": "1"}),
-    ("no softmax (wrong results)", {"GPUKIT_PREFILL_SM90_OPT": "2"}),
+    ("sections of 1 head", {"GPUKIT_PREFILL_SM90_HS": "1"}),
+    ("sections sized for L2", {"GPUKIT_PREFILL_SM90_HS": "l2"}),
     ("default again (noise)", {}),
 ]
 
@@ -377,12 +365,8 @@ def main():
                        help="instead of timing: run a few GPU prefill tests under compute-sanitizer --tool TOOL "
                             "(memcheck, racecheck, synccheck) and print its summary")
         p.add_argument("--sanitize-cases", action="store_true", help=argparse_suppress())
-        p.add_argument("--prof", default="1024,9760,58912,75296", metavar="OPTS",
-                       help="at S >= 4096 (MHA), one call each with these GPUKIT_PREFILL_SM90_OPT cycle-profile "
-                            "builds (1024: no other bits (the default before B), 1026: no softmax (wrong results), 1536: "
-                            "thresholded max, 3584: + early rescale, 5632: Q in registers + thresholded max, 9760: "
-                            "speculative softmax (the default since B), 58912: + K ahead of V + sleeping waits, 75296: "
-                            "spec + turn passed after S); '' for none")
+        p.add_argument("--no-prof", action="store_true",
+                       help="skip the call of the cycle-profile build (GPUKIT_PREFILL_SM90_PROF=1) at S >= 4096 (MHA)")
         p.add_argument("--no-other", action="store_true", help="skip timing the other sm_90 kernels")
         p.add_argument("--experiments", nargs="?", const="4096,16384", default="", metavar="SIZES",
                        help="afterwards, time the default kernel under the EXPERIMENTS settings at these sizes")
@@ -469,17 +453,13 @@ def main():
                                     for name, (g, t) in ores.items()}, "worst_order_ratio": round(worst, 4)}
             if nv is not None and S >= 4096:
                 extra_lines.append(steady(nv, gfn, peer_fn, flops, common.median(gms)))
-            if S >= 4096 and Hq == Hkv:  # cycle profiles of the consumer loop (stderr)
-                for opt in a.prof.split(","):
-                    if not opt:
-                        continue
-                    os.environ["GPUKIT_PREFILL_SM90_OPT"] = opt
-                    print(f"    cycle profile, GPUKIT_PREFILL_SM90_OPT={opt}:", flush=True)
-                    sys.stdout.flush()
-                    gfn()
-                    gk.cuda.synchronize()
-                    sys.stderr.flush()
-                    os.environ.pop("GPUKIT_PREFILL_SM90_OPT")
+            if S >= 4096 and Hq == Hkv and not a.no_prof:  # cycle profile of the consumer loop (stderr)
+                os.environ["GPUKIT_PREFILL_SM90_PROF"] = "1"
+                print("    cycle profile of the default kernel (GPUKIT_PREFILL_SM90_PROF=1):", flush=True)
+                gfn()
+                gk.cuda.synchronize()
+                sys.stderr.flush()
+                os.environ.pop("GPUKIT_PREFILL_SM90_PROF")
         print(f"attention_prefill {label:<28} gpukit {g_tf:7.1f} TFLOP/s ({common.median(gms):8.3f} ms)"
               + (f"   best torch: {peer} {peer_tf:7.1f} TFLOP/s   ratio {g_tf / peer_tf:5.2f}   max|diff| {err:.3g}"
                  if peer_tf else "") + other, flush=True)

@@ -185,25 +185,19 @@ void launch(const PrefillArgs& a, unsigned ny, cudaStream_t st) {
 // (H200, 2026-11-30 checkpoint B, causal bf16 H=32 D=128, timed one call after the
 // other: 245 / 516 / 554 TFLOP/s at S = 1K / 4K / 16K against 228 / 505 / 556 for "3";
 // interleaved with torch SDPA: 316 / 544 / 590 against its best form's 249 / 469 / 546).
-// The experiments of the persistent kernel (GPUKIT_PREFILL_SM90_OPT / _BN / _HS, see
-// attention_prefill_sm90_ws.cu) all measured at or below the default there (interleaved
-// medians, bench/prefill.py --experiments): the default stays OPT 0, 128-key tiles, one
-// section of all heads.
 int variant_from_env() {
   const char* e = std::getenv("GPUKIT_PREFILL_SM90");
   if (e && e[0] >= '0' && e[0] <= '6' && e[1] == 0) return e[0] - '0';
   return 5;
 }
-// GPUKIT_PREFILL_SM90_HS: heads per section of the persistent order (0: all heads,
-// "-1" / "l2": sized for L2); GPUKIT_PREFILL_SM90_OPT: a timing experiment of the
-// persistent kernel (bench only; 1: no K/V loads, 2: no softmax; both give wrong results);
-// GPUKIT_PREFILL_SM90_BN: keys per tile of the persistent bf16 head_dim 128 kernel (128,
-// 160, 176, 192).
+// GPUKIT_PREFILL_SM90_HS: heads per section of the persistent order (0: all heads, the default;
+// "-1" / "l2": sized for L2); GPUKIT_PREFILL_SM90_PROF set (not "0"): the persistent bf16
+// head_dim 128 kernel runs its cycle-profile build and prints the profile (stderr; it waits for
+// the kernel: bench / diagnosis only).
 sm90::WsTuning tuning_from_env() {
   sm90::WsTuning tu;
   if (const char* e = std::getenv("GPUKIT_PREFILL_SM90_HS")) tu.hs = std::strcmp(e, "l2") == 0 ? -1 : std::atoi(e);
-  if (const char* e = std::getenv("GPUKIT_PREFILL_SM90_OPT")) tu.opt = std::atoi(e);
-  if (const char* e = std::getenv("GPUKIT_PREFILL_SM90_BN")) tu.bn = std::atoi(e);
+  if (const char* e = std::getenv("GPUKIT_PREFILL_SM90_PROF")) tu.prof = e[0] != 0 && std::strcmp(e, "0") != 0;
   return tu;
 }
 // GPUKIT_PREFILL_SM90_LOG set: one stderr line per call naming the kernel that ran.

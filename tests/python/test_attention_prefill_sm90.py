@@ -15,11 +15,7 @@ TOL = {"bfloat16": 2e-2, "float16": 4e-3}
 
 
 _VARIANT_ENV = {"sm90pp": "3", "sm90ws": "2", "sm90p3": "4", "sm90ps": "5", "sm90s3": "6", "sm90cp": "1",
-                "sm90n176": "5:176", "sm90hs1": "5:0:1", "sm90poly": "5:0:0:12",
-                "sm90dyn": "5:0:2:16", "sm90p2": "5:0:0:32", "sm90chain": "5:0:0:64",
-                "sm90trunc": "5:0:0:160", "sm90stale": "5:0:0:512", "sm90early": "5:0:0:2560",
-                "sm90qreg": "5:0:0:4608", "sm90spec": "5:0:0:8736",
-                "sm90kvo": "5:0:0:57888", "sm90legacy": "5:0:0:1048576", "sm90late": "5:0:0:90656"}
+                "sm90hs1": "5:1", "sm90prof": "5:0:1"}
 
 
 @pytest.fixture(autouse=True, params=list(_VARIANT_ENV))
@@ -27,25 +23,23 @@ def kernel_variant(request, monkeypatch):
     """Runs each test with each sm_90 kernel (GPUKIT_PREFILL_SM90): the warp-specialized TMA kernel
     with ping-pong scheduling (3), without it (2), with three K/V stages (4), in a persistent grid
     (5, the default; one sequence only, else as 3), persistent with three stages (6) and the
-    cp.async kernel (1); and the persistent kernel with 176-key tiles (GPUKIT_PREFILL_SM90_BN, bf16
-    head_dim 128 only), in sections of one head (GPUKIT_PREFILL_SM90_HS) or with some exponentials
-    by a polynomial and O rescaled only when a maximum changed (GPUKIT_PREFILL_SM90_OPT=12, bf16
-    head_dim 128), in the dynamic order (atomic counter; OPT=16, sections of 2 heads), with two P
-    register buffers (OPT=32), with the ping-pong turns chained across items (OPT=64), or with P cut
-    to bf16 by truncation and two P buffers (OPT=160), with the thresholded row maximum (OPT=512) and
-    that with O rescaled while S runs (OPT=2560), with Q in registers (OPT=4608) or with the
-    speculative softmax (OPT=8736, the default for head_dim 128 since checkpoint B), that with K loaded
-    one tile ahead of V and sleeping mbarrier waits (OPT=57888), with the ping-pong turn passed after
-    S is done and K ahead of V (OPT=90656), or without any of these (OPT=2^20, the default before).
-    Elsewhere all of them run the
+    cp.async kernel (1); and the persistent kernel in sections of one head (GPUKIT_PREFILL_SM90_HS=1)
+    and its cycle-profile build (GPUKIT_PREFILL_SM90_PROF=1, bf16 head_dim 128; the profile goes to
+    stderr). The persistent bf16 / fp16 head_dim 128 kernels run the speculative softmax (OPT bits
+    8736 of attention_prefill_sm90_ws.cu), the others no OPT bits. Elsewhere all of them run the
     generic kernel. Select one with -k sm90pp etc."""
     variant, *rest = _VARIANT_ENV[request.param].split(":")
     monkeypatch.setenv("GPUKIT_PREFILL_SM90", variant)
-    for name, val in zip(("GPUKIT_PREFILL_SM90_BN", "GPUKIT_PREFILL_SM90_HS", "GPUKIT_PREFILL_SM90_OPT"), rest):
+    for name in _TUNING_ENV:
+        monkeypatch.delenv(name, raising=False)
+    for name, val in zip(_TUNING_ENV, rest):
         if val != "0":
             monkeypatch.setenv(name, val)
     monkeypatch.setenv("GPUKIT_PREFILL_SM90_LOG", "1")  # stderr names the kernel that ran
     return request.param
+
+
+_TUNING_ENV = ("GPUKIT_PREFILL_SM90_HS", "GPUKIT_PREFILL_SM90_PROF")
 
 
 def make(shape, dtype, seed=0, scale=1.0):
@@ -94,8 +88,7 @@ def ref(q, k, v, cuq, cuk, causal=True, scale=None, window=None, softcap=None):
 def check(got, want, tol, what=""):
     import os
     env = os.environ.get('GPUKIT_PREFILL_SM90', 'default')
-    env += "".join(f" {k[20:]}={os.environ[k]}" for k in ("GPUKIT_PREFILL_SM90_BN", "GPUKIT_PREFILL_SM90_HS",
-                                                         "GPUKIT_PREFILL_SM90_OPT") if k in os.environ)
+    env += "".join(f" {k[20:]}={os.environ[k]}" for k in _TUNING_ENV if k in os.environ)
     what = f"[{env}] {what}"
     got = np.asarray(got, np.float64)
     err = np.abs(got - want)
@@ -382,3 +375,20 @@ def test_env_switch_to_generic_kernel(monkeypatch):
     check(f64(run(q, k, v, cuq, cuk)), want, TOL["bfloat16"], "default kernel")
     monkeypatch.setenv("GPUKIT_PREFILL_SM90", "1")
     check(f64(run(q, k, v, cuq, cuk)), want, TOL["bfloat16"], "cp.async kernel")
+
+
+@gpu
+def test_cycle_profile_prints(kernel_variant, capfd):
+    """GPUKIT_PREFILL_SM90_PROF=1: the persistent bf16 head_dim 128 kernel runs its cycle-profile build,
+    which is still correct and prints the per-phase profile (stderr) whenever that kernel ran."""
+    if kernel_variant != "sm90prof":
+        pytest.skip("only with the cycle-profile build")
+    q, k, v = case(700, 700, 4, 2, 128, "bfloat16", seed=23)
+    out = run(q, k, v)
+    gk.cuda.synchronize()
+    one = np.array([0, 700])
+    check(f64(out), ref(f64(q), f64(k), f64(v), one, one), TOL["bfloat16"], "cycle-profile build")
+    err = capfd.readouterr().err
+    if "persistent kernel" not in err:
+        pytest.skip("the persistent sm90 kernel did not run here (not an sm_90 device)")
+    assert "prefill prof wg0" in err and "prefill prof wg1" in err and "MHz" in err, err[-2000:]

@@ -13,46 +13,18 @@
 namespace gk::cuda::sm90 {
 
 // Run-time choices of the warp-specialized kernel (attention_prefill_sm90_ws.cu), read
-// from the environment by the dispatch: opt selects a timing experiment (0: none),
-// hs the heads per section of the persistent order (0: all heads, -1: sized for L2),
-// bn the keys per tile of the persistent bf16 head_dim 128 kernel (0: default 128).
+// from the environment by the dispatch: prof runs the cycle-profile build of the persistent
+// bf16 head_dim 128 kernel (bench / diagnosis only), hs the heads per section of the
+// persistent order (0: all heads, -1: sized for L2).
 struct WsTuning {
-  int opt = 0;
+  bool prof = false;
   int hs = 0;
-  int bn = 0;
 };
 
 __device__ __forceinline__ float ex2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
-}
-
-// 2^x for x <= 0 on the FMA and integer pipes (no MUFU): x = n + f with n = round(x),
-// f in [-0.5, 0.5]; 2^f by a cubic (relative error 1.1e-4, far below the bf16 / fp16 rounding
-// of P); n added to the exponent. x is clamped to -125 (2^-125 for smaller x: not 0).
-__device__ __forceinline__ float ex2_poly(float x) {
-  x = fmaxf(x, -125.f);
-  const float t = x + 12582912.f;  // 1.5 * 2^23: round(x) lands in the low mantissa bits
-  const float f = x - (t - 12582912.f);
-  float y = fmaf(0.05592203512787819f, f, 0.24264007806777954f);
-  y = fmaf(y, f, 0.6931210160255432f);
-  y = fmaf(y, f, 0.9999244809150696f);
-  return __int_as_float(__float_as_int(y) + (__float_as_int(t) << 23));
-}
-
-// mbarrier wait that sleeps in try_wait (suspend-time hint, ns) instead of spinning; gives up
-// after about 2^20 tries, like mbar_wait (tma.cuh) does after 2^25 spins.
-__device__ __forceinline__ void mbar_wait_sleep(uint32_t bar, uint32_t parity) {
-  for (int tries = 0; tries < (1 << 20); ++tries) {
-    uint32_t done;
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity), "r"(1000000u)
-        : "memory");
-    if (done) return;
-  }
 }
 
 template <bool BF16>
@@ -177,17 +149,14 @@ struct RowState {
 // keys outside [lo, hi) of each row (tile-relative: row r0 uses lo0/hi0, row
 // r0 + 8 lo1/hi1), scales and caps, turns p into exp2(x - new max) and returns
 // the rescale factors of the old state. MODE 0: scale > 0, no cap (the scale is
-// folded into the exponent's FMA); 1: any scale, no cap; 2: soft-cap. TRUNC (bf16 P):
-// p is cut to its upper 16 bits (a bf16 value, rounded toward 0) before the row sum, so
-// that to_a_frags<.., TRUNC> packs it with one byte permute and the sum l matches the P
-// the product uses (per-weight error within one bf16 unit, like rounding).
+// folded into the exponent's FMA); 1: any scale, no cap; 2: soft-cap.
 // STALE: the running maximum m of a row is raised only when the tile's maximum exceeds it by
 // more than kStaleLog2 (log2 units), so that O and l are rescaled (al != 1) only on such jumps;
 // otherwise exponentials are taken against the older, smaller m and P may reach 2^kStaleLog2
 // (bf16 / fp16 keep their relative precision; O, l stay in fp32). Depends only on the row's
 // own scores: deterministic, and the result is the same softmax up to rounding.
 constexpr float kStaleLog2 = 8.f;
-template <int BN, int MODE, bool MASK, bool POLY = false, bool TRUNC = false, bool CHAINMAX = false, bool STALE = false>
+template <int BN, int MODE, bool MASK, bool STALE = false>
 __device__ __forceinline__ void softmax_step_t(float (&p)[BN / 2], RowState& st, const SoftmaxParams& sp, int cq,
                                                int lo0, int hi0, int lo1, int hi1, float& al0, float& al1) {
 #pragma unroll
@@ -210,16 +179,8 @@ __device__ __forceinline__ void softmax_step_t(float (&p)[BN / 2], RowState& st,
     t0[k] = fmaxf(p[4 * k], p[4 * k + 1]);
     t1[k] = fmaxf(p[4 * k + 2], p[4 * k + 3]);
   }
-  if constexpr (CHAINMAX) {  // (the previous form, kept for timing comparisons)
-#pragma unroll
-    for (int k = 1; k < BN / 8; ++k) {
-      t0[0] = fmaxf(t0[0], t0[k]);
-      t1[0] = fmaxf(t1[0], t1[k]);
-    }
-  } else {
-    fold_max<BN / 8>(t0);
-    fold_max<BN / 8>(t1);
-  }
+  fold_max<BN / 8>(t0);
+  fold_max<BN / 8>(t1);
   float mx0 = t0[0], mx1 = t1[0];
 #pragma unroll
   for (int o = 1; o < 4; o <<= 1) {
@@ -254,18 +215,10 @@ __device__ __forceinline__ void softmax_step_t(float (&p)[BN / 2], RowState& st,
   float s0 = 0.f, s1 = 0.f;
 #pragma unroll
   for (int i = 0; i < BN / 2; i += 4) {
-    // POLY (unmasked tiles only, so masked keys still get exactly 0): a quarter of the
-    // exponentials on the FMA pipe, to unload the MUFU pipe.
-    constexpr bool kPoly = POLY && !MASK;
-    const bool poly = kPoly && ((i / 4) & 1);
     p[i] = ex2(fmaf(p[i], f, -mu0));
-    p[i + 1] = poly ? ex2_poly(fmaf(p[i + 1], f, -mu0)) : ex2(fmaf(p[i + 1], f, -mu0));
+    p[i + 1] = ex2(fmaf(p[i + 1], f, -mu0));
     p[i + 2] = ex2(fmaf(p[i + 2], f, -mu1));
-    p[i + 3] = poly ? ex2_poly(fmaf(p[i + 3], f, -mu1)) : ex2(fmaf(p[i + 3], f, -mu1));
-    if constexpr (TRUNC) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) p[i + e] = __uint_as_float(__float_as_uint(p[i + e]) & 0xFFFF0000u);
-    }
+    p[i + 3] = ex2(fmaf(p[i + 3], f, -mu1));
     s0 += p[i] + p[i + 1];
     s1 += p[i + 2] + p[i + 3];
   }
@@ -276,7 +229,7 @@ __device__ __forceinline__ void softmax_step_t(float (&p)[BN / 2], RowState& st,
 // softmax_step_t for the key tile starting at key j0: masks only when the tile
 // crosses a key-range edge of the CTA's rows (need_mask), with the thread's row
 // ranges [lo0, hi0), [lo1, hi1) (keys of the sequence, clamped to [0, Lk]).
-template <int BN, bool POLY = false, bool TRUNC = false, bool CM = false, bool ST = false>
+template <int BN, bool ST = false>
 __device__ __forceinline__ void softmax_step(float (&p)[BN / 2], RowState& st, const SoftmaxParams& sp,
                                              bool need_mask, int j0, int cq, int lo0, int hi0, int lo1, int hi1,
                                              float& al0, float& al1) {
@@ -284,14 +237,14 @@ __device__ __forceinline__ void softmax_step(float (&p)[BN / 2], RowState& st, c
   const int l0 = rel(lo0), h0 = rel(hi0), l1 = rel(lo1), h1 = rel(hi1);
   const int mode = sp.cap ? 2 : (sp.sc > 0.f ? 0 : 1);
   if (mode == 0) {
-    if (need_mask) softmax_step_t<BN, 0, true, false, TRUNC, CM, ST>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
-    else softmax_step_t<BN, 0, false, POLY, TRUNC, CM, ST>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    if (need_mask) softmax_step_t<BN, 0, true, ST>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    else softmax_step_t<BN, 0, false, ST>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
   } else if (mode == 1) {
-    if (need_mask) softmax_step_t<BN, 1, true, false, TRUNC, CM, ST>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
-    else softmax_step_t<BN, 1, false, false, TRUNC, CM, ST>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    if (need_mask) softmax_step_t<BN, 1, true, ST>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    else softmax_step_t<BN, 1, false, ST>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
   } else {
-    if (need_mask) softmax_step_t<BN, 2, true, false, TRUNC, CM, ST>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
-    else softmax_step_t<BN, 2, false, false, TRUNC, CM, ST>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    if (need_mask) softmax_step_t<BN, 2, true, ST>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
+    else softmax_step_t<BN, 2, false, ST>(p, st, sp, cq, l0, h0, l1, h1, al0, al1);
   }
 }
 
@@ -351,73 +304,14 @@ __device__ __forceinline__ void rescale(float (&o)[N], float al0, float al1) {
   }
 }
 
-// P (fp32 accumulator layout) -> register A fragments of BN / 16 k16 steps. TRUNC (bf16,
-// p already cut to bf16 values by softmax_step<.., TRUNC>): the upper halves, one byte permute.
-template <int BN, bool BF16, bool TRUNC = false>
+// P (fp32 accumulator layout) -> register A fragments of BN / 16 k16 steps.
+template <int BN, bool BF16>
 __device__ __forceinline__ void to_a_frags(const float (&p)[BN / 2], uint32_t (&pa)[BN / 16][4]) {
-  static_assert(!TRUNC || BF16, "truncated P is bf16 only");
 #pragma unroll
   for (int j = 0; j < BN / 16; ++j) {
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const float lo = p[8 * j + 2 * r], hi = p[8 * j + 2 * r + 1];
-      if constexpr (TRUNC) pa[j][r] = __byte_perm(__float_as_uint(lo), __float_as_uint(hi), 0x7632);
-      else pa[j][r] = pack2<BF16>(lo, hi);
-    }
+    for (int r = 0; r < 4; ++r) pa[j][r] = pack2<BF16>(p[8 * j + 2 * r], p[8 * j + 2 * r + 1]);
   }
-}
-
-// D (64 x N, fp32) (+)= A (64 x 16, registers) * B (16 x N, smem, K-major): S = Q K^T with the Q
-// fragments held in registers (one wgmma variant of the prefill kernel; N = 128 only).
-template <int N, bool BF16>
-__device__ __forceinline__ void mma_rs_k(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db, int acc);
-template <>
-__device__ __forceinline__ void mma_rs_k<128, true>(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int acc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
-}
-
-template <>
-__device__ __forceinline__ void mma_rs_k<128, false>(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int acc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
-}
-
-// The register A fragments of one k16 step of a 64-row block of a 128-byte-swizzled tile (rows of
-// 128 bytes per 64-column block, blocks `block_bytes` apart): ldmatrix.x4 of the warp's 16 rows,
-// columns 16 kk .. 16 kk + 15. Lane i addresses row 16 w + 8 (j & 1) + i % 8 of matrix j = i / 8,
-// column chunk 2 (kk % 4) + (j >> 1) (16 bytes), XOR-swizzled with the row.
-__device__ __forceinline__ void load_a_frag(uint32_t (&a)[4], uint32_t tile, int block_bytes, int kk, int warp,
-                                            int lane) {
-  const int j = lane >> 3, row = 16 * warp + 8 * (j & 1) + (lane & 7);
-  const int chunk = (2 * (kk & 3) + (j >> 1)) ^ (row & 7);
-  const uint32_t at = tile + uint32_t((kk >> 2) * block_bytes + row * 128 + chunk * 16);
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-               : "r"(at)
-               : "memory");
 }
 
 // Writes O / l for this thread's rows r0, r1 (< Lq) of a 64 x D fragment.
