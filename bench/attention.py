@@ -30,9 +30,11 @@ PAGED = [(1, 16384), (32, 8192)]
 # tuning sweep: "chunk_min,chunk_max,target_splits[,variant]" (variant 1: the CUDA-core kernel of
 # src/cuda/attention_decode.cu; 0: the tensor-core kernel of attention_decode_mma.cu, 2-7 its tuning variants:
 # 2-4 warps x stages (4x5, 6x3, 12x2; default 8x3), 5 partials in bf16, 6 split-major item order, 7 both,
-# 8 CTA mode (the warps of a CTA share each chunk), 9 CTA mode with bf16 partials)
-SWEEP = ["64,2048,64", "128,2048,64", "128,2048,128", "256,4096,16", "512,2048,32", "256,2048,64,2", "256,2048,64,3",
-         "256,2048,64,4", "256,2048,64,5", "256,2048,64,6", "256,4096,16,5", "1024,4096,16,8", "64,2048,32,1"]
+# 8 CTA mode (the warps of a CTA share each chunk), 9 CTA mode with bf16 partials, 10 the chunk kernel
+# alone without the merge (timing only: the merge's share))
+SWEEP = ["64,2048,64,10", "128,2048,64", "32,2048,128", "64,2048,128", "256,4096,16", "512,2048,32",
+         "64,2048,64,2", "64,2048,64,3", "64,2048,64,5", "64,2048,64,6", "64,2048,64,8", "256,2048,64,8",
+         "64,2048,32,1"]
 Hq, Hkv, D = 32, 8, 128
 L2_BYTES = 60e6
 
@@ -109,6 +111,7 @@ def main(argv=None):
                    help="extra GPUKIT_DECODE_SPLIT settings to time (printed only; default: a short sweep)")
     p.add_argument("--no-sweep", action="store_true", help="time the default split parameters only")
     p.add_argument("--no-write", action="store_true")
+    p.add_argument("--sweep-graph", action="store_true", help="also time each sweep setting under CUDA graph replay")
     a = p.parse_args(argv)
     try:
         import torch
@@ -170,12 +173,16 @@ def main(argv=None):
             print(f"      CUDA graphs: skipped ({type(e).__name__}: {e})")
         for sp in ([] if a.no_sweep else a.splits):
             os.environ["GPUKIT_DECODE_SPLIT"] = sp
+            gg2 = None
             try:
                 g2 = time_events(gk, torch, gfn, ncopy, max(10, a.rounds // 3), a.iters, False)
+                if a.sweep_graph:  # the setting is read at capture time
+                    gg2 = statistics.median(time_graph_gk(gk, gfn, ncopy, max(10, a.rounds // 3), a.iters))
             finally:
                 del os.environ["GPUKIT_DECODE_SPLIT"]
+            extra = "" if gg2 is None else f"  graph {nbytes / (gg2 * 1e-6) / 1e12:.2f} TB/s ({gg2:7.1f} us)"
             print(f"      split {sp:14s} {nbytes / (statistics.median(g2) * 1e-6) / 1e12:.2f} TB/s "
-                  f"({statistics.median(g2):7.1f} us)")
+                  f"({statistics.median(g2):7.1f} us){extra}")
         if (B, T) in PAGED:
             bs = 16
             nblk = B * T // bs

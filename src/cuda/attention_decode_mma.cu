@@ -72,7 +72,7 @@ struct MCfg {
   static constexpr int QPL = 8 * CH / 32;        // query copies per lane
   static constexpr int KSTEP = D / 16;
   static constexpr size_t SMEM = size_t(W) * WARPB;
-  static_assert(SMEM + W * S * 4 <= 227 * 1024, "shared memory of one CTA");
+  static_assert(SMEM + W * S * 4 + 4 * 513 <= 227 * 1024, "shared memory of one CTA");
 };
 
 // 2^x on the SFU (one instruction; +0 for -inf): the softmax weights and rescalings.
@@ -134,32 +134,66 @@ struct Cursor {
 };
 
 // Moves c.item (step `stride`) to the first item at or after it that has keys, and loads it.
-// Item order: with kBMajor (the default) ((b * nsplit + split) * Hkv + kv head) * ngb + head group, so the
-// items running at one time cover few sequences (measured a few % faster at large batches than the other
-// order, ((split * B + b) * Hkv + kv head) * ngb + head group).
+// Item order: with kBMajor (the default) sequence-major, the kv heads of one chunk consecutive, so the
+// items running at one time cover few sequences (measured a few % faster at large batches than the
+// split-major order ((split * B + b) * Hkv + kv head) * ngb + head group, variants 6-7).
+// Dense enumeration (pre != null: sequence-major, B <= kMaxDense): pre[b] = the chunks of sequences < b
+// (shared memory), item = (pre[b] + split) * Hkv * ngb + kv head * ngb + head group: every item has keys,
+// so the round-robin share of the warps is balanced whatever the lengths (the sparse order below spaces
+// each sequence's items by the workspace stride nsplit, the most chunks any length up to the capacity can
+// have: with 16 of 64 slots used, a quarter of the warps got two shares and a third none).
+// Sparse b-major order: ((b * nsplit + split) * Hkv + kv head) * ngb + head group; a warp reaching a
+// sequence's unused split slots jumps to its first item of the next sequence.
 constexpr int kTPartials = 1, kBMajor = 2;  // flags of k_decode_mma
+constexpr int kMaxDense = 512;
 
 // In CTA mode (wsub >= 0: the warp's index among nw) the warps of a CTA share each item: warp w takes
 // keys [w * sc, (w + 1) * sc) of the chunk, sc = the chunk / nw rounded up to whole tiles (a function of the
 // chunk alone), and at least one tile (fully masked when its range is empty) so that it joins the combine.
 __device__ __forceinline__ void find_item(const DecodeArgs& a, int ngb, int nitems, int stride, int flags,
-                                          Cursor& c, int wsub = -1, int nw = 1) {
+                                          const int* pre, Cursor& c, int wsub = -1, int nw = 1) {
   c.tile = 0;
-  for (; c.item < nitems; c.item += stride) {
-    int r = c.item;
-    const int gb = r % ngb;
-    r /= ngb;
-    const int kvh = r % a.hkv;
-    r /= a.hkv;
-    const bool bm = flags & kBMajor;
-    const int b = bm ? r / a.nsplit : r % a.B, split = bm ? r % a.nsplit : r / a.B;
+  const int H = a.hkv * ngb;
+  while (c.item < nitems) {
+    int b, split, kvh, gb;
+    {
+      int r = c.item;
+      gb = r % ngb;
+      r /= ngb;
+      kvh = r % a.hkv;
+      r /= a.hkv;
+      if (pre) {  // r: the global chunk index; b: the largest with pre[b] <= r (pre[B] > r)
+        int lo = 0, hi = a.B;
+        while (hi - lo > 1) {
+          const int m = (lo + hi) >> 1;
+          if (pre[m] <= r) lo = m;
+          else hi = m;
+        }
+        b = lo;
+        split = r - pre[lo];
+      } else if (flags & kBMajor) {
+        b = r / a.nsplit;
+        split = r % a.nsplit;
+      } else {
+        b = r % a.B;
+        split = r / a.B;
+      }
+    }
     int64_t L, start;
     decode_span(a, b, L, start);
     const int64_t n = L - start;
-    if (n <= 0) continue;
-    const int64_t chunk = decode_chunk(n, a.chunk_min, a.chunk_max, a.target_splits);
-    const int64_t nsp = (n + chunk - 1) / chunk;
-    if (split >= nsp) continue;
+    const int64_t chunk = n > 0 ? decode_chunk(n, a.chunk_min, a.chunk_max, a.target_splits) : 1;
+    const int64_t nsp = n > 0 ? (n + chunk - 1) / chunk : 0;
+    if (split >= nsp) {
+      if (!pre && (flags & kBMajor)) {  // jump to this warp's first item of sequence b + 1
+        const int64_t next = (int64_t(b) + 1) * a.nsplit * H;
+        const int64_t k = next > c.item ? (next - c.item + stride - 1) / stride : 1;
+        c.item = int(min(int64_t(nitems), c.item + k * int64_t(stride)));
+      } else {
+        c.item += stride;
+      }
+      continue;
+    }
     const int G = a.hq / a.hkv;
     c.b = b;
     c.kvh = kvh;
@@ -180,12 +214,48 @@ __device__ __forceinline__ void find_item(const DecodeArgs& a, int ngb, int nite
   }
 }
 
+// Dense enumeration: pre[0..B] (exclusive prefix of the chunk counts) in shared memory, by all threads;
+// returns the item count. Ends with a barrier.
+__device__ __forceinline__ int dense_prefix(const DecodeArgs& a, int H, int* pre) {
+  for (int b = threadIdx.x; b < a.B; b += blockDim.x) {
+    int64_t L, start;
+    decode_span(a, b, L, start);
+    pre[b + 1] = int(decode_nsplit(L - start, a.chunk_min, a.chunk_max, a.target_splits));
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {  // warp 0: lane l sums entries [l * per, (l + 1) * per), then a shuffle scan
+    const int lane = threadIdx.x, per = (a.B + 31) / 32;
+    int s = 0;
+    for (int j = 0; j < per; ++j) {
+      const int i = lane * per + j;
+      if (i < a.B) s += pre[i + 1];
+    }
+    int x = s;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(kFull, x, o);
+      if (lane >= o) x += y;
+    }
+    int run = x - s;
+    for (int j = 0; j < per; ++j) {
+      const int i = lane * per + j;
+      if (i < a.B) {
+        run += pre[i + 1];
+        pre[i + 1] = run;
+      }
+    }
+    if (lane == 0) pre[0] = 0;
+  }
+  __syncthreads();
+  return pre[a.B] * H;
+}
+
 __device__ __forceinline__ void advance(const DecodeArgs& a, int ngb, int nitems, int stride, int flags,
-                                        Cursor& c, int wsub, int nw, int nq) {
+                                        const int* pre, Cursor& c, int wsub, int nw, int nq) {
   if (c.item >= nitems) return;
   if (++c.tile < c.ntile) return;
   c.item += stride;
-  find_item(a, ngb, nitems, stride, flags, c, wsub, nw);
+  find_item(a, ngb, nitems, stride, flags, pre, c, wsub, nw);
   c.qi = c.qi + 1 == nq ? 0 : c.qi + 1;
 }
 
@@ -265,6 +335,7 @@ __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
                 CPL = Cf::CPL, QPL = Cf::QPL, KSTEP = Cf::KSTEP;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ unsigned msk[W][S];  // valid keys of each stage (bit k: key k)
+  __shared__ int pre_s[kMaxDense + 1];
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the merge kernel may start (and wait)
@@ -274,6 +345,11 @@ __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
   const int stride = CI ? int(gridDim.x) : int(gridDim.x) * W;
   const int wsub = CI ? warp : -1;
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
+  const int* pre = nullptr;
+  if ((flags & kBMajor) && a.B <= kMaxDense) {  // dense item enumeration (see find_item)
+    nitems = dense_prefix(a, a.hkv * ngb, pre_s);
+    pre = pre_s;
+  }
   unsigned char* ring = smem + size_t(warp) * Cf::WARPB;
   unsigned char* qslots = ring + S * STAGE;
   const uint32_t ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(ring)), qslots_s = ring_s + S * STAGE;
@@ -284,7 +360,7 @@ __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
   Cursor P;
   P.item = CI ? int(blockIdx.x) : warp * int(gridDim.x) + blockIdx.x;
   P.qi = 0;
-  find_item(a, ngb, nitems, stride, flags, P, wsub, W);
+  find_item(a, ngb, nitems, stride, flags, pre, P, wsub, W);
   if (P.item >= nitems) return;
   Cursor C = P;  // (qi = 0 too)
   int prow = tile_row(a, nitems, P, lane);
@@ -318,7 +394,7 @@ __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
     cp_async_commit();
   };
   auto step_producer = [&]() {
-    advance(a, ngb, nitems, stride, flags, P, wsub, W, Cf::NQ);
+    advance(a, ngb, nitems, stride, flags, pre, P, wsub, W, Cf::NQ);
     prow = tile_row(a, nitems, P, lane);
   };
 
@@ -474,7 +550,7 @@ __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
       mrow = -INFINITY;
       lsum = 0.f;
     }
-    advance(a, ngb, nitems, stride, flags, C, wsub, W, Cf::NQ);
+    advance(a, ngb, nitems, stride, flags, pre, C, wsub, W, Cf::NQ);
     cs = cs + 1 == S ? 0 : cs + 1;
   }
   cp_async_wait<0>();
@@ -557,7 +633,7 @@ template <class T, int D, int W_ = 0, int S_ = 0, bool CI = false>
 void launch_mma(const DecodeArgs& a, cudaStream_t st) {
   using Cf = MCfg<D, W_, S_>;
   constexpr size_t smem = Cf::SMEM + (CI ? combine_bytes<D, Cf::W>() : 0);
-  static_assert(smem + Cf::W * Cf::S * 4 <= 227 * 1024, "shared memory of one CTA");
+  static_assert(smem + Cf::W * Cf::S * 4 + 4 * (kMaxDense + 1) <= 227 * 1024, "shared memory of one CTA");
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
   const int64_t nitems = int64_t(a.nsplit) * a.B * a.hkv * ngb;
   if (nitems + int64_t(1024) * 132 * Cf::W > INT32_MAX) throw ValueError("q: too many heads x chunks");
@@ -581,6 +657,7 @@ void launch_mma(const DecodeArgs& a, cudaStream_t st) {
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
+  if (a.variant == 10) return;  // timing only (bench): the chunk kernel alone, multi-chunk outputs left unset
   auto merge = flags & kTPartials ? k_merge_mma<T, D, T> : k_merge_mma<T, D, float>;
   if (cudaLaunchKernelEx(&cfg, merge, a) != cudaSuccess) {
     (void)cudaGetLastError();  // not sticky: clear it and launch plainly

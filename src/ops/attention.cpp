@@ -35,16 +35,17 @@ void validate_lens(const Array& lens, const Array& bt, int64_t nb, int64_t bs, i
 // GPUKIT_DECODE_SPLIT="min,max,target[,variant[,order]]" overrides the split constants (tuning); variant 1
 // forces the CUDA-core kernel, 2-9 pick tuning variants of the tensor-core one, order is the CUDA-core
 // kernel's CTA order (see src/cuda/attention_decode*.cu).
+constexpr int kMaxVariant = 15;
 [[maybe_unused]] void split_params(DecodeArgs& a) {
   const char* e = std::getenv("GPUKIT_DECODE_SPLIT");
   if (!e || !*e) return;
   int v[5] = {0, 0, 0, 0, 0};
   int n = std::sscanf(e, "%d,%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3], &v[4]);
   if (n < 3 || v[0] < 32 || v[0] % 32 || v[1] < v[0] || v[1] > 4096 || (v[1] & (v[1] - 1)) || (v[0] & (v[0] - 1)) ||
-      v[2] < 1 || v[3] < 0 || v[3] > 9 || v[4] < 0 || v[4] > 1)
+      v[2] < 1 || v[3] < 0 || v[3] > kMaxVariant || v[4] < 0 || v[4] > 1)
     throw ValueError(cat("GPUKIT_DECODE_SPLIT: '", e,
                          "' is not 'min,max,target[,variant[,order]]' (powers of two, 32 <= min <= max <= 4096, "
-                         "variant 0-9, order 0-1)"));
+                         "variant 0-", kMaxVariant, ", order 0-1)"));
   a.grid_order = v[4];
   a.chunk_min = v[0];
   a.chunk_max = v[1];

@@ -230,7 +230,7 @@ def test_cuda_split_override(split, monkeypatch):
 def test_split_override_rejected(monkeypatch):
     lens = np.array([3, 4], np.int32)
     q, kc, vc, bt = setup_paged(2, 4, 2, 64, 16, lens, "float32")
-    for bad in ("48,64,2", "64,512,32,10"):
+    for bad in ("48,64,2", "64,512,32,16"):
         monkeypatch.setenv("GPUKIT_DECODE_SPLIT", bad)
         if CUDA:
             with pytest.raises(ValueError, match="GPUKIT_DECODE_SPLIT"):
@@ -281,6 +281,26 @@ def test_cuda_mma_many_items_per_warp():
     for i in (0, 1, 5, 599):  # batch invariance with many items per warp
         alone = cuda_decode(q[i:i + 1], kc, vc, lens[i:i + 1], bt[i:i + 1])
         np.testing.assert_array_equal(bits(alone)[0], bits(got)[i])
+
+
+@gpu
+@pytest.mark.parametrize("B", [1, 37, 512, 513])
+def test_cuda_mma_dense_items(B):
+    # the item enumeration: dense (chunk-count prefix in shared memory, B <= 512) and the sparse order with
+    # jumps over unused split slots (B > 512); lengths from 0 to several chunks, one long sequence that
+    # sets the workspace stride; batch invariance against each sequence alone
+    rng = np.random.default_rng(60 + B)
+    lens = rng.integers(0, 1500, B).astype(np.int32)
+    lens[::5] = rng.integers(0, 20, len(lens[::5]))
+    lens[B // 2] = 9000
+    q, kc, vc, bt = setup_compact(lens, 8, 2, 128, 16, "bfloat16", seed=61)
+    want = ref_decode(f64(q), f64(kc), f64(vc), lens, bt)
+    got = cuda_decode(q, kc, vc, lens, bt)
+    check(got, want, 3.2e-2, f"mma B={B}")
+    for i in sorted({0, B // 2, B - 1}):
+        alone = cuda_decode(q[i:i + 1], kc, vc, lens[i:i + 1], bt[i:i + 1])
+        d = np.argwhere(bits(alone)[0] != bits(got)[i])
+        assert d.size == 0, f"B={B}: sequence {i} (len {lens[i]}) alone differs from in-batch at {d[0]}"
 
 
 @gpu
