@@ -31,10 +31,12 @@ PAGED = [(1, 16384), (32, 8192)]
 # src/cuda/attention_decode.cu; 0: the tensor-core kernel of attention_decode_mma.cu, 2-7 its tuning variants:
 # 2-4 warps x stages (4x5, 6x3, 12x2; default 8x3), 5 partials in bf16, 6 split-major item order, 7 both,
 # 8 CTA mode (the warps of a CTA share each chunk), 9 CTA mode with bf16 partials, 10 the chunk kernel
-# alone without the merge (timing only: the merge's share))
-SWEEP = ["64,2048,64,10", "128,2048,64", "32,2048,128", "64,2048,128", "256,4096,16", "512,2048,32",
-         "64,2048,64,2", "64,2048,64,3", "64,2048,64,5", "64,2048,64,6", "64,2048,64,8", "256,2048,64,8",
-         "64,2048,32,1"]
+# alone without the merge (timing only: the merge's share), 11 warp mode with the kv heads of a chunk on
+# one SM, 12 CTA mode (4 warps x 5 stages) merged in the kernel by the last CTA of each head (one launch),
+# 13 the same with 6 warps x 3 stages)
+SWEEP = ["64,2048,64,10", "64,2048,64,11", "64,2048,16,12", "64,2048,16,13", "128,2048,16,12", "64,2048,32,12",
+         "64,2048,16,8", "128,2048,64", "32,2048,128", "256,4096,16", "64,2048,64,2", "64,2048,64,3",
+         "64,2048,64,5", "64,2048,32,1"]
 Hq, Hkv, D = 32, 8, 128
 L2_BYTES = 60e6
 

@@ -42,6 +42,9 @@
 // still a function of the sequence alone).
 #include <atomic>
 #include <cfloat>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "cuda/common/attention.cuh"
 #include "cuda/common/rows.cuh"
@@ -144,7 +147,7 @@ struct Cursor {
 // have: with 16 of 64 slots used, a quarter of the warps got two shares and a third none).
 // Sparse b-major order: ((b * nsplit + split) * Hkv + kv head) * ngb + head group; a warp reaching a
 // sequence's unused split slots jumps to its first item of the next sequence.
-constexpr int kTPartials = 1, kBMajor = 2;  // flags of k_decode_mma
+constexpr int kTPartials = 1, kBMajor = 2, kGrouped = 4;  // flags of k_decode_mma
 constexpr int kMaxDense = 512;
 
 // In CTA mode (wsub >= 0: the warp's index among nw) the warps of a CTA share each item: warp w takes
@@ -320,6 +323,57 @@ __device__ __forceinline__ void combine(const DecodeArgs& a, const Cursor& C, in
   }
   __syncthreads();  // cmb is free again
 }
+
+// In-kernel merge (CTA mode with counters): after writing its chunk's partial, a CTA counts itself in on
+// the (sequence, kv head, head group) counter; the CTA that completes the count (its partials all written
+// and fenced) merges the nsp chunks of those heads in chunk order and resets the counter to 0 for the next
+// launch. The arithmetic is k_merge_mma's for R = 1 (one fixed sequential order), whichever CTA runs it.
+// sh: at least 2 * 8 * nsp floats of shared memory (the chunks' maxima and sums), or the loop reloads.
+template <class T, int D, int W>
+__device__ __forceinline__ void merge_last(const DecodeArgs& a, const Cursor& C, int* counters, int ngb,
+                                           float* sh, int shn, int* flag) {
+  const int ci = (C.b * a.hkv + C.kvh) * ngb + (C.h0 - C.kvh * (a.hq / a.hkv)) / 8;
+  __threadfence();  // this thread's partial writes, device-wide, before the count
+  __syncthreads();
+  if (threadIdx.x == 0) *flag = atomicAdd(counters + ci, 1) == C.nsp - 1;
+  __syncthreads();
+  if (!*flag) return;
+  __threadfence();  // the other CTAs' partials (fenced before their counts) are visible
+  const int64_t hrow = int64_t(C.b) * a.hq + C.h0;
+  const int nsp = C.nsp;
+  const bool cached = 2 * C.nh * nsp <= shn;
+  if (cached) {
+    for (int i = threadIdx.x; i < C.nh * nsp; i += W * 32) {
+      const int h = i / nsp, s = i - h * nsp;
+      const float2 v = __ldcg(reinterpret_cast<const float2*>(a.ws_ml + ((hrow + h) * a.nsplit + s) * 2));
+      sh[2 * i] = v.x;
+      sh[2 * i + 1] = v.y;
+    }
+    __syncthreads();
+  }
+  for (int idx = threadIdx.x; idx < C.nh * D; idx += W * 32) {
+    const int h = idx / D, d = idx - h * D;
+    const int64_t r = hrow + h;
+    const float* ml = a.ws_ml + r * a.nsplit * 2;
+    auto mlv = [&](int s, int k) { return cached ? sh[2 * (h * nsp + s) + k] : __ldcg(ml + 2 * s + k); };
+    const float* po = a.ws_o + r * a.nsplit * D + d;
+    float M = -INFINITY;
+    for (int s = 0; s < nsp; ++s) M = fmaxf(M, mlv(s, 0));
+    float num = 0.f, den = 0.f;
+    if (M != -INFINITY) {
+#pragma unroll 8
+      for (int s = 0; s < nsp; ++s) {
+        const float ms = mlv(s, 0), w = ms == -INFINITY ? 0.f : exp2f(ms - M);
+        num = fmaf(w, __ldcg(po + int64_t(s) * D), num);
+        den = fmaf(w, mlv(s, 1), den);
+      }
+    }
+    static_cast<T*>(a.out)[r * D + d] = convert<T>(den > 0.f ? num / den : 0.f);
+  }
+  if (threadIdx.x == 0) counters[ci] = 0;  // every CTA of this count has arrived: ready for the next launch
+  __syncthreads();  // sh is free again
+}
+
 template <int D, int W>
 constexpr size_t combine_bytes() {
   return size_t(W) * 8 * (D + 2) * sizeof(float);
@@ -327,15 +381,18 @@ constexpr size_t combine_bytes() {
 
 // CI: CTA mode (the W warps of a CTA share each item, their results combined through shared memory in
 // warp order); otherwise every warp runs items of its own.
+// counters (CTA mode only; null: k_merge_mma merges): the in-kernel merge of merge_last, one zeroed int
+// per (sequence, kv head, head group), left zeroed.
 template <class T, int D, int W_, int S_, bool CI>
 __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
-    k_decode_mma(const __grid_constant__ DecodeArgs a, int nitems, int flags) {
+    k_decode_mma(const __grid_constant__ DecodeArgs a, int nitems, int flags, int* counters) {
   using Cf = MCfg<D, W_, S_>;
   constexpr int W = Cf::W, S = Cf::S, ROWB = Cf::ROWB, CH = Cf::CH, KVB = Cf::KVB, STAGE = Cf::STAGE,
                 CPL = Cf::CPL, QPL = Cf::QPL, KSTEP = Cf::KSTEP;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ unsigned msk[W][S];  // valid keys of each stage (bit k: key k)
   __shared__ int pre_s[kMaxDense + 1];
+  __shared__ int last_flag;
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the merge kernel may start (and wait)
@@ -350,6 +407,14 @@ __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
     nitems = dense_prefix(a, a.hkv * ngb, pre_s);
     pre = pre_s;
   }
+  if (CI && counters) {  // no merge kernel: the outputs of sequences without keys are zeroed here
+    for (int b = blockIdx.x; b < a.B; b += gridDim.x) {
+      int64_t L, start;
+      decode_span(a, b, L, start);
+      if (L - start > 0) continue;
+      for (int i = threadIdx.x; i < a.hq * D; i += W * 32) static_cast<T*>(a.out)[int64_t(b) * a.hq * D + i] = convert<T>(0.f);
+    }
+  }
   unsigned char* ring = smem + size_t(warp) * Cf::WARPB;
   unsigned char* qslots = ring + S * STAGE;
   const uint32_t ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(ring)), qslots_s = ring_s + S * STAGE;
@@ -358,7 +423,12 @@ __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
   const T* qp = static_cast<const T*>(a.q);
 
   Cursor P;
-  P.item = CI ? int(blockIdx.x) : warp * int(gridDim.x) + blockIdx.x;
+  // Warp mode: item gw + k * stride for global warp gw = warp * grid + CTA (the items running at one time
+  // spread over all SMs); kGrouped with at least two rounds of items: gw = CTA * W + warp (the kv heads of
+  // one chunk on the warps of one SM: whole cache rows per SM).
+  P.item = CI ? int(blockIdx.x)
+              : (flags & kGrouped) && nitems >= 2 * stride ? int(blockIdx.x) * W + warp
+                                                          : warp * int(gridDim.x) + blockIdx.x;
   P.qi = 0;
   find_item(a, ngb, nitems, stride, flags, pre, P, wsub, W);
   if (P.item >= nitems) return;
@@ -500,7 +570,10 @@ __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
       l += __shfl_xor_sync(kFull, l, 1);
       l += __shfl_xor_sync(kFull, l, 2);
       if constexpr (CI) {
-        combine<T, D, W>(a, C, flags, o, mrow, l, reinterpret_cast<float*>(smem + Cf::SMEM));
+        float* cmb = reinterpret_cast<float*>(smem + Cf::SMEM);
+        combine<T, D, W>(a, C, flags, o, mrow, l, cmb);
+        if (counters && C.nsp > 1)
+          merge_last<T, D, W>(a, C, counters, ngb, cmb, int(combine_bytes<D, W>() / sizeof(float)), &last_flag);
       } else {
         const float l0 = __shfl_sync(kFull, l, 8 * t4), l1 = __shfl_sync(kFull, l, 8 * t4 + 4);
         const int hA = 2 * t4, hB = 2 * t4 + 1;
@@ -629,7 +702,37 @@ int sm_count() {
   return n;
 }
 
-template <class T, int D, int W_ = 0, int S_ = 0, bool CI = false>
+// Zeroed int32 counters for the in-kernel merge (merge_last), at least n, left zeroed by the kernels.
+// One buffer per (device, stream) for direct launches and one per (device, stream, capture) while a graph is
+// captured, so that launches which may run concurrently never share counters (buffers are kept for the
+// process: a few KB each). Allocated and zeroed through a private stream, synchronized (once per buffer).
+int* merge_counters(cudaStream_t st, int64_t n) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, cudaStream_t, unsigned long long>, std::pair<int*, int64_t>> bufs;
+  int dev = 0;
+  GK_CUDA_CHECK(cudaGetDevice(&dev));
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  GK_CUDA_CHECK(cudaStreamGetCaptureInfo(st, &cs, &id));
+  if (cs == cudaStreamCaptureStatusInvalidated) return nullptr;
+  if (cs == cudaStreamCaptureStatusNone) id = 0;
+  std::lock_guard<std::mutex> lk(mu);
+  auto& e = bufs[{dev, st, id}];
+  if (e.first && e.second >= n) return e.first;
+  const int64_t cap = std::max<int64_t>(n, 1024);
+  int* p = nullptr;
+  GK_CUDA_CHECK(cudaMalloc(&p, size_t(cap) * sizeof(int)));
+  cudaStream_t z = nullptr;
+  GK_CUDA_CHECK(cudaStreamCreateWithFlags(&z, cudaStreamNonBlocking));
+  GK_CUDA_CHECK(cudaMemsetAsync(p, 0, size_t(cap) * sizeof(int), z));
+  GK_CUDA_CHECK(cudaStreamSynchronize(z));
+  GK_CUDA_CHECK(cudaStreamDestroy(z));
+  e = {p, cap};  // a smaller buffer it replaces may still be used by queued launches: kept
+  return p;
+}
+
+// MERGE: CTA mode with the in-kernel merge (merge_last) instead of k_merge_mma.
+template <class T, int D, int W_ = 0, int S_ = 0, bool CI = false, bool MERGE = false>
 void launch_mma(const DecodeArgs& a, cudaStream_t st) {
   using Cf = MCfg<D, W_, S_>;
   constexpr size_t smem = Cf::SMEM + (CI ? combine_bytes<D, Cf::W>() : 0);
@@ -642,9 +745,13 @@ void launch_mma(const DecodeArgs& a, cudaStream_t st) {
   GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const int nsm = sm_count();
   const unsigned grid = unsigned(std::min<int64_t>(nsm, nitems));
-  const int flags = a.variant == 5 || a.variant == 7 || a.variant == 9 ? kTPartials : 0;
-  kern<<<grid, Cf::W * 32, smem, st>>>(a, int(nitems), flags | (a.variant == 6 || a.variant == 7 ? 0 : kBMajor));
+  const int flags = (a.variant == 5 || a.variant == 7 || a.variant == 9 ? kTPartials : 0) |
+                    (a.variant == 6 || a.variant == 7 ? 0 : kBMajor) | (a.variant == 11 ? kGrouped : 0);
+  int* counters = nullptr;
+  if constexpr (MERGE && CI) counters = merge_counters(st, int64_t(a.B) * a.hkv * ngb);
+  kern<<<grid, Cf::W * 32, smem, st>>>(a, int(nitems), flags, counters);
   GK_LAUNCH_CHECK("attention_decode_mma");
+  if (counters) return;  // merged in the kernel
   // The merge kernel with programmatic dependence: its CTAs are launched while the chunks run and wait
   // (griddepcontrol.wait) for the whole chunk grid and its memory; a plain launch where that is refused.
   cudaLaunchConfig_t cfg = {};
@@ -679,6 +786,17 @@ bool attention_decode_mma(const DecodeArgs& a, cudaStream_t st) {
       if (a.D == 128 && a.variant == 2) return launch_mma<T, 128, 4, 5>(a, st), true;
       if (a.D == 128 && a.variant == 3) return launch_mma<T, 128, 6, 3>(a, st), true;
       if (a.D == 128 && a.variant == 4) return launch_mma<T, 128, 12, 2>(a, st), true;
+    }
+    if (a.variant == 12 || a.variant == 13) {  // CTA mode with the in-kernel merge
+      switch (a.D) {
+        case 64: launch_mma<T, 64, 6, 6, true, true>(a, st); return true;
+        case 128:
+          if (a.variant == 13) launch_mma<T, 128, 6, 3, true, true>(a, st);
+          else launch_mma<T, 128, 4, 5, true, true>(a, st);
+          return true;
+        case 256: launch_mma<T, 256, 2, 5, true, true>(a, st); return true;
+        default: return false;
+      }
     }
     if (a.variant == 8 || a.variant == 9) {  // CTA mode (warps share items)
       switch (a.D) {

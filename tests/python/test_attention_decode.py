@@ -218,7 +218,9 @@ def test_cuda_batch_invariance_bitwise():
 @pytest.mark.parametrize("split", ["32,32,100000", "4096,4096,1", "64,1024,8", "64,512,32,1", "64,512,32,0,1",
                                    "128,512,16,1,1", "32,64,1000", "64,4096,2", "2048,2048,1,1", "64,2048,32,2",
                                    "64,256,64,3", "128,2048,16,4", "64,2048,32,5", "64,2048,32,6", "32,64,1000,7",
-                                   "64,2048,32,8", "32,64,1000,9", "4096,4096,1,8", "256,4096,16,9"])
+                                   "64,2048,32,8", "32,64,1000,9", "4096,4096,1,8", "256,4096,16,9",
+                                   "64,2048,64,11", "32,64,1000,11", "64,2048,16,12", "32,64,1000,12",
+                                   "4096,4096,1,12", "64,2048,16,13", "32,128,1000,13"])
 def test_cuda_split_override(split, monkeypatch):
     lens = np.array([1, 4000, 9000, 333], np.int32)
     q, kc, vc, bt = setup_compact(lens, 16, 4, 128, 32, "bfloat16", seed=6)
@@ -351,7 +353,8 @@ def test_cuda_mma_matches_cuda_core_kernel(dtype, monkeypatch):
 
 
 @gpu
-@pytest.mark.parametrize("split", ["64,2048,32,8", "256,4096,16,9"])
+@pytest.mark.parametrize("split", ["64,2048,32,8", "256,4096,16,9", "64,2048,16,12", "32,64,1000,12",
+                                   "64,2048,16,13"])
 @pytest.mark.parametrize("D", [64, 128, 256])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("Hq,Hkv", [(32, 8), (12, 1)])
@@ -367,3 +370,37 @@ def test_cuda_mma_cta_mode(Hq, Hkv, dtype, D, split, monkeypatch):
         alone = cuda_decode(q[i:i + 1], kc, vc, lens[i:i + 1], bt[i:i + 1])
         np.testing.assert_array_equal(bits(alone)[0], bits(got)[i])
     np.testing.assert_array_equal(bits(cuda_decode(q, kc, vc, lens, bt)), bits(got))
+
+
+@gpu
+@pytest.mark.parametrize("split", ["64,2048,16,12", "64,2048,16,13", "64,2048,64", "64,2048,64,11"])
+def test_cuda_mma_in_kernel_merge_graph_and_reuse(split, monkeypatch):
+    # CTA mode with the in-kernel merge (integer counters per sequence x kv head, left zeroed by the CTA
+    # that merges): repeated launches, other lengths, a captured graph replayed several times and direct
+    # launches in between, all bitwise equal to the first run; batch invariance and the float64 reference
+    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", split)
+    lens = np.array([5000, 0, 1, 700, 16385, 64, 65, 3000], np.int32)
+    q, kc, vc, bt = setup_compact(lens, 32, 8, 128, 16, "bfloat16", seed=70)
+    qd, kd, vd, ld, btd = (gk.asarray(x).to("cuda") for x in (q, kc, vc, lens, bt))
+    want = ref_decode(f64(q), f64(kc), f64(vc), lens, bt)
+    first = gk.nn.attention_decode(qd, kd, vd, ld, block_table=btd)
+    check(first, want, 3.2e-2, f"in-kernel merge {split}")
+    ref = bits(first)
+    for _ in range(3):
+        np.testing.assert_array_equal(bits(gk.nn.attention_decode(qd, kd, vd, ld, block_table=btd)), ref)
+    l2 = gk.asarray(np.array([17, 9000, 0, 2, 100, 64, 4000, 1], np.int32)).to("cuda")
+    gk.nn.attention_decode(qd, kd, vd, l2, block_table=btd)  # other counts in between
+    for i in (0, 4):
+        alone = gk.nn.attention_decode(qd[i:i + 1], kd, vd, ld[i:i + 1], block_table=btd[i:i + 1])
+        np.testing.assert_array_equal(bits(alone)[0], ref[i])
+    outs = []
+    g = gk.Graph()
+    with g:
+        for _ in range(3):
+            outs.append(gk.nn.attention_decode(qd, kd, vd, ld, block_table=btd))
+    for _ in range(3):
+        g.replay()
+        gk.cuda.synchronize()
+        for o in outs:
+            np.testing.assert_array_equal(bits(o), ref)
+        np.testing.assert_array_equal(bits(gk.nn.attention_decode(qd, kd, vd, ld, block_table=btd)), ref)
