@@ -66,6 +66,7 @@ SEL=(
   "$T/test_attention_decode.py::test_cuda_mma_masked_blocks_and_capacity"
   "$T/test_attention_decode.py::test_cuda_mma_dense_items[37]"
   "$T/test_attention_decode.py::test_cuda_split_override[64,2048,16,12]"
+  "$T/test_attention_decode.py::test_cuda_fold_units_window_softcap[kw0]"
   "$T/test_kvcache.py::test_cuda_matches_cpu[True-128-bfloat16]"
   "$T/test_kvcache.py::test_cuda_matches_cpu[False-6-float32]"
   "$T/test_kvcache.py::test_cuda_matches_cpu[False-64-float16]"

@@ -404,9 +404,14 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   if (!aligned16(a.kc) || !aligned16(a.vc)) throw ValueError("k_cache, v_cache: must be 16-byte aligned");
   if (a.chunk_min < 32 || a.chunk_min % 32 || a.chunk_max < a.chunk_min || a.chunk_max > 4096 || a.target_splits < 1)
     throw ValueError("attention_decode: bad split parameters");
-  // bf16 / fp16: the tensor-core kernel (attention_decode_mma.cu; variants 2-4: its tuning variants);
-  // variant 1 forces the CUDA-core kernel below.
-  if (a.variant != 1 && attention_decode_mma(a, st)) return;
+  // bf16 / fp16: the tensor-core kernels: attention_decode_fold.cu by default (variants 14, 15 force its
+  // chunk / group units), attention_decode_mma.cu for variants 2-13 and 16 (16: its default); variant 1
+  // forces the CUDA-core kernel below.
+  if (a.variant == 0 || a.variant == 14 || a.variant == 15) {
+    if (attention_decode_fold(a, st, a.variant == 14 ? 1 : a.variant == 15 ? 2 : 0)) return;
+  } else if (a.variant != 1 && attention_decode_mma(a, st)) {
+    return;
+  }
   dispatch_float(a.dtype, [&](auto t) {
     using T = decltype(t);
     auto go = [&](auto c) {

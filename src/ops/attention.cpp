@@ -33,12 +33,24 @@ void validate_lens(const Array& lens, const Array& bt, int64_t nb, int64_t bs, i
   }
 }
 // GPUKIT_DECODE_SPLIT="min,max,target[,variant[,order]]" overrides the split constants (tuning); variant 1
-// forces the CUDA-core kernel, 2-9 pick tuning variants of the tensor-core one, order is the CUDA-core
-// kernel's CTA order (see src/cuda/attention_decode*.cu).
-constexpr int kMaxVariant = 15;
+// forces the CUDA-core kernel, 14 / 15 the fold kernel's chunk / group units, 2-13 and 16 pick the
+// tensor-core kernel of attention_decode_mma.cu and its tuning variants, order is the CUDA-core kernel's
+// CTA order (see src/cuda/attention_decode*.cu).
+constexpr int kMaxVariant = 16;
+// Split constants of the default tensor-core kernel (bf16 / fp16 caches, attention_decode_fold.cu): chunks of
+// 32 .. 1024 keys, at most 128 per sequence (a long sequence alone still fills the GPU with chunks; its
+// groups of 8 chunks are the work units when there are many sequences, see the kernel).
+constexpr int kFoldChunkMin = 32, kFoldChunkMax = 1024, kFoldTargetSplits = 128;
 [[maybe_unused]] void split_params(DecodeArgs& a) {
   const char* e = std::getenv("GPUKIT_DECODE_SPLIT");
-  if (!e || !*e) return;
+  if (!e || !*e) {
+    if ((a.dtype == DType::bf16 || a.dtype == DType::f16) && a.cache_dtype == a.dtype) {
+      a.chunk_min = kFoldChunkMin;
+      a.chunk_max = kFoldChunkMax;
+      a.target_splits = kFoldTargetSplits;
+    }
+    return;
+  }
   int v[5] = {0, 0, 0, 0, 0};
   int n = std::sscanf(e, "%d,%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3], &v[4]);
   if (n < 3 || v[0] < 32 || v[0] % 32 || v[1] < v[0] || v[1] > 4096 || (v[1] & (v[1] - 1)) || (v[0] & (v[0] - 1)) ||

@@ -232,7 +232,7 @@ def test_cuda_split_override(split, monkeypatch):
 def test_split_override_rejected(monkeypatch):
     lens = np.array([3, 4], np.int32)
     q, kc, vc, bt = setup_paged(2, 4, 2, 64, 16, lens, "float32")
-    for bad in ("48,64,2", "64,512,32,16"):
+    for bad in ("48,64,2", "64,512,32,17"):
         monkeypatch.setenv("GPUKIT_DECODE_SPLIT", bad)
         if CUDA:
             with pytest.raises(ValueError, match="GPUKIT_DECODE_SPLIT"):
@@ -404,3 +404,47 @@ def test_cuda_mma_in_kernel_merge_graph_and_reuse(split, monkeypatch):
         for o in outs:
             np.testing.assert_array_equal(bits(o), ref)
         np.testing.assert_array_equal(bits(gk.nn.attention_decode(qd, kd, vd, ld, block_table=btd)), ref)
+
+
+@gpu
+@pytest.mark.parametrize("D,Hq,Hkv", [(128, 32, 8), (64, 12, 1), (128, 64, 4), (256, 16, 4)])
+@pytest.mark.parametrize("params", ["", "32,1024,128", "64,256,16", "32,64,1000"])
+def test_cuda_fold_units_same_bits(D, Hq, Hkv, params, monkeypatch):
+    # the default kernel (attention_decode_fold.cu): chunk units (partials merged by k_merge_fold) and group
+    # units (chunks folded in registers) must give the same bits, and auto picks one of them; lengths with
+    # 1 chunk, 1 group, several groups, a partial last group, windows, a paged cache; the float64 reference
+    lens = np.array([1, 31, 32, 33, 255, 256, 257, 700, 2049, 5000, 0, 16385], np.int32)
+    q, kc, vc, bt = setup_compact(lens, Hq, Hkv, D, 32, "bfloat16", seed=D + Hq)
+    qd, kd, vd, ld, btd = (gk.asarray(x).to("cuda") for x in (q, kc, vc, lens, bt))
+    want = ref_decode(f64(q), f64(kc), f64(vc), lens, bt)
+    base = params or "32,1024,128"
+    res = {}
+    for v in ("", ",14", ",15"):
+        monkeypatch.setenv("GPUKIT_DECODE_SPLIT", base + v)
+        res[v] = gk.nn.attention_decode(qd, kd, vd, ld, block_table=btd)
+    if not params:
+        monkeypatch.delenv("GPUKIT_DECODE_SPLIT")
+        np.testing.assert_array_equal(bits(gk.nn.attention_decode(qd, kd, vd, ld, block_table=btd)), bits(res[""]))
+    check(res[""], want, 3.2e-2, f"fold D={D} {base}")
+    for v in (",14", ",15"):
+        d = np.argwhere(bits(res[v]) != bits(res[""]))
+        assert d.size == 0, f"units {v} differ from auto at {d[0]} (D={D} {base})"
+    for i in (2, 9, 11):  # alone in its batch (another unit choice)
+        monkeypatch.setenv("GPUKIT_DECODE_SPLIT", base)
+        alone = gk.nn.attention_decode(qd[i:i + 1], kd, vd, ld[i:i + 1], block_table=btd[i:i + 1])
+        np.testing.assert_array_equal(bits(alone)[0], bits(res[""])[i])
+
+
+@gpu
+@pytest.mark.parametrize("kw", [{"window": 100, "softcap": 3.0}, {"window": 2100}, {"window": 1}])
+def test_cuda_fold_units_window_softcap(kw, monkeypatch):
+    lens = np.array([4500, 2101, 64, 1, 3000, 40000], np.int32)
+    q, kc, vc, bt = setup_compact(lens, 32, 8, 128, 64, "float16", seed=80)
+    qd, kd, vd, ld, btd = (gk.asarray(x).to("cuda") for x in (q, kc, vc, lens, bt))
+    want = ref_decode(f64(q), f64(kc), f64(vc), lens, bt, **kw)
+    res = []
+    for v in ("32,1024,128,14", "32,1024,128,15"):
+        monkeypatch.setenv("GPUKIT_DECODE_SPLIT", v)
+        res.append(gk.nn.attention_decode(qd, kd, vd, ld, block_table=btd, **kw))
+    check(res[0], want, TOL["float16"] * 2, f"fold window/softcap {kw}")
+    np.testing.assert_array_equal(bits(res[0]), bits(res[1]))

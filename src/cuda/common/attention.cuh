@@ -52,5 +52,9 @@ __device__ __forceinline__ void vec16_to_float(const void* p, float* out) {
 // attention_decode_mma.cu: the tensor-core decode kernel (bf16 / fp16 caches; chunks + merge); false when
 // the call is not covered (other dtypes, fp8 caches, unaligned query rows): attention_decode.cu's kernel runs.
 bool attention_decode_mma(const DecodeArgs& a, cudaStream_t st);
+// attention_decode_fold.cu: the default tensor-core decode kernel (bf16 / fp16 caches; chunk partials
+// folded in a fixed order, chunk or group work units); force: 0 auto, 1 chunk units, 2 group units.
+// False when not covered (as attention_decode_mma).
+bool attention_decode_fold(const DecodeArgs& a, cudaStream_t st, int force);
 
 }  // namespace gk::cuda

@@ -1,0 +1,568 @@
+// CUDA attention_decode on the tensor cores, the default for bf16 / fp16 caches: chunk partials
+// combined by a fixed sequential fold, so that how the work is cut never changes the bits.
+//
+// The result of a sequence (of n attended keys) is defined by
+//  - chunks of c(n) keys (fold_chunk: the smallest chunk_min * 2^k <= chunk_max giving at most
+//    target_splits chunks; a function of n and the split constants only), each reduced by one warp
+//    tile by tile (16 keys) with an online softmax: its partial (max m in the log2 domain, sum l,
+//    unnormalized output o),
+//  - groups of kGroup consecutive chunks, each folded sequentially (fold_w / fold_v: acc = acc (+) p),
+//    then the groups folded sequentially, then O / L.
+// A work unit is one chunk ("chunk units": partials go to the workspace, k_merge_fold folds the groups
+// and then the groups' results) or one group ("group units": the warp folds its chunks in registers and
+// writes the group's result, or the output when the sequence has one group; k_merge_fold folds the
+// groups). The fold is the same arithmetic in registers and in the merge kernel, so both unit kinds
+// give the same bits: the kernel picks group units when there are enough of them to occupy the warps
+// (fewer partials: less traffic at large batches) and chunk units otherwise (parallelism for a few long
+// sequences), per launch, without changing any sequence's result. Everything else (the stage ring of
+// cp.async copies, mma.sync for Q K^T and P V, the dense item enumeration) follows
+// attention_decode_mma.cu.
+#include <cfloat>
+
+#include "cuda/common/attention.cuh"
+#include "cuda/common/decode_mma.cuh"
+#include "ops/nn_args.h"
+
+namespace gk::cuda {
+
+namespace {
+using namespace dmma;
+
+constexpr int kGroup = 8;      // chunks per group
+constexpr int kMaxDenseF = 512;  // sequences of the dense enumeration (prefix in shared memory)
+
+__host__ __device__ inline int64_t fold_chunk(int64_t n, int cmin, int cmax, int target) {
+  int64_t c = cmin;
+  while (c < cmax && (n + c - 1) / c > target) c *= 2;
+  return c;
+}
+
+// One fold step acc (+) (m, l, o) of one (head, dim): new max, the two weights, then each value.
+__device__ __forceinline__ void fold_w(float& M, float m, float& wa, float& wb) {
+  const float Mn = fmaxf(M, m);
+  wa = M == -INFINITY ? 0.f : exp2f(M - Mn);
+  wb = m == -INFINITY ? 0.f : exp2f(m - Mn);
+  M = Mn;
+}
+__device__ __forceinline__ float fold_v(float acc, float wa, float v, float wb) { return fmaf(v, wb, acc * wa); }
+__device__ __forceinline__ float finalize(float O, float L) { return L > 0.f ? O / L : 0.f; }
+
+// Chunk and unit counts of sequence b.
+struct SeqPlan {
+  int64_t start, n, chunk;
+  int nsp, ng;
+};
+__device__ __forceinline__ SeqPlan seq_plan(const DecodeArgs& a, int b) {
+  SeqPlan p;
+  int64_t L;
+  decode_span(a, b, L, p.start);
+  p.n = L - p.start;
+  p.chunk = p.n > 0 ? fold_chunk(p.n, a.chunk_min, a.chunk_max, a.target_splits) : 1;
+  p.nsp = p.n > 0 ? int((p.n + p.chunk - 1) / p.chunk) : 0;
+  p.ng = (p.nsp + kGroup - 1) / kGroup;
+  return p;
+}
+
+// Group units (1) or chunk units (0) for this launch: chunk units for head_dim 256 (the register budget of
+// the group accumulator), else forced (force 1: chunks, 2: groups), else group units when there are at least half as many as warps.
+// All sequences are read (block-wide, ends with a barrier); the same answer in every CTA of both kernels.
+__device__ __forceinline__ int pick_mode(const DecodeArgs& a, int H, int force, int nwarps, int* red) {
+  if (a.D == 256) return 0;
+  if (force) return force - 1;
+  if (threadIdx.x == 0) *red = 0;
+  __syncthreads();
+  int s = 0;
+  for (int b = threadIdx.x; b < a.B; b += blockDim.x) s += seq_plan(a, b).ng;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(kFull, s, o);
+  if ((threadIdx.x & 31) == 0 && s) atomicAdd(red, s);  // integer: exact in any order
+  __syncthreads();
+  const int64_t units = int64_t(*red) * H;
+  __syncthreads();  // red may be reused
+  return 2 * units >= nwarps ? 1 : 0;
+}
+
+// pre[0..B]: exclusive prefix of the units of each sequence (shared memory); returns the unit count.
+__device__ __forceinline__ int unit_prefix(const DecodeArgs& a, int H, int mode, int* pre) {
+  for (int b = threadIdx.x; b < a.B; b += blockDim.x) {
+    const SeqPlan p = seq_plan(a, b);
+    pre[b + 1] = mode ? p.ng : p.nsp;
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x, per = (a.B + 31) / 32;
+    int s = 0;
+    for (int j = 0; j < per; ++j) {
+      const int i = lane * per + j;
+      if (i < a.B) s += pre[i + 1];
+    }
+    int x = s;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(kFull, x, o);
+      if (lane >= o) x += y;
+    }
+    int run = x - s;
+    for (int j = 0; j < per; ++j) {
+      const int i = lane * per + j;
+      if (i < a.B) {
+        run += pre[i + 1];
+        pre[i + 1] = run;
+      }
+    }
+    if (lane == 0) pre[0] = 0;
+  }
+  __syncthreads();
+  return pre[a.B] * H;
+}
+
+struct FCursor {
+  int item;  // >= nitems: done
+  int tile;
+  int qi;
+  int b, kvh, h0, nh;
+  int slot;     // workspace slot: the chunk (chunk units) or the group (group units)
+  bool single;  // the sequence's only unit: writes the output
+  int len, ntile, ctiles;  // keys and tiles of the unit, tiles per chunk
+  int64_t j0;
+};
+
+// Moves c.item (step `stride`) to the first unit at or after it that has keys, and loads it. Dense
+// (pre != null): unit = (pre[b] + u) * H + kv head * ngb + head group; sparse (B > kMaxDenseF):
+// (b * nslots + u) * H + ..., jumping to the next sequence past its last unit.
+__device__ __forceinline__ void find_unit(const DecodeArgs& a, int ngb, int nitems, int stride, int mode,
+                                          const int* pre, int nslots, FCursor& c) {
+  c.tile = 0;
+  const int H = a.hkv * ngb;
+  while (c.item < nitems) {
+    int r = c.item;
+    const int gb = r % ngb;
+    r /= ngb;
+    const int kvh = r % a.hkv;
+    r /= a.hkv;
+    int b, u;
+    if (pre) {
+      int lo = 0, hi = a.B;
+      while (hi - lo > 1) {
+        const int m = (lo + hi) >> 1;
+        if (pre[m] <= r) lo = m;
+        else hi = m;
+      }
+      b = lo;
+      u = r - pre[lo];
+    } else {
+      b = r / nslots;
+      u = r % nslots;
+    }
+    const SeqPlan p = seq_plan(a, b);
+    const int nunits = mode ? p.ng : p.nsp;
+    if (u >= nunits) {
+      if (pre) {
+        c.item += stride;
+      } else {
+        const int64_t next = (int64_t(b) + 1) * nslots * H;
+        const int64_t k = (next - c.item + stride - 1) / stride;
+        c.item = int(min(int64_t(nitems), c.item + k * int64_t(stride)));
+      }
+      continue;
+    }
+    const int G = a.hq / a.hkv;
+    const int c0 = mode ? u * kGroup : u, c1 = mode ? min(c0 + kGroup, p.nsp) : u + 1;
+    c.b = b;
+    c.kvh = kvh;
+    c.h0 = kvh * G + gb * 8;
+    c.nh = min(8, G - gb * 8);
+    c.slot = u;
+    c.single = nunits == 1;
+    c.j0 = p.start + int64_t(c0) * p.chunk;
+    c.len = int(min(int64_t(c1) * p.chunk, p.n) - int64_t(c0) * p.chunk);
+    c.ntile = (c.len + 15) / 16;
+    c.ctiles = int(p.chunk / 16);
+    return;
+  }
+}
+
+__device__ __forceinline__ int tile_row_f(const DecodeArgs& a, int nitems, const FCursor& c, int lane) {
+  const int t = c.tile * 16 + (lane & 15);
+  if (c.item >= nitems || t >= c.len) return -1;
+  const int j = int(c.j0) + t;
+  if (!a.block_table) return c.b * int(a.bs) + j;
+  const int bs = int(a.bs), blk = a.block_table[c.b * a.bt_stride + j / bs];
+  return blk < 0 || blk >= a.nb ? -1 : blk * bs + j % bs;
+}
+
+// force: 0 auto, 1 chunk units, 2 group units; nwarps: the warps of the launch (the mode's input).
+template <class T, int D>
+__global__ void __launch_bounds__(MCfg<D>::W * 32, 1)
+    k_decode_fold(const __grid_constant__ DecodeArgs a, int nitems, int force) {
+  using Cf = MCfg<D>;
+  constexpr int W = Cf::W, S = Cf::S, ROWB = Cf::ROWB, CH = Cf::CH, KVB = Cf::KVB, STAGE = Cf::STAGE,
+                CPL = Cf::CPL, QPL = Cf::QPL, KSTEP = Cf::KSTEP;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ unsigned msk[W][S];
+  __shared__ int pre_s[kMaxDenseF + 1];
+  __shared__ int red;
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int stride = int(gridDim.x) * W;
+  const int G = a.hq / a.hkv, ngb = (G + 7) / 8, H = a.hkv * ngb;
+  constexpr bool kGroupOK = D <= 128;
+  const int mode = !kGroupOK ? 0 : a.B <= kMaxDenseF ? pick_mode(a, H, force, stride, &red) : (force ? force - 1 : 1);
+  const int* pre = nullptr;
+  if (a.B <= kMaxDenseF) {
+    nitems = unit_prefix(a, H, mode, pre_s);
+    pre = pre_s;
+  }
+  const int nslots = mode ? (a.nsplit + kGroup - 1) / kGroup : a.nsplit;
+  unsigned char* ring = smem + size_t(warp) * Cf::WARPB;
+  unsigned char* qslots = ring + S * STAGE;
+  const uint32_t ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(ring)), qslots_s = ring_s + S * STAGE;
+  const T* kc = static_cast<const T*>(a.kc);
+  const T* vc = static_cast<const T*>(a.vc);
+  const T* qp = static_cast<const T*>(a.q);
+
+  FCursor P;
+  P.item = warp * int(gridDim.x) + blockIdx.x;
+  P.qi = 0;
+  find_unit(a, ngb, nitems, stride, mode, pre, nslots, P);
+  if (P.item >= nitems) return;
+  FCursor C = P;
+  int prow = tile_row_f(a, nitems, P, lane);
+
+  auto issue = [&](int ps) {
+    if (P.item < nitems) {
+      unsigned char* st = ring + ps * STAGE;
+      const unsigned m = __ballot_sync(kFull, prow >= 0) & 0xffffu;
+      if (lane == 0) msk[warp][ps] = m;
+      const int64_t hoff = int64_t(P.kvh) * D;
+#pragma unroll
+      for (int u = 0; u < CPL; ++u) {
+        const int c = lane + 32 * u, r = c / CH, cc = c % CH;
+        const int row = __shfl_sync(kFull, prow, r);
+        const bool ok = row >= 0;
+        const int64_t off = ok ? int64_t(row) * a.hkv * D + hoff + cc * 8 : 0;
+        cp_async16(st + swz(r, cc, ROWB), kc + off, ok);
+        cp_async16(st + KVB + swz(r, cc, ROWB), vc + off, ok);
+      }
+      if (P.tile == 0) {
+        const T* q = qp + int64_t(P.b) * a.q_bs + int64_t(P.h0) * a.q_hs;
+#pragma unroll
+        for (int u = 0; u < QPL; ++u) {
+          const int c = lane + 32 * u, r = c / CH, cc = c % CH;
+          const bool ok = r < P.nh;
+          cp_async16(qslots + P.qi * Cf::QB + swz(r, cc, ROWB), ok ? q + int64_t(r) * a.q_hs + cc * 8 : qp, ok);
+        }
+      }
+    }
+    cp_async_commit();
+  };
+  auto advance = [&](FCursor& c) {
+    if (c.item >= nitems) return;
+    if (++c.tile < c.ntile) return;
+    c.item += stride;
+    find_unit(a, ngb, nitems, stride, mode, pre, nslots, c);
+    c.qi = c.qi + 1 == Cf::NQ ? 0 : c.qi + 1;
+  };
+
+#pragma unroll 1
+  for (int i = 0; i < S - 1; ++i) {
+    issue(i);
+    advance(P);
+    prow = tile_row_f(a, nitems, P, lane);
+  }
+
+  const float sl2 = a.scale * kLog2e;
+  const bool capped = a.softcap > 0.f;
+  const float cap_in = capped ? a.scale / a.softcap : 0.f, cap_out = a.softcap * kLog2e;
+  uint32_t qa[KSTEP][2];
+  float o[KSTEP][4], go[KSTEP][4];
+#pragma unroll
+  for (int mt = 0; mt < KSTEP; ++mt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[mt][e] = go[mt][e] = 0.f;
+  float mrow = -INFINITY, lsum = 0.f;
+  float gmA = -INFINITY, gmB = -INFINITY, glA = 0.f, glB = 0.f;  // group accumulator (heads 2t4, 2t4 + 1)
+  const int lr = (lane & 7) + ((lane >> 4) << 3), lc = (lane >> 3) & 1;
+  const int hA = 2 * t4, hB = 2 * t4 + 1;
+
+  int cs = 0, ps = S - 1;
+#pragma unroll 1
+  while (C.item < nitems) {
+    cp_async_wait<S - 2>();
+    __syncwarp();
+    const uint32_t st = ring_s + cs * STAGE;
+    if (C.tile == 0) {
+#pragma unroll
+      for (int k2 = 0; k2 < KSTEP / 2; ++k2) {
+        uint32_t x[4];
+        ldsm_x4(x, qslots_s + C.qi * Cf::QB + swz(lane & 7, 4 * k2 + (lane >> 3), ROWB));
+        qa[2 * k2][0] = x[0];
+        qa[2 * k2][1] = x[1];
+        qa[2 * k2 + 1][0] = x[2];
+        qa[2 * k2 + 1][1] = x[3];
+      }
+      __syncwarp();
+    }
+    issue(ps);
+    advance(P);
+    prow = tile_row_f(a, nitems, P, lane);
+    ps = ps + 1 == S ? 0 : ps + 1;
+    float sa[2][4] = {}, sb[2][4] = {};
+#pragma unroll
+    for (int k = 0; k < KSTEP; ++k) {
+      uint32_t kb[4];
+      ldsm_x4(kb, st + swz(lr, 2 * k + lc, ROWB));
+      if (k & 1) {
+        mma<T>(sb[0], qa[k][0], 0u, qa[k][1], 0u, kb[0], kb[1]);
+        mma<T>(sb[1], qa[k][0], 0u, qa[k][1], 0u, kb[2], kb[3]);
+      } else {
+        mma<T>(sa[0], qa[k][0], 0u, qa[k][1], 0u, kb[0], kb[1]);
+        mma<T>(sa[1], qa[k][0], 0u, qa[k][1], 0u, kb[2], kb[3]);
+      }
+    }
+    const unsigned mk = msk[warp][cs];
+    float x[2][2];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float v = sa[n][e] + sb[n][e];
+        v = capped ? cap_out * tanhf(v * cap_in) : v * sl2;
+        v = (mk >> (n * 8 + 2 * t4 + e)) & 1u ? v : -INFINITY;
+        x[n][e] = v;
+        mx = fmaxf(mx, v);
+      }
+    mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 2));
+    const float mnew = fmaxf(mrow, mx);
+    const bool none = mnew == -INFINITY;
+    const float alpha = none ? 1.f : ex2(mrow - mnew);
+    float p[2][2], ps_ = 0.f;
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        p[n][e] = none ? 0.f : ex2(x[n][e] - mnew);
+        ps_ += p[n][e];
+      }
+    lsum = fmaf(lsum, alpha, ps_);
+    mrow = mnew;
+    const float a0 = __shfl_sync(kFull, alpha, 8 * t4), a1 = __shfl_sync(kFull, alpha, 8 * t4 + 4);
+    const uint32_t pb0 = pack2<T>(p[0][0], p[0][1]), pb1 = pack2<T>(p[1][0], p[1][1]);
+#pragma unroll
+    for (int mt = 0; mt < KSTEP; ++mt) {
+      uint32_t va[4];
+      ldsm_x4_t(va, st + KVB + swz(lr, 2 * mt + lc, ROWB));
+      o[mt][0] *= a0;
+      o[mt][1] *= a1;
+      o[mt][2] *= a0;
+      o[mt][3] *= a1;
+      mma<T>(o[mt], va[0], va[1], va[2], va[3], pb0, pb1);
+    }
+
+    const bool unit_end = C.tile + 1 == C.ntile;
+    if (unit_end || (C.tile + 1) % C.ctiles == 0) {  // a chunk ends
+      float l = lsum;
+      l += __shfl_xor_sync(kFull, l, 1);
+      l += __shfl_xor_sync(kFull, l, 2);
+      const float mA = __shfl_sync(kFull, mrow, 8 * t4), mB = __shfl_sync(kFull, mrow, 8 * t4 + 4);
+      const float lA = __shfl_sync(kFull, l, 8 * t4), lB = __shfl_sync(kFull, l, 8 * t4 + 4);
+      const int64_t hrow = int64_t(C.b) * a.hq + C.h0;
+      if (kGroupOK && mode) {  // group units: acc (+)= this chunk
+        float waA, wbA, waB, wbB;
+        fold_w(gmA, mA, waA, wbA);
+        fold_w(gmB, mB, waB, wbB);
+        glA = fold_v(glA, waA, lA, wbA);
+        glB = fold_v(glB, waB, lB, wbB);
+#pragma unroll
+        for (int mt = 0; mt < KSTEP; ++mt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            go[mt][e] = e & 1 ? fold_v(go[mt][e], waB, o[mt][e], wbB) : fold_v(go[mt][e], waA, o[mt][e], wbA);
+      }
+      if (unit_end) {
+        // the unit's result: (gm, gl, go) for group units, the chunk itself for chunk units
+        float rA = mode ? gmA : mA, rB = mode ? gmB : mB, sA = mode ? glA : lA, sB = mode ? glB : lB;
+        if (C.single) {  // (a single group folded into an empty top accumulator is itself)
+          T* out = static_cast<T*>(a.out) + hrow * D;
+#pragma unroll
+          for (int mt = 0; mt < KSTEP; ++mt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int h = e & 1 ? hB : hA, d = mt * 16 + g + (e >= 2 ? 8 : 0);
+              const float v = kGroupOK && mode ? go[mt][e] : o[mt][e];
+              if (h < C.nh) out[h * D + d] = convert<T>(finalize(v, e & 1 ? sB : sA));
+            }
+        } else {
+          float* wo = a.ws_o + (hrow * a.nsplit + C.slot) * D;
+          const int64_t hs = int64_t(a.nsplit) * D;
+#pragma unroll
+          for (int mt = 0; mt < KSTEP; ++mt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int h = e & 1 ? hB : hA, d = mt * 16 + g + (e >= 2 ? 8 : 0);
+              if (h < C.nh) wo[h * hs + d] = kGroupOK && mode ? go[mt][e] : o[mt][e];
+            }
+          if (lane < 4) {  // lanes 0..3 (row 0, t4 = lane) hold the statistics of heads 2 t4, 2 t4 + 1
+            if (hA < C.nh) {
+              float* ml = a.ws_ml + ((hrow + hA) * a.nsplit + C.slot) * 2;
+              ml[0] = rA;
+              ml[1] = sA;
+            }
+            if (hB < C.nh) {
+              float* ml = a.ws_ml + ((hrow + hB) * a.nsplit + C.slot) * 2;
+              ml[0] = rB;
+              ml[1] = sB;
+            }
+          }
+        }
+        gmA = gmB = -INFINITY;
+        glA = glB = 0.f;
+#pragma unroll
+        for (int mt = 0; mt < KSTEP; ++mt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) go[mt][e] = 0.f;
+      }
+#pragma unroll
+      for (int mt = 0; mt < KSTEP; ++mt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[mt][e] = 0.f;
+      mrow = -INFINITY;
+      lsum = 0.f;
+    }
+    advance(C);
+    cs = cs + 1 == S ? 0 : cs + 1;
+  }
+  cp_async_wait<0>();
+}
+
+// One CTA of 1024 threads per (query head, sequence): row r = thread / D of R computes the results of
+// groups g0 + r (chunk units: folding the group's chunks; group units: read), then row 0 folds the R groups
+// into the running result, for g0 = 0, R, 2R, ...; finally O / L.
+template <class T, int D>
+__global__ void __launch_bounds__(1024) k_merge_fold(const __grid_constant__ DecodeArgs a, int force, int nwarps) {
+  constexpr int R = 1024 / D;
+  __shared__ float sho[R][D], shm[R], shl[R];
+  __shared__ int red;
+  const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x % D, r = threadIdx.x / D;
+  const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
+  const int mode = D == 256 ? 0 : a.B <= kMaxDenseF ? pick_mode(a, a.hkv * ngb, force, nwarps, &red)
+                                                    : (force ? force - 1 : 1);
+  const SeqPlan p = seq_plan(a, b);
+  const int nunits = mode ? p.ng : p.nsp;
+  if (nunits == 1) return;  // written by k_decode_fold
+  const int64_t row = int64_t(b) * a.hq + h;
+  T* out = static_cast<T*>(a.out) + row * D + d;
+  if (nunits == 0) {
+    if (r == 0) *out = convert<T>(0.f);
+    return;
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+  const float* ml = a.ws_ml + row * a.nsplit * 2;
+  const float* po = a.ws_o + row * a.nsplit * D + d;
+  float TM = -INFINITY, TL = 0.f, TO = 0.f;  // top accumulator (row 0)
+  for (int g0 = 0; g0 < p.ng; g0 += R) {
+    const int gi = g0 + r;
+    if (gi < p.ng) {
+      float M = -INFINITY, L = 0.f, O = 0.f;
+      if (mode) {
+        M = ml[2 * gi];
+        L = ml[2 * gi + 1];
+        O = po[int64_t(gi) * D];
+      } else {
+        const int c0 = gi * kGroup, n = min(kGroup, p.nsp - c0);
+        float mv[kGroup], lv[kGroup], ov[kGroup];
+#pragma unroll
+        for (int i = 0; i < kGroup; ++i) {
+          mv[i] = i < n ? ml[2 * (c0 + i)] : -INFINITY;
+          lv[i] = i < n ? ml[2 * (c0 + i) + 1] : 0.f;
+          ov[i] = i < n ? po[int64_t(c0 + i) * D] : 0.f;
+        }
+#pragma unroll
+        for (int i = 0; i < kGroup; ++i) {
+          if (i < n) {
+            float wa, wb;
+            fold_w(M, mv[i], wa, wb);
+            L = fold_v(L, wa, lv[i], wb);
+            O = fold_v(O, wa, ov[i], wb);
+          }
+        }
+      }
+      sho[r][d] = O;
+      if (d == 0) {
+        shm[r] = M;
+        shl[r] = L;
+      }
+    }
+    __syncthreads();
+    if (r == 0) {
+      const int n = min(R, p.ng - g0);
+      for (int i = 0; i < n; ++i) {
+        float wa, wb;
+        fold_w(TM, shm[i], wa, wb);
+        TL = fold_v(TL, wa, shl[i], wb);
+        TO = fold_v(TO, wa, sho[i][d], wb);
+      }
+    }
+    __syncthreads();
+  }
+  if (r == 0) *out = convert<T>(finalize(TO, TL));
+}
+
+template <class T, int D>
+void launch_fold(const DecodeArgs& a, cudaStream_t st, int force) {
+  using Cf = MCfg<D>;
+  static_assert(Cf::SMEM + Cf::W * Cf::S * 4 + 4 * (kMaxDenseF + 2) <= 227 * 1024, "shared memory of one CTA");
+  const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
+  const int64_t nitems = int64_t(a.nsplit) * a.B * a.hkv * ngb;  // bound (sparse order; chunk units)
+  if (nitems + int64_t(1024) * 132 * Cf::W > INT32_MAX) throw ValueError("q: too many heads x chunks");
+  auto kern = k_decode_fold<T, D>;
+  GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cf::SMEM)));
+  const unsigned grid = unsigned(std::min<int64_t>(sm_count(), nitems));
+  const int nwarps = int(grid) * Cf::W;
+  kern<<<grid, Cf::W * 32, Cf::SMEM, st>>>(a, int(nitems), force);
+  GK_LAUNCH_CHECK("attention_decode_fold");
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3{unsigned(a.hq), unsigned(a.B), 1u};
+  cfg.blockDim = dim3{1024u, 1u, 1u};
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (cudaLaunchKernelEx(&cfg, k_merge_fold<T, D>, a, force, nwarps) != cudaSuccess) {
+    (void)cudaGetLastError();
+    k_merge_fold<T, D><<<cfg.gridDim, cfg.blockDim, 0, st>>>(a, force, nwarps);
+  }
+  GK_LAUNCH_CHECK("attention_decode_fold_merge");
+}
+}  // namespace
+
+bool attention_decode_fold(const DecodeArgs& a, cudaStream_t st, int force) {
+  const bool half = a.dtype == DType::bf16 || a.dtype == DType::f16;
+  if (!half || a.cache_dtype != a.dtype) return false;
+  if (!aligned16(a.q) || (a.q_bs * 2) % 16 || (a.q_hs * 2) % 16) return false;
+  if (a.B > 65535 || a.nb * a.bs > int64_t(INT32_MAX)) return false;
+  if (a.chunk_min % 16) return false;
+  auto go = [&](auto t) {
+    using T = decltype(t);
+    switch (a.D) {
+      case 64: launch_fold<T, 64>(a, st, force); return true;
+      case 128: launch_fold<T, 128>(a, st, force); return true;
+      case 256: launch_fold<T, 256>(a, st, force); return true;
+      default: return false;
+    }
+  };
+  return a.dtype == DType::bf16 ? go(bf16{}) : go(f16{});
+}
+
+}  // namespace gk::cuda

@@ -1,0 +1,103 @@
+// Pieces shared by the tensor-core decode-attention kernels (attention_decode_mma.cu,
+// attention_decode_fold.cu): the per-warp stage layout, mma.sync / ldmatrix wrappers, the
+// shared-memory swizzle and the SM count.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+
+#include "core/cuda_util.h"
+#include "cuda/common/rows.cuh"
+
+namespace gk::cuda::dmma {
+
+constexpr unsigned kFull = 0xffffffffu;
+constexpr float kLog2e = 1.4426950408889634f;
+
+// W warps per CTA and S stages per warp: 0 = the defaults below (other values: tuning variants).
+template <int D, int W_ = 0, int S_ = 0>
+struct MCfg {
+  static constexpr int ROWB = D * 2;             // bytes of one head row
+  static constexpr int CH = ROWB / 16;           // 16-byte chunks per row (8, 16, 32)
+  static constexpr int TK = 16;                  // keys per stage
+  static constexpr int KVB = TK * ROWB;          // bytes of the K (or V) tile of a stage
+  static constexpr int QB = 8 * ROWB;            // a query slot: 8 heads
+  static constexpr int STAGE = 2 * KVB;
+  static constexpr int W = W_ ? W_ : D == 256 ? 4 : 8;  // warps per CTA (two per scheduler: latency hiding)
+  static constexpr int S = S_ ? S_ : D == 64 ? 5 : 3;   // stages per warp
+  // Query slots per warp, used round-robin by the warp's items: the copies of an item's queries are
+  // issued at most S - 1 tiles (so S - 1 items) ahead of their use, after the use of the slot's last item.
+  static constexpr int NQ = S > 2 ? S - 1 : 1;
+  static constexpr int WARPB = S * STAGE + NQ * QB;  // shared memory of one warp
+  static constexpr int CPL = TK * CH / 32;       // K (and V) copies per lane per stage
+  static constexpr int QPL = 8 * CH / 32;        // query copies per lane
+  static constexpr int KSTEP = D / 16;
+  static constexpr size_t SMEM = size_t(W) * WARPB;
+  static_assert(SMEM <= 227 * 1024, "shared memory of one CTA");
+};
+
+// 2^x on the SFU (one instruction; +0 for -inf): the softmax weights and rescalings.
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ int swz(int r, int c, int rowb) { return r * rowb + ((c ^ (r & 7)) << 4); }
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+template <class T>
+__device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                    uint32_t b1) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  } else {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+}
+
+inline int sm_count() {
+  static std::atomic<int> cache[64];
+  int dev = 0;
+  GK_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 0 || dev >= 64) dev = 0;
+  int n = cache[dev].load(std::memory_order_relaxed);
+  if (n <= 0) {
+    GK_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    cache[dev].store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
+}  // namespace gk::cuda::dmma
