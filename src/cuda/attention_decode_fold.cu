@@ -218,6 +218,7 @@ __global__ void __launch_bounds__(MCfg<D>::W * 32, 1)
     pre = pre_s;
   }
   const int nslots = mode ? (a.nsplit + kGroup - 1) / kGroup : a.nsplit;
+  if (!pre) nitems = nslots * a.B * H;  // sparse order: B * nslots units (the host's bound is for chunk units)
   unsigned char* ring = smem + size_t(warp) * Cf::WARPB;
   unsigned char* qslots = ring + S * STAGE;
   const uint32_t ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(ring)), qslots_s = ring_s + S * STAGE;
