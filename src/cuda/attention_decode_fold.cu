@@ -31,10 +31,13 @@ using namespace dmma;
 constexpr int kGroup = 8;      // chunks per group
 constexpr int kMaxDenseF = 512;  // sequences of the dense enumeration (prefix in shared memory)
 
-__host__ __device__ inline int64_t fold_chunk(int64_t n, int cmin, int cmax, int target) {
-  int64_t c = cmin;
-  while (c < cmax && (n + c - 1) / c > target) c *= 2;
-  return c;
+// log2 of the chunk length for n > 0 keys (chunk_min, chunk_max: powers of two): shifts, no 64-bit division
+// (this runs for every work unit).
+__device__ __forceinline__ int fold_chunk_log2(int64_t n, int cmin, int cmax, int target) {
+  int k = 0;
+  while ((1 << k) < cmin) ++k;
+  while ((int64_t(1) << k) < cmax && ((n + (int64_t(1) << k) - 1) >> k) > target) ++k;
+  return k;
 }
 
 // One fold step acc (+) (m, l, o) of one (head, dim): new max, the two weights, then each value.
@@ -47,6 +50,7 @@ __device__ __forceinline__ void fold_w(float& M, float m, float& wa, float& wb) 
 __device__ __forceinline__ float fold_v(float acc, float wa, float v, float wb) { return fmaf(v, wb, acc * wa); }
 __device__ __forceinline__ float finalize(float O, float L) { return L > 0.f ? O / L : 0.f; }
 
+// The chunk length of n keys: the smallest chunk_min * 2^k <= chunk_max giving at most target_splits chunks.
 // Chunk and unit counts of sequence b.
 struct SeqPlan {
   int64_t start, n, chunk;
@@ -57,8 +61,9 @@ __device__ __forceinline__ SeqPlan seq_plan(const DecodeArgs& a, int b) {
   int64_t L;
   decode_span(a, b, L, p.start);
   p.n = L - p.start;
-  p.chunk = p.n > 0 ? fold_chunk(p.n, a.chunk_min, a.chunk_max, a.target_splits) : 1;
-  p.nsp = p.n > 0 ? int((p.n + p.chunk - 1) / p.chunk) : 0;
+  const int k = p.n > 0 ? fold_chunk_log2(p.n, a.chunk_min, a.chunk_max, a.target_splits) : 0;
+  p.chunk = int64_t(1) << k;
+  p.nsp = p.n > 0 ? int((p.n + p.chunk - 1) >> k) : 0;
   p.ng = (p.nsp + kGroup - 1) / kGroup;
   return p;
 }
