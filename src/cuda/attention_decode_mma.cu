@@ -1,5 +1,7 @@
-// CUDA attention_decode on the tensor cores: the hot path for bf16 / fp16 caches
-// (q and cache of the same type), head_dim 64, 128 and 256, any GQA group size.
+// CUDA attention_decode on the tensor cores, chunk partials merged with a global maximum: the
+// previous default for bf16 / fp16 caches (q and cache of the same type), head_dim 64, 128 and 256,
+// any GQA group size; now reached through GPUKIT_DECODE_SPLIT variants 2-13 and 16 (the default is
+// attention_decode_fold.cu, which shares this kernel's pipeline).
 //
 // Work items: (chunk of one sequence, kv head, group of up to 8 query heads). The
 // chunking is the flash-decoding split of attention_decode.cu (decode_chunk: a
