@@ -28,14 +28,15 @@ SHAPES = [(1, 512), (1, 1024), (1, 2048), (1, 4096), (1, 16384), (1, 32768), (1,
           (32, 1024), (32, 4096), (32, 8192), (64, 2048)]
 PAGED = [(1, 16384), (32, 8192)]
 # tuning sweep: "chunk_min,chunk_max,target_splits[,variant]". Variant 0 (default): the fold kernel of
-# src/cuda/attention_decode_fold.cu (unit kind picked per launch), 14 / 15 force its chunk / group units;
+# src/cuda/attention_decode_fold.cu (unit kind picked per launch), 14 / 15 force its chunk / group units,
+# 17 its chunk kernel alone (timing only);
 # 1: the CUDA-core kernel of src/cuda/attention_decode.cu; 16: the tensor-core kernel of
 # attention_decode_mma.cu (the previous default), 2-13 its tuning variants: 2-4 warps x stages (4x5, 6x3,
 # 12x2; default 8x3), 5 partials in bf16, 6 split-major item order, 7 both, 8 CTA mode (the warps of a CTA
 # share each chunk), 9 CTA mode with bf16 partials, 10 the chunk kernel alone without the merge (timing
 # only: the merge's share), 11 the kv heads of a chunk on one SM, 12 CTA mode (4 warps x 5 stages) merged in
 # the kernel by the last CTA of each head (one launch), 13 the same with 6 warps x 3 stages
-SWEEP = ["32,1024,128,14", "32,1024,128,15", "64,1024,64", "32,1024,64", "64,2048,64,16", "64,2048,64,10",
+SWEEP = ["32,1024,128,17", "32,1024,128,14", "32,1024,128,15", "64,1024,64", "32,1024,64", "64,2048,64,16", "64,2048,64,10",
          "64,2048,64,11", "64,2048,16,12", "64,2048,16,13", "32,2048,32,12", "512,4096,16,12", "64,2048,64,3",
          "64,2048,32,1"]
 Hq, Hkv, D = 32, 8, 128

@@ -407,8 +407,8 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   // bf16 / fp16: the tensor-core kernels: attention_decode_fold.cu by default (variants 14, 15 force its
   // chunk / group units), attention_decode_mma.cu for variants 2-13 and 16 (16: its default); variant 1
   // forces the CUDA-core kernel below.
-  if (a.variant == 0 || a.variant == 14 || a.variant == 15) {
-    if (attention_decode_fold(a, st, a.variant == 14 ? 1 : a.variant == 15 ? 2 : 0)) return;
+  if (a.variant == 0 || a.variant == 14 || a.variant == 15 || a.variant == 17) {  // 17: no merge (timing)
+    if (attention_decode_fold(a, st, a.variant == 14 ? 1 : a.variant == 15 ? 2 : a.variant == 17 ? 3 : 0)) return;
   } else if (a.variant != 1 && attention_decode_mma(a, st)) {
     return;
   }

@@ -522,8 +522,11 @@ __global__ void __launch_bounds__(1024) k_merge_fold(const __grid_constant__ Dec
   if (r == 0) *out = convert<T>(finalize(TO, TL));
 }
 
+// force 3: auto units without the merge kernel (timing only: the merge's share).
 template <class T, int D>
 void launch_fold(const DecodeArgs& a, cudaStream_t st, int force) {
+  const bool merge = force != 3;
+  if (!merge) force = 0;
   using Cf = MCfg<D>;
   static_assert(Cf::SMEM + Cf::W * Cf::S * 4 + 4 * (kMaxDenseF + 2) <= 227 * 1024, "shared memory of one CTA");
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
@@ -535,6 +538,7 @@ void launch_fold(const DecodeArgs& a, cudaStream_t st, int force) {
   const int nwarps = int(grid) * Cf::W;
   kern<<<grid, Cf::W * 32, Cf::SMEM, st>>>(a, int(nitems), force);
   GK_LAUNCH_CHECK("attention_decode_fold");
+  if (!merge) return;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3{unsigned(a.hq), unsigned(a.B), 1u};
   cfg.blockDim = dim3{1024u, 1u, 1u};
