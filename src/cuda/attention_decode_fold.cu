@@ -17,6 +17,7 @@
 // sequences), per launch, without changing any sequence's result. Everything else (the stage ring of
 // cp.async copies, mma.sync for Q K^T and P V, the dense item enumeration) follows
 // attention_decode_mma.cu.
+#include <atomic>
 #include <cfloat>
 
 #include "cuda/common/attention.cuh"
@@ -533,7 +534,16 @@ void launch_fold(const DecodeArgs& a, cudaStream_t st, int force) {
   const int64_t nitems = int64_t(a.nsplit) * a.B * a.hkv * ngb;  // bound (sparse order; chunk units)
   if (nitems + int64_t(1024) * 132 * Cf::W > INT32_MAX) throw ValueError("q: too many heads x chunks");
   auto kern = k_decode_fold<T, D>;
-  GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cf::SMEM)));
+  {  // the shared-memory opt-in: a per-device attribute, set once per device (host overhead of each call)
+    static std::atomic<unsigned long long> done{0};
+    int dev = 0;
+    GK_CUDA_CHECK(cudaGetDevice(&dev));
+    const unsigned long long bit = 1ull << (dev & 63);
+    if (dev >= 64 || !(done.load(std::memory_order_relaxed) & bit)) {
+      GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cf::SMEM)));
+      done.fetch_or(bit, std::memory_order_relaxed);
+    }
+  }
   const unsigned grid = unsigned(std::min<int64_t>(sm_count(), nitems));
   const int nwarps = int(grid) * Cf::W;
   kern<<<grid, Cf::W * 32, Cf::SMEM, st>>>(a, int(nitems), force);

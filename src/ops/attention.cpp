@@ -178,10 +178,11 @@ Array attention_decode(const Array& q_in, const Array& kc, const Array& vc, cons
   split_params(a);
   a.nsplit = int(decode_splits_bound(cap, a.chunk_min, a.chunk_max, a.target_splits));
   if (a.nsplit > 65535) throw ValueError(cat("k_cache: capacity ", cap, " needs more than 65535 decode chunks"));
-  Array ws_o = Array::empty({B, Hq, a.nsplit, D}, DType::f32, d, &s);
-  Array ws_ml = Array::empty({B, Hq, a.nsplit, 2}, DType::f32, d, &s);
-  a.ws_o = ws_o.data_as<float>();
-  a.ws_ml = ws_ml.data_as<float>();
+  // one workspace: partial outputs [B, Hq, nsplit, D], then their max / sum [B, Hq, nsplit, 2]
+  const int64_t nws_o = B * Hq * a.nsplit * D;
+  Array ws = Array::empty({nws_o + B * Hq * a.nsplit * 2}, DType::f32, d, &s);
+  a.ws_o = ws.data_as<float>();
+  a.ws_ml = a.ws_o + nws_o;
   cuda::attention_decode(a, s.handle());
 #else
   detail::no_cuda_backend();
