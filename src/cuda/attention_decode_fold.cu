@@ -448,13 +448,14 @@ __global__ void __launch_bounds__(MCfg<D>::W * 32, 1)
   cp_async_wait<0>();
 }
 
-// One CTA of 1024 threads per (query head, sequence): row r = thread / D of R computes the results of
-// groups g0 + r (chunk units: folding the group's chunks; group units: read), then row 0 folds the R groups
-// into the running result, for g0 = 0, R, 2R, ...; finally O / L.
+// One CTA of 1024 threads per (query head, sequence): in passes of R * GPR groups, row r = thread / D of R
+// computes the results of GPR consecutive groups (chunk units: folding each group's chunks, all their loads
+// issued first; group units: read), then row 0 folds the pass's groups in order into the running result;
+// finally O / L.
 template <class T, int D>
 __global__ void __launch_bounds__(1024) k_merge_fold(const __grid_constant__ DecodeArgs a, int force, int nwarps) {
-  constexpr int R = 1024 / D;
-  __shared__ float sho[R][D], shm[R], shl[R];
+  constexpr int R = 1024 / D, GPR = 2, NP = R * GPR;
+  __shared__ float sho[NP][D], shm[NP], shl[NP];
   __shared__ int red;
   const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x % D, r = threadIdx.x / D;
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
@@ -475,42 +476,56 @@ __global__ void __launch_bounds__(1024) k_merge_fold(const __grid_constant__ Dec
   const float* ml = a.ws_ml + row * a.nsplit * 2;
   const float* po = a.ws_o + row * a.nsplit * D + d;
   float TM = -INFINITY, TL = 0.f, TO = 0.f;  // top accumulator (row 0)
-  for (int g0 = 0; g0 < p.ng; g0 += R) {
-    const int gi = g0 + r;
-    if (gi < p.ng) {
-      float M = -INFINITY, L = 0.f, O = 0.f;
-      if (mode) {
-        M = ml[2 * gi];
-        L = ml[2 * gi + 1];
-        O = po[int64_t(gi) * D];
-      } else {
-        const int c0 = gi * kGroup, n = min(kGroup, p.nsp - c0);
-        float mv[kGroup], lv[kGroup], ov[kGroup];
+  for (int g0 = 0; g0 < p.ng; g0 += NP) {
+    const int gb0 = g0 + r * GPR;  // this row's first group
+    if (mode) {
 #pragma unroll
-        for (int i = 0; i < kGroup; ++i) {
-          mv[i] = i < n ? ml[2 * (c0 + i)] : -INFINITY;
-          lv[i] = i < n ? ml[2 * (c0 + i) + 1] : 0.f;
-          ov[i] = i < n ? po[int64_t(c0 + i) * D] : 0.f;
-        }
-#pragma unroll
-        for (int i = 0; i < kGroup; ++i) {
-          if (i < n) {
-            float wa, wb;
-            fold_w(M, mv[i], wa, wb);
-            L = fold_v(L, wa, lv[i], wb);
-            O = fold_v(O, wa, ov[i], wb);
+      for (int j = 0; j < GPR; ++j) {
+        const int gi = gb0 + j;
+        if (gi < p.ng) {
+          sho[r * GPR + j][d] = po[int64_t(gi) * D];
+          if (d == 0) {
+            shm[r * GPR + j] = ml[2 * gi];
+            shl[r * GPR + j] = ml[2 * gi + 1];
           }
         }
       }
-      sho[r][d] = O;
-      if (d == 0) {
-        shm[r] = M;
-        shl[r] = L;
+    } else {
+      float mv[GPR][kGroup], lv[GPR][kGroup], ov[GPR][kGroup];
+#pragma unroll
+      for (int j = 0; j < GPR; ++j)
+#pragma unroll
+        for (int i = 0; i < kGroup; ++i) {
+          const int c = (gb0 + j) * kGroup + i;
+          const bool ok = c < p.nsp;
+          mv[j][i] = ok ? ml[2 * c] : -INFINITY;
+          lv[j][i] = ok ? ml[2 * c + 1] : 0.f;
+          ov[j][i] = ok ? po[int64_t(c) * D] : 0.f;
+        }
+#pragma unroll
+      for (int j = 0; j < GPR; ++j) {
+        if (gb0 + j < p.ng) {
+          float M = -INFINITY, L = 0.f, O = 0.f;
+#pragma unroll
+          for (int i = 0; i < kGroup; ++i) {
+            if ((gb0 + j) * kGroup + i < p.nsp) {
+              float wa, wb;
+              fold_w(M, mv[j][i], wa, wb);
+              L = fold_v(L, wa, lv[j][i], wb);
+              O = fold_v(O, wa, ov[j][i], wb);
+            }
+          }
+          sho[r * GPR + j][d] = O;
+          if (d == 0) {
+            shm[r * GPR + j] = M;
+            shl[r * GPR + j] = L;
+          }
+        }
       }
     }
     __syncthreads();
     if (r == 0) {
-      const int n = min(R, p.ng - g0);
+      const int n = min(NP, p.ng - g0);
       for (int i = 0; i < n; ++i) {
         float wa, wb;
         fold_w(TM, shm[i], wa, wb);
