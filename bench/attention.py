@@ -27,18 +27,19 @@ import common  # bench/common.py
 SHAPES = [(1, 512), (1, 1024), (1, 2048), (1, 4096), (1, 16384), (1, 32768), (1, 131072), (16, 4096), (16, 8192),
           (32, 1024), (32, 4096), (32, 8192), (64, 2048)]
 PAGED = [(1, 16384), (32, 8192)]
-# tuning sweep: "chunk_min,chunk_max,target_splits[,variant]". Variant 0 (default): the fold kernel of
-# src/cuda/attention_decode_fold.cu (unit kind picked per launch), 14 / 15 force its chunk / group units,
-# 17 its chunk kernel alone (timing only);
-# 1: the CUDA-core kernel of src/cuda/attention_decode.cu; 16: the tensor-core kernel of
-# attention_decode_mma.cu (the previous default), 2-13 its tuning variants: 2-4 warps x stages (4x5, 6x3,
-# 12x2; default 8x3), 5 partials in bf16, 6 split-major item order, 7 both, 8 CTA mode (the warps of a CTA
-# share each chunk), 9 CTA mode with bf16 partials, 10 the chunk kernel alone without the merge (timing
-# only: the merge's share), 11 the kv heads of a chunk on one SM, 12 CTA mode (4 warps x 5 stages) merged in
-# the kernel by the last CTA of each head (one launch), 13 the same with 6 warps x 3 stages
-SWEEP = ["32,1024,128,17", "32,1024,128,14", "32,1024,128,15", "64,1024,64", "32,1024,64", "64,2048,64,16", "64,2048,64,10",
-         "64,2048,64,11", "64,2048,16,12", "64,2048,16,13", "32,2048,32,12", "512,4096,16,12", "64,2048,64,3",
-         "64,2048,32,1"]
+# tuning sweep: "chunk_min,chunk_max,target_splits[,variant]". Fold kernels (src/cuda/attention_decode_fold*.cu,
+# the same bits whichever runs): 20 auto (CTA group units in one launch for few sequence x kv-head pairs, else
+# chunk or warp group units + merge kernel), 18 CTA group units, 19 auto without them, 14 / 15 chunk / warp
+# group units, 17 auto without the merge kernel (timing only). 1: the CUDA-core kernel of
+# src/cuda/attention_decode.cu. 16: the tensor-core kernel of attention_decode_mma.cu, 2-13 its tuning
+# variants: 2-4 warps x stages (4x5, 6x3, 12x2; default 8x3), 5 partials in bf16, 6 split-major item order,
+# 7 both, 8 CTA mode (the warps of a CTA share each chunk), 9 CTA mode with bf16 partials, 10 the chunk
+# kernel alone without the merge (timing only), 11 the kv heads of a chunk on one SM, 12 CTA mode (4 warps x
+# 5 stages) merged in the kernel by the last CTA of each head (one launch), 13 the same with 6 warps x 3
+# stages. Variant 0 is the default (see attention_decode.cu: kFoldDefault).
+SWEEP = ["32,1024,128,20", "32,1024,128,18", "32,1024,128,19", "32,1024,128,14", "32,1024,128,15",
+         "32,1024,128,17", "64,1024,64,20", "32,1024,64,20", "64,2048,64,16", "64,2048,64,10", "64,2048,64,11",
+         "64,2048,16,12", "64,2048,32,1"]
 Hq, Hkv, D = 32, 8, 128
 L2_BYTES = 60e6
 

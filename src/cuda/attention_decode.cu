@@ -399,17 +399,29 @@ void launch_decode_merge(const DecodeArgs& a, cudaStream_t st) {
 }
 }  // namespace
 
+// (sequence, kv head, head group) pairs up to which the CTA group units run (one launch).
+constexpr int64_t kFoldCtaMaxPairs = 64;
+// Whether variant 0 (no GPUKIT_DECODE_SPLIT) runs the fold kernels (else attention_decode_mma.cu).
+constexpr bool kFoldDefault = false;
+
 void attention_decode(const DecodeArgs& a, void* stream) {
   auto st = static_cast<cudaStream_t>(stream);
   if (!aligned16(a.kc) || !aligned16(a.vc)) throw ValueError("k_cache, v_cache: must be 16-byte aligned");
   if (a.chunk_min < 32 || a.chunk_min % 32 || a.chunk_max < a.chunk_min || a.chunk_max > 4096 || a.target_splits < 1)
     throw ValueError("attention_decode: bad split parameters");
-  // bf16 / fp16: the tensor-core kernels: attention_decode_fold.cu by default (variants 14, 15 force its
-  // chunk / group units), attention_decode_mma.cu for variants 2-13 and 16 (16: its default); variant 1
-  // forces the CUDA-core kernel below.
-  if (a.variant == 0 || a.variant == 14 || a.variant == 15 || a.variant == 17) {  // 17: no merge (timing)
-    if (attention_decode_fold(a, st, a.variant == 14 ? 1 : a.variant == 15 ? 2 : a.variant == 17 ? 3 : 0)) return;
-  } else if (a.variant != 1 && attention_decode_mma(a, st)) {
+  // bf16 / fp16: the tensor-core kernels. The fold kernels (attention_decode_fold*.cu; the same bits
+  // whichever runs): variant 20 (auto): CTA group units in one launch for few (sequence, kv head, head group)
+  // pairs, else attention_decode_fold.cu's chunk or group units plus its merge kernel; 18 forces the CTA
+  // group units, 19 skips them, 14 / 15 force chunk / group units, 17: auto without the merge (timing).
+  // attention_decode_mma.cu: variants 2-13 and 16 (16: its default). Variant 0 is kFoldDefault ? 20 : 16.
+  // Variant 1 forces the CUDA-core kernel below.
+  const int v = a.variant == 0 ? (kFoldDefault ? 20 : 16) : a.variant;
+  const int64_t pairs = int64_t(a.B) * a.hkv * ((a.hq / a.hkv + 7) / 8);
+  if ((v == 20 && pairs <= kFoldCtaMaxPairs) || v == 18)
+    if (attention_decode_fold_cta(a, st)) return;
+  if (v == 14 || v == 15 || v == 17 || v == 18 || v == 19 || v == 20) {
+    if (attention_decode_fold(a, st, v == 14 ? 1 : v == 15 ? 2 : v == 17 ? 3 : 0)) return;
+  } else if (v != 1 && attention_decode_mma(a, st)) {
     return;
   }
   dispatch_float(a.dtype, [&](auto t) {

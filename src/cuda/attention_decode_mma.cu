@@ -645,35 +645,6 @@ __global__ void __launch_bounds__(1024) k_merge_mma(const __grid_constant__ Deco
 }
 
 
-// Zeroed int32 counters for the in-kernel merge (merge_last), at least n, left zeroed by the kernels.
-// One buffer per (device, stream) for direct launches and one per (device, stream, capture) while a graph is
-// captured, so that launches which may run concurrently never share counters (buffers are kept for the
-// process: a few KB each). Allocated and zeroed through a private stream, synchronized (once per buffer).
-int* merge_counters(cudaStream_t st, int64_t n) {
-  static std::mutex mu;
-  static std::map<std::tuple<int, cudaStream_t, unsigned long long>, std::pair<int*, int64_t>> bufs;
-  int dev = 0;
-  GK_CUDA_CHECK(cudaGetDevice(&dev));
-  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-  unsigned long long id = 0;
-  GK_CUDA_CHECK(cudaStreamGetCaptureInfo(st, &cs, &id));
-  if (cs == cudaStreamCaptureStatusInvalidated) return nullptr;
-  if (cs == cudaStreamCaptureStatusNone) id = 0;
-  std::lock_guard<std::mutex> lk(mu);
-  auto& e = bufs[{dev, st, id}];
-  if (e.first && e.second >= n) return e.first;
-  const int64_t cap = std::max<int64_t>(n, 1024);
-  int* p = nullptr;
-  GK_CUDA_CHECK(cudaMalloc(&p, size_t(cap) * sizeof(int)));
-  cudaStream_t z = nullptr;
-  GK_CUDA_CHECK(cudaStreamCreateWithFlags(&z, cudaStreamNonBlocking));
-  GK_CUDA_CHECK(cudaMemsetAsync(p, 0, size_t(cap) * sizeof(int), z));
-  GK_CUDA_CHECK(cudaStreamSynchronize(z));
-  GK_CUDA_CHECK(cudaStreamDestroy(z));
-  e = {p, cap};  // a smaller buffer it replaces may still be used by queued launches: kept
-  return p;
-}
-
 // MERGE: CTA mode with the in-kernel merge (merge_last) instead of k_merge_mma.
 template <class T, int D, int W_ = 0, int S_ = 0, bool CI = false, bool MERGE = false>
 void launch_mma(const DecodeArgs& a, cudaStream_t st) {

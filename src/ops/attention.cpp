@@ -36,7 +36,8 @@ void validate_lens(const Array& lens, const Array& bt, int64_t nb, int64_t bs, i
 // forces the CUDA-core kernel, 14 / 15 the fold kernel's chunk / group units, 2-13 and 16 pick the
 // tensor-core kernel of attention_decode_mma.cu and its tuning variants, order is the CUDA-core kernel's
 // CTA order (see src/cuda/attention_decode*.cu).
-constexpr int kMaxVariant = 17;
+constexpr int kMaxVariant = 20;
+constexpr bool kFoldDefault = false;  // as src/cuda/attention_decode.cu
 // Split constants of the default tensor-core kernel (bf16 / fp16 caches, attention_decode_fold.cu): chunks of
 // 32 .. 1024 keys, at most 128 per sequence (a long sequence alone still fills the GPU with chunks; its
 // groups of 8 chunks are the work units when there are many sequences, see the kernel).
@@ -44,7 +45,7 @@ constexpr int kFoldChunkMin = 32, kFoldChunkMax = 1024, kFoldTargetSplits = 128;
 [[maybe_unused]] void split_params(DecodeArgs& a) {
   const char* e = std::getenv("GPUKIT_DECODE_SPLIT");
   if (!e || !*e) {
-    if ((a.dtype == DType::bf16 || a.dtype == DType::f16) && a.cache_dtype == a.dtype) {
+    if (kFoldDefault && (a.dtype == DType::bf16 || a.dtype == DType::f16) && a.cache_dtype == a.dtype) {
       a.chunk_min = kFoldChunkMin;
       a.chunk_max = kFoldChunkMax;
       a.target_splits = kFoldTargetSplits;

@@ -232,7 +232,7 @@ def test_cuda_split_override(split, monkeypatch):
 def test_split_override_rejected(monkeypatch):
     lens = np.array([3, 4], np.int32)
     q, kc, vc, bt = setup_paged(2, 4, 2, 64, 16, lens, "float32")
-    for bad in ("48,64,2", "64,512,32,18"):
+    for bad in ("48,64,2", "64,512,32,21"):
         monkeypatch.setenv("GPUKIT_DECODE_SPLIT", bad)
         if CUDA:
             with pytest.raises(ValueError, match="GPUKIT_DECODE_SPLIT"):
@@ -372,7 +372,8 @@ def test_cuda_mma_cta_mode(Hq, Hkv, dtype, D, split, monkeypatch):
 
 
 @gpu
-@pytest.mark.parametrize("split", ["64,2048,16,12", "64,2048,16,13", "64,2048,64", "64,2048,64,11"])
+@pytest.mark.parametrize("split", ["64,2048,16,12", "64,2048,16,13", "64,2048,64", "64,2048,64,11",
+                                   "32,1024,128,18", "32,1024,128,19", "32,1024,128,20"])
 def test_cuda_mma_in_kernel_merge_graph_and_reuse(split, monkeypatch):
     # CTA mode with the in-kernel merge (integer counters per sequence x kv head, left zeroed by the CTA
     # that merges): repeated launches, other lengths, a captured graph replayed several times and direct
@@ -407,10 +408,11 @@ def test_cuda_mma_in_kernel_merge_graph_and_reuse(split, monkeypatch):
 
 @gpu
 @pytest.mark.parametrize("D,Hq,Hkv", [(128, 32, 8), (64, 12, 1), (128, 64, 4), (256, 16, 4)])
-@pytest.mark.parametrize("params", ["", "32,1024,128", "64,256,16", "32,64,1000"])
+@pytest.mark.parametrize("params", ["32,1024,128", "64,256,16", "32,64,1000"])
 def test_cuda_fold_units_same_bits(D, Hq, Hkv, params, monkeypatch):
-    # the default kernel (attention_decode_fold.cu): chunk units (partials merged by k_merge_fold) and group
-    # units (chunks folded in registers) must give the same bits, and auto picks one of them; lengths with
+    # the default kernels (attention_decode_fold*.cu): chunk units (partials merged by k_merge_fold), warp
+    # group units (chunks folded in registers), CTA group units (one launch, folded through shared memory
+    # and by the last CTA of each head) must give the same bits, and auto picks one of them; lengths with
     # 1 chunk, 1 group, several groups, a partial last group, windows, a paged cache; the float64 reference
     lens = np.array([1, 31, 32, 33, 255, 256, 257, 700, 2049, 5000, 0, 16385], np.int32)
     q, kc, vc, bt = setup_compact(lens, Hq, Hkv, D, 32, "bfloat16", seed=D + Hq)
@@ -418,20 +420,17 @@ def test_cuda_fold_units_same_bits(D, Hq, Hkv, params, monkeypatch):
     want = ref_decode(f64(q), f64(kc), f64(vc), lens, bt)
     base = params or "32,1024,128"
     res = {}
-    for v in ("", ",14", ",15"):
+    for v in (",20", ",14", ",15", ",18", ",19"):
         monkeypatch.setenv("GPUKIT_DECODE_SPLIT", base + v)
         res[v] = gk.nn.attention_decode(qd, kd, vd, ld, block_table=btd)
-    if not params:
-        monkeypatch.delenv("GPUKIT_DECODE_SPLIT")
-        np.testing.assert_array_equal(bits(gk.nn.attention_decode(qd, kd, vd, ld, block_table=btd)), bits(res[""]))
-    check(res[""], want, 3.2e-2, f"fold D={D} {base}")
-    for v in (",14", ",15"):
-        d = np.argwhere(bits(res[v]) != bits(res[""]))
+    check(res[",20"], want, 3.2e-2, f"fold D={D} {base}")
+    for v in (",14", ",15", ",18", ",19"):
+        d = np.argwhere(bits(res[v]) != bits(res[",20"]))
         assert d.size == 0, f"units {v} differ from auto at {d[0]} (D={D} {base})"
     for i in (2, 9, 11):  # alone in its batch (another unit choice)
-        monkeypatch.setenv("GPUKIT_DECODE_SPLIT", base)
+        monkeypatch.setenv("GPUKIT_DECODE_SPLIT", base + ",20")
         alone = gk.nn.attention_decode(qd[i:i + 1], kd, vd, ld[i:i + 1], block_table=btd[i:i + 1])
-        np.testing.assert_array_equal(bits(alone)[0], bits(res[""])[i])
+        np.testing.assert_array_equal(bits(alone)[0], bits(res[",20"])[i])
 
 
 @gpu
@@ -442,8 +441,9 @@ def test_cuda_fold_units_window_softcap(kw, monkeypatch):
     qd, kd, vd, ld, btd = (gk.asarray(x).to("cuda") for x in (q, kc, vc, lens, bt))
     want = ref_decode(f64(q), f64(kc), f64(vc), lens, bt, **kw)
     res = []
-    for v in ("32,1024,128,14", "32,1024,128,15"):
+    for v in ("32,1024,128,14", "32,1024,128,15", "32,1024,128,18"):
         monkeypatch.setenv("GPUKIT_DECODE_SPLIT", v)
         res.append(gk.nn.attention_decode(qd, kd, vd, ld, block_table=btd, **kw))
     check(res[0], want, TOL["float16"] * 2, f"fold window/softcap {kw}")
     np.testing.assert_array_equal(bits(res[0]), bits(res[1]))
+    np.testing.assert_array_equal(bits(res[0]), bits(res[2]))

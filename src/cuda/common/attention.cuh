@@ -56,5 +56,8 @@ bool attention_decode_mma(const DecodeArgs& a, cudaStream_t st);
 // folded in a fixed order, chunk or group work units); force: 0 auto, 1 chunk units, 2 group units.
 // False when not covered (as attention_decode_mma).
 bool attention_decode_fold(const DecodeArgs& a, cudaStream_t st, int force);
+// attention_decode_fold_cta.cu: the fold kernel's CTA group units in one launch (head_dim 64 / 128, B <= 512);
+// false when not covered.
+bool attention_decode_fold_cta(const DecodeArgs& a, cudaStream_t st);
 
 }  // namespace gk::cuda

@@ -4,7 +4,11 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <cstdint>
 #include <type_traits>
 
@@ -98,6 +102,36 @@ inline int sm_count() {
     cache[dev].store(n, std::memory_order_relaxed);
   }
   return n;
+}
+
+// Zeroed int32 counters for in-kernel merges (the last CTA of a count merges), at least n, left zeroed by the
+// kernels.
+// One buffer per (device, stream) for direct launches and one per (device, stream, capture) while a graph is
+// captured, so that launches which may run concurrently never share counters (buffers are kept for the
+// process: a few KB each). Allocated and zeroed through a private stream, synchronized (once per buffer).
+inline int* merge_counters(cudaStream_t st, int64_t n) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, cudaStream_t, unsigned long long>, std::pair<int*, int64_t>> bufs;
+  int dev = 0;
+  GK_CUDA_CHECK(cudaGetDevice(&dev));
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  GK_CUDA_CHECK(cudaStreamGetCaptureInfo(st, &cs, &id));
+  if (cs == cudaStreamCaptureStatusInvalidated) return nullptr;
+  if (cs == cudaStreamCaptureStatusNone) id = 0;
+  std::lock_guard<std::mutex> lk(mu);
+  auto& e = bufs[{dev, st, id}];
+  if (e.first && e.second >= n) return e.first;
+  const int64_t cap = std::max<int64_t>(n, 1024);
+  int* p = nullptr;
+  GK_CUDA_CHECK(cudaMalloc(&p, size_t(cap) * sizeof(int)));
+  cudaStream_t z = nullptr;
+  GK_CUDA_CHECK(cudaStreamCreateWithFlags(&z, cudaStreamNonBlocking));
+  GK_CUDA_CHECK(cudaMemsetAsync(p, 0, size_t(cap) * sizeof(int), z));
+  GK_CUDA_CHECK(cudaStreamSynchronize(z));
+  GK_CUDA_CHECK(cudaStreamDestroy(z));
+  e = {p, cap};  // a smaller buffer it replaces may still be used by queued launches: kept
+  return p;
 }
 
 }  // namespace gk::cuda::dmma
