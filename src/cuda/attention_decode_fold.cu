@@ -394,6 +394,78 @@ __global__ void __launch_bounds__(1024) k_merge_fold(const __grid_constant__ Dec
   if (r == 0) *out = convert<T>(finalize(TO, TL));
 }
 
+// The narrow merge, for many (sequence, head) rows: one warp per row (8 per CTA), lane l owning dims
+// [l * DL, l * DL + DL). The same folds in the same order as k_merge_fold (groups of chunks in chunk order,
+// then the groups), so the same bits; its loads are issued 8 partials at a time.
+template <class T, int D>
+__global__ void __launch_bounds__(256) k_merge_fold_w(const __grid_constant__ DecodeArgs a, int force, int nwarps) {
+  constexpr int DL = D / 32;
+  __shared__ int red;
+  const int lane = threadIdx.x & 31;
+  const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
+  const int mode = D == 256 ? 0 : a.B <= kMaxDenseF ? pick_mode(a, a.hkv * ngb, force, nwarps, &red)
+                                                    : (force ? force - 1 : 1);
+  const int64_t row = int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  if (row >= int64_t(a.B) * a.hq) return;
+  const int b = int(row / a.hq);
+  const SeqPlan p = seq_plan(a, b);
+  const int nunits = mode ? p.ng : p.nsp;
+  if (nunits == 1) return;  // written by k_decode_fold
+  T* out = static_cast<T*>(a.out) + row * D + lane * DL;
+  if (nunits == 0) {
+#pragma unroll
+    for (int i = 0; i < DL; ++i) out[i] = convert<T>(0.f);
+    return;
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+  const float* ml = a.ws_ml + row * a.nsplit * 2;
+  const float* po = a.ws_o + row * a.nsplit * D + lane * DL;
+  // 8 partials (slots s0 .. s0 + n - 1) folded into (M, L, O[]), their loads issued first
+  auto fold8 = [&](int s0, int n, float& M, float& L, float (&O)[DL]) {
+    float mv[8], lv[8], ov[8][DL];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const bool ok = i < n;
+      mv[i] = ok ? ml[2 * (s0 + i)] : -INFINITY;
+      lv[i] = ok ? ml[2 * (s0 + i) + 1] : 0.f;
+#pragma unroll
+      for (int k = 0; k < DL; ++k) ov[i][k] = ok ? po[int64_t(s0 + i) * D + k] : 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      if (i < n) {
+        float wa, wb;
+        fold_w(M, mv[i], wa, wb);
+        L = fold_v(L, wa, lv[i], wb);
+#pragma unroll
+        for (int k = 0; k < DL; ++k) O[k] = fold_v(O[k], wa, ov[i][k], wb);
+      }
+    }
+  };
+  float TM = -INFINITY, TL = 0.f, TO[DL];
+#pragma unroll
+  for (int k = 0; k < DL; ++k) TO[k] = 0.f;
+  if (mode) {  // the group results in slots 0 .. ng - 1: the top fold directly
+    for (int s0 = 0; s0 < p.ng; s0 += 8) fold8(s0, min(8, p.ng - s0), TM, TL, TO);
+  } else {
+    for (int gi = 0; gi < p.ng; ++gi) {
+      float M = -INFINITY, L = 0.f, O[DL];
+#pragma unroll
+      for (int k = 0; k < DL; ++k) O[k] = 0.f;
+      fold8(gi * kGroup, min(kGroup, p.nsp - gi * kGroup), M, L, O);
+      float wa, wb;
+      fold_w(TM, M, wa, wb);
+      TL = fold_v(TL, wa, L, wb);
+#pragma unroll
+      for (int k = 0; k < DL; ++k) TO[k] = fold_v(TO[k], wa, O[k], wb);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < DL; ++k) out[k] = convert<T>(finalize(TO[k], TL));
+}
+
 // force 3: auto units without the merge kernel (timing only: the merge's share).
 template <class T, int D>
 void launch_fold(const DecodeArgs& a, cudaStream_t st, int force) {
@@ -420,9 +492,12 @@ void launch_fold(const DecodeArgs& a, cudaStream_t st, int force) {
   kern<<<grid, Cf::W * 32, Cf::SMEM, st>>>(a, int(nitems), force);
   GK_LAUNCH_CHECK("attention_decode_fold");
   if (!merge) return;
+  // Few rows: a CTA of 1024 threads per (head, sequence) (latency); many: a warp per row (waves).
+  const int64_t rows = int64_t(a.B) * a.hq;
+  const bool wide = rows <= 2 * int64_t(sm_count());
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3{unsigned(a.hq), unsigned(a.B), 1u};
-  cfg.blockDim = dim3{1024u, 1u, 1u};
+  cfg.gridDim = wide ? dim3{unsigned(a.hq), unsigned(a.B), 1u} : dim3{unsigned((rows + 7) / 8), 1u, 1u};
+  cfg.blockDim = dim3{wide ? 1024u : 256u, 1u, 1u};
   cfg.dynamicSmemBytes = 0;
   cfg.stream = st;
   cudaLaunchAttribute attr[1];
@@ -430,9 +505,10 @@ void launch_fold(const DecodeArgs& a, cudaStream_t st, int force) {
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  if (cudaLaunchKernelEx(&cfg, k_merge_fold<T, D>, a, force, nwarps) != cudaSuccess) {
+  auto mk = wide ? k_merge_fold<T, D> : k_merge_fold_w<T, D>;
+  if (cudaLaunchKernelEx(&cfg, mk, a, force, nwarps) != cudaSuccess) {
     (void)cudaGetLastError();
-    k_merge_fold<T, D><<<cfg.gridDim, cfg.blockDim, 0, st>>>(a, force, nwarps);
+    mk<<<cfg.gridDim, cfg.blockDim, 0, st>>>(a, force, nwarps);
   }
   GK_LAUNCH_CHECK("attention_decode_fold_merge");
 }
