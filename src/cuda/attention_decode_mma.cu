@@ -583,26 +583,8 @@ __global__ void __launch_bounds__(1024) k_merge_mma(const __grid_constant__ Deco
 #endif
   const float* ml = a.ws_ml + row * a.nsplit * 2;
   const P* po = reinterpret_cast<const P*>(a.ws_o) + row * a.nsplit * D + d;
-  // Up to K chunks per thread: their maxima, sums and partial outputs loaded at once (one memory round
-  // trip); more: loops. Same arithmetic either way: chunks s = r, r + R, ... in that order.
-  constexpr int K = 8;
-  const bool fits = nsp <= R * K;
-  float mv[K], lv[K], pv[K];
   float m = -INFINITY;
-  if (fits) {
-#pragma unroll
-    for (int i = 0; i < K; ++i) {
-      const int s = r + i * R;
-      const bool ok = s < nsp;
-      mv[i] = ok ? ml[2 * s] : -INFINITY;
-      lv[i] = ok ? ml[2 * s + 1] : 0.f;
-      pv[i] = ok ? float(po[int64_t(s) * D]) : 0.f;
-    }
-#pragma unroll
-    for (int i = 0; i < K; ++i) m = fmaxf(m, mv[i]);
-  } else {
-    for (int s = r; s < nsp; s += R) m = fmaxf(m, ml[2 * s]);
-  }
+  for (int s = r; s < nsp; s += R) m = fmaxf(m, ml[2 * s]);
   if (d == 0) shm[r] = m;
   __syncthreads();
   float M = shm[0];
@@ -613,22 +595,16 @@ __global__ void __launch_bounds__(1024) k_merge_mma(const __grid_constant__ Deco
     return;
   }
   float num = 0.f, den = 0.f;
-  auto term = [&](float ms, float ls, float pov) {
-    const float w = ms == -INFINITY ? 0.f : exp2f(ms - M);
+#pragma unroll 4
+  for (int s = r; s < nsp; s += R) {
+    const float ms = ml[2 * s];
+    const float w = ms == -INFINITY ? 0.f : exp2f(ms - M), ls = ml[2 * s + 1];
     if constexpr (std::is_same_v<P, float>) {
-      num = fmaf(w, pov, num);
+      num = fmaf(w, po[int64_t(s) * D], num);
     } else {
-      num = fmaf(w * ls, pov, num);
+      num = fmaf(w * ls, float(po[int64_t(s) * D]), num);
     }
     den = fmaf(w, ls, den);
-  };
-  if (fits) {
-#pragma unroll
-    for (int i = 0; i < K; ++i)
-      if (r + i * R < nsp) term(mv[i], lv[i], pv[i]);
-  } else {
-#pragma unroll 4
-    for (int s = r; s < nsp; s += R) term(ml[2 * s], ml[2 * s + 1], float(po[int64_t(s) * D]));
   }
   shn[r][d] = num;
   if (d == 0) shd[r] = den;
@@ -643,7 +619,6 @@ __global__ void __launch_bounds__(1024) k_merge_mma(const __grid_constant__ Deco
     *out = convert<T>(dd > 0.f ? n / dd : 0.f);
   }
 }
-
 
 // MERGE: CTA mode with the in-kernel merge (merge_last) instead of k_merge_mma.
 template <class T, int D, int W_ = 0, int S_ = 0, bool CI = false, bool MERGE = false>
