@@ -29,17 +29,17 @@ SHAPES = [(1, 512), (1, 1024), (1, 2048), (1, 4096), (1, 16384), (1, 32768), (1,
 PAGED = [(1, 16384), (32, 8192)]
 # tuning sweep: "chunk_min,chunk_max,target_splits[,variant]". Fold kernels (src/cuda/attention_decode_fold*.cu,
 # the same bits whichever runs): 20 auto (CTA group units in one launch for few sequence x kv-head pairs, else
-# chunk or warp group units + merge kernel), 18 CTA group units, 19 auto without them, 14 / 15 chunk / warp
-# group units, 17 auto without the merge kernel (timing only). 1: the CUDA-core kernel of
+# warp group units merged in the kernel), 21 the latter forced, 18 CTA group units, 19 chunk or warp group
+# units + merge kernel, 14 / 15 chunk / warp group units + merge kernel, 17: 19 without the merge kernel
+# (timing only). 1: the CUDA-core kernel of
 # src/cuda/attention_decode.cu. 16: the tensor-core kernel of attention_decode_mma.cu, 2-13 its tuning
 # variants: 2-4 warps x stages (4x5, 6x3, 12x2; default 8x3), 5 partials in bf16, 6 split-major item order,
 # 7 both, 8 CTA mode (the warps of a CTA share each chunk), 9 CTA mode with bf16 partials, 10 the chunk
 # kernel alone without the merge (timing only), 11 the kv heads of a chunk on one SM, 12 CTA mode (4 warps x
 # 5 stages) merged in the kernel by the last CTA of each head (one launch), 13 the same with 6 warps x 3
 # stages. Variant 0 is the default (see attention_decode.cu: kFoldDefault).
-SWEEP = ["32,1024,128,20", "32,1024,128,18", "32,1024,128,19", "32,1024,128,14", "32,1024,128,15",
-         "32,1024,128,17", "64,1024,64,20", "32,1024,64,20", "64,2048,64,16", "64,2048,64,10", "64,2048,64,11",
-         "64,2048,16,12", "64,2048,32,1"]
+SWEEP = ["32,1024,128,21", "32,1024,128,18", "32,1024,128,19", "32,1024,128,14", "32,1024,128,17",
+         "64,1024,64,20", "64,1024,64,19", "64,2048,64,16", "64,2048,64,10"]
 Hq, Hkv, D = 32, 8, 128
 L2_BYTES = 60e6
 
@@ -117,6 +117,8 @@ def main(argv=None):
     p.add_argument("--no-sweep", action="store_true", help="time the default split parameters only")
     p.add_argument("--no-write", action="store_true")
     p.add_argument("--sweep-graph", action="store_true", help="also time each sweep setting under CUDA graph replay")
+    p.add_argument("--layout", action="store_true",
+                   help="also time gpukit on torch's layout [B, Hkv, T, D] seen as B*Hkv sequences of one kv head")
     a = p.parse_args(argv)
     try:
         import torch
@@ -176,6 +178,19 @@ def main(argv=None):
                   f"SDPA {nbytes / (tg * 1e-6) / 1e12:.2f} TB/s ({tg:7.1f} us)  x{tg / gg:.2f}")
         except Exception as e:  # noqa: BLE001 (a diagnostic: never fail the bench over it)
             print(f"      CUDA graphs: skipped ({type(e).__name__}: {e})")
+        if a.layout:  # the same bytes, each kv head's keys contiguous (as SDPA reads them)
+            lq = [x.view(B * Hkv, Hq // Hkv, D) for x in tq]
+            lk = [gk.from_dlpack(x.view(B * Hkv, T, 1, D)) for x in sk]
+            lv = [gk.from_dlpack(x.view(B * Hkv, T, 1, D)) for x in sv]
+            lqg = [gk.from_dlpack(x) for x in lq]
+            llens = gk.asarray(np.full(B * Hkv, T, np.int32)).to("cuda")
+            lfn = lambda i: gk.nn.attention_decode(lqg[i], lk[i], lv[i], llens)  # noqa: E731
+            lerr = (torch.from_dlpack(lfn(0)).float().view(B, Hq, D) - want).abs().max().item()
+            ge = statistics.median(time_events(gk, torch, lfn, ncopy, a.rounds, a.iters, False))
+            gg3 = statistics.median(time_graph_gk(gk, lfn, ncopy, a.rounds, a.iters))
+            print(f"      layout [B*Hkv, T, 1, D]: {nbytes / (ge * 1e-6) / 1e12:.2f} TB/s ({ge:7.1f} us)  "
+                  f"graph {nbytes / (gg3 * 1e-6) / 1e12:.2f} TB/s ({gg3:7.1f} us)  (max err {lerr:.1e})")
+            del lq, lk, lv, lqg
         for sp in ([] if a.no_sweep else a.splits):
             os.environ["GPUKIT_DECODE_SPLIT"] = sp
             gg2 = None

@@ -402,7 +402,7 @@ void launch_decode_merge(const DecodeArgs& a, cudaStream_t st) {
 // (sequence, kv head, head group) pairs up to which the CTA group units run (one launch).
 constexpr int64_t kFoldCtaMaxPairs = 64;
 // Whether variant 0 (no GPUKIT_DECODE_SPLIT) runs the fold kernels (else attention_decode_mma.cu).
-constexpr bool kFoldDefault = false;
+constexpr bool kFoldDefault = true;
 
 void attention_decode(const DecodeArgs& a, void* stream) {
   auto st = static_cast<cudaStream_t>(stream);
@@ -411,16 +411,18 @@ void attention_decode(const DecodeArgs& a, void* stream) {
     throw ValueError("attention_decode: bad split parameters");
   // bf16 / fp16: the tensor-core kernels. The fold kernels (attention_decode_fold*.cu; the same bits
   // whichever runs): variant 20 (auto): CTA group units in one launch for few (sequence, kv head, head group)
-  // pairs, else attention_decode_fold.cu's chunk or group units plus its merge kernel; 18 forces the CTA
-  // group units, 19 skips them, 14 / 15 force chunk / group units, 17: auto without the merge (timing).
+  // pairs, else attention_decode_fold.cu's warp group units merged in the kernel (one launch; head_dim 256:
+  // chunk or group units plus its merge kernel); 21 forces the latter, 18 the CTA group units, 19: chunk or
+  // group units plus the merge kernel, 14 / 15 force chunk / group units, 17: 19 without the merge (timing).
   // attention_decode_mma.cu: variants 2-13 and 16 (16: its default). Variant 0 is kFoldDefault ? 20 : 16.
   // Variant 1 forces the CUDA-core kernel below.
   const int v = a.variant == 0 ? (kFoldDefault ? 20 : 16) : a.variant;
   const int64_t pairs = int64_t(a.B) * a.hkv * ((a.hq / a.hkv + 7) / 8);
   if ((v == 20 && pairs <= kFoldCtaMaxPairs) || v == 18)
     if (attention_decode_fold_cta(a, st)) return;
-  if (v == 14 || v == 15 || v == 17 || v == 18 || v == 19 || v == 20) {
-    if (attention_decode_fold(a, st, v == 14 ? 1 : v == 15 ? 2 : v == 17 ? 3 : 0)) return;
+  if (v == 14 || v == 15 || v == 17 || v == 18 || v == 19 || v == 20 || v == 21) {
+    const int force = v == 14 ? 1 : v == 15 ? 2 : v == 17 ? 3 : v == 20 || v == 21 ? 4 : 0;
+    if (attention_decode_fold(a, st, force)) return;
   } else if (v != 1 && attention_decode_mma(a, st)) {
     return;
   }

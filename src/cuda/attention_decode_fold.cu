@@ -37,6 +37,7 @@ struct FCursor {
   int qi;
   int b, kvh, h0, nh;
   int slot;     // workspace slot: the chunk (chunk units) or the group (group units)
+  int ng;       // the sequence's groups
   bool single;  // the sequence's only unit: writes the output
   int len, ntile, ctiles;  // keys and tiles of the unit, tiles per chunk
   int64_t j0;
@@ -88,6 +89,7 @@ __device__ __forceinline__ void find_unit(const DecodeArgs& a, int ngb, int nite
     c.h0 = kvh * G + gb * 8;
     c.nh = min(8, G - gb * 8);
     c.slot = u;
+    c.ng = p.ng;
     c.single = nunits == 1;
     c.j0 = p.start + int64_t(c0) * p.chunk;
     c.len = int(min(int64_t(c1) * p.chunk, p.n) - int64_t(c0) * p.chunk);
@@ -106,10 +108,58 @@ __device__ __forceinline__ int tile_row_f(const DecodeArgs& a, int nitems, const
   return blk < 0 || blk >= a.nb ? -1 : blk * bs + j % bs;
 }
 
+// The top fold of one warp (in-kernel merge of group units): the ng group results of heads
+// [hrow, hrow + nh) in group order, written as the outputs. Lanes 8 h + i (head h of a pass of 4) own
+// dims [i * D / 8, (i + 1) * D / 8); loads issued 4 groups at a time. The same folds as k_merge_fold.
+template <class T, int D>
+__device__ __forceinline__ void warp_top_fold(const DecodeArgs& a, int64_t hrow, int nh, int ng, int lane) {
+  constexpr int DL = D / 8, NV = DL / 4;  // dims per lane, float4 per lane
+  for (int h0 = 0; h0 < nh; h0 += 4) {
+    const int h = h0 + (lane >> 3), i = lane & 7;
+    if (h >= nh) continue;  // (no warp-wide operations below)
+    const float* ml = a.ws_ml + (hrow + h) * a.nsplit * 2;
+    const float* po = a.ws_o + (hrow + h) * a.nsplit * D + i * DL;
+    float TM = -INFINITY, TL = 0.f, TO[DL];
+#pragma unroll
+    for (int k = 0; k < DL; ++k) TO[k] = 0.f;
+    for (int s0 = 0; s0 < ng; s0 += 4) {
+      float2 st[4];
+      float4 ov[4][NV];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const bool ok = s0 + j < ng;
+        st[j] = ok ? __ldcg(reinterpret_cast<const float2*>(ml + 2 * (s0 + j))) : make_float2(-INFINITY, 0.f);
+#pragma unroll
+        for (int v = 0; v < NV; ++v)
+          ov[j][v] = ok ? __ldcg(reinterpret_cast<const float4*>(po + int64_t(s0 + j) * D) + v)
+                        : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (s0 + j < ng) {
+          float wa, wb;
+          fold_w(TM, st[j].x, wa, wb);
+          TL = fold_v(TL, wa, st[j].y, wb);
+#pragma unroll
+          for (int v = 0; v < NV; ++v) {
+            TO[4 * v] = fold_v(TO[4 * v], wa, ov[j][v].x, wb);
+            TO[4 * v + 1] = fold_v(TO[4 * v + 1], wa, ov[j][v].y, wb);
+            TO[4 * v + 2] = fold_v(TO[4 * v + 2], wa, ov[j][v].z, wb);
+            TO[4 * v + 3] = fold_v(TO[4 * v + 3], wa, ov[j][v].w, wb);
+          }
+        }
+      }
+    }
+    T* out = static_cast<T*>(a.out) + (hrow + h) * D + i * DL;
+#pragma unroll
+    for (int k = 0; k < DL; ++k) out[k] = convert<T>(finalize(TO[k], TL));
+  }
+}
+
 // force: 0 auto, 1 chunk units, 2 group units; nwarps: the warps of the launch (the mode's input).
 template <class T, int D>
 __global__ void __launch_bounds__(MCfg<D>::W * 32, 1)
-    k_decode_fold(const __grid_constant__ DecodeArgs a, int nitems, int force) {
+    k_decode_fold(const __grid_constant__ DecodeArgs a, int nitems, int force, int* counters) {
   using Cf = MCfg<D>;
   constexpr int W = Cf::W, S = Cf::S, ROWB = Cf::ROWB, CH = Cf::CH, KVB = Cf::KVB, STAGE = Cf::STAGE,
                 CPL = Cf::CPL, QPL = Cf::QPL, KSTEP = Cf::KSTEP;
@@ -281,6 +331,20 @@ __global__ void __launch_bounds__(MCfg<D>::W * 32, 1)
               float* ml = a.ws_ml + ((hrow + hB) * a.nsplit + C.slot) * 2;
               ml[0] = rB;
               ml[1] = sB;
+            }
+          }
+          if (kGroupOK && mode && counters) {  // in-kernel merge: the warp completing the head group's count folds
+            __threadfence();
+            __syncwarp();
+            const int ci = (C.b * a.hkv + C.kvh) * ngb + (C.h0 - C.kvh * G) / 8;
+            int lastw = 0;
+            if (lane == 0) lastw = atomicAdd(counters + ci, 1) == C.ng - 1;
+            lastw = __shfl_sync(kFull, lastw, 0);
+            if (lastw) {
+              __threadfence();
+              warp_top_fold<T, D>(a, hrow, C.nh, C.ng, lane);
+              __syncwarp();
+              if (lane == 0) counters[ci] = 0;  // every group has arrived: ready for the next launch
             }
           }
         }
@@ -466,11 +530,18 @@ __global__ void __launch_bounds__(256) k_merge_fold_w(const __grid_constant__ De
   for (int k = 0; k < DL; ++k) out[k] = convert<T>(finalize(TO[k], TL));
 }
 
-// force 3: auto units without the merge kernel (timing only: the merge's share).
+// force 3: auto units without the merge kernel (timing only: the merge's share); force 4: group units
+// merged in the kernel (head_dim 64 / 128; one launch; else as 0).
 template <class T, int D>
 void launch_fold(const DecodeArgs& a, cudaStream_t st, int force) {
   const bool merge = force != 3;
   if (!merge) force = 0;
+  int* counters = nullptr;
+  if (force == 4) {
+    const int G = a.hq / a.hkv;
+    counters = D <= 128 ? merge_counters(st, int64_t(a.B) * a.hkv * ((G + 7) / 8)) : nullptr;
+    force = counters ? 2 : 0;
+  }
   using Cf = MCfg<D>;
   static_assert(Cf::SMEM + Cf::W * Cf::S * 4 + 4 * (kMaxDenseF + 2) <= 227 * 1024, "shared memory of one CTA");
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
@@ -489,9 +560,9 @@ void launch_fold(const DecodeArgs& a, cudaStream_t st, int force) {
   }
   const unsigned grid = unsigned(std::min<int64_t>(sm_count(), nitems));
   const int nwarps = int(grid) * Cf::W;
-  kern<<<grid, Cf::W * 32, Cf::SMEM, st>>>(a, int(nitems), force);
+  kern<<<grid, Cf::W * 32, Cf::SMEM, st>>>(a, int(nitems), force, counters);
   GK_LAUNCH_CHECK("attention_decode_fold");
-  if (!merge) return;
+  if (!merge || counters) return;
   // Few rows: a CTA of 1024 threads per (head, sequence) (latency); many: a warp per row (waves).
   const int64_t rows = int64_t(a.B) * a.hq;
   const bool wide = rows <= 2 * int64_t(sm_count());

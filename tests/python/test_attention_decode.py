@@ -232,7 +232,7 @@ def test_cuda_split_override(split, monkeypatch):
 def test_split_override_rejected(monkeypatch):
     lens = np.array([3, 4], np.int32)
     q, kc, vc, bt = setup_paged(2, 4, 2, 64, 16, lens, "float32")
-    for bad in ("48,64,2", "64,512,32,21"):
+    for bad in ("48,64,2", "64,512,32,22"):
         monkeypatch.setenv("GPUKIT_DECODE_SPLIT", bad)
         if CUDA:
             with pytest.raises(ValueError, match="GPUKIT_DECODE_SPLIT"):
@@ -373,7 +373,7 @@ def test_cuda_mma_cta_mode(Hq, Hkv, dtype, D, split, monkeypatch):
 
 @gpu
 @pytest.mark.parametrize("split", ["64,2048,16,12", "64,2048,16,13", "64,2048,64", "64,2048,64,11",
-                                   "32,1024,128,18", "32,1024,128,19", "32,1024,128,20"])
+                                   "32,1024,128,18", "32,1024,128,19", "32,1024,128,20", "32,1024,128,21"])
 def test_cuda_mma_in_kernel_merge_graph_and_reuse(split, monkeypatch):
     # CTA mode with the in-kernel merge (integer counters per sequence x kv head, left zeroed by the CTA
     # that merges): repeated launches, other lengths, a captured graph replayed several times and direct
@@ -420,11 +420,11 @@ def test_cuda_fold_units_same_bits(D, Hq, Hkv, params, monkeypatch):
     want = ref_decode(f64(q), f64(kc), f64(vc), lens, bt)
     base = params or "32,1024,128"
     res = {}
-    for v in (",20", ",14", ",15", ",18", ",19"):
+    for v in (",20", ",14", ",15", ",18", ",19", ",21"):
         monkeypatch.setenv("GPUKIT_DECODE_SPLIT", base + v)
         res[v] = gk.nn.attention_decode(qd, kd, vd, ld, block_table=btd)
     check(res[",20"], want, 3.2e-2, f"fold D={D} {base}")
-    for v in (",14", ",15", ",18", ",19"):
+    for v in (",14", ",15", ",18", ",19", ",21"):
         d = np.argwhere(bits(res[v]) != bits(res[",20"]))
         assert d.size == 0, f"units {v} differ from auto at {d[0]} (D={D} {base})"
     for i in (2, 9, 11):  # alone in its batch (another unit choice)
@@ -441,9 +441,9 @@ def test_cuda_fold_units_window_softcap(kw, monkeypatch):
     qd, kd, vd, ld, btd = (gk.asarray(x).to("cuda") for x in (q, kc, vc, lens, bt))
     want = ref_decode(f64(q), f64(kc), f64(vc), lens, bt, **kw)
     res = []
-    for v in ("32,1024,128,14", "32,1024,128,15", "32,1024,128,18"):
+    for v in ("32,1024,128,14", "32,1024,128,15", "32,1024,128,18", "32,1024,128,21"):
         monkeypatch.setenv("GPUKIT_DECODE_SPLIT", v)
         res.append(gk.nn.attention_decode(qd, kd, vd, ld, block_table=btd, **kw))
     check(res[0], want, TOL["float16"] * 2, f"fold window/softcap {kw}")
-    np.testing.assert_array_equal(bits(res[0]), bits(res[1]))
-    np.testing.assert_array_equal(bits(res[0]), bits(res[2]))
+    for r in res[1:]:
+        np.testing.assert_array_equal(bits(res[0]), bits(r))
