@@ -577,6 +577,19 @@ void launch_fold(const DecodeArgs& a, cudaStream_t st, int force) {
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   auto mk = wide ? k_merge_fold<T, D> : k_merge_fold_w<T, D>;
+  {  // the merge kernels ask for the chunk kernel's shared-memory carveout: no L1 / shared reconfiguration
+     // of the SMs between the two launches (once per device)
+    static std::atomic<unsigned long long> done{0};
+    int dev = 0;
+    GK_CUDA_CHECK(cudaGetDevice(&dev));
+    const unsigned long long bit = 1ull << (dev & 63);
+    if (dev >= 64 || !(done.load(std::memory_order_relaxed) & bit)) {
+      for (auto k : {k_merge_fold<T, D>, k_merge_fold_w<T, D>})
+        GK_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                           int(cudaSharedmemCarveoutMaxShared)));
+      done.fetch_or(bit, std::memory_order_relaxed);
+    }
+  }
   if (cudaLaunchKernelEx(&cfg, mk, a, force, nwarps) != cudaSuccess) {
     (void)cudaGetLastError();
     mk<<<cfg.gridDim, cfg.blockDim, 0, st>>>(a, force, nwarps);
