@@ -10,11 +10,13 @@
 //    then the groups folded sequentially, then O / L.
 // A work unit is one chunk ("chunk units": partials go to the workspace, k_merge_fold folds the groups
 // and then the groups' results) or one group ("group units": the warp folds its chunks in registers and
-// writes the group's result, or the output when the sequence has one group; k_merge_fold folds the
-// groups). The fold is the same arithmetic in registers and in the merge kernel, so both unit kinds
-// give the same bits: the kernel picks group units when there are enough of them to occupy the warps
-// (fewer partials: less traffic at large batches) and chunk units otherwise (parallelism for a few long
-// sequences), per launch, without changing any sequence's result. Everything else (the stage ring of
+// writes the group's result, or the output when the sequence has one group; then either k_merge_fold
+// folds the groups, or, with counters (the default for head_dim 64 / 128), the warp that completes a
+// head group's count of groups folds them in the kernel: warp_top_fold, one launch). The fold is the
+// same arithmetic in registers and in the merge kernel, so all give the same bits: the kernel picks
+// group units when there are enough of them to occupy the warps (fewer partials: less traffic at large
+// batches) and chunk units otherwise (parallelism for a few long sequences), per launch, without
+// changing any sequence's result. Everything else (the stage ring of
 // cp.async copies, mma.sync for Q K^T and P V, the dense item enumeration) follows
 // attention_decode_mma.cu.
 #include <atomic>
