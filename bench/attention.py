@@ -29,7 +29,7 @@ SHAPES = [(1, 512), (1, 1024), (1, 2048), (1, 4096), (1, 16384), (1, 32768), (1,
 PAGED = [(1, 16384), (32, 8192)]
 # tuning sweep: "chunk_min,chunk_max,target_splits[,variant]". Fold kernels (src/cuda/attention_decode_fold*.cu,
 # the same bits whichever runs): 20 auto (CTA group units in one launch for few sequence x kv-head pairs, else
-# warp group units merged in the kernel), 21 the latter forced, 18 CTA group units, 19 chunk or warp group
+# warp group units merged in the kernel), 21 the latter forced (22: K / V loads tagged L2 evict-first), 18 CTA group units, 19 chunk or warp group
 # units + merge kernel, 14 / 15 chunk / warp group units + merge kernel, 17: 19 without the merge kernel
 # (timing only). 1: the CUDA-core kernel of
 # src/cuda/attention_decode.cu. 16: the tensor-core kernel of attention_decode_mma.cu, 2-13 its tuning
@@ -38,7 +38,7 @@ PAGED = [(1, 16384), (32, 8192)]
 # kernel alone without the merge (timing only), 11 the kv heads of a chunk on one SM, 12 CTA mode (4 warps x
 # 5 stages) merged in the kernel by the last CTA of each head (one launch), 13 the same with 6 warps x 3
 # stages. Variant 0 is the default (see attention_decode.cu: kFoldDefault).
-SWEEP = ["32,1024,128,21", "32,1024,128,18", "32,1024,128,19", "32,1024,128,14", "32,1024,128,17",
+SWEEP = ["32,1024,128,21", "32,1024,128,22", "32,1024,128,18", "32,1024,128,19", "32,1024,128,14", "32,1024,128,17",
          "64,1024,64,20", "64,1024,64,19", "64,2048,64,16", "64,2048,64,10"]
 Hq, Hkv, D = 32, 8, 128
 L2_BYTES = 60e6

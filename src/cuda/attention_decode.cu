@@ -412,7 +412,7 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   // bf16 / fp16: the tensor-core kernels. The fold kernels (attention_decode_fold*.cu; the same bits
   // whichever runs): variant 20 (auto): CTA group units in one launch for few (sequence, kv head, head group)
   // pairs, else attention_decode_fold.cu's warp group units merged in the kernel (one launch; head_dim 256:
-  // chunk or group units plus its merge kernel); 21 forces the latter, 18 the CTA group units, 19: chunk or
+  // chunk or group units plus its merge kernel); 21 forces the latter (22: with L2 evict-first K / V loads), 18 the CTA group units, 19: chunk or
   // group units plus the merge kernel, 14 / 15 force chunk / group units, 17: 19 without the merge (timing).
   // attention_decode_mma.cu: variants 2-13 and 16 (16: its default). Variant 0 is kFoldDefault ? 20 : 16.
   // Variant 1 forces the CUDA-core kernel below.
@@ -420,8 +420,8 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   const int64_t pairs = int64_t(a.B) * a.hkv * ((a.hq / a.hkv + 7) / 8);
   if ((v == 20 && pairs <= kFoldCtaMaxPairs) || v == 18)
     if (attention_decode_fold_cta(a, st)) return;
-  if (v == 14 || v == 15 || v == 17 || v == 18 || v == 19 || v == 20 || v == 21) {
-    const int force = v == 14 ? 1 : v == 15 ? 2 : v == 17 ? 3 : v == 20 || v == 21 ? 4 : 0;
+  if (v == 14 || v == 15 || v == 17 || v == 18 || v == 19 || v == 20 || v == 21 || v == 22) {
+    const int force = v == 14 ? 1 : v == 15 ? 2 : v == 17 ? 3 : v == 20 || v == 21 ? 4 : v == 22 ? 4 | 8 : 0;
     if (attention_decode_fold(a, st, force)) return;
   } else if (v != 1 && attention_decode_mma(a, st)) {
     return;

@@ -173,6 +173,9 @@ __global__ void __launch_bounds__(MCfg<D>::W * 32, 1)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
+  const bool ef = force & 8;  // K / V loads tagged L2 evict-first
+  force &= 7;
+  const uint64_t pol = ef ? l2_evict_first() : 0;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t4 = lane & 3;
   const int stride = int(gridDim.x) * W;
@@ -213,8 +216,13 @@ __global__ void __launch_bounds__(MCfg<D>::W * 32, 1)
         const int row = __shfl_sync(kFull, prow, r);
         const bool ok = row >= 0;
         const int64_t off = ok ? int64_t(row) * a.hkv * D + hoff + cc * 8 : 0;
-        cp_async16(st + swz(r, cc, ROWB), kc + off, ok);
-        cp_async16(st + KVB + swz(r, cc, ROWB), vc + off, ok);
+        if (ef) {
+          cp_async16_ef(st + swz(r, cc, ROWB), kc + off, ok, pol);
+          cp_async16_ef(st + KVB + swz(r, cc, ROWB), vc + off, ok, pol);
+        } else {
+          cp_async16(st + swz(r, cc, ROWB), kc + off, ok);
+          cp_async16(st + KVB + swz(r, cc, ROWB), vc + off, ok);
+        }
       }
       if (P.tile == 0) {
         const T* q = qp + int64_t(P.b) * a.q_bs + int64_t(P.h0) * a.q_hs;
@@ -536,6 +544,8 @@ __global__ void __launch_bounds__(256) k_merge_fold_w(const __grid_constant__ De
 // merged in the kernel (head_dim 64 / 128; one launch; else as 0).
 template <class T, int D>
 void launch_fold(const DecodeArgs& a, cudaStream_t st, int force) {
+  const int ef = force & 8;  // (K / V loads tagged L2 evict-first)
+  force &= 7;
   const bool merge = force != 3;
   if (!merge) force = 0;
   int* counters = nullptr;
@@ -562,7 +572,7 @@ void launch_fold(const DecodeArgs& a, cudaStream_t st, int force) {
   }
   const unsigned grid = unsigned(std::min<int64_t>(sm_count(), nitems));
   const int nwarps = int(grid) * Cf::W;
-  kern<<<grid, Cf::W * 32, Cf::SMEM, st>>>(a, int(nitems), force, counters);
+  kern<<<grid, Cf::W * 32, Cf::SMEM, st>>>(a, int(nitems), force | ef, counters);
   GK_LAUNCH_CHECK("attention_decode_fold");
   if (!merge || counters) return;
   // Few rows: a CTA of 1024 threads per (head, sequence) (latency); many: a warp per row (waves).

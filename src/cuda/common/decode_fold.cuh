@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/attention.cuh"
 #include "cuda/common/decode_mma.cuh"
 #include "ops/nn_args.h"
 
@@ -105,6 +106,26 @@ __device__ __forceinline__ int unit_prefix(const DecodeArgs& a, int H, int mode,
   return pre[a.B] * H;
 }
 
+
+// An L2 policy that evicts the lines it tags first (the cache streams through L2 once), and a 16-byte
+// cp.async (as cp_async16) tagged with it.
+__device__ __forceinline__ uint64_t l2_evict_first() {
+  uint64_t p = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+#endif
+  return p;
+}
+__device__ __forceinline__ void cp_async16_ef(void* dst, const void* src, bool valid, uint64_t pol) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(s), "l"(src), "r"(n), "l"(pol)
+               : "memory");
+#else
+  cp_async16(dst, src, valid);
+#endif
+}
 
 // One 16-key tile in the stage at shared address st (K, then V at + 16 * D * 2 bytes; rows swizzled): S = Q K^T
 // on mma.sync (query rows 0..7: heads, fragments qa), the online softmax update of (mrow, lsum) with the
