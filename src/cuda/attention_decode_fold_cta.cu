@@ -245,6 +245,45 @@ __global__ void __launch_bounds__(kGroup * 32, 1)
         __syncthreads();
         if (last) {
           __threadfence();
+          constexpr int KO = 8 * D / (W * 32), NGF = 16;  // outputs per thread (at most), groups of the fast path
+          float* sml = reinterpret_cast<float*>(smem + size_t(pub[0]) * STAGE);  // warp 0's stage: read, free
+          if (C.ng <= NGF && 2 * C.nh * C.ng * 4 <= STAGE) {
+            // every partial output of this thread's outputs loaded first, the maxima and sums through shared
+            // memory meanwhile: about one memory round trip (the same folds, in group order)
+            float ov[KO][NGF];
+#pragma unroll
+            for (int k = 0; k < KO; ++k) {
+              const int idx = threadIdx.x + k * W * 32, h = idx / D, d = idx - h * D;
+              const float* po = a.ws_o + (hrow + h) * a.nsplit * D + d;
+#pragma unroll
+              for (int s2 = 0; s2 < NGF; ++s2)
+                ov[k][s2] = idx < C.nh * D && s2 < C.ng ? __ldcg(po + int64_t(s2) * D) : 0.f;
+            }
+            for (int i = threadIdx.x; i < C.nh * C.ng; i += W * 32) {
+              const int h = i / C.ng, s2 = i - h * C.ng;
+              const float2 v = __ldcg(reinterpret_cast<const float2*>(a.ws_ml + ((hrow + h) * a.nsplit + s2) * 2));
+              sml[2 * i] = v.x;
+              sml[2 * i + 1] = v.y;
+            }
+            __syncthreads();
+#pragma unroll
+            for (int k = 0; k < KO; ++k) {
+              const int idx = threadIdx.x + k * W * 32, h = idx / D, d = idx - h * D;
+              if (idx < C.nh * D) {
+                float TM = -INFINITY, TL = 0.f, TO = 0.f;
+#pragma unroll
+                for (int s2 = 0; s2 < NGF; ++s2) {
+                  if (s2 < C.ng) {
+                    float wa, wb;
+                    fold_w(TM, sml[2 * (h * C.ng + s2)], wa, wb);
+                    TL = fold_v(TL, wa, sml[2 * (h * C.ng + s2) + 1], wb);
+                    TO = fold_v(TO, wa, ov[k][s2], wb);
+                  }
+                }
+                static_cast<T*>(a.out)[(hrow + h) * D + d] = convert<T>(finalize(TO, TL));
+              }
+            }
+          } else {
           for (int idx = threadIdx.x; idx < C.nh * D; idx += W * 32) {
             const int h = idx / D, d = idx - h * D;
             const float* ml = a.ws_ml + (hrow + h) * a.nsplit * 2;
@@ -260,6 +299,7 @@ __global__ void __launch_bounds__(kGroup * 32, 1)
               TO = fold_v(TO, wa, ov, wb);
             }
             static_cast<T*>(a.out)[(hrow + h) * D + d] = convert<T>(finalize(TO, TL));
+          }
           }
           if (threadIdx.x == 0) counters[ci] = 0;  // every group has arrived: ready for the next launch
         }
