@@ -112,10 +112,10 @@ __device__ __forceinline__ int tile_row_f(const DecodeArgs& a, int nitems, const
 
 // The top fold of one warp (in-kernel merge of group units): the ng group results of heads
 // [hrow, hrow + nh) in group order, written as the outputs. Lanes 8 h + i (head h of a pass of 4) own
-// dims [i * D / 8, (i + 1) * D / 8); loads issued 4 groups at a time. The same folds as k_merge_fold.
+// dims [i * D / 8, (i + 1) * D / 8); loads issued 8 groups at a time. The same folds as k_merge_fold.
 template <class T, int D>
 __device__ __forceinline__ void warp_top_fold(const DecodeArgs& a, int64_t hrow, int nh, int ng, int lane) {
-  constexpr int DL = D / 8, NV = DL / 4;  // dims per lane, float4 per lane
+  constexpr int DL = D / 8, NV = DL / 4, GB = 8;  // dims per lane, float4 per lane, groups per batch
   for (int h0 = 0; h0 < nh; h0 += 4) {
     const int h = h0 + (lane >> 3), i = lane & 7;
     if (h >= nh) continue;  // (no warp-wide operations below)
@@ -124,11 +124,11 @@ __device__ __forceinline__ void warp_top_fold(const DecodeArgs& a, int64_t hrow,
     float TM = -INFINITY, TL = 0.f, TO[DL];
 #pragma unroll
     for (int k = 0; k < DL; ++k) TO[k] = 0.f;
-    for (int s0 = 0; s0 < ng; s0 += 4) {
-      float2 st[4];
-      float4 ov[4][NV];
+    for (int s0 = 0; s0 < ng; s0 += GB) {
+      float2 st[GB];
+      float4 ov[GB][NV];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
+      for (int j = 0; j < GB; ++j) {
         const bool ok = s0 + j < ng;
         st[j] = ok ? __ldcg(reinterpret_cast<const float2*>(ml + 2 * (s0 + j))) : make_float2(-INFINITY, 0.f);
 #pragma unroll
@@ -137,7 +137,7 @@ __device__ __forceinline__ void warp_top_fold(const DecodeArgs& a, int64_t hrow,
                         : make_float4(0.f, 0.f, 0.f, 0.f);
       }
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
+      for (int j = 0; j < GB; ++j) {
         if (s0 + j < ng) {
           float wa, wb;
           fold_w(TM, st[j].x, wa, wb);
