@@ -329,6 +329,11 @@ __global__ void k_decode_merge(const __grid_constant__ DecodeArgs a) {
   __shared__ float w[kMergeBlock];
   __shared__ float sh[8];
   const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x, nthr = blockDim.x;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // the last kernel of the call (plain launches: the chunk kernel has completed): the next kernel of the
+  // stream may start launching (it waits for this grid's completion before reading the output)
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
   int64_t L, start;
   decode_span(a, b, L, start);
   const int nsp = int(decode_nsplit(L - start, a.chunk_min, a.chunk_max, a.target_splits));
@@ -410,18 +415,19 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   if (a.chunk_min < 32 || a.chunk_min % 32 || a.chunk_max < a.chunk_min || a.chunk_max > 4096 || a.target_splits < 1)
     throw ValueError("attention_decode: bad split parameters");
   // bf16 / fp16: the tensor-core kernels. The fold kernels (attention_decode_fold*.cu; the same bits
-  // whichever runs): variant 20 (auto): CTA group units in one launch for few (sequence, kv head, head group)
-  // pairs, else attention_decode_fold.cu's warp group units merged in the kernel (one launch; head_dim 256:
-  // chunk or group units plus its merge kernel); 21 forces the latter (22: with L2 evict-first K / V loads), 18 the CTA group units, 19: chunk or
-  // group units plus the merge kernel, 14 / 15 force chunk / group units, 17: 19 without the merge (timing).
+  // whichever runs): variant 20 (auto, the default): CTA group units in one launch (18) for up to
+  // kFoldCtaMaxPairs (sequence, kv head, head group) pairs, else chunk or warp group units plus the merge kernel
+  // (19: two launches; head_dim 256 always). 14 / 15 force chunk / group units (+ merge kernel), 17: 19 without
+  // the merge (timing only), 21: warp group units merged in the kernel by the last warp (one launch; slow),
+  // 22: 21 with L2 evict-first K / V loads, 23: 19 with L2 evict-first K / V loads.
   // attention_decode_mma.cu: variants 2-13 and 16 (16: its default). Variant 0 is kFoldDefault ? 20 : 16.
   // Variant 1 forces the CUDA-core kernel below.
   const int v = a.variant == 0 ? (kFoldDefault ? 20 : 16) : a.variant;
   const int64_t pairs = int64_t(a.B) * a.hkv * ((a.hq / a.hkv + 7) / 8);
   if ((v == 20 && pairs <= kFoldCtaMaxPairs) || v == 18)
     if (attention_decode_fold_cta(a, st)) return;
-  if (v == 14 || v == 15 || v == 17 || v == 18 || v == 19 || v == 20 || v == 21 || v == 22) {
-    const int force = v == 14 ? 1 : v == 15 ? 2 : v == 17 ? 3 : v == 20 || v == 21 ? 4 : v == 22 ? 4 | 8 : 0;
+  if ((v >= 14 && v <= 23 && v != 16)) {
+    const int force = v == 14 ? 1 : v == 15 ? 2 : v == 17 ? 3 : v == 21 ? 4 : v == 22 ? 4 | 8 : v == 23 ? 8 : 0;
     if (attention_decode_fold(a, st, force)) return;
   } else if (v != 1 && attention_decode_mma(a, st)) {
     return;

@@ -170,9 +170,8 @@ __global__ void __launch_bounds__(MCfg<D>::W * 32, 1)
   __shared__ int pre_s[kMaxDenseF + 1];
   __shared__ int red;
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
+  gdc_wait();  // (launched with PDL: q, the cache and the lengths may come from the previous kernel)
+  gdc_launch();
   const bool ef = force & 8;  // K / V loads tagged L2 evict-first
   force &= 7;
   const uint64_t pol = ef ? l2_evict_first() : 0;
@@ -189,6 +188,10 @@ __global__ void __launch_bounds__(MCfg<D>::W * 32, 1)
   }
   const int nslots = mode ? (a.nsplit + kGroup - 1) / kGroup : a.nsplit;
   if (!pre) nitems = nslots * a.B * H;  // sparse order: B * nslots units (the host's bound is for chunk units)
+  for (int b = blockIdx.x; b < a.B; b += gridDim.x) {  // sequences without keys: 0 (no unit writes them)
+    if (seq_plan(a, b).nsp > 0) continue;
+    for (int i = threadIdx.x; i < a.hq * D; i += W * 32) static_cast<T*>(a.out)[int64_t(b) * a.hq * D + i] = convert<T>(0.f);
+  }
   unsigned char* ring = smem + size_t(warp) * Cf::WARPB;
   unsigned char* qslots = ring + S * STAGE;
   const uint32_t ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(ring)), qslots_s = ring_s + S * STAGE;
@@ -388,6 +391,8 @@ __global__ void __launch_bounds__(1024) k_merge_fold(const __grid_constant__ Dec
   __shared__ float sho[NP][D], shm[NP], shl[NP];
   __shared__ int red;
   const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x % D, r = threadIdx.x / D;
+  gdc_wait();  // the partials of k_decode_fold (every CTA waits: this grid completes after that one)
+  gdc_launch();
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
   const int mode = D == 256 ? 0 : a.B <= kMaxDenseF ? pick_mode(a, a.hkv * ngb, force, nwarps, &red)
                                                     : (force ? force - 1 : 1);
@@ -396,13 +401,7 @@ __global__ void __launch_bounds__(1024) k_merge_fold(const __grid_constant__ Dec
   if (nunits == 1) return;  // written by k_decode_fold
   const int64_t row = int64_t(b) * a.hq + h;
   T* out = static_cast<T*>(a.out) + row * D + d;
-  if (nunits == 0) {
-    if (r == 0) *out = convert<T>(0.f);
-    return;
-  }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
+  if (nunits == 0) return;  // written by k_decode_fold
   const float* ml = a.ws_ml + row * a.nsplit * 2;
   const float* po = a.ws_o + row * a.nsplit * D + d;
   float TM = -INFINITY, TL = 0.f, TO = 0.f;  // top accumulator (row 0)
@@ -476,6 +475,8 @@ __global__ void __launch_bounds__(256) k_merge_fold_w(const __grid_constant__ De
   constexpr int DL = D / 32;
   __shared__ int red;
   const int lane = threadIdx.x & 31;
+  gdc_wait();  // as k_merge_fold
+  gdc_launch();
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
   const int mode = D == 256 ? 0 : a.B <= kMaxDenseF ? pick_mode(a, a.hkv * ngb, force, nwarps, &red)
                                                     : (force ? force - 1 : 1);
@@ -486,14 +487,7 @@ __global__ void __launch_bounds__(256) k_merge_fold_w(const __grid_constant__ De
   const int nunits = mode ? p.ng : p.nsp;
   if (nunits == 1) return;  // written by k_decode_fold
   T* out = static_cast<T*>(a.out) + row * D + lane * DL;
-  if (nunits == 0) {
-#pragma unroll
-    for (int i = 0; i < DL; ++i) out[i] = convert<T>(0.f);
-    return;
-  }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
+  if (nunits == 0) return;  // written by k_decode_fold
   const float* ml = a.ws_ml + row * a.nsplit * 2;
   const float* po = a.ws_o + row * a.nsplit * D + lane * DL;
   // 8 partials (slots s0 .. s0 + n - 1) folded into (M, L, O[]), their loads issued first
@@ -572,7 +566,8 @@ void launch_fold(const DecodeArgs& a, cudaStream_t st, int force) {
   }
   const unsigned grid = unsigned(std::min<int64_t>(sm_count(), nitems));
   const int nwarps = int(grid) * Cf::W;
-  kern<<<grid, Cf::W * 32, Cf::SMEM, st>>>(a, int(nitems), force | ef, counters);
+  launch_maybe_pdl(kern, dim3{grid}, dim3{unsigned(Cf::W * 32)}, Cf::SMEM, st, decode_pdl(), a, int(nitems), force | ef,
+                   counters);
   GK_LAUNCH_CHECK("attention_decode_fold");
   if (!merge || counters) return;
   // Few rows: a CTA of 1024 threads per (head, sequence) (latency); many: a warp per row (waves).

@@ -94,6 +94,8 @@ __global__ void __launch_bounds__(kGroup * 32, 1)
   const int g = lane >> 2, t4 = lane & 3;
   const int stride = int(gridDim.x);
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8, H = a.hkv * ngb;
+  gdc_wait();  // (launched with PDL: q, the cache and the lengths may come from the previous kernel)
+  gdc_launch();  // the next kernel waits for this grid's completion before reading the outputs
   const int nitems = unit_prefix(a, H, 1, pre_s);
   for (int b = blockIdx.x; b < a.B; b += gridDim.x) {  // sequences without keys: 0
     if (seq_plan(a, b).nsp > 0) continue;
@@ -340,7 +342,7 @@ bool launch_cta(const DecodeArgs& a, cudaStream_t st) {
   int* counters = merge_counters(st, int64_t(a.B) * a.hkv * ngb);
   if (!counters) return false;
   const unsigned grid = unsigned(std::min<int64_t>(sm_count(), nunits));
-  kern<<<grid, Cf::W * 32, Cf::SMEM, st>>>(a, counters);
+  launch_maybe_pdl(kern, dim3{grid}, dim3{unsigned(Cf::W * 32)}, Cf::SMEM, st, decode_pdl(), a, counters);
   GK_LAUNCH_CHECK("attention_decode_fold_cta");
   return true;
 }

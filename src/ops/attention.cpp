@@ -36,7 +36,7 @@ void validate_lens(const Array& lens, const Array& bt, int64_t nb, int64_t bs, i
 // forces the CUDA-core kernel, 14 / 15 the fold kernel's chunk / group units, 2-13 and 16 pick the
 // tensor-core kernel of attention_decode_mma.cu and its tuning variants, order is the CUDA-core kernel's
 // CTA order (see src/cuda/attention_decode*.cu).
-constexpr int kMaxVariant = 22;
+constexpr int kMaxVariant = 23;
 constexpr bool kFoldDefault = true;  // as src/cuda/attention_decode.cu
 // Split constants of the default tensor-core kernel (bf16 / fp16 caches, attention_decode_fold.cu): chunks of
 // 32 .. 1024 keys, at most 128 per sequence (a long sequence alone still fills the GPU with chunks; its
@@ -138,8 +138,8 @@ Array attention_decode(const Array& q_in, const Array& kc, const Array& vc, cons
   Array out = Array::empty({B, Hq, D}, q_in.dtype(), d, &s);
   DecodeArgs a;
   a.q = q.data();
-  a.q_bs = q.stride(0);
-  a.q_hs = q.stride(1);
+  a.q_bs = B == 1 ? 0 : q.stride(0);  // (a stride of a size-1 dim is never used: any value, e.g. odd, is fine)
+  a.q_hs = Hq == 1 ? 0 : q.stride(1);
   a.kc = kc.data();
   a.vc = vc.data();
   a.nb = nb;

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -89,6 +91,65 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
     __half2 h = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&h);
   }
+}
+
+// Programmatic dependent launch (PDL). griddepcontrol.wait: every kernel this one depends on has
+// completed and its writes are visible (a no-op without the launch attribute); launch_dependents: the next
+// kernel of the stream may start launching (it waits for this grid's completion before reading its results).
+// Every decode kernel waits before its first global access (read or write) and triggers right after, so a
+// grid's completion implies the completion of the grids before it.
+__device__ __forceinline__ void gdc_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void gdc_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// Whether the first decode kernel of a call launches with the programmatic-stream-serialization attribute
+// (it may then start while the previous kernel of the stream finishes): sm_90+, GPUKIT_PDL not "0" (read
+// once, as the engine) and GPUKIT_DECODE_PDL not "0" (read at each call: benchmarks compare both).
+inline bool decode_pdl() {
+  static const bool env_on = [] {
+    const char* e = std::getenv("GPUKIT_PDL");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  if (!env_on) return false;
+  const char* e = std::getenv("GPUKIT_DECODE_PDL");
+  if (e && std::strcmp(e, "0") == 0) return false;
+  static std::atomic<int> major[64];
+  int dev = 0;
+  GK_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 0 || dev >= 64) dev = 0;
+  int m = major[dev].load(std::memory_order_relaxed);
+  if (m <= 0) {
+    GK_CUDA_CHECK(cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev));
+    major[dev].store(m, std::memory_order_relaxed);
+  }
+  return m >= 9;
+}
+
+// Launches kernel k, with the PDL attribute when pdl (a plain launch where that is refused).
+template <class... P, class... A>
+void launch_maybe_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, bool pdl, A... args) {
+  if (pdl) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    if (cudaLaunchKernelEx(&cfg, k, args...) == cudaSuccess) return;
+    (void)cudaGetLastError();
+  }
+  k<<<grid, block, smem, st>>>(args...);
 }
 
 inline int sm_count() {
