@@ -23,6 +23,9 @@
 // sequence alone, so results are bitwise reproducible and batch independent.
 #include <algorithm>
 #include <cfloat>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "cuda/common/attention.cuh"
 #include "cuda/common/rows.cuh"
@@ -422,16 +425,25 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   // 22: 21 with L2 evict-first K / V loads, 23: 19 with L2 evict-first K / V loads.
   // attention_decode_mma.cu: variants 2-13 and 16 (16: its default). Variant 0 is kFoldDefault ? 20 : 16.
   // Variant 1 forces the CUDA-core kernel below.
+  // 24: one thread-block cluster per (sequence, kv head, head group), merged through distributed shared memory
+  // (one launch); auto takes it first when its clusters are all resident at once.
   const int v = a.variant == 0 ? (kFoldDefault ? 20 : 16) : a.variant;
   const int64_t pairs = int64_t(a.B) * a.hkv * ((a.hq / a.hkv + 7) / 8);
-  if ((v == 20 && pairs <= kFoldCtaMaxPairs) || v == 18)
-    if (attention_decode_fold_cta(a, st)) return;
-  if ((v >= 14 && v <= 23 && v != 16)) {
+  const char* path = nullptr;
+  if ((v == 20 || v == 24) && attention_decode_fold_cl(a, st, v == 24)) {
+    path = "cluster (24)";
+  } else if (((v == 20 && pairs <= kFoldCtaMaxPairs) || v == 18) && attention_decode_fold_cta(a, st)) {
+    path = "cta (18)";
+  } else if (v >= 14 && v <= 24 && v != 16) {
     const int force = v == 14 ? 1 : v == 15 ? 2 : v == 17 ? 3 : v == 21 ? 4 : v == 22 ? 4 | 8 : v == 23 ? 8 : 0;
-    if (attention_decode_fold(a, st, force)) return;
+    if (attention_decode_fold(a, st, force)) path = "fold + merge kernel (19)";
   } else if (v != 1 && attention_decode_mma(a, st)) {
-    return;
+    path = "mma (16)";
   }
+  if (const char* e = std::getenv("GPUKIT_DECODE_LOG"); e && *e && std::strcmp(e, "0") != 0)
+    std::fprintf(stderr, "attention_decode: B=%d hq=%d hkv=%d D=%d capacity=%lld variant %d: %s\n", a.B, a.hq, a.hkv,
+                 a.D, static_cast<long long>(a.capacity), v, path ? path : "cuda-core (1)");
+  if (path) return;
   dispatch_float(a.dtype, [&](auto t) {
     using T = decltype(t);
     auto go = [&](auto c) {

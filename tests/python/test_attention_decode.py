@@ -232,7 +232,7 @@ def test_cuda_split_override(split, monkeypatch):
 def test_split_override_rejected(monkeypatch):
     lens = np.array([3, 4], np.int32)
     q, kc, vc, bt = setup_paged(2, 4, 2, 64, 16, lens, "float32")
-    for bad in ("48,64,2", "64,512,32,24"):
+    for bad in ("48,64,2", "64,512,32,25"):
         monkeypatch.setenv("GPUKIT_DECODE_SPLIT", bad)
         if CUDA:
             with pytest.raises(ValueError, match="GPUKIT_DECODE_SPLIT"):
@@ -420,11 +420,11 @@ def test_cuda_fold_units_same_bits(D, Hq, Hkv, params, monkeypatch):
     want = ref_decode(f64(q), f64(kc), f64(vc), lens, bt)
     base = params or "32,1024,128"
     res = {}
-    for v in (",20", ",14", ",15", ",18", ",19", ",21", ",22", ",23"):
+    for v in (",20", ",14", ",15", ",18", ",19", ",21", ",22", ",23", ",24"):
         monkeypatch.setenv("GPUKIT_DECODE_SPLIT", base + v)
         res[v] = gk.nn.attention_decode(qd, kd, vd, ld, block_table=btd)
     check(res[",20"], want, 3.2e-2, f"fold D={D} {base}")
-    for v in (",14", ",15", ",18", ",19", ",21", ",22", ",23"):
+    for v in (",14", ",15", ",18", ",19", ",21", ",22", ",23", ",24"):
         d = np.argwhere(bits(res[v]) != bits(res[",20"]))
         assert d.size == 0, f"units {v} differ from auto at {d[0]} (D={D} {base})"
     for i in (2, 9, 11):  # alone in its batch (another unit choice)
@@ -447,3 +447,58 @@ def test_cuda_fold_units_window_softcap(kw, monkeypatch):
     check(res[0], want, TOL["float16"] * 2, f"fold window/softcap {kw}")
     for r in res[1:]:
         np.testing.assert_array_equal(bits(res[0]), bits(r))
+
+
+@gpu
+@pytest.mark.parametrize("B", [1, 3, 40])
+def test_cuda_pdl_chain(B, monkeypatch):
+    # The first decode kernel launches with PDL (it may start while the previous kernel finishes) and the last
+    # one lets the next kernel launch early: a chain out_{i+1} = decode(q = out_i) reads each q only after the
+    # call that writes it (poisoned allocations: a read before the write gives NaN), eagerly, in a captured
+    # graph and with GPUKIT_DECODE_PDL=0 (the same bits). B = 1: cluster kernel, 3: CTA units, 40: the fold
+    # kernel + merge kernel.
+    Hq, Hkv, D, T = 32, 8, 128, 2304
+    rng = np.random.default_rng(90 + B)
+    lens = rng.integers(1, T + 1, B).astype(np.int32)
+    lens[::4] = rng.integers(1, 40, len(lens[::4]))
+    if B > 2:
+        lens[1] = 0
+    kc = make((B, T, Hkv, D), "bfloat16", 91)
+    vc = make((B, T, Hkv, D), "bfloat16", 92)
+    q = make((B, Hq, D), "bfloat16", 93)
+    kd, vd, ld, qd = (gk.asarray(x).to("cuda") for x in (kc, vc, lens, q))
+    kk, vv = f64(kc), f64(vc)
+
+    def chain(n):
+        outs, x = [], qd
+        for _ in range(n):
+            x = gk.nn.attention_decode(x, kd, vd, ld)
+            outs.append(x)
+        return outs
+
+    gk._C._debug_alloc_poison(0xFF)
+    try:  # (the poison is a memset before each call's kernels: no overlap with the previous call)
+        poisoned = chain(4)
+    finally:
+        gk._C._debug_alloc_poison(-1)
+    prev = f64(q)
+    for i, o in enumerate(poisoned):
+        check(o, ref_decode(prev, kk, vv, lens), 3.2e-2, f"pdl chain B={B} step {i}")
+        prev = f64(o)
+    eager = chain(4)  # kernels back to back: each call's first kernel may overlap the previous call's last
+    for i, (a, b) in enumerate(zip(eager, poisoned)):
+        d = np.argwhere(bits(a) != bits(b))
+        assert d.size == 0, f"eager step {i} differs from the poisoned run at {d[0]}"
+    g = gk.Graph()
+    with g:
+        graphed = chain(4)
+    for _ in range(2):
+        g.replay()
+        gk.cuda.synchronize()
+        for i, (a, b) in enumerate(zip(graphed, eager)):
+            d = np.argwhere(bits(a) != bits(b))
+            assert d.size == 0, f"graph step {i} differs from eager at {d[0]}"
+    monkeypatch.setenv("GPUKIT_DECODE_PDL", "0")
+    for i, (a, b) in enumerate(zip(chain(4), eager)):
+        d = np.argwhere(bits(a) != bits(b))
+        assert d.size == 0, f"GPUKIT_DECODE_PDL=0 step {i} differs at {d[0]}"

@@ -59,5 +59,9 @@ bool attention_decode_fold(const DecodeArgs& a, cudaStream_t st, int force);
 // attention_decode_fold_cta.cu: the fold kernel's CTA group units in one launch (head_dim 64 / 128, B <= 512);
 // false when not covered.
 bool attention_decode_fold_cta(const DecodeArgs& a, cudaStream_t st);
+// attention_decode_fold_cl.cu: one thread-block cluster per (sequence, kv head, head group), the groups' results
+// folded through distributed shared memory (head_dim 64 / 128, sm_90, capacity <= 16 groups); one launch. Unless
+// forced, only when all clusters are resident at once. False when not covered (nothing launched).
+bool attention_decode_fold_cl(const DecodeArgs& a, cudaStream_t st, bool forced);
 
 }  // namespace gk::cuda
