@@ -27,19 +27,17 @@ import common  # bench/common.py
 SHAPES = [(1, 512), (1, 1024), (1, 2048), (1, 4096), (1, 16384), (1, 32768), (1, 131072), (16, 4096), (16, 8192),
           (32, 1024), (32, 4096), (32, 8192), (64, 2048)]
 PAGED = [(1, 16384), (32, 8192)]
-# tuning sweep: "chunk_min,chunk_max,target_splits[,variant]". Fold kernels (src/cuda/attention_decode_fold*.cu,
-# the same bits whichever runs): 20 auto (CTA group units in one launch for few sequence x kv-head pairs, else
-# warp group units merged in the kernel), 21 the latter forced (22: K / V loads tagged L2 evict-first), 18 CTA group units, 19 chunk or warp group
-# units + merge kernel, 14 / 15 chunk / warp group units + merge kernel, 17: 19 without the merge kernel
-# (timing only). 1: the CUDA-core kernel of
-# src/cuda/attention_decode.cu. 16: the tensor-core kernel of attention_decode_mma.cu, 2-13 its tuning
-# variants: 2-4 warps x stages (4x5, 6x3, 12x2; default 8x3), 5 partials in bf16, 6 split-major item order,
-# 7 both, 8 CTA mode (the warps of a CTA share each chunk), 9 CTA mode with bf16 partials, 10 the chunk
-# kernel alone without the merge (timing only), 11 the kv heads of a chunk on one SM, 12 CTA mode (4 warps x
-# 5 stages) merged in the kernel by the last CTA of each head (one launch), 13 the same with 6 warps x 3
-# stages. Variant 0 is the default (see attention_decode.cu: kFoldDefault).
-SWEEP = ["32,1024,128,21", "32,1024,128,22", "32,1024,128,18", "32,1024,128,19", "32,1024,128,14", "32,1024,128,17",
-         "64,1024,64,20", "64,1024,64,19", "64,2048,64,16", "64,2048,64,10"]
+# tuning sweep: "chunk_min,chunk_max,target_splits[,variant]", optionally followed by "|VAR=VALUE" (an environment
+# variable set for that entry; "|GPUKIT_DECODE_PDL=0" alone: the default without PDL). Fold kernels
+# (src/cuda/attention_decode_fold*.cu, the same bits whichever runs): 20 auto (cluster kernel when its clusters
+# are all resident at once, else CTA group units in one launch for <= 64 sequence x kv-head pairs, else chunk or
+# warp group units + merge kernel), 24 the cluster kernel forced, 18 CTA group units, 19 chunk or warp group
+# units + merge kernel (23: with L2 evict-first K / V loads), 14 / 15 chunk / warp group units + merge kernel,
+# 17: 19 without the merge kernel (timing only), 21 warp group units merged in the kernel (22: evict-first).
+# 1: the CUDA-core kernel of src/cuda/attention_decode.cu. 16: the tensor-core kernel of attention_decode_mma.cu,
+# 2-13 its tuning variants (see attention_decode_mma.cu). Variant 0 is the default (see attention_decode.cu).
+SWEEP = ["32,1024,128,24", "32,1024,128,18", "32,1024,128,19", "32,1024,128,23", "32,1024,128,17",
+         "64,1024,64,19", "|GPUKIT_DECODE_PDL=0"]
 Hq, Hkv, D = 32, 8, 128
 L2_BYTES = 60e6
 
@@ -130,6 +128,7 @@ def main(argv=None):
         print("bench/attention.py: skipped (no CUDA device)")
         return 0
     F = torch.nn.functional
+    sys.stdout.reconfigure(line_buffering=True)  # (interleaved with the path log on stderr)
     shapes = [tuple(int(v) for v in s.split(":")) for s in a.shapes.split(",") if s] or SHAPES
     t_start = time.time()
     recs = []
@@ -153,7 +152,13 @@ def main(argv=None):
         sv = [x.transpose(1, 2).contiguous() for x in tv]
         tfn = lambda i: F.scaled_dot_product_attention(sq[i], sk[i], sv[i], enable_gqa=True)  # noqa: E731
         # sanity: same math (fp32 reference of copy 0, sequence 0)
-        got = torch.from_dlpack(gfn(0)).float()
+        os.environ["GPUKIT_DECODE_LOG"] = "1"  # the path the default takes (stderr)
+        try:
+            got = torch.from_dlpack(gfn(0)).float()
+            torch.cuda.synchronize()
+            sys.stderr.flush()
+        finally:
+            del os.environ["GPUKIT_DECODE_LOG"]
         want = tfn(0).view(B, Hq, D).float()
         err = (got - want).abs().max().item()
         if not err < 2e-2:
@@ -192,16 +197,21 @@ def main(argv=None):
                   f"graph {nbytes / (gg3 * 1e-6) / 1e12:.2f} TB/s ({gg3:7.1f} us)  (max err {lerr:.1e})")
             del lq, lk, lv, lqg
         for sp in ([] if a.no_sweep else a.splits):
-            os.environ["GPUKIT_DECODE_SPLIT"] = sp
+            split, _, env = sp.partition("|")
+            envs = dict([env.split("=", 1)]) if env else {}
+            if split:
+                envs["GPUKIT_DECODE_SPLIT"] = split
+            os.environ.update(envs)
             gg2 = None
             try:
                 g2 = time_events(gk, torch, gfn, ncopy, max(10, a.rounds // 3), a.iters, False)
                 if a.sweep_graph:  # the setting is read at capture time
                     gg2 = statistics.median(time_graph_gk(gk, gfn, ncopy, max(10, a.rounds // 3), a.iters))
             finally:
-                del os.environ["GPUKIT_DECODE_SPLIT"]
+                for k in envs:
+                    del os.environ[k]
             extra = "" if gg2 is None else f"  graph {nbytes / (gg2 * 1e-6) / 1e12:.2f} TB/s ({gg2:7.1f} us)"
-            print(f"      split {sp:14s} {nbytes / (statistics.median(g2) * 1e-6) / 1e12:.2f} TB/s "
+            print(f"      split {sp:20s} {nbytes / (statistics.median(g2) * 1e-6) / 1e12:.2f} TB/s "
                   f"({statistics.median(g2):7.1f} us){extra}")
         if (B, T) in PAGED:
             bs = 16
