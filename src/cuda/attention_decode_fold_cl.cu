@@ -187,6 +187,7 @@ __global__ void __launch_bounds__(kGroup * 32, 1) k_decode_fold_cl(const __grid_
       }
     }
   }
+  __syncwarp();
   cl_sync();  // every group's result is visible to the cluster
   // The top fold of this CTA's share of the nh * D outputs: groups 0 .. ng - 1 (ng <= cs <= 16) in order.
   const uint32_t gres_s = static_cast<uint32_t>(__cvta_generic_to_shared(gres));
@@ -215,6 +216,7 @@ __global__ void __launch_bounds__(kGroup * 32, 1) k_decode_fold_cl(const __grid_
     }
     static_cast<T*>(a.out)[(int64_t(b) * a.hq + h0 + h) * D + d] = convert<T>(finalize(TO, TL));
   }
+  __syncwarp();
   cl_sync();  // no CTA leaves (freeing its shared memory) while others read it
 }
 
