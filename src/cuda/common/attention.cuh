@@ -60,8 +60,9 @@ bool attention_decode_fold(const DecodeArgs& a, cudaStream_t st, int force);
 // false when not covered.
 bool attention_decode_fold_cta(const DecodeArgs& a, cudaStream_t st);
 // attention_decode_fold_cl.cu: one thread-block cluster per (sequence, kv head, head group), the groups' results
-// folded through distributed shared memory (head_dim 64 / 128, sm_90, capacity <= 16 groups); one launch. Unless
-// forced, only when all clusters are resident at once. False when not covered (nothing launched).
-bool attention_decode_fold_cl(const DecodeArgs& a, cudaStream_t st, bool forced);
+// folded through distributed shared memory (head_dim 64 / 128, sm_90, capacity <= 16 groups); one launch. force 0:
+// only when all clusters are resident at once; 1: whenever it can run; 2: the same with two groups per CTA.
+// False when not covered (nothing launched).
+bool attention_decode_fold_cl(const DecodeArgs& a, cudaStream_t st, int force);
 
 }  // namespace gk::cuda
