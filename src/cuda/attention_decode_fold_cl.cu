@@ -12,6 +12,9 @@
 // same bits (a single group folded into the empty top accumulator is itself).
 #include <atomic>
 #include <cfloat>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "cuda/common/attention.cuh"
 #include "cuda/common/decode_fold.cuh"
@@ -365,6 +368,9 @@ bool go_cl(const DecodeArgs& a, cudaStream_t st, int force) {
   int cs1 = 1;
   while (cs1 < ngmax) cs1 *= 2;
   const int r1 = cl_resident<T, D, 1>(cs1);
+  if (const char* e = std::getenv("GPUKIT_DECODE_LOG"); e && *e && std::strcmp(e, "0") != 0)
+    std::fprintf(stderr, "attention_decode cluster: %lld clusters; %d of %d CTAs (1 group each) resident, %d of %d (2)\n",
+                 static_cast<long long>(clusters), r1, cs1, cs1 >= 2 ? cl_resident<T, D, 2>(cs1 / 2) : 0, cs1 / 2);
   if (r1 > 0 && (force == 1 || (force == 2 && cs1 == 1) || (!forced && clusters <= r1)))
     return launch_cl<T, D, 1>(a, st, cs1);
   if (cs1 >= 2) {
