@@ -33,11 +33,13 @@ PAGED = [(1, 16384), (32, 8192)]
 # are all resident at once, else CTA group units in one launch for <= 64 sequence x kv-head pairs, else chunk or
 # warp group units + merge kernel), 24 the cluster kernel forced, 18 CTA group units, 19 chunk or warp group
 # units + merge kernel (23: with L2 evict-first K / V loads), 14 / 15 chunk / warp group units + merge kernel,
-# 17: 19 without the merge kernel (timing only), 21 warp group units merged in the kernel (22: evict-first).
+# 17: 19 without the merge kernel (timing only), 21 warp group units merged in the kernel (22: evict-first),
+# 26: 19 with the warps of a CTA on consecutive units (the kv heads of a chunk together; 27: + evict-first),
+# 25: 24 with two groups per CTA.
 # 1: the CUDA-core kernel of src/cuda/attention_decode.cu. 16: the tensor-core kernel of attention_decode_mma.cu,
 # 2-13 its tuning variants (see attention_decode_mma.cu). Variant 0 is the default (see attention_decode.cu).
-SWEEP = ["32,1024,128,24", "32,1024,128,18", "32,1024,128,19", "32,1024,128,23", "32,1024,128,17",
-         "64,1024,64,19", "|GPUKIT_DECODE_PDL=0"]
+SWEEP = ["32,1024,128,24", "32,1024,128,25", "32,1024,128,18", "32,1024,128,19", "32,1024,128,23",
+         "32,1024,128,26", "32,1024,128,27", "32,1024,128,17", "|GPUKIT_DECODE_PDL=0"]
 Hq, Hkv, D = 32, 8, 128
 L2_BYTES = 60e6
 

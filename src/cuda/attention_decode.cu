@@ -427,7 +427,8 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   // Variant 1 forces the CUDA-core kernel below.
   // 24: one thread-block cluster per (sequence, kv head, head group), merged through distributed shared memory
   // (one launch; 25: two groups per CTA, clusters half as large); auto takes it first when its clusters are all
-  // resident at once.
+  // resident at once. 26: 19 with the warps of a CTA on consecutive units (the kv heads of one chunk or group read
+  // the same token rows together), 27: 26 with L2 evict-first.
   const int v = a.variant == 0 ? (kFoldDefault ? 20 : 16) : a.variant;
   const int64_t pairs = int64_t(a.B) * a.hkv * ((a.hq / a.hkv + 7) / 8);
   const char* path = nullptr;
@@ -435,8 +436,9 @@ void attention_decode(const DecodeArgs& a, void* stream) {
     path = "cluster (24)";
   } else if (((v == 20 && pairs <= kFoldCtaMaxPairs) || v == 18) && attention_decode_fold_cta(a, st)) {
     path = "cta (18)";
-  } else if (v >= 14 && v <= 25 && v != 16) {
-    const int force = v == 14 ? 1 : v == 15 ? 2 : v == 17 ? 3 : v == 21 ? 4 : v == 22 ? 4 | 8 : v == 23 ? 8 : 0;
+  } else if (v >= 14 && v <= 27 && v != 16) {
+    const int force = v == 14 ? 1 : v == 15 ? 2 : v == 17 ? 3 : v == 21 ? 4 : v == 22 ? 4 | 8 : v == 23 ? 8
+                      : v == 26 ? 16 : v == 27 ? 16 | 8 : 0;
     if (attention_decode_fold(a, st, force)) path = "fold + merge kernel (19)";
   } else if (v != 1 && attention_decode_mma(a, st)) {
     path = "mma (16)";

@@ -173,6 +173,7 @@ __global__ void __launch_bounds__(MCfg<D>::W * 32, 1)
   gdc_wait();  // (launched with PDL: q, the cache and the lengths may come from the previous kernel)
   gdc_launch();
   const bool ef = force & 8;  // K / V loads tagged L2 evict-first
+  const bool tr = force & 16;  // the W warps of a CTA take W consecutive units (the kv heads of a chunk or group)
   force &= 7;
   const uint64_t pol = ef ? l2_evict_first() : 0;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -200,7 +201,7 @@ __global__ void __launch_bounds__(MCfg<D>::W * 32, 1)
   const T* qp = static_cast<const T*>(a.q);
 
   FCursor P;
-  P.item = warp * int(gridDim.x) + blockIdx.x;
+  P.item = tr ? int(blockIdx.x) * W + warp : warp * int(gridDim.x) + blockIdx.x;
   P.qi = 0;
   find_unit(a, ngb, nitems, stride, mode, pre, nslots, P);
   if (P.item >= nitems) return;
@@ -538,7 +539,7 @@ __global__ void __launch_bounds__(256) k_merge_fold_w(const __grid_constant__ De
 // merged in the kernel (head_dim 64 / 128; one launch; else as 0).
 template <class T, int D>
 void launch_fold(const DecodeArgs& a, cudaStream_t st, int force) {
-  const int ef = force & 8;  // (K / V loads tagged L2 evict-first)
+  const int ef = force & 24;  // (K / V loads tagged L2 evict-first, transposed unit order)
   force &= 7;
   const bool merge = force != 3;
   if (!merge) force = 0;
