@@ -491,44 +491,71 @@ __global__ void __launch_bounds__(256) k_merge_fold_w(const __grid_constant__ De
   if (nunits == 0) return;  // written by k_decode_fold
   const float* ml = a.ws_ml + row * a.nsplit * 2;
   const float* po = a.ws_o + row * a.nsplit * D + lane * DL;
-  // 8 partials (slots s0 .. s0 + n - 1) folded into (M, L, O[]), their loads issued first
-  auto fold8 = [&](int s0, int n, float& M, float& L, float (&O)[DL]) {
-    float mv[8], lv[8], ov[8][DL];
+  // 8 partials (slots s0 .. s0 + n - 1): loaded into registers (issued together), then folded into (M, L, O[])
+  struct P8 {
+    float m[8], l[8], o[8][DL];
+  };
+  auto load8 = [&](int s0, int n, P8& x) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const bool ok = i < n;
-      mv[i] = ok ? ml[2 * (s0 + i)] : -INFINITY;
-      lv[i] = ok ? ml[2 * (s0 + i) + 1] : 0.f;
+      const float2 v = ok ? __ldcg(reinterpret_cast<const float2*>(ml) + (s0 + i)) : make_float2(-INFINITY, 0.f);
+      x.m[i] = v.x;
+      x.l[i] = v.y;
+      if constexpr (DL % 4 == 0) {
 #pragma unroll
-      for (int k = 0; k < DL; ++k) ov[i][k] = ok ? po[int64_t(s0 + i) * D + k] : 0.f;
+        for (int k = 0; k < DL; k += 4) {
+          const float4 w = ok ? __ldcg(reinterpret_cast<const float4*>(po + int64_t(s0 + i) * D + k))
+                              : make_float4(0.f, 0.f, 0.f, 0.f);
+          x.o[i][k] = w.x;
+          x.o[i][k + 1] = w.y;
+          x.o[i][k + 2] = w.z;
+          x.o[i][k + 3] = w.w;
+        }
+      } else {
+#pragma unroll
+        for (int k = 0; k < DL; ++k) x.o[i][k] = ok ? __ldcg(po + int64_t(s0 + i) * D + k) : 0.f;
+      }
     }
+  };
+  auto fold8 = [&](const P8& x, int n, float& M, float& L, float (&O)[DL]) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       if (i < n) {
         float wa, wb;
-        fold_w(M, mv[i], wa, wb);
-        L = fold_v(L, wa, lv[i], wb);
+        fold_w(M, x.m[i], wa, wb);
+        L = fold_v(L, wa, x.l[i], wb);
 #pragma unroll
-        for (int k = 0; k < DL; ++k) O[k] = fold_v(O[k], wa, ov[i][k], wb);
+        for (int k = 0; k < DL; ++k) O[k] = fold_v(O[k], wa, x.o[i][k], wb);
       }
     }
   };
   float TM = -INFINITY, TL = 0.f, TO[DL];
 #pragma unroll
   for (int k = 0; k < DL; ++k) TO[k] = 0.f;
+  // two batches of loads in flight: the next 8 partials are loaded while the current ones are folded
+  P8 cur, nxt;
   if (mode) {  // the group results in slots 0 .. ng - 1: the top fold directly
-    for (int s0 = 0; s0 < p.ng; s0 += 8) fold8(s0, min(8, p.ng - s0), TM, TL, TO);
+    load8(0, min(8, p.ng), cur);
+    for (int s0 = 0; s0 < p.ng; s0 += 8) {
+      if (s0 + 8 < p.ng) load8(s0 + 8, min(8, p.ng - s0 - 8), nxt);
+      fold8(cur, min(8, p.ng - s0), TM, TL, TO);
+      cur = nxt;
+    }
   } else {
+    load8(0, min(kGroup, p.nsp), cur);
     for (int gi = 0; gi < p.ng; ++gi) {
+      if (gi + 1 < p.ng) load8((gi + 1) * kGroup, min(kGroup, p.nsp - (gi + 1) * kGroup), nxt);
       float M = -INFINITY, L = 0.f, O[DL];
 #pragma unroll
       for (int k = 0; k < DL; ++k) O[k] = 0.f;
-      fold8(gi * kGroup, min(kGroup, p.nsp - gi * kGroup), M, L, O);
+      fold8(cur, min(kGroup, p.nsp - gi * kGroup), M, L, O);
       float wa, wb;
       fold_w(TM, M, wa, wb);
       TL = fold_v(TL, wa, L, wb);
 #pragma unroll
       for (int k = 0; k < DL; ++k) TO[k] = fold_v(TO[k], wa, O[k], wb);
+      cur = nxt;
     }
   }
 #pragma unroll
