@@ -428,15 +428,18 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   // 24: one thread-block cluster per (sequence, kv head, head group), merged through distributed shared memory
   // (one launch; 25: two groups per CTA, clusters half as large); auto takes it first when its clusters are all
   // resident at once. 26: 19 with the warps of a CTA on consecutive units (the kv heads of one chunk or group read
-  // the same token rows together), 27: 26 with L2 evict-first.
+  // the same token rows together), 27: 26 with L2 evict-first. 28: one CTA per (sequence, kv head, head group),
+  // its warps on group units, the groups folded through shared memory (one launch, no workspace).
   const int v = a.variant == 0 ? (kFoldDefault ? 20 : 16) : a.variant;
   const int64_t pairs = int64_t(a.B) * a.hkv * ((a.hq / a.hkv + 7) / 8);
   const char* path = nullptr;
   if ((v == 20 || v == 24 || v == 25) && attention_decode_fold_cl(a, st, v == 24 ? 1 : v == 25 ? 2 : 0)) {
     path = "cluster (24)";
+  } else if (v == 28 && attention_decode_fold_pair(a, st)) {
+    path = "pair CTAs (28)";
   } else if (((v == 20 && pairs <= kFoldCtaMaxPairs) || v == 18) && attention_decode_fold_cta(a, st)) {
     path = "cta (18)";
-  } else if (v >= 14 && v <= 27 && v != 16) {
+  } else if (v >= 14 && v <= 28 && v != 16) {
     const int force = v == 14 ? 1 : v == 15 ? 2 : v == 17 ? 3 : v == 21 ? 4 : v == 22 ? 4 | 8 : v == 23 ? 8
                       : v == 26 ? 16 : v == 27 ? 16 | 8 : 0;
     if (attention_decode_fold(a, st, force)) path = "fold + merge kernel (19)";
