@@ -28,7 +28,8 @@ SHAPES = [(1, 512), (1, 1024), (1, 2048), (1, 4096), (1, 16384), (1, 32768), (1,
           (32, 1024), (32, 4096), (32, 8192), (64, 2048)]
 PAGED = [(1, 16384), (32, 8192)]
 # tuning sweep: "chunk_min,chunk_max,target_splits[,variant]", optionally followed by "|VAR=VALUE" (an environment
-# variable set for that entry; "|GPUKIT_DECODE_PDL=0" alone: the default without PDL). Fold kernels
+# variable set for that entry; "|GPUKIT_DECODE_PDL=0" or "env:GPUKIT_DECODE_PDL=0" alone: the default without
+# PDL). Fold kernels
 # (src/cuda/attention_decode_fold*.cu, the same bits whichever runs): 20 auto (cluster kernel when its clusters
 # are all resident at once, else CTA group units in one launch for <= 64 sequence x kv-head pairs, else chunk or
 # warp group units + merge kernel), 24 the cluster kernel forced, 18 CTA group units, 19 chunk or warp group
@@ -38,8 +39,8 @@ PAGED = [(1, 16384), (32, 8192)]
 # 25: 24 with two groups per CTA, 28: one CTA per sequence x kv head, warps on group units (one launch).
 # 1: the CUDA-core kernel of src/cuda/attention_decode.cu. 16: the tensor-core kernel of attention_decode_mma.cu,
 # 2-13 its tuning variants (see attention_decode_mma.cu). Variant 0 is the default (see attention_decode.cu).
-SWEEP = ["32,1024,128,24", "32,1024,128,25", "32,1024,128,18", "32,1024,128,19", "32,1024,128,23",
-         "32,1024,128,26", "32,1024,128,27", "32,1024,128,28", "32,1024,128,17", "|GPUKIT_DECODE_PDL=0"]
+SWEEP = ["32,1024,128,18", "32,1024,128,19", "32,1024,128,23", "32,1024,128,28", "32,1024,128,25", "32,1024,128,17",
+         "env:GPUKIT_DECODE_PDL=0"]
 Hq, Hkv, D = 32, 8, 128
 L2_BYTES = 60e6
 
@@ -200,6 +201,8 @@ def main(argv=None):
             del lq, lk, lv, lqg
         for sp in ([] if a.no_sweep else a.splits):
             split, _, env = sp.partition("|")
+            if sp.startswith("env:"):  # (the same without a shell-special character)
+                split, env = "", sp[4:]
             envs = dict([env.split("=", 1)]) if env else {}
             if split:
                 envs["GPUKIT_DECODE_SPLIT"] = split
