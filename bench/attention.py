@@ -36,7 +36,8 @@ PAGED = [(1, 16384), (32, 8192)]
 # units + merge kernel (23: with L2 evict-first K / V loads), 14 / 15 chunk / warp group units + merge kernel,
 # 17: 19 without the merge kernel (timing only), 21 warp group units merged in the kernel (22: evict-first),
 # 26: 19 with the warps of a CTA on consecutive units (the kv heads of a chunk together; 27: + evict-first),
-# 25: 24 with two groups per CTA, 28: one CTA per sequence x kv head, warps on group units (one launch).
+# 25: 24 with two groups per CTA, 28: one CTA per sequence x kv head, warps on group units (one launch), 29: 28
+# with L2 evict-first.
 # 1: the CUDA-core kernel of src/cuda/attention_decode.cu. 16: the tensor-core kernel of attention_decode_mma.cu,
 # 2-13 its tuning variants (see attention_decode_mma.cu). Variant 0 is the default (see attention_decode.cu).
 SWEEP = ["32,1024,128,18", "32,1024,128,19", "32,1024,128,23", "32,1024,128,28", "32,1024,128,25", "32,1024,128,17",

@@ -437,7 +437,8 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   // 24: one thread-block cluster per (sequence, kv head, head group), merged through distributed shared memory
   // (one launch; 25: two groups per CTA in clusters half as large): slower than 18 at A (only 7 clusters of 16
   // were resident on the H200: B1 T131072 167 us against 131), not used by auto. 28: one CTA per (sequence, kv
-  // head, head group), its warps on group units, the groups folded through shared memory (one launch).
+  // head, head group), its warps on group units, the groups folded through shared memory (one launch); 29: 28
+  // with L2 evict-first K / V loads.
   // attention_decode_mma.cu: variants 2-13 and 16 (16: its default). Variant 0 is kFoldDefault ? 20 : 16.
   // Variant 1 forces the CUDA-core kernel below.
   int v = a.variant == 0 ? (kFoldDefault ? 20 : 16) : a.variant;
@@ -452,12 +453,12 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   const char* path = nullptr;
   if ((v == 24 || v == 25) && attention_decode_fold_cl(a, st, v == 24 ? 1 : 2)) {
     path = "cluster (24)";
-  } else if (v == 28 && attention_decode_fold_pair(a, st)) {
-    path = "pair CTAs (28)";
+  } else if ((v == 28 || v == 29) && attention_decode_fold_pair(a, st, v == 29)) {
+    path = v == 29 ? "pair CTAs, evict-first (29)" : "pair CTAs (28)";
   } else if (v == 18 && attention_decode_fold_cta(a, st)) {
     path = "cta (18)";
-  } else if (v >= 14 && v <= 28 && v != 16) {
-    // (18, 24, 25, 28 when not covered: 23, as the default would)
+  } else if (v >= 14 && v <= 29 && v != 16) {
+    // (18, 24, 25, 28, 29 when not covered: 23, as the default would)
     const int force = v == 14 ? 1 : v == 15 ? 2 : v == 17 ? 3 : v == 21 ? 4 : v == 22 ? 4 | 8 : v == 19 ? 0
                       : v == 26 ? 16 : v == 27 ? 16 | 8 : 8;
     if (attention_decode_fold(a, st, force)) path = force & 8 ? "fold + merge kernel, evict-first (23)"

@@ -23,7 +23,8 @@ namespace {
 using namespace dmma;
 using namespace dfold;
 
-template <class T, int D>
+// EF: K / V loads tagged L2 evict-first.
+template <class T, int D, bool EF>
 __global__ void __launch_bounds__(kGroup * 32, 1) k_decode_fold_pair(const __grid_constant__ DecodeArgs a) {
   using Cf = MCfg<D>;
   static_assert(Cf::W == kGroup, "two groups per warp cover 16 groups");
@@ -80,6 +81,7 @@ __global__ void __launch_bounds__(kGroup * 32, 1) k_decode_fold_pair(const __gri
     const int ctiles = int(p.chunk / 16);  // tiles per chunk (chunk_min % 16 == 0)
     const T* kc = static_cast<const T*>(a.kc);
     const T* vc = static_cast<const T*>(a.vc);
+    const uint64_t pol = EF ? l2_evict_first() : 0;
     auto row_of = [&](int i) {
       if (i >= ntot) return -1;
       const bool second = i >= ntk[0];
@@ -104,8 +106,13 @@ __global__ void __launch_bounds__(kGroup * 32, 1) k_decode_fold_pair(const __gri
           const int row = __shfl_sync(kFull, prow, rr);
           const bool ok = row >= 0;
           const int64_t off = ok ? int64_t(row) * a.hkv * D + hoff + cc * 8 : 0;
-          cp_async16(st + swz(rr, cc, ROWB), kc + off, ok);
-          cp_async16(st + KVB + swz(rr, cc, ROWB), vc + off, ok);
+          if constexpr (EF) {
+            cp_async16_ef(st + swz(rr, cc, ROWB), kc + off, ok, pol);
+            cp_async16_ef(st + KVB + swz(rr, cc, ROWB), vc + off, ok, pol);
+          } else {
+            cp_async16(st + swz(rr, cc, ROWB), kc + off, ok);
+            cp_async16(st + KVB + swz(rr, cc, ROWB), vc + off, ok);
+          }
         }
         if (i == 0) {
           const T* qp = static_cast<const T*>(a.q);
@@ -222,14 +229,14 @@ __global__ void __launch_bounds__(kGroup * 32, 1) k_decode_fold_pair(const __gri
   }
 }
 
-template <class T, int D>
+template <class T, int D, bool EF>
 bool launch_pair(const DecodeArgs& a, cudaStream_t st) {
   using Cf = MCfg<D>;
   static_assert(Cf::SMEM + Cf::W * Cf::S * 4 <= 227 * 1024, "shared memory");
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
   const int64_t pairs = int64_t(a.B) * a.hkv * ngb;
   if (pairs > INT32_MAX) return false;
-  auto kern = k_decode_fold_pair<T, D>;
+  auto kern = k_decode_fold_pair<T, D, EF>;
   {
     static std::atomic<unsigned long long> done{0};
     int dev = 0;
@@ -246,7 +253,7 @@ bool launch_pair(const DecodeArgs& a, cudaStream_t st) {
 }
 }  // namespace
 
-bool attention_decode_fold_pair(const DecodeArgs& a, cudaStream_t st) {
+bool attention_decode_fold_pair(const DecodeArgs& a, cudaStream_t st, bool evict_first) {
   const bool half = a.dtype == DType::bf16 || a.dtype == DType::f16;
   if (!half || a.cache_dtype != a.dtype || (a.D != 64 && a.D != 128)) return false;
   if (!aligned16(a.q) || (a.q_bs * 2) % 16 || (a.q_hs * 2) % 16) return false;
@@ -255,7 +262,8 @@ bool attention_decode_fold_pair(const DecodeArgs& a, cudaStream_t st) {
   if ((a.nsplit + kGroup - 1) / kGroup > 2 * kGroup) return false;  // at most 16 groups (two per warp)
   auto go = [&](auto t) {
     using T = decltype(t);
-    return a.D == 64 ? launch_pair<T, 64>(a, st) : launch_pair<T, 128>(a, st);
+    if (evict_first) return a.D == 64 ? launch_pair<T, 64, true>(a, st) : launch_pair<T, 128, true>(a, st);
+    return a.D == 64 ? launch_pair<T, 64, false>(a, st) : launch_pair<T, 128, false>(a, st);
   };
   return a.dtype == DType::bf16 ? go(bf16{}) : go(f16{});
 }

@@ -65,7 +65,8 @@ bool attention_decode_fold_cta(const DecodeArgs& a, cudaStream_t st);
 // False when not covered (nothing launched).
 bool attention_decode_fold_cl(const DecodeArgs& a, cudaStream_t st, int force);
 // attention_decode_fold_pair.cu: one CTA per (sequence, kv head, head group), warps on group units, the groups
-// folded through shared memory (head_dim 64 / 128, capacity <= 16 groups); one launch. False when not covered.
-bool attention_decode_fold_pair(const DecodeArgs& a, cudaStream_t st);
+// folded through shared memory (head_dim 64 / 128, capacity <= 16 groups); one launch; evict_first: K / V loads
+// tagged L2 evict-first. False when not covered.
+bool attention_decode_fold_pair(const DecodeArgs& a, cudaStream_t st, bool evict_first);
 
 }  // namespace gk::cuda
