@@ -416,8 +416,8 @@ void launch_decode_merge(const DecodeArgs& a, cudaStream_t st) {
 //  - the pair kernel (one CTA per pair, one launch) when its waves are at least kPairMinEff full and every warp
 //    has a group (ngmax >= 8): B16 T4096 67.1 us against 74.3, B32 T8192 248.3 / 258.1, B64 T2048 131.3 / 137.1;
 //    B8 T4096 (64 pairs) 48.7 / 44.7.
-//  - else the two-kernel fold with L2 evict-first K / V loads (23; head_dim 256 always): 1-3 % faster than without
-//    (19) at every shape of that run.
+//  - else the two-kernel fold with L2 evict-first K / V loads (23; head_dim 256 always): 0.6-3.4 % faster than
+//    without (19) at every shape of that run.
 constexpr double kPairMinEff = 0.9;
 // Whether variant 0 (no GPUKIT_DECODE_SPLIT) runs the fold kernels (else attention_decode_mma.cu).
 constexpr bool kFoldDefault = true;

@@ -191,7 +191,8 @@ __global__ void __launch_bounds__(MCfg<D>::W * 32, 1)
   if (!pre) nitems = nslots * a.B * H;  // sparse order: B * nslots units (the host's bound is for chunk units)
   for (int b = blockIdx.x; b < a.B; b += gridDim.x) {  // sequences without keys: 0 (no unit writes them)
     if (seq_plan(a, b).nsp > 0) continue;
-    for (int i = threadIdx.x; i < a.hq * D; i += W * 32) static_cast<T*>(a.out)[int64_t(b) * a.hq * D + i] = convert<T>(0.f);
+    for (int i = threadIdx.x; i < a.hq * D; i += W * 32)
+      static_cast<T*>(a.out)[int64_t(b) * a.hq * D + i] = convert<T>(0.f);
   }
   unsigned char* ring = smem + size_t(warp) * Cf::WARPB;
   unsigned char* qslots = ring + S * STAGE;

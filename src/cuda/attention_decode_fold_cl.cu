@@ -369,7 +369,9 @@ bool go_cl(const DecodeArgs& a, cudaStream_t st, int force) {
   while (cs1 < ngmax) cs1 *= 2;
   const int r1 = cl_resident<T, D, 1>(cs1);
   if (const char* e = std::getenv("GPUKIT_DECODE_LOG"); e && *e && std::strcmp(e, "0") != 0)
-    std::fprintf(stderr, "attention_decode cluster: %lld clusters; %d of %d CTAs (1 group each) resident, %d of %d (2)\n",
+    std::fprintf(stderr,
+                 "attention_decode cluster: %lld clusters needed; resident at once: %d clusters of %d CTAs (1 group "
+                 "per CTA), %d of %d (2 groups per CTA)\n",
                  static_cast<long long>(clusters), r1, cs1, cs1 >= 2 ? cl_resident<T, D, 2>(cs1 / 2) : 0, cs1 / 2);
   if (r1 > 0 && (force == 1 || (force == 2 && cs1 == 1) || (!forced && clusters <= r1)))
     return launch_cl<T, D, 1>(a, st, cs1);
