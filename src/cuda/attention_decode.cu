@@ -438,7 +438,10 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   // (one launch; 25: two groups per CTA in clusters half as large): slower than 18 at A (only 7 clusters of 16
   // were resident on the H200: B1 T131072 167 us against 131), not used by auto. 28: one CTA per (sequence, kv
   // head, head group), its warps on group units, the groups folded through shared memory (one launch); 29: 28
-  // with L2 evict-first K / V loads.
+  // with L2 evict-first K / V loads. 30 / 31: the pair kernel over a thread-block cluster, one warp per group (CTAs
+  // of 4 / 8 warps), the groups folded through distributed shared memory, evict-first (one launch; for mid-size
+  // batches, e.g. B4-B8 T4096 where 28 fills 32-64 of the SMs; not measured at A, not used by auto); 32: 30 with
+  // twice the stage ring (one CTA per SM).
   // attention_decode_mma.cu: variants 2-13 and 16 (16: its default). Variant 0 is kFoldDefault ? 20 : 16.
   // Variant 1 forces the CUDA-core kernel below.
   int v = a.variant == 0 ? (kFoldDefault ? 20 : 16) : a.variant;
@@ -455,10 +458,13 @@ void attention_decode(const DecodeArgs& a, void* stream) {
     path = "cluster (24)";
   } else if ((v == 28 || v == 29) && attention_decode_fold_pair(a, st, v == 29)) {
     path = v == 29 ? "pair CTAs, evict-first (29)" : "pair CTAs (28)";
+  } else if (v >= 30 && v <= 32 && attention_decode_fold_pcl(a, st, v == 31 ? 8 : 4, v == 32)) {
+    path = v == 30 ? "pair clusters, 4 warps per CTA (30)"
+           : v == 31 ? "pair clusters, 8 warps per CTA (31)" : "pair clusters, 4 warps per CTA, deep ring (32)";
   } else if (v == 18 && attention_decode_fold_cta(a, st)) {
     path = "cta (18)";
-  } else if (v >= 14 && v <= 29 && v != 16) {
-    // (18, 24, 25, 28, 29 when not covered: 23, as the default would)
+  } else if (v >= 14 && v <= 32 && v != 16) {
+    // (18, 24, 25, 28-32 when not covered: 23, as the default would)
     const int force = v == 14 ? 1 : v == 15 ? 2 : v == 17 ? 3 : v == 21 ? 4 : v == 22 ? 4 | 8 : v == 19 ? 0
                       : v == 26 ? 16 : v == 27 ? 16 | 8 : 8;
     if (attention_decode_fold(a, st, force)) path = force & 8 ? "fold + merge kernel, evict-first (23)"

@@ -276,7 +276,7 @@ def test_cuda_split_override(split, monkeypatch):
 def test_split_override_rejected(monkeypatch):
     lens = np.array([3, 4], np.int32)
     q, kc, vc, bt = setup_paged(2, 4, 2, 64, 16, lens, "float32")
-    for bad in ("48,64,2", "64,512,32,30"):
+    for bad in ("48,64,2", "64,512,32,33"):
         monkeypatch.setenv("GPUKIT_DECODE_SPLIT", bad)
         if CUDA:
             with pytest.raises(ValueError, match="GPUKIT_DECODE_SPLIT"):
@@ -471,12 +471,12 @@ def test_cuda_fold_units_same_bits(D, Hq, Hkv, params, monkeypatch):
     base = params or "32,1024,128"
     res = {}
     for v in (",20", ",14", ",15", ",18", ",19", ",21", ",22", ",23", ",24", ",25", ",26", ",27",
-              ",28", ",29"):
+              ",28", ",29", ",30", ",31", ",32"):
         monkeypatch.setenv("GPUKIT_DECODE_SPLIT", base + v)
         res[v] = gk.nn.attention_decode(qd, kd, vd, ld, block_table=btd)
     check(res[",20"], want, 3.2e-2, f"fold D={D} {base}")
     for v in (",14", ",15", ",18", ",19", ",21", ",22", ",23", ",24", ",25", ",26", ",27",
-              ",28", ",29"):
+              ",28", ",29", ",30", ",31", ",32"):
         d = np.argwhere(bits(res[v]) != bits(res[",20"]))
         assert d.size == 0, f"units {v} differ from auto at {d[0]} (D={D} {base})"
     for i in (2, 9, 11):  # alone in its batch (another unit choice)
@@ -494,12 +494,76 @@ def test_cuda_fold_units_window_softcap(kw, monkeypatch):
     want = ref_decode(f64(q), f64(kc), f64(vc), lens, bt, **kw)
     res = []
     for v in ("32,1024,128,14", "32,1024,128,15", "32,1024,128,18", "32,1024,128,21", "32,1024,128,24",
-              "32,1024,128,25", "32,1024,128,28", "32,1024,128,29"):
+              "32,1024,128,25", "32,1024,128,28", "32,1024,128,29", "32,1024,128,30", "32,1024,128,31",
+              "32,1024,128,32"):
         monkeypatch.setenv("GPUKIT_DECODE_SPLIT", v)
         res.append(gk.nn.attention_decode(qd, kd, vd, ld, block_table=btd, **kw))
     check(res[0], want, TOL["float16"] * 2, f"fold window/softcap {kw}")
     for r in res[1:]:
         np.testing.assert_array_equal(bits(res[0]), bits(r))
+
+
+@gpu
+@pytest.mark.parametrize("B,D,dtype", [(4, 128, "bfloat16"), (8, 128, "float16"), (5, 64, "bfloat16")])
+def test_cuda_fold_pair_clusters(B, D, dtype, monkeypatch):
+    # variants 30 / 31 / 32 (attention_decode_fold_pcl.cu: one warp per group, CTAs of 4 / 8 / 4 warps in clusters,
+    # the groups folded through distributed shared memory; 32 with a deeper stage ring) at mid-size batches of a 4096-key contiguous cache: the
+    # same bits as the two-kernel fold (23), the pair kernel (28) and auto; alone in the batch; repeated and in a
+    # captured graph; a PDL chain (each q the previous output) equal to 23's chain, eager and with PDL off;
+    # the float64 reference. Lengths: full, 1 group, a partial last group, 1 key, 0.
+    Hq, Hkv, T = 32, 8, 4096
+    rng = np.random.default_rng(100 + B)
+    lens = rng.integers(1, T + 1, B).astype(np.int32)
+    lens[0] = T
+    lens[1] = 0
+    lens[2] = 1
+    if B > 3:
+        lens[3] = 257
+    kc = make((B, T, Hkv, D), dtype, 101)
+    vc = make((B, T, Hkv, D), dtype, 102)
+    q = make((B, Hq, D), dtype, 103)
+    kd, vd, ld, qd = (gk.asarray(x).to("cuda") for x in (kc, vc, lens, q))
+    want = ref_decode(f64(q), f64(kc), f64(vc), lens)
+    res = {}
+    for v in ("20", "23", "28", "30", "31", "32"):
+        monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128," + v)
+        res[v] = bits(gk.nn.attention_decode(qd, kd, vd, ld))
+    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128,30")
+    check(gk.nn.attention_decode(qd, kd, vd, ld), want, TOL[dtype] * 2, f"pair clusters B={B} D={D}")
+    for v in ("20", "28", "30", "31", "32"):
+        d = np.argwhere(res[v] != res["23"])
+        assert d.size == 0, f"variant {v} differs from 23 at {d[0]} (B={B} D={D})"
+    for v in ("30", "31", "32"):
+        monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128," + v)
+        for i in (0, 3):
+            alone = gk.nn.attention_decode(qd[i:i + 1], kd, vd, ld[i:i + 1])
+            np.testing.assert_array_equal(bits(alone)[0], res["23"][i])
+        outs = []
+        g = gk.Graph()
+        with g:
+            for _ in range(2):
+                outs.append(gk.nn.attention_decode(qd, kd, vd, ld))
+        for _ in range(2):
+            g.replay()
+            gk.cuda.synchronize()
+            for o in outs:
+                np.testing.assert_array_equal(bits(o), res["23"])
+
+    def chain(n):
+        outs, x = [], qd
+        for _ in range(n):
+            x = gk.nn.attention_decode(x, kd, vd, ld)
+            outs.append(x)
+        return [bits(o) for o in outs]  # (read after the chain: the launches overlap under PDL)
+
+    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128,23")
+    base = chain(3)
+    for v, pdl in (("30", "1"), ("31", "1"), ("32", "1"), ("30", "0")):
+        monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128," + v)
+        monkeypatch.setenv("GPUKIT_DECODE_PDL", pdl)
+        for i, (a, b) in enumerate(zip(chain(3), base)):
+            d = np.argwhere(a != b)
+            assert d.size == 0, f"chain step {i} of variant {v} (PDL {pdl}) differs from 23 at {d[0]}"
 
 
 @gpu
