@@ -27,12 +27,22 @@ import common  # bench/common.py
 SHAPES = [(1, 512), (1, 1024), (1, 2048), (1, 4096), (1, 16384), (1, 32768), (1, 131072), (16, 4096), (16, 8192),
           (32, 1024), (32, 4096), (32, 8192), (64, 2048)]
 PAGED = [(1, 16384), (32, 8192)]
-# tuning sweep: "chunk_min,chunk_max,target_splits[,variant]" (variant 1: the CUDA-core kernel of
-# src/cuda/attention_decode.cu; 0: the tensor-core kernel of attention_decode_mma.cu, 2-7 its tuning variants:
-# 2-4 warps x stages (4x5, 6x3, 12x2; default 8x3), 5 partials in bf16, 6 split-major item order, 7 both,
-# 8 CTA mode (the warps of a CTA share each chunk), 9 CTA mode with bf16 partials)
-SWEEP = ["64,2048,64", "128,2048,64", "128,2048,128", "256,4096,16", "512,2048,32", "256,2048,64,2", "256,2048,64,3",
-         "256,2048,64,4", "256,2048,64,5", "256,2048,64,6", "256,4096,16,5", "1024,4096,16,8", "64,2048,32,1"]
+# tuning sweep: "chunk_min,chunk_max,target_splits[,variant]", optionally followed by "|VAR=VALUE" (an environment
+# variable set for that entry; "|GPUKIT_DECODE_PDL=0" or "env:GPUKIT_DECODE_PDL=0" alone: the default without
+# PDL). Fold kernels
+# (src/cuda/attention_decode_fold*.cu, the same bits whichever runs): 20 auto (cluster kernel when its clusters
+# are all resident at once, else CTA group units in one launch for <= 64 sequence x kv-head pairs, else chunk or
+# warp group units + merge kernel), 24 the cluster kernel forced, 18 CTA group units, 19 chunk or warp group
+# units + merge kernel (23: with L2 evict-first K / V loads), 14 / 15 chunk / warp group units + merge kernel,
+# 17: 19 without the merge kernel (timing only), 21 warp group units merged in the kernel (22: evict-first),
+# 26: 19 with the warps of a CTA on consecutive units (the kv heads of a chunk together; 27: + evict-first),
+# 25: 24 with two groups per CTA, 28: one CTA per sequence x kv head, warps on group units (one launch), 29: 28
+# with L2 evict-first, 30 / 31: 29 spread over a thread-block cluster, one warp per group (CTAs of 4 / 8 warps),
+# 32: 30 with a stage ring twice as deep (one CTA per SM).
+# 1: the CUDA-core kernel of src/cuda/attention_decode.cu. 16: the tensor-core kernel of attention_decode_mma.cu,
+# 2-13 its tuning variants (see attention_decode_mma.cu). Variant 0 is the default (see attention_decode.cu).
+SWEEP = ["32,1024,128,18", "32,1024,128,19", "32,1024,128,23", "32,1024,128,28", "32,1024,128,25", "32,1024,128,17",
+         "env:GPUKIT_DECODE_PDL=0"]
 Hq, Hkv, D = 32, 8, 128
 L2_BYTES = 60e6
 
@@ -109,6 +119,9 @@ def main(argv=None):
                    help="extra GPUKIT_DECODE_SPLIT settings to time (printed only; default: a short sweep)")
     p.add_argument("--no-sweep", action="store_true", help="time the default split parameters only")
     p.add_argument("--no-write", action="store_true")
+    p.add_argument("--sweep-graph", action="store_true", help="also time each sweep setting under CUDA graph replay")
+    p.add_argument("--layout", action="store_true",
+                   help="also time gpukit on torch's layout [B, Hkv, T, D] seen as B*Hkv sequences of one kv head")
     a = p.parse_args(argv)
     try:
         import torch
@@ -120,6 +133,7 @@ def main(argv=None):
         print("bench/attention.py: skipped (no CUDA device)")
         return 0
     F = torch.nn.functional
+    sys.stdout.reconfigure(line_buffering=True)  # (interleaved with the path log on stderr)
     shapes = [tuple(int(v) for v in s.split(":")) for s in a.shapes.split(",") if s] or SHAPES
     t_start = time.time()
     recs = []
@@ -143,7 +157,13 @@ def main(argv=None):
         sv = [x.transpose(1, 2).contiguous() for x in tv]
         tfn = lambda i: F.scaled_dot_product_attention(sq[i], sk[i], sv[i], enable_gqa=True)  # noqa: E731
         # sanity: same math (fp32 reference of copy 0, sequence 0)
-        got = torch.from_dlpack(gfn(0)).float()
+        os.environ["GPUKIT_DECODE_LOG"] = "1"  # the path the default takes (stderr)
+        try:
+            got = torch.from_dlpack(gfn(0)).float()
+            torch.cuda.synchronize()
+            sys.stderr.flush()
+        finally:
+            del os.environ["GPUKIT_DECODE_LOG"]
         want = tfn(0).view(B, Hq, D).float()
         err = (got - want).abs().max().item()
         if not err < 2e-2:
@@ -168,14 +188,45 @@ def main(argv=None):
                   f"SDPA {nbytes / (tg * 1e-6) / 1e12:.2f} TB/s ({tg:7.1f} us)  x{tg / gg:.2f}")
         except Exception as e:  # noqa: BLE001 (a diagnostic: never fail the bench over it)
             print(f"      CUDA graphs: skipped ({type(e).__name__}: {e})")
+        if a.layout:  # the same bytes, each kv head's keys contiguous (as SDPA reads them)
+            lq = [x.view(B * Hkv, Hq // Hkv, D) for x in tq]
+            lk = [gk.from_dlpack(x.view(B * Hkv, T, 1, D)) for x in sk]
+            lv = [gk.from_dlpack(x.view(B * Hkv, T, 1, D)) for x in sv]
+            lqg = [gk.from_dlpack(x) for x in lq]
+            llens = gk.asarray(np.full(B * Hkv, T, np.int32)).to("cuda")
+            lfn = lambda i: gk.nn.attention_decode(lqg[i], lk[i], lv[i], llens)  # noqa: E731
+            lerr = (torch.from_dlpack(lfn(0)).float().view(B, Hq, D) - want).abs().max().item()
+            ge = statistics.median(time_events(gk, torch, lfn, ncopy, a.rounds, a.iters, False))
+            gg3 = statistics.median(time_graph_gk(gk, lfn, ncopy, a.rounds, a.iters))
+            print(f"      layout [B*Hkv, T, 1, D]: {nbytes / (ge * 1e-6) / 1e12:.2f} TB/s ({ge:7.1f} us)  "
+                  f"graph {nbytes / (gg3 * 1e-6) / 1e12:.2f} TB/s ({gg3:7.1f} us)  (max err {lerr:.1e})")
+            del lq, lk, lv, lqg
         for sp in ([] if a.no_sweep else a.splits):
-            os.environ["GPUKIT_DECODE_SPLIT"] = sp
+            split, _, env = sp.partition("|")
+            if sp.startswith("env:"):  # (the same without a shell-special character)
+                split, env = "", sp[4:]
+            envs = dict([env.split("=", 1)]) if env else {}
+            if split:
+                envs["GPUKIT_DECODE_SPLIT"] = split
+            os.environ.update(envs)
+            gg2 = None
             try:
+                os.environ["GPUKIT_DECODE_LOG"] = "1"  # the path this entry takes (stderr) and its error
+                try:
+                    e2 = (torch.from_dlpack(gfn(0)).float() - want).abs().max().item()
+                    torch.cuda.synchronize()
+                    sys.stderr.flush()
+                finally:
+                    del os.environ["GPUKIT_DECODE_LOG"]
                 g2 = time_events(gk, torch, gfn, ncopy, max(10, a.rounds // 3), a.iters, False)
+                if a.sweep_graph:  # the setting is read at capture time
+                    gg2 = statistics.median(time_graph_gk(gk, gfn, ncopy, max(10, a.rounds // 3), a.iters))
             finally:
-                del os.environ["GPUKIT_DECODE_SPLIT"]
-            print(f"      split {sp:14s} {nbytes / (statistics.median(g2) * 1e-6) / 1e12:.2f} TB/s "
-                  f"({statistics.median(g2):7.1f} us)")
+                for k in envs:
+                    del os.environ[k]
+            extra = "" if gg2 is None else f"  graph {nbytes / (gg2 * 1e-6) / 1e12:.2f} TB/s ({gg2:7.1f} us)"
+            print(f"      split {sp:20s} {nbytes / (statistics.median(g2) * 1e-6) / 1e12:.2f} TB/s "
+                  f"({statistics.median(g2):7.1f} us){extra}  (max err {e2:.1e})")
         if (B, T) in PAGED:
             bs = 16
             nblk = B * T // bs

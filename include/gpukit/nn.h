@@ -140,14 +140,16 @@ void kv_append(const Array& k_new, const Array& v_new, const Array& k_cache, con
 // scale defaults to 1/sqrt(D); window w > 0 keeps the last w keys; softcap c > 0
 // maps each scaled logit s to c * tanh(s / c). A sequence of length 0 gives 0.
 // CUDA (flash-decoding): the attended keys [start, L) of a sequence are cut into
-// chunks of kDecodeChunkMin * 2^k tokens (at most kDecodeChunkMax), the
-// smallest giving at most kDecodeTargetSplits chunks, and at most 4 chunks
-// while they are shorter than 4 * kDecodeChunkMin. The chunking depends only
-// on that sequence's length, the window and these constants, never on the batch
-// or the GPU; partial results merge in a fixed order, so the output bits of a
-// sequence are reproducible and independent of the other sequences. bf16/fp16
-// caches run on the tensor cores (src/cuda/attention_decode_mma.cu), float32 and
-// fp8 caches on a CUDA-core kernel. (The environment variable
+// chunks whose length depends only on that sequence's length, the window and
+// fixed constants, never on the batch or the GPU; partial results combine in a
+// fixed order, so the output bits of a sequence are reproducible and independent
+// of the other sequences. bf16/fp16 caches run on the tensor cores
+// (src/cuda/attention_decode_fold.cu: chunks of 32 * 2^k keys, at most 1024, the
+// smallest giving at most 128 chunks, folded sequentially in groups of 8);
+// float32 and fp8 caches on a CUDA-core kernel with chunks of kDecodeChunkMin *
+// 2^k tokens (at most kDecodeChunkMax), the smallest giving at most
+// kDecodeTargetSplits chunks, and at most 4 chunks while they are shorter than
+// 4 * kDecodeChunkMin. (The environment variable
 // GPUKIT_DECODE_SPLIT="min,max,target[,variant]", read at each call, overrides the
 // three constants, and variant 1 forces the CUDA-core kernel: tuning knobs.)
 // Bounds: as kv_append (host-visible seq_lens/block_table are checked before the

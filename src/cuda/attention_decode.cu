@@ -23,8 +23,12 @@
 // sequence alone, so results are bitwise reproducible and batch independent.
 #include <algorithm>
 #include <cfloat>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "cuda/common/attention.cuh"
+#include "cuda/common/decode_mma.cuh"
 #include "cuda/common/rows.cuh"
 #include "ops/nn_args.h"
 
@@ -329,6 +333,11 @@ __global__ void k_decode_merge(const __grid_constant__ DecodeArgs a) {
   __shared__ float w[kMergeBlock];
   __shared__ float sh[8];
   const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x, nthr = blockDim.x;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // the last kernel of the call (plain launches: the chunk kernel has completed): the next kernel of the
+  // stream may start launching (it waits for this grid's completion before reading the output)
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
   int64_t L, start;
   decode_span(a, b, L, start);
   const int nsp = int(decode_nsplit(L - start, a.chunk_min, a.chunk_max, a.target_splits));
@@ -399,14 +408,74 @@ void launch_decode_merge(const DecodeArgs& a, cudaStream_t st) {
 }
 }  // namespace
 
+// The default's routing among the fold kernels (variant 20; all give the same bits). With ngmax = the most groups
+// of 8 chunks a sequence of the cache's capacity can have and pairs = B * hkv * head groups:
+//  - CTA group units (one launch) while pairs * ngmax <= the SM count (about one group per CTA; B = 1 with 8 kv
+//    heads at any length). Checkpoint A of session 5 (H200, Hq 32, Hkv 8, D 128, CUDA graphs): B1 T4096 14.0 us
+//    against 15.6 for the two-kernel fold, T16384 25.8 / 28.1, T131072 131.4 / 134.2; B4 T4096 48.2 / 32.8.
+//  - the pair kernel (one CTA per pair, one launch) when its waves are at least kPairMinEff full and every warp
+//    has a group (ngmax >= 8): B16 T4096 67.1 us against 74.3, B32 T8192 248.3 / 258.1, B64 T2048 131.3 / 137.1;
+//    B8 T4096 (64 pairs) 48.7 / 44.7.
+//  - else the two-kernel fold with L2 evict-first K / V loads (23; head_dim 256 always): 0.6-3.4 % faster than
+//    without (19) at every shape of that run.
+constexpr double kPairMinEff = 0.9;
+// Whether variant 0 (no GPUKIT_DECODE_SPLIT) runs the fold kernels (else attention_decode_mma.cu).
+constexpr bool kFoldDefault = true;
+
 void attention_decode(const DecodeArgs& a, void* stream) {
   auto st = static_cast<cudaStream_t>(stream);
   if (!aligned16(a.kc) || !aligned16(a.vc)) throw ValueError("k_cache, v_cache: must be 16-byte aligned");
   if (a.chunk_min < 32 || a.chunk_min % 32 || a.chunk_max < a.chunk_min || a.chunk_max > 4096 || a.target_splits < 1)
     throw ValueError("attention_decode: bad split parameters");
-  // bf16 / fp16: the tensor-core kernel (attention_decode_mma.cu; variants 2-4: its tuning variants);
-  // variant 1 forces the CUDA-core kernel below.
-  if (a.variant != 1 && attention_decode_mma(a, st)) return;
+  // bf16 / fp16: the tensor-core kernels. The fold kernels (attention_decode_fold*.cu; the same bits
+  // whichever runs): variant 20 (auto, the default): CTA group units (18), the pair kernel (28) or the two-kernel
+  // fold with evict-first (23), see kPairMinEff. 18: CTA group units in one launch (counters, last CTA folds);
+  // 19: chunk or warp group units plus the merge kernel (two launches), 23: 19 with L2 evict-first K / V loads,
+  // 14 / 15 force chunk / group units (+ merge kernel), 17: 19 without the merge (timing only), 21: warp group
+  // units merged in the kernel by the last warp (one launch; slow), 22: 21 with evict-first, 26: 19 with the warps
+  // of a CTA on consecutive units (the kv heads of one chunk or group), 27: 26 with evict-first.
+  // 24: one thread-block cluster per (sequence, kv head, head group), merged through distributed shared memory
+  // (one launch; 25: two groups per CTA in clusters half as large): slower than 18 at A (only 7 clusters of 16
+  // were resident on the H200: B1 T131072 167 us against 131), not used by auto. 28: one CTA per (sequence, kv
+  // head, head group), its warps on group units, the groups folded through shared memory (one launch); 29: 28
+  // with L2 evict-first K / V loads. 30 / 31: the pair kernel over a thread-block cluster, one warp per group (CTAs
+  // of 4 / 8 warps), the groups folded through distributed shared memory, evict-first (one launch; for mid-size
+  // batches, e.g. B4-B8 T4096 where 28 fills 32-64 of the SMs; not measured at A, not used by auto); 32: 30 with
+  // twice the stage ring (one CTA per SM).
+  // attention_decode_mma.cu: variants 2-13 and 16 (16: its default). Variant 0 is kFoldDefault ? 20 : 16.
+  // Variant 1 forces the CUDA-core kernel below.
+  int v = a.variant == 0 ? (kFoldDefault ? 20 : 16) : a.variant;
+  const int64_t pairs = int64_t(a.B) * a.hkv * ((a.hq / a.hkv + 7) / 8);
+  if (v == 20) {  // auto (see kPairMinEff)
+    const int64_t ngmax = (int64_t(a.nsplit) + 7) / 8, sms = dmma::sm_count();
+    const int64_t waves = (pairs + sms - 1) / sms;
+    v = pairs * ngmax <= sms                                                             ? 18
+        : ngmax >= 8 && ngmax <= 16 && double(pairs) >= kPairMinEff * double(waves * sms) ? 28
+                                                                                          : 23;
+  }
+  const char* path = nullptr;
+  if ((v == 24 || v == 25) && attention_decode_fold_cl(a, st, v == 24 ? 1 : 2)) {
+    path = "cluster (24)";
+  } else if ((v == 28 || v == 29) && attention_decode_fold_pair(a, st, v == 29)) {
+    path = v == 29 ? "pair CTAs, evict-first (29)" : "pair CTAs (28)";
+  } else if (v >= 30 && v <= 32 && attention_decode_fold_pcl(a, st, v == 31 ? 8 : 4, v == 32)) {
+    path = v == 30 ? "pair clusters, 4 warps per CTA (30)"
+           : v == 31 ? "pair clusters, 8 warps per CTA (31)" : "pair clusters, 4 warps per CTA, deep ring (32)";
+  } else if (v == 18 && attention_decode_fold_cta(a, st)) {
+    path = "cta (18)";
+  } else if (v >= 14 && v <= 32 && v != 16) {
+    // (18, 24, 25, 28-32 when not covered: 23, as the default would)
+    const int force = v == 14 ? 1 : v == 15 ? 2 : v == 17 ? 3 : v == 21 ? 4 : v == 22 ? 4 | 8 : v == 19 ? 0
+                      : v == 26 ? 16 : v == 27 ? 16 | 8 : 8;
+    if (attention_decode_fold(a, st, force)) path = force & 8 ? "fold + merge kernel, evict-first (23)"
+                                                              : "fold + merge kernel (19)";
+  } else if (v != 1 && attention_decode_mma(a, st)) {
+    path = "mma (16)";
+  }
+  if (const char* e = std::getenv("GPUKIT_DECODE_LOG"); e && *e && std::strcmp(e, "0") != 0)
+    std::fprintf(stderr, "attention_decode: B=%d hq=%d hkv=%d D=%d capacity=%lld variant %d: %s\n", a.B, a.hq, a.hkv,
+                 a.D, static_cast<long long>(a.capacity), v, path ? path : "cuda-core (1)");
+  if (path) return;
   dispatch_float(a.dtype, [&](auto t) {
     using T = decltype(t);
     auto go = [&](auto c) {

@@ -1,5 +1,7 @@
-// CUDA attention_decode on the tensor cores: the hot path for bf16 / fp16 caches
-// (q and cache of the same type), head_dim 64, 128 and 256, any GQA group size.
+// CUDA attention_decode on the tensor cores, chunk partials merged with a global maximum: the
+// previous default for bf16 / fp16 caches (q and cache of the same type), head_dim 64, 128 and 256,
+// any GQA group size; now reached through GPUKIT_DECODE_SPLIT variants 2-13 and 16 (the default is
+// attention_decode_fold.cu, which shares this kernel's pipeline).
 //
 // Work items: (chunk of one sequence, kv head, group of up to 8 query heads). The
 // chunking is the flash-decoding split of attention_decode.cu (decode_chunk: a
@@ -42,87 +44,19 @@
 // still a function of the sequence alone).
 #include <atomic>
 #include <cfloat>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "cuda/common/attention.cuh"
+#include "cuda/common/decode_mma.cuh"
 #include "cuda/common/rows.cuh"
 #include "ops/nn_args.h"
 
 namespace gk::cuda {
 
 namespace {
-constexpr unsigned kFull = 0xffffffffu;
-constexpr float kLog2e = 1.4426950408889634f;
-
-// W warps per CTA and S stages per warp: 0 = the defaults below (other values: tuning variants).
-template <int D, int W_ = 0, int S_ = 0>
-struct MCfg {
-  static constexpr int ROWB = D * 2;             // bytes of one head row
-  static constexpr int CH = ROWB / 16;           // 16-byte chunks per row (8, 16, 32)
-  static constexpr int TK = 16;                  // keys per stage
-  static constexpr int KVB = TK * ROWB;          // bytes of the K (or V) tile of a stage
-  static constexpr int QB = 8 * ROWB;            // a query slot: 8 heads
-  static constexpr int STAGE = 2 * KVB;
-  static constexpr int W = W_ ? W_ : D == 256 ? 4 : 8;  // warps per CTA (two per scheduler: latency hiding)
-  static constexpr int S = S_ ? S_ : D == 64 ? 5 : 3;   // stages per warp
-  // Query slots per warp, used round-robin by the warp's items: the copies of an item's queries are
-  // issued at most S - 1 tiles (so S - 1 items) ahead of their use, after the use of the slot's last item.
-  static constexpr int NQ = S > 2 ? S - 1 : 1;
-  static constexpr int WARPB = S * STAGE + NQ * QB;  // shared memory of one warp
-  static constexpr int CPL = TK * CH / 32;       // K (and V) copies per lane per stage
-  static constexpr int QPL = 8 * CH / 32;        // query copies per lane
-  static constexpr int KSTEP = D / 16;
-  static constexpr size_t SMEM = size_t(W) * WARPB;
-  static_assert(SMEM + W * S * 4 <= 227 * 1024, "shared memory of one CTA");
-};
-
-// 2^x on the SFU (one instruction; +0 for -inf): the softmax weights and rescalings.
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ int swz(int r, int c, int rowb) { return r * rowb + ((c ^ (r & 7)) << 4); }
-
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-template <class T>
-__device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                    uint32_t b1) {
-  if constexpr (std::is_same_v<T, bf16>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
-}
-
-template <class T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<T, bf16>) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&h);
-  } else {
-    __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&h);
-  }
-}
+using namespace dmma;
 
 // One work item and the position of a warp's producer or consumer in it.
 struct Cursor {
@@ -134,32 +68,66 @@ struct Cursor {
 };
 
 // Moves c.item (step `stride`) to the first item at or after it that has keys, and loads it.
-// Item order: with kBMajor (the default) ((b * nsplit + split) * Hkv + kv head) * ngb + head group, so the
-// items running at one time cover few sequences (measured a few % faster at large batches than the other
-// order, ((split * B + b) * Hkv + kv head) * ngb + head group).
-constexpr int kTPartials = 1, kBMajor = 2;  // flags of k_decode_mma
+// Item order: with kBMajor (the default) sequence-major, the kv heads of one chunk consecutive, so the
+// items running at one time cover few sequences (measured a few % faster at large batches than the
+// split-major order ((split * B + b) * Hkv + kv head) * ngb + head group, variants 6-7).
+// Dense enumeration (pre != null: sequence-major, B <= kMaxDense): pre[b] = the chunks of sequences < b
+// (shared memory), item = (pre[b] + split) * Hkv * ngb + kv head * ngb + head group: every item has keys,
+// so the round-robin share of the warps is balanced whatever the lengths (the sparse order below spaces
+// each sequence's items by the workspace stride nsplit, the most chunks any length up to the capacity can
+// have: with 16 of 64 slots used, a quarter of the warps got two shares and a third none).
+// Sparse b-major order: ((b * nsplit + split) * Hkv + kv head) * ngb + head group; a warp reaching a
+// sequence's unused split slots jumps to its first item of the next sequence.
+constexpr int kTPartials = 1, kBMajor = 2, kGrouped = 4;  // flags of k_decode_mma
+constexpr int kMaxDense = 512;
 
 // In CTA mode (wsub >= 0: the warp's index among nw) the warps of a CTA share each item: warp w takes
 // keys [w * sc, (w + 1) * sc) of the chunk, sc = the chunk / nw rounded up to whole tiles (a function of the
 // chunk alone), and at least one tile (fully masked when its range is empty) so that it joins the combine.
 __device__ __forceinline__ void find_item(const DecodeArgs& a, int ngb, int nitems, int stride, int flags,
-                                          Cursor& c, int wsub = -1, int nw = 1) {
+                                          const int* pre, Cursor& c, int wsub = -1, int nw = 1) {
   c.tile = 0;
-  for (; c.item < nitems; c.item += stride) {
-    int r = c.item;
-    const int gb = r % ngb;
-    r /= ngb;
-    const int kvh = r % a.hkv;
-    r /= a.hkv;
-    const bool bm = flags & kBMajor;
-    const int b = bm ? r / a.nsplit : r % a.B, split = bm ? r % a.nsplit : r / a.B;
+  const int H = a.hkv * ngb;
+  while (c.item < nitems) {
+    int b, split, kvh, gb;
+    {
+      int r = c.item;
+      gb = r % ngb;
+      r /= ngb;
+      kvh = r % a.hkv;
+      r /= a.hkv;
+      if (pre) {  // r: the global chunk index; b: the largest with pre[b] <= r (pre[B] > r)
+        int lo = 0, hi = a.B;
+        while (hi - lo > 1) {
+          const int m = (lo + hi) >> 1;
+          if (pre[m] <= r) lo = m;
+          else hi = m;
+        }
+        b = lo;
+        split = r - pre[lo];
+      } else if (flags & kBMajor) {
+        b = r / a.nsplit;
+        split = r % a.nsplit;
+      } else {
+        b = r % a.B;
+        split = r / a.B;
+      }
+    }
     int64_t L, start;
     decode_span(a, b, L, start);
     const int64_t n = L - start;
-    if (n <= 0) continue;
-    const int64_t chunk = decode_chunk(n, a.chunk_min, a.chunk_max, a.target_splits);
-    const int64_t nsp = (n + chunk - 1) / chunk;
-    if (split >= nsp) continue;
+    const int64_t chunk = n > 0 ? decode_chunk(n, a.chunk_min, a.chunk_max, a.target_splits) : 1;
+    const int64_t nsp = n > 0 ? (n + chunk - 1) / chunk : 0;
+    if (split >= nsp) {
+      if (!pre && (flags & kBMajor)) {  // jump to this warp's first item of sequence b + 1
+        const int64_t next = (int64_t(b) + 1) * a.nsplit * H;
+        const int64_t k = next > c.item ? (next - c.item + stride - 1) / stride : 1;
+        c.item = int(min(int64_t(nitems), c.item + k * int64_t(stride)));
+      } else {
+        c.item += stride;
+      }
+      continue;
+    }
     const int G = a.hq / a.hkv;
     c.b = b;
     c.kvh = kvh;
@@ -180,12 +148,48 @@ __device__ __forceinline__ void find_item(const DecodeArgs& a, int ngb, int nite
   }
 }
 
+// Dense enumeration: pre[0..B] (exclusive prefix of the chunk counts) in shared memory, by all threads;
+// returns the item count. Ends with a barrier.
+__device__ __forceinline__ int dense_prefix(const DecodeArgs& a, int H, int* pre) {
+  for (int b = threadIdx.x; b < a.B; b += blockDim.x) {
+    int64_t L, start;
+    decode_span(a, b, L, start);
+    pre[b + 1] = int(decode_nsplit(L - start, a.chunk_min, a.chunk_max, a.target_splits));
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {  // warp 0: lane l sums entries [l * per, (l + 1) * per), then a shuffle scan
+    const int lane = threadIdx.x, per = (a.B + 31) / 32;
+    int s = 0;
+    for (int j = 0; j < per; ++j) {
+      const int i = lane * per + j;
+      if (i < a.B) s += pre[i + 1];
+    }
+    int x = s;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(kFull, x, o);
+      if (lane >= o) x += y;
+    }
+    int run = x - s;
+    for (int j = 0; j < per; ++j) {
+      const int i = lane * per + j;
+      if (i < a.B) {
+        run += pre[i + 1];
+        pre[i + 1] = run;
+      }
+    }
+    if (lane == 0) pre[0] = 0;
+  }
+  __syncthreads();
+  return pre[a.B] * H;
+}
+
 __device__ __forceinline__ void advance(const DecodeArgs& a, int ngb, int nitems, int stride, int flags,
-                                        Cursor& c, int wsub, int nw, int nq) {
+                                        const int* pre, Cursor& c, int wsub, int nw, int nq) {
   if (c.item >= nitems) return;
   if (++c.tile < c.ntile) return;
   c.item += stride;
-  find_item(a, ngb, nitems, stride, flags, c, wsub, nw);
+  find_item(a, ngb, nitems, stride, flags, pre, c, wsub, nw);
   c.qi = c.qi + 1 == nq ? 0 : c.qi + 1;
 }
 
@@ -250,6 +254,57 @@ __device__ __forceinline__ void combine(const DecodeArgs& a, const Cursor& C, in
   }
   __syncthreads();  // cmb is free again
 }
+
+// In-kernel merge (CTA mode with counters): after writing its chunk's partial, a CTA counts itself in on
+// the (sequence, kv head, head group) counter; the CTA that completes the count (its partials all written
+// and fenced) merges the nsp chunks of those heads in chunk order and resets the counter to 0 for the next
+// launch. The arithmetic is k_merge_mma's for R = 1 (one fixed sequential order), whichever CTA runs it.
+// sh: at least 2 * 8 * nsp floats of shared memory (the chunks' maxima and sums), or the loop reloads.
+template <class T, int D, int W>
+__device__ __forceinline__ void merge_last(const DecodeArgs& a, const Cursor& C, int* counters, int ngb,
+                                           float* sh, int shn, int* flag) {
+  const int ci = (C.b * a.hkv + C.kvh) * ngb + (C.h0 - C.kvh * (a.hq / a.hkv)) / 8;
+  __threadfence();  // this thread's partial writes, device-wide, before the count
+  __syncthreads();
+  if (threadIdx.x == 0) *flag = atomicAdd(counters + ci, 1) == C.nsp - 1;
+  __syncthreads();
+  if (!*flag) return;
+  __threadfence();  // the other CTAs' partials (fenced before their counts) are visible
+  const int64_t hrow = int64_t(C.b) * a.hq + C.h0;
+  const int nsp = C.nsp;
+  const bool cached = 2 * C.nh * nsp <= shn;
+  if (cached) {
+    for (int i = threadIdx.x; i < C.nh * nsp; i += W * 32) {
+      const int h = i / nsp, s = i - h * nsp;
+      const float2 v = __ldcg(reinterpret_cast<const float2*>(a.ws_ml + ((hrow + h) * a.nsplit + s) * 2));
+      sh[2 * i] = v.x;
+      sh[2 * i + 1] = v.y;
+    }
+    __syncthreads();
+  }
+  for (int idx = threadIdx.x; idx < C.nh * D; idx += W * 32) {
+    const int h = idx / D, d = idx - h * D;
+    const int64_t r = hrow + h;
+    const float* ml = a.ws_ml + r * a.nsplit * 2;
+    auto mlv = [&](int s, int k) { return cached ? sh[2 * (h * nsp + s) + k] : __ldcg(ml + 2 * s + k); };
+    const float* po = a.ws_o + r * a.nsplit * D + d;
+    float M = -INFINITY;
+    for (int s = 0; s < nsp; ++s) M = fmaxf(M, mlv(s, 0));
+    float num = 0.f, den = 0.f;
+    if (M != -INFINITY) {
+#pragma unroll 8
+      for (int s = 0; s < nsp; ++s) {
+        const float ms = mlv(s, 0), w = ms == -INFINITY ? 0.f : exp2f(ms - M);
+        num = fmaf(w, __ldcg(po + int64_t(s) * D), num);
+        den = fmaf(w, mlv(s, 1), den);
+      }
+    }
+    static_cast<T*>(a.out)[r * D + d] = convert<T>(den > 0.f ? num / den : 0.f);
+  }
+  if (threadIdx.x == 0) counters[ci] = 0;  // every CTA of this count has arrived: ready for the next launch
+  __syncthreads();  // sh is free again
+}
+
 template <int D, int W>
 constexpr size_t combine_bytes() {
   return size_t(W) * 8 * (D + 2) * sizeof(float);
@@ -257,14 +312,18 @@ constexpr size_t combine_bytes() {
 
 // CI: CTA mode (the W warps of a CTA share each item, their results combined through shared memory in
 // warp order); otherwise every warp runs items of its own.
+// counters (CTA mode only; null: k_merge_mma merges): the in-kernel merge of merge_last, one zeroed int
+// per (sequence, kv head, head group), left zeroed.
 template <class T, int D, int W_, int S_, bool CI>
 __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
-    k_decode_mma(const __grid_constant__ DecodeArgs a, int nitems, int flags) {
+    k_decode_mma(const __grid_constant__ DecodeArgs a, int nitems, int flags, int* counters) {
   using Cf = MCfg<D, W_, S_>;
   constexpr int W = Cf::W, S = Cf::S, ROWB = Cf::ROWB, CH = Cf::CH, KVB = Cf::KVB, STAGE = Cf::STAGE,
                 CPL = Cf::CPL, QPL = Cf::QPL, KSTEP = Cf::KSTEP;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ unsigned msk[W][S];  // valid keys of each stage (bit k: key k)
+  __shared__ int pre_s[kMaxDense + 1];
+  __shared__ int last_flag;
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the merge kernel may start (and wait)
@@ -274,6 +333,19 @@ __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
   const int stride = CI ? int(gridDim.x) : int(gridDim.x) * W;
   const int wsub = CI ? warp : -1;
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
+  const int* pre = nullptr;
+  if ((flags & kBMajor) && a.B <= kMaxDense) {  // dense item enumeration (see find_item)
+    nitems = dense_prefix(a, a.hkv * ngb, pre_s);
+    pre = pre_s;
+  }
+  if (CI && counters) {  // no merge kernel: the outputs of sequences without keys are zeroed here
+    for (int b = blockIdx.x; b < a.B; b += gridDim.x) {
+      int64_t L, start;
+      decode_span(a, b, L, start);
+      if (L - start > 0) continue;
+      for (int i = threadIdx.x; i < a.hq * D; i += W * 32) static_cast<T*>(a.out)[int64_t(b) * a.hq * D + i] = convert<T>(0.f);
+    }
+  }
   unsigned char* ring = smem + size_t(warp) * Cf::WARPB;
   unsigned char* qslots = ring + S * STAGE;
   const uint32_t ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(ring)), qslots_s = ring_s + S * STAGE;
@@ -282,9 +354,14 @@ __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
   const T* qp = static_cast<const T*>(a.q);
 
   Cursor P;
-  P.item = CI ? int(blockIdx.x) : warp * int(gridDim.x) + blockIdx.x;
+  // Warp mode: item gw + k * stride for global warp gw = warp * grid + CTA (the items running at one time
+  // spread over all SMs); kGrouped with at least two rounds of items: gw = CTA * W + warp (the kv heads of
+  // one chunk on the warps of one SM: whole cache rows per SM).
+  P.item = CI ? int(blockIdx.x)
+              : (flags & kGrouped) && nitems >= 2 * stride ? int(blockIdx.x) * W + warp
+                                                          : warp * int(gridDim.x) + blockIdx.x;
   P.qi = 0;
-  find_item(a, ngb, nitems, stride, flags, P, wsub, W);
+  find_item(a, ngb, nitems, stride, flags, pre, P, wsub, W);
   if (P.item >= nitems) return;
   Cursor C = P;  // (qi = 0 too)
   int prow = tile_row(a, nitems, P, lane);
@@ -318,7 +395,7 @@ __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
     cp_async_commit();
   };
   auto step_producer = [&]() {
-    advance(a, ngb, nitems, stride, flags, P, wsub, W, Cf::NQ);
+    advance(a, ngb, nitems, stride, flags, pre, P, wsub, W, Cf::NQ);
     prow = tile_row(a, nitems, P, lane);
   };
 
@@ -424,7 +501,10 @@ __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
       l += __shfl_xor_sync(kFull, l, 1);
       l += __shfl_xor_sync(kFull, l, 2);
       if constexpr (CI) {
-        combine<T, D, W>(a, C, flags, o, mrow, l, reinterpret_cast<float*>(smem + Cf::SMEM));
+        float* cmb = reinterpret_cast<float*>(smem + Cf::SMEM);
+        combine<T, D, W>(a, C, flags, o, mrow, l, cmb);
+        if (counters && C.nsp > 1)
+          merge_last<T, D, W>(a, C, counters, ngb, cmb, int(combine_bytes<D, W>() / sizeof(float)), &last_flag);
       } else {
         const float l0 = __shfl_sync(kFull, l, 8 * t4), l1 = __shfl_sync(kFull, l, 8 * t4 + 4);
         const int hA = 2 * t4, hB = 2 * t4 + 1;
@@ -474,7 +554,7 @@ __global__ void __launch_bounds__(MCfg<D, W_, S_>::W * 32, 1)
       mrow = -INFINITY;
       lsum = 0.f;
     }
-    advance(a, ngb, nitems, stride, flags, C, wsub, W, Cf::NQ);
+    advance(a, ngb, nitems, stride, flags, pre, C, wsub, W, Cf::NQ);
     cs = cs + 1 == S ? 0 : cs + 1;
   }
   cp_async_wait<0>();
@@ -540,24 +620,12 @@ __global__ void __launch_bounds__(1024) k_merge_mma(const __grid_constant__ Deco
   }
 }
 
-int sm_count() {
-  static std::atomic<int> cache[64];
-  int dev = 0;
-  GK_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= 64) dev = 0;
-  int n = cache[dev].load(std::memory_order_relaxed);
-  if (n <= 0) {
-    GK_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    cache[dev].store(n, std::memory_order_relaxed);
-  }
-  return n;
-}
-
-template <class T, int D, int W_ = 0, int S_ = 0, bool CI = false>
+// MERGE: CTA mode with the in-kernel merge (merge_last) instead of k_merge_mma.
+template <class T, int D, int W_ = 0, int S_ = 0, bool CI = false, bool MERGE = false>
 void launch_mma(const DecodeArgs& a, cudaStream_t st) {
   using Cf = MCfg<D, W_, S_>;
   constexpr size_t smem = Cf::SMEM + (CI ? combine_bytes<D, Cf::W>() : 0);
-  static_assert(smem + Cf::W * Cf::S * 4 <= 227 * 1024, "shared memory of one CTA");
+  static_assert(smem + Cf::W * Cf::S * 4 + 4 * (kMaxDense + 1) <= 227 * 1024, "shared memory of one CTA");
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
   const int64_t nitems = int64_t(a.nsplit) * a.B * a.hkv * ngb;
   if (nitems + int64_t(1024) * 132 * Cf::W > INT32_MAX) throw ValueError("q: too many heads x chunks");
@@ -566,9 +634,13 @@ void launch_mma(const DecodeArgs& a, cudaStream_t st) {
   GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const int nsm = sm_count();
   const unsigned grid = unsigned(std::min<int64_t>(nsm, nitems));
-  const int flags = a.variant == 5 || a.variant == 7 || a.variant == 9 ? kTPartials : 0;
-  kern<<<grid, Cf::W * 32, smem, st>>>(a, int(nitems), flags | (a.variant == 6 || a.variant == 7 ? 0 : kBMajor));
+  const int flags = (a.variant == 5 || a.variant == 7 || a.variant == 9 ? kTPartials : 0) |
+                    (a.variant == 6 || a.variant == 7 ? 0 : kBMajor) | (a.variant == 11 ? kGrouped : 0);
+  int* counters = nullptr;
+  if constexpr (MERGE && CI) counters = merge_counters(st, int64_t(a.B) * a.hkv * ngb);
+  kern<<<grid, Cf::W * 32, smem, st>>>(a, int(nitems), flags, counters);
   GK_LAUNCH_CHECK("attention_decode_mma");
+  if (counters) return;  // merged in the kernel
   // The merge kernel with programmatic dependence: its CTAs are launched while the chunks run and wait
   // (griddepcontrol.wait) for the whole chunk grid and its memory; a plain launch where that is refused.
   cudaLaunchConfig_t cfg = {};
@@ -581,6 +653,7 @@ void launch_mma(const DecodeArgs& a, cudaStream_t st) {
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
+  if (a.variant == 10) return;  // timing only (bench): the chunk kernel alone, multi-chunk outputs left unset
   auto merge = flags & kTPartials ? k_merge_mma<T, D, T> : k_merge_mma<T, D, float>;
   if (cudaLaunchKernelEx(&cfg, merge, a) != cudaSuccess) {
     (void)cudaGetLastError();  // not sticky: clear it and launch plainly
@@ -602,6 +675,17 @@ bool attention_decode_mma(const DecodeArgs& a, cudaStream_t st) {
       if (a.D == 128 && a.variant == 2) return launch_mma<T, 128, 4, 5>(a, st), true;
       if (a.D == 128 && a.variant == 3) return launch_mma<T, 128, 6, 3>(a, st), true;
       if (a.D == 128 && a.variant == 4) return launch_mma<T, 128, 12, 2>(a, st), true;
+    }
+    if (a.variant == 12 || a.variant == 13) {  // CTA mode with the in-kernel merge
+      switch (a.D) {
+        case 64: launch_mma<T, 64, 6, 6, true, true>(a, st); return true;
+        case 128:
+          if (a.variant == 13) launch_mma<T, 128, 6, 3, true, true>(a, st);
+          else launch_mma<T, 128, 4, 5, true, true>(a, st);
+          return true;
+        case 256: launch_mma<T, 256, 2, 5, true, true>(a, st); return true;
+        default: return false;
+      }
     }
     if (a.variant == 8 || a.variant == 9) {  // CTA mode (warps share items)
       switch (a.D) {

@@ -33,18 +33,32 @@ void validate_lens(const Array& lens, const Array& bt, int64_t nb, int64_t bs, i
   }
 }
 // GPUKIT_DECODE_SPLIT="min,max,target[,variant[,order]]" overrides the split constants (tuning); variant 1
-// forces the CUDA-core kernel, 2-9 pick tuning variants of the tensor-core one, order is the CUDA-core
-// kernel's CTA order (see src/cuda/attention_decode*.cu).
+// forces the CUDA-core kernel, 14 / 15 the fold kernel's chunk / group units, 2-13 and 16 pick the
+// tensor-core kernel of attention_decode_mma.cu and its tuning variants, order is the CUDA-core kernel's
+// CTA order (see src/cuda/attention_decode*.cu).
+constexpr int kMaxVariant = 32;
+constexpr bool kFoldDefault = true;  // as src/cuda/attention_decode.cu
+// Split constants of the default tensor-core kernel (bf16 / fp16 caches, attention_decode_fold.cu): chunks of
+// 32 .. 1024 keys, at most 128 per sequence (a long sequence alone still fills the GPU with chunks; its
+// groups of 8 chunks are the work units when there are many sequences, see the kernel).
+constexpr int kFoldChunkMin = 32, kFoldChunkMax = 1024, kFoldTargetSplits = 128;
 [[maybe_unused]] void split_params(DecodeArgs& a) {
   const char* e = std::getenv("GPUKIT_DECODE_SPLIT");
-  if (!e || !*e) return;
+  if (!e || !*e) {
+    if (kFoldDefault && (a.dtype == DType::bf16 || a.dtype == DType::f16) && a.cache_dtype == a.dtype) {
+      a.chunk_min = kFoldChunkMin;
+      a.chunk_max = kFoldChunkMax;
+      a.target_splits = kFoldTargetSplits;
+    }
+    return;
+  }
   int v[5] = {0, 0, 0, 0, 0};
   int n = std::sscanf(e, "%d,%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3], &v[4]);
   if (n < 3 || v[0] < 32 || v[0] % 32 || v[1] < v[0] || v[1] > 4096 || (v[1] & (v[1] - 1)) || (v[0] & (v[0] - 1)) ||
-      v[2] < 1 || v[3] < 0 || v[3] > 9 || v[4] < 0 || v[4] > 1)
+      v[2] < 1 || v[3] < 0 || v[3] > kMaxVariant || v[4] < 0 || v[4] > 1)
     throw ValueError(cat("GPUKIT_DECODE_SPLIT: '", e,
                          "' is not 'min,max,target[,variant[,order]]' (powers of two, 32 <= min <= max <= 4096, "
-                         "variant 0-9, order 0-1)"));
+                         "variant 0-", kMaxVariant, ", order 0-1)"));
   a.grid_order = v[4];
   a.chunk_min = v[0];
   a.chunk_max = v[1];
@@ -124,8 +138,8 @@ Array attention_decode(const Array& q_in, const Array& kc, const Array& vc, cons
   Array out = Array::empty({B, Hq, D}, q_in.dtype(), d, &s);
   DecodeArgs a;
   a.q = q.data();
-  a.q_bs = q.stride(0);
-  a.q_hs = q.stride(1);
+  a.q_bs = B == 1 ? 0 : q.stride(0);  // (a stride of a size-1 dim is never used: any value, e.g. odd, is fine)
+  a.q_hs = Hq == 1 ? 0 : q.stride(1);
   a.kc = kc.data();
   a.vc = vc.data();
   a.nb = nb;
@@ -165,10 +179,11 @@ Array attention_decode(const Array& q_in, const Array& kc, const Array& vc, cons
   split_params(a);
   a.nsplit = int(decode_splits_bound(cap, a.chunk_min, a.chunk_max, a.target_splits));
   if (a.nsplit > 65535) throw ValueError(cat("k_cache: capacity ", cap, " needs more than 65535 decode chunks"));
-  Array ws_o = Array::empty({B, Hq, a.nsplit, D}, DType::f32, d, &s);
-  Array ws_ml = Array::empty({B, Hq, a.nsplit, 2}, DType::f32, d, &s);
-  a.ws_o = ws_o.data_as<float>();
-  a.ws_ml = ws_ml.data_as<float>();
+  // one workspace: partial outputs [B, Hq, nsplit, D], then their max / sum [B, Hq, nsplit, 2]
+  const int64_t nws_o = B * Hq * a.nsplit * D;
+  Array ws = Array::empty({nws_o + B * Hq * a.nsplit * 2}, DType::f32, d, &s);
+  a.ws_o = ws.data_as<float>();
+  a.ws_ml = a.ws_o + nws_o;
   cuda::attention_decode(a, s.handle());
 #else
   detail::no_cuda_backend();

@@ -1,18 +1,62 @@
 """attention_decode: page boundaries and odd lengths, the flash-decoding chunk regimes of the CUDA
 kernels (chunks of 64..2048 keys, one-chunk sequences written directly), windows starting inside a
 chunk, poisoned outputs, run-to-run determinism and batch invariance (bitwise), the split-parameter
-override, the tensor-core kernel (bf16/fp16, attention_decode_mma.cu) against the CUDA-core one, and
-bad input. References: float64 NumPy (test_attention.ref_decode) and the CPU op."""
+override, the tensor-core kernels (bf16/fp16: the fold kernels attention_decode_fold*.cu, every variant bitwise
+equal; attention_decode_mma.cu) against the CUDA-core one, programmatic dependent launch (a chain of calls, each
+q the previous output), and bad input. References: float64 NumPy (ref_decode below, checked against
+test_attention.ref_decode) and the CPU op."""
 import os
 
 import numpy as np
 import pytest
 
 import gpukit as gk
-from test_attention import TOL, f64, make, ref_decode, setup_paged
+from test_attention import TOL, f64, make, setup_paged
+from test_attention import ref_decode as ref_decode_loop
 
 CUDA = gk.cuda.is_available()
 gpu = pytest.mark.skipif(not CUDA, reason="no CUDA device")
+
+
+def ref_decode(q, kc, vc, lens, bt=None, scale=None, window=None, softcap=None):
+    """float64 reference of test_attention.ref_decode, all query heads of a kv head at once (matmuls instead of a
+    loop over heads: the long sequences of these tests take seconds otherwise)."""
+    B, Hq, D = q.shape
+    bs, Hkv = kc.shape[1], kc.shape[2]
+    G = Hq // Hkv
+    scale = 1 / np.sqrt(D) if scale is None else scale
+    out = np.zeros_like(q)
+    for b in range(B):
+        L = int(lens[b])
+        st = max(0, L - window) if window else 0
+        pos = np.arange(st, L)
+        if len(pos) == 0:
+            continue
+        if bt is None:
+            rk, rv = kc[b, pos], vc[b, pos]
+        else:
+            rk, rv = kc[bt[b, pos // bs], pos % bs], vc[bt[b, pos // bs], pos % bs]
+        qg = q[b].reshape(Hkv, G, D)
+        s = np.matmul(qg, rk.transpose(1, 2, 0)) * scale  # [Hkv, G, n]
+        if softcap:
+            s = softcap * np.tanh(s / softcap)
+        p = np.exp(s - s.max(axis=2, keepdims=True))
+        o = np.matmul(p, rv.transpose(1, 0, 2)) / p.sum(axis=2, keepdims=True)  # [Hkv, G, D]
+        out[b] = o.reshape(Hq, D)
+    return out
+
+
+def test_fast_reference_matches_the_loop():
+    lens = np.array([0, 1, 37, 300], np.int32)
+    q, kc, vc, bt = setup_compact(lens, 12, 3, 64, 16, "float32", seed=3)
+    qq, kk, vv = f64(q), f64(kc), f64(vc)
+    for kw in ({}, {"window": 20, "softcap": 2.0}, {"scale": 0.3}):
+        np.testing.assert_allclose(ref_decode(qq, kk, vv, lens, bt, **kw), ref_decode_loop(qq, kk, vv, lens, bt, **kw),
+                                   rtol=1e-12, atol=1e-12)
+    qc, kc2, vc2 = f64(make((2, 8, 64), "float32", 5)), f64(make((2, 50, 2, 64), "float32", 6)), \
+        f64(make((2, 50, 2, 64), "float32", 7))
+    lc = np.array([50, 9], np.int32)
+    np.testing.assert_allclose(ref_decode(qc, kc2, vc2, lc), ref_decode_loop(qc, kc2, vc2, lc), rtol=1e-12, atol=1e-12)
 
 
 def bits(x):
@@ -218,7 +262,9 @@ def test_cuda_batch_invariance_bitwise():
 @pytest.mark.parametrize("split", ["32,32,100000", "4096,4096,1", "64,1024,8", "64,512,32,1", "64,512,32,0,1",
                                    "128,512,16,1,1", "32,64,1000", "64,4096,2", "2048,2048,1,1", "64,2048,32,2",
                                    "64,256,64,3", "128,2048,16,4", "64,2048,32,5", "64,2048,32,6", "32,64,1000,7",
-                                   "64,2048,32,8", "32,64,1000,9", "4096,4096,1,8", "256,4096,16,9"])
+                                   "64,2048,32,8", "32,64,1000,9", "4096,4096,1,8", "256,4096,16,9",
+                                   "64,2048,64,11", "32,64,1000,11", "64,2048,16,12", "32,64,1000,12",
+                                   "4096,4096,1,12", "64,2048,16,13", "32,128,1000,13"])
 def test_cuda_split_override(split, monkeypatch):
     lens = np.array([1, 4000, 9000, 333], np.int32)
     q, kc, vc, bt = setup_compact(lens, 16, 4, 128, 32, "bfloat16", seed=6)
@@ -230,7 +276,7 @@ def test_cuda_split_override(split, monkeypatch):
 def test_split_override_rejected(monkeypatch):
     lens = np.array([3, 4], np.int32)
     q, kc, vc, bt = setup_paged(2, 4, 2, 64, 16, lens, "float32")
-    for bad in ("48,64,2", "64,512,32,10"):
+    for bad in ("48,64,2", "64,512,32,33"):
         monkeypatch.setenv("GPUKIT_DECODE_SPLIT", bad)
         if CUDA:
             with pytest.raises(ValueError, match="GPUKIT_DECODE_SPLIT"):
@@ -284,6 +330,26 @@ def test_cuda_mma_many_items_per_warp():
 
 
 @gpu
+@pytest.mark.parametrize("B", [1, 37, 512, 513])
+def test_cuda_mma_dense_items(B):
+    # the item enumeration: dense (chunk-count prefix in shared memory, B <= 512) and the sparse order with
+    # jumps over unused split slots (B > 512); lengths from 0 to several chunks, one long sequence that
+    # sets the workspace stride; batch invariance against each sequence alone
+    rng = np.random.default_rng(60 + B)
+    lens = rng.integers(0, 1500, B).astype(np.int32)
+    lens[::5] = rng.integers(0, 20, len(lens[::5]))
+    lens[B // 2] = 9000
+    q, kc, vc, bt = setup_compact(lens, 8, 2, 128, 16, "bfloat16", seed=61)
+    want = ref_decode(f64(q), f64(kc), f64(vc), lens, bt)
+    got = cuda_decode(q, kc, vc, lens, bt)
+    check(got, want, 3.2e-2, f"mma B={B}")
+    for i in sorted({0, B // 2, B - 1}):
+        alone = cuda_decode(q[i:i + 1], kc, vc, lens[i:i + 1], bt[i:i + 1])
+        d = np.argwhere(bits(alone)[0] != bits(got)[i])
+        assert d.size == 0, f"B={B}: sequence {i} (len {lens[i]}) alone differs from in-batch at {d[0]}"
+
+
+@gpu
 def test_cuda_mma_strided_and_unaligned_q():
     lens = np.array([3000, 77, 1], np.int32)
     Hq, Hkv, D = 16, 4, 128
@@ -331,7 +397,7 @@ def test_cuda_mma_matches_cuda_core_kernel(dtype, monkeypatch):
 
 
 @gpu
-@pytest.mark.parametrize("split", ["64,2048,32,8", "256,4096,16,9"])
+@pytest.mark.parametrize("split", ["64,2048,32,8", "64,2048,16,12"])
 @pytest.mark.parametrize("D", [64, 128, 256])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("Hq,Hkv", [(32, 8), (12, 1)])
@@ -347,3 +413,209 @@ def test_cuda_mma_cta_mode(Hq, Hkv, dtype, D, split, monkeypatch):
         alone = cuda_decode(q[i:i + 1], kc, vc, lens[i:i + 1], bt[i:i + 1])
         np.testing.assert_array_equal(bits(alone)[0], bits(got)[i])
     np.testing.assert_array_equal(bits(cuda_decode(q, kc, vc, lens, bt)), bits(got))
+
+
+@gpu
+@pytest.mark.parametrize("split", ["64,2048,16,12", "64,2048,16,13", "64,2048,64", "64,2048,64,11",
+                                   "32,1024,128,18", "32,1024,128,19", "32,1024,128,20", "32,1024,128,21"])
+def test_cuda_mma_in_kernel_merge_graph_and_reuse(split, monkeypatch):
+    # CTA mode with the in-kernel merge (integer counters per sequence x kv head, left zeroed by the CTA
+    # that merges): repeated launches, other lengths, a captured graph replayed several times and direct
+    # launches in between, all bitwise equal to the first run; batch invariance and the float64 reference
+    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", split)
+    lens = np.array([5000, 0, 1, 700, 16385, 64, 65, 3000], np.int32)
+    q, kc, vc, bt = setup_compact(lens, 32, 8, 128, 16, "bfloat16", seed=70)
+    qd, kd, vd, ld, btd = (gk.asarray(x).to("cuda") for x in (q, kc, vc, lens, bt))
+    want = ref_decode(f64(q), f64(kc), f64(vc), lens, bt)
+    first = gk.nn.attention_decode(qd, kd, vd, ld, block_table=btd)
+    check(first, want, 3.2e-2, f"in-kernel merge {split}")
+    ref = bits(first)
+    for _ in range(3):
+        np.testing.assert_array_equal(bits(gk.nn.attention_decode(qd, kd, vd, ld, block_table=btd)), ref)
+    l2 = gk.asarray(np.array([17, 9000, 0, 2, 100, 64, 4000, 1], np.int32)).to("cuda")
+    gk.nn.attention_decode(qd, kd, vd, l2, block_table=btd)  # other counts in between
+    for i in (0, 4):
+        alone = gk.nn.attention_decode(qd[i:i + 1], kd, vd, ld[i:i + 1], block_table=btd[i:i + 1])
+        np.testing.assert_array_equal(bits(alone)[0], ref[i])
+    outs = []
+    g = gk.Graph()
+    with g:
+        for _ in range(3):
+            outs.append(gk.nn.attention_decode(qd, kd, vd, ld, block_table=btd))
+    for _ in range(3):
+        g.replay()
+        gk.cuda.synchronize()
+        for o in outs:
+            np.testing.assert_array_equal(bits(o), ref)
+        np.testing.assert_array_equal(bits(gk.nn.attention_decode(qd, kd, vd, ld, block_table=btd)), ref)
+
+
+_FOLD_CASES = {}
+
+
+@gpu
+@pytest.mark.parametrize("D,Hq,Hkv", [(128, 32, 8), (64, 12, 1), (128, 64, 4), (256, 16, 4)])
+@pytest.mark.parametrize("params", ["32,1024,128", "64,256,16", "32,64,1000"])
+def test_cuda_fold_units_same_bits(D, Hq, Hkv, params, monkeypatch):
+    # the default kernels (attention_decode_fold*.cu): chunk units (partials merged by k_merge_fold), warp
+    # group units (chunks folded in registers), CTA group units (one launch, folded through shared memory
+    # and by the last CTA of each head) must give the same bits, and auto picks one of them; lengths with
+    # 1 chunk, 1 group, several groups, a partial last group, windows, a paged cache; the float64 reference
+    lens = np.array([1, 31, 32, 33, 255, 256, 257, 700, 2049, 5000, 0, 16385], np.int32)
+    key = (D, Hq, Hkv)
+    if key not in _FOLD_CASES:  # (the same data for the three parameter sets)
+        q, kc, vc, bt = setup_compact(lens, Hq, Hkv, D, 32, "bfloat16", seed=D + Hq)
+        dev = tuple(gk.asarray(x).to("cuda") for x in (q, kc, vc, lens, bt))
+        _FOLD_CASES[key] = (dev, ref_decode(f64(q), f64(kc), f64(vc), lens, bt))
+    (qd, kd, vd, ld, btd), want = _FOLD_CASES[key]
+    base = params or "32,1024,128"
+    res = {}
+    for v in (",20", ",14", ",15", ",18", ",19", ",21", ",22", ",23", ",24", ",25", ",26", ",27",
+              ",28", ",29", ",30", ",31", ",32"):
+        monkeypatch.setenv("GPUKIT_DECODE_SPLIT", base + v)
+        res[v] = gk.nn.attention_decode(qd, kd, vd, ld, block_table=btd)
+    check(res[",20"], want, 3.2e-2, f"fold D={D} {base}")
+    for v in (",14", ",15", ",18", ",19", ",21", ",22", ",23", ",24", ",25", ",26", ",27",
+              ",28", ",29", ",30", ",31", ",32"):
+        d = np.argwhere(bits(res[v]) != bits(res[",20"]))
+        assert d.size == 0, f"units {v} differ from auto at {d[0]} (D={D} {base})"
+    for i in (2, 9, 11):  # alone in its batch (another unit choice)
+        monkeypatch.setenv("GPUKIT_DECODE_SPLIT", base + ",20")
+        alone = gk.nn.attention_decode(qd[i:i + 1], kd, vd, ld[i:i + 1], block_table=btd[i:i + 1])
+        np.testing.assert_array_equal(bits(alone)[0], bits(res[",20"])[i])
+
+
+@gpu
+@pytest.mark.parametrize("kw", [{"window": 100, "softcap": 3.0}, {"window": 2100}, {"window": 1}])
+def test_cuda_fold_units_window_softcap(kw, monkeypatch):
+    lens = np.array([4500, 2101, 64, 1, 3000, 40000], np.int32)
+    q, kc, vc, bt = setup_compact(lens, 32, 8, 128, 64, "float16", seed=80)
+    qd, kd, vd, ld, btd = (gk.asarray(x).to("cuda") for x in (q, kc, vc, lens, bt))
+    want = ref_decode(f64(q), f64(kc), f64(vc), lens, bt, **kw)
+    res = []
+    for v in ("32,1024,128,14", "32,1024,128,15", "32,1024,128,18", "32,1024,128,21", "32,1024,128,24",
+              "32,1024,128,25", "32,1024,128,28", "32,1024,128,29", "32,1024,128,30", "32,1024,128,31",
+              "32,1024,128,32"):
+        monkeypatch.setenv("GPUKIT_DECODE_SPLIT", v)
+        res.append(gk.nn.attention_decode(qd, kd, vd, ld, block_table=btd, **kw))
+    check(res[0], want, TOL["float16"] * 2, f"fold window/softcap {kw}")
+    for r in res[1:]:
+        np.testing.assert_array_equal(bits(res[0]), bits(r))
+
+
+@gpu
+@pytest.mark.parametrize("B,D,dtype", [(4, 128, "bfloat16"), (8, 128, "float16"), (5, 64, "bfloat16")])
+def test_cuda_fold_pair_clusters(B, D, dtype, monkeypatch):
+    # variants 30 / 31 / 32 (attention_decode_fold_pcl.cu: one warp per group, CTAs of 4 / 8 / 4 warps in clusters,
+    # the groups folded through distributed shared memory; 32 with a deeper stage ring) at mid-size batches of a 4096-key contiguous cache: the
+    # same bits as the two-kernel fold (23), the pair kernel (28) and auto; alone in the batch; repeated and in a
+    # captured graph; a PDL chain (each q the previous output) equal to 23's chain, eager and with PDL off;
+    # the float64 reference. Lengths: full, 1 group, a partial last group, 1 key, 0.
+    Hq, Hkv, T = 32, 8, 4096
+    rng = np.random.default_rng(100 + B)
+    lens = rng.integers(1, T + 1, B).astype(np.int32)
+    lens[0] = T
+    lens[1] = 0
+    lens[2] = 1
+    if B > 3:
+        lens[3] = 257
+    kc = make((B, T, Hkv, D), dtype, 101)
+    vc = make((B, T, Hkv, D), dtype, 102)
+    q = make((B, Hq, D), dtype, 103)
+    kd, vd, ld, qd = (gk.asarray(x).to("cuda") for x in (kc, vc, lens, q))
+    want = ref_decode(f64(q), f64(kc), f64(vc), lens)
+    res = {}
+    for v in ("20", "23", "28", "30", "31", "32"):
+        monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128," + v)
+        res[v] = bits(gk.nn.attention_decode(qd, kd, vd, ld))
+    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128,30")
+    check(gk.nn.attention_decode(qd, kd, vd, ld), want, TOL[dtype] * 2, f"pair clusters B={B} D={D}")
+    for v in ("20", "28", "30", "31", "32"):
+        d = np.argwhere(res[v] != res["23"])
+        assert d.size == 0, f"variant {v} differs from 23 at {d[0]} (B={B} D={D})"
+    for v in ("30", "31", "32"):
+        monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128," + v)
+        for i in (0, 3):
+            alone = gk.nn.attention_decode(qd[i:i + 1], kd, vd, ld[i:i + 1])
+            np.testing.assert_array_equal(bits(alone)[0], res["23"][i])
+        outs = []
+        g = gk.Graph()
+        with g:
+            for _ in range(2):
+                outs.append(gk.nn.attention_decode(qd, kd, vd, ld))
+        for _ in range(2):
+            g.replay()
+            gk.cuda.synchronize()
+            for o in outs:
+                np.testing.assert_array_equal(bits(o), res["23"])
+
+    def chain(n):
+        outs, x = [], qd
+        for _ in range(n):
+            x = gk.nn.attention_decode(x, kd, vd, ld)
+            outs.append(x)
+        return [bits(o) for o in outs]  # (read after the chain: the launches overlap under PDL)
+
+    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128,23")
+    base = chain(3)
+    for v, pdl in (("30", "1"), ("31", "1"), ("32", "1"), ("30", "0")):
+        monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128," + v)
+        monkeypatch.setenv("GPUKIT_DECODE_PDL", pdl)
+        for i, (a, b) in enumerate(zip(chain(3), base)):
+            d = np.argwhere(a != b)
+            assert d.size == 0, f"chain step {i} of variant {v} (PDL {pdl}) differs from 23 at {d[0]}"
+
+
+@gpu
+@pytest.mark.parametrize("B", [1, 3, 40])
+def test_cuda_pdl_chain(B, monkeypatch):
+    # The first decode kernel launches with PDL (it may start while the previous kernel finishes) and the last
+    # one lets the next kernel launch early: a chain out_{i+1} = decode(q = out_i) reads each q only after the
+    # call that writes it (poisoned allocations: a read before the write gives NaN), eagerly, in a captured
+    # graph and with GPUKIT_DECODE_PDL=0 (the same bits). B = 1: cluster kernel, 3: CTA units, 40: the fold
+    # kernel + merge kernel.
+    Hq, Hkv, D, T = 32, 8, 128, 2304
+    rng = np.random.default_rng(90 + B)
+    lens = rng.integers(1, T + 1, B).astype(np.int32)
+    lens[::4] = rng.integers(1, 40, len(lens[::4]))
+    if B > 2:
+        lens[1] = 0
+    kc = make((B, T, Hkv, D), "bfloat16", 91)
+    vc = make((B, T, Hkv, D), "bfloat16", 92)
+    q = make((B, Hq, D), "bfloat16", 93)
+    kd, vd, ld, qd = (gk.asarray(x).to("cuda") for x in (kc, vc, lens, q))
+    kk, vv = f64(kc), f64(vc)
+
+    def chain(n):
+        outs, x = [], qd
+        for _ in range(n):
+            x = gk.nn.attention_decode(x, kd, vd, ld)
+            outs.append(x)
+        return outs
+
+    gk._C._debug_alloc_poison(0xFF)
+    try:  # (the poison is a memset before each call's kernels: no overlap with the previous call)
+        poisoned = chain(4)
+    finally:
+        gk._C._debug_alloc_poison(-1)
+    prev = f64(q)
+    for i, o in enumerate(poisoned):
+        check(o, ref_decode(prev, kk, vv, lens), 3.2e-2, f"pdl chain B={B} step {i}")
+        prev = f64(o)
+    eager = chain(4)  # kernels back to back: each call's first kernel may overlap the previous call's last
+    for i, (a, b) in enumerate(zip(eager, poisoned)):
+        d = np.argwhere(bits(a) != bits(b))
+        assert d.size == 0, f"eager step {i} differs from the poisoned run at {d[0]}"
+    g = gk.Graph()
+    with g:
+        graphed = chain(4)
+    for _ in range(2):
+        g.replay()
+        gk.cuda.synchronize()
+        for i, (a, b) in enumerate(zip(graphed, eager)):
+            d = np.argwhere(bits(a) != bits(b))
+            assert d.size == 0, f"graph step {i} differs from eager at {d[0]}"
+    monkeypatch.setenv("GPUKIT_DECODE_PDL", "0")
+    for i, (a, b) in enumerate(zip(chain(4), eager)):
+        d = np.argwhere(bits(a) != bits(b))
+        assert d.size == 0, f"GPUKIT_DECODE_PDL=0 step {i} differs at {d[0]}"
