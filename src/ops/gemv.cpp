@@ -16,7 +16,7 @@ std::atomic<int> g_dense_path{-1};
 constexpr bool kDenseMmaDefault = false;
 }  // namespace
 void gemv_set_dense_path(int path) {
-  if (path < -1 || path > 1) throw ValueError(cat("path: expected -1, 0 or 1, got ", path));
+  if (path < -1 || path > 2) throw ValueError(cat("path: expected -1, 0, 1 or 2, got ", path));
   g_dense_path.store(path);
 }
 int gemv_dense_path() { return g_dense_path.load(); }
@@ -28,6 +28,16 @@ void gemv_set_variant(int v) {
   g_variant.store(v);
 }
 int gemv_variant() { return g_variant.load(); }
+
+namespace {
+// The staged tensor-core kernel (src/cuda/gemv_w8.cu) for fp8 / int8 weights: with path 2
+// only until the H200 figures decide the default.
+constexpr bool kW8QuantDefault = false;
+}  // namespace
+bool gemv_w8_quant_enabled(int64_t, int64_t k) {
+  const int path = g_dense_path.load();
+  return k % 64 == 0 && (path == 2 || (path < 0 && kW8QuantDefault));
+}
 
 Array gemv(const Array& x_in, const Array& w_in, std::optional<DType> out_dtype, const Stream* sp) {
   Device d = detail::common_device({{"x", &x_in}, {"w", &w_in}});
@@ -78,7 +88,8 @@ Array gemv(const Array& x_in, const Array& w_in, std::optional<DType> out_dtype,
       a.vec = al16(a.w) && al16(a.x) && a.w_rs % 8 == 0 && k % 8 == 0;
       const int path = g_dense_path.load();
       a.mma = a.vec && k % 32 == 0 && (path == 1 || (path < 0 && kDenseMmaDefault));
-      a.split = a.vec ? cuda::gemv_split(n, k, a.mma) : 1;
+      a.w8 = a.vec && k % 32 == 0 && path == 2;
+      a.split = a.w8 ? cuda::gemv_w8_split(n, k, 2) : (a.vec ? cuda::gemv_split(n, k, a.mma) : 1);
       a.variant = g_variant.load();
       Array part;
       if (a.split > 1) {
@@ -87,7 +98,8 @@ Array gemv(const Array& x_in, const Array& w_in, std::optional<DType> out_dtype,
       }
       detail::mark_used(x, s);
       detail::mark_used(w, s);
-      cuda::gemv(a, s.handle());
+      if (a.w8) cuda::gemv_w8_dense(a, s.handle());
+      else cuda::gemv(a, s.handle());
 #else
       detail::no_cuda_backend();
 #endif

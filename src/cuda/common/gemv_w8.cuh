@@ -1,0 +1,201 @@
+// Decode GEMV on the tensor cores with warp-staged, coalesced weight tiles ("staged"
+// kernel, src/cuda/gemv_w8.cu): bf16/fp16 weights at M = 1..8, fp8-e4m3 and int8 weights
+// with a scale per row (W8A16). y[m, j] = sum_k x[m, k] * w[j, k], M <= 8.
+//
+// Plan (the weight read is the whole cost, so every weight byte is read once, in long
+// coalesced runs, with several stages in flight per warp, and decoded with ~0.5-1
+// instructions per weight):
+// - a CTA owns 16 weight rows (the m16 of mma.m16n8k16) and nw warps (1..8, a function of
+//   N and K only); warp w sweeps its own contiguous part of K (of its split-K slice) in
+//   stages of 16 rows x KB 64-byte blocks, copied global -> shared memory with cp.async by
+//   the warp's lanes (each warp instruction copies 32 x 16 bytes = whole 64..512-byte runs
+//   of rows), into a ring of D stages per warp (D - 1 stages in flight while one is
+//   decoded; only __syncwarp, no CTA barrier in the loop). 16-byte chunks are XOR-swizzled
+//   by row parity so the fragment reads below are free of bank conflicts.
+// - lane (g, t) reads chunk t of each 64-byte block of rows g and g + 8 (one 16-byte shared
+//   load each) and turns it into mma A pairs; the quad's 4 chunks are the k-steps of the
+//   block: chunk word s (8-bit) / words 2s, 2s+1 (16-bit) are k-step s. The B operand (x
+//   row m = g, zeros for g >= M) is loaded from global memory (read-only path, L1) with the
+//   same physical k order, so the logical k order inside a k-step is a permutation that A
+//   and B share.
+// - operand types: bf16/fp16 weights are the mma operands as loaded (x in the weight dtype);
+//   fp8 and int8 weights become exact fp16 (cvt.rn.f16x2.e4m3x2; int8 by a byte permute
+//   under fp16's 1024 exponent and one packed subtraction) and B is fp16: fp16 x as it is,
+//   bf16 x through a small first kernel (k_w8_xprep) that writes x[m] * 2^c_m in fp16
+//   with c_m chosen from the row's largest |x| (that value lands in [2^14, 2^15), every
+//   value down to 2^-31 of it is exact) and 2^-c_m, applied to the fp32 sums at the end.
+// - fp32 accumulation in two interleaved accumulators (even / odd k-steps), added at the
+//   end; the warps' sums are added in warp order; the row scale multiplies the sum. A
+//   split-K (small N only; a function of N, K and the weight width, never of M) writes
+//   fp32 slices that k_gemv_sum adds in slice order. No atomics: the same bits every run,
+//   and a row of x gives the same bits alone or in a batch.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "gemv_mma.cuh"
+
+namespace gk::cuda::gemv_detail {
+
+// ---- weight formats of the staged kernel ----
+// EB: bytes per weight; TB: the mma operand type; kSteps: k16-steps per 16-byte chunk;
+// a(w, s, lo, hi): the A pairs of k-step s of chunk w (lo: logical k 2t, 2t + 1; hi: 2t + 8,
+// 2t + 9); kScaled: a row scale in p.scales.
+template <class T>
+struct SDense {  // bf16 / fp16 weights
+  using TB = T;
+  static constexpr int EB = 2, kSteps = 2;
+  static constexpr bool kScaled = false;
+  __device__ static void a(const uint4& w, int s, uint32_t& lo, uint32_t& hi) {
+    lo = word(w, 2 * s);
+    hi = word(w, 2 * s + 1);
+  }
+};
+
+__device__ __forceinline__ uint32_t e4m3x2_to_h2(uint32_t u16) {
+  __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(u16 & 0xffffu), __NV_E4M3);
+  return uint32_t(r.x) | (uint32_t(r.y) << 16);
+}
+
+struct SFp8 {  // e4m3 codes, exact in fp16
+  using TB = f16;
+  static constexpr int EB = 1, kSteps = 4;
+  static constexpr bool kScaled = true;
+  __device__ static void a(const uint4& w, int s, uint32_t& lo, uint32_t& hi) {
+    const uint32_t u = word(w, s);
+    lo = e4m3x2_to_h2(u);
+    hi = e4m3x2_to_h2(u >> 16);
+  }
+};
+
+struct SInt8 {  // int8 codes: (1024 + 128 + q) - 1152 in fp16, exact
+  using TB = f16;
+  static constexpr int EB = 1, kSteps = 4;
+  static constexpr bool kScaled = true;
+  __device__ static void a(const uint4& w, int s, uint32_t& lo, uint32_t& hi) {
+    const uint32_t u = word(w, s) ^ 0x80808080u;
+    lo = hsub2u<f16>(__byte_perm(u, 0x64646464u, 0x4140u), 0x64806480u);
+    hi = hsub2u<f16>(__byte_perm(u, 0x64646464u, 0x4342u), 0x64806480u);
+  }
+};
+
+// KArgs use: x = the B operand source [m, k] in F::TB (x_rs elements apart, 16-byte
+// aligned rows), gscale = 2^-c per row of x or nullptr, scales = row scales (fp8/int8).
+template <class F, int KB, int D>
+__global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
+  using TB = typename F::TB;
+  constexpr int CPR = 4 * KB;               // 16-byte chunks per row per stage
+  constexpr int RPI = 32 / CPR;             // rows per warp-wide copy instruction
+  constexpr int NI = 16 / RPI;              // copy instructions per stage
+  constexpr int SB = 16 * KB * 64;          // bytes per stage
+  constexpr int XW = 16 / (F::EB * 8);      // 16-byte x loads per chunk (8-bit: 2, 16-bit: 1)
+  constexpr int XE = 16 / F::EB;            // x elements per chunk
+  static_assert(32 % CPR == 0 && KB >= 2, "stage of 2..8 blocks");
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t row0 = int64_t(blockIdx.x) * 16;
+  const int64_t nblk = p.k * F::EB / 64;
+  const int64_t parts = int64_t(gridDim.y) * nw, pi = int64_t(blockIdx.y) * nw + warp;
+  const int64_t b0 = nblk * pi / parts, b1 = nblk * (pi + 1) / parts;
+
+  extern __shared__ uint4 smem[];
+  const uint32_t ring = smem_addr(smem) + uint32_t(warp) * uint32_t(D * SB);
+  // this lane's copies: chunk c = lane % CPR of rows r_i = i * RPI + lane / CPR
+  const int cc = lane % CPR, rl = lane / CPR;
+  const uint8_t* src[NI];
+  uint32_t dst[NI];
+#pragma unroll
+  for (int i = 0; i < NI; ++i) {
+    const int r = i * RPI + rl;
+    const int64_t row = row0 + r < p.n ? row0 + r : p.n - 1;
+    src[i] = p.q + row * p.q_rs + cc * 16;
+    dst[i] = uint32_t(r * KB * 64 + 16 * (cc ^ ((r & 1) << 2)));
+  }
+  auto issue = [&](int st, int64_t j) {
+    const int64_t bs = b0 + j * KB;
+    if (bs < b1) {
+      const int64_t lim = (b1 - bs) * 4;  // chunks of this stage that exist
+      if (cc < lim) {
+#pragma unroll
+        for (int i = 0; i < NI; ++i) cp_async16(ring + uint32_t(st * SB) + dst[i], src[i] + bs * 64);
+      }
+    }
+    cp_commit();
+  };
+
+  float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+  const bool xrow = g < p.m;
+  const TB* xr = static_cast<const TB*>(p.x) + (xrow ? g : 0) * p.x_rs + t * XE;
+  const uint32_t ra = uint32_t(g * KB * 64), rb = uint32_t((g + 8) * KB * 64);
+  const int sw = (g & 1) << 2;
+
+  pdl_trigger();
+#pragma unroll
+  for (int st = 0; st < D - 1; ++st) issue(st, st);
+  pdl_wait();
+  const int64_t nst = (b1 - b0 + KB - 1) / KB;
+  for (int64_t j0 = 0; j0 < nst; j0 += D) {
+#pragma unroll
+    for (int st = 0; st < D; ++st) {
+      const int64_t j = j0 + st;
+      if (j < nst) {
+        const int64_t bs = b0 + j * KB;
+        const int nb = b1 - bs < KB ? int(b1 - bs) : KB;
+        // B operands of the stage first (independent of the weights in flight)
+        uint4 xv[KB][XW];
+#pragma unroll
+        for (int bb = 0; bb < KB; ++bb)
+#pragma unroll
+          for (int i = 0; i < XW; ++i) {
+            xv[bb][i] = make_uint4(0, 0, 0, 0);
+            if (xrow && bb < nb) xv[bb][i] = __ldg(reinterpret_cast<const uint4*>(xr + (bs + bb) * (64 / F::EB) + 8 * i));
+          }
+        cp_wait<D - 2>();
+        __syncwarp();
+        issue((st + D - 1) % D, j + D - 1);
+        const uint32_t sb = ring + uint32_t(st * SB);
+#pragma unroll
+        for (int bb = 0; bb < KB; ++bb) {
+          if (bb < nb) {
+            const uint32_t co = uint32_t(16 * ((4 * bb + t) ^ sw));
+            const uint4 wa = lds16(sb + ra + co), wb = lds16(sb + rb + co);
+#pragma unroll
+            for (int s = 0; s < F::kSteps; ++s) {
+              uint32_t a[4];
+              F::a(wa, s, a[0], a[2]);
+              F::a(wb, s, a[1], a[3]);
+              const uint4& xs = xv[bb][(2 * s) / 4];
+              mma16816<TB>(acc[s & 1], a, word(xs, (2 * s) % 4), word(xs, (2 * s) % 4 + 1));
+            }
+          }
+        }
+      } else {
+        issue((st + D - 1) % D, j + D - 1);  // keeps the group count uniform (empty groups)
+      }
+    }
+  }
+  cp_wait<0>();
+
+  __shared__ float red[8][32][4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) red[warp][lane][e] = acc[0][e] + acc[1][e];
+  __syncthreads();
+  if (warp == 0) {
+    const int S = gridDim.y, sl = blockIdx.y;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float v = red[0][lane][e];
+      for (int w = 1; w < nw; ++w) v += red[w][lane][e];
+      const int m = 2 * t + (e & 1);
+      const int64_t row = row0 + g + (e >= 2 ? 8 : 0);
+      if (m < p.m && row < p.n) {
+        if (p.gscale) v *= __ldg(p.gscale + m);  // 2^-c: exact
+        if constexpr (F::kScaled) v *= __ldg(p.scales + row);
+        if (S == 1) store_out(p.y, p.out, m * p.n + row, v);
+        else p.part[(int64_t(sl) * p.m + m) * p.n + row] = v;
+      }
+    }
+  }
+}
+
+}  // namespace gk::cuda::gemv_detail

@@ -1,0 +1,196 @@
+// The staged tensor-core decode GEMV (common/gemv_w8.cuh): bf16/fp16 weights, fp8-e4m3
+// and int8 weights with row scales; the bf16 -> scaled fp16 x preparation of the 8-bit
+// formats; the launch plan (warps per CTA, split-K) and the benchmarking knob
+// GPUKIT_GEMV_W8="KB,D,WT" (64-byte blocks per stage, ring depth, target warps per SM).
+#include <cstdio>
+#include <cstdlib>
+
+#include "common/gemv_w8.cuh"
+#include "core/cuda_util.h"
+#include "ops/gemv_args.h"
+#include "ops/quant_args.h"
+
+namespace gk::cuda {
+
+namespace gemv_detail {
+namespace {
+
+// x [m, k] bf16 -> xh [m, k] fp16 = x * 2^c_m, xinv[m] = 2^-c_m, with c_m such that the
+// row's largest |x| lands in [2^14, 2^15) (c_m = 0 for a zero, inf or NaN maximum). One
+// CTA per row; k % 8 == 0, 16-byte aligned rows.
+__global__ void __launch_bounds__(256) k_w8_xprep(const bf16* __restrict__ x, int64_t x_rs, int64_t k,
+                                                  f16* __restrict__ xh, float* __restrict__ xinv) {
+  pdl_trigger();
+  pdl_wait();
+  const int64_t m = blockIdx.x;
+  const uint4* xr = reinterpret_cast<const uint4*>(x + m * x_rs);
+  uint4* out = reinterpret_cast<uint4*>(xh + m * k);
+  const int64_t nv = k / 8;
+  uint32_t mx = 0;
+  for (int64_t i = threadIdx.x; i < nv; i += 256) {
+    const uint4 v = xr[i];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const uint32_t u = word(v, w);
+      mx = max(mx, max(u & 0x7fffu, (u >> 16) & 0x7fffu));  // |bf16| orders as its bits
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  __shared__ uint32_t wm[8];
+  if ((threadIdx.x & 31) == 0) wm[threadIdx.x >> 5] = mx;
+  __syncthreads();
+  mx = wm[0];
+  for (int i = 1; i < 8; ++i) mx = max(mx, wm[i]);
+  int c = 0;
+  if (mx != 0 && mx < 0x7f80u) {
+    c = 14 - ilogbf(__uint_as_float(mx << 16));
+    c = c < -126 ? -126 : (c > 126 ? 126 : c);
+  }
+  const float sc = __uint_as_float(uint32_t(c + 127) << 23);
+  if (threadIdx.x == 0) xinv[m] = __uint_as_float(uint32_t(127 - c) << 23);
+  for (int64_t i = threadIdx.x; i < nv; i += 256) {
+    const uint4 v = xr[i];
+    uint4 o;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const uint32_t u = word(v, w);
+      __half2 h = __floats2half2_rn(__uint_as_float(u << 16) * sc, __uint_as_float(u & 0xffff0000u) * sc);
+      const uint32_t hb = *reinterpret_cast<uint32_t*>(&h);
+      if (w == 0) o.x = hb;
+      else if (w == 1) o.y = hb;
+      else if (w == 2) o.z = hb;
+      else o.w = hb;
+    }
+    out[i] = o;
+  }
+}
+
+struct W8Cfg {
+  int kb = 4, d = 3, wt = 16;  // blocks per stage, ring depth, target warps per SM
+};
+
+W8Cfg w8_config() {
+  W8Cfg c;
+  if (const char* e = std::getenv("GPUKIT_GEMV_W8")) {
+    int kb = 0, d = 0, wt = 0;
+    if (std::sscanf(e, "%d,%d,%d", &kb, &d, &wt) == 3) {
+      const bool ok = (kb == 2 && (d == 4 || d == 6)) || (kb == 4 && (d == 2 || d == 3 || d == 4)) || (kb == 8 && d == 2);
+      if (!ok) throw ValueError(cat("GPUKIT_GEMV_W8: unsupported stage / depth ", kb, ",", d));
+      c.kb = kb;
+      c.d = d;
+      c.wt = wt < 1 ? 1 : (wt > 64 ? 64 : wt);
+    }
+  }
+  return c;
+}
+
+struct W8Plan {
+  int nw = 1, split = 1;
+};
+
+// Warps per CTA and split-K for rows of k * eb bytes: about wt warps per SM over the
+// GPU (132 SMs), 1..8 warps per 16 rows, at least two stages per warp; split-K only when
+// the row tiles alone leave the GPU half empty. A function of (N, K, eb) and the knob only.
+W8Plan w8_plan(int64_t n, int64_t k, int eb, const W8Cfg& c) {
+  W8Plan p;
+  const int64_t nblk = k * eb / 64, rb = (n + 15) / 16, want = int64_t(132) * c.wt;
+  int64_t w = (want + rb / 2) / rb;
+  w = std::min<int64_t>(std::max<int64_t>(w, 1), 8);
+  w = std::min<int64_t>(w, std::max<int64_t>(nblk / (2 * c.kb), 1));
+  p.nw = int(w);
+  if (rb * w * 2 < want) {
+    int64_t sp = (want + rb * w - 1) / (rb * w);
+    sp = std::min<int64_t>({sp, 16, std::max<int64_t>(nblk / (w * 2 * c.kb), 1)});
+    p.split = int(std::max<int64_t>(sp, 1));
+  }
+  return p;
+}
+
+template <class F, int KB, int D>
+void launch_kd(const KArgs& p, int nw, int split, cudaStream_t st) {
+  constexpr int SB = 16 * KB * 64;
+  smem_limit<k_w8<F, KB, D>>(8 * D * SB);
+  const int64_t blocks = (p.n + 15) / 16;
+  if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
+  launch_ex(k_w8<F, KB, D>, dim3(unsigned(blocks), unsigned(split)), nw * 32, nw * D * SB, st, p.variant != 2, p);
+  GK_LAUNCH_CHECK("gemv_w8");
+}
+
+template <class F>
+void launch_w8(const KArgs& p, int split, cudaStream_t st) {
+  const W8Cfg c = w8_config();
+  const W8Plan pl = w8_plan(p.n, p.k, F::EB, c);
+  if (c.kb == 2 && c.d == 6) launch_kd<F, 2, 6>(p, pl.nw, split, st);
+  else if (c.kb == 2) launch_kd<F, 2, 4>(p, pl.nw, split, st);
+  else if (c.kb == 8) launch_kd<F, 8, 2>(p, pl.nw, split, st);
+  else if (c.d == 2) launch_kd<F, 4, 2>(p, pl.nw, split, st);
+  else if (c.d == 4) launch_kd<F, 4, 4>(p, pl.nw, split, st);
+  else launch_kd<F, 4, 3>(p, pl.nw, split, st);
+  if (split > 1) launch_sum(p, split, st);
+}
+
+}  // namespace
+}  // namespace gemv_detail
+
+using namespace gemv_detail;
+
+int gemv_w8_split(int64_t n, int64_t k, int ebytes) { return w8_plan(n, k, ebytes, w8_config()).split; }
+
+void gemv_w8_dense(const GemvArgs& a, void* stream) {
+  if (a.m <= 0 || a.n <= 0) return;
+  if (a.m > 8) throw ValueError("gemv: the kernel takes at most 8 rows of x");
+  if (!a.vec || a.k % 32 != 0) throw ValueError("gemv: the staged tensor-core path needs K % 32 == 0 and aligned rows");
+  KArgs p;
+  p.x = a.x;
+  p.x_rs = a.x_rs;
+  p.q = static_cast<const uint8_t*>(a.w);
+  p.q_rs = a.w_rs * 2;
+  p.y = a.y;
+  p.part = a.part;
+  p.m = a.m;
+  p.n = a.n;
+  p.k = a.k;
+  p.out = a.out_dtype;
+  p.variant = a.variant;
+  auto st = static_cast<cudaStream_t>(stream);
+  if (a.dtype == DType::bf16) return launch_w8<SDense<bf16>>(p, a.split, st);
+  if (a.dtype == DType::f16) return launch_w8<SDense<f16>>(p, a.split, st);
+  throw TypeError(cat("gemv: unsupported weight dtype ", dtype_name(a.dtype)));
+}
+
+void gemv_w8_quant(const QGemvArgs& a, void* stream) {
+  if (a.m <= 0 || a.n <= 0) return;
+  if (a.m > 8) throw ValueError("gemv: the kernel takes at most 8 rows of x");
+  if (a.k % 64 != 0) throw ValueError("gemv: the staged fp8 / int8 path needs K % 64 == 0");
+  if (a.fmt != QFormat::fp8 && a.fmt != QFormat::int8) throw ValueError("gemv: the staged path takes fp8 and int8");
+  auto st = static_cast<cudaStream_t>(stream);
+  KArgs p;
+  p.x = a.x;
+  p.x_rs = a.x_rs;
+  p.q = static_cast<const uint8_t*>(a.q);
+  p.q_rs = a.q_rs;
+  p.scales = a.scales;
+  p.y = a.y;
+  p.part = a.part;
+  p.m = a.m;
+  p.n = a.n;
+  p.k = a.k;
+  p.out = a.out_dtype;
+  p.variant = a.variant;
+  if (a.x_dtype == DType::bf16) {
+    if (!a.xh || !a.xinv) throw ValueError("gemv: the staged fp8 / int8 path needs its x workspace for bf16 x");
+    launch_ex(k_w8_xprep, dim3(unsigned(a.m)), 256, 0, st, a.variant != 2, static_cast<const bf16*>(a.x), a.x_rs, a.k,
+              static_cast<f16*>(a.xh), a.xinv);
+    GK_LAUNCH_CHECK("gemv_w8_xprep");
+    p.x = a.xh;
+    p.x_rs = a.k;
+    p.gscale = a.xinv;
+  } else if (a.x_dtype != DType::f16) {
+    throw TypeError(cat("gemv: unsupported activation dtype ", dtype_name(a.x_dtype)));
+  }
+  if (a.fmt == QFormat::fp8) return launch_w8<SFp8>(p, a.split, st);
+  return launch_w8<SInt8>(p, a.split, st);
+}
+
+}  // namespace gk::cuda
