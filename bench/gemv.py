@@ -16,7 +16,7 @@ rows against float64 products with its exact dequantization before it is timed.
 
 bf16_tc / bf16_m8_tc / fp8_tc / int8_tc: bf16, fp8 or int8 weights through the tensor-core kernel
 instead of the default CUDA-core one (gk._C._gemv_set_dense_path(1)); *_cc forces the CUDA cores;
-*_st the staged tensor-core kernel (src/cuda/gemv_w8.cu, path 2). --w8 KB,D,WT[;KB,D,WT...]: time
+*_st the staged tensor-core kernel (src/cuda/gemv_w8.cu, path 2). --w8 KB,D,WT[/KB,D,WT...]: time
 the *_st formats again with each GPUKIT_GEMV_W8 setting (printed only).
 --ms 1,4,8: also time every other format with M = 4 and 8 rows of x (records FMT_m4, FMT_m8).
 The default launches use programmatic dependent launch (each call copies its first weights
@@ -259,7 +259,7 @@ def main():
                     finally:
                         gk._C._gemv_set_variant(0)
             if fmt.endswith("_st") and args.w8:  # the staged kernel's stage / depth / warp knob
-                for cfg in args.w8.split(";"):
+                for cfg in args.w8.split("/"):
                     os.environ["GPUKIT_GEMV_W8"] = cfg
                     try:
                         check(fmt, fn(x, *wargs[0]), x, deq)

@@ -67,20 +67,23 @@ __global__ void __launch_bounds__(256) k_w8_xprep(const bf16* __restrict__ x, in
 }
 
 struct W8Cfg {
-  int kb = 4, d = 3, wt = 16;  // blocks per stage, ring depth, target warps per SM
+  int kb = 4, d = 3, wt = 16, rt = 1;  // blocks per stage, ring depth, target warps per SM, row tiles
 };
 
 W8Cfg w8_config() {
   W8Cfg c;
   if (const char* e = std::getenv("GPUKIT_GEMV_W8")) {
-    int kb = 0, d = 0, wt = 0;
-    if (std::sscanf(e, "%d,%d,%d", &kb, &d, &wt) == 3) {
-      const bool ok = (kb == 2 && (d == 4 || d == 6)) || (kb == 4 && (d == 2 || d == 3 || d == 4)) || (kb == 8 && d == 2);
-      if (!ok) throw ValueError(cat("GPUKIT_GEMV_W8: unsupported stage / depth ", kb, ",", d));
-      c.kb = kb;
-      c.d = d;
-      c.wt = wt < 1 ? 1 : (wt > 64 ? 64 : wt);
-    }
+    int kb = 0, d = 0, wt = 0, rt = 1;
+    const int got = std::sscanf(e, "%d,%d,%d,%d", &kb, &d, &wt, &rt);
+    if (got < 3) throw ValueError(cat("GPUKIT_GEMV_W8: expected KB,D,WT[,RT], got '", e, "'"));
+    const bool ok = rt == 1 ? (kb == 2 && (d == 4 || d == 6)) || (kb == 4 && (d == 2 || d == 3 || d == 4)) ||
+                                  (kb == 8 && d == 2)
+                            : rt == 2 && ((kb == 4 && d == 3) || (kb == 2 && d == 4));
+    if (!ok) throw ValueError(cat("GPUKIT_GEMV_W8: unsupported stage / depth / row tiles ", kb, ",", d, ",", rt));
+    c.kb = kb;
+    c.d = d;
+    c.wt = wt < 1 ? 1 : (wt > 64 ? 64 : wt);
+    c.rt = rt;
   }
   return c;
 }
@@ -94,7 +97,7 @@ struct W8Plan {
 // the row tiles alone leave the GPU half empty. A function of (N, K, eb) and the knob only.
 W8Plan w8_plan(int64_t n, int64_t k, int eb, const W8Cfg& c) {
   W8Plan p;
-  const int64_t nblk = k * eb / 64, rb = (n + 15) / 16, want = int64_t(132) * c.wt;
+  const int64_t nblk = k * eb / 64, rb = (n + 16 * c.rt - 1) / (16 * c.rt), want = int64_t(132) * c.wt;
   int64_t w = (want + rb / 2) / rb;
   w = std::min<int64_t>(std::max<int64_t>(w, 1), 8);
   w = std::min<int64_t>(w, std::max<int64_t>(nblk / (2 * c.kb), 1));
@@ -107,13 +110,13 @@ W8Plan w8_plan(int64_t n, int64_t k, int eb, const W8Cfg& c) {
   return p;
 }
 
-template <class F, int KB, int D>
+template <class F, int KB, int D, int RT = 1>
 void launch_kd(const KArgs& p, int nw, int split, cudaStream_t st) {
-  constexpr int SB = 16 * KB * 64;
-  smem_limit<k_w8<F, KB, D>>(8 * D * SB);
-  const int64_t blocks = (p.n + 15) / 16;
+  constexpr int SB = 16 * RT * KB * 64;
+  smem_limit<k_w8<F, KB, D, RT>>(8 * D * SB);
+  const int64_t blocks = (p.n + 16 * RT - 1) / (16 * RT);
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
-  launch_ex(k_w8<F, KB, D>, dim3(unsigned(blocks), unsigned(split)), nw * 32, nw * D * SB, st, p.variant != 2, p);
+  launch_ex(k_w8<F, KB, D, RT>, dim3(unsigned(blocks), unsigned(split)), nw * 32, nw * D * SB, st, p.variant != 2, p);
   GK_LAUNCH_CHECK("gemv_w8");
 }
 
@@ -121,7 +124,9 @@ template <class F>
 void launch_w8(const KArgs& p, int split, cudaStream_t st) {
   const W8Cfg c = w8_config();
   const W8Plan pl = w8_plan(p.n, p.k, F::EB, c);
-  if (c.kb == 2 && c.d == 6) launch_kd<F, 2, 6>(p, pl.nw, split, st);
+  if (c.rt == 2 && c.kb == 2) launch_kd<F, 2, 4, 2>(p, pl.nw, split, st);
+  else if (c.rt == 2) launch_kd<F, 4, 3, 2>(p, pl.nw, split, st);
+  else if (c.kb == 2 && c.d == 6) launch_kd<F, 2, 6>(p, pl.nw, split, st);
   else if (c.kb == 2) launch_kd<F, 2, 4>(p, pl.nw, split, st);
   else if (c.kb == 8) launch_kd<F, 8, 2>(p, pl.nw, split, st);
   else if (c.d == 2) launch_kd<F, 4, 2>(p, pl.nw, split, st);

@@ -36,7 +36,7 @@ constexpr bool kW8QuantDefault = false;
 }  // namespace
 bool gemv_w8_quant_enabled(int64_t, int64_t k) {
   const int path = g_dense_path.load();
-  return k % 64 == 0 && (path == 2 || (path < 0 && kW8QuantDefault));
+  return k > 0 && k % 64 == 0 && (path == 2 || (path < 0 && kW8QuantDefault));
 }
 
 Array gemv(const Array& x_in, const Array& w_in, std::optional<DType> out_dtype, const Stream* sp) {
@@ -88,7 +88,7 @@ Array gemv(const Array& x_in, const Array& w_in, std::optional<DType> out_dtype,
       a.vec = al16(a.w) && al16(a.x) && a.w_rs % 8 == 0 && k % 8 == 0;
       const int path = g_dense_path.load();
       a.mma = a.vec && k % 32 == 0 && (path == 1 || (path < 0 && kDenseMmaDefault));
-      a.w8 = a.vec && k % 32 == 0 && path == 2;
+      a.w8 = a.vec && k > 0 && k % 32 == 0 && path == 2;
       a.split = a.w8 ? cuda::gemv_w8_split(n, k, 2) : (a.vec ? cuda::gemv_split(n, k, a.mma) : 1);
       a.variant = g_variant.load();
       Array part;

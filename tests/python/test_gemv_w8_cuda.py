@@ -126,7 +126,8 @@ def test_w8_out_dtypes_and_1d(fmt, out):
     check(got.astype("float32").reshape((1, n)), xs, deq, f"{fmt} out {out}", rel=rel)
 
 
-@pytest.mark.parametrize("cfg", ["2,4,16", "2,6,8", "4,2,16", "4,4,12", "8,2,16", "4,3,4", "4,3,64"])
+@pytest.mark.parametrize("cfg", ["2,4,16", "2,6,8", "4,2,16", "4,4,12", "8,2,16", "4,3,4", "4,3,64", "4,3,16,2",
+                                 "2,4,16,2", "4,3,1,2"])
 @pytest.mark.parametrize("fmt", ["bf16", "fp8", "int8"])
 def test_w8_knob_configs(fmt, cfg):
     """GPUKIT_GEMV_W8 (a benchmarking knob) changes stages / warps, never correctness."""
@@ -146,6 +147,12 @@ def test_w8_bad_knob():
     fn, _ = make("fp8", 32, 256)
     x, _ = xrand(1, 256, "bfloat16")
     os.environ["GPUKIT_GEMV_W8"] = "3,3,16"
+    try:
+        with pytest.raises(ValueError, match="GPUKIT_GEMV_W8"):
+            run(fn, x)
+    finally:
+        del os.environ["GPUKIT_GEMV_W8"]
+    os.environ["GPUKIT_GEMV_W8"] = "4,4,16,2"
     try:
         with pytest.raises(ValueError, match="GPUKIT_GEMV_W8"):
             run(fn, x)

@@ -5,9 +5,9 @@
 // Plan (the weight read is the whole cost, so every weight byte is read once, in long
 // coalesced runs, with several stages in flight per warp, and decoded with ~0.5-1
 // instructions per weight):
-// - a CTA owns 16 weight rows (the m16 of mma.m16n8k16) and nw warps (1..8, a function of
+// - a CTA owns 16 RT weight rows (RT m16 tiles of mma.m16n8k16) and nw warps (1..8, a function of
 //   N and K only); warp w sweeps its own contiguous part of K (of its split-K slice) in
-//   stages of 16 rows x KB 64-byte blocks, copied global -> shared memory with cp.async by
+//   stages of 16 RT rows x KB 64-byte blocks, copied global -> shared memory with cp.async by
 //   the warp's lanes (each warp instruction copies 32 x 16 bytes = whole 64..512-byte runs
 //   of rows), into a ring of D stages per warp (D - 1 stages in flight while one is
 //   decoded; only __syncwarp, no CTA barrier in the loop). 16-byte chunks are XOR-swizzled
@@ -81,19 +81,19 @@ struct SInt8 {  // int8 codes: (1024 + 128 + q) - 1152 in fp16, exact
 
 // KArgs use: x = the B operand source [m, k] in F::TB (x_rs elements apart, 16-byte
 // aligned rows), gscale = 2^-c per row of x or nullptr, scales = row scales (fp8/int8).
-template <class F, int KB, int D>
+template <class F, int KB, int D, int RT>
 __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
   using TB = typename F::TB;
   constexpr int CPR = 4 * KB;               // 16-byte chunks per row per stage
   constexpr int RPI = 32 / CPR;             // rows per warp-wide copy instruction
-  constexpr int NI = 16 / RPI;              // copy instructions per stage
-  constexpr int SB = 16 * KB * 64;          // bytes per stage
+  constexpr int NI = 16 * RT / RPI;         // copy instructions per stage
+  constexpr int SB = 16 * RT * KB * 64;     // bytes per stage
   constexpr int XW = 16 / (F::EB * 8);      // 16-byte x loads per chunk (8-bit: 2, 16-bit: 1)
   constexpr int XE = 16 / F::EB;            // x elements per chunk
   static_assert(32 % CPR == 0 && KB >= 2, "stage of 2..8 blocks");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int64_t row0 = int64_t(blockIdx.x) * 16;
+  const int64_t row0 = int64_t(blockIdx.x) * 16 * RT;
   const int64_t nblk = p.k * F::EB / 64;
   const int64_t parts = int64_t(gridDim.y) * nw, pi = int64_t(blockIdx.y) * nw + warp;
   const int64_t b0 = nblk * pi / parts, b1 = nblk * (pi + 1) / parts;
@@ -123,10 +123,13 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
     cp_commit();
   };
 
-  float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+  float acc[RT][2][4];
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[rt][0][e] = acc[rt][1][e] = 0.0f;
   const bool xrow = g < p.m;
   const TB* xr = static_cast<const TB*>(p.x) + (xrow ? g : 0) * p.x_rs + t * XE;
-  const uint32_t ra = uint32_t(g * KB * 64), rb = uint32_t((g + 8) * KB * 64);
   const int sw = (g & 1) << 2;
 
   pdl_trigger();
@@ -158,14 +161,18 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
         for (int bb = 0; bb < KB; ++bb) {
           if (bb < nb) {
             const uint32_t co = uint32_t(16 * ((4 * bb + t) ^ sw));
-            const uint4 wa = lds16(sb + ra + co), wb = lds16(sb + rb + co);
 #pragma unroll
-            for (int s = 0; s < F::kSteps; ++s) {
-              uint32_t a[4];
-              F::a(wa, s, a[0], a[2]);
-              F::a(wb, s, a[1], a[3]);
-              const uint4& xs = xv[bb][(2 * s) / 4];
-              mma16816<TB>(acc[s & 1], a, word(xs, (2 * s) % 4), word(xs, (2 * s) % 4 + 1));
+            for (int rt = 0; rt < RT; ++rt) {
+              const uint4 wa = lds16(sb + uint32_t((16 * rt + g) * KB * 64) + co);
+              const uint4 wb = lds16(sb + uint32_t((16 * rt + g + 8) * KB * 64) + co);
+#pragma unroll
+              for (int s = 0; s < F::kSteps; ++s) {
+                uint32_t a[4];
+                F::a(wa, s, a[0], a[2]);
+                F::a(wb, s, a[1], a[3]);
+                const uint4& xs = xv[bb][(2 * s) / 4];
+                mma16816<TB>(acc[rt][s & 1], a, word(xs, (2 * s) % 4), word(xs, (2 * s) % 4 + 1));
+              }
             }
           }
         }
@@ -176,18 +183,20 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
   }
   cp_wait<0>();
 
-  __shared__ float red[8][32][4];
+  __shared__ float red[8][32][4 * RT];
 #pragma unroll
-  for (int e = 0; e < 4; ++e) red[warp][lane][e] = acc[0][e] + acc[1][e];
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) red[warp][lane][4 * rt + e] = acc[rt][0][e] + acc[rt][1][e];
   __syncthreads();
-  if (warp == 0) {
+  for (int rt = warp; rt < RT; rt += nw) {  // warp w stores row tiles w, w + nw, ...
     const int S = gridDim.y, sl = blockIdx.y;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      float v = red[0][lane][e];
-      for (int w = 1; w < nw; ++w) v += red[w][lane][e];
+      float v = red[0][lane][4 * rt + e];
+      for (int w = 1; w < nw; ++w) v += red[w][lane][4 * rt + e];
       const int m = 2 * t + (e & 1);
-      const int64_t row = row0 + g + (e >= 2 ? 8 : 0);
+      const int64_t row = row0 + 16 * rt + g + (e >= 2 ? 8 : 0);
       if (m < p.m && row < p.n) {
         if (p.gscale) v *= __ldg(p.gscale + m);  // 2^-c: exact
         if constexpr (F::kScaled) v *= __ldg(p.scales + row);
