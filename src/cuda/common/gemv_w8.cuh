@@ -183,18 +183,27 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
   }
   cp_wait<0>();
 
-  __shared__ float red[8][32][4 * RT];
+  // the warps' sums, added in warp order (through the ring memory, free now)
+  float* red = reinterpret_cast<float*>(smem);  // [nw][32][4 RT]
+  if (nw > 1) {
+    __syncthreads();
 #pragma unroll
-  for (int rt = 0; rt < RT; ++rt)
+    for (int rt = 0; rt < RT; ++rt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) red[warp][lane][4 * rt + e] = acc[rt][0][e] + acc[rt][1][e];
-  __syncthreads();
-  for (int rt = warp; rt < RT; rt += nw) {  // warp w stores row tiles w, w + nw, ...
+      for (int e = 0; e < 4; ++e) red[(warp * 32 + lane) * 4 * RT + 4 * rt + e] = acc[rt][0][e] + acc[rt][1][e];
+    __syncthreads();
+  }
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt) {  // warp w stores row tiles w, w + nw, ...
+    if (rt % nw != warp) continue;
     const int S = gridDim.y, sl = blockIdx.y;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      float v = red[0][lane][4 * rt + e];
-      for (int w = 1; w < nw; ++w) v += red[w][lane][4 * rt + e];
+      float v = acc[rt][0][e] + acc[rt][1][e];
+      if (nw > 1) {
+        v = red[lane * 4 * RT + 4 * rt + e];
+        for (int w = 1; w < nw; ++w) v += red[(w * 32 + lane) * 4 * RT + 4 * rt + e];
+      }
       const int m = 2 * t + (e & 1);
       const int64_t row = row0 + 16 * rt + g + (e >= 2 ? 8 : 0);
       if (m < p.m && row < p.n) {
