@@ -42,40 +42,27 @@ __global__ void __launch_bounds__(256) k_w8_xprep(const bf16* __restrict__ x, in
   __syncthreads();
   mx = wm[0];
   for (int i = 1; i < 8; ++i) mx = max(mx, wm[i]);
-  int c = 0;
-  if (mx != 0 && mx < 0x7f80u) {
-    c = 14 - ilogbf(__uint_as_float(mx << 16));
-    c = c < -126 ? -126 : (c > 126 ? 126 : c);
-  }
+  const int c = w8_exponent(mx);
   const float sc = __uint_as_float(uint32_t(c + 127) << 23);
   if (threadIdx.x == 0) xinv[m] = __uint_as_float(uint32_t(127 - c) << 23);
   for (int64_t i = threadIdx.x; i < nv; i += 256) {
     const uint4 v = xr[i];
-    uint4 o;
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      const uint32_t u = word(v, w);
-      __half2 h = __floats2half2_rn(__uint_as_float(u << 16) * sc, __uint_as_float(u & 0xffff0000u) * sc);
-      const uint32_t hb = *reinterpret_cast<uint32_t*>(&h);
-      if (w == 0) o.x = hb;
-      else if (w == 1) o.y = hb;
-      else if (w == 2) o.z = hb;
-      else o.w = hb;
-    }
+    const uint4 o = make_uint4(w8_scale_h2(v.x, sc), w8_scale_h2(v.y, sc), w8_scale_h2(v.z, sc), w8_scale_h2(v.w, sc));
     out[i] = o;
   }
 }
 
 struct W8Cfg {
   int kb = 4, d = 3, wt = 16, rt = 1;  // blocks per stage, ring depth, target warps per SM, row tiles
+  int xs = -1;  // bf16 x with 8-bit weights: -1 auto, 0 the x kernel, 1 the CTA's own copy when it fits
 };
 
 W8Cfg w8_config() {
   W8Cfg c;
   if (const char* e = std::getenv("GPUKIT_GEMV_W8")) {
-    int kb = 0, d = 0, wt = 0, rt = 1;
-    const int got = std::sscanf(e, "%d,%d,%d,%d", &kb, &d, &wt, &rt);
-    if (got < 3) throw ValueError(cat("GPUKIT_GEMV_W8: expected KB,D,WT[,RT], got '", e, "'"));
+    int kb = 0, d = 0, wt = 0, rt = 1, xs = -1;
+    const int got = std::sscanf(e, "%d,%d,%d,%d,%d", &kb, &d, &wt, &rt, &xs);
+    if (got < 3) throw ValueError(cat("GPUKIT_GEMV_W8: expected KB,D,WT[,RT[,XS]], got '", e, "'"));
     const bool ok = rt == 1 ? (kb == 2 && (d == 4 || d == 6)) || (kb == 4 && (d == 2 || d == 3 || d == 4)) ||
                                   (kb == 8 && d == 2)
                             : rt == 2 && ((kb == 4 && d == 3) || (kb == 2 && d == 4));
@@ -84,6 +71,7 @@ W8Cfg w8_config() {
     c.d = d;
     c.wt = wt < 1 ? 1 : (wt > 64 ? 64 : wt);
     c.rt = rt;
+    c.xs = xs < -1 ? -1 : (xs > 1 ? 1 : xs);
   }
   return c;
 }
@@ -110,29 +98,57 @@ W8Plan w8_plan(int64_t n, int64_t k, int eb, const W8Cfg& c) {
   return p;
 }
 
-template <class F, int KB, int D, int RT = 1>
-void launch_kd(const KArgs& p, int nw, int split, cudaStream_t st) {
+template <class F, int KB, int D, int RT = 1, bool XS = false>
+void launch_kd(const KArgs& p, int nw, int split, int xbytes, cudaStream_t st) {
   constexpr int SB = 16 * RT * KB * 64;
-  smem_limit<k_w8<F, KB, D, RT>>(8 * D * SB);
+  smem_limit<k_w8<F, KB, D, RT, XS>>(XS ? 227 * 1024 : 8 * D * SB);
   const int64_t blocks = (p.n + 16 * RT - 1) / (16 * RT);
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
-  launch_ex(k_w8<F, KB, D, RT>, dim3(unsigned(blocks), unsigned(split)), nw * 32, nw * D * SB, st, p.variant != 2, p);
+  launch_ex(k_w8<F, KB, D, RT, XS>, dim3(unsigned(blocks), unsigned(split)), nw * 32, nw * D * SB + xbytes, st,
+            p.variant != 2, p);
   GK_LAUNCH_CHECK("gemv_w8");
 }
 
+// xs: the CTAs copy bf16 x themselves (p.x bf16, 8-bit weights only)
 template <class F>
-void launch_w8(const KArgs& p, int split, cudaStream_t st) {
+void launch_w8(const KArgs& p, int split, cudaStream_t st, bool xs = false) {
   const W8Cfg c = w8_config();
   const W8Plan pl = w8_plan(p.n, p.k, F::EB, c);
-  if (c.rt == 2 && c.kb == 2) launch_kd<F, 2, 4, 2>(p, pl.nw, split, st);
-  else if (c.rt == 2) launch_kd<F, 4, 3, 2>(p, pl.nw, split, st);
-  else if (c.kb == 2 && c.d == 6) launch_kd<F, 2, 6>(p, pl.nw, split, st);
-  else if (c.kb == 2) launch_kd<F, 2, 4>(p, pl.nw, split, st);
-  else if (c.kb == 8) launch_kd<F, 8, 2>(p, pl.nw, split, st);
-  else if (c.d == 2) launch_kd<F, 4, 2>(p, pl.nw, split, st);
-  else if (c.d == 4) launch_kd<F, 4, 4>(p, pl.nw, split, st);
-  else launch_kd<F, 4, 3>(p, pl.nw, split, st);
+  if constexpr (F::EB == 1) {
+    if (xs) {
+      const int64_t nblk = p.k / 64, cblk = (nblk + split - 1) / split + 1;
+      const int xbytes = int(p.m * (cblk * 128 + 16));
+      if (c.kb == 2) launch_kd<F, 2, 6, 1, true>(p, pl.nw, split, xbytes, st);
+      else launch_kd<F, 4, 3, 1, true>(p, pl.nw, split, xbytes, st);
+      if (split > 1) launch_sum(p, split, st);
+      return;
+    }
+  }
+  if (c.rt == 2 && c.kb == 2) launch_kd<F, 2, 4, 2>(p, pl.nw, split, 0, st);
+  else if (c.rt == 2) launch_kd<F, 4, 3, 2>(p, pl.nw, split, 0, st);
+  else if (c.kb == 2 && c.d == 6) launch_kd<F, 2, 6>(p, pl.nw, split, 0, st);
+  else if (c.kb == 2) launch_kd<F, 2, 4>(p, pl.nw, split, 0, st);
+  else if (c.kb == 8) launch_kd<F, 8, 2>(p, pl.nw, split, 0, st);
+  else if (c.d == 2) launch_kd<F, 4, 2>(p, pl.nw, split, 0, st);
+  else if (c.d == 4) launch_kd<F, 4, 4>(p, pl.nw, split, 0, st);
+  else launch_kd<F, 4, 3>(p, pl.nw, split, 0, st);
   if (split > 1) launch_sum(p, split, st);
+}
+
+// Whether the CTAs of an 8-bit launch make their own copy of bf16 x (the bits are those of
+// the x kernel either way): auto when the copy is at most half of the rings' shared memory
+// (so it costs little occupancy), all CTAs fit on the GPU at once with it, and they are few
+// enough that reading all of x per CTA for its maximum stays small; needs the XS
+// instantiations (KB 4 / D 3 or KB 2 / D 6, one row tile).
+bool w8_use_xs(int64_t m, int64_t n, int64_t k, int split) {
+  const W8Cfg c = w8_config();
+  if (c.xs == 0 || c.rt != 1 || !((c.kb == 4 && c.d == 3) || (c.kb == 2 && c.d == 6))) return false;
+  const W8Plan pl = w8_plan(n, k, 1, c);
+  const int64_t nblk = k / 64, cblk = (nblk + split - 1) / split + 1;
+  const int64_t xbytes = m * (cblk * 128 + 16), ring = int64_t(pl.nw) * c.d * 16 * c.kb * 64;
+  if (c.xs == 1) return xbytes + ring <= 200 * 1024;
+  const int64_t ctas = (n + 15) / 16 * split, per_sm = (ctas + 131) / 132;
+  return 2 * xbytes <= ring && ctas <= 132 * 8 && per_sm * (xbytes + ring + 1024) <= 227 * 1024;
 }
 
 }  // namespace
@@ -183,6 +199,11 @@ void gemv_w8_quant(const QGemvArgs& a, void* stream) {
   p.k = a.k;
   p.out = a.out_dtype;
   p.variant = a.variant;
+  const bool xs = a.x_dtype == DType::bf16 && w8_use_xs(a.m, a.n, a.k, a.split);
+  if (xs) {
+    if (a.fmt == QFormat::fp8) return launch_w8<SFp8>(p, a.split, st, true);
+    return launch_w8<SInt8>(p, a.split, st, true);
+  }
   if (a.x_dtype == DType::bf16) {
     if (!a.xh || !a.xinv) throw ValueError("gemv: the staged fp8 / int8 path needs its x workspace for bf16 x");
     launch_ex(k_w8_xprep, dim3(unsigned(a.m)), 256, 0, st, a.variant != 2, static_cast<const bf16*>(a.x), a.x_rs, a.k,

@@ -143,6 +143,24 @@ def test_w8_knob_configs(fmt, cfg):
         del os.environ["GPUKIT_GEMV_W8"]
 
 
+@pytest.mark.parametrize("fmt", ["fp8", "int8"])
+@pytest.mark.parametrize("n,k,m", [(37, 4096, 1), (300, 14336, 2), (2051, 1024, 8), (640, 192, 3)])
+def test_w8_x_copy_in_cta_same_bits(fmt, n, k, m):
+    """The CTAs' own scaled copy of bf16 x (knob XS = 1) gives the bits of the x kernel (XS = 0)."""
+    fn, deq = make(fmt, n, k)
+    x, xs = xrand(m, k, "bfloat16", 3.0)
+    outs = []
+    for cfg in ("4,3,16,1,0", "4,3,16,1,1", "2,6,16,1,0", "2,6,16,1,1"):
+        os.environ["GPUKIT_GEMV_W8"] = cfg
+        try:
+            outs.append(f64(run(fn, x)))
+        finally:
+            del os.environ["GPUKIT_GEMV_W8"]
+    check(outs[1], xs, deq, f"{fmt} XS=1")
+    assert outs[0].tobytes() == outs[1].tobytes(), "the CTA copy of x and the x kernel differ (KB 4)"
+    assert outs[2].tobytes() == outs[3].tobytes(), "the CTA copy of x and the x kernel differ (KB 2)"
+
+
 def test_w8_bad_knob():
     fn, _ = make("fp8", 32, 256)
     x, _ = xrand(1, 256, "bfloat16")

@@ -79,9 +79,70 @@ struct SInt8 {  // int8 codes: (1024 + 128 + q) - 1152 in fp16, exact
   }
 };
 
+// The power of two c of a row of bf16 x whose largest |x| has the bits mx (sign cleared):
+// max * 2^c in [2^14, 2^15); 0 for a zero, inf or NaN maximum; within [-126, 126].
+__device__ __forceinline__ int w8_exponent(uint32_t mx) {
+  if (mx == 0 || mx >= 0x7f80u) return 0;
+  const int c = 14 - ilogbf(__uint_as_float(mx << 16));
+  return c < -126 ? -126 : (c > 126 ? 126 : c);
+}
+// Two bf16 values (one word) times sc as an fp16 pair, rounded to nearest.
+__device__ __forceinline__ uint32_t w8_scale_h2(uint32_t u, float sc) {
+  __half2 h = __floats2half2_rn(__uint_as_float(u << 16) * sc, __uint_as_float(u & 0xffff0000u) * sc);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+
+// XS kernels: the CTA makes the scaled fp16 copy of bf16 x itself (the same values and
+// scales as k_w8_xprep, so the same bits): the largest |x| of each row over all of K,
+// then elements [e0, e1) of each row into shared memory at xs (rows `pitch` bytes apart);
+// xinv_s[m] = 2^-c_m.
+__device__ __forceinline__ void w8_stage_x(const KArgs& p, int64_t e0, int64_t e1, uint32_t xs, int pitch,
+                                           float* xinv_s) {
+  __shared__ uint32_t mx_s[8][8];
+  const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5, nw = nt >> 5;
+  const bf16* x = static_cast<const bf16*>(p.x);
+  const int64_t nv = p.k / 8;
+  for (int m = 0; m < p.m; ++m) {
+    const uint4* xr = reinterpret_cast<const uint4*>(x + m * p.x_rs);
+    uint32_t mx = 0;
+    for (int64_t i = tid; i < nv; i += nt) {
+      const uint4 v = __ldg(xr + i);
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const uint32_t u = word(v, w);
+        mx = max(mx, max(u & 0x7fffu, (u >> 16) & 0x7fffu));
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if (lane == 0) mx_s[warp][m] = mx;
+  }
+  __syncthreads();
+  const int64_t per = (e1 - e0) / 8;
+  for (int64_t i = tid; i < int64_t(p.m) * per; i += nt) {
+    const int m = int(i / per);
+    const int64_t j = i % per;
+    uint32_t mx = mx_s[0][m];
+    for (int w = 1; w < nw; ++w) mx = max(mx, mx_s[w][m]);
+    const float sc = __uint_as_float(uint32_t(w8_exponent(mx) + 127) << 23);
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(x + m * p.x_rs + e0) + j);
+    uint32_t o[4];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) o[w] = w8_scale_h2(word(v, w), sc);
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(xs + uint32_t(m * pitch) + uint32_t(j * 16)),
+                 "r"(o[0]), "r"(o[1]), "r"(o[2]), "r"(o[3]));
+  }
+  if (tid < p.m) {
+    uint32_t mx = mx_s[0][tid];
+    for (int w = 1; w < nw; ++w) mx = max(mx, mx_s[w][tid]);
+    xinv_s[tid] = __uint_as_float(uint32_t(127 - w8_exponent(mx)) << 23);
+  }
+  __syncthreads();
+}
+
 // KArgs use: x = the B operand source [m, k] in F::TB (x_rs elements apart, 16-byte
 // aligned rows), gscale = 2^-c per row of x or nullptr, scales = row scales (fp8/int8).
-template <class F, int KB, int D, int RT>
+template <class F, int KB, int D, int RT, bool XS = false>
 __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
   using TB = typename F::TB;
   constexpr int CPR = 4 * KB;               // 16-byte chunks per row per stage
@@ -91,6 +152,7 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
   constexpr int XW = 16 / (F::EB * 8);      // 16-byte x loads per chunk (8-bit: 2, 16-bit: 1)
   constexpr int XE = 16 / F::EB;            // x elements per chunk
   static_assert(32 % CPR == 0 && KB >= 2, "stage of 2..8 blocks");
+  static_assert(!XS || F::EB == 1, "XS: 8-bit weights (fp16 B made from bf16 x)");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int64_t row0 = int64_t(blockIdx.x) * 16 * RT;
@@ -136,6 +198,17 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
 #pragma unroll
   for (int st = 0; st < D - 1; ++st) issue(st, st);
   pdl_wait();
+  // XS: B from the CTA's scaled fp16 copy of its k range of x in shared memory
+  __shared__ float xinv_s[8];
+  const int64_t cb0 = nblk * (int64_t(blockIdx.y) * nw) / parts;
+  uint32_t xsb = 0;
+  if constexpr (XS) {
+    const int64_t cb1 = nblk * (int64_t(blockIdx.y) * nw + nw) / parts;
+    const int pitch = int((cb1 - cb0) * (64 / F::EB) * 2 + 16);
+    const uint32_t xs = smem_addr(smem) + uint32_t(nw * D * SB);
+    w8_stage_x(p, cb0 * (64 / F::EB), cb1 * (64 / F::EB), xs, pitch, xinv_s);
+    xsb = xs + uint32_t(g * pitch + t * XE * 2);
+  }
   const int64_t nst = (b1 - b0 + KB - 1) / KB;
   for (int64_t j0 = 0; j0 < nst; j0 += D) {
 #pragma unroll
@@ -151,7 +224,10 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
 #pragma unroll
           for (int i = 0; i < XW; ++i) {
             xv[bb][i] = make_uint4(0, 0, 0, 0);
-            if (xrow && bb < nb) xv[bb][i] = __ldg(reinterpret_cast<const uint4*>(xr + (bs + bb) * (64 / F::EB) + 8 * i));
+            if (xrow && bb < nb) {
+              if constexpr (XS) xv[bb][i] = lds16(xsb + uint32_t((bs + bb - cb0) * 128 + 16 * i));
+              else xv[bb][i] = __ldg(reinterpret_cast<const uint4*>(xr + (bs + bb) * (64 / F::EB) + 8 * i));
+            }
           }
         cp_wait<D - 2>();
         __syncwarp();
@@ -207,7 +283,8 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
       const int m = 2 * t + (e & 1);
       const int64_t row = row0 + 16 * rt + g + (e >= 2 ? 8 : 0);
       if (m < p.m && row < p.n) {
-        if (p.gscale) v *= __ldg(p.gscale + m);  // 2^-c: exact
+        if constexpr (XS) v *= xinv_s[m];  // 2^-c: exact
+        else if (p.gscale) v *= __ldg(p.gscale + m);
         if constexpr (F::kScaled) v *= __ldg(p.scales + row);
         if (S == 1) store_out(p.y, p.out, m * p.n + row, v);
         else p.part[(int64_t(sl) * p.m + m) * p.n + row] = v;
