@@ -101,7 +101,7 @@ W8Plan w8_plan(int64_t n, int64_t k, int eb, const W8Cfg& c) {
 template <class F, int KB, int D, int RT = 1, bool XS = false>
 void launch_kd(const KArgs& p, int nw, int split, int xbytes, cudaStream_t st) {
   constexpr int SB = 16 * RT * KB * 64;
-  smem_limit<k_w8<F, KB, D, RT, XS>>(XS ? 227 * 1024 : 8 * D * SB);
+  smem_limit<k_w8<F, KB, D, RT, XS>>(XS ? 200 * 1024 : 8 * D * SB);
   const int64_t blocks = (p.n + 16 * RT - 1) / (16 * RT);
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   launch_ex(k_w8<F, KB, D, RT, XS>, dim3(unsigned(blocks), unsigned(split)), nw * 32, nw * D * SB + xbytes, st,
@@ -146,7 +146,8 @@ bool w8_use_xs(int64_t m, int64_t n, int64_t k, int split) {
   const W8Plan pl = w8_plan(n, k, 1, c);
   const int64_t nblk = k / 64, cblk = (nblk + split - 1) / split + 1;
   const int64_t xbytes = m * (cblk * 128 + 16), ring = int64_t(pl.nw) * c.d * 16 * c.kb * 64;
-  if (c.xs == 1) return xbytes + ring <= 200 * 1024;
+  if (xbytes + ring > 200 * 1024) return false;
+  if (c.xs == 1) return true;
   const int64_t ctas = (n + 15) / 16 * split, per_sm = (ctas + 131) / 132;
   return 2 * xbytes <= ring && ctas <= 132 * 8 && per_sm * (xbytes + ring + 1024) <= 227 * 1024;
 }
