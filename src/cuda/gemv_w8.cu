@@ -4,6 +4,7 @@
 // GPUKIT_GEMV_W8="KB,D,WT" (64-byte blocks per stage, ring depth, target warps per SM).
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "common/gemv_w8.cuh"
 #include "core/cuda_util.h"
@@ -57,23 +58,34 @@ struct W8Cfg {
   int xs = -1;  // bf16 x with 8-bit weights: -1 auto, 0 the x kernel, 1 the CTA's own copy when it fits
 };
 
-W8Cfg w8_config() {
+W8Cfg parse_w8(const char* e) {
   W8Cfg c;
-  if (const char* e = std::getenv("GPUKIT_GEMV_W8")) {
-    int kb = 0, d = 0, wt = 0, rt = 1, xs = -1;
-    const int got = std::sscanf(e, "%d,%d,%d,%d,%d", &kb, &d, &wt, &rt, &xs);
-    if (got < 3) throw ValueError(cat("GPUKIT_GEMV_W8: expected KB,D,WT[,RT[,XS]], got '", e, "'"));
-    const bool ok = rt == 1 ? (kb == 2 && (d == 4 || d == 6)) || (kb == 4 && (d == 2 || d == 3 || d == 4)) ||
-                                  (kb == 8 && d == 2)
-                            : rt == 2 && ((kb == 4 && d == 3) || (kb == 2 && d == 4));
-    if (!ok) throw ValueError(cat("GPUKIT_GEMV_W8: unsupported stage / depth / row tiles ", kb, ",", d, ",", rt));
-    c.kb = kb;
-    c.d = d;
-    c.wt = wt < 1 ? 1 : (wt > 64 ? 64 : wt);
-    c.rt = rt;
-    c.xs = xs < -1 ? -1 : (xs > 1 ? 1 : xs);
-  }
+  int kb = 0, d = 0, wt = 0, rt = 1, xs = -1;
+  const int got = std::sscanf(e, "%d,%d,%d,%d,%d", &kb, &d, &wt, &rt, &xs);
+  if (got < 3) throw ValueError(cat("GPUKIT_GEMV_W8: expected KB,D,WT[,RT[,XS]], got '", e, "'"));
+  const bool ok = rt == 1 ? (kb == 2 && (d == 4 || d == 6)) || (kb == 4 && (d == 2 || d == 3 || d == 4)) ||
+                                (kb == 8 && d == 2)
+                          : rt == 2 && ((kb == 4 && d == 3) || (kb == 2 && d == 4));
+  if (!ok) throw ValueError(cat("GPUKIT_GEMV_W8: unsupported stage / depth / row tiles ", kb, ",", d, ",", rt));
+  c.kb = kb;
+  c.d = d;
+  c.wt = wt < 1 ? 1 : (wt > 64 ? 64 : wt);
+  c.rt = rt;
+  c.xs = xs < -1 ? -1 : (xs > 1 ? 1 : xs);
   return c;
+}
+
+// The knob (a benchmarking switch), parsed again only when the variable changes.
+W8Cfg w8_config() {
+  const char* e = std::getenv("GPUKIT_GEMV_W8");
+  if (!e || !*e) return W8Cfg{};
+  thread_local std::string last;
+  thread_local W8Cfg cfg;
+  if (last != e) {
+    cfg = parse_w8(e);
+    last = e;
+  }
+  return cfg;
 }
 
 struct W8Plan {
