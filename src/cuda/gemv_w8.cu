@@ -88,6 +88,8 @@ W8Cfg w8_config() {
   return cfg;
 }
 
+constexpr int kW8SmemMax = 200 * 1024;  // dynamic shared memory of one CTA at most
+
 struct W8Plan {
   int nw = 1, split = 1;
 };
@@ -101,6 +103,7 @@ W8Plan w8_plan(int64_t n, int64_t k, int eb, const W8Cfg& c) {
   int64_t w = (want + rb / 2) / rb;
   w = std::min<int64_t>(std::max<int64_t>(w, 1), 8);
   w = std::min<int64_t>(w, std::max<int64_t>(nblk / (2 * c.kb), 1));
+  w = std::min<int64_t>(w, kW8SmemMax / (int64_t(c.d) * w8_stage_bytes(c.kb, c.rt)));
   p.nw = int(w);
   if (rb * w * 2 < want) {
     int64_t sp = (want + rb * w - 1) / (rb * w);
@@ -112,8 +115,8 @@ W8Plan w8_plan(int64_t n, int64_t k, int eb, const W8Cfg& c) {
 
 template <class F, int KB, int D, int RT = 1, bool XS = false>
 void launch_kd(const KArgs& p, int nw, int split, int xbytes, cudaStream_t st) {
-  constexpr int SB = 16 * RT * KB * 64;
-  smem_limit<k_w8<F, KB, D, RT, XS>>(XS ? 200 * 1024 : 8 * D * SB);
+  constexpr int SB = w8_stage_bytes(KB, RT);
+  smem_limit<k_w8<F, KB, D, RT, XS>>(XS ? kW8SmemMax : std::min(kW8SmemMax, 8 * D * SB));
   const int64_t blocks = (p.n + 16 * RT - 1) / (16 * RT);
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   launch_ex(k_w8<F, KB, D, RT, XS>, dim3(unsigned(blocks), unsigned(split)), nw * 32, nw * D * SB + xbytes, st,
@@ -157,8 +160,8 @@ bool w8_use_xs(int64_t m, int64_t n, int64_t k, int split) {
   if (c.xs == 0 || c.rt != 1 || !((c.kb == 4 && c.d == 3) || (c.kb == 2 && c.d == 6))) return false;
   const W8Plan pl = w8_plan(n, k, 1, c);
   const int64_t nblk = k / 64, cblk = (nblk + split - 1) / split + 1;
-  const int64_t xbytes = m * (cblk * 128 + 16), ring = int64_t(pl.nw) * c.d * 16 * c.kb * 64;
-  if (xbytes + ring > 200 * 1024) return false;
+  const int64_t xbytes = m * (cblk * 128 + 16), ring = int64_t(pl.nw) * c.d * w8_stage_bytes(c.kb, 1);
+  if (xbytes + ring > kW8SmemMax) return false;
   if (c.xs == 1) return true;
   const int64_t ctas = (n + 15) / 16 * split, per_sm = (ctas + 131) / 132;
   return 2 * xbytes <= ring && ctas <= 132 * 8 && per_sm * (xbytes + ring + 1024) <= 227 * 1024;

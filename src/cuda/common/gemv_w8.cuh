@@ -8,10 +8,9 @@
 // - a CTA owns 16 RT weight rows (RT m16 tiles of mma.m16n8k16) and nw warps (1..8, a function of
 //   N and K only); warp w sweeps its own contiguous part of K (of its split-K slice) in
 //   stages of 16 RT rows x KB 64-byte blocks, copied global -> shared memory with cp.async by
-//   the warp's lanes (each warp instruction copies 32 x 16 bytes = whole 64..512-byte runs
-//   of rows), into a ring of D stages per warp (D - 1 stages in flight while one is
-//   decoded; only __syncwarp, no CTA barrier in the loop). 16-byte chunks are XOR-swizzled
-//   by row parity so the fragment reads below are free of bank conflicts.
+//   the warp's lanes (each warp instruction copies 4 rows x 128 contiguous bytes), into
+//   a ring of D stages per warp (D - 1 stages in flight while one is decoded; only __syncwarp, no CTA barrier in the loop). Shared rows are KB * 64 + 64
+//   bytes apart so the fragment reads below are free of bank conflicts.
 // - lane (g, t) reads chunk t of each 64-byte block of rows g and g + 8 (one 16-byte shared
 //   load each) and turns it into mma A pairs; the quad's 4 chunks are the k-steps of the
 //   block: chunk word s (8-bit) / words 2s, 2s+1 (16-bit) are k-step s. The B operand (x
@@ -37,6 +36,9 @@
 
 namespace gk::cuda::gemv_detail {
 
+// Shared bytes of one stage of the ring (16 RT rows of KB 64-byte blocks, padded rows).
+constexpr int w8_stage_bytes(int kb, int rt) { return 16 * rt * (kb * 64 + 64); }
+
 // ---- weight formats of the staged kernel ----
 // EB: bytes per weight; TB: the mma operand type; kSteps: k16-steps per 16-byte chunk;
 // a(w, s, lo, hi): the A pairs of k-step s of chunk w (lo: logical k 2t, 2t + 1; hi: 2t + 8,
@@ -57,15 +59,18 @@ __device__ __forceinline__ uint32_t e4m3x2_to_h2(uint32_t u16) {
   return uint32_t(r.x) | (uint32_t(r.y) << 16);
 }
 
+// Both e4m3 pairs of a word (bytes 0-1 and 2-3) as fp16 pairs, the halves split by a move.
+__device__ __forceinline__ void e4m3x4_to_h2x2(uint32_t u, uint32_t& lo, uint32_t& hi) {
+  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h;\n}"
+      : "=r"(lo), "=r"(hi)
+      : "r"(u));
+}
+
 struct SFp8 {  // e4m3 codes, exact in fp16
   using TB = f16;
   static constexpr int EB = 1, kSteps = 4;
   static constexpr bool kScaled = true;
-  __device__ static void a(const uint4& w, int s, uint32_t& lo, uint32_t& hi) {
-    const uint32_t u = word(w, s);
-    lo = e4m3x2_to_h2(u);
-    hi = e4m3x2_to_h2(u >> 16);
-  }
+  __device__ static void a(const uint4& w, int s, uint32_t& lo, uint32_t& hi) { e4m3x4_to_h2x2(word(w, s), lo, hi); }
 };
 
 struct SInt8 {  // int8 codes: (1024 + 128 + q) - 1152 in fp16, exact
@@ -145,13 +150,14 @@ __device__ __forceinline__ void w8_stage_x(const KArgs& p, int64_t e0, int64_t e
 template <class F, int KB, int D, int RT, bool XS = false>
 __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
   using TB = typename F::TB;
-  constexpr int CPR = 4 * KB;               // 16-byte chunks per row per stage
-  constexpr int RPI = 32 / CPR;             // rows per warp-wide copy instruction
-  constexpr int NI = 16 * RT / RPI;         // copy instructions per stage
-  constexpr int SB = 16 * RT * KB * 64;     // bytes per stage
+  constexpr int NR = 4 * RT;               // rows per lane in the copies (4 rows x 128 bytes per warp instruction)
+  constexpr int NK = KB / 2;                // 16-byte copies per lane and row per stage
+  constexpr int P = KB * 64 + 64;           // shared row pitch: = 64 mod 128, conflict-free fragments
+  constexpr int SB = 16 * RT * P;           // bytes per stage
   constexpr int XW = 16 / (F::EB * 8);      // 16-byte x loads per chunk (8-bit: 2, 16-bit: 1)
   constexpr int XE = 16 / F::EB;            // x elements per chunk
-  static_assert(32 % CPR == 0 && KB >= 2, "stage of 2..8 blocks");
+  constexpr int XB = 64 / F::EB;            // x elements per 64-byte block
+  static_assert((RT == 1 || RT == 2) && KB % 2 == 0, "one or two row tiles, an even number of blocks");
   static_assert(!XS || F::EB == 1, "XS: 8-bit weights (fp16 B made from bf16 x)");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -162,27 +168,33 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
 
   extern __shared__ uint4 smem[];
   const uint32_t ring = smem_addr(smem) + uint32_t(warp) * uint32_t(D * SB);
-  // this lane's copies: chunk c = lane % CPR of rows r_i = i * RPI + lane / CPR
-  const int cc = lane % CPR, rl = lane / CPR;
-  const uint8_t* src[NI];
-  uint32_t dst[NI];
+  // copies: lane l takes chunks c = l % 8 + 8 k of rows l / 8 + 4 i of each stage
+  const int ch = lane % 8, rr = lane / 8;
+  const uint8_t* qp[NR];  // the next stage's chunk of each of the lane's rows
 #pragma unroll
-  for (int i = 0; i < NI; ++i) {
-    const int r = i * RPI + rl;
-    const int64_t row = row0 + r < p.n ? row0 + r : p.n - 1;
-    src[i] = p.q + row * p.q_rs + cc * 16;
-    dst[i] = uint32_t(r * KB * 64 + 16 * (cc ^ ((r & 1) << 2)));
+  for (int i = 0; i < NR; ++i) {
+    const int64_t row = row0 + rr + 4 * i < p.n ? row0 + rr + 4 * i : p.n - 1;
+    qp[i] = p.q + row * p.q_rs + b0 * 64 + ch * 16;
   }
-  auto issue = [&](int st, int64_t j) {
-    const int64_t bs = b0 + j * KB;
-    if (bs < b1) {
-      const int64_t lim = (b1 - bs) * 4;  // chunks of this stage that exist
-      if (cc < lim) {
+  const uint32_t cdst = ring + uint32_t(rr * P + ch * 16);
+  int64_t left = b1 - b0;  // blocks not yet issued
+  auto issue = [&](int st) {
+    if (left >= KB) {
 #pragma unroll
-        for (int i = 0; i < NI; ++i) cp_async16(ring + uint32_t(st * SB) + dst[i], src[i] + bs * 64);
-      }
+      for (int i = 0; i < NR; ++i)
+#pragma unroll
+        for (int k = 0; k < NK; ++k) cp_async16(cdst + uint32_t(st * SB + 4 * i * P + 128 * k), qp[i] + 128 * k);
+    } else if (left > 0) {
+#pragma unroll
+      for (int i = 0; i < NR; ++i)
+#pragma unroll
+        for (int k = 0; k < NK; ++k)
+          if (ch + 8 * k < left * 4) cp_async16(cdst + uint32_t(st * SB + 4 * i * P + 128 * k), qp[i] + 128 * k);
     }
     cp_commit();
+#pragma unroll
+    for (int i = 0; i < NR; ++i) qp[i] += KB * 64;
+    left -= KB;
   };
 
   float acc[RT][2][4];
@@ -191,70 +203,73 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[rt][0][e] = acc[rt][1][e] = 0.0f;
   const bool xrow = g < p.m;
-  const TB* xr = static_cast<const TB*>(p.x) + (xrow ? g : 0) * p.x_rs + t * XE;
-  const int sw = (g & 1) << 2;
+  const TB* xr = static_cast<const TB*>(p.x) + (xrow ? g : 0) * p.x_rs + t * XE + b0 * XB;  // the next stage's x
 
   pdl_trigger();
 #pragma unroll
-  for (int st = 0; st < D - 1; ++st) issue(st, st);
+  for (int st = 0; st < D - 1; ++st) issue(st);
   pdl_wait();
   // XS: B from the CTA's scaled fp16 copy of its k range of x in shared memory
   __shared__ float xinv_s[8];
-  const int64_t cb0 = nblk * (int64_t(blockIdx.y) * nw) / parts;
   uint32_t xsb = 0;
   if constexpr (XS) {
+    const int64_t cb0 = nblk * (int64_t(blockIdx.y) * nw) / parts;
     const int64_t cb1 = nblk * (int64_t(blockIdx.y) * nw + nw) / parts;
-    const int pitch = int((cb1 - cb0) * (64 / F::EB) * 2 + 16);
+    const int pitch = int((cb1 - cb0) * XB * 2 + 16);
     const uint32_t xs = smem_addr(smem) + uint32_t(nw * D * SB);
-    w8_stage_x(p, cb0 * (64 / F::EB), cb1 * (64 / F::EB), xs, pitch, xinv_s);
-    xsb = xs + uint32_t(g * pitch + t * XE * 2);
+    w8_stage_x(p, cb0 * XB, cb1 * XB, xs, pitch, xinv_s);
+    xsb = xs + uint32_t(g * pitch + t * XE * 2) + uint32_t((b0 - cb0) * XB * 2);
   }
+  const uint32_t fa = uint32_t(g * P + 16 * t);  // fragment rows g (+ 8 + 16 rt) of a stage
+
+  // one stage: x operands, wait for the stage's weights, issue the stage D - 1 ahead, mma
+  auto stage = [&](int st, int nb, auto full) {
+    constexpr bool kFull = decltype(full)::value;
+    uint4 xv[KB][XW];
+#pragma unroll
+    for (int bb = 0; bb < KB; ++bb)
+#pragma unroll
+      for (int i = 0; i < XW; ++i) {
+        xv[bb][i] = make_uint4(0, 0, 0, 0);
+        if (xrow && (kFull || bb < nb)) {
+          if constexpr (XS) xv[bb][i] = lds16(xsb + uint32_t(bb * XB * 2 + 16 * i));
+          else xv[bb][i] = __ldg(reinterpret_cast<const uint4*>(xr + bb * XB + 8 * i));
+        }
+      }
+    xr += KB * XB;
+    xsb += uint32_t(KB * XB * 2);
+    cp_wait<D - 2>();
+    __syncwarp();
+    issue((st + D - 1) % D);
+    const uint32_t sb = ring + uint32_t(st * SB) + fa;
+#pragma unroll
+    for (int bb = 0; bb < KB; ++bb) {
+      if (kFull || bb < nb) {
+#pragma unroll
+        for (int rt = 0; rt < RT; ++rt) {
+          const uint4 wa = lds16(sb + uint32_t(16 * rt * P + 64 * bb));
+          const uint4 wb = lds16(sb + uint32_t((16 * rt + 8) * P + 64 * bb));
+#pragma unroll
+          for (int s = 0; s < F::kSteps; ++s) {
+            uint32_t a[4];
+            F::a(wa, s, a[0], a[2]);
+            F::a(wb, s, a[1], a[3]);
+            const uint4& xs = xv[bb][(2 * s) / 4];
+            mma16816<TB>(acc[rt][s & 1], a, word(xs, (2 * s) % 4), word(xs, (2 * s) % 4 + 1));
+          }
+        }
+      }
+    }
+  };
   const int64_t nst = (b1 - b0 + KB - 1) / KB;
   for (int64_t j0 = 0; j0 < nst; j0 += D) {
 #pragma unroll
     for (int st = 0; st < D; ++st) {
       const int64_t j = j0 + st;
-      if (j < nst) {
-        const int64_t bs = b0 + j * KB;
-        const int nb = b1 - bs < KB ? int(b1 - bs) : KB;
-        // B operands of the stage first (independent of the weights in flight)
-        uint4 xv[KB][XW];
-#pragma unroll
-        for (int bb = 0; bb < KB; ++bb)
-#pragma unroll
-          for (int i = 0; i < XW; ++i) {
-            xv[bb][i] = make_uint4(0, 0, 0, 0);
-            if (xrow && bb < nb) {
-              if constexpr (XS) xv[bb][i] = lds16(xsb + uint32_t((bs + bb - cb0) * 128 + 16 * i));
-              else xv[bb][i] = __ldg(reinterpret_cast<const uint4*>(xr + (bs + bb) * (64 / F::EB) + 8 * i));
-            }
-          }
-        cp_wait<D - 2>();
-        __syncwarp();
-        issue((st + D - 1) % D, j + D - 1);
-        const uint32_t sb = ring + uint32_t(st * SB);
-#pragma unroll
-        for (int bb = 0; bb < KB; ++bb) {
-          if (bb < nb) {
-            const uint32_t co = uint32_t(16 * ((4 * bb + t) ^ sw));
-#pragma unroll
-            for (int rt = 0; rt < RT; ++rt) {
-              const uint4 wa = lds16(sb + uint32_t((16 * rt + g) * KB * 64) + co);
-              const uint4 wb = lds16(sb + uint32_t((16 * rt + g + 8) * KB * 64) + co);
-#pragma unroll
-              for (int s = 0; s < F::kSteps; ++s) {
-                uint32_t a[4];
-                F::a(wa, s, a[0], a[2]);
-                F::a(wb, s, a[1], a[3]);
-                const uint4& xs = xv[bb][(2 * s) / 4];
-                mma16816<TB>(acc[rt][s & 1], a, word(xs, (2 * s) % 4), word(xs, (2 * s) % 4 + 1));
-              }
-            }
-          }
-        }
-      } else {
-        issue((st + D - 1) % D, j + D - 1);  // keeps the group count uniform (empty groups)
-      }
+      const int64_t nbl = b1 - b0 - j * KB;
+      if (nbl >= KB) stage(st, KB, std::true_type{});
+      else if (nbl > 0) stage(st, int(nbl), std::false_type{});
+      else issue((st + D - 1) % D);  // keeps the group count uniform (empty groups)
     }
   }
   cp_wait<0>();
