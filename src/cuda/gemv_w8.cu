@@ -88,22 +88,28 @@ W8Cfg w8_config() {
   return cfg;
 }
 
-constexpr int kW8SmemMax = 200 * 1024;  // dynamic shared memory of one CTA at most
+constexpr int kW8SmemMax = 200 * 1024;    // dynamic shared memory of one CTA at most
+constexpr int kW8SmemPerSm = 220 * 1024;  // what the CTAs of one SM may use together
 
 struct W8Plan {
   int nw = 1, split = 1;
 };
 
 // Warps per CTA and split-K for rows of k * eb bytes: about wt warps per SM over the
-// GPU (132 SMs), 1..8 warps per 16 rows, at least two stages per warp; split-K only when
-// the row tiles alone leave the GPU half empty. A function of (N, K, eb) and the knob only.
+// GPU (132 SMs), 1..8 warps per 16 rows, at least two stages per warp, and few enough
+// that all CTAs fit on the GPU at once when there are at most a few per SM; split-K only
+// when the row tiles alone leave the GPU half empty. A function of (N, K, eb) and the knob.
 W8Plan w8_plan(int64_t n, int64_t k, int eb, const W8Cfg& c) {
   W8Plan p;
   const int64_t nblk = k * eb / 64, rb = (n + 16 * c.rt - 1) / (16 * c.rt), want = int64_t(132) * c.wt;
   int64_t w = (want + rb / 2) / rb;
   w = std::min<int64_t>(std::max<int64_t>(w, 1), 8);
   w = std::min<int64_t>(w, std::max<int64_t>(nblk / (2 * c.kb), 1));
-  w = std::min<int64_t>(w, kW8SmemMax / (int64_t(c.d) * w8_stage_bytes(c.kb, c.rt)));
+  const int64_t ring = int64_t(c.d) * w8_stage_bytes(c.kb, c.rt);  // per warp
+  w = std::min<int64_t>(w, kW8SmemMax / ring);
+  // all row tiles resident at once when they can be: ceil(rb / 132) CTAs per SM must fit
+  const int64_t per_sm = (rb + 131) / 132;
+  w = std::max<int64_t>(std::min<int64_t>(w, kW8SmemPerSm / (per_sm * (ring + 256))), 1);
   p.nw = int(w);
   if (rb * w * 2 < want) {
     int64_t sp = (want + rb * w - 1) / (rb * w);
