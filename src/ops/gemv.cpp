@@ -14,6 +14,8 @@ std::atomic<int> g_dense_path{-1};
 // 69 / 66 / 91%; the tensor-core kernel is better at M = 4..8 (61-65% against 35%), but
 // the choice may not depend on M.
 constexpr bool kDenseMmaDefault = false;
+// The staged tensor-core kernel (src/cuda/gemv_w8.cu) for bf16/fp16 weights by default.
+constexpr bool kDenseW8Default = false;
 }  // namespace
 void gemv_set_dense_path(int path) {
   if (path < -1 || path > 2) throw ValueError(cat("path: expected -1, 0, 1 or 2, got ", path));
@@ -88,7 +90,7 @@ Array gemv(const Array& x_in, const Array& w_in, std::optional<DType> out_dtype,
       a.vec = al16(a.w) && al16(a.x) && a.w_rs % 8 == 0 && k % 8 == 0;
       const int path = g_dense_path.load();
       a.mma = a.vec && k % 32 == 0 && (path == 1 || (path < 0 && kDenseMmaDefault));
-      a.w8 = a.vec && k > 0 && k % 32 == 0 && path == 2;
+      a.w8 = a.vec && k > 0 && k % 32 == 0 && (path == 2 || (path < 0 && kDenseW8Default));
       a.split = a.w8 ? cuda::gemv_w8_split(n, k, 2) : (a.vec ? cuda::gemv_split(n, k, a.mma) : 1);
       a.variant = g_variant.load();
       Array part;
