@@ -16,7 +16,8 @@ rows against float64 products with its exact dequantization before it is timed.
 
 bf16_tc / bf16_m8_tc / fp8_tc / int8_tc: bf16, fp8 or int8 weights through the tensor-core kernel
 instead of the default CUDA-core one (gk._C._gemv_set_dense_path(1)); *_cc forces the CUDA cores;
-*_st the staged tensor-core kernel (src/cuda/gemv_w8.cu, path 2). --w8 KB,D,WT[/KB,D,WT...]: time
+*_st the staged tensor-core kernel (src/cuda/gemv_w8.cu, path 2; the default where it applies);
+fp8_h_st / int8_h_st: the same with float16 x (no scaled fp16 copy of x needed). --w8 KB,D,WT[/KB,D,WT...]: time
 the *_st formats again with each GPUKIT_GEMV_W8 setting (printed only).
 --ms 1,4,8: also time every other format with M = 4 and 8 rows of x (records FMT_m4, FMT_m8).
 The default launches use programmatic dependent launch (each call copies its first weights
@@ -43,6 +44,7 @@ TILE = 512           # rows quantized on the CPU, repeated on the GPU
 L2_DEFEAT = 256e6    # bytes of rotated weights per measurement (>= 5x the H200's L2)
 FORMATS = ("bf16", "fp16", "bf16_m4", "bf16_m8", "bf16_tc", "bf16_m8_tc", "fp8", "int8", "fp8_tc", "int8_tc",
            "bf16_st", "bf16_m2_st", "bf16_m4_st", "bf16_m8_st", "fp8_st", "int8_st", "fp8_m8_st", "int8_m8_st",
+           "bf16_cc", "bf16_m8_cc", "fp8_cc", "int8_cc", "fp8_h_st", "int8_h_st", "fp8_m2_st", "fp8_m4_st",
            "int4", "int4_g64", "int4_g32", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 VARIANT_FMTS = ("bf16", "bf16_m8", "fp8", "int8", "int4", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "without PDL"}
@@ -225,11 +227,11 @@ def main():
             m = int(fmt.rsplit("_m", 1)[1].split("_")[0]) if "_m" in fmt else 1
             base = fmt
             if not fmt.startswith(("bf16", "fp16")):
-                base = fmt.removesuffix("_tc").removesuffix("_cc").removesuffix("_st").split("_m")[0]
+                base = fmt.removesuffix("_tc").removesuffix("_cc").removesuffix("_st").removesuffix("_h").split("_m")[0]
             if fmt.startswith("int4_g"):
                 base = fmt.split("_m")[0]
             gk._C._gemv_set_dense_path({"_tc": 1, "_cc": 0, "_st": 2}.get(fmt[-3:], -1))
-            xdt = "float16" if fmt == "fp16" else "bfloat16"
+            xdt = "float16" if fmt == "fp16" or "_h_" in fmt else "bfloat16"
             x = gk.asarray(rng.standard_normal((m, k), dtype=np.float32)).to("cuda").astype(xdt)
             probe_bytes = n * k * (2 if fmt.startswith(("bf16", "fp16")) else 1)
             copies = max(1, math.ceil(L2_DEFEAT / probe_bytes))

@@ -131,16 +131,35 @@ void launch_kd(const KArgs& p, int nw, int split, int xbytes, cudaStream_t st) {
 }
 
 // xs: the CTAs copy bf16 x themselves (p.x bf16, 8-bit weights only)
+// The x copy of an 8-bit launch with bf16 x: 0 the x kernel (k_w8_xprep); D > 0 the CTAs'
+// own copy with a ring of D stages (the bits are those of the x kernel either way: the
+// same warps and split, only the ring depth may differ). Auto: when all CTAs fit on the
+// GPU at once with the copy (D = the knob's depth, else 2) and there are few enough of them
+// that reading all of x per CTA for its maximum stays small. XS kernels: KB 4, one row tile.
+int w8_xs_depth(int64_t m, int64_t n, int64_t k, int split) {
+  const W8Cfg c = w8_config();
+  if (c.xs == 0 || c.rt != 1 || c.kb != 4) return 0;
+  const W8Plan pl = w8_plan(n, k, 1, c);
+  const int64_t nblk = k / 64, cblk = (nblk + split - 1) / split + 1;
+  const int64_t xbytes = m * (cblk * 128 + 16), ctas = (n + 15) / 16 * split, per_sm = (ctas + 131) / 132;
+  for (int d : {c.d >= 3 ? 3 : 2, 2}) {
+    const int64_t ring = int64_t(pl.nw) * d * w8_stage_bytes(4, 1);
+    if (xbytes + ring > kW8SmemMax) continue;
+    if (c.xs == 1 || (ctas <= 132 * 8 && per_sm * (xbytes + ring + 1024) <= 227 * 1024)) return d;
+  }
+  return 0;
+}
+
 template <class F>
-void launch_w8(const KArgs& p, int split, cudaStream_t st, bool xs = false) {
+void launch_w8(const KArgs& p, int split, cudaStream_t st, int xs_depth = 0) {
   const W8Cfg c = w8_config();
   const W8Plan pl = w8_plan(p.n, p.k, F::EB, c);
   if constexpr (F::EB == 1) {
-    if (xs) {
+    if (xs_depth > 0) {
       const int64_t nblk = p.k / 64, cblk = (nblk + split - 1) / split + 1;
       const int xbytes = int(p.m * (cblk * 128 + 16));
-      if (c.kb == 2) launch_kd<F, 2, 6, 1, true>(p, pl.nw, split, xbytes, st);
-      else launch_kd<F, 4, 3, 1, true>(p, pl.nw, split, xbytes, st);
+      if (xs_depth == 3) launch_kd<F, 4, 3, 1, true>(p, pl.nw, split, xbytes, st);
+      else launch_kd<F, 4, 2, 1, true>(p, pl.nw, split, xbytes, st);
       if (split > 1) launch_sum(p, split, st);
       return;
     }
@@ -154,23 +173,6 @@ void launch_w8(const KArgs& p, int split, cudaStream_t st, bool xs = false) {
   else if (c.d == 4) launch_kd<F, 4, 4>(p, pl.nw, split, 0, st);
   else launch_kd<F, 4, 3>(p, pl.nw, split, 0, st);
   if (split > 1) launch_sum(p, split, st);
-}
-
-// Whether the CTAs of an 8-bit launch make their own copy of bf16 x (the bits are those of
-// the x kernel either way): auto when the copy is at most half of the rings' shared memory
-// (so it costs little occupancy), all CTAs fit on the GPU at once with it, and they are few
-// enough that reading all of x per CTA for its maximum stays small; needs the XS
-// instantiations (KB 4 / D 3 or KB 2 / D 6, one row tile).
-bool w8_use_xs(int64_t m, int64_t n, int64_t k, int split) {
-  const W8Cfg c = w8_config();
-  if (c.xs == 0 || c.rt != 1 || !((c.kb == 4 && c.d == 3) || (c.kb == 2 && c.d == 6))) return false;
-  const W8Plan pl = w8_plan(n, k, 1, c);
-  const int64_t nblk = k / 64, cblk = (nblk + split - 1) / split + 1;
-  const int64_t xbytes = m * (cblk * 128 + 16), ring = int64_t(pl.nw) * c.d * w8_stage_bytes(c.kb, 1);
-  if (xbytes + ring > kW8SmemMax) return false;
-  if (c.xs == 1) return true;
-  const int64_t ctas = (n + 15) / 16 * split, per_sm = (ctas + 131) / 132;
-  return 2 * xbytes <= ring && ctas <= 132 * 8 && per_sm * (xbytes + ring + 1024) <= 227 * 1024;
 }
 
 }  // namespace
@@ -221,10 +223,10 @@ void gemv_w8_quant(const QGemvArgs& a, void* stream) {
   p.k = a.k;
   p.out = a.out_dtype;
   p.variant = a.variant;
-  const bool xs = a.x_dtype == DType::bf16 && w8_use_xs(a.m, a.n, a.k, a.split);
-  if (xs) {
-    if (a.fmt == QFormat::fp8) return launch_w8<SFp8>(p, a.split, st, true);
-    return launch_w8<SInt8>(p, a.split, st, true);
+  const int xs = a.x_dtype == DType::bf16 ? w8_xs_depth(a.m, a.n, a.k, a.split) : 0;
+  if (xs > 0) {
+    if (a.fmt == QFormat::fp8) return launch_w8<SFp8>(p, a.split, st, xs);
+    return launch_w8<SInt8>(p, a.split, st, xs);
   }
   if (a.x_dtype == DType::bf16) {
     if (!a.xh || !a.xinv) throw ValueError("gemv: the staged fp8 / int8 path needs its x workspace for bf16 x");

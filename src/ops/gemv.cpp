@@ -9,13 +9,14 @@ namespace gk {
 
 namespace {
 std::atomic<int> g_dense_path{-1};
-// The CUDA-core chunk kernel by default: on the H200 (checkpoint B) it reads bf16 at
-// 93 / 90 / 104% of the copy bandwidth at M = 1 where the tensor-core kernel reaches
-// 69 / 66 / 91%; the tensor-core kernel is better at M = 4..8 (61-65% against 35%), but
-// the choice may not depend on M.
+// The per-lane tensor-core kernel (gemv_mma.cuh) only on request: on the H200 (session 3,
+// checkpoint B) it read bf16 at 69 / 66 / 91% of the copy bandwidth at M = 1. The choice
+// between kernels never depends on M.
 constexpr bool kDenseMmaDefault = false;
-// The staged tensor-core kernel (src/cuda/gemv_w8.cu) for bf16/fp16 weights by default.
-constexpr bool kDenseW8Default = false;
+// The staged tensor-core kernel (src/cuda/gemv_w8.cu) for bf16/fp16 weights by default: on
+// the H200 (2026-11-30 session 4, checkpoint A) 98 / 95 / 100% of the copy bandwidth at M = 1
+// against 93 / 89 / 105% for the CUDA-core kernel, and 94 / 93 / 100% at M = 8 against 35%.
+constexpr bool kDenseW8Default = true;
 }  // namespace
 void gemv_set_dense_path(int path) {
   if (path < -1 || path > 2) throw ValueError(cat("path: expected -1, 0, 1 or 2, got ", path));
@@ -32,9 +33,10 @@ void gemv_set_variant(int v) {
 int gemv_variant() { return g_variant.load(); }
 
 namespace {
-// The staged tensor-core kernel (src/cuda/gemv_w8.cu) for fp8 / int8 weights: with path 2
-// only until the H200 figures decide the default.
-constexpr bool kW8QuantDefault = false;
+// The staged tensor-core kernel (src/cuda/gemv_w8.cu) for fp8 / int8 weights by default (H200,
+// checkpoint A: fp8 77 / 69 / 98%, int8 75 / 67 / 96% of copy at M = 1 against 69 / 73 / 83%
+// and 65 / 70 / 76% for the CUDA-core kernel).
+constexpr bool kW8QuantDefault = true;
 }  // namespace
 bool gemv_w8_quant_enabled(int64_t, int64_t k) {
   const int path = g_dense_path.load();

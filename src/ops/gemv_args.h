@@ -24,7 +24,8 @@ struct GemvArgs {
 struct QGemvArgs;
 
 // Which CUDA kernel reads bf16/fp16 (and fp8/int8) weights when several can: -1 the default
-// (gemv_dense_default), 0 the CUDA-core chunk kernel, 1 the per-lane tensor-core kernel
+// (the staged kernel where it applies: K % 32 == 0 (bf16/fp16) or K % 64 == 0 (fp8/int8)
+// and aligned rows; else the CUDA-core kernel), 0 the CUDA-core chunk kernel, 1 the per-lane tensor-core kernel
 // (gemv_mma.cuh), 2 the staged tensor-core kernel (gemv_w8.cuh; a benchmarking switch;
 // the choice never depends on M, so a row's bits do not depend on the batch).
 void gemv_set_dense_path(int path);

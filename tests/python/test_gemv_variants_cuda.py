@@ -16,7 +16,8 @@ import gpukit as gk
 
 pytestmark = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(2026)
-FMTS = ["bf16", "bf16_cc", "bf16_tc", "bf16_st", "fp8", "int8", "fp8_tc", "int8_tc", "fp8_st", "int8_st", "int4_32", "int4_64", "int4_128", "nvf4",
+FMTS = ["bf16", "bf16_cc", "bf16_tc", "bf16_st", "fp8", "int8", "fp8_cc", "int8_cc", "fp8_tc", "int8_tc", "fp8_st",
+        "int8_st", "int4_32", "int4_64", "int4_128", "nvf4",
         "q8_0", "q4_0", "q4_1", "q4_k", "q6_k"]
 
 

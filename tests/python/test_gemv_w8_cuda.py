@@ -150,15 +150,15 @@ def test_w8_x_copy_in_cta_same_bits(fmt, n, k, m):
     fn, deq = make(fmt, n, k)
     x, xs = xrand(m, k, "bfloat16", 3.0)
     outs = []
-    for cfg in ("4,3,16,1,0", "4,3,16,1,1", "2,6,16,1,0", "2,6,16,1,1"):
+    for cfg in ("4,3,16,1,0", "4,3,16,1,1", "4,2,16,1,0", "4,2,16,1,1"):
         os.environ["GPUKIT_GEMV_W8"] = cfg
         try:
             outs.append(f64(run(fn, x)))
         finally:
             del os.environ["GPUKIT_GEMV_W8"]
     check(outs[1], xs, deq, f"{fmt} XS=1")
-    assert outs[0].tobytes() == outs[1].tobytes(), "the CTA copy of x and the x kernel differ (KB 4)"
-    assert outs[2].tobytes() == outs[3].tobytes(), "the CTA copy of x and the x kernel differ (KB 2)"
+    assert outs[0].tobytes() == outs[1].tobytes(), "the CTA copy of x and the x kernel differ (D 3)"
+    assert outs[2].tobytes() == outs[3].tobytes(), "the CTA copy of x and the x kernel differ (D 2)"
 
 
 def test_w8_bad_knob():
@@ -176,6 +176,18 @@ def test_w8_bad_knob():
             run(fn, x)
     finally:
         del os.environ["GPUKIT_GEMV_W8"]
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp8", "int8"])
+def test_w8_is_the_default(fmt):
+    """The default path (-1) is the staged kernel where it applies: the same bits as path 2;
+    the CUDA-core kernel (path 0) stays within the same tolerance."""
+    n, k = 515, 4096
+    fn, deq = make(fmt, n, k)
+    x, xs = xrand(3, k, "bfloat16")
+    st = f64(run(fn, x, path=2))
+    assert f64(run(fn, x, path=-1)).tobytes() == st.tobytes()
+    check(run(fn, x, path=0), xs, deq, f"{fmt} CUDA-core path")
 
 
 def test_w8_falls_back_when_k_does_not_fit():

@@ -9,8 +9,9 @@
 //   N and K only); warp w sweeps its own contiguous part of K (of its split-K slice) in
 //   stages of 16 RT rows x KB 64-byte blocks, copied global -> shared memory with cp.async by
 //   the warp's lanes (each warp instruction copies 4 rows x 128 contiguous bytes), into
-//   a ring of D stages per warp (D - 1 stages in flight while one is decoded; only __syncwarp, no CTA barrier in the loop). Shared rows are KB * 64 + 64
-//   bytes apart so the fragment reads below are free of bank conflicts.
+//   a ring of D stages per warp (D - 1 stages in flight while one is decoded; only
+//   __syncwarp, no CTA barrier in the loop). The 16-byte chunks of odd rows are
+//   XOR-swizzled by 4 so the fragment reads below are free of bank conflicts.
 // - lane (g, t) reads chunk t of each 64-byte block of rows g and g + 8 (one 16-byte shared
 //   load each) and turns it into mma A pairs; the quad's 4 chunks are the k-steps of the
 //   block: chunk word s (8-bit) / words 2s, 2s+1 (16-bit) are k-step s. The B operand (x
@@ -36,8 +37,8 @@
 
 namespace gk::cuda::gemv_detail {
 
-// Shared bytes of one stage of the ring (16 RT rows of KB 64-byte blocks, padded rows).
-constexpr int w8_stage_bytes(int kb, int rt) { return 16 * rt * (kb * 64 + 64); }
+// Shared bytes of one stage of the ring (16 RT rows of KB 64-byte blocks).
+constexpr int w8_stage_bytes(int kb, int rt) { return 16 * rt * kb * 64; }
 
 // ---- weight formats of the staged kernel ----
 // EB: bytes per weight; TB: the mma operand type; kSteps: k16-steps per 16-byte chunk;
@@ -152,7 +153,7 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
   using TB = typename F::TB;
   constexpr int NR = 4 * RT;               // rows per lane in the copies (4 rows x 128 bytes per warp instruction)
   constexpr int NK = KB / 2;                // 16-byte copies per lane and row per stage
-  constexpr int P = KB * 64 + 64;           // shared row pitch: = 64 mod 128, conflict-free fragments
+  constexpr int P = KB * 64;                // shared row pitch (chunks XOR-swizzled by row parity)
   constexpr int SB = 16 * RT * P;           // bytes per stage
   constexpr int XW = 16 / (F::EB * 8);      // 16-byte x loads per chunk (8-bit: 2, 16-bit: 1)
   constexpr int XE = 16 / F::EB;            // x elements per chunk
@@ -176,7 +177,9 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
     const int64_t row = row0 + rr + 4 * i < p.n ? row0 + rr + 4 * i : p.n - 1;
     qp[i] = p.q + row * p.q_rs + b0 * 64 + ch * 16;
   }
-  const uint32_t cdst = ring + uint32_t(rr * P + ch * 16);
+  // 16-byte chunk c of row r is stored at chunk c ^ 4 (r & 1): the fragment reads of rows g
+  // and g + 1 fall in different halves of the 128-byte bank window (no conflicts)
+  const uint32_t cdst = ring + uint32_t(rr * P + (ch ^ ((rr & 1) << 2)) * 16);
   int64_t left = b1 - b0;  // blocks not yet issued
   auto issue = [&](int st) {
     if (left >= KB) {
@@ -220,7 +223,8 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
     w8_stage_x(p, cb0 * XB, cb1 * XB, xs, pitch, xinv_s);
     xsb = xs + uint32_t(g * pitch + t * XE * 2) + uint32_t((b0 - cb0) * XB * 2);
   }
-  const uint32_t fa = uint32_t(g * P + 16 * t);  // fragment rows g (+ 8 + 16 rt) of a stage
+  // fragment rows g (+ 8 + 16 rt) of a stage: chunk 4 bb + t of row g lies at block bb ^ (g & 1)
+  const uint32_t fa_even = uint32_t(g * P + 16 * t + 64 * (g & 1)), fa_odd = uint32_t(g * P + 16 * t - 64 * (g & 1));
 
   // one stage: x operands, wait for the stage's weights, issue the stage D - 1 ahead, mma
   auto stage = [&](int st, int nb, auto full) {
@@ -241,14 +245,15 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
     cp_wait<D - 2>();
     __syncwarp();
     issue((st + D - 1) % D);
-    const uint32_t sb = ring + uint32_t(st * SB) + fa;
+    const uint32_t sb = ring + uint32_t(st * SB);
 #pragma unroll
     for (int bb = 0; bb < KB; ++bb) {
       if (kFull || bb < nb) {
 #pragma unroll
         for (int rt = 0; rt < RT; ++rt) {
-          const uint4 wa = lds16(sb + uint32_t(16 * rt * P + 64 * bb));
-          const uint4 wb = lds16(sb + uint32_t((16 * rt + 8) * P + 64 * bb));
+          const uint32_t fb = sb + ((bb & 1) ? fa_odd : fa_even) + uint32_t(64 * bb);
+          const uint4 wa = lds16(fb + uint32_t(16 * rt * P));
+          const uint4 wb = lds16(fb + uint32_t((16 * rt + 8) * P));
 #pragma unroll
           for (int s = 0; s < F::kSteps; ++s) {
             uint32_t a[4];
