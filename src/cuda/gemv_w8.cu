@@ -71,7 +71,7 @@ W8Cfg parse_w8(const char* e) {
   c.d = d;
   c.wt = wt < 1 ? 1 : (wt > 64 ? 64 : wt);
   c.rt = rt;
-  c.xs = xs < -1 ? -1 : (xs > 1 ? 1 : xs);
+  c.xs = xs < -1 ? -1 : (xs > 2 ? 2 : xs);
   return c;
 }
 
@@ -119,13 +119,14 @@ W8Plan w8_plan(int64_t n, int64_t k, int eb, const W8Cfg& c) {
   return p;
 }
 
-template <class F, int KB, int D, int RT = 1, bool XS = false>
+template <class F, int KB, int D, int RT = 1, int XM = 0>
 void launch_kd(const KArgs& p, int nw, int split, int xbytes, cudaStream_t st) {
   constexpr int SB = w8_stage_bytes(KB, RT);
-  smem_limit<k_w8<F, KB, D, RT, XS>>(XS ? kW8SmemMax : std::min(kW8SmemMax, 8 * D * SB));
+  smem_limit<k_w8<F, KB, D, RT, XM>>(XM != 0 ? kW8SmemMax : std::min(kW8SmemMax, 8 * D * SB));
   const int64_t blocks = (p.n + 16 * RT - 1) / (16 * RT);
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
-  launch_ex(k_w8<F, KB, D, RT, XS>, dim3(unsigned(blocks), unsigned(split)), nw * 32, nw * D * SB + xbytes, st,
+  if (nw * D * SB + xbytes > kW8SmemMax) throw ValueError("gemv: the staged kernel's shared memory does not fit");
+  launch_ex(k_w8<F, KB, D, RT, XM>, dim3(unsigned(blocks), unsigned(split)), nw * 32, nw * D * SB + xbytes, st,
             p.variant != 2, p);
   GK_LAUNCH_CHECK("gemv_w8");
 }
@@ -139,6 +140,7 @@ void launch_kd(const KArgs& p, int nw, int split, int xbytes, cudaStream_t st) {
 int w8_xs_depth(int64_t m, int64_t n, int64_t k, int split) {
   const W8Cfg c = w8_config();
   if (c.xs == 0 || c.rt != 1 || c.kb != 4) return 0;
+  if (c.xs == 2) return -1;  // XR
   const W8Plan pl = w8_plan(n, k, 1, c);
   const int64_t nblk = k / 64, cblk = (nblk + split - 1) / split + 1;
   const int64_t xbytes = m * (cblk * 128 + 16), ctas = (n + 15) / 16 * split, per_sm = (ctas + 131) / 132;
@@ -158,8 +160,16 @@ void launch_w8(const KArgs& p, int split, cudaStream_t st, int xs_depth = 0) {
     if (xs_depth > 0) {
       const int64_t nblk = p.k / 64, cblk = (nblk + split - 1) / split + 1;
       const int xbytes = int(p.m * (cblk * 128 + 16));
-      if (xs_depth == 3) launch_kd<F, 4, 3, 1, true>(p, pl.nw, split, xbytes, st);
-      else launch_kd<F, 4, 2, 1, true>(p, pl.nw, split, xbytes, st);
+      if (xs_depth == 3) launch_kd<F, 4, 3, 1, 1>(p, pl.nw, split, xbytes, st);
+      else launch_kd<F, 4, 2, 1, 1>(p, pl.nw, split, xbytes, st);
+      if (split > 1) launch_sum(p, split, st);
+      return;
+    }
+    if (xs_depth < 0) {  // XR: each warp's ring of converted x
+      const int d = c.d >= 3 ? 3 : 2;
+      const int xbytes = int(pl.nw * d * p.m * w8_xring_pitch(4));
+      if (d == 3) launch_kd<F, 4, 3, 1, 2>(p, pl.nw, split, xbytes, st);
+      else launch_kd<F, 4, 2, 1, 2>(p, pl.nw, split, xbytes, st);
       if (split > 1) launch_sum(p, split, st);
       return;
     }
@@ -224,7 +234,7 @@ void gemv_w8_quant(const QGemvArgs& a, void* stream) {
   p.out = a.out_dtype;
   p.variant = a.variant;
   const int xs = a.x_dtype == DType::bf16 ? w8_xs_depth(a.m, a.n, a.k, a.split) : 0;
-  if (xs > 0) {
+  if (xs != 0) {
     if (a.fmt == QFormat::fp8) return launch_w8<SFp8>(p, a.split, st, xs);
     return launch_w8<SInt8>(p, a.split, st, xs);
   }

@@ -90,8 +90,9 @@ def test_w8_fp16_activations(fmt, n, k):
     assert f64(run(fn, x)).tobytes() == f64(got).tobytes()
 
 
+@pytest.mark.parametrize("cfg", [None, "4,3,16,1,2", "4,3,16,1,1"])
 @pytest.mark.parametrize("fmt", ["fp8", "int8"])
-def test_w8_x_range(fmt):
+def test_w8_x_range(fmt, cfg):
     """bf16 x of very different magnitudes per row: the per-row power-of-two scale keeps
     every row exact (tiny, huge, zero row, one large value among small ones)."""
     n, k = 70, 1024
@@ -106,11 +107,16 @@ def test_w8_x_range(fmt):
     base[5, ::2] = 0.0
     xb = gk.asarray(base).astype("bfloat16")
     x, xs = xb.to("cuda"), f64(xb.astype("float32"))
-    got = run(fn, x)
-    check(got, xs, deq, f"{fmt} wide-range x")
-    assert np.all(f64(got)[2] == 0.0)
-    for i in range(6):
-        assert f64(run(fn, x[i:i + 1])).tobytes() == f64(got)[i:i + 1].tobytes(), f"row {i} alone differs"
+    if cfg:
+        os.environ["GPUKIT_GEMV_W8"] = cfg
+    try:
+        got = run(fn, x)
+        check(got, xs, deq, f"{fmt} wide-range x (knob {cfg})")
+        assert np.all(f64(got)[2] == 0.0)
+        for i in range(6):
+            assert f64(run(fn, x[i:i + 1])).tobytes() == f64(got)[i:i + 1].tobytes(), f"row {i} alone differs"
+    finally:
+        os.environ.pop("GPUKIT_GEMV_W8", None)
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp8", "int8"])
@@ -127,7 +133,7 @@ def test_w8_out_dtypes_and_1d(fmt, out):
 
 
 @pytest.mark.parametrize("cfg", ["2,4,16", "2,6,8", "4,2,16", "4,4,12", "8,2,16", "4,3,4", "4,3,64", "4,3,16,2",
-                                 "2,4,16,2", "4,3,1,2"])
+                                 "2,4,16,2", "4,3,1,2", "4,3,16,1,2", "4,2,16,1,2", "4,3,4,1,2"])
 @pytest.mark.parametrize("fmt", ["bf16", "fp8", "int8"])
 def test_w8_knob_configs(fmt, cfg):
     """GPUKIT_GEMV_W8 (a benchmarking knob) changes stages / warps, never correctness."""

@@ -148,8 +148,29 @@ __device__ __forceinline__ void w8_stage_x(const KArgs& p, int64_t e0, int64_t e
 
 // KArgs use: x = the B operand source [m, k] in F::TB (x_rs elements apart, 16-byte
 // aligned rows), gscale = 2^-c per row of x or nullptr, scales = row scales (fp8/int8).
-template <class F, int KB, int D, int RT, bool XS = false>
+// A lane's accumulator e (column 2t + (e & 1)) of one row tile: the two k-step halves added,
+// times the warp's 2^-c of that row of x when XR.
+template <bool XR>
+__device__ __forceinline__ float w8_warp_sum(const float (&a)[2][4], int e, const float* xinv, int t, int64_t m) {
+  const float v = a[0][e] + a[1][e];
+  if constexpr (XR) {
+    const int col = 2 * t + (e & 1);
+    return col < m ? v * xinv[col] : v;
+  }
+  return v;
+}
+
+// Row pitch (bytes) of a warp's x ring (XM 2): one stage of KB blocks of fp16 x, padded.
+constexpr int w8_xring_pitch(int kb) { return kb * 128 + 16; }
+
+// XM: where B comes from. 0: global memory (fp16 x, the x kernel's copy, or bf16/fp16 x of
+// 16-bit weights); 1: the CTA's copy of bf16 x in shared memory (w8_stage_x); 2: bf16 x
+// converted stage by stage by each warp into a small ring in shared memory, scaled by 2^c
+// with c from the largest |x| of the row over the warp's own k range (the warp's sums are
+// multiplied by 2^-c before the warps are added).
+template <class F, int KB, int D, int RT, int XM = 0>
 __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
+  constexpr bool XS = XM == 1, XR = XM == 2;
   using TB = typename F::TB;
   constexpr int NR = 4 * RT;               // rows per lane in the copies (4 rows x 128 bytes per warp instruction)
   constexpr int NK = KB / 2;                // 16-byte copies per lane and row per stage
@@ -159,7 +180,8 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
   constexpr int XE = 16 / F::EB;            // x elements per chunk
   constexpr int XB = 64 / F::EB;            // x elements per 64-byte block
   static_assert((RT == 1 || RT == 2) && KB % 2 == 0, "one or two row tiles, an even number of blocks");
-  static_assert(!XS || F::EB == 1, "XS: 8-bit weights (fp16 B made from bf16 x)");
+  static_assert(XM == 0 || F::EB == 1, "XS / XR: 8-bit weights (fp16 B made from bf16 x)");
+  static_assert(!XR || KB == 4, "XR: one 8-element x chunk per lane and row per stage");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int64_t row0 = int64_t(blockIdx.x) * 16 * RT;
@@ -223,12 +245,62 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
     w8_stage_x(p, cb0 * XB, cb1 * XB, xs, pitch, xinv_s);
     xsb = xs + uint32_t(g * pitch + t * XE * 2) + uint32_t((b0 - cb0) * XB * 2);
   }
+  // XR: the warp's scales from its k range, its x ring, and the first stage's x in registers
+  constexpr int XRP = w8_xring_pitch(KB);
+  __shared__ float xinv_w[8][8];
+  float xsc[8];
+  uint4 xn[8];
+  const bf16* xb = static_cast<const bf16*>(p.x);
+  const uint32_t xring = smem_addr(smem) + uint32_t(nw * D * SB) + uint32_t(warp * D * p.m * XRP);
+  int64_t xnext = b0 * 64;  // the element of the next stage's x
+  if constexpr (XR) {
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+      uint32_t mx = 0;
+      if (m < p.m) {
+        const uint4* xm = reinterpret_cast<const uint4*>(xb + m * p.x_rs + b0 * 64);
+        for (int64_t i = lane; i < (b1 - b0) * 8; i += 32) {
+          const uint4 v = __ldg(xm + i);
+#pragma unroll
+          for (int w = 0; w < 4; ++w) {
+            const uint32_t u = word(v, w);
+            mx = max(mx, max(u & 0x7fffu, (u >> 16) & 0x7fffu));
+          }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      }
+      const int c = w8_exponent(mx);
+      xsc[m] = __uint_as_float(uint32_t(c + 127) << 23);
+      if (lane == 0) xinv_w[warp][m] = __uint_as_float(uint32_t(127 - c) << 23);
+      xn[m] = make_uint4(0, 0, 0, 0);
+      if (m < p.m && lane < (b1 - b0) * 8) xn[m] = __ldg(reinterpret_cast<const uint4*>(xb + m * p.x_rs + xnext) + lane);
+    }
+    xnext += KB * 64;
+    xsb = xring + uint32_t(g * XRP + t * XE * 2);
+  }
   // fragment rows g (+ 8 + 16 rt) of a stage: chunk 4 bb + t of row g lies at block bb ^ (g & 1)
   const uint32_t fa_even = uint32_t(g * P + 16 * t + 64 * (g & 1)), fa_odd = uint32_t(g * P + 16 * t - 64 * (g & 1));
 
   // one stage: x operands, wait for the stage's weights, issue the stage D - 1 ahead, mma
   auto stage = [&](int st, int nb, auto full) {
     constexpr bool kFull = decltype(full)::value;
+    if constexpr (XR) {  // this stage's x (in xn) scaled into slot st of the x ring; the next stage's x
+      const uint32_t xs = xring + uint32_t(st * p.m * XRP + lane * 16);
+#pragma unroll
+      for (int m = 0; m < 8; ++m) {
+        if (m < p.m) {
+          const uint4 v = xn[m];
+          asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(xs + uint32_t(m * XRP)),
+                       "r"(w8_scale_h2(v.x, xsc[m])), "r"(w8_scale_h2(v.y, xsc[m])), "r"(w8_scale_h2(v.z, xsc[m])),
+                       "r"(w8_scale_h2(v.w, xsc[m])));
+          xn[m] = make_uint4(0, 0, 0, 0);
+          if (xnext + 8 * lane < b1 * 64) xn[m] = __ldg(reinterpret_cast<const uint4*>(xb + m * p.x_rs + xnext) + lane);
+        }
+      }
+      xnext += KB * 64;
+      __syncwarp();
+    }
     uint4 xv[KB][XW];
 #pragma unroll
     for (int bb = 0; bb < KB; ++bb)
@@ -237,11 +309,12 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
         xv[bb][i] = make_uint4(0, 0, 0, 0);
         if (xrow && (kFull || bb < nb)) {
           if constexpr (XS) xv[bb][i] = lds16(xsb + uint32_t(bb * XB * 2 + 16 * i));
+          else if constexpr (XR) xv[bb][i] = lds16(xsb + uint32_t(st * p.m * XRP + bb * XB * 2 + 16 * i));
           else xv[bb][i] = __ldg(reinterpret_cast<const uint4*>(xr + bb * XB + 8 * i));
         }
       }
     xr += KB * XB;
-    xsb += uint32_t(KB * XB * 2);
+    if constexpr (XS) xsb += uint32_t(KB * XB * 2);
     cp_wait<D - 2>();
     __syncwarp();
     issue((st + D - 1) % D);
@@ -286,7 +359,7 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
 #pragma unroll
     for (int rt = 0; rt < RT; ++rt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) red[(warp * 32 + lane) * 4 * RT + 4 * rt + e] = acc[rt][0][e] + acc[rt][1][e];
+      for (int e = 0; e < 4; ++e) red[(warp * 32 + lane) * 4 * RT + 4 * rt + e] = w8_warp_sum<XR>(acc[rt], e, xinv_w[warp], t, p.m);
     __syncthreads();
   }
 #pragma unroll
@@ -295,7 +368,7 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
     const int S = gridDim.y, sl = blockIdx.y;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      float v = acc[rt][0][e] + acc[rt][1][e];
+      float v = w8_warp_sum<XR>(acc[rt], e, xinv_w[warp], t, p.m);
       if (nw > 1) {
         v = red[lane * 4 * RT + 4 * rt + e];
         for (int w = 1; w < nw; ++w) v += red[(w * 32 + lane) * 4 * RT + 4 * rt + e];
