@@ -19,8 +19,9 @@ namespace {
 // x [m, k] bf16 -> xh [m, k] fp16 = x * 2^c_m, xinv[m] = 2^-c_m, with c_m such that the
 // row's largest |x| lands in [2^14, 2^15) (c_m = 0 for a zero, inf or NaN maximum). One
 // CTA per row; k % 8 == 0, 16-byte aligned rows.
-__global__ void __launch_bounds__(256) k_w8_xprep(const bf16* __restrict__ x, int64_t x_rs, int64_t k,
+__global__ void __launch_bounds__(512) k_w8_xprep(const bf16* __restrict__ x, int64_t x_rs, int64_t k,
                                                   f16* __restrict__ xh, float* __restrict__ xinv) {
+  constexpr int NT = 512, NR = 4;  // threads; 16-byte pieces kept in registers per thread (k <= 16384)
   pdl_trigger();
   pdl_wait();
   const int64_t m = blockIdx.x;
@@ -28,29 +29,41 @@ __global__ void __launch_bounds__(256) k_w8_xprep(const bf16* __restrict__ x, in
   uint4* out = reinterpret_cast<uint4*>(xh + m * k);
   const int64_t nv = k / 8;
   uint32_t mx = 0;
-  for (int64_t i = threadIdx.x; i < nv; i += 256) {
-    const uint4 v = xr[i];
+  uint4 keep[NR];
+#pragma unroll
+  for (int r = 0; r < NR; ++r) {
+    const int64_t i = threadIdx.x + int64_t(r) * NT;
+    keep[r] = i < nv ? xr[i] : make_uint4(0, 0, 0, 0);
+  }
+  auto vmax = [&](const uint4& v) {
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
       const uint32_t u = word(v, w);
       mx = max(mx, max(u & 0x7fffu, (u >> 16) & 0x7fffu));  // |bf16| orders as its bits
     }
-  }
+  };
+#pragma unroll
+  for (int r = 0; r < NR; ++r) vmax(keep[r]);
+  for (int64_t i = threadIdx.x + int64_t(NR) * NT; i < nv; i += NT) vmax(xr[i]);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  __shared__ uint32_t wm[8];
+  __shared__ uint32_t wm[NT / 32];
   if ((threadIdx.x & 31) == 0) wm[threadIdx.x >> 5] = mx;
   __syncthreads();
   mx = wm[0];
-  for (int i = 1; i < 8; ++i) mx = max(mx, wm[i]);
+  for (int i = 1; i < NT / 32; ++i) mx = max(mx, wm[i]);
   const int c = w8_exponent(mx);
   const float sc = __uint_as_float(uint32_t(c + 127) << 23);
   if (threadIdx.x == 0) xinv[m] = __uint_as_float(uint32_t(127 - c) << 23);
-  for (int64_t i = threadIdx.x; i < nv; i += 256) {
-    const uint4 v = xr[i];
-    const uint4 o = make_uint4(w8_scale_h2(v.x, sc), w8_scale_h2(v.y, sc), w8_scale_h2(v.z, sc), w8_scale_h2(v.w, sc));
-    out[i] = o;
+  auto conv = [&](const uint4& v) {
+    return make_uint4(w8_scale_h2(v.x, sc), w8_scale_h2(v.y, sc), w8_scale_h2(v.z, sc), w8_scale_h2(v.w, sc));
+  };
+#pragma unroll
+  for (int r = 0; r < NR; ++r) {
+    const int64_t i = threadIdx.x + int64_t(r) * NT;
+    if (i < nv) out[i] = conv(keep[r]);
   }
+  for (int64_t i = threadIdx.x + int64_t(NR) * NT; i < nv; i += NT) out[i] = conv(xr[i]);
 }
 
 struct W8Cfg {
@@ -240,7 +253,7 @@ void gemv_w8_quant(const QGemvArgs& a, void* stream) {
   }
   if (a.x_dtype == DType::bf16) {
     if (!a.xh || !a.xinv) throw ValueError("gemv: the staged fp8 / int8 path needs its x workspace for bf16 x");
-    launch_ex(k_w8_xprep, dim3(unsigned(a.m)), 256, 0, st, a.variant != 2, static_cast<const bf16*>(a.x), a.x_rs, a.k,
+    launch_ex(k_w8_xprep, dim3(unsigned(a.m)), 512, 0, st, a.variant != 2, static_cast<const bf16*>(a.x), a.x_rs, a.k,
               static_cast<f16*>(a.xh), a.xinv);
     GK_LAUNCH_CHECK("gemv_w8_xprep");
     p.x = a.xh;
