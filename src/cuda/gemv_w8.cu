@@ -68,12 +68,15 @@ __global__ void __launch_bounds__(512) k_w8_xprep(const bf16* __restrict__ x, in
 
 struct W8Cfg {
   int kb = 4, d = 3, wt = 16, rt = 1;  // blocks per stage, ring depth, target warps per SM, row tiles
-  int xs = -1;  // bf16 x with 8-bit weights: -1 auto, 0 the x kernel, 1 the CTA's own copy when it fits
+  // bf16 x with 8-bit weights: 0 the x kernel (the default: H200 checkpoint B, fp8 74 / 77 / 98%
+  // of copy against 61 / 61 / 97% with the CTAs' own copy and 73 / 70 / 88% with per-warp rings),
+  // -1 the CTAs' own copy when it fits, 1 always, 2 per-warp rings (other bits)
+  int xs = 0;
 };
 
 W8Cfg parse_w8(const char* e) {
   W8Cfg c;
-  int kb = 0, d = 0, wt = 0, rt = 1, xs = -1;
+  int kb = 0, d = 0, wt = 0, rt = 1, xs = 0;
   const int got = std::sscanf(e, "%d,%d,%d,%d,%d", &kb, &d, &wt, &rt, &xs);
   if (got < 3) throw ValueError(cat("GPUKIT_GEMV_W8: expected KB,D,WT[,RT[,XS]], got '", e, "'"));
   const bool ok = rt == 1 ? (kb == 2 && (d == 4 || d == 6)) || (kb == 4 && (d == 2 || d == 3 || d == 4)) ||
@@ -103,6 +106,7 @@ W8Cfg w8_config() {
 
 constexpr int kW8SmemMax = 200 * 1024;    // dynamic shared memory of one CTA at most
 constexpr int kW8SmemPerSm = 220 * 1024;  // what the CTAs of one SM may use together
+constexpr int64_t kSmSmem = 228 * 1024;   // shared memory of one H100 / H200 SM
 
 struct W8Plan {
   int nw = 1, split = 1;
@@ -135,12 +139,21 @@ W8Plan w8_plan(int64_t n, int64_t k, int eb, const W8Cfg& c) {
 template <class F, int KB, int D, int RT = 1, int XM = 0>
 void launch_kd(const KArgs& p, int nw, int split, int xbytes, cudaStream_t st) {
   constexpr int SB = w8_stage_bytes(KB, RT);
-  smem_limit<k_w8<F, KB, D, RT, XM>>(XM != 0 ? kW8SmemMax : std::min(kW8SmemMax, 8 * D * SB));
+  smem_limit<k_w8<F, KB, D, RT, XM>>(kW8SmemMax);
   const int64_t blocks = (p.n + 16 * RT - 1) / (16 * RT);
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
-  if (nw * D * SB + xbytes > kW8SmemMax) throw ValueError("gemv: the staged kernel's shared memory does not fit");
-  launch_ex(k_w8<F, KB, D, RT, XM>, dim3(unsigned(blocks), unsigned(split)), nw * 32, nw * D * SB + xbytes, st,
-            p.variant != 2, p);
+  int smem = nw * D * SB + xbytes;
+  if (smem > kW8SmemMax) throw ValueError("gemv: the staged kernel's shared memory does not fit");
+  // When all CTAs fit on the GPU at once, ask for enough shared memory that at most
+  // ceil(CTAs / 132) of them fit on one SM: the block scheduler then spreads them evenly
+  // (H200, checkpoint B: with room for more per SM, 896 CTAs of N = 14336 filled fewer SMs
+  // and bf16 fell from 98% to 88% of the copy bandwidth).
+  const int64_t per_sm = (blocks * split + 131) / 132;
+  if (per_sm >= 1 && per_sm <= 16) {
+    const int64_t cap = kSmSmem / (per_sm + 1) - 1024 - 512 + 256;  // just too much for per_sm + 1 CTAs
+    if (per_sm * (cap + 1024 + 512) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kW8SmemMax));
+  }
+  launch_ex(k_w8<F, KB, D, RT, XM>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st, p.variant != 2, p);
   GK_LAUNCH_CHECK("gemv_w8");
 }
 
