@@ -1,7 +1,8 @@
 // The staged tensor-core decode GEMV (common/gemv_w8.cuh): bf16/fp16 weights, fp8-e4m3
 // and int8 weights with row scales; the bf16 -> scaled fp16 x preparation of the 8-bit
 // formats; the launch plan (warps per CTA, split-K) and the benchmarking knob
-// GPUKIT_GEMV_W8="KB,D,WT" (64-byte blocks per stage, ring depth, target warps per SM).
+// GPUKIT_GEMV_W8="KB,D,WT[,RT[,XS[,XP[,SP]]]]" (64-byte blocks per stage, ring depth, target
+// warps per SM, row tiles, x handling, x loaded a stage ahead, CTA spreading; see W8Cfg).
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -66,19 +67,24 @@ __global__ void __launch_bounds__(512) k_w8_xprep(const bf16* __restrict__ x, in
   for (int64_t i = threadIdx.x + int64_t(NR) * NT; i < nv; i += NT) out[i] = conv(xr[i]);
 }
 
+// bf16 x with 8-bit weights: 0 the x kernel (H200 session 4, checkpoint B: fp8 74 / 77 / 98%
+// of copy against 61 / 61 / 97% with the CTAs' own copy and 73 / 70 / 88% with per-warp rings),
+// -1 the CTAs' own copy when it fits, 1 always, 2 per-warp rings (other bits), 3 the weights
+// decoded to exact bf16 and bf16 x used as it is (no x kernel, no workspace).
+constexpr int kW8XsDefault = 0;
+
 struct W8Cfg {
   int kb = 4, d = 3, wt = 16, rt = 1;  // blocks per stage, ring depth, target warps per SM, row tiles
-  // bf16 x with 8-bit weights: 0 the x kernel (the default: H200 checkpoint B, fp8 74 / 77 / 98%
-  // of copy against 61 / 61 / 97% with the CTAs' own copy and 73 / 70 / 88% with per-warp rings),
-  // -1 the CTAs' own copy when it fits, 1 always, 2 per-warp rings (other bits)
-  int xs = 0;
+  int xs = kW8XsDefault;
+  int xp = 0;  // 1: the B operands loaded one stage ahead (KB 4, D 3 or 4, one row tile)
+  int sp = 1;  // 1: shared memory sized so that the CTAs spread over the SMs (launch_kd); 0: not
 };
 
 W8Cfg parse_w8(const char* e) {
   W8Cfg c;
-  int kb = 0, d = 0, wt = 0, rt = 1, xs = 0;
-  const int got = std::sscanf(e, "%d,%d,%d,%d,%d", &kb, &d, &wt, &rt, &xs);
-  if (got < 3) throw ValueError(cat("GPUKIT_GEMV_W8: expected KB,D,WT[,RT[,XS]], got '", e, "'"));
+  int kb = 0, d = 0, wt = 0, rt = 1, xs = kW8XsDefault, xp = 0, sp = 1;
+  const int got = std::sscanf(e, "%d,%d,%d,%d,%d,%d,%d", &kb, &d, &wt, &rt, &xs, &xp, &sp);
+  if (got < 3) throw ValueError(cat("GPUKIT_GEMV_W8: expected KB,D,WT[,RT[,XS[,XP[,SP]]]], got '", e, "'"));
   const bool ok = rt == 1 ? (kb == 2 && (d == 4 || d == 6)) || (kb == 4 && (d == 2 || d == 3 || d == 4)) ||
                                 (kb == 8 && d == 2)
                           : rt == 2 && ((kb == 4 && d == 3) || (kb == 2 && d == 4));
@@ -87,7 +93,11 @@ W8Cfg parse_w8(const char* e) {
   c.d = d;
   c.wt = wt < 1 ? 1 : (wt > 64 ? 64 : wt);
   c.rt = rt;
-  c.xs = xs < -1 ? -1 : (xs > 2 ? 2 : xs);
+  c.xs = xs < -1 ? -1 : (xs > 3 ? 3 : xs);
+  if (xp != 0 && !(rt == 1 && kb == 4 && (d == 3 || d == 4)))
+    throw ValueError(cat("GPUKIT_GEMV_W8: XP needs KB 4, D 3 or 4 and one row tile, got '", e, "'"));
+  c.xp = xp != 0;
+  c.sp = sp != 0;
   return c;
 }
 
@@ -136,10 +146,10 @@ W8Plan w8_plan(int64_t n, int64_t k, int eb, const W8Cfg& c) {
   return p;
 }
 
-template <class F, int KB, int D, int RT = 1, int XM = 0>
+template <class F, int KB, int D, int RT = 1, int XM = 0, bool XP = false>
 void launch_kd(const KArgs& p, int nw, int split, int xbytes, cudaStream_t st) {
   constexpr int SB = w8_stage_bytes(KB, RT);
-  smem_limit<k_w8<F, KB, D, RT, XM>>(kW8SmemMax);
+  smem_limit<k_w8<F, KB, D, RT, XM, XP>>(kW8SmemMax);
   const int64_t blocks = (p.n + 16 * RT - 1) / (16 * RT);
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   int smem = nw * D * SB + xbytes;
@@ -149,11 +159,12 @@ void launch_kd(const KArgs& p, int nw, int split, int xbytes, cudaStream_t st) {
   // (H200, checkpoint B: with room for more per SM, 896 CTAs of N = 14336 filled fewer SMs
   // and bf16 fell from 98% to 88% of the copy bandwidth).
   const int64_t per_sm = (blocks * split + 131) / 132;
-  if (per_sm >= 1 && per_sm <= 16) {
+  if (w8_config().sp && per_sm >= 1 && per_sm <= 16) {
     const int64_t cap = kSmSmem / (per_sm + 1) - 1024 - 512 + 256;  // just too much for per_sm + 1 CTAs
     if (per_sm * (cap + 1024 + 512) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kW8SmemMax));
   }
-  launch_ex(k_w8<F, KB, D, RT, XM>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st, p.variant != 2, p);
+  launch_ex(k_w8<F, KB, D, RT, XM, XP>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st, p.variant != 2,
+            p);
   GK_LAUNCH_CHECK("gemv_w8");
 }
 
@@ -165,7 +176,7 @@ void launch_kd(const KArgs& p, int nw, int split, int xbytes, cudaStream_t st) {
 // that reading all of x per CTA for its maximum stays small. XS kernels: KB 4, one row tile.
 int w8_xs_depth(int64_t m, int64_t n, int64_t k, int split) {
   const W8Cfg c = w8_config();
-  if (c.xs == 0 || c.rt != 1 || c.kb != 4) return 0;
+  if (c.xs == 0 || c.xs == 3 || c.rt != 1 || c.kb != 4) return 0;
   if (c.xs == 2) return -1;  // XR
   const W8Plan pl = w8_plan(n, k, 1, c);
   const int64_t nblk = k / 64, cblk = (nblk + split - 1) / split + 1;
@@ -200,7 +211,9 @@ void launch_w8(const KArgs& p, int split, cudaStream_t st, int xs_depth = 0) {
       return;
     }
   }
-  if (c.rt == 2 && c.kb == 2) launch_kd<F, 2, 4, 2>(p, pl.nw, split, 0, st);
+  if (c.xp && c.d == 4) launch_kd<F, 4, 4, 1, 0, true>(p, pl.nw, split, 0, st);
+  else if (c.xp) launch_kd<F, 4, 3, 1, 0, true>(p, pl.nw, split, 0, st);
+  else if (c.rt == 2 && c.kb == 2) launch_kd<F, 2, 4, 2>(p, pl.nw, split, 0, st);
   else if (c.rt == 2) launch_kd<F, 4, 3, 2>(p, pl.nw, split, 0, st);
   else if (c.kb == 2 && c.d == 6) launch_kd<F, 2, 6>(p, pl.nw, split, 0, st);
   else if (c.kb == 2) launch_kd<F, 2, 4>(p, pl.nw, split, 0, st);
@@ -217,6 +230,12 @@ void launch_w8(const KArgs& p, int split, cudaStream_t st, int xs_depth = 0) {
 using namespace gemv_detail;
 
 int gemv_w8_split(int64_t n, int64_t k, int ebytes) { return w8_plan(n, k, ebytes, w8_config()).split; }
+
+// Whether 8-bit weights with bf16 x go through the x kernel (so need its workspaces).
+bool gemv_w8_x_workspace(int64_t m, int64_t n, int64_t k) {
+  (void)m, (void)n, (void)k;
+  return w8_config().xs != 3;
+}
 
 void gemv_w8_dense(const GemvArgs& a, void* stream) {
   if (a.m <= 0 || a.n <= 0) return;
@@ -259,6 +278,10 @@ void gemv_w8_quant(const QGemvArgs& a, void* stream) {
   p.k = a.k;
   p.out = a.out_dtype;
   p.variant = a.variant;
+  if (a.x_dtype == DType::bf16 && w8_config().xs == 3) {  // exact bf16 weights, x as it is
+    if (a.fmt == QFormat::fp8) return launch_w8<SFp8B>(p, a.split, st);
+    return launch_w8<SInt8B>(p, a.split, st);
+  }
   const int xs = a.x_dtype == DType::bf16 ? w8_xs_depth(a.m, a.n, a.k, a.split) : 0;
   if (xs != 0) {
     if (a.fmt == QFormat::fp8) return launch_w8<SFp8>(p, a.split, st, xs);

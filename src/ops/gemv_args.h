@@ -50,6 +50,9 @@ int gemv_split(int64_t n, int64_t k, bool mma);
 int gemv_w8_split(int64_t n, int64_t k, int ebytes);
 void gemv_w8_dense(const GemvArgs& a, void* stream);
 void gemv_w8_quant(const QGemvArgs& a, void* stream);
+// Whether the staged kernel needs the workspaces xh / xinv for fp8 / int8 weights with bf16 x
+// of this shape (the x kernel's scaled fp16 copy; not when the weights are decoded to bf16).
+bool gemv_w8_x_workspace(int64_t m, int64_t n, int64_t k);
 }  // namespace cuda
 // Whether the staged kernel serves fp8 / int8 weights of this shape (path 2, or the default).
 bool gemv_w8_quant_enabled(int64_t n, int64_t k);

@@ -4,7 +4,9 @@ fp16 copy of x) and fp16 x, against float64 products with the exactly dequantize
 every M, odd N (a CTA's missing rows), K with a partial last stage, split-K shapes, x of
 wide range (tiny, huge, zero rows, one large value), the stage / depth / warp knob
 (GPUKIT_GEMV_W8), same bits every run, a row alone = the row in a batch, the default
-kernel's results within the same tolerance. Skipped without a GPU."""
+kernel's results within the same tolerance; the 8-bit weights decoded to exact bf16 with
+bf16 x used as it is (knob XS = 3): every code at every position exactly, the bits of the
+x-kernel path. Skipped without a GPU."""
 import math
 import os
 
@@ -90,7 +92,7 @@ def test_w8_fp16_activations(fmt, n, k):
     assert f64(run(fn, x)).tobytes() == f64(got).tobytes()
 
 
-@pytest.mark.parametrize("cfg", [None, "4,3,16,1,2", "4,3,16,1,1"])
+@pytest.mark.parametrize("cfg", [None, "4,3,16,1,2", "4,3,16,1,1", "4,3,16,1,3", "4,3,16,1,3,1"])
 @pytest.mark.parametrize("fmt", ["fp8", "int8"])
 def test_w8_x_range(fmt, cfg):
     """bf16 x of very different magnitudes per row: the per-row power-of-two scale keeps
@@ -133,7 +135,9 @@ def test_w8_out_dtypes_and_1d(fmt, out):
 
 
 @pytest.mark.parametrize("cfg", ["2,4,16", "2,6,8", "4,2,16", "4,4,12", "8,2,16", "4,3,4", "4,3,64", "4,3,16,2",
-                                 "2,4,16,2", "4,3,1,2", "4,3,16,1,2", "4,2,16,1,2", "4,3,4,1,2"])
+                                 "2,4,16,2", "4,3,1,2", "4,3,16,1,2", "4,2,16,1,2", "4,3,4,1,2", "4,3,16,1,0,1",
+                                 "4,4,8,1,0,1", "4,3,16,1,3", "4,2,16,1,3", "8,2,16,1,3", "2,4,16,1,3", "4,4,8,1,3",
+                                 "4,3,16,2,3", "4,3,16,1,3,1", "4,4,8,1,3,1"])
 @pytest.mark.parametrize("fmt", ["bf16", "fp8", "int8"])
 def test_w8_knob_configs(fmt, cfg):
     """GPUKIT_GEMV_W8 (a benchmarking knob) changes stages / warps, never correctness."""
@@ -176,12 +180,13 @@ def test_w8_bad_knob():
             run(fn, x)
     finally:
         del os.environ["GPUKIT_GEMV_W8"]
-    os.environ["GPUKIT_GEMV_W8"] = "4,4,16,2"
-    try:
-        with pytest.raises(ValueError, match="GPUKIT_GEMV_W8"):
-            run(fn, x)
-    finally:
-        del os.environ["GPUKIT_GEMV_W8"]
+    for bad in ("4,4,16,2", "4,2,16,1,0,1", "8,2,16,1,3,1"):
+        os.environ["GPUKIT_GEMV_W8"] = bad
+        try:
+            with pytest.raises(ValueError, match="GPUKIT_GEMV_W8"):
+                run(fn, x)
+        finally:
+            del os.environ["GPUKIT_GEMV_W8"]
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp8", "int8"])
@@ -229,3 +234,124 @@ def test_w8_pdl_chain():
         got = chain(0)
         bad = np.argwhere(got != ref)
         assert bad.size == 0, f"PDL chain differs at {len(bad)} places, first {bad[0].tolist()}"
+
+
+class knob:
+    """GPUKIT_GEMV_W8 set for a block (None: unset)."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def __enter__(self):
+        if self.cfg:
+            os.environ["GPUKIT_GEMV_W8"] = self.cfg
+
+    def __exit__(self, *a):
+        os.environ.pop("GPUKIT_GEMV_W8", None)
+
+
+BF16_DECODE = "4,3,16,1,3"  # knob: 8-bit weights decoded to exact bf16, bf16 x as it is
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "int8"])
+@pytest.mark.parametrize("n,k", [(37, 4096), (300, 14336), (2051, 1024), (16, 64), (129, 192), (4100, 512)])
+def test_w8_bf16_decode_every_m(fmt, n, k):
+    """XS = 3: exact against float64, same bits every run, a row alone = the row in a batch."""
+    fn, deq = make(fmt, n, k)
+    x, xs = xrand(8, k, "bfloat16")
+    with knob(BF16_DECODE):
+        got8 = run(fn, x)
+        check(got8, xs, deq, f"{fmt} bf16 decode n={n} k={k} m=8")
+        assert f64(run(fn, x)).tobytes() == f64(got8).tobytes(), "not the same bits on a second run"
+        for m in (1, 2, 3, 5, 7):
+            got = run(fn, x[:m])
+            assert f64(got).tobytes() == f64(got8)[:m].tobytes(), f"m={m}: rows differ from the batch of 8"
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "int8"])
+@pytest.mark.parametrize("n,k,m", [(37, 4096, 1), (300, 14336, 2), (2051, 1024, 8), (640, 192, 3), (4100, 512, 5)])
+def test_w8_bf16_decode_same_bits_as_x_kernel(fmt, n, k, m):
+    """The weights decoded to bf16 with bf16 x (XS = 3) and to fp16 with the x kernel's scaled
+    fp16 x (XS = 0): the same products scaled by a power of two, so the same bits (x within
+    the 2^-31 of its row's largest value that the fp16 copy keeps exactly)."""
+    fn, deq = make(fmt, n, k)
+    x, xs = xrand(m, k, "bfloat16", 3.0)
+    with knob("4,3,16,1,0"):
+        a = f64(run(fn, x))
+    with knob(BF16_DECODE):
+        b = f64(run(fn, x))
+    check(b, xs, deq, f"{fmt} XS=3")
+    bad = np.argwhere(a != b)
+    assert bad.size == 0, (f"{len(bad)} of {a.size} differ between XS=3 and XS=0, first {bad[0].tolist()}: "
+                           f"{b[tuple(bad[0])]!r} vs {a[tuple(bad[0])]!r}")
+
+
+def code_weights(fmt, n, k):
+    """q [n, k] where row j holds code (k + 37 j) % 256 at column k (fp8: the NaN codes 0x7f,
+    0xff replaced by 0x7e, 0xfe), scales of mixed size; (q, s on the GPU, float32 values of
+    the codes [n, k], scales float32 [n])."""
+    codes = ((np.arange(k)[None, :] + 37 * np.arange(n)[:, None]) % 256).astype(np.uint8)
+    if fmt == "fp8":
+        codes[(codes & 0x7f) == 0x7f] -= 1
+    qc = gk.asarray(codes).view_dtype("float8_e4m3fn" if fmt == "fp8" else "int8")
+    sc = (2.0 ** RNG.integers(-20, 20, n) * RNG.uniform(0.5, 1.0, n)).astype(np.float32)
+    vals = gk.to_numpy(getattr(gk, f"dequantize_{fmt}")(qc, gk.asarray(np.ones(n, np.float32)))).astype(np.float32)
+    assert np.isfinite(vals).all()
+    return qc.to("cuda"), gk.asarray(sc).to("cuda"), vals, sc
+
+
+@pytest.mark.parametrize("cfg", [None, "4,3,16,1,0", BF16_DECODE, "4,3,16,1,3,1", "4,2,16,1,3"])
+@pytest.mark.parametrize("fmt", ["fp8", "int8"])
+def test_w8_every_code_exact(fmt, cfg):
+    """Every weight code at every k position: x rows with one nonzero value v (of very
+    different magnitudes) give y = (v * code) * scale rounded once in float32, exactly."""
+    n, k = 64, 256
+    q, s, vals, sc = code_weights(fmt, n, k)
+    fn = getattr(gk, f"gemv_{fmt}")
+    vs = np.array([1.5, -3.0, 2.0**-60, 1.25 * 2.0**70, 0.5, -7.0, 1.0, -(2.0**-100) * 1.75], np.float32)
+    with knob(cfg):
+        for k0 in range(0, k, 8):
+            xm = np.zeros((8, k), np.float32)
+            cols = (k0 + np.arange(8) * 33) % k
+            xm[np.arange(8), cols] = vs
+            x = gk.asarray(xm).astype("bfloat16").to("cuda")
+            gk._C._gemv_set_dense_path(2)
+            try:
+                got = gk.to_numpy(fn(x, q, s, out_dtype="float32"))
+            finally:
+                gk._C._gemv_set_dense_path(-1)
+            ref = (vs[:, None] * vals[:, cols].T).astype(np.float32) * sc[None, :]
+            bad = np.argwhere(~(got == ref))  # values (a zero's sign may differ: +0 sums)
+            if bad.size:
+                i, j = bad[0]
+                raise AssertionError(f"{fmt} knob {cfg}: {len(bad)} of {got.size} differ; first y[{i}, {j}] = "
+                                     f"{got[i, j]!r}, expected {ref[i, j]!r} (code byte "
+                                     f"{int(((cols[i] + 37 * j) % 256))}, k {cols[i]}, v {vs[i]!r})")
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "int8"])
+def test_w8_bf16_decode_pdl_chain(fmt):
+    """XS = 3 in a chain of GEMVs reading each other's outputs: with and without PDL, the same bits."""
+    k = 2048
+    fns = [make(f, k, k)[0] for f in (fmt, "bf16", fmt)]
+    x0 = gk.asarray(RNG.standard_normal((2, k)).astype(np.float32)).astype("bfloat16").to("cuda")
+
+    def chain(variant):
+        gk._C._gemv_set_variant(variant)
+        gk._C._gemv_set_dense_path(2)
+        try:
+            y = x0
+            for fn in fns:
+                y = fn(y, "float32").astype("bfloat16")
+            return gk.to_numpy(y.astype("float32"))
+        finally:
+            gk._C._gemv_set_variant(0)
+            gk._C._gemv_set_dense_path(-1)
+
+    with knob(BF16_DECODE):
+        ref = chain(2)
+        assert np.isfinite(ref).all() and np.abs(ref).max() > 0
+        for _ in range(2):
+            got = chain(0)
+            bad = np.argwhere(got != ref)
+            assert bad.size == 0, f"PDL chain differs at {len(bad)} places, first {bad[0].tolist()}"

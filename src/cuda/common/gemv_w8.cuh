@@ -85,6 +85,49 @@ struct SInt8 {  // int8 codes: (1024 + 128 + q) - 1152 in fp16, exact
   }
 };
 
+// ---- 8-bit weights as exact bf16 (bf16 x used as it is: no fp16 copy of x, no x kernel) ----
+// e4m3 bytes b0..b3 of u as bf16 pairs lo = (b0, b1), hi = (b2, b3), exactly. One byte permute
+// puts b1 in byte 3, b0 in byte 1 and b0's sign replicated in byte 2; an arithmetic shift by 4
+// then leaves each half as [sign | 0000 eeee | mmm 0000] (plus copies of the signs that the mask
+// removes): the bf16 of the e4m3 value times 2^-120 (e4m3 subnormals become bf16 subnormals,
+// the same bits scaled); the packed bf16 multiply by 2^120 (exact: a power of two, no overflow,
+// subnormal inputs supported) gives the value itself. 4 instructions per pair (cvt to fp16: 1).
+// NaN codes (0x7f, 0xff) become +-480 here (the fp16 path and the CPU give NaN).
+__device__ __forceinline__ uint32_t e4m3x2_bf2(uint32_t u, uint32_t sel) {
+  const uint32_t v = __byte_perm(u, 0u, sel);
+  const uint32_t r = uint32_t(int32_t(v) >> 4) & 0x87f087f0u;
+  return hmul2u<bf16>(r, 0x7b807b80u);  // 2^120 twice
+}
+__device__ __forceinline__ void e4m3x4_to_bf2x2(uint32_t u, uint32_t& lo, uint32_t& hi) {
+  lo = e4m3x2_bf2(u, 0x1804u);  // bytes: 0, b0, sign(b0), b1
+  hi = e4m3x2_bf2(u, 0x3a24u);  // bytes: 0, b2, sign(b2), b3
+}
+// int8 bytes as bf16 pairs, exactly: q = low7 - 128 s = (128 + low7) - (128 + 128 s), both
+// terms bf16 patterns under the exponent byte 0x43 (0x43 | low7 is 128 + low7; 0x4300 | s << 7
+// is 128 or 256), one packed bf16 subtraction (exact: the result has at most 8 bits).
+__device__ __forceinline__ uint32_t i8x2_bf2(uint32_t u, uint32_t sel) {
+  const uint32_t v = __byte_perm(u, 0x43434343u, sel);
+  return hsub2u<bf16>(v & 0xff7fff7fu, v & 0xff80ff80u);
+}
+
+struct SFp8B {  // e4m3 codes as exact bf16, B = bf16 x as it is
+  using TB = bf16;
+  static constexpr int EB = 1, kSteps = 4;
+  static constexpr bool kScaled = true;
+  __device__ static void a(const uint4& w, int s, uint32_t& lo, uint32_t& hi) { e4m3x4_to_bf2x2(word(w, s), lo, hi); }
+};
+
+struct SInt8B {  // int8 codes as exact bf16, B = bf16 x as it is
+  using TB = bf16;
+  static constexpr int EB = 1, kSteps = 4;
+  static constexpr bool kScaled = true;
+  __device__ static void a(const uint4& w, int s, uint32_t& lo, uint32_t& hi) {
+    const uint32_t u = word(w, s);
+    lo = i8x2_bf2(u, 0x4140u);
+    hi = i8x2_bf2(u, 0x4342u);
+  }
+};
+
 // The power of two c of a row of bf16 x whose largest |x| has the bits mx (sign cleared):
 // max * 2^c in [2^14, 2^15); 0 for a zero, inf or NaN maximum; within [-126, 126].
 __device__ __forceinline__ int w8_exponent(uint32_t mx) {
@@ -168,7 +211,10 @@ constexpr int w8_xring_pitch(int kb) { return kb * 128 + 16; }
 // converted stage by stage by each warp into a small ring in shared memory, scaled by 2^c
 // with c from the largest |x| of the row over the warp's own k range (the warp's sums are
 // multiplied by 2^-c before the warps are added).
-template <class F, int KB, int D, int RT, int XM = 0>
+// XP (XM 0 only): the B operands of the next stage are loaded one stage ahead (registers), so
+// the x load's latency is not on a warp's path from one stage to the next.
+// The row scales (and the x kernel's 2^-c) are loaded at the start, not after the last stage.
+template <class F, int KB, int D, int RT, int XM = 0, bool XP = false>
 __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
   constexpr bool XS = XM == 1, XR = XM == 2;
   using TB = typename F::TB;
@@ -182,6 +228,7 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
   static_assert((RT == 1 || RT == 2) && KB % 2 == 0, "one or two row tiles, an even number of blocks");
   static_assert(XM == 0 || F::EB == 1, "XS / XR: 8-bit weights (fp16 B made from bf16 x)");
   static_assert(!XR || KB == 4, "XR: one 8-element x chunk per lane and row per stage");
+  static_assert(!XP || XM == 0, "XP: B from global memory");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int64_t row0 = int64_t(blockIdx.x) * 16 * RT;
@@ -230,10 +277,39 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
   const bool xrow = g < p.m;
   const TB* xr = static_cast<const TB*>(p.x) + (xrow ? g : 0) * p.x_rs + t * XE + b0 * XB;  // the next stage's x
 
+  // the row scales of the lane's output rows (weights: never written by a kernel, so read
+  // before waiting for the previous kernel, like the first stages)
+  float rsc[RT][2];
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      rsc[rt][h] = 1.0f;
+      if constexpr (F::kScaled) {
+        const int64_t row = row0 + 16 * rt + g + 8 * h;
+        rsc[rt][h] = __ldg(p.scales + (row < p.n ? row : p.n - 1));
+      }
+    }
+
   pdl_trigger();
 #pragma unroll
   for (int st = 0; st < D - 1; ++st) issue(st);
   pdl_wait();
+  float xg[2] = {1.0f, 1.0f};  // 2^-c of the lane's columns 2t, 2t + 1 (the x kernel's; read after the wait)
+  if constexpr (!XS && !XR) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) xg[e] = (p.gscale && 2 * t + e < p.m) ? __ldg(p.gscale + 2 * t + e) : 1.0f;
+  }
+  // XP: the first stage's x
+  uint4 xq[KB][XW];
+  int64_t xnb = b1 - b0;  // blocks of x from xr on
+  if constexpr (XP) {
+#pragma unroll
+    for (int bb = 0; bb < KB; ++bb)
+#pragma unroll
+      for (int i = 0; i < XW; ++i)
+        xq[bb][i] = (xrow && bb < xnb) ? __ldg(reinterpret_cast<const uint4*>(xr + bb * XB + 8 * i)) : make_uint4(0, 0, 0, 0);
+  }
   // XS: B from the CTA's scaled fp16 copy of its k range of x in shared memory
   __shared__ float xinv_s[8];
   uint32_t xsb = 0;
@@ -302,18 +378,33 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
       __syncwarp();
     }
     uint4 xv[KB][XW];
+    if constexpr (XP) {  // this stage's x from the registers; the next stage's x loaded
 #pragma unroll
-    for (int bb = 0; bb < KB; ++bb)
+      for (int bb = 0; bb < KB; ++bb)
 #pragma unroll
-      for (int i = 0; i < XW; ++i) {
-        xv[bb][i] = make_uint4(0, 0, 0, 0);
-        if (xrow && (kFull || bb < nb)) {
-          if constexpr (XS) xv[bb][i] = lds16(xsb + uint32_t(bb * XB * 2 + 16 * i));
-          else if constexpr (XR) xv[bb][i] = lds16(xsb + uint32_t(st * p.m * XRP + bb * XB * 2 + 16 * i));
-          else xv[bb][i] = __ldg(reinterpret_cast<const uint4*>(xr + bb * XB + 8 * i));
+        for (int i = 0; i < XW; ++i) xv[bb][i] = xq[bb][i];
+      xnb -= KB;
+      xr += KB * XB;
+#pragma unroll
+      for (int bb = 0; bb < KB; ++bb)
+#pragma unroll
+        for (int i = 0; i < XW; ++i)
+          xq[bb][i] =
+              (xrow && bb < xnb) ? __ldg(reinterpret_cast<const uint4*>(xr + bb * XB + 8 * i)) : make_uint4(0, 0, 0, 0);
+    } else {
+#pragma unroll
+      for (int bb = 0; bb < KB; ++bb)
+#pragma unroll
+        for (int i = 0; i < XW; ++i) {
+          xv[bb][i] = make_uint4(0, 0, 0, 0);
+          if (xrow && (kFull || bb < nb)) {
+            if constexpr (XS) xv[bb][i] = lds16(xsb + uint32_t(bb * XB * 2 + 16 * i));
+            else if constexpr (XR) xv[bb][i] = lds16(xsb + uint32_t(st * p.m * XRP + bb * XB * 2 + 16 * i));
+            else xv[bb][i] = __ldg(reinterpret_cast<const uint4*>(xr + bb * XB + 8 * i));
+          }
         }
-      }
-    xr += KB * XB;
+      xr += KB * XB;
+    }
     if constexpr (XS) xsb += uint32_t(KB * XB * 2);
     cp_wait<D - 2>();
     __syncwarp();
@@ -377,8 +468,8 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
       const int64_t row = row0 + 16 * rt + g + (e >= 2 ? 8 : 0);
       if (m < p.m && row < p.n) {
         if constexpr (XS) v *= xinv_s[m];  // 2^-c: exact
-        else if (p.gscale) v *= __ldg(p.gscale + m);
-        if constexpr (F::kScaled) v *= __ldg(p.scales + row);
+        else if constexpr (!XR) v *= xg[e & 1];  // 1 without the x kernel
+        if constexpr (F::kScaled) v *= rsc[rt][e >> 1];
         if (S == 1) store_out(p.y, p.out, m * p.n + row, v);
         else p.part[(int64_t(sl) * p.m + m) * p.n + row] = v;
       }
