@@ -214,6 +214,7 @@ constexpr int w8_xring_pitch(int kb) { return kb * 128 + 16; }
 // XP (XM 0 only): the B operands of the next stage are loaded one stage ahead (registers), so
 // the x load's latency is not on a warp's path from one stage to the next.
 // The row scales (and the x kernel's 2^-c) are loaded at the start, not after the last stage.
+// p.group (unused otherwise by this kernel): stages per row to prefetch into L2 before the wait.
 template <class F, int KB, int D, int RT, int XM = 0, bool XP = false>
 __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
   constexpr bool XS = XM == 1, XR = XM == 2;
@@ -294,6 +295,16 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
   pdl_trigger();
 #pragma unroll
   for (int st = 0; st < D - 1; ++st) issue(st);
+  // p.group > 0 (the knob's PF): the next p.group stages of each row prefetched into L2 before
+  // the wait as well (one bulk prefetch per row), so that more than the ring is requested
+  // while the previous kernel finishes
+  if (p.group > 0 && lane < 16 * RT) {
+    const int64_t row = row0 + lane < p.n ? row0 + lane : p.n - 1;
+    const int64_t off = (b0 + int64_t(D - 1) * KB) * 64, end = min(b1 * 64, off + p.group * int64_t(KB) * 64);
+    if (end > off)
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p.q + row * p.q_rs + off), "r"(uint32_t(end - off))
+                   : "memory");
+  }
   pdl_wait();
   float xg[2] = {1.0f, 1.0f};  // 2^-c of the lane's columns 2t, 2t + 1 (the x kernel's; read after the wait)
   if constexpr (!XS && !XR) {
