@@ -104,10 +104,17 @@ W8Cfg parse_w8(const char* e) {
   return c;
 }
 
-// The knob (a benchmarking switch), parsed again only when the variable changes.
-W8Cfg w8_config() {
+// The default configuration for rows of k weights of eb bytes, n rows (a function of the
+// shape only, never of M: the warps and split-K fix the bits).
+W8Cfg w8_default(int64_t n, int64_t k, int eb) {
+  (void)n, (void)k, (void)eb;
+  return W8Cfg{};
+}
+
+// The knob (a benchmarking switch, parsed again only when the variable changes) or the default.
+W8Cfg w8_config(int64_t n, int64_t k, int eb) {
   const char* e = std::getenv("GPUKIT_GEMV_W8");
-  if (!e || !*e) return W8Cfg{};
+  if (!e || !*e) return w8_default(n, k, eb);
   thread_local std::string last;
   thread_local W8Cfg cfg;
   if (last != e) {
@@ -150,7 +157,7 @@ W8Plan w8_plan(int64_t n, int64_t k, int eb, const W8Cfg& c) {
 }
 
 template <class F, int KB, int D, int RT = 1, int XM = 0, bool XP = false>
-void launch_kd(const KArgs& p, int nw, int split, int xbytes, cudaStream_t st) {
+void launch_kd(const KArgs& p, int nw, int split, int xbytes, cudaStream_t st, bool spread) {
   constexpr int SB = w8_stage_bytes(KB, RT);
   smem_limit<k_w8<F, KB, D, RT, XM, XP>>(kW8SmemMax);
   const int64_t blocks = (p.n + 16 * RT - 1) / (16 * RT);
@@ -162,7 +169,7 @@ void launch_kd(const KArgs& p, int nw, int split, int xbytes, cudaStream_t st) {
   // (H200, checkpoint B: with room for more per SM, 896 CTAs of N = 14336 filled fewer SMs
   // and bf16 fell from 98% to 88% of the copy bandwidth).
   const int64_t per_sm = (blocks * split + 131) / 132;
-  if (w8_config().sp && per_sm >= 1 && per_sm <= 16) {
+  if (spread && per_sm >= 1 && per_sm <= 16) {
     const int64_t cap = kSmSmem / (per_sm + 1) - 1024 - 512 + 256;  // just too much for per_sm + 1 CTAs
     if (per_sm * (cap + 1024 + 512) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kW8SmemMax));
   }
@@ -178,7 +185,7 @@ void launch_kd(const KArgs& p, int nw, int split, int xbytes, cudaStream_t st) {
 // GPU at once with the copy (D = the knob's depth, else 2) and there are few enough of them
 // that reading all of x per CTA for its maximum stays small. XS kernels: KB 4, one row tile.
 int w8_xs_depth(int64_t m, int64_t n, int64_t k, int split) {
-  const W8Cfg c = w8_config();
+  const W8Cfg c = w8_config(n, k, 1);
   if (c.xs == 0 || c.xs == 3 || c.rt != 1 || c.kb != 4) return 0;
   if (c.xs == 2) return -1;  // XR
   const W8Plan pl = w8_plan(n, k, 1, c);
@@ -194,7 +201,7 @@ int w8_xs_depth(int64_t m, int64_t n, int64_t k, int split) {
 
 template <class F>
 void launch_w8(const KArgs& p_in, int split, cudaStream_t st, int xs_depth = 0) {
-  const W8Cfg c = w8_config();
+  const W8Cfg c = w8_config(p_in.n, p_in.k, F::EB);
   KArgs p = p_in;
   p.group = c.pf;  // k_w8: stages per row prefetched into L2 before the wait
   const W8Plan pl = w8_plan(p.n, p.k, F::EB, c);
@@ -202,30 +209,30 @@ void launch_w8(const KArgs& p_in, int split, cudaStream_t st, int xs_depth = 0) 
     if (xs_depth > 0) {
       const int64_t nblk = p.k / 64, cblk = (nblk + split - 1) / split + 1;
       const int xbytes = int(p.m * (cblk * 128 + 16));
-      if (xs_depth == 3) launch_kd<F, 4, 3, 1, 1>(p, pl.nw, split, xbytes, st);
-      else launch_kd<F, 4, 2, 1, 1>(p, pl.nw, split, xbytes, st);
+      if (xs_depth == 3) launch_kd<F, 4, 3, 1, 1>(p, pl.nw, split, xbytes, st, c.sp);
+      else launch_kd<F, 4, 2, 1, 1>(p, pl.nw, split, xbytes, st, c.sp);
       if (split > 1) launch_sum(p, split, st);
       return;
     }
     if (xs_depth < 0) {  // XR: each warp's ring of converted x
       const int d = c.d >= 3 ? 3 : 2;
       const int xbytes = int(pl.nw * d * p.m * w8_xring_pitch(4));
-      if (d == 3) launch_kd<F, 4, 3, 1, 2>(p, pl.nw, split, xbytes, st);
-      else launch_kd<F, 4, 2, 1, 2>(p, pl.nw, split, xbytes, st);
+      if (d == 3) launch_kd<F, 4, 3, 1, 2>(p, pl.nw, split, xbytes, st, c.sp);
+      else launch_kd<F, 4, 2, 1, 2>(p, pl.nw, split, xbytes, st, c.sp);
       if (split > 1) launch_sum(p, split, st);
       return;
     }
   }
-  if (c.xp && c.d == 4) launch_kd<F, 4, 4, 1, 0, true>(p, pl.nw, split, 0, st);
-  else if (c.xp) launch_kd<F, 4, 3, 1, 0, true>(p, pl.nw, split, 0, st);
-  else if (c.rt == 2 && c.kb == 2) launch_kd<F, 2, 4, 2>(p, pl.nw, split, 0, st);
-  else if (c.rt == 2) launch_kd<F, 4, 3, 2>(p, pl.nw, split, 0, st);
-  else if (c.kb == 2 && c.d == 6) launch_kd<F, 2, 6>(p, pl.nw, split, 0, st);
-  else if (c.kb == 2) launch_kd<F, 2, 4>(p, pl.nw, split, 0, st);
-  else if (c.kb == 8) launch_kd<F, 8, 2>(p, pl.nw, split, 0, st);
-  else if (c.d == 2) launch_kd<F, 4, 2>(p, pl.nw, split, 0, st);
-  else if (c.d == 4) launch_kd<F, 4, 4>(p, pl.nw, split, 0, st);
-  else launch_kd<F, 4, 3>(p, pl.nw, split, 0, st);
+  if (c.xp && c.d == 4) launch_kd<F, 4, 4, 1, 0, true>(p, pl.nw, split, 0, st, c.sp);
+  else if (c.xp) launch_kd<F, 4, 3, 1, 0, true>(p, pl.nw, split, 0, st, c.sp);
+  else if (c.rt == 2 && c.kb == 2) launch_kd<F, 2, 4, 2>(p, pl.nw, split, 0, st, c.sp);
+  else if (c.rt == 2) launch_kd<F, 4, 3, 2>(p, pl.nw, split, 0, st, c.sp);
+  else if (c.kb == 2 && c.d == 6) launch_kd<F, 2, 6>(p, pl.nw, split, 0, st, c.sp);
+  else if (c.kb == 2) launch_kd<F, 2, 4>(p, pl.nw, split, 0, st, c.sp);
+  else if (c.kb == 8) launch_kd<F, 8, 2>(p, pl.nw, split, 0, st, c.sp);
+  else if (c.d == 2) launch_kd<F, 4, 2>(p, pl.nw, split, 0, st, c.sp);
+  else if (c.d == 4) launch_kd<F, 4, 4>(p, pl.nw, split, 0, st, c.sp);
+  else launch_kd<F, 4, 3>(p, pl.nw, split, 0, st, c.sp);
   if (split > 1) launch_sum(p, split, st);
 }
 
@@ -234,12 +241,12 @@ void launch_w8(const KArgs& p_in, int split, cudaStream_t st, int xs_depth = 0) 
 
 using namespace gemv_detail;
 
-int gemv_w8_split(int64_t n, int64_t k, int ebytes) { return w8_plan(n, k, ebytes, w8_config()).split; }
+int gemv_w8_split(int64_t n, int64_t k, int ebytes) { return w8_plan(n, k, ebytes, w8_config(n, k, ebytes)).split; }
 
 // Whether 8-bit weights with bf16 x go through the x kernel (so need its workspaces).
 bool gemv_w8_x_workspace(int64_t m, int64_t n, int64_t k) {
-  (void)m, (void)n, (void)k;
-  return w8_config().xs != 3;
+  (void)m;
+  return w8_config(n, k, 1).xs != 3;
 }
 
 void gemv_w8_dense(const GemvArgs& a, void* stream) {
@@ -283,7 +290,7 @@ void gemv_w8_quant(const QGemvArgs& a, void* stream) {
   p.k = a.k;
   p.out = a.out_dtype;
   p.variant = a.variant;
-  if (a.x_dtype == DType::bf16 && w8_config().xs == 3) {  // exact bf16 weights, x as it is
+  if (a.x_dtype == DType::bf16 && w8_config(a.n, a.k, 1).xs == 3) {  // exact bf16 weights, x as it is
     if (a.fmt == QFormat::fp8) return launch_w8<SFp8B>(p, a.split, st);
     return launch_w8<SInt8B>(p, a.split, st);
   }
