@@ -1,9 +1,9 @@
 // The staged tensor-core decode GEMV (common/gemv_w8.cuh): bf16/fp16 weights, fp8-e4m3
 // and int8 weights with row scales; the bf16 -> scaled fp16 x preparation of the 8-bit
 // formats; the launch plan (warps per CTA, split-K) and the benchmarking knob
-// GPUKIT_GEMV_W8="KB,D,WT[,RT[,XS[,XP[,SP[,PF]]]]]" (64-byte blocks per stage, ring depth,
-// target warps per SM, row tiles, x handling, x loaded a stage ahead, CTA spreading, stages
-// prefetched into L2 before the wait; see W8Cfg).
+// GPUKIT_GEMV_W8="KB,D,WT[,RT[,XS[,XP[,SP[,PF[,PD]]]]]]" (64-byte blocks per stage, ring
+// depth, target warps per SM, row tiles, x handling, x loaded a stage ahead, CTA spreading,
+// stages prefetched into L2 before the wait, L2 prefetch distance in the loop; see W8Cfg).
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -80,13 +80,15 @@ struct W8Cfg {
   int xp = 0;  // 1: the B operands loaded one stage ahead (KB 4, D 3 or 4, one row tile)
   int sp = 1;  // 1: shared memory sized so that the CTAs spread over the SMs (launch_kd); 0: not
   int pf = 0;  // stages per row prefetched into L2 before waiting for the previous kernel
+  int pd = 0;  // in the loop: each stage's copy also prefetches the stage pd ahead into L2 (0: off)
 };
 
 W8Cfg parse_w8(const char* e) {
   W8Cfg c;
-  int kb = 0, d = 0, wt = 0, rt = 1, xs = kW8XsDefault, xp = 0, sp = 1, pf = 0;
-  const int got = std::sscanf(e, "%d,%d,%d,%d,%d,%d,%d,%d", &kb, &d, &wt, &rt, &xs, &xp, &sp, &pf);
-  if (got < 3) throw ValueError(cat("GPUKIT_GEMV_W8: expected KB,D,WT[,RT[,XS[,XP[,SP[,PF]]]]], got '", e, "'"));
+  int kb = 0, d = 0, wt = 0, rt = 1, xs = kW8XsDefault, xp = 0, sp = 1, pf = 0, pd = 0;
+  const int got = std::sscanf(e, "%d,%d,%d,%d,%d,%d,%d,%d,%d", &kb, &d, &wt, &rt, &xs, &xp, &sp, &pf, &pd);
+  if (got < 3)
+    throw ValueError(cat("GPUKIT_GEMV_W8: expected KB,D,WT[,RT[,XS[,XP[,SP[,PF[,PD]]]]]], got '", e, "'"));
   const bool ok = rt == 1 ? (kb == 2 && (d == 4 || d == 6)) || (kb == 4 && (d == 2 || d == 3 || d == 4)) ||
                                 (kb == 8 && d == 2)
                           : rt == 2 && ((kb == 4 && d == 3) || (kb == 2 && d == 4));
@@ -100,7 +102,9 @@ W8Cfg parse_w8(const char* e) {
     throw ValueError(cat("GPUKIT_GEMV_W8: XP needs KB 4, D 3 or 4 and one row tile, got '", e, "'"));
   c.xp = xp != 0;
   c.sp = sp != 0;
-  c.pf = pf < 0 ? 0 : (pf > 64 ? 64 : pf);
+  c.pd = pd < 0 ? 0 : (pd > 64 ? 64 : pd);  // < 256: p.group packs both
+  // the prologue's prefetch reaches the loop's first one unless PF says otherwise
+  c.pf = pf > 0 ? (pf > 64 ? 64 : pf) : std::max(c.pd - (d - 1), 0);
   return c;
 }
 
@@ -203,7 +207,7 @@ template <class F>
 void launch_w8(const KArgs& p_in, int split, cudaStream_t st, int xs_depth = 0) {
   const W8Cfg c = w8_config(p_in.n, p_in.k, F::EB);
   KArgs p = p_in;
-  p.group = c.pf;  // k_w8: stages per row prefetched into L2 before the wait
+  p.group = c.pf + 256 * c.pd;  // k_w8: L2 prefetch before the wait (stages) and distance in the loop
   const W8Plan pl = w8_plan(p.n, p.k, F::EB, c);
   if constexpr (F::EB == 1) {
     if (xs_depth > 0) {

@@ -214,7 +214,9 @@ constexpr int w8_xring_pitch(int kb) { return kb * 128 + 16; }
 // XP (XM 0 only): the B operands of the next stage are loaded one stage ahead (registers), so
 // the x load's latency is not on a warp's path from one stage to the next.
 // The row scales (and the x kernel's 2^-c) are loaded at the start, not after the last stage.
-// p.group (unused otherwise by this kernel): stages per row to prefetch into L2 before the wait.
+// p.group (unused otherwise by this kernel; 0 by default): PF + 256 PD, PF stages per row
+// prefetched into L2 before the wait, PD how many stages ahead of each cp.async stage an L2
+// prefetch runs in the loop (0: none).
 template <class F, int KB, int D, int RT, int XM = 0, bool XP = false>
 __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
   constexpr bool XS = XM == 1, XR = XM == 2;
@@ -251,7 +253,19 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
   // and g + 1 fall in different halves of the 128-byte bank window (no conflicts)
   const uint32_t cdst = ring + uint32_t(rr * P + (ch ^ ((rr & 1) << 2)) * 16);
   int64_t left = b1 - b0;  // blocks not yet issued
+  // PD > 0 (the knob's; p.group >> 8): each issue also prefetches the stage PD stages ahead of it
+  // into L2 (lane r < 16 RT: its row r, one bulk prefetch), so more bytes are requested from
+  // memory than the ring holds
+  const int pd = int(p.group >> 8), pf = int(p.group & 0xff);
+  const uint8_t* pfrow = p.q + (row0 + lane < p.n ? row0 + lane : p.n - 1) * p.q_rs;
   auto issue = [&](int st) {
+    if (pd > 0 && lane < 16 * RT) {
+      const int64_t off = b1 - left + int64_t(pd) * KB;
+      if (off < b1)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(pfrow + off * 64),
+                     "r"(uint32_t(min(int64_t(KB), b1 - off) * 64))
+                     : "memory");
+    }
     if (left >= KB) {
 #pragma unroll
       for (int i = 0; i < NR; ++i)
@@ -295,15 +309,13 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
   pdl_trigger();
 #pragma unroll
   for (int st = 0; st < D - 1; ++st) issue(st);
-  // p.group > 0 (the knob's PF): the next p.group stages of each row prefetched into L2 before
+  // PF > 0 (the knob's; p.group & 255): the next PF stages of each row prefetched into L2 before
   // the wait as well (one bulk prefetch per row), so that more than the ring is requested
   // while the previous kernel finishes
-  if (p.group > 0 && lane < 16 * RT) {
-    const int64_t row = row0 + lane < p.n ? row0 + lane : p.n - 1;
-    const int64_t off = (b0 + int64_t(D - 1) * KB) * 64, end = min(b1 * 64, off + p.group * int64_t(KB) * 64);
+  if (pf > 0 && lane < 16 * RT) {
+    const int64_t off = (b0 + int64_t(D - 1) * KB) * 64, end = min(b1 * 64, off + pf * int64_t(KB) * 64);
     if (end > off)
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p.q + row * p.q_rs + off), "r"(uint32_t(end - off))
-                   : "memory");
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(pfrow + off), "r"(uint32_t(end - off)) : "memory");
   }
   pdl_wait();
   float xg[2] = {1.0f, 1.0f};  // 2^-c of the lane's columns 2t, 2t + 1 (the x kernel's; read after the wait)
