@@ -68,10 +68,11 @@ __global__ void __launch_bounds__(512) k_w8_xprep(const bf16* __restrict__ x, in
   for (int64_t i = threadIdx.x + int64_t(NR) * NT; i < nv; i += NT) out[i] = conv(xr[i]);
 }
 
-// bf16 x with 8-bit weights: 0 the x kernel (H200 session 4, checkpoint B: fp8 74 / 77 / 98%
-// of copy against 61 / 61 / 97% with the CTAs' own copy and 73 / 70 / 88% with per-warp rings),
-// -1 the CTAs' own copy when it fits, 1 always, 2 per-warp rings (other bits), 3 the weights
-// decoded to exact bf16 and bf16 x used as it is (no x kernel, no workspace).
+// bf16 x with 8-bit weights (the knob's XS): 0 the x kernel (H200 session 4, checkpoint B: fp8
+// 74 / 77 / 98% of copy against 61 / 61 / 97% with the CTAs' own copy and 73 / 70 / 88% with
+// per-warp rings), -1 the CTAs' own copy when it fits, 1 always, 2 per-warp rings (other bits),
+// 3 the weights decoded to exact bf16 and bf16 x used as it is (no x kernel, no workspace; the
+// default of 8-bit weights, w8_default; the bits of 0).
 constexpr int kW8XsDefault = 0;
 
 struct W8Cfg {
@@ -110,9 +111,21 @@ W8Cfg parse_w8(const char* e) {
 
 // The default configuration for rows of k weights of eb bytes, n rows (a function of the
 // shape only, never of M: the warps and split-K fix the bits).
+// bf16 / fp16 weights: 4 blocks per stage, 3 stages, about 16 warps per SM, CTAs spread (H200,
+// session 5, checkpoint A: 94 / 97 / 101% of the copy bandwidth at M = 1, 91 / 95 / 98% at M = 8;
+// without the spreading 90 / 96 / 102%). 8-bit weights: the weights decoded to exact bf16 (bf16
+// x as it is: no x kernel), 2 stages, no spreading (checkpoint A, int8 at M = 1: 87 / 86 / 100%
+// against 78 / 77 / 97% for the x kernel with 3 stages; M = 8: 84 / 82 / 98% against 75 / 71 /
+// 94%; fp16 x: 89 / 88 / 101%).
 W8Cfg w8_default(int64_t n, int64_t k, int eb) {
-  (void)n, (void)k, (void)eb;
-  return W8Cfg{};
+  (void)n, (void)k;
+  W8Cfg c;
+  if (eb == 1) {
+    c.d = 2;
+    c.xs = 3;
+    c.sp = 0;
+  }
+  return c;
 }
 
 // The knob (a benchmarking switch, parsed again only when the variable changes) or the default.

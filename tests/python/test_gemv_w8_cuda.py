@@ -358,3 +358,17 @@ def test_w8_bf16_decode_pdl_chain(fmt):
             got = chain(0)
             bad = np.argwhere(got != ref)
             assert bad.size == 0, f"PDL chain differs at {len(bad)} places, first {bad[0].tolist()}"
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "int8"])
+def test_w8_default_is_bf16_decode_two_stages(fmt):
+    """The default for 8-bit weights with bf16 x: decoded to bf16, 2 stages, no spreading
+    (the knob "4,2,16,1,3,0,0"): the same bits; fp16 x likewise with 2 stages."""
+    n, k = 777, 4096
+    fn, deq = make(fmt, n, k)
+    for xdt in ("bfloat16", "float16"):
+        x, xs = xrand(4, k, xdt)
+        got = f64(run(fn, x))
+        check(got, xs, deq, f"{fmt} default {xdt}")
+        with knob("4,2,16,1,3,0,0"):
+            assert f64(run(fn, x)).tobytes() == got.tobytes(), f"{xdt}: the default is not 4,2,16,1,3,0,0"

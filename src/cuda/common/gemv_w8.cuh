@@ -94,7 +94,8 @@ struct SInt8 {  // int8 codes: (1024 + 128 + q) - 1152 in fp16, exact
 // subnormal inputs supported) gives the value itself. 4 instructions per pair (cvt to fp16: 1).
 // NaN codes (0x7f, 0xff) become +-480 here (the fp16 path and the CPU give NaN).
 __device__ __forceinline__ uint32_t e4m3x2_bf2(uint32_t u, uint32_t sel) {
-  const uint32_t v = __byte_perm(u, 0u, sel);
+  uint32_t v;  // prmt itself: __byte_perm ignores the selectors' sign-replication bit (H200, A)
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(v) : "r"(u), "r"(0u), "r"(sel));
   const uint32_t r = uint32_t(int32_t(v) >> 4) & 0x87f087f0u;
   return hmul2u<bf16>(r, 0x7b807b80u);  // 2^120 twice
 }
