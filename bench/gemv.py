@@ -18,7 +18,9 @@ bf16_tc / bf16_m8_tc / fp8_tc / int8_tc: bf16, fp8 or int8 weights through the t
 instead of the default CUDA-core one (gk._C._gemv_set_dense_path(1)); *_cc forces the CUDA cores;
 *_st the staged tensor-core kernel (src/cuda/gemv_w8.cu, path 2; the default where it applies);
 fp8_h_st / int8_h_st: the same with float16 x (no scaled fp16 copy of x needed). --w8 KB,D,WT[/KB,D,WT...]: time
-the *_st formats again with each GPUKIT_GEMV_W8 setting (printed only).
+the *_st formats again with each GPUKIT_GEMV_W8 setting (printed only; the fields
+KB,D,WT[,RT[,XS[,XP[,SP[,PF[,PD]]]]]] are described in docs/gemm.md; XS 3 = 8-bit weights
+decoded to bf16, the default for fp8 / int8 with bf16 x).
 --ms 1,4,8: also time every other format with M = 4 and 8 rows of x (records FMT_m4, FMT_m8).
 The default launches use programmatic dependent launch (each call copies its first weights
 while the previous call finishes, as in a decode step's chain of GEMVs); "variant 2" lines: the
