@@ -78,7 +78,7 @@ constexpr int kW8XsDefault = 0;
 struct W8Cfg {
   int kb = 4, d = 3, wt = 16, rt = 1;  // blocks per stage, ring depth, target warps per SM, row tiles
   int xs = kW8XsDefault;
-  int xp = 0;  // 1: the B operands loaded one stage ahead (KB 4, D 3 or 4, one row tile)
+  int xp = 0;  // 1: the B operands loaded one stage ahead (KB 4, D 2..4, one row tile)
   int sp = 1;  // 1: shared memory sized so that the CTAs spread over the SMs (launch_kd); 0: not
   int pf = 0;  // stages per row prefetched into L2 before waiting for the previous kernel
   int pd = 0;  // in the loop: each stage's copy also prefetches the stage pd ahead into L2 (0: off)
@@ -99,8 +99,8 @@ W8Cfg parse_w8(const char* e) {
   c.wt = wt < 1 ? 1 : (wt > 64 ? 64 : wt);
   c.rt = rt;
   c.xs = xs < -1 ? -1 : (xs > 3 ? 3 : xs);
-  if (xp != 0 && !(rt == 1 && kb == 4 && (d == 3 || d == 4)))
-    throw ValueError(cat("GPUKIT_GEMV_W8: XP needs KB 4, D 3 or 4 and one row tile, got '", e, "'"));
+  if (xp != 0 && !(rt == 1 && kb == 4 && d >= 2 && d <= 4))
+    throw ValueError(cat("GPUKIT_GEMV_W8: XP needs KB 4, D 2, 3 or 4 and one row tile, got '", e, "'"));
   c.xp = xp != 0;
   c.sp = sp != 0;
   c.pd = pd < 0 ? 0 : (pd > 64 ? 64 : pd);  // < 256: p.group packs both
@@ -240,7 +240,8 @@ void launch_w8(const KArgs& p_in, int split, cudaStream_t st, int xs_depth = 0) 
       return;
     }
   }
-  if (c.xp && c.d == 4) launch_kd<F, 4, 4, 1, 0, true>(p, pl.nw, split, 0, st, c.sp);
+  if (c.xp && c.d == 2) launch_kd<F, 4, 2, 1, 0, true>(p, pl.nw, split, 0, st, c.sp);
+  else if (c.xp && c.d == 4) launch_kd<F, 4, 4, 1, 0, true>(p, pl.nw, split, 0, st, c.sp);
   else if (c.xp) launch_kd<F, 4, 3, 1, 0, true>(p, pl.nw, split, 0, st, c.sp);
   else if (c.rt == 2 && c.kb == 2) launch_kd<F, 2, 4, 2>(p, pl.nw, split, 0, st, c.sp);
   else if (c.rt == 2) launch_kd<F, 4, 3, 2>(p, pl.nw, split, 0, st, c.sp);

@@ -140,7 +140,7 @@ def test_w8_out_dtypes_and_1d(fmt, out):
                                  "4,3,16,2,3", "4,3,16,1,3,1", "4,4,8,1,3,1", "4,3,16,1,3,0,0",
                                  "4,4,8,1,3,0,0,2", "4,3,16,1,0,1,1,4", "2,4,16,1,3,0,1,64", "4,3,16,2,0,0,0,1",
                                  "4,3,8,1,3,0,0,0,4", "4,2,16,1,0,0,1,0,3", "4,3,16,2,3,0,1,1,2",
-                                 "8,2,16,1,3,0,1,0,64"])
+                                 "8,2,16,1,3,0,1,0,64", "4,2,16,1,3,1,0", "4,2,16,1,0,1"])
 @pytest.mark.parametrize("fmt", ["bf16", "fp8", "int8"])
 def test_w8_knob_configs(fmt, cfg):
     """GPUKIT_GEMV_W8 (a benchmarking knob) changes stages / warps, never correctness."""
@@ -183,7 +183,7 @@ def test_w8_bad_knob():
             run(fn, x)
     finally:
         del os.environ["GPUKIT_GEMV_W8"]
-    for bad in ("4,4,16,2", "4,2,16,1,0,1", "8,2,16,1,3,1"):
+    for bad in ("4,4,16,2", "2,4,16,1,0,1", "8,2,16,1,3,1", "4,3,16,2,3,1"):
         os.environ["GPUKIT_GEMV_W8"] = bad
         try:
             with pytest.raises(ValueError, match="GPUKIT_GEMV_W8"):
