@@ -41,7 +41,10 @@ L2_DEFEAT = 256e6    # bytes of rotated weights per measurement (>= 5x the H200'
 FORMATS = ("bf16", "fp16", "bf16_m4", "bf16_m8", "bf16_tc", "bf16_m8_tc", "fp8", "int8", "fp8_tc", "int8_tc",
            "int4", "int4_g64", "int4_g32", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 VARIANT_FMTS = ("bf16", "bf16_m8", "fp8", "int8", "int4", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
-VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "without PDL"}
+VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "without PDL",
+                 3: "int4: the staged-tile kernel of quant_int4_mma.cu", 4: "int4: 2 m-tiles per warp",
+                 5: "int4: 6-stage ring", 6: "int4: 2 m-tiles, 3 stages"}
+INT4_ONLY_VARIANTS = (3, 4, 5, 6)  # --variants: int4 formats only
 
 
 def tbs(nbytes, ms):
@@ -183,7 +186,9 @@ def main():
                                           p.add_argument("--shapes", default="0,1,2"),
                                           p.add_argument("--ms", default="1"),
                                           p.add_argument("--no-variants", action="store_true",
-                                                         help="skip the alternative kernel variants")))
+                                                         help="skip the alternative kernel variants"),
+                                          p.add_argument("--variants", default="1,2",
+                                                         help="variants timed beside the default (3-6: int4 only)")))
     if not require_cuda():
         return 0
     t0 = time.time()
@@ -240,8 +245,10 @@ def main():
             v = tbs(nbytes, median(ms))
             notes, r_var = [], {}
             if not args.no_variants:  # the alternative kernel variants, printed only
-                for var in (1, 2):
+                for var in (int(a_) for a_ in args.variants.split(",") if a_):
                     if var == 1 and fmt not in VARIANT_FMTS and base not in VARIANT_FMTS:
+                        continue
+                    if var in INT4_ONLY_VARIANTS and not base.startswith("int4"):
                         continue
                     gk._C._gemv_set_variant(var)
                     try:

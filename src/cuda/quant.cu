@@ -50,7 +50,9 @@ bool use_mma(QFormat f, int64_t k) { return (f == QFormat::int4 || f == QFormat:
 
 template <class T>
 void launch_int4(const QGemvArgs& a, cudaStream_t st) {
-  // variant 1: the per-lane-chunk tensor-core kernel (gemv_mma.cuh) as before
+  // variant 1: the per-lane-chunk tensor-core kernel (gemv_mma.cuh); 3: the staged-tile
+  // kernel of quant_int4_mma.cu (the previous default)
+  if (a.variant != 1 && a.variant != 3 && int4_lane_applies(a)) return launch_int4_lane<T>(a, st);
   if (a.variant != 1 && int4_mma_applies(a)) return launch_int4_mma<T>(a, st);
   const KArgs p = kargs(a);
   if (!use_mma(a.fmt, a.k)) return launch_family<FInt4, T>(p, a.split, st);
@@ -213,7 +215,7 @@ int qgemv_split(int64_t n, int64_t k, QFormat f, bool mma) {
     case QFormat::fp8: return split_for(n, chunks_per_row<FFp8>(k));
     case QFormat::int8: return split_for(n, chunks_per_row<FInt8>(k));
     case QFormat::int4:
-      if (k % 256 == 0) return gguf_mma_split(n, k, f);  // any of the int4 kernels takes it
+      if (k % 128 == 0) return int4_lane_split(n, k);  // any of the int4 kernels takes it
       return use_mma(f, k) ? split_mma(n, k / 128) : split_for(n, chunks_per_row<FInt4>(k));
     case QFormat::nvf4: return use_mma(f, k) ? split_mma(n, k / 128) : split_for(n, chunks_per_row<FNvf4>(k));
     case QFormat::q4_k: return gguf_mma_split(n, k, f);  // either kernel takes any split

@@ -114,6 +114,15 @@ def test_variant_matches_exact(fmt, variant, n, k):
         assert f64(run(fmt, fn, x, 0)).tobytes() == f64(got).tobytes(), f"variant {variant} and 0 differ"
 
 
+@pytest.mark.parametrize("fmt", ["int4_32", "int4_64", "int4_128"])
+@pytest.mark.parametrize("variant", [3, 4, 5, 6])
+@pytest.mark.parametrize("n,k", [(37, 4096), (300, 14336), (2051, 1024), (133, 1152)])
+def test_int4_variants_match_exact(fmt, variant, n, k):
+    """int4's extra variants: 3 the staged-tile kernel (quant_int4_mma.cu), 4 / 5 / 6 the
+    per-lane kernel (quant_int4_lane.cu) with two m-tiles per warp / a 6-stage ring / both."""
+    test_variant_matches_exact(fmt, variant, n, k)
+
+
 def test_pdl_chain_reads_the_previous_output():
     """The default (PDL) launches: each GEMV reads the previous one's output; the result
     must be the bits of the same chain without PDL (variant 2; a kernel that read x before

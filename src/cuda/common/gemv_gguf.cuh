@@ -24,4 +24,10 @@ int gguf_mma_split(int64_t n, int64_t k, QFormat f);  // also int4's kernel belo
 bool int4_mma_applies(const QGemvArgs& p);
 template <class T>
 void launch_int4_mma(const QGemvArgs& p, cudaStream_t st);
+// int4 with per-lane cp.async rings and the lean decode (src/cuda/quant_int4_lane.cu): K % 128
+// == 0, groups of 32 / 64 / 128, aligned rows; its split-K (a function of N and K only).
+bool int4_lane_applies(const QGemvArgs& p);
+template <class T>
+void launch_int4_lane(const QGemvArgs& p, cudaStream_t st);
+int int4_lane_split(int64_t n, int64_t k);
 }  // namespace gk::cuda
