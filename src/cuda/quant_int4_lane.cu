@@ -74,7 +74,9 @@ constexpr int kSB = 512 / G;
 template <int G>
 constexpr int kLaneBytes = 32 + 2 * kSB<G>;
 
-template <class T, int G, int MT, int D>
+// PROBE (benchmarking only, variant 7): the same copies, no decode or products (wrong
+// results): the memory ceiling of this access pattern.
+template <class T, int G, int MT, int D, bool PROBE = false>
 __global__ void __launch_bounds__(kMaxWarps * 32, 1) k_int4_lane(const QGemvArgs p) {
   constexpr int NG = 128 / G;    // groups per span
   constexpr int LB = G / 8;      // code bytes per lane, row and group
@@ -151,6 +153,14 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) k_int4_lane(const QGemvArgs
       wv[i][1] = lds16(code_slot(st, i, 1));
     }
     const T* xj = xr + j * 128;
+    if constexpr (PROBE) {
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+        acc[i][0] += __uint_as_float((wv[i][0].x ^ wv[i][0].y ^ wv[i][0].z ^ wv[i][0].w ^ wv[i][1].x ^ wv[i][1].y ^
+                                      wv[i][1].z ^ wv[i][1].w ^ lds_u32(scale_slot(st, i, 0)) ^ zr[st][i][0]) &
+                                     0x007fffffu);
+      return;
+    }
 #pragma unroll
     for (int h = 0; h < NG; ++h) {
       float c[MT][4];
@@ -234,7 +244,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) k_int4_lane(const QGemvArgs
 constexpr int kWarpsPerSM = 16;
 constexpr int kSMs = 132;
 
-template <class T, int G, int MT, int D>
+template <class T, int G, int MT, int D, bool PROBE = false>
 void launch_cfg(const QGemvArgs& p, cudaStream_t st) {
   constexpr int per_warp = D * MT * 32 * kLaneBytes<G>;
   const int64_t blocks = (p.n + 16 * MT - 1) / (16 * MT);
@@ -248,15 +258,17 @@ void launch_cfg(const QGemvArgs& p, cudaStream_t st) {
   int64_t nw = (int64_t(kSMs) * std::min<int64_t>(kWarpsPerSM, smem_warps)) / (blocks * S);
   nw = std::max<int64_t>(1, std::min<int64_t>({nw, cap, std::max<int64_t>(1, spans / 2)}));
   const int smem = std::max<int>(int(nw) * per_warp, int(nw) * MT * 4 * 32 * 4);
-  smem_limit<k_int4_lane<T, G, MT, D>>(std::max(kMaxWarps * per_warp, kMaxWarps * MT * 4 * 32 * 4));
-  launch_ex(k_int4_lane<T, G, MT, D>, dim3(unsigned(blocks), unsigned(S)), int(nw) * 32, smem, st, p.variant != 2, p);
+  smem_limit<k_int4_lane<T, G, MT, D, PROBE>>(std::max(kMaxWarps * per_warp, kMaxWarps * MT * 4 * 32 * 4));
+  launch_ex(k_int4_lane<T, G, MT, D, PROBE>, dim3(unsigned(blocks), unsigned(S)), int(nw) * 32, smem, st, p.variant != 2, p);
   GK_LAUNCH_CHECK("qgemv_int4_lane");
 }
 
 template <class T, int G>
 void launch_g(const QGemvArgs& p, cudaStream_t st) {
-  // variants (benchmarking): 4: two m-tiles per warp; 5: a 6-stage ring; 6: two m-tiles, 3 stages
+  // variants (benchmarking): 4: two m-tiles per warp; 5: a 6-stage ring; 6: two m-tiles, 3
+  // stages; 7: the probe (copies only, wrong results)
   switch (p.variant) {
+    case 7: launch_cfg<T, G, 1, 4, true>(p, st); break;
     case 4: launch_cfg<T, G, 2, 4>(p, st); break;
     case 5: launch_cfg<T, G, 1, 6>(p, st); break;
     case 6: launch_cfg<T, G, 2, 3>(p, st); break;
