@@ -44,8 +44,9 @@ VARIANT_FMTS = ("bf16", "bf16_m8", "fp8", "int8", "int4", "nvf4", "q8_0", "q4_0"
 VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "without PDL",
                  3: "int4: the staged-tile kernel of quant_int4_mma.cu", 4: "int4: 2 m-tiles per warp",
                  5: "int4: 6-stage ring", 6: "int4: 2 m-tiles, 3 stages",
-                 7: "int4 probe: the same copies without decode (wrong results: the access pattern's ceiling)"}
-INT4_ONLY_VARIANTS = (3, 4, 5, 6, 7)  # --variants: int4 formats only
+                 7: "int4 probe: the same copies without decode (wrong results: the access pattern's ceiling)",
+                 8: "int4: shifts as mul.hi (FMA pipe)", 9: "int4: shifts as mul.hi, 2 m-tiles per warp"}
+INT4_ONLY_VARIANTS = (3, 4, 5, 6, 7, 8, 9)  # --variants: int4 formats only
 
 
 def tbs(nbytes, ms):

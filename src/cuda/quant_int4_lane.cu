@@ -74,9 +74,24 @@ constexpr int kSB = 512 / G;
 template <int G>
 constexpr int kLaneBytes = 32 + 2 * kSB<G>;
 
+// u >> s on the FMA pipe (the high word of u * 2^(32 - s)): the integer pipe, half the
+// rate of the FMA pipe on Hopper, carries the lop3s and byte permutes.
+template <int S>
+__device__ __forceinline__ uint32_t shr_hi(uint32_t u) {
+  uint32_t r;
+  asm("mul.hi.u32 %0, %1, %2;" : "=r"(r) : "r"(u), "n"(1u << (32 - S)));
+  return r;
+}
+template <int S, bool HI>
+__device__ __forceinline__ uint32_t shr(uint32_t u) {
+  if constexpr (S == 0) return u;
+  else if constexpr (HI) return shr_hi<S>(u);
+  else return u >> S;
+}
+
 // PROBE (benchmarking only, variant 7): the same copies, no decode or products (wrong
-// results): the memory ceiling of this access pattern.
-template <class T, int G, int MT, int D, bool PROBE = false>
+// results): the memory ceiling of this access pattern. HI: shifts as mul.hi (variant 8).
+template <class T, int G, int MT, int D, bool PROBE = false, bool HI = false>
 __global__ void __launch_bounds__(kMaxWarps * 32, 1) k_int4_lane(const QGemvArgs p) {
   constexpr int NG = 128 / G;    // groups per span
   constexpr int LB = G / 8;      // code bytes per lane, row and group
@@ -184,8 +199,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) k_int4_lane(const QGemvArgs
           uint32_t pa[4], pb[4];
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
-            pa[q] = hsub2u<T>(lop_and_or(ua >> (4 * q), 0x000f000f, mag), z2[i][0]);
-            pb[q] = hsub2u<T>(lop_and_or(ub >> (4 * q), 0x000f000f, mag), z2[i][1]);
+            const uint32_t sa = q == 0 ? ua : (q == 1 ? shr<4, HI>(ua) : (q == 2 ? shr<8, HI>(ua) : shr<12, HI>(ua)));
+            const uint32_t sb = q == 0 ? ub : (q == 1 ? shr<4, HI>(ub) : (q == 2 ? shr<8, HI>(ub) : shr<12, HI>(ub)));
+            pa[q] = hsub2u<T>(lop_and_or(sa, 0x000f000f, mag), z2[i][0]);
+            pb[q] = hsub2u<T>(lop_and_or(sb, 0x000f000f, mag), z2[i][1]);
           }
           const uint32_t aA[4] = {pa[0], pb[0], pa[1], pb[1]};
           const uint32_t aB[4] = {pa[2], pb[2], pa[3], pb[3]};
@@ -244,7 +261,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) k_int4_lane(const QGemvArgs
 constexpr int kWarpsPerSM = 16;
 constexpr int kSMs = 132;
 
-template <class T, int G, int MT, int D, bool PROBE = false>
+template <class T, int G, int MT, int D, bool PROBE = false, bool HI = false>
 void launch_cfg(const QGemvArgs& p, cudaStream_t st) {
   constexpr int per_warp = D * MT * 32 * kLaneBytes<G>;
   const int64_t blocks = (p.n + 16 * MT - 1) / (16 * MT);
@@ -258,17 +275,20 @@ void launch_cfg(const QGemvArgs& p, cudaStream_t st) {
   int64_t nw = (int64_t(kSMs) * std::min<int64_t>(kWarpsPerSM, smem_warps)) / (blocks * S);
   nw = std::max<int64_t>(1, std::min<int64_t>({nw, cap, std::max<int64_t>(1, spans / 2)}));
   const int smem = std::max<int>(int(nw) * per_warp, int(nw) * MT * 4 * 32 * 4);
-  smem_limit<k_int4_lane<T, G, MT, D, PROBE>>(std::max(kMaxWarps * per_warp, kMaxWarps * MT * 4 * 32 * 4));
-  launch_ex(k_int4_lane<T, G, MT, D, PROBE>, dim3(unsigned(blocks), unsigned(S)), int(nw) * 32, smem, st, p.variant != 2, p);
+  smem_limit<k_int4_lane<T, G, MT, D, PROBE, HI>>(std::max(kMaxWarps * per_warp, kMaxWarps * MT * 4 * 32 * 4));
+  launch_ex(k_int4_lane<T, G, MT, D, PROBE, HI>, dim3(unsigned(blocks), unsigned(S)), int(nw) * 32, smem, st, p.variant != 2, p);
   GK_LAUNCH_CHECK("qgemv_int4_lane");
 }
 
 template <class T, int G>
 void launch_g(const QGemvArgs& p, cudaStream_t st) {
   // variants (benchmarking): 4: two m-tiles per warp; 5: a 6-stage ring; 6: two m-tiles, 3
-  // stages; 7: the probe (copies only, wrong results)
+  // stages; 7: the probe (copies only, wrong results); 8 / 9: shifts on the FMA pipe (mul.hi),
+  // one / two m-tiles
   switch (p.variant) {
     case 7: launch_cfg<T, G, 1, 4, true>(p, st); break;
+    case 8: launch_cfg<T, G, 1, 4, false, true>(p, st); break;
+    case 9: launch_cfg<T, G, 2, 4, false, true>(p, st); break;
     case 4: launch_cfg<T, G, 2, 4>(p, st); break;
     case 5: launch_cfg<T, G, 1, 6>(p, st); break;
     case 6: launch_cfg<T, G, 2, 3>(p, st); break;
