@@ -85,7 +85,10 @@ void by_format(const QGemvArgs& p, cudaStream_t st) {
     case QFormat::q8_0:
     case QFormat::q4_0:
     case QFormat::q4_1:
-      // variant 1: the CUDA-core kernels of quant_gguf.cu (for comparison)
+      // variant 1: the CUDA-core kernels of quant_gguf.cu; 3: the staged-tile kernel of
+      // quant_gguf_mma.cu (the previous default)
+      if (p.variant != 1 && p.variant != 3 && gguf32_applies(p)) return launch_gguf32<T>(p, st);
+      [[fallthrough]];
     case QFormat::q6_k:
       if (p.variant != 1 && gguf_mma_applies(p)) return launch_gguf_mma<T>(p, st);
       return launch_gguf<T>(p, st);

@@ -124,6 +124,15 @@ def test_int4_variants_match_exact(fmt, variant, n, k):
     test_variant_matches_exact(fmt, variant, n, k)
 
 
+@pytest.mark.parametrize("fmt", ["q4_0", "q4_1", "q8_0"])
+@pytest.mark.parametrize("variant", [3, 4, 5])
+@pytest.mark.parametrize("n,k", [(37, 4096), (300, 14336), (2051, 1024), (133, 1280)])
+def test_gguf32_variants_match_exact(fmt, variant, n, k):
+    """Q4_0 / Q4_1 / Q8_0's extra variants: 3 the staged-tile kernel of quant_gguf_mma.cu,
+    4 / 5 the kernel of quant_gguf32.cu with two m-tiles per warp / a 6-stage ring."""
+    test_variant_matches_exact(fmt, variant, n, k)
+
+
 def test_pdl_chain_reads_the_previous_output():
     """The default (PDL) launches: each GEMV reads the previous one's output; the result
     must be the bits of the same chain without PDL (variant 2; a kernel that read x before
