@@ -34,17 +34,19 @@ template <int F>
 struct B32;
 template <>
 struct B32<int(QFormat::q4_0)> {
-  static constexpr int BB = gguf::kQ4_0Bytes, QOFF = 2, RS = 144 + 16;  // RS: shared bytes per row
+  // RS: shared bytes per row, = 16, 48, 80 or 112 mod 128: lanes (g, t) reading word t of
+  // rows g = 0..7 hit 32 different banks
+  static constexpr int BB = gguf::kQ4_0Bytes, QOFF = 2, RS = 144, D = 4;
   static constexpr bool k4 = true, kMin = false;
 };
 template <>
 struct B32<int(QFormat::q4_1)> {
-  static constexpr int BB = gguf::kQ4_1Bytes, QOFF = 4, RS = 160 + 16;
+  static constexpr int BB = gguf::kQ4_1Bytes, QOFF = 4, RS = 176, D = 4;
   static constexpr bool k4 = true, kMin = true;
 };
 template <>
 struct B32<int(QFormat::q8_0)> {
-  static constexpr int BB = gguf::kQ8_0Bytes, QOFF = 2, RS = 272 + 16;
+  static constexpr int BB = gguf::kQ8_0Bytes, QOFF = 2, RS = 272, D = 3;
   static constexpr bool k4 = false, kMin = false;
 };
 
@@ -254,11 +256,11 @@ void launch_cfg(const QGemvArgs& p, cudaStream_t st) {
 
 template <class T, int F>
 void launch_f(const QGemvArgs& p, cudaStream_t st) {
-  // variants (benchmarking): 4: two m-tiles per warp; 5: a 6-stage ring
+  // variants (benchmarking): 4: two m-tiles per warp; 5: a 6-stage ring (default: 4, Q8_0 3)
   switch (p.variant) {
-    case 4: launch_cfg<T, F, 2, 4>(p, st); break;
+    case 4: launch_cfg<T, F, 2, B32<F>::D>(p, st); break;
     case 5: launch_cfg<T, F, 1, 6>(p, st); break;
-    default: launch_cfg<T, F, 1, 4>(p, st); break;
+    default: launch_cfg<T, F, 1, B32<F>::D>(p, st); break;
   }
   if (p.split > 1) launch_sum_q(p, st);
 }

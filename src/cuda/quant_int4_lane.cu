@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) k_int4_lane(const QGemvArgs
   constexpr int WPG = LB / 4;    // 32-bit words per lane, row and group
   constexpr int SB = kSB<G>;     // scale bytes per row and span
   constexpr int LANE = kLaneBytes<G>;
-  constexpr uint32_t kMag = std::is_same_v<T, bf16> ? 0x43434343u : 0x64646464u;
+  constexpr uint32_t kMag = std::is_same_v<T, bf16> ? 0x43004300u : 0x64006400u;  // 128.0 / 1024.0 twice
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int64_t row0 = int64_t(blockIdx.x) * 16 * MT;
@@ -183,8 +183,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) k_int4_lane(const QGemvArgs
 #pragma unroll
       for (int i = 0; i < MT; ++i) {
         c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.0f;
-        // bytes [z_h, magic, z_h, magic]: (magic + z) twice
-        const uint32_t sel = uint32_t(h) | (4u << 4) | (uint32_t(h) << 8) | (4u << 12);
+        // bytes [z_h, magic high byte, z_h, magic high byte]: (magic + z) twice
+        const uint32_t sel = uint32_t(h) | (5u << 4) | (uint32_t(h) << 8) | (5u << 12);
         z2[i][0] = __byte_perm(zr[st][i][0], mag, sel);
         z2[i][1] = __byte_perm(zr[st][i][1], mag, sel);
       }
