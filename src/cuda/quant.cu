@@ -79,7 +79,8 @@ void by_format(const QGemvArgs& p, cudaStream_t st) {
       return launch_chunks<FInt8, T>(p, st);
     case QFormat::int4: return launch_int4<T>(p, st);
     case QFormat::nvf4: return launch_nvf4<T>(p, st);
-    case QFormat::q4_k:  // variant 1: the 16-byte chunk tensor-core kernel of gemv_mma.cuh
+    case QFormat::q4_k:  // variant 1: the 16-byte chunk tensor-core kernel of gemv_mma.cuh; 3: quant_gguf_mma.cu
+      if (p.variant != 1 && p.variant != 3 && gguf_k_applies(p)) return launch_gguf_k<T>(p, st);
       if (p.variant != 1 && gguf_mma_applies(p)) return launch_gguf_mma<T>(p, st);
       return launch_mma<MQ4K<T>, T>(kargs(p), p.split, st);
     case QFormat::q8_0:
@@ -90,6 +91,8 @@ void by_format(const QGemvArgs& p, cudaStream_t st) {
       if (p.variant != 1 && p.variant != 3 && gguf32_applies(p)) return launch_gguf32<T>(p, st);
       [[fallthrough]];
     case QFormat::q6_k:
+      if (p.fmt == QFormat::q6_k && p.variant != 1 && p.variant != 3 && gguf_k_applies(p))
+        return launch_gguf_k<T>(p, st);
       if (p.variant != 1 && gguf_mma_applies(p)) return launch_gguf_mma<T>(p, st);
       return launch_gguf<T>(p, st);
   }

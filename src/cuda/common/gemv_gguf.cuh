@@ -35,4 +35,9 @@ int int4_lane_split(int64_t n, int64_t k);
 bool gguf32_applies(const QGemvArgs& p);
 template <class T>
 void launch_gguf32(const QGemvArgs& p, cudaStream_t st);
+// Q4_K (16-byte aligned rows, K % 256 == 0) and Q6_K (4-byte aligned rows, K % 512 == 0)
+// (src/cuda/quant_gguf_k.cu); takes any split.
+bool gguf_k_applies(const QGemvArgs& p);
+template <class T>
+void launch_gguf_k(const QGemvArgs& p, cudaStream_t st);
 }  // namespace gk::cuda
