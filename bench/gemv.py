@@ -42,12 +42,12 @@ FORMATS = ("bf16", "fp16", "bf16_m4", "bf16_m8", "bf16_tc", "bf16_m8_tc", "fp8",
            "int4", "int4_g64", "int4_g32", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 VARIANT_FMTS = ("bf16", "bf16_m8", "fp8", "int8", "int4", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "without PDL",
-                 3: "the staged-tile kernel of quant_int4_mma.cu / quant_gguf_mma.cu (previous default)",
+                 3: "the previous default kernel (quant_int4_mma.cu / quant_gguf_mma.cu / gemv_mma.cuh)",
                  4: "2 m-tiles per warp", 5: "deeper ring", 6: "int4: 2 m-tiles, 3 stages",
                  7: "int4 probe: the same copies without decode (wrong results: the access pattern's ceiling)",
                  8: "int4: shifts as mul.hi (FMA pipe)", 9: "int4: shifts as mul.hi, 2 m-tiles per warp"}
 INT4_ONLY_VARIANTS = (6, 7, 8, 9)  # --variants: int4 formats only
-NEW_KERNEL_VARIANTS = (3, 4, 5)  # int4 and the GGUF formats only
+NEW_KERNEL_VARIANTS = (3, 4, 5)  # int4, nvf4 and the GGUF formats only
 
 
 def tbs(nbytes, ms):
@@ -253,7 +253,7 @@ def main():
                         continue
                     if var in INT4_ONLY_VARIANTS and not base.startswith("int4"):
                         continue
-                    if var in NEW_KERNEL_VARIANTS and not base.startswith(("int4", "q")):
+                    if var in NEW_KERNEL_VARIANTS and not base.startswith(("int4", "q", "nvf4")):
                         continue
                     gk._C._gemv_set_variant(var)
                     try:

@@ -63,6 +63,8 @@ void launch_int4(const QGemvArgs& a, cudaStream_t st) {
 
 template <class T>
 void launch_nvf4(const QGemvArgs& a, cudaStream_t st) {
+  // variants 1 / 3: the per-lane-chunk tensor-core kernel of gemv_mma.cuh (the previous default)
+  if (a.variant != 1 && a.variant != 3 && nvf4_lane_applies(a)) return launch_nvf4_lane<T>(a, st);
   const KArgs p = kargs(a);
   if (!use_mma(a.fmt, a.k)) return launch_family<FNvf4, T>(p, a.split, st);
   return launch_mma<MNvf4<T>, T>(p, a.split, st);

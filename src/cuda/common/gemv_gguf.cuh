@@ -38,6 +38,11 @@ void launch_gguf32(const QGemvArgs& p, cudaStream_t st);
 // Q4_K (16-byte aligned rows, K % 256 == 0) and Q6_K (4-byte aligned rows, K % 512 == 0)
 // (src/cuda/quant_gguf_k.cu); takes any split.
 bool gguf_k_applies(const QGemvArgs& p);
+// NVF4 with the per-lane layout of the int4 kernel (src/cuda/quant_nvf4_lane.cu): K % 128 == 0,
+// 16-byte aligned rows; takes any split.
+bool nvf4_lane_applies(const QGemvArgs& p);
+template <class T>
+void launch_nvf4_lane(const QGemvArgs& p, cudaStream_t st);
 template <class T>
 void launch_gguf_k(const QGemvArgs& p, cudaStream_t st);
 }  // namespace gk::cuda
