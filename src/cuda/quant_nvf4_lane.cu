@@ -35,10 +35,17 @@ struct NvfBits {
   static constexpr float kRowScale = std::is_same_v<T, bf16> ? 256.0f : 128.0f;
 };
 
-template <int S>  // u << S (S >= 0) or u >> -S
+template <int S, bool HI = false>  // u << S (S >= 0) or u >> -S (HI: as mul.hi, on the FMA pipe)
 __device__ __forceinline__ uint32_t shl(uint32_t u) {
-  if constexpr (S >= 0) return u << S;
-  else return u >> (-S);
+  if constexpr (S >= 0) {
+    return u << S;
+  } else if constexpr (HI) {
+    uint32_t r;
+    asm("mul.hi.u32 %0, %1, %2;" : "=r"(r) : "r"(u), "n"(1u << (32 + S)));
+    return r;
+  } else {
+    return u >> (-S);
+  }
 }
 
 template <class T>
@@ -46,7 +53,7 @@ __device__ __forceinline__ uint32_t scale_pair(uint32_t byte) {  // e4m3 byte * 
   return splat<T>(FNvf4::e4m3(byte) * NvfBits<T>::kScaleUp);
 }
 
-template <class T, int MT, int D>
+template <class T, int MT, int D, bool HI = false>
 __global__ void __launch_bounds__(kMaxWarps * 32, 1) k_nvf4_lane(const QGemvArgs p) {
   using NB = NvfBits<T>;
   constexpr int LANE = 32;  // shared bytes per lane, stage and m-tile: codes of rows a, b
@@ -125,8 +132,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) k_nvf4_lane(const QGemvArgs
             uint32_t mag, sg;
             if (q == 0) mag = shl<NB::kMagShift>(u), sg = shl<12>(u);
             else if (q == 1) mag = shl<NB::kMagShift - 4>(u), sg = shl<8>(u);
-            else if (q == 2) mag = shl<NB::kMagShift - 8>(u), sg = shl<4>(u);
-            else mag = shl<NB::kMagShift - 12>(u), sg = u;
+            else if (q == 2) mag = shl<NB::kMagShift - 8, HI>(u), sg = shl<4>(u);
+            else mag = shl<NB::kMagShift - 12, HI>(u), sg = u;
             mag &= NB::kMagMask;
             const uint32_t ss = s2 ^ (sg & 0x80008000u);
             pr[r][q] = hmul2u<T>(mag, ss);
@@ -180,7 +187,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) k_nvf4_lane(const QGemvArgs
 
 constexpr int kWarpsPerSM = 16, kSMs = 132;
 
-template <class T, int MT, int D>
+template <class T, int MT, int D, bool HI = false>
 void launch_cfg(const QGemvArgs& p, cudaStream_t st) {
   constexpr int per_warp = D * MT * 32 * 32;
   const int64_t blocks = (p.n + 16 * MT - 1) / (16 * MT);
@@ -192,8 +199,8 @@ void launch_cfg(const QGemvArgs& p, cudaStream_t st) {
   int64_t nw = (int64_t(kSMs) * cap) / (blocks * S);
   nw = std::max<int64_t>(1, std::min<int64_t>({nw, cap, std::max<int64_t>(1, spans / 2)}));
   const int smem = std::max<int>(int(nw) * per_warp, int(nw) * MT * 4 * 32 * 4);
-  smem_limit<k_nvf4_lane<T, MT, D>>(std::max(int(cap) * per_warp, kMaxWarps * MT * 4 * 32 * 4));
-  launch_ex(k_nvf4_lane<T, MT, D>, dim3(unsigned(blocks), unsigned(S)), int(nw) * 32, smem, st, p.variant != 2, p);
+  smem_limit<k_nvf4_lane<T, MT, D, HI>>(std::max(int(cap) * per_warp, kMaxWarps * MT * 4 * 32 * 4));
+  launch_ex(k_nvf4_lane<T, MT, D, HI>, dim3(unsigned(blocks), unsigned(S)), int(nw) * 32, smem, st, p.variant != 2, p);
   GK_LAUNCH_CHECK("qgemv_nvf4_lane");
 }
 
@@ -207,8 +214,9 @@ bool nvf4_lane_applies(const QGemvArgs& p) {
 
 template <class T>
 void launch_nvf4_lane(const QGemvArgs& p, cudaStream_t st) {
-  // variants (benchmarking): 4: two m-tiles per warp; 5: a 6-stage ring
+  // variants (benchmarking): 4: two m-tiles per warp; 5: a 6-stage ring; 8: right shifts as mul.hi
   switch (p.variant) {
+    case 8: launch_cfg<T, 1, 4, true>(p, st); break;
     case 4: launch_cfg<T, 2, 4>(p, st); break;
     case 5: launch_cfg<T, 1, 6>(p, st); break;
     default: launch_cfg<T, 1, 4>(p, st); break;

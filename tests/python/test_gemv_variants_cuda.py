@@ -135,6 +135,12 @@ def test_gguf_variants_match_exact(fmt, variant, n, k):
     test_variant_matches_exact(fmt, variant, n, k)
 
 
+@pytest.mark.parametrize("n,k", [(37, 4096), (300, 14336), (133, 1280)])
+def test_nvf4_mulhi_variant_matches_exact(n, k):
+    """NVF4 variant 8: the per-lane kernel with its right shifts as mul.hi."""
+    test_variant_matches_exact("nvf4", 8, n, k)
+
+
 def test_pdl_chain_reads_the_previous_output():
     """The default (PDL) launches: each GEMV reads the previous one's output; the result
     must be the bits of the same chain without PDL (variant 2; a kernel that read x before
