@@ -45,8 +45,9 @@ VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "wit
                  3: "the previous default kernel (quant_int4_mma.cu / quant_gguf_mma.cu / gemv_mma.cuh)",
                  4: "2 m-tiles per warp", 5: "deeper ring", 6: "int4: 2 m-tiles, 3 stages",
                  7: "int4 probe: the same copies without decode (wrong results: the access pattern's ceiling)",
-                 8: "int4 / nvf4: shifts as mul.hi (FMA pipe)", 9: "int4: shifts as mul.hi, 2 m-tiles per warp"}
-INT4_ONLY_VARIANTS = (6, 7, 9)  # --variants: int4 formats only (8: int4 and nvf4)
+                 8: "int4 / nvf4: shifts as mul.hi (FMA pipe)", 9: "int4: shifts as mul.hi, 2 m-tiles per warp",
+                 10: "int4: 24 warps per SM"}
+INT4_ONLY_VARIANTS = (6, 7, 9, 10)  # --variants: int4 formats only (8: int4 and nvf4)
 NEW_KERNEL_VARIANTS = (3, 4, 5)  # int4, nvf4 and the GGUF formats only
 
 

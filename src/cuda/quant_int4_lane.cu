@@ -262,7 +262,7 @@ constexpr int kWarpsPerSM = 16;
 constexpr int kSMs = 132;
 
 template <class T, int G, int MT, int D, bool PROBE = false, bool HI = false>
-void launch_cfg(const QGemvArgs& p, cudaStream_t st) {
+void launch_cfg(const QGemvArgs& p, cudaStream_t st, int warps_per_sm = kWarpsPerSM) {
   constexpr int per_warp = D * MT * 32 * kLaneBytes<G>;
   const int64_t blocks = (p.n + 16 * MT - 1) / (16 * MT);
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
@@ -271,8 +271,8 @@ void launch_cfg(const QGemvArgs& p, cudaStream_t st) {
   // warps per CTA: about kWarpsPerSM resident warps per SM over the GPU, at most the shared
   // memory allows, at least 2 spans per warp. A function of (N, K, split) only.
   const int smem_warps = std::max(1, (227 * 1024) / per_warp);
-  const int64_t cap = std::min<int64_t>(kMaxWarps, std::min(kWarpsPerSM, smem_warps));
-  int64_t nw = (int64_t(kSMs) * std::min<int64_t>(kWarpsPerSM, smem_warps)) / (blocks * S);
+  const int64_t cap = std::min<int64_t>(kMaxWarps, std::min(warps_per_sm, smem_warps));
+  int64_t nw = (int64_t(kSMs) * std::min<int64_t>(warps_per_sm, smem_warps)) / (blocks * S);
   nw = std::max<int64_t>(1, std::min<int64_t>({nw, cap, std::max<int64_t>(1, spans / 2)}));
   const int smem = std::max<int>(int(nw) * per_warp, int(nw) * MT * 4 * 32 * 4);
   smem_limit<k_int4_lane<T, G, MT, D, PROBE, HI>>(std::max(kMaxWarps * per_warp, kMaxWarps * MT * 4 * 32 * 4));
@@ -284,10 +284,11 @@ template <class T, int G>
 void launch_g(const QGemvArgs& p, cudaStream_t st) {
   // variants (benchmarking): 4: two m-tiles per warp; 5: a 6-stage ring; 6: two m-tiles, 3
   // stages; 7: the probe (copies only, wrong results); 8 / 9: shifts on the FMA pipe (mul.hi),
-  // one / two m-tiles
+  // one / two m-tiles; 10: sized for 24 resident warps per SM instead of 16
   switch (p.variant) {
     case 7: launch_cfg<T, G, 1, 4, true>(p, st); break;
     case 8: launch_cfg<T, G, 1, 4, false, true>(p, st); break;
+    case 10: launch_cfg<T, G, 1, 4>(p, st, 24); break;
     case 9: launch_cfg<T, G, 2, 4, false, true>(p, st); break;
     case 4: launch_cfg<T, G, 2, 4>(p, st); break;
     case 5: launch_cfg<T, G, 1, 6>(p, st); break;
