@@ -160,6 +160,14 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) k_int4_lane(const QGemvArgs
 #pragma unroll
   for (int i = 0; i < MT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
 
+  auto probe = [&](int st) {
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      const uint4 a = lds16(code_slot(st, i, 0)), b = lds16(code_slot(st, i, 1));
+      acc[i][0] += __uint_as_float((a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ lds_u32(scale_slot(st, i, 0)) ^
+                                    zr[st][i][0]) & 0x007fffffu);
+    }
+  };
   auto consume = [&](int st, int64_t j) {
     uint4 wv[MT][2];
 #pragma unroll
@@ -168,14 +176,6 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) k_int4_lane(const QGemvArgs
       wv[i][1] = lds16(code_slot(st, i, 1));
     }
     const T* xj = xr + j * 128;
-    if constexpr (PROBE) {
-#pragma unroll
-      for (int i = 0; i < MT; ++i)
-        acc[i][0] += __uint_as_float((wv[i][0].x ^ wv[i][0].y ^ wv[i][0].z ^ wv[i][0].w ^ wv[i][1].x ^ wv[i][1].y ^
-                                      wv[i][1].z ^ wv[i][1].w ^ lds_u32(scale_slot(st, i, 0)) ^ zr[st][i][0]) &
-                                     0x007fffffu);
-      return;
-    }
 #pragma unroll
     for (int h = 0; h < NG; ++h) {
       float c[MT][4];
@@ -230,7 +230,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) k_int4_lane(const QGemvArgs
     for (int st = 0; st < D; ++st) {
       issue((st + D - 1) % D, jb + st + D - 1);
       cp_wait<D - 1>();
-      if (jb + st < cnt) consume(st, jb + st);
+      if (jb + st < cnt) {
+        if constexpr (PROBE) probe(st);
+        else consume(st, jb + st);
+      }
     }
   }
   cp_wait<0>();
