@@ -20,9 +20,11 @@ instead of the default CUDA-core one (gk._C._gemv_set_dense_path(1)); *_cc force
 The default launches use programmatic dependent launch (each call copies its first weights
 while the previous call finishes, as in a decode step's chain of GEMVs); "variant 2" lines: the
 same kernels without it. "variant 1": a 2-stage cp.async ring instead of the default depth
-(int4 and the GGUF formats: the previous kernels).
+(int4 and the GGUF formats: older kernels). --variants picks the variants timed beside the
+default (default 1,2); 3-10 are for the 4-bit / GGUF kernels (VARIANT_NAMES).
 
 Usage: python bench/gemv.py [--out F] [--rounds N] [--only bf16,fp8,...] [--shapes 0,1,2] [--ms 1,8]
+       [--variants 1,2,3,...]
 Exits 0 without CUDA.
 """
 from __future__ import annotations
