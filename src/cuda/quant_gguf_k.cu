@@ -313,10 +313,11 @@ void launch_cfg(const QGemvArgs& p, cudaStream_t st) {
 
 template <class T, int F>
 void launch_f(const QGemvArgs& p, cudaStream_t st) {
-  // variants (benchmarking): 4: two m-tiles per warp; 5: a deeper ring
+  // variants (benchmarking): 4: two m-tiles per warp; 5: Q4_K a 6-stage ring, Q6_K a 2-stage
+  // ring (more resident warps: its 3-stage ring of 2-block tiles fits about 10 warps per SM)
   switch (p.variant) {
     case 4: launch_cfg<T, F, 2, BK<F>::D>(p, st); break;
-    case 5: launch_cfg<T, F, 1, BK<F>::D + 2>(p, st); break;
+    case 5: launch_cfg<T, F, 1, F == int(QFormat::q6_k) ? 2 : 6>(p, st); break;
     default: launch_cfg<T, F, 1, BK<F>::D>(p, st); break;
   }
   if (p.split > 1) launch_sum_q(p, st);

@@ -278,7 +278,7 @@ void launch_cfg(const QGemvArgs& p, cudaStream_t st, int warps_per_sm = kWarpsPe
   int64_t nw = (int64_t(kSMs) * std::min<int64_t>(warps_per_sm, smem_warps)) / (blocks * S);
   nw = std::max<int64_t>(1, std::min<int64_t>({nw, cap, std::max<int64_t>(1, spans / 2)}));
   const int smem = std::max<int>(int(nw) * per_warp, int(nw) * MT * 4 * 32 * 4);
-  smem_limit<k_int4_lane<T, G, MT, D, PROBE, HI>>(std::max(kMaxWarps * per_warp, kMaxWarps * MT * 4 * 32 * 4));
+  smem_limit<k_int4_lane<T, G, MT, D, PROBE, HI>>(std::max(int(cap) * per_warp, kMaxWarps * MT * 4 * 32 * 4));
   launch_ex(k_int4_lane<T, G, MT, D, PROBE, HI>, dim3(unsigned(blocks), unsigned(S)), int(nw) * 32, smem, st, p.variant != 2, p);
   GK_LAUNCH_CHECK("qgemv_int4_lane");
 }
