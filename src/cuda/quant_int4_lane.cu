@@ -283,20 +283,26 @@ void launch_cfg(const QGemvArgs& p, cudaStream_t st, int warps_per_sm = kWarpsPe
   GK_LAUNCH_CHECK("qgemv_int4_lane");
 }
 
+// Default ring depth: spans of 16 rows x 64 bytes are small, so 7 in flight per warp (5 for
+// groups of 32, whose scale slots are larger: 16 warps per SM still fit).
+template <int G>
+constexpr int kDepth = G == 32 ? 6 : 8;
+
 template <class T, int G>
 void launch_g(const QGemvArgs& p, cudaStream_t st) {
-  // variants (benchmarking): 4: two m-tiles per warp; 5: a 6-stage ring; 6: two m-tiles, 3
-  // stages; 7: the probe (copies only, wrong results); 8 / 9: shifts on the FMA pipe (mul.hi),
-  // one / two m-tiles; 10: sized for 24 resident warps per SM instead of 16
+  constexpr int D = kDepth<G>;
+  // variants (benchmarking): 4: two m-tiles per warp, 4 stages; 5: 4 stages; 6: two m-tiles,
+  // 3 stages; 7: the probe (copies only, wrong results); 8 / 9: shifts on the FMA pipe
+  // (mul.hi), one m-tile / two m-tiles with 4 stages; 10: sized for 24 resident warps per SM
   switch (p.variant) {
-    case 7: launch_cfg<T, G, 1, 4, true>(p, st); break;
-    case 8: launch_cfg<T, G, 1, 4, false, true>(p, st); break;
-    case 10: launch_cfg<T, G, 1, 4>(p, st, 24); break;
-    case 9: launch_cfg<T, G, 2, 4, false, true>(p, st); break;
     case 4: launch_cfg<T, G, 2, 4>(p, st); break;
-    case 5: launch_cfg<T, G, 1, 6>(p, st); break;
+    case 5: launch_cfg<T, G, 1, 4>(p, st); break;
     case 6: launch_cfg<T, G, 2, 3>(p, st); break;
-    default: launch_cfg<T, G, 1, 4>(p, st); break;
+    case 7: launch_cfg<T, G, 1, D, true>(p, st); break;
+    case 8: launch_cfg<T, G, 1, D, false, true>(p, st); break;
+    case 9: launch_cfg<T, G, 2, 4, false, true>(p, st); break;
+    case 10: launch_cfg<T, G, 1, D>(p, st, 24); break;
+    default: launch_cfg<T, G, 1, D>(p, st); break;
   }
   if (p.split > 1) launch_sum_q(p, st);
 }
