@@ -23,8 +23,9 @@
 // four byte permutes (shared by the MT m-tiles). Rows of x past M: lanes g >= M read row
 // M - 1 (valid memory), and their output columns are dropped (mma columns are independent).
 //
-// A CTA owns 16 MT rows; its nw warps (a function of N and K only) take contiguous runs of
-// spans; their sums are added in warp order; split-K slices (small N) by the second pass.
+// Groups of 64 / 128 sum k-steps A and B in two mma chains (half the dependent latency),
+// each scaled into the accumulators. A CTA owns 16 MT rows; its nw warps (a function of N
+// and K only) take contiguous runs of spans; their sums are added in warp order; split-K slices (small N) by the second pass.
 // Same bits on every run and for every M. Needs K % 128 == 0 and aligned rows (applies()).
 #include "common/gemv_gguf.cuh"
 #include "common/gemv_stage.cuh"
@@ -178,11 +179,14 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) k_int4_lane(const QGemvArgs
     const T* xj = xr + j * 128;
 #pragma unroll
     for (int h = 0; h < NG; ++h) {
-      float c[MT][4];
+      // two chains of mma (k-steps A / B) when a group has 2 or more words: half the latency
+      constexpr bool TWO = WPG >= 2;
+      float c[MT][4], c2[MT][4];
       uint32_t z2[MT][2];
 #pragma unroll
       for (int i = 0; i < MT; ++i) {
         c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.0f;
+        c2[i][0] = c2[i][1] = c2[i][2] = c2[i][3] = 0.0f;
         // bytes [z_h, magic high byte, z_h, magic high byte]: (magic + z) twice
         const uint32_t sel = uint32_t(h) | (5u << 4) | (uint32_t(h) << 8) | (5u << 12);
         z2[i][0] = __byte_perm(zr[st][i][0], mag, sel);
@@ -207,7 +211,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) k_int4_lane(const QGemvArgs
           const uint32_t aA[4] = {pa[0], pb[0], pa[1], pb[1]};
           const uint32_t aB[4] = {pa[2], pb[2], pa[3], pb[3]};
           mma16816<T>(c[i], aA, bA0, bA1);
-          mma16816<T>(c[i], aB, bB0, bB1);
+          if constexpr (TWO) mma16816<T>(c2[i], aB, bB0, bB1);
+          else mma16816<T>(c[i], aB, bB0, bB1);
         }
       }
 #pragma unroll
@@ -217,6 +222,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) k_int4_lane(const QGemvArgs
         acc[i][1] = fmaf(sa, c[i][1], acc[i][1]);
         acc[i][2] = fmaf(sb, c[i][2], acc[i][2]);
         acc[i][3] = fmaf(sb, c[i][3], acc[i][3]);
+        if constexpr (TWO) {
+          acc[i][0] = fmaf(sa, c2[i][0], acc[i][0]);
+          acc[i][1] = fmaf(sa, c2[i][1], acc[i][1]);
+          acc[i][2] = fmaf(sb, c2[i][2], acc[i][2]);
+          acc[i][3] = fmaf(sb, c2[i][3], acc[i][3]);
+        }
       }
     }
   };

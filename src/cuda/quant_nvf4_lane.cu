@@ -100,9 +100,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) k_nvf4_lane(const QGemvArgs
     cp_commit();
   };
 
-  float acc[MT][4];
+  float acc[MT][4], acc2[MT][4];  // k-steps A / B: two mma chains, added at the end
 #pragma unroll
-  for (int i = 0; i < MT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  for (int i = 0; i < MT; ++i) {
+    acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    acc2[i][0] = acc2[i][1] = acc2[i][2] = acc2[i][3] = 0.0f;
+  }
 
   auto consume = [&](int st, int64_t j) {
     uint4 wv[MT][2];
@@ -142,7 +145,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) k_nvf4_lane(const QGemvArgs
         const uint32_t aA[4] = {pr[0][0], pr[1][0], pr[0][1], pr[1][1]};
         const uint32_t aB[4] = {pr[0][2], pr[1][2], pr[0][3], pr[1][3]};
         mma16816<T>(acc[i], aA, bA0, bA1);
-        mma16816<T>(acc[i], aB, bB0, bB1);
+        mma16816<T>(acc2[i], aB, bB0, bB1);
       }
     }
   };
@@ -165,7 +168,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) k_nvf4_lane(const QGemvArgs
 #pragma unroll
   for (int i = 0; i < MT; ++i)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) red[(warp * MT * 4 + i * 4 + e) * 32 + lane] = acc[i][e];
+    for (int e = 0; e < 4; ++e) red[(warp * MT * 4 + i * 4 + e) * 32 + lane] = acc[i][e] + acc2[i][e];
   __syncthreads();
   if (warp < MT) {
     const int i = warp;
