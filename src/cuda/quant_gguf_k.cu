@@ -276,8 +276,7 @@ __global__ void __launch_bounds__(kMaxW * 32, 1) k_gguf_k(const QGemvArgs p) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) red[(warp * MT * 4 + i * 4 + e) * 32 + lane] = acc[i][e];
   __syncthreads();
-  if (warp < MT) {
-    const int i = warp;
+  for (int i = warp; i < MT; i += nw) {  // warp i % nw sums m-tile i over the warps, in warp order
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       float v = red[(i * 4 + e) * 32 + lane];

@@ -170,8 +170,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) k_nvf4_lane(const QGemvArgs
 #pragma unroll
     for (int e = 0; e < 4; ++e) red[(warp * MT * 4 + i * 4 + e) * 32 + lane] = acc[i][e] + acc2[i][e];
   __syncthreads();
-  if (warp < MT) {
-    const int i = warp;
+  for (int i = warp; i < MT; i += nw) {  // warp i % nw sums m-tile i over the warps, in warp order
     const float rs = NB::kRowScale * __ldg(p.tensor_scale);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
