@@ -44,7 +44,7 @@ FORMATS = ("bf16", "fp16", "bf16_m4", "bf16_m8", "bf16_tc", "bf16_m8_tc", "fp8",
            "int4", "int4_g64", "int4_g32", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 VARIANT_FMTS = ("bf16", "bf16_m8", "fp8", "int8", "int4", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "without PDL",
-                 3: "the previous default kernel (quant_int4_mma.cu / quant_gguf_mma.cu / gemv_mma.cuh)",
+                 3: "int4: the per-lane kernel (quant_int4_lane.cu); others: the previous default kernel",
                  4: "2 m-tiles per warp", 5: "int4/nvf4: 4 stages; GGUF: Q6_K 2, others 6 stages",
                  6: "int4: 2 m-tiles, 3 stages",
                  7: "int4 probe: the same copies without decode (wrong results: the access pattern's ceiling)",

@@ -50,10 +50,15 @@ bool use_mma(QFormat f, int64_t k) { return (f == QFormat::int4 || f == QFormat:
 
 template <class T>
 void launch_int4(const QGemvArgs& a, cudaStream_t st) {
-  // variant 1: the per-lane-chunk tensor-core kernel (gemv_mma.cuh); 3: the staged-tile
-  // kernel of quant_int4_mma.cu (the previous default)
-  if (a.variant != 1 && a.variant != 3 && int4_lane_applies(a)) return launch_int4_lane<T>(a, st);
-  if (a.variant != 1 && int4_mma_applies(a)) return launch_int4_mma<T>(a, st);
+  // Default: the staged-tile kernel of quant_int4_mma.cu (K % 256 == 0; on the H200 at
+  // checkpoint B of session 4 it read 46 / 48 / 59% of copy against 30 / 47 / 43% for the
+  // per-lane kernel, whose 64-byte row pieces the memory serves worse: its copies alone,
+  // variant 7, reached 53 / 72 / 70%); else the per-lane kernel of quant_int4_lane.cu
+  // (K % 128 == 0). Variant 1: the per-lane-chunk kernel of gemv_mma.cuh; 3 to 10: the
+  // per-lane kernel and its variants.
+  const bool lane_variant = a.variant >= 3 && a.variant <= 10;
+  if (a.variant != 1 && !lane_variant && int4_mma_applies(a)) return launch_int4_mma<T>(a, st);
+  if (a.variant != 1 && int4_lane_applies(a)) return launch_int4_lane<T>(a, st);
   const KArgs p = kargs(a);
   if (!use_mma(a.fmt, a.k)) return launch_family<FInt4, T>(p, a.split, st);
   if (a.group == 128) return launch_mma<MInt4<T, 1>, T>(p, a.split, st);

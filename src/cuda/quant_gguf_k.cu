@@ -39,8 +39,9 @@ struct BK<int(QFormat::q4_k)> {  // RS = 16 mod 128: conflict-free word reads of
   static constexpr int TW = 256, TB = gguf::kQ4_KBytes, CB = 16, RS = 144, D = 4;
 };
 template <>
-struct BK<int(QFormat::q6_k)> {  // RS: 432 = 48 mod 128
-  static constexpr int TW = 512, TB = 2 * gguf::kQ6_KBytes, CB = 4, RS = 432, D = 3;
+struct BK<int(QFormat::q6_k)> {  // RS: 432 = 48 mod 128; D = 2: more resident warps (H200, session 4
+  // checkpoint B, M = 1: 35 / 37 / 44% of copy against 28 / 34 / 39% with 3 stages)
+  static constexpr int TW = 512, TB = 2 * gguf::kQ6_KBytes, CB = 4, RS = 432, D = 2;
 };
 
 // d * b for the 4 bytes of v (each 0..255), as fma(d, 2^23 + b, -d 2^23): exact product, one rounding.
@@ -312,11 +313,10 @@ void launch_cfg(const QGemvArgs& p, cudaStream_t st) {
 
 template <class T, int F>
 void launch_f(const QGemvArgs& p, cudaStream_t st) {
-  // variants (benchmarking): 4: two m-tiles per warp; 5: Q4_K a 6-stage ring, Q6_K a 2-stage
-  // ring (more resident warps: its 3-stage ring of 2-block tiles fits about 10 warps per SM)
+  // variants (benchmarking): 4: two m-tiles per warp; 5: Q4_K a 6-stage ring, Q6_K 3 stages
   switch (p.variant) {
     case 4: launch_cfg<T, F, 2, BK<F>::D>(p, st); break;
-    case 5: launch_cfg<T, F, 1, F == int(QFormat::q6_k) ? 2 : 6>(p, st); break;
+    case 5: launch_cfg<T, F, 1, F == int(QFormat::q6_k) ? 3 : 6>(p, st); break;
     default: launch_cfg<T, F, 1, BK<F>::D>(p, st); break;
   }
   if (p.split > 1) launch_sum_q(p, st);

@@ -304,7 +304,7 @@ void launch_g(const QGemvArgs& p, cudaStream_t st) {
   // variants (benchmarking): 4: two m-tiles per warp, 4 stages; 5: 4 stages; 6: two m-tiles,
   // 3 stages; 7: the probe (copies only, wrong results); 8 / 9: shifts on the FMA pipe
   // (mul.hi), one m-tile / two m-tiles with 4 stages; 10: sized for 24 resident warps per SM
-  switch (p.variant) {
+  switch (p.variant) {  // 0 and 3: the default configuration
     case 4: launch_cfg<T, G, 2, 4>(p, st); break;
     case 5: launch_cfg<T, G, 1, 4>(p, st); break;
     case 6: launch_cfg<T, G, 2, 3>(p, st); break;

@@ -216,13 +216,14 @@ bool nvf4_lane_applies(const QGemvArgs& p) {
 
 template <class T>
 void launch_nvf4_lane(const QGemvArgs& p, cudaStream_t st) {
-  // default: 8 stages (spans of 16 rows x 64 bytes are small: 7 in flight per warp).
-  // variants (benchmarking): 4: two m-tiles per warp, 4 stages; 5: 4 stages; 8: right shifts as mul.hi
+  // default: 4 stages (H200, session 4 checkpoint B, M = 1: 51 / 52 / 68% of copy against
+  // 48 / 47 / 65% with 8). Variants (benchmarking): 4: two m-tiles per warp; 5: 8 stages;
+  // 8: right shifts as mul.hi
   switch (p.variant) {
-    case 8: launch_cfg<T, 1, 8, true>(p, st); break;
+    case 8: launch_cfg<T, 1, 4, true>(p, st); break;
     case 4: launch_cfg<T, 2, 4>(p, st); break;
-    case 5: launch_cfg<T, 1, 4>(p, st); break;
-    default: launch_cfg<T, 1, 8>(p, st); break;
+    case 5: launch_cfg<T, 1, 8>(p, st); break;
+    default: launch_cfg<T, 1, 4>(p, st); break;
   }
   if (p.split > 1) launch_sum_q(p, st);
 }

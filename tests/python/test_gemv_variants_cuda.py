@@ -118,9 +118,9 @@ def test_variant_matches_exact(fmt, variant, n, k):
 @pytest.mark.parametrize("variant", [3, 4, 5, 6, 8, 9, 10])
 @pytest.mark.parametrize("n,k", [(37, 4096), (300, 14336), (2051, 1024), (133, 1152)])
 def test_int4_variants_match_exact(fmt, variant, n, k):
-    """int4's extra variants: 3 the staged-tile kernel (quant_int4_mma.cu), 4 / 5 / 6 the
-    per-lane kernel (quant_int4_lane.cu) with two m-tiles per warp / a 4-stage ring / both
-    with 3 stages; 8 / 9 its shifts as mul.hi (one / two m-tiles), 10 sized for 24 warps per SM."""
+    """int4's extra variants (the default is the staged-tile kernel of quant_int4_mma.cu): 3
+    the per-lane kernel (quant_int4_lane.cu), 4 / 5 / 6 it with two m-tiles per warp / a
+    4-stage ring / both with 3 stages; 8 / 9 its shifts as mul.hi (one / two m-tiles), 10 sized for 24 warps per SM."""
     test_variant_matches_exact(fmt, variant, n, k)
 
 
