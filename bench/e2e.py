@@ -15,7 +15,9 @@ memory (gpukit's own allocator statistics; torch.cuda.max_memory_allocated for t
     python bench/e2e.py --tiny --device cpu               # smoke test anywhere (transformers too, if installed)
 
 Cases are <model>[-<quant>]-b<batch>: model 1b or 8b, quant fp8/int8/int4 (gpukit
-only; the HF peers run bf16), e.g. 8b-int4-b1. Engines: gk-graph, gk-eager, hf-eager,
+only; the HF peers run bf16), e.g. 8b-int4-b1; a suffix h4/h8/hf8/hbf of the quant picks
+the lm head's format (int4, int8, fp8, unquantized; default int8 for int4 models, else
+the layers' format), e.g. 8b-int4h4-b1. Engines: gk-graph, gk-eager, hf-eager,
 hf-compile (--compile-mode, default reduce-overhead; on failure 'default', and the
 label says which ran). Asking for a transformers engine adds gk-graph, whose figure the
 peer records carry. hf-eager runs with SDPA's cuDNN backend off by default: with torch
@@ -42,8 +44,15 @@ mul), the "before" of the fused kernels. A gk engine may carry options after '+'
 GEMV's epilogue, or a separate launch: the default), tail / notail (the residual add +
 RMSNorm in the o/down GEMV's last block, or its own launch: the default), e.g.
 gk-graph+ropeqkv+nopdl; gk-nopdl and gk-norope are short for gk-graph+nopdl and
-gk-graph+norope. Each gk run prints the
-node count of its captured decode step.
+gk-graph+norope. More options: pf<MiB> (L2 prefetch of the next weights on a side branch
+while attention runs, EngineOptions::prefetch_mb), pflast (its lines evict-last), hp /
+nohp (the lm head through the engine's GEMV), emb / noemb (embedding + first norm in one
+launch), dq / nodq (quantized prefill through the dequantized weight and cuBLASLt, or
+the GEMV per 8 rows), fa / nofa / fa64 (RoPE, the KV append and attention in one launch; fa64: 64-key chunks), nip /
+nonip (no norm launches: residual adds in the o/down GEMVs, norms inside the q/k/v,
+gate/up and lm head GEMVs), qpdl / noqpdl (quantized weights: the engine's launches between
+the quantized GEMVs with / without PDL).
+Each gk run prints the node count of its captured decode step.
 """
 from __future__ import annotations
 
@@ -91,10 +100,28 @@ def gk_engine(eng):
     if parts[0] not in GK_LABEL:
         return None
     opt = dict(graph=parts[0] != "gk-eager", fusion=FUSION.get(parts[0], 2), pdl=None, rope_in_qkv=None,
-               norm_in_tail=None)
+               norm_in_tail=None, attrs={})
     for f in parts[1:]:
         if f == "nopdl":
             opt["pdl"] = False
+        elif re.fullmatch(r"pf\d+", f):  # L2 prefetch of the next weights during attention, MiB
+            opt["attrs"]["prefetch_mb"] = int(f[2:])
+        elif f == "pflast":
+            opt["attrs"]["prefetch_last"] = True
+        elif f in ("hp", "nohp"):  # lm head through the engine's GEMV
+            opt["attrs"]["head_proj"] = f == "hp"
+        elif f in ("emb", "noemb"):  # embedding + first norm in one launch
+            opt["attrs"]["embed_norm"] = f == "emb"
+        elif f in ("dq", "nodq"):  # quantized prefill through the dequantized weight + cuBLASLt
+            opt["attrs"]["dequant_prefill"] = f == "dq"
+        elif f in ("fa", "nofa", "fa64"):  # RoPE + KV append + attention in one launch (fa64: 64-key chunks)
+            opt["attrs"]["fused_attention"] = f != "nofa"
+            if f == "fa64":
+                opt["attrs"]["fused_attention_chunk"] = 64
+        elif f in ("qpdl", "noqpdl"):  # quantized weights: PDL of the engine's launches between the GEMVs
+            opt["attrs"]["quantized_pdl"] = f == "qpdl"
+        elif f in ("nip", "nonip"):  # norms inside the projections, residual adds in their epilogues
+            opt["attrs"]["norm_in_proj"] = f == "nip"
         elif f in ("ropeqkv", "norope"):
             opt["rope_in_qkv"] = f == "ropeqkv"
         elif f in ("tail", "notail"):
@@ -115,11 +142,23 @@ TARGETS = {("8b", "", 1): 240, ("1b", "", 1): 1000, ("8b", "fp8", 1): 400, ("8b"
            ("8b", "", 32): 4000}  # decode tok/s, issue 7
 
 
+HEAD_SUFFIX = {"h4": "int4", "h8": "int8", "hf8": "fp8", "hbf": "none"}
+
+
 def parse_case(c):
-    m = re.fullmatch(r"(1b|8b|tiny)(?:-(fp8|int8|int4))?-b(\d+)", c.strip())
+    """(model, quantize string, batch); a quant suffix h4 / h8 / hf8 / hbf sets the lm head's
+    format (int4, int8, fp8, or unquantized), e.g. 8b-int4h4-b1 -> "int4:head=int4"."""
+    m = re.fullmatch(r"(1b|8b|tiny)(?:-(fp8|int8|int4)(h4|h8|hf8|hbf)?)?-b(\d+)", c.strip())
     if not m:
-        raise SystemExit(f"--cases: bad case {c!r} (expected e.g. 1b-b1, 8b-int4-b1, 8b-b32)")
-    return m.group(1), m.group(2) or "", int(m.group(3))
+        raise SystemExit(f"--cases: bad case {c!r} (expected e.g. 1b-b1, 8b-int4-b1, 8b-int4h4-b1, 8b-b32)")
+    q = m.group(2) or ""
+    if m.group(3):
+        q += ":head=" + HEAD_SUFFIX[m.group(3)]
+    return m.group(1), q, int(m.group(4))
+
+
+def base_quant(q):
+    return q.partition(":")[0]
 
 
 def kv_bytes_per_token(cfg, itemsize=2):
@@ -131,8 +170,11 @@ def prompts_for(batch, prompt_len, vocab):
 
 
 def bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead=True, fusion=2, pdl=None,
-                 rope_in_qkv=None, norm_in_tail=None):
+                 rope_in_qkv=None, norm_in_tail=None, attrs=None):
     from gpukit import _C
+    saved = {k: getattr(model._m, k) for k in (attrs or {})}
+    for k, v in (attrs or {}).items():
+        setattr(model._m, k, v)
     model._m.fusion = fusion
     default_rope_in_qkv, default_tail = model._m.rope_in_qkv, model._m.norm_in_tail
     if rope_in_qkv is not None:
@@ -147,17 +189,24 @@ def bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead=
                   f"{r['nodes'][2]} copies, {r['nodes'][3]} memsets; {r['decode']:.1f} tok/s)")
         return r
     finally:
+        for k, v in saved.items():
+            setattr(model._m, k, v)
         model._m.fusion = 2
         model._m.rope_in_qkv = default_rope_in_qkv
         model._m.norm_in_tail = default_tail
         _C.llm.set_pdl(None)
 
 
+# --sample TEMP,TOP_P: every gpukit Generation draws with these (seeded) instead of greedy,
+# so the step ends in gk::sampling::decode_step rather than argmax.
+SAMPLING = {}
+
+
 def _bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead):
     from gpukit import _C
     prompts = prompts_for(batch, prompt_len, model.config.vocab_size)
     w = _C.llm.Generation(model._m, prompts, max_new_tokens=3, ignore_eos=True, cuda_graph=graph,
-                          lookahead=lookahead)
+                          lookahead=lookahead, **SAMPLING)
     while not w.done:  # warm-up: cuBLASLt plans, one capture
         w.step()
     del w
@@ -165,7 +214,7 @@ def _bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead
         gk.synchronize()
         gk.reset_peak_memory_stats(device)
     g = _C.llm.Generation(model._m, prompts, max_new_tokens=new_tokens, ignore_eos=True, cuda_graph=graph,
-                          lookahead=lookahead)
+                          lookahead=lookahead, **SAMPLING)
     t0 = time.perf_counter()
     g.step()  # prefill + first token (copied to the host: synchronized)
     t1 = time.perf_counter()
@@ -194,10 +243,13 @@ def print_profile(model, cfg, batch, context, quant):
     H, I, D = cfg["hidden_size"], cfg["intermediate_size"], cfg["head_dim"]
     Q, KV, V = cfg["num_attention_heads"] * D, cfg["num_key_value_heads"] * D, cfg["vocab_size"]
     L = cfg["num_hidden_layers"]
+    head = quant.partition(":head=")[2] or {"int4": "int8"}.get(base_quant(quant), base_quant(quant))
+    quant = base_quant(quant)
     per_elem = {"": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5 + 5.0 / 128}[quant]
+    head_elem = {"": 2.0, "none": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5 + 5.0 / 128}[head]
     wbytes = {"qkv": (Q + 2 * KV) * H * per_elem * L, "o_proj": Q * H * per_elem * L,
               "gate_up": 2 * I * H * per_elem * L, "down": I * H * per_elem * L,
-              "lm_head": V * H * (1.0 if quant else 2.0),  # quantized heads: int8 / fp8
+              "lm_head": V * H * head_elem,
               "attention": kv_bytes_per_token(cfg) * batch * context}
     agg, cnt = {}, {}
     for name, _, ms in prof:
@@ -280,6 +332,9 @@ def main():
         p.add_argument("--prompt", type=int, default=128)
         p.add_argument("--new", type=int, default=256, help="new tokens per sequence (default 256)")
         p.add_argument("--eager-new", type=int, default=0, help="new tokens for gk-eager (default --new)")
+        p.add_argument("--sample", default="", metavar="TEMP,TOP_P",
+                       help="gpukit engines sample (temperature, top-p, seed 1234) instead of greedy decoding; "
+                            "records get a [sampled ...] suffix")
         p.add_argument("--profile", action="store_true", help="per-op GPU time of one decode step per case")
         p.add_argument("--no-gemv", action="store_true",
                        help="gpukit decode projections through matmul (cuBLASLt) instead of gk.gemv")
@@ -332,6 +387,15 @@ def main():
     # variants get their own record names (the results file merges by name, shape, dtype)
     variant = ((" [matmul decode]" if a.no_gemv else "") + (" [no lookahead]" if a.no_lookahead else "")
                + (f" [gemv >= {a.gemv_min_elems}]" if a.gemv_min_elems else ""))
+    if a.sample:
+        try:
+            temp, top_p = (float(v) for v in a.sample.split(","))
+        except ValueError:
+            raise SystemExit(f"--sample: expected TEMP,TOP_P (e.g. 0.8,0.9), got {a.sample!r}")
+        if not temp > 0 or not 0 < top_p <= 1:
+            raise SystemExit(f"--sample: need TEMP > 0 and 0 < TOP_P <= 1, got {a.sample!r}")
+        SAMPLING.update(temperature=temp, top_p=top_p, seed=1234)
+        variant += f" [sampled t{temp:g} p{top_p:g}]"
     for key, quant, batch in cases:
         name, cfg = MODELS[key]
         if (key, quant) not in loaded:
@@ -347,7 +411,7 @@ def main():
         shape = f"{name} b{batch} p{a.prompt} n{a.new}"
         # bytes read per step: every weight but the embedding table (one row per token is
         # gathered), which the lm head reads when tied (and not quantized)
-        emb_read = cfg.get("tie_word_embeddings") and not quant
+        emb_read = cfg.get("tie_word_embeddings") and (not quant or quant.endswith("head=none"))
         wbytes = model._m.nbytes - (0 if emb_read else cfg["vocab_size"] * cfg["hidden_size"] * 2)
         kv = kv_bytes_per_token(cfg) * batch * (a.prompt + a.new / 2)
         roof = batch * HBM_BYTES_PER_S / (wbytes + kv)
@@ -361,7 +425,7 @@ def main():
             print_profile(model, cfg, batch, a.prompt + a.new // 2, quant)
         if hf_engines and not quant:
             run_hf(a, key, cfg, batch, hf_engines, hf, res)
-        target = TARGETS.get((key, quant, batch))
+        target = TARGETS.get((key, base_quant(quant), batch))
         print(f"== {shape} {dtype}: weights {wbytes / 1e9:.2f} GB, weight-bandwidth roofline {roof:.0f} tok/s"
               + (f", target {target} tok/s" if target else ""))
         for eng, r in res.items():

@@ -192,13 +192,19 @@ def rope_cases(gk, torch):
         del gq, tq, gkk, tk
 
 
-# Launch shapes to compare (--sweep): op name -> GPUKIT_TUNE strings. The staged
-# forms (src/cuda/rows_pipe.cu) are the default for f32 softmax only.
-PIPE = ["pipe.w=7", "pipe.w=11", "pipe.w=11,pipe.ef=1", "pipe.w=11,pipe.kb=128"]
+# Launch shapes to compare (--sweep): op name -> GPUKIT_TUNE strings. Default (session 4): the warp-row
+# form of src/cuda/rows_warp.cu (rows.on=0: the older register forms of norm.cu / reduce.cu, the staged
+# form of rows_pipe.cu with norm.pipe / softmax.pipe): warps per row rows.wpr (bf16 4096: 4 by default = 4
+# vectors per lane; f32: 8), rows per block rows.rpc (default 4 warps per block), cache hints rows.hint
+# (1: loads L1::no_allocate, 2: + L2 evict_first, 4: stores .cs; default 7 from 8 MiB moved), persistent
+# rows.pers (default for 16-bit layer_norm).
 SWEEP = {
-    "rms_norm_residual": ["norm.tpr=256", "norm.prew=1,norm.tpr=256", *("norm.pipe=1," + p for p in PIPE)],
-    "layer_norm": ["norm.tpr=128", "norm.tpr=256", *("norm.pipe=1," + p for p in PIPE)],
-    "softmax": ["softmax.pipe=0", "softmax.pipe=0,softmax.tpr=256", *("softmax.pipe=1," + p for p in PIPE)],
+    "rms_norm_residual": ["rows.on=0", "rows.hint=0", "rows.wpr=8", "rows.wpr=16", "rows.rpc=2", "rows.pers=1"],
+    "layer_norm": ["rows.on=0", "rows.on=0,norm.pipe=1,pipe.w=11,pipe.ef=1", "rows.hint=0", "rows.pers=0",
+                   "rows.pers=1", "rows.pers=1,rows.rpc=2", "rows.pers=0,rows.rpc=2", "rows.wpr=8",
+                   "rows.pers=1,rows.hint=3", "rows.pers=0,rows.hint=0"],
+    "softmax": ["rows.on=0", "rows.on=0,softmax.pipe=1,pipe.w=11", "rows.hint=0", "rows.rpc=2", "rows.wpr=8",
+                "rows.pers=1", "rows.hint=3", "rows.hint=4"],
     "swiglu": ["gated.unroll=2", "gated.unroll=4", "gated.bpsm=16"],
     "rope_qk": ["rope.k=2", "rope.k=4"],
 }
@@ -230,15 +236,15 @@ def _time_graph(gk, fn, args_list, rounds, iters):
 
 
 def latency(gk, torch, rounds, iters):
-    """Few-row (decode-like) GPU times of the row ops, register forms against the staged
-    forms (src/cuda/rows_pipe.cu), H = 4096, bf16, each in a graph of --iters calls
-    (inputs rotate over 8 sets)."""
+    """Few-row (decode-like) GPU times of the row ops, the older forms (rows.on=0) against the
+    default warp-row form (src/cuda/rows_warp.cu), H = 4096, bf16, each in a graph of --iters
+    calls (inputs rotate over 8 sets)."""
     H = 4096
     w = gk.from_dlpack(torch.randn(H, device="cuda", dtype=torch.bfloat16))
     b = gk.from_dlpack(torch.randn(H, device="cuda", dtype=torch.bfloat16))
-    ops = {"rms_norm_residual": (lambda x, r: gk.nn.rms_norm(x, w, 1e-6, residual=r), "norm.pipe"),
-           "layer_norm": (lambda x, r: gk.nn.layer_norm(x, w, b, 1e-5), "norm.pipe"),
-           "softmax": (lambda x, r: gk.softmax(x), "softmax.pipe")}
+    ops = {"rms_norm_residual": (lambda x, r: gk.nn.rms_norm(x, w, 1e-6, residual=r), "rows.on"),
+           "layer_norm": (lambda x, r: gk.nn.layer_norm(x, w, b, 1e-5), "rows.on"),
+           "softmax": (lambda x, r: gk.softmax(x), "rows.on")}
     for rows in (1, 8, 64, 512):
         gx, _ = _pair(gk, torch, (rows, H), "bfloat16", 8)
         gr, _ = _pair(gk, torch, (rows, H), "bfloat16", 8)
@@ -250,7 +256,7 @@ def latency(gk, torch, rounds, iters):
                 v.append(statistics.median(_time_graph(gk, fn, list(zip(gx, gr)), rounds, iters)))
             line.append(f"{name} {v[0]:.1f} / {v[1]:.1f} us")
         os.environ.pop("GPUKIT_TUNE", None)
-        print(f"latency bf16 rows={rows:4d} H={H} (register / staged form): " + "; ".join(line), flush=True)
+        print(f"latency bf16 rows={rows:4d} H={H} (older form / warp-row form): " + "; ".join(line), flush=True)
 
 
 def main(argv=None):
@@ -308,7 +314,7 @@ def main(argv=None):
                 os.environ["GPUKIT_TUNE"] = tune
                 gs = _time(gk, gfn, gargs, max(10, a.rounds // 2), a.iters)
                 v = tbs(nbytes, statistics.median(gs))
-                print(f"    sweep {name} {dt} {tune:34s} {v:.2f} TB/s ({statistics.median(gs):.1f} us) "
+                print(f"    sweep {name} {dt} {tune:42s} {v:.2f} TB/s ({statistics.median(gs):.1f} us) "
                       f"{v / ceil_:.0%} of copy", flush=True)
             os.environ.pop("GPUKIT_TUNE", None)
         del gargs, targs

@@ -1,29 +1,29 @@
 """Prefill attention benchmark: gpukit's attention_prefill against torch SDPA (its fastest form), same run.
 
     python bench/prefill.py [--out bench/results/h200.json] [--rounds 20] [--no-peer] [--sizes 1024,4096,16384]
-                            [--experiments [4096,16384]]
+                            [--no-other] [--prof 1024,9760,58912,75296] [--experiments [4096,16384]]
+    python bench/prefill.py --sanitize racecheck|memcheck|synccheck
 
 Causal bf16, batch 1, H=32, D=128 at S = 1024, 4096, 16384, plus GQA (Hq=32, Hkv=8) at S=4096.
-gpukit reads torch tensors [S, H, D] through DLPack (zero-copy);
-torch SDPA is timed in several forms (contiguous [1, H, S, D] with the default backend choice, forced
-flash / cuDNN / memory-efficient, and flash on the [1, H, S, D] view of the shared tensors) and the
-fastest is the peer. TFLOP/s counts 4 * S^2 * D * Hq / 2 (causal half).
-The recorded gpukit and torch figures come from interleaved rounds (a batch of back-to-back calls
-of each per round, about 2 ms; medians), so that clock and temperature drift over the run falls on
-both alike and short kernels are timed without host work in between; the figures of each timed
-on its own (one call per event pair) are printed too.
-Each size also prints the max |gpukit - torch| of the outputs and, in brackets, the TFLOP/s of the
-other sm_90 kernels (GPUKIT_PREFILL_SM90=1: cp.async, =2: warp-specialized without ping-pong,
-=3: ping-pong, one CTA per tile, =4: the same with 3 K/V stages, =6: persistent with 3 stages);
-the record holds the default (=5: warp-specialized, ping-pong, persistent grid). Records: name
-attention_prefill,
-shape S{S}_H32_D128_causal (GQA: S{S}_Hq32_Hkv8_D128_causal), metric TFLOP/s, peer torch SDPA.
+gpukit reads torch tensors [S, H, D] through DLPack (zero-copy); torch SDPA is timed in several forms
+(contiguous [1, H, S, D] with the default backend choice, forced flash / cuDNN / memory-efficient, and
+flash on the [1, H, S, D] view of the shared tensors) and the fastest is the peer. TFLOP/s counts
+4 * S^2 * D * Hq / 2 (causal half).
+The recorded figures come from alternating rounds (a batch of back-to-back calls of each per round,
+about 2 ms; medians). Because the clock a kernel gets depends on what ran before it (power limit),
+each size also prints gpukit and torch timed in three orders (all gpukit batches first, all torch
+batches first, alternating; median / max TFLOP/s and the worst ratio of medians), and at S >= 4096
+steady blocks of ~0.25 s of back-to-back calls (gpukit, torch, gpukit, torch) with the SM clock,
+power, temperature and power-cap share read through NVML while each runs. --prof: one call each of
+the cycle-profile builds (GPUKIT_PREFILL_SM90_OPT with bit 1024), whose per-phase cycles per key
+tile and SM clock go to stderr. Other sm_90 kernels in brackets (GPUKIT_PREFILL_SM90=1: cp.async,
+=2: warp-specialized without ping-pong, =3: ping-pong, one CTA per tile, =4: the same with 3 K/V
+stages, =6: persistent with 3 stages; the default is =5, ping-pong in a persistent grid).
+Records: name attention_prefill, shape S{S}_H32_D128_causal (GQA: S{S}_Hq32_Hkv8_D128_causal),
+metric TFLOP/s, peer torch SDPA.
 --experiments: afterwards, times the default kernel under the run-time settings of EXPERIMENTS at the
-given sizes (MHA, causal; GPUKIT_PREFILL_SM90_OPT / _BN / _HS of the persistent kernel, the 3-stage
-kernel, and two timing experiments that give wrong results: no K/V loads, no softmax) in interleaved
-rounds, and prints each median with its ratio to the default.
-(H200, 2026-11-30 checkpoint B: no setting beat the default by more than 1.2% at 16K, none at 4K;
-no softmax ran 1.21x / 1.26x faster at 4K / 16K, no K/V loads 1.02x / 1.01x.)
+given sizes (alternating rounds, medians and the ratio to the default; "default again" shows the noise).
+--sanitize TOOL: runs sanitize_cases() (small shapes, every sm_90 kernel) under compute-sanitizer.
 Exits 0 with a message without CUDA or torch.
 """
 from __future__ import annotations
@@ -103,13 +103,115 @@ def interleaved(fns, rounds, reps=1):
     return out
 
 
+def orders(gfn, tfn, flops, n, reps):
+    """Times gpukit and torch (each a batch of reps calls per event pair, n batches) in three orders:
+    all gpukit batches then all torch ones, the reverse, and alternating batches. Returns
+    {order: (gpukit TFLOP/s list, torch TFLOP/s list)}."""
+    def block(kind, f):
+        return interleaved([(kind, f)], n, reps)[0]
+    tf = lambda ms: [flops / (m * 1e-3) / 1e12 for m in ms]  # noqa: E731
+    out = {}
+    g = block("gk", gfn)
+    t = block("torch", tfn)
+    out["gpukit first"] = (tf(g), tf(t))
+    t = block("torch", tfn)
+    g = block("gk", gfn)
+    out["torch first"] = (tf(g), tf(t))
+    g, t = interleaved([("gk", gfn), ("torch", tfn)], n, reps)
+    out["alternating"] = (tf(g), tf(t))
+    return out
+
+
+def order_line(res):
+    """One line of orders(): median / max TFLOP/s of each, and the worst ratio of medians."""
+    cells, worst = [], None
+    for name, (g, t) in res.items():
+        r = common.median(g) / common.median(t)
+        worst = r if worst is None else min(worst, r)
+        cells.append(f"{name}: gpukit {common.median(g):.1f} / {max(g):.1f}, torch {common.median(t):.1f} / "
+                     f"{max(t):.1f} ({r:.3f})")
+    return f"    orders (median / max TFLOP/s): {'; '.join(cells)}; worst ratio {worst:.3f}", worst
+
+
+class Nvml:
+    """SM clock, power and clock-event reasons through libnvidia-ml (ctypes), sampled by a thread."""
+    def __init__(self):
+        import ctypes
+        self.c = ctypes
+        self.lib = ctypes.CDLL("libnvidia-ml.so.1")
+        if self.lib.nvmlInit_v2() != 0:
+            raise OSError("nvmlInit failed")
+        self.h = ctypes.c_void_p()
+        if self.lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(self.h)) != 0:
+            raise OSError("no NVML device 0")
+        self.reasons = getattr(self.lib, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            self.lib.nvmlDeviceGetCurrentClocksThrottleReasons
+
+    def sample(self):
+        c = self.c
+        clk, mw, t, r = c.c_uint(), c.c_uint(), c.c_uint(), c.c_ulonglong()
+        self.lib.nvmlDeviceGetClockInfo(self.h, 1, c.byref(clk))  # NVML_CLOCK_SM
+        self.lib.nvmlDeviceGetPowerUsage(self.h, c.byref(mw))
+        self.lib.nvmlDeviceGetTemperature(self.h, 0, c.byref(t))
+        self.reasons(self.h, c.byref(r))
+        return clk.value, mw.value / 1000.0, t.value, r.value
+
+    def during(self, fn):
+        """Runs fn() while a thread samples every 5 ms; returns (fn's value, samples)."""
+        import threading
+        samples, stop = [], threading.Event()
+
+        def loop():
+            while not stop.is_set():
+                samples.append(self.sample())
+                time.sleep(0.005)
+        th = threading.Thread(target=loop)
+        th.start()
+        try:
+            v = fn()
+        finally:
+            stop.set()
+            th.join()
+        return v, samples
+
+
+def steady(nv, gfn, tfn, flops, per_call_ms, secs=0.25):
+    """Back-to-back calls for about secs per block, blocks gpukit, torch, gpukit, torch: per block the
+    TFLOP/s (events around the block) and, from NVML, the median SM clock, power, temperature and the
+    share of samples with the software power cap (reason 0x4) or a thermal slowdown (0x20 | 0x40) on."""
+    import torch
+    n = max(5, int(secs * 1e3 / max(per_call_ms, 1e-3)))
+    cells = []
+    for kind, f in (("gpukit", gfn), ("torch", tfn), ("gpukit", gfn), ("torch", tfn)):
+        def run(kind=kind, f=f):
+            if kind == "gpukit":
+                a, b = gk.Event(), gk.Event()
+            else:
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            for _ in range(n):
+                f()
+            b.record()
+            b.synchronize()
+            return a.elapsed_time(b) / n
+        ms, smp = nv.during(run)
+        smp = smp[len(smp) // 5:] or smp  # the first fifth: clocks still settling
+        med = lambda i: common.median([x[i] for x in smp]) if smp else float("nan")  # noqa: E731
+        cap = sum(1 for x in smp if x[3] & 0x4) / max(len(smp), 1)
+        hot = sum(1 for x in smp if x[3] & 0x60) / max(len(smp), 1)
+        cells.append(f"{kind} {flops / (ms * 1e-3) / 1e12:.1f} TFLOP/s at {med(0):.0f} MHz {med(1):.0f} W "
+                     f"{med(2):.0f} C (power-capped {cap:.0%}, thermal {hot:.0%})")
+    return "    steady blocks of ~%.2f s: " % secs + " | ".join(cells)
+
+
 def reps_for(ms):
     """Back-to-back calls per timed batch: about 2 ms of work."""
     return max(1, min(50, int(2.0 / max(ms, 1e-3))))
 
 
 def sanitize(tool):
-    """Small GPU prefill tests (default kernel, persistent kernel, cp.async kernel) under compute-sanitizer."""
+    """Runs the small prefill cases of sanitize_cases() (each sm_90 kernel once or twice, small shapes)
+    under compute-sanitizer --tool TOOL in a child process; prints its verdict and summary lines."""
     import shutil
     import subprocess
     exe = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
@@ -117,50 +219,119 @@ def sanitize(tool):
         print("compute-sanitizer not found")
         return 0
     repo = pathlib.Path(__file__).resolve().parents[1]
-    sel = ("(sm90pp or sm90ps or sm90cp) and (test_diag_structured or test_poisoned_output_and_determinism"
-           " or test_varlen_poisoned_neighbours)")
-    if tool != "memcheck":  # racecheck / synccheck are much slower: a few small cases per kernel
-        sel = ("(sm90pp or sm90ps or sm90cp) and ((test_diag_structured and 128)"
-               " or (test_varlen_poisoned_neighbours and 128 and True))")
-    cmd = [exe, "--tool", tool, "--error-exitcode", "7", sys.executable, "-m", "pytest", "-q", "-x",
-           "-p", "no:cacheprovider", str(repo / "tests/python/test_attention_prefill_sm90.py"), "-k", sel]
+    extra = ["--racecheck-report", "all"] if tool == "racecheck" else []
+    cmd = [exe, "--tool", tool, "--error-exitcode", "7", *extra, sys.executable, str(pathlib.Path(__file__).resolve()),
+           "--sanitize-cases"]
     env = dict(os.environ, PYTHONPATH=str(repo / "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     t0 = time.time()
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=55, env=env, cwd=repo)
     except subprocess.TimeoutExpired as e:
-        out = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         print(f"compute-sanitizer --tool {tool}: timed out after 55 s; last output:\n{out[-3000:]}")
-        return 0
+        return 1
     lines = (r.stdout + r.stderr).splitlines()
-    keep = [ln for ln in lines if "=========" in ln or "passed" in ln or "failed" in ln or "error" in ln.lower()]
-    print(f"compute-sanitizer --tool {tool}: exit {r.returncode} in {time.time() - t0:.1f} s")
-    print("\n".join(keep[-60:]))
-    return 0
+    keep = [ln for ln in lines if "=====" in ln or ln.startswith("case ") or "cases" in ln or "rror" in ln]
+    verdict = "CLEAN" if r.returncode == 0 else f"NOT CLEAN (exit {r.returncode})"
+    print(f"compute-sanitizer --tool {tool}: {verdict} in {time.time() - t0:.1f} s")
+    print("\n".join(keep[-80:]))
+    return 0 if r.returncode == 0 else 1
+
+
+def sanitize_cases():
+    """Small prefill calls, one per kernel and path (persistent default, its experiment builds with the
+    thresholded maximum, ping-pong with varlen and poisoned neighbours, no ping-pong, 3 stages, the
+    cp.async kernel; GQA, head_dim 64 / 128 / 256, causal and bidirectional, a cached prefix), each
+    checked against float64 NumPy. Exit status 1 on a wrong result (run under compute-sanitizer)."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+
+    def ref(q, k, v, cuq, cuk, causal):
+        out = np.zeros(q.shape, np.float64)
+        G = q.shape[1] // k.shape[1]
+        for b in range(len(cuq) - 1):
+            q0, q1, k0, k1 = int(cuq[b]), int(cuq[b + 1]), int(cuk[b]), int(cuk[b + 1])
+            if q1 == q0 or k1 == k0:
+                continue
+            K = np.repeat(k[k0:k1], G, axis=1).transpose(1, 2, 0)
+            V = np.repeat(v[k0:k1], G, axis=1).transpose(1, 0, 2)
+            s = np.matmul(q[q0:q1].transpose(1, 0, 2), K) / np.sqrt(q.shape[2])
+            if causal:
+                i = np.arange(q1 - q0)[:, None] + (k1 - k0) - (q1 - q0)
+                s = np.where(np.arange(k1 - k0)[None, :] <= i, s, -np.inf)
+            m = s.max(axis=2, keepdims=True)
+            w = np.exp(s - np.where(np.isfinite(m), m, 0))
+            out[q0:q1] = (np.matmul(w, V) / np.maximum(w.sum(axis=2, keepdims=True), 1e-300)).transpose(1, 0, 2)
+        return out
+
+    cases = [  # (label, GPUKIT_PREFILL_SM90, _OPT, lq list, prefix list, Hq, Hkv, D, causal)
+        ("persistent default", "5", "", [300], [0], 4, 2, 128, True),
+        ("persistent thresholded max", "5", "512", [300], [0], 4, 2, 128, True),
+        ("persistent thresholded max + early rescale", "5", "2560", [260], [40], 2, 2, 128, True),
+        ("persistent Q in registers", "5", "4608", [333], [0], 2, 2, 128, True),
+        ("persistent speculative softmax", "5", "8736", [700], [0], 2, 1, 128, True),
+        ("persistent spec + K ahead + sleeping waits", "5", "57888", [520], [90], 2, 2, 128, True),
+        ("persistent, no OPT bits (before B)", "5", "1048576", [300], [0], 2, 2, 128, True),
+        ("persistent spec + turn after S + K ahead", "5", "90656", [640], [0], 2, 2, 128, True),
+        ("persistent spec + turn after P V", "5", "139808", [333], [17], 2, 1, 128, True),
+        ("ping-pong varlen poisoned", "3", "", [100, 0, 37, 20], [0, 28, 5, 0], 4, 2, 128, True),
+        ("ping-pong varlen D=64 bidirectional", "3", "", [70, 130], [10, 0], 2, 1, 64, False),
+        ("no ping-pong D=256", "2", "", [150], [0], 2, 2, 256, True),
+        ("3 stages", "4", "", [200], [90], 2, 2, 128, True),
+        ("cp.async varlen", "1", "", [90, 50], [0, 30], 2, 1, 128, True),
+    ]
+    bad = 0
+    for label, variant, opt, lq, prefix, Hq, Hkv, D, causal in cases:
+        cuq = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
+        cuk = np.concatenate([[0], np.cumsum(np.add(lq, prefix))]).astype(np.int32)
+        qn = rng.standard_normal((int(cuq[-1]), Hq, D)).astype(np.float32)
+        kn = rng.standard_normal((int(cuk[-1]), Hkv, D)).astype(np.float32)
+        vn = rng.standard_normal((int(cuk[-1]), Hkv, D)).astype(np.float32)
+        if "poisoned" in label:  # sequence 1 has keys only: NaN / Inf there must not leak
+            kn[cuk[1]:cuk[2]] = np.nan
+            vn[cuk[1]:cuk[2]] = np.inf
+        dev = "cuda" if gk.cuda.is_available() else "cpu"
+        q, k, v = (gk.asarray(x).astype("bfloat16").to(dev) for x in (qn, kn, vn))
+        os.environ["GPUKIT_PREFILL_SM90"] = variant
+        if opt:
+            os.environ["GPUKIT_PREFILL_SM90_OPT"] = opt
+        else:
+            os.environ.pop("GPUKIT_PREFILL_SM90_OPT", None)
+        if len(lq) > 1:
+            out = gk.nn.attention_prefill(q, k, v, gk.asarray(cuq), gk.asarray(cuk), causal=causal)
+        else:
+            out = gk.nn.attention_prefill(q, k, v, causal=causal)
+        f = lambda x: np.asarray(gk.to_numpy(x), np.float64)  # noqa: E731
+        got = f(out)
+        want = ref(f(q), f(k), f(v), cuq, cuk, causal)
+        rows = np.concatenate([np.arange(cuq[b], cuq[b + 1]) for b in range(len(lq)) if lq[b]])
+        err = float(np.max(np.abs(got[rows] - want[rows]))) if rows.size else 0.0
+        ok = err <= 2e-2
+        bad += not ok
+        print(f"case {label}: max err {err:.3g} {'ok' if ok else 'WRONG'}", flush=True)
+    os.environ.pop("GPUKIT_PREFILL_SM90", None)
+    os.environ.pop("GPUKIT_PREFILL_SM90_OPT", None)
+    print(f"sanitize cases: {len(cases) - bad} of {len(cases)} right", flush=True)
+    return 1 if bad else 0
 
 
 # (label, environment) of the --experiments table; "OPT" runs are timing experiments only.
-EXPERIMENTS = [
+EXPERIMENTS = [  # (default since checkpoint B: speculative softmax, OPT 8736, for head_dim 128)
     ("default", {}),
-    ("row max by a chain (before B)", {"GPUKIT_PREFILL_SM90_OPT": "256"}),
-    ("hs=l2", {"GPUKIT_PREFILL_SM90_HS": "l2"}),
-    ("3-stage", {"GPUKIT_PREFILL_SM90": "6"}),
-    ("bn=160", {"GPUKIT_PREFILL_SM90_BN": "160"}),
-    ("bn=176", {"GPUKIT_PREFILL_SM90_BN": "176"}),
-    ("poly exp", {"GPUKIT_PREFILL_SM90_OPT": "4"}),
-    ("rescale when max changed", {"GPUKIT_PREFILL_SM90_OPT": "8"}),
-    ("poly + rescale when changed", {"GPUKIT_PREFILL_SM90_OPT": "12"}),
-    ("dynamic order", {"GPUKIT_PREFILL_SM90_OPT": "16"}),
-    ("dynamic order hs=l2", {"GPUKIT_PREFILL_SM90_OPT": "16", "GPUKIT_PREFILL_SM90_HS": "l2"}),
-    ("two P buffers", {"GPUKIT_PREFILL_SM90_OPT": "32"}),
-    ("two P + rescale when changed", {"GPUKIT_PREFILL_SM90_OPT": "40"}),
-    ("two P + rescale when changed + poly", {"GPUKIT_PREFILL_SM90_OPT": "44"}),
-    ("turns chained across items", {"GPUKIT_PREFILL_SM90_OPT": "64"}),
-    ("P truncated", {"GPUKIT_PREFILL_SM90_OPT": "128"}),
-    ("P truncated + two P", {"GPUKIT_PREFILL_SM90_OPT": "160"}),
-    ("P truncated + poly", {"GPUKIT_PREFILL_SM90_OPT": "132"}),
+    ("default before B (no OPT bits)", {"GPUKIT_PREFILL_SM90_OPT": "1048576"}),
+    ("thresholded max + early rescale", {"GPUKIT_PREFILL_SM90_OPT": "2560"}),
+    ("thresholded max + K ahead + sleeping waits", {"GPUKIT_PREFILL_SM90_OPT": "49664"}),
+    ("spec + K ahead of V", {"GPUKIT_PREFILL_SM90_OPT": "25120"}),
+    ("spec + sleeping waits", {"GPUKIT_PREFILL_SM90_OPT": "41504"}),
+    ("spec + K ahead + sleeping waits", {"GPUKIT_PREFILL_SM90_OPT": "57888"}),
+    ("spec + turn passed after S", {"GPUKIT_PREFILL_SM90_OPT": "74272"}),
+    ("spec + turn passed after P V", {"GPUKIT_PREFILL_SM90_OPT": "139808"}),
+    ("spec + turn after S + K ahead", {"GPUKIT_PREFILL_SM90_OPT": "90656"}),
+    ("Q in registers + thresholded max", {"GPUKIT_PREFILL_SM90_OPT": "4608"}),
+    ("bn=160 (no OPT bits)", {"GPUKIT_PREFILL_SM90_BN": "160"}),
     ("no K/V loads (wrong results)", {"GPUKIT_PREFILL_SM90_OPT": "1"}),
     ("no softmax (wrong results)", {"GPUKIT_PREFILL_SM90_OPT": "2"}),
+    ("default again (noise)", {}),
 ]
 
 
@@ -194,18 +365,32 @@ def experiments(sizes, rounds):
         q = k = v = None
 
 
+def argparse_suppress():
+    import argparse
+    return argparse.SUPPRESS
+
+
 def main():
     def extra(p):
         p.add_argument("--sizes", default="1024,4096,16384", help="comma-separated sequence lengths (MHA cases)")
         p.add_argument("--sanitize", default="", metavar="TOOL",
                        help="instead of timing: run a few GPU prefill tests under compute-sanitizer --tool TOOL "
                             "(memcheck, racecheck, synccheck) and print its summary")
+        p.add_argument("--sanitize-cases", action="store_true", help=argparse_suppress())
+        p.add_argument("--prof", default="1024,9760,58912,75296", metavar="OPTS",
+                       help="at S >= 4096 (MHA), one call each with these GPUKIT_PREFILL_SM90_OPT cycle-profile "
+                            "builds (1024: no other bits (the default before B), 1026: no softmax (wrong results), 1536: "
+                            "thresholded max, 3584: + early rescale, 5632: Q in registers + thresholded max, 9760: "
+                            "speculative softmax (the default since B), 58912: + K ahead of V + sleeping waits, 75296: "
+                            "spec + turn passed after S); '' for none")
         p.add_argument("--no-other", action="store_true", help="skip timing the other sm_90 kernels")
         p.add_argument("--experiments", nargs="?", const="4096,16384", default="", metavar="SIZES",
                        help="afterwards, time the default kernel under the EXPERIMENTS settings at these sizes")
 
     a = common.parse_args(__doc__.splitlines()[0], extra)
     a.rounds = max(a.rounds, 20)
+    if a.sanitize_cases:  # (without CUDA: the same cases on the CPU reference kernel)
+        return sanitize_cases()
     if not common.require_cuda():
         return 0
     if a.sanitize:
@@ -221,6 +406,11 @@ def main():
         return 0
     F = torch.nn.functional
     t_start = time.time()
+    nv = None
+    try:
+        nv = Nvml()
+    except (OSError, AttributeError) as e:
+        print(f"NVML unavailable ({e}): no clock / power readings")
     cases = [(int(s), 32, 32) for s in a.sizes.split(",") if s] + [(4096, 32, 8)]
     records = []
     D = 128
@@ -256,7 +446,7 @@ def main():
         gms = common.time_cuda(lambda: gk.nn.attention_prefill(gq, gk_, gv, causal=True), a.rounds)
         g_tf = flops / (common.median(gms) * 1e-3) / 1e12
         label = f"S{S}_H{Hq}_D{D}_causal" if Hq == Hkv else f"S{S}_Hq{Hq}_Hkv{Hkv}_D{D}_causal"
-        peer_tf, peer, err, forms, h2h = None, "", float("nan"), "", ""
+        peer_tf, peer, err, forms, h2h, extra_lines, order_rec = None, "", float("nan"), "", "", [], {}
         if not a.no_peer:
             seq_tf, peer, forms, ref, peer_fn = sdpa_forms(torch, F, SDPBackend, sdpa_kernel, q, k, v, flops,
                                                            a.rounds)
@@ -271,13 +461,35 @@ def main():
             g_tf = flops / (common.median(gms) * 1e-3) / 1e12
             peer_tf = flops / (common.median(pms) * 1e-3) / 1e12
             h2h = f"   (timed one after the other: gpukit {seq_g:.1f}, torch {seq_tf:.1f})"
+            gfn = lambda: gk.nn.attention_prefill(gq, gk_, gv, causal=True)  # noqa: E731
+            ores = orders(gfn, peer_fn, flops, a.rounds, reps_for(common.median(gms)))
+            oline, worst = order_line(ores)
+            extra_lines.append(oline)
+            order_rec = {"orders": {name: [round(common.median(g), 1), round(common.median(t), 1)]
+                                    for name, (g, t) in ores.items()}, "worst_order_ratio": round(worst, 4)}
+            if nv is not None and S >= 4096:
+                extra_lines.append(steady(nv, gfn, peer_fn, flops, common.median(gms)))
+            if S >= 4096 and Hq == Hkv:  # cycle profiles of the consumer loop (stderr)
+                for opt in a.prof.split(","):
+                    if not opt:
+                        continue
+                    os.environ["GPUKIT_PREFILL_SM90_OPT"] = opt
+                    print(f"    cycle profile, GPUKIT_PREFILL_SM90_OPT={opt}:", flush=True)
+                    sys.stdout.flush()
+                    gfn()
+                    gk.cuda.synchronize()
+                    sys.stderr.flush()
+                    os.environ.pop("GPUKIT_PREFILL_SM90_OPT")
         print(f"attention_prefill {label:<28} gpukit {g_tf:7.1f} TFLOP/s ({common.median(gms):8.3f} ms)"
               + (f"   best torch: {peer} {peer_tf:7.1f} TFLOP/s   ratio {g_tf / peer_tf:5.2f}   max|diff| {err:.3g}"
                  if peer_tf else "") + other, flush=True)
         if forms:
             print(f"    interleaved rounds{h2h}; torch SDPA forms (TFLOP/s): {forms}", flush=True)
+        for line in extra_lines:
+            print(line, flush=True)
         records.append(common.record("attention_prefill", label, "bf16", "TFLOP/s", g_tf, peer, peer_tf, [
             flops / (t * 1e-3) / 1e12 for t in gms]))
+        records[-1].update(order_rec)  # medians [gpukit, torch] per timing order, and the worst ratio
         q = k = v = gq = gk_ = gv = None  # free before the next size
         torch.cuda.empty_cache()
     common.write_results(a.out, records)

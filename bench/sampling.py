@@ -26,6 +26,11 @@ def main() -> int:
     ap.add_argument("--out", default="bench/results/h200.json")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--iters", type=int, default=20, help="launches per round")
+    ap.add_argument("--probe", action="store_true",
+                    help="development: decode_step penalty + temperature + top-p at B1/B32, V=151936, f32, peaked "
+                         "and flat, under the fused kernel's knobs (warp-aggregated histograms on/off, early select "
+                         "exit on/off, stop after load / max exchange / selects, cluster shapes) and the multi-pass "
+                         "path; top-k 50 too; no records")
     ap.add_argument("--breakdown", action="store_true",
                     help="only print decode_step variants (greedy, temperature only, top-p, penalty + top-p, "
                          "top-k 50, logprobs) at B1/B32, V=151936, to see what each part costs; no records")
@@ -110,6 +115,54 @@ def main() -> int:
               f"{rec['peer_value']:8.1f} us   ({rec['peer_value'] / rec['gpukit']:.1f}x)")
 
     H = 256
+    if args.probe:
+        os.environ["GPUKIT_SAMPLING_DEBUG"] = "1"  # the fused kernel prints its shape and cluster occupancy
+        V = 151936
+        knobs = ("GPUKIT_SAMPLING_EARLY", "GPUKIT_SAMPLING_STOP", "GPUKIT_SAMPLING_CLUSTER",
+                 "GPUKIT_SAMPLING_THREADS", "GPUKIT_SAMPLING_FUSED", "GPUKIT_SAMPLING_CACHE",
+                 "GPUKIT_SAMPLING_COMPACT", "GPUKIT_SAMPLING_PDL")
+        for B in (1, 4, 32):
+            shapes = ((16, 1024), (8, 1024)) if B == 1 else ((8, 512), (7, 512), (16, 512))
+            settings = [("default", {}), ("early=0", {"GPUKIT_SAMPLING_EARLY": "0"}),
+                        ("cache=%d" % (B > 4), {"GPUKIT_SAMPLING_CACHE": "%d" % (B > 4)}),
+                        ("compact=0", {"GPUKIT_SAMPLING_COMPACT": "0"}),
+                        ("stop=1 load", {"GPUKIT_SAMPLING_STOP": "1"}), ("stop=2 max", {"GPUKIT_SAMPLING_STOP": "2"}),
+                        ("stop=3 select", {"GPUKIT_SAMPLING_STOP": "3"}),
+                        ("multipass", {"GPUKIT_SAMPLING_FUSED": "0"})]
+            if B == 1:  # the multi-pass path without programmatic dependent launch
+                settings.append(("multipass-pdl0", {"GPUKIT_SAMPLING_FUSED": "0", "GPUKIT_SAMPLING_PDL": "0"}))
+            settings += [(f"CL{cl}x{nt}", {"GPUKIT_SAMPLING_CLUSTER": str(cl), "GPUKIT_SAMPLING_THREADS": str(nt)})
+                         for cl, nt in shapes]
+            if B == 4:  # where the fused path starts by default: only it against the multi-pass path
+                settings = [x for x in settings if x[0] in ("default", "multipass")]
+            for flat in (False, True):
+                g, t, n = pools(B, V, flat, "float32")
+                hist = gk.asarray(rng.integers(0, V, size=(B, H)).astype(np.int32)).to("cuda")
+                lens = gk.asarray(np.full(B, H, np.int32)).to("cuda")
+                seeds = gk.asarray(np.arange(B, dtype=np.int64)).to("cuda")
+                pos = gk.asarray(np.zeros(B, np.int64)).to("cuda")
+
+                def full(v):
+                    return gk.asarray(np.full(B, v, np.float32)).to("cuda")
+                prm = S.Params(temperature=full(0.8), top_p=full(0.9), repetition_penalty=full(1.1))
+                prk = S.Params(temperature=full(0.8), top_k=gk.asarray(np.full(B, 50, np.int32)).to("cuda"))
+                os.environ["GPUKIT_SAMPLING_FUSED"] = "1"
+                for label, prx in (("greedy", S.Params(temperature=full(0.0))), ("temp", S.Params(temperature=full(0.8))),
+                                   ("topp", S.Params(temperature=full(0.8), top_p=full(0.9)))):
+                    r = time_gk(lambda i: S.decode_step(g[i], prx, seeds, pos), n)
+                    print(f"probe B{B:<3d} V{V} f32 {'flat' if flat else 'peaked':6s} {label:14s} "
+                          f"(no penalty)  {np.median(r):8.1f} us")
+                for label, env in settings:
+                    os.environ.update(env)
+                    os.environ.setdefault("GPUKIT_SAMPLING_FUSED", "1")  # the fused kernel at every B
+                    r = time_gk(lambda i: S.decode_step(g[i], prm, seeds, pos, history=hist, history_lengths=lens), n)
+                    rk = time_gk(lambda i: S.decode_step(g[i], prk, seeds, pos), n)
+                    for k in knobs:
+                        os.environ.pop(k, None)
+                    print(f"probe B{B:<3d} V{V} f32 {'flat' if flat else 'peaked':6s} {label:14s} "
+                          f"pen+topp {np.median(r):8.1f} us   topk50 {np.median(rk):8.1f} us")
+        print(f"total bench time {time.time() - t_start:.1f} s")
+        return 0
     if args.breakdown:
         os.environ["GPUKIT_SAMPLING_DEBUG"] = "1"  # the fused kernel prints its shape and cluster occupancy
         V = 151936
@@ -200,6 +253,23 @@ def main() -> int:
            "torch topk+softmax+multinomial",
            time_torch(lambda i: torch.multinomial(torch.softmax(torch.topk(t[i], 50).values, -1), 1, generator=gen), n))
 
+    print("targets of issue 6 (gpukit GPU time per call from CUDA graph replay, median of the rounds):")
+    by = {(r["name"], r["shape"], r["dtype"]): r["gpukit"] for r in results}
+    for (name, shape, dt), v in sorted(by.items()):
+        lim = None
+        if name.startswith("decode_step_topp"):
+            lim = 40.0 if shape.startswith("B1_") else 100.0
+        elif name.startswith("sample_topk50"):
+            lim = 30.0
+        elif name == "argmax":
+            lim = 10.0
+        if lim is not None:
+            print(f"TARGET {name:22s} {shape:12s} {dt:5s} {v:8.1f} us  (target <= {lim:.0f} us)  "
+                  f"{'MET' if v <= lim else 'MISSED'}")
+        if name == "decode_step_topp_flat" and ("decode_step_topp", shape, dt) in by:
+            ratio = v / by[("decode_step_topp", shape, dt)]
+            print(f"TARGET flat/peaked ratio     {shape:12s} {dt:5s} {ratio:8.2f}     (target <= 2)      "
+                  f"{'MET' if ratio <= 2.0 else 'MISSED'}")
     print(f"total bench time {time.time() - t_start:.1f} s")
     write(args.out, results, torch)
     return 0

@@ -162,6 +162,8 @@ struct DecodeBatch {
   Array block_table;  // [B, max_blocks] pages of each sequence (entries past its pages: any id)
 };
 
+struct SideBranch;  // src/llm/model.cpp
+
 // Engine switches of a model.
 struct EngineOptions {
   bool cuda_graph = true;  // capture the decode step in a CUDA graph on CUDA
@@ -191,6 +193,41 @@ struct EngineOptions {
   // (checkpoint B: 8B 211.4 vs 216.9 tok/s, 1B 914 vs 948: the last block's serial norm
   // costs more than the PDL-overlapped launch). Default from GPUKIT_NORM_IN_TAIL=0/1.
   bool norm_in_tail = false;
+  // Level 2 decode: while RoPE and attention run (the weights' memory bandwidth idle), a
+  // side branch of the step prefetches into L2 up to this many MiB of the weights that
+  // come next: the output projection, then the first rows of gate/up. 0: off. Default
+  // from GPUKIT_PREFETCH_MB; GPUKIT_PREFETCH_LAST=1 (prefetch_last) marks the lines
+  // evict-last.
+  int64_t prefetch_mb = 0;
+  bool prefetch_last = false;
+  // Level 2 decode, bf16/fp16 weights: the lm head through the engine's GEMV (float32
+  // logits, PDL-chained) instead of gk::gemv. Default from GPUKIT_HEAD_PROJ.
+  bool head_proj = false;
+  // Level 2 decode: the embedding gather and the first RMSNorm in one PDL-chained launch.
+  // Default from GPUKIT_EMBED_NORM (on).
+  bool embed_norm = true;
+  // Prefill (more than 8 rows) with quantized weights on CUDA: the weight expanded to
+  // bf16/fp16 and cuBLASLt, instead of the GEMV per 8 rows. Default from
+  // GPUKIT_DEQUANT_PREFILL (on).
+  bool dequant_prefill = true;
+  // Level 2 decode, bf16/fp16 cache, no q/k norm or sliding window: RoPE, the KV append
+  // and attention in one PDL-chained launch (src/cuda/llm_attention.cu) when the step's
+  // block table spans at most fused_attention_max_keys keys; else rope_append +
+  // attention_decode. Default from GPUKIT_FUSED_ATTN.
+  bool fused_attention = false;
+  int64_t fused_attention_max_keys = 4096;
+  int fused_attention_chunk = 128;  // keys per CTA: 128 or 64 (GPUKIT_FUSED_ATTN_CHUNK)
+  // Level 2 decode, bf16/fp16 weights: no RMSNorm launches. The o and down GEMVs add the
+  // residual in their epilogue; the q/k/v and gate/up GEMVs (and the lm head with
+  // head_proj) read the raw residual and apply the norm inside: the product with
+  // r * norm_w scaled by rsqrt(mean(r^2) + eps) at the end (the normalized row is not
+  // rounded to the weight type: not the same bits as the separate norm). Default from
+  // GPUKIT_NORM_IN_PROJ.
+  bool norm_in_proj = false;
+  // Level 2 decode with quantized weights: the engine's own launches between the
+  // gemv_quantized ones (norms, SwiGLU, RoPE + append, attention) use PDL. Default from
+  // GPUKIT_QUANT_PDL.
+  bool quantized_pdl = true;
 };
 
 class Model {
@@ -207,7 +244,12 @@ class Model {
   // One decode step over device-resident inputs (no host synchronization, nothing
   // read back; capturable): float32 logits [B, V]. The caller has reserved the pages
   // and advances the cache lengths afterwards.
-  Array decode_batch(KvCache& cache, const DecodeBatch& in);
+  // argmax_keys (int64 [B] device zeros, see head_argmax()): the lm head also folds each
+  // row's greedy token into it (fused::advance_argmax reads and resets it).
+  Array decode_batch(KvCache& cache, const DecodeBatch& in, const Array& argmax_keys = {});
+  // Whether decode_batch can fold the greedy token into the lm head for B rows (level 2,
+  // CUDA, a dense bf16/fp16 head through the engine's GEMV: head_proj).
+  bool head_argmax(int64_t B) const;
   // Profiling: when set, run_layers calls it after each op ("embed", "qkv", "rope",
   // ...) with the layer index (-1 outside the layers); used by gk.llm's profile().
   std::function<void(const char*, int)> op_hook;
@@ -239,7 +281,7 @@ class Model {
   // y = x @ W^T (+ bias) through the fastest path for the rows of x and the weight form.
   Array project(const Array& x, const Array& w, const QuantizedWeight& qw, const Array& bias = {},
                 std::optional<DType> out = std::nullopt) const;
-  Array lm_head(const Array& h) const;
+  Array lm_head(const Array& h, const Array* argmax_keys = nullptr) const;
   Array mlp(const LayerWeights& L, const Array& h, int layer) const;
   Array add_norm(const Array& x, Array& resid, const Array& w, int layer) const;
   bool engine_ops() const;                    // fusion level 2 decode step on CUDA
@@ -247,7 +289,13 @@ class Model {
   void mark(const char* what, int layer) const {
     if (op_hook) op_hook(what, layer);
   }
+  // The L2 prefetch's side branch (prefetch_mb): a stream and two events, made on first use.
+  void prefetch_during_attention(const LayerWeights& L);
+  void make_side_branch();
+  void join_side_branch();
+  std::shared_ptr<SideBranch> side_;
   bool decoding_ = false;  // run_layers is running a decode step (decode_batch)
+  mutable bool raw_final_ = false;  // run_layers returned the raw residual: lm_head applies the final norm
   ModelConfig cfg_;
   EngineOptions opt_;
   Weights w_;

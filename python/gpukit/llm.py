@@ -321,9 +321,14 @@ class ChatSession:
 
 
 def _check_quantize(quantize):
+    """None, "fp8", "int8", "int4", or "<format>:head=<fp8|int8|int4|none>" (the lm head's
+    format; none keeps it unquantized; default: int8 for int4, else the layers' format)."""
     q = "" if quantize is None else str(quantize)
-    if q not in ("", "fp8", "int8", "int4"):
-        raise ValueError(f'quantize: expected None, "fp8", "int8" or "int4", got {quantize!r}')
+    fmt, _, head = q.partition(":")
+    if fmt not in ("", "fp8", "int8", "int4") or (head and (not fmt or head not in (
+            "head=fp8", "head=int8", "head=int4", "head=none"))):
+        raise ValueError(f'quantize: expected None, "fp8", "int8" or "int4" (optionally ":head=fp8|int8|int4|none"), '
+                         f'got {quantize!r}')
     return q
 
 

@@ -111,6 +111,47 @@ GK_BINDING(60, llm) {
       .def_prop_rw("norm_in_tail", [](const llm::Model& m) { return m.options().norm_in_tail; },
                    [](llm::Model& m, bool v) { m.options().norm_in_tail = v; },
                    "Fusion level 2 decode: residual add + RMSNorm in the o/down projection's last block.")
+      .def_prop_rw("prefetch_mb", [](const llm::Model& m) { return m.options().prefetch_mb; },
+                   [](llm::Model& m, int64_t v) {
+                     if (v < 0 || v > 4096) throw ValueError(cat("prefetch_mb: expected 0..4096, got ", v));
+                     m.options().prefetch_mb = v;
+                   },
+                   "Fusion level 2 decode: MiB of the next weights (o, then gate/up) prefetched into L2 on a side "
+                   "branch while attention runs (0: off).")
+      .def_prop_rw("prefetch_last", [](const llm::Model& m) { return m.options().prefetch_last; },
+                   [](llm::Model& m, bool v) { m.options().prefetch_last = v; },
+                   "The L2 prefetch marks its lines evict-last.")
+      .def_prop_rw("head_proj", [](const llm::Model& m) { return m.options().head_proj; },
+                   [](llm::Model& m, bool v) { m.options().head_proj = v; },
+                   "Fusion level 2 decode: the lm head through the engine's GEMV (float32 logits).")
+      .def_prop_rw("embed_norm", [](const llm::Model& m) { return m.options().embed_norm; },
+                   [](llm::Model& m, bool v) { m.options().embed_norm = v; },
+                   "Fusion level 2 decode: embedding gather + first RMSNorm in one launch.")
+      .def_prop_rw("dequant_prefill", [](const llm::Model& m) { return m.options().dequant_prefill; },
+                   [](llm::Model& m, bool v) { m.options().dequant_prefill = v; },
+                   "Quantized prefill on CUDA: the weight expanded to bf16/fp16 + cuBLASLt (else the GEMV per 8 rows).")
+      .def_prop_rw("fused_attention", [](const llm::Model& m) { return m.options().fused_attention; },
+                   [](llm::Model& m, bool v) { m.options().fused_attention = v; },
+                   "Fusion level 2 decode: RoPE, KV append and attention in one launch (short contexts).")
+      .def_prop_rw("fused_attention_max_keys", [](const llm::Model& m) { return m.options().fused_attention_max_keys; },
+                   [](llm::Model& m, int64_t v) {
+                     if (v < 0 || v > 16384) throw ValueError(cat("fused_attention_max_keys: expected 0..16384, got ", v));
+                     m.options().fused_attention_max_keys = v;
+                   },
+                   "The longest block table (keys) the fused decode attention takes; longer: attention_decode.")
+      .def_prop_rw("fused_attention_chunk", [](const llm::Model& m) { return m.options().fused_attention_chunk; },
+                   [](llm::Model& m, int v) {
+                     if (v != 64 && v != 128) throw ValueError(cat("fused_attention_chunk: 64 or 128, got ", v));
+                     m.options().fused_attention_chunk = v;
+                   },
+                   "Keys per CTA of the fused decode attention (128: one thread per key; 64: two).")
+      .def_prop_rw("norm_in_proj", [](const llm::Model& m) { return m.options().norm_in_proj; },
+                   [](llm::Model& m, bool v) { m.options().norm_in_proj = v; },
+                   "Fusion level 2 decode: residual adds in the o/down GEMVs, norms inside the q/k/v, gate/up "
+                   "(and, with head_proj, lm head) GEMVs: no norm launches (the normalized rows not rounded).")
+      .def_prop_rw("quantized_pdl", [](const llm::Model& m) { return m.options().quantized_pdl; },
+                   [](llm::Model& m, bool v) { m.options().quantized_pdl = v; },
+                   "Level 2 decode, quantized weights: the engine's launches between the quantized GEMVs use PDL.")
       .def_prop_ro("quantized", [](const llm::Model& m) { return m.weights().quantized; })
       .def("profile_decode", [](llm::Model& m, int64_t batch, int64_t context, int64_t reps) {
         auto r = llm::profile_decode(m, batch, context, reps);

@@ -30,6 +30,7 @@
 // section; see the experiment bits below for what else was measured).
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdint>
 #include <type_traits>
 
@@ -71,8 +72,45 @@ struct CfgWS {
 // warpgroup 1 still writes the previous one); bit 7 (bf16): P cut to bf16 by truncation,
 // packed by byte permutes instead of conversions (row sums of the cut values); bit 8: row
 // maxima by a chain instead of a tree (the previous form).
+// bit 9: the running row maximum is raised only on jumps of more than 2^8 (softmax_step_t STALE),
+// and O is rescaled only when a row of the warp raised it (correct results); bit 10: cycle
+// profile of the consumer loop (clock64 per phase, warp 0 of each consumer warpgroup; the host
+// prints it; bench only); bit 11: O is rescaled (by the factor of the previous tile) between
+// issuing S_n and O += P_{n-1} V_{n-1}, while S_n runs, instead of after P_{n-1} V_{n-1} is done;
+// bit 12: Q in registers (A fragments loaded once per item by ldmatrix; S = Q K^T with A from
+// registers), so that S_n reads only K from shared memory (a third less shared-memory traffic
+// per S), and Q's buffer is released at the item's start; bit 13 (with bits 9 and 5): speculative
+// softmax (softmax_spec): on unmasked tiles the exponentials are taken against the row's current
+// maximum right away, packed into the second P buffer, and the tile maximum only checked after
+// (the rows of a warp redo the step by softmax_step_t when one of them jumped); bit 14: the producer
+// loads K one tile ahead of V (K_n, then V_{n-1}), so that a K load no longer waits for the
+// release of the V tile two back; bit 15: mbarrier waits that sleep in try_wait (a suspend-time
+// hint) instead of spinning; bit 16: a consumer warpgroup passes the ping-pong turn only once its
+// S_n is done (not right after issuing), bit 17: only once its P V is done, so that the other's
+// HGMMAs do not sit blocked in issue (at checkpoint A issue took 690-980 cycles per step, while the
+// other warpgroup's softmax ran ~3x slower than its instruction count).
 constexpr int kOptNoLoad = 1, kOptNoSoftmax = 2, kOptPolyExp = 4, kOptSkipRescale = 8, kOptDynamic = 16,
-              kOptDoubleP = 32, kOptChain = 64, kOptTruncP = 128, kOptChainMax = 256;
+              kOptDoubleP = 32, kOptChain = 64, kOptTruncP = 128, kOptChainMax = 256, kOptStale = 512,
+              kOptProf = 1024, kOptEarly = 2048, kOptQReg = 4096, kOptSpec = 8192, kOptKVOrder = 16384,
+              kOptSleepWait = 32768, kOptLateTurn = 65536, kOptLateTurn2 = 131072;
+
+// kOptProf counters: per consumer warpgroup w, g_prof[10 w + i]: cycles in phase i (0 waiting for
+// K / V, 1 for the turn, 2 issuing, 3 waiting for S, 4 softmax, 5 waiting for P V, 6 rescale and
+// convert), 7 all cycles of the consumer loop, 8 key-tile steps, 9 items; g_prof[20] cycles and
+// g_prof[21] nanoseconds (globaltimer) of the first consumer thread of each CTA.
+constexpr int kOptLegacy = 1 << 20;  // (run-time only) the kernel without OPT bits, the default before B
+constexpr int kProfSlots = 24;
+__device__ unsigned long long g_prof[kProfSlots];
+__device__ __forceinline__ uint64_t clk() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%clock64;\n" : "=l"(t)::"memory");
+  return t;
+}
+__device__ __forceinline__ uint64_t gtimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t)::"memory");
+  return t;
+}
 
 struct PersistOrder {
   int hs;  // heads per section (>= hq: one section)
@@ -113,6 +151,12 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
   auto par = [](int it) { return uint32_t(it / ST) & 1u; };
 
   const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
+  constexpr bool KVORD = (OPT & kOptKVOrder) != 0, SLEEP = (OPT & kOptSleepWait) != 0;
+  constexpr int LATE = (OPT & kOptLateTurn) ? 1 : (OPT & kOptLateTurn2) ? 2 : 0;
+  auto mwait = [](uint32_t bar, uint32_t parity) {
+    if constexpr (SLEEP) mbar_wait_sleep(bar, parity);
+    else mbar_wait(bar, parity);
+  };
   // Work items (query tile, head). One per CTA: (blockIdx.y, blockIdx.x), varlen lookup
   // by find_tile. PERSIST (one sequence, no cu_seqlens): round k gives this CTA item
   // w (see below): tile y (y = 0 is the longest) of a head, in sections of po.hs heads.
@@ -170,7 +214,7 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
       int h = int(blockIdx.x), g = 0, nfix = 0;  // g: K / V tiles loaded so far (all items); nfix: uses of v_fix
       int next = int(blockIdx.x);  // DYN: the item after the current one
       for (int k = 0;; ++k) {
-        if (k > 0) mbar_wait(q_empty, uint32_t(k - 1) & 1u);  // the previous item's last S is done
+        if (k > 0) mwait(q_empty, uint32_t(k - 1) & 1u);  // the previous item's last S is done
         if constexpr (PERSIST) {
           const int w = DYN ? next : static_item(k);
           if constexpr (DYN) {
@@ -197,12 +241,12 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
 #pragma unroll
           for (int c = 0; c < NCB; ++c) tma_load_3d(sQ + c * (BM * 128), &tq, q_full, 64 * c, h, int(t.q0 + t.m0));
         }
-        for (int it = 0; it < tl.ntiles; ++it, ++g) {
+        // K tile it (the g-th of the CTA) and V tile it, each after its stage is free.
+        auto load_k = [&](int it, int g) {
           const int s = stage(g);
-          const int j0 = (tl.n_begin + it) * BN;  // sequence-relative first key of the tile
-          const int row = int(t.k0 + j0);
+          const int row = int(t.k0 + (tl.n_begin + it) * BN);
           const bool skip = (OPT & kOptNoLoad) && g >= ST;
-          if (g >= ST) mbar_wait(k_empty(s), par(g - ST));
+          if (g >= ST) mwait(k_empty(s), par(g - ST));
           if (leader) {
             if (skip) {
               mbar_arrive(k_full(s));
@@ -212,7 +256,13 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
               for (int c = 0; c < NCB; ++c) tma_load_3d(sK(s) + c * (BN * 128), &tk, k_full(s), 64 * c, kvh, row);
             }
           }
-          if (g >= ST) mbar_wait(v_empty(s), par(g - ST));
+        };
+        auto load_v = [&](int it, int g) {
+          const int s = stage(g);
+          const int j0 = (tl.n_begin + it) * BN;  // sequence-relative first key of the tile
+          const int row = int(t.k0 + j0);
+          const bool skip = (OPT & kOptNoLoad) && g >= ST;
+          if (g >= ST) mwait(v_empty(s), par(g - ST));
           // Rows valid .. BN - 1 of the tile belong to the next sequence (rows past the tensor
           // are zero-filled by the copy): load onto v_fix, zero them, then complete v_full.
           const int valid = int(min(int64_t(BN), t.Lk - j0));
@@ -228,7 +278,7 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
             }
           }
           if (fix && !skip) {
-            mbar_wait(v_fix, uint32_t(nfix++) & 1u);
+            mwait(v_fix, uint32_t(nfix++) & 1u);
             // Row r of column block c: 128 bytes at c * BN * 128 + r * 128 (the swizzle only
             // permutes the 16-byte chunks inside a row).
             const int n16 = (BN - valid) * NCB * 8;
@@ -240,6 +290,18 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // visible to wgmma
             __syncwarp();
             if (leader) mbar_arrive(v_full(s));
+          }
+        };
+        if constexpr (KVORD) {  // K one tile ahead of V: K_it, then V_{it-1}
+          for (int it = 0; it < tl.ntiles; ++it, ++g) {
+            load_k(it, g);
+            if (it > 0) load_v(it - 1, g - 1);
+          }
+          if (tl.ntiles > 0) load_v(tl.ntiles - 1, g - 1);
+        } else {
+          for (int it = 0; it < tl.ntiles; ++it, ++g) {
+            load_k(it, g);
+            load_v(it, g);
           }
         }
       }
@@ -253,12 +315,42 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
   const int cq = 2 * (lane & 3);
   const SoftmaxParams sp(a);
   constexpr bool kPoly = (OPT & kOptPolyExp) != 0, kTrunc = BF16 && (OPT & kOptTruncP) != 0;
-  constexpr bool kChainMax = (OPT & kOptChainMax) != 0;
+  constexpr bool kChainMax = (OPT & kOptChainMax) != 0, kStale = (OPT & kOptStale) != 0;
   constexpr int NPA = (OPT & kOptDoubleP) ? 2 : 1;
   float o[D / 2];
   uint32_t pa_buf[NPA][BN / 16][4];  // P_n in buffer n % NPA
+  constexpr bool PROF = (OPT & kOptProf) != 0, EARLY = (OPT & kOptEarly) != 0;
+  constexpr bool QREG = (OPT & kOptQReg) != 0, SPEC = (OPT & kOptSpec) != 0;
+  static_assert(!SPEC || (kStale && (OPT & kOptDoubleP) && !(OPT & (kOptNoSoftmax | kOptTruncP | kOptPolyExp))),
+                "speculative softmax: with the thresholded maximum and two P buffers");
+  static_assert(!QREG || (D == 128 && BN == 128), "Q in registers: head_dim 128, 128-key tiles");
+  uint32_t qa[QREG ? D / 16 : 1][4];
+  uint64_t pacc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, tprev = 0, nsteps = 0, nitems = 0;
+  const uint64_t t_begin = PROF ? clk() : 0, g_begin = PROF ? gtimer() : 0;
+  auto mark = [&](int ph) {
+    if constexpr (PROF) {
+      const uint64_t t = clk();
+      if (ph >= 0) pacc[ph] += t - tprev;
+      tprev = t;
+    }
+  };
+  // O *= (a0, a1) per row; skipped where every factor of the warp is 1 (exact) under the
+  // options that make that common.
+  auto rescale_o = [&](float a0, float a1) {
+    if (!(OPT & (kOptSkipRescale | kOptStale)) || !__all_sync(0xffffffffu, a0 == 1.f && a1 == 1.f))
+      rescale(o, a0, a1);
+  };
 
   auto issue_s = [&](float (&p)[BN / 2], int s) {
+    if constexpr (QREG) {
+      const uint64_t dk0 = smem_desc(sK(s), 16, 1024);
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const uint64_t dk = dk0 + uint64_t(((kk / 4) * (BN * 128) + (kk % 4) * 32) >> 4);
+        mma_rs_k<BN, BF16>(p, qa[kk], dk, kk > 0);
+      }
+      return;
+    }
     // The Q descriptors are recomputed per use from an opaque base rather than kept live
     // across the loop (16 registers: with wide key tiles they would spill).
     // Descriptors are a base plus the step's byte offset / 16 (the 14-bit address field
@@ -308,7 +400,7 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
     if constexpr (PERSIST) {
       int w;
       if constexpr (DYN) {
-        mbar_wait(q_full, uint32_t(k) & 1u);  // the producer stored the item before arriving
+        mwait(q_full, uint32_t(k) & 1u);  // the producer stored the item before arriving
         w = *static_cast<volatile int*>(&sh_item[k & 1]);
         if (w < 0) break;
       } else {
@@ -328,8 +420,16 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
     for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
     RowState st;
 
-    if constexpr (!DYN) mbar_wait(q_full, uint32_t(k) & 1u);
-    if (ntiles == 0) release(q_empty);
+    if constexpr (!DYN) mwait(q_full, uint32_t(k) & 1u);
+    if constexpr (QREG) {
+      if (ntiles > 0) {
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) load_a_frag(qa[kk], sQ + cw * (64 * 128), BM * 128, kk, warp, lane);
+      }
+      release(q_empty);  // Q is in registers
+    } else if (ntiles == 0) {
+      release(q_empty);
+    }
     if (ntiles > 0) {
       if constexpr (PP)
         if (cw == 1 && !(CHAIN && opened)) asm volatile("bar.arrive 1, 256;\n" ::: "memory");  // warpgroup 0 first
@@ -337,53 +437,85 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
       {  // first tile: S_0 alone
         float p[BN / 2];
         const int s = stage(g);
-        mbar_wait(k_full(s), par(g));
+        mwait(k_full(s), par(g));
         turn_wait();
         wg_fence();
         issue_s(p, s);
         wg_commit();
-        turn_pass(false);
+        if constexpr (!LATE) turn_pass(false);
         wg_wait<0>();
         fence_regs(p);
+        if constexpr (LATE) turn_pass(false);
         release(k_empty(s));
-        if (ntiles == 1) release(q_empty);
+        if (!QREG && ntiles == 1) release(q_empty);
         const int j0 = n_begin * BN;
         float al0 = 1.f, al1 = 1.f;
         if constexpr (!(OPT & kOptNoSoftmax))
-          softmax_step<BN, kPoly, kTrunc, kChainMax>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0,
+          softmax_step<BN, kPoly, kTrunc, kChainMax, kStale>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0,
                                                      lo1, hi1, al0, al1);
         to_a_frags<BN, BF16, kTrunc>(p, pa_buf[0]);  // O is still zero: no rescale
       }
+      float pal0 = 1.f, pal1 = 1.f;  // EARLY: the factor for O before the next P V
       // Key tile it >= 1: S_it and O += P_{it-1} V_{it-1}; B: the buffer of P_it (NPA == 2) or 0.
       auto step = [&](int it, auto b_) {
         constexpr int B = decltype(b_)::value, PB = NPA == 2 ? 1 - B : 0;
         const int s = stage(g + it), ps = stage(g + it - 1);
         float p[BN / 2];
-        mbar_wait(k_full(s), par(g + it));
-        mbar_wait(v_full(ps), par(g + it - 1));
+        mark(-1);
+        mwait(k_full(s), par(g + it));
+        mwait(v_full(ps), par(g + it - 1));
+        mark(0);
         turn_wait();
+        mark(1);
         wg_fence();
         issue_s(p, s);
         wg_commit();
+        if constexpr (EARLY) {  // O is free (P_{n-2} V_{n-2} is done): rescale it while S_n runs
+          rescale_o(pal0, pal1);
+          wg_fence();
+        }
         issue_pv(ps, pa_buf[PB]);  // O += P_{n-1} V_{n-1} runs while the softmax of S_n does
         wg_commit();
-        turn_pass(false);
+        if constexpr (!LATE) turn_pass(false);
+        mark(2);
         wg_wait<1>();
         fence_regs(p);
+        if constexpr (LATE == 1) turn_pass(false);
+        mark(3);
         release(k_empty(s));
-        if (it == ntiles - 1) release(q_empty);
+        if (!QREG && it == ntiles - 1) release(q_empty);
         const int j0 = (n_begin + it) * BN;
         float al0 = 1.f, al1 = 1.f;
+        const bool need_mask = j0 + BN > hi_first || j0 < lo_last;
+        bool spec_done = false;
+        if constexpr (SPEC)
+          if (!need_mask && !sp.cap && sp.sc > 0.f) spec_done = softmax_spec<BN, BF16>(p, st, sp, pa_buf[B]);
         if constexpr (!(OPT & kOptNoSoftmax))
-          softmax_step<BN, kPoly, kTrunc, kChainMax>(p, st, sp, j0 + BN > hi_first || j0 < lo_last, j0, cq, lo0, hi0,
-                                                     lo1, hi1, al0, al1);
-        if constexpr (NPA == 2) to_a_frags<BN, BF16, kTrunc>(p, pa_buf[B]);  // buffer B's last reader is done
+          if (!spec_done)
+            softmax_step<BN, kPoly, kTrunc, kChainMax, kStale>(p, st, sp, need_mask, j0, cq, lo0, hi0, lo1, hi1, al0,
+                                                               al1);
+        if constexpr (NPA == 2)
+          if (!spec_done) to_a_frags<BN, BF16, kTrunc>(p, pa_buf[B]);  // buffer B's last reader is done
+        (void)spec_done;
+        if constexpr (PROF) fence_regs(p);
+        mark(4);
         wg_wait<0>();
         fence_regs(o);
+        if constexpr (LATE == 2) turn_pass(false);
+        mark(5);
         release(v_empty(ps));
-        if (!(OPT & kOptSkipRescale) || !__all_sync(0xffffffffu, al0 == 1.f && al1 == 1.f))
-          rescale(o, al0, al1);
+        if constexpr (EARLY) {
+          pal0 = al0;
+          pal1 = al1;
+        } else {
+          rescale_o(al0, al1);
+        }
         if constexpr (NPA == 1) to_a_frags<BN, BF16, kTrunc>(p, pa_buf[0]);
+        if constexpr (PROF) {
+          fence_regs(o);
+          ++nsteps;
+        }
+        mark(6);
       };
       using I0 = std::integral_constant<int, 0>;
       using I1 = std::integral_constant<int, 1>;
@@ -404,20 +536,35 @@ __global__ void __launch_bounds__(CfgWS<D, ST, BNT>::THREADS, 1)
         for (int it = 1; it < ntiles; ++it) step(it, I0{});
       }
       const int ls = stage(g + ntiles - 1);
-      mbar_wait(v_full(ls), par(g + ntiles - 1));
+      mwait(v_full(ls), par(g + ntiles - 1));
+      if constexpr (EARLY) rescale_o(pal0, pal1);
       turn_wait();
       wg_fence();
       issue_pv(ls, pa_buf[0]);
       wg_commit();
-      turn_pass(true);
+      if constexpr (!LATE) turn_pass(true);
       wg_wait<0>();
       fence_regs(o);
+      if constexpr (LATE) turn_pass(true);
       release(v_empty(ls));
       g += ntiles;
     }
     uint16_t* og = static_cast<uint16_t*>(a.out) + (t.q0 * a.hq + h) * int64_t(D);
     store_rows<D, BF16>(o, st, og, int64_t(a.hq) * D, r0, t.Lq, cq);
     (void)r1;
+    if constexpr (PROF) ++nitems;
+  }
+  if constexpr (PROF) {
+    if (lane == 0 && warp == 0) {
+      pacc[7] = clk() - t_begin;
+      for (int i = 0; i < 8; ++i) atomicAdd(&g_prof[10 * cw + i], static_cast<unsigned long long>(pacc[i]));
+      atomicAdd(&g_prof[10 * cw + 8], static_cast<unsigned long long>(nsteps));
+      atomicAdd(&g_prof[10 * cw + 9], static_cast<unsigned long long>(nitems));
+      if (cw == 0) {
+        atomicAdd(&g_prof[20], static_cast<unsigned long long>(pacc[7]));
+        atomicAdd(&g_prof[21], static_cast<unsigned long long>(gtimer() - g_begin));
+      }
+    }
   }
   if constexpr (CHAIN)
     if (opened && cw == 0) asm volatile("bar.sync 1, 256;\n" ::: "memory");
@@ -438,6 +585,34 @@ int heads_per_section(const PrefillArgs& a, int hs) {
   return std::min(hs, a.hq);
 }
 
+// kOptProf: waits for the kernel and prints its cycle profile (stderr; bench only).
+void print_prof(cudaStream_t st) {
+  unsigned long long h[kProfSlots];
+  GK_CUDA_CHECK(cudaStreamSynchronize(st));
+  GK_CUDA_CHECK(cudaMemcpyFromSymbol(h, g_prof, sizeof(h)));
+  static const char* names[7] = {"wait K/V", "wait turn", "issue", "wait S", "softmax", "wait PV", "rescale+cvt"};
+  for (int w = 0; w < 2; ++w) {
+    const double n = double(std::max(h[10 * w + 8], 1ull));
+    double sum = 0;
+    std::fprintf(stderr, "prefill prof wg%d: %llu steps, %llu items; cycles per step:", w, h[10 * w + 8], h[10 * w + 9]);
+    for (int i = 0; i < 7; ++i) {
+      std::fprintf(stderr, " %s %.0f;", names[i], double(h[10 * w + i]) / n);
+      sum += double(h[10 * w + i]);
+    }
+    std::fprintf(stderr, " step %.0f; outside steps per item %.0f\n", sum / n,
+                 (double(h[10 * w + 7]) - sum) / double(std::max(h[10 * w + 9], 1ull)));
+  }
+  std::fprintf(stderr, "prefill prof: SM clock while running %.0f MHz (clock64 / globaltimer over the CTAs)\n",
+               double(h[20]) * 1e3 / double(std::max(h[21], 1ull)));
+}
+
+// The OPT bits of the kernels that run by default (no GPUKIT_PREFILL_SM90_OPT), per dtype, head
+// dim and stage count.
+constexpr int default_opt(bool bf16, int D, int ST) {
+  (void)bf16;
+  return D == 128 && ST == 2 ? kOptSpec | kOptStale | kOptDoubleP : 0;
+}
+
 template <bool BF16, int D, int ST>
 bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, const WsTuning& tu, cudaStream_t st) {
   using C = CfgWS<D, ST>;
@@ -445,7 +620,9 @@ bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, const W
   dim3 grid{unsigned(a.hq), ny, 1u};
   PersistOrder po{a.hq, nullptr};
   int bn = C::BN;
-  Kern kern = pp ? k_prefill_ws<BF16, D, true, ST, false> : k_prefill_ws<BF16, D, false, ST, false>;
+  bool prof = false;
+  constexpr int DO = default_opt(BF16, D, ST);
+  Kern kern = pp ? k_prefill_ws<BF16, D, true, ST, false, DO> : k_prefill_ws<BF16, D, false, ST, false, DO>;
   if constexpr (D <= 128) {  // (head_dim 256 would spill registers)
     if (persist && !a.cu_q) {  // one CTA per multiprocessor walks the (tile, head) items
       int dev = 0, sms = 0;
@@ -453,7 +630,7 @@ bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, const W
       GK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
       const int64_t items = (a.Tq + C::BM - 1) / C::BM * a.hq;
       if (items > INT32_MAX / 2) return false;
-      kern = k_prefill_ws<BF16, D, true, ST, true>;
+      kern = k_prefill_ws<BF16, D, true, ST, true, DO>;
       if constexpr (BF16 && D == 128 && ST == 2) {  // run-time experiments (bench); others: default
         constexpr int P = kOptPolyExp;
         const int o = tu.opt, b = tu.bn == 128 ? 0 : tu.bn;
@@ -479,6 +656,38 @@ bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, const W
           pick = k_prefill_ws<BF16, D, true, ST, true, kOptDoubleP | kOptSkipRescale>;
         if (o == (kOptDoubleP | kOptSkipRescale | P) && b == 0)
           pick = k_prefill_ws<BF16, D, true, ST, true, kOptDoubleP | kOptSkipRescale | P>;
+        constexpr int SE = kOptStale | kOptEarly, PR = kOptProf;
+        if (o == kOptStale && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptStale>;
+        if (o == kOptEarly && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptEarly>;
+        if (o == SE && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, SE>;
+        if (o == PR && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, PR>;
+        if (o == (PR | kOptStale) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, PR | kOptStale>;
+        if (o == (PR | SE) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, PR | SE>;
+        if (o == (PR | kOptNoSoftmax) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, PR | kOptNoSoftmax>;
+        constexpr int QR = kOptQReg;
+        if (o == QR && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, QR>;
+        constexpr int SP = kOptSpec | kOptStale | kOptDoubleP, KO = kOptKVOrder, SL = kOptSleepWait;
+        if (o == SP && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, SP>;
+        if (o == kOptLegacy && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, 0>;
+        if (o == (SP | KO) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, SP | KO>;
+        if (o == (SP | SL) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, SP | SL>;
+        if (o == (SP | KO | SL) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, SP | KO | SL>;
+        if (o == (SP | KO | SL | PR) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, SP | KO | SL | PR>;
+        if (o == (kOptStale | KO | SL) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, kOptStale | KO | SL>;
+        constexpr int L1 = kOptLateTurn, L2 = kOptLateTurn2;
+        if (o == (SP | L1) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, SP | L1>;
+        if (o == (SP | L2) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, SP | L2>;
+        if (o == (SP | L1 | PR) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, SP | L1 | PR>;
+        if (o == (SP | L1 | KO) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, SP | L1 | KO>;
+        if (o == (SP | PR) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, SP | PR>;
+        if (o == (QR | kOptStale) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, QR | kOptStale>;
+        if (o == (QR | PR | kOptStale) && b == 0) pick = k_prefill_ws<BF16, D, true, ST, true, QR | PR | kOptStale>;
+        if (pick && (o & kOptProf)) {
+          void* base = nullptr;
+          GK_CUDA_CHECK(cudaGetSymbolAddress(&base, g_prof));
+          GK_CUDA_CHECK(cudaMemsetAsync(base, 0, sizeof(unsigned long long) * kProfSlots, st));
+          prof = true;
+        }
         if (pick && o == kOptDynamic) {
           static std::atomic<unsigned> slot{0};
           void* base = nullptr;
@@ -505,6 +714,7 @@ bool launch_ws(const PrefillArgs& a, unsigned ny, bool pp, bool persist, const W
   GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   kern<<<grid, C::THREADS, smem, st>>>(a, mq, mk, mv, po);
   GK_LAUNCH_CHECK("attention_prefill_sm90_ws");
+  if (prof) print_prof(st);
   return true;
 }
 }  // namespace

@@ -14,28 +14,29 @@
 
 #include "core/cuda_util.h"
 #include "cuda/common/rows.cuh"
+#include "cuda/llm_common.cuh"
 #include "llm/fused.h"
 #include "ops/nn_args.h"
 
 namespace gk::cuda {
 
 namespace {
-
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
+using namespace llmk;
 
 // A rotary pair, each product rounded on its own (no fused multiply-add).
 __device__ __forceinline__ void rotate(float x1, float x2, float cs, float sn, float& r1, float& r2) {
   r1 = __fsub_rn(__fmul_rn(x1, cs), __fmul_rn(x2, sn));
   r2 = __fadd_rn(__fmul_rn(x2, cs), __fmul_rn(x1, sn));
+}
+
+// The greedy key of logit v at index j: larger for a larger value, then for a lower index
+// (sampling::argmax's rule: NaN counts as -inf, -0 as +0); never 0.
+__device__ __forceinline__ unsigned long long argmax_key(float v, int64_t j) {
+  if (v != v) v = -INFINITY;
+  if (v == 0.f) v = 0.f;
+  const uint32_t u = __float_as_uint(v);
+  const uint32_t ord = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return (static_cast<unsigned long long>(ord) << 32) | (0xffffffffu - static_cast<uint32_t>(j));
 }
 
 // The cache slot (block * bs + offset) of token t at position p, or false when its page
@@ -49,38 +50,6 @@ __device__ __forceinline__ bool llm_slot(const A& a, int64_t t, int32_t p, int64
   if (blk < 0 || blk >= a.nb) return false;
   slot = blk * a.bs + (p - li * a.bs);
   return true;
-}
-
-template <class... P, class... A>
-void launch_ex(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t st, bool pdl, const char* name,
-               A&&... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = st;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  GK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
-  GK_LAUNCH_CHECK(name);
-}
-
-// Weights: read once, never written during the step (safe before the PDL wait).
-__device__ __forceinline__ uint4 ld_weight(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-// Activations written by the previous kernel: a plain (coherent) load, after the wait.
-__device__ __forceinline__ uint4 ld_act(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
 }
 
 template <class T>
@@ -194,7 +163,10 @@ __device__ void tail_norm(const llm::ProjArgs& a) {
   if (threadIdx.x == 0) *a.tail_counter = 0;  // ready for the next launch
 }
 
-template <class T, int MT, int MODE, class X, bool TAIL = false>
+// NIN (norm in): x holds the raw residual rows r; the product is taken with r * norm_w
+// (fp32, not rounded) and scaled by rsqrt(mean(r^2) + eps) of the whole row at the end:
+// the sum of squares rides along the product's loads (no pass before it).
+template <class T, int MT, int MODE, class X, bool TAIL = false, bool NIN = false>
 __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1)
     k_project(const __grid_constant__ llm::ProjArgs a, const __grid_constant__ X extra) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -237,7 +209,21 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1)
   pdl_trigger();
   pdl_wait();
   const T* x = static_cast<const T*>(a.x);
-  auto load_x = [&](int i, int64_t cc, float (&xf)[8]) { f8<T>(ld_act(x + i * a.x_rs + cc * 8), xf); };
+  float ss[MT];
+#pragma unroll
+  for (int i = 0; i < MT; ++i) ss[i] = 0.f;
+  auto load_x = [&](int i, int64_t cc, float (&xf)[8]) {
+    f8<T>(ld_act(x + i * a.x_rs + cc * 8), xf);
+    if constexpr (NIN) {
+      float wn[8];
+      f8<T>(ld_weight(static_cast<const T*>(a.norm_w) + cc * 8), wn);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        ss[i] = fmaf(xf[e], xf[e], ss[i]);
+        xf[e] = __fmul_rn(xf[e], wn[e]);
+      }
+    }
+  };
   while (true) {
 #pragma unroll
     for (int u = 0; u < kPU; ++u) {
@@ -287,7 +273,7 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1)
     if (c >= nch) break;
     load(c);
   }
-  __shared__ float red[kPW][MT * R];
+  __shared__ float red[kPW][MT * R + (NIN ? MT : 0)];
 #pragma unroll
   for (int i = 0; i < MT; ++i)
 #pragma unroll
@@ -295,11 +281,25 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1)
       const float v = warp_sum(acc[i][r]);
       if (lane == 0) red[warp][i * R + r] = v;
     }
+  if constexpr (NIN) {
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      const float v = warp_sum(ss[i]);
+      if (lane == 0) red[warp][MT * R + i] = v;
+    }
+  }
   __syncthreads();
   auto total = [&](int o) {
     float v = red[0][o];
 #pragma unroll
     for (int w = 1; w < kPW; ++w) v += red[w][o];
+    if constexpr (NIN) {  // row i = o / R: the norm of the whole row
+      const int i = o / R;
+      float q = red[0][MT * R + i];
+#pragma unroll
+      for (int w = 1; w < kPW; ++w) q += red[w][MT * R + i];
+      v *= rsqrtf(q / float(a.k) + a.norm_eps);
+    }
     return v;
   };
   T* y = static_cast<T*>(a.y);
@@ -348,10 +348,28 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1)
     if (tid < MT * R) {
       const int i = tid / R, r = tid % R;
       const int64_t row = int64_t(blockIdx.x) * R + r;
+      unsigned long long key = 0;
       if (i < a.m && row < a.n) {
-        T v = convert<T>(total(i * R + r));
-        if (a.bias) v = convert<T>(float(v) + float(static_cast<const T*>(a.bias)[row]));
-        y[i * a.n + row] = v;
+        const float s = total(i * R + r);
+        if (a.out_f32) {  // float32 output (the lm head's logits): the sum unrounded
+          const float v = a.bias ? s + float(static_cast<const T*>(a.bias)[row]) : s;
+          static_cast<float*>(a.y)[i * a.n + row] = v;
+          if (a.argmax_keys) key = argmax_key(v, row);
+        } else {
+          T v = convert<T>(s);
+          if (a.bias) v = convert<T>(float(v) + float(static_cast<const T*>(a.bias)[row]));
+          if (a.res) v = convert<T>(float(v) + float(static_cast<const T*>(a.res)[i * a.res_rs + row]));
+          y[i * a.n + row] = v;
+        }
+      }
+      if (a.argmax_keys) {  // the block's best of row i over its R rows (lanes 4i..4i+3), one atomic
+        constexpr unsigned mask = MT * R >= 32 ? 0xffffffffu : (1u << (MT * R)) - 1u;
+#pragma unroll
+        for (int o = 1; o < R; o <<= 1) {
+          const unsigned long long other = __shfl_xor_sync(mask, key, o);
+          key = other > key ? other : key;
+        }
+        if (r == 0 && key) atomicMax(a.argmax_keys + i, key);
       }
     }
     if constexpr (TAIL) tail_norm<T>(a);
@@ -371,6 +389,13 @@ void project_m(const llm::ProjArgs& a, const llm::ProjRope* rope, cudaStream_t s
     extra = *rope;
   }
   auto go = [&](auto kernel) { launch_ex(kernel, g, b, st, a.pdl, "llm_project", a, extra); };
+  if (a.norm_w) {
+    if (a.m <= 1) go(k_project<T, 1, MODE, X, false, true>);
+    else if (a.m <= 2) go(k_project<T, 2, MODE, X, false, true>);
+    else if (a.m <= 4) go(k_project<T, 4, MODE, X, false, true>);
+    else go(k_project<T, 8, MODE, X, false, true>);
+    return;
+  }
   if constexpr (MODE == 0) {
     if (a.tail) {
       if (a.m <= 1) go(k_project<T, 1, MODE, X, true>);
@@ -559,7 +584,29 @@ __global__ void k_advance(int32_t* in, const int32_t* tokens, int B) {
   }
 }
 
+__global__ void k_advance_argmax(int32_t* in, unsigned long long* keys, int32_t* tokens, int B) {
+  pdl_trigger();
+  pdl_wait();
+  for (int b = blockIdx.x * blockDim.x + threadIdx.x; b < B; b += gridDim.x * blockDim.x) {
+    const unsigned long long k = keys[b];
+    const int32_t t = k ? int32_t(0xffffffffu - uint32_t(k & 0xffffffffu)) : 0;
+    keys[b] = 0;  // ready for the next step's lm head
+    tokens[b] = t;
+    in[b] = t;
+    in[B + b] += 1;
+    in[2 * B + b] += 1;
+  }
+}
+
 }  // namespace
+
+void llm_advance_argmax(int32_t* in, unsigned long long* keys, int32_t* tokens, int64_t B, bool pdl, void* stream) {
+  if (B <= 0) return;
+  if (B > INT32_MAX / 3) throw ValueError("advance: too many rows");
+  const unsigned blocks = unsigned(std::min<int64_t>((B + 255) / 256, 1024));
+  launch_ex(k_advance_argmax, dim3(blocks), dim3(256), static_cast<cudaStream_t>(stream), pdl, "llm_advance_argmax",
+            in, keys, tokens, int(B));
+}
 
 void llm_swiglu(const void* gu, void* out, int64_t rows, int64_t I, int64_t gu_rs, DType t, bool pdl, void* stream) {
   if (rows <= 0 || I <= 0) return;

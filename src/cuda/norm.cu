@@ -5,14 +5,17 @@
 // sums use a fixed warp-shuffle + shared-memory order (deterministic).
 // Rows that are too long, unaligned or not a multiple of the vector width take a
 // scalar path that re-reads the row (from L1/L2).
-// With GPUKIT_TUNE norm.pipe=1, rows of 129 to 1024 16-byte vectors take the
-// staged form of src/cuda/rows_pipe.cu instead (slower than these on the H200,
-// see there); the choice never depends on the number of rows.
+// Dense, aligned rows of 32 or more 16-byte vectors take the warp-row form of
+// src/cuda/rows_warp.cu by default (session 4); the forms here serve the other
+// rows, and all rows with GPUKIT_TUNE rows.on=0. With norm.pipe=1 (and rows.on=0),
+// rows of 129 to 1024 vectors take the staged form of src/cuda/rows_pipe.cu. The
+// choice never depends on the number of rows.
 #include <algorithm>
 
 #include "cuda/common/rows.cuh"
 #include "cuda/common/vec.cuh"
 #include "cuda/rows_pipe.h"
+#include "cuda/rows_warp.h"
 #include "ops/nn_args.h"
 
 namespace gk::cuda {
@@ -221,6 +224,7 @@ void launch(const NormArgs& a, cudaStream_t st) {
   bool vec = a.H % N == 0 && a.x_rs % N == 0 && a.out_rs % N == 0 && aligned16(a.x) && aligned16(a.w) &&
              aligned16(a.out) && (!a.b || aligned16(a.b)) &&
              (!a.res || (a.res_rs % N == 0 && a.res_out_rs % N == 0 && aligned16(a.res) && aligned16(a.res_out)));
+  if (vec && rows_warp_norm(a, st)) return;  // the lean warp-row form (src/cuda/rows_warp.cu)
   if (vec && pipe_norm_ok(a)) {  // rows staged in shared memory (src/cuda/rows_pipe.cu)
     pipe_norm(a, st);
     return;

@@ -7,10 +7,11 @@
 // elements: pass 1 writes one partial per chunk into the workspace, pass 2
 // reduces the partials. Every choice depends only on the row length, never on
 // the number of rows or the device, so a row gives the same bits on every run
-// and in any batch. f32 softmax rows of 129 to 1024 16-byte vectors (512 to 4096
-// elements) take, on sm_90 and newer, the staged form of src/cuda/rows_pipe.cu
-// (so those rows' bits differ between GPU generations, not between runs or
-// batches); 16-bit rows do with GPUKIT_TUNE softmax.pipe=1.
+// and in any batch. Dense, aligned softmax rows of 32 or more 16-byte vectors
+// take the warp-row form of src/cuda/rows_warp.cu (session 4: 93-99% of a copy
+// on the H200); with GPUKIT_TUNE rows.on=0 they take the register form below or,
+// with softmax.pipe=1 (the default for f32 rows of 129 to 1024 vectors), the
+// staged form of src/cuda/rows_pipe.cu.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include "cuda/common/softmax_rows.cuh"
 #include "cuda/common/vec.cuh"
 #include "cuda/rows_pipe.h"
+#include "cuda/rows_warp.h"
 #include "ops/backend.h"
 #include "ops/reduce_functors.h"
 
@@ -378,6 +380,7 @@ bool softmax_vec(const RowArgs& a, bool log, cudaStream_t s) {
     if (a.cols % N || a.in_row_stride % N || a.out_row_stride % N || !aligned_16(a.in) || !aligned_16(a.out) ||
         nvec > 256 * 16)
       return false;
+    if (rows_warp_softmax(a, log, s)) return true;  // the lean warp-row form (src/cuda/rows_warp.cu)
     if (pipe_softmax_ok(a, log)) {  // rows staged in shared memory (src/cuda/rows_pipe.cu)
       pipe_softmax(a, log, s);
       return true;

@@ -1,3 +1,12 @@
+// Session 4: the per-element code is the lean one of rows_warp.cu (pack_out: one
+// NaN test per vector; softmax as max, then sum of exp(x - max), in warp
+// reductions), and 15 consumer warps (pipe.w=15, up to 128 registers). Checkpoint
+// A of session 4 (H200, 4096x4096, % of a same-bytes copy): 15 warps did not help
+// (bf16 layer_norm 78%, softmax 52%; f32 softmax 75%, below the 88% of session 3:
+// f32 rows of 32 vectors per lane compute their expf twice), while the warp-row
+// form of rows_warp.cu reached 87-99%: that is the default now, and this form is
+// taken only with GPUKIT_TUNE rows.on=0 and norm.pipe=1 / softmax.pipe=1 (the
+// latter the default for f32 rows under rows.on=0).
 // Row-wise fused kernels with the rows staged in shared memory: rms_norm (with
 // the residual add), layer_norm, softmax and log_softmax on rows of 129 to 1024
 // 16-byte vectors (bf16/f16 H <= 8192, f32 H <= 4096; softmax of 16-bit rows
@@ -36,7 +45,7 @@
 // GPUKIT_TUNE: pipe.kb (shared memory per SM for the slots, KB, default 200),
 // pipe.cta (CTAs per SM, default 1), pipe.grid (force the grid, for the tests),
 // pipe.ef (1: the row loads carry an L2 evict-first hint);
-// pipe.w (7 or 11 consumer warps); norm.pipe / softmax.pipe (1: the staged form
+// pipe.w (7, 11 or 15 consumer warps); norm.pipe / softmax.pipe (1: the staged form
 // where it applies; default 0, 1 for f32 softmax).
 #include "cuda/rows_pipe.h"
 
@@ -44,6 +53,7 @@
 
 #include "core/cuda_util.h"
 #include "cuda/common/rows.cuh"
+#include "cuda/common/rows_vec.cuh"
 #include "cuda/common/softmax_rows.cuh"
 #include "cuda/common/tma.cuh"
 #include "cuda/common/vec.cuh"
@@ -180,7 +190,7 @@ struct NormPipe {
           unpack<T>(sl[nvec + c], rf);
 #pragma unroll
           for (int n = 0; n < N; ++n) xf[n] += rf[n];
-          xs[j] = pack<T>(xf);
+          xs[j] = pack_out<T>(xf);
           st16(ro + c, xs[j]);
         }
       }
@@ -240,7 +250,7 @@ struct NormPipe {
           unpack<T>(bb[c], bf);
 #pragma unroll
           for (int n = 0; n < N; ++n) xf[n] = fmaf(fmaf(xf[n], inv, nmi), wf[n], bf[n]);
-          st16(out + c, pack<T>(xf));
+          st16(out + c, pack_out<T>(xf));
         }
       }
       return;
@@ -255,15 +265,17 @@ struct NormPipe {
         unpack<T>(w[c], wf);
 #pragma unroll
         for (int n = 0; n < N; ++n) xf[n] = (xf[n] - mean) * inv * (wf[n] + wadd);
-        st16(out + c, pack<T>(xf));
+        st16(out + c, pack_out<T>(xf));
       }
     }
   }
 };
 
-// ---- softmax / log_softmax: the lane's max and the sum of its exponentials
-// relative to it, one (max, sum) warp reduction, then the outputs (see
-// k_softmax_vec in reduce.cu for the rules on -inf, +inf and NaN) ----
+// ---- softmax / log_softmax: the row max (warp max), then the sum of exp(x - max)
+// (warp sum), then the outputs, each pass from the slot; a NaN, a +inf or an all
+// -inf row gives NaN through the arithmetic itself (inf - inf, exp(NaN)), as on
+// the CPU. Non-log rows of at most 64 elements per lane keep the exponentials in
+// registers; longer ones compute them again for the output. ----
 template <class T, bool LOG>
 struct SoftmaxPipe {
   const T* in;
@@ -276,95 +288,66 @@ struct SoftmaxPipe {
   template <int CPL, class Rel>
   __device__ __forceinline__ void process(int64_t row, const raw16* sl, const raw16*, int lane, Rel release) const {
     constexpr int N = kVecN<T>;
+    constexpr bool KEEP = !LOG && CPL * N <= 64;
     raw16* y = reinterpret_cast<raw16*>(out + row * ors);
-    float mt = -INFINITY;
+    float m0 = -INFINITY, m1 = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < CPL; ++j)
+      if (lane + 32 * j < nvec) {
+        float f[N];
+        unpack<T>(sl[lane + 32 * j], f);
+#pragma unroll
+        for (int n = 0; n < N; n += 2) m0 = fmaxf(m0, f[n]), m1 = fmaxf(m1, f[n + 1]);
+      }
+    float M = fmaxf(m0, m1);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    float e[KEEP ? CPL : 1][N];
+    float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+    for (int j = 0; j < CPL; ++j)
+      if (lane + 32 * j < nvec) {
+        float f[N];
+        unpack<T>(sl[lane + 32 * j], f);
+#pragma unroll
+        for (int n = 0; n < N; n += 2) {
+          const float e0 = exp_t<T>(f[n] - M), e1 = exp_t<T>(f[n + 1] - M);
+          s0 += e0;
+          s1 += e1;
+          if constexpr (KEEP) e[j][n] = e0, e[j][n + 1] = e1;
+        }
+      }
+    if constexpr (KEEP) release();
+    const float S = warp_sum(s0 + s1);
     if constexpr (LOG) {
-      raw16 xs[CPL];
-#pragma unroll
-      for (int j = 0; j < CPL; ++j)
-        if (lane + 32 * j < nvec) xs[j] = sl[lane + 32 * j];
-      release();
+      const float ls = ::logf(S);
 #pragma unroll
       for (int j = 0; j < CPL; ++j)
         if (lane + 32 * j < nvec) {
           float f[N];
-          unpack<T>(xs[j], f);
-#pragma unroll
-          for (int n = 0; n < N; ++n) mt = fmaxf(mt, f[n]);
-        }
-      const float base = mt == -INFINITY ? 0.f : mt;
-      float st = 0.f;
-#pragma unroll
-      for (int j = 0; j < CPL; ++j)
-        if (lane + 32 * j < nvec) {
-          float f[N];
-          unpack<T>(xs[j], f);
-#pragma unroll
-          for (int n = 0; n < N; ++n) st += exp_t<T>(f[n] - base);
-        }
-      const MaxSum ms = warp_maxsum(MaxSum{mt, st});
-      const float M = ms.m, ls = ::logf(ms.s);
-#pragma unroll
-      for (int j = 0; j < CPL; ++j)
-        if (lane + 32 * j < nvec) {
-          float f[N];
-          unpack<T>(xs[j], f);
+          unpack<T>(sl[lane + 32 * j], f);
 #pragma unroll
           for (int n = 0; n < N; ++n) f[n] = (f[n] - M) - ls;
-          st16(y + lane + 32 * j, pack<T>(f));
-        }
-    } else {
-      // two passes over the slot: the lane's max, then its exponentials (kept as
-      // fp32, one exp per element)
-#pragma unroll
-      for (int j = 0; j < CPL; ++j)
-        if (lane + 32 * j < nvec) {
-          float f[N];
-          unpack<T>(sl[lane + 32 * j], f);
-#pragma unroll
-          for (int n = 0; n < N; ++n) mt = fmaxf(mt, f[n]);
-        }
-      const float base = mt == -INFINITY ? 0.f : mt;  // only -inf (and NaN) here: their terms are 0 (NaN)
-      float e[CPL][N], st = 0.f;
-#pragma unroll
-      for (int j = 0; j < CPL; ++j)
-        if (lane + 32 * j < nvec) {
-          float f[N];
-          unpack<T>(sl[lane + 32 * j], f);
-#pragma unroll
-          for (int n = 0; n < N; ++n) {
-            e[j][n] = exp_t<T>(f[n] - base);
-            st += e[j][n];
-          }
+          st16(y + lane + 32 * j, pack_out<T>(f));
         }
       release();
-      const MaxSum ms = warp_maxsum(MaxSum{mt, st});
-      const float M = ms.m, S = ms.s;
-      // exp(x - M) / S = e * exp(mt - M) / S. A lane whose values are all -inf or
-      // NaN (mt = -inf, e = exp(x) in {0, NaN}): exp(-inf - M) / S is NaN when
-      // M = -inf, else 0 / S.
-      const bool direct = mt == -INFINITY;
-      const float scale = direct ? 0.f : ::expf(mt - M) / S;
-      const float zero = M == -INFINITY ? __int_as_float(0x7fffffff) : 0.f / S;
-      if (!direct) {  // the common case: one multiply per element
+    } else {
+      const float r = 1.f / S;
 #pragma unroll
-        for (int j = 0; j < CPL; ++j)
-          if (lane + 32 * j < nvec) {
-            float f[N];
+      for (int j = 0; j < CPL; ++j)
+        if (lane + 32 * j < nvec) {
+          float f[N];
+          if constexpr (KEEP) {
 #pragma unroll
-            for (int n = 0; n < N; ++n) f[n] = e[j][n] * scale;
-            st16(y + lane + 32 * j, pack<T>(f));
+            for (int n = 0; n < N; ++n) f[n] = e[j][n] * r;
+          } else {
+            unpack<T>(sl[lane + 32 * j], f);
+#pragma unroll
+            for (int n = 0; n < N; ++n) f[n] = exp_t<T>(f[n] - M) * r;
           }
-      } else {
-#pragma unroll
-        for (int j = 0; j < CPL; ++j)
-          if (lane + 32 * j < nvec) {
-            float f[N];
-#pragma unroll
-            for (int n = 0; n < N; ++n) f[n] = e[j][n] != e[j][n] ? e[j][n] : zero;
-            st16(y + lane + 32 * j, pack<T>(f));
-          }
-      }
+          st16(y + lane + 32 * j, pack_out<T>(f));
+        }
+      if constexpr (!KEEP) release();
     }
   }
 };
@@ -408,8 +391,10 @@ void launch_pipe(const Op& op, int64_t rows, uint32_t row_bytes, cudaStream_t st
   const size_t fixed = size_t(kBarBytes) + size_t(op.npar) * row_bytes;
   const int ctas = std::max(1, std::min(8, tune("pipe.cta", d.cta)));
   const int64_t budget = std::min<int64_t>(int64_t(std::max(1, tune("pipe.kb", d.kb))) * 1024 / ctas, kMaxSmem);
-  const bool w11 = tune("pipe.w", d.w) == 11 && kernel_ready<k_pipe<Op, CPL, 11>>();
-  const int W = w11 ? 11 : 7;
+  const int wt = tune("pipe.w", d.w);
+  const bool w15 = wt == 15 && kernel_ready<k_pipe<Op, CPL, 15>>();
+  const bool w11 = !w15 && wt == 11 && kernel_ready<k_pipe<Op, CPL, 11>>();
+  const int W = w15 ? 15 : w11 ? 11 : 7;
   int stages = int(std::max<int64_t>(1, std::min<int64_t>(kMaxStages, (budget - int64_t(fixed)) / slot)));
   if (stages > W) stages = stages / W * W;  // a multiple of the consumer warps (see k_pipe)
   const size_t smem = fixed + size_t(stages) * slot;
@@ -417,7 +402,9 @@ void launch_pipe(const Op& op, int64_t rows, uint32_t row_bytes, cudaStream_t st
   if (const int forced = tune("pipe.grid", 0); forced > 0) g = forced;  // tests: many rows per CTA
   const unsigned grid = unsigned(std::min<int64_t>(rows, g));
   const int ef = tune("pipe.ef", d.ef);
-  if (w11)
+  if (w15)
+    k_pipe<Op, CPL, 15><<<grid, 16 * 32, smem, st>>>(op, int(rows), stages, row_bytes, ef);
+  else if (w11)
     k_pipe<Op, CPL, 11><<<grid, 12 * 32, smem, st>>>(op, int(rows), stages, row_bytes, ef);
   else
     k_pipe<Op, CPL, 7><<<grid, 8 * 32, smem, st>>>(op, int(rows), stages, row_bytes, ef);
@@ -433,7 +420,7 @@ void with_cpl(int cpl, F f) {
   else if constexpr (MAXC >= 32) f(integral_constant<int, 32>{});
 }
 template <class T, bool LOG>
-inline constexpr int kSoftmaxMaxCpl = LOG ? 32 : 128 / kVecN<T>;
+inline constexpr int kSoftmaxMaxCpl = 32;
 
 // fixed: the parameter vectors' bytes
 bool rows_ok(int64_t rows, uint32_t slot, size_t fixed = 0) {

@@ -15,8 +15,10 @@
 // No float atomics, fixed chunking (independent of the batch): the same bits every run,
 // in or out of a batch, eager or replayed from a graph. No host synchronization.
 #include <cfloat>
+#include <cstdlib>
 
 #include "core/cuda_util.h"
+#include "cuda/common/sampling_weight.cuh"
 #include "cuda/common/sampling_wide.cuh"
 #include "ops/backend.h"
 #include "ops/philox.h"
@@ -34,12 +36,27 @@ using namespace wide;
 enum Sel : int { kTopK = 0, kTopP = 1, kTyp = 2 };
 constexpr int kCountMask = 0x3fffffff, kBanBit = 0x40000000;
 
+// Programmatic dependent launch (the select / final kernels are launched with it): wait for
+// the previous kernel's grid and memory before touching anything, then let the next kernel's
+// CTAs be scheduled (they wait the same way). No-ops on a plain launch.
+__device__ __forceinline__ void pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ bool sel_active(const SampleArgs& a, const smp::RowCfg& c, int which) {
   if (a.mode == SampleMode::Draw && c.greedy) return false;
   return which == kTopK ? c.top_k > 0 : (which == kTopP ? c.top_p < 1.f : c.typical < 1.f);
 }
 
-__device__ __forceinline__ uint64_t weight(float s, float m) { return smp::weight_of(smp::rel_exp(s, m)); }
+// weight_of(rel_exp(s, m)), the same bits (live_weight: no conversion instructions; 0 below
+// s - m = -28, where exp < 2^-40)
+__device__ __forceinline__ uint64_t weight(float s, float m) {
+  const float d = smp::fsub_rn(s, m);
+  return d >= -28.f ? smp::live_weight(d < 0.f ? d : 0.f, nullptr) : 0ull;
+}
 
 // ---------------------------------------------------------------- radix selects
 struct SelCtx {
@@ -137,6 +154,7 @@ __device__ __forceinline__ void finish_level(Scratch& sh, unsigned long long* hv
 // topk_hist: also the level-0 count histogram of the top-k select (saves a launch).
 template <class T>
 __global__ void __launch_bounds__(kThreads) k_process(SampleArgs a, Ws w, bool topk_hist) {
+  pdl_enter();
   __shared__ int mark[kChunk];
   __shared__ unsigned long long hv[kBins];
   __shared__ unsigned int hc[kBins];
@@ -249,6 +267,7 @@ __global__ void __launch_bounds__(kThreads) k_process(SampleArgs a, Ws w, bool t
 
 template <int which>
 __global__ void __launch_bounds__(kThreads) k_select(SampleArgs a, Ws w, int level) {
+  pdl_enter();
   __shared__ unsigned long long hv[kBins];
   __shared__ Scratch sh;
   const int64_t r = blockIdx.y, V = a.V;
@@ -304,6 +323,7 @@ __global__ void __launch_bounds__(kThreads) k_select(SampleArgs a, Ws w, int lev
 
 // typical-p: kept mass W1 and sum of w (s - m) over the entries kept so far (integer atomics)
 __global__ void __launch_bounds__(kThreads) k_typstats(SampleArgs a, Ws w) {
+  pdl_enter();
   __shared__ Scratch sh;
   const int64_t r = blockIdx.y, V = a.V;
   const smp::RowCfg c = smp::row_cfg(a, r);
@@ -353,6 +373,7 @@ struct Kept {
 constexpr int kStage = 2048;
 
 __global__ void __launch_bounds__(kThreads) k_final(SampleArgs a, Ws w) {
+  pdl_enter();
   __shared__ Scratch sh;
   __shared__ float stage_v[kStage];
   __shared__ int stage_i[kStage];
@@ -540,12 +561,31 @@ __global__ void __launch_bounds__(kThreads) k_final(SampleArgs a, Ws w) {
   }
 }
 
+// A launch with programmatic stream serialization (the kernel starts with pdl_enter), plain
+// where that is refused; GPUKIT_SAMPLING_PDL=0 launches plainly (comparison).
+template <class... P, class... A>
+void launch_pdl(void (*kern)(P...), dim3 grid, cudaStream_t st, const char* what, const A&... args) {
+  const char* e = std::getenv("GPUKIT_SAMPLING_PDL");
+  const bool off = e && e[0] == '0';
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(unsigned(kThreads), 1u, 1u);
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = off ? 0 : 1;
+  if (cudaLaunchKernelEx(&cfg, kern, args...) != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: clear it and launch plainly
+    kern<<<grid, kThreads, 0, st>>>(args...);
+  }
+  GK_LAUNCH_CHECK(what);
+}
+
 template <int which>
 void launch_select(const SampleArgs& a, const Ws& w, dim3 grid, cudaStream_t st, int first_level = 0) {
-  for (int lv = first_level; lv < 3; ++lv) {
-    k_select<which><<<grid, kThreads, 0, st>>>(a, w, lv);
-    GK_LAUNCH_CHECK("sampling_select");
-  }
+  for (int lv = first_level; lv < 3; ++lv) launch_pdl(k_select<which>, grid, st, "sampling_select", a, w, lv);
 }
 
 }  // namespace
@@ -578,13 +618,11 @@ void sample_rows(const SampleArgs& a, void* stream) {
     if (topk) launch_select<kTopK>(a, w, grid, st, 1);  // level 0 ran in k_process
     if (topp) launch_select<kTopP>(a, w, grid, st);
     if (typ) {
-      k_typstats<<<grid, kThreads, 0, st>>>(a, w);
-      GK_LAUNCH_CHECK("sampling_typical");
+      launch_pdl(k_typstats, grid, st, "sampling_typical", a, w);
       launch_select<kTyp>(a, w, grid, st);
     }
   }
-  k_final<<<grid, kThreads, 0, st>>>(a, w);
-  GK_LAUNCH_CHECK("sampling_final");
+  launch_pdl(k_final, grid, st, "sampling_final", a, w);
 }
 
 }  // namespace gk::cuda

@@ -7,14 +7,20 @@
 //     in the slice's shared words, then each word is replaced by the processed logit
 //     (the same thread reads the count and writes the value); local max/argmax.
 //     Cluster exchange of (max, argmax) through distributed shared memory.
-//  2. radix selects on the 32-bit order key with 8-bit digits (4 levels): per-warp
-//     integer histograms (mass split in two 32-bit words, no 64-bit shared atomics),
-//     merged per CTA, summed over the cluster through DSMEM; every CTA picks the same
-//     bin (identical data, fixed rule), so no broadcast is needed. top-k by count,
-//     then top-p by integer mass over the top-k set.
+//  2. radix selects on the 32-bit order key with 8-bit digits (up to 4 levels): per-group
+//     integer histograms (mass split in two 32-bit words, no 64-bit shared atomics); each
+//     lane keeps a run (bin, mass, count) flushed when the bin changes; the deeper levels
+//     take each lane's selected entries from a bit mask. Merged per CTA, summed over the
+//     cluster through DSMEM;
+//     every CTA picks the same bin (identical data, fixed rule), so no broadcast is
+//     needed. top-k by count, then top-p by integer mass over the top-k set. A select
+//     stops at the first level whose picked bin is kept whole (the count target is the
+//     whole bin, or the bin holds one weighted entry): the threshold is then the bin's
+//     lowest key, the kept set the same. Where the slice has room for a second array
+//     (few rows), top-p's level 0 caches every relative exp for the later passes.
 //  3. final pass: each thread's kept mass over its contiguous entries, block scan,
 //     cluster exchange of the CTA masses (vocabulary order = rank order), Philox draw,
-//     the owning thread rescans its entries for the token.
+//     the owning thread's warp scans its entries 32 at a time for the token.
 // Everything that decides a token is an exact integer (weights, masses, counts) or a
 // max, so the result does not depend on the partition: the cluster size may follow the
 // batch size. The logprob normalizer is the exact integer sum of the weights too
@@ -130,8 +136,13 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
       }
     }
   }
-  for (int k = t; k < Sh<NT>::kHG * kBins; k += kNT) (&sh.hi[0][0])[k] = 0u, (&sh.lo[0][0])[k] = 0u;
+  for (int k = t; k < Sh<NT>::kHG * Sh<NT>::kHS; k += kNT) (&sh.hi[0][0])[k] = 0u, (&sh.lo[0][0])[k] = 0u;
+  if (t < kBins) sh.cnt[t] = 0u;
   block_argmax(sh, bv, bi);
+  if (g.stop == 1) {  // probe: load + process only
+    if (rank == 0 && t == 0) a.tokens[r] = bi;
+    return;
+  }
   if (t == 0) sh.xm = bv, sh.xi = bi;
   cl.sync();  // also orders the vals writes before the contiguous passes
   if (t < 32) {  // lane q reads CTA q's (max, argmax): all loads at once, then a warp argmax
@@ -152,6 +163,11 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
   __syncthreads();
   const float m = sh.gm;
   const int am = sh.gam;
+  if (g.stop == 2) {  // probe: + the cluster max exchange
+    cl.sync();
+    if (rank == 0 && t == 0) a.tokens[r] = am;
+    return;
+  }
   if (m == -INFINITY) {  // no finite logit in the row
     cl.sync();
     if (rank == 0 && t == 0) {
@@ -171,12 +187,20 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
   uint32_t kk = 0, kp = 0;
   bool done = false;
   unsigned long long kept_local = 0;
+  const bool early = g.early != 0, compact = g.compact != 0;
+  // the relative exps cached by the top-p select (level 0 computes every weight it needs)
+  float* const ec = g.cache && topp ? reinterpret_cast<float*>(vals + int64_t(g.E) * kNT) : nullptr;
   if (topk)
     kk = radix_select<NT, false>(sh, cl, CL, vals, i0, g.E, n, m, 0u, 1.f, (unsigned long long)c.top_k, buf, nullptr,
-                                 nullptr, done);
+                                 nullptr, done, early, nullptr, compact, V);
   if (topp)
     kp = radix_select<NT, true>(sh, cl, CL, vals, i0, g.E, n, m, kk, c.top_p, 0ull, buf, want_z ? &zl : nullptr,
-                                &kept_local, done);
+                                &kept_local, done, early, ec, compact, V);
+  if (g.stop == 3) {  // probe: + the selects
+    cl.sync();
+    if (rank == 0 && t == 0) a.tokens[r] = am;
+    return;
+  }
   // top-p's histograms already give each CTA its kept mass (key >= kp, kp >= kk): then only
   // the CTA that holds the draw scans its entries (unless min-p adds a per-entry test)
   const bool hist_mass = topp && done && !(c.min_p != 0.f);
@@ -189,6 +213,16 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
   const float minp = c.greedy ? 0.f : c.min_p;
   auto thread_mass = [&]() {  // this thread's kept mass (its entries are contiguous); 4 at a time
     unsigned long long acc = 0;
+    if (ec) {  // relative exps cached by the top-p select (0 below the live range)
+      for (int j = 0; j < g.E; ++j) {
+        const int idx = i0 + j;
+        if (idx >= n) break;
+        const float e = ec[idx];
+        const bool need = smp::order_key(val(vals, idx)) >= kv && (minp == 0.f || e >= minp);
+        acc += need ? weight_of_e(e) : 0ull;
+      }
+      return acc;
+    }
     for (int j = 0; j < g.E; j += 4) {
       float sv[4];
       bool need[4];
@@ -265,22 +299,38 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
   const unsigned long long rem = tt - pre;
   if (t == 0) sh.pick = INT_MAX;
   __syncthreads();
-  if (mt > 0 && rem >= ex && rem < ex + mt) {
-    unsigned long long cum = ex;
-    for (int i = i0; i < i1; ++i) {
-      const float s = val(vals, i);
-      if (smp::order_key(s) < kv) continue;
-      const float d = smp::fsub_rn(s, m);
-      if (!(d >= -28.f)) continue;
-      const float e = smp::det_exp(d);
-      if (minp != 0.f && !(e >= minp)) continue;
-      cum += smp::weight_of(e);
-      if (cum > rem) {
-        sh.pick = i;
-        a.tokens[r] = int(c0 + i);
-        if (a.logprobs) a.logprobs[r] = (s - m) - logZ;
+  // the thread whose entries hold the draw; its warp scans them 32 at a time (weights as in
+  // thread_mass, an inclusive warp scan, the first lane whose cumulative mass passes rem)
+  const unsigned own = __ballot_sync(0xffffffffu, mt > 0 && rem >= ex && rem < ex + mt);
+  if (own) {
+    const int lane = t & 31, ol = __ffs(own) - 1;
+    const int oi0 = __shfl_sync(0xffffffffu, i0, ol);
+    unsigned long long base = __shfl_sync(0xffffffffu, ex, ol);
+    for (int j0 = 0; j0 < g.E; j0 += 32) {
+      const int i = oi0 + j0 + lane;
+      const bool valid = j0 + lane < g.E && i < n;
+      const float s = valid ? val(vals, i) : -INFINITY;
+      float e;
+      unsigned long long wv;
+      if (ec) e = valid ? ec[i] : 0.f, wv = weight_of_e(e);
+      else wv = weight_nb(s, m, &e);
+      const bool in = valid && smp::order_key(s) >= kv && smp::fsub_rn(s, m) >= -28.f && (minp == 0.f || e >= minp);
+      unsigned long long inc = in ? wv : 0ull;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const unsigned long long nb = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o) inc += nb;
+      }
+      const unsigned hit = __ballot_sync(0xffffffffu, in && wv > 0 && base + inc > rem);
+      if (hit) {
+        if (lane == __ffs(hit) - 1) {
+          sh.pick = i;
+          a.tokens[r] = int(c0 + i);
+          if (a.logprobs) a.logprobs[r] = (s - m) - logZ;
+        }
         break;
       }
+      base += __shfl_sync(0xffffffffu, inc, 31);
     }
   }
   __syncthreads();
@@ -324,9 +374,24 @@ FGeo geo_for(int64_t V, Cfg c) {
   if (E % 2 == 0) ++E;
   g.E = int(E);
   g.aligned = 0;
+  g.early = 1, g.stop = 0, g.cache = 0, g.compact = 1;
+  if (const char* e = std::getenv("GPUKIT_SAMPLING_COMPACT"); e && e[0] == '0') g.compact = 0;
+  if (const char* e = std::getenv("GPUKIT_SAMPLING_EARLY"); e && e[0] == '0') g.early = 0;
+  g.stop = env_int("GPUKIT_SAMPLING_STOP");
   return g;
 }
 bool geo_ok(const FGeo& g, Cfg c) { return g.E <= kMaxE && size_t(g.E) * size_t(c.NT) * 4 <= size_t(kMaxDyn); }
+// Dynamic shared memory: the slice, and the relative-exp cache where it is on (few rows: one
+// CTA per SM anyway; many rows would lose the second CTA per SM). GPUKIT_SAMPLING_CACHE=0/1
+// forces it (development); it is dropped where the two arrays do not fit.
+size_t smem_of(FGeo& g, Cfg c, int64_t B) {
+  const size_t one = size_t(g.E) * size_t(c.NT) * 4;
+  const int ec = env_int("GPUKIT_SAMPLING_CACHE");
+  const char* ee = std::getenv("GPUKIT_SAMPLING_CACHE");
+  g.cache = ee ? (ec != 0) : (B <= 4);
+  if (2 * one > size_t(kMaxDyn)) g.cache = 0;
+  return g.cache ? 2 * one : one;
+}
 
 template <class T, int NT>
 void set_attrs() {
@@ -369,27 +434,65 @@ bool cluster_fits(int CL, size_t smem) {
   return ok == 1;
 }
 
+// How many clusters of CL CTAs (with smem bytes each) can be resident at once (cached).
+template <class T, int NT>
+int max_clusters(int CL, size_t smem) {
+  struct Ent {
+    int CL;
+    size_t smem;
+    int n;
+  };
+  static Ent cache[16];
+  static int used = 0;
+  for (int i = 0; i < used; ++i)
+    if (cache[i].CL == CL && cache[i].smem == smem) return cache[i].n;
+  set_attrs<T, NT>();
+  cudaLaunchAttribute at[1];
+  const cudaLaunchConfig_t cfg = launch_cfg(at, CL, NT, 1, smem, nullptr);
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, k_fused<T, NT>, &cfg) != cudaSuccess) n = 0;
+  (void)cudaGetLastError();
+  if (used < 16) cache[used++] = Ent{CL, smem, n};
+  return n;
+}
+
 template <class T, int NT>
 void launch_nt(const SampleArgs& a, Cfg c, cudaStream_t st) {
   FGeo g = geo_for(a.V, c);
-  if (!cluster_fits<T, NT>(c.CL, size_t(g.E) * NT * 4)) {
+  size_t smem = smem_of(g, c, a.B);
+  if (!cluster_fits<T, NT>(c.CL, smem)) {
     c.CL = 8;
     g = geo_for(a.V, c);
+    smem = smem_of(g, c, a.B);
+  }
+  // many rows: 8-CTA clusters fill the H200 only up to 30 at once (GPC sizes), so B = 32 would
+  // take a second wave; 7-CTA clusters pack 32 rows in one (two CTAs per SM, 43 entries per thread)
+  if (c.CL == 8 && a.B > 4 && env_int("GPUKIT_SAMPLING_CLUSTER") == 0) {
+    const int n8 = max_clusters<T, NT>(8, smem);
+    if (n8 > 0 && a.B > n8) {
+      Cfg c7{7, c.NT};
+      FGeo g7 = geo_for(a.V, c7);
+      const size_t s7 = smem_of(g7, c7, a.B);
+      const int n7 = geo_ok(g7, c7) ? max_clusters<T, NT>(7, s7) : 0;
+      if (n7 > 0 && (a.B + n7 - 1) / n7 < (a.B + n8 - 1) / n8) c = c7, g = g7, smem = s7;
+    }
   }
   g.aligned = (reinterpret_cast<uintptr_t>(a.logits) % 16 == 0) && ((a.row_stride * int64_t(sizeof(T))) % 16 == 0);
   set_attrs<T, NT>();
   cudaLaunchAttribute at[1];
-  const cudaLaunchConfig_t cfg = launch_cfg(at, c.CL, NT, a.B, size_t(g.E) * NT * 4, st);
+  const cudaLaunchConfig_t cfg = launch_cfg(at, c.CL, NT, a.B, smem, st);
   if (env_int("GPUKIT_SAMPLING_DEBUG")) {  // development: the shape and how many clusters fit at once
     static int64_t last = -1;
-    const int64_t key = (int64_t(c.CL) << 40) ^ (int64_t(NT) << 30) ^ (a.B << 20) ^ a.V;
+    const int64_t key = (int64_t(g.cache) << 52) ^ (int64_t(c.CL) << 40) ^ (int64_t(NT) << 30) ^ (a.B << 20) ^ a.V;
     if (key != last) {
       last = key;
       int n = 0;
       (void)cudaOccupancyMaxActiveClusters(&n, k_fused<T, NT>, &cfg);
       (void)cudaGetLastError();
-      std::fprintf(stderr, "sampling_fused: B=%lld V=%lld CL=%d NT=%d E=%d smem=%zu+%zu max_active_clusters=%d\n",
-                   (long long)a.B, (long long)a.V, c.CL, NT, g.E, size_t(g.E) * NT * 4, sizeof(Sh<NT>), n);
+      std::fprintf(stdout,
+                   "sampling_fused: B=%lld V=%lld CL=%d NT=%d E=%d cache=%d smem=%zu+%zu max_active_clusters=%d\n",
+                   (long long)a.B, (long long)a.V, c.CL, NT, g.E, g.cache, smem, sizeof(Sh<NT>), n);
+      std::fflush(stdout);
     }
   }
   GK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, k_fused<T, NT>, a, g));
@@ -405,9 +508,18 @@ void launch_fused(const SampleArgs& a, cudaStream_t st) {
 
 }  // namespace
 
+constexpr int64_t kFusedMinRows = 2;
+
 bool fused_sample_ok(const SampleArgs& a) {
   if (a.mode != SampleMode::Draw || a.top_n > 0 || a.B < 1 || a.B > 65535) return false;
-  if (const char* e = std::getenv("GPUKIT_SAMPLING_FUSED"); e && e[0] == '0') return false;  // multi-pass path
+  // Dispatch by shape: one row takes the multi-pass path (checkpoint A on the H200: 35.8 / 38.9 us
+  // peaked / flat with penalty + top-p against 41-47 us fused in session 3; top-k 50: 26.3 us);
+  // GPUKIT_SAMPLING_FUSED=0 / 1 forces either (comparison, tests).
+  if (const char* e = std::getenv("GPUKIT_SAMPLING_FUSED"); e && (e[0] == '0' || e[0] == '1')) {
+    if (e[0] == '0') return false;
+  } else if (a.B < kFusedMinRows) {
+    return false;
+  }
   static int major = -1;  // thread-block clusters: compute capability 9.0 or newer
   if (major < 0) {
     int dev = 0, v = 0;

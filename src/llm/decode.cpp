@@ -73,6 +73,8 @@ DecodeRunner::DecodeRunner(Model& model, KvCache& cache, const std::vector<Decod
   for (int64_t r = 0; r < B_; ++r) seeds.data_as<int64_t>()[r] = rows[size_t(r)].seed;
   seeds_ = seeds.to(d_, sp, true);
   h_tok_ = Array::empty({B_}, DType::i32, Device{});
+  if (greedy_ && d_.is_cuda() && model.head_argmax(B_))
+    argmax_keys_ = full({B_}, Scalar::of_int(0), DType::i64, d_, sp);
   if (d_.is_cuda()) {
     for (int i = 0; i < 2; ++i) {
       pin_[i] = pinned_acquire(size_t(B_) * sizeof(int32_t));
@@ -105,6 +107,11 @@ bool DecodeRunner::same_rows(const std::vector<int64_t>& seqs) const {
 // The step: forward, sampling, then the inputs of the next step written on the device
 // (ids = the sampled tokens, positions and lengths + 1).
 void DecodeRunner::body() {
+  if (argmax_keys_.defined()) {  // greedy, token folded into the lm head: one launch reads it and advances
+    logits_ = m_.decode_batch(cache_, batch_, argmax_keys_);
+    tokens_ = fused::advance_argmax(d_in_, argmax_keys_);
+    return;
+  }
   logits_ = m_.decode_batch(cache_, batch_);  // float32 [B, V]
   // Greedy rows: the argmax kernel (the same token as decode_step's greedy rule, ties to
   // the lowest id, at a fraction of the fused step's cost).

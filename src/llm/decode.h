@@ -80,6 +80,7 @@ class DecodeRunner {
   Array h_tok_;
   // outputs of the step (graph-owned when captured)
   Array logits_, tokens_, step_logits_, logits_of_[2];
+  Array argmax_keys_;  // int64 [B] zeros: greedy token folded into the lm head (Model::head_argmax)
   // lookahead: two pinned read-back buffers and their events, used alternately
   bool lookahead_ = false;
   PinnedBuffer pin_[2];

@@ -34,7 +34,10 @@ void same_dtype(const Array& a, const Array& b, const char* arg) {
 
 namespace {
 std::atomic<int> g_pdl{-1};
+thread_local bool t_no_pdl = false;
 }  // namespace
+NoPdlScope::NoPdlScope(bool off) : prev(t_no_pdl) { t_no_pdl = t_no_pdl || off; }
+NoPdlScope::~NoPdlScope() { t_no_pdl = prev; }
 void set_pdl(int mode) {
   if (mode < -1 || mode > 1) throw ValueError(cat("pdl: expected -1, 0 or 1, got ", mode));
   g_pdl.store(mode);
@@ -42,7 +45,7 @@ void set_pdl(int mode) {
 
 bool pdl_enabled(Device d) {
 #if GPUKIT_WITH_CUDA
-  if (!d.is_cuda()) return false;
+  if (!d.is_cuda() || t_no_pdl) return false;
   static const bool env_on = [] {
     const char* e = std::getenv("GPUKIT_PDL");
     return !(e && std::strcmp(e, "0") == 0);
@@ -65,7 +68,20 @@ bool pdl_enabled(Device d) {
 
 // ---- project ----
 
-Array project(const Array& x_in, const Array& w, const Array& bias, bool swiglu, const Stream* sp, const TailNorm* tail) {
+Array project(const Array& x, const Array& w, const Array& bias, bool swiglu, const Stream* sp, const TailNorm* tail,
+              bool out_f32, const Array* argmax_keys) {
+  ProjOpts o;
+  o.swiglu = swiglu;
+  o.tail = tail;
+  o.out_f32 = out_f32;
+  o.argmax_keys = argmax_keys;
+  return project_opts(x, w, bias, o, sp);
+}
+
+Array project_opts(const Array& x_in, const Array& w, const Array& bias, const ProjOpts& opt, const Stream* sp) {
+  const bool swiglu = opt.swiglu, out_f32 = opt.out_f32;
+  const TailNorm* tail = opt.tail;
+  const Array* argmax_keys = opt.argmax_keys;
   Device d = detail::common_device({{"x", &x_in}, {"w", &w}});
   Stream s = resolve_stream(sp, d);
   if (w.dtype() != DType::bf16 && w.dtype() != DType::f16)
@@ -80,18 +96,39 @@ Array project(const Array& x_in, const Array& w, const Array& bias, bool swiglu,
   if (m > 8) throw ValueError(cat("x: project takes at most 8 rows, got ", m));
   if (swiglu && nw % 2) throw ValueError(cat("w: swiglu needs [gate; up] with an even row count, got ", nw));
   if (swiglu && bias.defined()) throw ValueError("bias: not supported with swiglu");
+  if (out_f32 && (swiglu || tail)) throw ValueError("project: a float32 output only for plain projections");
+  if (argmax_keys && (!out_f32 || !argmax_keys->defined() || argmax_keys->dtype() != DType::i64 ||
+                      argmax_keys->ndim() != 1 || argmax_keys->shape(0) != x_in.shape(0) ||
+                      !argmax_keys->is_contiguous() || argmax_keys->device() != d))
+    throw ValueError("argmax_keys: int64 [M] on the device of x (with a float32 output) expected");
   const int64_t n = swiglu ? nw / 2 : nw;
   if (bias.defined()) {
     same_dtype(w, bias, "bias");
     if (bias.device() != d) throw ValueError(cat("bias: must be on ", d.str()));
     if (bias.ndim() != 1 || bias.shape(0) != n) throw ValueError(cat("bias: shape (", n, ",) expected"));
   }
+  if (opt.norm_w) {
+    const Array& nw_ = *opt.norm_w;
+    if (!nw_.defined() || nw_.ndim() != 1 || nw_.shape(0) != k || nw_.dtype() != w.dtype() || nw_.device() != d ||
+        (k > 1 && nw_.stride(0) != 1) || !al16(nw_.data()))
+      throw ValueError(cat("norm_w: a dense aligned (", k, ",) array of the weights' dtype on ", d.str(), " expected"));
+    if (tail) throw ValueError("project: norm_w not with a tail norm");
+    if (!(opt.norm_eps >= 0) || !std::isfinite(opt.norm_eps)) throw ValueError("norm_eps: must be finite and >= 0");
+  }
+  if (opt.residual) {
+    const Array& r = *opt.residual;
+    if (swiglu || out_f32 || tail) throw ValueError("residual: only for plain projections with the weights' dtype");
+    if (!r.defined() || r.ndim() != 2 || r.shape(0) != m || r.shape(1) != n || r.dtype() != w.dtype() ||
+        r.device() != d || (n > 1 && r.stride(1) != 1))
+      throw ValueError(cat("residual: [", m, ", ", n, "] of the weights' dtype with dense rows expected"));
+  }
   Array x = x_in.stride(1) == 1 || k <= 1 ? x_in : x_in.contiguous(&s);
   Array wd = w.stride(1) == 1 || k <= 1 ? w : w.contiguous(&s);
   Array b = bias.defined() ? bias.contiguous(&s) : Array();
-  Array y = Array::empty({m, n}, w.dtype(), d, &s);
+  Array y = Array::empty({m, n}, out_f32 ? DType::f32 : w.dtype(), d, &s);
   if (y.numel() == 0) return y;
   ProjArgs a;
+  a.out_f32 = out_f32;
   a.x = x.data();
   a.w = wd.data();
   a.bias = b.defined() ? b.data() : nullptr;
@@ -99,12 +136,35 @@ Array project(const Array& x_in, const Array& w, const Array& bias, bool swiglu,
   a.m = m;
   a.n = n;
   a.k = k;
-  a.x_rs = x.stride(0);
+  a.x_rs = m == 1 ? k : x.stride(0);  // one row: its stride is irrelevant (a size-1 dim may carry any stride)
   a.w_rs = wd.stride(0);
   a.dtype = w.dtype();
   a.swiglu = swiglu;
+  if (opt.norm_w) {
+    a.norm_w = opt.norm_w->data();
+    a.norm_eps = float(opt.norm_eps);
+  }
+  if (opt.residual) {
+    a.res = opt.residual->data();
+    a.res_rs = opt.residual->stride(0);
+  }
   if (d.is_cpu()) {
     ref_project(a);
+    if (argmax_keys) {  // the kernel's key rule on the host
+      auto* keys = static_cast<uint64_t*>(argmax_keys->data());
+      const float* yp = y.data_as<float>();
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          float v = yp[i * n + j];
+          if (v != v) v = -INFINITY;
+          if (v == 0.f) v = 0.f;
+          uint32_t u;
+          std::memcpy(&u, &v, 4);
+          const uint32_t ord = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+          const uint64_t key = (uint64_t(ord) << 32) | (0xffffffffu - uint32_t(j));
+          keys[i] = std::max(keys[i], key);
+        }
+    }
     return y;
   }
 #if GPUKIT_WITH_CUDA
@@ -116,6 +176,7 @@ Array project(const Array& x_in, const Array& w, const Array& bias, bool swiglu,
   a.vec = al16(a.w) && a.w_rs % 8 == 0 && k % 8 == 0 && al16(a.x);
   if (!a.vec) throw ValueError("w: project needs 16-byte aligned weight rows and K % 8 == 0");
   a.pdl = pdl_enabled(d);
+  if (argmax_keys) a.argmax_keys = static_cast<unsigned long long*>(argmax_keys->data());
   if (tail) {
     a.tail = true;
     a.tail_counter = tail->counter;
@@ -129,6 +190,8 @@ Array project(const Array& x_in, const Array& w, const Array& bias, bool swiglu,
   }
   for (const Array* t : {&x, &wd, &b})
     if (t->defined()) detail::mark_used(*t, s);
+  for (const Array* t : {opt.norm_w, opt.residual})
+    if (t) detail::mark_used(*t, s);
   cuda::llm_project(a, nullptr, s.handle());
 #else
   detail::no_cuda_backend();
@@ -167,8 +230,18 @@ void ref_project(const ProjArgs& a) {
     const T* x = static_cast<const T*>(a.x);
     const T* w = static_cast<const T*>(a.w);
     T* y = static_cast<T*>(a.y);
+    const T* nw = static_cast<const T*>(a.norm_w);
     auto dot = [&](int64_t i, int64_t row) {
       float acc = 0.f;
+      if (nw) {  // norm in: (sum of r * norm_w * w) * rsqrt(mean(r^2) + eps)
+        float ss = 0.f;
+        for (int64_t e = 0; e < a.k; ++e) {
+          const float r = float(x[i * a.x_rs + e]);
+          ss += r * r;
+          acc += (r * float(nw[e])) * float(w[row * a.w_rs + e]);
+        }
+        return acc * (1.0f / std::sqrt(ss / float(a.k) + a.norm_eps));
+      }
       for (int64_t e = 0; e < a.k; ++e) acc += float(x[i * a.x_rs + e]) * float(w[row * a.w_rs + e]);
       return acc;
     };
@@ -177,9 +250,13 @@ void ref_project(const ProjArgs& a) {
         if (a.swiglu) {
           const float g = float(convert<T>(dot(i, j))), u = float(convert<T>(dot(i, a.n + j)));
           y[i * a.n + j] = convert<T>(gated_fn<nn::GatedAct::SwiGLU, float>(g, u));
+        } else if (a.out_f32) {
+          const float v = dot(i, j);
+          static_cast<float*>(a.y)[i * a.n + j] = a.bias ? v + float(static_cast<const T*>(a.bias)[j]) : v;
         } else {
           T v = convert<T>(dot(i, j));
           if (a.bias) v = convert<T>(float(v) + float(static_cast<const T*>(a.bias)[j]));
+          if (a.res) v = convert<T>(float(v) + float(static_cast<const T*>(a.res)[i * a.res_rs + j]));
           y[i * a.n + j] = v;
         }
       }
@@ -303,7 +380,7 @@ Array project_qkv_rope(const Array& x_in, const Array& w, const Array& bias, int
   a.m = m;
   a.n = n;
   a.k = k;
-  a.x_rs = x.stride(0);
+  a.x_rs = m == 1 ? k : x.stride(0);  // one row: its stride is irrelevant (a size-1 dim may carry any stride)
   a.w_rs = wd.stride(0);
   a.dtype = w.dtype();
   a.rope = true;
@@ -447,8 +524,8 @@ std::pair<Array, Array> add_rms_norm(const Array& x, const Array& residual, cons
   a.res_out = ro.data();
   a.rows = rows;
   a.H = H;
-  a.x_rs = xd.stride(0);
-  a.res_rs = rd.stride(0);
+  a.x_rs = rows == 1 ? H : xd.stride(0);  // one row: any stride of the size-1 dim
+  a.res_rs = rows == 1 ? H : rd.stride(0);
   a.eps = float(eps);
   a.dtype = x.dtype();
   if (d.is_cpu()) {
@@ -547,6 +624,37 @@ void advance_inputs(const Array& in, const Array& tokens, const Stream* sp) {
 #else
   detail::no_cuda_backend();
 #endif
+}
+
+Array advance_argmax(const Array& in, const Array& keys, const Stream* sp) {
+  Device d = detail::common_device({{"in", &in}, {"keys", &keys}});
+  Stream s = resolve_stream(sp, d);
+  if (in.dtype() != DType::i32 || keys.dtype() != DType::i64) throw TypeError("advance_argmax: int32 in, int64 keys");
+  if (in.ndim() != 2 || in.shape(0) != 3 || !in.is_contiguous() || keys.ndim() != 1 ||
+      keys.shape(0) != in.shape(1) || !keys.is_contiguous())
+    throw ValueError(cat("advance_argmax: dense in [3, B] and keys [B] expected, got ", shape_str(in.shape()), " and ",
+                         shape_str(keys.shape())));
+  const int64_t B = in.shape(1);
+  Array tokens = Array::empty({B}, DType::i32, d, &s);
+  int32_t* p = in.data_as<int32_t>();
+  auto* k = static_cast<uint64_t*>(keys.data());
+  int32_t* t = tokens.data_as<int32_t>();
+  if (d.is_cpu()) {
+    for (int64_t b = 0; b < B; ++b) {
+      t[b] = k[b] ? int32_t(0xffffffffu - uint32_t(k[b] & 0xffffffffu)) : 0;
+      k[b] = 0;
+      p[b] = t[b];
+      p[B + b] += 1;
+      p[2 * B + b] += 1;
+    }
+    return tokens;
+  }
+#if GPUKIT_WITH_CUDA
+  cuda::llm_advance_argmax(p, reinterpret_cast<unsigned long long*>(k), t, B, pdl_enabled(d), s.handle());
+#else
+  detail::no_cuda_backend();
+#endif
+  return tokens;
 }
 
 }  // namespace gk::llm::fused

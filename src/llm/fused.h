@@ -24,6 +24,8 @@
 #include <utility>
 
 #include "gpukit/array.h"
+#include "gpukit/quant.h"
+#include "gpukit/stream.h"
 #include "gpukit/nn.h"
 
 namespace gk::llm {
@@ -38,6 +40,17 @@ struct ProjArgs {
   int64_t m = 0, n = 0, k = 0, x_rs = 0, w_rs = 0;
   DType dtype = DType::bf16;  // of x, w, bias, y
   bool swiglu = false;
+  bool out_f32 = false;  // y float32 (plain projections without tail): the sums unrounded (+ bias)
+  // with out_f32: the greedy token of each row folded in with an integer atomicMax:
+  // argmax_keys[i] = max over rows j of key(y[i, j], j) (advance_argmax decodes and resets it)
+  unsigned long long* argmax_keys = nullptr;
+  // norm in: x holds raw residual rows r (k = H); y = (W (r * norm_w)) * rsqrt(mean(r^2) +
+  // norm_eps), fp32, rounded once (the normalized row itself is never rounded).
+  const void* norm_w = nullptr;
+  float norm_eps = 0.f;
+  // plain projections: y = round(round(x W^T (+ bias)) + res[i]) (add_rms_norm's residual rule)
+  const void* res = nullptr;
+  int64_t res_rs = 0;
   bool vec = false;  // CUDA: 16-byte aligned rows and k % 8 == 0
   bool pdl = false;
   // tail (plain projections, n % 8 == 0): the last block to finish also writes
@@ -103,6 +116,57 @@ struct AddNormArgs {
   bool pdl = false;
 };
 
+// The decode step's first launch: x_out = table[ids], h_out = rms_norm(x_out) * w.
+struct EmbedNormArgs {
+  const int32_t* ids = nullptr;  // [T]
+  const void* table = nullptr;   // [V, H], rows table_rs elements apart
+  const void* w = nullptr;       // [H]
+  void* x_out = nullptr;         // [T, H] dense
+  void* h_out = nullptr;         // [T, H] dense
+  int64_t T = 0, V = 0, H = 0, table_rs = 0;
+  float eps = 1e-6f;
+  DType dtype = DType::bf16;
+  bool pdl = false;
+};
+
+// Up to 4 byte ranges to bring into L2.
+struct PrefetchArgs {
+  const void* p[4] = {};
+  int64_t bytes[4] = {};
+  int n = 0;
+};
+
+// A quantized weight [n, k] expanded to out_dtype (prefill): fmt 0 fp8 e4m3, 1 int8
+// (the code values; the per-row scale is applied after the GEMM), 2 int4 ((q - z) * s).
+struct DequantArgs {
+  const void* q = nullptr;  // rows q_rs bytes apart
+  const float* scales = nullptr;   // int4 [n, k / group]
+  const uint8_t* zeros = nullptr;  // int4 [n, k / group]
+  void* out = nullptr;             // [n, k] dense
+  int64_t n = 0, k = 0, q_rs = 0, group = 0;
+  int fmt = 0;
+  DType out_dtype = DType::bf16;
+};
+
+// Decode attention with RoPE and the KV append (src/cuda/llm_attention.cu).
+struct AttnArgs {
+  const void* qkv = nullptr;  // [B, (hq + 2 hkv) D], rows qkv_rs elements apart: q | k | v before RoPE
+  void* out = nullptr;        // [B, hq, D] dense
+  void* kc = nullptr;         // [nb, bs, hkv, D] dense
+  void* vc = nullptr;
+  int64_t qkv_rs = 0, nb = 0, bs = 0, bt_stride = 0, max_blocks = 0;
+  const int32_t* pos = nullptr;          // [B]: the new token's position (attends to 0 .. pos)
+  const int32_t* block_table = nullptr;  // [B, max_blocks]
+  int B = 0, hq = 0, hkv = 0, D = 0, rd = 0, S = 0;  // S: chunks of the grid (the longest possible sequence)
+  int chunk = 128;  // keys per chunk (64 or 128)
+  bool interleaved = false;
+  float mscale = 1.f, scale = 1.f;
+  float* ws = nullptr;      // S > 1: partials
+  int* counters = nullptr;  // [B * hkv] zeros (left zero)
+  DType dtype = DType::bf16;
+  bool pdl = false;
+};
+
 namespace fused {
 struct Rope {
   double theta = 10000.0;
@@ -115,9 +179,36 @@ bool pdl_enabled(Device d);
 // -1: as GPUKIT_PDL says (default), 0: off, 1: on where supported (benchmarks; takes
 // effect at the next launch or capture).
 void set_pdl(int mode);
+// Turns PDL off for the engine's launches of this thread while it lives (off = true).
+struct NoPdlScope {
+  explicit NoPdlScope(bool off);
+  ~NoPdlScope();
+  NoPdlScope(const NoPdlScope&) = delete;
+  NoPdlScope& operator=(const NoPdlScope&) = delete;
+  bool prev;
+};
 struct TailNorm;  // internal (project_norm)
+// out_f32: float32 output, the sums not rounded to the weight type (the lm head's logits;
+// not with swiglu or tail).
+// More of a projection's options (project_opts).
+struct ProjOpts {
+  bool swiglu = false;
+  bool out_f32 = false;
+  const Array* argmax_keys = nullptr;
+  // x holds raw residual rows r: the product with rms_norm(r) * norm_w, the normalized row
+  // not rounded (ProjArgs::norm_w); norm_w [K] of w's dtype
+  const Array* norm_w = nullptr;
+  double norm_eps = 1e-6;
+  // plain projections: y = round(round(x @ w^T) + residual), residual [M, N] of w's dtype
+  const Array* residual = nullptr;
+  const struct TailNorm* tail = nullptr;
+};
+Array project_opts(const Array& x, const Array& w, const Array& bias, const ProjOpts& o, const Stream* s = nullptr);
+// argmax_keys (with out_f32): uint64 [M] device keys left by a previous advance_argmax (or
+// zeros): each row's greedy token is folded into it (sampling::argmax's rule: NaN as
+// -inf, ties to the lowest index).
 Array project(const Array& x, const Array& w, const Array& bias = {}, bool swiglu = false, const Stream* s = nullptr,
-              const TailNorm* tail = nullptr);
+              const TailNorm* tail = nullptr, bool out_f32 = false, const Array* argmax_keys = nullptr);
 struct TailNorm {
   Array res, w;
   double eps;
@@ -150,6 +241,40 @@ Array swiglu(const Array& gu, const Stream* s = nullptr);
 // The decode step's input update in one launch: in = int32 [3, B] (ids, positions,
 // lengths, dense): ids = tokens (int32 [B]), positions and lengths + 1.
 void advance_inputs(const Array& in, const Array& tokens, const Stream* s = nullptr);
+// The same from the argmax keys of project(..., argmax_keys): returns the tokens (int32
+// [B]) and zeroes the keys for the next step.
+Array advance_argmax(const Array& in, const Array& keys, const Stream* s = nullptr);
+
+// The first launch of a decode step (src/llm/fused_step.cpp): x = table[ids] (the
+// residual stream) and h = rms_norm(x) * w, add_rms_norm's sums (so the same bits as
+// add_rms_norm(x, 0, w)). ids int32 [T] (an id outside the table gives zero rows),
+// table [V, H] with dense rows, H a multiple of 8 and <= 8192 (bf16/fp16) on CUDA.
+// Returns {h, x}. supported(): whether the CUDA kernel takes these arguments.
+std::pair<Array, Array> embed_norm(const Array& ids, const Array& table, const Array& w, double eps,
+                                   const Stream* s = nullptr);
+bool embed_norm_supported(const Array& table, const Array& w);
+// Fire-and-forget L2 prefetch of byte ranges on stream s (CUDA; nothing elsewhere).
+void prefetch_l2(const PrefetchArgs& a, bool evict_last, const Stream& s);
+// y = x @ dequantize(qw)^T for many rows of bf16/fp16 x on CUDA (prefill): the weight
+// expanded to x's type (fp8 / int8 code values, exact; int4 (q - z) * s rounded once),
+// cuBLASLt, then the per-row scale (fp8 / int8) on the float32 result. Returns an
+// undefined array when the format or layout is not handled (the caller falls back).
+Array dequant_linear(const Array& x, const QuantizedWeight& qw, DType out, const Stream* s = nullptr);
+
+// Decode attention of one new token per sequence from the q/k/v projection's output
+// qkv [B <= 8, (hq + 2 hkv) D] (before RoPE; bias added): q and k rotated as rope_append
+// does, k and v stored in the paged caches at positions[b] (the rule of rope_append),
+// and attention of the hq query heads over keys 0 .. positions[b] (scale 1/sqrt(D));
+// returns [B, hq, D]. counters: int32 device zeros, >= B * hkv (left zero). On CUDA
+// one launch (src/cuda/llm_attention.cu, head_dim 64 or 128, <= 8 query heads per kv
+// head, block_table.shape(1) * block_size keys at most attention_rope_max_keys);
+// elsewhere rope_append + nn::attention_decode. supported(): whether the CUDA kernel
+// takes these shapes.
+Array attention_rope(const Array& qkv, int64_t hq, const Array& k_cache, const Array& v_cache,
+                     const Array& positions, const Array& block_table, const Rope& rope, const Array& counters,
+                     const Stream* s = nullptr, int chunk = 128);
+bool attention_rope_supported(int64_t B, int64_t hq, int64_t hkv, int64_t D, int64_t max_keys, DType t);
+constexpr int64_t attention_rope_max_keys = 16384;
 
 // CPU references (src/llm/fused.cpp)
 void ref_project(const ProjArgs& a);
@@ -165,5 +290,14 @@ void llm_project(const llm::ProjArgs& a, const llm::ProjRope* rope, void* stream
 void llm_rope_append(const llm::RopeAppendArgs& a, void* stream);
 void llm_add_rms_norm(const llm::AddNormArgs& a, void* stream);
 void llm_advance(int32_t* in, const int32_t* tokens, int64_t B, bool pdl, void* stream);
+void llm_advance_argmax(int32_t* in, unsigned long long* keys, int32_t* tokens, int64_t B, bool pdl, void* stream);
 void llm_swiglu(const void* gu, void* out, int64_t rows, int64_t I, int64_t gu_rs, DType t, bool pdl, void* stream);
+// src/cuda/llm_attention.cu
+void llm_attention_rope(const llm::AttnArgs& a, const llm::ProjRope& rope, void* stream);
+int64_t llm_attention_ws_floats(int64_t B, int64_t hkv, int64_t S);
+// src/cuda/llm_step.cu
+void llm_embed_norm(const llm::EmbedNormArgs& a, void* stream);
+void llm_prefetch_l2(const llm::PrefetchArgs& a, bool evict_last, void* stream);
+void llm_dequant(const llm::DequantArgs& a, void* stream);
+void llm_scale_cols(const float* acc, const float* scales, void* y, int64_t m, int64_t n, DType out, void* stream);
 }  // namespace gk::cuda

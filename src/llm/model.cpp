@@ -110,15 +110,49 @@ bool env_flag(const char* name, bool dflt) {
   if (!e || !*e) return dflt;
   return std::strcmp(e, "0") != 0;
 }
+int64_t env_mb(const char* name, int64_t dflt) {
+  const char* e = std::getenv(name);
+  if (!e || !*e) return dflt;
+  char* end = nullptr;
+  const long long v = std::strtoll(e, &end, 10);
+  if (*end || v < 0 || v > 4096) throw ValueError(cat(name, ": expected MiB in [0, 4096], got \"", e, "\""));
+  return v;
+}
+// The environment's defaults of a new model's options.
+void env_options(EngineOptions& o) {
+  o.fusion = env_fusion();
+  o.rope_in_qkv = env_flag("GPUKIT_ROPE_IN_QKV", false);
+  o.norm_in_tail = env_flag("GPUKIT_NORM_IN_TAIL", false);
+  o.prefetch_mb = env_mb("GPUKIT_PREFETCH_MB", o.prefetch_mb);
+  o.prefetch_last = env_flag("GPUKIT_PREFETCH_LAST", o.prefetch_last);
+  o.head_proj = env_flag("GPUKIT_HEAD_PROJ", o.head_proj);
+  o.embed_norm = env_flag("GPUKIT_EMBED_NORM", o.embed_norm);
+  o.dequant_prefill = env_flag("GPUKIT_DEQUANT_PREFILL", o.dequant_prefill);
+  o.fused_attention = env_flag("GPUKIT_FUSED_ATTN", o.fused_attention);
+  if (const char* e = std::getenv("GPUKIT_FUSED_ATTN_CHUNK"); e && *e) {
+    if (std::strcmp(e, "64") && std::strcmp(e, "128"))
+      throw ValueError(cat("GPUKIT_FUSED_ATTN_CHUNK: expected 64 or 128, got \"", e, "\""));
+    o.fused_attention_chunk = std::atoi(e);
+  }
+  o.norm_in_proj = env_flag("GPUKIT_NORM_IN_PROJ", o.norm_in_proj);
+  o.quantized_pdl = env_flag("GPUKIT_QUANT_PDL", o.quantized_pdl);
+}
 }  // namespace
+
+// The L2 prefetch's side branch: work on `s` forks from the current stream after `fork`
+// and joins it again through `join` at the end of the step.
+struct SideBranch {
+  Stream s;
+  Event fork, join;
+  bool open = false;  // prefetches issued since the last join
+  Array counters;     // int32 zeros: the fused attention's per-(sequence, kv head) counters
+};
 
 std::shared_ptr<Model> Model::load(const std::string& path, Device device, DType dtype, const Progress& progress,
                                    const std::string& quantize) {
   ModelFiles files = locate_model(path);
   auto m = std::make_shared<Model>();
-  m->opt_.fusion = env_fusion();
-  m->opt_.rope_in_qkv = env_flag("GPUKIT_ROPE_IN_QKV", false);
-  m->opt_.norm_in_tail = env_flag("GPUKIT_NORM_IN_TAIL", false);
+  env_options(m->opt_);
   m->device_ = device;
   m->dtype_ = dtype;
   if (!files.gguf.empty()) {
@@ -163,21 +197,21 @@ std::shared_ptr<Model> Model::load(const std::string& path, Device device, DType
                          m->cfg_.vocab_size));
   m->w_ = load_weights(m->cfg_, path, device, dtype, progress);
   prepare_weights(m->cfg_, m->w_, quantize);
+  m->make_side_branch();
   return m;
 }
 
 std::shared_ptr<Model> Model::random(const ModelConfig& c, Device device, DType dtype, uint64_t seed,
                                      const std::string& quantize, bool share_layers) {
   auto m = std::make_shared<Model>();
-  m->opt_.fusion = env_fusion();
-  m->opt_.rope_in_qkv = env_flag("GPUKIT_ROPE_IN_QKV", false);
-  m->opt_.norm_in_tail = env_flag("GPUKIT_NORM_IN_TAIL", false);
+  env_options(m->opt_);
   m->cfg_ = c;
   m->cfg_.format = "random";
   m->device_ = device;
   m->dtype_ = dtype;
   m->w_ = random_weights(c, device, dtype, seed, share_layers);
   prepare_weights(m->cfg_, m->w_, quantize, share_layers);
+  m->make_side_branch();
   return m;
 }
 
@@ -207,6 +241,8 @@ Array Model::project(const Array& x, const Array& w, const QuantizedWeight& qw, 
     const DType ot = out.value_or(dtype_);
     if (M <= kGemvRows || device_.is_cpu()) {
       y = gemv_quantized(x, qw, ot);
+    } else if (opt_.dequant_prefill && (y = fused::dequant_linear(x, qw, ot)).defined()) {
+      // prefill: the weight expanded to x's type, cuBLASLt (src/cuda/llm_step.cu)
     } else {
       // Prefill with quantized weights: the GEMV kernel over blocks of 8 rows (reads the
       // weight once per block; a dequantizing GEMM would be faster for long prompts).
@@ -226,14 +262,88 @@ Array Model::project(const Array& x, const Array& w, const QuantizedWeight& qw, 
   return bias.defined() ? add(y, bias) : y;
 }
 
-Array Model::lm_head(const Array& h) const {
+bool Model::head_argmax(int64_t B) const {
+  return opt_.fusion >= 2 && opt_.head_proj && opt_.use_gemv && device_.is_cuda() &&
+         (dtype_ == DType::bf16 || dtype_ == DType::f16) && B >= 1 && B <= kGemvRows &&
+         w_.lm_head_q.format.empty() && w_.lm_head.defined() && w_.lm_head.dtype() == dtype_;
+}
+
+Array Model::lm_head(const Array& h, const Array* argmax_keys) const {
+  if (raw_final_) {  // h: the raw residual (norm_in_proj); the final norm inside the head's GEMV
+    raw_final_ = false;
+    fused::ProjOpts o;
+    o.out_f32 = true;
+    o.argmax_keys = argmax_keys && argmax_keys->defined() ? argmax_keys : nullptr;
+    o.norm_w = &w_.final_norm;
+    o.norm_eps = cfg_.norm_eps;
+    return fused::project_opts(h, w_.lm_head, Array(), o);
+  }
   if (!w_.lm_head_q.format.empty()) return project(h, Array(), w_.lm_head_q, Array(), DType::f32);
   if (device_.is_cuda() && (dtype_ == DType::bf16 || dtype_ == DType::f16)) {
+    if (opt_.head_proj && engine_proj(h) && h.dtype() == w_.lm_head.dtype())
+      return fused::project(h, w_.lm_head, Array(), false, nullptr, nullptr, /*out_f32=*/true,
+                            argmax_keys && argmax_keys->defined() ? argmax_keys : nullptr);
     if (opt_.use_gemv && h.shape(0) <= kGemvRows && w_.lm_head.numel() >= opt_.gemv_min_elems)
       return gemv(h, w_.lm_head, DType::f32);
     return linear(h, w_.lm_head, nullptr, Activation::none, nullptr, DType::f32);
   }
   return matmul(h, w_.lm_head.T()).astype(DType::f32);
+}
+
+// Level 2 decode: the L2 prefetch of the weights after attention (the output
+// projection, then the first rows of gate and up, which the gate/up GEMV's first
+// blocks read) on a side branch forked after the q/k/v projection, so that it runs
+// beside RoPE and attention. Joined at the end of the step (join_side_branch).
+void Model::prefetch_during_attention(const LayerWeights& L) {
+  if (!engine_ops() || opt_.prefetch_mb <= 0) return;
+  int64_t budget = opt_.prefetch_mb << 20;
+  PrefetchArgs a;
+  auto add_at = [&](const Array& t, int64_t from, int64_t bytes) {
+    if (!t.defined() || budget <= 0 || a.n >= 4 || !t.is_contiguous()) return;
+    bytes = std::min({bytes, budget, int64_t(t.nbytes()) - from});
+    if (bytes <= 0) return;
+    a.p[a.n] = static_cast<const uint8_t*>(t.data()) + from;
+    a.bytes[a.n++] = bytes;
+    budget -= bytes;
+  };
+  auto add = [&](const Array& t, int64_t bytes) { add_at(t, 0, bytes); };
+  const bool plain = L.o_q.format.empty();
+  const Array& o = plain ? L.o : L.o_q.q;
+  // o's second half first: the output projection's first blocks (launched early beside
+  // the fused attention) read the first rows themselves
+  const int64_t half_o = int64_t(o.nbytes()) / 2 / 256 * 256;
+  add_at(o, half_o, int64_t(o.nbytes()) - half_o);
+  add_at(o, 0, half_o);
+  if (L.gate_up_q.format.empty()) {  // the engine's gate/up GEMV: block j reads gate and up rows 2j, 2j + 1
+    const int64_t half = budget / 2;
+    add(L.gate, half);
+    add(L.up, half);
+  } else {
+    add(L.gate_up_q.q, budget);
+  }
+  if (a.n == 0 || !side_) return;
+  Stream main = Stream::current(device_);
+  side_->fork.record(main);
+  side_->s.wait(side_->fork);
+  fused::prefetch_l2(a, opt_.prefetch_last, side_->s);
+  side_->open = true;
+}
+
+// The side branch's stream and events, made with the model (not during a graph capture).
+void Model::make_side_branch() {
+  if (!device_.is_cuda() || side_) return;
+  side_ = std::make_shared<SideBranch>();
+  side_->s = Stream::create(device_);
+  side_->fork = Event::create(device_, /*timing=*/false);
+  side_->join = Event::create(device_, /*timing=*/false);
+  side_->counters = full({1024}, Scalar::of_int(0), DType::i32, device_);
+}
+
+void Model::join_side_branch() {
+  if (!side_ || !side_->open) return;
+  side_->join.record(side_->s);
+  Stream::current(device_).wait(side_->join);
+  side_->open = false;
 }
 
 // SwiGLU MLP: one gate/up projection [T, 2 I] (gate then up), the fused activation,
@@ -309,10 +419,17 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
     v = qkv.narrow(1, Q + KV, KV).reshape({T, c.num_kv_heads, D});
   };
   Array pos = positions.to(device_, nullptr, /*non_blocking=*/true);
-  Array x = embedding(ids, w_.embed);  // residual stream [T, H]
-  mark("embed", -1);
-  Array h = nn::rms_norm(x, w_.layers[0].attn_norm, c.norm_eps);
-  mark("norm", 0);
+  Array x, h;  // the residual stream [T, H] and its norm
+  if (engine_ops() && opt_.embed_norm && ids.dtype() == DType::i32 &&
+      fused::embed_norm_supported(w_.embed, w_.layers[0].attn_norm)) {
+    std::tie(h, x) = fused::embed_norm(ids, w_.embed, w_.layers[0].attn_norm, c.norm_eps);
+    mark("embed", -1);  // with the norm
+  } else {
+    x = embedding(ids, w_.embed);
+    mark("embed", -1);
+    h = nn::rms_norm(x, w_.layers[0].attn_norm, c.norm_eps);
+    mark("norm", 0);
+  }
   Array resid = x;
   std::optional<int> rd;
   if (c.rotary_dim) rd = int(c.rotary_dim);
@@ -324,6 +441,12 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
   rope.rotary_dim = rd;
   rope.interleaved = c.rope_interleaved;
   rope.scaling = c.rope_scaling;
+  // level 2 decode: RoPE, the KV append and attention in one kernel (short contexts)
+  const bool fa = rope_append && opt_.fused_attention && !c.qk_norm && c.sliding_window <= 0 && side_ &&
+                  side_->counters.numel() >= T * c.num_kv_heads &&
+                  idx.block_table.shape(1) * cache.block_size() <= opt_.fused_attention_max_keys &&
+                  fused::attention_rope_supported(T, c.num_heads, c.num_kv_heads, D,
+                                                  idx.block_table.shape(1) * cache.block_size(), dtype_);
   if (rope_append && engine_proj(x) && w_.layers[0].qkv_q.format.empty() && w_.layers[0].gate_up.defined() &&
       c.num_experts == 0) {
     // Level 2 decode, plain weights, dense MLP: the engine's kernels only. Per layer:
@@ -344,63 +467,120 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
       resid = rr;
       return hh;
     };
+    // norm_in_proj: no norm launches (the residual added in the o / down epilogues, the
+    // norms applied inside the q/k/v, gate/up and lm head GEMVs)
+    const bool nip = opt_.norm_in_proj && !opt_.norm_in_tail;
+    auto qkv_proj = [&](const LayerWeights& L) {
+      if (!nip) return fused::project(h, L.qkv, L.qkv_bias);
+      fused::ProjOpts o;
+      o.norm_w = &L.attn_norm;
+      o.norm_eps = c.norm_eps;
+      return fused::project_opts(resid, L.qkv, L.qkv_bias, o);
+    };
     for (int l = 0; l < int(c.num_layers); ++l) {
       const LayerWeights& L = w_.layers[size_t(l)];
-      Array q, k, v;
-      const bool rq = opt_.rope_in_qkv && !c.qk_norm;
-      if (rq) {
-        q = fused::project_qkv_rope(h, L.qkv, L.qkv_bias, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos,
-                                    idx.block_table, rope);
-        mark("qkv", l);  // with RoPE and the KV append
-      } else {
-        split_qkv(fused::project(h, L.qkv, L.qkv_bias), q, k, v);
+      Array q, k, v, att;
+      const bool rq = opt_.rope_in_qkv && !c.qk_norm && !nip;
+      if (fa) {  // RoPE, the KV append and attention in one launch
+        Array qkv = qkv_proj(L);
         mark("qkv", l);
-        if (c.qk_norm) {
-          q = nn::rms_norm(q, L.q_norm, c.norm_eps);
-          k = nn::rms_norm(k, L.k_norm, c.norm_eps);
-          mark("qk_norm", l);
+        prefetch_during_attention(L);
+        att = fused::attention_rope(qkv, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table,
+                                    rope, side_->counters, nullptr, opt_.fused_attention_chunk)
+                  .reshape({T, Q});
+        mark("attention", l);  // with RoPE and the KV append
+      } else {
+        if (rq) {
+          q = fused::project_qkv_rope(h, L.qkv, L.qkv_bias, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)],
+                                      pos, idx.block_table, rope);
+          mark("qkv", l);  // with RoPE and the KV append
+          prefetch_during_attention(L);
+        } else {
+          split_qkv(qkv_proj(L), q, k, v);
+          mark("qkv", l);
+          prefetch_during_attention(L);
+          if (c.qk_norm) {
+            q = nn::rms_norm(q, L.q_norm, c.norm_eps);
+            k = nn::rms_norm(k, L.k_norm, c.norm_eps);
+            mark("qk_norm", l);
+          }
+          fused::rope_append(q, k, v, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table, rope);
+          mark("rope_kv", l);
         }
-        fused::rope_append(q, k, v, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table, rope);
-        mark("rope_kv", l);
+        att = attend(q, k, v, l).reshape({T, Q});
+        mark("attention", l);
       }
-      Array att = attend(q, k, v, l).reshape({T, Q});
-      mark("attention", l);
+      if (nip) {
+        fused::ProjOpts ro;
+        ro.residual = &resid;
+        resid = fused::project_opts(att, L.o, Array(), ro);
+        mark("o_proj", l);  // with the residual add
+        fused::ProjOpts go;
+        go.swiglu = true;
+        go.norm_w = &L.ffn_norm;
+        go.norm_eps = c.norm_eps;
+        Array act = fused::project_opts(resid, L.gate_up, Array(), go);
+        mark("gate_up", l);  // with the norm and SwiGLU
+        resid = fused::project_opts(act, L.down, Array(), ro);
+        mark("down", l);  // with the residual add
+        continue;
+      }
       h = proj_norm(att, L.o, L.ffn_norm, 2 * l, l, "o_proj");
       Array act = fused::project(h, L.gate_up, Array(), /*swiglu=*/true);
       mark("gate_up", l);  // with SwiGLU
       const Array& next_norm = l + 1 < int(c.num_layers) ? w_.layers[size_t(l + 1)].attn_norm : w_.final_norm;
       h = proj_norm(act, L.down, next_norm, 2 * l + 1, l, "down");
     }
+    if (nip) {
+      if (opt_.head_proj && w_.lm_head_q.format.empty() && w_.lm_head.defined() &&
+          w_.lm_head.dtype() == resid.dtype()) {
+        raw_final_ = true;  // the final norm inside the lm head's GEMV
+        return resid;
+      }
+      h = nn::rms_norm(resid, w_.final_norm, c.norm_eps);
+      mark("norm", int(c.num_layers) - 1);
+    }
     return h;  // final-normed hidden states [T, H]
   }
   for (int l = 0; l < int(c.num_layers); ++l) {
     const LayerWeights& L = w_.layers[size_t(l)];
-    Array q, k, v;
+    Array q, k, v, att;
     if (opt_.fusion <= 0 && L.qkv_q.format.empty() && L.q.defined()) {  // unfused: three projections
       q = project(h, L.q, {}, L.q_bias).reshape({T, c.num_heads, D});
       k = project(h, L.k, {}, L.k_bias).reshape({T, c.num_kv_heads, D});
       v = project(h, L.v, {}, L.v_bias).reshape({T, c.num_kv_heads, D});
     } else {
-      split_qkv(engine_proj(h) && L.qkv_q.format.empty() ? fused::project(h, L.qkv, L.qkv_bias)
-                                                          : project(h, L.qkv, L.qkv_q, L.qkv_bias),
-                q, k, v);
+      Array qkv = engine_proj(h) && L.qkv_q.format.empty() ? fused::project(h, L.qkv, L.qkv_bias)
+                                                           : project(h, L.qkv, L.qkv_q, L.qkv_bias);
+      if (fa) {  // level 2 decode (quantized weights): RoPE, the KV append and attention in one launch
+        mark("qkv", l);
+        prefetch_during_attention(L);
+        att = fused::attention_rope(qkv, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table,
+                                    rope, side_->counters, nullptr, opt_.fused_attention_chunk)
+                  .reshape({T, Q});
+      } else {
+        split_qkv(qkv, q, k, v);
+      }
     }
-    mark("qkv", l);
-    if (c.qk_norm) {
-      q = nn::rms_norm(q, L.q_norm, c.norm_eps);
-      k = nn::rms_norm(k, L.k_norm, c.norm_eps);
-      mark("qk_norm", l);
+    if (!att.defined()) {
+      mark("qkv", l);
+      prefetch_during_attention(L);
+      if (c.qk_norm) {
+        q = nn::rms_norm(q, L.q_norm, c.norm_eps);
+        k = nn::rms_norm(k, L.k_norm, c.norm_eps);
+        mark("qk_norm", l);
+      }
+      if (rope_append) {
+        fused::rope_append(q, k, v, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table, rope);
+        mark("rope_kv", l);
+      } else {
+        std::tie(q, k) = nn::rope(q, k, pos, c.rope_theta, rd, c.rope_interleaved, c.rope_scaling, /*inplace=*/true);
+        mark("rope", l);
+        nn::kv_append(k, v, cache.k[size_t(l)], cache.v[size_t(l)], idx);
+        mark("kv_append", l);
+      }
+      att = attend(q, k, v, l).reshape({T, Q});
     }
-    if (rope_append) {
-      fused::rope_append(q, k, v, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table, rope);
-      mark("rope_kv", l);
-    } else {
-      std::tie(q, k) = nn::rope(q, k, pos, c.rope_theta, rd, c.rope_interleaved, c.rope_scaling, /*inplace=*/true);
-      mark("rope", l);
-      nn::kv_append(k, v, cache.k[size_t(l)], cache.v[size_t(l)], idx);
-      mark("kv_append", l);
-    }
-    Array att = attend(q, k, v, l).reshape({T, Q});
     mark("attention", l);
     Array o = engine_proj(att) && L.o_q.format.empty() ? fused::project(att, L.o) : project(att, L.o, L.o_q);
     mark("o_proj", l);
@@ -467,7 +647,7 @@ Array Model::prefill(KvCache& cache, const std::vector<int64_t>& seqs, const std
   return lm_head(h);
 }
 
-Array Model::decode_batch(KvCache& cache, const DecodeBatch& in) {
+Array Model::decode_batch(KvCache& cache, const DecodeBatch& in, const Array& argmax_keys) {
   nn::KvIndex idx;
   idx.block_table = in.block_table;
   idx.seq_lens = in.positions;  // lengths before the append
@@ -482,9 +662,13 @@ Array Model::decode_batch(KvCache& cache, const DecodeBatch& in) {
     explicit Flag(bool& x) : f(x) { f = true; }
     ~Flag() { f = false; }
   } flag(decoding_);
+  fused::NoPdlScope no_pdl(!opt_.quantized_pdl && !w_.quantized.empty());
   Array h = run_layers(in.ids, in.positions, cache, idx, attend);
-  Array logits = lm_head(h);
+  if (argmax_keys.defined() && !head_argmax(h.shape(0)))
+    throw ValueError("decode_batch: argmax_keys given but the lm head cannot fold the argmax in");
+  Array logits = lm_head(h, &argmax_keys);
   mark("lm_head", -1);
+  join_side_branch();
   return logits;
 }
 

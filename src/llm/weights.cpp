@@ -275,9 +275,21 @@ QuantizedWeight copy_qw(const QuantizedWeight& q) {
 }
 }  // namespace
 
-void prepare_weights(const ModelConfig& c, Weights& w, const std::string& quantize, bool share_layers) {
+void prepare_weights(const ModelConfig& c, Weights& w, const std::string& quantize_arg, bool share_layers) {
+  // "<format>" or "<format>:head=<fp8|int8|int4|none>" (the lm head's format; none keeps
+  // it in the model's dtype; default int8 for int4 models, else the layers' format)
+  std::string quantize = quantize_arg, head_fmt;
+  if (const size_t colon = quantize_arg.find(':'); colon != std::string::npos) {
+    quantize = quantize_arg.substr(0, colon);
+    const std::string rest = quantize_arg.substr(colon + 1);
+    if (rest.rfind("head=", 0) != 0) throw ValueError(cat("quantize: expected \"<format>:head=<format>\", got \"", quantize_arg, "\""));
+    head_fmt = rest.substr(5);
+    if (head_fmt != "fp8" && head_fmt != "int8" && head_fmt != "int4" && head_fmt != "none")
+      throw ValueError(cat("quantize: the head's format must be fp8, int8, int4 or none, got \"", head_fmt, "\""));
+  }
   if (!quantize.empty() && quantize != "fp8" && quantize != "int8" && quantize != "int4")
-    throw ValueError(cat("quantize: expected \"fp8\", \"int8\" or \"int4\", got \"", quantize, "\""));
+    throw ValueError(cat("quantize: expected \"fp8\", \"int8\" or \"int4\", got \"", quantize_arg, "\""));
+  if (quantize.empty() && !head_fmt.empty()) throw ValueError("quantize: a head format needs a layer format");
   const int64_t Q = c.num_heads * c.head_dim, KV = c.num_kv_heads * c.head_dim, I = c.intermediate_size;
   for (size_t l = 0; l < w.layers.size(); ++l) {
     LayerWeights& L = w.layers[l];
@@ -331,9 +343,13 @@ void prepare_weights(const ModelConfig& c, Weights& w, const std::string& quanti
     L.q = L.k = L.v = L.o = L.gate = L.up = L.down = L.qkv = L.gate_up = Array();
     w.nbytes = w.nbytes - before + qbytes(L.qkv_q) + qbytes(L.o_q) + qbytes(L.gate_up_q) + qbytes(L.down_q);
   }
-  const std::string head = quantize == "int4" ? "int8" : quantize;
-  if (w.lm_head.defined()) {
-    w.lm_head_q = quantize_weight(w.lm_head, head);
+  const std::string head = !head_fmt.empty() ? head_fmt : quantize == "int4" ? "int8" : quantize;
+  if (w.lm_head.defined() && head != "none") {
+    int64_t group = 128;
+    while (group > 32 && w.lm_head.shape(1) % group != 0) group /= 2;
+    if (head == "int4" && w.lm_head.shape(1) % group != 0)
+      throw ValueError(cat("quantize: the lm head has K = ", w.lm_head.shape(1), ", not a multiple of 32"));
+    w.lm_head_q = quantize_weight(w.lm_head, head, group);
     const bool tied = w.lm_head.storage() == w.embed.storage();
     w.nbytes += qbytes(w.lm_head_q);
     if (!tied) {  // the float lm head is no longer read

@@ -17,7 +17,9 @@ TOL = {"bfloat16": 2e-2, "float16": 4e-3}
 _VARIANT_ENV = {"sm90pp": "3", "sm90ws": "2", "sm90p3": "4", "sm90ps": "5", "sm90s3": "6", "sm90cp": "1",
                 "sm90n176": "5:176", "sm90hs1": "5:0:1", "sm90poly": "5:0:0:12",
                 "sm90dyn": "5:0:2:16", "sm90p2": "5:0:0:32", "sm90chain": "5:0:0:64",
-                "sm90trunc": "5:0:0:160"}
+                "sm90trunc": "5:0:0:160", "sm90stale": "5:0:0:512", "sm90early": "5:0:0:2560",
+                "sm90qreg": "5:0:0:4608", "sm90spec": "5:0:0:8736",
+                "sm90kvo": "5:0:0:57888", "sm90legacy": "5:0:0:1048576", "sm90late": "5:0:0:90656"}
 
 
 @pytest.fixture(autouse=True, params=list(_VARIANT_ENV))
@@ -30,7 +32,12 @@ def kernel_variant(request, monkeypatch):
     by a polynomial and O rescaled only when a maximum changed (GPUKIT_PREFILL_SM90_OPT=12, bf16
     head_dim 128), in the dynamic order (atomic counter; OPT=16, sections of 2 heads), with two P
     register buffers (OPT=32), with the ping-pong turns chained across items (OPT=64), or with P cut
-    to bf16 by truncation and two P buffers (OPT=160). Elsewhere all of them run the
+    to bf16 by truncation and two P buffers (OPT=160), with the thresholded row maximum (OPT=512) and
+    that with O rescaled while S runs (OPT=2560), with Q in registers (OPT=4608) or with the
+    speculative softmax (OPT=8736, the default for head_dim 128 since checkpoint B), that with K loaded
+    one tile ahead of V and sleeping mbarrier waits (OPT=57888), with the ping-pong turn passed after
+    S is done and K ahead of V (OPT=90656), or without any of these (OPT=2^20, the default before).
+    Elsewhere all of them run the
     generic kernel. Select one with -k sm90pp etc."""
     variant, *rest = _VARIANT_ENV[request.param].split(":")
     monkeypatch.setenv("GPUKIT_PREFILL_SM90", variant)

@@ -57,16 +57,35 @@ def check(got, want, dtype, what):
                              f"want {w[i]!r}; max abs err {np.nanmax(np.abs(g - w)):.3g}")
 
 
-NORM_SHAPES = ["", "norm.tpr=32", "norm.tpr=64", "norm.tpr=128", "norm.tpr=256", "norm.tpr=512", "norm.tpr=1024",
-               "norm.tpr=128,norm.rows=2", "norm.tpr=64,norm.rows=4", "norm.tpr=32,norm.rows=8", "norm.persist=1",
-               "norm.persist=1,norm.grid=5", "norm.persist=1,norm.tpr=64,norm.rows=2,norm.grid=3",
-               "norm.persist=1,norm.tpr=32,norm.rows=4,norm.grid=2", "norm.persist=1,norm.tpr=128,norm.grid=1",
-               "norm.prew=1", "norm.prew=1,norm.tpr=64,norm.rows=2", "norm.prew=1,norm.persist=1,norm.grid=4",
-               # rows staged in shared memory (src/cuda/rows_pipe.cu, with norm.pipe=1): one slot, few
-               # slots, several rows per CTA and per warp, 3 CTAs per SM
-               "norm.pipe=0", "norm.pipe=1", "norm.pipe=1,pipe.grid=2,pipe.kb=20", "norm.pipe=1,pipe.grid=1,pipe.kb=70",
-               "norm.pipe=1,pipe.grid=3", "norm.pipe=1,pipe.cta=3", "norm.pipe=1,pipe.ef=1", "norm.pipe=1,pipe.w=11,pipe.grid=3", "norm.pipe=1,pipe.kb=100,pipe.grid=4",
-               "norm.pipe=1,pipe.w=11,pipe.kb=220,pipe.grid=2"]
+ROWS_SHAPES = ["rows.on=1", "rows.on=1,rows.wpr=1", "rows.on=1,rows.wpr=2", "rows.on=1,rows.wpr=8,rows.rpc=2",
+               "rows.on=1,rows.wpr=16", "rows.on=1,rows.rpc=4,rows.hint=7", "rows.on=1,rows.wpr=2,rows.rpc=3,rows.hint=3",
+               "rows.on=1,rows.wpr=1,rows.rpc=3,rows.hint=1", "rows.on=1,rows.v=8", "rows.on=1,rows.v=2,rows.hint=4",
+               # persistent (2 or 4 vectors per lane; others fall back): several groups per block
+               "rows.on=1,rows.pers=1", "rows.on=1,rows.pers=1,rows.grid=3", "rows.on=1,rows.pers=1,rows.rpc=3,rows.grid=5",
+               "rows.on=1,rows.pers=1,rows.v=2,rows.rpc=1,rows.grid=2"]
+
+
+def old(*shapes):
+    """The older forms (register forms of norm.cu / reduce.cu, staged form): rows.on=0."""
+    return ["rows.on=0" + ("," + v if v else "") for v in shapes]
+
+
+# "": the default (the warp-row form of src/cuda/rows_warp.cu for rows of >= 32 vectors)
+NORM_SHAPES = ["", *old("", "norm.tpr=32", "norm.tpr=64", "norm.tpr=128", "norm.tpr=256", "norm.tpr=512",
+                        "norm.tpr=1024", "norm.tpr=128,norm.rows=2", "norm.tpr=64,norm.rows=4", "norm.tpr=32,norm.rows=8",
+                        "norm.persist=1", "norm.persist=1,norm.grid=5", "norm.persist=1,norm.tpr=64,norm.rows=2,norm.grid=3",
+                        "norm.persist=1,norm.tpr=32,norm.rows=4,norm.grid=2", "norm.persist=1,norm.tpr=128,norm.grid=1",
+                        "norm.prew=1", "norm.prew=1,norm.tpr=64,norm.rows=2", "norm.prew=1,norm.persist=1,norm.grid=4",
+                        # rows staged in shared memory (src/cuda/rows_pipe.cu, with norm.pipe=1): one slot, few
+                        # slots, several rows per CTA and per warp, 3 CTAs per SM
+                        "norm.pipe=0", "norm.pipe=1", "norm.pipe=1,pipe.grid=2,pipe.kb=20",
+                        "norm.pipe=1,pipe.grid=1,pipe.kb=70", "norm.pipe=1,pipe.grid=3", "norm.pipe=1,pipe.cta=3",
+                        "norm.pipe=1,pipe.ef=1", "norm.pipe=1,pipe.w=11,pipe.grid=3", "norm.pipe=1,pipe.kb=100,pipe.grid=4",
+                        "norm.pipe=1,pipe.w=11,pipe.kb=220,pipe.grid=2", "norm.pipe=1,pipe.w=15",
+                        "norm.pipe=1,pipe.w=15,pipe.grid=2"),
+               # the warp-row form: 1 to 16 warps per row (1 to 16 vectors per lane), 1 to 4 rows per block
+               # (3: a dead row), the cache hints, persistent
+               *ROWS_SHAPES]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -90,14 +109,16 @@ def test_norm_shapes(tune, dtype, H, shape):
     assert np.array_equal(bits(ln), bits(gk.nn.layer_norm(xd, wd[0], bd[0]))), f"layer_norm [{shape}]: reruns differ"
 
 
-SOFTMAX_SHAPES = ["", "softmax.tpr=32", "softmax.tpr=64", "softmax.tpr=128", "softmax.tpr=256", "softmax.tpr=512",
-                  "softmax.tpr=64,softmax.rows=4", "softmax.persist=1", "softmax.persist=1,softmax.grid=5",
-                  "softmax.persist=1,softmax.tpr=64,softmax.rows=2,softmax.grid=3",
-                  "softmax.persist=1,softmax.tpr=32,softmax.rows=4,softmax.grid=1",
-                  "softmax.pipe=0", "softmax.pipe=1", *("softmax.pipe=1," + v for v in (
-                      "pipe.grid=2,pipe.kb=20", "pipe.grid=1,pipe.kb=40", "pipe.grid=5", "pipe.cta=3",
-                      "pipe.ef=1,pipe.grid=3", "pipe.w=11,pipe.grid=2", "pipe.w=7,pipe.grid=2",
-                      "pipe.kb=100,pipe.grid=4", "pipe.w=11,pipe.kb=220,pipe.grid=2"))]
+SOFTMAX_SHAPES = ["", *old("", "softmax.tpr=32", "softmax.tpr=64", "softmax.tpr=128", "softmax.tpr=256",
+                           "softmax.tpr=512", "softmax.tpr=64,softmax.rows=4", "softmax.persist=1",
+                           "softmax.persist=1,softmax.grid=5", "softmax.persist=1,softmax.tpr=64,softmax.rows=2,softmax.grid=3",
+                           "softmax.persist=1,softmax.tpr=32,softmax.rows=4,softmax.grid=1", "softmax.pipe=0",
+                           "softmax.pipe=1", *("softmax.pipe=1," + v for v in (
+                               "pipe.grid=2,pipe.kb=20", "pipe.grid=1,pipe.kb=40", "pipe.grid=5", "pipe.cta=3",
+                               "pipe.ef=1,pipe.grid=3", "pipe.w=11,pipe.grid=2", "pipe.w=7,pipe.grid=2",
+                               "pipe.kb=100,pipe.grid=4", "pipe.w=11,pipe.kb=220,pipe.grid=2", "pipe.w=15",
+                               "pipe.w=15,pipe.grid=3"))),
+                  *ROWS_SHAPES]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -114,7 +135,9 @@ def test_softmax_shapes(tune, dtype, H, shape):
         assert np.array_equal(bits(got), bits(f(xd))), f"{f.__name__} [{shape}]: reruns differ"
 
 
-@pytest.mark.parametrize("shape", ["", "softmax.pipe=0", "softmax.pipe=1", "softmax.pipe=1,pipe.grid=1,pipe.kb=20"])
+@pytest.mark.parametrize("shape", ["", *old("softmax.pipe=0", "softmax.pipe=1", "softmax.pipe=1,pipe.grid=1,pipe.kb=20",
+                                           "softmax.pipe=1,pipe.w=15"),
+                                   "rows.wpr=1", "rows.wpr=2,rows.rpc=3", "rows.pers=1,rows.grid=3", "rows.hint=0"])
 @pytest.mark.parametrize("H", [2048, 4096])
 def test_softmax_special_rows(tune, shape, H):
     tune(shape)
@@ -141,7 +164,10 @@ def test_softmax_special_rows(tune, shape, H):
 def test_rows_batch_invariant(tune, dtype, H):
     """A row gives the same bits alone and in a batch of 300 (several rows per CTA and
     per warp in the staged form), for the default and the register forms."""
-    for shape in ("", "norm.pipe=0,softmax.pipe=0", "norm.pipe=1,softmax.pipe=1"):
+    for shape in ("", *old("norm.pipe=0,softmax.pipe=0", "norm.pipe=1,softmax.pipe=1",
+                           "norm.pipe=1,softmax.pipe=1,pipe.w=15,pipe.grid=7"),
+                  "rows.wpr=2,rows.rpc=3", "rows.wpr=1,rows.rpc=4", "rows.pers=1,rows.rpc=3,rows.grid=7",
+                  "rows.pers=0", "rows.hint=0"):
         tune(shape)
         x = make((300, H), dtype, 11, scale=3.0).to("cuda")
         r = make((300, H), dtype, 12).to("cuda")

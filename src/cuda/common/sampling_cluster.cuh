@@ -11,12 +11,18 @@
 #include <cstdint>
 
 #include "ops/sampling_args.h"
+#include "cuda/common/sampling_weight.cuh"
 
 namespace gk::cuda::fused {
 namespace cg = cooperative_groups;
 
 constexpr int kBins = 256, kU = 4, kMaxCL = 16;
 constexpr int kCntMask = 0x3fffffff, kBan = 0x40000000;
+// Mass selects with early stops carry min(count, 2) of the weighted entries of each CTA bin in
+// bits 58-63 of its mass word (row masses stay below 2^58 while V < 2^18; summed over at most
+// 16 CTAs the counts stay below 64).
+constexpr int kCntShift = 58;
+constexpr unsigned long long kMassMask = (1ull << kCntShift) - 1;
 constexpr int kMaxE = 63;  // 64 threads x 63 entries x 2^20 < 2^32: a group's 32-bit words cannot overflow
 constexpr int kMaxDyn = 160 * 1024;          // slice bytes in shared memory
 constexpr double kLn2x40 = 27.725887222397812377;  // 40 ln 2
@@ -26,12 +32,20 @@ struct FGeo {
   int E;        // contiguous entries per thread in the on-chip passes (odd: no bank conflicts)
   int CL;       // cluster size = CTAs per row
   int aligned;  // 16-byte vector loads allowed
+  int early;    // radix select stops at a level whose picked bin is kept whole: 1 (default)
+  int stop;     // development probe: 0 full; 1/2/3 return the argmax after load / max exchange / selects
+  int cache;    // a second slice array holds each entry's relative exp from the first mass level
+  int compact;  // levels > 0: each lane's selected entries from a bit mask, one per round
 };
 
 template <int NT>
 struct Sh {
-  static constexpr int kW = NT / 32, kHG = NT / 64;  // histogram groups: two warps share one
-  unsigned int hi[kHG][kBins], lo[kHG][kBins];  // per-group histograms: mass >> 20 and mass & (2^20 - 1)
+  // histogram copies: lane l of every warp adds into copy l % kHG (64 threads per copy, as the
+  // overflow bound needs), so lanes of one warp collide on an address only within a class of
+  // 32 / kHG lanes; rows padded by one word so a bin's copies sit in different banks
+  static constexpr int kW = NT / 32, kHG = NT / 64, kHS = kBins + 1;
+  unsigned int hi[kHG][kHS], lo[kHG][kHS];  // mass >> 20 and mass & (2^20 - 1)
+  unsigned int cnt[kBins];                     // entries per bin (mass selects: weighted entries)
   unsigned long long chist[2][kBins];          // CTA histogram, read by the cluster (double-buffered)
   unsigned long long part[NT / kBins][kBins];  // partial cluster sums of the bins
   unsigned long long u[kW];
@@ -44,8 +58,8 @@ struct Sh {
   float gm;
   int gam;
   unsigned long long gW, gpre, gZ;
-  unsigned long long ptarget;
-  int pick;
+  unsigned long long ptarget, pkept;
+  int pick, pexit;
 };
 
 __device__ __forceinline__ bool better(float a, int ia, float b, int ib) { return a > b || (a == b && ia < ib); }
@@ -112,15 +126,19 @@ __device__ __forceinline__ unsigned long long block_scan(Sh<NT>& sh, unsigned lo
 
 // floor(det_exp(s - m) 2^40) without branches (unrolled loops interleave several entries).
 // Below s - m = -28 the weight is 0 for certain (exp(-28) < 2^-40 by far; det_exp is within
-// ulps of exp), so the polynomial's result is discarded there. *e gets the relative exp (0
-// there). s <= m always (m is the row max).
+// ulps of exp), so the result is discarded there. *e gets the relative exp (0 there).
+// s <= m always (m is the row max). live_weight: no conversion instructions, the same bits.
 __device__ __forceinline__ unsigned long long weight_nb(float s, float m, float* e = nullptr) {
   const float d = smp::fsub_rn(s, m);
   const bool live = d >= -28.f;
-  const float ev = live ? smp::det_exp_core(live ? d : -28.f) : 0.f;
-  if (e) *e = ev;
-  const float v = ev * smp::kWeightScale;
-  return v >= 1.f ? static_cast<unsigned long long>(v) : 0ull;
+  float ev;
+  const unsigned long long w = smp::live_weight(live ? d : -28.f, &ev);
+  if (e) *e = live ? ev : 0.f;
+  return live ? w : 0ull;
+}
+// The weight of a cached relative exp (0 for entries below the live range).
+__device__ __forceinline__ unsigned long long weight_of_e(float e) {
+  return smp::floor_u64_of(smp::fmul_rn(e, smp::kWeightScale));
 }
 __device__ __forceinline__ float val(const uint32_t* v, int i) { return __uint_as_float(v[i]); }
 
@@ -159,23 +177,66 @@ __device__ __forceinline__ uint4 load_group(const T* p, int64_t e, int64_t n, bo
 }
 
 // ---------------------------------------------------------------- radix select
-template <int NT>
-__device__ __forceinline__ void hflush(Sh<NT>& sh, int w, int d, unsigned long long v) {
-  atomicAdd(&sh.hi[w][d], unsigned(v >> 20));
+// Per-lane flush of a run (cur bin, mass cv, entries cc) into the group's histogram.
+// cnt: count the entries too (deeper levels only: at level 0 every lane would hit the same
+// 256 words; the early stop needs the counts of the picked bin from level 1 on).
+template <int NT, bool kMass>
+__device__ __forceinline__ void hflush(Sh<NT>& sh, int w, int d, unsigned long long v, unsigned c, bool cnt) {
+  const unsigned h = unsigned(v >> 20);
+  if (h) atomicAdd(&sh.hi[w][d], h);
   atomicAdd(&sh.lo[w][d], unsigned(v & 0xfffffu));
+  if (kMass && cnt) atomicAdd(&sh.cnt[d], c);
 }
 
 // One level's histogram of this CTA's entries (key >= lowkey, matching the prefix). The
 // thread's E contiguous entries go 4 at a time (E is the same for every thread, so the warp
 // votes are uniform): the weights of a group are computed without branches, and only when
 // some lane of the warp needs one. z: also sum every entry's weight (logprob normalizer).
+// Each lane keeps a run (bin, mass, count) and flushes it when the bin changes (a warp-
+// aggregated flush, match_any + redux, measured ~2x slower on the H200).
+// ec (mass selects, when the slice has room): level 0 stores each computed relative exp,
+// the deeper levels read it instead of computing it again.
 template <int NT, bool kMass>
 __device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int i0, int E, int n, float m,
-                                           uint32_t lowkey, int L, uint32_t prefix, unsigned long long* z) {
-  const int w = threadIdx.x >> 6;  // histogram group (zeroed by the merge of the previous level)
+                                           uint32_t lowkey, int L, uint32_t prefix, unsigned long long* z, float* ec,
+                                           bool compact) {
+  const int w = threadIdx.x & (Sh<NT>::kHG - 1);  // histogram copy (zeroed by the previous level's merge)
   const int sh_ = 24 - 8 * L;
   int cur = -1;
   unsigned long long cv = 0, zl = 0;
+  unsigned cc = 0;
+  if (compact && L > 0 && !z) {
+    // the deeper levels select few entries: each lane marks its selected entries in a mask
+    // (E <= 63) and the warp takes one per lane per round, in index order (the same runs),
+    // so the weights cost max-over-lanes rounds instead of E
+    unsigned long long msk = 0;
+    for (int j = 0; j < E; ++j) {
+      const int idx = i0 + j;
+      const uint32_t key = idx < n ? smp::order_key(val(vals, idx)) : 0u;
+      if (idx < n && key >= lowkey && (key >> (sh_ + 8)) == prefix) msk |= 1ull << j;
+    }
+    while (__any_sync(0xffffffffu, msk != 0)) {
+      bool has = false;
+      int d = 0;
+      unsigned long long v = 0;
+      if (msk) {
+        const int idx = i0 + __ffsll(static_cast<long long>(msk)) - 1;
+        msk &= msk - 1;
+        const float sv = val(vals, idx);
+        v = !kMass ? 1ull : (ec ? weight_of_e(ec[idx]) : weight_nb(sv, m));
+        has = v != 0;
+        d = int((smp::order_key(sv) >> sh_) & 255u);
+      }
+      if (has && d != cur && cur >= 0) hflush<NT, kMass>(sh, w, cur, cv, cc, L > 0);
+      if (has) {
+        if (d != cur) cur = d, cv = 0, cc = 0;
+        cv += v;
+        ++cc;
+      }
+    }
+    if (cur >= 0) hflush<NT, kMass>(sh, w, cur, cv, cc, L > 0);
+    return;
+  }
   for (int j = 0; j < E; j += 4) {
     float sv[4];
     uint32_t key[4];
@@ -189,16 +250,30 @@ __device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int
       sel[u] = valid && key[u] >= lowkey && (L == 0 || (key[u] >> (sh_ + 8)) == prefix);
     }
     unsigned long long v[4] = {1ull, 1ull, 1ull, 1ull};
-    if (kMass || z) {
+    if (kMass && ec && L > 0) {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) v[u] = sel[u] ? weight_of_e(ec[i0 + j + u]) : 0ull;
+    } else if (kMass || z) {
       // every entry needed (the normalizer, or a dense group): the 4 weights without branches,
       // interleaved; otherwise entry by entry, only where some lane of the warp selected it
       // (sparse candidates at the deeper levels: no exps for the others)
+      float ev[4];
       if (z || __all_sync(0xffffffffu, sel[0] && sel[1] && sel[2] && sel[3])) {
 #pragma unroll
-        for (int u = 0; u < 4; ++u) v[u] = weight_nb(sv[u], m);  // invalid entries (-inf) weigh 0
+        for (int u = 0; u < 4; ++u) v[u] = weight_nb(sv[u], m, &ev[u]);  // invalid entries (-inf) weigh 0
+        if (kMass && ec)
+#pragma unroll
+          for (int u = 0; u < 4; ++u)
+            if (j + u < E && i0 + j + u < n) ec[i0 + j + u] = ev[u];
       } else {
 #pragma unroll
-        for (int u = 0; u < 4; ++u) v[u] = __any_sync(0xffffffffu, sel[u]) ? weight_nb(sv[u], m) : 0ull;
+        for (int u = 0; u < 4; ++u) {
+          v[u] = 0ull;
+          if (__any_sync(0xffffffffu, sel[u])) {
+            v[u] = weight_nb(sv[u], m, &ev[u]);
+            if (kMass && ec && j + u < E && i0 + j + u < n) ec[i0 + j + u] = ev[u];
+          }
+        }
       }
       if (z)
 #pragma unroll
@@ -209,27 +284,36 @@ __device__ __forceinline__ void level_pass(Sh<NT>& sh, const uint32_t* vals, int
     }
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
-      if (!sel[u] || v[u] == 0) continue;
+      const bool has = sel[u] && v[u] != 0;
       const int d = int((key[u] >> sh_) & 255u);
-      if (d != cur) {
-        if (cur >= 0) hflush(sh, w, cur, cv);
-        cur = d, cv = 0;
+      if (has && d != cur && cur >= 0) hflush<NT, kMass>(sh, w, cur, cv, cc, L > 0);
+      if (has) {
+        if (d != cur) cur = d, cv = 0, cc = 0;
+        cv += v[u];
+        ++cc;
       }
-      cv += v[u];
     }
   }
-  if (cur >= 0) hflush(sh, w, cur, cv);
+  if (cur >= 0) hflush<NT, kMass>(sh, w, cur, cv, cc, L > 0);
   if (z) *z += zl;
 }
 
 // Merge the warps, sum over the cluster, pick the bin (descending key order) where the
 // cumulative count/mass reaches the target. Returns false if no bin does (keep all).
-template <int NT>
-__device__ __forceinline__ bool level_pick(Sh<NT>& sh, const cg::cluster_group& cl, int CL, int buf, int L, bool mass,
-                                           float p, unsigned long long k, uint32_t& prefix,
-                                           unsigned long long& target, unsigned long long* kept) {
+// *whole: the picked bin is kept whole (count select: the target is its whole count; mass
+// select: it holds one weighted entry, or the target is its whole mass), so the threshold
+// may stop at the bin's lowest key: the kept set is the same.
+// Five block barriers and one cluster barrier: the 256 bin sums sit in warps 0-7, which
+// scan them (and this CTA's own bins, for *kept) with shuffles; one barrier for the warp
+// totals, one for the per-warp first candidates, one for the picked bin's values.
+template <int NT, bool kMass>
+__device__ __forceinline__ bool level_pick(Sh<NT>& sh, const cg::cluster_group& cl, int CL, int buf, int L, float p,
+                                           unsigned long long k, uint32_t& prefix, unsigned long long& target,
+                                           unsigned long long* kept, bool early, bool* whole, bool counts) {
+  constexpr int kHW = kBins / 32;  // warps holding the bins
+  static_assert(Sh<NT>::kW >= 2 * kHW, "the warp totals of two scans share sh.u");
   __syncthreads();
-  const int t = threadIdx.x;
+  const int t = threadIdx.x, lane = t & 31, wid = t >> 5;
   if (t < kBins) {
     unsigned long long tot = 0;
 #pragma unroll
@@ -237,9 +321,13 @@ __device__ __forceinline__ bool level_pick(Sh<NT>& sh, const cg::cluster_group& 
       tot += (static_cast<unsigned long long>(sh.hi[w][t]) << 20) + sh.lo[w][t];
       sh.hi[w][t] = 0u, sh.lo[w][t] = 0u;  // ready for the next level
     }
+    if (kMass) {
+      const unsigned cn = sh.cnt[t];
+      sh.cnt[t] = 0u;
+      if (counts) tot |= static_cast<unsigned long long>(cn < 2u ? cn : 2u) << kCntShift;
+    }
     sh.chist[buf][t] = tot;
   }
-  if (t == 0) sh.pick = INT_MAX;
   cl.sync();
   // cluster sum of each bin: threads t and t + 256 share bin rank t (descending order), each
   // summing every other rank's copy; all their remote loads are in flight at once
@@ -254,29 +342,54 @@ __device__ __forceinline__ bool level_pick(Sh<NT>& sh, const cg::cluster_group& 
     }
     unsigned long long acc = 0;
 #pragma unroll
-    for (int j = 0; j < kLoads; ++j) acc += v[j];
+    for (int j = 0; j < kLoads; ++j) acc += v[j];  // (packed counts add up in the top bits)
     sh.part[h][rr] = acc;
   }
   __syncthreads();
-  unsigned long long g = 0;
-  if (t < kBins)
+  unsigned long long g = 0, own = 0;
+  unsigned gc = 0;
+  if (t < kBins) {
 #pragma unroll
     for (int h = 0; h < NT / kBins; ++h) g += sh.part[h][t];
-  unsigned long long total;
-  const unsigned long long ex = block_scan(sh, g, &total);
-  const unsigned long long tgt = L == 0 ? (mass ? smp::frac_target(p, total) : k) : target;
-  if (t < kBins && g > 0 && ex + g >= tgt) atomicMin(&sh.pick, t);
+    own = sh.chist[buf][kBins - 1 - t];
+    if (counts) gc = unsigned(g >> kCntShift), g &= kMassMask, own &= kMassMask;
+  }
+  unsigned long long gi = g, oi = own;  // inclusive warp scans (rank order)
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const unsigned long long a = __shfl_up_sync(0xffffffffu, gi, o), b = __shfl_up_sync(0xffffffffu, oi, o);
+    if (lane >= o) gi += a, oi += b;
+  }
+  if (t < kBins && lane == 31) sh.u[wid] = gi, sh.u[kHW + wid] = oi;
   __syncthreads();
-  const int pick = sh.pick;
-  if (pick == INT_MAX) return false;
-  if (t == pick) sh.ptarget = tgt - ex;
-  if (kept) {  // this CTA's mass above the picked bin (and in it at the last level): its kept mass
-    const unsigned long long own = t < kBins ? sh.chist[buf][kBins - 1 - t] : 0ull;
-    *kept += block_sum(sh, t < pick || (L == 3 && t == pick) ? own : 0ull);
+  unsigned long long before = 0, obefore = 0, total = 0;
+#pragma unroll
+  for (int w = 0; w < kHW; ++w) {
+    const unsigned long long uw = sh.u[w], ow = sh.u[kHW + w];
+    if (w < wid) before += uw, obefore += ow;
+    total += uw;
+  }
+  const unsigned long long ex = before + gi - g, oex = obefore + oi - own;
+  const unsigned long long tgt = L == 0 ? (kMass ? smp::frac_target(p, total) : k) : target;
+  const unsigned bal = __ballot_sync(0xffffffffu, t < kBins && g > 0 && ex + g >= tgt);
+  if (t < kBins && lane == 0) sh.fi[wid] = bal ? wid * 32 + __ffs(bal) - 1 : INT_MAX;
+  __syncthreads();
+  int pick = INT_MAX;
+#pragma unroll
+  for (int w = 0; w < kHW; ++w) pick = sh.fi[w] < pick ? sh.fi[w] : pick;
+  if (pick == INT_MAX) return false;  // (uniform) the next writes of sh.u / sh.fi follow barriers
+  if (t == pick) {
+    const bool ex_whole = early && L < 3 && (tgt == ex + g || (counts && gc == 1u));
+    sh.ptarget = tgt - ex;
+    sh.pexit = ex_whole ? 1 : 0;
+    sh.pkept = oex + (L == 3 || ex_whole ? own : 0ull);  // own mass above the bin (and in it when last)
   }
   __syncthreads();
+  const bool last = L == 3 || sh.pexit != 0;
+  if (kept) *kept += sh.pkept;
   target = sh.ptarget;
   prefix = (prefix << 8) | uint32_t(kBins - 1 - pick);
+  *whole = last;
   return true;
 }
 
@@ -284,18 +397,24 @@ __device__ __forceinline__ bool level_pick(Sh<NT>& sh, const cg::cluster_group& 
 template <int NT, bool kMass>
 __device__ uint32_t radix_select(Sh<NT>& sh, const cg::cluster_group& cl, int CL, const uint32_t* vals, int i0, int E,
                                  int n, float m, uint32_t lowkey, float p, unsigned long long k, int& buf,
-                                 unsigned long long* z, unsigned long long* kept, bool& done) {
+                                 unsigned long long* z, unsigned long long* kept, bool& done, bool early,
+                                 float* ec, bool compact, int64_t n_row) {
   uint32_t prefix = 0;
   unsigned long long target = 0;
   done = false;
   for (int L = 0; L < 4; ++L) {
-    level_pass<NT, kMass>(sh, vals, i0, E, n, m, lowkey, L, prefix, L == 0 ? z : nullptr);
-    const bool ok = level_pick(sh, cl, CL, buf, L, kMass, p, k, prefix, target, kept);
+    level_pass<NT, kMass>(sh, vals, i0, E, n, m, lowkey, L, prefix, L == 0 ? z : nullptr, ec, compact);
+    bool last = false;
+    const bool ok = level_pick<NT, kMass>(sh, cl, CL, buf, L, p, k, prefix, target, kept, early, &last,
+                                          kMass && early && n_row < (1 << 18));
     buf ^= 1;
     if (!ok) return 0u;
+    if (last) {
+      done = true;
+      return prefix << (8 * (3 - L));  // the picked bin's lowest key
+    }
   }
-  done = true;
-  return prefix;
+  return prefix;  // not reached
 }
 
 

@@ -1,0 +1,359 @@
+// The engine's decode attention for short contexts (see llm/fused.h, attention_rope):
+// RoPE of q and k, the paged KV append of the new token and attention over the
+// sequence's keys in one launch, written for programmatic dependent launch:
+//   1. before waiting for the q/k/v projection, each CTA copies (cp.async) the cached
+//      keys and values of its chunk (positions < pos: written by earlier steps) into
+//      shared memory and lets the next kernel (the output projection) launch, so its
+//      weight loads start while attention runs;
+//   2. after the wait: q of the group's query heads and the new k, v from the
+//      projection's output, rotated exactly as rope_append does (the same bits in the
+//      cache); the CTA whose chunk holds the new position stores k, v in the cache;
+//   3. scores (one key per thread), softmax per head, P V (one dimension per thread),
+//      fp32 throughout;
+//   4. one chunk: the output directly; several: each chunk writes (o, max, sum) to the
+//      workspace and the last CTA of the (sequence, kv head) to finish (an integer
+//      counter, reset by it) merges the chunks in chunk order.
+// Every sum has a fixed order: the same bits every run, whatever the other sequences.
+#include <cfloat>
+
+#include "core/cuda_util.h"
+#include "cuda/common/attention.cuh"
+#include "cuda/common/rows.cuh"
+#include "cuda/llm_common.cuh"
+#include "llm/fused.h"
+#include "ops/nn_args.h"
+
+namespace gk::cuda {
+
+namespace {
+using namespace llmk;
+
+constexpr int kAT = 128;   // threads per CTA
+constexpr int kAG = 8;     // at most 8 query heads per kv head
+
+// KC keys per chunk (128: one thread per key in the score pass; 64: two, each half the row)
+template <int D, int KC>
+struct ACfg {
+  static constexpr int KROW = D * 2 + 16;  // padded key row (bytes): conflict-free 16-byte reads
+  static constexpr int VROW = D * 2;
+  static constexpr size_t K_OFF = 0;
+  static constexpr size_t V_OFF = K_OFF + size_t(KC) * KROW;
+  static constexpr size_t Q_OFF = V_OFF + size_t(KC) * VROW;
+  static constexpr size_t P_OFF = Q_OFF + size_t(kAG) * D * 4;
+  static constexpr size_t SMEM = P_OFF + size_t(kAG) * KC * 4;
+};
+
+__device__ __forceinline__ void rot(float x1, float x2, float cs, float sn, float& r1, float& r2) {
+  r1 = __fsub_rn(__fmul_rn(x1, cs), __fmul_rn(x2, sn));
+  r2 = __fadd_rn(__fmul_rn(x2, cs), __fmul_rn(x1, sn));
+}
+
+// The cache slot of position p of sequence b, or -1 (page outside the table or the pool).
+__device__ __forceinline__ int64_t a_slot(const llm::AttnArgs& a, int b, int64_t p) {
+  if (p < 0) return -1;
+  if (p >= a.max_blocks * a.bs) return -1;
+  const int bs = int(a.bs), li = int(p) / bs;  // positions < 2^31, bs <= 256: 32-bit division
+  const int64_t blk = a.block_table[int64_t(b) * a.bt_stride + li];
+  if (blk < 0 || blk >= a.nb) return -1;
+  return blk * a.bs + (int(p) - li * bs);
+}
+
+// Pair u of a head's D / 2 pairs: its two dimensions and its rotary frequency index (-1: not rotated).
+__device__ __forceinline__ void a_pair(const llm::AttnArgs& a, int u, int& i1, int& i2, int& j) {
+  const int n2 = a.rd / 2;
+  if (u < n2) {
+    i1 = a.interleaved ? 2 * u : u;
+    i2 = a.interleaved ? 2 * u + 1 : u + n2;
+    j = u;
+  } else {
+    i1 = a.rd + 2 * (u - n2);
+    i2 = i1 + 1;
+    j = -1;
+  }
+}
+
+template <class T, int D, int kAC>
+__global__ void __launch_bounds__(kAT) k_attn_rope(const __grid_constant__ llm::AttnArgs a,
+                                                   const __grid_constant__ llm::ProjRope rope) {
+  using Cf = ACfg<D, kAC>;
+  constexpr int TPK = kAT / kAC;  // threads per key in the score pass
+  static_assert(TPK == 1 || TPK == 2, "64 or 128 keys per chunk");
+  extern __shared__ __align__(16) unsigned char sm[];
+  __shared__ int64_t kslot[kAC];  // cache slot of each key of the chunk, -1: masked
+  __shared__ float red_m[kAG], red_l[kAG];
+  __shared__ int s_last;
+  constexpr int CH = D / 8;  // 16-byte chunks per row
+  const int tid = threadIdx.x;
+  const int s = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+  const int G = a.hq / a.hkv;
+  const int64_t p = a.pos[b];  // written before the step: safe before the wait
+  // keys past the grid's S chunks lie past the block table (masked anyway): not attended
+  const int64_t len = p < 0 ? 0 : (p + 1 < int64_t(a.S) * kAC ? p + 1 : int64_t(a.S) * kAC);
+  const int64_t k0 = int64_t(s) * kAC;
+  const int nsplit = int((len + kAC - 1) / kAC);
+  if (len == 0) {  // nothing to attend to: zero output (as attention_decode), written after the wait
+    pdl_trigger();
+    pdl_wait();
+    if (s == 0)
+      for (int e = tid; e < G * D; e += kAT)
+        static_cast<T*>(a.out)[(int64_t(b) * a.hq + int64_t(kvh) * G) * D + e] = convert<T>(0.f);
+    return;
+  }
+  if (k0 >= len) {
+    pdl_trigger();
+    return;
+  }
+  const int n = int(len - k0 < kAC ? len - k0 : int64_t(kAC));
+  unsigned char* Ks = sm + Cf::K_OFF;
+  unsigned char* Vs = sm + Cf::V_OFF;
+  float* qs = reinterpret_cast<float*>(sm + Cf::Q_OFF);
+  float* ps = reinterpret_cast<float*>(sm + Cf::P_OFF);
+  // 1. the cached keys / values of the chunk (positions < p)
+  for (int j = tid; j < kAC; j += kAT)  // a key whose page is outside the pool: masked
+    kslot[j] = j < n ? a_slot(a, b, k0 + j) : -1;
+  __syncthreads();
+  const T* kc = static_cast<const T*>(a.kc);
+  const T* vc = static_cast<const T*>(a.vc);
+  for (int e = tid; e < n * CH; e += kAT) {
+    const int j = e / CH, c = e - j * CH;
+    if (k0 + j >= p) continue;  // the new token: after the wait
+    const int64_t slot = kslot[j];
+    const int64_t off = slot >= 0 ? (slot * a.hkv + kvh) * D + c * 8 : 0;
+    cp_async16(Ks + size_t(j) * Cf::KROW + c * 16, kc + off, slot >= 0);
+    cp_async16(Vs + size_t(j) * Cf::VROW + c * 16, vc + off, slot >= 0);
+  }
+  cp_async_commit();
+  pdl_trigger();  // the output projection may launch and start reading its weights
+  pdl_wait();     // the q/k/v projection has finished
+  // 2. q of the G heads (rotated, rounded to T as stored), the new k, v
+  const T* qkv = static_cast<const T*>(a.qkv) + int64_t(b) * a.qkv_rs;
+  for (int u = tid; u < G * (D / 2); u += kAT) {
+    const int g = u / (D / 2);
+    int i1, i2, j;
+    a_pair(a, u - g * (D / 2), i1, i2, j);
+    const T* src = qkv + (int64_t(kvh) * G + g) * D;
+    float x1 = float(src[i1]), x2 = float(src[i2]);
+    if (j >= 0) {
+      float sn, cs, r1, r2;
+      sincosf(float(p) * rope.inv_freq[j], &sn, &cs);
+      rot(x1, x2, __fmul_rn(cs, a.mscale), __fmul_rn(sn, a.mscale), r1, r2);
+      x1 = float(convert<T>(r1));
+      x2 = float(convert<T>(r2));
+    }
+    qs[g * D + i1] = x1;
+    qs[g * D + i2] = x2;
+  }
+  if (p >= k0 && p < k0 + n) {  // this chunk holds the new token
+    const int jn = int(p - k0);
+    const int64_t slot = a_slot(a, b, p);
+    const T* ksrc = qkv + (int64_t(a.hq) + kvh) * D;
+    const T* vsrc = qkv + (int64_t(a.hq) + a.hkv + kvh) * D;
+    T* krow = reinterpret_cast<T*>(Ks + size_t(jn) * Cf::KROW);
+    T* vrow = reinterpret_cast<T*>(Vs + size_t(jn) * Cf::VROW);
+    for (int u = tid; u < D / 2; u += kAT) {
+      int i1, i2, j;
+      a_pair(a, u, i1, i2, j);
+      T k1 = ksrc[i1], k2 = ksrc[i2];
+      if (j >= 0) {
+        float sn, cs, r1, r2;
+        sincosf(float(p) * rope.inv_freq[j], &sn, &cs);
+        rot(float(k1), float(k2), __fmul_rn(cs, a.mscale), __fmul_rn(sn, a.mscale), r1, r2);
+        k1 = convert<T>(r1);
+        k2 = convert<T>(r2);
+      }
+      krow[i1] = k1;
+      krow[i2] = k2;
+      if (slot >= 0) {
+        T* kd = static_cast<T*>(a.kc) + (slot * a.hkv + kvh) * D;
+        kd[i1] = k1;
+        kd[i2] = k2;
+      }
+    }
+    for (int d = tid; d < D; d += kAT) {
+      vrow[d] = vsrc[d];
+      if (slot >= 0) static_cast<T*>(a.vc)[(slot * a.hkv + kvh) * D + d] = vsrc[d];
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+  // 3a. scores: thread t takes key t / TPK (with TPK = 2 each thread half the row, the
+  // halves added: the same sum on both threads)
+  {
+    const int j = tid / TPK, part = tid % TPK;
+    float acc[kAG];
+#pragma unroll
+    for (int g = 0; g < kAG; ++g) acc[g] = 0.f;
+    if (j < n) {
+      const unsigned char* kr = Ks + size_t(j) * Cf::KROW;
+#pragma unroll 4
+      for (int c = part * (CH / TPK); c < (part + 1) * (CH / TPK); ++c) {
+        float kf[8];
+        vec16_to_float<T>(kr + c * 16, kf);
+#pragma unroll
+        for (int g = 0; g < kAG; ++g) {
+          if (g < G) {
+            const float4 q0 = *reinterpret_cast<const float4*>(qs + g * D + c * 8);
+            const float4 q1 = *reinterpret_cast<const float4*>(qs + g * D + c * 8 + 4);
+            float d = acc[g];
+            d = fmaf(q0.x, kf[0], d);
+            d = fmaf(q0.y, kf[1], d);
+            d = fmaf(q0.z, kf[2], d);
+            d = fmaf(q0.w, kf[3], d);
+            d = fmaf(q1.x, kf[4], d);
+            d = fmaf(q1.y, kf[5], d);
+            d = fmaf(q1.z, kf[6], d);
+            d = fmaf(q1.w, kf[7], d);
+            acc[g] = d;
+          }
+        }
+      }
+    }
+    if constexpr (TPK == 2) {
+#pragma unroll
+      for (int g = 0; g < kAG; ++g) acc[g] += __shfl_xor_sync(0xffffffffu, acc[g], 1);
+    }
+    if (j < n && part == 0) {
+      const bool ok = kslot[j] >= 0;
+#pragma unroll
+      for (int g = 0; g < kAG; ++g)
+        if (g < G) ps[g * kAC + j] = ok ? acc[g] * a.scale : -INFINITY;
+    }
+  }
+  __syncthreads();
+  // 3b. softmax per head: warp w takes heads w, w + 4
+  const int lane = tid & 31, warp = tid >> 5;
+  for (int g = warp; g < G; g += kAT / 32) {
+    float m = -INFINITY;
+    for (int j = lane; j < n; j += 32) m = fmaxf(m, ps[g * kAC + j]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    float l = 0.f;
+    for (int j = lane; j < n; j += 32) {
+      const float v = ps[g * kAC + j];
+      const float e = m == -INFINITY ? 0.f : expf(v - m);
+      ps[g * kAC + j] = e;
+      l += e;
+    }
+    l = warp_sum(l);
+    if (lane == 0) red_m[g] = m, red_l[g] = l;
+  }
+  __syncthreads();
+  // 3c. o = P V: thread (d, key group kg) over keys kg, kg + KG, ...
+  constexpr int KG = kAT / D;  // key groups of the P V pass
+  static_assert(kAT % D == 0 && KG >= 1, "D divides the CTA");
+  const int d = tid % D, kg = tid / D;
+  float o[kAG];
+#pragma unroll
+  for (int g = 0; g < kAG; ++g) o[g] = 0.f;
+  for (int j = kg; j < n; j += KG) {
+    const float v = float(reinterpret_cast<const T*>(Vs + size_t(j) * Cf::VROW)[d]);
+#pragma unroll
+    for (int g = 0; g < kAG; ++g)
+      if (g < G) o[g] = fmaf(ps[g * kAC + j], v, o[g]);
+  }
+  if constexpr (KG > 1) {  // combine the key groups in order through (now free) shared memory
+    __syncthreads();
+    float* comb = reinterpret_cast<float*>(Ks);  // [KG][G][D]
+#pragma unroll
+    for (int g = 0; g < kAG; ++g)
+      if (g < G) comb[(kg * kAG + g) * D + d] = o[g];
+    __syncthreads();
+    if (kg == 0) {
+#pragma unroll
+      for (int g = 0; g < kAG; ++g)
+        if (g < G) {
+          float t = comb[g * D + d];
+          for (int q = 1; q < KG; ++q) t += comb[(q * kAG + g) * D + d];
+          o[g] = t;
+        }
+    }
+  }
+  T* out = static_cast<T*>(a.out) + (int64_t(b) * a.hq + int64_t(kvh) * G) * D;
+  // (o[] indexed by compile-time g only: a runtime index would put it in local memory)
+  if (nsplit == 1) {
+    if (kg == 0) {
+#pragma unroll
+      for (int g = 0; g < kAG; ++g)
+        if (g < G) out[g * D + d] = convert<T>(red_l[g] > 0.f ? o[g] / red_l[g] : 0.f);
+    }
+    return;
+  }
+  // 4. partials, then the last CTA merges in chunk order
+  const int64_t pr = (int64_t(b) * a.hkv + kvh) * a.S;  // partial rows of this (sequence, kv head)
+  float* wo = a.ws + (pr + s) * kAG * D;
+  float* wml = a.ws + int64_t(a.B) * a.hkv * a.S * kAG * D + (pr + s) * kAG * 2;
+  if (kg == 0) {
+#pragma unroll
+    for (int g = 0; g < kAG; ++g)
+      if (g < G) wo[g * D + d] = o[g];
+  }
+  if (tid < G) wml[tid * 2] = red_m[tid], wml[tid * 2 + 1] = red_l[tid];
+  __threadfence();
+  __syncthreads();
+  int* ctr = a.counters + int64_t(b) * a.hkv + kvh;
+  if (tid == 0) s_last = atomicAdd(ctr, 1) == nsplit - 1;
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  const float* bo = a.ws + pr * kAG * D;
+  const float* bml = a.ws + int64_t(a.B) * a.hkv * a.S * kAG * D + pr * kAG * 2;
+  for (int e = tid; e < G * D; e += kAT) {
+    const int g = e / D, dd = e - g * D;
+    float M = -INFINITY;
+    for (int q = 0; q < nsplit; ++q) M = fmaxf(M, __ldcg(bml + (int64_t(q) * kAG + g) * 2));
+    float num = 0.f, den = 0.f;
+    if (M != -INFINITY) {
+      for (int q = 0; q < nsplit; ++q) {
+        const float mq = __ldcg(bml + (int64_t(q) * kAG + g) * 2);
+        const float w = mq == -INFINITY ? 0.f : expf(mq - M);
+        num = fmaf(w, __ldcg(bo + (int64_t(q) * kAG + g) * D + dd), num);
+        den = fmaf(w, __ldcg(bml + (int64_t(q) * kAG + g) * 2 + 1), den);
+      }
+    }
+    out[g * D + dd] = convert<T>(den > 0.f ? num / den : 0.f);
+  }
+  if (tid == 0) *ctr = 0;  // ready for the next launch
+}
+
+template <class T, int D, int KC>
+void attn_launch(const llm::AttnArgs& a, const llm::ProjRope& rope, cudaStream_t st) {
+  constexpr size_t smem = ACfg<D, KC>::SMEM;
+  static_assert(smem <= 200 * 1024, "shared memory");
+  auto kern = k_attn_rope<T, D, KC>;
+  GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(a.S), unsigned(a.hkv), unsigned(a.B));
+  cfg.blockDim = dim3(kAT);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = a.pdl ? 1 : 0;
+  GK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, a, rope));
+  GK_LAUNCH_CHECK("llm_attention_rope");
+}
+
+}  // namespace
+
+int64_t llm_attention_ws_floats(int64_t B, int64_t hkv, int64_t S) { return B * hkv * S * kAG * (128 + 2); }
+
+void llm_attention_rope(const llm::AttnArgs& a, const llm::ProjRope& rope, void* stream) {
+  if (a.B <= 0) return;
+  if (a.D != 64 && a.D != 128) throw ValueError("attention_rope: head_dim 64 or 128");
+  if (a.hkv <= 0 || a.hq % a.hkv || a.hq / a.hkv > kAG) throw ValueError("attention_rope: at most 8 query heads per kv head");
+  if (a.S <= 0 || a.S > 65535 || a.hkv > 65535 || a.B > 65535) throw ValueError("attention_rope: grid too large");
+  auto st = static_cast<cudaStream_t>(stream);
+  if (a.chunk != 64 && a.chunk != 128) throw ValueError("attention_rope: chunks of 64 or 128 keys");
+  auto go = [&](auto tv) {
+    using T = decltype(tv);
+    if (a.D == 64) a.chunk == 64 ? attn_launch<T, 64, 64>(a, rope, st) : attn_launch<T, 64, 128>(a, rope, st);
+    else a.chunk == 64 ? attn_launch<T, 128, 64>(a, rope, st) : attn_launch<T, 128, 128>(a, rope, st);
+  };
+  if (a.dtype == DType::bf16) go(bf16{});
+  else if (a.dtype == DType::f16) go(f16{});
+  else throw TypeError("attention_rope: bfloat16 or float16 expected");
+}
+
+}  // namespace gk::cuda

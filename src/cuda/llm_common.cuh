@@ -1,0 +1,60 @@
+// Device helpers shared by the engine's kernels (llm_decode.cu, llm_step.cu,
+// llm_dequant.cu): programmatic dependent launch (PDL) and the launch with its attribute.
+//   griddepcontrol.launch_dependents: the next kernel of the stream may start launching;
+//   griddepcontrol.wait: the previous kernel has finished and its writes are visible.
+// Without the launch attribute (or before sm_90) both are no-ops.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <utility>
+
+#include "core/cuda_util.h"
+
+namespace gk::cuda::llmk {
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Weights: read once, never written during the step (safe before the PDL wait).
+__device__ __forceinline__ uint4 ld_weight(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+// Activations written by the previous kernel: a plain (coherent) load, after the wait.
+__device__ __forceinline__ uint4 ld_act(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+// A launch with the programmatic-serialization attribute when pdl.
+template <class... P, class... A>
+void launch_ex(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t st, bool pdl, const char* name,
+               A&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  GK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
+  GK_LAUNCH_CHECK(name);
+}
+
+}  // namespace gk::cuda::llmk
