@@ -15,7 +15,10 @@ host launch overhead is not counted - for torch too. Every format is checked on 
 rows against float64 products with its exact dequantization before it is timed.
 
 bf16_tc / bf16_m8_tc / fp8_tc / int8_tc: bf16, fp8 or int8 weights through the tensor-core kernel
-instead of the default CUDA-core one (gk._C._gemv_set_dense_path(1)); *_cc forces the CUDA cores.
+instead of the default CUDA-core one (gk._C._gemv_set_dense_path(1)); *_cc forces the CUDA cores;
+*_st the staged tensor-core kernel (src/cuda/gemv_w8.cu, path 2; the default where it applies);
+fp8_h_st / int8_h_st: the same with float16 x (no scaled fp16 copy of x needed). --w8 KB,D,WT[/KB,D,WT...]: time
+the *_st formats again with each GPUKIT_GEMV_W8 setting (printed only).
 --ms 1,4,8: also time every other format with M = 4 and 8 rows of x (records FMT_m4, FMT_m8).
 The default launches use programmatic dependent launch (each call copies its first weights
 while the previous call finishes, as in a decode step's chain of GEMVs); "variant 2" lines: the
@@ -30,6 +33,7 @@ Exits 0 without CUDA.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 
@@ -41,6 +45,8 @@ SHAPES = [(4096, 14336), (14336, 4096), (4096, 128256)]
 TILE = 512           # rows quantized on the CPU, repeated on the GPU
 L2_DEFEAT = 256e6    # bytes of rotated weights per measurement (>= 5x the H200's L2)
 FORMATS = ("bf16", "fp16", "bf16_m4", "bf16_m8", "bf16_tc", "bf16_m8_tc", "fp8", "int8", "fp8_tc", "int8_tc",
+           "bf16_st", "bf16_m2_st", "bf16_m4_st", "bf16_m8_st", "fp8_st", "int8_st", "fp8_m8_st", "int8_m8_st",
+           "bf16_cc", "bf16_m8_cc", "fp8_cc", "int8_cc", "fp8_h_st", "int8_h_st", "fp8_m2_st", "fp8_m4_st",
            "int4", "int4_g64", "int4_g32", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 VARIANT_FMTS = ("bf16", "bf16_m8", "fp8", "int8", "int4", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "without PDL",
@@ -192,6 +198,7 @@ def main():
     args = parse_args(__doc__, lambda p: (p.add_argument("--only", default=",".join(FORMATS)),
                                           p.add_argument("--shapes", default="0,1,2"),
                                           p.add_argument("--ms", default="1"),
+                                          p.add_argument("--w8", default=""),
                                           p.add_argument("--no-variants", action="store_true",
                                                          help="skip the alternative kernel variants"),
                                           p.add_argument("--variants", default="1,2",
@@ -207,8 +214,8 @@ def main():
     rounds = max(5, args.rounds // 3)
     only = [f for f in FORMATS if f in set(args.only.split(","))]
     extra_ms = [int(v) for v in args.ms.split(",") if int(v) > 1]
-    only = only + [f"{f}_m{mm}" for mm in extra_ms for f in only if "_m" not in f and not f.endswith(("_tc", "_cc"))
-                   and f not in ("bf16", "fp16")]
+    only = only + [f"{f}_m{mm}" for mm in extra_ms for f in only if "_m" not in f
+                   and not f.endswith(("_tc", "_cc", "_st")) and f not in ("bf16", "fp16")]
     ceiling = copy_ceiling(rounds)
     print(f"copy ceiling {ceiling:.3f} TB/s (1 GiB device-to-device, read + written)")
     if not 1.0 < ceiling < 6.0:
@@ -232,11 +239,11 @@ def main():
             m = int(fmt.rsplit("_m", 1)[1].split("_")[0]) if "_m" in fmt else 1
             base = fmt
             if not fmt.startswith(("bf16", "fp16")):
-                base = fmt.removesuffix("_tc").removesuffix("_cc").split("_m")[0]
+                base = fmt.removesuffix("_tc").removesuffix("_cc").removesuffix("_st").removesuffix("_h").split("_m")[0]
             if fmt.startswith("int4_g"):
                 base = fmt.split("_m")[0]
-            gk._C._gemv_set_dense_path(1 if fmt.endswith("_tc") else (0 if fmt.endswith("_cc") else -1))
-            xdt = "float16" if fmt == "fp16" else "bfloat16"
+            gk._C._gemv_set_dense_path({"_tc": 1, "_cc": 0, "_st": 2}.get(fmt[-3:], -1))
+            xdt = "float16" if fmt == "fp16" or "_h_" in fmt else "bfloat16"
             x = gk.asarray(rng.standard_normal((m, k), dtype=np.float32)).to("cuda").astype(xdt)
             probe_bytes = n * k * (2 if fmt.startswith(("bf16", "fp16")) else 1)
             copies = max(1, math.ceil(L2_DEFEAT / probe_bytes))
@@ -272,6 +279,18 @@ def main():
                         notes.append(f"  variant {var} FAILED: {type(e).__name__}: {e}")
                     finally:
                         gk._C._gemv_set_variant(0)
+            if fmt.endswith("_st") and args.w8:  # the staged kernel's stage / depth / warp knob
+                for cfg in args.w8.split("/"):
+                    os.environ["GPUKIT_GEMV_W8"] = cfg
+                    try:
+                        check(fmt, fn(x, *wargs[0]), x, deq)
+                        v1 = tbs(nbytes, median(time_graph(calls, rounds)))
+                        notes.append(f"  w8 {cfg}: {v1:.3f} TB/s = {v1 / ceiling:.0%} of copy")
+                        r_var[f"w8_{cfg.replace(',', '_')}"] = v1
+                    except Exception as e:  # noqa: BLE001
+                        notes.append(f"  w8 {cfg} FAILED: {type(e).__name__}: {e}")
+                    finally:
+                        del os.environ["GPUKIT_GEMV_W8"]
             if fmt == "bf16":  # cross-check: plain launches timed on the current stream (host overhead included)
                 a, b = gk.Event(), gk.Event()
                 a.record()
@@ -284,7 +303,7 @@ def main():
             r["copy_ceiling"] = round(ceiling, 4)
             r["us"] = round(median(ms) * 1e3, 2)
             for var, vv in r_var.items():
-                r[f"variant{var}_tbs"] = round(vv, 4)
+                r[f"variant{var}_tbs" if isinstance(var, int) else var] = round(vv, 4)
             records.append(r)
             print(f"gemv {fmt:<8} {shape:<14} M={m}: {median(ms) * 1e3:8.1f} us  {v:6.3f} TB/s = "
                   f"{v / ceiling:4.0%} of copy" + (f"  (torch bf16 M=1: {pv:.3f} TB/s)" if pv else ""))

@@ -69,7 +69,8 @@ GK_BINDING(27, quant) {
      "More than 8 rows run as linear(). Deterministic (no atomics; fixed split-K order).");
 
   m.def("_gemv_set_dense_path", &gemv_set_dense_path, nb::arg("path"),
-        "Benchmarking switch: -1 default (CUDA cores), 0 CUDA-core, 1 tensor-core kernel for bf16/fp16/fp8/int8.");
+        "Benchmarking switch for bf16/fp16/fp8/int8: -1 default (the staged tensor-core kernel where it applies), "
+        "0 CUDA-core, 1 per-lane tensor-core, 2 staged tensor-core kernel.");
   m.def("_gemv_dense_path", &gemv_dense_path);
   m.def("_gemv_set_variant", &gemv_set_variant, nb::arg("variant"),
         "Benchmarking switch of the GEMV kernels: 0 default (PDL), 1 a 2-stage ring (int4, GGUF: the older kernels), "

@@ -9,6 +9,7 @@
 #include "common/gemv_mma.cuh"
 #include "core/cuda_util.h"
 #include "ops/backend.h"
+#include "ops/gemv_args.h"
 #include "ops/quant_args.h"
 
 namespace gk::cuda {
@@ -245,6 +246,7 @@ int qgemv_split(int64_t n, int64_t k, QFormat f, bool mma) {
 }
 
 void qgemv(const QGemvArgs& a, void* stream) {
+  if (a.w8) return gemv_w8_quant(a, stream);  // src/cuda/gemv_w8.cu
   if (a.m <= 0 || a.n <= 0) return;
   if (a.m > 8) throw ValueError("gemv: the kernel takes at most 8 rows of x");
   if (a.mma && (a.k % 64 != 0 || (a.fmt != QFormat::fp8 && a.fmt != QFormat::int8)))

@@ -9,14 +9,17 @@ namespace gk {
 
 namespace {
 std::atomic<int> g_dense_path{-1};
-// The CUDA-core chunk kernel by default: on the H200 (checkpoint B) it reads bf16 at
-// 93 / 90 / 104% of the copy bandwidth at M = 1 where the tensor-core kernel reaches
-// 69 / 66 / 91%; the tensor-core kernel is better at M = 4..8 (61-65% against 35%), but
-// the choice may not depend on M.
+// The per-lane tensor-core kernel (gemv_mma.cuh) only on request: on the H200 (session 3,
+// checkpoint B) it read bf16 at 69 / 66 / 91% of the copy bandwidth at M = 1. The choice
+// between kernels never depends on M.
 constexpr bool kDenseMmaDefault = false;
+// The staged tensor-core kernel (src/cuda/gemv_w8.cu) for bf16/fp16 weights by default: on
+// the H200 (2026-11-30 session 4, checkpoint A) 98 / 95 / 100% of the copy bandwidth at M = 1
+// against 93 / 89 / 105% for the CUDA-core kernel, and 94 / 93 / 100% at M = 8 against 35%.
+constexpr bool kDenseW8Default = true;
 }  // namespace
 void gemv_set_dense_path(int path) {
-  if (path < -1 || path > 1) throw ValueError(cat("path: expected -1, 0 or 1, got ", path));
+  if (path < -1 || path > 2) throw ValueError(cat("path: expected -1, 0, 1 or 2, got ", path));
   g_dense_path.store(path);
 }
 int gemv_dense_path() { return g_dense_path.load(); }
@@ -28,6 +31,17 @@ void gemv_set_variant(int v) {
   g_variant.store(v);
 }
 int gemv_variant() { return g_variant.load(); }
+
+namespace {
+// The staged tensor-core kernel (src/cuda/gemv_w8.cu) for fp8 / int8 weights by default (H200,
+// checkpoint A: fp8 77 / 69 / 98%, int8 75 / 67 / 96% of copy at M = 1 against 69 / 73 / 83%
+// and 65 / 70 / 76% for the CUDA-core kernel).
+constexpr bool kW8QuantDefault = true;
+}  // namespace
+bool gemv_w8_quant_enabled(int64_t, int64_t k) {
+  const int path = g_dense_path.load();
+  return k > 0 && k % 64 == 0 && (path == 2 || (path < 0 && kW8QuantDefault));
+}
 
 Array gemv(const Array& x_in, const Array& w_in, std::optional<DType> out_dtype, const Stream* sp) {
   Device d = detail::common_device({{"x", &x_in}, {"w", &w_in}});
@@ -78,7 +92,8 @@ Array gemv(const Array& x_in, const Array& w_in, std::optional<DType> out_dtype,
       a.vec = al16(a.w) && al16(a.x) && a.w_rs % 8 == 0 && k % 8 == 0;
       const int path = g_dense_path.load();
       a.mma = a.vec && k % 32 == 0 && (path == 1 || (path < 0 && kDenseMmaDefault));
-      a.split = a.vec ? cuda::gemv_split(n, k, a.mma) : 1;
+      a.w8 = a.vec && k > 0 && k % 32 == 0 && (path == 2 || (path < 0 && kDenseW8Default));
+      a.split = a.w8 ? cuda::gemv_w8_split(n, k, 2) : (a.vec ? cuda::gemv_split(n, k, a.mma) : 1);
       a.variant = g_variant.load();
       Array part;
       if (a.split > 1) {
@@ -87,7 +102,8 @@ Array gemv(const Array& x_in, const Array& w_in, std::optional<DType> out_dtype,
       }
       detail::mark_used(x, s);
       detail::mark_used(w, s);
-      cuda::gemv(a, s.handle());
+      if (a.w8) cuda::gemv_w8_dense(a, s.handle());
+      else cuda::gemv(a, s.handle());
 #else
       detail::no_cuda_backend();
 #endif

@@ -18,12 +18,16 @@ struct GemvArgs {
   bool vec = false;  // CUDA: rows of x and w are 16-byte aligned (16-byte loads)
   bool mma = false;  // CUDA: the tensor-core kernel (vec and K % 32 == 0)
   int variant = 0;   // CUDA: kernel variant (gemv_set_variant)
+  bool w8 = false;   // CUDA: the staged tensor-core kernel (src/cuda/gemv_w8.cu; vec and K % 32 == 0)
 };
 
-// Which CUDA kernel reads bf16/fp16 (and fp8/int8) weights when both can: -1 the default
-// (the CUDA-core chunk kernel), 0 the CUDA-core chunk kernel, 1 the tensor-core kernel (a
-// benchmarking switch; the choice never depends on M, so a row's bits do not depend on
-// the batch).
+struct QGemvArgs;
+
+// Which CUDA kernel reads bf16/fp16 (and fp8/int8) weights when several can: -1 the default
+// (the staged kernel where it applies: K % 32 == 0 (bf16/fp16) or K % 64 == 0 (fp8/int8)
+// and aligned rows; else the CUDA-core kernel), 0 the CUDA-core chunk kernel, 1 the per-lane tensor-core kernel
+// (gemv_mma.cuh), 2 the staged tensor-core kernel (gemv_w8.cuh; a benchmarking switch;
+// the choice never depends on M, so a row's bits do not depend on the batch).
 void gemv_set_dense_path(int path);
 int gemv_dense_path();
 // Benchmarking switch of every GEMV kernel: 0 the default (launched with programmatic
@@ -41,6 +45,14 @@ namespace cuda {
 void gemv(const GemvArgs& a, void* stream);
 // The split-K factor the CUDA kernel uses for (n, k): a function of the shape only.
 int gemv_split(int64_t n, int64_t k, bool mma);
+// The staged tensor-core kernel (src/cuda/gemv_w8.cu): its split-K for rows of k weights of
+// `ebytes` bytes; bf16/fp16 weights (GemvArgs with w8); fp8 / int8 weights (QGemvArgs with
+// w8; bf16 x needs the workspaces xh [m, k] fp16 and xinv [m] f32).
+int gemv_w8_split(int64_t n, int64_t k, int ebytes);
+void gemv_w8_dense(const GemvArgs& a, void* stream);
+void gemv_w8_quant(const QGemvArgs& a, void* stream);
 }  // namespace cuda
+// Whether the staged kernel serves fp8 / int8 weights of this shape (path 2, or the default).
+bool gemv_w8_quant_enabled(int64_t n, int64_t k);
 
 }  // namespace gk

@@ -300,7 +300,15 @@ Array gemv_quantized(const Array& x_in, const QuantizedWeight& qw, std::optional
     // fp8 / int8: the CUDA-core kernel by default (faster at M = 1 on the H200); the
     // tensor-core kernel with gemv_set_dense_path(1) (K % 64 == 0)
     a.mma = (f == QFormat::fp8 || f == QFormat::int8) && k % 64 == 0 && gemv_dense_path() == 1;
-    a.split = cuda::qgemv_split(n, k, f, a.mma);
+    a.w8 = (f == QFormat::fp8 || f == QFormat::int8) && !a.mma && gemv_w8_quant_enabled(n, k);
+    a.split = a.w8 ? cuda::gemv_w8_split(n, k, 1) : cuda::qgemv_split(n, k, f, a.mma);
+    Array xh, xinv;  // the staged kernel's scaled fp16 copy of bf16 x (src/cuda/gemv_w8.cu)
+    if (a.w8 && act == DType::bf16) {
+      xh = Array::empty({m, k}, DType::f16, d, &s);
+      xinv = Array::empty({m}, DType::f32, d, &s);
+      a.xh = xh.data();
+      a.xinv = xinv.data_as<float>();
+    }
     a.variant = gemv_variant();
     Array part;
     if (a.split > 1) {

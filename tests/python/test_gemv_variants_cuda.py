@@ -2,7 +2,8 @@
 with programmatic dependent launch; 1 a 2-stage ring; for int4 and Q8_0 / Q4_0 / Q4_1 /
 Q4_K / Q6_K variant 1 is the older kernel instead of the staged tensor-core one; 2 the
 default kernels without programmatic dependent launch) and both paths of bf16/fp8/int8
-(default / *_cc: the CUDA-core kernel, *_tc: the tensor-core kernel) against float64 products with the exactly dequantized weights, at shapes with ragged per-warp work (odd N,
+(default / *_cc: the CUDA-core kernel, *_tc: the tensor-core kernel, *_st: the staged
+tensor-core kernel of gemv_w8.cu) against float64 products with the exactly dequantized weights, at shapes with ragged per-warp work (odd N,
 K with a partial last step, split-K): the variant switch is a benchmarking knob and
 must never change correctness. Also: same bits every run, a row alone = the row in a
 batch. Skipped without a GPU."""
@@ -15,7 +16,8 @@ import gpukit as gk
 
 pytestmark = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(2026)
-FMTS = ["bf16", "bf16_cc", "bf16_tc", "fp8", "int8", "fp8_tc", "int8_tc", "int4_32", "int4_64", "int4_128", "nvf4",
+FMTS = ["bf16", "bf16_cc", "bf16_tc", "bf16_st", "fp8", "int8", "fp8_cc", "int8_cc", "fp8_tc", "int8_tc", "fp8_st",
+        "int8_st", "int4_32", "int4_64", "int4_128", "nvf4",
         "q8_0", "q4_0", "q4_1", "q4_k", "q6_k"]
 
 
@@ -25,7 +27,7 @@ def f64(a):
 
 def make(fmt, n, k):
     """(callable(x) -> y float32 on the GPU, float64 exact weights, GGUF bytes or None)."""
-    if fmt in ("fp8_cc", "int8_cc", "fp8_tc", "int8_tc"):
+    if fmt in ("fp8_cc", "int8_cc", "fp8_tc", "int8_tc", "fp8_st", "int8_st"):
         fmt = fmt[:-3]
     w = (RNG.standard_normal((n, k)) / math.sqrt(k)).astype(np.float32)
     wt = gk.asarray(w)
@@ -75,7 +77,7 @@ def split_bound(fmt, qb, xs):
 
 def run(fmt, fn, x, variant):
     gk._C._gemv_set_variant(variant)
-    gk._C._gemv_set_dense_path(1 if fmt.endswith("_tc") else (0 if fmt.endswith("_cc") else -1))
+    gk._C._gemv_set_dense_path({"_tc": 1, "_cc": 0, "_st": 2}.get(fmt[-3:], -1))
     try:
         return fn(x)
     finally:

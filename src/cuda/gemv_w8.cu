@@ -1,0 +1,282 @@
+// The staged tensor-core decode GEMV (common/gemv_w8.cuh): bf16/fp16 weights, fp8-e4m3
+// and int8 weights with row scales; the bf16 -> scaled fp16 x preparation of the 8-bit
+// formats; the launch plan (warps per CTA, split-K) and the benchmarking knob
+// GPUKIT_GEMV_W8="KB,D,WT" (64-byte blocks per stage, ring depth, target warps per SM).
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "common/gemv_w8.cuh"
+#include "core/cuda_util.h"
+#include "ops/gemv_args.h"
+#include "ops/quant_args.h"
+
+namespace gk::cuda {
+
+namespace gemv_detail {
+namespace {
+
+// x [m, k] bf16 -> xh [m, k] fp16 = x * 2^c_m, xinv[m] = 2^-c_m, with c_m such that the
+// row's largest |x| lands in [2^14, 2^15) (c_m = 0 for a zero, inf or NaN maximum). One
+// CTA per row; k % 8 == 0, 16-byte aligned rows.
+__global__ void __launch_bounds__(512) k_w8_xprep(const bf16* __restrict__ x, int64_t x_rs, int64_t k,
+                                                  f16* __restrict__ xh, float* __restrict__ xinv) {
+  constexpr int NT = 512, NR = 4;  // threads; 16-byte pieces kept in registers per thread (k <= 16384)
+  pdl_trigger();
+  pdl_wait();
+  const int64_t m = blockIdx.x;
+  const uint4* xr = reinterpret_cast<const uint4*>(x + m * x_rs);
+  uint4* out = reinterpret_cast<uint4*>(xh + m * k);
+  const int64_t nv = k / 8;
+  uint32_t mx = 0;
+  uint4 keep[NR];
+#pragma unroll
+  for (int r = 0; r < NR; ++r) {
+    const int64_t i = threadIdx.x + int64_t(r) * NT;
+    keep[r] = i < nv ? xr[i] : make_uint4(0, 0, 0, 0);
+  }
+  auto vmax = [&](const uint4& v) {
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const uint32_t u = word(v, w);
+      mx = max(mx, max(u & 0x7fffu, (u >> 16) & 0x7fffu));  // |bf16| orders as its bits
+    }
+  };
+#pragma unroll
+  for (int r = 0; r < NR; ++r) vmax(keep[r]);
+  for (int64_t i = threadIdx.x + int64_t(NR) * NT; i < nv; i += NT) vmax(xr[i]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  __shared__ uint32_t wm[NT / 32];
+  if ((threadIdx.x & 31) == 0) wm[threadIdx.x >> 5] = mx;
+  __syncthreads();
+  mx = wm[0];
+  for (int i = 1; i < NT / 32; ++i) mx = max(mx, wm[i]);
+  const int c = w8_exponent(mx);
+  const float sc = __uint_as_float(uint32_t(c + 127) << 23);
+  if (threadIdx.x == 0) xinv[m] = __uint_as_float(uint32_t(127 - c) << 23);
+  auto conv = [&](const uint4& v) {
+    return make_uint4(w8_scale_h2(v.x, sc), w8_scale_h2(v.y, sc), w8_scale_h2(v.z, sc), w8_scale_h2(v.w, sc));
+  };
+#pragma unroll
+  for (int r = 0; r < NR; ++r) {
+    const int64_t i = threadIdx.x + int64_t(r) * NT;
+    if (i < nv) out[i] = conv(keep[r]);
+  }
+  for (int64_t i = threadIdx.x + int64_t(NR) * NT; i < nv; i += NT) out[i] = conv(xr[i]);
+}
+
+struct W8Cfg {
+  int kb = 4, d = 3, wt = 16, rt = 1;  // blocks per stage, ring depth, target warps per SM, row tiles
+  // bf16 x with 8-bit weights: 0 the x kernel (the default: H200 checkpoint B, fp8 74 / 77 / 98%
+  // of copy against 61 / 61 / 97% with the CTAs' own copy and 73 / 70 / 88% with per-warp rings),
+  // -1 the CTAs' own copy when it fits, 1 always, 2 per-warp rings (other bits)
+  int xs = 0;
+};
+
+W8Cfg parse_w8(const char* e) {
+  W8Cfg c;
+  int kb = 0, d = 0, wt = 0, rt = 1, xs = 0;
+  const int got = std::sscanf(e, "%d,%d,%d,%d,%d", &kb, &d, &wt, &rt, &xs);
+  if (got < 3) throw ValueError(cat("GPUKIT_GEMV_W8: expected KB,D,WT[,RT[,XS]], got '", e, "'"));
+  const bool ok = rt == 1 ? (kb == 2 && (d == 4 || d == 6)) || (kb == 4 && (d == 2 || d == 3 || d == 4)) ||
+                                (kb == 8 && d == 2)
+                          : rt == 2 && ((kb == 4 && d == 3) || (kb == 2 && d == 4));
+  if (!ok) throw ValueError(cat("GPUKIT_GEMV_W8: unsupported stage / depth / row tiles ", kb, ",", d, ",", rt));
+  c.kb = kb;
+  c.d = d;
+  c.wt = wt < 1 ? 1 : (wt > 64 ? 64 : wt);
+  c.rt = rt;
+  c.xs = xs < -1 ? -1 : (xs > 2 ? 2 : xs);
+  return c;
+}
+
+// The knob (a benchmarking switch), parsed again only when the variable changes.
+W8Cfg w8_config() {
+  const char* e = std::getenv("GPUKIT_GEMV_W8");
+  if (!e || !*e) return W8Cfg{};
+  thread_local std::string last;
+  thread_local W8Cfg cfg;
+  if (last != e) {
+    cfg = parse_w8(e);
+    last = e;
+  }
+  return cfg;
+}
+
+constexpr int kW8SmemMax = 200 * 1024;    // dynamic shared memory of one CTA at most
+constexpr int kW8SmemPerSm = 220 * 1024;  // what the CTAs of one SM may use together
+constexpr int64_t kSmSmem = 228 * 1024;   // shared memory of one H100 / H200 SM
+
+struct W8Plan {
+  int nw = 1, split = 1;
+};
+
+// Warps per CTA and split-K for rows of k * eb bytes: about wt warps per SM over the
+// GPU (132 SMs), 1..8 warps per 16 rows, at least two stages per warp, and few enough
+// that all CTAs fit on the GPU at once when there are at most a few per SM; split-K only
+// when the row tiles alone leave the GPU half empty. A function of (N, K, eb) and the knob.
+W8Plan w8_plan(int64_t n, int64_t k, int eb, const W8Cfg& c) {
+  W8Plan p;
+  const int64_t nblk = k * eb / 64, rb = (n + 16 * c.rt - 1) / (16 * c.rt), want = int64_t(132) * c.wt;
+  int64_t w = (want + rb / 2) / rb;
+  w = std::min<int64_t>(std::max<int64_t>(w, 1), 8);
+  w = std::min<int64_t>(w, std::max<int64_t>(nblk / (2 * c.kb), 1));
+  const int64_t ring = int64_t(c.d) * w8_stage_bytes(c.kb, c.rt);  // per warp
+  w = std::min<int64_t>(w, kW8SmemMax / ring);
+  // all row tiles resident at once when they can be: ceil(rb / 132) CTAs per SM must fit
+  const int64_t per_sm = (rb + 131) / 132;
+  w = std::max<int64_t>(std::min<int64_t>(w, kW8SmemPerSm / (per_sm * (ring + 256))), 1);
+  p.nw = int(w);
+  if (rb * w * 2 < want) {
+    int64_t sp = (want + rb * w - 1) / (rb * w);
+    sp = std::min<int64_t>({sp, 16, std::max<int64_t>(nblk / (w * 2 * c.kb), 1)});
+    p.split = int(std::max<int64_t>(sp, 1));
+  }
+  return p;
+}
+
+template <class F, int KB, int D, int RT = 1, int XM = 0>
+void launch_kd(const KArgs& p, int nw, int split, int xbytes, cudaStream_t st) {
+  constexpr int SB = w8_stage_bytes(KB, RT);
+  smem_limit<k_w8<F, KB, D, RT, XM>>(kW8SmemMax);
+  const int64_t blocks = (p.n + 16 * RT - 1) / (16 * RT);
+  if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
+  int smem = nw * D * SB + xbytes;
+  if (smem > kW8SmemMax) throw ValueError("gemv: the staged kernel's shared memory does not fit");
+  // When all CTAs fit on the GPU at once, ask for enough shared memory that at most
+  // ceil(CTAs / 132) of them fit on one SM: the block scheduler then spreads them evenly
+  // (H200, checkpoint B: with room for more per SM, 896 CTAs of N = 14336 filled fewer SMs
+  // and bf16 fell from 98% to 88% of the copy bandwidth).
+  const int64_t per_sm = (blocks * split + 131) / 132;
+  if (per_sm >= 1 && per_sm <= 16) {
+    const int64_t cap = kSmSmem / (per_sm + 1) - 1024 - 512 + 256;  // just too much for per_sm + 1 CTAs
+    if (per_sm * (cap + 1024 + 512) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kW8SmemMax));
+  }
+  launch_ex(k_w8<F, KB, D, RT, XM>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st, p.variant != 2, p);
+  GK_LAUNCH_CHECK("gemv_w8");
+}
+
+// xs: the CTAs copy bf16 x themselves (p.x bf16, 8-bit weights only)
+// The x copy of an 8-bit launch with bf16 x: 0 the x kernel (k_w8_xprep); D > 0 the CTAs'
+// own copy with a ring of D stages (the bits are those of the x kernel either way: the
+// same warps and split, only the ring depth may differ). Auto: when all CTAs fit on the
+// GPU at once with the copy (D = the knob's depth, else 2) and there are few enough of them
+// that reading all of x per CTA for its maximum stays small. XS kernels: KB 4, one row tile.
+int w8_xs_depth(int64_t m, int64_t n, int64_t k, int split) {
+  const W8Cfg c = w8_config();
+  if (c.xs == 0 || c.rt != 1 || c.kb != 4) return 0;
+  if (c.xs == 2) return -1;  // XR
+  const W8Plan pl = w8_plan(n, k, 1, c);
+  const int64_t nblk = k / 64, cblk = (nblk + split - 1) / split + 1;
+  const int64_t xbytes = m * (cblk * 128 + 16), ctas = (n + 15) / 16 * split, per_sm = (ctas + 131) / 132;
+  for (int d : {c.d >= 3 ? 3 : 2, 2}) {
+    const int64_t ring = int64_t(pl.nw) * d * w8_stage_bytes(4, 1);
+    if (xbytes + ring > kW8SmemMax) continue;
+    if (c.xs == 1 || (ctas <= 132 * 8 && per_sm * (xbytes + ring + 1024) <= 227 * 1024)) return d;
+  }
+  return 0;
+}
+
+template <class F>
+void launch_w8(const KArgs& p, int split, cudaStream_t st, int xs_depth = 0) {
+  const W8Cfg c = w8_config();
+  const W8Plan pl = w8_plan(p.n, p.k, F::EB, c);
+  if constexpr (F::EB == 1) {
+    if (xs_depth > 0) {
+      const int64_t nblk = p.k / 64, cblk = (nblk + split - 1) / split + 1;
+      const int xbytes = int(p.m * (cblk * 128 + 16));
+      if (xs_depth == 3) launch_kd<F, 4, 3, 1, 1>(p, pl.nw, split, xbytes, st);
+      else launch_kd<F, 4, 2, 1, 1>(p, pl.nw, split, xbytes, st);
+      if (split > 1) launch_sum(p, split, st);
+      return;
+    }
+    if (xs_depth < 0) {  // XR: each warp's ring of converted x
+      const int d = c.d >= 3 ? 3 : 2;
+      const int xbytes = int(pl.nw * d * p.m * w8_xring_pitch(4));
+      if (d == 3) launch_kd<F, 4, 3, 1, 2>(p, pl.nw, split, xbytes, st);
+      else launch_kd<F, 4, 2, 1, 2>(p, pl.nw, split, xbytes, st);
+      if (split > 1) launch_sum(p, split, st);
+      return;
+    }
+  }
+  if (c.rt == 2 && c.kb == 2) launch_kd<F, 2, 4, 2>(p, pl.nw, split, 0, st);
+  else if (c.rt == 2) launch_kd<F, 4, 3, 2>(p, pl.nw, split, 0, st);
+  else if (c.kb == 2 && c.d == 6) launch_kd<F, 2, 6>(p, pl.nw, split, 0, st);
+  else if (c.kb == 2) launch_kd<F, 2, 4>(p, pl.nw, split, 0, st);
+  else if (c.kb == 8) launch_kd<F, 8, 2>(p, pl.nw, split, 0, st);
+  else if (c.d == 2) launch_kd<F, 4, 2>(p, pl.nw, split, 0, st);
+  else if (c.d == 4) launch_kd<F, 4, 4>(p, pl.nw, split, 0, st);
+  else launch_kd<F, 4, 3>(p, pl.nw, split, 0, st);
+  if (split > 1) launch_sum(p, split, st);
+}
+
+}  // namespace
+}  // namespace gemv_detail
+
+using namespace gemv_detail;
+
+int gemv_w8_split(int64_t n, int64_t k, int ebytes) { return w8_plan(n, k, ebytes, w8_config()).split; }
+
+void gemv_w8_dense(const GemvArgs& a, void* stream) {
+  if (a.m <= 0 || a.n <= 0) return;
+  if (a.m > 8) throw ValueError("gemv: the kernel takes at most 8 rows of x");
+  if (!a.vec || a.k % 32 != 0) throw ValueError("gemv: the staged tensor-core path needs K % 32 == 0 and aligned rows");
+  KArgs p;
+  p.x = a.x;
+  p.x_rs = a.x_rs;
+  p.q = static_cast<const uint8_t*>(a.w);
+  p.q_rs = a.w_rs * 2;
+  p.y = a.y;
+  p.part = a.part;
+  p.m = a.m;
+  p.n = a.n;
+  p.k = a.k;
+  p.out = a.out_dtype;
+  p.variant = a.variant;
+  auto st = static_cast<cudaStream_t>(stream);
+  if (a.dtype == DType::bf16) return launch_w8<SDense<bf16>>(p, a.split, st);
+  if (a.dtype == DType::f16) return launch_w8<SDense<f16>>(p, a.split, st);
+  throw TypeError(cat("gemv: unsupported weight dtype ", dtype_name(a.dtype)));
+}
+
+void gemv_w8_quant(const QGemvArgs& a, void* stream) {
+  if (a.m <= 0 || a.n <= 0) return;
+  if (a.m > 8) throw ValueError("gemv: the kernel takes at most 8 rows of x");
+  if (a.k % 64 != 0) throw ValueError("gemv: the staged fp8 / int8 path needs K % 64 == 0");
+  if (a.fmt != QFormat::fp8 && a.fmt != QFormat::int8) throw ValueError("gemv: the staged path takes fp8 and int8");
+  auto st = static_cast<cudaStream_t>(stream);
+  KArgs p;
+  p.x = a.x;
+  p.x_rs = a.x_rs;
+  p.q = static_cast<const uint8_t*>(a.q);
+  p.q_rs = a.q_rs;
+  p.scales = a.scales;
+  p.y = a.y;
+  p.part = a.part;
+  p.m = a.m;
+  p.n = a.n;
+  p.k = a.k;
+  p.out = a.out_dtype;
+  p.variant = a.variant;
+  const int xs = a.x_dtype == DType::bf16 ? w8_xs_depth(a.m, a.n, a.k, a.split) : 0;
+  if (xs != 0) {
+    if (a.fmt == QFormat::fp8) return launch_w8<SFp8>(p, a.split, st, xs);
+    return launch_w8<SInt8>(p, a.split, st, xs);
+  }
+  if (a.x_dtype == DType::bf16) {
+    if (!a.xh || !a.xinv) throw ValueError("gemv: the staged fp8 / int8 path needs its x workspace for bf16 x");
+    launch_ex(k_w8_xprep, dim3(unsigned(a.m)), 512, 0, st, a.variant != 2, static_cast<const bf16*>(a.x), a.x_rs, a.k,
+              static_cast<f16*>(a.xh), a.xinv);
+    GK_LAUNCH_CHECK("gemv_w8_xprep");
+    p.x = a.xh;
+    p.x_rs = a.k;
+    p.gscale = a.xinv;
+  } else if (a.x_dtype != DType::f16) {
+    throw TypeError(cat("gemv: unsupported activation dtype ", dtype_name(a.x_dtype)));
+  }
+  if (a.fmt == QFormat::fp8) return launch_w8<SFp8>(p, a.split, st);
+  return launch_w8<SInt8>(p, a.split, st);
+}
+
+}  // namespace gk::cuda
