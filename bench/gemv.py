@@ -49,14 +49,17 @@ FORMATS = ("bf16", "fp16", "bf16_m4", "bf16_m8", "bf16_tc", "bf16_m8_tc", "fp8",
            "bf16_cc", "bf16_m8_cc", "fp8_cc", "int8_cc", "fp8_h_st", "int8_h_st", "fp8_m2_st", "fp8_m4_st",
            "int4", "int4_g64", "int4_g32", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 VARIANT_FMTS = ("bf16", "bf16_m8", "fp8", "int8", "int4", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
-VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "without PDL",
-                 3: "int4: the per-lane kernel (quant_int4_lane.cu); others: the previous default kernel",
-                 4: "2 m-tiles per warp", 5: "int4/nvf4: 4 stages; GGUF: Q6_K 2, others 6 stages",
-                 6: "int4: 2 m-tiles, 3 stages",
-                 7: "int4 probe: the same copies without decode (wrong results: the access pattern's ceiling)",
-                 8: "int4 / nvf4: shifts as mul.hi (FMA pipe)", 9: "int4: shifts as mul.hi, 2 m-tiles per warp",
-                 10: "int4: 24 warps per SM"}
-INT4_ONLY_VARIANTS = (6, 7, 9, 10)  # --variants: int4 formats only (8: int4 and nvf4)
+VARIANT_NAMES = {1: "2-stage ring; int4, nvf4 and GGUF: the previous kernels", 2: "without PDL",
+                 3: "int4: the session-3 staged-tile kernel, nvf4: the per-lane kernel (the previous defaults); "
+                    "GGUF: the previous default kernel",
+                 4: "int4/nvf4: stages of 512 bytes per row, 2 in the ring; GGUF: 2 m-tiles per warp",
+                 5: "int4/nvf4: a ring of 4 stages; GGUF: Q6_K 2, others 6 stages",
+                 6: "int4/nvf4: sized for 24 warps per SM",
+                 7: "int4/nvf4 probe: the same copies without decode (wrong results: the access pattern's ceiling)",
+                 8: "int4 / nvf4: the session-4 per-lane kernels (nvf4: shifts as mul.hi)",
+                 9: "int4/nvf4: sized for 8 warps per SM",
+                 10: "int4/nvf4: the default configuration"}
+INT4_ONLY_VARIANTS = (6, 7, 9, 10)  # --variants: int4 and nvf4 only (8 too)
 NEW_KERNEL_VARIANTS = (3, 4, 5)  # int4, nvf4 and the GGUF formats only
 
 
@@ -262,7 +265,7 @@ def main():
                 for var in (int(a_) for a_ in args.variants.split(",") if a_):
                     if var == 1 and fmt not in VARIANT_FMTS and base not in VARIANT_FMTS:
                         continue
-                    if var in INT4_ONLY_VARIANTS and not base.startswith("int4"):
+                    if var in INT4_ONLY_VARIANTS and not base.startswith(("int4", "nvf4")):
                         continue
                     if var in NEW_KERNEL_VARIANTS and not base.startswith(("int4", "q", "nvf4")):
                         continue

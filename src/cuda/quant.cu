@@ -7,6 +7,7 @@
 #include "common/gemv.cuh"
 #include "common/gemv_gguf.cuh"
 #include "common/gemv_mma.cuh"
+#include "common/gemv_w4_launch.cuh"
 #include "core/cuda_util.h"
 #include "ops/backend.h"
 #include "ops/gemv_args.h"
@@ -49,17 +50,25 @@ void launch_chunks(const QGemvArgs& a, cudaStream_t st) {
 // 4-bit formats run on the tensor cores when K % 128 == 0 (gemv_mma.cuh).
 bool use_mma(QFormat f, int64_t k) { return (f == QFormat::int4 || f == QFormat::nvf4) && k % 128 == 0; }
 
+// The 4-bit kernels' variants that run older kernels (gk._C._gemv_set_variant): 1 the
+// per-lane-chunk kernel of gemv_mma.cuh; 3 the previous defaults (int4: the staged-tile
+// kernel of quant_int4_mma.cu, NVF4: the per-lane kernel of quant_nvf4_lane.cu); 8 the
+// per-lane kernels (int4: quant_int4_lane.cu; NVF4: with mul.hi shifts). Every other variant
+// runs the staged kernel of gemv_w4_staged.cu (its own variants) where it applies.
+bool w4_old_variant(int v) { return v == 1 || v == 3 || v == 8; }
+
 template <class T>
 void launch_int4(const QGemvArgs& a, cudaStream_t st) {
-  // Default: the staged-tile kernel of quant_int4_mma.cu (K % 256 == 0; on the H200 at
-  // checkpoint B of session 4 it read 46 / 48 / 59% of copy against 30 / 47 / 43% for the
-  // per-lane kernel, whose 64-byte row pieces the memory serves worse: its copies alone,
-  // variant 7, reached 53 / 72 / 70%); else the per-lane kernel of quant_int4_lane.cu
-  // (K % 128 == 0). Variant 1: the per-lane-chunk kernel of gemv_mma.cuh; 3 to 10: the
-  // per-lane kernel and its variants.
-  const bool lane_variant = a.variant >= 3 && a.variant <= 10;
-  if (a.variant != 1 && !lane_variant && int4_mma_applies(a)) return launch_int4_mma<T>(a, st);
-  if (a.variant != 1 && int4_lane_applies(a)) return launch_int4_lane<T>(a, st);
+  // Default: the staged kernel of gemv_w4_staged.cu (K % 512 == 0, aligned rows); else the
+  // staged-tile kernel of quant_int4_mma.cu (K % 256 == 0; H200 session 4 checkpoint B: 46 /
+  // 48 / 59% of copy), else the per-lane kernel of quant_int4_lane.cu (K % 128 == 0).
+  if (!w4_old_variant(a.variant) && w4_staged_applies(a)) return launch_w4_staged<T>(a, st);
+  if (a.variant != 1 && a.variant != 8 && int4_mma_applies(a)) return launch_int4_mma<T>(a, st);
+  if (a.variant != 1 && int4_lane_applies(a)) {
+    QGemvArgs b = a;
+    if (b.variant == 8) b.variant = 0;  // the per-lane kernel's default configuration
+    return launch_int4_lane<T>(b, st);
+  }
   const KArgs p = kargs(a);
   if (!use_mma(a.fmt, a.k)) return launch_family<FInt4, T>(p, a.split, st);
   if (a.group == 128) return launch_mma<MInt4<T, 1>, T>(p, a.split, st);
@@ -69,8 +78,15 @@ void launch_int4(const QGemvArgs& a, cudaStream_t st) {
 
 template <class T>
 void launch_nvf4(const QGemvArgs& a, cudaStream_t st) {
-  // variants 1 / 3: the per-lane-chunk tensor-core kernel of gemv_mma.cuh (the previous default)
-  if (a.variant != 1 && a.variant != 3 && nvf4_lane_applies(a)) return launch_nvf4_lane<T>(a, st);
+  // Default: the staged kernel of gemv_w4_staged.cu (K % 512 == 0, aligned rows); else the
+  // per-lane kernel of quant_nvf4_lane.cu (variant 3: its default; 8: with mul.hi shifts);
+  // variant 1: the per-lane-chunk tensor-core kernel of gemv_mma.cuh
+  if (!w4_old_variant(a.variant) && w4_staged_applies(a)) return launch_w4_staged<T>(a, st);
+  if (a.variant != 1 && nvf4_lane_applies(a)) {
+    QGemvArgs b = a;
+    if (b.variant == 3) b.variant = 0;
+    return launch_nvf4_lane<T>(b, st);
+  }
   const KArgs p = kargs(a);
   if (!use_mma(a.fmt, a.k)) return launch_family<FNvf4, T>(p, a.split, st);
   return launch_mma<MNvf4<T>, T>(p, a.split, st);
@@ -229,9 +245,12 @@ int qgemv_split(int64_t n, int64_t k, QFormat f, bool mma) {
     case QFormat::fp8: return split_for(n, chunks_per_row<FFp8>(k));
     case QFormat::int8: return split_for(n, chunks_per_row<FInt8>(k));
     case QFormat::int4:
-      if (k % 128 == 0) return int4_lane_split(n, k);  // any of the int4 kernels takes it
+      if (k % 512 == 0) return w4_staged_split(n, k);  // any of the int4 kernels takes it
+      if (k % 128 == 0) return int4_lane_split(n, k);
       return use_mma(f, k) ? split_mma(n, k / 128) : split_for(n, chunks_per_row<FInt4>(k));
-    case QFormat::nvf4: return use_mma(f, k) ? split_mma(n, k / 128) : split_for(n, chunks_per_row<FNvf4>(k));
+    case QFormat::nvf4:
+      if (k % 512 == 0) return w4_staged_split(n, k);  // any of the NVF4 kernels takes it
+      return use_mma(f, k) ? split_mma(n, k / 128) : split_for(n, chunks_per_row<FNvf4>(k));
     case QFormat::q4_k: return gguf_mma_split(n, k, f);  // either kernel takes any split
     case QFormat::q8_0:
     case QFormat::q4_0:
