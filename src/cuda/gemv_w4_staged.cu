@@ -51,19 +51,23 @@ int w4_warps(int64_t n, int64_t k, int split, const W4Cfg& c, int64_t ring) {
   return int(w);
 }
 
-template <class F, int KB>
+template <class F, int KB, bool NARROW = false>
 bool applies_cfg(const QGemvArgs& p) {
-  using L = W4Layout<F, KB>;
+  using L = W4Layout<F, KB, NARROW>;
   const auto al = [](const void* v, int64_t a) { return reinterpret_cast<uintptr_t>(v) % uintptr_t(a) == 0; };
-  if (p.k % 512 != 0 || !al(p.q, 16) || p.q_rs % 16 != 0 || !al(p.x, 16) || p.x_rs % 8 != 0) return false;
+  if (p.k % 128 != 0 || !al(p.q, 16) || p.q_rs % 16 != 0 || !al(p.x, 16) || p.x_rs % 8 != 0) return false;
   const int64_t nblk = p.k / 128;
+  if constexpr (NARROW) {
+    if constexpr (F::kNvf4) return p.tensor_scale && al(p.zeros, 8);  // K % 128 == 0: 8-byte scale rows
+    else return al(p.scales, 4);  // zero points: any alignment
+  }
   if constexpr (F::kNvf4) return p.tensor_scale && al(p.zeros, L::US) && (nblk * F::SB) % L::US == 0;
   else return al(p.scales, L::US) && (nblk * F::SB) % L::US == 0 && al(p.zeros, L::UZ) && (nblk * F::ZB) % L::UZ == 0;
 }
 
 template <class F>
 bool applies_f(const QGemvArgs& p, int kb) {
-  return kb == 8 ? applies_cfg<F, 8>(p) : applies_cfg<F, 4>(p);
+  return kb == 8 ? applies_cfg<F, 8>(p) : applies_cfg<F, 4>(p) || applies_cfg<F, 4, true>(p);
 }
 
 bool applies_kb(const QGemvArgs& p, int kb) {
@@ -75,14 +79,14 @@ bool applies_kb(const QGemvArgs& p, int kb) {
   return false;
 }
 
-template <class T, class F, int KB, int D, bool PROBE = false>
+template <class T, class F, int KB, int D, bool PROBE = false, bool NARROW = false>
 void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
-  constexpr int SB = W4Layout<F, KB>::STAGE;
+  constexpr int SB = W4Layout<F, KB, NARROW>::STAGE;
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   const int split = std::max(1, p.split);
   const int nw = w4_warps(p.n, p.k, split, c, int64_t(D) * SB);
-  smem_limit<k_w4<T, F, KB, D, PROBE>>(kSmemMax);
+  smem_limit<k_w4<T, F, KB, D, PROBE, NARROW>>(kSmemMax);
   int smem = std::max(nw * D * SB, nw * 32 * 4 * 4);
   if (smem > kSmemMax) throw ValueError("gemv: the staged 4-bit kernel's shared memory does not fit");
   // When all CTAs fit on the GPU at once, ask for enough shared memory that at most
@@ -93,7 +97,7 @@ void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
     const int64_t cap = kSmSmem / (per_sm + 1) - 1024 - 512 + 256;  // just too much for per_sm + 1 CTAs
     if (per_sm * (cap + 1024 + 512) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
   }
-  launch_ex(k_w4<T, F, KB, D, PROBE>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st, p.variant != 2, p);
+  launch_ex(k_w4<T, F, KB, D, PROBE, NARROW>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st, p.variant != 2, p);
   GK_LAUNCH_CHECK("qgemv_w4_staged");
   if (split > 1) launch_sum_q(p, st);
 }
@@ -101,6 +105,10 @@ void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
 template <class T, class F>
 void launch_f(const QGemvArgs& p, cudaStream_t st) {
   W4Cfg c = w4_cfg(p.variant);
+  if (!applies_cfg<F, 4>(p)) {  // rows of scales / zero points not 16-byte aligned (K % 512 != 0)
+    c.kb = 4, c.d = 3, c.probe = false;
+    return launch_k<T, F, 4, 3, false, true>(p, c, st);
+  }
   if (c.kb == 8 && !applies_cfg<F, 8>(p)) c = W4Cfg{};
   if constexpr (std::is_same_v<T, bf16>) {  // the benchmarking variants: bf16 x only
     if (c.probe) return launch_k<T, F, 4, 3, true>(p, c, st);

@@ -59,7 +59,7 @@ bool w4_old_variant(int v) { return v == 1 || v == 3 || v == 8; }
 
 template <class T>
 void launch_int4(const QGemvArgs& a, cudaStream_t st) {
-  // Default: the staged kernel of gemv_w4_staged.cu (K % 512 == 0, aligned rows); else the
+  // Default: the staged kernel of gemv_w4_staged.cu (K % 128 == 0, aligned rows); else the
   // staged-tile kernel of quant_int4_mma.cu (K % 256 == 0; H200 session 4 checkpoint B: 46 /
   // 48 / 59% of copy), else the per-lane kernel of quant_int4_lane.cu (K % 128 == 0).
   if (!w4_old_variant(a.variant) && w4_staged_applies(a)) return launch_w4_staged<T>(a, st);
@@ -78,7 +78,7 @@ void launch_int4(const QGemvArgs& a, cudaStream_t st) {
 
 template <class T>
 void launch_nvf4(const QGemvArgs& a, cudaStream_t st) {
-  // Default: the staged kernel of gemv_w4_staged.cu (K % 512 == 0, aligned rows); else the
+  // Default: the staged kernel of gemv_w4_staged.cu (K % 128 == 0, aligned rows); else the
   // per-lane kernel of quant_nvf4_lane.cu (variant 3: its default; 8: with mul.hi shifts);
   // variant 1: the per-lane-chunk tensor-core kernel of gemv_mma.cuh
   if (!w4_old_variant(a.variant) && w4_staged_applies(a)) return launch_w4_staged<T>(a, st);
@@ -245,11 +245,10 @@ int qgemv_split(int64_t n, int64_t k, QFormat f, bool mma) {
     case QFormat::fp8: return split_for(n, chunks_per_row<FFp8>(k));
     case QFormat::int8: return split_for(n, chunks_per_row<FInt8>(k));
     case QFormat::int4:
-      if (k % 512 == 0) return w4_staged_split(n, k);  // any of the int4 kernels takes it
-      if (k % 128 == 0) return int4_lane_split(n, k);
+      if (k % 128 == 0) return w4_staged_split(n, k);  // any of the int4 kernels takes it
       return use_mma(f, k) ? split_mma(n, k / 128) : split_for(n, chunks_per_row<FInt4>(k));
     case QFormat::nvf4:
-      if (k % 512 == 0) return w4_staged_split(n, k);  // any of the NVF4 kernels takes it
+      if (k % 128 == 0) return w4_staged_split(n, k);  // any of the NVF4 kernels takes it
       return use_mma(f, k) ? split_mma(n, k / 128) : split_for(n, chunks_per_row<FNvf4>(k));
     case QFormat::q4_k: return gguf_mma_split(n, k, f);  // either kernel takes any split
     case QFormat::q8_0:

@@ -1,7 +1,8 @@
 """The staged 4-bit GEMV (src/cuda/gemv_w4_staged.cu, common/gemv_w4.cuh): int4 with groups of
 32 / 64 / 128 and NVF4 against float64 products with the exactly dequantized weights, for
-M = 1..8, odd N (a partial last row tile), split-K (small N, long K), a partial last stage
-(variant 4: stages of 8 blocks over K = 4608), every benchmarking variant that computes
+M = 1..8, odd N (a partial last row tile), split-K (small N, long K), partial last stages
+(K = 1152; variant 4: stages of 8 blocks over K = 4608), K % 512 != 0 (rows of scales and
+zero points not 16-byte aligned), every benchmarking variant that computes
 (4 / 5 / 6 / 9, and 2 without PDL, which must give the default's bits), float16 x and every
 output dtype; same bits on a second run, a row alone = the row in a batch, and the output
 poisoned before the call. Skipped without a GPU."""
@@ -57,8 +58,11 @@ def check(tag, got, xs, deq, k):
 
 
 @pytest.mark.parametrize("fmt", FMTS)
-@pytest.mark.parametrize("n,k", [(37, 4096), (300, 14336), (2051, 1536), (37, 32768), (133, 4608)])
+@pytest.mark.parametrize("n,k", [(37, 4096), (300, 14336), (2051, 1536), (37, 32768), (133, 4608),
+                                 (133, 1152), (300, 4864), (37, 896)])
 def test_matches_exact_all_m(fmt, n, k):
+    """K % 512 != 0 (1152, 4864, 896): the rows of scales / zero points are not 16-byte aligned
+    (narrow copies; 1152: a partial last stage of one block)."""
     fn, deq = make(fmt, n, k)
     xb = gk.asarray(RNG.standard_normal((8, k)).astype(np.float32)).astype("bfloat16")
     x = xb.to("cuda")
@@ -76,7 +80,7 @@ def test_matches_exact_all_m(fmt, n, k):
 
 @pytest.mark.parametrize("fmt", FMTS)
 @pytest.mark.parametrize("variant", [4, 5, 6, 9])
-@pytest.mark.parametrize("n,k", [(37, 4096), (300, 14336), (133, 4608), (37, 32768)])
+@pytest.mark.parametrize("n,k", [(37, 4096), (300, 14336), (133, 4608), (37, 32768), (133, 1152)])
 def test_variants_match_exact(fmt, variant, n, k):
     """4: stages of 8 blocks (K = 4608: a partial last stage; where the scales' rows are not
     aligned for it, the default runs), 5: a ring of 4, 6 / 9: sized for 24 / 8 warps per SM."""

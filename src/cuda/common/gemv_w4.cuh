@@ -54,16 +54,20 @@ struct W4Nvf4 {
 
 // Shared-memory layout of one stage: codes (16 rows x KB * 64), scales (16 rows x SP), zero
 // points (16 rows x ZP). SP is padded by 16 bytes when >= 32 (rows g of a warp instruction
-// then fall in different banks).
-template <class F, int KB>
+// then fall in different banks). Scales and zero points are copied in units of US / UZ
+// bytes; NARROW (rows of scales / zero points not 16-byte aligned, K % 512 != 0): int4 scales
+// in 4-byte units (NVF4's block scales: 8), zero points as the 4-byte aligned words around
+// each row's bytes (the row's misalignment, the same for all its stages, is undone on reading).
+template <class F, int KB, bool NARROW = false>
 struct W4Layout {
   static constexpr int P = KB * 64;
   static constexpr int SR = KB * F::SB;                 // scale bytes per row
   static constexpr int SP = SR >= 32 ? SR + 16 : SR;    // their pitch
   static constexpr int ZR = KB * F::ZB;                 // zero bytes per row
-  static constexpr int ZP = ZR;
-  static constexpr int US = SR < 16 ? SR : 16;          // copy unit of the scales
-  static constexpr int UZ = ZR < 16 ? ZR : 16;          // of the zero points
+  static constexpr int ZP = NARROW && ZR > 0 ? ZR + 8 : ZR;  // their pitch
+  static constexpr int US = NARROW ? (F::kNvf4 ? 8 : 4) : (SR < 16 ? SR : 16);  // copy unit of the scales
+  static constexpr int UZ = NARROW ? 4 : (ZR < 16 ? ZR : 16);                   // of the zero points
+  static constexpr int NUZ = ZR == 0 ? 0 : (NARROW ? (ZR + 4) / 4 : ZR / UZ);   // zero units per row
   static constexpr int CODES = 16 * P, SCALES = 16 * SP, ZEROS = 16 * ZP;
   static constexpr int STAGE = CODES + SCALES + ZEROS;  // a multiple of 16
   static_assert(STAGE % 16 == 0 && (F::ZB == 0 || UZ >= 4) && US >= 4, "copy units of 4, 8 or 16 bytes");
@@ -140,9 +144,9 @@ __device__ __forceinline__ void w4_nvf_scales(uint32_t b2, uint32_t& s0, uint32_
 
 // PROBE (benchmarking only): the same copies and shared reads, no decode or products (wrong
 // results): the ceiling of the access pattern.
-template <class T, class F, int KB, int D, bool PROBE = false>
+template <class T, class F, int KB, int D, bool PROBE = false, bool NARROW = false>
 __global__ void __launch_bounds__(256, 2) k_w4(const QGemvArgs p) {
-  using L = W4Layout<F, KB>;
+  using L = W4Layout<F, KB, NARROW>;
   constexpr int P = L::P, NK = KB / 2, NG = F::NG, LB = F::LB, WPG = F::WPG;
   constexpr uint32_t kMag = std::is_same_v<T, bf16> ? 0x43004300u : 0x64006400u;  // 128.0 / 1024.0 twice
   static_assert(KB % 2 == 0 && KB >= 2, "an even number of blocks per stage");
@@ -198,17 +202,23 @@ __global__ void __launch_bounds__(256, 2) k_w4(const QGemvArgs p) {
       }
       if constexpr (F::ZB > 0) {
         const int vz = int(std::min<int64_t>(left, KB)) * F::ZB;
-        constexpr int NUZ = L::ZR / L::UZ;
+        constexpr int NUZ = L::NUZ;
 #pragma unroll
         for (int i0 = 0; i0 < 16 * NUZ; i0 += 32) {
           const int i = i0 + lane;
           if (i < 16 * NUZ) {
             const int r = i / NUZ, c = i % NUZ;
             const int64_t row = row0 + r < p.n ? row0 + r : p.n - 1;
-            const int v = vz - c * L::UZ;
+            const uint8_t* src = p.zeros + row * zrow + bnext * F::ZB;
+            int v = vz - c * L::UZ;
+            if constexpr (NARROW) {  // the aligned words around the row's bytes
+              const int a = int(reinterpret_cast<uintptr_t>(src) & 3u);
+              src -= a;
+              v += a;
+            }
             if (v > 0)
-              cp_async_z<L::UZ>(sb + uint32_t(L::CODES + L::SCALES + r * L::ZP + c * L::UZ),
-                                p.zeros + row * zrow + bnext * F::ZB + c * L::UZ, v < L::UZ ? v : L::UZ);
+              cp_async_z<L::UZ>(sb + uint32_t(L::CODES + L::SCALES + r * L::ZP + c * L::UZ), src + c * L::UZ,
+                                v < L::UZ ? v : L::UZ);
           }
         }
       }
@@ -241,6 +251,13 @@ __global__ void __launch_bounds__(256, 2) k_w4(const QGemvArgs p) {
     fo[1][h] = uint32_t(base - 16 * (sw & 4));
   }
   const uint32_t mag = w4_opaque(kMag);
+  // NARROW: the misalignment of the zero-point rows g and g + 8 (the same in every stage)
+  [[maybe_unused]] int za_off = 0, zb_off = 0;
+  if constexpr (NARROW && F::ZB > 0) {
+    const int64_t ra = row0 + g < p.n ? row0 + g : p.n - 1, rb2 = row0 + g + 8 < p.n ? row0 + g + 8 : p.n - 1;
+    za_off = int(reinterpret_cast<uintptr_t>(p.zeros + ra * zrow + b0 * F::ZB) & 3u);
+    zb_off = int(reinterpret_cast<uintptr_t>(p.zeros + rb2 * zrow + b0 * F::ZB) & 3u);
+  }
 
   auto stage = [&](int st, int nb, auto full) {
     constexpr bool kFull = decltype(full)::value;
@@ -255,7 +272,11 @@ __global__ void __launch_bounds__(256, 2) k_w4(const QGemvArgs p) {
       if (!kFull && bb >= nb) break;
       // the rows' zero points of the block's groups (int4: NG bytes)
       [[maybe_unused]] uint32_t za = 0, zb = 0;
-      if constexpr (F::ZB == 4) za = lds_u32(zaa + 4 * bb), zb = lds_u32(zab + 4 * bb);
+      if constexpr (NARROW && F::ZB > 0) {  // bytes za_off + bb ZB .. of the rows' words
+        const uint32_t pa = uint32_t(za_off + bb * F::ZB), pb = uint32_t(zb_off + bb * F::ZB);
+        za = __funnelshift_r(lds_u32(zaa + (pa & ~3u)), lds_u32(zaa + (pa & ~3u) + 4), 8 * (pa & 3u));
+        zb = __funnelshift_r(lds_u32(zab + (pb & ~3u)), lds_u32(zab + (pb & ~3u) + 4), 8 * (pb & 3u));
+      } else if constexpr (F::ZB == 4) za = lds_u32(zaa + 4 * bb), zb = lds_u32(zab + 4 * bb);
       else if constexpr (F::ZB == 2) za = lds_u16(zaa + 2 * bb), zb = lds_u16(zab + 2 * bb);
       else if constexpr (F::ZB == 1) za = lds_u8(zaa + bb), zb = lds_u8(zab + bb);
       // the lane's 4 words of rows g and g + 8 in this block (NG pieces of LB bytes)

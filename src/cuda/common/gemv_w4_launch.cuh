@@ -8,8 +8,9 @@
 #include "ops/quant_args.h"
 
 namespace gk::cuda {
-// int4 (groups of 32 / 64 / 128) or NVF4 with K % 512 == 0 (int4: the rows' scales and zero
-// points 16 / 4-byte aligned), 16-byte aligned code rows and x rows.
+// int4 (groups of 32 / 64 / 128) or NVF4 with K % 128 == 0, 16-byte aligned code rows and x
+// rows, 4-byte aligned int4 scales (8-byte NVF4 block scales); K % 512 == 0 with 16-byte
+// aligned rows of scales / zero points takes the wide meta copies (and the variants).
 bool w4_staged_applies(const QGemvArgs& p);
 template <class T>
 void launch_w4_staged(const QGemvArgs& p, cudaStream_t st);
