@@ -54,7 +54,7 @@ VARIANT_NAMES = {1: "2-stage ring; int4, nvf4 and GGUF: the previous kernels", 2
                     "GGUF: the previous default kernel",
                  4: "int4/nvf4: stages of 512 bytes per row, 2 in the ring; GGUF: 2 m-tiles per warp",
                  5: "int4/nvf4: a ring of 4 stages; GGUF: Q6_K 2, others 6 stages",
-                 6: "int4/nvf4: sized for 24 warps per SM",
+                 6: "int4/nvf4: sized for 12 warps per SM",
                  7: "int4/nvf4 probe: the same copies without decode (wrong results: the access pattern's ceiling)",
                  8: "int4 / nvf4: the session-4 per-lane kernels (nvf4: shifts as mul.hi)",
                  9: "int4/nvf4: sized for 8 warps per SM",

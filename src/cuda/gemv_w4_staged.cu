@@ -1,7 +1,7 @@
 // The staged 4-bit decode GEMV (int4 with group scales and zero points, NVF4; kernel and plan
 // in common/gemv_w4.cuh): the launch plan (warps per CTA, split-K), the argument checks and
 // the benchmarking variants (gk._C._gemv_set_variant: 0 / 2 the default, 4 stages of 8
-// blocks (512 bytes per row) with 2 in the ring, 5 a ring of 4, 6 sized for 24 warps per SM,
+// blocks (512 bytes per row) with 2 in the ring, 5 a ring of 4, 6 sized for 12 warps per SM,
 // 7 the copies without decode (wrong results: the access pattern's ceiling), 9 sized for 8
 // warps per SM; float16 x: the default configuration only).
 #include "common/gemv_w4.cuh"
@@ -24,7 +24,7 @@ W4Cfg w4_cfg(int variant) {
   switch (variant) {
     case 4: c.kb = 8, c.d = 2; break;
     case 5: c.d = 4; break;
-    case 6: c.wt = 24; break;
+    case 6: c.wt = 12; break;
     case 7: c.probe = true; break;
     case 9: c.wt = 8; break;
     default: break;

@@ -123,7 +123,7 @@ def test_int4_variants_match_exact(fmt, variant, n, k):
     """int4's extra variants. K % 512 == 0 (the staged kernel of gemv_w4_staged.cu is the
     default): 3 the session-3 staged-tile kernel (quant_int4_mma.cu), 8 the per-lane kernel
     (quant_int4_lane.cu), 4 / 5 / 6 / 9 / 10 the staged kernel with 512-byte stages / a ring of
-    4 / sized for 24 / 8 warps per SM / the default. Other K (1152): the per-lane kernel's own
+    4 / sized for 12 / 8 warps per SM / the default. Other K (1152): the per-lane kernel's own
     variants (4 / 5 / 6 two m-tiles / a 4-stage ring / both with 3 stages, 8 / 9 mul.hi shifts,
     10 sized for 24 warps per SM)."""
     test_variant_matches_exact(fmt, variant, n, k)

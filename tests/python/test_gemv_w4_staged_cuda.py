@@ -83,7 +83,7 @@ def test_matches_exact_all_m(fmt, n, k):
 @pytest.mark.parametrize("n,k", [(37, 4096), (300, 14336), (133, 4608), (37, 32768), (133, 1152)])
 def test_variants_match_exact(fmt, variant, n, k):
     """4: stages of 8 blocks (K = 4608: a partial last stage; where the scales' rows are not
-    aligned for it, the default runs), 5: a ring of 4, 6 / 9: sized for 24 / 8 warps per SM."""
+    aligned for it, the default runs), 5: a ring of 4, 6 / 9: sized for 12 / 8 warps per SM."""
     fn, deq = make(fmt, n, k)
     xb = gk.asarray(RNG.standard_normal((3, k)).astype(np.float32)).astype("bfloat16")
     got = call(fn, xb.to("cuda"), variant, out_dtype="float32")
