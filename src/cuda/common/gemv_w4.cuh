@@ -259,8 +259,16 @@ __global__ void __launch_bounds__(256, 2) k_w4(const QGemvArgs p) {
     zb_off = int(reinterpret_cast<uintptr_t>(p.zeros + rb2 * zrow + b0 * F::ZB) & 3u);
   }
 
+  // x of block bb of the current stage, word w (8 elements at the lane's physical k)
+  auto load_x = [&](uint4 (&xv)[4], int bb) {
+#pragma unroll
+    for (int w = 0; w < 4; ++w)
+      xv[w] = __ldg(reinterpret_cast<const uint4*>(xr + bb * 128 + (w / WPG) * F::G + 8 * (w % WPG)));
+  };
   auto stage = [&](int st, int nb, auto full) {
     constexpr bool kFull = decltype(full)::value;
+    uint4 xc[4];  // x of the stage's first block, loaded before waiting for its weights
+    if constexpr (!PROBE) load_x(xc, 0);
     cp_wait<D - 2>();
     __syncwarp();
     issue((st + D - 1) % D);
@@ -301,7 +309,8 @@ __global__ void __launch_bounds__(256, 2) k_w4(const QGemvArgs p) {
         acc[0] += __uint_as_float(v & 0x007fffffu);
         continue;
       }
-      const T* xb = xr + bb * 128;
+      uint4 xn[4];  // the next block's x, loaded ahead
+      if (!PROBE && bb + 1 < KB && (kFull || bb + 1 < nb)) load_x(xn, bb + 1);
       if constexpr (F::kNvf4) {
         // the block scales 2t, 2t + 1 of rows g and g + 8 (bytes 8 bb + 2t, + 1)
         uint32_t sa[2], sbb[2];
@@ -309,7 +318,7 @@ __global__ void __launch_bounds__(256, 2) k_w4(const QGemvArgs p) {
         w4_nvf_scales<T>(lds_u16(scb + uint32_t(8 * bb + 2 * t)), sbb[0], sbb[1]);
 #pragma unroll
         for (int w = 0; w < 4; ++w) {
-          const uint4 xv = __ldg(reinterpret_cast<const uint4*>(xb + 8 * w));
+          const uint4 xv = xc[w];
           const uint32_t bA0 = __byte_perm(xv.x, xv.z, 0x5410u), bA1 = __byte_perm(xv.x, xv.z, 0x7632u);
           const uint32_t bB0 = __byte_perm(xv.y, xv.w, 0x5410u), bB1 = __byte_perm(xv.y, xv.w, 0x7632u);
           uint32_t pr[2][4];
@@ -339,7 +348,7 @@ __global__ void __launch_bounds__(256, 2) k_w4(const QGemvArgs p) {
           [[maybe_unused]] float c2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
           for (int w = 0; w < WPG; ++w) {
-            const uint4 xv = __ldg(reinterpret_cast<const uint4*>(xb + h * F::G + 8 * w));
+            const uint4 xv = xc[h * WPG + w];
             const uint32_t bA0 = __byte_perm(xv.x, xv.z, 0x5410u), bA1 = __byte_perm(xv.x, xv.z, 0x7632u);
             const uint32_t bB0 = __byte_perm(xv.y, xv.w, 0x5410u), bB1 = __byte_perm(xv.y, xv.w, 0x7632u);
             const uint32_t ua = word(wa, h * WPG + w), ub = word(wb, h * WPG + w);
@@ -366,6 +375,8 @@ __global__ void __launch_bounds__(256, 2) k_w4(const QGemvArgs p) {
           acc[3] = fmaf(s_b, c[3], acc[3]);
         }
       }
+#pragma unroll
+      for (int w = 0; w < 4; ++w) xc[w] = xn[w];
     }
     xr += KB * 128;
   };
