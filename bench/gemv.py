@@ -49,22 +49,29 @@ FORMATS = ("bf16", "fp16", "bf16_m4", "bf16_m8", "bf16_tc", "bf16_m8_tc", "fp8",
            "bf16_cc", "bf16_m8_cc", "fp8_cc", "int8_cc", "fp8_h_st", "int8_h_st", "fp8_m2_st", "fp8_m4_st",
            "int4", "int4_g64", "int4_g32", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 VARIANT_FMTS = ("bf16", "bf16_m8", "fp8", "int8", "int4", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
-VARIANT_NAMES = {1: "2-stage ring; int4, nvf4 and GGUF: the previous kernels", 2: "without PDL",
-                 3: "int4: the session-3 staged-tile kernel, nvf4: the per-lane kernel (the previous defaults); "
-                    "GGUF: the previous default kernel",
-                 4: "int4/nvf4: stages of 512 bytes per row, 2 in the ring; GGUF: 2 m-tiles per warp",
-                 5: "int4/nvf4: a ring of 4 stages; GGUF: Q6_K 2, others 6 stages",
-                 6: "int4/nvf4: sized for 12 warps per SM",
-                 7: "int4/nvf4 probe: the same copies without decode (wrong results: the access pattern's ceiling)",
-                 8: "int4 / nvf4: the session-4 per-lane kernels (nvf4: shifts as mul.hi)",
-                 9: "int4/nvf4: sized for 8 warps per SM",
-                 10: "int4/nvf4: the default configuration"}
-INT4_ONLY_VARIANTS = (6, 7, 9, 10)  # --variants: int4 and nvf4 only (8 too)
+VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "without PDL",
+                 3: "int4: the per-lane kernel (quant_int4_lane.cu); others: the previous default kernel",
+                 4: "2 m-tiles per warp", 5: "int4/nvf4: 4 stages; GGUF: Q6_K 2, others 6 stages",
+                 6: "int4: 2 m-tiles, 3 stages",
+                 7: "int4 probe: the same copies without decode (wrong results: the access pattern's ceiling)",
+                 8: "int4 / nvf4: shifts as mul.hi (FMA pipe)", 9: "int4: shifts as mul.hi, 2 m-tiles per warp",
+                 10: "int4: 24 warps per SM"}
+INT4_ONLY_VARIANTS = (6, 7, 9, 10)  # --variants: int4 formats only (8: int4 and nvf4)
 NEW_KERNEL_VARIANTS = (3, 4, 5)  # int4, nvf4 and the GGUF formats only
 
 
 def tbs(nbytes, ms):
     return nbytes / (ms * 1e-3) / 1e12
+
+
+# int4 / nvf4: what the variants run there (src/cuda/quant.cu, src/cuda/gemv_w4_staged.cu)
+W4_VARIANT_NAMES = {1: "the per-lane-chunk kernel of gemv_mma.cuh", 2: "without PDL",
+                    3: "the previous defaults: int4 the session-3 staged-tile kernel, nvf4 the per-lane kernel",
+                    4: "stages of 512 bytes per row, 2 in the ring", 5: "a ring of 4 stages",
+                    6: "sized for 12 warps per SM",
+                    7: "probe: the same copies without decode (wrong results: the access pattern's ceiling)",
+                    8: "the session-4 per-lane kernels (nvf4: shifts as mul.hi)", 9: "sized for 8 warps per SM",
+                    10: "the default configuration"}
 
 
 def repeat_rows(tile, n, copies):
@@ -276,7 +283,8 @@ def main():
                         if var != 7:  # the probe computes nothing
                             check(fmt, fn(x, *wargs[0]), x, deq)
                         v1 = tbs(nbytes, median(time_graph(calls, rounds)))
-                        notes.append(f"  variant {var} ({VARIANT_NAMES[var]}): {v1:.3f} TB/s = {v1 / ceiling:.0%} of copy")
+                        vname = (W4_VARIANT_NAMES if base.startswith(("int4", "nvf4")) else VARIANT_NAMES)[var]
+                        notes.append(f"  variant {var} ({vname}): {v1:.3f} TB/s = {v1 / ceiling:.0%} of copy")
                         r_var[var] = v1
                     except Exception as e:  # noqa: BLE001
                         notes.append(f"  variant {var} FAILED: {type(e).__name__}: {e}")

@@ -241,15 +241,14 @@ void quantize(const QuantArgs& a, void* stream) {
 
 int qgemv_split(int64_t n, int64_t k, QFormat f, bool mma) {
   if (mma && (f == QFormat::fp8 || f == QFormat::int8)) return split_mma(n, k / 64);
+  // int4 / NVF4 with K % 128 == 0: the staged kernel's split (every 4-bit kernel takes any split)
+  if ((f == QFormat::int4 || f == QFormat::nvf4) && k % 128 == 0) return w4_staged_split(n, k);
   switch (f) {
     case QFormat::fp8: return split_for(n, chunks_per_row<FFp8>(k));
     case QFormat::int8: return split_for(n, chunks_per_row<FInt8>(k));
-    case QFormat::int4:
-      if (k % 128 == 0) return w4_staged_split(n, k);  // any of the int4 kernels takes it
-      return use_mma(f, k) ? split_mma(n, k / 128) : split_for(n, chunks_per_row<FInt4>(k));
-    case QFormat::nvf4:
-      if (k % 128 == 0) return w4_staged_split(n, k);  // any of the NVF4 kernels takes it
-      return use_mma(f, k) ? split_mma(n, k / 128) : split_for(n, chunks_per_row<FNvf4>(k));
+    case QFormat::int4:  // K % 128 == 0: above
+      return split_for(n, chunks_per_row<FInt4>(k));
+    case QFormat::nvf4: return use_mma(f, k) ? split_mma(n, k / 128) : split_for(n, chunks_per_row<FNvf4>(k));
     case QFormat::q4_k: return gguf_mma_split(n, k, f);  // either kernel takes any split
     case QFormat::q8_0:
     case QFormat::q4_0:
