@@ -1,9 +1,10 @@
 // The staged 4-bit decode GEMV (int4 with group scales and zero points, NVF4; kernel and plan
 // in common/gemv_w4.cuh): the launch plan (warps per CTA, split-K), the argument checks and
-// the benchmarking variants (gk._C._gemv_set_variant: 0 / 2 the default, 4 stages of 8
-// blocks (512 bytes per row) with 2 in the ring, 5 a ring of 4, 6 sized for 12 warps per SM,
-// 7 the copies without decode (wrong results: the access pattern's ceiling), 9 sized for 8
-// warps per SM; float16 x: the default configuration only).
+// the benchmarking variants (gk._C._gemv_set_variant; bf16 x only, float16 x runs the default
+// configuration): 4 stages of 8 blocks (512 bytes per row) with 2 in the ring, 5 a ring of 4,
+// 6 without the CTA spreading, 7 the copies without decode (wrong results: the access
+// pattern's ceiling), 8 int4's right shifts as mul.hi (FMA pipe), 9 more warps per SM (a ring
+// of 2, registers for 3 CTAs of 256 threads, sized for 24 warps per SM); 0 / 2 / 10 the default.
 #include "common/gemv_w4.cuh"
 #include "common/gemv_w4_launch.cuh"
 #include "core/cuda_util.h"
@@ -16,7 +17,9 @@ using namespace gemv_detail;
 
 struct W4Cfg {
   int kb = 4, d = 3, wt = 16;  // blocks per stage, ring depth, target warps per SM
-  bool probe = false;
+  int mode = 0;                // k_w4's MODE: 1 the probe, 2 mul.hi shifts
+  int minb = 2;                // k_w4's MINB
+  bool spread = true;          // at most ceil(CTAs / 132) CTAs per SM when all fit at once
 };
 
 W4Cfg w4_cfg(int variant) {
@@ -24,9 +27,10 @@ W4Cfg w4_cfg(int variant) {
   switch (variant) {
     case 4: c.kb = 8, c.d = 2; break;
     case 5: c.d = 4; break;
-    case 6: c.wt = 12; break;
-    case 7: c.probe = true; break;
-    case 9: c.wt = 8; break;
+    case 6: c.spread = false; break;
+    case 7: c.mode = 1; break;
+    case 8: c.mode = 2; break;
+    case 9: c.d = 2, c.minb = 3, c.wt = 24; break;
     default: break;
   }
   return c;
@@ -48,6 +52,8 @@ int w4_warps(int64_t n, int64_t k, int split, const W4Cfg& c, int64_t ring) {
   w = std::min<int64_t>(w, kSmemMax / ring);
   const int64_t per_sm = (rb * split + kSMs - 1) / kSMs;
   w = std::max<int64_t>(std::min<int64_t>(w, kSmemPerSm / (per_sm * (ring + 256))), 1);
+  // the registers of all CTAs of an SM (8 warps per MINB at most) when they fit at once
+  w = std::max<int64_t>(std::min<int64_t>(w, int64_t(8 * c.minb) / per_sm), 1);
   return int(w);
 }
 
@@ -79,25 +85,25 @@ bool applies_kb(const QGemvArgs& p, int kb) {
   return false;
 }
 
-template <class T, class F, int KB, int D, bool PROBE = false, bool NARROW = false>
+template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2>
 void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
   constexpr int SB = W4Layout<F, KB, NARROW>::STAGE;
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   const int split = std::max(1, p.split);
   const int nw = w4_warps(p.n, p.k, split, c, int64_t(D) * SB);
-  smem_limit<k_w4<T, F, KB, D, PROBE, NARROW>>(kSmemMax);
+  smem_limit<k_w4<T, F, KB, D, MODE, NARROW, MINB>>(kSmemMax);
   int smem = std::max(nw * D * SB, nw * 32 * 4 * 4);
   if (smem > kSmemMax) throw ValueError("gemv: the staged 4-bit kernel's shared memory does not fit");
   // When all CTAs fit on the GPU at once, ask for enough shared memory that at most
   // ceil(CTAs / 132) of them fit on one SM, so the block scheduler spreads them evenly (as
   // gemv_w8.cu; H200 session 4: 896 CTAs with room for 9 per SM filled fewer SMs).
   const int64_t per_sm = (blocks * split + kSMs - 1) / kSMs;
-  if (per_sm >= 1 && per_sm <= 16) {
+  if (c.spread && per_sm >= 1 && per_sm <= 16) {
     const int64_t cap = kSmSmem / (per_sm + 1) - 1024 - 512 + 256;  // just too much for per_sm + 1 CTAs
     if (per_sm * (cap + 1024 + 512) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
   }
-  launch_ex(k_w4<T, F, KB, D, PROBE, NARROW>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st, p.variant != 2, p);
+  launch_ex(k_w4<T, F, KB, D, MODE, NARROW, MINB>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st, p.variant != 2, p);
   GK_LAUNCH_CHECK("qgemv_w4_staged");
   if (split > 1) launch_sum_q(p, st);
 }
@@ -105,19 +111,18 @@ void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
 template <class T, class F>
 void launch_f(const QGemvArgs& p, cudaStream_t st) {
   W4Cfg c = w4_cfg(p.variant);
-  if (!applies_cfg<F, 4>(p)) {  // rows of scales / zero points not 16-byte aligned (K % 512 != 0)
-    c.kb = 4, c.d = 3, c.probe = false;
-    return launch_k<T, F, 4, 3, false, true>(p, c, st);
-  }
+  if (!applies_cfg<F, 4>(p))  // rows of scales / zero points not 16-byte aligned (K % 512 != 0)
+    return launch_k<T, F, 4, 3, 0, true>(p, W4Cfg{}, st);
   if (c.kb == 8 && !applies_cfg<F, 8>(p)) c = W4Cfg{};
   if constexpr (std::is_same_v<T, bf16>) {  // the benchmarking variants: bf16 x only
-    if (c.probe) return launch_k<T, F, 4, 3, true>(p, c, st);
+    if (c.mode == 1) return launch_k<T, F, 4, 3, 1>(p, c, st);
+    if (c.mode == 2 && !F::kNvf4) return launch_k<T, F, 4, 3, 2>(p, c, st);
     if (c.kb == 8) return launch_k<T, F, 8, 2>(p, c, st);
     if (c.d == 4) return launch_k<T, F, 4, 4>(p, c, st);
-  } else {
-    c = W4Cfg{};
+    if (c.minb == 3) return launch_k<T, F, 4, 2, 0, false, 3>(p, c, st);
+    if (!c.spread) return launch_k<T, F, 4, 3>(p, c, st);
   }
-  return launch_k<T, F, 4, 3>(p, c, st);
+  return launch_k<T, F, 4, 3>(p, W4Cfg{}, st);
 }
 
 }  // namespace

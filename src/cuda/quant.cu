@@ -50,25 +50,18 @@ void launch_chunks(const QGemvArgs& a, cudaStream_t st) {
 // 4-bit formats run on the tensor cores when K % 128 == 0 (gemv_mma.cuh).
 bool use_mma(QFormat f, int64_t k) { return (f == QFormat::int4 || f == QFormat::nvf4) && k % 128 == 0; }
 
-// The 4-bit kernels' variants that run older kernels (gk._C._gemv_set_variant): 1 the
-// per-lane-chunk kernel of gemv_mma.cuh; 3 the previous defaults (int4: the staged-tile
-// kernel of quant_int4_mma.cu, NVF4: the per-lane kernel of quant_nvf4_lane.cu); 8 the
-// per-lane kernels (int4: quant_int4_lane.cu; NVF4: with mul.hi shifts). Every other variant
-// runs the staged kernel of gemv_w4_staged.cu (its own variants) where it applies.
-bool w4_old_variant(int v) { return v == 1 || v == 3 || v == 8; }
-
+// int4 / NVF4 and the variants (gk._C._gemv_set_variant): 1 the per-lane-chunk kernel of
+// gemv_mma.cuh; int4 3 the session-3 staged-tile kernel of quant_int4_mma.cu (the previous
+// default), every other variant the staged kernel of gemv_w4_staged.cu (its own variants);
+// NVF4 0 / 2 / 3 the per-lane kernel of quant_nvf4_lane.cu (the default: H200 session 5
+// checkpoint A, 51 / 52 / 68% of copy against 44 / 46 / 62% for the staged kernel), 8 it with
+// mul.hi shifts, 4 / 5 / 6 / 7 / 9 / 10 the staged kernel (10: its default configuration).
 template <class T>
 void launch_int4(const QGemvArgs& a, cudaStream_t st) {
-  // Default: the staged kernel of gemv_w4_staged.cu (K % 128 == 0, aligned rows); else the
-  // staged-tile kernel of quant_int4_mma.cu (K % 256 == 0; H200 session 4 checkpoint B: 46 /
-  // 48 / 59% of copy), else the per-lane kernel of quant_int4_lane.cu (K % 128 == 0).
-  if (!w4_old_variant(a.variant) && w4_staged_applies(a)) return launch_w4_staged<T>(a, st);
-  if (a.variant != 1 && a.variant != 8 && int4_mma_applies(a)) return launch_int4_mma<T>(a, st);
-  if (a.variant != 1 && int4_lane_applies(a)) {
-    QGemvArgs b = a;
-    if (b.variant == 8) b.variant = 0;  // the per-lane kernel's default configuration
-    return launch_int4_lane<T>(b, st);
-  }
+  // Default: the staged kernel of gemv_w4_staged.cu (K % 128 == 0, aligned rows; H200 session
+  // 5 checkpoint A, g128: 53 / 51 / 77% of copy against 46 / 49 / 59% for quant_int4_mma.cu).
+  if (a.variant != 1 && a.variant != 3 && w4_staged_applies(a)) return launch_w4_staged<T>(a, st);
+  if (a.variant != 1 && int4_mma_applies(a)) return launch_int4_mma<T>(a, st);
   const KArgs p = kargs(a);
   if (!use_mma(a.fmt, a.k)) return launch_family<FInt4, T>(p, a.split, st);
   if (a.group == 128) return launch_mma<MInt4<T, 1>, T>(p, a.split, st);
@@ -78,13 +71,16 @@ void launch_int4(const QGemvArgs& a, cudaStream_t st) {
 
 template <class T>
 void launch_nvf4(const QGemvArgs& a, cudaStream_t st) {
-  // Default: the staged kernel of gemv_w4_staged.cu (K % 128 == 0, aligned rows); else the
-  // per-lane kernel of quant_nvf4_lane.cu (variant 3: its default; 8: with mul.hi shifts);
-  // variant 1: the per-lane-chunk tensor-core kernel of gemv_mma.cuh
-  if (!w4_old_variant(a.variant) && w4_staged_applies(a)) return launch_w4_staged<T>(a, st);
+  const bool staged = a.variant == 4 || a.variant == 5 || a.variant == 6 || a.variant == 7 || a.variant == 9 ||
+                      a.variant == 10;
+  if (staged && w4_staged_applies(a)) {
+    QGemvArgs b = a;
+    if (b.variant == 10) b.variant = 0;  // the staged kernel's default configuration
+    return launch_w4_staged<T>(b, st);
+  }
   if (a.variant != 1 && nvf4_lane_applies(a)) {
     QGemvArgs b = a;
-    if (b.variant == 3) b.variant = 0;
+    if (b.variant != 8 && b.variant != 2) b.variant = 0;  // its default (4 stages), mul.hi shifts, no PDL
     return launch_nvf4_lane<T>(b, st);
   }
   const KArgs p = kargs(a);

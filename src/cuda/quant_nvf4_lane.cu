@@ -1,5 +1,5 @@
 // NVF4 (e2m1 codes, an e4m3 scale per 16 weights, an fp32 tensor scale; emulated on
-// Hopper) decode GEMV on the tensor cores with the per-lane layout of quant_int4_lane.cu:
+// Hopper) decode GEMV on the tensor cores with the per-lane layout of session 4's int4 kernel:
 // lane (g, t) owns rows g and g + 8 of each of the warp's MT m-tiles and, of every span of
 // 128 weights of a row, weights 32t .. 32t + 31 (16 bytes, blocks 2t and 2t + 1 of the
 // span), copied by one 16-byte cp.async per row into its own ring slots (D - 1 spans
@@ -13,7 +13,7 @@
 // times 2^118 (fp16: 2^7) as a bf16 pair whose sign bits are xor-ed with the codes' sign
 // bits: e2m1 * scale * 2^-8 (fp16: 2^-7), exact (at most 6 significant bits, normal
 // range). The mma sums these with x in fp32; the result is multiplied by 2^8 (2^7) times
-// the tensor scale once. x pairs by byte permutes as in quant_int4_lane.cu.
+// the tensor scale once. x pairs by byte permutes.
 // Same bits on every run and for every M. Needs K % 128 == 0 and aligned rows.
 #include "common/gemv_gguf.cuh"
 #include "common/gemv_stage.cuh"

@@ -120,12 +120,11 @@ def test_variant_matches_exact(fmt, variant, n, k):
 @pytest.mark.parametrize("variant", [3, 4, 5, 6, 8, 9, 10])
 @pytest.mark.parametrize("n,k", [(37, 4096), (300, 14336), (2051, 1024), (133, 1152)])
 def test_int4_variants_match_exact(fmt, variant, n, k):
-    """int4's extra variants. K % 512 == 0 (the staged kernel of gemv_w4_staged.cu is the
-    default): 3 the session-3 staged-tile kernel (quant_int4_mma.cu), 8 the per-lane kernel
-    (quant_int4_lane.cu), 4 / 5 / 6 / 9 / 10 the staged kernel with 512-byte stages / a ring of
-    4 / sized for 12 / 8 warps per SM / the default. Other K (1152): the per-lane kernel's own
-    variants (4 / 5 / 6 two m-tiles / a 4-stage ring / both with 3 stages, 8 / 9 mul.hi shifts,
-    10 sized for 24 warps per SM)."""
+    """int4's extra variants (the default is the staged kernel of gemv_w4_staged.cu wherever
+    K % 128 == 0): 3 the session-3 staged-tile kernel (quant_int4_mma.cu; K = 1152: gemv_mma.cuh's
+    kernel), 4 / 5 / 6 / 8 / 9 / 10 the staged kernel with 512-byte stages / a ring of 4 / no CTA
+    spreading / mul.hi shifts / registers for 24 warps per SM / its default (K = 1152: the
+    default configuration)."""
     test_variant_matches_exact(fmt, variant, n, k)
 
 

@@ -16,6 +16,9 @@ import gpukit as gk
 pytestmark = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(4242)
 FMTS = ["int4_32", "int4_64", "int4_128", "nvf4"]
+# the variant that runs the staged kernel's default configuration: int4's default; NVF4's
+# default is the per-lane kernel (quant_nvf4_lane.cu), the staged one is variant 10
+BASE = {"nvf4": 10}
 
 
 def f64(a):
@@ -32,7 +35,7 @@ def make(fmt, n, k):
         qc, sc, zc = q.to("cuda"), s.to("cuda"), z.to("cuda")
         deq = f64(gk.dequantize_int4(q, s, z, group=g))
         return (lambda x, **kw: gk.gemv_int4(x, qc, sc, zc, group=g, **kw)), deq
-    q, bs, ts = gk.quantize_nvf4(wt)
+    q, bs, ts = gk.quantize_nvf4(wt)  # "nvf4" and "nvf4_lane"
     qc, bc, tc = q.to("cuda"), bs.to("cuda"), ts.to("cuda")
     return (lambda x, **kw: gk.gemv_nvf4(x, qc, bc, tc, **kw)), f64(gk.dequantize_nvf4(q, bs, ts))
 
@@ -57,33 +60,37 @@ def check(tag, got, xs, deq, k):
                              f"{f64(got)[i]!r}, ref {ref[i]!r}, tol {tol[i]:.3g}; first bad {bad[0].tolist()}")
 
 
-@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("fmt", FMTS + ["nvf4_lane"])
 @pytest.mark.parametrize("n,k", [(37, 4096), (300, 14336), (2051, 1536), (37, 32768), (133, 4608),
                                  (133, 1152), (300, 4864), (37, 896)])
 def test_matches_exact_all_m(fmt, n, k):
     """K % 512 != 0 (1152, 4864, 896): the rows of scales / zero points are not 16-byte aligned
-    (narrow copies; 1152: a partial last stage of one block)."""
+    (narrow copies; 1152: a partial last stage of one block). nvf4_lane: NVF4's default kernel."""
+    base = BASE.get(fmt, 0)
     fn, deq = make(fmt, n, k)
     xb = gk.asarray(RNG.standard_normal((8, k)).astype(np.float32)).astype("bfloat16")
     x = xb.to("cuda")
     xs = f64(xb.astype("float32"))
-    full = call(fn, x, out_dtype="float32")
+    full = call(fn, x, base, out_dtype="float32")
     check(f"{fmt} n={n} k={k} M=8", full, xs, deq, k)
-    assert f64(call(fn, x, out_dtype="float32")).tobytes() == f64(full).tobytes(), "not the same bits on a second run"
-    assert f64(call(fn, x, 2, out_dtype="float32")).tobytes() == f64(full).tobytes(), "variant 2 (no PDL) differs"
+    assert f64(call(fn, x, base, out_dtype="float32")).tobytes() == f64(full).tobytes(), "not the same bits twice"
+    if base == 0:
+        assert f64(call(fn, x, 2, out_dtype="float32")).tobytes() == f64(full).tobytes(), "variant 2 (no PDL) differs"
     for m in range(1, 8):
-        got = call(fn, x[:m], out_dtype="float32")
+        got = call(fn, x[:m], base, out_dtype="float32")
         assert f64(got).tobytes() == f64(full)[:m].tobytes(), f"M={m}: rows differ from the same rows at M=8"
-    one = call(fn, x[5], out_dtype="float32")
+    one = call(fn, x[5], base, out_dtype="float32")
     assert f64(one).tobytes() == f64(full)[5].tobytes(), "row 5 alone (1-d x) differs from row 5 of the batch"
 
 
 @pytest.mark.parametrize("fmt", FMTS)
-@pytest.mark.parametrize("variant", [4, 5, 6, 9])
+@pytest.mark.parametrize("variant", [4, 5, 6, 8, 9])
 @pytest.mark.parametrize("n,k", [(37, 4096), (300, 14336), (133, 4608), (37, 32768), (133, 1152)])
 def test_variants_match_exact(fmt, variant, n, k):
     """4: stages of 8 blocks (K = 4608: a partial last stage; where the scales' rows are not
-    aligned for it, the default runs), 5: a ring of 4, 6 / 9: sized for 12 / 8 warps per SM."""
+    aligned for it, the default runs), 5: a ring of 4, 6: without the CTA spreading, 8: int4's
+    shifts as mul.hi (NVF4: the per-lane kernel's), 9: a ring of 2 with registers for 24 warps
+    per SM."""
     fn, deq = make(fmt, n, k)
     xb = gk.asarray(RNG.standard_normal((3, k)).astype(np.float32)).astype("bfloat16")
     got = call(fn, xb.to("cuda"), variant, out_dtype="float32")
@@ -96,7 +103,7 @@ def test_fp16_x_and_out_dtypes(fmt, out):
     n, k = 77, 2048
     fn, deq = make(fmt, n, k)
     xh = gk.asarray(RNG.standard_normal((4, k)).astype(np.float32)).astype("float16")
-    got = call(fn, xh.to("cuda"), out_dtype=out)
+    got = call(fn, xh.to("cuda"), BASE.get(fmt, 0), out_dtype=out)
     assert str(got.dtype) == out
     xs = f64(xh.astype("float32"))
     if out == "float32":
@@ -116,19 +123,22 @@ def test_poisoned_output_fully_written(fmt):
     junk = gk.full((4, n), float("nan"), dtype="float32", device="cuda")
     del junk  # its memory returns to the pool; the next result may reuse it
     xb = gk.asarray(RNG.standard_normal((4, k)).astype(np.float32)).astype("bfloat16")
-    got = call(fn, xb.to("cuda"), out_dtype="float32")
+    got = call(fn, xb.to("cuda"), BASE.get(fmt, 0), out_dtype="float32")
     assert np.isfinite(f64(got)).all()
     check(f"{fmt} poisoned", got, f64(xb.astype("float32")), deq, k)
 
 
 def test_misaligned_q_is_an_error():
+    """Code rows that start 8 bytes into a 16-byte line: a ValueError before any launch."""
     n, k = 64, 2048
-    w = gk.asarray((RNG.standard_normal((n, k + 32)) / 40).astype(np.float32))
+    w = gk.asarray((RNG.standard_normal((n, k)) / 40).astype(np.float32))
     q, s, z = gk.quantize_int4(w, group=32)
-    qc, sc, zc = q.to("cuda")[:, 8:], s.to("cuda")[:, 1:], z.to("cuda")[:, 1:]  # rows start 8 bytes in
+    big = gk.zeros((n, k // 2 + 8), dtype="uint8", device="cuda")
+    qbad = big[:, 8:]  # rows k/2 + 8 bytes apart, starting 8 bytes in
+    gk.copy_into(qbad, q.to("cuda"))
     x = gk.asarray(np.ones((1, k), np.float32)).astype("bfloat16").to("cuda")
     with pytest.raises(ValueError, match="aligned"):
-        gk.gemv_int4(x, qc, sc, zc, group=32)
+        gk.gemv_int4(x, qbad, s.to("cuda"), z.to("cuda"), group=32)
 
 
 def test_k_not_divisible_by_group_is_an_error():

@@ -1,8 +1,9 @@
 // Decode GEMV of the 4-bit formats (int4 with group scales and zero points, groups of
 // 32 / 64 / 128; NVF4: e2m1 codes with e4m3 scales per 16 weights and a tensor scale) on the
 // tensor cores, with the access pattern of gemv8's staged kernel (common/gemv_w8.cuh): the
-// H200 serves it at the copy rate, while the per-lane rings of quant_int4_lane.cu reached only
-// 53-72% of copy with their copies alone (session 4, checkpoint B).
+// H200 serves it at the copy rate (this kernel's copies alone, variant 7: 85-101% of copy at
+// session 5's checkpoint A), while the per-lane rings of session 4 (quant_int4_lane.cu,
+// removed) reached only 53-72% of copy with their copies alone.
 //
 // Plan (src/cuda/gemv_w4_staged.cu launches it):
 // - a CTA owns 16 weight rows (the m16 of mma.m16n8k16) and nw warps (1..8, a function of N
@@ -142,10 +143,23 @@ __device__ __forceinline__ void w4_nvf_scales(uint32_t b2, uint32_t& s0, uint32_
   s1 = splat<T>(f1);
 }
 
-// PROBE (benchmarking only): the same copies and shared reads, no decode or products (wrong
-// results): the ceiling of the access pattern.
-template <class T, class F, int KB, int D, bool PROBE = false, bool NARROW = false>
-__global__ void __launch_bounds__(256, 2) k_w4(const QGemvArgs p) {
+// u >> S (HI: as mul.hi.u32 by 2^(32 - S), on the FMA pipe instead of the integer pipe)
+template <int S, bool HI>
+__device__ __forceinline__ uint32_t w4_shr(uint32_t u) {
+  if constexpr (S == 0) return u;
+  else if constexpr (HI) {
+    uint32_t r;
+    asm("mul.hi.u32 %0, %1, %2;" : "=r"(r) : "r"(u), "n"(1u << (32 - S)));
+    return r;
+  } else return u >> S;
+}
+
+// MODE (benchmarking): 0 the kernel; 1 the probe: the same copies and shared reads, no decode
+// or products (wrong results: the ceiling of the access pattern); 2 int4's right shifts as
+// mul.hi. MINB: CTAs of 256 threads per SM the registers are sized for (2: 128 registers).
+template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2>
+__global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
+  constexpr bool PROBE = MODE == 1, HI = MODE == 2;
   using L = W4Layout<F, KB, NARROW>;
   constexpr int P = L::P, NK = KB / 2, NG = F::NG, LB = F::LB, WPG = F::WPG;
   constexpr uint32_t kMag = std::is_same_v<T, bf16> ? 0x43004300u : 0x64006400u;  // 128.0 / 1024.0 twice
@@ -355,8 +369,10 @@ __global__ void __launch_bounds__(256, 2) k_w4(const QGemvArgs p) {
             uint32_t pa[4], pb[4];
 #pragma unroll
             for (int qq = 0; qq < 4; ++qq) {
-              pa[qq] = hsub2u<T>(w4_lop(ua >> (4 * qq), mag), z2a);
-              pb[qq] = hsub2u<T>(w4_lop(ub >> (4 * qq), mag), z2b);
+              const uint32_t sa = qq == 0 ? ua : (qq == 1 ? w4_shr<4, HI>(ua) : (qq == 2 ? w4_shr<8, HI>(ua) : w4_shr<12, HI>(ua)));
+              const uint32_t sb2 = qq == 0 ? ub : (qq == 1 ? w4_shr<4, HI>(ub) : (qq == 2 ? w4_shr<8, HI>(ub) : w4_shr<12, HI>(ub)));
+              pa[qq] = hsub2u<T>(w4_lop(sa, mag), z2a);
+              pb[qq] = hsub2u<T>(w4_lop(sb2, mag), z2b);
             }
             const uint32_t aA[4] = {pa[0], pb[0], pa[1], pb[1]};
             const uint32_t aB[4] = {pa[2], pb[2], pa[3], pb[3]};
