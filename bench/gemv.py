@@ -66,12 +66,13 @@ def tbs(nbytes, ms):
 
 # int4 / nvf4: what the variants run there (src/cuda/quant.cu, src/cuda/gemv_w4_staged.cu)
 W4_VARIANT_NAMES = {1: "the per-lane-chunk kernel of gemv_mma.cuh", 2: "without PDL",
-                    3: "the previous defaults: int4 the session-3 staged-tile kernel, nvf4 the per-lane kernel",
-                    4: "stages of 512 bytes per row, 2 in the ring", 5: "a ring of 4 stages",
-                    6: "sized for 12 warps per SM",
-                    7: "probe: the same copies without decode (wrong results: the access pattern's ceiling)",
-                    8: "the session-4 per-lane kernels (nvf4: shifts as mul.hi)", 9: "sized for 8 warps per SM",
-                    10: "the default configuration"}
+                    3: "int4: the session-3 staged-tile kernel (the previous default); nvf4: the per-lane kernel",
+                    4: "staged: stages of 512 bytes per row, 2 in the ring", 5: "staged: a ring of 4 stages",
+                    6: "staged: without the CTA spreading",
+                    7: "staged probe: the same copies without decode (wrong results: the access pattern's ceiling)",
+                    8: "int4: staged with mul.hi shifts; nvf4: the per-lane kernel with mul.hi shifts",
+                    9: "staged: a ring of 2, registers for 24 warps per SM",
+                    10: "the staged kernel's default configuration (nvf4: the staged kernel)"}
 
 
 def repeat_rows(tile, n, copies):
