@@ -103,7 +103,8 @@ void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
     const int64_t cap = kSmSmem / (per_sm + 1) - 1024 - 512 + 256;  // just too much for per_sm + 1 CTAs
     if (per_sm * (cap + 1024 + 512) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
   }
-  launch_ex(k_w4<T, F, KB, D, MODE, NARROW, MINB>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st, p.variant != 2, p);
+  launch_ex(k_w4<T, F, KB, D, MODE, NARROW, MINB>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st,
+            p.variant != 2, p);
   GK_LAUNCH_CHECK("qgemv_w4_staged");
   if (split > 1) launch_sum_q(p, st);
 }

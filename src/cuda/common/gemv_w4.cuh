@@ -154,6 +154,11 @@ __device__ __forceinline__ uint32_t w4_shr(uint32_t u) {
   } else return u >> S;
 }
 
+template <bool HI>
+__device__ __forceinline__ uint32_t w4_shift4(uint32_t u, int qq) {  // u >> 4 qq, qq = 0..3 (unrolled)
+  return qq == 0 ? u : (qq == 1 ? w4_shr<4, HI>(u) : (qq == 2 ? w4_shr<8, HI>(u) : w4_shr<12, HI>(u)));
+}
+
 // MODE (benchmarking): 0 the kernel; 1 the probe: the same copies and shared reads, no decode
 // or products (wrong results: the ceiling of the access pattern); 2 int4's right shifts as
 // mul.hi. MINB: CTAs of 256 threads per SM the registers are sized for (2: 128 registers).
@@ -288,7 +293,8 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
     issue((st + D - 1) % D);
     const uint32_t sb = ring + uint32_t(st * L::STAGE);
     const uint32_t sca = sb + uint32_t(L::CODES + g * L::SP), scb = sca + uint32_t(8 * L::SP);
-    [[maybe_unused]] const uint32_t zaa = sb + uint32_t(L::CODES + L::SCALES + g * L::ZP), zab = zaa + uint32_t(8 * L::ZP);
+    [[maybe_unused]] const uint32_t zaa = sb + uint32_t(L::CODES + L::SCALES + g * L::ZP);
+    [[maybe_unused]] const uint32_t zab = zaa + uint32_t(8 * L::ZP);
 #pragma unroll
     for (int bb = 0; bb < KB; ++bb) {
       if (!kFull && bb >= nb) break;
@@ -369,10 +375,8 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
             uint32_t pa[4], pb[4];
 #pragma unroll
             for (int qq = 0; qq < 4; ++qq) {
-              const uint32_t sa = qq == 0 ? ua : (qq == 1 ? w4_shr<4, HI>(ua) : (qq == 2 ? w4_shr<8, HI>(ua) : w4_shr<12, HI>(ua)));
-              const uint32_t sb2 = qq == 0 ? ub : (qq == 1 ? w4_shr<4, HI>(ub) : (qq == 2 ? w4_shr<8, HI>(ub) : w4_shr<12, HI>(ub)));
-              pa[qq] = hsub2u<T>(w4_lop(sa, mag), z2a);
-              pb[qq] = hsub2u<T>(w4_lop(sb2, mag), z2b);
+              pa[qq] = hsub2u<T>(w4_lop(w4_shift4<HI>(ua, qq), mag), z2a);
+              pb[qq] = hsub2u<T>(w4_lop(w4_shift4<HI>(ub, qq), mag), z2b);
             }
             const uint32_t aA[4] = {pa[0], pb[0], pa[1], pb[1]};
             const uint32_t aB[4] = {pa[2], pb[2], pa[3], pb[3]};
