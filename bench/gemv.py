@@ -56,7 +56,7 @@ VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "wit
                  7: "int4 probe: the same copies without decode (wrong results: the access pattern's ceiling)",
                  8: "int4 / nvf4: shifts as mul.hi (FMA pipe)", 9: "int4: shifts as mul.hi, 2 m-tiles per warp",
                  10: "int4: 24 warps per SM"}
-INT4_ONLY_VARIANTS = (6, 7, 9, 10)  # --variants: int4 formats only (8: int4 and nvf4)
+INT4_ONLY_VARIANTS = (6, 7, 9, 10, 11)  # --variants: int4 / nvf4 formats only (8: int4 and nvf4)
 NEW_KERNEL_VARIANTS = (3, 4, 5)  # int4, nvf4 and the GGUF formats only
 
 
@@ -72,7 +72,8 @@ W4_VARIANT_NAMES = {1: "the per-lane-chunk kernel of gemv_mma.cuh", 2: "without 
                     7: "staged probe: the same copies without decode (wrong results: the access pattern's ceiling)",
                     8: "int4: staged with mul.hi shifts; nvf4: the per-lane kernel with mul.hi shifts",
                     9: "staged: a ring of 2, registers for 24 warps per SM",
-                    10: "the staged kernel's default configuration (nvf4: the staged kernel)"}
+                    10: "the staged kernel's default configuration (nvf4: the staged kernel)",
+                    11: "staged, lean copies (addresses once, block 0's reads before the issue; same bits)"}
 
 
 def repeat_rows(tile, n, copies):

@@ -4,7 +4,9 @@
 // configuration): 4 stages of 8 blocks (512 bytes per row) with 2 in the ring, 5 a ring of 4,
 // 6 without the CTA spreading, 7 the copies without decode (wrong results: the access
 // pattern's ceiling), 8 int4's right shifts as mul.hi (FMA pipe), 9 more warps per SM (a ring
-// of 2, registers for 3 CTAs of 256 threads, sized for 24 warps per SM); 0 / 2 / 10 the default.
+// of 2, registers for 3 CTAs of 256 threads, sized for 24 warps per SM), 11 lean copies (k_w4's
+// MODE 3: a full stage's copies from addresses computed once, block 0's shared reads before the
+// next copies; the same bits); 0 / 2 / 10 the default (k_w4's MODE kDefaultMode).
 #include "common/gemv_w4.cuh"
 #include "common/gemv_w4_launch.cuh"
 #include "core/cuda_util.h"
@@ -17,7 +19,7 @@ using namespace gemv_detail;
 
 struct W4Cfg {
   int kb = 4, d = 3, wt = 16;  // blocks per stage, ring depth, target warps per SM
-  int mode = 0;                // k_w4's MODE: 1 the probe, 2 mul.hi shifts
+  int mode = 0;                // k_w4's MODE: 1 the probe, 2 mul.hi shifts, 3 lean copies
   int minb = 2;                // k_w4's MINB
   bool spread = true;          // at most ceil(CTAs / 132) CTAs per SM when all fit at once
 };
@@ -31,10 +33,15 @@ W4Cfg w4_cfg(int variant) {
     case 7: c.mode = 1; break;
     case 8: c.mode = 2; break;
     case 9: c.d = 2, c.minb = 3, c.wt = 24; break;
+    case 11: c.mode = 3; break;
     default: break;
   }
   return c;
 }
+
+// The default configuration's k_w4 MODE: 0, or 3 (lean copies, variant 11: the same bits) if the
+// H200 shows it faster. One constant: the lead may switch it back.
+constexpr int kDefaultMode = 0;
 
 constexpr int kSMs = 132;
 constexpr int kSmemMax = 200 * 1024;    // dynamic shared memory of one CTA at most
@@ -118,12 +125,13 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   if constexpr (std::is_same_v<T, bf16>) {  // the benchmarking variants: bf16 x only
     if (c.mode == 1) return launch_k<T, F, 4, 3, 1>(p, c, st);
     if (c.mode == 2 && !F::kNvf4) return launch_k<T, F, 4, 3, 2>(p, c, st);
+    if (c.mode == 3 && kDefaultMode != 3) return launch_k<T, F, 4, 3, 3>(p, c, st);
     if (c.kb == 8) return launch_k<T, F, 8, 2>(p, c, st);
     if (c.d == 4) return launch_k<T, F, 4, 4>(p, c, st);
     if (c.minb == 3) return launch_k<T, F, 4, 2, 0, false, 3>(p, c, st);
     if (!c.spread) return launch_k<T, F, 4, 3>(p, c, st);
   }
-  return launch_k<T, F, 4, 3>(p, W4Cfg{}, st);
+  return launch_k<T, F, 4, 3, kDefaultMode>(p, W4Cfg{}, st);
 }
 
 }  // namespace

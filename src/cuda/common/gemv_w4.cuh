@@ -159,12 +159,30 @@ __device__ __forceinline__ uint32_t w4_shift4(uint32_t u, int qq) {  // u >> 4 q
   return qq == 0 ? u : (qq == 1 ? w4_shr<4, HI>(u) : (qq == 2 ? w4_shr<8, HI>(u) : w4_shr<12, HI>(u)));
 }
 
+// cp.async of U (4, 8, 16) whole bytes
+template <int U>
+__device__ __forceinline__ void cp_async_u(uint32_t dst, const void* src) {
+  if constexpr (U == 16) cp_async16(dst, src);
+  else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(dst), "l"(src), "n"(U) : "memory");
+}
+
+// The shared-memory reads of one 128-weight block (rows g, g + 8): zero points, codes, scales.
+struct W4Frag {
+  uint32_t za, zb;  // int4: the rows' NG zero-point bytes
+  uint4 wa, wb;     // the lane's 4 code words of rows g and g + 8
+  uint4 sva, svb;   // int4: the NG f32 scales; NVF4: .x = the 2 e4m3 block scales 2t, 2t + 1
+};
+
 // MODE (benchmarking): 0 the kernel; 1 the probe: the same copies and shared reads, no decode
 // or products (wrong results: the ceiling of the access pattern); 2 int4's right shifts as
-// mul.hi. MINB: CTAs of 256 threads per SM the registers are sized for (2: 128 registers).
+// mul.hi; 3 lean (session 5 after A; the same arithmetic, the same bits): a full stage's copies
+// from per-lane addresses computed once (no per-stage predicates, row clamps or byte counts)
+// and the shared reads of a stage's first block before the next stage's copies are issued
+// (their latency under the issue work). MINB: CTAs of 256 threads per SM the registers are
+// sized for (2: 128 registers).
 template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2>
 __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
-  constexpr bool PROBE = MODE == 1, HI = MODE == 2;
+  constexpr bool PROBE = MODE == 1, HI = MODE == 2, LEAN = MODE == 3 && !NARROW;
   using L = W4Layout<F, KB, NARROW>;
   constexpr int P = L::P, NK = KB / 2, NG = F::NG, LB = F::LB, WPG = F::WPG;
   constexpr uint32_t kMag = std::is_same_v<T, bf16> ? 0x43004300u : 0x64006400u;  // 128.0 / 1024.0 twice
@@ -195,49 +213,86 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   const int64_t srow = nblk * F::SB, zrow = nblk * F::ZB;  // bytes per row
   int64_t left = b1 - b0;  // blocks not yet issued
   int64_t bnext = b0;      // the next stage's first block
+  // LEAN: the lane's scale / zero-point copies of a full stage (JS scale units, one zero unit
+  // for lanes < 16 where the zero rows take one unit each): source and stage offset, once
+  constexpr int NUS0 = L::SR / L::US, JS = (16 * NUS0 + 31) / 32;
+  constexpr bool LZ = LEAN && F::ZB > 0 && L::NUZ == 1;
+  [[maybe_unused]] const uint8_t* lsrc[JS];
+  [[maybe_unused]] uint32_t ldst[JS];
+  [[maybe_unused]] const uint8_t* lzsrc = nullptr;
+  [[maybe_unused]] uint32_t lzdst = 0;
+  if constexpr (LEAN) {
+#pragma unroll
+    for (int j = 0; j < JS; ++j) {
+      const int i = std::min(32 * j + lane, 16 * NUS0 - 1), r = i / NUS0, c = i % NUS0;
+      const int64_t row = row0 + r < p.n ? row0 + r : p.n - 1;
+      lsrc[j] = sbase + row * srow + b0 * F::SB + c * L::US;
+      ldst[j] = uint32_t(L::CODES + r * L::SP + c * L::US);
+    }
+    if constexpr (LZ) {
+      const int r = lane & 15;
+      const int64_t row = row0 + r < p.n ? row0 + r : p.n - 1;
+      lzsrc = p.zeros + row * zrow + b0 * F::ZB;
+      lzdst = uint32_t(L::CODES + L::SCALES + r * L::ZP);
+    }
+  }
   auto issue = [&](int st) {
     if (left > 0) {
       const uint32_t sb = ring + uint32_t(st * L::STAGE);
       const bool full = left >= KB;
+      if (LEAN && full) {  // the same copies as below, from the precomputed addresses
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
+        for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int k = 0; k < NK; ++k)
-          if (full || ch + 8 * k < left * 4)
+          for (int k = 0; k < NK; ++k)
             cp_async16(sb + ((i & 1) ? cd1 : cd0) + uint32_t(4 * i * P + 128 * k), qp[i] + 128 * k);
-      const int vs = int(std::min<int64_t>(left, KB)) * F::SB;  // valid scale bytes per row
-      constexpr int NUS = L::SR / L::US;
 #pragma unroll
-      for (int i0 = 0; i0 < 16 * NUS; i0 += 32) {
-        const int i = i0 + lane;
-        if (i < 16 * NUS) {
-          const int r = i / NUS, c = i % NUS;
-          const int64_t row = row0 + r < p.n ? row0 + r : p.n - 1;
-          const int v = vs - c * L::US;
-          if (v > 0)
-            cp_async_z<L::US>(sb + uint32_t(L::CODES + r * L::SP + c * L::US),
-                              sbase + row * srow + bnext * F::SB + c * L::US, v < L::US ? v : L::US);
+        for (int j = 0; j < JS; ++j)
+          if (32 * j + lane < 16 * NUS0) cp_async_u<L::US>(sb + ldst[j], lsrc[j]);
+        if constexpr (LZ) {
+          if (lane < 16) cp_async_u<L::UZ>(sb + lzdst, lzsrc);
         }
-      }
-      if constexpr (F::ZB > 0) {
-        const int vz = int(std::min<int64_t>(left, KB)) * F::ZB;
-        constexpr int NUZ = L::NUZ;
+      } else {
 #pragma unroll
-        for (int i0 = 0; i0 < 16 * NUZ; i0 += 32) {
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int k = 0; k < NK; ++k)
+            if (full || ch + 8 * k < left * 4)
+              cp_async16(sb + ((i & 1) ? cd1 : cd0) + uint32_t(4 * i * P + 128 * k), qp[i] + 128 * k);
+        const int vs = int(std::min<int64_t>(left, KB)) * F::SB;  // valid scale bytes per row
+        constexpr int NUS = L::SR / L::US;
+#pragma unroll
+        for (int i0 = 0; i0 < 16 * NUS; i0 += 32) {
           const int i = i0 + lane;
-          if (i < 16 * NUZ) {
-            const int r = i / NUZ, c = i % NUZ;
+          if (i < 16 * NUS) {
+            const int r = i / NUS, c = i % NUS;
             const int64_t row = row0 + r < p.n ? row0 + r : p.n - 1;
-            const uint8_t* src = p.zeros + row * zrow + bnext * F::ZB;
-            int v = vz - c * L::UZ;
-            if constexpr (NARROW) {  // the aligned words around the row's bytes
-              const int a = int(reinterpret_cast<uintptr_t>(src) & 3u);
-              src -= a;
-              v += a;
-            }
+            const int v = vs - c * L::US;
             if (v > 0)
-              cp_async_z<L::UZ>(sb + uint32_t(L::CODES + L::SCALES + r * L::ZP + c * L::UZ), src + c * L::UZ,
-                                v < L::UZ ? v : L::UZ);
+              cp_async_z<L::US>(sb + uint32_t(L::CODES + r * L::SP + c * L::US),
+                                sbase + row * srow + bnext * F::SB + c * L::US, v < L::US ? v : L::US);
+          }
+        }
+        if constexpr (F::ZB > 0) {
+          const int vz = int(std::min<int64_t>(left, KB)) * F::ZB;
+          constexpr int NUZ = L::NUZ;
+#pragma unroll
+          for (int i0 = 0; i0 < 16 * NUZ; i0 += 32) {
+            const int i = i0 + lane;
+            if (i < 16 * NUZ) {
+              const int r = i / NUZ, c = i % NUZ;
+              const int64_t row = row0 + r < p.n ? row0 + r : p.n - 1;
+              const uint8_t* src = p.zeros + row * zrow + bnext * F::ZB;
+              int v = vz - c * L::UZ;
+              if constexpr (NARROW) {  // the aligned words around the row's bytes
+                const int a = int(reinterpret_cast<uintptr_t>(src) & 3u);
+                src -= a;
+                v += a;
+              }
+              if (v > 0)
+                cp_async_z<L::UZ>(sb + uint32_t(L::CODES + L::SCALES + r * L::ZP + c * L::UZ), src + c * L::UZ,
+                                  v < L::UZ ? v : L::UZ);
+            }
           }
         }
       }
@@ -245,6 +300,11 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
     cp_commit();
 #pragma unroll
     for (int i = 0; i < 4; ++i) qp[i] += KB * 64;
+    if constexpr (LEAN) {
+#pragma unroll
+      for (int j = 0; j < JS; ++j) lsrc[j] += KB * F::SB;
+      if constexpr (LZ) lzsrc += KB * F::ZB;
+    }
     left -= KB;
     bnext += KB;
   };
@@ -284,48 +344,65 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
     for (int w = 0; w < 4; ++w)
       xv[w] = __ldg(reinterpret_cast<const uint4*>(xr + bb * 128 + (w / WPG) * F::G + 8 * (w % WPG)));
   };
+  // the shared reads of block bb of the stage at sb
+  auto fetch = [&](uint32_t sb, int bb) {
+    W4Frag f{};
+    const uint32_t sca = sb + uint32_t(L::CODES + g * L::SP), scb = sca + uint32_t(8 * L::SP);
+    [[maybe_unused]] const uint32_t zaa = sb + uint32_t(L::CODES + L::SCALES + g * L::ZP);
+    [[maybe_unused]] const uint32_t zab = zaa + uint32_t(8 * L::ZP);
+    // the rows' zero points of the block's groups (int4: NG bytes)
+    if constexpr (NARROW && F::ZB > 0) {  // bytes za_off + bb ZB .. of the rows' words
+      const uint32_t pa = uint32_t(za_off + bb * F::ZB), pb = uint32_t(zb_off + bb * F::ZB);
+      f.za = __funnelshift_r(lds_u32(zaa + (pa & ~3u)), lds_u32(zaa + (pa & ~3u) + 4), 8 * (pa & 3u));
+      f.zb = __funnelshift_r(lds_u32(zab + (pb & ~3u)), lds_u32(zab + (pb & ~3u) + 4), 8 * (pb & 3u));
+    } else if constexpr (F::ZB == 4) f.za = lds_u32(zaa + 4 * bb), f.zb = lds_u32(zab + 4 * bb);
+    else if constexpr (F::ZB == 2) f.za = lds_u16(zaa + 2 * bb), f.zb = lds_u16(zab + 2 * bb);
+    else if constexpr (F::ZB == 1) f.za = lds_u8(zaa + bb), f.zb = lds_u8(zab + bb);
+    // the lane's 4 words of rows g and g + 8 in this block (NG pieces of LB bytes)
+    uint32_t a[4], b[4];
+#pragma unroll
+    for (int h = 0; h < NG; ++h) {
+      const uint32_t ad = sb + uint32_t(64 * bb) + fo[bb & 1][h];
+      const uint4 va = lds_n<LB>(ad), vb = lds_n<LB>(ad + uint32_t(8 * P));
+#pragma unroll
+      for (int w = 0; w < WPG; ++w) {
+        a[h * WPG + w] = word(va, w);
+        b[h * WPG + w] = word(vb, w);
+      }
+    }
+    f.wa = make_uint4(a[0], a[1], a[2], a[3]);
+    f.wb = make_uint4(b[0], b[1], b[2], b[3]);
+    if constexpr (F::kNvf4) {  // the block scales 2t, 2t + 1 of rows g and g + 8 (bytes 8 bb + 2t, + 1)
+      f.sva.x = lds_u16(sca + uint32_t(8 * bb + 2 * t));
+      f.svb.x = lds_u16(scb + uint32_t(8 * bb + 2 * t));
+    } else {  // the rows' scales of the block's groups
+      f.sva = lds_n<4 * NG>(sca + uint32_t(bb * F::SB));
+      f.svb = lds_n<4 * NG>(scb + uint32_t(bb * F::SB));
+    }
+    return f;
+  };
   auto stage = [&](int st, int nb, auto full) {
     constexpr bool kFull = decltype(full)::value;
     uint4 xc[4];  // x of the stage's first block, loaded before waiting for its weights
     if constexpr (!PROBE) load_x(xc, 0);
     cp_wait<D - 2>();
     __syncwarp();
-    issue((st + D - 1) % D);
     const uint32_t sb = ring + uint32_t(st * L::STAGE);
-    const uint32_t sca = sb + uint32_t(L::CODES + g * L::SP), scb = sca + uint32_t(8 * L::SP);
-    [[maybe_unused]] const uint32_t zaa = sb + uint32_t(L::CODES + L::SCALES + g * L::ZP);
-    [[maybe_unused]] const uint32_t zab = zaa + uint32_t(8 * L::ZP);
+    [[maybe_unused]] W4Frag f0{};
+    if constexpr (LEAN) f0 = fetch(sb, 0);  // LEAN: block 0's reads before the copies are issued
+    issue((st + D - 1) % D);
 #pragma unroll
     for (int bb = 0; bb < KB; ++bb) {
       if (!kFull && bb >= nb) break;
-      // the rows' zero points of the block's groups (int4: NG bytes)
-      [[maybe_unused]] uint32_t za = 0, zb = 0;
-      if constexpr (NARROW && F::ZB > 0) {  // bytes za_off + bb ZB .. of the rows' words
-        const uint32_t pa = uint32_t(za_off + bb * F::ZB), pb = uint32_t(zb_off + bb * F::ZB);
-        za = __funnelshift_r(lds_u32(zaa + (pa & ~3u)), lds_u32(zaa + (pa & ~3u) + 4), 8 * (pa & 3u));
-        zb = __funnelshift_r(lds_u32(zab + (pb & ~3u)), lds_u32(zab + (pb & ~3u) + 4), 8 * (pb & 3u));
-      } else if constexpr (F::ZB == 4) za = lds_u32(zaa + 4 * bb), zb = lds_u32(zab + 4 * bb);
-      else if constexpr (F::ZB == 2) za = lds_u16(zaa + 2 * bb), zb = lds_u16(zab + 2 * bb);
-      else if constexpr (F::ZB == 1) za = lds_u8(zaa + bb), zb = lds_u8(zab + bb);
-      // the lane's 4 words of rows g and g + 8 in this block (NG pieces of LB bytes)
-      uint4 wa, wb;
-      {
-        uint32_t a[4], b[4];
-#pragma unroll
-        for (int h = 0; h < NG; ++h) {
-          const uint32_t ad = sb + uint32_t(64 * bb) + fo[bb & 1][h];
-          const uint4 va = lds_n<LB>(ad), vb = lds_n<LB>(ad + uint32_t(8 * P));
-#pragma unroll
-          for (int w = 0; w < WPG; ++w) {
-            a[h * WPG + w] = word(va, w);
-            b[h * WPG + w] = word(vb, w);
-          }
-        }
-        wa = make_uint4(a[0], a[1], a[2], a[3]);
-        wb = make_uint4(b[0], b[1], b[2], b[3]);
-      }
+      const W4Frag f = [&] {
+        if constexpr (LEAN)
+          if (bb == 0) return f0;
+        return fetch(sb, bb);
+      }();
+      [[maybe_unused]] const uint32_t za = f.za, zb = f.zb;
+      const uint4 wa = f.wa, wb = f.wb;
       if constexpr (PROBE) {
-        const uint32_t v = wa.x ^ wa.y ^ wa.z ^ wa.w ^ wb.x ^ wb.y ^ wb.z ^ wb.w ^ za ^ lds_u32(sca + 4 * bb);
+        const uint32_t v = wa.x ^ wa.y ^ wa.z ^ wa.w ^ wb.x ^ wb.y ^ wb.z ^ wb.w ^ za ^ f.sva.x;
         acc[0] += __uint_as_float(v & 0x007fffffu);
         continue;
       }
@@ -334,8 +411,8 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
       if constexpr (F::kNvf4) {
         // the block scales 2t, 2t + 1 of rows g and g + 8 (bytes 8 bb + 2t, + 1)
         uint32_t sa[2], sbb[2];
-        w4_nvf_scales<T>(lds_u16(sca + uint32_t(8 * bb + 2 * t)), sa[0], sa[1]);
-        w4_nvf_scales<T>(lds_u16(scb + uint32_t(8 * bb + 2 * t)), sbb[0], sbb[1]);
+        w4_nvf_scales<T>(f.sva.x, sa[0], sa[1]);
+        w4_nvf_scales<T>(f.svb.x, sbb[0], sbb[1]);
 #pragma unroll
         for (int w = 0; w < 4; ++w) {
           const uint4 xv = xc[w];
@@ -356,8 +433,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
           mma16816<T>(acc2, aB, bB0, bB1);
         }
       } else {
-        // the rows' scales of the block's groups
-        const uint4 sva = lds_n<4 * NG>(sca + uint32_t(bb * F::SB)), svb = lds_n<4 * NG>(scb + uint32_t(bb * F::SB));
+        const uint4 sva = f.sva, svb = f.svb;
         constexpr bool TWO = WPG >= 2;  // two mma chains (k-steps A / B) per group
 #pragma unroll
         for (int h = 0; h < NG; ++h) {
