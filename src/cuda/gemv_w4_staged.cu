@@ -1,12 +1,13 @@
 // The staged 4-bit decode GEMV (int4 with group scales and zero points, NVF4; kernel and plan
 // in common/gemv_w4.cuh): the launch plan (warps per CTA, split-K), the argument checks and
 // the benchmarking variants (gk._C._gemv_set_variant; bf16 x only, float16 x runs the default
-// configuration): 4 stages of 8 blocks (512 bytes per row) with 2 in the ring, 5 a ring of 4,
-// 6 without the CTA spreading, 7 the copies without decode (wrong results: the access
+// configuration; 4 / 5 / 6 / 9 with k_w4's MODE 0, to compare with 13): 4 stages of 8 blocks
+// (512 bytes per row) with 2 in the ring, 5 a ring of 4, 6 without the CTA spreading, 7 the copies without decode (wrong results: the access
 // pattern's ceiling), 8 int4's right shifts as mul.hi (FMA pipe), 9 more warps per SM (a ring
 // of 2, registers for 3 CTAs of 256 threads, sized for 24 warps per SM), 11 lean copies (k_w4's
 // MODE 3: a full stage's copies from addresses computed once, block 0's shared reads before the
-// next copies; the same bits); 0 / 2 / 10 the default (k_w4's MODE kDefaultMode).
+// next copies; the same bits), 12 both 8 and 11 (NVF4: 11), 13 MODE 0 (checkpoint A's default,
+// the same bits); 0 / 2 / 10 the default (k_w4's MODE kDefaultMode).
 #include "common/gemv_w4.cuh"
 #include "common/gemv_w4_launch.cuh"
 #include "core/cuda_util.h"
@@ -19,9 +20,10 @@ using namespace gemv_detail;
 
 struct W4Cfg {
   int kb = 4, d = 3, wt = 16;  // blocks per stage, ring depth, target warps per SM
-  int mode = 0;                // k_w4's MODE: 1 the probe, 2 mul.hi shifts, 3 lean copies
+  int mode = 0;                // k_w4's MODE: 1 the probe, 2 mul.hi shifts, 3 lean copies, 4 both
   int minb = 2;                // k_w4's MINB
   bool spread = true;          // at most ceil(CTAs / 132) CTAs per SM when all fit at once
+  bool old = false;            // MODE 0 whatever kDefaultMode is (variant 13)
 };
 
 W4Cfg w4_cfg(int variant) {
@@ -34,14 +36,18 @@ W4Cfg w4_cfg(int variant) {
     case 8: c.mode = 2; break;
     case 9: c.d = 2, c.minb = 3, c.wt = 24; break;
     case 11: c.mode = 3; break;
+    case 12: c.mode = 4; break;
+    case 13: c.mode = 0, c.old = true; break;
     default: break;
   }
   return c;
 }
 
-// The default configuration's k_w4 MODE: 0, or 3 (lean copies, variant 11: the same bits) if the
-// H200 shows it faster. One constant: the lead may switch it back.
-constexpr int kDefaultMode = 0;
+// The default configuration's k_w4 MODE: 3 (lean copies, variant 11; session 5 after checkpoint
+// A: about 55 fewer instructions per stage of ~700 in the SASS, the same copies and the same
+// bits), or 0 (checkpoint A's default, variant 13). One constant: set it back to 0 if the H200
+// shows variant 13 faster than the default.
+constexpr int kDefaultMode = 3;
 
 constexpr int kSMs = 132;
 constexpr int kSmemMax = 200 * 1024;    // dynamic shared memory of one CTA at most
@@ -125,7 +131,9 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   if constexpr (std::is_same_v<T, bf16>) {  // the benchmarking variants: bf16 x only
     if (c.mode == 1) return launch_k<T, F, 4, 3, 1>(p, c, st);
     if (c.mode == 2 && !F::kNvf4) return launch_k<T, F, 4, 3, 2>(p, c, st);
-    if (c.mode == 3 && kDefaultMode != 3) return launch_k<T, F, 4, 3, 3>(p, c, st);
+    if (c.mode == 4 && !F::kNvf4) return launch_k<T, F, 4, 3, 4>(p, c, st);
+    if (c.mode >= 3 && kDefaultMode != 3) return launch_k<T, F, 4, 3, 3>(p, c, st);
+    if (c.old && kDefaultMode != 0) return launch_k<T, F, 4, 3, 0>(p, c, st);
     if (c.kb == 8) return launch_k<T, F, 8, 2>(p, c, st);
     if (c.d == 4) return launch_k<T, F, 4, 4>(p, c, st);
     if (c.minb == 3) return launch_k<T, F, 4, 2, 0, false, 3>(p, c, st);

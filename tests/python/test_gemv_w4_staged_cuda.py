@@ -3,7 +3,7 @@
 M = 1..8, odd N (a partial last row tile), split-K (small N, long K), partial last stages
 (K = 1152; variant 4: stages of 8 blocks over K = 4608), K % 512 != 0 (rows of scales and
 zero points not 16-byte aligned), every benchmarking variant that computes
-(4 / 5 / 6 / 9; 2 without PDL and 11 lean copies must give the default's bits), float16 x and every
+(4 / 5 / 6 / 9; 2 without PDL and 11 / 12 / 13, the copy modes, must give the default's bits), float16 x and every
 output dtype; same bits on a second run, a row alone = the row in a batch, and the output
 poisoned before the call. Skipped without a GPU."""
 import math
@@ -98,28 +98,29 @@ def test_variants_match_exact(fmt, variant, n, k):
 
 
 @pytest.mark.parametrize("fmt", FMTS)
-@pytest.mark.parametrize("n,k", [(37, 4096), (300, 14336), (133, 4608), (37, 32768), (300, 4864), (133, 1152),
-                                 (2051, 1536)])
-def test_lean_variant_same_bits(fmt, n, k):
-    """Variant 11 (k_w4's MODE 3, lean copies: a full stage's copies from addresses computed
-    once, block 0's shared reads before the next copies are issued) does the same arithmetic as
-    the default configuration: the same bits at M = 8 and M = 1, and within the bound of the
-    float64 reference. K = 4864: NVF4 with a partial last stage (its copies take the general
-    path); 1152: narrow rows of scales (the default runs); 32768: split-K."""
+@pytest.mark.parametrize("n,k", [(37, 4096), (300, 14336), (133, 4608), (37, 32768), (300, 4864), (133, 1152)])
+def test_copy_modes_same_bits(fmt, n, k):
+    """k_w4's MODE 0 (variant 13, checkpoint A's copies), 3 (variant 11, lean copies: a full
+    stage's copies from addresses computed once, block 0's shared reads before the next copies
+    are issued; the default, kDefaultMode in gemv_w4_staged.cu) and 4 (variant 12: 3 with int4's
+    shifts as mul.hi, exact) do the same arithmetic: the same bits as the default at M = 8 and
+    M = 1, within the bound of the float64 reference. K = 4864: NVF4 with a partial last stage
+    (its copies take the general path); 1152: narrow rows of scales (MODE 0 runs); 32768: split-K."""
     base = BASE.get(fmt, 0)
     fn, deq = make(fmt, n, k)
     xb = gk.asarray(RNG.standard_normal((8, k)).astype(np.float32)).astype("bfloat16")
     x = xb.to("cuda")
-    ref = call(fn, x, base, out_dtype="float32")
-    got = call(fn, x, 11, out_dtype="float32")
-    check(f"{fmt} variant 11 n={n} k={k} M=8", got, f64(xb.astype("float32")), deq, k)
-    a, b = f64(got), f64(ref)
-    if a.tobytes() != b.tobytes():
-        bad = np.argwhere(a != b)
-        raise AssertionError(f"{fmt} n={n} k={k}: variant 11 differs from the default in {len(bad)} of {a.size}; "
-                             f"first {bad[0].tolist()}: {a[tuple(bad[0])]!r} vs {b[tuple(bad[0])]!r}")
-    one = call(fn, x[2:3], 11, out_dtype="float32")
-    assert f64(one).tobytes() == b[2:3].tobytes(), "variant 11 at M=1 differs from the default's row 2 at M=8"
+    b = f64(call(fn, x, base, out_dtype="float32"))
+    for variant in (11, 12, 13):
+        got = call(fn, x, variant, out_dtype="float32")
+        check(f"{fmt} variant {variant} n={n} k={k} M=8", got, f64(xb.astype("float32")), deq, k)
+        a = f64(got)
+        if a.tobytes() != b.tobytes():
+            bad = np.argwhere(a != b)
+            raise AssertionError(f"{fmt} n={n} k={k}: variant {variant} differs from the default in {len(bad)} of "
+                                 f"{a.size}; first {bad[0].tolist()}: {a[tuple(bad[0])]!r} vs {b[tuple(bad[0])]!r}")
+        one = call(fn, x[2:3], variant, out_dtype="float32")
+        assert f64(one).tobytes() == b[2:3].tobytes(), f"variant {variant} at M=1 differs from the default's row 2"
 
 
 @pytest.mark.parametrize("fmt", FMTS)

@@ -178,12 +178,14 @@ struct W4Frag {
 // mul.hi; 3 lean (session 5 after A; the same arithmetic, the same bits): a full stage's copies
 // from per-lane addresses computed once (no per-stage predicates, row clamps or byte counts)
 // and the shared reads of a stage's first block before the next stage's copies are issued
-// (their latency under the issue work). MINB: CTAs of 256 threads per SM the registers are
+// (their latency under the issue work); 4 both 2 and 3. MINB: CTAs of 256 threads per SM the registers are
 // sized for (2: 128 registers).
 template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2>
 __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
-  constexpr bool PROBE = MODE == 1, HI = MODE == 2, LEAN = MODE == 3 && !NARROW;
   using L = W4Layout<F, KB, NARROW>;
+  // LEAN: wide meta copies with at most one zero-point unit per row (KB = 4)
+  constexpr bool PROBE = MODE == 1, HI = MODE == 2 || MODE == 4,
+                 LEAN = (MODE == 3 || MODE == 4) && !NARROW && L::NUZ <= 1;
   constexpr int P = L::P, NK = KB / 2, NG = F::NG, LB = F::LB, WPG = F::WPG;
   constexpr uint32_t kMag = std::is_same_v<T, bf16> ? 0x43004300u : 0x64006400u;  // 128.0 / 1024.0 twice
   static_assert(KB % 2 == 0 && KB >= 2, "an even number of blocks per stage");
@@ -216,7 +218,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   // LEAN: the lane's scale / zero-point copies of a full stage (JS scale units, one zero unit
   // for lanes < 16 where the zero rows take one unit each): source and stage offset, once
   constexpr int NUS0 = L::SR / L::US, JS = (16 * NUS0 + 31) / 32;
-  constexpr bool LZ = LEAN && F::ZB > 0 && L::NUZ == 1;
+  constexpr bool LZ = LEAN && F::ZB > 0;
   [[maybe_unused]] const uint8_t* lsrc[JS];
   [[maybe_unused]] uint32_t ldst[JS];
   [[maybe_unused]] const uint8_t* lzsrc = nullptr;
