@@ -56,7 +56,7 @@ VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "wit
                  7: "int4 probe: the same copies without decode (wrong results: the access pattern's ceiling)",
                  8: "int4 / nvf4: shifts as mul.hi (FMA pipe)", 9: "int4: shifts as mul.hi, 2 m-tiles per warp",
                  10: "int4: 24 warps per SM"}
-INT4_ONLY_VARIANTS = (6, 7, 9, 10, 11, 12, 13)  # --variants: int4 / nvf4 formats only (8: int4 and nvf4)
+INT4_ONLY_VARIANTS = (6, 7, 9, 10, 11, 12, 13, 14)  # --variants: int4 / nvf4 formats only (8: int4 and nvf4)
 NEW_KERNEL_VARIANTS = (3, 4, 5)  # int4, nvf4 and the GGUF formats only
 
 
@@ -75,7 +75,8 @@ W4_VARIANT_NAMES = {1: "the per-lane-chunk kernel of gemv_mma.cuh", 2: "without 
                     10: "the staged kernel's default configuration (nvf4: the staged kernel)",
                     11: "staged, lean copies (the default's MODE 3 unless kDefaultMode is changed)",
                     12: "int4: staged, lean copies and mul.hi shifts; nvf4: as 11",
-                    13: "staged, checkpoint A's copies (MODE 0, the default before lean copies)"}
+                    13: "staged, checkpoint A's copies (MODE 0, the default before lean copies)",
+                    14: "staged, lean copies + x of a stage's first block loaded during the previous stage"}
 
 
 def repeat_rows(tile, n, copies):

@@ -7,7 +7,8 @@
 // of 2, registers for 3 CTAs of 256 threads, sized for 24 warps per SM), 11 lean copies (k_w4's
 // MODE 3: a full stage's copies from addresses computed once, block 0's shared reads before the
 // next copies; the same bits), 12 both 8 and 11 (NVF4: 11), 13 MODE 0 (checkpoint A's default,
-// the same bits); 0 / 2 / 10 the default (k_w4's MODE kDefaultMode).
+// the same bits), 14 MODE 5 (11 with x of each stage's first block loaded during the previous
+// stage; the same bits); 0 / 2 / 10 the default (k_w4's MODE kDefaultMode).
 #include "common/gemv_w4.cuh"
 #include "common/gemv_w4_launch.cuh"
 #include "core/cuda_util.h"
@@ -20,7 +21,7 @@ using namespace gemv_detail;
 
 struct W4Cfg {
   int kb = 4, d = 3, wt = 16;  // blocks per stage, ring depth, target warps per SM
-  int mode = 0;                // k_w4's MODE: 1 the probe, 2 mul.hi shifts, 3 lean copies, 4 both
+  int mode = 0;                // k_w4's MODE: 1 the probe, 2 mul.hi shifts, 3 lean copies, 4 both, 5 3 + x ahead
   int minb = 2;                // k_w4's MINB
   bool spread = true;          // at most ceil(CTAs / 132) CTAs per SM when all fit at once
   bool old = false;            // MODE 0 whatever kDefaultMode is (variant 13)
@@ -38,6 +39,7 @@ W4Cfg w4_cfg(int variant) {
     case 11: c.mode = 3; break;
     case 12: c.mode = 4; break;
     case 13: c.mode = 0, c.old = true; break;
+    case 14: c.mode = 5; break;
     default: break;
   }
   return c;
@@ -132,6 +134,7 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
     if (c.mode == 1) return launch_k<T, F, 4, 3, 1>(p, c, st);
     if (c.mode == 2 && !F::kNvf4) return launch_k<T, F, 4, 3, 2>(p, c, st);
     if (c.mode == 4 && !F::kNvf4) return launch_k<T, F, 4, 3, 4>(p, c, st);
+    if (c.mode == 5) return launch_k<T, F, 4, 3, 5>(p, c, st);
     if (c.mode >= 3 && kDefaultMode != 3) return launch_k<T, F, 4, 3, 3>(p, c, st);
     if (c.old && kDefaultMode != 0) return launch_k<T, F, 4, 3, 0>(p, c, st);
     if (c.kb == 8) return launch_k<T, F, 8, 2>(p, c, st);

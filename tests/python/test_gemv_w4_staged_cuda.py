@@ -3,7 +3,7 @@
 M = 1..8, odd N (a partial last row tile), split-K (small N, long K), partial last stages
 (K = 1152; variant 4: stages of 8 blocks over K = 4608), K % 512 != 0 (rows of scales and
 zero points not 16-byte aligned), every benchmarking variant that computes
-(4 / 5 / 6 / 9; 2 without PDL and 11 / 12 / 13, the copy modes, must give the default's bits), float16 x and every
+(4 / 5 / 6 / 9; 2 without PDL and 11 - 14, the copy modes, must give the default's bits), float16 x and every
 output dtype; same bits on a second run, a row alone = the row in a batch, and the output
 poisoned before the call. Skipped without a GPU."""
 import math
@@ -103,7 +103,8 @@ def test_copy_modes_same_bits(fmt, n, k):
     """k_w4's MODE 0 (variant 13, checkpoint A's copies), 3 (variant 11, lean copies: a full
     stage's copies from addresses computed once, block 0's shared reads before the next copies
     are issued; the default, kDefaultMode in gemv_w4_staged.cu) and 4 (variant 12: 3 with int4's
-    shifts as mul.hi, exact) do the same arithmetic: the same bits as the default at M = 8 and
+    shifts as mul.hi, exact) and 5 (variant 14: 3 with x of a stage's first block loaded during
+    the previous stage) do the same arithmetic: the same bits as the default at M = 8 and
     M = 1, within the bound of the float64 reference. K = 4864: NVF4 with a partial last stage
     (its copies take the general path); 1152: narrow rows of scales (MODE 0 runs); 32768: split-K."""
     base = BASE.get(fmt, 0)
@@ -111,7 +112,7 @@ def test_copy_modes_same_bits(fmt, n, k):
     xb = gk.asarray(RNG.standard_normal((8, k)).astype(np.float32)).astype("bfloat16")
     x = xb.to("cuda")
     b = f64(call(fn, x, base, out_dtype="float32"))
-    for variant in (11, 12, 13):
+    for variant in (11, 12, 13, 14):
         got = call(fn, x, variant, out_dtype="float32")
         check(f"{fmt} variant {variant} n={n} k={k} M=8", got, f64(xb.astype("float32")), deq, k)
         a = f64(got)

@@ -178,14 +178,15 @@ struct W4Frag {
 // mul.hi; 3 lean (session 5 after A; the same arithmetic, the same bits): a full stage's copies
 // from per-lane addresses computed once (no per-stage predicates, row clamps or byte counts)
 // and the shared reads of a stage's first block before the next stage's copies are issued
-// (their latency under the issue work); 4 both 2 and 3. MINB: CTAs of 256 threads per SM the registers are
+// (their latency under the issue work); 4 both 2 and 3; 5: 3 with x of a stage's first block
+// loaded during the previous stage's last block (as within a stage). MINB: CTAs of 256 threads per SM the registers are
 // sized for (2: 128 registers).
 template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2>
 __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   using L = W4Layout<F, KB, NARROW>;
   // LEAN: wide meta copies with at most one zero-point unit per row (KB = 4)
   constexpr bool PROBE = MODE == 1, HI = MODE == 2 || MODE == 4,
-                 LEAN = (MODE == 3 || MODE == 4) && !NARROW && L::NUZ <= 1;
+                 LEAN = (MODE == 3 || MODE == 4 || MODE == 5) && !NARROW && L::NUZ <= 1, XA = MODE == 5;
   constexpr int P = L::P, NK = KB / 2, NG = F::NG, LB = F::LB, WPG = F::WPG;
   constexpr uint32_t kMag = std::is_same_v<T, bf16> ? 0x43004300u : 0x64006400u;  // 128.0 / 1024.0 twice
   static_assert(KB % 2 == 0 && KB >= 2, "an even number of blocks per stage");
@@ -383,10 +384,14 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
     }
     return f;
   };
-  auto stage = [&](int st, int nb, auto full) {
+  [[maybe_unused]] uint4 xnext[4];  // XA: x of the next stage's first block
+  auto stage = [&](int st, int nb, auto full, bool more) {
     constexpr bool kFull = decltype(full)::value;
-    uint4 xc[4];  // x of the stage's first block, loaded before waiting for its weights
-    if constexpr (!PROBE) load_x(xc, 0);
+    uint4 xc[4];  // x of the stage's first block, loaded before waiting for its weights (XA: earlier)
+    if constexpr (XA) {
+#pragma unroll
+      for (int w = 0; w < 4; ++w) xc[w] = xnext[w];
+    } else if constexpr (!PROBE) load_x(xc, 0);
     cp_wait<D - 2>();
     __syncwarp();
     const uint32_t sb = ring + uint32_t(st * L::STAGE);
@@ -410,6 +415,8 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
       }
       uint4 xn[4];  // the next block's x, loaded ahead
       if (!PROBE && bb + 1 < KB && (kFull || bb + 1 < nb)) load_x(xn, bb + 1);
+      if constexpr (XA && kFull)
+        if (bb + 1 == KB && more) load_x(xnext, KB);  // the next stage's first block (xr moves by KB blocks)
       if constexpr (F::kNvf4) {
         // the block scales 2t, 2t + 1 of rows g and g + 8 (bytes 8 bb + 2t, + 1)
         uint32_t sa[2], sbb[2];
@@ -480,14 +487,16 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   };
 
   const int64_t nstw = s1 - s0;  // the warp's stages
+  if constexpr (XA)
+    if (nstw > 0) load_x(xnext, 0);  // after pdl_wait: x may be the previous kernel's output
   for (int64_t j0 = 0; j0 < nstw; j0 += D) {
 #pragma unroll
     for (int st = 0; st < D; ++st) {
       const int64_t j = j0 + st;
       if (j < nstw) {
         const int64_t nbl = b1 - b0 - j * KB;
-        if (nbl >= KB) stage(st, KB, std::true_type{});
-        else stage(st, int(nbl), std::false_type{});
+        if (nbl >= KB) stage(st, KB, std::true_type{}, j + 1 < nstw);
+        else stage(st, int(nbl), std::false_type{}, false);
       } else {
         issue((st + D - 1) % D);  // keeps the group count uniform (empty groups)
       }
