@@ -179,8 +179,8 @@ struct W4Frag {
 // from per-lane addresses computed once (no per-stage predicates, row clamps or byte counts)
 // and the shared reads of a stage's first block before the next stage's copies are issued
 // (their latency under the issue work); 4 both 2 and 3; 5: 3 with x of a stage's first block
-// loaded during the previous stage's last block (as within a stage). MINB: CTAs of 256 threads per SM the registers are
-// sized for (2: 128 registers).
+// loaded during the previous stage's last block (as within a stage). MINB: CTAs of 256
+// threads per SM the registers are sized for (2: 128 registers).
 template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2>
 __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   using L = W4Layout<F, KB, NARROW>;
