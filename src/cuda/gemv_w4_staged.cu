@@ -2,8 +2,8 @@
 // in common/gemv_w4.cuh): the launch plan (warps per CTA, split-K), the argument checks and
 // the benchmarking variants (gk._C._gemv_set_variant; bf16 x only, float16 x runs the default
 // configuration; 4 / 5 / 6 / 9 with k_w4's MODE 0, to compare with 13): 4 stages of 8 blocks
-// (512 bytes per row) with 2 in the ring, 5 a ring of 4, 6 without the CTA spreading, 7 the copies without decode (wrong results: the access
-// pattern's ceiling), 8 int4's right shifts as mul.hi (FMA pipe), 9 more warps per SM (a ring
+// (512 bytes per row) with 2 in the ring, 5 a ring of 4, 6 without the CTA spreading, 7 the
+// copies without decode (wrong results: the access pattern's ceiling), 8 int4's right shifts as mul.hi (FMA pipe), 9 more warps per SM (a ring
 // of 2, registers for 3 CTAs of 256 threads, sized for 24 warps per SM), 11 lean copies (k_w4's
 // MODE 3: a full stage's copies from addresses computed once, block 0's shared reads before the
 // next copies; the same bits), 12 both 8 and 11 (NVF4: 11), 13 MODE 0 (checkpoint A's default,
