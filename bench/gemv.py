@@ -25,9 +25,11 @@ decoded to bf16, the default for fp8 / int8 with bf16 x).
 The default launches use programmatic dependent launch (each call copies its first weights
 while the previous call finishes, as in a decode step's chain of GEMVs); "variant 2" lines: the
 same kernels without it. "variant 1": a 2-stage cp.async ring instead of the default depth
-(int4 and the GGUF formats: the previous kernels).
+(int4 and the GGUF formats: older kernels). --variants picks the variants timed beside the
+default (default 1,2); 3-10 are for the 4-bit / GGUF kernels (VARIANT_NAMES).
 
 Usage: python bench/gemv.py [--out F] [--rounds N] [--only bf16,fp8,...] [--shapes 0,1,2] [--ms 1,8]
+       [--variants 1,2,3,...]
 Exits 0 without CUDA.
 """
 from __future__ import annotations
@@ -49,11 +51,34 @@ FORMATS = ("bf16", "fp16", "bf16_m4", "bf16_m8", "bf16_tc", "bf16_m8_tc", "fp8",
            "bf16_cc", "bf16_m8_cc", "fp8_cc", "int8_cc", "fp8_h_st", "int8_h_st", "fp8_m2_st", "fp8_m4_st",
            "int4", "int4_g64", "int4_g32", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 VARIANT_FMTS = ("bf16", "bf16_m8", "fp8", "int8", "int4", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
-VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "without PDL"}
+VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "without PDL",
+                 3: "int4: the per-lane kernel (quant_int4_lane.cu); others: the previous default kernel",
+                 4: "2 m-tiles per warp", 5: "int4/nvf4: 4 stages; GGUF: Q6_K 2, others 6 stages",
+                 6: "int4: 2 m-tiles, 3 stages",
+                 7: "int4 probe: the same copies without decode (wrong results: the access pattern's ceiling)",
+                 8: "int4 / nvf4: shifts as mul.hi (FMA pipe)", 9: "int4: shifts as mul.hi, 2 m-tiles per warp",
+                 10: "int4: 24 warps per SM"}
+INT4_ONLY_VARIANTS = (6, 7, 9, 10, 11, 12, 13, 14)  # --variants: int4 / nvf4 formats only (8: int4 and nvf4)
+NEW_KERNEL_VARIANTS = (3, 4, 5)  # int4, nvf4 and the GGUF formats only
 
 
 def tbs(nbytes, ms):
     return nbytes / (ms * 1e-3) / 1e12
+
+
+# int4 / nvf4: what the variants run there (src/cuda/quant.cu, src/cuda/gemv_w4_staged.cu)
+W4_VARIANT_NAMES = {1: "the per-lane-chunk kernel of gemv_mma.cuh", 2: "without PDL",
+                    3: "int4: the session-3 staged-tile kernel (the previous default); nvf4: the per-lane kernel",
+                    4: "staged: stages of 512 bytes per row, 2 in the ring", 5: "staged: a ring of 4 stages",
+                    6: "staged: without the CTA spreading",
+                    7: "staged probe: the same copies without decode (wrong results: the access pattern's ceiling)",
+                    8: "int4: staged with mul.hi shifts; nvf4: the per-lane kernel with mul.hi shifts",
+                    9: "staged: a ring of 2, registers for 24 warps per SM",
+                    10: "the staged kernel's default configuration (nvf4: the staged kernel)",
+                    11: "staged, lean copies (the default's MODE 3 unless kDefaultMode is changed)",
+                    12: "int4: staged, lean copies and mul.hi shifts; nvf4: as 11",
+                    13: "staged, checkpoint A's copies (MODE 0, the default before lean copies)",
+                    14: "staged, lean copies + x of a stage's first block loaded during the previous stage"}
 
 
 def repeat_rows(tile, n, copies):
@@ -192,7 +217,9 @@ def main():
                                           p.add_argument("--ms", default="1"),
                                           p.add_argument("--w8", default=""),
                                           p.add_argument("--no-variants", action="store_true",
-                                                         help="skip the alternative kernel variants")))
+                                                         help="skip the alternative kernel variants"),
+                                          p.add_argument("--variants", default="1,2",
+                                                         help="variants timed beside the default (3-6: int4 only)")))
     if not require_cuda():
         return 0
     t0 = time.time()
@@ -249,14 +276,22 @@ def main():
             v = tbs(nbytes, median(ms))
             notes, r_var = [], {}
             if not args.no_variants:  # the alternative kernel variants, printed only
-                for var in (1, 2):
+                for var in (int(a_) for a_ in args.variants.split(",") if a_):
                     if var == 1 and fmt not in VARIANT_FMTS and base not in VARIANT_FMTS:
                         continue
-                    gk._C._gemv_set_variant(var)
+                    if var in INT4_ONLY_VARIANTS and not base.startswith(("int4", "nvf4")):
+                        continue
+                    if var in NEW_KERNEL_VARIANTS and not base.startswith(("int4", "q", "nvf4")):
+                        continue
+                    if var == 8 and not base.startswith(("int4", "nvf4")):
+                        continue
                     try:
-                        check(fmt, fn(x, *wargs[0]), x, deq)
+                        gk._C._gemv_set_variant(var)
+                        if var != 7:  # the probe computes nothing
+                            check(fmt, fn(x, *wargs[0]), x, deq)
                         v1 = tbs(nbytes, median(time_graph(calls, rounds)))
-                        notes.append(f"  variant {var} ({VARIANT_NAMES[var]}): {v1:.3f} TB/s = {v1 / ceiling:.0%} of copy")
+                        vname = (W4_VARIANT_NAMES if base.startswith(("int4", "nvf4")) else VARIANT_NAMES)[var]
+                        notes.append(f"  variant {var} ({vname}): {v1:.3f} TB/s = {v1 / ceiling:.0%} of copy")
                         r_var[var] = v1
                     except Exception as e:  # noqa: BLE001
                         notes.append(f"  variant {var} FAILED: {type(e).__name__}: {e}")

@@ -7,6 +7,7 @@
 #include "common/gemv.cuh"
 #include "common/gemv_gguf.cuh"
 #include "common/gemv_mma.cuh"
+#include "common/gemv_w4_launch.cuh"
 #include "core/cuda_util.h"
 #include "ops/backend.h"
 #include "ops/gemv_args.h"
@@ -49,9 +50,17 @@ void launch_chunks(const QGemvArgs& a, cudaStream_t st) {
 // 4-bit formats run on the tensor cores when K % 128 == 0 (gemv_mma.cuh).
 bool use_mma(QFormat f, int64_t k) { return (f == QFormat::int4 || f == QFormat::nvf4) && k % 128 == 0; }
 
+// int4 / NVF4 and the variants (gk._C._gemv_set_variant): 1 the per-lane-chunk kernel of
+// gemv_mma.cuh; int4 3 the session-3 staged-tile kernel of quant_int4_mma.cu (the previous
+// default), every other variant the staged kernel of gemv_w4_staged.cu (its own variants);
+// NVF4 0 / 2 / 3 the per-lane kernel of quant_nvf4_lane.cu (the default: H200 session 5
+// checkpoint A, 51 / 52 / 68% of copy against 44 / 46 / 62% for the staged kernel), 8 it with
+// mul.hi shifts, 4 / 5 / 6 / 7 / 9 / 10 / 11 / 12 / 13 / 14 the staged kernel (10: its default configuration).
 template <class T>
 void launch_int4(const QGemvArgs& a, cudaStream_t st) {
-  // variant 1: the per-lane-chunk tensor-core kernel (gemv_mma.cuh) as before
+  // Default: the staged kernel of gemv_w4_staged.cu (K % 128 == 0, aligned rows; H200 session
+  // 5 checkpoint A, g128: 53 / 51 / 77% of copy against 46 / 49 / 59% for quant_int4_mma.cu).
+  if (a.variant != 1 && a.variant != 3 && w4_staged_applies(a)) return launch_w4_staged<T>(a, st);
   if (a.variant != 1 && int4_mma_applies(a)) return launch_int4_mma<T>(a, st);
   const KArgs p = kargs(a);
   if (!use_mma(a.fmt, a.k)) return launch_family<FInt4, T>(p, a.split, st);
@@ -62,6 +71,18 @@ void launch_int4(const QGemvArgs& a, cudaStream_t st) {
 
 template <class T>
 void launch_nvf4(const QGemvArgs& a, cudaStream_t st) {
+  const bool staged = a.variant == 4 || a.variant == 5 || a.variant == 6 || a.variant == 7 || a.variant == 9 ||
+                      a.variant == 10 || a.variant == 11 || a.variant == 12 || a.variant == 13 || a.variant == 14;
+  if (staged && w4_staged_applies(a)) {
+    QGemvArgs b = a;
+    if (b.variant == 10) b.variant = 0;  // the staged kernel's default configuration
+    return launch_w4_staged<T>(b, st);
+  }
+  if (a.variant != 1 && nvf4_lane_applies(a)) {
+    QGemvArgs b = a;
+    if (b.variant != 8 && b.variant != 2) b.variant = 0;  // its default (4 stages), mul.hi shifts, no PDL
+    return launch_nvf4_lane<T>(b, st);
+  }
   const KArgs p = kargs(a);
   if (!use_mma(a.fmt, a.k)) return launch_family<FNvf4, T>(p, a.split, st);
   return launch_mma<MNvf4<T>, T>(p, a.split, st);
@@ -78,14 +99,20 @@ void by_format(const QGemvArgs& p, cudaStream_t st) {
       return launch_chunks<FInt8, T>(p, st);
     case QFormat::int4: return launch_int4<T>(p, st);
     case QFormat::nvf4: return launch_nvf4<T>(p, st);
-    case QFormat::q4_k:  // variant 1: the 16-byte chunk tensor-core kernel of gemv_mma.cuh
+    case QFormat::q4_k:  // variant 1: the 16-byte chunk tensor-core kernel of gemv_mma.cuh; 3: quant_gguf_mma.cu
+      if (p.variant != 1 && p.variant != 3 && gguf_k_applies(p)) return launch_gguf_k<T>(p, st);
       if (p.variant != 1 && gguf_mma_applies(p)) return launch_gguf_mma<T>(p, st);
       return launch_mma<MQ4K<T>, T>(kargs(p), p.split, st);
     case QFormat::q8_0:
     case QFormat::q4_0:
     case QFormat::q4_1:
-      // variant 1: the CUDA-core kernels of quant_gguf.cu (for comparison)
+      // variant 1: the CUDA-core kernels of quant_gguf.cu; 3: the staged-tile kernel of
+      // quant_gguf_mma.cu (the previous default)
+      if (p.variant != 1 && p.variant != 3 && gguf32_applies(p)) return launch_gguf32<T>(p, st);
+      [[fallthrough]];
     case QFormat::q6_k:
+      if (p.fmt == QFormat::q6_k && p.variant != 1 && p.variant != 3 && gguf_k_applies(p))
+        return launch_gguf_k<T>(p, st);
       if (p.variant != 1 && gguf_mma_applies(p)) return launch_gguf_mma<T>(p, st);
       return launch_gguf<T>(p, st);
   }
@@ -210,12 +237,13 @@ void quantize(const QuantArgs& a, void* stream) {
 
 int qgemv_split(int64_t n, int64_t k, QFormat f, bool mma) {
   if (mma && (f == QFormat::fp8 || f == QFormat::int8)) return split_mma(n, k / 64);
+  // int4 / NVF4 with K % 128 == 0: the staged kernel's split (every 4-bit kernel takes any split)
+  if ((f == QFormat::int4 || f == QFormat::nvf4) && k % 128 == 0) return w4_staged_split(n, k);
   switch (f) {
     case QFormat::fp8: return split_for(n, chunks_per_row<FFp8>(k));
     case QFormat::int8: return split_for(n, chunks_per_row<FInt8>(k));
-    case QFormat::int4:
-      if (k % 256 == 0) return gguf_mma_split(n, k, f);  // any of the int4 kernels takes it
-      return use_mma(f, k) ? split_mma(n, k / 128) : split_for(n, chunks_per_row<FInt4>(k));
+    case QFormat::int4:  // K % 128 == 0: above
+      return split_for(n, chunks_per_row<FInt4>(k));
     case QFormat::nvf4: return use_mma(f, k) ? split_mma(n, k / 128) : split_for(n, chunks_per_row<FNvf4>(k));
     case QFormat::q4_k: return gguf_mma_split(n, k, f);  // either kernel takes any split
     case QFormat::q8_0:

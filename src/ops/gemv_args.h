@@ -33,7 +33,8 @@ int gemv_dense_path();
 // Benchmarking switch of every GEMV kernel: 0 the default (launched with programmatic
 // dependent launch: weights copied before waiting for the previous kernel), 1 a 2-stage
 // cp.async ring (int4, Q8_0/Q4_0/Q4_1/Q4_K/Q6_K: the older kernels), 2 the default without
-// programmatic dependent launch. Like the path, never a function of M.
+// programmatic dependent launch; 3..10: kernel variants of int4 / NVF4 / the GGUF formats
+// (bench/gemv.py VARIANT_NAMES). Like the path, never a function of M.
 void gemv_set_variant(int variant);
 int gemv_variant();
 

@@ -110,10 +110,39 @@ def test_variant_matches_exact(fmt, variant, n, k):
     assert f64(run(fmt, fn, x, variant)).tobytes() == f64(got).tobytes(), "not the same bits on a second run"
     one = run(fmt, fn, x[3:4], variant)
     assert f64(one).tobytes() == f64(got)[3:4].tobytes(), "row 3 alone differs from row 3 of the batch"
-    if variant == 2 or (variant == 1 and fmt not in ("q8_0", "q4_0", "q4_1", "q6_k", "q4_k") and
+    if variant == 2 or (variant == 1 and fmt not in ("q8_0", "q4_0", "q4_1", "q6_k", "q4_k", "nvf4") and
                         not fmt.startswith("int4")):
         # ring depth / launch attribute only: the same sums in the same order
         assert f64(run(fmt, fn, x, 0)).tobytes() == f64(got).tobytes(), f"variant {variant} and 0 differ"
+
+
+@pytest.mark.parametrize("fmt", ["int4_32", "int4_64", "int4_128"])
+@pytest.mark.parametrize("variant", [3, 4, 5, 6, 8, 9, 10])
+@pytest.mark.parametrize("n,k", [(37, 4096), (300, 14336), (2051, 1024), (133, 1152)])
+def test_int4_variants_match_exact(fmt, variant, n, k):
+    """int4's extra variants (the default is the staged kernel of gemv_w4_staged.cu wherever
+    K % 128 == 0): 3 the session-3 staged-tile kernel (quant_int4_mma.cu; K = 1152: gemv_mma.cuh's
+    kernel), 4 / 5 / 6 / 8 / 9 / 10 the staged kernel with 512-byte stages / a ring of 4 / no CTA
+    spreading / mul.hi shifts / registers for 24 warps per SM / its default (K = 1152: the
+    default configuration)."""
+    test_variant_matches_exact(fmt, variant, n, k)
+
+
+@pytest.mark.parametrize("fmt", ["q4_0", "q4_1", "q8_0", "q4_k", "q6_k", "nvf4"])
+@pytest.mark.parametrize("variant", [3, 4, 5])
+@pytest.mark.parametrize("n,k", [(37, 4096), (300, 14336), (2051, 1024), (133, 1280), (19, 1536)])
+def test_gguf_variants_match_exact(fmt, variant, n, k):
+    """The GGUF formats' and NVF4's extra variants: 3 the previous kernels (quant_gguf_mma.cu;
+    NVF4: gemv_mma.cuh), 4 / 5 the kernels of quant_gguf32.cu (Q4_0 / Q4_1 / Q8_0),
+    quant_gguf_k.cu (Q4_K / Q6_K) and quant_nvf4_lane.cu with two m-tiles per warp / a
+    deeper ring."""
+    test_variant_matches_exact(fmt, variant, n, k)
+
+
+@pytest.mark.parametrize("n,k", [(37, 4096), (300, 14336), (133, 1280)])
+def test_nvf4_mulhi_variant_matches_exact(n, k):
+    """NVF4 variant 8: the per-lane kernel with its right shifts as mul.hi."""
+    test_variant_matches_exact("nvf4", 8, n, k)
 
 
 def test_pdl_chain_reads_the_previous_output():

@@ -24,4 +24,25 @@ int gguf_mma_split(int64_t n, int64_t k, QFormat f);  // also int4's kernel belo
 bool int4_mma_applies(const QGemvArgs& p);
 template <class T>
 void launch_int4_mma(const QGemvArgs& p, cudaStream_t st);
+// int4 with per-lane cp.async rings and the lean decode (src/cuda/quant_int4_lane.cu): K % 128
+// == 0, groups of 32 / 64 / 128, aligned rows; its split-K (a function of N and K only).
+bool int4_lane_applies(const QGemvArgs& p);
+template <class T>
+void launch_int4_lane(const QGemvArgs& p, cudaStream_t st);
+int int4_lane_split(int64_t n, int64_t k);
+// Q4_0 / Q4_1 / Q8_0 with static block alignment and m-tiles (src/cuda/quant_gguf32.cu):
+// 16-byte aligned rows, K % 256 == 0; takes any split.
+bool gguf32_applies(const QGemvArgs& p);
+template <class T>
+void launch_gguf32(const QGemvArgs& p, cudaStream_t st);
+// Q4_K (16-byte aligned rows, K % 256 == 0) and Q6_K (4-byte aligned rows, K % 512 == 0)
+// (src/cuda/quant_gguf_k.cu); takes any split.
+bool gguf_k_applies(const QGemvArgs& p);
+// NVF4 with the per-lane layout of the int4 kernel (src/cuda/quant_nvf4_lane.cu): K % 128 == 0,
+// 16-byte aligned rows; takes any split.
+bool nvf4_lane_applies(const QGemvArgs& p);
+template <class T>
+void launch_nvf4_lane(const QGemvArgs& p, cudaStream_t st);
+template <class T>
+void launch_gguf_k(const QGemvArgs& p, cudaStream_t st);
 }  // namespace gk::cuda

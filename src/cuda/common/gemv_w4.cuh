@@ -1,0 +1,540 @@
+// Decode GEMV of the 4-bit formats (int4 with group scales and zero points, groups of
+// 32 / 64 / 128; NVF4: e2m1 codes with e4m3 scales per 16 weights and a tensor scale) on the
+// tensor cores, with the access pattern of gemv8's staged kernel (common/gemv_w8.cuh): the
+// H200 serves it at the copy rate (this kernel's copies alone, variant 7: 85-101% of copy at
+// session 5's checkpoint A), while the per-lane rings of session 4 (quant_int4_lane.cu,
+// removed) reached only 53-72% of copy with their copies alone.
+//
+// Plan (src/cuda/gemv_w4_staged.cu launches it):
+// - a CTA owns 16 weight rows (the m16 of mma.m16n8k16) and nw warps (1..8, a function of N
+//   and K only); the K range of its split-K slice is cut into stages of KB 64-byte blocks
+//   (128 weights each), and warp w takes a contiguous run of whole stages. A stage is copied
+//   global -> shared with cp.async: 16 rows x KB * 64 code bytes (each warp instruction moves
+//   4 rows x 128 contiguous bytes), plus the rows' scales (and int4 zero points) of those
+//   blocks (16 rows x KB * 16 / 32 / 64 bytes of f32 scales, KB * 1 / 2 / 4 zero bytes; NVF4:
+//   KB * 8 e4m3 bytes), into a ring of D stages per warp (D - 1 in flight while one is
+//   decoded; __syncwarp only). A partial last stage copies what exists (zero-filled copies).
+// - the 16-byte chunks of row r are stored XOR-swizzled by bitrev3(r & 7), so the fragment
+//   reads below (16, 8 or 4 bytes per lane) have no bank conflicts.
+// - lane (g, t) decodes rows g and g + 8. Of each 128-weight block and each group h of it
+//   (G = 128: one group; NVF4 is read like G = 128), the lane takes the G / 4 weights
+//   h G + t G / 4 .. (G / 8 bytes): the quad reads one group together, so every mma k-step
+//   lies in one group, whose fp32 mma sum is multiplied by the group's scale. A 32-bit word u
+//   of 8 codes gives the pairs (p, p + 4) = (u >> 4p) & 0x000f000f | magic in one lop3
+//   (bf16 128 + q, fp16 1024 + q) and one packed subtraction of (magic + z): (q - z) exactly.
+//   Pairs (0, 4), (1, 5) are k-step A's columns (2t, 2t + 1), (2t + 8, 2t + 9), pairs (2, 6),
+//   (3, 7) k-step B's; x (row g of B; rows past M read row M - 1, whose columns are dropped)
+//   is loaded 8 elements at a time at the same physical k and paired by 4 byte permutes.
+//   NVF4: the magnitude bits go to bf16 bits 6..8 (fp16 9..11): e2m1 * 2^-126 (2^-14, the
+//   code 0.5 a subnormal of the same scale), times the block scale * 2^118 (2^7) whose sign
+//   bits are xor-ed with the codes' signs: e2m1 * scale * 2^-8 (2^-7) exactly; the fp32 sum
+//   is multiplied by 2^8 (2^7) and the tensor scale at the end.
+// - the warps' sums are added in warp order; split-K slices (small N) are added in slice
+//   order by the second pass. No atomics; the plan never depends on M: the same bits every
+//   run, and a row of x gives the same bits alone or in a batch.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "gemv_stage.cuh"
+
+namespace gk::cuda::gemv_detail {
+
+// ---- formats ----
+// NG: groups per 128-weight block (the lane's pieces), LB: bytes per lane, row and group;
+// SB / ZB: scale / zero-point bytes per row and block.
+template <int G_>
+struct W4Int4 {
+  static constexpr int G = G_, NG = 128 / G, LB = G / 8, WPG = LB / 4, SB = 4 * NG, ZB = NG;
+  static constexpr bool kNvf4 = false;
+};
+struct W4Nvf4 {
+  static constexpr int G = 128, NG = 1, LB = 16, WPG = 4, SB = 8, ZB = 0;
+  static constexpr bool kNvf4 = true;
+};
+
+// Shared-memory layout of one stage: codes (16 rows x KB * 64), scales (16 rows x SP), zero
+// points (16 rows x ZP). SP is padded by 16 bytes when >= 32 (rows g of a warp instruction
+// then fall in different banks). Scales and zero points are copied in units of US / UZ
+// bytes; NARROW (rows of scales / zero points not 16-byte aligned, K % 512 != 0): int4 scales
+// in 4-byte units (NVF4's block scales: 8), zero points as the 4-byte aligned words around
+// each row's bytes (the row's misalignment, the same for all its stages, is undone on reading).
+template <class F, int KB, bool NARROW = false>
+struct W4Layout {
+  static constexpr int P = KB * 64;
+  static constexpr int SR = KB * F::SB;                 // scale bytes per row
+  static constexpr int SP = SR >= 32 ? SR + 16 : SR;    // their pitch
+  static constexpr int ZR = KB * F::ZB;                 // zero bytes per row
+  static constexpr int ZP = NARROW && ZR > 0 ? ZR + 8 : ZR;  // their pitch
+  static constexpr int US = NARROW ? (F::kNvf4 ? 8 : 4) : (SR < 16 ? SR : 16);  // copy unit of the scales
+  static constexpr int UZ = NARROW ? 4 : (ZR < 16 ? ZR : 16);                   // of the zero points
+  static constexpr int NUZ = ZR == 0 ? 0 : (NARROW ? (ZR + 4) / 4 : ZR / UZ);   // zero units per row
+  static constexpr int CODES = 16 * P, SCALES = 16 * SP, ZEROS = 16 * ZP;
+  static constexpr int STAGE = CODES + SCALES + ZEROS;  // a multiple of 16
+  static_assert(STAGE % 16 == 0 && (F::ZB == 0 || UZ >= 4) && US >= 4, "copy units of 4, 8 or 16 bytes");
+};
+
+__device__ __forceinline__ int w4_swz(int r) {  // bitrev3(r & 7): the chunk XOR of row r
+  return ((r & 1) << 2) | (r & 2) | ((r >> 2) & 1);
+}
+
+// cp.async of U (4, 8, 16) bytes, of which `valid` (0..U) are read and the rest zero-filled.
+template <int U>
+__device__ __forceinline__ void cp_async_z(uint32_t dst, const void* src, int valid) {
+  if constexpr (U == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid) : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(dst), "l"(src), "n"(U), "r"(valid) : "memory");
+}
+
+__device__ __forceinline__ uint2 lds8(uint32_t a) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a));
+  return v;
+}
+// N (4, 8, 16) bytes of shared memory as a uint4 (the rest zero)
+template <int N>
+__device__ __forceinline__ uint4 lds_n(uint32_t a) {
+  if constexpr (N == 16) return lds16(a);
+  else if constexpr (N == 8) {
+    const uint2 v = lds8(a);
+    return make_uint4(v.x, v.y, 0u, 0u);
+  } else return make_uint4(lds_u32(a), 0u, 0u, 0u);
+}
+
+__device__ __forceinline__ uint32_t w4_lop(uint32_t a, uint32_t c) {  // (a & 0x000f000f) | c
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(r) : "r"(a), "n"(0x000f000f), "r"(c));
+  return r;
+}
+__device__ __forceinline__ uint32_t w4_opaque(uint32_t v) {  // kept in a register (lop3's third operand)
+  asm volatile("" : "+r"(v));
+  return v;
+}
+
+template <class T>
+struct W4NvfBits {
+  static constexpr int kMagShift = std::is_same_v<T, bf16> ? 6 : 9;  // where e1 e0 m go
+  static constexpr uint32_t kMagMask = 0x7u << kMagShift | 0x7u << (16 + kMagShift);
+  static constexpr float kScaleUp = std::is_same_v<T, bf16> ? 0x1p118f : 0x1p7f;
+  static constexpr float kRowScale = std::is_same_v<T, bf16> ? 256.0f : 128.0f;
+};
+template <int S>
+__device__ __forceinline__ uint32_t w4_shl(uint32_t u) {  // u << S, or u >> -S
+  if constexpr (S >= 0) return u << S;
+  else return u >> (-S);
+}
+// The codes (Q, Q + 4) of word u as T values e2m1 * scale * 2^-8 (bf16) / 2^-7 (fp16), exact;
+// s2 = the block scale * kScaleUp, twice.
+template <class T, int Q>
+__device__ __forceinline__ uint32_t w4_nvf_pair(uint32_t u, uint32_t s2) {
+  using NB = W4NvfBits<T>;
+  const uint32_t m = w4_shl<NB::kMagShift - 4 * Q>(u) & NB::kMagMask;
+  const uint32_t sg = w4_shl<12 - 4 * Q>(u);
+  return hmul2u<T>(m, s2 ^ (sg & 0x80008000u));
+}
+// Two e4m3 bytes (b0 low) as T pairs (v0, v0) and (v1, v1) of value * kScaleUp (exact).
+template <class T>
+__device__ __forceinline__ void w4_nvf_scales(uint32_t b2, uint32_t& s0, uint32_t& s1) {
+  __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(b2 & 0xffffu), __NV_E4M3);
+  const float f0 = __half2float(*reinterpret_cast<__half*>(&h.x)) * W4NvfBits<T>::kScaleUp;
+  const float f1 = __half2float(*reinterpret_cast<__half*>(&h.y)) * W4NvfBits<T>::kScaleUp;
+  s0 = splat<T>(f0);
+  s1 = splat<T>(f1);
+}
+
+// u >> S (HI: as mul.hi.u32 by 2^(32 - S), on the FMA pipe instead of the integer pipe)
+template <int S, bool HI>
+__device__ __forceinline__ uint32_t w4_shr(uint32_t u) {
+  if constexpr (S == 0) return u;
+  else if constexpr (HI) {
+    uint32_t r;
+    asm("mul.hi.u32 %0, %1, %2;" : "=r"(r) : "r"(u), "n"(1u << (32 - S)));
+    return r;
+  } else return u >> S;
+}
+
+template <bool HI>
+__device__ __forceinline__ uint32_t w4_shift4(uint32_t u, int qq) {  // u >> 4 qq, qq = 0..3 (unrolled)
+  return qq == 0 ? u : (qq == 1 ? w4_shr<4, HI>(u) : (qq == 2 ? w4_shr<8, HI>(u) : w4_shr<12, HI>(u)));
+}
+
+// cp.async of U (4, 8, 16) whole bytes
+template <int U>
+__device__ __forceinline__ void cp_async_u(uint32_t dst, const void* src) {
+  if constexpr (U == 16) cp_async16(dst, src);
+  else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(dst), "l"(src), "n"(U) : "memory");
+}
+
+// The shared-memory reads of one 128-weight block (rows g, g + 8): zero points, codes, scales.
+struct W4Frag {
+  uint32_t za, zb;  // int4: the rows' NG zero-point bytes
+  uint4 wa, wb;     // the lane's 4 code words of rows g and g + 8
+  uint4 sva, svb;   // int4: the NG f32 scales; NVF4: .x = the 2 e4m3 block scales 2t, 2t + 1
+};
+
+// MODE (benchmarking): 0 the kernel; 1 the probe: the same copies and shared reads, no decode
+// or products (wrong results: the ceiling of the access pattern); 2 int4's right shifts as
+// mul.hi; 3 lean (session 5 after A; the same arithmetic, the same bits): a full stage's copies
+// from per-lane addresses computed once (no per-stage predicates, row clamps or byte counts)
+// and the shared reads of a stage's first block before the next stage's copies are issued
+// (their latency under the issue work); 4 both 2 and 3; 5: 3 with x of a stage's first block
+// loaded during the previous stage's last block (as within a stage). MINB: CTAs of 256
+// threads per SM the registers are sized for (2: 128 registers).
+template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2>
+__global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
+  using L = W4Layout<F, KB, NARROW>;
+  // LEAN: wide meta copies with at most one zero-point unit per row (KB = 4)
+  constexpr bool PROBE = MODE == 1, HI = MODE == 2 || MODE == 4,
+                 LEAN = (MODE == 3 || MODE == 4 || MODE == 5) && !NARROW && L::NUZ <= 1, XA = MODE == 5;
+  constexpr int P = L::P, NK = KB / 2, NG = F::NG, LB = F::LB, WPG = F::WPG;
+  constexpr uint32_t kMag = std::is_same_v<T, bf16> ? 0x43004300u : 0x64006400u;  // 128.0 / 1024.0 twice
+  static_assert(KB % 2 == 0 && KB >= 2, "an even number of blocks per stage");
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t row0 = int64_t(blockIdx.x) * 16;
+  const int64_t nblk = p.k / 128, nst = (nblk + KB - 1) / KB;
+  const int64_t parts = int64_t(gridDim.y) * nw, pi = int64_t(blockIdx.y) * nw + warp;
+  const int64_t s0 = nst * pi / parts, s1 = nst * (pi + 1) / parts;  // the warp's stages
+  const int64_t b0 = s0 * KB, b1 = std::min(nblk, s1 * KB);           // its blocks
+
+  extern __shared__ uint4 smem[];
+  const uint32_t ring = smem_addr(smem) + uint32_t(warp) * uint32_t(D * L::STAGE);
+  // code copies: lane l takes chunks c = l % 8 + 8 k of rows l / 8 + 4 i of each stage
+  const int ch = lane % 8, rr = lane / 8;
+  const uint8_t* q = static_cast<const uint8_t*>(p.q);
+  const uint8_t* qp[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t row = row0 + rr + 4 * i < p.n ? row0 + rr + 4 * i : p.n - 1;
+    qp[i] = q + row * p.q_rs + b0 * 64 + ch * 16;
+  }
+  const uint32_t cd0 = uint32_t(rr * P + ((ch ^ w4_swz(rr)) * 16));      // rows rr + 4 i, i even
+  const uint32_t cd1 = uint32_t((rr + 4) * P + ((ch ^ w4_swz(rr + 4)) * 16)) - uint32_t(4 * P);  // i odd
+  // scale / zero-point copies: 16 rows x (SR / US) units, 16 rows x (ZR / UZ) units
+  const uint8_t* sbase = F::kNvf4 ? p.zeros : reinterpret_cast<const uint8_t*>(p.scales);
+  const int64_t srow = nblk * F::SB, zrow = nblk * F::ZB;  // bytes per row
+  int64_t left = b1 - b0;  // blocks not yet issued
+  int64_t bnext = b0;      // the next stage's first block
+  // LEAN: the lane's scale / zero-point copies of a full stage (JS scale units, one zero unit
+  // for lanes < 16 where the zero rows take one unit each): source and stage offset, once
+  constexpr int NUS0 = L::SR / L::US, JS = (16 * NUS0 + 31) / 32;
+  constexpr bool LZ = LEAN && F::ZB > 0;
+  [[maybe_unused]] const uint8_t* lsrc[JS];
+  [[maybe_unused]] uint32_t ldst[JS];
+  [[maybe_unused]] const uint8_t* lzsrc = nullptr;
+  [[maybe_unused]] uint32_t lzdst = 0;
+  if constexpr (LEAN) {
+#pragma unroll
+    for (int j = 0; j < JS; ++j) {
+      const int i = std::min(32 * j + lane, 16 * NUS0 - 1), r = i / NUS0, c = i % NUS0;
+      const int64_t row = row0 + r < p.n ? row0 + r : p.n - 1;
+      lsrc[j] = sbase + row * srow + b0 * F::SB + c * L::US;
+      ldst[j] = uint32_t(L::CODES + r * L::SP + c * L::US);
+    }
+    if constexpr (LZ) {
+      const int r = lane & 15;
+      const int64_t row = row0 + r < p.n ? row0 + r : p.n - 1;
+      lzsrc = p.zeros + row * zrow + b0 * F::ZB;
+      lzdst = uint32_t(L::CODES + L::SCALES + r * L::ZP);
+    }
+  }
+  auto issue = [&](int st) {
+    if (left > 0) {
+      const uint32_t sb = ring + uint32_t(st * L::STAGE);
+      const bool full = left >= KB;
+      if (LEAN && full) {  // the same copies as below, from the precomputed addresses
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int k = 0; k < NK; ++k)
+            cp_async16(sb + ((i & 1) ? cd1 : cd0) + uint32_t(4 * i * P + 128 * k), qp[i] + 128 * k);
+#pragma unroll
+        for (int j = 0; j < JS; ++j)
+          if (32 * j + lane < 16 * NUS0) cp_async_u<L::US>(sb + ldst[j], lsrc[j]);
+        if constexpr (LZ) {
+          if (lane < 16) cp_async_u<L::UZ>(sb + lzdst, lzsrc);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int k = 0; k < NK; ++k)
+            if (full || ch + 8 * k < left * 4)
+              cp_async16(sb + ((i & 1) ? cd1 : cd0) + uint32_t(4 * i * P + 128 * k), qp[i] + 128 * k);
+        const int vs = int(std::min<int64_t>(left, KB)) * F::SB;  // valid scale bytes per row
+        constexpr int NUS = L::SR / L::US;
+#pragma unroll
+        for (int i0 = 0; i0 < 16 * NUS; i0 += 32) {
+          const int i = i0 + lane;
+          if (i < 16 * NUS) {
+            const int r = i / NUS, c = i % NUS;
+            const int64_t row = row0 + r < p.n ? row0 + r : p.n - 1;
+            const int v = vs - c * L::US;
+            if (v > 0)
+              cp_async_z<L::US>(sb + uint32_t(L::CODES + r * L::SP + c * L::US),
+                                sbase + row * srow + bnext * F::SB + c * L::US, v < L::US ? v : L::US);
+          }
+        }
+        if constexpr (F::ZB > 0) {
+          const int vz = int(std::min<int64_t>(left, KB)) * F::ZB;
+          constexpr int NUZ = L::NUZ;
+#pragma unroll
+          for (int i0 = 0; i0 < 16 * NUZ; i0 += 32) {
+            const int i = i0 + lane;
+            if (i < 16 * NUZ) {
+              const int r = i / NUZ, c = i % NUZ;
+              const int64_t row = row0 + r < p.n ? row0 + r : p.n - 1;
+              const uint8_t* src = p.zeros + row * zrow + bnext * F::ZB;
+              int v = vz - c * L::UZ;
+              if constexpr (NARROW) {  // the aligned words around the row's bytes
+                const int a = int(reinterpret_cast<uintptr_t>(src) & 3u);
+                src -= a;
+                v += a;
+              }
+              if (v > 0)
+                cp_async_z<L::UZ>(sb + uint32_t(L::CODES + L::SCALES + r * L::ZP + c * L::UZ), src + c * L::UZ,
+                                  v < L::UZ ? v : L::UZ);
+            }
+          }
+        }
+      }
+    }
+    cp_commit();
+#pragma unroll
+    for (int i = 0; i < 4; ++i) qp[i] += KB * 64;
+    if constexpr (LEAN) {
+#pragma unroll
+      for (int j = 0; j < JS; ++j) lsrc[j] += KB * F::SB;
+      if constexpr (LZ) lzsrc += KB * F::ZB;
+    }
+    left -= KB;
+    bnext += KB;
+  };
+
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc2[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // acc2: NVF4's k-steps B
+  const int xrow = g < p.m ? g : int(p.m) - 1;
+  const T* xr = static_cast<const T*>(p.x) + int64_t(xrow) * p.x_rs + b0 * 128 + t * (F::G / 4);
+
+  pdl_trigger();
+#pragma unroll
+  for (int st = 0; st < D - 1; ++st) issue(st);
+  pdl_wait();
+
+  // fragment offsets in a stage (row g): piece h of block bb lies at chunk (4 bb + c_h) ^ sw,
+  // i.e. 64 bb + 16 (c_h ^ (sw & 3)) + (bb odd ? -1 : 1) 16 (sw & 4) + the byte in the chunk
+  const int sw = w4_swz(g);
+  uint32_t fo[2][NG];
+#pragma unroll
+  for (int h = 0; h < NG; ++h) {
+    const int off = h * (F::G / 2) + t * LB;
+    const int base = g * P + 16 * ((off / 16) ^ (sw & 3)) + off % 16;
+    fo[0][h] = uint32_t(base + 16 * (sw & 4));
+    fo[1][h] = uint32_t(base - 16 * (sw & 4));
+  }
+  const uint32_t mag = w4_opaque(kMag);
+  // NARROW: the misalignment of the zero-point rows g and g + 8 (the same in every stage)
+  [[maybe_unused]] int za_off = 0, zb_off = 0;
+  if constexpr (NARROW && F::ZB > 0) {
+    const int64_t ra = row0 + g < p.n ? row0 + g : p.n - 1, rb2 = row0 + g + 8 < p.n ? row0 + g + 8 : p.n - 1;
+    za_off = int(reinterpret_cast<uintptr_t>(p.zeros + ra * zrow + b0 * F::ZB) & 3u);
+    zb_off = int(reinterpret_cast<uintptr_t>(p.zeros + rb2 * zrow + b0 * F::ZB) & 3u);
+  }
+
+  // x of block bb of the current stage, word w (8 elements at the lane's physical k)
+  auto load_x = [&](uint4 (&xv)[4], int bb) {
+#pragma unroll
+    for (int w = 0; w < 4; ++w)
+      xv[w] = __ldg(reinterpret_cast<const uint4*>(xr + bb * 128 + (w / WPG) * F::G + 8 * (w % WPG)));
+  };
+  // the shared reads of block bb of the stage at sb
+  auto fetch = [&](uint32_t sb, int bb) {
+    W4Frag f{};
+    const uint32_t sca = sb + uint32_t(L::CODES + g * L::SP), scb = sca + uint32_t(8 * L::SP);
+    [[maybe_unused]] const uint32_t zaa = sb + uint32_t(L::CODES + L::SCALES + g * L::ZP);
+    [[maybe_unused]] const uint32_t zab = zaa + uint32_t(8 * L::ZP);
+    // the rows' zero points of the block's groups (int4: NG bytes)
+    if constexpr (NARROW && F::ZB > 0) {  // bytes za_off + bb ZB .. of the rows' words
+      const uint32_t pa = uint32_t(za_off + bb * F::ZB), pb = uint32_t(zb_off + bb * F::ZB);
+      f.za = __funnelshift_r(lds_u32(zaa + (pa & ~3u)), lds_u32(zaa + (pa & ~3u) + 4), 8 * (pa & 3u));
+      f.zb = __funnelshift_r(lds_u32(zab + (pb & ~3u)), lds_u32(zab + (pb & ~3u) + 4), 8 * (pb & 3u));
+    } else if constexpr (F::ZB == 4) f.za = lds_u32(zaa + 4 * bb), f.zb = lds_u32(zab + 4 * bb);
+    else if constexpr (F::ZB == 2) f.za = lds_u16(zaa + 2 * bb), f.zb = lds_u16(zab + 2 * bb);
+    else if constexpr (F::ZB == 1) f.za = lds_u8(zaa + bb), f.zb = lds_u8(zab + bb);
+    // the lane's 4 words of rows g and g + 8 in this block (NG pieces of LB bytes)
+    uint32_t a[4], b[4];
+#pragma unroll
+    for (int h = 0; h < NG; ++h) {
+      const uint32_t ad = sb + uint32_t(64 * bb) + fo[bb & 1][h];
+      const uint4 va = lds_n<LB>(ad), vb = lds_n<LB>(ad + uint32_t(8 * P));
+#pragma unroll
+      for (int w = 0; w < WPG; ++w) {
+        a[h * WPG + w] = word(va, w);
+        b[h * WPG + w] = word(vb, w);
+      }
+    }
+    f.wa = make_uint4(a[0], a[1], a[2], a[3]);
+    f.wb = make_uint4(b[0], b[1], b[2], b[3]);
+    if constexpr (F::kNvf4) {  // the block scales 2t, 2t + 1 of rows g and g + 8 (bytes 8 bb + 2t, + 1)
+      f.sva.x = lds_u16(sca + uint32_t(8 * bb + 2 * t));
+      f.svb.x = lds_u16(scb + uint32_t(8 * bb + 2 * t));
+    } else {  // the rows' scales of the block's groups
+      f.sva = lds_n<4 * NG>(sca + uint32_t(bb * F::SB));
+      f.svb = lds_n<4 * NG>(scb + uint32_t(bb * F::SB));
+    }
+    return f;
+  };
+  [[maybe_unused]] uint4 xnext[4];  // XA: x of the next stage's first block
+  auto stage = [&](int st, int nb, auto full, bool more) {
+    constexpr bool kFull = decltype(full)::value;
+    uint4 xc[4];  // x of the stage's first block, loaded before waiting for its weights (XA: earlier)
+    if constexpr (XA) {
+#pragma unroll
+      for (int w = 0; w < 4; ++w) xc[w] = xnext[w];
+    } else if constexpr (!PROBE) load_x(xc, 0);
+    cp_wait<D - 2>();
+    __syncwarp();
+    const uint32_t sb = ring + uint32_t(st * L::STAGE);
+    [[maybe_unused]] W4Frag f0{};
+    if constexpr (LEAN) f0 = fetch(sb, 0);  // LEAN: block 0's reads before the copies are issued
+    issue((st + D - 1) % D);
+#pragma unroll
+    for (int bb = 0; bb < KB; ++bb) {
+      if (!kFull && bb >= nb) break;
+      const W4Frag f = [&] {
+        if constexpr (LEAN)
+          if (bb == 0) return f0;
+        return fetch(sb, bb);
+      }();
+      [[maybe_unused]] const uint32_t za = f.za, zb = f.zb;
+      const uint4 wa = f.wa, wb = f.wb;
+      if constexpr (PROBE) {
+        const uint32_t v = wa.x ^ wa.y ^ wa.z ^ wa.w ^ wb.x ^ wb.y ^ wb.z ^ wb.w ^ za ^ f.sva.x;
+        acc[0] += __uint_as_float(v & 0x007fffffu);
+        continue;
+      }
+      uint4 xn[4];  // the next block's x, loaded ahead
+      if (!PROBE && bb + 1 < KB && (kFull || bb + 1 < nb)) load_x(xn, bb + 1);
+      if constexpr (XA && kFull)
+        if (bb + 1 == KB && more) load_x(xnext, KB);  // the next stage's first block (xr moves by KB blocks)
+      if constexpr (F::kNvf4) {
+        // the block scales 2t, 2t + 1 of rows g and g + 8 (bytes 8 bb + 2t, + 1)
+        uint32_t sa[2], sbb[2];
+        w4_nvf_scales<T>(f.sva.x, sa[0], sa[1]);
+        w4_nvf_scales<T>(f.svb.x, sbb[0], sbb[1]);
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          const uint4 xv = xc[w];
+          const uint32_t bA0 = __byte_perm(xv.x, xv.z, 0x5410u), bA1 = __byte_perm(xv.x, xv.z, 0x7632u);
+          const uint32_t bB0 = __byte_perm(xv.y, xv.w, 0x5410u), bB1 = __byte_perm(xv.y, xv.w, 0x7632u);
+          uint32_t pr[2][4];
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const uint32_t u = word(r ? wb : wa, w), s2 = r ? sbb[w >> 1] : sa[w >> 1];
+            pr[r][0] = w4_nvf_pair<T, 0>(u, s2);
+            pr[r][1] = w4_nvf_pair<T, 1>(u, s2);
+            pr[r][2] = w4_nvf_pair<T, 2>(u, s2);
+            pr[r][3] = w4_nvf_pair<T, 3>(u, s2);
+          }
+          const uint32_t aA[4] = {pr[0][0], pr[1][0], pr[0][1], pr[1][1]};
+          const uint32_t aB[4] = {pr[0][2], pr[1][2], pr[0][3], pr[1][3]};
+          mma16816<T>(acc, aA, bA0, bA1);
+          mma16816<T>(acc2, aB, bB0, bB1);
+        }
+      } else {
+        const uint4 sva = f.sva, svb = f.svb;
+        constexpr bool TWO = WPG >= 2;  // two mma chains (k-steps A / B) per group
+#pragma unroll
+        for (int h = 0; h < NG; ++h) {
+          // bytes [z, magic high byte, z, magic high byte]: (magic + z) twice
+          const uint32_t sel = uint32_t(h) | (5u << 4) | (uint32_t(h) << 8) | (5u << 12);
+          const uint32_t z2a = __byte_perm(za, mag, sel), z2b = __byte_perm(zb, mag, sel);
+          float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          [[maybe_unused]] float c2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+          for (int w = 0; w < WPG; ++w) {
+            const uint4 xv = xc[h * WPG + w];
+            const uint32_t bA0 = __byte_perm(xv.x, xv.z, 0x5410u), bA1 = __byte_perm(xv.x, xv.z, 0x7632u);
+            const uint32_t bB0 = __byte_perm(xv.y, xv.w, 0x5410u), bB1 = __byte_perm(xv.y, xv.w, 0x7632u);
+            const uint32_t ua = word(wa, h * WPG + w), ub = word(wb, h * WPG + w);
+            uint32_t pa[4], pb[4];
+#pragma unroll
+            for (int qq = 0; qq < 4; ++qq) {
+              pa[qq] = hsub2u<T>(w4_lop(w4_shift4<HI>(ua, qq), mag), z2a);
+              pb[qq] = hsub2u<T>(w4_lop(w4_shift4<HI>(ub, qq), mag), z2b);
+            }
+            const uint32_t aA[4] = {pa[0], pb[0], pa[1], pb[1]};
+            const uint32_t aB[4] = {pa[2], pb[2], pa[3], pb[3]};
+            mma16816<T>(c, aA, bA0, bA1);
+            if constexpr (TWO) mma16816<T>(c2, aB, bB0, bB1);
+            else mma16816<T>(c, aB, bB0, bB1);
+          }
+          const float s_a = __uint_as_float(word(sva, h)), s_b = __uint_as_float(word(svb, h));
+          if constexpr (TWO) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) c[e] += c2[e];
+          }
+          acc[0] = fmaf(s_a, c[0], acc[0]);
+          acc[1] = fmaf(s_a, c[1], acc[1]);
+          acc[2] = fmaf(s_b, c[2], acc[2]);
+          acc[3] = fmaf(s_b, c[3], acc[3]);
+        }
+      }
+#pragma unroll
+      for (int w = 0; w < 4; ++w) xc[w] = xn[w];
+    }
+    xr += KB * 128;
+  };
+
+  const int64_t nstw = s1 - s0;  // the warp's stages
+  if constexpr (XA)
+    if (nstw > 0) load_x(xnext, 0);  // after pdl_wait: x may be the previous kernel's output
+  for (int64_t j0 = 0; j0 < nstw; j0 += D) {
+#pragma unroll
+    for (int st = 0; st < D; ++st) {
+      const int64_t j = j0 + st;
+      if (j < nstw) {
+        const int64_t nbl = b1 - b0 - j * KB;
+        if (nbl >= KB) stage(st, KB, std::true_type{}, j + 1 < nstw);
+        else stage(st, int(nbl), std::false_type{}, false);
+      } else {
+        issue((st + D - 1) % D);  // keeps the group count uniform (empty groups)
+      }
+    }
+  }
+  cp_wait<0>();
+  if constexpr (F::kNvf4) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[e] += acc2[e];
+  }
+
+  // the warps' sums, added in warp order (through the ring memory, free now)
+  float* red = reinterpret_cast<float*>(smem);  // [nw][32][4]
+  if (nw > 1) {
+    __syncthreads();
+#pragma unroll
+    for (int e = 0; e < 4; ++e) red[(warp * 32 + lane) * 4 + e] = acc[e];
+    __syncthreads();
+  }
+  if (warp != 0) return;
+  const int S = gridDim.y, sl = blockIdx.y;
+  float rs = 1.0f;
+  if constexpr (F::kNvf4) rs = W4NvfBits<T>::kRowScale * __ldg(p.tensor_scale);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    float v = acc[e];
+    if (nw > 1) {
+      v = red[lane * 4 + e];
+      for (int w = 1; w < nw; ++w) v += red[(w * 32 + lane) * 4 + e];
+    }
+    const int m = 2 * t + (e & 1);
+    const int64_t row = row0 + g + (e >= 2 ? 8 : 0);
+    if (m < p.m && row < p.n) {
+      if constexpr (F::kNvf4) v *= rs;
+      if (S == 1) store_out(p.y, p.out_dtype, m * p.n + row, v);
+      else p.part[(int64_t(sl) * p.m + m) * p.n + row] = v;
+    }
+  }
+}
+
+}  // namespace gk::cuda::gemv_detail

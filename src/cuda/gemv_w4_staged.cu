@@ -1,0 +1,176 @@
+// The staged 4-bit decode GEMV (int4 with group scales and zero points, NVF4; kernel and plan
+// in common/gemv_w4.cuh): the launch plan (warps per CTA, split-K), the argument checks and
+// the benchmarking variants (gk._C._gemv_set_variant; bf16 x only, float16 x runs the default
+// configuration; 4 / 5 / 6 / 9 with k_w4's MODE 0, to compare with 13): 4 stages of 8 blocks
+// (512 bytes per row) with 2 in the ring, 5 a ring of 4, 6 without the CTA spreading, 7 the
+// copies without decode (wrong results: the access pattern's ceiling), 8 int4's right shifts as mul.hi (FMA pipe), 9 more warps per SM (a ring
+// of 2, registers for 3 CTAs of 256 threads, sized for 24 warps per SM), 11 lean copies (k_w4's
+// MODE 3: a full stage's copies from addresses computed once, block 0's shared reads before the
+// next copies; the same bits), 12 both 8 and 11 (NVF4: 11), 13 MODE 0 (checkpoint A's default,
+// the same bits), 14 MODE 5 (11 with x of each stage's first block loaded during the previous
+// stage; the same bits); 0 / 2 / 10 the default (k_w4's MODE kDefaultMode).
+#include "common/gemv_w4.cuh"
+#include "common/gemv_w4_launch.cuh"
+#include "core/cuda_util.h"
+
+namespace gk::cuda {
+
+namespace {
+
+using namespace gemv_detail;
+
+struct W4Cfg {
+  int kb = 4, d = 3, wt = 16;  // blocks per stage, ring depth, target warps per SM
+  int mode = 0;                // k_w4's MODE: 1 the probe, 2 mul.hi shifts, 3 lean copies, 4 both, 5 3 + x ahead
+  int minb = 2;                // k_w4's MINB
+  bool spread = true;          // at most ceil(CTAs / 132) CTAs per SM when all fit at once
+  bool old = false;            // MODE 0 whatever kDefaultMode is (variant 13)
+};
+
+W4Cfg w4_cfg(int variant) {
+  W4Cfg c;
+  switch (variant) {
+    case 4: c.kb = 8, c.d = 2; break;
+    case 5: c.d = 4; break;
+    case 6: c.spread = false; break;
+    case 7: c.mode = 1; break;
+    case 8: c.mode = 2; break;
+    case 9: c.d = 2, c.minb = 3, c.wt = 24; break;
+    case 11: c.mode = 3; break;
+    case 12: c.mode = 4; break;
+    case 13: c.mode = 0, c.old = true; break;
+    case 14: c.mode = 5; break;
+    default: break;
+  }
+  return c;
+}
+
+// The default configuration's k_w4 MODE: 3 (lean copies, variant 11; session 5 after checkpoint
+// A: about 55 fewer instructions per stage of ~700 in the SASS, the same copies and the same
+// bits), or 0 (checkpoint A's default, variant 13). One constant: set it back to 0 if the H200
+// shows variant 13 faster than the default.
+constexpr int kDefaultMode = 3;
+
+constexpr int kSMs = 132;
+constexpr int kSmemMax = 200 * 1024;    // dynamic shared memory of one CTA at most
+constexpr int kSmemPerSm = 220 * 1024;  // what the CTAs of one SM may use together
+constexpr int64_t kSmSmem = 228 * 1024; // shared memory of one H100 / H200 SM
+
+// Warps per CTA: about wt warps per SM over the GPU, 1..8 per 16 rows, at least two stages
+// per warp (of its split slice), within the shared memory, and few enough that all CTAs fit
+// at once when there are at most a few per SM. A function of (N, K, split) and the variant.
+int w4_warps(int64_t n, int64_t k, int split, const W4Cfg& c, int64_t ring) {
+  const int64_t nst = (k / 128 + c.kb - 1) / c.kb, rb = (n + 15) / 16, want = int64_t(kSMs) * c.wt;
+  int64_t w = (want + rb / 2) / rb;
+  w = std::min<int64_t>(std::max<int64_t>(w, 1), 8);
+  w = std::min<int64_t>(w, std::max<int64_t>(nst / (2 * split), 1));
+  w = std::min<int64_t>(w, kSmemMax / ring);
+  const int64_t per_sm = (rb * split + kSMs - 1) / kSMs;
+  w = std::max<int64_t>(std::min<int64_t>(w, kSmemPerSm / (per_sm * (ring + 256))), 1);
+  // the registers of all CTAs of an SM (8 warps per MINB at most) when they fit at once
+  w = std::max<int64_t>(std::min<int64_t>(w, int64_t(8 * c.minb) / per_sm), 1);
+  return int(w);
+}
+
+template <class F, int KB, bool NARROW = false>
+bool applies_cfg(const QGemvArgs& p) {
+  using L = W4Layout<F, KB, NARROW>;
+  const auto al = [](const void* v, int64_t a) { return reinterpret_cast<uintptr_t>(v) % uintptr_t(a) == 0; };
+  if (p.k % 128 != 0 || !al(p.q, 16) || p.q_rs % 16 != 0 || !al(p.x, 16) || p.x_rs % 8 != 0) return false;
+  const int64_t nblk = p.k / 128;
+  if constexpr (NARROW) {
+    if constexpr (F::kNvf4) return p.tensor_scale && al(p.zeros, 8);  // K % 128 == 0: 8-byte scale rows
+    else return al(p.scales, 4);  // zero points: any alignment
+  }
+  if constexpr (F::kNvf4) return p.tensor_scale && al(p.zeros, L::US) && (nblk * F::SB) % L::US == 0;
+  else return al(p.scales, L::US) && (nblk * F::SB) % L::US == 0 && al(p.zeros, L::UZ) && (nblk * F::ZB) % L::UZ == 0;
+}
+
+template <class F>
+bool applies_f(const QGemvArgs& p, int kb) {
+  return kb == 8 ? applies_cfg<F, 8>(p) : applies_cfg<F, 4>(p) || applies_cfg<F, 4, true>(p);
+}
+
+bool applies_kb(const QGemvArgs& p, int kb) {
+  if (p.fmt == QFormat::nvf4) return applies_f<W4Nvf4>(p, kb);
+  if (p.fmt != QFormat::int4) return false;
+  if (p.group == 128) return applies_f<W4Int4<128>>(p, kb);
+  if (p.group == 64) return applies_f<W4Int4<64>>(p, kb);
+  if (p.group == 32) return applies_f<W4Int4<32>>(p, kb);
+  return false;
+}
+
+template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2>
+void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
+  constexpr int SB = W4Layout<F, KB, NARROW>::STAGE;
+  const int64_t blocks = (p.n + 15) / 16;
+  if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
+  const int split = std::max(1, p.split);
+  const int nw = w4_warps(p.n, p.k, split, c, int64_t(D) * SB);
+  smem_limit<k_w4<T, F, KB, D, MODE, NARROW, MINB>>(kSmemMax);
+  int smem = std::max(nw * D * SB, nw * 32 * 4 * 4);
+  if (smem > kSmemMax) throw ValueError("gemv: the staged 4-bit kernel's shared memory does not fit");
+  // When all CTAs fit on the GPU at once, ask for enough shared memory that at most
+  // ceil(CTAs / 132) of them fit on one SM, so the block scheduler spreads them evenly (as
+  // gemv_w8.cu; H200 session 4: 896 CTAs with room for 9 per SM filled fewer SMs).
+  const int64_t per_sm = (blocks * split + kSMs - 1) / kSMs;
+  if (c.spread && per_sm >= 1 && per_sm <= 16) {
+    const int64_t cap = kSmSmem / (per_sm + 1) - 1024 - 512 + 256;  // just too much for per_sm + 1 CTAs
+    if (per_sm * (cap + 1024 + 512) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
+  }
+  launch_ex(k_w4<T, F, KB, D, MODE, NARROW, MINB>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st,
+            p.variant != 2, p);
+  GK_LAUNCH_CHECK("qgemv_w4_staged");
+  if (split > 1) launch_sum_q(p, st);
+}
+
+template <class T, class F>
+void launch_f(const QGemvArgs& p, cudaStream_t st) {
+  W4Cfg c = w4_cfg(p.variant);
+  if (!applies_cfg<F, 4>(p))  // rows of scales / zero points not 16-byte aligned (K % 512 != 0)
+    return launch_k<T, F, 4, 3, 0, true>(p, W4Cfg{}, st);
+  if (c.kb == 8 && !applies_cfg<F, 8>(p)) c = W4Cfg{};
+  if constexpr (std::is_same_v<T, bf16>) {  // the benchmarking variants: bf16 x only
+    if (c.mode == 1) return launch_k<T, F, 4, 3, 1>(p, c, st);
+    if (c.mode == 2 && !F::kNvf4) return launch_k<T, F, 4, 3, 2>(p, c, st);
+    if (c.mode == 4 && !F::kNvf4) return launch_k<T, F, 4, 3, 4>(p, c, st);
+    if (c.mode == 5) return launch_k<T, F, 4, 3, 5>(p, c, st);
+    if (c.mode >= 3 && kDefaultMode != 3) return launch_k<T, F, 4, 3, 3>(p, c, st);
+    if (c.old && kDefaultMode != 0) return launch_k<T, F, 4, 3, 0>(p, c, st);
+    if (c.kb == 8) return launch_k<T, F, 8, 2>(p, c, st);
+    if (c.d == 4) return launch_k<T, F, 4, 4>(p, c, st);
+    if (c.minb == 3) return launch_k<T, F, 4, 2, 0, false, 3>(p, c, st);
+    if (!c.spread) return launch_k<T, F, 4, 3>(p, c, st);
+  }
+  return launch_k<T, F, 4, 3, kDefaultMode>(p, W4Cfg{}, st);
+}
+
+}  // namespace
+
+bool w4_staged_applies(const QGemvArgs& p) { return applies_kb(p, 4); }
+
+int w4_staged_split(int64_t n, int64_t k) {
+  const W4Cfg c;
+  const int64_t nst = (k / 128 + c.kb - 1) / c.kb, rb = (n + 15) / 16, want = int64_t(kSMs) * c.wt;
+  int64_t w = (want + rb / 2) / rb;
+  w = std::min<int64_t>(std::max<int64_t>(w, 1), 8);
+  w = std::min<int64_t>(w, std::max<int64_t>(nst / 2, 1));
+  if (rb * w * 2 >= want) return 1;
+  int64_t sp = (want + rb * w - 1) / (rb * w);
+  sp = std::min<int64_t>({sp, 16, std::max<int64_t>(nst / (w * 2), 1)});
+  return int(std::max<int64_t>(sp, 1));
+}
+
+template <class T>
+void launch_w4_staged(const QGemvArgs& p, cudaStream_t st) {
+  if (p.m <= 0 || p.n <= 0) return;
+  if (!w4_staged_applies(p)) throw ValueError("gemv: the staged 4-bit kernel does not take these arguments");
+  if (p.fmt == QFormat::nvf4) return launch_f<T, W4Nvf4>(p, st);
+  if (p.group == 128) return launch_f<T, W4Int4<128>>(p, st);
+  if (p.group == 64) return launch_f<T, W4Int4<64>>(p, st);
+  return launch_f<T, W4Int4<32>>(p, st);
+}
+template void launch_w4_staged<bf16>(const QGemvArgs&, cudaStream_t);
+template void launch_w4_staged<f16>(const QGemvArgs&, cudaStream_t);
+
+}  // namespace gk::cuda
