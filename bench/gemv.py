@@ -19,6 +19,8 @@ instead of the default CUDA-core one (gk._C._gemv_set_dense_path(1)); *_cc force
 *_st the staged tensor-core kernel (src/cuda/gemv_w8.cu, path 2; the default where it applies);
 fp8_h_st / int8_h_st: the same with float16 x (no scaled fp16 copy of x needed). --w8 KB,D,WT[/KB,D,WT...]: time
 the *_st formats again with each GPUKIT_GEMV_W8 setting (printed only).
+--gguf D,WT[/D,WT...]: time the GGUF formats again with each GPUKIT_GEMV_GGUF setting (the staged
+GGUF kernel's ring depth and target warps per SM; printed only).
 --ms 1,4,8: also time every other format with M = 4 and 8 rows of x (records FMT_m4, FMT_m8).
 The default launches use programmatic dependent launch (each call copies its first weights
 while the previous call finishes, as in a decode step's chain of GEMVs); "variant 2" lines: the
@@ -27,7 +29,7 @@ same kernels without it. "variant 1": a 2-stage cp.async ring instead of the def
 default (default 1,2); 3-10 are for the 4-bit / GGUF kernels (VARIANT_NAMES).
 
 Usage: python bench/gemv.py [--out F] [--rounds N] [--only bf16,fp8,...] [--shapes 0,1,2] [--ms 1,8]
-       [--variants 1,2,3,...]
+       [--variants 1,2,3,...] [--gguf D,WT/...]
 Exits 0 without CUDA.
 """
 from __future__ import annotations
@@ -51,13 +53,14 @@ FORMATS = ("bf16", "fp16", "bf16_m4", "bf16_m8", "bf16_tc", "bf16_m8_tc", "fp8",
 VARIANT_FMTS = ("bf16", "bf16_m8", "fp8", "int8", "int4", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "without PDL",
                  3: "int4: the per-lane kernel (quant_int4_lane.cu); others: the previous default kernel",
-                 4: "2 m-tiles per warp", 5: "int4/nvf4: 4 stages; GGUF: Q6_K 2, others 6 stages",
+                 4: "2 m-tiles per warp; GGUF: a 2-stage ring", 5: "int4/nvf4: 4 stages; GGUF: 4 stages",
                  6: "int4: 2 m-tiles, 3 stages",
                  7: "int4 probe: the same copies without decode (wrong results: the access pattern's ceiling)",
                  8: "int4 / nvf4: shifts as mul.hi (FMA pipe)", 9: "int4: shifts as mul.hi, 2 m-tiles per warp",
                  10: "int4: 24 warps per SM"}
 INT4_ONLY_VARIANTS = (6, 7, 9, 10)  # --variants: int4 formats only (8: int4 and nvf4)
 NEW_KERNEL_VARIANTS = (3, 4, 5)  # int4, nvf4 and the GGUF formats only
+GGUF_FMTS = ("q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 
 
 def tbs(nbytes, ms):
@@ -199,6 +202,7 @@ def main():
                                           p.add_argument("--shapes", default="0,1,2"),
                                           p.add_argument("--ms", default="1"),
                                           p.add_argument("--w8", default=""),
+                                          p.add_argument("--gguf", default=""),
                                           p.add_argument("--no-variants", action="store_true",
                                                          help="skip the alternative kernel variants"),
                                           p.add_argument("--variants", default="1,2",
@@ -291,6 +295,18 @@ def main():
                         notes.append(f"  w8 {cfg} FAILED: {type(e).__name__}: {e}")
                     finally:
                         del os.environ["GPUKIT_GEMV_W8"]
+            if base in GGUF_FMTS and args.gguf:  # the staged GGUF kernel's depth / warps knob
+                for cfg in args.gguf.split("/"):
+                    os.environ["GPUKIT_GEMV_GGUF"] = cfg
+                    try:
+                        check(fmt, fn(x, *wargs[0]), x, deq)
+                        v1 = tbs(nbytes, median(time_graph(calls, rounds)))
+                        notes.append(f"  gguf {cfg}: {v1:.3f} TB/s = {v1 / ceiling:.0%} of copy")
+                        r_var[f"gguf_{cfg.replace(',', '_')}"] = v1
+                    except Exception as e:  # noqa: BLE001
+                        notes.append(f"  gguf {cfg} FAILED: {type(e).__name__}: {e}")
+                    finally:
+                        del os.environ["GPUKIT_GEMV_GGUF"]
             if fmt == "bf16":  # cross-check: plain launches timed on the current stream (host overhead included)
                 a, b = gk.Event(), gk.Event()
                 a.record()

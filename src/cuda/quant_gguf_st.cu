@@ -1,0 +1,565 @@
+// GEMV over the GGUF block formats Q4_0, Q4_1, Q8_0, Q4_K and Q6_K on the tensor cores,
+// read directly from the file's blocks (layouts: ops/gguf_blocks.h), with the access
+// pattern of the staged bf16 kernel (gemv_w8.cuh): long contiguous runs of every row per
+// stage, each warp copy instruction moving 4 rows x 128 contiguous bytes.
+//
+// A row of K weights is one contiguous byte range of whole blocks. The kernel cuts it into
+// units of whole blocks (Q4_0 / Q4_1 / Q8_0: 8 blocks = 256 weights, 144 / 160 / 272 bytes;
+// Q4_K: one block, 144 bytes; Q6_K: two blocks, 420 bytes, 512 weights) and a stage into
+// U units (288 / 320 / 272 / 288 / 420 bytes per row). A CTA owns 16 rows (the m16 of
+// mma.m16n8k16) and nw warps; warp w sweeps its own contiguous run of units (of its
+// split-K slice) through a ring of D stages of 16 rows in shared memory, copied with
+// 16-byte cp.async (lane l: chunk l % 8 + 8 i of rows l / 8 + 4 r; D - 1 stages in flight;
+// only __syncwarp). Rows start 16-byte aligned (checked), so a stage's bytes are the
+// 16-byte chunks from floor(start / 16); Q6_K's 420-byte units start at a phase of
+// 0 / 4 / 8 / 12 bytes in their first chunk (the decode adds it; its blocks stay 4- and
+// 2-byte aligned as at phase 0). Shared rows are P bytes apart, P = 16 / 48 mod 128, so
+// the fragment reads (lane (g, t): 4 bytes at 4t of rows g = 0..7) hit 32 banks.
+//
+// Decode (lane (g, t) takes rows g and g + 8, one mma k-step = 16 weights of one block or
+// sub-block): Q4_0 / Q4_1 / Q8_0 take weights 4t..4t+3 (k-step 0) and 16+4t.. (k-step 1)
+// of every block (the 4-bit codes: low / high nibbles of bytes 4t..4t+3; Q8_0: bytes 4t..
+// and 16+4t..), x row g at the same k; codes become exact bf16/fp16 pairs by byte permutes
+// under a magic exponent and one packed subtraction (Q8_0 with bf16 x: through fp32).
+// Per block the fp32 mma sum times d (plus Q4_1's m times the block's sum of x, an mma
+// with ones). Q4_K / Q6_K: the decodes of quant_gguf_k.cu (sub-block scales formed once per
+// block, exact). x rows g >= M read row M - 1 (their columns are dropped).
+//
+// The warps' sums are added in warp order, split-K slices by the second pass; the plan
+// (warps per CTA, split) is a function of (N, K, format) only: the same bits every run and
+// for a row alone or in a batch.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "common/gemv_gguf.cuh"
+#include "common/gemv_stage.cuh"
+#include "core/cuda_util.h"
+
+namespace gk::cuda {
+
+namespace {
+
+using namespace gemv_detail;
+
+// UB / UW: bytes / weights of a unit; U: units per stage; NC: 16-byte chunks copied per row
+// and stage at most; P: shared row pitch; D: default ring depth.
+template <int F>
+struct GS;
+template <>
+struct GS<int(QFormat::q4_0)> {
+  static constexpr int BB = gguf::kQ4_0Bytes, UB = 8 * BB, UW = 256, U = 2, NC = 18, P = 304, D = 3;
+};
+template <>
+struct GS<int(QFormat::q4_1)> {
+  static constexpr int BB = gguf::kQ4_1Bytes, UB = 8 * BB, UW = 256, U = 2, NC = 20, P = 336, D = 3;
+};
+template <>
+struct GS<int(QFormat::q8_0)> {
+  static constexpr int BB = gguf::kQ8_0Bytes, UB = 8 * BB, UW = 256, U = 1, NC = 17, P = 272, D = 3;
+};
+template <>
+struct GS<int(QFormat::q4_k)> {
+  static constexpr int BB = gguf::kQ4_KBytes, UB = BB, UW = 256, U = 2, NC = 18, P = 304, D = 3;
+};
+template <>
+struct GS<int(QFormat::q6_k)> {  // 420-byte units: phases 0, 4, 8, 12; 27 chunks cover any of them.
+  // D = 2: 3 stages of 6.9 KB per warp leave N = 14336 (7 CTAs per SM) one warp per CTA
+  static constexpr int BB = gguf::kQ6_KBytes, UB = 2 * BB, UW = 512, U = 1, NC = 27, P = 432, D = 2;
+};
+template <int F>
+constexpr bool kPhased = GS<F>::UB % 16 != 0;
+
+// 4 bytes at shared address a (a % 4 == 2 when ODD, else 0; known at compile time).
+template <bool ODD>
+__device__ __forceinline__ uint32_t ld4(uint32_t a) {
+  if constexpr (ODD) return __byte_perm(lds_u16(a), lds_u16(a + 2), 0x5410u);
+  else return lds_u32(a);
+}
+
+// d * b for the 4 bytes of v (each 0..255), as fma(d, 2^23 + b, -d 2^23): exact product, one rounding.
+__device__ __forceinline__ void scale4(uint32_t v, float d, float dneg, float* o) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t sel = uint32_t(i) | (4u << 4) | (4u << 8) | (7u << 12);
+    o[i] = fmaf(d, __uint_as_float(__byte_perm(v, 0x4B000000u, sel)), dneg);
+  }
+}
+
+// One unit of a 32-weight format: rows g (shared address a) and g + 8 (b), x of the unit's
+// first weight for row g (xj), lane t. acc: (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1).
+template <class T, int F>
+__device__ __forceinline__ void unit32(uint32_t a, uint32_t b, const T* xj, int t, uint32_t magic, float (&acc)[4]) {
+  constexpr int BB = GS<F>::BB;
+  constexpr bool kQ8 = F == int(QFormat::q8_0), kMin = F == int(QFormat::q4_1);
+  constexpr int QOFF = kMin ? 4 : 2;
+  constexpr uint32_t kSub4 = kMin ? (std::is_same_v<T, bf16> ? 0x43004300u : 0x64006400u)
+                                  : (std::is_same_v<T, bf16> ? 0x43084308u : 0x64086408u);
+  const uint32_t ones = splat<T>(1.0f);
+#pragma unroll
+  for (int bk = 0; bk < 8; ++bk) {
+    const uint2 x0 = __ldg(reinterpret_cast<const uint2*>(xj + 32 * bk + 4 * t));
+    const uint2 x1 = __ldg(reinterpret_cast<const uint2*>(xj + 32 * bk + 16 + 4 * t));
+    const uint32_t ba = a + uint32_t(bk * BB), bb = b + uint32_t(bk * BB);
+    uint32_t a0[4], a1[4];
+    const bool odd = ((bk * BB + QOFF) & 2) != 0;
+    if constexpr (kQ8) {
+      uint32_t ua0, ua1, ub0, ub1;
+      if (odd) {
+        ua0 = ld4<true>(ba + QOFF + 4 * t), ua1 = ld4<true>(ba + QOFF + 16 + 4 * t);
+        ub0 = ld4<true>(bb + QOFF + 4 * t), ub1 = ld4<true>(bb + QOFF + 16 + 4 * t);
+      } else {
+        ua0 = ld4<false>(ba + QOFF + 4 * t), ua1 = ld4<false>(ba + QOFF + 16 + 4 * t);
+        ub0 = ld4<false>(bb + QOFF + 4 * t), ub1 = ld4<false>(bb + QOFF + 16 + 4 * t);
+      }
+      a0[0] = int8_pair<T>(ua0, 0);
+      a0[1] = int8_pair<T>(ub0, 0);
+      a0[2] = int8_pair<T>(ua0, 2);
+      a0[3] = int8_pair<T>(ub0, 2);
+      a1[0] = int8_pair<T>(ua1, 0);
+      a1[1] = int8_pair<T>(ub1, 0);
+      a1[2] = int8_pair<T>(ua1, 2);
+      a1[3] = int8_pair<T>(ub1, 2);
+    } else {
+      uint32_t ua, ub;
+      if (odd) {
+        ua = ld4<true>(ba + QOFF + 4 * t);
+        ub = ld4<true>(bb + QOFF + 4 * t);
+      } else {
+        ua = ld4<false>(ba + QOFF + 4 * t);
+        ub = ld4<false>(bb + QOFF + 4 * t);
+      }
+      const uint32_t La = ua & 0x0f0f0f0fu, Ha = (ua >> 4) & 0x0f0f0f0fu;
+      const uint32_t Lb = ub & 0x0f0f0f0fu, Hb = (ub >> 4) & 0x0f0f0f0fu;
+      a0[0] = hsub2u<T>(__byte_perm(La, magic, 0x4140u), kSub4);
+      a0[1] = hsub2u<T>(__byte_perm(Lb, magic, 0x4140u), kSub4);
+      a0[2] = hsub2u<T>(__byte_perm(La, magic, 0x4342u), kSub4);
+      a0[3] = hsub2u<T>(__byte_perm(Lb, magic, 0x4342u), kSub4);
+      a1[0] = hsub2u<T>(__byte_perm(Ha, magic, 0x4140u), kSub4);
+      a1[1] = hsub2u<T>(__byte_perm(Hb, magic, 0x4140u), kSub4);
+      a1[2] = hsub2u<T>(__byte_perm(Ha, magic, 0x4342u), kSub4);
+      a1[3] = hsub2u<T>(__byte_perm(Hb, magic, 0x4342u), kSub4);
+    }
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    mma16816<T>(c, a0, x0.x, x0.y);
+    mma16816<T>(c, a1, x1.x, x1.y);
+    float da, db;
+    if constexpr (kMin) {  // d, m: one aligned 4-byte load (20-byte blocks)
+      float xs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      const uint32_t o[4] = {ones, ones, ones, ones};
+      mma16816<T>(xs, o, x0.x, x0.y);
+      mma16816<T>(xs, o, x1.x, x1.y);
+      const uint32_t hva = lds_u32(ba), hvb = lds_u32(bb);
+      da = f16f(hva & 0xffffu), db = f16f(hvb & 0xffffu);
+      const float ma = f16f(hva >> 16), mb = f16f(hvb >> 16);
+      acc[0] = fmaf(ma, xs[0], fmaf(da, c[0], acc[0]));
+      acc[1] = fmaf(ma, xs[1], fmaf(da, c[1], acc[1]));
+      acc[2] = fmaf(mb, xs[2], fmaf(db, c[2], acc[2]));
+      acc[3] = fmaf(mb, xs[3], fmaf(db, c[3], acc[3]));
+    } else {
+      da = f16f(lds_u16(ba)), db = f16f(lds_u16(bb));
+      acc[0] = fmaf(da, c[0], acc[0]);
+      acc[1] = fmaf(da, c[1], acc[1]);
+      acc[2] = fmaf(db, c[2], acc[2]);
+      acc[3] = fmaf(db, c[3], acc[3]);
+    }
+  }
+}
+
+// One Q4_K block (144 bytes at a / b, 16-byte aligned).
+template <class T>
+__device__ __forceinline__ void unit_q4k(uint32_t a, uint32_t b, const T* xj, int t, uint32_t magic, float (&acc)[4]) {
+  constexpr uint32_t kM0 = std::is_same_v<T, bf16> ? 0x43004300u : 0x64006400u;  // magic: q
+  const uint32_t ones = splat<T>(1.0f);
+  float d1[2][8], m1[2][8];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const uint4 hv = lds16(r ? b : a);
+    const float d = f16f(hv.x & 0xffffu), dm = f16f(hv.x >> 16);
+    const uint32_t sc0 = hv.y & 0x3f3f3f3fu, mn0 = hv.z & 0x3f3f3f3fu;
+    const uint32_t sc1 = (hv.w & 0x0f0f0f0fu) | ((hv.y >> 2) & 0x30303030u);
+    const uint32_t mn1 = ((hv.w >> 4) & 0x0f0f0f0fu) | ((hv.z >> 2) & 0x30303030u);
+    scale4(sc0, d, d * -8388608.0f, &d1[r][0]);
+    scale4(sc1, d, d * -8388608.0f, &d1[r][4]);
+    scale4(mn0, dm, dm * -8388608.0f, &m1[r][0]);
+    scale4(mn1, dm, dm * -8388608.0f, &m1[r][4]);
+  }
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    uint32_t w[2][2];  // [row][step]
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint32_t ad = (r ? b : a) + uint32_t(16 + 32 * c + 4 * t);
+      w[r][0] = lds_u32(ad);
+      w[r][1] = lds_u32(ad + 16);
+    }
+#pragma unroll
+    for (int hi = 0; hi < 2; ++hi) {  // sub-block 2c + hi
+      const int sb = 2 * c + hi;
+      const uint2 x0 = __ldg(reinterpret_cast<const uint2*>(xj + 32 * sb + 4 * t));
+      const uint2 x1 = __ldg(reinterpret_cast<const uint2*>(xj + 32 * sb + 16 + 4 * t));
+      float xs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      const uint32_t o4[4] = {ones, ones, ones, ones};
+      mma16816<T>(xs, o4, x0.x, x0.y);
+      mma16816<T>(xs, o4, x1.x, x1.y);
+      uint32_t v[2][2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int k = 0; k < 2; ++k) v[r][k] = (hi ? (w[r][k] >> 4) : w[r][k]) & 0x0f0f0f0fu;
+      const uint32_t A0[4] = {hsub2u<T>(__byte_perm(v[0][0], magic, 0x4140u), kM0),
+                              hsub2u<T>(__byte_perm(v[1][0], magic, 0x4140u), kM0),
+                              hsub2u<T>(__byte_perm(v[0][0], magic, 0x4342u), kM0),
+                              hsub2u<T>(__byte_perm(v[1][0], magic, 0x4342u), kM0)};
+      const uint32_t A1[4] = {hsub2u<T>(__byte_perm(v[0][1], magic, 0x4140u), kM0),
+                              hsub2u<T>(__byte_perm(v[1][1], magic, 0x4140u), kM0),
+                              hsub2u<T>(__byte_perm(v[0][1], magic, 0x4342u), kM0),
+                              hsub2u<T>(__byte_perm(v[1][1], magic, 0x4342u), kM0)};
+      float cc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      mma16816<T>(cc, A0, x0.x, x0.y);
+      mma16816<T>(cc, A1, x1.x, x1.y);
+      acc[0] = fmaf(-m1[0][sb], xs[0], fmaf(d1[0][sb], cc[0], acc[0]));
+      acc[1] = fmaf(-m1[0][sb], xs[1], fmaf(d1[0][sb], cc[1], acc[1]));
+      acc[2] = fmaf(-m1[1][sb], xs[2], fmaf(d1[1][sb], cc[2], acc[2]));
+      acc[3] = fmaf(-m1[1][sb], xs[3], fmaf(d1[1][sb], cc[3], acc[3]));
+    }
+  }
+}
+
+// One Q6_K unit: two blocks at a / b (4-byte aligned; block 1 at + 210, 2 mod 4).
+template <class T>
+__device__ __forceinline__ void unit_q6k(uint32_t a, uint32_t b, const T* xj, int t, uint32_t magic, float (&acc)[4]) {
+  constexpr uint32_t kM32 = std::is_same_v<T, bf16> ? 0x43204320u : 0x64206420u;  // magic + 32
+#pragma unroll
+  for (int bk = 0; bk < 2; ++bk) {
+    // d * scale[i] for the 16 sub-blocks of rows g, g + 8: scales at 192 (2-byte aligned
+    // in block 1), d at 208
+    float ds[2][16];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint32_t ad = (r ? b : a) + uint32_t(210 * bk);
+      const float d = f16f(lds_u16(ad + 208));
+#pragma unroll
+      for (int q4 = 0; q4 < 4; ++q4) {  // int8 scale s: (2^23 + 128 + s) - (2^23 + 128) exactly, times d
+        uint32_t u;
+        if (bk == 0) u = lds_u32(ad + 192 + 4 * q4);
+        else u = ld4<true>(ad + 192 + 4 * q4);
+        u ^= 0x80808080u;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const uint32_t sel = uint32_t(e) | (4u << 4) | (4u << 8) | (7u << 12);
+          ds[r][4 * q4 + e] = d * (__uint_as_float(__byte_perm(u, 0x4B000000u, sel)) - 8388736.0f);
+        }
+      }
+    }
+#pragma unroll
+    for (int hq = 0; hq < 4; ++hq) {
+      const int h = hq >> 1, q = hq & 1;
+      uint32_t l0[2], l1[2], lh[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const uint32_t ad = (r ? b : a) + uint32_t(210 * bk);
+        const uint32_t ol = uint32_t(64 * h + 16 * q + 4 * t), oh = uint32_t(128 + 32 * h + 16 * q + 4 * t);
+        if (bk == 0) {
+          l0[r] = lds_u32(ad + ol), l1[r] = lds_u32(ad + ol + 32), lh[r] = lds_u32(ad + oh);
+        } else {
+          l0[r] = ld4<true>(ad + ol), l1[r] = ld4<true>(ad + ol + 32), lh[r] = ld4<true>(ad + oh);
+        }
+      }
+#pragma unroll
+      for (int sb = 0; sb < 4; ++sb) {
+        const int si = 8 * h + 2 * sb + q;  // sub-block: one k-step, one scale
+        const uint2 xv = __ldg(reinterpret_cast<const uint2*>(xj + 256 * bk + 16 * si + 4 * t));
+        uint32_t cv[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const uint32_t lo = ((sb & 1) ? l1[r] : l0[r]) >> (4 * (sb >> 1));
+          const uint32_t hb = 2 * sb <= 4 ? (lh[r] << (4 - 2 * sb)) : (lh[r] >> (2 * sb - 4));
+          cv[r] = (lo & 0x0f0f0f0fu) | (hb & 0x30303030u);
+        }
+        const uint32_t a4[4] = {hsub2u<T>(__byte_perm(cv[0], magic, 0x4140u), kM32),
+                                hsub2u<T>(__byte_perm(cv[1], magic, 0x4140u), kM32),
+                                hsub2u<T>(__byte_perm(cv[0], magic, 0x4342u), kM32),
+                                hsub2u<T>(__byte_perm(cv[1], magic, 0x4342u), kM32)};
+        float cc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        mma16816<T>(cc, a4, xv.x, xv.y);
+        acc[0] = fmaf(ds[0][si], cc[0], acc[0]);
+        acc[1] = fmaf(ds[0][si], cc[1], acc[1]);
+        acc[2] = fmaf(ds[1][si], cc[2], acc[2]);
+        acc[3] = fmaf(ds[1][si], cc[3], acc[3]);
+      }
+    }
+  }
+}
+
+template <class T, int F, int D>
+__global__ void __launch_bounds__(256, 2) k_ggst(const QGemvArgs p) {
+  using G = GS<F>;
+  constexpr int UB = G::UB, UW = G::UW, U = G::U, NC = G::NC, P = G::P, NK = (NC + 7) / 8;
+  constexpr int SB = 16 * P;  // bytes per stage
+  static_assert(kPhased<F> || NC * 16 == U * UB, "whole chunks per stage");
+  static_assert(P >= NC * 16 && (P % 128 == 16 || P % 128 == 48 || P % 128 == 80 || P % 128 == 112), "pitch");
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t row0 = int64_t(blockIdx.x) * 16;
+  const int64_t nu = p.k / UW;
+  const int64_t parts = int64_t(gridDim.y) * nw, pi = int64_t(blockIdx.y) * nw + warp;
+  const int64_t u0 = nu * pi / parts, u1 = nu * (pi + 1) / parts;
+
+  extern __shared__ uint4 smem[];
+  const uint32_t ring = smem_addr(smem) + uint32_t(warp) * uint32_t(D * SB);
+  // copies: lane l takes chunks l % 8 + 8 k of rows l / 8 + 4 i of each stage
+  const int ch = lane & 7, rr = lane >> 3;
+  const uint8_t* qp[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t row = row0 + rr + 4 * i < p.n ? row0 + rr + 4 * i : p.n - 1;
+    qp[i] = static_cast<const uint8_t*>(p.q) + row * p.q_rs + ch * 16;
+  }
+  const uint32_t cdst = ring + uint32_t(rr * P + ch * 16);
+  int64_t un = u0;  // the next unit to copy
+  auto issue = [&](int st) {
+    if (un < u1) {
+      const int64_t byte0 = un * UB, c0 = byte0 >> 4;
+      if (!kPhased<F> && un + U <= u1) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int k = 0; k < NK; ++k)
+            if (NC % 8 == 0 || ch + 8 * k < NC)
+              cp_async16(cdst + uint32_t(st * SB + 4 * i * P + 128 * k), qp[i] + c0 * 16 + 128 * k);
+      } else {
+        const int64_t nun = u1 - un < U ? u1 - un : U;
+        const int need = int(((byte0 & 15) + nun * UB + 15) >> 4);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int k = 0; k < NK; ++k)
+            if (ch + 8 * k < need) cp_async16(cdst + uint32_t(st * SB + 4 * i * P + 128 * k), qp[i] + c0 * 16 + 128 * k);
+      }
+    }
+    cp_commit();
+    un += U;
+  };
+
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const int xrow = g < p.m ? g : int(p.m) - 1;
+  const T* xr = static_cast<const T*>(p.x) + int64_t(xrow) * p.x_rs;
+  uint32_t magic = std::is_same_v<T, bf16> ? 0x43434343u : 0x64646464u;
+  asm volatile("" : "+r"(magic));  // a register: the byte permutes take it as their second source
+
+  pdl_trigger();
+#pragma unroll
+  for (int st = 0; st < D - 1; ++st) issue(st);
+  pdl_wait();
+
+  const int64_t nst = (u1 - u0 + U - 1) / U;
+  for (int64_t j0 = 0; j0 < nst; j0 += D) {
+#pragma unroll
+    for (int st = 0; st < D; ++st) {
+      const int64_t j = j0 + st;
+      if (j < nst) {
+        cp_wait<D - 2>();
+        __syncwarp();  // every lane's copies of this stage are visible; every lane is done with the previous stage
+        issue((st + D - 1) % D);
+        const int64_t ub = u0 + j * U;  // first unit of the stage
+        const uint32_t sb = ring + uint32_t(st * SB + g * P) + uint32_t(kPhased<F> ? ((ub * UB) & 15) : 0);
+#pragma unroll
+        for (int v = 0; v < U; ++v) {
+          if (v == 0 || ub + v < u1) {
+            const uint32_t a = sb + uint32_t(v * UB), b = a + uint32_t(8 * P);
+            const T* xj = xr + (ub + v) * UW;
+            if constexpr (F == int(QFormat::q4_k)) unit_q4k<T>(a, b, xj, t, magic, acc);
+            else if constexpr (F == int(QFormat::q6_k)) unit_q6k<T>(a, b, xj, t, magic, acc);
+            else unit32<T, F>(a, b, xj, t, magic, acc);
+          }
+        }
+      } else {
+        issue((st + D - 1) % D);  // keeps the group count uniform (empty groups)
+      }
+    }
+  }
+  cp_wait<0>();
+
+  // the warps' sums, added in warp order (through the ring memory, free now)
+  const int S = gridDim.y, sl = blockIdx.y;
+  float* red = reinterpret_cast<float*>(smem);  // [nw][32][4]
+  if (nw > 1) {
+    __syncthreads();
+#pragma unroll
+    for (int e = 0; e < 4; ++e) red[(warp * 32 + lane) * 4 + e] = acc[e];
+    __syncthreads();
+  }
+  if (warp != 0) return;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    float v = acc[e];
+    if (nw > 1) {
+      v = red[lane * 4 + e];
+      for (int w = 1; w < nw; ++w) v += red[(w * 32 + lane) * 4 + e];
+    }
+    const int m = 2 * t + (e & 1);
+    const int64_t row = row0 + g + (e >= 2 ? 8 : 0);
+    if (m < p.m && row < p.n) {
+      if (S == 1) store_out(p.y, p.out_dtype, m * p.n + row, v);
+      else p.part[(int64_t(sl) * p.m + m) * p.n + row] = v;
+    }
+  }
+}
+
+// ---- the launch plan ----
+
+struct GCfg {
+  int d = 3, wt = 12;  // ring depth, target warps per SM
+};
+
+int default_depth(QFormat f) {
+  switch (f) {
+    case QFormat::q4_0: return GS<int(QFormat::q4_0)>::D;
+    case QFormat::q4_1: return GS<int(QFormat::q4_1)>::D;
+    case QFormat::q8_0: return GS<int(QFormat::q8_0)>::D;
+    case QFormat::q4_k: return GS<int(QFormat::q4_k)>::D;
+    default: return GS<int(QFormat::q6_k)>::D;
+  }
+}
+
+// GPUKIT_GEMV_GGUF="D,WT": the benchmarking knob (ring depth 2..4, target warps per SM).
+GCfg gcfg_env(QFormat f) {
+  GCfg c;
+  c.d = default_depth(f);
+  const char* e = std::getenv("GPUKIT_GEMV_GGUF");
+  if (!e || !*e) return c;
+  int d = 0, wt = 0;
+  if (std::sscanf(e, "%d,%d", &d, &wt) != 2 || d < 2 || d > 4 || wt < 1 || wt > 64)
+    throw ValueError(cat("GPUKIT_GEMV_GGUF: expected D,WT with D in 2..4, WT in 1..64, got '", e, "'"));
+  c.d = d;
+  c.wt = wt;
+  return c;
+}
+
+// The variant switch (benchmarking only): 4 a 2-stage ring (Q6_K: 3 stages), 5 a 4-stage ring.
+GCfg gcfg(int variant, QFormat f) {
+  GCfg c = gcfg_env(f);
+  if (variant == 4) c.d = default_depth(f) == 2 ? 3 : 2;
+  if (variant == 5) c.d = 4;
+  return c;
+}
+
+constexpr int kSmemMax = 227 * 1024;  // dynamic shared memory of one CTA at most
+constexpr int64_t kSmSmem = 228 * 1024;
+constexpr int kSMs = 132;
+
+int stage_bytes(QFormat f) {
+  switch (f) {
+    case QFormat::q4_0: return 16 * GS<int(QFormat::q4_0)>::P;
+    case QFormat::q4_1: return 16 * GS<int(QFormat::q4_1)>::P;
+    case QFormat::q8_0: return 16 * GS<int(QFormat::q8_0)>::P;
+    case QFormat::q4_k: return 16 * GS<int(QFormat::q4_k)>::P;
+    default: return 16 * GS<int(QFormat::q6_k)>::P;
+  }
+}
+int64_t units_per_stage(QFormat f) {
+  switch (f) {
+    case QFormat::q4_0: return GS<int(QFormat::q4_0)>::U;
+    case QFormat::q4_1: return GS<int(QFormat::q4_1)>::U;
+    case QFormat::q8_0: return GS<int(QFormat::q8_0)>::U;
+    case QFormat::q4_k: return GS<int(QFormat::q4_k)>::U;
+    default: return GS<int(QFormat::q6_k)>::U;
+  }
+}
+int64_t unit_weights(QFormat f) { return f == QFormat::q6_k ? 512 : 256; }
+
+struct GPlan {
+  int nw = 1, split = 1;
+};
+
+// Warps per CTA (1..8) and split-K: about wt warps per SM over the GPU, at least two stages
+// per warp, the CTAs of one SM within its shared memory when all fit at once; split-K only
+// when the row tiles alone leave the GPU half empty. A function of (N, K, format, knob).
+GPlan gplan(int64_t n, int64_t k, QFormat f, const GCfg& c) {
+  GPlan p;
+  const int64_t nu = k / unit_weights(f), su = units_per_stage(f);
+  const int64_t rb = (n + 15) / 16, want = int64_t(kSMs) * c.wt;
+  int64_t w = (want + rb / 2) / rb;
+  w = std::min<int64_t>(std::max<int64_t>(w, 1), 8);
+  w = std::min<int64_t>(w, std::max<int64_t>(nu / (2 * su), 1));
+  const int64_t ring = int64_t(c.d) * stage_bytes(f);  // per warp
+  w = std::min<int64_t>(w, kSmemMax / ring);
+  const int64_t per_sm = (rb + kSMs - 1) / kSMs;  // CTAs per SM when all are resident
+  w = std::max<int64_t>(std::min<int64_t>(w, (kSmSmem - per_sm * 1024) / (per_sm * ring)), 1);
+  p.nw = int(w);
+  if (rb * w * 2 < want) {
+    int64_t sp = (want + rb * w - 1) / (rb * w);
+    sp = std::min<int64_t>({sp, 16, std::max<int64_t>(nu / (w * 2 * su), 1)});
+    p.split = int(std::max<int64_t>(sp, 1));
+  }
+  return p;
+}
+
+template <class T, int F, int D>
+void launch_d(const QGemvArgs& p, int nw, cudaStream_t st) {
+  constexpr int SB = 16 * GS<F>::P;
+  smem_limit<k_ggst<T, F, D>>(kSmemMax);
+  const int64_t blocks = (p.n + 15) / 16;
+  if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
+  const int S = std::max(1, p.split);
+  int smem = std::max(nw * D * SB, nw * 32 * 4 * 4);
+  if (smem > kSmemMax) throw ValueError("gemv: the staged GGUF kernel's shared memory does not fit");
+  // When all CTAs fit on the GPU at once, ask for enough shared memory that at most
+  // ceil(CTAs / 132) of them fit on one SM, so the block scheduler spreads them evenly
+  // (gemv_w8.cu: the H200 filled fewer SMs otherwise).
+  const int64_t per_sm = (blocks * S + kSMs - 1) / kSMs;
+  if (per_sm >= 1 && per_sm <= 16) {
+    const int64_t cap = kSmSmem / (per_sm + 1) - 1024 + 256;  // just too much for per_sm + 1 CTAs
+    if (per_sm * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
+  }
+  launch_ex(k_ggst<T, F, D>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p);
+  GK_LAUNCH_CHECK("qgemv_gguf_st");
+}
+
+template <class T, int F>
+void launch_f(const QGemvArgs& p, cudaStream_t st) {
+  const GCfg c = gcfg(p.variant, QFormat(F));
+  const GPlan pl = gplan(p.n, p.k, QFormat(F), c);
+  if (c.d == 2) launch_d<T, F, 2>(p, pl.nw, st);
+  else if (c.d == 4) launch_d<T, F, 4>(p, pl.nw, st);
+  else launch_d<T, F, 3>(p, pl.nw, st);
+  if (p.split > 1) launch_sum_q(p, st);
+}
+
+}  // namespace
+
+bool gguf_st_shape(int64_t k, QFormat f) {
+  switch (f) {
+    case QFormat::q4_0:
+    case QFormat::q4_1:
+    case QFormat::q8_0:
+    case QFormat::q4_k: return k > 0 && k % 256 == 0;
+    case QFormat::q6_k: return k > 0 && k % 2048 == 0;  // rows of 16-byte multiples (8 blocks = 1680 bytes)
+    default: return false;
+  }
+}
+
+bool gguf_st_applies(const QGemvArgs& p) {
+  if (!gguf_st_shape(p.k, p.fmt)) return false;
+  return reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && p.q_rs % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.x_rs % 8 == 0;
+}
+
+int gguf_st_split(int64_t n, int64_t k, QFormat f) { return gplan(n, k, f, gcfg(0, f)).split; }
+
+template <class T>
+void launch_gguf_st(const QGemvArgs& p, cudaStream_t st) {
+  switch (p.fmt) {
+    case QFormat::q4_0: return launch_f<T, int(QFormat::q4_0)>(p, st);
+    case QFormat::q4_1: return launch_f<T, int(QFormat::q4_1)>(p, st);
+    case QFormat::q8_0: return launch_f<T, int(QFormat::q8_0)>(p, st);
+    case QFormat::q4_k: return launch_f<T, int(QFormat::q4_k)>(p, st);
+    case QFormat::q6_k: return launch_f<T, int(QFormat::q6_k)>(p, st);
+    default: throw ValueError("gemv: not a GGUF format of the staged kernel");
+  }
+}
+template void launch_gguf_st<bf16>(const QGemvArgs&, cudaStream_t);
+template void launch_gguf_st<f16>(const QGemvArgs&, cudaStream_t);
+
+}  // namespace gk::cuda

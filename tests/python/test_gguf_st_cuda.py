@@ -1,0 +1,212 @@
+"""The staged GGUF GEMV kernel (src/cuda/quant_gguf_st.cu: Q4_0, Q4_1, Q8_0, Q4_K, Q6_K read
+from the file's blocks, 16 rows x whole units of blocks per stage) against float64 products
+with the exact dequantization: M = 1..8, bf16 and fp16 x, ragged N, K with partial last
+stages and ragged per-warp runs, split-K (small N), Q6_K's phased 420-byte units (K % 2048),
+strided block rows (16-byte multiples: the staged kernel; other strides: the fallbacks), the
+ring-depth variants and the D,WT knob (GPUKIT_GEMV_GGUF). Same bits every run and for a row
+alone or in a batch. Skipped without a GPU."""
+import math
+import os
+
+import numpy as np
+import pytest
+
+import gpukit as gk
+
+pytestmark = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
+RNG = np.random.default_rng(77)
+FMTS = ["q4_0", "q4_1", "q8_0", "q4_k", "q6_k"]
+BLOCK = {"q4_0": (32, 18), "q4_1": (32, 20), "q8_0": (32, 34), "q4_k": (256, 144), "q6_k": (256, 210)}
+
+
+def f64(a):
+    return np.asarray(gk.to_numpy(a) if isinstance(a, gk.Array) else a).astype(np.float64)
+
+
+def make(fmt, n, k, scale_rows=True):
+    w = RNG.standard_normal((n, k)) / math.sqrt(k)
+    if scale_rows:  # rows of very different magnitudes (block scales from 1e-3 to 10)
+        w *= np.exp(RNG.uniform(-7, 2.3, (n, 1)))
+    q = getattr(gk, f"quantize_{fmt}")(gk.asarray(w.astype(np.float32)))
+    return q, f64(getattr(gk, f"dequantize_{fmt}")(q)), gk.to_numpy(q)
+
+
+def bound_of(fmt, qb, xs, deq):
+    """The magnitude the kernel's sums round: sum |x||w| per product, and for Q4_1 / Q4_K the
+    split d * sum(q x) + m * sum(x) per (sub-)block."""
+    m = xs.shape[0]
+    if fmt == "q4_1":
+        b = qb.reshape(qb.shape[0], -1, 20)
+        d = np.abs(b[..., 0:2].copy().view(np.float16).astype(np.float64)[..., 0])
+        mn = np.abs(b[..., 2:4].copy().view(np.float16).astype(np.float64)[..., 0])
+        ax = np.abs(xs).reshape(m, -1, 32).sum(-1)
+        return ax @ (15 * d + mn).T + np.abs(xs) @ np.abs(deq).T
+    if fmt == "q4_k":
+        b = qb.reshape(qb.shape[0], -1, 144)
+        d = np.abs(b[..., 0:2].copy().view(np.float16).astype(np.float64)[..., 0])
+        dmin = np.abs(b[..., 2:4].copy().view(np.float16).astype(np.float64)[..., 0])
+        s12 = b[..., 4:16].astype(np.int64)
+        sc = np.concatenate([s12[..., 0:4] & 63, (s12[..., 8:12] & 15) | ((s12[..., 0:4] >> 2) & 48)], -1)
+        mn = np.concatenate([s12[..., 4:8] & 63, (s12[..., 8:12] >> 4) | ((s12[..., 4:8] >> 2) & 48)], -1)
+        ax = np.abs(xs).reshape(m, -1, 8, 32).sum(-1)
+        return np.einsum("mbs,nbs->mn", ax, dmin[..., None] * mn + 15 * d[..., None] * sc)
+    return np.abs(xs) @ np.abs(deq).T
+
+
+def check(fmt, got, xs, deq, qb, what):
+    ref = xs @ deq.T
+    k = xs.shape[1]
+    tol = 2 * (k + 2) * 2.0**-24 * bound_of(fmt, qb, xs, deq) + 1e-30
+    g = f64(got)
+    assert g.shape == ref.shape, f"{what}: shape {g.shape} != {ref.shape}"
+    err = np.abs(g - ref)
+    if not np.all(err <= tol):
+        i = np.unravel_index(np.argmax(err / tol), err.shape)
+        bad = np.argwhere(~(err <= tol))
+        raise AssertionError(f"{what}: {len(bad)} of {err.size} out of tolerance; worst y{list(i)} = {g[i]!r}, "
+                             f"ref {ref[i]!r}, tol {tol[i]:.3g}; first bad {bad[0].tolist()}")
+
+
+def xrows(m, k, dtype):
+    xb = gk.asarray(RNG.standard_normal((m, k)).astype(np.float32)).astype(dtype)
+    return xb, f64(xb.astype("float32"))
+
+
+def with_variant(v, fn):
+    gk._C._gemv_set_variant(v)
+    try:
+        return fn()
+    finally:
+        gk._C._gemv_set_variant(0)
+
+
+SHAPES = [(37, 4096), (300, 14336), (2051, 1024), (133, 1280), (16, 2304), (1, 256), (70, 6144), (24, 2048)]
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("n,k", SHAPES)
+def test_staged_matches_exact(fmt, n, k):
+    """M = 8 and bf16 x; then each row alone (same bits) and a second run (same bits)."""
+    if k % BLOCK[fmt][0]:
+        pytest.skip("K is not a multiple of the block")
+    q, deq, qb = make(fmt, n, k)
+    qc = q.to("cuda")
+    fn = getattr(gk, f"gemv_{fmt}")
+    xb, xs = xrows(8, k, "bfloat16")
+    x = xb.to("cuda")
+    got = fn(x, qc, out_dtype="float32")
+    check(fmt, got, xs, deq, qb, f"{fmt} n={n} k={k} M=8")
+    assert gk.to_numpy(fn(x, qc, out_dtype="float32")).tobytes() == gk.to_numpy(got).tobytes(), "second run"
+    allr = gk.to_numpy(got)
+    for i in (0, 3, 7):
+        one = gk.to_numpy(fn(x[i], qc, out_dtype="float32"))
+        assert one.tobytes() == allr[i].tobytes(), f"row {i} alone differs from the batch"
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 6, 7, 8])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_staged_every_m(fmt, m, dtype):
+    n, k = 211, 4096
+    q, deq, qb = make(fmt, n, k)
+    xb, xs = xrows(m, k, dtype)
+    got = getattr(gk, f"gemv_{fmt}")(xb.to("cuda"), q.to("cuda"), out_dtype="float32")
+    check(fmt, got, xs, deq, qb, f"{fmt} M={m} {dtype}")
+    y16 = getattr(gk, f"gemv_{fmt}")(xb.to("cuda"), q.to("cuda"))
+    assert y16.dtype == getattr(gk, dtype)
+    np.testing.assert_allclose(f64(y16), f64(got), rtol=2.0**-7, atol=1e-6)
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("variant", [2, 3, 4, 5])
+def test_staged_variants(fmt, variant):
+    """2: without PDL (the same bits as the default); 3: the session-4 kernels; 4 / 5: 2- / 4-stage rings."""
+    n, k = 300, 14336
+    q, deq, qb = make(fmt, n, k)
+    qc = q.to("cuda")
+    fn = getattr(gk, f"gemv_{fmt}")
+    xb, xs = xrows(5, k, "bfloat16")
+    x = xb.to("cuda")
+    got = with_variant(variant, lambda: fn(x, qc, out_dtype="float32"))
+    check(fmt, got, xs, deq, qb, f"{fmt} variant {variant}")
+    if variant == 2:
+        assert gk.to_numpy(fn(x, qc, out_dtype="float32")).tobytes() == gk.to_numpy(got).tobytes()
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("knob", ["2,8", "3,4", "4,16", "3,32"])
+def test_staged_knob(fmt, knob):
+    """GPUKIT_GEMV_GGUF=D,WT changes the ring depth and the warps per CTA / split: still exact."""
+    n, k = 64, 6144
+    q, deq, qb = make(fmt, n, k)
+    xb, xs = xrows(3, k, "float16")
+    os.environ["GPUKIT_GEMV_GGUF"] = knob
+    try:
+        got = getattr(gk, f"gemv_{fmt}")(xb.to("cuda"), q.to("cuda"), out_dtype="float32")
+    finally:
+        del os.environ["GPUKIT_GEMV_GGUF"]
+    check(fmt, got, xs, deq, qb, f"{fmt} knob {knob}")
+
+
+def test_staged_knob_rejects_garbage():
+    q, _, _ = make("q4_0", 16, 256)
+    os.environ["GPUKIT_GEMV_GGUF"] = "7,x"
+    try:
+        with pytest.raises(ValueError, match="GPUKIT_GEMV_GGUF"):
+            gk.gemv_q4_0(gk.zeros((1, 256), dtype="bfloat16", device="cuda"), q.to("cuda"))
+    finally:
+        del os.environ["GPUKIT_GEMV_GGUF"]
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("pad", [16, 48, 2, 6])
+def test_strided_rows(fmt, pad):
+    """Block rows inside wider rows: pad 16 / 48 keeps them 16-byte aligned (the staged kernel,
+    using only its own bytes); pad 2 / 6 leaves them 2-byte aligned (the fallback kernels)."""
+    n, k = 45, 2048
+    q, deq, qb = make(fmt, n, k)
+    rb = q.shape[1]
+    wide = np.full((n, rb + pad), 0xFF, np.uint8)  # poison around the rows: NaN-ish scales if read
+    wide[:, :rb] = qb
+    qw = gk.asarray(wide).to("cuda")[:, :rb]
+    xb, xs = xrows(4, k, "bfloat16")
+    fn = getattr(gk, f"gemv_{fmt}")
+    if pad % 4 and fmt == "q4_k":  # Q4_K's fallback needs 16-byte aligned rows
+        with pytest.raises(ValueError, match="aligned"):
+            fn(xb.to("cuda"), qw, out_dtype="float32")
+        return
+    got = fn(xb.to("cuda"), qw, out_dtype="float32")
+    check(fmt, got, xs, deq, qb, f"{fmt} rows {rb + pad} bytes apart")
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+def test_split_k_small_n(fmt):
+    """N = 16 (one CTA): split-K slices added in order by the second pass; M independent."""
+    n, k = 16, 14336
+    q, deq, qb = make(fmt, n, k)
+    qc = q.to("cuda")
+    fn = getattr(gk, f"gemv_{fmt}")
+    xb, xs = xrows(6, k, "bfloat16")
+    x = xb.to("cuda")
+    got = fn(x, qc, out_dtype="float32")
+    check(fmt, got, xs, deq, qb, f"{fmt} split-K")
+    one = gk.to_numpy(fn(x[5:6], qc, out_dtype="float32"))
+    assert one.tobytes() == gk.to_numpy(got)[5:6].tobytes()
+
+
+def test_extreme_values():
+    """Blocks with the largest fp16 scales and zero rows: no overflow in the decode paths."""
+    n, k = 32, 2048
+    w = np.zeros((n, k), np.float32)
+    w[1] = 60000.0 * np.sign(RNG.standard_normal(k))
+    w[2, ::7] = -1e-6
+    w[3] = RNG.standard_normal(k).astype(np.float32) * 100
+    for fmt in FMTS:
+        q = getattr(gk, f"quantize_{fmt}")(gk.asarray(w))
+        deq = f64(getattr(gk, f"dequantize_{fmt}")(q))
+        xb, xs = xrows(2, k, "bfloat16")
+        xs = xs * 1e-3
+        xb = gk.asarray(xs.astype(np.float32)).astype("bfloat16")
+        xs = f64(xb.astype("float32"))
+        got = getattr(gk, f"gemv_{fmt}")(xb.to("cuda"), q.to("cuda"), out_dtype="float32")
+        check(fmt, got, xs, deq, gk.to_numpy(q), f"{fmt} extreme")
