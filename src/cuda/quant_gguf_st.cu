@@ -292,7 +292,8 @@ __device__ __forceinline__ void unit_q6k(uint32_t a, uint32_t b, const T* xj, in
   }
 }
 
-template <class T, int F, int D>
+// PROBE: the copies and waits only, no decode (wrong results: the access pattern's ceiling).
+template <class T, int F, int D, bool PROBE = false>
 __global__ void __launch_bounds__(256, 2) k_ggst(const QGemvArgs p) {
   using G = GS<F>;
   constexpr int UB = G::UB, UW = G::UW, U = G::U, NC = G::NC, P = G::P, NK = (NC + 7) / 8;
@@ -362,6 +363,7 @@ __global__ void __launch_bounds__(256, 2) k_ggst(const QGemvArgs p) {
         cp_wait<D - 2>();
         __syncwarp();  // every lane's copies of this stage are visible; every lane is done with the previous stage
         issue((st + D - 1) % D);
+        if constexpr (PROBE) continue;
         const int64_t ub = u0 + j * U;  // first unit of the stage
         const uint32_t sb = ring + uint32_t(st * SB + g * P) + uint32_t(kPhased<F> ? ((ub * UB) & 15) : 0);
 #pragma unroll
@@ -437,7 +439,8 @@ GCfg gcfg_env(QFormat f) {
   return c;
 }
 
-// The variant switch (benchmarking only): 4 a 2-stage ring (Q6_K: 3 stages), 5 a 4-stage ring.
+// The variant switch (benchmarking only): 4 a 2-stage ring (Q6_K: 3 stages), 5 a 4-stage ring,
+// 11 the copies without decode (the probe; wrong results).
 GCfg gcfg(int variant, QFormat f) {
   GCfg c = gcfg_env(f);
   if (variant == 4) c.d = default_depth(f) == 2 ? 3 : 2;
@@ -496,10 +499,10 @@ GPlan gplan(int64_t n, int64_t k, QFormat f, const GCfg& c) {
   return p;
 }
 
-template <class T, int F, int D>
+template <class T, int F, int D, bool PROBE = false>
 void launch_d(const QGemvArgs& p, int nw, cudaStream_t st) {
   constexpr int SB = 16 * GS<F>::P;
-  smem_limit<k_ggst<T, F, D>>(kSmemMax);
+  smem_limit<k_ggst<T, F, D, PROBE>>(kSmemMax);
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   const int S = std::max(1, p.split);
@@ -513,7 +516,7 @@ void launch_d(const QGemvArgs& p, int nw, cudaStream_t st) {
     const int64_t cap = kSmSmem / (per_sm + 1) - 1024 + 256;  // just too much for per_sm + 1 CTAs
     if (per_sm * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
   }
-  launch_ex(k_ggst<T, F, D>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p);
+  launch_ex(k_ggst<T, F, D, PROBE>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p);
   GK_LAUNCH_CHECK("qgemv_gguf_st");
 }
 
@@ -521,7 +524,9 @@ template <class T, int F>
 void launch_f(const QGemvArgs& p, cudaStream_t st) {
   const GCfg c = gcfg(p.variant, QFormat(F));
   const GPlan pl = gplan(p.n, p.k, QFormat(F), c);
-  if (c.d == 2) launch_d<T, F, 2>(p, pl.nw, st);
+  constexpr int D0 = GS<F>::D;
+  if (p.variant == 11 && c.d == D0) launch_d<T, F, D0, true>(p, pl.nw, st);
+  else if (c.d == 2) launch_d<T, F, 2>(p, pl.nw, st);
   else if (c.d == 4) launch_d<T, F, 4>(p, pl.nw, st);
   else launch_d<T, F, 3>(p, pl.nw, st);
   if (p.split > 1) launch_sum_q(p, st);
