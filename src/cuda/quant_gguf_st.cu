@@ -42,33 +42,42 @@ namespace {
 
 using namespace gemv_detail;
 
-// UB / UW: bytes / weights of a unit; U: units per stage; NC: 16-byte chunks copied per row
-// and stage at most; P: shared row pitch; D: default ring depth.
+// UB / UW: bytes / weights of a unit; U: units per stage; D: default ring depth.
 template <int F>
 struct GS;
 template <>
 struct GS<int(QFormat::q4_0)> {
-  static constexpr int BB = gguf::kQ4_0Bytes, UB = 8 * BB, UW = 256, U = 2, NC = 18, P = 304, D = 3;
+  static constexpr int BB = gguf::kQ4_0Bytes, UB = 8 * BB, UW = 256, U = 2, D = 3;
 };
 template <>
 struct GS<int(QFormat::q4_1)> {
-  static constexpr int BB = gguf::kQ4_1Bytes, UB = 8 * BB, UW = 256, U = 2, NC = 20, P = 336, D = 3;
+  static constexpr int BB = gguf::kQ4_1Bytes, UB = 8 * BB, UW = 256, U = 2, D = 3;
 };
 template <>
 struct GS<int(QFormat::q8_0)> {
-  static constexpr int BB = gguf::kQ8_0Bytes, UB = 8 * BB, UW = 256, U = 1, NC = 17, P = 272, D = 3;
+  static constexpr int BB = gguf::kQ8_0Bytes, UB = 8 * BB, UW = 256, U = 1, D = 3;
 };
 template <>
 struct GS<int(QFormat::q4_k)> {
-  static constexpr int BB = gguf::kQ4_KBytes, UB = BB, UW = 256, U = 2, NC = 18, P = 304, D = 3;
+  static constexpr int BB = gguf::kQ4_KBytes, UB = BB, UW = 256, U = 2, D = 3;
 };
 template <>
 struct GS<int(QFormat::q6_k)> {  // 420-byte units: phases 0, 4, 8, 12; 27 chunks cover any of them.
   // D = 2: 3 stages of 6.9 KB per warp leave N = 14336 (7 CTAs per SM) one warp per CTA
-  static constexpr int BB = gguf::kQ6_KBytes, UB = 2 * BB, UW = 512, U = 1, NC = 27, P = 432, D = 2;
+  static constexpr int BB = gguf::kQ6_KBytes, UB = 2 * BB, UW = 512, U = 1, D = 2;
 };
 template <int F>
 constexpr bool kPhased = GS<F>::UB % 16 != 0;
+
+// The stage layout with UX times the units: U units per stage, NC 16-byte chunks copied per
+// row and stage at most (phased units: up to 12 bytes of phase more), P the shared row pitch
+// (P % 32 == 16: rows g = 0..7 at 8 distinct 16-byte bank groups).
+template <int F, int UX>
+struct GL {
+  static constexpr int U = GS<F>::U * UX;
+  static constexpr int NC = kPhased<F> ? (U * GS<F>::UB + 12 + 15) / 16 : U * GS<F>::UB / 16;
+  static constexpr int P = NC * 16 % 32 == 16 ? NC * 16 : NC * 16 + 16;
+};
 
 // 4 bytes at shared address a (a % 4 == 2 when ODD, else 0; known at compile time).
 template <bool ODD>
@@ -293,10 +302,10 @@ __device__ __forceinline__ void unit_q6k(uint32_t a, uint32_t b, const T* xj, in
 }
 
 // PROBE: the copies and waits only, no decode (wrong results: the access pattern's ceiling).
-template <class T, int F, int D, bool PROBE = false>
+template <class T, int F, int D, int UX = 1, bool PROBE = false>
 __global__ void __launch_bounds__(256, 2) k_ggst(const QGemvArgs p) {
-  using G = GS<F>;
-  constexpr int UB = G::UB, UW = G::UW, U = G::U, NC = G::NC, P = G::P, NK = (NC + 7) / 8;
+  using L = GL<F, UX>;
+  constexpr int UB = GS<F>::UB, UW = GS<F>::UW, U = L::U, NC = L::NC, P = L::P, NK = (NC + 7) / 8;
   constexpr int SB = 16 * P;  // bytes per stage
   static_assert(kPhased<F> || NC * 16 == U * UB, "whole chunks per stage");
   static_assert(P >= NC * 16 && (P % 128 == 16 || P % 128 == 48 || P % 128 == 80 || P % 128 == 112), "pitch");
@@ -412,7 +421,7 @@ __global__ void __launch_bounds__(256, 2) k_ggst(const QGemvArgs p) {
 // ---- the launch plan ----
 
 struct GCfg {
-  int d = 3, wt = 12;  // ring depth, target warps per SM
+  int d = 3, wt = 12, ux = 1;  // ring depth, target warps per SM, units per stage x1 / x2
 };
 
 int default_depth(QFormat f) {
@@ -425,17 +434,21 @@ int default_depth(QFormat f) {
   }
 }
 
-// GPUKIT_GEMV_GGUF="D,WT": the benchmarking knob (ring depth 2..4, target warps per SM).
+// GPUKIT_GEMV_GGUF="D,WT[,UX]": the benchmarking knob (ring depth 2..4, target warps per SM,
+// 2: twice the units per stage, with D 2 or 3).
 GCfg gcfg_env(QFormat f) {
   GCfg c;
   c.d = default_depth(f);
   const char* e = std::getenv("GPUKIT_GEMV_GGUF");
   if (!e || !*e) return c;
-  int d = 0, wt = 0;
-  if (std::sscanf(e, "%d,%d", &d, &wt) != 2 || d < 2 || d > 4 || wt < 1 || wt > 64)
-    throw ValueError(cat("GPUKIT_GEMV_GGUF: expected D,WT with D in 2..4, WT in 1..64, got '", e, "'"));
+  int d = 0, wt = 0, ux = 1;
+  const int got = std::sscanf(e, "%d,%d,%d", &d, &wt, &ux);
+  if (got < 2 || d < 2 || d > 4 || wt < 1 || wt > 64 || (ux != 1 && ux != 2) || (ux == 2 && d == 4))
+    throw ValueError(cat("GPUKIT_GEMV_GGUF: expected D,WT[,UX] with D in 2..4, WT in 1..64, UX 1 or 2 (D <= 3), got '",
+                         e, "'"));
   c.d = d;
   c.wt = wt;
+  c.ux = ux;
   return c;
 }
 
@@ -452,22 +465,26 @@ constexpr int kSmemMax = 227 * 1024;  // dynamic shared memory of one CTA at mos
 constexpr int64_t kSmSmem = 228 * 1024;
 constexpr int kSMs = 132;
 
-int stage_bytes(QFormat f) {
+template <int F>
+int stage_bytes_f(int ux) {
+  return ux == 2 ? 16 * GL<F, 2>::P : 16 * GL<F, 1>::P;
+}
+int stage_bytes(QFormat f, int ux) {
   switch (f) {
-    case QFormat::q4_0: return 16 * GS<int(QFormat::q4_0)>::P;
-    case QFormat::q4_1: return 16 * GS<int(QFormat::q4_1)>::P;
-    case QFormat::q8_0: return 16 * GS<int(QFormat::q8_0)>::P;
-    case QFormat::q4_k: return 16 * GS<int(QFormat::q4_k)>::P;
-    default: return 16 * GS<int(QFormat::q6_k)>::P;
+    case QFormat::q4_0: return stage_bytes_f<int(QFormat::q4_0)>(ux);
+    case QFormat::q4_1: return stage_bytes_f<int(QFormat::q4_1)>(ux);
+    case QFormat::q8_0: return stage_bytes_f<int(QFormat::q8_0)>(ux);
+    case QFormat::q4_k: return stage_bytes_f<int(QFormat::q4_k)>(ux);
+    default: return stage_bytes_f<int(QFormat::q6_k)>(ux);
   }
 }
-int64_t units_per_stage(QFormat f) {
+int64_t units_per_stage(QFormat f, int ux) {
   switch (f) {
-    case QFormat::q4_0: return GS<int(QFormat::q4_0)>::U;
-    case QFormat::q4_1: return GS<int(QFormat::q4_1)>::U;
-    case QFormat::q8_0: return GS<int(QFormat::q8_0)>::U;
-    case QFormat::q4_k: return GS<int(QFormat::q4_k)>::U;
-    default: return GS<int(QFormat::q6_k)>::U;
+    case QFormat::q4_0: return GS<int(QFormat::q4_0)>::U * ux;
+    case QFormat::q4_1: return GS<int(QFormat::q4_1)>::U * ux;
+    case QFormat::q8_0: return GS<int(QFormat::q8_0)>::U * ux;
+    case QFormat::q4_k: return GS<int(QFormat::q4_k)>::U * ux;
+    default: return GS<int(QFormat::q6_k)>::U * ux;
   }
 }
 int64_t unit_weights(QFormat f) { return f == QFormat::q6_k ? 512 : 256; }
@@ -481,12 +498,12 @@ struct GPlan {
 // when the row tiles alone leave the GPU half empty. A function of (N, K, format, knob).
 GPlan gplan(int64_t n, int64_t k, QFormat f, const GCfg& c) {
   GPlan p;
-  const int64_t nu = k / unit_weights(f), su = units_per_stage(f);
+  const int64_t nu = k / unit_weights(f), su = units_per_stage(f, c.ux);
   const int64_t rb = (n + 15) / 16, want = int64_t(kSMs) * c.wt;
   int64_t w = (want + rb / 2) / rb;
   w = std::min<int64_t>(std::max<int64_t>(w, 1), 8);
   w = std::min<int64_t>(w, std::max<int64_t>(nu / (2 * su), 1));
-  const int64_t ring = int64_t(c.d) * stage_bytes(f);  // per warp
+  const int64_t ring = int64_t(c.d) * stage_bytes(f, c.ux);  // per warp
   w = std::min<int64_t>(w, kSmemMax / ring);
   const int64_t per_sm = (rb + kSMs - 1) / kSMs;  // CTAs per SM when all are resident
   w = std::max<int64_t>(std::min<int64_t>(w, (kSmSmem - per_sm * 1024) / (per_sm * ring)), 1);
@@ -499,10 +516,10 @@ GPlan gplan(int64_t n, int64_t k, QFormat f, const GCfg& c) {
   return p;
 }
 
-template <class T, int F, int D, bool PROBE = false>
+template <class T, int F, int D, int UX = 1, bool PROBE = false>
 void launch_d(const QGemvArgs& p, int nw, cudaStream_t st) {
-  constexpr int SB = 16 * GS<F>::P;
-  smem_limit<k_ggst<T, F, D, PROBE>>(kSmemMax);
+  constexpr int SB = 16 * GL<F, UX>::P;
+  smem_limit<k_ggst<T, F, D, UX, PROBE>>(kSmemMax);
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   const int S = std::max(1, p.split);
@@ -516,7 +533,7 @@ void launch_d(const QGemvArgs& p, int nw, cudaStream_t st) {
     const int64_t cap = kSmSmem / (per_sm + 1) - 1024 + 256;  // just too much for per_sm + 1 CTAs
     if (per_sm * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
   }
-  launch_ex(k_ggst<T, F, D, PROBE>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p);
+  launch_ex(k_ggst<T, F, D, UX, PROBE>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p);
   GK_LAUNCH_CHECK("qgemv_gguf_st");
 }
 
@@ -525,7 +542,9 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   const GCfg c = gcfg(p.variant, QFormat(F));
   const GPlan pl = gplan(p.n, p.k, QFormat(F), c);
   constexpr int D0 = GS<F>::D;
-  if (p.variant == 11 && c.d == D0) launch_d<T, F, D0, true>(p, pl.nw, st);
+  if (c.ux == 2 && c.d == 2) launch_d<T, F, 2, 2>(p, pl.nw, st);
+  else if (c.ux == 2) launch_d<T, F, 3, 2>(p, pl.nw, st);
+  else if (p.variant == 11 && c.d == D0) launch_d<T, F, D0, 1, true>(p, pl.nw, st);
   else if (c.d == 2) launch_d<T, F, 2>(p, pl.nw, st);
   else if (c.d == 4) launch_d<T, F, 4>(p, pl.nw, st);
   else launch_d<T, F, 3>(p, pl.nw, st);

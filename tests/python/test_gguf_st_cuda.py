@@ -134,9 +134,10 @@ def test_staged_variants(fmt, variant):
 
 
 @pytest.mark.parametrize("fmt", FMTS)
-@pytest.mark.parametrize("knob", ["2,8", "3,4", "4,16", "3,32"])
+@pytest.mark.parametrize("knob", ["2,8", "3,4", "4,16", "3,32", "3,12,2", "2,16,2"])
 def test_staged_knob(fmt, knob):
-    """GPUKIT_GEMV_GGUF=D,WT changes the ring depth and the warps per CTA / split: still exact."""
+    """GPUKIT_GEMV_GGUF=D,WT[,UX] changes the ring depth, the warps per CTA / split and the units
+    per stage: still exact."""
     n, k = 64, 6144
     q, deq, qb = make(fmt, n, k)
     xb, xs = xrows(3, k, "float16")
@@ -150,7 +151,7 @@ def test_staged_knob(fmt, knob):
 
 def test_staged_knob_rejects_garbage():
     q, _, _ = make("q4_0", 16, 256)
-    os.environ["GPUKIT_GEMV_GGUF"] = "7,x"
+    os.environ["GPUKIT_GEMV_GGUF"] = "4,8,2"
     try:
         with pytest.raises(ValueError, match="GPUKIT_GEMV_GGUF"):
             gk.gemv_q4_0(gk.zeros((1, 256), dtype="bfloat16", device="cuda"), q.to("cuda"))
