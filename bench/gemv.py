@@ -17,7 +17,8 @@ rows against float64 products with its exact dequantization before it is timed.
 bf16_tc / bf16_m8_tc / fp8_tc / int8_tc: bf16, fp8 or int8 weights through the tensor-core kernel
 instead of the default CUDA-core one (gk._C._gemv_set_dense_path(1)); *_cc forces the CUDA cores;
 *_st the staged tensor-core kernel (src/cuda/gemv_w8.cu, path 2; the default where it applies);
-fp8_h_st / int8_h_st: the same with float16 x (no scaled fp16 copy of x needed). --w8 KB,D,WT[/KB,D,WT...]: time
+fp8_h_st / int8_h_st: the same with float16 x (no scaled fp16 copy of x needed); q8_0_h / q4_0_h: the GGUF
+kernels with float16 x (Q8_0's codes then decode in fp16 without the fp32 detour of bf16). --w8 KB,D,WT[/KB,D,WT...]: time
 the *_st formats again with each GPUKIT_GEMV_W8 setting (printed only).
 --gguf D,WT[,UX][/...]: time the GGUF formats again with each GPUKIT_GEMV_GGUF setting (the staged
 GGUF kernel's ring depth, target warps per SM, 2 for twice the blocks per stage; printed only).
@@ -49,7 +50,7 @@ L2_DEFEAT = 256e6    # bytes of rotated weights per measurement (>= 5x the H200'
 FORMATS = ("bf16", "fp16", "bf16_m4", "bf16_m8", "bf16_tc", "bf16_m8_tc", "fp8", "int8", "fp8_tc", "int8_tc",
            "bf16_st", "bf16_m2_st", "bf16_m4_st", "bf16_m8_st", "fp8_st", "int8_st", "fp8_m8_st", "int8_m8_st",
            "bf16_cc", "bf16_m8_cc", "fp8_cc", "int8_cc", "fp8_h_st", "int8_h_st", "fp8_m2_st", "fp8_m4_st",
-           "int4", "int4_g64", "int4_g32", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
+           "int4", "int4_g64", "int4_g32", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k", "q8_0_h", "q4_0_h")
 VARIANT_FMTS = ("bf16", "bf16_m8", "fp8", "int8", "int4", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "without PDL",
                  3: "int4: the per-lane kernel (quant_int4_lane.cu); others: the previous default kernel",
@@ -221,7 +222,7 @@ def main():
     only = [f for f in FORMATS if f in set(args.only.split(","))]
     extra_ms = [int(v) for v in args.ms.split(",") if int(v) > 1]
     only = only + [f"{f}_m{mm}" for mm in extra_ms for f in only if "_m" not in f
-                   and not f.endswith(("_tc", "_cc", "_st")) and f not in ("bf16", "fp16")]
+                   and not f.endswith(("_tc", "_cc", "_st", "_h")) and f not in ("bf16", "fp16")]
     ceiling = copy_ceiling(rounds)
     print(f"copy ceiling {ceiling:.3f} TB/s (1 GiB device-to-device, read + written)")
     if not 1.0 < ceiling < 6.0:
@@ -249,7 +250,7 @@ def main():
             if fmt.startswith("int4_g"):
                 base = fmt.split("_m")[0]
             gk._C._gemv_set_dense_path({"_tc": 1, "_cc": 0, "_st": 2}.get(fmt[-3:], -1))
-            xdt = "float16" if fmt == "fp16" or "_h_" in fmt else "bfloat16"
+            xdt = "float16" if fmt == "fp16" or "_h_" in fmt or fmt.endswith("_h") else "bfloat16"
             x = gk.asarray(rng.standard_normal((m, k), dtype=np.float32)).to("cuda").astype(xdt)
             probe_bytes = n * k * (2 if fmt.startswith(("bf16", "fp16")) else 1)
             copies = max(1, math.ceil(L2_DEFEAT / probe_bytes))
