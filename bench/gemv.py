@@ -59,7 +59,8 @@ VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "wit
                  7: "int4 probe: the same copies without decode (wrong results: the access pattern's ceiling)",
                  8: "int4 / nvf4: shifts as mul.hi (FMA pipe)", 9: "int4: shifts as mul.hi, 2 m-tiles per warp",
                  10: "int4: 24 warps per SM",
-                 11: "GGUF probe: the staged kernel's copies without decode (wrong results: the access pattern's ceiling)"}
+                 11: "GGUF probe: the staged kernel's copies without decode (wrong results: the access pattern's ceiling)",
+                 12: "Q8_0, bf16 x: through a scaled fp16 copy of x (an x kernel)"}
 INT4_ONLY_VARIANTS = (6, 7, 9, 10)  # --variants: int4 formats only (8: int4 and nvf4)
 NEW_KERNEL_VARIANTS = (3, 4, 5)  # int4, nvf4 and the GGUF formats only
 GGUF_FMTS = ("q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
@@ -276,6 +277,8 @@ def main():
                     if var == 8 and not base.startswith(("int4", "nvf4")):
                         continue
                     if var in GGUF_ONLY_VARIANTS and base not in GGUF_FMTS:
+                        continue
+                    if var == 12 and fmt not in ("q8_0", "q8_0_m4", "q8_0_m8"):
                         continue
                     try:
                         gk._C._gemv_set_variant(var)

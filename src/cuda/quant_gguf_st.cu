@@ -412,9 +412,58 @@ __global__ void __launch_bounds__(256, 2) k_ggst(const QGemvArgs p) {
     const int m = 2 * t + (e & 1);
     const int64_t row = row0 + g + (e >= 2 ? 8 : 0);
     if (m < p.m && row < p.n) {
+      if (p.xinv) v *= __ldg(p.xinv + m);  // 2^-c_m of the scaled fp16 copy of bf16 x: exact
       if (S == 1) store_out(p.y, p.out_dtype, m * p.n + row, v);
       else p.part[(int64_t(sl) * p.m + m) * p.n + row] = v;
     }
+  }
+}
+
+// ---- Q8_0 with bf16 x: an fp16 copy of x scaled by 2^c per row (the codes then decode in
+// fp16 with one byte permute and one subtraction per pair instead of going through fp32) ----
+
+// The power of two c that puts a row's largest |x| (bf16 bits mx, sign cleared) in
+// [2^14, 2^15); 0 for a zero, inf or NaN maximum; within [-126, 126]. Every bf16 value down
+// to 2^-31 of the maximum is then exact in fp16.
+__device__ __forceinline__ int x_exponent(uint32_t mx) {
+  if (mx == 0 || mx >= 0x7f80u) return 0;
+  const int c = 14 - ilogbf(__uint_as_float(mx << 16));
+  return c < -126 ? -126 : (c > 126 ? 126 : c);
+}
+__device__ __forceinline__ uint32_t x_scale_h2(uint32_t u, float sc) {
+  __half2 h = __floats2half2_rn(__uint_as_float(u << 16) * sc, __uint_as_float(u & 0xffff0000u) * sc);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+
+// x [m, k] bf16 -> xh [m, k] fp16 = x * 2^c_m, xinv[m] = 2^-c_m. One CTA of 512 threads per row;
+// k % 8 == 0, 16-byte aligned rows.
+__global__ void __launch_bounds__(512) k_gg_xprep(const bf16* __restrict__ x, int64_t x_rs, int64_t k,
+                                                  f16* __restrict__ xh, float* __restrict__ xinv) {
+  pdl_trigger();
+  pdl_wait();
+  const int64_t m = blockIdx.x;
+  const uint4* xr = reinterpret_cast<const uint4*>(x + m * x_rs);
+  uint4* out = reinterpret_cast<uint4*>(xh + m * k);
+  const int64_t nv = k / 8;
+  uint32_t mx = 0;
+  for (int64_t i = threadIdx.x; i < nv; i += 512) {
+    const uint4 v = xr[i];
+    mx = max(mx, max(max(v.x & 0x7fffu, (v.x >> 16) & 0x7fffu), max(v.y & 0x7fffu, (v.y >> 16) & 0x7fffu)));
+    mx = max(mx, max(max(v.z & 0x7fffu, (v.z >> 16) & 0x7fffu), max(v.w & 0x7fffu, (v.w >> 16) & 0x7fffu)));
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  __shared__ uint32_t wm[16];
+  if ((threadIdx.x & 31) == 0) wm[threadIdx.x >> 5] = mx;
+  __syncthreads();
+  mx = wm[0];
+  for (int i = 1; i < 16; ++i) mx = max(mx, wm[i]);
+  const int c = x_exponent(mx);
+  const float sc = __uint_as_float(uint32_t(c + 127) << 23);
+  if (threadIdx.x == 0) xinv[m] = __uint_as_float(uint32_t(127 - c) << 23);
+  for (int64_t i = threadIdx.x; i < nv; i += 512) {
+    const uint4 v = xr[i];
+    out[i] = make_uint4(x_scale_h2(v.x, sc), x_scale_h2(v.y, sc), x_scale_h2(v.z, sc), x_scale_h2(v.w, sc));
   }
 }
 
@@ -453,7 +502,8 @@ GCfg gcfg_env(QFormat f) {
 }
 
 // The variant switch (benchmarking only): 4 a 2-stage ring (Q6_K: 3 stages), 5 a 4-stage ring,
-// 11 the copies without decode (the probe; wrong results).
+// 11 the copies without decode (the probe; wrong results), 12 Q8_0 with bf16 x through an fp16
+// copy of x (k_gg_xprep).
 GCfg gcfg(int variant, QFormat f) {
   GCfg c = gcfg_env(f);
   if (variant == 4) c.d = default_depth(f) == 2 ? 3 : 2;
@@ -572,8 +622,28 @@ bool gguf_st_applies(const QGemvArgs& p) {
 
 int gguf_st_split(int64_t n, int64_t k, QFormat f) { return gplan(n, k, f, gcfg(0, f)).split; }
 
+// Q8_0 with bf16 x through the fp16 copy of x (variant 12; the workspaces xh, xinv given).
+bool q8_xprep(const QGemvArgs& p) {
+  return p.fmt == QFormat::q8_0 && p.x_dtype == DType::bf16 && p.xh && p.xinv && p.variant == 12;
+}
+
 template <class T>
-void launch_gguf_st(const QGemvArgs& p, cudaStream_t st) {
+void launch_gguf_st(const QGemvArgs& pa, cudaStream_t st) {
+  QGemvArgs p = pa;
+  p.xinv = nullptr;  // the kernel scales its sums by xinv only after k_gg_xprep
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (q8_xprep(pa)) {
+      if (pa.m > int64_t(INT32_MAX)) throw ValueError("gemv: m is too large");
+      launch_ex(k_gg_xprep, dim3(unsigned(pa.m)), 512, 0, st, pa.variant != 2, static_cast<const bf16*>(pa.x), pa.x_rs,
+                pa.k, static_cast<f16*>(pa.xh), pa.xinv);
+      GK_LAUNCH_CHECK("qgemv_gguf_xprep");
+      p.x = pa.xh;
+      p.x_rs = pa.k;
+      p.x_dtype = DType::f16;
+      p.xinv = pa.xinv;
+      return launch_f<f16, int(QFormat::q8_0)>(p, st);
+    }
+  }
   switch (p.fmt) {
     case QFormat::q4_0: return launch_f<T, int(QFormat::q4_0)>(p, st);
     case QFormat::q4_1: return launch_f<T, int(QFormat::q4_1)>(p, st);

@@ -211,3 +211,24 @@ def test_extreme_values():
         xs = f64(xb.astype("float32"))
         got = getattr(gk, f"gemv_{fmt}")(xb.to("cuda"), q.to("cuda"), out_dtype="float32")
         check(fmt, got, xs, deq, gk.to_numpy(q), f"{fmt} extreme")
+
+
+@pytest.mark.parametrize("m", [1, 3, 8])
+@pytest.mark.parametrize("n,k", [(300, 4096), (16, 14336), (37, 2304)])
+def test_q8_0_fp16_copy_of_x(m, n, k):
+    """Variant 12: Q8_0 with bf16 x through an fp16 copy of x scaled by 2^c per row (x kernel);
+    a row with a huge outlier (values below 2^-31 of its maximum round in fp16, far inside the
+    bound). Same bits every run and for a row alone."""
+    q, deq, qb = make("q8_0", n, k)
+    xb, xs = xrows(m, k, "bfloat16")
+    xs[0, 5] = 3.0e30
+    xs[m - 1, 7] = -1e-30
+    xb = gk.asarray(xs.astype(np.float32)).astype("bfloat16")
+    xs = f64(xb.astype("float32"))
+    x, qc = xb.to("cuda"), q.to("cuda")
+    got = with_variant(12, lambda: gk.gemv_q8_0(x, qc, out_dtype="float32"))
+    check("q8_0", got, xs, deq, qb, f"q8_0 variant 12 n={n} k={k} M={m}")
+    again = with_variant(12, lambda: gk.gemv_q8_0(x, qc, out_dtype="float32"))
+    assert gk.to_numpy(again).tobytes() == gk.to_numpy(got).tobytes()
+    one = with_variant(12, lambda: gk.gemv_q8_0(x[m - 1], qc, out_dtype="float32"))
+    assert gk.to_numpy(one).tobytes() == gk.to_numpy(got)[m - 1].tobytes()
