@@ -95,8 +95,8 @@ __device__ __forceinline__ void scale4(uint32_t v, float d, float dneg, float* o
   }
 }
 
-// One unit of a 32-weight format: rows g (shared address a) and g + 8 (b), x of the unit's
-// first weight for row g (xj), lane t. acc: (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1).
+// One unit of a 32-weight format: rows g (shared address a) and g + 8 (b), x of row g at the
+// unit's first weight + 4t (xj), lane t. acc: (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1).
 template <class T, int F>
 __device__ __forceinline__ void unit32(uint32_t a, uint32_t b, const T* xj, int t, uint32_t magic, float (&acc)[4]) {
   constexpr int BB = GS<F>::BB;
@@ -107,8 +107,8 @@ __device__ __forceinline__ void unit32(uint32_t a, uint32_t b, const T* xj, int 
   const uint32_t ones = splat<T>(1.0f);
 #pragma unroll
   for (int bk = 0; bk < 8; ++bk) {
-    const uint2 x0 = __ldg(reinterpret_cast<const uint2*>(xj + 32 * bk + 4 * t));
-    const uint2 x1 = __ldg(reinterpret_cast<const uint2*>(xj + 32 * bk + 16 + 4 * t));
+    const uint2 x0 = __ldg(reinterpret_cast<const uint2*>(xj + 32 * bk));
+    const uint2 x1 = __ldg(reinterpret_cast<const uint2*>(xj + 32 * bk + 16));
     const uint32_t ba = a + uint32_t(bk * BB), bb = b + uint32_t(bk * BB);
     uint32_t a0[4], a1[4];
     const bool odd = ((bk * BB + QOFF) & 2) != 0;
@@ -205,8 +205,8 @@ __device__ __forceinline__ void unit_q4k(uint32_t a, uint32_t b, const T* xj, in
 #pragma unroll
     for (int hi = 0; hi < 2; ++hi) {  // sub-block 2c + hi
       const int sb = 2 * c + hi;
-      const uint2 x0 = __ldg(reinterpret_cast<const uint2*>(xj + 32 * sb + 4 * t));
-      const uint2 x1 = __ldg(reinterpret_cast<const uint2*>(xj + 32 * sb + 16 + 4 * t));
+      const uint2 x0 = __ldg(reinterpret_cast<const uint2*>(xj + 32 * sb));
+      const uint2 x1 = __ldg(reinterpret_cast<const uint2*>(xj + 32 * sb + 16));
       float xs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       const uint32_t o4[4] = {ones, ones, ones, ones};
       mma16816<T>(xs, o4, x0.x, x0.y);
@@ -278,7 +278,7 @@ __device__ __forceinline__ void unit_q6k(uint32_t a, uint32_t b, const T* xj, in
 #pragma unroll
       for (int sb = 0; sb < 4; ++sb) {
         const int si = 8 * h + 2 * sb + q;  // sub-block: one k-step, one scale
-        const uint2 xv = __ldg(reinterpret_cast<const uint2*>(xj + 256 * bk + 16 * si + 4 * t));
+        const uint2 xv = __ldg(reinterpret_cast<const uint2*>(xj + 256 * bk + 16 * si));
         uint32_t cv[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -320,32 +320,47 @@ __global__ void __launch_bounds__(256, 2) k_ggst(const QGemvArgs p) {
   const uint32_t ring = smem_addr(smem) + uint32_t(warp) * uint32_t(D * SB);
   // copies: lane l takes chunks l % 8 + 8 k of rows l / 8 + 4 i of each stage
   const int ch = lane & 7, rr = lane >> 3;
+  // the lane's chunk of each of its rows: at the next stage's first chunk (whole-chunk units),
+  // at the warp's first unit (phased units: the stage's chunk offset added per stage)
   const uint8_t* qp[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int64_t row = row0 + rr + 4 * i < p.n ? row0 + rr + 4 * i : p.n - 1;
-    qp[i] = static_cast<const uint8_t*>(p.q) + row * p.q_rs + ch * 16;
+    qp[i] = static_cast<const uint8_t*>(p.q) + row * p.q_rs + ch * 16 + (kPhased<F> ? 0 : u0 * UB);
   }
   const uint32_t cdst = ring + uint32_t(rr * P + ch * 16);
   int64_t un = u0;  // the next unit to copy
   auto issue = [&](int st) {
     if (un < u1) {
-      const int64_t byte0 = un * UB, c0 = byte0 >> 4;
-      if (!kPhased<F> && un + U <= u1) {
+      const uint32_t d0 = cdst + uint32_t(st * SB);
+      if constexpr (!kPhased<F>) {
+        if (un + U <= u1) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
+          for (int i = 0; i < 4; ++i)
 #pragma unroll
-          for (int k = 0; k < NK; ++k)
-            if (NC % 8 == 0 || ch + 8 * k < NC)
-              cp_async16(cdst + uint32_t(st * SB + 4 * i * P + 128 * k), qp[i] + c0 * 16 + 128 * k);
-      } else {
+            for (int k = 0; k < NK; ++k)
+              if (NC % 8 == 0 || ch + 8 * k < NC) cp_async16(d0 + uint32_t(4 * i * P + 128 * k), qp[i] + 128 * k);
+        } else {
+          const int need = int((u1 - un) * (UB / 16));
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int k = 0; k < NK; ++k)
+              if (ch + 8 * k < need) cp_async16(d0 + uint32_t(4 * i * P + 128 * k), qp[i] + 128 * k);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) qp[i] += U * UB;
+      } else {  // U units of UB bytes from phase (un UB) % 16 (U = 1 here: NC chunks always needed)
+        static_assert(!kPhased<F> || (U == 1 && NC * 16 == 12 + UB) || UX == 2, "phased units: one per stage");
+        const int64_t b0 = un * UB, off = b0 & ~int64_t(15);
         const int64_t nun = u1 - un < U ? u1 - un : U;
-        const int need = int(((byte0 & 15) + nun * UB + 15) >> 4);
+        const int need = int(((b0 & 15) + nun * UB + 15) >> 4);
 #pragma unroll
         for (int i = 0; i < 4; ++i)
 #pragma unroll
           for (int k = 0; k < NK; ++k)
-            if (ch + 8 * k < need) cp_async16(cdst + uint32_t(st * SB + 4 * i * P + 128 * k), qp[i] + c0 * 16 + 128 * k);
+            if ((U == 1 ? ch + 8 * k < NC : ch + 8 * k < need))
+              cp_async16(d0 + uint32_t(4 * i * P + 128 * k), qp[i] + off + 128 * k);
       }
     }
     cp_commit();
@@ -354,7 +369,7 @@ __global__ void __launch_bounds__(256, 2) k_ggst(const QGemvArgs p) {
 
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   const int xrow = g < p.m ? g : int(p.m) - 1;
-  const T* xr = static_cast<const T*>(p.x) + int64_t(xrow) * p.x_rs;
+  const T* xr = static_cast<const T*>(p.x) + int64_t(xrow) * p.x_rs + 4 * t;  // + the lane's k offset in a block
   uint32_t magic = std::is_same_v<T, bf16> ? 0x43434343u : 0x64646464u;
   asm volatile("" : "+r"(magic));  // a register: the byte permutes take it as their second source
 
@@ -375,11 +390,12 @@ __global__ void __launch_bounds__(256, 2) k_ggst(const QGemvArgs p) {
         if constexpr (PROBE) continue;
         const int64_t ub = u0 + j * U;  // first unit of the stage
         const uint32_t sb = ring + uint32_t(st * SB + g * P) + uint32_t(kPhased<F> ? ((ub * UB) & 15) : 0);
+        const T* xs = xr + ub * UW;
 #pragma unroll
         for (int v = 0; v < U; ++v) {
           if (v == 0 || ub + v < u1) {
             const uint32_t a = sb + uint32_t(v * UB), b = a + uint32_t(8 * P);
-            const T* xj = xr + (ub + v) * UW;
+            const T* xj = xs + v * UW;
             if constexpr (F == int(QFormat::q4_k)) unit_q4k<T>(a, b, xj, t, magic, acc);
             else if constexpr (F == int(QFormat::q6_k)) unit_q6k<T>(a, b, xj, t, magic, acc);
             else unit32<T, F>(a, b, xj, t, magic, acc);
