@@ -486,7 +486,7 @@ __global__ void __launch_bounds__(512) k_gg_xprep(const bf16* __restrict__ x, in
 // ---- the launch plan ----
 
 struct GCfg {
-  int d = 3, wt = 12, ux = 1;  // ring depth, target warps per SM, units per stage x1 / x2
+  int d = 3, wt = 12, ux = 1, wmin = 1;  // ring depth, target warps per SM, units per stage x1 / x2, warps per CTA at least
 };
 
 int default_depth(QFormat f) {
@@ -499,21 +499,24 @@ int default_depth(QFormat f) {
   }
 }
 
-// GPUKIT_GEMV_GGUF="D,WT[,UX]": the benchmarking knob (ring depth 2..4, target warps per SM,
-// 2: twice the units per stage, with D 2 or 3).
+// GPUKIT_GEMV_GGUF="D,WT[,UX[,WMIN]]": the benchmarking knob (ring depth 2..4, target warps per
+// SM, 2: twice the units per stage (D 2 or 3), at least WMIN (1..8) warps per CTA: shorter CTAs
+// when there are many, e.g. the lm-head's 8016).
 GCfg gcfg_env(QFormat f) {
   GCfg c;
   c.d = default_depth(f);
   const char* e = std::getenv("GPUKIT_GEMV_GGUF");
   if (!e || !*e) return c;
-  int d = 0, wt = 0, ux = 1;
-  const int got = std::sscanf(e, "%d,%d,%d", &d, &wt, &ux);
-  if (got < 2 || d < 2 || d > 4 || wt < 1 || wt > 64 || (ux != 1 && ux != 2) || (ux == 2 && d == 4))
-    throw ValueError(cat("GPUKIT_GEMV_GGUF: expected D,WT[,UX] with D in 2..4, WT in 1..64, UX 1 or 2 (D <= 3), got '",
-                         e, "'"));
+  int d = 0, wt = 0, ux = 1, wmin = 1;
+  const int got = std::sscanf(e, "%d,%d,%d,%d", &d, &wt, &ux, &wmin);
+  if (got < 2 || d < 2 || d > 4 || wt < 1 || wt > 64 || (ux != 1 && ux != 2) || (ux == 2 && d == 4) || wmin < 1 ||
+      wmin > 8)
+    throw ValueError(cat("GPUKIT_GEMV_GGUF: expected D,WT[,UX[,WMIN]] with D in 2..4, WT in 1..64, UX 1 or 2 (D <= 3), ",
+                         "WMIN in 1..8, got '", e, "'"));
   c.d = d;
   c.wt = wt;
   c.ux = ux;
+  c.wmin = wmin;
   return c;
 }
 
@@ -567,12 +570,13 @@ GPlan gplan(int64_t n, int64_t k, QFormat f, const GCfg& c) {
   const int64_t nu = k / unit_weights(f), su = units_per_stage(f, c.ux);
   const int64_t rb = (n + 15) / 16, want = int64_t(kSMs) * c.wt;
   int64_t w = (want + rb / 2) / rb;
-  w = std::min<int64_t>(std::max<int64_t>(w, 1), 8);
+  w = std::min<int64_t>(std::max<int64_t>(w, c.wmin), 8);
   w = std::min<int64_t>(w, std::max<int64_t>(nu / (2 * su), 1));
   const int64_t ring = int64_t(c.d) * stage_bytes(f, c.ux);  // per warp
   w = std::min<int64_t>(w, kSmemMax / ring);
   const int64_t per_sm = (rb + kSMs - 1) / kSMs;  // CTAs per SM when all are resident
-  w = std::max<int64_t>(std::min<int64_t>(w, (kSmSmem - per_sm * 1024) / (per_sm * ring)), 1);
+  if (per_sm * (ring + 1024) <= kSmSmem)  // all can be: keep them so
+    w = std::max<int64_t>(std::min<int64_t>(w, (kSmSmem - per_sm * 1024) / (per_sm * ring)), 1);
   p.nw = int(w);
   if (rb * w * 2 < want) {
     int64_t sp = (want + rb * w - 1) / (rb * w);
