@@ -57,15 +57,12 @@ VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "wit
                  3: "int4: the per-lane kernel (quant_int4_lane.cu); others: the previous default kernel",
                  4: "2 m-tiles per warp; GGUF: a 2-stage ring", 5: "int4/nvf4: 4 stages; GGUF: 4 stages",
                  6: "int4: 2 m-tiles, 3 stages",
-                 7: "int4 probe: the same copies without decode (wrong results: the access pattern's ceiling)",
+                 7: "probe (int4; GGUF: the staged kernel): the same copies without decode (wrong results: the access pattern's ceiling)",
                  8: "int4 / nvf4: shifts as mul.hi (FMA pipe)", 9: "int4: shifts as mul.hi, 2 m-tiles per warp",
-                 10: "int4: 24 warps per SM",
-                 11: "GGUF probe: the staged kernel's copies without decode (wrong results: the access pattern's ceiling)",
-                 12: "Q8_0, bf16 x: through a scaled fp16 copy of x (an x kernel)"}
-INT4_ONLY_VARIANTS = (6, 7, 9, 10)  # --variants: int4 formats only (8: int4 and nvf4)
-NEW_KERNEL_VARIANTS = (3, 4, 5)  # int4, nvf4 and the GGUF formats only
+                 10: "int4: 24 warps per SM", 12: "Q8_0, bf16 x: through a scaled fp16 copy of x (an x kernel)"}
+INT4_ONLY_VARIANTS = (6, 9, 10)  # --variants: int4 formats only (8: int4 and nvf4; 7: int4 and GGUF)
+NEW_KERNEL_VARIANTS = (3, 4, 5, 7)  # int4, nvf4 and the GGUF formats only
 GGUF_FMTS = ("q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
-GGUF_ONLY_VARIANTS = (11,)
 
 
 def tbs(nbytes, ms):
@@ -277,13 +274,11 @@ def main():
                         continue
                     if var == 8 and not base.startswith(("int4", "nvf4")):
                         continue
-                    if var in GGUF_ONLY_VARIANTS and base not in GGUF_FMTS:
-                        continue
                     if var == 12 and fmt not in ("q8_0", "q8_0_m4", "q8_0_m8"):
                         continue
                     try:
                         gk._C._gemv_set_variant(var)
-                        if var not in (7, 11):  # the probes compute nothing
+                        if var != 7:  # the probe computes nothing
                             check(fmt, fn(x, *wargs[0]), x, deq)
                         v1 = tbs(nbytes, median(time_graph(calls, rounds)))
                         notes.append(f"  variant {var} ({VARIANT_NAMES[var]}): {v1:.3f} TB/s = {v1 / ceiling:.0%} of copy")

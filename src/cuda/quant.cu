@@ -76,7 +76,7 @@ void launch_nvf4(const QGemvArgs& a, cudaStream_t st) {
   return launch_mma<MNvf4<T>, T>(p, a.split, st);
 }
 
-// The GGUF formats. Default (and variants 2, 4, 5, 11, 12): the staged kernel of quant_gguf_st.cu
+// The GGUF formats. Default (and variants 2, 4, 5, 7, 12): the staged kernel of quant_gguf_st.cu
 // (16-byte aligned rows; K % 256 == 0, Q6_K K % 2048 == 0); variant 3: the session-4
 // kernels of quant_gguf32.cu / quant_gguf_k.cu (also where the staged one does not apply);
 // variant 1: the CUDA-core kernels of quant_gguf.cu (Q4_K: the chunk kernel of gemv_mma.cuh).

@@ -521,7 +521,7 @@ GCfg gcfg_env(QFormat f) {
 }
 
 // The variant switch (benchmarking only): 4 a 2-stage ring (Q6_K: 3 stages), 5 a 4-stage ring,
-// 11 the copies without decode (the probe; wrong results), 12 Q8_0 with bf16 x through an fp16
+// 7 the copies without decode (the probe; wrong results), 12 Q8_0 with bf16 x through an fp16
 // copy of x (k_gg_xprep).
 GCfg gcfg(int variant, QFormat f) {
   GCfg c = gcfg_env(f);
@@ -614,7 +614,7 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   constexpr int D0 = GS<F>::D;
   if (c.ux == 2 && c.d == 2) launch_d<T, F, 2, 2>(p, pl.nw, st);
   else if (c.ux == 2) launch_d<T, F, 3, 2>(p, pl.nw, st);
-  else if (p.variant == 11 && c.d == D0) launch_d<T, F, D0, 1, true>(p, pl.nw, st);
+  else if (p.variant == 7 && c.d == D0) launch_d<T, F, D0, 1, true>(p, pl.nw, st);
   else if (c.d == 2) launch_d<T, F, 2>(p, pl.nw, st);
   else if (c.d == 4) launch_d<T, F, 4>(p, pl.nw, st);
   else launch_d<T, F, 3>(p, pl.nw, st);

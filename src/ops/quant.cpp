@@ -303,9 +303,14 @@ Array gemv_quantized(const Array& x_in, const QuantizedWeight& qw, std::optional
     a.w8 = (f == QFormat::fp8 || f == QFormat::int8) && !a.mma && gemv_w8_quant_enabled(n, k);
     a.split = a.w8 ? cuda::gemv_w8_split(n, k, 1) : cuda::qgemv_split(n, k, f, a.mma);
     Array xh, xinv;  // the staged kernel's scaled fp16 copy of bf16 x (src/cuda/gemv_w8.cu)
-    // and the GGUF staged kernel's for Q8_0 with bf16 x (src/cuda/quant_gguf_st.cu)
-    const bool q8_xprep = f == QFormat::q8_0 && act == DType::bf16 && k % 256 == 0;
-    if ((a.w8 || q8_xprep) && act == DType::bf16) {
+    if (a.w8 && act == DType::bf16) {
+      xh = Array::empty({m, k}, DType::f16, d, &s);
+      xinv = Array::empty({m}, DType::f32, d, &s);
+      a.xh = xh.data();
+      a.xinv = xinv.data_as<float>();
+    }
+    // the GGUF staged kernel's, for Q8_0 with bf16 x through an fp16 copy (variant 12; src/cuda/quant_gguf_st.cu)
+    if (f == QFormat::q8_0 && act == DType::bf16 && k % 256 == 0 && gemv_variant() == 12) {
       xh = Array::empty({m, k}, DType::f16, d, &s);
       xinv = Array::empty({m}, DType::f32, d, &s);
       a.xh = xh.data();
