@@ -302,8 +302,15 @@ __device__ __forceinline__ void unit_q6k(uint32_t a, uint32_t b, const T* xj, in
 }
 
 // PROBE: the copies and waits only, no decode (wrong results: the access pattern's ceiling).
+// L2 prefetch of n bytes at a 16-byte aligned global address (n % 16 == 0).
+__device__ __forceinline__ void prefetch_l2(const void* a, uint32_t n) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(n) : "memory");
+}
+
+// pf: stages of each row prefetched into L2 beyond the ring's first D - 1 (one bulk prefetch per
+// row and warp before waiting for the previous kernel; 0: none).
 template <class T, int F, int D, int UX = 1, bool PROBE = false>
-__global__ void __launch_bounds__(256, 2) k_ggst(const QGemvArgs p) {
+__global__ void __launch_bounds__(256, 2) k_ggst(const QGemvArgs p, int pf) {
   using L = GL<F, UX>;
   constexpr int UB = GS<F>::UB, UW = GS<F>::UW, U = L::U, NC = L::NC, P = L::P, NK = (NC + 7) / 8;
   constexpr int SB = 16 * P;  // bytes per stage
@@ -376,6 +383,13 @@ __global__ void __launch_bounds__(256, 2) k_ggst(const QGemvArgs p) {
   pdl_trigger();
 #pragma unroll
   for (int st = 0; st < D - 1; ++st) issue(st);
+  if (pf > 0 && lane < 16 && row0 + lane < p.n) {
+    const int64_t ua = u0 + int64_t(D - 1) * U, ue = ua + int64_t(pf) * U < u1 ? ua + int64_t(pf) * U : u1;
+    if (ue > ua) {  // whole chunks (rows are whole 16-byte chunks)
+      const int64_t b0 = (ua * UB) & ~int64_t(15), b1 = (ue * UB + 15) & ~int64_t(15);
+      prefetch_l2(static_cast<const uint8_t*>(p.q) + (row0 + lane) * p.q_rs + b0, uint32_t(b1 - b0));
+    }
+  }
   pdl_wait();
 
   const int64_t nst = (u1 - u0 + U - 1) / U;
@@ -487,6 +501,7 @@ __global__ void __launch_bounds__(512) k_gg_xprep(const bf16* __restrict__ x, in
 
 struct GCfg {
   int d = 3, wt = 12, ux = 1, wmin = 1;  // ring depth, target warps per SM, units per stage x1 / x2, warps per CTA at least
+  int pf = 0;                            // stages per row prefetched into L2 at the start
 };
 
 int default_depth(QFormat f) {
@@ -499,24 +514,26 @@ int default_depth(QFormat f) {
   }
 }
 
-// GPUKIT_GEMV_GGUF="D,WT[,UX[,WMIN]]": the benchmarking knob (ring depth 2..4, target warps per
-// SM, 2: twice the units per stage (D 2 or 3), at least WMIN (1..8) warps per CTA: shorter CTAs
-// when there are many, e.g. the lm-head's 8016).
+// GPUKIT_GEMV_GGUF="D,WT[,UX[,WMIN[,PF]]]": the benchmarking knob (ring depth 2..4, target warps
+// per SM, 2: twice the units per stage (D 2 or 3), at least WMIN (1..8) warps per CTA: shorter
+// CTAs when there are many, e.g. the lm-head's 8016; PF (0..4096) stages of each row prefetched
+// into L2 at the start).
 GCfg gcfg_env(QFormat f) {
   GCfg c;
   c.d = default_depth(f);
   const char* e = std::getenv("GPUKIT_GEMV_GGUF");
   if (!e || !*e) return c;
-  int d = 0, wt = 0, ux = 1, wmin = 1;
-  const int got = std::sscanf(e, "%d,%d,%d,%d", &d, &wt, &ux, &wmin);
+  int d = 0, wt = 0, ux = 1, wmin = 1, pf = 0;
+  const int got = std::sscanf(e, "%d,%d,%d,%d,%d", &d, &wt, &ux, &wmin, &pf);
   if (got < 2 || d < 2 || d > 4 || wt < 1 || wt > 64 || (ux != 1 && ux != 2) || (ux == 2 && d == 4) || wmin < 1 ||
-      wmin > 8)
-    throw ValueError(cat("GPUKIT_GEMV_GGUF: expected D,WT[,UX[,WMIN]] with D in 2..4, WT in 1..64, UX 1 or 2 (D <= 3), ",
-                         "WMIN in 1..8, got '", e, "'"));
+      wmin > 8 || pf < 0 || pf > 4096)
+    throw ValueError(cat("GPUKIT_GEMV_GGUF: expected D,WT[,UX[,WMIN[,PF]]] with D in 2..4, WT in 1..64, UX 1 or 2 ",
+                         "(D <= 3), WMIN in 1..8, PF in 0..4096, got '", e, "'"));
   c.d = d;
   c.wt = wt;
   c.ux = ux;
   c.wmin = wmin;
+  c.pf = pf;
   return c;
 }
 
@@ -587,7 +604,7 @@ GPlan gplan(int64_t n, int64_t k, QFormat f, const GCfg& c) {
 }
 
 template <class T, int F, int D, int UX = 1, bool PROBE = false>
-void launch_d(const QGemvArgs& p, int nw, cudaStream_t st) {
+void launch_d(const QGemvArgs& p, int nw, int pf, cudaStream_t st) {
   constexpr int SB = 16 * GL<F, UX>::P;
   smem_limit<k_ggst<T, F, D, UX, PROBE>>(kSmemMax);
   const int64_t blocks = (p.n + 15) / 16;
@@ -603,7 +620,7 @@ void launch_d(const QGemvArgs& p, int nw, cudaStream_t st) {
     const int64_t cap = kSmSmem / (per_sm + 1) - 1024 + 256;  // just too much for per_sm + 1 CTAs
     if (per_sm * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
   }
-  launch_ex(k_ggst<T, F, D, UX, PROBE>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p);
+  launch_ex(k_ggst<T, F, D, UX, PROBE>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p, pf);
   GK_LAUNCH_CHECK("qgemv_gguf_st");
 }
 
@@ -612,12 +629,12 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   const GCfg c = gcfg(p.variant, QFormat(F));
   const GPlan pl = gplan(p.n, p.k, QFormat(F), c);
   constexpr int D0 = GS<F>::D;
-  if (c.ux == 2 && c.d == 2) launch_d<T, F, 2, 2>(p, pl.nw, st);
-  else if (c.ux == 2) launch_d<T, F, 3, 2>(p, pl.nw, st);
-  else if (p.variant == 7 && c.d == D0) launch_d<T, F, D0, 1, true>(p, pl.nw, st);
-  else if (c.d == 2) launch_d<T, F, 2>(p, pl.nw, st);
-  else if (c.d == 4) launch_d<T, F, 4>(p, pl.nw, st);
-  else launch_d<T, F, 3>(p, pl.nw, st);
+  if (c.ux == 2 && c.d == 2) launch_d<T, F, 2, 2>(p, pl.nw, c.pf, st);
+  else if (c.ux == 2) launch_d<T, F, 3, 2>(p, pl.nw, c.pf, st);
+  else if (p.variant == 7 && c.d == D0) launch_d<T, F, D0, 1, true>(p, pl.nw, c.pf, st);
+  else if (c.d == 2) launch_d<T, F, 2>(p, pl.nw, c.pf, st);
+  else if (c.d == 4) launch_d<T, F, 4>(p, pl.nw, c.pf, st);
+  else launch_d<T, F, 3>(p, pl.nw, c.pf, st);
   if (p.split > 1) launch_sum_q(p, st);
 }
 

@@ -134,10 +134,11 @@ def test_staged_variants(fmt, variant):
 
 
 @pytest.mark.parametrize("fmt", FMTS)
-@pytest.mark.parametrize("knob", ["2,8", "3,4", "4,16", "3,32", "3,12,2", "2,16,2", "3,12,1,4", "2,1,2,8"])
+@pytest.mark.parametrize("knob", ["2,8", "3,4", "4,16", "3,32", "3,12,2", "2,16,2", "3,12,1,4", "2,1,2,8", "3,12,1,1,4096",
+                                  "2,8,2,1,3"])
 def test_staged_knob(fmt, knob):
-    """GPUKIT_GEMV_GGUF=D,WT[,UX[,WMIN]] changes the ring depth, the warps per CTA / split and the
-    units per stage: still exact."""
+    """GPUKIT_GEMV_GGUF=D,WT[,UX[,WMIN[,PF]]] changes the ring depth, the warps per CTA / split, the
+    units per stage and the L2 prefetch: still exact."""
     n, k = 64, 6144
     q, deq, qb = make(fmt, n, k)
     xb, xs = xrows(3, k, "float16")
