@@ -77,17 +77,16 @@ void launch_nvf4(const QGemvArgs& a, cudaStream_t st) {
 }
 
 // The GGUF formats. Default (and variants 2, 4, 5, 7, 12): the staged kernel of quant_gguf_st.cu
-// (16-byte aligned rows; K % 256 == 0, Q6_K K % 2048 == 0); variant 3: the session-4
-// kernels of quant_gguf32.cu / quant_gguf_k.cu (also where the staged one does not apply);
-// variant 1: the CUDA-core kernels of quant_gguf.cu (Q4_K: the chunk kernel of gemv_mma.cuh).
-// Every one of them takes any split.
+// (16-byte aligned rows; K % 256 == 0, Q6_K K % 2048 == 0); variant 3 and where the staged one
+// does not apply: Q4_K / Q6_K the session-4 kernels of quant_gguf_k.cu (Q6_K: 4-byte aligned
+// rows, K % 512 == 0), else the CUDA-core kernels of quant_gguf.cu (variant 1; Q4_K: the chunk
+// kernel of gemv_mma.cuh). The session-4 kernels of Q4_0 / Q4_1 / Q8_0 (quant_gguf32.cu) were
+// removed in session 5: slower than the staged one at every shape measured (H200 checkpoint A).
+// Every kernel here takes any split.
 template <class T>
 void launch_gguf_any(const QGemvArgs& p, cudaStream_t st) {
   if (p.variant != 1 && p.variant != 3 && gguf_st_applies(p)) return launch_gguf_st<T>(p, st);
-  if (p.variant != 1) {
-    if (gguf32_applies(p)) return launch_gguf32<T>(p, st);
-    if (gguf_k_applies(p)) return launch_gguf_k<T>(p, st);
-  }
+  if (p.variant != 1 && gguf_k_applies(p)) return launch_gguf_k<T>(p, st);
   if (p.fmt == QFormat::q4_k) return launch_mma<MQ4K<T>, T>(kargs(p), p.split, st);
   return launch_gguf<T>(p, st);
 }

@@ -42,28 +42,31 @@ namespace {
 
 using namespace gemv_detail;
 
-// UB / UW: bytes / weights of a unit; U: units per stage; D: default ring depth.
+// UB / UW: bytes / weights of a unit; U: units per stage; D: default ring depth (2: H200, session 5
+// checkpoint A, M = 1, % of copy at (K, N) = (4096, 14336) / (14336, 4096) / (4096, 128256) with 2
+// stages against 3: Q8_0 62 / 62 / 79 against 60 / 60 / 78, Q4_0 54 / 52 / 78 against 49 / 49 / 71,
+// Q4_1 49 / 49 / 74 against 48 / 49 / 65, Q4_K 44 / 43 / 61 against 41 / 42 / 51, Q6_K 52 / 52 / 69
+// against 44 / 46 / 58: half the shared memory per warp, more warps resident, more room for L1).
 template <int F>
 struct GS;
 template <>
 struct GS<int(QFormat::q4_0)> {
-  static constexpr int BB = gguf::kQ4_0Bytes, UB = 8 * BB, UW = 256, U = 2, D = 3;
+  static constexpr int BB = gguf::kQ4_0Bytes, UB = 8 * BB, UW = 256, U = 2, D = 2;
 };
 template <>
 struct GS<int(QFormat::q4_1)> {
-  static constexpr int BB = gguf::kQ4_1Bytes, UB = 8 * BB, UW = 256, U = 2, D = 3;
+  static constexpr int BB = gguf::kQ4_1Bytes, UB = 8 * BB, UW = 256, U = 2, D = 2;
 };
 template <>
 struct GS<int(QFormat::q8_0)> {
-  static constexpr int BB = gguf::kQ8_0Bytes, UB = 8 * BB, UW = 256, U = 1, D = 3;
+  static constexpr int BB = gguf::kQ8_0Bytes, UB = 8 * BB, UW = 256, U = 1, D = 2;
 };
 template <>
 struct GS<int(QFormat::q4_k)> {
-  static constexpr int BB = gguf::kQ4_KBytes, UB = BB, UW = 256, U = 2, D = 3;
+  static constexpr int BB = gguf::kQ4_KBytes, UB = BB, UW = 256, U = 2, D = 2;
 };
 template <>
-struct GS<int(QFormat::q6_k)> {  // 420-byte units: phases 0, 4, 8, 12; 27 chunks cover any of them.
-  // D = 2: 3 stages of 6.9 KB per warp leave N = 14336 (7 CTAs per SM) one warp per CTA
+struct GS<int(QFormat::q6_k)> {  // 420-byte units: phases 0, 4, 8, 12; 27 chunks cover any of them
   static constexpr int BB = gguf::kQ6_KBytes, UB = 2 * BB, UW = 512, U = 1, D = 2;
 };
 template <int F>
@@ -537,7 +540,7 @@ GCfg gcfg_env(QFormat f) {
   return c;
 }
 
-// The variant switch (benchmarking only): 4 a 2-stage ring (Q6_K: 3 stages), 5 a 4-stage ring,
+// The variant switch (benchmarking only): 4 a 3-stage ring (the default is 2), 5 a 4-stage ring,
 // 7 the copies without decode (the probe; wrong results), 12 Q8_0 with bf16 x through an fp16
 // copy of x (k_gg_xprep).
 GCfg gcfg(int variant, QFormat f) {

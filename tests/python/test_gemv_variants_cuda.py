@@ -130,8 +130,9 @@ def test_int4_variants_match_exact(fmt, variant, n, k):
 @pytest.mark.parametrize("variant", [3, 4, 5])
 @pytest.mark.parametrize("n,k", [(37, 4096), (300, 14336), (2051, 1024), (133, 1280), (19, 1536)])
 def test_gguf_variants_match_exact(fmt, variant, n, k):
-    """The GGUF formats' and NVF4's extra variants: GGUF 3 the session-4 kernels (quant_gguf32.cu,
-    quant_gguf_k.cu), 4 / 5 the staged kernel (quant_gguf_st.cu) with a 2- / 4-stage ring; NVF4:
+    """The GGUF formats' and NVF4's extra variants: GGUF 3 the older kernels (Q4_K / Q6_K:
+    quant_gguf_k.cu; others: quant_gguf.cu), 4 / 5 the staged kernel (quant_gguf_st.cu) with a 3- /
+    4-stage ring; NVF4:
     3 the kernel of gemv_mma.cuh, 4 / 5 quant_nvf4_lane.cu with two m-tiles per warp / a
     deeper ring."""
     test_variant_matches_exact(fmt, variant, n, k)

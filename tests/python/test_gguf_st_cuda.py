@@ -53,10 +53,14 @@ def bound_of(fmt, qb, xs, deq):
     return np.abs(xs) @ np.abs(deq).T
 
 
-def check(fmt, got, xs, deq, qb, what):
+def check(fmt, got, xs, deq, qb, what, xmax_rel=0.0):
+    """xmax_rel: x is used in a copy that may round each value by up to xmax_rel times its row's
+    largest |x| (variant 12's fp16 copy of bf16 x: 2^-39, values far below the row maximum)."""
     ref = xs @ deq.T
     k = xs.shape[1]
     tol = 2 * (k + 2) * 2.0**-24 * bound_of(fmt, qb, xs, deq) + 1e-30
+    if xmax_rel:
+        tol = tol + xmax_rel * np.abs(xs).max(axis=1, keepdims=True) * np.abs(deq).sum(axis=1)[None, :]
     g = f64(got)
     assert g.shape == ref.shape, f"{what}: shape {g.shape} != {ref.shape}"
     err = np.abs(g - ref)
@@ -218,8 +222,10 @@ def test_extreme_values():
 @pytest.mark.parametrize("n,k", [(300, 4096), (16, 14336), (37, 2304)])
 def test_q8_0_fp16_copy_of_x(m, n, k):
     """Variant 12: Q8_0 with bf16 x through an fp16 copy of x scaled by 2^c per row (x kernel);
-    a row with a huge outlier (values below 2^-31 of its maximum round in fp16, far inside the
-    bound). Same bits every run and for a row alone."""
+    a row with a huge outlier: bf16 values down to 2^-31 of the row's maximum are exact in the
+    copy, smaller ones round to fp16 subnormals (an error of at most 2^-39 of the maximum each;
+    H200 checkpoint A: with the outlier 3e30 the other values of row 0 are lost, as bounded).
+    Same bits every run and for a row alone."""
     q, deq, qb = make("q8_0", n, k)
     xb, xs = xrows(m, k, "bfloat16")
     xs[0, 5] = 3.0e30
@@ -228,7 +234,7 @@ def test_q8_0_fp16_copy_of_x(m, n, k):
     xs = f64(xb.astype("float32"))
     x, qc = xb.to("cuda"), q.to("cuda")
     got = with_variant(12, lambda: gk.gemv_q8_0(x, qc, out_dtype="float32"))
-    check("q8_0", got, xs, deq, qb, f"q8_0 variant 12 n={n} k={k} M={m}")
+    check("q8_0", got, xs, deq, qb, f"q8_0 variant 12 n={n} k={k} M={m}", xmax_rel=2.0**-38)
     again = with_variant(12, lambda: gk.gemv_q8_0(x, qc, out_dtype="float32"))
     assert gk.to_numpy(again).tobytes() == gk.to_numpy(got).tobytes()
     one = with_variant(12, lambda: gk.gemv_q8_0(x[m - 1], qc, out_dtype="float32"))

@@ -32,11 +32,6 @@ bool int4_lane_applies(const QGemvArgs& p);
 template <class T>
 void launch_int4_lane(const QGemvArgs& p, cudaStream_t st);
 int int4_lane_split(int64_t n, int64_t k);
-// Q4_0 / Q4_1 / Q8_0 with static block alignment and m-tiles (src/cuda/quant_gguf32.cu):
-// 16-byte aligned rows, K % 256 == 0; takes any split.
-bool gguf32_applies(const QGemvArgs& p);
-template <class T>
-void launch_gguf32(const QGemvArgs& p, cudaStream_t st);
 // Q4_K (16-byte aligned rows, K % 256 == 0) and Q6_K (4-byte aligned rows, K % 512 == 0)
 // (src/cuda/quant_gguf_k.cu); takes any split.
 bool gguf_k_applies(const QGemvArgs& p);
