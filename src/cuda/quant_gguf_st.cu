@@ -312,8 +312,9 @@ __device__ __forceinline__ void prefetch_l2(const void* a, uint32_t n) {
 
 // pf: stages of each row prefetched into L2 beyond the ring's first D - 1 (one bulk prefetch per
 // row and warp before waiting for the previous kernel; 0: none).
-template <class T, int F, int D, int UX = 1, bool PROBE = false>
-__global__ void __launch_bounds__(256, 2) k_ggst(const QGemvArgs p, int pf) {
+// MINB: CTAs of 256 threads per SM the registers are sized for (2: 128 registers, 3: 80).
+template <class T, int F, int D, int UX = 1, bool PROBE = false, int MINB = 2>
+__global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p, int pf) {
   using L = GL<F, UX>;
   constexpr int UB = GS<F>::UB, UW = GS<F>::UW, U = L::U, NC = L::NC, P = L::P, NK = (NC + 7) / 8;
   constexpr int SB = 16 * P;  // bytes per stage
@@ -505,6 +506,7 @@ __global__ void __launch_bounds__(512) k_gg_xprep(const bf16* __restrict__ x, in
 struct GCfg {
   int d = 3, wt = 12, ux = 1, wmin = 1;  // ring depth, target warps per SM, units per stage x1 / x2, warps per CTA at least
   int pf = 0;                            // stages per row prefetched into L2 at the start
+  int minb = 2;                          // registers sized for 2 (128) or 3 (80) CTAs of 256 threads per SM
 };
 
 int default_depth(QFormat f) {
@@ -517,21 +519,23 @@ int default_depth(QFormat f) {
   }
 }
 
-// GPUKIT_GEMV_GGUF="D,WT[,UX[,WMIN[,PF]]]": the benchmarking knob (ring depth 2..4, target warps
-// per SM, 2: twice the units per stage (D 2 or 3), at least WMIN (1..8) warps per CTA: shorter
-// CTAs when there are many, e.g. the lm-head's 8016; PF (0..4096) stages of each row prefetched
-// into L2 at the start).
+// GPUKIT_GEMV_GGUF="D,WT[,UX[,WMIN[,PF[,MINB]]]]": the benchmarking knob (ring depth 2..4, target
+// warps per SM, 2: twice the units per stage (D 2 or 3), at least WMIN (1..8) warps per CTA:
+// shorter CTAs when there are many, e.g. the lm-head's 8016; PF (0..4096) stages of each row
+// prefetched into L2 at the start; MINB 3: registers for 24 warps per SM (80) instead of 16).
 GCfg gcfg_env(QFormat f) {
   GCfg c;
   c.d = default_depth(f);
   const char* e = std::getenv("GPUKIT_GEMV_GGUF");
   if (!e || !*e) return c;
-  int d = 0, wt = 0, ux = 1, wmin = 1, pf = 0;
-  const int got = std::sscanf(e, "%d,%d,%d,%d,%d", &d, &wt, &ux, &wmin, &pf);
+  int d = 0, wt = 0, ux = 1, wmin = 1, pf = 0, minb = 2;
+  const int got = std::sscanf(e, "%d,%d,%d,%d,%d,%d", &d, &wt, &ux, &wmin, &pf, &minb);
   if (got < 2 || d < 2 || d > 4 || wt < 1 || wt > 64 || (ux != 1 && ux != 2) || (ux == 2 && d == 4) || wmin < 1 ||
-      wmin > 8 || pf < 0 || pf > 4096)
-    throw ValueError(cat("GPUKIT_GEMV_GGUF: expected D,WT[,UX[,WMIN[,PF]]] with D in 2..4, WT in 1..64, UX 1 or 2 ",
-                         "(D <= 3), WMIN in 1..8, PF in 0..4096, got '", e, "'"));
+      wmin > 8 || pf < 0 || pf > 4096 || (minb != 2 && minb != 3) || (minb == 3 && (ux != 1 || d != default_depth(f))))
+    throw ValueError(cat("GPUKIT_GEMV_GGUF: expected D,WT[,UX[,WMIN[,PF[,MINB]]]] with D in 2..4, WT in 1..64, UX 1 ",
+                         "or 2 (D <= 3), WMIN in 1..8, PF in 0..4096, MINB 2 or 3 (3: UX 1 and the default D), got '",
+                         e, "'"));
+  c.minb = minb;
   c.d = d;
   c.wt = wt;
   c.ux = ux;
@@ -606,10 +610,10 @@ GPlan gplan(int64_t n, int64_t k, QFormat f, const GCfg& c) {
   return p;
 }
 
-template <class T, int F, int D, int UX = 1, bool PROBE = false>
+template <class T, int F, int D, int UX = 1, bool PROBE = false, int MINB = 2>
 void launch_d(const QGemvArgs& p, int nw, int pf, cudaStream_t st) {
   constexpr int SB = 16 * GL<F, UX>::P;
-  smem_limit<k_ggst<T, F, D, UX, PROBE>>(kSmemMax);
+  smem_limit<k_ggst<T, F, D, UX, PROBE, MINB>>(kSmemMax);
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   const int S = std::max(1, p.split);
@@ -623,7 +627,7 @@ void launch_d(const QGemvArgs& p, int nw, int pf, cudaStream_t st) {
     const int64_t cap = kSmSmem / (per_sm + 1) - 1024 + 256;  // just too much for per_sm + 1 CTAs
     if (per_sm * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
   }
-  launch_ex(k_ggst<T, F, D, UX, PROBE>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p, pf);
+  launch_ex(k_ggst<T, F, D, UX, PROBE, MINB>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p, pf);
   GK_LAUNCH_CHECK("qgemv_gguf_st");
 }
 
@@ -632,7 +636,8 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   const GCfg c = gcfg(p.variant, QFormat(F));
   const GPlan pl = gplan(p.n, p.k, QFormat(F), c);
   constexpr int D0 = GS<F>::D;
-  if (c.ux == 2 && c.d == 2) launch_d<T, F, 2, 2>(p, pl.nw, c.pf, st);
+  if (c.minb == 3 && c.ux == 1 && c.d == D0) launch_d<T, F, D0, 1, false, 3>(p, pl.nw, c.pf, st);
+  else if (c.ux == 2 && c.d == 2) launch_d<T, F, 2, 2>(p, pl.nw, c.pf, st);
   else if (c.ux == 2) launch_d<T, F, 3, 2>(p, pl.nw, c.pf, st);
   else if (p.variant == 7 && c.d == D0) launch_d<T, F, D0, 1, true>(p, pl.nw, c.pf, st);
   else if (c.d == 2) launch_d<T, F, 2>(p, pl.nw, c.pf, st);

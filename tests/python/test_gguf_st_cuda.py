@@ -139,10 +139,10 @@ def test_staged_variants(fmt, variant):
 
 @pytest.mark.parametrize("fmt", FMTS)
 @pytest.mark.parametrize("knob", ["2,8", "3,4", "4,16", "3,32", "3,12,2", "2,16,2", "3,12,1,4", "2,1,2,8", "3,12,1,1,4096",
-                                  "2,8,2,1,3"])
+                                  "2,8,2,1,3", "2,20,1,1,0,3", "2,24,1,2,2,3"])
 def test_staged_knob(fmt, knob):
-    """GPUKIT_GEMV_GGUF=D,WT[,UX[,WMIN[,PF]]] changes the ring depth, the warps per CTA / split, the
-    units per stage and the L2 prefetch: still exact."""
+    """GPUKIT_GEMV_GGUF=D,WT[,UX[,WMIN[,PF[,MINB]]]] changes the ring depth, the warps per CTA /
+    split, the units per stage, the L2 prefetch and the register budget: still exact."""
     n, k = 64, 6144
     q, deq, qb = make(fmt, n, k)
     xb, xs = xrows(3, k, "float16")
