@@ -59,7 +59,8 @@ VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "wit
                  6: "int4: 2 m-tiles, 3 stages",
                  7: "probe (int4; GGUF: the staged kernel): the same copies without decode (wrong results: the access pattern's ceiling)",
                  8: "int4 / nvf4: shifts as mul.hi (FMA pipe)", 9: "int4: shifts as mul.hi, 2 m-tiles per warp",
-                 10: "int4: 24 warps per SM", 12: "Q8_0, bf16 x: through a scaled fp16 copy of x (an x kernel)"}
+                 10: "int4: 24 warps per SM", 12: "Q8_0, bf16 x: through a scaled fp16 copy of x (an x kernel)",
+                 13: "Q8_0, bf16 x: codes to bf16 by byte operations (no fp32)"}
 INT4_ONLY_VARIANTS = (6, 9, 10)  # --variants: int4 formats only (8: int4 and nvf4; 7: int4 and GGUF)
 NEW_KERNEL_VARIANTS = (3, 4, 5, 7)  # int4, nvf4 and the GGUF formats only
 GGUF_FMTS = ("q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
@@ -274,7 +275,7 @@ def main():
                         continue
                     if var == 8 and not base.startswith(("int4", "nvf4")):
                         continue
-                    if var == 12 and fmt not in ("q8_0", "q8_0_m4", "q8_0_m8"):
+                    if var in (12, 13) and fmt not in ("q8_0", "q8_0_m4", "q8_0_m8"):
                         continue
                     try:
                         gk._C._gemv_set_variant(var)

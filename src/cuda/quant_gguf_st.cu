@@ -98,9 +98,19 @@ __device__ __forceinline__ void scale4(uint32_t v, float d, float dneg, float* o
   }
 }
 
+// The four int8 codes of u as two exact bf16 pairs (codes 0, 1 in lo; 2, 3 in hi) without fp32:
+// q = low7 - 128 s = (128 + low7) - (128 + 128 s), both terms exact bf16 (magic 0x43 above the
+// byte low7, resp. above the byte 0x80 s), their difference exact (an integer of 8 bits).
+__device__ __forceinline__ void int8x4_bf16(uint32_t u, uint32_t magic, uint32_t& lo, uint32_t& hi) {
+  const uint32_t l7 = u & 0x7f7f7f7fu, sg = u & 0x80808080u;
+  lo = hsub2u<bf16>(__byte_perm(l7, magic, 0x4140u), __byte_perm(sg, magic, 0x4140u));
+  hi = hsub2u<bf16>(__byte_perm(l7, magic, 0x4342u), __byte_perm(sg, magic, 0x4342u));
+}
+
 // One unit of a 32-weight format: rows g (shared address a) and g + 8 (b), x of row g at the
 // unit's first weight + 4t (xj), lane t. acc: (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1).
-template <class T, int F>
+// B8 (Q8_0, bf16 x): the codes through int8x4_bf16 instead of fp32.
+template <class T, int F, bool B8 = false>
 __device__ __forceinline__ void unit32(uint32_t a, uint32_t b, const T* xj, int t, uint32_t magic, float (&acc)[4]) {
   constexpr int BB = GS<F>::BB;
   constexpr bool kQ8 = F == int(QFormat::q8_0), kMin = F == int(QFormat::q4_1);
@@ -124,14 +134,21 @@ __device__ __forceinline__ void unit32(uint32_t a, uint32_t b, const T* xj, int 
         ua0 = ld4<false>(ba + QOFF + 4 * t), ua1 = ld4<false>(ba + QOFF + 16 + 4 * t);
         ub0 = ld4<false>(bb + QOFF + 4 * t), ub1 = ld4<false>(bb + QOFF + 16 + 4 * t);
       }
-      a0[0] = int8_pair<T>(ua0, 0);
-      a0[1] = int8_pair<T>(ub0, 0);
-      a0[2] = int8_pair<T>(ua0, 2);
-      a0[3] = int8_pair<T>(ub0, 2);
-      a1[0] = int8_pair<T>(ua1, 0);
-      a1[1] = int8_pair<T>(ub1, 0);
-      a1[2] = int8_pair<T>(ua1, 2);
-      a1[3] = int8_pair<T>(ub1, 2);
+      if constexpr (B8 && std::is_same_v<T, bf16>) {
+        int8x4_bf16(ua0, magic, a0[0], a0[2]);
+        int8x4_bf16(ub0, magic, a0[1], a0[3]);
+        int8x4_bf16(ua1, magic, a1[0], a1[2]);
+        int8x4_bf16(ub1, magic, a1[1], a1[3]);
+      } else {
+        a0[0] = int8_pair<T>(ua0, 0);
+        a0[1] = int8_pair<T>(ub0, 0);
+        a0[2] = int8_pair<T>(ua0, 2);
+        a0[3] = int8_pair<T>(ub0, 2);
+        a1[0] = int8_pair<T>(ua1, 0);
+        a1[1] = int8_pair<T>(ub1, 0);
+        a1[2] = int8_pair<T>(ua1, 2);
+        a1[3] = int8_pair<T>(ub1, 2);
+      }
     } else {
       uint32_t ua, ub;
       if (odd) {
@@ -312,8 +329,9 @@ __device__ __forceinline__ void prefetch_l2(const void* a, uint32_t n) {
 
 // pf: stages of each row prefetched into L2 beyond the ring's first D - 1 (one bulk prefetch per
 // row and warp before waiting for the previous kernel; 0: none).
-// MINB: CTAs of 256 threads per SM the registers are sized for (2: 128 registers, 3: 80).
-template <class T, int F, int D, int UX = 1, bool PROBE = false, int MINB = 2>
+// MINB: CTAs of 256 threads per SM the registers are sized for (2: 128 registers, 3: 80). B8:
+// Q8_0 with bf16 x decoded by int8x4_bf16.
+template <class T, int F, int D, int UX = 1, bool PROBE = false, int MINB = 2, bool B8 = false>
 __global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p, int pf) {
   using L = GL<F, UX>;
   constexpr int UB = GS<F>::UB, UW = GS<F>::UW, U = L::U, NC = L::NC, P = L::P, NK = (NC + 7) / 8;
@@ -416,7 +434,7 @@ __global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p, int pf) {
             const T* xj = xs + v * UW;
             if constexpr (F == int(QFormat::q4_k)) unit_q4k<T>(a, b, xj, t, magic, acc);
             else if constexpr (F == int(QFormat::q6_k)) unit_q6k<T>(a, b, xj, t, magic, acc);
-            else unit32<T, F>(a, b, xj, t, magic, acc);
+            else unit32<T, F, B8>(a, b, xj, t, magic, acc);
           }
         }
       } else {
@@ -546,7 +564,7 @@ GCfg gcfg_env(QFormat f) {
 
 // The variant switch (benchmarking only): 4 a 3-stage ring (the default is 2), 5 a 4-stage ring,
 // 7 the copies without decode (the probe; wrong results), 12 Q8_0 with bf16 x through an fp16
-// copy of x (k_gg_xprep).
+// copy of x (k_gg_xprep), 13 Q8_0 with bf16 x decoded to bf16 by byte operations (int8x4_bf16).
 GCfg gcfg(int variant, QFormat f) {
   GCfg c = gcfg_env(f);
   if (variant == 4) c.d = default_depth(f) == 2 ? 3 : 2;
@@ -610,10 +628,10 @@ GPlan gplan(int64_t n, int64_t k, QFormat f, const GCfg& c) {
   return p;
 }
 
-template <class T, int F, int D, int UX = 1, bool PROBE = false, int MINB = 2>
+template <class T, int F, int D, int UX = 1, bool PROBE = false, int MINB = 2, bool B8 = false>
 void launch_d(const QGemvArgs& p, int nw, int pf, cudaStream_t st) {
   constexpr int SB = 16 * GL<F, UX>::P;
-  smem_limit<k_ggst<T, F, D, UX, PROBE, MINB>>(kSmemMax);
+  smem_limit<k_ggst<T, F, D, UX, PROBE, MINB, B8>>(kSmemMax);
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   const int S = std::max(1, p.split);
@@ -627,7 +645,7 @@ void launch_d(const QGemvArgs& p, int nw, int pf, cudaStream_t st) {
     const int64_t cap = kSmSmem / (per_sm + 1) - 1024 + 256;  // just too much for per_sm + 1 CTAs
     if (per_sm * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
   }
-  launch_ex(k_ggst<T, F, D, UX, PROBE, MINB>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p, pf);
+  launch_ex(k_ggst<T, F, D, UX, PROBE, MINB, B8>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p, pf);
   GK_LAUNCH_CHECK("qgemv_gguf_st");
 }
 
@@ -636,7 +654,10 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   const GCfg c = gcfg(p.variant, QFormat(F));
   const GPlan pl = gplan(p.n, p.k, QFormat(F), c);
   constexpr int D0 = GS<F>::D;
-  if (c.minb == 3 && c.ux == 1 && c.d == D0) launch_d<T, F, D0, 1, false, 3>(p, pl.nw, c.pf, st);
+  constexpr bool kB8 = F == int(QFormat::q8_0) && std::is_same_v<T, bf16>;
+  if (kB8 && p.variant == 13 && c.ux == 1 && c.d == D0 && c.minb == 2)
+    launch_d<T, F, D0, 1, false, 2, kB8>(p, pl.nw, c.pf, st);
+  else if (c.minb == 3 && c.ux == 1 && c.d == D0) launch_d<T, F, D0, 1, false, 3>(p, pl.nw, c.pf, st);
   else if (c.ux == 2 && c.d == 2) launch_d<T, F, 2, 2>(p, pl.nw, c.pf, st);
   else if (c.ux == 2) launch_d<T, F, 3, 2>(p, pl.nw, c.pf, st);
   else if (p.variant == 7 && c.d == D0) launch_d<T, F, D0, 1, true>(p, pl.nw, c.pf, st);

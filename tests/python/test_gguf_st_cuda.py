@@ -239,3 +239,30 @@ def test_q8_0_fp16_copy_of_x(m, n, k):
     assert gk.to_numpy(again).tobytes() == gk.to_numpy(got).tobytes()
     one = with_variant(12, lambda: gk.gemv_q8_0(x[m - 1], qc, out_dtype="float32"))
     assert gk.to_numpy(one).tobytes() == gk.to_numpy(got)[m - 1].tobytes()
+
+
+def raw_q8_0(n, k):
+    """Q8_0 blocks with every byte value among the codes (-128 included, which quantize never
+    writes but a file may hold) and random fp16 scales."""
+    nb = k // 32
+    b = RNG.integers(0, 256, size=(n, nb, 34), dtype=np.uint8)
+    d = (RNG.uniform(1e-3, 1.0, size=(n, nb)) * RNG.choice([-1, 1], size=(n, nb))).astype(np.float16)
+    b[..., 0:2] = d.view(np.uint8).reshape(n, nb, 2)
+    q = gk.asarray(b.reshape(n, nb * 34))
+    return q, f64(gk.dequantize_q8_0(q)), b.reshape(n, nb * 34)
+
+
+@pytest.mark.parametrize("m", [1, 3, 8])
+@pytest.mark.parametrize("n,k", [(300, 4096), (16, 14336), (37, 2304)])
+def test_q8_0_bf16_byte_decode(m, n, k):
+    """Variant 13: Q8_0 codes with bf16 x as (128 + low7) - (128 + 128 s) in bf16 (no fp32): the
+    same exact operands as the default decode, so the same bits; every code value -128..127."""
+    q, deq, qb = raw_q8_0(n, k)
+    xb, xs = xrows(m, k, "bfloat16")
+    x, qc = xb.to("cuda"), q.to("cuda")
+    got = with_variant(13, lambda: gk.gemv_q8_0(x, qc, out_dtype="float32"))
+    check("q8_0", got, xs, deq, qb, f"q8_0 variant 13 n={n} k={k} M={m}")
+    ref = gk.gemv_q8_0(x, qc, out_dtype="float32")
+    assert gk.to_numpy(got).tobytes() == gk.to_numpy(ref).tobytes(), "variant 13 and the default differ"
+    one = with_variant(13, lambda: gk.gemv_q8_0(x[m - 1], qc, out_dtype="float32"))
+    assert gk.to_numpy(one).tobytes() == gk.to_numpy(got)[m - 1].tobytes()
