@@ -17,13 +17,14 @@ rows against float64 products with its exact dequantization before it is timed.
 bf16_tc / bf16_m8_tc / fp8_tc / int8_tc: bf16, fp8 or int8 weights through the tensor-core kernel
 instead of the default CUDA-core one (gk._C._gemv_set_dense_path(1)); *_cc forces the CUDA cores;
 *_st the staged tensor-core kernel (src/cuda/gemv_w8.cu, path 2; the default where it applies);
-fp8_h_st / int8_h_st: the same with float16 x (no scaled fp16 copy of x needed); q8_0_h / q4_0_h: the GGUF
-kernels with float16 x (Q8_0's codes then decode in fp16 without the fp32 detour of bf16). --w8 KB,D,WT[/KB,D,WT...]: time
+fp8_h_st / int8_h_st: the same with float16 x (no scaled fp16 copy of x needed). --w8 KB,D,WT[/KB,D,WT...]: time
 the *_st formats again with each GPUKIT_GEMV_W8 setting (printed only).
---gguf D,WT[,UX[,WMIN[,PF[,MINB]]]][/...]: time the GGUF formats again with each GPUKIT_GEMV_GGUF setting
-(the staged GGUF kernel's ring depth, target warps per SM, 2 for twice the blocks per stage, warps per CTA
-at least, stages per row prefetched into L2 at the start, 3 for 80 registers; printed only).
 --ms 1,4,8: also time every other format with M = 4 and 8 rows of x (records FMT_m4, FMT_m8).
+q8_0_h / q4_0_h: the GGUF kernels with float16 x (Q8_0's codes then decode in fp16 without the fp32
+detour of bf16). --gguf D,WT[,UX[,WMIN[,PF[,MINB]]]][/...]: time the GGUF formats again with each
+GPUKIT_GEMV_GGUF setting (the staged GGUF kernel's ring depth, target warps per SM, 2 for twice the
+blocks per stage, warps per CTA at least, stages per row prefetched into L2 at the start, 3 for 80
+registers; printed only).
 The default launches use programmatic dependent launch (each call copies its first weights
 while the previous call finishes, as in a decode step's chain of GEMVs); "variant 2" lines: the
 same kernels without it. "variant 1": a 2-stage cp.async ring instead of the default depth
