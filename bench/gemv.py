@@ -62,6 +62,9 @@ VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "wit
                  8: "int4 / nvf4: shifts as mul.hi (FMA pipe)", 9: "int4: shifts as mul.hi, 2 m-tiles per warp",
                  10: "int4: 24 warps per SM", 12: "Q8_0, bf16 x: through a scaled fp16 copy of x (an x kernel)",
                  13: "Q8_0, bf16 x: codes to bf16 by byte operations (no fp32)"}
+VARIANT_NAMES[21] = "GGUF: the stage and unit loops not unrolled (less code)"
+VARIANT_NAMES[22] = "GGUF Q4_K / Q6_K: block scales once per quad, shared through shared memory"
+GGUF_ONLY_VARIANTS = (21, 22)  # --variants: the GGUF formats only (22: Q4_K and Q6_K)
 INT4_ONLY_VARIANTS = (6, 9, 10)  # --variants: int4 formats only (8: int4 and nvf4; 7: int4 and GGUF)
 NEW_KERNEL_VARIANTS = (3, 4, 5, 7)  # int4, nvf4 and the GGUF formats only
 GGUF_FMTS = ("q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
@@ -277,6 +280,8 @@ def main():
                     if var == 8 and not base.startswith(("int4", "nvf4")):
                         continue
                     if var in (12, 13) and fmt not in ("q8_0", "q8_0_m4", "q8_0_m8"):
+                        continue
+                    if var in GGUF_ONLY_VARIANTS and (base not in GGUF_FMTS or (var == 22 and base not in ("q4_k", "q6_k"))):
                         continue
                     try:
                         gk._C._gemv_set_variant(var)

@@ -331,7 +331,10 @@ __device__ __forceinline__ void prefetch_l2(const void* a, uint32_t n) {
 // row and warp before waiting for the previous kernel; 0: none).
 // MINB: CTAs of 256 threads per SM the registers are sized for (2: 128 registers, 3: 80). B8:
 // Q8_0 with bf16 x decoded by int8x4_bf16.
-template <class T, int F, int D, int UX = 1, bool PROBE = false, int MINB = 2, bool B8 = false>
+// ROLL: the stage loop and the loop over a stage's units not unrolled (the ring slot and the
+// unit's offset computed at run time; one copy of a unit's decode in the code instead of D x U:
+// less instruction-cache pressure, same arithmetic in the same order: the same bits).
+template <class T, int F, int D, int UX = 1, bool PROBE = false, int MINB = 2, bool B8 = false, bool ROLL = false>
 __global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p, int pf) {
   using L = GL<F, UX>;
   constexpr int UB = GS<F>::UB, UW = GS<F>::UW, U = L::U, NC = L::NC, P = L::P, NK = (NC + 7) / 8;
@@ -415,30 +418,46 @@ __global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p, int pf) {
   pdl_wait();
 
   const int64_t nst = (u1 - u0 + U - 1) / U;
-  for (int64_t j0 = 0; j0 < nst; j0 += D) {
+  // stage j in ring slot st (st == j % D)
+  auto stage = [&](int64_t j, int st) {
+    cp_wait<D - 2>();
+    __syncwarp();  // every lane's copies of this stage are visible; every lane is done with the previous stage
+    issue(st == 0 ? D - 1 : st - 1);
+    if constexpr (PROBE) return;
+    const int64_t ub = u0 + j * U;  // first unit of the stage
+    const uint32_t sb = ring + uint32_t(st * SB + g * P) + uint32_t(kPhased<F> ? ((ub * UB) & 15) : 0);
+    const T* xs = xr + ub * UW;
+    auto unit = [&](int v) {
+      const uint32_t a = sb + uint32_t(v * UB), b = a + uint32_t(8 * P);
+      const T* xj = xs + v * UW;
+      if constexpr (F == int(QFormat::q4_k)) unit_q4k<T>(a, b, xj, t, magic, acc);
+      else if constexpr (F == int(QFormat::q6_k)) unit_q6k<T>(a, b, xj, t, magic, acc);
+      else unit32<T, F, B8>(a, b, xj, t, magic, acc);
+    };
+    if constexpr (ROLL) {
+#pragma unroll 1
+      for (int v = 0; v < U; ++v)
+        if (v == 0 || ub + v < u1) unit(v);
+    } else {
 #pragma unroll
-    for (int st = 0; st < D; ++st) {
-      const int64_t j = j0 + st;
-      if (j < nst) {
-        cp_wait<D - 2>();
-        __syncwarp();  // every lane's copies of this stage are visible; every lane is done with the previous stage
-        issue((st + D - 1) % D);
-        if constexpr (PROBE) continue;
-        const int64_t ub = u0 + j * U;  // first unit of the stage
-        const uint32_t sb = ring + uint32_t(st * SB + g * P) + uint32_t(kPhased<F> ? ((ub * UB) & 15) : 0);
-        const T* xs = xr + ub * UW;
+      for (int v = 0; v < U; ++v)
+        if (v == 0 || ub + v < u1) unit(v);
+    }
+  };
+  if constexpr (ROLL) {
+    int st = 0;
+#pragma unroll 1
+    for (int64_t j = 0; j < nst; ++j) {
+      stage(j, st);
+      st = st + 1 == D ? 0 : st + 1;
+    }
+  } else {
+    for (int64_t j0 = 0; j0 < nst; j0 += D) {
 #pragma unroll
-        for (int v = 0; v < U; ++v) {
-          if (v == 0 || ub + v < u1) {
-            const uint32_t a = sb + uint32_t(v * UB), b = a + uint32_t(8 * P);
-            const T* xj = xs + v * UW;
-            if constexpr (F == int(QFormat::q4_k)) unit_q4k<T>(a, b, xj, t, magic, acc);
-            else if constexpr (F == int(QFormat::q6_k)) unit_q6k<T>(a, b, xj, t, magic, acc);
-            else unit32<T, F, B8>(a, b, xj, t, magic, acc);
-          }
-        }
-      } else {
-        issue((st + D - 1) % D);  // keeps the group count uniform (empty groups)
+      for (int st = 0; st < D; ++st) {
+        const int64_t j = j0 + st;
+        if (j < nst) stage(j, st);
+        else issue(st == 0 ? D - 1 : st - 1);  // keeps the group count uniform (empty groups)
       }
     }
   }
@@ -525,6 +544,7 @@ struct GCfg {
   int d = 3, wt = 12, ux = 1, wmin = 1;  // ring depth, target warps per SM, units per stage x1 / x2, warps per CTA at least
   int pf = 0;                            // stages per row prefetched into L2 at the start
   int minb = 2;                          // registers sized for 2 (128) or 3 (80) CTAs of 256 threads per SM
+  int roll = 0;                          // 1: the stage and unit loops not unrolled (k_ggst's ROLL)
 };
 
 int default_depth(QFormat f) {
@@ -537,23 +557,27 @@ int default_depth(QFormat f) {
   }
 }
 
-// GPUKIT_GEMV_GGUF="D,WT[,UX[,WMIN[,PF[,MINB]]]]": the benchmarking knob (ring depth 2..4, target
+// GPUKIT_GEMV_GGUF="D,WT[,UX[,WMIN[,PF[,MINB[,R]]]]]": the benchmarking knob (ring depth 2..4, target
 // warps per SM, 2: twice the units per stage (D 2 or 3), at least WMIN (1..8) warps per CTA:
 // shorter CTAs when there are many, e.g. the lm-head's 8016; PF (0..4096) stages of each row
-// prefetched into L2 at the start; MINB 3: registers for 24 warps per SM (80) instead of 16).
+// prefetched into L2 at the start; MINB 3: registers for 24 warps per SM (80) instead of 16;
+// R 1: the rolled stage loop (as variant 21; UX 1 and the default D only)).
 GCfg gcfg_env(QFormat f) {
   GCfg c;
   c.d = default_depth(f);
   const char* e = std::getenv("GPUKIT_GEMV_GGUF");
   if (!e || !*e) return c;
-  int d = 0, wt = 0, ux = 1, wmin = 1, pf = 0, minb = 2;
-  const int got = std::sscanf(e, "%d,%d,%d,%d,%d,%d", &d, &wt, &ux, &wmin, &pf, &minb);
+  int d = 0, wt = 0, ux = 1, wmin = 1, pf = 0, minb = 2, roll = 0;
+  const int got = std::sscanf(e, "%d,%d,%d,%d,%d,%d,%d", &d, &wt, &ux, &wmin, &pf, &minb, &roll);
+  const bool dflt = ux == 1 && d == default_depth(f);
   if (got < 2 || d < 2 || d > 4 || wt < 1 || wt > 64 || (ux != 1 && ux != 2) || (ux == 2 && d == 4) || wmin < 1 ||
-      wmin > 8 || pf < 0 || pf > 4096 || (minb != 2 && minb != 3) || (minb == 3 && (ux != 1 || d != default_depth(f))))
-    throw ValueError(cat("GPUKIT_GEMV_GGUF: expected D,WT[,UX[,WMIN[,PF[,MINB]]]] with D in 2..4, WT in 1..64, UX 1 ",
-                         "or 2 (D <= 3), WMIN in 1..8, PF in 0..4096, MINB 2 or 3 (3: UX 1 and the default D), got '",
-                         e, "'"));
+      wmin > 8 || pf < 0 || pf > 4096 || (minb != 2 && minb != 3) || (minb == 3 && !dflt) || (roll != 0 && roll != 1) ||
+      (roll == 1 && !dflt))
+    throw ValueError(cat("GPUKIT_GEMV_GGUF: expected D,WT[,UX[,WMIN[,PF[,MINB[,R]]]]] with D in 2..4, WT in 1..64, UX 1 ",
+                         "or 2 (D <= 3), WMIN in 1..8, PF in 0..4096, MINB 2 or 3, R 0 or 1 (MINB 3, R 1: UX 1 and the ",
+                         "default D), got '", e, "'"));
   c.minb = minb;
+  c.roll = roll;
   c.d = d;
   c.wt = wt;
   c.ux = ux;
@@ -564,9 +588,11 @@ GCfg gcfg_env(QFormat f) {
 
 // The variant switch (benchmarking only): 4 a 3-stage ring (the default is 2), 5 a 4-stage ring,
 // 7 the copies without decode (the probe; wrong results), 12 Q8_0 with bf16 x through an fp16
-// copy of x (k_gg_xprep), 13 Q8_0 with bf16 x decoded to bf16 by byte operations (int8x4_bf16).
+// copy of x (k_gg_xprep), 13 Q8_0 with bf16 x decoded to bf16 by byte operations (int8x4_bf16),
+// 21 the rolled stage loop (k_ggst's ROLL; with the knob's D and UX at their defaults).
 GCfg gcfg(int variant, QFormat f) {
   GCfg c = gcfg_env(f);
+  if (variant == 21 && c.ux == 1 && c.d == default_depth(f)) c.roll = 1;
   if (variant == 4) c.d = default_depth(f) == 2 ? 3 : 2;
   if (variant == 5) c.d = 4;
   return c;
@@ -628,10 +654,10 @@ GPlan gplan(int64_t n, int64_t k, QFormat f, const GCfg& c) {
   return p;
 }
 
-template <class T, int F, int D, int UX = 1, bool PROBE = false, int MINB = 2, bool B8 = false>
+template <class T, int F, int D, int UX = 1, bool PROBE = false, int MINB = 2, bool B8 = false, bool ROLL = false>
 void launch_d(const QGemvArgs& p, int nw, int pf, cudaStream_t st) {
   constexpr int SB = 16 * GL<F, UX>::P;
-  smem_limit<k_ggst<T, F, D, UX, PROBE, MINB, B8>>(kSmemMax);
+  smem_limit<k_ggst<T, F, D, UX, PROBE, MINB, B8, ROLL>>(kSmemMax);
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   const int S = std::max(1, p.split);
@@ -645,7 +671,7 @@ void launch_d(const QGemvArgs& p, int nw, int pf, cudaStream_t st) {
     const int64_t cap = kSmSmem / (per_sm + 1) - 1024 + 256;  // just too much for per_sm + 1 CTAs
     if (per_sm * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
   }
-  launch_ex(k_ggst<T, F, D, UX, PROBE, MINB, B8>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p, pf);
+  launch_ex(k_ggst<T, F, D, UX, PROBE, MINB, B8, ROLL>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p, pf);
   GK_LAUNCH_CHECK("qgemv_gguf_st");
 }
 
@@ -655,8 +681,11 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   const GPlan pl = gplan(p.n, p.k, QFormat(F), c);
   constexpr int D0 = GS<F>::D;
   constexpr bool kB8 = F == int(QFormat::q8_0) && std::is_same_v<T, bf16>;
-  if (kB8 && p.variant == 13 && c.ux == 1 && c.d == D0 && c.minb == 2)
-    launch_d<T, F, D0, 1, false, 2, kB8>(p, pl.nw, c.pf, st);
+  const bool b8 = kB8 && p.variant == 13 && c.ux == 1 && c.d == D0 && c.minb == 2;
+  if (b8 && c.roll) launch_d<T, F, D0, 1, false, 2, kB8, true>(p, pl.nw, c.pf, st);
+  else if (b8) launch_d<T, F, D0, 1, false, 2, kB8>(p, pl.nw, c.pf, st);
+  else if (c.roll && c.minb == 3) launch_d<T, F, D0, 1, false, 3, false, true>(p, pl.nw, c.pf, st);
+  else if (c.roll) launch_d<T, F, D0, 1, false, 2, false, true>(p, pl.nw, c.pf, st);
   else if (c.minb == 3 && c.ux == 1 && c.d == D0) launch_d<T, F, D0, 1, false, 3>(p, pl.nw, c.pf, st);
   else if (c.ux == 2 && c.d == 2) launch_d<T, F, 2, 2>(p, pl.nw, c.pf, st);
   else if (c.ux == 2) launch_d<T, F, 3, 2>(p, pl.nw, c.pf, st);

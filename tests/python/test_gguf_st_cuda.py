@@ -139,10 +139,10 @@ def test_staged_variants(fmt, variant):
 
 @pytest.mark.parametrize("fmt", FMTS)
 @pytest.mark.parametrize("knob", ["2,8", "3,4", "4,16", "3,32", "3,12,2", "2,16,2", "3,12,1,4", "2,1,2,8", "3,12,1,1,4096",
-                                  "2,8,2,1,3", "2,20,1,1,0,3", "2,24,1,2,2,3"])
+                                  "2,8,2,1,3", "2,20,1,1,0,3", "2,24,1,2,2,3", "2,12,1,1,0,2,1", "2,20,1,1,0,3,1"])
 def test_staged_knob(fmt, knob):
-    """GPUKIT_GEMV_GGUF=D,WT[,UX[,WMIN[,PF[,MINB]]]] changes the ring depth, the warps per CTA /
-    split, the units per stage, the L2 prefetch and the register budget: still exact."""
+    """GPUKIT_GEMV_GGUF=D,WT[,UX[,WMIN[,PF[,MINB[,R]]]]] changes the ring depth, the warps per CTA /
+    split, the units per stage, the L2 prefetch, the register budget and the rolled loop: still exact."""
     n, k = 64, 6144
     q, deq, qb = make(fmt, n, k)
     xb, xs = xrows(3, k, "float16")
@@ -154,9 +154,10 @@ def test_staged_knob(fmt, knob):
     check(fmt, got, xs, deq, qb, f"{fmt} knob {knob}")
 
 
-def test_staged_knob_rejects_garbage():
+@pytest.mark.parametrize("knob", ["4,8,2", "2,12,1,1,0,2,2", "3,12,1,1,0,2,1", "2,12,2,1,0,2,1"])
+def test_staged_knob_rejects_garbage(knob):
     q, _, _ = make("q4_0", 16, 256)
-    os.environ["GPUKIT_GEMV_GGUF"] = "4,8,2"
+    os.environ["GPUKIT_GEMV_GGUF"] = knob
     try:
         with pytest.raises(ValueError, match="GPUKIT_GEMV_GGUF"):
             gk.gemv_q4_0(gk.zeros((1, 256), dtype="bfloat16", device="cuda"), q.to("cuda"))
@@ -266,3 +267,47 @@ def test_q8_0_bf16_byte_decode(m, n, k):
     assert gk.to_numpy(got).tobytes() == gk.to_numpy(ref).tobytes(), "variant 13 and the default differ"
     one = with_variant(13, lambda: gk.gemv_q8_0(x[m - 1], qc, out_dtype="float32"))
     assert gk.to_numpy(one).tobytes() == gk.to_numpy(got)[m - 1].tobytes()
+
+
+ROLL_SHAPES = [(300, 14336), (37, 4096), (133, 1280), (16, 2304), (70, 6144), (1, 256)]
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("n,k", ROLL_SHAPES)
+def test_rolled_loop_same_bits(fmt, n, k):
+    """Variant 21 (the stage and unit loops not unrolled: ring slot and unit offset at run time):
+    exact, and the same bits as the default (same operations in the same order); ragged per-warp
+    runs, partial last stages, split-K, Q6_K's phased units."""
+    if k % BLOCK[fmt][0] or (fmt == "q6_k" and k % 2048):
+        pytest.skip("not a shape of the staged kernel")
+    q, deq, qb = make(fmt, n, k)
+    qc = q.to("cuda")
+    fn = getattr(gk, f"gemv_{fmt}")
+    for m, dtype in ((1, "bfloat16"), (6, "float16")):
+        xb, xs = xrows(m, k, dtype)
+        x = xb.to("cuda")
+        got = with_variant(21, lambda: fn(x, qc, out_dtype="float32"))
+        check(fmt, got, xs, deq, qb, f"{fmt} variant 21 n={n} k={k} M={m} {dtype}")
+        ref = fn(x, qc, out_dtype="float32")
+        g, r = gk.to_numpy(got), gk.to_numpy(ref)
+        if g.tobytes() != r.tobytes():
+            i = np.argwhere(g.view(np.uint32) != r.view(np.uint32))
+            raise AssertionError(f"{fmt} n={n} k={k} M={m}: variant 21 and the default differ at {len(i)} "
+                                 f"outputs, first {i[0].tolist()}: {g[tuple(i[0])]!r} != {r[tuple(i[0])]!r}")
+
+
+@pytest.mark.parametrize("knob", ["2,12,1,1,0,2,1", "2,20,1,1,0,3,1"])
+def test_q8_0_byte_decode_rolled(knob):
+    """Variant 13 (Q8_0, bf16 x decoded by byte operations) with the knob's R 1 (rolled) and MINB:
+    the same bits as the default."""
+    q, deq, qb = raw_q8_0(300, 4096)
+    xb, xs = xrows(3, 4096, "bfloat16")
+    x, qc = xb.to("cuda"), q.to("cuda")
+    os.environ["GPUKIT_GEMV_GGUF"] = knob
+    try:
+        got = with_variant(13, lambda: gk.gemv_q8_0(x, qc, out_dtype="float32"))
+    finally:
+        del os.environ["GPUKIT_GEMV_GGUF"]
+    check("q8_0", got, xs, deq, qb, f"q8_0 variant 13 knob {knob}")
+    ref = gk.gemv_q8_0(x, qc, out_dtype="float32")
+    assert gk.to_numpy(got).tobytes() == gk.to_numpy(ref).tobytes(), f"variant 13 with knob {knob} differs from the default"
