@@ -321,6 +321,162 @@ __device__ __forceinline__ void unit_q6k(uint32_t a, uint32_t b, const T* xj, in
   }
 }
 
+// ---- SS (variant 22): Q4_K / Q6_K block scales formed once per quad instead of by each of its 4
+// lanes: lane (g, t) forms a quarter of rows g / g + 8's scales (row half t >> 1, half t & 1 of
+// the sub-blocks; the same expressions as above, so the same values) into a per-warp scratch of
+// 1 KB (row (r, g): 4 chunks of 16 bytes at chunk c ^ ((g >> 1) & 3): the 8 rows of one read hit
+// 8 distinct 16-byte bank groups), and reads them back 4 at a time. ----
+
+__device__ __forceinline__ void sts_f4(uint32_t a, float x, float y, float z, float w) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(a), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
+}
+__device__ __forceinline__ float4 lds_f4(uint32_t a) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a) : "memory");
+  return v;
+}
+// chunk c of row half r of the lane's row g
+__device__ __forceinline__ uint32_t scr_chunk(uint32_t scr, int r, int g, int c) {
+  return scr + uint32_t(((r * 8 + g) * 4 + (c ^ ((g >> 1) & 3))) * 16);
+}
+
+// One Q4_K block (as unit_q4k): chunk c of a row = d1[2c], d1[2c + 1], m1[2c], m1[2c + 1].
+template <class T>
+__device__ __forceinline__ void unit_q4k_ss(uint32_t a, uint32_t b, const T* xj, int g, int t, uint32_t magic,
+                                            uint32_t scr, float (&acc)[4]) {
+  constexpr uint32_t kM0 = std::is_same_v<T, bf16> ? 0x43004300u : 0x64006400u;
+  const uint32_t ones = splat<T>(1.0f);
+  {
+    const int r = t >> 1, h = t & 1;  // row half, sub-blocks 4h..4h+3
+    const uint4 hv = lds16(r ? b : a);
+    const float d = f16f(hv.x & 0xffffu), dm = f16f(hv.x >> 16);
+    const uint32_t sc = h ? ((hv.w & 0x0f0f0f0fu) | ((hv.y >> 2) & 0x30303030u)) : (hv.y & 0x3f3f3f3fu);
+    const uint32_t mn = h ? (((hv.w >> 4) & 0x0f0f0f0fu) | ((hv.z >> 2) & 0x30303030u)) : (hv.z & 0x3f3f3f3fu);
+    float dv[4], mv[4];
+    scale4(sc, d, d * -8388608.0f, dv);
+    scale4(mn, dm, dm * -8388608.0f, mv);
+    __syncwarp();  // every lane is done reading the previous block's scales
+    sts_f4(scr_chunk(scr, r, g, 2 * h), dv[0], dv[1], mv[0], mv[1]);
+    sts_f4(scr_chunk(scr, r, g, 2 * h + 1), dv[2], dv[3], mv[2], mv[3]);
+    __syncwarp();
+  }
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    const float4 s0 = lds_f4(scr_chunk(scr, 0, g, c)), s1 = lds_f4(scr_chunk(scr, 1, g, c));
+    uint32_t w[2][2];  // [row][step]
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint32_t ad = (r ? b : a) + uint32_t(16 + 32 * c + 4 * t);
+      w[r][0] = lds_u32(ad);
+      w[r][1] = lds_u32(ad + 16);
+    }
+#pragma unroll
+    for (int hi = 0; hi < 2; ++hi) {  // sub-block 2c + hi
+      const int sb = 2 * c + hi;
+      const uint2 x0 = __ldg(reinterpret_cast<const uint2*>(xj + 32 * sb));
+      const uint2 x1 = __ldg(reinterpret_cast<const uint2*>(xj + 32 * sb + 16));
+      float xs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      const uint32_t o4[4] = {ones, ones, ones, ones};
+      mma16816<T>(xs, o4, x0.x, x0.y);
+      mma16816<T>(xs, o4, x1.x, x1.y);
+      uint32_t v[2][2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int k = 0; k < 2; ++k) v[r][k] = (hi ? (w[r][k] >> 4) : w[r][k]) & 0x0f0f0f0fu;
+      const uint32_t A0[4] = {hsub2u<T>(__byte_perm(v[0][0], magic, 0x4140u), kM0),
+                              hsub2u<T>(__byte_perm(v[1][0], magic, 0x4140u), kM0),
+                              hsub2u<T>(__byte_perm(v[0][0], magic, 0x4342u), kM0),
+                              hsub2u<T>(__byte_perm(v[1][0], magic, 0x4342u), kM0)};
+      const uint32_t A1[4] = {hsub2u<T>(__byte_perm(v[0][1], magic, 0x4140u), kM0),
+                              hsub2u<T>(__byte_perm(v[1][1], magic, 0x4140u), kM0),
+                              hsub2u<T>(__byte_perm(v[0][1], magic, 0x4342u), kM0),
+                              hsub2u<T>(__byte_perm(v[1][1], magic, 0x4342u), kM0)};
+      float cc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      mma16816<T>(cc, A0, x0.x, x0.y);
+      mma16816<T>(cc, A1, x1.x, x1.y);
+      const float d1a = hi ? s0.y : s0.x, m1a = hi ? s0.w : s0.z;
+      const float d1b = hi ? s1.y : s1.x, m1b = hi ? s1.w : s1.z;
+      acc[0] = fmaf(-m1a, xs[0], fmaf(d1a, cc[0], acc[0]));
+      acc[1] = fmaf(-m1a, xs[1], fmaf(d1a, cc[1], acc[1]));
+      acc[2] = fmaf(-m1b, xs[2], fmaf(d1b, cc[2], acc[2]));
+      acc[3] = fmaf(-m1b, xs[3], fmaf(d1b, cc[3], acc[3]));
+    }
+  }
+}
+
+// One Q6_K unit (as unit_q6k): per block, chunk 2h + q of a row = the scales of sub-blocks
+// 8h + q + 2 sb, sb = 0..3 (the order the decode takes them).
+template <class T>
+__device__ __forceinline__ void unit_q6k_ss(uint32_t a, uint32_t b, const T* xj, int g, int t, uint32_t magic,
+                                            uint32_t scr, float (&acc)[4]) {
+  constexpr uint32_t kM32 = std::is_same_v<T, bf16> ? 0x43204320u : 0x64206420u;
+#pragma unroll
+  for (int bk = 0; bk < 2; ++bk) {
+    {
+      const int r = t >> 1, j = t & 1;  // row half; sub-blocks 8j..8j+7 (scale bytes 8j..8j+7)
+      const uint32_t ad = (r ? b : a) + uint32_t(210 * bk);
+      const float d = f16f(lds_u16(ad + 208));
+      float v[8];
+#pragma unroll
+      for (int q4 = 0; q4 < 2; ++q4) {
+        uint32_t u;
+        if (bk == 0) u = lds_u32(ad + 192 + 8 * j + 4 * q4);
+        else u = ld4<true>(ad + 192 + 8 * j + 4 * q4);
+        u ^= 0x80808080u;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const uint32_t sel = uint32_t(e) | (4u << 4) | (4u << 8) | (7u << 12);
+          v[4 * q4 + e] = d * (__uint_as_float(__byte_perm(u, 0x4B000000u, sel)) - 8388736.0f);
+        }
+      }
+      __syncwarp();  // every lane is done reading the previous block's scales
+      sts_f4(scr_chunk(scr, r, g, 2 * j), v[0], v[2], v[4], v[6]);
+      sts_f4(scr_chunk(scr, r, g, 2 * j + 1), v[1], v[3], v[5], v[7]);
+      __syncwarp();
+    }
+#pragma unroll
+    for (int hq = 0; hq < 4; ++hq) {
+      const int h = hq >> 1, q = hq & 1;
+      const float4 s0 = lds_f4(scr_chunk(scr, 0, g, 2 * h + q)), s1 = lds_f4(scr_chunk(scr, 1, g, 2 * h + q));
+      const float dsa[4] = {s0.x, s0.y, s0.z, s0.w}, dsb[4] = {s1.x, s1.y, s1.z, s1.w};
+      uint32_t l0[2], l1[2], lh[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const uint32_t ad = (r ? b : a) + uint32_t(210 * bk);
+        const uint32_t ol = uint32_t(64 * h + 16 * q + 4 * t), oh = uint32_t(128 + 32 * h + 16 * q + 4 * t);
+        if (bk == 0) {
+          l0[r] = lds_u32(ad + ol), l1[r] = lds_u32(ad + ol + 32), lh[r] = lds_u32(ad + oh);
+        } else {
+          l0[r] = ld4<true>(ad + ol), l1[r] = ld4<true>(ad + ol + 32), lh[r] = ld4<true>(ad + oh);
+        }
+      }
+#pragma unroll
+      for (int sb = 0; sb < 4; ++sb) {
+        const int si = 8 * h + 2 * sb + q;
+        const uint2 xv = __ldg(reinterpret_cast<const uint2*>(xj + 256 * bk + 16 * si));
+        uint32_t cv[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const uint32_t lo = ((sb & 1) ? l1[r] : l0[r]) >> (4 * (sb >> 1));
+          const uint32_t hb = 2 * sb <= 4 ? (lh[r] << (4 - 2 * sb)) : (lh[r] >> (2 * sb - 4));
+          cv[r] = (lo & 0x0f0f0f0fu) | (hb & 0x30303030u);
+        }
+        const uint32_t a4[4] = {hsub2u<T>(__byte_perm(cv[0], magic, 0x4140u), kM32),
+                                hsub2u<T>(__byte_perm(cv[1], magic, 0x4140u), kM32),
+                                hsub2u<T>(__byte_perm(cv[0], magic, 0x4342u), kM32),
+                                hsub2u<T>(__byte_perm(cv[1], magic, 0x4342u), kM32)};
+        float cc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        mma16816<T>(cc, a4, xv.x, xv.y);
+        acc[0] = fmaf(dsa[sb], cc[0], acc[0]);
+        acc[1] = fmaf(dsa[sb], cc[1], acc[1]);
+        acc[2] = fmaf(dsb[sb], cc[2], acc[2]);
+        acc[3] = fmaf(dsb[sb], cc[3], acc[3]);
+      }
+    }
+  }
+}
+
 // PROBE: the copies and waits only, no decode (wrong results: the access pattern's ceiling).
 // L2 prefetch of n bytes at a 16-byte aligned global address (n % 16 == 0).
 __device__ __forceinline__ void prefetch_l2(const void* a, uint32_t n) {
@@ -334,7 +490,10 @@ __device__ __forceinline__ void prefetch_l2(const void* a, uint32_t n) {
 // ROLL: the stage loop and the loop over a stage's units not unrolled (the ring slot and the
 // unit's offset computed at run time; one copy of a unit's decode in the code instead of D x U:
 // less instruction-cache pressure, same arithmetic in the same order: the same bits).
-template <class T, int F, int D, int UX = 1, bool PROBE = false, int MINB = 2, bool B8 = false, bool ROLL = false>
+// SS: Q4_K / Q6_K with the scales formed once per quad (unit_q4k_ss / unit_q6k_ss; 1 KB of
+// scratch per warp after the rings).
+template <class T, int F, int D, int UX = 1, bool PROBE = false, int MINB = 2, bool B8 = false, bool ROLL = false,
+          bool SS = false>
 __global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p, int pf) {
   using L = GL<F, UX>;
   constexpr int UB = GS<F>::UB, UW = GS<F>::UW, U = L::U, NC = L::NC, P = L::P, NK = (NC + 7) / 8;
@@ -350,6 +509,7 @@ __global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p, int pf) {
 
   extern __shared__ uint4 smem[];
   const uint32_t ring = smem_addr(smem) + uint32_t(warp) * uint32_t(D * SB);
+  const uint32_t scr = smem_addr(smem) + uint32_t(nw) * uint32_t(D * SB) + uint32_t(warp) * 1024u;  // SS only
   // copies: lane l takes chunks l % 8 + 8 k of rows l / 8 + 4 i of each stage
   const int ch = lane & 7, rr = lane >> 3;
   // the lane's chunk of each of its rows: at the next stage's first chunk (whole-chunk units),
@@ -430,7 +590,9 @@ __global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p, int pf) {
     auto unit = [&](int v) {
       const uint32_t a = sb + uint32_t(v * UB), b = a + uint32_t(8 * P);
       const T* xj = xs + v * UW;
-      if constexpr (F == int(QFormat::q4_k)) unit_q4k<T>(a, b, xj, t, magic, acc);
+      if constexpr (SS && F == int(QFormat::q4_k)) unit_q4k_ss<T>(a, b, xj, g, t, magic, scr, acc);
+      else if constexpr (SS && F == int(QFormat::q6_k)) unit_q6k_ss<T>(a, b, xj, g, t, magic, scr, acc);
+      else if constexpr (F == int(QFormat::q4_k)) unit_q4k<T>(a, b, xj, t, magic, acc);
       else if constexpr (F == int(QFormat::q6_k)) unit_q6k<T>(a, b, xj, t, magic, acc);
       else unit32<T, F, B8>(a, b, xj, t, magic, acc);
     };
@@ -589,7 +751,8 @@ GCfg gcfg_env(QFormat f) {
 // The variant switch (benchmarking only): 4 a 3-stage ring (the default is 2), 5 a 4-stage ring,
 // 7 the copies without decode (the probe; wrong results), 12 Q8_0 with bf16 x through an fp16
 // copy of x (k_gg_xprep), 13 Q8_0 with bf16 x decoded to bf16 by byte operations (int8x4_bf16),
-// 21 the rolled stage loop (k_ggst's ROLL; with the knob's D and UX at their defaults).
+// 21 the rolled stage loop (k_ggst's ROLL; with the knob's D and UX at their defaults), 22 Q4_K /
+// Q6_K with the block scales formed once per quad (k_ggst's SS; the knob's D and UX at their defaults).
 GCfg gcfg(int variant, QFormat f) {
   GCfg c = gcfg_env(f);
   if (variant == 21 && c.ux == 1 && c.d == default_depth(f)) c.roll = 1;
@@ -654,10 +817,12 @@ GPlan gplan(int64_t n, int64_t k, QFormat f, const GCfg& c) {
   return p;
 }
 
-template <class T, int F, int D, int UX = 1, bool PROBE = false, int MINB = 2, bool B8 = false, bool ROLL = false>
+template <class T, int F, int D, int UX = 1, bool PROBE = false, int MINB = 2, bool B8 = false, bool ROLL = false,
+          bool SS = false>
 void launch_d(const QGemvArgs& p, int nw, int pf, cudaStream_t st) {
-  constexpr int SB = 16 * GL<F, UX>::P;
-  smem_limit<k_ggst<T, F, D, UX, PROBE, MINB, B8, ROLL>>(kSmemMax);
+  constexpr int SB = 16 * GL<F, UX>::P + (SS ? 1024 / D : 0);  // SS: the scratch counted in the stages
+  static_assert(!SS || 1024 % D == 0, "scratch");
+  smem_limit<k_ggst<T, F, D, UX, PROBE, MINB, B8, ROLL, SS>>(kSmemMax);
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   const int S = std::max(1, p.split);
@@ -671,7 +836,7 @@ void launch_d(const QGemvArgs& p, int nw, int pf, cudaStream_t st) {
     const int64_t cap = kSmSmem / (per_sm + 1) - 1024 + 256;  // just too much for per_sm + 1 CTAs
     if (per_sm * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
   }
-  launch_ex(k_ggst<T, F, D, UX, PROBE, MINB, B8, ROLL>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p, pf);
+  launch_ex(k_ggst<T, F, D, UX, PROBE, MINB, B8, ROLL, SS>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p, pf);
   GK_LAUNCH_CHECK("qgemv_gguf_st");
 }
 
@@ -682,6 +847,15 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   constexpr int D0 = GS<F>::D;
   constexpr bool kB8 = F == int(QFormat::q8_0) && std::is_same_v<T, bf16>;
   const bool b8 = kB8 && p.variant == 13 && c.ux == 1 && c.d == D0 && c.minb == 2;
+  constexpr bool kSS = F == int(QFormat::q4_k) || F == int(QFormat::q6_k);
+  if constexpr (kSS) {
+    if (p.variant == 22 && c.ux == 1 && c.d == D0 && !c.roll) {
+      if (c.minb == 3) launch_d<T, F, D0, 1, false, 3, false, false, true>(p, pl.nw, c.pf, st);
+      else launch_d<T, F, D0, 1, false, 2, false, false, true>(p, pl.nw, c.pf, st);
+      if (p.split > 1) launch_sum_q(p, st);
+      return;
+    }
+  }
   if (b8 && c.roll) launch_d<T, F, D0, 1, false, 2, kB8, true>(p, pl.nw, c.pf, st);
   else if (b8) launch_d<T, F, D0, 1, false, 2, kB8>(p, pl.nw, c.pf, st);
   else if (c.roll && c.minb == 3) launch_d<T, F, D0, 1, false, 3, false, true>(p, pl.nw, c.pf, st);

@@ -311,3 +311,33 @@ def test_q8_0_byte_decode_rolled(knob):
     check("q8_0", got, xs, deq, qb, f"q8_0 variant 13 knob {knob}")
     ref = gk.gemv_q8_0(x, qc, out_dtype="float32")
     assert gk.to_numpy(got).tobytes() == gk.to_numpy(ref).tobytes(), f"variant 13 with knob {knob} differs from the default"
+
+
+@pytest.mark.parametrize("fmt", ["q4_k", "q6_k"])
+@pytest.mark.parametrize("n,k", [(300, 14336), (37, 4096), (133, 2048), (16, 2304), (70, 6144)])
+@pytest.mark.parametrize("knob", [None, "2,20,1,1,0,3"])
+def test_quad_scales_same_bits(fmt, n, k, knob):
+    """Variant 22 (Q4_K / Q6_K block scales formed once per quad and shared through a per-warp
+    scratch in shared memory; also with MINB 3): exact, and the same bits as the default (the
+    same scale values, the same operations in the same order)."""
+    if k % BLOCK[fmt][0] or (fmt == "q6_k" and k % 2048):
+        pytest.skip("not a shape of the staged kernel")
+    q, deq, qb = make(fmt, n, k)
+    qc = q.to("cuda")
+    fn = getattr(gk, f"gemv_{fmt}")
+    for m, dtype in ((1, "bfloat16"), (7, "float16")):
+        xb, xs = xrows(m, k, dtype)
+        x = xb.to("cuda")
+        if knob:
+            os.environ["GPUKIT_GEMV_GGUF"] = knob
+        try:
+            got = with_variant(22, lambda: fn(x, qc, out_dtype="float32"))
+        finally:
+            os.environ.pop("GPUKIT_GEMV_GGUF", None)
+        check(fmt, got, xs, deq, qb, f"{fmt} variant 22 knob {knob} n={n} k={k} M={m} {dtype}")
+        ref = fn(x, qc, out_dtype="float32")
+        g, r = gk.to_numpy(got), gk.to_numpy(ref)
+        if g.tobytes() != r.tobytes():
+            i = np.argwhere(g.view(np.uint32) != r.view(np.uint32))
+            raise AssertionError(f"{fmt} n={n} k={k} M={m}: variant 22 and the default differ at {len(i)} "
+                                 f"outputs, first {i[0].tolist()}: {g[tuple(i[0])]!r} != {r[tuple(i[0])]!r}")
