@@ -274,6 +274,7 @@ struct GCfg {
   int pf = 0;                            // stages per row prefetched into L2 at the start
   int minb = 2;                          // registers sized for 2 (128) or 3 (80) CTAs of 256 threads per SM
   int roll = 0;                          // 1: the stage and unit loops not unrolled (k_ggst's ROLL)
+  int ss = 0;                            // 1: Q4_K / Q6_K scales once per quad (k_ggst's SS)
 };
 
 int default_depth(QFormat f) {
@@ -322,7 +323,8 @@ GCfg gcfg_env(QFormat f) {
 // Q6_K with the block scales formed once per quad (k_ggst's SS; the knob's D and UX at their defaults).
 GCfg gcfg(int variant, QFormat f) {
   GCfg c = gcfg_env(f);
-  if (variant == 21 && c.ux == 1 && c.d == default_depth(f)) c.roll = 1;
+  if (variant == 21) c.roll = 1;
+  if (variant == 22) c.ss = 1;
   if (variant == 4) c.d = default_depth(f) == 2 ? 3 : 2;
   if (variant == 5) c.d = 4;
   return c;
@@ -413,20 +415,22 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   const GPlan pl = gplan(p.n, p.k, QFormat(F), c);
   constexpr int D0 = GS<F>::D;
   constexpr bool kB8 = F == int(QFormat::q8_0) && std::is_same_v<T, bf16>;
-  const bool b8 = kB8 && p.variant == 13 && c.ux == 1 && c.d == D0 && c.minb == 2;
+  // roll / ss / b8 / minb 3 apply with the default ring depth and UX 1 only (else the plain kernels)
+  const bool dflt = c.ux == 1 && c.d == D0;
+  const bool b8 = kB8 && p.variant == 13 && dflt && c.minb == 2, roll = c.roll && dflt;
   constexpr bool kSS = F == int(QFormat::q4_k) || F == int(QFormat::q6_k);
   if constexpr (kSS) {
-    if (p.variant == 22 && c.ux == 1 && c.d == D0 && !c.roll) {
+    if (c.ss && dflt && !roll) {
       if (c.minb == 3) launch_d<T, F, D0, 1, false, 3, false, false, true>(p, pl.nw, c.pf, st);
       else launch_d<T, F, D0, 1, false, 2, false, false, true>(p, pl.nw, c.pf, st);
       if (p.split > 1) launch_sum_q(p, st);
       return;
     }
   }
-  if (b8 && c.roll) launch_d<T, F, D0, 1, false, 2, kB8, true>(p, pl.nw, c.pf, st);
+  if (b8 && roll) launch_d<T, F, D0, 1, false, 2, kB8, true>(p, pl.nw, c.pf, st);
   else if (b8) launch_d<T, F, D0, 1, false, 2, kB8>(p, pl.nw, c.pf, st);
-  else if (c.roll && c.minb == 3) launch_d<T, F, D0, 1, false, 3, false, true>(p, pl.nw, c.pf, st);
-  else if (c.roll) launch_d<T, F, D0, 1, false, 2, false, true>(p, pl.nw, c.pf, st);
+  else if (roll && c.minb == 3) launch_d<T, F, D0, 1, false, 3, false, true>(p, pl.nw, c.pf, st);
+  else if (roll) launch_d<T, F, D0, 1, false, 2, false, true>(p, pl.nw, c.pf, st);
   else if (c.minb == 3 && c.ux == 1 && c.d == D0) launch_d<T, F, D0, 1, false, 3>(p, pl.nw, c.pf, st);
   else if (c.ux == 2 && c.d == 2) launch_d<T, F, 2, 2>(p, pl.nw, c.pf, st);
   else if (c.ux == 2) launch_d<T, F, 3, 2>(p, pl.nw, c.pf, st);
