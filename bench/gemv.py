@@ -22,6 +22,11 @@ the *_st formats again with each GPUKIT_GEMV_W8 setting (printed only; the field
 KB,D,WT[,RT[,XS[,XP[,SP[,PF[,PD]]]]]] are described in docs/gemm.md; XS 3 = 8-bit weights
 decoded to bf16, the default for fp8 / int8 with bf16 x).
 --ms 1,4,8: also time every other format with M = 4 and 8 rows of x (records FMT_m4, FMT_m8).
+q8_0_h / q4_0_h: the GGUF kernels with float16 x (Q8_0's codes then decode in fp16 without the fp32
+detour of bf16). --gguf D,WT[,UX[,WMIN[,PF[,MINB]]]][/...]: time the GGUF formats again with each
+GPUKIT_GEMV_GGUF setting (the staged GGUF kernel's ring depth, target warps per SM, 2 for twice the
+blocks per stage, warps per CTA at least, stages per row prefetched into L2 at the start, 3 for 80
+registers; printed only).
 The default launches use programmatic dependent launch (each call copies its first weights
 while the previous call finishes, as in a decode step's chain of GEMVs); "variant 2" lines: the
 same kernels without it. "variant 1": a 2-stage cp.async ring instead of the default depth
@@ -29,7 +34,7 @@ same kernels without it. "variant 1": a 2-stage cp.async ring instead of the def
 default (default 1,2); 3-10 are for the 4-bit / GGUF kernels (VARIANT_NAMES).
 
 Usage: python bench/gemv.py [--out F] [--rounds N] [--only bf16,fp8,...] [--shapes 0,1,2] [--ms 1,8]
-       [--variants 1,2,3,...]
+       [--variants 1,2,3,...] [--gguf D,WT/...]
 Exits 0 without CUDA.
 """
 from __future__ import annotations
@@ -49,17 +54,22 @@ L2_DEFEAT = 256e6    # bytes of rotated weights per measurement (>= 5x the H200'
 FORMATS = ("bf16", "fp16", "bf16_m4", "bf16_m8", "bf16_tc", "bf16_m8_tc", "fp8", "int8", "fp8_tc", "int8_tc",
            "bf16_st", "bf16_m2_st", "bf16_m4_st", "bf16_m8_st", "fp8_st", "int8_st", "fp8_m8_st", "int8_m8_st",
            "bf16_cc", "bf16_m8_cc", "fp8_cc", "int8_cc", "fp8_h_st", "int8_h_st", "fp8_m2_st", "fp8_m4_st",
-           "int4", "int4_g64", "int4_g32", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
+           "int4", "int4_g64", "int4_g32", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k", "q8_0_h", "q4_0_h")
 VARIANT_FMTS = ("bf16", "bf16_m8", "fp8", "int8", "int4", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "without PDL",
                  3: "int4: the per-lane kernel (quant_int4_lane.cu); others: the previous default kernel",
-                 4: "2 m-tiles per warp", 5: "int4/nvf4: 4 stages; GGUF: Q6_K 2, others 6 stages",
+                 4: "2 m-tiles per warp; GGUF: a 2-stage ring", 5: "int4/nvf4: 4 stages; GGUF: 4 stages",
                  6: "int4: 2 m-tiles, 3 stages",
-                 7: "int4 probe: the same copies without decode (wrong results: the access pattern's ceiling)",
+                 7: "probe (int4; GGUF: the staged kernel): the same copies without decode (wrong results: the access pattern's ceiling)",
                  8: "int4 / nvf4: shifts as mul.hi (FMA pipe)", 9: "int4: shifts as mul.hi, 2 m-tiles per warp",
-                 10: "int4: 24 warps per SM"}
-INT4_ONLY_VARIANTS = (6, 7, 9, 10, 11, 12, 13, 14)  # --variants: int4 / nvf4 formats only (8: int4 and nvf4)
-NEW_KERNEL_VARIANTS = (3, 4, 5)  # int4, nvf4 and the GGUF formats only
+                 10: "int4: 24 warps per SM", 12: "Q8_0, bf16 x: through a scaled fp16 copy of x (an x kernel)",
+                 13: "Q8_0, bf16 x: codes to bf16 by byte operations (no fp32)"}
+VARIANT_NAMES[21] = "GGUF: the stage and unit loops not unrolled (less code)"
+VARIANT_NAMES[22] = "GGUF Q4_K / Q6_K: block scales once per quad, shared through shared memory"
+GGUF_ONLY_VARIANTS = (21, 22)  # --variants: the GGUF formats only (22: Q4_K and Q6_K)
+INT4_ONLY_VARIANTS = (6, 9, 10, 11, 14)  # --variants: int4 / nvf4 only (8: int4 and nvf4; 7: int4 and GGUF; 12 / 13: int4 / nvf4 and Q8_0)
+NEW_KERNEL_VARIANTS = (3, 4, 5, 7)  # int4, nvf4 and the GGUF formats only
+GGUF_FMTS = ("q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 
 
 def tbs(nbytes, ms):
@@ -216,6 +226,7 @@ def main():
                                           p.add_argument("--shapes", default="0,1,2"),
                                           p.add_argument("--ms", default="1"),
                                           p.add_argument("--w8", default=""),
+                                          p.add_argument("--gguf", default=""),
                                           p.add_argument("--no-variants", action="store_true",
                                                          help="skip the alternative kernel variants"),
                                           p.add_argument("--variants", default="1,2",
@@ -232,7 +243,7 @@ def main():
     only = [f for f in FORMATS if f in set(args.only.split(","))]
     extra_ms = [int(v) for v in args.ms.split(",") if int(v) > 1]
     only = only + [f"{f}_m{mm}" for mm in extra_ms for f in only if "_m" not in f
-                   and not f.endswith(("_tc", "_cc", "_st")) and f not in ("bf16", "fp16")]
+                   and not f.endswith(("_tc", "_cc", "_st", "_h")) and f not in ("bf16", "fp16")]
     ceiling = copy_ceiling(rounds)
     print(f"copy ceiling {ceiling:.3f} TB/s (1 GiB device-to-device, read + written)")
     if not 1.0 < ceiling < 6.0:
@@ -260,7 +271,7 @@ def main():
             if fmt.startswith("int4_g"):
                 base = fmt.split("_m")[0]
             gk._C._gemv_set_dense_path({"_tc": 1, "_cc": 0, "_st": 2}.get(fmt[-3:], -1))
-            xdt = "float16" if fmt == "fp16" or "_h_" in fmt else "bfloat16"
+            xdt = "float16" if fmt == "fp16" or "_h_" in fmt or fmt.endswith("_h") else "bfloat16"
             x = gk.asarray(rng.standard_normal((m, k), dtype=np.float32)).to("cuda").astype(xdt)
             probe_bytes = n * k * (2 if fmt.startswith(("bf16", "fp16")) else 1)
             copies = max(1, math.ceil(L2_DEFEAT / probe_bytes))
@@ -284,6 +295,10 @@ def main():
                     if var in NEW_KERNEL_VARIANTS and not base.startswith(("int4", "q", "nvf4")):
                         continue
                     if var == 8 and not base.startswith(("int4", "nvf4")):
+                        continue
+                    if var in (12, 13) and not base.startswith(("int4", "nvf4")) and fmt not in ("q8_0", "q8_0_m4", "q8_0_m8"):
+                        continue
+                    if var in GGUF_ONLY_VARIANTS and (base not in GGUF_FMTS or (var == 22 and base not in ("q4_k", "q6_k"))):
                         continue
                     try:
                         gk._C._gemv_set_variant(var)
@@ -309,6 +324,18 @@ def main():
                         notes.append(f"  w8 {cfg} FAILED: {type(e).__name__}: {e}")
                     finally:
                         del os.environ["GPUKIT_GEMV_W8"]
+            if base in GGUF_FMTS and args.gguf:  # the staged GGUF kernel's depth / warps knob
+                for cfg in args.gguf.split("/"):
+                    os.environ["GPUKIT_GEMV_GGUF"] = cfg
+                    try:
+                        check(fmt, fn(x, *wargs[0]), x, deq)
+                        v1 = tbs(nbytes, median(time_graph(calls, rounds)))
+                        notes.append(f"  gguf {cfg}: {v1:.3f} TB/s = {v1 / ceiling:.0%} of copy")
+                        r_var[f"gguf_{cfg.replace(',', '_')}"] = v1
+                    except Exception as e:  # noqa: BLE001
+                        notes.append(f"  gguf {cfg} FAILED: {type(e).__name__}: {e}")
+                    finally:
+                        del os.environ["GPUKIT_GEMV_GGUF"]
             if fmt == "bf16":  # cross-check: plain launches timed on the current stream (host overhead included)
                 a, b = gk.Event(), gk.Event()
                 a.record()

@@ -88,6 +88,21 @@ void launch_nvf4(const QGemvArgs& a, cudaStream_t st) {
   return launch_mma<MNvf4<T>, T>(p, a.split, st);
 }
 
+// The GGUF formats. Default (and variants 2, 4, 5, 7, 12): the staged kernel of quant_gguf_st.cu
+// (16-byte aligned rows; K % 256 == 0, Q6_K K % 2048 == 0); variant 3 and where the staged one
+// does not apply: Q4_K / Q6_K the session-4 kernels of quant_gguf_k.cu (Q6_K: 4-byte aligned
+// rows, K % 512 == 0), else the CUDA-core kernels of quant_gguf.cu (variant 1; Q4_K: the chunk
+// kernel of gemv_mma.cuh). The session-4 kernels of Q4_0 / Q4_1 / Q8_0 (quant_gguf32.cu) were
+// removed in session 5: slower than the staged one at every shape measured (H200 checkpoint A).
+// Every kernel here takes any split.
+template <class T>
+void launch_gguf_any(const QGemvArgs& p, cudaStream_t st) {
+  if (p.variant != 1 && p.variant != 3 && gguf_st_applies(p)) return launch_gguf_st<T>(p, st);
+  if (p.variant != 1 && gguf_k_applies(p)) return launch_gguf_k<T>(p, st);
+  if (p.fmt == QFormat::q4_k) return launch_mma<MQ4K<T>, T>(kargs(p), p.split, st);
+  return launch_gguf<T>(p, st);
+}
+
 template <class T>
 void by_format(const QGemvArgs& p, cudaStream_t st) {
   switch (p.fmt) {
@@ -99,22 +114,11 @@ void by_format(const QGemvArgs& p, cudaStream_t st) {
       return launch_chunks<FInt8, T>(p, st);
     case QFormat::int4: return launch_int4<T>(p, st);
     case QFormat::nvf4: return launch_nvf4<T>(p, st);
-    case QFormat::q4_k:  // variant 1: the 16-byte chunk tensor-core kernel of gemv_mma.cuh; 3: quant_gguf_mma.cu
-      if (p.variant != 1 && p.variant != 3 && gguf_k_applies(p)) return launch_gguf_k<T>(p, st);
-      if (p.variant != 1 && gguf_mma_applies(p)) return launch_gguf_mma<T>(p, st);
-      return launch_mma<MQ4K<T>, T>(kargs(p), p.split, st);
+    case QFormat::q4_k:
     case QFormat::q8_0:
     case QFormat::q4_0:
     case QFormat::q4_1:
-      // variant 1: the CUDA-core kernels of quant_gguf.cu; 3: the staged-tile kernel of
-      // quant_gguf_mma.cu (the previous default)
-      if (p.variant != 1 && p.variant != 3 && gguf32_applies(p)) return launch_gguf32<T>(p, st);
-      [[fallthrough]];
-    case QFormat::q6_k:
-      if (p.fmt == QFormat::q6_k && p.variant != 1 && p.variant != 3 && gguf_k_applies(p))
-        return launch_gguf_k<T>(p, st);
-      if (p.variant != 1 && gguf_mma_applies(p)) return launch_gguf_mma<T>(p, st);
-      return launch_gguf<T>(p, st);
+    case QFormat::q6_k: return launch_gguf_any<T>(p, st);
   }
   throw ValueError("gemv: unknown quantized format");
 }
@@ -245,14 +249,12 @@ int qgemv_split(int64_t n, int64_t k, QFormat f, bool mma) {
     case QFormat::int4:  // K % 128 == 0: above
       return split_for(n, chunks_per_row<FInt4>(k));
     case QFormat::nvf4: return use_mma(f, k) ? split_mma(n, k / 128) : split_for(n, chunks_per_row<FNvf4>(k));
-    case QFormat::q4_k: return gguf_mma_split(n, k, f);  // either kernel takes any split
+    case QFormat::q4_k:
     case QFormat::q8_0:
     case QFormat::q4_0:
     case QFormat::q4_1:
-      if (k % 256 == 0) return gguf_mma_split(n, k, f);
-      return gguf_split(n, k, f);
-    case QFormat::q6_k:
-      if (k % 512 == 0) return gguf_mma_split(n, k, f);
+    case QFormat::q6_k:  // every GGUF kernel takes any split: the staged kernel's where its shape applies
+      if (gguf_st_shape(k, f)) return gguf_st_split(n, k, f);
       return gguf_split(n, k, f);
     default: return gguf_split(n, k, f);
   }

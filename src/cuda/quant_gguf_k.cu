@@ -1,6 +1,7 @@
 // GEMV over the GGUF k-quant blocks Q4_K (144 B / 256 weights) and Q6_K (210 B / 256
 // weights) on the tensor cores, read directly from the file's blocks (ops/gguf_blocks.h),
-// with few instructions per weight. Same skeleton as quant_gguf32.cu: a warp owns MT
+// with few instructions per weight (session 4; the staged kernel of quant_gguf_st.cu is the default
+// since session 5, this one serves Q6_K rows it cannot take and variant 3). A warp owns MT
 // m-tiles of 16 rows and a contiguous run of tiles, copied into its own ring of D stages
 // in shared memory (Q4_K: tiles of one block, 16-byte cp.async, lane l copies the chunks of
 // parity l % 2 of row l / 2; Q6_K: tiles of two blocks, 4-byte cp.async, the words of

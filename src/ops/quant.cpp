@@ -309,6 +309,13 @@ Array gemv_quantized(const Array& x_in, const QuantizedWeight& qw, std::optional
       a.xh = xh.data();
       a.xinv = xinv.data_as<float>();
     }
+    // the GGUF staged kernel's, for Q8_0 with bf16 x through an fp16 copy (variant 12; src/cuda/quant_gguf_st.cu)
+    if (f == QFormat::q8_0 && act == DType::bf16 && k % 256 == 0 && gemv_variant() == 12) {
+      xh = Array::empty({m, k}, DType::f16, d, &s);
+      xinv = Array::empty({m}, DType::f32, d, &s);
+      a.xh = xh.data();
+      a.xinv = xinv.data_as<float>();
+    }
     a.variant = gemv_variant();
     Array part;
     if (a.split > 1) {

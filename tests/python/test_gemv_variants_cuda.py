@@ -132,9 +132,10 @@ def test_int4_variants_match_exact(fmt, variant, n, k):
 @pytest.mark.parametrize("variant", [3, 4, 5])
 @pytest.mark.parametrize("n,k", [(37, 4096), (300, 14336), (2051, 1024), (133, 1280), (19, 1536)])
 def test_gguf_variants_match_exact(fmt, variant, n, k):
-    """The GGUF formats' and NVF4's extra variants: 3 the previous kernels (quant_gguf_mma.cu;
-    NVF4: gemv_mma.cuh), 4 / 5 the kernels of quant_gguf32.cu (Q4_0 / Q4_1 / Q8_0),
-    quant_gguf_k.cu (Q4_K / Q6_K) and quant_nvf4_lane.cu with two m-tiles per warp / a
+    """The GGUF formats' and NVF4's extra variants: GGUF 3 the older kernels (Q4_K / Q6_K:
+    quant_gguf_k.cu; others: quant_gguf.cu), 4 / 5 the staged kernel (quant_gguf_st.cu) with a 3- /
+    4-stage ring; NVF4:
+    3 the kernel of gemv_mma.cuh, 4 / 5 quant_nvf4_lane.cu with two m-tiles per warp / a
     deeper ring."""
     test_variant_matches_exact(fmt, variant, n, k)
 

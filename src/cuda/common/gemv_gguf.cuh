@@ -1,5 +1,5 @@
-// The GEMV kernels of the 2-byte aligned GGUF blocks (Q8_0, Q4_0, Q4_1, Q6_K):
-// src/cuda/quant_gguf.cu.
+// The GEMV kernels of the GGUF blocks (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) and of int4 / NVF4
+// (their declarations; the dispatch is in src/cuda/quant.cu).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -12,29 +12,20 @@ template <class T>
 void launch_gguf(const QGemvArgs& p, cudaStream_t st);
 // The split-K factor of these kernels: a function of (N, K, format) only.
 int gguf_split(int64_t n, int64_t k, QFormat f);
-// The tensor-core kernel of Q4_0 / Q4_1 / Q8_0 / Q6_K (src/cuda/quant_gguf_mma.cu): whether
-// it takes these arguments (16-byte aligned rows and K % 256 == 0; Q6_K: 4-byte aligned
-// rows, K % 512 == 0), the launch, its split-K.
-bool gguf_mma_applies(const QGemvArgs& p);
+// The staged kernel of all five GGUF formats (src/cuda/quant_gguf_st.cu, the default):
+// whether K suits it (K % 256 == 0; Q6_K K % 2048 == 0, rows of whole 16-byte chunks),
+// whether it takes these arguments (also 16-byte aligned rows of q and x), the launch, its
+// split-K (a function of N, K and the format; the kernel takes any split).
+bool gguf_st_shape(int64_t k, QFormat f);
+bool gguf_st_applies(const QGemvArgs& p);
 template <class T>
-void launch_gguf_mma(const QGemvArgs& p, cudaStream_t st);
-int gguf_mma_split(int64_t n, int64_t k, QFormat f);  // also int4's kernel below (tiles of 256)
+void launch_gguf_st(const QGemvArgs& p, cudaStream_t st);
+int gguf_st_split(int64_t n, int64_t k, QFormat f);
 // int4 with every mma k-step in one group (src/cuda/quant_int4_mma.cu): K % 256 == 0,
 // groups of 32 / 64 / 128, aligned rows.
 bool int4_mma_applies(const QGemvArgs& p);
 template <class T>
 void launch_int4_mma(const QGemvArgs& p, cudaStream_t st);
-// int4 with per-lane cp.async rings and the lean decode (src/cuda/quant_int4_lane.cu): K % 128
-// == 0, groups of 32 / 64 / 128, aligned rows; its split-K (a function of N and K only).
-bool int4_lane_applies(const QGemvArgs& p);
-template <class T>
-void launch_int4_lane(const QGemvArgs& p, cudaStream_t st);
-int int4_lane_split(int64_t n, int64_t k);
-// Q4_0 / Q4_1 / Q8_0 with static block alignment and m-tiles (src/cuda/quant_gguf32.cu):
-// 16-byte aligned rows, K % 256 == 0; takes any split.
-bool gguf32_applies(const QGemvArgs& p);
-template <class T>
-void launch_gguf32(const QGemvArgs& p, cudaStream_t st);
 // Q4_K (16-byte aligned rows, K % 256 == 0) and Q6_K (4-byte aligned rows, K % 512 == 0)
 // (src/cuda/quant_gguf_k.cu); takes any split.
 bool gguf_k_applies(const QGemvArgs& p);

@@ -1,0 +1,499 @@
+// GEMV over the GGUF block formats Q4_0, Q4_1, Q8_0, Q4_K and Q6_K on the tensor cores,
+// read directly from the file's blocks (layouts: ops/gguf_blocks.h), with the access
+// pattern of the staged bf16 kernel (gemv_w8.cuh): long contiguous runs of every row per
+// stage, each warp copy instruction moving 4 rows x 128 contiguous bytes.
+//
+// A row of K weights is one contiguous byte range of whole blocks. The kernel cuts it into
+// units of whole blocks (Q4_0 / Q4_1 / Q8_0: 8 blocks = 256 weights, 144 / 160 / 272 bytes;
+// Q4_K: one block, 144 bytes; Q6_K: two blocks, 420 bytes, 512 weights) and a stage into
+// U units (288 / 320 / 272 / 288 / 420 bytes per row). A CTA owns 16 rows (the m16 of
+// mma.m16n8k16) and nw warps; warp w sweeps its own contiguous run of units (of its
+// split-K slice) through a ring of D stages of 16 rows in shared memory, copied with
+// 16-byte cp.async (lane l: chunk l % 8 + 8 i of rows l / 8 + 4 r; D - 1 stages in flight;
+// only __syncwarp). Rows start 16-byte aligned (checked), so a stage's bytes are the
+// 16-byte chunks from floor(start / 16); Q6_K's 420-byte units start at a phase of
+// 0 / 4 / 8 / 12 bytes in their first chunk (the decode adds it; its blocks stay 4- and
+// 2-byte aligned as at phase 0). Shared rows are P bytes apart, P = 16 / 48 mod 128, so
+// the fragment reads (lane (g, t): 4 bytes at 4t of rows g = 0..7) hit 32 banks.
+//
+// Decode (lane (g, t) takes rows g and g + 8, one mma k-step = 16 weights of one block or
+// sub-block): Q4_0 / Q4_1 / Q8_0 take weights 4t..4t+3 (k-step 0) and 16+4t.. (k-step 1)
+// of every block (the 4-bit codes: low / high nibbles of bytes 4t..4t+3; Q8_0: bytes 4t..
+// and 16+4t..), x row g at the same k; codes become exact bf16/fp16 pairs by byte permutes
+// under a magic exponent and one packed subtraction (Q8_0 with bf16 x: through fp32).
+// Per block the fp32 mma sum times d (plus Q4_1's m times the block's sum of x, an mma
+// with ones). Q4_K / Q6_K: the decodes of quant_gguf_k.cu (sub-block scales formed once per
+// block, exact). x rows g >= M read row M - 1 (their columns are dropped).
+//
+// The warps' sums are added in warp order, split-K slices by the second pass; the plan
+// (warps per CTA, split) is a function of (N, K, format) only: the same bits every run and
+// for a row alone or in a batch.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "common/gemv_gguf.cuh"
+#include "common/gemv_stage.cuh"
+#include "core/cuda_util.h"
+#include "quant_gguf_st_units.cuh"
+
+namespace gk::cuda {
+
+namespace {
+
+using namespace gemv_detail;
+using namespace gguf_st;  // GS, GL, kPhased, the unit decodes (quant_gguf_st_units.cuh)
+
+// PROBE: the copies and waits only, no decode (wrong results: the access pattern's ceiling).
+// L2 prefetch of n bytes at a 16-byte aligned global address (n % 16 == 0).
+__device__ __forceinline__ void prefetch_l2(const void* a, uint32_t n) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(n) : "memory");
+}
+
+// pf: stages of each row prefetched into L2 beyond the ring's first D - 1 (one bulk prefetch per
+// row and warp before waiting for the previous kernel; 0: none).
+// MINB: CTAs of 256 threads per SM the registers are sized for (2: 128 registers, 3: 80). B8:
+// Q8_0 with bf16 x decoded by int8x4_bf16.
+// ROLL: the stage loop and the loop over a stage's units not unrolled (the ring slot and the
+// unit's offset computed at run time; one copy of a unit's decode in the code instead of D x U:
+// less instruction-cache pressure, same arithmetic in the same order: the same bits).
+// SS: Q4_K / Q6_K with the scales formed once per quad (unit_q4k_ss / unit_q6k_ss; 1 KB of
+// scratch per warp after the rings).
+template <class T, int F, int D, int UX = 1, bool PROBE = false, int MINB = 2, bool B8 = false, bool ROLL = false,
+          bool SS = false>
+__global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p, int pf) {
+  using L = GL<F, UX>;
+  constexpr int UB = GS<F>::UB, UW = GS<F>::UW, U = L::U, NC = L::NC, P = L::P, NK = (NC + 7) / 8;
+  constexpr int SB = 16 * P;  // bytes per stage
+  static_assert(kPhased<F> || NC * 16 == U * UB, "whole chunks per stage");
+  static_assert(P >= NC * 16 && (P % 128 == 16 || P % 128 == 48 || P % 128 == 80 || P % 128 == 112), "pitch");
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t row0 = int64_t(blockIdx.x) * 16;
+  const int64_t nu = p.k / UW;
+  const int64_t parts = int64_t(gridDim.y) * nw, pi = int64_t(blockIdx.y) * nw + warp;
+  const int64_t u0 = nu * pi / parts, u1 = nu * (pi + 1) / parts;
+
+  extern __shared__ uint4 smem[];
+  const uint32_t ring = smem_addr(smem) + uint32_t(warp) * uint32_t(D * SB);
+  const uint32_t scr = smem_addr(smem) + uint32_t(nw) * uint32_t(D * SB) + uint32_t(warp) * 1024u;  // SS only
+  // copies: lane l takes chunks l % 8 + 8 k of rows l / 8 + 4 i of each stage
+  const int ch = lane & 7, rr = lane >> 3;
+  // the lane's chunk of each of its rows: at the next stage's first chunk (whole-chunk units),
+  // at the warp's first unit (phased units: the stage's chunk offset added per stage)
+  const uint8_t* qp[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t row = row0 + rr + 4 * i < p.n ? row0 + rr + 4 * i : p.n - 1;
+    qp[i] = static_cast<const uint8_t*>(p.q) + row * p.q_rs + ch * 16 + (kPhased<F> ? 0 : u0 * UB);
+  }
+  const uint32_t cdst = ring + uint32_t(rr * P + ch * 16);
+  int64_t un = u0;  // the next unit to copy
+  auto issue = [&](int st) {
+    if (un < u1) {
+      const uint32_t d0 = cdst + uint32_t(st * SB);
+      if constexpr (!kPhased<F>) {
+        if (un + U <= u1) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int k = 0; k < NK; ++k)
+              if (NC % 8 == 0 || ch + 8 * k < NC) cp_async16(d0 + uint32_t(4 * i * P + 128 * k), qp[i] + 128 * k);
+        } else {
+          const int need = int((u1 - un) * (UB / 16));
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int k = 0; k < NK; ++k)
+              if (ch + 8 * k < need) cp_async16(d0 + uint32_t(4 * i * P + 128 * k), qp[i] + 128 * k);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) qp[i] += U * UB;
+      } else {  // U units of UB bytes from phase (un UB) % 16 (U = 1 here: NC chunks always needed)
+        static_assert(!kPhased<F> || (U == 1 && NC * 16 == 12 + UB) || UX == 2, "phased units: one per stage");
+        const int64_t b0 = un * UB, off = b0 & ~int64_t(15);
+        const int64_t nun = u1 - un < U ? u1 - un : U;
+        const int need = int(((b0 & 15) + nun * UB + 15) >> 4);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int k = 0; k < NK; ++k)
+            if ((U == 1 ? ch + 8 * k < NC : ch + 8 * k < need))
+              cp_async16(d0 + uint32_t(4 * i * P + 128 * k), qp[i] + off + 128 * k);
+      }
+    }
+    cp_commit();
+    un += U;
+  };
+
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const int xrow = g < p.m ? g : int(p.m) - 1;
+  const T* xr = static_cast<const T*>(p.x) + int64_t(xrow) * p.x_rs + 4 * t;  // + the lane's k offset in a block
+  uint32_t magic = std::is_same_v<T, bf16> ? 0x43434343u : 0x64646464u;
+  asm volatile("" : "+r"(magic));  // a register: the byte permutes take it as their second source
+
+  pdl_trigger();
+#pragma unroll
+  for (int st = 0; st < D - 1; ++st) issue(st);
+  if (pf > 0 && lane < 16 && row0 + lane < p.n) {
+    const int64_t ua = u0 + int64_t(D - 1) * U, ue = ua + int64_t(pf) * U < u1 ? ua + int64_t(pf) * U : u1;
+    if (ue > ua) {  // whole chunks (rows are whole 16-byte chunks)
+      const int64_t b0 = (ua * UB) & ~int64_t(15), b1 = (ue * UB + 15) & ~int64_t(15);
+      prefetch_l2(static_cast<const uint8_t*>(p.q) + (row0 + lane) * p.q_rs + b0, uint32_t(b1 - b0));
+    }
+  }
+  pdl_wait();
+
+  const int64_t nst = (u1 - u0 + U - 1) / U;
+  // stage j in ring slot st (st == j % D)
+  auto stage = [&](int64_t j, int st) {
+    cp_wait<D - 2>();
+    __syncwarp();  // every lane's copies of this stage are visible; every lane is done with the previous stage
+    issue(st == 0 ? D - 1 : st - 1);
+    if constexpr (PROBE) return;
+    const int64_t ub = u0 + j * U;  // first unit of the stage
+    const uint32_t sb = ring + uint32_t(st * SB + g * P) + uint32_t(kPhased<F> ? ((ub * UB) & 15) : 0);
+    const T* xs = xr + ub * UW;
+    auto unit = [&](int v) {
+      const uint32_t a = sb + uint32_t(v * UB), b = a + uint32_t(8 * P);
+      const T* xj = xs + v * UW;
+      if constexpr (SS && F == int(QFormat::q4_k)) unit_q4k_ss<T>(a, b, xj, g, t, magic, scr, acc);
+      else if constexpr (SS && F == int(QFormat::q6_k)) unit_q6k_ss<T>(a, b, xj, g, t, magic, scr, acc);
+      else if constexpr (F == int(QFormat::q4_k)) unit_q4k<T>(a, b, xj, t, magic, acc);
+      else if constexpr (F == int(QFormat::q6_k)) unit_q6k<T>(a, b, xj, t, magic, acc);
+      else unit32<T, F, B8>(a, b, xj, t, magic, acc);
+    };
+    if constexpr (ROLL) {
+#pragma unroll 1
+      for (int v = 0; v < U; ++v)
+        if (v == 0 || ub + v < u1) unit(v);
+    } else {
+#pragma unroll
+      for (int v = 0; v < U; ++v)
+        if (v == 0 || ub + v < u1) unit(v);
+    }
+  };
+  if constexpr (ROLL) {
+    int st = 0;
+#pragma unroll 1
+    for (int64_t j = 0; j < nst; ++j) {
+      stage(j, st);
+      st = st + 1 == D ? 0 : st + 1;
+    }
+  } else {
+    for (int64_t j0 = 0; j0 < nst; j0 += D) {
+#pragma unroll
+      for (int st = 0; st < D; ++st) {
+        const int64_t j = j0 + st;
+        if (j < nst) stage(j, st);
+        else issue(st == 0 ? D - 1 : st - 1);  // keeps the group count uniform (empty groups)
+      }
+    }
+  }
+  cp_wait<0>();
+
+  // the warps' sums, added in warp order (through the ring memory, free now)
+  const int S = gridDim.y, sl = blockIdx.y;
+  float* red = reinterpret_cast<float*>(smem);  // [nw][32][4]
+  if (nw > 1) {
+    __syncthreads();
+#pragma unroll
+    for (int e = 0; e < 4; ++e) red[(warp * 32 + lane) * 4 + e] = acc[e];
+    __syncthreads();
+  }
+  if (warp != 0) return;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    float v = acc[e];
+    if (nw > 1) {
+      v = red[lane * 4 + e];
+      for (int w = 1; w < nw; ++w) v += red[(w * 32 + lane) * 4 + e];
+    }
+    const int m = 2 * t + (e & 1);
+    const int64_t row = row0 + g + (e >= 2 ? 8 : 0);
+    if (m < p.m && row < p.n) {
+      if (p.xinv) v *= __ldg(p.xinv + m);  // 2^-c_m of the scaled fp16 copy of bf16 x: exact
+      if (S == 1) store_out(p.y, p.out_dtype, m * p.n + row, v);
+      else p.part[(int64_t(sl) * p.m + m) * p.n + row] = v;
+    }
+  }
+}
+
+// ---- Q8_0 with bf16 x: an fp16 copy of x scaled by 2^c per row (the codes then decode in
+// fp16 with one byte permute and one subtraction per pair instead of going through fp32) ----
+
+// The power of two c that puts a row's largest |x| (bf16 bits mx, sign cleared) in
+// [2^14, 2^15); 0 for a zero, inf or NaN maximum; within [-126, 126]. Every bf16 value down
+// to 2^-31 of the maximum is then exact in fp16.
+__device__ __forceinline__ int x_exponent(uint32_t mx) {
+  if (mx == 0 || mx >= 0x7f80u) return 0;
+  const int c = 14 - ilogbf(__uint_as_float(mx << 16));
+  return c < -126 ? -126 : (c > 126 ? 126 : c);
+}
+__device__ __forceinline__ uint32_t x_scale_h2(uint32_t u, float sc) {
+  __half2 h = __floats2half2_rn(__uint_as_float(u << 16) * sc, __uint_as_float(u & 0xffff0000u) * sc);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+
+// x [m, k] bf16 -> xh [m, k] fp16 = x * 2^c_m, xinv[m] = 2^-c_m. One CTA of 512 threads per row;
+// k % 8 == 0, 16-byte aligned rows.
+__global__ void __launch_bounds__(512) k_gg_xprep(const bf16* __restrict__ x, int64_t x_rs, int64_t k,
+                                                  f16* __restrict__ xh, float* __restrict__ xinv) {
+  pdl_trigger();
+  pdl_wait();
+  const int64_t m = blockIdx.x;
+  const uint4* xr = reinterpret_cast<const uint4*>(x + m * x_rs);
+  uint4* out = reinterpret_cast<uint4*>(xh + m * k);
+  const int64_t nv = k / 8;
+  uint32_t mx = 0;
+  for (int64_t i = threadIdx.x; i < nv; i += 512) {
+    const uint4 v = xr[i];
+    mx = max(mx, max(max(v.x & 0x7fffu, (v.x >> 16) & 0x7fffu), max(v.y & 0x7fffu, (v.y >> 16) & 0x7fffu)));
+    mx = max(mx, max(max(v.z & 0x7fffu, (v.z >> 16) & 0x7fffu), max(v.w & 0x7fffu, (v.w >> 16) & 0x7fffu)));
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  __shared__ uint32_t wm[16];
+  if ((threadIdx.x & 31) == 0) wm[threadIdx.x >> 5] = mx;
+  __syncthreads();
+  mx = wm[0];
+  for (int i = 1; i < 16; ++i) mx = max(mx, wm[i]);
+  const int c = x_exponent(mx);
+  const float sc = __uint_as_float(uint32_t(c + 127) << 23);
+  if (threadIdx.x == 0) xinv[m] = __uint_as_float(uint32_t(127 - c) << 23);
+  for (int64_t i = threadIdx.x; i < nv; i += 512) {
+    const uint4 v = xr[i];
+    out[i] = make_uint4(x_scale_h2(v.x, sc), x_scale_h2(v.y, sc), x_scale_h2(v.z, sc), x_scale_h2(v.w, sc));
+  }
+}
+
+// ---- the launch plan ----
+
+struct GCfg {
+  int d = 3, wt = 12, ux = 1, wmin = 1;  // ring depth, target warps per SM, units per stage x1 / x2, warps per CTA at least
+  int pf = 0;                            // stages per row prefetched into L2 at the start
+  int minb = 2;                          // registers sized for 2 (128) or 3 (80) CTAs of 256 threads per SM
+  int roll = 0;                          // 1: the stage and unit loops not unrolled (k_ggst's ROLL)
+  int ss = 0;                            // 1: Q4_K / Q6_K scales once per quad (k_ggst's SS)
+};
+
+int default_depth(QFormat f) {
+  switch (f) {
+    case QFormat::q4_0: return GS<int(QFormat::q4_0)>::D;
+    case QFormat::q4_1: return GS<int(QFormat::q4_1)>::D;
+    case QFormat::q8_0: return GS<int(QFormat::q8_0)>::D;
+    case QFormat::q4_k: return GS<int(QFormat::q4_k)>::D;
+    default: return GS<int(QFormat::q6_k)>::D;
+  }
+}
+
+// GPUKIT_GEMV_GGUF="D,WT[,UX[,WMIN[,PF[,MINB[,R]]]]]": the benchmarking knob (ring depth 2..4, target
+// warps per SM, 2: twice the units per stage (D 2 or 3), at least WMIN (1..8) warps per CTA:
+// shorter CTAs when there are many, e.g. the lm-head's 8016; PF (0..4096) stages of each row
+// prefetched into L2 at the start; MINB 3: registers for 24 warps per SM (80) instead of 16;
+// R 1: the rolled stage loop (as variant 21; UX 1 and the default D only)).
+GCfg gcfg_env(QFormat f) {
+  GCfg c;
+  c.d = default_depth(f);
+  const char* e = std::getenv("GPUKIT_GEMV_GGUF");
+  if (!e || !*e) return c;
+  int d = 0, wt = 0, ux = 1, wmin = 1, pf = 0, minb = 2, roll = 0;
+  const int got = std::sscanf(e, "%d,%d,%d,%d,%d,%d,%d", &d, &wt, &ux, &wmin, &pf, &minb, &roll);
+  const bool dflt = ux == 1 && d == default_depth(f);
+  if (got < 2 || d < 2 || d > 4 || wt < 1 || wt > 64 || (ux != 1 && ux != 2) || (ux == 2 && d == 4) || wmin < 1 ||
+      wmin > 8 || pf < 0 || pf > 4096 || (minb != 2 && minb != 3) || (minb == 3 && !dflt) || (roll != 0 && roll != 1) ||
+      (roll == 1 && !dflt))
+    throw ValueError(cat("GPUKIT_GEMV_GGUF: expected D,WT[,UX[,WMIN[,PF[,MINB[,R]]]]] with D in 2..4, WT in 1..64, UX 1 ",
+                         "or 2 (D <= 3), WMIN in 1..8, PF in 0..4096, MINB 2 or 3, R 0 or 1 (MINB 3, R 1: UX 1 and the ",
+                         "default D), got '", e, "'"));
+  c.minb = minb;
+  c.roll = roll;
+  c.d = d;
+  c.wt = wt;
+  c.ux = ux;
+  c.wmin = wmin;
+  c.pf = pf;
+  return c;
+}
+
+// The variant switch (benchmarking only): 4 a 3-stage ring (the default is 2), 5 a 4-stage ring,
+// 7 the copies without decode (the probe; wrong results), 12 Q8_0 with bf16 x through an fp16
+// copy of x (k_gg_xprep), 13 Q8_0 with bf16 x decoded to bf16 by byte operations (int8x4_bf16),
+// 21 the rolled stage loop (k_ggst's ROLL; with the knob's D and UX at their defaults), 22 Q4_K /
+// Q6_K with the block scales formed once per quad (k_ggst's SS; the knob's D and UX at their defaults).
+GCfg gcfg(int variant, QFormat f) {
+  GCfg c = gcfg_env(f);
+  if (variant == 21) c.roll = 1;
+  if (variant == 22) c.ss = 1;
+  if (variant == 4) c.d = default_depth(f) == 2 ? 3 : 2;
+  if (variant == 5) c.d = 4;
+  return c;
+}
+
+constexpr int kSmemMax = 227 * 1024;  // dynamic shared memory of one CTA at most
+constexpr int64_t kSmSmem = 228 * 1024;
+constexpr int kSMs = 132;
+
+template <int F>
+int stage_bytes_f(int ux) {
+  return ux == 2 ? 16 * GL<F, 2>::P : 16 * GL<F, 1>::P;
+}
+int stage_bytes(QFormat f, int ux) {
+  switch (f) {
+    case QFormat::q4_0: return stage_bytes_f<int(QFormat::q4_0)>(ux);
+    case QFormat::q4_1: return stage_bytes_f<int(QFormat::q4_1)>(ux);
+    case QFormat::q8_0: return stage_bytes_f<int(QFormat::q8_0)>(ux);
+    case QFormat::q4_k: return stage_bytes_f<int(QFormat::q4_k)>(ux);
+    default: return stage_bytes_f<int(QFormat::q6_k)>(ux);
+  }
+}
+int64_t units_per_stage(QFormat f, int ux) {
+  switch (f) {
+    case QFormat::q4_0: return GS<int(QFormat::q4_0)>::U * ux;
+    case QFormat::q4_1: return GS<int(QFormat::q4_1)>::U * ux;
+    case QFormat::q8_0: return GS<int(QFormat::q8_0)>::U * ux;
+    case QFormat::q4_k: return GS<int(QFormat::q4_k)>::U * ux;
+    default: return GS<int(QFormat::q6_k)>::U * ux;
+  }
+}
+int64_t unit_weights(QFormat f) { return f == QFormat::q6_k ? 512 : 256; }
+
+struct GPlan {
+  int nw = 1, split = 1;
+};
+
+// Warps per CTA (1..8) and split-K: about wt warps per SM over the GPU, at least two stages
+// per warp, the CTAs of one SM within its shared memory when all fit at once; split-K only
+// when the row tiles alone leave the GPU half empty. A function of (N, K, format, knob).
+GPlan gplan(int64_t n, int64_t k, QFormat f, const GCfg& c) {
+  GPlan p;
+  const int64_t nu = k / unit_weights(f), su = units_per_stage(f, c.ux);
+  const int64_t rb = (n + 15) / 16, want = int64_t(kSMs) * c.wt;
+  int64_t w = (want + rb / 2) / rb;
+  w = std::min<int64_t>(std::max<int64_t>(w, c.wmin), 8);
+  w = std::min<int64_t>(w, std::max<int64_t>(nu / (2 * su), 1));
+  const int64_t ring = int64_t(c.d) * stage_bytes(f, c.ux);  // per warp
+  w = std::min<int64_t>(w, kSmemMax / ring);
+  const int64_t per_sm = (rb + kSMs - 1) / kSMs;  // CTAs per SM when all are resident
+  if (per_sm * (ring + 1024) <= kSmSmem)  // all can be: keep them so
+    w = std::max<int64_t>(std::min<int64_t>(w, (kSmSmem - per_sm * 1024) / (per_sm * ring)), 1);
+  p.nw = int(w);
+  if (rb * w * 2 < want) {
+    int64_t sp = (want + rb * w - 1) / (rb * w);
+    sp = std::min<int64_t>({sp, 16, std::max<int64_t>(nu / (w * 2 * su), 1)});
+    p.split = int(std::max<int64_t>(sp, 1));
+  }
+  return p;
+}
+
+template <class T, int F, int D, int UX = 1, bool PROBE = false, int MINB = 2, bool B8 = false, bool ROLL = false,
+          bool SS = false>
+void launch_d(const QGemvArgs& p, int nw, int pf, cudaStream_t st) {
+  constexpr int SB = 16 * GL<F, UX>::P + (SS ? 1024 / D : 0);  // SS: the scratch counted in the stages
+  static_assert(!SS || 1024 % D == 0, "scratch");
+  smem_limit<k_ggst<T, F, D, UX, PROBE, MINB, B8, ROLL, SS>>(kSmemMax);
+  const int64_t blocks = (p.n + 15) / 16;
+  if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
+  const int S = std::max(1, p.split);
+  int smem = std::max(nw * D * SB, nw * 32 * 4 * 4);
+  if (smem > kSmemMax) throw ValueError("gemv: the staged GGUF kernel's shared memory does not fit");
+  // When all CTAs fit on the GPU at once, ask for enough shared memory that at most
+  // ceil(CTAs / 132) of them fit on one SM, so the block scheduler spreads them evenly
+  // (gemv_w8.cu: the H200 filled fewer SMs otherwise).
+  const int64_t per_sm = (blocks * S + kSMs - 1) / kSMs;
+  if (per_sm >= 1 && per_sm <= 16) {
+    const int64_t cap = kSmSmem / (per_sm + 1) - 1024 + 256;  // just too much for per_sm + 1 CTAs
+    if (per_sm * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
+  }
+  launch_ex(k_ggst<T, F, D, UX, PROBE, MINB, B8, ROLL, SS>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p, pf);
+  GK_LAUNCH_CHECK("qgemv_gguf_st");
+}
+
+template <class T, int F>
+void launch_f(const QGemvArgs& p, cudaStream_t st) {
+  const GCfg c = gcfg(p.variant, QFormat(F));
+  const GPlan pl = gplan(p.n, p.k, QFormat(F), c);
+  constexpr int D0 = GS<F>::D;
+  constexpr bool kB8 = F == int(QFormat::q8_0) && std::is_same_v<T, bf16>;
+  // roll / ss / b8 / minb 3 apply with the default ring depth and UX 1 only (else the plain kernels)
+  const bool dflt = c.ux == 1 && c.d == D0;
+  const bool b8 = kB8 && p.variant == 13 && dflt && c.minb == 2, roll = c.roll && dflt;
+  constexpr bool kSS = F == int(QFormat::q4_k) || F == int(QFormat::q6_k);
+  if constexpr (kSS) {
+    if (c.ss && dflt && !roll) {
+      if (c.minb == 3) launch_d<T, F, D0, 1, false, 3, false, false, true>(p, pl.nw, c.pf, st);
+      else launch_d<T, F, D0, 1, false, 2, false, false, true>(p, pl.nw, c.pf, st);
+      if (p.split > 1) launch_sum_q(p, st);
+      return;
+    }
+  }
+  if (b8 && roll) launch_d<T, F, D0, 1, false, 2, kB8, true>(p, pl.nw, c.pf, st);
+  else if (b8) launch_d<T, F, D0, 1, false, 2, kB8>(p, pl.nw, c.pf, st);
+  else if (roll && c.minb == 3) launch_d<T, F, D0, 1, false, 3, false, true>(p, pl.nw, c.pf, st);
+  else if (roll) launch_d<T, F, D0, 1, false, 2, false, true>(p, pl.nw, c.pf, st);
+  else if (c.minb == 3 && c.ux == 1 && c.d == D0) launch_d<T, F, D0, 1, false, 3>(p, pl.nw, c.pf, st);
+  else if (c.ux == 2 && c.d == 2) launch_d<T, F, 2, 2>(p, pl.nw, c.pf, st);
+  else if (c.ux == 2) launch_d<T, F, 3, 2>(p, pl.nw, c.pf, st);
+  else if (p.variant == 7 && c.d == D0) launch_d<T, F, D0, 1, true>(p, pl.nw, c.pf, st);
+  else if (c.d == 2) launch_d<T, F, 2>(p, pl.nw, c.pf, st);
+  else if (c.d == 4) launch_d<T, F, 4>(p, pl.nw, c.pf, st);
+  else launch_d<T, F, 3>(p, pl.nw, c.pf, st);
+  if (p.split > 1) launch_sum_q(p, st);
+}
+
+}  // namespace
+
+bool gguf_st_shape(int64_t k, QFormat f) {
+  switch (f) {
+    case QFormat::q4_0:
+    case QFormat::q4_1:
+    case QFormat::q8_0:
+    case QFormat::q4_k: return k > 0 && k % 256 == 0;
+    case QFormat::q6_k: return k > 0 && k % 2048 == 0;  // rows of 16-byte multiples (8 blocks = 1680 bytes)
+    default: return false;
+  }
+}
+
+bool gguf_st_applies(const QGemvArgs& p) {
+  if (!gguf_st_shape(p.k, p.fmt)) return false;
+  return reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && p.q_rs % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.x_rs % 8 == 0;
+}
+
+int gguf_st_split(int64_t n, int64_t k, QFormat f) { return gplan(n, k, f, gcfg(0, f)).split; }
+
+// Q8_0 with bf16 x through the fp16 copy of x (variant 12; the workspaces xh, xinv given).
+bool q8_xprep(const QGemvArgs& p) {
+  return p.fmt == QFormat::q8_0 && p.x_dtype == DType::bf16 && p.xh && p.xinv && p.variant == 12;
+}
+
+template <class T>
+void launch_gguf_st(const QGemvArgs& pa, cudaStream_t st) {
+  QGemvArgs p = pa;
+  p.xinv = nullptr;  // the kernel scales its sums by xinv only after k_gg_xprep
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (q8_xprep(pa)) {
+      if (pa.m > int64_t(INT32_MAX)) throw ValueError("gemv: m is too large");
+      launch_ex(k_gg_xprep, dim3(unsigned(pa.m)), 512, 0, st, pa.variant != 2, static_cast<const bf16*>(pa.x), pa.x_rs,
+                pa.k, static_cast<f16*>(pa.xh), pa.xinv);
+      GK_LAUNCH_CHECK("qgemv_gguf_xprep");
+      p.x = pa.xh;
+      p.x_rs = pa.k;
+      p.x_dtype = DType::f16;
+      p.xinv = pa.xinv;
+      return launch_f<f16, int(QFormat::q8_0)>(p, st);
+    }
+  }
+  switch (p.fmt) {
+    case QFormat::q4_0: return launch_f<T, int(QFormat::q4_0)>(p, st);
+    case QFormat::q4_1: return launch_f<T, int(QFormat::q4_1)>(p, st);
+    case QFormat::q8_0: return launch_f<T, int(QFormat::q8_0)>(p, st);
+    case QFormat::q4_k: return launch_f<T, int(QFormat::q4_k)>(p, st);
+    case QFormat::q6_k: return launch_f<T, int(QFormat::q6_k)>(p, st);
+    default: throw ValueError("gemv: not a GGUF format of the staged kernel");
+  }
+}
+template void launch_gguf_st<bf16>(const QGemvArgs&, cudaStream_t);
+template void launch_gguf_st<f16>(const QGemvArgs&, cudaStream_t);
+
+}  // namespace gk::cuda
