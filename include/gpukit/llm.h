@@ -217,6 +217,10 @@ struct EngineOptions {
   bool fused_attention = false;
   int64_t fused_attention_max_keys = 4096;
   int fused_attention_chunk = 128;  // keys per CTA: 128 or 64 (GPUKIT_FUSED_ATTN_CHUNK)
+  // Where its CTAs let the output projection launch (PDL; GPUKIT_FUSED_ATTN_TRIGGER):
+  // 0 before waiting for the q/k/v projection, 1 after reading its output, 2 after P V,
+  // 3 at exit. The same bits for every value.
+  int fused_attention_trigger = 0;
   // Level 2 decode, bf16/fp16 weights: no RMSNorm launches. The o and down GEMVs add the
   // residual in their epilogue; the q/k/v and gate/up GEMVs (and the lm head with
   // head_proj) read the raw residual and apply the norm inside: the product with
@@ -241,6 +245,8 @@ class Model {
                                        bool share_layers = false);
   EngineOptions& options() { return opt_; }
   const EngineOptions& options() const { return opt_; }
+  // Layers run through the fused decode attention since the model was made (tests).
+  int64_t fused_attention_layers() const { return fa_layers_; }
   // One decode step over device-resident inputs (no host synchronization, nothing
   // read back; capturable): float32 logits [B, V]. The caller has reserved the pages
   // and advances the cache lengths afterwards.
@@ -295,7 +301,8 @@ class Model {
   void join_side_branch();
   std::shared_ptr<SideBranch> side_;
   bool decoding_ = false;  // run_layers is running a decode step (decode_batch)
-  mutable bool raw_final_ = false;  // run_layers returned the raw residual: lm_head applies the final norm
+  mutable bool raw_final_ = false;
+  int64_t fa_layers_ = 0;  // run_layers returned the raw residual: lm_head applies the final norm
   ModelConfig cfg_;
   EngineOptions opt_;
   Weights w_;

@@ -145,6 +145,15 @@ GK_BINDING(60, llm) {
                      m.options().fused_attention_chunk = v;
                    },
                    "Keys per CTA of the fused decode attention (128: one thread per key; 64: two).")
+      .def_prop_rw("fused_attention_trigger", [](const llm::Model& m) { return m.options().fused_attention_trigger; },
+                   [](llm::Model& m, int v) {
+                     if (v < 0 || v > 3) throw ValueError(cat("fused_attention_trigger: 0, 1, 2 or 3, got ", v));
+                     m.options().fused_attention_trigger = v;
+                   },
+                   "Where the fused decode attention lets the output projection launch (PDL): 0 before waiting "
+                   "for the q/k/v projection, 1 after reading its output, 2 after P V, 3 at exit.")
+      .def_prop_ro("fused_attention_layers", &llm::Model::fused_attention_layers,
+                   "Layers run through the fused decode attention since the model was made (eager or captured).")
       .def_prop_rw("norm_in_proj", [](const llm::Model& m) { return m.options().norm_in_proj; },
                    [](llm::Model& m, bool v) { m.options().norm_in_proj = v; },
                    "Fusion level 2 decode: residual adds in the o/down GEMVs, norms inside the q/k/v, gate/up "

@@ -41,6 +41,9 @@ struct ACfg {
   static constexpr size_t Q_OFF = V_OFF + size_t(KC) * VROW;
   static constexpr size_t P_OFF = Q_OFF + size_t(kAG) * D * 4;
   static constexpr size_t SMEM = P_OFF + size_t(kAG) * KC * 4;
+  // the merge stages every chunk's (max, sum) in the K and V area
+  static_assert(size_t(kAG) * (llm::fused::attention_rope_max_keys / KC) * 2 * 4 <= size_t(KROW + VROW) * KC,
+                "merge staging");
 };
 
 __device__ __forceinline__ void rot(float x1, float x2, float cs, float sn, float& r1, float& r2) {
@@ -99,10 +102,7 @@ __global__ void __launch_bounds__(kAT) k_attn_rope(const __grid_constant__ llm::
         static_cast<T*>(a.out)[(int64_t(b) * a.hq + int64_t(kvh) * G) * D + e] = convert<T>(0.f);
     return;
   }
-  if (k0 >= len) {
-    pdl_trigger();
-    return;
-  }
+  if (k0 >= len) return;  // (an exited CTA counts as triggered)
   const int n = int(len - k0 < kAC ? len - k0 : int64_t(kAC));
   unsigned char* Ks = sm + Cf::K_OFF;
   unsigned char* Vs = sm + Cf::V_OFF;
@@ -123,37 +123,65 @@ __global__ void __launch_bounds__(kAT) k_attn_rope(const __grid_constant__ llm::
     cp_async16(Vs + size_t(j) * Cf::VROW + c * 16, vc + off, slot >= 0);
   }
   cp_async_commit();
-  pdl_trigger();  // the output projection may launch and start reading its weights
-  pdl_wait();     // the q/k/v projection has finished
-  // 2. q of the G heads (rotated, rounded to T as stored), the new k, v
+  if (a.trigger == 0) pdl_trigger();  // the output projection may launch and start reading its weights
+  pdl_wait();                         // the q/k/v projection has finished
+  // 2. q of the G heads (rotated, rounded to T as stored), the new k, v: every load of the
+  // projection's output issued first (one round trip), then the rotations
   const T* qkv = static_cast<const T*>(a.qkv) + int64_t(b) * a.qkv_rs;
-  for (int u = tid; u < G * (D / 2); u += kAT) {
-    const int g = u / (D / 2);
-    int i1, i2, j;
-    a_pair(a, u - g * (D / 2), i1, i2, j);
-    const T* src = qkv + (int64_t(kvh) * G + g) * D;
-    float x1 = float(src[i1]), x2 = float(src[i2]);
-    if (j >= 0) {
-      float sn, cs, r1, r2;
-      sincosf(float(p) * rope.inv_freq[j], &sn, &cs);
-      rot(x1, x2, __fmul_rn(cs, a.mscale), __fmul_rn(sn, a.mscale), r1, r2);
-      x1 = float(convert<T>(r1));
-      x2 = float(convert<T>(r2));
+  constexpr int NQ = (kAG * (D / 2) + kAT - 1) / kAT;  // q pairs per thread, at most
+  static_assert(D <= kAT, "one v element and at most one k pair per thread");
+  const int nqp = G * (D / 2);
+  T qx1[NQ], qx2[NQ];
+#pragma unroll
+  for (int i = 0; i < NQ; ++i) {
+    const int u = tid + i * kAT;
+    if (u < nqp) {
+      const int g = u / (D / 2);
+      int i1, i2, j;
+      a_pair(a, u - g * (D / 2), i1, i2, j);
+      const T* src = qkv + (int64_t(kvh) * G + g) * D;
+      qx1[i] = src[i1];
+      qx2[i] = src[i2];
     }
-    qs[g * D + i1] = x1;
-    qs[g * D + i2] = x2;
   }
-  if (p >= k0 && p < k0 + n) {  // this chunk holds the new token
+  const bool has_new = p >= k0 && p < k0 + n;  // this chunk holds the new token
+  T kx1 = convert<T>(0.f), kx2 = convert<T>(0.f), vx = convert<T>(0.f);
+  if (has_new) {
+    if (tid < D / 2) {
+      int i1, i2, j;
+      a_pair(a, tid, i1, i2, j);
+      const T* ksrc = qkv + (int64_t(a.hq) + kvh) * D;
+      kx1 = ksrc[i1];
+      kx2 = ksrc[i2];
+    }
+    if (tid < D) vx = qkv[(int64_t(a.hq) + a.hkv + kvh) * D + tid];
+  }
+#pragma unroll
+  for (int i = 0; i < NQ; ++i) {
+    const int u = tid + i * kAT;
+    if (u < nqp) {
+      const int g = u / (D / 2);
+      int i1, i2, j;
+      a_pair(a, u - g * (D / 2), i1, i2, j);
+      float x1 = float(qx1[i]), x2 = float(qx2[i]);
+      if (j >= 0) {
+        float sn, cs, r1, r2;
+        sincosf(float(p) * rope.inv_freq[j], &sn, &cs);
+        rot(x1, x2, __fmul_rn(cs, a.mscale), __fmul_rn(sn, a.mscale), r1, r2);
+        x1 = float(convert<T>(r1));
+        x2 = float(convert<T>(r2));
+      }
+      qs[g * D + i1] = x1;
+      qs[g * D + i2] = x2;
+    }
+  }
+  if (has_new) {
     const int jn = int(p - k0);
     const int64_t slot = a_slot(a, b, p);
-    const T* ksrc = qkv + (int64_t(a.hq) + kvh) * D;
-    const T* vsrc = qkv + (int64_t(a.hq) + a.hkv + kvh) * D;
-    T* krow = reinterpret_cast<T*>(Ks + size_t(jn) * Cf::KROW);
-    T* vrow = reinterpret_cast<T*>(Vs + size_t(jn) * Cf::VROW);
-    for (int u = tid; u < D / 2; u += kAT) {
+    if (tid < D / 2) {
       int i1, i2, j;
-      a_pair(a, u, i1, i2, j);
-      T k1 = ksrc[i1], k2 = ksrc[i2];
+      a_pair(a, tid, i1, i2, j);
+      T k1 = kx1, k2 = kx2;
       if (j >= 0) {
         float sn, cs, r1, r2;
         sincosf(float(p) * rope.inv_freq[j], &sn, &cs);
@@ -161,6 +189,7 @@ __global__ void __launch_bounds__(kAT) k_attn_rope(const __grid_constant__ llm::
         k1 = convert<T>(r1);
         k2 = convert<T>(r2);
       }
+      T* krow = reinterpret_cast<T*>(Ks + size_t(jn) * Cf::KROW);
       krow[i1] = k1;
       krow[i2] = k2;
       if (slot >= 0) {
@@ -169,11 +198,12 @@ __global__ void __launch_bounds__(kAT) k_attn_rope(const __grid_constant__ llm::
         kd[i2] = k2;
       }
     }
-    for (int d = tid; d < D; d += kAT) {
-      vrow[d] = vsrc[d];
-      if (slot >= 0) static_cast<T*>(a.vc)[(slot * a.hkv + kvh) * D + d] = vsrc[d];
+    if (tid < D) {
+      reinterpret_cast<T*>(Vs + size_t(jn) * Cf::VROW)[tid] = vx;
+      if (slot >= 0) static_cast<T*>(a.vc)[(slot * a.hkv + kvh) * D + tid] = vx;
     }
   }
+  if (a.trigger == 1) pdl_trigger();  // the projection's output read: the rest is on chip until the merge
   cp_async_wait<0>();
   __syncthreads();
   // 3a. scores: thread t takes key t / TPK (with TPK = 2 each thread half the row, the
@@ -245,6 +275,7 @@ __global__ void __launch_bounds__(kAT) k_attn_rope(const __grid_constant__ llm::
   float o[kAG];
 #pragma unroll
   for (int g = 0; g < kAG; ++g) o[g] = 0.f;
+#pragma unroll 4
   for (int j = kg; j < n; j += KG) {
     const float v = float(reinterpret_cast<const T*>(Vs + size_t(j) * Cf::VROW)[d]);
 #pragma unroll
@@ -268,6 +299,7 @@ __global__ void __launch_bounds__(kAT) k_attn_rope(const __grid_constant__ llm::
         }
     }
   }
+  if (a.trigger == 2) pdl_trigger();  // before the output / partials and the merge
   T* out = static_cast<T*>(a.out) + (int64_t(b) * a.hq + int64_t(kvh) * G) * D;
   // (o[] indexed by compile-time g only: a runtime index would put it in local memory)
   if (nsplit == 1) {
@@ -297,17 +329,28 @@ __global__ void __launch_bounds__(kAT) k_attn_rope(const __grid_constant__ llm::
   __threadfence();
   const float* bo = a.ws + pr * kAG * D;
   const float* bml = a.ws + int64_t(a.B) * a.hkv * a.S * kAG * D + pr * kAG * 2;
+  // every chunk's (max, sum) into shared memory at once (the K/V area is free now), then
+  // per output element its chunks' weights and the partial outputs, in chunk order
+  float* mls = reinterpret_cast<float*>(sm + Cf::K_OFF);  // [nsplit][G][2]
+  for (int e = tid; e < nsplit * G; e += kAT) {
+    const int q = e / G, g = e - q * G;
+    const float2 v = __ldcg(reinterpret_cast<const float2*>(bml + (int64_t(q) * kAG + g) * 2));
+    mls[e * 2] = v.x;
+    mls[e * 2 + 1] = v.y;
+  }
+  __syncthreads();
   for (int e = tid; e < G * D; e += kAT) {
     const int g = e / D, dd = e - g * D;
     float M = -INFINITY;
-    for (int q = 0; q < nsplit; ++q) M = fmaxf(M, __ldcg(bml + (int64_t(q) * kAG + g) * 2));
+    for (int q = 0; q < nsplit; ++q) M = fmaxf(M, mls[(q * G + g) * 2]);
     float num = 0.f, den = 0.f;
     if (M != -INFINITY) {
+#pragma unroll 4
       for (int q = 0; q < nsplit; ++q) {
-        const float mq = __ldcg(bml + (int64_t(q) * kAG + g) * 2);
+        const float mq = mls[(q * G + g) * 2];
         const float w = mq == -INFINITY ? 0.f : expf(mq - M);
         num = fmaf(w, __ldcg(bo + (int64_t(q) * kAG + g) * D + dd), num);
-        den = fmaf(w, __ldcg(bml + (int64_t(q) * kAG + g) * 2 + 1), den);
+        den = fmaf(w, mls[(q * G + g) * 2 + 1], den);
       }
     }
     out[g * D + dd] = convert<T>(den > 0.f ? num / den : 0.f);

@@ -159,6 +159,10 @@ struct AttnArgs {
   const int32_t* block_table = nullptr;  // [B, max_blocks]
   int B = 0, hq = 0, hkv = 0, D = 0, rd = 0, S = 0;  // S: chunks of the grid (the longest possible sequence)
   int chunk = 128;  // keys per chunk (64 or 128)
+  // where the CTAs let the next kernel launch (griddepcontrol.launch_dependents): 0 before
+  // waiting for the projection (after the cache loads), 1 after reading its output, 2
+  // after P V (before the output / merge), 3 not at all (at exit)
+  int trigger = 0;
   bool interleaved = false;
   float mscale = 1.f, scale = 1.f;
   float* ws = nullptr;      // S > 1: partials
@@ -272,7 +276,7 @@ Array dequant_linear(const Array& x, const QuantizedWeight& qw, DType out, const
 // takes these shapes.
 Array attention_rope(const Array& qkv, int64_t hq, const Array& k_cache, const Array& v_cache,
                      const Array& positions, const Array& block_table, const Rope& rope, const Array& counters,
-                     const Stream* s = nullptr, int chunk = 128);
+                     const Stream* s = nullptr, int chunk = 128, int trigger = 0);
 bool attention_rope_supported(int64_t B, int64_t hq, int64_t hkv, int64_t D, int64_t max_keys, DType t);
 constexpr int64_t attention_rope_max_keys = 16384;
 

@@ -134,6 +134,11 @@ void env_options(EngineOptions& o) {
       throw ValueError(cat("GPUKIT_FUSED_ATTN_CHUNK: expected 64 or 128, got \"", e, "\""));
     o.fused_attention_chunk = std::atoi(e);
   }
+  if (const char* e = std::getenv("GPUKIT_FUSED_ATTN_TRIGGER"); e && *e) {
+    if (std::strlen(e) != 1 || e[0] < '0' || e[0] > '3')
+      throw ValueError(cat("GPUKIT_FUSED_ATTN_TRIGGER: expected 0, 1, 2 or 3, got \"", e, "\""));
+    o.fused_attention_trigger = e[0] - '0';
+  }
   o.norm_in_proj = env_flag("GPUKIT_NORM_IN_PROJ", o.norm_in_proj);
   o.quantized_pdl = env_flag("GPUKIT_QUANT_PDL", o.quantized_pdl);
 }
@@ -486,9 +491,11 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
         mark("qkv", l);
         prefetch_during_attention(L);
         att = fused::attention_rope(qkv, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table,
-                                    rope, side_->counters, nullptr, opt_.fused_attention_chunk)
+                                    rope, side_->counters, nullptr, opt_.fused_attention_chunk,
+                                    opt_.fused_attention_trigger)
                   .reshape({T, Q});
         mark("attention", l);  // with RoPE and the KV append
+        ++fa_layers_;
       } else {
         if (rq) {
           q = fused::project_qkv_rope(h, L.qkv, L.qkv_bias, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)],
@@ -556,8 +563,10 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
         mark("qkv", l);
         prefetch_during_attention(L);
         att = fused::attention_rope(qkv, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table,
-                                    rope, side_->counters, nullptr, opt_.fused_attention_chunk)
+                                    rope, side_->counters, nullptr, opt_.fused_attention_chunk,
+                                    opt_.fused_attention_trigger)
                   .reshape({T, Q});
+        ++fa_layers_;
       } else {
         split_qkv(qkv, q, k, v);
       }

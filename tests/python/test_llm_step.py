@@ -339,6 +339,27 @@ def test_attention_rope_rotary_variants_and_bad_page(rd, il):
 
 
 @cuda_only
+@pytest.mark.parametrize("chunk", [128, 64])
+def test_attention_rope_trigger_same_bits(chunk):
+    # The PDL trigger's place (0 before the wait .. 3 at exit) changes no bits.
+    B, hq, hkv, D, bs = 2, 32, 8, 128, 16
+    case = attn_case("bfloat16", B, hq, hkv, D, bs, nb=60, max_blocks=24, positions=[383, 130])
+    ref = None
+    for trig in range(4):
+        qkv, kc, vc, pos, bt = case
+        k, v = arr(kc.copy(), "cuda"), arr(vc.copy(), "cuda")
+        out, ctr = _C.llm.fused_attention_rope(arr(qkv, "cuda"), hq, k, v, arr(pos, "cuda"), arr(bt, "cuda"),
+                                               theta=10000.0, chunk=chunk, trigger=trig)
+        got = (np_of(out).tobytes(), np_of(k).tobytes(), np_of(v).tobytes())
+        assert not np_of(ctr).any(), f"trigger {trig}: counters not reset"
+        if ref is None:
+            ref = got
+            ro, _, _, rq = run_attn_composed(case, hq)
+            check_attention(np_of(out), ro, rq, np_of(k), np_of(v), pos, bt, "bfloat16")
+        assert got == ref, f"trigger {trig}: not the bits of trigger 0"
+
+
+@cuda_only
 def test_attention_rope_row_independent_of_batch():
     # A sequence's output bits do not depend on the other sequences of the batch.
     B, hq, hkv, D, bs = 4, 8, 2, 64, 16
@@ -363,6 +384,8 @@ def test_attention_rope_bad_input():
         _C.llm.fused_attention_rope(qkv, 4, kc, kc, pos, arr(np.zeros((2, 2), np.int32)))
     with pytest.raises(ValueError, match="rotary_dim"):
         _C.llm.fused_attention_rope(qkv, 4, kc, kc, pos, bt, rotary_dim=3)
+    with pytest.raises(ValueError, match="trigger"):
+        _C.llm.fused_attention_rope(qkv, 4, kc, kc, pos, bt, trigger=4)
 
 
 @cuda_only
@@ -372,8 +395,14 @@ def test_fused_attention_engine(quantize):
     assert not m._m.fused_attention
     base = run(m, True, new=24)
     m._m.fused_attention = True
+    n0 = m._m.fused_attention_layers
     alt = run(m, True, new=24)
+    assert m._m.fused_attention_layers > n0, "the fused attention was not taken"
     same(alt, run(m, False, new=24), "fused attention: graph vs eager")
+    for trig in (1, 2, 3):  # where the CTAs let the o GEMV launch: the same bits
+        m._m.fused_attention_trigger = trig
+        same(alt, run(m, True, new=24), f"fused attention, trigger {trig}, graph")
+    m._m.fused_attention_trigger = 0
     for t, (x, y) in enumerate(zip(base[1], alt[1])):
         if base[0][:t] != alt[0][:t]:
             break
@@ -521,19 +550,26 @@ def test_norm_in_proj_engine(fa, hp):
 @cuda_only
 def test_no_copy_kernels_in_the_b1_step():
     # The attention output of one sequence reshaped to [1, Q] (a size-1 dim with any
-    # stride) goes to the o GEMV without an aligning copy: B=1 and B=2 steps hold the
-    # same number of kernels.
-    # (with the fused attention: the decode attention kernels' own launch count may depend on B)
-    m = gk.llm.random_model(CFG, device="cuda", dtype="bfloat16", seed=3)
-    m._m.fused_attention = True
-    counts = {}
+    # stride) goes to the o GEMV without an aligning copy: with the fused attention a
+    # layer is 7 kernels (q/k/v, attention, o, add + norm, gate/up + SwiGLU, down, add +
+    # norm) at B=1 and B=2. Per-layer counts from 2- and 4-layer models, so that launches
+    # outside the layers (lm head, argmax: other areas' kernels, whose count may depend on
+    # B) do not count.
+    per_layer = {}
     for B in (1, 2):
-        g = _C.llm.Generation(m._m, PROMPTS[:B], max_new_tokens=3, ignore_eos=True, cuda_graph=True)
-        while not g.done:
-            g.step()
-        counts[B] = list(g.graph_nodes)
-    print("\ngraph nodes (all, kernels, memcpy, memset) by batch:", counts)
-    assert counts[1][1] == counts[2][1], counts
+        n = {}
+        for layers in (2, 4):
+            m = gk.llm.random_model(dict(CFG, num_hidden_layers=layers), device="cuda", dtype="bfloat16", seed=3)
+            m._m.fused_attention = True
+            g = _C.llm.Generation(m._m, PROMPTS[:B], max_new_tokens=3, ignore_eos=True, cuda_graph=True)
+            while not g.done:
+                g.step()
+            n[layers] = list(g.graph_nodes)
+            assert m._m.fused_attention_layers > 0, "the fused attention was not taken"
+            assert n[layers][2] == 0, f"memcpy nodes in the step: {n[layers]}"
+        per_layer[B] = (n[4][1] - n[2][1]) / 2
+        print(f"\nB={B}: graph nodes (all, kernels, memcpy, memset) of 2 / 4 layers: {n[2]} / {n[4]}")
+    assert per_layer[1] == per_layer[2] == 7, f"kernels per layer by batch: {per_layer}"
 
 
 @cuda_only
