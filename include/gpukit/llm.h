@@ -216,7 +216,10 @@ struct EngineOptions {
   // attention_decode. Default from GPUKIT_FUSED_ATTN.
   bool fused_attention = false;
   int64_t fused_attention_max_keys = 4096;
-  int fused_attention_chunk = 128;  // keys per CTA: 128 or 64 (GPUKIT_FUSED_ATTN_CHUNK)
+  // keys per CTA: 64, 128, 256 or 384 (one thread per key), or 0: the smallest of 128 / 256 /
+  // 384 that holds the step's block table (one CTA per kv head and sequence), else 128
+  // (GPUKIT_FUSED_ATTN_CHUNK)
+  int fused_attention_chunk = 128;
   // Where its CTAs let the output projection launch (PDL; GPUKIT_FUSED_ATTN_TRIGGER):
   // 0 before waiting for the q/k/v projection, 1 after reading its output, 2 after P V,
   // 3 at exit. The same bits for every value.

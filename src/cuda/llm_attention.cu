@@ -15,6 +15,7 @@
 //      counter, reset by it) merges the chunks in chunk order.
 // Every sum has a fixed order: the same bits every run, whatever the other sequences.
 #include <cfloat>
+#include <type_traits>
 
 #include "core/cuda_util.h"
 #include "cuda/common/attention.cuh"
@@ -28,7 +29,8 @@ namespace gk::cuda {
 namespace {
 using namespace llmk;
 
-constexpr int kAT = 128;   // threads per CTA
+// threads per CTA: 128, or one per key for chunks of more than 128 keys
+constexpr int at_threads(int kc) { return kc < 128 ? 128 : kc; }
 constexpr int kAG = 8;     // at most 8 query heads per kv head
 
 // KC keys per chunk (128: one thread per key in the score pass; 64: two, each half the row)
@@ -42,7 +44,7 @@ struct ACfg {
   static constexpr size_t P_OFF = Q_OFF + size_t(kAG) * D * 4;
   static constexpr size_t SMEM = P_OFF + size_t(kAG) * KC * 4;
   // the merge stages every chunk's (max, sum) in the K and V area
-  static_assert(size_t(kAG) * (llm::fused::attention_rope_max_keys / KC) * 2 * 4 <= size_t(KROW + VROW) * KC,
+  static_assert(size_t(kAG) * ((llm::fused::attention_rope_max_keys + KC - 1) / KC) * 2 * 4 <= size_t(KROW + VROW) * KC,
                 "merge staging");
 };
 
@@ -76,11 +78,12 @@ __device__ __forceinline__ void a_pair(const llm::AttnArgs& a, int u, int& i1, i
 }
 
 template <class T, int D, int kAC>
-__global__ void __launch_bounds__(kAT) k_attn_rope(const __grid_constant__ llm::AttnArgs a,
-                                                   const __grid_constant__ llm::ProjRope rope) {
+__global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_constant__ llm::AttnArgs a,
+                                                               const __grid_constant__ llm::ProjRope rope) {
   using Cf = ACfg<D, kAC>;
+  constexpr int kAT = at_threads(kAC);
   constexpr int TPK = kAT / kAC;  // threads per key in the score pass
-  static_assert(TPK == 1 || TPK == 2, "64 or 128 keys per chunk");
+  static_assert(TPK == 1 || TPK == 2, "64 keys per chunk, or one thread per key");
   extern __shared__ __align__(16) unsigned char sm[];
   __shared__ int64_t kslot[kAC];  // cache slot of each key of the chunk, -1: masked
   __shared__ float red_m[kAG], red_l[kAG];
@@ -361,12 +364,12 @@ __global__ void __launch_bounds__(kAT) k_attn_rope(const __grid_constant__ llm::
 template <class T, int D, int KC>
 void attn_launch(const llm::AttnArgs& a, const llm::ProjRope& rope, cudaStream_t st) {
   constexpr size_t smem = ACfg<D, KC>::SMEM;
-  static_assert(smem <= 200 * 1024, "shared memory");
+  static_assert(smem + size_t(KC) * 8 + 256 <= 227 * 1024, "shared memory (dynamic + static)");
   auto kern = k_attn_rope<T, D, KC>;
   GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(a.S), unsigned(a.hkv), unsigned(a.B));
-  cfg.blockDim = dim3(kAT);
+  cfg.blockDim = dim3(unsigned(at_threads(KC)));
   cfg.dynamicSmemBytes = smem;
   cfg.stream = st;
   cudaLaunchAttribute attr[1];
@@ -388,11 +391,21 @@ void llm_attention_rope(const llm::AttnArgs& a, const llm::ProjRope& rope, void*
   if (a.hkv <= 0 || a.hq % a.hkv || a.hq / a.hkv > kAG) throw ValueError("attention_rope: at most 8 query heads per kv head");
   if (a.S <= 0 || a.S > 65535 || a.hkv > 65535 || a.B > 65535) throw ValueError("attention_rope: grid too large");
   auto st = static_cast<cudaStream_t>(stream);
-  if (a.chunk != 64 && a.chunk != 128) throw ValueError("attention_rope: chunks of 64 or 128 keys");
+  if (a.chunk != 64 && a.chunk != 128 && a.chunk != 256 && a.chunk != 384)
+    throw ValueError("attention_rope: chunks of 64, 128, 256 or 384 keys");
   auto go = [&](auto tv) {
     using T = decltype(tv);
-    if (a.D == 64) a.chunk == 64 ? attn_launch<T, 64, 64>(a, rope, st) : attn_launch<T, 64, 128>(a, rope, st);
-    else a.chunk == 64 ? attn_launch<T, 128, 64>(a, rope, st) : attn_launch<T, 128, 128>(a, rope, st);
+    auto by_chunk = [&](auto dv) {
+      constexpr int D = decltype(dv)::value;
+      switch (a.chunk) {
+        case 64: attn_launch<T, D, 64>(a, rope, st); break;
+        case 128: attn_launch<T, D, 128>(a, rope, st); break;
+        case 256: attn_launch<T, D, 256>(a, rope, st); break;
+        default: attn_launch<T, D, 384>(a, rope, st); break;
+      }
+    };
+    if (a.D == 64) by_chunk(std::integral_constant<int, 64>{});
+    else by_chunk(std::integral_constant<int, 128>{});
   };
   if (a.dtype == DType::bf16) go(bf16{});
   else if (a.dtype == DType::f16) go(f16{});

@@ -269,7 +269,8 @@ Array dequant_linear(const Array& x, const QuantizedWeight& qw, DType out, const
 // qkv [B <= 8, (hq + 2 hkv) D] (before RoPE; bias added): q and k rotated as rope_append
 // does, k and v stored in the paged caches at positions[b] (the rule of rope_append),
 // and attention of the hq query heads over keys 0 .. positions[b] (scale 1/sqrt(D));
-// returns [B, hq, D]. counters: int32 device zeros, >= B * hkv (left zero). On CUDA
+// returns [B, hq, D]. chunk: keys per CTA (64, 128, or 256 / 384 with one thread per
+// key: one CTA per kv head for contexts that fit). counters: int32 device zeros, >= B * hkv (left zero). On CUDA
 // one launch (src/cuda/llm_attention.cu, head_dim 64 or 128, <= 8 query heads per kv
 // head, block_table.shape(1) * block_size keys at most attention_rope_max_keys);
 // elsewhere rope_append + nn::attention_decode. supported(): whether the CUDA kernel

@@ -111,7 +111,8 @@ bool attention_rope_supported(int64_t B, int64_t hq, int64_t hkv, int64_t D, int
 Array attention_rope(const Array& qkv, int64_t hq, const Array& k_cache, const Array& v_cache,
                      const Array& positions, const Array& block_table, const Rope& rope, const Array& counters,
                      const Stream* sp, int chunk, int trigger) {
-  if (chunk != 64 && chunk != 128) throw ValueError(cat("chunk: 64 or 128 keys, got ", chunk));
+  if (chunk != 64 && chunk != 128 && chunk != 256 && chunk != 384)
+    throw ValueError(cat("chunk: 64, 128, 256 or 384 keys, got ", chunk));
   if (trigger < 0 || trigger > 3) throw ValueError(cat("trigger: 0, 1, 2 or 3, got ", trigger));
   Device d = detail::common_device({{"qkv", &qkv}, {"k_cache", &k_cache}, {"v_cache", &v_cache},
                                     {"positions", &positions}, {"block_table", &block_table}});

@@ -130,8 +130,9 @@ void env_options(EngineOptions& o) {
   o.dequant_prefill = env_flag("GPUKIT_DEQUANT_PREFILL", o.dequant_prefill);
   o.fused_attention = env_flag("GPUKIT_FUSED_ATTN", o.fused_attention);
   if (const char* e = std::getenv("GPUKIT_FUSED_ATTN_CHUNK"); e && *e) {
-    if (std::strcmp(e, "64") && std::strcmp(e, "128"))
-      throw ValueError(cat("GPUKIT_FUSED_ATTN_CHUNK: expected 64 or 128, got \"", e, "\""));
+    if (std::strcmp(e, "0") && std::strcmp(e, "64") && std::strcmp(e, "128") && std::strcmp(e, "256") &&
+        std::strcmp(e, "384"))
+      throw ValueError(cat("GPUKIT_FUSED_ATTN_CHUNK: expected 0, 64, 128, 256 or 384, got \"", e, "\""));
     o.fused_attention_chunk = std::atoi(e);
   }
   if (const char* e = std::getenv("GPUKIT_FUSED_ATTN_TRIGGER"); e && *e) {
@@ -452,6 +453,11 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
                   idx.block_table.shape(1) * cache.block_size() <= opt_.fused_attention_max_keys &&
                   fused::attention_rope_supported(T, c.num_heads, c.num_kv_heads, D,
                                                   idx.block_table.shape(1) * cache.block_size(), dtype_);
+  int fa_chunk = opt_.fused_attention_chunk;  // 0: one CTA per kv head where the table fits in 384 keys
+  if (fa && fa_chunk == 0) {
+    const int64_t mk = idx.block_table.shape(1) * cache.block_size();
+    fa_chunk = mk <= 128 ? 128 : mk <= 256 ? 256 : mk <= 384 ? 384 : 128;
+  }
   if (rope_append && engine_proj(x) && w_.layers[0].qkv_q.format.empty() && w_.layers[0].gate_up.defined() &&
       c.num_experts == 0) {
     // Level 2 decode, plain weights, dense MLP: the engine's kernels only. Per layer:
@@ -491,7 +497,7 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
         mark("qkv", l);
         prefetch_during_attention(L);
         att = fused::attention_rope(qkv, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table,
-                                    rope, side_->counters, nullptr, opt_.fused_attention_chunk,
+                                    rope, side_->counters, nullptr, fa_chunk,
                                     opt_.fused_attention_trigger)
                   .reshape({T, Q});
         mark("attention", l);  // with RoPE and the KV append
@@ -563,7 +569,7 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
         mark("qkv", l);
         prefetch_during_attention(L);
         att = fused::attention_rope(qkv, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table,
-                                    rope, side_->counters, nullptr, opt_.fused_attention_chunk,
+                                    rope, side_->counters, nullptr, fa_chunk,
                                     opt_.fused_attention_trigger)
                   .reshape({T, Q});
         ++fa_layers_;

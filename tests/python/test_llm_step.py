@@ -312,7 +312,7 @@ def run_attn_composed(case, hq, rd=None, il=False):
     (1, 32, 8, 128, [0]), (1, 32, 8, 128, [127]), (1, 32, 8, 128, [128]), (1, 32, 8, 128, [383]),
     (3, 8, 8, 64, [5, 200, 1000]), (2, 16, 2, 64, [130, 17]), (8, 8, 1, 128, [1, 2, 3, 300, 127, 128, 129, 700]),
     (4, 4, 4, 128, [2047, 0, 1500, 64])])
-@pytest.mark.parametrize("chunk", [128, 64])
+@pytest.mark.parametrize("chunk", [128, 64, 256, 384])
 def test_attention_rope_matches_composition(dtype, B, hq, hkv, D, positions, chunk):
     bs = 16
     max_blocks = 2048 // bs
@@ -339,7 +339,7 @@ def test_attention_rope_rotary_variants_and_bad_page(rd, il):
 
 
 @cuda_only
-@pytest.mark.parametrize("chunk", [128, 64])
+@pytest.mark.parametrize("chunk", [128, 64, 384])
 def test_attention_rope_trigger_same_bits(chunk):
     # The PDL trigger's place (0 before the wait .. 3 at exit) changes no bits.
     B, hq, hkv, D, bs = 2, 32, 8, 128, 16
@@ -386,6 +386,8 @@ def test_attention_rope_bad_input():
         _C.llm.fused_attention_rope(qkv, 4, kc, kc, pos, bt, rotary_dim=3)
     with pytest.raises(ValueError, match="trigger"):
         _C.llm.fused_attention_rope(qkv, 4, kc, kc, pos, bt, trigger=4)
+    with pytest.raises(ValueError, match="chunk"):
+        _C.llm.fused_attention_rope(qkv, 4, kc, kc, pos, bt, chunk=192)
 
 
 @cuda_only
@@ -408,9 +410,15 @@ def test_fused_attention_engine(quantize):
             break
         rel = float(np.max(np.abs(x - y)) / np.max(np.abs(x)))
         assert rel < 3e-2, f"step {t} max rel diff {rel:.3g}"
-    m._m.fused_attention_chunk = 64
-    alt64 = run(m, True, new=24)
-    same(alt64, run(m, False, new=24), "fused attention, 64-key chunks: graph vs eager")
+    for ch in (64, 256, 0):  # 0: one CTA per kv head (the whole table in one chunk here)
+        m._m.fused_attention_chunk = ch
+        alt_c = run(m, True, new=24)
+        same(alt_c, run(m, False, new=24), f"fused attention, {ch}-key chunks: graph vs eager")
+        for t, (x, y) in enumerate(zip(alt[1], alt_c[1])):
+            if alt[0][:t] != alt_c[0][:t]:
+                break
+            rel = float(np.max(np.abs(x - y)) / np.max(np.abs(x)))
+            assert rel < 3e-2, f"chunk {ch}: step {t} max rel diff {rel:.3g}"
     m._m.fused_attention_max_keys = 16  # shorter than the block table: the two-launch path
     same(base, run(m, True, new=24), "fused attention off by max_keys")
 
@@ -581,3 +589,19 @@ def test_quantized_pdl_off_same_bits():
     same(ref, run(m, True), "quantized_pdl off, graph")
     same(ref, run(m, False), "quantized_pdl off, eager")
     m._m.quantized_pdl = True
+
+
+def test_fused_attention_options():
+    m = gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1)
+    assert m._m.fused_attention_trigger == 0 and m._m.fused_attention_chunk == 128
+    for v in (0, 1, 2, 3):
+        m._m.fused_attention_trigger = v
+        assert m._m.fused_attention_trigger == v
+    for v in (0, 64, 128, 256, 384):
+        m._m.fused_attention_chunk = v
+        assert m._m.fused_attention_chunk == v
+    with pytest.raises(ValueError, match="fused_attention_trigger"):
+        m._m.fused_attention_trigger = 4
+    with pytest.raises(ValueError, match="fused_attention_chunk"):
+        m._m.fused_attention_chunk = 192
+    assert m._m.fused_attention_layers == 0  # CPU: never the fused kernel
