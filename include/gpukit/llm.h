@@ -224,6 +224,12 @@ struct EngineOptions {
   // 0 before waiting for the q/k/v projection, 1 after reading its output, 2 after P V,
   // 3 at exit. The same bits for every value.
   int fused_attention_trigger = 0;
+  // Level 2 decode: the kernel before the output projection that runs while its weights'
+  // bandwidth idles (rope_append, or the fused attention) brings that weight into L2 before
+  // its PDL wait (bulk prefetch): 0 off, 1 the second half of its rows (the first half is
+  // what the o GEMV's first blocks load themselves when launched early), 2 all of it.
+  // Default from GPUKIT_ATTN_L2.
+  int attn_l2 = 0;
   // Level 2 decode, bf16/fp16 weights: no RMSNorm launches. The o and down GEMVs add the
   // residual in their epilogue; the q/k/v and gate/up GEMVs (and the lm head with
   // head_proj) read the raw residual and apply the norm inside: the product with

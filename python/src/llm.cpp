@@ -154,6 +154,13 @@ GK_BINDING(60, llm) {
                    },
                    "Where the fused decode attention lets the output projection launch (PDL): 0 before waiting "
                    "for the q/k/v projection, 1 after reading its output, 2 after P V, 3 at exit.")
+      .def_prop_rw("attn_l2", [](const llm::Model& m) { return m.options().attn_l2; },
+                   [](llm::Model& m, int v) {
+                     if (v < 0 || v > 2) throw ValueError(cat("attn_l2: 0, 1 or 2, got ", v));
+                     m.options().attn_l2 = v;
+                   },
+                   "Level 2 decode: the kernel before the o projection (rope_append or the fused attention) brings "
+                   "the o weight into L2 before its PDL wait: 0 off, 1 its second half, 2 all of it.")
       .def_prop_ro("fused_attention_layers", &llm::Model::fused_attention_layers,
                    "Layers run through the fused decode attention since the model was made (eager or captured).")
       .def_prop_rw("norm_in_proj", [](const llm::Model& m) { return m.options().norm_in_proj; },

@@ -91,6 +91,8 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
   constexpr int CH = D / 8;  // 16-byte chunks per row
   const int tid = threadIdx.x;
   const int s = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+  l2_prefetch_part(a.l2, a.l2_bytes, (int64_t(b) * gridDim.y + kvh) * gridDim.x + s,
+                   int64_t(gridDim.x) * gridDim.y * gridDim.z);
   const int G = a.hq / a.hkv;
   const int64_t p = a.pos[b];  // written before the step: safe before the wait
   // keys past the grid's S chunks lie past the block table (masked anyway): not attended

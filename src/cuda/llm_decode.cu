@@ -425,6 +425,7 @@ void project_t(const llm::ProjArgs& a, const llm::ProjRope* rope, cudaStream_t s
 // does, so both give the same bits.
 template <class T, bool IL>
 __global__ void __launch_bounds__(128) k_rope_append(const __grid_constant__ llm::RopeAppendArgs a) {
+  l2_prefetch_part(a.l2, a.l2_bytes, int64_t(blockIdx.y) * gridDim.x + blockIdx.x, int64_t(gridDim.x) * gridDim.y);
   pdl_trigger();
   pdl_wait();
   const int64_t t = blockIdx.y;

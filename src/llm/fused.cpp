@@ -266,7 +266,8 @@ void ref_project(const ProjArgs& a) {
 // ---- rope_append ----
 
 void rope_append(const Array& q, const Array& k, const Array& v, const Array& k_cache, const Array& v_cache,
-                 const Array& positions, const Array& block_table, const Rope& rope, const Stream* sp) {
+                 const Array& positions, const Array& block_table, const Rope& rope, const Stream* sp,
+                 const L2Range& l2) {
   Device d = detail::common_device({{"q", &q}, {"k", &k}, {"v", &v}, {"k_cache", &k_cache}, {"v_cache", &v_cache},
                                     {"positions", &positions}, {"block_table", &block_table}});
   Stream s = resolve_stream(sp, d);
@@ -323,6 +324,8 @@ void rope_append(const Array& q, const Array& k, const Array& v, const Array& k_
   if (d.is_cpu()) return ref_rope_append(a);
 #if GPUKIT_WITH_CUDA
   a.pdl = pdl_enabled(d);
+  a.l2 = l2.aligned().p;
+  a.l2_bytes = l2.aligned().bytes;
   for (const Array* t : {&q, &k, &v, &k_cache, &v_cache, &positions, &block_table}) detail::mark_used(*t, s);
   cuda::llm_rope_append(a, s.handle());
 #else

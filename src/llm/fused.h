@@ -100,6 +100,8 @@ struct RopeAppendArgs {
   float mscale = 1.f;
   DType dtype = DType::bf16;
   bool pdl = false;
+  const void* l2 = nullptr;  // bytes brought into L2 before the wait (L2Range), or null
+  int64_t l2_bytes = 0;
   float inv_freq[kFusedMaxFreqs] = {};
 };
 
@@ -165,6 +167,8 @@ struct AttnArgs {
   int trigger = 0;
   bool interleaved = false;
   float mscale = 1.f, scale = 1.f;
+  const void* l2 = nullptr;  // bytes brought into L2 before the wait (L2Range), or null
+  int64_t l2_bytes = 0;
   float* ws = nullptr;      // S > 1: partials
   int* counters = nullptr;  // [B * hkv] zeros (left zero)
   DType dtype = DType::bf16;
@@ -172,6 +176,17 @@ struct AttnArgs {
 };
 
 namespace fused {
+// Bytes of a weight the next kernels read, brought into L2 by a kernel before its PDL
+// wait (bulk prefetch; the start rounded up, the length down, to 16 bytes).
+struct L2Range {
+  const void* p = nullptr;
+  int64_t bytes = 0;
+  L2Range aligned() const {  // 16-byte aligned start and length (empty when nothing is left)
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p), b = (a + 15) & ~uintptr_t(15);
+    const int64_t n = p && bytes > int64_t(b - a) ? (bytes - int64_t(b - a)) & ~int64_t(15) : 0;
+    return n > 0 ? L2Range{reinterpret_cast<const void*>(b), n} : L2Range{};
+  }
+};
 struct Rope {
   double theta = 10000.0;
   std::optional<int> rotary_dim;
@@ -220,7 +235,8 @@ struct TailNorm {
   Array out, res_out;
 };
 void rope_append(const Array& q, const Array& k, const Array& v, const Array& k_cache, const Array& v_cache,
-                 const Array& positions, const Array& block_table, const Rope& rope, const Stream* s = nullptr);
+                 const Array& positions, const Array& block_table, const Rope& rope, const Stream* s = nullptr,
+                 const L2Range& l2 = {});
 // project + rope_append in one launch: x [M <= 8, H] @ w^T with w = [Wq; Wk; Wv]
 // ([(hq + 2 hkv) D, H]) (+ bias); returns q [M, hq, D] rotated; k rotated and v stored
 // into the caches at positions[i] of sequence i (block_table row i). The same bits as
@@ -277,7 +293,7 @@ Array dequant_linear(const Array& x, const QuantizedWeight& qw, DType out, const
 // takes these shapes.
 Array attention_rope(const Array& qkv, int64_t hq, const Array& k_cache, const Array& v_cache,
                      const Array& positions, const Array& block_table, const Rope& rope, const Array& counters,
-                     const Stream* s = nullptr, int chunk = 128, int trigger = 0);
+                     const Stream* s = nullptr, int chunk = 128, int trigger = 0, const L2Range& l2 = {});
 bool attention_rope_supported(int64_t B, int64_t hq, int64_t hkv, int64_t D, int64_t max_keys, DType t);
 constexpr int64_t attention_rope_max_keys = 16384;
 

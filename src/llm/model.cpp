@@ -140,6 +140,11 @@ void env_options(EngineOptions& o) {
       throw ValueError(cat("GPUKIT_FUSED_ATTN_TRIGGER: expected 0, 1, 2 or 3, got \"", e, "\""));
     o.fused_attention_trigger = e[0] - '0';
   }
+  if (const char* e = std::getenv("GPUKIT_ATTN_L2"); e && *e) {
+    if (std::strlen(e) != 1 || e[0] < '0' || e[0] > '2')
+      throw ValueError(cat("GPUKIT_ATTN_L2: expected 0, 1 or 2, got \"", e, "\""));
+    o.attn_l2 = e[0] - '0';
+  }
   o.norm_in_proj = env_flag("GPUKIT_NORM_IN_PROJ", o.norm_in_proj);
   o.quantized_pdl = env_flag("GPUKIT_QUANT_PDL", o.quantized_pdl);
 }
@@ -453,6 +458,17 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
                   idx.block_table.shape(1) * cache.block_size() <= opt_.fused_attention_max_keys &&
                   fused::attention_rope_supported(T, c.num_heads, c.num_kv_heads, D,
                                                   idx.block_table.shape(1) * cache.block_size(), dtype_);
+  // attn_l2: the output projection's weight (or its second half) into L2 during attention
+  auto o_l2 = [&](const LayerWeights& L) {
+    fused::L2Range r;
+    if (opt_.attn_l2 <= 0) return r;
+    const Array& o = L.o_q.format.empty() ? L.o : L.o_q.q;
+    if (!o.defined() || !o.is_contiguous() || o.device() != device_) return r;
+    const int64_t n = int64_t(o.nbytes()), from = opt_.attn_l2 == 1 ? n / 2 : 0;
+    r.p = static_cast<const uint8_t*>(o.data()) + from;
+    r.bytes = n - from;
+    return r;
+  };
   int fa_chunk = opt_.fused_attention_chunk;  // 0: one CTA per kv head where the table fits in 384 keys
   if (fa && fa_chunk == 0) {
     const int64_t mk = idx.block_table.shape(1) * cache.block_size();
@@ -498,7 +514,7 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
         prefetch_during_attention(L);
         att = fused::attention_rope(qkv, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table,
                                     rope, side_->counters, nullptr, fa_chunk,
-                                    opt_.fused_attention_trigger)
+                                    opt_.fused_attention_trigger, o_l2(L))
                   .reshape({T, Q});
         mark("attention", l);  // with RoPE and the KV append
         ++fa_layers_;
@@ -517,7 +533,8 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
             k = nn::rms_norm(k, L.k_norm, c.norm_eps);
             mark("qk_norm", l);
           }
-          fused::rope_append(q, k, v, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table, rope);
+          fused::rope_append(q, k, v, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table, rope, nullptr,
+                           o_l2(L));
           mark("rope_kv", l);
         }
         att = attend(q, k, v, l).reshape({T, Q});
@@ -570,7 +587,7 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
         prefetch_during_attention(L);
         att = fused::attention_rope(qkv, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table,
                                     rope, side_->counters, nullptr, fa_chunk,
-                                    opt_.fused_attention_trigger)
+                                    opt_.fused_attention_trigger, o_l2(L))
                   .reshape({T, Q});
         ++fa_layers_;
       } else {
@@ -586,7 +603,8 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
         mark("qk_norm", l);
       }
       if (rope_append) {
-        fused::rope_append(q, k, v, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table, rope);
+        fused::rope_append(q, k, v, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table, rope, nullptr,
+                           o_l2(L));
         mark("rope_kv", l);
       } else {
         std::tie(q, k) = nn::rope(q, k, pos, c.rope_theta, rd, c.rope_interleaved, c.rope_scaling, /*inplace=*/true);

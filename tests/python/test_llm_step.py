@@ -581,6 +581,21 @@ def test_no_copy_kernels_in_the_b1_step():
 
 
 @cuda_only
+@pytest.mark.parametrize("quantize", [None, "int4"])
+@pytest.mark.parametrize("fa", [False, True])
+def test_attn_l2_same_bits(quantize, fa):
+    # The o weight brought into L2 by rope_append / the fused attention changes no bits.
+    m = gk.llm.random_model(CFG, device="cuda", dtype="bfloat16", seed=9, quantize=quantize)
+    m._m.fused_attention = fa
+    ref = run(m, True)
+    for v in (1, 2):
+        m._m.attn_l2 = v
+        same(ref, run(m, True), f"attn_l2={v}, graph")
+        same(ref, run(m, False), f"attn_l2={v}, eager")
+    m._m.attn_l2 = 0
+
+
+@cuda_only
 def test_quantized_pdl_off_same_bits():
     m = gk.llm.random_model(CFG, device="cuda", dtype="bfloat16", seed=5, quantize="int4")
     assert m._m.quantized_pdl
@@ -604,4 +619,8 @@ def test_fused_attention_options():
         m._m.fused_attention_trigger = 4
     with pytest.raises(ValueError, match="fused_attention_chunk"):
         m._m.fused_attention_chunk = 192
+    assert m._m.attn_l2 == 0
+    m._m.attn_l2 = 2
+    with pytest.raises(ValueError, match="attn_l2"):
+        m._m.attn_l2 = 3
     assert m._m.fused_attention_layers == 0  # CPU: never the fused kernel
