@@ -228,7 +228,7 @@ struct EngineOptions {
   // bandwidth idles (rope_append, or the fused attention) brings that weight into L2 before
   // its PDL wait (bulk prefetch): 0 off, 1 the second half of its rows (the first half is
   // what the o GEMV's first blocks load themselves when launched early), 2 all of it.
-  // Default from GPUKIT_ATTN_L2.
+  // Steps of up to 8 sequences. Default from GPUKIT_ATTN_L2.
   int attn_l2 = 0;
   // Level 2 decode, bf16/fp16 weights: no RMSNorm launches. The o and down GEMVs add the
   // residual in their epilogue; the q/k/v and gate/up GEMVs (and the lm head with

@@ -461,7 +461,7 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
   // attn_l2: the output projection's weight (or its second half) into L2 during attention
   auto o_l2 = [&](const LayerWeights& L) {
     fused::L2Range r;
-    if (opt_.attn_l2 <= 0) return r;
+    if (opt_.attn_l2 <= 0 || T > 8) return r;  // decode steps of up to 8 sequences
     const Array& o = L.o_q.format.empty() ? L.o : L.o_q.q;
     if (!o.defined() || !o.is_contiguous() || o.device() != device_) return r;
     const int64_t n = int64_t(o.nbytes()), from = opt_.attn_l2 == 1 ? n / 2 : 0;
