@@ -55,7 +55,8 @@ P V, at exit; EngineOptions::fused_attention_trigger), fac<N> (its keys per CTA:
 brings the o weight into L2 before its wait: 1 its second half, 2 all; EngineOptions::attn_l2), nip /
 nonip (no norm launches: residual adds in the o/down GEMVs, norms inside the q/k/v,
 gate/up and lm head GEMVs), qpdl / noqpdl (quantized weights: the engine's launches between
-the quantized GEMVs with / without PDL).
+the quantized GEMVs with / without PDL), qpdlc (with PDL, the SwiGLU / rope_append grids capped at
+4 blocks and the fused attention without PDL: EngineOptions::quantized_pdl_compact).
 Each gk run prints the node count of its captured decode step.
 """
 from __future__ import annotations
@@ -128,6 +129,9 @@ def gk_engine(eng):
             opt["attrs"]["attn_l2"] = int(f[3:])
         elif re.fullmatch(r"fat[0-3]", f):  # where the fused attention triggers the next launch
             opt["attrs"]["fused_attention_trigger"] = int(f[3:])
+        elif f == "qpdlc":  # quantized_pdl with small grids (and the fused attention without PDL)
+            opt["attrs"]["quantized_pdl"] = True
+            opt["attrs"]["quantized_pdl_compact"] = True
         elif f in ("qpdl", "noqpdl"):  # quantized weights: PDL of the engine's launches between the GEMVs
             opt["attrs"]["quantized_pdl"] = f == "qpdl"
         elif f in ("nip", "nonip"):  # norms inside the projections, residual adds in their epilogues

@@ -241,6 +241,11 @@ struct EngineOptions {
   // gemv_quantized ones (norms, SwiGLU, RoPE + append, attention) use PDL. Default from
   // GPUKIT_QUANT_PDL.
   bool quantized_pdl = true;
+  // ... and with quantized_pdl: the SwiGLU and rope_append grids capped at 4 blocks and the
+  // fused attention launched without PDL, so that the kernels launched early and parked
+  // until the quantized GEMV before them ends take few of its SMs' slots. Default from
+  // GPUKIT_QUANT_PDL_COMPACT.
+  bool quantized_pdl_compact = false;
 };
 
 class Model {

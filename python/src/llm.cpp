@@ -170,6 +170,10 @@ GK_BINDING(60, llm) {
       .def_prop_rw("quantized_pdl", [](const llm::Model& m) { return m.options().quantized_pdl; },
                    [](llm::Model& m, bool v) { m.options().quantized_pdl = v; },
                    "Level 2 decode, quantized weights: the engine's launches between the quantized GEMVs use PDL.")
+      .def_prop_rw("quantized_pdl_compact", [](const llm::Model& m) { return m.options().quantized_pdl_compact; },
+                   [](llm::Model& m, bool v) { m.options().quantized_pdl_compact = v; },
+                   "With quantized_pdl: SwiGLU and rope_append grids capped at 4 blocks, the fused attention "
+                   "without PDL (fewer parked blocks beside the quantized GEMVs).")
       .def_prop_ro("quantized", [](const llm::Model& m) { return m.weights().quantized; })
       .def("profile_decode", [](llm::Model& m, int64_t batch, int64_t context, int64_t reps) {
         auto r = llm::profile_decode(m, batch, context, reps);

@@ -424,16 +424,9 @@ void project_t(const llm::ProjArgs& a, const llm::ProjRope* rope, cudaStream_t s
 // rotation rounds each product (no fused multiply-add), as the q/k/v GEMV's epilogue
 // does, so both give the same bits.
 template <class T, bool IL>
-__global__ void __launch_bounds__(128) k_rope_append(const __grid_constant__ llm::RopeAppendArgs a) {
-  l2_prefetch_part(a.l2, a.l2_bytes, int64_t(blockIdx.y) * gridDim.x + blockIdx.x, int64_t(gridDim.x) * gridDim.y);
-  pdl_trigger();
-  pdl_wait();
-  const int64_t t = blockIdx.y;
+__device__ __forceinline__ void rope_item(const llm::RopeAppendArgs& a, int64_t t, int u, int32_t p) {
   const int n = a.rd / 2;
   const int qpairs = a.hq * n, kpairs = a.hkv * n, ktail = a.hkv * (a.D - a.rd);
-  const int u = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
-  if (u >= qpairs + kpairs + ktail + a.hkv * a.D) return;
-  const int32_t p = a.pos[t];
   if (u < qpairs + kpairs) {
     const bool isq = u < qpairs;
     const int w = isq ? u : u - qpairs, h = w / n, i = w - h * n;
@@ -466,6 +459,20 @@ __global__ void __launch_bounds__(128) k_rope_append(const __grid_constant__ llm
     const int w = u - qpairs - kpairs - ktail, h = w / a.D, i = w - h * a.D;
     static_cast<T*>(a.vc)[(slot * a.hkv + h) * a.D + i] = static_cast<const T*>(a.v)[t * a.v_ts + h * a.v_hs + i];
   }
+}
+
+// One thread per item of a token (grid.y = token; with a grid cap, a thread takes items
+// u, u + the grid's threads, ...).
+template <class T, bool IL>
+__global__ void __launch_bounds__(128) k_rope_append(const __grid_constant__ llm::RopeAppendArgs a) {
+  l2_prefetch_part(a.l2, a.l2_bytes, int64_t(blockIdx.y) * gridDim.x + blockIdx.x, int64_t(gridDim.x) * gridDim.y);
+  pdl_trigger();
+  pdl_wait();
+  const int64_t t = blockIdx.y;
+  const int items = a.hq * (a.rd / 2) + a.hkv * (a.rd / 2) + a.hkv * (a.D - a.rd) + a.hkv * a.D;
+  const int32_t p = a.pos[t];
+  for (int u = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x); u < items; u += int(gridDim.x * blockDim.x))
+    rope_item<T, IL>(a, t, u, p);
 }
 
 // ---- residual add + RMSNorm ----
@@ -609,10 +616,12 @@ void llm_advance_argmax(int32_t* in, unsigned long long* keys, int32_t* tokens, 
             in, keys, tokens, int(B));
 }
 
-void llm_swiglu(const void* gu, void* out, int64_t rows, int64_t I, int64_t gu_rs, DType t, bool pdl, void* stream) {
+void llm_swiglu(const void* gu, void* out, int64_t rows, int64_t I, int64_t gu_rs, DType t, bool pdl, void* stream,
+                int grid_cap) {
   if (rows <= 0 || I <= 0) return;
   const int64_t n = rows * I;
-  const unsigned blocks = unsigned(std::min<int64_t>((n + 255) / 256, 132 * 16));
+  const unsigned blocks =
+      unsigned(std::min<int64_t>({(n + 255) / 256, int64_t(132) * 16, grid_cap > 0 ? int64_t(grid_cap) : INT64_MAX}));
   auto st = static_cast<cudaStream_t>(stream);
   dispatch_float(t, [&](auto tv) {
     using T = decltype(tv);
@@ -643,7 +652,9 @@ void llm_rope_append(const llm::RopeAppendArgs& a, void* stream) {
   if (a.T > 65535) throw ValueError("rope_append: at most 65535 tokens per call");
   auto st = static_cast<cudaStream_t>(stream);
   const int work = a.hq * (a.rd / 2) + a.hkv * (a.rd / 2) + a.hkv * (a.D - a.rd) + a.hkv * a.D;  // items per token
-  const dim3 grid{unsigned((work + 127) / 128), unsigned(a.T)};
+  int bx = (work + 127) / 128;
+  if (a.grid_cap > 0 && bx > a.grid_cap) bx = a.grid_cap;
+  const dim3 grid{unsigned(bx), unsigned(a.T)};
   dispatch_float(a.dtype, [&](auto tv) {
     using T = decltype(tv);
     if (a.interleaved) launch_ex(k_rope_append<T, true>, grid, dim3(128), st, a.pdl, "llm_rope_append", a);

@@ -35,9 +35,15 @@ void same_dtype(const Array& a, const Array& b, const char* arg) {
 namespace {
 std::atomic<int> g_pdl{-1};
 thread_local bool t_no_pdl = false;
+thread_local int t_grid_cap = 0;
 }  // namespace
 NoPdlScope::NoPdlScope(bool off) : prev(t_no_pdl) { t_no_pdl = t_no_pdl || off; }
 NoPdlScope::~NoPdlScope() { t_no_pdl = prev; }
+GridCapScope::GridCapScope(int cap) : prev(t_grid_cap) {
+  if (cap > 0) t_grid_cap = cap;
+}
+GridCapScope::~GridCapScope() { t_grid_cap = prev; }
+int grid_cap() { return t_grid_cap; }
 void set_pdl(int mode) {
   if (mode < -1 || mode > 1) throw ValueError(cat("pdl: expected -1, 0 or 1, got ", mode));
   g_pdl.store(mode);
@@ -326,6 +332,7 @@ void rope_append(const Array& q, const Array& k, const Array& v, const Array& k_
   a.pdl = pdl_enabled(d);
   a.l2 = l2.aligned().p;
   a.l2_bytes = l2.aligned().bytes;
+  a.grid_cap = grid_cap();
   for (const Array* t : {&q, &k, &v, &k_cache, &v_cache, &positions, &block_table}) detail::mark_used(*t, s);
   cuda::llm_rope_append(a, s.handle());
 #else
@@ -593,7 +600,7 @@ Array swiglu(const Array& gu, const Stream* sp) {
   }
 #if GPUKIT_WITH_CUDA
   detail::mark_used(gu, s);
-  cuda::llm_swiglu(gu.data(), out.data(), rows, I, gu.stride(0), gu.dtype(), pdl_enabled(d), s.handle());
+  cuda::llm_swiglu(gu.data(), out.data(), rows, I, gu.stride(0), gu.dtype(), pdl_enabled(d), s.handle(), grid_cap());
 #else
   detail::no_cuda_backend();
 #endif

@@ -102,6 +102,7 @@ struct RopeAppendArgs {
   bool pdl = false;
   const void* l2 = nullptr;  // bytes brought into L2 before the wait (L2Range), or null
   int64_t l2_bytes = 0;
+  int grid_cap = 0;  // at most this many blocks per token (0: one thread per item)
   float inv_freq[kFusedMaxFreqs] = {};
 };
 
@@ -206,6 +207,18 @@ struct NoPdlScope {
   NoPdlScope& operator=(const NoPdlScope&) = delete;
   bool prev;
 };
+// Caps the grids of the small PDL-chained kernels (swiglu, rope_append) launched by this
+// thread while it lives at `cap` blocks (0: no cap): a kernel launched early parks its
+// blocks on the SMs until the previous kernel ends, so a small grid leaves the previous
+// kernel (a quantized GEMV with large CTAs) its occupancy. The same bits.
+struct GridCapScope {
+  explicit GridCapScope(int cap);
+  ~GridCapScope();
+  GridCapScope(const GridCapScope&) = delete;
+  GridCapScope& operator=(const GridCapScope&) = delete;
+  int prev;
+};
+int grid_cap();
 struct TailNorm;  // internal (project_norm)
 // out_f32: float32 output, the sums not rounded to the weight type (the lm head's logits;
 // not with swiglu or tail).
@@ -312,7 +325,8 @@ void llm_rope_append(const llm::RopeAppendArgs& a, void* stream);
 void llm_add_rms_norm(const llm::AddNormArgs& a, void* stream);
 void llm_advance(int32_t* in, const int32_t* tokens, int64_t B, bool pdl, void* stream);
 void llm_advance_argmax(int32_t* in, unsigned long long* keys, int32_t* tokens, int64_t B, bool pdl, void* stream);
-void llm_swiglu(const void* gu, void* out, int64_t rows, int64_t I, int64_t gu_rs, DType t, bool pdl, void* stream);
+void llm_swiglu(const void* gu, void* out, int64_t rows, int64_t I, int64_t gu_rs, DType t, bool pdl, void* stream,
+                int grid_cap = 0);
 // src/cuda/llm_attention.cu
 void llm_attention_rope(const llm::AttnArgs& a, const llm::ProjRope& rope, void* stream);
 int64_t llm_attention_ws_floats(int64_t B, int64_t hkv, int64_t S);

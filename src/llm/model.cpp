@@ -147,6 +147,7 @@ void env_options(EngineOptions& o) {
   }
   o.norm_in_proj = env_flag("GPUKIT_NORM_IN_PROJ", o.norm_in_proj);
   o.quantized_pdl = env_flag("GPUKIT_QUANT_PDL", o.quantized_pdl);
+  o.quantized_pdl_compact = env_flag("GPUKIT_QUANT_PDL_COMPACT", o.quantized_pdl_compact);
 }
 }  // namespace
 
@@ -585,6 +586,8 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
       if (fa) {  // level 2 decode (quantized weights): RoPE, the KV append and attention in one launch
         mark("qkv", l);
         prefetch_during_attention(L);
+        // quantized_pdl_compact: not launched early (its large CTAs would park beside the GEMV's)
+        fused::NoPdlScope fa_no_pdl(!L.qkv_q.format.empty() && opt_.quantized_pdl_compact);
         att = fused::attention_rope(qkv, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table,
                                     rope, side_->counters, nullptr, fa_chunk,
                                     opt_.fused_attention_trigger, o_l2(L))
@@ -695,7 +698,9 @@ Array Model::decode_batch(KvCache& cache, const DecodeBatch& in, const Array& ar
     explicit Flag(bool& x) : f(x) { f = true; }
     ~Flag() { f = false; }
   } flag(decoding_);
-  fused::NoPdlScope no_pdl(!opt_.quantized_pdl && !w_.quantized.empty());
+  const bool quant = !w_.quantized.empty();
+  fused::NoPdlScope no_pdl(!opt_.quantized_pdl && quant);
+  fused::GridCapScope cap(quant && opt_.quantized_pdl && opt_.quantized_pdl_compact ? 4 : 0);
   Array h = run_layers(in.ids, in.positions, cache, idx, attend);
   if (argmax_keys.defined() && !head_argmax(h.shape(0)))
     throw ValueError("decode_batch: argmax_keys given but the lm head cannot fold the argmax in");

@@ -604,6 +604,15 @@ def test_quantized_pdl_off_same_bits():
     same(ref, run(m, True), "quantized_pdl off, graph")
     same(ref, run(m, False), "quantized_pdl off, eager")
     m._m.quantized_pdl = True
+    # compact: small SwiGLU / rope_append grids (grid-stride), the fused attention without PDL
+    m._m.quantized_pdl_compact = True
+    same(ref, run(m, True), "quantized_pdl_compact, graph")
+    same(ref, run(m, False), "quantized_pdl_compact, eager")
+    m._m.fused_attention = True
+    fa_ref = run(m, False)
+    m._m.quantized_pdl_compact = False
+    same(fa_ref, run(m, True), "fused attention, quantized_pdl_compact vs not")
+    m._m.fused_attention = False
 
 
 def test_fused_attention_options():
@@ -623,4 +632,7 @@ def test_fused_attention_options():
     m._m.attn_l2 = 2
     with pytest.raises(ValueError, match="attn_l2"):
         m._m.attn_l2 = 3
+    assert not m._m.quantized_pdl_compact
+    m._m.quantized_pdl_compact = True
+    assert m._m.quantized_pdl_compact
     assert m._m.fused_attention_layers == 0  # CPU: never the fused kernel
