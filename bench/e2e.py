@@ -51,7 +51,8 @@ launch), dq / nodq (quantized prefill through the dequantized weight and cuBLASL
 the GEMV per 8 rows), fa / nofa / fa64 (RoPE, the KV append and attention in one launch; fa64: 64-key chunks), fat0..fat3
 (where the fused attention lets the o GEMV launch: before its wait, after reading q/k/v, after
 P V, at exit; EngineOptions::fused_attention_trigger), fac<N> (its keys per CTA: 64, 128, 256, 384,
-0 = one CTA per kv head where the context fits), ol2<0-2> (rope_append / the fused attention
+0 = one CTA per kv head where the context fits), facl (its 2..8 chunks merge through a thread
+block cluster's shared memory), ol2<0-2> (rope_append / the fused attention
 brings the o weight into L2 before its wait: 1 its second half, 2 all; EngineOptions::attn_l2), nip /
 nonip (no norm launches: residual adds in the o/down GEMVs, norms inside the q/k/v,
 gate/up and lm head GEMVs), qpdl / noqpdl (quantized weights: the engine's launches between
@@ -125,6 +126,8 @@ def gk_engine(eng):
                 opt["attrs"]["fused_attention_chunk"] = 64
         elif re.fullmatch(r"fac(0|64|128|256|384)", f):  # keys per CTA of the fused attention (0: auto)
             opt["attrs"]["fused_attention_chunk"] = int(f[3:])
+        elif f in ("facl", "nofacl"):  # the fused attention's chunks merge through a cluster
+            opt["attrs"]["fused_attention_cluster"] = f == "facl"
         elif re.fullmatch(r"ol2[0-2]", f):  # o weight into L2 by the kernel before the o GEMV
             opt["attrs"]["attn_l2"] = int(f[3:])
         elif re.fullmatch(r"fat[0-3]", f):  # where the fused attention triggers the next launch

@@ -224,6 +224,10 @@ struct EngineOptions {
   // 0 before waiting for the q/k/v projection, 1 after reading its output, 2 after P V,
   // 3 at exit. The same bits for every value.
   int fused_attention_trigger = 0;
+  // Chunks of 64 / 128 keys, 2 to 8 of them: the chunks of a (sequence, kv head) form a
+  // thread block cluster and merge through distributed shared memory instead of the
+  // workspace + counter merge (the same bits). GPUKIT_FUSED_ATTN_CLUSTER.
+  bool fused_attention_cluster = false;
   // Level 2 decode: the kernel before the output projection that runs while its weights'
   // bandwidth idles (rope_append, or the fused attention) brings that weight into L2 before
   // its PDL wait (bulk prefetch): 0 off, 1 the second half of its rows (the first half is

@@ -154,6 +154,10 @@ GK_BINDING(60, llm) {
                    },
                    "Where the fused decode attention lets the output projection launch (PDL): 0 before waiting "
                    "for the q/k/v projection, 1 after reading its output, 2 after P V, 3 at exit.")
+      .def_prop_rw("fused_attention_cluster", [](const llm::Model& m) { return m.options().fused_attention_cluster; },
+                   [](llm::Model& m, bool v) { m.options().fused_attention_cluster = v; },
+                   "The fused decode attention's 2..8 chunks (64 / 128 keys) merge through a thread block cluster's "
+                   "shared memory.")
       .def_prop_rw("attn_l2", [](const llm::Model& m) { return m.options().attn_l2; },
                    [](llm::Model& m, int v) {
                      if (v < 0 || v > 2) throw ValueError(cat("attn_l2: 0, 1 or 2, got ", v));

@@ -77,7 +77,32 @@ __device__ __forceinline__ void a_pair(const llm::AttnArgs& a, int u, int& i1, i
   }
 }
 
-template <class T, int D, int kAC>
+// Thread block clusters (sm_90): the barrier of every thread of the cluster (release /
+// acquire: shared memory written before it is visible to the cluster after it), and a
+// float of another CTA's shared memory.
+__device__ __forceinline__ void cluster_sync_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ float ld_cluster(const float* p, unsigned rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  unsigned r;
+  float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(r) : "memory");
+  return v;
+#else
+  (void)rank;
+  return *p;
+#endif
+}
+
+// CL: the grid's S chunks of a (sequence, kv head) form one cluster (S <= 8) and merge
+// through distributed shared memory (no workspace, counter or global round trips): the
+// same arithmetic in the same order as the workspace merge, so the same bits.
+template <class T, int D, int kAC, bool CL>
 __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_constant__ llm::AttnArgs a,
                                                                const __grid_constant__ llm::ProjRope rope) {
   using Cf = ACfg<D, kAC>;
@@ -107,7 +132,13 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
         static_cast<T*>(a.out)[(int64_t(b) * a.hq + int64_t(kvh) * G) * D + e] = convert<T>(0.f);
     return;
   }
-  if (k0 >= len) return;  // (an exited CTA counts as triggered)
+  if (k0 >= len) {  // (an exited CTA counts as triggered)
+    if (!CL || nsplit == 1) return;
+    pdl_trigger();  // cluster: stays for the merge's barriers, so triggers here
+    cluster_sync_all();
+    cluster_sync_all();
+    return;
+  }
   const int n = int(len - k0 < kAC ? len - k0 : int64_t(kAC));
   unsigned char* Ks = sm + Cf::K_OFF;
   unsigned char* Vs = sm + Cf::V_OFF;
@@ -307,6 +338,37 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
   if (a.trigger == 2) pdl_trigger();  // before the output / partials and the merge
   T* out = static_cast<T*>(a.out) + (int64_t(b) * a.hq + int64_t(kvh) * G) * D;
   // (o[] indexed by compile-time g only: a runtime index would put it in local memory)
+  if constexpr (CL) {
+    if (nsplit > 1) {  // the partials in shared memory, rank 0 (chunk 0) merges them in chunk order
+      __syncthreads();  // the K area (comb) is free
+      float* part = reinterpret_cast<float*>(sm + Cf::K_OFF);  // [G][D]
+      if (kg == 0) {
+#pragma unroll
+        for (int g = 0; g < kAG; ++g)
+          if (g < G) part[g * D + d] = o[g];
+      }
+      cluster_sync_all();
+      if (s == 0) {
+        for (int e = tid; e < G * D; e += kAT) {
+          const int g = e / D;
+          float M = -INFINITY;
+          for (int q = 0; q < nsplit; ++q) M = fmaxf(M, ld_cluster(&red_m[g], unsigned(q)));
+          float num = 0.f, den = 0.f;
+          if (M != -INFINITY) {
+            for (int q = 0; q < nsplit; ++q) {
+              const float mq = ld_cluster(&red_m[g], unsigned(q));
+              const float w = mq == -INFINITY ? 0.f : expf(mq - M);
+              num = fmaf(w, ld_cluster(part + e, unsigned(q)), num);
+              den = fmaf(w, ld_cluster(&red_l[g], unsigned(q)), den);
+            }
+          }
+          out[e] = convert<T>(den > 0.f ? num / den : 0.f);
+        }
+      }
+      cluster_sync_all();  // the other chunks keep their shared memory until rank 0 has read it
+      return;
+    }
+  }
   if (nsplit == 1) {
     if (kg == 0) {
 #pragma unroll
@@ -363,22 +425,33 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
   if (tid == 0) *ctr = 0;  // ready for the next launch
 }
 
-template <class T, int D, int KC>
+template <class T, int D, int KC, bool CL = false>
 void attn_launch(const llm::AttnArgs& a, const llm::ProjRope& rope, cudaStream_t st) {
   constexpr size_t smem = ACfg<D, KC>::SMEM;
   static_assert(smem + size_t(KC) * 8 + 256 <= 227 * 1024, "shared memory (dynamic + static)");
-  auto kern = k_attn_rope<T, D, KC>;
+  auto kern = k_attn_rope<T, D, KC, CL>;
   GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(a.S), unsigned(a.hkv), unsigned(a.B));
   cfg.blockDim = dim3(unsigned(at_threads(KC)));
   cfg.dynamicSmemBytes = smem;
   cfg.stream = st;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[2];
+  unsigned na = 0;
+  if (CL) {
+    attr[na].id = cudaLaunchAttributeClusterDimension;
+    attr[na].val.clusterDim.x = unsigned(a.S);
+    attr[na].val.clusterDim.y = 1;
+    attr[na].val.clusterDim.z = 1;
+    ++na;
+  }
+  if (a.pdl) {
+    attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[na].val.programmaticStreamSerializationAllowed = 1;
+    ++na;
+  }
   cfg.attrs = attr;
-  cfg.numAttrs = a.pdl ? 1 : 0;
+  cfg.numAttrs = na;
   GK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, a, rope));
   GK_LAUNCH_CHECK("llm_attention_rope");
 }
@@ -395,13 +468,19 @@ void llm_attention_rope(const llm::AttnArgs& a, const llm::ProjRope& rope, void*
   auto st = static_cast<cudaStream_t>(stream);
   if (a.chunk != 64 && a.chunk != 128 && a.chunk != 256 && a.chunk != 384)
     throw ValueError("attention_rope: chunks of 64, 128, 256 or 384 keys");
+  // the cluster merge for 2..8 chunks of 64 / 128 keys
+  const bool cl = a.cluster && a.S >= 2 && a.S <= 8 && a.chunk <= 128;
   auto go = [&](auto tv) {
     using T = decltype(tv);
     auto by_chunk = [&](auto dv) {
       constexpr int D = decltype(dv)::value;
       switch (a.chunk) {
-        case 64: attn_launch<T, D, 64>(a, rope, st); break;
-        case 128: attn_launch<T, D, 128>(a, rope, st); break;
+        case 64:
+          cl ? attn_launch<T, D, 64, true>(a, rope, st) : attn_launch<T, D, 64>(a, rope, st);
+          break;
+        case 128:
+          cl ? attn_launch<T, D, 128, true>(a, rope, st) : attn_launch<T, D, 128>(a, rope, st);
+          break;
         case 256: attn_launch<T, D, 256>(a, rope, st); break;
         default: attn_launch<T, D, 384>(a, rope, st); break;
       }

@@ -166,6 +166,9 @@ struct AttnArgs {
   // waiting for the projection (after the cache loads), 1 after reading its output, 2
   // after P V (before the output / merge), 3 not at all (at exit)
   int trigger = 0;
+  // chunks of 64 / 128 keys, 2 <= S <= 8: the S CTAs of a (sequence, kv head) form a thread
+  // block cluster and merge through distributed shared memory (else the workspace merge)
+  bool cluster = false;
   bool interleaved = false;
   float mscale = 1.f, scale = 1.f;
   const void* l2 = nullptr;  // bytes brought into L2 before the wait (L2Range), or null
@@ -306,7 +309,8 @@ Array dequant_linear(const Array& x, const QuantizedWeight& qw, DType out, const
 // takes these shapes.
 Array attention_rope(const Array& qkv, int64_t hq, const Array& k_cache, const Array& v_cache,
                      const Array& positions, const Array& block_table, const Rope& rope, const Array& counters,
-                     const Stream* s = nullptr, int chunk = 128, int trigger = 0, const L2Range& l2 = {});
+                     const Stream* s = nullptr, int chunk = 128, int trigger = 0, const L2Range& l2 = {},
+                     bool cluster = false);
 bool attention_rope_supported(int64_t B, int64_t hq, int64_t hkv, int64_t D, int64_t max_keys, DType t);
 constexpr int64_t attention_rope_max_keys = 16384;
 

@@ -110,7 +110,7 @@ bool attention_rope_supported(int64_t B, int64_t hq, int64_t hkv, int64_t D, int
 
 Array attention_rope(const Array& qkv, int64_t hq, const Array& k_cache, const Array& v_cache,
                      const Array& positions, const Array& block_table, const Rope& rope, const Array& counters,
-                     const Stream* sp, int chunk, int trigger, const L2Range& l2) {
+                     const Stream* sp, int chunk, int trigger, const L2Range& l2, bool cluster) {
   if (chunk != 64 && chunk != 128 && chunk != 256 && chunk != 384)
     throw ValueError(cat("chunk: 64, 128, 256 or 384 keys, got ", chunk));
   if (trigger < 0 || trigger > 3) throw ValueError(cat("trigger: 0, 1, 2 or 3, got ", trigger));
@@ -174,6 +174,7 @@ Array attention_rope(const Array& qkv, int64_t hq, const Array& k_cache, const A
   a.S = int(S);
   a.chunk = chunk;
   a.trigger = trigger;
+  a.cluster = cluster;
   a.l2 = l2.aligned().p;
   a.l2_bytes = l2.aligned().bytes;
   a.interleaved = rope.interleaved;

@@ -145,6 +145,7 @@ void env_options(EngineOptions& o) {
       throw ValueError(cat("GPUKIT_ATTN_L2: expected 0, 1 or 2, got \"", e, "\""));
     o.attn_l2 = e[0] - '0';
   }
+  o.fused_attention_cluster = env_flag("GPUKIT_FUSED_ATTN_CLUSTER", o.fused_attention_cluster);
   o.norm_in_proj = env_flag("GPUKIT_NORM_IN_PROJ", o.norm_in_proj);
   o.quantized_pdl = env_flag("GPUKIT_QUANT_PDL", o.quantized_pdl);
   o.quantized_pdl_compact = env_flag("GPUKIT_QUANT_PDL_COMPACT", o.quantized_pdl_compact);
@@ -515,7 +516,8 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
         prefetch_during_attention(L);
         att = fused::attention_rope(qkv, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table,
                                     rope, side_->counters, nullptr, fa_chunk,
-                                    opt_.fused_attention_trigger, o_l2(L))
+                                    opt_.fused_attention_trigger, o_l2(L),
+                                    opt_.fused_attention_cluster)
                   .reshape({T, Q});
         mark("attention", l);  // with RoPE and the KV append
         ++fa_layers_;
@@ -590,7 +592,8 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
         fused::NoPdlScope fa_no_pdl(!L.qkv_q.format.empty() && opt_.quantized_pdl_compact);
         att = fused::attention_rope(qkv, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table,
                                     rope, side_->counters, nullptr, fa_chunk,
-                                    opt_.fused_attention_trigger, o_l2(L))
+                                    opt_.fused_attention_trigger, o_l2(L),
+                                    opt_.fused_attention_cluster)
                   .reshape({T, Q});
         ++fa_layers_;
       } else {

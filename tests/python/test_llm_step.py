@@ -357,6 +357,13 @@ def test_attention_rope_trigger_same_bits(chunk):
             ro, _, _, rq = run_attn_composed(case, hq)
             check_attention(np_of(out), ro, rq, np_of(k), np_of(v), pos, bt, "bfloat16")
         assert got == ref, f"trigger {trig}: not the bits of trigger 0"
+    if chunk <= 128:  # the cluster merge (3 or 6 chunks; 1 for the short sequence): the same bits
+        for trig in (0, 3):
+            k, v = arr(kc.copy(), "cuda"), arr(vc.copy(), "cuda")
+            out, _ = _C.llm.fused_attention_rope(arr(qkv, "cuda"), hq, k, v, arr(pos, "cuda"), arr(bt, "cuda"),
+                                                 theta=10000.0, chunk=chunk, trigger=trig, cluster=True)
+            got = (np_of(out).tobytes(), np_of(k).tobytes(), np_of(v).tobytes())
+            assert got == ref, f"cluster merge, trigger {trig}: not the bits of the workspace merge"
 
 
 @cuda_only
@@ -419,6 +426,13 @@ def test_fused_attention_engine(quantize):
                 break
             rel = float(np.max(np.abs(x - y)) / np.max(np.abs(x)))
             assert rel < 3e-2, f"chunk {ch}: step {t} max rel diff {rel:.3g}"
+    # the cluster merge (64-key chunks, 70 keys: 2 chunks) against the workspace merge: the same bits
+    m._m.fused_attention_chunk = 64
+    ws = run(m, True, new=40)
+    m._m.fused_attention_cluster = True
+    same(ws, run(m, True, new=40), "fused attention, cluster merge vs workspace merge, graph")
+    same(ws, run(m, False, new=40), "fused attention, cluster merge vs workspace merge, eager")
+    m._m.fused_attention_cluster = False
     m._m.fused_attention_max_keys = 16  # shorter than the block table: the two-launch path
     same(base, run(m, True, new=24), "fused attention off by max_keys")
 
