@@ -49,7 +49,7 @@ while attention runs, EngineOptions::prefetch_mb), pflast (its lines evict-last)
 nohp (the lm head through the engine's GEMV), emb / noemb (embedding + first norm in one
 launch), dq / nodq (quantized prefill through the dequantized weight and cuBLASLt, or
 the GEMV per 8 rows), fa / nofa / fa64 (RoPE, the KV append and attention in one launch; fa64: 64-key chunks), fat0..fat3
-(where the fused attention lets the o GEMV launch: before its wait, after reading q/k/v, after
+(nofa: not even where fused_attention_auto takes it; where the fused attention lets the o GEMV launch: before its wait, after reading q/k/v, after
 P V, at exit; EngineOptions::fused_attention_trigger), fac<N> (its keys per CTA: 64, 128, 256, 384,
 0 = one CTA per kv head where the context fits), facl (its 2..8 chunks merge through a thread
 block cluster's shared memory), ol2<0-2> (rope_append / the fused attention
@@ -122,6 +122,8 @@ def gk_engine(eng):
             opt["attrs"]["dequant_prefill"] = f == "dq"
         elif f in ("fa", "nofa", "fa64"):  # RoPE + KV append + attention in one launch (fa64: 64-key chunks)
             opt["attrs"]["fused_attention"] = f != "nofa"
+            if f == "nofa":  # nor where fused_attention_auto would take it
+                opt["attrs"]["fused_attention_auto"] = False
             if f == "fa64":
                 opt["attrs"]["fused_attention_chunk"] = 64
         elif re.fullmatch(r"fac(0|64|128|256|384)", f):  # keys per CTA of the fused attention (0: auto)

@@ -215,6 +215,10 @@ struct EngineOptions {
   // block table spans at most fused_attention_max_keys keys; else rope_append +
   // attention_decode. Default from GPUKIT_FUSED_ATTN.
   bool fused_attention = false;
+  // ... and without it, where measured faster (H200, session 5, checkpoint A: 8B bf16
+  // 230.7 tok/s against 227.1; 1B 1103 against 1130, quantized slower): bf16/fp16 weights,
+  // head_dim 128, a block table of at most 384 keys. Default from GPUKIT_FUSED_ATTN_AUTO.
+  bool fused_attention_auto = true;
   int64_t fused_attention_max_keys = 4096;
   // keys per CTA: 64, 128, 256 or 384 (one thread per key), or 0: the smallest of 128 / 256 /
   // 384 that holds the step's block table (one CTA per kv head and sequence), else 128
@@ -226,13 +230,15 @@ struct EngineOptions {
   int fused_attention_trigger = 0;
   // Chunks of 64 / 128 keys, 2 to 8 of them: the chunks of a (sequence, kv head) form a
   // thread block cluster and merge through distributed shared memory instead of the
-  // workspace + counter merge (the same bits). GPUKIT_FUSED_ATTN_CLUSTER.
-  bool fused_attention_cluster = false;
+  // workspace + counter merge (the same bits; checkpoint A, 8B: 230.7 tok/s against 228.3).
+  // GPUKIT_FUSED_ATTN_CLUSTER.
+  bool fused_attention_cluster = true;
   // Level 2 decode: the kernel before the output projection that runs while its weights'
   // bandwidth idles (rope_append, or the fused attention) brings that weight into L2 before
   // its PDL wait (bulk prefetch): 0 off, 1 the second half of its rows (the first half is
   // what the o GEMV's first blocks load themselves when launched early), 2 all of it.
-  // Steps of up to 8 sequences. Default from GPUKIT_ATTN_L2.
+  // Steps of up to 8 sequences. Slower (checkpoint A, 8B: 212.6 tok/s with 2 against 227.1:
+  // the prefetched lines do not survive the q/k/v GEMV's stream). Default from GPUKIT_ATTN_L2.
   int attn_l2 = 0;
   // Level 2 decode, bf16/fp16 weights: no RMSNorm launches. The o and down GEMVs add the
   // residual in their epilogue; the q/k/v and gate/up GEMVs (and the lm head with
@@ -242,13 +248,16 @@ struct EngineOptions {
   // GPUKIT_NORM_IN_PROJ.
   bool norm_in_proj = false;
   // Level 2 decode with quantized weights: the engine's own launches between the
-  // gemv_quantized ones (norms, SwiGLU, RoPE + append, attention) use PDL. Default from
-  // GPUKIT_QUANT_PDL.
-  bool quantized_pdl = true;
+  // gemv_quantized ones (norms, SwiGLU, RoPE + append, attention) use PDL. Off by default:
+  // a kernel launched early parks its blocks beside the quantized GEMV (H200, session 5,
+  // checkpoint A: 8B fp8 352.6 tok/s without against 336.1 with, int4 403.3 against 406.3;
+  // session 4 B: fp8 302.3 / 292.6, int4 306.1 / 283.0). Default from GPUKIT_QUANT_PDL.
+  bool quantized_pdl = false;
   // ... and with quantized_pdl: the SwiGLU and rope_append grids capped at 4 blocks and the
   // fused attention launched without PDL, so that the kernels launched early and parked
-  // until the quantized GEMV before them ends take few of its SMs' slots. Default from
-  // GPUKIT_QUANT_PDL_COMPACT.
+  // until the quantized GEMV before them ends take few of its SMs' slots (checkpoint A:
+  // slower, fp8 311.5 and int4 368.6 tok/s: each thread's grid-stride items run one after
+  // the other). Default from GPUKIT_QUANT_PDL_COMPACT.
   bool quantized_pdl_compact = false;
 };
 

@@ -154,6 +154,10 @@ GK_BINDING(60, llm) {
                    },
                    "Where the fused decode attention lets the output projection launch (PDL): 0 before waiting "
                    "for the q/k/v projection, 1 after reading its output, 2 after P V, 3 at exit.")
+      .def_prop_rw("fused_attention_auto", [](const llm::Model& m) { return m.options().fused_attention_auto; },
+                   [](llm::Model& m, bool v) { m.options().fused_attention_auto = v; },
+                   "Without fused_attention: the fused decode attention where measured faster (bf16/fp16 weights, "
+                   "head_dim 128, block tables of <= 384 keys).")
       .def_prop_rw("fused_attention_cluster", [](const llm::Model& m) { return m.options().fused_attention_cluster; },
                    [](llm::Model& m, bool v) { m.options().fused_attention_cluster = v; },
                    "The fused decode attention's 2..8 chunks (64 / 128 keys) merge through a thread block cluster's "

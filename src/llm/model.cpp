@@ -129,6 +129,7 @@ void env_options(EngineOptions& o) {
   o.embed_norm = env_flag("GPUKIT_EMBED_NORM", o.embed_norm);
   o.dequant_prefill = env_flag("GPUKIT_DEQUANT_PREFILL", o.dequant_prefill);
   o.fused_attention = env_flag("GPUKIT_FUSED_ATTN", o.fused_attention);
+  o.fused_attention_auto = env_flag("GPUKIT_FUSED_ATTN_AUTO", o.fused_attention_auto);
   if (const char* e = std::getenv("GPUKIT_FUSED_ATTN_CHUNK"); e && *e) {
     if (std::strcmp(e, "0") && std::strcmp(e, "64") && std::strcmp(e, "128") && std::strcmp(e, "256") &&
         std::strcmp(e, "384"))
@@ -455,9 +456,14 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
   rope.interleaved = c.rope_interleaved;
   rope.scaling = c.rope_scaling;
   // level 2 decode: RoPE, the KV append and attention in one kernel (short contexts)
-  const bool fa = rope_append && opt_.fused_attention && !c.qk_norm && c.sliding_window <= 0 && side_ &&
+  // fused_attention_auto: where it was measured faster than rope_append + attention_decode
+  // (H200, session 5, checkpoint A): the 8B shape with bf16 weights (head_dim 128), a block
+  // table of <= 384 keys; slower with head_dim 64 (1B) and with quantized weights
+  const int64_t table_keys = idx.block_table.defined() ? idx.block_table.shape(1) * cache.block_size() : 0;
+  const bool fa_auto = opt_.fused_attention_auto && D == 128 && w_.quantized.empty() && table_keys <= 384;
+  const bool fa = rope_append && (opt_.fused_attention || fa_auto) && !c.qk_norm && c.sliding_window <= 0 && side_ &&
                   side_->counters.numel() >= T * c.num_kv_heads &&
-                  idx.block_table.shape(1) * cache.block_size() <= opt_.fused_attention_max_keys &&
+                  table_keys <= opt_.fused_attention_max_keys &&
                   fused::attention_rope_supported(T, c.num_heads, c.num_kv_heads, D,
                                                   idx.block_table.shape(1) * cache.block_size(), dtype_);
   // attn_l2: the output projection's weight (or its second half) into L2 during attention

@@ -428,11 +428,11 @@ def test_fused_attention_engine(quantize):
             assert rel < 3e-2, f"chunk {ch}: step {t} max rel diff {rel:.3g}"
     # the cluster merge (64-key chunks, 70 keys: 2 chunks) against the workspace merge: the same bits
     m._m.fused_attention_chunk = 64
+    m._m.fused_attention_cluster = False
     ws = run(m, True, new=40)
     m._m.fused_attention_cluster = True
     same(ws, run(m, True, new=40), "fused attention, cluster merge vs workspace merge, graph")
     same(ws, run(m, False, new=40), "fused attention, cluster merge vs workspace merge, eager")
-    m._m.fused_attention_cluster = False
     m._m.fused_attention_max_keys = 16  # shorter than the block table: the two-launch path
     same(base, run(m, True, new=24), "fused attention off by max_keys")
 
@@ -612,7 +612,8 @@ def test_attn_l2_same_bits(quantize, fa):
 @cuda_only
 def test_quantized_pdl_off_same_bits():
     m = gk.llm.random_model(CFG, device="cuda", dtype="bfloat16", seed=5, quantize="int4")
-    assert m._m.quantized_pdl
+    assert not m._m.quantized_pdl  # off by default (checkpoint A of session 5)
+    m._m.quantized_pdl = True
     ref = run(m, True)
     m._m.quantized_pdl = False
     same(ref, run(m, True), "quantized_pdl off, graph")
@@ -627,11 +628,14 @@ def test_quantized_pdl_off_same_bits():
     m._m.quantized_pdl_compact = False
     same(fa_ref, run(m, True), "fused attention, quantized_pdl_compact vs not")
     m._m.fused_attention = False
+    m._m.quantized_pdl = False
 
 
 def test_fused_attention_options():
     m = gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1)
     assert m._m.fused_attention_trigger == 0 and m._m.fused_attention_chunk == 128
+    assert not m._m.fused_attention and m._m.fused_attention_auto and m._m.fused_attention_cluster
+    assert not m._m.quantized_pdl
     for v in (0, 1, 2, 3):
         m._m.fused_attention_trigger = v
         assert m._m.fused_attention_trigger == v
@@ -650,3 +654,33 @@ def test_fused_attention_options():
     m._m.quantized_pdl_compact = True
     assert m._m.quantized_pdl_compact
     assert m._m.fused_attention_layers == 0  # CPU: never the fused kernel
+
+
+CFG128 = dict(CFG, hidden_size=512, num_attention_heads=4, num_key_value_heads=2, head_dim=128)
+
+
+@cuda_only
+def test_fused_attention_auto():
+    # head_dim 128, plain weights, a short block table: the fused attention by default, the
+    # bits of fused_attention=True; auto off: the two-launch path; quantized: not taken.
+    m = gk.llm.random_model(CFG128, device="cuda", dtype="bfloat16", seed=11)
+    assert m._m.fused_attention_auto and not m._m.fused_attention
+    n0 = m._m.fused_attention_layers
+    auto = run(m, True, new=20)
+    assert m._m.fused_attention_layers > n0, "auto: the fused attention was not taken"
+    same(auto, run(m, False, new=20), "auto: graph vs eager")
+    m._m.fused_attention = True
+    same(auto, run(m, True, new=20), "auto vs fused_attention=True")
+    m._m.fused_attention = False
+    m._m.fused_attention_auto = False
+    n1 = m._m.fused_attention_layers
+    two = run(m, True, new=20)
+    assert m._m.fused_attention_layers == n1, "auto off: the fused attention was taken"
+    for t, (x, y) in enumerate(zip(auto[1], two[1])):
+        if auto[0][:t] != two[0][:t]:
+            break
+        rel = float(np.max(np.abs(x - y)) / np.max(np.abs(x)))
+        assert rel < 3e-2, f"step {t} max rel diff {rel:.3g}"
+    q = gk.llm.random_model(CFG128, device="cuda", dtype="bfloat16", seed=11, quantize="int8")
+    run(q, True, new=4)
+    assert q._m.fused_attention_layers == 0, "auto took the fused attention with quantized weights"
