@@ -240,6 +240,11 @@ struct EngineOptions {
   // Steps of up to 8 sequences. Slower (checkpoint A, 8B: 212.6 tok/s with 2 against 227.1:
   // the prefetched lines do not survive the q/k/v GEMV's stream). Default from GPUKIT_ATTN_L2.
   int attn_l2 = 0;
+  // Level 2 decode, bf16/fp16 weights, <= 8 sequences: the q/k/v GEMV's last 32 blocks
+  // bring the layer's KV cache pages of the step's sequences into L2 (bulk prefetch) before
+  // their weights, so that the attention after it reads them from L2. Unmeasured at the
+  // time of writing. Default from GPUKIT_KV_L2.
+  bool kv_l2 = false;
   // Level 2 decode, bf16/fp16 weights: no RMSNorm launches. The o and down GEMVs add the
   // residual in their epilogue; the q/k/v and gate/up GEMVs (and the lm head with
   // head_proj) read the raw residual and apply the norm inside: the product with

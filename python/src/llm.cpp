@@ -162,6 +162,10 @@ GK_BINDING(60, llm) {
                    [](llm::Model& m, bool v) { m.options().fused_attention_cluster = v; },
                    "The fused decode attention's 2..8 chunks (64 / 128 keys) merge through a thread block cluster's "
                    "shared memory.")
+      .def_prop_rw("kv_l2", [](const llm::Model& m) { return m.options().kv_l2; },
+                   [](llm::Model& m, bool v) { m.options().kv_l2 = v; },
+                   "Level 2 decode, bf16/fp16 weights: the q/k/v GEMV's last blocks bring the layer's KV cache "
+                   "pages into L2 for the attention after it.")
       .def_prop_rw("attn_l2", [](const llm::Model& m) { return m.options().attn_l2; },
                    [](llm::Model& m, int v) {
                      if (v < 0 || v > 2) throw ValueError(cat("attn_l2: 0, 1 or 2, got ", v));

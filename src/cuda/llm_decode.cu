@@ -163,10 +163,35 @@ __device__ void tail_norm(const llm::ProjArgs& a) {
   if (threadIdx.x == 0) *a.tail_counter = 0;  // ready for the next launch
 }
 
+// kv_l2 (ProjArgs::kv_k): warp 0 of each of the grid's last 32 blocks issues its share of
+// the L2 bulk prefetches of the KV pages of positions 0 .. kv_pos[i] of each sequence.
+// Not inlined: its registers stay out of the GEMV main loop.
+__device__ __noinline__ void kv_prefetch_l2(const llm::ProjArgs& a, int lane) {
+  const int parts = gridDim.x < 32 ? int(gridDim.x) : 32;
+  const int part = int(blockIdx.x) - (int(gridDim.x) - parts);
+  const int64_t P = int64_t(parts) * 32, t = int64_t(part) * 32 + lane;
+  int64_t it0 = 0;  // items (page, cache) of the sequences before i
+  for (int64_t i = 0; i < a.m; ++i) {
+    const int64_t len = int64_t(a.kv_pos[i]) + 1;  // step inputs: written before the step
+    int64_t np = len <= 0 ? 0 : (len + a.kv_bs - 1) / a.kv_bs;
+    if (np > a.kv_max_blocks) np = a.kv_max_blocks;
+    for (int64_t it = it0 + (((t - it0) % P) + P) % P; it < it0 + 2 * np; it += P) {
+      const int64_t j = (it - it0) >> 1;
+      const int32_t blk = a.kv_bt[i * a.kv_bt_stride + j];
+      if (blk < 0 || blk >= a.kv_nb) continue;
+      const char* base = static_cast<const char*>(((it - it0) & 1) ? a.kv_v : a.kv_k);
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + int64_t(blk) * a.kv_page_bytes),
+                   "r"(uint32_t(a.kv_page_bytes))
+                   : "memory");
+    }
+    it0 += 2 * np;
+  }
+}
+
 // NIN (norm in): x holds the raw residual rows r; the product is taken with r * norm_w
 // (fp32, not rounded) and scaled by rsqrt(mean(r^2) + eps) of the whole row at the end:
 // the sum of squares rides along the product's loads (no pass before it).
-template <class T, int MT, int MODE, class X, bool TAIL = false, bool NIN = false>
+template <class T, int MT, int MODE, class X, bool TAIL = false, bool NIN = false, bool KV = false>
 __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1)
     k_project(const __grid_constant__ llm::ProjArgs a, const __grid_constant__ X extra) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -204,6 +229,9 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1)
       }
     }
   };
+  if constexpr (KV) {  // kv_l2: the last 32 blocks bring the KV pages the attention reads into L2
+    if (warp == 0 && int64_t(blockIdx.x) + 32 >= int64_t(gridDim.x)) kv_prefetch_l2(a, lane);
+  }
   int64_t c = tid;
   load(c);  // the first weights in flight before waiting for x
   pdl_trigger();
@@ -402,6 +430,15 @@ void project_m(const llm::ProjArgs& a, const llm::ProjRope* rope, cudaStream_t s
       else if (a.m <= 2) go(k_project<T, 2, MODE, X, true>);
       else if (a.m <= 4) go(k_project<T, 4, MODE, X, true>);
       else go(k_project<T, 8, MODE, X, true>);
+      return;
+    }
+  }
+  if constexpr (MODE == 0) {
+    if (a.kv_k) {  // kv_l2: its own instantiation (the plain GEMV's code unchanged)
+      if (a.m <= 1) go(k_project<T, 1, MODE, X, false, false, true>);
+      else if (a.m <= 2) go(k_project<T, 2, MODE, X, false, false, true>);
+      else if (a.m <= 4) go(k_project<T, 4, MODE, X, false, false, true>);
+      else go(k_project<T, 8, MODE, X, false, false, true>);
       return;
     }
   }

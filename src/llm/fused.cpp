@@ -183,6 +183,26 @@ Array project_opts(const Array& x_in, const Array& w, const Array& bias, const P
   if (!a.vec) throw ValueError("w: project needs 16-byte aligned weight rows and K % 8 == 0");
   a.pdl = pdl_enabled(d);
   if (argmax_keys) a.argmax_keys = static_cast<unsigned long long*>(argmax_keys->data());
+  if (opt.kv_k && opt.kv_v && opt.kv_pos && opt.kv_bt && !swiglu && !tail) {
+    const Array &kc = *opt.kv_k, &vc = *opt.kv_v, &ps = *opt.kv_pos, &bt = *opt.kv_bt;
+    const bool ok = kc.defined() && vc.defined() && kc.ndim() == 4 && kc.shape() == vc.shape() && kc.is_contiguous() &&
+                    vc.is_contiguous() && kc.device() == d && vc.device() == d && ps.defined() &&
+                    ps.dtype() == DType::i32 && ps.ndim() == 1 && ps.shape(0) == m && ps.is_contiguous() &&
+                    ps.device() == d && bt.defined() && bt.dtype() == DType::i32 && bt.ndim() == 2 &&
+                    bt.shape(0) == m && bt.stride(1) == 1 && bt.device() == d && al16(kc.data()) && al16(vc.data());
+    const int64_t page = ok ? int64_t(kc.nbytes()) / std::max<int64_t>(kc.shape(0), 1) : 0;
+    if (ok && page > 0 && page % 16 == 0 && page <= 65536) {
+      a.kv_k = kc.data();
+      a.kv_v = vc.data();
+      a.kv_pos = ps.data_as<int32_t>();
+      a.kv_bt = bt.data_as<int32_t>();
+      a.kv_page_bytes = page;
+      a.kv_bs = kc.shape(1);
+      a.kv_nb = kc.shape(0);
+      a.kv_bt_stride = bt.stride(0);
+      a.kv_max_blocks = bt.shape(1);
+    }
+  }
   if (tail) {
     a.tail = true;
     a.tail_counter = tail->counter;

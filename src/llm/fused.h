@@ -77,6 +77,14 @@ struct ProjArgs {
   const int32_t* pos = nullptr;
   const int32_t* block_table = nullptr;
   float mscale = 1.f;
+  // kv_l2 (plain projections): the grid's last 32 blocks bring the pages of positions
+  // 0 .. kv_pos[i] of sequence i (kv_bt row i) of both caches into L2 before their weights
+  // (bulk prefetch; the attention after this projection reads them)
+  const void* kv_k = nullptr;
+  const void* kv_v = nullptr;
+  const int32_t* kv_pos = nullptr;
+  const int32_t* kv_bt = nullptr;
+  int64_t kv_page_bytes = 0, kv_bs = 0, kv_nb = 0, kv_bt_stride = 0, kv_max_blocks = 0;
 };
 // The rope frequencies of a rope projection: a second kernel parameter, so that the
 // other projections launch with a small parameter block.
@@ -237,6 +245,12 @@ struct ProjOpts {
   // plain projections: y = round(round(x @ w^T) + residual), residual [M, N] of w's dtype
   const Array* residual = nullptr;
   const struct TailNorm* tail = nullptr;
+  // the KV cache pages the attention after this projection reads, brought into L2 by the
+  // grid's last blocks (ProjArgs::kv_k); CUDA, plain projections
+  const Array* kv_k = nullptr;  // [nb, bs, hkv, D] dense, like kv_v
+  const Array* kv_v = nullptr;
+  const Array* kv_pos = nullptr;  // int32 [M]: the new token's position
+  const Array* kv_bt = nullptr;   // int32 [M, max_blocks]
 };
 Array project_opts(const Array& x, const Array& w, const Array& bias, const ProjOpts& o, const Stream* s = nullptr);
 // argmax_keys (with out_f32): uint64 [M] device keys left by a previous advance_argmax (or

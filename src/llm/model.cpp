@@ -130,6 +130,7 @@ void env_options(EngineOptions& o) {
   o.dequant_prefill = env_flag("GPUKIT_DEQUANT_PREFILL", o.dequant_prefill);
   o.fused_attention = env_flag("GPUKIT_FUSED_ATTN", o.fused_attention);
   o.fused_attention_auto = env_flag("GPUKIT_FUSED_ATTN_AUTO", o.fused_attention_auto);
+  o.kv_l2 = env_flag("GPUKIT_KV_L2", o.kv_l2);
   if (const char* e = std::getenv("GPUKIT_FUSED_ATTN_CHUNK"); e && *e) {
     if (std::strcmp(e, "0") && std::strcmp(e, "64") && std::strcmp(e, "128") && std::strcmp(e, "256") &&
         std::strcmp(e, "384"))
@@ -505,7 +506,15 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
     // norm_in_proj: no norm launches (the residual added in the o / down epilogues, the
     // norms applied inside the q/k/v, gate/up and lm head GEMVs)
     const bool nip = opt_.norm_in_proj && !opt_.norm_in_tail;
-    auto qkv_proj = [&](const LayerWeights& L) {
+    auto qkv_proj = [&](const LayerWeights& L, int l) {
+      if (!nip && opt_.kv_l2 && T <= 8) {  // the layer's KV pages into L2 by the GEMV's last blocks
+        fused::ProjOpts o;
+        o.kv_k = &cache.k[size_t(l)];
+        o.kv_v = &cache.v[size_t(l)];
+        o.kv_pos = &pos;
+        o.kv_bt = &idx.block_table;
+        return fused::project_opts(h, L.qkv, L.qkv_bias, o);
+      }
       if (!nip) return fused::project(h, L.qkv, L.qkv_bias);
       fused::ProjOpts o;
       o.norm_w = &L.attn_norm;
@@ -517,7 +526,7 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
       Array q, k, v, att;
       const bool rq = opt_.rope_in_qkv && !c.qk_norm && !nip;
       if (fa) {  // RoPE, the KV append and attention in one launch
-        Array qkv = qkv_proj(L);
+        Array qkv = qkv_proj(L, l);
         mark("qkv", l);
         prefetch_during_attention(L);
         att = fused::attention_rope(qkv, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table,
@@ -534,7 +543,7 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
           mark("qkv", l);  // with RoPE and the KV append
           prefetch_during_attention(L);
         } else {
-          split_qkv(qkv_proj(L), q, k, v);
+          split_qkv(qkv_proj(L, l), q, k, v);
           mark("qkv", l);
           prefetch_during_attention(L);
           if (c.qk_norm) {

@@ -610,6 +610,20 @@ def test_attn_l2_same_bits(quantize, fa):
 
 
 @cuda_only
+@pytest.mark.parametrize("cfg", ["64", "128"])
+def test_kv_l2_same_bits(cfg):
+    # The KV pages brought into L2 by the q/k/v GEMV's last blocks change no bits (with
+    # head_dim 128 the fused attention reads them, with 64 rope_append + attention_decode).
+    m = gk.llm.random_model(CFG if cfg == "64" else CFG128, device="cuda", dtype="bfloat16", seed=13)
+    assert not m._m.kv_l2
+    ref = run(m, True, new=20)
+    m._m.kv_l2 = True
+    same(ref, run(m, True, new=20), "kv_l2, graph")
+    same(ref, run(m, False, new=20), "kv_l2, eager")
+    m._m.kv_l2 = False
+
+
+@cuda_only
 def test_quantized_pdl_off_same_bits():
     m = gk.llm.random_model(CFG, device="cuda", dtype="bfloat16", seed=5, quantize="int4")
     assert not m._m.quantized_pdl  # off by default (checkpoint A of session 5)
@@ -650,6 +664,8 @@ def test_fused_attention_options():
     m._m.attn_l2 = 2
     with pytest.raises(ValueError, match="attn_l2"):
         m._m.attn_l2 = 3
+    assert not m._m.kv_l2
+    m._m.kv_l2 = True
     assert not m._m.quantized_pdl_compact
     m._m.quantized_pdl_compact = True
     assert m._m.quantized_pdl_compact
