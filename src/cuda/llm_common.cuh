@@ -1,5 +1,5 @@
-// Device helpers shared by the engine's kernels (llm_decode.cu, llm_step.cu,
-// llm_dequant.cu): programmatic dependent launch (PDL) and the launch with its attribute.
+// Device helpers shared by the engine's kernels (llm_decode.cu, llm_small.cu,
+// llm_step.cu, llm_attention.cu): programmatic dependent launch (PDL) and the launch with its attribute.
 //   griddepcontrol.launch_dependents: the next kernel of the stream may start launching;
 //   griddepcontrol.wait: the previous kernel has finished and its writes are visible.
 // Without the launch attribute (or before sm_90) both are no-ops.
@@ -57,6 +57,25 @@ __device__ __forceinline__ uint4 ld_act(const void* p) {
   uint4 v;
   asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
+}
+
+// A rotary pair, each product rounded on its own (no fused multiply-add).
+__device__ __forceinline__ void rotate(float x1, float x2, float cs, float sn, float& r1, float& r2) {
+  r1 = __fsub_rn(__fmul_rn(x1, cs), __fmul_rn(x2, sn));
+  r2 = __fadd_rn(__fmul_rn(x2, cs), __fmul_rn(x1, sn));
+}
+
+// The cache slot (block * bs + offset) of token t at position p, or false when its page
+// is outside the table or the pool (the token is then not stored).
+template <class A>
+__device__ __forceinline__ bool llm_slot(const A& a, int64_t t, int32_t p, int64_t& slot) {
+  if (p < 0) return false;
+  const int64_t li = p / a.bs;
+  if (li >= a.max_blocks) return false;
+  const int64_t blk = a.block_table[t * a.bt_stride + li];
+  if (blk < 0 || blk >= a.nb) return false;
+  slot = blk * a.bs + (p - li * a.bs);
+  return true;
 }
 
 // A launch with the programmatic-serialization attribute when pdl.
