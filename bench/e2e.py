@@ -54,7 +54,8 @@ P V, at exit; EngineOptions::fused_attention_trigger), fac<N> (its keys per CTA:
 0 = one CTA per kv head where the context fits), facl (its 2..8 chunks merge through a thread
 block cluster's shared memory), ol2<0-2> (rope_append / the fused attention
 brings the o weight into L2 before its wait: 1 its second half, 2 all; EngineOptions::attn_l2), kvl2
-(the q/k/v GEMV's last blocks bring the layer's KV pages into L2: EngineOptions::kv_l2), nip /
+(the q/k/v GEMV's last blocks bring the layer's KV pages into L2: EngineOptions::kv_l2), cv<0-100>
+(the engine kernels' preferred shared memory carveout in percent: EngineOptions::carveout), nip /
 nonip (no norm launches: residual adds in the o/down GEMVs, norms inside the q/k/v,
 gate/up and lm head GEMVs), qpdl / noqpdl (quantized weights: the engine's launches between
 the quantized GEMVs with / without PDL), qpdlc (with PDL, the SwiGLU / rope_append grids capped at
@@ -133,6 +134,8 @@ def gk_engine(eng):
             opt["attrs"]["fused_attention_cluster"] = f == "facl"
         elif f in ("kvl2", "nokvl2"):  # the q/k/v GEMV's last blocks prefetch the KV pages into L2
             opt["attrs"]["kv_l2"] = f == "kvl2"
+        elif re.fullmatch(r"cv(100|\d\d?)", f):  # the engine kernels' preferred shared memory carveout, %
+            opt["attrs"]["carveout"] = int(f[2:])
         elif re.fullmatch(r"ol2[0-2]", f):  # o weight into L2 by the kernel before the o GEMV
             opt["attrs"]["attn_l2"] = int(f[3:])
         elif re.fullmatch(r"fat[0-3]", f):  # where the fused attention triggers the next launch

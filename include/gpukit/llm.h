@@ -245,6 +245,16 @@ struct EngineOptions {
   // their weights, so that the attention after it reads them from L2. Unmeasured at the
   // time of writing. Default from GPUKIT_KV_L2.
   bool kv_l2 = false;
+  // Level 2 decode: the preferred shared memory carveout of the engine's kernels (percent
+  // of the SM's unified L1 / shared memory; -1: the driver's choice). Checkpoint A's trace
+  // (8B) shows the fused attention with 144 KB of shared memory per CTA starting 1.3 us
+  // before the q/k/v GEMV ends, the 76-KB one and rope_append ~3 us before: a CTA that
+  // needs more shared memory than the SM's current split (set for the GEMV, 1 KB per
+  // block) may have to wait for the SM to drain. 100: every engine kernel prefers the
+  // largest split, so the attention's CTAs can become resident beside the GEMV's last
+  // blocks and load their keys and values before the wait. The same bits. Unmeasured at
+  // the time of writing. Default from GPUKIT_CARVEOUT.
+  int carveout = -1;
   // Level 2 decode, bf16/fp16 weights: no RMSNorm launches. The o and down GEMVs add the
   // residual in their epilogue; the q/k/v and gate/up GEMVs (and the lm head with
   // head_proj) read the raw residual and apply the norm inside: the product with

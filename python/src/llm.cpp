@@ -162,6 +162,13 @@ GK_BINDING(60, llm) {
                    [](llm::Model& m, bool v) { m.options().fused_attention_cluster = v; },
                    "The fused decode attention's 2..8 chunks (64 / 128 keys) merge through a thread block cluster's "
                    "shared memory.")
+      .def_prop_rw("carveout", [](const llm::Model& m) { return m.options().carveout; },
+                   [](llm::Model& m, int v) {
+                     if (v < -1 || v > 100) throw ValueError(cat("carveout: -1 (the driver's choice) or 0..100, got ", v));
+                     m.options().carveout = v;
+                   },
+                   "Level 2 decode: the preferred shared memory carveout (percent) of the engine's kernels; -1: the "
+                   "driver's choice.")
       .def_prop_rw("kv_l2", [](const llm::Model& m) { return m.options().kv_l2; },
                    [](llm::Model& m, bool v) { m.options().kv_l2 = v; },
                    "Level 2 decode, bf16/fp16 weights: the q/k/v GEMV's last blocks bring the layer's KV cache "

@@ -431,6 +431,7 @@ void attn_launch(const llm::AttnArgs& a, const llm::ProjRope& rope, cudaStream_t
   static_assert(smem + size_t(KC) * 8 + 256 <= 227 * 1024, "shared memory (dynamic + static)");
   auto kern = k_attn_rope<T, D, KC, CL>;
   GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  set_carveout(kern);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(a.S), unsigned(a.hkv), unsigned(a.B));
   cfg.blockDim = dim3(unsigned(at_threads(KC)));

@@ -11,6 +11,10 @@
 
 #include "core/cuda_util.h"
 
+namespace gk::llm::fused {
+int launch_carveout();  // src/llm/fused.h (CarveoutScope)
+}
+
 namespace gk::cuda::llmk {
 
 __device__ __forceinline__ void pdl_wait() {
@@ -78,10 +82,21 @@ __device__ __forceinline__ bool llm_slot(const A& a, int64_t t, int32_t p, int64
   return true;
 }
 
+// EngineOptions::carveout (fused::CarveoutScope): the kernel's preferred shared memory
+// carveout, set before its launch once any scope has asked for one.
+template <class K>
+void set_carveout(K* kernel) {
+  const int cv = gk::llm::fused::launch_carveout();
+  if (cv == -2) return;
+  GK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                     cv < 0 ? int(cudaSharedmemCarveoutDefault) : cv));
+}
+
 // A launch with the programmatic-serialization attribute when pdl.
 template <class... P, class... A>
 void launch_ex(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t st, bool pdl, const char* name,
                A&&... args) {
+  set_carveout(kernel);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;

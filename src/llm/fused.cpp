@@ -37,6 +37,16 @@ GridCapScope::GridCapScope(int cap) : prev(t_grid_cap) {
 }
 GridCapScope::~GridCapScope() { t_grid_cap = prev; }
 int grid_cap() { return t_grid_cap; }
+namespace {
+thread_local int t_carveout = -1;
+std::atomic<bool> g_carveout_used{false};
+}  // namespace
+CarveoutScope::CarveoutScope(int percent) : prev(t_carveout) {
+  t_carveout = percent < 0 ? -1 : std::min(percent, 100);
+  if (t_carveout >= 0) g_carveout_used.store(true, std::memory_order_relaxed);
+}
+CarveoutScope::~CarveoutScope() { t_carveout = prev; }
+int launch_carveout() { return g_carveout_used.load(std::memory_order_relaxed) ? t_carveout : -2; }
 void set_pdl(int mode) {
   if (mode < -1 || mode > 1) throw ValueError(cat("pdl: expected -1, 0 or 1, got ", mode));
   g_pdl.store(mode);

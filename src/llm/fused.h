@@ -230,6 +230,22 @@ struct GridCapScope {
   int prev;
 };
 int grid_cap();
+// EngineOptions::carveout: the preferred shared memory carveout (percent of the SM's
+// unified L1 / shared memory, cudaFuncAttributePreferredSharedMemoryCarveout) of the
+// engine's kernels launched by this thread while it lives; -1: the driver's default.
+// The attribute belongs to the kernel (all its launches, graph nodes included), so once
+// any scope asked for one, every later engine launch sets its kernel's attribute again.
+// The same bits (it moves no arithmetic).
+struct CarveoutScope {
+  explicit CarveoutScope(int percent);
+  ~CarveoutScope();
+  CarveoutScope(const CarveoutScope&) = delete;
+  CarveoutScope& operator=(const CarveoutScope&) = delete;
+  int prev;
+};
+// The value an engine launch sets its kernel's carveout attribute to (-1: the default),
+// or -2: leave it (no scope has asked for a carveout in this process).
+int launch_carveout();
 struct TailNorm;  // internal (project_norm)
 // out_f32: float32 output, the sums not rounded to the weight type (the lm head's logits;
 // not with swiglu or tail).

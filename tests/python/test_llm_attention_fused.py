@@ -252,6 +252,16 @@ def test_fused_attention_options():
     m._m.quantized_pdl_compact = True
     assert m._m.quantized_pdl_compact
     assert m._m.fused_attention_layers == 0  # CPU: never the fused kernel
+    assert m._m.carveout == -1
+    for v in (-1, 0, 50, 100):
+        m._m.carveout = v
+        assert m._m.carveout == v
+    for v in (-2, 101):
+        with pytest.raises(ValueError, match="carveout"):
+            m._m.carveout = v
+    m._m.carveout = 100
+    same(run(m, False, new=3), run(gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1), False, new=3),
+         "CPU: carveout has no effect")
 
 
 @cuda_only
@@ -279,3 +289,20 @@ def test_fused_attention_auto():
     q = gk.llm.random_model(CFG128, device="cuda", dtype="bfloat16", seed=11, quantize="int8")
     run(q, True, new=4)
     assert q._m.fused_attention_layers == 0, "auto took the fused attention with quantized weights"
+
+
+@cuda_only
+@pytest.mark.parametrize("cfg", ["64", "128"])
+def test_carveout_same_bits(cfg):
+    # EngineOptions::carveout only sets the kernels' preferred shared memory split: the
+    # same tokens and logits, graph and eager, with the fused attention (head_dim 128:
+    # taken by auto) and without (head_dim 64); back to the default after it.
+    m = gk.llm.random_model(CFG if cfg == "64" else CFG128, device="cuda", dtype="bfloat16", seed=17)
+    base = run(m, True, new=20)
+    n0 = m._m.fused_attention_layers
+    for v in (100, 0, -1):
+        m._m.carveout = v
+        same(base, run(m, True, new=20), f"carveout {v}, graph")
+        same(base, run(m, False, new=20), f"carveout {v}, eager")
+    if cfg == "128":
+        assert m._m.fused_attention_layers > n0, "the fused attention was not taken"
