@@ -289,6 +289,12 @@ class Model {
   const EngineOptions& options() const { return opt_; }
   // Layers run through the fused decode attention since the model was made (tests).
   int64_t fused_attention_layers() const { return fa_layers_; }
+  // Debug: from now on the fused attention of layer `layer` (-1: none) writes per CTA 8
+  // %globaltimer stamps (fused::AttnStampScope) into attention_stamps() at every decode
+  // step (graph replays included): int64 [512, 8] on the model's device (one buffer for
+  // the model's life), zeroed at each call with layer >= 0.
+  void set_attention_stamps(int layer);
+  Array attention_stamps() const { return stamps_; }
   // One decode step over device-resident inputs (no host synchronization, nothing
   // read back; capturable): float32 logits [B, V]. The caller has reserved the pages
   // and advances the cache lengths afterwards.
@@ -344,6 +350,8 @@ class Model {
   std::shared_ptr<SideBranch> side_;
   bool decoding_ = false;  // run_layers is running a decode step (decode_batch)
   mutable bool raw_final_ = false;
+  Array stamps_;
+  int stamps_layer_ = -1;
   int64_t fa_layers_ = 0;  // run_layers returned the raw residual: lm_head applies the final norm
   ModelConfig cfg_;
   EngineOptions opt_;

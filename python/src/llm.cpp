@@ -180,6 +180,15 @@ GK_BINDING(60, llm) {
                    },
                    "Level 2 decode: the kernel before the o projection (rope_append or the fused attention) brings "
                    "the o weight into L2 before its PDL wait: 0 off, 1 its second half, 2 all of it.")
+      .def("set_attention_stamps", &llm::Model::set_attention_stamps, nb::arg("layer"),
+           "Debug: the fused attention of this layer (-1: none) writes per CTA 8 %globaltimer stamps at every "
+           "decode step (entry, K/V copies issued, after the PDL wait, q/k/v done, K/V landed, softmax, P V, "
+           "output written).")
+      .def("attention_stamps", [](const llm::Model& m) {
+             Array s = m.attention_stamps();
+             return s.defined() ? s.to(Device{}) : Array::empty({0, 8}, DType::i64, Device{});
+           },
+           "int64 [512, 8] of set_attention_stamps (on the CPU), rows (b * hkv + kv head) * chunks + chunk.")
       .def_prop_ro("fused_attention_layers", &llm::Model::fused_attention_layers,
                    "Layers run through the fused decode attention since the model was made (eager or captured).")
       .def_prop_rw("norm_in_proj", [](const llm::Model& m) { return m.options().norm_in_proj; },

@@ -99,6 +99,14 @@ __device__ __forceinline__ float ld_cluster(const float* p, unsigned rank) {
 #endif
 }
 
+// Debug stamps (AttnArgs::stamps): thread 0 of the CTA writes %globaltimer to slot i.
+__device__ __forceinline__ void a_stamp(const llm::AttnArgs& a, int64_t cta, int i) {
+  if (a.stamps == nullptr || threadIdx.x != 0) return;
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  a.stamps[cta * 8 + i] = t;
+}
+
 // CL: the grid's S chunks of a (sequence, kv head) form one cluster (S <= 8) and merge
 // through distributed shared memory (no workspace, counter or global round trips): the
 // same arithmetic in the same order as the workspace merge, so the same bits.
@@ -116,6 +124,8 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
   constexpr int CH = D / 8;  // 16-byte chunks per row
   const int tid = threadIdx.x;
   const int s = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+  const int64_t cta = (int64_t(b) * gridDim.y + kvh) * gridDim.x + s;
+  a_stamp(a, cta, 0);
   l2_prefetch_part(a.l2, a.l2_bytes, (int64_t(b) * gridDim.y + kvh) * gridDim.x + s,
                    int64_t(gridDim.x) * gridDim.y * gridDim.z);
   const int G = a.hq / a.hkv;
@@ -159,8 +169,10 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
     cp_async16(Vs + size_t(j) * Cf::VROW + c * 16, vc + off, slot >= 0);
   }
   cp_async_commit();
+  a_stamp(a, cta, 1);
   if (a.trigger == 0) pdl_trigger();  // the output projection may launch and start reading its weights
   pdl_wait();                         // the q/k/v projection has finished
+  a_stamp(a, cta, 2);
   // 2. q of the G heads (rotated, rounded to T as stored), the new k, v: every load of the
   // projection's output issued first (one round trip), then the rotations
   const T* qkv = static_cast<const T*>(a.qkv) + int64_t(b) * a.qkv_rs;
@@ -240,8 +252,10 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
     }
   }
   if (a.trigger == 1) pdl_trigger();  // the projection's output read: the rest is on chip until the merge
+  a_stamp(a, cta, 3);
   cp_async_wait<0>();
   __syncthreads();
+  a_stamp(a, cta, 4);
   // 3a. scores: thread t takes key t / TPK (with TPK = 2 each thread half the row, the
   // halves added: the same sum on both threads)
   {
@@ -304,6 +318,7 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
     if (lane == 0) red_m[g] = m, red_l[g] = l;
   }
   __syncthreads();
+  a_stamp(a, cta, 5);
   // 3c. o = P V: thread (d, key group kg) over keys kg, kg + KG, ...
   constexpr int KG = kAT / D;  // key groups of the P V pass
   static_assert(kAT % D == 0 && KG >= 1, "D divides the CTA");
@@ -335,6 +350,7 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
         }
     }
   }
+  a_stamp(a, cta, 6);
   if (a.trigger == 2) pdl_trigger();  // before the output / partials and the merge
   T* out = static_cast<T*>(a.out) + (int64_t(b) * a.hq + int64_t(kvh) * G) * D;
   // (o[] indexed by compile-time g only: a runtime index would put it in local memory)
@@ -366,6 +382,7 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
         }
       }
       cluster_sync_all();  // the other chunks keep their shared memory until rank 0 has read it
+      a_stamp(a, cta, 7);
       return;
     }
   }
@@ -375,6 +392,7 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
       for (int g = 0; g < kAG; ++g)
         if (g < G) out[g * D + d] = convert<T>(red_l[g] > 0.f ? o[g] / red_l[g] : 0.f);
     }
+    a_stamp(a, cta, 7);
     return;
   }
   // 4. partials, then the last CTA merges in chunk order
@@ -392,6 +410,7 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
   int* ctr = a.counters + int64_t(b) * a.hkv + kvh;
   if (tid == 0) s_last = atomicAdd(ctr, 1) == nsplit - 1;
   __syncthreads();
+  a_stamp(a, cta, 7);
   if (!s_last) return;
   __threadfence();
   const float* bo = a.ws + pr * kAG * D;

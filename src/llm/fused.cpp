@@ -46,6 +46,19 @@ CarveoutScope::CarveoutScope(int percent) : prev(t_carveout) {
   if (t_carveout >= 0) g_carveout_used.store(true, std::memory_order_relaxed);
 }
 CarveoutScope::~CarveoutScope() { t_carveout = prev; }
+namespace {
+thread_local unsigned long long* t_stamps = nullptr;
+thread_local int64_t t_stamps_n = 0;
+}  // namespace
+AttnStampScope::AttnStampScope(unsigned long long* p, int64_t n) : prev_p(t_stamps), prev_n(t_stamps_n) {
+  t_stamps = p;
+  t_stamps_n = p ? n : 0;
+}
+AttnStampScope::~AttnStampScope() {
+  t_stamps = prev_p;
+  t_stamps_n = prev_n;
+}
+unsigned long long* attn_stamps(int64_t need) { return t_stamps && need <= t_stamps_n ? t_stamps : nullptr; }
 int launch_carveout() { return g_carveout_used.load(std::memory_order_relaxed) ? t_carveout : -2; }
 void set_pdl(int mode) {
   if (mode < -1 || mode > 1) throw ValueError(cat("pdl: expected -1, 0 or 1, got ", mode));

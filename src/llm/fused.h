@@ -183,6 +183,8 @@ struct AttnArgs {
   int64_t l2_bytes = 0;
   float* ws = nullptr;      // S > 1: partials
   int* counters = nullptr;  // [B * hkv] zeros (left zero)
+  // debug (fused::AttnStampScope): per CTA 8 %globaltimer stamps, or null
+  unsigned long long* stamps = nullptr;
   DType dtype = DType::bf16;
   bool pdl = false;
 };
@@ -246,6 +248,21 @@ struct CarveoutScope {
 // The value an engine launch sets its kernel's carveout attribute to (-1: the default),
 // or -2: leave it (no scope has asked for a carveout in this process).
 int launch_carveout();
+// Debug: the fused attention launched by this thread while it lives writes, per CTA
+// (index (b * hkv + kv head) * S + chunk), 8 %globaltimer stamps (ns) to p[cta * 8 + i]:
+// 0 entry, 1 its K/V copies issued (before the PDL wait), 2 after the wait, 3 q / k / v
+// read, rotated and appended, 4 the K/V copies landed, 5 softmax done, 6 P V done, 7 its
+// output / partials written (a CTA that attends to nothing writes none). Launches whose
+// grid needs more than n u64 write none.
+unsigned long long* attn_stamps(int64_t need);  // the scope's buffer if it holds `need` u64
+struct AttnStampScope {
+  AttnStampScope(unsigned long long* p, int64_t n);
+  ~AttnStampScope();
+  AttnStampScope(const AttnStampScope&) = delete;
+  AttnStampScope& operator=(const AttnStampScope&) = delete;
+  unsigned long long* prev_p;
+  int64_t prev_n;
+};
 struct TailNorm;  // internal (project_norm)
 // out_f32: float32 output, the sums not rounded to the weight type (the lm head's logits;
 // not with swiglu or tail).

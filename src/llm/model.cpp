@@ -455,6 +455,9 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
         Array qkv = qkv_proj(L, l);
         mark("qkv", l);
         prefetch_during_attention(L);
+        const bool st = l == stamps_layer_ && stamps_.defined();
+        fused::AttnStampScope stamps(st ? static_cast<unsigned long long*>(stamps_.data()) : nullptr,
+                                     st ? stamps_.numel() : 0);
         att = fused::attention_rope(qkv, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table,
                                     rope, side_->counters, nullptr, fa_chunk,
                                     opt_.fused_attention_trigger, o_l2(L),

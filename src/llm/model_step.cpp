@@ -92,6 +92,16 @@ Array KvCache::block_table(const std::vector<int64_t>& seqs) const {
 
 // ---- entry points ----
 
+void Model::set_attention_stamps(int layer) {
+  stamps_layer_ = layer < 0 ? -1 : layer;
+  if (stamps_layer_ >= 0 && device_.is_cuda()) {  // zeros (one buffer for the model's life: graphs keep it)
+    Array z = Array::empty({512, 8}, DType::i64, Device{});
+    std::fill_n(z.data_as<int64_t>(), 512 * 8, int64_t(0));
+    if (!stamps_.defined()) stamps_ = z.to(device_);
+    else copy_into(stamps_, z.to(device_));
+  }
+}
+
 Array Model::prefill(KvCache& cache, const std::vector<int64_t>& seqs, const std::vector<std::vector<int32_t>>& tokens,
                      bool all_logits) {
   // Several new tokens per sequence, after an (optional) cached prefix of length L_b:

@@ -306,3 +306,34 @@ def test_carveout_same_bits(cfg):
         same(base, run(m, False, new=20), f"carveout {v}, eager")
     if cfg == "128":
         assert m._m.fused_attention_layers > n0, "the fused attention was not taken"
+
+
+@cuda_only
+@pytest.mark.parametrize("chunk", [128, 0])
+def test_attention_stamps(chunk):
+    # Debug stamps of one layer's fused attention: the same bits; every CTA that wrote its
+    # output stamped all 8 phases in order (%globaltimer does not go back).
+    m = gk.llm.random_model(CFG128, device="cuda", dtype="bfloat16", seed=19)
+    m._m.fused_attention_chunk = chunk
+    base = run(m, True, new=20)
+    m._m.set_attention_stamps(1)
+    n0 = m._m.fused_attention_layers
+    same(base, run(m, True, new=20), "attention stamps on, graph")
+    assert m._m.fused_attention_layers > n0, "the fused attention was not taken"
+    st = np_of(m._m.attention_stamps()).astype(np.int64)
+    assert st.shape == (512, 8)
+    done = st[st[:, 7] > 0]
+    assert len(done) >= 2, f"no complete stamp rows: {st[st[:, 0] > 0][:4]}"
+    assert (done > 0).all(), f"a phase without a stamp: {done[(done == 0).any(axis=1)][:4]}"
+    d = np.diff(done, axis=1)
+    assert (d >= 0).all(), f"stamps out of order: {done[(d < 0).any(axis=1)][:4]}"
+    m._m.set_attention_stamps(-1)
+    same(base, run(m, False, new=20), "attention stamps off again, eager")
+
+
+def test_attention_stamps_cpu():
+    m = gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1)
+    m._m.set_attention_stamps(0)
+    run(m, False, new=2)
+    assert np_of(m._m.attention_stamps()).shape == (0, 8)
+    m._m.set_attention_stamps(-1)
