@@ -250,7 +250,8 @@ struct EngineOptions {
   // (8B) shows the fused attention with 144 KB of shared memory per CTA starting 1.3 us
   // before the q/k/v GEMV ends, the 76-KB one and rope_append ~3 us before: a CTA that
   // needs more shared memory than the SM's current split (set for the GEMV, 1 KB per
-  // block) may have to wait for the SM to drain. 100: every engine kernel prefers the
+  // block) may have to wait for the SM to drain (the 144-KB variant is also short of
+  // registers beside 4 GEMV blocks). 100: every engine kernel prefers the
   // largest split, so the attention's CTAs can become resident beside the GEMV's last
   // blocks and load their keys and values before the wait. The same bits. Unmeasured at
   // the time of writing. Default from GPUKIT_CARVEOUT.
