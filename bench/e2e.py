@@ -48,10 +48,18 @@ gk-graph+norope. More options: pf<MiB> (L2 prefetch of the next weights on a sid
 while attention runs, EngineOptions::prefetch_mb), pflast (its lines evict-last), hp /
 nohp (the lm head through the engine's GEMV), emb / noemb (embedding + first norm in one
 launch), dq / nodq (quantized prefill through the dequantized weight and cuBLASLt, or
-the GEMV per 8 rows), fa / nofa / fa64 (RoPE, the KV append and attention in one launch; fa64: 64-key chunks), nip /
+the GEMV per 8 rows), fa / nofa / fa64 (RoPE, the KV append and attention in one launch; fa64: 64-key chunks), fat0..fat3
+(nofa: not even where fused_attention_auto takes it; where the fused attention lets the o GEMV launch: before its wait, after reading q/k/v, after
+P V, at exit; EngineOptions::fused_attention_trigger), fac<N> (its keys per CTA: 64, 128, 256, 384,
+0 = one CTA per kv head where the context fits), facl (its 2..8 chunks merge through a thread
+block cluster's shared memory), ol2<0-2> (rope_append / the fused attention
+brings the o weight into L2 before its wait: 1 its second half, 2 all; EngineOptions::attn_l2), kvl2
+(the q/k/v GEMV's last blocks bring the layer's KV pages into L2: EngineOptions::kv_l2), cv<0-100>
+(the engine kernels' preferred shared memory carveout in percent: EngineOptions::carveout), nip /
 nonip (no norm launches: residual adds in the o/down GEMVs, norms inside the q/k/v,
 gate/up and lm head GEMVs), qpdl / noqpdl (quantized weights: the engine's launches between
-the quantized GEMVs with / without PDL).
+the quantized GEMVs with / without PDL), qpdlc (with PDL, the SwiGLU / rope_append grids capped at
+4 blocks and the fused attention without PDL: EngineOptions::quantized_pdl_compact).
 Each gk run prints the node count of its captured decode step.
 """
 from __future__ import annotations
@@ -116,8 +124,25 @@ def gk_engine(eng):
             opt["attrs"]["dequant_prefill"] = f == "dq"
         elif f in ("fa", "nofa", "fa64"):  # RoPE + KV append + attention in one launch (fa64: 64-key chunks)
             opt["attrs"]["fused_attention"] = f != "nofa"
+            if f == "nofa":  # nor where fused_attention_auto would take it
+                opt["attrs"]["fused_attention_auto"] = False
             if f == "fa64":
                 opt["attrs"]["fused_attention_chunk"] = 64
+        elif re.fullmatch(r"fac(0|64|128|256|384)", f):  # keys per CTA of the fused attention (0: auto)
+            opt["attrs"]["fused_attention_chunk"] = int(f[3:])
+        elif f in ("facl", "nofacl"):  # the fused attention's chunks merge through a cluster
+            opt["attrs"]["fused_attention_cluster"] = f == "facl"
+        elif f in ("kvl2", "nokvl2"):  # the q/k/v GEMV's last blocks prefetch the KV pages into L2
+            opt["attrs"]["kv_l2"] = f == "kvl2"
+        elif re.fullmatch(r"cv(100|\d\d?)", f):  # the engine kernels' preferred shared memory carveout, %
+            opt["attrs"]["carveout"] = int(f[2:])
+        elif re.fullmatch(r"ol2[0-2]", f):  # o weight into L2 by the kernel before the o GEMV
+            opt["attrs"]["attn_l2"] = int(f[3:])
+        elif re.fullmatch(r"fat[0-3]", f):  # where the fused attention triggers the next launch
+            opt["attrs"]["fused_attention_trigger"] = int(f[3:])
+        elif f == "qpdlc":  # quantized_pdl with small grids (and the fused attention without PDL)
+            opt["attrs"]["quantized_pdl"] = True
+            opt["attrs"]["quantized_pdl_compact"] = True
         elif f in ("qpdl", "noqpdl"):  # quantized weights: PDL of the engine's launches between the GEMVs
             opt["attrs"]["quantized_pdl"] = f == "qpdl"
         elif f in ("nip", "nonip"):  # norms inside the projections, residual adds in their epilogues

@@ -12,7 +12,8 @@ that ends past every earlier kernel's end ("extends"), and the idle time between
 latest end so far and its start is charged to it as "gap before" (a launch or
 dependency wait where no kernel runs). extends + gap summed over the kinds is the step.
 Kernels of the L2-prefetch side branch are listed apart (they overlap the main chain).
-With --layer N the kernels of layer N are printed in order (start, duration, gap).
+With --layer N the kernels of layer N are printed in order (start, duration, gap), and
+the fused attention's per-CTA phase stamps of that layer (Model.set_attention_stamps).
 Needs torch with CUDA (CUPTI) beside gpukit.
 """
 from __future__ import annotations
@@ -102,6 +103,29 @@ def attribute(step):
     return agg, side
 
 
+STAMP_PHASES = ("K/V copies issued", "PDL wait returned", "q/k/v read + RoPE + append", "K/V copies landed",
+                "scores + softmax", "P V", "output / partials written")
+
+
+def print_stamps(engine, layer, st):
+    """The fused attention's per-CTA %globaltimer stamps of the last step (layer `layer`):
+    each phase's end after the CTA's entry, and the CTAs' entries after the first's."""
+    import numpy as np
+    st = np.asarray(st, dtype=np.int64).reshape(-1, 8)
+    st = st[st[:, 0] > 0]
+    if not len(st):
+        print(f"    {engine}: no fused attention stamps for layer {layer} (the kernel was not taken)")
+        return
+    print(f"    fused attention stamps, layer {layer}, last step: {len(st)} CTAs; us after each CTA's entry "
+          f"(min / median / max over CTAs); entries span {(st[:, 0].max() - st[:, 0].min()) / 1e3:.2f} us")
+    for i, name in enumerate(STAMP_PHASES, start=1):
+        ok = st[:, i] > 0
+        if not ok.any():
+            continue
+        d = (st[ok, i] - st[ok, 0]) / 1e3
+        print(f"      {i} {name:<28}{d.min():8.2f}{np.median(d):8.2f}{d.max():8.2f}")
+
+
 def trace_case(model, batch, prompt, engine, steps, layer, nlayers):
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -119,6 +143,9 @@ def trace_case(model, batch, prompt, engine, steps, layer, nlayers):
         saved["norm_in_tail"] = model._m.norm_in_tail
         model._m.norm_in_tail = opt["norm_in_tail"]
     _C.llm.set_pdl(opt["pdl"])
+    stamps = layer is not None and hasattr(model._m, "set_attention_stamps")
+    if stamps:  # the fused attention of `layer` writes per-CTA %globaltimer stamps
+        model._m.set_attention_stamps(layer)
     try:
         prompts = e2e.prompts_for(batch, prompt, model.config.vocab_size)
         g = _C.llm.Generation(model._m, prompts, max_new_tokens=steps + 24, ignore_eos=True,
@@ -131,7 +158,11 @@ def trace_case(model, batch, prompt, engine, steps, layer, nlayers):
                 g.step()
             gk.synchronize()
         ks = kernels_of(prof)
+        if stamps:
+            print_stamps(engine, layer, gk.to_numpy(model._m.attention_stamps()))
     finally:
+        if stamps:
+            model._m.set_attention_stamps(-1)
         for k, v in saved.items():
             setattr(model._m, k, v)
         model._m.fusion = 2

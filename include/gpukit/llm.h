@@ -215,8 +215,47 @@ struct EngineOptions {
   // block table spans at most fused_attention_max_keys keys; else rope_append +
   // attention_decode. Default from GPUKIT_FUSED_ATTN.
   bool fused_attention = false;
+  // ... and without it, where measured faster (H200, session 5, checkpoint A: 8B bf16
+  // 230.7 tok/s against 227.1; 1B 1103 against 1130, quantized slower): bf16/fp16 weights,
+  // head_dim 128, a block table of at most 384 keys. Default from GPUKIT_FUSED_ATTN_AUTO.
+  bool fused_attention_auto = true;
   int64_t fused_attention_max_keys = 4096;
-  int fused_attention_chunk = 128;  // keys per CTA: 128 or 64 (GPUKIT_FUSED_ATTN_CHUNK)
+  // keys per CTA: 64, 128, 256 or 384 (one thread per key), or 0: the smallest of 128 / 256 /
+  // 384 that holds the step's block table (one CTA per kv head and sequence), else 128
+  // (GPUKIT_FUSED_ATTN_CHUNK)
+  int fused_attention_chunk = 128;
+  // Where its CTAs let the output projection launch (PDL; GPUKIT_FUSED_ATTN_TRIGGER):
+  // 0 before waiting for the q/k/v projection, 1 after reading its output, 2 after P V,
+  // 3 at exit. The same bits for every value.
+  int fused_attention_trigger = 0;
+  // Chunks of 64 / 128 keys, 2 to 8 of them: the chunks of a (sequence, kv head) form a
+  // thread block cluster and merge through distributed shared memory instead of the
+  // workspace + counter merge (the same bits; checkpoint A, 8B: 230.7 tok/s against 228.3).
+  // GPUKIT_FUSED_ATTN_CLUSTER.
+  bool fused_attention_cluster = true;
+  // Level 2 decode: the kernel before the output projection that runs while its weights'
+  // bandwidth idles (rope_append, or the fused attention) brings that weight into L2 before
+  // its PDL wait (bulk prefetch): 0 off, 1 the second half of its rows (the first half is
+  // what the o GEMV's first blocks load themselves when launched early), 2 all of it.
+  // Steps of up to 8 sequences. Slower (checkpoint A, 8B: 212.6 tok/s with 2 against 227.1:
+  // the prefetched lines do not survive the q/k/v GEMV's stream). Default from GPUKIT_ATTN_L2.
+  int attn_l2 = 0;
+  // Level 2 decode, bf16/fp16 weights, <= 8 sequences: the q/k/v GEMV's last 32 blocks
+  // bring the layer's KV cache pages of the step's sequences into L2 (bulk prefetch) before
+  // their weights, so that the attention after it reads them from L2. Unmeasured at the
+  // time of writing. Default from GPUKIT_KV_L2.
+  bool kv_l2 = false;
+  // Level 2 decode: the preferred shared memory carveout of the engine's kernels (percent
+  // of the SM's unified L1 / shared memory; -1: the driver's choice). Checkpoint A's trace
+  // (8B) shows the fused attention with 144 KB of shared memory per CTA starting 1.3 us
+  // before the q/k/v GEMV ends, the 76-KB one and rope_append ~3 us before: a CTA that
+  // needs more shared memory than the SM's current split (set for the GEMV, 1 KB per
+  // block) may have to wait for the SM to drain (the 144-KB variant is also short of
+  // registers beside 4 GEMV blocks). 100: every engine kernel prefers the
+  // largest split, so the attention's CTAs can become resident beside the GEMV's last
+  // blocks and load their keys and values before the wait. The same bits. Unmeasured at
+  // the time of writing. Default from GPUKIT_CARVEOUT.
+  int carveout = -1;
   // Level 2 decode, bf16/fp16 weights: no RMSNorm launches. The o and down GEMVs add the
   // residual in their epilogue; the q/k/v and gate/up GEMVs (and the lm head with
   // head_proj) read the raw residual and apply the norm inside: the product with
@@ -225,9 +264,17 @@ struct EngineOptions {
   // GPUKIT_NORM_IN_PROJ.
   bool norm_in_proj = false;
   // Level 2 decode with quantized weights: the engine's own launches between the
-  // gemv_quantized ones (norms, SwiGLU, RoPE + append, attention) use PDL. Default from
-  // GPUKIT_QUANT_PDL.
-  bool quantized_pdl = true;
+  // gemv_quantized ones (norms, SwiGLU, RoPE + append, attention) use PDL. Off by default:
+  // a kernel launched early parks its blocks beside the quantized GEMV (H200, session 5,
+  // checkpoint A: 8B fp8 352.6 tok/s without against 336.1 with, int4 403.3 against 406.3;
+  // session 4 B: fp8 302.3 / 292.6, int4 306.1 / 283.0). Default from GPUKIT_QUANT_PDL.
+  bool quantized_pdl = false;
+  // ... and with quantized_pdl: the SwiGLU and rope_append grids capped at 4 blocks and the
+  // fused attention launched without PDL, so that the kernels launched early and parked
+  // until the quantized GEMV before them ends take few of its SMs' slots (checkpoint A:
+  // slower, fp8 311.5 and int4 368.6 tok/s: each thread's grid-stride items run one after
+  // the other). Default from GPUKIT_QUANT_PDL_COMPACT.
+  bool quantized_pdl_compact = false;
 };
 
 class Model {
@@ -241,6 +288,14 @@ class Model {
                                        bool share_layers = false);
   EngineOptions& options() { return opt_; }
   const EngineOptions& options() const { return opt_; }
+  // Layers run through the fused decode attention since the model was made (tests).
+  int64_t fused_attention_layers() const { return fa_layers_; }
+  // Debug: from now on the fused attention of layer `layer` (-1: none) writes per CTA 8
+  // %globaltimer stamps (fused::AttnStampScope) into attention_stamps() at every decode
+  // step (graph replays included): int64 [512, 8] on the model's device (one buffer for
+  // the model's life), zeroed at each call with layer >= 0.
+  void set_attention_stamps(int layer);
+  Array attention_stamps() const { return stamps_; }
   // One decode step over device-resident inputs (no host synchronization, nothing
   // read back; capturable): float32 logits [B, V]. The caller has reserved the pages
   // and advances the cache lengths afterwards.
@@ -295,7 +350,10 @@ class Model {
   void join_side_branch();
   std::shared_ptr<SideBranch> side_;
   bool decoding_ = false;  // run_layers is running a decode step (decode_batch)
-  mutable bool raw_final_ = false;  // run_layers returned the raw residual: lm_head applies the final norm
+  mutable bool raw_final_ = false;
+  Array stamps_;
+  int stamps_layer_ = -1;
+  int64_t fa_layers_ = 0;  // run_layers returned the raw residual: lm_head applies the final norm
   ModelConfig cfg_;
   EngineOptions opt_;
   Weights w_;

@@ -141,10 +141,56 @@ GK_BINDING(60, llm) {
                    "The longest block table (keys) the fused decode attention takes; longer: attention_decode.")
       .def_prop_rw("fused_attention_chunk", [](const llm::Model& m) { return m.options().fused_attention_chunk; },
                    [](llm::Model& m, int v) {
-                     if (v != 64 && v != 128) throw ValueError(cat("fused_attention_chunk: 64 or 128, got ", v));
+                     if (v != 0 && v != 64 && v != 128 && v != 256 && v != 384)
+                       throw ValueError(cat("fused_attention_chunk: 0, 64, 128, 256 or 384, got ", v));
                      m.options().fused_attention_chunk = v;
                    },
-                   "Keys per CTA of the fused decode attention (128: one thread per key; 64: two).")
+                   "Keys per CTA of the fused decode attention (64: two threads per key; 128, 256, 384: one; 0: "
+                   "the smallest of 128 / 256 / 384 that holds the step's block table, else 128).")
+      .def_prop_rw("fused_attention_trigger", [](const llm::Model& m) { return m.options().fused_attention_trigger; },
+                   [](llm::Model& m, int v) {
+                     if (v < 0 || v > 3) throw ValueError(cat("fused_attention_trigger: 0, 1, 2 or 3, got ", v));
+                     m.options().fused_attention_trigger = v;
+                   },
+                   "Where the fused decode attention lets the output projection launch (PDL): 0 before waiting "
+                   "for the q/k/v projection, 1 after reading its output, 2 after P V, 3 at exit.")
+      .def_prop_rw("fused_attention_auto", [](const llm::Model& m) { return m.options().fused_attention_auto; },
+                   [](llm::Model& m, bool v) { m.options().fused_attention_auto = v; },
+                   "Without fused_attention: the fused decode attention where measured faster (bf16/fp16 weights, "
+                   "head_dim 128, block tables of <= 384 keys).")
+      .def_prop_rw("fused_attention_cluster", [](const llm::Model& m) { return m.options().fused_attention_cluster; },
+                   [](llm::Model& m, bool v) { m.options().fused_attention_cluster = v; },
+                   "The fused decode attention's 2..8 chunks (64 / 128 keys) merge through a thread block cluster's "
+                   "shared memory.")
+      .def_prop_rw("carveout", [](const llm::Model& m) { return m.options().carveout; },
+                   [](llm::Model& m, int v) {
+                     if (v < -1 || v > 100) throw ValueError(cat("carveout: -1 (the driver's choice) or 0..100, got ", v));
+                     m.options().carveout = v;
+                   },
+                   "Level 2 decode: the preferred shared memory carveout (percent) of the engine's kernels; -1: the "
+                   "driver's choice.")
+      .def_prop_rw("kv_l2", [](const llm::Model& m) { return m.options().kv_l2; },
+                   [](llm::Model& m, bool v) { m.options().kv_l2 = v; },
+                   "Level 2 decode, bf16/fp16 weights: the q/k/v GEMV's last blocks bring the layer's KV cache "
+                   "pages into L2 for the attention after it.")
+      .def_prop_rw("attn_l2", [](const llm::Model& m) { return m.options().attn_l2; },
+                   [](llm::Model& m, int v) {
+                     if (v < 0 || v > 2) throw ValueError(cat("attn_l2: 0, 1 or 2, got ", v));
+                     m.options().attn_l2 = v;
+                   },
+                   "Level 2 decode: the kernel before the o projection (rope_append or the fused attention) brings "
+                   "the o weight into L2 before its PDL wait: 0 off, 1 its second half, 2 all of it.")
+      .def("set_attention_stamps", &llm::Model::set_attention_stamps, nb::arg("layer"),
+           "Debug: the fused attention of this layer (-1: none) writes per CTA 8 %globaltimer stamps at every "
+           "decode step (entry, K/V copies issued, after the PDL wait, q/k/v done, K/V landed, softmax, P V, "
+           "output written).")
+      .def("attention_stamps", [](const llm::Model& m) {
+             Array s = m.attention_stamps();
+             return s.defined() ? s.to(Device{}) : Array::empty({0, 8}, DType::i64, Device{});
+           },
+           "int64 [512, 8] of set_attention_stamps (on the CPU), rows (b * hkv + kv head) * chunks + chunk.")
+      .def_prop_ro("fused_attention_layers", &llm::Model::fused_attention_layers,
+                   "Layers run through the fused decode attention since the model was made (eager or captured).")
       .def_prop_rw("norm_in_proj", [](const llm::Model& m) { return m.options().norm_in_proj; },
                    [](llm::Model& m, bool v) { m.options().norm_in_proj = v; },
                    "Fusion level 2 decode: residual adds in the o/down GEMVs, norms inside the q/k/v, gate/up "
@@ -152,6 +198,10 @@ GK_BINDING(60, llm) {
       .def_prop_rw("quantized_pdl", [](const llm::Model& m) { return m.options().quantized_pdl; },
                    [](llm::Model& m, bool v) { m.options().quantized_pdl = v; },
                    "Level 2 decode, quantized weights: the engine's launches between the quantized GEMVs use PDL.")
+      .def_prop_rw("quantized_pdl_compact", [](const llm::Model& m) { return m.options().quantized_pdl_compact; },
+                   [](llm::Model& m, bool v) { m.options().quantized_pdl_compact = v; },
+                   "With quantized_pdl: SwiGLU and rope_append grids capped at 4 blocks, the fused attention "
+                   "without PDL (fewer parked blocks beside the quantized GEMVs).")
       .def_prop_ro("quantized", [](const llm::Model& m) { return m.weights().quantized; })
       .def("profile_decode", [](llm::Model& m, int64_t batch, int64_t context, int64_t reps) {
         auto r = llm::profile_decode(m, batch, context, reps);

@@ -95,18 +95,20 @@ GK_BINDING(61, llm_fused) {
      "q/k/v projection + RoPE + KV append in one launch; returns q [M, hq, D].");
   lm.def("fused_attention_rope", [](const Array& qkv, int64_t hq, const Array& k_cache, const Array& v_cache,
                                     const Array& positions, const Array& block_table, double theta,
-                                    std::optional<int> rotary_dim, bool interleaved, int chunk) {
+                                    std::optional<int> rotary_dim, bool interleaved, int chunk, int trigger,
+                                    bool cluster) {
     llm::fused::Rope r;
     r.theta = theta;
     r.rotary_dim = rotary_dim;
     r.interleaved = interleaved;
     Array ctr = full({std::max<int64_t>(1, qkv.shape(0) * k_cache.shape(2))}, Scalar::of_int(0), DType::i32,
                      qkv.device());
-    Array out = llm::fused::attention_rope(qkv, hq, k_cache, v_cache, positions, block_table, r, ctr, nullptr, chunk);
+    Array out = llm::fused::attention_rope(qkv, hq, k_cache, v_cache, positions, block_table, r, ctr, nullptr, chunk,
+                                              trigger, {}, cluster);
     return nb::make_tuple(out, ctr);
   }, nb::arg("qkv"), nb::arg("hq"), nb::arg("k_cache"), nb::arg("v_cache"), nb::arg("positions"),
      nb::arg("block_table"), nb::arg("theta") = 10000.0, nb::arg("rotary_dim") = nb::none(),
-     nb::arg("interleaved") = false, nb::arg("chunk") = 128,
+     nb::arg("interleaved") = false, nb::arg("chunk") = 128, nb::arg("trigger") = 0, nb::arg("cluster") = false,
      "(attention output [B, hq, D] with RoPE and the KV append of the new tokens, the counters (left zero)).");
   lm.def("fused_add_rms_norm", [](const Array& x, const Array& residual, const Array& w, double eps) {
     return llm::fused::add_rms_norm(x, residual, w, eps);

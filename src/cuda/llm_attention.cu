@@ -15,6 +15,7 @@
 //      counter, reset by it) merges the chunks in chunk order.
 // Every sum has a fixed order: the same bits every run, whatever the other sequences.
 #include <cfloat>
+#include <type_traits>
 
 #include "core/cuda_util.h"
 #include "cuda/common/attention.cuh"
@@ -28,7 +29,8 @@ namespace gk::cuda {
 namespace {
 using namespace llmk;
 
-constexpr int kAT = 128;   // threads per CTA
+// threads per CTA: 128, or one per key for chunks of more than 128 keys
+constexpr int at_threads(int kc) { return kc < 128 ? 128 : kc; }
 constexpr int kAG = 8;     // at most 8 query heads per kv head
 
 // KC keys per chunk (128: one thread per key in the score pass; 64: two, each half the row)
@@ -41,6 +43,9 @@ struct ACfg {
   static constexpr size_t Q_OFF = V_OFF + size_t(KC) * VROW;
   static constexpr size_t P_OFF = Q_OFF + size_t(kAG) * D * 4;
   static constexpr size_t SMEM = P_OFF + size_t(kAG) * KC * 4;
+  // the merge stages every chunk's (max, sum) in the K and V area
+  static_assert(size_t(kAG) * ((llm::fused::attention_rope_max_keys + KC - 1) / KC) * 2 * 4 <= size_t(KROW + VROW) * KC,
+                "merge staging");
 };
 
 __device__ __forceinline__ void rot(float x1, float x2, float cs, float sn, float& r1, float& r2) {
@@ -72,12 +77,46 @@ __device__ __forceinline__ void a_pair(const llm::AttnArgs& a, int u, int& i1, i
   }
 }
 
-template <class T, int D, int kAC>
-__global__ void __launch_bounds__(kAT) k_attn_rope(const __grid_constant__ llm::AttnArgs a,
-                                                   const __grid_constant__ llm::ProjRope rope) {
+// Thread block clusters (sm_90): the barrier of every thread of the cluster (release /
+// acquire: shared memory written before it is visible to the cluster after it), and a
+// float of another CTA's shared memory.
+__device__ __forceinline__ void cluster_sync_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ float ld_cluster(const float* p, unsigned rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  unsigned r;
+  float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(r) : "memory");
+  return v;
+#else
+  (void)rank;
+  return *p;
+#endif
+}
+
+// Debug stamps (AttnArgs::stamps): thread 0 of the CTA writes %globaltimer to slot i.
+__device__ __forceinline__ void a_stamp(const llm::AttnArgs& a, int64_t cta, int i) {
+  if (a.stamps == nullptr || threadIdx.x != 0) return;
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  a.stamps[cta * 8 + i] = t;
+}
+
+// CL: the grid's S chunks of a (sequence, kv head) form one cluster (S <= 8) and merge
+// through distributed shared memory (no workspace, counter or global round trips): the
+// same arithmetic in the same order as the workspace merge, so the same bits.
+template <class T, int D, int kAC, bool CL>
+__global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_constant__ llm::AttnArgs a,
+                                                               const __grid_constant__ llm::ProjRope rope) {
   using Cf = ACfg<D, kAC>;
+  constexpr int kAT = at_threads(kAC);
   constexpr int TPK = kAT / kAC;  // threads per key in the score pass
-  static_assert(TPK == 1 || TPK == 2, "64 or 128 keys per chunk");
+  static_assert(TPK == 1 || TPK == 2, "64 keys per chunk, or one thread per key");
   extern __shared__ __align__(16) unsigned char sm[];
   __shared__ int64_t kslot[kAC];  // cache slot of each key of the chunk, -1: masked
   __shared__ float red_m[kAG], red_l[kAG];
@@ -85,6 +124,10 @@ __global__ void __launch_bounds__(kAT) k_attn_rope(const __grid_constant__ llm::
   constexpr int CH = D / 8;  // 16-byte chunks per row
   const int tid = threadIdx.x;
   const int s = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+  const int64_t cta = (int64_t(b) * gridDim.y + kvh) * gridDim.x + s;
+  a_stamp(a, cta, 0);
+  l2_prefetch_part(a.l2, a.l2_bytes, (int64_t(b) * gridDim.y + kvh) * gridDim.x + s,
+                   int64_t(gridDim.x) * gridDim.y * gridDim.z);
   const int G = a.hq / a.hkv;
   const int64_t p = a.pos[b];  // written before the step: safe before the wait
   // keys past the grid's S chunks lie past the block table (masked anyway): not attended
@@ -99,8 +142,11 @@ __global__ void __launch_bounds__(kAT) k_attn_rope(const __grid_constant__ llm::
         static_cast<T*>(a.out)[(int64_t(b) * a.hq + int64_t(kvh) * G) * D + e] = convert<T>(0.f);
     return;
   }
-  if (k0 >= len) {
-    pdl_trigger();
+  if (k0 >= len) {  // (an exited CTA counts as triggered)
+    if (!CL || nsplit == 1) return;
+    pdl_trigger();  // cluster: stays for the merge's barriers, so triggers here
+    cluster_sync_all();
+    cluster_sync_all();
     return;
   }
   const int n = int(len - k0 < kAC ? len - k0 : int64_t(kAC));
@@ -123,37 +169,67 @@ __global__ void __launch_bounds__(kAT) k_attn_rope(const __grid_constant__ llm::
     cp_async16(Vs + size_t(j) * Cf::VROW + c * 16, vc + off, slot >= 0);
   }
   cp_async_commit();
-  pdl_trigger();  // the output projection may launch and start reading its weights
-  pdl_wait();     // the q/k/v projection has finished
-  // 2. q of the G heads (rotated, rounded to T as stored), the new k, v
+  a_stamp(a, cta, 1);
+  if (a.trigger == 0) pdl_trigger();  // the output projection may launch and start reading its weights
+  pdl_wait();                         // the q/k/v projection has finished
+  a_stamp(a, cta, 2);
+  // 2. q of the G heads (rotated, rounded to T as stored), the new k, v: every load of the
+  // projection's output issued first (one round trip), then the rotations
   const T* qkv = static_cast<const T*>(a.qkv) + int64_t(b) * a.qkv_rs;
-  for (int u = tid; u < G * (D / 2); u += kAT) {
-    const int g = u / (D / 2);
-    int i1, i2, j;
-    a_pair(a, u - g * (D / 2), i1, i2, j);
-    const T* src = qkv + (int64_t(kvh) * G + g) * D;
-    float x1 = float(src[i1]), x2 = float(src[i2]);
-    if (j >= 0) {
-      float sn, cs, r1, r2;
-      sincosf(float(p) * rope.inv_freq[j], &sn, &cs);
-      rot(x1, x2, __fmul_rn(cs, a.mscale), __fmul_rn(sn, a.mscale), r1, r2);
-      x1 = float(convert<T>(r1));
-      x2 = float(convert<T>(r2));
+  constexpr int NQ = (kAG * (D / 2) + kAT - 1) / kAT;  // q pairs per thread, at most
+  static_assert(D <= kAT, "one v element and at most one k pair per thread");
+  const int nqp = G * (D / 2);
+  T qx1[NQ], qx2[NQ];
+#pragma unroll
+  for (int i = 0; i < NQ; ++i) {
+    const int u = tid + i * kAT;
+    if (u < nqp) {
+      const int g = u / (D / 2);
+      int i1, i2, j;
+      a_pair(a, u - g * (D / 2), i1, i2, j);
+      const T* src = qkv + (int64_t(kvh) * G + g) * D;
+      qx1[i] = src[i1];
+      qx2[i] = src[i2];
     }
-    qs[g * D + i1] = x1;
-    qs[g * D + i2] = x2;
   }
-  if (p >= k0 && p < k0 + n) {  // this chunk holds the new token
+  const bool has_new = p >= k0 && p < k0 + n;  // this chunk holds the new token
+  T kx1 = convert<T>(0.f), kx2 = convert<T>(0.f), vx = convert<T>(0.f);
+  if (has_new) {
+    if (tid < D / 2) {
+      int i1, i2, j;
+      a_pair(a, tid, i1, i2, j);
+      const T* ksrc = qkv + (int64_t(a.hq) + kvh) * D;
+      kx1 = ksrc[i1];
+      kx2 = ksrc[i2];
+    }
+    if (tid < D) vx = qkv[(int64_t(a.hq) + a.hkv + kvh) * D + tid];
+  }
+#pragma unroll
+  for (int i = 0; i < NQ; ++i) {
+    const int u = tid + i * kAT;
+    if (u < nqp) {
+      const int g = u / (D / 2);
+      int i1, i2, j;
+      a_pair(a, u - g * (D / 2), i1, i2, j);
+      float x1 = float(qx1[i]), x2 = float(qx2[i]);
+      if (j >= 0) {
+        float sn, cs, r1, r2;
+        sincosf(float(p) * rope.inv_freq[j], &sn, &cs);
+        rot(x1, x2, __fmul_rn(cs, a.mscale), __fmul_rn(sn, a.mscale), r1, r2);
+        x1 = float(convert<T>(r1));
+        x2 = float(convert<T>(r2));
+      }
+      qs[g * D + i1] = x1;
+      qs[g * D + i2] = x2;
+    }
+  }
+  if (has_new) {
     const int jn = int(p - k0);
     const int64_t slot = a_slot(a, b, p);
-    const T* ksrc = qkv + (int64_t(a.hq) + kvh) * D;
-    const T* vsrc = qkv + (int64_t(a.hq) + a.hkv + kvh) * D;
-    T* krow = reinterpret_cast<T*>(Ks + size_t(jn) * Cf::KROW);
-    T* vrow = reinterpret_cast<T*>(Vs + size_t(jn) * Cf::VROW);
-    for (int u = tid; u < D / 2; u += kAT) {
+    if (tid < D / 2) {
       int i1, i2, j;
-      a_pair(a, u, i1, i2, j);
-      T k1 = ksrc[i1], k2 = ksrc[i2];
+      a_pair(a, tid, i1, i2, j);
+      T k1 = kx1, k2 = kx2;
       if (j >= 0) {
         float sn, cs, r1, r2;
         sincosf(float(p) * rope.inv_freq[j], &sn, &cs);
@@ -161,6 +237,7 @@ __global__ void __launch_bounds__(kAT) k_attn_rope(const __grid_constant__ llm::
         k1 = convert<T>(r1);
         k2 = convert<T>(r2);
       }
+      T* krow = reinterpret_cast<T*>(Ks + size_t(jn) * Cf::KROW);
       krow[i1] = k1;
       krow[i2] = k2;
       if (slot >= 0) {
@@ -169,13 +246,16 @@ __global__ void __launch_bounds__(kAT) k_attn_rope(const __grid_constant__ llm::
         kd[i2] = k2;
       }
     }
-    for (int d = tid; d < D; d += kAT) {
-      vrow[d] = vsrc[d];
-      if (slot >= 0) static_cast<T*>(a.vc)[(slot * a.hkv + kvh) * D + d] = vsrc[d];
+    if (tid < D) {
+      reinterpret_cast<T*>(Vs + size_t(jn) * Cf::VROW)[tid] = vx;
+      if (slot >= 0) static_cast<T*>(a.vc)[(slot * a.hkv + kvh) * D + tid] = vx;
     }
   }
+  if (a.trigger == 1) pdl_trigger();  // the projection's output read: the rest is on chip until the merge
+  a_stamp(a, cta, 3);
   cp_async_wait<0>();
   __syncthreads();
+  a_stamp(a, cta, 4);
   // 3a. scores: thread t takes key t / TPK (with TPK = 2 each thread half the row, the
   // halves added: the same sum on both threads)
   {
@@ -238,6 +318,7 @@ __global__ void __launch_bounds__(kAT) k_attn_rope(const __grid_constant__ llm::
     if (lane == 0) red_m[g] = m, red_l[g] = l;
   }
   __syncthreads();
+  a_stamp(a, cta, 5);
   // 3c. o = P V: thread (d, key group kg) over keys kg, kg + KG, ...
   constexpr int KG = kAT / D;  // key groups of the P V pass
   static_assert(kAT % D == 0 && KG >= 1, "D divides the CTA");
@@ -245,6 +326,7 @@ __global__ void __launch_bounds__(kAT) k_attn_rope(const __grid_constant__ llm::
   float o[kAG];
 #pragma unroll
   for (int g = 0; g < kAG; ++g) o[g] = 0.f;
+#pragma unroll 4
   for (int j = kg; j < n; j += KG) {
     const float v = float(reinterpret_cast<const T*>(Vs + size_t(j) * Cf::VROW)[d]);
 #pragma unroll
@@ -268,14 +350,49 @@ __global__ void __launch_bounds__(kAT) k_attn_rope(const __grid_constant__ llm::
         }
     }
   }
+  a_stamp(a, cta, 6);
+  if (a.trigger == 2) pdl_trigger();  // before the output / partials and the merge
   T* out = static_cast<T*>(a.out) + (int64_t(b) * a.hq + int64_t(kvh) * G) * D;
   // (o[] indexed by compile-time g only: a runtime index would put it in local memory)
+  if constexpr (CL) {
+    if (nsplit > 1) {  // the partials in shared memory, rank 0 (chunk 0) merges them in chunk order
+      __syncthreads();  // the K area (comb) is free
+      float* part = reinterpret_cast<float*>(sm + Cf::K_OFF);  // [G][D]
+      if (kg == 0) {
+#pragma unroll
+        for (int g = 0; g < kAG; ++g)
+          if (g < G) part[g * D + d] = o[g];
+      }
+      cluster_sync_all();
+      if (s == 0) {
+        for (int e = tid; e < G * D; e += kAT) {
+          const int g = e / D;
+          float M = -INFINITY;
+          for (int q = 0; q < nsplit; ++q) M = fmaxf(M, ld_cluster(&red_m[g], unsigned(q)));
+          float num = 0.f, den = 0.f;
+          if (M != -INFINITY) {
+            for (int q = 0; q < nsplit; ++q) {
+              const float mq = ld_cluster(&red_m[g], unsigned(q));
+              const float w = mq == -INFINITY ? 0.f : expf(mq - M);
+              num = fmaf(w, ld_cluster(part + e, unsigned(q)), num);
+              den = fmaf(w, ld_cluster(&red_l[g], unsigned(q)), den);
+            }
+          }
+          out[e] = convert<T>(den > 0.f ? num / den : 0.f);
+        }
+      }
+      cluster_sync_all();  // the other chunks keep their shared memory until rank 0 has read it
+      a_stamp(a, cta, 7);
+      return;
+    }
+  }
   if (nsplit == 1) {
     if (kg == 0) {
 #pragma unroll
       for (int g = 0; g < kAG; ++g)
         if (g < G) out[g * D + d] = convert<T>(red_l[g] > 0.f ? o[g] / red_l[g] : 0.f);
     }
+    a_stamp(a, cta, 7);
     return;
   }
   // 4. partials, then the last CTA merges in chunk order
@@ -293,21 +410,33 @@ __global__ void __launch_bounds__(kAT) k_attn_rope(const __grid_constant__ llm::
   int* ctr = a.counters + int64_t(b) * a.hkv + kvh;
   if (tid == 0) s_last = atomicAdd(ctr, 1) == nsplit - 1;
   __syncthreads();
+  a_stamp(a, cta, 7);
   if (!s_last) return;
   __threadfence();
   const float* bo = a.ws + pr * kAG * D;
   const float* bml = a.ws + int64_t(a.B) * a.hkv * a.S * kAG * D + pr * kAG * 2;
+  // every chunk's (max, sum) into shared memory at once (the K/V area is free now), then
+  // per output element its chunks' weights and the partial outputs, in chunk order
+  float* mls = reinterpret_cast<float*>(sm + Cf::K_OFF);  // [nsplit][G][2]
+  for (int e = tid; e < nsplit * G; e += kAT) {
+    const int q = e / G, g = e - q * G;
+    const float2 v = __ldcg(reinterpret_cast<const float2*>(bml + (int64_t(q) * kAG + g) * 2));
+    mls[e * 2] = v.x;
+    mls[e * 2 + 1] = v.y;
+  }
+  __syncthreads();
   for (int e = tid; e < G * D; e += kAT) {
     const int g = e / D, dd = e - g * D;
     float M = -INFINITY;
-    for (int q = 0; q < nsplit; ++q) M = fmaxf(M, __ldcg(bml + (int64_t(q) * kAG + g) * 2));
+    for (int q = 0; q < nsplit; ++q) M = fmaxf(M, mls[(q * G + g) * 2]);
     float num = 0.f, den = 0.f;
     if (M != -INFINITY) {
+#pragma unroll 4
       for (int q = 0; q < nsplit; ++q) {
-        const float mq = __ldcg(bml + (int64_t(q) * kAG + g) * 2);
+        const float mq = mls[(q * G + g) * 2];
         const float w = mq == -INFINITY ? 0.f : expf(mq - M);
         num = fmaf(w, __ldcg(bo + (int64_t(q) * kAG + g) * D + dd), num);
-        den = fmaf(w, __ldcg(bml + (int64_t(q) * kAG + g) * 2 + 1), den);
+        den = fmaf(w, mls[(q * G + g) * 2 + 1], den);
       }
     }
     out[g * D + dd] = convert<T>(den > 0.f ? num / den : 0.f);
@@ -315,22 +444,34 @@ __global__ void __launch_bounds__(kAT) k_attn_rope(const __grid_constant__ llm::
   if (tid == 0) *ctr = 0;  // ready for the next launch
 }
 
-template <class T, int D, int KC>
+template <class T, int D, int KC, bool CL = false>
 void attn_launch(const llm::AttnArgs& a, const llm::ProjRope& rope, cudaStream_t st) {
   constexpr size_t smem = ACfg<D, KC>::SMEM;
-  static_assert(smem <= 200 * 1024, "shared memory");
-  auto kern = k_attn_rope<T, D, KC>;
+  static_assert(smem + size_t(KC) * 8 + 256 <= 227 * 1024, "shared memory (dynamic + static)");
+  auto kern = k_attn_rope<T, D, KC, CL>;
   GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  set_carveout(kern);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(a.S), unsigned(a.hkv), unsigned(a.B));
-  cfg.blockDim = dim3(kAT);
+  cfg.blockDim = dim3(unsigned(at_threads(KC)));
   cfg.dynamicSmemBytes = smem;
   cfg.stream = st;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[2];
+  unsigned na = 0;
+  if (CL) {
+    attr[na].id = cudaLaunchAttributeClusterDimension;
+    attr[na].val.clusterDim.x = unsigned(a.S);
+    attr[na].val.clusterDim.y = 1;
+    attr[na].val.clusterDim.z = 1;
+    ++na;
+  }
+  if (a.pdl) {
+    attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[na].val.programmaticStreamSerializationAllowed = 1;
+    ++na;
+  }
   cfg.attrs = attr;
-  cfg.numAttrs = a.pdl ? 1 : 0;
+  cfg.numAttrs = na;
   GK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, a, rope));
   GK_LAUNCH_CHECK("llm_attention_rope");
 }
@@ -345,11 +486,27 @@ void llm_attention_rope(const llm::AttnArgs& a, const llm::ProjRope& rope, void*
   if (a.hkv <= 0 || a.hq % a.hkv || a.hq / a.hkv > kAG) throw ValueError("attention_rope: at most 8 query heads per kv head");
   if (a.S <= 0 || a.S > 65535 || a.hkv > 65535 || a.B > 65535) throw ValueError("attention_rope: grid too large");
   auto st = static_cast<cudaStream_t>(stream);
-  if (a.chunk != 64 && a.chunk != 128) throw ValueError("attention_rope: chunks of 64 or 128 keys");
+  if (a.chunk != 64 && a.chunk != 128 && a.chunk != 256 && a.chunk != 384)
+    throw ValueError("attention_rope: chunks of 64, 128, 256 or 384 keys");
+  // the cluster merge for 2..8 chunks of 64 / 128 keys
+  const bool cl = a.cluster && a.S >= 2 && a.S <= 8 && a.chunk <= 128;
   auto go = [&](auto tv) {
     using T = decltype(tv);
-    if (a.D == 64) a.chunk == 64 ? attn_launch<T, 64, 64>(a, rope, st) : attn_launch<T, 64, 128>(a, rope, st);
-    else a.chunk == 64 ? attn_launch<T, 128, 64>(a, rope, st) : attn_launch<T, 128, 128>(a, rope, st);
+    auto by_chunk = [&](auto dv) {
+      constexpr int D = decltype(dv)::value;
+      switch (a.chunk) {
+        case 64:
+          cl ? attn_launch<T, D, 64, true>(a, rope, st) : attn_launch<T, D, 64>(a, rope, st);
+          break;
+        case 128:
+          cl ? attn_launch<T, D, 128, true>(a, rope, st) : attn_launch<T, D, 128>(a, rope, st);
+          break;
+        case 256: attn_launch<T, D, 256>(a, rope, st); break;
+        default: attn_launch<T, D, 384>(a, rope, st); break;
+      }
+    };
+    if (a.D == 64) by_chunk(std::integral_constant<int, 64>{});
+    else by_chunk(std::integral_constant<int, 128>{});
   };
   if (a.dtype == DType::bf16) go(bf16{});
   else if (a.dtype == DType::f16) go(f16{});

@@ -1,7 +1,7 @@
-// The engine's decode kernels (see src/llm/fused.h): the projection GEMV (with a SwiGLU,
-// a RoPE + KV append or a residual add + RMSNorm epilogue), q/k RoPE + paged KV append,
-// residual add + RMSNorm, SwiGLU and the step's input update, each written for
-// programmatic dependent launch (PDL):
+// The engine's projection GEMV (see src/llm/fused.h; with a SwiGLU, a RoPE + KV append or
+// a residual add + RMSNorm epilogue); the small decode kernels (q/k RoPE + paged KV
+// append, residual add + RMSNorm, SwiGLU, the step's input update) are in llm_small.cu.
+// Each is written for programmatic dependent launch (PDL):
 //   1. issue the loads that do not depend on the previous kernel (weights),
 //   2. griddepcontrol.launch_dependents: the next kernel may start launching now,
 //   3. griddepcontrol.wait: the previous kernel has finished and its writes are visible,
@@ -23,12 +23,6 @@ namespace gk::cuda {
 namespace {
 using namespace llmk;
 
-// A rotary pair, each product rounded on its own (no fused multiply-add).
-__device__ __forceinline__ void rotate(float x1, float x2, float cs, float sn, float& r1, float& r2) {
-  r1 = __fsub_rn(__fmul_rn(x1, cs), __fmul_rn(x2, sn));
-  r2 = __fadd_rn(__fmul_rn(x2, cs), __fmul_rn(x1, sn));
-}
-
 // The greedy key of logit v at index j: larger for a larger value, then for a lower index
 // (sampling::argmax's rule: NaN counts as -inf, -0 as +0); never 0.
 __device__ __forceinline__ unsigned long long argmax_key(float v, int64_t j) {
@@ -37,19 +31,6 @@ __device__ __forceinline__ unsigned long long argmax_key(float v, int64_t j) {
   const uint32_t u = __float_as_uint(v);
   const uint32_t ord = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
   return (static_cast<unsigned long long>(ord) << 32) | (0xffffffffu - static_cast<uint32_t>(j));
-}
-
-// The cache slot (block * bs + offset) of token t at position p, or false when its page
-// is outside the table or the pool (the token is then not stored).
-template <class A>
-__device__ __forceinline__ bool llm_slot(const A& a, int64_t t, int32_t p, int64_t& slot) {
-  if (p < 0) return false;
-  const int64_t li = p / a.bs;
-  if (li >= a.max_blocks) return false;
-  const int64_t blk = a.block_table[t * a.bt_stride + li];
-  if (blk < 0 || blk >= a.nb) return false;
-  slot = blk * a.bs + (p - li * a.bs);
-  return true;
 }
 
 template <class T>
@@ -163,10 +144,35 @@ __device__ void tail_norm(const llm::ProjArgs& a) {
   if (threadIdx.x == 0) *a.tail_counter = 0;  // ready for the next launch
 }
 
+// kv_l2 (ProjArgs::kv_k): warp 0 of each of the grid's last 32 blocks issues its share of
+// the L2 bulk prefetches of the KV pages of positions 0 .. kv_pos[i] of each sequence.
+// Not inlined: its registers stay out of the GEMV main loop.
+__device__ __noinline__ void kv_prefetch_l2(const llm::ProjArgs& a, int lane) {
+  const int parts = gridDim.x < 32 ? int(gridDim.x) : 32;
+  const int part = int(blockIdx.x) - (int(gridDim.x) - parts);
+  const int64_t P = int64_t(parts) * 32, t = int64_t(part) * 32 + lane;
+  int64_t it0 = 0;  // items (page, cache) of the sequences before i
+  for (int64_t i = 0; i < a.m; ++i) {
+    const int64_t len = int64_t(a.kv_pos[i]) + 1;  // step inputs: written before the step
+    int64_t np = len <= 0 ? 0 : (len + a.kv_bs - 1) / a.kv_bs;
+    if (np > a.kv_max_blocks) np = a.kv_max_blocks;
+    for (int64_t it = it0 + (((t - it0) % P) + P) % P; it < it0 + 2 * np; it += P) {
+      const int64_t j = (it - it0) >> 1;
+      const int32_t blk = a.kv_bt[i * a.kv_bt_stride + j];
+      if (blk < 0 || blk >= a.kv_nb) continue;
+      const char* base = static_cast<const char*>(((it - it0) & 1) ? a.kv_v : a.kv_k);
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + int64_t(blk) * a.kv_page_bytes),
+                   "r"(uint32_t(a.kv_page_bytes))
+                   : "memory");
+    }
+    it0 += 2 * np;
+  }
+}
+
 // NIN (norm in): x holds the raw residual rows r; the product is taken with r * norm_w
 // (fp32, not rounded) and scaled by rsqrt(mean(r^2) + eps) of the whole row at the end:
 // the sum of squares rides along the product's loads (no pass before it).
-template <class T, int MT, int MODE, class X, bool TAIL = false, bool NIN = false>
+template <class T, int MT, int MODE, class X, bool TAIL = false, bool NIN = false, bool KV = false>
 __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1)
     k_project(const __grid_constant__ llm::ProjArgs a, const __grid_constant__ X extra) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -204,6 +210,9 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1)
       }
     }
   };
+  if constexpr (KV) {  // kv_l2: the last 32 blocks bring the KV pages the attention reads into L2
+    if (warp == 0 && int64_t(blockIdx.x) + 32 >= int64_t(gridDim.x)) kv_prefetch_l2(a, lane);
+  }
   int64_t c = tid;
   load(c);  // the first weights in flight before waiting for x
   pdl_trigger();
@@ -405,6 +414,15 @@ void project_m(const llm::ProjArgs& a, const llm::ProjRope* rope, cudaStream_t s
       return;
     }
   }
+  if constexpr (MODE == 0) {
+    if (a.kv_k) {  // kv_l2: its own instantiation (the plain GEMV's code unchanged)
+      if (a.m <= 1) go(k_project<T, 1, MODE, X, false, false, true>);
+      else if (a.m <= 2) go(k_project<T, 2, MODE, X, false, false, true>);
+      else if (a.m <= 4) go(k_project<T, 4, MODE, X, false, false, true>);
+      else go(k_project<T, 8, MODE, X, false, false, true>);
+      return;
+    }
+  }
   if (a.m <= 1) go(k_project<T, 1, MODE, X>);
   else if (a.m <= 2) go(k_project<T, 2, MODE, X>);
   else if (a.m <= 4) go(k_project<T, 4, MODE, X>);
@@ -418,215 +436,7 @@ void project_t(const llm::ProjArgs& a, const llm::ProjRope* rope, cudaStream_t s
   else project_m<T, 0>(a, rope, st);
 }
 
-// ---- q/k RoPE + paged KV append ----
-// One thread per item of a token (a q rotary pair, a k rotary pair, a k tail element, a v
-// element; grid.y = token): every load is issued at once, nothing waits on a table. The
-// rotation rounds each product (no fused multiply-add), as the q/k/v GEMV's epilogue
-// does, so both give the same bits.
-template <class T, bool IL>
-__global__ void __launch_bounds__(128) k_rope_append(const __grid_constant__ llm::RopeAppendArgs a) {
-  pdl_trigger();
-  pdl_wait();
-  const int64_t t = blockIdx.y;
-  const int n = a.rd / 2;
-  const int qpairs = a.hq * n, kpairs = a.hkv * n, ktail = a.hkv * (a.D - a.rd);
-  const int u = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
-  if (u >= qpairs + kpairs + ktail + a.hkv * a.D) return;
-  const int32_t p = a.pos[t];
-  if (u < qpairs + kpairs) {
-    const bool isq = u < qpairs;
-    const int w = isq ? u : u - qpairs, h = w / n, i = w - h * n;
-    const int i1 = IL ? 2 * i : i, i2 = IL ? 2 * i + 1 : i + n;
-    const T* src = isq ? static_cast<const T*>(a.q) + t * a.q_ts + h * a.q_hs
-                       : static_cast<const T*>(a.k) + t * a.k_ts + h * a.k_hs;
-    const float x1 = float(src[i1]), x2 = float(src[i2]);
-    float sn, cs, r1, r2;
-    sincosf(float(p) * a.inv_freq[i], &sn, &cs);
-    rotate(x1, x2, __fmul_rn(cs, a.mscale), __fmul_rn(sn, a.mscale), r1, r2);
-    if (isq) {
-      T* q = static_cast<T*>(a.q) + t * a.q_ts + h * a.q_hs;
-      q[i1] = convert<T>(r1);
-      q[i2] = convert<T>(r2);
-      return;
-    }
-    int64_t slot;
-    if (!llm_slot(a, t, p, slot)) return;
-    T* kc = static_cast<T*>(a.kc) + (slot * a.hkv + h) * a.D;
-    kc[i1] = convert<T>(r1);
-    kc[i2] = convert<T>(r2);
-    return;
-  }
-  int64_t slot;
-  if (!llm_slot(a, t, p, slot)) return;
-  if (u < qpairs + kpairs + ktail) {
-    const int tl = a.D - a.rd, w = u - qpairs - kpairs, h = w / tl, i = a.rd + (w - h * tl);
-    static_cast<T*>(a.kc)[(slot * a.hkv + h) * a.D + i] = static_cast<const T*>(a.k)[t * a.k_ts + h * a.k_hs + i];
-  } else {
-    const int w = u - qpairs - kpairs - ktail, h = w / a.D, i = w - h * a.D;
-    static_cast<T*>(a.vc)[(slot * a.hkv + h) * a.D + i] = static_cast<const T*>(a.v)[t * a.v_ts + h * a.v_hs + i];
-  }
-}
-
-// ---- residual add + RMSNorm ----
-template <class T, bool VEC>
-__global__ void __launch_bounds__(256) k_add_rms_norm(const llm::AddNormArgs a) {
-  __shared__ float sh[32];
-  pdl_trigger();
-  pdl_wait();
-  const int64_t row = blockIdx.x;
-  const T* x = static_cast<const T*>(a.x) + row * a.x_rs;
-  const T* res = static_cast<const T*>(a.res) + row * a.res_rs;
-  const T* w = static_cast<const T*>(a.w);
-  T* out = static_cast<T*>(a.out) + row * a.H;
-  T* ro = static_cast<T*>(a.res_out) + row * a.H;
-  constexpr int N = VEC ? 16 / int(sizeof(T)) : 1;
-  float ss = 0.f;
-  for (int64_t i = int64_t(threadIdx.x) * N; i < a.H; i += int64_t(blockDim.x) * N) {
-    Vec<T, N> xv = *reinterpret_cast<const Vec<T, N>*>(x + i);
-    Vec<T, N> rv = *reinterpret_cast<const Vec<T, N>*>(res + i);
-    Vec<T, N> o;
-#pragma unroll
-    for (int j = 0; j < N; ++j) {
-      o.v[j] = convert<T>(float(xv.v[j]) + float(rv.v[j]));
-      const float f = float(o.v[j]);
-      ss = fmaf(f, f, ss);
-    }
-    *reinterpret_cast<Vec<T, N>*>(ro + i) = o;
-  }
-  const float inv = rsqrtf(row_sum(ss, sh) / float(a.H) + a.eps);
-  for (int64_t i = int64_t(threadIdx.x) * N; i < a.H; i += int64_t(blockDim.x) * N) {
-    Vec<T, N> rv = *reinterpret_cast<const Vec<T, N>*>(ro + i);  // this thread's own writes
-    Vec<T, N> wv = *reinterpret_cast<const Vec<T, N>*>(w + i);
-    Vec<T, N> o;
-#pragma unroll
-    for (int j = 0; j < N; ++j) o.v[j] = convert<T>(float(rv.v[j]) * inv * float(wv.v[j]));
-    *reinterpret_cast<Vec<T, N>*>(out + i) = o;
-  }
-}
-
-// The same with the row held in registers (H <= blockDim * N * NV, aligned rows): the
-// weights are read before waiting for the previous kernel, x and the residual in one
-// round of loads; the sums and roundings of k_add_rms_norm, so the same bits.
-template <class T, int NV>
-__global__ void __launch_bounds__(256) k_add_rms_norm_reg(const llm::AddNormArgs a) {
-  __shared__ float sh[32];
-  constexpr int N = 16 / int(sizeof(T));
-  const int64_t row = blockIdx.x;
-  const int64_t step = int64_t(blockDim.x) * N;
-  Vec<T, N> wv[NV], xv[NV], rv[NV];
-#pragma unroll
-  for (int k = 0; k < NV; ++k) {
-    const int64_t i = int64_t(threadIdx.x) * N + k * step;
-    if (i < a.H) wv[k] = *reinterpret_cast<const Vec<T, N>*>(static_cast<const T*>(a.w) + i);
-  }
-  pdl_trigger();
-  pdl_wait();
-  const T* x = static_cast<const T*>(a.x) + row * a.x_rs;
-  const T* res = static_cast<const T*>(a.res) + row * a.res_rs;
-#pragma unroll
-  for (int k = 0; k < NV; ++k) {
-    const int64_t i = int64_t(threadIdx.x) * N + k * step;
-    if (i < a.H) {
-      xv[k] = *reinterpret_cast<const Vec<T, N>*>(x + i);
-      rv[k] = *reinterpret_cast<const Vec<T, N>*>(res + i);
-    }
-  }
-  float ss = 0.f;
-  T* ro = static_cast<T*>(a.res_out) + row * a.H;
-#pragma unroll
-  for (int k = 0; k < NV; ++k) {
-    const int64_t i = int64_t(threadIdx.x) * N + k * step;
-    if (i < a.H) {
-#pragma unroll
-      for (int j = 0; j < N; ++j) {
-        rv[k].v[j] = convert<T>(float(xv[k].v[j]) + float(rv[k].v[j]));
-        const float f = float(rv[k].v[j]);
-        ss = fmaf(f, f, ss);
-      }
-      *reinterpret_cast<Vec<T, N>*>(ro + i) = rv[k];
-    }
-  }
-  const float inv = rsqrtf(row_sum(ss, sh) / float(a.H) + a.eps);
-  T* out = static_cast<T*>(a.out) + row * a.H;
-#pragma unroll
-  for (int k = 0; k < NV; ++k) {
-    const int64_t i = int64_t(threadIdx.x) * N + k * step;
-    if (i < a.H) {
-      Vec<T, N> o;
-#pragma unroll
-      for (int j = 0; j < N; ++j) o.v[j] = convert<T>(float(rv[k].v[j]) * inv * float(wv[k].v[j]));
-      *reinterpret_cast<Vec<T, N>*>(out + i) = o;
-    }
-  }
-}
-
-// ---- SwiGLU of a [rows, 2 I] gate/up product (quantized weights: after gemv_quantized) ----
-// out[r, j] = silu(g) * u of gu[r, j], gu[r, I + j]; one thread per element.
-template <class T>
-__global__ void __launch_bounds__(256) k_swiglu(const T* gu, T* out, int64_t rows, int64_t I, int64_t gu_rs) {
-  pdl_trigger();
-  pdl_wait();
-  const int64_t n = rows * I;
-  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = e / I, j = e - r * I;
-    out[e] = convert<T>(gated_fn<nn::GatedAct::SwiGLU, float>(float(gu[r * gu_rs + j]), float(gu[r * gu_rs + I + j])));
-  }
-}
-
-// ---- the step's input update: ids = tokens, positions and lengths + 1 ----
-__global__ void k_advance(int32_t* in, const int32_t* tokens, int B) {
-  pdl_trigger();
-  pdl_wait();
-  for (int b = blockIdx.x * blockDim.x + threadIdx.x; b < B; b += gridDim.x * blockDim.x) {
-    in[b] = tokens[b];
-    in[B + b] += 1;
-    in[2 * B + b] += 1;
-  }
-}
-
-__global__ void k_advance_argmax(int32_t* in, unsigned long long* keys, int32_t* tokens, int B) {
-  pdl_trigger();
-  pdl_wait();
-  for (int b = blockIdx.x * blockDim.x + threadIdx.x; b < B; b += gridDim.x * blockDim.x) {
-    const unsigned long long k = keys[b];
-    const int32_t t = k ? int32_t(0xffffffffu - uint32_t(k & 0xffffffffu)) : 0;
-    keys[b] = 0;  // ready for the next step's lm head
-    tokens[b] = t;
-    in[b] = t;
-    in[B + b] += 1;
-    in[2 * B + b] += 1;
-  }
-}
-
 }  // namespace
-
-void llm_advance_argmax(int32_t* in, unsigned long long* keys, int32_t* tokens, int64_t B, bool pdl, void* stream) {
-  if (B <= 0) return;
-  if (B > INT32_MAX / 3) throw ValueError("advance: too many rows");
-  const unsigned blocks = unsigned(std::min<int64_t>((B + 255) / 256, 1024));
-  launch_ex(k_advance_argmax, dim3(blocks), dim3(256), static_cast<cudaStream_t>(stream), pdl, "llm_advance_argmax",
-            in, keys, tokens, int(B));
-}
-
-void llm_swiglu(const void* gu, void* out, int64_t rows, int64_t I, int64_t gu_rs, DType t, bool pdl, void* stream) {
-  if (rows <= 0 || I <= 0) return;
-  const int64_t n = rows * I;
-  const unsigned blocks = unsigned(std::min<int64_t>((n + 255) / 256, 132 * 16));
-  auto st = static_cast<cudaStream_t>(stream);
-  dispatch_float(t, [&](auto tv) {
-    using T = decltype(tv);
-    launch_ex(k_swiglu<T>, dim3(blocks), dim3(256), st, pdl, "llm_swiglu", static_cast<const T*>(gu),
-              static_cast<T*>(out), rows, I, gu_rs);
-  });
-}
-
-void llm_advance(int32_t* in, const int32_t* tokens, int64_t B, bool pdl, void* stream) {
-  if (B <= 0) return;
-  if (B > INT32_MAX / 3) throw ValueError("advance: too many rows");
-  const unsigned blocks = unsigned(std::min<int64_t>((B + 255) / 256, 1024));
-  launch_ex(k_advance, dim3(blocks), dim3(256), static_cast<cudaStream_t>(stream), pdl, "llm_advance", in, tokens,
-            int(B));
-}
 
 void llm_project(const llm::ProjArgs& a, const llm::ProjRope* rope, void* stream) {
   if (a.m <= 0 || a.n <= 0) return;
@@ -635,37 +445,6 @@ void llm_project(const llm::ProjArgs& a, const llm::ProjRope* rope, void* stream
   if (a.dtype == DType::bf16) project_t<bf16>(a, rope, st);
   else if (a.dtype == DType::f16) project_t<f16>(a, rope, st);
   else throw TypeError(cat("llm_project: unsupported dtype ", dtype_name(a.dtype)));
-}
-
-void llm_rope_append(const llm::RopeAppendArgs& a, void* stream) {
-  if (a.T <= 0) return;
-  if (a.T > 65535) throw ValueError("rope_append: at most 65535 tokens per call");
-  auto st = static_cast<cudaStream_t>(stream);
-  const int work = a.hq * (a.rd / 2) + a.hkv * (a.rd / 2) + a.hkv * (a.D - a.rd) + a.hkv * a.D;  // items per token
-  const dim3 grid{unsigned((work + 127) / 128), unsigned(a.T)};
-  dispatch_float(a.dtype, [&](auto tv) {
-    using T = decltype(tv);
-    if (a.interleaved) launch_ex(k_rope_append<T, true>, grid, dim3(128), st, a.pdl, "llm_rope_append", a);
-    else launch_ex(k_rope_append<T, false>, grid, dim3(128), st, a.pdl, "llm_rope_append", a);
-  });
-}
-
-void llm_add_rms_norm(const llm::AddNormArgs& a, void* stream) {
-  if (a.rows <= 0 || a.H <= 0) return;
-  if (a.rows > int64_t(INT32_MAX)) throw ValueError("add_rms_norm: too many rows");
-  auto st = static_cast<cudaStream_t>(stream);
-  dispatch_float(a.dtype, [&](auto tv) {
-    using T = decltype(tv);
-    const int64_t per = a.vec ? a.H / (16 / int64_t(sizeof(T))) : a.H;
-    const int threads = int(std::min<int64_t>(256, std::max<int64_t>(32, (per + 31) / 32 * 32)));
-    const dim3 grid{unsigned(a.rows)}, block{unsigned(threads)};
-    if (a.vec && per <= int64_t(threads) * 4)  // the row in registers
-      launch_ex(k_add_rms_norm_reg<T, 4>, grid, block, st, a.pdl, "llm_add_rms_norm", a);
-    else if (a.vec)
-      launch_ex(k_add_rms_norm<T, true>, grid, block, st, a.pdl, "llm_add_rms_norm", a);
-    else
-      launch_ex(k_add_rms_norm<T, false>, grid, block, st, a.pdl, "llm_add_rms_norm", a);
-  });
 }
 
 }  // namespace gk::cuda

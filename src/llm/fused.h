@@ -77,6 +77,14 @@ struct ProjArgs {
   const int32_t* pos = nullptr;
   const int32_t* block_table = nullptr;
   float mscale = 1.f;
+  // kv_l2 (plain projections): the grid's last 32 blocks bring the pages of positions
+  // 0 .. kv_pos[i] of sequence i (kv_bt row i) of both caches into L2 before their weights
+  // (bulk prefetch; the attention after this projection reads them)
+  const void* kv_k = nullptr;
+  const void* kv_v = nullptr;
+  const int32_t* kv_pos = nullptr;
+  const int32_t* kv_bt = nullptr;
+  int64_t kv_page_bytes = 0, kv_bs = 0, kv_nb = 0, kv_bt_stride = 0, kv_max_blocks = 0;
 };
 // The rope frequencies of a rope projection: a second kernel parameter, so that the
 // other projections launch with a small parameter block.
@@ -100,6 +108,9 @@ struct RopeAppendArgs {
   float mscale = 1.f;
   DType dtype = DType::bf16;
   bool pdl = false;
+  const void* l2 = nullptr;  // bytes brought into L2 before the wait (L2Range), or null
+  int64_t l2_bytes = 0;
+  int grid_cap = 0;  // at most this many blocks per token (0: one thread per item)
   float inv_freq[kFusedMaxFreqs] = {};
 };
 
@@ -159,15 +170,37 @@ struct AttnArgs {
   const int32_t* block_table = nullptr;  // [B, max_blocks]
   int B = 0, hq = 0, hkv = 0, D = 0, rd = 0, S = 0;  // S: chunks of the grid (the longest possible sequence)
   int chunk = 128;  // keys per chunk (64 or 128)
+  // where the CTAs let the next kernel launch (griddepcontrol.launch_dependents): 0 before
+  // waiting for the projection (after the cache loads), 1 after reading its output, 2
+  // after P V (before the output / merge), 3 not at all (at exit)
+  int trigger = 0;
+  // chunks of 64 / 128 keys, 2 <= S <= 8: the S CTAs of a (sequence, kv head) form a thread
+  // block cluster and merge through distributed shared memory (else the workspace merge)
+  bool cluster = false;
   bool interleaved = false;
   float mscale = 1.f, scale = 1.f;
+  const void* l2 = nullptr;  // bytes brought into L2 before the wait (L2Range), or null
+  int64_t l2_bytes = 0;
   float* ws = nullptr;      // S > 1: partials
   int* counters = nullptr;  // [B * hkv] zeros (left zero)
+  // debug (fused::AttnStampScope): per CTA 8 %globaltimer stamps, or null
+  unsigned long long* stamps = nullptr;
   DType dtype = DType::bf16;
   bool pdl = false;
 };
 
 namespace fused {
+// Bytes of a weight the next kernels read, brought into L2 by a kernel before its PDL
+// wait (bulk prefetch; the start rounded up, the length down, to 16 bytes).
+struct L2Range {
+  const void* p = nullptr;
+  int64_t bytes = 0;
+  L2Range aligned() const {  // 16-byte aligned start and length (empty when nothing is left)
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p), b = (a + 15) & ~uintptr_t(15);
+    const int64_t n = p && bytes > int64_t(b - a) ? (bytes - int64_t(b - a)) & ~int64_t(15) : 0;
+    return n > 0 ? L2Range{reinterpret_cast<const void*>(b), n} : L2Range{};
+  }
+};
 struct Rope {
   double theta = 10000.0;
   std::optional<int> rotary_dim;
@@ -187,6 +220,49 @@ struct NoPdlScope {
   NoPdlScope& operator=(const NoPdlScope&) = delete;
   bool prev;
 };
+// Caps the grids of the small PDL-chained kernels (swiglu, rope_append) launched by this
+// thread while it lives at `cap` blocks (0: no cap): a kernel launched early parks its
+// blocks on the SMs until the previous kernel ends, so a small grid leaves the previous
+// kernel (a quantized GEMV with large CTAs) its occupancy. The same bits.
+struct GridCapScope {
+  explicit GridCapScope(int cap);
+  ~GridCapScope();
+  GridCapScope(const GridCapScope&) = delete;
+  GridCapScope& operator=(const GridCapScope&) = delete;
+  int prev;
+};
+int grid_cap();
+// EngineOptions::carveout: the preferred shared memory carveout (percent of the SM's
+// unified L1 / shared memory, cudaFuncAttributePreferredSharedMemoryCarveout) of the
+// engine's kernels launched by this thread while it lives; -1: the driver's default.
+// The attribute belongs to the kernel (all its launches, graph nodes included), so once
+// any scope asked for one, every later engine launch sets its kernel's attribute again.
+// The same bits (it moves no arithmetic).
+struct CarveoutScope {
+  explicit CarveoutScope(int percent);
+  ~CarveoutScope();
+  CarveoutScope(const CarveoutScope&) = delete;
+  CarveoutScope& operator=(const CarveoutScope&) = delete;
+  int prev;
+};
+// The value an engine launch sets its kernel's carveout attribute to (-1: the default),
+// or -2: leave it (no scope has asked for a carveout in this process).
+int launch_carveout();
+// Debug: the fused attention launched by this thread while it lives writes, per CTA
+// (index (b * hkv + kv head) * S + chunk), 8 %globaltimer stamps (ns) to p[cta * 8 + i]:
+// 0 entry, 1 its K/V copies issued (before the PDL wait), 2 after the wait, 3 q / k / v
+// read, rotated and appended, 4 the K/V copies landed, 5 softmax done, 6 P V done, 7 its
+// output / partials written (a CTA that attends to nothing writes none). Launches whose
+// grid needs more than n u64 write none.
+unsigned long long* attn_stamps(int64_t need);  // the scope's buffer if it holds `need` u64
+struct AttnStampScope {
+  AttnStampScope(unsigned long long* p, int64_t n);
+  ~AttnStampScope();
+  AttnStampScope(const AttnStampScope&) = delete;
+  AttnStampScope& operator=(const AttnStampScope&) = delete;
+  unsigned long long* prev_p;
+  int64_t prev_n;
+};
 struct TailNorm;  // internal (project_norm)
 // out_f32: float32 output, the sums not rounded to the weight type (the lm head's logits;
 // not with swiglu or tail).
@@ -202,6 +278,12 @@ struct ProjOpts {
   // plain projections: y = round(round(x @ w^T) + residual), residual [M, N] of w's dtype
   const Array* residual = nullptr;
   const struct TailNorm* tail = nullptr;
+  // the KV cache pages the attention after this projection reads, brought into L2 by the
+  // grid's last blocks (ProjArgs::kv_k); CUDA, plain projections
+  const Array* kv_k = nullptr;  // [nb, bs, hkv, D] dense, like kv_v
+  const Array* kv_v = nullptr;
+  const Array* kv_pos = nullptr;  // int32 [M]: the new token's position
+  const Array* kv_bt = nullptr;   // int32 [M, max_blocks]
 };
 Array project_opts(const Array& x, const Array& w, const Array& bias, const ProjOpts& o, const Stream* s = nullptr);
 // argmax_keys (with out_f32): uint64 [M] device keys left by a previous advance_argmax (or
@@ -216,7 +298,8 @@ struct TailNorm {
   Array out, res_out;
 };
 void rope_append(const Array& q, const Array& k, const Array& v, const Array& k_cache, const Array& v_cache,
-                 const Array& positions, const Array& block_table, const Rope& rope, const Stream* s = nullptr);
+                 const Array& positions, const Array& block_table, const Rope& rope, const Stream* s = nullptr,
+                 const L2Range& l2 = {});
 // project + rope_append in one launch: x [M <= 8, H] @ w^T with w = [Wq; Wk; Wv]
 // ([(hq + 2 hkv) D, H]) (+ bias); returns q [M, hq, D] rotated; k rotated and v stored
 // into the caches at positions[i] of sequence i (block_table row i). The same bits as
@@ -265,14 +348,16 @@ Array dequant_linear(const Array& x, const QuantizedWeight& qw, DType out, const
 // qkv [B <= 8, (hq + 2 hkv) D] (before RoPE; bias added): q and k rotated as rope_append
 // does, k and v stored in the paged caches at positions[b] (the rule of rope_append),
 // and attention of the hq query heads over keys 0 .. positions[b] (scale 1/sqrt(D));
-// returns [B, hq, D]. counters: int32 device zeros, >= B * hkv (left zero). On CUDA
+// returns [B, hq, D]. chunk: keys per CTA (64, 128, or 256 / 384 with one thread per
+// key: one CTA per kv head for contexts that fit). counters: int32 device zeros, >= B * hkv (left zero). On CUDA
 // one launch (src/cuda/llm_attention.cu, head_dim 64 or 128, <= 8 query heads per kv
 // head, block_table.shape(1) * block_size keys at most attention_rope_max_keys);
 // elsewhere rope_append + nn::attention_decode. supported(): whether the CUDA kernel
 // takes these shapes.
 Array attention_rope(const Array& qkv, int64_t hq, const Array& k_cache, const Array& v_cache,
                      const Array& positions, const Array& block_table, const Rope& rope, const Array& counters,
-                     const Stream* s = nullptr, int chunk = 128);
+                     const Stream* s = nullptr, int chunk = 128, int trigger = 0, const L2Range& l2 = {},
+                     bool cluster = false);
 bool attention_rope_supported(int64_t B, int64_t hq, int64_t hkv, int64_t D, int64_t max_keys, DType t);
 constexpr int64_t attention_rope_max_keys = 16384;
 
@@ -291,7 +376,8 @@ void llm_rope_append(const llm::RopeAppendArgs& a, void* stream);
 void llm_add_rms_norm(const llm::AddNormArgs& a, void* stream);
 void llm_advance(int32_t* in, const int32_t* tokens, int64_t B, bool pdl, void* stream);
 void llm_advance_argmax(int32_t* in, unsigned long long* keys, int32_t* tokens, int64_t B, bool pdl, void* stream);
-void llm_swiglu(const void* gu, void* out, int64_t rows, int64_t I, int64_t gu_rs, DType t, bool pdl, void* stream);
+void llm_swiglu(const void* gu, void* out, int64_t rows, int64_t I, int64_t gu_rs, DType t, bool pdl, void* stream,
+                int grid_cap = 0);
 // src/cuda/llm_attention.cu
 void llm_attention_rope(const llm::AttnArgs& a, const llm::ProjRope& rope, void* stream);
 int64_t llm_attention_ws_floats(int64_t B, int64_t hkv, int64_t S);

@@ -110,8 +110,10 @@ bool attention_rope_supported(int64_t B, int64_t hq, int64_t hkv, int64_t D, int
 
 Array attention_rope(const Array& qkv, int64_t hq, const Array& k_cache, const Array& v_cache,
                      const Array& positions, const Array& block_table, const Rope& rope, const Array& counters,
-                     const Stream* sp, int chunk) {
-  if (chunk != 64 && chunk != 128) throw ValueError(cat("chunk: 64 or 128 keys, got ", chunk));
+                     const Stream* sp, int chunk, int trigger, const L2Range& l2, bool cluster) {
+  if (chunk != 64 && chunk != 128 && chunk != 256 && chunk != 384)
+    throw ValueError(cat("chunk: 64, 128, 256 or 384 keys, got ", chunk));
+  if (trigger < 0 || trigger > 3) throw ValueError(cat("trigger: 0, 1, 2 or 3, got ", trigger));
   Device d = detail::common_device({{"qkv", &qkv}, {"k_cache", &k_cache}, {"v_cache", &v_cache},
                                     {"positions", &positions}, {"block_table", &block_table}});
   Stream s = resolve_stream(sp, d);
@@ -171,11 +173,16 @@ Array attention_rope(const Array& qkv, int64_t hq, const Array& k_cache, const A
   a.rd = rd;
   a.S = int(S);
   a.chunk = chunk;
+  a.trigger = trigger;
+  a.cluster = cluster;
+  a.l2 = l2.aligned().p;
+  a.l2_bytes = l2.aligned().bytes;
   a.interleaved = rope.interleaved;
   a.mscale = float(mscale);
   a.scale = float(1.0 / std::sqrt(double(D)));
   a.ws = ws.defined() ? ws.data_as<float>() : nullptr;
   a.counters = counters.data_as<int32_t>();
+  a.stamps = attn_stamps(B * hkv * S * 8);
   a.dtype = qkv.dtype();
   a.pdl = pdl_enabled(d);
   ProjRope pr;

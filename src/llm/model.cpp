@@ -4,7 +4,7 @@
 // norm, rope at per-token positions, kv_append into the pages of each sequence,
 // attention (prefill: causal over the packed prompts; decode: one token per
 // sequence at its own length), output projection, SwiGLU MLP; final norm and lm
-// head; float32 logits.
+// head; float32 logits. The KV cache and prefill / decode / step: model_step.cpp.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -21,76 +21,6 @@
 #include "text/json.h"
 
 namespace gk::llm {
-
-// ---- KV cache ----
-
-KvCache::KvCache(const ModelConfig& c, int64_t num_blocks, int64_t block_size, Device device, DType dtype)
-    : bs_(block_size) {
-  if (block_size < 16 || block_size > 256) throw ValueError(cat("block_size: must be in [16, 256], got ", block_size));
-  if (num_blocks <= 0 || num_blocks > INT32_MAX) throw ValueError(cat("num_blocks: must be positive, got ", num_blocks));
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    k.push_back(Array::empty({num_blocks, block_size, c.num_kv_heads, c.head_dim}, dtype, device));
-    v.push_back(Array::empty({num_blocks, block_size, c.num_kv_heads, c.head_dim}, dtype, device));
-  }
-  for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(int32_t(b));
-}
-
-int64_t KvCache::add_sequence() {
-  int64_t id = next_id_++;
-  pages_[id];
-  len_[id] = 0;
-  return id;
-}
-
-void KvCache::release(int64_t seq) {
-  auto it = pages_.find(seq);
-  if (it == pages_.end()) return;
-  for (auto b = it->second.rbegin(); b != it->second.rend(); ++b) free_.push_back(*b);
-  pages_.erase(it);
-  len_.erase(seq);
-}
-
-int64_t KvCache::length(int64_t seq) const {
-  auto it = len_.find(seq);
-  if (it == len_.end()) throw IndexError(cat("KV cache: no sequence ", seq));
-  return it->second;
-}
-
-void KvCache::reserve(int64_t seq, int64_t length) {
-  auto& p = pages_.at(seq);
-  const int64_t need = (length + bs_ - 1) / bs_;
-  if (need - int64_t(p.size()) > int64_t(free_.size()))
-    throw ValueError(cat("KV cache: out of pages (sequence needs ", need, " blocks of ", bs_, " tokens, ",
-                         free_.size(), " free)"));
-  while (int64_t(p.size()) < need) {
-    p.push_back(free_.back());
-    free_.pop_back();
-  }
-}
-
-void KvCache::advance(int64_t seq, int64_t n) { len_.at(seq) += n; }
-
-void KvCache::truncate(int64_t seq, int64_t length) {
-  int64_t& n = len_.at(seq);
-  if (length < 0 || length > n) throw ValueError(cat("truncate: length ", length, " outside [0, ", n, "]"));
-  n = length;
-}
-
-int64_t KvCache::capacity(int64_t seq) const {
-  return (int64_t(free_.size()) + int64_t(pages_.at(seq).size())) * bs_;
-}
-
-Array KvCache::block_table(const std::vector<int64_t>& seqs) const {
-  size_t maxb = 1;
-  for (int64_t s : seqs) maxb = std::max(maxb, pages_.at(s).size());
-  Array t = Array::empty({int64_t(seqs.size()), int64_t(maxb)}, DType::i32, Device{});
-  int32_t* p = t.data_as<int32_t>();
-  for (size_t b = 0; b < seqs.size(); ++b) {
-    const auto& pg = pages_.at(seqs[b]);
-    for (size_t j = 0; j < maxb; ++j) p[b * maxb + j] = j < pg.size() ? pg[j] : 0;
-  }
-  return t;
-}
 
 // ---- model ----
 
@@ -129,13 +59,29 @@ void env_options(EngineOptions& o) {
   o.embed_norm = env_flag("GPUKIT_EMBED_NORM", o.embed_norm);
   o.dequant_prefill = env_flag("GPUKIT_DEQUANT_PREFILL", o.dequant_prefill);
   o.fused_attention = env_flag("GPUKIT_FUSED_ATTN", o.fused_attention);
+  o.fused_attention_auto = env_flag("GPUKIT_FUSED_ATTN_AUTO", o.fused_attention_auto);
+  o.kv_l2 = env_flag("GPUKIT_KV_L2", o.kv_l2);
+  if (const char* e = std::getenv("GPUKIT_CARVEOUT"); e && *e) o.carveout = std::clamp(std::atoi(e), -1, 100);
   if (const char* e = std::getenv("GPUKIT_FUSED_ATTN_CHUNK"); e && *e) {
-    if (std::strcmp(e, "64") && std::strcmp(e, "128"))
-      throw ValueError(cat("GPUKIT_FUSED_ATTN_CHUNK: expected 64 or 128, got \"", e, "\""));
+    if (std::strcmp(e, "0") && std::strcmp(e, "64") && std::strcmp(e, "128") && std::strcmp(e, "256") &&
+        std::strcmp(e, "384"))
+      throw ValueError(cat("GPUKIT_FUSED_ATTN_CHUNK: expected 0, 64, 128, 256 or 384, got \"", e, "\""));
     o.fused_attention_chunk = std::atoi(e);
   }
+  if (const char* e = std::getenv("GPUKIT_FUSED_ATTN_TRIGGER"); e && *e) {
+    if (std::strlen(e) != 1 || e[0] < '0' || e[0] > '3')
+      throw ValueError(cat("GPUKIT_FUSED_ATTN_TRIGGER: expected 0, 1, 2 or 3, got \"", e, "\""));
+    o.fused_attention_trigger = e[0] - '0';
+  }
+  if (const char* e = std::getenv("GPUKIT_ATTN_L2"); e && *e) {
+    if (std::strlen(e) != 1 || e[0] < '0' || e[0] > '2')
+      throw ValueError(cat("GPUKIT_ATTN_L2: expected 0, 1 or 2, got \"", e, "\""));
+    o.attn_l2 = e[0] - '0';
+  }
+  o.fused_attention_cluster = env_flag("GPUKIT_FUSED_ATTN_CLUSTER", o.fused_attention_cluster);
   o.norm_in_proj = env_flag("GPUKIT_NORM_IN_PROJ", o.norm_in_proj);
   o.quantized_pdl = env_flag("GPUKIT_QUANT_PDL", o.quantized_pdl);
+  o.quantized_pdl_compact = env_flag("GPUKIT_QUANT_PDL_COMPACT", o.quantized_pdl_compact);
 }
 }  // namespace
 
@@ -224,11 +170,6 @@ KvCache Model::make_cache(const std::vector<int64_t>& lengths, int64_t block_siz
 }
 
 namespace {
-Array i32_array(const std::vector<int32_t>& v) {
-  Array a = Array::empty({int64_t(v.size())}, DType::i32, Device{});
-  std::copy(v.begin(), v.end(), a.data_as<int32_t>());
-  return a;
-}
 constexpr int64_t kGemvRows = 8;  // gk::gemv / gemv_quantized take up to 8 rows
 }  // namespace
 
@@ -442,11 +383,32 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
   rope.interleaved = c.rope_interleaved;
   rope.scaling = c.rope_scaling;
   // level 2 decode: RoPE, the KV append and attention in one kernel (short contexts)
-  const bool fa = rope_append && opt_.fused_attention && !c.qk_norm && c.sliding_window <= 0 && side_ &&
+  // fused_attention_auto: where it was measured faster than rope_append + attention_decode
+  // (H200, session 5, checkpoint A): the 8B shape with bf16 weights (head_dim 128), a block
+  // table of <= 384 keys; slower with head_dim 64 (1B) and with quantized weights
+  const int64_t table_keys = idx.block_table.defined() ? idx.block_table.shape(1) * cache.block_size() : 0;
+  const bool fa_auto = opt_.fused_attention_auto && D == 128 && w_.quantized.empty() && table_keys <= 384;
+  const bool fa = rope_append && (opt_.fused_attention || fa_auto) && !c.qk_norm && c.sliding_window <= 0 && side_ &&
                   side_->counters.numel() >= T * c.num_kv_heads &&
-                  idx.block_table.shape(1) * cache.block_size() <= opt_.fused_attention_max_keys &&
+                  table_keys <= opt_.fused_attention_max_keys &&
                   fused::attention_rope_supported(T, c.num_heads, c.num_kv_heads, D,
                                                   idx.block_table.shape(1) * cache.block_size(), dtype_);
+  // attn_l2: the output projection's weight (or its second half) into L2 during attention
+  auto o_l2 = [&](const LayerWeights& L) {
+    fused::L2Range r;
+    if (opt_.attn_l2 <= 0 || T > 8) return r;  // decode steps of up to 8 sequences
+    const Array& o = L.o_q.format.empty() ? L.o : L.o_q.q;
+    if (!o.defined() || !o.is_contiguous() || o.device() != device_) return r;
+    const int64_t n = int64_t(o.nbytes()), from = opt_.attn_l2 == 1 ? n / 2 : 0;
+    r.p = static_cast<const uint8_t*>(o.data()) + from;
+    r.bytes = n - from;
+    return r;
+  };
+  int fa_chunk = opt_.fused_attention_chunk;  // 0: one CTA per kv head where the table fits in 384 keys
+  if (fa && fa_chunk == 0) {
+    const int64_t mk = idx.block_table.shape(1) * cache.block_size();
+    fa_chunk = mk <= 128 ? 128 : mk <= 256 ? 256 : mk <= 384 ? 384 : 128;
+  }
   if (rope_append && engine_proj(x) && w_.layers[0].qkv_q.format.empty() && w_.layers[0].gate_up.defined() &&
       c.num_experts == 0) {
     // Level 2 decode, plain weights, dense MLP: the engine's kernels only. Per layer:
@@ -470,7 +432,15 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
     // norm_in_proj: no norm launches (the residual added in the o / down epilogues, the
     // norms applied inside the q/k/v, gate/up and lm head GEMVs)
     const bool nip = opt_.norm_in_proj && !opt_.norm_in_tail;
-    auto qkv_proj = [&](const LayerWeights& L) {
+    auto qkv_proj = [&](const LayerWeights& L, int l) {
+      if (!nip && opt_.kv_l2 && T <= 8) {  // the layer's KV pages into L2 by the GEMV's last blocks
+        fused::ProjOpts o;
+        o.kv_k = &cache.k[size_t(l)];
+        o.kv_v = &cache.v[size_t(l)];
+        o.kv_pos = &pos;
+        o.kv_bt = &idx.block_table;
+        return fused::project_opts(h, L.qkv, L.qkv_bias, o);
+      }
       if (!nip) return fused::project(h, L.qkv, L.qkv_bias);
       fused::ProjOpts o;
       o.norm_w = &L.attn_norm;
@@ -482,13 +452,19 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
       Array q, k, v, att;
       const bool rq = opt_.rope_in_qkv && !c.qk_norm && !nip;
       if (fa) {  // RoPE, the KV append and attention in one launch
-        Array qkv = qkv_proj(L);
+        Array qkv = qkv_proj(L, l);
         mark("qkv", l);
         prefetch_during_attention(L);
+        const bool st = l == stamps_layer_ && stamps_.defined();
+        fused::AttnStampScope stamps(st ? static_cast<unsigned long long*>(stamps_.data()) : nullptr,
+                                     st ? stamps_.numel() : 0);
         att = fused::attention_rope(qkv, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table,
-                                    rope, side_->counters, nullptr, opt_.fused_attention_chunk)
+                                    rope, side_->counters, nullptr, fa_chunk,
+                                    opt_.fused_attention_trigger, o_l2(L),
+                                    opt_.fused_attention_cluster)
                   .reshape({T, Q});
         mark("attention", l);  // with RoPE and the KV append
+        ++fa_layers_;
       } else {
         if (rq) {
           q = fused::project_qkv_rope(h, L.qkv, L.qkv_bias, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)],
@@ -496,7 +472,7 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
           mark("qkv", l);  // with RoPE and the KV append
           prefetch_during_attention(L);
         } else {
-          split_qkv(qkv_proj(L), q, k, v);
+          split_qkv(qkv_proj(L, l), q, k, v);
           mark("qkv", l);
           prefetch_during_attention(L);
           if (c.qk_norm) {
@@ -504,7 +480,8 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
             k = nn::rms_norm(k, L.k_norm, c.norm_eps);
             mark("qk_norm", l);
           }
-          fused::rope_append(q, k, v, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table, rope);
+          fused::rope_append(q, k, v, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table, rope, nullptr,
+                           o_l2(L));
           mark("rope_kv", l);
         }
         att = attend(q, k, v, l).reshape({T, Q});
@@ -555,9 +532,14 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
       if (fa) {  // level 2 decode (quantized weights): RoPE, the KV append and attention in one launch
         mark("qkv", l);
         prefetch_during_attention(L);
+        // quantized_pdl_compact: not launched early (its large CTAs would park beside the GEMV's)
+        fused::NoPdlScope fa_no_pdl(!L.qkv_q.format.empty() && opt_.quantized_pdl_compact);
         att = fused::attention_rope(qkv, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table,
-                                    rope, side_->counters, nullptr, opt_.fused_attention_chunk)
+                                    rope, side_->counters, nullptr, fa_chunk,
+                                    opt_.fused_attention_trigger, o_l2(L),
+                                    opt_.fused_attention_cluster)
                   .reshape({T, Q});
+        ++fa_layers_;
       } else {
         split_qkv(qkv, q, k, v);
       }
@@ -571,7 +553,8 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
         mark("qk_norm", l);
       }
       if (rope_append) {
-        fused::rope_append(q, k, v, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table, rope);
+        fused::rope_append(q, k, v, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table, rope, nullptr,
+                           o_l2(L));
         mark("rope_kv", l);
       } else {
         std::tie(q, k) = nn::rope(q, k, pos, c.rope_theta, rd, c.rope_interleaved, c.rope_scaling, /*inplace=*/true);
@@ -591,142 +574,6 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
     h = add_norm(down, resid, next_norm, l);
   }
   return h;  // final-normed hidden states [T, H]
-}
-
-Array Model::prefill(KvCache& cache, const std::vector<int64_t>& seqs, const std::vector<std::vector<int32_t>>& tokens,
-                     bool all_logits) {
-  // Several new tokens per sequence, after an (optional) cached prefix of length L_b:
-  // queries at positions L_b .. L_b + T_b - 1, causal and bottom-right aligned over
-  // keys 0 .. L_b + T_b - 1. With a prefix, each layer gathers the sequence's keys
-  // and values from its pages (one embedding gather over the token slots).
-  const size_t B = seqs.size();
-  const int64_t bs = cache.block_size();
-  std::vector<int32_t> ids, pos, cu_q{0}, cu_k{0}, last, lens;
-  bool any_prefix = false;
-  for (size_t b = 0; b < B; ++b) {
-    const int64_t L = cache.length(seqs[b]);
-    any_prefix = any_prefix || L > 0;
-    lens.push_back(int32_t(L));
-    for (size_t j = 0; j < tokens[b].size(); ++j) {
-      ids.push_back(tokens[b][j]);
-      pos.push_back(int32_t(L + int64_t(j)));
-    }
-    cu_q.push_back(int32_t(ids.size()));
-    cu_k.push_back(cu_k.back() + int32_t(L + int64_t(tokens[b].size())));
-    last.push_back(int32_t(ids.size()) - 1);
-    cache.reserve(seqs[b], L + int64_t(tokens[b].size()));
-  }
-  nn::KvIndex idx;
-  idx.block_table = cache.block_table(seqs);
-  idx.seq_lens = i32_array(lens);
-  idx.cu_seqlens = i32_array(cu_q);
-  Array cq = idx.cu_seqlens, ck = i32_array(cu_k);
-  std::vector<int32_t> slots;
-  if (any_prefix) {
-    const int64_t nb = idx.block_table.shape(1);
-    const int32_t* bt = idx.block_table.data_as<int32_t>();
-    for (size_t b = 0; b < B; ++b)
-      for (int64_t p = 0; p < cu_k[b + 1] - cu_k[b]; ++p) slots.push_back(int32_t(bt[int64_t(b) * nb + p / bs] * bs + p % bs));
-  }
-  Array slot_ids = any_prefix ? i32_array(slots) : Array();
-  const ModelConfig& c = cfg_;
-  std::optional<int64_t> window;
-  if (cfg_.sliding_window > 0) window = cfg_.sliding_window;
-  auto attend = [&](const Array& q, const Array& k, const Array& v, int l) {
-    if (!any_prefix) return nn::attention_prefill(q, k, v, cq, cq, /*causal=*/true, std::nullopt, window);
-    const Array& kc = cache.k[size_t(l)];
-    const int64_t rows = kc.shape(0) * kc.shape(1), S = int64_t(slots.size());
-    Array kk = embedding(slot_ids, kc.reshape({rows, c.num_kv_heads * c.head_dim})).reshape({S, c.num_kv_heads, c.head_dim});
-    Array vv = embedding(slot_ids, cache.v[size_t(l)].reshape({rows, c.num_kv_heads * c.head_dim}))
-                   .reshape({S, c.num_kv_heads, c.head_dim});
-    return nn::attention_prefill(q, kk, vv, cq, ck, /*causal=*/true, std::nullopt, window);
-  };
-  Array h = run_layers(i32_array(ids), i32_array(pos), cache, idx, attend);
-  for (size_t b = 0; b < B; ++b) cache.advance(seqs[b], int64_t(tokens[b].size()));
-  if (!all_logits) h = embedding(i32_array(last), h);
-  return lm_head(h);
-}
-
-Array Model::decode_batch(KvCache& cache, const DecodeBatch& in, const Array& argmax_keys) {
-  nn::KvIndex idx;
-  idx.block_table = in.block_table;
-  idx.seq_lens = in.positions;  // lengths before the append
-  std::optional<int64_t> window;
-  if (cfg_.sliding_window > 0) window = cfg_.sliding_window;
-  auto attend = [&](const Array& q, const Array&, const Array&, int l) {
-    return nn::attention_decode(q, cache.k[size_t(l)], cache.v[size_t(l)], in.lengths, in.block_table, std::nullopt,
-                                window);
-  };
-  struct Flag {  // engine kernels for this step (EngineOptions::fusion)
-    bool& f;
-    explicit Flag(bool& x) : f(x) { f = true; }
-    ~Flag() { f = false; }
-  } flag(decoding_);
-  fused::NoPdlScope no_pdl(!opt_.quantized_pdl && !w_.quantized.empty());
-  Array h = run_layers(in.ids, in.positions, cache, idx, attend);
-  if (argmax_keys.defined() && !head_argmax(h.shape(0)))
-    throw ValueError("decode_batch: argmax_keys given but the lm head cannot fold the argmax in");
-  Array logits = lm_head(h, &argmax_keys);
-  mark("lm_head", -1);
-  join_side_branch();
-  return logits;
-}
-
-Array Model::decode(KvCache& cache, const std::vector<int64_t>& seqs, const std::vector<int32_t>& tokens) {
-  const size_t B = seqs.size();
-  std::vector<int32_t> pos, lens_after;
-  for (size_t b = 0; b < B; ++b) {
-    int64_t n = cache.length(seqs[b]);
-    cache.reserve(seqs[b], n + 1);
-    pos.push_back(int32_t(n));
-    lens_after.push_back(int32_t(n + 1));
-  }
-  DecodeBatch in;
-  in.ids = i32_array(tokens).to(device_, nullptr, true);
-  in.positions = i32_array(pos).to(device_, nullptr, true);
-  in.lengths = i32_array(lens_after).to(device_, nullptr, true);
-  in.block_table = cache.block_table(seqs).to(device_, nullptr, true);
-  Array logits = decode_batch(cache, in);
-  for (size_t b = 0; b < B; ++b) cache.advance(seqs[b], 1);
-  return logits;
-}
-
-Array Model::step(KvCache& cache, const std::vector<int64_t>& seqs, const std::vector<std::vector<int32_t>>& tokens,
-                  bool all_logits) {
-  if (seqs.size() != tokens.size() || seqs.empty())
-    throw ValueError(cat("step: ", seqs.size(), " sequences but ", tokens.size(), " token lists"));
-  {
-    std::vector<int64_t> sorted = seqs;
-    std::sort(sorted.begin(), sorted.end());
-    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
-      throw ValueError("seqs: a sequence appears twice in one step");
-  }
-  bool all_new = true, all_one = true;  // all_new: every sequence starts empty
-  for (size_t b = 0; b < seqs.size(); ++b) {
-    if (tokens[b].empty()) throw ValueError(cat("tokens: sequence ", b, " is empty (an empty prompt?)"));
-    const int64_t len = cache.length(seqs[b]);
-    if (len + int64_t(tokens[b].size()) > cfg_.max_positions)
-      throw ValueError(cat("tokens: sequence ", b, " would hold ", len + int64_t(tokens[b].size()),
-                           " tokens, more than the model's context of ", cfg_.max_positions));
-    for (int32_t t : tokens[b])
-      if (t < 0 || t >= cfg_.vocab_size)
-        throw IndexError(cat("tokens: id ", t, " is outside the vocabulary [0, ", cfg_.vocab_size, ")"));
-    all_new = all_new && len == 0;
-    all_one = all_one && tokens[b].size() == 1;
-  }
-  if (all_one && !all_new) {
-    std::vector<int32_t> t;
-    for (auto& x : tokens) t.push_back(x[0]);
-    return decode(cache, seqs, t);
-  }
-  return prefill(cache, seqs, tokens, all_logits);  // fresh prompts and/or chunks after a cached prefix
-}
-
-Array Model::forward(const std::vector<int32_t>& ids) {
-  if (ids.empty()) throw ValueError("ids: empty input");
-  KvCache cache = make_cache({int64_t(ids.size())});
-  int64_t s = cache.add_sequence();
-  return step(cache, {s}, {ids}, true);
 }
 
 }  // namespace gk::llm

@@ -150,6 +150,7 @@ CFG = dict(model_type="llama", vocab_size=512, hidden_size=256, intermediate_siz
            num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=1024,
            rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False)
 PROMPTS = [[(i * 37 + 11) % 512 for i in range(n)] for n in (5, 14, 30)]
+CFG128 = dict(CFG, hidden_size=512, num_attention_heads=4, num_key_value_heads=2, head_dim=128)
 
 
 def run(m, graph, new=12):
@@ -235,157 +236,6 @@ def test_quantize_head_format(device):
             gk.llm.random_model(CFG, device=device, dtype=dtype, quantize=bad)
 
 
-# ---- attention_rope: RoPE + KV append + decode attention in one launch ----
-
-def attn_case(dtype, B, hq, hkv, D, bs, nb, max_blocks, positions, rd=None, il=False, bad=None, seed=0):
-    rng = np.random.default_rng(seed)
-    n = (hq + 2 * hkv) * D
-    qkv = (rng.standard_normal((B, n))).astype(NP_DT[dtype])
-    assert B * max_blocks <= nb
-    bt = rng.permutation(nb)[:B * max_blocks].reshape(B, max_blocks).astype(np.int32)  # disjoint pages
-    if bad is not None:  # sequence `bad`'s new token: page outside the pool (not stored, masked)
-        bt[bad, positions[bad] // bs] = nb + 5
-    kc = (rng.standard_normal((nb, bs, hkv, D))).astype(NP_DT[dtype])
-    vc = (rng.standard_normal((nb, bs, hkv, D))).astype(NP_DT[dtype])
-    pos = np.asarray(positions, np.int32)
-    return qkv, kc, vc, pos, bt
-
-
-def run_attn_fused(case, hq, rd=None, il=False, chunk=128):
-    qkv, kc, vc, pos, bt = case
-    k, v = arr(kc.copy(), "cuda"), arr(vc.copy(), "cuda")
-    out, ctr = _C.llm.fused_attention_rope(arr(qkv, "cuda"), hq, k, v, arr(pos, "cuda"), arr(bt, "cuda"),
-                                           theta=10000.0, rotary_dim=rd, interleaved=il, chunk=chunk)
-    return np_of(out), np_of(k), np_of(v), np_of(ctr)
-
-
-def ref_attention(q, kc, vc, pos, bt):
-    """float64 attention of the rotated q over the cached keys 0 .. pos (pages outside the
-    pool or past the table skipped)."""
-    B, hq, D = q.shape
-    nb, bs, hkv, _ = kc.shape
-    G = hq // hkv
-    K, V = f64(kc).reshape(-1, hkv, D), f64(vc).reshape(-1, hkv, D)
-    out = np.zeros((B, hq, D))
-    for b in range(B):
-        L = min(int(pos[b]) + 1, bt.shape[1] * bs)
-        idx = [int(bt[b, p // bs]) * bs + p % bs for p in range(L) if 0 <= bt[b, p // bs] < nb]
-        if not idx:
-            continue
-        for h in range(hq):
-            sc = K[idx, h // G] @ f64(q[b, h]) / math.sqrt(D)
-            pr = np.exp(sc - sc.max())
-            out[b, h] = pr @ V[idx, h // G] / pr.sum()
-    return out
-
-
-def check_attention(out, ro, q, kc, vc, pos, bt, dtype):
-    """The fused kernel within output rounding of the float64 attention; the two-launch
-    composition (its P rounded to the cache type) printed beside it."""
-    ref = ref_attention(q, kc, vc, pos, bt)
-    eps = 2.0**-8 if dtype == "bfloat16" else 2.0**-11
-    vmax = float(np.max(np.abs(f64(vc))))
-    msg = first_bad(f64(out), ref, eps * np.abs(ref) + 2e-5 * vmax)
-    dev = float(np.max(np.abs(f64(ro) - ref)))
-    print(f"\nmax |fused - f64| {float(np.max(np.abs(f64(out) - ref))):.3g}, |composition - f64| {dev:.3g}")
-    assert msg is None, msg
-    assert dev <= 2.0**-6 * vmax, f"the composition itself is off by {dev}"
-
-
-def run_attn_composed(case, hq, rd=None, il=False):
-    qkv, kc, vc, pos, bt = case
-    B = qkv.shape[0]
-    hkv, D = kc.shape[2], kc.shape[3]
-    Q, KV = hq * D, hkv * D
-    k, v = arr(kc.copy(), "cuda"), arr(vc.copy(), "cuda")
-    q2 = arr(np.ascontiguousarray(qkv[:, :Q]).reshape(B, hq, D), "cuda")
-    k2 = arr(np.ascontiguousarray(qkv[:, Q:Q + KV]).reshape(B, hkv, D), "cuda")
-    v2 = arr(np.ascontiguousarray(qkv[:, Q + KV:]).reshape(B, hkv, D), "cuda")
-    _C.llm.fused_rope_append(q2, k2, v2, k, v, arr(pos, "cuda"), arr(bt, "cuda"), rotary_dim=rd, interleaved=il)
-    out = gk.nn.attention_decode(q2, k, v, arr(pos + 1, "cuda"), arr(bt, "cuda"))
-    return np_of(out), np_of(k), np_of(v), np_of(q2)
-
-
-@cuda_only
-@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("B,hq,hkv,D,positions", [
-    (1, 32, 8, 128, [0]), (1, 32, 8, 128, [127]), (1, 32, 8, 128, [128]), (1, 32, 8, 128, [383]),
-    (3, 8, 8, 64, [5, 200, 1000]), (2, 16, 2, 64, [130, 17]), (8, 8, 1, 128, [1, 2, 3, 300, 127, 128, 129, 700]),
-    (4, 4, 4, 128, [2047, 0, 1500, 64])])
-@pytest.mark.parametrize("chunk", [128, 64])
-def test_attention_rope_matches_composition(dtype, B, hq, hkv, D, positions, chunk):
-    bs = 16
-    max_blocks = 2048 // bs
-    case = attn_case(dtype, B, hq, hkv, D, bs, nb=max_blocks * B + 3, max_blocks=max_blocks, positions=positions)
-    out, k, v, ctr = run_attn_fused(case, hq, chunk=chunk)
-    ro, rk, rv, rq = run_attn_composed(case, hq)
-    assert k.tobytes() == rk.tobytes(), "k cache differs from rope_append's"
-    assert v.tobytes() == rv.tobytes(), "v cache differs from rope_append's"
-    assert not ctr.any(), "counters not reset"
-    check_attention(out, ro, rq, k, v, case[3], case[4], dtype)
-    out2, _, _, _ = run_attn_fused(case, hq, chunk=chunk)
-    assert out.tobytes() == out2.tobytes(), "not the same bits twice"
-
-
-@cuda_only
-@pytest.mark.parametrize("rd,il", [(None, True), (32, False), (64, True)])
-def test_attention_rope_rotary_variants_and_bad_page(rd, il):
-    B, hq, hkv, D, bs = 3, 8, 2, 128, 16
-    case = attn_case("bfloat16", B, hq, hkv, D, bs, nb=40, max_blocks=12, positions=[33, 150, 7], bad=1)
-    out, k, v, _ = run_attn_fused(case, hq, rd=rd, il=il)
-    ro, rk, rv, rq = run_attn_composed(case, hq, rd=rd, il=il)
-    assert k.tobytes() == rk.tobytes() and v.tobytes() == rv.tobytes()
-    check_attention(out, ro, rq, k, v, case[3], case[4], "bfloat16")
-
-
-@cuda_only
-def test_attention_rope_row_independent_of_batch():
-    # A sequence's output bits do not depend on the other sequences of the batch.
-    B, hq, hkv, D, bs = 4, 8, 2, 64, 16
-    case = attn_case("bfloat16", B, hq, hkv, D, bs, nb=200, max_blocks=40, positions=[300, 20, 600, 129])
-    out, _, _, _ = run_attn_fused(case, hq)
-    qkv, kc, vc, pos, bt = case
-    solo = (qkv[2:3], kc, vc, pos[2:3], bt[2:3])
-    o1, _, _, _ = run_attn_fused(solo, hq)
-    assert out[2:3].tobytes() == o1.tobytes()
-
-
-def test_attention_rope_bad_input():
-    qkv = arr(np.zeros((1, (4 + 4) * 16), np.float32))
-    kc = arr(np.zeros((4, 16, 2, 16), np.float32))
-    pos = arr(np.zeros(1, np.int32))
-    bt = arr(np.zeros((1, 2), np.int32))
-    with pytest.raises(ValueError, match="qkv"):
-        _C.llm.fused_attention_rope(qkv, 3, kc, kc, pos, bt)
-    with pytest.raises(ValueError, match="positions"):
-        _C.llm.fused_attention_rope(qkv, 4, kc, kc, arr(np.zeros(2, np.int32)), bt)
-    with pytest.raises(ValueError, match="block_table"):
-        _C.llm.fused_attention_rope(qkv, 4, kc, kc, pos, arr(np.zeros((2, 2), np.int32)))
-    with pytest.raises(ValueError, match="rotary_dim"):
-        _C.llm.fused_attention_rope(qkv, 4, kc, kc, pos, bt, rotary_dim=3)
-
-
-@cuda_only
-@pytest.mark.parametrize("quantize", [None, "int4"])
-def test_fused_attention_engine(quantize):
-    m = gk.llm.random_model(CFG, device="cuda", dtype="bfloat16", seed=7, quantize=quantize)
-    assert not m._m.fused_attention
-    base = run(m, True, new=24)
-    m._m.fused_attention = True
-    alt = run(m, True, new=24)
-    same(alt, run(m, False, new=24), "fused attention: graph vs eager")
-    for t, (x, y) in enumerate(zip(base[1], alt[1])):
-        if base[0][:t] != alt[0][:t]:
-            break
-        rel = float(np.max(np.abs(x - y)) / np.max(np.abs(x)))
-        assert rel < 3e-2, f"step {t} max rel diff {rel:.3g}"
-    m._m.fused_attention_chunk = 64
-    alt64 = run(m, True, new=24)
-    same(alt64, run(m, False, new=24), "fused attention, 64-key chunks: graph vs eager")
-    m._m.fused_attention_max_keys = 16  # shorter than the block table: the two-launch path
-    same(base, run(m, True, new=24), "fused attention off by max_keys")
-
-
 # ---- the greedy token folded into the lm head ----
 
 @pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if CUDA else []))
@@ -426,17 +276,6 @@ def test_head_argmax_engine():
         for t, (tok, lg) in enumerate(zip(steps, logits)):
             assert tok == np.argmax(lg, axis=1).tolist(), f"step {t}: {tok} vs argmax of the logits"
     m._m.head_proj = False
-
-
-@cuda_only
-def test_attention_rope_position_past_the_table():
-    # The new token's page is past the block table: not stored; keys up to the table's end.
-    B, hq, hkv, D, bs = 2, 8, 2, 64, 16
-    case = attn_case("bfloat16", B, hq, hkv, D, bs, nb=20, max_blocks=3, positions=[60, 47])
-    out, k, v, ctr = run_attn_fused(case, hq)
-    ro, rk, rv, rq = run_attn_composed(case, hq)
-    assert k.tobytes() == rk.tobytes() and v.tobytes() == rv.tobytes() and not ctr.any()
-    check_attention(out, ro, rq, k, v, case[3], case[4], "bfloat16")
 
 
 # ---- the norm inside the projection, the residual in its epilogue ----
@@ -521,27 +360,74 @@ def test_norm_in_proj_engine(fa, hp):
 @cuda_only
 def test_no_copy_kernels_in_the_b1_step():
     # The attention output of one sequence reshaped to [1, Q] (a size-1 dim with any
-    # stride) goes to the o GEMV without an aligning copy: B=1 and B=2 steps hold the
-    # same number of kernels.
-    # (with the fused attention: the decode attention kernels' own launch count may depend on B)
-    m = gk.llm.random_model(CFG, device="cuda", dtype="bfloat16", seed=3)
-    m._m.fused_attention = True
-    counts = {}
+    # stride) goes to the o GEMV without an aligning copy: with the fused attention a
+    # layer is 7 kernels (q/k/v, attention, o, add + norm, gate/up + SwiGLU, down, add +
+    # norm) at B=1 and B=2. Per-layer counts from 2- and 4-layer models, so that launches
+    # outside the layers (lm head, argmax: other areas' kernels, whose count may depend on
+    # B) do not count.
+    per_layer = {}
     for B in (1, 2):
-        g = _C.llm.Generation(m._m, PROMPTS[:B], max_new_tokens=3, ignore_eos=True, cuda_graph=True)
-        while not g.done:
-            g.step()
-        counts[B] = list(g.graph_nodes)
-    print("\ngraph nodes (all, kernels, memcpy, memset) by batch:", counts)
-    assert counts[1][1] == counts[2][1], counts
+        n = {}
+        for layers in (2, 4):
+            m = gk.llm.random_model(dict(CFG, num_hidden_layers=layers), device="cuda", dtype="bfloat16", seed=3)
+            m._m.fused_attention = True
+            g = _C.llm.Generation(m._m, PROMPTS[:B], max_new_tokens=3, ignore_eos=True, cuda_graph=True)
+            while not g.done:
+                g.step()
+            n[layers] = list(g.graph_nodes)
+            assert m._m.fused_attention_layers > 0, "the fused attention was not taken"
+            assert n[layers][2] == 0, f"memcpy nodes in the step: {n[layers]}"
+        per_layer[B] = (n[4][1] - n[2][1]) / 2
+        print(f"\nB={B}: graph nodes (all, kernels, memcpy, memset) of 2 / 4 layers: {n[2]} / {n[4]}")
+    assert per_layer[1] == per_layer[2] == 7, f"kernels per layer by batch: {per_layer}"
+
+
+@cuda_only
+@pytest.mark.parametrize("quantize", [None, "int4"])
+@pytest.mark.parametrize("fa", [False, True])
+def test_attn_l2_same_bits(quantize, fa):
+    # The o weight brought into L2 by rope_append / the fused attention changes no bits.
+    m = gk.llm.random_model(CFG, device="cuda", dtype="bfloat16", seed=9, quantize=quantize)
+    m._m.fused_attention = fa
+    ref = run(m, True)
+    for v in (1, 2):
+        m._m.attn_l2 = v
+        same(ref, run(m, True), f"attn_l2={v}, graph")
+        same(ref, run(m, False), f"attn_l2={v}, eager")
+    m._m.attn_l2 = 0
+
+
+@cuda_only
+@pytest.mark.parametrize("cfg", ["64", "128"])
+def test_kv_l2_same_bits(cfg):
+    # The KV pages brought into L2 by the q/k/v GEMV's last blocks change no bits (with
+    # head_dim 128 the fused attention reads them, with 64 rope_append + attention_decode).
+    m = gk.llm.random_model(CFG if cfg == "64" else CFG128, device="cuda", dtype="bfloat16", seed=13)
+    assert not m._m.kv_l2
+    ref = run(m, True, new=20)
+    m._m.kv_l2 = True
+    same(ref, run(m, True, new=20), "kv_l2, graph")
+    same(ref, run(m, False, new=20), "kv_l2, eager")
+    m._m.kv_l2 = False
 
 
 @cuda_only
 def test_quantized_pdl_off_same_bits():
     m = gk.llm.random_model(CFG, device="cuda", dtype="bfloat16", seed=5, quantize="int4")
-    assert m._m.quantized_pdl
+    assert not m._m.quantized_pdl  # off by default (checkpoint A of session 5)
+    m._m.quantized_pdl = True
     ref = run(m, True)
     m._m.quantized_pdl = False
     same(ref, run(m, True), "quantized_pdl off, graph")
     same(ref, run(m, False), "quantized_pdl off, eager")
     m._m.quantized_pdl = True
+    # compact: small SwiGLU / rope_append grids (grid-stride), the fused attention without PDL
+    m._m.quantized_pdl_compact = True
+    same(ref, run(m, True), "quantized_pdl_compact, graph")
+    same(ref, run(m, False), "quantized_pdl_compact, eager")
+    m._m.fused_attention = True
+    fa_ref = run(m, False)
+    m._m.quantized_pdl_compact = False
+    same(fa_ref, run(m, True), "fused attention, quantized_pdl_compact vs not")
+    m._m.fused_attention = False
+    m._m.quantized_pdl = False
