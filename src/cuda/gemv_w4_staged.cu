@@ -45,11 +45,12 @@ W4Cfg w4_cfg(int variant) {
   return c;
 }
 
-// The default configuration's k_w4 MODE: 3 (lean copies, variant 11; session 5 after checkpoint
-// A: about 55 fewer instructions per stage of ~700 in the SASS, the same copies and the same
-// bits), or 0 (checkpoint A's default, variant 13). One constant: set it back to 0 if the H200
-// shows variant 13 faster than the default.
-constexpr int kDefaultMode = 3;
+// The default configuration's k_w4 MODE: 0 (checkpoint A's copies, variant 13) or 3 (lean
+// copies, variant 11: about 55 fewer instructions per stage of ~700 in the SASS, the same copies
+// and the same bits). Session 5's final H200 run (bench/gemv.py, M=1, % of copy at (4096, 14336) /
+// (14336, 4096) / (4096, 128256)) measured lean 53/51/77 vs 52/50/77 (g128), 49/49/64 vs 50/53/67
+// (g64), 31/40/64 vs 50/54/71 (g32), NVF4 staged 46/45/61 vs 44/46/61: MODE 0 is the default.
+constexpr int kDefaultMode = 0;
 
 constexpr int kSMs = 132;
 constexpr int kSmemMax = 200 * 1024;    // dynamic shared memory of one CTA at most
