@@ -536,7 +536,7 @@ def test_cuda_fold_pair_clusters(B, D, dtype, monkeypatch):
     for v in ("30", "31", "32"):
         monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128," + v)
         for i in (0, 3):
-            alone = gk.nn.attention_decode(qd[i:i + 1], kd, vd, ld[i:i + 1])
+            alone = gk.nn.attention_decode(qd[i:i + 1], kd[i:i + 1], vd[i:i + 1], ld[i:i + 1])
             np.testing.assert_array_equal(bits(alone)[0], res["23"][i])
         outs = []
         g = gk.Graph()
