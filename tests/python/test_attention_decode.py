@@ -1,12 +1,11 @@
 """attention_decode: page boundaries and odd lengths, the flash-decoding chunk regimes of the CUDA
 kernels (chunks of 64..2048 keys, one-chunk sequences written directly), windows starting inside a
 chunk, poisoned outputs, run-to-run determinism and batch invariance (bitwise), the split-parameter
-override, the tensor-core kernels (bf16/fp16: the fold kernels attention_decode_fold*.cu, every variant bitwise
-equal; attention_decode_mma.cu) against the CUDA-core one, programmatic dependent launch (a chain of calls, each
-q the previous output), and bad input. References: float64 NumPy (ref_decode below, checked against
+override, the tensor-core kernels (bf16/fp16: attention_decode_mma.cu and the fold kernels
+attention_decode_fold*.cu) against the CUDA-core one, and bad input. The fold kernels' unit kinds (every
+variant bitwise equal) and the programmatic-dependent-launch chains are in test_attention_decode_fold.py.
+References: float64 NumPy (ref_decode below, checked against
 test_attention.ref_decode) and the CPU op."""
-import os
-
 import numpy as np
 import pytest
 
