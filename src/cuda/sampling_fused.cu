@@ -39,6 +39,7 @@
 #include "ops/philox.h"
 #include "ops/sampling_args.h"
 #include "cuda/common/sampling_cluster.cuh"
+#include "cuda/common/sampling_fused_load.cuh"
 #include "cuda/common/sampling_fused_cfg.cuh"
 
 namespace gk::cuda {
@@ -85,37 +86,7 @@ __global__ void __launch_bounds__(NT, NT >= 1024 ? 1 : 2) k_fused(SampleArgs a, 
   load_batch(0);
   const bool eos_on = a.eos && a.generated.at(r) < a.min_tokens.at(r);
   const bool marks = a.history || a.banned || eos_on;
-  if (marks) {
-    for (int i = t * 4; i < n; i += kNT * 4) *reinterpret_cast<uint4*>(vals + i) = make_uint4(0u, 0u, 0u, 0u);
-    __syncthreads();
-    if (a.history) {
-      int64_t len = a.hist_len.at(r);
-      len = len < 0 ? 0 : (len > a.hist_max ? a.hist_max : len);
-      const int32_t* h = a.history + r * a.hist_stride;
-      for (int64_t j0 = 0; j0 < len; j0 += 4 * kNT) {  // 4 loads in flight per thread
-        int32_t tk[4];
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const int64_t j = j0 + u * kNT + t;
-          tk[u] = j < len ? h[j] : -1;
-        }
-#pragma unroll
-        for (int u = 0; u < 4; ++u)
-          if (tk[u] >= c0 && tk[u] < c0 + n) atomicAdd(&vals[tk[u] - c0], 1u);
-      }
-    }
-    if (a.banned)
-      for (int64_t j = t; j < a.n_banned; j += kNT) {
-        const int32_t tk = a.banned[r * a.banned_row_stride + j];
-        if (tk >= c0 && tk < c0 + n) atomicOr(&vals[tk - c0], unsigned(kBan));
-      }
-    if (eos_on)
-      for (int64_t j = t; j < a.n_eos; j += kNT) {
-        const int32_t tk = a.eos[j];
-        if (tk >= c0 && tk < c0 + n) atomicOr(&vals[tk - c0], unsigned(kBan));
-      }
-    __syncthreads();
-  }
+  if (marks) mark_slice<NT>(a, r, vals, c0, n, t, eos_on);
   const float* bias = a.bias ? a.bias + r * a.bias_row_stride + c0 : nullptr;
   float bv = -INFINITY, bmn = INFINITY;
   int bi = INT_MAX;

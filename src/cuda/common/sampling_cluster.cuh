@@ -1,7 +1,8 @@
 // Building blocks of the one-launch cluster sampling kernel (src/cuda/sampling_fused.cu):
-// per-CTA shared state, block reductions with fixed trees, branch-free weights, the slice
-// loads, and the 8-bit radix select whose per-group integer histograms are summed over the
-// thread-block cluster through distributed shared memory (Hopper, sm_90+).
+// per-CTA shared state, block reductions with fixed trees, branch-free weights, and the
+// 8-bit radix select whose per-group integer histograms are summed over the thread-block
+// cluster through distributed shared memory (Hopper, sm_90+). The slice loads and the
+// history / ban marks: src/cuda/common/sampling_fused_load.cuh.
 #pragma once
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -197,54 +198,6 @@ __device__ __forceinline__ unsigned long long weight_of_e(float e) {
   return smp::floor_u64_of(smp::fmul_rn(e, smp::kWeightScale));
 }
 __device__ __forceinline__ float val(const uint32_t* v, int i) { return __uint_as_float(v[i]); }
-
-
-// ---------------------------------------------------------------- loads
-template <class T>
-__device__ __forceinline__ float elem(const uint4& q, int k) {
-  if constexpr (sizeof(T) == 4) {
-    const uint32_t u = k == 0 ? q.x : (k == 1 ? q.y : (k == 2 ? q.z : q.w));
-    return __uint_as_float(u);
-  } else {
-    const uint32_t word = (k >> 1) == 0 ? q.x : ((k >> 1) == 1 ? q.y : ((k >> 1) == 2 ? q.z : q.w));
-    return float(T::from_bits(uint16_t((k & 1) ? word >> 16 : word & 0xffffu)));
-  }
-}
-
-// The group's entries rotated by r (0 <= r < G): entry k of the result is entry (k + r) mod G.
-template <class T>
-__device__ __forceinline__ uint4 rotate_group(uint4 q, int r) {
-  constexpr int G = 16 / int(sizeof(T));
-  const int wr = G == 4 ? r : r >> 1;  // whole words
-  if (wr & 1) q = make_uint4(q.y, q.z, q.w, q.x);
-  if (wr & 2) q = make_uint4(q.z, q.w, q.x, q.y);
-  if (G == 8 && (r & 1))  // half a word more
-    q = make_uint4(__funnelshift_r(q.x, q.y, 16), __funnelshift_r(q.y, q.z, 16), __funnelshift_r(q.z, q.w, 16),
-                   __funnelshift_r(q.w, q.x, 16));
-  return q;
-}
-
-template <class T>
-__device__ __forceinline__ uint32_t raw_bits(T x) {
-  if constexpr (sizeof(T) == 4) return __float_as_uint(x);
-  else return uint32_t(x.bits);
-}
-
-// G consecutive entries [e, e + G) of the slice (entries >= n read as 0, never used).
-template <class T>
-__device__ __forceinline__ uint4 load_group(const T* p, int64_t e, int64_t n, bool aligned) {
-  constexpr int G = 16 / int(sizeof(T));
-  if (aligned && e + G <= n) return *reinterpret_cast<const uint4*>(p + e);
-  uint32_t w[4] = {0u, 0u, 0u, 0u};
-#pragma unroll
-  for (int k = 0; k < G; ++k) {
-    if (e + k < n) {
-      if constexpr (sizeof(T) == 4) w[k] = raw_bits(p[e + k]);
-      else w[k >> 1] |= raw_bits(p[e + k]) << (16 * (k & 1));
-    }
-  }
-  return make_uint4(w[0], w[1], w[2], w[3]);
-}
 
 // ---------------------------------------------------------------- radix select
 // Per-lane flush of a run (cur bin, mass cv, entries cc) into the group's histogram.
