@@ -104,30 +104,15 @@ Loader& L() {
   return *l;
 }
 
-using dynlib::is_file;
-
 std::vector<std::string> candidates(const Loader& l) {
   return dynlib::candidates("GPUKIT_CUBLASLT_PATH", {"libcublasLt.so.13", "libcublasLt.so"}, l.extra);
 }
 
-template <class F>
-bool sym(void* h, const char* name, F& out, std::string& missing) {
-  out = reinterpret_cast<F>(dlsym(h, name));
-  if (!out && missing.empty()) missing = name;
-  return out != nullptr;
-}
+using dynlib::sym;
 
 bool try_open(Loader& l, const std::string& cand) {
-  if (cand.find('/') != std::string::npos && !is_file(cand)) {
-    l.reason += "\n  " + cand + ": no such file";
-    return false;
-  }
-  void* h = dlopen(cand.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
-    const char* e = dlerror();
-    l.reason += "\n  " + cand + ": " + (e ? e : "dlopen failed");
-    return false;
-  }
+  void* h = dynlib::open_lib(cand, l.reason);
+  if (!h) return false;
   Api a{};
   std::string missing;
   bool ok = sym(h, "cublasLtCreate", a.Create, missing) & sym(h, "cublasLtGetVersion", a.GetVersion, missing) &
@@ -156,12 +141,7 @@ bool try_open(Loader& l, const std::string& cand) {
   l.handle = h;
   l.api = a;
   l.version = int(v);
-  l.path = cand;
-  char buf[4096];
-  if (dlinfo(h, RTLD_DI_ORIGIN, buf) == 0) {
-    auto slash = cand.rfind('/');
-    l.path = std::string(buf) + "/" + (slash == std::string::npos ? cand : cand.substr(slash + 1));
-  }
+  l.path = dynlib::loaded_path(h, cand);
   l.reason.clear();
   return true;
 }

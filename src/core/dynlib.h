@@ -1,6 +1,8 @@
 // Helpers for libraries gpukit loads at run time (NVRTC, cuBLASLt): environment
-// look-ups, file tests, and the ordered list of places to try.
+// look-ups, file tests, the ordered list of places to try, dlopen / dlsym with the
+// reasons a candidate was passed over.
 #pragma once
+#include <dlfcn.h>
 #include <sys/stat.h>
 
 #include <cstdlib>
@@ -52,6 +54,38 @@ inline std::vector<std::string> candidates(const char* path_env, std::initialize
   add("/usr/local/cuda/lib64");
   for (const auto& p : extra) add(p);
   return c;
+}
+
+// dlopen(cand, RTLD_NOW | RTLD_LOCAL), where a path (a name with '/') must name a file; on
+// failure nullptr, with "\n  <cand>: <why>" appended to reason.
+inline void* open_lib(const std::string& cand, std::string& reason) {
+  if (cand.find('/') != std::string::npos && !is_file(cand)) {
+    reason += "\n  " + cand + ": no such file";
+    return nullptr;
+  }
+  void* h = dlopen(cand.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char* e = dlerror();
+    reason += "\n  " + cand + ": " + (e ? e : "dlopen failed");
+  }
+  return h;
+}
+
+// out = the symbol name of h; false where h has none (the first such name goes to missing).
+template <class F>
+bool sym(void* h, const char* name, F& out, std::string& missing) {
+  out = reinterpret_cast<F>(dlsym(h, name));
+  if (!out && missing.empty()) missing = name;
+  return out != nullptr;
+}
+
+// The file h was loaded from: its folder (dlinfo) and cand's file name; cand where the
+// folder is unknown.
+inline std::string loaded_path(void* h, const std::string& cand) {
+  char buf[4096];
+  if (dlinfo(h, RTLD_DI_ORIGIN, buf) != 0) return cand;
+  const auto slash = cand.rfind('/');
+  return std::string(buf) + "/" + (slash == std::string::npos ? cand : cand.substr(slash + 1));
 }
 
 }  // namespace gk::dynlib

@@ -56,25 +56,11 @@ std::vector<std::string> candidates(const Loader& l) {
                             "GPUKIT_NVRTC_NO_SEARCH");
 }
 
-template <class F>
-bool sym(void* h, const char* name, F& out, std::string& missing) {
-  out = reinterpret_cast<F>(dlsym(h, name));
-  if (!out) missing = name;
-  return out != nullptr;
-}
+using dynlib::sym;
 
 bool try_open(Loader& l, const std::string& cand) {
-  bool is_path = cand.find('/') != std::string::npos;
-  if (is_path && !is_file(cand)) {
-    l.reason += "\n  " + cand + ": no such file";
-    return false;
-  }
-  void* h = dlopen(cand.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
-    const char* e = dlerror();
-    l.reason += "\n  " + cand + ": " + (e ? e : "dlopen failed");
-    return false;
-  }
+  void* h = dynlib::open_lib(cand, l.reason);
+  if (!h) return false;
   Api a{};
   std::string missing;
   bool ok = sym(h, "nvrtcGetErrorString", a.GetErrorString, missing) && sym(h, "nvrtcVersion", a.Version, missing) &&
@@ -112,12 +98,7 @@ bool try_open(Loader& l, const std::string& cand) {
   l.major = major;
   l.minor = minor;
   l.archs = std::move(archs);
-  char buf[4096];
-  l.path = cand;
-  if (dlinfo(h, RTLD_DI_ORIGIN, buf) == 0) {
-    auto slash = cand.rfind('/');
-    l.path = std::string(buf) + "/" + (slash == std::string::npos ? cand : cand.substr(slash + 1));
-  }
+  l.path = dynlib::loaded_path(h, cand);
   l.reason.clear();
   return true;
 }
