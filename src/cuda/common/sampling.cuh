@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/block_reduce.cuh"
 #include "ops/sampling_args.h"
 
 namespace gk::cuda::smpk {
@@ -24,25 +25,10 @@ struct Shared {
   int flag;
 };
 
-// a better than b: larger value, ties -> lower index.
-__device__ __forceinline__ bool better(float a, int ia, float b, int ib) { return a > b || (a == b && ia < ib); }
+using blk::better;
 
 __device__ __forceinline__ void block_argmax(Shared& sh, float& v, int& i) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    int oi = __shfl_xor_sync(0xffffffffu, i, o);
-    if (better(ov, oi, v, i)) v = ov, i = oi;
-  }
-  int w = threadIdx.x >> 5, l = threadIdx.x & 31;
-  __syncthreads();
-  if (l == 0) sh.fsum[w] = v, sh.warg[w] = i;
-  __syncthreads();
-  v = sh.fsum[0];
-  i = sh.warg[0];
-  for (int k = 1; k < kWarps; ++k)
-    if (better(sh.fsum[k], sh.warg[k], v, i)) v = sh.fsum[k], i = sh.warg[k];
-  __syncthreads();
+  blk::argmax<kWarps>(sh.fsum, sh.warg, v, i);
 }
 
 __device__ __forceinline__ float block_sum_f(Shared& sh, float v) {
@@ -58,38 +44,13 @@ __device__ __forceinline__ float block_sum_f(Shared& sh, float v) {
 }
 
 __device__ __forceinline__ unsigned long long block_sum_u(Shared& sh, unsigned long long v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) sh.wsum[threadIdx.x >> 5] = v;
-  __syncthreads();
-  unsigned long long t = 0;
-  for (int k = 0; k < kWarps; ++k) t += sh.wsum[k];
-  __syncthreads();
-  return t;
+  return blk::sum_u64<kWarps>(sh.wsum, v);
 }
 
 // Exclusive prefix of v over the threads of the block (in thread order); *total gets the sum.
 __device__ __forceinline__ unsigned long long block_excl_scan(Shared& sh, unsigned long long v,
                                                              unsigned long long* total) {
-  int l = threadIdx.x & 31, w = threadIdx.x >> 5;
-  unsigned long long inc = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    unsigned long long n = __shfl_up_sync(0xffffffffu, inc, o);
-    if (l >= o) inc += n;
-  }
-  __syncthreads();
-  if (l == 31) sh.wsum[w] = inc;
-  __syncthreads();
-  unsigned long long before = 0, all = 0;
-  for (int k = 0; k < kWarps; ++k) {
-    if (k < w) before += sh.wsum[k];
-    all += sh.wsum[k];
-  }
-  __syncthreads();
-  *total = all;
-  return before + inc - v;
+  return blk::excl_scan_u64<kWarps>(sh.wsum, v, total);
 }
 
 // Calls f(i, value) for every element of a row, 16-byte loads, 4 in flight per

@@ -11,6 +11,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "cuda/common/block_reduce.cuh"
 #include "ops/sampling_args.h"
 #include "cuda/common/sampling_weight.cuh"
 
@@ -119,66 +120,21 @@ struct Sh {
   int pick, pexit;
 };
 
-__device__ __forceinline__ bool better(float a, int ia, float b, int ib) { return a > b || (a == b && ia < ib); }
+using blk::better;
 
 template <int NT>
 __device__ __forceinline__ void block_argmax(Sh<NT>& sh, float& v, int& i) {
-  constexpr int kW = NT / 32;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
-    if (better(ov, oi, v, i)) v = ov, i = oi;
-  }
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) sh.fv[threadIdx.x >> 5] = v, sh.fi[threadIdx.x >> 5] = i;
-  __syncthreads();
-  v = sh.fv[0], i = sh.fi[0];
-#pragma unroll
-  for (int k = 1; k < kW; ++k)
-    if (better(sh.fv[k], sh.fi[k], v, i)) v = sh.fv[k], i = sh.fi[k];
-  __syncthreads();
+  blk::argmax<NT / 32>(sh.fv, sh.fi, v, i);
 }
-
 template <int NT>
 __device__ __forceinline__ unsigned long long block_sum(Sh<NT>& sh, unsigned long long v) {
-  constexpr int kW = NT / 32;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) sh.u[threadIdx.x >> 5] = v;
-  __syncthreads();
-  unsigned long long t = 0;
-#pragma unroll
-  for (int k = 0; k < kW; ++k) t += sh.u[k];
-  __syncthreads();
-  return t;
+  return blk::sum_u64<NT / 32>(sh.u, v);
 }
-
 // Exclusive prefix over the threads in thread order; *total gets the block sum.
 template <int NT>
 __device__ __forceinline__ unsigned long long block_scan(Sh<NT>& sh, unsigned long long v,
                                                          unsigned long long* total) {
-  constexpr int kW = NT / 32;
-  const int l = threadIdx.x & 31, w = threadIdx.x >> 5;
-  unsigned long long inc = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const unsigned long long n = __shfl_up_sync(0xffffffffu, inc, o);
-    if (l >= o) inc += n;
-  }
-  __syncthreads();
-  if (l == 31) sh.u[w] = inc;
-  __syncthreads();
-  unsigned long long before = 0, all = 0;
-#pragma unroll
-  for (int k = 0; k < kW; ++k) {
-    if (k < w) before += sh.u[k];
-    all += sh.u[k];
-  }
-  __syncthreads();
-  *total = all;
-  return before + inc - v;
+  return blk::excl_scan_u64<NT / 32>(sh.u, v, total);
 }
 
 // floor(det_exp(s - m) 2^40) without branches (unrolled loops interleave several entries).

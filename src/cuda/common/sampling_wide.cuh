@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/block_reduce.cuh"
 #include "ops/sampling_args.h"
 
 namespace gk::cuda::wide {
@@ -102,8 +103,7 @@ __device__ __forceinline__ void load_chunk(const float* row, int64_t c0, int64_t
   }
 }
 
-// a better than b: larger value, ties -> lower index.
-__device__ __forceinline__ bool better(float a, int ia, float b, int ib) { return a > b || (a == b && ia < ib); }
+using blk::better;
 
 struct Scratch {
   float fv[kWarps];
@@ -114,35 +114,9 @@ struct Scratch {
   int pick;
 };
 
-__device__ __forceinline__ void block_argmax(Scratch& sh, float& v, int& i) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    int oi = __shfl_xor_sync(0xffffffffu, i, o);
-    if (better(ov, oi, v, i)) v = ov, i = oi;
-  }
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) sh.fv[threadIdx.x >> 5] = v, sh.fi[threadIdx.x >> 5] = i;
-  __syncthreads();
-  v = sh.fv[0];
-  i = sh.fi[0];
-#pragma unroll
-  for (int k = 1; k < kWarps; ++k)
-    if (better(sh.fv[k], sh.fi[k], v, i)) v = sh.fv[k], i = sh.fi[k];
-  __syncthreads();
-}
-
+__device__ __forceinline__ void block_argmax(Scratch& sh, float& v, int& i) { blk::argmax<kWarps>(sh.fv, sh.fi, v, i); }
 __device__ __forceinline__ unsigned long long block_sum_u(Scratch& sh, unsigned long long v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) sh.u[threadIdx.x >> 5] = v;
-  __syncthreads();
-  unsigned long long t = 0;
-#pragma unroll
-  for (int k = 0; k < kWarps; ++k) t += sh.u[k];
-  __syncthreads();
-  return t;
+  return blk::sum_u64<kWarps>(sh.u, v);
 }
 
 // Fixed tree: the same bits whichever CTA runs it.
@@ -162,25 +136,7 @@ __device__ __forceinline__ double block_sum_d(Scratch& sh, double v) {
 // Exclusive prefix of v over the threads in thread order; *total gets the block sum.
 __device__ __forceinline__ unsigned long long block_excl_scan(Scratch& sh, unsigned long long v,
                                                              unsigned long long* total) {
-  const int l = threadIdx.x & 31, w = threadIdx.x >> 5;
-  unsigned long long inc = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    unsigned long long n = __shfl_up_sync(0xffffffffu, inc, o);
-    if (l >= o) inc += n;
-  }
-  __syncthreads();
-  if (l == 31) sh.u[w] = inc;
-  __syncthreads();
-  unsigned long long before = 0, all = 0;
-#pragma unroll
-  for (int k = 0; k < kWarps; ++k) {
-    if (k < w) before += sh.u[k];
-    all += sh.u[k];
-  }
-  __syncthreads();
-  *total = all;
-  return before + inc - v;
+  return blk::excl_scan_u64<kWarps>(sh.u, v, total);
 }
 
 // Last-CTA-done: every CTA calls it after its global writes; returns true in the one
