@@ -16,28 +16,17 @@
 #include "gpukit/errors.h"
 #include "gpukit/text.h"
 #include "core/utf8.h"
+#include "text/tokenizer_impl.h"
 
 namespace {
 
 using gk::text::GGUFTokenizerData;
 using gk::text::Tokenizer;
 
-std::string byte_char(int b) {
-  int k = 0;
-  for (int c = 0; c < 256; ++c) {
-    bool keep = (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF);
-    int cp = keep ? c : 0x100 + k++;
-    if (c == b) {
-      std::string s;
-      if (cp < 0x80) s += char(cp);
-      else {
-        s += char(0xC0 | (cp >> 6));
-        s += char(0x80 | (cp & 0x3F));
-      }
-      return s;
-    }
-  }
-  return {};
+std::string byte_char(int b) {  // the GPT-2 byte -> unicode map (the tokenizer's own)
+  std::string s;
+  gk::utf8::append(s, gk::text::detail::byte_to_cp(uint8_t(b)));
+  return s;
 }
 
 Tokenizer byte_level(const char* pre) {
