@@ -38,28 +38,25 @@ constexpr int64_t kSplitCols = 65536;
 constexpr int64_t kChunk = 32768;
 constexpr int64_t kMaxGrid = int64_t(1) << 20;
 
-// Shuffle of any trivially copyable value, 4 bytes at a time.
-template <class X>
-__device__ __forceinline__ X shfl_down(X v, int off) {
+// Shuffle of any trivially copyable value, 4 bytes at a time (shfl: one 32-bit shuffle).
+template <class X, class S>
+__device__ __forceinline__ X shfl_words(X v, S shfl) {
   constexpr int W = int((sizeof(X) + 3) / 4);
   int w[W] = {};
   memcpy(w, &v, sizeof(X));
 #pragma unroll
-  for (int i = 0; i < W; ++i) w[i] = __shfl_down_sync(0xffffffffu, w[i], off);
+  for (int i = 0; i < W; ++i) w[i] = shfl(w[i]);
   X r;
   memcpy(&r, w, sizeof(X));
   return r;
 }
 template <class X>
+__device__ __forceinline__ X shfl_down(X v, int off) {
+  return shfl_words(v, [off](int w) { return __shfl_down_sync(0xffffffffu, w, off); });
+}
+template <class X>
 __device__ __forceinline__ X shfl_idx(X v, int lane) {
-  constexpr int W = int((sizeof(X) + 3) / 4);
-  int w[W] = {};
-  memcpy(w, &v, sizeof(X));
-#pragma unroll
-  for (int i = 0; i < W; ++i) w[i] = __shfl_sync(0xffffffffu, w[i], lane);
-  X r;
-  memcpy(&r, w, sizeof(X));
-  return r;
+  return shfl_words(v, [lane](int w) { return __shfl_sync(0xffffffffu, w, lane); });
 }
 
 // Fixed shuffle tree; every lane returns lane 0's result.
