@@ -78,6 +78,22 @@ void run(NormArgs& a, Device d, const Stream& s) {
 #endif
 }
 
+// The arguments every norm shares: x as rows, w, a fresh contiguous output of x's shape.
+NormArgs base_args(const detail::Rows& x, const Array& w, const Array& out, const Array& x_in, int64_t H,
+                   double eps) {
+  NormArgs a;
+  a.x = x.a.data();
+  a.w = w.data();
+  a.out = out.data();
+  a.rows = x.rows;
+  a.H = H;
+  a.x_rs = x.rs;
+  a.out_rs = H;
+  a.dtype = x_in.dtype();
+  a.eps = eps;
+  return a;
+}
+
 std::pair<Array, Array> rms_impl(const Array& x_in, const Array* res_in, const Array& w_in, double eps, bool gemma,
                                  const Stream* sp) {
   Device d = res_in ? detail::common_device({{"x", &x_in}, {"residual", res_in}, {"w", &w_in}})
@@ -96,16 +112,7 @@ std::pair<Array, Array> rms_impl(const Array& x_in, const Array* res_in, const A
   Array w = check_vec(w_in, "w", x_in, H, s);
   detail::Rows x = detail::as_rows(x_in, s);
   Array out = Array::empty(x_in.shape(), x_in.dtype(), d, &s);
-  NormArgs a;
-  a.x = x.a.data();
-  a.w = w.data();
-  a.out = out.data();
-  a.rows = x.rows;
-  a.H = H;
-  a.x_rs = x.rs;
-  a.out_rs = H;
-  a.dtype = x_in.dtype();
-  a.eps = eps;
+  NormArgs a = base_args(x, w, out, x_in, H, eps);
   a.gemma = gemma;
   Array res_out;
   detail::Rows r;
@@ -148,17 +155,8 @@ Array layer_norm(const Array& x_in, const Array& w_in, const Array& b_in, double
   Array b = b_in.defined() ? check_vec(b_in, "b", x_in, H, s) : Array();
   detail::Rows x = detail::as_rows(x_in, s);
   Array out = Array::empty(x_in.shape(), x_in.dtype(), d, &s);
-  NormArgs a;
-  a.x = x.a.data();
-  a.w = w.data();
+  NormArgs a = base_args(x, w, out, x_in, H, eps);
   a.b = b.defined() ? b.data() : nullptr;
-  a.out = out.data();
-  a.rows = x.rows;
-  a.H = H;
-  a.x_rs = x.rs;
-  a.out_rs = H;
-  a.dtype = x_in.dtype();
-  a.eps = eps;
   a.layer = true;
   detail::mark_used(x.a, s);
   detail::mark_used(w, s);
