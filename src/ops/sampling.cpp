@@ -108,6 +108,14 @@ Array logits_out(Run& r, const Array& logits_in) {
   return logits_in.ndim() == 1 ? out.reshape({r.a.V}) : out;
 }
 
+// Runs r in mode (Process or Filter) into fresh float32 logits shaped like logits_in.
+Array run_logits(Run& r, const Array& logits_in, SampleMode mode) {
+  r.a.mode = mode;
+  Array out = logits_out(r, logits_in);
+  execute(r);
+  return out;
+}
+
 void check_p(double p, const char* arg) {
   if (!(p > 0 && p <= 1)) throw ValueError(cat(arg, ": must be in (0, 1], got ", p));
 }
@@ -239,11 +247,8 @@ Array apply_temperature(const Array& logits, double temperature, const Stream* s
   if (!(temperature > 0) || !std::isfinite(temperature))
     throw ValueError(cat("temperature: must be finite and > 0 (use argmax for greedy), got ", temperature));
   Run r = start(logits, sp);
-  r.a.mode = SampleMode::Process;
   r.a.temperature.value = float(temperature);
-  Array out = logits_out(r, logits);
-  execute(r);
-  return out;
+  return run_logits(r, logits, SampleMode::Process);
 }
 
 Array apply_penalties(const Array& logits, const Array& history, const Array& lengths, double repetition,
@@ -254,31 +259,22 @@ Array apply_penalties(const Array& logits, const Array& history, const Array& le
   if (!std::isfinite(frequency)) throw ValueError(cat("frequency: must be finite, got ", frequency));
   Run r = start(logits, sp);
   set_history(r, history, lengths);
-  r.a.mode = SampleMode::Process;
   r.a.repetition.value = float(repetition);
   r.a.presence.value = float(presence);
   r.a.frequency.value = float(frequency);
-  Array out = logits_out(r, logits);
-  execute(r);
-  return out;
+  return run_logits(r, logits, SampleMode::Process);
 }
 
 Array apply_logit_bias(const Array& logits, const Array& bias, const Stream* sp) {
   Run r = start(logits, sp);
   set_bias(r, bias);
-  r.a.mode = SampleMode::Process;
-  Array out = logits_out(r, logits);
-  execute(r);
-  return out;
+  return run_logits(r, logits, SampleMode::Process);
 }
 
 Array ban_tokens(const Array& logits, const Array& ids, const Stream* sp) {
   Run r = start(logits, sp);
   set_banned(r, ids);
-  r.a.mode = SampleMode::Process;
-  Array out = logits_out(r, logits);
-  execute(r);
-  return out;
+  return run_logits(r, logits, SampleMode::Process);
 }
 
 Array apply_min_tokens(const Array& logits, const Array& eos_ids, const Array& generated, int64_t min_tokens,
@@ -287,20 +283,14 @@ Array apply_min_tokens(const Array& logits, const Array& eos_ids, const Array& g
   Run r = start(logits, sp);
   set_eos(r, eos_ids, generated);
   r.a.min_tokens.value = int32_t(min_tokens);
-  r.a.mode = SampleMode::Process;
-  Array out = logits_out(r, logits);
-  execute(r);
-  return out;
+  return run_logits(r, logits, SampleMode::Process);
 }
 
 namespace {
 Array filter(const Array& logits, const Stream* sp, const std::function<void(SampleArgs&)>& set) {
   Run r = start(logits, sp);
-  r.a.mode = SampleMode::Filter;
   set(r.a);
-  Array out = logits_out(r, logits);
-  execute(r);
-  return out;
+  return run_logits(r, logits, SampleMode::Filter);
 }
 }  // namespace
 
