@@ -23,11 +23,7 @@ namespace {
 using gk::text::GGUFTokenizerData;
 using gk::text::Tokenizer;
 
-std::string byte_char(int b) {  // the GPT-2 byte -> unicode map (the tokenizer's own)
-  std::string s;
-  gk::utf8::append(s, gk::text::detail::byte_to_cp(uint8_t(b)));
-  return s;
-}
+std::string byte_char(int b) { return gk::text::detail::byte_symbol(uint8_t(b)); }  // (the tokenizer's own map)
 
 Tokenizer byte_level(const char* pre) {
   GGUFTokenizerData d;

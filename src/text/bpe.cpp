@@ -26,6 +26,12 @@ uint32_t byte_to_cp(uint8_t b) {
   return table[b];
 }
 
+std::string byte_symbol(uint8_t b) {
+  std::string s;
+  utf8::append(s, byte_to_cp(b));
+  return s;
+}
+
 int byte_from_cp(uint32_t cp) {
   static const auto table = [] {
     std::vector<int16_t> t(0x144, -1);

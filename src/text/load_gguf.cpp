@@ -110,16 +110,7 @@ std::shared_ptr<TokenizerImpl> load_gguf_data(const GGUFTokenizerData& d) {
     t->vocab.build(items);
   }
   if (t->model == Model::ByteBPE) {
-    for (int b = 0; b < 256; ++b) {
-      std::string ch;
-      uint32_t cp = byte_to_cp(uint8_t(b));
-      if (cp < 0x80) ch += char(cp);
-      else {
-        ch += char(0xC0 | (cp >> 6));
-        ch += char(0x80 | (cp & 0x3F));
-      }
-      t->byte_ids[b] = t->vocab.find(ch);
-    }
+    for (int b = 0; b < 256; ++b) t->byte_ids[b] = t->vocab.find(byte_symbol(uint8_t(b)));
     t->merges.reserve(d.merges.size());
     for (size_t r = 0; r < d.merges.size(); ++r) {
       const std::string& m = d.merges[r];

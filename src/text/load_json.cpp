@@ -219,14 +219,7 @@ std::shared_ptr<TokenizerImpl> load_json(std::string_view tokenizer_json, std::s
 
   // initial symbols: the byte-level character of each byte
   for (int b = 0; b < 256; ++b) {
-    std::string ch;
-    uint32_t cp = byte_to_cp(uint8_t(b));
-    if (cp < 0x80) ch += char(cp);
-    else {
-      ch += char(0xC0 | (cp >> 6));
-      ch += char(0x80 | (cp & 0x3F));
-    }
-    t->byte_ids[b] = t->vocab.find(ch);
+    t->byte_ids[b] = t->vocab.find(byte_symbol(uint8_t(b)));
     if (t->byte_ids[b] < 0 && t->byte_fallback) {
       static const char* hex = "0123456789ABCDEF";
       std::string bt = std::string("<0x") + hex[b >> 4] + hex[b & 15] + ">";

@@ -133,5 +133,6 @@ void spm_encode(const TokenizerImpl& t, std::string_view text, std::vector<int32
 // The GPT-2 byte <-> unicode map.
 uint32_t byte_to_cp(uint8_t b);
 int byte_from_cp(uint32_t cp);  // -1 when cp is not in the map
+std::string byte_symbol(uint8_t b);  // the UTF-8 of byte_to_cp(b): byte b's vocabulary symbol
 
 }  // namespace gk::text::detail
