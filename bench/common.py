@@ -15,6 +15,7 @@ import pathlib
 import statistics
 import subprocess
 import sys
+import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "bench" / "results" / "h200.json"
@@ -100,6 +101,22 @@ def time_torch(fn, rounds, warmup=3):
 
 def median(v):
     return statistics.median(v)
+
+
+def per_call_us(fn, calls, sync, repeats):
+    """Wall time per call (us) of `repeats` loops of `calls` calls each (host overhead), after 200
+    warm-up calls; sync() drains the device after each loop."""
+    for _ in range(200):
+        fn()
+    sync()
+    out = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        out.append((time.perf_counter() - t) / calls * 1e6)
+    return out
 
 
 def record(name, shape, dtype, metric, gpukit, peer="", peer_value=None, rounds=()):

@@ -13,7 +13,6 @@ import argparse
 import pathlib
 import statistics
 import sys
-import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 try:
@@ -30,17 +29,8 @@ extern "C" __global__ void bump(float* x, int n) {
 
 
 def per_call_us(fn, calls, sync, loops):
-    for _ in range(200):
-        fn()
-    sync()
-    out = []
-    for _ in range(loops):
-        t = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        out.append((time.perf_counter() - t) / calls * 1e6)
-    return out
+    import common  # bench/common.py: the host wall-clock loop of overhead.py too
+    return common.per_call_us(fn, calls, sync, loops)
 
 
 def write_results(path, records):

@@ -6,24 +6,8 @@ Usage: python bench/overhead.py [--out F] [--calls N]
 from __future__ import annotations
 
 import sys
-import time
 
-from common import gk, median, parse_args, print_table, record, require_cuda, write_results
-
-
-def per_call_us(fn, calls, sync, repeats):
-    """Median over `repeats` loops of the wall time per call (us), the device drained after each loop."""
-    for _ in range(200):
-        fn()
-    sync()
-    out = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        out.append((time.perf_counter() - t) / calls * 1e6)
-    return out
+from common import gk, median, parse_args, per_call_us, print_table, record, require_cuda, write_results
 
 
 def main():
