@@ -153,3 +153,32 @@ def chi_square(counts, probs):
     exp = probs[nz] * n
     stat = float(((counts[nz] - exp) ** 2 / exp).sum())
     return stat, int(nz.sum()) - 1
+
+
+# The chi-square tests' distributions and settings (test_sampling.py on the CPU,
+# test_sampling_cuda_wide.py on CUDA).
+CHI_FAMILIES = {
+    "peaked": np.log(np.array([0.4, 0.2, 0.12, 0.08, 0.06, 0.05, 0.04, 0.03, 0.02, 4e-3, 1e-3], np.float32)),
+    "flat": np.zeros(11, np.float32) + np.linspace(0, 0.02, 11, dtype=np.float32),
+    "ties": np.array([1, 1, 1, 0.5, 0.5, 0.5, 0.5, 0, 0, 0, -0.5], np.float32),
+}
+CHI_SETTINGS = [dict(), dict(top_k=4), dict(top_p=0.8), dict(min_p=0.3), dict(typical_p=0.7),
+                dict(temperature=0.6, top_k=8, top_p=0.95)]
+
+
+def chi_setting_id(kw):
+    return ",".join(f"{a}={b}" for a, b in kw.items()) or "plain"
+
+
+def check_draw_counts(counts, s, kw, label):
+    """counts (per token of row s, drawn with the sample() keywords kw) never hit a filtered-out
+    token and follow the filtered distribution (chi-square, alpha = 1e-4)."""
+    t = kw.get("temperature", 1.0)
+    probs = filtered_probs((s / np.float32(t)).astype(np.float32), **{k: v for k, v in kw.items()
+                                                                      if k != "temperature"})
+    assert counts[probs == 0].sum() == 0, "drew a filtered-out token"
+    stat, df = chi_square(counts, probs)
+    if df:
+        crit = chi2_critical(df)
+        print(f"{label} {kw}: chi2={stat:.2f} df={df} crit={crit:.2f}")
+        assert stat < crit

@@ -173,33 +173,14 @@ def test_draw_matches_reference_exactly(kw):
     assert mism == 0, f"{mism} of {n} draws differ from the reference (the weights use the same exp: none may)"
 
 
-CHI_FAMILIES = {
-    "peaked": np.log(np.array([0.4, 0.2, 0.12, 0.08, 0.06, 0.05, 0.04, 0.03, 0.02, 4e-3, 1e-3], np.float32)),
-    "flat": np.zeros(11, np.float32) + np.linspace(0, 0.02, 11, dtype=np.float32),
-    "ties": np.array([1, 1, 1, 0.5, 0.5, 0.5, 0.5, 0, 0, 0, -0.5], np.float32),
-}
-
-
-@pytest.mark.parametrize("kw", [dict(), dict(top_k=4), dict(top_p=0.8), dict(min_p=0.3), dict(typical_p=0.7),
-                                dict(temperature=0.6, top_k=8, top_p=0.95)],
-                         ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()) or "plain")
-@pytest.mark.parametrize("fam", list(CHI_FAMILIES))
+@pytest.mark.parametrize("kw", ref.CHI_SETTINGS, ids=ref.chi_setting_id)
+@pytest.mark.parametrize("fam", list(ref.CHI_FAMILIES))
 def test_chi_square(kw, fam):
-    s = CHI_FAMILIES[fam]
+    s = ref.CHI_FAMILIES[fam]
     n = 40000
     x = np.repeat(s[None], n, 0)
     toks = N(S.sample(A(x), seed=2024, position=11, **kw))
-    counts = np.bincount(toks, minlength=s.size).astype(np.float64)
-    t = kw.get("temperature", 1.0)
-    fkw = {k: v for k, v in kw.items() if k != "temperature"}
-    probs = ref.filtered_probs((s / np.float32(t)).astype(np.float32), **fkw)
-    assert counts[probs == 0].sum() == 0, "drew a filtered-out token"
-    stat, df = ref.chi_square(counts, probs)
-    if df == 0:
-        return
-    crit = ref.chi2_critical(df)
-    print(f"{fam} {kw}: chi2={stat:.2f} df={df} crit={crit:.2f}")
-    assert stat < crit
+    ref.check_draw_counts(np.bincount(toks, minlength=s.size).astype(np.float64), s, kw, fam)
 
 
 def test_greedy_and_determinism_and_batch_invariance():
