@@ -1,6 +1,7 @@
 // CPU reference kernels of the elementwise ops.
 #include "cpu/ew_loop.h"
 #include "ops/backend.h"
+#include "ops/ew_dispatch.h"
 #include "ops/ew_functors.h"
 
 namespace gk::cpu {
@@ -69,39 +70,12 @@ template <class T>
 constexpr bool float_or_int_only = !std::is_same_v<T, bool>;
 }  // namespace
 
-#define GK_BIN_CASE(OP) \
-  case BinaryOp::OP: return binary_t<BinaryOp::OP, T>(a);
-
 void binary(BinaryOp op, const EwArgs& a) {
-  dispatch_dtype(a.in_dtype, [&](auto t) {
-    using T = decltype(t);
-    switch (op) {
-      GK_BIN_CASE(Add) GK_BIN_CASE(Sub) GK_BIN_CASE(Mul) GK_BIN_CASE(Div) GK_BIN_CASE(Pow)
-      GK_BIN_CASE(Maximum) GK_BIN_CASE(Minimum) GK_BIN_CASE(Eq) GK_BIN_CASE(Ne) GK_BIN_CASE(Lt)
-      GK_BIN_CASE(Le) GK_BIN_CASE(Gt) GK_BIN_CASE(Ge) GK_BIN_CASE(LogicalAnd) GK_BIN_CASE(LogicalOr)
-    }
-  });
+  ew::dispatch_binary(op, a.in_dtype, [&]<BinaryOp OP, class T>() { binary_t<OP, T>(a); });
 }
 
-#define GK_UN_CASE(OP) \
-  case UnaryOp::OP: return unary_t<UnaryOp::OP, T>(a);
-
 void unary(UnaryOp op, const EwArgs& a) {
-  dispatch_dtype(a.in_dtype, [&](auto t) {
-    using T = decltype(t);
-    if constexpr (std::is_floating_point_v<compute_t<T>>) {
-      switch (op) {
-        GK_UN_CASE(Neg) GK_UN_CASE(Abs) GK_UN_CASE(Exp) GK_UN_CASE(Log) GK_UN_CASE(Sqrt) GK_UN_CASE(Rsqrt)
-        GK_UN_CASE(Sin) GK_UN_CASE(Cos) GK_UN_CASE(Tanh) GK_UN_CASE(Sigmoid) GK_UN_CASE(Relu)
-        GK_UN_CASE(GeluErf) GK_UN_CASE(GeluTanh) GK_UN_CASE(Silu) GK_UN_CASE(LogicalNot)
-      }
-    } else {
-      switch (op) {
-        GK_UN_CASE(Neg) GK_UN_CASE(Abs) GK_UN_CASE(Relu) GK_UN_CASE(LogicalNot)
-        default: throw TypeError(cat("x: ", op_name(op), " needs a floating-point input"));
-      }
-    }
-  });
+  ew::dispatch_unary(op, a.in_dtype, [&]<UnaryOp OP, class T>() { unary_t<OP, T>(a); });
 }
 
 void where(const EwArgs& a) {

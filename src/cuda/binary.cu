@@ -1,6 +1,7 @@
 // CUDA kernels of the binary elementwise ops (arithmetic and comparisons).
 #include "cuda/common/ew.cuh"
 #include "ops/backend.h"
+#include "ops/ew_dispatch.h"
 #include "ops/ew_functors.h"
 
 namespace gk::cuda {
@@ -27,19 +28,9 @@ void run(const EwArgs& a, cudaStream_t s) {
 }
 }  // namespace
 
-#define GK_BIN_CASE(OP) \
-  case BinaryOp::OP: return run<BinaryOp::OP, T>(a, st);
-
 void binary(BinaryOp op, const EwArgs& a, void* stream) {
   auto st = static_cast<cudaStream_t>(stream);
-  dispatch_dtype(a.in_dtype, [&](auto t) {
-    using T = decltype(t);
-    switch (op) {
-      GK_BIN_CASE(Add) GK_BIN_CASE(Sub) GK_BIN_CASE(Mul) GK_BIN_CASE(Div) GK_BIN_CASE(Pow)
-      GK_BIN_CASE(Maximum) GK_BIN_CASE(Minimum) GK_BIN_CASE(Eq) GK_BIN_CASE(Ne) GK_BIN_CASE(Lt)
-      GK_BIN_CASE(Le) GK_BIN_CASE(Gt) GK_BIN_CASE(Ge) GK_BIN_CASE(LogicalAnd) GK_BIN_CASE(LogicalOr)
-    }
-  });
+  ew::dispatch_binary(op, a.in_dtype, [&]<BinaryOp OP, class T>() { run<OP, T>(a, st); });
 }
 
 }  // namespace gk::cuda

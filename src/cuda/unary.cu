@@ -1,6 +1,7 @@
 // CUDA kernels of the unary elementwise ops, clamp, where, fill and arange.
 #include "cuda/common/ew.cuh"
 #include "ops/backend.h"
+#include "ops/ew_dispatch.h"
 #include "ops/ew_functors.h"
 
 namespace gk::cuda {
@@ -55,26 +56,9 @@ __global__ void k_arange(int64_t n, int64_t stride, T* out, double start, double
 }
 }  // namespace
 
-#define GK_UN_CASE(OP) \
-  case UnaryOp::OP: return run<UnaryOp::OP, T>(a, st);
-
 void unary(UnaryOp op, const EwArgs& a, void* stream) {
   auto st = static_cast<cudaStream_t>(stream);
-  dispatch_dtype(a.in_dtype, [&](auto t) {
-    using T = decltype(t);
-    if constexpr (std::is_floating_point_v<compute_t<T>>) {
-      switch (op) {
-        GK_UN_CASE(Neg) GK_UN_CASE(Abs) GK_UN_CASE(Exp) GK_UN_CASE(Log) GK_UN_CASE(Sqrt) GK_UN_CASE(Rsqrt)
-        GK_UN_CASE(Sin) GK_UN_CASE(Cos) GK_UN_CASE(Tanh) GK_UN_CASE(Sigmoid) GK_UN_CASE(Relu)
-        GK_UN_CASE(GeluErf) GK_UN_CASE(GeluTanh) GK_UN_CASE(Silu) GK_UN_CASE(LogicalNot)
-      }
-    } else {
-      switch (op) {
-        GK_UN_CASE(Neg) GK_UN_CASE(Abs) GK_UN_CASE(Relu) GK_UN_CASE(LogicalNot)
-        default: throw TypeError(cat("x: ", op_name(op), " needs a floating-point input"));
-      }
-    }
-  });
+  ew::dispatch_unary(op, a.in_dtype, [&]<UnaryOp OP, class T>() { run<OP, T>(a, st); });
 }
 
 void clamp(const EwArgs& a, bool has_lo, double lo, bool has_hi, double hi, void* stream) {
