@@ -123,6 +123,22 @@ GK_HD float penalize(float x, int32_t count, float rep, float presence, float fr
   return x;
 }
 
+// exp(d - k ln2) for the integer k nearest d / ln2: the reduction (two-part ln2) and the
+// Horner polynomial (terms 1/7! .. 1), each operation rounded once (det_exp_core and the
+// sampling kernels' live_weight, src/cuda/common/sampling_weight.cuh).
+GK_HD float exp_reduced(float d, float k) {
+  float r = fadd_rn(d, fmul_rn(k, -0.693145751953125f));  // ln2 high part: 16 bits, k * it exact
+  r = fadd_rn(r, fmul_rn(k, -1.42860677e-06f));           // ln2 low part
+  float p = 1.98412698e-04f;                               // 1/7!
+  p = fadd_rn(fmul_rn(p, r), 1.38888889e-03f);
+  p = fadd_rn(fmul_rn(p, r), 8.33333333e-03f);
+  p = fadd_rn(fmul_rn(p, r), 4.16666667e-02f);
+  p = fadd_rn(fmul_rn(p, r), 1.66666667e-01f);
+  p = fadd_rn(fmul_rn(p, r), 0.5f);
+  p = fadd_rn(fmul_rn(p, r), 1.0f);
+  return fadd_rn(fmul_rn(p, r), 1.0f);
+}
+
 // exp(d) for d <= 0 (d = s - max), computed with the same rounded float operations
 // on the host and the device, so CPU and CUDA weights are bit-identical (within
 // ~2 ulp of the true exp; the masses, thresholds and draws are then equal exactly).
@@ -136,16 +152,7 @@ GK_HD float det_exp_core(float d) {
 #else
   const float k = std::nearbyint(kf);
 #endif
-  float r = fadd_rn(d, fmul_rn(k, -0.693145751953125f));  // ln2 high part: 16 bits, k * it exact
-  r = fadd_rn(r, fmul_rn(k, -1.42860677e-06f));           // ln2 low part
-  float p = 1.98412698e-04f;                               // 1/7!
-  p = fadd_rn(fmul_rn(p, r), 1.38888889e-03f);
-  p = fadd_rn(fmul_rn(p, r), 8.33333333e-03f);
-  p = fadd_rn(fmul_rn(p, r), 4.16666667e-02f);
-  p = fadd_rn(fmul_rn(p, r), 1.66666667e-01f);
-  p = fadd_rn(fmul_rn(p, r), 0.5f);
-  p = fadd_rn(fmul_rn(p, r), 1.0f);
-  p = fadd_rn(fmul_rn(p, r), 1.0f);
+  float p = exp_reduced(d, k);
   // 2^k, k in [-150, 0]: two exact power-of-two factors (the second may round into subnormals)
   const int ki = int(k);
   const int k1 = ki / 2, k2 = ki - k1;

@@ -29,17 +29,7 @@ GK_HD uint64_t live_weight(float d, float* e_out) {
   const float tk = fadd_rn(kf, 12582912.0f);
   const int ki = int(f32_bits(tk)) - 0x4B400000;
   const float k = fsub_rn(tk, 12582912.0f);
-  float r = fadd_rn(d, fmul_rn(k, -0.693145751953125f));
-  r = fadd_rn(r, fmul_rn(k, -1.42860677e-06f));
-  float p = 1.98412698e-04f;
-  p = fadd_rn(fmul_rn(p, r), 1.38888889e-03f);
-  p = fadd_rn(fmul_rn(p, r), 8.33333333e-03f);
-  p = fadd_rn(fmul_rn(p, r), 4.16666667e-02f);
-  p = fadd_rn(fmul_rn(p, r), 1.66666667e-01f);
-  p = fadd_rn(fmul_rn(p, r), 0.5f);
-  p = fadd_rn(fmul_rn(p, r), 1.0f);
-  p = fadd_rn(fmul_rn(p, r), 1.0f);
-  const float e = fmul_rn(p, bits_f32(uint32_t(127 + ki) << 23));
+  const float e = fmul_rn(exp_reduced(d, k), bits_f32(uint32_t(127 + ki) << 23));
   if (e_out) *e_out = e;
   return floor_u64_of(fmul_rn(e, kWeightScale));
 }
