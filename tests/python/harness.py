@@ -99,6 +99,16 @@ HALF_FLOATS = ("float32", "float64", "float16", "bfloat16")
 SIGNED_INTS = ("int8", "int16", "int32", "int64")
 INTS = SIGNED_INTS + ("uint8",)
 
+
+def same_dtype(dt):
+    """out_dtype of the ops whose result keeps the input's dtype."""
+    return dt
+
+
+def float_result_dtype(dt):
+    """out_dtype of float functions of one input: floats stay, the others give float32."""
+    return dt if dt in FLOATS else "float32"
+
 # (rtol, atol) by output dtype: a few ulps of the type for float32/float64, half an ulp plus
 # slack for the narrow types (their results are computed in float32 and rounded once).
 TOL = {

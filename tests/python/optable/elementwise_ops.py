@@ -5,20 +5,13 @@ import numpy as np
 
 import gpukit as gk
 from harness import FLOATS, HALF_FLOATS, INTS, SIGNED_INTS, OpSpec
+from harness import float_result_dtype as _float_result, same_dtype as _same
 
 _erf_u = np.frompyfunc(math.erf, 1, 1)
 
 
 def _erf(x):
     return np.asarray(_erf_u(x), dtype=np.float64)
-
-
-def _float_result(dt):
-    return dt if dt in FLOATS else "float32"
-
-
-def _same(dt):
-    return dt
 
 
 def _bool(_):

@@ -13,7 +13,7 @@ import ml_dtypes
 import numpy as np
 
 import gpukit as gk
-from harness import OpSpec
+from harness import OpSpec, same_dtype as _same
 from test_activation import ref as act_ref
 from test_attention import ref_decode, ref_prefill
 from test_kvcache import paged_ref
@@ -28,10 +28,6 @@ _NP = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloa
 NORM_TOL = {"float32": (2e-5, 2e-5), "float16": (2e-3, 2e-3), "bfloat16": (1.6e-2, 1.6e-2)}
 ROPE_TOL = {"float32": (1e-5, 3e-6), "float16": (2e-3, 2e-3), "bfloat16": (1.6e-2, 1.6e-2)}
 ATT_TOL = {"float32": (2e-5, 2e-5), "float16": (4e-3, 4e-3), "bfloat16": (3.2e-2, 3.2e-2)}
-
-
-def _same(dt):
-    return dt
 
 
 def _round(v, dt):

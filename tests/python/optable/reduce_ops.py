@@ -5,6 +5,7 @@ import numpy as np
 
 import gpukit as gk
 from harness import FLOATS, HALF_FLOATS, INTS, OpSpec
+from harness import float_result_dtype as _float_result, same_dtype as _same
 
 ALL = ("size1", "size7", "size1023", "size4097", "scalar0d", "2d", "transposed", "stepped", "reversed",
        "broadcast", "empty", "empty3d")
@@ -24,16 +25,8 @@ def _mean_out(dt):
     return dt if dt in FLOATS else "float32"
 
 
-def _same(dt):
-    return dt
-
-
 def _int64(_):
     return "int64"
-
-
-def _float_result(dt):
-    return dt if dt in FLOATS else "float32"
 
 
 def _with_specials(rng, shape, dtype, index):
