@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "core/cuda_util.h"
+#include "cuda/common/mma_sync_ld.cuh"
 #include "ops/gemm.h"
 
 namespace gk::cuda {
@@ -25,20 +26,8 @@ namespace {
 constexpr int kBM = 128, kBN = 128, kBK = 64, kPad = 80, kThreads = 256;
 constexpr unsigned kMaxGridY = 65535;
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-  const int n = valid ? 16 : 0;  // 0 source bytes: the 16 bytes are zero-filled
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(n));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(smem)));
-}
+using tc::cp_async16;
+using tc::ldmatrix_x4;
 
 __device__ __forceinline__ void mma_s8(int32_t (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(

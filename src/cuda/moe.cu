@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "core/cuda_util.h"
+#include "cuda/common/mma_sync_ld.cuh"
 #include "gpukit/numeric.h"
 #include "ops/moe_args.h"
 #include "ops/registry.h"
@@ -247,18 +248,8 @@ __global__ void __launch_bounds__(kThreads) k_grouped(const T* __restrict__ x, c
 // tensor core adds in its own order and precision); within fp32 accuracy of it.
 constexpr int kTcM = 128, kTcN = 128, kTcK = 32, kTcLd = 40, kTcThreads = 256;  // kTcLd: 80-byte rows
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(smem)));
-}
+using tc::cp_async16;
+using tc::ldmatrix_x4;
 template <class T>
 __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   if constexpr (std::is_same_v<T, bf16>) {
