@@ -59,9 +59,14 @@ __device__ __forceinline__ void prefetch_l2(const void* a, uint32_t n) {
 // less instruction-cache pressure, same arithmetic in the same order: the same bits).
 // SS: Q4_K / Q6_K with the scales formed once per quad (unit_q4k_ss / unit_q6k_ss; 1 KB of
 // scratch per warp after the rings).
+// OPT (session 6): bit 0 (kOptPI) the byte permutes with immediate selectors and the magic bytes
+// in registers (bpm: same bits); bit 1 (kOptFold) Q4_1 / Q4_K with bf16 x: the codes as 128 + q,
+// the 128 sum(x) taken out with the min term (other bits; quant_gguf_st_units.cuh).
+constexpr int kOptPI = 1, kOptFold = 2;
 template <class T, int F, int D, int UX = 1, bool PROBE = false, int MINB = 2, bool B8 = false, bool ROLL = false,
-          bool SS = false>
+          bool SS = false, int OPT = 0>
 __global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p, int pf) {
+  constexpr bool PI = (OPT & kOptPI) != 0, FOLD = (OPT & kOptFold) != 0;
   using L = GL<F, UX>;
   constexpr int UB = GS<F>::UB, UW = GS<F>::UW, U = L::U, NC = L::NC, P = L::P, NK = (NC + 7) / 8;
   constexpr int SB = 16 * P;  // bytes per stage
@@ -131,6 +136,10 @@ __global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p, int pf) {
   const T* xr = static_cast<const T*>(p.x) + int64_t(xrow) * p.x_rs + 4 * t;  // + the lane's k offset in a block
   uint32_t magic = std::is_same_v<T, bf16> ? 0x43434343u : 0x64646464u;
   asm volatile("" : "+r"(magic));  // a register: the byte permutes take it as their second source
+  // PI: registers ptxas cannot fold into immediates (p.m <= 8: the or adds nothing)
+  const uint32_t opq = PI ? uint32_t(p.m) >> 31 : 0u;
+  if constexpr (PI) magic |= opq;
+  const uint32_t k4b = 0x4B000000u | opq;
 
   pdl_trigger();
 #pragma unroll
@@ -157,11 +166,11 @@ __global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p, int pf) {
     auto unit = [&](int v) {
       const uint32_t a = sb + uint32_t(v * UB), b = a + uint32_t(8 * P);
       const T* xj = xs + v * UW;
-      if constexpr (SS && F == int(QFormat::q4_k)) unit_q4k_ss<T>(a, b, xj, g, t, magic, scr, acc);
-      else if constexpr (SS && F == int(QFormat::q6_k)) unit_q6k_ss<T>(a, b, xj, g, t, magic, scr, acc);
-      else if constexpr (F == int(QFormat::q4_k)) unit_q4k<T>(a, b, xj, t, magic, acc);
-      else if constexpr (F == int(QFormat::q6_k)) unit_q6k<T>(a, b, xj, t, magic, acc);
-      else unit32<T, F, B8>(a, b, xj, t, magic, acc);
+      if constexpr (SS && F == int(QFormat::q4_k)) unit_q4k_ss<T, PI, FOLD>(a, b, xj, g, t, magic, scr, acc, k4b);
+      else if constexpr (SS && F == int(QFormat::q6_k)) unit_q6k_ss<T, PI>(a, b, xj, g, t, magic, scr, acc, k4b);
+      else if constexpr (F == int(QFormat::q4_k)) unit_q4k<T, PI, FOLD>(a, b, xj, t, magic, acc, k4b);
+      else if constexpr (F == int(QFormat::q6_k)) unit_q6k<T, PI>(a, b, xj, t, magic, acc, k4b);
+      else unit32<T, F, B8, PI, FOLD>(a, b, xj, t, magic, acc);
     };
     if constexpr (ROLL) {
 #pragma unroll 1
@@ -275,7 +284,17 @@ struct GCfg {
   int minb = 2;                          // registers sized for 2 (128) or 3 (80) CTAs of 256 threads per SM
   int roll = 0;                          // 1: the stage and unit loops not unrolled (k_ggst's ROLL)
   int ss = 0;                            // 1: Q4_K / Q6_K scales once per quad (k_ggst's SS)
+  int opt = 0;                           // k_ggst's OPT bits (kOptPI, kOptFold; variants 30-33)
+  int sp = 1;                            // 1: shared memory sized so that the CTAs spread evenly (launch_d)
 };
+
+// The session-6 kernels (variants 30-33; the knob's V): OPT bits and SS of variant v (0: none).
+GCfg with_s6(GCfg c, int v) {
+  if (v < 30 || v > 33) return c;
+  c.opt = kOptPI | (v >= 32 ? kOptFold : 0);
+  c.ss = (v == 31 || v == 33) ? 1 : c.ss;
+  return c;
+}
 
 int default_depth(QFormat f) {
   switch (f) {
@@ -287,25 +306,30 @@ int default_depth(QFormat f) {
   }
 }
 
-// GPUKIT_GEMV_GGUF="D,WT[,UX[,WMIN[,PF[,MINB[,R]]]]]": the benchmarking knob (ring depth 2..4, target
-// warps per SM, 2: twice the units per stage (D 2 or 3), at least WMIN (1..8) warps per CTA:
+// GPUKIT_GEMV_GGUF="D,WT[,UX[,WMIN[,PF[,MINB[,R[,SP[,V]]]]]]]": the benchmarking knob (ring depth 2..4,
+// target warps per SM, 2: twice the units per stage (D 2 or 3), at least WMIN (1..8) warps per CTA:
 // shorter CTAs when there are many, e.g. the lm-head's 8016; PF (0..4096) stages of each row
 // prefetched into L2 at the start; MINB 3: registers for 24 warps per SM (80) instead of 16;
-// R 1: the rolled stage loop (as variant 21; UX 1 and the default D only)).
+// R 1: the rolled stage loop (as variant 21; UX 1 and the default D only); SP 0: no CTA spreading
+// (shared memory as the rings need); V 30..33: the session-6 kernel of that variant (UX 1, the
+// default D, MINB 2, R 0 only; 0: the default kernel)).
 GCfg gcfg_env(QFormat f) {
   GCfg c;
   c.d = default_depth(f);
   const char* e = std::getenv("GPUKIT_GEMV_GGUF");
   if (!e || !*e) return c;
-  int d = 0, wt = 0, ux = 1, wmin = 1, pf = 0, minb = 2, roll = 0;
-  const int got = std::sscanf(e, "%d,%d,%d,%d,%d,%d,%d", &d, &wt, &ux, &wmin, &pf, &minb, &roll);
+  int d = 0, wt = 0, ux = 1, wmin = 1, pf = 0, minb = 2, roll = 0, sp = 1, v = 0;
+  const int got = std::sscanf(e, "%d,%d,%d,%d,%d,%d,%d,%d,%d", &d, &wt, &ux, &wmin, &pf, &minb, &roll, &sp, &v);
   const bool dflt = ux == 1 && d == default_depth(f);
   if (got < 2 || d < 2 || d > 4 || wt < 1 || wt > 64 || (ux != 1 && ux != 2) || (ux == 2 && d == 4) || wmin < 1 ||
       wmin > 8 || pf < 0 || pf > 4096 || (minb != 2 && minb != 3) || (minb == 3 && !dflt) || (roll != 0 && roll != 1) ||
-      (roll == 1 && !dflt))
-    throw ValueError(cat("GPUKIT_GEMV_GGUF: expected D,WT[,UX[,WMIN[,PF[,MINB[,R]]]]] with D in 2..4, WT in 1..64, UX 1 ",
-                         "or 2 (D <= 3), WMIN in 1..8, PF in 0..4096, MINB 2 or 3, R 0 or 1 (MINB 3, R 1: UX 1 and the ",
-                         "default D), got '", e, "'"));
+      (roll == 1 && !dflt) || (sp != 0 && sp != 1) || (v != 0 && (v < 30 || v > 33)) ||
+      (v != 0 && (!dflt || minb != 2 || roll != 0)))
+    throw ValueError(cat("GPUKIT_GEMV_GGUF: expected D,WT[,UX[,WMIN[,PF[,MINB[,R[,SP[,V]]]]]]] with D in 2..4, WT in ",
+                         "1..64, UX 1 or 2 (D <= 3), WMIN in 1..8, PF in 0..4096, MINB 2 or 3, R 0 or 1, SP 0 or 1, V 0 or ",
+                         "30..33 (MINB 3, R 1, V: UX 1 and the default D; V: MINB 2 and R 0), got '", e, "'"));
+  c = with_s6(c, v);
+  c.sp = sp;
   c.minb = minb;
   c.roll = roll;
   c.d = d;
@@ -321,8 +345,12 @@ GCfg gcfg_env(QFormat f) {
 // copy of x (k_gg_xprep), 13 Q8_0 with bf16 x decoded to bf16 by byte operations (int8x4_bf16),
 // 21 the rolled stage loop (k_ggst's ROLL; with the knob's D and UX at their defaults), 22 Q4_K /
 // Q6_K with the block scales formed once per quad (k_ggst's SS; the knob's D and UX at their defaults).
+// Session 6 (the knob's D, UX at their defaults, MINB 2, R 0): 30 byte permutes with immediate
+// selectors (kOptPI; Q8_0 with bf16 x also decoded as variant 13; the default's bits), 31 30 with
+// variant 22's quad scales (Q4_K / Q6_K; the default's bits), 32 30 with Q4_1 / Q4_K's codes as
+// 128 + q (kOptFold, bf16 x; other bits), 33 31 + 32.
 GCfg gcfg(int variant, QFormat f) {
-  GCfg c = gcfg_env(f);
+  GCfg c = with_s6(gcfg_env(f), variant);
   if (variant == 21) c.roll = 1;
   if (variant == 22) c.ss = 1;
   if (variant == 4) c.d = default_depth(f) == 2 ? 3 : 2;
@@ -387,11 +415,11 @@ GPlan gplan(int64_t n, int64_t k, QFormat f, const GCfg& c) {
 }
 
 template <class T, int F, int D, int UX = 1, bool PROBE = false, int MINB = 2, bool B8 = false, bool ROLL = false,
-          bool SS = false>
-void launch_d(const QGemvArgs& p, int nw, int pf, cudaStream_t st) {
+          bool SS = false, int OPT = 0>
+void launch_d(const QGemvArgs& p, int nw, int pf, cudaStream_t st, bool spread = true) {
   constexpr int SB = 16 * GL<F, UX>::P + (SS ? 1024 / D : 0);  // SS: the scratch counted in the stages
   static_assert(!SS || 1024 % D == 0, "scratch");
-  smem_limit<k_ggst<T, F, D, UX, PROBE, MINB, B8, ROLL, SS>>(kSmemMax);
+  smem_limit<k_ggst<T, F, D, UX, PROBE, MINB, B8, ROLL, SS, OPT>>(kSmemMax);
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   const int S = std::max(1, p.split);
@@ -401,12 +429,35 @@ void launch_d(const QGemvArgs& p, int nw, int pf, cudaStream_t st) {
   // ceil(CTAs / 132) of them fit on one SM, so the block scheduler spreads them evenly
   // (gemv_w8.cu: the H200 filled fewer SMs otherwise).
   const int64_t per_sm = (blocks * S + kSMs - 1) / kSMs;
-  if (per_sm >= 1 && per_sm <= 16) {
+  if (spread && per_sm >= 1 && per_sm <= 16) {
     const int64_t cap = kSmSmem / (per_sm + 1) - 1024 + 256;  // just too much for per_sm + 1 CTAs
     if (per_sm * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
   }
-  launch_ex(k_ggst<T, F, D, UX, PROBE, MINB, B8, ROLL, SS>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p, pf);
+  launch_ex(k_ggst<T, F, D, UX, PROBE, MINB, B8, ROLL, SS, OPT>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p, pf);
   GK_LAUNCH_CHECK("qgemv_gguf_st");
+}
+
+// The session-6 kernels (c.opt != 0; the default depth, UX 1, MINB 2, not rolled).
+template <class T, int F>
+void launch_s6(const QGemvArgs& p, const GCfg& c, const GPlan& pl, cudaStream_t st) {
+  constexpr int D0 = GS<F>::D;
+  constexpr bool kB8 = F == int(QFormat::q8_0) && std::is_same_v<T, bf16>;
+  constexpr bool kSS = F == int(QFormat::q4_k) || F == int(QFormat::q6_k);
+  // FOLD changes only Q4_1 / Q4_K with bf16 x (elsewhere the PI kernel is the same code)
+  constexpr bool kFold = std::is_same_v<T, bf16> && (F == int(QFormat::q4_1) || F == int(QFormat::q4_k));
+  const bool fold = kFold && (c.opt & kOptFold);
+  if constexpr (kSS) {
+    if (c.ss) {
+      if constexpr (kFold) {
+        if (fold) return launch_d<T, F, D0, 1, false, 2, false, false, true, kOptPI | kOptFold>(p, pl.nw, c.pf, st, c.sp);
+      }
+      return launch_d<T, F, D0, 1, false, 2, false, false, true, kOptPI>(p, pl.nw, c.pf, st, c.sp);
+    }
+  }
+  if constexpr (kFold) {
+    if (fold) return launch_d<T, F, D0, 1, false, 2, false, false, false, kOptPI | kOptFold>(p, pl.nw, c.pf, st, c.sp);
+  }
+  launch_d<T, F, D0, 1, false, 2, kB8, false, false, kOptPI>(p, pl.nw, c.pf, st, c.sp);
 }
 
 template <class T, int F>
@@ -415,29 +466,36 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   const GPlan pl = gplan(p.n, p.k, QFormat(F), c);
   constexpr int D0 = GS<F>::D;
   constexpr bool kB8 = F == int(QFormat::q8_0) && std::is_same_v<T, bf16>;
-  // roll / ss / b8 / minb 3 apply with the default ring depth and UX 1 only (else the plain kernels)
+  // roll / ss / b8 / minb 3 / the session-6 kernels apply with the default ring depth and UX 1 only
+  // (else the plain kernels)
   const bool dflt = c.ux == 1 && c.d == D0;
+  if (c.opt && dflt && c.minb == 2 && !c.roll && p.variant != 7) {
+    launch_s6<T, F>(p, c, pl, st);
+    if (p.split > 1) launch_sum_q(p, st);
+    return;
+  }
   const bool b8 = kB8 && p.variant == 13 && dflt && c.minb == 2, roll = c.roll && dflt;
   constexpr bool kSS = F == int(QFormat::q4_k) || F == int(QFormat::q6_k);
+  const bool sp = c.sp != 0;
   if constexpr (kSS) {
     if (c.ss && dflt && !roll) {
-      if (c.minb == 3) launch_d<T, F, D0, 1, false, 3, false, false, true>(p, pl.nw, c.pf, st);
-      else launch_d<T, F, D0, 1, false, 2, false, false, true>(p, pl.nw, c.pf, st);
+      if (c.minb == 3) launch_d<T, F, D0, 1, false, 3, false, false, true>(p, pl.nw, c.pf, st, sp);
+      else launch_d<T, F, D0, 1, false, 2, false, false, true>(p, pl.nw, c.pf, st, sp);
       if (p.split > 1) launch_sum_q(p, st);
       return;
     }
   }
-  if (b8 && roll) launch_d<T, F, D0, 1, false, 2, kB8, true>(p, pl.nw, c.pf, st);
-  else if (b8) launch_d<T, F, D0, 1, false, 2, kB8>(p, pl.nw, c.pf, st);
-  else if (roll && c.minb == 3) launch_d<T, F, D0, 1, false, 3, false, true>(p, pl.nw, c.pf, st);
-  else if (roll) launch_d<T, F, D0, 1, false, 2, false, true>(p, pl.nw, c.pf, st);
-  else if (c.minb == 3 && c.ux == 1 && c.d == D0) launch_d<T, F, D0, 1, false, 3>(p, pl.nw, c.pf, st);
-  else if (c.ux == 2 && c.d == 2) launch_d<T, F, 2, 2>(p, pl.nw, c.pf, st);
-  else if (c.ux == 2) launch_d<T, F, 3, 2>(p, pl.nw, c.pf, st);
-  else if (p.variant == 7 && c.d == D0) launch_d<T, F, D0, 1, true>(p, pl.nw, c.pf, st);
-  else if (c.d == 2) launch_d<T, F, 2>(p, pl.nw, c.pf, st);
-  else if (c.d == 4) launch_d<T, F, 4>(p, pl.nw, c.pf, st);
-  else launch_d<T, F, 3>(p, pl.nw, c.pf, st);
+  if (b8 && roll) launch_d<T, F, D0, 1, false, 2, kB8, true>(p, pl.nw, c.pf, st, sp);
+  else if (b8) launch_d<T, F, D0, 1, false, 2, kB8>(p, pl.nw, c.pf, st, sp);
+  else if (roll && c.minb == 3) launch_d<T, F, D0, 1, false, 3, false, true>(p, pl.nw, c.pf, st, sp);
+  else if (roll) launch_d<T, F, D0, 1, false, 2, false, true>(p, pl.nw, c.pf, st, sp);
+  else if (c.minb == 3 && c.ux == 1 && c.d == D0) launch_d<T, F, D0, 1, false, 3>(p, pl.nw, c.pf, st, sp);
+  else if (c.ux == 2 && c.d == 2) launch_d<T, F, 2, 2>(p, pl.nw, c.pf, st, sp);
+  else if (c.ux == 2) launch_d<T, F, 3, 2>(p, pl.nw, c.pf, st, sp);
+  else if (p.variant == 7 && c.d == D0) launch_d<T, F, D0, 1, true>(p, pl.nw, c.pf, st, sp);
+  else if (c.d == 2) launch_d<T, F, 2>(p, pl.nw, c.pf, st, sp);
+  else if (c.d == 4) launch_d<T, F, 4>(p, pl.nw, c.pf, st, sp);
+  else launch_d<T, F, 3>(p, pl.nw, c.pf, st, sp);
   if (p.split > 1) launch_sum_q(p, st);
 }
 
