@@ -279,7 +279,7 @@ __global__ void __launch_bounds__(512) k_gg_xprep(const bf16* __restrict__ x, in
 // ---- the launch plan ----
 
 struct GCfg {
-  int d = 3, wt = 12, ux = 1, wmin = 1;  // ring depth, target warps per SM, units per stage x1 / x2, warps per CTA at least
+  int d = 3, wt = 12, ux = 1, wmin = 1;  // ring depth, target warps per SM, units per stage x1 / x2 (0: half), warps per CTA at least
   int pf = 0;                            // stages per row prefetched into L2 at the start
   int minb = 2;                          // registers sized for 2 (128) or 3 (80) CTAs of 256 threads per SM
   int roll = 0;                          // 1: the stage and unit loops not unrolled (k_ggst's ROLL)
@@ -320,14 +320,17 @@ GCfg gcfg_env(QFormat f) {
   if (!e || !*e) return c;
   int d = 0, wt = 0, ux = 1, wmin = 1, pf = 0, minb = 2, roll = 0, sp = 1, v = 0;
   const int got = std::sscanf(e, "%d,%d,%d,%d,%d,%d,%d,%d,%d", &d, &wt, &ux, &wmin, &pf, &minb, &roll, &sp, &v);
+  if (ux == 0 && (f == QFormat::q8_0 || f == QFormat::q6_k)) ux = 1;  // one unit per stage already
   const bool dflt = ux == 1 && d == default_depth(f);
-  if (got < 2 || d < 2 || d > 4 || wt < 1 || wt > 64 || (ux != 1 && ux != 2) || (ux == 2 && d == 4) || wmin < 1 ||
+  const bool half_ok = ux == 0 && (d == 2 || d == 3) && minb == 2 && roll == 0 && (v == 0 || d == 2);
+  if (got < 2 || d < 2 || d > 4 || wt < 1 || wt > 64 || (ux < 0 || ux > 2) || (ux == 2 && d == 4) || (ux == 0 && !half_ok) || wmin < 1 ||
       wmin > 8 || pf < 0 || pf > 4096 || (minb != 2 && minb != 3) || (minb == 3 && !dflt) || (roll != 0 && roll != 1) ||
       (roll == 1 && !dflt) || (sp != 0 && sp != 1) || (v != 0 && (v < 30 || v > 33)) ||
-      (v != 0 && (!dflt || minb != 2 || roll != 0)))
+      (v != 0 && !half_ok && (!dflt || minb != 2 || roll != 0)))
     throw ValueError(cat("GPUKIT_GEMV_GGUF: expected D,WT[,UX[,WMIN[,PF[,MINB[,R[,SP[,V]]]]]]] with D in 2..4, WT in ",
-                         "1..64, UX 1 or 2 (D <= 3), WMIN in 1..8, PF in 0..4096, MINB 2 or 3, R 0 or 1, SP 0 or 1, V 0 or ",
-                         "30..33 (MINB 3, R 1, V: UX 1 and the default D; V: MINB 2 and R 0), got '", e, "'"));
+                         "1..64, UX 0 (half the units; D 2 or 3, MINB 2, R 0), 1 or 2 (D <= 3), WMIN in 1..8, PF in ",
+                         "0..4096, MINB 2 or 3, R 0 or 1, SP 0 or 1, V 0 or 30..33 (MINB 3, R 1, V: UX 1 and the default ",
+                         "D or UX 0 and D 2; V: MINB 2 and R 0), got '", e, "'"));
   c = with_s6(c, v);
   c.sp = sp;
   c.minb = minb;
@@ -364,7 +367,7 @@ constexpr int kSMs = 132;
 
 template <int F>
 int stage_bytes_f(int ux) {
-  return ux == 2 ? 16 * GL<F, 2>::P : 16 * GL<F, 1>::P;
+  return ux == 2 ? 16 * GL<F, 2>::P : (ux == 0 ? 16 * GL<F, 0>::P : 16 * GL<F, 1>::P);
 }
 int stage_bytes(QFormat f, int ux) {
   switch (f) {
@@ -375,13 +378,17 @@ int stage_bytes(QFormat f, int ux) {
     default: return stage_bytes_f<int(QFormat::q6_k)>(ux);
   }
 }
+template <int F>
+int64_t units_per_stage_f(int ux) {
+  return ux == 0 ? GL<F, 0>::U : GS<F>::U * ux;
+}
 int64_t units_per_stage(QFormat f, int ux) {
   switch (f) {
-    case QFormat::q4_0: return GS<int(QFormat::q4_0)>::U * ux;
-    case QFormat::q4_1: return GS<int(QFormat::q4_1)>::U * ux;
-    case QFormat::q8_0: return GS<int(QFormat::q8_0)>::U * ux;
-    case QFormat::q4_k: return GS<int(QFormat::q4_k)>::U * ux;
-    default: return GS<int(QFormat::q6_k)>::U * ux;
+    case QFormat::q4_0: return units_per_stage_f<int(QFormat::q4_0)>(ux);
+    case QFormat::q4_1: return units_per_stage_f<int(QFormat::q4_1)>(ux);
+    case QFormat::q8_0: return units_per_stage_f<int(QFormat::q8_0)>(ux);
+    case QFormat::q4_k: return units_per_stage_f<int(QFormat::q4_k)>(ux);
+    default: return units_per_stage_f<int(QFormat::q6_k)>(ux);
   }
 }
 int64_t unit_weights(QFormat f) { return f == QFormat::q6_k ? 512 : 256; }
@@ -437,8 +444,8 @@ void launch_d(const QGemvArgs& p, int nw, int pf, cudaStream_t st, bool spread =
   GK_LAUNCH_CHECK("qgemv_gguf_st");
 }
 
-// The session-6 kernels (c.opt != 0; the default depth, UX 1, MINB 2, not rolled).
-template <class T, int F>
+// The session-6 kernels (c.opt != 0; the default depth, UX 1 or 0, MINB 2, not rolled).
+template <class T, int F, int UX>
 void launch_s6(const QGemvArgs& p, const GCfg& c, const GPlan& pl, cudaStream_t st) {
   constexpr int D0 = GS<F>::D;
   constexpr bool kB8 = F == int(QFormat::q8_0) && std::is_same_v<T, bf16>;
@@ -449,15 +456,15 @@ void launch_s6(const QGemvArgs& p, const GCfg& c, const GPlan& pl, cudaStream_t 
   if constexpr (kSS) {
     if (c.ss) {
       if constexpr (kFold) {
-        if (fold) return launch_d<T, F, D0, 1, false, 2, false, false, true, kOptPI | kOptFold>(p, pl.nw, c.pf, st, c.sp);
+        if (fold) return launch_d<T, F, D0, UX, false, 2, false, false, true, kOptPI | kOptFold>(p, pl.nw, c.pf, st, c.sp);
       }
-      return launch_d<T, F, D0, 1, false, 2, false, false, true, kOptPI>(p, pl.nw, c.pf, st, c.sp);
+      return launch_d<T, F, D0, UX, false, 2, false, false, true, kOptPI>(p, pl.nw, c.pf, st, c.sp);
     }
   }
   if constexpr (kFold) {
-    if (fold) return launch_d<T, F, D0, 1, false, 2, false, false, false, kOptPI | kOptFold>(p, pl.nw, c.pf, st, c.sp);
+    if (fold) return launch_d<T, F, D0, UX, false, 2, false, false, false, kOptPI | kOptFold>(p, pl.nw, c.pf, st, c.sp);
   }
-  launch_d<T, F, D0, 1, false, 2, kB8, false, false, kOptPI>(p, pl.nw, c.pf, st, c.sp);
+  launch_d<T, F, D0, UX, false, 2, kB8, false, false, kOptPI>(p, pl.nw, c.pf, st, c.sp);
 }
 
 template <class T, int F>
@@ -466,17 +473,31 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   const GPlan pl = gplan(p.n, p.k, QFormat(F), c);
   constexpr int D0 = GS<F>::D;
   constexpr bool kB8 = F == int(QFormat::q8_0) && std::is_same_v<T, bf16>;
+  constexpr bool kHalf = GS<F>::U > 1;  // UX 0 is a layout of its own (else the same as UX 1)
   // roll / ss / b8 / minb 3 / the session-6 kernels apply with the default ring depth and UX 1 only
-  // (else the plain kernels)
+  // (the session-6 kernels also UX 0 with D 2; else the plain kernels)
   const bool dflt = c.ux == 1 && c.d == D0;
-  if (c.opt && dflt && c.minb == 2 && !c.roll && p.variant != 7) {
-    launch_s6<T, F>(p, c, pl, st);
+  const bool sp = c.sp != 0;
+  if (c.opt && c.minb == 2 && !c.roll && p.variant != 7 && c.d == D0 && (c.ux == 1 || c.ux == 0)) {
+    if constexpr (kHalf) {
+      if (c.ux == 0) launch_s6<T, F, 0>(p, c, pl, st);
+      else launch_s6<T, F, 1>(p, c, pl, st);
+    } else {
+      launch_s6<T, F, 1>(p, c, pl, st);
+    }
     if (p.split > 1) launch_sum_q(p, st);
     return;
   }
+  if constexpr (kHalf) {
+    if (c.ux == 0) {
+      if (c.d == 3) launch_d<T, F, 3, 0>(p, pl.nw, c.pf, st, sp);
+      else launch_d<T, F, 2, 0>(p, pl.nw, c.pf, st, sp);
+      if (p.split > 1) launch_sum_q(p, st);
+      return;
+    }
+  }
   const bool b8 = kB8 && p.variant == 13 && dflt && c.minb == 2, roll = c.roll && dflt;
   constexpr bool kSS = F == int(QFormat::q4_k) || F == int(QFormat::q6_k);
-  const bool sp = c.sp != 0;
   if constexpr (kSS) {
     if (c.ss && dflt && !roll) {
       if (c.minb == 3) launch_d<T, F, D0, 1, false, 3, false, false, true>(p, pl.nw, c.pf, st, sp);

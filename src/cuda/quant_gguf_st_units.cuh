@@ -45,9 +45,10 @@ constexpr bool kPhased = GS<F>::UB % 16 != 0;
 // The stage layout with UX times the units: U units per stage, NC 16-byte chunks copied per
 // row and stage at most (phased units: up to 12 bytes of phase more), P the shared row pitch
 // (P % 32 == 16: rows g = 0..7 at 8 distinct 16-byte bank groups).
+// UX 0 (session 6): half the units (Q4_0 / Q4_1 / Q4_K: one unit per stage; the others keep one).
 template <int F, int UX>
 struct GL {
-  static constexpr int U = GS<F>::U * UX;
+  static constexpr int U = UX == 0 ? (GS<F>::U > 1 ? GS<F>::U / 2 : 1) : GS<F>::U * UX;
   static constexpr int NC = kPhased<F> ? (U * GS<F>::UB + 12 + 15) / 16 : U * GS<F>::UB / 16;
   static constexpr int P = NC * 16 % 32 == 16 ? NC * 16 : NC * 16 + 16;
 };

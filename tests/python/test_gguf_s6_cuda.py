@@ -176,11 +176,14 @@ def test_s6_q8_0_every_code(m):
 @pytest.mark.parametrize("fmt", FMTS)
 @pytest.mark.parametrize("knob,variant", [("2,12,1,1,0,2,0,0", 0), ("2,16,1,1,0,2,0,0", 0), ("2,12,1,1,0,2,0,1,30", 30),
                                           ("2,16,1,1,0,2,0,0,31", 31), ("2,12,1,1,0,2,0,1,33", 33),
-                                          ("3,12,1,1,0,2,0,0", 0)])
+                                          ("3,12,1,1,0,2,0,0", 0), ("2,12,0", 0), ("3,12,0", 0), ("2,16,0,1,0,2,0,0", 0),
+                                          ("2,12,0,1,0,2,0,1,30", 30), ("2,12,0,1,0,2,0,1,33", 33),
+                                          ("2,12,0,1,0,2,0,1,31", 31)])
 def test_s6_knob(fmt, knob, variant):
-    """SP 0 (no CTA spreading) and V (a session-6 kernel through the knob): the bits of the same
-    kernel without the knob (the plan and the warps' order do not change with SP; D 3 and WT 16
-    are compared against the exact products only)."""
+    """SP 0 (no CTA spreading), UX 0 (half the units per stage: Q4_0 / Q4_1 / Q4_K) and V (a session-6
+    kernel through the knob): exact; with the default plan (D 2, WT 12, UX 1) also the bits of the
+    same kernel without the knob (SP changes only the shared-memory request; D 3, WT 16 and UX 0
+    change the warps' split of K, so they are compared against the exact products only)."""
     n, k = 211, 6144 if fmt != "q6_k" else 4096
     q, deq, qb = make(fmt, n, k)
     qc = q.to("cuda")
@@ -193,13 +196,17 @@ def test_s6_knob(fmt, knob, variant):
     else:
         check(fmt, got, xs, deq, qb, what)
     fields = knob.split(",")
-    if fields[0] == "2" and fields[1] == "12":  # the default plan: the variant's own bits
+    ux = fields[2] if len(fields) > 2 else "1"
+    if fields[0] == "2" and fields[1] == "12" and (ux == "1" or fmt in ("q8_0", "q6_k")):  # the default plan
         same_bits(got, run(fmt, x, qc, variant), what)
+    if ux == "0" and variant in (30, 31) and fmt in ("q4_0", "q4_1", "q4_k"):  # the plain UX 0 kernel's bits
+        same_bits(got, run(fmt, x, qc, 0, knob.rsplit(",", 1)[0]), what + " against V 0")
 
 
 @pytest.mark.parametrize("knob", ["2,12,1,1,0,2,0,2", "2,12,1,1,0,2,0,1,29", "2,12,1,1,0,2,0,1,34",
                                   "3,12,1,1,0,2,0,1,30", "2,12,2,1,0,2,0,1,30", "2,12,1,1,0,3,0,1,30",
-                                  "2,12,1,1,0,2,1,1,30"])
+                                  "2,12,1,1,0,2,1,1,30", "3,12,0,1,0,2,0,1,30", "2,12,0,1,0,3", "4,12,0",
+                                  "2,12,0,1,0,2,1", "2,12,-1"])
 def test_s6_knob_rejects(knob):
     q, _, _ = make("q4_0", 16, 256)
     x = gk.asarray(np.ones((1, 256), np.float32)).astype("bfloat16").to("cuda")
