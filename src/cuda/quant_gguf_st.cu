@@ -166,9 +166,11 @@ __global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p, int pf) {
     auto unit = [&](int v) {
       const uint32_t a = sb + uint32_t(v * UB), b = a + uint32_t(8 * P);
       const T* xj = xs + v * UW;
-      if constexpr (SS && F == int(QFormat::q4_k)) unit_q4k_ss<T, PI, FOLD>(a, b, xj, g, t, magic, scr, acc, k4b);
+      if constexpr (SS && F == int(QFormat::q4_k) && OPT != 0) unit_q4k_ss_s6<T, PI, FOLD>(a, b, xj, g, t, magic, scr, acc, k4b);
+      else if constexpr (SS && F == int(QFormat::q4_k)) unit_q4k_ss<T>(a, b, xj, g, t, magic, scr, acc);
       else if constexpr (SS && F == int(QFormat::q6_k)) unit_q6k_ss<T, PI>(a, b, xj, g, t, magic, scr, acc, k4b);
-      else if constexpr (F == int(QFormat::q4_k)) unit_q4k<T, PI, FOLD>(a, b, xj, t, magic, acc, k4b);
+      else if constexpr (F == int(QFormat::q4_k) && OPT != 0) unit_q4k_s6<T, PI, FOLD>(a, b, xj, t, magic, acc, k4b);
+      else if constexpr (F == int(QFormat::q4_k)) unit_q4k<T>(a, b, xj, t, magic, acc);
       else if constexpr (F == int(QFormat::q6_k)) unit_q6k<T, PI>(a, b, xj, t, magic, acc, k4b);
       else unit32<T, F, B8, PI, FOLD>(a, b, xj, t, magic, acc);
     };
