@@ -26,7 +26,7 @@ q8_0_h / q4_0_h: the GGUF kernels with float16 x (Q8_0's codes then decode in fp
 detour of bf16). --gguf D,WT[,UX[,WMIN[,PF[,MINB[,R[,SP[,V]]]]]]][/...]: time the GGUF formats again
 with each GPUKIT_GEMV_GGUF setting (the staged GGUF kernel's ring depth, target warps per SM, 2 for
 twice the blocks per stage, warps per CTA at least, stages per row prefetched into L2 at the start,
-3 for 80 registers, 1 for the rolled loop, 0 for no CTA spreading, a session-6 variant 30..33;
+3 for 80 registers, 1 for the rolled loop, 0 for no CTA spreading, a session-6 variant 30..35;
 printed only).
 The default launches use programmatic dependent launch (each call copies its first weights
 while the previous call finishes, as in a decode step's chain of GEMVs); "variant 2" lines: the
@@ -70,10 +70,12 @@ VARIANT_NAMES[22] = "GGUF Q4_K / Q6_K: block scales once per quad, shared throug
 VARIANT_NAMES[30] = "GGUF s6: permutes with immediate selectors (Q8_0 bf16: variant 13's decode; default bits)"
 VARIANT_NAMES[31] = "GGUF s6: 30 + variant 22's quad scales (Q4_K / Q6_K; default bits)"
 VARIANT_NAMES[32] = "GGUF s6: 30 + Q4_1 / Q4_K codes as 128 + q, fold in the min term (bf16 x; other bits)"
-VARIANT_NAMES[33] = "GGUF s6: 31 + 32 (Q4_K)"
-GGUF_ONLY_VARIANTS = (21, 22, 30, 31, 32, 33)  # --variants: the GGUF formats only (GGUF_VARIANT_FMTS)
+VARIANT_NAMES[33] = "GGUF s6: 31 + 32 (Q4_1 / Q4_K / Q6_K)"
+VARIANT_NAMES[34] = "GGUF s6: 30 + each ring slot refilled after its decode (one more stage in flight; default bits)"
+VARIANT_NAMES[35] = "GGUF s6: 33 + the late refill of 34"
+GGUF_ONLY_VARIANTS = (21, 22, 30, 31, 32, 33, 34, 35)  # --variants: the GGUF formats only (GGUF_VARIANT_FMTS)
 # the GGUF formats a variant changes (others: skipped; not listed: all five)
-GGUF_VARIANT_FMTS = {22: ("q4_k", "q6_k"), 31: ("q4_k", "q6_k"), 32: ("q4_1", "q4_k"), 33: ("q4_k",)}
+GGUF_VARIANT_FMTS = {22: ("q4_k", "q6_k"), 31: ("q4_k", "q6_k"), 32: ("q4_1", "q4_k"), 33: ("q4_1", "q4_k", "q6_k")}
 INT4_ONLY_VARIANTS = (6, 9, 10, 11, 14)  # --variants: int4 / nvf4 only (8: int4 and nvf4; 7: int4 and GGUF; 12 / 13: int4 / nvf4 and Q8_0)
 NEW_KERNEL_VARIANTS = (3, 4, 5, 7)  # int4, nvf4 and the GGUF formats only
 GGUF_FMTS = ("q8_0", "q4_0", "q4_1", "q4_k", "q6_k")

@@ -62,11 +62,15 @@ __device__ __forceinline__ void prefetch_l2(const void* a, uint32_t n) {
 // OPT (session 6): bit 0 (kOptPI) the byte permutes with immediate selectors and the magic bytes
 // in registers (bpm: same bits); bit 1 (kOptFold) Q4_1 / Q4_K with bf16 x: the codes as 128 + q,
 // the 128 sum(x) taken out with the min term (other bits; quant_gguf_st_units.cuh).
-constexpr int kOptPI = 1, kOptFold = 2;
+// bit 2 (kOptLate) each stage's slot refilled after its decode instead of the previous slot before
+// it: D stages in flight while a warp waits (one more than before; the first wait too), D - 1 while
+// it decodes; the same operations on the same data: the same bits.
+constexpr int kOptPI = 1, kOptFold = 2, kOptLate = 4;
 template <class T, int F, int D, int UX = 1, bool PROBE = false, int MINB = 2, bool B8 = false, bool ROLL = false,
           bool SS = false, int OPT = 0>
 __global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p, int pf) {
-  constexpr bool PI = (OPT & kOptPI) != 0, FOLD = (OPT & kOptFold) != 0;
+  constexpr bool PI = (OPT & kOptPI) != 0, FOLD = (OPT & kOptFold) != 0, LATE = (OPT & kOptLate) != 0;
+  static_assert(!LATE || (!ROLL && !PROBE), "late refill: the unrolled decode loop");
   using L = GL<F, UX>;
   constexpr int UB = GS<F>::UB, UW = GS<F>::UW, U = L::U, NC = L::NC, P = L::P, NK = (NC + 7) / 8;
   constexpr int SB = 16 * P;  // bytes per stage
@@ -143,7 +147,7 @@ __global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p, int pf) {
 
   pdl_trigger();
 #pragma unroll
-  for (int st = 0; st < D - 1; ++st) issue(st);
+  for (int st = 0; st < (LATE ? D : D - 1); ++st) issue(st);
   if (pf > 0 && lane < 16 && row0 + lane < p.n) {
     const int64_t ua = u0 + int64_t(D - 1) * U, ue = ua + int64_t(pf) * U < u1 ? ua + int64_t(pf) * U : u1;
     if (ue > ua) {  // whole chunks (rows are whole 16-byte chunks)
@@ -156,9 +160,14 @@ __global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p, int pf) {
   const int64_t nst = (u1 - u0 + U - 1) / U;
   // stage j in ring slot st (st == j % D)
   auto stage = [&](int64_t j, int st) {
-    cp_wait<D - 2>();
-    __syncwarp();  // every lane's copies of this stage are visible; every lane is done with the previous stage
-    issue(st == 0 ? D - 1 : st - 1);
+    if constexpr (LATE) {
+      cp_wait<D - 1>();
+      __syncwarp();  // every lane's copies of this stage are visible
+    } else {
+      cp_wait<D - 2>();
+      __syncwarp();  // every lane's copies of this stage are visible; every lane is done with the previous stage
+      issue(st == 0 ? D - 1 : st - 1);
+    }
     if constexpr (PROBE) return;
     const int64_t ub = u0 + j * U;  // first unit of the stage
     const uint32_t sb = ring + uint32_t(st * SB + g * P) + uint32_t(kPhased<F> ? ((ub * UB) & 15) : 0);
@@ -183,6 +192,10 @@ __global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p, int pf) {
       for (int v = 0; v < U; ++v)
         if (v == 0 || ub + v < u1) unit(v);
     }
+    if constexpr (LATE) {
+      __syncwarp();  // every lane is done with this slot
+      issue(st);     // stage j + D
+    }
   };
   if constexpr (ROLL) {
     int st = 0;
@@ -197,7 +210,7 @@ __global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p, int pf) {
       for (int st = 0; st < D; ++st) {
         const int64_t j = j0 + st;
         if (j < nst) stage(j, st);
-        else issue(st == 0 ? D - 1 : st - 1);  // keeps the group count uniform (empty groups)
+        else if constexpr (!LATE) issue(st == 0 ? D - 1 : st - 1);  // keeps the group count uniform (empty groups)
       }
     }
   }
@@ -290,11 +303,12 @@ struct GCfg {
   int sp = 1;                            // 1: shared memory sized so that the CTAs spread evenly (launch_d)
 };
 
-// The session-6 kernels (variants 30-33; the knob's V): OPT bits and SS of variant v (0: none).
+// The session-6 kernels (variants 30-35; the knob's V): OPT bits and SS of variant v (0: none).
+// 34 / 35: 30 / 33 with the late refill (kOptLate).
 GCfg with_s6(GCfg c, int v) {
-  if (v < 30 || v > 33) return c;
-  c.opt = kOptPI | (v >= 32 ? kOptFold : 0);
-  c.ss = (v == 31 || v == 33) ? 1 : c.ss;
+  if (v < 30 || v > 35) return c;
+  c.opt = kOptPI | ((v == 32 || v == 33 || v == 35) ? kOptFold : 0) | (v >= 34 ? kOptLate : 0);
+  c.ss = (v == 31 || v == 33 || v == 35) ? 1 : c.ss;
   return c;
 }
 
@@ -313,7 +327,7 @@ int default_depth(QFormat f) {
 // shorter CTAs when there are many, e.g. the lm-head's 8016; PF (0..4096) stages of each row
 // prefetched into L2 at the start; MINB 3: registers for 24 warps per SM (80) instead of 16;
 // R 1: the rolled stage loop (as variant 21; UX 1 and the default D only); SP 0: no CTA spreading
-// (shared memory as the rings need); V 30..33: the session-6 kernel of that variant (UX 1, the
+// (shared memory as the rings need); V 30..35: the session-6 kernel of that variant (UX 1, the
 // default D, MINB 2, R 0 only; 0: the default kernel)).
 GCfg gcfg_env(QFormat f) {
   GCfg c;
@@ -327,12 +341,12 @@ GCfg gcfg_env(QFormat f) {
   const bool half_ok = ux == 0 && (d == 2 || d == 3) && minb == 2 && roll == 0 && (v == 0 || d == 2);
   if (got < 2 || d < 2 || d > 4 || wt < 1 || wt > 64 || (ux < 0 || ux > 2) || (ux == 2 && d == 4) || (ux == 0 && !half_ok) || wmin < 1 ||
       wmin > 8 || pf < 0 || pf > 4096 || (minb != 2 && minb != 3) || (minb == 3 && !dflt) || (roll != 0 && roll != 1) ||
-      (roll == 1 && !dflt) || (sp != 0 && sp != 1) || (v != 0 && (v < 30 || v > 33)) ||
-      (v != 0 && !half_ok && (!dflt || minb != 2 || roll != 0)))
+      (roll == 1 && !dflt) || (sp != 0 && sp != 1) || (v != 0 && (v < 30 || v > 35)) ||
+      (v != 0 && !half_ok && (!dflt || minb != 2 || roll != 0)) || (v >= 34 && ux != 1))
     throw ValueError(cat("GPUKIT_GEMV_GGUF: expected D,WT[,UX[,WMIN[,PF[,MINB[,R[,SP[,V]]]]]]] with D in 2..4, WT in ",
                          "1..64, UX 0 (half the units; D 2 or 3, MINB 2, R 0), 1 or 2 (D <= 3), WMIN in 1..8, PF in ",
-                         "0..4096, MINB 2 or 3, R 0 or 1, SP 0 or 1, V 0 or 30..33 (MINB 3, R 1, V: UX 1 and the default ",
-                         "D or UX 0 and D 2; V: MINB 2 and R 0), got '", e, "'"));
+                         "0..4096, MINB 2 or 3, R 0 or 1, SP 0 or 1, V 0 or 30..35 (MINB 3, R 1, V: UX 1 and the default ",
+                         "D or UX 0 and D 2; V: MINB 2 and R 0; V 34, 35: UX 1), got '", e, "'"));
   c = with_s6(c, v);
   c.sp = sp;
   c.minb = minb;
@@ -353,7 +367,8 @@ GCfg gcfg_env(QFormat f) {
 // Session 6 (the knob's D, UX at their defaults, MINB 2, R 0): 30 byte permutes with immediate
 // selectors (kOptPI; Q8_0 with bf16 x also decoded as variant 13; the default's bits), 31 30 with
 // variant 22's quad scales (Q4_K / Q6_K; the default's bits), 32 30 with Q4_1 / Q4_K's codes as
-// 128 + q (kOptFold, bf16 x; other bits), 33 31 + 32.
+// 128 + q (kOptFold, bf16 x; other bits), 33 31 + 32, 34 30 with the late refill (kOptLate: the
+// default's bits), 35 33 with the late refill.
 GCfg gcfg(int variant, QFormat f) {
   GCfg c = with_s6(gcfg_env(f), variant);
   if (variant == 21) c.roll = 1;
@@ -447,8 +462,9 @@ void launch_d(const QGemvArgs& p, int nw, int pf, cudaStream_t st, bool spread =
 }
 
 // The session-6 kernels (c.opt != 0; the default depth, UX 1 or 0, MINB 2, not rolled).
-template <class T, int F, int UX>
+template <class T, int F, int UX, int LT = 0>
 void launch_s6(const QGemvArgs& p, const GCfg& c, const GPlan& pl, cudaStream_t st) {
+  constexpr int PI = kOptPI | LT;  // LT: kOptLate or 0
   constexpr int D0 = GS<F>::D;
   constexpr bool kB8 = F == int(QFormat::q8_0) && std::is_same_v<T, bf16>;
   constexpr bool kSS = F == int(QFormat::q4_k) || F == int(QFormat::q6_k);
@@ -458,15 +474,15 @@ void launch_s6(const QGemvArgs& p, const GCfg& c, const GPlan& pl, cudaStream_t 
   if constexpr (kSS) {
     if (c.ss) {
       if constexpr (kFold) {
-        if (fold) return launch_d<T, F, D0, UX, false, 2, false, false, true, kOptPI | kOptFold>(p, pl.nw, c.pf, st, c.sp);
+        if (fold) return launch_d<T, F, D0, UX, false, 2, false, false, true, PI | kOptFold>(p, pl.nw, c.pf, st, c.sp);
       }
-      return launch_d<T, F, D0, UX, false, 2, false, false, true, kOptPI>(p, pl.nw, c.pf, st, c.sp);
+      return launch_d<T, F, D0, UX, false, 2, false, false, true, PI>(p, pl.nw, c.pf, st, c.sp);
     }
   }
   if constexpr (kFold) {
-    if (fold) return launch_d<T, F, D0, UX, false, 2, false, false, false, kOptPI | kOptFold>(p, pl.nw, c.pf, st, c.sp);
+    if (fold) return launch_d<T, F, D0, UX, false, 2, false, false, false, PI | kOptFold>(p, pl.nw, c.pf, st, c.sp);
   }
-  launch_d<T, F, D0, UX, false, 2, kB8, false, false, kOptPI>(p, pl.nw, c.pf, st, c.sp);
+  launch_d<T, F, D0, UX, false, 2, kB8, false, false, PI>(p, pl.nw, c.pf, st, c.sp);
 }
 
 template <class T, int F>
@@ -481,7 +497,9 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   const bool dflt = c.ux == 1 && c.d == D0;
   const bool sp = c.sp != 0;
   if (c.opt && c.minb == 2 && !c.roll && p.variant != 7 && c.d == D0 && (c.ux == 1 || c.ux == 0)) {
-    if constexpr (kHalf) {
+    if (c.opt & kOptLate) {
+      launch_s6<T, F, 1, kOptLate>(p, c, pl, st);  // UX 1 only (the knob's check)
+    } else if constexpr (kHalf) {
       if (c.ux == 0) launch_s6<T, F, 0>(p, c, pl, st);
       else launch_s6<T, F, 1>(p, c, pl, st);
     } else {

@@ -1,5 +1,5 @@
 """The session-6 kernels of the staged GGUF GEMV (src/cuda/quant_gguf_st.cu, variants 30-33 and
-the knob fields SP and V of GPUKIT_GEMV_GGUF):
+the knob fields UX 0, SP and V of GPUKIT_GEMV_GGUF):
 
 - 30: byte permutes with immediate selectors and the magic bytes in registers (Q8_0 with bf16 x
   also decoded to bf16 by byte operations, as variant 13): the default's operations, so the
@@ -9,8 +9,11 @@ the knob fields SP and V of GPUKIT_GEMV_GGUF):
   dequantization within 2 (K + 2) 2^-24 times a bound that counts the larger sums (143 d + |m|
   per Q4_1 block, dmin mn + 271 d sc per Q4_K sub-block); every other format / x dtype the same
   bits as the default.
+- 34 / 35: 30 / 33 with the late refill (each ring slot refilled after its decode: one more stage
+  in flight while a warp waits): the bits of 30 / 33.
 - SP 0 (no CTA spreading: only the shared-memory request changes) and V (the variant's kernel
-  through the knob): the same bits as the default / the variant.
+  through the knob): the same bits as the default / the variant; UX 0 (half the units per stage)
+  exact.
 
 Outputs land in memory poisoned with NaN first (freed just before the call, so the caching
 allocator hands it out again). Skipped without a GPU."""
@@ -103,9 +106,9 @@ def raw_blocks(fmt, n, k):
 
 @pytest.mark.parametrize("fmt", FMTS)
 @pytest.mark.parametrize("n,k", SHAPES)
-@pytest.mark.parametrize("variant", [30, 31])
+@pytest.mark.parametrize("variant", [30, 31, 34])
 def test_s6_same_bits(fmt, n, k, variant):
-    """Variants 30 / 31: exact, and the default's bits (M = 1 bf16, 6 fp16, 8 bf16): ragged per-warp
+    """Variants 30 / 31 / 34 (30 with the late refill): exact, and the default's bits (M = 1 bf16, 6 fp16, 8 bf16): ragged per-warp
     runs, partial last stages, split-K (small N), Q6_K's phased units."""
     if k % BLOCK[fmt][0] or (fmt == "q6_k" and k % 2048):
         pytest.skip("not a shape of the staged kernel")
@@ -121,10 +124,11 @@ def test_s6_same_bits(fmt, n, k, variant):
 
 @pytest.mark.parametrize("fmt", FMTS)
 @pytest.mark.parametrize("n,k", [(300, 14336), (37, 4096), (133, 2048), (16, 2304), (1, 2048)])
-@pytest.mark.parametrize("variant", [32, 33])
+@pytest.mark.parametrize("variant", [32, 33, 35])
 def test_s6_fold(fmt, n, k, variant):
-    """Variants 32 / 33: Q4_1 / Q4_K with bf16 x within the stated bound, the same bits every run and
-    for a row alone; fp16 x and the other formats: the default's bits."""
+    """Variants 32 / 33 / 35 (33 with the late refill): Q4_1 / Q4_K with bf16 x within the stated
+    bound, the same bits every run and for a row alone (35: the bits of 33); fp16 x and the other
+    formats: the default's bits."""
     if k % BLOCK[fmt][0] or (fmt == "q6_k" and k % 2048):
         pytest.skip("not a shape of the staged kernel")
     q, deq, qb = make(fmt, n, k)
@@ -139,13 +143,15 @@ def test_s6_fold(fmt, n, k, variant):
             same_bits(got, run(fmt, x, qc, variant), what + " (second run)")
             one = run(fmt, x[m - 1], qc, variant)
             assert gk.to_numpy(one).tobytes() == gk.to_numpy(got)[m - 1].tobytes(), f"{what}: row alone differs"
+            if variant == 35:
+                same_bits(got, run(fmt, x, qc, 33), what + " against variant 33")
         else:
             check(fmt, got, xs, deq, qb, what)
             same_bits(got, run(fmt, x, qc), what)
 
 
 @pytest.mark.parametrize("fmt", FOLDED)
-@pytest.mark.parametrize("variant", [32, 33])
+@pytest.mark.parametrize("variant", [32, 33, 35])
 @pytest.mark.parametrize("n,k", [(300, 4096), (19, 14336)])
 def test_s6_fold_raw_blocks(fmt, variant, n, k):
     """Blocks of random bytes (every code and 6-bit scale / min, as a file may hold them) and x with
@@ -178,7 +184,8 @@ def test_s6_q8_0_every_code(m):
                                           ("2,16,1,1,0,2,0,0,31", 31), ("2,12,1,1,0,2,0,1,33", 33),
                                           ("3,12,1,1,0,2,0,0", 0), ("2,12,0", 0), ("3,12,0", 0), ("2,16,0,1,0,2,0,0", 0),
                                           ("2,12,0,1,0,2,0,1,30", 30), ("2,12,0,1,0,2,0,1,33", 33),
-                                          ("2,12,0,1,0,2,0,1,31", 31)])
+                                          ("2,12,0,1,0,2,0,1,31", 31), ("2,12,1,1,0,2,0,1,34", 34),
+                                          ("2,16,1,1,0,2,0,0,35", 35)])
 def test_s6_knob(fmt, knob, variant):
     """SP 0 (no CTA spreading), UX 0 (half the units per stage: Q4_0 / Q4_1 / Q4_K) and V (a session-6
     kernel through the knob): exact; with the default plan (D 2, WT 12, UX 1) also the bits of the
@@ -191,7 +198,7 @@ def test_s6_knob(fmt, knob, variant):
     x = xb.to("cuda")
     got = run(fmt, x, qc, 0, knob)
     what = f"{fmt} knob {knob}"
-    if fmt in FOLDED and variant in (32, 33):
+    if fmt in FOLDED and variant in (32, 33, 35):
         check_fold(fmt, got, xs, deq, qb, what)
     else:
         check(fmt, got, xs, deq, qb, what)
@@ -206,7 +213,7 @@ def test_s6_knob(fmt, knob, variant):
 @pytest.mark.parametrize("knob", ["2,12,1,1,0,2,0,2", "2,12,1,1,0,2,0,1,29", "2,12,1,1,0,2,0,1,34",
                                   "3,12,1,1,0,2,0,1,30", "2,12,2,1,0,2,0,1,30", "2,12,1,1,0,3,0,1,30",
                                   "2,12,1,1,0,2,1,1,30", "3,12,0,1,0,2,0,1,30", "2,12,0,1,0,3", "4,12,0",
-                                  "2,12,0,1,0,2,1", "2,12,-1"])
+                                  "2,12,0,1,0,2,1", "2,12,-1", "2,12,0,1,0,2,0,1,34", "2,12,1,1,0,2,0,1,36"])
 def test_s6_knob_rejects(knob):
     q, _, _ = make("q4_0", 16, 256)
     x = gk.asarray(np.ones((1, 256), np.float32)).astype("bfloat16").to("cuda")
