@@ -75,7 +75,8 @@ VARIANT_NAMES[34] = "GGUF s6: 30 + each ring slot refilled after its decode (one
 VARIANT_NAMES[35] = "GGUF s6: 33 + the late refill of 34"
 GGUF_ONLY_VARIANTS = (21, 22, 30, 31, 32, 33, 34, 35)  # --variants: the GGUF formats only (GGUF_VARIANT_FMTS)
 # the GGUF formats a variant changes (others: skipped; not listed: all five)
-GGUF_VARIANT_FMTS = {22: ("q4_k", "q6_k"), 31: ("q4_k", "q6_k"), 32: ("q4_1", "q4_k"), 33: ("q4_1", "q4_k", "q6_k")}
+GGUF_VARIANT_FMTS = {22: ("q4_k", "q6_k"), 31: ("q4_k", "q6_k"), 32: ("q4_1", "q4_k"), 33: ("q4_1", "q4_k", "q6_k"),
+                     35: ("q4_1", "q4_k", "q6_k")}
 INT4_ONLY_VARIANTS = (6, 9, 10, 11, 14)  # --variants: int4 / nvf4 only (8: int4 and nvf4; 7: int4 and GGUF; 12 / 13: int4 / nvf4 and Q8_0)
 NEW_KERNEL_VARIANTS = (3, 4, 5, 7)  # int4, nvf4 and the GGUF formats only
 GGUF_FMTS = ("q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
