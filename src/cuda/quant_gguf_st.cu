@@ -300,7 +300,8 @@ struct GCfg {
   int roll = 0;                          // 1: the stage and unit loops not unrolled (k_ggst's ROLL)
   int ss = 0;                            // 1: Q4_K / Q6_K scales once per quad (k_ggst's SS)
   int opt = 0;                           // k_ggst's OPT bits (kOptPI, kOptFold; variants 30-33)
-  int sp = 1;                            // 1: shared memory sized so that the CTAs spread evenly (launch_d)
+  int sp = 1;                            // 1: shared memory sized so that the CTAs spread evenly (launch_d); 0: not;
+                                         // 2: room for one CTA more per SM (the next kernel's, under PDL)
 };
 
 // The session-6 kernels (variants 30-35; the knob's V): OPT bits and SS of variant v (0: none).
@@ -327,8 +328,9 @@ int default_depth(QFormat f) {
 // shorter CTAs when there are many, e.g. the lm-head's 8016; PF (0..4096) stages of each row
 // prefetched into L2 at the start; MINB 3: registers for 24 warps per SM (80) instead of 16;
 // R 1: the rolled stage loop (as variant 21; UX 1 and the default D only); SP 0: no CTA spreading
-// (shared memory as the rings need); V 30..35: the session-6 kernel of that variant (UX 1, the
-// default D, MINB 2, R 0 only; 0: the default kernel)).
+// (shared memory as the rings need), 2: spreading with room for one CTA more per SM; V 30..35:
+// the session-6 kernel of that variant (UX 1 and the default D, or UX 0 and D 2; MINB 2, R 0;
+// 0: the default kernel)).
 GCfg gcfg_env(QFormat f) {
   GCfg c;
   c.d = default_depth(f);
@@ -341,11 +343,11 @@ GCfg gcfg_env(QFormat f) {
   const bool half_ok = ux == 0 && (d == 2 || d == 3) && minb == 2 && roll == 0 && (v == 0 || d == 2);
   if (got < 2 || d < 2 || d > 4 || wt < 1 || wt > 64 || (ux < 0 || ux > 2) || (ux == 2 && d == 4) || (ux == 0 && !half_ok) || wmin < 1 ||
       wmin > 8 || pf < 0 || pf > 4096 || (minb != 2 && minb != 3) || (minb == 3 && !dflt) || (roll != 0 && roll != 1) ||
-      (roll == 1 && !dflt) || (sp != 0 && sp != 1) || (v != 0 && (v < 30 || v > 35)) ||
+      (roll == 1 && !dflt) || (sp < 0 || sp > 2) || (v != 0 && (v < 30 || v > 35)) ||
       (v != 0 && !half_ok && (!dflt || minb != 2 || roll != 0)) || (v >= 34 && ux != 1))
     throw ValueError(cat("GPUKIT_GEMV_GGUF: expected D,WT[,UX[,WMIN[,PF[,MINB[,R[,SP[,V]]]]]]] with D in 2..4, WT in ",
                          "1..64, UX 0 (half the units; D 2 or 3, MINB 2, R 0), 1 or 2 (D <= 3), WMIN in 1..8, PF in ",
-                         "0..4096, MINB 2 or 3, R 0 or 1, SP 0 or 1, V 0 or 30..35 (MINB 3, R 1, V: UX 1 and the default ",
+                         "0..4096, MINB 2 or 3, R 0 or 1, SP 0..2, V 0 or 30..35 (MINB 3, R 1, V: UX 1 and the default ",
                          "D or UX 0 and D 2; V: MINB 2 and R 0; V 34, 35: UX 1), got '", e, "'"));
   c = with_s6(c, v);
   c.sp = sp;
@@ -440,7 +442,7 @@ GPlan gplan(int64_t n, int64_t k, QFormat f, const GCfg& c) {
 
 template <class T, int F, int D, int UX = 1, bool PROBE = false, int MINB = 2, bool B8 = false, bool ROLL = false,
           bool SS = false, int OPT = 0>
-void launch_d(const QGemvArgs& p, int nw, int pf, cudaStream_t st, bool spread = true) {
+void launch_d(const QGemvArgs& p, int nw, int pf, cudaStream_t st, int spread = 1) {
   constexpr int SB = 16 * GL<F, UX>::P + (SS ? 1024 / D : 0);  // SS: the scratch counted in the stages
   static_assert(!SS || 1024 % D == 0, "scratch");
   smem_limit<k_ggst<T, F, D, UX, PROBE, MINB, B8, ROLL, SS, OPT>>(kSmemMax);
@@ -453,9 +455,12 @@ void launch_d(const QGemvArgs& p, int nw, int pf, cudaStream_t st, bool spread =
   // ceil(CTAs / 132) of them fit on one SM, so the block scheduler spreads them evenly
   // (gemv_w8.cu: the H200 filled fewer SMs otherwise).
   const int64_t per_sm = (blocks * S + kSMs - 1) / kSMs;
+  // spread 2 (the knob's SP 2): room for one CTA more per SM, so that the next kernel's first CTAs
+  // can become resident (and copy their first stages) while this one's last CTAs run.
   if (spread && per_sm >= 1 && per_sm <= 16) {
-    const int64_t cap = kSmSmem / (per_sm + 1) - 1024 + 256;  // just too much for per_sm + 1 CTAs
-    if (per_sm * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
+    const int64_t fit = per_sm + (spread == 2 ? 1 : 0);
+    const int64_t cap = kSmSmem / (fit + 1) - 1024 + 256;  // just too much for fit + 1 CTAs
+    if (fit * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
   }
   launch_ex(k_ggst<T, F, D, UX, PROBE, MINB, B8, ROLL, SS, OPT>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p, pf);
   GK_LAUNCH_CHECK("qgemv_gguf_st");
@@ -495,7 +500,7 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   // roll / ss / b8 / minb 3 / the session-6 kernels apply with the default ring depth and UX 1 only
   // (the session-6 kernels also UX 0 with D 2; else the plain kernels)
   const bool dflt = c.ux == 1 && c.d == D0;
-  const bool sp = c.sp != 0;
+  const int sp = c.sp;
   if (c.opt && c.minb == 2 && !c.roll && p.variant != 7 && c.d == D0 && (c.ux == 1 || c.ux == 0)) {
     if (c.opt & kOptLate) {
       launch_s6<T, F, 1, kOptLate>(p, c, pl, st);  // UX 1 only (the knob's check)

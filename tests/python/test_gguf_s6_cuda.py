@@ -185,9 +185,10 @@ def test_s6_q8_0_every_code(m):
                                           ("3,12,1,1,0,2,0,0", 0), ("2,12,0", 0), ("3,12,0", 0), ("2,16,0,1,0,2,0,0", 0),
                                           ("2,12,0,1,0,2,0,1,30", 30), ("2,12,0,1,0,2,0,1,33", 33),
                                           ("2,12,0,1,0,2,0,1,31", 31), ("2,12,1,1,0,2,0,1,34", 34),
-                                          ("2,16,1,1,0,2,0,0,35", 35)])
+                                          ("2,16,1,1,0,2,0,0,35", 35), ("2,12,1,1,0,2,0,2", 0),
+                                          ("2,12,1,1,0,2,0,2,33", 33)])
 def test_s6_knob(fmt, knob, variant):
-    """SP 0 (no CTA spreading), UX 0 (half the units per stage: Q4_0 / Q4_1 / Q4_K) and V (a session-6
+    """SP 0 (no CTA spreading) / 2 (room for one CTA more per SM), UX 0 (half the units per stage: Q4_0 / Q4_1 / Q4_K) and V (a session-6
     kernel through the knob): exact; with the default plan (D 2, WT 12, UX 1) also the bits of the
     same kernel without the knob (SP changes only the shared-memory request; D 3, WT 16 and UX 0
     change the warps' split of K, so they are compared against the exact products only)."""
@@ -210,7 +211,7 @@ def test_s6_knob(fmt, knob, variant):
         same_bits(got, run(fmt, x, qc, 0, knob.rsplit(",", 1)[0]), what + " against V 0")
 
 
-@pytest.mark.parametrize("knob", ["2,12,1,1,0,2,0,2", "2,12,1,1,0,2,0,1,29", "2,12,1,1,0,2,0,1,34",
+@pytest.mark.parametrize("knob", ["2,12,1,1,0,2,0,3", "2,12,1,1,0,2,0,1,29", "2,12,1,1,0,2,0,1,34",
                                   "3,12,1,1,0,2,0,1,30", "2,12,2,1,0,2,0,1,30", "2,12,1,1,0,3,0,1,30",
                                   "2,12,1,1,0,2,1,1,30", "3,12,0,1,0,2,0,1,30", "2,12,0,1,0,3", "4,12,0",
                                   "2,12,0,1,0,2,1", "2,12,-1", "2,12,0,1,0,2,0,1,34", "2,12,1,1,0,2,0,1,36"])
