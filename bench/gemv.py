@@ -24,11 +24,10 @@ decoded to bf16, the default for fp8 / int8 with bf16 x).
 --ms 1,4,8: also time every other format with M = 4 and 8 rows of x (records FMT_m4, FMT_m8).
 q8_0_h / q4_0_h: the GGUF kernels with float16 x (Q8_0's codes then decode in fp16 without the fp32
 detour of bf16). --gguf D,WT[,UX[,WMIN[,PF[,MINB[,R[,SP[,V]]]]]]][/...]: time the GGUF formats again
-with each GPUKIT_GEMV_GGUF setting (the staged GGUF kernel's ring depth, target warps per SM, 2 for
-twice the blocks per stage, warps per CTA at least, stages per row prefetched into L2 at the start,
-3 for 80 registers, 1 for the rolled loop, 0 for no CTA spreading (2: room for one CTA more per
-SM), a session-6 variant 30..35;
-printed only).
+with each GPUKIT_GEMV_GGUF setting (the staged GGUF kernel's ring depth, target warps per SM, 0 for
+half the blocks per stage, warps per CTA at least, PF 0 and MINB 2 only (session 6), 1 for the rolled
+loop, 0 for no CTA spreading (2: room for one CTA more per SM), a session-6 variant 30..35; printed
+only).
 The default launches use programmatic dependent launch (each call copies its first weights
 while the previous call finishes, as in a decode step's chain of GEMVs); "variant 2" lines: the
 same kernels without it. "variant 1": a 2-stage cp.async ring instead of the default depth

@@ -45,14 +45,8 @@ using namespace gemv_detail;
 using namespace gguf_st;  // GS, GL, kPhased, the unit decodes (quant_gguf_st_units.cuh)
 
 // PROBE: the copies and waits only, no decode (wrong results: the access pattern's ceiling).
-// L2 prefetch of n bytes at a 16-byte aligned global address (n % 16 == 0).
-__device__ __forceinline__ void prefetch_l2(const void* a, uint32_t n) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(n) : "memory");
-}
-
-// pf: stages of each row prefetched into L2 beyond the ring's first D - 1 (one bulk prefetch per
-// row and warp before waiting for the previous kernel; 0: none).
-// MINB: CTAs of 256 threads per SM the registers are sized for (2: 128 registers, 3: 80). B8:
+// MINB: CTAs of 256 threads per SM the registers are sized for (2: 128 registers; 3, 80 registers,
+// was removed in session 6: 0-14 points slower everywhere in session 5's final run). B8:
 // Q8_0 with bf16 x decoded by int8x4_bf16.
 // ROLL: the stage loop and the loop over a stage's units not unrolled (the ring slot and the
 // unit's offset computed at run time; one copy of a unit's decode in the code instead of D x U:
@@ -68,7 +62,7 @@ __device__ __forceinline__ void prefetch_l2(const void* a, uint32_t n) {
 constexpr int kOptPI = 1, kOptFold = 2, kOptLate = 4;
 template <class T, int F, int D, int UX = 1, bool PROBE = false, int MINB = 2, bool B8 = false, bool ROLL = false,
           bool SS = false, int OPT = 0>
-__global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p, int pf) {
+__global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p) {
   constexpr bool PI = (OPT & kOptPI) != 0, FOLD = (OPT & kOptFold) != 0, LATE = (OPT & kOptLate) != 0;
   static_assert(!LATE || (!ROLL && !PROBE), "late refill: the unrolled decode loop");
   using L = GL<F, UX>;
@@ -119,7 +113,7 @@ __global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p, int pf) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) qp[i] += U * UB;
       } else {  // U units of UB bytes from phase (un UB) % 16 (U = 1 here: NC chunks always needed)
-        static_assert(!kPhased<F> || (U == 1 && NC * 16 == 12 + UB) || UX == 2, "phased units: one per stage");
+        static_assert(!kPhased<F> || (U == 1 && NC * 16 == 12 + UB), "phased units: one per stage");
         const int64_t b0 = un * UB, off = b0 & ~int64_t(15);
         const int64_t nun = u1 - un < U ? u1 - un : U;
         const int need = int(((b0 & 15) + nun * UB + 15) >> 4);
@@ -148,13 +142,6 @@ __global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p, int pf) {
   pdl_trigger();
 #pragma unroll
   for (int st = 0; st < (LATE ? D : D - 1); ++st) issue(st);
-  if (pf > 0 && lane < 16 && row0 + lane < p.n) {
-    const int64_t ua = u0 + int64_t(D - 1) * U, ue = ua + int64_t(pf) * U < u1 ? ua + int64_t(pf) * U : u1;
-    if (ue > ua) {  // whole chunks (rows are whole 16-byte chunks)
-      const int64_t b0 = (ua * UB) & ~int64_t(15), b1 = (ue * UB + 15) & ~int64_t(15);
-      prefetch_l2(static_cast<const uint8_t*>(p.q) + (row0 + lane) * p.q_rs + b0, uint32_t(b1 - b0));
-    }
-  }
   pdl_wait();
 
   const int64_t nst = (u1 - u0 + U - 1) / U;
@@ -294,12 +281,10 @@ __global__ void __launch_bounds__(512) k_gg_xprep(const bf16* __restrict__ x, in
 // ---- the launch plan ----
 
 struct GCfg {
-  int d = 3, wt = 12, ux = 1, wmin = 1;  // ring depth, target warps per SM, units per stage x1 / x2 (0: half), warps per CTA at least
-  int pf = 0;                            // stages per row prefetched into L2 at the start
-  int minb = 2;                          // registers sized for 2 (128) or 3 (80) CTAs of 256 threads per SM
+  int d = 3, wt = 12, ux = 1, wmin = 1;  // ring depth, target warps per SM, units per stage x1 (0: half), warps per CTA at least
   int roll = 0;                          // 1: the stage and unit loops not unrolled (k_ggst's ROLL)
   int ss = 0;                            // 1: Q4_K / Q6_K scales once per quad (k_ggst's SS)
-  int opt = 0;                           // k_ggst's OPT bits (kOptPI, kOptFold; variants 30-33)
+  int opt = 0;                           // k_ggst's OPT bits (kOptPI, kOptFold, kOptLate; variants 30-35)
   int sp = 1;                            // 1: shared memory sized so that the CTAs spread evenly (launch_d); 0: not;
                                          // 2: room for one CTA more per SM (the next kernel's, under PDL)
 };
@@ -323,14 +308,14 @@ int default_depth(QFormat f) {
   }
 }
 
-// GPUKIT_GEMV_GGUF="D,WT[,UX[,WMIN[,PF[,MINB[,R[,SP[,V]]]]]]]": the benchmarking knob (ring depth 2..4,
-// target warps per SM, 2: twice the units per stage (D 2 or 3), at least WMIN (1..8) warps per CTA:
-// shorter CTAs when there are many, e.g. the lm-head's 8016; PF (0..4096) stages of each row
-// prefetched into L2 at the start; MINB 3: registers for 24 warps per SM (80) instead of 16;
-// R 1: the rolled stage loop (as variant 21; UX 1 and the default D only); SP 0: no CTA spreading
-// (shared memory as the rings need), 2: spreading with room for one CTA more per SM; V 30..35:
-// the session-6 kernel of that variant (UX 1 and the default D, or UX 0 and D 2; MINB 2, R 0;
-// 0: the default kernel)).
+// GPUKIT_GEMV_GGUF="D,WT[,UX[,WMIN[,PF[,MINB[,R[,SP[,V]]]]]]]": the benchmarking knob: ring depth 2..4,
+// target warps per SM, UX 1 (0: half the units per stage, Q4_0 / Q4_1 / Q4_K; D 2 or 3), at least
+// WMIN (1..8) warps per CTA (shorter CTAs when there are many, e.g. the lm-head's 8016), PF and MINB
+// kept as fields but only 0 and 2 (session 6 removed the L2 prefetch, 80 registers and UX 2: each
+// lost everywhere in session 5), R 1 the rolled stage loop (as variant 21; UX 1 and the default D
+// only), SP 0 no CTA spreading (shared memory as the rings need), 2 spreading with room for one CTA
+// more per SM, V 30..35 the session-6 kernel of that variant (UX 1 and the default D, or UX 0 and
+// D 2; R 0; V 34 / 35: UX 1; 0: the default kernel).
 GCfg gcfg_env(QFormat f) {
   GCfg c;
   c.d = default_depth(f);
@@ -340,24 +325,21 @@ GCfg gcfg_env(QFormat f) {
   const int got = std::sscanf(e, "%d,%d,%d,%d,%d,%d,%d,%d,%d", &d, &wt, &ux, &wmin, &pf, &minb, &roll, &sp, &v);
   if (ux == 0 && (f == QFormat::q8_0 || f == QFormat::q6_k)) ux = 1;  // one unit per stage already
   const bool dflt = ux == 1 && d == default_depth(f);
-  const bool half_ok = ux == 0 && (d == 2 || d == 3) && minb == 2 && roll == 0 && (v == 0 || d == 2);
-  if (got < 2 || d < 2 || d > 4 || wt < 1 || wt > 64 || (ux < 0 || ux > 2) || (ux == 2 && d == 4) || (ux == 0 && !half_ok) || wmin < 1 ||
-      wmin > 8 || pf < 0 || pf > 4096 || (minb != 2 && minb != 3) || (minb == 3 && !dflt) || (roll != 0 && roll != 1) ||
-      (roll == 1 && !dflt) || (sp < 0 || sp > 2) || (v != 0 && (v < 30 || v > 35)) ||
-      (v != 0 && !half_ok && (!dflt || minb != 2 || roll != 0)) || (v >= 34 && ux != 1))
+  const bool half_ok = ux == 0 && (d == 2 || d == 3) && roll == 0 && (v == 0 || d == 2);
+  if (got < 2 || d < 2 || d > 4 || wt < 1 || wt > 64 || (ux != 0 && ux != 1) || (ux == 0 && !half_ok) || wmin < 1 ||
+      wmin > 8 || pf != 0 || minb != 2 || (roll != 0 && roll != 1) || (roll == 1 && !dflt) || (sp < 0 || sp > 2) ||
+      (v != 0 && (v < 30 || v > 35)) || (v != 0 && !half_ok && (!dflt || roll != 0)) || (v >= 34 && ux != 1))
     throw ValueError(cat("GPUKIT_GEMV_GGUF: expected D,WT[,UX[,WMIN[,PF[,MINB[,R[,SP[,V]]]]]]] with D in 2..4, WT in ",
-                         "1..64, UX 0 (half the units; D 2 or 3, MINB 2, R 0), 1 or 2 (D <= 3), WMIN in 1..8, PF in ",
-                         "0..4096, MINB 2 or 3, R 0 or 1, SP 0..2, V 0 or 30..35 (MINB 3, R 1, V: UX 1 and the default ",
-                         "D or UX 0 and D 2; V: MINB 2 and R 0; V 34, 35: UX 1), got '", e, "'"));
+                         "1..64, UX 1 or 0 (half the units; D 2 or 3, R 0), WMIN in 1..8, PF 0, MINB 2, R 0 or 1 (UX 1 ",
+                         "and the default D), SP 0..2, V 0 or 30..35 (UX 1 and the default D or UX 0 and D 2; R 0; V 34, ",
+                         "35: UX 1), got '", e, "'"));
   c = with_s6(c, v);
   c.sp = sp;
-  c.minb = minb;
   c.roll = roll;
   c.d = d;
   c.wt = wt;
   c.ux = ux;
   c.wmin = wmin;
-  c.pf = pf;
   return c;
 }
 
@@ -386,7 +368,7 @@ constexpr int kSMs = 132;
 
 template <int F>
 int stage_bytes_f(int ux) {
-  return ux == 2 ? 16 * GL<F, 2>::P : (ux == 0 ? 16 * GL<F, 0>::P : 16 * GL<F, 1>::P);
+  return ux == 0 ? 16 * GL<F, 0>::P : 16 * GL<F, 1>::P;
 }
 int stage_bytes(QFormat f, int ux) {
   switch (f) {
@@ -442,7 +424,7 @@ GPlan gplan(int64_t n, int64_t k, QFormat f, const GCfg& c) {
 
 template <class T, int F, int D, int UX = 1, bool PROBE = false, int MINB = 2, bool B8 = false, bool ROLL = false,
           bool SS = false, int OPT = 0>
-void launch_d(const QGemvArgs& p, int nw, int pf, cudaStream_t st, int spread = 1) {
+void launch_d(const QGemvArgs& p, int nw, cudaStream_t st, int spread = 1) {
   constexpr int SB = 16 * GL<F, UX>::P + (SS ? 1024 / D : 0);  // SS: the scratch counted in the stages
   static_assert(!SS || 1024 % D == 0, "scratch");
   smem_limit<k_ggst<T, F, D, UX, PROBE, MINB, B8, ROLL, SS, OPT>>(kSmemMax);
@@ -462,7 +444,7 @@ void launch_d(const QGemvArgs& p, int nw, int pf, cudaStream_t st, int spread = 
     const int64_t cap = kSmSmem / (fit + 1) - 1024 + 256;  // just too much for fit + 1 CTAs
     if (fit * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
   }
-  launch_ex(k_ggst<T, F, D, UX, PROBE, MINB, B8, ROLL, SS, OPT>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p, pf);
+  launch_ex(k_ggst<T, F, D, UX, PROBE, MINB, B8, ROLL, SS, OPT>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p);
   GK_LAUNCH_CHECK("qgemv_gguf_st");
 }
 
@@ -479,15 +461,15 @@ void launch_s6(const QGemvArgs& p, const GCfg& c, const GPlan& pl, cudaStream_t 
   if constexpr (kSS) {
     if (c.ss) {
       if constexpr (kFold) {
-        if (fold) return launch_d<T, F, D0, UX, false, 2, false, false, true, PI | kOptFold>(p, pl.nw, c.pf, st, c.sp);
+        if (fold) return launch_d<T, F, D0, UX, false, 2, false, false, true, PI | kOptFold>(p, pl.nw, st, c.sp);
       }
-      return launch_d<T, F, D0, UX, false, 2, false, false, true, PI>(p, pl.nw, c.pf, st, c.sp);
+      return launch_d<T, F, D0, UX, false, 2, false, false, true, PI>(p, pl.nw, st, c.sp);
     }
   }
   if constexpr (kFold) {
-    if (fold) return launch_d<T, F, D0, UX, false, 2, false, false, false, PI | kOptFold>(p, pl.nw, c.pf, st, c.sp);
+    if (fold) return launch_d<T, F, D0, UX, false, 2, false, false, false, PI | kOptFold>(p, pl.nw, st, c.sp);
   }
-  launch_d<T, F, D0, UX, false, 2, kB8, false, false, PI>(p, pl.nw, c.pf, st, c.sp);
+  launch_d<T, F, D0, UX, false, 2, kB8, false, false, PI>(p, pl.nw, st, c.sp);
 }
 
 template <class T, int F>
@@ -497,11 +479,11 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   constexpr int D0 = GS<F>::D;
   constexpr bool kB8 = F == int(QFormat::q8_0) && std::is_same_v<T, bf16>;
   constexpr bool kHalf = GS<F>::U > 1;  // UX 0 is a layout of its own (else the same as UX 1)
-  // roll / ss / b8 / minb 3 / the session-6 kernels apply with the default ring depth and UX 1 only
+  // roll / ss / b8 / the session-6 kernels apply with the default ring depth and UX 1 only
   // (the session-6 kernels also UX 0 with D 2; else the plain kernels)
   const bool dflt = c.ux == 1 && c.d == D0;
   const int sp = c.sp;
-  if (c.opt && c.minb == 2 && !c.roll && p.variant != 7 && c.d == D0 && (c.ux == 1 || c.ux == 0)) {
+  if (c.opt && !c.roll && p.variant != 7 && c.d == D0 && (c.ux == 1 || c.ux == 0)) {
     if (c.opt & kOptLate) {
       launch_s6<T, F, 1, kOptLate>(p, c, pl, st);  // UX 1 only (the knob's check)
     } else if constexpr (kHalf) {
@@ -515,33 +497,28 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   }
   if constexpr (kHalf) {
     if (c.ux == 0) {
-      if (c.d == 3) launch_d<T, F, 3, 0>(p, pl.nw, c.pf, st, sp);
-      else launch_d<T, F, 2, 0>(p, pl.nw, c.pf, st, sp);
+      if (c.d == 3) launch_d<T, F, 3, 0>(p, pl.nw, st, sp);
+      else launch_d<T, F, 2, 0>(p, pl.nw, st, sp);
       if (p.split > 1) launch_sum_q(p, st);
       return;
     }
   }
-  const bool b8 = kB8 && p.variant == 13 && dflt && c.minb == 2, roll = c.roll && dflt;
+  const bool b8 = kB8 && p.variant == 13 && dflt, roll = c.roll && dflt;
   constexpr bool kSS = F == int(QFormat::q4_k) || F == int(QFormat::q6_k);
   if constexpr (kSS) {
     if (c.ss && dflt && !roll) {
-      if (c.minb == 3) launch_d<T, F, D0, 1, false, 3, false, false, true>(p, pl.nw, c.pf, st, sp);
-      else launch_d<T, F, D0, 1, false, 2, false, false, true>(p, pl.nw, c.pf, st, sp);
+      launch_d<T, F, D0, 1, false, 2, false, false, true>(p, pl.nw, st, sp);
       if (p.split > 1) launch_sum_q(p, st);
       return;
     }
   }
-  if (b8 && roll) launch_d<T, F, D0, 1, false, 2, kB8, true>(p, pl.nw, c.pf, st, sp);
-  else if (b8) launch_d<T, F, D0, 1, false, 2, kB8>(p, pl.nw, c.pf, st, sp);
-  else if (roll && c.minb == 3) launch_d<T, F, D0, 1, false, 3, false, true>(p, pl.nw, c.pf, st, sp);
-  else if (roll) launch_d<T, F, D0, 1, false, 2, false, true>(p, pl.nw, c.pf, st, sp);
-  else if (c.minb == 3 && c.ux == 1 && c.d == D0) launch_d<T, F, D0, 1, false, 3>(p, pl.nw, c.pf, st, sp);
-  else if (c.ux == 2 && c.d == 2) launch_d<T, F, 2, 2>(p, pl.nw, c.pf, st, sp);
-  else if (c.ux == 2) launch_d<T, F, 3, 2>(p, pl.nw, c.pf, st, sp);
-  else if (p.variant == 7 && c.d == D0) launch_d<T, F, D0, 1, true>(p, pl.nw, c.pf, st, sp);
-  else if (c.d == 2) launch_d<T, F, 2>(p, pl.nw, c.pf, st, sp);
-  else if (c.d == 4) launch_d<T, F, 4>(p, pl.nw, c.pf, st, sp);
-  else launch_d<T, F, 3>(p, pl.nw, c.pf, st, sp);
+  if (b8 && roll) launch_d<T, F, D0, 1, false, 2, kB8, true>(p, pl.nw, st, sp);
+  else if (b8) launch_d<T, F, D0, 1, false, 2, kB8>(p, pl.nw, st, sp);
+  else if (roll) launch_d<T, F, D0, 1, false, 2, false, true>(p, pl.nw, st, sp);
+  else if (p.variant == 7 && c.d == D0) launch_d<T, F, D0, 1, true>(p, pl.nw, st, sp);
+  else if (c.d == 2) launch_d<T, F, 2>(p, pl.nw, st, sp);
+  else if (c.d == 4) launch_d<T, F, 4>(p, pl.nw, st, sp);
+  else launch_d<T, F, 3>(p, pl.nw, st, sp);
   if (p.split > 1) launch_sum_q(p, st);
 }
 
