@@ -35,6 +35,7 @@
 #include "common/gemv_gguf.cuh"
 #include "common/gemv_stage.cuh"
 #include "core/cuda_util.h"
+#include "quant_gguf_st_s6.cuh"
 #include "quant_gguf_st_units.cuh"
 
 namespace gk::cuda {
