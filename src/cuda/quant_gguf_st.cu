@@ -65,7 +65,7 @@ template <class T, int F, int D, int UX = 1, bool PROBE = false, int MINB = 2, b
           bool SS = false, int OPT = 0>
 __global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p) {
   constexpr bool PI = (OPT & kOptPI) != 0, FOLD = (OPT & kOptFold) != 0, LATE = (OPT & kOptLate) != 0;
-  static_assert(!LATE || (!ROLL && !PROBE), "late refill: the unrolled decode loop");
+  static_assert(!LATE || !ROLL, "late refill: the unrolled decode loop");
   using L = GL<F, UX>;
   constexpr int UB = GS<F>::UB, UW = GS<F>::UW, U = L::U, NC = L::NC, P = L::P, NK = (NC + 7) / 8;
   constexpr int SB = 16 * P;  // bytes per stage
@@ -156,7 +156,13 @@ __global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p) {
       __syncwarp();  // every lane's copies of this stage are visible; every lane is done with the previous stage
       issue(st == 0 ? D - 1 : st - 1);
     }
-    if constexpr (PROBE) return;
+    if constexpr (PROBE) {
+      if constexpr (LATE) {
+        __syncwarp();
+        issue(st);
+      }
+      return;
+    }
     const int64_t ub = u0 + j * U;  // first unit of the stage
     const uint32_t sb = ring + uint32_t(st * SB + g * P) + uint32_t(kPhased<F> ? ((ub * UB) & 15) : 0);
     const T* xs = xr + ub * UW;
@@ -353,7 +359,7 @@ GCfg gcfg_env(QFormat f) {
 // selectors (kOptPI; Q8_0 with bf16 x also decoded as variant 13; the default's bits), 31 30 with
 // variant 22's quad scales (Q4_K / Q6_K; the default's bits), 32 30 with Q4_1 / Q4_K's codes as
 // 128 + q (kOptFold, bf16 x; other bits), 33 31 + 32, 34 30 with the late refill (kOptLate: the
-// default's bits), 35 33 with the late refill.
+// default's bits), 35 33 with the late refill, 36 the copies alone (as 7) with the late refill.
 GCfg gcfg(int variant, QFormat f) {
   GCfg c = with_s6(gcfg_env(f), variant);
   if (variant == 21) c.roll = 1;
@@ -517,6 +523,7 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   else if (b8) launch_d<T, F, D0, 1, false, 2, kB8>(p, pl.nw, st, sp);
   else if (roll) launch_d<T, F, D0, 1, false, 2, false, true>(p, pl.nw, st, sp);
   else if (p.variant == 7 && c.d == D0) launch_d<T, F, D0, 1, true>(p, pl.nw, st, sp);
+  else if (p.variant == 36 && c.d == D0) launch_d<T, F, D0, 1, true, 2, false, false, false, kOptLate>(p, pl.nw, st, sp);
   else if (c.d == 2) launch_d<T, F, 2>(p, pl.nw, st, sp);
   else if (c.d == 4) launch_d<T, F, 4>(p, pl.nw, st, sp);
   else launch_d<T, F, 3>(p, pl.nw, st, sp);
