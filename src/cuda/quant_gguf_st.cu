@@ -360,8 +360,13 @@ GCfg gcfg_env(QFormat f) {
 // variant 22's quad scales (Q4_K / Q6_K; the default's bits), 32 30 with Q4_1 / Q4_K's codes as
 // 128 + q (kOptFold, bf16 x; other bits), 33 31 + 32, 34 30 with the late refill (kOptLate: the
 // default's bits), 35 33 with the late refill, 36 the copies alone (as 7) with the late refill.
+// 29: the session-5 default kernel (no session-6 options: the reference of the same-bits tests,
+// whatever the default is); 13, 21, 22: the session-5 kernel with their change; 2: the default
+// without PDL.
 GCfg gcfg(int variant, QFormat f) {
   GCfg c = with_s6(gcfg_env(f), variant);
+  if (variant == 13 || variant == 21 || variant == 22 || variant == 29) c.opt = 0;
+  if (variant == 29 || variant == 13 || variant == 21) c.ss = 0;
   if (variant == 21) c.roll = 1;
   if (variant == 22) c.ss = 1;
   if (variant == 4) c.d = default_depth(f) == 2 ? 3 : 2;

@@ -265,7 +265,7 @@ def test_q8_0_bf16_byte_decode(m, n, k):
     x, qc = xb.to("cuda"), q.to("cuda")
     got = with_variant(13, lambda: gk.gemv_q8_0(x, qc, out_dtype="float32"))
     check("q8_0", got, xs, deq, qb, f"q8_0 variant 13 n={n} k={k} M={m}")
-    ref = gk.gemv_q8_0(x, qc, out_dtype="float32")
+    ref = with_variant(29, lambda: gk.gemv_q8_0(x, qc, out_dtype="float32"))  # the session-5 default
     assert gk.to_numpy(got).tobytes() == gk.to_numpy(ref).tobytes(), "variant 13 and the default differ"
     one = with_variant(13, lambda: gk.gemv_q8_0(x[m - 1], qc, out_dtype="float32"))
     assert gk.to_numpy(one).tobytes() == gk.to_numpy(got)[m - 1].tobytes()
@@ -290,7 +290,7 @@ def test_rolled_loop_same_bits(fmt, n, k):
         x = xb.to("cuda")
         got = with_variant(21, lambda: fn(x, qc, out_dtype="float32"))
         check(fmt, got, xs, deq, qb, f"{fmt} variant 21 n={n} k={k} M={m} {dtype}")
-        ref = fn(x, qc, out_dtype="float32")
+        ref = with_variant(29, lambda: fn(x, qc, out_dtype="float32"))  # the session-5 default
         g, r = gk.to_numpy(got), gk.to_numpy(ref)
         if g.tobytes() != r.tobytes():
             i = np.argwhere(g.view(np.uint32) != r.view(np.uint32))
@@ -311,7 +311,7 @@ def test_q8_0_byte_decode_rolled(knob):
     finally:
         del os.environ["GPUKIT_GEMV_GGUF"]
     check("q8_0", got, xs, deq, qb, f"q8_0 variant 13 knob {knob}")
-    ref = gk.gemv_q8_0(x, qc, out_dtype="float32")
+    ref = with_variant(29, lambda: gk.gemv_q8_0(x, qc, out_dtype="float32"))  # the session-5 default
     assert gk.to_numpy(got).tobytes() == gk.to_numpy(ref).tobytes(), f"variant 13 with knob {knob} differs from the default"
 
 
@@ -337,7 +337,7 @@ def test_quad_scales_same_bits(fmt, n, k, knob):
         finally:
             os.environ.pop("GPUKIT_GEMV_GGUF", None)
         check(fmt, got, xs, deq, qb, f"{fmt} variant 22 knob {knob} n={n} k={k} M={m} {dtype}")
-        ref = fn(x, qc, out_dtype="float32")
+        ref = with_variant(29, lambda: fn(x, qc, out_dtype="float32"))  # the session-5 default
         g, r = gk.to_numpy(got), gk.to_numpy(ref)
         if g.tobytes() != r.tobytes():
             i = np.argwhere(g.view(np.uint32) != r.view(np.uint32))
