@@ -67,6 +67,7 @@ VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "wit
                  13: "Q8_0, bf16 x: codes to bf16 by byte operations (no fp32)"}
 VARIANT_NAMES[21] = "GGUF: the stage and unit loops not unrolled (less code)"
 VARIANT_NAMES[22] = "GGUF Q4_K / Q6_K: block scales once per quad, shared through shared memory"
+VARIANT_NAMES[29] = "GGUF: the session-5 default kernel"
 VARIANT_NAMES[30] = "GGUF s6: permutes with immediate selectors (Q8_0 bf16: variant 13's decode; default bits)"
 VARIANT_NAMES[31] = "GGUF s6: 30 + variant 22's quad scales (Q4_K / Q6_K; default bits)"
 VARIANT_NAMES[32] = "GGUF s6: 30 + Q4_1 / Q4_K codes as 128 + q, fold in the min term (bf16 x; other bits)"
@@ -74,7 +75,7 @@ VARIANT_NAMES[33] = "GGUF s6: 31 + 32 (Q4_1 / Q4_K / Q6_K)"
 VARIANT_NAMES[34] = "GGUF s6: 30 + each ring slot refilled after its decode (one more stage in flight; default bits)"
 VARIANT_NAMES[35] = "GGUF s6: 33 + the late refill of 34"
 VARIANT_NAMES[36] = "GGUF s6: the copies alone (as 7) with the late refill (wrong results)"
-GGUF_ONLY_VARIANTS = (21, 22, 30, 31, 32, 33, 34, 35, 36)  # --variants: the GGUF formats only (GGUF_VARIANT_FMTS)
+GGUF_ONLY_VARIANTS = (21, 22, 29, 30, 31, 32, 33, 34, 35, 36)  # --variants: the GGUF formats only (GGUF_VARIANT_FMTS)
 # the GGUF formats a variant changes (others: skipped; not listed: all five)
 GGUF_VARIANT_FMTS = {22: ("q4_k", "q6_k"), 31: ("q4_k", "q6_k"), 32: ("q4_1", "q4_k"), 33: ("q4_1", "q4_k", "q6_k"),
                      35: ("q4_1", "q4_k", "q6_k")}
