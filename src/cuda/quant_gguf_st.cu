@@ -323,11 +323,18 @@ int default_depth(QFormat f) {
 // only), SP 0 no CTA spreading (shared memory as the rings need), 2 spreading with room for one CTA
 // more per SM, V 30..35 the session-6 kernel of that variant (UX 1 and the default D, or UX 0 and
 // D 2; R 0; V 34 / 35: UX 1; 0: the default kernel).
-GCfg gcfg_env(QFormat f) {
+// The shipped configuration of each format (no knob): a function of the format only.
+GCfg gcfg_default(QFormat f) {
   GCfg c;
   c.d = default_depth(f);
+  return c;
+}
+
+GCfg gcfg_env(QFormat f) {
   const char* e = std::getenv("GPUKIT_GEMV_GGUF");
-  if (!e || !*e) return c;
+  if (!e || !*e) return gcfg_default(f);
+  GCfg c;
+  c.d = default_depth(f);
   int d = 0, wt = 0, ux = 1, wmin = 1, pf = 0, minb = 2, roll = 0, sp = 1, v = 0;
   const int got = std::sscanf(e, "%d,%d,%d,%d,%d,%d,%d,%d,%d", &d, &wt, &ux, &wmin, &pf, &minb, &roll, &sp, &v);
   if (ux == 0 && (f == QFormat::q8_0 || f == QFormat::q6_k)) ux = 1;  // one unit per stage already
@@ -365,7 +372,7 @@ GCfg gcfg_env(QFormat f) {
 // without PDL.
 GCfg gcfg(int variant, QFormat f) {
   GCfg c = with_s6(gcfg_env(f), variant);
-  if (variant == 13 || variant == 21 || variant == 22 || variant == 29) c.opt = 0;
+  if (variant == 7 || variant == 13 || variant == 21 || variant == 22 || variant == 29 || variant == 36) c.opt = 0;
   if (variant == 29 || variant == 13 || variant == 21) c.ss = 0;
   if (variant == 21) c.roll = 1;
   if (variant == 22) c.ss = 1;
@@ -495,7 +502,7 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   // (the session-6 kernels also UX 0 with D 2; else the plain kernels)
   const bool dflt = c.ux == 1 && c.d == D0;
   const int sp = c.sp;
-  if (c.opt && !c.roll && p.variant != 7 && c.d == D0 && (c.ux == 1 || c.ux == 0)) {
+  if (c.opt && !c.roll && c.d == D0 && (c.ux == 1 || c.ux == 0)) {
     if (c.opt & kOptLate) {
       launch_s6<T, F, 1, kOptLate>(p, c, pl, st);  // UX 1 only (the knob's check)
     } else if constexpr (kHalf) {
