@@ -292,6 +292,7 @@ struct GCfg {
   int roll = 0;                          // 1: the stage and unit loops not unrolled (k_ggst's ROLL)
   int ss = 0;                            // 1: Q4_K / Q6_K scales once per quad (k_ggst's SS)
   int opt = 0;                           // k_ggst's OPT bits (kOptPI, kOptFold, kOptLate; variants 30-35)
+  int probe = 0;                         // the knob's V 7 / 36: the copies alone (as variant 7 / 36)
   int sp = 1;                            // 1: shared memory sized so that the CTAs spread evenly (launch_d); 0: not;
                                          // 2: room for one CTA more per SM (the next kernel's, under PDL)
 };
@@ -342,12 +343,14 @@ GCfg gcfg_env(QFormat f) {
   const bool half_ok = ux == 0 && (d == 2 || d == 3) && roll == 0 && (v == 0 || d == 2);
   if (got < 2 || d < 2 || d > 4 || wt < 1 || wt > 64 || (ux != 0 && ux != 1) || (ux == 0 && !half_ok) || wmin < 1 ||
       wmin > 8 || pf != 0 || minb != 2 || (roll != 0 && roll != 1) || (roll == 1 && !dflt) || (sp < 0 || sp > 2) ||
-      (v != 0 && (v < 30 || v > 35)) || (v != 0 && !half_ok && (!dflt || roll != 0)) || (v >= 34 && ux != 1))
+      (v != 0 && v != 7 && v != 36 && (v < 30 || v > 35)) || (v != 0 && !half_ok && (!dflt || roll != 0)) ||
+      (v >= 34 && ux != 1) || ((v == 7 || v == 36) && !dflt))
     throw ValueError(cat("GPUKIT_GEMV_GGUF: expected D,WT[,UX[,WMIN[,PF[,MINB[,R[,SP[,V]]]]]]] with D in 2..4, WT in ",
                          "1..64, UX 1 or 0 (half the units; D 2 or 3, R 0), WMIN in 1..8, PF 0, MINB 2, R 0 or 1 (UX 1 ",
                          "and the default D), SP 0..2, V 0 or 30..35 (UX 1 and the default D or UX 0 and D 2; R 0; V 34, ",
-                         "35: UX 1), got '", e, "'"));
+                         "35: UX 1; V 7 / 36, the copies alone: UX 1 and the default D), got '", e, "'"));
   c = with_s6(c, v);
+  c.probe = v == 7 ? 7 : (v == 36 ? 36 : 0);
   c.sp = sp;
   c.roll = roll;
   c.d = d;
@@ -534,8 +537,9 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   if (b8 && roll) launch_d<T, F, D0, 1, false, 2, kB8, true>(p, pl.nw, st, sp);
   else if (b8) launch_d<T, F, D0, 1, false, 2, kB8>(p, pl.nw, st, sp);
   else if (roll) launch_d<T, F, D0, 1, false, 2, false, true>(p, pl.nw, st, sp);
-  else if (p.variant == 7 && c.d == D0) launch_d<T, F, D0, 1, true>(p, pl.nw, st, sp);
-  else if (p.variant == 36 && c.d == D0) launch_d<T, F, D0, 1, true, 2, false, false, false, kOptLate>(p, pl.nw, st, sp);
+  else if ((p.variant == 7 || c.probe == 7) && c.d == D0) launch_d<T, F, D0, 1, true>(p, pl.nw, st, sp);
+  else if ((p.variant == 36 || c.probe == 36) && c.d == D0)
+    launch_d<T, F, D0, 1, true, 2, false, false, false, kOptLate>(p, pl.nw, st, sp);
   else if (c.d == 2) launch_d<T, F, 2>(p, pl.nw, st, sp);
   else if (c.d == 4) launch_d<T, F, 4>(p, pl.nw, st, sp);
   else launch_d<T, F, 3>(p, pl.nw, st, sp);

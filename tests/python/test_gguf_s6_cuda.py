@@ -215,7 +215,8 @@ def test_s6_knob(fmt, knob, variant):
 @pytest.mark.parametrize("knob", ["2,12,1,1,0,2,0,3", "2,12,1,1,0,2,0,1,29", "2,12,1,1,0,2,0,1,34",
                                   "3,12,1,1,0,2,0,1,30", "2,12,2,1,0,2,0,1,30", "2,12,1,1,0,3,0,1,30",
                                   "2,12,1,1,0,2,1,1,30", "3,12,0,1,0,2,0,1,30", "2,12,0,1,0,3", "4,12,0",
-                                  "2,12,0,1,0,2,1", "2,12,-1", "2,12,0,1,0,2,0,1,34", "2,12,1,1,0,2,0,1,36"])
+                                  "2,12,0,1,0,2,1", "2,12,-1", "2,12,0,1,0,2,0,1,34", "2,12,1,1,0,2,0,1,37",
+                                  "3,12,1,1,0,2,0,1,7", "2,12,0,1,0,2,0,1,36", "2,12,1,1,0,2,0,1,8"])
 def test_s6_knob_rejects(knob):
     q, _, _ = make("q4_0", 16, 256)
     x = gk.asarray(np.ones((1, 256), np.float32)).astype("bfloat16").to("cuda")
@@ -225,3 +226,21 @@ def test_s6_knob_rejects(knob):
             gk.gemv_q4_0(x, q.to("cuda"))
     finally:
         del os.environ["GPUKIT_GEMV_GGUF"]
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("knob", ["2,12,1,1,0,2,0,0,7", "2,12,1,1,0,2,0,2,36", "2,16,1,1,0,2,0,1,36"])
+def test_s6_knob_copies_alone_run(fmt, knob):
+    """V 7 / 36 (the copies alone, benchmarking only: wrong results): they run on every format and
+    shape class (ragged, split-K) without a fault, and the next normal call is exact again."""
+    for n, k in ((300, 4096), (19, 14336), (16, 2048)):
+        if fmt == "q6_k" and k % 2048:
+            continue
+        q, deq, qb = make(fmt, n, k)
+        qc = q.to("cuda")
+        xb, xs = xrows(2, k, "bfloat16")
+        x = xb.to("cuda")
+        got = run(fmt, x, qc, 0, knob)
+        assert got.shape == (2, n)
+        gk.synchronize()
+        check(fmt, run(fmt, x, qc), xs, deq, qb, f"{fmt} after knob {knob} n={n} k={k}")
