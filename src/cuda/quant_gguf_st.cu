@@ -316,6 +316,13 @@ int default_depth(QFormat f) {
   }
 }
 
+// The shipped configuration of each format (no knob): a function of the format only.
+GCfg gcfg_default(QFormat f) {
+  GCfg c;
+  c.d = default_depth(f);
+  return c;
+}
+
 // GPUKIT_GEMV_GGUF="D,WT[,UX[,WMIN[,PF[,MINB[,R[,SP[,V]]]]]]]": the benchmarking knob: ring depth 2..4,
 // target warps per SM, UX 1 (0: half the units per stage, Q4_0 / Q4_1 / Q4_K; D 2 or 3), at least
 // WMIN (1..8) warps per CTA (shorter CTAs when there are many, e.g. the lm-head's 8016), PF and MINB
@@ -323,13 +330,7 @@ int default_depth(QFormat f) {
 // lost everywhere in session 5), R 1 the rolled stage loop (as variant 21; UX 1 and the default D
 // only), SP 0 no CTA spreading (shared memory as the rings need), 2 spreading with room for one CTA
 // more per SM, V 30..35 the session-6 kernel of that variant (UX 1 and the default D, or UX 0 and
-// D 2; R 0; V 34 / 35: UX 1; 0: the default kernel).
-// The shipped configuration of each format (no knob): a function of the format only.
-GCfg gcfg_default(QFormat f) {
-  GCfg c;
-  c.d = default_depth(f);
-  return c;
-}
+// D 2; R 0; V 34 / 35: UX 1; 0: the session-5 kernel), 7 / 36 the copies alone (as the variants).
 
 GCfg gcfg_env(QFormat f) {
   const char* e = std::getenv("GPUKIT_GEMV_GGUF");
@@ -505,6 +506,13 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   // (the session-6 kernels also UX 0 with D 2; else the plain kernels)
   const bool dflt = c.ux == 1 && c.d == D0;
   const int sp = c.sp;
+  const int probe = (p.variant == 7 || c.probe == 7) ? 7 : ((p.variant == 36 || c.probe == 36) ? 36 : 0);
+  if (probe && c.d == D0) {  // the copies alone (wrong results; benchmarking)
+    if (probe == 7) launch_d<T, F, D0, 1, true>(p, pl.nw, st, sp);
+    else launch_d<T, F, D0, 1, true, 2, false, false, false, kOptLate>(p, pl.nw, st, sp);
+    if (p.split > 1) launch_sum_q(p, st);
+    return;
+  }
   if (c.opt && !c.roll && c.d == D0 && (c.ux == 1 || c.ux == 0)) {
     if (c.opt & kOptLate) {
       launch_s6<T, F, 1, kOptLate>(p, c, pl, st);  // UX 1 only (the knob's check)
@@ -537,9 +545,6 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   if (b8 && roll) launch_d<T, F, D0, 1, false, 2, kB8, true>(p, pl.nw, st, sp);
   else if (b8) launch_d<T, F, D0, 1, false, 2, kB8>(p, pl.nw, st, sp);
   else if (roll) launch_d<T, F, D0, 1, false, 2, false, true>(p, pl.nw, st, sp);
-  else if ((p.variant == 7 || c.probe == 7) && c.d == D0) launch_d<T, F, D0, 1, true>(p, pl.nw, st, sp);
-  else if ((p.variant == 36 || c.probe == 36) && c.d == D0)
-    launch_d<T, F, D0, 1, true, 2, false, false, false, kOptLate>(p, pl.nw, st, sp);
   else if (c.d == 2) launch_d<T, F, 2>(p, pl.nw, st, sp);
   else if (c.d == 4) launch_d<T, F, 4>(p, pl.nw, st, sp);
   else launch_d<T, F, 3>(p, pl.nw, st, sp);
