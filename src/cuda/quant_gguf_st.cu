@@ -316,8 +316,9 @@ int default_depth(QFormat f) {
   }
 }
 
-// The shipped configuration of each format (no knob): a function of the format only.
-GCfg gcfg_default(QFormat f) {
+// The shipped configuration (no knob): a function of (format, N, K) only.
+GCfg gcfg_default(QFormat f, int64_t n, int64_t k) {
+  (void)n, (void)k;
   GCfg c;
   c.d = default_depth(f);
   return c;
@@ -332,9 +333,9 @@ GCfg gcfg_default(QFormat f) {
 // more per SM, V 30..35 the session-6 kernel of that variant (UX 1 and the default D, or UX 0 and
 // D 2; R 0; V 34 / 35: UX 1; 0: the session-5 kernel), 7 / 36 the copies alone (as the variants).
 
-GCfg gcfg_env(QFormat f) {
+GCfg gcfg_env(QFormat f, int64_t n, int64_t k) {
   const char* e = std::getenv("GPUKIT_GEMV_GGUF");
-  if (!e || !*e) return gcfg_default(f);
+  if (!e || !*e) return gcfg_default(f, n, k);
   GCfg c;
   c.d = default_depth(f);
   int d = 0, wt = 0, ux = 1, wmin = 1, pf = 0, minb = 2, roll = 0, sp = 1, v = 0;
@@ -374,8 +375,8 @@ GCfg gcfg_env(QFormat f) {
 // 29: the session-5 default kernel (no session-6 options: the reference of the same-bits tests,
 // whatever the default is); 13, 21, 22: the session-5 kernel with their change; 2: the default
 // without PDL.
-GCfg gcfg(int variant, QFormat f) {
-  GCfg c = with_s6(gcfg_env(f), variant);
+GCfg gcfg(int variant, QFormat f, int64_t n, int64_t k) {
+  GCfg c = with_s6(gcfg_env(f, n, k), variant);
   if (variant == 7 || variant == 13 || variant == 21 || variant == 22 || variant == 29 || variant == 36) c.opt = 0;
   if (variant == 29 || variant == 13 || variant == 21) c.ss = 0;
   if (variant == 21) c.roll = 1;
@@ -497,7 +498,7 @@ void launch_s6(const QGemvArgs& p, const GCfg& c, const GPlan& pl, cudaStream_t 
 
 template <class T, int F>
 void launch_f(const QGemvArgs& p, cudaStream_t st) {
-  const GCfg c = gcfg(p.variant, QFormat(F));
+  const GCfg c = gcfg(p.variant, QFormat(F), p.n, p.k);
   const GPlan pl = gplan(p.n, p.k, QFormat(F), c);
   constexpr int D0 = GS<F>::D;
   constexpr bool kB8 = F == int(QFormat::q8_0) && std::is_same_v<T, bf16>;
@@ -570,7 +571,7 @@ bool gguf_st_applies(const QGemvArgs& p) {
          reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.x_rs % 8 == 0;
 }
 
-int gguf_st_split(int64_t n, int64_t k, QFormat f) { return gplan(n, k, f, gcfg(0, f)).split; }
+int gguf_st_split(int64_t n, int64_t k, QFormat f) { return gplan(n, k, f, gcfg(0, f, n, k)).split; }
 
 // Q8_0 with bf16 x through the fp16 copy of x (variant 12; the workspaces xh, xinv given).
 bool q8_xprep(const QGemvArgs& p) {
