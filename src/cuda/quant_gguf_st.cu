@@ -316,11 +316,48 @@ int default_depth(QFormat f) {
   }
 }
 
-// The shipped configuration (no knob): a function of (format, N, K) only.
-GCfg gcfg_default(QFormat f, int64_t n, int64_t k) {
-  (void)n, (void)k;
+// The session-5 configuration (the base of the benchmarking variants 4, 5, 7, 13, 21, 22, 29-36).
+GCfg gcfg_s5(QFormat f) {
   GCfg c;
   c.d = default_depth(f);
+  return c;
+}
+
+// The shipped configuration (no knob): a function of (format, N, K) only. Session 6, checkpoint A
+// (docs/device-runs: device-results/A/2/plan_4; % of the copy bandwidth at M = 1, (K, N) = (4096,
+// 14336) / (14336, 4096) / (4096, 128256), against the session-5 default in the same run):
+// - Q8_0: variant 34 (PI, Q8_0's bf16 byte decode, late refill): 66 / 66 / 80 (62 / 62 / 79); M = 8
+//   57 / 56 / 72 (53 / 50 / 70). The session-5 default's bits.
+// - Q4_0: N < 132 x 8 x 16 rows (all row tiles resident at once): half the units per stage (UX 0)
+//   57 / 53 (53 / 52); the lm-head keeps one unit per stage (UX 0: 74 against 78) with PI 79.
+// - Q4_1: the codes as 128 + q (kOptFold, bf16 x) with UX 0 for the small N: 60 / 57 (50 / 49); the
+//   lm-head UX 1 with the late refill: 82 (74).
+// - Q4_K: UX 0, quad-shared scales, kOptFold: 52 / 50 / 70 (45 / 43 / 63).
+// - Q6_K: quad-shared scales (variant 31): 55 / 55 / 72 (53 / 52 / 69); the session-5 bits.
+GCfg gcfg_default(QFormat f, int64_t n, int64_t k) {
+  (void)k;
+  GCfg c = gcfg_s5(f);
+  const bool few = (n + 15) / 16 <= int64_t(132) * 8;  // all row tiles resident at once (not the lm-head)
+  switch (f) {
+    case QFormat::q8_0: c.opt = kOptPI | kOptLate; break;
+    case QFormat::q4_0:
+      c.opt = kOptPI;
+      c.ux = few ? 0 : 1;
+      break;
+    case QFormat::q4_1:
+      c.opt = kOptPI | kOptFold | (few ? 0 : kOptLate);
+      c.ux = few ? 0 : 1;
+      break;
+    case QFormat::q4_k:
+      c.opt = kOptPI | kOptFold;
+      c.ss = 1;
+      c.ux = 0;
+      break;
+    default:  // q6_k
+      c.opt = kOptPI;
+      c.ss = 1;
+      break;
+  }
   return c;
 }
 
@@ -373,10 +410,15 @@ GCfg gcfg_env(QFormat f, int64_t n, int64_t k) {
 // 128 + q (kOptFold, bf16 x; other bits), 33 31 + 32, 34 30 with the late refill (kOptLate: the
 // default's bits), 35 33 with the late refill, 36 the copies alone (as 7) with the late refill.
 // 29: the session-5 default kernel (no session-6 options: the reference of the same-bits tests,
-// whatever the default is); 13, 21, 22: the session-5 kernel with their change; 2: the default
-// without PDL.
+// whatever the default is). Without the knob, 4, 5, 7, 13, 21, 22 and 29-36 start from the
+// session-5 configuration (gcfg_s5: one unit per stage, no options), the others (2: the default
+// without PDL, 12) from the shipped one (gcfg_default).
 GCfg gcfg(int variant, QFormat f, int64_t n, int64_t k) {
-  GCfg c = with_s6(gcfg_env(f, n, k), variant);
+  const char* e = std::getenv("GPUKIT_GEMV_GGUF");
+  const bool s5base = variant == 4 || variant == 5 || variant == 7 || variant == 13 || variant == 21 || variant == 22 ||
+                      (variant >= 29 && variant <= 36);
+  GCfg c = (s5base && (!e || !*e)) ? gcfg_s5(f) : gcfg_env(f, n, k);
+  c = with_s6(c, variant);
   if (variant == 7 || variant == 13 || variant == 21 || variant == 22 || variant == 29 || variant == 36) c.opt = 0;
   if (variant == 29 || variant == 13 || variant == 21) c.ss = 0;
   if (variant == 21) c.roll = 1;
