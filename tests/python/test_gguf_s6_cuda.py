@@ -1,4 +1,4 @@
-"""The session-6 kernels of the staged GGUF GEMV (src/cuda/quant_gguf_st.cu, variants 30-33 and
+"""The session-6 kernels of the staged GGUF GEMV (src/cuda/quant_gguf_st.cu, variants 30-36 and
 the knob fields UX 0, SP and V of GPUKIT_GEMV_GGUF):
 
 - 30: byte permutes with immediate selectors and the magic bytes in registers (Q8_0 with bf16 x
@@ -15,9 +15,10 @@ the knob fields UX 0, SP and V of GPUKIT_GEMV_GGUF):
   through the knob): the same bits as the default / the variant; UX 0 (half the units per stage)
   exact.
 
-"The default" below is variant 29, the session-5 default kernel (the same-bits reference whatever
-the shipped default is). Outputs land in memory poisoned with NaN first (freed just before the call, so the caching
-allocator hands it out again). Skipped without a GPU."""
+"The default" above is variant 29, the session-5 default kernel (the same-bits reference whatever
+the shipped default is); test_s6_defaults ties the shipped default to the configuration measured at
+checkpoint A. Outputs land in memory poisoned with NaN first (freed just before the call, so the
+caching allocator hands it out again). Skipped without a GPU."""
 import os
 
 import numpy as np
@@ -244,3 +245,34 @@ def test_s6_knob_copies_alone_run(fmt, knob):
         assert got.shape == (2, n)
         gk.synchronize()
         check(fmt, run(fmt, x, qc), xs, deq, qb, f"{fmt} after knob {knob} n={n} k={k}")
+
+
+# The shipped configuration (gcfg_default) and the measured configuration it was taken from:
+# (format, few row tiles) -> (variant, knob); few: N <= 132 * 8 * 16 rows.
+DEFAULT_OF = {("q8_0", True): (34, None), ("q8_0", False): (34, None),
+              ("q4_0", True): (0, "2,12,0,1,0,2,0,1,30"), ("q4_0", False): (30, None),
+              ("q4_1", True): (0, "2,12,0,1,0,2,0,1,32"), ("q4_1", False): (35, None),
+              ("q4_k", True): (0, "2,12,0,1,0,2,0,1,33"), ("q4_k", False): (0, "2,12,0,1,0,2,0,1,33"),
+              ("q6_k", True): (31, None), ("q6_k", False): (31, None)}
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("few", [True, False])
+def test_s6_defaults(fmt, few):
+    """The default is the configuration measured at checkpoint A (the same bits as that variant /
+    knob) and exact; N = 17000 rows (more than 132 * 8 row tiles: the lm-head rule) and N = 300."""
+    n = 300 if few else 17000
+    k = 2048 if fmt == "q6_k" else (4096 if few else 256)
+    q, deq, qb = make(fmt, n, k)
+    qc = q.to("cuda")
+    variant, knob = DEFAULT_OF[(fmt, few)]
+    for m, dtype in ((1, "bfloat16"), (3, "float16"), (8, "bfloat16")):
+        xb, xs = xrows(m, k, dtype)
+        x = xb.to("cuda")
+        got = run(fmt, x, qc)
+        what = f"{fmt} default n={n} k={k} M={m} {dtype}"
+        if fmt in FOLDED and dtype == "bfloat16":
+            check_fold(fmt, got, xs, deq, qb, what)
+        else:
+            check(fmt, got, xs, deq, qb, what)
+        same_bits(got, run(fmt, x, qc, variant, knob), what + f" against variant {variant} knob {knob}")
