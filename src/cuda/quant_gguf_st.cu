@@ -368,7 +368,7 @@ GCfg gcfg_default(QFormat f, int64_t n, int64_t k) {
 // lost everywhere in session 5), R 1 the rolled stage loop (as variant 21; UX 1 and the default D
 // only), SP 0 no CTA spreading (shared memory as the rings need), 2 spreading with room for one CTA
 // more per SM, V 30..35 the session-6 kernel of that variant (UX 1 and the default D, or UX 0 and
-// D 2; R 0; V 34 / 35: UX 1; 0: the session-5 kernel), 7 / 36 the copies alone (as the variants).
+// D 2; R 0; 0: the session-5 kernel), 7 / 36 the copies alone (as the variants).
 
 GCfg gcfg_env(QFormat f, int64_t n, int64_t k) {
   const char* e = std::getenv("GPUKIT_GEMV_GGUF");
@@ -383,11 +383,11 @@ GCfg gcfg_env(QFormat f, int64_t n, int64_t k) {
   if (got < 2 || d < 2 || d > 4 || wt < 1 || wt > 64 || (ux != 0 && ux != 1) || (ux == 0 && !half_ok) || wmin < 1 ||
       wmin > 8 || pf != 0 || minb != 2 || (roll != 0 && roll != 1) || (roll == 1 && !dflt) || (sp < 0 || sp > 2) ||
       (v != 0 && v != 7 && v != 36 && (v < 30 || v > 35)) || (v != 0 && !half_ok && (!dflt || roll != 0)) ||
-      (v >= 34 && ux != 1) || ((v == 7 || v == 36) && !dflt))
+      ((v == 7 || v == 36) && !dflt))
     throw ValueError(cat("GPUKIT_GEMV_GGUF: expected D,WT[,UX[,WMIN[,PF[,MINB[,R[,SP[,V]]]]]]] with D in 2..4, WT in ",
                          "1..64, UX 1 or 0 (half the units; D 2 or 3, R 0), WMIN in 1..8, PF 0, MINB 2, R 0 or 1 (UX 1 ",
                          "and the default D), SP 0..2, V 0 or 30..35 (UX 1 and the default D or UX 0 and D 2; R 0; V 34, ",
-                         "35: UX 1; V 7 / 36, the copies alone: UX 1 and the default D), got '", e, "'"));
+                         "35: D 2; V 7 / 36, the copies alone: UX 1 and the default D), got '", e, "'"));
   c = with_s6(c, v);
   c.probe = v == 7 ? 7 : (v == 36 ? 36 : 0);
   c.sp = sp;
@@ -558,7 +558,12 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   }
   if (c.opt && !c.roll && c.d == D0 && (c.ux == 1 || c.ux == 0)) {
     if (c.opt & kOptLate) {
-      launch_s6<T, F, 1, kOptLate>(p, c, pl, st);  // UX 1 only (the knob's check)
+      if constexpr (kHalf) {
+        if (c.ux == 0) launch_s6<T, F, 0, kOptLate>(p, c, pl, st);
+        else launch_s6<T, F, 1, kOptLate>(p, c, pl, st);
+      } else {
+        launch_s6<T, F, 1, kOptLate>(p, c, pl, st);
+      }
     } else if constexpr (kHalf) {
       if (c.ux == 0) launch_s6<T, F, 0>(p, c, pl, st);
       else launch_s6<T, F, 1>(p, c, pl, st);

@@ -188,7 +188,8 @@ def test_s6_q8_0_every_code(m):
                                           ("2,12,0,1,0,2,0,1,30", 30), ("2,12,0,1,0,2,0,1,33", 33),
                                           ("2,12,0,1,0,2,0,1,31", 31), ("2,12,1,1,0,2,0,1,34", 34),
                                           ("2,16,1,1,0,2,0,0,35", 35), ("2,12,1,1,0,2,0,2", 0),
-                                          ("2,12,1,1,0,2,0,2,33", 33)])
+                                          ("2,12,1,1,0,2,0,2,33", 33), ("2,12,0,1,0,2,0,1,34", 34),
+                                          ("2,12,0,1,0,2,0,1,35", 35)])
 def test_s6_knob(fmt, knob, variant):
     """SP 0 (no CTA spreading) / 2 (room for one CTA more per SM), UX 0 (half the units per stage: Q4_0 / Q4_1 / Q4_K) and V (a session-6
     kernel through the knob): exact; with the default plan (D 2, WT 12, UX 1) also the bits of the
@@ -211,12 +212,15 @@ def test_s6_knob(fmt, knob, variant):
         same_bits(got, run(fmt, x, qc, variant or 29), what)
     if ux == "0" and variant in (30, 31) and fmt in ("q4_0", "q4_1", "q4_k"):  # the plain UX 0 kernel's bits
         same_bits(got, run(fmt, x, qc, 0, knob.rsplit(",", 1)[0]), what + " against V 0")
+    if ux == "0" and variant in (34, 35):  # the late refill with half units: the bits of 30 / 33 with them
+        ref = knob.rsplit(",", 1)[0] + (",30" if variant == 34 else ",33")
+        same_bits(got, run(fmt, x, qc, 0, ref), what + f" against {ref}")
 
 
 @pytest.mark.parametrize("knob", ["2,12,1,1,0,2,0,3", "2,12,1,1,0,2,0,1,29",
                                   "3,12,1,1,0,2,0,1,30", "2,12,2,1,0,2,0,1,30", "2,12,1,1,0,3,0,1,30",
                                   "2,12,1,1,0,2,1,1,30", "3,12,0,1,0,2,0,1,30", "2,12,0,1,0,3", "4,12,0",
-                                  "2,12,0,1,0,2,1", "2,12,-1", "2,12,0,1,0,2,0,1,34", "2,12,1,1,0,2,0,1,37",
+                                  "2,12,0,1,0,2,1", "2,12,-1", "3,12,0,1,0,2,0,1,34", "2,12,1,1,0,2,0,1,37",
                                   "3,12,1,1,0,2,0,1,7", "2,12,0,1,0,2,0,1,36", "2,12,1,1,0,2,0,1,8"])
 def test_s6_knob_rejects(knob):
     q, _, _ = make("q4_0", 16, 256)
