@@ -23,10 +23,11 @@ KB,D,WT[,RT[,XS[,XP[,SP[,PF[,PD]]]]]] are described in docs/gemm.md; XS 3 = 8-bi
 decoded to bf16, the default for fp8 / int8 with bf16 x).
 --ms 1,4,8: also time every other format with M = 4 and 8 rows of x (records FMT_m4, FMT_m8).
 q8_0_h / q4_0_h: the GGUF kernels with float16 x (Q8_0's codes then decode in fp16 without the fp32
-detour of bf16). --gguf D,WT[,UX[,WMIN[,PF[,MINB]]]][/...]: time the GGUF formats again with each
-GPUKIT_GEMV_GGUF setting (the staged GGUF kernel's ring depth, target warps per SM, 2 for twice the
-blocks per stage, warps per CTA at least, stages per row prefetched into L2 at the start, 3 for 80
-registers; printed only).
+detour of bf16). --gguf D,WT[,UX[,WMIN[,PF[,MINB[,R[,SP[,V]]]]]]][/...]: time the GGUF formats again
+with each GPUKIT_GEMV_GGUF setting (the staged GGUF kernel's ring depth, target warps per SM, 0 for
+half the blocks per stage, warps per CTA at least, PF 0 and MINB 2 only (session 6), 1 for the rolled
+loop, 0 for no CTA spreading (2: room for one CTA more per SM), a session-6 variant 30..35 or the
+copies alone 7 / 36 (not checked); printed only).
 The default launches use programmatic dependent launch (each call copies its first weights
 while the previous call finishes, as in a decode step's chain of GEMVs); "variant 2" lines: the
 same kernels without it. "variant 1": a 2-stage cp.async ring instead of the default depth
@@ -66,7 +67,18 @@ VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "wit
                  13: "Q8_0, bf16 x: codes to bf16 by byte operations (no fp32)"}
 VARIANT_NAMES[21] = "GGUF: the stage and unit loops not unrolled (less code)"
 VARIANT_NAMES[22] = "GGUF Q4_K / Q6_K: block scales once per quad, shared through shared memory"
-GGUF_ONLY_VARIANTS = (21, 22)  # --variants: the GGUF formats only (22: Q4_K and Q6_K)
+VARIANT_NAMES[29] = "GGUF: the session-5 default kernel"
+VARIANT_NAMES[30] = "GGUF s6: permutes with immediate selectors (Q8_0 bf16: variant 13's decode; default bits)"
+VARIANT_NAMES[31] = "GGUF s6: 30 + variant 22's quad scales (Q4_K / Q6_K; default bits)"
+VARIANT_NAMES[32] = "GGUF s6: 30 + Q4_1 / Q4_K codes as 128 + q, fold in the min term (bf16 x; other bits)"
+VARIANT_NAMES[33] = "GGUF s6: 31 + 32 (Q4_1 / Q4_K / Q6_K)"
+VARIANT_NAMES[34] = "GGUF s6: 30 + each ring slot refilled after its decode (one more stage in flight; default bits)"
+VARIANT_NAMES[35] = "GGUF s6: 33 + the late refill of 34"
+VARIANT_NAMES[36] = "GGUF s6: the copies alone (as 7) with the late refill (wrong results)"
+GGUF_ONLY_VARIANTS = (21, 22, 29, 30, 31, 32, 33, 34, 35, 36)  # --variants: the GGUF formats only (GGUF_VARIANT_FMTS)
+# the GGUF formats a variant changes (others: skipped; not listed: all five)
+GGUF_VARIANT_FMTS = {22: ("q4_k", "q6_k"), 31: ("q4_k", "q6_k"), 32: ("q4_1", "q4_k"), 33: ("q4_1", "q4_k", "q6_k"),
+                     35: ("q4_1", "q4_k", "q6_k")}
 INT4_ONLY_VARIANTS = (6, 9, 10, 11, 14)  # --variants: int4 / nvf4 only (8: int4 and nvf4; 7: int4 and GGUF; 12 / 13: int4 / nvf4 and Q8_0)
 NEW_KERNEL_VARIANTS = (3, 4, 5, 7)  # int4, nvf4 and the GGUF formats only
 GGUF_FMTS = ("q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
@@ -298,11 +310,11 @@ def main():
                         continue
                     if var in (12, 13) and not base.startswith(("int4", "nvf4")) and fmt not in ("q8_0", "q8_0_m4", "q8_0_m8"):
                         continue
-                    if var in GGUF_ONLY_VARIANTS and (base not in GGUF_FMTS or (var == 22 and base not in ("q4_k", "q6_k"))):
+                    if var in GGUF_ONLY_VARIANTS and (base not in GGUF_FMTS or base not in GGUF_VARIANT_FMTS.get(var, GGUF_FMTS)):
                         continue
                     try:
                         gk._C._gemv_set_variant(var)
-                        if var != 7:  # the probe computes nothing
+                        if var not in (7, 36):  # the probes compute nothing
                             check(fmt, fn(x, *wargs[0]), x, deq)
                         v1 = tbs(nbytes, median(time_graph(calls, rounds)))
                         vname = (W4_VARIANT_NAMES if base.startswith(("int4", "nvf4")) else VARIANT_NAMES)[var]
@@ -328,7 +340,8 @@ def main():
                 for cfg in args.gguf.split("/"):
                     os.environ["GPUKIT_GEMV_GGUF"] = cfg
                     try:
-                        check(fmt, fn(x, *wargs[0]), x, deq)
+                        if cfg.split(",")[8:9] not in (["7"], ["36"]):  # V 7 / 36: the copies alone, wrong results
+                            check(fmt, fn(x, *wargs[0]), x, deq)
                         v1 = tbs(nbytes, median(time_graph(calls, rounds)))
                         notes.append(f"  gguf {cfg}: {v1:.3f} TB/s = {v1 / ceiling:.0%} of copy")
                         r_var[f"gguf_{cfg.replace(',', '_')}"] = v1

@@ -35,6 +35,7 @@
 #include "common/gemv_gguf.cuh"
 #include "common/gemv_stage.cuh"
 #include "core/cuda_util.h"
+#include "quant_gguf_st_s6.cuh"
 #include "quant_gguf_st_units.cuh"
 
 namespace gk::cuda {
@@ -45,23 +46,26 @@ using namespace gemv_detail;
 using namespace gguf_st;  // GS, GL, kPhased, the unit decodes (quant_gguf_st_units.cuh)
 
 // PROBE: the copies and waits only, no decode (wrong results: the access pattern's ceiling).
-// L2 prefetch of n bytes at a 16-byte aligned global address (n % 16 == 0).
-__device__ __forceinline__ void prefetch_l2(const void* a, uint32_t n) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(n) : "memory");
-}
-
-// pf: stages of each row prefetched into L2 beyond the ring's first D - 1 (one bulk prefetch per
-// row and warp before waiting for the previous kernel; 0: none).
-// MINB: CTAs of 256 threads per SM the registers are sized for (2: 128 registers, 3: 80). B8:
+// MINB: CTAs of 256 threads per SM the registers are sized for (2: 128 registers; 3, 80 registers,
+// was removed in session 6: 0-14 points slower everywhere in session 5's final run). B8:
 // Q8_0 with bf16 x decoded by int8x4_bf16.
 // ROLL: the stage loop and the loop over a stage's units not unrolled (the ring slot and the
 // unit's offset computed at run time; one copy of a unit's decode in the code instead of D x U:
 // less instruction-cache pressure, same arithmetic in the same order: the same bits).
 // SS: Q4_K / Q6_K with the scales formed once per quad (unit_q4k_ss / unit_q6k_ss; 1 KB of
 // scratch per warp after the rings).
+// OPT (session 6): bit 0 (kOptPI) the byte permutes with immediate selectors and the magic bytes
+// in registers (bpm: same bits); bit 1 (kOptFold) Q4_1 / Q4_K with bf16 x: the codes as 128 + q,
+// the 128 sum(x) taken out with the min term (other bits; quant_gguf_st_units.cuh).
+// bit 2 (kOptLate) each stage's slot refilled after its decode instead of the previous slot before
+// it: D stages in flight while a warp waits (one more than before; the first wait too), D - 1 while
+// it decodes; the same operations on the same data: the same bits.
+constexpr int kOptPI = 1, kOptFold = 2, kOptLate = 4;
 template <class T, int F, int D, int UX = 1, bool PROBE = false, int MINB = 2, bool B8 = false, bool ROLL = false,
-          bool SS = false>
-__global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p, int pf) {
+          bool SS = false, int OPT = 0>
+__global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p) {
+  constexpr bool PI = (OPT & kOptPI) != 0, FOLD = (OPT & kOptFold) != 0, LATE = (OPT & kOptLate) != 0;
+  static_assert(!LATE || !ROLL, "late refill: the unrolled decode loop");
   using L = GL<F, UX>;
   constexpr int UB = GS<F>::UB, UW = GS<F>::UW, U = L::U, NC = L::NC, P = L::P, NK = (NC + 7) / 8;
   constexpr int SB = 16 * P;  // bytes per stage
@@ -110,7 +114,7 @@ __global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p, int pf) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) qp[i] += U * UB;
       } else {  // U units of UB bytes from phase (un UB) % 16 (U = 1 here: NC chunks always needed)
-        static_assert(!kPhased<F> || (U == 1 && NC * 16 == 12 + UB) || UX == 2, "phased units: one per stage");
+        static_assert(!kPhased<F> || (U == 1 && NC * 16 == 12 + UB), "phased units: one per stage");
         const int64_t b0 = un * UB, off = b0 & ~int64_t(15);
         const int64_t nun = u1 - un < U ? u1 - un : U;
         const int need = int(((b0 & 15) + nun * UB + 15) >> 4);
@@ -131,37 +135,47 @@ __global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p, int pf) {
   const T* xr = static_cast<const T*>(p.x) + int64_t(xrow) * p.x_rs + 4 * t;  // + the lane's k offset in a block
   uint32_t magic = std::is_same_v<T, bf16> ? 0x43434343u : 0x64646464u;
   asm volatile("" : "+r"(magic));  // a register: the byte permutes take it as their second source
+  // PI: registers ptxas cannot fold into immediates (p.m <= 8: the or adds nothing)
+  const uint32_t opq = PI ? uint32_t(p.m) >> 31 : 0u;
+  if constexpr (PI) magic |= opq;
+  const uint32_t k4b = 0x4B000000u | opq;
 
   pdl_trigger();
 #pragma unroll
-  for (int st = 0; st < D - 1; ++st) issue(st);
-  if (pf > 0 && lane < 16 && row0 + lane < p.n) {
-    const int64_t ua = u0 + int64_t(D - 1) * U, ue = ua + int64_t(pf) * U < u1 ? ua + int64_t(pf) * U : u1;
-    if (ue > ua) {  // whole chunks (rows are whole 16-byte chunks)
-      const int64_t b0 = (ua * UB) & ~int64_t(15), b1 = (ue * UB + 15) & ~int64_t(15);
-      prefetch_l2(static_cast<const uint8_t*>(p.q) + (row0 + lane) * p.q_rs + b0, uint32_t(b1 - b0));
-    }
-  }
+  for (int st = 0; st < (LATE ? D : D - 1); ++st) issue(st);
   pdl_wait();
 
   const int64_t nst = (u1 - u0 + U - 1) / U;
   // stage j in ring slot st (st == j % D)
   auto stage = [&](int64_t j, int st) {
-    cp_wait<D - 2>();
-    __syncwarp();  // every lane's copies of this stage are visible; every lane is done with the previous stage
-    issue(st == 0 ? D - 1 : st - 1);
-    if constexpr (PROBE) return;
+    if constexpr (LATE) {
+      cp_wait<D - 1>();
+      __syncwarp();  // every lane's copies of this stage are visible
+    } else {
+      cp_wait<D - 2>();
+      __syncwarp();  // every lane's copies of this stage are visible; every lane is done with the previous stage
+      issue(st == 0 ? D - 1 : st - 1);
+    }
+    if constexpr (PROBE) {
+      if constexpr (LATE) {
+        __syncwarp();
+        issue(st);
+      }
+      return;
+    }
     const int64_t ub = u0 + j * U;  // first unit of the stage
     const uint32_t sb = ring + uint32_t(st * SB + g * P) + uint32_t(kPhased<F> ? ((ub * UB) & 15) : 0);
     const T* xs = xr + ub * UW;
     auto unit = [&](int v) {
       const uint32_t a = sb + uint32_t(v * UB), b = a + uint32_t(8 * P);
       const T* xj = xs + v * UW;
-      if constexpr (SS && F == int(QFormat::q4_k)) unit_q4k_ss<T>(a, b, xj, g, t, magic, scr, acc);
-      else if constexpr (SS && F == int(QFormat::q6_k)) unit_q6k_ss<T>(a, b, xj, g, t, magic, scr, acc);
+      if constexpr (SS && F == int(QFormat::q4_k) && OPT != 0) unit_q4k_ss_s6<T, PI, FOLD>(a, b, xj, g, t, magic, scr, acc, k4b);
+      else if constexpr (SS && F == int(QFormat::q4_k)) unit_q4k_ss<T>(a, b, xj, g, t, magic, scr, acc);
+      else if constexpr (SS && F == int(QFormat::q6_k)) unit_q6k_ss<T, PI>(a, b, xj, g, t, magic, scr, acc, k4b);
+      else if constexpr (F == int(QFormat::q4_k) && OPT != 0) unit_q4k_s6<T, PI, FOLD>(a, b, xj, t, magic, acc, k4b);
       else if constexpr (F == int(QFormat::q4_k)) unit_q4k<T>(a, b, xj, t, magic, acc);
-      else if constexpr (F == int(QFormat::q6_k)) unit_q6k<T>(a, b, xj, t, magic, acc);
-      else unit32<T, F, B8>(a, b, xj, t, magic, acc);
+      else if constexpr (F == int(QFormat::q6_k)) unit_q6k<T, PI>(a, b, xj, t, magic, acc, k4b);
+      else unit32<T, F, B8, PI, FOLD>(a, b, xj, t, magic, acc);
     };
     if constexpr (ROLL) {
 #pragma unroll 1
@@ -171,6 +185,10 @@ __global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p, int pf) {
 #pragma unroll
       for (int v = 0; v < U; ++v)
         if (v == 0 || ub + v < u1) unit(v);
+    }
+    if constexpr (LATE) {
+      __syncwarp();  // every lane is done with this slot
+      issue(st);     // stage j + D
     }
   };
   if constexpr (ROLL) {
@@ -186,7 +204,7 @@ __global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p, int pf) {
       for (int st = 0; st < D; ++st) {
         const int64_t j = j0 + st;
         if (j < nst) stage(j, st);
-        else issue(st == 0 ? D - 1 : st - 1);  // keeps the group count uniform (empty groups)
+        else if constexpr (!LATE) issue(st == 0 ? D - 1 : st - 1);  // keeps the group count uniform (empty groups)
       }
     }
   }
@@ -270,12 +288,23 @@ __global__ void __launch_bounds__(512) k_gg_xprep(const bf16* __restrict__ x, in
 // ---- the launch plan ----
 
 struct GCfg {
-  int d = 3, wt = 12, ux = 1, wmin = 1;  // ring depth, target warps per SM, units per stage x1 / x2, warps per CTA at least
-  int pf = 0;                            // stages per row prefetched into L2 at the start
-  int minb = 2;                          // registers sized for 2 (128) or 3 (80) CTAs of 256 threads per SM
+  int d = 3, wt = 12, ux = 1, wmin = 1;  // ring depth, target warps per SM, units per stage x1 (0: half), warps per CTA at least
   int roll = 0;                          // 1: the stage and unit loops not unrolled (k_ggst's ROLL)
   int ss = 0;                            // 1: Q4_K / Q6_K scales once per quad (k_ggst's SS)
+  int opt = 0;                           // k_ggst's OPT bits (kOptPI, kOptFold, kOptLate; variants 30-35)
+  int probe = 0;                         // the knob's V 7 / 36: the copies alone (as variant 7 / 36)
+  int sp = 1;                            // 1: shared memory sized so that the CTAs spread evenly (launch_d); 0: not;
+                                         // 2: room for one CTA more per SM (the next kernel's, under PDL)
 };
+
+// The session-6 kernels (variants 30-35; the knob's V): OPT bits and SS of variant v (0: none).
+// 34 / 35: 30 / 33 with the late refill (kOptLate).
+GCfg with_s6(GCfg c, int v) {
+  if (v < 30 || v > 35) return c;
+  c.opt = kOptPI | ((v == 32 || v == 33 || v == 35) ? kOptFold : 0) | (v >= 34 ? kOptLate : 0);
+  c.ss = (v == 31 || v == 33 || v == 35) ? 1 : c.ss;
+  return c;
+}
 
 int default_depth(QFormat f) {
   switch (f) {
@@ -287,32 +316,86 @@ int default_depth(QFormat f) {
   }
 }
 
-// GPUKIT_GEMV_GGUF="D,WT[,UX[,WMIN[,PF[,MINB[,R]]]]]": the benchmarking knob (ring depth 2..4, target
-// warps per SM, 2: twice the units per stage (D 2 or 3), at least WMIN (1..8) warps per CTA:
-// shorter CTAs when there are many, e.g. the lm-head's 8016; PF (0..4096) stages of each row
-// prefetched into L2 at the start; MINB 3: registers for 24 warps per SM (80) instead of 16;
-// R 1: the rolled stage loop (as variant 21; UX 1 and the default D only)).
-GCfg gcfg_env(QFormat f) {
+// The session-5 configuration (the base of the benchmarking variants 4, 5, 7, 13, 21, 22, 29-36).
+GCfg gcfg_s5(QFormat f) {
   GCfg c;
   c.d = default_depth(f);
+  return c;
+}
+
+// The shipped configuration (no knob): a function of (format, N, K) only. Session 6, checkpoint A
+// (docs/device-runs: device-results/A/2/plan_4; % of the copy bandwidth at M = 1, (K, N) = (4096,
+// 14336) / (14336, 4096) / (4096, 128256), against the session-5 default in the same run):
+// - Q8_0: variant 34 (PI, Q8_0's bf16 byte decode, late refill): 66 / 66 / 80 (62 / 62 / 79); M = 8
+//   57 / 56 / 72 (53 / 50 / 70). The session-5 default's bits.
+// - Q4_0: N < 132 x 8 x 16 rows (all row tiles resident at once): half the units per stage (UX 0)
+//   57 / 53 (53 / 52); the lm-head keeps one unit per stage (UX 0: 74 against 78) with PI 79.
+// - Q4_1: the codes as 128 + q (kOptFold, bf16 x) with UX 0 for the small N: 60 / 57 (50 / 49); the
+//   lm-head UX 1 with the late refill: 82 (74).
+// - Q4_K: UX 0, quad-shared scales, kOptFold: 52 / 50 / 70 (45 / 43 / 63).
+// - Q6_K: quad-shared scales (variant 31): 55 / 55 / 72 (53 / 52 / 69); the session-5 bits.
+GCfg gcfg_default(QFormat f, int64_t n, int64_t k) {
+  (void)k;
+  GCfg c = gcfg_s5(f);
+  const bool few = (n + 15) / 16 <= int64_t(132) * 8;  // all row tiles resident at once (not the lm-head)
+  switch (f) {
+    case QFormat::q8_0: c.opt = kOptPI | kOptLate; break;
+    case QFormat::q4_0:
+      c.opt = kOptPI;
+      c.ux = few ? 0 : 1;
+      break;
+    case QFormat::q4_1:
+      c.opt = kOptPI | kOptFold | (few ? 0 : kOptLate);
+      c.ux = few ? 0 : 1;
+      break;
+    case QFormat::q4_k:
+      c.opt = kOptPI | kOptFold;
+      c.ss = 1;
+      c.ux = 0;
+      break;
+    default:  // q6_k
+      c.opt = kOptPI;
+      c.ss = 1;
+      break;
+  }
+  return c;
+}
+
+// GPUKIT_GEMV_GGUF="D,WT[,UX[,WMIN[,PF[,MINB[,R[,SP[,V]]]]]]]": the benchmarking knob: ring depth 2..4,
+// target warps per SM, UX 1 (0: half the units per stage, Q4_0 / Q4_1 / Q4_K; D 2 or 3), at least
+// WMIN (1..8) warps per CTA (shorter CTAs when there are many, e.g. the lm-head's 8016), PF and MINB
+// kept as fields but only 0 and 2 (session 6 removed the L2 prefetch, 80 registers and UX 2: each
+// lost everywhere in session 5), R 1 the rolled stage loop (as variant 21; UX 1 and the default D
+// only), SP 0 no CTA spreading (shared memory as the rings need), 2 spreading with room for one CTA
+// more per SM, V 30..35 the session-6 kernel of that variant (UX 1 and the default D, or UX 0 and
+// D 2; R 0; 0: the session-5 kernel), 7 / 36 the copies alone (as the variants).
+
+GCfg gcfg_env(QFormat f, int64_t n, int64_t k) {
   const char* e = std::getenv("GPUKIT_GEMV_GGUF");
-  if (!e || !*e) return c;
-  int d = 0, wt = 0, ux = 1, wmin = 1, pf = 0, minb = 2, roll = 0;
-  const int got = std::sscanf(e, "%d,%d,%d,%d,%d,%d,%d", &d, &wt, &ux, &wmin, &pf, &minb, &roll);
+  if (!e || !*e) return gcfg_default(f, n, k);
+  GCfg c;
+  c.d = default_depth(f);
+  int d = 0, wt = 0, ux = 1, wmin = 1, pf = 0, minb = 2, roll = 0, sp = 1, v = 0;
+  const int got = std::sscanf(e, "%d,%d,%d,%d,%d,%d,%d,%d,%d", &d, &wt, &ux, &wmin, &pf, &minb, &roll, &sp, &v);
+  if (ux == 0 && (f == QFormat::q8_0 || f == QFormat::q6_k)) ux = 1;  // one unit per stage already
   const bool dflt = ux == 1 && d == default_depth(f);
-  if (got < 2 || d < 2 || d > 4 || wt < 1 || wt > 64 || (ux != 1 && ux != 2) || (ux == 2 && d == 4) || wmin < 1 ||
-      wmin > 8 || pf < 0 || pf > 4096 || (minb != 2 && minb != 3) || (minb == 3 && !dflt) || (roll != 0 && roll != 1) ||
-      (roll == 1 && !dflt))
-    throw ValueError(cat("GPUKIT_GEMV_GGUF: expected D,WT[,UX[,WMIN[,PF[,MINB[,R]]]]] with D in 2..4, WT in 1..64, UX 1 ",
-                         "or 2 (D <= 3), WMIN in 1..8, PF in 0..4096, MINB 2 or 3, R 0 or 1 (MINB 3, R 1: UX 1 and the ",
-                         "default D), got '", e, "'"));
-  c.minb = minb;
+  const bool half_ok = ux == 0 && (d == 2 || d == 3) && roll == 0 && (v == 0 || d == 2);
+  if (got < 2 || d < 2 || d > 4 || wt < 1 || wt > 64 || (ux != 0 && ux != 1) || (ux == 0 && !half_ok) || wmin < 1 ||
+      wmin > 8 || pf != 0 || minb != 2 || (roll != 0 && roll != 1) || (roll == 1 && !dflt) || (sp < 0 || sp > 2) ||
+      (v != 0 && v != 7 && v != 36 && (v < 30 || v > 35)) || (v != 0 && !half_ok && (!dflt || roll != 0)) ||
+      ((v == 7 || v == 36) && !dflt))
+    throw ValueError(cat("GPUKIT_GEMV_GGUF: expected D,WT[,UX[,WMIN[,PF[,MINB[,R[,SP[,V]]]]]]] with D in 2..4, WT in ",
+                         "1..64, UX 1 or 0 (half the units; D 2 or 3, R 0), WMIN in 1..8, PF 0, MINB 2, R 0 or 1 (UX 1 ",
+                         "and the default D), SP 0..2, V 0 or 30..35 (UX 1 and the default D or UX 0 and D 2; R 0; V 34, ",
+                         "35: D 2; V 7 / 36, the copies alone: UX 1 and the default D), got '", e, "'"));
+  c = with_s6(c, v);
+  c.probe = v == 7 ? 7 : (v == 36 ? 36 : 0);
+  c.sp = sp;
   c.roll = roll;
   c.d = d;
   c.wt = wt;
   c.ux = ux;
   c.wmin = wmin;
-  c.pf = pf;
   return c;
 }
 
@@ -321,8 +404,23 @@ GCfg gcfg_env(QFormat f) {
 // copy of x (k_gg_xprep), 13 Q8_0 with bf16 x decoded to bf16 by byte operations (int8x4_bf16),
 // 21 the rolled stage loop (k_ggst's ROLL; with the knob's D and UX at their defaults), 22 Q4_K /
 // Q6_K with the block scales formed once per quad (k_ggst's SS; the knob's D and UX at their defaults).
-GCfg gcfg(int variant, QFormat f) {
-  GCfg c = gcfg_env(f);
+// Session 6 (the knob's D, UX at their defaults, MINB 2, R 0): 30 byte permutes with immediate
+// selectors (kOptPI; Q8_0 with bf16 x also decoded as variant 13; the default's bits), 31 30 with
+// variant 22's quad scales (Q4_K / Q6_K; the default's bits), 32 30 with Q4_1 / Q4_K's codes as
+// 128 + q (kOptFold, bf16 x; other bits), 33 31 + 32, 34 30 with the late refill (kOptLate: the
+// default's bits), 35 33 with the late refill, 36 the copies alone (as 7) with the late refill.
+// 29: the session-5 default kernel (no session-6 options: the reference of the same-bits tests,
+// whatever the default is). Without the knob, 4, 5, 7, 13, 21, 22 and 29-36 start from the
+// session-5 configuration (gcfg_s5: one unit per stage, no options), the others (2: the default
+// without PDL, 12) from the shipped one (gcfg_default).
+GCfg gcfg(int variant, QFormat f, int64_t n, int64_t k) {
+  const char* e = std::getenv("GPUKIT_GEMV_GGUF");
+  const bool s5base = variant == 4 || variant == 5 || variant == 7 || variant == 13 || variant == 21 || variant == 22 ||
+                      (variant >= 29 && variant <= 36);
+  GCfg c = (s5base && (!e || !*e)) ? gcfg_s5(f) : gcfg_env(f, n, k);
+  c = with_s6(c, variant);
+  if (variant == 7 || variant == 13 || variant == 21 || variant == 22 || variant == 29 || variant == 36) c.opt = 0;
+  if (variant == 29 || variant == 13 || variant == 21) c.ss = 0;
   if (variant == 21) c.roll = 1;
   if (variant == 22) c.ss = 1;
   if (variant == 4) c.d = default_depth(f) == 2 ? 3 : 2;
@@ -336,7 +434,7 @@ constexpr int kSMs = 132;
 
 template <int F>
 int stage_bytes_f(int ux) {
-  return ux == 2 ? 16 * GL<F, 2>::P : 16 * GL<F, 1>::P;
+  return ux == 0 ? 16 * GL<F, 0>::P : 16 * GL<F, 1>::P;
 }
 int stage_bytes(QFormat f, int ux) {
   switch (f) {
@@ -347,13 +445,17 @@ int stage_bytes(QFormat f, int ux) {
     default: return stage_bytes_f<int(QFormat::q6_k)>(ux);
   }
 }
+template <int F>
+int64_t units_per_stage_f(int ux) {
+  return ux == 0 ? GL<F, 0>::U : GS<F>::U * ux;
+}
 int64_t units_per_stage(QFormat f, int ux) {
   switch (f) {
-    case QFormat::q4_0: return GS<int(QFormat::q4_0)>::U * ux;
-    case QFormat::q4_1: return GS<int(QFormat::q4_1)>::U * ux;
-    case QFormat::q8_0: return GS<int(QFormat::q8_0)>::U * ux;
-    case QFormat::q4_k: return GS<int(QFormat::q4_k)>::U * ux;
-    default: return GS<int(QFormat::q6_k)>::U * ux;
+    case QFormat::q4_0: return units_per_stage_f<int(QFormat::q4_0)>(ux);
+    case QFormat::q4_1: return units_per_stage_f<int(QFormat::q4_1)>(ux);
+    case QFormat::q8_0: return units_per_stage_f<int(QFormat::q8_0)>(ux);
+    case QFormat::q4_k: return units_per_stage_f<int(QFormat::q4_k)>(ux);
+    default: return units_per_stage_f<int(QFormat::q6_k)>(ux);
   }
 }
 int64_t unit_weights(QFormat f) { return f == QFormat::q6_k ? 512 : 256; }
@@ -387,11 +489,11 @@ GPlan gplan(int64_t n, int64_t k, QFormat f, const GCfg& c) {
 }
 
 template <class T, int F, int D, int UX = 1, bool PROBE = false, int MINB = 2, bool B8 = false, bool ROLL = false,
-          bool SS = false>
-void launch_d(const QGemvArgs& p, int nw, int pf, cudaStream_t st) {
+          bool SS = false, int OPT = 0>
+void launch_d(const QGemvArgs& p, int nw, cudaStream_t st, int spread = 1) {
   constexpr int SB = 16 * GL<F, UX>::P + (SS ? 1024 / D : 0);  // SS: the scratch counted in the stages
   static_assert(!SS || 1024 % D == 0, "scratch");
-  smem_limit<k_ggst<T, F, D, UX, PROBE, MINB, B8, ROLL, SS>>(kSmemMax);
+  smem_limit<k_ggst<T, F, D, UX, PROBE, MINB, B8, ROLL, SS, OPT>>(kSmemMax);
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   const int S = std::max(1, p.split);
@@ -401,43 +503,99 @@ void launch_d(const QGemvArgs& p, int nw, int pf, cudaStream_t st) {
   // ceil(CTAs / 132) of them fit on one SM, so the block scheduler spreads them evenly
   // (gemv_w8.cu: the H200 filled fewer SMs otherwise).
   const int64_t per_sm = (blocks * S + kSMs - 1) / kSMs;
-  if (per_sm >= 1 && per_sm <= 16) {
-    const int64_t cap = kSmSmem / (per_sm + 1) - 1024 + 256;  // just too much for per_sm + 1 CTAs
-    if (per_sm * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
+  // spread 2 (the knob's SP 2): room for one CTA more per SM, so that the next kernel's first CTAs
+  // can become resident (and copy their first stages) while this one's last CTAs run.
+  if (spread && per_sm >= 1 && per_sm <= 16) {
+    const int64_t fit = per_sm + (spread == 2 ? 1 : 0);
+    const int64_t cap = kSmSmem / (fit + 1) - 1024 + 256;  // just too much for fit + 1 CTAs
+    if (fit * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
   }
-  launch_ex(k_ggst<T, F, D, UX, PROBE, MINB, B8, ROLL, SS>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p, pf);
+  launch_ex(k_ggst<T, F, D, UX, PROBE, MINB, B8, ROLL, SS, OPT>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p);
   GK_LAUNCH_CHECK("qgemv_gguf_st");
+}
+
+// The session-6 kernels (c.opt != 0; the default depth, UX 1 or 0, MINB 2, not rolled).
+template <class T, int F, int UX, int LT = 0>
+void launch_s6(const QGemvArgs& p, const GCfg& c, const GPlan& pl, cudaStream_t st) {
+  constexpr int PI = kOptPI | LT;  // LT: kOptLate or 0
+  constexpr int D0 = GS<F>::D;
+  constexpr bool kB8 = F == int(QFormat::q8_0) && std::is_same_v<T, bf16>;
+  constexpr bool kSS = F == int(QFormat::q4_k) || F == int(QFormat::q6_k);
+  // FOLD changes only Q4_1 / Q4_K with bf16 x (elsewhere the PI kernel is the same code)
+  constexpr bool kFold = std::is_same_v<T, bf16> && (F == int(QFormat::q4_1) || F == int(QFormat::q4_k));
+  const bool fold = kFold && (c.opt & kOptFold);
+  if constexpr (kSS) {
+    if (c.ss) {
+      if constexpr (kFold) {
+        if (fold) return launch_d<T, F, D0, UX, false, 2, false, false, true, PI | kOptFold>(p, pl.nw, st, c.sp);
+      }
+      return launch_d<T, F, D0, UX, false, 2, false, false, true, PI>(p, pl.nw, st, c.sp);
+    }
+  }
+  if constexpr (kFold) {
+    if (fold) return launch_d<T, F, D0, UX, false, 2, false, false, false, PI | kOptFold>(p, pl.nw, st, c.sp);
+  }
+  launch_d<T, F, D0, UX, false, 2, kB8, false, false, PI>(p, pl.nw, st, c.sp);
 }
 
 template <class T, int F>
 void launch_f(const QGemvArgs& p, cudaStream_t st) {
-  const GCfg c = gcfg(p.variant, QFormat(F));
+  const GCfg c = gcfg(p.variant, QFormat(F), p.n, p.k);
   const GPlan pl = gplan(p.n, p.k, QFormat(F), c);
   constexpr int D0 = GS<F>::D;
   constexpr bool kB8 = F == int(QFormat::q8_0) && std::is_same_v<T, bf16>;
-  // roll / ss / b8 / minb 3 apply with the default ring depth and UX 1 only (else the plain kernels)
+  constexpr bool kHalf = GS<F>::U > 1;  // UX 0 is a layout of its own (else the same as UX 1)
+  // roll / ss / b8 / the session-6 kernels apply with the default ring depth and UX 1 only
+  // (the session-6 kernels also UX 0 with D 2; else the plain kernels)
   const bool dflt = c.ux == 1 && c.d == D0;
-  const bool b8 = kB8 && p.variant == 13 && dflt && c.minb == 2, roll = c.roll && dflt;
-  constexpr bool kSS = F == int(QFormat::q4_k) || F == int(QFormat::q6_k);
-  if constexpr (kSS) {
-    if (c.ss && dflt && !roll) {
-      if (c.minb == 3) launch_d<T, F, D0, 1, false, 3, false, false, true>(p, pl.nw, c.pf, st);
-      else launch_d<T, F, D0, 1, false, 2, false, false, true>(p, pl.nw, c.pf, st);
+  const int sp = c.sp;
+  const int probe = (p.variant == 7 || c.probe == 7) ? 7 : ((p.variant == 36 || c.probe == 36) ? 36 : 0);
+  if (probe && c.d == D0) {  // the copies alone (wrong results; benchmarking)
+    if (probe == 7) launch_d<T, F, D0, 1, true>(p, pl.nw, st, sp);
+    else launch_d<T, F, D0, 1, true, 2, false, false, false, kOptLate>(p, pl.nw, st, sp);
+    if (p.split > 1) launch_sum_q(p, st);
+    return;
+  }
+  if (c.opt && !c.roll && c.d == D0 && (c.ux == 1 || c.ux == 0)) {
+    if (c.opt & kOptLate) {
+      if constexpr (kHalf) {
+        if (c.ux == 0) launch_s6<T, F, 0, kOptLate>(p, c, pl, st);
+        else launch_s6<T, F, 1, kOptLate>(p, c, pl, st);
+      } else {
+        launch_s6<T, F, 1, kOptLate>(p, c, pl, st);
+      }
+    } else if constexpr (kHalf) {
+      if (c.ux == 0) launch_s6<T, F, 0>(p, c, pl, st);
+      else launch_s6<T, F, 1>(p, c, pl, st);
+    } else {
+      launch_s6<T, F, 1>(p, c, pl, st);
+    }
+    if (p.split > 1) launch_sum_q(p, st);
+    return;
+  }
+  if constexpr (kHalf) {
+    if (c.ux == 0) {
+      if (c.d == 3) launch_d<T, F, 3, 0>(p, pl.nw, st, sp);
+      else launch_d<T, F, 2, 0>(p, pl.nw, st, sp);
       if (p.split > 1) launch_sum_q(p, st);
       return;
     }
   }
-  if (b8 && roll) launch_d<T, F, D0, 1, false, 2, kB8, true>(p, pl.nw, c.pf, st);
-  else if (b8) launch_d<T, F, D0, 1, false, 2, kB8>(p, pl.nw, c.pf, st);
-  else if (roll && c.minb == 3) launch_d<T, F, D0, 1, false, 3, false, true>(p, pl.nw, c.pf, st);
-  else if (roll) launch_d<T, F, D0, 1, false, 2, false, true>(p, pl.nw, c.pf, st);
-  else if (c.minb == 3 && c.ux == 1 && c.d == D0) launch_d<T, F, D0, 1, false, 3>(p, pl.nw, c.pf, st);
-  else if (c.ux == 2 && c.d == 2) launch_d<T, F, 2, 2>(p, pl.nw, c.pf, st);
-  else if (c.ux == 2) launch_d<T, F, 3, 2>(p, pl.nw, c.pf, st);
-  else if (p.variant == 7 && c.d == D0) launch_d<T, F, D0, 1, true>(p, pl.nw, c.pf, st);
-  else if (c.d == 2) launch_d<T, F, 2>(p, pl.nw, c.pf, st);
-  else if (c.d == 4) launch_d<T, F, 4>(p, pl.nw, c.pf, st);
-  else launch_d<T, F, 3>(p, pl.nw, c.pf, st);
+  const bool b8 = kB8 && p.variant == 13 && dflt, roll = c.roll && dflt;
+  constexpr bool kSS = F == int(QFormat::q4_k) || F == int(QFormat::q6_k);
+  if constexpr (kSS) {
+    if (c.ss && dflt && !roll) {
+      launch_d<T, F, D0, 1, false, 2, false, false, true>(p, pl.nw, st, sp);
+      if (p.split > 1) launch_sum_q(p, st);
+      return;
+    }
+  }
+  if (b8 && roll) launch_d<T, F, D0, 1, false, 2, kB8, true>(p, pl.nw, st, sp);
+  else if (b8) launch_d<T, F, D0, 1, false, 2, kB8>(p, pl.nw, st, sp);
+  else if (roll) launch_d<T, F, D0, 1, false, 2, false, true>(p, pl.nw, st, sp);
+  else if (c.d == 2) launch_d<T, F, 2>(p, pl.nw, st, sp);
+  else if (c.d == 4) launch_d<T, F, 4>(p, pl.nw, st, sp);
+  else launch_d<T, F, 3>(p, pl.nw, st, sp);
   if (p.split > 1) launch_sum_q(p, st);
 }
 
@@ -460,7 +618,7 @@ bool gguf_st_applies(const QGemvArgs& p) {
          reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.x_rs % 8 == 0;
 }
 
-int gguf_st_split(int64_t n, int64_t k, QFormat f) { return gplan(n, k, f, gcfg(0, f)).split; }
+int gguf_st_split(int64_t n, int64_t k, QFormat f) { return gplan(n, k, f, gcfg(0, f, n, k)).split; }
 
 // Q8_0 with bf16 x through the fp16 copy of x (variant 12; the workspaces xh, xinv given).
 bool q8_xprep(const QGemvArgs& p) {

@@ -45,9 +45,10 @@ constexpr bool kPhased = GS<F>::UB % 16 != 0;
 // The stage layout with UX times the units: U units per stage, NC 16-byte chunks copied per
 // row and stage at most (phased units: up to 12 bytes of phase more), P the shared row pitch
 // (P % 32 == 16: rows g = 0..7 at 8 distinct 16-byte bank groups).
+// UX 0 (session 6): half the units (Q4_0 / Q4_1 / Q4_K: one unit per stage; the others keep one).
 template <int F, int UX>
 struct GL {
-  static constexpr int U = GS<F>::U * UX;
+  static constexpr int U = UX == 0 ? (GS<F>::U > 1 ? GS<F>::U / 2 : 1) : GS<F>::U * UX;
   static constexpr int NC = kPhased<F> ? (U * GS<F>::UB + 12 + 15) / 16 : U * GS<F>::UB / 16;
   static constexpr int P = NC * 16 % 32 == 16 ? NC * 16 : NC * 16 + 16;
 };
@@ -57,6 +58,23 @@ template <bool ODD>
 __device__ __forceinline__ uint32_t ld4(uint32_t a) {
   if constexpr (ODD) return __byte_perm(lds_u16(a), lds_u16(a + 2), 0x5410u);
   else return lds_u32(a);
+}
+
+// PI (session 6): byte permutes with the selector as an immediate and the second source (the
+// magic exponent bytes, 0x4B000000) in a register that ptxas cannot constant-fold (k_ggst makes
+// them from a kernel argument). ptxas otherwise folds the magic into the immediate slot and keeps
+// every selector in a register of its own; with many selectors live (Q4_K) it re-materialised them
+// from uniform registers before each permute (~62 moves per Q4_K block: 13% of its instructions).
+// Same values: the same bits.
+template <bool PI, uint32_t SEL>
+__device__ __forceinline__ uint32_t bpm(uint32_t a, uint32_t b) {
+  if constexpr (PI) {
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "n"(SEL));
+    return d;
+  } else {
+    return __byte_perm(a, b, SEL);
+  }
 }
 
 // d * b for the 4 bytes of v (each 0..255), as fma(d, 2^23 + b, -d 2^23): exact product, one rounding.
@@ -71,19 +89,33 @@ __device__ __forceinline__ void scale4(uint32_t v, float d, float dneg, float* o
 // The four int8 codes of u as two exact bf16 pairs (codes 0, 1 in lo; 2, 3 in hi) without fp32:
 // q = low7 - 128 s = (128 + low7) - (128 + 128 s), both terms exact bf16 (magic 0x43 above the
 // byte low7, resp. above the byte 0x80 s), their difference exact (an integer of 8 bits).
+template <bool PI = false>
 __device__ __forceinline__ void int8x4_bf16(uint32_t u, uint32_t magic, uint32_t& lo, uint32_t& hi) {
   const uint32_t l7 = u & 0x7f7f7f7fu, sg = u & 0x80808080u;
-  lo = hsub2u<bf16>(__byte_perm(l7, magic, 0x4140u), __byte_perm(sg, magic, 0x4140u));
-  hi = hsub2u<bf16>(__byte_perm(l7, magic, 0x4342u), __byte_perm(sg, magic, 0x4342u));
+  lo = hsub2u<bf16>(bpm<PI, 0x4140u>(l7, magic), bpm<PI, 0x4140u>(sg, magic));
+  hi = hsub2u<bf16>(bpm<PI, 0x4342u>(l7, magic), bpm<PI, 0x4342u>(sg, magic));
+}
+
+// The int8 codes of u as exact fp16 pairs (as int8_pair<f16>: (1024 + 128 + b) - 1152).
+template <bool PI>
+__device__ __forceinline__ void int8x4_f16(uint32_t u, uint32_t magic, uint32_t& lo, uint32_t& hi) {
+  const uint32_t v = u ^ 0x80808080u;
+  lo = hsub2u<f16>(bpm<PI, 0x4140u>(v, magic), 0x64806480u);
+  hi = hsub2u<f16>(bpm<PI, 0x4342u>(v, magic), 0x64806480u);
 }
 
 // One unit of a 32-weight format: rows g (shared address a) and g + 8 (b), x of row g at the
 // unit's first weight + 4t (xj), lane t. acc: (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1).
-// B8 (Q8_0, bf16 x): the codes through int8x4_bf16 instead of fp32.
-template <class T, int F, bool B8 = false>
+// B8 (Q8_0, bf16 x): the codes through int8x4_bf16 instead of fp32. PI: bpm's register magic.
+// FOLD (Q4_1, bf16 x; session 6): the codes enter the mma as 128 + q (one permute, no packed
+// subtraction); the 128 sum(x) this adds is taken out with the min term: d sum((128 + q) x) +
+// (m - 128 d) sum(x). Not the default's bits (the sums are larger before the correction: the
+// tests' bound has 143 d + |m| per block).
+template <class T, int F, bool B8 = false, bool PI = false, bool FOLD = false>
 __device__ __forceinline__ void unit32(uint32_t a, uint32_t b, const T* xj, int t, uint32_t magic, float (&acc)[4]) {
   constexpr int BB = GS<F>::BB;
   constexpr bool kQ8 = F == int(QFormat::q8_0), kMin = F == int(QFormat::q4_1);
+  constexpr bool kFold = FOLD && kMin && std::is_same_v<T, bf16>;
   constexpr int QOFF = kMin ? 4 : 2;
   constexpr uint32_t kSub4 = kMin ? (std::is_same_v<T, bf16> ? 0x43004300u : 0x64006400u)
                                   : (std::is_same_v<T, bf16> ? 0x43084308u : 0x64086408u);
@@ -105,10 +137,15 @@ __device__ __forceinline__ void unit32(uint32_t a, uint32_t b, const T* xj, int 
         ub0 = ld4<false>(bb + QOFF + 4 * t), ub1 = ld4<false>(bb + QOFF + 16 + 4 * t);
       }
       if constexpr (B8 && std::is_same_v<T, bf16>) {
-        int8x4_bf16(ua0, magic, a0[0], a0[2]);
-        int8x4_bf16(ub0, magic, a0[1], a0[3]);
-        int8x4_bf16(ua1, magic, a1[0], a1[2]);
-        int8x4_bf16(ub1, magic, a1[1], a1[3]);
+        int8x4_bf16<PI>(ua0, magic, a0[0], a0[2]);
+        int8x4_bf16<PI>(ub0, magic, a0[1], a0[3]);
+        int8x4_bf16<PI>(ua1, magic, a1[0], a1[2]);
+        int8x4_bf16<PI>(ub1, magic, a1[1], a1[3]);
+      } else if constexpr (PI && std::is_same_v<T, f16>) {
+        int8x4_f16<PI>(ua0, magic, a0[0], a0[2]);
+        int8x4_f16<PI>(ub0, magic, a0[1], a0[3]);
+        int8x4_f16<PI>(ua1, magic, a1[0], a1[2]);
+        int8x4_f16<PI>(ub1, magic, a1[1], a1[3]);
       } else {
         a0[0] = int8_pair<T>(ua0, 0);
         a0[1] = int8_pair<T>(ub0, 0);
@@ -130,14 +167,25 @@ __device__ __forceinline__ void unit32(uint32_t a, uint32_t b, const T* xj, int 
       }
       const uint32_t La = ua & 0x0f0f0f0fu, Ha = (ua >> 4) & 0x0f0f0f0fu;
       const uint32_t Lb = ub & 0x0f0f0f0fu, Hb = (ub >> 4) & 0x0f0f0f0fu;
-      a0[0] = hsub2u<T>(__byte_perm(La, magic, 0x4140u), kSub4);
-      a0[1] = hsub2u<T>(__byte_perm(Lb, magic, 0x4140u), kSub4);
-      a0[2] = hsub2u<T>(__byte_perm(La, magic, 0x4342u), kSub4);
-      a0[3] = hsub2u<T>(__byte_perm(Lb, magic, 0x4342u), kSub4);
-      a1[0] = hsub2u<T>(__byte_perm(Ha, magic, 0x4140u), kSub4);
-      a1[1] = hsub2u<T>(__byte_perm(Hb, magic, 0x4140u), kSub4);
-      a1[2] = hsub2u<T>(__byte_perm(Ha, magic, 0x4342u), kSub4);
-      a1[3] = hsub2u<T>(__byte_perm(Hb, magic, 0x4342u), kSub4);
+      if constexpr (kFold) {
+        a0[0] = bpm<PI, 0x4140u>(La, magic);
+        a0[1] = bpm<PI, 0x4140u>(Lb, magic);
+        a0[2] = bpm<PI, 0x4342u>(La, magic);
+        a0[3] = bpm<PI, 0x4342u>(Lb, magic);
+        a1[0] = bpm<PI, 0x4140u>(Ha, magic);
+        a1[1] = bpm<PI, 0x4140u>(Hb, magic);
+        a1[2] = bpm<PI, 0x4342u>(Ha, magic);
+        a1[3] = bpm<PI, 0x4342u>(Hb, magic);
+      } else {
+        a0[0] = hsub2u<T>(bpm<PI, 0x4140u>(La, magic), kSub4);
+        a0[1] = hsub2u<T>(bpm<PI, 0x4140u>(Lb, magic), kSub4);
+        a0[2] = hsub2u<T>(bpm<PI, 0x4342u>(La, magic), kSub4);
+        a0[3] = hsub2u<T>(bpm<PI, 0x4342u>(Lb, magic), kSub4);
+        a1[0] = hsub2u<T>(bpm<PI, 0x4140u>(Ha, magic), kSub4);
+        a1[1] = hsub2u<T>(bpm<PI, 0x4140u>(Hb, magic), kSub4);
+        a1[2] = hsub2u<T>(bpm<PI, 0x4342u>(Ha, magic), kSub4);
+        a1[3] = hsub2u<T>(bpm<PI, 0x4342u>(Hb, magic), kSub4);
+      }
     }
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     mma16816<T>(c, a0, x0.x, x0.y);
@@ -150,7 +198,11 @@ __device__ __forceinline__ void unit32(uint32_t a, uint32_t b, const T* xj, int 
       mma16816<T>(xs, o, x1.x, x1.y);
       const uint32_t hva = lds_u32(ba), hvb = lds_u32(bb);
       da = f16f(hva & 0xffffu), db = f16f(hvb & 0xffffu);
-      const float ma = f16f(hva >> 16), mb = f16f(hvb >> 16);
+      float ma = f16f(hva >> 16), mb = f16f(hvb >> 16);
+      if constexpr (kFold) {
+        ma = fmaf(da, -128.0f, ma);
+        mb = fmaf(db, -128.0f, mb);
+      }
       acc[0] = fmaf(ma, xs[0], fmaf(da, c[0], acc[0]));
       acc[1] = fmaf(ma, xs[1], fmaf(da, c[1], acc[1]));
       acc[2] = fmaf(mb, xs[2], fmaf(db, c[2], acc[2]));
@@ -225,9 +277,16 @@ __device__ __forceinline__ void unit_q4k(uint32_t a, uint32_t b, const T* xj, in
   }
 }
 
+// d * int8 scale byte e of u (u already xor 0x80808080): (2^23 + 128 + s) - (2^23 + 128) exactly, times d.
+template <bool PI, uint32_t SEL>
+__device__ __forceinline__ float q6_scale(uint32_t u, float d, uint32_t k4b) {
+  return d * (__uint_as_float(bpm<PI, SEL>(u, PI ? k4b : 0x4B000000u)) - 8388736.0f);
+}
+
 // One Q6_K unit: two blocks at a / b (4-byte aligned; block 1 at + 210, 2 mod 4).
-template <class T>
-__device__ __forceinline__ void unit_q6k(uint32_t a, uint32_t b, const T* xj, int t, uint32_t magic, float (&acc)[4]) {
+template <class T, bool PI = false>
+__device__ __forceinline__ void unit_q6k(uint32_t a, uint32_t b, const T* xj, int t, uint32_t magic, float (&acc)[4],
+                                         uint32_t k4b = 0x4B000000u) {
   constexpr uint32_t kM32 = std::is_same_v<T, bf16> ? 0x43204320u : 0x64206420u;  // magic + 32
 #pragma unroll
   for (int bk = 0; bk < 2; ++bk) {
@@ -244,11 +303,10 @@ __device__ __forceinline__ void unit_q6k(uint32_t a, uint32_t b, const T* xj, in
         if (bk == 0) u = lds_u32(ad + 192 + 4 * q4);
         else u = ld4<true>(ad + 192 + 4 * q4);
         u ^= 0x80808080u;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const uint32_t sel = uint32_t(e) | (4u << 4) | (4u << 8) | (7u << 12);
-          ds[r][4 * q4 + e] = d * (__uint_as_float(__byte_perm(u, 0x4B000000u, sel)) - 8388736.0f);
-        }
+        ds[r][4 * q4 + 0] = q6_scale<PI, 0x7440u>(u, d, k4b);
+        ds[r][4 * q4 + 1] = q6_scale<PI, 0x7441u>(u, d, k4b);
+        ds[r][4 * q4 + 2] = q6_scale<PI, 0x7442u>(u, d, k4b);
+        ds[r][4 * q4 + 3] = q6_scale<PI, 0x7443u>(u, d, k4b);
       }
     }
 #pragma unroll
@@ -276,10 +334,10 @@ __device__ __forceinline__ void unit_q6k(uint32_t a, uint32_t b, const T* xj, in
           const uint32_t hb = 2 * sb <= 4 ? (lh[r] << (4 - 2 * sb)) : (lh[r] >> (2 * sb - 4));
           cv[r] = (lo & 0x0f0f0f0fu) | (hb & 0x30303030u);
         }
-        const uint32_t a4[4] = {hsub2u<T>(__byte_perm(cv[0], magic, 0x4140u), kM32),
-                                hsub2u<T>(__byte_perm(cv[1], magic, 0x4140u), kM32),
-                                hsub2u<T>(__byte_perm(cv[0], magic, 0x4342u), kM32),
-                                hsub2u<T>(__byte_perm(cv[1], magic, 0x4342u), kM32)};
+        const uint32_t a4[4] = {hsub2u<T>(bpm<PI, 0x4140u>(cv[0], magic), kM32),
+                                hsub2u<T>(bpm<PI, 0x4140u>(cv[1], magic), kM32),
+                                hsub2u<T>(bpm<PI, 0x4342u>(cv[0], magic), kM32),
+                                hsub2u<T>(bpm<PI, 0x4342u>(cv[1], magic), kM32)};
         float cc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         mma16816<T>(cc, a4, xv.x, xv.y);
         acc[0] = fmaf(ds[0][si], cc[0], acc[0]);
@@ -377,9 +435,9 @@ __device__ __forceinline__ void unit_q4k_ss(uint32_t a, uint32_t b, const T* xj,
 
 // One Q6_K unit (as unit_q6k): per block, chunk 2h + q of a row = the scales of sub-blocks
 // 8h + q + 2 sb, sb = 0..3 (the order the decode takes them).
-template <class T>
+template <class T, bool PI = false>
 __device__ __forceinline__ void unit_q6k_ss(uint32_t a, uint32_t b, const T* xj, int g, int t, uint32_t magic,
-                                            uint32_t scr, float (&acc)[4]) {
+                                            uint32_t scr, float (&acc)[4], uint32_t k4b = 0x4B000000u) {
   constexpr uint32_t kM32 = std::is_same_v<T, bf16> ? 0x43204320u : 0x64206420u;
 #pragma unroll
   for (int bk = 0; bk < 2; ++bk) {
@@ -394,11 +452,10 @@ __device__ __forceinline__ void unit_q6k_ss(uint32_t a, uint32_t b, const T* xj,
         if (bk == 0) u = lds_u32(ad + 192 + 8 * j + 4 * q4);
         else u = ld4<true>(ad + 192 + 8 * j + 4 * q4);
         u ^= 0x80808080u;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const uint32_t sel = uint32_t(e) | (4u << 4) | (4u << 8) | (7u << 12);
-          v[4 * q4 + e] = d * (__uint_as_float(__byte_perm(u, 0x4B000000u, sel)) - 8388736.0f);
-        }
+        v[4 * q4 + 0] = q6_scale<PI, 0x7440u>(u, d, k4b);
+        v[4 * q4 + 1] = q6_scale<PI, 0x7441u>(u, d, k4b);
+        v[4 * q4 + 2] = q6_scale<PI, 0x7442u>(u, d, k4b);
+        v[4 * q4 + 3] = q6_scale<PI, 0x7443u>(u, d, k4b);
       }
       __syncwarp();  // every lane is done reading the previous block's scales
       sts_f4(scr_chunk(scr, r, g, 2 * j), v[0], v[2], v[4], v[6]);
@@ -432,10 +489,10 @@ __device__ __forceinline__ void unit_q6k_ss(uint32_t a, uint32_t b, const T* xj,
           const uint32_t hb = 2 * sb <= 4 ? (lh[r] << (4 - 2 * sb)) : (lh[r] >> (2 * sb - 4));
           cv[r] = (lo & 0x0f0f0f0fu) | (hb & 0x30303030u);
         }
-        const uint32_t a4[4] = {hsub2u<T>(__byte_perm(cv[0], magic, 0x4140u), kM32),
-                                hsub2u<T>(__byte_perm(cv[1], magic, 0x4140u), kM32),
-                                hsub2u<T>(__byte_perm(cv[0], magic, 0x4342u), kM32),
-                                hsub2u<T>(__byte_perm(cv[1], magic, 0x4342u), kM32)};
+        const uint32_t a4[4] = {hsub2u<T>(bpm<PI, 0x4140u>(cv[0], magic), kM32),
+                                hsub2u<T>(bpm<PI, 0x4140u>(cv[1], magic), kM32),
+                                hsub2u<T>(bpm<PI, 0x4342u>(cv[0], magic), kM32),
+                                hsub2u<T>(bpm<PI, 0x4342u>(cv[1], magic), kM32)};
         float cc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         mma16816<T>(cc, a4, xv.x, xv.y);
         acc[0] = fmaf(dsa[sb], cc[0], acc[0]);

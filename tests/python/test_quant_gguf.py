@@ -118,6 +118,8 @@ def test_gemv_blocks(fmt, dtype, device, m, n, k):
     bound = np.abs(f64(x)) @ np.abs(deq).T
     if fmt == "q4_k" and device == "cuda":  # summed as d1 * sum(q x) - m1 * sum(x) per sub-block
         bound = q4k_split_bound(q, x)
+    if fmt == "q4_1" and device == "cuda":  # d sum((128 + q) x) + (m - 128 d) sum(x) per block (bf16 x)
+        bound = bound + q41_fold_bound(q, x)
     err = np.abs(f64(got) - ref)
     tol = 2 * (k + 2) * 2.0**-24 * bound + 1e-30
     if not np.all(err <= tol):
@@ -128,8 +130,19 @@ def test_gemv_blocks(fmt, dtype, device, m, n, k):
             == gk.to_numpy(got).tobytes()
 
 
+def q41_fold_bound(q, x):
+    """sum over blocks of (143 |d| + |m|) sum|x|: the magnitudes the CUDA kernel's folded sums round
+    (session 6: the codes enter the mma as 128 + q, the 128 sum(x) leaves with the min term)."""
+    b = gk.to_numpy(q).reshape(q.shape[0], -1, 20)
+    d = np.abs(b[..., 0:2].copy().view(np.float16).astype(np.float64)[..., 0])
+    mn = np.abs(b[..., 2:4].copy().view(np.float16).astype(np.float64)[..., 0])
+    ax = np.abs(f64(x)).reshape(x.shape[0], -1, 32).sum(-1)
+    return ax @ (143 * d + mn).T
+
+
 def q4k_split_bound(q, x):
-    """sum over sub-blocks of |d1| sum|q x| + |m1| sum|x|: the magnitude the split sum rounds."""
+    """sum over sub-blocks of |d1| sum|q x| + |m1| sum|x|: the magnitude the split sum rounds; with
+    the session-6 fold (codes as 128 + q, (m1 + 128 d1) sum(x)) d1 counts 271 times."""
     b = gk.to_numpy(q).reshape(q.shape[0], -1, 144)
     d = b[..., 0:2].copy().view(np.float16).astype(np.float64)[..., 0]
     dmin = b[..., 2:4].copy().view(np.float16).astype(np.float64)[..., 0]
@@ -138,7 +151,7 @@ def q4k_split_bound(q, x):
     mn = np.concatenate([s12[..., 4:8] & 63, (s12[..., 8:12] >> 4) | ((s12[..., 4:8] >> 2) & 48)], -1)
     sc, mn = sc.astype(np.float64), mn.astype(np.float64)
     ax = np.abs(f64(x)).reshape(x.shape[0], -1, 8, 32).sum(-1)  # [m, blocks, 8]
-    return np.einsum("mbs,nbs->mn", ax, (dmin[..., None] * mn) + 15 * (d[..., None] * sc))
+    return np.einsum("mbs,nbs->mn", ax, (dmin[..., None] * mn) + 271 * (d[..., None] * sc))
 
 
 def test_gguf_bad_input():
