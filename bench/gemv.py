@@ -67,7 +67,7 @@ VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "wit
 VARIANT_NAMES[21] = "GGUF: the stage and unit loops not unrolled (less code)"
 VARIANT_NAMES[22] = "GGUF Q4_K / Q6_K: block scales once per quad, shared through shared memory"
 GGUF_ONLY_VARIANTS = (21, 22)  # --variants: the GGUF formats only (22: Q4_K and Q6_K)
-INT4_ONLY_VARIANTS = (6, 9, 10, 11, 14)  # --variants: int4 / nvf4 only (8: int4 and nvf4; 7: int4 and GGUF; 12 / 13: int4 / nvf4 and Q8_0)
+INT4_ONLY_VARIANTS = (6, 9, 10, 11, 14, 15, 16, 17, 18, 19)  # --variants: int4 / nvf4 only (8: int4 and nvf4; 7: int4 and GGUF; 12 / 13: int4 / nvf4 and Q8_0)
 NEW_KERNEL_VARIANTS = (3, 4, 5, 7)  # int4, nvf4 and the GGUF formats only
 GGUF_FMTS = ("q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 
@@ -79,16 +79,19 @@ def tbs(nbytes, ms):
 # int4 / nvf4: what the variants run there (src/cuda/quant.cu, src/cuda/gemv_w4_staged.cu)
 W4_VARIANT_NAMES = {1: "the per-lane-chunk kernel of gemv_mma.cuh", 2: "without PDL",
                     3: "int4: the session-3 staged-tile kernel (the previous default); nvf4: the per-lane kernel",
-                    4: "staged: stages of 512 bytes per row, 2 in the ring", 5: "staged: a ring of 4 stages",
                     6: "staged: without the CTA spreading",
                     7: "staged probe: the same copies without decode (wrong results: the access pattern's ceiling)",
-                    8: "int4: staged with mul.hi shifts; nvf4: the per-lane kernel with mul.hi shifts",
+                    8: "nvf4: the per-lane kernel with mul.hi shifts (int4: the default)",
                     9: "staged: a ring of 2, registers for 24 warps per SM",
                     10: "the staged kernel's default configuration (nvf4: the staged kernel)",
-                    11: "staged, lean copies (the default's MODE 3 unless kDefaultMode is changed)",
-                    12: "int4: staged, lean copies and mul.hi shifts; nvf4: as 11",
-                    13: "staged, checkpoint A's copies (MODE 0, the default before lean copies)",
-                    14: "staged, lean copies + x of a stage's first block loaded during the previous stage"}
+                    11: "staged, lean copies (MODE 3)",
+                    13: "staged, checkpoint A's copies (MODE 0)",
+                    14: "staged, lean copies + x of a stage's first block loaded during the previous stage",
+                    15: "int4: staged, zero-point mma (codes + magic in the mma, -(magic + z) sum x by m16n8k8)",
+                    16: "staged probe without x loads (x from registers; wrong results: the decode's ceiling)",
+                    17: "staged, x through the ring at M = 1 (M > 1: x from global memory, the same plan)",
+                    18: "int4: 17 with the zero-point mma (15); nvf4: as 17",
+                    19: "staged, x of consecutive blocks in alternating registers (no copies; the same bits)"}
 
 
 def repeat_rows(tile, n, copies):

@@ -1,14 +1,22 @@
 // The staged 4-bit decode GEMV (int4 with group scales and zero points, NVF4; kernel and plan
 // in common/gemv_w4.cuh): the launch plan (warps per CTA, split-K), the argument checks and
 // the benchmarking variants (gk._C._gemv_set_variant; bf16 x only, float16 x runs the default
-// configuration; 4 / 5 / 6 / 9 with k_w4's MODE 0, to compare with 13): 4 stages of 8 blocks
-// (512 bytes per row) with 2 in the ring, 5 a ring of 4, 6 without the CTA spreading, 7 the
-// copies without decode (wrong results: the access pattern's ceiling), 8 int4's right shifts as mul.hi (FMA pipe), 9 more warps per SM (a ring
-// of 2, registers for 3 CTAs of 256 threads, sized for 24 warps per SM), 11 lean copies (k_w4's
-// MODE 3: a full stage's copies from addresses computed once, block 0's shared reads before the
-// next copies; the same bits), 12 both 8 and 11 (NVF4: 11), 13 MODE 0 (checkpoint A's default,
-// the same bits), 14 MODE 5 (11 with x of each stage's first block loaded during the previous
-// stage; the same bits); 0 / 2 / 10 the default (k_w4's MODE kDefaultMode).
+// configuration; 6 / 9 with k_w4's MODE 0, to compare with 13): 6 without the CTA spreading,
+// 7 the copies without decode (wrong results: the access pattern's ceiling), 9 more warps per
+// SM (a ring of 2, registers for 3 CTAs of 256 threads, sized for 24 warps per SM), 11 lean
+// copies (k_w4's MODE 3: a full stage's copies from addresses computed once, block 0's shared
+// reads before the next copies; the same bits), 13 MODE 0 (checkpoint A's default, the same
+// bits), 14 MODE 5 (11 with x of each stage's first block loaded during the previous stage; the
+// same bits); session 6: 15 int4's zero-point mma (MODE 6: the codes biased by the magic in the
+// mma, -(magic + z) * sum(x) by m16n8k8 mma; other roundings, tested against float64), 16 the
+// probe without x loads (MODE 7: x from register moves; wrong results: the decode's ceiling),
+// 17 x through the ring at M = 1 (MODE 8: each stage's x copied with its codes and read from
+// shared memory; M > 1 MODE 0; the plan made for the larger ring, so other sums than the
+// default's), 18 17 with the zero-point mma (MODE 9; M > 1 MODE 6), 19 x of consecutive blocks
+// in alternating registers (MODE 10; the same bits); 0 / 2 /
+// 10 the default (k_w4's MODE kDefaultMode). Removed in session 6 (slower than the default at
+// every shape measured in session 5): 4 (stages of 8 blocks, a ring of 2), 5 (a ring of 4),
+// 8 (int4's shifts as mul.hi; NVF4's 8 is the per-lane kernel's), 12 (11 + mul.hi).
 #include "common/gemv_w4.cuh"
 #include "common/gemv_w4_launch.cuh"
 #include "core/cuda_util.h"
@@ -21,7 +29,8 @@ using namespace gemv_detail;
 
 struct W4Cfg {
   int kb = 4, d = 3, wt = 16;  // blocks per stage, ring depth, target warps per SM
-  int mode = 0;                // k_w4's MODE: 1 the probe, 2 mul.hi shifts, 3 lean copies, 4 both, 5 3 + x ahead
+  int mode = 0;  // k_w4's MODE: 1 the probe, 3 lean copies, 5 3 + x ahead, 6 int4's zero-point mma, 7 no x
+                 // loads, 8 x through the ring (M = 1), 9 8 + 6, 10 x in alternating registers
   int minb = 2;                // k_w4's MINB
   bool spread = true;          // at most ceil(CTAs / 132) CTAs per SM when all fit at once
   bool old = false;            // MODE 0 whatever kDefaultMode is (variant 13)
@@ -30,16 +39,17 @@ struct W4Cfg {
 W4Cfg w4_cfg(int variant) {
   W4Cfg c;
   switch (variant) {
-    case 4: c.kb = 8, c.d = 2; break;
-    case 5: c.d = 4; break;
     case 6: c.spread = false; break;
     case 7: c.mode = 1; break;
-    case 8: c.mode = 2; break;
     case 9: c.d = 2, c.minb = 3, c.wt = 24; break;
     case 11: c.mode = 3; break;
-    case 12: c.mode = 4; break;
     case 13: c.mode = 0, c.old = true; break;
     case 14: c.mode = 5; break;
+    case 15: c.mode = 6; break;
+    case 16: c.mode = 7; break;
+    case 17: c.mode = 8; break;
+    case 18: c.mode = 9; break;
+    case 19: c.mode = 10; break;
     default: break;
   }
   return c;
@@ -88,26 +98,28 @@ bool applies_cfg(const QGemvArgs& p) {
 }
 
 template <class F>
-bool applies_f(const QGemvArgs& p, int kb) {
-  return kb == 8 ? applies_cfg<F, 8>(p) : applies_cfg<F, 4>(p) || applies_cfg<F, 4, true>(p);
+bool applies_f(const QGemvArgs& p) {
+  return applies_cfg<F, 4>(p) || applies_cfg<F, 4, true>(p);
 }
 
-bool applies_kb(const QGemvArgs& p, int kb) {
-  if (p.fmt == QFormat::nvf4) return applies_f<W4Nvf4>(p, kb);
+bool applies_any(const QGemvArgs& p) {
+  if (p.fmt == QFormat::nvf4) return applies_f<W4Nvf4>(p);
   if (p.fmt != QFormat::int4) return false;
-  if (p.group == 128) return applies_f<W4Int4<128>>(p, kb);
-  if (p.group == 64) return applies_f<W4Int4<64>>(p, kb);
-  if (p.group == 32) return applies_f<W4Int4<32>>(p, kb);
+  if (p.group == 128) return applies_f<W4Int4<128>>(p);
+  if (p.group == 64) return applies_f<W4Int4<64>>(p);
+  if (p.group == 32) return applies_f<W4Int4<32>>(p);
   return false;
 }
 
+// ring_plan: the ring bytes per warp the plan (warps per CTA) is made for (0: this kernel's);
+// XS (MODE 8 / 9, M = 1) and its M > 1 kernel (MODE 0 / 6) take the plan of the XS ring.
 template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2>
-void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
-  constexpr int SB = W4Layout<F, KB, NARROW>::STAGE;
+void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_plan = 0) {
+  constexpr int SB = W4Layout<F, KB, NARROW>::STAGE + (MODE == 8 || MODE == 9 ? KB * 256 : 0);
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   const int split = std::max(1, p.split);
-  const int nw = w4_warps(p.n, p.k, split, c, int64_t(D) * SB);
+  const int nw = w4_warps(p.n, p.k, split, c, ring_plan > 0 ? ring_plan : int64_t(D) * SB);
   smem_limit<k_w4<T, F, KB, D, MODE, NARROW, MINB>>(kSmemMax);
   int smem = std::max(nw * D * SB, nw * 32 * 4 * 4);
   if (smem > kSmemMax) throw ValueError("gemv: the staged 4-bit kernel's shared memory does not fit");
@@ -130,16 +142,19 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   W4Cfg c = w4_cfg(p.variant);
   if (!applies_cfg<F, 4>(p))  // rows of scales / zero points not 16-byte aligned (K % 512 != 0)
     return launch_k<T, F, 4, 3, 0, true>(p, W4Cfg{}, st);
-  if (c.kb == 8 && !applies_cfg<F, 8>(p)) c = W4Cfg{};
   if constexpr (std::is_same_v<T, bf16>) {  // the benchmarking variants: bf16 x only
     if (c.mode == 1) return launch_k<T, F, 4, 3, 1>(p, c, st);
-    if (c.mode == 2 && !F::kNvf4) return launch_k<T, F, 4, 3, 2>(p, c, st);
-    if (c.mode == 4 && !F::kNvf4) return launch_k<T, F, 4, 3, 4>(p, c, st);
     if (c.mode == 5) return launch_k<T, F, 4, 3, 5>(p, c, st);
-    if (c.mode >= 3 && kDefaultMode != 3) return launch_k<T, F, 4, 3, 3>(p, c, st);
+    if (c.mode == 7) return launch_k<T, F, 4, 3, 7>(p, c, st);
+    if (c.mode == 10) return launch_k<T, F, 4, 3, 10>(p, c, st);
+    if (c.mode == 8 || c.mode == 9) {  // x through the ring at M = 1; M > 1 the same plan, x from global
+      const int64_t rp = 3 * int64_t(W4Layout<F, 4>::STAGE + 4 * 256);
+      if (c.mode == 8) return p.m == 1 ? launch_k<T, F, 4, 3, 8>(p, c, st, rp) : launch_k<T, F, 4, 3, 0>(p, c, st, rp);
+      return p.m == 1 ? launch_k<T, F, 4, 3, 9>(p, c, st, rp) : launch_k<T, F, 4, 3, 6>(p, c, st, rp);
+    }
+    if (c.mode == 6 && !F::kNvf4 && kDefaultMode != 6) return launch_k<T, F, 4, 3, 6>(p, c, st);
+    if (c.mode == 3 && kDefaultMode != 3) return launch_k<T, F, 4, 3, 3>(p, c, st);
     if (c.old && kDefaultMode != 0) return launch_k<T, F, 4, 3, 0>(p, c, st);
-    if (c.kb == 8) return launch_k<T, F, 8, 2>(p, c, st);
-    if (c.d == 4) return launch_k<T, F, 4, 4>(p, c, st);
     if (c.minb == 3) return launch_k<T, F, 4, 2, 0, false, 3>(p, c, st);
     if (!c.spread) return launch_k<T, F, 4, 3>(p, c, st);
   }
@@ -148,7 +163,7 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
 
 }  // namespace
 
-bool w4_staged_applies(const QGemvArgs& p) { return applies_kb(p, 4); }
+bool w4_staged_applies(const QGemvArgs& p) { return applies_any(p); }
 
 int w4_staged_split(int64_t n, int64_t k) {
   const W4Cfg c;

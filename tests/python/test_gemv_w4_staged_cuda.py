@@ -1,9 +1,10 @@
 """The staged 4-bit GEMV (src/cuda/gemv_w4_staged.cu, common/gemv_w4.cuh): int4 with groups of
 32 / 64 / 128 and NVF4 against float64 products with the exactly dequantized weights, for
 M = 1..8, odd N (a partial last row tile), split-K (small N, long K), partial last stages
-(K = 1152; variant 4: stages of 8 blocks over K = 4608), K % 512 != 0 (rows of scales and
+(K = 1152), K % 512 != 0 (rows of scales and
 zero points not 16-byte aligned), every benchmarking variant that computes
-(4 / 5 / 6 / 9; 2 without PDL and 11 - 14, the copy modes, must give the default's bits), float16 x and every
+(6 / 9; 2 without PDL and 11, 13, 14, 19, the copy modes, must give the default's bits;
+variants 15 - 18, int4's zero-point mma: tests/python/test_gemv_w4_s6_cuda.py), float16 x and every
 output dtype; same bits on a second run, a row alone = the row in a batch, and the output
 poisoned before the call. Skipped without a GPU."""
 import math
@@ -84,13 +85,11 @@ def test_matches_exact_all_m(fmt, n, k):
 
 
 @pytest.mark.parametrize("fmt", FMTS)
-@pytest.mark.parametrize("variant", [4, 5, 6, 8, 9])
+@pytest.mark.parametrize("variant", [6, 8, 9])
 @pytest.mark.parametrize("n,k", [(37, 4096), (300, 14336), (133, 4608), (37, 32768), (133, 1152)])
 def test_variants_match_exact(fmt, variant, n, k):
-    """4: stages of 8 blocks (K = 4608: a partial last stage; where the scales' rows are not
-    aligned for it, the default runs), 5: a ring of 4, 6: without the CTA spreading, 8: int4's
-    shifts as mul.hi (NVF4: the per-lane kernel's), 9: a ring of 2 with registers for 24 warps
-    per SM."""
+    """6: without the CTA spreading, 8: NVF4's per-lane kernel with mul.hi shifts (int4: the
+    default since session 6), 9: a ring of 2 with registers for 24 warps per SM."""
     fn, deq = make(fmt, n, k)
     xb = gk.asarray(RNG.standard_normal((3, k)).astype(np.float32)).astype("bfloat16")
     got = call(fn, xb.to("cuda"), variant, out_dtype="float32")
@@ -102,9 +101,10 @@ def test_variants_match_exact(fmt, variant, n, k):
 def test_copy_modes_same_bits(fmt, n, k):
     """k_w4's MODE 0 (variant 13, checkpoint A's copies), 3 (variant 11, lean copies: a full
     stage's copies from addresses computed once, block 0's shared reads before the next copies
-    are issued; the default, kDefaultMode in gemv_w4_staged.cu) and 4 (variant 12: 3 with int4's
-    shifts as mul.hi, exact) and 5 (variant 14: 3 with x of a stage's first block loaded during
-    the previous stage) do the same arithmetic: the same bits as the default at M = 8 and
+    are issued), 5 (variant 14: 3 with x of a stage's first block loaded during the previous
+    stage) and 10 (variant 19, session 6: x of consecutive blocks in alternating registers) do
+    the same arithmetic as the default (kDefaultMode in gemv_w4_staged.cu, when it is
+    one of these): the same bits as the default at M = 8 and
     M = 1, within the bound of the float64 reference. K = 4864: NVF4 with a partial last stage
     (its copies take the general path); 1152: narrow rows of scales (MODE 0 runs); 32768: split-K."""
     base = BASE.get(fmt, 0)
@@ -112,7 +112,7 @@ def test_copy_modes_same_bits(fmt, n, k):
     xb = gk.asarray(RNG.standard_normal((8, k)).astype(np.float32)).astype("bfloat16")
     x = xb.to("cuda")
     b = f64(call(fn, x, base, out_dtype="float32"))
-    for variant in (11, 12, 13, 14):
+    for variant in (11, 13, 14, 19):
         got = call(fn, x, variant, out_dtype="float32")
         check(f"{fmt} variant {variant} n={n} k={k} M=8", got, f64(xb.astype("float32")), deq, k)
         a = f64(got)

@@ -112,6 +112,19 @@ __device__ __forceinline__ uint32_t w4_opaque(uint32_t v) {  // kept in a regist
   return v;
 }
 
+// d += A B for mma.m16n8k8 (A: rows g, g + 8 at k = 2t, 2t + 1; B: k = 2t, 2t + 1, column g)
+template <class T>
+__device__ __forceinline__ void mma1688(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t b) {
+  if constexpr (std::is_same_v<T, bf16>)
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(b));
+  else
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(b));
+}
+
 template <class T>
 struct W4NvfBits {
   static constexpr int kMagShift = std::is_same_v<T, bf16> ? 6 : 9;  // where e1 e0 m go
@@ -143,20 +156,13 @@ __device__ __forceinline__ void w4_nvf_scales(uint32_t b2, uint32_t& s0, uint32_
   s1 = splat<T>(f1);
 }
 
-// u >> S (HI: as mul.hi.u32 by 2^(32 - S), on the FMA pipe instead of the integer pipe)
-template <int S, bool HI>
+template <int S>
 __device__ __forceinline__ uint32_t w4_shr(uint32_t u) {
   if constexpr (S == 0) return u;
-  else if constexpr (HI) {
-    uint32_t r;
-    asm("mul.hi.u32 %0, %1, %2;" : "=r"(r) : "r"(u), "n"(1u << (32 - S)));
-    return r;
-  } else return u >> S;
+  else return u >> S;
 }
-
-template <bool HI>
 __device__ __forceinline__ uint32_t w4_shift4(uint32_t u, int qq) {  // u >> 4 qq, qq = 0..3 (unrolled)
-  return qq == 0 ? u : (qq == 1 ? w4_shr<4, HI>(u) : (qq == 2 ? w4_shr<8, HI>(u) : w4_shr<12, HI>(u)));
+  return qq == 0 ? u : (qq == 1 ? w4_shr<4>(u) : (qq == 2 ? w4_shr<8>(u) : w4_shr<12>(u)));
 }
 
 // cp.async of U (4, 8, 16) whole bytes
@@ -174,19 +180,33 @@ struct W4Frag {
 };
 
 // MODE (benchmarking): 0 the kernel; 1 the probe: the same copies and shared reads, no decode
-// or products (wrong results: the ceiling of the access pattern); 2 int4's right shifts as
-// mul.hi; 3 lean (session 5 after A; the same arithmetic, the same bits): a full stage's copies
-// from per-lane addresses computed once (no per-stage predicates, row clamps or byte counts)
-// and the shared reads of a stage's first block before the next stage's copies are issued
-// (their latency under the issue work); 4 both 2 and 3; 5: 3 with x of a stage's first block
-// loaded during the previous stage's last block (as within a stage). MINB: CTAs of 256
-// threads per SM the registers are sized for (2: 128 registers).
+// or products (wrong results: the ceiling of the access pattern); 3 lean (session 5 after A;
+// the same arithmetic, the same bits): a full stage's copies from per-lane addresses computed
+// once (no per-stage predicates, row clamps or byte counts) and the shared reads of a stage's
+// first block before the next stage's copies are issued (their latency under the issue work);
+// 5: 3 with x of a stage's first block loaded during the previous stage's last block (as within
+// a stage); 6 int4 "zero-point mma" (session 6): the mma runs on the magic-biased codes
+// (magic + q, exact) and a second mma per k-step with the constant A = -(magic + z) of each row
+// and the same B adds -(magic + z) * sum(x) into the same fp32 accumulator, instead of one
+// packed subtraction per pair (4 HADD2 per mma of 256 weights -> 1 HMMA); not the same bits as
+// MODE 0 (other fp32 roundings; the bound in tests/python/test_gemv_w4_s6_cuda.py); 7 the probe
+// without x loads (x from opaque register moves; wrong results: the decode's ceiling); 8 (M = 1
+// only) x through the ring: each stage's KB * 256 bytes of x copied with its codes (cp.async;
+// the stages issued before the PDL wait get theirs in one more group after it), read from shared
+// memory instead of global loads, each block's at its start (the same arithmetic as MODE 0); 9: 8
+// with 6's zero-point mma; 10 MODE 0 with the x of consecutive blocks in alternating registers
+// instead of copying the next block's x over the current one's (ptxas emitted ~16 IMAD.MOV per
+// block for the copy; the same bits). MINB: CTAs
+// of 256 threads per SM the registers are sized for (2: 128 registers).
 template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2>
 __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   using L = W4Layout<F, KB, NARROW>;
   // LEAN: wide meta copies with at most one zero-point unit per row (KB = 4)
-  constexpr bool PROBE = MODE == 1, HI = MODE == 2 || MODE == 4,
-                 LEAN = (MODE == 3 || MODE == 4 || MODE == 5) && !NARROW && L::NUZ <= 1, XA = MODE == 5;
+  constexpr bool PROBE = MODE == 1, LEAN = (MODE == 3 || MODE == 5) && !NARROW && L::NUZ <= 1, XA = MODE == 5,
+                 ZS = (MODE == 6 || MODE == 9) && !F::kNvf4, NOX = MODE == 7, XS = MODE == 8 || MODE == 9,
+                 XP = MODE == 10;
+  // XS (M = 1 only): x of each stage's blocks travels with the codes (cp.async, after the PDL wait)
+  constexpr int XB = XS ? KB * 256 : 0, STG = L::STAGE + XB;
   constexpr int P = L::P, NK = KB / 2, NG = F::NG, LB = F::LB, WPG = F::WPG;
   constexpr uint32_t kMag = std::is_same_v<T, bf16> ? 0x43004300u : 0x64006400u;  // 128.0 / 1024.0 twice
   static_assert(KB % 2 == 0 && KB >= 2, "an even number of blocks per stage");
@@ -199,7 +219,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   const int64_t b0 = s0 * KB, b1 = std::min(nblk, s1 * KB);           // its blocks
 
   extern __shared__ uint4 smem[];
-  const uint32_t ring = smem_addr(smem) + uint32_t(warp) * uint32_t(D * L::STAGE);
+  const uint32_t ring = smem_addr(smem) + uint32_t(warp) * uint32_t(D * STG);
   // code copies: lane l takes chunks c = l % 8 + 8 k of rows l / 8 + 4 i of each stage
   const int ch = lane % 8, rr = lane / 8;
   const uint8_t* q = static_cast<const uint8_t*>(p.q);
@@ -239,10 +259,32 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
       lzdst = uint32_t(L::CODES + L::SCALES + r * L::ZP);
     }
   }
+  // XS: the stage's x (row 0, KB * 128 elements). G = 128 / NVF4: 16-byte chunk c stored at
+  // c ^ 2 (c >> 3 & 1), which makes the reads of the 4 lanes t (chunks w + 4 t) conflict-free;
+  // G = 64 / 32 read chunks 2 t + .. / t + .. : conflict-free as they are.
+  constexpr bool XSW = F::G == 128;
+  [[maybe_unused]] bool xon = false;  // x copies allowed (after the PDL wait)
+  [[maybe_unused]] const uint8_t* xsrc = static_cast<const uint8_t*>(p.x) + b0 * 256;
+  auto issue_x = [&](uint32_t sb, const uint8_t* src, int64_t lft) {
+    static_assert(KB * 16 % 32 == 0, "whole x chunks per lane");
+#pragma unroll
+    for (int j0 = 0; j0 < KB * 16; j0 += 32) {
+      const int j = j0 + lane;
+      if (lft >= KB || j < lft * 16)
+        cp_async16(sb + uint32_t(L::STAGE + 16 * (XSW ? j ^ (((j >> 3) & 1) << 1) : j)), src + 16 * j);
+    }
+  };
+  // XS: lane t's x offsets in a stage, words w with (w & 2) == 0 / != 0 (G = 128: chunk
+  // w + 4 t, moved by +-2 chunks where t >= 2; else chunk .. + t G / 32)
+  [[maybe_unused]] const uint32_t xsd = XSW && t >= 2 ? 32u : 0u;
+  [[maybe_unused]] const uint32_t xs_p = uint32_t(L::STAGE + 16 * t * (F::G / 32)) + xsd;
+  [[maybe_unused]] const uint32_t xs_m = uint32_t(L::STAGE + 16 * t * (F::G / 32)) - xsd;
   auto issue = [&](int st) {
     if (left > 0) {
-      const uint32_t sb = ring + uint32_t(st * L::STAGE);
+      const uint32_t sb = ring + uint32_t(st * STG);
       const bool full = left >= KB;
+      if constexpr (XS)
+        if (xon) issue_x(sb, xsrc, left);
       if (LEAN && full) {  // the same copies as below, from the precomputed addresses
 #pragma unroll
         for (int i = 0; i < 4; ++i)
@@ -303,6 +345,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
     cp_commit();
 #pragma unroll
     for (int i = 0; i < 4; ++i) qp[i] += KB * 64;
+    if constexpr (XS) xsrc += KB * 256;
     if constexpr (LEAN) {
 #pragma unroll
       for (int j = 0; j < JS; ++j) lsrc[j] += KB * F::SB;
@@ -320,6 +363,15 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
 #pragma unroll
   for (int st = 0; st < D - 1; ++st) issue(st);
   pdl_wait();
+  if constexpr (XS) {  // x of the stages issued before the PDL wait: one more group
+#pragma unroll
+    for (int st = 0; st < D - 1; ++st)
+      if (b1 - b0 - int64_t(st) * KB > 0)
+        issue_x(ring + uint32_t(st * STG), static_cast<const uint8_t*>(p.x) + (b0 + int64_t(st) * KB) * 256,
+                b1 - b0 - int64_t(st) * KB);
+    cp_commit();
+    xon = true;
+  }
 
   // fragment offsets in a stage (row g): piece h of block bb lies at chunk (4 bb + c_h) ^ sw,
   // i.e. 64 bb + 16 (c_h ^ (sw & 3)) + (bb odd ? -1 : 1) 16 (sw & 4) + the byte in the chunk
@@ -333,6 +385,8 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
     fo[1][h] = uint32_t(base - 16 * (sw & 4));
   }
   const uint32_t mag = w4_opaque(kMag);
+  // ZS: -(magic + z) twice, the correction mma's A (the magic's sign bit set)
+  [[maybe_unused]] const uint32_t zmag = ZS ? w4_opaque(kMag | 0x80008000u) : mag;
   // NARROW: the misalignment of the zero-point rows g and g + 8 (the same in every stage)
   [[maybe_unused]] int za_off = 0, zb_off = 0;
   if constexpr (NARROW && F::ZB > 0) {
@@ -342,10 +396,20 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   }
 
   // x of block bb of the current stage, word w (8 elements at the lane's physical k)
-  auto load_x = [&](uint4 (&xv)[4], int bb) {
+  auto load_x = [&](uint4 (&xv)[4], int bb, [[maybe_unused]] uint32_t sb = 0) {
 #pragma unroll
-    for (int w = 0; w < 4; ++w)
-      xv[w] = __ldg(reinterpret_cast<const uint4*>(xr + bb * 128 + (w / WPG) * F::G + 8 * (w % WPG)));
+    for (int w = 0; w < 4; ++w) {
+      if constexpr (XS) {  // from the stage: chunk bb 16 + (the element offset) / 8, swizzled
+        const int cw = ((w / WPG) * F::G + 8 * (w % WPG)) / 8;  // the word's chunk in the block (lane 0)
+        xv[w] = lds16(sb + ((cw & 2) ? xs_m : xs_p) + uint32_t(256 * bb + 16 * cw));
+      } else if constexpr (NOX) {  // the probe without x loads: opaque register values (wrong results)
+        uint32_t v;
+        asm volatile("mov.b32 %0, %1;" : "=r"(v) : "n"(0x3f803f80));
+        xv[w] = make_uint4(v, v ^ uint32_t(bb), v, v ^ uint32_t(w));
+      } else {
+        xv[w] = __ldg(reinterpret_cast<const uint4*>(xr + bb * 128 + (w / WPG) * F::G + 8 * (w % WPG)));
+      }
+    }
   };
   // the shared reads of block bb of the stage at sb
   auto fetch = [&](uint32_t sb, int bb) {
@@ -385,16 +449,24 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
     return f;
   };
   [[maybe_unused]] uint4 xnext[4];  // XA: x of the next stage's first block
-  auto stage = [&](int st, int nb, auto full, bool more) {
+  auto stage = [&](int st, int nb, auto full, bool more, [[maybe_unused]] bool first) {
     constexpr bool kFull = decltype(full)::value;
-    uint4 xc[4];  // x of the stage's first block, loaded before waiting for its weights (XA: earlier)
+    // x of a block and of the next: [0] the stage's first block, loaded before waiting for its
+    // weights (XA: earlier); XP: the blocks alternate between the two (no copies), else [1] is
+    // copied to [0] after each block; XS: [0] read from the stage at each block's start
+    uint4 xbuf[2][4];
     if constexpr (XA) {
 #pragma unroll
-      for (int w = 0; w < 4; ++w) xc[w] = xnext[w];
-    } else if constexpr (!PROBE) load_x(xc, 0);
-    cp_wait<D - 2>();
+      for (int w = 0; w < 4; ++w) xbuf[0][w] = xnext[w];
+    } else if constexpr (!PROBE && !XS) load_x(xbuf[0], 0);
+    if constexpr (XS) {  // the first stage: also the x group issued after the PDL wait
+      if (first) cp_wait<0>();
+      else cp_wait<D - 2>();
+    } else {
+      cp_wait<D - 2>();
+    }
     __syncwarp();
-    const uint32_t sb = ring + uint32_t(st * L::STAGE);
+    const uint32_t sb = ring + uint32_t(st * STG);
     [[maybe_unused]] W4Frag f0{};
     if constexpr (LEAN) f0 = fetch(sb, 0);  // LEAN: block 0's reads before the copies are issued
     issue((st + D - 1) % D);
@@ -413,8 +485,10 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
         acc[0] += __uint_as_float(v & 0x007fffffu);
         continue;
       }
-      uint4 xn[4];  // the next block's x, loaded ahead
-      if (!PROBE && bb + 1 < KB && (kFull || bb + 1 < nb)) load_x(xn, bb + 1);
+      uint4(&xc)[4] = xbuf[XP ? (bb & 1) : 0];
+      [[maybe_unused]] uint4(&xn)[4] = xbuf[XP ? ((bb + 1) & 1) : 1];  // the next block's x, loaded ahead
+      if constexpr (XS) load_x(xc, bb, sb);
+      else if (bb + 1 < KB && (kFull || bb + 1 < nb)) load_x(xn, bb + 1);
       if constexpr (XA && kFull)
         if (bb + 1 == KB && more) load_x(xnext, KB);  // the next stage's first block (xr moves by KB blocks)
       if constexpr (F::kNvf4) {
@@ -446,9 +520,9 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
         constexpr bool TWO = WPG >= 2;  // two mma chains (k-steps A / B) per group
 #pragma unroll
         for (int h = 0; h < NG; ++h) {
-          // bytes [z, magic high byte, z, magic high byte]: (magic + z) twice
+          // bytes [z, magic high byte, z, magic high byte]: (magic + z) twice (ZS: -(magic + z))
           const uint32_t sel = uint32_t(h) | (5u << 4) | (uint32_t(h) << 8) | (5u << 12);
-          const uint32_t z2a = __byte_perm(za, mag, sel), z2b = __byte_perm(zb, mag, sel);
+          const uint32_t z2a = __byte_perm(za, zmag, sel), z2b = __byte_perm(zb, zmag, sel);
           float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
           [[maybe_unused]] float c2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -460,14 +534,28 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
             uint32_t pa[4], pb[4];
 #pragma unroll
             for (int qq = 0; qq < 4; ++qq) {
-              pa[qq] = hsub2u<T>(w4_lop(w4_shift4<HI>(ua, qq), mag), z2a);
-              pb[qq] = hsub2u<T>(w4_lop(w4_shift4<HI>(ub, qq), mag), z2b);
+              if constexpr (ZS) {  // magic + q
+                pa[qq] = w4_lop(w4_shift4(ua, qq), mag);
+                pb[qq] = w4_lop(w4_shift4(ub, qq), mag);
+              } else {  // q - z
+                pa[qq] = hsub2u<T>(w4_lop(w4_shift4(ua, qq), mag), z2a);
+                pb[qq] = hsub2u<T>(w4_lop(w4_shift4(ub, qq), mag), z2b);
+              }
             }
             const uint32_t aA[4] = {pa[0], pb[0], pa[1], pb[1]};
             const uint32_t aB[4] = {pa[2], pb[2], pa[3], pb[3]};
+            // ZS: - (magic + z) * sum(x) of each k-step by two m16n8k8 mma with A = (z2a, z2b) (a
+            // pair, not the quad {z2a, z2b, z2a, z2b} that m16n8k16 would need: ptxas copied it
+            // before every mma, 3 IMAD.MOV each, under the register limit)
             mma16816<T>(c, aA, bA0, bA1);
-            if constexpr (TWO) mma16816<T>(c2, aB, bB0, bB1);
-            else mma16816<T>(c, aB, bB0, bB1);
+            if constexpr (ZS) mma1688<T>(c, z2a, z2b, bA0), mma1688<T>(c, z2a, z2b, bA1);
+            if constexpr (TWO) {
+              mma16816<T>(c2, aB, bB0, bB1);
+              if constexpr (ZS) mma1688<T>(c2, z2a, z2b, bB0), mma1688<T>(c2, z2a, z2b, bB1);
+            } else {
+              mma16816<T>(c, aB, bB0, bB1);
+              if constexpr (ZS) mma1688<T>(c, z2a, z2b, bB0), mma1688<T>(c, z2a, z2b, bB1);
+            }
           }
           const float s_a = __uint_as_float(word(sva, h)), s_b = __uint_as_float(word(svb, h));
           if constexpr (TWO) {
@@ -480,8 +568,10 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
           acc[3] = fmaf(s_b, c[3], acc[3]);
         }
       }
+      if constexpr (!XP && !XS) {
 #pragma unroll
-      for (int w = 0; w < 4; ++w) xc[w] = xn[w];
+        for (int w = 0; w < 4; ++w) xc[w] = xn[w];
+      }
     }
     xr += KB * 128;
   };
@@ -495,8 +585,8 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
       const int64_t j = j0 + st;
       if (j < nstw) {
         const int64_t nbl = b1 - b0 - j * KB;
-        if (nbl >= KB) stage(st, KB, std::true_type{}, j + 1 < nstw);
-        else stage(st, int(nbl), std::false_type{}, false);
+        if (nbl >= KB) stage(st, KB, std::true_type{}, j + 1 < nstw, j == 0);
+        else stage(st, int(nbl), std::false_type{}, false, j == 0);
       } else {
         issue((st + D - 1) % D);  // keeps the group count uniform (empty groups)
       }
