@@ -12,8 +12,7 @@
 // probe without x loads (MODE 7: x from register moves; wrong results: the decode's ceiling),
 // 17 x through the ring at M = 1 (MODE 8: each stage's x copied with its codes and read from
 // shared memory; M > 1 MODE 0; the plan made for the larger ring, so other sums than the
-// default's), 18 17 with the zero-point mma (MODE 9; M > 1 MODE 6), 19 x of consecutive blocks
-// in alternating registers (MODE 10; the same bits); 0 / 2 /
+// default's), 18 17 with the zero-point mma (MODE 9; M > 1 MODE 6); 0 / 2 /
 // 10 the default (k_w4's MODE kDefaultMode). Removed in session 6 (slower than the default at
 // every shape measured in session 5): 4 (stages of 8 blocks, a ring of 2), 5 (a ring of 4),
 // 8 (int4's shifts as mul.hi; NVF4's 8 is the per-lane kernel's), 12 (11 + mul.hi).
@@ -30,7 +29,7 @@ using namespace gemv_detail;
 struct W4Cfg {
   int kb = 4, d = 3, wt = 16;  // blocks per stage, ring depth, target warps per SM
   int mode = 0;  // k_w4's MODE: 1 the probe, 3 lean copies, 5 3 + x ahead, 6 int4's zero-point mma, 7 no x
-                 // loads, 8 x through the ring (M = 1), 9 8 + 6, 10 x in alternating registers
+                 // loads, 8 x through the ring (M = 1), 9 8 + 6
   int minb = 2;                // k_w4's MINB
   bool spread = true;          // at most ceil(CTAs / 132) CTAs per SM when all fit at once
   bool old = false;            // MODE 0 whatever kDefaultMode is (variant 13)
@@ -49,7 +48,6 @@ W4Cfg w4_cfg(int variant) {
     case 16: c.mode = 7; break;
     case 17: c.mode = 8; break;
     case 18: c.mode = 9; break;
-    case 19: c.mode = 10; break;
     default: break;
   }
   return c;
@@ -146,7 +144,6 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
     if (c.mode == 1) return launch_k<T, F, 4, 3, 1>(p, c, st);
     if (c.mode == 5) return launch_k<T, F, 4, 3, 5>(p, c, st);
     if (c.mode == 7) return launch_k<T, F, 4, 3, 7>(p, c, st);
-    if (c.mode == 10) return launch_k<T, F, 4, 3, 10>(p, c, st);
     if (c.mode == 8 || c.mode == 9) {  // x through the ring at M = 1; M > 1 the same plan, x from global
       const int64_t rp = 3 * int64_t(W4Layout<F, 4>::STAGE + 4 * 256);
       if (c.mode == 8) return p.m == 1 ? launch_k<T, F, 4, 3, 8>(p, c, st, rp) : launch_k<T, F, 4, 3, 0>(p, c, st, rp);

@@ -194,17 +194,14 @@ struct W4Frag {
 // only) x through the ring: each stage's KB * 256 bytes of x copied with its codes (cp.async;
 // the stages issued before the PDL wait get theirs in one more group after it), read from shared
 // memory instead of global loads, each block's at its start (the same arithmetic as MODE 0); 9: 8
-// with 6's zero-point mma; 10 MODE 0 with the x of consecutive blocks in alternating registers
-// instead of copying the next block's x over the current one's (ptxas emitted ~16 IMAD.MOV per
-// block for the copy; the same bits). MINB: CTAs
+// with 6's zero-point mma. MINB: CTAs
 // of 256 threads per SM the registers are sized for (2: 128 registers).
 template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2>
 __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   using L = W4Layout<F, KB, NARROW>;
   // LEAN: wide meta copies with at most one zero-point unit per row (KB = 4)
   constexpr bool PROBE = MODE == 1, LEAN = (MODE == 3 || MODE == 5) && !NARROW && L::NUZ <= 1, XA = MODE == 5,
-                 ZS = (MODE == 6 || MODE == 9) && !F::kNvf4, NOX = MODE == 7, XS = MODE == 8 || MODE == 9,
-                 XP = MODE == 10;
+                 ZS = (MODE == 6 || MODE == 9) && !F::kNvf4, NOX = MODE == 7, XS = MODE == 8 || MODE == 9;
   // XS (M = 1 only): x of each stage's blocks travels with the codes (cp.async, after the PDL wait)
   constexpr int XB = XS ? KB * 256 : 0, STG = L::STAGE + XB;
   constexpr int P = L::P, NK = KB / 2, NG = F::NG, LB = F::LB, WPG = F::WPG;
@@ -452,8 +449,9 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   auto stage = [&](int st, int nb, auto full, bool more, [[maybe_unused]] bool first) {
     constexpr bool kFull = decltype(full)::value;
     // x of a block and of the next: [0] the stage's first block, loaded before waiting for its
-    // weights (XA: earlier); XP: the blocks alternate between the two (no copies), else [1] is
-    // copied to [0] after each block; XS: [0] read from the stage at each block's start
+    // weights (XA: earlier), [1] copied to [0] after each block (ptxas renames them in full
+    // stages; alternating the two by block parity gave the same SASS there); XS: [0] read from
+    // the stage at each block's start
     uint4 xbuf[2][4];
     if constexpr (XA) {
 #pragma unroll
@@ -485,8 +483,8 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
         acc[0] += __uint_as_float(v & 0x007fffffu);
         continue;
       }
-      uint4(&xc)[4] = xbuf[XP ? (bb & 1) : 0];
-      [[maybe_unused]] uint4(&xn)[4] = xbuf[XP ? ((bb + 1) & 1) : 1];  // the next block's x, loaded ahead
+      uint4(&xc)[4] = xbuf[0];
+      [[maybe_unused]] uint4(&xn)[4] = xbuf[1];  // the next block's x, loaded ahead
       if constexpr (XS) load_x(xc, bb, sb);
       else if (bb + 1 < KB && (kFull || bb + 1 < nb)) load_x(xn, bb + 1);
       if constexpr (XA && kFull)
@@ -568,7 +566,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
           acc[3] = fmaf(s_b, c[3], acc[3]);
         }
       }
-      if constexpr (!XP && !XS) {
+      if constexpr (!XS) {
 #pragma unroll
         for (int w = 0; w < 4; ++w) xc[w] = xn[w];
       }
