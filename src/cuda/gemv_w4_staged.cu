@@ -53,10 +53,11 @@ W4Cfg w4_cfg(int variant) {
   return c;
 }
 
-// The default configuration's k_w4 MODE: 0 (checkpoint A's copies, variant 13) or 3 (lean
-// copies, variant 11: about 55 fewer instructions per stage of ~700 in the SASS, the same copies
-// and the same bits). Session 5's final H200 run (bench/gemv.py, M=1, % of copy at (4096, 14336) /
-// (14336, 4096) / (4096, 128256)) measured lean 53/51/77 vs 52/50/77 (g128), 49/49/64 vs 50/53/67
+// The default configuration's k_w4 MODE (0, 3, 6, 8 or 9; the variants: 13, 11, 15, 17, 18):
+// 0 (checkpoint A's copies) or 3 (lean copies: about 55 fewer instructions per stage of ~700 in
+// the SASS, the same copies and the same bits); session 6: 6 / 8 / 9 (see gemv_w4.cuh).
+// Session 5's final H200 run (bench/gemv.py, M=1, % of copy at (4096, 14336) / (14336, 4096) /
+// (4096, 128256)) measured lean 53/51/77 vs 52/50/77 (g128), 49/49/64 vs 50/53/67
 // (g64), 31/40/64 vs 50/54/71 (g32), NVF4 staged 46/45/61 vs 44/46/61: MODE 0 is the default.
 constexpr int kDefaultMode = 0;
 
@@ -135,27 +136,41 @@ void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_
   if (split > 1) launch_sum_q(p, st);
 }
 
+// k_w4 MODE M with the wide copies; M = 8 / 9 (x through the ring) run at M = 1 only: M > 1
+// runs MODE 0 / 6 with the same plan (the warps per CTA made for the XS ring), so a row's bits
+// do not depend on M.
+template <class T, class F, int M>
+void launch_mode(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
+  if constexpr (M == 8 || M == 9) {
+    const int64_t rp = 3 * int64_t(W4Layout<F, 4>::STAGE + 4 * 256);
+    if (p.m == 1) return launch_k<T, F, 4, 3, M>(p, c, st, rp);
+    return launch_k<T, F, 4, 3, M == 9 ? 6 : 0>(p, c, st, rp);
+  } else {
+    return launch_k<T, F, 4, 3, M>(p, c, st);
+  }
+}
+
 template <class T, class F>
 void launch_f(const QGemvArgs& p, cudaStream_t st) {
   W4Cfg c = w4_cfg(p.variant);
   if (!applies_cfg<F, 4>(p))  // rows of scales / zero points not 16-byte aligned (K % 512 != 0)
     return launch_k<T, F, 4, 3, 0, true>(p, W4Cfg{}, st);
   if constexpr (std::is_same_v<T, bf16>) {  // the benchmarking variants: bf16 x only
-    if (c.mode == 1) return launch_k<T, F, 4, 3, 1>(p, c, st);
-    if (c.mode == 5) return launch_k<T, F, 4, 3, 5>(p, c, st);
-    if (c.mode == 7) return launch_k<T, F, 4, 3, 7>(p, c, st);
-    if (c.mode == 8 || c.mode == 9) {  // x through the ring at M = 1; M > 1 the same plan, x from global
-      const int64_t rp = 3 * int64_t(W4Layout<F, 4>::STAGE + 4 * 256);
-      if (c.mode == 8) return p.m == 1 ? launch_k<T, F, 4, 3, 8>(p, c, st, rp) : launch_k<T, F, 4, 3, 0>(p, c, st, rp);
-      return p.m == 1 ? launch_k<T, F, 4, 3, 9>(p, c, st, rp) : launch_k<T, F, 4, 3, 6>(p, c, st, rp);
+    switch (c.mode) {
+      case 1: return launch_mode<T, F, 1>(p, c, st);
+      case 3: return launch_mode<T, F, 3>(p, c, st);
+      case 5: return launch_mode<T, F, 5>(p, c, st);
+      case 6: return launch_mode<T, F, 6>(p, c, st);
+      case 7: return launch_mode<T, F, 7>(p, c, st);
+      case 8: return launch_mode<T, F, 8>(p, c, st);
+      case 9: return launch_mode<T, F, 9>(p, c, st);
+      default: break;
     }
-    if (c.mode == 6 && !F::kNvf4 && kDefaultMode != 6) return launch_k<T, F, 4, 3, 6>(p, c, st);
-    if (c.mode == 3 && kDefaultMode != 3) return launch_k<T, F, 4, 3, 3>(p, c, st);
-    if (c.old && kDefaultMode != 0) return launch_k<T, F, 4, 3, 0>(p, c, st);
+    if (c.old) return launch_mode<T, F, 0>(p, c, st);
     if (c.minb == 3) return launch_k<T, F, 4, 2, 0, false, 3>(p, c, st);
     if (!c.spread) return launch_k<T, F, 4, 3>(p, c, st);
   }
-  return launch_k<T, F, 4, 3, kDefaultMode>(p, W4Cfg{}, st);
+  return launch_mode<T, F, kDefaultMode>(p, W4Cfg{}, st);
 }
 
 }  // namespace
