@@ -67,7 +67,7 @@ VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "wit
 VARIANT_NAMES[21] = "GGUF: the stage and unit loops not unrolled (less code)"
 VARIANT_NAMES[22] = "GGUF Q4_K / Q6_K: block scales once per quad, shared through shared memory"
 GGUF_ONLY_VARIANTS = (21, 22)  # --variants: the GGUF formats only (22: Q4_K and Q6_K)
-INT4_ONLY_VARIANTS = (6, 9, 10, 11, 14, 15, 16, 17, 18)  # --variants: int4 / nvf4 only (8: int4 and nvf4; 7: int4 and GGUF; 12 / 13: int4 / nvf4 and Q8_0)
+INT4_ONLY_VARIANTS = (6, 9, 10, 11, 14, 15, 16, 17, 18, 19)  # --variants: int4 / nvf4 only (8: int4 and nvf4; 7: int4 and GGUF; 12 / 13: int4 / nvf4 and Q8_0)
 NEW_KERNEL_VARIANTS = (3, 4, 5, 7)  # int4, nvf4 and the GGUF formats only
 GGUF_FMTS = ("q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 
@@ -90,7 +90,8 @@ W4_VARIANT_NAMES = {1: "the per-lane-chunk kernel of gemv_mma.cuh", 2: "without 
                     15: "int4: staged, zero-point mma (codes + magic in the mma, -(magic + z) sum x by m16n8k8)",
                     16: "staged probe without x loads (x from registers; wrong results: the decode's ceiling)",
                     17: "staged, x through the ring at M = 1 (M > 1: x from global memory, the same plan)",
-                    18: "int4: 17 with the zero-point mma (15); nvf4: as 17"}
+                    18: "int4: 17 with the zero-point mma (15); nvf4: as 17",
+                    19: "staged, 17 with a ring of 2 (its plan: as many warps as the default's)"}
 
 
 def repeat_rows(tile, n, copies):

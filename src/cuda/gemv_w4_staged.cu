@@ -12,7 +12,9 @@
 // probe without x loads (MODE 7: x from register moves; wrong results: the decode's ceiling),
 // 17 x through the ring at M = 1 (MODE 8: each stage's x copied with its codes and read from
 // shared memory; M > 1 MODE 0; the plan made for the larger ring, so other sums than the
-// default's), 18 17 with the zero-point mma (MODE 9; M > 1 MODE 6); 0 / 2 /
+// default's), 18 17 with the zero-point mma (MODE 9; M > 1 MODE 6), 19 17 with a ring of 2 (its
+// plan: the XS ring of 3 leaves room for fewer warps per SM than the default's at N = 14336 /
+// 4096); 0 / 2 /
 // 10 the default (k_w4's MODE kDefaultMode). Removed in session 6 (slower than the default at
 // every shape measured in session 5): 4 (stages of 8 blocks, a ring of 2), 5 (a ring of 4),
 // 8 (int4's shifts as mul.hi; NVF4's 8 is the per-lane kernel's), 12 (11 + mul.hi).
@@ -48,6 +50,7 @@ W4Cfg w4_cfg(int variant) {
     case 16: c.mode = 7; break;
     case 17: c.mode = 8; break;
     case 18: c.mode = 9; break;
+    case 19: c.mode = 8, c.d = 2; break;
     default: break;
   }
   return c;
@@ -139,14 +142,14 @@ void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_
 // k_w4 MODE M with the wide copies; M = 8 / 9 (x through the ring) run at M = 1 only: M > 1
 // runs MODE 0 / 6 with the same plan (the warps per CTA made for the XS ring), so a row's bits
 // do not depend on M.
-template <class T, class F, int M>
+template <class T, class F, int M, int D = 3>
 void launch_mode(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
   if constexpr (M == 8 || M == 9) {
-    const int64_t rp = 3 * int64_t(W4Layout<F, 4>::STAGE + 4 * 256);
-    if (p.m == 1) return launch_k<T, F, 4, 3, M>(p, c, st, rp);
-    return launch_k<T, F, 4, 3, M == 9 ? 6 : 0>(p, c, st, rp);
+    const int64_t rp = D * int64_t(W4Layout<F, 4>::STAGE + 4 * 256);
+    if (p.m == 1) return launch_k<T, F, 4, D, M>(p, c, st, rp);
+    return launch_k<T, F, 4, D, M == 9 ? 6 : 0>(p, c, st, rp);
   } else {
-    return launch_k<T, F, 4, 3, M>(p, c, st);
+    return launch_k<T, F, 4, D, M>(p, c, st);
   }
 }
 
@@ -162,7 +165,7 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
       case 5: return launch_mode<T, F, 5>(p, c, st);
       case 6: return launch_mode<T, F, 6>(p, c, st);
       case 7: return launch_mode<T, F, 7>(p, c, st);
-      case 8: return launch_mode<T, F, 8>(p, c, st);
+      case 8: return c.d == 2 ? launch_mode<T, F, 8, 2>(p, c, st) : launch_mode<T, F, 8>(p, c, st);
       case 9: return launch_mode<T, F, 9>(p, c, st);
       default: break;
     }

@@ -55,7 +55,7 @@ bool use_mma(QFormat f, int64_t k) { return (f == QFormat::int4 || f == QFormat:
 // default), every other variant the staged kernel of gemv_w4_staged.cu (its own variants);
 // NVF4 0 / 2 / 3 the per-lane kernel of quant_nvf4_lane.cu (the default: H200 session 5
 // checkpoint A, 51 / 52 / 68% of copy against 44 / 46 / 62% for the staged kernel), 8 it with
-// mul.hi shifts, 6 / 7 / 9 / 10 / 11 / 13 / 14 / 16 / 17 / 18 the staged kernel (10: its default
+// mul.hi shifts, 6 / 7 / 9 / 10 / 11 / 13 / 14 / 16 / 17 / 18 / 19 the staged kernel (10: its default
 // configuration).
 template <class T>
 void launch_int4(const QGemvArgs& a, cudaStream_t st) {
@@ -73,7 +73,8 @@ void launch_int4(const QGemvArgs& a, cudaStream_t st) {
 template <class T>
 void launch_nvf4(const QGemvArgs& a, cudaStream_t st) {
   const bool staged = a.variant == 6 || a.variant == 7 || a.variant == 9 || a.variant == 10 || a.variant == 11 ||
-                      a.variant == 13 || a.variant == 14 || a.variant == 16 || a.variant == 17 || a.variant == 18;
+                      a.variant == 13 || a.variant == 14 || a.variant == 16 || a.variant == 17 || a.variant == 18 ||
+                      a.variant == 19;
   if (staged && w4_staged_applies(a)) {
     QGemvArgs b = a;
     if (b.variant == 10) b.variant = 0;  // the staged kernel's default configuration

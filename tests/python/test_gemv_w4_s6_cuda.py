@@ -29,7 +29,7 @@ import gpukit as gk
 
 pytestmark = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(606)
-VZS, VXS, VXZ = 15, 17, 18
+VZS, VXS, VXZ, VX2 = 15, 17, 18, 19
 MAGIC = {"bfloat16": 128.0, "float16": 1024.0}
 
 
@@ -171,13 +171,13 @@ def make_any(fmt, n, k):
 
 
 @pytest.mark.parametrize("fmt", ["int4_32", "int4_64", "int4_128", "nvf4"])
-@pytest.mark.parametrize("variant", [VXS, VXZ])
+@pytest.mark.parametrize("variant", [VXS, VXZ, VX2])
 @pytest.mark.parametrize("n,k", [(37, 4096), (300, 14336), (2051, 1536), (37, 32768), (133, 4608),
                                  (300, 4864), (133, 1152)])
 def test_x_through_ring_rows_match(fmt, variant, n, k):
     """M = 1 (x through the ring) = the same row at M = 2..8 (x from global memory, the same
-    plan), bit for bit; within the default's bound (17; NVF4 18 = 17) or the zero-point mma's
-    (int4 18). K = 4864: NVF4's partial last stage; 1152: narrow copies (MODE 0 runs)."""
+    plan), bit for bit; within the default's bound (17, 19: a ring of 2; NVF4 18 = 17) or the
+    zero-point mma's (int4 18). K = 4864: NVF4's partial last stage; 1152: narrow copies (MODE 0 runs)."""
     fn, deq, zs = make_any(fmt, n, k)
     xb = gk.asarray(RNG.standard_normal((8, k)).astype(np.float32)).astype("bfloat16")
     x = xb.to("cuda")
