@@ -24,6 +24,9 @@ BASE = {"nvf4": 10}
 # src/cuda/gemv_w4_staged.cu): int4 results are then held to that arithmetic's bound
 # (tests/python/test_gemv_w4_s6_cuda.py), 2 (2K + 2) 2^-24 sum |x| s (2 magic + q + z).
 DEFAULT_ZS = False
+# True when the int4 default runs MODE 0 / 3 / 5 with the default plan (not 6 / 8 / 9): its bits
+# are then variant 13's
+DEFAULT_MODE0 = True
 ZS_PARTS = {}  # id(deq) -> (codes, per-weight scale, per-weight zero point) of an int4 matrix
 
 
@@ -117,28 +120,29 @@ def test_variants_match_exact(fmt, variant, n, k):
 @pytest.mark.parametrize("fmt", FMTS)
 @pytest.mark.parametrize("n,k", [(37, 4096), (300, 14336), (133, 4608), (37, 32768), (300, 4864), (133, 1152)])
 def test_copy_modes_same_bits(fmt, n, k):
-    """k_w4's MODE 0 (variant 13, checkpoint A's copies), 3 (variant 11, lean copies: a full
-    stage's copies from addresses computed once, block 0's shared reads before the next copies
-    are issued) and 5 (variant 14: 3 with x of a stage's first block loaded during the previous
-    stage) do the same arithmetic as the default (kDefaultMode in gemv_w4_staged.cu, when it is
-    one of these): the same bits as the default at M = 8 and
-    M = 1, within the bound of the float64 reference. K = 4864: NVF4 with a partial last stage
-    (its copies take the general path); 1152: narrow rows of scales (MODE 0 runs); 32768: split-K."""
-    base = BASE.get(fmt, 0)
+    """k_w4's MODE 0 (variant 13, checkpoint A's copies, the default's plan), 3 (variant 11, lean
+    copies: a full stage's copies from addresses computed once, block 0's shared reads before
+    the next copies are issued) and 5 (variant 14: 3 with x of a stage's first block loaded
+    during the previous stage) do the same arithmetic: 11 and 14 give 13's bits at M = 8 and
+    M = 1 (and the default's, when kDefaultMode in gemv_w4_staged.cu is 0, 3 or 5), within the
+    bound of the float64 reference. K = 4864: NVF4 with a partial last stage (its copies take
+    the general path); 1152: narrow rows of scales (MODE 0 runs); 32768: split-K."""
     fn, deq = make(fmt, n, k)
     xb = gk.asarray(RNG.standard_normal((8, k)).astype(np.float32)).astype("bfloat16")
     x = xb.to("cuda")
-    b = f64(call(fn, x, base, out_dtype="float32"))
+    b = f64(call(fn, x, 13, out_dtype="float32"))
+    if fmt != "nvf4" and DEFAULT_MODE0:
+        assert f64(call(fn, x, 0, out_dtype="float32")).tobytes() == b.tobytes(), "the default differs from MODE 0"
     for variant in (11, 13, 14):
         got = call(fn, x, variant, out_dtype="float32")
         check(f"{fmt} variant {variant} n={n} k={k} M=8", got, f64(xb.astype("float32")), deq, k)
         a = f64(got)
         if a.tobytes() != b.tobytes():
             bad = np.argwhere(a != b)
-            raise AssertionError(f"{fmt} n={n} k={k}: variant {variant} differs from the default in {len(bad)} of "
+            raise AssertionError(f"{fmt} n={n} k={k}: variant {variant} differs from variant 13 in {len(bad)} of "
                                  f"{a.size}; first {bad[0].tolist()}: {a[tuple(bad[0])]!r} vs {b[tuple(bad[0])]!r}")
         one = call(fn, x[2:3], variant, out_dtype="float32")
-        assert f64(one).tobytes() == b[2:3].tobytes(), f"variant {variant} at M=1 differs from the default's row 2"
+        assert f64(one).tobytes() == b[2:3].tobytes(), f"variant {variant} at M=1 differs from variant 13's row 2"
 
 
 @pytest.mark.parametrize("fmt", FMTS)
