@@ -37,6 +37,7 @@
 #include <cuda_fp8.h>
 
 #include "gemv_stage.cuh"
+#include "gemv_w4_ops.cuh"
 
 namespace gk::cuda::gemv_detail {
 
@@ -78,100 +79,6 @@ __device__ __forceinline__ int w4_swz(int r) {  // bitrev3(r & 7): the chunk XOR
   return ((r & 1) << 2) | (r & 2) | ((r >> 2) & 1);
 }
 
-// cp.async of U (4, 8, 16) bytes, of which `valid` (0..U) are read and the rest zero-filled.
-template <int U>
-__device__ __forceinline__ void cp_async_z(uint32_t dst, const void* src, int valid) {
-  if constexpr (U == 16)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid) : "memory");
-  else
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(dst), "l"(src), "n"(U), "r"(valid) : "memory");
-}
-
-__device__ __forceinline__ uint2 lds8(uint32_t a) {
-  uint2 v;
-  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a));
-  return v;
-}
-// N (4, 8, 16) bytes of shared memory as a uint4 (the rest zero)
-template <int N>
-__device__ __forceinline__ uint4 lds_n(uint32_t a) {
-  if constexpr (N == 16) return lds16(a);
-  else if constexpr (N == 8) {
-    const uint2 v = lds8(a);
-    return make_uint4(v.x, v.y, 0u, 0u);
-  } else return make_uint4(lds_u32(a), 0u, 0u, 0u);
-}
-
-__device__ __forceinline__ uint32_t w4_lop(uint32_t a, uint32_t c) {  // (a & 0x000f000f) | c
-  uint32_t r;
-  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(r) : "r"(a), "n"(0x000f000f), "r"(c));
-  return r;
-}
-__device__ __forceinline__ uint32_t w4_opaque(uint32_t v) {  // kept in a register (lop3's third operand)
-  asm volatile("" : "+r"(v));
-  return v;
-}
-
-// d += A B for mma.m16n8k8 (A: rows g, g + 8 at k = 2t, 2t + 1; B: k = 2t, 2t + 1, column g)
-template <class T>
-__device__ __forceinline__ void mma1688(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t b) {
-  if constexpr (std::is_same_v<T, bf16>)
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(b));
-  else
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(b));
-}
-
-template <class T>
-struct W4NvfBits {
-  static constexpr int kMagShift = std::is_same_v<T, bf16> ? 6 : 9;  // where e1 e0 m go
-  static constexpr uint32_t kMagMask = 0x7u << kMagShift | 0x7u << (16 + kMagShift);
-  static constexpr float kScaleUp = std::is_same_v<T, bf16> ? 0x1p118f : 0x1p7f;
-  static constexpr float kRowScale = std::is_same_v<T, bf16> ? 256.0f : 128.0f;
-};
-template <int S>
-__device__ __forceinline__ uint32_t w4_shl(uint32_t u) {  // u << S, or u >> -S
-  if constexpr (S >= 0) return u << S;
-  else return u >> (-S);
-}
-// The codes (Q, Q + 4) of word u as T values e2m1 * scale * 2^-8 (bf16) / 2^-7 (fp16), exact;
-// s2 = the block scale * kScaleUp, twice.
-template <class T, int Q>
-__device__ __forceinline__ uint32_t w4_nvf_pair(uint32_t u, uint32_t s2) {
-  using NB = W4NvfBits<T>;
-  const uint32_t m = w4_shl<NB::kMagShift - 4 * Q>(u) & NB::kMagMask;
-  const uint32_t sg = w4_shl<12 - 4 * Q>(u);
-  return hmul2u<T>(m, s2 ^ (sg & 0x80008000u));
-}
-// Two e4m3 bytes (b0 low) as T pairs (v0, v0) and (v1, v1) of value * kScaleUp (exact).
-template <class T>
-__device__ __forceinline__ void w4_nvf_scales(uint32_t b2, uint32_t& s0, uint32_t& s1) {
-  __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(b2 & 0xffffu), __NV_E4M3);
-  const float f0 = __half2float(*reinterpret_cast<__half*>(&h.x)) * W4NvfBits<T>::kScaleUp;
-  const float f1 = __half2float(*reinterpret_cast<__half*>(&h.y)) * W4NvfBits<T>::kScaleUp;
-  s0 = splat<T>(f0);
-  s1 = splat<T>(f1);
-}
-
-template <int S>
-__device__ __forceinline__ uint32_t w4_shr(uint32_t u) {
-  if constexpr (S == 0) return u;
-  else return u >> S;
-}
-__device__ __forceinline__ uint32_t w4_shift4(uint32_t u, int qq) {  // u >> 4 qq, qq = 0..3 (unrolled)
-  return qq == 0 ? u : (qq == 1 ? w4_shr<4>(u) : (qq == 2 ? w4_shr<8>(u) : w4_shr<12>(u)));
-}
-
-// cp.async of U (4, 8, 16) whole bytes
-template <int U>
-__device__ __forceinline__ void cp_async_u(uint32_t dst, const void* src) {
-  if constexpr (U == 16) cp_async16(dst, src);
-  else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(dst), "l"(src), "n"(U) : "memory");
-}
-
 // The shared-memory reads of one 128-weight block (rows g, g + 8): zero points, codes, scales.
 struct W4Frag {
   uint32_t za, zb;  // int4: the rows' NG zero-point bytes
@@ -186,16 +93,16 @@ struct W4Frag {
 // first block before the next stage's copies are issued (their latency under the issue work);
 // 5: 3 with x of a stage's first block loaded during the previous stage's last block (as within
 // a stage); 6 int4 "zero-point mma" (session 6): the mma runs on the magic-biased codes
-// (magic + q, exact) and a second mma per k-step with the constant A = -(magic + z) of each row
-// and the same B adds -(magic + z) * sum(x) into the same fp32 accumulator, instead of one
-// packed subtraction per pair (4 HADD2 per mma of 256 weights -> 1 HMMA); not the same bits as
-// MODE 0 (other fp32 roundings; the bound in tests/python/test_gemv_w4_s6_cuda.py); 7 the probe
-// without x loads (x from opaque register moves; wrong results: the decode's ceiling); 8 (M = 1
-// only) x through the ring: each stage's KB * 256 bytes of x copied with its codes (cp.async;
-// the stages issued before the PDL wait get theirs in one more group after it), read from shared
-// memory instead of global loads, each block's at its start (the same arithmetic as MODE 0); 9: 8
-// with 6's zero-point mma. MINB: CTAs
-// of 256 threads per SM the registers are sized for (2: 128 registers).
+// (magic + q, exact: one lop3 per pair) and two m16n8k8 mma per k-step with the constant A =
+// -(magic + z) of rows g / g + 8 and the k-step's two B registers add -(magic + z) * sum(x) into
+// the same fp32 accumulator, instead of one packed subtraction per pair (4 HADD2 per mma of 256
+// weights -> 2 HMMA.1688); not the same bits as MODE 0 (other fp32 roundings; the bound in
+// tests/python/test_gemv_w4_s6_cuda.py); 7 the probe without x loads (x from opaque register
+// moves; wrong results: the decode's ceiling); 8 (M = 1 only) x through the ring: each stage's
+// KB * 256 bytes of x copied with its codes (cp.async; the stages issued before the PDL wait get
+// theirs in one more group after it), read from shared memory at each block's start instead of
+// global loads (the same arithmetic as MODE 0); 9: 8 with 6's zero-point mma. MINB: CTAs of 256
+// threads per SM the registers are sized for (2: 128 registers).
 template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2>
 __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   using L = W4Layout<F, KB, NARROW>;
