@@ -63,6 +63,8 @@ W4Cfg w4_cfg(int variant) {
 // (4096, 128256)) measured lean 53/51/77 vs 52/50/77 (g128), 49/49/64 vs 50/53/67
 // (g64), 31/40/64 vs 50/54/71 (g32), NVF4 staged 46/45/61 vs 44/46/61: MODE 0 is the default.
 constexpr int kDefaultMode = 0;
+// and its ring depth (3; 2 with MODE 8 = variant 19)
+constexpr int kDefaultD = 3;
 
 constexpr int kSMs = 132;
 constexpr int kSmemMax = 200 * 1024;    // dynamic shared memory of one CTA at most
@@ -173,7 +175,7 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
     if (c.minb == 3) return launch_k<T, F, 4, 2, 0, false, 3>(p, c, st);
     if (!c.spread) return launch_k<T, F, 4, 3>(p, c, st);
   }
-  return launch_mode<T, F, kDefaultMode>(p, W4Cfg{}, st);
+  return launch_mode<T, F, kDefaultMode, kDefaultD>(p, W4Cfg{}, st);
 }
 
 }  // namespace
