@@ -1,23 +1,21 @@
 // The staged 4-bit decode GEMV (int4 with group scales and zero points, NVF4; kernel and plan
 // in common/gemv_w4.cuh): the launch plan (warps per CTA, split-K), the argument checks and
 // the benchmarking variants (gk._C._gemv_set_variant; bf16 x only, float16 x runs the default
-// configuration; 6 / 9 with k_w4's MODE 0, to compare with 13): 6 without the CTA spreading,
-// 7 the copies without decode (wrong results: the access pattern's ceiling), 9 more warps per
-// SM (a ring of 2, registers for 3 CTAs of 256 threads, sized for 24 warps per SM), 11 lean
-// copies (k_w4's MODE 3: a full stage's copies from addresses computed once, block 0's shared
-// reads before the next copies; the same bits), 13 MODE 0 (checkpoint A's default, the same
-// bits), 14 MODE 5 (11 with x of each stage's first block loaded during the previous stage; the
-// same bits); session 6: 15 int4's zero-point mma (MODE 6: the codes biased by the magic in the
-// mma, -(magic + z) * sum(x) by m16n8k8 mma; other roundings, tested against float64), 16 the
+// configuration): 6 without the CTA spreading (MODE 0, ring of 3), 7 the copies without decode
+// (wrong results: the access pattern's ceiling), 9 more warps per SM (a ring of 2, registers for
+// 3 CTAs of 256 threads, sized for 24 warps per SM), 11 lean copies (k_w4's MODE 3: a full
+// stage's copies from addresses computed once, block 0's shared reads before the next copies),
+// 13 MODE 0 with a ring of 3 (session 5's default), 14 MODE 5 (11 with x of each stage's first
+// block loaded during the previous stage; 11, 13 and 14 give the same bits); session 6: 16 the
 // probe without x loads (MODE 7: x from register moves; wrong results: the decode's ceiling),
-// 17 x through the ring at M = 1 (MODE 8: each stage's x copied with its codes and read from
-// shared memory; M > 1 MODE 0; the plan made for the larger ring, so other sums than the
-// default's), 18 17 with the zero-point mma (MODE 9; M > 1 MODE 6), 19 17 with a ring of 2 (its
-// plan: the XS ring of 3 leaves room for fewer warps per SM than the default's at N = 14336 /
-// 4096); 0 / 2 /
-// 10 the default (k_w4's MODE kDefaultMode). Removed in session 6 (slower than the default at
-// every shape measured in session 5): 4 (stages of 8 blocks, a ring of 2), 5 (a ring of 4),
-// 8 (int4's shifts as mul.hi; NVF4's 8 is the per-lane kernel's), 12 (11 + mul.hi).
+// 17 x through a ring of 3 at M = 1 (MODE 8: each stage's x copied with its codes and read from
+// shared memory; M > 1: MODE 0 with the same plan), 19 the same with a ring of 2 (the default
+// since session 6), 20 MODE 0 with a ring of 2 (x from global memory at every M; its own plan);
+// 0 / 2 / 10 the default (MODE kDefaultMode, ring of kDefaultD). Removed in session 6: 4 (stages
+// of 8 blocks), 5 (a ring of 4), 8 (int4's shifts as mul.hi; NVF4's 8 is the per-lane kernel's),
+// 12 (11 + mul.hi): slower than the default at every shape of session 5; 15 / 18 (int4's
+// "zero-point mma", with / without x through the ring): slower at every shape of session 6's
+// checkpoint A (docs/notes/gemv4-s6.md).
 #include "common/gemv_w4.cuh"
 #include "common/gemv_w4_launch.cuh"
 #include "core/cuda_util.h"
@@ -30,8 +28,8 @@ using namespace gemv_detail;
 
 struct W4Cfg {
   int kb = 4, d = 3, wt = 16;  // blocks per stage, ring depth, target warps per SM
-  int mode = 0;  // k_w4's MODE: 1 the probe, 3 lean copies, 5 3 + x ahead, 6 int4's zero-point mma, 7 no x
-                 // loads, 8 x through the ring (M = 1), 9 8 + 6
+  int mode = 0;  // k_w4's MODE: 1 the probe, 3 lean copies, 5 3 + x ahead, 7 no x loads, 8 x through
+                 // the ring (M = 1)
   int minb = 2;                // k_w4's MINB
   bool spread = true;          // at most ceil(CTAs / 132) CTAs per SM when all fit at once
   bool old = false;            // MODE 0 whatever kDefaultMode is (variant 13)
@@ -46,25 +44,25 @@ W4Cfg w4_cfg(int variant) {
     case 11: c.mode = 3; break;
     case 13: c.mode = 0, c.old = true; break;
     case 14: c.mode = 5; break;
-    case 15: c.mode = 6; break;
     case 16: c.mode = 7; break;
     case 17: c.mode = 8; break;
-    case 18: c.mode = 9; break;
     case 19: c.mode = 8, c.d = 2; break;
+    case 20: c.d = 2; break;
     default: break;
   }
   return c;
 }
 
-// The default configuration's k_w4 MODE (0, 3, 6, 8 or 9; the variants: 13, 11, 15, 17, 18):
-// 0 (checkpoint A's copies) or 3 (lean copies: about 55 fewer instructions per stage of ~700 in
-// the SASS, the same copies and the same bits); session 6: 6 / 8 / 9 (see gemv_w4.cuh).
-// Session 5's final H200 run (bench/gemv.py, M=1, % of copy at (4096, 14336) / (14336, 4096) /
-// (4096, 128256)) measured lean 53/51/77 vs 52/50/77 (g128), 49/49/64 vs 50/53/67
-// (g64), 31/40/64 vs 50/54/71 (g32), NVF4 staged 46/45/61 vs 44/46/61: MODE 0 is the default.
-constexpr int kDefaultMode = 0;
-// and its ring depth (3; 2 with MODE 8 = variant 19)
-constexpr int kDefaultD = 3;
+// The default configuration: k_w4's MODE (0, 3, 5 or 8) and ring depth (2 or 3). Session 5:
+// MODE 0 with a ring of 3 (variant 13; lean copies, MODE 3, lost at g32). Session 6, H200
+// checkpoint A (docs/notes/gemv4-s6.md; bench/gemv.py, % of copy at (4096, 14336) /
+// (14336, 4096) / (4096, 128256)): x through a ring of 2 (MODE 8 at M = 1, variant 19) against
+// MODE 0 / ring of 3, M = 1: int4 g128 52/61/74 vs 52/50/78, g64 65/67/89 vs 49/52/68, g32
+// 67/69/89 vs 49/54/71, NVF4 51/59/76 vs the per-lane kernel's 50/52/68; M = 8 (MODE 0 with a
+// ring of 2 and the same plan): g128 46/45/65 vs 44/39/61, g64 52/54/58 vs 46/47/49, g32
+// 53/51/64 vs 41/47/59, NVF4 45/45/62 vs 44/44/50.
+constexpr int kDefaultMode = 8;
+constexpr int kDefaultD = 2;
 
 constexpr int kSMs = 132;
 constexpr int kSmemMax = 200 * 1024;    // dynamic shared memory of one CTA at most
@@ -116,10 +114,10 @@ bool applies_any(const QGemvArgs& p) {
 }
 
 // ring_plan: the ring bytes per warp the plan (warps per CTA) is made for (0: this kernel's);
-// XS (MODE 8 / 9, M = 1) and its M > 1 kernel (MODE 0 / 6) take the plan of the XS ring.
+// XS (MODE 8, M = 1) and its M > 1 kernel (MODE 0) take the plan of the XS ring.
 template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2>
 void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_plan = 0) {
-  constexpr int SB = W4Layout<F, KB, NARROW>::STAGE + (MODE == 8 || MODE == 9 ? KB * 256 : 0);
+  constexpr int SB = W4Layout<F, KB, NARROW>::STAGE + (MODE == 8 ? KB * 256 : 0);
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   const int split = std::max(1, p.split);
@@ -141,15 +139,15 @@ void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_
   if (split > 1) launch_sum_q(p, st);
 }
 
-// k_w4 MODE M with the wide copies; M = 8 / 9 (x through the ring) run at M = 1 only: M > 1
-// runs MODE 0 / 6 with the same plan (the warps per CTA made for the XS ring), so a row's bits
-// do not depend on M.
+// k_w4 MODE M with the wide copies and a ring of D; M = 8 (x through the ring) runs at M = 1
+// only: M > 1 runs MODE 0 with the same plan (the warps per CTA made for the larger XS ring), so
+// a row's bits do not depend on M.
 template <class T, class F, int M, int D = 3>
 void launch_mode(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
-  if constexpr (M == 8 || M == 9) {
+  if constexpr (M == 8) {
     const int64_t rp = D * int64_t(W4Layout<F, 4>::STAGE + 4 * 256);
-    if (p.m == 1) return launch_k<T, F, 4, D, M>(p, c, st, rp);
-    return launch_k<T, F, 4, D, M == 9 ? 6 : 0>(p, c, st, rp);
+    if (p.m == 1) return launch_k<T, F, 4, D, 8>(p, c, st, rp);
+    return launch_k<T, F, 4, D, 0>(p, c, st, rp);
   } else {
     return launch_k<T, F, 4, D, M>(p, c, st);
   }
@@ -165,14 +163,13 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
       case 1: return launch_mode<T, F, 1>(p, c, st);
       case 3: return launch_mode<T, F, 3>(p, c, st);
       case 5: return launch_mode<T, F, 5>(p, c, st);
-      case 6: return launch_mode<T, F, 6>(p, c, st);
       case 7: return launch_mode<T, F, 7>(p, c, st);
       case 8: return c.d == 2 ? launch_mode<T, F, 8, 2>(p, c, st) : launch_mode<T, F, 8>(p, c, st);
-      case 9: return launch_mode<T, F, 9>(p, c, st);
       default: break;
     }
     if (c.old) return launch_mode<T, F, 0>(p, c, st);
     if (c.minb == 3) return launch_k<T, F, 4, 2, 0, false, 3>(p, c, st);
+    if (c.d == 2) return launch_mode<T, F, 0, 2>(p, c, st);
     if (!c.spread) return launch_k<T, F, 4, 3>(p, c, st);
   }
   return launch_mode<T, F, kDefaultMode, kDefaultD>(p, W4Cfg{}, st);

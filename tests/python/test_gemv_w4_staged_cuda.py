@@ -17,16 +17,17 @@ import gpukit as gk
 pytestmark = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(4242)
 FMTS = ["int4_32", "int4_64", "int4_128", "nvf4"]
-# the variant that runs the staged kernel's default configuration: int4's default; NVF4's
-# default is the per-lane kernel (quant_nvf4_lane.cu), the staged one is variant 10
-BASE = {"nvf4": 10}
+# the variant that runs each kernel's default configuration: int4's and NVF4's default is the
+# staged kernel (NVF4 since session 6); "nvf4_lane" is NVF4's per-lane kernel (quant_nvf4_lane.cu,
+# variant 3; the default of sessions 4-5)
+BASE = {"nvf4_lane": 3}
 # True when the default int4 kernel runs the zero-point mma (kDefaultMode 6 or 9 in
 # src/cuda/gemv_w4_staged.cu): int4 results are then held to that arithmetic's bound
 # (tests/python/test_gemv_w4_s6_cuda.py), 2 (2K + 2) 2^-24 sum |x| s (2 magic + q + z).
 DEFAULT_ZS = False
-# True when the int4 default runs MODE 0 / 3 / 5 with the default plan (not 6 / 8 / 9): its bits
-# are then variant 13's
-DEFAULT_MODE0 = True
+# True when the int4 default runs MODE 0 / 3 / 5 with a ring of 3 (session 5's plan): its bits
+# are then variant 13's. Session 6's default (x through a ring of 2) has another plan.
+DEFAULT_MODE0 = False
 ZS_PARTS = {}  # id(deq) -> (codes, per-weight scale, per-weight zero point) of an int4 matrix
 
 
@@ -87,7 +88,8 @@ def check(tag, got, xs, deq, k, magic=128.0):
                                  (133, 1152), (300, 4864), (37, 896)])
 def test_matches_exact_all_m(fmt, n, k):
     """K % 512 != 0 (1152, 4864, 896): the rows of scales / zero points are not 16-byte aligned
-    (narrow copies; 1152: a partial last stage of one block). nvf4_lane: NVF4's default kernel."""
+    (narrow copies; 1152: a partial last stage of one block). M = 1 runs x through the ring (the
+    default's MODE 8), M > 1 MODE 0 with the same plan. nvf4_lane: NVF4's per-lane kernel."""
     base = BASE.get(fmt, 0)
     fn, deq = make(fmt, n, k)
     xb = gk.asarray(RNG.standard_normal((8, k)).astype(np.float32)).astype("bfloat16")
@@ -98,6 +100,8 @@ def test_matches_exact_all_m(fmt, n, k):
     assert f64(call(fn, x, base, out_dtype="float32")).tobytes() == f64(full).tobytes(), "not the same bits twice"
     if base == 0:
         assert f64(call(fn, x, 2, out_dtype="float32")).tobytes() == f64(full).tobytes(), "variant 2 (no PDL) differs"
+        assert f64(call(fn, x[2:3], 2, out_dtype="float32")).tobytes() == f64(full)[2:3].tobytes(), \
+            "variant 2 (no PDL) at M=1 differs from row 2 of the batch"
     for m in range(1, 8):
         got = call(fn, x[:m], base, out_dtype="float32")
         assert f64(got).tobytes() == f64(full)[:m].tobytes(), f"M={m}: rows differ from the same rows at M=8"
@@ -156,6 +160,8 @@ def test_fp16_x_and_out_dtypes(fmt, out):
     xs = f64(xh.astype("float32"))
     if out == "float32":
         check(f"{fmt} fp16 x", got, xs, deq, k, magic=1024.0)
+        one = call(fn, xh[1:2].to("cuda"), BASE.get(fmt, 0), out_dtype=out)  # M = 1: x through the ring
+        assert f64(one).tobytes() == f64(got)[1:2].tobytes(), f"{fmt} fp16 x: M=1 differs from row 1 of M=4"
     else:
         ref = xs @ deq.T
         err = np.abs(f64(got.astype("float32")) - ref)

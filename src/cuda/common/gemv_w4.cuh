@@ -92,23 +92,19 @@ struct W4Frag {
 // once (no per-stage predicates, row clamps or byte counts) and the shared reads of a stage's
 // first block before the next stage's copies are issued (their latency under the issue work);
 // 5: 3 with x of a stage's first block loaded during the previous stage's last block (as within
-// a stage); 6 int4 "zero-point mma" (session 6): the mma runs on the magic-biased codes
-// (magic + q, exact: one lop3 per pair) and two m16n8k8 mma per k-step with the constant A =
-// -(magic + z) of rows g / g + 8 and the k-step's two B registers add -(magic + z) * sum(x) into
-// the same fp32 accumulator, instead of one packed subtraction per pair (4 HADD2 per mma of 256
-// weights -> 2 HMMA.1688); not the same bits as MODE 0 (other fp32 roundings; the bound in
-// tests/python/test_gemv_w4_s6_cuda.py); 7 the probe without x loads (x from opaque register
-// moves; wrong results: the decode's ceiling); 8 (M = 1 only) x through the ring: each stage's
-// KB * 256 bytes of x copied with its codes (cp.async; the stages issued before the PDL wait get
-// theirs in one more group after it), read from shared memory at each block's start instead of
-// global loads (the same arithmetic as MODE 0); 9: 8 with 6's zero-point mma. MINB: CTAs of 256
-// threads per SM the registers are sized for (2: 128 registers).
+// a stage); session 6: 7 the probe without x loads (x from opaque register moves; wrong
+// results: the decode's ceiling); 8 (M = 1 only) x through the ring: each stage's KB * 256 bytes
+// of x copied with its codes (cp.async; the stages issued before the PDL wait get theirs in one
+// more group after it), read from shared memory at each block's start instead of global loads
+// (the same arithmetic as MODE 0). MINB: CTAs of 256 threads per SM the registers are sized for
+// (2: 128 registers). (Session 6's MODE 6, the int4 "zero-point mma", was removed after
+// checkpoint A: slower at every shape; docs/notes/gemv4-s6.md.)
 template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2>
 __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   using L = W4Layout<F, KB, NARROW>;
   // LEAN: wide meta copies with at most one zero-point unit per row (KB = 4)
   constexpr bool PROBE = MODE == 1, LEAN = (MODE == 3 || MODE == 5) && !NARROW && L::NUZ <= 1, XA = MODE == 5,
-                 ZS = (MODE == 6 || MODE == 9) && !F::kNvf4, NOX = MODE == 7, XS = MODE == 8 || MODE == 9;
+                 NOX = MODE == 7, XS = MODE == 8;
   // XS (M = 1 only): x of each stage's blocks travels with the codes (cp.async, after the PDL wait)
   constexpr int XB = XS ? KB * 256 : 0, STG = L::STAGE + XB;
   constexpr int P = L::P, NK = KB / 2, NG = F::NG, LB = F::LB, WPG = F::WPG;
@@ -289,8 +285,6 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
     fo[1][h] = uint32_t(base - 16 * (sw & 4));
   }
   const uint32_t mag = w4_opaque(kMag);
-  // ZS: -(magic + z) twice, the correction mma's A (the magic's sign bit set)
-  [[maybe_unused]] const uint32_t zmag = ZS ? w4_opaque(kMag | 0x80008000u) : mag;
   // NARROW: the misalignment of the zero-point rows g and g + 8 (the same in every stage)
   [[maybe_unused]] int za_off = 0, zb_off = 0;
   if constexpr (NARROW && F::ZB > 0) {
@@ -425,9 +419,9 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
         constexpr bool TWO = WPG >= 2;  // two mma chains (k-steps A / B) per group
 #pragma unroll
         for (int h = 0; h < NG; ++h) {
-          // bytes [z, magic high byte, z, magic high byte]: (magic + z) twice (ZS: -(magic + z))
+          // bytes [z, magic high byte, z, magic high byte]: (magic + z) twice
           const uint32_t sel = uint32_t(h) | (5u << 4) | (uint32_t(h) << 8) | (5u << 12);
-          const uint32_t z2a = __byte_perm(za, zmag, sel), z2b = __byte_perm(zb, zmag, sel);
+          const uint32_t z2a = __byte_perm(za, mag, sel), z2b = __byte_perm(zb, mag, sel);
           float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
           [[maybe_unused]] float c2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -439,28 +433,14 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
             uint32_t pa[4], pb[4];
 #pragma unroll
             for (int qq = 0; qq < 4; ++qq) {
-              if constexpr (ZS) {  // magic + q
-                pa[qq] = w4_lop(w4_shift4(ua, qq), mag);
-                pb[qq] = w4_lop(w4_shift4(ub, qq), mag);
-              } else {  // q - z
-                pa[qq] = hsub2u<T>(w4_lop(w4_shift4(ua, qq), mag), z2a);
-                pb[qq] = hsub2u<T>(w4_lop(w4_shift4(ub, qq), mag), z2b);
-              }
+              pa[qq] = hsub2u<T>(w4_lop(w4_shift4(ua, qq), mag), z2a);
+              pb[qq] = hsub2u<T>(w4_lop(w4_shift4(ub, qq), mag), z2b);
             }
             const uint32_t aA[4] = {pa[0], pb[0], pa[1], pb[1]};
             const uint32_t aB[4] = {pa[2], pb[2], pa[3], pb[3]};
-            // ZS: - (magic + z) * sum(x) of each k-step by two m16n8k8 mma with A = (z2a, z2b) (a
-            // pair, not the quad {z2a, z2b, z2a, z2b} that m16n8k16 would need: ptxas copied it
-            // before every mma, 3 IMAD.MOV each, under the register limit)
             mma16816<T>(c, aA, bA0, bA1);
-            if constexpr (ZS) mma1688<T>(c, z2a, z2b, bA0), mma1688<T>(c, z2a, z2b, bA1);
-            if constexpr (TWO) {
-              mma16816<T>(c2, aB, bB0, bB1);
-              if constexpr (ZS) mma1688<T>(c2, z2a, z2b, bB0), mma1688<T>(c2, z2a, z2b, bB1);
-            } else {
-              mma16816<T>(c, aB, bB0, bB1);
-              if constexpr (ZS) mma1688<T>(c, z2a, z2b, bB0), mma1688<T>(c, z2a, z2b, bB1);
-            }
+            if constexpr (TWO) mma16816<T>(c2, aB, bB0, bB1);
+            else mma16816<T>(c, aB, bB0, bB1);
           }
           const float s_a = __uint_as_float(word(sva, h)), s_b = __uint_as_float(word(svb, h));
           if constexpr (TWO) {

@@ -1,5 +1,5 @@
 // The staged 4-bit GEMV's device helpers (common/gemv_w4.cuh's kernel k_w4): copies with zero
-// fill, shared-memory reads of 4 / 8 / 16 bytes, the int4 nibble-pair lop3, mma.m16n8k8, and the
+// fill, shared-memory reads of 4 / 8 / 16 bytes, the int4 nibble-pair lop3, and the
 // NVF4 decode (e2m1 magnitudes as subnormal-scaled bf16 / fp16 times the block scale).
 #pragma once
 #include <cuda_fp16.h>
@@ -41,19 +41,6 @@ __device__ __forceinline__ uint32_t w4_lop(uint32_t a, uint32_t c) {  // (a & 0x
 __device__ __forceinline__ uint32_t w4_opaque(uint32_t v) {  // kept in a register (lop3's third operand)
   asm volatile("" : "+r"(v));
   return v;
-}
-
-// d += A B for mma.m16n8k8 (A: rows g, g + 8 at k = 2t, 2t + 1; B: k = 2t, 2t + 1, column g)
-template <class T>
-__device__ __forceinline__ void mma1688(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t b) {
-  if constexpr (std::is_same_v<T, bf16>)
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(b));
-  else
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(b));
 }
 
 template <class T>
