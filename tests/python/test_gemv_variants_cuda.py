@@ -134,9 +134,8 @@ def test_int4_variants_match_exact(fmt, variant, n, k):
 def test_gguf_variants_match_exact(fmt, variant, n, k):
     """The GGUF formats' and NVF4's extra variants: GGUF 3 the older kernels (Q4_K / Q6_K:
     quant_gguf_k.cu; others: quant_gguf.cu), 4 / 5 the staged kernel (quant_gguf_st.cu) with a 3- /
-    4-stage ring; NVF4:
-    3 the kernel of gemv_mma.cuh, 4 / 5 quant_nvf4_lane.cu with two m-tiles per warp / a
-    deeper ring."""
+    4-stage ring; NVF4 (the staged kernel of gemv_w4_staged.cu by default since session 6): 3 the
+    per-lane kernel of quant_nvf4_lane.cu, 4 / 5 the default."""
     test_variant_matches_exact(fmt, variant, n, k)
 
 

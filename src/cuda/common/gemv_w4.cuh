@@ -13,7 +13,9 @@
 //   4 rows x 128 contiguous bytes), plus the rows' scales (and int4 zero points) of those
 //   blocks (16 rows x KB * 16 / 32 / 64 bytes of f32 scales, KB * 1 / 2 / 4 zero bytes; NVF4:
 //   KB * 8 e4m3 bytes), into a ring of D stages per warp (D - 1 in flight while one is
-//   decoded; __syncwarp only). A partial last stage copies what exists (zero-filled copies).
+//   decoded; __syncwarp only; the default since session 6: D = 2). A partial last stage copies
+//   what exists (zero-filled copies). At M = 1 the default (MODE 8) copies the stage's KB * 256
+//   bytes of x with it and reads x from shared memory; M > 1 loads x from global memory.
 // - the 16-byte chunks of row r are stored XOR-swizzled by bitrev3(r & 7), so the fragment
 //   reads below (16, 8 or 4 bytes per lane) have no bank conflicts.
 // - lane (g, t) decodes rows g and g + 8. Of each 128-weight block and each group h of it
