@@ -67,7 +67,7 @@ VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "wit
 VARIANT_NAMES[21] = "GGUF: the stage and unit loops not unrolled (less code)"
 VARIANT_NAMES[22] = "GGUF Q4_K / Q6_K: block scales once per quad, shared through shared memory"
 GGUF_ONLY_VARIANTS = (21, 22)  # --variants: the GGUF formats only (22: Q4_K and Q6_K)
-INT4_ONLY_VARIANTS = (6, 9, 10, 11, 14, 16, 17, 19, 20)  # --variants: int4 / nvf4 only (8: int4 and nvf4; 7: int4 and GGUF; 12 / 13: int4 / nvf4 and Q8_0)
+INT4_ONLY_VARIANTS = (6, 9, 10, 11, 14, 16, 17, 19, 20, 27)  # --variants: int4 / nvf4 only (8: int4 and nvf4; 7: int4 and GGUF; 12 / 13: int4 / nvf4 and Q8_0)
 NEW_KERNEL_VARIANTS = (3, 4, 5, 7)  # int4, nvf4 and the GGUF formats only
 GGUF_FMTS = ("q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 
@@ -90,7 +90,8 @@ W4_VARIANT_NAMES = {1: "the per-lane-chunk kernel of gemv_mma.cuh", 2: "without 
                     16: "staged probe without x loads (x from registers; wrong results: the decode's ceiling)",
                     17: "staged, x through a ring of 3 at M = 1 (M > 1: x from global memory, the same plan)",
                     19: "staged, x through a ring of 2 at M = 1 (the default since session 6)",
-                    20: "staged, MODE 0 with a ring of 2 at every M (x from global memory)"}
+                    20: "staged, MODE 0 with a ring of 2 at every M (x from global memory)",
+                    27: "staged, 19 with the loop over the ring's stages not unrolled (less code; the default's bits)"}
 
 
 def repeat_rows(tile, n, copies):

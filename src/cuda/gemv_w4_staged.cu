@@ -10,7 +10,8 @@
 // probe without x loads (MODE 7: x from register moves; wrong results: the decode's ceiling),
 // 17 x through a ring of 3 at M = 1 (MODE 8: each stage's x copied with its codes and read from
 // shared memory; M > 1: MODE 0 with the same plan), 19 the same with a ring of 2 (the default
-// since session 6), 20 MODE 0 with a ring of 2 (x from global memory at every M; its own plan);
+// since session 6), 20 MODE 0 with a ring of 2 (x from global memory at every M; its own plan),
+// 27 19 with the stage loop not unrolled (MODE 9 / 10: one full-stage body; the default's bits);
 // 0 / 2 / 10 the default (MODE kDefaultMode, ring of kDefaultD). Removed in session 6: 4 (stages
 // of 8 blocks), 5 (a ring of 4), 8 (int4's shifts as mul.hi; NVF4's 8 is the per-lane kernel's),
 // 12 (11 + mul.hi): slower than the default at every shape of session 5; 15 / 18 (int4's
@@ -29,7 +30,7 @@ using namespace gemv_detail;
 struct W4Cfg {
   int kb = 4, d = 3, wt = 16;  // blocks per stage, ring depth, target warps per SM
   int mode = 0;  // k_w4's MODE: 1 the probe, 3 lean copies, 5 3 + x ahead, 7 no x loads, 8 x through
-                 // the ring (M = 1)
+                 // the ring (M = 1), 9 8 with the stage loop rolled
   int minb = 2;                // k_w4's MINB
   bool spread = true;          // at most ceil(CTAs / 132) CTAs per SM when all fit at once
   bool old = false;            // MODE 0 whatever kDefaultMode is (variant 13)
@@ -48,6 +49,7 @@ W4Cfg w4_cfg(int variant) {
     case 17: c.mode = 8; break;
     case 19: c.mode = 8, c.d = 2; break;
     case 20: c.d = 2; break;
+    case 27: c.mode = 9, c.d = 2; break;
     default: break;
   }
   return c;
@@ -117,7 +119,7 @@ bool applies_any(const QGemvArgs& p) {
 // XS (MODE 8, M = 1) and its M > 1 kernel (MODE 0) take the plan of the XS ring.
 template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2>
 void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_plan = 0) {
-  constexpr int SB = W4Layout<F, KB, NARROW>::STAGE + (MODE == 8 ? KB * 256 : 0);
+  constexpr int SB = W4Layout<F, KB, NARROW>::STAGE + (MODE == 8 || MODE == 9 ? KB * 256 : 0);
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   const int split = std::max(1, p.split);
@@ -144,10 +146,10 @@ void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_
 // a row's bits do not depend on M.
 template <class T, class F, int M, int D = 3>
 void launch_mode(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
-  if constexpr (M == 8) {
+  if constexpr (M == 8 || M == 9) {  // 9: 8 with the stage loop rolled (M > 1: MODE 10)
     const int64_t rp = D * int64_t(W4Layout<F, 4>::STAGE + 4 * 256);
-    if (p.m == 1) return launch_k<T, F, 4, D, 8>(p, c, st, rp);
-    return launch_k<T, F, 4, D, 0>(p, c, st, rp);
+    if (p.m == 1) return launch_k<T, F, 4, D, M>(p, c, st, rp);
+    return launch_k<T, F, 4, D, M == 9 ? 10 : 0>(p, c, st, rp);
   } else {
     return launch_k<T, F, 4, D, M>(p, c, st);
   }
@@ -165,6 +167,7 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
       case 5: return launch_mode<T, F, 5>(p, c, st);
       case 7: return launch_mode<T, F, 7>(p, c, st);
       case 8: return c.d == 2 ? launch_mode<T, F, 8, 2>(p, c, st) : launch_mode<T, F, 8>(p, c, st);
+      case 9: return launch_mode<T, F, 9, 2>(p, c, st);
       default: break;
     }
     if (c.old) return launch_mode<T, F, 0>(p, c, st);

@@ -4,7 +4,8 @@ x through the ring (k_w4's MODE 8; M = 1 only, M > 1 runs MODE 0 with the same p
 stage's x is copied with its codes and read from shared memory, the same arithmetic as MODE 0,
 so M = 1 must give the bits of the same row at M = 2..8, and the default's float64 bound
 2 (K + 2) 2^-24 sum |x| |w|. Variant 17: a ring of 3; 19: a ring of 2 (the default since
-session 6: variant 0 runs it too); 20: MODE 0 with a ring of 2 at every M (its own plan). int4
+session 6: variant 0 runs it too); 20: MODE 0 with a ring of 2 at every M (its own plan); 27: 19
+with the loop over the ring's stages not unrolled (the default's bits). int4
 g32 / g64 / g128 and NVF4 (K = 4864: NVF4's partial last stage, with the x copy of its 2 valid
 blocks; 1152: narrow copies, MODE 0 with a ring of 3 runs at every M), split-K (N = 37, long K),
 odd N, the same bits on a second call, x as a view. Skipped without a GPU.
@@ -20,7 +21,7 @@ import gpukit as gk
 
 pytestmark = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(606)
-VXS, VX2, VD2 = 17, 19, 20
+VXS, VX2, VD2, VROLL = 17, 19, 20, 27
 
 
 def f64(a):
@@ -92,16 +93,26 @@ def test_ring_configs_rows_match(fmt, variant, n, k):
         assert f64(call(fn, x[:m], variant, out_dtype="float32")).tobytes() == full[:m].tobytes(), f"M={m} rows differ"
 
 
-@pytest.mark.parametrize("fmt", ["int4_64", "int4_128", "nvf4"])
-def test_default_is_x_through_a_ring_of_2(fmt):
-    """Variant 19 (x through a ring of 2) is the default configuration: the same bits at M = 1 and 8."""
-    n, k = 300, 4096
+@pytest.mark.parametrize("fmt", ["int4_32", "int4_64", "int4_128", "nvf4"])
+@pytest.mark.parametrize("n,k", [(300, 4096), (37, 32768), (300, 4864)])
+def test_default_is_x_through_a_ring_of_2(fmt, n, k):
+    """Variant 19 (x through a ring of 2) is the default configuration, and 27 (the same with the
+    stage loop rolled) does the same arithmetic: the same bits at M = 1, 3 and 8 (K = 32768:
+    split-K and many stages per warp; 4864: NVF4's partial last stage)."""
     fn, deq = make_any(fmt, n, k)
-    xb = gk.asarray(RNG.standard_normal((8, k)).astype(np.float32)).astype("bfloat16").to("cuda")
-    for m in (1, 8):
+    xh = gk.asarray(RNG.standard_normal((8, k)).astype(np.float32)).astype("bfloat16")
+    xs = f64(xh.astype("float32"))
+    xb = xh.to("cuda")
+    for m in (1, 3, 8):
         a = f64(call(fn, xb[:m], 0, out_dtype="float32"))
-        b = f64(call(fn, xb[:m], VX2, out_dtype="float32"))
-        assert a.tobytes() == b.tobytes(), f"{fmt} M={m}: the default differs from variant 19"
+        check_exact(f"{fmt} n={n} k={k} default M={m}", a, xs[:m], deq)
+        for v in (VX2, VROLL):
+            b = f64(call(fn, xb[:m], v, out_dtype="float32"))
+            if a.tobytes() != b.tobytes():
+                bad = np.argwhere(a != b)
+                raise AssertionError(f"{fmt} n={n} k={k} M={m}: variant {v} differs from the default in {len(bad)} "
+                                     f"of {a.size}; first {bad[0].tolist()}: {b[tuple(bad[0])]!r} vs "
+                                     f"{a[tuple(bad[0])]!r}")
 
 
 @pytest.mark.parametrize("fmt", ["int4_128", "nvf4"])
@@ -110,8 +121,9 @@ def test_x_through_ring_x_view(fmt):
     and 16-byte aligned): the copies read the right row."""
     n, k = 300, 4096
     fn, deq = make_any(fmt, n, k)
-    big = gk.asarray(RNG.standard_normal((3, k + 64)).astype(np.float32)).astype("bfloat16").to("cuda")
-    xv = big[1:2, :k]
+    bigh = gk.asarray(RNG.standard_normal((3, k + 64)).astype(np.float32)).astype("bfloat16")
+    xs = f64(bigh.astype("float32"))[1:2, :k]
+    xv = bigh.to("cuda")[1:2, :k]
     for v in (VX2, 0):
         got = f64(call(fn, xv, v, out_dtype="float32"))
-        check_exact(f"{fmt} x view, variant {v}", got, f64(xv.astype("float32")), deq)
+        check_exact(f"{fmt} x view, variant {v}", got, xs, deq)

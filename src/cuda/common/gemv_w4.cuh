@@ -98,7 +98,9 @@ struct W4Frag {
 // results: the decode's ceiling); 8 (M = 1 only) x through the ring: each stage's KB * 256 bytes
 // of x copied with its codes (cp.async; the stages issued before the PDL wait get theirs in one
 // more group after it), read from shared memory at each block's start instead of global loads
-// (the same arithmetic as MODE 0). MINB: CTAs of 256 threads per SM the registers are sized for
+// (the same arithmetic as MODE 0); 9 / 10: 8 / 0 with the loop over the ring's stages not
+// unrolled (one full-stage body in the code instead of D; the same bits). MINB: CTAs of 256
+// threads per SM the registers are sized for
 // (2: 128 registers). (Session 6's MODE 6, the int4 "zero-point mma", was removed after
 // checkpoint A: slower at every shape; docs/notes/gemv4-s6.md.)
 template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2>
@@ -106,7 +108,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   using L = W4Layout<F, KB, NARROW>;
   // LEAN: wide meta copies with at most one zero-point unit per row (KB = 4)
   constexpr bool PROBE = MODE == 1, LEAN = (MODE == 3 || MODE == 5) && !NARROW && L::NUZ <= 1, XA = MODE == 5,
-                 NOX = MODE == 7, XS = MODE == 8;
+                 NOX = MODE == 7, XS = MODE == 8 || MODE == 9, ROLL = MODE == 9 || MODE == 10;
   // XS (M = 1 only): x of each stage's blocks travels with the codes (cp.async, after the PDL wait)
   constexpr int XB = XS ? KB * 256 : 0, STG = L::STAGE + XB;
   constexpr int P = L::P, NK = KB / 2, NG = F::NG, LB = F::LB, WPG = F::WPG;
@@ -466,16 +468,27 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   const int64_t nstw = s1 - s0;  // the warp's stages
   if constexpr (XA)
     if (nstw > 0) load_x(xnext, 0);  // after pdl_wait: x may be the previous kernel's output
-  for (int64_t j0 = 0; j0 < nstw; j0 += D) {
+  if constexpr (ROLL) {  // one stage body (and one partial) instead of D: less code
+    int st = 0;
+#pragma unroll 1
+    for (int64_t j = 0; j < nstw; ++j) {
+      const int64_t nbl = b1 - b0 - j * KB;
+      if (nbl >= KB) stage(st, KB, std::true_type{}, j + 1 < nstw, j == 0);
+      else stage(st, int(nbl), std::false_type{}, false, j == 0);
+      st = st + 1 == D ? 0 : st + 1;
+    }
+  } else {
+    for (int64_t j0 = 0; j0 < nstw; j0 += D) {
 #pragma unroll
-    for (int st = 0; st < D; ++st) {
-      const int64_t j = j0 + st;
-      if (j < nstw) {
-        const int64_t nbl = b1 - b0 - j * KB;
-        if (nbl >= KB) stage(st, KB, std::true_type{}, j + 1 < nstw, j == 0);
-        else stage(st, int(nbl), std::false_type{}, false, j == 0);
-      } else {
-        issue((st + D - 1) % D);  // keeps the group count uniform (empty groups)
+      for (int st = 0; st < D; ++st) {
+        const int64_t j = j0 + st;
+        if (j < nstw) {
+          const int64_t nbl = b1 - b0 - j * KB;
+          if (nbl >= KB) stage(st, KB, std::true_type{}, j + 1 < nstw, j == 0);
+          else stage(st, int(nbl), std::false_type{}, false, j == 0);
+        } else {
+          issue((st + D - 1) % D);  // keeps the group count uniform (empty groups)
+        }
       }
     }
   }
