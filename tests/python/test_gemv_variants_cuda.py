@@ -124,7 +124,7 @@ def test_int4_variants_match_exact(fmt, variant, n, k):
     K % 128 == 0): 3 the session-3 staged-tile kernel (quant_int4_mma.cu; K = 1152: gemv_mma.cuh's
     kernel), 6 / 9 / 10 the staged kernel with no CTA spreading / registers for 24 warps per SM /
     its default (K = 1152: the default configuration). 4 / 5 / 8 were removed in session 6 (they
-    run the default); 15 - 18 (zero-point mma, x through the ring): tests/python/test_gemv_w4_s6_cuda.py."""
+    run the default); 16 / 17 / 19 / 20 / 27: tests/python/test_gemv_w4_s6_cuda.py."""
     test_variant_matches_exact(fmt, variant, n, k)
 
 
