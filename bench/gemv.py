@@ -79,7 +79,7 @@ GGUF_ONLY_VARIANTS = (21, 22, 29, 30, 31, 32, 33, 34, 35, 36)  # --variants: the
 # the GGUF formats a variant changes (others: skipped; not listed: all five)
 GGUF_VARIANT_FMTS = {22: ("q4_k", "q6_k"), 31: ("q4_k", "q6_k"), 32: ("q4_1", "q4_k"), 33: ("q4_1", "q4_k", "q6_k"),
                      35: ("q4_1", "q4_k", "q6_k")}
-INT4_ONLY_VARIANTS = (6, 9, 10, 11, 14)  # --variants: int4 / nvf4 only (8: int4 and nvf4; 7: int4 and GGUF; 12 / 13: int4 / nvf4 and Q8_0)
+INT4_ONLY_VARIANTS = (6, 9, 10, 11, 14, 16, 17, 19, 20, 27)  # --variants: int4 / nvf4 only (8: int4 and nvf4; 7: int4 and GGUF; 12 / 13: int4 / nvf4 and Q8_0)
 NEW_KERNEL_VARIANTS = (3, 4, 5, 7)  # int4, nvf4 and the GGUF formats only
 GGUF_FMTS = ("q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 
@@ -90,17 +90,20 @@ def tbs(nbytes, ms):
 
 # int4 / nvf4: what the variants run there (src/cuda/quant.cu, src/cuda/gemv_w4_staged.cu)
 W4_VARIANT_NAMES = {1: "the per-lane-chunk kernel of gemv_mma.cuh", 2: "without PDL",
-                    3: "int4: the session-3 staged-tile kernel (the previous default); nvf4: the per-lane kernel",
-                    4: "staged: stages of 512 bytes per row, 2 in the ring", 5: "staged: a ring of 4 stages",
-                    6: "staged: without the CTA spreading",
+                    3: "int4: the session-3 staged-tile kernel; nvf4: the per-lane kernel (the default of sessions 4-5)",
+                    6: "staged: MODE 0, a ring of 3, without the CTA spreading",
                     7: "staged probe: the same copies without decode (wrong results: the access pattern's ceiling)",
-                    8: "int4: staged with mul.hi shifts; nvf4: the per-lane kernel with mul.hi shifts",
-                    9: "staged: a ring of 2, registers for 24 warps per SM",
-                    10: "the staged kernel's default configuration (nvf4: the staged kernel)",
-                    11: "staged, lean copies (the default's MODE 3 unless kDefaultMode is changed)",
-                    12: "int4: staged, lean copies and mul.hi shifts; nvf4: as 11",
-                    13: "staged, checkpoint A's copies (MODE 0, the default before lean copies)",
-                    14: "staged, lean copies + x of a stage's first block loaded during the previous stage"}
+                    8: "nvf4: the per-lane kernel with mul.hi shifts (int4: the default)",
+                    9: "staged: MODE 0, a ring of 2, registers for 24 warps per SM",
+                    10: "the staged kernel's default configuration (as 0)",
+                    11: "staged, lean copies (MODE 3), a ring of 3",
+                    13: "staged, MODE 0, a ring of 3 (session 5's default)",
+                    14: "staged, lean copies + x of a stage's first block loaded during the previous stage",
+                    16: "staged probe without x loads (x from registers; wrong results: the decode's ceiling)",
+                    17: "staged, x through a ring of 3 at M = 1 (M > 1: x from global memory, the same plan)",
+                    19: "staged, x through a ring of 2 at M = 1 (the default since session 6)",
+                    20: "staged, MODE 0 with a ring of 2 at every M (x from global memory)",
+                    27: "staged, 19 with the loop over the ring's stages not unrolled (less code; the default's bits)"}
 
 
 def repeat_rows(tile, n, copies):
@@ -314,7 +317,7 @@ def main():
                         continue
                     try:
                         gk._C._gemv_set_variant(var)
-                        if var not in (7, 36):  # the probes compute nothing
+                        if var not in (7, 16, 36):  # the probes compute nothing (16: int4 / nvf4; 36: GGUF)
                             check(fmt, fn(x, *wargs[0]), x, deq)
                         v1 = tbs(nbytes, median(time_graph(calls, rounds)))
                         vname = (W4_VARIANT_NAMES if base.startswith(("int4", "nvf4")) else VARIANT_NAMES)[var]

@@ -1,14 +1,22 @@
 // The staged 4-bit decode GEMV (int4 with group scales and zero points, NVF4; kernel and plan
 // in common/gemv_w4.cuh): the launch plan (warps per CTA, split-K), the argument checks and
 // the benchmarking variants (gk._C._gemv_set_variant; bf16 x only, float16 x runs the default
-// configuration; 4 / 5 / 6 / 9 with k_w4's MODE 0, to compare with 13): 4 stages of 8 blocks
-// (512 bytes per row) with 2 in the ring, 5 a ring of 4, 6 without the CTA spreading, 7 the
-// copies without decode (wrong results: the access pattern's ceiling), 8 int4's right shifts as mul.hi (FMA pipe), 9 more warps per SM (a ring
-// of 2, registers for 3 CTAs of 256 threads, sized for 24 warps per SM), 11 lean copies (k_w4's
-// MODE 3: a full stage's copies from addresses computed once, block 0's shared reads before the
-// next copies; the same bits), 12 both 8 and 11 (NVF4: 11), 13 MODE 0 (checkpoint A's default,
-// the same bits), 14 MODE 5 (11 with x of each stage's first block loaded during the previous
-// stage; the same bits); 0 / 2 / 10 the default (k_w4's MODE kDefaultMode).
+// configuration): 6 without the CTA spreading (MODE 0, ring of 3), 7 the copies without decode
+// (wrong results: the access pattern's ceiling), 9 more warps per SM (a ring of 2, registers for
+// 3 CTAs of 256 threads, sized for 24 warps per SM), 11 lean copies (k_w4's MODE 3: a full
+// stage's copies from addresses computed once, block 0's shared reads before the next copies),
+// 13 MODE 0 with a ring of 3 (session 5's default), 14 MODE 5 (11 with x of each stage's first
+// block loaded during the previous stage; 11, 13 and 14 give the same bits); session 6: 16 the
+// probe without x loads (MODE 7: x from register moves; wrong results: the decode's ceiling),
+// 17 x through a ring of 3 at M = 1 (MODE 8: each stage's x copied with its codes and read from
+// shared memory; M > 1: MODE 0 with the same plan), 19 the same with a ring of 2 (the default
+// since session 6), 20 MODE 0 with a ring of 2 (x from global memory at every M; its own plan),
+// 27 19 with the stage loop not unrolled (MODE 9 / 10: one full-stage body; the default's bits);
+// 0 / 2 / 10 the default (MODE kDefaultMode, ring of kDefaultD). Removed in session 6: 4 (stages
+// of 8 blocks), 5 (a ring of 4), 8 (int4's shifts as mul.hi; NVF4's 8 is the per-lane kernel's),
+// 12 (11 + mul.hi): slower than the default at every shape of session 5; 15 / 18 (int4's
+// "zero-point mma", with / without x through the ring): slower at every shape of session 6's
+// checkpoint A (docs/notes/gemv4-s6.md).
 #include "common/gemv_w4.cuh"
 #include "common/gemv_w4_launch.cuh"
 #include "core/cuda_util.h"
@@ -21,7 +29,8 @@ using namespace gemv_detail;
 
 struct W4Cfg {
   int kb = 4, d = 3, wt = 16;  // blocks per stage, ring depth, target warps per SM
-  int mode = 0;                // k_w4's MODE: 1 the probe, 2 mul.hi shifts, 3 lean copies, 4 both, 5 3 + x ahead
+  int mode = 0;  // k_w4's MODE: 1 the probe, 3 lean copies, 5 3 + x ahead, 7 no x loads, 8 x through
+                 // the ring (M = 1), 9 8 with the stage loop rolled
   int minb = 2;                // k_w4's MINB
   bool spread = true;          // at most ceil(CTAs / 132) CTAs per SM when all fit at once
   bool old = false;            // MODE 0 whatever kDefaultMode is (variant 13)
@@ -30,27 +39,32 @@ struct W4Cfg {
 W4Cfg w4_cfg(int variant) {
   W4Cfg c;
   switch (variant) {
-    case 4: c.kb = 8, c.d = 2; break;
-    case 5: c.d = 4; break;
     case 6: c.spread = false; break;
     case 7: c.mode = 1; break;
-    case 8: c.mode = 2; break;
     case 9: c.d = 2, c.minb = 3, c.wt = 24; break;
     case 11: c.mode = 3; break;
-    case 12: c.mode = 4; break;
     case 13: c.mode = 0, c.old = true; break;
     case 14: c.mode = 5; break;
+    case 16: c.mode = 7; break;
+    case 17: c.mode = 8; break;
+    case 19: c.mode = 8, c.d = 2; break;
+    case 20: c.d = 2; break;
+    case 27: c.mode = 9, c.d = 2; break;
     default: break;
   }
   return c;
 }
 
-// The default configuration's k_w4 MODE: 0 (checkpoint A's copies, variant 13) or 3 (lean
-// copies, variant 11: about 55 fewer instructions per stage of ~700 in the SASS, the same copies
-// and the same bits). Session 5's final H200 run (bench/gemv.py, M=1, % of copy at (4096, 14336) /
-// (14336, 4096) / (4096, 128256)) measured lean 53/51/77 vs 52/50/77 (g128), 49/49/64 vs 50/53/67
-// (g64), 31/40/64 vs 50/54/71 (g32), NVF4 staged 46/45/61 vs 44/46/61: MODE 0 is the default.
-constexpr int kDefaultMode = 0;
+// The default configuration: k_w4's MODE (0, 3, 5 or 8) and ring depth (2 or 3). Session 5:
+// MODE 0 with a ring of 3 (variant 13; lean copies, MODE 3, lost at g32). Session 6, H200
+// checkpoint A (docs/notes/gemv4-s6.md; bench/gemv.py, % of copy at (4096, 14336) /
+// (14336, 4096) / (4096, 128256)): x through a ring of 2 (MODE 8 at M = 1, variant 19) against
+// MODE 0 / ring of 3, M = 1: int4 g128 52/61/74 vs 52/50/78, g64 65/67/89 vs 49/52/68, g32
+// 67/69/89 vs 49/54/71, NVF4 51/59/76 vs the per-lane kernel's 50/52/68; M = 8 (MODE 0 with a
+// ring of 2 and the same plan): g128 46/45/65 vs 44/39/61, g64 52/54/58 vs 46/47/49, g32
+// 53/51/64 vs 41/47/59, NVF4 45/45/62 vs 44/44/50.
+constexpr int kDefaultMode = 8;
+constexpr int kDefaultD = 2;
 
 constexpr int kSMs = 132;
 constexpr int kSmemMax = 200 * 1024;    // dynamic shared memory of one CTA at most
@@ -88,26 +102,28 @@ bool applies_cfg(const QGemvArgs& p) {
 }
 
 template <class F>
-bool applies_f(const QGemvArgs& p, int kb) {
-  return kb == 8 ? applies_cfg<F, 8>(p) : applies_cfg<F, 4>(p) || applies_cfg<F, 4, true>(p);
+bool applies_f(const QGemvArgs& p) {
+  return applies_cfg<F, 4>(p) || applies_cfg<F, 4, true>(p);
 }
 
-bool applies_kb(const QGemvArgs& p, int kb) {
-  if (p.fmt == QFormat::nvf4) return applies_f<W4Nvf4>(p, kb);
+bool applies_any(const QGemvArgs& p) {
+  if (p.fmt == QFormat::nvf4) return applies_f<W4Nvf4>(p);
   if (p.fmt != QFormat::int4) return false;
-  if (p.group == 128) return applies_f<W4Int4<128>>(p, kb);
-  if (p.group == 64) return applies_f<W4Int4<64>>(p, kb);
-  if (p.group == 32) return applies_f<W4Int4<32>>(p, kb);
+  if (p.group == 128) return applies_f<W4Int4<128>>(p);
+  if (p.group == 64) return applies_f<W4Int4<64>>(p);
+  if (p.group == 32) return applies_f<W4Int4<32>>(p);
   return false;
 }
 
+// ring_plan: the ring bytes per warp the plan (warps per CTA) is made for (0: this kernel's);
+// XS (MODE 8, M = 1) and its M > 1 kernel (MODE 0) take the plan of the XS ring.
 template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2>
-void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
-  constexpr int SB = W4Layout<F, KB, NARROW>::STAGE;
+void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_plan = 0) {
+  constexpr int SB = W4Layout<F, KB, NARROW>::STAGE + (MODE == 8 || MODE == 9 ? KB * 256 : 0);
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   const int split = std::max(1, p.split);
-  const int nw = w4_warps(p.n, p.k, split, c, int64_t(D) * SB);
+  const int nw = w4_warps(p.n, p.k, split, c, ring_plan > 0 ? ring_plan : int64_t(D) * SB);
   smem_limit<k_w4<T, F, KB, D, MODE, NARROW, MINB>>(kSmemMax);
   int smem = std::max(nw * D * SB, nw * 32 * 4 * 4);
   if (smem > kSmemMax) throw ValueError("gemv: the staged 4-bit kernel's shared memory does not fit");
@@ -125,30 +141,46 @@ void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
   if (split > 1) launch_sum_q(p, st);
 }
 
+// k_w4 MODE M with the wide copies and a ring of D; M = 8 (x through the ring) runs at M = 1
+// only: M > 1 runs MODE 0 with the same plan (the warps per CTA made for the larger XS ring), so
+// a row's bits do not depend on M.
+template <class T, class F, int M, int D = 3>
+void launch_mode(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
+  if constexpr (M == 8 || M == 9) {  // 9: 8 with the stage loop rolled (M > 1: MODE 10)
+    const int64_t rp = D * int64_t(W4Layout<F, 4>::STAGE + 4 * 256);
+    if (p.m == 1) return launch_k<T, F, 4, D, M>(p, c, st, rp);
+    return launch_k<T, F, 4, D, M == 9 ? 10 : 0>(p, c, st, rp);
+  } else {
+    return launch_k<T, F, 4, D, M>(p, c, st);
+  }
+}
+
 template <class T, class F>
 void launch_f(const QGemvArgs& p, cudaStream_t st) {
   W4Cfg c = w4_cfg(p.variant);
   if (!applies_cfg<F, 4>(p))  // rows of scales / zero points not 16-byte aligned (K % 512 != 0)
     return launch_k<T, F, 4, 3, 0, true>(p, W4Cfg{}, st);
-  if (c.kb == 8 && !applies_cfg<F, 8>(p)) c = W4Cfg{};
   if constexpr (std::is_same_v<T, bf16>) {  // the benchmarking variants: bf16 x only
-    if (c.mode == 1) return launch_k<T, F, 4, 3, 1>(p, c, st);
-    if (c.mode == 2 && !F::kNvf4) return launch_k<T, F, 4, 3, 2>(p, c, st);
-    if (c.mode == 4 && !F::kNvf4) return launch_k<T, F, 4, 3, 4>(p, c, st);
-    if (c.mode == 5) return launch_k<T, F, 4, 3, 5>(p, c, st);
-    if (c.mode >= 3 && kDefaultMode != 3) return launch_k<T, F, 4, 3, 3>(p, c, st);
-    if (c.old && kDefaultMode != 0) return launch_k<T, F, 4, 3, 0>(p, c, st);
-    if (c.kb == 8) return launch_k<T, F, 8, 2>(p, c, st);
-    if (c.d == 4) return launch_k<T, F, 4, 4>(p, c, st);
+    switch (c.mode) {
+      case 1: return launch_mode<T, F, 1>(p, c, st);
+      case 3: return launch_mode<T, F, 3>(p, c, st);
+      case 5: return launch_mode<T, F, 5>(p, c, st);
+      case 7: return launch_mode<T, F, 7>(p, c, st);
+      case 8: return c.d == 2 ? launch_mode<T, F, 8, 2>(p, c, st) : launch_mode<T, F, 8>(p, c, st);
+      case 9: return launch_mode<T, F, 9, 2>(p, c, st);
+      default: break;
+    }
+    if (c.old) return launch_mode<T, F, 0>(p, c, st);
     if (c.minb == 3) return launch_k<T, F, 4, 2, 0, false, 3>(p, c, st);
+    if (c.d == 2) return launch_mode<T, F, 0, 2>(p, c, st);
     if (!c.spread) return launch_k<T, F, 4, 3>(p, c, st);
   }
-  return launch_k<T, F, 4, 3, kDefaultMode>(p, W4Cfg{}, st);
+  return launch_mode<T, F, kDefaultMode, kDefaultD>(p, W4Cfg{}, st);
 }
 
 }  // namespace
 
-bool w4_staged_applies(const QGemvArgs& p) { return applies_kb(p, 4); }
+bool w4_staged_applies(const QGemvArgs& p) { return applies_any(p); }
 
 int w4_staged_split(int64_t n, int64_t k) {
   const W4Cfg c;

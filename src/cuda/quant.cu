@@ -53,9 +53,11 @@ bool use_mma(QFormat f, int64_t k) { return (f == QFormat::int4 || f == QFormat:
 // int4 / NVF4 and the variants (gk._C._gemv_set_variant): 1 the per-lane-chunk kernel of
 // gemv_mma.cuh; int4 3 the session-3 staged-tile kernel of quant_int4_mma.cu (the previous
 // default), every other variant the staged kernel of gemv_w4_staged.cu (its own variants);
-// NVF4 0 / 2 / 3 the per-lane kernel of quant_nvf4_lane.cu (the default: H200 session 5
-// checkpoint A, 51 / 52 / 68% of copy against 44 / 46 / 62% for the staged kernel), 8 it with
-// mul.hi shifts, 4 / 5 / 6 / 7 / 9 / 10 / 11 / 12 / 13 / 14 the staged kernel (10: its default configuration).
+// NVF4 3 the per-lane kernel of quant_nvf4_lane.cu (the default of sessions 4-5), 8 it with
+// mul.hi shifts, every other variant the staged kernel (0 / 2 / 10: its default configuration;
+// the default since session 6: H200 checkpoint A, M = 1, 51 / 59 / 76% of copy against 50 / 52 /
+// 68% for the per-lane kernel, M = 8 45 / 45 / 62 against 44 / 44 / 50); the per-lane kernel
+// also where the staged one does not apply.
 template <class T>
 void launch_int4(const QGemvArgs& a, cudaStream_t st) {
   // Default: the staged kernel of gemv_w4_staged.cu (K % 128 == 0, aligned rows; H200 session
@@ -71,9 +73,8 @@ void launch_int4(const QGemvArgs& a, cudaStream_t st) {
 
 template <class T>
 void launch_nvf4(const QGemvArgs& a, cudaStream_t st) {
-  const bool staged = a.variant == 4 || a.variant == 5 || a.variant == 6 || a.variant == 7 || a.variant == 9 ||
-                      a.variant == 10 || a.variant == 11 || a.variant == 12 || a.variant == 13 || a.variant == 14;
-  if (staged && w4_staged_applies(a)) {
+  const bool lane = a.variant == 1 || a.variant == 3 || a.variant == 8;
+  if (!lane && w4_staged_applies(a)) {
     QGemvArgs b = a;
     if (b.variant == 10) b.variant = 0;  // the staged kernel's default configuration
     return launch_w4_staged<T>(b, st);

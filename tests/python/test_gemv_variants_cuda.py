@@ -119,14 +119,14 @@ def test_variant_matches_exact(fmt, variant, n, k):
 
 
 @pytest.mark.parametrize("fmt", ["int4_32", "int4_64", "int4_128"])
-@pytest.mark.parametrize("variant", [3, 4, 5, 6, 8, 9, 10])
+@pytest.mark.parametrize("variant", [3, 6, 9, 10])
 @pytest.mark.parametrize("n,k", [(37, 4096), (300, 14336), (2051, 1024), (133, 1152)])
 def test_int4_variants_match_exact(fmt, variant, n, k):
     """int4's extra variants (the default is the staged kernel of gemv_w4_staged.cu wherever
     K % 128 == 0): 3 the session-3 staged-tile kernel (quant_int4_mma.cu; K = 1152: gemv_mma.cuh's
-    kernel), 4 / 5 / 6 / 8 / 9 / 10 the staged kernel with 512-byte stages / a ring of 4 / no CTA
-    spreading / mul.hi shifts / registers for 24 warps per SM / its default (K = 1152: the
-    default configuration)."""
+    kernel), 6 / 9 / 10 the staged kernel with no CTA spreading / registers for 24 warps per SM /
+    its default (K = 1152: the default configuration). 4 / 5 / 8 were removed in session 6 (they
+    run the default); 16 / 17 / 19 / 20 / 27: tests/python/test_gemv_w4_s6_cuda.py."""
     test_variant_matches_exact(fmt, variant, n, k)
 
 
@@ -136,9 +136,8 @@ def test_int4_variants_match_exact(fmt, variant, n, k):
 def test_gguf_variants_match_exact(fmt, variant, n, k):
     """The GGUF formats' and NVF4's extra variants: GGUF 3 the older kernels (Q4_K / Q6_K:
     quant_gguf_k.cu; others: quant_gguf.cu), 4 / 5 the staged kernel (quant_gguf_st.cu) with a 3- /
-    4-stage ring; NVF4:
-    3 the kernel of gemv_mma.cuh, 4 / 5 quant_nvf4_lane.cu with two m-tiles per warp / a
-    deeper ring."""
+    4-stage ring; NVF4 (the staged kernel of gemv_w4_staged.cu by default since session 6): 3 the
+    per-lane kernel of quant_nvf4_lane.cu, 4 / 5 the default."""
     test_variant_matches_exact(fmt, variant, n, k)
 
 

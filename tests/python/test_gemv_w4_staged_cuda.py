@@ -1,9 +1,10 @@
 """The staged 4-bit GEMV (src/cuda/gemv_w4_staged.cu, common/gemv_w4.cuh): int4 with groups of
 32 / 64 / 128 and NVF4 against float64 products with the exactly dequantized weights, for
 M = 1..8, odd N (a partial last row tile), split-K (small N, long K), partial last stages
-(K = 1152; variant 4: stages of 8 blocks over K = 4608), K % 512 != 0 (rows of scales and
+(K = 1152), K % 512 != 0 (rows of scales and
 zero points not 16-byte aligned), every benchmarking variant that computes
-(4 / 5 / 6 / 9; 2 without PDL and 11 - 14, the copy modes, must give the default's bits), float16 x and every
+(6 / 9; 2 without PDL must give the default's bits, 11 / 14, the copy modes, 13's; the
+session-6 ring configurations 17 / 19 / 20 / 27: tests/python/test_gemv_w4_s6_cuda.py), float16 x and every
 output dtype; same bits on a second run, a row alone = the row in a batch, and the output
 poisoned before the call. Skipped without a GPU."""
 import math
@@ -16,9 +17,13 @@ import gpukit as gk
 pytestmark = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(4242)
 FMTS = ["int4_32", "int4_64", "int4_128", "nvf4"]
-# the variant that runs the staged kernel's default configuration: int4's default; NVF4's
-# default is the per-lane kernel (quant_nvf4_lane.cu), the staged one is variant 10
-BASE = {"nvf4": 10}
+# the variant that runs each kernel's default configuration: int4's and NVF4's default is the
+# staged kernel (NVF4 since session 6); "nvf4_lane" is NVF4's per-lane kernel (quant_nvf4_lane.cu,
+# variant 3; the default of sessions 4-5)
+BASE = {"nvf4_lane": 3}
+# True when the int4 default runs MODE 0 / 3 / 5 with a ring of 3 (session 5's plan): its bits
+# are then variant 13's. Session 6's default (x through a ring of 2) has another plan.
+DEFAULT_MODE0 = False
 
 
 def f64(a):
@@ -65,7 +70,8 @@ def check(tag, got, xs, deq, k):
                                  (133, 1152), (300, 4864), (37, 896)])
 def test_matches_exact_all_m(fmt, n, k):
     """K % 512 != 0 (1152, 4864, 896): the rows of scales / zero points are not 16-byte aligned
-    (narrow copies; 1152: a partial last stage of one block). nvf4_lane: NVF4's default kernel."""
+    (narrow copies; 1152: a partial last stage of one block). M = 1 runs x through the ring (the
+    default's MODE 8), M > 1 MODE 0 with the same plan. nvf4_lane: NVF4's per-lane kernel."""
     base = BASE.get(fmt, 0)
     fn, deq = make(fmt, n, k)
     xb = gk.asarray(RNG.standard_normal((8, k)).astype(np.float32)).astype("bfloat16")
@@ -76,6 +82,8 @@ def test_matches_exact_all_m(fmt, n, k):
     assert f64(call(fn, x, base, out_dtype="float32")).tobytes() == f64(full).tobytes(), "not the same bits twice"
     if base == 0:
         assert f64(call(fn, x, 2, out_dtype="float32")).tobytes() == f64(full).tobytes(), "variant 2 (no PDL) differs"
+        assert f64(call(fn, x[2:3], 2, out_dtype="float32")).tobytes() == f64(full)[2:3].tobytes(), \
+            "variant 2 (no PDL) at M=1 differs from row 2 of the batch"
     for m in range(1, 8):
         got = call(fn, x[:m], base, out_dtype="float32")
         assert f64(got).tobytes() == f64(full)[:m].tobytes(), f"M={m}: rows differ from the same rows at M=8"
@@ -84,13 +92,11 @@ def test_matches_exact_all_m(fmt, n, k):
 
 
 @pytest.mark.parametrize("fmt", FMTS)
-@pytest.mark.parametrize("variant", [4, 5, 6, 8, 9])
+@pytest.mark.parametrize("variant", [6, 8, 9])
 @pytest.mark.parametrize("n,k", [(37, 4096), (300, 14336), (133, 4608), (37, 32768), (133, 1152)])
 def test_variants_match_exact(fmt, variant, n, k):
-    """4: stages of 8 blocks (K = 4608: a partial last stage; where the scales' rows are not
-    aligned for it, the default runs), 5: a ring of 4, 6: without the CTA spreading, 8: int4's
-    shifts as mul.hi (NVF4: the per-lane kernel's), 9: a ring of 2 with registers for 24 warps
-    per SM."""
+    """6: without the CTA spreading, 8: NVF4's per-lane kernel with mul.hi shifts (int4: the
+    default since session 6), 9: a ring of 2 with registers for 24 warps per SM."""
     fn, deq = make(fmt, n, k)
     xb = gk.asarray(RNG.standard_normal((3, k)).astype(np.float32)).astype("bfloat16")
     got = call(fn, xb.to("cuda"), variant, out_dtype="float32")
@@ -100,28 +106,29 @@ def test_variants_match_exact(fmt, variant, n, k):
 @pytest.mark.parametrize("fmt", FMTS)
 @pytest.mark.parametrize("n,k", [(37, 4096), (300, 14336), (133, 4608), (37, 32768), (300, 4864), (133, 1152)])
 def test_copy_modes_same_bits(fmt, n, k):
-    """k_w4's MODE 0 (variant 13, checkpoint A's copies), 3 (variant 11, lean copies: a full
-    stage's copies from addresses computed once, block 0's shared reads before the next copies
-    are issued; the default, kDefaultMode in gemv_w4_staged.cu) and 4 (variant 12: 3 with int4's
-    shifts as mul.hi, exact) and 5 (variant 14: 3 with x of a stage's first block loaded during
-    the previous stage) do the same arithmetic: the same bits as the default at M = 8 and
-    M = 1, within the bound of the float64 reference. K = 4864: NVF4 with a partial last stage
-    (its copies take the general path); 1152: narrow rows of scales (MODE 0 runs); 32768: split-K."""
-    base = BASE.get(fmt, 0)
+    """k_w4's MODE 0 (variant 13, checkpoint A's copies, the default's plan), 3 (variant 11, lean
+    copies: a full stage's copies from addresses computed once, block 0's shared reads before
+    the next copies are issued) and 5 (variant 14: 3 with x of a stage's first block loaded
+    during the previous stage) do the same arithmetic: 11 and 14 give 13's bits at M = 8 and
+    M = 1 (and the default's, when kDefaultMode in gemv_w4_staged.cu is 0, 3 or 5), within the
+    bound of the float64 reference. K = 4864: NVF4 with a partial last stage (its copies take
+    the general path); 1152: narrow rows of scales (MODE 0 runs); 32768: split-K."""
     fn, deq = make(fmt, n, k)
     xb = gk.asarray(RNG.standard_normal((8, k)).astype(np.float32)).astype("bfloat16")
     x = xb.to("cuda")
-    b = f64(call(fn, x, base, out_dtype="float32"))
-    for variant in (11, 12, 13, 14):
+    b = f64(call(fn, x, 13, out_dtype="float32"))
+    if fmt != "nvf4" and DEFAULT_MODE0:
+        assert f64(call(fn, x, 0, out_dtype="float32")).tobytes() == b.tobytes(), "the default differs from MODE 0"
+    for variant in (11, 13, 14):
         got = call(fn, x, variant, out_dtype="float32")
         check(f"{fmt} variant {variant} n={n} k={k} M=8", got, f64(xb.astype("float32")), deq, k)
         a = f64(got)
         if a.tobytes() != b.tobytes():
             bad = np.argwhere(a != b)
-            raise AssertionError(f"{fmt} n={n} k={k}: variant {variant} differs from the default in {len(bad)} of "
+            raise AssertionError(f"{fmt} n={n} k={k}: variant {variant} differs from variant 13 in {len(bad)} of "
                                  f"{a.size}; first {bad[0].tolist()}: {a[tuple(bad[0])]!r} vs {b[tuple(bad[0])]!r}")
         one = call(fn, x[2:3], variant, out_dtype="float32")
-        assert f64(one).tobytes() == b[2:3].tobytes(), f"variant {variant} at M=1 differs from the default's row 2"
+        assert f64(one).tobytes() == b[2:3].tobytes(), f"variant {variant} at M=1 differs from variant 13's row 2"
 
 
 @pytest.mark.parametrize("fmt", FMTS)
@@ -135,6 +142,8 @@ def test_fp16_x_and_out_dtypes(fmt, out):
     xs = f64(xh.astype("float32"))
     if out == "float32":
         check(f"{fmt} fp16 x", got, xs, deq, k)
+        one = call(fn, xh[1:2].to("cuda"), BASE.get(fmt, 0), out_dtype=out)  # M = 1: x through the ring
+        assert f64(one).tobytes() == f64(got)[1:2].tobytes(), f"{fmt} fp16 x: M=1 differs from row 1 of M=4"
     else:
         ref = xs @ deq.T
         err = np.abs(f64(got.astype("float32")) - ref)

@@ -13,7 +13,9 @@
 //   4 rows x 128 contiguous bytes), plus the rows' scales (and int4 zero points) of those
 //   blocks (16 rows x KB * 16 / 32 / 64 bytes of f32 scales, KB * 1 / 2 / 4 zero bytes; NVF4:
 //   KB * 8 e4m3 bytes), into a ring of D stages per warp (D - 1 in flight while one is
-//   decoded; __syncwarp only). A partial last stage copies what exists (zero-filled copies).
+//   decoded; __syncwarp only; the default since session 6: D = 2). A partial last stage copies
+//   what exists (zero-filled copies). At M = 1 the default (MODE 8) copies the stage's KB * 256
+//   bytes of x with it and reads x from shared memory; M > 1 loads x from global memory.
 // - the 16-byte chunks of row r are stored XOR-swizzled by bitrev3(r & 7), so the fragment
 //   reads below (16, 8 or 4 bytes per lane) have no bank conflicts.
 // - lane (g, t) decodes rows g and g + 8. Of each 128-weight block and each group h of it
@@ -37,6 +39,7 @@
 #include <cuda_fp8.h>
 
 #include "gemv_stage.cuh"
+#include "gemv_w4_ops.cuh"
 
 namespace gk::cuda::gemv_detail {
 
@@ -78,94 +81,6 @@ __device__ __forceinline__ int w4_swz(int r) {  // bitrev3(r & 7): the chunk XOR
   return ((r & 1) << 2) | (r & 2) | ((r >> 2) & 1);
 }
 
-// cp.async of U (4, 8, 16) bytes, of which `valid` (0..U) are read and the rest zero-filled.
-template <int U>
-__device__ __forceinline__ void cp_async_z(uint32_t dst, const void* src, int valid) {
-  if constexpr (U == 16)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid) : "memory");
-  else
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(dst), "l"(src), "n"(U), "r"(valid) : "memory");
-}
-
-__device__ __forceinline__ uint2 lds8(uint32_t a) {
-  uint2 v;
-  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a));
-  return v;
-}
-// N (4, 8, 16) bytes of shared memory as a uint4 (the rest zero)
-template <int N>
-__device__ __forceinline__ uint4 lds_n(uint32_t a) {
-  if constexpr (N == 16) return lds16(a);
-  else if constexpr (N == 8) {
-    const uint2 v = lds8(a);
-    return make_uint4(v.x, v.y, 0u, 0u);
-  } else return make_uint4(lds_u32(a), 0u, 0u, 0u);
-}
-
-__device__ __forceinline__ uint32_t w4_lop(uint32_t a, uint32_t c) {  // (a & 0x000f000f) | c
-  uint32_t r;
-  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(r) : "r"(a), "n"(0x000f000f), "r"(c));
-  return r;
-}
-__device__ __forceinline__ uint32_t w4_opaque(uint32_t v) {  // kept in a register (lop3's third operand)
-  asm volatile("" : "+r"(v));
-  return v;
-}
-
-template <class T>
-struct W4NvfBits {
-  static constexpr int kMagShift = std::is_same_v<T, bf16> ? 6 : 9;  // where e1 e0 m go
-  static constexpr uint32_t kMagMask = 0x7u << kMagShift | 0x7u << (16 + kMagShift);
-  static constexpr float kScaleUp = std::is_same_v<T, bf16> ? 0x1p118f : 0x1p7f;
-  static constexpr float kRowScale = std::is_same_v<T, bf16> ? 256.0f : 128.0f;
-};
-template <int S>
-__device__ __forceinline__ uint32_t w4_shl(uint32_t u) {  // u << S, or u >> -S
-  if constexpr (S >= 0) return u << S;
-  else return u >> (-S);
-}
-// The codes (Q, Q + 4) of word u as T values e2m1 * scale * 2^-8 (bf16) / 2^-7 (fp16), exact;
-// s2 = the block scale * kScaleUp, twice.
-template <class T, int Q>
-__device__ __forceinline__ uint32_t w4_nvf_pair(uint32_t u, uint32_t s2) {
-  using NB = W4NvfBits<T>;
-  const uint32_t m = w4_shl<NB::kMagShift - 4 * Q>(u) & NB::kMagMask;
-  const uint32_t sg = w4_shl<12 - 4 * Q>(u);
-  return hmul2u<T>(m, s2 ^ (sg & 0x80008000u));
-}
-// Two e4m3 bytes (b0 low) as T pairs (v0, v0) and (v1, v1) of value * kScaleUp (exact).
-template <class T>
-__device__ __forceinline__ void w4_nvf_scales(uint32_t b2, uint32_t& s0, uint32_t& s1) {
-  __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(b2 & 0xffffu), __NV_E4M3);
-  const float f0 = __half2float(*reinterpret_cast<__half*>(&h.x)) * W4NvfBits<T>::kScaleUp;
-  const float f1 = __half2float(*reinterpret_cast<__half*>(&h.y)) * W4NvfBits<T>::kScaleUp;
-  s0 = splat<T>(f0);
-  s1 = splat<T>(f1);
-}
-
-// u >> S (HI: as mul.hi.u32 by 2^(32 - S), on the FMA pipe instead of the integer pipe)
-template <int S, bool HI>
-__device__ __forceinline__ uint32_t w4_shr(uint32_t u) {
-  if constexpr (S == 0) return u;
-  else if constexpr (HI) {
-    uint32_t r;
-    asm("mul.hi.u32 %0, %1, %2;" : "=r"(r) : "r"(u), "n"(1u << (32 - S)));
-    return r;
-  } else return u >> S;
-}
-
-template <bool HI>
-__device__ __forceinline__ uint32_t w4_shift4(uint32_t u, int qq) {  // u >> 4 qq, qq = 0..3 (unrolled)
-  return qq == 0 ? u : (qq == 1 ? w4_shr<4, HI>(u) : (qq == 2 ? w4_shr<8, HI>(u) : w4_shr<12, HI>(u)));
-}
-
-// cp.async of U (4, 8, 16) whole bytes
-template <int U>
-__device__ __forceinline__ void cp_async_u(uint32_t dst, const void* src) {
-  if constexpr (U == 16) cp_async16(dst, src);
-  else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(dst), "l"(src), "n"(U) : "memory");
-}
-
 // The shared-memory reads of one 128-weight block (rows g, g + 8): zero points, codes, scales.
 struct W4Frag {
   uint32_t za, zb;  // int4: the rows' NG zero-point bytes
@@ -174,19 +89,28 @@ struct W4Frag {
 };
 
 // MODE (benchmarking): 0 the kernel; 1 the probe: the same copies and shared reads, no decode
-// or products (wrong results: the ceiling of the access pattern); 2 int4's right shifts as
-// mul.hi; 3 lean (session 5 after A; the same arithmetic, the same bits): a full stage's copies
-// from per-lane addresses computed once (no per-stage predicates, row clamps or byte counts)
-// and the shared reads of a stage's first block before the next stage's copies are issued
-// (their latency under the issue work); 4 both 2 and 3; 5: 3 with x of a stage's first block
-// loaded during the previous stage's last block (as within a stage). MINB: CTAs of 256
-// threads per SM the registers are sized for (2: 128 registers).
+// or products (wrong results: the ceiling of the access pattern); 3 lean (session 5 after A;
+// the same arithmetic, the same bits): a full stage's copies from per-lane addresses computed
+// once (no per-stage predicates, row clamps or byte counts) and the shared reads of a stage's
+// first block before the next stage's copies are issued (their latency under the issue work);
+// 5: 3 with x of a stage's first block loaded during the previous stage's last block (as within
+// a stage); session 6: 7 the probe without x loads (x from opaque register moves; wrong
+// results: the decode's ceiling); 8 (M = 1 only) x through the ring: each stage's KB * 256 bytes
+// of x copied with its codes (cp.async; the stages issued before the PDL wait get theirs in one
+// more group after it), read from shared memory at each block's start instead of global loads
+// (the same arithmetic as MODE 0); 9 / 10: 8 / 0 with the loop over the ring's stages not
+// unrolled (one full-stage body in the code instead of D; the same bits). MINB: CTAs of 256
+// threads per SM the registers are sized for
+// (2: 128 registers). (Session 6's MODE 6, the int4 "zero-point mma", was removed after
+// checkpoint A: slower at every shape; docs/notes/gemv4-s6.md.)
 template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2>
 __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   using L = W4Layout<F, KB, NARROW>;
   // LEAN: wide meta copies with at most one zero-point unit per row (KB = 4)
-  constexpr bool PROBE = MODE == 1, HI = MODE == 2 || MODE == 4,
-                 LEAN = (MODE == 3 || MODE == 4 || MODE == 5) && !NARROW && L::NUZ <= 1, XA = MODE == 5;
+  constexpr bool PROBE = MODE == 1, LEAN = (MODE == 3 || MODE == 5) && !NARROW && L::NUZ <= 1, XA = MODE == 5,
+                 NOX = MODE == 7, XS = MODE == 8 || MODE == 9, ROLL = MODE == 9 || MODE == 10;
+  // XS (M = 1 only): x of each stage's blocks travels with the codes (cp.async, after the PDL wait)
+  constexpr int XB = XS ? KB * 256 : 0, STG = L::STAGE + XB;
   constexpr int P = L::P, NK = KB / 2, NG = F::NG, LB = F::LB, WPG = F::WPG;
   constexpr uint32_t kMag = std::is_same_v<T, bf16> ? 0x43004300u : 0x64006400u;  // 128.0 / 1024.0 twice
   static_assert(KB % 2 == 0 && KB >= 2, "an even number of blocks per stage");
@@ -199,7 +123,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   const int64_t b0 = s0 * KB, b1 = std::min(nblk, s1 * KB);           // its blocks
 
   extern __shared__ uint4 smem[];
-  const uint32_t ring = smem_addr(smem) + uint32_t(warp) * uint32_t(D * L::STAGE);
+  const uint32_t ring = smem_addr(smem) + uint32_t(warp) * uint32_t(D * STG);
   // code copies: lane l takes chunks c = l % 8 + 8 k of rows l / 8 + 4 i of each stage
   const int ch = lane % 8, rr = lane / 8;
   const uint8_t* q = static_cast<const uint8_t*>(p.q);
@@ -239,10 +163,32 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
       lzdst = uint32_t(L::CODES + L::SCALES + r * L::ZP);
     }
   }
+  // XS: the stage's x (row 0, KB * 128 elements). G = 128 / NVF4: 16-byte chunk c stored at
+  // c ^ 2 (c >> 3 & 1), which makes the reads of the 4 lanes t (chunks w + 4 t) conflict-free;
+  // G = 64 / 32 read chunks 2 t + .. / t + .. : conflict-free as they are.
+  constexpr bool XSW = F::G == 128;
+  [[maybe_unused]] bool xon = false;  // x copies allowed (after the PDL wait)
+  [[maybe_unused]] const uint8_t* xsrc = static_cast<const uint8_t*>(p.x) + b0 * 256;
+  auto issue_x = [&](uint32_t sb, const uint8_t* src, int64_t lft) {
+    static_assert(KB * 16 % 32 == 0, "whole x chunks per lane");
+#pragma unroll
+    for (int j0 = 0; j0 < KB * 16; j0 += 32) {
+      const int j = j0 + lane;
+      if (lft >= KB || j < lft * 16)
+        cp_async16(sb + uint32_t(L::STAGE + 16 * (XSW ? j ^ (((j >> 3) & 1) << 1) : j)), src + 16 * j);
+    }
+  };
+  // XS: lane t's x offsets in a stage, words w with (w & 2) == 0 / != 0 (G = 128: chunk
+  // w + 4 t, moved by +-2 chunks where t >= 2; else chunk .. + t G / 32)
+  [[maybe_unused]] const uint32_t xsd = XSW && t >= 2 ? 32u : 0u;
+  [[maybe_unused]] const uint32_t xs_p = uint32_t(L::STAGE + 16 * t * (F::G / 32)) + xsd;
+  [[maybe_unused]] const uint32_t xs_m = uint32_t(L::STAGE + 16 * t * (F::G / 32)) - xsd;
   auto issue = [&](int st) {
     if (left > 0) {
-      const uint32_t sb = ring + uint32_t(st * L::STAGE);
+      const uint32_t sb = ring + uint32_t(st * STG);
       const bool full = left >= KB;
+      if constexpr (XS)
+        if (xon) issue_x(sb, xsrc, left);
       if (LEAN && full) {  // the same copies as below, from the precomputed addresses
 #pragma unroll
         for (int i = 0; i < 4; ++i)
@@ -303,6 +249,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
     cp_commit();
 #pragma unroll
     for (int i = 0; i < 4; ++i) qp[i] += KB * 64;
+    if constexpr (XS) xsrc += KB * 256;
     if constexpr (LEAN) {
 #pragma unroll
       for (int j = 0; j < JS; ++j) lsrc[j] += KB * F::SB;
@@ -320,6 +267,15 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
 #pragma unroll
   for (int st = 0; st < D - 1; ++st) issue(st);
   pdl_wait();
+  if constexpr (XS) {  // x of the stages issued before the PDL wait: one more group
+#pragma unroll
+    for (int st = 0; st < D - 1; ++st)
+      if (b1 - b0 - int64_t(st) * KB > 0)
+        issue_x(ring + uint32_t(st * STG), static_cast<const uint8_t*>(p.x) + (b0 + int64_t(st) * KB) * 256,
+                b1 - b0 - int64_t(st) * KB);
+    cp_commit();
+    xon = true;
+  }
 
   // fragment offsets in a stage (row g): piece h of block bb lies at chunk (4 bb + c_h) ^ sw,
   // i.e. 64 bb + 16 (c_h ^ (sw & 3)) + (bb odd ? -1 : 1) 16 (sw & 4) + the byte in the chunk
@@ -342,10 +298,20 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   }
 
   // x of block bb of the current stage, word w (8 elements at the lane's physical k)
-  auto load_x = [&](uint4 (&xv)[4], int bb) {
+  auto load_x = [&](uint4 (&xv)[4], int bb, [[maybe_unused]] uint32_t sb = 0) {
 #pragma unroll
-    for (int w = 0; w < 4; ++w)
-      xv[w] = __ldg(reinterpret_cast<const uint4*>(xr + bb * 128 + (w / WPG) * F::G + 8 * (w % WPG)));
+    for (int w = 0; w < 4; ++w) {
+      if constexpr (XS) {  // from the stage: chunk bb 16 + (the element offset) / 8, swizzled
+        const int cw = ((w / WPG) * F::G + 8 * (w % WPG)) / 8;  // the word's chunk in the block (lane 0)
+        xv[w] = lds16(sb + ((cw & 2) ? xs_m : xs_p) + uint32_t(256 * bb + 16 * cw));
+      } else if constexpr (NOX) {  // the probe without x loads: opaque register values (wrong results)
+        uint32_t v;
+        asm volatile("mov.b32 %0, %1;" : "=r"(v) : "n"(0x3f803f80));
+        xv[w] = make_uint4(v, v ^ uint32_t(bb), v, v ^ uint32_t(w));
+      } else {
+        xv[w] = __ldg(reinterpret_cast<const uint4*>(xr + bb * 128 + (w / WPG) * F::G + 8 * (w % WPG)));
+      }
+    }
   };
   // the shared reads of block bb of the stage at sb
   auto fetch = [&](uint32_t sb, int bb) {
@@ -385,16 +351,25 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
     return f;
   };
   [[maybe_unused]] uint4 xnext[4];  // XA: x of the next stage's first block
-  auto stage = [&](int st, int nb, auto full, bool more) {
+  auto stage = [&](int st, int nb, auto full, bool more, [[maybe_unused]] bool first) {
     constexpr bool kFull = decltype(full)::value;
-    uint4 xc[4];  // x of the stage's first block, loaded before waiting for its weights (XA: earlier)
+    // x of a block and of the next: [0] the stage's first block, loaded before waiting for its
+    // weights (XA: earlier), [1] copied to [0] after each block (ptxas renames them in full
+    // stages; alternating the two by block parity gave the same SASS there); XS: [0] read from
+    // the stage at each block's start
+    uint4 xbuf[2][4];
     if constexpr (XA) {
 #pragma unroll
-      for (int w = 0; w < 4; ++w) xc[w] = xnext[w];
-    } else if constexpr (!PROBE) load_x(xc, 0);
-    cp_wait<D - 2>();
+      for (int w = 0; w < 4; ++w) xbuf[0][w] = xnext[w];
+    } else if constexpr (!PROBE && !XS) load_x(xbuf[0], 0);
+    if constexpr (XS) {  // the first stage: also the x group issued after the PDL wait
+      if (first) cp_wait<0>();
+      else cp_wait<D - 2>();
+    } else {
+      cp_wait<D - 2>();
+    }
     __syncwarp();
-    const uint32_t sb = ring + uint32_t(st * L::STAGE);
+    const uint32_t sb = ring + uint32_t(st * STG);
     [[maybe_unused]] W4Frag f0{};
     if constexpr (LEAN) f0 = fetch(sb, 0);  // LEAN: block 0's reads before the copies are issued
     issue((st + D - 1) % D);
@@ -413,8 +388,10 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
         acc[0] += __uint_as_float(v & 0x007fffffu);
         continue;
       }
-      uint4 xn[4];  // the next block's x, loaded ahead
-      if (!PROBE && bb + 1 < KB && (kFull || bb + 1 < nb)) load_x(xn, bb + 1);
+      uint4(&xc)[4] = xbuf[0];
+      [[maybe_unused]] uint4(&xn)[4] = xbuf[1];  // the next block's x, loaded ahead
+      if constexpr (XS) load_x(xc, bb, sb);
+      else if (bb + 1 < KB && (kFull || bb + 1 < nb)) load_x(xn, bb + 1);
       if constexpr (XA && kFull)
         if (bb + 1 == KB && more) load_x(xnext, KB);  // the next stage's first block (xr moves by KB blocks)
       if constexpr (F::kNvf4) {
@@ -460,8 +437,8 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
             uint32_t pa[4], pb[4];
 #pragma unroll
             for (int qq = 0; qq < 4; ++qq) {
-              pa[qq] = hsub2u<T>(w4_lop(w4_shift4<HI>(ua, qq), mag), z2a);
-              pb[qq] = hsub2u<T>(w4_lop(w4_shift4<HI>(ub, qq), mag), z2b);
+              pa[qq] = hsub2u<T>(w4_lop(w4_shift4(ua, qq), mag), z2a);
+              pb[qq] = hsub2u<T>(w4_lop(w4_shift4(ub, qq), mag), z2b);
             }
             const uint32_t aA[4] = {pa[0], pb[0], pa[1], pb[1]};
             const uint32_t aB[4] = {pa[2], pb[2], pa[3], pb[3]};
@@ -480,8 +457,10 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
           acc[3] = fmaf(s_b, c[3], acc[3]);
         }
       }
+      if constexpr (!XS) {
 #pragma unroll
-      for (int w = 0; w < 4; ++w) xc[w] = xn[w];
+        for (int w = 0; w < 4; ++w) xc[w] = xn[w];
+      }
     }
     xr += KB * 128;
   };
@@ -489,16 +468,27 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   const int64_t nstw = s1 - s0;  // the warp's stages
   if constexpr (XA)
     if (nstw > 0) load_x(xnext, 0);  // after pdl_wait: x may be the previous kernel's output
-  for (int64_t j0 = 0; j0 < nstw; j0 += D) {
+  if constexpr (ROLL) {  // one stage body (and one partial) instead of D: less code
+    int st = 0;
+#pragma unroll 1
+    for (int64_t j = 0; j < nstw; ++j) {
+      const int64_t nbl = b1 - b0 - j * KB;
+      if (nbl >= KB) stage(st, KB, std::true_type{}, j + 1 < nstw, j == 0);
+      else stage(st, int(nbl), std::false_type{}, false, j == 0);
+      st = st + 1 == D ? 0 : st + 1;
+    }
+  } else {
+    for (int64_t j0 = 0; j0 < nstw; j0 += D) {
 #pragma unroll
-    for (int st = 0; st < D; ++st) {
-      const int64_t j = j0 + st;
-      if (j < nstw) {
-        const int64_t nbl = b1 - b0 - j * KB;
-        if (nbl >= KB) stage(st, KB, std::true_type{}, j + 1 < nstw);
-        else stage(st, int(nbl), std::false_type{}, false);
-      } else {
-        issue((st + D - 1) % D);  // keeps the group count uniform (empty groups)
+      for (int st = 0; st < D; ++st) {
+        const int64_t j = j0 + st;
+        if (j < nstw) {
+          const int64_t nbl = b1 - b0 - j * KB;
+          if (nbl >= KB) stage(st, KB, std::true_type{}, j + 1 < nstw, j == 0);
+          else stage(st, int(nbl), std::false_type{}, false, j == 0);
+        } else {
+          issue((st + D - 1) % D);  // keeps the group count uniform (empty groups)
+        }
       }
     }
   }

@@ -1,0 +1,93 @@
+// The staged 4-bit GEMV's device helpers (common/gemv_w4.cuh's kernel k_w4): copies with zero
+// fill, shared-memory reads of 4 / 8 / 16 bytes, the int4 nibble-pair lop3, and the
+// NVF4 decode (e2m1 magnitudes as subnormal-scaled bf16 / fp16 times the block scale).
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "gemv_stage.cuh"
+
+namespace gk::cuda::gemv_detail {
+
+// cp.async of U (4, 8, 16) bytes, of which `valid` (0..U) are read and the rest zero-filled.
+template <int U>
+__device__ __forceinline__ void cp_async_z(uint32_t dst, const void* src, int valid) {
+  if constexpr (U == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid) : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(dst), "l"(src), "n"(U), "r"(valid) : "memory");
+}
+
+__device__ __forceinline__ uint2 lds8(uint32_t a) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a));
+  return v;
+}
+// N (4, 8, 16) bytes of shared memory as a uint4 (the rest zero)
+template <int N>
+__device__ __forceinline__ uint4 lds_n(uint32_t a) {
+  if constexpr (N == 16) return lds16(a);
+  else if constexpr (N == 8) {
+    const uint2 v = lds8(a);
+    return make_uint4(v.x, v.y, 0u, 0u);
+  } else return make_uint4(lds_u32(a), 0u, 0u, 0u);
+}
+
+__device__ __forceinline__ uint32_t w4_lop(uint32_t a, uint32_t c) {  // (a & 0x000f000f) | c
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(r) : "r"(a), "n"(0x000f000f), "r"(c));
+  return r;
+}
+__device__ __forceinline__ uint32_t w4_opaque(uint32_t v) {  // kept in a register (lop3's third operand)
+  asm volatile("" : "+r"(v));
+  return v;
+}
+
+template <class T>
+struct W4NvfBits {
+  static constexpr int kMagShift = std::is_same_v<T, bf16> ? 6 : 9;  // where e1 e0 m go
+  static constexpr uint32_t kMagMask = 0x7u << kMagShift | 0x7u << (16 + kMagShift);
+  static constexpr float kScaleUp = std::is_same_v<T, bf16> ? 0x1p118f : 0x1p7f;
+  static constexpr float kRowScale = std::is_same_v<T, bf16> ? 256.0f : 128.0f;
+};
+template <int S>
+__device__ __forceinline__ uint32_t w4_shl(uint32_t u) {  // u << S, or u >> -S
+  if constexpr (S >= 0) return u << S;
+  else return u >> (-S);
+}
+// The codes (Q, Q + 4) of word u as T values e2m1 * scale * 2^-8 (bf16) / 2^-7 (fp16), exact;
+// s2 = the block scale * kScaleUp, twice.
+template <class T, int Q>
+__device__ __forceinline__ uint32_t w4_nvf_pair(uint32_t u, uint32_t s2) {
+  using NB = W4NvfBits<T>;
+  const uint32_t m = w4_shl<NB::kMagShift - 4 * Q>(u) & NB::kMagMask;
+  const uint32_t sg = w4_shl<12 - 4 * Q>(u);
+  return hmul2u<T>(m, s2 ^ (sg & 0x80008000u));
+}
+// Two e4m3 bytes (b0 low) as T pairs (v0, v0) and (v1, v1) of value * kScaleUp (exact).
+template <class T>
+__device__ __forceinline__ void w4_nvf_scales(uint32_t b2, uint32_t& s0, uint32_t& s1) {
+  __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(b2 & 0xffffu), __NV_E4M3);
+  const float f0 = __half2float(*reinterpret_cast<__half*>(&h.x)) * W4NvfBits<T>::kScaleUp;
+  const float f1 = __half2float(*reinterpret_cast<__half*>(&h.y)) * W4NvfBits<T>::kScaleUp;
+  s0 = splat<T>(f0);
+  s1 = splat<T>(f1);
+}
+
+template <int S>
+__device__ __forceinline__ uint32_t w4_shr(uint32_t u) {
+  if constexpr (S == 0) return u;
+  else return u >> S;
+}
+__device__ __forceinline__ uint32_t w4_shift4(uint32_t u, int qq) {  // u >> 4 qq, qq = 0..3 (unrolled)
+  return qq == 0 ? u : (qq == 1 ? w4_shr<4>(u) : (qq == 2 ? w4_shr<8>(u) : w4_shr<12>(u)));
+}
+
+// cp.async of U (4, 8, 16) whole bytes
+template <int U>
+__device__ __forceinline__ void cp_async_u(uint32_t dst, const void* src) {
+  if constexpr (U == 16) cp_async16(dst, src);
+  else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(dst), "l"(src), "n"(U) : "memory");
+}
+
+}  // namespace gk::cuda::gemv_detail
