@@ -256,6 +256,14 @@ struct EngineOptions {
   // blocks and load their keys and values before the wait. The same bits. Unmeasured at
   // the time of writing. Default from GPUKIT_CARVEOUT.
   int carveout = -1;
+  // Level 2 decode, bf16/fp16 weights, one sequence: the engine GEMV's weight loads carry
+  // an L2 evict-first policy (createpolicy), so that the ~440 MB of weights streamed per
+  // layer (8B) stop evicting what the small kernels reuse from L2: their code, the
+  // activations and the KV cache. Session 5's phase stamps show the fused attention
+  // spending ~2 us per ~1000 instructions of straight-line code where the work itself is
+  // short (cold instruction fetches from HBM are the suspect). The same bits (only a cache
+  // hint). Unmeasured at the time of writing. Default from GPUKIT_WEIGHTS_EF.
+  bool weights_evict_first = false;
   // Level 2 decode, bf16/fp16 weights: no RMSNorm launches. The o and down GEMVs add the
   // residual in their epilogue; the q/k/v and gate/up GEMVs (and the lm head with
   // head_proj) read the raw residual and apply the norm inside: the product with

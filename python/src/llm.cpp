@@ -169,6 +169,10 @@ GK_BINDING(60, llm) {
                    },
                    "Level 2 decode: the preferred shared memory carveout (percent) of the engine's kernels; -1: the "
                    "driver's choice.")
+      .def_prop_rw("weights_evict_first", [](const llm::Model& m) { return m.options().weights_evict_first; },
+                   [](llm::Model& m, bool v) { m.options().weights_evict_first = v; },
+                   "Level 2 decode, bf16/fp16 weights, one sequence: the engine GEMV's weight loads tagged L2 "
+                   "evict-first (the same bits).")
       .def_prop_rw("kv_l2", [](const llm::Model& m) { return m.options().kv_l2; },
                    [](llm::Model& m, bool v) { m.options().kv_l2 = v; },
                    "Level 2 decode, bf16/fp16 weights: the q/k/v GEMV's last blocks bring the layer's KV cache "

@@ -47,6 +47,12 @@ CarveoutScope::CarveoutScope(int percent) : prev(t_carveout) {
 }
 CarveoutScope::~CarveoutScope() { t_carveout = prev; }
 namespace {
+thread_local bool t_wef = false;
+}  // namespace
+EvictFirstScope::EvictFirstScope(bool on) : prev(t_wef) { t_wef = on; }
+EvictFirstScope::~EvictFirstScope() { t_wef = prev; }
+bool weights_evict_first() { return t_wef; }
+namespace {
 thread_local unsigned long long* t_stamps = nullptr;
 thread_local int64_t t_stamps_n = 0;
 }  // namespace
@@ -198,6 +204,7 @@ Array project_opts(const Array& x_in, const Array& w, const Array& bias, const P
   a.vec = al16(a.w) && a.w_rs % 8 == 0 && k % 8 == 0 && al16(a.x);
   if (!a.vec) throw ValueError("w: project needs 16-byte aligned weight rows and K % 8 == 0");
   a.pdl = pdl_enabled(d);
+  a.w_ef = t_wef;
   if (argmax_keys) a.argmax_keys = static_cast<unsigned long long*>(argmax_keys->data());
   if (opt.kv_k && opt.kv_v && opt.kv_pos && opt.kv_bt && !swiglu && !tail) {
     const Array &kc = *opt.kv_k, &vc = *opt.kv_v, &ps = *opt.kv_pos, &bt = *opt.kv_bt;
@@ -418,6 +425,7 @@ Array project_qkv_rope(const Array& x_in, const Array& w, const Array& bias, int
   a.vec = al16(a.w) && a.w_rs % 8 == 0 && k % 8 == 0 && al16(a.x);
   if (!a.vec) throw ValueError("w: project_qkv_rope needs 16-byte aligned weight rows and K % 8 == 0");
   a.pdl = pdl_enabled(d);
+  a.w_ef = t_wef;
   for (const Array* t : std::initializer_list<const Array*>{&x, &wd, &b, &k_cache, &v_cache, &positions, &block_table})
     if (t->defined()) detail::mark_used(*t, s);
   cuda::llm_project(a, &pr, s.handle());

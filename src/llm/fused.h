@@ -85,6 +85,9 @@ struct ProjArgs {
   const int32_t* kv_pos = nullptr;
   const int32_t* kv_bt = nullptr;
   int64_t kv_page_bytes = 0, kv_bs = 0, kv_nb = 0, kv_bt_stride = 0, kv_max_blocks = 0;
+  // weights_evict_first (m == 1, no tail / norm-in / kv_l2): weight loads with an L2
+  // evict-first policy
+  bool w_ef = false;
 };
 // The rope frequencies of a rope projection: a second kernel parameter, so that the
 // other projections launch with a small parameter block.
@@ -245,6 +248,17 @@ struct CarveoutScope {
   CarveoutScope& operator=(const CarveoutScope&) = delete;
   int prev;
 };
+// EngineOptions::weights_evict_first: the projection GEMVs launched by this thread while it
+// lives (one row of x, plain / SwiGLU / RoPE epilogues) load their weights with an L2
+// evict-first policy. The same bits.
+struct EvictFirstScope {
+  explicit EvictFirstScope(bool on);
+  ~EvictFirstScope();
+  EvictFirstScope(const EvictFirstScope&) = delete;
+  EvictFirstScope& operator=(const EvictFirstScope&) = delete;
+  bool prev;
+};
+bool weights_evict_first();
 // The value an engine launch sets its kernel's carveout attribute to (-1: the default),
 // or -2: leave it (no scope has asked for a carveout in this process).
 int launch_carveout();
