@@ -60,7 +60,9 @@ nonip (no norm launches: residual adds in the o/down GEMVs, norms inside the q/k
 gate/up and lm head GEMVs), qpdl / noqpdl (quantized weights: the engine's launches between
 the quantized GEMVs with / without PDL), qpdlc (with PDL, the SwiGLU / rope_append grids capped at
 4 blocks and the fused attention without PDL: EngineOptions::quantized_pdl_compact), wef / nowef
-(the engine GEMV's weight loads tagged L2 evict-first: EngineOptions::weights_evict_first).
+(the engine GEMV's weight loads tagged L2 evict-first: EngineOptions::weights_evict_first),
+famma / nofamma (the fused attention's tensor-core score pass and 16-byte P V pass:
+EngineOptions::fused_attention_mma).
 Environment knobs of other areas for one engine's run (set before it, restored after it):
 w8a (GPUKIT_GEMV_W8=4,3,16,1,0: the 8-bit GEMVs' configuration of session 5's checkpoint A,
 before the default became 4,2,16,1,3,0,0), dec<N> (GPUKIT_DECODE_SPLIT=32,1024,128,N: the
@@ -148,6 +150,8 @@ def gk_engine(eng):
             opt["env"].update(ENV_OPTIONS[f])
         elif re.fullmatch(r"dec\d\d?", f):  # the decode attention's variant (attention_decode, GPUKIT_DECODE_SPLIT)
             opt["env"]["GPUKIT_DECODE_SPLIT"] = f"32,1024,128,{int(f[3:])}"
+        elif f in ("famma", "nofamma"):  # the fused attention's tensor-core scores and 16-byte P V
+            opt["attrs"]["fused_attention_mma"] = f == "famma"
         elif f in ("wef", "nowef"):  # the engine GEMV's weight loads L2 evict-first
             opt["attrs"]["weights_evict_first"] = f == "wef"
         elif f == "nopdl":

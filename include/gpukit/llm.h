@@ -233,6 +233,15 @@ struct EngineOptions {
   // workspace + counter merge (the same bits; checkpoint A, 8B: 230.7 tok/s against 228.3).
   // GPUKIT_FUSED_ATTN_CLUSTER.
   bool fused_attention_cluster = true;
+  // The fused attention's score pass on the tensor cores (mma.m16n8k16, a warp's 32 keys x
+  // the group's heads) and its P V pass with 16-byte V reads (each thread 8 dimensions of
+  // every KG-th key, the key groups added in order), the output staged in shared memory.
+  // Session 5's phase stamps (8B, one CTA per kv head): scores + softmax 4.2 us and P V
+  // 3.0 us after the keys landed; the old P V issues ~640 shared loads per thread (one per
+  // key and head). Other bits than without (both within rounding of float64 attention;
+  // each the same bits run to run, graph and eager, cluster and workspace merge).
+  // Unmeasured at the time of writing. Default from GPUKIT_FUSED_ATTN_MMA.
+  bool fused_attention_mma = false;
   // Level 2 decode: the kernel before the output projection that runs while its weights'
   // bandwidth idles (rope_append, or the fused attention) brings that weight into L2 before
   // its PDL wait (bulk prefetch): 0 off, 1 the second half of its rows (the first half is

@@ -169,6 +169,10 @@ GK_BINDING(60, llm) {
                    },
                    "Level 2 decode: the preferred shared memory carveout (percent) of the engine's kernels; -1: the "
                    "driver's choice.")
+      .def_prop_rw("fused_attention_mma", [](const llm::Model& m) { return m.options().fused_attention_mma; },
+                   [](llm::Model& m, bool v) { m.options().fused_attention_mma = v; },
+                   "The fused decode attention's scores on the tensor cores and its P V with 16-byte V reads "
+                   "(other bits, within rounding).")
       .def_prop_rw("weights_evict_first", [](const llm::Model& m) { return m.options().weights_evict_first; },
                    [](llm::Model& m, bool v) { m.options().weights_evict_first = v; },
                    "Level 2 decode, bf16/fp16 weights, one sequence: the engine GEMV's weight loads tagged L2 "

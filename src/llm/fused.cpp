@@ -48,7 +48,11 @@ CarveoutScope::CarveoutScope(int percent) : prev(t_carveout) {
 CarveoutScope::~CarveoutScope() { t_carveout = prev; }
 namespace {
 thread_local bool t_wef = false;
+thread_local bool t_amma = false;
 }  // namespace
+AttnMmaScope::AttnMmaScope(bool on) : prev(t_amma) { t_amma = on; }
+AttnMmaScope::~AttnMmaScope() { t_amma = prev; }
+bool attention_mma() { return t_amma; }
 EvictFirstScope::EvictFirstScope(bool on) : prev(t_wef) { t_wef = on; }
 EvictFirstScope::~EvictFirstScope() { t_wef = prev; }
 bool weights_evict_first() { return t_wef; }

@@ -190,6 +190,9 @@ struct AttnArgs {
   unsigned long long* stamps = nullptr;
   DType dtype = DType::bf16;
   bool pdl = false;
+  // fused::AttnMmaScope (EngineOptions::fused_attention_mma): scores on the tensor cores
+  // and P V with 16-byte V reads (other bits, within rounding of the float64 attention)
+  bool mma = false;
 };
 
 namespace fused {
@@ -248,6 +251,16 @@ struct CarveoutScope {
   CarveoutScope& operator=(const CarveoutScope&) = delete;
   int prev;
 };
+// EngineOptions::fused_attention_mma: the fused decode attention launched by this thread
+// while it lives takes its tensor-core score pass and 16-byte P V pass (AttnArgs::mma).
+struct AttnMmaScope {
+  explicit AttnMmaScope(bool on);
+  ~AttnMmaScope();
+  AttnMmaScope(const AttnMmaScope&) = delete;
+  AttnMmaScope& operator=(const AttnMmaScope&) = delete;
+  bool prev;
+};
+bool attention_mma();
 // EngineOptions::weights_evict_first: the projection GEMVs launched by this thread while it
 // lives (one row of x, plain / SwiGLU / RoPE epilogues) load their weights with an L2
 // evict-first policy. The same bits.

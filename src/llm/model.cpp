@@ -62,6 +62,7 @@ void env_options(EngineOptions& o) {
   o.fused_attention_auto = env_flag("GPUKIT_FUSED_ATTN_AUTO", o.fused_attention_auto);
   o.kv_l2 = env_flag("GPUKIT_KV_L2", o.kv_l2);
   o.weights_evict_first = env_flag("GPUKIT_WEIGHTS_EF", o.weights_evict_first);
+  o.fused_attention_mma = env_flag("GPUKIT_FUSED_ATTN_MMA", o.fused_attention_mma);
   if (const char* e = std::getenv("GPUKIT_CARVEOUT"); e && *e) o.carveout = std::clamp(std::atoi(e), -1, 100);
   if (const char* e = std::getenv("GPUKIT_FUSED_ATTN_CHUNK"); e && *e) {
     if (std::strcmp(e, "0") && std::strcmp(e, "64") && std::strcmp(e, "128") && std::strcmp(e, "256") &&

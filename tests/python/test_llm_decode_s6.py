@@ -53,3 +53,121 @@ def test_weights_evict_first_quantized_untouched():
     base = run_p(m, True, ONE)
     m._m.weights_evict_first = True
     same(base, run_p(m, True, ONE), "int4, weights_evict_first, graph")
+
+
+# ---- the fused attention's tensor-core score pass and 16-byte P V pass (mma=True) ----
+
+from test_llm_attention_fused import attn_case, check_attention, run_attn_composed  # noqa: E402
+from test_llm_step import arr, run  # noqa: E402
+
+
+def run_attn_mma(case, hq, chunk=128, trigger=0, cluster=False, mma=True, rd=None, il=False):
+    qkv, kc, vc, pos, bt = case
+    k, v = arr(kc.copy(), "cuda"), arr(vc.copy(), "cuda")
+    out, ctr = _C.llm.fused_attention_rope(arr(qkv, "cuda"), hq, k, v, arr(pos, "cuda"), arr(bt, "cuda"),
+                                           theta=10000.0, rotary_dim=rd, interleaved=il, chunk=chunk,
+                                           trigger=trigger, cluster=cluster, mma=mma)
+    return np_of(out), np_of(k), np_of(v), np_of(ctr)
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("B,hq,hkv,D,positions", [
+    (1, 32, 8, 128, [0]), (1, 32, 8, 128, [127]), (1, 32, 8, 128, [128]), (1, 32, 8, 128, [383]),
+    (3, 8, 8, 64, [5, 200, 1000]), (2, 16, 2, 64, [130, 17]), (8, 8, 1, 128, [1, 2, 3, 300, 127, 128, 129, 700]),
+    (4, 4, 4, 128, [2047, 0, 1500, 64]), (2, 6, 1, 64, [77, 250]), (1, 5, 1, 128, [300])])
+@pytest.mark.parametrize("chunk", [128, 64, 256, 384])
+def test_attention_rope_mma_matches_composition(dtype, B, hq, hkv, D, positions, chunk):
+    # Against float64 attention of the composition's rotated q and the caches (group sizes 1
+    # to 8: 8 and 6 take the P V pass's second head block); the caches are rope_append's bits.
+    bs = 16
+    max_blocks = 2048 // bs
+    case = attn_case(dtype, B, hq, hkv, D, bs, nb=max_blocks * B + 3, max_blocks=max_blocks, positions=positions)
+    out, k, v, ctr = run_attn_mma(case, hq, chunk=chunk)
+    ro, rk, rv, rq = run_attn_composed(case, hq)
+    assert k.tobytes() == rk.tobytes(), "k cache differs from rope_append's"
+    assert v.tobytes() == rv.tobytes(), "v cache differs from rope_append's"
+    assert not ctr.any(), "counters not reset"
+    check_attention(out, ro, rq, k, v, case[3], case[4], dtype)
+    out2, _, _, _ = run_attn_mma(case, hq, chunk=chunk)
+    assert out.tobytes() == out2.tobytes(), "not the same bits twice"
+    old, _, _, _ = run_attn_mma(case, hq, chunk=chunk, mma=False)
+    print(f"max |mma - scalar| {float(np.max(np.abs(out.astype(np.float64) - old.astype(np.float64)))):.3g}")
+
+
+@cuda_only
+@pytest.mark.parametrize("chunk", [128, 64])
+def test_attention_rope_mma_triggers_and_merges_same_bits(chunk):
+    # mma: the trigger's place and the cluster merge (against the workspace merge) change no bits.
+    B, hq, hkv, D, bs = 2, 32, 8, 128, 16
+    case = attn_case("bfloat16", B, hq, hkv, D, bs, nb=60, max_blocks=24, positions=[383, 130])
+    ref = None
+    for trig in range(4):
+        for cl in (False, True):
+            out, k, v, ctr = run_attn_mma(case, hq, chunk=chunk, trigger=trig, cluster=cl)
+            assert not ctr.any(), f"trigger {trig}, cluster {cl}: counters not reset"
+            got = (out.tobytes(), k.tobytes(), v.tobytes())
+            if ref is None:
+                ref = got
+                ro, _, _, rq = run_attn_composed(case, hq)
+                check_attention(out, ro, rq, k, v, case[3], case[4], "bfloat16")
+            assert got == ref, f"trigger {trig}, cluster {cl}: not the bits of trigger 0, workspace merge"
+
+
+@cuda_only
+@pytest.mark.parametrize("rd,il", [(None, True), (32, False)])
+def test_attention_rope_mma_rotary_variants(rd, il):
+    B, hq, hkv, D, bs = 3, 8, 2, 128, 16
+    case = attn_case("bfloat16", B, hq, hkv, D, bs, nb=40, max_blocks=12, positions=[33, 150, 7], bad=1)
+    out, k, v, _ = run_attn_mma(case, hq, rd=rd, il=il)
+    ro, rk, rv, rq = run_attn_composed(case, hq, rd=rd, il=il)
+    assert k.tobytes() == rk.tobytes() and v.tobytes() == rv.tobytes()
+    check_attention(out, ro, rq, k, v, case[3], case[4], "bfloat16")
+
+
+@cuda_only
+def test_attention_rope_mma_row_independent_of_batch():
+    B, hq, hkv, D, bs = 4, 8, 2, 64, 16
+    case = attn_case("bfloat16", B, hq, hkv, D, bs, nb=200, max_blocks=40, positions=[300, 20, 600, 129])
+    out, _, _, _ = run_attn_mma(case, hq)
+    qkv, kc, vc, pos, bt = case
+    o1, _, _, _ = run_attn_mma((qkv[2:3], kc, vc, pos[2:3], bt[2:3]), hq)
+    assert out[2:3].tobytes() == o1.tobytes()
+
+
+def test_fused_attention_mma_option():
+    m = gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1)
+    assert not m._m.fused_attention_mma
+    m._m.fused_attention_mma = True
+    assert m._m.fused_attention_mma
+
+
+@cuda_only
+@pytest.mark.parametrize("chunk", [128, 0, 64])
+def test_fused_attention_mma_engine(chunk):
+    # The engine with fused_attention_mma: graph == eager, cluster == workspace merge, the
+    # stamps change nothing, and close to the scalar passes' logits.
+    m = gk.llm.random_model(CFG128, device="cuda", dtype="bfloat16", seed=31)
+    m._m.fused_attention_chunk = chunk
+    base = run(m, True, new=24)
+    m._m.fused_attention_mma = True
+    n0 = m._m.fused_attention_layers
+    alt = run(m, True, new=24)
+    assert m._m.fused_attention_layers > n0, "the fused attention was not taken"
+    same(alt, run(m, False, new=24), "mma: graph vs eager")
+    m._m.fused_attention_cluster = not m._m.fused_attention_cluster
+    same(alt, run(m, True, new=24), "mma: the other merge")
+    m._m.fused_attention_cluster = not m._m.fused_attention_cluster
+    m._m.set_attention_stamps(1)
+    same(alt, run(m, True, new=24), "mma: stamps on")
+    st = np_of(m._m.attention_stamps()).astype(np.int64)
+    done = st[st[:, 7] > 0]
+    assert len(done) >= 1 and (np.diff(done, axis=1) >= 0).all(), f"stamps: {done[:4]}"
+    m._m.set_attention_stamps(-1)
+    for t, (x, y) in enumerate(zip(base[1], alt[1])):
+        if base[0][:t] != alt[0][:t]:
+            break
+        rel = float(np.max(np.abs(x - y)) / np.max(np.abs(x)))
+        assert rel < 3e-2, f"step {t} max rel diff {rel:.3g}"
+    m._m.fused_attention_mma = False
+    same(base, run(m, True, new=24), "mma off again")
