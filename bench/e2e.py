@@ -62,7 +62,8 @@ the quantized GEMVs with / without PDL), qpdlc (with PDL, the SwiGLU / rope_appe
 4 blocks and the fused attention without PDL: EngineOptions::quantized_pdl_compact), wef / nowef
 (the engine GEMV's weight loads tagged L2 evict-first: EngineOptions::weights_evict_first),
 famma / nofamma (the fused attention's tensor-core score pass and 16-byte P V pass:
-EngineOptions::fused_attention_mma).
+EngineOptions::fused_attention_mma), qstr / noqstr (quantized weights: each decode GEMV's codes
+in an L2 access policy window marked streaming: EngineOptions::quant_streaming).
 Environment knobs of other areas for one engine's run (set before it, restored after it):
 w8a (GPUKIT_GEMV_W8=4,3,16,1,0: the 8-bit GEMVs' configuration of session 5's checkpoint A,
 before the default became 4,2,16,1,3,0,0), dec<N> (GPUKIT_DECODE_SPLIT=32,1024,128,N: the
@@ -152,6 +153,8 @@ def gk_engine(eng):
             opt["env"]["GPUKIT_DECODE_SPLIT"] = f"32,1024,128,{int(f[3:])}"
         elif f in ("famma", "nofamma"):  # the fused attention's tensor-core scores and 16-byte P V
             opt["attrs"]["fused_attention_mma"] = f == "famma"
+        elif f in ("qstr", "noqstr"):  # quantized GEMVs: their codes streaming in L2 (access policy window)
+            opt["attrs"]["quant_streaming"] = f == "qstr"
         elif f in ("wef", "nowef"):  # the engine GEMV's weight loads L2 evict-first
             opt["attrs"]["weights_evict_first"] = f == "wef"
         elif f == "nopdl":

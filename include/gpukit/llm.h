@@ -273,6 +273,11 @@ struct EngineOptions {
   // short (cold instruction fetches from HBM are the suspect). The same bits (only a cache
   // hint). Unmeasured at the time of writing. Default from GPUKIT_WEIGHTS_EF.
   bool weights_evict_first = false;
+  // ... and for quantized weights (whose GEMVs are not the engine's kernels): each decode
+  // GEMV launches into the stream with an L2 access policy window over its codes (the first
+  // cudaDevAttrMaxAccessPolicyWindowSize bytes) marked streaming (evict-first). The same
+  // bits. Unmeasured at the time of writing. Default from GPUKIT_QUANT_STREAMING.
+  bool quant_streaming = false;
   // Level 2 decode, bf16/fp16 weights: no RMSNorm launches. The o and down GEMVs add the
   // residual in their epilogue; the q/k/v and gate/up GEMVs (and the lm head with
   // head_proj) read the raw residual and apply the norm inside: the product with

@@ -173,6 +173,10 @@ GK_BINDING(60, llm) {
                    [](llm::Model& m, bool v) { m.options().fused_attention_mma = v; },
                    "The fused decode attention's scores on the tensor cores and its P V with 16-byte V reads "
                    "(other bits, within rounding).")
+      .def_prop_rw("quant_streaming", [](const llm::Model& m) { return m.options().quant_streaming; },
+                   [](llm::Model& m, bool v) { m.options().quant_streaming = v; },
+                   "Level 2 decode, quantized weights: each GEMV's codes marked streaming in L2 (a stream access "
+                   "policy window; the same bits).")
       .def_prop_rw("weights_evict_first", [](const llm::Model& m) { return m.options().weights_evict_first; },
                    [](llm::Model& m, bool v) { m.options().weights_evict_first = v; },
                    "Level 2 decode, bf16/fp16 weights, one sequence: the engine GEMV's weight loads tagged L2 "

@@ -56,6 +56,50 @@ bool attention_mma() { return t_amma; }
 EvictFirstScope::EvictFirstScope(bool on) : prev(t_wef) { t_wef = on; }
 EvictFirstScope::~EvictFirstScope() { t_wef = prev; }
 bool weights_evict_first() { return t_wef; }
+
+StreamWindowScope::StreamWindowScope(const Stream& s, const void* p, int64_t n) {
+#if GPUKIT_WITH_CUDA
+  if (!s.device().is_cuda() || p == nullptr || n <= 0) return;
+  static int max_win[64] = {};  // cudaDevAttrMaxAccessPolicyWindowSize per device (+1: known)
+  const int i = s.device().index < 64 ? s.device().index : 63;
+  if (max_win[i] == 0) {
+    int v = 0;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxAccessPolicyWindowSize, s.device().index) != cudaSuccess) {
+      (void)cudaGetLastError();
+      v = 0;
+    }
+    max_win[i] = v + 1;
+  }
+  const int64_t cap = max_win[i] - 1;
+  if (cap <= 0) return;
+  cudaStreamAttrValue v = {};
+  v.accessPolicyWindow.base_ptr = const_cast<void*>(p);
+  v.accessPolicyWindow.num_bytes = size_t(std::min<int64_t>(n, cap));
+  v.accessPolicyWindow.hitRatio = 1.0f;
+  v.accessPolicyWindow.hitProp = cudaAccessPropertyStreaming;
+  v.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
+  auto cs = static_cast<cudaStream_t>(s.handle());
+  if (cudaStreamSetAttribute(cs, cudaStreamAttributeAccessPolicyWindow, &v) != cudaSuccess) {
+    (void)cudaGetLastError();  // refused (e.g. during some captures): no window, nothing else changes
+    return;
+  }
+  st = cs;
+#else
+  (void)s, (void)p, (void)n;
+#endif
+}
+StreamWindowScope::~StreamWindowScope() {
+#if GPUKIT_WITH_CUDA
+  if (!st) return;
+  cudaStreamAttrValue v = {};
+  v.accessPolicyWindow.num_bytes = 0;
+  v.accessPolicyWindow.hitRatio = 0.f;
+  v.accessPolicyWindow.hitProp = cudaAccessPropertyNormal;
+  v.accessPolicyWindow.missProp = cudaAccessPropertyNormal;
+  if (cudaStreamSetAttribute(static_cast<cudaStream_t>(st), cudaStreamAttributeAccessPolicyWindow, &v) != cudaSuccess)
+    (void)cudaGetLastError();
+#endif
+}
 namespace {
 thread_local unsigned long long* t_stamps = nullptr;
 thread_local int64_t t_stamps_n = 0;

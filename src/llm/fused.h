@@ -251,6 +251,19 @@ struct CarveoutScope {
   CarveoutScope& operator=(const CarveoutScope&) = delete;
   int prev;
 };
+// EngineOptions::quant_streaming: while it lives, kernels launched into stream s (graph
+// captures included: the kernel nodes take the stream's attribute) treat the bytes
+// [p, p + n) (capped at the device's largest access policy window) as streaming data in L2
+// (cudaAccessPropertyStreaming: evicted first), for the quantized GEMVs that are not the
+// engine's own kernels. Restores an empty window after. Does nothing on the CPU, where the
+// attribute is refused, or with n <= 0. The same bits (only a cache policy).
+struct StreamWindowScope {
+  StreamWindowScope(const Stream& s, const void* p, int64_t n);
+  ~StreamWindowScope();
+  StreamWindowScope(const StreamWindowScope&) = delete;
+  StreamWindowScope& operator=(const StreamWindowScope&) = delete;
+  void* st = nullptr;  // cudaStream_t while a window is set
+};
 // EngineOptions::fused_attention_mma: the fused decode attention launched by this thread
 // while it lives takes its tensor-core score pass and 16-byte P V pass (AttnArgs::mma).
 struct AttnMmaScope {

@@ -171,3 +171,27 @@ def test_fused_attention_mma_engine(chunk):
         assert rel < 3e-2, f"step {t} max rel diff {rel:.3g}"
     m._m.fused_attention_mma = False
     same(base, run(m, True, new=24), "mma off again")
+
+
+# ---- quant_streaming: the quantized GEMVs' codes in a streaming L2 access policy window ----
+
+def test_quant_streaming_option():
+    m = gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1, quantize="int8")
+    assert not m._m.quant_streaming
+    m._m.quant_streaming = True
+    ref = gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1, quantize="int8")
+    same(run_p(m, False, ONE, new=3), run_p(ref, False, ONE, new=3), "CPU: quant_streaming has no effect")
+
+
+@cuda_only
+@pytest.mark.parametrize("quantize", ["int4", "fp8"])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_quant_streaming_same_bits(quantize, batch):
+    m = gk.llm.random_model(CFG, device="cuda", dtype="bfloat16", seed=37, quantize=quantize)
+    prompts = ONE if batch == 1 else PROMPTS
+    base = run_p(m, True, prompts)
+    m._m.quant_streaming = True
+    same(base, run_p(m, True, prompts), f"{quantize}: quant_streaming, graph")
+    same(base, run_p(m, False, prompts), f"{quantize}: quant_streaming, eager")
+    m._m.quant_streaming = False
+    same(base, run_p(m, True, prompts), f"{quantize}: quant_streaming off again, graph")
