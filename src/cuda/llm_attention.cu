@@ -14,6 +14,8 @@
 //      workspace and the last CTA of the (sequence, kv head) to finish (an integer
 //      counter, reset by it) merges the chunks in chunk order.
 // Every sum has a fixed order: the same bits every run, whatever the other sequences.
+#include <cooperative_groups.h>
+
 #include <cfloat>
 #include <type_traits>
 
@@ -78,25 +80,54 @@ __device__ __forceinline__ void a_pair(const llm::AttnArgs& a, int u, int& i1, i
 }
 
 // Thread block clusters (sm_90): the barrier of every thread of the cluster (release /
-// acquire: shared memory written before it is visible to the cluster after it), and a
-// float of another CTA's shared memory.
+// acquire: shared memory written before it is visible to the cluster after it); the remote
+// loads of the merge: cluster_merge.
 __device__ __forceinline__ void cluster_sync_all() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 #endif
 }
-__device__ __forceinline__ float ld_cluster(const float* p, unsigned rank) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  unsigned r;
-  float v;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(r) : "memory");
-  return v;
-#else
-  (void)rank;
-  return *p;
-#endif
+
+// The cluster merge (rank 0): output element e of G x D from every chunk's partial po[e],
+// (max, sum) in rm[g], rl[g], all in the cluster CTAs' shared memory. Per element the
+// 3 x nsplit remote loads are issued together (plain loads through map_shared_rank: the
+// compiler keeps them after the cluster barrier and may overlap them; session 5's volatile
+// loads ran one after the other, ~5 us at 2 chunks beside the o GEMV), then the
+// workspace merge's arithmetic in chunk order: the same bits.
+template <class T, int D>
+__device__ __forceinline__ void cluster_merge(const float* po, const float* rm, const float* rl, int nsplit, int G,
+                                              T* out, int tid, int nthr) {
+  namespace cg = cooperative_groups;
+  cg::cluster_group cl = cg::this_cluster();
+  constexpr int kMaxS = 8;
+  for (int e = tid; e < G * D; e += nthr) {
+    const int g = e / D;
+    float mq[kMaxS], lq[kMaxS], pq[kMaxS];
+#pragma unroll
+    for (int q = 0; q < kMaxS; ++q) {
+      if (q < nsplit) {
+        mq[q] = *cl.map_shared_rank(rm + g, unsigned(q));
+        lq[q] = *cl.map_shared_rank(rl + g, unsigned(q));
+        pq[q] = *cl.map_shared_rank(po + e, unsigned(q));
+      }
+    }
+    float M = -INFINITY;
+#pragma unroll
+    for (int q = 0; q < kMaxS; ++q)
+      if (q < nsplit) M = fmaxf(M, mq[q]);
+    float num = 0.f, den = 0.f;
+    if (M != -INFINITY) {
+#pragma unroll
+      for (int q = 0; q < kMaxS; ++q) {
+        if (q < nsplit) {
+          const float w = mq[q] == -INFINITY ? 0.f : expf(mq[q] - M);
+          num = fmaf(w, pq[q], num);
+          den = fmaf(w, lq[q], den);
+        }
+      }
+    }
+    out[e] = convert<T>(den > 0.f ? num / den : 0.f);
+  }
 }
 
 // MMA (AttnArgs::mma): the tensor-core score pass and the 16-byte P V pass.
@@ -445,23 +476,7 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
     if constexpr (CL) {
       if (nsplit > 1) {  // rank 0 (chunk 0) merges the chunks' of[] in chunk order
         cluster_sync_all();
-        if (s == 0) {
-          for (int e = tid; e < G * D; e += kAT) {
-            const int g = e / D;
-            float M = -INFINITY;
-            for (int q = 0; q < nsplit; ++q) M = fmaxf(M, ld_cluster(&red_m[g], unsigned(q)));
-            float num = 0.f, den = 0.f;
-            if (M != -INFINITY) {
-              for (int q = 0; q < nsplit; ++q) {
-                const float mq = ld_cluster(&red_m[g], unsigned(q));
-                const float w = mq == -INFINITY ? 0.f : expf(mq - M);
-                num = fmaf(w, ld_cluster(of + e, unsigned(q)), num);
-                den = fmaf(w, ld_cluster(&red_l[g], unsigned(q)), den);
-              }
-            }
-            out[e] = convert<T>(den > 0.f ? num / den : 0.f);
-          }
-        }
+        if (s == 0) cluster_merge<T, D>(of, red_m, red_l, nsplit, G, out, tid, kAT);
         cluster_sync_all();  // the other chunks keep their shared memory until rank 0 has read it
         a_stamp(a, cta, 7);
         return;
@@ -561,23 +576,7 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
           if (g < G) part[g * D + d] = o[g];
       }
       cluster_sync_all();
-      if (s == 0) {
-        for (int e = tid; e < G * D; e += kAT) {
-          const int g = e / D;
-          float M = -INFINITY;
-          for (int q = 0; q < nsplit; ++q) M = fmaxf(M, ld_cluster(&red_m[g], unsigned(q)));
-          float num = 0.f, den = 0.f;
-          if (M != -INFINITY) {
-            for (int q = 0; q < nsplit; ++q) {
-              const float mq = ld_cluster(&red_m[g], unsigned(q));
-              const float w = mq == -INFINITY ? 0.f : expf(mq - M);
-              num = fmaf(w, ld_cluster(part + e, unsigned(q)), num);
-              den = fmaf(w, ld_cluster(&red_l[g], unsigned(q)), den);
-            }
-          }
-          out[e] = convert<T>(den > 0.f ? num / den : 0.f);
-        }
-      }
+      if (s == 0) cluster_merge<T, D>(part, red_m, red_l, nsplit, G, out, tid, kAT);
       cluster_sync_all();  // the other chunks keep their shared memory until rank 0 has read it
       a_stamp(a, cta, 7);
       return;
