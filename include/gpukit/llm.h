@@ -240,8 +240,10 @@ struct EngineOptions {
   // 3.0 us after the keys landed; the old P V issues ~640 shared loads per thread (one per
   // key and head). Other bits than without (both within rounding of float64 attention;
   // each the same bits run to run, graph and eager, cluster and workspace merge).
-  // Unmeasured at the time of writing. Default from GPUKIT_FUSED_ATTN_MMA.
-  bool fused_attention_mma = false;
+  // H200, session 6, checkpoint A (8B bf16, b1): 237.9 tok/s against 230.8 (phase stamps:
+  // scores + softmax 2.2 us against 5.1, the CTA 12.8 us against 16.7); 1B not affected
+  // (head_dim 64 takes rope_append + attention_decode). Default from GPUKIT_FUSED_ATTN_MMA.
+  bool fused_attention_mma = true;
   // Level 2 decode: the kernel before the output projection that runs while its weights'
   // bandwidth idles (rope_append, or the fused attention) brings that weight into L2 before
   // its PDL wait (bulk prefetch): 0 off, 1 the second half of its rows (the first half is
@@ -270,14 +272,17 @@ struct EngineOptions {
   // layer (8B) stop evicting what the small kernels reuse from L2: their code, the
   // activations and the KV cache. Session 5's phase stamps show the fused attention
   // spending ~2 us per ~1000 instructions of straight-line code where the work itself is
-  // short (cold instruction fetches from HBM are the suspect). The same bits (only a cache
-  // hint). Unmeasured at the time of writing. Default from GPUKIT_WEIGHTS_EF.
+  // short (cold instruction fetches from HBM were the suspect). The same bits (only a cache
+  // hint). No effect measured (session 6, checkpoint A: 8B 231.1 tok/s against 230.8, with
+  // the mma attention 237.6 against 237.9; 1B 1104.1 against 1105.6; the stamps unchanged):
+  // the instruction-fetch suspicion is not supported. Default from GPUKIT_WEIGHTS_EF.
   bool weights_evict_first = false;
   // ... and for quantized weights (whose GEMVs are not the engine's kernels): each decode
   // GEMV launches into the stream with an L2 access policy window over its codes (the first
   // cudaDevAttrMaxAccessPolicyWindowSize bytes) marked streaming (evict-first). The same
-  // bits. Unmeasured at the time of writing. Default from GPUKIT_QUANT_STREAMING.
-  bool quant_streaming = false;
+  // bits. H200, session 6, checkpoint A (8B, b1): int4 395.5 tok/s against 377.0, fp8 349.8
+  // against 338.0. Default from GPUKIT_QUANT_STREAMING.
+  bool quant_streaming = true;
   // Level 2 decode, bf16/fp16 weights: no RMSNorm launches. The o and down GEMVs add the
   // residual in their epilogue; the q/k/v and gate/up GEMVs (and the lm head with
   // head_proj) read the raw residual and apply the norm inside: the product with
