@@ -62,7 +62,8 @@ the quantized GEMVs with / without PDL), qpdlc (with PDL, the SwiGLU / rope_appe
 4 blocks and the fused attention without PDL: EngineOptions::quantized_pdl_compact), wef / nowef
 (the engine GEMV's weight loads tagged L2 evict-first: EngineOptions::weights_evict_first),
 famma / nofamma (the fused attention's tensor-core score pass and 16-byte P V pass:
-EngineOptions::fused_attention_mma), qstr / noqstr (quantized weights: each decode GEMV's codes
+EngineOptions::fused_attention_mma), fap<N> (the fused attention's CTAs ask for N KiB of shared
+memory, keeping other kernels' blocks off their SMs: EngineOptions::fused_attention_pad_kb), qstr / noqstr (quantized weights: each decode GEMV's codes
 in an L2 access policy window marked streaming: EngineOptions::quant_streaming).
 Environment knobs of other areas for one engine's run (set before it, restored after it):
 w8a (GPUKIT_GEMV_W8=4,3,16,1,0: the 8-bit GEMVs' configuration of session 5's checkpoint A,
@@ -153,6 +154,8 @@ def gk_engine(eng):
             opt["env"]["GPUKIT_DECODE_SPLIT"] = f"32,1024,128,{int(f[3:])}"
         elif f in ("famma", "nofamma"):  # the fused attention's tensor-core scores and 16-byte P V
             opt["attrs"]["fused_attention_mma"] = f == "famma"
+        elif re.fullmatch(r"fap\d+", f):  # the fused attention's CTAs pad their shared memory to N KiB
+            opt["attrs"]["fused_attention_pad_kb"] = int(f[3:])
         elif f in ("qstr", "noqstr"):  # quantized GEMVs: their codes streaming in L2 (access policy window)
             opt["attrs"]["quant_streaming"] = f == "qstr"
         elif f in ("wef", "nowef"):  # the engine GEMV's weight loads L2 evict-first

@@ -244,6 +244,12 @@ struct EngineOptions {
   // scores + softmax 2.2 us against 5.1, the CTA 12.8 us against 16.7); 1B not affected
   // (head_dim 64 takes rope_append + attention_decode). Default from GPUKIT_FUSED_ATTN_MMA.
   bool fused_attention_mma = true;
+  // The fused attention's CTAs ask for at least this many KiB of dynamic shared memory
+  // (0: only what they use; capped at a CTA's maximum), so that the o GEMV's blocks
+  // launched early (trigger 0) do not share their SMs: checkpoint A's stamps show the 16
+  // CTAs' P V ending 6.4 to 10.0 us after their entry for the same work. The same bits.
+  // Unmeasured at the time of writing. Default from GPUKIT_FUSED_ATTN_PAD_KB.
+  int fused_attention_pad_kb = 0;
   // Level 2 decode: the kernel before the output projection that runs while its weights'
   // bandwidth idles (rope_append, or the fused attention) brings that weight into L2 before
   // its PDL wait (bulk prefetch): 0 off, 1 the second half of its rows (the first half is

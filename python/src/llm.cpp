@@ -173,6 +173,13 @@ GK_BINDING(60, llm) {
                    [](llm::Model& m, bool v) { m.options().fused_attention_mma = v; },
                    "The fused decode attention's scores on the tensor cores and its P V with 16-byte V reads "
                    "(other bits, within rounding).")
+      .def_prop_rw("fused_attention_pad_kb", [](const llm::Model& m) { return m.options().fused_attention_pad_kb; },
+                   [](llm::Model& m, int v) {
+                     if (v < 0 || v > 227) throw ValueError(cat("fused_attention_pad_kb: 0..227, got ", v));
+                     m.options().fused_attention_pad_kb = v;
+                   },
+                   "The fused attention's CTAs ask for at least this many KiB of shared memory (keeps other "
+                   "kernels' blocks off their SMs; the same bits).")
       .def_prop_rw("quant_streaming", [](const llm::Model& m) { return m.options().quant_streaming; },
                    [](llm::Model& m, bool v) { m.options().quant_streaming = v; },
                    "Level 2 decode, quantized weights: each GEMV's codes marked streaming in L2 (a stream access "

@@ -16,6 +16,7 @@
 // Every sum has a fixed order: the same bits every run, whatever the other sequences.
 #include <cooperative_groups.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <type_traits>
 
@@ -85,6 +86,14 @@ __device__ __forceinline__ void a_pair(const llm::AttnArgs& a, int u, int& i1, i
 __device__ __forceinline__ void cluster_sync_all() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+// The barrier without release (the arrive orders no memory: no MEMBAR.ALL.GPU in the SASS):
+// for the merge's second barrier (rank 0 has used every remote value it loaded, the others
+// only wait to keep their shared memory) and the chunks without keys (nothing to publish).
+__device__ __forceinline__ void cluster_sync_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
 #endif
 }
 
@@ -210,8 +219,8 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
   if (k0 >= len) {  // (an exited CTA counts as triggered)
     if (!CL || nsplit == 1) return;
     pdl_trigger();  // cluster: stays for the merge's barriers, so triggers here
-    cluster_sync_all();
-    cluster_sync_all();
+    cluster_sync_relaxed();
+    cluster_sync_relaxed();
     return;
   }
   const int n = int(len - k0 < kAC ? len - k0 : int64_t(kAC));
@@ -477,7 +486,7 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
       if (nsplit > 1) {  // rank 0 (chunk 0) merges the chunks' of[] in chunk order
         cluster_sync_all();
         if (s == 0) cluster_merge<T, D>(of, red_m, red_l, nsplit, G, out, tid, kAT);
-        cluster_sync_all();  // the other chunks keep their shared memory until rank 0 has read it
+        cluster_sync_relaxed();  // the other chunks keep their shared memory until rank 0 has read it
         a_stamp(a, cta, 7);
         return;
       }
@@ -577,7 +586,7 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
       }
       cluster_sync_all();
       if (s == 0) cluster_merge<T, D>(part, red_m, red_l, nsplit, G, out, tid, kAT);
-      cluster_sync_all();  // the other chunks keep their shared memory until rank 0 has read it
+      cluster_sync_relaxed();  // the other chunks keep their shared memory until rank 0 has read it
       a_stamp(a, cta, 7);
       return;
     }
@@ -646,12 +655,15 @@ void attn_launch(const llm::AttnArgs& a, const llm::ProjRope& rope, cudaStream_t
   constexpr size_t smem = ACfg<D, KC>::SMEM;
   static_assert(smem + size_t(KC) * 8 + 256 <= 227 * 1024, "shared memory (dynamic + static)");
   auto kern = a.mma ? k_attn_rope<T, D, KC, CL, true> : k_attn_rope<T, D, KC, CL, false>;
-  GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  // pad_kb: at least that much dynamic shared memory (within a CTA's 227 KiB beside the static part)
+  constexpr size_t kMaxDyn = 227 * 1024 - size_t(KC) * 8 - 256;
+  const size_t dyn = std::max(smem, std::min(size_t(a.pad_kb) * 1024, kMaxDyn));
+  GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dyn)));
   set_carveout(kern);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(a.S), unsigned(a.hkv), unsigned(a.B));
   cfg.blockDim = dim3(unsigned(at_threads(KC)));
-  cfg.dynamicSmemBytes = smem;
+  cfg.dynamicSmemBytes = dyn;
   cfg.stream = st;
   cudaLaunchAttribute attr[2];
   unsigned na = 0;

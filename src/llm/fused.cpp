@@ -49,10 +49,18 @@ CarveoutScope::~CarveoutScope() { t_carveout = prev; }
 namespace {
 thread_local bool t_wef = false;
 thread_local bool t_amma = false;
+thread_local int t_apad = 0;
 }  // namespace
-AttnMmaScope::AttnMmaScope(bool on) : prev(t_amma) { t_amma = on; }
-AttnMmaScope::~AttnMmaScope() { t_amma = prev; }
+AttnMmaScope::AttnMmaScope(bool on, int pad_kb) : prev(t_amma), prev_pad(t_apad) {
+  t_amma = on;
+  t_apad = std::clamp(pad_kb, 0, 227);
+}
+AttnMmaScope::~AttnMmaScope() {
+  t_amma = prev;
+  t_apad = prev_pad;
+}
 bool attention_mma() { return t_amma; }
+int attention_pad_kb() { return t_apad; }
 EvictFirstScope::EvictFirstScope(bool on) : prev(t_wef) { t_wef = on; }
 EvictFirstScope::~EvictFirstScope() { t_wef = prev; }
 bool weights_evict_first() { return t_wef; }

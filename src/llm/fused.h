@@ -193,6 +193,10 @@ struct AttnArgs {
   // fused::AttnMmaScope (EngineOptions::fused_attention_mma): scores on the tensor cores
   // and P V with 16-byte V reads (other bits, within rounding of the float64 attention)
   bool mma = false;
+  // fused::AttnMmaScope's pad (EngineOptions::fused_attention_pad_kb): dynamic shared memory
+  // of at least this many KiB per CTA (capped at what one CTA may have), so that no other
+  // kernel's blocks share the attention's SMs. The same bits.
+  int pad_kb = 0;
 };
 
 namespace fused {
@@ -266,14 +270,17 @@ struct StreamWindowScope {
 };
 // EngineOptions::fused_attention_mma: the fused decode attention launched by this thread
 // while it lives takes its tensor-core score pass and 16-byte P V pass (AttnArgs::mma).
+// pad_kb: AttnArgs::pad_kb of those launches (EngineOptions::fused_attention_pad_kb).
 struct AttnMmaScope {
-  explicit AttnMmaScope(bool on);
+  explicit AttnMmaScope(bool on, int pad_kb = 0);
   ~AttnMmaScope();
   AttnMmaScope(const AttnMmaScope&) = delete;
   AttnMmaScope& operator=(const AttnMmaScope&) = delete;
   bool prev;
+  int prev_pad;
 };
 bool attention_mma();
+int attention_pad_kb();
 // EngineOptions::weights_evict_first: the projection GEMVs launched by this thread while it
 // lives (one row of x, plain / SwiGLU / RoPE epilogues) load their weights with an L2
 // evict-first policy. The same bits.

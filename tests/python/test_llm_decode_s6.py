@@ -233,3 +233,26 @@ def test_quant_streaming_same_bits(quantize, batch):
     same(base, run_p(m, False, prompts), f"{quantize}: quant_streaming, eager")
     m._m.quant_streaming = False
     same(base, run_p(m, True, prompts), f"{quantize}: quant_streaming off again, graph")
+
+
+@cuda_only
+def test_fused_attention_pad_same_bits():
+    # fused_attention_pad_kb only pads the CTAs' shared memory: the same tokens and logits.
+    m = gk.llm.random_model(CFG128, device="cuda", dtype="bfloat16", seed=41)
+    assert m._m.fused_attention_pad_kb == 0
+    base = run(m, True, new=20)
+    n0 = m._m.fused_attention_layers
+    for kb in (200, 227):
+        m._m.fused_attention_pad_kb = kb
+        same(base, run(m, True, new=20), f"pad {kb} KiB, graph")
+        same(base, run(m, False, new=20), f"pad {kb} KiB, eager")
+    assert m._m.fused_attention_layers > n0, "the fused attention was not taken"
+    m._m.fused_attention_pad_kb = 0
+
+
+def test_fused_attention_pad_option():
+    m = gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1)
+    m._m.fused_attention_pad_kb = 100
+    assert m._m.fused_attention_pad_kb == 100
+    with pytest.raises(ValueError, match="fused_attention_pad_kb"):
+        m._m.fused_attention_pad_kb = 228
