@@ -59,7 +59,17 @@ brings the o weight into L2 before its wait: 1 its second half, 2 all; EngineOpt
 nonip (no norm launches: residual adds in the o/down GEMVs, norms inside the q/k/v,
 gate/up and lm head GEMVs), qpdl / noqpdl (quantized weights: the engine's launches between
 the quantized GEMVs with / without PDL), qpdlc (with PDL, the SwiGLU / rope_append grids capped at
-4 blocks and the fused attention without PDL: EngineOptions::quantized_pdl_compact).
+4 blocks and the fused attention without PDL: EngineOptions::quantized_pdl_compact), wef / nowef
+(the engine GEMV's weight loads tagged L2 evict-first: EngineOptions::weights_evict_first),
+famma / nofamma (the fused attention's tensor-core score pass and 16-byte P V pass:
+EngineOptions::fused_attention_mma), fap<N> (the fused attention's CTAs ask for N KiB of shared
+memory, keeping other kernels' blocks off their SMs: EngineOptions::fused_attention_pad_kb), qstr / noqstr (quantized weights: each decode GEMV's codes
+in an L2 access policy window marked streaming: EngineOptions::quant_streaming).
+Environment knobs of other areas for one engine's run (set before it, restored after it):
+w8a (GPUKIT_GEMV_W8=4,3,16,1,0: the 8-bit GEMVs' configuration of session 5's checkpoint A,
+before the default became 4,2,16,1,3,0,0), dec<N> (GPUKIT_DECODE_SPLIT=32,1024,128,N: the
+decode attention's variant N, e.g. dec24 the cluster kernel that B = 1 took at that checkpoint,
+dec18 the CTA group units the default takes now).
 Each gk run prints the node count of its captured decode step.
 """
 from __future__ import annotations
@@ -102,15 +112,55 @@ GK_LABEL = {"gk-graph": "", "gk-eager": " (eager)", "gk-ops": " (ops fused)", "g
 GK_ALIAS = {"gk-nopdl": "gk-graph+nopdl", "gk-norope": "gk-graph+norope"}
 
 
+# Engine options that set another area's environment knob for one run (engine_env).
+ENV_OPTIONS = {"w8a": {"GPUKIT_GEMV_W8": "4,3,16,1,0"}}
+
+
+class engine_env:
+    """Sets the environment variables of a gk engine's options (gk_engine's "env") for the
+    duration of a run and restores the previous values after it."""
+
+    def __init__(self, env):
+        self.env, self.saved = dict(env or {}), {}
+
+    def __enter__(self):
+        import os
+        for k, v in self.env.items():
+            self.saved[k] = os.environ.get(k)
+            os.environ[k] = v
+        return self
+
+    def __exit__(self, *exc):
+        import os
+        for k, v in self.saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        return False
+
+
 def gk_engine(eng):
     """(base, options) of a gk engine name such as gk-graph+ropeqkv+pf32, or None."""
     parts = GK_ALIAS.get(eng, eng).split("+")
     if parts[0] not in GK_LABEL:
         return None
     opt = dict(graph=parts[0] != "gk-eager", fusion=FUSION.get(parts[0], 2), pdl=None, rope_in_qkv=None,
-               norm_in_tail=None, attrs={})
+               norm_in_tail=None, attrs={}, env={})
     for f in parts[1:]:
-        if f == "nopdl":
+        if f in ENV_OPTIONS:  # another area's environment knob for this run (engine_env)
+            opt["env"].update(ENV_OPTIONS[f])
+        elif re.fullmatch(r"dec\d\d?", f):  # the decode attention's variant (attention_decode, GPUKIT_DECODE_SPLIT)
+            opt["env"]["GPUKIT_DECODE_SPLIT"] = f"32,1024,128,{int(f[3:])}"
+        elif f in ("famma", "nofamma"):  # the fused attention's tensor-core scores and 16-byte P V
+            opt["attrs"]["fused_attention_mma"] = f == "famma"
+        elif re.fullmatch(r"fap\d+", f):  # the fused attention's CTAs pad their shared memory to N KiB
+            opt["attrs"]["fused_attention_pad_kb"] = int(f[3:])
+        elif f in ("qstr", "noqstr"):  # quantized GEMVs: their codes streaming in L2 (access policy window)
+            opt["attrs"]["quant_streaming"] = f == "qstr"
+        elif f in ("wef", "nowef"):  # the engine GEMV's weight loads L2 evict-first
+            opt["attrs"]["weights_evict_first"] = f == "wef"
+        elif f == "nopdl":
             opt["pdl"] = False
         elif re.fullmatch(r"pf\d+", f):  # L2 prefetch of the next weights during attention, MiB
             opt["attrs"]["prefetch_mb"] = int(f[2:])
@@ -195,7 +245,7 @@ def prompts_for(batch, prompt_len, vocab):
 
 
 def bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead=True, fusion=2, pdl=None,
-                 rope_in_qkv=None, norm_in_tail=None, attrs=None):
+                 rope_in_qkv=None, norm_in_tail=None, attrs=None, env=None):
     from gpukit import _C
     saved = {k: getattr(model._m, k) for k in (attrs or {})}
     for k, v in (attrs or {}).items():
@@ -208,7 +258,8 @@ def bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead=
         model._m.norm_in_tail = norm_in_tail
     _C.llm.set_pdl(pdl)
     try:
-        r = _bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead)
+        with engine_env(env):
+            r = _bench_gpukit(model, batch, prompt_len, new_tokens, device, graph, lookahead)
         if r["nodes"][0]:
             print(f"  (fusion {fusion}: decode graph of {r['nodes'][0]} nodes, {r['nodes'][1]} kernels, "
                   f"{r['nodes'][2]} copies, {r['nodes'][3]} memsets; {r['decode']:.1f} tok/s)")

@@ -146,6 +146,8 @@ def trace_case(model, batch, prompt, engine, steps, layer, nlayers):
     stamps = layer is not None and hasattr(model._m, "set_attention_stamps")
     if stamps:  # the fused attention of `layer` writes per-CTA %globaltimer stamps
         model._m.set_attention_stamps(layer)
+    env = e2e.engine_env(opt.get("env"))  # other areas' knobs of the engine's options (w8a, dec<N>)
+    env.__enter__()
     try:
         prompts = e2e.prompts_for(batch, prompt, model.config.vocab_size)
         g = _C.llm.Generation(model._m, prompts, max_new_tokens=steps + 24, ignore_eos=True,
@@ -161,6 +163,7 @@ def trace_case(model, batch, prompt, engine, steps, layer, nlayers):
         if stamps:
             print_stamps(engine, layer, gk.to_numpy(model._m.attention_stamps()))
     finally:
+        env.__exit__(None, None, None)
         if stamps:
             model._m.set_attention_stamps(-1)
         for k, v in saved.items():

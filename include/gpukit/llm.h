@@ -233,6 +233,23 @@ struct EngineOptions {
   // workspace + counter merge (the same bits; checkpoint A, 8B: 230.7 tok/s against 228.3).
   // GPUKIT_FUSED_ATTN_CLUSTER.
   bool fused_attention_cluster = true;
+  // The fused attention's score pass on the tensor cores (mma.m16n8k16, a warp's 32 keys x
+  // the group's heads) and its P V pass with 16-byte V reads (each thread 8 dimensions of
+  // every KG-th key, the key groups added in order), the output staged in shared memory.
+  // Session 5's phase stamps (8B, one CTA per kv head): scores + softmax 4.2 us and P V
+  // 3.0 us after the keys landed; the old P V issues ~640 shared loads per thread (one per
+  // key and head). Other bits than without (both within rounding of float64 attention;
+  // each the same bits run to run, graph and eager, cluster and workspace merge).
+  // H200, session 6, checkpoint A (8B bf16, b1): 237.9 tok/s against 230.8 (phase stamps:
+  // scores + softmax 2.2 us against 5.1, the CTA 12.8 us against 16.7); 1B not affected
+  // (head_dim 64 takes rope_append + attention_decode). Default from GPUKIT_FUSED_ATTN_MMA.
+  bool fused_attention_mma = true;
+  // The fused attention's CTAs ask for at least this many KiB of dynamic shared memory
+  // (0: only what they use; capped at a CTA's maximum), so that the o GEMV's blocks
+  // launched early (trigger 0) do not share their SMs: checkpoint A's stamps show the 16
+  // CTAs' P V ending 6.4 to 10.0 us after their entry for the same work. The same bits.
+  // Unmeasured at the time of writing. Default from GPUKIT_FUSED_ATTN_PAD_KB.
+  int fused_attention_pad_kb = 0;
   // Level 2 decode: the kernel before the output projection that runs while its weights'
   // bandwidth idles (rope_append, or the fused attention) brings that weight into L2 before
   // its PDL wait (bulk prefetch): 0 off, 1 the second half of its rows (the first half is
@@ -256,6 +273,22 @@ struct EngineOptions {
   // blocks and load their keys and values before the wait. The same bits. Unmeasured at
   // the time of writing. Default from GPUKIT_CARVEOUT.
   int carveout = -1;
+  // Level 2 decode, bf16/fp16 weights, one sequence: the engine GEMV's weight loads carry
+  // an L2 evict-first policy (createpolicy), so that the ~440 MB of weights streamed per
+  // layer (8B) stop evicting what the small kernels reuse from L2: their code, the
+  // activations and the KV cache. Session 5's phase stamps show the fused attention
+  // spending ~2 us per ~1000 instructions of straight-line code where the work itself is
+  // short (cold instruction fetches from HBM were the suspect). The same bits (only a cache
+  // hint). No effect measured (session 6, checkpoint A: 8B 231.1 tok/s against 230.8, with
+  // the mma attention 237.6 against 237.9; 1B 1104.1 against 1105.6; the stamps unchanged):
+  // the instruction-fetch suspicion is not supported. Default from GPUKIT_WEIGHTS_EF.
+  bool weights_evict_first = false;
+  // ... and for quantized weights (whose GEMVs are not the engine's kernels): each decode
+  // GEMV launches into the stream with an L2 access policy window over its codes (the first
+  // cudaDevAttrMaxAccessPolicyWindowSize bytes) marked streaming (evict-first). The same
+  // bits. H200, session 6, checkpoint A (8B, b1): int4 395.5 tok/s against 377.0, fp8 349.8
+  // against 338.0. Default from GPUKIT_QUANT_STREAMING.
+  bool quant_streaming = true;
   // Level 2 decode, bf16/fp16 weights: no RMSNorm launches. The o and down GEMVs add the
   // residual in their epilogue; the q/k/v and gate/up GEMVs (and the lm head with
   // head_proj) read the raw residual and apply the norm inside: the product with

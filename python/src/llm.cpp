@@ -169,6 +169,25 @@ GK_BINDING(60, llm) {
                    },
                    "Level 2 decode: the preferred shared memory carveout (percent) of the engine's kernels; -1: the "
                    "driver's choice.")
+      .def_prop_rw("fused_attention_mma", [](const llm::Model& m) { return m.options().fused_attention_mma; },
+                   [](llm::Model& m, bool v) { m.options().fused_attention_mma = v; },
+                   "The fused decode attention's scores on the tensor cores and its P V with 16-byte V reads "
+                   "(other bits, within rounding).")
+      .def_prop_rw("fused_attention_pad_kb", [](const llm::Model& m) { return m.options().fused_attention_pad_kb; },
+                   [](llm::Model& m, int v) {
+                     if (v < 0 || v > 227) throw ValueError(cat("fused_attention_pad_kb: 0..227, got ", v));
+                     m.options().fused_attention_pad_kb = v;
+                   },
+                   "The fused attention's CTAs ask for at least this many KiB of shared memory (keeps other "
+                   "kernels' blocks off their SMs; the same bits).")
+      .def_prop_rw("quant_streaming", [](const llm::Model& m) { return m.options().quant_streaming; },
+                   [](llm::Model& m, bool v) { m.options().quant_streaming = v; },
+                   "Level 2 decode, quantized weights: each GEMV's codes marked streaming in L2 (a stream access "
+                   "policy window; the same bits).")
+      .def_prop_rw("weights_evict_first", [](const llm::Model& m) { return m.options().weights_evict_first; },
+                   [](llm::Model& m, bool v) { m.options().weights_evict_first = v; },
+                   "Level 2 decode, bf16/fp16 weights, one sequence: the engine GEMV's weight loads tagged L2 "
+                   "evict-first (the same bits).")
       .def_prop_rw("kv_l2", [](const llm::Model& m) { return m.options().kv_l2; },
                    [](llm::Model& m, bool v) { m.options().kv_l2 = v; },
                    "Level 2 decode, bf16/fp16 weights: the q/k/v GEMV's last blocks bring the layer's KV cache "

@@ -14,12 +14,14 @@
 //      workspace and the last CTA of the (sequence, kv head) to finish (an integer
 //      counter, reset by it) merges the chunks in chunk order.
 // Every sum has a fixed order: the same bits every run, whatever the other sequences.
+#include <algorithm>
 #include <cfloat>
 #include <type_traits>
 
 #include "core/cuda_util.h"
 #include "cuda/common/attention.cuh"
 #include "cuda/common/rows.cuh"
+#include "cuda/llm_attention_parts.cuh"
 #include "cuda/llm_common.cuh"
 #include "llm/fused.h"
 #include "ops/nn_args.h"
@@ -48,69 +50,16 @@ struct ACfg {
                 "merge staging");
 };
 
-__device__ __forceinline__ void rot(float x1, float x2, float cs, float sn, float& r1, float& r2) {
-  r1 = __fsub_rn(__fmul_rn(x1, cs), __fmul_rn(x2, sn));
-  r2 = __fadd_rn(__fmul_rn(x2, cs), __fmul_rn(x1, sn));
-}
-
-// The cache slot of position p of sequence b, or -1 (page outside the table or the pool).
-__device__ __forceinline__ int64_t a_slot(const llm::AttnArgs& a, int b, int64_t p) {
-  if (p < 0) return -1;
-  if (p >= a.max_blocks * a.bs) return -1;
-  const int bs = int(a.bs), li = int(p) / bs;  // positions < 2^31, bs <= 256: 32-bit division
-  const int64_t blk = a.block_table[int64_t(b) * a.bt_stride + li];
-  if (blk < 0 || blk >= a.nb) return -1;
-  return blk * a.bs + (int(p) - li * bs);
-}
-
-// Pair u of a head's D / 2 pairs: its two dimensions and its rotary frequency index (-1: not rotated).
-__device__ __forceinline__ void a_pair(const llm::AttnArgs& a, int u, int& i1, int& i2, int& j) {
-  const int n2 = a.rd / 2;
-  if (u < n2) {
-    i1 = a.interleaved ? 2 * u : u;
-    i2 = a.interleaved ? 2 * u + 1 : u + n2;
-    j = u;
-  } else {
-    i1 = a.rd + 2 * (u - n2);
-    i2 = i1 + 1;
-    j = -1;
-  }
-}
-
-// Thread block clusters (sm_90): the barrier of every thread of the cluster (release /
-// acquire: shared memory written before it is visible to the cluster after it), and a
-// float of another CTA's shared memory.
-__device__ __forceinline__ void cluster_sync_all() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ float ld_cluster(const float* p, unsigned rank) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  unsigned r;
-  float v;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(r) : "memory");
-  return v;
-#else
-  (void)rank;
-  return *p;
-#endif
-}
-
-// Debug stamps (AttnArgs::stamps): thread 0 of the CTA writes %globaltimer to slot i.
-__device__ __forceinline__ void a_stamp(const llm::AttnArgs& a, int64_t cta, int i) {
-  if (a.stamps == nullptr || threadIdx.x != 0) return;
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  a.stamps[cta * 8 + i] = t;
-}
 
 // CL: the grid's S chunks of a (sequence, kv head) form one cluster (S <= 8) and merge
 // through distributed shared memory (no workspace, counter or global round trips): the
 // same arithmetic in the same order as the workspace merge, so the same bits.
-template <class T, int D, int kAC, bool CL>
+// MMA: scores on the tensor cores (mma.m16n8k16: a warp's 32 keys x the G heads, q as the
+// B operand, the fp32 sums in the tensor core's order), P V with 16-byte V reads (thread:
+// 8 dimensions of every KG2-th key, the KG2 key groups then added in order), the output
+// staged in shared memory for the stores and the merges. Other bits than !MMA (within
+// rounding of float64 attention), the same bits run to run and between the merges.
+template <class T, int D, int kAC, bool CL, bool MMA = false>
 __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_constant__ llm::AttnArgs a,
                                                                const __grid_constant__ llm::ProjRope rope) {
   using Cf = ACfg<D, kAC>;
@@ -145,8 +94,8 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
   if (k0 >= len) {  // (an exited CTA counts as triggered)
     if (!CL || nsplit == 1) return;
     pdl_trigger();  // cluster: stays for the merge's barriers, so triggers here
-    cluster_sync_all();
-    cluster_sync_all();
+    cluster_sync_relaxed();
+    cluster_sync_relaxed();
     return;
   }
   const int n = int(len - k0 < kAC ? len - k0 : int64_t(kAC));
@@ -257,8 +206,44 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
   __syncthreads();
   a_stamp(a, cta, 4);
   // 3a. scores: thread t takes key t / TPK (with TPK = 2 each thread half the row, the
-  // halves added: the same sum on both threads)
-  {
+  // halves added: the same sum on both threads); MMA: warp w keys 32 w .. 32 w + 31
+  if constexpr (MMA) {
+    const int lane = tid & 31, warp = tid >> 5;
+    const int hn = lane >> 2, kq = (lane & 3) * 2;  // B: head hn, dimensions kq, kq + 1 (+ 8)
+    uint32_t bq[D / 16][2];
+#pragma unroll
+    for (int s2 = 0; s2 < D / 16; ++s2) {
+      if (hn < G) {
+        const float2 x0 = *reinterpret_cast<const float2*>(qs + hn * D + 16 * s2 + kq);
+        const float2 x1 = *reinterpret_cast<const float2*>(qs + hn * D + 16 * s2 + 8 + kq);
+        bq[s2][0] = a_pack2<T>(x0.x, x0.y);
+        bq[s2][1] = a_pack2<T>(x1.x, x1.y);
+      } else {
+        bq[s2][0] = bq[s2][1] = 0u;
+      }
+    }
+    const uint32_t ks_s = static_cast<uint32_t>(__cvta_generic_to_shared(Ks));
+    const int lr = (lane & 7) + ((lane >> 3) & 1) * 8, lc = (lane >> 4) * 16;  // ldmatrix row, byte column
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      const int key0 = warp * 32 + mt * 16;
+      if (key0 < n) {  // (warp-uniform; rows past n hold stale data: their scores are not stored)
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        const uint32_t ra = ks_s + uint32_t((key0 + lr) * Cf::KROW + lc);
+#pragma unroll
+        for (int s2 = 0; s2 < D / 16; ++s2) {
+          uint32_t af[4];
+          a_ldsm_x4(af, ra + uint32_t(s2 * 32));
+          a_mma<T>(acc, af, bq[s2][0], bq[s2][1]);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int j = key0 + hn + (e >= 2 ? 8 : 0), g = kq + (e & 1);
+          if (g < G && j < n) ps[g * kAC + j] = kslot[j] >= 0 ? acc[e] * a.scale : -INFINITY;
+        }
+      }
+    }
+  } else {
     const int j = tid / TPK, part = tid % TPK;
     float acc[kAG];
 #pragma unroll
@@ -298,7 +283,7 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
       for (int g = 0; g < kAG; ++g)
         if (g < G) ps[g * kAC + j] = ok ? acc[g] * a.scale : -INFINITY;
     }
-  }
+  }  // (!MMA)
   __syncthreads();
   // 3b. softmax per head: warp w takes heads w, w + 4
   const int lane = tid & 31, warp = tid >> 5;
@@ -319,6 +304,117 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
   }
   __syncthreads();
   a_stamp(a, cta, 5);
+  if constexpr (MMA) {
+    // 3c. o = P V: thread (16-byte column c, key group kg) over keys kg, kg + KG2, ..., 8
+    // dimensions x 4 heads at a time; the KG2 partial sums added in key-group order into
+    // of[G][D] (the q area: q is not read after the scores)
+    // (KG2: as many key groups as the threads give, within the K rows' bytes: the V rows
+    // are read again for heads 4..7)
+    constexpr int CV = D / 8, KG2A = kAT / CV, KG2B = int(size_t(Cf::KROW) * kAC / (16 * D));
+    constexpr int KG2 = KG2A < KG2B ? KG2A : KG2B;
+    static_assert(kAT % CV == 0 && KG2 >= 1 && size_t(KG2) * 4 * D * 4 <= size_t(Cf::KROW) * kAC, "P V staging");
+    const int c = tid % CV, kg = tid / CV;
+    const bool pv = kg < KG2;
+    float* of = qs;
+    float* comb = reinterpret_cast<float*>(sm + Cf::K_OFF);  // [KG2][4][D] over the (free) K and V rows
+    for (int g0 = 0; g0 < G; g0 += 4) {
+      float o2[4][8];
+#pragma unroll
+      for (int gg = 0; gg < 4; ++gg)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) o2[gg][e] = 0.f;
+#pragma unroll 2
+      for (int j = pv ? kg : n; j < n; j += KG2) {
+        float v[8];
+        vec16_to_float<T>(Vs + size_t(j) * Cf::VROW + c * 16, v);
+#pragma unroll
+        for (int gg = 0; gg < 4; ++gg) {
+          if (g0 + gg < G) {
+            const float pj = ps[(g0 + gg) * kAC + j];
+#pragma unroll
+            for (int e = 0; e < 8; ++e) o2[gg][e] = fmaf(pj, v[e], o2[gg][e]);
+          }
+        }
+      }
+      __syncthreads();  // the scores' K reads (and the previous head block's sums) done
+#pragma unroll
+      for (int gg = 0; gg < 4 && pv; ++gg) {
+        float4* dst = reinterpret_cast<float4*>(comb + (kg * 4 + gg) * D + c * 8);
+        dst[0] = make_float4(o2[gg][0], o2[gg][1], o2[gg][2], o2[gg][3]);
+        dst[1] = make_float4(o2[gg][4], o2[gg][5], o2[gg][6], o2[gg][7]);
+      }
+      __syncthreads();
+      for (int e = tid; e < 4 * D; e += kAT) {
+        const int gg = e / D;
+        if (g0 + gg < G) {
+          float t = comb[e];
+          for (int q = 1; q < KG2; ++q) t += comb[q * 4 * D + e];
+          of[g0 * D + e] = t;
+        }
+      }
+    }
+    __syncthreads();
+    a_stamp(a, cta, 6);
+    if (a.trigger == 2) pdl_trigger();  // before the output / partials and the merge
+    T* out = static_cast<T*>(a.out) + (int64_t(b) * a.hq + int64_t(kvh) * G) * D;
+    if constexpr (CL) {
+      if (nsplit > 1) {  // rank 0 (chunk 0) merges the chunks' of[] in chunk order
+        cluster_sync_all();
+        if (s == 0) cluster_merge<T, D>(of, red_m, red_l, nsplit, G, out, tid, kAT);
+        cluster_sync_relaxed();  // the other chunks keep their shared memory until rank 0 has read it
+        a_stamp(a, cta, 7);
+        return;
+      }
+    }
+    if (nsplit == 1) {
+      for (int e = tid; e < G * D; e += kAT) {
+        const float l = red_l[e / D];
+        out[e] = convert<T>(l > 0.f ? of[e] / l : 0.f);
+      }
+      a_stamp(a, cta, 7);
+      return;
+    }
+    // 4. partials, then the last CTA merges in chunk order
+    const int64_t pr = (int64_t(b) * a.hkv + kvh) * a.S;
+    float* wo = a.ws + (pr + s) * kAG * D;
+    float* wml = a.ws + int64_t(a.B) * a.hkv * a.S * kAG * D + (pr + s) * kAG * 2;
+    for (int e = tid; e < G * D; e += kAT) wo[e] = of[e];
+    if (tid < G) wml[tid * 2] = red_m[tid], wml[tid * 2 + 1] = red_l[tid];
+    __threadfence();
+    __syncthreads();
+    int* ctr = a.counters + int64_t(b) * a.hkv + kvh;
+    if (tid == 0) s_last = atomicAdd(ctr, 1) == nsplit - 1;
+    __syncthreads();
+    a_stamp(a, cta, 7);
+    if (!s_last) return;
+    __threadfence();
+    const float* bo = a.ws + pr * kAG * D;
+    const float* bml = a.ws + int64_t(a.B) * a.hkv * a.S * kAG * D + pr * kAG * 2;
+    float* mls = reinterpret_cast<float*>(sm + Cf::K_OFF);  // [nsplit][G][2]
+    for (int e = tid; e < nsplit * G; e += kAT) {
+      const int q = e / G, g = e - q * G;
+      const float2 v = __ldcg(reinterpret_cast<const float2*>(bml + (int64_t(q) * kAG + g) * 2));
+      mls[e * 2] = v.x;
+      mls[e * 2 + 1] = v.y;
+    }
+    __syncthreads();
+    for (int e = tid; e < G * D; e += kAT) {
+      const int g = e / D, dd = e - g * D;
+      float M = -INFINITY;
+      for (int q = 0; q < nsplit; ++q) M = fmaxf(M, mls[(q * G + g) * 2]);
+      float num = 0.f, den = 0.f;
+      if (M != -INFINITY) {
+        for (int q = 0; q < nsplit; ++q) {
+          const float mq = mls[(q * G + g) * 2];
+          const float w = mq == -INFINITY ? 0.f : expf(mq - M);
+          num = fmaf(w, __ldcg(bo + (int64_t(q) * kAG + g) * D + dd), num);
+          den = fmaf(w, mls[(q * G + g) * 2 + 1], den);
+        }
+      }
+      out[g * D + dd] = convert<T>(den > 0.f ? num / den : 0.f);
+    }
+    if (tid == 0) *ctr = 0;  // ready for the next launch
+  } else {
   // 3c. o = P V: thread (d, key group kg) over keys kg, kg + KG, ...
   constexpr int KG = kAT / D;  // key groups of the P V pass
   static_assert(kAT % D == 0 && KG >= 1, "D divides the CTA");
@@ -364,24 +460,8 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
           if (g < G) part[g * D + d] = o[g];
       }
       cluster_sync_all();
-      if (s == 0) {
-        for (int e = tid; e < G * D; e += kAT) {
-          const int g = e / D;
-          float M = -INFINITY;
-          for (int q = 0; q < nsplit; ++q) M = fmaxf(M, ld_cluster(&red_m[g], unsigned(q)));
-          float num = 0.f, den = 0.f;
-          if (M != -INFINITY) {
-            for (int q = 0; q < nsplit; ++q) {
-              const float mq = ld_cluster(&red_m[g], unsigned(q));
-              const float w = mq == -INFINITY ? 0.f : expf(mq - M);
-              num = fmaf(w, ld_cluster(part + e, unsigned(q)), num);
-              den = fmaf(w, ld_cluster(&red_l[g], unsigned(q)), den);
-            }
-          }
-          out[e] = convert<T>(den > 0.f ? num / den : 0.f);
-        }
-      }
-      cluster_sync_all();  // the other chunks keep their shared memory until rank 0 has read it
+      if (s == 0) cluster_merge<T, D>(part, red_m, red_l, nsplit, G, out, tid, kAT);
+      cluster_sync_relaxed();  // the other chunks keep their shared memory until rank 0 has read it
       a_stamp(a, cta, 7);
       return;
     }
@@ -442,19 +522,23 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
     out[g * D + dd] = convert<T>(den > 0.f ? num / den : 0.f);
   }
   if (tid == 0) *ctr = 0;  // ready for the next launch
+  }  // (!MMA)
 }
 
 template <class T, int D, int KC, bool CL = false>
 void attn_launch(const llm::AttnArgs& a, const llm::ProjRope& rope, cudaStream_t st) {
   constexpr size_t smem = ACfg<D, KC>::SMEM;
   static_assert(smem + size_t(KC) * 8 + 256 <= 227 * 1024, "shared memory (dynamic + static)");
-  auto kern = k_attn_rope<T, D, KC, CL>;
-  GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  auto kern = a.mma ? k_attn_rope<T, D, KC, CL, true> : k_attn_rope<T, D, KC, CL, false>;
+  // pad_kb: at least that much dynamic shared memory (within a CTA's 227 KiB beside the static part)
+  constexpr size_t kMaxDyn = 227 * 1024 - size_t(KC) * 8 - 256;
+  const size_t dyn = std::max(smem, std::min(size_t(a.pad_kb) * 1024, kMaxDyn));
+  GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dyn)));
   set_carveout(kern);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(a.S), unsigned(a.hkv), unsigned(a.B));
   cfg.blockDim = dim3(unsigned(at_threads(KC)));
-  cfg.dynamicSmemBytes = smem;
+  cfg.dynamicSmemBytes = dyn;
   cfg.stream = st;
   cudaLaunchAttribute attr[2];
   unsigned na = 0;

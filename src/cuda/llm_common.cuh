@@ -56,6 +56,22 @@ __device__ __forceinline__ uint4 ld_weight(const void* p) {
                : "l"(p));
   return v;
 }
+// The same with an L2 eviction policy (l2_evict_first_policy(): weights streamed once per
+// step, so that they do not evict what the small kernels reuse from L2).
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t p = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+#endif
+  return p;
+}
+__device__ __forceinline__ uint4 ld_weight_hint(const void* p, uint64_t pol) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p), "l"(pol));
+  return v;
+}
 // Activations written by the previous kernel: a plain (coherent) load, after the wait.
 __device__ __forceinline__ uint4 ld_act(const void* p) {
   uint4 v;

@@ -172,7 +172,8 @@ __device__ __noinline__ void kv_prefetch_l2(const llm::ProjArgs& a, int lane) {
 // NIN (norm in): x holds the raw residual rows r; the product is taken with r * norm_w
 // (fp32, not rounded) and scaled by rsqrt(mean(r^2) + eps) of the whole row at the end:
 // the sum of squares rides along the product's loads (no pass before it).
-template <class T, int MT, int MODE, class X, bool TAIL = false, bool NIN = false, bool KV = false>
+// EF (ProjArgs::w_ef, weights_evict_first): the weight loads carry an L2 evict-first policy.
+template <class T, int MT, int MODE, class X, bool TAIL = false, bool NIN = false, bool KV = false, bool EF = false>
 __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1)
     k_project(const __grid_constant__ llm::ProjArgs a, const __grid_constant__ X extra) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -200,13 +201,18 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1)
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[i][r] = 0.f;
   uint4 raw[kPU][R];
+  [[maybe_unused]] uint64_t pol = 0;
+  if constexpr (EF) pol = l2_evict_first_policy();
   auto load = [&](int64_t c) {
 #pragma unroll
     for (int u = 0; u < kPU; ++u) {
       const int64_t cc = c + int64_t(u) * kPT;
       if (cc < nch) {
 #pragma unroll
-        for (int r = 0; r < R; ++r) raw[u][r] = ld_weight(wr[r] + cc * 16);
+        for (int r = 0; r < R; ++r) {
+          if constexpr (EF) raw[u][r] = ld_weight_hint(wr[r] + cc * 16, pol);
+          else raw[u][r] = ld_weight(wr[r] + cc * 16);
+        }
       }
     }
   };
@@ -423,7 +429,8 @@ void project_m(const llm::ProjArgs& a, const llm::ProjRope* rope, cudaStream_t s
       return;
     }
   }
-  if (a.m <= 1) go(k_project<T, 1, MODE, X>);
+  if (a.m <= 1 && a.w_ef) go(k_project<T, 1, MODE, X, false, false, false, true>);  // its own instantiation
+  else if (a.m <= 1) go(k_project<T, 1, MODE, X>);
   else if (a.m <= 2) go(k_project<T, 2, MODE, X>);
   else if (a.m <= 4) go(k_project<T, 4, MODE, X>);
   else go(k_project<T, 8, MODE, X>);

@@ -47,6 +47,68 @@ CarveoutScope::CarveoutScope(int percent) : prev(t_carveout) {
 }
 CarveoutScope::~CarveoutScope() { t_carveout = prev; }
 namespace {
+thread_local bool t_wef = false;
+thread_local bool t_amma = false;
+thread_local int t_apad = 0;
+}  // namespace
+AttnMmaScope::AttnMmaScope(bool on, int pad_kb) : prev(t_amma), prev_pad(t_apad) {
+  t_amma = on;
+  t_apad = std::clamp(pad_kb, 0, 227);
+}
+AttnMmaScope::~AttnMmaScope() {
+  t_amma = prev;
+  t_apad = prev_pad;
+}
+bool attention_mma() { return t_amma; }
+int attention_pad_kb() { return t_apad; }
+EvictFirstScope::EvictFirstScope(bool on) : prev(t_wef) { t_wef = on; }
+EvictFirstScope::~EvictFirstScope() { t_wef = prev; }
+bool weights_evict_first() { return t_wef; }
+
+StreamWindowScope::StreamWindowScope(const Stream& s, const void* p, int64_t n) {
+#if GPUKIT_WITH_CUDA
+  if (!s.device().is_cuda() || p == nullptr || n <= 0) return;
+  static int max_win[64] = {};  // cudaDevAttrMaxAccessPolicyWindowSize per device (+1: known)
+  const int i = s.device().index < 64 ? s.device().index : 63;
+  if (max_win[i] == 0) {
+    int v = 0;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxAccessPolicyWindowSize, s.device().index) != cudaSuccess) {
+      (void)cudaGetLastError();
+      v = 0;
+    }
+    max_win[i] = v + 1;
+  }
+  const int64_t cap = max_win[i] - 1;
+  if (cap <= 0) return;
+  cudaStreamAttrValue v = {};
+  v.accessPolicyWindow.base_ptr = const_cast<void*>(p);
+  v.accessPolicyWindow.num_bytes = size_t(std::min<int64_t>(n, cap));
+  v.accessPolicyWindow.hitRatio = 1.0f;
+  v.accessPolicyWindow.hitProp = cudaAccessPropertyStreaming;
+  v.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
+  auto cs = static_cast<cudaStream_t>(s.handle());
+  if (cudaStreamSetAttribute(cs, cudaStreamAttributeAccessPolicyWindow, &v) != cudaSuccess) {
+    (void)cudaGetLastError();  // refused (e.g. during some captures): no window, nothing else changes
+    return;
+  }
+  st = cs;
+#else
+  (void)s, (void)p, (void)n;
+#endif
+}
+StreamWindowScope::~StreamWindowScope() {
+#if GPUKIT_WITH_CUDA
+  if (!st) return;
+  cudaStreamAttrValue v = {};
+  v.accessPolicyWindow.num_bytes = 0;
+  v.accessPolicyWindow.hitRatio = 0.f;
+  v.accessPolicyWindow.hitProp = cudaAccessPropertyNormal;
+  v.accessPolicyWindow.missProp = cudaAccessPropertyNormal;
+  if (cudaStreamSetAttribute(static_cast<cudaStream_t>(st), cudaStreamAttributeAccessPolicyWindow, &v) != cudaSuccess)
+    (void)cudaGetLastError();
+#endif
+}
+namespace {
 thread_local unsigned long long* t_stamps = nullptr;
 thread_local int64_t t_stamps_n = 0;
 }  // namespace
@@ -198,6 +260,7 @@ Array project_opts(const Array& x_in, const Array& w, const Array& bias, const P
   a.vec = al16(a.w) && a.w_rs % 8 == 0 && k % 8 == 0 && al16(a.x);
   if (!a.vec) throw ValueError("w: project needs 16-byte aligned weight rows and K % 8 == 0");
   a.pdl = pdl_enabled(d);
+  a.w_ef = t_wef;
   if (argmax_keys) a.argmax_keys = static_cast<unsigned long long*>(argmax_keys->data());
   if (opt.kv_k && opt.kv_v && opt.kv_pos && opt.kv_bt && !swiglu && !tail) {
     const Array &kc = *opt.kv_k, &vc = *opt.kv_v, &ps = *opt.kv_pos, &bt = *opt.kv_bt;
@@ -418,6 +481,7 @@ Array project_qkv_rope(const Array& x_in, const Array& w, const Array& bias, int
   a.vec = al16(a.w) && a.w_rs % 8 == 0 && k % 8 == 0 && al16(a.x);
   if (!a.vec) throw ValueError("w: project_qkv_rope needs 16-byte aligned weight rows and K % 8 == 0");
   a.pdl = pdl_enabled(d);
+  a.w_ef = t_wef;
   for (const Array* t : std::initializer_list<const Array*>{&x, &wd, &b, &k_cache, &v_cache, &positions, &block_table})
     if (t->defined()) detail::mark_used(*t, s);
   cuda::llm_project(a, &pr, s.handle());

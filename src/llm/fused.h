@@ -85,6 +85,9 @@ struct ProjArgs {
   const int32_t* kv_pos = nullptr;
   const int32_t* kv_bt = nullptr;
   int64_t kv_page_bytes = 0, kv_bs = 0, kv_nb = 0, kv_bt_stride = 0, kv_max_blocks = 0;
+  // weights_evict_first (m == 1, no tail / norm-in / kv_l2): weight loads with an L2
+  // evict-first policy
+  bool w_ef = false;
 };
 // The rope frequencies of a rope projection: a second kernel parameter, so that the
 // other projections launch with a small parameter block.
@@ -187,6 +190,13 @@ struct AttnArgs {
   unsigned long long* stamps = nullptr;
   DType dtype = DType::bf16;
   bool pdl = false;
+  // fused::AttnMmaScope (EngineOptions::fused_attention_mma): scores on the tensor cores
+  // and P V with 16-byte V reads (other bits, within rounding of the float64 attention)
+  bool mma = false;
+  // fused::AttnMmaScope's pad (EngineOptions::fused_attention_pad_kb): dynamic shared memory
+  // of at least this many KiB per CTA (capped at what one CTA may have), so that no other
+  // kernel's blocks share the attention's SMs. The same bits.
+  int pad_kb = 0;
 };
 
 namespace fused {
@@ -245,6 +255,43 @@ struct CarveoutScope {
   CarveoutScope& operator=(const CarveoutScope&) = delete;
   int prev;
 };
+// EngineOptions::quant_streaming: while it lives, kernels launched into stream s (graph
+// captures included: the kernel nodes take the stream's attribute) treat the bytes
+// [p, p + n) (capped at the device's largest access policy window) as streaming data in L2
+// (cudaAccessPropertyStreaming: evicted first), for the quantized GEMVs that are not the
+// engine's own kernels. Restores an empty window after. Does nothing on the CPU, where the
+// attribute is refused, or with n <= 0. The same bits (only a cache policy).
+struct StreamWindowScope {
+  StreamWindowScope(const Stream& s, const void* p, int64_t n);
+  ~StreamWindowScope();
+  StreamWindowScope(const StreamWindowScope&) = delete;
+  StreamWindowScope& operator=(const StreamWindowScope&) = delete;
+  void* st = nullptr;  // cudaStream_t while a window is set
+};
+// EngineOptions::fused_attention_mma: the fused decode attention launched by this thread
+// while it lives takes its tensor-core score pass and 16-byte P V pass (AttnArgs::mma).
+// pad_kb: AttnArgs::pad_kb of those launches (EngineOptions::fused_attention_pad_kb).
+struct AttnMmaScope {
+  explicit AttnMmaScope(bool on, int pad_kb = 0);
+  ~AttnMmaScope();
+  AttnMmaScope(const AttnMmaScope&) = delete;
+  AttnMmaScope& operator=(const AttnMmaScope&) = delete;
+  bool prev;
+  int prev_pad;
+};
+bool attention_mma();
+int attention_pad_kb();
+// EngineOptions::weights_evict_first: the projection GEMVs launched by this thread while it
+// lives (one row of x, plain / SwiGLU / RoPE epilogues) load their weights with an L2
+// evict-first policy. The same bits.
+struct EvictFirstScope {
+  explicit EvictFirstScope(bool on);
+  ~EvictFirstScope();
+  EvictFirstScope(const EvictFirstScope&) = delete;
+  EvictFirstScope& operator=(const EvictFirstScope&) = delete;
+  bool prev;
+};
+bool weights_evict_first();
 // The value an engine launch sets its kernel's carveout attribute to (-1: the default),
 // or -2: leave it (no scope has asked for a carveout in this process).
 int launch_carveout();

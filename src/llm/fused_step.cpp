@@ -183,6 +183,8 @@ Array attention_rope(const Array& qkv, int64_t hq, const Array& k_cache, const A
   a.ws = ws.defined() ? ws.data_as<float>() : nullptr;
   a.counters = counters.data_as<int32_t>();
   a.stamps = attn_stamps(B * hkv * S * 8);
+  a.mma = attention_mma();
+  a.pad_kb = attention_pad_kb();
   a.dtype = qkv.dtype();
   a.pdl = pdl_enabled(d);
   ProjRope pr;

@@ -61,6 +61,11 @@ void env_options(EngineOptions& o) {
   o.fused_attention = env_flag("GPUKIT_FUSED_ATTN", o.fused_attention);
   o.fused_attention_auto = env_flag("GPUKIT_FUSED_ATTN_AUTO", o.fused_attention_auto);
   o.kv_l2 = env_flag("GPUKIT_KV_L2", o.kv_l2);
+  o.weights_evict_first = env_flag("GPUKIT_WEIGHTS_EF", o.weights_evict_first);
+  o.quant_streaming = env_flag("GPUKIT_QUANT_STREAMING", o.quant_streaming);
+  o.fused_attention_mma = env_flag("GPUKIT_FUSED_ATTN_MMA", o.fused_attention_mma);
+  if (const char* e = std::getenv("GPUKIT_FUSED_ATTN_PAD_KB"); e && *e)
+    o.fused_attention_pad_kb = std::clamp(std::atoi(e), 0, 227);
   if (const char* e = std::getenv("GPUKIT_CARVEOUT"); e && *e) o.carveout = std::clamp(std::atoi(e), -1, 100);
   if (const char* e = std::getenv("GPUKIT_FUSED_ATTN_CHUNK"); e && *e) {
     if (std::strcmp(e, "0") && std::strcmp(e, "64") && std::strcmp(e, "128") && std::strcmp(e, "256") &&
@@ -181,6 +186,10 @@ Array Model::project(const Array& x, const Array& w, const QuantizedWeight& qw, 
   if (!qw.format.empty()) {
     const DType ot = out.value_or(dtype_);
     if (M <= kGemvRows || device_.is_cpu()) {
+      // quant_streaming (decode): the codes are streaming data in L2 for this launch
+      const bool win = opt_.quant_streaming && engine_ops() && qw.q.defined();
+      fused::StreamWindowScope sw(Stream::current(device_), win ? qw.q.data() : nullptr,
+                                  win ? int64_t(qw.q.nbytes()) : 0);
       y = gemv_quantized(x, qw, ot);
     } else if (opt_.dequant_prefill && (y = fused::dequant_linear(x, qw, ot)).defined()) {
       // prefill: the weight expanded to x's type, cuBLASLt (src/cuda/llm_step.cu)
