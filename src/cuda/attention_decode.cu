@@ -416,20 +416,32 @@ void launch_decode_merge(const DecodeArgs& a, cudaStream_t st) {
 //  - the pair kernel (one CTA per pair, one launch) when its waves are at least kPairMinEff full and every warp
 //    has a group (ngmax >= 8): B16 T4096 67.1 us against 74.3, B32 T8192 248.3 / 258.1, B64 T2048 131.3 / 137.1;
 //    B8 T4096 (64 pairs) 48.7 / 44.7.
+//  - else, when every 8-warp CTA of the pair clusters has groups (ngmax >= 8, <= 16), the pair clusters of 8-warp
+//    CTAs (31; one launch, no workspace): the final run of session 5 (docs/device-runs/2026-11-30-h200-s5-final-2.log,
+//    plan 12) had B4 T4096 25.3 us against 32.1 for 23, B8 36.4 / 43.5, B16 70.4 / 72.3 (28: 66.6, routed there).
 //  - else the two-kernel fold with L2 evict-first K / V loads (23; head_dim 256 always): 0.6-3.4 % faster than
 //    without (19) at every shape of that run.
 constexpr double kPairMinEff = 0.9;
 // Whether variant 0 (no GPUKIT_DECODE_SPLIT) runs the fold kernels (else attention_decode_mma.cu).
 constexpr bool kFoldDefault = true;
 
-void attention_decode(const DecodeArgs& a, void* stream) {
+// GPUKIT_DECODE_PREFETCH=1 (read at each call): the one-launch fold kernels (18, 28, 30-33) prefetch each warp's
+// first keys into L2 before their PDL wait (common/decode_fold.cuh, l2_prefetch_rows; only with PDL on).
+static bool decode_prefetch() {
+  const char* e = std::getenv("GPUKIT_DECODE_PREFETCH");
+  return e && std::strcmp(e, "1") == 0 && dmma::decode_pdl();
+}
+
+void attention_decode(const DecodeArgs& a_in, void* stream) {
+  DecodeArgs a = a_in;
+  a.prefetch = decode_prefetch() ? 1 : 0;
   auto st = static_cast<cudaStream_t>(stream);
   if (!aligned16(a.kc) || !aligned16(a.vc)) throw ValueError("k_cache, v_cache: must be 16-byte aligned");
   if (a.chunk_min < 32 || a.chunk_min % 32 || a.chunk_max < a.chunk_min || a.chunk_max > 4096 || a.target_splits < 1)
     throw ValueError("attention_decode: bad split parameters");
   // bf16 / fp16: the tensor-core kernels. The fold kernels (attention_decode_fold*.cu; the same bits
-  // whichever runs): variant 20 (auto, the default): CTA group units (18), the pair kernel (28) or the two-kernel
-  // fold with evict-first (23), see kPairMinEff. 18: CTA group units in one launch (counters, last CTA folds);
+  // whichever runs): variant 20 (auto, the default): CTA group units (18), the pair kernel (28), the pair clusters
+  // of 8-warp CTAs (31) or the two-kernel fold with evict-first (23), see kPairMinEff. 18: CTA group units in one launch (counters, last CTA folds);
   // 19: chunk or warp group units plus the merge kernel (two launches), 23: 19 with L2 evict-first K / V loads,
   // 14 / 15 force chunk / group units (+ merge kernel), 17: 19 without the merge (timing only), 21: warp group
   // units merged in the kernel by the last warp (one launch; slow), 22: 21 with evict-first, 26: 19 with the warps
@@ -441,7 +453,10 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   // with L2 evict-first K / V loads. 30 / 31: the pair kernel over a thread-block cluster, one warp per group (CTAs
   // of 4 / 8 warps), the groups folded through distributed shared memory, evict-first (one launch; for mid-size
   // batches, e.g. B4-B8 T4096 where 28 fills 32-64 of the SMs; not measured at A, not used by auto); 32: 30 with
-  // twice the stage ring (one CTA per SM).
+  // twice the stage ring (one CTA per SM). 33: 24 with CTAs of 4 warps (two chunks per warp, two CTAs per SM, so
+  // clusters of 16 CTAs need 8 SMs of a GPC: B = 1 with 8 kv heads in one wave; the group merge through distributed
+  // shared memory instead of 18's global round trip). 34 / 35 (timing only, wrong outputs): 18 without its
+  // cross-CTA merge (34) or with neither its CTA fold nor any global write (35): the costs of 18's parts.
   // attention_decode_mma.cu: variants 2-13 and 16 (16: its default). Variant 0 is kFoldDefault ? 20 : 16.
   // Variant 1 forces the CUDA-core kernel below.
   int v = a.variant == 0 ? (kFoldDefault ? 20 : 16) : a.variant;
@@ -449,13 +464,19 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   if (v == 20) {  // auto (see kPairMinEff)
     const int64_t ngmax = (int64_t(a.nsplit) + 7) / 8, sms = dmma::sm_count();
     const int64_t waves = (pairs + sms - 1) / sms;
-    v = pairs * ngmax <= sms                                                             ? 18
-        : ngmax >= 8 && ngmax <= 16 && double(pairs) >= kPairMinEff * double(waves * sms) ? 28
-                                                                                          : 23;
+    const bool fill = ngmax >= 8 && ngmax <= 16;  // every warp of the pair / 8-warp cluster kernels has a group
+    v = pairs * ngmax <= sms                                                 ? 18
+        : fill && double(pairs) >= kPairMinEff * double(waves * sms)         ? 28
+        : fill                                                               ? 31
+                                                                             : 23;
   }
   const char* path = nullptr;
   if ((v == 24 || v == 25) && attention_decode_fold_cl(a, st, v == 24 ? 1 : 2)) {
-    path = "cluster (24)";
+    path = v == 24 ? "cluster (24)" : "cluster, two groups per CTA (25)";
+  } else if (v == 33 && attention_decode_fold_cl(a, st, 3)) {
+    path = "cluster of 4-warp CTAs (33)";
+  } else if ((v == 34 || v == 35) && attention_decode_fold_cta(a, st, v - 33)) {
+    path = v == 34 ? "cta without the cross-CTA merge (34, timing only)" : "cta streaming only (35, timing only)";
   } else if ((v == 28 || v == 29) && attention_decode_fold_pair(a, st, v == 29)) {
     path = v == 29 ? "pair CTAs, evict-first (29)" : "pair CTAs (28)";
   } else if (v >= 30 && v <= 32 && attention_decode_fold_pcl(a, st, v == 31 ? 8 : 4, v == 32)) {
@@ -463,8 +484,8 @@ void attention_decode(const DecodeArgs& a, void* stream) {
            : v == 31 ? "pair clusters, 8 warps per CTA (31)" : "pair clusters, 4 warps per CTA, deep ring (32)";
   } else if (v == 18 && attention_decode_fold_cta(a, st)) {
     path = "cta (18)";
-  } else if (v >= 14 && v <= 32 && v != 16) {
-    // (18, 24, 25, 28-32 when not covered: 23, as the default would)
+  } else if (v >= 14 && v <= 35 && v != 16) {
+    // (18, 24, 25, 28-35 when not covered: 23, as the default would)
     const int force = v == 14 ? 1 : v == 15 ? 2 : v == 17 ? 3 : v == 21 ? 4 : v == 22 ? 4 | 8 : v == 19 ? 0
                       : v == 26 ? 16 : v == 27 ? 16 | 8 : 8;
     if (attention_decode_fold(a, st, force)) path = force & 8 ? "fold + merge kernel, evict-first (23)"

@@ -76,7 +76,9 @@ __device__ __forceinline__ int tile_row_c(const DecodeArgs& a, int nitems, const
   return blk < 0 || blk >= a.nb ? -1 : blk * bs + j % bs;
 }
 
-template <class T, int D>
+// STOP (timing only, wrong outputs): 1: no cross-CTA merge (the group results go to the workspace, no counter),
+// 2: neither the CTA's fold nor any global write (the chunk partials stay in shared memory).
+template <class T, int D, int STOP>
 __global__ void __launch_bounds__(kGroup * 32, 1)
     k_decode_fold_cta(const __grid_constant__ DecodeArgs a, int* counters) {
   using Cf = MCfg<D>;
@@ -94,6 +96,15 @@ __global__ void __launch_bounds__(kGroup * 32, 1)
   const int g = lane >> 2, t4 = lane & 3;
   const int stride = int(gridDim.x);
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8, H = a.hkv * ngb;
+  if (a.prefetch) {  // this CTA's first unit, its warps' first keys into L2 (hints: see l2_prefetch_rows)
+    const int ni = unit_prefix(a, H, 1, pre_s);
+    CCursor P0;
+    P0.item = blockIdx.x;
+    P0.qi = 0;
+    find_cunit(a, ngb, ni, stride, pre_s, warp, P0);
+    if (P0.item < ni && P0.len > 0) l2_prefetch_rows<D>(a, P0.b, P0.kvh, P0.j0, min(P0.len, kPrefetchKeys), lane);
+    __syncthreads();  // (pre_s is rebuilt after the wait)
+  }
   gdc_wait();  // (launched with PDL: q, the cache and the lengths may come from the previous kernel)
   gdc_launch();  // the next kernel waits for this grid's completion before reading the outputs
   const int nitems = unit_prefix(a, H, 1, pre_s);
@@ -218,7 +229,7 @@ __global__ void __launch_bounds__(kGroup * 32, 1)
       if (lane == 0) pub[warp] = cs;
       __syncthreads();
       const int64_t hrow = int64_t(C.b) * a.hq + C.h0;
-      for (int idx = threadIdx.x; idx < C.nh * D; idx += W * 32) {
+      for (int idx = threadIdx.x; STOP < 2 && idx < C.nh * D; idx += W * 32) {
         const int h = idx / D, d = idx - h * D;
         float M = -INFINITY, L = 0.f, O = 0.f;
         for (int w = 0; w < C.nw; ++w) {
@@ -239,7 +250,7 @@ __global__ void __launch_bounds__(kGroup * 32, 1)
           }
         }
       }
-      if (C.ng > 1) {  // count this group in; the CTA completing the count folds the groups
+      if (STOP == 0 && C.ng > 1) {  // count this group in; the CTA completing the count folds the groups
         const int ci = (C.b * a.hkv + C.kvh) * ngb + (C.h0 - C.kvh * G) / 8;
         __threadfence();
         __syncthreads();
@@ -321,14 +332,14 @@ __global__ void __launch_bounds__(kGroup * 32, 1)
 }
 
 // False (nothing launched) while the stream's capture is invalidated (no counters): the caller falls back.
-template <class T, int D>
+template <class T, int D, int STOP>
 bool launch_cta(const DecodeArgs& a, cudaStream_t st) {
   using Cf = MCfg<D>;
   static_assert(Cf::SMEM + Cf::W * Cf::S * 4 + 4 * (kMaxDenseF + 2 + Cf::W) <= 227 * 1024, "shared memory");
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
   const int64_t nunits = int64_t((a.nsplit + kGroup - 1) / kGroup) * a.B * a.hkv * ngb;  // bound
   if (nunits + 1024 > INT32_MAX) throw ValueError("q: too many heads x chunks");
-  auto kern = k_decode_fold_cta<T, D>;
+  auto kern = k_decode_fold_cta<T, D, STOP>;
   {
     static std::atomic<unsigned long long> done{0};
     int dev = 0;
@@ -348,7 +359,7 @@ bool launch_cta(const DecodeArgs& a, cudaStream_t st) {
 }
 }  // namespace
 
-bool attention_decode_fold_cta(const DecodeArgs& a, cudaStream_t st) {
+bool attention_decode_fold_cta(const DecodeArgs& a, cudaStream_t st, int stop) {
   const bool half = a.dtype == DType::bf16 || a.dtype == DType::f16;
   if (!half || a.cache_dtype != a.dtype || (a.D != 64 && a.D != 128)) return false;
   if (!aligned16(a.q) || (a.q_bs * 2) % 16 || (a.q_hs * 2) % 16) return false;
@@ -356,7 +367,9 @@ bool attention_decode_fold_cta(const DecodeArgs& a, cudaStream_t st) {
   if (a.chunk_min % 16) return false;
   auto go = [&](auto t) {
     using T = decltype(t);
-    return a.D == 64 ? launch_cta<T, 64>(a, st) : launch_cta<T, 128>(a, st);
+    if (stop == 1) return a.D == 64 ? launch_cta<T, 64, 1>(a, st) : launch_cta<T, 128, 1>(a, st);
+    if (stop == 2) return a.D == 64 ? launch_cta<T, 64, 2>(a, st) : launch_cta<T, 128, 2>(a, st);
+    return a.D == 64 ? launch_cta<T, 64, 0>(a, st) : launch_cta<T, 128, 0>(a, st);
   };
   return a.dtype == DType::bf16 ? go(bf16{}) : go(f16{});
 }

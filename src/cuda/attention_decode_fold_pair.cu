@@ -41,6 +41,7 @@ __global__ void __launch_bounds__(kGroup * 32, 1) k_decode_fold_pair(const __gri
   const int b = int(blockIdx.x / unsigned(H)), rem = int(blockIdx.x % unsigned(H));
   const int kvh = rem / ngb, gb = rem % ngb;
   const int h0 = kvh * G + gb * 8, nh = min(8, G - gb * 8);
+  if (a.prefetch) l2_prefetch_chunks<D>(a, b, kvh, warp * kGroup, kGroup, lane);  // hints (l2_prefetch_rows)
   gdc_wait();  // (launched with PDL: q, the cache and the lengths may come from the previous kernel)
   gdc_launch();  // the next kernel waits for this grid's completion before reading the outputs
   const SeqPlan p = seq_plan(a, b);

@@ -76,6 +76,7 @@ __global__ void __launch_bounds__(W * 32) k_decode_fold_pcl(const __grid_constan
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
   const int b = blockIdx.z, kvh = blockIdx.y / ngb, gb = blockIdx.y % ngb;
   const int h0 = kvh * G + gb * 8, nh = min(8, G - gb * 8);
+  if (a.prefetch) l2_prefetch_chunks<D>(a, b, kvh, (r * W + warp) * kGroup, kGroup, lane);  // hints (l2_prefetch_rows)
   gdc_wait();  // (launched with PDL: q, the cache and the lengths may come from the previous kernel)
   gdc_launch();  // the next kernel waits for this grid's completion before reading the outputs
   const SeqPlan p = seq_plan(a, b);
