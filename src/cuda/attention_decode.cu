@@ -416,8 +416,8 @@ void launch_decode_merge(const DecodeArgs& a, cudaStream_t st) {
 //  - the pair kernel (one CTA per pair, one launch) when its waves are at least kPairMinEff full and every warp
 //    has a group (ngmax >= 8): B16 T4096 67.1 us against 74.3, B32 T8192 248.3 / 258.1, B64 T2048 131.3 / 137.1;
 //    B8 T4096 (64 pairs) 48.7 / 44.7.
-//  - else, when every 8-warp CTA of the pair clusters has groups (ngmax >= 8, <= 16), the pair clusters of 8-warp
-//    CTAs (31; one launch, no workspace): the final run of session 5 (docs/device-runs/2026-11-30-h200-s5-final-2.log,
+//  - else, when at least 3/4 of the warps of the pair clusters of 8-warp CTAs have a group (ngmax 8 or 12-16) and
+//    their CTAs fit in two waves, that kernel (31; one launch, no workspace): the final run of session 5 (docs/device-runs/2026-11-30-h200-s5-final-2.log,
 //    plan 12) had B4 T4096 25.3 us against 32.1 for 23, B8 36.4 / 43.5, B16 70.4 / 72.3 (28: 66.6, routed there).
 //  - else the two-kernel fold with L2 evict-first K / V loads (23; head_dim 256 always): 0.6-3.4 % faster than
 //    without (19) at every shape of that run.
@@ -464,10 +464,14 @@ void attention_decode(const DecodeArgs& a_in, void* stream) {
   if (v == 20) {  // auto (see kPairMinEff)
     const int64_t ngmax = (int64_t(a.nsplit) + 7) / 8, sms = dmma::sm_count();
     const int64_t waves = (pairs + sms - 1) / sms;
-    const bool fill = ngmax >= 8 && ngmax <= 16;  // every warp of the pair / 8-warp cluster kernels has a group
+    const bool fill = ngmax >= 8 && ngmax <= 16;  // every warp of the pair kernel has a group
+    // the pair clusters of 8-warp CTAs: cs CTAs per pair (one warp per group): at least 3/4 of the warps with a
+    // group, at most two waves (as measured: B4-B16 T4096, ngmax 16)
+    const int64_t cs = ngmax <= 8 ? 1 : 2;
+    const bool pcl = fill && 4 * ngmax >= 3 * 8 * cs && pairs * cs <= 2 * sms;
     v = pairs * ngmax <= sms                                                 ? 18
         : fill && double(pairs) >= kPairMinEff * double(waves * sms)         ? 28
-        : fill                                                               ? 31
+        : pcl                                                                ? 31
                                                                              : 23;
   }
   const char* path = nullptr;

@@ -140,8 +140,8 @@ def test_cuda_pdl_chain(B, monkeypatch):
     # The first decode kernel launches with PDL (it may start while the previous kernel finishes) and the last
     # one lets the next kernel launch early: a chain out_{i+1} = decode(q = out_i) reads each q only after the
     # call that writes it (poisoned allocations: a read before the write gives NaN), eagerly, in a captured
-    # graph and with GPUKIT_DECODE_PDL=0 (the same bits). B = 1: cluster kernel, 3: CTA units, 40: the fold
-    # kernel + merge kernel.
+    # graph and with GPUKIT_DECODE_PDL=0 (the same bits). B = 1: CTA units (18), 3 and 40: the fold kernel + merge
+    # kernel (23; a 2304-key capacity has 9 groups: the pair clusters would leave 7 of 16 warps idle).
     Hq, Hkv, D, T = 32, 8, 128, 2304
     rng = np.random.default_rng(90 + B)
     lens = rng.integers(1, T + 1, B).astype(np.int32)
