@@ -24,6 +24,7 @@
 
 #include "cuda/common/attention.cuh"
 #include "cuda/common/decode_fold.cuh"
+#include "cuda/common/decode_fold_warp.cuh"
 #include "cuda/common/decode_fold_units.cuh"
 #include "cuda/common/decode_mma.cuh"
 #include "ops/nn_args.h"
@@ -39,8 +40,7 @@ template <class T, int D>
 __global__ void __launch_bounds__(MCfg<D>::W * 32, 1)
     k_decode_fold(const __grid_constant__ DecodeArgs a, int nitems, int force, int* counters) {
   using Cf = MCfg<D>;
-  constexpr int W = Cf::W, S = Cf::S, ROWB = Cf::ROWB, CH = Cf::CH, KVB = Cf::KVB, STAGE = Cf::STAGE,
-                CPL = Cf::CPL, QPL = Cf::QPL, KSTEP = Cf::KSTEP;
+  constexpr int W = Cf::W, S = Cf::S, STAGE = Cf::STAGE, KSTEP = Cf::KSTEP;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ unsigned msk[W][S];
   __shared__ int pre_s[kMaxDenseF + 1];
@@ -73,9 +73,6 @@ __global__ void __launch_bounds__(MCfg<D>::W * 32, 1)
   unsigned char* ring = smem + size_t(warp) * Cf::WARPB;
   unsigned char* qslots = ring + S * STAGE;
   const uint32_t ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(ring)), qslots_s = ring_s + S * STAGE;
-  const T* kc = static_cast<const T*>(a.kc);
-  const T* vc = static_cast<const T*>(a.vc);
-  const T* qp = static_cast<const T*>(a.q);
 
   FCursor P;
   P.item = tr ? int(blockIdx.x) * W + warp : warp * int(gridDim.x) + blockIdx.x;
@@ -87,33 +84,8 @@ __global__ void __launch_bounds__(MCfg<D>::W * 32, 1)
 
   auto issue = [&](int ps) {
     if (P.item < nitems) {
-      unsigned char* st = ring + ps * STAGE;
-      const unsigned m = __ballot_sync(kFull, prow >= 0) & 0xffffu;
-      if (lane == 0) msk[warp][ps] = m;
-      const int64_t hoff = int64_t(P.kvh) * D;
-#pragma unroll
-      for (int u = 0; u < CPL; ++u) {
-        const int c = lane + 32 * u, r = c / CH, cc = c % CH;
-        const int row = __shfl_sync(kFull, prow, r);
-        const bool ok = row >= 0;
-        const int64_t off = ok ? int64_t(row) * a.hkv * D + hoff + cc * 8 : 0;
-        if (ef) {
-          cp_async16_ef(st + swz(r, cc, ROWB), kc + off, ok, pol);
-          cp_async16_ef(st + KVB + swz(r, cc, ROWB), vc + off, ok, pol);
-        } else {
-          cp_async16(st + swz(r, cc, ROWB), kc + off, ok);
-          cp_async16(st + KVB + swz(r, cc, ROWB), vc + off, ok);
-        }
-      }
-      if (P.tile == 0) {
-        const T* q = qp + int64_t(P.b) * a.q_bs + int64_t(P.h0) * a.q_hs;
-#pragma unroll
-        for (int u = 0; u < QPL; ++u) {
-          const int c = lane + 32 * u, r = c / CH, cc = c % CH;
-          const bool ok = r < P.nh;
-          cp_async16(qslots + P.qi * Cf::QB + swz(r, cc, ROWB), ok ? q + int64_t(r) * a.q_hs + cc * 8 : qp, ok);
-        }
-      }
+      copy_kv_tile<T, D>(ring + ps * STAGE, &msk[warp][ps], a, P.kvh, prow, lane, ef, pol);
+      if (P.tile == 0) copy_q<T, D>(qslots + P.qi * Cf::QB, a, P.b, P.h0, P.nh, lane);
     }
     cp_async_commit();
   };
@@ -152,15 +124,7 @@ __global__ void __launch_bounds__(MCfg<D>::W * 32, 1)
     __syncwarp();
     const uint32_t st = ring_s + cs * STAGE;
     if (C.tile == 0) {
-#pragma unroll
-      for (int k2 = 0; k2 < KSTEP / 2; ++k2) {
-        uint32_t x[4];
-        ldsm_x4(x, qslots_s + C.qi * Cf::QB + swz(lane & 7, 4 * k2 + (lane >> 3), ROWB));
-        qa[2 * k2][0] = x[0];
-        qa[2 * k2][1] = x[1];
-        qa[2 * k2 + 1][0] = x[2];
-        qa[2 * k2 + 1][1] = x[3];
-      }
+      load_q_frags<D>(qa, qslots_s + C.qi * Cf::QB, lane);
       __syncwarp();
     }
     issue(ps);

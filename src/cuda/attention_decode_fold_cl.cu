@@ -18,6 +18,7 @@
 
 #include "cuda/common/attention.cuh"
 #include "cuda/common/decode_fold.cuh"
+#include "cuda/common/decode_fold_warp.cuh"
 #include "cuda/common/decode_mma.cuh"
 #include "ops/nn_args.h"
 
@@ -28,22 +29,6 @@ using namespace dmma;
 using namespace dfold;
 
 constexpr int kMaxCluster = 16;
-
-__device__ __forceinline__ void cl_sync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-#endif
-}
-// The float at shared address s (an offset in this CTA's window) of CTA `rank` of the cluster.
-__device__ __forceinline__ float ld_peer(uint32_t s, uint32_t rank) {
-  float v = 0.f;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  uint32_t ra;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(ra) : "r"(s), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(ra) : "memory");
-#endif
-  return v;
-}
 
 // grid (cs, H = hkv * ngb, B), clusters of cs CTAs along x. CTA r runs groups r, r + cs, ... (GPC of them at
 // most, one after the other in each warp's stream of tiles). W warps per CTA: 8 (warp w: chunk w of each group)
@@ -56,14 +41,13 @@ __global__ void __launch_bounds__(W * 32) k_decode_fold_cl(const __grid_constant
   constexpr int CPW = kGroup / W;  // chunks of a group per warp
   constexpr int NS = GPC * CPW;    // chunk slots per warp: slot k = (group r + (k / CPW) cs, chunk warp + (k % CPW) W)
   static_assert(GPC >= 1 && NS <= 2 && Cf::S >= NS + 1, "partials in stages 0 .. NS - 1, results in stage S - 1");
-  constexpr int S = Cf::S, ROWB = Cf::ROWB, CH = Cf::CH, KVB = Cf::KVB, STAGE = Cf::STAGE, CPL = Cf::CPL,
-                QPL = Cf::QPL, KSTEP = Cf::KSTEP;
+  constexpr int S = Cf::S, STAGE = Cf::STAGE, KSTEP = Cf::KSTEP;
   static_assert(8 * D * 4 + 64 <= STAGE, "a partial fits in one stage");
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ unsigned msk[W][S];
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, t4 = lane & 3;
+  const int t4 = lane & 3;
   const int r = blockIdx.x, cs = gridDim.x;  // rank in the cluster (clusters span x)
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
   const int b = blockIdx.z, kvh = blockIdx.y / ngb, gb = blockIdx.y % ngb;
@@ -101,8 +85,6 @@ __global__ void __launch_bounds__(W * 32) k_decode_fold_cl(const __grid_constant
     int ntot = 0;
 #pragma unroll
     for (int k = 0; k < NS; ++k) ntot += nt[k];
-    const T* kc = static_cast<const T*>(a.kc);
-    const T* vc = static_cast<const T*>(a.vc);
     // flat tile i of the warp's stream: slot k, tile t of that chunk
     auto row_of = [&](int i) {
       if (i >= ntot) return -1;
@@ -122,29 +104,8 @@ __global__ void __launch_bounds__(W * 32) k_decode_fold_cl(const __grid_constant
     int prow = row_of(0);
     auto issue = [&](int i) {
       if (i < ntot) {
-        unsigned char* st = ring + (i % S) * STAGE;
-        const unsigned m = __ballot_sync(kFull, prow >= 0) & 0xffffu;
-        if (lane == 0) msk[warp][i % S] = m;
-        const int64_t hoff = int64_t(kvh) * D;
-#pragma unroll
-        for (int u = 0; u < CPL; ++u) {
-          const int c = lane + 32 * u, rr = c / CH, cc = c % CH;
-          const int row = __shfl_sync(kFull, prow, rr);
-          const bool ok = row >= 0;
-          const int64_t off = ok ? int64_t(row) * a.hkv * D + hoff + cc * 8 : 0;
-          cp_async16(st + swz(rr, cc, ROWB), kc + off, ok);
-          cp_async16(st + KVB + swz(rr, cc, ROWB), vc + off, ok);
-        }
-        if (i == 0) {
-          const T* qp = static_cast<const T*>(a.q);
-          const T* q = qp + int64_t(b) * a.q_bs + int64_t(h0) * a.q_hs;
-#pragma unroll
-          for (int u = 0; u < QPL; ++u) {
-            const int c = lane + 32 * u, rr = c / CH, cc = c % CH;
-            const bool ok = rr < nh;
-            cp_async16(qslot + swz(rr, cc, ROWB), ok ? q + int64_t(rr) * a.q_hs + cc * 8 : qp, ok);
-          }
-        }
+        copy_kv_tile<T, D>(ring + (i % S) * STAGE, &msk[warp][i % S], a, kvh, prow, lane, false, 0);
+        if (i == 0) copy_q<T, D>(qslot, a, b, h0, nh, lane);
       }
       cp_async_commit();
       prow = row_of(i + 1);
@@ -165,45 +126,16 @@ __global__ void __launch_bounds__(W * 32) k_decode_fold_cl(const __grid_constant
 #pragma unroll
     for (int e = 0; e < 4; ++e) sm[e] = 0.f;
     float mrow = -INFINITY, lsum = 0.f;
-    const int hA = 2 * t4, hB = 2 * t4 + 1;
     // publishes the chunk partial (o, stats) into stage k of this warp's ring (all its copies have landed)
     auto publish = [&](int k, const float (&ov)[KSTEP][4], const float (&stv)[4]) {
-      float* pw = reinterpret_cast<float*>(ring + k * STAGE);
-#pragma unroll
-      for (int mt = 0; mt < KSTEP; ++mt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) pw[(e & 1 ? hB : hA) * D + mt * 16 + g + (e >= 2 ? 8 : 0)] = ov[mt][e];
-      if (lane < 4) {
-        pw[8 * D + 2 * hA] = stv[0];
-        pw[8 * D + 2 * hA + 1] = stv[2];
-        pw[8 * D + 2 * hB] = stv[1];
-        pw[8 * D + 2 * hB + 1] = stv[3];
-      }
+      publish_partial<D>(reinterpret_cast<float*>(ring + k * STAGE), ov, stv, lane);
     };
-    auto stats = [&](float (&stv)[4]) {
-      float l = lsum;
-      l += __shfl_xor_sync(kFull, l, 1);
-      l += __shfl_xor_sync(kFull, l, 2);
-      stv[0] = __shfl_sync(kFull, mrow, 8 * t4);
-      stv[1] = __shfl_sync(kFull, mrow, 8 * t4 + 4);
-      stv[2] = __shfl_sync(kFull, l, 8 * t4);
-      stv[3] = __shfl_sync(kFull, l, 8 * t4 + 4);
-    };
+    auto stats = [&](float (&stv)[4]) { chunk_stats(mrow, lsum, t4, stv); };
 #pragma unroll 1
     for (int i = 0; i < ntot; ++i) {
       cp_async_wait<S - 2>();
       __syncwarp();
-      if (i == 0) {
-#pragma unroll
-        for (int k2 = 0; k2 < KSTEP / 2; ++k2) {
-          uint32_t x[4];
-          ldsm_x4(x, qslot_s + swz(lane & 7, 4 * k2 + (lane >> 3), ROWB));
-          qa[2 * k2][0] = x[0];
-          qa[2 * k2][1] = x[1];
-          qa[2 * k2 + 1][0] = x[2];
-          qa[2 * k2 + 1][1] = x[3];
-        }
-      }
+      if (i == 0) load_q_frags<D>(qa, qslot_s, lane);
       issue(i + S - 1);  // into the stage of tile i - 1 (its reads are ordered by the __syncwarp above)
       tile_step<T, D>(ring_s + (i % S) * STAGE, qa, msk[warp][i % S], sl2, capped, cap_in, cap_out, o, mrow, lsum,
                       lane);
@@ -257,7 +189,7 @@ __global__ void __launch_bounds__(W * 32) k_decode_fold_cl(const __grid_constant
     }
   }
   __syncwarp();
-  cl_sync();  // every group's result is visible to the cluster
+  cluster_sync();  // every group's result is visible to the cluster
   // The top fold of this CTA's share of the nh * D outputs: groups 0 .. ng - 1 (ng <= cs * GPC <= 16) in order;
   // group s is in CTA s % cs, slot s / cs.
   const uint32_t base_s = static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + (S - 1) * STAGE;
@@ -271,9 +203,9 @@ __global__ void __launch_bounds__(W * 32) k_decode_fold_cl(const __grid_constant
       if (s < ng) {
         const int rk = GPC > 1 ? s % cs : s;
         const uint32_t gs = base_s + (GPC > 1 ? uint32_t(s / cs) * Cf::WARPB : 0u);
-        mv[s] = ld_peer(gs + (8 * D + 2 * h) * 4, rk);
-        lv[s] = ld_peer(gs + (8 * D + 2 * h + 1) * 4, rk);
-        ov[s] = ld_peer(gs + (h * D + d) * 4, rk);
+        mv[s] = ld_cluster(gs + (8 * D + 2 * h) * 4, rk);
+        lv[s] = ld_cluster(gs + (8 * D + 2 * h + 1) * 4, rk);
+        ov[s] = ld_cluster(gs + (h * D + d) * 4, rk);
       }
     }
     float TM = -INFINITY, TL = 0.f, TO = 0.f;
@@ -289,7 +221,7 @@ __global__ void __launch_bounds__(W * 32) k_decode_fold_cl(const __grid_constant
     static_cast<T*>(a.out)[(int64_t(b) * a.hq + h0 + h) * D + d] = convert<T>(finalize(TO, TL));
   }
   __syncwarp();
-  cl_sync();  // no CTA leaves (freeing its shared memory) while others read it
+  cluster_sync();  // no CTA leaves (freeing its shared memory) while others read it
 }
 
 // Clusters of cs CTAs of the kernel with GPC groups per CTA resident at once on this device (queried once per
@@ -408,18 +340,7 @@ bool attention_decode_fold_cl(const DecodeArgs& a, cudaStream_t st, int force) {
   if (!aligned16(a.q) || (a.q_bs * 2) % 16 || (a.q_hs * 2) % 16) return false;
   if (a.B > 65535 || a.nb * a.bs > int64_t(INT32_MAX)) return false;
   if (a.chunk_min % 16) return false;
-  {  // sm_90+ only (clusters, distributed shared memory)
-    static std::atomic<int> major[64];
-    int dev = 0;
-    GK_CUDA_CHECK(cudaGetDevice(&dev));
-    if (dev < 0 || dev >= 64) dev = 0;
-    int m = major[dev].load(std::memory_order_relaxed);
-    if (m <= 0) {
-      GK_CUDA_CHECK(cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev));
-      major[dev].store(m, std::memory_order_relaxed);
-    }
-    if (m < 9) return false;
-  }
+  if (!device_sm90()) return false;  // (clusters, distributed shared memory)
   auto go = [&](auto t) {
     using T = decltype(t);
     return a.D == 64 ? go_cl<T, 64>(a, st, force) : go_cl<T, 128>(a, st, force);
