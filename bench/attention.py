@@ -35,14 +35,12 @@ PAGED = [(1, 16384), (32, 8192)]
 # group per CTA, the pair kernel when its waves are full, the pair clusters of 8-warp CTAs (31) for mid-size
 # batches, else the two-kernel fold with evict-first (23)), 18 CTA group units in one launch (last CTA of each
 # head merges), 19 chunk or warp group units + merge kernel (23: with L2 evict-first K / V loads), 14 / 15 chunk /
-# warp group units + merge kernel, 17: 19 without the merge kernel (timing only), 21 warp group units merged in
-# the kernel (22: evict-first), 26: 19 with the warps of a CTA on consecutive units (27: + evict-first), 24 one
-# thread-block cluster per sequence x kv head (a CTA per group, merged through distributed shared memory), 25: 24
-# with two groups per CTA, 33: 24 with CTAs of 4 warps (two chunks per warp, two CTAs per SM), 28: one CTA per
-# sequence x kv head, warps on group units (one launch), 29: 28 with L2 evict-first, 30 / 31: 29 spread over a
-# thread-block cluster, one warp per group (CTAs of 4 / 8 warps), 32: 30 with a stage ring twice as deep (one CTA
-# per SM). Timing only (wrong outputs): 34: 18 without its cross-CTA merge, 35: 18 streaming only (no fold, no
-# global write).
+# warp group units + merge kernel, 17: 19 without the merge kernel (timing only), 24 one thread-block cluster per
+# sequence x kv head (a CTA per group, merged through distributed shared memory), 25: 24 with two groups per CTA,
+# 33: 24 with CTAs of 4 warps (two chunks per warp, two CTAs per SM), 28: one CTA per sequence x kv head, warps on
+# group units (one launch), 29: 28 with L2 evict-first, 31: 29 spread over a thread-block cluster of 8-warp CTAs,
+# one warp per group. Timing only (wrong outputs): 34: 18 without its cross-CTA merge, 35: 18 streaming only (no
+# fold, no global write). Retired in session 6 (they run 23): 21, 22, 26, 27, 30, 32.
 # 1: the CUDA-core kernel of src/cuda/attention_decode.cu. 16: the tensor-core kernel of attention_decode_mma.cu,
 # 2-13 its tuning variants (see attention_decode_mma.cu). Variant 0 is the default (see attention_decode.cu).
 SWEEP = ["32,1024,128,18", "32,1024,128,19", "32,1024,128,23", "32,1024,128,28", "32,1024,128,25", "32,1024,128,17",

@@ -441,22 +441,22 @@ void attention_decode(const DecodeArgs& a_in, void* stream) {
     throw ValueError("attention_decode: bad split parameters");
   // bf16 / fp16: the tensor-core kernels. The fold kernels (attention_decode_fold*.cu; the same bits
   // whichever runs): variant 20 (auto, the default): CTA group units (18), the pair kernel (28), the pair clusters
-  // of 8-warp CTAs (31) or the two-kernel fold with evict-first (23), see kPairMinEff. 18: CTA group units in one launch (counters, last CTA folds);
-  // 19: chunk or warp group units plus the merge kernel (two launches), 23: 19 with L2 evict-first K / V loads,
-  // 14 / 15 force chunk / group units (+ merge kernel), 17: 19 without the merge (timing only), 21: warp group
-  // units merged in the kernel by the last warp (one launch; slow), 22: 21 with evict-first, 26: 19 with the warps
-  // of a CTA on consecutive units (the kv heads of one chunk or group), 27: 26 with evict-first.
-  // 24: one thread-block cluster per (sequence, kv head, head group), merged through distributed shared memory
-  // (one launch; 25: two groups per CTA in clusters half as large): slower than 18 at A (only 7 clusters of 16
-  // were resident on the H200: B1 T131072 167 us against 131), not used by auto. 28: one CTA per (sequence, kv
-  // head, head group), its warps on group units, the groups folded through shared memory (one launch); 29: 28
-  // with L2 evict-first K / V loads. 30 / 31: the pair kernel over a thread-block cluster, one warp per group (CTAs
-  // of 4 / 8 warps), the groups folded through distributed shared memory, evict-first (one launch; for mid-size
-  // batches, e.g. B4-B8 T4096 where 28 fills 32-64 of the SMs; not measured at A, not used by auto); 32: 30 with
-  // twice the stage ring (one CTA per SM). 33: 24 with CTAs of 4 warps (two chunks per warp, two CTAs per SM, so
-  // clusters of 16 CTAs need 8 SMs of a GPC: B = 1 with 8 kv heads in one wave; the group merge through distributed
-  // shared memory instead of 18's global round trip). 34 / 35 (timing only, wrong outputs): 18 without its
-  // cross-CTA merge (34) or with neither its CTA fold nor any global write (35): the costs of 18's parts.
+  // of 8-warp CTAs (31) or the two-kernel fold with evict-first (23), see kPairMinEff. 18: CTA group units in one
+  // launch (counters, last CTA folds); 19: chunk or warp group units plus the merge kernel (two launches), 23: 19
+  // with L2 evict-first K / V loads, 14 / 15 force chunk / group units (+ merge kernel), 17: 19 without the merge
+  // (timing only). 24: one thread-block cluster per (sequence, kv head, head group), merged through distributed
+  // shared memory (one launch; 25: two groups per CTA in clusters half as large): slower than 18 (only 7 clusters
+  // of 16 are resident on the H200: B1 T131072 167 us against 131), not used by auto; 33: 24 with CTAs of 4 warps
+  // (two chunks per warp, two CTAs per SM, so clusters of 16 CTAs need 8 SMs of a GPC: B = 1 with 8 kv heads in
+  // one wave; the group merge through distributed shared memory instead of 18's global round trip). 28: one CTA
+  // per (sequence, kv head, head group), its warps on group units, the groups folded through shared memory (one
+  // launch); 29: 28 with L2 evict-first K / V loads. 31: the pair kernel over a thread-block cluster of 8-warp
+  // CTAs, one warp per group, the groups folded through distributed shared memory, evict-first (one launch; for
+  // mid-size batches). 34 / 35 (timing only, wrong outputs): 18 without its cross-CTA merge (34) or with neither
+  // its CTA fold nor any global write (35): the costs of 18's parts. Retired in session 6 (they lost at every
+  // shape measured; the numbers now run 23): 21 / 22 (warp group units merged in the kernel by the last warp,
+  // 22 with evict-first), 26 / 27 (the warps of a CTA on consecutive units), 30 / 32 (31 with 4-warp CTAs, and
+  // with a deeper ring).
   // attention_decode_mma.cu: variants 2-13 and 16 (16: its default). Variant 0 is kFoldDefault ? 20 : 16.
   // Variant 1 forces the CUDA-core kernel below.
   int v = a.variant == 0 ? (kFoldDefault ? 20 : 16) : a.variant;
@@ -483,15 +483,13 @@ void attention_decode(const DecodeArgs& a_in, void* stream) {
     path = v == 34 ? "cta without the cross-CTA merge (34, timing only)" : "cta streaming only (35, timing only)";
   } else if ((v == 28 || v == 29) && attention_decode_fold_pair(a, st, v == 29)) {
     path = v == 29 ? "pair CTAs, evict-first (29)" : "pair CTAs (28)";
-  } else if (v >= 30 && v <= 32 && attention_decode_fold_pcl(a, st, v == 31 ? 8 : 4, v == 32)) {
-    path = v == 30 ? "pair clusters, 4 warps per CTA (30)"
-           : v == 31 ? "pair clusters, 8 warps per CTA (31)" : "pair clusters, 4 warps per CTA, deep ring (32)";
+  } else if (v == 31 && attention_decode_fold_pcl(a, st)) {
+    path = "pair clusters, 8 warps per CTA (31)";
   } else if (v == 18 && attention_decode_fold_cta(a, st)) {
     path = "cta (18)";
   } else if (v >= 14 && v <= 35 && v != 16) {
-    // (18, 24, 25, 28-35 when not covered: 23, as the default would)
-    const int force = v == 14 ? 1 : v == 15 ? 2 : v == 17 ? 3 : v == 21 ? 4 : v == 22 ? 4 | 8 : v == 19 ? 0
-                      : v == 26 ? 16 : v == 27 ? 16 | 8 : 8;
+    // (18, 24, 25, 28-35 when not covered, and the retired numbers: 23, as the default would)
+    const int force = v == 14 ? 1 : v == 15 ? 2 : v == 17 ? 3 : v == 19 ? 0 : 8;
     if (attention_decode_fold(a, st, force)) path = force & 8 ? "fold + merge kernel, evict-first (23)"
                                                               : "fold + merge kernel (19)";
   } else if (v != 1 && attention_decode_mma(a, st)) {

@@ -10,9 +10,8 @@
 //    then the groups folded sequentially, then O / L.
 // A work unit is one chunk ("chunk units": partials go to the workspace, k_merge_fold folds the groups
 // and then the groups' results) or one group ("group units": the warp folds its chunks in registers and
-// writes the group's result, or the output when the sequence has one group; then either k_merge_fold
-// folds the groups, or, with counters (the default for head_dim 64 / 128), the warp that completes a
-// head group's count of groups folds them in the kernel: warp_top_fold, one launch). The fold is the
+// writes the group's result, or the output when the sequence has one group; then k_merge_fold folds the
+// groups). The fold is the
 // same arithmetic in registers and in the merge kernel, so all give the same bits: the kernel picks
 // group units when there are enough of them to occupy the warps (fewer partials: less traffic at large
 // batches) and chunk units otherwise (parallelism for a few long sequences), per launch, without
@@ -38,7 +37,7 @@ using namespace dfold;
 // force: 0 auto, 1 chunk units, 2 group units; nwarps: the warps of the launch (the mode's input).
 template <class T, int D>
 __global__ void __launch_bounds__(MCfg<D>::W * 32, 1)
-    k_decode_fold(const __grid_constant__ DecodeArgs a, int nitems, int force, int* counters) {
+    k_decode_fold(const __grid_constant__ DecodeArgs a, int nitems, int force) {
   using Cf = MCfg<D>;
   constexpr int W = Cf::W, S = Cf::S, STAGE = Cf::STAGE, KSTEP = Cf::KSTEP;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -49,7 +48,6 @@ __global__ void __launch_bounds__(MCfg<D>::W * 32, 1)
   gdc_wait();  // (launched with PDL: q, the cache and the lengths may come from the previous kernel)
   gdc_launch();
   const bool ef = force & 8;  // K / V loads tagged L2 evict-first
-  const bool tr = force & 16;  // the W warps of a CTA take W consecutive units (the kv heads of a chunk or group)
   force &= 7;
   const uint64_t pol = ef ? l2_evict_first() : 0;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -75,7 +73,7 @@ __global__ void __launch_bounds__(MCfg<D>::W * 32, 1)
   const uint32_t ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(ring)), qslots_s = ring_s + S * STAGE;
 
   FCursor P;
-  P.item = tr ? int(blockIdx.x) * W + warp : warp * int(gridDim.x) + blockIdx.x;
+  P.item = warp * int(gridDim.x) + blockIdx.x;
   P.qi = 0;
   find_unit(a, ngb, nitems, stride, mode, pre, nslots, P);
   if (P.item >= nitems) return;
@@ -186,20 +184,6 @@ __global__ void __launch_bounds__(MCfg<D>::W * 32, 1)
               float* ml = a.ws_ml + ((hrow + hB) * a.nsplit + C.slot) * 2;
               ml[0] = rB;
               ml[1] = sB;
-            }
-          }
-          if (kGroupOK && mode && counters) {  // in-kernel merge: the warp completing the head group's count folds
-            __threadfence();
-            __syncwarp();
-            const int ci = (C.b * a.hkv + C.kvh) * ngb + (C.h0 - C.kvh * G) / 8;
-            int lastw = 0;
-            if (lane == 0) lastw = atomicAdd(counters + ci, 1) == C.ng - 1;
-            lastw = __shfl_sync(kFull, lastw, 0);
-            if (lastw) {
-              __threadfence();
-              warp_top_fold<T, D>(a, hrow, C.nh, C.ng, lane);
-              __syncwarp();
-              if (lane == 0) counters[ci] = 0;  // every group has arrived: ready for the next launch
             }
           }
         }
@@ -403,20 +387,14 @@ __global__ void __launch_bounds__(256) k_merge_fold_w(const __grid_constant__ De
   for (int k = 0; k < DL; ++k) out[k] = convert<T>(finalize(TO[k], TL));
 }
 
-// force 3: auto units without the merge kernel (timing only: the merge's share); force 4: group units
-// merged in the kernel (head_dim 64 / 128; one launch; else as 0).
+// force 3: auto units without the merge kernel (timing only: the merge's share); | 8: K / V loads L2
+// evict-first.
 template <class T, int D>
 void launch_fold(const DecodeArgs& a, cudaStream_t st, int force) {
-  const int ef = force & 24;  // (K / V loads tagged L2 evict-first, transposed unit order)
+  const int ef = force & 8;
   force &= 7;
   const bool merge = force != 3;
   if (!merge) force = 0;
-  int* counters = nullptr;
-  if (force == 4) {
-    const int G = a.hq / a.hkv;
-    counters = D <= 128 ? merge_counters(st, int64_t(a.B) * a.hkv * ((G + 7) / 8)) : nullptr;
-    force = counters ? 2 : 0;
-  }
   using Cf = MCfg<D>;
   static_assert(Cf::SMEM + Cf::W * Cf::S * 4 + 4 * (kMaxDenseF + 2) <= 227 * 1024, "shared memory of one CTA");
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
@@ -435,10 +413,9 @@ void launch_fold(const DecodeArgs& a, cudaStream_t st, int force) {
   }
   const unsigned grid = unsigned(std::min<int64_t>(sm_count(), nitems));
   const int nwarps = int(grid) * Cf::W;
-  launch_maybe_pdl(kern, dim3{grid}, dim3{unsigned(Cf::W * 32)}, Cf::SMEM, st, decode_pdl(), a, int(nitems), force | ef,
-                   counters);
+  launch_maybe_pdl(kern, dim3{grid}, dim3{unsigned(Cf::W * 32)}, Cf::SMEM, st, decode_pdl(), a, int(nitems), force | ef);
   GK_LAUNCH_CHECK("attention_decode_fold");
-  if (!merge || counters) return;
+  if (!merge) return;
   // Few rows: a CTA of 1024 threads per (head, sequence) (latency); many: a warp per row (waves).
   const int64_t rows = int64_t(a.B) * a.hq;
   const bool wide = rows <= 2 * int64_t(sm_count());

@@ -10,10 +10,12 @@
 // peers read it. Same partials, same folds, same order as the other fold kernels: the same bits.
 //
 // Why: the pair kernel has one CTA per pair, so B4 T4096 (Hq 32, Hkv 8) fills 32 of 132 SMs and B8 64; here a
-// pair has one warp per group (16 at T4096), so B4 runs 512 warps on 128 SMs (W 4, clusters of 4; two CTAs of
-// 104 KB fit an SM) and B8 1024 (W 8, clusters of 2, or W 4 two CTAs per SM), in one launch without the
-// two-kernel fold's merge kernel (5-6 us at checkpoint A of session 5). "deep": W 4 with twice the stages (one
-// CTA per SM, 5 tiles in flight per warp instead of 2: B4 has 4 warps per SM, each 16 tiles long).
+// pair has one warp per group (16 at T4096): B4 runs 512 warps on 64 CTAs of 8 warps (clusters of 2), B8 1024
+// on 128, in one launch without the two-kernel fold's merge kernel (5-6 us at checkpoint A of session 5).
+// Session 5's final run (H200, graph us): B4 T4096 25.3 against 32.1 for the two-kernel fold (23), B8 36.4 /
+// 43.5, B16 70.4 / 72.3 (the default for mid-size batches, see attention_decode.cu). Its variants with CTAs of
+// 4 warps (30: 27.1 / 48.1 / 79.4) and a deeper ring (32: 37.8 / 57.0 / 95.4) lost at every shape and were
+// removed in session 6.
 #include <atomic>
 #include <cfloat>
 
@@ -204,10 +206,10 @@ bool launch_pcl(const DecodeArgs& a, cudaStream_t st, int cs) {
 }
 }  // namespace
 
-bool attention_decode_fold_pcl(const DecodeArgs& a, cudaStream_t st, int warps, bool deep) {
+bool attention_decode_fold_pcl(const DecodeArgs& a, cudaStream_t st) {
+  constexpr int warps = 8;
   const bool half = a.dtype == DType::bf16 || a.dtype == DType::f16;
   if (!half || a.cache_dtype != a.dtype || (a.D != 64 && a.D != 128)) return false;
-  if (warps != 4 && warps != 8) return false;
   if (!aligned16(a.q) || (a.q_bs * 2) % 16 || (a.q_hs * 2) % 16) return false;
   if (a.B > 65535 || a.nb * a.bs > int64_t(INT32_MAX)) return false;
   if (a.chunk_min % 16) return false;
@@ -216,13 +218,11 @@ bool attention_decode_fold_pcl(const DecodeArgs& a, cudaStream_t st, int warps, 
   const int ngmax = (a.nsplit + kGroup - 1) / kGroup;
   if (ngmax > kMaxGroups) return false;
   int cs = 1;
-  while (cs * warps < ngmax) cs *= 2;  // (<= 4: 16 groups)
+  while (cs * warps < ngmax) cs *= 2;  // (<= 2: 16 groups)
   if (!device_sm90()) return false;  // (clusters, distributed shared memory)
   auto go = [&](auto t) {
     using T = decltype(t);
-    if (warps == 8) return a.D == 64 ? launch_pcl<T, 64, 8, 5, true>(a, st, cs) : launch_pcl<T, 128, 8, 3, true>(a, st, cs);
-    if (deep) return a.D == 64 ? launch_pcl<T, 64, 4, 10, true>(a, st, cs) : launch_pcl<T, 128, 4, 6, true>(a, st, cs);
-    return a.D == 64 ? launch_pcl<T, 64, 4, 5, true>(a, st, cs) : launch_pcl<T, 128, 4, 3, true>(a, st, cs);
+    return a.D == 64 ? launch_pcl<T, 64, 8, 5, true>(a, st, cs) : launch_pcl<T, 128, 8, 3, true>(a, st, cs);
   };
   return a.dtype == DType::bf16 ? go(bf16{}) : go(f16{});
 }

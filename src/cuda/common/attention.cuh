@@ -69,9 +69,9 @@ bool attention_decode_fold_cl(const DecodeArgs& a, cudaStream_t st, int force);
 // tagged L2 evict-first. False when not covered.
 bool attention_decode_fold_pair(const DecodeArgs& a, cudaStream_t st, bool evict_first);
 // attention_decode_fold_pcl.cu: the pair kernel spread over a thread-block cluster (one warp per group, CTAs of
-// `warps` = 4 or 8 warps, clusters of the power of two covering the capacity's groups), the groups folded through
-// distributed shared memory (head_dim 64 / 128, sm_90, capacity <= 16 groups; K / V loads L2 evict-first); one
-// launch. deep (warps 4 only): twice the stage ring (one CTA per SM). False when not covered (nothing launched).
-bool attention_decode_fold_pcl(const DecodeArgs& a, cudaStream_t st, int warps, bool deep);
+// 8 warps, clusters of the power of two covering the capacity's groups), the groups folded through distributed
+// shared memory (head_dim 64 / 128, sm_90, capacity <= 16 groups; K / V loads L2 evict-first); one launch.
+// False when not covered (nothing launched).
+bool attention_decode_fold_pcl(const DecodeArgs& a, cudaStream_t st);
 
 }  // namespace gk::cuda
