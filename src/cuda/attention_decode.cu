@@ -422,19 +422,29 @@ void launch_decode_merge(const DecodeArgs& a, cudaStream_t st) {
 //  - else the two-kernel fold with L2 evict-first K / V loads (23; head_dim 256 always): 0.6-3.4 % faster than
 //    without (19) at every shape of that run.
 constexpr double kPairMinEff = 0.9;
+// Whether auto runs the cluster kernel of 4-warp CTAs (33) where it would run the CTA units (18); 18 where the
+// clusters cannot run.
+constexpr bool kClusterForCta = false;
+// Keys per warp the one-launch fold kernels prefetch into L2 before their PDL wait when GPUKIT_DECODE_PREFETCH
+// is not set (0: off).
+constexpr int kPrefetchDefault = 0;
 // Whether variant 0 (no GPUKIT_DECODE_SPLIT) runs the fold kernels (else attention_decode_mma.cu).
 constexpr bool kFoldDefault = true;
 
-// GPUKIT_DECODE_PREFETCH=1 (read at each call): the one-launch fold kernels (18, 28, 30-33) prefetch each warp's
-// first keys into L2 before their PDL wait (common/decode_fold.cuh, l2_prefetch_rows; only with PDL on).
-static bool decode_prefetch() {
+// GPUKIT_DECODE_PREFETCH (read at each call): 1: the one-launch fold kernels (18, 28, 31, 33) prefetch each warp's
+// first 64 keys into L2 before their PDL wait (common/decode_fold.cuh, l2_prefetch_rows; only with PDL on); N in
+// 16 .. 4096: N keys per warp; else off. Returns the keys per warp (0: off).
+static int decode_prefetch() {
   const char* e = std::getenv("GPUKIT_DECODE_PREFETCH");
-  return e && std::strcmp(e, "1") == 0 && dmma::decode_pdl();
+  if (!e || !*e) return kPrefetchDefault && dmma::decode_pdl() ? kPrefetchDefault : 0;
+  const int n = std::atoi(e);
+  const int keys = n == 1 ? 64 : n >= 16 && n <= 4096 ? n : 0;
+  return keys && dmma::decode_pdl() ? keys : 0;
 }
 
 void attention_decode(const DecodeArgs& a_in, void* stream) {
   DecodeArgs a = a_in;
-  a.prefetch = decode_prefetch() ? 1 : 0;
+  a.prefetch = decode_prefetch();
   auto st = static_cast<cudaStream_t>(stream);
   if (!aligned16(a.kc) || !aligned16(a.vc)) throw ValueError("k_cache, v_cache: must be 16-byte aligned");
   if (a.chunk_min < 32 || a.chunk_min % 32 || a.chunk_max < a.chunk_min || a.chunk_max > 4096 || a.target_splits < 1)
@@ -460,6 +470,7 @@ void attention_decode(const DecodeArgs& a_in, void* stream) {
   // attention_decode_mma.cu: variants 2-13 and 16 (16: its default). Variant 0 is kFoldDefault ? 20 : 16.
   // Variant 1 forces the CUDA-core kernel below.
   int v = a.variant == 0 ? (kFoldDefault ? 20 : 16) : a.variant;
+  const bool autov = v == 20;
   const int64_t pairs = int64_t(a.B) * a.hkv * ((a.hq / a.hkv + 7) / 8);
   if (v == 20) {  // auto (see kPairMinEff)
     const int64_t ngmax = (int64_t(a.nsplit) + 7) / 8, sms = dmma::sm_count();
@@ -469,7 +480,7 @@ void attention_decode(const DecodeArgs& a_in, void* stream) {
     // group, at most two waves (as measured: B4-B16 T4096, ngmax 16)
     const int64_t cs = ngmax <= 8 ? 1 : 2;
     const bool pcl = fill && 4 * ngmax >= 3 * 8 * cs && pairs * cs <= 2 * sms;
-    v = pairs * ngmax <= sms                                                 ? 18
+    v = pairs * ngmax <= sms                                                 ? (kClusterForCta ? 33 : 18)
         : fill && double(pairs) >= kPairMinEff * double(waves * sms)         ? 28
         : pcl                                                                ? 31
                                                                              : 23;
@@ -485,7 +496,7 @@ void attention_decode(const DecodeArgs& a_in, void* stream) {
     path = v == 29 ? "pair CTAs, evict-first (29)" : "pair CTAs (28)";
   } else if (v == 31 && attention_decode_fold_pcl(a, st)) {
     path = "pair clusters, 8 warps per CTA (31)";
-  } else if (v == 18 && attention_decode_fold_cta(a, st)) {
+  } else if ((v == 18 || (v == 33 && autov)) && attention_decode_fold_cta(a, st)) {
     path = "cta (18)";
   } else if (v >= 14 && v <= 35 && v != 16) {
     // (18, 24, 25, 28-35 when not covered, and the retired numbers: 23, as the default would)

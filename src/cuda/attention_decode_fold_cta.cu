@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(kGroup * 32, 1)
     P0.item = blockIdx.x;
     P0.qi = 0;
     find_cunit(a, ngb, ni, stride, pre_s, warp, P0);
-    if (P0.item < ni && P0.len > 0) l2_prefetch_rows<D>(a, P0.b, P0.kvh, P0.j0, min(P0.len, kPrefetchKeys), lane);
+    if (P0.item < ni && P0.len > 0) l2_prefetch_rows<D>(a, P0.b, P0.kvh, P0.j0, min(P0.len, a.prefetch), lane);
     __syncthreads();  // (pre_s is rebuilt after the wait)
   }
   gdc_wait();  // (launched with PDL: q, the cache and the lengths may come from the previous kernel)

@@ -190,7 +190,7 @@ def test_cuda_pdl_chain(B, monkeypatch):
 @gpu
 @pytest.mark.parametrize("B,D", [(1, 128), (5, 128), (3, 64)])
 def test_cuda_prefetch_append_chain(B, D, monkeypatch):
-    # GPUKIT_DECODE_PREFETCH=1: the one-launch fold kernels (18, 28, 30-33) prefetch their first keys into L2
+    # GPUKIT_DECODE_PREFETCH=1 (or N keys): the one-launch fold kernels (18, 28, 31, 33) prefetch their first keys into L2
     # before the PDL wait, while the previous kernel runs; here that kernel is kv_append writing the row the
     # decode then reads (device lengths: kernels back to back). Each step appends one token per sequence and
     # decodes over it: every variant, with and without the prefetch, eager and in a graph, gives the same bits
@@ -236,13 +236,12 @@ def test_cuda_prefetch_append_chain(B, D, monkeypatch):
             kk[b, lens0[b] + s] = f64(kn[s])[b]
             vv[b, lens0[b] + s] = f64(vn[s])[b]
         check(outs[s], ref_decode(f64(qs[s]), kk, vv, lens0 + s + 1), 3.2e-2, f"append chain B={B} D={D} step {s}")
-    for v in ("20", "18", "28", "31", "33"):
-        for pf in ("1", "0"):
-            monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128," + v)
-            monkeypatch.setenv("GPUKIT_DECODE_PREFETCH", pf)
-            for graph in (False, True):
-                got, _ = run(graph)
-                for s in range(steps):
-                    d = np.argwhere(got[s] != base[s])
-                    assert d.size == 0, (f"variant {v} prefetch {pf} graph {graph} step {s} differs from 23 at {d[0]} "
-                                         f"(B={B} D={D})")
+    for v, pf in [(v, pf) for v in ("20", "18", "28", "31", "33") for pf in ("1", "0")] + [("20", "4096")]:
+        monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128," + v)
+        monkeypatch.setenv("GPUKIT_DECODE_PREFETCH", pf)
+        for graph in (False, True):
+            got, _ = run(graph)
+            for s in range(steps):
+                d = np.argwhere(got[s] != base[s])
+                assert d.size == 0, (f"variant {v} prefetch {pf} graph {graph} step {s} differs from 23 at {d[0]} "
+                                     f"(B={B} D={D})")

@@ -128,12 +128,12 @@ __device__ __forceinline__ void cp_async16_ef(void* dst, const void* src, bool v
 }
 
 // L2 prefetch of the K and V rows of keys [j0, j0 + n) of kv head kvh of sequence b, the lanes of a warp on
-// consecutive keys. Issued before griddepcontrol.wait (a.prefetch: the kernel launched with PDL), while the
+// consecutive keys. Issued before griddepcontrol.wait (a.prefetch > 0: the keys per warp; the kernel launched
+// with PDL), while the
 // previous kernel of the stream finishes: the unit's first DRAM round trip overlaps that kernel's tail, and the
 // loads after the wait hit L2. Only a hint: the lengths and block table read before the wait may be stale, so
 // every address is kept inside the cache (keys < capacity, blocks inside the pool), and L2 is the point of
 // coherence (a row the previous kernel writes is read correctly after the wait either way).
-constexpr int kPrefetchKeys = 64;  // keys per warp
 template <int D>
 __device__ __forceinline__ void l2_prefetch_rows(const DecodeArgs& a, int b, int kvh, int64_t j0, int n, int lane) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -165,7 +165,7 @@ __device__ __forceinline__ void l2_prefetch_chunks(const DecodeArgs& a, int b, i
   if (c0 >= p.nsp) return;
   const int64_t k0 = int64_t(c0) * p.chunk;
   const int64_t len = min(int64_t(c0 + nch) * p.chunk, p.n) - k0;
-  l2_prefetch_rows<D>(a, b, kvh, p.start + k0, int(min(len, int64_t(kPrefetchKeys))), lane);
+  l2_prefetch_rows<D>(a, b, kvh, p.start + k0, int(min(len, int64_t(a.prefetch))), lane);
 }
 
 // One 16-key tile in the stage at shared address st (K, then V at + 16 * D * 2 bytes; rows swizzled): S = Q K^T
