@@ -97,9 +97,7 @@ __global__ void __launch_bounds__(W * 32) k_decode_fold_cl(const __grid_constant
       const int len = k ? lenk[NS - 1] : lenk[0];
       if (tt >= len) return -1;
       const int j = int(k ? j0k[NS - 1] : j0k[0]) + tt;
-      if (!a.block_table) return b * int(a.bs) + j;
-      const int bs = int(a.bs), blk = a.block_table[b * a.bt_stride + j / bs];
-      return blk < 0 || blk >= a.nb ? -1 : blk * bs + j % bs;
+      return cache_row(a, b, j);
     };
     int prow = row_of(0);
     auto issue = [&](int i) {
@@ -268,29 +266,9 @@ bool launch_cl(const DecodeArgs& a, cudaStream_t st, int cs) {
   static_assert(Cf::SMEM + Cf::W * Cf::S * 4 <= 227 * 1024, "shared memory");
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
   auto kern = k_decode_fold_cl<T, D, GPC, W>;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3{unsigned(cs), unsigned(a.hkv * ngb), unsigned(a.B)};
-  cfg.blockDim = dim3{unsigned(Cf::W * 32), 1u, 1u};
-  cfg.dynamicSmemBytes = Cf::SMEM;
-  cfg.stream = st;
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(cs);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = decode_pdl() ? 2 : 1;
-  if (cudaLaunchKernelEx(&cfg, kern, a) != cudaSuccess) {
-    (void)cudaGetLastError();
-    if (cfg.numAttrs == 1) return false;
-    cfg.numAttrs = 1;  // without PDL
-    if (cudaLaunchKernelEx(&cfg, kern, a) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-  }
+  if (!launch_cluster_maybe_pdl(kern, dim3{unsigned(cs), unsigned(a.hkv * ngb), unsigned(a.B)},
+                                dim3{unsigned(Cf::W * 32), 1u, 1u}, Cf::SMEM, st, unsigned(cs), decode_pdl(), a))
+    return false;
   GK_LAUNCH_CHECK("attention_decode_fold_cl");
   return true;
 }

@@ -72,9 +72,7 @@ __device__ __forceinline__ int tile_row_c(const DecodeArgs& a, int nitems, const
   const int t = c.tile * 16 + (lane & 15);
   if (c.item >= nitems || t >= c.len) return -1;
   const int j = int(c.j0) + t;
-  if (!a.block_table) return c.b * int(a.bs) + j;
-  const int bs = int(a.bs), blk = a.block_table[c.b * a.bt_stride + j / bs];
-  return blk < 0 || blk >= a.nb ? -1 : blk * bs + j % bs;
+  return cache_row(a, c.b, j);
 }
 
 // STOP (timing only, wrong outputs): 1: no cross-CTA merge (the group results go to the workspace, no counter),

@@ -77,9 +77,7 @@ __global__ void __launch_bounds__(kGroup * 32, 1) k_decode_fold_pair(const __gri
       const int tt = t * 16 + (lane & 15);
       if (tt >= (second ? lenk[1] : lenk[0])) return -1;
       const int j = int(second ? j0k[1] : j0k[0]) + tt;
-      if (!a.block_table) return b * int(a.bs) + j;
-      const int bs = int(a.bs), blk = a.block_table[b * a.bt_stride + j / bs];
-      return blk < 0 || blk >= a.nb ? -1 : blk * bs + j % bs;
+      return cache_row(a, b, j);
     };
     int prow = row_of(0);
     auto issue = [&](int i) {

@@ -82,9 +82,7 @@ __global__ void __launch_bounds__(W * 32) k_decode_fold_pcl(const __grid_constan
       const int tt = i * 16 + (lane & 15);
       if (tt >= len) return -1;
       const int j = int(j0) + tt;
-      if (!a.block_table) return b * int(a.bs) + j;
-      const int bs = int(a.bs), blk = a.block_table[b * a.bt_stride + j / bs];
-      return blk < 0 || blk >= a.nb ? -1 : blk * bs + j % bs;
+      return cache_row(a, b, j);
     };
     int prow = row_of(0);
     auto issue = [&](int i) {
@@ -178,29 +176,9 @@ bool launch_pcl(const DecodeArgs& a, cudaStream_t st, int cs) {
       done.fetch_or(bit, std::memory_order_relaxed);
     }
   }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3{unsigned(cs), unsigned(a.hkv * ngb), unsigned(a.B)};
-  cfg.blockDim = dim3{unsigned(W * 32), 1u, 1u};
-  cfg.dynamicSmemBytes = SMEM;
-  cfg.stream = st;
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(cs);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = decode_pdl() ? 2 : 1;
-  if (cudaLaunchKernelEx(&cfg, kern, a) != cudaSuccess) {
-    (void)cudaGetLastError();
-    if (cfg.numAttrs == 1) return false;
-    cfg.numAttrs = 1;  // without PDL
-    if (cudaLaunchKernelEx(&cfg, kern, a) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-  }
+  if (!launch_cluster_maybe_pdl(kern, dim3{unsigned(cs), unsigned(a.hkv * ngb), unsigned(a.B)},
+                                dim3{unsigned(W * 32), 1u, 1u}, SMEM, st, unsigned(cs), decode_pdl(), a))
+    return false;
   GK_LAUNCH_CHECK("attention_decode_fold_pcl");
   return true;
 }

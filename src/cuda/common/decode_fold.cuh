@@ -53,6 +53,14 @@ __device__ __forceinline__ SeqPlan seq_plan(const DecodeArgs& a, int b) {
   return p;
 }
 
+// The cache row of key j of sequence b: b * bs + j in a contiguous cache, else through the block table; -1 for a
+// block id outside the pool (masked).
+__device__ __forceinline__ int cache_row(const DecodeArgs& a, int b, int j) {
+  if (!a.block_table) return b * int(a.bs) + j;
+  const int bs = int(a.bs), blk = a.block_table[b * a.bt_stride + j / bs];
+  return blk < 0 || blk >= a.nb ? -1 : blk * bs + j % bs;
+}
+
 // Group units (1) or chunk units (0) for this launch: chunk units for head_dim 256 (the register budget of
 // the group accumulator), else forced (force 1: chunks, 2: groups), else group units when there are at least half as many as warps.
 // All sequences are read (block-wide, ends with a barrier); the same answer in every CTA of both kernels.

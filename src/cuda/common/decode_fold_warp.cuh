@@ -2,12 +2,12 @@
 // attention_decode_fold.cu): the copies of a K / V tile and of a query slot into a warp's ring, the query
 // fragments, a chunk's statistics at its end, the fold of a chunk into a group accumulator in registers, the
 // publication of a partial into a ring stage for the CTA's fold, and the thread-block-cluster helpers
-// (barrier, distributed shared memory load). All inline: the kernels compile to the code they had with these
+// (barrier, distributed shared memory load; device_sm90 and launch_cluster_maybe_pdl are in decode_mma.cuh). All
+// inline: the kernels compile to the code they had with these
 // pieces written out in each (checked on the cubins' code sections when they moved here).
 #pragma once
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdint>
 
 #include "cuda/common/attention.cuh"
@@ -153,17 +153,4 @@ __device__ __forceinline__ float ld_cluster(uint32_t s, uint32_t rank) {
   return v;
 }
 
-// Host: whether the current device is sm_90+ (clusters, distributed shared memory; cached per device).
-inline bool device_sm90() {
-  static std::atomic<int> major[64];
-  int dev = 0;
-  GK_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= 64) dev = 0;
-  int m = major[dev].load(std::memory_order_relaxed);
-  if (m <= 0) {
-    GK_CUDA_CHECK(cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev));
-    major[dev].store(m, std::memory_order_relaxed);
-  }
-  return m >= 9;
-}
 }  // namespace gk::cuda::dfold
