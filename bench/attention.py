@@ -29,18 +29,16 @@ SHAPES = [(1, 512), (1, 1024), (1, 2048), (1, 4096), (1, 16384), (1, 32768), (1,
 PAGED = [(1, 16384), (32, 8192)]
 # tuning sweep: "chunk_min,chunk_max,target_splits[,variant]", optionally followed by "|VAR=VALUE" (an environment
 # variable set for that entry; "|GPUKIT_DECODE_PDL=0" or "env:GPUKIT_DECODE_PDL=0" alone: the default without
-# PDL; "env:GPUKIT_DECODE_PREFETCH=1": the default with the L2 prefetch before the PDL wait; "+" may replace "|",
-# e.g. "32,1024,128,33+GPUKIT_DECODE_PREFETCH=1"). Fold kernels
-# (src/cuda/attention_decode_fold*.cu, the same bits whichever runs): 20 auto (CTA group units while about one
-# group per CTA, the pair kernel when its waves are full, the pair clusters of 8-warp CTAs (31) for mid-size
-# batches, else the two-kernel fold with evict-first (23)), 18 CTA group units in one launch (last CTA of each
-# head merges), 19 chunk or warp group units + merge kernel (23: with L2 evict-first K / V loads), 14 / 15 chunk /
-# warp group units + merge kernel, 17: 19 without the merge kernel (timing only), 24 one thread-block cluster per
-# sequence x kv head (a CTA per group, merged through distributed shared memory), 25: 24 with two groups per CTA,
-# 33: 24 with CTAs of 4 warps (two chunks per warp, two CTAs per SM), 28: one CTA per sequence x kv head, warps on
-# group units (one launch), 29: 28 with L2 evict-first, 31: 29 spread over a thread-block cluster of 8-warp CTAs,
-# one warp per group. Timing only (wrong outputs): 34: 18 without its cross-CTA merge, 35: 18 streaming only (no
-# fold, no global write). Retired in session 6 (they run 23): 21, 22, 26, 27, 30, 32.
+# PDL; "+" may replace "|"). Fold kernels
+# (src/cuda/attention_decode_fold*.cu, the same bits whichever runs): 20 auto (cluster kernel when its clusters
+# are all resident at once, else CTA group units in one launch for <= 64 sequence x kv-head pairs, else chunk or
+# warp group units + merge kernel), 24 the cluster kernel forced, 18 CTA group units, 19 chunk or warp group
+# units + merge kernel (23: with L2 evict-first K / V loads), 14 / 15 chunk / warp group units + merge kernel,
+# 17: 19 without the merge kernel (timing only), 21 warp group units merged in the kernel (22: evict-first),
+# 26: 19 with the warps of a CTA on consecutive units (the kv heads of a chunk together; 27: + evict-first),
+# 25: 24 with two groups per CTA, 28: one CTA per sequence x kv head, warps on group units (one launch), 29: 28
+# with L2 evict-first, 30 / 31: 29 spread over a thread-block cluster, one warp per group (CTAs of 4 / 8 warps),
+# 32: 30 with a stage ring twice as deep (one CTA per SM).
 # 1: the CUDA-core kernel of src/cuda/attention_decode.cu. 16: the tensor-core kernel of attention_decode_mma.cu,
 # 2-13 its tuning variants (see attention_decode_mma.cu). Variant 0 is the default (see attention_decode.cu).
 SWEEP = ["32,1024,128,18", "32,1024,128,19", "32,1024,128,23", "32,1024,128,28", "32,1024,128,25", "32,1024,128,17",

@@ -416,91 +416,67 @@ void launch_decode_merge(const DecodeArgs& a, cudaStream_t st) {
 //  - the pair kernel (one CTA per pair, one launch) when its waves are at least kPairMinEff full and every warp
 //    has a group (ngmax >= 8): B16 T4096 67.1 us against 74.3, B32 T8192 248.3 / 258.1, B64 T2048 131.3 / 137.1;
 //    B8 T4096 (64 pairs) 48.7 / 44.7.
-//  - else, when at least 3/4 of the warps of the pair clusters of 8-warp CTAs have a group (ngmax 8 or 12-16) and
-//    their CTAs fit in two waves, that kernel (31; one launch, no workspace): the final run of session 5 (docs/device-runs/2026-11-30-h200-s5-final-2.log,
-//    plan 12) had B4 T4096 25.3 us against 32.1 for 23, B8 36.4 / 43.5, B16 70.4 / 72.3 (28: 66.6, routed there).
+//  - else, in one wave of the pair clusters of 8-warp CTAs (31; one launch, no workspace) when at least 3/4 of
+//    their warps have a group (ngmax 8 or 12-16) and there are at least 3 groups per SM (pairs x ngmax >= 3 x SMs),
+//    that kernel: session 5's final run (docs/device-runs/2026-11-30-h200-s5-final-2.log, plan 12, graph us) had B4
+//    T4096 25.3 against 32.1 for 23, B8 36.4 / 43.5 (B16 70.4 / 72.3, 28 66.6). Two waves (B9-B14) and fewer groups
+//    (B2, B3) were not measured: 23 there, as before.
 //  - else the two-kernel fold with L2 evict-first K / V loads (23; head_dim 256 always): 0.6-3.4 % faster than
 //    without (19) at every shape of that run.
 constexpr double kPairMinEff = 0.9;
-// Whether auto runs the cluster kernel of 4-warp CTAs (33) where it would run the CTA units (18); 18 where the
-// clusters cannot run.
-constexpr bool kClusterForCta = false;
-// Keys per warp the one-launch fold kernels prefetch into L2 before their PDL wait when GPUKIT_DECODE_PREFETCH
-// is not set (0: off).
-constexpr int kPrefetchDefault = 0;
 // Whether variant 0 (no GPUKIT_DECODE_SPLIT) runs the fold kernels (else attention_decode_mma.cu).
 constexpr bool kFoldDefault = true;
 
-// GPUKIT_DECODE_PREFETCH (read at each call): 1: the one-launch fold kernels (18, 28, 31, 33) prefetch each warp's
-// first 64 keys into L2 before their PDL wait (common/decode_fold.cuh, l2_prefetch_rows; only with PDL on); N in
-// 16 .. 4096: N keys per warp; else off. Returns the keys per warp (0: off).
-static int decode_prefetch() {
-  const char* e = std::getenv("GPUKIT_DECODE_PREFETCH");
-  if (!e || !*e) return kPrefetchDefault && dmma::decode_pdl() ? kPrefetchDefault : 0;
-  const int n = std::atoi(e);
-  const int keys = n == 1 ? 64 : n >= 16 && n <= 4096 ? n : 0;
-  return keys && dmma::decode_pdl() ? keys : 0;
-}
-
-void attention_decode(const DecodeArgs& a_in, void* stream) {
-  DecodeArgs a = a_in;
-  a.prefetch = decode_prefetch();
+void attention_decode(const DecodeArgs& a, void* stream) {
   auto st = static_cast<cudaStream_t>(stream);
   if (!aligned16(a.kc) || !aligned16(a.vc)) throw ValueError("k_cache, v_cache: must be 16-byte aligned");
   if (a.chunk_min < 32 || a.chunk_min % 32 || a.chunk_max < a.chunk_min || a.chunk_max > 4096 || a.target_splits < 1)
     throw ValueError("attention_decode: bad split parameters");
   // bf16 / fp16: the tensor-core kernels. The fold kernels (attention_decode_fold*.cu; the same bits
   // whichever runs): variant 20 (auto, the default): CTA group units (18), the pair kernel (28), the pair clusters
-  // of 8-warp CTAs (31) or the two-kernel fold with evict-first (23), see kPairMinEff. 18: CTA group units in one
-  // launch (counters, last CTA folds); 19: chunk or warp group units plus the merge kernel (two launches), 23: 19
-  // with L2 evict-first K / V loads, 14 / 15 force chunk / group units (+ merge kernel), 17: 19 without the merge
-  // (timing only). 24: one thread-block cluster per (sequence, kv head, head group), merged through distributed
-  // shared memory (one launch; 25: two groups per CTA in clusters half as large): slower than 18 (only 7 clusters
-  // of 16 are resident on the H200: B1 T131072 167 us against 131), not used by auto; 33: 24 with CTAs of 4 warps
-  // (two chunks per warp, two CTAs per SM, so clusters of 16 CTAs need 8 SMs of a GPC: B = 1 with 8 kv heads in
-  // one wave; the group merge through distributed shared memory instead of 18's global round trip). 28: one CTA
-  // per (sequence, kv head, head group), its warps on group units, the groups folded through shared memory (one
-  // launch); 29: 28 with L2 evict-first K / V loads. 31: the pair kernel over a thread-block cluster of 8-warp
-  // CTAs, one warp per group, the groups folded through distributed shared memory, evict-first (one launch; for
-  // mid-size batches). 34 / 35 (timing only, wrong outputs): 18 without its cross-CTA merge (34) or with neither
-  // its CTA fold nor any global write (35): the costs of 18's parts. Retired in session 6 (they lost at every
-  // shape measured; the numbers now run 23): 21 / 22 (warp group units merged in the kernel by the last warp,
-  // 22 with evict-first), 26 / 27 (the warps of a CTA on consecutive units), 30 / 32 (31 with 4-warp CTAs, and
-  // with a deeper ring).
+  // of 8-warp CTAs (31) or the two-kernel fold with evict-first (23), see kPairMinEff. 18: CTA group units in one launch (counters, last CTA folds);
+  // 19: chunk or warp group units plus the merge kernel (two launches), 23: 19 with L2 evict-first K / V loads,
+  // 14 / 15 force chunk / group units (+ merge kernel), 17: 19 without the merge (timing only), 21: warp group
+  // units merged in the kernel by the last warp (one launch; slow), 22: 21 with evict-first, 26: 19 with the warps
+  // of a CTA on consecutive units (the kv heads of one chunk or group), 27: 26 with evict-first.
+  // 24: one thread-block cluster per (sequence, kv head, head group), merged through distributed shared memory
+  // (one launch; 25: two groups per CTA in clusters half as large): slower than 18 at A (only 7 clusters of 16
+  // were resident on the H200: B1 T131072 167 us against 131), not used by auto. 28: one CTA per (sequence, kv
+  // head, head group), its warps on group units, the groups folded through shared memory (one launch); 29: 28
+  // with L2 evict-first K / V loads. 30 / 31: the pair kernel over a thread-block cluster, one warp per group (CTAs
+  // of 4 / 8 warps), the groups folded through distributed shared memory, evict-first (one launch; for mid-size
+  // batches, e.g. B4-B8 T4096 where 28 fills 32-64 of the SMs; 31 is auto's choice there); 32: 30 with twice the
+  // stage ring (one CTA per SM).
   // attention_decode_mma.cu: variants 2-13 and 16 (16: its default). Variant 0 is kFoldDefault ? 20 : 16.
   // Variant 1 forces the CUDA-core kernel below.
   int v = a.variant == 0 ? (kFoldDefault ? 20 : 16) : a.variant;
-  const bool autov = v == 20;
   const int64_t pairs = int64_t(a.B) * a.hkv * ((a.hq / a.hkv + 7) / 8);
   if (v == 20) {  // auto (see kPairMinEff)
     const int64_t ngmax = (int64_t(a.nsplit) + 7) / 8, sms = dmma::sm_count();
     const int64_t waves = (pairs + sms - 1) / sms;
-    const bool fill = ngmax >= 8 && ngmax <= 16;  // every warp of the pair kernel has a group
-    // the pair clusters of 8-warp CTAs: cs CTAs per pair (one warp per group): at least 3/4 of the warps with a
-    // group, at most two waves (as measured: B4-B16 T4096, ngmax 16)
+    // 31: cs CTAs of 8 warps per pair (one warp per group)
     const int64_t cs = ngmax <= 8 ? 1 : 2;
-    const bool pcl = fill && 4 * ngmax >= 3 * 8 * cs && pairs * cs <= 2 * sms;
-    v = pairs * ngmax <= sms                                                 ? (kClusterForCta ? 33 : 18)
-        : fill && double(pairs) >= kPairMinEff * double(waves * sms)         ? 28
-        : pcl                                                                ? 31
-                                                                             : 23;
+    const bool pcl = ngmax >= 8 && ngmax <= 16 && 4 * ngmax >= 3 * 8 * cs && pairs * cs <= sms &&
+                     pairs * ngmax >= 3 * sms;
+    v = pairs * ngmax <= sms                                                             ? 18
+        : ngmax >= 8 && ngmax <= 16 && double(pairs) >= kPairMinEff * double(waves * sms) ? 28
+        : pcl                                                                             ? 31
+                                                                                          : 23;
   }
   const char* path = nullptr;
   if ((v == 24 || v == 25) && attention_decode_fold_cl(a, st, v == 24 ? 1 : 2)) {
-    path = v == 24 ? "cluster (24)" : "cluster, two groups per CTA (25)";
-  } else if (v == 33 && attention_decode_fold_cl(a, st, 3)) {
-    path = "cluster of 4-warp CTAs (33)";
-  } else if ((v == 34 || v == 35) && attention_decode_fold_cta(a, st, v - 33)) {
-    path = v == 34 ? "cta without the cross-CTA merge (34, timing only)" : "cta streaming only (35, timing only)";
+    path = "cluster (24)";
   } else if ((v == 28 || v == 29) && attention_decode_fold_pair(a, st, v == 29)) {
     path = v == 29 ? "pair CTAs, evict-first (29)" : "pair CTAs (28)";
-  } else if (v == 31 && attention_decode_fold_pcl(a, st)) {
-    path = "pair clusters, 8 warps per CTA (31)";
-  } else if ((v == 18 || (v == 33 && autov)) && attention_decode_fold_cta(a, st)) {
+  } else if (v >= 30 && v <= 32 && attention_decode_fold_pcl(a, st, v == 31 ? 8 : 4, v == 32)) {
+    path = v == 30 ? "pair clusters, 4 warps per CTA (30)"
+           : v == 31 ? "pair clusters, 8 warps per CTA (31)" : "pair clusters, 4 warps per CTA, deep ring (32)";
+  } else if (v == 18 && attention_decode_fold_cta(a, st)) {
     path = "cta (18)";
-  } else if (v >= 14 && v <= 35 && v != 16) {
-    // (18, 24, 25, 28-35 when not covered, and the retired numbers: 23, as the default would)
-    const int force = v == 14 ? 1 : v == 15 ? 2 : v == 17 ? 3 : v == 19 ? 0 : 8;
+  } else if (v >= 14 && v <= 32 && v != 16) {
+    // (18, 24, 25, 28-32 when not covered: 23, as the default would)
+    const int force = v == 14 ? 1 : v == 15 ? 2 : v == 17 ? 3 : v == 21 ? 4 : v == 22 ? 4 | 8 : v == 19 ? 0
+                      : v == 26 ? 16 : v == 27 ? 16 | 8 : 8;
     if (attention_decode_fold(a, st, force)) path = force & 8 ? "fold + merge kernel, evict-first (23)"
                                                               : "fold + merge kernel (19)";
   } else if (v != 1 && attention_decode_mma(a, st)) {

@@ -10,8 +10,9 @@
 //    then the groups folded sequentially, then O / L.
 // A work unit is one chunk ("chunk units": partials go to the workspace, k_merge_fold folds the groups
 // and then the groups' results) or one group ("group units": the warp folds its chunks in registers and
-// writes the group's result, or the output when the sequence has one group; then k_merge_fold folds the
-// groups). The fold is the
+// writes the group's result, or the output when the sequence has one group; then either k_merge_fold
+// folds the groups, or, with counters (the default for head_dim 64 / 128), the warp that completes a
+// head group's count of groups folds them in the kernel: warp_top_fold, one launch). The fold is the
 // same arithmetic in registers and in the merge kernel, so all give the same bits: the kernel picks
 // group units when there are enough of them to occupy the warps (fewer partials: less traffic at large
 // batches) and chunk units otherwise (parallelism for a few long sequences), per launch, without
@@ -23,7 +24,6 @@
 
 #include "cuda/common/attention.cuh"
 #include "cuda/common/decode_fold.cuh"
-#include "cuda/common/decode_fold_warp.cuh"
 #include "cuda/common/decode_fold_units.cuh"
 #include "cuda/common/decode_mma.cuh"
 #include "ops/nn_args.h"
@@ -37,9 +37,10 @@ using namespace dfold;
 // force: 0 auto, 1 chunk units, 2 group units; nwarps: the warps of the launch (the mode's input).
 template <class T, int D>
 __global__ void __launch_bounds__(MCfg<D>::W * 32, 1)
-    k_decode_fold(const __grid_constant__ DecodeArgs a, int nitems, int force) {
+    k_decode_fold(const __grid_constant__ DecodeArgs a, int nitems, int force, int* counters) {
   using Cf = MCfg<D>;
-  constexpr int W = Cf::W, S = Cf::S, STAGE = Cf::STAGE, KSTEP = Cf::KSTEP;
+  constexpr int W = Cf::W, S = Cf::S, ROWB = Cf::ROWB, CH = Cf::CH, KVB = Cf::KVB, STAGE = Cf::STAGE,
+                CPL = Cf::CPL, QPL = Cf::QPL, KSTEP = Cf::KSTEP;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ unsigned msk[W][S];
   __shared__ int pre_s[kMaxDenseF + 1];
@@ -48,6 +49,7 @@ __global__ void __launch_bounds__(MCfg<D>::W * 32, 1)
   gdc_wait();  // (launched with PDL: q, the cache and the lengths may come from the previous kernel)
   gdc_launch();
   const bool ef = force & 8;  // K / V loads tagged L2 evict-first
+  const bool tr = force & 16;  // the W warps of a CTA take W consecutive units (the kv heads of a chunk or group)
   force &= 7;
   const uint64_t pol = ef ? l2_evict_first() : 0;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -71,9 +73,12 @@ __global__ void __launch_bounds__(MCfg<D>::W * 32, 1)
   unsigned char* ring = smem + size_t(warp) * Cf::WARPB;
   unsigned char* qslots = ring + S * STAGE;
   const uint32_t ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(ring)), qslots_s = ring_s + S * STAGE;
+  const T* kc = static_cast<const T*>(a.kc);
+  const T* vc = static_cast<const T*>(a.vc);
+  const T* qp = static_cast<const T*>(a.q);
 
   FCursor P;
-  P.item = warp * int(gridDim.x) + blockIdx.x;
+  P.item = tr ? int(blockIdx.x) * W + warp : warp * int(gridDim.x) + blockIdx.x;
   P.qi = 0;
   find_unit(a, ngb, nitems, stride, mode, pre, nslots, P);
   if (P.item >= nitems) return;
@@ -82,8 +87,33 @@ __global__ void __launch_bounds__(MCfg<D>::W * 32, 1)
 
   auto issue = [&](int ps) {
     if (P.item < nitems) {
-      copy_kv_tile<T, D>(ring + ps * STAGE, &msk[warp][ps], a, P.kvh, prow, lane, ef, pol);
-      if (P.tile == 0) copy_q<T, D>(qslots + P.qi * Cf::QB, a, P.b, P.h0, P.nh, lane);
+      unsigned char* st = ring + ps * STAGE;
+      const unsigned m = __ballot_sync(kFull, prow >= 0) & 0xffffu;
+      if (lane == 0) msk[warp][ps] = m;
+      const int64_t hoff = int64_t(P.kvh) * D;
+#pragma unroll
+      for (int u = 0; u < CPL; ++u) {
+        const int c = lane + 32 * u, r = c / CH, cc = c % CH;
+        const int row = __shfl_sync(kFull, prow, r);
+        const bool ok = row >= 0;
+        const int64_t off = ok ? int64_t(row) * a.hkv * D + hoff + cc * 8 : 0;
+        if (ef) {
+          cp_async16_ef(st + swz(r, cc, ROWB), kc + off, ok, pol);
+          cp_async16_ef(st + KVB + swz(r, cc, ROWB), vc + off, ok, pol);
+        } else {
+          cp_async16(st + swz(r, cc, ROWB), kc + off, ok);
+          cp_async16(st + KVB + swz(r, cc, ROWB), vc + off, ok);
+        }
+      }
+      if (P.tile == 0) {
+        const T* q = qp + int64_t(P.b) * a.q_bs + int64_t(P.h0) * a.q_hs;
+#pragma unroll
+        for (int u = 0; u < QPL; ++u) {
+          const int c = lane + 32 * u, r = c / CH, cc = c % CH;
+          const bool ok = r < P.nh;
+          cp_async16(qslots + P.qi * Cf::QB + swz(r, cc, ROWB), ok ? q + int64_t(r) * a.q_hs + cc * 8 : qp, ok);
+        }
+      }
     }
     cp_async_commit();
   };
@@ -122,7 +152,15 @@ __global__ void __launch_bounds__(MCfg<D>::W * 32, 1)
     __syncwarp();
     const uint32_t st = ring_s + cs * STAGE;
     if (C.tile == 0) {
-      load_q_frags<D>(qa, qslots_s + C.qi * Cf::QB, lane);
+#pragma unroll
+      for (int k2 = 0; k2 < KSTEP / 2; ++k2) {
+        uint32_t x[4];
+        ldsm_x4(x, qslots_s + C.qi * Cf::QB + swz(lane & 7, 4 * k2 + (lane >> 3), ROWB));
+        qa[2 * k2][0] = x[0];
+        qa[2 * k2][1] = x[1];
+        qa[2 * k2 + 1][0] = x[2];
+        qa[2 * k2 + 1][1] = x[3];
+      }
       __syncwarp();
     }
     issue(ps);
@@ -184,6 +222,20 @@ __global__ void __launch_bounds__(MCfg<D>::W * 32, 1)
               float* ml = a.ws_ml + ((hrow + hB) * a.nsplit + C.slot) * 2;
               ml[0] = rB;
               ml[1] = sB;
+            }
+          }
+          if (kGroupOK && mode && counters) {  // in-kernel merge: the warp completing the head group's count folds
+            __threadfence();
+            __syncwarp();
+            const int ci = (C.b * a.hkv + C.kvh) * ngb + (C.h0 - C.kvh * G) / 8;
+            int lastw = 0;
+            if (lane == 0) lastw = atomicAdd(counters + ci, 1) == C.ng - 1;
+            lastw = __shfl_sync(kFull, lastw, 0);
+            if (lastw) {
+              __threadfence();
+              warp_top_fold<T, D>(a, hrow, C.nh, C.ng, lane);
+              __syncwarp();
+              if (lane == 0) counters[ci] = 0;  // every group has arrived: ready for the next launch
             }
           }
         }
@@ -387,14 +439,20 @@ __global__ void __launch_bounds__(256) k_merge_fold_w(const __grid_constant__ De
   for (int k = 0; k < DL; ++k) out[k] = convert<T>(finalize(TO[k], TL));
 }
 
-// force 3: auto units without the merge kernel (timing only: the merge's share); | 8: K / V loads L2
-// evict-first.
+// force 3: auto units without the merge kernel (timing only: the merge's share); force 4: group units
+// merged in the kernel (head_dim 64 / 128; one launch; else as 0).
 template <class T, int D>
 void launch_fold(const DecodeArgs& a, cudaStream_t st, int force) {
-  const int ef = force & 8;
+  const int ef = force & 24;  // (K / V loads tagged L2 evict-first, transposed unit order)
   force &= 7;
   const bool merge = force != 3;
   if (!merge) force = 0;
+  int* counters = nullptr;
+  if (force == 4) {
+    const int G = a.hq / a.hkv;
+    counters = D <= 128 ? merge_counters(st, int64_t(a.B) * a.hkv * ((G + 7) / 8)) : nullptr;
+    force = counters ? 2 : 0;
+  }
   using Cf = MCfg<D>;
   static_assert(Cf::SMEM + Cf::W * Cf::S * 4 + 4 * (kMaxDenseF + 2) <= 227 * 1024, "shared memory of one CTA");
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
@@ -413,9 +471,10 @@ void launch_fold(const DecodeArgs& a, cudaStream_t st, int force) {
   }
   const unsigned grid = unsigned(std::min<int64_t>(sm_count(), nitems));
   const int nwarps = int(grid) * Cf::W;
-  launch_maybe_pdl(kern, dim3{grid}, dim3{unsigned(Cf::W * 32)}, Cf::SMEM, st, decode_pdl(), a, int(nitems), force | ef);
+  launch_maybe_pdl(kern, dim3{grid}, dim3{unsigned(Cf::W * 32)}, Cf::SMEM, st, decode_pdl(), a, int(nitems), force | ef,
+                   counters);
   GK_LAUNCH_CHECK("attention_decode_fold");
-  if (!merge) return;
+  if (!merge || counters) return;
   // Few rows: a CTA of 1024 threads per (head, sequence) (latency); many: a warp per row (waves).
   const int64_t rows = int64_t(a.B) * a.hq;
   const bool wide = rows <= 2 * int64_t(sm_count());

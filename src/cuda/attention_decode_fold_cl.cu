@@ -18,7 +18,6 @@
 
 #include "cuda/common/attention.cuh"
 #include "cuda/common/decode_fold.cuh"
-#include "cuda/common/decode_fold_warp.cuh"
 #include "cuda/common/decode_mma.cuh"
 #include "ops/nn_args.h"
 
@@ -30,29 +29,41 @@ using namespace dfold;
 
 constexpr int kMaxCluster = 16;
 
+__device__ __forceinline__ void cl_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+// The float at shared address s (an offset in this CTA's window) of CTA `rank` of the cluster.
+__device__ __forceinline__ float ld_peer(uint32_t s, uint32_t rank) {
+  float v = 0.f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint32_t ra;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(ra) : "r"(s), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(ra) : "memory");
+#endif
+  return v;
+}
+
 // grid (cs, H = hkv * ngb, B), clusters of cs CTAs along x. CTA r runs groups r, r + cs, ... (GPC of them at
-// most, one after the other in each warp's stream of tiles). W warps per CTA: 8 (warp w: chunk w of each group)
-// or 4 (warp w: chunks w and w + 4 of the group, one after the other; CTAs of 112 KB, two per SM, so clusters of
-// 16 CTAs fit on 8 SMs of a GPC).
-template <class T, int D, int GPC, int W>
-__global__ void __launch_bounds__(W * 32) k_decode_fold_cl(const __grid_constant__ DecodeArgs a) {
-  using Cf = MCfg<D, W>;
-  static_assert(W == kGroup || W == kGroup / 2, "a warp runs one or two chunks of a group");
-  constexpr int CPW = kGroup / W;  // chunks of a group per warp
-  constexpr int NS = GPC * CPW;    // chunk slots per warp: slot k = (group r + (k / CPW) cs, chunk warp + (k % CPW) W)
-  static_assert(GPC >= 1 && NS <= 2 && Cf::S >= NS + 1, "partials in stages 0 .. NS - 1, results in stage S - 1");
-  constexpr int S = Cf::S, STAGE = Cf::STAGE, KSTEP = Cf::KSTEP;
+// most, one after the other in each warp's stream of tiles).
+template <class T, int D, int GPC>
+__global__ void __launch_bounds__(kGroup * 32, 1) k_decode_fold_cl(const __grid_constant__ DecodeArgs a) {
+  using Cf = MCfg<D>;
+  static_assert(Cf::W == kGroup, "one warp per chunk of a group");
+  static_assert(GPC >= 1 && GPC <= 2 && Cf::S >= GPC + 1, "partials in stages 0 .. GPC - 1, results in stage S - 1");
+  constexpr int W = Cf::W, S = Cf::S, ROWB = Cf::ROWB, CH = Cf::CH, KVB = Cf::KVB, STAGE = Cf::STAGE,
+                CPL = Cf::CPL, QPL = Cf::QPL, KSTEP = Cf::KSTEP;
   static_assert(8 * D * 4 + 64 <= STAGE, "a partial fits in one stage");
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ unsigned msk[W][S];
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int t4 = lane & 3;
+  const int g = lane >> 2, t4 = lane & 3;
   const int r = blockIdx.x, cs = gridDim.x;  // rank in the cluster (clusters span x)
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
   const int b = blockIdx.z, kvh = blockIdx.y / ngb, gb = blockIdx.y % ngb;
   const int h0 = kvh * G + gb * 8, nh = min(8, G - gb * 8);
-  if (a.prefetch) l2_prefetch_chunks<D>(a, b, kvh, r * kGroup + warp, 1, lane);  // hints (l2_prefetch_rows)
   gdc_wait();  // (launched with PDL: q, the cache and the lengths may come from the previous kernel)
   gdc_launch();  // the next kernel waits for this grid's completion before reading the outputs
   const SeqPlan p = seq_plan(a, b);
@@ -60,8 +71,8 @@ __global__ void __launch_bounds__(W * 32) k_decode_fold_cl(const __grid_constant
   unsigned char* ring = smem + size_t(warp) * Cf::WARPB;
   unsigned char* qslot = ring + S * STAGE;
   const uint32_t ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(ring)), qslot_s = ring_s + S * STAGE;
-  // Group gi (group r + gi cs) of this CTA: its chunks' partials in stages gi * CPW .. of the warps (chunk c: warp
-  // c % W, stage gi * CPW + c / W), the group's result in stage S - 1 of warp gi.
+  // Group slot k (group r + k cs) of this CTA: chunks' partials in stage k of each warp, the group's result in
+  // stage S - 1 of warp k.
   int nwk[GPC];  // chunks of slot k's group (0: none)
 #pragma unroll
   for (int k = 0; k < GPC; ++k) {
@@ -70,40 +81,63 @@ __global__ void __launch_bounds__(W * 32) k_decode_fold_cl(const __grid_constant
   }
 
   {
-    // this warp's chunks: slot k's chunk (r + (k / CPW) cs) * 8 + warp + (k % CPW) W when it is one of its
-    // group's nwk chunks; nt[k] tiles each
-    int nt[NS], lenk[NS];
-    int64_t j0k[NS];
+    // this warp's chunks: slot k's chunk (r + k cs) * 8 + warp when warp < nwk[k]; nt[k] tiles each
+    int nt[GPC], lenk[GPC];
+    int64_t j0k[GPC];
 #pragma unroll
-    for (int k = 0; k < NS; ++k) {
-      const int ci = warp + (k % CPW) * W;  // the chunk's index in its group
-      const int cw = (r + (k / CPW) * cs) * kGroup + ci;
-      lenk[k] = ci < nwk[k / CPW] ? int(min(p.chunk, p.n - int64_t(cw) * p.chunk)) : 0;
+    for (int k = 0; k < GPC; ++k) {
+      const int cw = (r + k * cs) * kGroup + warp;
+      lenk[k] = warp < nwk[k] ? int(min(p.chunk, p.n - int64_t(cw) * p.chunk)) : 0;
       j0k[k] = p.start + int64_t(cw) * p.chunk;
       nt[k] = (lenk[k] + 15) / 16;
     }
     int ntot = 0;
 #pragma unroll
-    for (int k = 0; k < NS; ++k) ntot += nt[k];
+    for (int k = 0; k < GPC; ++k) ntot += nt[k];
+    const T* kc = static_cast<const T*>(a.kc);
+    const T* vc = static_cast<const T*>(a.vc);
     // flat tile i of the warp's stream: slot k, tile t of that chunk
     auto row_of = [&](int i) {
       if (i >= ntot) return -1;
       int k = 0, t = i;
-      if (NS > 1 && t >= nt[0]) {
+      if (GPC > 1 && t >= nt[0]) {
         t -= nt[0];
         k = 1;
       }
       const int tt = t * 16 + (lane & 15);
-      const int len = k ? lenk[NS - 1] : lenk[0];
+      const int len = k ? lenk[GPC - 1] : lenk[0];
       if (tt >= len) return -1;
-      const int j = int(k ? j0k[NS - 1] : j0k[0]) + tt;
-      return cache_row(a, b, j);
+      const int j = int(k ? j0k[GPC - 1] : j0k[0]) + tt;
+      if (!a.block_table) return b * int(a.bs) + j;
+      const int bs = int(a.bs), blk = a.block_table[b * a.bt_stride + j / bs];
+      return blk < 0 || blk >= a.nb ? -1 : blk * bs + j % bs;
     };
     int prow = row_of(0);
     auto issue = [&](int i) {
       if (i < ntot) {
-        copy_kv_tile<T, D>(ring + (i % S) * STAGE, &msk[warp][i % S], a, kvh, prow, lane, false, 0);
-        if (i == 0) copy_q<T, D>(qslot, a, b, h0, nh, lane);
+        unsigned char* st = ring + (i % S) * STAGE;
+        const unsigned m = __ballot_sync(kFull, prow >= 0) & 0xffffu;
+        if (lane == 0) msk[warp][i % S] = m;
+        const int64_t hoff = int64_t(kvh) * D;
+#pragma unroll
+        for (int u = 0; u < CPL; ++u) {
+          const int c = lane + 32 * u, rr = c / CH, cc = c % CH;
+          const int row = __shfl_sync(kFull, prow, rr);
+          const bool ok = row >= 0;
+          const int64_t off = ok ? int64_t(row) * a.hkv * D + hoff + cc * 8 : 0;
+          cp_async16(st + swz(rr, cc, ROWB), kc + off, ok);
+          cp_async16(st + KVB + swz(rr, cc, ROWB), vc + off, ok);
+        }
+        if (i == 0) {
+          const T* qp = static_cast<const T*>(a.q);
+          const T* q = qp + int64_t(b) * a.q_bs + int64_t(h0) * a.q_hs;
+#pragma unroll
+          for (int u = 0; u < QPL; ++u) {
+            const int c = lane + 32 * u, rr = c / CH, cc = c % CH;
+            const bool ok = rr < nh;
+            cp_async16(qslot + swz(rr, cc, ROWB), ok ? q + int64_t(rr) * a.q_hs + cc * 8 : qp, ok);
+          }
+        }
       }
       cp_async_commit();
       prow = row_of(i + 1);
@@ -115,7 +149,7 @@ __global__ void __launch_bounds__(W * 32) k_decode_fold_cl(const __grid_constant
     const bool capped = a.softcap > 0.f;
     const float cap_in = capped ? a.scale / a.softcap : 0.f, cap_out = a.softcap * kLog2e;
     uint32_t qa[KSTEP][2];
-    float o[KSTEP][4], so[KSTEP][4];  // so: slot 0's partial while slot 1's chunk runs (NS 2)
+    float o[KSTEP][4], so[KSTEP][4];  // so: slot 0's partial while slot 1's chunk runs (GPC 2)
     float sm[4];                      // slot 0's mA, mB, lA, lB
 #pragma unroll
     for (int mt = 0; mt < KSTEP; ++mt)
@@ -124,20 +158,49 @@ __global__ void __launch_bounds__(W * 32) k_decode_fold_cl(const __grid_constant
 #pragma unroll
     for (int e = 0; e < 4; ++e) sm[e] = 0.f;
     float mrow = -INFINITY, lsum = 0.f;
+    const int hA = 2 * t4, hB = 2 * t4 + 1;
     // publishes the chunk partial (o, stats) into stage k of this warp's ring (all its copies have landed)
     auto publish = [&](int k, const float (&ov)[KSTEP][4], const float (&stv)[4]) {
-      publish_partial<D>(reinterpret_cast<float*>(ring + k * STAGE), ov, stv, lane);
+      float* pw = reinterpret_cast<float*>(ring + k * STAGE);
+#pragma unroll
+      for (int mt = 0; mt < KSTEP; ++mt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) pw[(e & 1 ? hB : hA) * D + mt * 16 + g + (e >= 2 ? 8 : 0)] = ov[mt][e];
+      if (lane < 4) {
+        pw[8 * D + 2 * hA] = stv[0];
+        pw[8 * D + 2 * hA + 1] = stv[2];
+        pw[8 * D + 2 * hB] = stv[1];
+        pw[8 * D + 2 * hB + 1] = stv[3];
+      }
     };
-    auto stats = [&](float (&stv)[4]) { chunk_stats(mrow, lsum, t4, stv); };
+    auto stats = [&](float (&stv)[4]) {
+      float l = lsum;
+      l += __shfl_xor_sync(kFull, l, 1);
+      l += __shfl_xor_sync(kFull, l, 2);
+      stv[0] = __shfl_sync(kFull, mrow, 8 * t4);
+      stv[1] = __shfl_sync(kFull, mrow, 8 * t4 + 4);
+      stv[2] = __shfl_sync(kFull, l, 8 * t4);
+      stv[3] = __shfl_sync(kFull, l, 8 * t4 + 4);
+    };
 #pragma unroll 1
     for (int i = 0; i < ntot; ++i) {
       cp_async_wait<S - 2>();
       __syncwarp();
-      if (i == 0) load_q_frags<D>(qa, qslot_s, lane);
+      if (i == 0) {
+#pragma unroll
+        for (int k2 = 0; k2 < KSTEP / 2; ++k2) {
+          uint32_t x[4];
+          ldsm_x4(x, qslot_s + swz(lane & 7, 4 * k2 + (lane >> 3), ROWB));
+          qa[2 * k2][0] = x[0];
+          qa[2 * k2][1] = x[1];
+          qa[2 * k2 + 1][0] = x[2];
+          qa[2 * k2 + 1][1] = x[3];
+        }
+      }
       issue(i + S - 1);  // into the stage of tile i - 1 (its reads are ordered by the __syncwarp above)
       tile_step<T, D>(ring_s + (i % S) * STAGE, qa, msk[warp][i % S], sl2, capped, cap_in, cap_out, o, mrow, lsum,
                       lane);
-      if (NS > 1 && i + 1 == nt[0] && ntot > nt[0]) {  // slot 0's chunk ends, slot 1's follows: keep it
+      if (GPC > 1 && i + 1 == nt[0] && ntot > nt[0]) {  // slot 0's chunk ends, slot 1's follows: keep it
         stats(sm);
 #pragma unroll
         for (int mt = 0; mt < KSTEP; ++mt)
@@ -155,9 +218,9 @@ __global__ void __launch_bounds__(W * 32) k_decode_fold_cl(const __grid_constant
       float st[4];
       stats(st);
       __syncwarp();  // every lane's ldmatrix reads of the ring are done
-      if (NS > 1 && ntot > nt[0]) {
+      if (GPC > 1 && ntot > nt[0]) {
         if (nt[0] > 0) publish(0, so, sm);
-        publish(NS - 1, o, st);
+        publish(GPC - 1, o, st);
       } else {
         publish(0, o, st);
       }
@@ -171,9 +234,8 @@ __global__ void __launch_bounds__(W * 32) k_decode_fold_cl(const __grid_constant
     for (int idx = threadIdx.x; idx < nh * D; idx += W * 32) {
       const int h = idx / D, d = idx - h * D;
       float M = -INFINITY, L = 0.f, O = 0.f;
-      for (int c = 0; c < nwk[k]; ++c) {
-        const float* q =
-            reinterpret_cast<const float*>(smem + size_t(c % W) * Cf::WARPB + (k * CPW + c / W) * STAGE);
+      for (int w = 0; w < nwk[k]; ++w) {
+        const float* q = reinterpret_cast<const float*>(smem + size_t(w) * Cf::WARPB + k * STAGE);
         float wa, wb;
         fold_w(M, q[8 * D + 2 * h], wa, wb);
         L = fold_v(L, wa, q[8 * D + 2 * h + 1], wb);
@@ -187,7 +249,7 @@ __global__ void __launch_bounds__(W * 32) k_decode_fold_cl(const __grid_constant
     }
   }
   __syncwarp();
-  cluster_sync();  // every group's result is visible to the cluster
+  cl_sync();  // every group's result is visible to the cluster
   // The top fold of this CTA's share of the nh * D outputs: groups 0 .. ng - 1 (ng <= cs * GPC <= 16) in order;
   // group s is in CTA s % cs, slot s / cs.
   const uint32_t base_s = static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + (S - 1) * STAGE;
@@ -201,9 +263,9 @@ __global__ void __launch_bounds__(W * 32) k_decode_fold_cl(const __grid_constant
       if (s < ng) {
         const int rk = GPC > 1 ? s % cs : s;
         const uint32_t gs = base_s + (GPC > 1 ? uint32_t(s / cs) * Cf::WARPB : 0u);
-        mv[s] = ld_cluster(gs + (8 * D + 2 * h) * 4, rk);
-        lv[s] = ld_cluster(gs + (8 * D + 2 * h + 1) * 4, rk);
-        ov[s] = ld_cluster(gs + (h * D + d) * 4, rk);
+        mv[s] = ld_peer(gs + (8 * D + 2 * h) * 4, rk);
+        lv[s] = ld_peer(gs + (8 * D + 2 * h + 1) * 4, rk);
+        ov[s] = ld_peer(gs + (h * D + d) * 4, rk);
       }
     }
     float TM = -INFINITY, TL = 0.f, TO = 0.f;
@@ -219,25 +281,23 @@ __global__ void __launch_bounds__(W * 32) k_decode_fold_cl(const __grid_constant
     static_cast<T*>(a.out)[(int64_t(b) * a.hq + h0 + h) * D + d] = convert<T>(finalize(TO, TL));
   }
   __syncwarp();
-  cluster_sync();  // no CTA leaves (freeing its shared memory) while others read it
+  cl_sync();  // no CTA leaves (freeing its shared memory) while others read it
 }
 
 // Clusters of cs CTAs of the kernel with GPC groups per CTA resident at once on this device (queried once per
 // (device, kernel, cs)); 0: such a cluster cannot run.
-template <class T, int D, int GPC, int W = kGroup>
+template <class T, int D, int GPC>
 int cl_resident(int cs) {
-  using Cf = MCfg<D, W>;
+  using Cf = MCfg<D>;
   static std::atomic<int> cache[64][kMaxCluster + 1];  // resident + 1 (0: not queried)
   int dev = 0;
   GK_CUDA_CHECK(cudaGetDevice(&dev));
   if (dev < 0 || dev >= 64) dev = 0;
   int v = cache[dev][cs].load(std::memory_order_relaxed);
   if (v == 0) {
-    auto kern = k_decode_fold_cl<T, D, GPC, W>;
+    auto kern = k_decode_fold_cl<T, D, GPC>;
     GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cf::SMEM)));
     if (cs > 8) GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-    if (W < kGroup)  // two CTAs per SM: all of the SM's shared memory for it
-      GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3{unsigned(cs), 1u, 1u};
     cfg.blockDim = dim3{unsigned(Cf::W * 32), 1u, 1u};
@@ -260,15 +320,35 @@ int cl_resident(int cs) {
   return v - 1;
 }
 
-template <class T, int D, int GPC, int W = kGroup>
+template <class T, int D, int GPC>
 bool launch_cl(const DecodeArgs& a, cudaStream_t st, int cs) {
-  using Cf = MCfg<D, W>;
+  using Cf = MCfg<D>;
   static_assert(Cf::SMEM + Cf::W * Cf::S * 4 <= 227 * 1024, "shared memory");
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
-  auto kern = k_decode_fold_cl<T, D, GPC, W>;
-  if (!launch_cluster_maybe_pdl(kern, dim3{unsigned(cs), unsigned(a.hkv * ngb), unsigned(a.B)},
-                                dim3{unsigned(Cf::W * 32), 1u, 1u}, Cf::SMEM, st, unsigned(cs), decode_pdl(), a))
-    return false;
+  auto kern = k_decode_fold_cl<T, D, GPC>;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3{unsigned(cs), unsigned(a.hkv * ngb), unsigned(a.B)};
+  cfg.blockDim = dim3{unsigned(Cf::W * 32), 1u, 1u};
+  cfg.dynamicSmemBytes = Cf::SMEM;
+  cfg.stream = st;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = unsigned(cs);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = decode_pdl() ? 2 : 1;
+  if (cudaLaunchKernelEx(&cfg, kern, a) != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (cfg.numAttrs == 1) return false;
+    cfg.numAttrs = 1;  // without PDL
+    if (cudaLaunchKernelEx(&cfg, kern, a) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+  }
   GK_LAUNCH_CHECK("attention_decode_fold_cl");
   return true;
 }
@@ -276,8 +356,7 @@ bool launch_cl(const DecodeArgs& a, cudaStream_t st, int cs) {
 // Picks the cluster: the most groups a sequence of the capacity can have (ngmax <= 16) in clusters of the
 // power of two cs >= ngmax (one group per CTA), else cs >= ngmax / 2 (two groups per CTA, the second after the
 // first in each warp), whichever has all B * hkv * ngb clusters resident at once (force 1: the first that can
-// run; 2: two groups per CTA when ngmax > 1; 3: one group per CTA of 4 warps, two chunks per warp, when such
-// clusters can run).
+// run; 2: two groups per CTA when ngmax > 1).
 template <class T, int D>
 bool go_cl(const DecodeArgs& a, cudaStream_t st, int force) {
   const bool forced = force != 0;
@@ -288,13 +367,6 @@ bool go_cl(const DecodeArgs& a, cudaStream_t st, int force) {
   const int64_t clusters = int64_t(a.B) * a.hkv * ngb;
   int cs1 = 1;
   while (cs1 < ngmax) cs1 *= 2;
-  if (force == 3) {
-    const int r4 = cl_resident<T, D, 1, kGroup / 2>(cs1);
-    if (const char* e = std::getenv("GPUKIT_DECODE_LOG"); e && *e && std::strcmp(e, "0") != 0)
-      std::fprintf(stderr, "attention_decode cluster: %lld clusters needed; %d clusters of %d CTAs of 4 warps resident\n",
-                   static_cast<long long>(clusters), r4, cs1);
-    return r4 > 0 && launch_cl<T, D, 1, kGroup / 2>(a, st, cs1);
-  }
   const int r1 = cl_resident<T, D, 1>(cs1);
   if (const char* e = std::getenv("GPUKIT_DECODE_LOG"); e && *e && std::strcmp(e, "0") != 0)
     std::fprintf(stderr,
@@ -318,7 +390,18 @@ bool attention_decode_fold_cl(const DecodeArgs& a, cudaStream_t st, int force) {
   if (!aligned16(a.q) || (a.q_bs * 2) % 16 || (a.q_hs * 2) % 16) return false;
   if (a.B > 65535 || a.nb * a.bs > int64_t(INT32_MAX)) return false;
   if (a.chunk_min % 16) return false;
-  if (!device_sm90()) return false;  // (clusters, distributed shared memory)
+  {  // sm_90+ only (clusters, distributed shared memory)
+    static std::atomic<int> major[64];
+    int dev = 0;
+    GK_CUDA_CHECK(cudaGetDevice(&dev));
+    if (dev < 0 || dev >= 64) dev = 0;
+    int m = major[dev].load(std::memory_order_relaxed);
+    if (m <= 0) {
+      GK_CUDA_CHECK(cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev));
+      major[dev].store(m, std::memory_order_relaxed);
+    }
+    if (m < 9) return false;
+  }
   auto go = [&](auto t) {
     using T = decltype(t);
     return a.D == 64 ? go_cl<T, 64>(a, st, force) : go_cl<T, 128>(a, st, force);

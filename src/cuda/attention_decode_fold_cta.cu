@@ -16,7 +16,6 @@
 
 #include "cuda/common/attention.cuh"
 #include "cuda/common/decode_fold.cuh"
-#include "cuda/common/decode_fold_warp.cuh"
 #include "cuda/common/decode_mma.cuh"
 #include "ops/nn_args.h"
 
@@ -72,17 +71,18 @@ __device__ __forceinline__ int tile_row_c(const DecodeArgs& a, int nitems, const
   const int t = c.tile * 16 + (lane & 15);
   if (c.item >= nitems || t >= c.len) return -1;
   const int j = int(c.j0) + t;
-  return cache_row(a, c.b, j);
+  if (!a.block_table) return c.b * int(a.bs) + j;
+  const int bs = int(a.bs), blk = a.block_table[c.b * a.bt_stride + j / bs];
+  return blk < 0 || blk >= a.nb ? -1 : blk * bs + j % bs;
 }
 
-// STOP (timing only, wrong outputs): 1: no cross-CTA merge (the group results go to the workspace, no counter),
-// 2: neither the CTA's fold nor any global write (the chunk partials stay in shared memory).
-template <class T, int D, int STOP>
+template <class T, int D>
 __global__ void __launch_bounds__(kGroup * 32, 1)
     k_decode_fold_cta(const __grid_constant__ DecodeArgs a, int* counters) {
   using Cf = MCfg<D>;
   static_assert(Cf::W == kGroup, "one warp per chunk of a group");
-  constexpr int W = Cf::W, S = Cf::S, STAGE = Cf::STAGE, KSTEP = Cf::KSTEP;
+  constexpr int W = Cf::W, S = Cf::S, ROWB = Cf::ROWB, CH = Cf::CH, KVB = Cf::KVB, STAGE = Cf::STAGE,
+                CPL = Cf::CPL, QPL = Cf::QPL, KSTEP = Cf::KSTEP;
   static_assert(8 * D * 4 + 64 <= STAGE, "a chunk partial fits in one stage");
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ unsigned msk[W][S];
@@ -91,18 +91,9 @@ __global__ void __launch_bounds__(kGroup * 32, 1)
   __shared__ int last;
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int t4 = lane & 3;
+  const int g = lane >> 2, t4 = lane & 3;
   const int stride = int(gridDim.x);
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8, H = a.hkv * ngb;
-  if (a.prefetch) {  // this CTA's first unit, its warps' first keys into L2 (hints: see l2_prefetch_rows)
-    const int ni = unit_prefix(a, H, 1, pre_s);
-    CCursor P0;
-    P0.item = blockIdx.x;
-    P0.qi = 0;
-    find_cunit(a, ngb, ni, stride, pre_s, warp, P0);
-    if (P0.item < ni && P0.len > 0) l2_prefetch_rows<D>(a, P0.b, P0.kvh, P0.j0, min(P0.len, a.prefetch), lane);
-    __syncthreads();  // (pre_s is rebuilt after the wait)
-  }
   gdc_wait();  // (launched with PDL: q, the cache and the lengths may come from the previous kernel)
   gdc_launch();  // the next kernel waits for this grid's completion before reading the outputs
   const int nitems = unit_prefix(a, H, 1, pre_s);
@@ -113,6 +104,9 @@ __global__ void __launch_bounds__(kGroup * 32, 1)
   unsigned char* ring = smem + size_t(warp) * Cf::WARPB;
   unsigned char* qslots = ring + S * STAGE;
   const uint32_t ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(ring)), qslots_s = ring_s + S * STAGE;
+  const T* kc = static_cast<const T*>(a.kc);
+  const T* vc = static_cast<const T*>(a.vc);
+  const T* qp = static_cast<const T*>(a.q);
 
   CCursor P;
   P.item = blockIdx.x;
@@ -124,8 +118,28 @@ __global__ void __launch_bounds__(kGroup * 32, 1)
 
   auto issue = [&](int ps) {
     if (P.item < nitems) {
-      copy_kv_tile<T, D>(ring + ps * STAGE, &msk[warp][ps], a, P.kvh, prow, lane, false, 0);
-      if (P.tile == 0) copy_q<T, D>(qslots + P.qi * Cf::QB, a, P.b, P.h0, P.nh, lane);
+      unsigned char* st = ring + ps * STAGE;
+      const unsigned m = __ballot_sync(kFull, prow >= 0) & 0xffffu;
+      if (lane == 0) msk[warp][ps] = m;
+      const int64_t hoff = int64_t(P.kvh) * D;
+#pragma unroll
+      for (int u = 0; u < CPL; ++u) {
+        const int c = lane + 32 * u, r = c / CH, cc = c % CH;
+        const int row = __shfl_sync(kFull, prow, r);
+        const bool ok = row >= 0;
+        const int64_t off = ok ? int64_t(row) * a.hkv * D + hoff + cc * 8 : 0;
+        cp_async16(st + swz(r, cc, ROWB), kc + off, ok);
+        cp_async16(st + KVB + swz(r, cc, ROWB), vc + off, ok);
+      }
+      if (P.tile == 0) {
+        const T* q = qp + int64_t(P.b) * a.q_bs + int64_t(P.h0) * a.q_hs;
+#pragma unroll
+        for (int u = 0; u < QPL; ++u) {
+          const int c = lane + 32 * u, r = c / CH, cc = c % CH;
+          const bool ok = r < P.nh;
+          cp_async16(qslots + P.qi * Cf::QB + swz(r, cc, ROWB), ok ? q + int64_t(r) * a.q_hs + cc * 8 : qp, ok);
+        }
+      }
     }
     cp_async_commit();
   };
@@ -154,6 +168,7 @@ __global__ void __launch_bounds__(kGroup * 32, 1)
 #pragma unroll
     for (int e = 0; e < 4; ++e) o[mt][e] = 0.f;
   float mrow = -INFINITY, lsum = 0.f;
+  const int hA = 2 * t4, hB = 2 * t4 + 1;
 
   int cs = 0, ps = S - 1;
 #pragma unroll 1
@@ -162,7 +177,15 @@ __global__ void __launch_bounds__(kGroup * 32, 1)
     __syncwarp();
     const uint32_t st = ring_s + cs * STAGE;
     if (C.tile == 0) {
-      load_q_frags<D>(qa, qslots_s + C.qi * Cf::QB, lane);
+#pragma unroll
+      for (int k2 = 0; k2 < KSTEP / 2; ++k2) {
+        uint32_t x[4];
+        ldsm_x4(x, qslots_s + C.qi * Cf::QB + swz(lane & 7, 4 * k2 + (lane >> 3), ROWB));
+        qa[2 * k2][0] = x[0];
+        qa[2 * k2][1] = x[1];
+        qa[2 * k2 + 1][0] = x[2];
+        qa[2 * k2 + 1][1] = x[3];
+      }
       __syncwarp();
     }
     issue(ps);
@@ -172,15 +195,30 @@ __global__ void __launch_bounds__(kGroup * 32, 1)
     tile_step<T, D>(st, qa, msk[warp][cs], sl2, capped, cap_in, cap_out, o, mrow, lsum, lane);
 
     if (C.tile + 1 == C.ntile) {  // this warp's chunk ends: publish its partial, then the CTA folds
-      float stv[4];
-      chunk_stats(mrow, lsum, t4, stv);
-      // into the stage just consumed (free until this warp's next copy; the tile's ldmatrix reads of it are done by
-      // every lane before the shuffles above)
-      publish_partial<D>(reinterpret_cast<float*>(ring + cs * STAGE), o, stv, lane);
+      float l = lsum;
+      l += __shfl_xor_sync(kFull, l, 1);
+      l += __shfl_xor_sync(kFull, l, 2);
+      const float mA = __shfl_sync(kFull, mrow, 8 * t4), mB = __shfl_sync(kFull, mrow, 8 * t4 + 4);
+      const float lA = __shfl_sync(kFull, l, 8 * t4), lB = __shfl_sync(kFull, l, 8 * t4 + 4);
+      float* pw = reinterpret_cast<float*>(ring + cs * STAGE);  // consumed: free until this warp's next copy
+      // (the tile's ldmatrix reads of this stage are done by every lane before the shuffles above)
+#pragma unroll
+      for (int mt = 0; mt < KSTEP; ++mt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e & 1 ? hB : hA, d = mt * 16 + g + (e >= 2 ? 8 : 0);
+          pw[h * D + d] = o[mt][e];
+        }
+      if (lane < 4) {
+        pw[8 * D + 2 * hA] = mA;
+        pw[8 * D + 2 * hA + 1] = lA;
+        pw[8 * D + 2 * hB] = mB;
+        pw[8 * D + 2 * hB + 1] = lB;
+      }
       if (lane == 0) pub[warp] = cs;
       __syncthreads();
       const int64_t hrow = int64_t(C.b) * a.hq + C.h0;
-      for (int idx = threadIdx.x; STOP < 2 && idx < C.nh * D; idx += W * 32) {
+      for (int idx = threadIdx.x; idx < C.nh * D; idx += W * 32) {
         const int h = idx / D, d = idx - h * D;
         float M = -INFINITY, L = 0.f, O = 0.f;
         for (int w = 0; w < C.nw; ++w) {
@@ -201,7 +239,7 @@ __global__ void __launch_bounds__(kGroup * 32, 1)
           }
         }
       }
-      if (STOP == 0 && C.ng > 1) {  // count this group in; the CTA completing the count folds the groups
+      if (C.ng > 1) {  // count this group in; the CTA completing the count folds the groups
         const int ci = (C.b * a.hkv + C.kvh) * ngb + (C.h0 - C.kvh * G) / 8;
         __threadfence();
         __syncthreads();
@@ -283,14 +321,14 @@ __global__ void __launch_bounds__(kGroup * 32, 1)
 }
 
 // False (nothing launched) while the stream's capture is invalidated (no counters): the caller falls back.
-template <class T, int D, int STOP>
+template <class T, int D>
 bool launch_cta(const DecodeArgs& a, cudaStream_t st) {
   using Cf = MCfg<D>;
   static_assert(Cf::SMEM + Cf::W * Cf::S * 4 + 4 * (kMaxDenseF + 2 + Cf::W) <= 227 * 1024, "shared memory");
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
   const int64_t nunits = int64_t((a.nsplit + kGroup - 1) / kGroup) * a.B * a.hkv * ngb;  // bound
   if (nunits + 1024 > INT32_MAX) throw ValueError("q: too many heads x chunks");
-  auto kern = k_decode_fold_cta<T, D, STOP>;
+  auto kern = k_decode_fold_cta<T, D>;
   {
     static std::atomic<unsigned long long> done{0};
     int dev = 0;
@@ -310,7 +348,7 @@ bool launch_cta(const DecodeArgs& a, cudaStream_t st) {
 }
 }  // namespace
 
-bool attention_decode_fold_cta(const DecodeArgs& a, cudaStream_t st, int stop) {
+bool attention_decode_fold_cta(const DecodeArgs& a, cudaStream_t st) {
   const bool half = a.dtype == DType::bf16 || a.dtype == DType::f16;
   if (!half || a.cache_dtype != a.dtype || (a.D != 64 && a.D != 128)) return false;
   if (!aligned16(a.q) || (a.q_bs * 2) % 16 || (a.q_hs * 2) % 16) return false;
@@ -318,9 +356,7 @@ bool attention_decode_fold_cta(const DecodeArgs& a, cudaStream_t st, int stop) {
   if (a.chunk_min % 16) return false;
   auto go = [&](auto t) {
     using T = decltype(t);
-    if (stop == 1) return a.D == 64 ? launch_cta<T, 64, 1>(a, st) : launch_cta<T, 128, 1>(a, st);
-    if (stop == 2) return a.D == 64 ? launch_cta<T, 64, 2>(a, st) : launch_cta<T, 128, 2>(a, st);
-    return a.D == 64 ? launch_cta<T, 64, 0>(a, st) : launch_cta<T, 128, 0>(a, st);
+    return a.D == 64 ? launch_cta<T, 64>(a, st) : launch_cta<T, 128>(a, st);
   };
   return a.dtype == DType::bf16 ? go(bf16{}) : go(f16{});
 }

@@ -14,7 +14,6 @@
 
 #include "cuda/common/attention.cuh"
 #include "cuda/common/decode_fold.cuh"
-#include "cuda/common/decode_fold_warp.cuh"
 #include "cuda/common/decode_mma.cuh"
 #include "ops/nn_args.h"
 
@@ -30,18 +29,18 @@ __global__ void __launch_bounds__(kGroup * 32, 1) k_decode_fold_pair(const __gri
   using Cf = MCfg<D>;
   static_assert(Cf::W == kGroup, "two groups per warp cover 16 groups");
   static_assert(Cf::S >= 2, "the two groups' results in stages 0 and 1");
-  constexpr int W = Cf::W, S = Cf::S, STAGE = Cf::STAGE, KSTEP = Cf::KSTEP;
+  constexpr int W = Cf::W, S = Cf::S, ROWB = Cf::ROWB, CH = Cf::CH, KVB = Cf::KVB, STAGE = Cf::STAGE,
+                CPL = Cf::CPL, QPL = Cf::QPL, KSTEP = Cf::KSTEP;
   static_assert(8 * D * 4 + 64 <= STAGE, "a group's result fits in one stage");
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ unsigned msk[W][S];
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int t4 = lane & 3;
+  const int g = lane >> 2, t4 = lane & 3;
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8, H = a.hkv * ngb;
   const int b = int(blockIdx.x / unsigned(H)), rem = int(blockIdx.x % unsigned(H));
   const int kvh = rem / ngb, gb = rem % ngb;
   const int h0 = kvh * G + gb * 8, nh = min(8, G - gb * 8);
-  if (a.prefetch) l2_prefetch_chunks<D>(a, b, kvh, warp * kGroup, kGroup, lane);  // hints (l2_prefetch_rows)
   gdc_wait();  // (launched with PDL: q, the cache and the lengths may come from the previous kernel)
   gdc_launch();  // the next kernel waits for this grid's completion before reading the outputs
   const SeqPlan p = seq_plan(a, b);
@@ -50,9 +49,20 @@ __global__ void __launch_bounds__(kGroup * 32, 1) k_decode_fold_pair(const __gri
   unsigned char* ring = smem + size_t(warp) * Cf::WARPB;
   unsigned char* qslot = ring + S * STAGE;
   const uint32_t ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(ring)), qslot_s = ring_s + S * STAGE;
+  const int hA = 2 * t4, hB = 2 * t4 + 1;
   // publishes a group's result (o: [KSTEP][4] fragments, stv: mA, mB, lA, lB) into stage k of this warp's ring
   auto publish = [&](int k, const float (&ov)[KSTEP][4], const float (&stv)[4]) {
-    publish_partial<D>(reinterpret_cast<float*>(ring + k * STAGE), ov, stv, lane);
+    float* pw = reinterpret_cast<float*>(ring + k * STAGE);
+#pragma unroll
+    for (int mt = 0; mt < KSTEP; ++mt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) pw[(e & 1 ? hB : hA) * D + mt * 16 + g + (e >= 2 ? 8 : 0)] = ov[mt][e];
+    if (lane < 4) {
+      pw[8 * D + 2 * hA] = stv[0];
+      pw[8 * D + 2 * hA + 1] = stv[2];
+      pw[8 * D + 2 * hB] = stv[1];
+      pw[8 * D + 2 * hB + 1] = stv[3];
+    }
   };
 
   {
@@ -69,6 +79,8 @@ __global__ void __launch_bounds__(kGroup * 32, 1) k_decode_fold_pair(const __gri
     }
     const int ntot = ntk[0] + ntk[1];
     const int ctiles = int(p.chunk / 16);  // tiles per chunk (chunk_min % 16 == 0)
+    const T* kc = static_cast<const T*>(a.kc);
+    const T* vc = static_cast<const T*>(a.vc);
     const uint64_t pol = EF ? l2_evict_first() : 0;
     auto row_of = [&](int i) {
       if (i >= ntot) return -1;
@@ -77,13 +89,41 @@ __global__ void __launch_bounds__(kGroup * 32, 1) k_decode_fold_pair(const __gri
       const int tt = t * 16 + (lane & 15);
       if (tt >= (second ? lenk[1] : lenk[0])) return -1;
       const int j = int(second ? j0k[1] : j0k[0]) + tt;
-      return cache_row(a, b, j);
+      if (!a.block_table) return b * int(a.bs) + j;
+      const int bs = int(a.bs), blk = a.block_table[b * a.bt_stride + j / bs];
+      return blk < 0 || blk >= a.nb ? -1 : blk * bs + j % bs;
     };
     int prow = row_of(0);
     auto issue = [&](int i) {
       if (i < ntot) {
-        copy_kv_tile<T, D>(ring + (i % S) * STAGE, &msk[warp][i % S], a, kvh, prow, lane, EF, pol);
-        if (i == 0) copy_q<T, D>(qslot, a, b, h0, nh, lane);
+        unsigned char* st = ring + (i % S) * STAGE;
+        const unsigned m = __ballot_sync(kFull, prow >= 0) & 0xffffu;
+        if (lane == 0) msk[warp][i % S] = m;
+        const int64_t hoff = int64_t(kvh) * D;
+#pragma unroll
+        for (int u = 0; u < CPL; ++u) {
+          const int c = lane + 32 * u, rr = c / CH, cc = c % CH;
+          const int row = __shfl_sync(kFull, prow, rr);
+          const bool ok = row >= 0;
+          const int64_t off = ok ? int64_t(row) * a.hkv * D + hoff + cc * 8 : 0;
+          if constexpr (EF) {
+            cp_async16_ef(st + swz(rr, cc, ROWB), kc + off, ok, pol);
+            cp_async16_ef(st + KVB + swz(rr, cc, ROWB), vc + off, ok, pol);
+          } else {
+            cp_async16(st + swz(rr, cc, ROWB), kc + off, ok);
+            cp_async16(st + KVB + swz(rr, cc, ROWB), vc + off, ok);
+          }
+        }
+        if (i == 0) {
+          const T* qp = static_cast<const T*>(a.q);
+          const T* q = qp + int64_t(b) * a.q_bs + int64_t(h0) * a.q_hs;
+#pragma unroll
+          for (int u = 0; u < QPL; ++u) {
+            const int c = lane + 32 * u, rr = c / CH, cc = c % CH;
+            const bool ok = rr < nh;
+            cp_async16(qslot + swz(rr, cc, ROWB), ok ? q + int64_t(rr) * a.q_hs + cc * 8 : qp, ok);
+          }
+        }
       }
       cp_async_commit();
       prow = row_of(i + 1);
@@ -107,7 +147,17 @@ __global__ void __launch_bounds__(kGroup * 32, 1) k_decode_fold_pair(const __gri
     for (int i = 0; i < ntot; ++i) {
       cp_async_wait<S - 2>();
       __syncwarp();
-      if (i == 0) load_q_frags<D>(qa, qslot_s, lane);
+      if (i == 0) {
+#pragma unroll
+        for (int k2 = 0; k2 < KSTEP / 2; ++k2) {
+          uint32_t x[4];
+          ldsm_x4(x, qslot_s + swz(lane & 7, 4 * k2 + (lane >> 3), ROWB));
+          qa[2 * k2][0] = x[0];
+          qa[2 * k2][1] = x[1];
+          qa[2 * k2 + 1][0] = x[2];
+          qa[2 * k2 + 1][1] = x[3];
+        }
+      }
       issue(i + S - 1);  // into the stage of tile i - 1 (its reads are ordered by the __syncwarp above)
       tile_step<T, D>(ring_s + (i % S) * STAGE, qa, msk[warp][i % S], sl2, capped, cap_in, cap_out, o, mrow, lsum,
                       lane);
@@ -115,7 +165,25 @@ __global__ void __launch_bounds__(kGroup * 32, 1) k_decode_fold_pair(const __gri
       const int t = second ? i - ntk[0] : i;
       const bool group_end = t + 1 == (second ? ntk[1] : ntk[0]);
       if (group_end || (t + 1) % ctiles == 0) {  // a chunk ends: the group accumulator (+)= this chunk
-        fold_chunk<D>(go, o, gmA, gmB, glA, glB, mrow, lsum, t4);
+        float l = lsum;
+        l += __shfl_xor_sync(kFull, l, 1);
+        l += __shfl_xor_sync(kFull, l, 2);
+        const float mA = __shfl_sync(kFull, mrow, 8 * t4), mB = __shfl_sync(kFull, mrow, 8 * t4 + 4);
+        const float lA = __shfl_sync(kFull, l, 8 * t4), lB = __shfl_sync(kFull, l, 8 * t4 + 4);
+        float waA, wbA, waB, wbB;
+        fold_w(gmA, mA, waA, wbA);
+        fold_w(gmB, mB, waB, wbB);
+        glA = fold_v(glA, waA, lA, wbA);
+        glB = fold_v(glB, waB, lB, wbB);
+#pragma unroll
+        for (int mt = 0; mt < KSTEP; ++mt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            go[mt][e] = e & 1 ? fold_v(go[mt][e], waB, o[mt][e], wbB) : fold_v(go[mt][e], waA, o[mt][e], wbA);
+            o[mt][e] = 0.f;
+          }
+        mrow = -INFINITY;
+        lsum = 0.f;
         if (group_end && !second && ntk[1] > 0) {  // the first group is done, the second follows: keep it
 #pragma unroll
           for (int mt = 0; mt < KSTEP; ++mt)

@@ -211,7 +211,6 @@ struct DecodeArgs {
   int chunk_min = nn::kDecodeChunkMin, chunk_max = nn::kDecodeChunkMax, target_splits = nn::kDecodeTargetSplits;
   int variant = 0;     // kernel tuning variant (0: default; see attention_decode.cu)
   int grid_order = 0;  // CTA order (0 or 1; see attention_decode.cu)
-  int prefetch = 0;    // CUDA fold kernels: keys per warp prefetched into L2 before the PDL wait (attention_decode.cu)
   float* ws_o = nullptr;  // [B, hq, nsplit, D]
   float* ws_ml = nullptr; // [B, hq, nsplit, 2]
   int nsplit = 0;         // workspace stride: decode_splits_bound(capacity)

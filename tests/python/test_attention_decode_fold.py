@@ -29,11 +29,13 @@ def test_cuda_fold_units_same_bits(D, Hq, Hkv, params, monkeypatch):
     (qd, kd, vd, ld, btd), want = _FOLD_CASES[key]
     base = params or "32,1024,128"
     res = {}
-    for v in (",20", ",14", ",15", ",18", ",19", ",23", ",24", ",25", ",28", ",29", ",31", ",33"):
+    for v in (",20", ",14", ",15", ",18", ",19", ",21", ",22", ",23", ",24", ",25", ",26", ",27",
+              ",28", ",29", ",30", ",31", ",32"):
         monkeypatch.setenv("GPUKIT_DECODE_SPLIT", base + v)
         res[v] = gk.nn.attention_decode(qd, kd, vd, ld, block_table=btd)
     check(res[",20"], want, 3.2e-2, f"fold D={D} {base}")
-    for v in (",14", ",15", ",18", ",19", ",23", ",24", ",25", ",28", ",29", ",31", ",33"):
+    for v in (",14", ",15", ",18", ",19", ",21", ",22", ",23", ",24", ",25", ",26", ",27",
+              ",28", ",29", ",30", ",31", ",32"):
         d = np.argwhere(bits(res[v]) != bits(res[",20"]))
         assert d.size == 0, f"units {v} differ from auto at {d[0]} (D={D} {base})"
     for i in (2, 9, 11):  # alone in its batch (another unit choice)
@@ -50,8 +52,9 @@ def test_cuda_fold_units_window_softcap(kw, monkeypatch):
     qd, kd, vd, ld, btd = (gk.asarray(x).to("cuda") for x in (q, kc, vc, lens, bt))
     want = ref_decode(f64(q), f64(kc), f64(vc), lens, bt, **kw)
     res = []
-    for v in ("32,1024,128,14", "32,1024,128,15", "32,1024,128,18", "32,1024,128,24", "32,1024,128,25",
-              "32,1024,128,28", "32,1024,128,29", "32,1024,128,31", "32,1024,128,33"):
+    for v in ("32,1024,128,14", "32,1024,128,15", "32,1024,128,18", "32,1024,128,21", "32,1024,128,24",
+              "32,1024,128,25", "32,1024,128,28", "32,1024,128,29", "32,1024,128,30", "32,1024,128,31",
+              "32,1024,128,32"):
         monkeypatch.setenv("GPUKIT_DECODE_SPLIT", v)
         res.append(gk.nn.attention_decode(qd, kd, vd, ld, block_table=btd, **kw))
     check(res[0], want, TOL["float16"] * 2, f"fold window/softcap {kw}")
@@ -62,9 +65,8 @@ def test_cuda_fold_units_window_softcap(kw, monkeypatch):
 @gpu
 @pytest.mark.parametrize("B,D,dtype", [(4, 128, "bfloat16"), (8, 128, "float16"), (5, 64, "bfloat16")])
 def test_cuda_fold_pair_clusters(B, D, dtype, monkeypatch, capfd):
-    # variant 31 (attention_decode_fold_pcl.cu: one warp per group, CTAs of 8 warps in clusters, the groups folded
-    # through distributed shared memory; auto's choice here) and 33 (the cluster kernel of 4-warp CTAs) at mid-size
-    # batches of a 4096-key contiguous cache: the
+    # variants 30 / 31 / 32 (attention_decode_fold_pcl.cu: one warp per group, CTAs of 4 / 8 / 4 warps in clusters,
+    # the groups folded through distributed shared memory; 32 with a deeper stage ring) at mid-size batches of a 4096-key contiguous cache: the
     # same bits as the two-kernel fold (23), the pair kernel (28) and auto; alone in the batch; repeated and in a
     # captured graph; a PDL chain (each q the previous output) equal to 23's chain, eager and with PDL off;
     # the float64 reference. Lengths: full, 1 group, a partial last group, 1 key, 0.
@@ -82,10 +84,10 @@ def test_cuda_fold_pair_clusters(B, D, dtype, monkeypatch, capfd):
     kd, vd, ld, qd = (gk.asarray(x).to("cuda") for x in (kc, vc, lens, q))
     want = ref_decode(f64(q), f64(kc), f64(vc), lens)
     res = {}
-    for v in ("20", "23", "28", "31", "33"):
+    for v in ("20", "23", "28", "30", "31", "32"):
         monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128," + v)
         res[v] = bits(gk.nn.attention_decode(qd, kd, vd, ld))
-    # auto routes these mid-size batches (pairs x 2 CTAs of 8 warps <= the SMs) to the pair clusters of 8-warp CTAs
+    # auto (session 6) routes these mid-size batches (one wave of 8-warp cluster CTAs, >= 3 groups per SM) to 31
     monkeypatch.delenv("GPUKIT_DECODE_SPLIT")
     capfd.readouterr()
     monkeypatch.setenv("GPUKIT_DECODE_LOG", "1")
@@ -93,13 +95,13 @@ def test_cuda_fold_pair_clusters(B, D, dtype, monkeypatch, capfd):
     gk.cuda.synchronize()
     log = capfd.readouterr().err
     monkeypatch.delenv("GPUKIT_DECODE_LOG")
-    assert "(31)" in log, f"auto at B={B} D={D} did not take the pair clusters of 8-warp CTAs: {log!r}"
-    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128,31")
+    assert "(31)" in log, f"auto at B={B} D={D} did not take the pair clusters of 8-warp CTAs (31): {log!r}"
+    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128,30")
     check(gk.nn.attention_decode(qd, kd, vd, ld), want, TOL[dtype] * 2, f"pair clusters B={B} D={D}")
-    for v in ("20", "28", "31", "33"):
+    for v in ("20", "28", "30", "31", "32"):
         d = np.argwhere(res[v] != res["23"])
         assert d.size == 0, f"variant {v} differs from 23 at {d[0]} (B={B} D={D})"
-    for v in ("31", "33"):
+    for v in ("30", "31", "32"):
         monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128," + v)
         for i in (0, 3):
             alone = gk.nn.attention_decode(qd[i:i + 1], kd[i:i + 1], vd[i:i + 1], ld[i:i + 1])
@@ -124,7 +126,7 @@ def test_cuda_fold_pair_clusters(B, D, dtype, monkeypatch, capfd):
 
     monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128,23")
     base = chain(3)
-    for v, pdl in (("31", "1"), ("33", "1"), ("31", "0")):
+    for v, pdl in (("30", "1"), ("31", "1"), ("32", "1"), ("30", "0")):
         monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128," + v)
         monkeypatch.setenv("GPUKIT_DECODE_PDL", pdl)
         for i, (a, b) in enumerate(zip(chain(3), base)):
@@ -138,8 +140,8 @@ def test_cuda_pdl_chain(B, monkeypatch):
     # The first decode kernel launches with PDL (it may start while the previous kernel finishes) and the last
     # one lets the next kernel launch early: a chain out_{i+1} = decode(q = out_i) reads each q only after the
     # call that writes it (poisoned allocations: a read before the write gives NaN), eagerly, in a captured
-    # graph and with GPUKIT_DECODE_PDL=0 (the same bits). B = 1: CTA units (18), 3 and 40: the fold kernel + merge
-    # kernel (23; a 2304-key capacity has 9 groups: the pair clusters would leave 7 of 16 warps idle).
+    # graph and with GPUKIT_DECODE_PDL=0 (the same bits). B = 1: cluster kernel, 3: CTA units, 40: the fold
+    # kernel + merge kernel.
     Hq, Hkv, D, T = 32, 8, 128, 2304
     rng = np.random.default_rng(90 + B)
     lens = rng.integers(1, T + 1, B).astype(np.int32)
@@ -185,63 +187,3 @@ def test_cuda_pdl_chain(B, monkeypatch):
     for i, (a, b) in enumerate(zip(chain(4), eager)):
         d = np.argwhere(bits(a) != bits(b))
         assert d.size == 0, f"GPUKIT_DECODE_PDL=0 step {i} differs at {d[0]}"
-
-
-@gpu
-@pytest.mark.parametrize("B,D", [(1, 128), (5, 128), (3, 64)])
-def test_cuda_prefetch_append_chain(B, D, monkeypatch):
-    # GPUKIT_DECODE_PREFETCH=1 (or N keys): the one-launch fold kernels (18, 28, 31, 33) prefetch their first keys into L2
-    # before the PDL wait, while the previous kernel runs; here that kernel is kv_append writing the row the
-    # decode then reads (device lengths: kernels back to back). Each step appends one token per sequence and
-    # decodes over it: every variant, with and without the prefetch, eager and in a graph, gives the same bits
-    # (the fold kernels' common bits), and the float64 reference of the cache with the appended rows.
-    Hq, Hkv, T, steps = 32, 8, 2048, 3
-    dtype = "bfloat16"
-    rng = np.random.default_rng(200 + B)
-    lens0 = rng.integers(0, T - steps, B).astype(np.int32)
-    lens0[0] = T - steps
-    kc0 = make((B, T, Hkv, D), dtype, 201)
-    vc0 = make((B, T, Hkv, D), dtype, 202)
-    kn = [make((B, Hkv, D), dtype, 210 + s) for s in range(steps)]
-    vn = [make((B, Hkv, D), dtype, 220 + s) for s in range(steps)]
-    qs = [make((B, Hq, D), dtype, 230 + s) for s in range(steps)]
-    knd, vnd, qsd = ([gk.asarray(x).to("cuda") for x in xs] for xs in (kn, vn, qs))
-    lensd = [gk.asarray(lens0 + s).to("cuda") for s in range(steps + 1)]
-
-    def run(graph=False):
-        kd, vd = gk.asarray(kc0).to("cuda"), gk.asarray(vc0).to("cuda")
-        outs = []
-
-        def body():
-            for s in range(steps):
-                gk.nn.kv_append(knd[s], vnd[s], kd, vd, seq_lens=lensd[s])
-                outs.append(gk.nn.attention_decode(qsd[s], kd, vd, lensd[s + 1]))
-
-        if graph:
-            g = gk.Graph()
-            with g:
-                body()
-            g.replay()
-        else:
-            body()
-        gk.cuda.synchronize()
-        return [bits(o) for o in outs], outs
-
-    monkeypatch.setenv("GPUKIT_DECODE_PREFETCH", "0")
-    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128,23")
-    base, outs = run()
-    kk, vv = f64(kc0), f64(vc0)
-    for s in range(steps):
-        for b in range(B):
-            kk[b, lens0[b] + s] = f64(kn[s])[b]
-            vv[b, lens0[b] + s] = f64(vn[s])[b]
-        check(outs[s], ref_decode(f64(qs[s]), kk, vv, lens0 + s + 1), 3.2e-2, f"append chain B={B} D={D} step {s}")
-    for v, pf in [(v, pf) for v in ("20", "18", "28", "31", "33") for pf in ("1", "0")] + [("20", "4096")]:
-        monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128," + v)
-        monkeypatch.setenv("GPUKIT_DECODE_PREFETCH", pf)
-        for graph in (False, True):
-            got, _ = run(graph)
-            for s in range(steps):
-                d = np.argwhere(got[s] != base[s])
-                assert d.size == 0, (f"variant {v} prefetch {pf} graph {graph} step {s} differs from 23 at {d[0]} "
-                                     f"(B={B} D={D})")

@@ -57,21 +57,21 @@ bool attention_decode_mma(const DecodeArgs& a, cudaStream_t st);
 // False when not covered (as attention_decode_mma).
 bool attention_decode_fold(const DecodeArgs& a, cudaStream_t st, int force);
 // attention_decode_fold_cta.cu: the fold kernel's CTA group units in one launch (head_dim 64 / 128, B <= 512);
-// false when not covered. stop (timing only, wrong outputs): 1 no cross-CTA merge, 2 no fold and no writes.
-bool attention_decode_fold_cta(const DecodeArgs& a, cudaStream_t st, int stop = 0);
+// false when not covered.
+bool attention_decode_fold_cta(const DecodeArgs& a, cudaStream_t st);
 // attention_decode_fold_cl.cu: one thread-block cluster per (sequence, kv head, head group), the groups' results
 // folded through distributed shared memory (head_dim 64 / 128, sm_90, capacity <= 16 groups); one launch. force 0:
-// only when all clusters are resident at once; 1: whenever it can run; 2: the same with two groups per CTA; 3:
-// CTAs of 4 warps (two chunks per warp, two CTAs per SM). False when not covered (nothing launched).
+// only when all clusters are resident at once; 1: whenever it can run; 2: the same with two groups per CTA.
+// False when not covered (nothing launched).
 bool attention_decode_fold_cl(const DecodeArgs& a, cudaStream_t st, int force);
 // attention_decode_fold_pair.cu: one CTA per (sequence, kv head, head group), warps on group units, the groups
 // folded through shared memory (head_dim 64 / 128, capacity <= 16 groups); one launch; evict_first: K / V loads
 // tagged L2 evict-first. False when not covered.
 bool attention_decode_fold_pair(const DecodeArgs& a, cudaStream_t st, bool evict_first);
 // attention_decode_fold_pcl.cu: the pair kernel spread over a thread-block cluster (one warp per group, CTAs of
-// 8 warps, clusters of the power of two covering the capacity's groups), the groups folded through distributed
-// shared memory (head_dim 64 / 128, sm_90, capacity <= 16 groups; K / V loads L2 evict-first); one launch.
-// False when not covered (nothing launched).
-bool attention_decode_fold_pcl(const DecodeArgs& a, cudaStream_t st);
+// `warps` = 4 or 8 warps, clusters of the power of two covering the capacity's groups), the groups folded through
+// distributed shared memory (head_dim 64 / 128, sm_90, capacity <= 16 groups; K / V loads L2 evict-first); one
+// launch. deep (warps 4 only): twice the stage ring (one CTA per SM). False when not covered (nothing launched).
+bool attention_decode_fold_pcl(const DecodeArgs& a, cudaStream_t st, int warps, bool deep);
 
 }  // namespace gk::cuda

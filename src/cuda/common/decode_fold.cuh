@@ -53,14 +53,6 @@ __device__ __forceinline__ SeqPlan seq_plan(const DecodeArgs& a, int b) {
   return p;
 }
 
-// The cache row of key j of sequence b: b * bs + j in a contiguous cache, else through the block table; -1 for a
-// block id outside the pool (masked).
-__device__ __forceinline__ int cache_row(const DecodeArgs& a, int b, int j) {
-  if (!a.block_table) return b * int(a.bs) + j;
-  const int bs = int(a.bs), blk = a.block_table[b * a.bt_stride + j / bs];
-  return blk < 0 || blk >= a.nb ? -1 : blk * bs + j % bs;
-}
-
 // Group units (1) or chunk units (0) for this launch: chunk units for head_dim 256 (the register budget of
 // the group accumulator), else forced (force 1: chunks, 2: groups), else group units when there are at least half as many as warps.
 // All sequences are read (block-wide, ends with a barrier); the same answer in every CTA of both kernels.
@@ -133,47 +125,6 @@ __device__ __forceinline__ void cp_async16_ef(void* dst, const void* src, bool v
 #else
   cp_async16(dst, src, valid);
 #endif
-}
-
-// L2 prefetch of the K and V rows of keys [j0, j0 + n) of kv head kvh of sequence b, the lanes of a warp on
-// consecutive keys. Issued before griddepcontrol.wait (a.prefetch > 0: the keys per warp; the kernel launched
-// with PDL), while the
-// previous kernel of the stream finishes: the unit's first DRAM round trip overlaps that kernel's tail, and the
-// loads after the wait hit L2. Only a hint: the lengths and block table read before the wait may be stale, so
-// every address is kept inside the cache (keys < capacity, blocks inside the pool), and L2 is the point of
-// coherence (a row the previous kernel writes is read correctly after the wait either way).
-template <int D>
-__device__ __forceinline__ void l2_prefetch_rows(const DecodeArgs& a, int b, int kvh, int64_t j0, int n, int lane) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr int ROWB = D * 2;  // (bf16 / fp16 caches)
-  for (int t = lane; t < n; t += 32) {
-    const int64_t j = j0 + t;
-    if (j < 0 || j >= a.capacity) break;
-    int64_t row;
-    if (!a.block_table) {
-      row = int64_t(b) * a.bs + j;
-    } else {
-      const int blk = a.block_table[int64_t(b) * a.bt_stride + j / a.bs];
-      if (blk < 0 || blk >= a.nb) continue;
-      row = int64_t(blk) * a.bs + j % a.bs;
-    }
-    const int64_t off = (row * a.hkv + kvh) * ROWB;
-    const char* k = static_cast<const char*>(a.kc) + off;
-    const char* v = static_cast<const char*>(a.vc) + off;
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(k), "r"(ROWB) : "memory");
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(v), "r"(ROWB) : "memory");
-  }
-#endif
-}
-
-// The prefetch of the first keys of chunks [c0, c0 + nch) of sequence b (a hint, as l2_prefetch_rows).
-template <int D>
-__device__ __forceinline__ void l2_prefetch_chunks(const DecodeArgs& a, int b, int kvh, int c0, int nch, int lane) {
-  const SeqPlan p = seq_plan(a, b);
-  if (c0 >= p.nsp) return;
-  const int64_t k0 = int64_t(c0) * p.chunk;
-  const int64_t len = min(int64_t(c0 + nch) * p.chunk, p.n) - k0;
-  l2_prefetch_rows<D>(a, b, kvh, p.start + k0, int(min(len, int64_t(a.prefetch))), lane);
 }
 
 // One 16-key tile in the stage at shared address st (K, then V at + 16 * D * 2 bytes; rows swizzled): S = Q K^T

@@ -109,21 +109,6 @@ __device__ __forceinline__ void gdc_launch() {
 #endif
 }
 
-// Whether the current device is sm_90+ (programmatic dependent launch, clusters, distributed shared memory;
-// cached per device).
-inline bool device_sm90() {
-  static std::atomic<int> major[64];
-  int dev = 0;
-  GK_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= 64) dev = 0;
-  int m = major[dev].load(std::memory_order_relaxed);
-  if (m <= 0) {
-    GK_CUDA_CHECK(cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev));
-    major[dev].store(m, std::memory_order_relaxed);
-  }
-  return m >= 9;
-}
-
 // Whether the first decode kernel of a call launches with the programmatic-stream-serialization attribute
 // (it may then start while the previous kernel of the stream finishes): sm_90+, GPUKIT_PDL not "0" (read
 // once, as the engine) and GPUKIT_DECODE_PDL not "0" (read at each call: benchmarks compare both).
@@ -135,7 +120,16 @@ inline bool decode_pdl() {
   if (!env_on) return false;
   const char* e = std::getenv("GPUKIT_DECODE_PDL");
   if (e && std::strcmp(e, "0") == 0) return false;
-  return device_sm90();
+  static std::atomic<int> major[64];
+  int dev = 0;
+  GK_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 0 || dev >= 64) dev = 0;
+  int m = major[dev].load(std::memory_order_relaxed);
+  if (m <= 0) {
+    GK_CUDA_CHECK(cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev));
+    major[dev].store(m, std::memory_order_relaxed);
+  }
+  return m >= 9;
 }
 
 // Launches kernel k, with the PDL attribute when pdl (a plain launch where that is refused).
@@ -156,34 +150,6 @@ void launch_maybe_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaS
     (void)cudaGetLastError();
   }
   k<<<grid, block, smem, st>>>(args...);
-}
-
-// Launches kernel k in thread-block clusters of cs CTAs along x, with the PDL attribute when pdl (without it
-// where the pair is refused); false (nothing launched, the error cleared) where the launch is refused.
-template <class... P, class... A>
-bool launch_cluster_maybe_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, unsigned cs,
-                              bool pdl, A... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = st;
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = cs;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 2 : 1;
-  if (cudaLaunchKernelEx(&cfg, k, args...) == cudaSuccess) return true;
-  (void)cudaGetLastError();
-  if (cfg.numAttrs == 1) return false;
-  cfg.numAttrs = 1;  // without PDL
-  if (cudaLaunchKernelEx(&cfg, k, args...) == cudaSuccess) return true;
-  (void)cudaGetLastError();
-  return false;
 }
 
 inline int sm_count() {
