@@ -436,9 +436,10 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   // whichever runs): variant 20 (auto, the default): CTA group units (18), the pair kernel (28), the pair clusters
   // of 8-warp CTAs (31) or the two-kernel fold with evict-first (23), see kPairMinEff. 18: CTA group units in one
   // launch (counters, last CTA folds); 19: chunk or warp group units plus the merge kernel (two launches), 23: 19
-  // with L2 evict-first K / V loads, 14 / 15 force chunk / group units (+ merge kernel), 17: 19 without the merge (timing only), 21: warp group
-  // units merged in the kernel by the last warp (one launch; slow), 22: 21 with evict-first, 26: 19 with the warps
-  // of a CTA on consecutive units (the kv heads of one chunk or group), 27: 26 with evict-first.
+  // with L2 evict-first K / V loads, 14 / 15 force chunk / group units (+ merge kernel), 17: 19 without the merge
+  // (timing only), 21: warp group units merged in the kernel by the last warp (one launch; slow), 22: 21 with
+  // evict-first, 26: 19 with the warps of a CTA on consecutive units (the kv heads of one chunk or group), 27: 26
+  // with evict-first.
   // 24: one thread-block cluster per (sequence, kv head, head group), merged through distributed shared memory
   // (one launch; 25: two groups per CTA in clusters half as large): slower than 18 at A (only 7 clusters of 16
   // were resident on the H200: B1 T131072 167 us against 131), not used by auto. 28: one CTA per (sequence, kv
