@@ -29,7 +29,7 @@ SHAPES = [(1, 512), (1, 1024), (1, 2048), (1, 4096), (1, 16384), (1, 32768), (1,
 PAGED = [(1, 16384), (32, 8192)]
 # tuning sweep: "chunk_min,chunk_max,target_splits[,variant]", optionally followed by "|VAR=VALUE" (an environment
 # variable set for that entry; "|GPUKIT_DECODE_PDL=0" or "env:GPUKIT_DECODE_PDL=0" alone: the default without
-# PDL). Fold kernels
+# PDL; "+" may replace "|"). Fold kernels
 # (src/cuda/attention_decode_fold*.cu, the same bits whichever runs): 20 auto (cluster kernel when its clusters
 # are all resident at once, else CTA group units in one launch for <= 64 sequence x kv-head pairs, else chunk or
 # warp group units + merge kernel), 24 the cluster kernel forced, 18 CTA group units, 19 chunk or warp group
@@ -202,7 +202,7 @@ def main(argv=None):
                   f"graph {nbytes / (gg3 * 1e-6) / 1e12:.2f} TB/s ({gg3:7.1f} us)  (max err {lerr:.1e})")
             del lq, lk, lv, lqg
         for sp in ([] if a.no_sweep else a.splits):
-            split, _, env = sp.partition("|")
+            split, _, env = sp.replace("+", "|", 1).partition("|")  # ("+": the same without a shell character)
             if sp.startswith("env:"):  # (the same without a shell-special character)
                 split, env = "", sp[4:]
             envs = dict([env.split("=", 1)]) if env else {}

@@ -416,6 +416,11 @@ void launch_decode_merge(const DecodeArgs& a, cudaStream_t st) {
 //  - the pair kernel (one CTA per pair, one launch) when its waves are at least kPairMinEff full and every warp
 //    has a group (ngmax >= 8): B16 T4096 67.1 us against 74.3, B32 T8192 248.3 / 258.1, B64 T2048 131.3 / 137.1;
 //    B8 T4096 (64 pairs) 48.7 / 44.7.
+//  - else, in one wave of the pair clusters of 8-warp CTAs (31; one launch, no workspace) when at least 3/4 of
+//    their warps have a group (ngmax 8 or 12-16) and there are at least 3 groups per SM (pairs x ngmax >= 3 x SMs),
+//    that kernel: session 5's final run (docs/device-runs/2026-11-30-h200-s5-final-2.log, plan 12, graph us) had B4
+//    T4096 25.3 against 32.1 for 23, B8 36.4 / 43.5 (B16 70.4 / 72.3, 28 66.6). Two waves (B9-B14) and fewer groups
+//    (B2, B3) were not measured: 23 there, as before.
 //  - else the two-kernel fold with L2 evict-first K / V loads (23; head_dim 256 always): 0.6-3.4 % faster than
 //    without (19) at every shape of that run.
 constexpr double kPairMinEff = 0.9;
@@ -428,20 +433,21 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   if (a.chunk_min < 32 || a.chunk_min % 32 || a.chunk_max < a.chunk_min || a.chunk_max > 4096 || a.target_splits < 1)
     throw ValueError("attention_decode: bad split parameters");
   // bf16 / fp16: the tensor-core kernels. The fold kernels (attention_decode_fold*.cu; the same bits
-  // whichever runs): variant 20 (auto, the default): CTA group units (18), the pair kernel (28) or the two-kernel
-  // fold with evict-first (23), see kPairMinEff. 18: CTA group units in one launch (counters, last CTA folds);
-  // 19: chunk or warp group units plus the merge kernel (two launches), 23: 19 with L2 evict-first K / V loads,
-  // 14 / 15 force chunk / group units (+ merge kernel), 17: 19 without the merge (timing only), 21: warp group
-  // units merged in the kernel by the last warp (one launch; slow), 22: 21 with evict-first, 26: 19 with the warps
-  // of a CTA on consecutive units (the kv heads of one chunk or group), 27: 26 with evict-first.
+  // whichever runs): variant 20 (auto, the default): CTA group units (18), the pair kernel (28), the pair clusters
+  // of 8-warp CTAs (31) or the two-kernel fold with evict-first (23), see kPairMinEff. 18: CTA group units in one
+  // launch (counters, last CTA folds); 19: chunk or warp group units plus the merge kernel (two launches), 23: 19
+  // with L2 evict-first K / V loads, 14 / 15 force chunk / group units (+ merge kernel), 17: 19 without the merge
+  // (timing only), 21: warp group units merged in the kernel by the last warp (one launch; slow), 22: 21 with
+  // evict-first, 26: 19 with the warps of a CTA on consecutive units (the kv heads of one chunk or group), 27: 26
+  // with evict-first.
   // 24: one thread-block cluster per (sequence, kv head, head group), merged through distributed shared memory
   // (one launch; 25: two groups per CTA in clusters half as large): slower than 18 at A (only 7 clusters of 16
   // were resident on the H200: B1 T131072 167 us against 131), not used by auto. 28: one CTA per (sequence, kv
   // head, head group), its warps on group units, the groups folded through shared memory (one launch); 29: 28
   // with L2 evict-first K / V loads. 30 / 31: the pair kernel over a thread-block cluster, one warp per group (CTAs
   // of 4 / 8 warps), the groups folded through distributed shared memory, evict-first (one launch; for mid-size
-  // batches, e.g. B4-B8 T4096 where 28 fills 32-64 of the SMs; not measured at A, not used by auto); 32: 30 with
-  // twice the stage ring (one CTA per SM).
+  // batches, e.g. B4-B8 T4096 where 28 fills 32-64 of the SMs; 31 is auto's choice there); 32: 30 with twice the
+  // stage ring (one CTA per SM).
   // attention_decode_mma.cu: variants 2-13 and 16 (16: its default). Variant 0 is kFoldDefault ? 20 : 16.
   // Variant 1 forces the CUDA-core kernel below.
   int v = a.variant == 0 ? (kFoldDefault ? 20 : 16) : a.variant;
@@ -449,8 +455,13 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   if (v == 20) {  // auto (see kPairMinEff)
     const int64_t ngmax = (int64_t(a.nsplit) + 7) / 8, sms = dmma::sm_count();
     const int64_t waves = (pairs + sms - 1) / sms;
+    // 31: cs CTAs of 8 warps per pair (one warp per group)
+    const int64_t cs = ngmax <= 8 ? 1 : 2;
+    const bool pcl = ngmax >= 8 && ngmax <= 16 && 4 * ngmax >= 3 * 8 * cs && pairs * cs <= sms &&
+                     pairs * ngmax >= 3 * sms;
     v = pairs * ngmax <= sms                                                             ? 18
         : ngmax >= 8 && ngmax <= 16 && double(pairs) >= kPairMinEff * double(waves * sms) ? 28
+        : pcl                                                                             ? 31
                                                                                           : 23;
   }
   const char* path = nullptr;

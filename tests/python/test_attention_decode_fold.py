@@ -64,7 +64,7 @@ def test_cuda_fold_units_window_softcap(kw, monkeypatch):
 
 @gpu
 @pytest.mark.parametrize("B,D,dtype", [(4, 128, "bfloat16"), (8, 128, "float16"), (5, 64, "bfloat16")])
-def test_cuda_fold_pair_clusters(B, D, dtype, monkeypatch):
+def test_cuda_fold_pair_clusters(B, D, dtype, monkeypatch, capfd):
     # variants 30 / 31 / 32 (attention_decode_fold_pcl.cu: one warp per group, CTAs of 4 / 8 / 4 warps in clusters,
     # the groups folded through distributed shared memory; 32 with a deeper stage ring) at mid-size batches of a 4096-key contiguous cache: the
     # same bits as the two-kernel fold (23), the pair kernel (28) and auto; alone in the batch; repeated and in a
@@ -87,6 +87,15 @@ def test_cuda_fold_pair_clusters(B, D, dtype, monkeypatch):
     for v in ("20", "23", "28", "30", "31", "32"):
         monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128," + v)
         res[v] = bits(gk.nn.attention_decode(qd, kd, vd, ld))
+    # auto (session 6) routes these mid-size batches (one wave of 8-warp cluster CTAs, >= 3 groups per SM) to 31
+    monkeypatch.delenv("GPUKIT_DECODE_SPLIT")
+    capfd.readouterr()
+    monkeypatch.setenv("GPUKIT_DECODE_LOG", "1")
+    np.testing.assert_array_equal(bits(gk.nn.attention_decode(qd, kd, vd, ld)), res["20"])
+    gk.cuda.synchronize()
+    log = capfd.readouterr().err
+    monkeypatch.delenv("GPUKIT_DECODE_LOG")
+    assert "(31)" in log, f"auto at B={B} D={D} did not take the pair clusters of 8-warp CTAs (31): {log!r}"
     monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128,30")
     check(gk.nn.attention_decode(qd, kd, vd, ld), want, TOL[dtype] * 2, f"pair clusters B={B} D={D}")
     for v in ("20", "28", "30", "31", "32"):
