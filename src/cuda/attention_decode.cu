@@ -410,7 +410,13 @@ void launch_decode_merge(const DecodeArgs& a, cudaStream_t st) {
 
 // The default's routing among the fold kernels (variant 20; all give the same bits). With ngmax = the most groups
 // of 8 chunks a sequence of the cache's capacity can have and pairs = B * hkv * head groups:
-//  - CTA group units (one launch) while pairs * ngmax <= the SM count (about one group per CTA; B = 1 with 8 kv
+//  - while pairs * ngmax <= the SM count: the cluster kernel (24) with one group per CTA where all its clusters are
+//    resident at once (B = 1, the only batch measured; short capacities: up to ~2048 keys with 8 kv heads), else
+//    CTA group units (18). Session 6's
+//    final run (docs/device-runs/2026-11-30-h200-s6-final-2.log, graph us, 24 / 18): B1 T384 7.1 / 10.9, T1024
+//    7.4 / 11.3; at T4096 only 7 clusters of 16 fit (24 forced: 17.0 / 14.1). End to end (8B int4 / fp8 / 1B, b1,
+//    same run) +dec24 against 18: 401.7 / 383.7, 361.6 / 350.1, 1130.1 / 1109.6 tok/s.
+//  - else CTA group units (one launch) while pairs * ngmax <= the SM count (about one group per CTA; B = 1 with 8 kv
 //    heads at any length). Checkpoint A of session 5 (H200, Hq 32, Hkv 8, D 128, CUDA graphs): B1 T4096 14.0 us
 //    against 15.6 for the two-kernel fold, T16384 25.8 / 28.1, T131072 131.4 / 134.2; B4 T4096 48.2 / 32.8.
 //  - the pair kernel (one CTA per pair, one launch) when its waves are at least kPairMinEff full and every warp
@@ -452,6 +458,7 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   // Variant 1 forces the CUDA-core kernel below.
   int v = a.variant == 0 ? (kFoldDefault ? 20 : 16) : a.variant;
   const int64_t pairs = int64_t(a.B) * a.hkv * ((a.hq / a.hkv + 7) / 8);
+  bool cl_first = false;  // auto: the cluster kernel with one group per CTA first, where all its clusters fit
   if (v == 20) {  // auto (see kPairMinEff)
     const int64_t ngmax = (int64_t(a.nsplit) + 7) / 8, sms = dmma::sm_count();
     const int64_t waves = (pairs + sms - 1) / sms;
@@ -463,9 +470,12 @@ void attention_decode(const DecodeArgs& a, void* stream) {
         : ngmax >= 8 && ngmax <= 16 && double(pairs) >= kPairMinEff * double(waves * sms) ? 28
         : pcl                                                                             ? 31
                                                                                           : 23;
+    cl_first = v == 18 && a.B == 1;  // measured at B = 1 only
   }
   const char* path = nullptr;
-  if ((v == 24 || v == 25) && attention_decode_fold_cl(a, st, v == 24 ? 1 : 2)) {
+  if (cl_first && attention_decode_fold_cl(a, st, 3)) {
+    path = "cluster, one group per CTA (24)";
+  } else if ((v == 24 || v == 25) && attention_decode_fold_cl(a, st, v == 24 ? 1 : 2)) {
     path = "cluster (24)";
   } else if ((v == 28 || v == 29) && attention_decode_fold_pair(a, st, v == 29)) {
     path = v == 29 ? "pair CTAs, evict-first (29)" : "pair CTAs (28)";

@@ -356,10 +356,10 @@ bool launch_cl(const DecodeArgs& a, cudaStream_t st, int cs) {
 // Picks the cluster: the most groups a sequence of the capacity can have (ngmax <= 16) in clusters of the
 // power of two cs >= ngmax (one group per CTA), else cs >= ngmax / 2 (two groups per CTA, the second after the
 // first in each warp), whichever has all B * hkv * ngb clusters resident at once (force 1: the first that can
-// run; 2: two groups per CTA when ngmax > 1).
+// run; 2: two groups per CTA when ngmax > 1; 3: one group per CTA with all clusters resident, else nothing).
 template <class T, int D>
 bool go_cl(const DecodeArgs& a, cudaStream_t st, int force) {
-  const bool forced = force != 0;
+  const bool forced = force == 1 || force == 2;
   const int ngmax = (a.nsplit + kGroup - 1) / kGroup;
   if (ngmax > kMaxCluster) return false;
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
@@ -375,6 +375,7 @@ bool go_cl(const DecodeArgs& a, cudaStream_t st, int force) {
                  static_cast<long long>(clusters), r1, cs1, cs1 >= 2 ? cl_resident<T, D, 2>(cs1 / 2) : 0, cs1 / 2);
   if (r1 > 0 && (force == 1 || (force == 2 && cs1 == 1) || (!forced && clusters <= r1)))
     return launch_cl<T, D, 1>(a, st, cs1);
+  if (force == 3) return false;
   if (cs1 >= 2) {
     const int cs2 = cs1 / 2;
     const int r2 = cl_resident<T, D, 2>(cs2);

@@ -187,3 +187,54 @@ def test_cuda_pdl_chain(B, monkeypatch):
     for i, (a, b) in enumerate(zip(chain(4), eager)):
         d = np.argwhere(bits(a) != bits(b))
         assert d.size == 0, f"GPUKIT_DECODE_PDL=0 step {i} differs at {d[0]}"
+
+
+@gpu
+@pytest.mark.parametrize("T,D,dtype", [(384, 128, "bfloat16"), (1024, 128, "float16"), (300, 64, "bfloat16")])
+def test_cuda_auto_cluster_short_b1(T, D, dtype, monkeypatch, capfd):
+    # auto (session 6) at B = 1 with a short capacity (all clusters of one group per CTA resident) takes the
+    # cluster kernel (24): the same bits as the CTA kernel (18) and the two-kernel fold (23), within the float64
+    # reference, repeated in a captured graph, and in a PDL chain (each q the previous output) equal to 18's.
+    Hq, Hkv = 32, 8
+    for L in (1, 0, T - 37, T):  # (the chain below runs on the last: the full length)
+        kc = make((1, T, Hkv, D), dtype, 201)
+        vc = make((1, T, Hkv, D), dtype, 202)
+        q = make((1, Hq, D), dtype, 203)
+        lens = np.array([L], np.int32)
+        kd, vd, ld, qd = (gk.asarray(x).to("cuda") for x in (kc, vc, lens, q))
+        res = {}
+        for v in ("18", "23", "24"):
+            monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128," + v)
+            res[v] = bits(gk.nn.attention_decode(qd, kd, vd, ld))
+        monkeypatch.delenv("GPUKIT_DECODE_SPLIT")
+        capfd.readouterr()
+        monkeypatch.setenv("GPUKIT_DECODE_LOG", "1")
+        got = gk.nn.attention_decode(qd, kd, vd, ld)
+        gk.cuda.synchronize()
+        log = capfd.readouterr().err
+        monkeypatch.delenv("GPUKIT_DECODE_LOG")
+        assert "one group per CTA (24)" in log, f"auto at B1 T{T} D{D} did not take the cluster kernel: {log!r}"
+        for v in ("18", "23", "24"):
+            np.testing.assert_array_equal(bits(got), res[v], err_msg=f"auto vs {v} at T{T} L{L} D{D}")
+        if L > 0:
+            check(got, ref_decode(f64(q), f64(kc), f64(vc), lens), TOL[dtype] * 2, f"auto cluster T{T} L{L}")
+        g = gk.Graph()
+        with g:
+            out = gk.nn.attention_decode(qd, kd, vd, ld)
+        for _ in range(2):
+            g.replay()
+            gk.cuda.synchronize()
+            np.testing.assert_array_equal(bits(out), res["18"])
+
+    def chain(n):
+        outs, x = [], qd
+        for _ in range(n):
+            x = gk.nn.attention_decode(x, kd, vd, ld)
+            outs.append(x)
+        return [bits(o) for o in outs]
+
+    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128,18")
+    base = chain(3)
+    monkeypatch.delenv("GPUKIT_DECODE_SPLIT")
+    for a, b in zip(chain(3), base):
+        np.testing.assert_array_equal(a, b)
