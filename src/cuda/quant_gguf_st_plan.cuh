@@ -1,0 +1,225 @@
+// The launch plan of the staged GGUF GEMV (quant_gguf_st.cu, its only includer): the
+// configuration (shipped default, the benchmarking knob GPUKIT_GEMV_GGUF and the variants) and
+// the warps per CTA / split-K of a shape. Host code only.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/cuda_util.h"
+#include "quant_gguf_st_units.cuh"
+
+namespace gk::cuda {
+
+namespace {
+
+using namespace gguf_st;  // GS, GL
+
+// k_ggst's OPT bits (quant_gguf_st.cu says what each does).
+constexpr int kOptPI = 1, kOptFold = 2, kOptLate = 4;
+
+struct GCfg {
+  int d = 3, wt = 12, ux = 1, wmin = 1;  // ring depth, target warps per SM, units per stage x1 (0: half), warps per CTA at least
+  int roll = 0;                          // 1: the stage and unit loops not unrolled (k_ggst's ROLL)
+  int ss = 0;                            // 1: Q4_K / Q6_K scales once per quad (k_ggst's SS)
+  int opt = 0;                           // k_ggst's OPT bits (kOptPI, kOptFold, kOptLate; variants 30-35)
+  int probe = 0;                         // the knob's V 7 / 36: the copies alone (as variant 7 / 36)
+  int sp = 1;                            // 1: shared memory sized so that the CTAs spread evenly (launch_d); 0: not;
+                                         // 2: room for one CTA more per SM (the next kernel's, under PDL)
+};
+
+// The session-6 kernels (variants 30-35; the knob's V): OPT bits and SS of variant v (0: none).
+// 34 / 35: 30 / 33 with the late refill (kOptLate).
+GCfg with_s6(GCfg c, int v) {
+  if (v < 30 || v > 35) return c;
+  c.opt = kOptPI | ((v == 32 || v == 33 || v == 35) ? kOptFold : 0) | (v >= 34 ? kOptLate : 0);
+  c.ss = (v == 31 || v == 33 || v == 35) ? 1 : c.ss;
+  return c;
+}
+
+int default_depth(QFormat f) {
+  switch (f) {
+    case QFormat::q4_0: return GS<int(QFormat::q4_0)>::D;
+    case QFormat::q4_1: return GS<int(QFormat::q4_1)>::D;
+    case QFormat::q8_0: return GS<int(QFormat::q8_0)>::D;
+    case QFormat::q4_k: return GS<int(QFormat::q4_k)>::D;
+    default: return GS<int(QFormat::q6_k)>::D;
+  }
+}
+
+// The session-5 configuration (the base of the benchmarking variants 4, 5, 7, 13, 21, 22, 29-36).
+GCfg gcfg_s5(QFormat f) {
+  GCfg c;
+  c.d = default_depth(f);
+  return c;
+}
+
+// The shipped configuration (no knob): a function of (format, N, K) only. Session 6, checkpoint A
+// (docs/device-runs: device-results/A/2/plan_4; % of the copy bandwidth at M = 1, (K, N) = (4096,
+// 14336) / (14336, 4096) / (4096, 128256), against the session-5 default in the same run):
+// - Q8_0: variant 34 (PI, Q8_0's bf16 byte decode, late refill): 66 / 66 / 80 (62 / 62 / 79); M = 8
+//   57 / 56 / 72 (53 / 50 / 70). The session-5 default's bits.
+// - Q4_0: N < 132 x 8 x 16 rows (all row tiles resident at once): half the units per stage (UX 0)
+//   57 / 53 (53 / 52); the lm-head keeps one unit per stage (UX 0: 74 against 78) with PI 79.
+// - Q4_1: the codes as 128 + q (kOptFold, bf16 x) with UX 0 for the small N: 60 / 57 (50 / 49); the
+//   lm-head UX 1 with the late refill: 82 (74).
+// - Q4_K: UX 0, quad-shared scales, kOptFold: 52 / 50 / 70 (45 / 43 / 63).
+// - Q6_K: quad-shared scales (variant 31): 55 / 55 / 72 (53 / 52 / 69); the session-5 bits.
+GCfg gcfg_default(QFormat f, int64_t n, int64_t k) {
+  (void)k;
+  GCfg c = gcfg_s5(f);
+  const bool few = (n + 15) / 16 <= int64_t(132) * 8;  // all row tiles resident at once (not the lm-head)
+  switch (f) {
+    case QFormat::q8_0: c.opt = kOptPI | kOptLate; break;
+    case QFormat::q4_0:
+      c.opt = kOptPI;
+      c.ux = few ? 0 : 1;
+      break;
+    case QFormat::q4_1:
+      c.opt = kOptPI | kOptFold | (few ? 0 : kOptLate);
+      c.ux = few ? 0 : 1;
+      break;
+    case QFormat::q4_k:
+      c.opt = kOptPI | kOptFold;
+      c.ss = 1;
+      c.ux = 0;
+      break;
+    default:  // q6_k
+      c.opt = kOptPI;
+      c.ss = 1;
+      break;
+  }
+  return c;
+}
+
+// GPUKIT_GEMV_GGUF="D,WT[,UX[,WMIN[,PF[,MINB[,R[,SP[,V]]]]]]]": the benchmarking knob: ring depth 2..4,
+// target warps per SM, UX 1 (0: half the units per stage, Q4_0 / Q4_1 / Q4_K; D 2 or 3), at least
+// WMIN (1..8) warps per CTA (shorter CTAs when there are many, e.g. the lm-head's 8016), PF and MINB
+// kept as fields but only 0 and 2 (session 6 removed the L2 prefetch, 80 registers and UX 2: each
+// lost everywhere in session 5), R 1 the rolled stage loop (as variant 21; UX 1 and the default D
+// only), SP 0 no CTA spreading (shared memory as the rings need), 2 spreading with room for one CTA
+// more per SM, V 30..35 the session-6 kernel of that variant (UX 1 and the default D, or UX 0 and
+// D 2; R 0; 0: the session-5 kernel), 7 / 36 the copies alone (as the variants).
+
+GCfg gcfg_env(QFormat f, int64_t n, int64_t k) {
+  const char* e = std::getenv("GPUKIT_GEMV_GGUF");
+  if (!e || !*e) return gcfg_default(f, n, k);
+  GCfg c;
+  c.d = default_depth(f);
+  int d = 0, wt = 0, ux = 1, wmin = 1, pf = 0, minb = 2, roll = 0, sp = 1, v = 0;
+  const int got = std::sscanf(e, "%d,%d,%d,%d,%d,%d,%d,%d,%d", &d, &wt, &ux, &wmin, &pf, &minb, &roll, &sp, &v);
+  if (ux == 0 && (f == QFormat::q8_0 || f == QFormat::q6_k)) ux = 1;  // one unit per stage already
+  const bool dflt = ux == 1 && d == default_depth(f);
+  const bool half_ok = ux == 0 && (d == 2 || d == 3) && roll == 0 && (v == 0 || d == 2);
+  if (got < 2 || d < 2 || d > 4 || wt < 1 || wt > 64 || (ux != 0 && ux != 1) || (ux == 0 && !half_ok) || wmin < 1 ||
+      wmin > 8 || pf != 0 || minb != 2 || (roll != 0 && roll != 1) || (roll == 1 && !dflt) || (sp < 0 || sp > 2) ||
+      (v != 0 && v != 7 && v != 36 && (v < 30 || v > 35)) || (v != 0 && !half_ok && (!dflt || roll != 0)) ||
+      ((v == 7 || v == 36) && !dflt))
+    throw ValueError(cat("GPUKIT_GEMV_GGUF: expected D,WT[,UX[,WMIN[,PF[,MINB[,R[,SP[,V]]]]]]] with D in 2..4, WT in ",
+                         "1..64, UX 1 or 0 (half the units; D 2 or 3, R 0), WMIN in 1..8, PF 0, MINB 2, R 0 or 1 (UX 1 ",
+                         "and the default D), SP 0..2, V 0 or 30..35 (UX 1 and the default D or UX 0 and D 2; R 0; V 34, ",
+                         "35: D 2; V 7 / 36, the copies alone: UX 1 and the default D), got '", e, "'"));
+  c = with_s6(c, v);
+  c.probe = v == 7 ? 7 : (v == 36 ? 36 : 0);
+  c.sp = sp;
+  c.roll = roll;
+  c.d = d;
+  c.wt = wt;
+  c.ux = ux;
+  c.wmin = wmin;
+  return c;
+}
+
+// The variant switch (benchmarking only): 4 a 3-stage ring (the default is 2), 5 a 4-stage ring,
+// 7 the copies without decode (the probe; wrong results), 12 Q8_0 with bf16 x through an fp16
+// copy of x (k_gg_xprep), 13 Q8_0 with bf16 x decoded to bf16 by byte operations (int8x4_bf16),
+// 21 the rolled stage loop (k_ggst's ROLL; with the knob's D and UX at their defaults), 22 Q4_K /
+// Q6_K with the block scales formed once per quad (k_ggst's SS; the knob's D and UX at their defaults).
+// Session 6 (the knob's D, UX at their defaults, MINB 2, R 0): 30 byte permutes with immediate
+// selectors (kOptPI; Q8_0 with bf16 x also decoded as variant 13; the default's bits), 31 30 with
+// variant 22's quad scales (Q4_K / Q6_K; the default's bits), 32 30 with Q4_1 / Q4_K's codes as
+// 128 + q (kOptFold, bf16 x; other bits), 33 31 + 32, 34 30 with the late refill (kOptLate: the
+// default's bits), 35 33 with the late refill, 36 the copies alone (as 7) with the late refill.
+// 29: the session-5 default kernel (no session-6 options: the reference of the same-bits tests,
+// whatever the default is). Without the knob, 4, 5, 7, 13, 21, 22 and 29-36 start from the
+// session-5 configuration (gcfg_s5: one unit per stage, no options), the others (2: the default
+// without PDL, 12) from the shipped one (gcfg_default).
+GCfg gcfg(int variant, QFormat f, int64_t n, int64_t k) {
+  const char* e = std::getenv("GPUKIT_GEMV_GGUF");
+  const bool s5base = variant == 4 || variant == 5 || variant == 7 || variant == 13 || variant == 21 || variant == 22 ||
+                      (variant >= 29 && variant <= 36);
+  GCfg c = (s5base && (!e || !*e)) ? gcfg_s5(f) : gcfg_env(f, n, k);
+  c = with_s6(c, variant);
+  if (variant == 7 || variant == 13 || variant == 21 || variant == 22 || variant == 29 || variant == 36) c.opt = 0;
+  if (variant == 29 || variant == 13 || variant == 21) c.ss = 0;
+  if (variant == 21) c.roll = 1;
+  if (variant == 22) c.ss = 1;
+  if (variant == 4) c.d = default_depth(f) == 2 ? 3 : 2;
+  if (variant == 5) c.d = 4;
+  return c;
+}
+
+constexpr int kSmemMax = 227 * 1024;  // dynamic shared memory of one CTA at most
+constexpr int64_t kSmSmem = 228 * 1024;
+constexpr int kSMs = 132;
+
+template <int F>
+int stage_bytes_f(int ux) {
+  return ux == 0 ? 16 * GL<F, 0>::P : 16 * GL<F, 1>::P;
+}
+int stage_bytes(QFormat f, int ux) {
+  switch (f) {
+    case QFormat::q4_0: return stage_bytes_f<int(QFormat::q4_0)>(ux);
+    case QFormat::q4_1: return stage_bytes_f<int(QFormat::q4_1)>(ux);
+    case QFormat::q8_0: return stage_bytes_f<int(QFormat::q8_0)>(ux);
+    case QFormat::q4_k: return stage_bytes_f<int(QFormat::q4_k)>(ux);
+    default: return stage_bytes_f<int(QFormat::q6_k)>(ux);
+  }
+}
+template <int F>
+int64_t units_per_stage_f(int ux) {
+  return ux == 0 ? GL<F, 0>::U : GS<F>::U * ux;
+}
+int64_t units_per_stage(QFormat f, int ux) {
+  switch (f) {
+    case QFormat::q4_0: return units_per_stage_f<int(QFormat::q4_0)>(ux);
+    case QFormat::q4_1: return units_per_stage_f<int(QFormat::q4_1)>(ux);
+    case QFormat::q8_0: return units_per_stage_f<int(QFormat::q8_0)>(ux);
+    case QFormat::q4_k: return units_per_stage_f<int(QFormat::q4_k)>(ux);
+    default: return units_per_stage_f<int(QFormat::q6_k)>(ux);
+  }
+}
+int64_t unit_weights(QFormat f) { return f == QFormat::q6_k ? 512 : 256; }
+
+struct GPlan {
+  int nw = 1, split = 1;
+};
+
+// Warps per CTA (1..8) and split-K: about wt warps per SM over the GPU, at least two stages
+// per warp, the CTAs of one SM within its shared memory when all fit at once; split-K only
+// when the row tiles alone leave the GPU half empty. A function of (N, K, format, knob).
+GPlan gplan(int64_t n, int64_t k, QFormat f, const GCfg& c) {
+  GPlan p;
+  const int64_t nu = k / unit_weights(f), su = units_per_stage(f, c.ux);
+  const int64_t rb = (n + 15) / 16, want = int64_t(kSMs) * c.wt;
+  int64_t w = (want + rb / 2) / rb;
+  w = std::min<int64_t>(std::max<int64_t>(w, c.wmin), 8);
+  w = std::min<int64_t>(w, std::max<int64_t>(nu / (2 * su), 1));
+  const int64_t ring = int64_t(c.d) * stage_bytes(f, c.ux);  // per warp
+  w = std::min<int64_t>(w, kSmemMax / ring);
+  const int64_t per_sm = (rb + kSMs - 1) / kSMs;  // CTAs per SM when all are resident
+  if (per_sm * (ring + 1024) <= kSmSmem)  // all can be: keep them so
+    w = std::max<int64_t>(std::min<int64_t>(w, (kSmSmem - per_sm * 1024) / (per_sm * ring)), 1);
+  p.nw = int(w);
+  if (rb * w * 2 < want) {
+    int64_t sp = (want + rb * w - 1) / (rb * w);
+    sp = std::min<int64_t>({sp, 16, std::max<int64_t>(nu / (w * 2 * su), 1)});
+    p.split = int(std::max<int64_t>(sp, 1));
+  }
+  return p;
+}
+
+}  // namespace
+
+}  // namespace gk::cuda
