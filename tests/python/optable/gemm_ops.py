@@ -114,32 +114,6 @@ for _fmt in ("fp8", "int8", "int4"):
                       low=-1, high=1))
 
 
-def _gguf_call(fmt, x, w):
-    return getattr(gk, f"gemv_{fmt}")(x, getattr(gk, f"quantize_{fmt}")(w.astype("float32")), out_dtype="float32")
-
-
-def _gguf_ref(fmt, x, w):
-    q = getattr(gk, f"quantize_{fmt}")(gk.asarray(np.ascontiguousarray(w, dtype=np.float32)))
-    return x @ getattr(gk, f"dequantize_{fmt}")(q).numpy().astype(np.float64).T
-
-
-def _gguf_plan(layout):
-    return {
-        "small": [((3, 64), None), ((9, 64), None)],
-        "one_row": [((1, 256), None), ((5, 256), None)],
-        "eight": [((8, 512), None), ((31, 512), None)],
-        "offset_x": [((4, 96), "offset1"), ((7, 96), None)],
-    }.get(layout)
-
-
-for _fmt in ("q8_0", "q4_0"):
-    OPS.append(OpSpec(f"gemv_{_fmt}", (lambda f: lambda x, w: _gguf_call(f, x, w))(_fmt),
-                      (lambda f: lambda x, w: _gguf_ref(f, x, w))(_fmt), nin=2, plan=_gguf_plan,
-                      layouts=("small", "one_row", "eight", "offset_x"), dtypes=("bfloat16", "float16"),
-                      in_dtypes=lambda dt: (dt, "float32"), out_dtype=lambda dt: "float32", tol=QTOL,
-                      low=-1, high=1))
-
-
 def _i8_plan(layout):
     return {
         "small": [((7, 16), None), ((5, 16), None)],

@@ -1,5 +1,5 @@
 """Op-table entries of the quantized GEMV formats added after gemm_ops.py's (format:
-tests/python/harness.py): nvf4 and the GGUF blocks q4_1, q4_k, q6_k. w is quantized inside
+tests/python/harness.py): nvf4 and the GGUF blocks q8_0, q4_0, q4_1, q4_k, q6_k. w is quantized inside
 the call; the reference multiplies by the exact dequantized weight (the rules are checked in
 test_quant_nvf4.py and test_quant_gguf.py)."""
 import numpy as np
@@ -51,6 +51,6 @@ _COMMON = dict(nin=2, layouts=("small", "one_row", "eight", "offset_x"), dtypes=
                in_dtypes=lambda dt: (dt, "float32"), out_dtype=lambda dt: "float32", tol=QTOL, low=-1, high=1)
 
 OPS = [OpSpec("gemv_nvf4", _nvf4_call, _nvf4_ref, plan=_plan32, **_COMMON)]
-for _fmt, _plan in (("q4_1", _plan32), ("q4_k", _plan256), ("q6_k", _plan256)):
+for _fmt, _plan in (("q8_0", _plan32), ("q4_0", _plan32), ("q4_1", _plan32), ("q4_k", _plan256), ("q6_k", _plan256)):
     OPS.append(OpSpec(f"gemv_{_fmt}", (lambda f: lambda x, w: _gguf_call(f, x, w))(_fmt),
                       (lambda f: lambda x, w: _gguf_ref(f, x, w))(_fmt), plan=_plan, **_COMMON))
