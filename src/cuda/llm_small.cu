@@ -8,6 +8,7 @@
 #include "core/cuda_util.h"
 #include "cuda/common/rows.cuh"
 #include "cuda/llm_common.cuh"
+#include "cuda/llm_norm_reg.cuh"
 #include "llm/fused.h"
 #include "ops/nn_args.h"
 
@@ -120,11 +121,7 @@ __global__ void __launch_bounds__(256) k_add_rms_norm_reg(const llm::AddNormArgs
   const int64_t row = blockIdx.x;
   const int64_t step = int64_t(blockDim.x) * N;
   Vec<T, N> wv[NV], xv[NV], rv[NV];
-#pragma unroll
-  for (int k = 0; k < NV; ++k) {
-    const int64_t i = int64_t(threadIdx.x) * N + k * step;
-    if (i < a.H) wv[k] = *reinterpret_cast<const Vec<T, N>*>(static_cast<const T*>(a.w) + i);
-  }
+  load_row_reg(wv, static_cast<const T*>(a.w), a.H);
   pdl_trigger();
   pdl_wait();
   const T* x = static_cast<const T*>(a.x) + row * a.x_rs;
@@ -153,17 +150,7 @@ __global__ void __launch_bounds__(256) k_add_rms_norm_reg(const llm::AddNormArgs
     }
   }
   const float inv = rsqrtf(row_sum(ss, sh) / float(a.H) + a.eps);
-  T* out = static_cast<T*>(a.out) + row * a.H;
-#pragma unroll
-  for (int k = 0; k < NV; ++k) {
-    const int64_t i = int64_t(threadIdx.x) * N + k * step;
-    if (i < a.H) {
-      Vec<T, N> o;
-#pragma unroll
-      for (int j = 0; j < N; ++j) o.v[j] = convert<T>(float(rv[k].v[j]) * inv * float(wv[k].v[j]));
-      *reinterpret_cast<Vec<T, N>*>(out + i) = o;
-    }
-  }
+  store_norm_reg(static_cast<T*>(a.out) + row * a.H, rv, wv, inv, a.H);
 }
 
 // ---- SwiGLU of a [rows, 2 I] gate/up product (quantized weights: after gemv_quantized) ----
