@@ -9,19 +9,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-60}; shift || true
 TARGETS=("$@"); [ ${#TARGETS[@]} -eq 0 ] && TARGETS=(safetensors gguf)
-CXX=${CXX:-clang++}
-OUT=fuzz/build; mkdir -p "$OUT" fuzz/artifacts
-FLAGS="-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -DGPUKIT_WITH_CUDA=0 -Iinclude -Isrc"
+. fuzz/core_lib.sh  # CXX, OUT (fuzz/build), FLAGS, CORE, build_core
+mkdir -p fuzz/artifacts
 # The runtime (core, ops, cpu) is built once into an archive; src/io with each target.
-CORE=$OUT/libgkcore.a
-if [ ! -f "$CORE" ] || [ -n "$(find src/core src/ops src/cpu include -newer "$CORE" 2>/dev/null | head -1)" ]; then
-  echo "building $CORE"
-  mkdir -p "$OUT/obj"; rm -f "$OUT"/obj/*.o
-  for f in src/core/*.cpp src/ops/*.cpp src/cpu/*.cpp; do
-    $CXX ${FLAGS/fuzzer,/fuzzer-no-link,} -c "$f" -o "$OUT/obj/$(echo "$f" | tr / _).o"
-  done
-  rm -f "$CORE"; ar rcs "$CORE" "$OUT"/obj/*.o
-fi
+build_core
 for t in "${TARGETS[@]}"; do
   if [ ! -x "$OUT/fuzz_$t" ] || [ -n "$(find src/io "$CORE" include fuzz/fuzz_$t.cpp -newer "$OUT/fuzz_$t" 2>/dev/null | head -1)" ]; then
     echo "building fuzz_$t"

@@ -7,13 +7,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS="${1:-60}"
+. fuzz/core_lib.sh  # CXX (CXX_FUZZ here), FLAGS, CORE, build_core
+CXX="${CXX_FUZZ:-$CXX}"
 OUT=build-fuzz/tokenizer
 mkdir -p "$OUT/corpus" "$OUT/crashes"
 BIN="$OUT/fuzz_tokenizer"
-CXX="${CXX_FUZZ:-clang++}"
-"$CXX" -std=c++20 -O1 -g -fno-omit-frame-pointer \
-  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  -Iinclude -Isrc fuzz/fuzz_tokenizer.cpp src/text/*.cpp -o "$BIN"
+# src/text needs src/io and the runtime's Array: linked with the CPU runtime archive of fuzz/run.sh.
+build_core
+if [ ! -x "$BIN" ] || [ -n "$(find src/text src/io "$CORE" include fuzz/fuzz_tokenizer.cpp -newer "$BIN" 2>/dev/null | head -1)" ]; then
+  echo "building $BIN"
+  "$CXX" $FLAGS fuzz/fuzz_tokenizer.cpp src/text/*.cpp src/io/*.cpp "$CORE" -o "$BIN" -lpthread -ldl
+fi
 if [ "$SECS" = replay ]; then
   exec "$BIN" fuzz/regressions/tokenizer/*
 fi
