@@ -217,10 +217,39 @@ __device__ __forceinline__ void unit32(uint32_t a, uint32_t b, const T* xj, int 
   }
 }
 
+// Sub-block sb = 2c + hi of a Q4_K block's pair of rows (unit_q4k, unit_q4k_ss; w: the lane's
+// code words of chunk c, [row][step]): xs = the mma of x with ones (the sums of x), cc = the mma
+// of x with the codes (q + magic - kM0: q exactly).
+template <class T>
+__device__ __forceinline__ void q4k_sub_mma_s5(const uint32_t (&w)[2][2], int c, int hi, const T* xj, uint32_t ones,
+                                               uint32_t magic, float (&xs)[4], float (&cc)[4]) {
+  constexpr uint32_t kM0 = std::is_same_v<T, bf16> ? 0x43004300u : 0x64006400u;  // magic: q
+  const int sb = 2 * c + hi;
+  const uint2 x0 = __ldg(reinterpret_cast<const uint2*>(xj + 32 * sb));
+  const uint2 x1 = __ldg(reinterpret_cast<const uint2*>(xj + 32 * sb + 16));
+  const uint32_t o4[4] = {ones, ones, ones, ones};
+  mma16816<T>(xs, o4, x0.x, x0.y);
+  mma16816<T>(xs, o4, x1.x, x1.y);
+  uint32_t v[2][2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int k = 0; k < 2; ++k) v[r][k] = (hi ? (w[r][k] >> 4) : w[r][k]) & 0x0f0f0f0fu;
+  const uint32_t A0[4] = {hsub2u<T>(__byte_perm(v[0][0], magic, 0x4140u), kM0),
+                          hsub2u<T>(__byte_perm(v[1][0], magic, 0x4140u), kM0),
+                          hsub2u<T>(__byte_perm(v[0][0], magic, 0x4342u), kM0),
+                          hsub2u<T>(__byte_perm(v[1][0], magic, 0x4342u), kM0)};
+  const uint32_t A1[4] = {hsub2u<T>(__byte_perm(v[0][1], magic, 0x4140u), kM0),
+                          hsub2u<T>(__byte_perm(v[1][1], magic, 0x4140u), kM0),
+                          hsub2u<T>(__byte_perm(v[0][1], magic, 0x4342u), kM0),
+                          hsub2u<T>(__byte_perm(v[1][1], magic, 0x4342u), kM0)};
+  mma16816<T>(cc, A0, x0.x, x0.y);
+  mma16816<T>(cc, A1, x1.x, x1.y);
+}
+
 // One Q4_K block (144 bytes at a / b, 16-byte aligned).
 template <class T>
 __device__ __forceinline__ void unit_q4k(uint32_t a, uint32_t b, const T* xj, int t, uint32_t magic, float (&acc)[4]) {
-  constexpr uint32_t kM0 = std::is_same_v<T, bf16> ? 0x43004300u : 0x64006400u;  // magic: q
   const uint32_t ones = splat<T>(1.0f);
   float d1[2][8], m1[2][8];
 #pragma unroll
@@ -247,28 +276,8 @@ __device__ __forceinline__ void unit_q4k(uint32_t a, uint32_t b, const T* xj, in
 #pragma unroll
     for (int hi = 0; hi < 2; ++hi) {  // sub-block 2c + hi
       const int sb = 2 * c + hi;
-      const uint2 x0 = __ldg(reinterpret_cast<const uint2*>(xj + 32 * sb));
-      const uint2 x1 = __ldg(reinterpret_cast<const uint2*>(xj + 32 * sb + 16));
-      float xs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      const uint32_t o4[4] = {ones, ones, ones, ones};
-      mma16816<T>(xs, o4, x0.x, x0.y);
-      mma16816<T>(xs, o4, x1.x, x1.y);
-      uint32_t v[2][2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-#pragma unroll
-        for (int k = 0; k < 2; ++k) v[r][k] = (hi ? (w[r][k] >> 4) : w[r][k]) & 0x0f0f0f0fu;
-      const uint32_t A0[4] = {hsub2u<T>(__byte_perm(v[0][0], magic, 0x4140u), kM0),
-                              hsub2u<T>(__byte_perm(v[1][0], magic, 0x4140u), kM0),
-                              hsub2u<T>(__byte_perm(v[0][0], magic, 0x4342u), kM0),
-                              hsub2u<T>(__byte_perm(v[1][0], magic, 0x4342u), kM0)};
-      const uint32_t A1[4] = {hsub2u<T>(__byte_perm(v[0][1], magic, 0x4140u), kM0),
-                              hsub2u<T>(__byte_perm(v[1][1], magic, 0x4140u), kM0),
-                              hsub2u<T>(__byte_perm(v[0][1], magic, 0x4342u), kM0),
-                              hsub2u<T>(__byte_perm(v[1][1], magic, 0x4342u), kM0)};
-      float cc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      mma16816<T>(cc, A0, x0.x, x0.y);
-      mma16816<T>(cc, A1, x1.x, x1.y);
+      float xs[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      q4k_sub_mma_s5<T>(w, c, hi, xj, ones, magic, xs, cc);
       acc[0] = fmaf(-m1[0][sb], xs[0], fmaf(d1[0][sb], cc[0], acc[0]));
       acc[1] = fmaf(-m1[0][sb], xs[1], fmaf(d1[0][sb], cc[1], acc[1]));
       acc[2] = fmaf(-m1[1][sb], xs[2], fmaf(d1[1][sb], cc[2], acc[2]));
@@ -372,7 +381,6 @@ __device__ __forceinline__ uint32_t scr_chunk(uint32_t scr, int r, int g, int c)
 template <class T>
 __device__ __forceinline__ void unit_q4k_ss(uint32_t a, uint32_t b, const T* xj, int g, int t, uint32_t magic,
                                             uint32_t scr, float (&acc)[4]) {
-  constexpr uint32_t kM0 = std::is_same_v<T, bf16> ? 0x43004300u : 0x64006400u;
   const uint32_t ones = splat<T>(1.0f);
   {
     const int r = t >> 1, h = t & 1;  // row half, sub-blocks 4h..4h+3
@@ -400,29 +408,8 @@ __device__ __forceinline__ void unit_q4k_ss(uint32_t a, uint32_t b, const T* xj,
     }
 #pragma unroll
     for (int hi = 0; hi < 2; ++hi) {  // sub-block 2c + hi
-      const int sb = 2 * c + hi;
-      const uint2 x0 = __ldg(reinterpret_cast<const uint2*>(xj + 32 * sb));
-      const uint2 x1 = __ldg(reinterpret_cast<const uint2*>(xj + 32 * sb + 16));
-      float xs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      const uint32_t o4[4] = {ones, ones, ones, ones};
-      mma16816<T>(xs, o4, x0.x, x0.y);
-      mma16816<T>(xs, o4, x1.x, x1.y);
-      uint32_t v[2][2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-#pragma unroll
-        for (int k = 0; k < 2; ++k) v[r][k] = (hi ? (w[r][k] >> 4) : w[r][k]) & 0x0f0f0f0fu;
-      const uint32_t A0[4] = {hsub2u<T>(__byte_perm(v[0][0], magic, 0x4140u), kM0),
-                              hsub2u<T>(__byte_perm(v[1][0], magic, 0x4140u), kM0),
-                              hsub2u<T>(__byte_perm(v[0][0], magic, 0x4342u), kM0),
-                              hsub2u<T>(__byte_perm(v[1][0], magic, 0x4342u), kM0)};
-      const uint32_t A1[4] = {hsub2u<T>(__byte_perm(v[0][1], magic, 0x4140u), kM0),
-                              hsub2u<T>(__byte_perm(v[1][1], magic, 0x4140u), kM0),
-                              hsub2u<T>(__byte_perm(v[0][1], magic, 0x4342u), kM0),
-                              hsub2u<T>(__byte_perm(v[1][1], magic, 0x4342u), kM0)};
-      float cc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      mma16816<T>(cc, A0, x0.x, x0.y);
-      mma16816<T>(cc, A1, x1.x, x1.y);
+      float xs[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      q4k_sub_mma_s5<T>(w, c, hi, xj, ones, magic, xs, cc);
       const float d1a = hi ? s0.y : s0.x, m1a = hi ? s0.w : s0.z;
       const float d1b = hi ? s1.y : s1.x, m1b = hi ? s1.w : s1.z;
       acc[0] = fmaf(-m1a, xs[0], fmaf(d1a, cc[0], acc[0]));
