@@ -292,11 +292,47 @@ __device__ __forceinline__ float q6_scale(uint32_t u, float d, uint32_t k4b) {
   return d * (__uint_as_float(bpm<PI, SEL>(u, PI ? k4b : 0x4B000000u)) - 8388736.0f);
 }
 
+// The code words of a Q6_K unit's block bk (at a / b + 210 bk) that lane t needs for quarter
+// (h, q): the low nibbles at 64h + 16q + 4t and + 32, the high bits at 128 + 32h + 16q + 4t.
+__device__ __forceinline__ void q6k_codes(uint32_t a, uint32_t b, int bk, int h, int q, int t, uint32_t (&l0)[2],
+                                          uint32_t (&l1)[2], uint32_t (&lh)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const uint32_t ad = (r ? b : a) + uint32_t(210 * bk);
+    const uint32_t ol = uint32_t(64 * h + 16 * q + 4 * t), oh = uint32_t(128 + 32 * h + 16 * q + 4 * t);
+    if (bk == 0) {
+      l0[r] = lds_u32(ad + ol), l1[r] = lds_u32(ad + ol + 32), lh[r] = lds_u32(ad + oh);
+    } else {
+      l0[r] = ld4<true>(ad + ol), l1[r] = ld4<true>(ad + ol + 32), lh[r] = ld4<true>(ad + oh);
+    }
+  }
+}
+
+// Sub-block sb of those words (x at xs16: its 16 weights): cc += the mma of x with the
+// 6-bit codes q - 32 (exact: q + magic - (magic + 32)).
+template <class T, bool PI>
+__device__ __forceinline__ void q6k_sub_mma(const uint32_t (&l0)[2], const uint32_t (&l1)[2], const uint32_t (&lh)[2],
+                                            int sb, const T* xs16, uint32_t magic, float (&cc)[4]) {
+  constexpr uint32_t kM32 = std::is_same_v<T, bf16> ? 0x43204320u : 0x64206420u;  // magic + 32
+  const uint2 xv = __ldg(reinterpret_cast<const uint2*>(xs16));
+  uint32_t cv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const uint32_t lo = ((sb & 1) ? l1[r] : l0[r]) >> (4 * (sb >> 1));
+    const uint32_t hb = 2 * sb <= 4 ? (lh[r] << (4 - 2 * sb)) : (lh[r] >> (2 * sb - 4));
+    cv[r] = (lo & 0x0f0f0f0fu) | (hb & 0x30303030u);
+  }
+  const uint32_t a4[4] = {hsub2u<T>(bpm<PI, 0x4140u>(cv[0], magic), kM32),
+                          hsub2u<T>(bpm<PI, 0x4140u>(cv[1], magic), kM32),
+                          hsub2u<T>(bpm<PI, 0x4342u>(cv[0], magic), kM32),
+                          hsub2u<T>(bpm<PI, 0x4342u>(cv[1], magic), kM32)};
+  mma16816<T>(cc, a4, xv.x, xv.y);
+}
+
 // One Q6_K unit: two blocks at a / b (4-byte aligned; block 1 at + 210, 2 mod 4).
 template <class T, bool PI = false>
 __device__ __forceinline__ void unit_q6k(uint32_t a, uint32_t b, const T* xj, int t, uint32_t magic, float (&acc)[4],
                                          uint32_t k4b = 0x4B000000u) {
-  constexpr uint32_t kM32 = std::is_same_v<T, bf16> ? 0x43204320u : 0x64206420u;  // magic + 32
 #pragma unroll
   for (int bk = 0; bk < 2; ++bk) {
     // d * scale[i] for the 16 sub-blocks of rows g, g + 8: scales at 192 (2-byte aligned
@@ -322,33 +358,12 @@ __device__ __forceinline__ void unit_q6k(uint32_t a, uint32_t b, const T* xj, in
     for (int hq = 0; hq < 4; ++hq) {
       const int h = hq >> 1, q = hq & 1;
       uint32_t l0[2], l1[2], lh[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const uint32_t ad = (r ? b : a) + uint32_t(210 * bk);
-        const uint32_t ol = uint32_t(64 * h + 16 * q + 4 * t), oh = uint32_t(128 + 32 * h + 16 * q + 4 * t);
-        if (bk == 0) {
-          l0[r] = lds_u32(ad + ol), l1[r] = lds_u32(ad + ol + 32), lh[r] = lds_u32(ad + oh);
-        } else {
-          l0[r] = ld4<true>(ad + ol), l1[r] = ld4<true>(ad + ol + 32), lh[r] = ld4<true>(ad + oh);
-        }
-      }
+      q6k_codes(a, b, bk, h, q, t, l0, l1, lh);
 #pragma unroll
       for (int sb = 0; sb < 4; ++sb) {
         const int si = 8 * h + 2 * sb + q;  // sub-block: one k-step, one scale
-        const uint2 xv = __ldg(reinterpret_cast<const uint2*>(xj + 256 * bk + 16 * si));
-        uint32_t cv[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const uint32_t lo = ((sb & 1) ? l1[r] : l0[r]) >> (4 * (sb >> 1));
-          const uint32_t hb = 2 * sb <= 4 ? (lh[r] << (4 - 2 * sb)) : (lh[r] >> (2 * sb - 4));
-          cv[r] = (lo & 0x0f0f0f0fu) | (hb & 0x30303030u);
-        }
-        const uint32_t a4[4] = {hsub2u<T>(bpm<PI, 0x4140u>(cv[0], magic), kM32),
-                                hsub2u<T>(bpm<PI, 0x4140u>(cv[1], magic), kM32),
-                                hsub2u<T>(bpm<PI, 0x4342u>(cv[0], magic), kM32),
-                                hsub2u<T>(bpm<PI, 0x4342u>(cv[1], magic), kM32)};
         float cc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        mma16816<T>(cc, a4, xv.x, xv.y);
+        q6k_sub_mma<T, PI>(l0, l1, lh, sb, xj + 256 * bk + 16 * si, magic, cc);
         acc[0] = fmaf(ds[0][si], cc[0], acc[0]);
         acc[1] = fmaf(ds[0][si], cc[1], acc[1]);
         acc[2] = fmaf(ds[1][si], cc[2], acc[2]);
@@ -425,7 +440,6 @@ __device__ __forceinline__ void unit_q4k_ss(uint32_t a, uint32_t b, const T* xj,
 template <class T, bool PI = false>
 __device__ __forceinline__ void unit_q6k_ss(uint32_t a, uint32_t b, const T* xj, int g, int t, uint32_t magic,
                                             uint32_t scr, float (&acc)[4], uint32_t k4b = 0x4B000000u) {
-  constexpr uint32_t kM32 = std::is_same_v<T, bf16> ? 0x43204320u : 0x64206420u;
 #pragma unroll
   for (int bk = 0; bk < 2; ++bk) {
     {
@@ -455,33 +469,12 @@ __device__ __forceinline__ void unit_q6k_ss(uint32_t a, uint32_t b, const T* xj,
       const float4 s0 = lds_f4(scr_chunk(scr, 0, g, 2 * h + q)), s1 = lds_f4(scr_chunk(scr, 1, g, 2 * h + q));
       const float dsa[4] = {s0.x, s0.y, s0.z, s0.w}, dsb[4] = {s1.x, s1.y, s1.z, s1.w};
       uint32_t l0[2], l1[2], lh[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const uint32_t ad = (r ? b : a) + uint32_t(210 * bk);
-        const uint32_t ol = uint32_t(64 * h + 16 * q + 4 * t), oh = uint32_t(128 + 32 * h + 16 * q + 4 * t);
-        if (bk == 0) {
-          l0[r] = lds_u32(ad + ol), l1[r] = lds_u32(ad + ol + 32), lh[r] = lds_u32(ad + oh);
-        } else {
-          l0[r] = ld4<true>(ad + ol), l1[r] = ld4<true>(ad + ol + 32), lh[r] = ld4<true>(ad + oh);
-        }
-      }
+      q6k_codes(a, b, bk, h, q, t, l0, l1, lh);
 #pragma unroll
       for (int sb = 0; sb < 4; ++sb) {
         const int si = 8 * h + 2 * sb + q;
-        const uint2 xv = __ldg(reinterpret_cast<const uint2*>(xj + 256 * bk + 16 * si));
-        uint32_t cv[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const uint32_t lo = ((sb & 1) ? l1[r] : l0[r]) >> (4 * (sb >> 1));
-          const uint32_t hb = 2 * sb <= 4 ? (lh[r] << (4 - 2 * sb)) : (lh[r] >> (2 * sb - 4));
-          cv[r] = (lo & 0x0f0f0f0fu) | (hb & 0x30303030u);
-        }
-        const uint32_t a4[4] = {hsub2u<T>(bpm<PI, 0x4140u>(cv[0], magic), kM32),
-                                hsub2u<T>(bpm<PI, 0x4140u>(cv[1], magic), kM32),
-                                hsub2u<T>(bpm<PI, 0x4342u>(cv[0], magic), kM32),
-                                hsub2u<T>(bpm<PI, 0x4342u>(cv[1], magic), kM32)};
         float cc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        mma16816<T>(cc, a4, xv.x, xv.y);
+        q6k_sub_mma<T, PI>(l0, l1, lh, sb, xj + 256 * bk + 16 * si, magic, cc);
         acc[0] = fmaf(dsa[sb], cc[0], acc[0]);
         acc[1] = fmaf(dsa[sb], cc[1], acc[1]);
         acc[2] = fmaf(dsb[sb], cc[2], acc[2]);
