@@ -86,12 +86,7 @@ __device__ __forceinline__ void unit_q4k_s6(uint32_t a, uint32_t b, const T* xj,
 #pragma unroll
   for (int c = 0; c < 4; ++c) {
     uint32_t w[2][2];  // [row][step]
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const uint32_t ad = (r ? b : a) + uint32_t(16 + 32 * c + 4 * t);
-      w[r][0] = lds_u32(ad);
-      w[r][1] = lds_u32(ad + 16);
-    }
+    q4k_words(a, b, c, t, w);
 #pragma unroll
     for (int hi = 0; hi < 2; ++hi) {  // sub-block 2c + hi
       const int sb = 2 * c + hi;
@@ -134,12 +129,7 @@ __device__ __forceinline__ void unit_q4k_ss_s6(uint32_t a, uint32_t b, const T* 
   for (int c = 0; c < 4; ++c) {
     const float4 s0 = lds_f4(scr_chunk(scr, 0, g, c)), s1 = lds_f4(scr_chunk(scr, 1, g, c));
     uint32_t w[2][2];  // [row][step]
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const uint32_t ad = (r ? b : a) + uint32_t(16 + 32 * c + 4 * t);
-      w[r][0] = lds_u32(ad);
-      w[r][1] = lds_u32(ad + 16);
-    }
+    q4k_words(a, b, c, t, w);
 #pragma unroll
     for (int hi = 0; hi < 2; ++hi) {  // sub-block 2c + hi
       float xs[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cc[4] = {0.0f, 0.0f, 0.0f, 0.0f};

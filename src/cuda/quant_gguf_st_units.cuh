@@ -217,6 +217,17 @@ __device__ __forceinline__ void unit32(uint32_t a, uint32_t b, const T* xj, int 
   }
 }
 
+// The code words of chunk c of a Q4_K block's pair of rows (at a / b) that lane t takes:
+// w[row][step] at 16 + 32c + 4t and + 16.
+__device__ __forceinline__ void q4k_words(uint32_t a, uint32_t b, int c, int t, uint32_t (&w)[2][2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const uint32_t ad = (r ? b : a) + uint32_t(16 + 32 * c + 4 * t);
+    w[r][0] = lds_u32(ad);
+    w[r][1] = lds_u32(ad + 16);
+  }
+}
+
 // Sub-block sb = 2c + hi of a Q4_K block's pair of rows (unit_q4k, unit_q4k_ss; w: the lane's
 // code words of chunk c, [row][step]): xs = the mma of x with ones (the sums of x), cc = the mma
 // of x with the codes (q + magic - kM0: q exactly).
@@ -267,12 +278,7 @@ __device__ __forceinline__ void unit_q4k(uint32_t a, uint32_t b, const T* xj, in
 #pragma unroll
   for (int c = 0; c < 4; ++c) {
     uint32_t w[2][2];  // [row][step]
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const uint32_t ad = (r ? b : a) + uint32_t(16 + 32 * c + 4 * t);
-      w[r][0] = lds_u32(ad);
-      w[r][1] = lds_u32(ad + 16);
-    }
+    q4k_words(a, b, c, t, w);
 #pragma unroll
     for (int hi = 0; hi < 2; ++hi) {  // sub-block 2c + hi
       const int sb = 2 * c + hi;
@@ -415,12 +421,7 @@ __device__ __forceinline__ void unit_q4k_ss(uint32_t a, uint32_t b, const T* xj,
   for (int c = 0; c < 4; ++c) {
     const float4 s0 = lds_f4(scr_chunk(scr, 0, g, c)), s1 = lds_f4(scr_chunk(scr, 1, g, c));
     uint32_t w[2][2];  // [row][step]
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const uint32_t ad = (r ? b : a) + uint32_t(16 + 32 * c + 4 * t);
-      w[r][0] = lds_u32(ad);
-      w[r][1] = lds_u32(ad + 16);
-    }
+    q4k_words(a, b, c, t, w);
 #pragma unroll
     for (int hi = 0; hi < 2; ++hi) {  // sub-block 2c + hi
       float xs[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
