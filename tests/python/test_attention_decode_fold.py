@@ -12,6 +12,17 @@ from test_attention_decode import bits, check, gpu, ref_decode, setup_compact
 _FOLD_CASES = {}
 
 
+
+def decode_chain(q, kc, vc, lens, n):
+    """n attention_decode calls, each q the previous output; their bits, read after the whole chain (the
+    launches overlap under PDL)."""
+    outs, x = [], q
+    for _ in range(n):
+        x = gk.nn.attention_decode(x, kc, vc, lens)
+        outs.append(x)
+    return [bits(o) for o in outs]
+
+
 @gpu
 @pytest.mark.parametrize("D,Hq,Hkv", [(128, 32, 8), (64, 12, 1), (128, 64, 4), (256, 16, 4)])
 @pytest.mark.parametrize("params", ["32,1024,128", "64,256,16", "32,64,1000"])
@@ -118,11 +129,7 @@ def test_cuda_fold_pair_clusters(B, D, dtype, monkeypatch, capfd):
                 np.testing.assert_array_equal(bits(o), res["23"])
 
     def chain(n):
-        outs, x = [], qd
-        for _ in range(n):
-            x = gk.nn.attention_decode(x, kd, vd, ld)
-            outs.append(x)
-        return [bits(o) for o in outs]  # (read after the chain: the launches overlap under PDL)
+        return decode_chain(qd, kd, vd, ld, n)
 
     monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128,23")
     base = chain(3)
@@ -227,11 +234,7 @@ def test_cuda_auto_cluster_short_b1(T, D, dtype, monkeypatch, capfd):
             np.testing.assert_array_equal(bits(out), res["18"])
 
     def chain(n):
-        outs, x = [], qd
-        for _ in range(n):
-            x = gk.nn.attention_decode(x, kd, vd, ld)
-            outs.append(x)
-        return [bits(o) for o in outs]
+        return decode_chain(qd, kd, vd, ld, n)
 
     monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128,18")
     base = chain(3)
