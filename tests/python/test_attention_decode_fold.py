@@ -12,7 +12,6 @@ from test_attention_decode import bits, check, gpu, ref_decode, setup_compact
 _FOLD_CASES = {}
 
 
-
 def decode_chain(q, kc, vc, lens, n):
     """n attention_decode calls, each q the previous output; their bits, read after the whole chain (the
     launches overlap under PDL)."""
