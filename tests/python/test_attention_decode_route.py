@@ -47,9 +47,9 @@ def _auto(qd, kd, vd, ld, route, monkeypatch, capfd):
     (12, 4096, 128, 2, "pair CTAs (28)", False),   # B12 -> pair kernel
     (12, 4096, 128, 4, "(31)", False),             # B12 -> pair clusters (two waves)
     (10, 4096, 128, 6, "pair CTAs (28)", False),   # 2 wins over 4
-    (4, 1024, 128, 8, "one group per CTA (24)", True),  # B2-8 short capacity -> cluster kernel
-    (8, 384, 128, 8, "one group per CTA (24)", True),
-    (2, 1024, 64, 8, "one group per CTA (24)", True),
+    (4, 384, 128, 8, "one group per CTA (24)", True),  # B2-8 short capacity -> cluster kernel (32 clusters of 2)
+    (6, 384, 128, 8, "one group per CTA (24)", True),  # (48 clusters of 2 CTAs)
+    (2, 1024, 64, 8, "one group per CTA (24)", True),  # (16 clusters of 4 CTAs)
     (1, 4096, 128, 16, "(33)", True),     # B1 long -> cluster of 4-warp CTAs
     (1, 4096, 64, 16, "(33)", True),
 ])
