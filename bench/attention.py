@@ -38,7 +38,10 @@ PAGED = [(1, 16384), (32, 8192)]
 # 26: 19 with the warps of a CTA on consecutive units (the kv heads of a chunk together; 27: + evict-first),
 # 25: 24 with two groups per CTA, 28: one CTA per sequence x kv head, warps on group units (one launch), 29: 28
 # with L2 evict-first, 30 / 31: 29 spread over a thread-block cluster, one warp per group (CTAs of 4 / 8 warps),
-# 32: 30 with a stage ring twice as deep (one CTA per SM).
+# 32: 30 with a stage ring twice as deep (one CTA per SM), 33: 24 with CTAs of 4 warps (two per SM, so 16-CTA
+# clusters are resident at B = 1 with 8 kv heads). "env:GPUKIT_DECODE_ROUTE=N": auto with route candidate bits N
+# (src/cuda/attention_decode.cu, kRouteDefault: 1 B3-like to 31, 2 / 4 two waves of 31's CTAs to 28 / 31, 8 the
+# cluster kernel 24 at B 2..8 where it fits, 16 the cluster kernel 33 at B = 1 where 24 does not fit).
 # 1: the CUDA-core kernel of src/cuda/attention_decode.cu. 16: the tensor-core kernel of attention_decode_mma.cu,
 # 2-13 its tuning variants (see attention_decode_mma.cu). Variant 0 is the default (see attention_decode.cu).
 SWEEP = ["32,1024,128,18", "32,1024,128,19", "32,1024,128,23", "32,1024,128,28", "32,1024,128,25", "32,1024,128,17",

@@ -430,6 +430,21 @@ void launch_decode_merge(const DecodeArgs& a, cudaStream_t st) {
 //  - else the two-kernel fold with L2 evict-first K / V loads (23; head_dim 256 always): 0.6-3.4 % faster than
 //    without (19) at every shape of that run.
 constexpr double kPairMinEff = 0.9;
+// Routing candidates (session 6's final run, not measured against the default as switches yet): OR of the bits
+// of kRouteDefault and GPUKIT_DECODE_ROUTE (an integer read at each call; the bench's comparison lines set it).
+//  1: the pair clusters (31) with >= 2 groups per SM instead of 3 (B3 T4096 8 kv heads: 31 25.1 us, 23 27.3);
+//  2: two waves of the pair clusters' CTAs (pairs x CTAs per pair <= 2 x SMs) to the pair kernel (28; B12 T4096:
+//     60.7 against 23's 62.2); 4: the same to the pair clusters (31; B12 60.6). 2 wins over 4 when both are set;
+//  8: the cluster kernel with one group per CTA (24) first at B = 2..8 too, where all its clusters are resident
+//     (short capacities; B = 1 takes it by default);
+//  16: at B = 1, where 24's clusters do not all fit (capacities from ~4096 keys with 8 kv heads), the cluster
+//     kernel of 4-warp CTAs (33, two CTAs per SM) where all its clusters are resident (A: B1 T4096 12.9 us, 18
+//     14.0).
+constexpr int kRouteDefault = 0;
+static int decode_route() {
+  const char* e = std::getenv("GPUKIT_DECODE_ROUTE");
+  return kRouteDefault | (e && *e ? std::atoi(e) : 0);
+}
 // Whether variant 0 (no GPUKIT_DECODE_SPLIT) runs the fold kernels (else attention_decode_mma.cu).
 constexpr bool kFoldDefault = true;
 
@@ -453,28 +468,40 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   // with L2 evict-first K / V loads. 30 / 31: the pair kernel over a thread-block cluster, one warp per group (CTAs
   // of 4 / 8 warps), the groups folded through distributed shared memory, evict-first (one launch; for mid-size
   // batches, e.g. B4-B8 T4096 where 28 fills 32-64 of the SMs; 31 is auto's choice there); 32: 30 with twice the
-  // stage ring (one CTA per SM).
+  // stage ring (one CTA per SM). 33: 24 with CTAs of 4 warps (two chunks per warp, 112 KB: two CTAs per SM, so
+  // clusters of 16 CTAs need 8 SMs of a GPC and B = 1 with 8 kv heads is one wave; session 6's A: 14 clusters of 16
+  // resident, B1 T4096 12.9 us against 14.0 for 18). Route candidates: kRouteDefault.
   // attention_decode_mma.cu: variants 2-13 and 16 (16: its default). Variant 0 is kFoldDefault ? 20 : 16.
   // Variant 1 forces the CUDA-core kernel below.
   int v = a.variant == 0 ? (kFoldDefault ? 20 : 16) : a.variant;
   const int64_t pairs = int64_t(a.B) * a.hkv * ((a.hq / a.hkv + 7) / 8);
   bool cl_first = false;  // auto: the cluster kernel with one group per CTA first, where all its clusters fit
-  if (v == 20) {  // auto (see kPairMinEff)
+  bool cl4_first = false;  // auto with route bit 16: 33 where all its clusters fit
+  if (v == 20) {  // auto (see kPairMinEff, kRouteDefault)
+    const int route = decode_route();
     const int64_t ngmax = (int64_t(a.nsplit) + 7) / 8, sms = dmma::sm_count();
     const int64_t waves = (pairs + sms - 1) / sms;
     // 31: cs CTAs of 8 warps per pair (one warp per group)
     const int64_t cs = ngmax <= 8 ? 1 : 2;
-    const bool pcl = ngmax >= 8 && ngmax <= 16 && 4 * ngmax >= 3 * 8 * cs && pairs * cs <= sms &&
-                     pairs * ngmax >= 3 * sms;
+    const bool fill = ngmax >= 8 && ngmax <= 16 && 4 * ngmax >= 3 * 8 * cs;  // >= 3/4 of 31's warps have a group
+    const bool pcl = fill && pairs * cs <= sms && pairs * ngmax >= ((route & 1) ? 2 : 3) * sms;
+    const bool wave2 = fill && pairs * cs > sms && pairs * cs <= 2 * sms;  // two waves of 31's CTAs
     v = pairs * ngmax <= sms                                                             ? 18
         : ngmax >= 8 && ngmax <= 16 && double(pairs) >= kPairMinEff * double(waves * sms) ? 28
         : pcl                                                                             ? 31
+        : wave2 && (route & 2)                                                            ? 28
+        : wave2 && (route & 4)                                                            ? 31
                                                                                           : 23;
-    cl_first = v == 18 && a.B == 1;  // measured at B = 1 only
+    cl_first = a.B == 1 ? v == 18 : (route & 8) && a.B <= 8;  // B = 1 measured; B 2..8 a candidate (bit 8)
+    cl4_first = (route & 16) && a.B == 1 && v == 18;
   }
   const char* path = nullptr;
   if (cl_first && attention_decode_fold_cl(a, st, 3)) {
     path = "cluster, one group per CTA (24)";
+  } else if (cl4_first && attention_decode_fold_cl(a, st, 5)) {
+    path = "cluster of 4-warp CTAs (33)";
+  } else if (v == 33 && attention_decode_fold_cl(a, st, 4)) {
+    path = "cluster of 4-warp CTAs (33)";
   } else if ((v == 24 || v == 25) && attention_decode_fold_cl(a, st, v == 24 ? 1 : 2)) {
     path = "cluster (24)";
   } else if ((v == 28 || v == 29) && attention_decode_fold_pair(a, st, v == 29)) {
@@ -484,8 +511,8 @@ void attention_decode(const DecodeArgs& a, void* stream) {
            : v == 31 ? "pair clusters, 8 warps per CTA (31)" : "pair clusters, 4 warps per CTA, deep ring (32)";
   } else if (v == 18 && attention_decode_fold_cta(a, st)) {
     path = "cta (18)";
-  } else if (v >= 14 && v <= 32 && v != 16) {
-    // (18, 24, 25, 28-32 when not covered: 23, as the default would)
+  } else if (v >= 14 && v <= 33 && v != 16) {
+    // (18, 24, 25, 28-33 when not covered: 23, as the default would)
     const int force = v == 14 ? 1 : v == 15 ? 2 : v == 17 ? 3 : v == 21 ? 4 : v == 22 ? 4 | 8 : v == 19 ? 0
                       : v == 26 ? 16 : v == 27 ? 16 | 8 : 8;
     if (attention_decode_fold(a, st, force)) path = force & 8 ? "fold + merge kernel, evict-first (23)"

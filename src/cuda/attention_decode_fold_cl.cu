@@ -46,14 +46,18 @@ __device__ __forceinline__ float ld_peer(uint32_t s, uint32_t rank) {
 }
 
 // grid (cs, H = hkv * ngb, B), clusters of cs CTAs along x. CTA r runs groups r, r + cs, ... (GPC of them at
-// most, one after the other in each warp's stream of tiles).
-template <class T, int D, int GPC>
-__global__ void __launch_bounds__(kGroup * 32, 1) k_decode_fold_cl(const __grid_constant__ DecodeArgs a) {
-  using Cf = MCfg<D>;
-  static_assert(Cf::W == kGroup, "one warp per chunk of a group");
-  static_assert(GPC >= 1 && GPC <= 2 && Cf::S >= GPC + 1, "partials in stages 0 .. GPC - 1, results in stage S - 1");
-  constexpr int W = Cf::W, S = Cf::S, ROWB = Cf::ROWB, CH = Cf::CH, KVB = Cf::KVB, STAGE = Cf::STAGE,
-                CPL = Cf::CPL, QPL = Cf::QPL, KSTEP = Cf::KSTEP;
+// most, one after the other in each warp's stream of tiles). W warps per CTA: 8 (warp w: chunk w of each group)
+// or 4 (warp w: chunks w and w + 4 of the group, one after the other; CTAs of 112 KB, two per SM, so clusters of
+// 16 CTAs fit on 8 SMs of a GPC).
+template <class T, int D, int GPC, int W>
+__global__ void __launch_bounds__(W * 32) k_decode_fold_cl(const __grid_constant__ DecodeArgs a) {
+  using Cf = MCfg<D, W>;
+  static_assert(W == kGroup || W == kGroup / 2, "a warp runs one or two chunks of a group");
+  constexpr int CPW = kGroup / W;  // chunks of a group per warp
+  constexpr int NS = GPC * CPW;    // chunk slots per warp: slot k = (group r + (k / CPW) cs, chunk warp + (k % CPW) W)
+  static_assert(GPC >= 1 && NS <= 2 && Cf::S >= NS + 1, "partials in stages 0 .. NS - 1, results in stage S - 1");
+  constexpr int S = Cf::S, ROWB = Cf::ROWB, CH = Cf::CH, KVB = Cf::KVB, STAGE = Cf::STAGE, CPL = Cf::CPL,
+                QPL = Cf::QPL, KSTEP = Cf::KSTEP;
   static_assert(8 * D * 4 + 64 <= STAGE, "a partial fits in one stage");
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ unsigned msk[W][S];
@@ -71,8 +75,8 @@ __global__ void __launch_bounds__(kGroup * 32, 1) k_decode_fold_cl(const __grid_
   unsigned char* ring = smem + size_t(warp) * Cf::WARPB;
   unsigned char* qslot = ring + S * STAGE;
   const uint32_t ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(ring)), qslot_s = ring_s + S * STAGE;
-  // Group slot k (group r + k cs) of this CTA: chunks' partials in stage k of each warp, the group's result in
-  // stage S - 1 of warp k.
+  // Group gi (group r + gi cs) of this CTA: its chunks' partials in stages gi * CPW .. of the warps (chunk c: warp
+  // c % W, stage gi * CPW + c / W), the group's result in stage S - 1 of warp gi.
   int nwk[GPC];  // chunks of slot k's group (0: none)
 #pragma unroll
   for (int k = 0; k < GPC; ++k) {
@@ -81,33 +85,35 @@ __global__ void __launch_bounds__(kGroup * 32, 1) k_decode_fold_cl(const __grid_
   }
 
   {
-    // this warp's chunks: slot k's chunk (r + k cs) * 8 + warp when warp < nwk[k]; nt[k] tiles each
-    int nt[GPC], lenk[GPC];
-    int64_t j0k[GPC];
+    // this warp's chunks: slot k's chunk (r + (k / CPW) cs) * 8 + warp + (k % CPW) W when it is one of its
+    // group's nwk chunks; nt[k] tiles each
+    int nt[NS], lenk[NS];
+    int64_t j0k[NS];
 #pragma unroll
-    for (int k = 0; k < GPC; ++k) {
-      const int cw = (r + k * cs) * kGroup + warp;
-      lenk[k] = warp < nwk[k] ? int(min(p.chunk, p.n - int64_t(cw) * p.chunk)) : 0;
+    for (int k = 0; k < NS; ++k) {
+      const int ci = warp + (k % CPW) * W;  // the chunk's index in its group
+      const int cw = (r + (k / CPW) * cs) * kGroup + ci;
+      lenk[k] = ci < nwk[k / CPW] ? int(min(p.chunk, p.n - int64_t(cw) * p.chunk)) : 0;
       j0k[k] = p.start + int64_t(cw) * p.chunk;
       nt[k] = (lenk[k] + 15) / 16;
     }
     int ntot = 0;
 #pragma unroll
-    for (int k = 0; k < GPC; ++k) ntot += nt[k];
+    for (int k = 0; k < NS; ++k) ntot += nt[k];
     const T* kc = static_cast<const T*>(a.kc);
     const T* vc = static_cast<const T*>(a.vc);
     // flat tile i of the warp's stream: slot k, tile t of that chunk
     auto row_of = [&](int i) {
       if (i >= ntot) return -1;
       int k = 0, t = i;
-      if (GPC > 1 && t >= nt[0]) {
+      if (NS > 1 && t >= nt[0]) {
         t -= nt[0];
         k = 1;
       }
       const int tt = t * 16 + (lane & 15);
-      const int len = k ? lenk[GPC - 1] : lenk[0];
+      const int len = k ? lenk[NS - 1] : lenk[0];
       if (tt >= len) return -1;
-      const int j = int(k ? j0k[GPC - 1] : j0k[0]) + tt;
+      const int j = int(k ? j0k[NS - 1] : j0k[0]) + tt;
       if (!a.block_table) return b * int(a.bs) + j;
       const int bs = int(a.bs), blk = a.block_table[b * a.bt_stride + j / bs];
       return blk < 0 || blk >= a.nb ? -1 : blk * bs + j % bs;
@@ -149,7 +155,7 @@ __global__ void __launch_bounds__(kGroup * 32, 1) k_decode_fold_cl(const __grid_
     const bool capped = a.softcap > 0.f;
     const float cap_in = capped ? a.scale / a.softcap : 0.f, cap_out = a.softcap * kLog2e;
     uint32_t qa[KSTEP][2];
-    float o[KSTEP][4], so[KSTEP][4];  // so: slot 0's partial while slot 1's chunk runs (GPC 2)
+    float o[KSTEP][4], so[KSTEP][4];  // so: slot 0's partial while slot 1's chunk runs (NS 2)
     float sm[4];                      // slot 0's mA, mB, lA, lB
 #pragma unroll
     for (int mt = 0; mt < KSTEP; ++mt)
@@ -200,7 +206,7 @@ __global__ void __launch_bounds__(kGroup * 32, 1) k_decode_fold_cl(const __grid_
       issue(i + S - 1);  // into the stage of tile i - 1 (its reads are ordered by the __syncwarp above)
       tile_step<T, D>(ring_s + (i % S) * STAGE, qa, msk[warp][i % S], sl2, capped, cap_in, cap_out, o, mrow, lsum,
                       lane);
-      if (GPC > 1 && i + 1 == nt[0] && ntot > nt[0]) {  // slot 0's chunk ends, slot 1's follows: keep it
+      if (NS > 1 && i + 1 == nt[0] && ntot > nt[0]) {  // slot 0's chunk ends, slot 1's follows: keep it
         stats(sm);
 #pragma unroll
         for (int mt = 0; mt < KSTEP; ++mt)
@@ -218,9 +224,9 @@ __global__ void __launch_bounds__(kGroup * 32, 1) k_decode_fold_cl(const __grid_
       float st[4];
       stats(st);
       __syncwarp();  // every lane's ldmatrix reads of the ring are done
-      if (GPC > 1 && ntot > nt[0]) {
+      if (NS > 1 && ntot > nt[0]) {
         if (nt[0] > 0) publish(0, so, sm);
-        publish(GPC - 1, o, st);
+        publish(NS - 1, o, st);
       } else {
         publish(0, o, st);
       }
@@ -234,8 +240,9 @@ __global__ void __launch_bounds__(kGroup * 32, 1) k_decode_fold_cl(const __grid_
     for (int idx = threadIdx.x; idx < nh * D; idx += W * 32) {
       const int h = idx / D, d = idx - h * D;
       float M = -INFINITY, L = 0.f, O = 0.f;
-      for (int w = 0; w < nwk[k]; ++w) {
-        const float* q = reinterpret_cast<const float*>(smem + size_t(w) * Cf::WARPB + k * STAGE);
+      for (int c = 0; c < nwk[k]; ++c) {
+        const float* q =
+            reinterpret_cast<const float*>(smem + size_t(c % W) * Cf::WARPB + (k * CPW + c / W) * STAGE);
         float wa, wb;
         fold_w(M, q[8 * D + 2 * h], wa, wb);
         L = fold_v(L, wa, q[8 * D + 2 * h + 1], wb);
@@ -286,18 +293,20 @@ __global__ void __launch_bounds__(kGroup * 32, 1) k_decode_fold_cl(const __grid_
 
 // Clusters of cs CTAs of the kernel with GPC groups per CTA resident at once on this device (queried once per
 // (device, kernel, cs)); 0: such a cluster cannot run.
-template <class T, int D, int GPC>
+template <class T, int D, int GPC, int W = kGroup>
 int cl_resident(int cs) {
-  using Cf = MCfg<D>;
+  using Cf = MCfg<D, W>;
   static std::atomic<int> cache[64][kMaxCluster + 1];  // resident + 1 (0: not queried)
   int dev = 0;
   GK_CUDA_CHECK(cudaGetDevice(&dev));
   if (dev < 0 || dev >= 64) dev = 0;
   int v = cache[dev][cs].load(std::memory_order_relaxed);
   if (v == 0) {
-    auto kern = k_decode_fold_cl<T, D, GPC>;
+    auto kern = k_decode_fold_cl<T, D, GPC, W>;
     GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cf::SMEM)));
     if (cs > 8) GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    if (W < kGroup)  // two CTAs per SM: all of the SM's shared memory for it
+      GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3{unsigned(cs), 1u, 1u};
     cfg.blockDim = dim3{unsigned(Cf::W * 32), 1u, 1u};
@@ -320,12 +329,12 @@ int cl_resident(int cs) {
   return v - 1;
 }
 
-template <class T, int D, int GPC>
+template <class T, int D, int GPC, int W = kGroup>
 bool launch_cl(const DecodeArgs& a, cudaStream_t st, int cs) {
-  using Cf = MCfg<D>;
+  using Cf = MCfg<D, W>;
   static_assert(Cf::SMEM + Cf::W * Cf::S * 4 <= 227 * 1024, "shared memory");
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
-  auto kern = k_decode_fold_cl<T, D, GPC>;
+  auto kern = k_decode_fold_cl<T, D, GPC, W>;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3{unsigned(cs), unsigned(a.hkv * ngb), unsigned(a.B)};
   cfg.blockDim = dim3{unsigned(Cf::W * 32), 1u, 1u};
@@ -356,7 +365,8 @@ bool launch_cl(const DecodeArgs& a, cudaStream_t st, int cs) {
 // Picks the cluster: the most groups a sequence of the capacity can have (ngmax <= 16) in clusters of the
 // power of two cs >= ngmax (one group per CTA), else cs >= ngmax / 2 (two groups per CTA, the second after the
 // first in each warp), whichever has all B * hkv * ngb clusters resident at once (force 1: the first that can
-// run; 2: two groups per CTA when ngmax > 1; 3: one group per CTA with all clusters resident, else nothing).
+// run; 2: two groups per CTA when ngmax > 1; 3: one group per CTA with all clusters resident, else nothing; 4: one
+// group per CTA of 4 warps, two chunks per warp (33), when such clusters can run; 5: 4 with all clusters resident).
 template <class T, int D>
 bool go_cl(const DecodeArgs& a, cudaStream_t st, int force) {
   const bool forced = force == 1 || force == 2;
@@ -367,6 +377,13 @@ bool go_cl(const DecodeArgs& a, cudaStream_t st, int force) {
   const int64_t clusters = int64_t(a.B) * a.hkv * ngb;
   int cs1 = 1;
   while (cs1 < ngmax) cs1 *= 2;
+  if (force == 4 || force == 5) {
+    const int r4 = cl_resident<T, D, 1, kGroup / 2>(cs1);
+    if (const char* e = std::getenv("GPUKIT_DECODE_LOG"); e && *e && std::strcmp(e, "0") != 0)
+      std::fprintf(stderr, "attention_decode cluster: %lld clusters needed; %d clusters of %d CTAs of 4 warps resident\n",
+                   static_cast<long long>(clusters), r4, cs1);
+    return r4 > 0 && (force == 4 || clusters <= r4) && launch_cl<T, D, 1, kGroup / 2>(a, st, cs1);
+  }
   const int r1 = cl_resident<T, D, 1>(cs1);
   if (const char* e = std::getenv("GPUKIT_DECODE_LOG"); e && *e && std::strcmp(e, "0") != 0)
     std::fprintf(stderr,

@@ -1,0 +1,142 @@
+"""attention_decode, session 7 candidates (opt-in, not the default): the route bits of GPUKIT_DECODE_ROUTE
+(src/cuda/attention_decode.cu, kRouteDefault) and the cluster kernel of 4-warp CTAs (33). Each must take the
+path it names (GPUKIT_DECODE_LOG) and give the fold kernels' common bits (the two-kernel fold 23, the CTA kernel
+18), within the float64 reference, alone in its batch, in a captured graph and in a PDL chain."""
+import numpy as np
+import pytest
+
+import gpukit as gk
+from test_attention import TOL, f64, make
+from test_attention_decode import bits, check, gpu, ref_decode
+
+Hq, Hkv = 32, 8
+
+
+def _case(B, T, D, dtype, seed):
+    rng = np.random.default_rng(seed)
+    lens = rng.integers(1, T + 1, B).astype(np.int32)
+    lens[0] = T
+    if B > 2:
+        lens[1] = 0
+        lens[2] = 17
+    kc = make((B, T, Hkv, D), dtype, seed + 1)
+    vc = make((B, T, Hkv, D), dtype, seed + 2)
+    q = make((B, Hq, D), dtype, seed + 3)
+    return q, kc, vc, lens
+
+
+def _auto(qd, kd, vd, ld, route, monkeypatch, capfd):
+    monkeypatch.delenv("GPUKIT_DECODE_SPLIT", raising=False)
+    if route is None:
+        monkeypatch.delenv("GPUKIT_DECODE_ROUTE", raising=False)
+    else:
+        monkeypatch.setenv("GPUKIT_DECODE_ROUTE", str(route))
+    capfd.readouterr()
+    monkeypatch.setenv("GPUKIT_DECODE_LOG", "1")
+    out = gk.nn.attention_decode(qd, kd, vd, ld)
+    gk.cuda.synchronize()
+    log = capfd.readouterr().err
+    monkeypatch.delenv("GPUKIT_DECODE_LOG")
+    return out, log
+
+
+@gpu
+@pytest.mark.parametrize("B,T,D,route,path,ref", [
+    (3, 4096, 128, 1, "(31)", True),      # B3 T4096 -> pair clusters of 8-warp CTAs
+    (3, 4096, 64, 1, "(31)", True),
+    (12, 4096, 128, 2, "pair CTAs (28)", False),   # B12 -> pair kernel
+    (12, 4096, 128, 4, "(31)", False),             # B12 -> pair clusters (two waves)
+    (10, 4096, 128, 6, "pair CTAs (28)", False),   # 2 wins over 4
+    (4, 384, 128, 8, "one group per CTA (24)", True),  # B2-8 short capacity -> cluster kernel (32 clusters of 2)
+    (6, 384, 128, 8, "one group per CTA (24)", True),  # (48 clusters of 2 CTAs)
+    (2, 1024, 64, 8, "one group per CTA (24)", True),  # (16 clusters of 4 CTAs)
+    (1, 4096, 128, 16, "(33)", True),     # B1 long -> cluster of 4-warp CTAs
+    (1, 4096, 64, 16, "(33)", True),
+])
+def test_cuda_route_candidates(B, T, D, route, path, ref, monkeypatch, capfd):
+    dtype = "bfloat16" if D == 128 else "float16"
+    q, kc, vc, lens = _case(B, T, D, dtype, 300 + B + D + route)
+    kd, vd, ld, qd = (gk.asarray(x).to("cuda") for x in (kc, vc, lens, q))
+    res = {}
+    for v in ("23", "18", "28"):
+        monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128," + v)
+        res[v] = bits(gk.nn.attention_decode(qd, kd, vd, ld))
+    for v in ("18", "28"):
+        d = np.argwhere(res[v] != res["23"])
+        assert d.size == 0, f"variant {v} differs from 23 at {d[0]} (B={B} T={T} D={D})"
+    got, log = _auto(qd, kd, vd, ld, route, monkeypatch, capfd)
+    assert path in log, f"GPUKIT_DECODE_ROUTE={route} at B={B} T={T} D={D} did not take {path}: {log!r}"
+    d = np.argwhere(bits(got) != res["23"])
+    assert d.size == 0, f"route {route} ({path}) differs from 23 at {d[0]} (B={B} T={T} D={D})"
+    default, log0 = _auto(qd, kd, vd, ld, None, monkeypatch, capfd)
+    np.testing.assert_array_equal(bits(default), res["23"], err_msg=f"default at B={B} T={T}: {log0!r}")
+    if ref:
+        check(got, ref_decode(f64(q), f64(kc), f64(vc), lens), TOL[dtype] * 2, f"route {route} B={B} T={T} D={D}")
+    monkeypatch.setenv("GPUKIT_DECODE_ROUTE", str(route))
+    for i in (0, B - 1):  # alone in its batch (another route, or the same)
+        alone = gk.nn.attention_decode(qd[i:i + 1], kd[i:i + 1], vd[i:i + 1], ld[i:i + 1])
+        np.testing.assert_array_equal(bits(alone)[0], res["23"][i], err_msg=f"sequence {i} alone (route {route})")
+    g = gk.Graph()
+    with g:
+        out = gk.nn.attention_decode(qd, kd, vd, ld)
+    for _ in range(2):
+        g.replay()
+        gk.cuda.synchronize()
+        np.testing.assert_array_equal(bits(out), res["23"], err_msg=f"graph replay, route {route}")
+    monkeypatch.delenv("GPUKIT_DECODE_ROUTE")
+
+
+@gpu
+@pytest.mark.parametrize("T,D", [(4096, 128), (16384, 128), (2500, 64)])
+def test_cuda_cluster4_chain(T, D, monkeypatch, capfd):
+    # 33 (forced, and auto with route bit 16 where its clusters fit) at B = 1: a PDL chain out_{i+1} =
+    # decode(q = out_i) on poisoned allocations (a read before the write gives NaN) within the float64
+    # reference step by step, eager and PDL off and graph replay equal to 18's chain.
+    dtype = "bfloat16"
+    q, kc, vc, lens = _case(1, T, D, dtype, 400 + D)
+    kd, vd, ld, qd = (gk.asarray(x).to("cuda") for x in (kc, vc, lens, q))
+    kk, vv = f64(kc), f64(vc)
+
+    def chain(n):
+        outs, x = [], qd
+        for _ in range(n):
+            x = gk.nn.attention_decode(x, kd, vd, ld)
+            outs.append(x)
+        return outs
+
+    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128,18")
+    base = [bits(o) for o in chain(3)]
+    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128,33")
+    capfd.readouterr()
+    monkeypatch.setenv("GPUKIT_DECODE_LOG", "1")
+    gk._C._debug_alloc_poison(0xFF)
+    try:
+        poisoned = chain(3)
+        gk.cuda.synchronize()
+    finally:
+        gk._C._debug_alloc_poison(-1)
+    log = capfd.readouterr().err
+    monkeypatch.delenv("GPUKIT_DECODE_LOG")
+    assert "(33)" in log, f"variant 33 did not run at B1 T{T} D{D}: {log!r}"
+    prev = f64(q)
+    for i, o in enumerate(poisoned):
+        check(o, ref_decode(prev, kk, vv, lens), 3.2e-2, f"33 chain T={T} step {i}")
+        prev = f64(o)
+        d = np.argwhere(bits(o) != base[i])
+        assert d.size == 0, f"33 chain step {i} differs from 18 at {d[0]} (T={T} D={D})"
+    g = gk.Graph()
+    with g:
+        graphed = chain(3)
+    for _ in range(2):
+        g.replay()
+        gk.cuda.synchronize()
+        for i, o in enumerate(graphed):
+            np.testing.assert_array_equal(bits(o), base[i], err_msg=f"33 graph step {i} T={T}")
+    monkeypatch.setenv("GPUKIT_DECODE_PDL", "0")
+    for i, o in enumerate(chain(3)):
+        np.testing.assert_array_equal(bits(o), base[i], err_msg=f"33 PDL off step {i} T={T}")
+    monkeypatch.delenv("GPUKIT_DECODE_PDL")
+    monkeypatch.delenv("GPUKIT_DECODE_SPLIT")
+    monkeypatch.setenv("GPUKIT_DECODE_ROUTE", "16")
+    for i, o in enumerate(chain(3)):
+        np.testing.assert_array_equal(bits(o), base[i], err_msg=f"route 16 step {i} T={T}")
