@@ -159,14 +159,14 @@ def weights(fmt, k, n, copies, rng):
         args = [(qb[c * n:(c + 1) * n], sb[c * n:(c + 1) * n], zb[c * n:(c + 1) * n]) for c in range(copies)]
         nbytes = n * k // 2 + n * (k // g) * 5
 
-        def fn(x, q_, s_, z_):
+        def fn4(x, q_, s_, z_):
             return gk.gemv_int4(x, q_, s_, z_, group=g)
 
         def mma_args():  # the same weights with the codes in the mma nibble order (variants 38 / 39)
             qo = repeat_rows(gk.asarray(mma_order(gk.to_numpy(q))), n, copies)
             return [(qo[c * n:(c + 1) * n], sb[c * n:(c + 1) * n], zb[c * n:(c + 1) * n]) for c in range(copies)]
-        fn.mma_args = mma_args
-        return args, fn, nbytes, deq
+        fn4.mma_args = mma_args
+        return args, fn4, nbytes, deq
     if fmt == "nvf4":
         q, bs, ts = gk.quantize_nvf4(wt)
         deq = gk.to_numpy(gk.dequantize_nvf4(q, bs, ts)).astype(np.float64)
