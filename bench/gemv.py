@@ -79,7 +79,7 @@ GGUF_ONLY_VARIANTS = (21, 22, 29, 30, 31, 32, 33, 34, 35, 36)  # --variants: the
 # the GGUF formats a variant changes (others: skipped; not listed: all five)
 GGUF_VARIANT_FMTS = {22: ("q4_k", "q6_k"), 31: ("q4_k", "q6_k"), 32: ("q4_1", "q4_k"), 33: ("q4_1", "q4_k", "q6_k"),
                      35: ("q4_1", "q4_k", "q6_k")}
-INT4_ONLY_VARIANTS = (6, 9, 10, 11, 14, 16, 17, 19, 20, 27)  # --variants: int4 / nvf4 only (8: int4 and nvf4; 7: int4 and GGUF; 12 / 13: int4 / nvf4 and Q8_0)
+INT4_ONLY_VARIANTS = (6, 9, 10, 11, 14, 16, 17, 19, 20, 27, 37, 38, 39)  # --variants: int4 / nvf4 only (8: int4 and nvf4; 7: int4 and GGUF; 12 / 13: int4 / nvf4 and Q8_0)
 NEW_KERNEL_VARIANTS = (3, 4, 5, 7)  # int4, nvf4 and the GGUF formats only
 GGUF_FMTS = ("q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 
@@ -103,7 +103,23 @@ W4_VARIANT_NAMES = {1: "the per-lane-chunk kernel of gemv_mma.cuh", 2: "without 
                     17: "staged, x through a ring of 3 at M = 1 (M > 1: x from global memory, the same plan)",
                     19: "staged, x through a ring of 2 at M = 1 (the default since session 6)",
                     20: "staged, MODE 0 with a ring of 2 at every M (x from global memory)",
-                    27: "staged, 19 with the loop over the ring's stages not unrolled (less code; the default's bits)"}
+                    27: "staged, 19 with the loop over the ring's stages not unrolled (less code; the default's bits)",
+                    37: "int4 g128: the per-shape plan (variant 20 where N >= 2 K, else the default)",
+                    38: "int4 g128: the default on codes in the mma nibble order (no x byte permutes)",
+                    39: "int4 g128: 37 on codes in the mma nibble order"}
+W4_ORDER_VARIANTS = (38, 39)  # int4 g128: timed and checked on codes reordered by mma_order (other formats: the default)
+
+
+def mma_order(q):
+    """int4 codes (weight 2j in byte j's low nibble) with each 32-bit word's nibble p = weight 2p and
+    nibble p + 4 = weight 2p + 1 (k_w4's ORD layout; tests/python/test_gemv_w4_s7_cuda.py has the same)."""
+    q = np.ascontiguousarray(q, dtype=np.uint8)
+    b = q.reshape(q.shape[:-1] + (q.shape[-1] // 4, 4))
+    w = np.empty(b.shape[:-1] + (8,), dtype=np.uint8)
+    w[..., 0::2], w[..., 1::2] = b & 0xF, b >> 4
+    out = np.stack([w[..., 0] | (w[..., 2] << 4), w[..., 4] | (w[..., 6] << 4),
+                    w[..., 1] | (w[..., 3] << 4), w[..., 5] | (w[..., 7] << 4)], axis=-1).astype(np.uint8)
+    return out.reshape(q.shape)
 
 
 def repeat_rows(tile, n, copies):
@@ -142,7 +158,15 @@ def weights(fmt, k, n, copies, rng):
         qb, sb, zb = (repeat_rows(a, n, copies) for a in (q, s, z))
         args = [(qb[c * n:(c + 1) * n], sb[c * n:(c + 1) * n], zb[c * n:(c + 1) * n]) for c in range(copies)]
         nbytes = n * k // 2 + n * (k // g) * 5
-        return args, (lambda x, q_, s_, z_: gk.gemv_int4(x, q_, s_, z_, group=g)), nbytes, deq
+
+        def fn4(x, q_, s_, z_):
+            return gk.gemv_int4(x, q_, s_, z_, group=g)
+
+        def mma_args():  # the same weights with the codes in the mma nibble order (variants 38 / 39)
+            qo = repeat_rows(gk.asarray(mma_order(gk.to_numpy(q))), n, copies)
+            return [(qo[c * n:(c + 1) * n], sb[c * n:(c + 1) * n], zb[c * n:(c + 1) * n]) for c in range(copies)]
+        fn4.mma_args = mma_args
+        return args, fn4, nbytes, deq
     if fmt == "nvf4":
         q, bs, ts = gk.quantize_nvf4(wt)
         deq = gk.to_numpy(gk.dequantize_nvf4(q, bs, ts)).astype(np.float64)
@@ -316,10 +340,14 @@ def main():
                     if var in GGUF_ONLY_VARIANTS and (base not in GGUF_FMTS or base not in GGUF_VARIANT_FMTS.get(var, GGUF_FMTS)):
                         continue
                     try:
+                        vargs, vcalls = wargs, calls
+                        if var in W4_ORDER_VARIANTS and base == "int4":  # g128: the codes in the mma nibble order
+                            vargs = fn.mma_args()
+                            vcalls = [(lambda a=a: fn(x, *a)) for a in vargs[:copies] * 2]
                         gk._C._gemv_set_variant(var)
                         if var not in (7, 16, 36):  # the probes compute nothing (16: int4 / nvf4; 36: GGUF)
-                            check(fmt, fn(x, *wargs[0]), x, deq)
-                        v1 = tbs(nbytes, median(time_graph(calls, rounds)))
+                            check(fmt, fn(x, *vargs[0]), x, deq)
+                        v1 = tbs(nbytes, median(time_graph(vcalls, rounds)))
                         vname = (W4_VARIANT_NAMES if base.startswith(("int4", "nvf4")) else VARIANT_NAMES)[var]
                         notes.append(f"  variant {var} ({vname}): {v1:.3f} TB/s = {v1 / ceiling:.0%} of copy")
                         r_var[var] = v1

@@ -12,6 +12,10 @@
 // shared memory; M > 1: MODE 0 with the same plan), 19 the same with a ring of 2 (the default
 // since session 6), 20 MODE 0 with a ring of 2 (x from global memory at every M; its own plan),
 // 27 19 with the stage loop not unrolled (MODE 9 / 10: one full-stage body; the default's bits);
+// session 7 (int4 g128, bf16 x; other formats and float16 x run the default): 37 the per-shape
+// plan (w4_g128_ring2: variant 20's configuration where N >= 2 K, the default elsewhere), 38 the
+// default on weights in the mma nibble order (k_w4's ORD: nibble p = weight 2p, p + 4 = 2p + 1 in
+// each 32-bit word; wrong results on the natural order), 39 37 with the mma nibble order;
 // 0 / 2 / 10 the default (MODE kDefaultMode, ring of kDefaultD). Removed in session 6: 4 (stages
 // of 8 blocks), 5 (a ring of 4), 8 (int4's shifts as mul.hi; NVF4's 8 is the per-lane kernel's),
 // 12 (11 + mul.hi): slower than the default at every shape of session 5; 15 / 18 (int4's
@@ -34,6 +38,8 @@ struct W4Cfg {
   int minb = 2;                // k_w4's MINB
   bool spread = true;          // at most ceil(CTAs / 132) CTAs per SM when all fit at once
   bool old = false;            // MODE 0 whatever kDefaultMode is (variant 13)
+  bool shape = false;          // int4 g128: the per-shape plan (variant 37 / 39)
+  bool ord = false;            // int4 g128: codes in the mma nibble order (38 / 39)
 };
 
 W4Cfg w4_cfg(int variant) {
@@ -50,6 +56,9 @@ W4Cfg w4_cfg(int variant) {
     case 19: c.mode = 8, c.d = 2; break;
     case 20: c.d = 2; break;
     case 27: c.mode = 9, c.d = 2; break;
+    case 37: c.shape = true; break;
+    case 38: c.ord = true; break;
+    case 39: c.shape = true, c.ord = true; break;
     default: break;
   }
   return c;
@@ -65,6 +74,13 @@ W4Cfg w4_cfg(int variant) {
 // 53/51/64 vs 41/47/59, NVF4 45/45/62 vs 44/44/50.
 constexpr int kDefaultMode = 8;
 constexpr int kDefaultD = 2;
+
+// int4 g128's per-shape plan (variants 37 / 39; a function of (N, K) only): MODE 0 with a ring of 2
+// (variant 20's configuration and plan, x from global memory at every M) where N >= 2 K, the
+// default elsewhere. Session 6's final run, % of copy at M = 1, (4096, 14336) / (14336, 4096) /
+// (4096, 128256): variant 20 58 / 57 / 85, the default 51 / 61 / 74 (g64 / g32 / NVF4: the
+// default won at every shape, so they keep it).
+bool w4_g128_ring2(int64_t n, int64_t k) { return n >= 2 * k; }
 
 constexpr int kSMs = 132;
 constexpr int kSmemMax = 200 * 1024;    // dynamic shared memory of one CTA at most
@@ -117,14 +133,14 @@ bool applies_any(const QGemvArgs& p) {
 
 // ring_plan: the ring bytes per warp the plan (warps per CTA) is made for (0: this kernel's);
 // XS (MODE 8, M = 1) and its M > 1 kernel (MODE 0) take the plan of the XS ring.
-template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2>
+template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2, bool ORD = false>
 void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_plan = 0) {
   constexpr int SB = W4Layout<F, KB, NARROW>::STAGE + (MODE == 8 || MODE == 9 ? KB * 256 : 0);
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   const int split = std::max(1, p.split);
   const int nw = w4_warps(p.n, p.k, split, c, ring_plan > 0 ? ring_plan : int64_t(D) * SB);
-  smem_limit<k_w4<T, F, KB, D, MODE, NARROW, MINB>>(kSmemMax);
+  smem_limit<k_w4<T, F, KB, D, MODE, NARROW, MINB, ORD>>(kSmemMax);
   int smem = std::max(nw * D * SB, nw * 32 * 4 * 4);
   if (smem > kSmemMax) throw ValueError("gemv: the staged 4-bit kernel's shared memory does not fit");
   // When all CTAs fit on the GPU at once, ask for enough shared memory that at most
@@ -135,7 +151,7 @@ void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_
     const int64_t cap = kSmSmem / (per_sm + 1) - 1024 - 512 + 256;  // just too much for per_sm + 1 CTAs
     if (per_sm * (cap + 1024 + 512) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
   }
-  launch_ex(k_w4<T, F, KB, D, MODE, NARROW, MINB>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st,
+  launch_ex(k_w4<T, F, KB, D, MODE, NARROW, MINB, ORD>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st,
             p.variant != 2, p);
   GK_LAUNCH_CHECK("qgemv_w4_staged");
   if (split > 1) launch_sum_q(p, st);
@@ -144,20 +160,36 @@ void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_
 // k_w4 MODE M with the wide copies and a ring of D; M = 8 (x through the ring) runs at M = 1
 // only: M > 1 runs MODE 0 with the same plan (the warps per CTA made for the larger XS ring), so
 // a row's bits do not depend on M.
-template <class T, class F, int M, int D = 3>
+template <class T, class F, int M, int D = 3, bool ORD = false>
 void launch_mode(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
   if constexpr (M == 8 || M == 9) {  // 9: 8 with the stage loop rolled (M > 1: MODE 10)
     const int64_t rp = D * int64_t(W4Layout<F, 4>::STAGE + 4 * 256);
-    if (p.m == 1) return launch_k<T, F, 4, D, M>(p, c, st, rp);
-    return launch_k<T, F, 4, D, M == 9 ? 10 : 0>(p, c, st, rp);
+    if (p.m == 1) return launch_k<T, F, 4, D, M, false, 2, ORD>(p, c, st, rp);
+    return launch_k<T, F, 4, D, M == 9 ? 10 : 0, false, 2, ORD>(p, c, st, rp);
   } else {
-    return launch_k<T, F, 4, D, M>(p, c, st);
+    return launch_k<T, F, 4, D, M, false, 2, ORD>(p, c, st);
   }
+}
+
+// Variants 37-39 (int4 g128, bf16 x): the per-shape plan and / or the mma nibble order (ORD).
+template <class T, class F, bool ORD>
+void launch_s7(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
+  if (!applies_cfg<F, 4>(p)) return launch_k<T, F, 4, 3, 0, true, 2, ORD>(p, W4Cfg{}, st);
+  if (c.shape && w4_g128_ring2(p.n, p.k)) {
+    W4Cfg c20;
+    c20.d = 2;
+    return launch_mode<T, F, 0, 2, ORD>(p, c20, st);
+  }
+  return launch_mode<T, F, kDefaultMode, kDefaultD, ORD>(p, W4Cfg{}, st);
 }
 
 template <class T, class F>
 void launch_f(const QGemvArgs& p, cudaStream_t st) {
   W4Cfg c = w4_cfg(p.variant);
+  if constexpr (std::is_same_v<T, bf16> && F::G == 128 && !F::kNvf4) {  // 37-39 (their narrow kernel too)
+    if (c.ord) return launch_s7<T, F, true>(p, c, st);
+    if (c.shape) return launch_s7<T, F, false>(p, c, st);
+  }
   if (!applies_cfg<F, 4>(p))  // rows of scales / zero points not 16-byte aligned (K % 512 != 0)
     return launch_k<T, F, 4, 3, 0, true>(p, W4Cfg{}, st);
   if constexpr (std::is_same_v<T, bf16>) {  // the benchmarking variants: bf16 x only

@@ -103,7 +103,10 @@ struct W4Frag {
 // threads per SM the registers are sized for
 // (2: 128 registers). (Session 6's MODE 6, the int4 "zero-point mma", was removed after
 // checkpoint A: slower at every shape; docs/notes/gemv4-s6.md.)
-template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2>
+// ORD (session 7, a storage-layout flag): each 32-bit word of codes holds weights 2p in nibble p and
+// 2p + 1 in nibble p + 4 (p = 0..3) instead of weight i in nibble i, so a pair (p, p + 4) is the
+// consecutive weights (2p, 2p + 1) and x's 32-bit words pair with it as loaded (no byte permutes).
+template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2, bool ORD = false>
 __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   using L = W4Layout<F, KB, NARROW>;
   // LEAN: wide meta copies with at most one zero-point unit per row (KB = 4)
@@ -402,8 +405,8 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
 #pragma unroll
         for (int w = 0; w < 4; ++w) {
           const uint4 xv = xc[w];
-          const uint32_t bA0 = __byte_perm(xv.x, xv.z, 0x5410u), bA1 = __byte_perm(xv.x, xv.z, 0x7632u);
-          const uint32_t bB0 = __byte_perm(xv.y, xv.w, 0x5410u), bB1 = __byte_perm(xv.y, xv.w, 0x7632u);
+          uint32_t bA0, bA1, bB0, bB1;
+          w4_xpairs<ORD>(xv, bA0, bA1, bB0, bB1);
           uint32_t pr[2][4];
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
@@ -431,8 +434,8 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
 #pragma unroll
           for (int w = 0; w < WPG; ++w) {
             const uint4 xv = xc[h * WPG + w];
-            const uint32_t bA0 = __byte_perm(xv.x, xv.z, 0x5410u), bA1 = __byte_perm(xv.x, xv.z, 0x7632u);
-            const uint32_t bB0 = __byte_perm(xv.y, xv.w, 0x5410u), bB1 = __byte_perm(xv.y, xv.w, 0x7632u);
+            uint32_t bA0, bA1, bB0, bB1;
+            w4_xpairs<ORD>(xv, bA0, bA1, bB0, bB1);
             const uint32_t ua = word(wa, h * WPG + w), ub = word(wb, h * WPG + w);
             uint32_t pa[4], pb[4];
 #pragma unroll

@@ -83,6 +83,20 @@ __device__ __forceinline__ uint32_t w4_shift4(uint32_t u, int qq) {  // u >> 4 q
   return qq == 0 ? u : (qq == 1 ? w4_shr<4>(u) : (qq == 2 ? w4_shr<8>(u) : w4_shr<12>(u)));
 }
 
+// The B registers of one code word's two k-steps from the 8 x values at its physical k (xv.x =
+// x0, x1, ...): natural nibble order (nibble i = weight i; pairs (p, p + 4)): (x0, x4), (x1, x5),
+// (x2, x6), (x3, x7) by byte permutes; ORD (nibble p = weight 2p, p + 4 = 2p + 1): the words as loaded.
+template <bool ORD>
+__device__ __forceinline__ void w4_xpairs(const uint4& xv, uint32_t& bA0, uint32_t& bA1, uint32_t& bB0,
+                                          uint32_t& bB1) {
+  if constexpr (ORD) {
+    bA0 = xv.x, bA1 = xv.y, bB0 = xv.z, bB1 = xv.w;
+  } else {
+    bA0 = __byte_perm(xv.x, xv.z, 0x5410u), bA1 = __byte_perm(xv.x, xv.z, 0x7632u);
+    bB0 = __byte_perm(xv.y, xv.w, 0x5410u), bB1 = __byte_perm(xv.y, xv.w, 0x7632u);
+  }
+}
+
 // cp.async of U (4, 8, 16) whole bytes
 template <int U>
 __device__ __forceinline__ void cp_async_u(uint32_t dst, const void* src) {

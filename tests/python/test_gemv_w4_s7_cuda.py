@@ -1,0 +1,173 @@
+"""The staged 4-bit GEMV's session-7 variants (src/cuda/gemv_w4_staged.cu, common/gemv_w4.cuh); int4 g128, bf16 x.
+
+37: the per-shape plan (variant 20's configuration, MODE 0 with a ring of 2 and its own plan, where
+N >= 2 K; the default elsewhere; a function of (N, K) only): a row's bits must not depend on M,
+and must be variant 20's bits where N >= 2 K and the default's elsewhere.
+38: the default on codes in the "mma nibble order" (k_w4's ORD: in each 32-bit word of 8 codes,
+nibble p holds weight 2p and nibble p + 4 weight 2p + 1, p = 0..3; x then needs no byte permutes);
+39: 37 with the mma nibble order. The codes are reordered here in NumPy (mma_order) and the result
+is checked against float64 on the natural-order dequantization; the natural-order codes under
+38 must give a different result (the flag is in effect). Other formats run the default under
+37-39 (checked: the default's bits). The GPU tests skip without a GPU; the reorder's own test
+runs everywhere."""
+import math
+
+import numpy as np
+import pytest
+
+import gpukit as gk
+
+cuda = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
+RNG = np.random.default_rng(707)
+VSHAPE, VORD, VBOTH, VD2 = 37, 38, 39, 20
+
+
+def f64(a):
+    return np.asarray(gk.to_numpy(a) if isinstance(a, gk.Array) else a).astype(np.float64)
+
+
+def mma_order(q):
+    """Codes (rows of K / 2 bytes, weight 2j in byte j's low nibble, 2j + 1 in its high nibble)
+    reordered so that each 32-bit little-endian word's nibble p holds weight 2p and nibble p + 4
+    weight 2p + 1: bytes (w0 | w2 << 4, w4 | w6 << 4, w1 | w3 << 4, w5 | w7 << 4)."""
+    q = np.ascontiguousarray(q, dtype=np.uint8)
+    assert q.shape[-1] % 4 == 0
+    b = q.reshape(q.shape[:-1] + (q.shape[-1] // 4, 4))
+    w = np.empty(b.shape[:-1] + (8,), dtype=np.uint8)
+    w[..., 0::2], w[..., 1::2] = b & 0xF, b >> 4
+    out = np.empty_like(b)
+    out[..., 0] = w[..., 0] | (w[..., 2] << 4)
+    out[..., 1] = w[..., 4] | (w[..., 6] << 4)
+    out[..., 2] = w[..., 1] | (w[..., 3] << 4)
+    out[..., 3] = w[..., 5] | (w[..., 7] << 4)
+    return out.reshape(q.shape)
+
+
+def test_mma_order_nibbles():
+    """The reorder: word nibble p = weight 2p, p + 4 = weight 2p + 1 (runs without a GPU)."""
+    codes = RNG.integers(0, 16, size=(3, 64), dtype=np.uint8)  # weights of 3 rows
+    q = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
+    words = mma_order(q).view("<u4")
+    for r in range(3):
+        for wi in range(words.shape[1]):
+            u = int(words[r, wi])
+            for p in range(4):
+                assert (u >> (4 * p)) & 0xF == codes[r, 8 * wi + 2 * p]
+                assert (u >> (4 * (p + 4))) & 0xF == codes[r, 8 * wi + 2 * p + 1]
+
+
+def weights(n, k):
+    w = (RNG.standard_normal((n, k)) / math.sqrt(k)).astype(np.float32)
+    w[:, : min(k, 64)] *= 8.0
+    return w
+
+
+def make(fmt, n, k, order=False):
+    """(gemv on CUDA, float64 dequantization); order: the int4 codes in the mma nibble order."""
+    w = weights(n, k)
+    if fmt == "nvf4":
+        q, bs, ts = gk.quantize_nvf4(gk.asarray(w))
+        qc, bc, tc = q.to("cuda"), bs.to("cuda"), ts.to("cuda")
+        return (lambda x, **kw: gk.gemv_nvf4(x, qc, bc, tc, **kw)), f64(gk.dequantize_nvf4(q, bs, ts))
+    g = int(fmt.split("_")[1])
+    q, s, z = gk.quantize_int4(gk.asarray(w), group=g)
+    deq = f64(gk.dequantize_int4(q, s, z, group=g))
+    if order:
+        q = gk.asarray(mma_order(gk.to_numpy(q)))
+    qc, sc, zc = q.to("cuda"), s.to("cuda"), z.to("cuda")
+    return (lambda x, **kw: gk.gemv_int4(x, qc, sc, zc, group=g, **kw)), deq
+
+
+def call(fn, x, variant, **kw):
+    gk._C._gemv_set_variant(variant)
+    try:
+        return fn(x, **kw)
+    finally:
+        gk._C._gemv_set_variant(0)
+
+
+def check_exact(tag, got, xs, deq):
+    """The default's bound: 2 (K + 2) 2^-24 sum |x| |w|."""
+    k = xs.shape[1]
+    ref = xs @ deq.T
+    err = np.abs(f64(got) - ref)
+    tol = 2 * (k + 2) * 2.0**-24 * (np.abs(xs) @ np.abs(deq).T) + 1e-30
+    if not np.all(err <= tol):
+        i = np.unravel_index(np.argmax(err / tol), err.shape)
+        bad = np.argwhere(~(err <= tol))
+        raise AssertionError(f"{tag}: {len(bad)} of {err.size} out of tolerance; worst y{list(i)} = "
+                             f"{f64(got)[i]!r}, ref {ref[i]!r}, tol {tol[i]:.3g}; first bad {bad[0].tolist()}")
+
+
+def same_bits(tag, a, b):
+    if a.tobytes() != b.tobytes():
+        bad = np.argwhere(a != b)
+        raise AssertionError(f"{tag}: {len(bad)} of {a.size} differ; first {bad[0].tolist()}: "
+                             f"{a[tuple(bad[0])]!r} vs {b[tuple(bad[0])]!r}")
+
+
+def rows_match(tag, fn, variant, x, xs, deq):
+    """M = 8 within the bound; rows 0 / 3 / 7 alone and M = 2 / 5 give the same bits. Returns M = 8's."""
+    full = f64(call(fn, x, variant, out_dtype="float32"))
+    check_exact(f"{tag} M=8", full, xs, deq)
+    for r in (0, 3, 7):
+        same_bits(f"{tag}: row {r} at M=1 vs M=8", f64(call(fn, x[r:r + 1], variant, out_dtype="float32")),
+                  full[r:r + 1])
+    for m in (2, 5):
+        same_bits(f"{tag}: M={m} vs M=8", f64(call(fn, x[:m], variant, out_dtype="float32")), full[:m])
+    same_bits(f"{tag}: row 3 (1-d x) second call", f64(call(fn, x[3], variant, out_dtype="float32")), full[3])
+    return full
+
+
+# N >= 2 K (variant 20's configuration under 37): (2051, 1024), (9000, 4096), (1000, 384: narrow
+# rows of scales, the narrow kernel either way), (4099, 1536); N < 2 K: (37, 4096), (300, 14336),
+# (37, 32768: split-K), (300, 4864: a partial last stage), (133, 1152: narrow)
+SHAPES = [(2051, 1024), (9000, 4096), (1000, 384), (4099, 1536), (37, 4096), (300, 14336), (37, 32768),
+          (300, 4864), (133, 1152)]
+
+
+@cuda
+@pytest.mark.parametrize("n,k", SHAPES)
+def test_shape_plan_rows_match(n, k):
+    """37 (int4 g128): a row's bits independent of M, within the float64 bound, and variant 20's bits
+    where N >= 2 K (K % 512 == 0) / the default's elsewhere, at M = 1 and M = 8."""
+    fn, deq = make("int4_128", n, k)
+    xb = gk.asarray(RNG.standard_normal((8, k)).astype(np.float32)).astype("bfloat16")
+    x, xs = xb.to("cuda"), f64(xb.astype("float32"))
+    full = rows_match(f"int4_128 variant 37 n={n} k={k}", fn, VSHAPE, x, xs, deq)
+    other = VD2 if n >= 2 * k and k % 512 == 0 else 0
+    same_bits(f"n={n} k={k} M=8: 37 vs {other}", full, f64(call(fn, x, other, out_dtype="float32")))
+    same_bits(f"n={n} k={k} M=1: 37 vs {other}", f64(call(fn, x[2:3], VSHAPE, out_dtype="float32")),
+              f64(call(fn, x[2:3], other, out_dtype="float32")))
+
+
+@cuda
+@pytest.mark.parametrize("variant", [VORD, VBOTH])
+@pytest.mark.parametrize("n,k", SHAPES)
+def test_mma_order_rows_match(variant, n, k):
+    """38 / 39 on codes in the mma nibble order: within the float64 bound of the natural-order
+    dequantization, a row's bits independent of M; the natural-order codes give other results."""
+    fn, deq = make("int4_128", n, k, order=True)
+    xb = gk.asarray(RNG.standard_normal((8, k)).astype(np.float32)).astype("bfloat16")
+    x, xs = xb.to("cuda"), f64(xb.astype("float32"))
+    rows_match(f"int4_128 variant {variant} (mma order) n={n} k={k}", fn, variant, x, xs, deq)
+    if variant == VORD:  # the flag is in effect: the natural order under 38 is not the product
+        fn2, deq2 = make("int4_128", n, k)
+        got = f64(call(fn2, x, VORD, out_dtype="float32"))
+        assert np.max(np.abs(got - xs @ deq2.T)) > 1e-3 * np.max(np.abs(xs @ deq2.T)), \
+            "variant 38 on natural-order codes matches the product: the nibble order is not in effect"
+
+
+@cuda
+@pytest.mark.parametrize("fmt", ["int4_32", "int4_64", "nvf4"])
+@pytest.mark.parametrize("variant", [VSHAPE, VORD, VBOTH])
+def test_other_formats_run_the_default(fmt, variant):
+    """37-39 change int4 g128 only: other formats give the default's bits (natural order)."""
+    n, k = 2051, 1024
+    fn, deq = make(fmt, n, k)
+    xb = gk.asarray(RNG.standard_normal((8, k)).astype(np.float32)).astype("bfloat16")
+    x, xs = xb.to("cuda"), f64(xb.astype("float32"))
+    for m in (1, 8):
+        a = f64(call(fn, x[:m], 0, out_dtype="float32"))
+        check_exact(f"{fmt} default M={m}", a, xs[:m], deq)
+        same_bits(f"{fmt} M={m}: variant {variant} vs the default", f64(call(fn, x[:m], variant, out_dtype="float32")), a)
