@@ -250,6 +250,13 @@ struct EngineOptions {
   // CTAs' P V ending 6.4 to 10.0 us after their entry for the same work. The same bits.
   // Unmeasured at the time of writing. Default from GPUKIT_FUSED_ATTN_PAD_KB.
   int fused_attention_pad_kb = 0;
+  // The fused attention's cluster merge by push (with fused_attention_cluster and
+  // fused_attention_mma): chunks 1..S-1 store their partials into chunk 0's shared memory
+  // with st.async, counted on an mbarrier there (no release barrier = no MEMBAR.ALL.GPU, no
+  // second barrier, no remote loads); chunk 0 merges in the same order: the same bits.
+  // Session 6's stamps: the merge is the CTA's largest phase (~4.4 us after P V).
+  // Unmeasured at the time of writing (session 7 prep). Default from GPUKIT_FUSED_ATTN_PUSH.
+  bool fused_attention_push = false;
   // Level 2 decode: the kernel before the output projection that runs while its weights'
   // bandwidth idles (rope_append, or the fused attention) brings that weight into L2 before
   // its PDL wait (bulk prefetch): 0 off, 1 the second half of its rows (the first half is

@@ -64,6 +64,7 @@ void env_options(EngineOptions& o) {
   o.weights_evict_first = env_flag("GPUKIT_WEIGHTS_EF", o.weights_evict_first);
   o.quant_streaming = env_flag("GPUKIT_QUANT_STREAMING", o.quant_streaming);
   o.fused_attention_mma = env_flag("GPUKIT_FUSED_ATTN_MMA", o.fused_attention_mma);
+  o.fused_attention_push = env_flag("GPUKIT_FUSED_ATTN_PUSH", o.fused_attention_push);
   if (const char* e = std::getenv("GPUKIT_FUSED_ATTN_PAD_KB"); e && *e)
     o.fused_attention_pad_kb = std::clamp(std::atoi(e), 0, 227);
   if (const char* e = std::getenv("GPUKIT_CARVEOUT"); e && *e) o.carveout = std::clamp(std::atoi(e), -1, 100);
