@@ -315,6 +315,13 @@ struct EngineOptions {
   // slower, fp8 311.5 and int4 368.6 tok/s: each thread's grid-stride items run one after
   // the other). Default from GPUKIT_QUANT_PDL_COMPACT.
   bool quantized_pdl_compact = false;
+  // Quantized weights with quantized_pdl off: the fused attention (fused_attention) still
+  // launched with PDL, alone, so that its CTAs start as the q/k/v GEMV's last blocks start
+  // (the quantized GEMVs trigger at their blocks' start) and load the cached K/V before
+  // their wait; the norms / SwiGLU stay without (quantized_pdl's cost). Session 6 measured
+  // the fused attention on int4 only without PDL (fa+fat1 392.0, fa+fac0+fat3 390.8 against
+  // dec24 409.2 tok/s). The same bits. Unmeasured (session 7 prep). GPUKIT_QUANT_ATTN_PDL.
+  bool quantized_attention_pdl = false;
 };
 
 class Model {

@@ -173,6 +173,10 @@ GK_BINDING(60, llm) {
                    [](llm::Model& m, bool v) { m.options().fused_attention_mma = v; },
                    "The fused decode attention's scores on the tensor cores and its P V with 16-byte V reads "
                    "(other bits, within rounding).")
+      .def_prop_rw("quantized_attention_pdl", [](const llm::Model& m) { return m.options().quantized_attention_pdl; },
+                   [](llm::Model& m, bool v) { m.options().quantized_attention_pdl = v; },
+                   "Quantized weights, quantized_pdl off: the fused attention alone launched with PDL (the "
+                   "same bits).")
       .def_prop_rw("fused_attention_push", [](const llm::Model& m) { return m.options().fused_attention_push; },
                    [](llm::Model& m, bool v) { m.options().fused_attention_push = v; },
                    "The fused attention's cluster merge by push (st.async into chunk 0's shared memory, an "

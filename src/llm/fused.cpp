@@ -32,6 +32,8 @@ thread_local int t_grid_cap = 0;
 }  // namespace
 NoPdlScope::NoPdlScope(bool off) : prev(t_no_pdl) { t_no_pdl = t_no_pdl || off; }
 NoPdlScope::~NoPdlScope() { t_no_pdl = prev; }
+PdlOnScope::PdlOnScope(bool on) : prev(t_no_pdl) { t_no_pdl = t_no_pdl && !on; }
+PdlOnScope::~PdlOnScope() { t_no_pdl = prev; }
 GridCapScope::GridCapScope(int cap) : prev(t_grid_cap) {
   if (cap > 0) t_grid_cap = cap;
 }

@@ -234,6 +234,15 @@ struct NoPdlScope {
   NoPdlScope& operator=(const NoPdlScope&) = delete;
   bool prev;
 };
+// The opposite for one launch (EngineOptions::quantized_attention_pdl): while it lives and
+// `on`, a NoPdlScope around it is lifted (pdl_enabled then follows set_pdl / GPUKIT_PDL).
+struct PdlOnScope {
+  explicit PdlOnScope(bool on);
+  ~PdlOnScope();
+  PdlOnScope(const PdlOnScope&) = delete;
+  PdlOnScope& operator=(const PdlOnScope&) = delete;
+  bool prev;
+};
 // Caps the grids of the small PDL-chained kernels (swiglu, rope_append) launched by this
 // thread while it lives at `cap` blocks (0: no cap): a kernel launched early parks its
 // blocks on the SMs until the previous kernel ends, so a small grid leaves the previous

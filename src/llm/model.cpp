@@ -88,6 +88,7 @@ void env_options(EngineOptions& o) {
   o.norm_in_proj = env_flag("GPUKIT_NORM_IN_PROJ", o.norm_in_proj);
   o.quantized_pdl = env_flag("GPUKIT_QUANT_PDL", o.quantized_pdl);
   o.quantized_pdl_compact = env_flag("GPUKIT_QUANT_PDL_COMPACT", o.quantized_pdl_compact);
+  o.quantized_attention_pdl = env_flag("GPUKIT_QUANT_ATTN_PDL", o.quantized_attention_pdl);
 }
 }  // namespace
 
@@ -542,6 +543,8 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
       if (fa) {  // level 2 decode (quantized weights): RoPE, the KV append and attention in one launch
         mark("qkv", l);
         prefetch_during_attention(L);
+        // quantized_attention_pdl: launched early (PDL) though the step's other kernels are not
+        fused::PdlOnScope fa_pdl(!L.qkv_q.format.empty() && opt_.quantized_attention_pdl);
         // quantized_pdl_compact: not launched early (its large CTAs would park beside the GEMV's)
         fused::NoPdlScope fa_no_pdl(!L.qkv_q.format.empty() && opt_.quantized_pdl_compact);
         att = fused::attention_rope(qkv, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table,

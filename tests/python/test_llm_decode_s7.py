@@ -136,3 +136,38 @@ def test_fused_attention_push_engine(quantize):
     m._m.set_attention_stamps(-1)
     m._m.fused_attention_push = False
     same(base, run(m, True, new=40), "push off again")
+
+
+# ---- quantized_attention_pdl: the fused attention alone launched with PDL (quantized weights) ----
+
+def test_quantized_attention_pdl_option():
+    m = gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1, quantize="int8")
+    assert not m._m.quantized_attention_pdl  # off by default (unmeasured)
+    m._m.quantized_attention_pdl = True
+    assert m._m.quantized_attention_pdl
+    ref = gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1, quantize="int8")
+    same(run(m, False, new=3), run(ref, False, new=3), "CPU: quantized_attention_pdl has no effect")
+
+
+@cuda_only
+@pytest.mark.parametrize("quantize", ["int4", "fp8"])
+def test_quantized_attention_pdl_same_bits(quantize):
+    # Only the launch changes (PDL): the same tokens and logits, graph and eager, with both
+    # merges and every trigger; quantized_pdl stays off (the default).
+    m = fa_on(gk.llm.random_model(CFG, device="cuda", dtype="bfloat16", seed=47, quantize=quantize))
+    assert not m._m.quantized_pdl
+    base = run(m, True, new=24)
+    m._m.quantized_attention_pdl = True
+    n0 = m._m.fused_attention_layers
+    same(base, run(m, True, new=24), f"{quantize}: quantized_attention_pdl, graph")
+    assert m._m.fused_attention_layers > n0, "the fused attention was not taken"
+    same(base, run(m, False, new=24), f"{quantize}: quantized_attention_pdl, eager")
+    for trig in (1, 3):
+        m._m.fused_attention_trigger = trig
+        same(base, run(m, True, new=24), f"{quantize}: quantized_attention_pdl, trigger {trig}")
+    m._m.fused_attention_trigger = 0
+    m._m.fused_attention_push = True
+    same(base, run(m, True, new=24), f"{quantize}: quantized_attention_pdl + push merge")
+    m._m.fused_attention_push = False
+    m._m.quantized_attention_pdl = False
+    same(base, run(m, True, new=24), f"{quantize}: quantized_attention_pdl off again")
