@@ -219,6 +219,14 @@ struct EngineOptions {
   // 230.7 tok/s against 227.1; 1B 1103 against 1130, quantized slower): bf16/fp16 weights,
   // head_dim 128, a block table of at most 384 keys. Default from GPUKIT_FUSED_ATTN_AUTO.
   bool fused_attention_auto = true;
+  // ... auto also takes head_dim 64 (bf16/fp16 weights, <= 384 keys), with one CTA per kv
+  // head (the chunk-0 rule) unless fused_attention is set explicitly (session 6 final run,
+  // 1B: fa+fac0 1155.8 tok/s against 1127.6 for rope_append + attention_decode). Off until
+  // re-measured (session 7 prep). Default from GPUKIT_FUSED_ATTN_AUTO_HD64.
+  bool fused_attention_auto_hd64 = false;
+  // ... auto also takes quantized weights (head_dim 128, <= 384 keys); meant together with
+  // quantized_attention_pdl. Off, unmeasured. Default from GPUKIT_FUSED_ATTN_AUTO_QUANT.
+  bool fused_attention_auto_quant = false;
   int64_t fused_attention_max_keys = 4096;
   // keys per CTA: 64, 128, 256 or 384 (one thread per key), or 0: the smallest of 128 / 256 /
   // 384 that holds the step's block table (one CTA per kv head and sequence), else 128

@@ -60,6 +60,8 @@ void env_options(EngineOptions& o) {
   o.dequant_prefill = env_flag("GPUKIT_DEQUANT_PREFILL", o.dequant_prefill);
   o.fused_attention = env_flag("GPUKIT_FUSED_ATTN", o.fused_attention);
   o.fused_attention_auto = env_flag("GPUKIT_FUSED_ATTN_AUTO", o.fused_attention_auto);
+  o.fused_attention_auto_hd64 = env_flag("GPUKIT_FUSED_ATTN_AUTO_HD64", o.fused_attention_auto_hd64);
+  o.fused_attention_auto_quant = env_flag("GPUKIT_FUSED_ATTN_AUTO_QUANT", o.fused_attention_auto_quant);
   o.kv_l2 = env_flag("GPUKIT_KV_L2", o.kv_l2);
   o.weights_evict_first = env_flag("GPUKIT_WEIGHTS_EF", o.weights_evict_first);
   o.quant_streaming = env_flag("GPUKIT_QUANT_STREAMING", o.quant_streaming);
@@ -398,7 +400,14 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
   // (H200, session 5, checkpoint A): the 8B shape with bf16 weights (head_dim 128), a block
   // table of <= 384 keys; slower with head_dim 64 (1B) and with quantized weights
   const int64_t table_keys = idx.block_table.defined() ? idx.block_table.shape(1) * cache.block_size() : 0;
-  const bool fa_auto = opt_.fused_attention_auto && D == 128 && w_.quantized.empty() && table_keys <= 384;
+  // (session 7 prep, off: fused_attention_auto_hd64 adds head_dim 64 with one CTA per kv head,
+  // fused_attention_auto_quant adds quantized weights with head_dim 128)
+  const bool fa_auto64 = opt_.fused_attention_auto && opt_.fused_attention_auto_hd64 && D == 64 &&
+                         w_.quantized.empty() && table_keys <= 384;
+  const bool fa_autoq = opt_.fused_attention_auto && opt_.fused_attention_auto_quant && D == 128 &&
+                        !w_.quantized.empty() && table_keys <= 384;
+  const bool fa_auto =
+      (opt_.fused_attention_auto && D == 128 && w_.quantized.empty() && table_keys <= 384) || fa_auto64 || fa_autoq;
   const bool fa = rope_append && (opt_.fused_attention || fa_auto) && !c.qk_norm && c.sliding_window <= 0 && side_ &&
                   side_->counters.numel() >= T * c.num_kv_heads &&
                   table_keys <= opt_.fused_attention_max_keys &&
@@ -416,6 +425,7 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
     return r;
   };
   int fa_chunk = opt_.fused_attention_chunk;  // 0: one CTA per kv head where the table fits in 384 keys
+  if (fa && fa_auto64 && !opt_.fused_attention) fa_chunk = 0;  // (session 6: 1B fa+fac0 1155.8 against 1127.6)
   if (fa && fa_chunk == 0) {
     const int64_t mk = idx.block_table.shape(1) * cache.block_size();
     fa_chunk = mk <= 128 ? 128 : mk <= 256 ? 256 : mk <= 384 ? 384 : 128;

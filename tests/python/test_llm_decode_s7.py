@@ -4,8 +4,10 @@ of a (sequence, kv head) store their partials into chunk 0's shared memory with 
 counted on an mbarrier there, and chunk 0 merges with the pull merge's arithmetic in the
 same chunk order. So: the same bits as the pull (cluster) merge and the workspace merge,
 every run, graph and eager, independent of the batch; within rounding of float64
-attention. No test here calls attention_decode (another area's kernel). CUDA parts skip
-without a GPU."""
+attention. Also quantized_attention_pdl (the fused attention alone with PDL on quantized
+weights) and fused_attention_auto_hd64 / _quant (where auto takes the fused attention): the
+same bits as the explicit settings. Only the auto tests' "not taken" runs go through
+attention_decode (another area's kernel). CUDA parts skip without a GPU."""
 import numpy as np
 import pytest
 
@@ -171,3 +173,51 @@ def test_quantized_attention_pdl_same_bits(quantize):
     m._m.fused_attention_push = False
     m._m.quantized_attention_pdl = False
     same(base, run(m, True, new=24), f"{quantize}: quantized_attention_pdl off again")
+
+
+# ---- fused_attention_auto_hd64 / _quant: where auto takes the fused attention ----
+
+def test_fused_attention_auto_more_options():
+    m = gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1)
+    assert not m._m.fused_attention_auto_hd64 and not m._m.fused_attention_auto_quant  # off by default
+    m._m.fused_attention_auto_hd64 = True
+    m._m.fused_attention_auto_quant = True
+    assert m._m.fused_attention_auto_hd64 and m._m.fused_attention_auto_quant
+    ref = gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1)
+    same(run(m, False, new=3), run(ref, False, new=3), "CPU: the auto options have no effect")
+
+
+@cuda_only
+def test_fused_attention_auto_hd64():
+    # head_dim 64 (CFG): auto leaves it on rope_append + attention_decode; with auto_hd64 the
+    # fused attention with one CTA per kv head: the bits of fused_attention + chunk 0.
+    m = gk.llm.random_model(CFG, device="cuda", dtype="bfloat16", seed=53)
+    assert m._m.fused_attention_auto and not m._m.fused_attention
+    n0 = m._m.fused_attention_layers
+    run(m, True, new=4)
+    assert m._m.fused_attention_layers == n0, "auto took head_dim 64 without the option"
+    m._m.fused_attention_auto_hd64 = True
+    got = run(m, True, new=24)
+    assert m._m.fused_attention_layers > n0, "auto_hd64: the fused attention was not taken"
+    same(got, run(m, False, new=24), "auto_hd64: graph vs eager")
+    m._m.fused_attention_auto_hd64 = False
+    m._m.fused_attention = True
+    m._m.fused_attention_chunk = 0
+    same(got, run(m, True, new=24), "auto_hd64 vs fused_attention with chunk 0")
+
+
+@cuda_only
+@pytest.mark.parametrize("quantize", ["int4", "fp8"])
+def test_fused_attention_auto_quant(quantize):
+    m = gk.llm.random_model(CFG128, device="cuda", dtype="bfloat16", seed=59, quantize=quantize)
+    n0 = m._m.fused_attention_layers
+    run(m, True, new=4)
+    assert m._m.fused_attention_layers == n0, "auto took quantized weights without the option"
+    m._m.fused_attention_auto_quant = True
+    m._m.quantized_attention_pdl = True
+    got = run(m, True, new=24)
+    assert m._m.fused_attention_layers > n0, "auto_quant: the fused attention was not taken"
+    same(got, run(m, False, new=24), f"{quantize}: auto_quant, graph vs eager")
+    m._m.fused_attention_auto_quant = False
+    m._m.fused_attention = True
+    same(got, run(m, True, new=24), f"{quantize}: auto_quant vs fused_attention")
