@@ -64,7 +64,12 @@ the quantized GEMVs with / without PDL), qpdlc (with PDL, the SwiGLU / rope_appe
 famma / nofamma (the fused attention's tensor-core score pass and 16-byte P V pass:
 EngineOptions::fused_attention_mma), fap<N> (the fused attention's CTAs ask for N KiB of shared
 memory, keeping other kernels' blocks off their SMs: EngineOptions::fused_attention_pad_kb), qstr / noqstr (quantized weights: each decode GEMV's codes
-in an L2 access policy window marked streaming: EngineOptions::quant_streaming).
+in an L2 access policy window marked streaming: EngineOptions::quant_streaming), fapush / nofapush
+(the fused attention's cluster merge by push: chunks 1..S-1 st.async their partials into chunk 0's
+shared memory, an mbarrier there; EngineOptions::fused_attention_push), qapdl / noqapdl (quantized
+weights without qpdl: the fused attention alone launched with PDL; EngineOptions::quantized_attention_pdl),
+faa64 / faaq (fused_attention_auto also takes head_dim 64, one CTA per kv head / quantized weights:
+EngineOptions::fused_attention_auto_hd64 / _quant).
 Environment knobs of other areas for one engine's run (set before it, restored after it):
 w8a (GPUKIT_GEMV_W8=4,3,16,1,0: the 8-bit GEMVs' configuration of session 5's checkpoint A,
 before the default became 4,2,16,1,3,0,0), dec<N> (GPUKIT_DECODE_SPLIT=32,1024,128,N: the
@@ -154,6 +159,8 @@ def gk_engine(eng):
             opt["env"]["GPUKIT_DECODE_SPLIT"] = f"32,1024,128,{int(f[3:])}"
         elif f in ("famma", "nofamma"):  # the fused attention's tensor-core scores and 16-byte P V
             opt["attrs"]["fused_attention_mma"] = f == "famma"
+        elif f in ("fapush", "nofapush"):  # the fused attention's cluster merge by push (st.async + mbarrier)
+            opt["attrs"]["fused_attention_push"] = f == "fapush"
         elif re.fullmatch(r"fap\d+", f):  # the fused attention's CTAs pad their shared memory to N KiB
             opt["attrs"]["fused_attention_pad_kb"] = int(f[3:])
         elif f in ("qstr", "noqstr"):  # quantized GEMVs: their codes streaming in L2 (access policy window)
@@ -193,6 +200,10 @@ def gk_engine(eng):
         elif f == "qpdlc":  # quantized_pdl with small grids (and the fused attention without PDL)
             opt["attrs"]["quantized_pdl"] = True
             opt["attrs"]["quantized_pdl_compact"] = True
+        elif f in ("faa64", "faaq"):  # fused_attention_auto also for head_dim 64 / quantized weights
+            opt["attrs"]["fused_attention_auto_hd64" if f == "faa64" else "fused_attention_auto_quant"] = True
+        elif f in ("qapdl", "noqapdl"):  # quantized weights: the fused attention alone with PDL
+            opt["attrs"]["quantized_attention_pdl"] = f == "qapdl"
         elif f in ("qpdl", "noqpdl"):  # quantized weights: PDL of the engine's launches between the GEMVs
             opt["attrs"]["quantized_pdl"] = f == "qpdl"
         elif f in ("nip", "nonip"):  # norms inside the projections, residual adds in their epilogues

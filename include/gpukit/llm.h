@@ -219,6 +219,14 @@ struct EngineOptions {
   // 230.7 tok/s against 227.1; 1B 1103 against 1130, quantized slower): bf16/fp16 weights,
   // head_dim 128, a block table of at most 384 keys. Default from GPUKIT_FUSED_ATTN_AUTO.
   bool fused_attention_auto = true;
+  // ... auto also takes head_dim 64 (bf16/fp16 weights, <= 384 keys), with one CTA per kv
+  // head (the chunk-0 rule) unless fused_attention is set explicitly (session 6 final run,
+  // 1B: fa+fac0 1155.8 tok/s against 1127.6 for rope_append + attention_decode). Off until
+  // re-measured (session 7 prep). Default from GPUKIT_FUSED_ATTN_AUTO_HD64.
+  bool fused_attention_auto_hd64 = false;
+  // ... auto also takes quantized weights (head_dim 128, <= 384 keys); meant together with
+  // quantized_attention_pdl. Off, unmeasured. Default from GPUKIT_FUSED_ATTN_AUTO_QUANT.
+  bool fused_attention_auto_quant = false;
   int64_t fused_attention_max_keys = 4096;
   // keys per CTA: 64, 128, 256 or 384 (one thread per key), or 0: the smallest of 128 / 256 /
   // 384 that holds the step's block table (one CTA per kv head and sequence), else 128
@@ -250,6 +258,13 @@ struct EngineOptions {
   // CTAs' P V ending 6.4 to 10.0 us after their entry for the same work. The same bits.
   // Unmeasured at the time of writing. Default from GPUKIT_FUSED_ATTN_PAD_KB.
   int fused_attention_pad_kb = 0;
+  // The fused attention's cluster merge by push (with fused_attention_cluster and
+  // fused_attention_mma): chunks 1..S-1 store their partials into chunk 0's shared memory
+  // with st.async, counted on an mbarrier there (no release barrier = no MEMBAR.ALL.GPU, no
+  // second barrier, no remote loads); chunk 0 merges in the same order: the same bits.
+  // Session 6's stamps: the merge is the CTA's largest phase (~4.4 us after P V).
+  // Unmeasured at the time of writing (session 7 prep). Default from GPUKIT_FUSED_ATTN_PUSH.
+  bool fused_attention_push = false;
   // Level 2 decode: the kernel before the output projection that runs while its weights'
   // bandwidth idles (rope_append, or the fused attention) brings that weight into L2 before
   // its PDL wait (bulk prefetch): 0 off, 1 the second half of its rows (the first half is
@@ -308,6 +323,13 @@ struct EngineOptions {
   // slower, fp8 311.5 and int4 368.6 tok/s: each thread's grid-stride items run one after
   // the other). Default from GPUKIT_QUANT_PDL_COMPACT.
   bool quantized_pdl_compact = false;
+  // Quantized weights with quantized_pdl off: the fused attention (fused_attention) still
+  // launched with PDL, alone, so that its CTAs start as the q/k/v GEMV's last blocks start
+  // (the quantized GEMVs trigger at their blocks' start) and load the cached K/V before
+  // their wait; the norms / SwiGLU stay without (quantized_pdl's cost). Session 6 measured
+  // the fused attention on int4 only without PDL (fa+fat1 392.0, fa+fac0+fat3 390.8 against
+  // dec24 409.2 tok/s). The same bits. Unmeasured (session 7 prep). GPUKIT_QUANT_ATTN_PDL.
+  bool quantized_attention_pdl = false;
 };
 
 class Model {

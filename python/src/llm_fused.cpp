@@ -96,8 +96,8 @@ GK_BINDING(61, llm_fused) {
   lm.def("fused_attention_rope", [](const Array& qkv, int64_t hq, const Array& k_cache, const Array& v_cache,
                                     const Array& positions, const Array& block_table, double theta,
                                     std::optional<int> rotary_dim, bool interleaved, int chunk, int trigger,
-                                    bool cluster, bool mma) {
-    llm::fused::AttnMmaScope mma_scope(mma);
+                                    bool cluster, bool mma, bool push) {
+    llm::fused::AttnMmaScope mma_scope(mma, 0, push);
     llm::fused::Rope r;
     r.theta = theta;
     r.rotary_dim = rotary_dim;
@@ -110,8 +110,8 @@ GK_BINDING(61, llm_fused) {
   }, nb::arg("qkv"), nb::arg("hq"), nb::arg("k_cache"), nb::arg("v_cache"), nb::arg("positions"),
      nb::arg("block_table"), nb::arg("theta") = 10000.0, nb::arg("rotary_dim") = nb::none(),
      nb::arg("interleaved") = false, nb::arg("chunk") = 128, nb::arg("trigger") = 0, nb::arg("cluster") = false,
-     nb::arg("mma") = false,
-     "(mma: the tensor-core score pass and the 16-byte P V pass) (attention output [B, hq, D] with RoPE and the KV append of the new tokens, the counters (left zero)).");
+     nb::arg("mma") = false, nb::arg("push") = false,
+     "(push: the cluster merge by st.async into chunk 0 + mbarrier, with cluster and mma) (mma: the tensor-core score pass and the 16-byte P V pass) (attention output [B, hq, D] with RoPE and the KV append of the new tokens, the counters (left zero)).");
   lm.def("fused_add_rms_norm", [](const Array& x, const Array& residual, const Array& w, double eps) {
     return llm::fused::add_rms_norm(x, residual, w, eps);
   }, nb::arg("x"), nb::arg("residual"), nb::arg("w"), nb::arg("eps") = 1e-6,

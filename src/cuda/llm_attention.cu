@@ -22,6 +22,7 @@
 #include "cuda/common/attention.cuh"
 #include "cuda/common/rows.cuh"
 #include "cuda/llm_attention_parts.cuh"
+#include "cuda/llm_attention_push.cuh"
 #include "cuda/llm_common.cuh"
 #include "llm/fused.h"
 #include "ops/nn_args.h"
@@ -59,7 +60,9 @@ struct ACfg {
 // 8 dimensions of every KG2-th key, the KG2 key groups then added in order), the output
 // staged in shared memory for the stores and the merges. Other bits than !MMA (within
 // rounding of float64 attention), the same bits run to run and between the merges.
-template <class T, int D, int kAC, bool CL, bool MMA = false>
+// CL: 0 no cluster, 1 the pull merge (cluster_merge), 2 the push merge (MMA only;
+// llm_attention_push.cuh: st.async into rank 0 + mbarrier, the same bits as 1).
+template <class T, int D, int kAC, int CL, bool MMA = false>
 __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_constant__ llm::AttnArgs a,
                                                                const __grid_constant__ llm::ProjRope rope) {
   using Cf = ACfg<D, kAC>;
@@ -70,6 +73,7 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
   __shared__ int64_t kslot[kAC];  // cache slot of each key of the chunk, -1: masked
   __shared__ float red_m[kAG], red_l[kAG];
   __shared__ int s_last;
+  __shared__ unsigned long long s_pbar;  // CL 2: rank 0's mbarrier
   constexpr int CH = D / 8;  // 16-byte chunks per row
   const int tid = threadIdx.x;
   const int s = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
@@ -91,9 +95,14 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
         static_cast<T*>(a.out)[(int64_t(b) * a.hq + int64_t(kvh) * G) * D + e] = convert<T>(0.f);
     return;
   }
+  if (CL == 2 && nsplit > 1) {  // push: rank 0's mbarrier, then every thread arrives (waits after P V)
+    if (s == 0 && tid == 0) push_init(&s_pbar, push_bytes(nsplit, G, D));
+    push_cluster_arrive();
+  }
   if (k0 >= len) {  // (an exited CTA counts as triggered)
     if (!CL || nsplit == 1) return;
     pdl_trigger();  // cluster: stays for the merge's barriers, so triggers here
+    if (CL == 2) return push_cluster_wait();
     cluster_sync_relaxed();
     cluster_sync_relaxed();
     return;
@@ -358,6 +367,14 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
     if (a.trigger == 2) pdl_trigger();  // before the output / partials and the merge
     T* out = static_cast<T*>(a.out) + (int64_t(b) * a.hq + int64_t(kvh) * G) * D;
     if constexpr (CL) {
+      if (CL == 2 && nsplit > 1) {  // push: chunks s > 0 store into rank 0's shared memory
+        const unsigned char* recv = sm + Cf::SMEM;
+        push_cluster_wait();  // rank 0's mbarrier is initialised
+        if (s > 0) push_send<D, kAG>(of, red_m, red_l, G, s, int(gridDim.x), recv, &s_pbar, tid, kAT);
+        else push_wait(&s_pbar), push_merge<T, D, kAG>(of, red_m, red_l, nsplit, int(gridDim.x), G, recv, out, tid, kAT);
+        a_stamp(a, cta, 7);
+        return;
+      }
       if (nsplit > 1) {  // rank 0 (chunk 0) merges the chunks' of[] in chunk order
         cluster_sync_all();
         if (s == 0) cluster_merge<T, D>(of, red_m, red_l, nsplit, G, out, tid, kAT);
@@ -525,11 +542,13 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
   }  // (!MMA)
 }
 
-template <class T, int D, int KC, bool CL = false>
+template <class T, int D, int KC, int CL = 0>
 void attn_launch(const llm::AttnArgs& a, const llm::ProjRope& rope, cudaStream_t st) {
-  constexpr size_t smem = ACfg<D, KC>::SMEM;
-  static_assert(smem + size_t(KC) * 8 + 256 <= 227 * 1024, "shared memory (dynamic + static)");
-  auto kern = a.mma ? k_attn_rope<T, D, KC, CL, true> : k_attn_rope<T, D, KC, CL, false>;
+  const size_t smem = ACfg<D, KC>::SMEM + (CL == 2 ? push_recv_bytes<D, kAG>(a.S) : 0);
+  static_assert(ACfg<D, KC>::SMEM + (CL == 2 ? push_recv_bytes<D, kAG>(8) : 0) + size_t(KC) * 8 + 256 <= 227 * 1024,
+                "shared memory (dynamic + static)");
+  auto kern = k_attn_rope<T, D, KC, CL, true>;
+  if constexpr (CL != 2) kern = a.mma ? kern : k_attn_rope<T, D, KC, CL, false>;
   // pad_kb: at least that much dynamic shared memory (within a CTA's 227 KiB beside the static part)
   constexpr size_t kMaxDyn = 227 * 1024 - size_t(KC) * 8 - 256;
   const size_t dyn = std::max(smem, std::min(size_t(a.pad_kb) * 1024, kMaxDyn));
@@ -574,16 +593,19 @@ void llm_attention_rope(const llm::AttnArgs& a, const llm::ProjRope& rope, void*
     throw ValueError("attention_rope: chunks of 64, 128, 256 or 384 keys");
   // the cluster merge for 2..8 chunks of 64 / 128 keys
   const bool cl = a.cluster && a.S >= 2 && a.S <= 8 && a.chunk <= 128;
+  const bool push = cl && a.push && a.mma;  // the push merge: with the MMA passes only
   auto go = [&](auto tv) {
     using T = decltype(tv);
     auto by_chunk = [&](auto dv) {
       constexpr int D = decltype(dv)::value;
       switch (a.chunk) {
         case 64:
-          cl ? attn_launch<T, D, 64, true>(a, rope, st) : attn_launch<T, D, 64>(a, rope, st);
+          push ? attn_launch<T, D, 64, 2>(a, rope, st)
+               : cl ? attn_launch<T, D, 64, 1>(a, rope, st) : attn_launch<T, D, 64>(a, rope, st);
           break;
         case 128:
-          cl ? attn_launch<T, D, 128, true>(a, rope, st) : attn_launch<T, D, 128>(a, rope, st);
+          push ? attn_launch<T, D, 128, 2>(a, rope, st)
+               : cl ? attn_launch<T, D, 128, 1>(a, rope, st) : attn_launch<T, D, 128>(a, rope, st);
           break;
         case 256: attn_launch<T, D, 256>(a, rope, st); break;
         default: attn_launch<T, D, 384>(a, rope, st); break;

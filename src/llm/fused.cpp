@@ -32,6 +32,8 @@ thread_local int t_grid_cap = 0;
 }  // namespace
 NoPdlScope::NoPdlScope(bool off) : prev(t_no_pdl) { t_no_pdl = t_no_pdl || off; }
 NoPdlScope::~NoPdlScope() { t_no_pdl = prev; }
+PdlOnScope::PdlOnScope(bool on) : prev(t_no_pdl) { t_no_pdl = t_no_pdl && !on; }
+PdlOnScope::~PdlOnScope() { t_no_pdl = prev; }
 GridCapScope::GridCapScope(int cap) : prev(t_grid_cap) {
   if (cap > 0) t_grid_cap = cap;
 }
@@ -50,15 +52,19 @@ namespace {
 thread_local bool t_wef = false;
 thread_local bool t_amma = false;
 thread_local int t_apad = 0;
+thread_local bool t_apush = false;
 }  // namespace
-AttnMmaScope::AttnMmaScope(bool on, int pad_kb) : prev(t_amma), prev_pad(t_apad) {
+AttnMmaScope::AttnMmaScope(bool on, int pad_kb, bool push) : prev(t_amma), prev_pad(t_apad), prev_push(t_apush) {
   t_amma = on;
   t_apad = std::clamp(pad_kb, 0, 227);
+  t_apush = push;
 }
 AttnMmaScope::~AttnMmaScope() {
   t_amma = prev;
   t_apad = prev_pad;
+  t_apush = prev_push;
 }
+bool attention_push() { return t_apush; }
 bool attention_mma() { return t_amma; }
 int attention_pad_kb() { return t_apad; }
 EvictFirstScope::EvictFirstScope(bool on) : prev(t_wef) { t_wef = on; }

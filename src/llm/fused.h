@@ -197,6 +197,10 @@ struct AttnArgs {
   // of at least this many KiB per CTA (capped at what one CTA may have), so that no other
   // kernel's blocks share the attention's SMs. The same bits.
   int pad_kb = 0;
+  // fused::AttnMmaScope's push (EngineOptions::fused_attention_push): with cluster and mma,
+  // the chunks s > 0 store their partials into rank 0's shared memory (st.async + mbarrier)
+  // instead of the two cluster barriers and rank 0's remote loads. The same bits.
+  bool push = false;
 };
 
 namespace fused {
@@ -228,6 +232,15 @@ struct NoPdlScope {
   ~NoPdlScope();
   NoPdlScope(const NoPdlScope&) = delete;
   NoPdlScope& operator=(const NoPdlScope&) = delete;
+  bool prev;
+};
+// The opposite for one launch (EngineOptions::quantized_attention_pdl): while it lives and
+// `on`, a NoPdlScope around it is lifted (pdl_enabled then follows set_pdl / GPUKIT_PDL).
+struct PdlOnScope {
+  explicit PdlOnScope(bool on);
+  ~PdlOnScope();
+  PdlOnScope(const PdlOnScope&) = delete;
+  PdlOnScope& operator=(const PdlOnScope&) = delete;
   bool prev;
 };
 // Caps the grids of the small PDL-chained kernels (swiglu, rope_append) launched by this
@@ -272,14 +285,16 @@ struct StreamWindowScope {
 // while it lives takes its tensor-core score pass and 16-byte P V pass (AttnArgs::mma).
 // pad_kb: AttnArgs::pad_kb of those launches (EngineOptions::fused_attention_pad_kb).
 struct AttnMmaScope {
-  explicit AttnMmaScope(bool on, int pad_kb = 0);
+  explicit AttnMmaScope(bool on, int pad_kb = 0, bool push = false);
   ~AttnMmaScope();
   AttnMmaScope(const AttnMmaScope&) = delete;
   AttnMmaScope& operator=(const AttnMmaScope&) = delete;
   bool prev;
   int prev_pad;
+  bool prev_push;
 };
 bool attention_mma();
+bool attention_push();
 int attention_pad_kb();
 // EngineOptions::weights_evict_first: the projection GEMVs launched by this thread while it
 // lives (one row of x, plain / SwiGLU / RoPE epilogues) load their weights with an L2

@@ -185,6 +185,7 @@ Array attention_rope(const Array& qkv, int64_t hq, const Array& k_cache, const A
   a.stamps = attn_stamps(B * hkv * S * 8);
   a.mma = attention_mma();
   a.pad_kb = attention_pad_kb();
+  a.push = attention_push();
   a.dtype = qkv.dtype();
   a.pdl = pdl_enabled(d);
   ProjRope pr;

@@ -60,10 +60,13 @@ void env_options(EngineOptions& o) {
   o.dequant_prefill = env_flag("GPUKIT_DEQUANT_PREFILL", o.dequant_prefill);
   o.fused_attention = env_flag("GPUKIT_FUSED_ATTN", o.fused_attention);
   o.fused_attention_auto = env_flag("GPUKIT_FUSED_ATTN_AUTO", o.fused_attention_auto);
+  o.fused_attention_auto_hd64 = env_flag("GPUKIT_FUSED_ATTN_AUTO_HD64", o.fused_attention_auto_hd64);
+  o.fused_attention_auto_quant = env_flag("GPUKIT_FUSED_ATTN_AUTO_QUANT", o.fused_attention_auto_quant);
   o.kv_l2 = env_flag("GPUKIT_KV_L2", o.kv_l2);
   o.weights_evict_first = env_flag("GPUKIT_WEIGHTS_EF", o.weights_evict_first);
   o.quant_streaming = env_flag("GPUKIT_QUANT_STREAMING", o.quant_streaming);
   o.fused_attention_mma = env_flag("GPUKIT_FUSED_ATTN_MMA", o.fused_attention_mma);
+  o.fused_attention_push = env_flag("GPUKIT_FUSED_ATTN_PUSH", o.fused_attention_push);
   if (const char* e = std::getenv("GPUKIT_FUSED_ATTN_PAD_KB"); e && *e)
     o.fused_attention_pad_kb = std::clamp(std::atoi(e), 0, 227);
   if (const char* e = std::getenv("GPUKIT_CARVEOUT"); e && *e) o.carveout = std::clamp(std::atoi(e), -1, 100);
@@ -87,6 +90,7 @@ void env_options(EngineOptions& o) {
   o.norm_in_proj = env_flag("GPUKIT_NORM_IN_PROJ", o.norm_in_proj);
   o.quantized_pdl = env_flag("GPUKIT_QUANT_PDL", o.quantized_pdl);
   o.quantized_pdl_compact = env_flag("GPUKIT_QUANT_PDL_COMPACT", o.quantized_pdl_compact);
+  o.quantized_attention_pdl = env_flag("GPUKIT_QUANT_ATTN_PDL", o.quantized_attention_pdl);
 }
 }  // namespace
 
@@ -396,7 +400,14 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
   // (H200, session 5, checkpoint A): the 8B shape with bf16 weights (head_dim 128), a block
   // table of <= 384 keys; slower with head_dim 64 (1B) and with quantized weights
   const int64_t table_keys = idx.block_table.defined() ? idx.block_table.shape(1) * cache.block_size() : 0;
-  const bool fa_auto = opt_.fused_attention_auto && D == 128 && w_.quantized.empty() && table_keys <= 384;
+  // (session 7 prep, off: fused_attention_auto_hd64 adds head_dim 64 with one CTA per kv head,
+  // fused_attention_auto_quant adds quantized weights with head_dim 128)
+  const bool fa_auto64 = opt_.fused_attention_auto && opt_.fused_attention_auto_hd64 && D == 64 &&
+                         w_.quantized.empty() && table_keys <= 384;
+  const bool fa_autoq = opt_.fused_attention_auto && opt_.fused_attention_auto_quant && D == 128 &&
+                        !w_.quantized.empty() && table_keys <= 384;
+  const bool fa_auto =
+      (opt_.fused_attention_auto && D == 128 && w_.quantized.empty() && table_keys <= 384) || fa_auto64 || fa_autoq;
   const bool fa = rope_append && (opt_.fused_attention || fa_auto) && !c.qk_norm && c.sliding_window <= 0 && side_ &&
                   side_->counters.numel() >= T * c.num_kv_heads &&
                   table_keys <= opt_.fused_attention_max_keys &&
@@ -414,6 +425,7 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
     return r;
   };
   int fa_chunk = opt_.fused_attention_chunk;  // 0: one CTA per kv head where the table fits in 384 keys
+  if (fa && fa_auto64 && !opt_.fused_attention) fa_chunk = 0;  // (session 6: 1B fa+fac0 1155.8 against 1127.6)
   if (fa && fa_chunk == 0) {
     const int64_t mk = idx.block_table.shape(1) * cache.block_size();
     fa_chunk = mk <= 128 ? 128 : mk <= 256 ? 256 : mk <= 384 ? 384 : 128;
@@ -541,6 +553,8 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
       if (fa) {  // level 2 decode (quantized weights): RoPE, the KV append and attention in one launch
         mark("qkv", l);
         prefetch_during_attention(L);
+        // quantized_attention_pdl: launched early (PDL) though the step's other kernels are not
+        fused::PdlOnScope fa_pdl(!L.qkv_q.format.empty() && opt_.quantized_attention_pdl);
         // quantized_pdl_compact: not launched early (its large CTAs would park beside the GEMV's)
         fused::NoPdlScope fa_no_pdl(!L.qkv_q.format.empty() && opt_.quantized_pdl_compact);
         att = fused::attention_rope(qkv, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table,
