@@ -39,6 +39,7 @@
 #include "quant_gguf_st_units.cuh"
 #include "quant_gguf_st_plan.cuh"
 #include "quant_gguf_st_probe.cuh"
+#include "quant_gguf_st_aw.cuh"
 
 namespace gk::cuda {
 
@@ -334,6 +335,29 @@ void launch_ap(const QGemvArgs& p, int nw, cudaStream_t st, int spread) {
   GK_LAUNCH_CHECK("qgemv_gguf_st_probe");
 }
 
+// The session-7 kernel with line-aligned window copies (knob V 39; Q8_0 / Q4_0 / Q4_1): the plan of
+// the knob's fields, the OPT bits of the format's shipped configuration, the shared-memory request
+// as launch_d's with the larger of the two rings.
+template <class T, int F, int OPT>
+void launch_aw(const QGemvArgs& p, int nw, int ux, cudaStream_t st, int spread) {
+  constexpr int D0 = GS<F>::D;
+  const int sbf = ux == 0 ? 16 * GL<F, 0>::P : 16 * GL<F, 1>::P;
+  smem_limit<k_ggst_aw<T, F, OPT>>(kSmemMax);
+  const int64_t blocks = (p.n + 15) / 16;
+  if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
+  const int S = std::max(1, p.split);
+  int smem = std::max({nw * D0 * sbf, nw * AW<F>::SB, nw * 32 * 4 * 4});
+  if (smem > kSmemMax) throw ValueError("gemv: the aligned GGUF kernel's shared memory does not fit");
+  const int64_t per_sm = (blocks * S + kSMs - 1) / kSMs;
+  if (spread && per_sm >= 1 && per_sm <= 16) {  // as launch_d
+    const int64_t fit = per_sm + (spread == 2 ? 1 : 0);
+    const int64_t cap = kSmSmem / (fit + 1) - 1024 + 256;
+    if (fit * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
+  }
+  launch_ex(k_ggst_aw<T, F, OPT>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p);
+  GK_LAUNCH_CHECK("qgemv_gguf_st_aw");
+}
+
 // The session-6 kernels (c.opt != 0; the default depth, UX 1 or 0, MINB 2, not rolled).
 template <class T, int F, int UX, int LT = 0>
 void launch_s6(const QGemvArgs& p, const GCfg& c, const GPlan& pl, cudaStream_t st) {
@@ -370,6 +394,18 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   const bool dflt = c.ux == 1 && c.d == D0;
   const int sp = c.sp;
   const int probe = (p.variant == 7 || c.probe == 7) ? 7 : ((p.variant == 36 || c.probe == 36) ? 36 : 0);
+  if constexpr (F == int(QFormat::q8_0) || F == int(QFormat::q4_0) || F == int(QFormat::q4_1)) {
+    if (c.probe == 39 && c.d == D0) {  // session 7: the format's shipped math, line-aligned window copies
+      if constexpr (F == int(QFormat::q4_1) && std::is_same_v<T, bf16>) {
+        if (c.opt & kOptFold) launch_aw<T, F, kOptPI | kOptFold>(p, pl.nw, c.ux, st, sp);
+        else launch_aw<T, F, kOptPI>(p, pl.nw, c.ux, st, sp);
+      } else {
+        launch_aw<T, F, kOptPI>(p, pl.nw, c.ux, st, sp);
+      }
+      if (p.split > 1) launch_sum_q(p, st);
+      return;
+    }
+  }
   if ((c.probe == 37 || c.probe == 38) && c.d == D0) {  // session 7: line-aligned windows (wrong results)
     if (c.probe == 37) launch_ap<T, F, 256>(p, pl.nw, st, sp);
     else launch_ap<T, F, 512>(p, pl.nw, st, sp);
