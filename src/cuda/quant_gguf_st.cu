@@ -335,14 +335,14 @@ void launch_ap(const QGemvArgs& p, int nw, cudaStream_t st, int spread) {
   GK_LAUNCH_CHECK("qgemv_gguf_st_probe");
 }
 
-// The session-7 kernel with line-aligned window copies (knob V 39; Q8_0 / Q4_0 / Q4_1): the plan of
+// The session-7 kernel with line-aligned window copies (knob V 39, its copies alone V 40; Q8_0 / Q4_0 / Q4_1): the plan of
 // the knob's fields, the OPT bits of the format's shipped configuration, the shared-memory request
 // as launch_d's with the larger of the two rings.
-template <class T, int F, int OPT>
+template <class T, int F, int OPT, bool NODEC = false>
 void launch_aw(const QGemvArgs& p, int nw, int ux, cudaStream_t st, int spread) {
   constexpr int D0 = GS<F>::D;
   const int sbf = ux == 0 ? 16 * GL<F, 0>::P : 16 * GL<F, 1>::P;
-  smem_limit<k_ggst_aw<T, F, OPT>>(kSmemMax);
+  smem_limit<k_ggst_aw<T, F, OPT, NODEC>>(kSmemMax);
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   const int S = std::max(1, p.split);
@@ -354,7 +354,7 @@ void launch_aw(const QGemvArgs& p, int nw, int ux, cudaStream_t st, int spread) 
     const int64_t cap = kSmSmem / (fit + 1) - 1024 + 256;
     if (fit * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
   }
-  launch_ex(k_ggst_aw<T, F, OPT>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p);
+  launch_ex(k_ggst_aw<T, F, OPT, NODEC>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p);
   GK_LAUNCH_CHECK("qgemv_gguf_st_aw");
 }
 
@@ -395,6 +395,11 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   const int sp = c.sp;
   const int probe = (p.variant == 7 || c.probe == 7) ? 7 : ((p.variant == 36 || c.probe == 36) ? 36 : 0);
   if constexpr (F == int(QFormat::q8_0) || F == int(QFormat::q4_0) || F == int(QFormat::q4_1)) {
+    if (c.probe == 40 && c.d == D0) {  // its copies alone (wrong results)
+      launch_aw<T, F, kOptPI, true>(p, pl.nw, c.ux, st, sp);
+      if (p.split > 1) launch_sum_q(p, st);
+      return;
+    }
     if (c.probe == 39 && c.d == D0) {  // session 7: the format's shipped math, line-aligned window copies
       if constexpr (F == int(QFormat::q4_1) && std::is_same_v<T, bf16>) {
         if (c.opt & kOptFold) launch_aw<T, F, kOptPI | kOptFold>(p, pl.nw, c.ux, st, sp);

@@ -41,7 +41,8 @@ struct AW {
   static_assert(UB % 16 == 0 && NCR > NUC + 13, "whole chunks; the windows a unit waits for are issued");
 };
 
-template <class T, int F, int OPT>
+// NODEC (the knob's V 40): the copies and waits alone (no decode; wrong results: this schedule's ceiling).
+template <class T, int F, int OPT, bool NODEC = false>
 __global__ void __launch_bounds__(256, 2) k_ggst_aw(const QGemvArgs p) {
   constexpr bool PI = (OPT & kOptPI) != 0, FOLD = (OPT & kOptFold) != 0;
   constexpr bool B8 = F == int(QFormat::q8_0) && std::is_same_v<T, bf16> && PI;
@@ -98,8 +99,8 @@ __global__ void __launch_bounds__(256, 2) k_ggst_aw(const QGemvArgs p) {
     const int64_t wn = std::min<int64_t>((NUC * i + NUC + 6) / 8, nwin - 1);  // the last window unit i needs
     cp_wait_dyn(issued - 1 - wn);
     __syncwarp();  // every lane's copies of the unit are visible
-    const uint32_t a = ring + uint32_t(g * P + slot * UB), b = a + uint32_t(8 * P);
-    unit32<T, F, B8, PI, FOLD>(a, b, xr + (u0 + i) * UW, t, magic, acc);
+    [[maybe_unused]] const uint32_t a = ring + uint32_t(g * P + slot * UB), b = a + uint32_t(8 * P);
+    if constexpr (!NODEC) unit32<T, F, B8, PI, FOLD>(a, b, xr + (u0 + i) * UW, t, magic, acc);
     slot = slot + 1 == NR ? 0 : slot + 1;
     __syncwarp();  // every lane is done with the unit's chunks
     while (issued < nwin && 8 * issued + 7 < NCR + NUC * (i + 1)) issue();
