@@ -27,7 +27,9 @@ detour of bf16). --gguf D,WT[,UX[,WMIN[,PF[,MINB[,R[,SP[,V]]]]]]][/...]: time th
 with each GPUKIT_GEMV_GGUF setting (the staged GGUF kernel's ring depth, target warps per SM, 0 for
 half the blocks per stage, warps per CTA at least, PF 0 and MINB 2 only (session 6), 1 for the rolled
 loop, 0 for no CTA spreading (2: room for one CTA more per SM), a session-6 variant 30..35 or the
-copies alone 7 / 36 (not checked); printed only).
+copies alone 7 / 36, or (session 7) 37 / 38 the copies alone in 128-byte-line-aligned windows of
+256 / 512 bytes per row on the same plan (not checked), 39 Q8_0 / Q4_0 / Q4_1 with the shipped math
+and line-aligned window copies (checked), 40 its copies alone (not checked); printed only).
 The default launches use programmatic dependent launch (each call copies its first weights
 while the previous call finishes, as in a decode step's chain of GEMVs); "variant 2" lines: the
 same kernels without it. "variant 1": a 2-stage cp.async ring instead of the default depth
@@ -371,7 +373,8 @@ def main():
                 for cfg in args.gguf.split("/"):
                     os.environ["GPUKIT_GEMV_GGUF"] = cfg
                     try:
-                        if cfg.split(",")[8:9] not in (["7"], ["36"]):  # V 7 / 36: the copies alone, wrong results
+                        # V 7 / 36 / 37 / 38 / 40: the copies alone, wrong results (Q4_K / Q6_K: 40 = 39)
+                        if cfg.split(",")[8:9] not in (["7"], ["36"], ["37"], ["38"], ["40"]):
                             check(fmt, fn(x, *wargs[0]), x, deq)
                         v1 = tbs(nbytes, median(time_graph(calls, rounds)))
                         notes.append(f"  gguf {cfg}: {v1:.3f} TB/s = {v1 / ceiling:.0%} of copy")

@@ -38,6 +38,8 @@
 #include "quant_gguf_st_s6.cuh"
 #include "quant_gguf_st_units.cuh"
 #include "quant_gguf_st_plan.cuh"
+#include "quant_gguf_st_probe.cuh"
+#include "quant_gguf_st_aw.cuh"
 
 namespace gk::cuda {
 
@@ -311,6 +313,51 @@ void launch_d(const QGemvArgs& p, int nw, cudaStream_t st, int spread = 1) {
   GK_LAUNCH_CHECK("qgemv_gguf_st");
 }
 
+// The session-7 probe (knob V 37 / 38: k_ggst_ap with windows of W = 256 / 512 bytes per row): the
+// plan (nw, split) and the shared-memory request of the format's default-depth k_ggst, so that only
+// the access pattern differs from V 36.
+template <class T, int F, int W>
+void launch_ap(const QGemvArgs& p, int nw, cudaStream_t st, int spread) {
+  constexpr int D0 = GS<F>::D, SBF = 16 * GL<F, 1>::P, SBA = 16 * (W + 16);
+  smem_limit<k_ggst_ap<F, W, D0>>(kSmemMax);
+  const int64_t blocks = (p.n + 15) / 16;
+  if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
+  const int S = std::max(1, p.split);
+  int smem = std::max({nw * D0 * SBF, nw * D0 * SBA, nw * 32 * 4 * 4});
+  if (smem > kSmemMax) throw ValueError("gemv: the GGUF probe's shared memory does not fit");
+  const int64_t per_sm = (blocks * S + kSMs - 1) / kSMs;
+  if (spread && per_sm >= 1 && per_sm <= 16) {  // as launch_d
+    const int64_t fit = per_sm + (spread == 2 ? 1 : 0);
+    const int64_t cap = kSmSmem / (fit + 1) - 1024 + 256;
+    if (fit * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
+  }
+  launch_ex(k_ggst_ap<F, W, D0>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p);
+  GK_LAUNCH_CHECK("qgemv_gguf_st_probe");
+}
+
+// The session-7 kernel with line-aligned window copies (knob V 39, its copies alone V 40; Q8_0 / Q4_0 / Q4_1): the plan of
+// the knob's fields, the OPT bits of the format's shipped configuration, the shared-memory request
+// as launch_d's with the larger of the two rings.
+template <class T, int F, int OPT, bool NODEC = false>
+void launch_aw(const QGemvArgs& p, int nw, int ux, cudaStream_t st, int spread) {
+  constexpr int D0 = GS<F>::D;
+  const int sbf = ux == 0 ? 16 * GL<F, 0>::P : 16 * GL<F, 1>::P;
+  smem_limit<k_ggst_aw<T, F, OPT, NODEC>>(kSmemMax);
+  const int64_t blocks = (p.n + 15) / 16;
+  if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
+  const int S = std::max(1, p.split);
+  int smem = std::max({nw * D0 * sbf, nw * AW<F>::SB, nw * 32 * 4 * 4});
+  if (smem > kSmemMax) throw ValueError("gemv: the aligned GGUF kernel's shared memory does not fit");
+  const int64_t per_sm = (blocks * S + kSMs - 1) / kSMs;
+  if (spread && per_sm >= 1 && per_sm <= 16) {  // as launch_d
+    const int64_t fit = per_sm + (spread == 2 ? 1 : 0);
+    const int64_t cap = kSmSmem / (fit + 1) - 1024 + 256;
+    if (fit * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
+  }
+  launch_ex(k_ggst_aw<T, F, OPT, NODEC>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p);
+  GK_LAUNCH_CHECK("qgemv_gguf_st_aw");
+}
+
 // The session-6 kernels (c.opt != 0; the default depth, UX 1 or 0, MINB 2, not rolled).
 template <class T, int F, int UX, int LT = 0>
 void launch_s6(const QGemvArgs& p, const GCfg& c, const GPlan& pl, cudaStream_t st) {
@@ -347,6 +394,29 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   const bool dflt = c.ux == 1 && c.d == D0;
   const int sp = c.sp;
   const int probe = (p.variant == 7 || c.probe == 7) ? 7 : ((p.variant == 36 || c.probe == 36) ? 36 : 0);
+  if constexpr (F == int(QFormat::q8_0) || F == int(QFormat::q4_0) || F == int(QFormat::q4_1)) {
+    if (c.probe == 40 && c.d == D0) {  // its copies alone (wrong results)
+      launch_aw<T, F, kOptPI, true>(p, pl.nw, c.ux, st, sp);
+      if (p.split > 1) launch_sum_q(p, st);
+      return;
+    }
+    if (c.probe == 39 && c.d == D0) {  // session 7: the format's shipped math, line-aligned window copies
+      if constexpr (F == int(QFormat::q4_1) && std::is_same_v<T, bf16>) {
+        if (c.opt & kOptFold) launch_aw<T, F, kOptPI | kOptFold>(p, pl.nw, c.ux, st, sp);
+        else launch_aw<T, F, kOptPI>(p, pl.nw, c.ux, st, sp);
+      } else {
+        launch_aw<T, F, kOptPI>(p, pl.nw, c.ux, st, sp);
+      }
+      if (p.split > 1) launch_sum_q(p, st);
+      return;
+    }
+  }
+  if ((c.probe == 37 || c.probe == 38) && c.d == D0) {  // session 7: line-aligned windows (wrong results)
+    if (c.probe == 37) launch_ap<T, F, 256>(p, pl.nw, st, sp);
+    else launch_ap<T, F, 512>(p, pl.nw, st, sp);
+    if (p.split > 1) launch_sum_q(p, st);
+    return;
+  }
   if (probe && c.d == D0) {  // the copies alone (wrong results; benchmarking)
     if (probe == 7) launch_d<T, F, D0, 1, true>(p, pl.nw, st, sp);
     else launch_d<T, F, D0, 1, true, 2, false, false, false, kOptLate>(p, pl.nw, st, sp);

@@ -24,7 +24,8 @@ struct GCfg {
   int roll = 0;                          // 1: the stage and unit loops not unrolled (k_ggst's ROLL)
   int ss = 0;                            // 1: Q4_K / Q6_K scales once per quad (k_ggst's SS)
   int opt = 0;                           // k_ggst's OPT bits (kOptPI, kOptFold, kOptLate; variants 30-35)
-  int probe = 0;                         // the knob's V 7 / 36: the copies alone (as variant 7 / 36)
+  int probe = 0;                         // the knob's V 7 / 36: the copies alone (as variant 7 / 36); 37 / 38:
+                                         // line-aligned windows of 256 / 512 bytes per row (quant_gguf_st_probe.cuh)
   int sp = 1;                            // 1: shared memory sized so that the CTAs spread evenly (launch_d); 0: not;
                                          // 2: room for one CTA more per SM (the next kernel's, under PDL)
 };
@@ -100,7 +101,10 @@ GCfg gcfg_default(QFormat f, int64_t n, int64_t k) {
 // lost everywhere in session 5), R 1 the rolled stage loop (as variant 21; UX 1 and the default D
 // only), SP 0 no CTA spreading (shared memory as the rings need), 2 spreading with room for one CTA
 // more per SM, V 30..35 the session-6 kernel of that variant (UX 1 and the default D, or UX 0 and
-// D 2; R 0; 0: the session-5 kernel), 7 / 36 the copies alone (as the variants).
+// D 2; R 0; 0: the session-5 kernel), 7 / 36 the copies alone (as the variants), 37 / 38 the copies
+// alone in 128-byte-line-aligned windows of 256 / 512 bytes per row (session 7; k_ggst_ap), 39 Q8_0 / Q4_0 /
+// Q4_1 with the shipped OPT bits and line-aligned window copies (k_ggst_aw; the other formats: their shipped OPT
+// bits through the session-6 kernel), 40 k_ggst_aw's copies alone (Q8_0 / Q4_0 / Q4_1; the others: as 39).
 
 GCfg gcfg_env(QFormat f, int64_t n, int64_t k) {
   const char* e = std::getenv("GPUKIT_GEMV_GGUF");
@@ -114,14 +118,15 @@ GCfg gcfg_env(QFormat f, int64_t n, int64_t k) {
   const bool half_ok = ux == 0 && (d == 2 || d == 3) && roll == 0 && (v == 0 || d == 2);
   if (got < 2 || d < 2 || d > 4 || wt < 1 || wt > 64 || (ux != 0 && ux != 1) || (ux == 0 && !half_ok) || wmin < 1 ||
       wmin > 8 || pf != 0 || minb != 2 || (roll != 0 && roll != 1) || (roll == 1 && !dflt) || (sp < 0 || sp > 2) ||
-      (v != 0 && v != 7 && v != 36 && (v < 30 || v > 35)) || (v != 0 && !half_ok && (!dflt || roll != 0)) ||
-      ((v == 7 || v == 36) && !dflt))
+      (v != 0 && v != 7 && (v < 30 || v > 40)) || (v != 0 && !half_ok && (!dflt || roll != 0)) ||
+      ((v == 7 || (v >= 36 && v <= 38)) && !dflt))
     throw ValueError(cat("GPUKIT_GEMV_GGUF: expected D,WT[,UX[,WMIN[,PF[,MINB[,R[,SP[,V]]]]]]] with D in 2..4, WT in ",
                          "1..64, UX 1 or 0 (half the units; D 2 or 3, R 0), WMIN in 1..8, PF 0, MINB 2, R 0 or 1 (UX 1 ",
                          "and the default D), SP 0..2, V 0 or 30..35 (UX 1 and the default D or UX 0 and D 2; R 0; V 34, ",
-                         "35: D 2; V 7 / 36, the copies alone: UX 1 and the default D), got '", e, "'"));
+                         "35: D 2; V 7 / 36 / 37 / 38, the copies alone: UX 1 and the default D; V 39 / 40: UX 1 and the default D or UX 0 and D 2), got '", e, "'"));
   c = with_s6(c, v);
-  c.probe = v == 7 ? 7 : (v == 36 ? 36 : 0);
+  c.probe = (v == 7 || v >= 36) ? v : 0;
+  if (v == 39 || v == 40) c.opt = gcfg_default(f, n, k).opt;  // the shipped math (Q8_0 / Q4_0 / Q4_1; else the default kernel)
   c.sp = sp;
   c.roll = roll;
   c.d = d;
