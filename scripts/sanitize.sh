@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # compute-sanitizer (memcheck, then racecheck) over a small pytest selection of the attention and
-# KV-cache GPU tests (small shapes: the whole run takes well under a minute on an H200).
+# KV-cache GPU tests (small shapes: the whole run takes well under a minute on an H200): the decode
+# kernels of every route (CTA, fold + merge, pair CTAs / clusters, clusters of 8- and 4-warp CTAs),
+# PDL chains, and the engine's fused attention.
 #
 #   scripts/sanitize.sh [extra pytest args]
 #
@@ -66,7 +68,14 @@ SEL=(
   "$T/test_attention_decode.py::test_cuda_mma_masked_blocks_and_capacity"
   "$T/test_attention_decode.py::test_cuda_mma_dense_items[37]"
   "$T/test_attention_decode.py::test_cuda_split_override[64,2048,16,12]"
-  "$T/test_attention_decode.py::test_cuda_fold_units_window_softcap[kw0]"
+  "$T/test_attention_decode_fold.py::test_cuda_fold_units_same_bits[64,256,16-64-12-1]"
+  "$T/test_attention_decode_fold.py::test_cuda_fold_units_window_softcap[kw0]"
+  "$T/test_attention_decode_fold.py::test_cuda_fold_pair_clusters[5-64-bfloat16]"
+  "$T/test_attention_decode_fold.py::test_cuda_pdl_chain[3]"
+  "$T/test_attention_decode_fold.py::test_cuda_auto_cluster_short_b1[300-64-bfloat16]"
+  "$T/test_attention_decode_route.py::test_cuda_cluster4_chain[2500-64]"
+  "$T/test_llm_attention_fused.py::test_attention_rope_matches_composition[128-1-32-8-128-positions0-bfloat16]"
+  "$T/test_llm_attention_fused.py::test_attention_rope_matches_composition[64-3-8-8-64-positions4-float16]"
   "$T/test_kvcache.py::test_cuda_matches_cpu[True-128-bfloat16]"
   "$T/test_kvcache.py::test_cuda_matches_cpu[False-6-float32]"
   "$T/test_kvcache.py::test_cuda_matches_cpu[False-64-float16]"
