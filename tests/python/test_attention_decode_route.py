@@ -1,7 +1,9 @@
-"""attention_decode, session 7 candidates (opt-in, not the default): the route bits of GPUKIT_DECODE_ROUTE
-(src/cuda/attention_decode.cu, kRouteDefault) and the cluster kernel of 4-warp CTAs (33). Each must take the
-path it names (GPUKIT_DECODE_LOG) and give the fold kernels' common bits (the two-kernel fold 23, the CTA kernel
-18), within the float64 reference, alone in its batch, in a captured graph and in a PDL chain."""
+"""attention_decode, session 7 routing: the route bits of src/cuda/attention_decode.cu (kRouteDefault, or
+GPUKIT_DECODE_ROUTE, which replaces it: 0 is session 6's routing), the cluster kernel of 4-warp CTAs (33), the
+counter-merged 4-warp CTA groups (34) and the CTA kernel with one fence per CTA (35). Each must take the path it
+names (GPUKIT_DECODE_LOG) and give the fold kernels' common bits (the two-kernel fold 23, the CTA kernel 18),
+within the float64 reference, alone in its batch, in a captured graph and in a PDL chain; the default (no
+GPUKIT_DECODE_ROUTE) must take the paths session 7 made default, and GPUKIT_DECODE_ROUTE=0 session 6's."""
 import numpy as np
 import pytest
 
@@ -42,7 +44,7 @@ def _auto(qd, kd, vd, ld, route, monkeypatch, capfd):
 
 @gpu
 @pytest.mark.parametrize("B,T,D,route,path,ref", [
-    (3, 4096, 128, 1, "(31)", True),      # B3 T4096 -> pair clusters of 8-warp CTAs
+    (3, 4096, 128, 1, "(31)", True),      # B3 T4096 -> pair clusters of 8-warp CTAs (route replaces the default)
     (3, 4096, 64, 1, "(31)", True),
     (12, 4096, 128, 2, "pair CTAs (28)", False),   # B12 -> pair kernel
     (12, 4096, 128, 4, "(31)", False),             # B12 -> pair clusters (two waves)
@@ -52,6 +54,16 @@ def _auto(qd, kd, vd, ld, route, monkeypatch, capfd):
     (2, 1024, 64, 8, "one group per CTA (24)", True),  # (16 clusters of 4 CTAs)
     (1, 4096, 128, 16, "(33)", True),     # B1 long -> cluster of 4-warp CTAs
     (1, 4096, 64, 16, "(33)", True),
+    (1, 16384, 128, 16, "cta (18)", False),  # (33 only up to 4096 keys)
+    (10, 4096, 128, 32, "pair CTAs (28)", False),  # two waves, the second <= 1/4 full -> 28
+    (12, 4096, 128, 32, "(31)", False),            # else 31
+    (8, 1024, 128, 64, "cta (18)", True),          # two waves of CTA group units, < 8 groups -> 18
+    (2, 4096, 128, 128, "cta (18)", True),         # the same with >= 8 groups (candidate)
+    (1, 16384, 128, 256, "one fence per CTA (35)", True),  # 18 with one fence per CTA (candidate)
+    (5, 1000, 64, 320, "one fence per CTA (35)", True),  # (64: 18 at B5 T1000, then 256)
+    (2, 4096, 128, 512, "4-warp CTA groups (34)", True),   # B2 -> 4-warp CTAs without cluster (candidate)
+    (3, 2048, 64, 512, "4-warp CTA groups (34)", True),
+    (3, 4096, 128, 0, "(23)", True),      # session 6's routing
 ])
 def test_cuda_route_candidates(B, T, D, route, path, ref, monkeypatch, capfd):
     dtype = "bfloat16" if D == 128 else "float16"
@@ -87,11 +99,51 @@ def test_cuda_route_candidates(B, T, D, route, path, ref, monkeypatch, capfd):
 
 
 @gpu
+@pytest.mark.parametrize("B,T,new,old", [
+    (3, 4096, "(31)", "(23)"),                 # bit 1
+    (10, 4096, "pair CTAs (28)", "(23)"),      # bit 32: the second wave of 31's CTAs 28/132 full
+    (12, 4096, "(31)", "(23)"),                # bit 32: 60/132 full
+    (2, 384, "one group per CTA (24)", "cta (18)"),   # bit 8
+    (8, 384, "one group per CTA (24)", "cta (18)"),
+    (4, 1024, "cta (18)", "cta (18)"),         # (24's 32 clusters of 4 CTAs do not all fit)
+    (8, 1024, "cta (18)", "(23)"),             # bit 64
+    (1, 4096, "(33)", "cta (18)"),             # bit 16
+    (1, 16384, "cta (18)", "cta (18)"),        # (33 only up to 4096 keys)
+    (2, 4096, "(23)", "(23)"),                 # (no default change: 128 and 512 are candidates)
+])
+def test_cuda_default_route(B, T, new, old, monkeypatch, capfd):
+    # the default (no GPUKIT_DECODE_ROUTE) takes session 7's path, GPUKIT_DECODE_ROUTE=0 session 6's; both give
+    # 23's bits (and the float64 reference at B <= 3), and the default's alone / graph bits equal too
+    D, dtype = 128, "bfloat16"
+    q, kc, vc, lens = _case(B, T, D, dtype, 500 + B + T)
+    kd, vd, ld, qd = (gk.asarray(x).to("cuda") for x in (kc, vc, lens, q))
+    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128,23")
+    want = bits(gk.nn.attention_decode(qd, kd, vd, ld))
+    for route, path in ((None, new), (0, old)):
+        got, log = _auto(qd, kd, vd, ld, route, monkeypatch, capfd)
+        assert path in log, f"route {route} at B={B} T={T} did not take {path}: {log!r}"
+        d = np.argwhere(bits(got) != want)
+        assert d.size == 0, f"route {route} ({path}) differs from 23 at {d[0]} (B={B} T={T})"
+    monkeypatch.delenv("GPUKIT_DECODE_ROUTE", raising=False)
+    if B <= 3:
+        check(got, ref_decode(f64(q), f64(kc), f64(vc), lens), TOL[dtype] * 2, f"default B={B} T={T}")
+    alone = gk.nn.attention_decode(qd[:1], kd[:1], vd[:1], ld[:1])
+    np.testing.assert_array_equal(bits(alone)[0], want[0], err_msg=f"sequence 0 alone, default, B={B} T={T}")
+    g = gk.Graph()
+    with g:
+        out = gk.nn.attention_decode(qd, kd, vd, ld)
+    g.replay()
+    gk.cuda.synchronize()
+    np.testing.assert_array_equal(bits(out), want, err_msg=f"graph replay, default, B={B} T={T}")
+
+
+@gpu
+@pytest.mark.parametrize("var,route", [("33", 16), ("34", 512), ("35", 256)])
 @pytest.mark.parametrize("T,D", [(4096, 128), (16384, 128), (2500, 64)])
-def test_cuda_cluster4_chain(T, D, monkeypatch, capfd):
-    # 33 (forced, and auto with route bit 16 where its clusters fit) at B = 1: a PDL chain out_{i+1} =
-    # decode(q = out_i) on poisoned allocations (a read before the write gives NaN) within the float64
-    # reference step by step, eager and PDL off and graph replay equal to 18's chain.
+def test_cuda_cluster4_chain(T, D, var, route, monkeypatch, capfd):
+    # 33 / 34 / 35 (forced, and auto with its route bit) at B = 1: a PDL chain out_{i+1} = decode(q = out_i) on
+    # poisoned allocations (a read before the write gives NaN) within the float64 reference step by step,
+    # eager and PDL off and graph replay equal to 18's chain.
     dtype = "bfloat16"
     q, kc, vc, lens = _case(1, T, D, dtype, 400 + D)
     kd, vd, ld, qd = (gk.asarray(x).to("cuda") for x in (kc, vc, lens, q))
@@ -106,7 +158,7 @@ def test_cuda_cluster4_chain(T, D, monkeypatch, capfd):
 
     monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128,18")
     base = [bits(o) for o in chain(3)]
-    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128,33")
+    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128," + var)
     capfd.readouterr()
     monkeypatch.setenv("GPUKIT_DECODE_LOG", "1")
     gk._C._debug_alloc_poison(0xFF)
@@ -117,13 +169,13 @@ def test_cuda_cluster4_chain(T, D, monkeypatch, capfd):
         gk._C._debug_alloc_poison(-1)
     log = capfd.readouterr().err
     monkeypatch.delenv("GPUKIT_DECODE_LOG")
-    assert "(33)" in log, f"variant 33 did not run at B1 T{T} D{D}: {log!r}"
+    assert f"({var})" in log, f"variant {var} did not run at B1 T{T} D{D}: {log!r}"
     prev = f64(q)
     for i, o in enumerate(poisoned):
-        check(o, ref_decode(prev, kk, vv, lens), 3.2e-2, f"33 chain T={T} step {i}")
+        check(o, ref_decode(prev, kk, vv, lens), 3.2e-2, f"{var} chain T={T} step {i}")
         prev = f64(o)
         d = np.argwhere(bits(o) != base[i])
-        assert d.size == 0, f"33 chain step {i} differs from 18 at {d[0]} (T={T} D={D})"
+        assert d.size == 0, f"{var} chain step {i} differs from 18 at {d[0]} (T={T} D={D})"
     g = gk.Graph()
     with g:
         graphed = chain(3)
@@ -131,12 +183,12 @@ def test_cuda_cluster4_chain(T, D, monkeypatch, capfd):
         g.replay()
         gk.cuda.synchronize()
         for i, o in enumerate(graphed):
-            np.testing.assert_array_equal(bits(o), base[i], err_msg=f"33 graph step {i} T={T}")
+            np.testing.assert_array_equal(bits(o), base[i], err_msg=f"{var} graph step {i} T={T}")
     monkeypatch.setenv("GPUKIT_DECODE_PDL", "0")
     for i, o in enumerate(chain(3)):
-        np.testing.assert_array_equal(bits(o), base[i], err_msg=f"33 PDL off step {i} T={T}")
+        np.testing.assert_array_equal(bits(o), base[i], err_msg=f"{var} PDL off step {i} T={T}")
     monkeypatch.delenv("GPUKIT_DECODE_PDL")
     monkeypatch.delenv("GPUKIT_DECODE_SPLIT")
-    monkeypatch.setenv("GPUKIT_DECODE_ROUTE", "16")
+    monkeypatch.setenv("GPUKIT_DECODE_ROUTE", str(route))
     for i, o in enumerate(chain(3)):
-        np.testing.assert_array_equal(bits(o), base[i], err_msg=f"route 16 step {i} T={T}")
+        np.testing.assert_array_equal(bits(o), base[i], err_msg=f"route {route} step {i} T={T}")
