@@ -446,14 +446,16 @@ constexpr double kPairMinEff = 0.9;
 //    T384 8.9 / 12.4 (B4 T1024, B8 T1024: not all resident, see 64).
 //  16 (default): at B = 1 where 24's clusters do not all fit and the capacity is at most 4096 keys, the cluster
 //    kernel of 4-warp CTAs (33) where all its clusters are resident: B1 T4096 13.1 against 18's 14.1; it loses on
-//    longer caches (T16384 30.1 / 25.7, T131072 189 / 129: not taken there).
+//    longer caches (T16384 30.1 / 25.7, T131072 189 / 129: not taken there). Launched without PDL (A: 12.9 us
+//    with PDL off; see go_cl in attention_decode_fold_cl.cu).
 //  64 (default): the CTA group units (18) instead of 23 in two waves of them (SMs < pairs x ngmax <= 2 x SMs)
 //    when the sequences have fewer than 8 groups (no 28 / 31 candidate): B8 T1024 18 23.5, 23 (auto) 24.6-25.1.
 //  128 (candidate, off): the same at >= 8 groups too (B2 T4096: 256 groups; 18 never measured there).
 //  256 (candidate, off): 18's cross-CTA merge with one fence per CTA (thread 0, after the barrier) instead of a
 //    __threadfence in every thread, as cooperative groups' grid sync does (same arithmetic: the same bits).
-//  512 (candidate, off): B = 2..4 where pairs x ngmax <= 2 x SMs: the counter-merged 4-warp CTA groups (34, two
-//    CTAs per SM: B2 at 4096 keys is one wave of 256 CTAs, each with B1's per-CTA work of 18).
+//  512 (candidate, off): B >= 2 in two waves of CTA group units (SMs < pairs x ngmax <= 2 x SMs): the counter-
+//    merged 4-warp CTA groups (34, two CTAs per SM: one wave of <= 264 CTAs, each with 18's per-CTA work at B1;
+//    B2 T4096 and B8 T1024: 256 CTAs; 23 there 21.4 / 24.6 us, SDPA 14.9 / 14.8).
 constexpr int kRouteDefault = 1 | 8 | 16 | 32 | 64;
 static int decode_route() {
   const char* e = std::getenv("GPUKIT_DECODE_ROUTE");
@@ -514,7 +516,7 @@ void attention_decode(const DecodeArgs& a, void* stream) {
                                                                                           : 23;
     cl_first = a.B == 1 ? pairs * ngmax <= sms : (route & 8) && a.B <= 8;
     cl4_first = (route & 16) && a.B == 1 && pairs * ngmax <= sms && a.capacity <= 4096;
-    cta4_first = (route & 512) && a.B >= 2 && a.B <= 4 && cta2;
+    cta4_first = (route & 512) && a.B >= 2 && cta2;
   }
   if (v == 18 && (route & 256)) v = 35;  // 18 with one fence per CTA (same kernel, same bits)
   const char* path = nullptr;

@@ -424,7 +424,7 @@ int cl_resident(int cs) {
 }
 
 template <class T, int D, int GPC, int W = kGroup>
-bool launch_cl(const DecodeArgs& a, cudaStream_t st, int cs) {
+bool launch_cl(const DecodeArgs& a, cudaStream_t st, int cs, bool pdl = true) {
   using Cf = MCfg<D, W>;
   static_assert(Cf::SMEM + Cf::W * Cf::S * 4 <= 227 * 1024, "shared memory");
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
@@ -442,7 +442,7 @@ bool launch_cl(const DecodeArgs& a, cudaStream_t st, int cs) {
   attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[1].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = decode_pdl() ? 2 : 1;
+  cfg.numAttrs = pdl && decode_pdl() ? 2 : 1;
   if (cudaLaunchKernelEx(&cfg, kern, a, static_cast<int*>(nullptr)) != cudaSuccess) {
     (void)cudaGetLastError();
     if (cfg.numAttrs == 1) return false;
@@ -488,7 +488,8 @@ bool launch_cnt(const DecodeArgs& a, cudaStream_t st) {
 // power of two cs >= ngmax (one group per CTA), else cs >= ngmax / 2 (two groups per CTA, the second after the
 // first in each warp), whichever has all B * hkv * ngb clusters resident at once (force 1: the first that can
 // run; 2: two groups per CTA when ngmax > 1; 3: one group per CTA with all clusters resident, else nothing; 4: one
-// group per CTA of 4 warps, two chunks per warp (33), when such clusters can run; 5: 4 with all clusters resident;
+// group per CTA of 4 warps, two chunks per warp (33), when such clusters can run; 5: 4 with all clusters resident,
+// launched without PDL;
 // 6: 34, the same CTAs without a cluster, merged by counter).
 template <class T, int D>
 bool go_cl(const DecodeArgs& a, cudaStream_t st, int force) {
@@ -506,7 +507,10 @@ bool go_cl(const DecodeArgs& a, cudaStream_t st, int force) {
     if (const char* e = std::getenv("GPUKIT_DECODE_LOG"); e && *e && std::strcmp(e, "0") != 0)
       std::fprintf(stderr, "attention_decode cluster: %lld clusters needed; %d clusters of %d CTAs of 4 warps resident\n",
                    static_cast<long long>(clusters), r4, cs1);
-    return r4 > 0 && (force == 4 || clusters <= r4) && launch_cl<T, D, 1, kGroup / 2>(a, st, cs1);
+    // (5, auto's 33: without PDL. Session 7's A, B1 graph us, PDL on / off: T4096 13.1 / 12.9, T16384 30.1 / 26.0,
+    // T131072 189.2 / 151.2; likely the early-launched next grid's CTAs taking the second CTA slot of SMs, so that
+    // CTAs of one grid end up two to an SM while other SMs idle; 18's one-CTA-per-SM grids cannot co-reside.)
+    return r4 > 0 && (force == 4 || clusters <= r4) && launch_cl<T, D, 1, kGroup / 2>(a, st, cs1, force == 4);
   }
   const int r1 = cl_resident<T, D, 1>(cs1);
   if (const char* e = std::getenv("GPUKIT_DECODE_LOG"); e && *e && std::strcmp(e, "0") != 0)

@@ -63,6 +63,7 @@ def _auto(qd, kd, vd, ld, route, monkeypatch, capfd):
     (5, 1000, 64, 320, "one fence per CTA (35)", True),  # (64: 18 at B5 T1000, then 256)
     (2, 4096, 128, 512, "4-warp CTA groups (34)", True),   # B2 -> 4-warp CTAs without cluster (candidate)
     (3, 2048, 64, 512, "4-warp CTA groups (34)", True),
+    (8, 1024, 128, 512, "4-warp CTA groups (34)", False),
     (3, 4096, 128, 0, "(23)", True),      # session 6's routing
 ])
 def test_cuda_route_candidates(B, T, D, route, path, ref, monkeypatch, capfd):
