@@ -493,11 +493,11 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   // Variant 1 forces the CUDA-core kernel below.
   int v = a.variant == 0 ? (kFoldDefault ? 20 : 16) : a.variant;
   const int64_t pairs = int64_t(a.B) * a.hkv * ((a.hq / a.hkv + 7) / 8);
-  const int route = decode_route();
   bool cl_first = false;  // auto: the cluster kernel with one group per CTA first, where all its clusters fit
   bool cl4_first = false;  // auto (bit 16): 33 where all its clusters fit
   bool cta4_first = false;  // auto (bit 512): 34 where it runs
   if (v == 20) {  // auto (see kPairMinEff, kRouteDefault)
+    const int route = decode_route();
     const int64_t ngmax = (int64_t(a.nsplit) + 7) / 8, sms = dmma::sm_count();
     const int64_t waves = (pairs + sms - 1) / sms;
     // 31: cs CTAs of 8 warps per pair (one warp per group)
@@ -517,8 +517,8 @@ void attention_decode(const DecodeArgs& a, void* stream) {
     cl_first = a.B == 1 ? pairs * ngmax <= sms : (route & 8) && a.B <= 8;
     cl4_first = (route & 16) && a.B == 1 && pairs * ngmax <= sms && a.capacity <= 4096;
     cta4_first = (route & 512) && a.B >= 2 && cta2;
+    if (v == 18 && (route & 256)) v = 35;  // 18 with one fence per CTA (same kernel, same bits)
   }
-  if (v == 18 && (route & 256)) v = 35;  // 18 with one fence per CTA (same kernel, same bits)
   const char* path = nullptr;
   if (cl_first && attention_decode_fold_cl(a, st, 3)) {
     path = "cluster, one group per CTA (24)";
