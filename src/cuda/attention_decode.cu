@@ -456,6 +456,9 @@ constexpr double kPairMinEff = 0.9;
 //  512 (candidate, off): B >= 2 in two waves of CTA group units (SMs < pairs x ngmax <= 2 x SMs): the counter-
 //    merged 4-warp CTA groups (34, two CTAs per SM: one wave of <= 264 CTAs, each with 18's per-CTA work at B1;
 //    B2 T4096 and B8 T1024: 256 CTAs; 23 there 21.4 / 24.6 us, SDPA 14.9 / 14.8).
+//  1024 (candidate, off): B >= 2 in three waves of CTA group units (2 x SMs < pairs x ngmax <= 3 x SMs): 36, 34 with
+//    2 stages per warp (head_dim 64: 3), CTAs of 72 KB, three per SM: one wave (B3 T4096: 384 CTAs; 31 25.2 us,
+//    SDPA 19.0).
 constexpr int kRouteDefault = 1 | 8 | 16 | 32 | 64;
 static int decode_route() {
   const char* e = std::getenv("GPUKIT_DECODE_ROUTE");
@@ -488,7 +491,8 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   // clusters of 16 CTAs need 8 SMs of a GPC and B = 1 with 8 kv heads is one wave; session 6's A: 14 clusters of 16
   // resident, B1 T4096 12.9 us against 14.0 for 18). 34: one CTA of 4 warps per group (two chunks per warp, two
   // CTAs per SM), no cluster: the groups merged as 18 does (workspace, counter, the last CTA folds). 35: 18 with
-  // one fence per CTA in its merge. Route bits: kRouteDefault.
+  // one fence per CTA in its merge. 36: 34 with 2 stages per warp (head_dim 64: 3), three CTAs per SM. Route bits:
+  // kRouteDefault.
   // attention_decode_mma.cu: variants 2-13 and 16 (16: its default). Variant 0 is kFoldDefault ? 20 : 16.
   // Variant 1 forces the CUDA-core kernel below.
   int v = a.variant == 0 ? (kFoldDefault ? 20 : 16) : a.variant;
@@ -496,6 +500,7 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   bool cl_first = false;  // auto: the cluster kernel with one group per CTA first, where all its clusters fit
   bool cl4_first = false;  // auto (bit 16): 33 where all its clusters fit
   bool cta4_first = false;  // auto (bit 512): 34 where it runs
+  bool cta4s_first = false;  // auto (bit 1024): 36 where it runs
   if (v == 20) {  // auto (see kPairMinEff, kRouteDefault)
     const int route = decode_route();
     const int64_t ngmax = (int64_t(a.nsplit) + 7) / 8, sms = dmma::sm_count();
@@ -517,6 +522,7 @@ void attention_decode(const DecodeArgs& a, void* stream) {
     cl_first = a.B == 1 ? pairs * ngmax <= sms : (route & 8) && a.B <= 8;
     cl4_first = (route & 16) && a.B == 1 && pairs * ngmax <= sms && a.capacity <= 4096;
     cta4_first = (route & 512) && a.B >= 2 && cta2;
+    cta4s_first = (route & 1024) && a.B >= 2 && pairs * ngmax > 2 * sms && pairs * ngmax <= 3 * sms;
     if (v == 18 && (route & 256)) v = 35;  // 18 with one fence per CTA (same kernel, same bits)
   }
   const char* path = nullptr;
@@ -526,6 +532,8 @@ void attention_decode(const DecodeArgs& a, void* stream) {
     path = "cluster of 4-warp CTAs (33)";
   } else if ((cta4_first || v == 34) && attention_decode_fold_cl(a, st, 6)) {
     path = "counter-merged 4-warp CTA groups (34)";
+  } else if ((cta4s_first || v == 36) && attention_decode_fold_cl(a, st, 7)) {
+    path = "counter-merged 4-warp CTA groups, 2 stages (36)";
   } else if (v == 33 && attention_decode_fold_cl(a, st, 4)) {
     path = "cluster of 4-warp CTAs (33)";
   } else if ((v == 24 || v == 25) && attention_decode_fold_cl(a, st, v == 24 ? 1 : 2)) {
@@ -537,8 +545,8 @@ void attention_decode(const DecodeArgs& a, void* stream) {
            : v == 31 ? "pair clusters, 8 warps per CTA (31)" : "pair clusters, 4 warps per CTA, deep ring (32)";
   } else if ((v == 18 || v == 35) && attention_decode_fold_cta(a, st, v == 35)) {
     path = v == 35 ? "cta, one fence per CTA (35)" : "cta (18)";
-  } else if (v >= 14 && v <= 35 && v != 16) {
-    // (18, 24, 25, 28-35 when not covered: 23, as the default would)
+  } else if (v >= 14 && v <= 36 && v != 16) {
+    // (18, 24, 25, 28-36 when not covered: 23, as the default would)
     const int force = v == 14 ? 1 : v == 15 ? 2 : v == 17 ? 3 : v == 21 ? 4 : v == 22 ? 4 | 8 : v == 19 ? 0
                       : v == 26 ? 16 : v == 27 ? 16 | 8 : 8;
     if (attention_decode_fold(a, st, force)) path = force & 8 ? "fold + merge kernel, evict-first (23)"

@@ -48,10 +48,10 @@ __device__ __forceinline__ float ld_peer(uint32_t s, uint32_t rank) {
 // 34's end (CNT): after the barrier that follows the partials' publication (chunk c of the group in stage c / W of
 // warp c % W), fold group r's nw chunks in order; one group: the output; else the workspace (group r's slot), then
 // the counter of unit ci; the CTA completing it folds the ng groups in order (18's merge: the same folds).
-template <class T, int D, int W>
+template <class T, int D, int W, int S_>
 __device__ __forceinline__ void fold_cnt(const DecodeArgs& a, int* counters, int ng, int nw, int r, int b, int h0,
                                          int nh, int ci, unsigned char* smem) {
-  using Cf = MCfg<D, W>;
+  using Cf = MCfg<D, W, S_>;
   constexpr int S = Cf::S, STAGE = Cf::STAGE, NT = W * 32;
   __shared__ int last;
   const int64_t hrow = int64_t(b) * a.hq + h0;
@@ -83,7 +83,7 @@ __device__ __forceinline__ void fold_cnt(const DecodeArgs& a, int* counters, int
   __syncthreads();
   if (!last) return;
   __threadfence();
-  // the maxima and sums through shared memory (warp 0's stage S - 1: unused here), then each thread's outputs
+  // the maxima and sums through shared memory (warp 0's stage S - 1: read by the fold above, free), then each thread's outputs
   // in blocks of KB, every partial of a block loaded before its folds (ng <= 16: the host checks)
   float* sml = reinterpret_cast<float*>(smem + (S - 1) * STAGE);
   static_assert(2 * 8 * 16 * 4 <= STAGE, "the maxima and sums fit");
@@ -133,14 +133,17 @@ __device__ __forceinline__ void fold_cnt(const DecodeArgs& a, int* counters, int
 //
 // CNT (34): no cluster; grid (ngmax, H, B), one group per CTA (GPC 1): the group's result goes to the workspace
 // (a sequence of one group: to the output) and the CTA that completes the (sequence, kv head, head group)'s count of
-// groups folds them in group order, as the CTA kernel (18) does (the same bits).
-template <class T, int D, int GPC, int W, bool CNT = false>
-__global__ void __launch_bounds__(W * 32) k_decode_fold_cl(const __grid_constant__ DecodeArgs a, int* counters) {
-  using Cf = MCfg<D, W>;
+// groups folds them in group order, as the CTA kernel (18) does (the same bits). S_: the stages per warp (0: MCfg's
+// default; 36 is 34 with S_ 2 at head_dim 128 (3 at 64): CTAs of 72 KB, three per SM).
+template <class T, int D, int GPC, int W, bool CNT = false, int S_ = 0>
+__global__ void __launch_bounds__(W * 32, CNT && S_ ? 3 : 1)
+    k_decode_fold_cl(const __grid_constant__ DecodeArgs a, int* counters) {
+  using Cf = MCfg<D, W, S_>;
   static_assert(W == kGroup || W == kGroup / 2, "a warp runs one or two chunks of a group");
   constexpr int CPW = kGroup / W;  // chunks of a group per warp
   constexpr int NS = GPC * CPW;    // chunk slots per warp: slot k = (group r + (k / CPW) cs, chunk warp + (k % CPW) W)
-  static_assert(GPC >= 1 && NS <= 2 && Cf::S >= NS + 1, "partials in stages 0 .. NS - 1, results in stage S - 1");
+  static_assert(GPC >= 1 && NS <= 2 && Cf::S >= NS + (CNT ? 0 : 1),
+                "partials in stages 0 .. NS - 1, results in stage S - 1 (counter merge: no result stage)");
   static_assert(!CNT || GPC == 1, "counter merge: one group per CTA");
   constexpr int S = Cf::S, ROWB = Cf::ROWB, CH = Cf::CH, KVB = Cf::KVB, STAGE = Cf::STAGE, CPL = Cf::CPL,
                 QPL = Cf::QPL, KSTEP = Cf::KSTEP;
@@ -323,7 +326,7 @@ __global__ void __launch_bounds__(W * 32) k_decode_fold_cl(const __grid_constant
   }
   __syncthreads();
   if constexpr (CNT) {
-    fold_cnt<T, D, W>(a, counters, p.ng, nwk[0], r, b, h0, nh, b * int(gridDim.y) + int(blockIdx.y), smem);
+    fold_cnt<T, D, W, S_>(a, counters, p.ng, nwk[0], r, b, h0, nh, b * int(gridDim.y) + int(blockIdx.y), smem);
     return;
   }
   __syncthreads();
@@ -458,13 +461,13 @@ bool launch_cl(const DecodeArgs& a, cudaStream_t st, int cs, bool pdl = true) {
 
 // 34: grid (ngmax, H, B) of 4-warp CTAs (two per SM), no cluster, the counter merge; false while the stream's
 // capture is invalidated (no counters) or ngmax > 16.
-template <class T, int D>
+template <class T, int D, int S_ = 0>
 bool launch_cnt(const DecodeArgs& a, cudaStream_t st) {
-  using Cf = MCfg<D, kGroup / 2>;
+  using Cf = MCfg<D, kGroup / 2, S_>;
   const int ngmax = (a.nsplit + kGroup - 1) / kGroup;
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
   if (ngmax < 1 || ngmax > kMaxCluster || a.hkv * ngb > 65535) return false;
-  auto kern = k_decode_fold_cl<T, D, 1, kGroup / 2, true>;
+  auto kern = k_decode_fold_cl<T, D, 1, kGroup / 2, true, S_>;
   {
     static std::atomic<unsigned long long> done{0};
     int dev = 0;
@@ -490,11 +493,12 @@ bool launch_cnt(const DecodeArgs& a, cudaStream_t st) {
 // run; 2: two groups per CTA when ngmax > 1; 3: one group per CTA with all clusters resident, else nothing; 4: one
 // group per CTA of 4 warps, two chunks per warp (33), when such clusters can run; 5: 4 with all clusters resident,
 // launched without PDL;
-// 6: 34, the same CTAs without a cluster, merged by counter).
+// 6: 34, the same CTAs without a cluster, merged by counter; 7: 36, 34 with 2 (head_dim 64: 3) stages per warp).
 template <class T, int D>
 bool go_cl(const DecodeArgs& a, cudaStream_t st, int force) {
   const bool forced = force == 1 || force == 2;
   if (force == 6) return launch_cnt<T, D>(a, st);
+  if (force == 7) return launch_cnt<T, D, D == 128 ? 2 : 3>(a, st);
   const int ngmax = (a.nsplit + kGroup - 1) / kGroup;
   if (ngmax > kMaxCluster) return false;
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;

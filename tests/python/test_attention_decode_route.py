@@ -1,6 +1,6 @@
 """attention_decode, session 7 routing: the route bits of src/cuda/attention_decode.cu (kRouteDefault, or
 GPUKIT_DECODE_ROUTE, which replaces it: 0 is session 6's routing), the cluster kernel of 4-warp CTAs (33), the
-counter-merged 4-warp CTA groups (34) and the CTA kernel with one fence per CTA (35). Each must take the path it
+counter-merged 4-warp CTA groups (34; 36 with 2 stages per warp) and the CTA kernel with one fence per CTA (35). Each must take the path it
 names (GPUKIT_DECODE_LOG) and give the fold kernels' common bits (the two-kernel fold 23, the CTA kernel 18),
 within the float64 reference, alone in its batch, in a captured graph and in a PDL chain; the default (no
 GPUKIT_DECODE_ROUTE) must take the paths session 7 made default, and GPUKIT_DECODE_ROUTE=0 session 6's."""
@@ -64,6 +64,8 @@ def _auto(qd, kd, vd, ld, route, monkeypatch, capfd):
     (2, 4096, 128, 512, "4-warp CTA groups (34)", True),   # B2 -> 4-warp CTAs without cluster (candidate)
     (3, 2048, 64, 512, "4-warp CTA groups (34)", True),
     (8, 1024, 128, 512, "4-warp CTA groups (34)", False),
+    (3, 4096, 128, 1024, "2 stages (36)", True),  # B3 -> 34 with 2 stages, three CTAs per SM (candidate)
+    (5, 2048, 64, 1024, "2 stages (36)", True),   # (D 64: 3 stages)
     (3, 4096, 128, 0, "(23)", True),      # session 6's routing
 ])
 def test_cuda_route_candidates(B, T, D, route, path, ref, monkeypatch, capfd):
@@ -139,10 +141,10 @@ def test_cuda_default_route(B, T, new, old, monkeypatch, capfd):
 
 
 @gpu
-@pytest.mark.parametrize("var,route", [("33", 16), ("34", 512), ("35", 256)])
+@pytest.mark.parametrize("var,route", [("33", 16), ("34", 512), ("35", 256), ("36", 1024)])
 @pytest.mark.parametrize("T,D", [(4096, 128), (16384, 128), (2500, 64)])
 def test_cuda_cluster4_chain(T, D, var, route, monkeypatch, capfd):
-    # 33 / 34 / 35 (forced, and auto with its route bit) at B = 1: a PDL chain out_{i+1} = decode(q = out_i) on
+    # 33 / 34 / 35 / 36 (forced, and auto with its route bit) at B = 1: a PDL chain out_{i+1} = decode(q = out_i) on
     # poisoned allocations (a read before the write gives NaN) within the float64 reference step by step,
     # eager and PDL off and graph replay equal to 18's chain.
     dtype = "bfloat16"
