@@ -55,8 +55,7 @@ def _auto(qd, kd, vd, ld, route, monkeypatch, capfd):
     (1, 4096, 128, 16, "(33)", True),     # B1 long -> cluster of 4-warp CTAs
     (1, 4096, 64, 16, "(33)", True),
     (1, 16384, 128, 16, "cta (18)", False),  # (33 only up to 4096 keys)
-    (10, 4096, 128, 32, "pair CTAs (28)", False),  # two waves, the second <= 1/4 full -> 28
-    (12, 4096, 128, 32, "(31)", False),            # else 31
+    # (bit 32, B10 -> 28 and B12 -> 31: test_cuda_default_route)
     (8, 1024, 128, 64, "cta (18)", True),          # two waves of CTA group units, < 8 groups -> 18
     (2, 4096, 128, 128, "cta (18)", True),         # the same with >= 8 groups (candidate)
     (1, 16384, 128, 256, "one fence per CTA (35)", True),  # 18 with one fence per CTA (candidate)
