@@ -501,8 +501,9 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   bool cl4_first = false;  // auto (bit 16): 33 where all its clusters fit
   bool cta4_first = false;  // auto (bit 512): 34 where it runs
   bool cta4s_first = false;  // auto (bit 1024): 36 where it runs
+  int route = -1;  // (auto: the route bits in force, logged)
   if (v == 20) {  // auto (see kPairMinEff, kRouteDefault)
-    const int route = decode_route();
+    route = decode_route();
     const int64_t ngmax = (int64_t(a.nsplit) + 7) / 8, sms = dmma::sm_count();
     const int64_t waves = (pairs + sms - 1) / sms;
     // 31: cs CTAs of 8 warps per pair (one warp per group)
@@ -554,9 +555,12 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   } else if (v != 1 && attention_decode_mma(a, st)) {
     path = "mma (16)";
   }
-  if (const char* e = std::getenv("GPUKIT_DECODE_LOG"); e && *e && std::strcmp(e, "0") != 0)
-    std::fprintf(stderr, "attention_decode: B=%d hq=%d hkv=%d D=%d capacity=%lld variant %d: %s\n", a.B, a.hq, a.hkv,
-                 a.D, static_cast<long long>(a.capacity), v, path ? path : "cuda-core (1)");
+  if (const char* e = std::getenv("GPUKIT_DECODE_LOG"); e && *e && std::strcmp(e, "0") != 0) {
+    char rb[32] = "";
+    if (route >= 0) std::snprintf(rb, sizeof rb, " route %d", route);
+    std::fprintf(stderr, "attention_decode: B=%d hq=%d hkv=%d D=%d capacity=%lld variant %d%s: %s\n", a.B, a.hq,
+                 a.hkv, a.D, static_cast<long long>(a.capacity), v, rb, path ? path : "cuda-core (1)");
+  }
   if (path) return;
   dispatch_float(a.dtype, [&](auto t) {
     using T = decltype(t);

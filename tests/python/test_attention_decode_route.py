@@ -4,6 +4,8 @@ counter-merged 4-warp CTA groups (34; 36 with 2 stages per warp) and the CTA ker
 names (GPUKIT_DECODE_LOG) and give the fold kernels' common bits (the two-kernel fold 23, the CTA kernel 18),
 within the float64 reference, alone in its batch, in a captured graph and in a PDL chain; the default (no
 GPUKIT_DECODE_ROUTE) must take the paths session 7 made default, and GPUKIT_DECODE_ROUTE=0 session 6's."""
+import re
+
 import numpy as np
 import pytest
 
@@ -100,35 +102,59 @@ def test_cuda_route_candidates(B, T, D, route, path, ref, monkeypatch, capfd):
     monkeypatch.delenv("GPUKIT_DECODE_ROUTE")
 
 
+# The default's path at each shape as a function of the route bits in force (the log prints them, so the rows
+# follow kRouteDefault if it changes): the first (bits, path) whose bits are all set, else the last path.
+# Session 7's default (121 = 1 | 8 | 16 | 32 | 64) takes the first column's comment; ROUTE=0 is session 6's.
+_DEFAULT_ROWS = [
+    (3, 4096, [(1024, "(36)"), (1, "(31)")], "(23)", "(23)"),                      # 121: 31
+    (10, 4096, [(2, "pair CTAs (28)"), (4, "(31)"), (32, "pair CTAs (28)")], "(23)", "(23)"),  # 28 (wave 2: 28/132)
+    (12, 4096, [(2, "pair CTAs (28)"), (4, "(31)"), (32, "(31)")], "(23)", "(23)"),            # 31 (60/132)
+    (2, 384, [(8, "one group per CTA (24)"), (256, "(35)")], "cta (18)", "cta (18)"),  # 24
+    (8, 384, [(8, "one group per CTA (24)"), (256, "(35)")], "cta (18)", "cta (18)"),  # 24
+    (4, 1024, [(256, "(35)")], "cta (18)", "cta (18)"),   # 18 (24's 32 clusters of 4 CTAs do not all fit)
+    (8, 1024, [(512, "(34)"), (64 | 256, "(35)"), (64, "cta (18)")], "(23)", "(23)"),  # 18
+    (1, 4096, [(16, "(33)"), (256, "(35)")], "cta (18)", "cta (18)"),   # 33
+    (1, 16384, [(256, "(35)")], "cta (18)", "cta (18)"),  # 18 (33 only up to 4096 keys)
+    (2, 4096, [(512, "(34)"), (128 | 256, "(35)"), (128, "cta (18)")], "(23)", "(23)"),  # 23
+]
+
+
+def _expected(rules, fallback, route):
+    for bits_, path in rules:
+        if (route & bits_) == bits_:
+            return path
+    return fallback
+
+
 @gpu
-@pytest.mark.parametrize("B,T,new,old", [
-    (3, 4096, "(31)", "(23)"),                 # bit 1
-    (10, 4096, "pair CTAs (28)", "(23)"),      # bit 32: the second wave of 31's CTAs 28/132 full
-    (12, 4096, "(31)", "(23)"),                # bit 32: 60/132 full
-    (2, 384, "one group per CTA (24)", "cta (18)"),   # bit 8
-    (8, 384, "one group per CTA (24)", "cta (18)"),
-    (4, 1024, "cta (18)", "cta (18)"),         # (24's 32 clusters of 4 CTAs do not all fit)
-    (8, 1024, "cta (18)", "(23)"),             # bit 64
-    (1, 4096, "(33)", "cta (18)"),             # bit 16
-    (1, 16384, "cta (18)", "cta (18)"),        # (33 only up to 4096 keys)
-    (2, 4096, "(23)", "(23)"),                 # (no default change: 128 and 512 are candidates)
-])
-def test_cuda_default_route(B, T, new, old, monkeypatch, capfd):
-    # the default (no GPUKIT_DECODE_ROUTE) takes session 7's path, GPUKIT_DECODE_ROUTE=0 session 6's; both give
-    # 23's bits (and the float64 reference at B <= 3), and the default's alone / graph bits equal too
+@pytest.mark.parametrize("B,T,rules,fallback,old", _DEFAULT_ROWS)
+def test_cuda_default_route(B, T, rules, fallback, old, monkeypatch, capfd):
+    # the default (no GPUKIT_DECODE_ROUTE) takes the path its route bits (logged) give, GPUKIT_DECODE_ROUTE=0
+    # session 6's; both give 23's bits (and the float64 reference at B <= 3), and the default's alone / graph
+    # bits equal too
     D, dtype = 128, "bfloat16"
     q, kc, vc, lens = _case(B, T, D, dtype, 500 + B + T)
     kd, vd, ld, qd = (gk.asarray(x).to("cuda") for x in (kc, vc, lens, q))
     monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128,23")
     want = bits(gk.nn.attention_decode(qd, kd, vd, ld))
-    for route, path in ((None, new), (0, old)):
+    for route in (None, 0):
         got, log = _auto(qd, kd, vd, ld, route, monkeypatch, capfd)
-        assert path in log, f"route {route} at B={B} T={T} did not take {path}: {log!r}"
+        m = re.search(r"variant \d+ route (\d+):", log)
+        assert m, f"no route bits in the log (B={B} T={T}): {log!r}"
+        bits_in_force = int(m.group(1))
+        if route is None:
+            path = _expected(rules, fallback, bits_in_force)
+        else:
+            assert bits_in_force == 0, f"GPUKIT_DECODE_ROUTE=0 logged route {bits_in_force}"
+            path = old
+        assert path in log, f"route {route} (bits {bits_in_force}) at B={B} T={T} did not take {path}: {log!r}"
         d = np.argwhere(bits(got) != want)
         assert d.size == 0, f"route {route} ({path}) differs from 23 at {d[0]} (B={B} T={T})"
+        if route is None:
+            default = got
     monkeypatch.delenv("GPUKIT_DECODE_ROUTE", raising=False)
     if B <= 3:
-        check(got, ref_decode(f64(q), f64(kc), f64(vc), lens), TOL[dtype] * 2, f"default B={B} T={T}")
+        check(default, ref_decode(f64(q), f64(kc), f64(vc), lens), TOL[dtype] * 2, f"default B={B} T={T}")
     alone = gk.nn.attention_decode(qd[:1], kd[:1], vd[:1], ld[:1])
     np.testing.assert_array_equal(bits(alone)[0], want[0], err_msg=f"sequence 0 alone, default, B={B} T={T}")
     g = gk.Graph()
