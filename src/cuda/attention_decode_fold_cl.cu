@@ -83,8 +83,8 @@ __device__ __forceinline__ void fold_cnt(const DecodeArgs& a, int* counters, int
   __syncthreads();
   if (!last) return;
   __threadfence();
-  // the maxima and sums through shared memory (warp 0's stage S - 1: read by the fold above, free), then each thread's outputs
-  // in blocks of KB, every partial of a block loaded before its folds (ng <= 16: the host checks)
+  // the maxima and sums through shared memory (warp 0's stage S - 1: read by the fold above, free), then each
+  // thread's outputs in blocks of KB, every partial of a block loaded before its folds (ng <= 16: the host checks)
   float* sml = reinterpret_cast<float*>(smem + (S - 1) * STAGE);
   static_assert(2 * 8 * 16 * 4 <= STAGE, "the maxima and sums fit");
   for (int i = threadIdx.x; i < nh * ng; i += NT) {

@@ -1,9 +1,10 @@
 """attention_decode, session 7 routing: the route bits of src/cuda/attention_decode.cu (kRouteDefault, or
 GPUKIT_DECODE_ROUTE, which replaces it: 0 is session 6's routing), the cluster kernel of 4-warp CTAs (33), the
-counter-merged 4-warp CTA groups (34; 36 with 2 stages per warp) and the CTA kernel with one fence per CTA (35). Each must take the path it
-names (GPUKIT_DECODE_LOG) and give the fold kernels' common bits (the two-kernel fold 23, the CTA kernel 18),
-within the float64 reference, alone in its batch, in a captured graph and in a PDL chain; the default (no
-GPUKIT_DECODE_ROUTE) must take the paths session 7 made default, and GPUKIT_DECODE_ROUTE=0 session 6's."""
+counter-merged 4-warp CTA groups (34; 36 with 2 stages per warp) and the CTA kernel with one fence per CTA (35).
+Each must take the path it names (GPUKIT_DECODE_LOG) and give the fold kernels' common bits (the two-kernel fold
+23, the CTA kernel 18), within the float64 reference, alone in its batch, in a captured graph and in a PDL chain;
+the default (no GPUKIT_DECODE_ROUTE) must take the paths its route bits give, and GPUKIT_DECODE_ROUTE=0 session
+6's."""
 import re
 
 import numpy as np
@@ -169,9 +170,9 @@ def test_cuda_default_route(B, T, rules, fallback, old, monkeypatch, capfd):
 @pytest.mark.parametrize("var,route", [("33", 16), ("34", 512), ("36", 1024)])
 @pytest.mark.parametrize("T,D", [(4096, 128), (16384, 128), (2500, 64)])
 def test_cuda_cluster4_chain(T, D, var, route, monkeypatch, capfd):
-    # 33 / 34 / 36 (forced, and auto with its route bit) at B = 1 (35 is 18 with one fence per CTA: the fold tests): a PDL chain out_{i+1} = decode(q = out_i) on
-    # poisoned allocations (a read before the write gives NaN) within the float64 reference step by step,
-    # eager and PDL off and graph replay equal to 18's chain.
+    # 33 / 34 / 36 (forced, and auto with its route bit) at B = 1 (35, 18 with one fence per CTA: the fold tests):
+    # a PDL chain out_{i+1} = decode(q = out_i) on poisoned allocations (a read before the write gives NaN) within
+    # the float64 reference step by step, eager and PDL off and graph replay equal to 18's chain.
     dtype = "bfloat16"
     q, kc, vc, lens = _case(1, T, D, dtype, 400 + D)
     kd, vd, ld, qd = (gk.asarray(x).to("cuda") for x in (kc, vc, lens, q))
