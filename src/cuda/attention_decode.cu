@@ -435,7 +435,7 @@ constexpr double kPairMinEff = 0.9;
 // is set: it REPLACES the default (GPUKIT_DECODE_ROUTE=0 is session 6's final routing; benches compare both).
 // Figures: session 7's checkpoint A (/work/wt/device-results/s7A/2/plan_{1,2,3}_bench.log, H200, Hq 32, Hkv 8,
 // D 128, CUDA graph us):
-//  1 (default): the pair clusters (31) with >= 2 groups per SM instead of 3: B3 T4096 25.2 against 23's 27.0
+//  1 (default): the pair clusters (31) with >= 2 groups per SM instead of 3: B3 T4096 25.2 against 23's 26.9
 //    (B2 T4096, 256 groups, stays on 23: 21.4 against 31's 25.1).
 //  2 / 4 / 32: two waves of the pair clusters' CTAs (SMs < pairs x CTAs per pair <= 2 x SMs, >= 3/4 of 31's
 //    warps with a group; B9-B14 at 4096 keys) to the pair kernel 28 (2), to 31 (4), or (32, default) to 28 while
