@@ -39,9 +39,12 @@ PAGED = [(1, 16384), (32, 8192)]
 # 25: 24 with two groups per CTA, 28: one CTA per sequence x kv head, warps on group units (one launch), 29: 28
 # with L2 evict-first, 30 / 31: 29 spread over a thread-block cluster, one warp per group (CTAs of 4 / 8 warps),
 # 32: 30 with a stage ring twice as deep (one CTA per SM), 33: 24 with CTAs of 4 warps (two per SM, so 16-CTA
-# clusters are resident at B = 1 with 8 kv heads). "env:GPUKIT_DECODE_ROUTE=N": auto with route candidate bits N
-# (src/cuda/attention_decode.cu, kRouteDefault: 1 B3-like to 31, 2 / 4 two waves of 31's CTAs to 28 / 31, 8 the
-# cluster kernel 24 at B 2..8 where it fits, 16 the cluster kernel 33 at B = 1 where 24 does not fit).
+# clusters are resident at B = 1 with 8 kv heads), 34: 33's CTAs without a cluster (the groups merged by counter,
+# as 18), 35: 18 with one fence per CTA in its merge. "env:GPUKIT_DECODE_ROUTE=N": auto with route bits N instead
+# of the default's (src/cuda/attention_decode.cu, kRouteDefault = 121; 0: session 6's routing; 1 B3-like to 31,
+# 2 / 4 / 32 two waves of 31's CTAs to 28 / 31 / 28 or 31 by the second wave's fill, 8 the cluster kernel 24 at
+# B 2..8 where it fits, 16 the cluster kernel 33 at B = 1 up to 4096 keys where 24 does not fit, 64 / 128 18 in two
+# waves of its units (< 8 / >= 8 groups), 256 35 for 18, 512 34 at B 2..4 in two waves of 18's units).
 # 1: the CUDA-core kernel of src/cuda/attention_decode.cu. 16: the tensor-core kernel of attention_decode_mma.cu,
 # 2-13 its tuning variants (see attention_decode_mma.cu). Variant 0 is the default (see attention_decode.cu).
 SWEEP = ["32,1024,128,18", "32,1024,128,19", "32,1024,128,23", "32,1024,128,28", "32,1024,128,25", "32,1024,128,17",

@@ -430,20 +430,39 @@ void launch_decode_merge(const DecodeArgs& a, cudaStream_t st) {
 //  - else the two-kernel fold with L2 evict-first K / V loads (23; head_dim 256 always): 0.6-3.4 % faster than
 //    without (19) at every shape of that run.
 constexpr double kPairMinEff = 0.9;
-// Routing candidates (session 6's final run, not measured against the default as switches yet): OR of the bits
-// of kRouteDefault and GPUKIT_DECODE_ROUTE (an integer read at each call; the bench's comparison lines set it).
-//  1: the pair clusters (31) with >= 2 groups per SM instead of 3 (B3 T4096 8 kv heads: 31 25.1 us, 23 27.3);
-//  2: two waves of the pair clusters' CTAs (pairs x CTAs per pair <= 2 x SMs) to the pair kernel (28; B12 T4096:
-//     60.7 against 23's 62.2); 4: the same to the pair clusters (31; B12 60.6). 2 wins over 4 when both are set;
-//  8: the cluster kernel with one group per CTA (24) first at B = 2..8 too, where all its clusters are resident
-//     (short capacities; B = 1 takes it by default);
-//  16: at B = 1, where 24's clusters do not all fit (capacities from ~4096 keys with 8 kv heads), the cluster
-//     kernel of 4-warp CTAs (33, two CTAs per SM) where all its clusters are resident (A: B1 T4096 12.9 us, 18
-//     14.0).
-constexpr int kRouteDefault = 0;
+// Route bits (session 7): auto's refinements of the list above, all giving the same bits. The bits in force are
+// kRouteDefault, or GPUKIT_DECODE_ROUTE (an integer read at each call, so at capture time under a graph) when that
+// is set: it REPLACES the default (GPUKIT_DECODE_ROUTE=0 is session 6's final routing; benches compare both).
+// Figures: session 7's checkpoint A (/work/wt/device-results/s7A/2/plan_{1,2,3}_bench.log, H200, Hq 32, Hkv 8,
+// D 128, CUDA graph us):
+//  1 (default): the pair clusters (31) with >= 2 groups per SM instead of 3: B3 T4096 25.2 against 23's 26.9
+//    (B2 T4096, 256 groups, stays on 23: 21.4 against 31's 25.1).
+//  2 / 4 / 32: two waves of the pair clusters' CTAs (SMs < pairs x CTAs per pair <= 2 x SMs, >= 3/4 of 31's
+//    warps with a group; B9-B14 at 4096 keys) to the pair kernel 28 (2), to 31 (4), or (32, default) to 28 while
+//    the second wave of 31's CTAs is at most 1/4 full, else 31: B10 28 58.8 / 31 60.2 / 23 61.0, B12 60.9 / 60.0 /
+//    61.4, B14 64.3 / 63.0 / 67.7. 2 wins over 4, 4 over 32.
+//  8 (default): the cluster kernel with one group per CTA (24) first at B = 2..8 too, where all its clusters are
+//    resident (short capacities): B2 T384 7.4 against 18's 11.0, B2 T1024 8.9 / 11.8, B4 T384 7.9 / 11.4, B8
+//    T384 8.9 / 12.4 (B4 T1024, B8 T1024: not all resident, see 64).
+//  16 (default): at B = 1 where 24's clusters do not all fit and the capacity is at most 4096 keys, the cluster
+//    kernel of 4-warp CTAs (33) where all its clusters are resident: B1 T4096 13.1 against 18's 14.1; it loses on
+//    longer caches (T16384 30.1 / 25.7, T131072 189 / 129: not taken there). Launched without PDL (A: 12.9 us
+//    with PDL off; see go_cl in attention_decode_fold_cl.cu).
+//  64 (default): the CTA group units (18) instead of 23 in two waves of them (SMs < pairs x ngmax <= 2 x SMs)
+//    when the sequences have fewer than 8 groups (no 28 / 31 candidate): B8 T1024 18 23.5, 23 (auto) 24.6-25.1.
+//  128 (candidate, off): the same at >= 8 groups too (B2 T4096: 256 groups; 18 never measured there).
+//  256 (candidate, off): 18's cross-CTA merge with one fence per CTA (thread 0, after the barrier) instead of a
+//    __threadfence in every thread, as cooperative groups' grid sync does (same arithmetic: the same bits).
+//  512 (candidate, off): B >= 2 in two waves of CTA group units (SMs < pairs x ngmax <= 2 x SMs): the counter-
+//    merged 4-warp CTA groups (34, two CTAs per SM: one wave of <= 264 CTAs, each with 18's per-CTA work at B1;
+//    B2 T4096 and B8 T1024: 256 CTAs; 23 there 21.4 / 24.6 us, SDPA 14.9 / 14.8).
+//  1024 (candidate, off): B >= 2 in three waves of CTA group units (2 x SMs < pairs x ngmax <= 3 x SMs): 36, 34 with
+//    2 stages per warp (head_dim 64: 3), CTAs of 72 KB, three per SM: one wave (B3 T4096: 384 CTAs; 31 25.2 us,
+//    SDPA 19.0).
+constexpr int kRouteDefault = 1 | 8 | 16 | 32 | 64;
 static int decode_route() {
   const char* e = std::getenv("GPUKIT_DECODE_ROUTE");
-  return kRouteDefault | (e && *e ? std::atoi(e) : 0);
+  return e && *e ? std::atoi(e) : kRouteDefault;
 }
 // Whether variant 0 (no GPUKIT_DECODE_SPLIT) runs the fold kernels (else attention_decode_mma.cu).
 constexpr bool kFoldDefault = true;
@@ -470,15 +489,21 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   // batches, e.g. B4-B8 T4096 where 28 fills 32-64 of the SMs; 31 is auto's choice there); 32: 30 with twice the
   // stage ring (one CTA per SM). 33: 24 with CTAs of 4 warps (two chunks per warp, 112 KB: two CTAs per SM, so
   // clusters of 16 CTAs need 8 SMs of a GPC and B = 1 with 8 kv heads is one wave; session 6's A: 14 clusters of 16
-  // resident, B1 T4096 12.9 us against 14.0 for 18). Route candidates: kRouteDefault.
+  // resident, B1 T4096 12.9 us against 14.0 for 18). 34: one CTA of 4 warps per group (two chunks per warp, two
+  // CTAs per SM), no cluster: the groups merged as 18 does (workspace, counter, the last CTA folds). 35: 18 with
+  // one fence per CTA in its merge. 36: 34 with 2 stages per warp (head_dim 64: 3), three CTAs per SM. Route bits:
+  // kRouteDefault.
   // attention_decode_mma.cu: variants 2-13 and 16 (16: its default). Variant 0 is kFoldDefault ? 20 : 16.
   // Variant 1 forces the CUDA-core kernel below.
   int v = a.variant == 0 ? (kFoldDefault ? 20 : 16) : a.variant;
   const int64_t pairs = int64_t(a.B) * a.hkv * ((a.hq / a.hkv + 7) / 8);
   bool cl_first = false;  // auto: the cluster kernel with one group per CTA first, where all its clusters fit
-  bool cl4_first = false;  // auto with route bit 16: 33 where all its clusters fit
+  bool cl4_first = false;  // auto (bit 16): 33 where all its clusters fit
+  bool cta4_first = false;  // auto (bit 512): 34 where it runs
+  bool cta4s_first = false;  // auto (bit 1024): 36 where it runs
+  int route = -1;  // (auto: the route bits in force, logged)
   if (v == 20) {  // auto (see kPairMinEff, kRouteDefault)
-    const int route = decode_route();
+    route = decode_route();
     const int64_t ngmax = (int64_t(a.nsplit) + 7) / 8, sms = dmma::sm_count();
     const int64_t waves = (pairs + sms - 1) / sms;
     // 31: cs CTAs of 8 warps per pair (one warp per group)
@@ -486,20 +511,30 @@ void attention_decode(const DecodeArgs& a, void* stream) {
     const bool fill = ngmax >= 8 && ngmax <= 16 && 4 * ngmax >= 3 * 8 * cs;  // >= 3/4 of 31's warps have a group
     const bool pcl = fill && pairs * cs <= sms && pairs * ngmax >= ((route & 1) ? 2 : 3) * sms;
     const bool wave2 = fill && pairs * cs > sms && pairs * cs <= 2 * sms;  // two waves of 31's CTAs
+    const bool wave2_28 = (route & 2) || (!(route & 4) && (route & 32) && 4 * (pairs * cs - sms) <= sms);
+    const bool cta2 = pairs * ngmax > sms && pairs * ngmax <= 2 * sms;  // two waves of CTA group units
     v = pairs * ngmax <= sms                                                             ? 18
         : ngmax >= 8 && ngmax <= 16 && double(pairs) >= kPairMinEff * double(waves * sms) ? 28
         : pcl                                                                             ? 31
-        : wave2 && (route & 2)                                                            ? 28
-        : wave2 && (route & 4)                                                            ? 31
+        : wave2 && wave2_28                                                               ? 28
+        : wave2 && (route & (4 | 32))                                                     ? 31
+        : cta2 && (ngmax < 8 ? (route & 64) : (route & 128))                              ? 18
                                                                                           : 23;
-    cl_first = a.B == 1 ? v == 18 : (route & 8) && a.B <= 8;  // B = 1 measured; B 2..8 a candidate (bit 8)
-    cl4_first = (route & 16) && a.B == 1 && v == 18;
+    cl_first = a.B == 1 ? pairs * ngmax <= sms : (route & 8) && a.B <= 8;
+    cl4_first = (route & 16) && a.B == 1 && pairs * ngmax <= sms && a.capacity <= 4096;
+    cta4_first = (route & 512) && a.B >= 2 && cta2;
+    cta4s_first = (route & 1024) && a.B >= 2 && pairs * ngmax > 2 * sms && pairs * ngmax <= 3 * sms;
+    if (v == 18 && (route & 256)) v = 35;  // 18 with one fence per CTA (same kernel, same bits)
   }
   const char* path = nullptr;
   if (cl_first && attention_decode_fold_cl(a, st, 3)) {
     path = "cluster, one group per CTA (24)";
   } else if (cl4_first && attention_decode_fold_cl(a, st, 5)) {
     path = "cluster of 4-warp CTAs (33)";
+  } else if ((cta4_first || v == 34) && attention_decode_fold_cl(a, st, 6)) {
+    path = "counter-merged 4-warp CTA groups (34)";
+  } else if ((cta4s_first || v == 36) && attention_decode_fold_cl(a, st, 7)) {
+    path = "counter-merged 4-warp CTA groups, 2 stages (36)";
   } else if (v == 33 && attention_decode_fold_cl(a, st, 4)) {
     path = "cluster of 4-warp CTAs (33)";
   } else if ((v == 24 || v == 25) && attention_decode_fold_cl(a, st, v == 24 ? 1 : 2)) {
@@ -509,10 +544,10 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   } else if (v >= 30 && v <= 32 && attention_decode_fold_pcl(a, st, v == 31 ? 8 : 4, v == 32)) {
     path = v == 30 ? "pair clusters, 4 warps per CTA (30)"
            : v == 31 ? "pair clusters, 8 warps per CTA (31)" : "pair clusters, 4 warps per CTA, deep ring (32)";
-  } else if (v == 18 && attention_decode_fold_cta(a, st)) {
-    path = "cta (18)";
-  } else if (v >= 14 && v <= 33 && v != 16) {
-    // (18, 24, 25, 28-33 when not covered: 23, as the default would)
+  } else if ((v == 18 || v == 35) && attention_decode_fold_cta(a, st, v == 35)) {
+    path = v == 35 ? "cta, one fence per CTA (35)" : "cta (18)";
+  } else if (v >= 14 && v <= 36 && v != 16) {
+    // (18, 24, 25, 28-36 when not covered: 23, as the default would)
     const int force = v == 14 ? 1 : v == 15 ? 2 : v == 17 ? 3 : v == 21 ? 4 : v == 22 ? 4 | 8 : v == 19 ? 0
                       : v == 26 ? 16 : v == 27 ? 16 | 8 : 8;
     if (attention_decode_fold(a, st, force)) path = force & 8 ? "fold + merge kernel, evict-first (23)"
@@ -520,9 +555,12 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   } else if (v != 1 && attention_decode_mma(a, st)) {
     path = "mma (16)";
   }
-  if (const char* e = std::getenv("GPUKIT_DECODE_LOG"); e && *e && std::strcmp(e, "0") != 0)
-    std::fprintf(stderr, "attention_decode: B=%d hq=%d hkv=%d D=%d capacity=%lld variant %d: %s\n", a.B, a.hq, a.hkv,
-                 a.D, static_cast<long long>(a.capacity), v, path ? path : "cuda-core (1)");
+  if (const char* e = std::getenv("GPUKIT_DECODE_LOG"); e && *e && std::strcmp(e, "0") != 0) {
+    char rb[32] = "";
+    if (route >= 0) std::snprintf(rb, sizeof rb, " route %d", route);
+    std::fprintf(stderr, "attention_decode: B=%d hq=%d hkv=%d D=%d capacity=%lld variant %d%s: %s\n", a.B, a.hq,
+                 a.hkv, a.D, static_cast<long long>(a.capacity), v, rb, path ? path : "cuda-core (1)");
+  }
   if (path) return;
   dispatch_float(a.dtype, [&](auto t) {
     using T = decltype(t);

@@ -45,17 +45,106 @@ __device__ __forceinline__ float ld_peer(uint32_t s, uint32_t rank) {
   return v;
 }
 
+// 34's end (CNT): after the barrier that follows the partials' publication (chunk c of the group in stage c / W of
+// warp c % W), fold group r's nw chunks in order; one group: the output; else the workspace (group r's slot), then
+// the counter of unit ci; the CTA completing it folds the ng groups in order (18's merge: the same folds).
+template <class T, int D, int W, int S_>
+__device__ __forceinline__ void fold_cnt(const DecodeArgs& a, int* counters, int ng, int nw, int r, int b, int h0,
+                                         int nh, int ci, unsigned char* smem) {
+  using Cf = MCfg<D, W, S_>;
+  constexpr int S = Cf::S, STAGE = Cf::STAGE, NT = W * 32;
+  __shared__ int last;
+  const int64_t hrow = int64_t(b) * a.hq + h0;
+  for (int idx = threadIdx.x; idx < nh * D; idx += NT) {
+    const int h = idx / D, d = idx - h * D;
+    float M = -INFINITY, L = 0.f, O = 0.f;
+    for (int c = 0; c < nw; ++c) {
+      const float* q = reinterpret_cast<const float*>(smem + size_t(c % W) * Cf::WARPB + (c / W) * STAGE);
+      float wa, wb;
+      fold_w(M, q[8 * D + 2 * h], wa, wb);
+      L = fold_v(L, wa, q[8 * D + 2 * h + 1], wb);
+      O = fold_v(O, wa, q[h * D + d], wb);
+    }
+    if (ng <= 1) {  // (no keys: 0)
+      static_cast<T*>(a.out)[(hrow + h) * D + d] = convert<T>(finalize(O, L));
+    } else {
+      a.ws_o[((hrow + h) * a.nsplit + r) * D + d] = O;
+      if (d == 0) {
+        float* ml = a.ws_ml + ((hrow + h) * a.nsplit + r) * 2;
+        ml[0] = M;
+        ml[1] = L;
+      }
+    }
+  }
+  if (ng <= 1) return;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(counters + ci, 1) == ng - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  // the maxima and sums through shared memory (warp 0's stage S - 1: read by the fold above, free), then each
+  // thread's outputs in blocks of KB, every partial of a block loaded before its folds (ng <= 16: the host checks)
+  float* sml = reinterpret_cast<float*>(smem + (S - 1) * STAGE);
+  static_assert(2 * 8 * 16 * 4 <= STAGE, "the maxima and sums fit");
+  for (int i = threadIdx.x; i < nh * ng; i += NT) {
+    const int h = i / ng, s2 = i - h * ng;
+    const float2 v = __ldcg(reinterpret_cast<const float2*>(a.ws_ml + ((hrow + h) * a.nsplit + s2) * 2));
+    sml[2 * i] = v.x;
+    sml[2 * i + 1] = v.y;
+  }
+  __syncthreads();
+  constexpr int KO = 8 * D / NT, KB = KO < 4 ? KO : 4, NGF = 16;
+#pragma unroll 1
+  for (int k0 = 0; k0 < KO; k0 += KB) {
+    float ov[KB][NGF];
+#pragma unroll
+    for (int k = 0; k < KB; ++k) {
+      const int idx = threadIdx.x + (k0 + k) * NT, h = idx / D, d = idx - h * D;
+      const float* po = a.ws_o + (hrow + h) * a.nsplit * D + d;
+#pragma unroll
+      for (int s2 = 0; s2 < NGF; ++s2) ov[k][s2] = idx < nh * D && s2 < ng ? __ldcg(po + int64_t(s2) * D) : 0.f;
+    }
+#pragma unroll
+    for (int k = 0; k < KB; ++k) {
+      const int idx = threadIdx.x + (k0 + k) * NT, h = idx / D, d = idx - h * D;
+      if (idx < nh * D) {
+        float TM = -INFINITY, TL = 0.f, TO = 0.f;
+#pragma unroll
+        for (int s2 = 0; s2 < NGF; ++s2) {
+          if (s2 < ng) {
+            float wa, wb;
+            fold_w(TM, sml[2 * (h * ng + s2)], wa, wb);
+            TL = fold_v(TL, wa, sml[2 * (h * ng + s2) + 1], wb);
+            TO = fold_v(TO, wa, ov[k][s2], wb);
+          }
+        }
+        static_cast<T*>(a.out)[(hrow + h) * D + d] = convert<T>(finalize(TO, TL));
+      }
+    }
+  }
+  if (threadIdx.x == 0) counters[ci] = 0;  // every group has arrived: ready for the next launch
+}
+
 // grid (cs, H = hkv * ngb, B), clusters of cs CTAs along x. CTA r runs groups r, r + cs, ... (GPC of them at
 // most, one after the other in each warp's stream of tiles). W warps per CTA: 8 (warp w: chunk w of each group)
 // or 4 (warp w: chunks w and w + 4 of the group, one after the other; CTAs of 112 KB, two per SM, so clusters of
 // 16 CTAs fit on 8 SMs of a GPC).
-template <class T, int D, int GPC, int W>
-__global__ void __launch_bounds__(W * 32) k_decode_fold_cl(const __grid_constant__ DecodeArgs a) {
-  using Cf = MCfg<D, W>;
+//
+// CNT (34): no cluster; grid (ngmax, H, B), one group per CTA (GPC 1): the group's result goes to the workspace
+// (a sequence of one group: to the output) and the CTA that completes the (sequence, kv head, head group)'s count of
+// groups folds them in group order, as the CTA kernel (18) does (the same bits). S_: the stages per warp (0: MCfg's
+// default; 36 is 34 with S_ 2 at head_dim 128 (3 at 64): CTAs of 72 KB, three per SM).
+template <class T, int D, int GPC, int W, bool CNT = false, int S_ = 0>
+__global__ void __launch_bounds__(W * 32, CNT && S_ ? 3 : 1)
+    k_decode_fold_cl(const __grid_constant__ DecodeArgs a, int* counters) {
+  using Cf = MCfg<D, W, S_>;
   static_assert(W == kGroup || W == kGroup / 2, "a warp runs one or two chunks of a group");
   constexpr int CPW = kGroup / W;  // chunks of a group per warp
   constexpr int NS = GPC * CPW;    // chunk slots per warp: slot k = (group r + (k / CPW) cs, chunk warp + (k % CPW) W)
-  static_assert(GPC >= 1 && NS <= 2 && Cf::S >= NS + 1, "partials in stages 0 .. NS - 1, results in stage S - 1");
+  static_assert(GPC >= 1 && NS <= 2 && Cf::S >= NS + (CNT ? 0 : 1),
+                "partials in stages 0 .. NS - 1, results in stage S - 1 (counter merge: no result stage)");
+  static_assert(!CNT || GPC == 1, "counter merge: one group per CTA");
   constexpr int S = Cf::S, ROWB = Cf::ROWB, CH = Cf::CH, KVB = Cf::KVB, STAGE = Cf::STAGE, CPL = Cf::CPL,
                 QPL = Cf::QPL, KSTEP = Cf::KSTEP;
   static_assert(8 * D * 4 + 64 <= STAGE, "a partial fits in one stage");
@@ -71,6 +160,9 @@ __global__ void __launch_bounds__(W * 32) k_decode_fold_cl(const __grid_constant
   gdc_wait();  // (launched with PDL: q, the cache and the lengths may come from the previous kernel)
   gdc_launch();  // the next kernel waits for this grid's completion before reading the outputs
   const SeqPlan p = seq_plan(a, b);
+  if constexpr (CNT) {
+    if (r >= max(p.ng, 1)) return;  // (the same for every thread; no cluster barrier in this form)
+  }
 
   unsigned char* ring = smem + size_t(warp) * Cf::WARPB;
   unsigned char* qslot = ring + S * STAGE;
@@ -233,6 +325,11 @@ __global__ void __launch_bounds__(W * 32) k_decode_fold_cl(const __grid_constant
     }
   }
   __syncthreads();
+  if constexpr (CNT) {
+    fold_cnt<T, D, W, S_>(a, counters, p.ng, nwk[0], r, b, h0, nh, b * int(gridDim.y) + int(blockIdx.y), smem);
+    return;
+  }
+  __syncthreads();
 #pragma unroll
   for (int k = 0; k < GPC; ++k) {  // each group: its chunks folded in order, into stage S - 1 of warp k
     if (nwk[k] == 0) continue;
@@ -330,7 +427,7 @@ int cl_resident(int cs) {
 }
 
 template <class T, int D, int GPC, int W = kGroup>
-bool launch_cl(const DecodeArgs& a, cudaStream_t st, int cs) {
+bool launch_cl(const DecodeArgs& a, cudaStream_t st, int cs, bool pdl = true) {
   using Cf = MCfg<D, W>;
   static_assert(Cf::SMEM + Cf::W * Cf::S * 4 <= 227 * 1024, "shared memory");
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
@@ -348,12 +445,12 @@ bool launch_cl(const DecodeArgs& a, cudaStream_t st, int cs) {
   attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[1].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = decode_pdl() ? 2 : 1;
-  if (cudaLaunchKernelEx(&cfg, kern, a) != cudaSuccess) {
+  cfg.numAttrs = pdl && decode_pdl() ? 2 : 1;
+  if (cudaLaunchKernelEx(&cfg, kern, a, static_cast<int*>(nullptr)) != cudaSuccess) {
     (void)cudaGetLastError();
     if (cfg.numAttrs == 1) return false;
     cfg.numAttrs = 1;  // without PDL
-    if (cudaLaunchKernelEx(&cfg, kern, a) != cudaSuccess) {
+    if (cudaLaunchKernelEx(&cfg, kern, a, static_cast<int*>(nullptr)) != cudaSuccess) {
       (void)cudaGetLastError();
       return false;
     }
@@ -362,14 +459,46 @@ bool launch_cl(const DecodeArgs& a, cudaStream_t st, int cs) {
   return true;
 }
 
+// 34: grid (ngmax, H, B) of 4-warp CTAs (two per SM), no cluster, the counter merge; false while the stream's
+// capture is invalidated (no counters) or ngmax > 16.
+template <class T, int D, int S_ = 0>
+bool launch_cnt(const DecodeArgs& a, cudaStream_t st) {
+  using Cf = MCfg<D, kGroup / 2, S_>;
+  const int ngmax = (a.nsplit + kGroup - 1) / kGroup;
+  const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
+  if (ngmax < 1 || ngmax > kMaxCluster || a.hkv * ngb > 65535) return false;
+  auto kern = k_decode_fold_cl<T, D, 1, kGroup / 2, true, S_>;
+  {
+    static std::atomic<unsigned long long> done{0};
+    int dev = 0;
+    GK_CUDA_CHECK(cudaGetDevice(&dev));
+    const unsigned long long bit = 1ull << (dev & 63);
+    if (dev >= 64 || !(done.load(std::memory_order_relaxed) & bit)) {
+      GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cf::SMEM)));
+      GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+      done.fetch_or(bit, std::memory_order_relaxed);
+    }
+  }
+  int* counters = merge_counters(st, int64_t(a.B) * a.hkv * ngb);
+  if (!counters) return false;
+  launch_maybe_pdl(kern, dim3{unsigned(ngmax), unsigned(a.hkv * ngb), unsigned(a.B)}, dim3{unsigned(Cf::W * 32)},
+                   Cf::SMEM, st, decode_pdl(), a, counters);
+  GK_LAUNCH_CHECK("attention_decode_fold_cl (counter merge)");
+  return true;
+}
+
 // Picks the cluster: the most groups a sequence of the capacity can have (ngmax <= 16) in clusters of the
 // power of two cs >= ngmax (one group per CTA), else cs >= ngmax / 2 (two groups per CTA, the second after the
 // first in each warp), whichever has all B * hkv * ngb clusters resident at once (force 1: the first that can
 // run; 2: two groups per CTA when ngmax > 1; 3: one group per CTA with all clusters resident, else nothing; 4: one
-// group per CTA of 4 warps, two chunks per warp (33), when such clusters can run; 5: 4 with all clusters resident).
+// group per CTA of 4 warps, two chunks per warp (33), when such clusters can run; 5: 4 with all clusters resident,
+// launched without PDL;
+// 6: 34, the same CTAs without a cluster, merged by counter; 7: 36, 34 with 2 (head_dim 64: 3) stages per warp).
 template <class T, int D>
 bool go_cl(const DecodeArgs& a, cudaStream_t st, int force) {
   const bool forced = force == 1 || force == 2;
+  if (force == 6) return launch_cnt<T, D>(a, st);
+  if (force == 7) return launch_cnt<T, D, D == 128 ? 2 : 3>(a, st);
   const int ngmax = (a.nsplit + kGroup - 1) / kGroup;
   if (ngmax > kMaxCluster) return false;
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
@@ -382,7 +511,10 @@ bool go_cl(const DecodeArgs& a, cudaStream_t st, int force) {
     if (const char* e = std::getenv("GPUKIT_DECODE_LOG"); e && *e && std::strcmp(e, "0") != 0)
       std::fprintf(stderr, "attention_decode cluster: %lld clusters needed; %d clusters of %d CTAs of 4 warps resident\n",
                    static_cast<long long>(clusters), r4, cs1);
-    return r4 > 0 && (force == 4 || clusters <= r4) && launch_cl<T, D, 1, kGroup / 2>(a, st, cs1);
+    // (5, auto's 33: without PDL. Session 7's A, B1 graph us, PDL on / off: T4096 13.1 / 12.9, T16384 30.1 / 26.0,
+    // T131072 189.2 / 151.2; likely the early-launched next grid's CTAs taking the second CTA slot of SMs, so that
+    // CTAs of one grid end up two to an SM while other SMs idle; 18's one-CTA-per-SM grids cannot co-reside.)
+    return r4 > 0 && (force == 4 || clusters <= r4) && launch_cl<T, D, 1, kGroup / 2>(a, st, cs1, force == 4);
   }
   const int r1 = cl_resident<T, D, 1>(cs1);
   if (const char* e = std::getenv("GPUKIT_DECODE_LOG"); e && *e && std::strcmp(e, "0") != 0)

@@ -78,7 +78,7 @@ __device__ __forceinline__ int tile_row_c(const DecodeArgs& a, int nitems, const
 
 template <class T, int D>
 __global__ void __launch_bounds__(kGroup * 32, 1)
-    k_decode_fold_cta(const __grid_constant__ DecodeArgs a, int* counters) {
+    k_decode_fold_cta(const __grid_constant__ DecodeArgs a, int* counters, int fence1) {
   using Cf = MCfg<D>;
   static_assert(Cf::W == kGroup, "one warp per chunk of a group");
   constexpr int W = Cf::W, S = Cf::S, ROWB = Cf::ROWB, CH = Cf::CH, KVB = Cf::KVB, STAGE = Cf::STAGE,
@@ -241,12 +241,18 @@ __global__ void __launch_bounds__(kGroup * 32, 1)
       }
       if (C.ng > 1) {  // count this group in; the CTA completing the count folds the groups
         const int ci = (C.b * a.hkv + C.kvh) * ngb + (C.h0 - C.kvh * G) / 8;
-        __threadfence();
+        // fence1 (35): the barrier orders the CTA's workspace writes before thread 0's fence and count (fences are
+        // cumulative; the pattern of cooperative groups' grid sync), and the last CTA's reads after its fence
+        if (!fence1) __threadfence();
         __syncthreads();
-        if (threadIdx.x == 0) last = atomicAdd(counters + ci, 1) == C.ng - 1;
+        if (threadIdx.x == 0) {
+          if (fence1) __threadfence();
+          last = atomicAdd(counters + ci, 1) == C.ng - 1;
+          if (fence1 && last) __threadfence();
+        }
         __syncthreads();
         if (last) {
-          __threadfence();
+          if (!fence1) __threadfence();
           constexpr int KO = 8 * D / (W * 32), NGF = 16;  // outputs per thread (at most), groups of the fast path
           float* sml = reinterpret_cast<float*>(smem + size_t(pub[0]) * STAGE);  // warp 0's stage: read, free
           if (C.ng <= NGF && 2 * C.nh * C.ng * 4 <= STAGE) {
@@ -322,7 +328,7 @@ __global__ void __launch_bounds__(kGroup * 32, 1)
 
 // False (nothing launched) while the stream's capture is invalidated (no counters): the caller falls back.
 template <class T, int D>
-bool launch_cta(const DecodeArgs& a, cudaStream_t st) {
+bool launch_cta(const DecodeArgs& a, cudaStream_t st, bool fence1) {
   using Cf = MCfg<D>;
   static_assert(Cf::SMEM + Cf::W * Cf::S * 4 + 4 * (kMaxDenseF + 2 + Cf::W) <= 227 * 1024, "shared memory");
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
@@ -342,13 +348,13 @@ bool launch_cta(const DecodeArgs& a, cudaStream_t st) {
   int* counters = merge_counters(st, int64_t(a.B) * a.hkv * ngb);
   if (!counters) return false;
   const unsigned grid = unsigned(std::min<int64_t>(sm_count(), nunits));
-  launch_maybe_pdl(kern, dim3{grid}, dim3{unsigned(Cf::W * 32)}, Cf::SMEM, st, decode_pdl(), a, counters);
+  launch_maybe_pdl(kern, dim3{grid}, dim3{unsigned(Cf::W * 32)}, Cf::SMEM, st, decode_pdl(), a, counters, int(fence1));
   GK_LAUNCH_CHECK("attention_decode_fold_cta");
   return true;
 }
 }  // namespace
 
-bool attention_decode_fold_cta(const DecodeArgs& a, cudaStream_t st) {
+bool attention_decode_fold_cta(const DecodeArgs& a, cudaStream_t st, bool fence1) {
   const bool half = a.dtype == DType::bf16 || a.dtype == DType::f16;
   if (!half || a.cache_dtype != a.dtype || (a.D != 64 && a.D != 128)) return false;
   if (!aligned16(a.q) || (a.q_bs * 2) % 16 || (a.q_hs * 2) % 16) return false;
@@ -356,7 +362,7 @@ bool attention_decode_fold_cta(const DecodeArgs& a, cudaStream_t st) {
   if (a.chunk_min % 16) return false;
   auto go = [&](auto t) {
     using T = decltype(t);
-    return a.D == 64 ? launch_cta<T, 64>(a, st) : launch_cta<T, 128>(a, st);
+    return a.D == 64 ? launch_cta<T, 64>(a, st, fence1) : launch_cta<T, 128>(a, st, fence1);
   };
   return a.dtype == DType::bf16 ? go(bf16{}) : go(f16{});
 }

@@ -1,7 +1,12 @@
-"""attention_decode, session 7 candidates (opt-in, not the default): the route bits of GPUKIT_DECODE_ROUTE
-(src/cuda/attention_decode.cu, kRouteDefault) and the cluster kernel of 4-warp CTAs (33). Each must take the
-path it names (GPUKIT_DECODE_LOG) and give the fold kernels' common bits (the two-kernel fold 23, the CTA kernel
-18), within the float64 reference, alone in its batch, in a captured graph and in a PDL chain."""
+"""attention_decode, session 7 routing: the route bits of src/cuda/attention_decode.cu (kRouteDefault, or
+GPUKIT_DECODE_ROUTE, which replaces it: 0 is session 6's routing), the cluster kernel of 4-warp CTAs (33), the
+counter-merged 4-warp CTA groups (34; 36 with 2 stages per warp) and the CTA kernel with one fence per CTA (35).
+Each must take the path it names (GPUKIT_DECODE_LOG) and give the fold kernels' common bits (the two-kernel fold
+23, the CTA kernel 18), within the float64 reference, alone in its batch, in a captured graph and in a PDL chain;
+the default (no GPUKIT_DECODE_ROUTE) must take the paths its route bits give, and GPUKIT_DECODE_ROUTE=0 session
+6's."""
+import re
+
 import numpy as np
 import pytest
 
@@ -42,7 +47,7 @@ def _auto(qd, kd, vd, ld, route, monkeypatch, capfd):
 
 @gpu
 @pytest.mark.parametrize("B,T,D,route,path,ref", [
-    (3, 4096, 128, 1, "(31)", True),      # B3 T4096 -> pair clusters of 8-warp CTAs
+    (3, 4096, 128, 1, "(31)", True),      # B3 T4096 -> pair clusters of 8-warp CTAs (route replaces the default)
     (3, 4096, 64, 1, "(31)", True),
     (12, 4096, 128, 2, "pair CTAs (28)", False),   # B12 -> pair kernel
     (12, 4096, 128, 4, "(31)", False),             # B12 -> pair clusters (two waves)
@@ -52,6 +57,18 @@ def _auto(qd, kd, vd, ld, route, monkeypatch, capfd):
     (2, 1024, 64, 8, "one group per CTA (24)", True),  # (16 clusters of 4 CTAs)
     (1, 4096, 128, 16, "(33)", True),     # B1 long -> cluster of 4-warp CTAs
     (1, 4096, 64, 16, "(33)", True),
+    (1, 16384, 128, 16, "cta (18)", False),  # (33 only up to 4096 keys)
+    # (bit 32, B10 -> 28 and B12 -> 31: test_cuda_default_route)
+    (8, 1024, 128, 64, "cta (18)", True),          # two waves of CTA group units, < 8 groups -> 18
+    (2, 4096, 128, 128, "cta (18)", True),         # the same with >= 8 groups (candidate)
+    (1, 16384, 128, 256, "one fence per CTA (35)", True),  # 18 with one fence per CTA (candidate)
+    (5, 1000, 64, 320, "one fence per CTA (35)", True),  # (64: 18 at B5 T1000, then 256)
+    (2, 4096, 128, 512, "4-warp CTA groups (34)", True),   # B2 -> 4-warp CTAs without cluster (candidate)
+    (3, 2048, 64, 512, "4-warp CTA groups (34)", True),
+    (8, 1024, 128, 512, "4-warp CTA groups (34)", False),
+    (3, 4096, 128, 1024, "2 stages (36)", True),  # B3 -> 34 with 2 stages, three CTAs per SM (candidate)
+    (5, 2048, 64, 1024, "2 stages (36)", True),   # (D 64: 3 stages)
+    (3, 4096, 128, 0, "(23)", True),      # session 6's routing
 ])
 def test_cuda_route_candidates(B, T, D, route, path, ref, monkeypatch, capfd):
     dtype = "bfloat16" if D == 128 else "float16"
@@ -86,12 +103,76 @@ def test_cuda_route_candidates(B, T, D, route, path, ref, monkeypatch, capfd):
     monkeypatch.delenv("GPUKIT_DECODE_ROUTE")
 
 
+# The default's path at each shape as a function of the route bits in force (the log prints them, so the rows
+# follow kRouteDefault if it changes): the first (bits, path) whose bits are all set, else the last path.
+# Session 7's default (121 = 1 | 8 | 16 | 32 | 64) takes the first column's comment; ROUTE=0 is session 6's.
+_DEFAULT_ROWS = [
+    (3, 4096, [(1024, "(36)"), (1, "(31)")], "(23)", "(23)"),                      # 121: 31
+    (10, 4096, [(2, "pair CTAs (28)"), (4, "(31)"), (32, "pair CTAs (28)")], "(23)", "(23)"),  # 28 (wave 2: 28/132)
+    (12, 4096, [(2, "pair CTAs (28)"), (4, "(31)"), (32, "(31)")], "(23)", "(23)"),            # 31 (60/132)
+    (2, 384, [(8, "one group per CTA (24)"), (256, "(35)")], "cta (18)", "cta (18)"),  # 24
+    (8, 384, [(8, "one group per CTA (24)"), (256, "(35)")], "cta (18)", "cta (18)"),  # 24
+    (4, 1024, [(256, "(35)")], "cta (18)", "cta (18)"),   # 18 (24's 32 clusters of 4 CTAs do not all fit)
+    (8, 1024, [(512, "(34)"), (64 | 256, "(35)"), (64, "cta (18)")], "(23)", "(23)"),  # 18
+    (1, 4096, [(16, "(33)"), (256, "(35)")], "cta (18)", "cta (18)"),   # 33
+    (1, 16384, [(256, "(35)")], "cta (18)", "cta (18)"),  # 18 (33 only up to 4096 keys)
+    (2, 4096, [(512, "(34)"), (128 | 256, "(35)"), (128, "cta (18)")], "(23)", "(23)"),  # 23
+]
+
+
+def _expected(rules, fallback, route):
+    for bits_, path in rules:
+        if (route & bits_) == bits_:
+            return path
+    return fallback
+
+
 @gpu
+@pytest.mark.parametrize("B,T,rules,fallback,old", _DEFAULT_ROWS)
+def test_cuda_default_route(B, T, rules, fallback, old, monkeypatch, capfd):
+    # the default (no GPUKIT_DECODE_ROUTE) takes the path its route bits (logged) give, GPUKIT_DECODE_ROUTE=0
+    # session 6's; both give 23's bits (and the float64 reference at B <= 3), and the default's alone / graph
+    # bits equal too
+    D, dtype = 128, "bfloat16"
+    q, kc, vc, lens = _case(B, T, D, dtype, 500 + B + T)
+    kd, vd, ld, qd = (gk.asarray(x).to("cuda") for x in (kc, vc, lens, q))
+    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128,23")
+    want = bits(gk.nn.attention_decode(qd, kd, vd, ld))
+    for route in (None, 0):
+        got, log = _auto(qd, kd, vd, ld, route, monkeypatch, capfd)
+        m = re.search(r"variant \d+ route (\d+):", log)
+        assert m, f"no route bits in the log (B={B} T={T}): {log!r}"
+        bits_in_force = int(m.group(1))
+        if route is None:
+            path = _expected(rules, fallback, bits_in_force)
+        else:
+            assert bits_in_force == 0, f"GPUKIT_DECODE_ROUTE=0 logged route {bits_in_force}"
+            path = old
+        assert path in log, f"route {route} (bits {bits_in_force}) at B={B} T={T} did not take {path}: {log!r}"
+        d = np.argwhere(bits(got) != want)
+        assert d.size == 0, f"route {route} ({path}) differs from 23 at {d[0]} (B={B} T={T})"
+        if route is None:
+            default = got
+    monkeypatch.delenv("GPUKIT_DECODE_ROUTE", raising=False)
+    if B <= 3:
+        check(default, ref_decode(f64(q), f64(kc), f64(vc), lens), TOL[dtype] * 2, f"default B={B} T={T}")
+    alone = gk.nn.attention_decode(qd[:1], kd[:1], vd[:1], ld[:1])
+    np.testing.assert_array_equal(bits(alone)[0], want[0], err_msg=f"sequence 0 alone, default, B={B} T={T}")
+    g = gk.Graph()
+    with g:
+        out = gk.nn.attention_decode(qd, kd, vd, ld)
+    g.replay()
+    gk.cuda.synchronize()
+    np.testing.assert_array_equal(bits(out), want, err_msg=f"graph replay, default, B={B} T={T}")
+
+
+@gpu
+@pytest.mark.parametrize("var,route", [("33", 16), ("34", 512), ("36", 1024)])
 @pytest.mark.parametrize("T,D", [(4096, 128), (16384, 128), (2500, 64)])
-def test_cuda_cluster4_chain(T, D, monkeypatch, capfd):
-    # 33 (forced, and auto with route bit 16 where its clusters fit) at B = 1: a PDL chain out_{i+1} =
-    # decode(q = out_i) on poisoned allocations (a read before the write gives NaN) within the float64
-    # reference step by step, eager and PDL off and graph replay equal to 18's chain.
+def test_cuda_cluster4_chain(T, D, var, route, monkeypatch, capfd):
+    # 33 / 34 / 36 (forced, and auto with its route bit) at B = 1 (35, 18 with one fence per CTA: the fold tests):
+    # a PDL chain out_{i+1} = decode(q = out_i) on poisoned allocations (a read before the write gives NaN) within
+    # the float64 reference step by step, eager and PDL off and graph replay equal to 18's chain.
     dtype = "bfloat16"
     q, kc, vc, lens = _case(1, T, D, dtype, 400 + D)
     kd, vd, ld, qd = (gk.asarray(x).to("cuda") for x in (kc, vc, lens, q))
@@ -106,7 +187,7 @@ def test_cuda_cluster4_chain(T, D, monkeypatch, capfd):
 
     monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128,18")
     base = [bits(o) for o in chain(3)]
-    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128,33")
+    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128," + var)
     capfd.readouterr()
     monkeypatch.setenv("GPUKIT_DECODE_LOG", "1")
     gk._C._debug_alloc_poison(0xFF)
@@ -117,13 +198,13 @@ def test_cuda_cluster4_chain(T, D, monkeypatch, capfd):
         gk._C._debug_alloc_poison(-1)
     log = capfd.readouterr().err
     monkeypatch.delenv("GPUKIT_DECODE_LOG")
-    assert "(33)" in log, f"variant 33 did not run at B1 T{T} D{D}: {log!r}"
+    assert f"({var})" in log, f"variant {var} did not run at B1 T{T} D{D}: {log!r}"
     prev = f64(q)
     for i, o in enumerate(poisoned):
-        check(o, ref_decode(prev, kk, vv, lens), 3.2e-2, f"33 chain T={T} step {i}")
+        check(o, ref_decode(prev, kk, vv, lens), 3.2e-2, f"{var} chain T={T} step {i}")
         prev = f64(o)
         d = np.argwhere(bits(o) != base[i])
-        assert d.size == 0, f"33 chain step {i} differs from 18 at {d[0]} (T={T} D={D})"
+        assert d.size == 0, f"{var} chain step {i} differs from 18 at {d[0]} (T={T} D={D})"
     g = gk.Graph()
     with g:
         graphed = chain(3)
@@ -131,12 +212,12 @@ def test_cuda_cluster4_chain(T, D, monkeypatch, capfd):
         g.replay()
         gk.cuda.synchronize()
         for i, o in enumerate(graphed):
-            np.testing.assert_array_equal(bits(o), base[i], err_msg=f"33 graph step {i} T={T}")
+            np.testing.assert_array_equal(bits(o), base[i], err_msg=f"{var} graph step {i} T={T}")
     monkeypatch.setenv("GPUKIT_DECODE_PDL", "0")
     for i, o in enumerate(chain(3)):
-        np.testing.assert_array_equal(bits(o), base[i], err_msg=f"33 PDL off step {i} T={T}")
+        np.testing.assert_array_equal(bits(o), base[i], err_msg=f"{var} PDL off step {i} T={T}")
     monkeypatch.delenv("GPUKIT_DECODE_PDL")
     monkeypatch.delenv("GPUKIT_DECODE_SPLIT")
-    monkeypatch.setenv("GPUKIT_DECODE_ROUTE", "16")
+    monkeypatch.setenv("GPUKIT_DECODE_ROUTE", str(route))
     for i, o in enumerate(chain(3)):
-        np.testing.assert_array_equal(bits(o), base[i], err_msg=f"route 16 step {i} T={T}")
+        np.testing.assert_array_equal(bits(o), base[i], err_msg=f"route {route} step {i} T={T}")

@@ -57,12 +57,13 @@ bool attention_decode_mma(const DecodeArgs& a, cudaStream_t st);
 // False when not covered (as attention_decode_mma).
 bool attention_decode_fold(const DecodeArgs& a, cudaStream_t st, int force);
 // attention_decode_fold_cta.cu: the fold kernel's CTA group units in one launch (head_dim 64 / 128, B <= 512);
-// false when not covered.
-bool attention_decode_fold_cta(const DecodeArgs& a, cudaStream_t st);
+// false when not covered. fence1: the cross-CTA merge with one fence per CTA (thread 0) instead of one per thread.
+bool attention_decode_fold_cta(const DecodeArgs& a, cudaStream_t st, bool fence1 = false);
 // attention_decode_fold_cl.cu: one thread-block cluster per (sequence, kv head, head group), the groups' results
 // folded through distributed shared memory (head_dim 64 / 128, sm_90, capacity <= 16 groups); one launch. force 0:
-// only when all clusters are resident at once; 1: whenever it can run; 2: the same with two groups per CTA.
-// False when not covered (nothing launched).
+// only when all clusters are resident at once; 1: whenever it can run; 2: the same with two groups per CTA; 3-5:
+// see go_cl; 6: no cluster, one CTA of 4 warps per group, the groups merged through the workspace by the last CTA
+// (34). False when not covered (nothing launched).
 bool attention_decode_fold_cl(const DecodeArgs& a, cudaStream_t st, int force);
 // attention_decode_fold_pair.cu: one CTA per (sequence, kv head, head group), warps on group units, the groups
 // folded through shared memory (head_dim 64 / 128, capacity <= 16 groups); one launch; evict_first: K / V loads
