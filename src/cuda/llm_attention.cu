@@ -75,8 +75,8 @@ void attn_launch(const llm::AttnArgs& a, const llm::ProjRope& rope, cudaStream_t
 
 int64_t llm_attention_ws_floats(int64_t B, int64_t hkv, int64_t S) { return B * hkv * S * kAG * (128 + 2); }
 
-void llm_attention_rope(const llm::AttnArgs& a, const llm::ProjRope& rope, void* stream) {
-  if (a.B <= 0) return;
+int llm_attention_rope(const llm::AttnArgs& a, const llm::ProjRope& rope, void* stream) {
+  if (a.B <= 0) return 0;
   if (a.D != 64 && a.D != 128) throw ValueError("attention_rope: head_dim 64 or 128");
   if (a.hkv <= 0 || a.hq % a.hkv || a.hq / a.hkv > kAG) throw ValueError("attention_rope: at most 8 query heads per kv head");
   if (a.S <= 0 || a.S > 65535 || a.hkv > 65535 || a.B > 65535) throw ValueError("attention_rope: grid too large");
@@ -109,6 +109,7 @@ void llm_attention_rope(const llm::AttnArgs& a, const llm::ProjRope& rope, void*
   if (a.dtype == DType::bf16) go(bf16{});
   else if (a.dtype == DType::f16) go(f16{});
   else throw TypeError("attention_rope: bfloat16 or float16 expected");
+  return push ? 2 : cl ? 1 : 0;
 }
 
 }  // namespace gk::cuda

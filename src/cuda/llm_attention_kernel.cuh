@@ -66,8 +66,9 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
   const int s = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
   const int64_t cta = (int64_t(b) * gridDim.y + kvh) * gridDim.x + s;
   a_stamp(a, cta, 0);
-  l2_prefetch_part(a.l2, a.l2_bytes, (int64_t(b) * gridDim.y + kvh) * gridDim.x + s,
-                   int64_t(gridDim.x) * gridDim.y * gridDim.z);
+  if (!a.l2_late)
+    l2_prefetch_part(a.l2, a.l2_bytes, (int64_t(b) * gridDim.y + kvh) * gridDim.x + s,
+                     int64_t(gridDim.x) * gridDim.y * gridDim.z);
   const int G = a.hq / a.hkv;
   const int64_t p = a.pos[b];  // written before the step: safe before the wait
   // keys past the grid's S chunks lie past the block table (masked anyway): not attended
@@ -201,6 +202,11 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
   cp_async_wait<0>();
   __syncthreads();
   a_stamp(a, cta, 4);
+  if (a.l2_late) {  // attn_l2 3 / 4: the L2 prefetch now (the last chunk with keys also issues the keyless chunks' parts)
+    const int64_t c0 = (int64_t(b) * gridDim.y + kvh) * gridDim.x;
+    for (int s2 = s; s2 < (s == nsplit - 1 ? int(gridDim.x) : s + 1); ++s2)
+      l2_prefetch_part(a.l2, a.l2_bytes, c0 + s2, int64_t(gridDim.x) * gridDim.y * gridDim.z);
+  }
   // 3a. scores: thread t takes key t / TPK (with TPK = 2 each thread half the row, the
   // halves added: the same sum on both threads); MMA: warp w keys 32 w .. 32 w + 31
   if constexpr (MMA) {
