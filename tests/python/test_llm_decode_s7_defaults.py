@@ -154,7 +154,7 @@ def test_late_l2_prefetch_same_bits(chunk, push, quantize):
     for v in (3, 4):
         m._m.attn_l2 = v
         same(base, run_p(m, True, PROMPTS, new=110), f"attn_l2={v}, graph")
-    same(base, run_p(m, False, PROMPTS, new=110), f"attn_l2=4, eager")
+    same(base, run_p(m, False, PROMPTS, new=110), "attn_l2=4, eager")
     f1, p1 = counters(m)
     assert f1 > f0 and (p1 > p0) == push, f"fused attention layers {f1 - f0}, with push {p1 - p0}"
     m._m.attn_l2 = 0
