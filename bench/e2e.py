@@ -52,8 +52,9 @@ the GEMV per 8 rows), fa / nofa / fa64 (RoPE, the KV append and attention in one
 (nofa: not even where fused_attention_auto takes it; where the fused attention lets the o GEMV launch: before its wait, after reading q/k/v, after
 P V, at exit; EngineOptions::fused_attention_trigger), fac<N> (its keys per CTA: 64, 128, 256, 384,
 0 = one CTA per kv head where the context fits), facl (its 2..8 chunks merge through a thread
-block cluster's shared memory), ol2<0-2> (rope_append / the fused attention
-brings the o weight into L2 before its wait: 1 its second half, 2 all; EngineOptions::attn_l2), kvl2
+block cluster's shared memory), ol2<0-4> (rope_append / the fused attention
+brings the o weight into L2 before its wait: 1 its second half, 2 all; 3 / 4 the same, issued by
+the fused attention after its cached K/V have landed; EngineOptions::attn_l2), kvl2
 (the q/k/v GEMV's last blocks bring the layer's KV pages into L2: EngineOptions::kv_l2), cv<0-100>
 (the engine kernels' preferred shared memory carveout in percent: EngineOptions::carveout), nip /
 nonip (no norm launches: residual adds in the o/down GEMVs, norms inside the q/k/v,
@@ -68,8 +69,10 @@ in an L2 access policy window marked streaming: EngineOptions::quant_streaming),
 (the fused attention's cluster merge by push: chunks 1..S-1 st.async their partials into chunk 0's
 shared memory, an mbarrier there; EngineOptions::fused_attention_push), qapdl / noqapdl (quantized
 weights without qpdl: the fused attention alone launched with PDL; EngineOptions::quantized_attention_pdl),
-faa64 / faaq (fused_attention_auto also takes head_dim 64, one CTA per kv head / quantized weights:
-EngineOptions::fused_attention_auto_hd64 / _quant).
+faa64 / nofaa64, faaq / nofaaq (fused_attention_auto also takes head_dim 64 / fp8 weights, defaults
+since session 7: EngineOptions::fused_attention_auto_hd64 / _quant), fapa / nofapa (the push merge
+where measured faster without fapush: head_dim 64 and quantized weights, the default;
+EngineOptions::fused_attention_push_auto).
 Environment knobs of other areas for one engine's run (set before it, restored after it):
 w8a (GPUKIT_GEMV_W8=4,3,16,1,0: the 8-bit GEMVs' configuration of session 5's checkpoint A,
 before the default became 4,2,16,1,3,0,0), dec<N> (GPUKIT_DECODE_SPLIT=32,1024,128,N: the
@@ -193,15 +196,18 @@ def gk_engine(eng):
             opt["attrs"]["kv_l2"] = f == "kvl2"
         elif re.fullmatch(r"cv(100|\d\d?)", f):  # the engine kernels' preferred shared memory carveout, %
             opt["attrs"]["carveout"] = int(f[2:])
-        elif re.fullmatch(r"ol2[0-2]", f):  # o weight into L2 by the kernel before the o GEMV
+        elif re.fullmatch(r"ol2[0-4]", f):  # o weight into L2 by the kernel before the o GEMV (3, 4: late)
             opt["attrs"]["attn_l2"] = int(f[3:])
         elif re.fullmatch(r"fat[0-3]", f):  # where the fused attention triggers the next launch
             opt["attrs"]["fused_attention_trigger"] = int(f[3:])
         elif f == "qpdlc":  # quantized_pdl with small grids (and the fused attention without PDL)
             opt["attrs"]["quantized_pdl"] = True
             opt["attrs"]["quantized_pdl_compact"] = True
-        elif f in ("faa64", "faaq"):  # fused_attention_auto also for head_dim 64 / quantized weights
-            opt["attrs"]["fused_attention_auto_hd64" if f == "faa64" else "fused_attention_auto_quant"] = True
+        elif f in ("faa64", "nofaa64", "faaq", "nofaaq"):  # fused_attention_auto also for head_dim 64 / fp8
+            opt["attrs"]["fused_attention_auto_hd64" if f.endswith("faa64") else "fused_attention_auto_quant"] = \
+                not f.startswith("no")
+        elif f in ("fapa", "nofapa"):  # the push merge where measured faster (head_dim 64, quantized weights)
+            opt["attrs"]["fused_attention_push_auto"] = f == "fapa"
         elif f in ("qapdl", "noqapdl"):  # quantized weights: the fused attention alone with PDL
             opt["attrs"]["quantized_attention_pdl"] = f == "qapdl"
         elif f in ("qpdl", "noqpdl"):  # quantized weights: PDL of the engine's launches between the GEMVs

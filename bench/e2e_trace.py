@@ -114,7 +114,7 @@ def print_stamps(engine, layer, st):
     st = np.asarray(st, dtype=np.int64).reshape(-1, 8)
     st = st[st[:, 0] > 0]
     if not len(st):
-        print(f"    {engine}: no fused attention stamps for layer {layer} (the kernel was not taken)")
+        print(f"    {engine}: no fused attention stamps for layer {layer} (the fused attention did not run there)")
         return
     print(f"    fused attention stamps, layer {layer}, last step: {len(st)} CTAs; us after each CTA's entry "
           f"(min / median / max over CTAs); entries span {(st[:, 0].max() - st[:, 0].min()) / 1e3:.2f} us")

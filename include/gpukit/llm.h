@@ -219,14 +219,18 @@ struct EngineOptions {
   // 230.7 tok/s against 227.1; 1B 1103 against 1130, quantized slower): bf16/fp16 weights,
   // head_dim 128, a block table of at most 384 keys. Default from GPUKIT_FUSED_ATTN_AUTO.
   bool fused_attention_auto = true;
-  // ... auto also takes head_dim 64 (bf16/fp16 weights, <= 384 keys), with one CTA per kv
-  // head (the chunk-0 rule) unless fused_attention is set explicitly (session 6 final run,
-  // 1B: fa+fac0 1155.8 tok/s against 1127.6 for rope_append + attention_decode). Off until
-  // re-measured (session 7 prep). Default from GPUKIT_FUSED_ATTN_AUTO_HD64.
-  bool fused_attention_auto_hd64 = false;
-  // ... auto also takes quantized weights (head_dim 128, <= 384 keys); meant together with
-  // quantized_attention_pdl. Off, unmeasured. Default from GPUKIT_FUSED_ATTN_AUTO_QUANT.
-  bool fused_attention_auto_quant = false;
+  // ... auto also takes head_dim 64 (bf16/fp16 weights, <= 384 keys): with the push merge
+  // (fused_attention_push_auto) in fused_attention_chunk keys per CTA, without it one CTA
+  // per kv head (the chunk-0 rule) unless fused_attention is set explicitly. H200, session 7,
+  // checkpoint A (1B, b1): fa+fapush 1164.0 tok/s, fa+fac0 1155.1, faa64 (chunk 0) 1149.1,
+  // fa (pull merge) 1129.9, rope_append + attention_decode 1127.9. Default from
+  // GPUKIT_FUSED_ATTN_AUTO_HD64.
+  bool fused_attention_auto_hd64 = true;
+  // ... auto also takes fp8 weights (head_dim 128, <= 384 keys); meant together with
+  // quantized_attention_pdl. Session 7, checkpoint A (8B, b1): fp8 fa+qapdl+fapush 367.4
+  // tok/s against 361.5 for rope_append + attention_decode; int4 395.6 against 408.5 (not
+  // taken for int4 / int8). Default from GPUKIT_FUSED_ATTN_AUTO_QUANT.
+  bool fused_attention_auto_quant = true;
   int64_t fused_attention_max_keys = 4096;
   // keys per CTA: 64, 128, 256 or 384 (one thread per key), or 0: the smallest of 128 / 256 /
   // 384 that holds the step's block table (one CTA per kv head and sequence), else 128
@@ -263,14 +267,23 @@ struct EngineOptions {
   // with st.async, counted on an mbarrier there (no release barrier = no MEMBAR.ALL.GPU, no
   // second barrier, no remote loads); chunk 0 merges in the same order: the same bits.
   // Session 6's stamps: the merge is the CTA's largest phase (~4.4 us after P V).
-  // Unmeasured at the time of writing (session 7 prep). Default from GPUKIT_FUSED_ATTN_PUSH.
+  // Everywhere the cluster merge runs; default off (session 7, checkpoint A, 8B bf16: 237.7
+  // and 237.6 tok/s against 238.5 and 238.6 without). Default from GPUKIT_FUSED_ATTN_PUSH.
   bool fused_attention_push = false;
+  // ... and where measured faster without fused_attention_push: head_dim 64 and quantized
+  // weights (checkpoint A: 1B fa 1129.9 -> fa+fapush 1164.0; fp8 fa+qapdl 364.6 -> 367.4;
+  // int4 395.4 -> 395.6). Default from GPUKIT_FUSED_ATTN_PUSH_AUTO.
+  bool fused_attention_push_auto = true;
   // Level 2 decode: the kernel before the output projection that runs while its weights'
   // bandwidth idles (rope_append, or the fused attention) brings that weight into L2 before
   // its PDL wait (bulk prefetch): 0 off, 1 the second half of its rows (the first half is
   // what the o GEMV's first blocks load themselves when launched early), 2 all of it.
   // Steps of up to 8 sequences. Slower (checkpoint A, 8B: 212.6 tok/s with 2 against 227.1:
-  // the prefetched lines do not survive the q/k/v GEMV's stream). Default from GPUKIT_ATTN_L2.
+  // the prefetched lines do not survive the q/k/v GEMV's stream). 3 / 4: as 1 / 2, but the
+  // fused attention issues the prefetch after its cached K/V have landed in shared memory
+  // (the q/k/v GEMV has ended, the rest of its work is on chip; session 5's slowdown was the
+  // prefetch queued ahead of those loads); rope_append as 1 / 2. Unmeasured (session 7).
+  // Default from GPUKIT_ATTN_L2.
   int attn_l2 = 0;
   // Level 2 decode, bf16/fp16 weights, <= 8 sequences: the q/k/v GEMV's last 32 blocks
   // bring the layer's KV cache pages of the step's sequences into L2 (bulk prefetch) before
@@ -326,10 +339,10 @@ struct EngineOptions {
   // Quantized weights with quantized_pdl off: the fused attention (fused_attention) still
   // launched with PDL, alone, so that its CTAs start as the q/k/v GEMV's last blocks start
   // (the quantized GEMVs trigger at their blocks' start) and load the cached K/V before
-  // their wait; the norms / SwiGLU stay without (quantized_pdl's cost). Session 6 measured
-  // the fused attention on int4 only without PDL (fa+fat1 392.0, fa+fac0+fat3 390.8 against
-  // dec24 409.2 tok/s). The same bits. Unmeasured (session 7 prep). GPUKIT_QUANT_ATTN_PDL.
-  bool quantized_attention_pdl = false;
+  // their wait; the norms / SwiGLU stay without (quantized_pdl's cost). The same bits.
+  // Session 7, checkpoint A (8B, b1): with the fused attention int4 383.2 -> 395.4 tok/s,
+  // fp8 355.5 -> 364.6. Default from GPUKIT_QUANT_ATTN_PDL.
+  bool quantized_attention_pdl = true;
 };
 
 class Model {
@@ -345,6 +358,8 @@ class Model {
   const EngineOptions& options() const { return opt_; }
   // Layers run through the fused decode attention since the model was made (tests).
   int64_t fused_attention_layers() const { return fa_layers_; }
+  // ... of them with the push merge (fused_attention_push, _push_auto; tests).
+  int64_t fused_attention_push_layers() const { return fa_push_layers_; }
   // Debug: from now on the fused attention of layer `layer` (-1: none) writes per CTA 8
   // %globaltimer stamps (fused::AttnStampScope) into attention_stamps() at every decode
   // step (graph replays included): int64 [512, 8] on the model's device (one buffer for
@@ -408,7 +423,7 @@ class Model {
   mutable bool raw_final_ = false;
   Array stamps_;
   int stamps_layer_ = -1;
-  int64_t fa_layers_ = 0;  // run_layers returned the raw residual: lm_head applies the final norm
+  int64_t fa_layers_ = 0, fa_push_layers_ = 0;  // run_layers returned the raw residual: lm_head applies the final norm
   ModelConfig cfg_;
   EngineOptions opt_;
   Weights w_;

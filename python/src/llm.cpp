@@ -175,11 +175,11 @@ GK_BINDING(60, llm) {
                    "(other bits, within rounding).")
       .def_prop_rw("fused_attention_auto_hd64", [](const llm::Model& m) { return m.options().fused_attention_auto_hd64; },
                    [](llm::Model& m, bool v) { m.options().fused_attention_auto_hd64 = v; },
-                   "fused_attention_auto also takes head_dim 64 (one CTA per kv head).")
+                   "fused_attention_auto also takes head_dim 64 (with the push merge, else one CTA per kv head).")
       .def_prop_rw("fused_attention_auto_quant",
                    [](const llm::Model& m) { return m.options().fused_attention_auto_quant; },
                    [](llm::Model& m, bool v) { m.options().fused_attention_auto_quant = v; },
-                   "fused_attention_auto also takes quantized weights (head_dim 128).")
+                   "fused_attention_auto also takes fp8 weights (head_dim 128).")
       .def_prop_rw("quantized_attention_pdl", [](const llm::Model& m) { return m.options().quantized_attention_pdl; },
                    [](llm::Model& m, bool v) { m.options().quantized_attention_pdl = v; },
                    "Quantized weights, quantized_pdl off: the fused attention alone launched with PDL (the "
@@ -188,6 +188,11 @@ GK_BINDING(60, llm) {
                    [](llm::Model& m, bool v) { m.options().fused_attention_push = v; },
                    "The fused attention's cluster merge by push (st.async into chunk 0's shared memory, an "
                    "mbarrier; with the cluster merge and the mma passes; the same bits).")
+      .def_prop_rw("fused_attention_push_auto",
+                   [](const llm::Model& m) { return m.options().fused_attention_push_auto; },
+                   [](llm::Model& m, bool v) { m.options().fused_attention_push_auto = v; },
+                   "The push merge also without fused_attention_push where measured faster: head_dim 64, "
+                   "quantized weights.")
       .def_prop_rw("fused_attention_pad_kb", [](const llm::Model& m) { return m.options().fused_attention_pad_kb; },
                    [](llm::Model& m, int v) {
                      if (v < 0 || v > 227) throw ValueError(cat("fused_attention_pad_kb: 0..227, got ", v));
@@ -209,11 +214,12 @@ GK_BINDING(60, llm) {
                    "pages into L2 for the attention after it.")
       .def_prop_rw("attn_l2", [](const llm::Model& m) { return m.options().attn_l2; },
                    [](llm::Model& m, int v) {
-                     if (v < 0 || v > 2) throw ValueError(cat("attn_l2: 0, 1 or 2, got ", v));
+                     if (v < 0 || v > 4) throw ValueError(cat("attn_l2: 0 to 4, got ", v));
                      m.options().attn_l2 = v;
                    },
                    "Level 2 decode: the kernel before the o projection (rope_append or the fused attention) brings "
-                   "the o weight into L2 before its PDL wait: 0 off, 1 its second half, 2 all of it.")
+                   "the o weight into L2 before its PDL wait: 0 off, 1 its second half, 2 all of it; 3, 4: as 1, 2, the fused "
+                   "attention issuing it after its cached K/V have landed.")
       .def("set_attention_stamps", &llm::Model::set_attention_stamps, nb::arg("layer"),
            "Debug: the fused attention of this layer (-1: none) writes per CTA 8 %globaltimer stamps at every "
            "decode step (entry, K/V copies issued, after the PDL wait, q/k/v done, K/V landed, softmax, P V, "
@@ -225,6 +231,8 @@ GK_BINDING(60, llm) {
            "int64 [512, 8] of set_attention_stamps (on the CPU), rows (b * hkv + kv head) * chunks + chunk.")
       .def_prop_ro("fused_attention_layers", &llm::Model::fused_attention_layers,
                    "Layers run through the fused decode attention since the model was made (eager or captured).")
+      .def_prop_ro("fused_attention_push_layers", &llm::Model::fused_attention_push_layers,
+                   "... of them with the push merge (st.async into chunk 0's shared memory).")
       .def_prop_rw("norm_in_proj", [](const llm::Model& m) { return m.options().norm_in_proj; },
                    [](llm::Model& m, bool v) { m.options().norm_in_proj = v; },
                    "Fusion level 2 decode: residual adds in the o/down GEMVs, norms inside the q/k/v, gate/up "

@@ -184,6 +184,7 @@ struct AttnArgs {
   float mscale = 1.f, scale = 1.f;
   const void* l2 = nullptr;  // bytes brought into L2 before the wait (L2Range), or null
   int64_t l2_bytes = 0;
+  bool l2_late = false;     // ... after the cached K/V have landed instead (L2Range::late)
   float* ws = nullptr;      // S > 1: partials
   int* counters = nullptr;  // [B * hkv] zeros (left zero)
   // debug (fused::AttnStampScope): per CTA 8 %globaltimer stamps, or null
@@ -209,10 +210,11 @@ namespace fused {
 struct L2Range {
   const void* p = nullptr;
   int64_t bytes = 0;
+  bool late = false;  // the fused attention: after its cached K/V have landed (rope_append: ignored)
   L2Range aligned() const {  // 16-byte aligned start and length (empty when nothing is left)
     const uintptr_t a = reinterpret_cast<uintptr_t>(p), b = (a + 15) & ~uintptr_t(15);
     const int64_t n = p && bytes > int64_t(b - a) ? (bytes - int64_t(b - a)) & ~int64_t(15) : 0;
-    return n > 0 ? L2Range{reinterpret_cast<const void*>(b), n} : L2Range{};
+    return n > 0 ? L2Range{reinterpret_cast<const void*>(b), n, late} : L2Range{};
   }
 };
 struct Rope {
@@ -419,7 +421,7 @@ Array dequant_linear(const Array& x, const QuantizedWeight& qw, DType out, const
 Array attention_rope(const Array& qkv, int64_t hq, const Array& k_cache, const Array& v_cache,
                      const Array& positions, const Array& block_table, const Rope& rope, const Array& counters,
                      const Stream* s = nullptr, int chunk = 128, int trigger = 0, const L2Range& l2 = {},
-                     bool cluster = false);
+                     bool cluster = false, int* merge = nullptr);  // merge: the kernel's (llm_attention_rope)
 bool attention_rope_supported(int64_t B, int64_t hq, int64_t hkv, int64_t D, int64_t max_keys, DType t);
 constexpr int64_t attention_rope_max_keys = 16384;
 
@@ -441,7 +443,8 @@ void llm_advance_argmax(int32_t* in, unsigned long long* keys, int32_t* tokens, 
 void llm_swiglu(const void* gu, void* out, int64_t rows, int64_t I, int64_t gu_rs, DType t, bool pdl, void* stream,
                 int grid_cap = 0);
 // src/cuda/llm_attention.cu
-void llm_attention_rope(const llm::AttnArgs& a, const llm::ProjRope& rope, void* stream);
+// Returns how the chunks merge: 0 one chunk or the workspace, 1 the cluster (pull), 2 push.
+int llm_attention_rope(const llm::AttnArgs& a, const llm::ProjRope& rope, void* stream);
 int64_t llm_attention_ws_floats(int64_t B, int64_t hkv, int64_t S);
 // src/cuda/llm_step.cu
 void llm_embed_norm(const llm::EmbedNormArgs& a, void* stream);

@@ -110,7 +110,7 @@ bool attention_rope_supported(int64_t B, int64_t hq, int64_t hkv, int64_t D, int
 
 Array attention_rope(const Array& qkv, int64_t hq, const Array& k_cache, const Array& v_cache,
                      const Array& positions, const Array& block_table, const Rope& rope, const Array& counters,
-                     const Stream* sp, int chunk, int trigger, const L2Range& l2, bool cluster) {
+                     const Stream* sp, int chunk, int trigger, const L2Range& l2, bool cluster, int* merge) {
   if (chunk != 64 && chunk != 128 && chunk != 256 && chunk != 384)
     throw ValueError(cat("chunk: 64, 128, 256 or 384 keys, got ", chunk));
   if (trigger < 0 || trigger > 3) throw ValueError(cat("trigger: 0, 1, 2 or 3, got ", trigger));
@@ -177,6 +177,7 @@ Array attention_rope(const Array& qkv, int64_t hq, const Array& k_cache, const A
   a.cluster = cluster;
   a.l2 = l2.aligned().p;
   a.l2_bytes = l2.aligned().bytes;
+  a.l2_late = l2.late;
   a.interleaved = rope.interleaved;
   a.mscale = float(mscale);
   a.scale = float(1.0 / std::sqrt(double(D)));
@@ -191,7 +192,8 @@ Array attention_rope(const Array& qkv, int64_t hq, const Array& k_cache, const A
   ProjRope pr;
   for (int i = 0; i < rd / 2; ++i) pr.inv_freq[i] = float(f[size_t(i)]);
   for (const Array* t : {&qkv, &k_cache, &v_cache, &positions, &block_table, &counters}) detail::mark_used(*t, s);
-  cuda::llm_attention_rope(a, pr, s.handle());
+  const int mk = cuda::llm_attention_rope(a, pr, s.handle());
+  if (merge) *merge = mk;
   return out;
 #else
   (void)counters;

@@ -24,6 +24,11 @@ struct WeightSlot {
   bool file_transposed = false;  // the file holds shape reversed ([in, out], HF GPT-2 Conv1D): transposed at load
 };
 std::vector<WeightSlot> weight_plan(const ModelConfig& c, Weights& w, bool tied);
+// Whether the fused attention merges its chunks by push (EngineOptions::fused_attention_push,
+// or _push_auto where measured faster: head_dim 64, quantized weights).
+inline bool push_merge(const EngineOptions& o, const ModelConfig& c, const Weights& w) {
+  return o.fused_attention_push || (o.fused_attention_push_auto && (c.head_dim == 64 || !w.quantized.empty()));
+}
 
 // ---- GPT-2 (gpt2.cpp) ----
 std::vector<WeightSlot> gpt2_weight_plan(const ModelConfig& c, Weights& w, bool tied);

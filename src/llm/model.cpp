@@ -67,6 +67,7 @@ void env_options(EngineOptions& o) {
   o.quant_streaming = env_flag("GPUKIT_QUANT_STREAMING", o.quant_streaming);
   o.fused_attention_mma = env_flag("GPUKIT_FUSED_ATTN_MMA", o.fused_attention_mma);
   o.fused_attention_push = env_flag("GPUKIT_FUSED_ATTN_PUSH", o.fused_attention_push);
+  o.fused_attention_push_auto = env_flag("GPUKIT_FUSED_ATTN_PUSH_AUTO", o.fused_attention_push_auto);
   if (const char* e = std::getenv("GPUKIT_FUSED_ATTN_PAD_KB"); e && *e)
     o.fused_attention_pad_kb = std::clamp(std::atoi(e), 0, 227);
   if (const char* e = std::getenv("GPUKIT_CARVEOUT"); e && *e) o.carveout = std::clamp(std::atoi(e), -1, 100);
@@ -82,8 +83,8 @@ void env_options(EngineOptions& o) {
     o.fused_attention_trigger = e[0] - '0';
   }
   if (const char* e = std::getenv("GPUKIT_ATTN_L2"); e && *e) {
-    if (std::strlen(e) != 1 || e[0] < '0' || e[0] > '2')
-      throw ValueError(cat("GPUKIT_ATTN_L2: expected 0, 1 or 2, got \"", e, "\""));
+    if (std::strlen(e) != 1 || e[0] < '0' || e[0] > '4')
+      throw ValueError(cat("GPUKIT_ATTN_L2: expected 0 to 4, got \"", e, "\""));
     o.attn_l2 = e[0] - '0';
   }
   o.fused_attention_cluster = env_flag("GPUKIT_FUSED_ATTN_CLUSTER", o.fused_attention_cluster);
@@ -395,41 +396,52 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
   rope.rotary_dim = rd;
   rope.interleaved = c.rope_interleaved;
   rope.scaling = c.rope_scaling;
-  // level 2 decode: RoPE, the KV append and attention in one kernel (short contexts)
-  // fused_attention_auto: where it was measured faster than rope_append + attention_decode
-  // (H200, session 5, checkpoint A): the 8B shape with bf16 weights (head_dim 128), a block
-  // table of <= 384 keys; slower with head_dim 64 (1B) and with quantized weights
+  // level 2 decode: RoPE, the KV append and attention in one kernel (short contexts).
+  // fused_attention_auto: where measured faster than rope_append + attention_decode (H200):
+  // a block table of <= 384 keys with bf16/fp16 weights and head_dim 128 (session 5), head_dim
+  // 64 (_auto_hd64, session 7), fp8 weights with head_dim 128 (_auto_quant, session 7)
   const int64_t table_keys = idx.block_table.defined() ? idx.block_table.shape(1) * cache.block_size() : 0;
-  // (session 7 prep, off: fused_attention_auto_hd64 adds head_dim 64 with one CTA per kv head,
-  // fused_attention_auto_quant adds quantized weights with head_dim 128)
   const bool fa_auto64 = opt_.fused_attention_auto && opt_.fused_attention_auto_hd64 && D == 64 &&
                          w_.quantized.empty() && table_keys <= 384;
   const bool fa_autoq = opt_.fused_attention_auto && opt_.fused_attention_auto_quant && D == 128 &&
-                        !w_.quantized.empty() && table_keys <= 384;
+                        w_.quantized == "fp8" && table_keys <= 384;
   const bool fa_auto =
       (opt_.fused_attention_auto && D == 128 && w_.quantized.empty() && table_keys <= 384) || fa_auto64 || fa_autoq;
   const bool fa = rope_append && (opt_.fused_attention || fa_auto) && !c.qk_norm && c.sliding_window <= 0 && side_ &&
-                  side_->counters.numel() >= T * c.num_kv_heads &&
-                  table_keys <= opt_.fused_attention_max_keys &&
-                  fused::attention_rope_supported(T, c.num_heads, c.num_kv_heads, D,
-                                                  idx.block_table.shape(1) * cache.block_size(), dtype_);
+                  side_->counters.numel() >= T * c.num_kv_heads && table_keys <= opt_.fused_attention_max_keys &&
+                  fused::attention_rope_supported(T, c.num_heads, c.num_kv_heads, D, table_keys, dtype_);
   // attn_l2: the output projection's weight (or its second half) into L2 during attention
   auto o_l2 = [&](const LayerWeights& L) {
     fused::L2Range r;
     if (opt_.attn_l2 <= 0 || T > 8) return r;  // decode steps of up to 8 sequences
     const Array& o = L.o_q.format.empty() ? L.o : L.o_q.q;
     if (!o.defined() || !o.is_contiguous() || o.device() != device_) return r;
-    const int64_t n = int64_t(o.nbytes()), from = opt_.attn_l2 == 1 ? n / 2 : 0;
+    const int64_t n = int64_t(o.nbytes()), from = opt_.attn_l2 % 2 ? n / 2 : 0;  // 1, 3: the second half
     r.p = static_cast<const uint8_t*>(o.data()) + from;
     r.bytes = n - from;
+    r.late = opt_.attn_l2 >= 3;  // the fused attention: after its K/V have landed
     return r;
   };
   int fa_chunk = opt_.fused_attention_chunk;  // 0: one CTA per kv head where the table fits in 384 keys
-  if (fa && fa_auto64 && !opt_.fused_attention) fa_chunk = 0;  // (session 6: 1B fa+fac0 1155.8 against 1127.6)
+  // head_dim 64 by auto without the push merge: one CTA per kv head (checkpoint A, 1B: fa+fac0 1155.1, fa 1129.9)
+  if (fa && fa_auto64 && !opt_.fused_attention && !push_merge(opt_, cfg_, w_)) fa_chunk = 0;
   if (fa && fa_chunk == 0) {
     const int64_t mk = idx.block_table.shape(1) * cache.block_size();
     fa_chunk = mk <= 128 ? 128 : mk <= 256 ? 256 : mk <= 384 ? 384 : 128;
   }
+  // the fused attention of layer l (counted; the debug stamps of set_attention_stamps' layer)
+  auto fused_attention = [&](const Array& qkv, const LayerWeights& L, int l) {
+    const bool st = l == stamps_layer_ && stamps_.defined();
+    fused::AttnStampScope stamps(st ? static_cast<unsigned long long*>(stamps_.data()) : nullptr,
+                                 st ? stamps_.numel() : 0);
+    int merge = 0;
+    Array att = fused::attention_rope(qkv, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table,
+                                      rope, side_->counters, nullptr, fa_chunk, opt_.fused_attention_trigger, o_l2(L),
+                                      opt_.fused_attention_cluster, &merge);
+    ++fa_layers_;
+    fa_push_layers_ += merge == 2;
+    return att.reshape({T, Q});
+  };
   if (rope_append && engine_proj(x) && w_.layers[0].qkv_q.format.empty() && w_.layers[0].gate_up.defined() &&
       c.num_experts == 0) {
     // Level 2 decode, plain weights, dense MLP: the engine's kernels only. Per layer:
@@ -476,16 +488,8 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
         Array qkv = qkv_proj(L, l);
         mark("qkv", l);
         prefetch_during_attention(L);
-        const bool st = l == stamps_layer_ && stamps_.defined();
-        fused::AttnStampScope stamps(st ? static_cast<unsigned long long*>(stamps_.data()) : nullptr,
-                                     st ? stamps_.numel() : 0);
-        att = fused::attention_rope(qkv, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table,
-                                    rope, side_->counters, nullptr, fa_chunk,
-                                    opt_.fused_attention_trigger, o_l2(L),
-                                    opt_.fused_attention_cluster)
-                  .reshape({T, Q});
+        att = fused_attention(qkv, L, l);
         mark("attention", l);  // with RoPE and the KV append
-        ++fa_layers_;
       } else {
         if (rq) {
           q = fused::project_qkv_rope(h, L.qkv, L.qkv_bias, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)],
@@ -557,12 +561,7 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
         fused::PdlOnScope fa_pdl(!L.qkv_q.format.empty() && opt_.quantized_attention_pdl);
         // quantized_pdl_compact: not launched early (its large CTAs would park beside the GEMV's)
         fused::NoPdlScope fa_no_pdl(!L.qkv_q.format.empty() && opt_.quantized_pdl_compact);
-        att = fused::attention_rope(qkv, c.num_heads, cache.k[size_t(l)], cache.v[size_t(l)], pos, idx.block_table,
-                                    rope, side_->counters, nullptr, fa_chunk,
-                                    opt_.fused_attention_trigger, o_l2(L),
-                                    opt_.fused_attention_cluster)
-                  .reshape({T, Q});
-        ++fa_layers_;
+        att = fused_attention(qkv, L, l);
       } else {
         split_qkv(qkv, q, k, v);
       }

@@ -243,9 +243,12 @@ def test_fused_attention_options():
     with pytest.raises(ValueError, match="fused_attention_chunk"):
         m._m.fused_attention_chunk = 192
     assert m._m.attn_l2 == 0
-    m._m.attn_l2 = 2
-    with pytest.raises(ValueError, match="attn_l2"):
-        m._m.attn_l2 = 3
+    for v in (2, 3, 4):
+        m._m.attn_l2 = v
+        assert m._m.attn_l2 == v
+    for v in (-1, 5):
+        with pytest.raises(ValueError, match="attn_l2"):
+            m._m.attn_l2 = v
     assert not m._m.kv_l2
     m._m.kv_l2 = True
     assert not m._m.quantized_pdl_compact

@@ -37,9 +37,11 @@ def first_diff(a, b):
 
 def test_fused_attention_push_option():
     m = gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1)
-    assert not m._m.fused_attention_push  # off by default (unmeasured)
+    assert not m._m.fused_attention_push  # off by default (8B bf16: not faster at checkpoint A of session 7)
+    assert m._m.fused_attention_push_auto  # on: head_dim 64 and quantized weights (session 7)
     m._m.fused_attention_push = True
-    assert m._m.fused_attention_push
+    m._m.fused_attention_push_auto = False
+    assert m._m.fused_attention_push and not m._m.fused_attention_push_auto
     ref = gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1)
     same(run(m, False, new=3), run(ref, False, new=3), "CPU: fused_attention_push has no effect")
 
@@ -115,9 +117,12 @@ def test_push_needs_cluster_and_mma():
 @pytest.mark.parametrize("quantize", [None, "int4"])
 def test_fused_attention_push_engine(quantize):
     # The engine with the push merge: 64-key chunks, prompts of up to 30 + 40 tokens (2
-    # chunks): the same tokens and logits as the pull merge, graph and eager; stamps ordered.
+    # chunks): the same tokens and logits as the pull merge, graph and eager; stamps ordered
+    # (int4: the quantized path's fused attention writes them too since session 7; checkpoint
+    # A found none there). push_auto off: the base run takes the pull merge.
     m = fa_on(gk.llm.random_model(CFG128 if quantize is None else CFG, device="cuda", dtype="bfloat16", seed=43,
                                   quantize=quantize))
+    m._m.fused_attention_push_auto = False
     m._m.fused_attention_chunk = 64
     assert m._m.fused_attention_cluster and m._m.fused_attention_mma
     base = run(m, True, new=40)
@@ -144,9 +149,9 @@ def test_fused_attention_push_engine(quantize):
 
 def test_quantized_attention_pdl_option():
     m = gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1, quantize="int8")
-    assert not m._m.quantized_attention_pdl  # off by default (unmeasured)
-    m._m.quantized_attention_pdl = True
-    assert m._m.quantized_attention_pdl
+    assert m._m.quantized_attention_pdl  # on by default (session 7, checkpoint A)
+    m._m.quantized_attention_pdl = False
+    assert not m._m.quantized_attention_pdl
     ref = gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1, quantize="int8")
     same(run(m, False, new=3), run(ref, False, new=3), "CPU: quantized_attention_pdl has no effect")
 
@@ -158,6 +163,8 @@ def test_quantized_attention_pdl_same_bits(quantize):
     # merges and every trigger; quantized_pdl stays off (the default).
     m = fa_on(gk.llm.random_model(CFG, device="cuda", dtype="bfloat16", seed=47, quantize=quantize))
     assert not m._m.quantized_pdl
+    m._m.quantized_attention_pdl = False  # (on by default since session 7)
+    m._m.fused_attention_push_auto = False
     base = run(m, True, new=24)
     m._m.quantized_attention_pdl = True
     n0 = m._m.fused_attention_layers
@@ -179,20 +186,23 @@ def test_quantized_attention_pdl_same_bits(quantize):
 
 def test_fused_attention_auto_more_options():
     m = gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1)
-    assert not m._m.fused_attention_auto_hd64 and not m._m.fused_attention_auto_quant  # off by default
-    m._m.fused_attention_auto_hd64 = True
-    m._m.fused_attention_auto_quant = True
-    assert m._m.fused_attention_auto_hd64 and m._m.fused_attention_auto_quant
+    assert m._m.fused_attention_auto_hd64 and m._m.fused_attention_auto_quant  # on by default (session 7)
+    m._m.fused_attention_auto_hd64 = False
+    m._m.fused_attention_auto_quant = False
+    assert not m._m.fused_attention_auto_hd64 and not m._m.fused_attention_auto_quant
     ref = gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1)
     same(run(m, False, new=3), run(ref, False, new=3), "CPU: the auto options have no effect")
 
 
 @cuda_only
 def test_fused_attention_auto_hd64():
-    # head_dim 64 (CFG): auto leaves it on rope_append + attention_decode; with auto_hd64 the
-    # fused attention with one CTA per kv head: the bits of fused_attention + chunk 0.
+    # head_dim 64 (CFG): without auto_hd64 on rope_append + attention_decode; with it (the
+    # default) the fused attention with the push merge in 128-key chunks (push_auto): the bits
+    # of fused_attention + fused_attention_push; push_auto off: one CTA per kv head, the bits
+    # of fused_attention + chunk 0.
     m = gk.llm.random_model(CFG, device="cuda", dtype="bfloat16", seed=53)
-    assert m._m.fused_attention_auto and not m._m.fused_attention
+    assert m._m.fused_attention_auto and not m._m.fused_attention and m._m.fused_attention_auto_hd64
+    m._m.fused_attention_auto_hd64 = False
     n0 = m._m.fused_attention_layers
     run(m, True, new=4)
     assert m._m.fused_attention_layers == n0, "auto took head_dim 64 without the option"
@@ -200,21 +210,32 @@ def test_fused_attention_auto_hd64():
     got = run(m, True, new=24)
     assert m._m.fused_attention_layers > n0, "auto_hd64: the fused attention was not taken"
     same(got, run(m, False, new=24), "auto_hd64: graph vs eager")
+    m._m.fused_attention_push_auto = False
+    got0 = run(m, True, new=24)
     m._m.fused_attention_auto_hd64 = False
     m._m.fused_attention = True
+    m._m.fused_attention_push = True
+    same(got, run(m, True, new=24), "auto_hd64 vs fused_attention with the push merge")
+    m._m.fused_attention_push = False
     m._m.fused_attention_chunk = 0
-    same(got, run(m, True, new=24), "auto_hd64 vs fused_attention with chunk 0")
+    same(got0, run(m, True, new=24), "auto_hd64 without push_auto vs fused_attention with chunk 0")
 
 
 @cuda_only
 @pytest.mark.parametrize("quantize", ["int4", "fp8"])
 def test_fused_attention_auto_quant(quantize):
+    # auto_quant (default on since session 7) takes fp8 weights only (int4: measured slower).
     m = gk.llm.random_model(CFG128, device="cuda", dtype="bfloat16", seed=59, quantize=quantize)
+    assert m._m.fused_attention_auto_quant and m._m.quantized_attention_pdl
+    m._m.fused_attention_auto_quant = False
     n0 = m._m.fused_attention_layers
     run(m, True, new=4)
     assert m._m.fused_attention_layers == n0, "auto took quantized weights without the option"
     m._m.fused_attention_auto_quant = True
-    m._m.quantized_attention_pdl = True
+    if quantize == "int4":
+        run(m, True, new=4)
+        assert m._m.fused_attention_layers == n0, "auto_quant took int4 weights"
+        return
     got = run(m, True, new=24)
     assert m._m.fused_attention_layers > n0, "auto_quant: the fused attention was not taken"
     same(got, run(m, False, new=24), f"{quantize}: auto_quant, graph vs eager")

@@ -308,6 +308,10 @@ def test_fusion_levels_same_model(device, dtype):
 @cuda_only
 def test_fusion2_graph_equals_eager_and_profile_names():
     m = gk.llm.random_model(CFG, device="cuda", dtype="bfloat16", seed=3)
+    names = {n for n, _, _ in m.profile_decode(batch=2, context=40, reps=1)}
+    # head_dim 64: the fused attention by default since session 7 (RoPE + append inside)
+    assert "attention" in names and not names & {"rope_kv", "swiglu", "kv_append", "rope"}, names
+    m._m.fused_attention_auto_hd64 = False  # the two-launch path below
     outs = []
     for graph in (False, True):
         g = _C.llm.Generation(m._m, PROMPTS, max_new_tokens=16, ignore_eos=True, cuda_graph=graph, lookahead=False)
@@ -420,6 +424,7 @@ def test_rope_in_qkv_same_bits(device):
     dtype = "bfloat16" if device == "cuda" else "float32"
     m = gk.llm.random_model(CFG, device=device, dtype=dtype, seed=6)
     assert not m._m.rope_in_qkv and not m._m.norm_in_tail  # the defaults
+    m._m.fused_attention_auto_hd64 = False  # (else the fused attention: rope_in_qkv not used)
     base = decode_logits(m, new=10)
     for rope_in_qkv, tail in ((True, True), (True, False), (False, True)):  # the same bits
         m._m.rope_in_qkv = rope_in_qkv

@@ -387,10 +387,15 @@ def test_no_copy_kernels_in_the_b1_step():
 @pytest.mark.parametrize("fa", [False, True])
 def test_attn_l2_same_bits(quantize, fa):
     # The o weight brought into L2 by rope_append / the fused attention changes no bits.
+    # attn_l2 3 / 4: the fused attention issues the prefetch after its K/V have landed
+    # (rope_append: as 1 / 2). fa False: rope_append + attention_decode (auto_hd64 off).
     m = gk.llm.random_model(CFG, device="cuda", dtype="bfloat16", seed=9, quantize=quantize)
     m._m.fused_attention = fa
+    m._m.fused_attention_auto_hd64 = fa
+    n0 = m._m.fused_attention_layers
     ref = run(m, True)
-    for v in (1, 2):
+    assert (m._m.fused_attention_layers > n0) == fa, "the fused attention taken or not as asked"
+    for v in (1, 2, 3, 4):
         m._m.attn_l2 = v
         same(ref, run(m, True), f"attn_l2={v}, graph")
         same(ref, run(m, False), f"attn_l2={v}, eager")
