@@ -362,12 +362,12 @@ void launch_aw(const QGemvArgs& p, int nw, int ux, cudaStream_t st, int spread) 
 // k_ggst_aw2 (session 7, gguf8: the knob's V 41, its copies alone V 42, the default under GPUKIT_GGUF_AW): the
 // plan (nw, split) of the configuration's fields, the OPT bits of the format's shipped configuration, the
 // shared-memory request as launch_aw's.
-template <class T, int F, int OPT, bool SS, bool NODEC>
+template <class T, int F, int OPT, bool SS, bool NODEC, bool DYN>
 void launch_aw2(const QGemvArgs& p, int nw, int ux, cudaStream_t st, int spread) {
   constexpr int D0 = GS<F>::D;
   constexpr int SBW = AW2<F>::SB + (SS ? 1024 : 0);
   const int sbf = ux == 0 ? 16 * GL<F, 0>::P : 16 * GL<F, 1>::P;
-  smem_limit<k_ggst_aw2<T, F, OPT, SS, NODEC>>(kSmemMax);
+  smem_limit<k_ggst_aw2<T, F, OPT, SS, NODEC, DYN>>(kSmemMax);
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   const int S = std::max(1, p.split);
@@ -379,34 +379,35 @@ void launch_aw2(const QGemvArgs& p, int nw, int ux, cudaStream_t st, int spread)
     const int64_t cap = kSmSmem / (fit + 1) - 1024 + 256;
     if (fit * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
   }
-  launch_ex(k_ggst_aw2<T, F, OPT, SS, NODEC>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p);
+  launch_ex(k_ggst_aw2<T, F, OPT, SS, NODEC, DYN>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p);
   GK_LAUNCH_CHECK("qgemv_gguf_st_aw2");
 }
 
-// c.probe 41 / 42 on Q8_0 / Q4_0 / Q4_1 / Q4_K (the default depth; a row's chunks within 2^30): k_ggst_aw2.
-// false: not applicable (Q6_K, other depths): the caller runs the shipped math of c through k_ggst.
+template <class T, int F, bool DYN>
+void launch_aw2_v(const QGemvArgs& p, const GCfg& c, const GPlan& pl, bool nodec, cudaStream_t st) {
+  constexpr bool kFoldable = std::is_same_v<T, bf16> && (F == int(QFormat::q4_1) || F == int(QFormat::q4_k));
+  constexpr bool kSS = F == int(QFormat::q4_k);
+  if (nodec) return launch_aw2<T, F, kOptPI, kSS, true, DYN>(p, pl.nw, c.ux, st, c.sp);
+  if constexpr (kFoldable) {
+    if (c.opt & kOptFold) return launch_aw2<T, F, kOptPI | kOptFold, kSS, false, DYN>(p, pl.nw, c.ux, st, c.sp);
+  }
+  launch_aw2<T, F, kOptPI, kSS, false, DYN>(p, pl.nw, c.ux, st, c.sp);
+}
+
+// c.probe 41 / 42 (43 / 44: DYN) on Q8_0 / Q4_0 / Q4_1 / Q4_K (the default depth; a row's chunks within
+// 2^30): k_ggst_aw2. false: not applicable (Q6_K, other depths): the caller runs the shipped math of c
+// through k_ggst.
 template <class T, int F>
 bool try_aw2(const QGemvArgs& p, const GCfg& c, const GPlan& pl, cudaStream_t st) {
   if constexpr (F == int(QFormat::q6_k)) {
     return false;
   } else {
-    if ((c.probe != 41 && c.probe != 42) || c.d != GS<F>::D || p.k / GS<F>::UW * AW2<F>::NUC >= (int64_t(1) << 30))
+    if (c.probe < 41 || c.probe > 44 || c.d != GS<F>::D || p.k / GS<F>::UW * AW2<F>::NUC >= (int64_t(1) << 30))
       return false;
-    constexpr bool kFoldable = std::is_same_v<T, bf16> && (F == int(QFormat::q4_1) || F == int(QFormat::q4_k));
-    constexpr bool kSS = F == int(QFormat::q4_k);
-    if (kSS && !c.ss) return false;
-    if (c.probe == 42) {
-      launch_aw2<T, F, kOptPI, kSS, true>(p, pl.nw, c.ux, st, c.sp);
-    } else {
-      if constexpr (kFoldable) {
-        if (c.opt & kOptFold) {
-          launch_aw2<T, F, kOptPI | kOptFold, kSS, false>(p, pl.nw, c.ux, st, c.sp);
-          if (p.split > 1) launch_sum_q(p, st);
-          return true;
-        }
-      }
-      launch_aw2<T, F, kOptPI, kSS, false>(p, pl.nw, c.ux, st, c.sp);
-    }
+    if (F == int(QFormat::q4_k) && !c.ss) return false;
+    const bool nodec = c.probe == 42 || c.probe == 44;
+    if (c.probe >= 43) launch_aw2_v<T, F, true>(p, c, pl, nodec, st);
+    else launch_aw2_v<T, F, false>(p, c, pl, nodec, st);
     if (p.split > 1) launch_sum_q(p, st);
     return true;
   }

@@ -44,6 +44,17 @@ struct AW2 {
   }
   static constexpr int C = lookahead();
   static_assert(NUC * (NR - C - 1) >= 14 && C <= 7, "the constant wait count");
+  // DYN: the most windows issued beyond the last one unit i needs (Wmax(i) - wn(i), periodic in i mod 8)
+  static constexpr int dyn_ahead() {
+    int k = 0;
+    for (int i = 0; i < 8; ++i) {
+      const int d = (NCR + NUC * i - 8) / 8 - (NUC * i + NUC + 6) / 8;
+      k = d > k ? d : k;
+    }
+    return k;
+  }
+  static constexpr int K1 = dyn_ahead();
+  static_assert(K1 >= 1 && K1 <= 7, "the run-time wait counts");
 };
 
 // the lane's copies of window w (state advanced to window w + 1): rows rr + 4 i, chunk s[i] of the
@@ -60,16 +71,18 @@ __device__ __forceinline__ void aw2_window(const uint8_t* const (&base)[4], int 
   }
 }
 
-// NODEC (V 42): the copies and waits alone (zeros; benchmarking). SS: Q4_K's quad-shared scales
-// (1 KB of scratch per warp after the rings).
-template <class T, int F, int OPT, bool SS = false, bool NODEC = false>
+// NODEC (V 42 / 44): the copies and waits alone (zeros; benchmarking). SS: Q4_K's quad-shared scales
+// (1 KB of scratch per warp after the rings). DYN (V 43 / 44): one commit group per window (as V 39) and
+// unit i waits for the windows up to the last one it needs only (n = windows issued after it: K1, K1 - 1
+// or, near the end, fewer: then all), so that up to ~K1 windows more stay in flight while it waits.
+template <class T, int F, int OPT, bool SS = false, bool NODEC = false, bool DYN = false>
 __global__ void __launch_bounds__(256, 2) k_ggst_aw2(const QGemvArgs p) {
   constexpr bool PI = (OPT & kOptPI) != 0, FOLD = (OPT & kOptFold) != 0;
   constexpr bool kQ4K = F == int(QFormat::q4_k);
   constexpr bool B8 = F == int(QFormat::q8_0) && std::is_same_v<T, bf16> && PI;
   static_assert(!kQ4K || SS, "Q4_K: the shipped quad-shared scales");
   using A = AW2<F>;
-  constexpr int UB = A::UB, UW = GS<F>::UW, NUC = A::NUC, NR = A::NR, NCR = A::NCR, P = A::P, C = A::C;
+  constexpr int UB = A::UB, UW = GS<F>::UW, NUC = A::NUC, NR = A::NR, NCR = A::NCR, P = A::P, C = A::C, K1 = A::K1;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int64_t row0 = int64_t(blockIdx.x) * 16;
@@ -97,10 +110,13 @@ __global__ void __launch_bounds__(256, 2) k_ggst_aw2(const QGemvArgs p) {
   }
   const int nwin = (nch + 14) >> 3;  // windows covering [0, nch) at any line phase
   int wnext = 0;
-  auto issue_to = [&](int wlast) {  // windows wnext..wlast (at most the last), one group
+  auto issue_to = [&](int wlast) {  // windows wnext..wlast (at most the last), one group (DYN: one per window)
     const int e = wlast < nwin - 1 ? wlast : nwin - 1;
-    for (; wnext <= e; ++wnext) aw2_window<NCR>(base, s, dst, rend, nch);
-    cp_commit();
+    for (; wnext <= e; ++wnext) {
+      aw2_window<NCR>(base, s, dst, rend, nch);
+      if constexpr (DYN) cp_commit();
+    }
+    if constexpr (!DYN) cp_commit();
   };
 
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -113,9 +129,11 @@ __global__ void __launch_bounds__(256, 2) k_ggst_aw2(const QGemvArgs p) {
   [[maybe_unused]] const uint32_t k4b = 0x4B000000u | opq;
 
   pdl_trigger();
+  if constexpr (!DYN) {
 #pragma unroll
-  for (int k = 0; k < C; ++k) issue_to((NUC * (k + 1) + 6) >> 3);  // P_k: the windows unit k needs
-  issue_to((NCR - 8) >> 3);                                         // P_C: all that fit the ring
+    for (int k = 0; k < C; ++k) issue_to((NUC * (k + 1) + 6) >> 3);  // P_k: the windows unit k needs
+  }
+  issue_to((NCR - 8) >> 3);  // P_C: all that fit the ring
   pdl_wait();
   uint32_t ua = ring + uint32_t(g * P);  // row g of the unit's ring slot
   int slot = 0;
@@ -126,7 +144,15 @@ __global__ void __launch_bounds__(256, 2) k_ggst_aw2(const QGemvArgs p) {
 #pragma unroll
       for (int j = 0; j < 16; ++j) xv[j] = __ldg(reinterpret_cast<const uint2*>(xr + 16 * j));
     }
-    cp_wait<C>();  // groups up to P_i / G_{i-C-1}: every window unit i needs
+    if constexpr (DYN) {
+      const int wn = (NUC * (i + 1) + 6) >> 3;                       // the last window unit i needs
+      const int n = wnext - 1 - (wn < nwin - 1 ? wn : nwin - 1);  // windows issued after it
+      if (n >= K1) cp_wait<K1>();
+      else if (n == K1 - 1) cp_wait<(K1 > 1 ? K1 - 1 : 0)>();
+      else cp_wait<0>();
+    } else {
+      cp_wait<C>();  // groups up to P_i / G_{i-C-1}: every window unit i needs
+    }
     __syncwarp();  // every lane's copies of the unit are visible
     if constexpr (!NODEC) {
       if constexpr (kQ4K) unit_q4k_ss_s6<T, PI, FOLD>(ua, ua + uint32_t(8 * P), xr, g, t, magic, scr, acc, k4b);

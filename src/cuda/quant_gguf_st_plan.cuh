@@ -69,22 +69,28 @@ GCfg gcfg_s5(QFormat f) {
 // - Q4_K: UX 0, quad-shared scales, kOptFold: 52 / 50 / 70 (45 / 43 / 63).
 // - Q6_K: quad-shared scales (variant 31): 55 / 55 / 72 (53 / 52 / 69); the session-5 bits.
 // The switch GPUKIT_GGUF_AW (session 7, gguf8): the shipped configuration of a format below run through
-// k_ggst_aw2 (line-aligned window copies, quant_gguf_st_aw2.cuh; the knob's V 41) with the same plan,
-// hence the same bits. "1": Q8_0 / Q4_0 / Q4_1 / Q4_K (Q6_K has no aligned kernel: unchanged), "0": none,
-// or a list of format names ("q8_0,q4_0"); unset: the formats of kAwDefault (a bit per QFormat value).
-// Not measured when written: the final run of session 7 compares it (bench/gemv.py --gguf aw=1).
+// k_ggst_aw2 (line-aligned window copies, quant_gguf_st_aw2.cuh) with the same plan, hence the same bits.
+// "1": Q8_0 / Q4_0 / Q4_1 / Q4_K with the constant wait (the knob's V 41; Q6_K has no aligned kernel:
+// unchanged), "d": the same with the run-time wait (DYN, V 43), "0": none, or a list of format names
+// ("q8_0,q4_0"; "d:q8_0,q4_0" for DYN); unset: the formats of kAwDefault (a bit per QFormat value) with
+// the wait of kAwDefaultDyn. Not measured when written: the final run of session 7 compares it
+// (bench/gemv.py --gguf aw=1/aw=d). Returns 0 (off), 41 or 43 (the knob's V of the kernel).
 constexpr unsigned kAwDefault = 0u;
+constexpr bool kAwDefaultDyn = false;
 constexpr unsigned kAwFormats = (1u << int(QFormat::q8_0)) | (1u << int(QFormat::q4_0)) | (1u << int(QFormat::q4_1)) |
                                 (1u << int(QFormat::q4_k));
 
-bool aw_switch(QFormat f) {
+int aw_switch(QFormat f) {
   const unsigned bit = 1u << int(f);
-  if ((kAwFormats & bit) == 0) return false;
+  if ((kAwFormats & bit) == 0) return 0;
   const char* e = std::getenv("GPUKIT_GGUF_AW");
-  if (!e || !*e) return (kAwDefault & bit) != 0;
-  const std::string v(e);
-  if (v == "1") return true;
-  if (v == "0") return false;
+  if (!e || !*e) return (kAwDefault & bit) != 0 ? (kAwDefaultDyn ? 43 : 41) : 0;
+  std::string v(e);
+  if (v == "1") return 41;
+  if (v == "d") return 43;
+  if (v == "0") return 0;
+  const bool dyn = v.rfind("d:", 0) == 0;
+  if (dyn) v = v.substr(2);
   static const char* const kNames[] = {"fp8", "int8", "int4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k", "nvf4"};
   size_t i = 0;
   bool hit = false;
@@ -98,10 +104,12 @@ bool aw_switch(QFormat f) {
         known = true;
         if (q == int(f)) hit = true;
       }
-    if (!known) throw ValueError(cat("GPUKIT_GGUF_AW: expected 0, 1 or GGUF format names (q8_0,q4_0,q4_1,q4_k), got '", v, "'"));
+    if (!known)
+      throw ValueError(cat("GPUKIT_GGUF_AW: expected 0, 1, d or GGUF format names (q8_0,q4_0,q4_1,q4_k; d:... for the ",
+                           "run-time wait), got '", e, "'"));
     i = j + 1;
   }
-  return hit;
+  return hit ? (dyn ? 43 : 41) : 0;
 }
 
 GCfg gcfg_default(QFormat f, int64_t n, int64_t k) {
@@ -128,7 +136,7 @@ GCfg gcfg_default(QFormat f, int64_t n, int64_t k) {
       c.ss = 1;
       break;
   }
-  if (aw_switch(f)) c.probe = 41;
+  c.probe = aw_switch(f);
   return c;
 }
 
@@ -144,7 +152,8 @@ GCfg gcfg_default(QFormat f, int64_t n, int64_t k) {
 // Q4_1 with the shipped OPT bits and line-aligned window copies (k_ggst_aw; the other formats: their shipped OPT
 // bits through the session-6 kernel), 40 k_ggst_aw's copies alone (Q8_0 / Q4_0 / Q4_1; the others: as 39), 41 the shipped math of
 // Q8_0 / Q4_0 / Q4_1 / Q4_K through k_ggst_aw2 (session 7, gguf8: aligned windows at low per-unit cost; Q6_K: its
-// shipped kernel), 42 k_ggst_aw2's copies alone (zeros; Q6_K as 41).
+// shipped kernel), 42 k_ggst_aw2's copies alone (zeros; Q6_K as 41), 43 / 44 as 41 / 42 with the run-time wait
+// (k_ggst_aw2's DYN).
 
 GCfg gcfg_env(QFormat f, int64_t n, int64_t k) {
   const char* e = std::getenv("GPUKIT_GEMV_GGUF");
@@ -158,7 +167,7 @@ GCfg gcfg_env(QFormat f, int64_t n, int64_t k) {
   const bool half_ok = ux == 0 && (d == 2 || d == 3) && roll == 0 && (v == 0 || d == 2);
   if (got < 2 || d < 2 || d > 4 || wt < 1 || wt > 64 || (ux != 0 && ux != 1) || (ux == 0 && !half_ok) || wmin < 1 ||
       wmin > 8 || pf != 0 || minb != 2 || (roll != 0 && roll != 1) || (roll == 1 && !dflt) || (sp < 0 || sp > 2) ||
-      (v != 0 && v != 7 && (v < 30 || v > 42)) || (v != 0 && !half_ok && (!dflt || roll != 0)) ||
+      (v != 0 && v != 7 && (v < 30 || v > 44)) || (v != 0 && !half_ok && (!dflt || roll != 0)) ||
       ((v == 7 || (v >= 36 && v <= 38)) && !dflt))
     throw ValueError(cat("GPUKIT_GEMV_GGUF: expected D,WT[,UX[,WMIN[,PF[,MINB[,R[,SP[,V]]]]]]] with D in 2..4, WT in ",
                          "1..64, UX 1 or 0 (half the units; D 2 or 3, R 0), WMIN in 1..8, PF 0, MINB 2, R 0 or 1 (UX 1 ",
@@ -167,7 +176,7 @@ GCfg gcfg_env(QFormat f, int64_t n, int64_t k) {
   c = with_s6(c, v);
   c.probe = (v == 7 || v >= 36) ? v : 0;
   if (v == 39 || v == 40) c.opt = gcfg_default(f, n, k).opt;  // the shipped math (Q8_0 / Q4_0 / Q4_1; else the default kernel)
-  if (v == 41 || v == 42) {  // k_ggst_aw2 with the shipped math (Q8_0 / Q4_0 / Q4_1 / Q4_K; Q6_K: its default kernel)
+  if (v >= 41 && v <= 44) {  // k_ggst_aw2 with the shipped math (Q8_0 / Q4_0 / Q4_1 / Q4_K; Q6_K: its default kernel)
     const GCfg dc = gcfg_default(f, n, k);
     c.opt = dc.opt;
     c.ss = dc.ss;

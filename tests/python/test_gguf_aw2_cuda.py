@@ -1,18 +1,18 @@
 """Session 7 (gguf8): k_ggst_aw2, the staged GGUF GEMV with line-aligned window copies at low per-unit
 cost (src/cuda/quant_gguf_st_aw2.cuh): the knob's V 41 (Q8_0 / Q4_0 / Q4_1 / Q4_K with the shipped math;
-Q6_K: its shipped kernel), V 42 (its copies alone: zeros, benchmarking), and the switch GPUKIT_GGUF_AW
-that runs the shipped defaults through it.
+Q6_K: its shipped kernel), V 42 (its copies alone: zeros, benchmarking), V 43 / 44 (the same with the
+run-time wait, DYN), and the switch GPUKIT_GGUF_AW that runs the shipped defaults through it.
 
-- V 41 with the default's plan (the knob's UX as the shipped one: 0 for Q4_0 / Q4_1 below 132 x 8 row
+- V 41 / 43 with the default's plan (the knob's UX as the shipped one: 0 for Q4_0 / Q4_1 below 132 x 8 row
   tiles, 0 for Q4_K, 1 otherwise): the same bits as the default and exact (against float64 products
   with the exact dequantization; Q4_1 / Q4_K with bf16 x: the fold bound of test_gguf_st_cuda.check),
   at ragged N, split-K, K = 256 (a single unit), long K (many trips around the ring), M 1 / 3 / 8,
   bf16 and fp16 x; random-byte blocks with x outliers.
-- GPUKIT_GGUF_AW=1 / a format list: every format's default the same bits as without it (N 300 and the
+- GPUKIT_GGUF_AW=1 / d / a format list (d:...): every format's default the same bits as without it (N 300 and the
   lm-head rule N 17000); a bad value a ValueError naming the variable.
-- V 42: no fault on every format and shape class, every output written (zeros into NaN-poisoned
+- V 42 / 44: no fault on every format and shape class, every output written (zeros into NaN-poisoned
   memory, split-K included; Q6_K: its default math, exact); the next normal call exact.
-- Other plans through V 41 (WT 16, SP 0 / 2): exact.
+- Other plans through V 41 / 43 (WT 16 / 24, SP 0 / 2): exact.
 Skipped without a GPU."""
 import os
 
@@ -50,12 +50,13 @@ def with_aw(value, fn):
         del os.environ["GPUKIT_GGUF_AW"]
 
 
+@pytest.mark.parametrize("v", [41, 43])
 @pytest.mark.parametrize("fmt", AW_FMTS)
 @pytest.mark.parametrize("n,k", SHAPES)
-def test_aw2_same_bits(fmt, n, k):
+def test_aw2_same_bits(fmt, n, k, v):
     q, deq, qb = make(fmt, n, k)
     qc = q.to("cuda")
-    knob = aw2_knob(fmt, n)
+    knob = aw2_knob(fmt, n, v)
     for m, dtype in ((1, "bfloat16"), (1, "float16"), (3, "bfloat16"), (8, "float16"), (8, "bfloat16")):
         xb, xs = xrows(m, k, dtype)
         x = xb.to("cuda")
@@ -66,8 +67,9 @@ def test_aw2_same_bits(fmt, n, k):
         same_bits(got, run(fmt, x, qc, 0, knob), what + " run again")
 
 
+@pytest.mark.parametrize("v", [41, 43])
 @pytest.mark.parametrize("fmt", AW_FMTS)
-def test_aw2_raw_blocks(fmt):
+def test_aw2_raw_blocks(fmt, v):
     """Random-byte blocks (every code / scale / min value) and x with outliers: same bits as the default."""
     for n, k in ((300, 4096), (19, 14336)):
         if fmt == "q4_k":
@@ -83,12 +85,12 @@ def test_aw2_raw_blocks(fmt):
         xn = gk.to_numpy(xb.astype("float32"))
         xn[:, ::97] *= 300.0
         x = gk.asarray(xn).astype("bfloat16").to("cuda")
-        got = run(fmt, x, qc, 0, aw2_knob(fmt, n))
-        same_bits(got, run(fmt, x, qc), f"{fmt} raw blocks n={n} k={k} against the default")
+        got = run(fmt, x, qc, 0, aw2_knob(fmt, n, v))
+        same_bits(got, run(fmt, x, qc), f"{fmt} V {v} raw blocks n={n} k={k} against the default")
 
 
 @pytest.mark.parametrize("fmt", FMTS)
-@pytest.mark.parametrize("value", ["1", "q8_0,q4_0,q4_1,q4_k,q6_k", "q4_k"])
+@pytest.mark.parametrize("value", ["1", "d", "q8_0,q4_0,q4_1,q4_k,q6_k", "d:q4_k,q8_0"])
 def test_aw2_switch_same_bits(fmt, value):
     """The switch runs the defaults through k_ggst_aw2 (Q6_K unchanged): the same bits, exact."""
     for n, k in ((300, 4096), (17000, 256 if fmt != "q6_k" else 2048)):
@@ -104,7 +106,7 @@ def test_aw2_switch_same_bits(fmt, value):
             same_bits(got, run(fmt, x, qc), what + " against the compiled default")
 
 
-@pytest.mark.parametrize("value", ["2", "q5_0", "q8_0,", "yes"])
+@pytest.mark.parametrize("value", ["2", "q5_0", "q8_0,", "yes", "d:", "D"])
 def test_aw2_switch_rejects(value):
     q, _, _ = make("q4_0", 16, 256)
     x = gk.asarray(np.ones((1, 256), np.float32)).astype("bfloat16").to("cuda")
@@ -113,9 +115,9 @@ def test_aw2_switch_rejects(value):
 
 
 @pytest.mark.parametrize("fmt", FMTS)
-@pytest.mark.parametrize("ux", [1, 0])
-def test_aw2_copies_alone_run(fmt, ux):
-    knob = f"2,12,{ux},1,0,2,0,1,42"
+@pytest.mark.parametrize("ux,v", [(1, 42), (0, 42), (1, 44), (0, 44)])
+def test_aw2_copies_alone_run(fmt, ux, v):
+    knob = f"2,12,{ux},1,0,2,0,1,{v}"
     for n, k in ((300, 4096), (19, 14336), (16, 2048), (2051, 1024), (5, 6144)):
         if fmt == "q6_k" and k % 2048:
             continue
@@ -126,7 +128,7 @@ def test_aw2_copies_alone_run(fmt, ux):
             x = xb.to("cuda")
             got = run(fmt, x, qc, 0, knob)
             what = f"{fmt} knob {knob} n={n} k={k} m={m}"
-            if fmt == "q6_k":  # V 42 = V 41 there: its default math
+            if fmt == "q6_k":  # V 42 / 44 = V 41 there: its default math
                 check(fmt, got, xs, deq, qb, what)
                 continue
             g = gk.to_numpy(got)
@@ -138,14 +140,14 @@ def test_aw2_copies_alone_run(fmt, ux):
 
 
 @pytest.mark.parametrize("fmt", FMTS)
-@pytest.mark.parametrize("wt,sp", [(16, 1), (12, 0), (12, 2), (24, 1)])
-def test_aw2_other_plans_exact(fmt, wt, sp):
+@pytest.mark.parametrize("wt,sp,v", [(16, 1, 41), (12, 0, 41), (12, 2, 43), (24, 1, 43)])
+def test_aw2_other_plans_exact(fmt, wt, sp, v):
     for n, k in ((300, 4096), (2051, 1024), (40, 14336)):
         if fmt == "q6_k" and k % 2048:
             continue
         q, deq, qb = make(fmt, n, k)
         qc = q.to("cuda")
-        knob = aw2_knob(fmt, n, 41, wt, sp)
+        knob = aw2_knob(fmt, n, v, wt, sp)
         for m, dtype in ((1, "bfloat16"), (5, "float16")):
             xb, xs = xrows(m, k, dtype)
             got = run(fmt, xb.to("cuda"), qc, 0, knob)
