@@ -31,7 +31,8 @@ copies alone 7 / 36, or (session 7) 37 / 38 the copies alone in 128-byte-line-al
 256 / 512 bytes per row on the same plan (not checked), 39 Q8_0 / Q4_0 / Q4_1 with the shipped math
 and line-aligned window copies (checked), 40 its copies alone (not checked), 41 Q8_0 / Q4_0 / Q4_1 / Q4_K
 with the shipped math through k_ggst_aw2 (the aligned windows at low per-unit cost; checked), 42 its
-copies alone (not checked), 43 / 44 the same with the run-time wait; printed only). An entry aw=V sets
+copies alone (not checked), 43 / 44 the same with the run-time wait, 45 / 46 as 43 / 44 with Q6_K through
+k_ggst_aw6 too; printed only). An entry aw=V sets
 GPUKIT_GGUF_AW=V instead (the switch that runs the shipped defaults through k_ggst_aw2: 1, d, 0 or format
 names).
 The default launches use programmatic dependent launch (each call copies its first weights
@@ -378,10 +379,10 @@ def main():
                     env = "GPUKIT_GGUF_AW" if cfg.startswith("aw=") else "GPUKIT_GEMV_GGUF"
                     os.environ[env] = cfg[3:] if cfg.startswith("aw=") else cfg
                     try:
-                        # V 7 / 36 / 37 / 38 / 40 / 42 / 44: the copies alone, wrong results (Q4_K / Q6_K: 40 = 39;
-                        # Q6_K: 42 / 44 = 41 / 43)
+                        # V 7 / 36 / 37 / 38 / 40 / 42 / 44 / 46: the copies alone, wrong results (Q4_K / Q6_K:
+                        # 40 = 39; Q6_K: 42 / 44 = 41 / 43, its default math)
                         v9 = cfg.split(",")[8:9]
-                        if v9 not in (["7"], ["36"], ["37"], ["38"], ["40"], ["42"], ["44"]) or (
+                        if v9 not in (["7"], ["36"], ["37"], ["38"], ["40"], ["42"], ["44"], ["46"]) or (
                                 v9 in (["42"], ["44"]) and base == "q6_k"):
                             check(fmt, fn(x, *wargs[0]), x, deq)
                         v1 = tbs(nbytes, median(time_graph(calls, rounds)))

@@ -41,6 +41,7 @@
 #include "quant_gguf_st_probe.cuh"
 #include "quant_gguf_st_aw.cuh"
 #include "quant_gguf_st_aw2.cuh"
+#include "quant_gguf_st_aw6.cuh"
 
 namespace gk::cuda {
 
@@ -383,6 +384,27 @@ void launch_aw2(const QGemvArgs& p, int nw, int ux, cudaStream_t st, int spread)
   GK_LAUNCH_CHECK("qgemv_gguf_st_aw2");
 }
 
+// k_ggst_aw6 (Q6_K; the knob's V 45 / 46): as launch_aw2 (the quad-scale scratch after the rings).
+template <class T, bool NODEC>
+void launch_aw6(const QGemvArgs& p, int nw, cudaStream_t st, int spread) {
+  constexpr int F = int(QFormat::q6_k), D0 = GS<F>::D, SBW = AW6::SB + 1024;
+  const int sbf = 16 * GL<F, 1>::P + 1024 / D0;  // the default kernel's stage (SS: the scratch counted in it)
+  smem_limit<k_ggst_aw6<T, kOptPI, NODEC>>(kSmemMax);
+  const int64_t blocks = (p.n + 15) / 16;
+  if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
+  const int S = std::max(1, p.split);
+  int smem = std::max({nw * D0 * sbf, nw * SBW, nw * 32 * 4 * 4});
+  if (smem > kSmemMax) throw ValueError("gemv: the aligned GGUF kernel's shared memory does not fit");
+  const int64_t per_sm = (blocks * S + kSMs - 1) / kSMs;
+  if (spread && per_sm >= 1 && per_sm <= 16) {  // as launch_d
+    const int64_t fit = per_sm + (spread == 2 ? 1 : 0);
+    const int64_t cap = kSmSmem / (fit + 1) - 1024 + 256;
+    if (fit * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
+  }
+  launch_ex(k_ggst_aw6<T, kOptPI, NODEC>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p);
+  GK_LAUNCH_CHECK("qgemv_gguf_st_aw6");
+}
+
 template <class T, int F, bool DYN>
 void launch_aw2_v(const QGemvArgs& p, const GCfg& c, const GPlan& pl, bool nodec, cudaStream_t st) {
   constexpr bool kFoldable = std::is_same_v<T, bf16> && (F == int(QFormat::q4_1) || F == int(QFormat::q4_k));
@@ -394,18 +416,22 @@ void launch_aw2_v(const QGemvArgs& p, const GCfg& c, const GPlan& pl, bool nodec
   launch_aw2<T, F, kOptPI, kSS, false, DYN>(p, pl.nw, c.ux, st, c.sp);
 }
 
-// c.probe 41 / 42 (43 / 44: DYN) on Q8_0 / Q4_0 / Q4_1 / Q4_K (the default depth; a row's chunks within
-// 2^30): k_ggst_aw2. false: not applicable (Q6_K, other depths): the caller runs the shipped math of c
-// through k_ggst.
+// c.probe 41 / 42 (43 / 44: DYN; 45 / 46: DYN and Q6_K too) on Q8_0 / Q4_0 / Q4_1 / Q4_K (the default depth;
+// a row's chunks within 2^30): k_ggst_aw2; 45 / 46 on Q6_K: k_ggst_aw6. false: not applicable (Q6_K below
+// 45, other depths): the caller runs the shipped math of c through k_ggst.
 template <class T, int F>
 bool try_aw2(const QGemvArgs& p, const GCfg& c, const GPlan& pl, cudaStream_t st) {
   if constexpr (F == int(QFormat::q6_k)) {
-    return false;
+    if ((c.probe != 45 && c.probe != 46) || c.d != GS<F>::D || p.k / 16 >= (int64_t(1) << 30)) return false;
+    if (c.probe == 46) launch_aw6<T, true>(p, pl.nw, st, c.sp);
+    else launch_aw6<T, false>(p, pl.nw, st, c.sp);
+    if (p.split > 1) launch_sum_q(p, st);
+    return true;
   } else {
-    if (c.probe < 41 || c.probe > 44 || c.d != GS<F>::D || p.k / GS<F>::UW * AW2<F>::NUC >= (int64_t(1) << 30))
+    if (c.probe < 41 || c.probe > 46 || c.d != GS<F>::D || p.k / GS<F>::UW * AW2<F>::NUC >= (int64_t(1) << 30))
       return false;
     if (F == int(QFormat::q4_k) && !c.ss) return false;
-    const bool nodec = c.probe == 42 || c.probe == 44;
+    const bool nodec = c.probe == 42 || c.probe == 44 || c.probe == 46;
     if (c.probe >= 43) launch_aw2_v<T, F, true>(p, c, pl, nodec, st);
     else launch_aw2_v<T, F, false>(p, c, pl, nodec, st);
     if (p.split > 1) launch_sum_q(p, st);
