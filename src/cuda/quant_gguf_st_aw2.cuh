@@ -13,7 +13,9 @@
 // at ring chunk s mod NCR; windows of one 128-byte line per row, lane l: chunk l % 8 of rows l / 8 + 4 i):
 // - per row and lane, 32-bit state advanced per window: s (the lane's chunk of the window, relative to
 //   the warp's first chunk; negative before it), its ring address (one add, one compare-and-subtract),
-//   the global address from one wide multiply-add; the cp.async predicated, no branch;
+//   the global address from s; the cp.async predicated, no branch; when the row stride is a multiple of
+//   128 bytes (every K % 2048 == 0 of these formats) all rows share row 0's line phase and one chunk
+//   index, ring address and predicate serve the lane's 4 rows (~18 instructions per window, not ~41);
 // - one commit group per unit: after decoding unit j the windows its chunks freed (G_j); the prologue
 //   commits C + 1 groups (P_k: the windows unit k < C needs; P_C: all that fit the ring), so unit i
 //   always waits with the constant cp.async.wait_group C (C: the largest c with NUC (NR - c - 1) >= 14,
@@ -71,6 +73,24 @@ __device__ __forceinline__ void aw2_window(const uint8_t* const (&base)[4], int 
   }
 }
 
+// aw2_window when the lane's 4 rows have the same line phase (the row stride a multiple of 128 bytes, so
+// every row of the matrix has the one of row 0): one chunk index, one ring address (row i at + 4 i P), one
+// predicate for the four copies (state in s[0], dst[0], rend[0] only).
+template <int NCR, int P>
+__device__ __forceinline__ void aw2_window_uni(const uint8_t* const (&base)[4], int (&s)[4], uint32_t (&dst)[4],
+                                               const uint32_t (&rend)[4], int nch) {
+  const bool in = unsigned(s[0]) < unsigned(nch);
+  const int64_t off = 16 * int64_t(s[0]);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint8_t* src = base[i] + off;
+    if (in) cp_async16(dst[0] + uint32_t(4 * i * P), src);
+  }
+  s[0] += 8;
+  dst[0] += 128u;
+  if (dst[0] >= rend[0]) dst[0] -= uint32_t(16 * NCR);
+}
+
 // NODEC (V 42 / 44): the copies and waits alone (zeros; benchmarking). SS: Q4_K's quad-shared scales
 // (1 KB of scratch per warp after the rings). DYN (V 43 / 44): one commit group per window (as V 39) and
 // unit i waits for the windows up to the last one it needs only (n = windows issued after it: K1, K1 - 1
@@ -109,12 +129,20 @@ __global__ void __launch_bounds__(256, 2) k_ggst_aw2(const QGemvArgs p) {
     rend[i] = rb + uint32_t(16 * NCR);
   }
   const int nwin = (nch + 14) >> 3;  // windows covering [0, nch) at any line phase
+  const bool uni = p.q_rs % 128 == 0;  // every row at row 0's line phase (grid-uniform)
   int wnext = 0;
   auto issue_to = [&](int wlast) {  // windows wnext..wlast (at most the last), one group (DYN: one per window)
     const int e = wlast < nwin - 1 ? wlast : nwin - 1;
-    for (; wnext <= e; ++wnext) {
-      aw2_window<NCR>(base, s, dst, rend, nch);
-      if constexpr (DYN) cp_commit();
+    if (uni) {
+      for (; wnext <= e; ++wnext) {
+        aw2_window_uni<NCR, P>(base, s, dst, rend, nch);
+        if constexpr (DYN) cp_commit();
+      }
+    } else {
+      for (; wnext <= e; ++wnext) {
+        aw2_window<NCR>(base, s, dst, rend, nch);
+        if constexpr (DYN) cp_commit();
+      }
     }
     if constexpr (!DYN) cp_commit();
   };
