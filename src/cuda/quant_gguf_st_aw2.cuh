@@ -139,6 +139,7 @@ __global__ void __launch_bounds__(256, 2) k_ggst_aw2(const QGemvArgs p) {
         if constexpr (DYN) cp_commit();
       }
     } else {
+#pragma unroll 1
       for (; wnext <= e; ++wnext) {
         aw2_window<NCR>(base, s, dst, rend, nch);
         if constexpr (DYN) cp_commit();

@@ -142,6 +142,7 @@ __global__ void __launch_bounds__(256, 2) k_ggst_aw6(const QGemvArgs p) {
   int wnext = 0;
   auto issue_to = [&](int wlast) {  // windows wnext..wlast (at most the last), one group each
     const int e = wlast < nwin - 1 ? wlast : nwin - 1;
+#pragma unroll 1
     for (; wnext <= e; ++wnext) {
       aw2_window<NCR>(base, s, dst, rend, nch);
       cp_commit();
