@@ -73,20 +73,20 @@ GCfg gcfg_s5(QFormat f) {
 // "1": Q8_0 / Q4_0 / Q4_1 / Q4_K with the constant wait (the knob's V 41; Q6_K has no aligned kernel:
 // unchanged), "d": the same with the run-time wait (DYN, V 43), "0": none, or a list of format names
 // ("q8_0,q4_0"; "d:q8_0,q4_0" for DYN; "q6_k" listed: Q6_K through k_ggst_aw6, V 45, whose wait is always
-// the run-time one); unset: the formats of kAwDefault (a bit per QFormat value) with the wait of
-// kAwDefaultDyn. Not measured when written: the final run of session 7 compares it (bench/gemv.py --gguf
+// the run-time one); unset: the formats of kAwDefault (a bit per QFormat value; kAwDefaultMany for N above
+// 132 x 8 row tiles, the lm-head) with the wait of kAwDefaultDyn. Not measured when written: the final run of session 7 compares it (bench/gemv.py --gguf
 // aw=1/aw=d, and the knob's V 45 for Q6_K). Returns 0 (off), 41, 43 or 45 (the knob's V of the kernel).
-constexpr unsigned kAwDefault = 0u;
+constexpr unsigned kAwDefault = 0u, kAwDefaultMany = 0u;
 constexpr bool kAwDefaultDyn = false;
 constexpr unsigned kAwAll = (1u << int(QFormat::q8_0)) | (1u << int(QFormat::q4_0)) | (1u << int(QFormat::q4_1)) |
                             (1u << int(QFormat::q4_k));  // "1" / "d"
 
-int aw_switch(QFormat f) {
+int aw_switch(QFormat f, bool few) {
   const unsigned bit = 1u << int(f);
   const bool q6 = f == QFormat::q6_k;
   if ((kAwAll & bit) == 0 && !q6) return 0;
   const char* e = std::getenv("GPUKIT_GGUF_AW");
-  if (!e || !*e) return (kAwDefault & bit) != 0 ? (q6 ? 45 : (kAwDefaultDyn ? 43 : 41)) : 0;
+  if (!e || !*e) return ((few ? kAwDefault : kAwDefaultMany) & bit) != 0 ? (q6 ? 45 : (kAwDefaultDyn ? 43 : 41)) : 0;
   std::string v(e);
   if (v == "1") return q6 ? 0 : 41;
   if (v == "d") return q6 ? 0 : 43;
@@ -138,7 +138,7 @@ GCfg gcfg_default(QFormat f, int64_t n, int64_t k) {
       c.ss = 1;
       break;
   }
-  c.probe = aw_switch(f);
+  c.probe = aw_switch(f, few);
   return c;
 }
 
