@@ -29,7 +29,12 @@ half the blocks per stage, warps per CTA at least, PF 0 and MINB 2 only (session
 loop, 0 for no CTA spreading (2: room for one CTA more per SM), a session-6 variant 30..35 or the
 copies alone 7 / 36, or (session 7) 37 / 38 the copies alone in 128-byte-line-aligned windows of
 256 / 512 bytes per row on the same plan (not checked), 39 Q8_0 / Q4_0 / Q4_1 with the shipped math
-and line-aligned window copies (checked), 40 its copies alone (not checked); printed only).
+and line-aligned window copies (checked), 40 its copies alone (not checked), 41 Q8_0 / Q4_0 / Q4_1 / Q4_K
+with the shipped math through k_ggst_aw2 (the aligned windows at low per-unit cost; checked), 42 its
+copies alone (not checked), 43 / 44 the same with the run-time wait, 45 / 46 as 43 / 44 with Q6_K through
+k_ggst_aw6 too; printed only). An entry aw=V sets
+GPUKIT_GGUF_AW=V instead (the switch that runs the shipped defaults through k_ggst_aw2: 1, d, 0 or format
+names).
 The default launches use programmatic dependent launch (each call copies its first weights
 while the previous call finishes, as in a decode step's chain of GEMVs); "variant 2" lines: the
 same kernels without it. "variant 1": a 2-stage cp.async ring instead of the default depth
@@ -371,10 +376,14 @@ def main():
                         del os.environ["GPUKIT_GEMV_W8"]
             if base in GGUF_FMTS and args.gguf:  # the staged GGUF kernel's depth / warps knob
                 for cfg in args.gguf.split("/"):
-                    os.environ["GPUKIT_GEMV_GGUF"] = cfg
+                    env = "GPUKIT_GGUF_AW" if cfg.startswith("aw=") else "GPUKIT_GEMV_GGUF"
+                    os.environ[env] = cfg[3:] if cfg.startswith("aw=") else cfg
                     try:
-                        # V 7 / 36 / 37 / 38 / 40: the copies alone, wrong results (Q4_K / Q6_K: 40 = 39)
-                        if cfg.split(",")[8:9] not in (["7"], ["36"], ["37"], ["38"], ["40"]):
+                        # V 7 / 36 / 37 / 38 / 40 / 42 / 44 / 46: the copies alone, wrong results (Q4_K / Q6_K:
+                        # 40 = 39; Q6_K: 42 / 44 = 41 / 43, its default math)
+                        v9 = cfg.split(",")[8:9]
+                        if v9 not in (["7"], ["36"], ["37"], ["38"], ["40"], ["42"], ["44"], ["46"]) or (
+                                v9 in (["42"], ["44"]) and base == "q6_k"):
                             check(fmt, fn(x, *wargs[0]), x, deq)
                         v1 = tbs(nbytes, median(time_graph(calls, rounds)))
                         notes.append(f"  gguf {cfg}: {v1:.3f} TB/s = {v1 / ceiling:.0%} of copy")
@@ -382,7 +391,7 @@ def main():
                     except Exception as e:  # noqa: BLE001
                         notes.append(f"  gguf {cfg} FAILED: {type(e).__name__}: {e}")
                     finally:
-                        del os.environ["GPUKIT_GEMV_GGUF"]
+                        del os.environ[env]
             if fmt == "bf16":  # cross-check: plain launches timed on the current stream (host overhead included)
                 a, b = gk.Event(), gk.Event()
                 a.record()

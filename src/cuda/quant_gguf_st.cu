@@ -40,6 +40,8 @@
 #include "quant_gguf_st_plan.cuh"
 #include "quant_gguf_st_probe.cuh"
 #include "quant_gguf_st_aw.cuh"
+#include "quant_gguf_st_aw2.cuh"
+#include "quant_gguf_st_aw6.cuh"
 
 namespace gk::cuda {
 
@@ -358,6 +360,85 @@ void launch_aw(const QGemvArgs& p, int nw, int ux, cudaStream_t st, int spread) 
   GK_LAUNCH_CHECK("qgemv_gguf_st_aw");
 }
 
+// k_ggst_aw2 (session 7, gguf8: the knob's V 41, its copies alone V 42, the default under GPUKIT_GGUF_AW): the
+// plan (nw, split) of the configuration's fields, the OPT bits of the format's shipped configuration, the
+// shared-memory request as launch_aw's.
+template <class T, int F, int OPT, bool SS, bool NODEC, bool DYN>
+void launch_aw2(const QGemvArgs& p, int nw, int ux, cudaStream_t st, int spread) {
+  constexpr int D0 = GS<F>::D;
+  constexpr int SBW = AW2<F>::SB + (SS ? 1024 : 0);
+  const int sbf = ux == 0 ? 16 * GL<F, 0>::P : 16 * GL<F, 1>::P;
+  smem_limit<k_ggst_aw2<T, F, OPT, SS, NODEC, DYN>>(kSmemMax);
+  const int64_t blocks = (p.n + 15) / 16;
+  if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
+  const int S = std::max(1, p.split);
+  int smem = std::max({nw * D0 * sbf, nw * SBW, nw * 32 * 4 * 4});
+  if (smem > kSmemMax) throw ValueError("gemv: the aligned GGUF kernel's shared memory does not fit");
+  const int64_t per_sm = (blocks * S + kSMs - 1) / kSMs;
+  if (spread && per_sm >= 1 && per_sm <= 16) {  // as launch_d
+    const int64_t fit = per_sm + (spread == 2 ? 1 : 0);
+    const int64_t cap = kSmSmem / (fit + 1) - 1024 + 256;
+    if (fit * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
+  }
+  launch_ex(k_ggst_aw2<T, F, OPT, SS, NODEC, DYN>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p);
+  GK_LAUNCH_CHECK("qgemv_gguf_st_aw2");
+}
+
+// k_ggst_aw6 (Q6_K; the knob's V 45 / 46): as launch_aw2 (the quad-scale scratch after the rings).
+template <class T, bool NODEC>
+void launch_aw6(const QGemvArgs& p, int nw, cudaStream_t st, int spread) {
+  constexpr int F = int(QFormat::q6_k), D0 = GS<F>::D, SBW = AW6::SB + 1024;
+  const int sbf = 16 * GL<F, 1>::P + 1024 / D0;  // the default kernel's stage (SS: the scratch counted in it)
+  smem_limit<k_ggst_aw6<T, kOptPI, NODEC>>(kSmemMax);
+  const int64_t blocks = (p.n + 15) / 16;
+  if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
+  const int S = std::max(1, p.split);
+  int smem = std::max({nw * D0 * sbf, nw * SBW, nw * 32 * 4 * 4});
+  if (smem > kSmemMax) throw ValueError("gemv: the aligned GGUF kernel's shared memory does not fit");
+  const int64_t per_sm = (blocks * S + kSMs - 1) / kSMs;
+  if (spread && per_sm >= 1 && per_sm <= 16) {  // as launch_d
+    const int64_t fit = per_sm + (spread == 2 ? 1 : 0);
+    const int64_t cap = kSmSmem / (fit + 1) - 1024 + 256;
+    if (fit * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
+  }
+  launch_ex(k_ggst_aw6<T, kOptPI, NODEC>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p);
+  GK_LAUNCH_CHECK("qgemv_gguf_st_aw6");
+}
+
+template <class T, int F, bool DYN>
+void launch_aw2_v(const QGemvArgs& p, const GCfg& c, const GPlan& pl, bool nodec, cudaStream_t st) {
+  constexpr bool kFoldable = std::is_same_v<T, bf16> && (F == int(QFormat::q4_1) || F == int(QFormat::q4_k));
+  constexpr bool kSS = F == int(QFormat::q4_k);
+  if (nodec) return launch_aw2<T, F, kOptPI, kSS, true, DYN>(p, pl.nw, c.ux, st, c.sp);
+  if constexpr (kFoldable) {
+    if (c.opt & kOptFold) return launch_aw2<T, F, kOptPI | kOptFold, kSS, false, DYN>(p, pl.nw, c.ux, st, c.sp);
+  }
+  launch_aw2<T, F, kOptPI, kSS, false, DYN>(p, pl.nw, c.ux, st, c.sp);
+}
+
+// c.probe 41 / 42 (43 / 44: DYN; 45 / 46: DYN and Q6_K too) on Q8_0 / Q4_0 / Q4_1 / Q4_K (the default depth;
+// a row's chunks within 2^30): k_ggst_aw2; 45 / 46 on Q6_K: k_ggst_aw6. false: not applicable (Q6_K below
+// 45, other depths): the caller runs the shipped math of c through k_ggst.
+template <class T, int F>
+bool try_aw2(const QGemvArgs& p, const GCfg& c, const GPlan& pl, cudaStream_t st) {
+  if constexpr (F == int(QFormat::q6_k)) {
+    if ((c.probe != 45 && c.probe != 46) || c.d != GS<F>::D || p.k / 16 >= (int64_t(1) << 30)) return false;
+    if (c.probe == 46) launch_aw6<T, true>(p, pl.nw, st, c.sp);
+    else launch_aw6<T, false>(p, pl.nw, st, c.sp);
+    if (p.split > 1) launch_sum_q(p, st);
+    return true;
+  } else {
+    if (c.probe < 41 || c.probe > 46 || c.d != GS<F>::D || p.k / GS<F>::UW * AW2<F>::NUC >= (int64_t(1) << 30))
+      return false;
+    if (F == int(QFormat::q4_k) && !c.ss) return false;
+    const bool nodec = c.probe == 42 || c.probe == 44 || c.probe == 46;
+    if (c.probe >= 43) launch_aw2_v<T, F, true>(p, c, pl, nodec, st);
+    else launch_aw2_v<T, F, false>(p, c, pl, nodec, st);
+    if (p.split > 1) launch_sum_q(p, st);
+    return true;
+  }
+}
+
 // The session-6 kernels (c.opt != 0; the default depth, UX 1 or 0, MINB 2, not rolled).
 template <class T, int F, int UX, int LT = 0>
 void launch_s6(const QGemvArgs& p, const GCfg& c, const GPlan& pl, cudaStream_t st) {
@@ -394,6 +475,7 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   const bool dflt = c.ux == 1 && c.d == D0;
   const int sp = c.sp;
   const int probe = (p.variant == 7 || c.probe == 7) ? 7 : ((p.variant == 36 || c.probe == 36) ? 36 : 0);
+  if (!probe && try_aw2<T, F>(p, c, pl, st)) return;
   if constexpr (F == int(QFormat::q8_0) || F == int(QFormat::q4_0) || F == int(QFormat::q4_1)) {
     if (c.probe == 40 && c.d == D0) {  // its copies alone (wrong results)
       launch_aw<T, F, kOptPI, true>(p, pl.nw, c.ux, st, sp);

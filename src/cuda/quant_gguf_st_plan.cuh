@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "core/cuda_util.h"
 #include "quant_gguf_st_units.cuh"
@@ -67,6 +68,52 @@ GCfg gcfg_s5(QFormat f) {
 //   lm-head UX 1 with the late refill: 82 (74).
 // - Q4_K: UX 0, quad-shared scales, kOptFold: 52 / 50 / 70 (45 / 43 / 63).
 // - Q6_K: quad-shared scales (variant 31): 55 / 55 / 72 (53 / 52 / 69); the session-5 bits.
+// The switch GPUKIT_GGUF_AW (session 7, gguf8): the shipped configuration of a format below run through
+// k_ggst_aw2 (line-aligned window copies, quant_gguf_st_aw2.cuh) with the same plan, hence the same bits.
+// "1": Q8_0 / Q4_0 / Q4_1 / Q4_K with the constant wait (the knob's V 41; Q6_K has no aligned kernel:
+// unchanged), "d": the same with the run-time wait (DYN, V 43), "0": none, or a list of format names
+// ("q8_0,q4_0"; "d:q8_0,q4_0" for DYN; "q6_k" listed: Q6_K through k_ggst_aw6, V 45, whose wait is always
+// the run-time one); unset: the formats of kAwDefault (a bit per QFormat value; kAwDefaultMany for N above
+// 132 x 8 row tiles, the lm-head) with the wait of kAwDefaultDyn. Not measured when written: the final run of session 7 compares it (bench/gemv.py --gguf
+// aw=1/aw=d, and the knob's V 45 for Q6_K). Returns 0 (off), 41, 43 or 45 (the knob's V of the kernel).
+constexpr unsigned kAwDefault = 0u, kAwDefaultMany = 0u;
+constexpr bool kAwDefaultDyn = false;
+constexpr unsigned kAwAll = (1u << int(QFormat::q8_0)) | (1u << int(QFormat::q4_0)) | (1u << int(QFormat::q4_1)) |
+                            (1u << int(QFormat::q4_k));  // "1" / "d"
+
+int aw_switch(QFormat f, bool few) {
+  const unsigned bit = 1u << int(f);
+  const bool q6 = f == QFormat::q6_k;
+  if ((kAwAll & bit) == 0 && !q6) return 0;
+  const char* e = std::getenv("GPUKIT_GGUF_AW");
+  if (!e || !*e) return ((few ? kAwDefault : kAwDefaultMany) & bit) != 0 ? (q6 ? 45 : (kAwDefaultDyn ? 43 : 41)) : 0;
+  std::string v(e);
+  if (v == "1") return q6 ? 0 : 41;
+  if (v == "d") return q6 ? 0 : 43;
+  if (v == "0") return 0;
+  const bool dyn = v.rfind("d:", 0) == 0;
+  if (dyn) v = v.substr(2);
+  static const char* const kNames[] = {"fp8", "int8", "int4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k", "nvf4"};
+  size_t i = 0;
+  bool hit = false;
+  while (i <= v.size()) {
+    size_t j = v.find(',', i);
+    if (j == std::string::npos) j = v.size();
+    const std::string name = v.substr(i, j - i);
+    bool known = false;
+    for (int q = 0; q < 9; ++q)
+      if (name == kNames[q]) {
+        known = true;
+        if (q == int(f)) hit = true;
+      }
+    if (!known)
+      throw ValueError(cat("GPUKIT_GGUF_AW: expected 0, 1, d or GGUF format names (q8_0,q4_0,q4_1,q4_k,q6_k; d:... for the ",
+                           "run-time wait), got '", e, "'"));
+    i = j + 1;
+  }
+  return hit ? (q6 ? 45 : (dyn ? 43 : 41)) : 0;
+}
+
 GCfg gcfg_default(QFormat f, int64_t n, int64_t k) {
   (void)k;
   GCfg c = gcfg_s5(f);
@@ -91,6 +138,7 @@ GCfg gcfg_default(QFormat f, int64_t n, int64_t k) {
       c.ss = 1;
       break;
   }
+  c.probe = aw_switch(f, few);
   return c;
 }
 
@@ -104,7 +152,10 @@ GCfg gcfg_default(QFormat f, int64_t n, int64_t k) {
 // D 2; R 0; 0: the session-5 kernel), 7 / 36 the copies alone (as the variants), 37 / 38 the copies
 // alone in 128-byte-line-aligned windows of 256 / 512 bytes per row (session 7; k_ggst_ap), 39 Q8_0 / Q4_0 /
 // Q4_1 with the shipped OPT bits and line-aligned window copies (k_ggst_aw; the other formats: their shipped OPT
-// bits through the session-6 kernel), 40 k_ggst_aw's copies alone (Q8_0 / Q4_0 / Q4_1; the others: as 39).
+// bits through the session-6 kernel), 40 k_ggst_aw's copies alone (Q8_0 / Q4_0 / Q4_1; the others: as 39), 41 the shipped math of
+// Q8_0 / Q4_0 / Q4_1 / Q4_K through k_ggst_aw2 (session 7, gguf8: aligned windows at low per-unit cost; Q6_K: its
+// shipped kernel), 42 k_ggst_aw2's copies alone (zeros; Q6_K as 41), 43 / 44 as 41 / 42 with the run-time wait
+// (k_ggst_aw2's DYN), 45 / 46 as 43 / 44 and Q6_K through k_ggst_aw6 (quant_gguf_st_aw6.cuh).
 
 GCfg gcfg_env(QFormat f, int64_t n, int64_t k) {
   const char* e = std::getenv("GPUKIT_GEMV_GGUF");
@@ -118,15 +169,20 @@ GCfg gcfg_env(QFormat f, int64_t n, int64_t k) {
   const bool half_ok = ux == 0 && (d == 2 || d == 3) && roll == 0 && (v == 0 || d == 2);
   if (got < 2 || d < 2 || d > 4 || wt < 1 || wt > 64 || (ux != 0 && ux != 1) || (ux == 0 && !half_ok) || wmin < 1 ||
       wmin > 8 || pf != 0 || minb != 2 || (roll != 0 && roll != 1) || (roll == 1 && !dflt) || (sp < 0 || sp > 2) ||
-      (v != 0 && v != 7 && (v < 30 || v > 40)) || (v != 0 && !half_ok && (!dflt || roll != 0)) ||
+      (v != 0 && v != 7 && (v < 30 || v > 46)) || (v != 0 && !half_ok && (!dflt || roll != 0)) ||
       ((v == 7 || (v >= 36 && v <= 38)) && !dflt))
     throw ValueError(cat("GPUKIT_GEMV_GGUF: expected D,WT[,UX[,WMIN[,PF[,MINB[,R[,SP[,V]]]]]]] with D in 2..4, WT in ",
                          "1..64, UX 1 or 0 (half the units; D 2 or 3, R 0), WMIN in 1..8, PF 0, MINB 2, R 0 or 1 (UX 1 ",
                          "and the default D), SP 0..2, V 0 or 30..35 (UX 1 and the default D or UX 0 and D 2; R 0; V 34, ",
-                         "35: D 2; V 7 / 36 / 37 / 38, the copies alone: UX 1 and the default D; V 39 / 40: UX 1 and the default D or UX 0 and D 2), got '", e, "'"));
+                         "35: D 2; V 7 / 36 / 37 / 38, the copies alone: UX 1 and the default D; V 39 / 40 / 41 / 42: UX 1 and the default D or UX 0 and D 2), got '", e, "'"));
   c = with_s6(c, v);
   c.probe = (v == 7 || v >= 36) ? v : 0;
   if (v == 39 || v == 40) c.opt = gcfg_default(f, n, k).opt;  // the shipped math (Q8_0 / Q4_0 / Q4_1; else the default kernel)
+  if (v >= 41 && v <= 46) {  // k_ggst_aw2 with the shipped math (Q8_0 / Q4_0 / Q4_1 / Q4_K; Q6_K: its default kernel)
+    const GCfg dc = gcfg_default(f, n, k);
+    c.opt = dc.opt;
+    c.ss = dc.ss;
+  }
   c.sp = sp;
   c.roll = roll;
   c.d = d;

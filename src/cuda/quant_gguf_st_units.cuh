@@ -111,8 +111,11 @@ __device__ __forceinline__ void int8x4_f16(uint32_t u, uint32_t magic, uint32_t&
 // subtraction); the 128 sum(x) this adds is taken out with the min term: d sum((128 + q) x) +
 // (m - 128 d) sum(x). Not the default's bits (the sums are larger before the correction: the
 // tests' bound has 143 d + |m| per block).
-template <class T, int F, bool B8 = false, bool PI = false, bool FOLD = false>
-__device__ __forceinline__ void unit32(uint32_t a, uint32_t b, const T* xj, int t, uint32_t magic, float (&acc)[4]) {
+// XR (session 7, k_ggst_aw2): x already in registers, xr[2 bk] / xr[2 bk + 1] the two loads of block bk
+// (loaded before the wait for the unit's copies); otherwise (xr null) loaded here as before.
+template <class T, int F, bool B8 = false, bool PI = false, bool FOLD = false, bool XR = false>
+__device__ __forceinline__ void unit32(uint32_t a, uint32_t b, const T* xj, int t, uint32_t magic, float (&acc)[4],
+                                       const uint2* xr = nullptr) {
   constexpr int BB = GS<F>::BB;
   constexpr bool kQ8 = F == int(QFormat::q8_0), kMin = F == int(QFormat::q4_1);
   constexpr bool kFold = FOLD && kMin && std::is_same_v<T, bf16>;
@@ -122,8 +125,8 @@ __device__ __forceinline__ void unit32(uint32_t a, uint32_t b, const T* xj, int 
   const uint32_t ones = splat<T>(1.0f);
 #pragma unroll
   for (int bk = 0; bk < 8; ++bk) {
-    const uint2 x0 = __ldg(reinterpret_cast<const uint2*>(xj + 32 * bk));
-    const uint2 x1 = __ldg(reinterpret_cast<const uint2*>(xj + 32 * bk + 16));
+    const uint2 x0 = XR ? xr[2 * bk] : __ldg(reinterpret_cast<const uint2*>(xj + 32 * bk));
+    const uint2 x1 = XR ? xr[2 * bk + 1] : __ldg(reinterpret_cast<const uint2*>(xj + 32 * bk + 16));
     const uint32_t ba = a + uint32_t(bk * BB), bb = b + uint32_t(bk * BB);
     uint32_t a0[4], a1[4];
     const bool odd = ((bk * BB + QOFF) & 2) != 0;
