@@ -106,8 +106,18 @@ struct W4Frag {
 // ORD (session 7, a storage-layout flag): each 32-bit word of codes holds weights 2p in nibble p and
 // 2p + 1 in nibble p + 4 (p = 0..3) instead of weight i in nibble i, so a pair (p, p + 4) is the
 // consecutive weights (2p, 2p + 1) and x's 32-bit words pair with it as loaded (no byte permutes).
-template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2, bool ORD = false>
+// DEC (session 7, int4 only; the decode): 0 the codes as (magic + q) - (magic + z) by one lop3 and one
+// packed subtraction per pair; 1 "zero point through x sums": the mma takes (magic + q) as the lop3
+// makes it (no packed subtraction), and each group's fp32 sum starts at -(magic + z) S (the second
+// mma chain's where there are two), S = the group's sum of x (fp32) computed first by WPG more mma
+// with A = the lane's x words as loaded and B = ones (rows g and g + 8 of that sum both hold x row
+// g: S_g = d0 + d2), each column's S taken from quad 2t / 2t + 1 by two shuffles (so M = 1 gives the
+// bits of the same row in a batch); 2: 1 with the right shifts of the codes as mul.hi (the FMA
+// pipe instead of the ALU).
+template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2, bool ORD = false,
+          int DEC = 0>
 __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
+  static_assert(DEC == 0 || !F::kNvf4, "DEC > 0: int4 only");
   using L = W4Layout<F, KB, NARROW>;
   // LEAN: wide meta copies with at most one zero-point unit per row (KB = 4)
   constexpr bool PROBE = MODE == 1, LEAN = (MODE == 3 || MODE == 5) && !NARROW && L::NUZ <= 1, XA = MODE == 5,
@@ -431,6 +441,25 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
           const uint32_t z2a = __byte_perm(za, mag, sel), z2b = __byte_perm(zb, mag, sel);
           float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
           [[maybe_unused]] float c2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          if constexpr (DEC != 0) {  // the sum starts at -(magic + z) S, S of x rows 2t, 2t + 1 (the lane's columns)
+            float sx[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            const uint32_t one2 = w4_opaque(w4_one2<T>());
+#pragma unroll
+            for (int w = 0; w < WPG; ++w) {
+              const uint4 xv = xc[h * WPG + w];
+              const uint32_t ax[4] = {xv.x, xv.y, xv.z, xv.w};
+              mma16816<T>(sx, ax, one2, one2);
+            }
+            const float sg = sx[0] + sx[2];  // x row g's sum over the group (the quad's 4 lanes' words)
+            const float s0 = __shfl_sync(0xffffffffu, sg, (2 * t) << 2);
+            const float s1 = __shfl_sync(0xffffffffu, sg, (2 * t + 1) << 2);
+            const float mza = w4_lo_float<T>(z2a), mzb = w4_lo_float<T>(z2b);  // magic + z, exact
+            float(&c0)[4] = TWO ? c2 : c;  // TWO: the second chain (the first starts without waiting)
+            c0[0] = -mza * s0;
+            c0[1] = -mza * s1;
+            c0[2] = -mzb * s0;
+            c0[3] = -mzb * s1;
+          }
 #pragma unroll
           for (int w = 0; w < WPG; ++w) {
             const uint4 xv = xc[h * WPG + w];
@@ -440,8 +469,13 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
             uint32_t pa[4], pb[4];
 #pragma unroll
             for (int qq = 0; qq < 4; ++qq) {
-              pa[qq] = hsub2u<T>(w4_lop(w4_shift4(ua, qq), mag), z2a);
-              pb[qq] = hsub2u<T>(w4_lop(w4_shift4(ub, qq), mag), z2b);
+              if constexpr (DEC == 0) {
+                pa[qq] = hsub2u<T>(w4_lop(w4_shift4(ua, qq), mag), z2a);
+                pb[qq] = hsub2u<T>(w4_lop(w4_shift4(ub, qq), mag), z2b);
+              } else {  // magic + q: the zero point comes off after the mma
+                pa[qq] = w4_lop(w4_shift4h<DEC == 2>(ua, qq), mag);
+                pb[qq] = w4_lop(w4_shift4h<DEC == 2>(ub, qq), mag);
+              }
             }
             const uint32_t aA[4] = {pa[0], pb[0], pa[1], pb[1]};
             const uint32_t aB[4] = {pa[2], pb[2], pa[3], pb[3]};
