@@ -99,7 +99,9 @@ struct W4Frag {
 // of x copied with its codes (cp.async; the stages issued before the PDL wait get theirs in one
 // more group after it), read from shared memory at each block's start instead of global loads
 // (the same arithmetic as MODE 0); 9 / 10: 8 / 0 with the loop over the ring's stages not
-// unrolled (one full-stage body in the code instead of D; the same bits). MINB: CTAs of 256
+// unrolled (one full-stage body in the code instead of D; the same bits); session 7: 11 (int4, natural
+// order): 8 with the stage's x paired in place once per stage (x0 x4, x1 x5, .. : 8 byte permutes
+// per lane and stage instead of 2 per mma; every quad reads the same x at M = 1), the same bits. MINB: CTAs of 256
 // threads per SM the registers are sized for
 // (2: 128 registers). (Session 6's MODE 6, the int4 "zero-point mma", was removed after
 // checkpoint A: slower at every shape; docs/notes/gemv4-s6.md.)
@@ -108,12 +110,12 @@ struct W4Frag {
 // consecutive weights (2p, 2p + 1) and x's 32-bit words pair with it as loaded (no byte permutes).
 // DEC (session 7, int4 only; the decode): 0 the codes as (magic + q) - (magic + z) by one lop3 and one
 // packed subtraction per pair; 1 "zero point through x sums": the mma takes (magic + q) as the lop3
-// makes it (no packed subtraction), and each group's fp32 sum starts at -(magic + z) S (the second
-// mma chain's where there are two), S = the group's sum of x (fp32) computed first by WPG more mma
-// with A = the lane's x words as loaded and B = ones (rows g and g + 8 of that sum both hold x row
-// g: S_g = d0 + d2), each column's S taken from quad 2t / 2t + 1 by two shuffles (so M = 1 gives the
-// bits of the same row in a batch); 2: 1 with the right shifts of the codes as mul.hi (the FMA
-// pipe instead of the ALU).
+// makes it (no packed subtraction), and per group (magic + z) S is taken off the fp32 sum (one fma per
+// element) before the scale, S = the group's fp32 sum of x made by WPG more mma with A = the lane's x
+// pairs (the B registers of the main mma; so x paired in the ring, MODE 11, gives the same bits) and
+// B = ones (rows g and g + 8 of that sum both hold x row g: S_g = d0 + d2), each column's S taken from
+// quad 2t / 2t + 1 by two shuffles (so M = 1 gives the bits of the same row in a batch); 2: 1 with
+// the right shifts of the codes as mul.hi (the FMA pipe instead of the ALU).
 template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2, bool ORD = false,
           int DEC = 0>
 __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
@@ -121,7 +123,9 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   using L = W4Layout<F, KB, NARROW>;
   // LEAN: wide meta copies with at most one zero-point unit per row (KB = 4)
   constexpr bool PROBE = MODE == 1, LEAN = (MODE == 3 || MODE == 5) && !NARROW && L::NUZ <= 1, XA = MODE == 5,
-                 NOX = MODE == 7, XS = MODE == 8 || MODE == 9, ROLL = MODE == 9 || MODE == 10;
+                 NOX = MODE == 7, XS = MODE == 8 || MODE == 9 || MODE == 11, ROLL = MODE == 9 || MODE == 10,
+                 XP = MODE == 11;
+  static_assert(!XP || (!ORD && !F::kNvf4), "XP: int4 codes in the natural order");
   // XS (M = 1 only): x of each stage's blocks travels with the codes (cp.async, after the PDL wait)
   constexpr int XB = XS ? KB * 256 : 0, STG = L::STAGE + XB;
   constexpr int P = L::P, NK = KB / 2, NG = F::NG, LB = F::LB, WPG = F::WPG;
@@ -383,6 +387,16 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
     }
     __syncwarp();
     const uint32_t sb = ring + uint32_t(st * STG);
+    if constexpr (XP) {  // pair the stage's x in place (every lane g reads the same x at M = 1): once per stage
+#pragma unroll
+      for (int j = 0; j < XB / 16; j += 32) {
+        const uint32_t a = sb + uint32_t(L::STAGE + 16 * (j + lane));
+        uint4 v = lds16(a), o;
+        w4_xpairs<false>(v, o.x, o.y, o.z, o.w);
+        sts16(a, o);
+      }
+      __syncwarp();
+    }
     [[maybe_unused]] W4Frag f0{};
     if constexpr (LEAN) f0 = fetch(sb, 0);  // LEAN: block 0's reads before the copies are issued
     issue((st + D - 1) % D);
@@ -441,30 +455,12 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
           const uint32_t z2a = __byte_perm(za, mag, sel), z2b = __byte_perm(zb, mag, sel);
           float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
           [[maybe_unused]] float c2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          if constexpr (DEC != 0) {  // the sum starts at -(magic + z) S, S of x rows 2t, 2t + 1 (the lane's columns)
-            float sx[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            const uint32_t one2 = w4_opaque(w4_one2<T>());
-#pragma unroll
-            for (int w = 0; w < WPG; ++w) {
-              const uint4 xv = xc[h * WPG + w];
-              const uint32_t ax[4] = {xv.x, xv.y, xv.z, xv.w};
-              mma16816<T>(sx, ax, one2, one2);
-            }
-            const float sg = sx[0] + sx[2];  // x row g's sum over the group (the quad's 4 lanes' words)
-            const float s0 = __shfl_sync(0xffffffffu, sg, (2 * t) << 2);
-            const float s1 = __shfl_sync(0xffffffffu, sg, (2 * t + 1) << 2);
-            const float mza = w4_lo_float<T>(z2a), mzb = w4_lo_float<T>(z2b);  // magic + z, exact
-            float(&c0)[4] = TWO ? c2 : c;  // TWO: the second chain (the first starts without waiting)
-            c0[0] = -mza * s0;
-            c0[1] = -mza * s1;
-            c0[2] = -mzb * s0;
-            c0[3] = -mzb * s1;
-          }
+          [[maybe_unused]] float sx[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // DEC: x sums (rows g, g + 8: x row g)
 #pragma unroll
           for (int w = 0; w < WPG; ++w) {
-            const uint4 xv = xc[h * WPG + w];
-            uint32_t bA0, bA1, bB0, bB1;
-            w4_xpairs<ORD>(xv, bA0, bA1, bB0, bB1);
+            // the B registers of the word's two k-steps: x paired (natural order), as loaded (ORD / XP)
+            uint32_t bx[4];
+            w4_xpairs<ORD || XP>(xc[h * WPG + w], bx[0], bx[1], bx[2], bx[3]);
             const uint32_t ua = word(wa, h * WPG + w), ub = word(wb, h * WPG + w);
             uint32_t pa[4], pb[4];
 #pragma unroll
@@ -479,14 +475,25 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
             }
             const uint32_t aA[4] = {pa[0], pb[0], pa[1], pb[1]};
             const uint32_t aB[4] = {pa[2], pb[2], pa[3], pb[3]};
-            mma16816<T>(c, aA, bA0, bA1);
-            if constexpr (TWO) mma16816<T>(c2, aB, bB0, bB1);
-            else mma16816<T>(c, aB, bB0, bB1);
+            mma16816<T>(c, aA, bx[0], bx[1]);
+            if constexpr (TWO) mma16816<T>(c2, aB, bx[2], bx[3]);
+            else mma16816<T>(c, aB, bx[2], bx[3]);
+            if constexpr (DEC != 0) mma16816<T>(sx, bx, w4_one2<T>(), w4_one2<T>());  // A = the pairs (XP's bits)
           }
           const float s_a = __uint_as_float(word(sva, h)), s_b = __uint_as_float(word(svb, h));
           if constexpr (TWO) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) c[e] += c2[e];
+          }
+          if constexpr (DEC != 0) {  // c -= (magic + z) S, S of x rows 2t, 2t + 1 (the lane's columns)
+            const float sg = sx[0] + sx[2];  // x row g's sum over the group (the quad's 4 lanes' words)
+            const float s0 = __shfl_sync(0xffffffffu, sg, (2 * t) << 2);
+            const float s1 = __shfl_sync(0xffffffffu, sg, (2 * t + 1) << 2);
+            const float mza = w4_lo_float<T>(z2a), mzb = w4_lo_float<T>(z2b);  // magic + z, exact
+            c[0] = fmaf(-mza, s0, c[0]);
+            c[1] = fmaf(-mza, s1, c[1]);
+            c[2] = fmaf(-mzb, s0, c[2]);
+            c[3] = fmaf(-mzb, s1, c[3]);
           }
           acc[0] = fmaf(s_a, c[0], acc[0]);
           acc[1] = fmaf(s_a, c[1], acc[1]);
