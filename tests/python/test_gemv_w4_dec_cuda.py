@@ -8,8 +8,10 @@ default's bits: the bound is the default's plus the cancellation of the (128 + q
     |err| <= 2^-24 [2 (G + 2) sum_k |x_k| s_k (256 + q_k + z_k) + 2 (K + 2) sum_k |x_k| s_k |q_k - z_k|]
 (G = 128; a zero point off by one gives ~s |S| per group, far above it: the test can fail).
 Variants: 45 = 37's plan with DEC 1, 46 = DEC 2 (DEC 1 with the code shifts as mul.hi: the same
-values, so 45's bits), 47 = 39 (37 on mma-nibble-order codes) with DEC 1. Narrow rows (K % 512 != 0)
-run the narrow kernel's default decode under 45-47. Skipped without a GPU (the bound's own
+values, so 45's bits), 47 = 39 (37 on mma-nibble-order codes) with DEC 1. MODE 11 (x paired in place in
+the ring once per stage at M = 1; M > 1: MODE 0 with the same plan) at every shape: 48 = DEC 0 (19's
+bits: the same plan and arithmetic), 49 = DEC 1 (45's bits where 45 runs 19's plan: N < 2 K), 50 =
+DEC 2 (49's bits). Narrow rows (K % 512 != 0) run the narrow kernel's default decode under 45-50. Skipped without a GPU (the bound's own
 arithmetic test runs everywhere)."""
 import math
 
@@ -23,6 +25,7 @@ cuda = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(808)
 VSHAPE, VBOTH, VX2, VD2 = 37, 39, 19, 20
 VDEC, VDEC_HI, VDEC_ORD = 45, 46, 47
+VXP, VXP_DEC, VXP_HI = 48, 49, 50
 G = 128
 
 
@@ -200,7 +203,7 @@ def test_dec_hard_inputs(case):
         assert np.mean(ze) > 7, f"zero points {np.unique(ze)}"
     tol = dec_tol(xs, codes, se, ze)
     ref = xs @ exact.T
-    for v in (VDEC, VDEC_HI):
+    for v in (VDEC, VDEC_HI, VXP_DEC):
         rows_match(f"{case} variant {v}", fn, v, x, lambda tag, got: within(tag, got, ref, tol))
 
 
@@ -217,3 +220,38 @@ def test_dec_bf16_out():
         tol = dec_tol(xs[:m], codes, se, ze) + 2.0**-8 * np.abs(ref)  # + bf16 rounding of the output
         assert np.all(np.isfinite(got)), "non-finite outputs"
         within(f"bf16 out M={m}", got, ref, tol)
+
+
+@cuda
+@pytest.mark.parametrize("n,k", SHAPES)
+def test_x_paired_in_ring(n, k):
+    """MODE 11: 48 = 19's bits at M = 1, 3, 8; 49 within the DEC bound, a row's bits independent of M,
+    = 45's bits where N < 2 K or narrow; 50 = 49's bits."""
+    fn, deq, (codes, se, ze, exact) = make(n, k)
+    xb = gk.asarray(RNG.standard_normal((8, k)).astype(np.float32)).astype("bfloat16")
+    x, xs = xb.to("cuda"), f64(xb.astype("float32"))
+    for m in (1, 3, 8):
+        same_bits(f"n={n} k={k} M={m}: 48 vs 19", f64(call(fn, x[:m], VXP, out_dtype="float32")),
+                  f64(call(fn, x[:m], VX2, out_dtype="float32")))
+    tol = dec_tol(xs, codes, se, ze)
+    ref = xs @ exact.T
+    full = rows_match(f"variant 49 n={n} k={k}", fn, VXP_DEC, x, lambda tag, got: within(tag, got, ref, tol))
+    same_bits(f"n={n} k={k}: 50 vs 49 (M=8)", f64(call(fn, x, VXP_HI, out_dtype="float32")), full)
+    same_bits(f"n={n} k={k}: 50 vs 49 (M=1)", f64(call(fn, x[6:7], VXP_HI, out_dtype="float32")), full[6:7])
+    if n < 2 * k or k % 512 != 0:
+        same_bits(f"n={n} k={k}: 49 vs 45 (M=8)", full, f64(call(fn, x, VDEC, out_dtype="float32")))
+        same_bits(f"n={n} k={k}: 49 vs 45 (M=1)", f64(call(fn, x[1:2], VXP_DEC, out_dtype="float32")),
+                  f64(call(fn, x[1:2], VDEC, out_dtype="float32")))
+
+
+@cuda
+def test_x_paired_partial_stage_and_view():
+    """MODE 11 with a partial last stage (K = 4864: 2 valid blocks of 4) and x as a view into a wider
+    array (not its first row): 48 = 19, 49 within the bound."""
+    n, k = 300, 4864
+    fn, deq, (codes, se, ze, exact) = make(n, k)
+    big = gk.asarray(RNG.standard_normal((3, k + 64)).astype(np.float32)).astype("bfloat16")
+    xs = f64(big.astype("float32"))[1:2, :k]
+    xv = big.to("cuda")[1:2, :k]
+    same_bits("x view: 48 vs 19", f64(call(fn, xv, VXP, out_dtype="float32")), f64(call(fn, xv, VX2, out_dtype="float32")))
+    within("x view: 49", f64(call(fn, xv, VXP_DEC, out_dtype="float32")), xs @ exact.T, dec_tol(xs, codes, se, ze))
