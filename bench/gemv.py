@@ -81,7 +81,7 @@ GGUF_ONLY_VARIANTS = (21, 22, 29, 30, 31, 32, 33, 34, 35, 36)  # --variants: the
 # the GGUF formats a variant changes (others: skipped; not listed: all five)
 GGUF_VARIANT_FMTS = {22: ("q4_k", "q6_k"), 31: ("q4_k", "q6_k"), 32: ("q4_1", "q4_k"), 33: ("q4_1", "q4_k", "q6_k"),
                      35: ("q4_1", "q4_k", "q6_k")}
-INT4_ONLY_VARIANTS = (6, 9, 10, 11, 14, 16, 17, 19, 20, 27, 37, 38, 39, 45, 46, 47, 48, 49, 50)  # --variants: int4 / nvf4 only (8: int4 and nvf4; 7: int4 and GGUF; 12 / 13: int4 / nvf4 and Q8_0)
+INT4_ONLY_VARIANTS = (6, 9, 10, 11, 14, 16, 17, 19, 20, 27, 37, 38, 39, 45, 46, 47, 48, 49, 50, 51)  # --variants: int4 / nvf4 only (8: int4 and nvf4; 7: int4 and GGUF; 12 / 13: int4 / nvf4 and Q8_0)
 NEW_KERNEL_VARIANTS = (3, 4, 5, 7)  # int4, nvf4 and the GGUF formats only
 GGUF_FMTS = ("q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 
@@ -114,7 +114,8 @@ W4_VARIANT_NAMES = {1: "the per-lane-chunk kernel of gemv_mma.cuh", 2: "without 
                     47: "int4 g128: 39 (mma nibble order) with DEC 1",
                     48: "int4 g128: 19 with x paired in the ring once per stage (MODE 11; 19's bits)",
                     49: "int4 g128: 48 with DEC 1",
-                    50: "int4 g128: 48 with DEC 2"}
+                    50: "int4 g128: 48 with DEC 2",
+                    51: "int4 g128: 19 with x copied through L1 (MODE 12; 19's bits)"}
 W4_ORDER_VARIANTS = (38, 39, 47)  # int4 g128: timed and checked on codes reordered by mma_order (other formats: the default)
 
 

@@ -66,6 +66,7 @@ W4Cfg w4_cfg(int variant) {
     case 48: c.mode = 11, c.d = 2; break;
     case 49: c.mode = 11, c.d = 2, c.dec = 1; break;
     case 50: c.mode = 11, c.d = 2, c.dec = 2; break;
+    case 51: c.mode = 12, c.d = 2; break;
     default: break;
   }
   return c;
@@ -151,7 +152,7 @@ bool applies_any(const QGemvArgs& p) {
 template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2, bool ORD = false,
           int DEC = 0>
 void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_plan = 0) {
-  constexpr int SB = W4Layout<F, KB, NARROW>::STAGE + (MODE == 8 || MODE == 9 || MODE == 11 ? KB * 256 : 0);
+  constexpr int SB = W4Layout<F, KB, NARROW>::STAGE + (MODE == 8 || MODE == 9 || MODE >= 11 ? KB * 256 : 0);
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   const int split = std::max(1, p.split);
@@ -178,7 +179,7 @@ void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_
 // a row's bits do not depend on M.
 template <class T, class F, int M, int D = 3, bool ORD = false, int DEC = 0>
 void launch_mode(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
-  if constexpr (M == 8 || M == 9 || M == 11) {  // 9: 8 with the stage loop rolled (M > 1: MODE 10); 11: 8 + XP
+  if constexpr (M == 8 || M == 9 || M == 11 || M == 12) {  // 9: 8 with the stage loop rolled (M > 1: MODE 10)
     const int64_t rp = D * int64_t(W4Layout<F, 4>::STAGE + 4 * 256);
     if (p.m == 1) return launch_k<T, F, 4, D, M, false, 2, ORD, DEC>(p, c, st, rp);
     return launch_k<T, F, 4, D, M == 9 ? 10 : 0, false, 2, ORD, DEC>(p, c, st, rp);
@@ -210,6 +211,10 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
     if (c.dec == 1) return launch_s7<T, F, false, 1>(p, c, st);
     if (c.dec == 2) return launch_s7<T, F, false, 2>(p, c, st);
     if (c.shape) return launch_s7<T, F, false>(p, c, st);
+    if (c.mode == 12) {  // 51: 19 with x copied through L1
+      if (!applies_cfg<F, 4>(p)) return launch_k<T, F, 4, 3, 0, true>(p, W4Cfg{}, st);
+      return launch_mode<T, F, 12, 2>(p, c, st);
+    }
     if (c.mode == 11) {  // 48-50: x paired in the ring at M = 1 (M > 1: MODE 0, the same plan) at every shape
       if (!applies_cfg<F, 4>(p)) return launch_k<T, F, 4, 3, 0, true>(p, W4Cfg{}, st);
       if (c.dec == 1) return launch_mode<T, F, 11, 2, false, 1>(p, c, st);

@@ -11,7 +11,7 @@ Variants: 45 = 37's plan with DEC 1, 46 = DEC 2 (DEC 1 with the code shifts as m
 values, so 45's bits), 47 = 39 (37 on mma-nibble-order codes) with DEC 1. MODE 11 (x paired in place in
 the ring once per stage at M = 1; M > 1: MODE 0 with the same plan) at every shape: 48 = DEC 0 (19's
 bits: the same plan and arithmetic), 49 = DEC 1 (45's bits where 45 runs 19's plan: N < 2 K), 50 =
-DEC 2 (49's bits). Narrow rows (K % 512 != 0) run the narrow kernel's default decode under 45-50. Skipped without a GPU (the bound's own
+DEC 2 (49's bits); 51 = 19 with x copied through L1 (MODE 12; 19's bits). Narrow rows (K % 512 != 0) run the narrow kernel's default decode under 45-50. Skipped without a GPU (the bound's own
 arithmetic test runs everywhere)."""
 import math
 
@@ -25,7 +25,7 @@ cuda = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(808)
 VSHAPE, VBOTH, VX2, VD2 = 37, 39, 19, 20
 VDEC, VDEC_HI, VDEC_ORD = 45, 46, 47
-VXP, VXP_DEC, VXP_HI = 48, 49, 50
+VXP, VXP_DEC, VXP_HI, VXCA = 48, 49, 50, 51
 G = 128
 
 
@@ -225,14 +225,15 @@ def test_dec_bf16_out():
 @cuda
 @pytest.mark.parametrize("n,k", SHAPES)
 def test_x_paired_in_ring(n, k):
-    """MODE 11: 48 = 19's bits at M = 1, 3, 8; 49 within the DEC bound, a row's bits independent of M,
+    """MODE 11 / 12: 48 and 51 = 19's bits at M = 1, 3, 8; 49 within the DEC bound, a row's bits independent of M,
     = 45's bits where N < 2 K or narrow; 50 = 49's bits."""
     fn, deq, (codes, se, ze, exact) = make(n, k)
     xb = gk.asarray(RNG.standard_normal((8, k)).astype(np.float32)).astype("bfloat16")
     x, xs = xb.to("cuda"), f64(xb.astype("float32"))
     for m in (1, 3, 8):
-        same_bits(f"n={n} k={k} M={m}: 48 vs 19", f64(call(fn, x[:m], VXP, out_dtype="float32")),
-                  f64(call(fn, x[:m], VX2, out_dtype="float32")))
+        b19 = f64(call(fn, x[:m], VX2, out_dtype="float32"))
+        same_bits(f"n={n} k={k} M={m}: 48 vs 19", f64(call(fn, x[:m], VXP, out_dtype="float32")), b19)
+        same_bits(f"n={n} k={k} M={m}: 51 vs 19", f64(call(fn, x[:m], VXCA, out_dtype="float32")), b19)
     tol = dec_tol(xs, codes, se, ze)
     ref = xs @ exact.T
     full = rows_match(f"variant 49 n={n} k={k}", fn, VXP_DEC, x, lambda tag, got: within(tag, got, ref, tol))
@@ -253,5 +254,7 @@ def test_x_paired_partial_stage_and_view():
     big = gk.asarray(RNG.standard_normal((3, k + 64)).astype(np.float32)).astype("bfloat16")
     xs = f64(big.astype("float32"))[1:2, :k]
     xv = big.to("cuda")[1:2, :k]
-    same_bits("x view: 48 vs 19", f64(call(fn, xv, VXP, out_dtype="float32")), f64(call(fn, xv, VX2, out_dtype="float32")))
+    b19 = f64(call(fn, xv, VX2, out_dtype="float32"))
+    same_bits("x view: 48 vs 19", f64(call(fn, xv, VXP, out_dtype="float32")), b19)
+    same_bits("x view: 51 vs 19", f64(call(fn, xv, VXCA, out_dtype="float32")), b19)
     within("x view: 49", f64(call(fn, xv, VXP_DEC, out_dtype="float32")), xs @ exact.T, dec_tol(xs, codes, se, ze))

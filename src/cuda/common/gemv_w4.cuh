@@ -101,7 +101,9 @@ struct W4Frag {
 // (the same arithmetic as MODE 0); 9 / 10: 8 / 0 with the loop over the ring's stages not
 // unrolled (one full-stage body in the code instead of D; the same bits); session 7: 11 (int4, natural
 // order): 8 with the stage's x paired in place once per stage (x0 x4, x1 x5, .. : 8 byte permutes
-// per lane and stage instead of 2 per mma; every quad reads the same x at M = 1), the same bits. MINB: CTAs of 256
+// per lane and stage instead of 2 per mma; every quad reads the same x at M = 1) and x copied through
+// L1 (cp.async.ca: the CTAs of an SM read the same x; MODE 8 copies it with .cg, L2 only), the same
+// bits; 12: 8 with x copied through L1 only. MINB: CTAs of 256
 // threads per SM the registers are sized for
 // (2: 128 registers). (Session 6's MODE 6, the int4 "zero-point mma", was removed after
 // checkpoint A: slower at every shape; docs/notes/gemv4-s6.md.)
@@ -123,8 +125,8 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   using L = W4Layout<F, KB, NARROW>;
   // LEAN: wide meta copies with at most one zero-point unit per row (KB = 4)
   constexpr bool PROBE = MODE == 1, LEAN = (MODE == 3 || MODE == 5) && !NARROW && L::NUZ <= 1, XA = MODE == 5,
-                 NOX = MODE == 7, XS = MODE == 8 || MODE == 9 || MODE == 11, ROLL = MODE == 9 || MODE == 10,
-                 XP = MODE == 11;
+                 NOX = MODE == 7, XS = MODE == 8 || MODE == 9 || MODE == 11 || MODE == 12,
+                 ROLL = MODE == 9 || MODE == 10, XP = MODE == 11, XCA = MODE == 11 || MODE == 12;
   static_assert(!XP || (!ORD && !F::kNvf4), "XP: int4 codes in the natural order");
   // XS (M = 1 only): x of each stage's blocks travels with the codes (cp.async, after the PDL wait)
   constexpr int XB = XS ? KB * 256 : 0, STG = L::STAGE + XB;
@@ -191,8 +193,11 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
 #pragma unroll
     for (int j0 = 0; j0 < KB * 16; j0 += 32) {
       const int j = j0 + lane;
-      if (lft >= KB || j < lft * 16)
-        cp_async16(sb + uint32_t(L::STAGE + 16 * (XSW ? j ^ (((j >> 3) & 1) << 1) : j)), src + 16 * j);
+      if (lft >= KB || j < lft * 16) {
+        const uint32_t d = sb + uint32_t(L::STAGE + 16 * (XSW ? j ^ (((j >> 3) & 1) << 1) : j));
+        if constexpr (XCA) cp_async16_ca(d, src + 16 * j);  // through L1: the SM's other CTAs read the same x
+        else cp_async16(d, src + 16 * j);
+      }
     }
   };
   // XS: lane t's x offsets in a stage, words w with (w & 2) == 0 / != 0 (G = 128: chunk

@@ -122,6 +122,9 @@ __device__ __forceinline__ void w4_xpairs(const uint4& xv, uint32_t& bA0, uint32
   }
 }
 
+__device__ __forceinline__ void cp_async16_ca(uint32_t dst, const void* src) {  // cached in L1 too
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
 __device__ __forceinline__ void sts16(uint32_t a, const uint4& v) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 }
