@@ -43,6 +43,13 @@ struct W4Cfg {
   int dec = 0;                 // int4 g128: k_w4's DEC (45-47)
 };
 
+// A variant without a configuration of its own (0, 2: no PDL, 10, ..., the other formats' numbers)
+bool w4_is_default(const W4Cfg& c) {
+  const W4Cfg d;
+  return c.kb == d.kb && c.d == d.d && c.wt == d.wt && c.mode == d.mode && c.minb == d.minb &&
+         c.spread == d.spread && !c.old && !c.shape && !c.ord && c.dec == 0;
+}
+
 W4Cfg w4_cfg(int variant) {
   W4Cfg c;
   switch (variant) {
@@ -95,8 +102,9 @@ bool w4_g128_ring2(int64_t n, int64_t k) { return n >= 2 * k; }
 // (19) 51 / 61 / 74; M = 8 46 / 45 / 65 against 46 / 45 / 64. Its bits differ from 19's where N >= 2 K
 // (another plan: warps per CTA); tested within the default's float64 bound and independent of M
 // (tests/python/test_gemv_w4_s7_cuda.py). Variant 19 keeps the previous configuration. float16 x
-// keeps x through a ring of 2 (unmeasured with the per-shape plan).
-constexpr bool kG128Shape = true;
+// keeps x through a ring of 2 (unmeasured with the per-shape plan). One of 37 / 45-51 (their
+// configurations are complete in w4_cfg; tests/python/test_gemv_w4_dec_cuda.py DEFAULT_G128 names it too).
+constexpr int kG128Variant = 37;
 
 constexpr int kSMs = 132;
 constexpr int kSmemMax = 200 * 1024;    // dynamic shared memory of one CTA at most
@@ -206,7 +214,8 @@ template <class T, class F>
 void launch_f(const QGemvArgs& p, cudaStream_t st) {
   W4Cfg c = w4_cfg(p.variant);
   constexpr bool kG128 = std::is_same_v<T, bf16> && F::G == 128 && !F::kNvf4;
-  if constexpr (kG128) {  // 37-39, 45-47 (their narrow kernel too)
+  if constexpr (kG128) {  // 37-39, 45-51 (their narrow kernel too)
+    if (w4_is_default(c)) c = w4_cfg(kG128Variant);  // the default: kG128Variant's configuration
     if (c.ord) return c.dec == 1 ? launch_s7<T, F, true, 1>(p, c, st) : launch_s7<T, F, true>(p, c, st);
     if (c.dec == 1) return launch_s7<T, F, false, 1>(p, c, st);
     if (c.dec == 2) return launch_s7<T, F, false, 2>(p, c, st);
@@ -238,11 +247,6 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
     if (c.minb == 3) return launch_k<T, F, 4, 2, 0, false, 3>(p, c, st);
     if (c.d == 2) return launch_mode<T, F, 0, 2>(p, c, st);
     if (!c.spread) return launch_k<T, F, 4, 3>(p, c, st);
-  }
-  if constexpr (kG128 && kG128Shape) {  // int4 g128, bf16 x: the per-shape plan (variant 37)
-    W4Cfg cs;
-    cs.shape = true;
-    return launch_s7<T, F, false>(p, cs, st);
   }
   return launch_mode<T, F, kDefaultMode, kDefaultD>(p, W4Cfg{}, st);
 }

@@ -26,6 +26,9 @@ RNG = np.random.default_rng(808)
 VSHAPE, VBOTH, VX2, VD2 = 37, 39, 19, 20
 VDEC, VDEC_HI, VDEC_ORD = 45, 46, 47
 VXP, VXP_DEC, VXP_HI, VXCA = 48, 49, 50, 51
+# the int4 g128 / bf16 x default's configuration: kG128Variant in src/cuda/gemv_w4_staged.cu (change both)
+DEFAULT_G128 = 37
+DEC_VARIANTS = (45, 46, 47, 49, 50)
 G = 128
 
 
@@ -136,16 +139,23 @@ SHAPES = [(2051, 1024), (9000, 4096), (1000, 384), (4099, 1536), (37, 4096), (30
 @cuda
 @pytest.mark.parametrize("n,k", SHAPES)
 def test_default_is_the_shape_plan(n, k):
-    """int4 g128 with bf16 x: the default gives variant 37's bits at M = 1, 3 and 8 (variant 20's
-    configuration where N >= 2 K, x through a ring of 2 elsewhere), within the default's bound."""
-    fn, deq, _ = make(n, k)
+    """int4 g128 with bf16 x: the default gives variant DEFAULT_G128's bits at M = 1, 3 and 8 (37: variant
+    20's configuration where N >= 2 K, x through a ring of 2 elsewhere), within the float64 bound of its
+    arithmetic (the default's; the DEC bound for a DEC variant)."""
+    fn, deq, (codes, se, ze, exact) = make(n, k)
     xb = gk.asarray(RNG.standard_normal((8, k)).astype(np.float32)).astype("bfloat16")
     x, xs = xb.to("cuda"), f64(xb.astype("float32"))
     for m in (1, 3, 8):
         a = f64(call(fn, x[:m], 0, out_dtype="float32"))
-        within(f"default n={n} k={k} M={m}", a, xs[:m] @ deq.T, default_tol(xs[:m], deq))
-        same_bits(f"n={n} k={k} M={m}: default vs 37", a, f64(call(fn, x[:m], VSHAPE, out_dtype="float32")))
-    if k % 512 != 0 or n < 2 * k:  # the previous default's configuration there
+        if DEFAULT_G128 in DEC_VARIANTS and k % 512 == 0:
+            within(f"default n={n} k={k} M={m}", a, xs[:m] @ exact.T, dec_tol(xs[:m], codes, se, ze))
+        else:
+            within(f"default n={n} k={k} M={m}", a, xs[:m] @ deq.T, default_tol(xs[:m], deq))
+        same_bits(f"n={n} k={k} M={m}: default vs {DEFAULT_G128}", a,
+                  f64(call(fn, x[:m], DEFAULT_G128, out_dtype="float32")))
+        b = f64(call(fn, x[:m], 2, out_dtype="float32"))  # variant 2: the default without PDL
+        same_bits(f"n={n} k={k} M={m}: default vs variant 2 (no PDL)", a, b)
+    if DEFAULT_G128 == VSHAPE and (k % 512 != 0 or n < 2 * k):  # the previous default's configuration there
         same_bits(f"n={n} k={k}: default vs 19", f64(call(fn, x, 0, out_dtype="float32")),
                   f64(call(fn, x, VX2, out_dtype="float32")))
 
