@@ -102,9 +102,13 @@ bool w4_g128_ring2(int64_t n, int64_t k) { return n >= 2 * k; }
 // (19) 51 / 61 / 74; M = 8 46 / 45 / 65 against 46 / 45 / 64. Its bits differ from 19's where N >= 2 K
 // (another plan: warps per CTA); tested within the default's float64 bound and independent of M
 // (tests/python/test_gemv_w4_s7_cuda.py). Variant 19 keeps the previous configuration. float16 x
-// keeps x through a ring of 2 (unmeasured with the per-shape plan). One of 37 / 45-51 (their
-// configurations are complete in w4_cfg; tests/python/test_gemv_w4_dec_cuda.py DEFAULT_G128 names it too).
-constexpr int kG128Variant = 37;
+// keeps x through a ring of 2 (unmeasured with the per-shape plan). The default is the configuration
+// of variant kG128Wide where N >= 2 K (w4_g128_ring2) and of kG128Mid elsewhere: each one of 37 / 45-51
+// (configurations complete in w4_cfg, each tested at every shape; the choice is a function of (N, K),
+// so a row's bits stay independent of M). tests/python/test_gemv_w4_dec_cuda.py names them too
+// (DEFAULT_G128_WIDE / _MID): change both.
+constexpr int kG128Wide = 37;
+constexpr int kG128Mid = 37;
 
 constexpr int kSMs = 132;
 constexpr int kSmemMax = 200 * 1024;    // dynamic shared memory of one CTA at most
@@ -215,7 +219,7 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   W4Cfg c = w4_cfg(p.variant);
   constexpr bool kG128 = std::is_same_v<T, bf16> && F::G == 128 && !F::kNvf4;
   if constexpr (kG128) {  // 37-39, 45-51 (their narrow kernel too)
-    if (w4_is_default(c)) c = w4_cfg(kG128Variant);  // the default: kG128Variant's configuration
+    if (w4_is_default(c)) c = w4_cfg(w4_g128_ring2(p.n, p.k) ? kG128Wide : kG128Mid);  // the default
     if (c.ord) return c.dec == 1 ? launch_s7<T, F, true, 1>(p, c, st) : launch_s7<T, F, true>(p, c, st);
     if (c.dec == 1) return launch_s7<T, F, false, 1>(p, c, st);
     if (c.dec == 2) return launch_s7<T, F, false, 2>(p, c, st);

@@ -26,8 +26,9 @@ RNG = np.random.default_rng(808)
 VSHAPE, VBOTH, VX2, VD2 = 37, 39, 19, 20
 VDEC, VDEC_HI, VDEC_ORD = 45, 46, 47
 VXP, VXP_DEC, VXP_HI, VXCA = 48, 49, 50, 51
-# the int4 g128 / bf16 x default's configuration: kG128Variant in src/cuda/gemv_w4_staged.cu (change both)
-DEFAULT_G128 = 37
+# the int4 g128 / bf16 x default's configuration where N >= 2 K / elsewhere: kG128Wide / kG128Mid in
+# src/cuda/gemv_w4_staged.cu (change both places)
+DEFAULT_G128_WIDE, DEFAULT_G128_MID = 37, 37
 DEC_VARIANTS = (45, 46, 47, 49, 50)
 G = 128
 
@@ -139,9 +140,10 @@ SHAPES = [(2051, 1024), (9000, 4096), (1000, 384), (4099, 1536), (37, 4096), (30
 @cuda
 @pytest.mark.parametrize("n,k", SHAPES)
 def test_default_is_the_shape_plan(n, k):
-    """int4 g128 with bf16 x: the default gives variant DEFAULT_G128's bits at M = 1, 3 and 8 (37: variant
-    20's configuration where N >= 2 K, x through a ring of 2 elsewhere), within the float64 bound of its
-    arithmetic (the default's; the DEC bound for a DEC variant)."""
+    """int4 g128 with bf16 x: the default gives the bits of variant DEFAULT_G128_WIDE where N >= 2 K and of
+    DEFAULT_G128_MID elsewhere at M = 1, 3 and 8 (37: variant 20's configuration where N >= 2 K, x through
+    a ring of 2 elsewhere), within the float64 bound of its arithmetic (the DEC bound for a DEC variant)."""
+    DEFAULT_G128 = DEFAULT_G128_WIDE if n >= 2 * k else DEFAULT_G128_MID
     fn, deq, (codes, se, ze, exact) = make(n, k)
     xb = gk.asarray(RNG.standard_normal((8, k)).astype(np.float32)).astype("bfloat16")
     x, xs = xb.to("cuda"), f64(xb.astype("float32"))
