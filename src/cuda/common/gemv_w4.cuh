@@ -157,8 +157,10 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   // scale / zero-point copies: 16 rows x (SR / US) units, 16 rows x (ZR / UZ) units
   const uint8_t* sbase = F::kNvf4 ? p.zeros : reinterpret_cast<const uint8_t*>(p.scales);
   const int64_t srow = nblk * F::SB, zrow = nblk * F::ZB;  // bytes per row
-  int64_t left = b1 - b0;  // blocks not yet issued
-  int64_t bnext = b0;      // the next stage's first block
+  // DEC: 32-bit block counters (a warp's blocks fit in 32 bits; register pairs fewer under the cap)
+  using BI = std::conditional_t<DEC != 0, int, int64_t>;
+  BI left = BI(b1 - b0);  // blocks not yet issued
+  BI bnext = BI(b0);      // the next stage's first block
   // LEAN: the lane's scale / zero-point copies of a full stage (JS scale units, one zero unit
   // for lanes < 16 where the zero rows take one unit each): source and stage offset, once
   constexpr int NUS0 = L::SR / L::US, JS = (16 * NUS0 + 31) / 32;
@@ -527,13 +529,16 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
       st = st + 1 == D ? 0 : st + 1;
     }
   } else {
-    for (int64_t j0 = 0; j0 < nstw; j0 += D) {
+    // DEC: 32-bit stage counters (a warp's blocks fit in 32 bits; one register pair fewer under the cap)
+    using SI = std::conditional_t<DEC != 0, int, int64_t>;
+    const SI nsw = SI(nstw), nbw = SI(b1 - b0);
+    for (SI j0 = 0; j0 < nsw; j0 += D) {
 #pragma unroll
       for (int st = 0; st < D; ++st) {
-        const int64_t j = j0 + st;
-        if (j < nstw) {
-          const int64_t nbl = b1 - b0 - j * KB;
-          if (nbl >= KB) stage(st, KB, std::true_type{}, j + 1 < nstw, j == 0);
+        const SI j = j0 + st;
+        if (j < nsw) {
+          const SI nbl = nbw - j * KB;
+          if (nbl >= KB) stage(st, KB, std::true_type{}, j + 1 < nsw, j == 0);
           else stage(st, int(nbl), std::false_type{}, false, j == 0);
         } else {
           issue((st + D - 1) % D);  // keeps the group count uniform (empty groups)
