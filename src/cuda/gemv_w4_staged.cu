@@ -238,6 +238,7 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   if (!applies_cfg<F, 4>(p))  // rows of scales / zero points not 16-byte aligned (K % 512 != 0)
     return launch_k<T, F, 4, 3, 0, true>(p, W4Cfg{}, st);
   if constexpr (std::is_same_v<T, bf16>) {  // the benchmarking variants: bf16 x only
+    if (c.mode == 11 || c.mode == 12 || c.dec != 0) c = W4Cfg{};  // 45-51 change int4 g128 only
     switch (c.mode) {
       case 1: return launch_mode<T, F, 1>(p, c, st);
       case 3: return launch_mode<T, F, 3>(p, c, st);

@@ -270,3 +270,26 @@ def test_x_paired_partial_stage_and_view():
     same_bits("x view: 48 vs 19", f64(call(fn, xv, VXP, out_dtype="float32")), b19)
     same_bits("x view: 51 vs 19", f64(call(fn, xv, VXCA, out_dtype="float32")), b19)
     within("x view: 49", f64(call(fn, xv, VXP_DEC, out_dtype="float32")), xs @ exact.T, dec_tol(xs, codes, se, ze))
+
+
+@cuda
+@pytest.mark.parametrize("fmt", ["int4_32", "int4_64", "nvf4", "int4_128_f16"])
+def test_other_formats_run_the_default(fmt):
+    """45-51 change int4 g128 with bf16 x only: int4 g32 / g64, NVF4 and float16 x give the default's bits."""
+    n, k = 2051, 1024
+    w = (RNG.standard_normal((n, k)) / math.sqrt(k)).astype(np.float32)
+    if fmt == "nvf4":
+        q, bs, ts = gk.quantize_nvf4(gk.asarray(w))
+        qc, bc, tc = q.to("cuda"), bs.to("cuda"), ts.to("cuda")
+        fn = lambda x, **kw: gk.gemv_nvf4(x, qc, bc, tc, **kw)  # noqa: E731
+    else:
+        g = 128 if fmt == "int4_128_f16" else int(fmt.split("_")[1])
+        q, s, z = gk.quantize_int4(gk.asarray(w), group=g)
+        qc, sc, zc = q.to("cuda"), s.to("cuda"), z.to("cuda")
+        fn = lambda x, **kw: gk.gemv_int4(x, qc, sc, zc, group=g, **kw)  # noqa: E731
+    xdt = "float16" if fmt.endswith("_f16") else "bfloat16"
+    x = gk.asarray(RNG.standard_normal((8, k)).astype(np.float32)).astype(xdt).to("cuda")
+    for m in (1, 8):
+        a = f64(call(fn, x[:m], 0, out_dtype="float32"))
+        for v in (VDEC, VDEC_HI, VDEC_ORD, VXP, VXP_DEC, VXP_HI, VXCA):
+            same_bits(f"{fmt} M={m}: variant {v} vs the default", f64(call(fn, x[:m], v, out_dtype="float32")), a)
