@@ -15,8 +15,12 @@
 // session 7 (int4 g128, bf16 x; other formats and float16 x run the default): 37 the per-shape
 // plan (w4_g128_ring2: variant 20's configuration where N >= 2 K, the default elsewhere), 38 the
 // default on weights in the mma nibble order (k_w4's ORD: nibble p = weight 2p, p + 4 = 2p + 1 in
-// each 32-bit word; wrong results on the natural order), 39 37 with the mma nibble order;
-// 0 / 2 / 10 the default (MODE kDefaultMode, ring of kDefaultD). Removed in session 6: 4 (stages
+// each 32-bit word; wrong results on the natural order), 39 37 with the mma nibble order; 45 / 46 37
+// with k_w4's DEC 1 / 2 (the zero point through x sums; 2: the code shifts as mul.hi), 47 39 with DEC 1,
+// 48 / 49 / 50 MODE 11 (x paired in place in the ring once per stage, copied through L1) with DEC 0 / 1 /
+// 2 at every shape, 51 MODE 12 (19 with x copied through L1);
+// 0 / 2 / 10 the default (MODE kDefaultMode, ring of kDefaultD; int4 g128 with bf16 x: the configuration
+// of variant kG128Wide where N >= 2 K and of kG128Mid elsewhere, 37 since session 7). Removed in session 6: 4 (stages
 // of 8 blocks), 5 (a ring of 4), 8 (int4's shifts as mul.hi; NVF4's 8 is the per-lane kernel's),
 // 12 (11 + mul.hi): slower than the default at every shape of session 5; 15 / 18 (int4's
 // "zero-point mma", with / without x through the ring): slower at every shape of session 6's
