@@ -99,19 +99,35 @@ struct W4Frag {
 // of x copied with its codes (cp.async; the stages issued before the PDL wait get theirs in one
 // more group after it), read from shared memory at each block's start instead of global loads
 // (the same arithmetic as MODE 0); 9 / 10: 8 / 0 with the loop over the ring's stages not
-// unrolled (one full-stage body in the code instead of D; the same bits). MINB: CTAs of 256
+// unrolled (one full-stage body in the code instead of D; the same bits); session 7: 11 (int4, natural
+// order): 8 with the stage's x paired in place once per stage (x0 x4, x1 x5, .. : 8 byte permutes
+// per lane and stage instead of 2 per mma; every quad reads the same x at M = 1) and x copied through
+// L1 (cp.async.ca: the CTAs of an SM read the same x; MODE 8 copies it with .cg, L2 only), the same
+// bits; 12: 8 with x copied through L1 only. MINB: CTAs of 256
 // threads per SM the registers are sized for
 // (2: 128 registers). (Session 6's MODE 6, the int4 "zero-point mma", was removed after
 // checkpoint A: slower at every shape; docs/notes/gemv4-s6.md.)
 // ORD (session 7, a storage-layout flag): each 32-bit word of codes holds weights 2p in nibble p and
 // 2p + 1 in nibble p + 4 (p = 0..3) instead of weight i in nibble i, so a pair (p, p + 4) is the
 // consecutive weights (2p, 2p + 1) and x's 32-bit words pair with it as loaded (no byte permutes).
-template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2, bool ORD = false>
+// DEC (session 7, int4 only; the decode): 0 the codes as (magic + q) - (magic + z) by one lop3 and one
+// packed subtraction per pair; 1 "zero point through x sums": the mma takes (magic + q) as the lop3
+// makes it (no packed subtraction), and per group (magic + z) S is taken off the fp32 sum (one fma per
+// element) before the scale, S = the group's fp32 sum of x made by WPG more mma with A = the lane's x
+// pairs (the B registers of the main mma; so x paired in the ring, MODE 11, gives the same bits) and
+// B = ones (rows g and g + 8 of that sum both hold x row g: S_g = d0 + d2), each column's S taken from
+// quad 2t / 2t + 1 by two shuffles (so M = 1 gives the bits of the same row in a batch); 2: 1 with
+// the right shifts of the codes as mul.hi (the FMA pipe instead of the ALU).
+template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2, bool ORD = false,
+          int DEC = 0>
 __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
+  static_assert(DEC == 0 || !F::kNvf4, "DEC > 0: int4 only");
   using L = W4Layout<F, KB, NARROW>;
   // LEAN: wide meta copies with at most one zero-point unit per row (KB = 4)
   constexpr bool PROBE = MODE == 1, LEAN = (MODE == 3 || MODE == 5) && !NARROW && L::NUZ <= 1, XA = MODE == 5,
-                 NOX = MODE == 7, XS = MODE == 8 || MODE == 9, ROLL = MODE == 9 || MODE == 10;
+                 NOX = MODE == 7, XS = MODE == 8 || MODE == 9 || MODE == 11 || MODE == 12,
+                 ROLL = MODE == 9 || MODE == 10, XP = MODE == 11, XCA = MODE == 11 || MODE == 12;
+  static_assert(!XP || (!ORD && !F::kNvf4), "XP: int4 codes in the natural order");
   // XS (M = 1 only): x of each stage's blocks travels with the codes (cp.async, after the PDL wait)
   constexpr int XB = XS ? KB * 256 : 0, STG = L::STAGE + XB;
   constexpr int P = L::P, NK = KB / 2, NG = F::NG, LB = F::LB, WPG = F::WPG;
@@ -141,8 +157,10 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   // scale / zero-point copies: 16 rows x (SR / US) units, 16 rows x (ZR / UZ) units
   const uint8_t* sbase = F::kNvf4 ? p.zeros : reinterpret_cast<const uint8_t*>(p.scales);
   const int64_t srow = nblk * F::SB, zrow = nblk * F::ZB;  // bytes per row
-  int64_t left = b1 - b0;  // blocks not yet issued
-  int64_t bnext = b0;      // the next stage's first block
+  // DEC: 32-bit block counters (a warp's blocks fit in 32 bits; register pairs fewer under the cap)
+  using BI = std::conditional_t<DEC != 0, int, int64_t>;
+  BI left = BI(b1 - b0);  // blocks not yet issued
+  BI bnext = BI(b0);      // the next stage's first block
   // LEAN: the lane's scale / zero-point copies of a full stage (JS scale units, one zero unit
   // for lanes < 16 where the zero rows take one unit each): source and stage offset, once
   constexpr int NUS0 = L::SR / L::US, JS = (16 * NUS0 + 31) / 32;
@@ -177,8 +195,11 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
 #pragma unroll
     for (int j0 = 0; j0 < KB * 16; j0 += 32) {
       const int j = j0 + lane;
-      if (lft >= KB || j < lft * 16)
-        cp_async16(sb + uint32_t(L::STAGE + 16 * (XSW ? j ^ (((j >> 3) & 1) << 1) : j)), src + 16 * j);
+      if (lft >= KB || j < lft * 16) {
+        const uint32_t d = sb + uint32_t(L::STAGE + 16 * (XSW ? j ^ (((j >> 3) & 1) << 1) : j));
+        if constexpr (XCA) cp_async16_ca(d, src + 16 * j);  // through L1: the SM's other CTAs read the same x
+        else cp_async16(d, src + 16 * j);
+      }
     }
   };
   // XS: lane t's x offsets in a stage, words w with (w & 2) == 0 / != 0 (G = 128: chunk
@@ -373,6 +394,16 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
     }
     __syncwarp();
     const uint32_t sb = ring + uint32_t(st * STG);
+    if constexpr (XP) {  // pair the stage's x in place (every lane g reads the same x at M = 1): once per stage
+#pragma unroll
+      for (int j = 0; j < XB / 16; j += 32) {
+        const uint32_t a = sb + uint32_t(L::STAGE + 16 * (j + lane));
+        uint4 v = lds16(a), o;
+        w4_xpairs<false>(v, o.x, o.y, o.z, o.w);
+        sts16(a, o);
+      }
+      __syncwarp();
+    }
     [[maybe_unused]] W4Frag f0{};
     if constexpr (LEAN) f0 = fetch(sb, 0);  // LEAN: block 0's reads before the copies are issued
     issue((st + D - 1) % D);
@@ -431,28 +462,45 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
           const uint32_t z2a = __byte_perm(za, mag, sel), z2b = __byte_perm(zb, mag, sel);
           float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
           [[maybe_unused]] float c2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          [[maybe_unused]] float sx[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // DEC: x sums (rows g, g + 8: x row g)
 #pragma unroll
           for (int w = 0; w < WPG; ++w) {
-            const uint4 xv = xc[h * WPG + w];
-            uint32_t bA0, bA1, bB0, bB1;
-            w4_xpairs<ORD>(xv, bA0, bA1, bB0, bB1);
+            // the B registers of the word's two k-steps: x paired (natural order), as loaded (ORD / XP)
+            uint32_t bx[4];
+            w4_xpairs<ORD || XP>(xc[h * WPG + w], bx[0], bx[1], bx[2], bx[3]);
             const uint32_t ua = word(wa, h * WPG + w), ub = word(wb, h * WPG + w);
             uint32_t pa[4], pb[4];
 #pragma unroll
             for (int qq = 0; qq < 4; ++qq) {
-              pa[qq] = hsub2u<T>(w4_lop(w4_shift4(ua, qq), mag), z2a);
-              pb[qq] = hsub2u<T>(w4_lop(w4_shift4(ub, qq), mag), z2b);
+              if constexpr (DEC == 0) {
+                pa[qq] = hsub2u<T>(w4_lop(w4_shift4(ua, qq), mag), z2a);
+                pb[qq] = hsub2u<T>(w4_lop(w4_shift4(ub, qq), mag), z2b);
+              } else {  // magic + q: the zero point comes off after the mma
+                pa[qq] = w4_lop(w4_shift4h<DEC == 2>(ua, qq), mag);
+                pb[qq] = w4_lop(w4_shift4h<DEC == 2>(ub, qq), mag);
+              }
             }
             const uint32_t aA[4] = {pa[0], pb[0], pa[1], pb[1]};
             const uint32_t aB[4] = {pa[2], pb[2], pa[3], pb[3]};
-            mma16816<T>(c, aA, bA0, bA1);
-            if constexpr (TWO) mma16816<T>(c2, aB, bB0, bB1);
-            else mma16816<T>(c, aB, bB0, bB1);
+            mma16816<T>(c, aA, bx[0], bx[1]);
+            if constexpr (TWO) mma16816<T>(c2, aB, bx[2], bx[3]);
+            else mma16816<T>(c, aB, bx[2], bx[3]);
+            if constexpr (DEC != 0) mma16816<T>(sx, bx, w4_one2<T>(), w4_one2<T>());  // A = the pairs (XP's bits)
           }
           const float s_a = __uint_as_float(word(sva, h)), s_b = __uint_as_float(word(svb, h));
           if constexpr (TWO) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) c[e] += c2[e];
+          }
+          if constexpr (DEC != 0) {  // c -= (magic + z) S, S of x rows 2t, 2t + 1 (the lane's columns)
+            const float sg = sx[0] + sx[2];  // x row g's sum over the group (the quad's 4 lanes' words)
+            const float s0 = __shfl_sync(0xffffffffu, sg, (2 * t) << 2);
+            const float s1 = __shfl_sync(0xffffffffu, sg, (2 * t + 1) << 2);
+            const float mza = w4_lo_float<T>(z2a), mzb = w4_lo_float<T>(z2b);  // magic + z, exact
+            c[0] = fmaf(-mza, s0, c[0]);
+            c[1] = fmaf(-mza, s1, c[1]);
+            c[2] = fmaf(-mzb, s0, c[2]);
+            c[3] = fmaf(-mzb, s1, c[3]);
           }
           acc[0] = fmaf(s_a, c[0], acc[0]);
           acc[1] = fmaf(s_a, c[1], acc[1]);
@@ -481,13 +529,16 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
       st = st + 1 == D ? 0 : st + 1;
     }
   } else {
-    for (int64_t j0 = 0; j0 < nstw; j0 += D) {
+    // DEC: 32-bit stage counters (a warp's blocks fit in 32 bits; one register pair fewer under the cap)
+    using SI = std::conditional_t<DEC != 0, int, int64_t>;
+    const SI nsw = SI(nstw), nbw = SI(b1 - b0);
+    for (SI j0 = 0; j0 < nsw; j0 += D) {
 #pragma unroll
       for (int st = 0; st < D; ++st) {
-        const int64_t j = j0 + st;
-        if (j < nstw) {
-          const int64_t nbl = b1 - b0 - j * KB;
-          if (nbl >= KB) stage(st, KB, std::true_type{}, j + 1 < nstw, j == 0);
+        const SI j = j0 + st;
+        if (j < nsw) {
+          const SI nbl = nbw - j * KB;
+          if (nbl >= KB) stage(st, KB, std::true_type{}, j + 1 < nsw, j == 0);
           else stage(st, int(nbl), std::false_type{}, false, j == 0);
         } else {
           issue((st + D - 1) % D);  // keeps the group count uniform (empty groups)
