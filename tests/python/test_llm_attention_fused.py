@@ -181,7 +181,10 @@ def test_attention_rope_bad_input():
 def test_fused_attention_engine(quantize):
     m = gk.llm.random_model(CFG, device="cuda", dtype="bfloat16", seed=7, quantize=quantize)
     assert not m._m.fused_attention
+    m._m.fused_attention_auto = False  # base: the two-launch path (auto takes head_dim 64 since session 7)
+    n_base = m._m.fused_attention_layers
     base = run(m, True, new=24)
+    assert m._m.fused_attention_layers == n_base, "auto off: the fused attention was taken"
     m._m.fused_attention = True
     n0 = m._m.fused_attention_layers
     alt = run(m, True, new=24)
@@ -298,8 +301,8 @@ def test_fused_attention_auto():
 @pytest.mark.parametrize("cfg", ["64", "128"])
 def test_carveout_same_bits(cfg):
     # EngineOptions::carveout only sets the kernels' preferred shared memory split: the
-    # same tokens and logits, graph and eager, with the fused attention (head_dim 128:
-    # taken by auto) and without (head_dim 64); back to the default after it.
+    # same tokens and logits, graph and eager, with the fused attention (taken by auto at
+    # head_dim 128, and at head_dim 64 since session 7); back to the default after it.
     m = gk.llm.random_model(CFG if cfg == "64" else CFG128, device="cuda", dtype="bfloat16", seed=17)
     base = run(m, True, new=20)
     n0 = m._m.fused_attention_layers

@@ -50,3 +50,20 @@ def test_checker_catches_an_undefined_name():
     rep = _Collect()
     pyflakes_api.check("def f():\n    return knob\n", "probe.py", rep)
     assert len(rep.found) == 1 and "knob" in rep.found[0]
+
+
+def test_sanitize_selection_collects():
+    """Every test id of scripts/sanitize.sh's selection exists (a renamed test would otherwise
+    only show as a failed sanitizer run on the device machine)."""
+    import re
+    import subprocess
+    import sys
+
+    text = (ROOT / "scripts/sanitize.sh").read_text()
+    block = text[text.index("SEL=("):]
+    block = block[:block.index("\n)")]
+    ids = [s.replace("$T", "tests/python") for s in re.findall(r'"([^"]+)"', block)]
+    assert len(ids) > 20
+    r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *ids],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
