@@ -72,7 +72,8 @@ weights without qpdl: the fused attention alone launched with PDL; EngineOptions
 faa64 / nofaa64, faaq / nofaaq (fused_attention_auto also takes head_dim 64 / fp8 weights, defaults
 since session 7: EngineOptions::fused_attention_auto_hd64 / _quant), fapa / nofapa (the push merge
 where measured faster without fapush: head_dim 64 and quantized weights, the default;
-EngineOptions::fused_attention_push_auto).
+EngineOptions::fused_attention_push_auto), qpdl8 / noqpdl8 (fp8 weights take qpdl, the default since
+session 7's final run: EngineOptions::quantized_pdl_fp8).
 Environment knobs of other areas for one engine's run (set before it, restored after it):
 w8a (GPUKIT_GEMV_W8=4,3,16,1,0: the 8-bit GEMVs' configuration of session 5's checkpoint A,
 before the default became 4,2,16,1,3,0,0), dec<N> (GPUKIT_DECODE_SPLIT=32,1024,128,N: the
@@ -212,6 +213,8 @@ def gk_engine(eng):
             opt["attrs"]["quantized_attention_pdl"] = f == "qapdl"
         elif f in ("qpdl", "noqpdl"):  # quantized weights: PDL of the engine's launches between the GEMVs
             opt["attrs"]["quantized_pdl"] = f == "qpdl"
+        elif f in ("qpdl8", "noqpdl8"):  # fp8 weights take quantized_pdl (default on)
+            opt["attrs"]["quantized_pdl_fp8"] = f == "qpdl8"
         elif f in ("nip", "nonip"):  # norms inside the projections, residual adds in their epilogues
             opt["attrs"]["norm_in_proj"] = f == "nip"
         elif f in ("ropeqkv", "norope"):

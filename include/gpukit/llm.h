@@ -330,6 +330,11 @@ struct EngineOptions {
   // checkpoint A: 8B fp8 352.6 tok/s without against 336.1 with, int4 403.3 against 406.3;
   // session 4 B: fp8 302.3 / 292.6, int4 306.1 / 283.0). Default from GPUKIT_QUANT_PDL.
   bool quantized_pdl = false;
+  // ... and fp8 weights take quantized_pdl whatever its value (session 7's final run, 8B fp8
+  // b1, with the fused attention of fused_attention_auto_quant: 374.8 tok/s with quantized_pdl
+  // against 364.5 without; checkpoint A, without the fused attention: 366.4 / 361.5; int4 at
+  // checkpoint A: 400.9 / 408.5, so not int4). The same bits. Default from GPUKIT_QUANT_PDL_FP8.
+  bool quantized_pdl_fp8 = true;
   // ... and with quantized_pdl: the SwiGLU and rope_append grids capped at 4 blocks and the
   // fused attention launched without PDL, so that the kernels launched early and parked
   // until the quantized GEMV before them ends take few of its SMs' slots (checkpoint A:

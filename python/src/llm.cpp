@@ -240,6 +240,9 @@ GK_BINDING(60, llm) {
       .def_prop_rw("quantized_pdl", [](const llm::Model& m) { return m.options().quantized_pdl; },
                    [](llm::Model& m, bool v) { m.options().quantized_pdl = v; },
                    "Level 2 decode, quantized weights: the engine's launches between the quantized GEMVs use PDL.")
+      .def_prop_rw("quantized_pdl_fp8", [](const llm::Model& m) { return m.options().quantized_pdl_fp8; },
+                   [](llm::Model& m, bool v) { m.options().quantized_pdl_fp8 = v; },
+                   "fp8 weights take quantized_pdl whatever its value.")
       .def_prop_rw("quantized_pdl_compact", [](const llm::Model& m) { return m.options().quantized_pdl_compact; },
                    [](llm::Model& m, bool v) { m.options().quantized_pdl_compact = v; },
                    "With quantized_pdl: SwiGLU and rope_append grids capped at 4 blocks, the fused attention "

@@ -448,18 +448,21 @@ constexpr double kPairMinEff = 0.9;
 //    kernel of 4-warp CTAs (33) where all its clusters are resident: B1 T4096 13.1 against 18's 14.1; it loses on
 //    longer caches (T16384 30.1 / 25.7, T131072 189 / 129: not taken there). Launched without PDL (A: 12.9 us
 //    with PDL off; see go_cl in attention_decode_fold_cl.cu).
-//  64 (default): the CTA group units (18) instead of 23 in two waves of them (SMs < pairs x ngmax <= 2 x SMs)
-//    when the sequences have fewer than 8 groups (no 28 / 31 candidate): B8 T1024 18 23.5, 23 (auto) 24.6-25.1.
+//  64 (off since the final run): the CTA group units (18) instead of 23 in two waves of them (SMs < pairs x ngmax
+//    <= 2 x SMs) when the sequences have fewer than 8 groups (no 28 / 31 candidate): B8 T1024 18 23.5, 23 (auto)
+//    24.6-25.1; but B16 T512 24.1 against 23's 20.7 (session 7 final run, plan 10). 512 covers both shapes.
 //  128 (candidate, off): the same at >= 8 groups too (B2 T4096: 256 groups; 18 never measured there).
 //  256 (candidate, off): 18's cross-CTA merge with one fence per CTA (thread 0, after the barrier) instead of a
 //    __threadfence in every thread, as cooperative groups' grid sync does (same arithmetic: the same bits).
-//  512 (candidate, off): B >= 2 in two waves of CTA group units (SMs < pairs x ngmax <= 2 x SMs): the counter-
-//    merged 4-warp CTA groups (34, two CTAs per SM: one wave of <= 264 CTAs, each with 18's per-CTA work at B1;
-//    B2 T4096 and B8 T1024: 256 CTAs; 23 there 21.4 / 24.6 us, SDPA 14.9 / 14.8).
+//  512 (default since the final run): B >= 2 in two waves of CTA group units (SMs < pairs x ngmax <= 2 x SMs):
+//    the counter-merged 4-warp CTA groups (34, two CTAs per SM: one wave of <= 264 CTAs, each with 18's per-CTA
+//    work at B1). Session 7's final run (docs/device-runs/2026-11-30-h200-s7-final-2.log, plan 9, graph us):
+//    B2 T4096 34 21.2 / 23 21.7; B8 T1024 34 19.7 / 18 23.7 / 23 25.4; B6 T1024 34 18.3 / 18 22.7 (SDPA 15.0,
+//    15.5, 13.2). B16 T512 (the same 256 CTAs) measured with 28 18.3 / 23 20.6 only.
 //  1024 (candidate, off): B >= 2 in three waves of CTA group units (2 x SMs < pairs x ngmax <= 3 x SMs): 36, 34 with
 //    2 stages per warp (head_dim 64: 3), CTAs of 72 KB, three per SM: one wave (B3 T4096: 384 CTAs; 31 25.2 us,
 //    SDPA 19.0).
-constexpr int kRouteDefault = 1 | 8 | 16 | 32 | 64;
+constexpr int kRouteDefault = 1 | 8 | 16 | 32 | 512;
 static int decode_route() {
   const char* e = std::getenv("GPUKIT_DECODE_ROUTE");
   return e && *e ? std::atoi(e) : kRouteDefault;

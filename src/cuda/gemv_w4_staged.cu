@@ -20,7 +20,7 @@
 // 48 / 49 / 50 MODE 11 (x paired in place in the ring once per stage, copied through L1) with DEC 0 / 1 /
 // 2 at every shape, 51 MODE 12 (19 with x copied through L1);
 // 0 / 2 / 10 the default (MODE kDefaultMode, ring of kDefaultD; int4 g128 with bf16 x: the configuration
-// of variant kG128Wide where N >= 2 K and of kG128Mid elsewhere, 37 since session 7). Removed in session 6: 4 (stages
+// of variant kG128Wide where N >= 2 K and of kG128Mid elsewhere, 48 since session 7's final run). Removed in session 6: 4 (stages
 // of 8 blocks), 5 (a ring of 4), 8 (int4's shifts as mul.hi; NVF4's 8 is the per-lane kernel's),
 // 12 (11 + mul.hi): slower than the default at every shape of session 5; 15 / 18 (int4's
 // "zero-point mma", with / without x through the ring): slower at every shape of session 6's
@@ -100,7 +100,7 @@ constexpr int kDefaultD = 2;
 // (4096, 128256): variant 20 58 / 57 / 85, the default 51 / 61 / 74 (g64 / g32 / NVF4: the
 // default won at every shape, so they keep it).
 bool w4_g128_ring2(int64_t n, int64_t k) { return n >= 2 * k; }
-// int4 g128 with bf16 x (the engine's format): the default runs the per-shape plan (variant 37) since
+// int4 g128 with bf16 x (the engine's format): the default ran the per-shape plan (variant 37) from checkpoint A of
 // session 7. H200 checkpoint A of session 7 (/work/wt/device-results/s7A/2/plan_4_bench.log, % of copy at
 // (4096, 14336) / (14336, 4096) / (4096, 128256)): M = 1 37 58 / 61 / 86 against the session-6 default
 // (19) 51 / 61 / 74; M = 8 46 / 45 / 65 against 46 / 45 / 64. Its bits differ from 19's where N >= 2 K
@@ -111,8 +111,12 @@ bool w4_g128_ring2(int64_t n, int64_t k) { return n >= 2 * k; }
 // (configurations complete in w4_cfg, each tested at every shape; the choice is a function of (N, K),
 // so a row's bits stay independent of M). tests/python/test_gemv_w4_dec_cuda.py names them too
 // (DEFAULT_G128_WIDE / _MID): change both.
-constexpr int kG128Wide = 37;
-constexpr int kG128Mid = 37;
+// Since session 7's final run both are 48 (MODE 11: at M = 1 x paired once per stage in shared memory, the
+// session-6 default's arithmetic: variant 19's bits). docs/device-runs/2026-11-30-h200-s7-final-2.log plan 11,
+// % of copy at M = 1: 48 68 / 67 / 92 against 37 58 / 60 / 85 and 19 51 / 60 / 73; M = 8 45 / 45 against
+// 46 / 45 (the DEC variants 45-47, 49, 50 were slower everywhere: 49-61 / 56-63 / 71-87).
+constexpr int kG128Wide = 48;
+constexpr int kG128Mid = 48;
 
 constexpr int kSMs = 132;
 constexpr int kSmemMax = 200 * 1024;    // dynamic shared memory of one CTA at most

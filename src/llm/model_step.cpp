@@ -172,11 +172,12 @@ Array Model::decode_batch(KvCache& cache, const DecodeBatch& in, const Array& ar
     ~Flag() { f = false; }
   } flag(decoding_);
   const bool quant = !w_.quantized.empty();
-  fused::NoPdlScope no_pdl(!opt_.quantized_pdl && quant);
+  const bool qpdl = opt_.quantized_pdl || (opt_.quantized_pdl_fp8 && w_.quantized == "fp8");
+  fused::NoPdlScope no_pdl(!qpdl && quant);
   fused::CarveoutScope carve(opt_.carveout);
   fused::EvictFirstScope wef(opt_.weights_evict_first && !quant);
   fused::AttnMmaScope amma(opt_.fused_attention_mma, opt_.fused_attention_pad_kb, push_merge(opt_, cfg_, w_));
-  fused::GridCapScope cap(quant && opt_.quantized_pdl && opt_.quantized_pdl_compact ? 4 : 0);
+  fused::GridCapScope cap(quant && qpdl && opt_.quantized_pdl_compact ? 4 : 0);
   Array h = run_layers(in.ids, in.positions, cache, idx, attend);
   if (argmax_keys.defined() && !head_argmax(h.shape(0)))
     throw ValueError("decode_batch: argmax_keys given but the lm head cannot fold the argmax in");

@@ -28,7 +28,7 @@ VDEC, VDEC_HI, VDEC_ORD = 45, 46, 47
 VXP, VXP_DEC, VXP_HI, VXCA = 48, 49, 50, 51
 # the int4 g128 / bf16 x default's configuration where N >= 2 K / elsewhere: kG128Wide / kG128Mid in
 # src/cuda/gemv_w4_staged.cu (change both places)
-DEFAULT_G128_WIDE, DEFAULT_G128_MID = 37, 37
+DEFAULT_G128_WIDE, DEFAULT_G128_MID = 48, 48
 DEC_VARIANTS = (45, 46, 47, 49, 50)
 G = 128
 

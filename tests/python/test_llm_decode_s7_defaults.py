@@ -31,6 +31,7 @@ def old_defaults(m):
     m._m.fused_attention_auto_quant = False
     m._m.quantized_attention_pdl = False
     m._m.fused_attention_push_auto = False
+    m._m.quantized_pdl_fp8 = False
     return m
 
 
@@ -52,6 +53,7 @@ def test_defaults_cpu():
     o = m._m
     assert o.fused_attention_auto_hd64 and o.fused_attention_auto_quant and o.quantized_attention_pdl
     assert o.fused_attention_push_auto and not o.fused_attention_push
+    assert o.quantized_pdl_fp8 and not o.quantized_pdl
     assert o.fused_attention_push_layers == 0
     ref = old_defaults(gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1))
     same(run_p(m, False, ONE, new=3), run_p(ref, False, ONE, new=3), "CPU: the new defaults have no effect")
@@ -121,10 +123,28 @@ def test_quantized_defaults(quantize):
     x._m.fused_attention_push = True
     x._m.fused_attention_push_auto = False
     same(got, run_p(x, True, ONE, new=NEW), "fp8 default vs fused_attention + push (+ quantized_attention_pdl)")
+    x._m.quantized_pdl_fp8 = False
+    same(got, run_p(x, True, ONE, new=NEW), "fp8 default vs fused_attention + push, quantized_pdl_fp8 off")
     x._m.quantized_attention_pdl = False
     x._m.fused_attention_push = False
     same(got, run_p(x, True, ONE, new=NEW), "fp8 default vs fused_attention, pull merge, no PDL")
     close(got, before, "fp8: fused attention vs rope_append + attention_decode")
+
+
+@cuda_only
+@pytest.mark.parametrize("quantize", ["fp8", "int4"])
+def test_quantized_pdl_fp8(quantize):
+    # quantized_pdl_fp8 (on): fp8 weights launch the engine's kernels between the quantized GEMVs
+    # with PDL (quantized_pdl), int4 not; only launch order: the same bits as quantized_pdl off /
+    # on, graph and eager, over three sequences of different lengths
+    m = gk.llm.random_model(CFG128, device="cuda", dtype="bfloat16", seed=83, quantize=quantize)
+    assert m._m.quantized_pdl_fp8 and not m._m.quantized_pdl
+    got = run_p(m, True, PROMPTS, new=60)
+    same(got, run_p(m, False, PROMPTS, new=60), f"{quantize} default: graph vs eager")
+    m._m.quantized_pdl_fp8 = False
+    same(got, run_p(m, True, PROMPTS, new=60), f"{quantize}: quantized_pdl_fp8 off")
+    m._m.quantized_pdl = True
+    same(got, run_p(m, True, PROMPTS, new=60), f"{quantize}: quantized_pdl on")
 
 
 @cuda_only
