@@ -25,9 +25,8 @@
 // with ones). Q4_K / Q6_K: the decodes of quant_gguf_k.cu (sub-block scales formed once per
 // block, exact). x rows g >= M read row M - 1 (their columns are dropped).
 //
-// The warps' sums are added in warp order, split-K slices by the second pass; the plan
-// (warps per CTA, split) is a function of (N, K, format) only: the same bits every run and
-// for a row alone or in a batch.
+// Warp sums are added in warp order, split-K slices by the second pass; the plan (warps per CTA,
+// split) is a function of (N, K, format) only: the same bits every run, for a row alone or batched.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -51,20 +50,17 @@ using namespace gemv_detail;
 using namespace gguf_st;  // GS, GL, kPhased, the unit decodes (quant_gguf_st_units.cuh)
 
 // PROBE: the copies and waits only, no decode (wrong results: the access pattern's ceiling).
-// MINB: CTAs of 256 threads per SM the registers are sized for (2: 128 registers; 3, 80 registers,
-// was removed in session 6: 0-14 points slower everywhere in session 5's final run). B8:
-// Q8_0 with bf16 x decoded by int8x4_bf16.
-// ROLL: the stage loop and the loop over a stage's units not unrolled (the ring slot and the
-// unit's offset computed at run time; one copy of a unit's decode in the code instead of D x U:
-// less instruction-cache pressure, same arithmetic in the same order: the same bits).
+// MINB: CTAs of 256 threads per SM the registers are sized for (2: 128 registers; 3 was removed in
+// session 6: 0-14 points slower everywhere). B8: Q8_0 with bf16 x decoded by int8x4_bf16.
+// ROLL: the stage and unit loops not unrolled (ring slot and unit offset at run time: one copy of a
+// unit's decode instead of D x U; the same arithmetic in the same order: the same bits).
 // SS: Q4_K / Q6_K with the scales formed once per quad (unit_q4k_ss / unit_q6k_ss; 1 KB of
 // scratch per warp after the rings).
-// OPT (session 6): bit 0 (kOptPI) the byte permutes with immediate selectors and the magic bytes
-// in registers (bpm: same bits); bit 1 (kOptFold) Q4_1 / Q4_K with bf16 x: the codes as 128 + q,
-// the 128 sum(x) taken out with the min term (other bits; quant_gguf_st_units.cuh).
-// bit 2 (kOptLate) each stage's slot refilled after its decode instead of the previous slot before
-// it: D stages in flight while a warp waits (one more than before; the first wait too), D - 1 while
-// it decodes; the same operations on the same data: the same bits.
+// OPT (session 6): bit 0 (kOptPI) byte permutes with immediate selectors, magic bytes in registers
+// (bpm: same bits); bit 1 (kOptFold) Q4_1 / Q4_K with bf16 x: codes as 128 + q, the 128 sum(x) taken
+// out with the min term (other bits; quant_gguf_st_units.cuh); bit 2 (kOptLate) each stage's slot
+// refilled after its decode, not the previous slot before it: D stages in flight while a warp waits,
+// D - 1 while it decodes (the same operations on the same data: the same bits).
 template <class T, int F, int D, int UX = 1, bool PROBE = false, int MINB = 2, bool B8 = false, bool ROLL = false,
           bool SS = false, int OPT = 0>
 __global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p) {
@@ -315,9 +311,8 @@ void launch_d(const QGemvArgs& p, int nw, cudaStream_t st, int spread = 1) {
   GK_LAUNCH_CHECK("qgemv_gguf_st");
 }
 
-// The session-7 probe (knob V 37 / 38: k_ggst_ap with windows of W = 256 / 512 bytes per row): the
-// plan (nw, split) and the shared-memory request of the format's default-depth k_ggst, so that only
-// the access pattern differs from V 36.
+// The session-7 probe (knob V 37 / 38: k_ggst_ap, windows of W = 256 / 512 bytes per row): the plan
+// and shared-memory request of the format's default-depth k_ggst: only the access pattern differs.
 template <class T, int F, int W>
 void launch_ap(const QGemvArgs& p, int nw, cudaStream_t st, int spread) {
   constexpr int D0 = GS<F>::D, SBF = 16 * GL<F, 1>::P, SBA = 16 * (W + 16);
@@ -337,9 +332,8 @@ void launch_ap(const QGemvArgs& p, int nw, cudaStream_t st, int spread) {
   GK_LAUNCH_CHECK("qgemv_gguf_st_probe");
 }
 
-// The session-7 kernel with line-aligned window copies (knob V 39, its copies alone V 40; Q8_0 / Q4_0 / Q4_1): the plan of
-// the knob's fields, the OPT bits of the format's shipped configuration, the shared-memory request
-// as launch_d's with the larger of the two rings.
+// Knob V 39 (line-aligned window copies; V 40 its copies alone; Q8_0 / Q4_0 / Q4_1): the knob's plan,
+// the shipped OPT bits, launch_d's shared-memory request with the larger of the two rings.
 template <class T, int F, int OPT, bool NODEC = false>
 void launch_aw(const QGemvArgs& p, int nw, int ux, cudaStream_t st, int spread) {
   constexpr int D0 = GS<F>::D;

@@ -246,10 +246,9 @@ Array Model::lm_head(const Array& h, const Array* argmax_keys) const {
   return matmul(h, w_.lm_head.T()).astype(DType::f32);
 }
 
-// Level 2 decode: the L2 prefetch of the weights after attention (the output
-// projection, then the first rows of gate and up, which the gate/up GEMV's first
-// blocks read) on a side branch forked after the q/k/v projection, so that it runs
-// beside RoPE and attention. Joined at the end of the step (join_side_branch).
+// Level 2 decode: the L2 prefetch of the weights after attention (the output projection, then the
+// first rows of gate and up, which the gate/up GEMV's first blocks read) on a side branch forked after
+// the q/k/v projection, beside RoPE and attention; joined at the end of the step (join_side_branch).
 void Model::prefetch_during_attention(const LayerWeights& L) {
   if (!engine_ops() || opt_.prefetch_mb <= 0) return;
   int64_t budget = opt_.prefetch_mb << 20;
@@ -397,10 +396,9 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
   rope.rotary_dim = rd;
   rope.interleaved = c.rope_interleaved;
   rope.scaling = c.rope_scaling;
-  // level 2 decode: RoPE, the KV append and attention in one kernel (short contexts).
-  // fused_attention_auto: where measured faster than rope_append + attention_decode (H200):
-  // a block table of <= 384 keys with bf16/fp16 weights and head_dim 128 (session 5), head_dim
-  // 64 (_auto_hd64, session 7), fp8 weights with head_dim 128 (_auto_quant, session 7)
+  // level 2 decode: RoPE, the KV append and attention in one kernel (short contexts). Auto: where
+  // measured faster than rope_append + attention_decode on the H200 (<= 384 keys): bf16/fp16 weights
+  // with head_dim 128 (session 5) and 64 (_auto_hd64), fp8 weights with head_dim 128 (_auto_quant)
   const int64_t table_keys = idx.block_table.defined() ? idx.block_table.shape(1) * cache.block_size() : 0;
   const bool fa_auto64 = opt_.fused_attention_auto && opt_.fused_attention_auto_hd64 && D == 64 &&
                          w_.quantized.empty() && table_keys <= 384;
