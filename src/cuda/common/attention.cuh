@@ -59,6 +59,8 @@ bool attention_decode_fold(const DecodeArgs& a, cudaStream_t st, int force);
 // attention_decode_fold_cta.cu: the fold kernel's CTA group units in one launch (head_dim 64 / 128, B <= 512);
 // false when not covered. fence1: the cross-CTA merge with one fence per CTA (thread 0) instead of one per thread.
 bool attention_decode_fold_cta(const DecodeArgs& a, cudaStream_t st, bool fence1 = false);
+// 37: the same CTA group units merged without fence or counter (tagged words, the last CTA to start merges).
+bool attention_decode_fold_cta_ll(const DecodeArgs& a, cudaStream_t st);
 // attention_decode_fold_cl.cu: one thread-block cluster per (sequence, kv head, head group), the groups' results
 // folded through distributed shared memory (head_dim 64 / 128, sm_90, capacity <= 16 groups); one launch. force 0:
 // only when all clusters are resident at once; 1: whenever it can run; 2: the same with two groups per CTA; 3-5:
