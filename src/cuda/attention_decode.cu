@@ -462,6 +462,11 @@ constexpr double kPairMinEff = 0.9;
 //  1024 (candidate, off): B >= 2 in three waves of CTA group units (2 x SMs < pairs x ngmax <= 3 x SMs): 36, 34 with
 //    2 stages per warp (head_dim 64: 3), CTAs of 72 KB, three per SM: one wave (B3 T4096: 384 CTAs; 31 25.2 us,
 //    SDPA 19.0).
+//  2048 (candidate, off; session 8 prep): auto's CTA group units (18, incl. 35) as 37 where it runs (units <= SMs,
+//    <= 16 groups per sequence): 18's merge without fence or completion counter (attention_decode_fold_cta.cu:
+//    each CTA takes a ticket at its start, the last CTA to start polls the others' tagged 64-bit partials). Same
+//    bits as 18. For B1 T4096 (18 14.0 us with its merge, 9.4 without) and T16384 (25.8 / 21.1). Not measured.
+//    Where bit 16 takes 33 first (B1, capacity <= 4096) 33 stays first.
 constexpr int kRouteDefault = 1 | 8 | 16 | 32 | 512;
 static int decode_route() {
   const char* e = std::getenv("GPUKIT_DECODE_ROUTE");
@@ -494,7 +499,8 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   // clusters of 16 CTAs need 8 SMs of a GPC and B = 1 with 8 kv heads is one wave; session 6's A: 14 clusters of 16
   // resident, B1 T4096 12.9 us against 14.0 for 18). 34: one CTA of 4 warps per group (two chunks per warp, two
   // CTAs per SM), no cluster: the groups merged as 18 does (workspace, counter, the last CTA folds). 35: 18 with
-  // one fence per CTA in its merge. 36: 34 with 2 stages per warp (head_dim 64: 3), three CTAs per SM. Route bits:
+  // one fence per CTA in its merge. 36: 34 with 2 stages per warp (head_dim 64: 3), three CTAs per SM. 37: 18 whose merge
+  // polls tagged partials instead of fence + counter (where it does not run: 18). Route bits:
   // kRouteDefault.
   // attention_decode_mma.cu: variants 2-13 and 16 (16: its default). Variant 0 is kFoldDefault ? 20 : 16.
   // Variant 1 forces the CUDA-core kernel below.
@@ -504,6 +510,7 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   bool cl4_first = false;  // auto (bit 16): 33 where all its clusters fit
   bool cta4_first = false;  // auto (bit 512): 34 where it runs
   bool cta4s_first = false;  // auto (bit 1024): 36 where it runs
+  bool ll_first = false;  // auto (bit 2048): 37 where it runs
   int route = -1;  // (auto: the route bits in force, logged)
   if (v == 20) {  // auto (see kPairMinEff, kRouteDefault)
     route = decode_route();
@@ -528,6 +535,7 @@ void attention_decode(const DecodeArgs& a, void* stream) {
     cta4_first = (route & 512) && a.B >= 2 && cta2;
     cta4s_first = (route & 1024) && a.B >= 2 && pairs * ngmax > 2 * sms && pairs * ngmax <= 3 * sms;
     if (v == 18 && (route & 256)) v = 35;  // 18 with one fence per CTA (same kernel, same bits)
+    ll_first = (v == 18 || v == 35) && (route & 2048);  // 37 where it runs (else 18 / 35 as chosen)
   }
   const char* path = nullptr;
   if (cl_first && attention_decode_fold_cl(a, st, 3)) {
@@ -547,10 +555,12 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   } else if (v >= 30 && v <= 32 && attention_decode_fold_pcl(a, st, v == 31 ? 8 : 4, v == 32)) {
     path = v == 30 ? "pair clusters, 4 warps per CTA (30)"
            : v == 31 ? "pair clusters, 8 warps per CTA (31)" : "pair clusters, 4 warps per CTA, deep ring (32)";
-  } else if ((v == 18 || v == 35) && attention_decode_fold_cta(a, st, v == 35)) {
-    path = v == 35 ? "cta, one fence per CTA (35)" : "cta (18)";
-  } else if (v >= 14 && v <= 36 && v != 16) {
-    // (18, 24, 25, 28-36 when not covered: 23, as the default would)
+  } else if ((v == 37 || ll_first) && attention_decode_fold_cta_ll(a, st)) {
+    path = "cta, tagged merge (37)";
+  } else if ((v == 18 || v == 35 || v == 37) && attention_decode_fold_cta(a, st, v == 35)) {
+    path = v == 35 ? "cta, one fence per CTA (35)" : "cta (18)";  // (37 where it does not run: 18)
+  } else if (v >= 14 && v <= 37 && v != 16) {
+    // (18, 24, 25, 28-37 when not covered: 23, as the default would)
     const int force = v == 14 ? 1 : v == 15 ? 2 : v == 17 ? 3 : v == 21 ? 4 : v == 22 ? 4 | 8 : v == 19 ? 0
                       : v == 26 ? 16 : v == 27 ? 16 | 8 : 8;
     if (attention_decode_fold(a, st, force)) path = force & 8 ? "fold + merge kernel, evict-first (23)"
