@@ -13,10 +13,8 @@
 // same bits. All chunks of a group are in flight at once, and there is no second launch: the short
 // sequences of small batches run at about one memory round trip plus the launch.
 #include <cfloat>
-#include <map>
-#include <mutex>
-#include <tuple>
 
+#include "cuda/attention_decode_ll.cuh"
 #include "cuda/common/attention.cuh"
 #include "cuda/common/decode_fold.cuh"
 #include "cuda/common/decode_mma.cuh"
@@ -27,6 +25,7 @@ namespace gk::cuda {
 namespace {
 using namespace dmma;
 using namespace dfold;
+using namespace dll;
 
 struct CCursor {
   int item;  // >= nitems: done
@@ -79,104 +78,8 @@ __device__ __forceinline__ int tile_row_c(const DecodeArgs& a, int nitems, const
   return blk < 0 || blk >= a.nb ? -1 : blk * bs + j % bs;
 }
 
-// 37 (LL): the cross-CTA merge without a fence or a completion counter. Each CTA takes a ticket of its
-// (sequence, kv head, head group) at its start (a 64-bit counter per group index: arrivals in the low half, a
-// launch epoch in the high half); the CTA with the last ticket merges. Every CTA writes its group's result as
-// 64-bit words {float, tag = 2 x epoch + 1} (single-copy atomic relaxed stores) to a slot of its own in a
-// persistent buffer (one per stream / capture, like the counters); the merging CTA polls those words until
-// each carries this launch's tag. Every other CTA of the group index took its ticket before, so it is running
-// and waits on nothing: no deadlock whatever the residency. The last result to arrive costs about one trip to
-// L2 and back, where 18's merge costs the fence, the atomic and the loads (about three). Same partials, same
-// folds, same order: the same bits as 18. One unit per CTA (the host launches it only where units <= SMs).
-constexpr int kLLCtr = 1024;          // group indices (counters) of the buffer; the slots follow
-constexpr int kLLGroups = 16;         // groups per slot (the merge's fast path)
-constexpr int kLLSlot = 8 * 128 + 16;  // words per group: 8 heads x 128 outputs, then (max, sum) per head
-__device__ __forceinline__ void st_tag(unsigned long long* p, float v, unsigned tag) {
-  const unsigned long long w = (static_cast<unsigned long long>(tag) << 32) | __float_as_uint(v);
-  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(w) : "memory");
-}
-__device__ __forceinline__ unsigned long long ld_tag(const unsigned long long* p) {
-  unsigned long long w;
-  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(w) : "l"(p));
-  return w;
-}
-__device__ __forceinline__ bool tag_ok(unsigned long long w, unsigned tag) { return unsigned(w >> 32) == tag; }
-
-// The merge of 37, by the CTA with the last ticket (the whole CTA; the others return at once). sml: shared
-// memory for 2 x nh x ng floats that the caller's warps may still be reading (a barrier first).
-template <class T, int D>
-__device__ __forceinline__ void merge_ll(const DecodeArgs& a, int b, int kvh, int h0, int nh, int ng, int ngb,
-                                         unsigned long long* llc, const unsigned* ll_s, float* sml) {
-  if (ll_s[0] != unsigned(ng - 1)) return;  // (the same in every thread of the CTA)
-  __syncthreads();
-  constexpr int NT = kGroup * 32, KO = 8 * D / NT, NGF = kLLGroups;
-  static_assert(KO % 2 == 0, "outputs per thread: pairs");
-  const int G = a.hq / a.hkv, ci = (b * a.hkv + kvh) * ngb + (h0 - kvh * G) / 8;
-  const unsigned tag = ll_s[1];
-  const unsigned long long* slots = llc + kLLCtr + int64_t(ci) * kLLGroups * kLLSlot;
-  const int64_t hrow = int64_t(b) * a.hq + h0;
-  for (int i = threadIdx.x; i < nh * ng; i += NT) {  // maxima and sums: one thread per (head, group)
-    const int h = i / ng, s2 = i - h * ng;
-    const unsigned long long* p = slots + int64_t(s2) * kLLSlot + 8 * 128 + 2 * h;
-    unsigned long long m = ld_tag(p), l = ld_tag(p + 1);
-    while (!tag_ok(m, tag) || !tag_ok(l, tag)) {
-      __nanosleep(32);
-      if (!tag_ok(m, tag)) m = ld_tag(p);
-      if (!tag_ok(l, tag)) l = ld_tag(p + 1);
-    }
-    sml[2 * i] = __uint_as_float(unsigned(m));
-    sml[2 * i + 1] = __uint_as_float(unsigned(l));
-  }
-  __syncthreads();
-  const unsigned long long okw = static_cast<unsigned long long>(tag) << 32;  // (outputs / groups not there)
-#pragma unroll
-  for (int k0 = 0; k0 < KO; k0 += 2) {  // two outputs per thread at a time, every group's word loaded first
-    unsigned long long w[2][NGF];
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int idx = threadIdx.x + (k0 + j) * NT, h = idx / D, d = idx - h * D;
-#pragma unroll
-      for (int s2 = 0; s2 < NGF; ++s2)
-        w[j][s2] = idx < nh * D && s2 < ng ? ld_tag(slots + int64_t(s2) * kLLSlot + h * D + d) : okw;
-    }
-    for (;;) {  // until every word carries this launch's tag
-      bool all = true;
-#pragma unroll
-      for (int j = 0; j < 2; ++j)
-#pragma unroll
-        for (int s2 = 0; s2 < NGF; ++s2) all = all && tag_ok(w[j][s2], tag);
-      if (all) break;
-      __nanosleep(32);
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int idx = threadIdx.x + (k0 + j) * NT, h = idx / D, d = idx - h * D;
-#pragma unroll
-        for (int s2 = 0; s2 < NGF; ++s2)
-          if (!tag_ok(w[j][s2], tag)) w[j][s2] = ld_tag(slots + int64_t(s2) * kLLSlot + h * D + d);
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int idx = threadIdx.x + (k0 + j) * NT, h = idx / D, d = idx - h * D;
-      if (idx < nh * D) {
-        float TM = -INFINITY, TL = 0.f, TO = 0.f;
-#pragma unroll
-        for (int s2 = 0; s2 < NGF; ++s2) {
-          if (s2 < ng) {  // 18's fast path: the same folds in group order
-            float wa, wb;
-            fold_w(TM, sml[2 * (h * ng + s2)], wa, wb);
-            TL = fold_v(TL, wa, sml[2 * (h * ng + s2) + 1], wb);
-            TO = fold_v(TO, wa, __uint_as_float(unsigned(w[j][s2])), wb);
-          }
-        }
-        static_cast<T*>(a.out)[(hrow + h) * D + d] = convert<T>(finalize(TO, TL));
-      }
-    }
-  }
-  // every ticket of this launch is taken: arrivals back to 0, the next epoch
-  if (threadIdx.x == 0) atomicExch(llc + ci, static_cast<unsigned long long>((tag >> 1) + 1) << 32);
-}
-
+// 37 (LL): 18 with the cross-CTA merge of attention_decode_ll.cuh (tickets at the start, tagged partials, no
+// fence or completion counter; one unit per CTA: the host launches it only where units <= SMs).
 template <class T, int D, bool LL>
 __device__ __forceinline__ void fold_cta(const DecodeArgs& a, int* counters, int fence1) {
   using Cf = MCfg<D>;
@@ -260,12 +163,7 @@ __device__ __forceinline__ void fold_cta(const DecodeArgs& a, int* counters, int
   }
   unsigned long long* const llc = reinterpret_cast<unsigned long long*>(counters);  // (LL)
   if constexpr (LL) {  // the ticket (one unit per CTA), taken while the first tiles are in flight
-    if (threadIdx.x == 0 && C.ng > 1) {
-      const int ci = (C.b * a.hkv + C.kvh) * ngb + (C.h0 - C.kvh * G) / 8;
-      const unsigned long long t = atomicAdd(llc + ci, 1ull);
-      ll_s[0] = unsigned(t);
-      ll_s[1] = 2u * unsigned(t >> 32) + 1u;
-    }
+    if (threadIdx.x == 0 && C.ng > 1) ll_ticket(llc, (C.b * a.hkv + C.kvh) * ngb + (C.h0 - C.kvh * G) / 8, ll_s);
   }
 
   const float sl2 = a.scale * kLog2e;
@@ -341,14 +239,7 @@ __device__ __forceinline__ void fold_cta(const DecodeArgs& a, int* counters, int
         if (C.ng == 1) {
           static_cast<T*>(a.out)[(hrow + h) * D + d] = convert<T>(finalize(O, L));
         } else if constexpr (LL) {
-          const int ci = (C.b * a.hkv + C.kvh) * ngb + (C.h0 - C.kvh * G) / 8;
-          unsigned long long* slot = llc + kLLCtr + (int64_t(ci) * kLLGroups + C.grp) * kLLSlot;
-          const unsigned tag = ll_s[1];
-          st_tag(slot + h * D + d, O, tag);
-          if (d == 0) {
-            st_tag(slot + 8 * 128 + 2 * h, M, tag);
-            st_tag(slot + 8 * 128 + 2 * h + 1, L, tag);
-          }
+          ll_put<D>(llc, (C.b * a.hkv + C.kvh) * ngb + (C.h0 - C.kvh * G) / 8, C.grp, h, d, O, M, L, ll_s[1]);
         } else {
           a.ws_o[((hrow + h) * a.nsplit + C.grp) * D + d] = O;
           if (d == 0) {
@@ -359,8 +250,10 @@ __device__ __forceinline__ void fold_cta(const DecodeArgs& a, int* counters, int
         }
       }
       if (LL && C.ng > 1) {
-        if constexpr (LL) merge_ll<T, D>(a, C.b, C.kvh, C.h0, C.nh, C.ng, ngb, llc, ll_s,
-                                         reinterpret_cast<float*>(smem + size_t(pub[0]) * STAGE));
+        if constexpr (LL)
+          merge_ll<T, D, W * 32>(a, int64_t(C.b) * a.hq + C.h0, C.nh, C.ng,
+                                 (C.b * a.hkv + C.kvh) * ngb + (C.h0 - C.kvh * G) / 8, llc, ll_s,
+                                 reinterpret_cast<float*>(smem + size_t(pub[0]) * STAGE));
       } else if (C.ng > 1) {  // count this group in; the CTA completing the count folds the groups
         const int ci = (C.b * a.hkv + C.kvh) * ngb + (C.h0 - C.kvh * G) / 8;
         // fence1 (35): the barrier orders the CTA's workspace writes before thread 0's fence and count (fences are
@@ -485,36 +378,6 @@ bool launch_cta(const DecodeArgs& a, cudaStream_t st, bool fence1) {
   GK_LAUNCH_CHECK("attention_decode_fold_cta");
   return true;
 }
-// 37's buffer: kLLCtr 64-bit counters, then kLLGroups slots of kLLSlot words per group index, zeroed (tag 0 is
-// no launch's: tags are odd). One per (device, stream, capture) as merge_counters; a slot is only ever written
-// with its own counter's epochs, so a stale word never carries the current tag (until the 32-bit tag wraps:
-// 2^31 launches of the same group index with that slot untouched in between).
-unsigned long long* ll_buffer(cudaStream_t st, int64_t nci) {
-  static std::mutex mu;
-  static std::map<std::tuple<int, cudaStream_t, unsigned long long>, std::pair<unsigned long long*, int64_t>> bufs;
-  int dev = 0;
-  GK_CUDA_CHECK(cudaGetDevice(&dev));
-  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-  unsigned long long id = 0;
-  GK_CUDA_CHECK(cudaStreamGetCaptureInfo(st, &cs, &id));
-  if (cs == cudaStreamCaptureStatusInvalidated) return nullptr;
-  if (cs == cudaStreamCaptureStatusNone) id = 0;
-  std::lock_guard<std::mutex> lk(mu);
-  auto& e = bufs[{dev, st, id}];
-  if (e.first && e.second >= nci) return e.first;
-  const int64_t cap = std::max<int64_t>(nci, 8);
-  const size_t bytes = size_t(kLLCtr + cap * kLLGroups * kLLSlot) * sizeof(unsigned long long);
-  unsigned long long* p = nullptr;
-  GK_CUDA_CHECK(cudaMalloc(&p, bytes));
-  cudaStream_t z = nullptr;
-  GK_CUDA_CHECK(cudaStreamCreateWithFlags(&z, cudaStreamNonBlocking));
-  GK_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, z));
-  GK_CUDA_CHECK(cudaStreamSynchronize(z));
-  GK_CUDA_CHECK(cudaStreamDestroy(z));
-  e = {p, cap};  // a smaller buffer it replaces may still be used by queued launches: kept
-  return p;
-}
-
 // 37: only where every unit has its own CTA (units <= SMs), at most kLLGroups groups per sequence and kLLCtr
 // group indices; false (nothing launched) otherwise.
 template <class T, int D>
