@@ -467,6 +467,9 @@ constexpr double kPairMinEff = 0.9;
 //    each CTA takes a ticket at its start, the last CTA to start polls the others' tagged 64-bit partials). Same
 //    bits as 18. For B1 T4096 (18 14.0 us with its merge, 9.4 without) and T16384 (25.8 / 21.1). Not measured.
 //    Where bit 16 takes 33 first (B1, capacity <= 4096) 33 stays first.
+//  4096 (candidate, off; session 8 prep): where 34 would run (bit 512, or 36's place under bit 1024 when 36 does not
+//    run), 38 first: 34 with 37's tagged merge. For B2 T4096, B6 / B8 T1024 (34 at the final run: 21.2 / 18.3 /
+//    19.7 us, SDPA 15.0 / 13.2 / 15.5). Same bits as 34. Not measured.
 constexpr int kRouteDefault = 1 | 8 | 16 | 32 | 512;
 static int decode_route() {
   const char* e = std::getenv("GPUKIT_DECODE_ROUTE");
@@ -500,7 +503,8 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   // resident, B1 T4096 12.9 us against 14.0 for 18). 34: one CTA of 4 warps per group (two chunks per warp, two
   // CTAs per SM), no cluster: the groups merged as 18 does (workspace, counter, the last CTA folds). 35: 18 with
   // one fence per CTA in its merge. 36: 34 with 2 stages per warp (head_dim 64: 3), three CTAs per SM. 37: 18 whose merge
-  // polls tagged partials instead of fence + counter (where it does not run: 18). Route bits:
+  // polls tagged partials instead of fence + counter (where it does not run: 18). 38: 34 with 37's merge (where it
+  // does not run: 34). Route bits:
   // kRouteDefault.
   // attention_decode_mma.cu: variants 2-13 and 16 (16: its default). Variant 0 is kFoldDefault ? 20 : 16.
   // Variant 1 forces the CUDA-core kernel below.
@@ -511,6 +515,7 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   bool cta4_first = false;  // auto (bit 512): 34 where it runs
   bool cta4s_first = false;  // auto (bit 1024): 36 where it runs
   bool ll_first = false;  // auto (bit 2048): 37 where it runs
+  bool ll4_first = false;  // auto (bit 4096): 38 where 34 would run
   int route = -1;  // (auto: the route bits in force, logged)
   if (v == 20) {  // auto (see kPairMinEff, kRouteDefault)
     route = decode_route();
@@ -536,13 +541,16 @@ void attention_decode(const DecodeArgs& a, void* stream) {
     cta4s_first = (route & 1024) && a.B >= 2 && pairs * ngmax > 2 * sms && pairs * ngmax <= 3 * sms;
     if (v == 18 && (route & 256)) v = 35;  // 18 with one fence per CTA (same kernel, same bits)
     ll_first = (v == 18 || v == 35) && (route & 2048);  // 37 where it runs (else 18 / 35 as chosen)
+    ll4_first = cta4_first && (route & 4096);
   }
   const char* path = nullptr;
   if (cl_first && attention_decode_fold_cl(a, st, 3)) {
     path = "cluster, one group per CTA (24)";
   } else if (cl4_first && attention_decode_fold_cl(a, st, 5)) {
     path = "cluster of 4-warp CTAs (33)";
-  } else if ((cta4_first || v == 34) && attention_decode_fold_cl(a, st, 6)) {
+  } else if ((ll4_first || v == 38) && attention_decode_fold_cl(a, st, 8)) {
+    path = "4-warp CTA groups, tagged merge (38)";
+  } else if ((cta4_first || v == 34 || v == 38) && attention_decode_fold_cl(a, st, 6)) {
     path = "counter-merged 4-warp CTA groups (34)";
   } else if ((cta4s_first || v == 36) && attention_decode_fold_cl(a, st, 7)) {
     path = "counter-merged 4-warp CTA groups, 2 stages (36)";
@@ -559,8 +567,8 @@ void attention_decode(const DecodeArgs& a, void* stream) {
     path = "cta, tagged merge (37)";
   } else if ((v == 18 || v == 35 || v == 37) && attention_decode_fold_cta(a, st, v == 35)) {
     path = v == 35 ? "cta, one fence per CTA (35)" : "cta (18)";  // (37 where it does not run: 18)
-  } else if (v >= 14 && v <= 37 && v != 16) {
-    // (18, 24, 25, 28-37 when not covered: 23, as the default would)
+  } else if (v >= 14 && v <= 38 && v != 16) {
+    // (18, 24, 25, 28-38 when not covered: 23, as the default would)
     const int force = v == 14 ? 1 : v == 15 ? 2 : v == 17 ? 3 : v == 21 ? 4 : v == 22 ? 4 | 8 : v == 19 ? 0
                       : v == 26 ? 16 : v == 27 ? 16 | 8 : 8;
     if (attention_decode_fold(a, st, force)) path = force & 8 ? "fold + merge kernel, evict-first (23)"

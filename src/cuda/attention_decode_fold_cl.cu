@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cuda/attention_decode_ll.cuh"
 #include "cuda/common/attention.cuh"
 #include "cuda/common/decode_fold.cuh"
 #include "cuda/common/decode_mma.cuh"
@@ -26,6 +27,9 @@ namespace gk::cuda {
 namespace {
 using namespace dmma;
 using namespace dfold;
+using dll::ll_put;
+using dll::ll_ticket;
+using dll::merge_ll;
 
 constexpr int kMaxCluster = 16;
 
@@ -48,12 +52,14 @@ __device__ __forceinline__ float ld_peer(uint32_t s, uint32_t rank) {
 // 34's end (CNT): after the barrier that follows the partials' publication (chunk c of the group in stage c / W of
 // warp c % W), fold group r's nw chunks in order; one group: the output; else the workspace (group r's slot), then
 // the counter of unit ci; the CTA completing it folds the ng groups in order (18's merge: the same folds).
-template <class T, int D, int W, int S_>
+// LLM (38): the group's result as tagged words, merged by the CTA with the last ticket (attention_decode_ll.cuh).
+template <class T, int D, int W, int S_, bool LLM = false>
 __device__ __forceinline__ void fold_cnt(const DecodeArgs& a, int* counters, int ng, int nw, int r, int b, int h0,
-                                         int nh, int ci, unsigned char* smem) {
+                                         int nh, int ci, unsigned char* smem, const unsigned* ll_s = nullptr) {
   using Cf = MCfg<D, W, S_>;
   constexpr int S = Cf::S, STAGE = Cf::STAGE, NT = W * 32;
   __shared__ int last;
+  unsigned long long* const llc = reinterpret_cast<unsigned long long*>(counters);  // (LLM)
   const int64_t hrow = int64_t(b) * a.hq + h0;
   for (int idx = threadIdx.x; idx < nh * D; idx += NT) {
     const int h = idx / D, d = idx - h * D;
@@ -67,6 +73,8 @@ __device__ __forceinline__ void fold_cnt(const DecodeArgs& a, int* counters, int
     }
     if (ng <= 1) {  // (no keys: 0)
       static_cast<T*>(a.out)[(hrow + h) * D + d] = convert<T>(finalize(O, L));
+    } else if constexpr (LLM) {
+      ll_put<D>(llc, ci, r, h, d, O, M, L, ll_s[1]);
     } else {
       a.ws_o[((hrow + h) * a.nsplit + r) * D + d] = O;
       if (d == 0) {
@@ -77,6 +85,10 @@ __device__ __forceinline__ void fold_cnt(const DecodeArgs& a, int* counters, int
     }
   }
   if (ng <= 1) return;
+  if constexpr (LLM) {  // (the maxima and sums in warp 0's stage S - 1, as below; the fold above read it)
+    merge_ll<T, D, NT>(a, hrow, nh, ng, ci, llc, ll_s, reinterpret_cast<float*>(smem + (S - 1) * STAGE));
+    return;
+  }
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(counters + ci, 1) == ng - 1;
@@ -135,9 +147,9 @@ __device__ __forceinline__ void fold_cnt(const DecodeArgs& a, int* counters, int
 // (a sequence of one group: to the output) and the CTA that completes the (sequence, kv head, head group)'s count of
 // groups folds them in group order, as the CTA kernel (18) does (the same bits). S_: the stages per warp (0: MCfg's
 // default; 36 is 34 with S_ 2 at head_dim 128 (3 at 64): CTAs of 72 KB, three per SM).
-template <class T, int D, int GPC, int W, bool CNT = false, int S_ = 0>
-__global__ void __launch_bounds__(W * 32, CNT && S_ ? 3 : 1)
-    k_decode_fold_cl(const __grid_constant__ DecodeArgs a, int* counters) {
+// LLM (38, CNT only): 34 with the tagged merge (attention_decode_ll.cuh; counters: its buffer).
+template <class T, int D, int GPC, int W, bool CNT, int S_, bool LLM>
+__device__ __forceinline__ void fold_cl(const DecodeArgs& a, int* counters) {
   using Cf = MCfg<D, W, S_>;
   static_assert(W == kGroup || W == kGroup / 2, "a warp runs one or two chunks of a group");
   constexpr int CPW = kGroup / W;  // chunks of a group per warp
@@ -145,6 +157,7 @@ __global__ void __launch_bounds__(W * 32, CNT && S_ ? 3 : 1)
   static_assert(GPC >= 1 && NS <= 2 && Cf::S >= NS + (CNT ? 0 : 1),
                 "partials in stages 0 .. NS - 1, results in stage S - 1 (counter merge: no result stage)");
   static_assert(!CNT || GPC == 1, "counter merge: one group per CTA");
+  static_assert(!LLM || CNT, "tagged merge: the counter form");
   constexpr int S = Cf::S, ROWB = Cf::ROWB, CH = Cf::CH, KVB = Cf::KVB, STAGE = Cf::STAGE, CPL = Cf::CPL,
                 QPL = Cf::QPL, KSTEP = Cf::KSTEP;
   static_assert(8 * D * 4 + 64 <= STAGE, "a partial fits in one stage");
@@ -163,6 +176,7 @@ __global__ void __launch_bounds__(W * 32, CNT && S_ ? 3 : 1)
   if constexpr (CNT) {
     if (r >= max(p.ng, 1)) return;  // (the same for every thread; no cluster barrier in this form)
   }
+  __shared__ unsigned ll_s[2];  // (LLM) this CTA's ticket and the launch's tag
 
   unsigned char* ring = smem + size_t(warp) * Cf::WARPB;
   unsigned char* qslot = ring + S * STAGE;
@@ -242,6 +256,10 @@ __global__ void __launch_bounds__(W * 32, CNT && S_ ? 3 : 1)
     };
 #pragma unroll 1
     for (int i = 0; i < S - 1; ++i) issue(i);
+    if constexpr (LLM) {  // the ticket, taken while the first tiles are in flight
+      if (threadIdx.x == 0 && p.ng > 1)
+        ll_ticket(reinterpret_cast<unsigned long long*>(counters), b * int(gridDim.y) + int(blockIdx.y), ll_s);
+    }
 
     const float sl2 = a.scale * kLog2e;
     const bool capped = a.softcap > 0.f;
@@ -326,7 +344,8 @@ __global__ void __launch_bounds__(W * 32, CNT && S_ ? 3 : 1)
   }
   __syncthreads();
   if constexpr (CNT) {
-    fold_cnt<T, D, W, S_>(a, counters, p.ng, nwk[0], r, b, h0, nh, b * int(gridDim.y) + int(blockIdx.y), smem);
+    fold_cnt<T, D, W, S_, LLM>(a, counters, p.ng, nwk[0], r, b, h0, nh, b * int(gridDim.y) + int(blockIdx.y), smem,
+                               ll_s);
     return;
   }
   __syncthreads();
@@ -386,6 +405,17 @@ __global__ void __launch_bounds__(W * 32, CNT && S_ ? 3 : 1)
   }
   __syncwarp();
   cl_sync();  // no CTA leaves (freeing its shared memory) while others read it
+}
+
+template <class T, int D, int GPC, int W, bool CNT = false, int S_ = 0>
+__global__ void __launch_bounds__(W * 32, CNT && S_ ? 3 : 1)
+    k_decode_fold_cl(const __grid_constant__ DecodeArgs a, int* counters) {
+  fold_cl<T, D, GPC, W, CNT, S_, false>(a, counters);
+}
+template <class T, int D>
+__global__ void __launch_bounds__(kGroup / 2 * 32, 1) k_decode_fold_cl_ll(const __grid_constant__ DecodeArgs a,
+                                                                          int* llbuf) {
+  fold_cl<T, D, 1, kGroup / 2, true, 0, true>(a, llbuf);
 }
 
 // Clusters of cs CTAs of the kernel with GPC groups per CTA resident at once on this device (queried once per
@@ -460,14 +490,16 @@ bool launch_cl(const DecodeArgs& a, cudaStream_t st, int cs, bool pdl = true) {
 }
 
 // 34: grid (ngmax, H, B) of 4-warp CTAs (two per SM), no cluster, the counter merge; false while the stream's
-// capture is invalidated (no counters) or ngmax > 16.
-template <class T, int D, int S_ = 0>
+// capture is invalidated (no counters) or ngmax > 16. LLM (38): the tagged merge (at most dll::kLLCtr group
+// indices B x H; its buffer instead of the counters).
+template <class T, int D, int S_ = 0, bool LLM = false>
 bool launch_cnt(const DecodeArgs& a, cudaStream_t st) {
   using Cf = MCfg<D, kGroup / 2, S_>;
   const int ngmax = (a.nsplit + kGroup - 1) / kGroup;
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
   if (ngmax < 1 || ngmax > kMaxCluster || a.hkv * ngb > 65535) return false;
-  auto kern = k_decode_fold_cl<T, D, 1, kGroup / 2, true, S_>;
+  if (LLM && (ngmax > dll::kLLGroups || int64_t(a.B) * a.hkv * ngb > dll::kLLCtr)) return false;
+  auto kern = LLM ? k_decode_fold_cl_ll<T, D> : k_decode_fold_cl<T, D, 1, kGroup / 2, true, S_>;
   {
     static std::atomic<unsigned long long> done{0};
     int dev = 0;
@@ -479,7 +511,8 @@ bool launch_cnt(const DecodeArgs& a, cudaStream_t st) {
       done.fetch_or(bit, std::memory_order_relaxed);
     }
   }
-  int* counters = merge_counters(st, int64_t(a.B) * a.hkv * ngb);
+  int* counters = LLM ? reinterpret_cast<int*>(dll::ll_buffer(st, int64_t(a.B) * a.hkv * ngb))
+                      : merge_counters(st, int64_t(a.B) * a.hkv * ngb);
   if (!counters) return false;
   launch_maybe_pdl(kern, dim3{unsigned(ngmax), unsigned(a.hkv * ngb), unsigned(a.B)}, dim3{unsigned(Cf::W * 32)},
                    Cf::SMEM, st, decode_pdl(), a, counters);
@@ -499,6 +532,7 @@ bool go_cl(const DecodeArgs& a, cudaStream_t st, int force) {
   const bool forced = force == 1 || force == 2;
   if (force == 6) return launch_cnt<T, D>(a, st);
   if (force == 7) return launch_cnt<T, D, D == 128 ? 2 : 3>(a, st);
+  if (force == 8) return launch_cnt<T, D, 0, true>(a, st);
   const int ngmax = (a.nsplit + kGroup - 1) / kGroup;
   if (ngmax > kMaxCluster) return false;
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
