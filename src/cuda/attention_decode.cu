@@ -467,8 +467,8 @@ constexpr double kPairMinEff = 0.9;
 //    each CTA takes a ticket at its start, the last CTA to start polls the others' tagged 64-bit partials). Same
 //    bits as 18. For B1 T4096 (18 14.0 us with its merge, 9.4 without) and T16384 (25.8 / 21.1). Not measured.
 //    Where bit 16 takes 33 first (B1, capacity <= 4096) 33 stays first.
-//  4096 (candidate, off; session 8 prep): where 34 would run (bit 512, or 36's place under bit 1024 when 36 does not
-//    run), 38 first: 34 with 37's tagged merge. For B2 T4096, B6 / B8 T1024 (34 at the final run: 21.2 / 18.3 /
+//  4096 (candidate, off; session 8 prep): B >= 2 in two waves of CTA group units (bit 512's shapes), 38 first
+//    (before 34): 34 with 37's tagged merge. For B2 T4096, B6 / B8 T1024 (34 at the final run: 21.2 / 18.3 /
 //    19.7 us, SDPA 15.0 / 13.2 / 15.5). Same bits as 34. Not measured.
 constexpr int kRouteDefault = 1 | 8 | 16 | 32 | 512;
 static int decode_route() {
@@ -541,7 +541,7 @@ void attention_decode(const DecodeArgs& a, void* stream) {
     cta4s_first = (route & 1024) && a.B >= 2 && pairs * ngmax > 2 * sms && pairs * ngmax <= 3 * sms;
     if (v == 18 && (route & 256)) v = 35;  // 18 with one fence per CTA (same kernel, same bits)
     ll_first = (v == 18 || v == 35) && (route & 2048);  // 37 where it runs (else 18 / 35 as chosen)
-    ll4_first = cta4_first && (route & 4096);
+    ll4_first = (route & 4096) && a.B >= 2 && cta2;
   }
   const char* path = nullptr;
   if (cl_first && attention_decode_fold_cl(a, st, 3)) {

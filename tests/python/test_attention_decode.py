@@ -418,7 +418,7 @@ def test_cuda_mma_cta_mode(Hq, Hkv, dtype, D, split, monkeypatch):
 @pytest.mark.parametrize("split", ["64,2048,16,12", "64,2048,16,13", "64,2048,64", "64,2048,64,11",
                                    "32,1024,128,18", "32,1024,128,19", "32,1024,128,20", "32,1024,128,21",
                                    "32,1024,128,33", "32,1024,128,34", "32,1024,128,35",
-                                   "32,1024,128,36", "32,1024,128,37"])
+                                   "32,1024,128,36", "32,1024,128,37", "32,1024,128,38"])
 def test_cuda_mma_in_kernel_merge_graph_and_reuse(split, monkeypatch):
     # CTA mode with the in-kernel merge (integer counters per sequence x kv head, left zeroed by the CTA
     # that merges): repeated launches, other lengths, a captured graph replayed several times and direct

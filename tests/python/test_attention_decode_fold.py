@@ -40,12 +40,12 @@ def test_cuda_fold_units_same_bits(D, Hq, Hkv, params, monkeypatch):
     base = params or "32,1024,128"
     res = {}
     for v in (",20", ",14", ",15", ",18", ",19", ",21", ",22", ",23", ",24", ",25", ",26", ",27",
-              ",28", ",29", ",30", ",31", ",32", ",33", ",34", ",35", ",36", ",37"):
+              ",28", ",29", ",30", ",31", ",32", ",33", ",34", ",35", ",36", ",37", ",38"):
         monkeypatch.setenv("GPUKIT_DECODE_SPLIT", base + v)
         res[v] = gk.nn.attention_decode(qd, kd, vd, ld, block_table=btd)
     check(res[",20"], want, 3.2e-2, f"fold D={D} {base}")
     for v in (",14", ",15", ",18", ",19", ",21", ",22", ",23", ",24", ",25", ",26", ",27",
-              ",28", ",29", ",30", ",31", ",32", ",33", ",34", ",35", ",36", ",37"):
+              ",28", ",29", ",30", ",31", ",32", ",33", ",34", ",35", ",36", ",37", ",38"):
         d = np.argwhere(bits(res[v]) != bits(res[",20"]))
         assert d.size == 0, f"units {v} differ from auto at {d[0]} (D={D} {base})"
     for i in (2, 9, 11):  # alone in its batch (another unit choice)
@@ -65,7 +65,7 @@ def test_cuda_fold_units_window_softcap(kw, monkeypatch):
     for v in ("32,1024,128,14", "32,1024,128,15", "32,1024,128,18", "32,1024,128,21", "32,1024,128,24",
               "32,1024,128,25", "32,1024,128,28", "32,1024,128,29", "32,1024,128,30", "32,1024,128,31",
               "32,1024,128,32", "32,1024,128,33", "32,1024,128,34", "32,1024,128,35",
-              "32,1024,128,36", "32,1024,128,37"):
+              "32,1024,128,36", "32,1024,128,37", "32,1024,128,38"):
         monkeypatch.setenv("GPUKIT_DECODE_SPLIT", v)
         res.append(gk.nn.attention_decode(qd, kd, vd, ld, block_table=btd, **kw))
     check(res[0], want, TOL["float16"] * 2, f"fold window/softcap {kw}")
@@ -139,6 +139,31 @@ def test_cuda_fold_pair_clusters(B, D, dtype, monkeypatch, capfd):
         for i, (a, b) in enumerate(zip(chain(3), base)):
             d = np.argwhere(a != b)
             assert d.size == 0, f"chain step {i} of variant {v} (PDL {pdl}) differs from 23 at {d[0]}"
+
+
+@gpu
+def test_cuda_fold_pair_clusters_small(monkeypatch):
+    # a small case of the pair clusters (31 forced) for compute-sanitizer racecheck (the B5 T4096 case above did
+    # not finish within its 100 s stage): 2 sequences x 2 kv heads, 2304 keys = 9 groups, so clusters of 2 CTAs
+    # (the DSMEM fold across CTAs runs); 6 launches in all. 31 within the float64 reference, equal to 23, and a
+    # PDL chain of 2 equal to 23's.
+    B, Hq, Hkv, D, T, dtype = 2, 8, 2, 64, 2304, "bfloat16"
+    lens = np.array([T, 1000], np.int32)
+    kc = make((B, T, Hkv, D), dtype, 111)
+    vc = make((B, T, Hkv, D), dtype, 112)
+    q = make((B, Hq, D), dtype, 113)
+    kd, vd, ld, qd = (gk.asarray(x).to("cuda") for x in (kc, vc, lens, q))
+    res, chains = {}, {}
+    for v in ("23", "31"):
+        monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128," + v)
+        res[v] = gk.nn.attention_decode(qd, kd, vd, ld)
+        chains[v] = decode_chain(qd, kd, vd, ld, 2)
+    check(res["31"], ref_decode(f64(q), f64(kc), f64(vc), lens), TOL[dtype] * 2, "pair clusters small")
+    d = np.argwhere(bits(res["31"]) != bits(res["23"]))
+    assert d.size == 0, f"31 differs from 23 at {d[0]} (small case)"
+    for i, (a, b) in enumerate(zip(chains["31"], chains["23"])):
+        d = np.argwhere(a != b)
+        assert d.size == 0, f"chain step {i} of 31 differs from 23 at {d[0]} (small case)"
 
 
 @gpu

@@ -1,7 +1,7 @@
 """attention_decode, session 7 routing: the route bits of src/cuda/attention_decode.cu (kRouteDefault, or
 GPUKIT_DECODE_ROUTE, which replaces it: 0 is session 6's routing), the cluster kernel of 4-warp CTAs (33), the
 counter-merged 4-warp CTA groups (34; 36 with 2 stages per warp), the CTA kernel with one fence per CTA (35)
-and the CTA kernel merged through tagged words (37: test_cuda_tagged_merge).
+and the CTA kernels merged through tagged words (37: 18's CTAs, 38: 34's; test_cuda_tagged_merge).
 Each must take the path it names (GPUKIT_DECODE_LOG) and give the fold kernels' common bits (the two-kernel fold
 23, the CTA kernel 18), within the float64 reference, alone in its batch, in a captured graph and in a PDL chain;
 the default (no GPUKIT_DECODE_ROUTE) must take the paths its route bits give, and GPUKIT_DECODE_ROUTE=0 session
@@ -77,6 +77,10 @@ def _auto(qd, kd, vd, ld, route, monkeypatch, capfd):
     (2, 1000, 64, 2048, "tagged merge (37)", True),
     (1, 16384, 128, 256 | 2048, "tagged merge (37)", True),       # 37 before 35
     (8, 1024, 128, 64 | 256 | 2048, "one fence per CTA (35)", False),  # two waves: 37 does not run, 35 does
+    (2, 4096, 128, 4096, "tagged merge (38)", True),   # 34's shapes -> 34 with the tagged merge (candidate)
+    (3, 2048, 64, 4096, "tagged merge (38)", True),
+    (8, 1024, 128, 512 | 4096, "tagged merge (38)", False),  # 38 before 34
+    (16, 512, 128, 4096, "tagged merge (38)", False),
 ])
 def test_cuda_route_candidates(B, T, D, route, path, ref, monkeypatch, capfd):
     dtype = "bfloat16" if D == 128 else "float16"
@@ -121,11 +125,11 @@ _DEFAULT_ROWS = [
     (2, 384, [(8, "one group per CTA (24)"), (2048, "(37)"), (256, "(35)")], "cta (18)", "cta (18)"),  # 24
     (8, 384, [(8, "one group per CTA (24)"), (2048, "(37)"), (256, "(35)")], "cta (18)", "cta (18)"),  # 24
     (4, 1024, [(2048, "(37)"), (256, "(35)")], "cta (18)", "cta (18)"),   # 18 (24's 32 clusters of 4 CTAs do not all fit)
-    (8, 1024, [(512, "(34)"), (64 | 256, "(35)"), (64, "cta (18)")], "(23)", "(23)"),  # 34
-    (16, 512, [(512, "(34)"), (64 | 256, "(35)"), (64, "cta (18)")], "(23)", "(23)"),  # 34
+    (8, 1024, [(4096, "(38)"), (512, "(34)"), (64 | 256, "(35)"), (64, "cta (18)")], "(23)", "(23)"),  # 34
+    (16, 512, [(4096, "(38)"), (512, "(34)"), (64 | 256, "(35)"), (64, "cta (18)")], "(23)", "(23)"),  # 34
     (1, 4096, [(16, "(33)"), (2048, "(37)"), (256, "(35)")], "cta (18)", "cta (18)"),   # 33
     (1, 16384, [(2048, "(37)"), (256, "(35)")], "cta (18)", "cta (18)"),  # 18 (33 only up to 4096 keys)
-    (2, 4096, [(512, "(34)"), (128 | 256, "(35)"), (128, "cta (18)")], "(23)", "(23)"),  # 34
+    (2, 4096, [(4096, "(38)"), (512, "(34)"), (128 | 256, "(35)"), (128, "cta (18)")], "(23)", "(23)"),  # 34
 ]
 
 
@@ -176,10 +180,11 @@ def test_cuda_default_route(B, T, rules, fallback, old, monkeypatch, capfd):
 
 
 @gpu
-@pytest.mark.parametrize("var,route", [("33", 16), ("34", 512), ("36", 1024), ("37", 2048)])
+@pytest.mark.parametrize("var,route", [("33", 16), ("34", 512), ("36", 1024), ("37", 2048), ("38", 4096)])
 @pytest.mark.parametrize("T,D", [(4096, 128), (16384, 128), (2500, 64)])
 def test_cuda_cluster4_chain(T, D, var, route, monkeypatch, capfd):
-    # 33 / 34 / 36 / 37 (forced, and auto with its route bit) at B = 1 (35, 18 with one fence per CTA: the fold tests):
+    # 33 / 34 / 36 / 37 / 38 (forced, and auto with its route bit; 38's bit needs B >= 2: the bits of another path
+    # here) at B = 1 (35, 18 with one fence per CTA: the fold tests):
     # a PDL chain out_{i+1} = decode(q = out_i) on poisoned allocations (a read before the write gives NaN) within
     # the float64 reference step by step, eager and PDL off and graph replay equal to 18's chain.
     dtype = "bfloat16"
@@ -233,10 +238,11 @@ def test_cuda_cluster4_chain(T, D, var, route, monkeypatch, capfd):
 
 
 @gpu
+@pytest.mark.parametrize("var", ["37", "38"])
 @pytest.mark.parametrize("D,hq,hkv,dtype", [(128, 32, 8, "bfloat16"), (64, 12, 1, "float16"), (128, 64, 4, "bfloat16")])
-def test_cuda_tagged_merge(D, hq, hkv, dtype, monkeypatch, capfd):
-    # 37 (18's CTA group units, merged by the last CTA to start, polling tagged 64-bit partials): it must run
-    # (log), give 18's bits and the float64 reference; calls with other lengths in between (every launch is a
+def test_cuda_tagged_merge(D, hq, hkv, dtype, var, monkeypatch, capfd):
+    # 37 / 38 (18's CTA group units / 34's 4-warp CTA groups, merged by the last CTA to start, polling tagged
+    # 64-bit partials; attention_decode_ll.cuh): it must run (log), give 18's bits and the float64 reference; calls with other lengths in between (every launch is a
     # new epoch of the tags; sequences of 0 / 1 / several groups in one batch; stale words of longer calls left
     # in the slots), a graph replayed between eager calls of other lengths (the graph has its own buffer), and a
     # sequence alone must all give 18's bits.
@@ -249,19 +255,19 @@ def test_cuda_tagged_merge(D, hq, hkv, dtype, monkeypatch, capfd):
     lds = [gk.asarray(x).to("cuda") for x in sets]
     monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128,18")
     want = [bits(gk.nn.attention_decode(qd, kd, vd, ld)) for ld in lds]
-    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128,37")
+    monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128," + var)
     capfd.readouterr()
     monkeypatch.setenv("GPUKIT_DECODE_LOG", "1")
     first = gk.nn.attention_decode(qd, kd, vd, lds[0])
     gk.cuda.synchronize()
     log = capfd.readouterr().err
     monkeypatch.delenv("GPUKIT_DECODE_LOG")
-    assert "(37)" in log, f"37 did not run (D={D} hq={hq} hkv={hkv}): {log!r}"
-    check(first, ref_decode(f64(q), f64(kc), f64(vc), sets[0]), TOL[dtype] * 2, f"37 D={D} hq={hq} hkv={hkv}")
+    assert f"({var})" in log, f"{var} did not run (D={D} hq={hq} hkv={hkv}): {log!r}"
+    check(first, ref_decode(f64(q), f64(kc), f64(vc), sets[0]), TOL[dtype] * 2, f"{var} D={D} hq={hq} hkv={hkv}")
     for rep in range(3):
         for i, ld in enumerate(lds):
             d = np.argwhere(bits(gk.nn.attention_decode(qd, kd, vd, ld)) != want[i])
-            assert d.size == 0, f"37 lengths {sets[i].tolist()} (pass {rep}) differ from 18 at {d[0]} (D={D})"
+            assert d.size == 0, f"{var} lengths {sets[i].tolist()} (pass {rep}) differ from 18 at {d[0]} (D={D})"
     g = gk.Graph()
     with g:
         out = gk.nn.attention_decode(qd, kd, vd, lds[4])
@@ -269,7 +275,7 @@ def test_cuda_tagged_merge(D, hq, hkv, dtype, monkeypatch, capfd):
         g.replay()
         other = gk.nn.attention_decode(qd, kd, vd, lds[rep])
         gk.cuda.synchronize()
-        np.testing.assert_array_equal(bits(out), want[4], err_msg=f"37 graph replay {rep} (D={D})")
-        np.testing.assert_array_equal(bits(other), want[rep], err_msg=f"37 eager between replays {rep} (D={D})")
+        np.testing.assert_array_equal(bits(out), want[4], err_msg=f"{var} graph replay {rep} (D={D})")
+        np.testing.assert_array_equal(bits(other), want[rep], err_msg=f"{var} eager between replays {rep} (D={D})")
     alone = gk.nn.attention_decode(qd[1:2], kd[1:2], vd[1:2], lds[2][1:2])
-    np.testing.assert_array_equal(bits(alone)[0], want[2][1], err_msg=f"37 sequence 1 alone (D={D})")
+    np.testing.assert_array_equal(bits(alone)[0], want[2][1], err_msg=f"{var} sequence 1 alone (D={D})")
