@@ -87,6 +87,18 @@ __device__ __forceinline__ void merge_ll(const DecodeArgs& a, int64_t hrow, int 
   static_assert(KO % KB == 0, "outputs per thread: blocks of KB");
   const unsigned tag = ll_s[1];
   const unsigned long long* slots = ll_slot(llc, ci, 0);
+  const unsigned long long okw = static_cast<unsigned long long>(tag) << 32;  // (outputs / groups not there)
+  unsigned long long w[KB][NGF];
+  auto load_block = [&](int k0) {
+#pragma unroll
+    for (int j = 0; j < KB; ++j) {
+      const int idx = threadIdx.x + (k0 + j) * NT, h = idx / D, d = idx - h * D;
+#pragma unroll
+      for (int s2 = 0; s2 < NGF; ++s2)
+        w[j][s2] = idx < nh * D && s2 < ng ? ld_tag(slots + int64_t(s2) * kLLSlot + h * D + d) : okw;
+    }
+  };
+  load_block(0);  // the first block's words in flight while the maxima and sums are loaded
   for (int i = threadIdx.x; i < nh * ng; i += NT) {  // maxima and sums: one thread per (head, group)
     const int h = i / ng, s2 = i - h * ng;
     const unsigned long long* p = slots + int64_t(s2) * kLLSlot + 8 * 128 + 2 * h;
@@ -100,17 +112,11 @@ __device__ __forceinline__ void merge_ll(const DecodeArgs& a, int64_t hrow, int 
     sml[2 * i + 1] = __uint_as_float(unsigned(l));
   }
   __syncthreads();
-  const unsigned long long okw = static_cast<unsigned long long>(tag) << 32;  // (outputs / groups not there)
 #pragma unroll 1
   for (int k0 = 0; k0 < KO; k0 += KB) {
-    if (int(threadIdx.x) + k0 * NT >= nh * D) break;  // (no barrier below)
-    unsigned long long w[KB][NGF];
-#pragma unroll
-    for (int j = 0; j < KB; ++j) {
-      const int idx = threadIdx.x + (k0 + j) * NT, h = idx / D, d = idx - h * D;
-#pragma unroll
-      for (int s2 = 0; s2 < NGF; ++s2)
-        w[j][s2] = idx < nh * D && s2 < ng ? ld_tag(slots + int64_t(s2) * kLLSlot + h * D + d) : okw;
+    if (k0 > 0) {
+      if (int(threadIdx.x) + k0 * NT >= nh * D) break;  // (no barrier below)
+      load_block(k0);
     }
     for (;;) {  // until every word carries this launch's tag
       bool all = true;
