@@ -502,10 +502,9 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   // clusters of 16 CTAs need 8 SMs of a GPC and B = 1 with 8 kv heads is one wave; session 6's A: 14 clusters of 16
   // resident, B1 T4096 12.9 us against 14.0 for 18). 34: one CTA of 4 warps per group (two chunks per warp, two
   // CTAs per SM), no cluster: the groups merged as 18 does (workspace, counter, the last CTA folds). 35: 18 with
-  // one fence per CTA in its merge. 36: 34 with 2 stages per warp (head_dim 64: 3), three CTAs per SM. 37: 18 whose merge
-  // polls tagged partials instead of fence + counter (where it does not run: 18). 38: 34 with 37's merge (where it
-  // does not run: 34). Route bits:
-  // kRouteDefault.
+  // one fence per CTA in its merge. 36: 34 with 2 stages per warp (head_dim 64: 3), three CTAs per SM. 37: 18
+  // whose merge polls tagged partials instead of fence + counter (attention_decode_ll.cuh; where it does not run:
+  // 18). 38: 34 with 37's merge (where it does not run: 34). Route bits: kRouteDefault.
   // attention_decode_mma.cu: variants 2-13 and 16 (16: its default). Variant 0 is kFoldDefault ? 20 : 16.
   // Variant 1 forces the CUDA-core kernel below.
   int v = a.variant == 0 ? (kFoldDefault ? 20 : 16) : a.variant;

@@ -239,13 +239,14 @@ def test_cuda_cluster4_chain(T, D, var, route, monkeypatch, capfd):
 
 @gpu
 @pytest.mark.parametrize("var", ["37", "38"])
-@pytest.mark.parametrize("D,hq,hkv,dtype", [(128, 32, 8, "bfloat16"), (64, 12, 1, "float16"), (128, 64, 4, "bfloat16")])
+@pytest.mark.parametrize("D,hq,hkv,dtype",
+                         [(128, 32, 8, "bfloat16"), (64, 12, 1, "float16"), (128, 64, 4, "bfloat16")])
 def test_cuda_tagged_merge(D, hq, hkv, dtype, var, monkeypatch, capfd):
     # 37 / 38 (18's CTA group units / 34's 4-warp CTA groups, merged by the last CTA to start, polling tagged
-    # 64-bit partials; attention_decode_ll.cuh): it must run (log), give 18's bits and the float64 reference; calls with other lengths in between (every launch is a
-    # new epoch of the tags; sequences of 0 / 1 / several groups in one batch; stale words of longer calls left
-    # in the slots), a graph replayed between eager calls of other lengths (the graph has its own buffer), and a
-    # sequence alone must all give 18's bits.
+    # 64-bit partials; attention_decode_ll.cuh): it must run (log), give 18's bits and the float64 reference;
+    # calls with other lengths in between (every launch is a new epoch of the tags; sequences of 0 / 1 / several
+    # groups in one batch; stale words of longer calls left in the slots), a graph replayed between eager calls
+    # of other lengths (the graph has its own buffer), and a sequence alone must all give 18's bits.
     T, B = 2048, 2
     kc = make((B, T, hkv, D), dtype, 700 + D)
     vc = make((B, T, hkv, D), dtype, 701 + D)
