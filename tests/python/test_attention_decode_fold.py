@@ -142,7 +142,7 @@ def test_cuda_fold_pair_clusters(B, D, dtype, monkeypatch, capfd):
 
 
 @gpu
-def test_cuda_fold_pair_clusters_small(monkeypatch):
+def test_cuda_fold_pair_clusters_small(monkeypatch, capfd):
     # a small case of the pair clusters (31 forced) for compute-sanitizer racecheck (the B5 T4096 case above did
     # not finish within its 100 s stage): 2 sequences x 2 kv heads, 2304 keys = 9 groups, so clusters of 2 CTAs
     # (the DSMEM fold across CTAs runs); 6 launches in all. 31 within the float64 reference, equal to 23, and a
@@ -156,7 +156,13 @@ def test_cuda_fold_pair_clusters_small(monkeypatch):
     res, chains = {}, {}
     for v in ("23", "31"):
         monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128," + v)
+        capfd.readouterr()
+        monkeypatch.setenv("GPUKIT_DECODE_LOG", "1")
         res[v] = gk.nn.attention_decode(qd, kd, vd, ld)
+        gk.cuda.synchronize()
+        log = capfd.readouterr().err
+        monkeypatch.delenv("GPUKIT_DECODE_LOG")
+        assert f"({v})" in log, f"variant {v} did not run (small pair-cluster case): {log!r}"
         chains[v] = decode_chain(qd, kd, vd, ld, 2)
     check(res["31"], ref_decode(f64(q), f64(kc), f64(vc), lens), TOL[dtype] * 2, "pair clusters small")
     d = np.argwhere(bits(res["31"]) != bits(res["23"]))
