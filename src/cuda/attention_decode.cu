@@ -462,14 +462,12 @@ constexpr double kPairMinEff = 0.9;
 //  1024 (candidate, off): B >= 2 in three waves of CTA group units (2 x SMs < pairs x ngmax <= 3 x SMs): 36, 34 with
 //    2 stages per warp (head_dim 64: 3), CTAs of 72 KB, three per SM: one wave (B3 T4096: 384 CTAs; 31 25.2 us,
 //    SDPA 19.0).
-//  2048 (candidate, off; session 8 prep): auto's CTA group units (18, incl. 35) as 37 where it runs (units <= SMs,
-//    <= 16 groups per sequence): 18's merge without fence or completion counter (attention_decode_fold_cta.cu:
-//    each CTA takes a ticket at its start, the last CTA to start polls the others' tagged 64-bit partials). Same
-//    bits as 18. For B1 T4096 (18 14.0 us with its merge, 9.4 without) and T16384 (25.8 / 21.1). Not measured.
-//    Where bit 16 takes 33 first (B1, capacity <= 4096) 33 stays first.
-//  4096 (candidate, off; session 8 prep): B >= 2 in two waves of CTA group units (bit 512's shapes), 38 first
-//    (before 34): 34 with 37's tagged merge. For B2 T4096, B6 / B8 T1024 (34 at the final run: 21.2 / 18.3 /
-//    19.7 us, SDPA 15.0 / 13.2 / 15.5). Same bits as 34. Not measured.
+//  2048 (candidate, off; session 8 prep): auto's 18 / 35 as 37 where it runs (units <= SMs, <= 16 groups per
+//    sequence): 18 merged without fence or completion counter (attention_decode_ll.cuh: tickets at the start, the
+//    last CTA to start polls tagged partials). Same bits. For B1 T4096 / T16384 (18 14.0 / 25.8 us with its merge,
+//    9.4 / 21.1 without). Not measured. Bit 16's 33 stays first (B1, capacity <= 4096).
+//  4096 (candidate, off; session 8 prep): bit 512's shapes (B >= 2, two waves of CTA group units) to 38 first: 34
+//    with 37's merge. B2 T4096, B6 / B8 T1024: 34 21.2 / 18.3 / 19.7 us, SDPA 15.0 / 13.2 / 15.5. Not measured.
 constexpr int kRouteDefault = 1 | 8 | 16 | 32 | 512;
 static int decode_route() {
   const char* e = std::getenv("GPUKIT_DECODE_ROUTE");
