@@ -274,6 +274,14 @@ struct EngineOptions {
   // weights (checkpoint A: 1B fa 1129.9 -> fa+fapush 1164.0; fp8 fa+qapdl 364.6 -> 367.4;
   // int4 395.4 -> 395.6). Default from GPUKIT_FUSED_ATTN_PUSH_AUTO.
   bool fused_attention_push_auto = true;
+  // The fused attention (MMA passes, chunks of 64 / 128 keys) computes its rotations' cos /
+  // sin (times the rope mscale) and the new token's cache slot before its PDL wait instead
+  // of after it: they depend on the positions, the block table and the frequencies only,
+  // all written before the step. After the wait only the q/k/v loads, the rotations and
+  // the append remain before the keys' scores. The same bits. Session 7's stamps (8B bf16):
+  // 1.7 us from the wait's return to q/k/v read + RoPE + append, on the layer's critical
+  // path. Unmeasured at the time of writing (session 8). Default from GPUKIT_FUSED_ATTN_EARLY.
+  bool fused_attention_early_rope = false;
   // Level 2 decode: the kernel before the output projection that runs while its weights'
   // bandwidth idles (rope_append, or the fused attention) brings that weight into L2 before
   // its PDL wait (bulk prefetch): 0 off, 1 the second half of its rows (the first half is

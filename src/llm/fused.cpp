@@ -64,6 +64,12 @@ AttnMmaScope::~AttnMmaScope() {
   t_apad = prev_pad;
   t_apush = prev_push;
 }
+namespace {
+thread_local bool t_aearly = false;
+}  // namespace
+AttnEarlyScope::AttnEarlyScope(bool on) : prev(t_aearly) { t_aearly = on; }
+AttnEarlyScope::~AttnEarlyScope() { t_aearly = prev; }
+bool attention_early() { return t_aearly; }
 bool attention_push() { return t_apush; }
 bool attention_mma() { return t_amma; }
 int attention_pad_kb() { return t_apad; }

@@ -202,6 +202,10 @@ struct AttnArgs {
   // the chunks s > 0 store their partials into rank 0's shared memory (st.async + mbarrier)
   // instead of the two cluster barriers and rank 0's remote loads. The same bits.
   bool push = false;
+  // fused::AttnEarlyScope (EngineOptions::fused_attention_early_rope): the RoPE cos / sin and
+  // the new token's cache slot computed before the PDL wait (MMA, chunks of 64 / 128 keys;
+  // ignored otherwise). The same bits.
+  bool early = false;
 };
 
 namespace fused {
@@ -298,6 +302,17 @@ struct AttnMmaScope {
 bool attention_mma();
 bool attention_push();
 int attention_pad_kb();
+// EngineOptions::fused_attention_early_rope: the fused decode attention launched by this
+// thread while it lives computes its rotations' cos / sin and the new token's slot before
+// its PDL wait (AttnArgs::early). The same bits.
+struct AttnEarlyScope {
+  explicit AttnEarlyScope(bool on);
+  ~AttnEarlyScope();
+  AttnEarlyScope(const AttnEarlyScope&) = delete;
+  AttnEarlyScope& operator=(const AttnEarlyScope&) = delete;
+  bool prev;
+};
+bool attention_early();
 // EngineOptions::weights_evict_first: the projection GEMVs launched by this thread while it
 // lives (one row of x, plain / SwiGLU / RoPE epilogues) load their weights with an L2
 // evict-first policy. The same bits.

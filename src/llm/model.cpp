@@ -68,6 +68,7 @@ void env_options(EngineOptions& o) {
   o.fused_attention_mma = env_flag("GPUKIT_FUSED_ATTN_MMA", o.fused_attention_mma);
   o.fused_attention_push = env_flag("GPUKIT_FUSED_ATTN_PUSH", o.fused_attention_push);
   o.fused_attention_push_auto = env_flag("GPUKIT_FUSED_ATTN_PUSH_AUTO", o.fused_attention_push_auto);
+  o.fused_attention_early_rope = env_flag("GPUKIT_FUSED_ATTN_EARLY", o.fused_attention_early_rope);
   if (const char* e = std::getenv("GPUKIT_FUSED_ATTN_PAD_KB"); e && *e)
     o.fused_attention_pad_kb = std::clamp(std::atoi(e), 0, 227);
   if (const char* e = std::getenv("GPUKIT_CARVEOUT"); e && *e) o.carveout = std::clamp(std::atoi(e), -1, 100);
@@ -264,8 +265,7 @@ void Model::prefetch_during_attention(const LayerWeights& L) {
   auto add = [&](const Array& t, int64_t bytes) { add_at(t, 0, bytes); };
   const bool plain = L.o_q.format.empty();
   const Array& o = plain ? L.o : L.o_q.q;
-  // o's second half first: the output projection's first blocks (launched early beside
-  // the fused attention) read the first rows themselves
+  // o's second half first: the o GEMV's first blocks (launched early) read the first rows themselves
   const int64_t half_o = int64_t(o.nbytes()) / 2 / 256 * 256;
   add_at(o, half_o, int64_t(o.nbytes()) - half_o);
   add_at(o, 0, half_o);
