@@ -123,8 +123,6 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
   a_stamp(a, cta, 1);
   if (a.trigger == 0) pdl_trigger();  // the output projection may launch and start reading its weights
   constexpr int NQ = (kAG * (D / 2) + kAT - 1) / kAT;  // q pairs per thread, at most
-  static_assert(D <= kAT, "one v element and at most one k pair per thread");
-  const int nqp = G * (D / 2);
   // ER: the rotations' cos / sin (times mscale) and the new token's slot, before the wait
   constexpr int NE = ER ? NQ : 1;
   float ecs[NE], esn[NE], ekc = 0.f, eks = 0.f;
@@ -134,7 +132,7 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
     for (int i = 0; i < NQ; ++i) {
       ecs[i] = esn[i] = 0.f;
       const int u = tid + i * kAT;
-      if (u < nqp) {
+      if (u < G * (D / 2)) {
         const int g = u / (D / 2);
         int i1, i2, j;
         a_pair(a, u - g * (D / 2), i1, i2, j);
@@ -165,6 +163,8 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
   // 2. q of the G heads (rotated, rounded to T as stored), the new k, v: every load of the
   // projection's output issued first (one round trip), then the rotations
   const T* qkv = static_cast<const T*>(a.qkv) + int64_t(b) * a.qkv_rs;
+  static_assert(D <= kAT, "one v element and at most one k pair per thread");
+  const int nqp = G * (D / 2);
   T qx1[NQ], qx2[NQ];
 #pragma unroll
   for (int i = 0; i < NQ; ++i) {
