@@ -282,6 +282,15 @@ struct EngineOptions {
   // 1.7 us from the wait's return to q/k/v read + RoPE + append, on the layer's critical
   // path. Unmeasured at the time of writing (session 8). Default from GPUKIT_FUSED_ATTN_EARLY.
   bool fused_attention_early_rope = false;
+  // Level 2 decode, bf16/fp16 weights, one sequence: the engine GEMV launched right after
+  // the fused attention (the output projection; rows of <= 4096 elements) runs in blocks of
+  // 8 rows, 4 loaded into registers and 4 into shared memory (cp.async), both before its PDL
+  // wait: its 512 blocks (8B) are resident at once and all 33.5 MB are requested while the
+  // attention runs. Session 7's trace (8B bf16): the o GEMV ends 9.9 us after the attention,
+  // its first wave (~17 MB, 4 blocks of 4 rows per SM) loaded during the attention, the
+  // second wave read after it. The same bits. Unmeasured at the time of writing (session 8).
+  // Default from GPUKIT_O_PROJ_STAGE.
+  bool o_proj_stage = false;
   // Level 2 decode: the kernel before the output projection that runs while its weights'
   // bandwidth idles (rope_append, or the fused attention) brings that weight into L2 before
   // its PDL wait (bulk prefetch): 0 off, 1 the second half of its rows (the first half is

@@ -178,6 +178,10 @@ GK_BINDING(60, llm) {
                    [](llm::Model& m, bool v) { m.options().fused_attention_early_rope = v; },
                    "The fused attention's RoPE cos / sin and the new token's cache slot computed before its PDL "
                    "wait (the same bits).")
+      .def_prop_rw("o_proj_stage", [](const llm::Model& m) { return m.options().o_proj_stage; },
+                   [](llm::Model& m, bool v) { m.options().o_proj_stage = v; },
+                   "The output projection after the fused attention stages half of its rows in shared memory "
+                   "before its PDL wait (the same bits).")
       .def_prop_rw("fused_attention_auto_hd64", [](const llm::Model& m) { return m.options().fused_attention_auto_hd64; },
                    [](llm::Model& m, bool v) { m.options().fused_attention_auto_hd64 = v; },
                    "fused_attention_auto also takes head_dim 64 (with the push merge, else one CTA per kv head).")

@@ -88,6 +88,10 @@ struct ProjArgs {
   // weights_evict_first (m == 1, no tail / norm-in / kv_l2): weight loads with an L2
   // evict-first policy
   bool w_ef = false;
+  // o_proj_stage (m == 1, plain, k / 8 <= 512, no out_f32 / argmax / evict-first): blocks of
+  // 8 rows, 4 loaded into registers and 4 into shared memory (cp.async) before the PDL
+  // wait (k_project_stage2). The same bits.
+  bool stage2 = false;
 };
 // The rope frequencies of a rope projection: a second kernel parameter, so that the
 // other projections launch with a small parameter block.
@@ -313,6 +317,18 @@ struct AttnEarlyScope {
   bool prev;
 };
 bool attention_early();
+// EngineOptions::o_proj_stage: while it lives, the first engine projection launched by this
+// thread after each fused attention (the output projection) stages half of its blocks'
+// rows in shared memory before its PDL wait (ProjArgs::stage2). The same bits.
+struct OProjStageScope {
+  explicit OProjStageScope(bool on);
+  ~OProjStageScope();
+  OProjStageScope(const OProjStageScope&) = delete;
+  OProjStageScope& operator=(const OProjStageScope&) = delete;
+  bool prev, prev_next;
+};
+void o_stage_after_attention();  // the fused attention was launched: the next projection stages
+bool o_stage_take();             // whether this projection stages (and clears the mark)
 // EngineOptions::weights_evict_first: the projection GEMVs launched by this thread while it
 // lives (one row of x, plain / SwiGLU / RoPE epilogues) load their weights with an L2
 // evict-first policy. The same bits.

@@ -194,6 +194,7 @@ Array attention_rope(const Array& qkv, int64_t hq, const Array& k_cache, const A
   for (int i = 0; i < rd / 2; ++i) pr.inv_freq[i] = float(f[size_t(i)]);
   for (const Array* t : {&qkv, &k_cache, &v_cache, &positions, &block_table, &counters}) detail::mark_used(*t, s);
   const int mk = cuda::llm_attention_rope(a, pr, s.handle());
+  o_stage_after_attention();
   if (merge) *merge = mk;
   return out;
 #else

@@ -69,6 +69,7 @@ void env_options(EngineOptions& o) {
   o.fused_attention_push = env_flag("GPUKIT_FUSED_ATTN_PUSH", o.fused_attention_push);
   o.fused_attention_push_auto = env_flag("GPUKIT_FUSED_ATTN_PUSH_AUTO", o.fused_attention_push_auto);
   o.fused_attention_early_rope = env_flag("GPUKIT_FUSED_ATTN_EARLY", o.fused_attention_early_rope);
+  o.o_proj_stage = env_flag("GPUKIT_O_PROJ_STAGE", o.o_proj_stage);
   if (const char* e = std::getenv("GPUKIT_FUSED_ATTN_PAD_KB"); e && *e)
     o.fused_attention_pad_kb = std::clamp(std::atoi(e), 0, 227);
   if (const char* e = std::getenv("GPUKIT_CARVEOUT"); e && *e) o.carveout = std::clamp(std::atoi(e), -1, 100);
@@ -443,10 +444,9 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
   };
   if (rope_append && engine_proj(x) && w_.layers[0].qkv_q.format.empty() && w_.layers[0].gate_up.defined() &&
       c.num_experts == 0) {
-    // Level 2 decode, plain weights, dense MLP: the engine's kernels only. Per layer:
-    // q/k/v GEMV (+ RoPE and the KV append with rope_in_qkv), attention, o GEMV, residual
-    // add + RMSNorm (in the o GEMV's last block with norm_in_tail), gate/up GEMV with
-    // SwiGLU, down GEMV, residual add + the next RMSNorm (likewise).
+    // Level 2 decode, plain weights, dense MLP: the engine's kernels only. Per layer: q/k/v GEMV (+ RoPE and
+    // the KV append with rope_in_qkv), attention, o GEMV, residual add + RMSNorm (in the o GEMV's last block
+    // with norm_in_tail), gate/up GEMV with SwiGLU, down GEMV, residual add + the next RMSNorm (likewise).
     Array ctr;  // norm_in_tail: one zeroed counter per projection with a norm
     if (opt_.norm_in_tail) ctr = full({2 * c.num_layers}, Scalar::of_int(0), DType::i32, device_);
     auto proj_norm = [&](const Array& in, const Array& w, const Array& nw, int64_t slot, int l, const char* name) {

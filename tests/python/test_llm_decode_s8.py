@@ -112,3 +112,59 @@ def test_early_rope_differs_from_nothing():
     with pytest.raises(AssertionError):
         same(a, b, "two seeds")
     assert not np.array_equal(a[1][0], b[1][0])
+
+
+# ---- o_proj_stage: the o GEMV after the fused attention, half of each block's rows staged
+# in shared memory before its PDL wait (k_project_stage2): the same bits ----
+
+def check_stage_same_bits(m, what, prompts=PROMPTS, new=40):
+    m._m.o_proj_stage = False
+    base = run_p(m, True, prompts, new=new)
+    f0, _ = counters(m)
+    m._m.o_proj_stage = True
+    same(base, run_p(m, True, prompts, new=new), f"{what}: o_proj_stage, graph")
+    same(base, run_p(m, False, prompts, new=new), f"{what}: o_proj_stage, eager")
+    m._m.fused_attention_early_rope = True
+    same(base, run_p(m, True, prompts, new=new), f"{what}: o_proj_stage + early rope, graph")
+    f1, _ = counters(m)
+    m._m.o_proj_stage = False
+    m._m.fused_attention_early_rope = False
+    print(f"\n{what}: same bits ({f1 - f0} fused attention layers)")
+    return f1 - f0
+
+
+def test_o_proj_stage_option_cpu():
+    m = gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1)
+    assert m._m.o_proj_stage is False, "o_proj_stage must be off by default"
+    base = run_p(m, False, PROMPTS, new=3)
+    m._m.o_proj_stage = True
+    same(base, run_p(m, False, PROMPTS, new=3), "CPU: o_proj_stage has no effect")
+
+
+@cuda_only
+@pytest.mark.parametrize("cfg,dtype", [("128", "bfloat16"), ("64", "bfloat16"), ("128", "float16"),
+                                       ("wide", "bfloat16")])
+def test_o_proj_stage_same_bits(cfg, dtype):
+    # one sequence (the staged kernel: m == 1) and three (not taken: m > 1); head_dim 128 / 64;
+    # "wide": hidden 1032 = 129 blocks of 8 rows (an odd block count), o's k = 4 x 128
+    c = {"128": CFG128, "64": CFG, "wide": dict(CFG128, hidden_size=1032)}[cfg]
+    m = gk.llm.random_model(c, device="cuda", dtype=dtype, seed=107)
+    assert check_stage_same_bits(m, f"{cfg} {dtype}, one sequence", prompts=[PROMPTS[2]], new=NEW) > 0
+    check_stage_same_bits(m, f"{cfg} {dtype}, three sequences")
+
+
+@cuda_only
+def test_o_proj_stage_long_rows_fall_back():
+    # o's rows of 36 x 128 = 4608 elements (> 4096: one round of loads does not cover them):
+    # the plain GEMV; the option changes nothing
+    c = dict(CFG128, num_attention_heads=36, num_key_value_heads=6)
+    m = gk.llm.random_model(c, device="cuda", dtype="bfloat16", seed=109)
+    check_stage_same_bits(m, "o rows of 4608", prompts=[PROMPTS[1]])
+
+
+@cuda_only
+@pytest.mark.parametrize("quantize", ["fp8", "int4"])
+def test_o_proj_stage_quantized_untouched(quantize):
+    # quantized weights: the o projection is not the engine's GEMV; the same bits
+    m = gk.llm.random_model(CFG128, device="cuda", dtype="bfloat16", seed=111, quantize=quantize)
+    check_stage_same_bits(m, f"{quantize}", prompts=[PROMPTS[2]])
