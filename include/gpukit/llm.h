@@ -358,6 +358,13 @@ struct EngineOptions {
   // slower, fp8 311.5 and int4 368.6 tok/s: each thread's grid-stride items run one after
   // the other). Default from GPUKIT_QUANT_PDL_COMPACT.
   bool quantized_pdl_compact = false;
+  // Quantized weights without quantized_pdl (int4 / int8): PDL for the add_rms_norm launches
+  // only (bit 1; one block per row: nothing of the GEMV's slots taken while it waits) and /
+  // or the SwiGLU launches (bit 2); the rest as without PDL. Session 7's int4 trace
+  // (checkpoint A, plan 8): each add_rms_norm 3.4 us and SwiGLU 1.3 us, each after a gap, ~8
+  // us of a ~75 us layer. The same bits. Unmeasured at the time of writing (session 8).
+  // Default from GPUKIT_QUANT_SMALL_PDL (0..3).
+  int quantized_small_pdl = 0;
   // Quantized weights with quantized_pdl off: the fused attention (fused_attention) still
   // launched with PDL, alone, so that its CTAs start as the q/k/v GEMV's last blocks start
   // (the quantized GEMVs trigger at their blocks' start) and load the cached K/V before

@@ -34,6 +34,12 @@ NoPdlScope::NoPdlScope(bool off) : prev(t_no_pdl) { t_no_pdl = t_no_pdl || off; 
 NoPdlScope::~NoPdlScope() { t_no_pdl = prev; }
 PdlOnScope::PdlOnScope(bool on) : prev(t_no_pdl) { t_no_pdl = t_no_pdl && !on; }
 PdlOnScope::~PdlOnScope() { t_no_pdl = prev; }
+namespace {
+thread_local int t_small_pdl = 0;
+}  // namespace
+SmallPdlScope::SmallPdlScope(int mask) : prev(t_small_pdl) { t_small_pdl = mask; }
+SmallPdlScope::~SmallPdlScope() { t_small_pdl = prev; }
+int small_pdl() { return t_small_pdl; }
 GridCapScope::GridCapScope(int cap) : prev(t_grid_cap) {
   if (cap > 0) t_grid_cap = cap;
 }

@@ -253,6 +253,16 @@ struct PdlOnScope {
   PdlOnScope& operator=(const PdlOnScope&) = delete;
   bool prev;
 };
+// EngineOptions::quantized_small_pdl: while it lives, a NoPdlScope is lifted for the
+// add_rms_norm launches (mask bit 1) and the SwiGLU launches (bit 2) of this thread.
+struct SmallPdlScope {
+  explicit SmallPdlScope(int mask);
+  ~SmallPdlScope();
+  SmallPdlScope(const SmallPdlScope&) = delete;
+  SmallPdlScope& operator=(const SmallPdlScope&) = delete;
+  int prev;
+};
+int small_pdl();
 // Caps the grids of the small PDL-chained kernels (swiglu, rope_append) launched by this
 // thread while it lives at `cap` blocks (0: no cap): a kernel launched early parks its
 // blocks on the SMs until the previous kernel ends, so a small grid leaves the previous

@@ -70,6 +70,7 @@ void env_options(EngineOptions& o) {
   o.fused_attention_push_auto = env_flag("GPUKIT_FUSED_ATTN_PUSH_AUTO", o.fused_attention_push_auto);
   o.fused_attention_early_rope = env_flag("GPUKIT_FUSED_ATTN_EARLY", o.fused_attention_early_rope);
   o.o_proj_stage = env_flag("GPUKIT_O_PROJ_STAGE", o.o_proj_stage);
+  if (const char* e = std::getenv("GPUKIT_QUANT_SMALL_PDL"); e && *e) o.quantized_small_pdl = std::atoi(e) & 3;
   if (const char* e = std::getenv("GPUKIT_FUSED_ATTN_PAD_KB"); e && *e)
     o.fused_attention_pad_kb = std::clamp(std::atoi(e), 0, 227);
   if (const char* e = std::getenv("GPUKIT_CARVEOUT"); e && *e) o.carveout = std::clamp(std::atoi(e), -1, 100);
@@ -98,8 +99,7 @@ void env_options(EngineOptions& o) {
 }
 }  // namespace
 
-// The L2 prefetch's side branch: work on `s` forks from the current stream after `fork`
-// and joins it again through `join` at the end of the step.
+// The L2 prefetch's side branch: work on `s` forks from the current stream after `fork`, joins it at the step's end.
 struct SideBranch {
   Stream s;
   Event fork, join;

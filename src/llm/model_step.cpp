@@ -174,6 +174,7 @@ Array Model::decode_batch(KvCache& cache, const DecodeBatch& in, const Array& ar
   const bool quant = !w_.quantized.empty();
   const bool qpdl = opt_.quantized_pdl || (opt_.quantized_pdl_fp8 && w_.quantized == "fp8");
   fused::NoPdlScope no_pdl(!qpdl && quant);
+  fused::SmallPdlScope small_pdl(!qpdl && quant ? opt_.quantized_small_pdl : 0);
   fused::CarveoutScope carve(opt_.carveout);
   fused::EvictFirstScope wef(opt_.weights_evict_first && !quant);
   fused::AttnMmaScope amma(opt_.fused_attention_mma, opt_.fused_attention_pad_kb, push_merge(opt_, cfg_, w_));

@@ -168,3 +168,39 @@ def test_o_proj_stage_quantized_untouched(quantize):
     # quantized weights: the o projection is not the engine's GEMV; the same bits
     m = gk.llm.random_model(CFG128, device="cuda", dtype="bfloat16", seed=111, quantize=quantize)
     check_stage_same_bits(m, f"{quantize}", prompts=[PROMPTS[2]])
+
+
+# ---- quantized_small_pdl: quantized weights without quantized_pdl (int4 / int8), PDL for the
+# add_rms_norm (1) and / or SwiGLU (2) launches only: the same bits ----
+
+def test_quantized_small_pdl_option_cpu():
+    m = gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1)
+    assert m._m.quantized_small_pdl == 0, "quantized_small_pdl must be 0 by default"
+    m._m.quantized_small_pdl = 3
+    assert m._m.quantized_small_pdl == 3
+    with pytest.raises(ValueError, match="quantized_small_pdl"):
+        m._m.quantized_small_pdl = 4
+
+
+@cuda_only
+@pytest.mark.parametrize("quantize", ["int4", "fp8"])
+def test_quantized_small_pdl_same_bits(quantize):
+    # int4: the option applies (quantized_pdl off); fp8 takes quantized_pdl (quantized_pdl_fp8):
+    # the option has nothing to lift; one and three sequences, graph and eager
+    m = gk.llm.random_model(CFG128, device="cuda", dtype="bfloat16", seed=113, quantize=quantize)
+    for prompts in ([PROMPTS[2]], PROMPTS):
+        m._m.quantized_small_pdl = 0
+        base = run_p(m, True, prompts, new=40)
+        for v in (1, 2, 3):
+            m._m.quantized_small_pdl = v
+            same(base, run_p(m, True, prompts, new=40), f"{quantize}: quantized_small_pdl={v}, graph")
+        same(base, run_p(m, False, prompts, new=40), f"{quantize}: quantized_small_pdl=3, eager")
+        m._m.fused_attention = True  # with the fused attention too (int4: not its default)
+        m._m.quantized_small_pdl = 0
+        base_fa = run_p(m, True, prompts, new=40)
+        m._m.quantized_small_pdl = 3
+        m._m.fused_attention_early_rope = True
+        same(base_fa, run_p(m, True, prompts, new=40), f"{quantize}: fused attention, small pdl 3 + early rope")
+        m._m.fused_attention = False
+        m._m.fused_attention_early_rope = False
+    m._m.quantized_small_pdl = 0
