@@ -73,7 +73,11 @@ faa64 / nofaa64, faaq / nofaaq (fused_attention_auto also takes head_dim 64 / fp
 since session 7: EngineOptions::fused_attention_auto_hd64 / _quant), fapa / nofapa (the push merge
 where measured faster without fapush: head_dim 64 and quantized weights, the default;
 EngineOptions::fused_attention_push_auto), qpdl8 / noqpdl8 (fp8 weights take qpdl, the default since
-session 7's final run: EngineOptions::quantized_pdl_fp8).
+session 7's final run: EngineOptions::quantized_pdl_fp8), faer / nofaer (the fused attention's RoPE
+cos / sin and new-token slot before its PDL wait: EngineOptions::fused_attention_early_rope), ost /
+noost (the o GEMV after the fused attention stages half of its rows in shared memory before its
+PDL wait: EngineOptions::o_proj_stage), qsp<N> (quantized weights without qpdl: PDL for the norms
+(N = 1), SwiGLU (2) or both (3): EngineOptions::quantized_small_pdl).
 Environment knobs of other areas for one engine's run (set before it, restored after it):
 w8a (GPUKIT_GEMV_W8=4,3,16,1,0: the 8-bit GEMVs' configuration of session 5's checkpoint A,
 before the default became 4,2,16,1,3,0,0), dec<N> (GPUKIT_DECODE_SPLIT=32,1024,128,N: the
@@ -207,6 +211,12 @@ def gk_engine(eng):
         elif f in ("faa64", "nofaa64", "faaq", "nofaaq"):  # fused_attention_auto also for head_dim 64 / fp8
             opt["attrs"]["fused_attention_auto_hd64" if f.endswith("faa64") else "fused_attention_auto_quant"] = \
                 not f.startswith("no")
+        elif f in ("qsp0", "qsp1", "qsp2", "qsp3"):  # quantized, no qpdl: PDL for the norms / SwiGLU only
+            opt["attrs"]["quantized_small_pdl"] = int(f[3:])
+        elif f in ("ost", "noost"):  # the o GEMV after the fused attention: half its rows staged in shared memory
+            opt["attrs"]["o_proj_stage"] = f == "ost"
+        elif f in ("faer", "nofaer"):  # the fused attention's RoPE cos / sin and slot before its PDL wait
+            opt["attrs"]["fused_attention_early_rope"] = f == "faer"
         elif f in ("fapa", "nofapa"):  # the push merge where measured faster (head_dim 64, quantized weights)
             opt["attrs"]["fused_attention_push_auto"] = f == "fapa"
         elif f in ("qapdl", "noqapdl"):  # quantized weights: the fused attention alone with PDL

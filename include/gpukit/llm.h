@@ -274,6 +274,23 @@ struct EngineOptions {
   // weights (checkpoint A: 1B fa 1129.9 -> fa+fapush 1164.0; fp8 fa+qapdl 364.6 -> 367.4;
   // int4 395.4 -> 395.6). Default from GPUKIT_FUSED_ATTN_PUSH_AUTO.
   bool fused_attention_push_auto = true;
+  // The fused attention (MMA passes, chunks of 64 / 128 keys) computes its rotations' cos /
+  // sin (times the rope mscale) and the new token's cache slot before its PDL wait instead
+  // of after it: they depend on the positions, the block table and the frequencies only,
+  // all written before the step. After the wait only the q/k/v loads, the rotations and
+  // the append remain before the keys' scores. The same bits. Session 7's stamps (8B bf16):
+  // 1.7 us from the wait's return to q/k/v read + RoPE + append, on the layer's critical
+  // path. Unmeasured at the time of writing (session 8). Default from GPUKIT_FUSED_ATTN_EARLY.
+  bool fused_attention_early_rope = false;
+  // Level 2 decode, bf16/fp16 weights, one sequence: the engine GEMV launched right after
+  // the fused attention (the output projection; rows of <= 4096 elements) runs in blocks of
+  // 8 rows, 4 loaded into registers and 4 into shared memory (cp.async), both before its PDL
+  // wait: its 512 blocks (8B) are resident at once and all 33.5 MB are requested while the
+  // attention runs. Session 7's trace (8B bf16): the o GEMV ends 9.9 us after the attention,
+  // its first wave (~17 MB, 4 blocks of 4 rows per SM) loaded during the attention, the
+  // second wave read after it. The same bits. Unmeasured at the time of writing (session 8).
+  // Default from GPUKIT_O_PROJ_STAGE.
+  bool o_proj_stage = false;
   // Level 2 decode: the kernel before the output projection that runs while its weights'
   // bandwidth idles (rope_append, or the fused attention) brings that weight into L2 before
   // its PDL wait (bulk prefetch): 0 off, 1 the second half of its rows (the first half is
@@ -341,6 +358,13 @@ struct EngineOptions {
   // slower, fp8 311.5 and int4 368.6 tok/s: each thread's grid-stride items run one after
   // the other). Default from GPUKIT_QUANT_PDL_COMPACT.
   bool quantized_pdl_compact = false;
+  // Quantized weights without quantized_pdl (int4 / int8): PDL for the add_rms_norm launches
+  // only (bit 1; one block per row: nothing of the GEMV's slots taken while it waits) and /
+  // or the SwiGLU launches (bit 2); the rest as without PDL. Session 7's int4 trace
+  // (checkpoint A, plan 8): each add_rms_norm 3.4 us and SwiGLU 1.3 us, each after a gap, ~8
+  // us of a ~75 us layer. The same bits. Unmeasured at the time of writing (session 8).
+  // Default from GPUKIT_QUANT_SMALL_PDL (0..3).
+  int quantized_small_pdl = 0;
   // Quantized weights with quantized_pdl off: the fused attention (fused_attention) still
   // launched with PDL, alone, so that its CTAs start as the q/k/v GEMV's last blocks start
   // (the quantized GEMVs trigger at their blocks' start) and load the cached K/V before

@@ -173,6 +173,22 @@ GK_BINDING(60, llm) {
                    [](llm::Model& m, bool v) { m.options().fused_attention_mma = v; },
                    "The fused decode attention's scores on the tensor cores and its P V with 16-byte V reads "
                    "(other bits, within rounding).")
+      .def_prop_rw("fused_attention_early_rope",
+                   [](const llm::Model& m) { return m.options().fused_attention_early_rope; },
+                   [](llm::Model& m, bool v) { m.options().fused_attention_early_rope = v; },
+                   "The fused attention's RoPE cos / sin and the new token's cache slot computed before its PDL "
+                   "wait (the same bits).")
+      .def_prop_rw("o_proj_stage", [](const llm::Model& m) { return m.options().o_proj_stage; },
+                   [](llm::Model& m, bool v) { m.options().o_proj_stage = v; },
+                   "The output projection after the fused attention stages half of its rows in shared memory "
+                   "before its PDL wait (the same bits).")
+      .def_prop_rw("quantized_small_pdl", [](const llm::Model& m) { return m.options().quantized_small_pdl; },
+                   [](llm::Model& m, int v) {
+                     if (v < 0 || v > 3) throw ValueError(cat("quantized_small_pdl: 0..3, got ", v));
+                     m.options().quantized_small_pdl = v;
+                   },
+                   "Quantized weights without quantized_pdl: PDL for the norms (1) and / or SwiGLU (2) launches "
+                   "(the same bits).")
       .def_prop_rw("fused_attention_auto_hd64", [](const llm::Model& m) { return m.options().fused_attention_auto_hd64; },
                    [](llm::Model& m, bool v) { m.options().fused_attention_auto_hd64 = v; },
                    "fused_attention_auto also takes head_dim 64 (with the push merge, else one CTA per kv head).")

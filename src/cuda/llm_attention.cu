@@ -41,6 +41,10 @@ void attn_launch(const llm::AttnArgs& a, const llm::ProjRope& rope, cudaStream_t
                 "shared memory (dynamic + static)");
   auto kern = k_attn_rope<T, D, KC, CL, true>;
   if constexpr (CL != 2) kern = a.mma ? kern : k_attn_rope<T, D, KC, CL, false>;
+  // early (fused_attention_early_rope): the MMA kernels of 64 / 128-key chunks only (the same
+  // bits as without it: the other kernels ignore it)
+  if constexpr (KC <= 128)
+    if (a.early && a.mma) kern = k_attn_rope<T, D, KC, CL, true, true>;
   // pad_kb: at least that much dynamic shared memory (within a CTA's 227 KiB beside the static part)
   constexpr size_t kMaxDyn = 227 * 1024 - size_t(KC) * 8 - 256;
   const size_t dyn = std::max(smem, std::min(size_t(a.pad_kb) * 1024, kMaxDyn));

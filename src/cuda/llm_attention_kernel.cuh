@@ -49,7 +49,12 @@ struct ACfg {
 // rounding of float64 attention), the same bits run to run and between the merges.
 // CL: 0 no cluster, 1 the pull merge (cluster_merge), 2 the push merge (MMA only;
 // llm_attention_push.cuh: st.async into rank 0 + mbarrier, the same bits as 1).
-template <class T, int D, int kAC, int CL, bool MMA = false>
+// ER (AttnArgs::early, EngineOptions::fused_attention_early_rope): the RoPE sin / cos of the
+// thread's q pairs and k pair (scaled by mscale) and the new token's cache slot computed
+// before the PDL wait (they depend on pos, the block table and the frequencies only, all
+// written before the step), so that after the wait only the loads and the rotations remain.
+// The same arithmetic on the same inputs: the same bits as !ER.
+template <class T, int D, int kAC, int CL, bool MMA = false, bool ER = false>
 __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_constant__ llm::AttnArgs a,
                                                                const __grid_constant__ llm::ProjRope rope) {
   using Cf = ACfg<D, kAC>;
@@ -117,12 +122,47 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
   cp_async_commit();
   a_stamp(a, cta, 1);
   if (a.trigger == 0) pdl_trigger();  // the output projection may launch and start reading its weights
-  pdl_wait();                         // the q/k/v projection has finished
+  constexpr int NQ = (kAG * (D / 2) + kAT - 1) / kAT;  // q pairs per thread, at most
+  // ER: the rotations' cos / sin (times mscale) and the new token's slot, before the wait
+  constexpr int NE = ER ? NQ : 1;
+  float ecs[NE], esn[NE], ekc = 0.f, eks = 0.f;
+  int64_t eslot = -1;
+  if constexpr (ER) {
+#pragma unroll
+    for (int i = 0; i < NQ; ++i) {
+      ecs[i] = esn[i] = 0.f;
+      const int u = tid + i * kAT;
+      if (u < G * (D / 2)) {
+        const int g = u / (D / 2);
+        int i1, i2, j;
+        a_pair(a, u - g * (D / 2), i1, i2, j);
+        if (j >= 0) {
+          float sn, cs;
+          sincosf(float(p) * rope.inv_freq[j], &sn, &cs);
+          ecs[i] = __fmul_rn(cs, a.mscale);
+          esn[i] = __fmul_rn(sn, a.mscale);
+        }
+      }
+    }
+    if (p >= k0 && p < k0 + n) {  // has_new
+      if (tid < D / 2) {
+        int i1, i2, j;
+        a_pair(a, tid, i1, i2, j);
+        if (j >= 0) {
+          float sn, cs;
+          sincosf(float(p) * rope.inv_freq[j], &sn, &cs);
+          ekc = __fmul_rn(cs, a.mscale);
+          eks = __fmul_rn(sn, a.mscale);
+        }
+      }
+      eslot = a_slot(a, b, p);
+    }
+  }
+  pdl_wait();  // the q/k/v projection has finished
   a_stamp(a, cta, 2);
   // 2. q of the G heads (rotated, rounded to T as stored), the new k, v: every load of the
   // projection's output issued first (one round trip), then the rotations
   const T* qkv = static_cast<const T*>(a.qkv) + int64_t(b) * a.qkv_rs;
-  constexpr int NQ = (kAG * (D / 2) + kAT - 1) / kAT;  // q pairs per thread, at most
   static_assert(D <= kAT, "one v element and at most one k pair per thread");
   const int nqp = G * (D / 2);
   T qx1[NQ], qx2[NQ];
@@ -159,9 +199,14 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
       a_pair(a, u - g * (D / 2), i1, i2, j);
       float x1 = float(qx1[i]), x2 = float(qx2[i]);
       if (j >= 0) {
-        float sn, cs, r1, r2;
-        sincosf(float(p) * rope.inv_freq[j], &sn, &cs);
-        rot(x1, x2, __fmul_rn(cs, a.mscale), __fmul_rn(sn, a.mscale), r1, r2);
+        float r1, r2;
+        if constexpr (ER) {
+          rot(x1, x2, ecs[i], esn[i], r1, r2);
+        } else {
+          float sn, cs;
+          sincosf(float(p) * rope.inv_freq[j], &sn, &cs);
+          rot(x1, x2, __fmul_rn(cs, a.mscale), __fmul_rn(sn, a.mscale), r1, r2);
+        }
         x1 = float(convert<T>(r1));
         x2 = float(convert<T>(r2));
       }
@@ -171,15 +216,20 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
   }
   if (has_new) {
     const int jn = int(p - k0);
-    const int64_t slot = a_slot(a, b, p);
+    const int64_t slot = ER ? eslot : a_slot(a, b, p);
     if (tid < D / 2) {
       int i1, i2, j;
       a_pair(a, tid, i1, i2, j);
       T k1 = kx1, k2 = kx2;
       if (j >= 0) {
-        float sn, cs, r1, r2;
-        sincosf(float(p) * rope.inv_freq[j], &sn, &cs);
-        rot(float(k1), float(k2), __fmul_rn(cs, a.mscale), __fmul_rn(sn, a.mscale), r1, r2);
+        float r1, r2;
+        if constexpr (ER) {
+          rot(float(k1), float(k2), ekc, eks, r1, r2);
+        } else {
+          float sn, cs;
+          sincosf(float(p) * rope.inv_freq[j], &sn, &cs);
+          rot(float(k1), float(k2), __fmul_rn(cs, a.mscale), __fmul_rn(sn, a.mscale), r1, r2);
+        }
         k1 = convert<T>(r1);
         k2 = convert<T>(r2);
       }

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "core/cuda_util.h"
+#include "cuda/common/attention.cuh"
 #include "cuda/common/rows.cuh"
 #include "cuda/llm_common.cuh"
 #include "llm/fused.h"
@@ -391,6 +392,100 @@ __global__ void __launch_bounds__(kPT, MT == 1 ? 4 : 1)
   }
 }
 
+// STAGE2 (ProjArgs::stage2, EngineOptions::o_proj_stage): one row of x, a plain
+// projection whose rows fit in one round of loads (k / 8 <= kPT * kPU). A block owns 2 R
+// rows: rows 0..R-1 are loaded into registers as k_project's, rows R..2R-1 into shared
+// memory (cp.async), both before the PDL wait, so that a grid that is resident at once
+// (the output projection, launched early beside the attention) has twice the weight
+// bytes in flight before the attention ends. Each row's thread / chunk mapping, sum
+// order, warp butterfly and warp order are k_project's: the same bits.
+template <class T>
+__global__ void __launch_bounds__(kPT, 4) k_project_stage2(const __grid_constant__ llm::ProjArgs a) {
+  constexpr int R = kPR, R2 = 2 * kPR;
+  __shared__ __align__(16) uint4 stg[R][kPU][kPT];  // rows R..2R-1: 32 KiB
+  __shared__ float red[kPW][R2];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t nch = a.k / 8;
+  const int64_t rbytes = a.w_rs * int64_t(sizeof(T));
+  const uint8_t* wr[R2];
+#pragma unroll
+  for (int r = 0; r < R2; ++r)
+    wr[r] = static_cast<const uint8_t*>(a.w) + std::min<int64_t>(int64_t(blockIdx.x) * R2 + r, a.n - 1) * rbytes;
+  uint4 raw[kPU][R];
+#pragma unroll
+  for (int u = 0; u < kPU; ++u) {
+    const int64_t cc = tid + int64_t(u) * kPT;
+    if (cc < nch) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) raw[u][r] = ld_weight(wr[r] + cc * 16);
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kPU; ++u) {
+    const int64_t cc = tid + int64_t(u) * kPT;
+#pragma unroll
+    for (int r = 0; r < R; ++r) cp_async16(&stg[r][u][tid], wr[R + r] + (cc < nch ? cc : 0) * 16, cc < nch);
+  }
+  cp_async_commit();
+  pdl_trigger();
+  pdl_wait();
+  const T* x = static_cast<const T*>(a.x);
+  float acc[R2];
+#pragma unroll
+  for (int r = 0; r < R2; ++r) acc[r] = 0.f;
+  float xf[kPU][8];
+#pragma unroll
+  for (int u = 0; u < kPU; ++u) {
+    const int64_t cc = tid + int64_t(u) * kPT;
+    if (cc < nch) {
+      f8<T>(ld_act(x + cc * 8), xf[u]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float w[8];
+        f8<T>(raw[u][r], w);
+        float d = acc[r];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) d = fmaf(xf[u][e], w[e], d);
+        acc[r] = d;
+      }
+    }
+  }
+  cp_async_wait<0>();  // this thread's own copies: it reads back only stg[.][.][tid]
+#pragma unroll
+  for (int u = 0; u < kPU; ++u) {
+    const int64_t cc = tid + int64_t(u) * kPT;
+    if (cc < nch) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float w[8];
+        f8<T>(stg[r][u][tid], w);
+        float d = acc[R + r];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) d = fmaf(xf[u][e], w[e], d);
+        acc[R + r] = d;
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R2; ++r) {
+    const float v = warp_sum(acc[r]);
+    if (lane == 0) red[warp][r] = v;
+  }
+  __syncthreads();
+  if (tid < R2) {
+    const int64_t row = int64_t(blockIdx.x) * R2 + tid;
+    if (row < a.n) {
+      float s = red[0][tid];
+#pragma unroll
+      for (int w = 1; w < kPW; ++w) s += red[w][tid];
+      T v = convert<T>(s);
+      if (a.bias) v = convert<T>(float(v) + float(static_cast<const T*>(a.bias)[row]));
+      if (a.res) v = convert<T>(float(v) + float(static_cast<const T*>(a.res)[row]));
+      static_cast<T*>(a.y)[row] = v;
+    }
+  }
+}
+
 template <class T, int MODE>
 void project_m(const llm::ProjArgs& a, const llm::ProjRope* rope, cudaStream_t st) {
   constexpr int R = kPR, P = R / 2;
@@ -426,6 +521,13 @@ void project_m(const llm::ProjArgs& a, const llm::ProjRope* rope, cudaStream_t s
       else if (a.m <= 2) go(k_project<T, 2, MODE, X, false, false, true>);
       else if (a.m <= 4) go(k_project<T, 4, MODE, X, false, false, true>);
       else go(k_project<T, 8, MODE, X, false, false, true>);
+      return;
+    }
+  }
+  if constexpr (MODE == 0) {
+    if (a.stage2 && a.m == 1 && !a.out_f32 && !a.argmax_keys && !a.w_ef && a.k / 8 <= int64_t(kPT) * kPU) {
+      const dim3 g2{unsigned((a.n + 2 * R - 1) / (2 * R))};
+      launch_ex(k_project_stage2<T>, g2, b, st, a.pdl, "llm_project", a);
       return;
     }
   }

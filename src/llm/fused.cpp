@@ -34,6 +34,12 @@ NoPdlScope::NoPdlScope(bool off) : prev(t_no_pdl) { t_no_pdl = t_no_pdl || off; 
 NoPdlScope::~NoPdlScope() { t_no_pdl = prev; }
 PdlOnScope::PdlOnScope(bool on) : prev(t_no_pdl) { t_no_pdl = t_no_pdl && !on; }
 PdlOnScope::~PdlOnScope() { t_no_pdl = prev; }
+namespace {
+thread_local int t_small_pdl = 0;
+}  // namespace
+SmallPdlScope::SmallPdlScope(int mask) : prev(t_small_pdl) { t_small_pdl = mask; }
+SmallPdlScope::~SmallPdlScope() { t_small_pdl = prev; }
+int small_pdl() { return t_small_pdl; }
 GridCapScope::GridCapScope(int cap) : prev(t_grid_cap) {
   if (cap > 0) t_grid_cap = cap;
 }
@@ -63,6 +69,29 @@ AttnMmaScope::~AttnMmaScope() {
   t_amma = prev;
   t_apad = prev_pad;
   t_apush = prev_push;
+}
+namespace {
+thread_local bool t_aearly = false;
+}  // namespace
+AttnEarlyScope::AttnEarlyScope(bool on) : prev(t_aearly) { t_aearly = on; }
+AttnEarlyScope::~AttnEarlyScope() { t_aearly = prev; }
+bool attention_early() { return t_aearly; }
+namespace {
+thread_local bool t_ostage = false, t_ostage_next = false;
+}  // namespace
+OProjStageScope::OProjStageScope(bool on) : prev(t_ostage), prev_next(t_ostage_next) {
+  t_ostage = on;
+  t_ostage_next = false;
+}
+OProjStageScope::~OProjStageScope() {
+  t_ostage = prev;
+  t_ostage_next = prev_next;
+}
+void o_stage_after_attention() { t_ostage_next = t_ostage; }
+bool o_stage_take() {
+  const bool v = t_ostage_next;
+  t_ostage_next = false;
+  return v;
 }
 bool attention_push() { return t_apush; }
 bool attention_mma() { return t_amma; }
@@ -267,6 +296,7 @@ Array project_opts(const Array& x_in, const Array& w, const Array& bias, const P
   if (!a.vec) throw ValueError("w: project needs 16-byte aligned weight rows and K % 8 == 0");
   a.pdl = pdl_enabled(d);
   a.w_ef = t_wef;
+  a.stage2 = o_stage_take();
   if (argmax_keys) a.argmax_keys = static_cast<unsigned long long*>(argmax_keys->data());
   if (opt.kv_k && opt.kv_v && opt.kv_pos && opt.kv_bt && !swiglu && !tail) {
     const Array &kc = *opt.kv_k, &vc = *opt.kv_v, &ps = *opt.kv_pos, &bt = *opt.kv_bt;

@@ -88,6 +88,10 @@ struct ProjArgs {
   // weights_evict_first (m == 1, no tail / norm-in / kv_l2): weight loads with an L2
   // evict-first policy
   bool w_ef = false;
+  // o_proj_stage (m == 1, plain, k / 8 <= 512, no out_f32 / argmax / evict-first): blocks of
+  // 8 rows, 4 loaded into registers and 4 into shared memory (cp.async) before the PDL
+  // wait (k_project_stage2). The same bits.
+  bool stage2 = false;
 };
 // The rope frequencies of a rope projection: a second kernel parameter, so that the
 // other projections launch with a small parameter block.
@@ -202,6 +206,10 @@ struct AttnArgs {
   // the chunks s > 0 store their partials into rank 0's shared memory (st.async + mbarrier)
   // instead of the two cluster barriers and rank 0's remote loads. The same bits.
   bool push = false;
+  // fused::AttnEarlyScope (EngineOptions::fused_attention_early_rope): the RoPE cos / sin and
+  // the new token's cache slot computed before the PDL wait (MMA, chunks of 64 / 128 keys;
+  // ignored otherwise). The same bits.
+  bool early = false;
 };
 
 namespace fused {
@@ -245,6 +253,16 @@ struct PdlOnScope {
   PdlOnScope& operator=(const PdlOnScope&) = delete;
   bool prev;
 };
+// EngineOptions::quantized_small_pdl: while it lives, a NoPdlScope is lifted for the
+// add_rms_norm launches (mask bit 1) and the SwiGLU launches (bit 2) of this thread.
+struct SmallPdlScope {
+  explicit SmallPdlScope(int mask);
+  ~SmallPdlScope();
+  SmallPdlScope(const SmallPdlScope&) = delete;
+  SmallPdlScope& operator=(const SmallPdlScope&) = delete;
+  int prev;
+};
+int small_pdl();
 // Caps the grids of the small PDL-chained kernels (swiglu, rope_append) launched by this
 // thread while it lives at `cap` blocks (0: no cap): a kernel launched early parks its
 // blocks on the SMs until the previous kernel ends, so a small grid leaves the previous
@@ -298,6 +316,29 @@ struct AttnMmaScope {
 bool attention_mma();
 bool attention_push();
 int attention_pad_kb();
+// EngineOptions::fused_attention_early_rope: the fused decode attention launched by this
+// thread while it lives computes its rotations' cos / sin and the new token's slot before
+// its PDL wait (AttnArgs::early). The same bits.
+struct AttnEarlyScope {
+  explicit AttnEarlyScope(bool on);
+  ~AttnEarlyScope();
+  AttnEarlyScope(const AttnEarlyScope&) = delete;
+  AttnEarlyScope& operator=(const AttnEarlyScope&) = delete;
+  bool prev;
+};
+bool attention_early();
+// EngineOptions::o_proj_stage: while it lives, the first engine projection launched by this
+// thread after each fused attention (the output projection) stages half of its blocks'
+// rows in shared memory before its PDL wait (ProjArgs::stage2). The same bits.
+struct OProjStageScope {
+  explicit OProjStageScope(bool on);
+  ~OProjStageScope();
+  OProjStageScope(const OProjStageScope&) = delete;
+  OProjStageScope& operator=(const OProjStageScope&) = delete;
+  bool prev, prev_next;
+};
+void o_stage_after_attention();  // the fused attention was launched: the next projection stages
+bool o_stage_take();             // whether this projection stages (and clears the mark)
 // EngineOptions::weights_evict_first: the projection GEMVs launched by this thread while it
 // lives (one row of x, plain / SwiGLU / RoPE epilogues) load their weights with an L2
 // evict-first policy. The same bits.

@@ -178,7 +178,10 @@ std::pair<Array, Array> add_rms_norm(const Array& x, const Array& residual, cons
   const int64_t vn = 16 / int64_t(itemsize(x.dtype()));
   a.vec = H % vn == 0 && a.x_rs % vn == 0 && a.res_rs % vn == 0 && al16(a.x) && al16(a.res) && al16(a.w) &&
           al16(a.out) && al16(a.res_out);
-  a.pdl = pdl_enabled(d);
+  {
+    PdlOnScope lift((small_pdl() & 1) != 0);  // quantized_small_pdl: the norm with PDL
+    a.pdl = pdl_enabled(d);
+  }
   for (const Array* t : {&xd, &rd, &wd}) detail::mark_used(*t, s);
   cuda::llm_add_rms_norm(a, s.handle());
 #else
@@ -232,6 +235,7 @@ Array swiglu(const Array& gu, const Stream* sp) {
   }
 #if GPUKIT_WITH_CUDA
   detail::mark_used(gu, s);
+  PdlOnScope lift((small_pdl() & 2) != 0);  // quantized_small_pdl: SwiGLU with PDL
   cuda::llm_swiglu(gu.data(), out.data(), rows, I, gu.stride(0), gu.dtype(), pdl_enabled(d), s.handle(), grid_cap());
 #else
   detail::no_cuda_backend();

@@ -187,12 +187,14 @@ Array attention_rope(const Array& qkv, int64_t hq, const Array& k_cache, const A
   a.mma = attention_mma();
   a.pad_kb = attention_pad_kb();
   a.push = attention_push();
+  a.early = attention_early();
   a.dtype = qkv.dtype();
   a.pdl = pdl_enabled(d);
   ProjRope pr;
   for (int i = 0; i < rd / 2; ++i) pr.inv_freq[i] = float(f[size_t(i)]);
   for (const Array* t : {&qkv, &k_cache, &v_cache, &positions, &block_table, &counters}) detail::mark_used(*t, s);
   const int mk = cuda::llm_attention_rope(a, pr, s.handle());
+  o_stage_after_attention();
   if (merge) *merge = mk;
   return out;
 #else

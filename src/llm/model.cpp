@@ -68,6 +68,9 @@ void env_options(EngineOptions& o) {
   o.fused_attention_mma = env_flag("GPUKIT_FUSED_ATTN_MMA", o.fused_attention_mma);
   o.fused_attention_push = env_flag("GPUKIT_FUSED_ATTN_PUSH", o.fused_attention_push);
   o.fused_attention_push_auto = env_flag("GPUKIT_FUSED_ATTN_PUSH_AUTO", o.fused_attention_push_auto);
+  o.fused_attention_early_rope = env_flag("GPUKIT_FUSED_ATTN_EARLY", o.fused_attention_early_rope);
+  o.o_proj_stage = env_flag("GPUKIT_O_PROJ_STAGE", o.o_proj_stage);
+  if (const char* e = std::getenv("GPUKIT_QUANT_SMALL_PDL"); e && *e) o.quantized_small_pdl = std::atoi(e) & 3;
   if (const char* e = std::getenv("GPUKIT_FUSED_ATTN_PAD_KB"); e && *e)
     o.fused_attention_pad_kb = std::clamp(std::atoi(e), 0, 227);
   if (const char* e = std::getenv("GPUKIT_CARVEOUT"); e && *e) o.carveout = std::clamp(std::atoi(e), -1, 100);
@@ -96,8 +99,7 @@ void env_options(EngineOptions& o) {
 }
 }  // namespace
 
-// The L2 prefetch's side branch: work on `s` forks from the current stream after `fork`
-// and joins it again through `join` at the end of the step.
+// The L2 prefetch's side branch: work on `s` forks from the current stream after `fork`, joins it at the step's end.
 struct SideBranch {
   Stream s;
   Event fork, join;
@@ -264,8 +266,7 @@ void Model::prefetch_during_attention(const LayerWeights& L) {
   auto add = [&](const Array& t, int64_t bytes) { add_at(t, 0, bytes); };
   const bool plain = L.o_q.format.empty();
   const Array& o = plain ? L.o : L.o_q.q;
-  // o's second half first: the output projection's first blocks (launched early beside
-  // the fused attention) read the first rows themselves
+  // o's second half first: the o GEMV's first blocks (launched early) read the first rows themselves
   const int64_t half_o = int64_t(o.nbytes()) / 2 / 256 * 256;
   add_at(o, half_o, int64_t(o.nbytes()) - half_o);
   add_at(o, 0, half_o);
@@ -443,10 +444,9 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
   };
   if (rope_append && engine_proj(x) && w_.layers[0].qkv_q.format.empty() && w_.layers[0].gate_up.defined() &&
       c.num_experts == 0) {
-    // Level 2 decode, plain weights, dense MLP: the engine's kernels only. Per layer:
-    // q/k/v GEMV (+ RoPE and the KV append with rope_in_qkv), attention, o GEMV, residual
-    // add + RMSNorm (in the o GEMV's last block with norm_in_tail), gate/up GEMV with
-    // SwiGLU, down GEMV, residual add + the next RMSNorm (likewise).
+    // Level 2 decode, plain weights, dense MLP: the engine's kernels only. Per layer: q/k/v GEMV (+ RoPE and
+    // the KV append with rope_in_qkv), attention, o GEMV, residual add + RMSNorm (in the o GEMV's last block
+    // with norm_in_tail), gate/up GEMV with SwiGLU, down GEMV, residual add + the next RMSNorm (likewise).
     Array ctr;  // norm_in_tail: one zeroed counter per projection with a norm
     if (opt_.norm_in_tail) ctr = full({2 * c.num_layers}, Scalar::of_int(0), DType::i32, device_);
     auto proj_norm = [&](const Array& in, const Array& w, const Array& nw, int64_t slot, int l, const char* name) {

@@ -174,9 +174,12 @@ Array Model::decode_batch(KvCache& cache, const DecodeBatch& in, const Array& ar
   const bool quant = !w_.quantized.empty();
   const bool qpdl = opt_.quantized_pdl || (opt_.quantized_pdl_fp8 && w_.quantized == "fp8");
   fused::NoPdlScope no_pdl(!qpdl && quant);
+  fused::SmallPdlScope small_pdl(!qpdl && quant ? opt_.quantized_small_pdl : 0);
   fused::CarveoutScope carve(opt_.carveout);
   fused::EvictFirstScope wef(opt_.weights_evict_first && !quant);
   fused::AttnMmaScope amma(opt_.fused_attention_mma, opt_.fused_attention_pad_kb, push_merge(opt_, cfg_, w_));
+  fused::AttnEarlyScope aearly(opt_.fused_attention_early_rope);
+  fused::OProjStageScope ostage(opt_.o_proj_stage);
   fused::GridCapScope cap(quant && qpdl && opt_.quantized_pdl_compact ? 4 : 0);
   Array h = run_layers(in.ids, in.positions, cache, idx, attend);
   if (argmax_keys.defined() && !head_argmax(h.shape(0)))
