@@ -74,10 +74,16 @@ GCfg gcfg_s5(QFormat f) {
 // unchanged), "d": the same with the run-time wait (DYN, V 43), "0": none, or a list of format names
 // ("q8_0,q4_0"; "d:q8_0,q4_0" for DYN; "q6_k" listed: Q6_K through k_ggst_aw6, V 45, whose wait is always
 // the run-time one); unset: the formats of kAwDefault (a bit per QFormat value; kAwDefaultMany for N above
-// 132 x 8 row tiles, the lm-head) with the wait of kAwDefaultDyn. Not measured when written: the final run of session 7 compares it (bench/gemv.py --gguf
-// aw=1/aw=d, and the knob's V 45 for Q6_K). Returns 0 (off), 41, 43 or 45 (the knob's V of the kernel).
-constexpr unsigned kAwDefault = 0u, kAwDefaultMany = 0u;
-constexpr bool kAwDefaultDyn = false;
+// 132 x 8 row tiles, the lm-head) with the wait of kAwDefaultDyn. Returns 0 (off), 41, 43 or 45 (the knob's V
+// of the kernel). Session 7's final run (docs/device-runs/2026-11-30-h200-s7-final-2.log plan 12; % of copy at
+// M = 1, (4096, 14336) / (14336, 4096) / (4096, 128256), default -> aw=d): Q8_0 66 / 66 / 79 -> 72 / 71 / 93
+// (aw=1: 68 / 70 / 92); Q6_K through k_ggst_aw6 54 / 55 / 72 -> 53 / 56 / 77 (the lm-head only); Q4_0 / Q4_1 /
+// Q4_K slower through aw2 (e.g. Q4_0 56 / 53 / 78 -> 49 / 48 / 73). So (session 8 prep, gguf9): Q8_0 through
+// aw2 with the run-time wait on every shape, Q6_K through aw6 on the lm-head; the same plan, hence the same
+// bits as before (tests/python/test_gguf_aw2_cuda.py test_aw2_compiled_default_same_bits).
+constexpr unsigned kAwDefault = 1u << int(QFormat::q8_0);
+constexpr unsigned kAwDefaultMany = (1u << int(QFormat::q8_0)) | (1u << int(QFormat::q6_k));
+constexpr bool kAwDefaultDyn = true;
 constexpr unsigned kAwAll = (1u << int(QFormat::q8_0)) | (1u << int(QFormat::q4_0)) | (1u << int(QFormat::q4_1)) |
                             (1u << int(QFormat::q4_k));  // "1" / "d"
 

@@ -107,6 +107,27 @@ def test_aw2_switch_same_bits(fmt, value):
             same_bits(got, run(fmt, x, qc), what + " against the compiled default")
 
 
+@pytest.mark.parametrize("fmt,n,k", [("q8_0", 300, 4096), ("q8_0", 37, 14336), ("q8_0", 17000, 512),
+                                     ("q8_0", 2051, 1024), ("q6_k", 17000, 2048), ("q6_k", 300, 4096)])
+def test_aw2_compiled_default_same_bits(fmt, n, k):
+    """Session 8 prep (gguf9): the compiled default runs Q8_0 through k_ggst_aw2 with the run-time wait on
+    every shape (kAwDefault = kAwDefaultMany = Q8_0, kAwDefaultDyn) and Q6_K through k_ggst_aw6 on the
+    lm-head (kAwDefaultMany): the unset switch must give the bits of GPUKIT_GGUF_AW=d (Q8_0) / d:q6_k (Q6_K)
+    and of GPUKIT_GGUF_AW=0 (the session-7 default kernel), and be exact."""
+    q, deq, qb = make(fmt, n, k)
+    qc = q.to("cuda")
+    on = "d" if fmt == "q8_0" else "d:q6_k"
+    for m, dtype in ((1, "bfloat16"), (1, "float16"), (3, "bfloat16"), (8, "float16")):
+        xb, xs = xrows(m, k, dtype)
+        x = xb.to("cuda")
+        got = run(fmt, x, qc)
+        what = f"{fmt} compiled default n={n} k={k} M={m} {dtype}"
+        check(fmt, got, xs, deq, qb, what)
+        same_bits(got, with_aw(on, lambda: run(fmt, x, qc)), what + f" against GPUKIT_GGUF_AW={on}")
+        same_bits(got, with_aw("0", lambda: run(fmt, x, qc)), what + " against GPUKIT_GGUF_AW=0")
+        same_bits(got, run(fmt, x, qc), what + " run again")
+
+
 @pytest.mark.parametrize("value", ["2", "q5_0", "q8_0,", "yes", "d:", "D"])
 def test_aw2_switch_rejects(value):
     q, _, _ = make("q4_0", 16, 256)
