@@ -2,7 +2,7 @@
 // per-unit overhead (quant_gguf_st.cu, its only includer; the knob's V 41, its copies alone V 42, and
 // the default behind the switch GPUKIT_GGUF_AW).
 //
-// Why: V 39 (k_ggst_aw, quant_gguf_st_aw.cuh) has the same ring and windows, but its SASS spends ~280
+// Why: V 39 (k_ggst_aw, removed in the session-8 prep) had the same ring and windows, but its SASS spends ~280
 // instructions per Q8_0 unit on the copies (per window and row: a 64-bit modulo by NCR, 64-bit
 // compares, a branch around each cp.async) plus a chain of 8 compare-and-branch for its run-time wait
 // count, against ~450 for the decode itself: with 2 warps per CTA and 8 units per warp on the 30 MB
@@ -27,13 +27,24 @@
 // the warps' split of K and the reduction are k_ggst's: with the same plan, the same bits (tested).
 #pragma once
 #include "common/gemv_stage.cuh"
-#include "quant_gguf_st_aw.cuh"
 #include "quant_gguf_st_s6.cuh"
 #include "quant_gguf_st_units.cuh"
 
 namespace gk::cuda::gguf_st {
 
 using namespace gemv_detail;
+
+// The ring of a warp (session 7's V 39, whose kernel k_ggst_aw was removed in the session-8 prep): NR whole units
+// of UB bytes per row (816 / 864 / 800 / 864 bytes), NCR 16-byte chunks, rows P bytes apart.
+template <int F>
+struct AW {
+  static constexpr int UB = GS<F>::UB, NUC = UB / 16;
+  static constexpr int NR = (768 + UB - 1) / UB;  // units per row ring (816 / 864 / 800 bytes)
+  static constexpr int NCR = NR * NUC;
+  static constexpr int P = NCR * 16 % 32 == 16 ? NCR * 16 : NCR * 16 + 16;  // row pitch (conflict-free rows g)
+  static constexpr int SB = 16 * P;                                        // bytes per warp
+  static_assert(UB % 16 == 0 && NCR > NUC + 13, "whole chunks; the windows a unit waits for are issued");
+};
 
 template <int F>
 struct AW2 {
@@ -155,6 +166,12 @@ __global__ void __launch_bounds__(256, 2) k_ggst_aw2(const QGemvArgs p) {
   asm volatile("" : "+r"(magic));
   const uint32_t opq = PI ? uint32_t(p.m) >> 31 : 0u;
   if constexpr (PI) magic |= opq;
+  // kOptOpq (V 47): opq (0: p.m <= 8) or-ed into bit 3 of every magic byte as well. With bf16 x the line above is
+  // a no-op for ptxas (0x43 already has bit 0 set, so 0x43434343 | opq == 0x43434343 whatever opq is): it
+  // folds the magic into the permutes' immediate slot and keeps their selectors (0x4140 / 0x4342) in
+  // registers, which in this kernel's Q4_0 it re-materialises from uniform registers before each permute
+  // (74 moves per unit, session 8 prep SASS). Bit 3 is clear in 0x43 and 0x64: the magic is then opaque.
+  if constexpr ((OPT & kOptOpq) != 0) magic |= opq * 0x08080808u;
   [[maybe_unused]] const uint32_t k4b = 0x4B000000u | opq;
 
   pdl_trigger();
@@ -199,30 +216,7 @@ __global__ void __launch_bounds__(256, 2) k_ggst_aw2(const QGemvArgs p) {
   cp_wait<0>();
 
   // the warps' sums, added in warp order (as k_ggst)
-  const int S = gridDim.y, sl = blockIdx.y;
-  float* red = reinterpret_cast<float*>(smem);  // [nw][32][4]
-  if (nw > 1) {
-    __syncthreads();
-#pragma unroll
-    for (int e = 0; e < 4; ++e) red[(warp * 32 + lane) * 4 + e] = acc[e];
-    __syncthreads();
-  }
-  if (warp != 0) return;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    float v = acc[e];
-    if (nw > 1) {
-      v = red[lane * 4 + e];
-      for (int w = 1; w < nw; ++w) v += red[(w * 32 + lane) * 4 + e];
-    }
-    const int m = 2 * t + (e & 1);
-    const int64_t row = row0 + g + (e >= 2 ? 8 : 0);
-    if (m < p.m && row < p.n) {
-      if (p.xinv) v *= __ldg(p.xinv + m);
-      if (S == 1) store_out(p.y, p.out_dtype, m * p.n + row, v);
-      else p.part[(int64_t(sl) * p.m + m) * p.n + row] = v;
-    }
-  }
+  warp_sums_out(p, acc, reinterpret_cast<float*>(smem), warp, lane, nw, g, t, row0);
 }
 
 }  // namespace gk::cuda::gguf_st

@@ -220,6 +220,36 @@ __device__ __forceinline__ void unit32(uint32_t a, uint32_t b, const T* xj, int 
   }
 }
 
+// The end of k_ggst / k_ggst_aw2 / k_ggst_aw6: the warps' sums of the CTA (acc of lane (g, t): rows row0 + g (+ 8),
+// columns 2t, 2t + 1) added in warp order through red ([nw][32][4] floats of the kernel's shared memory, free by
+// then), stored by warp 0 (split-K: its slice's partial sums); the kernel returns after it.
+__device__ __forceinline__ void warp_sums_out(const QGemvArgs& p, const float (&acc)[4], float* red, int warp, int lane,
+                                              int nw, int g, int t, int64_t row0) {
+  const int S = gridDim.y, sl = blockIdx.y;
+  if (nw > 1) {
+    __syncthreads();
+#pragma unroll
+    for (int e = 0; e < 4; ++e) red[(warp * 32 + lane) * 4 + e] = acc[e];
+    __syncthreads();
+  }
+  if (warp != 0) return;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    float v = acc[e];
+    if (nw > 1) {
+      v = red[lane * 4 + e];
+      for (int w = 1; w < nw; ++w) v += red[(w * 32 + lane) * 4 + e];
+    }
+    const int m = 2 * t + (e & 1);
+    const int64_t row = row0 + g + (e >= 2 ? 8 : 0);
+    if (m < p.m && row < p.n) {
+      if (p.xinv) v *= __ldg(p.xinv + m);  // 2^-c_m of the scaled fp16 copy of bf16 x: exact
+      if (S == 1) store_out(p.y, p.out_dtype, m * p.n + row, v);
+      else p.part[(int64_t(sl) * p.m + m) * p.n + row] = v;
+    }
+  }
+}
+
 // The code words of chunk c of a Q4_K block's pair of rows (at a / b) that lane t takes:
 // w[row][step] at 16 + 32c + 4t and + 16.
 __device__ __forceinline__ void q4k_words(uint32_t a, uint32_t b, int c, int t, uint32_t (&w)[2][2]) {
