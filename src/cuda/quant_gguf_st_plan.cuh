@@ -88,6 +88,9 @@ GCfg gcfg_s5(QFormat f) {
 constexpr unsigned kAwDefault = 1u << int(QFormat::q8_0);
 constexpr unsigned kAwDefaultMany = (1u << int(QFormat::q8_0)) | (1u << int(QFormat::q6_k));
 constexpr bool kAwDefaultDyn = true;
+// With kAwDefaultDyn, true: the unset switch's k_ggst_aw2 formats take V 47 (the opaque magic; GPUKIT_GGUF_AW=o)
+// instead of V 43. Off until the next run measures it (docs/notes/gguf-s8-prep.md has the rule).
+constexpr bool kAwDefaultOpq = false;
 constexpr unsigned kAwAll = (1u << int(QFormat::q8_0)) | (1u << int(QFormat::q4_0)) | (1u << int(QFormat::q4_1)) |
                             (1u << int(QFormat::q4_k));  // "1" / "d"
 
@@ -96,7 +99,9 @@ int aw_switch(QFormat f, bool few) {
   const bool q6 = f == QFormat::q6_k;
   if ((kAwAll & bit) == 0 && !q6) return 0;
   const char* e = std::getenv("GPUKIT_GGUF_AW");
-  if (!e || !*e) return ((few ? kAwDefault : kAwDefaultMany) & bit) != 0 ? (q6 ? 45 : (kAwDefaultDyn ? 43 : 41)) : 0;
+  if (!e || !*e)
+    return ((few ? kAwDefault : kAwDefaultMany) & bit) != 0 ? (q6 ? 45 : (kAwDefaultDyn ? (kAwDefaultOpq ? 47 : 43) : 41))
+                                                            : 0;
   std::string v(e);
   if (v == "1") return q6 ? 0 : 41;
   if (v == "d") return q6 ? 0 : 43;

@@ -13,6 +13,10 @@ run-time wait, DYN), and the switch GPUKIT_GGUF_AW that runs the shipped default
 - V 42 / 44: no fault on every format and shape class, every output written (zeros into NaN-poisoned
   memory, split-K included; Q6_K: its default math, exact); the next normal call exact.
 - Other plans through V 41 / 43 (WT 16 / 24, SP 0 / 2): exact.
+- Session 8 prep (gguf9): V 47 / GPUKIT_GGUF_AW=o (V 43 with the magic bytes opaque to ptxas, kOptOpq: the
+  same values, so the same bits as the default, in the same-bits, raw-block and switch tests above); the
+  compiled default (Q8_0 through V 43 on every shape, Q6_K through V 45 on the lm-head) the same bits as
+  GPUKIT_GGUF_AW=d / d:q6_k and =0.
 Skipped without a GPU."""
 import os
 
@@ -50,7 +54,7 @@ def with_aw(value, fn):
         del os.environ["GPUKIT_GGUF_AW"]
 
 
-@pytest.mark.parametrize("v", [41, 43])
+@pytest.mark.parametrize("v", [41, 43, 47])
 @pytest.mark.parametrize("fmt", AW_FMTS)
 @pytest.mark.parametrize("n,k", SHAPES)
 def test_aw2_same_bits(fmt, n, k, v):
@@ -67,7 +71,7 @@ def test_aw2_same_bits(fmt, n, k, v):
         same_bits(got, run(fmt, x, qc, 0, knob), what + " run again")
 
 
-@pytest.mark.parametrize("v", [41, 43])
+@pytest.mark.parametrize("v", [41, 43, 47])
 @pytest.mark.parametrize("fmt", AW_FMTS)
 def test_aw2_raw_blocks(fmt, v):
     """Random-byte blocks (every code / scale / min value) and x with outliers: same bits as the default."""
@@ -90,7 +94,7 @@ def test_aw2_raw_blocks(fmt, v):
 
 
 @pytest.mark.parametrize("fmt", FMTS)
-@pytest.mark.parametrize("value", ["1", "d", "q8_0,q4_0,q4_1,q4_k", "d:q4_k,q8_0"])
+@pytest.mark.parametrize("value", ["1", "d", "o", "q8_0,q4_0,q4_1,q4_k", "d:q4_k,q8_0"])
 def test_aw2_switch_same_bits(fmt, value):
     """The switch runs the defaults through k_ggst_aw2 (Q6_K unchanged: it is not listed; its aligned
     kernel: test_gguf_aw6_cuda.py): the same bits, exact."""
@@ -128,7 +132,7 @@ def test_aw2_compiled_default_same_bits(fmt, n, k):
         same_bits(got, run(fmt, x, qc), what + " run again")
 
 
-@pytest.mark.parametrize("value", ["2", "q5_0", "q8_0,", "yes", "d:", "D"])
+@pytest.mark.parametrize("value", ["2", "q5_0", "q8_0,", "yes", "d:", "D", "O", "o:q4_0"])
 def test_aw2_switch_rejects(value):
     q, _, _ = make("q4_0", 16, 256)
     x = gk.asarray(np.ones((1, 256), np.float32)).astype("bfloat16").to("cuda")
