@@ -65,7 +65,10 @@ __device__ __forceinline__ uint32_t ld4(uint32_t a) {
 // them from a kernel argument). ptxas otherwise folds the magic into the immediate slot and keeps
 // every selector in a register of its own; with many selectors live (Q4_K) it re-materialised them
 // from uniform registers before each permute (~62 moves per Q4_K block: 13% of its instructions).
-// Same values: the same bits.
+// Same values: the same bits. Caveat (session 8 prep SASS): with bf16 x the magic is 0x43434343, whose
+// bytes already have bit 0 set, so or-ing p.m >> 31 into it changes nothing and ptxas folds it all the
+// same (the permutes then show selectors in registers and the magic as the immediate); k_ggst_aw2's
+// kOptOpq ors the bit into bit 3 instead (clear in 0x43 and 0x64).
 template <bool PI, uint32_t SEL>
 __device__ __forceinline__ uint32_t bpm(uint32_t a, uint32_t b) {
   if constexpr (PI) {
