@@ -261,6 +261,20 @@ __global__ void __launch_bounds__(512) k_gg_xprep(const bf16* __restrict__ x, in
   }
 }
 
+// When all CTAs fit on the GPU at once, the shared memory to ask for so that at most ceil(CTAs / 132) of
+// them fit on one SM and the block scheduler spreads them evenly (gemv_w8.cu: the H200 filled fewer SMs
+// otherwise); spread 2 (the knob's SP 2): room for one CTA more per SM, so that the next kernel's first
+// CTAs can become resident (and copy their first stages) while this one's last CTAs run; 0: smem as is.
+int spread_smem(int smem, int64_t blocks, int S, int spread) {
+  const int64_t per_sm = (blocks * S + kSMs - 1) / kSMs;
+  if (spread && per_sm >= 1 && per_sm <= 16) {
+    const int64_t fit = per_sm + (spread == 2 ? 1 : 0);
+    const int64_t cap = kSmSmem / (fit + 1) - 1024 + 256;  // just too much for fit + 1 CTAs
+    if (fit * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
+  }
+  return smem;
+}
+
 template <class T, int F, int D, int UX = 1, bool PROBE = false, int MINB = 2, bool B8 = false, bool ROLL = false,
           bool SS = false, int OPT = 0>
 void launch_d(const QGemvArgs& p, int nw, cudaStream_t st, int spread = 1) {
@@ -272,17 +286,7 @@ void launch_d(const QGemvArgs& p, int nw, cudaStream_t st, int spread = 1) {
   const int S = std::max(1, p.split);
   int smem = std::max(nw * D * SB, nw * 32 * 4 * 4);
   if (smem > kSmemMax) throw ValueError("gemv: the staged GGUF kernel's shared memory does not fit");
-  // When all CTAs fit on the GPU at once, ask for enough shared memory that at most
-  // ceil(CTAs / 132) of them fit on one SM, so the block scheduler spreads them evenly
-  // (gemv_w8.cu: the H200 filled fewer SMs otherwise).
-  const int64_t per_sm = (blocks * S + kSMs - 1) / kSMs;
-  // spread 2 (the knob's SP 2): room for one CTA more per SM, so that the next kernel's first CTAs
-  // can become resident (and copy their first stages) while this one's last CTAs run.
-  if (spread && per_sm >= 1 && per_sm <= 16) {
-    const int64_t fit = per_sm + (spread == 2 ? 1 : 0);
-    const int64_t cap = kSmSmem / (fit + 1) - 1024 + 256;  // just too much for fit + 1 CTAs
-    if (fit * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
-  }
+  smem = spread_smem(smem, blocks, S, spread);
   launch_ex(k_ggst<T, F, D, UX, PROBE, MINB, B8, ROLL, SS, OPT>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p);
   GK_LAUNCH_CHECK("qgemv_gguf_st");
 }
@@ -298,12 +302,7 @@ void launch_ap(const QGemvArgs& p, int nw, cudaStream_t st, int spread) {
   const int S = std::max(1, p.split);
   int smem = std::max({nw * D0 * SBF, nw * D0 * SBA, nw * 32 * 4 * 4});
   if (smem > kSmemMax) throw ValueError("gemv: the GGUF probe's shared memory does not fit");
-  const int64_t per_sm = (blocks * S + kSMs - 1) / kSMs;
-  if (spread && per_sm >= 1 && per_sm <= 16) {  // as launch_d
-    const int64_t fit = per_sm + (spread == 2 ? 1 : 0);
-    const int64_t cap = kSmSmem / (fit + 1) - 1024 + 256;
-    if (fit * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
-  }
+  smem = spread_smem(smem, blocks, S, spread);
   launch_ex(k_ggst_ap<F, W, D0>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p);
   GK_LAUNCH_CHECK("qgemv_gguf_st_probe");
 }
@@ -322,12 +321,7 @@ void launch_aw2(const QGemvArgs& p, int nw, int ux, cudaStream_t st, int spread)
   const int S = std::max(1, p.split);
   int smem = std::max({nw * D0 * sbf, nw * SBW, nw * 32 * 4 * 4});
   if (smem > kSmemMax) throw ValueError("gemv: the aligned GGUF kernel's shared memory does not fit");
-  const int64_t per_sm = (blocks * S + kSMs - 1) / kSMs;
-  if (spread && per_sm >= 1 && per_sm <= 16) {  // as launch_d
-    const int64_t fit = per_sm + (spread == 2 ? 1 : 0);
-    const int64_t cap = kSmSmem / (fit + 1) - 1024 + 256;
-    if (fit * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
-  }
+  smem = spread_smem(smem, blocks, S, spread);
   launch_ex(k_ggst_aw2<T, F, OPT, SS, NODEC, DYN>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p);
   GK_LAUNCH_CHECK("qgemv_gguf_st_aw2");
 }
@@ -343,12 +337,7 @@ void launch_aw6(const QGemvArgs& p, int nw, cudaStream_t st, int spread) {
   const int S = std::max(1, p.split);
   int smem = std::max({nw * D0 * sbf, nw * SBW, nw * 32 * 4 * 4});
   if (smem > kSmemMax) throw ValueError("gemv: the aligned GGUF kernel's shared memory does not fit");
-  const int64_t per_sm = (blocks * S + kSMs - 1) / kSMs;
-  if (spread && per_sm >= 1 && per_sm <= 16) {  // as launch_d
-    const int64_t fit = per_sm + (spread == 2 ? 1 : 0);
-    const int64_t cap = kSmSmem / (fit + 1) - 1024 + 256;
-    if (fit * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
-  }
+  smem = spread_smem(smem, blocks, S, spread);
   launch_ex(k_ggst_aw6<T, kOptPI, NODEC>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p);
   GK_LAUNCH_CHECK("qgemv_gguf_st_aw6");
 }
