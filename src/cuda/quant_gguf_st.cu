@@ -365,11 +365,12 @@ bool try_aw2(const QGemvArgs& p, const GCfg& c, const GPlan& pl, cudaStream_t st
     if (p.split > 1) launch_sum_q(p, st);
     return true;
   } else {
-    if (c.probe < 41 || c.probe > 47 || c.d != GS<F>::D || p.k / GS<F>::UW * AW2<F>::NUC >= (int64_t(1) << 30))
+    if (c.probe < 41 || c.probe > 48 || c.d != GS<F>::D || p.k / GS<F>::UW * AW2<F>::NUC >= (int64_t(1) << 30))
       return false;
     if (F == int(QFormat::q4_k) && !c.ss) return false;
     const bool nodec = c.probe == 42 || c.probe == 44 || c.probe == 46;
     if (c.probe == 47) launch_aw2_v<T, F, true, kOptOpq>(p, c, pl, false, st);
+    else if (c.probe == 48) launch_aw2_v<T, F, true, kOptOpq | kOptEarly>(p, c, pl, false, st);
     else if (c.probe >= 43) launch_aw2_v<T, F, true>(p, c, pl, nodec, st);
     else launch_aw2_v<T, F, false>(p, c, pl, nodec, st);
     if (p.split > 1) launch_sum_q(p, st);

@@ -102,13 +102,31 @@ __device__ __forceinline__ void aw2_window_uni(const uint8_t* const (&base)[4], 
   if (dst[0] >= rend[0]) dst[0] -= uint32_t(16 * NCR);
 }
 
+// wait until at most n (0..K) of this thread's groups are pending (n clamped to 0..K; K1 + 1 compare-and-branch)
+template <int K>
+__device__ __forceinline__ void aw2_wait_upto(int n) {
+  if constexpr (K <= 0) {
+    cp_wait<0>();
+  } else {
+    if (n >= K) cp_wait<K>();
+    else aw2_wait_upto<K - 1>(n);
+  }
+}
+
+// kOptEarly (V 48): the windows unit i - 1 freed are issued after unit i's wait, before its decode (k_ggst's
+// non-late order); unit i's windows must then be issued by G_{i-2}: NUC (NR - 2) >= 14 (every format here).
+template <int F>
+constexpr bool A_NUC_OK = AW<F>::NUC * (AW<F>::NR - 2) >= 14;
+
 // NODEC (V 42 / 44): the copies and waits alone (zeros; benchmarking). SS: Q4_K's quad-shared scales
 // (1 KB of scratch per warp after the rings). DYN (V 43 / 44): one commit group per window (as V 39) and
 // unit i waits for the windows up to the last one it needs only (n = windows issued after it: K1, K1 - 1
 // or, near the end, fewer: then all), so that up to ~K1 windows more stay in flight while it waits.
 template <class T, int F, int OPT, bool SS = false, bool NODEC = false, bool DYN = false>
 __global__ void __launch_bounds__(256, 2) k_ggst_aw2(const QGemvArgs p) {
-  constexpr bool PI = (OPT & kOptPI) != 0, FOLD = (OPT & kOptFold) != 0;
+  constexpr bool PI = (OPT & kOptPI) != 0, FOLD = (OPT & kOptFold) != 0, EARLY = (OPT & kOptEarly) != 0;
+  static_assert(!EARLY || DYN, "the early refill: the run-time wait");
+  static_assert(!EARLY || A_NUC_OK<F>, "the early refill: every window unit i needs issued by G_{i-2}");
   constexpr bool kQ4K = F == int(QFormat::q4_k);
   constexpr bool B8 = F == int(QFormat::q8_0) && std::is_same_v<T, bf16> && PI;
   static_assert(!kQ4K || SS, "Q4_K: the shipped quad-shared scales");
@@ -193,20 +211,29 @@ __global__ void __launch_bounds__(256, 2) k_ggst_aw2(const QGemvArgs p) {
     if constexpr (DYN) {
       const int wn = (NUC * (i + 1) + 6) >> 3;                       // the last window unit i needs
       const int n = wnext - 1 - (wn < nwin - 1 ? wn : nwin - 1);  // windows issued after it
-      if (n >= K1) cp_wait<K1>();
-      else if (n == K1 - 1) cp_wait<(K1 > 1 ? K1 - 1 : 0)>();
-      else cp_wait<0>();
+      if constexpr (EARLY) {
+        aw2_wait_upto<K1>(n);  // fewer windows ahead here (G_{i-1} not yet issued): every count
+      } else {
+        if (n >= K1) cp_wait<K1>();
+        else if (n == K1 - 1) cp_wait<(K1 > 1 ? K1 - 1 : 0)>();
+        else cp_wait<0>();
+      }
     } else {
       cp_wait<C>();  // groups up to P_i / G_{i-C-1}: every window unit i needs
     }
-    __syncwarp();  // every lane's copies of the unit are visible
+    __syncwarp();  // every lane's copies of the unit are visible (EARLY: and every lane is done with unit i - 1)
+    if constexpr (EARLY) {
+      if (i > 0) issue_to((NCR + NUC * i - 8) >> 3);  // G_{i-1}, before the decode (k_ggst's non-late order)
+    }
     if constexpr (!NODEC) {
       if constexpr (kQ4K) unit_q4k_ss_s6<T, PI, FOLD>(ua, ua + uint32_t(8 * P), xr, g, t, magic, scr, acc, k4b);
       else unit32<T, F, B8, PI, FOLD, true>(ua, ua + uint32_t(8 * P), xr, t, magic, acc, xv);
     }
     xr += UW;
-    __syncwarp();  // every lane is done with the unit's chunks
-    issue_to((NCR + NUC * (i + 1) - 8) >> 3);  // G_i: the windows whose ring chunks are free now
+    if constexpr (!EARLY) {
+      __syncwarp();  // every lane is done with the unit's chunks
+      issue_to((NCR + NUC * (i + 1) - 8) >> 3);  // G_i: the windows whose ring chunks are free now
+    }
     ua += uint32_t(UB);
     if (++slot == NR) {
       slot = 0;

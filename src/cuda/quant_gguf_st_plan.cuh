@@ -23,6 +23,10 @@ constexpr int kOptPI = 1, kOptFold = 2, kOptLate = 4;
 // ptxas (bit 3 of each or-ed with p.m >> 31, 0), so that the byte permutes keep their selectors as immediates
 // (quant_gguf_st_aw2.cuh says why). Same values: the same bits.
 constexpr int kOptOpq = 8;
+// k_ggst_aw2 DYN only (the knob's V 48, GPUKIT_GGUF_AW=e; session 8 prep): V 47 with the windows a unit freed
+// issued after the next unit's wait, before its decode (k_ggst's non-late order; session 6 measured the late
+// order as a loss for the 4-bit formats). Same decode: the same bits.
+constexpr int kOptEarly = 16;
 
 struct GCfg {
   int d = 3, wt = 12, ux = 1, wmin = 1;  // ring depth, target warps per SM, units per stage x1 (0: half), warps per CTA at least
@@ -106,6 +110,7 @@ int aw_switch(QFormat f, bool few) {
   if (v == "1") return q6 ? 0 : 41;
   if (v == "d") return q6 ? 0 : 43;
   if (v == "o") return q6 ? 0 : 47;  // "d" with the opaque magic (kOptOpq; session 8 prep)
+  if (v == "e") return q6 ? 0 : 48;  // "o" with the early refill (kOptEarly; session 8 prep)
   if (v == "0") return 0;
   const bool dyn = v.rfind("d:", 0) == 0;
   if (dyn) v = v.substr(2);
@@ -123,7 +128,7 @@ int aw_switch(QFormat f, bool few) {
         if (q == int(f)) hit = true;
       }
     if (!known)
-      throw ValueError(cat("GPUKIT_GGUF_AW: expected 0, 1, d, o or GGUF format names (q8_0,q4_0,q4_1,q4_k,q6_k; d:... for the ",
+      throw ValueError(cat("GPUKIT_GGUF_AW: expected 0, 1, d, o, e or GGUF format names (q8_0,q4_0,q4_1,q4_k,q6_k; d:... for the ",
                            "run-time wait), got '", e, "'"));
     i = j + 1;
   }
@@ -171,7 +176,8 @@ GCfg gcfg_default(QFormat f, int64_t n, int64_t k) {
 // Q8_0 / Q4_0 / Q4_1 / Q4_K through k_ggst_aw2 (session 7, gguf8: aligned windows at low per-unit cost; Q6_K: its
 // shipped kernel), 42 k_ggst_aw2's copies alone (zeros; Q6_K as 41), 43 / 44 as 41 / 42 with the run-time wait
 // (k_ggst_aw2's DYN), 45 / 46 as 43 / 44 and Q6_K through k_ggst_aw6 (quant_gguf_st_aw6.cuh), 47 as 43 with the
-// magic bytes opaque to ptxas (kOptOpq; session 8 prep: Q4_0's selectors re-materialised per permute otherwise).
+// magic bytes opaque to ptxas (kOptOpq; session 8 prep: Q4_0's selectors re-materialised per permute otherwise),
+// 48 as 47 with the early refill (kOptEarly: the freed windows issued before the next decode).
 
 GCfg gcfg_env(QFormat f, int64_t n, int64_t k) {
   const char* e = std::getenv("GPUKIT_GEMV_GGUF");
@@ -185,15 +191,15 @@ GCfg gcfg_env(QFormat f, int64_t n, int64_t k) {
   const bool half_ok = ux == 0 && (d == 2 || d == 3) && roll == 0 && (v == 0 || d == 2);
   if (got < 2 || d < 2 || d > 4 || wt < 1 || wt > 64 || (ux != 0 && ux != 1) || (ux == 0 && !half_ok) || wmin < 1 ||
       wmin > 8 || pf != 0 || minb != 2 || (roll != 0 && roll != 1) || (roll == 1 && !dflt) || (sp < 0 || sp > 2) ||
-      (v != 0 && v != 7 && (v < 30 || v > 47 || v == 39 || v == 40)) || (v != 0 && !half_ok && (!dflt || roll != 0)) ||
+      (v != 0 && v != 7 && (v < 30 || v > 48 || v == 39 || v == 40)) || (v != 0 && !half_ok && (!dflt || roll != 0)) ||
       ((v == 7 || (v >= 36 && v <= 38)) && !dflt))
     throw ValueError(cat("GPUKIT_GEMV_GGUF: expected D,WT[,UX[,WMIN[,PF[,MINB[,R[,SP[,V]]]]]]] with D in 2..4, WT in ",
                          "1..64, UX 1 or 0 (half the units; D 2 or 3, R 0), WMIN in 1..8, PF 0, MINB 2, R 0 or 1 (UX 1 ",
                          "and the default D), SP 0..2, V 0 or 30..35 (UX 1 and the default D or UX 0 and D 2; R 0; V 34, ",
-                         "35: D 2; V 7 / 36 / 37 / 38, the copies alone: UX 1 and the default D; V 41..47: UX 1 and the default D or UX 0 and D 2), got '", e, "'"));
+                         "35: D 2; V 7 / 36 / 37 / 38, the copies alone: UX 1 and the default D; V 41..48: UX 1 and the default D or UX 0 and D 2), got '", e, "'"));
   c = with_s6(c, v);
   c.probe = (v == 7 || v >= 36) ? v : 0;
-  if (v >= 41 && v <= 47) {  // k_ggst_aw2 with the shipped math (Q8_0 / Q4_0 / Q4_1 / Q4_K; Q6_K: its default kernel)
+  if (v >= 41 && v <= 48) {  // k_ggst_aw2 with the shipped math (Q8_0 / Q4_0 / Q4_1 / Q4_K; Q6_K: its default kernel)
     const GCfg dc = gcfg_default(f, n, k);
     c.opt = dc.opt;
     c.ss = dc.ss;

@@ -14,7 +14,8 @@ run-time wait, DYN), and the switch GPUKIT_GGUF_AW that runs the shipped default
   memory, split-K included; Q6_K: its default math, exact); the next normal call exact.
 - Other plans through V 41 / 43 (WT 16 / 24, SP 0 / 2): exact.
 - Session 8 prep (gguf9): V 47 / GPUKIT_GGUF_AW=o (V 43 with the magic bytes opaque to ptxas, kOptOpq: the
-  same values, so the same bits as the default, in the same-bits, raw-block and switch tests above); the
+  same values, so the same bits as the default, in the same-bits, raw-block and switch tests above), V 48 /
+  GPUKIT_GGUF_AW=e (V 47 with the freed windows issued before the next unit's decode: the same bits); the
   compiled default (Q8_0 through V 43 on every shape, Q6_K through V 45 on the lm-head) the same bits as
   GPUKIT_GGUF_AW=d / d:q6_k and =0.
 Skipped without a GPU."""
@@ -54,7 +55,7 @@ def with_aw(value, fn):
         del os.environ["GPUKIT_GGUF_AW"]
 
 
-@pytest.mark.parametrize("v", [41, 43, 47])
+@pytest.mark.parametrize("v", [41, 43, 47, 48])
 @pytest.mark.parametrize("fmt", AW_FMTS)
 @pytest.mark.parametrize("n,k", SHAPES)
 def test_aw2_same_bits(fmt, n, k, v):
@@ -71,7 +72,7 @@ def test_aw2_same_bits(fmt, n, k, v):
         same_bits(got, run(fmt, x, qc, 0, knob), what + " run again")
 
 
-@pytest.mark.parametrize("v", [41, 43, 47])
+@pytest.mark.parametrize("v", [41, 43, 47, 48])
 @pytest.mark.parametrize("fmt", AW_FMTS)
 def test_aw2_raw_blocks(fmt, v):
     """Random-byte blocks (every code / scale / min value) and x with outliers: same bits as the default."""
@@ -94,7 +95,7 @@ def test_aw2_raw_blocks(fmt, v):
 
 
 @pytest.mark.parametrize("fmt", FMTS)
-@pytest.mark.parametrize("value", ["1", "d", "o", "q8_0,q4_0,q4_1,q4_k", "d:q4_k,q8_0"])
+@pytest.mark.parametrize("value", ["1", "d", "o", "e", "q8_0,q4_0,q4_1,q4_k", "d:q4_k,q8_0"])
 def test_aw2_switch_same_bits(fmt, value):
     """The switch runs the defaults through k_ggst_aw2 (Q6_K unchanged: it is not listed; its aligned
     kernel: test_gguf_aw6_cuda.py): the same bits, exact."""
@@ -132,7 +133,7 @@ def test_aw2_compiled_default_same_bits(fmt, n, k):
         same_bits(got, run(fmt, x, qc), what + " run again")
 
 
-@pytest.mark.parametrize("value", ["2", "q5_0", "q8_0,", "yes", "d:", "D", "O", "o:q4_0"])
+@pytest.mark.parametrize("value", ["2", "q5_0", "q8_0,", "yes", "d:", "D", "O", "o:q4_0", "E"])
 def test_aw2_switch_rejects(value):
     q, _, _ = make("q4_0", 16, 256)
     x = gk.asarray(np.ones((1, 256), np.float32)).astype("bfloat16").to("cuda")
@@ -166,7 +167,7 @@ def test_aw2_copies_alone_run(fmt, ux, v):
 
 
 @pytest.mark.parametrize("fmt", FMTS)
-@pytest.mark.parametrize("wt,sp,v", [(16, 1, 41), (12, 0, 41), (12, 2, 43), (24, 1, 43)])
+@pytest.mark.parametrize("wt,sp,v", [(16, 1, 41), (12, 0, 41), (12, 2, 43), (24, 1, 43), (16, 1, 48), (12, 0, 48)])
 def test_aw2_other_plans_exact(fmt, wt, sp, v):
     for n, k in ((300, 4096), (2051, 1024), (40, 14336)):
         if fmt == "q6_k" and k % 2048:
