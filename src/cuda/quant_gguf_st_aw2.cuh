@@ -1,6 +1,7 @@
 // Session 7 (helper gguf8): the staged GGUF GEMV with line-aligned window copies, rebuilt for low
 // per-unit overhead (quant_gguf_st.cu, its only includer; the knob's V 41, its copies alone V 42, and
-// the default behind the switch GPUKIT_GGUF_AW).
+// the default behind the switch GPUKIT_GGUF_AW: Q8_0's compiled default since the session-8 prep; V 47 / 48 the
+// opaque magic and the early refill, kOptOpq / kOptEarly).
 //
 // Why: V 39 (k_ggst_aw, removed in the session-8 prep) had the same ring and windows, but its SASS spends ~280
 // instructions per Q8_0 unit on the copies (per window and row: a 64-bit modulo by NCR, 64-bit
