@@ -28,13 +28,14 @@ with each GPUKIT_GEMV_GGUF setting (the staged GGUF kernel's ring depth, target 
 half the blocks per stage, warps per CTA at least, PF 0 and MINB 2 only (session 6), 1 for the rolled
 loop, 0 for no CTA spreading (2: room for one CTA more per SM), a session-6 variant 30..35 or the
 copies alone 7 / 36, or (session 7) 37 / 38 the copies alone in 128-byte-line-aligned windows of
-256 / 512 bytes per row on the same plan (not checked), 39 Q8_0 / Q4_0 / Q4_1 with the shipped math
-and line-aligned window copies (checked), 40 its copies alone (not checked), 41 Q8_0 / Q4_0 / Q4_1 / Q4_K
+256 / 512 bytes per row on the same plan (not checked), 41 Q8_0 / Q4_0 / Q4_1 / Q4_K
 with the shipped math through k_ggst_aw2 (the aligned windows at low per-unit cost; checked), 42 its
 copies alone (not checked), 43 / 44 the same with the run-time wait, 45 / 46 as 43 / 44 with Q6_K through
-k_ggst_aw6 too; printed only). An entry aw=V sets
-GPUKIT_GGUF_AW=V instead (the switch that runs the shipped defaults through k_ggst_aw2: 1, d, 0 or format
-names).
+k_ggst_aw6 too, 47 as 43 with the magic bytes opaque to ptxas (session 8 prep; checked); 39 / 40 were
+removed; printed only). An entry aw=V sets
+GPUKIT_GGUF_AW=V instead (the switch that runs the shipped defaults through k_ggst_aw2: 1, d, o (d with
+V 47's opaque magic), 0 or format names; unset, the compiled default: Q8_0 through V 43 on every shape,
+Q6_K through V 45 on the lm-head).
 The default launches use programmatic dependent launch (each call copies its first weights
 while the previous call finishes, as in a decode step's chain of GEMVs); "variant 2" lines: the
 same kernels without it. "variant 1": a 2-stage cp.async ring instead of the default depth
@@ -386,10 +387,10 @@ def main():
                     env = "GPUKIT_GGUF_AW" if cfg.startswith("aw=") else "GPUKIT_GEMV_GGUF"
                     os.environ[env] = cfg[3:] if cfg.startswith("aw=") else cfg
                     try:
-                        # V 7 / 36 / 37 / 38 / 40 / 42 / 44 / 46: the copies alone, wrong results (Q4_K / Q6_K:
-                        # 40 = 39; Q6_K: 42 / 44 = 41 / 43, its default math)
+                        # V 7 / 36 / 37 / 38 / 42 / 44 / 46: the copies alone, wrong results (Q6_K: 42 / 44 =
+                        # 41 / 43, its default math)
                         v9 = cfg.split(",")[8:9]
-                        if v9 not in (["7"], ["36"], ["37"], ["38"], ["40"], ["42"], ["44"], ["46"]) or (
+                        if v9 not in (["7"], ["36"], ["37"], ["38"], ["42"], ["44"], ["46"]) or (
                                 v9 in (["42"], ["44"]) and base == "q6_k"):
                             check(fmt, fn(x, *wargs[0]), x, deq)
                         v1 = tbs(nbytes, median(time_graph(calls, rounds)))

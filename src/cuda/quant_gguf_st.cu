@@ -38,7 +38,6 @@
 #include "quant_gguf_st_units.cuh"
 #include "quant_gguf_st_plan.cuh"
 #include "quant_gguf_st_probe.cuh"
-#include "quant_gguf_st_aw.cuh"
 #include "quant_gguf_st_aw2.cuh"
 #include "quant_gguf_st_aw6.cuh"
 
@@ -211,30 +210,7 @@ __global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p) {
   cp_wait<0>();
 
   // the warps' sums, added in warp order (through the ring memory, free now)
-  const int S = gridDim.y, sl = blockIdx.y;
-  float* red = reinterpret_cast<float*>(smem);  // [nw][32][4]
-  if (nw > 1) {
-    __syncthreads();
-#pragma unroll
-    for (int e = 0; e < 4; ++e) red[(warp * 32 + lane) * 4 + e] = acc[e];
-    __syncthreads();
-  }
-  if (warp != 0) return;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    float v = acc[e];
-    if (nw > 1) {
-      v = red[lane * 4 + e];
-      for (int w = 1; w < nw; ++w) v += red[(w * 32 + lane) * 4 + e];
-    }
-    const int m = 2 * t + (e & 1);
-    const int64_t row = row0 + g + (e >= 2 ? 8 : 0);
-    if (m < p.m && row < p.n) {
-      if (p.xinv) v *= __ldg(p.xinv + m);  // 2^-c_m of the scaled fp16 copy of bf16 x: exact
-      if (S == 1) store_out(p.y, p.out_dtype, m * p.n + row, v);
-      else p.part[(int64_t(sl) * p.m + m) * p.n + row] = v;
-    }
-  }
+  warp_sums_out(p, acc, reinterpret_cast<float*>(smem), warp, lane, nw, g, t, row0);
 }
 
 // ---- Q8_0 with bf16 x: an fp16 copy of x scaled by 2^c per row (the codes then decode in
@@ -285,6 +261,20 @@ __global__ void __launch_bounds__(512) k_gg_xprep(const bf16* __restrict__ x, in
   }
 }
 
+// When all CTAs fit on the GPU at once, the shared memory to ask for so that at most ceil(CTAs / 132) of
+// them fit on one SM and the block scheduler spreads them evenly (gemv_w8.cu: the H200 filled fewer SMs
+// otherwise); spread 2 (the knob's SP 2): room for one CTA more per SM, so that the next kernel's first
+// CTAs can become resident (and copy their first stages) while this one's last CTAs run; 0: smem as is.
+int spread_smem(int smem, int64_t blocks, int S, int spread) {
+  const int64_t per_sm = (blocks * S + kSMs - 1) / kSMs;
+  if (spread && per_sm >= 1 && per_sm <= 16) {
+    const int64_t fit = per_sm + (spread == 2 ? 1 : 0);
+    const int64_t cap = kSmSmem / (fit + 1) - 1024 + 256;  // just too much for fit + 1 CTAs
+    if (fit * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
+  }
+  return smem;
+}
+
 template <class T, int F, int D, int UX = 1, bool PROBE = false, int MINB = 2, bool B8 = false, bool ROLL = false,
           bool SS = false, int OPT = 0>
 void launch_d(const QGemvArgs& p, int nw, cudaStream_t st, int spread = 1) {
@@ -296,17 +286,7 @@ void launch_d(const QGemvArgs& p, int nw, cudaStream_t st, int spread = 1) {
   const int S = std::max(1, p.split);
   int smem = std::max(nw * D * SB, nw * 32 * 4 * 4);
   if (smem > kSmemMax) throw ValueError("gemv: the staged GGUF kernel's shared memory does not fit");
-  // When all CTAs fit on the GPU at once, ask for enough shared memory that at most
-  // ceil(CTAs / 132) of them fit on one SM, so the block scheduler spreads them evenly
-  // (gemv_w8.cu: the H200 filled fewer SMs otherwise).
-  const int64_t per_sm = (blocks * S + kSMs - 1) / kSMs;
-  // spread 2 (the knob's SP 2): room for one CTA more per SM, so that the next kernel's first CTAs
-  // can become resident (and copy their first stages) while this one's last CTAs run.
-  if (spread && per_sm >= 1 && per_sm <= 16) {
-    const int64_t fit = per_sm + (spread == 2 ? 1 : 0);
-    const int64_t cap = kSmSmem / (fit + 1) - 1024 + 256;  // just too much for fit + 1 CTAs
-    if (fit * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
-  }
+  smem = spread_smem(smem, blocks, S, spread);
   launch_ex(k_ggst<T, F, D, UX, PROBE, MINB, B8, ROLL, SS, OPT>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p);
   GK_LAUNCH_CHECK("qgemv_gguf_st");
 }
@@ -322,36 +302,9 @@ void launch_ap(const QGemvArgs& p, int nw, cudaStream_t st, int spread) {
   const int S = std::max(1, p.split);
   int smem = std::max({nw * D0 * SBF, nw * D0 * SBA, nw * 32 * 4 * 4});
   if (smem > kSmemMax) throw ValueError("gemv: the GGUF probe's shared memory does not fit");
-  const int64_t per_sm = (blocks * S + kSMs - 1) / kSMs;
-  if (spread && per_sm >= 1 && per_sm <= 16) {  // as launch_d
-    const int64_t fit = per_sm + (spread == 2 ? 1 : 0);
-    const int64_t cap = kSmSmem / (fit + 1) - 1024 + 256;
-    if (fit * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
-  }
+  smem = spread_smem(smem, blocks, S, spread);
   launch_ex(k_ggst_ap<F, W, D0>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p);
   GK_LAUNCH_CHECK("qgemv_gguf_st_probe");
-}
-
-// Knob V 39 (line-aligned window copies; V 40 its copies alone; Q8_0 / Q4_0 / Q4_1): the knob's plan,
-// the shipped OPT bits, launch_d's shared-memory request with the larger of the two rings.
-template <class T, int F, int OPT, bool NODEC = false>
-void launch_aw(const QGemvArgs& p, int nw, int ux, cudaStream_t st, int spread) {
-  constexpr int D0 = GS<F>::D;
-  const int sbf = ux == 0 ? 16 * GL<F, 0>::P : 16 * GL<F, 1>::P;
-  smem_limit<k_ggst_aw<T, F, OPT, NODEC>>(kSmemMax);
-  const int64_t blocks = (p.n + 15) / 16;
-  if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
-  const int S = std::max(1, p.split);
-  int smem = std::max({nw * D0 * sbf, nw * AW<F>::SB, nw * 32 * 4 * 4});
-  if (smem > kSmemMax) throw ValueError("gemv: the aligned GGUF kernel's shared memory does not fit");
-  const int64_t per_sm = (blocks * S + kSMs - 1) / kSMs;
-  if (spread && per_sm >= 1 && per_sm <= 16) {  // as launch_d
-    const int64_t fit = per_sm + (spread == 2 ? 1 : 0);
-    const int64_t cap = kSmSmem / (fit + 1) - 1024 + 256;
-    if (fit * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
-  }
-  launch_ex(k_ggst_aw<T, F, OPT, NODEC>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p);
-  GK_LAUNCH_CHECK("qgemv_gguf_st_aw");
 }
 
 // k_ggst_aw2 (session 7, gguf8: the knob's V 41, its copies alone V 42, the default under GPUKIT_GGUF_AW): the
@@ -368,12 +321,7 @@ void launch_aw2(const QGemvArgs& p, int nw, int ux, cudaStream_t st, int spread)
   const int S = std::max(1, p.split);
   int smem = std::max({nw * D0 * sbf, nw * SBW, nw * 32 * 4 * 4});
   if (smem > kSmemMax) throw ValueError("gemv: the aligned GGUF kernel's shared memory does not fit");
-  const int64_t per_sm = (blocks * S + kSMs - 1) / kSMs;
-  if (spread && per_sm >= 1 && per_sm <= 16) {  // as launch_d
-    const int64_t fit = per_sm + (spread == 2 ? 1 : 0);
-    const int64_t cap = kSmSmem / (fit + 1) - 1024 + 256;
-    if (fit * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
-  }
+  smem = spread_smem(smem, blocks, S, spread);
   launch_ex(k_ggst_aw2<T, F, OPT, SS, NODEC, DYN>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p);
   GK_LAUNCH_CHECK("qgemv_gguf_st_aw2");
 }
@@ -389,25 +337,20 @@ void launch_aw6(const QGemvArgs& p, int nw, cudaStream_t st, int spread) {
   const int S = std::max(1, p.split);
   int smem = std::max({nw * D0 * sbf, nw * SBW, nw * 32 * 4 * 4});
   if (smem > kSmemMax) throw ValueError("gemv: the aligned GGUF kernel's shared memory does not fit");
-  const int64_t per_sm = (blocks * S + kSMs - 1) / kSMs;
-  if (spread && per_sm >= 1 && per_sm <= 16) {  // as launch_d
-    const int64_t fit = per_sm + (spread == 2 ? 1 : 0);
-    const int64_t cap = kSmSmem / (fit + 1) - 1024 + 256;
-    if (fit * (cap + 1024) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
-  }
+  smem = spread_smem(smem, blocks, S, spread);
   launch_ex(k_ggst_aw6<T, kOptPI, NODEC>, dim3(unsigned(blocks), unsigned(S)), nw * 32, smem, st, p.variant != 2, p);
   GK_LAUNCH_CHECK("qgemv_gguf_st_aw6");
 }
 
-template <class T, int F, bool DYN>
+template <class T, int F, bool DYN, int OQ = 0>
 void launch_aw2_v(const QGemvArgs& p, const GCfg& c, const GPlan& pl, bool nodec, cudaStream_t st) {
   constexpr bool kFoldable = std::is_same_v<T, bf16> && (F == int(QFormat::q4_1) || F == int(QFormat::q4_k));
   constexpr bool kSS = F == int(QFormat::q4_k);
   if (nodec) return launch_aw2<T, F, kOptPI, kSS, true, DYN>(p, pl.nw, c.ux, st, c.sp);
   if constexpr (kFoldable) {
-    if (c.opt & kOptFold) return launch_aw2<T, F, kOptPI | kOptFold, kSS, false, DYN>(p, pl.nw, c.ux, st, c.sp);
+    if (c.opt & kOptFold) return launch_aw2<T, F, kOptPI | kOptFold | OQ, kSS, false, DYN>(p, pl.nw, c.ux, st, c.sp);
   }
-  launch_aw2<T, F, kOptPI, kSS, false, DYN>(p, pl.nw, c.ux, st, c.sp);
+  launch_aw2<T, F, kOptPI | OQ, kSS, false, DYN>(p, pl.nw, c.ux, st, c.sp);
 }
 
 // c.probe 41 / 42 (43 / 44: DYN; 45 / 46: DYN and Q6_K too) on Q8_0 / Q4_0 / Q4_1 / Q4_K (the default depth;
@@ -422,11 +365,13 @@ bool try_aw2(const QGemvArgs& p, const GCfg& c, const GPlan& pl, cudaStream_t st
     if (p.split > 1) launch_sum_q(p, st);
     return true;
   } else {
-    if (c.probe < 41 || c.probe > 46 || c.d != GS<F>::D || p.k / GS<F>::UW * AW2<F>::NUC >= (int64_t(1) << 30))
+    if (c.probe < 41 || c.probe > 48 || c.d != GS<F>::D || p.k / GS<F>::UW * AW2<F>::NUC >= (int64_t(1) << 30))
       return false;
     if (F == int(QFormat::q4_k) && !c.ss) return false;
     const bool nodec = c.probe == 42 || c.probe == 44 || c.probe == 46;
-    if (c.probe >= 43) launch_aw2_v<T, F, true>(p, c, pl, nodec, st);
+    if (c.probe == 47) launch_aw2_v<T, F, true, kOptOpq>(p, c, pl, false, st);
+    else if (c.probe == 48) launch_aw2_v<T, F, true, kOptOpq | kOptEarly>(p, c, pl, false, st);
+    else if (c.probe >= 43) launch_aw2_v<T, F, true>(p, c, pl, nodec, st);
     else launch_aw2_v<T, F, false>(p, c, pl, nodec, st);
     if (p.split > 1) launch_sum_q(p, st);
     return true;
@@ -470,23 +415,6 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   const int sp = c.sp;
   const int probe = (p.variant == 7 || c.probe == 7) ? 7 : ((p.variant == 36 || c.probe == 36) ? 36 : 0);
   if (!probe && try_aw2<T, F>(p, c, pl, st)) return;
-  if constexpr (F == int(QFormat::q8_0) || F == int(QFormat::q4_0) || F == int(QFormat::q4_1)) {
-    if (c.probe == 40 && c.d == D0) {  // its copies alone (wrong results)
-      launch_aw<T, F, kOptPI, true>(p, pl.nw, c.ux, st, sp);
-      if (p.split > 1) launch_sum_q(p, st);
-      return;
-    }
-    if (c.probe == 39 && c.d == D0) {  // session 7: the format's shipped math, line-aligned window copies
-      if constexpr (F == int(QFormat::q4_1) && std::is_same_v<T, bf16>) {
-        if (c.opt & kOptFold) launch_aw<T, F, kOptPI | kOptFold>(p, pl.nw, c.ux, st, sp);
-        else launch_aw<T, F, kOptPI>(p, pl.nw, c.ux, st, sp);
-      } else {
-        launch_aw<T, F, kOptPI>(p, pl.nw, c.ux, st, sp);
-      }
-      if (p.split > 1) launch_sum_q(p, st);
-      return;
-    }
-  }
   if ((c.probe == 37 || c.probe == 38) && c.d == D0) {  // session 7: line-aligned windows (wrong results)
     if (c.probe == 37) launch_ap<T, F, 256>(p, pl.nw, st, sp);
     else launch_ap<T, F, 512>(p, pl.nw, st, sp);

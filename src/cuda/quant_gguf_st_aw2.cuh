@@ -1,8 +1,9 @@
 // Session 7 (helper gguf8): the staged GGUF GEMV with line-aligned window copies, rebuilt for low
 // per-unit overhead (quant_gguf_st.cu, its only includer; the knob's V 41, its copies alone V 42, and
-// the default behind the switch GPUKIT_GGUF_AW).
+// the default behind the switch GPUKIT_GGUF_AW: Q8_0's compiled default since the session-8 prep; V 47 / 48 the
+// opaque magic and the early refill, kOptOpq / kOptEarly).
 //
-// Why: V 39 (k_ggst_aw, quant_gguf_st_aw.cuh) has the same ring and windows, but its SASS spends ~280
+// Why: V 39 (k_ggst_aw, removed in the session-8 prep) had the same ring and windows, but its SASS spends ~280
 // instructions per Q8_0 unit on the copies (per window and row: a 64-bit modulo by NCR, 64-bit
 // compares, a branch around each cp.async) plus a chain of 8 compare-and-branch for its run-time wait
 // count, against ~450 for the decode itself: with 2 warps per CTA and 8 units per warp on the 30 MB
@@ -27,13 +28,24 @@
 // the warps' split of K and the reduction are k_ggst's: with the same plan, the same bits (tested).
 #pragma once
 #include "common/gemv_stage.cuh"
-#include "quant_gguf_st_aw.cuh"
 #include "quant_gguf_st_s6.cuh"
 #include "quant_gguf_st_units.cuh"
 
 namespace gk::cuda::gguf_st {
 
 using namespace gemv_detail;
+
+// The ring of a warp (session 7's V 39, whose kernel k_ggst_aw was removed in the session-8 prep): NR whole units
+// of UB bytes per row (816 / 864 / 800 / 864 bytes), NCR 16-byte chunks, rows P bytes apart.
+template <int F>
+struct AW {
+  static constexpr int UB = GS<F>::UB, NUC = UB / 16;
+  static constexpr int NR = (768 + UB - 1) / UB;  // units per row ring (816 / 864 / 800 bytes)
+  static constexpr int NCR = NR * NUC;
+  static constexpr int P = NCR * 16 % 32 == 16 ? NCR * 16 : NCR * 16 + 16;  // row pitch (conflict-free rows g)
+  static constexpr int SB = 16 * P;                                        // bytes per warp
+  static_assert(UB % 16 == 0 && NCR > NUC + 13, "whole chunks; the windows a unit waits for are issued");
+};
 
 template <int F>
 struct AW2 {
@@ -91,13 +103,31 @@ __device__ __forceinline__ void aw2_window_uni(const uint8_t* const (&base)[4], 
   if (dst[0] >= rend[0]) dst[0] -= uint32_t(16 * NCR);
 }
 
+// wait until at most n (0..K) of this thread's groups are pending (n clamped to 0..K; K1 + 1 compare-and-branch)
+template <int K>
+__device__ __forceinline__ void aw2_wait_upto(int n) {
+  if constexpr (K <= 0) {
+    cp_wait<0>();
+  } else {
+    if (n >= K) cp_wait<K>();
+    else aw2_wait_upto<K - 1>(n);
+  }
+}
+
+// kOptEarly (V 48): the windows unit i - 1 freed are issued after unit i's wait, before its decode (k_ggst's
+// non-late order); unit i's windows must then be issued by G_{i-2}: NUC (NR - 2) >= 14 (every format here).
+template <int F>
+constexpr bool A_NUC_OK = AW<F>::NUC * (AW<F>::NR - 2) >= 14;
+
 // NODEC (V 42 / 44): the copies and waits alone (zeros; benchmarking). SS: Q4_K's quad-shared scales
 // (1 KB of scratch per warp after the rings). DYN (V 43 / 44): one commit group per window (as V 39) and
 // unit i waits for the windows up to the last one it needs only (n = windows issued after it: K1, K1 - 1
 // or, near the end, fewer: then all), so that up to ~K1 windows more stay in flight while it waits.
 template <class T, int F, int OPT, bool SS = false, bool NODEC = false, bool DYN = false>
 __global__ void __launch_bounds__(256, 2) k_ggst_aw2(const QGemvArgs p) {
-  constexpr bool PI = (OPT & kOptPI) != 0, FOLD = (OPT & kOptFold) != 0;
+  constexpr bool PI = (OPT & kOptPI) != 0, FOLD = (OPT & kOptFold) != 0, EARLY = (OPT & kOptEarly) != 0;
+  static_assert(!EARLY || DYN, "the early refill: the run-time wait");
+  static_assert(!EARLY || A_NUC_OK<F>, "the early refill: every window unit i needs issued by G_{i-2}");
   constexpr bool kQ4K = F == int(QFormat::q4_k);
   constexpr bool B8 = F == int(QFormat::q8_0) && std::is_same_v<T, bf16> && PI;
   static_assert(!kQ4K || SS, "Q4_K: the shipped quad-shared scales");
@@ -155,6 +185,12 @@ __global__ void __launch_bounds__(256, 2) k_ggst_aw2(const QGemvArgs p) {
   asm volatile("" : "+r"(magic));
   const uint32_t opq = PI ? uint32_t(p.m) >> 31 : 0u;
   if constexpr (PI) magic |= opq;
+  // kOptOpq (V 47): opq (0: p.m <= 8) or-ed into bit 3 of every magic byte as well. With bf16 x the line above is
+  // a no-op for ptxas (0x43 already has bit 0 set, so 0x43434343 | opq == 0x43434343 whatever opq is): it
+  // folds the magic into the permutes' immediate slot and keeps their selectors (0x4140 / 0x4342) in
+  // registers, which in this kernel's Q4_0 it re-materialises from uniform registers before each permute
+  // (74 moves per unit, session 8 prep SASS). Bit 3 is clear in 0x43 and 0x64: the magic is then opaque.
+  if constexpr ((OPT & kOptOpq) != 0) magic |= opq * 0x08080808u;
   [[maybe_unused]] const uint32_t k4b = 0x4B000000u | opq;
 
   pdl_trigger();
@@ -176,20 +212,29 @@ __global__ void __launch_bounds__(256, 2) k_ggst_aw2(const QGemvArgs p) {
     if constexpr (DYN) {
       const int wn = (NUC * (i + 1) + 6) >> 3;                       // the last window unit i needs
       const int n = wnext - 1 - (wn < nwin - 1 ? wn : nwin - 1);  // windows issued after it
-      if (n >= K1) cp_wait<K1>();
-      else if (n == K1 - 1) cp_wait<(K1 > 1 ? K1 - 1 : 0)>();
-      else cp_wait<0>();
+      if constexpr (EARLY) {
+        aw2_wait_upto<K1>(n);  // fewer windows ahead here (G_{i-1} not yet issued): every count
+      } else {
+        if (n >= K1) cp_wait<K1>();
+        else if (n == K1 - 1) cp_wait<(K1 > 1 ? K1 - 1 : 0)>();
+        else cp_wait<0>();
+      }
     } else {
       cp_wait<C>();  // groups up to P_i / G_{i-C-1}: every window unit i needs
     }
-    __syncwarp();  // every lane's copies of the unit are visible
+    __syncwarp();  // every lane's copies of the unit are visible (EARLY: and every lane is done with unit i - 1)
+    if constexpr (EARLY) {
+      if (i > 0) issue_to((NCR + NUC * i - 8) >> 3);  // G_{i-1}, before the decode (k_ggst's non-late order)
+    }
     if constexpr (!NODEC) {
       if constexpr (kQ4K) unit_q4k_ss_s6<T, PI, FOLD>(ua, ua + uint32_t(8 * P), xr, g, t, magic, scr, acc, k4b);
       else unit32<T, F, B8, PI, FOLD, true>(ua, ua + uint32_t(8 * P), xr, t, magic, acc, xv);
     }
     xr += UW;
-    __syncwarp();  // every lane is done with the unit's chunks
-    issue_to((NCR + NUC * (i + 1) - 8) >> 3);  // G_i: the windows whose ring chunks are free now
+    if constexpr (!EARLY) {
+      __syncwarp();  // every lane is done with the unit's chunks
+      issue_to((NCR + NUC * (i + 1) - 8) >> 3);  // G_i: the windows whose ring chunks are free now
+    }
     ua += uint32_t(UB);
     if (++slot == NR) {
       slot = 0;
@@ -199,30 +244,7 @@ __global__ void __launch_bounds__(256, 2) k_ggst_aw2(const QGemvArgs p) {
   cp_wait<0>();
 
   // the warps' sums, added in warp order (as k_ggst)
-  const int S = gridDim.y, sl = blockIdx.y;
-  float* red = reinterpret_cast<float*>(smem);  // [nw][32][4]
-  if (nw > 1) {
-    __syncthreads();
-#pragma unroll
-    for (int e = 0; e < 4; ++e) red[(warp * 32 + lane) * 4 + e] = acc[e];
-    __syncthreads();
-  }
-  if (warp != 0) return;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    float v = acc[e];
-    if (nw > 1) {
-      v = red[lane * 4 + e];
-      for (int w = 1; w < nw; ++w) v += red[(w * 32 + lane) * 4 + e];
-    }
-    const int m = 2 * t + (e & 1);
-    const int64_t row = row0 + g + (e >= 2 ? 8 : 0);
-    if (m < p.m && row < p.n) {
-      if (p.xinv) v *= __ldg(p.xinv + m);
-      if (S == 1) store_out(p.y, p.out_dtype, m * p.n + row, v);
-      else p.part[(int64_t(sl) * p.m + m) * p.n + row] = v;
-    }
-  }
+  warp_sums_out(p, acc, reinterpret_cast<float*>(smem), warp, lane, nw, g, t, row0);
 }
 
 }  // namespace gk::cuda::gguf_st

@@ -191,30 +191,7 @@ __global__ void __launch_bounds__(256, 2) k_ggst_aw6(const QGemvArgs p) {
   cp_wait<0>();
 
   // the warps' sums, added in warp order (as k_ggst)
-  const int S = gridDim.y, sl = blockIdx.y;
-  float* red = reinterpret_cast<float*>(smem);  // [nw][32][4]
-  if (nw > 1) {
-    __syncthreads();
-#pragma unroll
-    for (int e = 0; e < 4; ++e) red[(warp * 32 + lane) * 4 + e] = acc[e];
-    __syncthreads();
-  }
-  if (warp != 0) return;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    float v = acc[e];
-    if (nw > 1) {
-      v = red[lane * 4 + e];
-      for (int w = 1; w < nw; ++w) v += red[(w * 32 + lane) * 4 + e];
-    }
-    const int m = 2 * t + (e & 1);
-    const int64_t row = row0 + g + (e >= 2 ? 8 : 0);
-    if (m < p.m && row < p.n) {
-      if (p.xinv) v *= __ldg(p.xinv + m);
-      if (S == 1) store_out(p.y, p.out_dtype, m * p.n + row, v);
-      else p.part[(int64_t(sl) * p.m + m) * p.n + row] = v;
-    }
-  }
+  warp_sums_out(p, acc, reinterpret_cast<float*>(smem), warp, lane, nw, g, t, row0);
 }
 
 }  // namespace gk::cuda::gguf_st

@@ -19,6 +19,14 @@ using namespace gguf_st;  // GS, GL
 
 // k_ggst's OPT bits (quant_gguf_st.cu says what each does).
 constexpr int kOptPI = 1, kOptFold = 2, kOptLate = 4;
+// k_ggst_aw2 only (the knob's V 47, GPUKIT_GGUF_AW=o; session 8 prep, gguf9): the magic bytes made opaque to
+// ptxas (bit 3 of each or-ed with p.m >> 31, 0), so that the byte permutes keep their selectors as immediates
+// (quant_gguf_st_aw2.cuh says why). Same values: the same bits.
+constexpr int kOptOpq = 8;
+// k_ggst_aw2 DYN only (the knob's V 48, GPUKIT_GGUF_AW=e; session 8 prep): V 47 with the windows a unit freed
+// issued after the next unit's wait, before its decode (k_ggst's non-late order; session 6 measured the late
+// order as a loss for the 4-bit formats). Same decode: the same bits.
+constexpr int kOptEarly = 16;
 
 struct GCfg {
   int d = 3, wt = 12, ux = 1, wmin = 1;  // ring depth, target warps per SM, units per stage x1 (0: half), warps per CTA at least
@@ -74,10 +82,19 @@ GCfg gcfg_s5(QFormat f) {
 // unchanged), "d": the same with the run-time wait (DYN, V 43), "0": none, or a list of format names
 // ("q8_0,q4_0"; "d:q8_0,q4_0" for DYN; "q6_k" listed: Q6_K through k_ggst_aw6, V 45, whose wait is always
 // the run-time one); unset: the formats of kAwDefault (a bit per QFormat value; kAwDefaultMany for N above
-// 132 x 8 row tiles, the lm-head) with the wait of kAwDefaultDyn. Not measured when written: the final run of session 7 compares it (bench/gemv.py --gguf
-// aw=1/aw=d, and the knob's V 45 for Q6_K). Returns 0 (off), 41, 43 or 45 (the knob's V of the kernel).
-constexpr unsigned kAwDefault = 0u, kAwDefaultMany = 0u;
-constexpr bool kAwDefaultDyn = false;
+// 132 x 8 row tiles, the lm-head) with the wait of kAwDefaultDyn. Returns 0 (off), 41, 43 or 45 (the knob's V
+// of the kernel). Session 7's final run (docs/device-runs/2026-11-30-h200-s7-final-2.log plan 12; % of copy at
+// M = 1, (4096, 14336) / (14336, 4096) / (4096, 128256), default -> aw=d): Q8_0 66 / 66 / 79 -> 72 / 71 / 93
+// (aw=1: 68 / 70 / 92); Q6_K through k_ggst_aw6 54 / 55 / 72 -> 53 / 56 / 77 (the lm-head only); Q4_0 / Q4_1 /
+// Q4_K slower through aw2 (e.g. Q4_0 56 / 53 / 78 -> 49 / 48 / 73). So (session 8 prep, gguf9): Q8_0 through
+// aw2 with the run-time wait on every shape, Q6_K through aw6 on the lm-head; the same plan, hence the same
+// bits as before (tests/python/test_gguf_aw2_cuda.py test_aw2_compiled_default_same_bits).
+constexpr unsigned kAwDefault = 1u << int(QFormat::q8_0);
+constexpr unsigned kAwDefaultMany = (1u << int(QFormat::q8_0)) | (1u << int(QFormat::q6_k));
+constexpr bool kAwDefaultDyn = true;
+// With kAwDefaultDyn, true: the unset switch's k_ggst_aw2 formats take V 47 (the opaque magic; GPUKIT_GGUF_AW=o)
+// instead of V 43. Off until the next run measures it (docs/notes/gguf-s8-prep.md has the rule).
+constexpr bool kAwDefaultOpq = false;
 constexpr unsigned kAwAll = (1u << int(QFormat::q8_0)) | (1u << int(QFormat::q4_0)) | (1u << int(QFormat::q4_1)) |
                             (1u << int(QFormat::q4_k));  // "1" / "d"
 
@@ -86,10 +103,14 @@ int aw_switch(QFormat f, bool few) {
   const bool q6 = f == QFormat::q6_k;
   if ((kAwAll & bit) == 0 && !q6) return 0;
   const char* e = std::getenv("GPUKIT_GGUF_AW");
-  if (!e || !*e) return ((few ? kAwDefault : kAwDefaultMany) & bit) != 0 ? (q6 ? 45 : (kAwDefaultDyn ? 43 : 41)) : 0;
+  if (!e || !*e)
+    return ((few ? kAwDefault : kAwDefaultMany) & bit) != 0 ? (q6 ? 45 : (kAwDefaultDyn ? (kAwDefaultOpq ? 47 : 43) : 41))
+                                                            : 0;
   std::string v(e);
   if (v == "1") return q6 ? 0 : 41;
   if (v == "d") return q6 ? 0 : 43;
+  if (v == "o") return q6 ? 0 : 47;  // "d" with the opaque magic (kOptOpq; session 8 prep)
+  if (v == "e") return q6 ? 0 : 48;  // "o" with the early refill (kOptEarly; session 8 prep)
   if (v == "0") return 0;
   const bool dyn = v.rfind("d:", 0) == 0;
   if (dyn) v = v.substr(2);
@@ -107,7 +128,7 @@ int aw_switch(QFormat f, bool few) {
         if (q == int(f)) hit = true;
       }
     if (!known)
-      throw ValueError(cat("GPUKIT_GGUF_AW: expected 0, 1, d or GGUF format names (q8_0,q4_0,q4_1,q4_k,q6_k; d:... for the ",
+      throw ValueError(cat("GPUKIT_GGUF_AW: expected 0, 1, d, o, e or GGUF format names (q8_0,q4_0,q4_1,q4_k,q6_k; d:... for the ",
                            "run-time wait), got '", e, "'"));
     i = j + 1;
   }
@@ -150,12 +171,13 @@ GCfg gcfg_default(QFormat f, int64_t n, int64_t k) {
 // only), SP 0 no CTA spreading (shared memory as the rings need), 2 spreading with room for one CTA
 // more per SM, V 30..35 the session-6 kernel of that variant (UX 1 and the default D, or UX 0 and
 // D 2; R 0; 0: the session-5 kernel), 7 / 36 the copies alone (as the variants), 37 / 38 the copies
-// alone in 128-byte-line-aligned windows of 256 / 512 bytes per row (session 7; k_ggst_ap), 39 Q8_0 / Q4_0 /
-// Q4_1 with the shipped OPT bits and line-aligned window copies (k_ggst_aw; the other formats: their shipped OPT
-// bits through the session-6 kernel), 40 k_ggst_aw's copies alone (Q8_0 / Q4_0 / Q4_1; the others: as 39), 41 the shipped math of
+// alone in 128-byte-line-aligned windows of 256 / 512 bytes per row (session 7; k_ggst_ap), (39 / 40: session 7's
+// k_ggst_aw, superseded by k_ggst_aw2 and removed in the session-8 prep: rejected), 41 the shipped math of
 // Q8_0 / Q4_0 / Q4_1 / Q4_K through k_ggst_aw2 (session 7, gguf8: aligned windows at low per-unit cost; Q6_K: its
 // shipped kernel), 42 k_ggst_aw2's copies alone (zeros; Q6_K as 41), 43 / 44 as 41 / 42 with the run-time wait
-// (k_ggst_aw2's DYN), 45 / 46 as 43 / 44 and Q6_K through k_ggst_aw6 (quant_gguf_st_aw6.cuh).
+// (k_ggst_aw2's DYN), 45 / 46 as 43 / 44 and Q6_K through k_ggst_aw6 (quant_gguf_st_aw6.cuh), 47 as 43 with the
+// magic bytes opaque to ptxas (kOptOpq; session 8 prep: Q4_0's selectors re-materialised per permute otherwise),
+// 48 as 47 with the early refill (kOptEarly: the freed windows issued before the next decode).
 
 GCfg gcfg_env(QFormat f, int64_t n, int64_t k) {
   const char* e = std::getenv("GPUKIT_GEMV_GGUF");
@@ -169,16 +191,15 @@ GCfg gcfg_env(QFormat f, int64_t n, int64_t k) {
   const bool half_ok = ux == 0 && (d == 2 || d == 3) && roll == 0 && (v == 0 || d == 2);
   if (got < 2 || d < 2 || d > 4 || wt < 1 || wt > 64 || (ux != 0 && ux != 1) || (ux == 0 && !half_ok) || wmin < 1 ||
       wmin > 8 || pf != 0 || minb != 2 || (roll != 0 && roll != 1) || (roll == 1 && !dflt) || (sp < 0 || sp > 2) ||
-      (v != 0 && v != 7 && (v < 30 || v > 46)) || (v != 0 && !half_ok && (!dflt || roll != 0)) ||
+      (v != 0 && v != 7 && (v < 30 || v > 48 || v == 39 || v == 40)) || (v != 0 && !half_ok && (!dflt || roll != 0)) ||
       ((v == 7 || (v >= 36 && v <= 38)) && !dflt))
     throw ValueError(cat("GPUKIT_GEMV_GGUF: expected D,WT[,UX[,WMIN[,PF[,MINB[,R[,SP[,V]]]]]]] with D in 2..4, WT in ",
                          "1..64, UX 1 or 0 (half the units; D 2 or 3, R 0), WMIN in 1..8, PF 0, MINB 2, R 0 or 1 (UX 1 ",
                          "and the default D), SP 0..2, V 0 or 30..35 (UX 1 and the default D or UX 0 and D 2; R 0; V 34, ",
-                         "35: D 2; V 7 / 36 / 37 / 38, the copies alone: UX 1 and the default D; V 39 / 40 / 41 / 42: UX 1 and the default D or UX 0 and D 2), got '", e, "'"));
+                         "35: D 2; V 7 / 36 / 37 / 38, the copies alone: UX 1 and the default D; V 41..48: UX 1 and the default D or UX 0 and D 2), got '", e, "'"));
   c = with_s6(c, v);
   c.probe = (v == 7 || v >= 36) ? v : 0;
-  if (v == 39 || v == 40) c.opt = gcfg_default(f, n, k).opt;  // the shipped math (Q8_0 / Q4_0 / Q4_1; else the default kernel)
-  if (v >= 41 && v <= 46) {  // k_ggst_aw2 with the shipped math (Q8_0 / Q4_0 / Q4_1 / Q4_K; Q6_K: its default kernel)
+  if (v >= 41 && v <= 48) {  // k_ggst_aw2 with the shipped math (Q8_0 / Q4_0 / Q4_1 / Q4_K; Q6_K: its default kernel)
     const GCfg dc = gcfg_default(f, n, k);
     c.opt = dc.opt;
     c.ss = dc.ss;

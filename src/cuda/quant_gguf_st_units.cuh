@@ -65,7 +65,10 @@ __device__ __forceinline__ uint32_t ld4(uint32_t a) {
 // them from a kernel argument). ptxas otherwise folds the magic into the immediate slot and keeps
 // every selector in a register of its own; with many selectors live (Q4_K) it re-materialised them
 // from uniform registers before each permute (~62 moves per Q4_K block: 13% of its instructions).
-// Same values: the same bits.
+// Same values: the same bits. Caveat (session 8 prep SASS): with bf16 x the magic is 0x43434343, whose
+// bytes already have bit 0 set, so or-ing p.m >> 31 into it changes nothing and ptxas folds it all the
+// same (the permutes then show selectors in registers and the magic as the immediate); k_ggst_aw2's
+// kOptOpq ors the bit into bit 3 instead (clear in 0x43 and 0x64).
 template <bool PI, uint32_t SEL>
 __device__ __forceinline__ uint32_t bpm(uint32_t a, uint32_t b) {
   if constexpr (PI) {
@@ -216,6 +219,36 @@ __device__ __forceinline__ void unit32(uint32_t a, uint32_t b, const T* xj, int 
       acc[1] = fmaf(da, c[1], acc[1]);
       acc[2] = fmaf(db, c[2], acc[2]);
       acc[3] = fmaf(db, c[3], acc[3]);
+    }
+  }
+}
+
+// The end of k_ggst / k_ggst_aw2 / k_ggst_aw6: the warps' sums of the CTA (acc of lane (g, t): rows row0 + g (+ 8),
+// columns 2t, 2t + 1) added in warp order through red ([nw][32][4] floats of the kernel's shared memory, free by
+// then), stored by warp 0 (split-K: its slice's partial sums); the kernel returns after it.
+__device__ __forceinline__ void warp_sums_out(const QGemvArgs& p, const float (&acc)[4], float* red, int warp, int lane,
+                                              int nw, int g, int t, int64_t row0) {
+  const int S = gridDim.y, sl = blockIdx.y;
+  if (nw > 1) {
+    __syncthreads();
+#pragma unroll
+    for (int e = 0; e < 4; ++e) red[(warp * 32 + lane) * 4 + e] = acc[e];
+    __syncthreads();
+  }
+  if (warp != 0) return;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    float v = acc[e];
+    if (nw > 1) {
+      v = red[lane * 4 + e];
+      for (int w = 1; w < nw; ++w) v += red[(w * 32 + lane) * 4 + e];
+    }
+    const int m = 2 * t + (e & 1);
+    const int64_t row = row0 + g + (e >= 2 ? 8 : 0);
+    if (m < p.m && row < p.n) {
+      if (p.xinv) v *= __ldg(p.xinv + m);  // 2^-c_m of the scaled fp16 copy of bf16 x: exact
+      if (S == 1) store_out(p.y, p.out_dtype, m * p.n + row, v);
+      else p.part[(int64_t(sl) * p.m + m) * p.n + row] = v;
     }
   }
 }

@@ -13,6 +13,11 @@ run-time wait, DYN), and the switch GPUKIT_GGUF_AW that runs the shipped default
 - V 42 / 44: no fault on every format and shape class, every output written (zeros into NaN-poisoned
   memory, split-K included; Q6_K: its default math, exact); the next normal call exact.
 - Other plans through V 41 / 43 (WT 16 / 24, SP 0 / 2): exact.
+- Session 8 prep (gguf9): V 47 / GPUKIT_GGUF_AW=o (V 43 with the magic bytes opaque to ptxas, kOptOpq: the
+  same values, so the same bits as the default, in the same-bits, raw-block and switch tests above), V 48 /
+  GPUKIT_GGUF_AW=e (V 47 with the freed windows issued before the next unit's decode: the same bits); the
+  compiled default (Q8_0 through V 43 on every shape, Q6_K through V 45 on the lm-head) the same bits as
+  GPUKIT_GGUF_AW=d / d:q6_k and =0.
 Skipped without a GPU."""
 import os
 
@@ -50,7 +55,7 @@ def with_aw(value, fn):
         del os.environ["GPUKIT_GGUF_AW"]
 
 
-@pytest.mark.parametrize("v", [41, 43])
+@pytest.mark.parametrize("v", [41, 43, 47, 48])
 @pytest.mark.parametrize("fmt", AW_FMTS)
 @pytest.mark.parametrize("n,k", SHAPES)
 def test_aw2_same_bits(fmt, n, k, v):
@@ -67,7 +72,7 @@ def test_aw2_same_bits(fmt, n, k, v):
         same_bits(got, run(fmt, x, qc, 0, knob), what + " run again")
 
 
-@pytest.mark.parametrize("v", [41, 43])
+@pytest.mark.parametrize("v", [41, 43, 47, 48])
 @pytest.mark.parametrize("fmt", AW_FMTS)
 def test_aw2_raw_blocks(fmt, v):
     """Random-byte blocks (every code / scale / min value) and x with outliers: same bits as the default."""
@@ -90,7 +95,7 @@ def test_aw2_raw_blocks(fmt, v):
 
 
 @pytest.mark.parametrize("fmt", FMTS)
-@pytest.mark.parametrize("value", ["1", "d", "q8_0,q4_0,q4_1,q4_k", "d:q4_k,q8_0"])
+@pytest.mark.parametrize("value", ["1", "d", "o", "e", "q8_0,q4_0,q4_1,q4_k", "d:q4_k,q8_0"])
 def test_aw2_switch_same_bits(fmt, value):
     """The switch runs the defaults through k_ggst_aw2 (Q6_K unchanged: it is not listed; its aligned
     kernel: test_gguf_aw6_cuda.py): the same bits, exact."""
@@ -107,7 +112,28 @@ def test_aw2_switch_same_bits(fmt, value):
             same_bits(got, run(fmt, x, qc), what + " against the compiled default")
 
 
-@pytest.mark.parametrize("value", ["2", "q5_0", "q8_0,", "yes", "d:", "D"])
+@pytest.mark.parametrize("fmt,n,k", [("q8_0", 300, 4096), ("q8_0", 37, 14336), ("q8_0", 17000, 512),
+                                     ("q8_0", 2051, 1024), ("q6_k", 17000, 2048), ("q6_k", 300, 4096)])
+def test_aw2_compiled_default_same_bits(fmt, n, k):
+    """Session 8 prep (gguf9): the compiled default runs Q8_0 through k_ggst_aw2 with the run-time wait on
+    every shape (kAwDefault = kAwDefaultMany = Q8_0, kAwDefaultDyn) and Q6_K through k_ggst_aw6 on the
+    lm-head (kAwDefaultMany): the unset switch must give the bits of GPUKIT_GGUF_AW=d (Q8_0) / d:q6_k (Q6_K)
+    and of GPUKIT_GGUF_AW=0 (the session-7 default kernel), and be exact."""
+    q, deq, qb = make(fmt, n, k)
+    qc = q.to("cuda")
+    on = "d" if fmt == "q8_0" else "d:q6_k"
+    for m, dtype in ((1, "bfloat16"), (1, "float16"), (3, "bfloat16"), (8, "float16")):
+        xb, xs = xrows(m, k, dtype)
+        x = xb.to("cuda")
+        got = run(fmt, x, qc)
+        what = f"{fmt} compiled default n={n} k={k} M={m} {dtype}"
+        check(fmt, got, xs, deq, qb, what)
+        same_bits(got, with_aw(on, lambda: run(fmt, x, qc)), what + f" against GPUKIT_GGUF_AW={on}")
+        same_bits(got, with_aw("0", lambda: run(fmt, x, qc)), what + " against GPUKIT_GGUF_AW=0")
+        same_bits(got, run(fmt, x, qc), what + " run again")
+
+
+@pytest.mark.parametrize("value", ["2", "q5_0", "q8_0,", "yes", "d:", "D", "O", "o:q4_0", "E"])
 def test_aw2_switch_rejects(value):
     q, _, _ = make("q4_0", 16, 256)
     x = gk.asarray(np.ones((1, 256), np.float32)).astype("bfloat16").to("cuda")
@@ -141,7 +167,7 @@ def test_aw2_copies_alone_run(fmt, ux, v):
 
 
 @pytest.mark.parametrize("fmt", FMTS)
-@pytest.mark.parametrize("wt,sp,v", [(16, 1, 41), (12, 0, 41), (12, 2, 43), (24, 1, 43)])
+@pytest.mark.parametrize("wt,sp,v", [(16, 1, 41), (12, 0, 41), (12, 2, 43), (24, 1, 43), (16, 1, 48), (12, 0, 48)])
 def test_aw2_other_plans_exact(fmt, wt, sp, v):
     for n, k in ((300, 4096), (2051, 1024), (40, 14336)):
         if fmt == "q6_k" and k % 2048:
