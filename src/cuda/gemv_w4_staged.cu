@@ -22,7 +22,9 @@
 // bf16 x: 48), 53 MODE 11 with a ring of 3 (two stages in flight per warp) and wt 12 (the shared memory
 // then allows 1 warp per CTA at (4096, 14336): 8 stages per warp, the same bytes in flight per SM, half the
 // exposed last stage; 6 warps at (14336, 4096): 1.5x the bytes in flight), 54 MODE 11 with a ring of 2 and
-// wt 8 (half the warps per SM: twice the stages per warp, half the bytes in flight), 55 a ring of 3 and wt 8;
+// wt 8 (half the warps per SM: twice the stages per warp, half the bytes in flight), 55 a ring of 3 and wt 8,
+// 56 the copies alone (MODE 1, the probe: wrong results) with a ring of 2 (48's warps per CTA at the three
+// benchmark shapes: one stage of codes in flight per warp, as 48; variant 7 keeps two);
 // 0 / 2 / 10 the default (MODE kDefaultMode, ring of kDefaultD; int4 g128 with bf16 x: the configuration
 // of variant kG128Wide where N >= 2 K and of kG128Mid elsewhere, 48 since session 7's final run). Removed in session 6: 4 (stages
 // of 8 blocks), 5 (a ring of 4), 8 (int4's shifts as mul.hi; NVF4's 8 is the per-lane kernel's),
@@ -81,6 +83,7 @@ W4Cfg w4_cfg(int variant) {
     case 53: c.mode = 11, c.d = 3, c.wt = 12, c.xall = true; break;
     case 54: c.mode = 11, c.d = 2, c.wt = 8, c.xall = true; break;
     case 55: c.mode = 11, c.d = 3, c.wt = 8, c.xall = true; break;
+    case 56: c.mode = 1, c.d = 2; break;
     case 51: c.mode = 12, c.d = 2; break;
     default: break;
   }
@@ -255,7 +258,7 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   if constexpr (std::is_same_v<T, bf16>) {  // the other benchmarking variants: bf16 x only
     if (c.mode == 11 || c.mode == 12) c = W4Cfg{};  // 48, 51 change int4 g128 only
     switch (c.mode) {
-      case 1: return launch_mode<T, F, 1>(p, c, st);
+      case 1: return c.d == 2 ? launch_mode<T, F, 1, 2>(p, c, st) : launch_mode<T, F, 1>(p, c, st);
       case 3: return launch_mode<T, F, 3>(p, c, st);
       case 5: return launch_mode<T, F, 5>(p, c, st);
       case 7: return launch_mode<T, F, 7>(p, c, st);

@@ -205,3 +205,20 @@ def test_x_paired_partial_stage_and_view(fmt):
         got = f64(call(fn, xv, v).astype("float32"))  # the output dtype of x
         assert np.all(np.isfinite(got)), f"{fmt} variant {v}: non-finite outputs"
         within(f"{fmt} x view: {v} {xdt} out", got, ref, tol + 2.0**-8 * np.abs(ref))
+
+
+@cuda
+@pytest.mark.parametrize("fmt", ["int4_128", "int4_32", "nvf4"])
+def test_probe_ring2_runs(fmt):
+    """56 (the copies alone with a ring of 2; wrong results by design) runs at a partial last stage, split-K
+    and M = 1 / 8 without an error, its outputs are not NaN (its sums are of subnormal bit patterns), and the
+    default is right after it."""
+    for n, k in [(300, 4864), (37, 32768)]:
+        fn, deq, xdt = make(fmt, n, k)
+        x, xs = make_x(k, xdt)
+        for m in (1, 8):
+            y = f64(call(fn, x[:m], 56, out_dtype="float32"))
+            assert y.shape == (m, n) and not np.any(np.isnan(y)), f"{fmt} n={n} k={k} M={m}: NaN in the probe's output"
+            gk.cuda.synchronize()
+        got = f64(call(fn, x, 0, out_dtype="float32"))
+        within(f"{fmt} n={n} k={k}: default after 56", got, xs @ deq.T, default_tol(xs, deq))
