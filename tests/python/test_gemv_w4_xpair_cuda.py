@@ -10,8 +10,9 @@ Variants: 48 = MODE 11 for int4 g128 with bf16 x (19's bits), 51 = 19 with x cop
 NVF4 and float16 x: the default's bits; int4 g128 with bf16 x: 48), 53 / 55 = MODE 11 with a ring of 3
 and a target of 12 / 8 warps per SM, 54 = a ring of 2 and 8 warps per SM (other plans: another split of K
 over the warps, so not the default's bits: the float64 bound of the arithmetic, 2 (K + 2) 2^-24 sum |x| |w|,
-and M-independence). Session 7's DEC variants (45-47, 49, 50) were
-removed in session 8 (slower at every shape). Skipped without a GPU."""
+and M-independence); 57 = 52 without the CTA spreading (the same warps per CTA: 52's bits); 56 = the copies
+alone with a ring of 2 (wrong results by design: only that it runs). Session 7's DEC variants (45-47, 49,
+50) were removed in session 8 (slower at every shape). Skipped without a GPU."""
 import math
 
 import numpy as np
@@ -22,7 +23,7 @@ import gpukit as gk
 cuda = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(909)
 VX2, VXP, VXCA = 19, 48, 51
-VXALL, VXP3, VXP2W8, VXP3W8 = 52, 53, 54, 55
+VXALL, VXP3, VXP2W8, VXP3W8, VXNOSP = 52, 53, 54, 55, 57
 # the int4 g128 / bf16 x default's configuration where N >= 2 K / elsewhere: kG128Wide / kG128Mid in
 # src/cuda/gemv_w4_staged.cu (change both places)
 DEFAULT_G128_WIDE, DEFAULT_G128_MID = 48, 48
@@ -140,13 +141,13 @@ def test_default_is_the_shape_plan(n, k):
 @cuda
 @pytest.mark.parametrize("n,k", SHAPES)
 def test_x_paired_in_ring(n, k):
-    """int4 g128, bf16 x: 48, 51 and 52 = 19's bits at M = 1, 3, 8 (the same plan and arithmetic)."""
+    """int4 g128, bf16 x: 48, 51, 52 and 57 = 19's bits at M = 1, 3, 8 (the same plan and arithmetic)."""
     fn, deq, xdt = make("int4_128", n, k)
     x, xs = make_x(k, xdt)
     for m in (1, 3, 8):
         b19 = f64(call(fn, x[:m], VX2, out_dtype="float32"))
         within(f"19 n={n} k={k} M={m}", b19, xs[:m] @ deq.T, default_tol(xs[:m], deq))
-        for v in (VXP, VXCA, VXALL):
+        for v in (VXP, VXCA, VXALL, VXNOSP):
             same_bits(f"n={n} k={k} M={m}: {v} vs 19", f64(call(fn, x[:m], v, out_dtype="float32")), b19)
 
 
@@ -172,7 +173,7 @@ def test_fewer_warps(fmt, n, k):
 @pytest.mark.parametrize("n,k", [(2051, 1024), (4099, 1536), (37, 4096), (300, 14336), (37, 32768), (300, 4864),
                                  (1000, 384)])
 def test_x_paired_other_formats(fmt, n, k):
-    """52 (MODE 11 with the default's plan) on int4 g32 / g64, NVF4 and float16 x: the default's bits at
+    """52 / 57 (MODE 11 with the default's plan) on int4 g32 / g64, NVF4 and float16 x: the default's bits at
     M = 1, 3, 8 (MODE 8's arithmetic on the same values), within the float64 bound; 48 and 51 change int4
     g128 with bf16 x only (the default's bits here)."""
     fn, deq, xdt = make(fmt, n, k)
@@ -180,7 +181,7 @@ def test_x_paired_other_formats(fmt, n, k):
     for m in (1, 3, 8):
         a = f64(call(fn, x[:m], 0, out_dtype="float32"))
         within(f"{fmt} default n={n} k={k} M={m}", a, xs[:m] @ deq.T, default_tol(xs[:m], deq))
-        for v in (VXALL, VXP, VXCA):
+        for v in (VXALL, VXP, VXCA, VXNOSP):
             same_bits(f"{fmt} n={n} k={k} M={m}: {v} vs the default", f64(call(fn, x[:m], v, out_dtype="float32")), a)
 
 
@@ -188,7 +189,7 @@ def test_x_paired_other_formats(fmt, n, k):
 @pytest.mark.parametrize("fmt", ["int4_128", "int4_64", "int4_32", "nvf4", "nvf4_f16"])
 def test_x_paired_partial_stage_and_view(fmt):
     """MODE 11 with a partial last stage (K = 4864: 2 valid blocks of 4) and x as a view into a wider
-    array (not its first row), M = 1: 48 / 51 / 52 = 19 (int4 g128) or the default; 53-55 within the
+    array (not its first row), M = 1: 48 / 51 / 52 / 57 = 19 (int4 g128) or the default; 53-55 within the
     bound; a bf16 output within the bound plus its rounding."""
     n, k = 300, 4864
     fn, deq, xdt = make(fmt, n, k)
@@ -198,7 +199,7 @@ def test_x_paired_partial_stage_and_view(fmt):
     ref, tol = xs @ deq.T, default_tol(xs, deq)
     base = f64(call(fn, xv, VX2 if fmt == "int4_128" else 0, out_dtype="float32"))
     within(f"{fmt} x view: base", base, ref, tol)
-    for v in (VXP, VXCA, VXALL):
+    for v in (VXP, VXCA, VXALL, VXNOSP):
         same_bits(f"{fmt} x view: {v} vs base", f64(call(fn, xv, v, out_dtype="float32")), base)
     for v in (VXP3, VXP2W8, VXP3W8):
         within(f"{fmt} x view: {v}", f64(call(fn, xv, v, out_dtype="float32")), ref, tol)
