@@ -25,7 +25,8 @@
 // wt 8 (half the warps per SM: twice the stages per warp, half the bytes in flight), 55 a ring of 3 and wt 8,
 // 56 the copies alone (MODE 1, the probe: wrong results) with a ring of 2 (48's warps per CTA at the three
 // benchmark shapes: one stage of codes in flight per warp, as 48; variant 7 keeps two), 57 52 without the
-// CTA spreading (the same warps per CTA, so 52's bits; room for the next call's CTAs under PDL);
+// CTA spreading (the same warps per CTA, so 52's bits; room for the next call's CTAs under PDL), 58 53
+// with k_w4's MODE 13 (the first stage waits for its own codes and x only; 53's bits);
 // 0 / 2 / 10 the default (MODE kDefaultMode, ring of kDefaultD; int4 g128 with bf16 x: the configuration
 // of variant kG128Wide where N >= 2 K and of kG128Mid elsewhere, 48 since session 7's final run). Removed in session 6: 4 (stages
 // of 8 blocks), 5 (a ring of 4), 8 (int4's shifts as mul.hi; NVF4's 8 is the per-lane kernel's),
@@ -52,7 +53,7 @@ struct W4Cfg {
   bool old = false;            // MODE 0 whatever kDefaultMode is (variant 13)
   bool shape = false;          // int4 g128: the per-shape plan (variant 37 / 39)
   bool ord = false;            // int4 g128: codes in the mma nibble order (38 / 39)
-  bool xall = false;           // MODE 11 for every format and x type (52-55, 57)
+  bool xall = false;           // MODE 11 / 13 for every format and x type (52-55, 57, 58)
 };
 
 // A variant without a configuration of its own (0, 2: no PDL, 10, ..., the other formats' numbers)
@@ -86,6 +87,7 @@ W4Cfg w4_cfg(int variant) {
     case 55: c.mode = 11, c.d = 3, c.wt = 8, c.xall = true; break;
     case 56: c.mode = 1, c.d = 2; break;
     case 57: c.mode = 11, c.d = 2, c.xall = true, c.spread = false; break;
+    case 58: c.mode = 13, c.d = 3, c.wt = 12, c.xall = true; break;
     case 51: c.mode = 12, c.d = 2; break;
     default: break;
   }
@@ -212,7 +214,7 @@ void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_
 // a row's bits do not depend on M.
 template <class T, class F, int M, int D = 3, bool ORD = false>
 void launch_mode(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
-  if constexpr (M == 8 || M == 9 || M == 11 || M == 12) {  // 9: 8 with the stage loop rolled (M > 1: MODE 10)
+  if constexpr (M == 8 || M == 9 || M == 11 || M == 12 || M == 13) {  // 9: 8 with the stage loop rolled (M > 1: MODE 10)
     const int64_t rp = D * int64_t(W4Layout<F, 4>::STAGE + 4 * 256);
     if (p.m == 1) return launch_k<T, F, 4, D, M, false, 2, ORD>(p, c, st, rp);
     return launch_k<T, F, 4, D, M == 9 ? 10 : 0, false, 2, ORD>(p, c, st, rp);
@@ -234,6 +236,13 @@ void launch_s7(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
   return launch_mode<T, F, kDefaultMode, kDefaultD, ORD>(p, W4Cfg{}, st);
 }
 
+// MODE 11 / 13 (x paired in the ring at M = 1; M > 1: MODE 0 with the same plan) with c's ring
+template <class T, class F>
+void launch_xp(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
+  if (c.mode == 13) return launch_mode<T, F, 13, 3>(p, c, st);  // 58 (a ring of 3 only)
+  return c.d == 3 ? launch_mode<T, F, 11, 3>(p, c, st) : launch_mode<T, F, 11, 2>(p, c, st);
+}
+
 template <class T, class F>
 void launch_f(const QGemvArgs& p, cudaStream_t st) {
   W4Cfg c = w4_cfg(p.variant);
@@ -248,15 +257,14 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
       if (!applies_cfg<F, 4>(p)) return launch_k<T, F, 4, 3, 0, true>(p, W4Cfg{}, st);
       return launch_mode<T, F, 12, 2>(p, c, st);
     }
-    if (c.mode == 11) {  // 48, 52-55, 57: x paired in the ring at M = 1 (M > 1: MODE 0, the same plan) at every shape
+    if (c.mode == 11 || c.mode == 13) {  // 48, 52-55, 57, 58: x paired in the ring at M = 1 (M > 1: MODE 0)
       if (!applies_cfg<F, 4>(p)) return launch_k<T, F, 4, 3, 0, true>(p, W4Cfg{}, st);
-      return c.d == 3 ? launch_mode<T, F, 11, 3>(p, c, st) : launch_mode<T, F, 11, 2>(p, c, st);
+      return launch_xp<T, F>(p, c, st);
     }
   }
   if (!applies_cfg<F, 4>(p))  // rows of scales / zero points not 16-byte aligned (K % 512 != 0)
     return launch_k<T, F, 4, 3, 0, true>(p, W4Cfg{}, st);
-  if (c.xall)  // 52-55, 57: MODE 11 for int4 g32 / g64, NVF4 and float16 x too (M > 1: MODE 0, the same plan)
-    return c.d == 3 ? launch_mode<T, F, 11, 3>(p, c, st) : launch_mode<T, F, 11, 2>(p, c, st);
+  if (c.xall) return launch_xp<T, F>(p, c, st);  // 52-58: int4 g32 / g64, NVF4 and float16 x too
   if constexpr (std::is_same_v<T, bf16>) {  // the other benchmarking variants: bf16 x only
     if (c.mode == 11 || c.mode == 12) c = W4Cfg{};  // 48, 51 change int4 g128 only
     switch (c.mode) {

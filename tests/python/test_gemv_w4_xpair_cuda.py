@@ -11,7 +11,8 @@ NVF4 and float16 x: the default's bits; int4 g128 with bf16 x: 48), 53 / 55 = MO
 and a target of 12 / 8 warps per SM, 54 = a ring of 2 and 8 warps per SM (other plans: another split of K
 over the warps, so not the default's bits: the float64 bound of the arithmetic, 2 (K + 2) 2^-24 sum |x| |w|,
 and M-independence); 57 = 52 without the CTA spreading (the same warps per CTA: 52's bits); 56 = the copies
-alone with a ring of 2 (wrong results by design: only that it runs). Session 7's DEC variants (45-47, 49,
+alone with a ring of 2 (wrong results by design: only that it runs); 58 = 53 with MODE 13 (the first stage
+waits for its own codes and x only: 53's bits). Session 7's DEC variants (45-47, 49,
 50) were removed in session 8 (slower at every shape). Skipped without a GPU."""
 import math
 
@@ -23,7 +24,7 @@ import gpukit as gk
 cuda = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(909)
 VX2, VXP, VXCA = 19, 48, 51
-VXALL, VXP3, VXP2W8, VXP3W8, VXNOSP = 52, 53, 54, 55, 57
+VXALL, VXP3, VXP2W8, VXP3W8, VXNOSP, VXP3E = 52, 53, 54, 55, 57, 58
 # the int4 g128 / bf16 x default's configuration where N >= 2 K / elsewhere: kG128Wide / kG128Mid in
 # src/cuda/gemv_w4_staged.cu (change both places)
 DEFAULT_G128_WIDE, DEFAULT_G128_MID = 48, 48
@@ -156,14 +157,18 @@ def test_x_paired_in_ring(n, k):
                          [(f, n, k) for f in FMTS for n, k in [(2051, 1024), (300, 14336), (37, 32768), (1000, 384)]])
 def test_fewer_warps(fmt, n, k):
     """53 / 55 (a ring of 3, 12 / 8 warps per SM) and 54 (a ring of 2, 8 warps per SM): within the float64
-    bound, a row's bits independent of M, the same bits on a second call; narrow rows (K % 512 != 0) run
-    the narrow kernel: the default's bits."""
+    bound, a row's bits independent of M, the same bits on a second call; 58 = 53 at M = 1 and 8; narrow
+    rows (K % 512 != 0) run the narrow kernel: the default's bits."""
     fn, deq, xdt = make(fmt, n, k)
     x, xs = make_x(k, xdt)
     ref, tol = xs @ deq.T, default_tol(xs, deq)
     for v in (VXP3, VXP2W8, VXP3W8):
         full = rows_match(f"{fmt} variant {v} n={n} k={k}", fn, v, x, lambda tag, got: within(tag, got, ref, tol))
         same_bits(f"{fmt} n={n} k={k}: {v} again", f64(call(fn, x, v, out_dtype="float32")), full)
+        if v == VXP3:  # 58: 53's plan and arithmetic, another order of the first copies
+            for m in (1, 8):
+                same_bits(f"{fmt} n={n} k={k} M={m}: 58 vs 53", f64(call(fn, x[:m], VXP3E, out_dtype="float32")),
+                          full[:m] if m == 8 else f64(call(fn, x[:1], VXP3, out_dtype="float32")))
         if k % 512 != 0:
             same_bits(f"{fmt} n={n} k={k} narrow: {v} vs the default", full, f64(call(fn, x, 0, out_dtype="float32")))
 
@@ -189,8 +194,8 @@ def test_x_paired_other_formats(fmt, n, k):
 @pytest.mark.parametrize("fmt", ["int4_128", "int4_64", "int4_32", "nvf4", "nvf4_f16"])
 def test_x_paired_partial_stage_and_view(fmt):
     """MODE 11 with a partial last stage (K = 4864: 2 valid blocks of 4) and x as a view into a wider
-    array (not its first row), M = 1: 48 / 51 / 52 / 57 = 19 (int4 g128) or the default; 53-55 within the
-    bound; a bf16 output within the bound plus its rounding."""
+    array (not its first row), M = 1: 48 / 51 / 52 / 57 = 19 (int4 g128) or the default; 53-55, 58 within
+    the bound, 58 = 53; an output in x's dtype within the bound plus its rounding."""
     n, k = 300, 4864
     fn, deq, xdt = make(fmt, n, k)
     big = gk.asarray(RNG.standard_normal((3, k + 64)).astype(np.float32)).astype(xdt)
@@ -201,11 +206,13 @@ def test_x_paired_partial_stage_and_view(fmt):
     within(f"{fmt} x view: base", base, ref, tol)
     for v in (VXP, VXCA, VXALL, VXNOSP):
         same_bits(f"{fmt} x view: {v} vs base", f64(call(fn, xv, v, out_dtype="float32")), base)
-    for v in (VXP3, VXP2W8, VXP3W8):
+    for v in (VXP3, VXP2W8, VXP3W8, VXP3E):
         within(f"{fmt} x view: {v}", f64(call(fn, xv, v, out_dtype="float32")), ref, tol)
         got = f64(call(fn, xv, v).astype("float32"))  # the output dtype of x
         assert np.all(np.isfinite(got)), f"{fmt} variant {v}: non-finite outputs"
         within(f"{fmt} x view: {v} {xdt} out", got, ref, tol + 2.0**-8 * np.abs(ref))
+    same_bits(f"{fmt} x view: 58 vs 53", f64(call(fn, xv, VXP3E, out_dtype="float32")),
+              f64(call(fn, xv, VXP3, out_dtype="float32")))
 
 
 @cuda

@@ -104,7 +104,9 @@ struct W4Frag {
 // with the stage's x paired in place once per stage (x0 x4, x1 x5, .. : 8 byte permutes per lane and
 // stage instead of 2 per mma; every quad reads the same x at M = 1) and x copied through L1
 // (cp.async.ca: the CTAs of an SM read the same x; MODE 8 copies it with .cg, L2 only), the same
-// bits; 12: 8 with x copied through L1 only. MINB: CTAs of 256 threads per SM the registers are sized for
+// bits; 12: 8 with x copied through L1 only; session 8: 13 (a ring of 3) 11 with stage 0's x copied right
+// after the PDL wait and stage 1 after it (codes and x together), so the first stage waits for its own
+// codes and x only (MODE 11 waits for all stages issued before the PDL wait); the same bits. MINB: CTAs of 256 threads per SM the registers are sized for
 // (2: 128 registers). (Session 6's MODE 6, the int4 "zero-point mma", was removed after
 // checkpoint A: slower at every shape; docs/notes/gemv4-s6.md.)
 // ORD (session 7, a storage-layout flag): each 32-bit word of codes holds weights 2p in nibble p and
@@ -117,8 +119,9 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   using L = W4Layout<F, KB, NARROW>;
   // LEAN: wide meta copies with at most one zero-point unit per row (KB = 4)
   constexpr bool PROBE = MODE == 1, LEAN = (MODE == 3 || MODE == 5) && !NARROW && L::NUZ <= 1, XA = MODE == 5,
-                 NOX = MODE == 7, XS = MODE == 8 || MODE == 9 || MODE == 11 || MODE == 12,
-                 ROLL = MODE == 9 || MODE == 10, XP = MODE == 11, XCA = MODE == 11 || MODE == 12;
+                 NOX = MODE == 7, XS = MODE == 8 || MODE == 9 || MODE == 11 || MODE == 12 || MODE == 13,
+                 ROLL = MODE == 9 || MODE == 10, XP = MODE == 11 || MODE == 13, XCA = XP || MODE == 12,
+                 XE = MODE == 13;
   static_assert(!XP || !ORD, "XP: codes in the natural order");
   // XS (M = 1 only): x of each stage's blocks travels with the codes (cp.async, after the PDL wait)
   constexpr int XB = XS ? KB * 256 : 0, STG = L::STAGE + XB;
@@ -278,10 +281,20 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   const T* xr = static_cast<const T*>(p.x) + int64_t(xrow) * p.x_rs + b0 * 128 + t * (F::G / 4);
 
   pdl_trigger();
+  if constexpr (XE) {  // stage 0's codes; after the PDL wait its x, then stages 1 .. D - 2 whole
+    issue(0);
+    pdl_wait();
+    if (b1 - b0 > 0) issue_x(ring, static_cast<const uint8_t*>(p.x) + b0 * 256, b1 - b0);
+    cp_commit();
+    xon = true;
 #pragma unroll
-  for (int st = 0; st < D - 1; ++st) issue(st);
-  pdl_wait();
-  if constexpr (XS) {  // x of the stages issued before the PDL wait: one more group
+    for (int st = 1; st < D - 1; ++st) issue(st);
+  } else {
+#pragma unroll
+    for (int st = 0; st < D - 1; ++st) issue(st);
+    pdl_wait();
+  }
+  if constexpr (XS && !XE) {  // x of the stages issued before the PDL wait: one more group
 #pragma unroll
     for (int st = 0; st < D - 1; ++st)
       if (b1 - b0 - int64_t(st) * KB > 0)
@@ -377,8 +390,12 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
       for (int w = 0; w < 4; ++w) xbuf[0][w] = xnext[w];
     } else if constexpr (!PROBE && !XS) load_x(xbuf[0], 0);
     if constexpr (XS) {  // the first stage: also the x group issued after the PDL wait
-      if (first) cp_wait<0>();
-      else cp_wait<D - 2>();
+      if (first) {
+        if constexpr (XE) cp_wait<D - 2>();  // groups: codes 0, x 0, stages 1 .. D - 2: the first two done
+        else cp_wait<0>();
+      } else {
+        cp_wait<D - 2>();
+      }
     } else {
       cp_wait<D - 2>();
     }
