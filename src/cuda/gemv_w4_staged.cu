@@ -214,7 +214,7 @@ void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_
 // a row's bits do not depend on M.
 template <class T, class F, int M, int D = 3, bool ORD = false>
 void launch_mode(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
-  if constexpr (M == 8 || M == 9 || M == 11 || M == 12 || M == 13) {  // 9: 8 with the stage loop rolled (M > 1: MODE 10)
+  if constexpr (M == 8 || M == 9 || M >= 11) {  // 9: 8 with the stage loop rolled (M > 1: MODE 10)
     const int64_t rp = D * int64_t(W4Layout<F, 4>::STAGE + 4 * 256);
     if (p.m == 1) return launch_k<T, F, 4, D, M, false, 2, ORD>(p, c, st, rp);
     return launch_k<T, F, 4, D, M == 9 ? 10 : 0, false, 2, ORD>(p, c, st, rp);

@@ -106,8 +106,8 @@ struct W4Frag {
 // (cp.async.ca: the CTAs of an SM read the same x; MODE 8 copies it with .cg, L2 only), the same
 // bits; 12: 8 with x copied through L1 only; session 8: 13 (a ring of 3) 11 with stage 0's x copied right
 // after the PDL wait and stage 1 after it (codes and x together), so the first stage waits for its own
-// codes and x only (MODE 11 waits for all stages issued before the PDL wait); the same bits. MINB: CTAs of 256 threads per SM the registers are sized for
-// (2: 128 registers). (Session 6's MODE 6, the int4 "zero-point mma", was removed after
+// codes and x only (MODE 11 waits for all stages issued before the PDL wait); the same bits. MINB:
+// CTAs of 256 threads per SM the registers are sized for (2: 128 registers). (Session 6's MODE 6, the int4 "zero-point mma", was removed after
 // checkpoint A: slower at every shape; docs/notes/gemv4-s6.md.)
 // ORD (session 7, a storage-layout flag): each 32-bit word of codes holds weights 2p in nibble p and
 // 2p + 1 in nibble p + 4 (p = 0..3) instead of weight i in nibble i, so a pair (p, p + 4) is the
