@@ -87,7 +87,7 @@ GGUF_ONLY_VARIANTS = (21, 22, 29, 30, 31, 32, 33, 34, 35, 36)  # --variants: the
 # the GGUF formats a variant changes (others: skipped; not listed: all five)
 GGUF_VARIANT_FMTS = {22: ("q4_k", "q6_k"), 31: ("q4_k", "q6_k"), 32: ("q4_1", "q4_k"), 33: ("q4_1", "q4_k", "q6_k"),
                      35: ("q4_1", "q4_k", "q6_k")}
-INT4_ONLY_VARIANTS = (6, 9, 10, 11, 14, 16, 17, 19, 20, 27, 37, 38, 39, 45, 46, 47, 48, 49, 50, 51)  # --variants: int4 / nvf4 only (8: int4 and nvf4; 7: int4 and GGUF; 12 / 13: int4 / nvf4 and Q8_0)
+INT4_ONLY_VARIANTS = (6, 9, 10, 11, 14, 16, 17, 19, 20, 27, 37, 38, 39, 48, 51, 52, 53, 54, 55, 56, 57, 58)  # --variants: int4 / nvf4 only (8: int4 and nvf4; 7: int4 and GGUF; 12 / 13: int4 / nvf4 and Q8_0)
 NEW_KERNEL_VARIANTS = (3, 4, 5, 7)  # int4, nvf4 and the GGUF formats only
 GGUF_FMTS = ("q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 
@@ -115,14 +115,16 @@ W4_VARIANT_NAMES = {1: "the per-lane-chunk kernel of gemv_mma.cuh", 2: "without 
                     37: "int4 g128: the per-shape plan (variant 20 where N >= 2 K, else 19; the bf16 default in session 7 until its final run)",
                     38: "int4 g128: the default on codes in the mma nibble order (no x byte permutes)",
                     39: "int4 g128: 37 on codes in the mma nibble order",
-                    45: "int4 g128: 37 with the zero point through x sums (DEC 1: no packed subtraction)",
-                    46: "int4 g128: 45 with the code shifts as mul.hi (DEC 2)",
-                    47: "int4 g128: 39 (mma nibble order) with DEC 1",
                     48: "int4 g128: 19 with x paired in the ring once per stage (MODE 11; 19's bits; the bf16 default since session 7's final run)",
-                    49: "int4 g128: 48 with DEC 1",
-                    50: "int4 g128: 48 with DEC 2",
-                    51: "int4 g128: 19 with x copied through L1 (MODE 12; 19's bits)"}
-W4_ORDER_VARIANTS = (38, 39, 47)  # int4 g128: timed and checked on codes reordered by mma_order (other formats: the default)
+                    51: "int4 g128: 19 with x copied through L1 (MODE 12; 19's bits)",
+                    52: "x paired in the ring once per stage (MODE 11) for every format (int4 g128: 48; others: the default's bits)",
+                    53: "MODE 11 with a ring of 3, wt 12 (two stages in flight per warp; other bits, tested)",
+                    54: "MODE 11 with a ring of 2, wt 8 (half the warps per SM, twice the stages per warp; other bits)",
+                    55: "MODE 11 with a ring of 3, wt 8 (other bits, tested)",
+                    56: "staged probe with a ring of 2: the copies alone with one stage in flight per warp (48's warps; wrong results)",
+                    57: "52 without the CTA spreading (52's bits; the next call's CTAs may start early under PDL)",
+                    58: "53 with the first stage waiting for its own codes and x only (MODE 13; 53's bits)"}
+W4_ORDER_VARIANTS = (38, 39)  # int4 g128: timed and checked on codes reordered by mma_order (other formats: the default)
 
 
 def mma_order(q):
@@ -360,7 +362,7 @@ def main():
                             vargs = fn.mma_args()
                             vcalls = [(lambda a=a: fn(x, *a)) for a in vargs[:copies] * 2]
                         gk._C._gemv_set_variant(var)
-                        if var not in (7, 16, 36):  # the probes compute nothing (16: int4 / nvf4; 36: GGUF)
+                        if var not in (7, 16, 36, 56):  # the probes compute nothing (16 / 56: int4 / nvf4; 36: GGUF)
                             check(fmt, fn(x, *vargs[0]), x, deq)
                         v1 = tbs(nbytes, median(time_graph(vcalls, rounds)))
                         vname = (W4_VARIANT_NAMES if base.startswith(("int4", "nvf4")) else VARIANT_NAMES)[var]

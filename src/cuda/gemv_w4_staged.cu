@@ -15,16 +15,25 @@
 // session 7 (int4 g128, bf16 x; other formats and float16 x run the default): 37 the per-shape
 // plan (w4_g128_ring2: variant 20's configuration where N >= 2 K, the default elsewhere), 38 the
 // default on weights in the mma nibble order (k_w4's ORD: nibble p = weight 2p, p + 4 = 2p + 1 in
-// each 32-bit word; wrong results on the natural order), 39 37 with the mma nibble order; 45 / 46 37
-// with k_w4's DEC 1 / 2 (the zero point through x sums; 2: the code shifts as mul.hi), 47 39 with DEC 1,
-// 48 / 49 / 50 MODE 11 (x paired in place in the ring once per stage, copied through L1) with DEC 0 / 1 /
-// 2 at every shape, 51 MODE 12 (19 with x copied through L1);
+// each 32-bit word; wrong results on the natural order), 39 37 with the mma nibble order, 48 MODE 11
+// (x paired in place in the ring once per stage, copied through L1) at every shape, 51 MODE 12 (19 with
+// x copied through L1); session 8 (every format and x type, float16 x included; off by default): 52
+// MODE 11 with the default's plan (int4 g32 / g64, NVF4, float16 x: the default's bits; int4 g128 with
+// bf16 x: 48), 53 MODE 11 with a ring of 3 (two stages in flight per warp) and wt 12 (the shared memory
+// then allows 1 warp per CTA at (4096, 14336): 8 stages per warp, the same bytes in flight per SM, half the
+// exposed last stage; 6 warps at (14336, 4096): 1.5x the bytes in flight), 54 MODE 11 with a ring of 2 and
+// wt 8 (half the warps per SM: twice the stages per warp, half the bytes in flight), 55 a ring of 3 and wt 8,
+// 56 the copies alone (MODE 1, the probe: wrong results) with a ring of 2 (48's warps per CTA at the three
+// benchmark shapes: one stage of codes in flight per warp, as 48; variant 7 keeps two), 57 52 without the
+// CTA spreading (the same warps per CTA, so 52's bits; room for the next call's CTAs under PDL), 58 53
+// with k_w4's MODE 13 (the first stage waits for its own codes and x only; 53's bits);
 // 0 / 2 / 10 the default (MODE kDefaultMode, ring of kDefaultD; int4 g128 with bf16 x: the configuration
 // of variant kG128Wide where N >= 2 K and of kG128Mid elsewhere, 48 since session 7's final run). Removed in session 6: 4 (stages
 // of 8 blocks), 5 (a ring of 4), 8 (int4's shifts as mul.hi; NVF4's 8 is the per-lane kernel's),
 // 12 (11 + mul.hi): slower than the default at every shape of session 5; 15 / 18 (int4's
 // "zero-point mma", with / without x through the ring): slower at every shape of session 6's
-// checkpoint A (docs/notes/gemv4-s6.md).
+// checkpoint A (docs/notes/gemv4-s6.md). Removed in session 8: 45-47, 49, 50 (k_w4's DEC 1 / 2, the zero
+// point through x sums): slower than 48 at every shape of session 7's final run (docs/notes/gemv4-s7.md).
 #include "common/gemv_w4.cuh"
 #include "common/gemv_w4_launch.cuh"
 #include "core/cuda_util.h"
@@ -44,14 +53,14 @@ struct W4Cfg {
   bool old = false;            // MODE 0 whatever kDefaultMode is (variant 13)
   bool shape = false;          // int4 g128: the per-shape plan (variant 37 / 39)
   bool ord = false;            // int4 g128: codes in the mma nibble order (38 / 39)
-  int dec = 0;                 // int4 g128: k_w4's DEC (45-47)
+  bool xall = false;           // MODE 11 / 13 for every format and x type (52-55, 57, 58)
 };
 
 // A variant without a configuration of its own (0, 2: no PDL, 10, ..., the other formats' numbers)
 bool w4_is_default(const W4Cfg& c) {
   const W4Cfg d;
   return c.kb == d.kb && c.d == d.d && c.wt == d.wt && c.mode == d.mode && c.minb == d.minb &&
-         c.spread == d.spread && !c.old && !c.shape && !c.ord && c.dec == 0;
+         c.spread == d.spread && !c.old && !c.shape && !c.ord && !c.xall;
 }
 
 W4Cfg w4_cfg(int variant) {
@@ -71,12 +80,14 @@ W4Cfg w4_cfg(int variant) {
     case 37: c.shape = true; break;
     case 38: c.ord = true; break;
     case 39: c.shape = true, c.ord = true; break;
-    case 45: c.shape = true, c.dec = 1; break;
-    case 46: c.shape = true, c.dec = 2; break;
-    case 47: c.shape = true, c.ord = true, c.dec = 1; break;
     case 48: c.mode = 11, c.d = 2; break;
-    case 49: c.mode = 11, c.d = 2, c.dec = 1; break;
-    case 50: c.mode = 11, c.d = 2, c.dec = 2; break;
+    case 52: c.mode = 11, c.d = 2, c.xall = true; break;
+    case 53: c.mode = 11, c.d = 3, c.wt = 12, c.xall = true; break;
+    case 54: c.mode = 11, c.d = 2, c.wt = 8, c.xall = true; break;
+    case 55: c.mode = 11, c.d = 3, c.wt = 8, c.xall = true; break;
+    case 56: c.mode = 1, c.d = 2; break;
+    case 57: c.mode = 11, c.d = 2, c.xall = true, c.spread = false; break;
+    case 58: c.mode = 13, c.d = 3, c.wt = 12, c.xall = true; break;
     case 51: c.mode = 12, c.d = 2; break;
     default: break;
   }
@@ -107,9 +118,9 @@ bool w4_g128_ring2(int64_t n, int64_t k) { return n >= 2 * k; }
 // (another plan: warps per CTA); tested within the default's float64 bound and independent of M
 // (tests/python/test_gemv_w4_s7_cuda.py). Variant 19 keeps the previous configuration. float16 x
 // keeps x through a ring of 2 (unmeasured with the per-shape plan). The default is the configuration
-// of variant kG128Wide where N >= 2 K (w4_g128_ring2) and of kG128Mid elsewhere: each one of 37 / 45-51
+// of variant kG128Wide where N >= 2 K (w4_g128_ring2) and of kG128Mid elsewhere: each one of 37 / 48 / 51-55
 // (configurations complete in w4_cfg, each tested at every shape; the choice is a function of (N, K),
-// so a row's bits stay independent of M). tests/python/test_gemv_w4_dec_cuda.py names them too
+// so a row's bits stay independent of M). tests/python/test_gemv_w4_xpair_cuda.py names them too
 // (DEFAULT_G128_WIDE / _MID): change both.
 // Since session 7's final run both are 48 (MODE 11: at M = 1 x paired once per stage in shared memory, the
 // session-6 default's arithmetic: variant 19's bits). docs/device-runs/2026-11-30-h200-s7-final-2.log plan 11,
@@ -117,6 +128,11 @@ bool w4_g128_ring2(int64_t n, int64_t k) { return n >= 2 * k; }
 // 46 / 45 (the DEC variants 45-47, 49, 50 were slower everywhere: 49-61 / 56-63 / 71-87).
 constexpr int kG128Wide = 48;
 constexpr int kG128Mid = 48;
+// int4 g32 / g64, NVF4 and float16 x (every format but int4 g128 with bf16 x): true runs variant 52's
+// configuration by default (MODE 11 with the default's plan: the same bits as MODE 8). Off until a device
+// run measures 52 against the default (docs/notes/gemv4-s8-prep.md); tests/python/test_gemv_w4_xpair_cuda.py
+// checks 52 = the default bit for bit, so switching needs no new test.
+constexpr bool kXPairOthers = false;
 
 constexpr int kSMs = 132;
 constexpr int kSmemMax = 200 * 1024;    // dynamic shared memory of one CTA at most
@@ -169,15 +185,14 @@ bool applies_any(const QGemvArgs& p) {
 
 // ring_plan: the ring bytes per warp the plan (warps per CTA) is made for (0: this kernel's);
 // XS (MODE 8, M = 1) and its M > 1 kernel (MODE 0) take the plan of the XS ring.
-template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2, bool ORD = false,
-          int DEC = 0>
+template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2, bool ORD = false>
 void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_plan = 0) {
   constexpr int SB = W4Layout<F, KB, NARROW>::STAGE + (MODE == 8 || MODE == 9 || MODE >= 11 ? KB * 256 : 0);
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   const int split = std::max(1, p.split);
   const int nw = w4_warps(p.n, p.k, split, c, ring_plan > 0 ? ring_plan : int64_t(D) * SB);
-  smem_limit<k_w4<T, F, KB, D, MODE, NARROW, MINB, ORD, DEC>>(kSmemMax);
+  smem_limit<k_w4<T, F, KB, D, MODE, NARROW, MINB, ORD>>(kSmemMax);
   int smem = std::max(nw * D * SB, nw * 32 * 4 * 4);
   if (smem > kSmemMax) throw ValueError("gemv: the staged 4-bit kernel's shared memory does not fit");
   // When all CTAs fit on the GPU at once, ask for enough shared memory that at most
@@ -188,7 +203,7 @@ void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_
     const int64_t cap = kSmSmem / (per_sm + 1) - 1024 - 512 + 256;  // just too much for per_sm + 1 CTAs
     if (per_sm * (cap + 1024 + 512) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
   }
-  launch_ex(k_w4<T, F, KB, D, MODE, NARROW, MINB, ORD, DEC>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st,
+  launch_ex(k_w4<T, F, KB, D, MODE, NARROW, MINB, ORD>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st,
             p.variant != 2, p);
   GK_LAUNCH_CHECK("qgemv_w4_staged");
   if (split > 1) launch_sum_q(p, st);
@@ -197,58 +212,63 @@ void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_
 // k_w4 MODE M with the wide copies and a ring of D; M = 8 (x through the ring) runs at M = 1
 // only: M > 1 runs MODE 0 with the same plan (the warps per CTA made for the larger XS ring), so
 // a row's bits do not depend on M.
-template <class T, class F, int M, int D = 3, bool ORD = false, int DEC = 0>
+template <class T, class F, int M, int D = 3, bool ORD = false>
 void launch_mode(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
-  if constexpr (M == 8 || M == 9 || M == 11 || M == 12) {  // 9: 8 with the stage loop rolled (M > 1: MODE 10)
+  if constexpr (M == 8 || M == 9 || M >= 11) {  // 9: 8 with the stage loop rolled (M > 1: MODE 10)
     const int64_t rp = D * int64_t(W4Layout<F, 4>::STAGE + 4 * 256);
-    if (p.m == 1) return launch_k<T, F, 4, D, M, false, 2, ORD, DEC>(p, c, st, rp);
-    return launch_k<T, F, 4, D, M == 9 ? 10 : 0, false, 2, ORD, DEC>(p, c, st, rp);
+    if (p.m == 1) return launch_k<T, F, 4, D, M, false, 2, ORD>(p, c, st, rp);
+    return launch_k<T, F, 4, D, M == 9 ? 10 : 0, false, 2, ORD>(p, c, st, rp);
   } else {
-    return launch_k<T, F, 4, D, M, false, 2, ORD, DEC>(p, c, st);
+    return launch_k<T, F, 4, D, M, false, 2, ORD>(p, c, st);
   }
 }
 
-// Variants 37-39 and 45-47 (int4 g128, bf16 x) and the int4 g128 bf16 default (37's configuration
-// since session 7): the per-shape plan and / or the mma nibble order (ORD) and / or k_w4's DEC.
-// Narrow rows (K % 512 != 0) run the narrow kernel with the natural decode (DEC 0) whatever DEC is.
-template <class T, class F, bool ORD, int DEC = 0>
+// Variants 37-39 (int4 g128, bf16 x): the per-shape plan and / or the mma nibble order (ORD).
+// Narrow rows (K % 512 != 0) run the narrow kernel.
+template <class T, class F, bool ORD>
 void launch_s7(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
   if (!applies_cfg<F, 4>(p)) return launch_k<T, F, 4, 3, 0, true, 2, ORD>(p, W4Cfg{}, st);
   if (c.shape && w4_g128_ring2(p.n, p.k)) {
     W4Cfg c20;
     c20.d = 2;
-    return launch_mode<T, F, 0, 2, ORD, DEC>(p, c20, st);
+    return launch_mode<T, F, 0, 2, ORD>(p, c20, st);
   }
-  return launch_mode<T, F, kDefaultMode, kDefaultD, ORD, DEC>(p, W4Cfg{}, st);
+  return launch_mode<T, F, kDefaultMode, kDefaultD, ORD>(p, W4Cfg{}, st);
+}
+
+// MODE 11 / 13 (x paired in the ring at M = 1; M > 1: MODE 0 with the same plan) with c's ring
+template <class T, class F>
+void launch_xp(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
+  if (c.mode == 13) return launch_mode<T, F, 13, 3>(p, c, st);  // 58 (a ring of 3 only)
+  return c.d == 3 ? launch_mode<T, F, 11, 3>(p, c, st) : launch_mode<T, F, 11, 2>(p, c, st);
 }
 
 template <class T, class F>
 void launch_f(const QGemvArgs& p, cudaStream_t st) {
   W4Cfg c = w4_cfg(p.variant);
   constexpr bool kG128 = std::is_same_v<T, bf16> && F::G == 128 && !F::kNvf4;
-  if constexpr (kG128) {  // 37-39, 45-51 (their narrow kernel too)
+  if constexpr (!kG128 && kXPairOthers)
+    if (w4_is_default(c)) c = w4_cfg(52);
+  if constexpr (kG128) {  // 37-39, 48, 51 (their narrow kernel too)
     if (w4_is_default(c)) c = w4_cfg(w4_g128_ring2(p.n, p.k) ? kG128Wide : kG128Mid);  // the default
-    if (c.ord) return c.dec == 1 ? launch_s7<T, F, true, 1>(p, c, st) : launch_s7<T, F, true>(p, c, st);
-    if (c.dec == 1) return launch_s7<T, F, false, 1>(p, c, st);
-    if (c.dec == 2) return launch_s7<T, F, false, 2>(p, c, st);
+    if (c.ord) return launch_s7<T, F, true>(p, c, st);
     if (c.shape) return launch_s7<T, F, false>(p, c, st);
     if (c.mode == 12) {  // 51: 19 with x copied through L1
       if (!applies_cfg<F, 4>(p)) return launch_k<T, F, 4, 3, 0, true>(p, W4Cfg{}, st);
       return launch_mode<T, F, 12, 2>(p, c, st);
     }
-    if (c.mode == 11) {  // 48-50: x paired in the ring at M = 1 (M > 1: MODE 0, the same plan) at every shape
+    if (c.mode == 11 || c.mode == 13) {  // 48, 52-55, 57, 58: x paired in the ring at M = 1 (M > 1: MODE 0)
       if (!applies_cfg<F, 4>(p)) return launch_k<T, F, 4, 3, 0, true>(p, W4Cfg{}, st);
-      if (c.dec == 1) return launch_mode<T, F, 11, 2, false, 1>(p, c, st);
-      if (c.dec == 2) return launch_mode<T, F, 11, 2, false, 2>(p, c, st);
-      return launch_mode<T, F, 11, 2>(p, c, st);
+      return launch_xp<T, F>(p, c, st);
     }
   }
   if (!applies_cfg<F, 4>(p))  // rows of scales / zero points not 16-byte aligned (K % 512 != 0)
     return launch_k<T, F, 4, 3, 0, true>(p, W4Cfg{}, st);
-  if constexpr (std::is_same_v<T, bf16>) {  // the benchmarking variants: bf16 x only
-    if (c.mode == 11 || c.mode == 12 || c.dec != 0) c = W4Cfg{};  // 45-51 change int4 g128 only
+  if (c.xall) return launch_xp<T, F>(p, c, st);  // 52-58: int4 g32 / g64, NVF4 and float16 x too
+  if constexpr (std::is_same_v<T, bf16>) {  // the other benchmarking variants: bf16 x only
+    if (c.mode == 11 || c.mode == 12) c = W4Cfg{};  // 48, 51 change int4 g128 only
     switch (c.mode) {
-      case 1: return launch_mode<T, F, 1>(p, c, st);
+      case 1: return c.d == 2 ? launch_mode<T, F, 1, 2>(p, c, st) : launch_mode<T, F, 1>(p, c, st);
       case 3: return launch_mode<T, F, 3>(p, c, st);
       case 5: return launch_mode<T, F, 5>(p, c, st);
       case 7: return launch_mode<T, F, 7>(p, c, st);

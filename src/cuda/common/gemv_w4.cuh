@@ -99,35 +99,30 @@ struct W4Frag {
 // of x copied with its codes (cp.async; the stages issued before the PDL wait get theirs in one
 // more group after it), read from shared memory at each block's start instead of global loads
 // (the same arithmetic as MODE 0); 9 / 10: 8 / 0 with the loop over the ring's stages not
-// unrolled (one full-stage body in the code instead of D; the same bits); session 7: 11 (int4, natural
-// order): 8 with the stage's x paired in place once per stage (x0 x4, x1 x5, .. : 8 byte permutes
-// per lane and stage instead of 2 per mma; every quad reads the same x at M = 1) and x copied through
-// L1 (cp.async.ca: the CTAs of an SM read the same x; MODE 8 copies it with .cg, L2 only), the same
-// bits; 12: 8 with x copied through L1 only. MINB: CTAs of 256
-// threads per SM the registers are sized for
-// (2: 128 registers). (Session 6's MODE 6, the int4 "zero-point mma", was removed after
+// unrolled (one full-stage body in the code instead of D; the same bits); session 7: 11 (codes in
+// the natural order; int4 g128 with bf16 x in session 7, every format and x type since session 8): 8
+// with the stage's x paired in place once per stage (x0 x4, x1 x5, .. : 8 byte permutes per lane and
+// stage instead of 2 per mma; every quad reads the same x at M = 1) and x copied through L1
+// (cp.async.ca: the CTAs of an SM read the same x; MODE 8 copies it with .cg, L2 only), the same
+// bits; 12: 8 with x copied through L1 only; session 8: 13 (a ring of 3) 11 with stage 0's x copied right
+// after the PDL wait and stage 1 after it (codes and x together), so the first stage waits for its own
+// codes and x only (MODE 11 waits for all stages issued before the PDL wait); the same bits. MINB:
+// CTAs of 256 threads per SM the registers are sized for (2: 128 registers). (Session 6's MODE 6, the int4 "zero-point mma", was removed after
 // checkpoint A: slower at every shape; docs/notes/gemv4-s6.md.)
 // ORD (session 7, a storage-layout flag): each 32-bit word of codes holds weights 2p in nibble p and
 // 2p + 1 in nibble p + 4 (p = 0..3) instead of weight i in nibble i, so a pair (p, p + 4) is the
 // consecutive weights (2p, 2p + 1) and x's 32-bit words pair with it as loaded (no byte permutes).
-// DEC (session 7, int4 only; the decode): 0 the codes as (magic + q) - (magic + z) by one lop3 and one
-// packed subtraction per pair; 1 "zero point through x sums": the mma takes (magic + q) as the lop3
-// makes it (no packed subtraction), and per group (magic + z) S is taken off the fp32 sum (one fma per
-// element) before the scale, S = the group's fp32 sum of x made by WPG more mma with A = the lane's x
-// pairs (the B registers of the main mma; so x paired in the ring, MODE 11, gives the same bits) and
-// B = ones (rows g and g + 8 of that sum both hold x row g: S_g = d0 + d2), each column's S taken from
-// quad 2t / 2t + 1 by two shuffles (so M = 1 gives the bits of the same row in a batch); 2: 1 with
-// the right shifts of the codes as mul.hi (the FMA pipe instead of the ALU).
-template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2, bool ORD = false,
-          int DEC = 0>
+// (Session 7's DEC 1 / 2, the zero point through x sums, variants 45-47 / 49 / 50, were removed in session 8:
+// slower at every shape of session 7's final run; docs/notes/gemv4-s7.md.)
+template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2, bool ORD = false>
 __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
-  static_assert(DEC == 0 || !F::kNvf4, "DEC > 0: int4 only");
   using L = W4Layout<F, KB, NARROW>;
   // LEAN: wide meta copies with at most one zero-point unit per row (KB = 4)
   constexpr bool PROBE = MODE == 1, LEAN = (MODE == 3 || MODE == 5) && !NARROW && L::NUZ <= 1, XA = MODE == 5,
-                 NOX = MODE == 7, XS = MODE == 8 || MODE == 9 || MODE == 11 || MODE == 12,
-                 ROLL = MODE == 9 || MODE == 10, XP = MODE == 11, XCA = MODE == 11 || MODE == 12;
-  static_assert(!XP || (!ORD && !F::kNvf4), "XP: int4 codes in the natural order");
+                 NOX = MODE == 7, XS = MODE == 8 || MODE == 9 || MODE == 11 || MODE == 12 || MODE == 13,
+                 ROLL = MODE == 9 || MODE == 10, XP = MODE == 11 || MODE == 13, XCA = XP || MODE == 12,
+                 XE = MODE == 13;
+  static_assert(!XP || !ORD, "XP: codes in the natural order");
   // XS (M = 1 only): x of each stage's blocks travels with the codes (cp.async, after the PDL wait)
   constexpr int XB = XS ? KB * 256 : 0, STG = L::STAGE + XB;
   constexpr int P = L::P, NK = KB / 2, NG = F::NG, LB = F::LB, WPG = F::WPG;
@@ -157,10 +152,8 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   // scale / zero-point copies: 16 rows x (SR / US) units, 16 rows x (ZR / UZ) units
   const uint8_t* sbase = F::kNvf4 ? p.zeros : reinterpret_cast<const uint8_t*>(p.scales);
   const int64_t srow = nblk * F::SB, zrow = nblk * F::ZB;  // bytes per row
-  // DEC: 32-bit block counters (a warp's blocks fit in 32 bits; register pairs fewer under the cap)
-  using BI = std::conditional_t<DEC != 0, int, int64_t>;
-  BI left = BI(b1 - b0);  // blocks not yet issued
-  BI bnext = BI(b0);      // the next stage's first block
+  int64_t left = b1 - b0;  // blocks not yet issued
+  int64_t bnext = b0;      // the next stage's first block
   // LEAN: the lane's scale / zero-point copies of a full stage (JS scale units, one zero unit
   // for lanes < 16 where the zero rows take one unit each): source and stage offset, once
   constexpr int NUS0 = L::SR / L::US, JS = (16 * NUS0 + 31) / 32;
@@ -288,10 +281,20 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   const T* xr = static_cast<const T*>(p.x) + int64_t(xrow) * p.x_rs + b0 * 128 + t * (F::G / 4);
 
   pdl_trigger();
+  if constexpr (XE) {  // stage 0's codes; after the PDL wait its x, then stages 1 .. D - 2 whole
+    issue(0);
+    pdl_wait();
+    if (b1 - b0 > 0) issue_x(ring, static_cast<const uint8_t*>(p.x) + b0 * 256, b1 - b0);
+    cp_commit();
+    xon = true;
 #pragma unroll
-  for (int st = 0; st < D - 1; ++st) issue(st);
-  pdl_wait();
-  if constexpr (XS) {  // x of the stages issued before the PDL wait: one more group
+    for (int st = 1; st < D - 1; ++st) issue(st);
+  } else {
+#pragma unroll
+    for (int st = 0; st < D - 1; ++st) issue(st);
+    pdl_wait();
+  }
+  if constexpr (XS && !XE) {  // x of the stages issued before the PDL wait: one more group
 #pragma unroll
     for (int st = 0; st < D - 1; ++st)
       if (b1 - b0 - int64_t(st) * KB > 0)
@@ -387,8 +390,12 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
       for (int w = 0; w < 4; ++w) xbuf[0][w] = xnext[w];
     } else if constexpr (!PROBE && !XS) load_x(xbuf[0], 0);
     if constexpr (XS) {  // the first stage: also the x group issued after the PDL wait
-      if (first) cp_wait<0>();
-      else cp_wait<D - 2>();
+      if (first) {
+        if constexpr (XE) cp_wait<D - 2>();  // groups: codes 0, x 0, stages 1 .. D - 2: the first two done
+        else cp_wait<0>();
+      } else {
+        cp_wait<D - 2>();
+      }
     } else {
       cp_wait<D - 2>();
     }
@@ -437,7 +444,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
         for (int w = 0; w < 4; ++w) {
           const uint4 xv = xc[w];
           uint32_t bA0, bA1, bB0, bB1;
-          w4_xpairs<ORD>(xv, bA0, bA1, bB0, bB1);
+          w4_xpairs<ORD || XP>(xv, bA0, bA1, bB0, bB1);
           uint32_t pr[2][4];
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
@@ -462,7 +469,6 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
           const uint32_t z2a = __byte_perm(za, mag, sel), z2b = __byte_perm(zb, mag, sel);
           float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
           [[maybe_unused]] float c2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          [[maybe_unused]] float sx[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // DEC: x sums (rows g, g + 8: x row g)
 #pragma unroll
           for (int w = 0; w < WPG; ++w) {
             // the B registers of the word's two k-steps: x paired (natural order), as loaded (ORD / XP)
@@ -472,35 +478,19 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
             uint32_t pa[4], pb[4];
 #pragma unroll
             for (int qq = 0; qq < 4; ++qq) {
-              if constexpr (DEC == 0) {
-                pa[qq] = hsub2u<T>(w4_lop(w4_shift4(ua, qq), mag), z2a);
-                pb[qq] = hsub2u<T>(w4_lop(w4_shift4(ub, qq), mag), z2b);
-              } else {  // magic + q: the zero point comes off after the mma
-                pa[qq] = w4_lop(w4_shift4h<DEC == 2>(ua, qq), mag);
-                pb[qq] = w4_lop(w4_shift4h<DEC == 2>(ub, qq), mag);
-              }
+              pa[qq] = hsub2u<T>(w4_lop(w4_shift4(ua, qq), mag), z2a);
+              pb[qq] = hsub2u<T>(w4_lop(w4_shift4(ub, qq), mag), z2b);
             }
             const uint32_t aA[4] = {pa[0], pb[0], pa[1], pb[1]};
             const uint32_t aB[4] = {pa[2], pb[2], pa[3], pb[3]};
             mma16816<T>(c, aA, bx[0], bx[1]);
             if constexpr (TWO) mma16816<T>(c2, aB, bx[2], bx[3]);
             else mma16816<T>(c, aB, bx[2], bx[3]);
-            if constexpr (DEC != 0) mma16816<T>(sx, bx, w4_one2<T>(), w4_one2<T>());  // A = the pairs (XP's bits)
           }
           const float s_a = __uint_as_float(word(sva, h)), s_b = __uint_as_float(word(svb, h));
           if constexpr (TWO) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) c[e] += c2[e];
-          }
-          if constexpr (DEC != 0) {  // c -= (magic + z) S, S of x rows 2t, 2t + 1 (the lane's columns)
-            const float sg = sx[0] + sx[2];  // x row g's sum over the group (the quad's 4 lanes' words)
-            const float s0 = __shfl_sync(0xffffffffu, sg, (2 * t) << 2);
-            const float s1 = __shfl_sync(0xffffffffu, sg, (2 * t + 1) << 2);
-            const float mza = w4_lo_float<T>(z2a), mzb = w4_lo_float<T>(z2b);  // magic + z, exact
-            c[0] = fmaf(-mza, s0, c[0]);
-            c[1] = fmaf(-mza, s1, c[1]);
-            c[2] = fmaf(-mzb, s0, c[2]);
-            c[3] = fmaf(-mzb, s1, c[3]);
           }
           acc[0] = fmaf(s_a, c[0], acc[0]);
           acc[1] = fmaf(s_a, c[1], acc[1]);
@@ -529,16 +519,13 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
       st = st + 1 == D ? 0 : st + 1;
     }
   } else {
-    // DEC: 32-bit stage counters (a warp's blocks fit in 32 bits; one register pair fewer under the cap)
-    using SI = std::conditional_t<DEC != 0, int, int64_t>;
-    const SI nsw = SI(nstw), nbw = SI(b1 - b0);
-    for (SI j0 = 0; j0 < nsw; j0 += D) {
+    for (int64_t j0 = 0; j0 < nstw; j0 += D) {
 #pragma unroll
       for (int st = 0; st < D; ++st) {
-        const SI j = j0 + st;
-        if (j < nsw) {
-          const SI nbl = nbw - j * KB;
-          if (nbl >= KB) stage(st, KB, std::true_type{}, j + 1 < nsw, j == 0);
+        const int64_t j = j0 + st;
+        if (j < nstw) {
+          const int64_t nbl = b1 - b0 - j * KB;
+          if (nbl >= KB) stage(st, KB, std::true_type{}, j + 1 < nstw, j == 0);
           else stage(st, int(nbl), std::false_type{}, false, j == 0);
         } else {
           issue((st + D - 1) % D);  // keeps the group count uniform (empty groups)

@@ -83,31 +83,6 @@ __device__ __forceinline__ uint32_t w4_shift4(uint32_t u, int qq) {  // u >> 4 q
   return qq == 0 ? u : (qq == 1 ? w4_shr<4>(u) : (qq == 2 ? w4_shr<8>(u) : w4_shr<12>(u)));
 }
 
-// DEC 2: u >> 4 qq as mul.hi (the FMA pipe; ptxas keeps mul.hi by an immediate power of two as IMAD.HI)
-template <bool HI>
-__device__ __forceinline__ uint32_t w4_shift4h(uint32_t u, int qq) {
-  if constexpr (!HI) return w4_shift4(u, qq);
-  else {
-    if (qq == 0) return u;
-    uint32_t r;
-    if (qq == 1) asm("mul.hi.u32 %0, %1, %2;" : "=r"(r) : "r"(u), "n"(1u << 28));
-    else if (qq == 2) asm("mul.hi.u32 %0, %1, %2;" : "=r"(r) : "r"(u), "n"(1u << 24));
-    else asm("mul.hi.u32 %0, %1, %2;" : "=r"(r) : "r"(u), "n"(1u << 20));
-    return r;
-  }
-}
-// T's 1.0 twice (the B operand of the x sums)
-template <class T>
-__device__ __forceinline__ constexpr uint32_t w4_one2() {
-  return std::is_same_v<T, bf16> ? 0x3f803f80u : 0x3c003c00u;
-}
-// The low 16-bit half of v as a float (a T value), exact
-template <class T>
-__device__ __forceinline__ float w4_lo_float(uint32_t v) {
-  if constexpr (std::is_same_v<T, bf16>) return __uint_as_float(v << 16);
-  else return __half2float(__ushort_as_half(uint16_t(v & 0xffffu)));
-}
-
 // The B registers of one code word's two k-steps from the 8 x values at its physical k (xv.x =
 // x0, x1, ...): natural nibble order (nibble i = weight i; pairs (p, p + 4)): (x0, x4), (x1, x5),
 // (x2, x6), (x3, x7) by byte permutes; ORD (nibble p = weight 2p, p + 4 = 2p + 1): the words as loaded.
