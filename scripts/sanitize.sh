@@ -70,7 +70,7 @@ SEL=(
   "$T/test_attention_decode.py::test_cuda_split_override[64,2048,16,12]"
   "$T/test_attention_decode_fold.py::test_cuda_fold_units_same_bits[64,256,16-64-12-1]"
   "$T/test_attention_decode_fold.py::test_cuda_fold_units_window_softcap[kw0]"
-  "$T/test_attention_decode_fold.py::test_cuda_fold_pair_clusters[5-64-bfloat16]"
+  "$T/test_attention_decode_fold.py::test_cuda_fold_pair_clusters_small"
   "$T/test_attention_decode_fold.py::test_cuda_pdl_chain[3]"
   "$T/test_attention_decode_fold.py::test_cuda_auto_cluster_short_b1[300-64-bfloat16]"
   "$T/test_attention_decode_route.py::test_cuda_cluster4_chain[2500-64-33-16]"

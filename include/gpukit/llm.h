@@ -280,7 +280,8 @@ struct EngineOptions {
   // all written before the step. After the wait only the q/k/v loads, the rotations and
   // the append remain before the keys' scores. The same bits. Session 7's stamps (8B bf16):
   // 1.7 us from the wait's return to q/k/v read + RoPE + append, on the layer's critical
-  // path. Unmeasured at the time of writing (session 8). Default from GPUKIT_FUSED_ATTN_EARLY.
+  // path. Off: session 8's checkpoint A, 8B bf16 b1 235.3 tok/s against 238.0 without (fp8
+  // 372.3 / 369.8, 1B 1154.3 / 1159.6). Default from GPUKIT_FUSED_ATTN_EARLY.
   bool fused_attention_early_rope = false;
   // Level 2 decode, bf16/fp16 weights, one sequence: the engine GEMV launched right after
   // the fused attention (the output projection; rows of <= 4096 elements) runs in blocks of
@@ -288,9 +289,10 @@ struct EngineOptions {
   // wait: its 512 blocks (8B) are resident at once and all 33.5 MB are requested while the
   // attention runs. Session 7's trace (8B bf16): the o GEMV ends 9.9 us after the attention,
   // its first wave (~17 MB, 4 blocks of 4 rows per SM) loaded during the attention, the
-  // second wave read after it. The same bits. Unmeasured at the time of writing (session 8).
-  // Default from GPUKIT_O_PROJ_STAGE.
-  bool o_proj_stage = false;
+  // second wave read after it. The same bits. On since session 8's checkpoint A (8B bf16 b1:
+  // 238.0 -> 240.1 tok/s, with fused_attention_early_rope 235.3 -> 237.5; 1B 1159.6 ->
+  // 1161.5). Default from GPUKIT_O_PROJ_STAGE.
+  bool o_proj_stage = true;
   // Level 2 decode: the kernel before the output projection that runs while its weights'
   // bandwidth idles (rope_append, or the fused attention) brings that weight into L2 before
   // its PDL wait (bulk prefetch): 0 off, 1 the second half of its rows (the first half is
@@ -362,9 +364,10 @@ struct EngineOptions {
   // only (bit 1; one block per row: nothing of the GEMV's slots taken while it waits) and /
   // or the SwiGLU launches (bit 2); the rest as without PDL. Session 7's int4 trace
   // (checkpoint A, plan 8): each add_rms_norm 3.4 us and SwiGLU 1.3 us, each after a gap, ~8
-  // us of a ~75 us layer. The same bits. Unmeasured at the time of writing (session 8).
-  // Default from GPUKIT_QUANT_SMALL_PDL (0..3).
-  int quantized_small_pdl = 0;
+  // us of a ~75 us layer. The same bits. 2 since session 8's checkpoint A (8B int4 b1: 485.2
+  // tok/s with 0, 489.0 with 1, 499.8 with 2, 497.7 with 3). Default from
+  // GPUKIT_QUANT_SMALL_PDL (0..3).
+  int quantized_small_pdl = 2;
   // Quantized weights with quantized_pdl off: the fused attention (fused_attention) still
   // launched with PDL, alone, so that its CTAs start as the q/k/v GEMV's last blocks start
   // (the quantized GEMVs trigger at their blocks' start) and load the cached K/V before

@@ -467,8 +467,11 @@ constexpr double kPairMinEff = 0.9;
 //    last CTA to start polls tagged partials). Same bits. For B1 T4096 / T16384 (18 14.0 / 25.8 us with its merge,
 //    9.4 / 21.1 without). Not measured. Bit 16's 33 stays first (B1, capacity <= 4096).
 //  4096 (candidate, off; session 8 prep): bit 512's shapes (B >= 2, two waves of CTA group units) to 38 first: 34
-//    with 37's merge. B2 T4096, B6 / B8 T1024: 34 21.2 / 18.3 / 19.7 us, SDPA 15.0 / 13.2 / 15.5. Not measured.
-constexpr int kRouteDefault = 1 | 8 | 16 | 32 | 512;
+//    with 37's merge. B2 T4096, B6 / B8 T1024: 34 21.2 / 18.3 / 19.7 us, SDPA 15.0 / 13.2 / 15.5. Default since
+//    session 8's checkpoint A (graph us, 34 -> 38: B2 T4096 21.1 -> 20.6, B6 T1024 18.3 -> 17.8, B8 T1024 19.6 ->
+//    19.0, B16 T512 19.4 -> 18.6; SDPA 14.9 / 13.3 / 15.3 / 11.9). Bit 2048 stays off: 37 was not faster than 18
+//    (B1 T16384 26.7 against 25.9, T131072 131.8 / 131.6, B4 T1024 13.4 / 13.4).
+constexpr int kRouteDefault = 1 | 8 | 16 | 32 | 512 | 4096;
 static int decode_route() {
   const char* e = std::getenv("GPUKIT_DECODE_ROUTE");
   return e && *e ? std::atoi(e) : kRouteDefault;

@@ -117,7 +117,7 @@ def test_cuda_route_candidates(B, T, D, route, path, ref, monkeypatch, capfd):
 
 # The default's path at each shape as a function of the route bits in force (the log prints them, so the rows
 # follow kRouteDefault if it changes): the first (bits, path) whose bits are all set, else the last path.
-# Session 7's default (569 = 1 | 8 | 16 | 32 | 512) takes the first column's comment; ROUTE=0 is session 6's.
+# Session 8's default (4665 = 1 | 8 | 16 | 32 | 512 | 4096) takes the first column's comment; ROUTE=0 is session 6's.
 _DEFAULT_ROWS = [
     (3, 4096, [(1024, "(36)"), (1, "(31)")], "(23)", "(23)"),                      # 31
     (10, 4096, [(2, "pair CTAs (28)"), (4, "(31)"), (32, "pair CTAs (28)")], "(23)", "(23)"),  # 28 (wave 2: 28/132)
@@ -125,11 +125,11 @@ _DEFAULT_ROWS = [
     (2, 384, [(8, "one group per CTA (24)"), (2048, "(37)"), (256, "(35)")], "cta (18)", "cta (18)"),  # 24
     (8, 384, [(8, "one group per CTA (24)"), (2048, "(37)"), (256, "(35)")], "cta (18)", "cta (18)"),  # 24
     (4, 1024, [(2048, "(37)"), (256, "(35)")], "cta (18)", "cta (18)"),   # 18 (24's 32 clusters of 4 CTAs do not all fit)
-    (8, 1024, [(4096, "(38)"), (512, "(34)"), (64 | 256, "(35)"), (64, "cta (18)")], "(23)", "(23)"),  # 34
-    (16, 512, [(4096, "(38)"), (512, "(34)"), (64 | 256, "(35)"), (64, "cta (18)")], "(23)", "(23)"),  # 34
+    (8, 1024, [(4096, "(38)"), (512, "(34)"), (64 | 256, "(35)"), (64, "cta (18)")], "(23)", "(23)"),  # 38
+    (16, 512, [(4096, "(38)"), (512, "(34)"), (64 | 256, "(35)"), (64, "cta (18)")], "(23)", "(23)"),  # 38
     (1, 4096, [(16, "(33)"), (2048, "(37)"), (256, "(35)")], "cta (18)", "cta (18)"),   # 33
     (1, 16384, [(2048, "(37)"), (256, "(35)")], "cta (18)", "cta (18)"),  # 18 (33 only up to 4096 keys)
-    (2, 4096, [(4096, "(38)"), (512, "(34)"), (128 | 256, "(35)"), (128, "cta (18)")], "(23)", "(23)"),  # 34
+    (2, 4096, [(4096, "(38)"), (512, "(34)"), (128 | 256, "(35)"), (128, "cta (18)")], "(23)", "(23)"),  # 38
 ]
 
 

@@ -135,7 +135,8 @@ def check_stage_same_bits(m, what, prompts=PROMPTS, new=40):
 
 def test_o_proj_stage_option_cpu():
     m = gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1)
-    assert m._m.o_proj_stage is False, "o_proj_stage must be off by default"
+    assert m._m.o_proj_stage is True, "o_proj_stage is on by default (session 8)"
+    m._m.o_proj_stage = False
     base = run_p(m, False, PROMPTS, new=3)
     m._m.o_proj_stage = True
     same(base, run_p(m, False, PROMPTS, new=3), "CPU: o_proj_stage has no effect")
@@ -175,7 +176,7 @@ def test_o_proj_stage_quantized_untouched(quantize):
 
 def test_quantized_small_pdl_option_cpu():
     m = gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1)
-    assert m._m.quantized_small_pdl == 0, "quantized_small_pdl must be 0 by default"
+    assert m._m.quantized_small_pdl == 2, "quantized_small_pdl is 2 by default (session 8)"
     m._m.quantized_small_pdl = 3
     assert m._m.quantized_small_pdl == 3
     with pytest.raises(ValueError, match="quantized_small_pdl"):
