@@ -471,6 +471,17 @@ constexpr double kPairMinEff = 0.9;
 //    session 8's checkpoint A (graph us, 34 -> 38: B2 T4096 21.1 -> 20.6, B6 T1024 18.3 -> 17.8, B8 T1024 19.6 ->
 //    19.0, B16 T512 19.4 -> 18.6; SDPA 14.9 / 13.3 / 15.3 / 11.9). Bit 2048 stays off: 37 was not faster than 18
 //    (B1 T16384 26.7 against 25.9, T131072 131.8 / 131.6, B4 T1024 13.4 / 13.4).
+//  8192 (candidate, off; session 8): B >= 2 with 2..16 groups per sequence in at most two waves of CTA group units
+//    (pairs x ngmax <= 2 x SMs: B4 T1024 (18 now), B6 / B8 T1024 and B16 T512 (38 now)): the cluster kernel with
+//    two groups per CTA (25: 8-warp CTAs, one per SM, clusters of ngmax / 2 CTAs; B16 T512: clusters of one, i.e.
+//    one CTA per (sequence, kv head), both groups in it) where all its clusters are resident at once. No workspace
+//    and no cross-CTA merge in global memory: the groups fold through (distributed) shared memory. Why: the
+//    global-memory merge is what the same CTAs pay over the cluster merge: B1 T4096 34 16.2 us against 33's 13.0
+//    (session 7 final run, the same 4-warp CTAs), B2 T1024 18 11.8 / 24 8.9, B8 T384 12.4 / 8.9 (s7 A); 38's
+//    tagged merge took back only 0.5-0.8 us of it (s8 A). Where bit 8's 24 fits, 24 stays first. Not measured.
+//  16384 (candidate, off; session 8): the same shapes to 33 (4-warp CTAs, one group each, two per SM; clusters
+//    of the power of two >= ngmax) where all its clusters are resident, launched without PDL (as bit 16's). After
+//    8192's 25 when both are set. Not measured at B >= 2.
 constexpr int kRouteDefault = 1 | 8 | 16 | 32 | 512 | 4096;
 static int decode_route() {
   const char* e = std::getenv("GPUKIT_DECODE_ROUTE");
@@ -516,6 +527,8 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   bool cta4s_first = false;  // auto (bit 1024): 36 where it runs
   bool ll_first = false;  // auto (bit 2048): 37 where it runs
   bool ll4_first = false;  // auto (bit 4096): 38 where 34 would run
+  bool cl2_first = false;  // auto (bit 8192): 25 where all its clusters are resident
+  bool cl4b_first = false;  // auto (bit 16384): 33 at B >= 2 where all its clusters are resident
   int route = -1;  // (auto: the route bits in force, logged)
   if (v == 20) {  // auto (see kPairMinEff, kRouteDefault)
     route = decode_route();
@@ -542,11 +555,18 @@ void attention_decode(const DecodeArgs& a, void* stream) {
     if (v == 18 && (route & 256)) v = 35;  // 18 with one fence per CTA (same kernel, same bits)
     ll_first = (v == 18 || v == 35) && (route & 2048);  // 37 where it runs (else 18 / 35 as chosen)
     ll4_first = (route & 4096) && a.B >= 2 && cta2;
+    const bool short2 = a.B >= 2 && ngmax >= 2 && ngmax <= 16 && pairs * ngmax <= 2 * sms;
+    cl2_first = (route & 8192) && short2;
+    cl4b_first = (route & 16384) && short2;
   }
   const char* path = nullptr;
   if (cl_first && attention_decode_fold_cl(a, st, 3)) {
     path = "cluster, one group per CTA (24)";
   } else if (cl4_first && attention_decode_fold_cl(a, st, 5)) {
+    path = "cluster of 4-warp CTAs (33)";
+  } else if (cl2_first && attention_decode_fold_cl(a, st, 9)) {
+    path = "cluster, two groups per CTA (25)";
+  } else if (cl4b_first && attention_decode_fold_cl(a, st, 5)) {
     path = "cluster of 4-warp CTAs (33)";
   } else if ((ll4_first || v == 38) && attention_decode_fold_cl(a, st, 8)) {
     path = "4-warp CTA groups, tagged merge (38)";

@@ -526,7 +526,9 @@ bool launch_cnt(const DecodeArgs& a, cudaStream_t st) {
 // run; 2: two groups per CTA when ngmax > 1; 3: one group per CTA with all clusters resident, else nothing; 4: one
 // group per CTA of 4 warps, two chunks per warp (33), when such clusters can run; 5: 4 with all clusters resident,
 // launched without PDL;
-// 6: 34, the same CTAs without a cluster, merged by counter; 7: 36, 34 with 2 (head_dim 64: 3) stages per warp).
+// 6: 34, the same CTAs without a cluster, merged by counter; 7: 36, 34 with 2 (head_dim 64: 3) stages per warp;
+// 9 (route bit 8192): two groups per CTA (25) when ngmax >= 2 and all its clusters are resident at once, else
+// nothing (no one-group attempt: bit 8's force 3 runs before it where 24 fits).
 template <class T, int D>
 bool go_cl(const DecodeArgs& a, cudaStream_t st, int force) {
   const bool forced = force == 1 || force == 2;
@@ -556,6 +558,11 @@ bool go_cl(const DecodeArgs& a, cudaStream_t st, int force) {
                  "attention_decode cluster: %lld clusters needed; resident at once: %d clusters of %d CTAs (1 group "
                  "per CTA), %d of %d (2 groups per CTA)\n",
                  static_cast<long long>(clusters), r1, cs1, cs1 >= 2 ? cl_resident<T, D, 2>(cs1 / 2) : 0, cs1 / 2);
+  if (force == 9) {  // (25 only, all clusters resident, ngmax >= 2; the log line above names r2 as well)
+    if (cs1 < 2) return false;
+    const int r2 = cl_resident<T, D, 2>(cs1 / 2);
+    return r2 > 0 && clusters <= r2 && launch_cl<T, D, 2>(a, st, cs1 / 2);
+  }
   if (r1 > 0 && (force == 1 || (force == 2 && cs1 == 1) || (!forced && clusters <= r1)))
     return launch_cl<T, D, 1>(a, st, cs1);
   if (force == 3) return false;

@@ -81,6 +81,16 @@ def _auto(qd, kd, vd, ld, route, monkeypatch, capfd):
     (3, 2048, 64, 4096, "tagged merge (38)", True),
     (8, 1024, 128, 512 | 4096, "tagged merge (38)", False),  # 38 before 34
     (16, 512, 128, 4096, "tagged merge (38)", False),
+    # session 8 candidates (test_attention_decode_clroute.py has paged / poisoned / chain cases)
+    (16, 512, 128, 8192, "two groups per CTA (25)", False),  # B16 T512 -> 25 in clusters of one CTA
+    (8, 1024, 128, 8 | 8192, "two groups per CTA (25)", False),  # (24 does not fit: 64 clusters of 4) -> 25
+    (4, 1024, 128, 8192, "two groups per CTA (25)", True),    # B4 T1024: 18 -> 25 (32 clusters of 2)
+    (2, 1024, 128, 8 | 8192, "one group per CTA (24)", True),  # 24 (all resident) stays first
+    (16, 512, 128, 16384, "cluster of 4-warp CTAs (33)", False),
+    (6, 1024, 128, 16384, "cluster of 4-warp CTAs (33)", False),
+    (2, 1024, 64, 16384, "cluster of 4-warp CTAs (33)", True),
+    (16, 512, 128, 8192 | 16384, "two groups per CTA (25)", False),  # 25 before 33
+    (2, 4096, 128, 4096 | 8192 | 16384, "tagged merge (38)", True),  # B2 T4096: 16 clusters of 8 / 16 do not all fit
 ])
 def test_cuda_route_candidates(B, T, D, route, path, ref, monkeypatch, capfd):
     dtype = "bfloat16" if D == 128 else "float16"
@@ -124,9 +134,14 @@ _DEFAULT_ROWS = [
     (12, 4096, [(2, "pair CTAs (28)"), (4, "(31)"), (32, "(31)")], "(23)", "(23)"),            # 31 (60/132)
     (2, 384, [(8, "one group per CTA (24)"), (2048, "(37)"), (256, "(35)")], "cta (18)", "cta (18)"),  # 24
     (8, 384, [(8, "one group per CTA (24)"), (2048, "(37)"), (256, "(35)")], "cta (18)", "cta (18)"),  # 24
-    (4, 1024, [(2048, "(37)"), (256, "(35)")], "cta (18)", "cta (18)"),   # 18 (24's 32 clusters of 4 CTAs do not all fit)
-    (8, 1024, [(4096, "(38)"), (512, "(34)"), (64 | 256, "(35)"), (64, "cta (18)")], "(23)", "(23)"),  # 38
-    (16, 512, [(4096, "(38)"), (512, "(34)"), (64 | 256, "(35)"), (64, "cta (18)")], "(23)", "(23)"),  # 38
+    (4, 1024, [(8192, "(25)"), (16384, "(33)"), (2048, "(37)"), (256, "(35)")], "cta (18)", "cta (18)"),
+    # 18 (24's 32 clusters of 4 CTAs do not all fit)
+    (8, 1024, [(8192, "(25)"), (16384, "(33)"), (4096, "(38)"), (512, "(34)"), (64 | 256, "(35)"), (64, "cta (18)")],
+     "(23)", "(23)"),  # 38
+    (16, 512, [(8192, "(25)"), (16384, "(33)"), (4096, "(38)"), (512, "(34)"), (64 | 256, "(35)"), (64, "cta (18)")],
+     "(23)", "(23)"),  # 38
+    (6, 1024, [(8192, "(25)"), (16384, "(33)"), (4096, "(38)"), (512, "(34)"), (64 | 256, "(35)"), (64, "cta (18)")],
+     "(23)", "(23)"),  # 38
     (1, 4096, [(16, "(33)"), (2048, "(37)"), (256, "(35)")], "cta (18)", "cta (18)"),   # 33
     (1, 16384, [(2048, "(37)"), (256, "(35)")], "cta (18)", "cta (18)"),  # 18 (33 only up to 4096 keys)
     (2, 4096, [(4096, "(38)"), (512, "(34)"), (128 | 256, "(35)"), (128, "cta (18)")], "(23)", "(23)"),  # 38

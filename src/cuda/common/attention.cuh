@@ -65,7 +65,8 @@ bool attention_decode_fold_cta_ll(const DecodeArgs& a, cudaStream_t st);
 // folded through distributed shared memory (head_dim 64 / 128, sm_90, capacity <= 16 groups); one launch. force 0:
 // only when all clusters are resident at once; 1: whenever it can run; 2: the same with two groups per CTA; 3-5:
 // see go_cl; 6: no cluster, one CTA of 4 warps per group, the groups merged through the workspace by the last CTA
-// (34); 7: 34 with 2 stages (36); 8: 34 with the tagged merge of attention_decode_ll.cuh (38). False when not
+// (34); 7: 34 with 2 stages (36); 8: 34 with the tagged merge of attention_decode_ll.cuh (38); 9: two groups per CTA
+// (25) only where all its clusters are resident (ngmax >= 2). False when not
 // covered (nothing launched).
 bool attention_decode_fold_cl(const DecodeArgs& a, cudaStream_t st, int force);
 // attention_decode_fold_pair.cu: one CTA per (sequence, kv head, head group), warps on group units, the groups
