@@ -26,7 +26,9 @@
 // 56 the copies alone (MODE 1, the probe: wrong results) with a ring of 2 (48's warps per CTA at the three
 // benchmark shapes: one stage of codes in flight per warp, as 48; variant 7 keeps two), 57 52 without the
 // CTA spreading (the same warps per CTA, so 52's bits; room for the next call's CTAs under PDL), 58 53
-// with k_w4's MODE 13 (the first stage waits for its own codes and x only; 53's bits);
+// with k_w4's MODE 13 (the first stage waits for its own codes and x only; 53's bits); 59 / 60 (int4 g128, bf16 x)
+// MODE 13 at M = 1 on stages of 2 blocks (KB = 2) with a ring of 4 / 3, on 48's plan and 48's split of K (48's bits;
+// launch_kb2); GPUKIT_GEMV_W4_VARIANT runs a variant's configuration where the process variant is 0 (w4_env_variant);
 // 0 / 2 / 10 the default (MODE kDefaultMode, ring of kDefaultD; int4 g128 with bf16 x: the configuration
 // of variant kG128Wide where N >= 2 K and of kG128Mid elsewhere, 48 since session 7's final run). Removed in session 6: 4 (stages
 // of 8 blocks), 5 (a ring of 4), 8 (int4's shifts as mul.hi; NVF4's 8 is the per-lane kernel's),

@@ -91,6 +91,24 @@ def test_variant_bound_takes_every_variant():
         gk._C._gemv_set_variant(0)
 
 
+def test_e2e_engine_option_sets_the_switch():
+    """No GPU: bench/e2e.py's engine option +w4vV sets GPUKIT_GEMV_W4_VARIANT=V for that engine's run."""
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parents[2] / "bench" / "e2e.py"
+    import sys
+    sys.path.insert(0, str(path.parent))  # e2e.py imports bench/common.py
+    try:
+        spec = importlib.util.spec_from_file_location("gk_bench_e2e_w4v", path)
+        e2e = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(e2e)
+    finally:
+        sys.path.remove(str(path.parent))
+    base, opt = e2e.gk_engine("gk-graph+w4v59")
+    assert base == "gk-graph" and opt["env"] == {"GPUKIT_GEMV_W4_VARIANT": "59"}
+    assert "GPUKIT_GEMV_W4_VARIANT" not in e2e.gk_engine("gk-graph")[1]["env"]
+
+
 def test_zero_word_byte_can_fail():
     """No GPU: reading the zero point of the other half of the word (a zero point off by the neighbour's) is
     outside the bound for most rows, so the bound sees a wrong ZW byte."""

@@ -111,6 +111,9 @@ struct W4Frag {
 // codes and x only (MODE 11 waits for all stages issued before the PDL wait); the same bits. MINB:
 // CTAs of 256 threads per SM the registers are sized for (2: 128 registers). (Session 6's MODE 6, the int4 "zero-point mma", was removed after
 // checkpoint A: slower at every shape; docs/notes/gemv4-s6.md.)
+// KB: blocks per stage, 4 (every kernel until session 8) or 2 (variants 59 / 60, int4 g128: K split over the warps in
+// units of 4 blocks, SU, so a warp decodes the KB = 4 kernel's blocks in its order; the zero points of a stage as the
+// aligned 4-byte word around its 2 bytes, W4Layout's ZW).
 // ORD (session 7, a storage-layout flag): each 32-bit word of codes holds weights 2p in nibble p and
 // 2p + 1 in nibble p + 4 (p = 0..3) instead of weight i in nibble i, so a pair (p, p + 4) is the
 // consecutive weights (2p, 2p + 1) and x's 32-bit words pair with it as loaded (no byte permutes).
