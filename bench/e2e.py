@@ -163,6 +163,8 @@ def gk_engine(eng):
     for f in parts[1:]:
         if f in ENV_OPTIONS:  # another area's environment knob for this run (engine_env)
             opt["env"].update(ENV_OPTIONS[f])
+        elif re.fullmatch(r"w4v\d\d?", f):  # the staged 4-bit GEMV's variant (GPUKIT_GEMV_W4_VARIANT)
+            opt["env"]["GPUKIT_GEMV_W4_VARIANT"] = f[3:]
         elif re.fullmatch(r"dec\d\d?", f):  # the decode attention's variant (attention_decode, GPUKIT_DECODE_SPLIT)
             opt["env"]["GPUKIT_DECODE_SPLIT"] = f"32,1024,128,{int(f[3:])}"
         elif f in ("famma", "nofamma"):  # the fused attention's tensor-core scores and 16-byte P V

@@ -26,7 +26,9 @@
 // 56 the copies alone (MODE 1, the probe: wrong results) with a ring of 2 (48's warps per CTA at the three
 // benchmark shapes: one stage of codes in flight per warp, as 48; variant 7 keeps two), 57 52 without the
 // CTA spreading (the same warps per CTA, so 52's bits; room for the next call's CTAs under PDL), 58 53
-// with k_w4's MODE 13 (the first stage waits for its own codes and x only; 53's bits);
+// with k_w4's MODE 13 (the first stage waits for its own codes and x only; 53's bits); 59 / 60 (int4 g128, bf16 x)
+// MODE 13 at M = 1 on stages of 2 blocks (KB = 2) with a ring of 4 / 3, on 48's plan and 48's split of K (48's bits;
+// launch_kb2); GPUKIT_GEMV_W4_VARIANT runs a variant's configuration where the process variant is 0 (w4_env_variant);
 // 0 / 2 / 10 the default (MODE kDefaultMode, ring of kDefaultD; int4 g128 with bf16 x: the configuration
 // of variant kG128Wide where N >= 2 K and of kG128Mid elsewhere, 48 since session 7's final run). Removed in session 6: 4 (stages
 // of 8 blocks), 5 (a ring of 4), 8 (int4's shifts as mul.hi; NVF4's 8 is the per-lane kernel's),
@@ -37,6 +39,9 @@
 #include "common/gemv_w4.cuh"
 #include "common/gemv_w4_launch.cuh"
 #include "core/cuda_util.h"
+
+#include <cstdlib>
+#include <string>
 
 namespace gk::cuda {
 
@@ -54,13 +59,14 @@ struct W4Cfg {
   bool shape = false;          // int4 g128: the per-shape plan (variant 37 / 39)
   bool ord = false;            // int4 g128: codes in the mma nibble order (38 / 39)
   bool xall = false;           // MODE 11 / 13 for every format and x type (52-55, 57, 58)
+  int skb = 4;                 // blocks per stage of the M = 1 kernel (2: variants 59 / 60; the plan keeps kb)
 };
 
 // A variant without a configuration of its own (0, 2: no PDL, 10, ..., the other formats' numbers)
 bool w4_is_default(const W4Cfg& c) {
   const W4Cfg d;
   return c.kb == d.kb && c.d == d.d && c.wt == d.wt && c.mode == d.mode && c.minb == d.minb &&
-         c.spread == d.spread && !c.old && !c.shape && !c.ord && !c.xall;
+         c.spread == d.spread && !c.old && !c.shape && !c.ord && !c.xall && c.skb == d.skb;
 }
 
 W4Cfg w4_cfg(int variant) {
@@ -89,6 +95,8 @@ W4Cfg w4_cfg(int variant) {
     case 57: c.mode = 11, c.d = 2, c.xall = true, c.spread = false; break;
     case 58: c.mode = 13, c.d = 3, c.wt = 12, c.xall = true; break;
     case 51: c.mode = 12, c.d = 2; break;
+    case 59: c.mode = 13, c.d = 4, c.skb = 2; break;
+    case 60: c.mode = 13, c.d = 3, c.skb = 2; break;
     default: break;
   }
   return c;
@@ -243,9 +251,44 @@ void launch_xp(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
   return c.d == 3 ? launch_mode<T, F, 11, 3>(p, c, st) : launch_mode<T, F, 11, 2>(p, c, st);
 }
 
+// GPUKIT_GEMV_W4_VARIANT=V (a benchmarking switch for the engine, e.g. bench/e2e.py's +w4vV): where the
+// process-wide variant (gk._C._gemv_set_variant) is 0, this kernel runs variant V's configuration (PDL as the
+// default's). V: 0, or 3..60 except the probes 7, 16, 56 (wrong results) and 1 / 2 (other kernels / no PDL).
+int w4_env_variant() {
+  const char* e = std::getenv("GPUKIT_GEMV_W4_VARIANT");
+  if (!e || !*e) return 0;
+  thread_local std::string last;
+  thread_local int v = 0;
+  if (last != e) {
+    char* end = nullptr;
+    const long r = std::strtol(e, &end, 10);
+    if (end == e || *end != '\0' || (r != 0 && (r < 3 || r > 60 || r == 7 || r == 16 || r == 56)))
+      throw ValueError(cat("GPUKIT_GEMV_W4_VARIANT: expected 0 or a variant 3..60 other than the probes 7, 16, 56, got '",
+                           e, "'"));
+    v = int(r);
+    last = e;
+  }
+  return v;
+}
+
+// Variants 59 / 60 (int4 g128, bf16 x; session 8): at M = 1, k_w4 MODE 13 on stages of 2 blocks (KB = 2) with a
+// ring of 4 / 3, on 48's plan (warps per CTA, CTA spreading) and 48's split of K over the warps (units of 4
+// blocks: k_w4's SU), so every warp decodes 48's blocks in 48's order: 48's bits. The same ring bytes as 48
+// (59: 3 half stages in flight per warp while one is decoded, 1.5x 48's bytes in flight; 60: one full stage's
+// worth, as 48), half the decode exposed after the last copy lands, and the first wait covers half a stage's
+// codes and x. M > 1: 48's kernel (MODE 0, KB = 4, a ring of 2).
+template <class T, class F>
+void launch_kb2(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
+  const W4Cfg c48 = w4_cfg(48);
+  const int64_t rp = 2 * int64_t(W4Layout<F, 4>::STAGE + 4 * 256);  // 48's plan: a ring of 2 stages of 4 blocks
+  if (p.m > 1) return launch_k<T, F, 4, 2, 0>(p, c48, st, rp);
+  if (c.d == 4) return launch_k<T, F, 2, 4, 13>(p, c48, st, rp);
+  return launch_k<T, F, 2, 3, 13>(p, c48, st, rp);
+}
+
 template <class T, class F>
 void launch_f(const QGemvArgs& p, cudaStream_t st) {
-  W4Cfg c = w4_cfg(p.variant);
+  W4Cfg c = w4_cfg(p.variant == 0 ? w4_env_variant() : p.variant);
   constexpr bool kG128 = std::is_same_v<T, bf16> && F::G == 128 && !F::kNvf4;
   if constexpr (!kG128 && kXPairOthers)
     if (w4_is_default(c)) c = w4_cfg(52);
@@ -253,6 +296,10 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
     if (w4_is_default(c)) c = w4_cfg(w4_g128_ring2(p.n, p.k) ? kG128Wide : kG128Mid);  // the default
     if (c.ord) return launch_s7<T, F, true>(p, c, st);
     if (c.shape) return launch_s7<T, F, false>(p, c, st);
+    if (c.skb == 2) {  // 59 / 60: stages of 2 blocks at M = 1, 48's plan and bits
+      if (!applies_cfg<F, 4>(p)) return launch_k<T, F, 4, 3, 0, true>(p, W4Cfg{}, st);
+      return launch_kb2<T, F>(p, c, st);
+    }
     if (c.mode == 12) {  // 51: 19 with x copied through L1
       if (!applies_cfg<F, 4>(p)) return launch_k<T, F, 4, 3, 0, true>(p, W4Cfg{}, st);
       return launch_mode<T, F, 12, 2>(p, c, st);
@@ -266,7 +313,7 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
     return launch_k<T, F, 4, 3, 0, true>(p, W4Cfg{}, st);
   if (c.xall) return launch_xp<T, F>(p, c, st);  // 52-58: int4 g32 / g64, NVF4 and float16 x too
   if constexpr (std::is_same_v<T, bf16>) {  // the other benchmarking variants: bf16 x only
-    if (c.mode == 11 || c.mode == 12) c = W4Cfg{};  // 48, 51 change int4 g128 only
+    if (c.mode == 11 || c.mode == 12 || c.skb == 2) c = W4Cfg{};  // 48, 51, 59, 60 change int4 g128 only
     switch (c.mode) {
       case 1: return c.d == 2 ? launch_mode<T, F, 1, 2>(p, c, st) : launch_mode<T, F, 1>(p, c, st);
       case 3: return launch_mode<T, F, 3>(p, c, st);

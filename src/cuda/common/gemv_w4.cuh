@@ -68,10 +68,12 @@ struct W4Layout {
   static constexpr int SR = KB * F::SB;                 // scale bytes per row
   static constexpr int SP = SR >= 32 ? SR + 16 : SR;    // their pitch
   static constexpr int ZR = KB * F::ZB;                 // zero bytes per row
-  static constexpr int ZP = NARROW && ZR > 0 ? ZR + 8 : ZR;  // their pitch
+  // ZW (KB = 2, int4 g128: 2 zero bytes per row and stage): the aligned 4-byte word around them
+  static constexpr bool ZW = !NARROW && ZR == 2;
+  static constexpr int ZP = NARROW && ZR > 0 ? ZR + 8 : (ZW ? 4 : ZR);  // their pitch
   static constexpr int US = NARROW ? (F::kNvf4 ? 8 : 4) : (SR < 16 ? SR : 16);  // copy unit of the scales
-  static constexpr int UZ = NARROW ? 4 : (ZR < 16 ? ZR : 16);                   // of the zero points
-  static constexpr int NUZ = ZR == 0 ? 0 : (NARROW ? (ZR + 4) / 4 : ZR / UZ);   // zero units per row
+  static constexpr int UZ = NARROW || ZW ? 4 : (ZR < 16 ? ZR : 16);             // of the zero points
+  static constexpr int NUZ = ZR == 0 ? 0 : (NARROW ? (ZR + 4) / 4 : (ZW ? 1 : ZR / UZ));  // zero units per row
   static constexpr int CODES = 16 * P, SCALES = 16 * SP, ZEROS = 16 * ZP;
   static constexpr int STAGE = CODES + SCALES + ZEROS;  // a multiple of 16
   static_assert(STAGE % 16 == 0 && (F::ZB == 0 || UZ >= 4) && US >= 4, "copy units of 4, 8 or 16 bytes");
@@ -109,6 +111,9 @@ struct W4Frag {
 // codes and x only (MODE 11 waits for all stages issued before the PDL wait); the same bits. MINB:
 // CTAs of 256 threads per SM the registers are sized for (2: 128 registers). (Session 6's MODE 6, the int4 "zero-point mma", was removed after
 // checkpoint A: slower at every shape; docs/notes/gemv4-s6.md.)
+// KB: blocks per stage, 4 (every kernel until session 8) or 2 (variants 59 / 60, int4 g128: K split over the warps in
+// units of 4 blocks, SU, so a warp decodes the KB = 4 kernel's blocks in its order; the zero points of a stage as the
+// aligned 4-byte word around its 2 bytes, W4Layout's ZW).
 // ORD (session 7, a storage-layout flag): each 32-bit word of codes holds weights 2p in nibble p and
 // 2p + 1 in nibble p + 4 (p = 0..3) instead of weight i in nibble i, so a pair (p, p + 4) is the
 // consecutive weights (2p, 2p + 1) and x's 32-bit words pair with it as loaded (no byte permutes).
@@ -131,10 +136,14 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int64_t row0 = int64_t(blockIdx.x) * 16;
-  const int64_t nblk = p.k / 128, nst = (nblk + KB - 1) / KB;
+  // SU: the unit of the split of K over the warps, in blocks: a stage (KB = 4); KB = 2 (session 8, int4 g128)
+  // splits K in units of 4 blocks as the KB = 4 kernels do, so that a warp decodes the same blocks in the same
+  // order: their bits. b0 is then a multiple of 4.
+  constexpr int SU = KB < 4 ? 4 : KB;
+  const int64_t nblk = p.k / 128, nst = (nblk + SU - 1) / SU;
   const int64_t parts = int64_t(gridDim.y) * nw, pi = int64_t(blockIdx.y) * nw + warp;
-  const int64_t s0 = nst * pi / parts, s1 = nst * (pi + 1) / parts;  // the warp's stages
-  const int64_t b0 = s0 * KB, b1 = std::min(nblk, s1 * KB);           // its blocks
+  const int64_t s0 = nst * pi / parts, s1 = nst * (pi + 1) / parts;  // the warp's split units
+  const int64_t b0 = SU == KB ? s0 * KB : std::min(nblk, s0 * SU), b1 = std::min(nblk, s1 * SU);  // its blocks
 
   extern __shared__ uint4 smem[];
   const uint32_t ring = smem_addr(smem) + uint32_t(warp) * uint32_t(D * STG);
@@ -250,6 +259,10 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
               const int64_t row = row0 + r < p.n ? row0 + r : p.n - 1;
               const uint8_t* src = p.zeros + row * zrow + bnext * F::ZB;
               int v = vz - c * L::UZ;
+              if constexpr (L::ZW) {  // the aligned word of blocks bnext & ~3 .. + 3 (b0 % 4 == 0, nblk % 4 == 0)
+                src = p.zeros + row * zrow + (bnext & ~int64_t(3));
+                v = 4;
+              }
               if constexpr (NARROW) {  // the aligned words around the row's bytes
                 const int a = int(reinterpret_cast<uintptr_t>(src) & 3u);
                 src -= a;
@@ -341,7 +354,8 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
     }
   };
   // the shared reads of block bb of the stage at sb
-  auto fetch = [&](uint32_t sb, int bb) {
+  // zo (ZW): the byte of the stage's first block in its zero-point word (0 or 2)
+  auto fetch = [&](uint32_t sb, int bb, [[maybe_unused]] uint32_t zo) {
     W4Frag f{};
     const uint32_t sca = sb + uint32_t(L::CODES + g * L::SP), scb = sca + uint32_t(8 * L::SP);
     [[maybe_unused]] const uint32_t zaa = sb + uint32_t(L::CODES + L::SCALES + g * L::ZP);
@@ -353,6 +367,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
       f.zb = __funnelshift_r(lds_u32(zab + (pb & ~3u)), lds_u32(zab + (pb & ~3u) + 4), 8 * (pb & 3u));
     } else if constexpr (F::ZB == 4) f.za = lds_u32(zaa + 4 * bb), f.zb = lds_u32(zab + 4 * bb);
     else if constexpr (F::ZB == 2) f.za = lds_u16(zaa + 2 * bb), f.zb = lds_u16(zab + 2 * bb);
+    else if constexpr (L::ZW) f.za = lds_u8(zaa + zo + uint32_t(bb)), f.zb = lds_u8(zab + zo + uint32_t(bb));
     else if constexpr (F::ZB == 1) f.za = lds_u8(zaa + bb), f.zb = lds_u8(zab + bb);
     // the lane's 4 words of rows g and g + 8 in this block (NG pieces of LB bytes)
     uint32_t a[4], b[4];
@@ -378,7 +393,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
     return f;
   };
   [[maybe_unused]] uint4 xnext[4];  // XA: x of the next stage's first block
-  auto stage = [&](int st, int nb, auto full, bool more, [[maybe_unused]] bool first) {
+  auto stage = [&](int st, int nb, auto full, bool more, [[maybe_unused]] bool first, [[maybe_unused]] uint32_t zo) {
     constexpr bool kFull = decltype(full)::value;
     // x of a block and of the next: [0] the stage's first block, loaded before waiting for its
     // weights (XA: earlier), [1] copied to [0] after each block (ptxas renames them in full
@@ -412,7 +427,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
       __syncwarp();
     }
     [[maybe_unused]] W4Frag f0{};
-    if constexpr (LEAN) f0 = fetch(sb, 0);  // LEAN: block 0's reads before the copies are issued
+    if constexpr (LEAN) f0 = fetch(sb, 0, zo);  // LEAN: block 0's reads before the copies are issued
     issue((st + D - 1) % D);
 #pragma unroll
     for (int bb = 0; bb < KB; ++bb) {
@@ -420,7 +435,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
       const W4Frag f = [&] {
         if constexpr (LEAN)
           if (bb == 0) return f0;
-        return fetch(sb, bb);
+        return fetch(sb, bb, zo);
       }();
       [[maybe_unused]] const uint32_t za = f.za, zb = f.zb;
       const uint4 wa = f.wa, wb = f.wb;
@@ -506,7 +521,9 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
     xr += KB * 128;
   };
 
-  const int64_t nstw = s1 - s0;  // the warp's stages
+  const int64_t nstw = SU == KB ? s1 - s0 : (b1 - b0 + KB - 1) / KB;  // the warp's stages
+  // ZW: stage j's first block b0 + 2 j lies at byte 2 (j & 1) of its zero-point word (b0 % 4 == 0)
+  const auto zofs = [](int64_t j) { return L::ZW ? uint32_t(2 * (j & 1)) : 0u; };
   if constexpr (XA)
     if (nstw > 0) load_x(xnext, 0);  // after pdl_wait: x may be the previous kernel's output
   if constexpr (ROLL) {  // one stage body (and one partial) instead of D: less code
@@ -514,8 +531,8 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
 #pragma unroll 1
     for (int64_t j = 0; j < nstw; ++j) {
       const int64_t nbl = b1 - b0 - j * KB;
-      if (nbl >= KB) stage(st, KB, std::true_type{}, j + 1 < nstw, j == 0);
-      else stage(st, int(nbl), std::false_type{}, false, j == 0);
+      if (nbl >= KB) stage(st, KB, std::true_type{}, j + 1 < nstw, j == 0, zofs(j));
+      else stage(st, int(nbl), std::false_type{}, false, j == 0, zofs(j));
       st = st + 1 == D ? 0 : st + 1;
     }
   } else {
@@ -525,8 +542,8 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
         const int64_t j = j0 + st;
         if (j < nstw) {
           const int64_t nbl = b1 - b0 - j * KB;
-          if (nbl >= KB) stage(st, KB, std::true_type{}, j + 1 < nstw, j == 0);
-          else stage(st, int(nbl), std::false_type{}, false, j == 0);
+          if (nbl >= KB) stage(st, KB, std::true_type{}, j + 1 < nstw, j == 0, zofs(j));
+          else stage(st, int(nbl), std::false_type{}, false, j == 0, zofs(j));
         } else {
           issue((st + D - 1) % D);  // keeps the group count uniform (empty groups)
         }

@@ -1,0 +1,209 @@
+"""The staged 4-bit GEMV on stages of 2 blocks (k_w4 with KB = 2, MODE 13; src/cuda/gemv_w4_staged.cu,
+common/gemv_w4.cuh), variants 59 / 60 (session 8, int4 g128 with bf16 x; off by default), and the engine's
+switch GPUKIT_GEMV_W4_VARIANT.
+
+59 (a ring of 4) and 60 (a ring of 3) run 48's plan (warps per CTA, CTA spreading) and 48's split of K over the
+warps (units of 4 blocks, k_w4's SU), so a warp decodes 48's blocks in 48's order with 48's arithmetic: 48's bits
+at every M (M > 1 runs 48's kernel). The zero points of a 2-block stage are copied as the aligned 4-byte word
+around them (W4Layout's ZW) and read at byte 2 (j & 1) of it: a wrong byte there moves every row's result by
+s (z' - z) sum x over a group, far outside the float64 bound checked beside the bits.
+Other formats and float16 x under 59 / 60 run the default. The CPU tests (no GPU) check that the variant bound
+of src/ops/gemv.cpp takes 0..60 (session 8's checkpoint A refused 52-58: the bound was 51)."""
+import math
+import os
+
+import numpy as np
+import pytest
+
+import gpukit as gk
+
+cuda = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
+RNG = np.random.default_rng(1010)
+V48, KB2_R4, KB2_R3 = 48, 59, 60
+# N >= 2 K: (2051, 1024), (9000, 4096), (4099, 1536); narrow (K % 512 != 0): (1000, 384), (133, 1152);
+# N < 2 K: (37, 4096), (300, 14336), (37, 32768: split-K, warps without blocks), (512, 14336: 8 warps per CTA)
+SHAPES = [(2051, 1024), (9000, 4096), (1000, 384), (4099, 1536), (37, 4096), (300, 14336), (37, 32768),
+          (512, 14336), (133, 1152)]
+
+
+def f64(a):
+    return np.asarray(gk.to_numpy(a) if isinstance(a, gk.Array) else a).astype(np.float64)
+
+
+def make(fmt, n, k):
+    """(gemv on CUDA, the float64 of the dequantized weights, x dtype); fmt int4_G[_f16] or nvf4[_f16]."""
+    w = (RNG.standard_normal((n, k)) / math.sqrt(k)).astype(np.float32)
+    w[:, : min(k, 64)] *= 8.0
+    xdt = "float16" if fmt.endswith("_f16") else "bfloat16"
+    if fmt.startswith("nvf4"):
+        q, bs, ts = gk.quantize_nvf4(gk.asarray(w))
+        qc, bc, tc = q.to("cuda"), bs.to("cuda"), ts.to("cuda")
+        return (lambda x, **kw: gk.gemv_nvf4(x, qc, bc, tc, **kw)), f64(gk.dequantize_nvf4(q, bs, ts)), xdt
+    g = int(fmt.split("_")[1])
+    q, s, z = gk.quantize_int4(gk.asarray(w), group=g)
+    qc, sc, zc = q.to("cuda"), s.to("cuda"), z.to("cuda")
+    return (lambda x, **kw: gk.gemv_int4(x, qc, sc, zc, group=g, **kw)), f64(gk.dequantize_int4(q, s, z, group=g)), xdt
+
+
+def make_x(k, xdt, m=8):
+    xh = gk.asarray(RNG.standard_normal((m, k)).astype(np.float32)).astype(xdt)
+    return xh.to("cuda"), f64(xh.astype("float32"))
+
+
+def call(fn, x, variant, **kw):
+    gk._C._gemv_set_variant(variant)
+    try:
+        return f64(fn(x, out_dtype="float32", **kw))
+    finally:
+        gk._C._gemv_set_variant(0)
+
+
+def tol_of(xs, deq):
+    return 2 * (xs.shape[1] + 2) * 2.0**-24 * (np.abs(xs) @ np.abs(deq).T) + 1e-30
+
+
+def within(tag, got, ref, tol):
+    err = np.abs(got - ref)
+    if not np.all(err <= tol):
+        i = np.unravel_index(np.argmax(err / tol), err.shape)
+        bad = np.argwhere(~(err <= tol))
+        raise AssertionError(f"{tag}: {len(bad)} of {err.size} out of tolerance; worst y{list(i)} = {got[i]!r}, "
+                             f"ref {ref[i]!r}, err {err[i]:.3g}, tol {tol[i]:.3g}; first bad {bad[0].tolist()}; "
+                             f"max err / tol {np.max(err / tol):.3g}")
+
+
+def same_bits(tag, a, b):
+    if a.tobytes() != b.tobytes():
+        bad = np.argwhere(a != b)
+        raise AssertionError(f"{tag}: {len(bad)} of {a.size} differ; first {bad[0].tolist()}: "
+                             f"{a[tuple(bad[0])]!r} vs {b[tuple(bad[0])]!r}; max |diff| {np.max(np.abs(a - b)):.3g}")
+
+
+def test_variant_bound_takes_every_variant():
+    """No GPU: gk._C._gemv_set_variant takes 0..60 (52-58 of session 8, 59 / 60 here) and refuses 61 and -1."""
+    try:
+        for v in range(61):
+            gk._C._gemv_set_variant(v)
+        for v in (61, -1, 1000):
+            with pytest.raises(ValueError, match="variant"):
+                gk._C._gemv_set_variant(v)
+    finally:
+        gk._C._gemv_set_variant(0)
+
+
+def test_e2e_engine_option_sets_the_switch():
+    """No GPU: bench/e2e.py's engine option +w4vV sets GPUKIT_GEMV_W4_VARIANT=V for that engine's run."""
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parents[2] / "bench" / "e2e.py"
+    import sys
+    sys.path.insert(0, str(path.parent))  # e2e.py imports bench/common.py
+    try:
+        spec = importlib.util.spec_from_file_location("gk_bench_e2e_w4v", path)
+        e2e = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(e2e)
+    finally:
+        sys.path.remove(str(path.parent))
+    base, opt = e2e.gk_engine("gk-graph+w4v59")
+    assert base == "gk-graph" and opt["env"] == {"GPUKIT_GEMV_W4_VARIANT": "59"}
+    assert "GPUKIT_GEMV_W4_VARIANT" not in e2e.gk_engine("gk-graph")[1]["env"]
+
+
+def test_zero_word_byte_can_fail():
+    """No GPU: reading the zero point of the other half of the word (a zero point off by the neighbour's) is
+    outside the bound for most rows, so the bound sees a wrong ZW byte."""
+    n, k = 64, 1024
+    w = (RNG.standard_normal((n, k)) / math.sqrt(k)).astype(np.float32)
+    q, s, z = gk.quantize_int4(gk.asarray(w), group=128)
+    deq = f64(gk.dequantize_int4(q, s, z, group=128))
+    xs = f64(gk.asarray(RNG.standard_normal((2, k)).astype(np.float32)).astype("bfloat16").astype("float32"))
+    zn, sn = f64(z), f64(s)
+    wrong = deq.copy()
+    wrong[:, 0:128] -= (zn[:, 2:3] - zn[:, 0:1]) * sn[:, 0:1]  # block 0 decoded with block 2's zero point
+    d = np.abs(xs @ wrong.T - xs @ deq.T)
+    moved = np.any(zn[:, 2] != zn[:, 0])
+    assert moved and np.mean((d > tol_of(xs, deq))[:, zn[:, 2] != zn[:, 0]]) > 0.9
+
+
+@cuda
+@pytest.mark.parametrize("n,k", SHAPES)
+def test_kb2_same_bits_as_48(n, k):
+    """int4 g128, bf16 x: 59 and 60 = 48 bit for bit at M = 1, 3, 8 (and the default, 48), within the float64
+    bound; a second call gives the same bits."""
+    fn, deq, xdt = make("int4_128", n, k)
+    x, xs = make_x(k, xdt)
+    for m in (1, 3, 8):
+        b48 = call(fn, x[:m], V48)
+        within(f"48 n={n} k={k} M={m}", b48, xs[:m] @ deq.T, tol_of(xs[:m], deq))
+        for v in (KB2_R4, KB2_R3):
+            got = call(fn, x[:m], v)
+            within(f"{v} n={n} k={k} M={m}", got, xs[:m] @ deq.T, tol_of(xs[:m], deq))
+            same_bits(f"n={n} k={k} M={m}: {v} vs 48", got, b48)
+            if m == 1:
+                same_bits(f"n={n} k={k} M=1: {v} second call", call(fn, x[:1], v), got)
+
+
+@cuda
+@pytest.mark.parametrize("n,k", [(4099, 1536), (300, 14336)])
+def test_kb2_x_view_and_out_dtype(n, k):
+    """M = 1 with x a view into a wider array (not its first row): 59 / 60 = 48; the output in x's dtype is
+    48's too."""
+    fn, deq, xdt = make("int4_128", n, k)
+    big = gk.asarray(RNG.standard_normal((3, k + 64)).astype(np.float32)).astype(xdt)
+    xs = f64(big.astype("float32"))[1:2, :k]
+    xv = big.to("cuda")[1:2, :k]
+    b48 = call(fn, xv, V48)
+    within(f"48 view n={n} k={k}", b48, xs @ deq.T, tol_of(xs, deq))
+    for v in (KB2_R4, KB2_R3):
+        same_bits(f"view n={n} k={k}: {v} vs 48", call(fn, xv, v), b48)
+        gk._C._gemv_set_variant(v)
+        try:
+            got = f64(fn(xv).astype("float32"))
+        finally:
+            gk._C._gemv_set_variant(0)
+        gk._C._gemv_set_variant(V48)
+        try:
+            ref = f64(fn(xv).astype("float32"))
+        finally:
+            gk._C._gemv_set_variant(0)
+        same_bits(f"view n={n} k={k}: {v} vs 48 in {xdt}", got, ref)
+
+
+@cuda
+@pytest.mark.parametrize("fmt", ["int4_64", "int4_32", "nvf4", "int4_128_f16"])
+def test_kb2_other_formats_run_the_default(fmt):
+    """59 / 60 change int4 g128 with bf16 x only: elsewhere the default's bits."""
+    for n, k in [(2051, 1024), (300, 14336)]:
+        fn, deq, xdt = make(fmt, n, k)
+        x, xs = make_x(k, xdt)
+        for m in (1, 8):
+            d = call(fn, x[:m], 0)
+            within(f"{fmt} default n={n} k={k} M={m}", d, xs[:m] @ deq.T, tol_of(xs[:m], deq))
+            for v in (KB2_R4, KB2_R3):
+                same_bits(f"{fmt} n={n} k={k} M={m}: {v} vs the default", call(fn, x[:m], v), d)
+
+
+@cuda
+def test_env_variant_switch():
+    """GPUKIT_GEMV_W4_VARIANT=V runs variant V's configuration where the process variant is 0: 59 gives 48's
+    bits (the default's), 53 gives 53's bits; the probes and out-of-range values are refused by name."""
+    n, k = 300, 14336
+    fn, deq, xdt = make("int4_128", n, k)
+    x, xs = make_x(k, xdt)
+    try:
+        for v in (59, 53):
+            os.environ["GPUKIT_GEMV_W4_VARIANT"] = str(v)
+            for m in (1, 8):
+                got = call(fn, x[:m], 0)
+                within(f"env {v} M={m}", got, xs[:m] @ deq.T, tol_of(xs[:m], deq))
+                del os.environ["GPUKIT_GEMV_W4_VARIANT"]
+                same_bits(f"env {v} M={m} vs variant {v}", got, call(fn, x[:m], v))
+                os.environ["GPUKIT_GEMV_W4_VARIANT"] = str(v)
+        for bad in ("7", "56", "61", "2", "abc", "59x"):
+            os.environ["GPUKIT_GEMV_W4_VARIANT"] = bad
+            with pytest.raises(ValueError, match="GPUKIT_GEMV_W4_VARIANT"):
+                call(fn, x[:1], 0)
+    finally:
+        os.environ.pop("GPUKIT_GEMV_W4_VARIANT", None)
+    gk.cuda.synchronize()
+    within("after the env tests", call(fn, x[:1], 0), xs[:1] @ deq.T, tol_of(xs[:1], deq))
