@@ -57,5 +57,12 @@ bool gemv_w8_x_workspace(int64_t m, int64_t n, int64_t k);
 }  // namespace cuda
 // Whether the staged kernel serves fp8 / int8 weights of this shape (path 2, or the default).
 bool gemv_w8_quant_enabled(int64_t n, int64_t k);
+// The staged kernel's full ring for fp8 / int8 weights with bf16 x, for the GEMVs launched by
+// this thread (EngineOptions::quantized_full_ring, through llm::fused::W8FullRingScope): a mask,
+// bit 1 the shapes with N > K, bit 2 those with N <= K, 0 off (the default). Where the ring
+// can hold each warp's whole k range with every CTA resident at once, all weight bytes are
+// requested before the PDL wait. The same bits (the plan's warps and split are kept).
+void gemv_w8_set_full_ring(int mask);
+int gemv_w8_full_ring();
 
 }  // namespace gk
