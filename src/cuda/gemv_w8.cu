@@ -319,6 +319,17 @@ using namespace gemv_detail;
 
 int gemv_w8_split(int64_t n, int64_t k, int ebytes) { return w8_plan(n, k, ebytes, w8_config(n, k, ebytes)).split; }
 
+int gemv_w8_full_depth(int64_t n, int64_t k, int mask) {
+  if (n <= 0 || k <= 0 || k % 64 != 0) return 0;
+  const W8Cfg c = w8_config(n, k, 1);
+  if (c.xs != 3) return 0;  // the full ring is for the bf16-decoding kernels (bf16 x as it is)
+  const W8Plan pl = w8_plan(n, k, 1, c);
+  KArgs p;
+  p.n = n;
+  p.k = k;
+  return w8_full_depth<SFp8B>(p, pl, pl.split, c, mask | c.fr);
+}
+
 // Whether 8-bit weights with bf16 x go through the x kernel (so need its workspaces).
 bool gemv_w8_x_workspace(int64_t m, int64_t n, int64_t k) {
   (void)m;

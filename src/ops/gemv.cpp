@@ -51,6 +51,14 @@ void gemv_w8_set_full_ring(int mask) {
   t_w8_full = mask;
 }
 int gemv_w8_full_ring() { return t_w8_full; }
+int gemv_w8_full_ring_depth(int64_t n, int64_t k, int mask) {
+#if GPUKIT_WITH_CUDA
+  return cuda::gemv_w8_full_depth(n, k, mask);
+#else
+  (void)n, (void)k, (void)mask;
+  return 0;
+#endif
+}
 
 Array gemv(const Array& x_in, const Array& w_in, std::optional<DType> out_dtype, const Stream* sp) {
   Device d = detail::common_device({{"x", &x_in}, {"w", &w_in}});
