@@ -77,7 +77,10 @@ session 7's final run: EngineOptions::quantized_pdl_fp8), faer / nofaer (the fus
 cos / sin and new-token slot before its PDL wait: EngineOptions::fused_attention_early_rope), ost /
 noost (the o GEMV after the fused attention stages half of its rows in shared memory before its
 PDL wait: EngineOptions::o_proj_stage), qsp<N> (quantized weights without qpdl: PDL for the norms
-(N = 1), SwiGLU (2) or both (3): EngineOptions::quantized_small_pdl).
+(N = 1), SwiGLU (2) or both (3): EngineOptions::quantized_small_pdl), qfr<N> (fp8 / int8 weights: the
+staged GEMVs whose ring can hold each warp's whole k range with all CTAs resident request every
+weight byte before their PDL wait, N a mask: 1 the shapes with N > K (q/k/v), 2 the others (o), 3
+both: EngineOptions::quantized_full_ring).
 Environment knobs of other areas for one engine's run (set before it, restored after it):
 w8a (GPUKIT_GEMV_W8=4,3,16,1,0: the 8-bit GEMVs' configuration of session 5's checkpoint A,
 before the default became 4,2,16,1,3,0,0), dec<N> (GPUKIT_DECODE_SPLIT=32,1024,128,N: the
@@ -215,6 +218,8 @@ def gk_engine(eng):
                 not f.startswith("no")
         elif f in ("qsp0", "qsp1", "qsp2", "qsp3"):  # quantized, no qpdl: PDL for the norms / SwiGLU only
             opt["attrs"]["quantized_small_pdl"] = int(f[3:])
+        elif f in ("qfr0", "qfr1", "qfr2", "qfr3"):  # fp8 / int8: the GEMVs' full ring (1 N > K, 2 N <= K)
+            opt["attrs"]["quantized_full_ring"] = int(f[3:])
         elif f in ("ost", "noost"):  # the o GEMV after the fused attention: half its rows staged in shared memory
             opt["attrs"]["o_proj_stage"] = f == "ost"
         elif f in ("faer", "nofaer"):  # the fused attention's RoPE cos / sin and slot before its PDL wait

@@ -20,7 +20,9 @@ instead of the default CUDA-core one (gk._C._gemv_set_dense_path(1)); *_cc force
 fp8_h_st / int8_h_st: the same with float16 x (no scaled fp16 copy of x needed). --w8 KB,D,WT[/KB,D,WT...]: time
 the *_st formats again with each GPUKIT_GEMV_W8 setting (printed only; the fields
 KB,D,WT[,RT[,XS[,XP[,SP[,PF[,PD]]]]]] are described in docs/gemm.md; XS 3 = 8-bit weights
-decoded to bf16, the default for fp8 / int8 with bf16 x).
+decoded to bf16, the default for fp8 / int8 with bf16 x; a 10th field FR, a mask: the full ring, every
+weight byte requested before the PDL wait where each warp's k range fits the ring with all CTAs resident,
+bit 1 for N > K, bit 2 for N <= K: --shapes 3,4 (8B's q/k/v 6144 x 4096 and o 4096 x 4096) take it).
 --ms 1,4,8: also time every other format with M = 4 and 8 rows of x (records FMT_m4, FMT_m8).
 q8_0_h / q4_0_h: the GGUF kernels with float16 x (Q8_0's codes then decode in fp16 without the fp32
 detour of bf16). --gguf D,WT[,UX[,WMIN[,PF[,MINB[,R[,SP[,V]]]]]]][/...]: time the GGUF formats again
@@ -57,7 +59,7 @@ import numpy as np
 
 from common import gk, median, parse_args, print_table, record, require_cuda, write_results
 
-SHAPES = [(4096, 14336), (14336, 4096), (4096, 128256)]
+SHAPES = [(4096, 14336), (14336, 4096), (4096, 128256), (4096, 6144), (4096, 4096)]  # 3, 4: 8B's q/k/v and o
 TILE = 512           # rows quantized on the CPU, repeated on the GPU
 L2_DEFEAT = 256e6    # bytes of rotated weights per measurement (>= 5x the H200's L2)
 FORMATS = ("bf16", "fp16", "bf16_m4", "bf16_m8", "bf16_tc", "bf16_m8_tc", "fp8", "int8", "fp8_tc", "int8_tc",

@@ -375,6 +375,16 @@ struct EngineOptions {
   // Session 7, checkpoint A (8B, b1): with the fused attention int4 383.2 -> 395.4 tok/s,
   // fp8 355.5 -> 364.6. Default from GPUKIT_QUANT_ATTN_PDL.
   bool quantized_attention_pdl = true;
+  // Level 2 decode with fp8 / int8 weights (bf16 x): the staged GEMV (src/cuda/gemv_w8.cu)
+  // takes a ring deep enough to hold each warp's whole k range where all its CTAs can be
+  // resident at once with it, so that every weight byte is requested before the GEMV's PDL
+  // wait (the usual ring of 2: half or a third of them). A mask: bit 1 the GEMVs with more
+  // rows than columns (8B: q/k/v, 6144 x 4096, 3 stages per warp), bit 2 the others (8B:
+  // the output projection, 4096 x 4096, 2 stages; gate/up, down and the lm head never fit).
+  // Session 8's checkpoint A trace (8B fp8 b1): the q/k/v GEMV ends 11 us after the norm
+  // before it for 6.1 us of weight bytes, the o GEMV 5.1 us after the attention for 4.1.
+  // The same bits (the same warps and split-K). Unmeasured at the time of writing.
+  int quantized_full_ring = 0;
 };
 
 class Model {

@@ -189,6 +189,13 @@ GK_BINDING(60, llm) {
                    },
                    "Quantized weights without quantized_pdl: PDL for the norms (1) and / or SwiGLU (2) launches "
                    "(the same bits).")
+      .def_prop_rw("quantized_full_ring", [](const llm::Model& m) { return m.options().quantized_full_ring; },
+                   [](llm::Model& m, int v) {
+                     if (v < 0 || v > 3) throw ValueError(cat("quantized_full_ring: 0..3, got ", v));
+                     m.options().quantized_full_ring = v;
+                   },
+                   "fp8 / int8 weights: the decode GEMVs whose whole weight fits the GPU's shared memory request "
+                   "all of it before their PDL wait; mask: 1 N > K (q/k/v), 2 N <= K (o) (the same bits).")
       .def_prop_rw("fused_attention_auto_hd64", [](const llm::Model& m) { return m.options().fused_attention_auto_hd64; },
                    [](llm::Model& m, bool v) { m.options().fused_attention_auto_hd64 = v; },
                    "fused_attention_auto also takes head_dim 64 (with the push merge, else one CTA per kv head).")

@@ -76,6 +76,13 @@ GK_BINDING(27, quant) {
         "Benchmarking switch of the GEMV kernels: 0 default (PDL), 1 a 2-stage ring (int4, GGUF: the older kernels), "
         "2 no PDL.");
 
+  m.def("_gemv_w8_set_full_ring", &gemv_w8_set_full_ring, nb::arg("mask"),
+        "The fp8 / int8 staged GEMV's full ring for this thread's launches (EngineOptions::quantized_full_ring): "
+        "mask 0..3, bit 1 N > K, bit 2 N <= K (the same bits).");
+  m.def("_gemv_w8_full_ring", &gemv_w8_full_ring);
+  m.def("_gemv_w8_full_ring_depth", &gemv_w8_full_ring_depth, nb::arg("n"), nb::arg("k"), nb::arg("mask"),
+        "The full ring's depth for fp8 weights [n, k] with bf16 x on the current device (0: not taken).");
+
   // ---- per-channel / group formats ----
   m.def("quantize_fp8", [](const Array& w) {
     auto q = quantize_weight(w, "fp8");

@@ -1,12 +1,16 @@
 // The staged tensor-core decode GEMV (common/gemv_w8.cuh): bf16/fp16 weights, fp8-e4m3
 // and int8 weights with row scales; the bf16 -> scaled fp16 x preparation of the 8-bit
 // formats; the launch plan (warps per CTA, split-K) and the benchmarking knob
-// GPUKIT_GEMV_W8="KB,D,WT[,RT[,XS[,XP[,SP[,PF[,PD]]]]]]" (64-byte blocks per stage, ring
+// GPUKIT_GEMV_W8="KB,D,WT[,RT[,XS[,XP[,SP[,PF[,PD[,FR]]]]]]]" (64-byte blocks per stage, ring
 // depth, target warps per SM, row tiles, x handling, x loaded a stage ahead, CTA spreading,
-// stages prefetched into L2 before the wait, L2 prefetch distance in the loop; see W8Cfg).
+// stages prefetched into L2 before the wait, L2 prefetch distance in the loop, full ring; see
+// W8Cfg); the full ring also from gemv_w8_set_full_ring (EngineOptions::quantized_full_ring).
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "common/gemv_w8.cuh"
 #include "core/cuda_util.h"
@@ -82,14 +86,17 @@ struct W8Cfg {
   int sp = 1;  // 1: shared memory sized so that the CTAs spread over the SMs (launch_kd); 0: not
   int pf = 0;  // stages per row prefetched into L2 before waiting for the previous kernel
   int pd = 0;  // in the loop: each stage's copy also prefetches the stage pd ahead into L2 (0: off)
+  int fr = 0;  // full ring (w8_full_depth): bit 1 for N > K, bit 2 for N <= K (0: as the caller asks)
 };
 
 W8Cfg parse_w8(const char* e) {
   W8Cfg c;
-  int kb = 0, d = 0, wt = 0, rt = 1, xs = kW8XsDefault, xp = 0, sp = 1, pf = 0, pd = 0;
-  const int got = std::sscanf(e, "%d,%d,%d,%d,%d,%d,%d,%d,%d", &kb, &d, &wt, &rt, &xs, &xp, &sp, &pf, &pd);
+  int kb = 0, d = 0, wt = 0, rt = 1, xs = kW8XsDefault, xp = 0, sp = 1, pf = 0, pd = 0, fr = 0;
+  const int got =
+      std::sscanf(e, "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", &kb, &d, &wt, &rt, &xs, &xp, &sp, &pf, &pd, &fr);
   if (got < 3)
-    throw ValueError(cat("GPUKIT_GEMV_W8: expected KB,D,WT[,RT[,XS[,XP[,SP[,PF[,PD]]]]]], got '", e, "'"));
+    throw ValueError(cat("GPUKIT_GEMV_W8: expected KB,D,WT[,RT[,XS[,XP[,SP[,PF[,PD[,FR]]]]]]], got '", e, "'"));
+  if (fr < 0 || fr > 3) throw ValueError(cat("GPUKIT_GEMV_W8: FR is a mask 0..3, got '", e, "'"));
   const bool ok = rt == 1 ? (kb == 2 && (d == 4 || d == 6)) || (kb == 4 && (d == 2 || d == 3 || d == 4)) ||
                                 (kb == 8 && d == 2)
                           : rt == 2 && ((kb == 4 && d == 3) || (kb == 2 && d == 4));
@@ -106,6 +113,7 @@ W8Cfg parse_w8(const char* e) {
   c.pd = pd < 0 ? 0 : (pd > 64 ? 64 : pd);  // < 256: p.group packs both
   // the prologue's prefetch reaches the loop's first one unless PF says otherwise
   c.pf = pf > 0 ? (pf > 64 ? 64 : pf) : std::max(c.pd - (d - 1), 0);
+  c.fr = fr;
   return c;
 }
 
@@ -173,10 +181,10 @@ W8Plan w8_plan(int64_t n, int64_t k, int eb, const W8Cfg& c) {
   return p;
 }
 
-template <class F, int KB, int D, int RT = 1, int XM = 0, bool XP = false>
+template <class F, int KB, int D, int RT = 1, int XM = 0, bool XP = false, bool FR = false>
 void launch_kd(const KArgs& p, int nw, int split, int xbytes, cudaStream_t st, bool spread) {
   constexpr int SB = w8_stage_bytes(KB, RT);
-  smem_limit<k_w8<F, KB, D, RT, XM, XP>>(kW8SmemMax);
+  smem_limit<k_w8<F, KB, D, RT, XM, XP, FR>>(kW8SmemMax);
   const int64_t blocks = (p.n + 16 * RT - 1) / (16 * RT);
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   int smem = nw * D * SB + xbytes;
@@ -190,8 +198,8 @@ void launch_kd(const KArgs& p, int nw, int split, int xbytes, cudaStream_t st, b
     const int64_t cap = kSmSmem / (per_sm + 1) - 1024 - 512 + 256;  // just too much for per_sm + 1 CTAs
     if (per_sm * (cap + 1024 + 512) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kW8SmemMax));
   }
-  launch_ex(k_w8<F, KB, D, RT, XM, XP>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st, p.variant != 2,
-            p);
+  launch_ex(k_w8<F, KB, D, RT, XM, XP, FR>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st,
+            p.variant != 2, p);
   GK_LAUNCH_CHECK("gemv_w8");
 }
 
@@ -216,12 +224,62 @@ int w8_xs_depth(int64_t m, int64_t n, int64_t k, int split) {
   return 0;
 }
 
+// CTAs of nw warps (D stages of dynamic shared memory each) resident per SM of device dev,
+// from the occupancy calculator (asked once per device, depth and warps).
+template <class F, int D>
+int w8_full_occupancy(int dev, int nw) {
+  static std::atomic<int> known[8][9] = {};  // devices 0..7 (others: asked every time), 1..8 warps; nb + 1
+  std::atomic<int>* slot = dev >= 0 && dev < 8 && nw >= 1 && nw <= 8 ? &known[dev][nw] : nullptr;
+  if (slot && slot->load(std::memory_order_relaxed) > 0) return slot->load(std::memory_order_relaxed) - 1;
+  smem_limit<k_w8<F, 4, D, 1, 0, false, true>>(kW8SmemMax);
+  int nb = 0;
+  GK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_w8<F, 4, D, 1, 0, false, true>, nw * 32,
+                                                             size_t(nw) * D * w8_stage_bytes(4, 1)));
+  if (slot) slot->store(nb + 1, std::memory_order_relaxed);
+  return nb;
+}
+// The full ring (k_w8's FR; 8-bit weights decoded to bf16 only): when `mask` takes this shape
+// (bit 1: N > K, e.g. Llama's q/k/v projection; bit 2: N <= K, e.g. the output projection) and
+// the plan is the default one's kind (4 blocks per stage, one row tile, no XP), the ring depth
+// that holds every warp's whole k range (2..4 stages), provided all CTAs of the grid can be
+// resident at once with it (the occupancy calculator: registers, shared memory, threads):
+// then every weight byte is requested before the PDL wait. 0: not applicable (the usual ring).
+// The plan (warps, split) is the caller's, so the bits are those of the usual ring.
 template <class F>
-void launch_w8(const KArgs& p_in, int split, cudaStream_t st, int xs_depth = 0) {
+int w8_full_depth(const KArgs& p, const W8Plan& pl, int split, const W8Cfg& c, int mask) {
+  if constexpr (F::EB != 1 || !std::is_same_v<typename F::TB, bf16>) {
+    return 0;
+  } else {
+    if ((mask & (p.n > p.k ? 1 : 2)) == 0 || c.kb != 4 || c.rt != 1 || c.xp) return 0;
+    const int64_t nblk = p.k / 64, parts = int64_t(split) * pl.nw;
+    const int64_t maxb = (nblk + parts - 1) / parts, d = std::max<int64_t>((maxb + 3) / 4, 2);
+    if (d > 4) return 0;
+    if (int64_t(pl.nw) * d * w8_stage_bytes(4, 1) > kW8SmemMax) return 0;
+    int dev = 0, sms = 0;
+    GK_CUDA_CHECK(cudaGetDevice(&dev));
+    GK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const int64_t ctas = (p.n + 15) / 16 * split, per_sm = (ctas + sms - 1) / std::max(sms, 1);
+    const int nb = d == 2   ? w8_full_occupancy<F, 2>(dev, pl.nw)
+                   : d == 3 ? w8_full_occupancy<F, 3>(dev, pl.nw)
+                            : w8_full_occupancy<F, 4>(dev, pl.nw);
+    return nb >= per_sm ? int(d) : 0;
+  }
+}
+
+template <class F>
+void launch_w8(const KArgs& p_in, int split, cudaStream_t st, int xs_depth = 0, int full_mask = 0) {
   const W8Cfg c = w8_config(p_in.n, p_in.k, F::EB);
   KArgs p = p_in;
   p.group = c.pf + 256 * c.pd;  // k_w8: L2 prefetch before the wait (stages) and distance in the loop
   const W8Plan pl = w8_plan(p.n, p.k, F::EB, c);
+  if (const int fd = xs_depth == 0 ? w8_full_depth<F>(p, pl, split, c, full_mask | c.fr) : 0; fd > 0) {
+    p.group = 0;  // nothing left to prefetch into L2: every byte is in flight before the wait
+    if (fd == 2) launch_kd<F, 4, 2, 1, 0, false, true>(p, pl.nw, split, 0, st, c.sp);
+    else if (fd == 3) launch_kd<F, 4, 3, 1, 0, false, true>(p, pl.nw, split, 0, st, c.sp);
+    else launch_kd<F, 4, 4, 1, 0, false, true>(p, pl.nw, split, 0, st, c.sp);
+    if (split > 1) launch_sum(p, split, st);
+    return;
+  }
   if constexpr (F::EB == 1) {
     if (xs_depth > 0) {
       const int64_t nblk = p.k / 64, cblk = (nblk + split - 1) / split + 1;
@@ -260,6 +318,17 @@ void launch_w8(const KArgs& p_in, int split, cudaStream_t st, int xs_depth = 0) 
 using namespace gemv_detail;
 
 int gemv_w8_split(int64_t n, int64_t k, int ebytes) { return w8_plan(n, k, ebytes, w8_config(n, k, ebytes)).split; }
+
+int gemv_w8_full_depth(int64_t n, int64_t k, int mask) {
+  if (n <= 0 || k <= 0 || k % 64 != 0) return 0;
+  const W8Cfg c = w8_config(n, k, 1);
+  if (c.xs != 3) return 0;  // the full ring is for the bf16-decoding kernels (bf16 x as it is)
+  const W8Plan pl = w8_plan(n, k, 1, c);
+  KArgs p;
+  p.n = n;
+  p.k = k;
+  return w8_full_depth<SFp8B>(p, pl, pl.split, c, mask | c.fr);
+}
 
 // Whether 8-bit weights with bf16 x go through the x kernel (so need its workspaces).
 bool gemv_w8_x_workspace(int64_t m, int64_t n, int64_t k) {
@@ -309,8 +378,8 @@ void gemv_w8_quant(const QGemvArgs& a, void* stream) {
   p.out = a.out_dtype;
   p.variant = a.variant;
   if (a.x_dtype == DType::bf16 && w8_config(a.n, a.k, 1).xs == 3) {  // exact bf16 weights, x as it is
-    if (a.fmt == QFormat::fp8) return launch_w8<SFp8B>(p, a.split, st);
-    return launch_w8<SInt8B>(p, a.split, st);
+    if (a.fmt == QFormat::fp8) return launch_w8<SFp8B>(p, a.split, st, 0, a.w8_full);
+    return launch_w8<SInt8B>(p, a.split, st, 0, a.w8_full);
   }
   const int xs = a.x_dtype == DType::bf16 ? w8_xs_depth(a.m, a.n, a.k, a.split) : 0;
   if (xs != 0) {

@@ -275,6 +275,16 @@ struct GridCapScope {
   int prev;
 };
 int grid_cap();
+// EngineOptions::quantized_full_ring: while it lives, the fp8 / int8 GEMVs launched by this
+// thread take the staged kernel's full ring where it fits (mask: bit 1 N > K, bit 2 N <= K;
+// gk::gemv_w8_set_full_ring). The same bits.
+struct W8FullRingScope {
+  explicit W8FullRingScope(int mask);
+  ~W8FullRingScope();
+  W8FullRingScope(const W8FullRingScope&) = delete;
+  W8FullRingScope& operator=(const W8FullRingScope&) = delete;
+  int prev;
+};
 // EngineOptions::carveout: the preferred shared memory carveout (percent of the SM's
 // unified L1 / shared memory, cudaFuncAttributePreferredSharedMemoryCarveout) of the
 // engine's kernels launched by this thread while it lives; -1: the driver's default.

@@ -12,6 +12,7 @@
 #include "gpukit/ops.h"
 #include "llm/fused_checks.h"
 #include "ops/common.h"
+#include "ops/gemv_args.h"
 #include "ops/nn_args.h"
 #if GPUKIT_WITH_CUDA
 #include <cuda_runtime.h>
@@ -242,6 +243,11 @@ Array swiglu(const Array& gu, const Stream* sp) {
 #endif
   return out;
 }
+
+// ---- W8FullRingScope ----
+
+W8FullRingScope::W8FullRingScope(int mask) : prev(gemv_w8_full_ring()) { gemv_w8_set_full_ring(mask & 3); }
+W8FullRingScope::~W8FullRingScope() { gemv_w8_set_full_ring(prev); }
 
 // ---- advance_inputs ----
 

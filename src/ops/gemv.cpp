@@ -43,6 +43,23 @@ bool gemv_w8_quant_enabled(int64_t, int64_t k) {
   return k > 0 && k % 64 == 0 && (path == 2 || (path < 0 && kW8QuantDefault));
 }
 
+namespace {
+thread_local int t_w8_full = 0;
+}  // namespace
+void gemv_w8_set_full_ring(int mask) {
+  if (mask < 0 || mask > 3) throw ValueError(cat("full ring: a mask 0..3, got ", mask));
+  t_w8_full = mask;
+}
+int gemv_w8_full_ring() { return t_w8_full; }
+int gemv_w8_full_ring_depth(int64_t n, int64_t k, int mask) {
+#if GPUKIT_WITH_CUDA
+  return cuda::gemv_w8_full_depth(n, k, mask);
+#else
+  (void)n, (void)k, (void)mask;
+  return 0;
+#endif
+}
+
 Array gemv(const Array& x_in, const Array& w_in, std::optional<DType> out_dtype, const Stream* sp) {
   Device d = detail::common_device({{"x", &x_in}, {"w", &w_in}});
   Stream s = resolve_stream(sp, d);

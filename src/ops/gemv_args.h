@@ -54,8 +54,20 @@ void gemv_w8_quant(const QGemvArgs& a, void* stream);
 // Whether the staged kernel needs the workspaces xh / xinv for fp8 / int8 weights with bf16 x
 // of this shape (the x kernel's scaled fp16 copy; not when the weights are decoded to bf16).
 bool gemv_w8_x_workspace(int64_t m, int64_t n, int64_t k);
+// The ring depth of the full ring for fp8 weights [n, k] with bf16 x and this mask (or the
+// knob's FR), 0 where it does not apply (tests, benchmarks).
+int gemv_w8_full_depth(int64_t n, int64_t k, int mask);
 }  // namespace cuda
 // Whether the staged kernel serves fp8 / int8 weights of this shape (path 2, or the default).
 bool gemv_w8_quant_enabled(int64_t n, int64_t k);
+// The staged kernel's full ring for fp8 / int8 weights with bf16 x, for the GEMVs launched by
+// this thread (EngineOptions::quantized_full_ring, through llm::fused::W8FullRingScope): a mask,
+// bit 1 the shapes with N > K, bit 2 those with N <= K, 0 off (the default). Where the ring
+// can hold each warp's whole k range with every CTA resident at once, all weight bytes are
+// requested before the PDL wait. The same bits (the plan's warps and split are kept).
+void gemv_w8_set_full_ring(int mask);
+int gemv_w8_full_ring();
+// gk::cuda::gemv_w8_full_depth on CUDA builds (the current device), 0 elsewhere.
+int gemv_w8_full_ring_depth(int64_t n, int64_t k, int mask);
 
 }  // namespace gk

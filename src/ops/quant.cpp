@@ -302,6 +302,7 @@ Array gemv_quantized(const Array& x_in, const QuantizedWeight& qw, std::optional
     a.mma = (f == QFormat::fp8 || f == QFormat::int8) && k % 64 == 0 && gemv_dense_path() == 1;
     a.w8 = (f == QFormat::fp8 || f == QFormat::int8) && !a.mma && gemv_w8_quant_enabled(n, k);
     a.split = a.w8 ? cuda::gemv_w8_split(n, k, 1) : cuda::qgemv_split(n, k, f, a.mma);
+    a.w8_full = a.w8 ? gemv_w8_full_ring() : 0;  // EngineOptions::quantized_full_ring (the same bits)
     Array xh, xinv;  // the staged kernel's scaled fp16 copy of bf16 x (src/cuda/gemv_w8.cu)
     if (a.w8 && act == DType::bf16 && cuda::gemv_w8_x_workspace(m, n, k)) {
       xh = Array::empty({m, k}, DType::f16, d, &s);

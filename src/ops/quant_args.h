@@ -58,6 +58,7 @@ struct QGemvArgs {
   int variant = 0;   // CUDA kernel variant (gemv_set_variant in ops/gemv_args.h)
   bool mma = false;  // CUDA fp8 / int8: the tensor-core kernel (gemv_set_dense_path(1), K % 64 == 0)
   bool w8 = false;   // CUDA fp8 / int8: the staged tensor-core kernel (src/cuda/gemv_w8.cu, K % 64 == 0)
+  int w8_full = 0;   // its full ring where it fits (gemv_w8_full_ring(): bit 1 N > K, bit 2 N <= K)
   void* xh = nullptr;     // its workspace for bf16 x: [m, k] fp16 (x scaled per row)
   float* xinv = nullptr;  // and [m] f32 (the inverse scales)
 };

@@ -218,7 +218,12 @@ constexpr int w8_xring_pitch(int kb) { return kb * 128 + 16; }
 // p.group (unused otherwise by this kernel; 0 by default): PF + 256 PD, PF stages per row
 // prefetched into L2 before the wait, PD how many stages ahead of each cp.async stage an L2
 // prefetch runs in the loop (0: none).
-template <class F, int KB, int D, int RT, int XM = 0, bool XP = false>
+// FR (full ring; XM 0, no XP, p.group 0): the ring holds all of a warp's stages (the launch
+// guarantees ceil((b1 - b0) / KB) <= D for every warp), so the prologue issues all D stages
+// before the PDL wait and the loop issues none (an empty group per stage keeps the count:
+// at stage j, D + j groups committed, the D - 1 newest may be pending). The same arithmetic
+// in the same order as without: the same bits.
+template <class F, int KB, int D, int RT, int XM = 0, bool XP = false, bool FR = false>
 __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
   constexpr bool XS = XM == 1, XR = XM == 2;
   using TB = typename F::TB;
@@ -233,6 +238,7 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
   static_assert(XM == 0 || F::EB == 1, "XS / XR: 8-bit weights (fp16 B made from bf16 x)");
   static_assert(!XR || KB == 4, "XR: one 8-element x chunk per lane and row per stage");
   static_assert(!XP || XM == 0, "XP: B from global memory");
+  static_assert(!FR || (XM == 0 && !XP), "FR: B from global memory, loaded per stage");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int64_t row0 = int64_t(blockIdx.x) * 16 * RT;
@@ -309,7 +315,7 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
 
   pdl_trigger();
 #pragma unroll
-  for (int st = 0; st < D - 1; ++st) issue(st);
+  for (int st = 0; st < (FR ? D : D - 1); ++st) issue(st);
   // PF > 0 (the knob's; p.group & 255): the next PF stages of each row prefetched into L2 before
   // the wait as well (one bulk prefetch per row), so that more than the ring is requested
   // while the previous kernel finishes
@@ -430,9 +436,10 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
       xr += KB * XB;
     }
     if constexpr (XS) xsb += uint32_t(KB * XB * 2);
-    cp_wait<D - 2>();
+    cp_wait<FR ? D - 1 : D - 2>();
     __syncwarp();
-    issue((st + D - 1) % D);
+    if constexpr (FR) cp_commit();  // nothing left to issue: an empty group
+    else issue((st + D - 1) % D);
     const uint32_t sb = ring + uint32_t(st * SB);
 #pragma unroll
     for (int bb = 0; bb < KB; ++bb) {
@@ -462,6 +469,7 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
       const int64_t nbl = b1 - b0 - j * KB;
       if (nbl >= KB) stage(st, KB, std::true_type{});
       else if (nbl > 0) stage(st, int(nbl), std::false_type{});
+      else if constexpr (FR) cp_commit();
       else issue((st + D - 1) % D);  // keeps the group count uniform (empty groups)
     }
   }
