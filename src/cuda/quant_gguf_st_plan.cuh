@@ -146,10 +146,14 @@ int aw_switch(QFormat f, bool few) {
 // launches (Q4_0 / Q4_1 / Q4_K; Q8_0 with GPUKIT_GGUF_AW=0) with line-aligned copy lanes (kOptLA: the same
 // plan, the same shared layout, the same decode: the same bits); "p" the copies alone of variant 7 (the
 // session-5 configuration and plan) with line-aligned copy lanes (wrong results: that pattern's ceiling; Q6_K's
-// phased units: variant 7 itself); unset or "0": off. Returns 0, 1 or 2 ("p").
+// phased units: variant 7 itself); "0": off; unset: the formats of kLaDefault (a bit per QFormat value;
+// kLaDefaultMany for N above 132 x 8 row tiles, the lm-head). Returns -1 (unset), 0, 1 or 2 ("p").
+// Off until a run measures it (docs/notes/gguf-s8.md has the rule); the bits are the same either way.
+constexpr unsigned kLaDefault = 0u;
+constexpr unsigned kLaDefaultMany = 0u;
 int la_switch() {
   const char* e = std::getenv("GPUKIT_GGUF_LA");
-  if (!e || !*e) return 0;
+  if (!e || !*e) return -1;
   const std::string v(e);
   if (v == "0") return 0;
   if (v == "1") return 1;
@@ -167,8 +171,8 @@ GCfg gcfg_default(QFormat f, int64_t n, int64_t k) {
     return c;
   }
   GCfg c = gcfg_s5(f);
-  c.la = la;
   const bool few = (n + 15) / 16 <= int64_t(132) * 8;  // all row tiles resident at once (not the lm-head)
+  c.la = la >= 0 ? la : int((((few ? kLaDefault : kLaDefaultMany) >> int(f)) & 1u) != 0);
   switch (f) {
     case QFormat::q8_0: c.opt = kOptPI | kOptLate; break;
     case QFormat::q4_0:
