@@ -37,7 +37,9 @@ k_ggst_aw6 too, 47 as 43 with the magic bytes opaque to ptxas (session 8 prep; c
 removed; printed only). An entry aw=V sets
 GPUKIT_GGUF_AW=V instead (the switch that runs the shipped defaults through k_ggst_aw2: 1, d, o (d with
 V 47's opaque magic), 0 or format names; unset, the compiled default: Q8_0 through V 43 on every shape,
-Q6_K through V 45 on the lm-head).
+Q6_K through V 45 on the lm-head). An entry la=V sets GPUKIT_GGUF_LA=V (session 8, gguf10): la=1 the
+default's k_ggst launches with line-aligned copy lanes (the same bits; checked), la=p variant 7's copies alone
+with line-aligned copy lanes (its ceiling; not checked).
 The default launches use programmatic dependent launch (each call copies its first weights
 while the previous call finishes, as in a decode step's chain of GEMVs); "variant 2" lines: the
 same kernels without it. "variant 1": a 2-stage cp.async ring instead of the default depth
@@ -390,14 +392,15 @@ def main():
                         del os.environ["GPUKIT_GEMV_W8"]
             if base in GGUF_FMTS and args.gguf:  # the staged GGUF kernel's depth / warps knob
                 for cfg in args.gguf.split("/"):
-                    env = "GPUKIT_GGUF_AW" if cfg.startswith("aw=") else "GPUKIT_GEMV_GGUF"
-                    os.environ[env] = cfg[3:] if cfg.startswith("aw=") else cfg
+                    env = ("GPUKIT_GGUF_AW" if cfg.startswith("aw=") else
+                           "GPUKIT_GGUF_LA" if cfg.startswith("la=") else "GPUKIT_GEMV_GGUF")
+                    os.environ[env] = cfg[3:] if cfg[:3] in ("aw=", "la=") else cfg
                     try:
                         # V 7 / 36 / 37 / 38 / 42 / 44 / 46: the copies alone, wrong results (Q6_K: 42 / 44 =
                         # 41 / 43, its default math)
                         v9 = cfg.split(",")[8:9]
-                        if v9 not in (["7"], ["36"], ["37"], ["38"], ["42"], ["44"], ["46"]) or (
-                                v9 in (["42"], ["44"]) and base == "q6_k"):
+                        if cfg != "la=p" and (v9 not in (["7"], ["36"], ["37"], ["38"], ["42"], ["44"], ["46"]) or (
+                                v9 in (["42"], ["44"]) and base == "q6_k")):
                             check(fmt, fn(x, *wargs[0]), x, deq)
                         v1 = tbs(nbytes, median(time_graph(calls, rounds)))
                         notes.append(f"  gguf {cfg}: {v1:.3f} TB/s = {v1 / ceiling:.0%} of copy")

@@ -64,7 +64,9 @@ template <class T, int F, int D, int UX = 1, bool PROBE = false, int MINB = 2, b
           bool SS = false, int OPT = 0>
 __global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p) {
   constexpr bool PI = (OPT & kOptPI) != 0, FOLD = (OPT & kOptFold) != 0, LATE = (OPT & kOptLate) != 0;
+  constexpr bool LA = (OPT & kOptLA) != 0;
   static_assert(!LATE || !ROLL, "late refill: the unrolled decode loop");
+  static_assert(!LA || !kPhased<F>, "line-aligned copy lanes: whole-chunk units");
   using L = GL<F, UX>;
   constexpr int UB = GS<F>::UB, UW = GS<F>::UW, U = L::U, NC = L::NC, P = L::P, NK = (NC + 7) / 8;
   constexpr int SB = 16 * P;  // bytes per stage
@@ -88,14 +90,30 @@ __global__ void __launch_bounds__(256, MINB) k_ggst(const QGemvArgs p) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int64_t row = row0 + rr + 4 * i < p.n ? row0 + rr + 4 * i : p.n - 1;
-    qp[i] = static_cast<const uint8_t*>(p.q) + row * p.q_rs + ch * 16 + (kPhased<F> ? 0 : u0 * UB);
+    qp[i] = static_cast<const uint8_t*>(p.q) + row * p.q_rs + (LA ? 0 : ch * 16) + (kPhased<F> ? 0 : u0 * UB);
   }
-  const uint32_t cdst = ring + uint32_t(rr * P + ch * 16);
+  const uint32_t cdst = ring + uint32_t(rr * P + (LA ? 0 : ch * 16));
   int64_t un = u0;  // the next unit to copy
   auto issue = [&](int st) {
     if (un < u1) {
       const uint32_t d0 = cdst + uint32_t(st * SB);
-      if constexpr (!kPhased<F>) {
+      if constexpr (LA) {  // kOptLA: the stage's chunks r < need of each row, chunk r by lane (lead + r) % 8
+        // (lead: the stage's first chunk within its 128-byte line): copy k of row i is the row's line k of
+        // the stage; shared offset 16 r as below (the same layout)
+        const int need = un + U <= u1 ? NC : int((u1 - un) * (UB / 16));
+        constexpr int NKA = (NC + 14) / 8;  // lines a stage of NC chunks can touch
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int rel = ch - int((reinterpret_cast<uintptr_t>(qp[i]) >> 4) & 7);  // -7..7
+          // the lane's chunk of line k of the stage: src + 128 k (read only where 0 <= rel + 8 k < need)
+          const uint8_t* src = qp[i] + 16 * rel;
+          const uint32_t dst = d0 + uint32_t(4 * i * P + 16 * rel);
+#pragma unroll
+          for (int k = 0; k < NKA; ++k)
+            if (unsigned(rel + 8 * k) < unsigned(need)) cp_async16(dst + uint32_t(128 * k), src + 128 * k);
+          qp[i] += U * UB;
+        }
+      } else if constexpr (!kPhased<F>) {
         if (un + U <= u1) {
 #pragma unroll
           for (int i = 0; i < 4; ++i)
@@ -402,6 +420,37 @@ void launch_s6(const QGemvArgs& p, const GCfg& c, const GPlan& pl, cudaStream_t 
   launch_d<T, F, D0, UX, false, 2, kB8, false, false, PI>(p, pl.nw, st, c.sp);
 }
 
+// GPUKIT_GGUF_LA=1 (c.la; session 8, gguf10): the shipped k_ggst configurations of Q4_0 / Q4_1 / Q4_K (and
+// Q8_0's, reached with GPUKIT_GGUF_AW=0) with line-aligned copy lanes (kOptLA): the kernels launch_s6 runs for
+// them with kOptLA added (the same plan, layout and decode: the same bits). false: not such a configuration
+// (the caller runs it without kOptLA).
+template <class T, int F>
+bool launch_la(const QGemvArgs& p, const GCfg& c, const GPlan& pl, cudaStream_t st) {
+  if constexpr (kPhased<F>) {
+    return false;
+  } else {
+    constexpr int D0 = GS<F>::D;
+    constexpr bool kFold = std::is_same_v<T, bf16> && (F == int(QFormat::q4_1) || F == int(QFormat::q4_k));
+    constexpr int O = kOptPI | kOptLA | (kFold ? kOptFold : 0);
+    const bool late = (c.opt & kOptLate) != 0;
+    if (c.d != D0 || c.roll || !(c.opt & kOptPI) || (kFold && !(c.opt & kOptFold))) return false;
+    if constexpr (F == int(QFormat::q4_k)) {
+      if (!c.ss || c.ux != 0 || late) return false;
+      launch_d<T, F, D0, 0, false, 2, false, false, true, O>(p, pl.nw, st, c.sp);
+    } else if constexpr (F == int(QFormat::q8_0)) {
+      if (c.ux != 1 || !late) return false;
+      launch_d<T, F, D0, 1, false, 2, std::is_same_v<T, bf16>, false, false, O | kOptLate>(p, pl.nw, st, c.sp);
+    } else {  // Q4_0 / Q4_1
+      if (late && c.ux == 1) launch_d<T, F, D0, 1, false, 2, false, false, false, O | kOptLate>(p, pl.nw, st, c.sp);
+      else if (late) return false;
+      else if (c.ux == 0) launch_d<T, F, D0, 0, false, 2, false, false, false, O>(p, pl.nw, st, c.sp);
+      else launch_d<T, F, D0, 1, false, 2, false, false, false, O>(p, pl.nw, st, c.sp);
+    }
+    if (p.split > 1) launch_sum_q(p, st);
+    return true;
+  }
+}
+
 template <class T, int F>
 void launch_f(const QGemvArgs& p, cudaStream_t st) {
   const GCfg c = gcfg(p.variant, QFormat(F), p.n, p.k);
@@ -421,7 +470,15 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
     if (p.split > 1) launch_sum_q(p, st);
     return;
   }
+  if (c.la && !probe && c.probe == 0 && launch_la<T, F>(p, c, pl, st)) return;
   if (probe && c.d == D0) {  // the copies alone (wrong results; benchmarking)
+    if constexpr (!kPhased<F>) {
+      if (probe == 7 && c.la) {  // GPUKIT_GGUF_LA=p: variant 7 with line-aligned copy lanes
+        launch_d<T, F, D0, 1, true, 2, false, false, false, kOptLA>(p, pl.nw, st, sp);
+        if (p.split > 1) launch_sum_q(p, st);
+        return;
+      }
+    }
     if (probe == 7) launch_d<T, F, D0, 1, true>(p, pl.nw, st, sp);
     else launch_d<T, F, D0, 1, true, 2, false, false, false, kOptLate>(p, pl.nw, st, sp);
     if (p.split > 1) launch_sum_q(p, st);

@@ -27,6 +27,12 @@ constexpr int kOptOpq = 8;
 // issued after the next unit's wait, before its decode (k_ggst's non-late order; session 6 measured the late
 // order as a loss for the 4-bit formats). Same decode: the same bits.
 constexpr int kOptEarly = 16;
+// k_ggst only (session 8, gguf10; GPUKIT_GGUF_LA, off by default): line-aligned copy lanes. A stage's chunks
+// (the same set, to the same shared offsets: the same bits) are given to the lanes by their address, lane
+// l % 8 taking the chunks at 16 (l % 8) of each 128-byte line, so that every 8-lane row segment of a copy
+// instruction is one line (some lanes idle at the stage's two edges) instead of two (the stages of 288 / 320 /
+// 144 / 160 bytes start at any 16-byte offset of a line).
+constexpr int kOptLA = 32;
 
 struct GCfg {
   int d = 3, wt = 12, ux = 1, wmin = 1;  // ring depth, target warps per SM, units per stage x1 (0: half), warps per CTA at least
@@ -37,6 +43,7 @@ struct GCfg {
                                          // line-aligned windows of 256 / 512 bytes per row (quant_gguf_st_probe.cuh)
   int sp = 1;                            // 1: shared memory sized so that the CTAs spread evenly (launch_d); 0: not;
                                          // 2: room for one CTA more per SM (the next kernel's, under PDL)
+  int la = 0;                            // 1: k_ggst with line-aligned copy lanes (kOptLA; GPUKIT_GGUF_LA)
 };
 
 // The session-6 kernels (variants 30-35; the knob's V): OPT bits and SS of variant v (0: none).
@@ -135,10 +142,37 @@ int aw_switch(QFormat f, bool few) {
   return hit ? (q6 ? 45 : (dyn ? 43 : 41)) : 0;
 }
 
+// GPUKIT_GGUF_LA (session 8, gguf10; benchmarking, off by default): "1" the shipped configuration's k_ggst
+// launches (Q4_0 / Q4_1 / Q4_K; Q8_0 with GPUKIT_GGUF_AW=0) with line-aligned copy lanes (kOptLA: the same
+// plan, the same shared layout, the same decode: the same bits); "p" the copies alone of variant 7 (the
+// session-5 configuration and plan) with line-aligned copy lanes (wrong results: that pattern's ceiling; Q6_K's
+// phased units: variant 7 itself); "0": off; unset: the formats of kLaDefault (a bit per QFormat value;
+// kLaDefaultMany for N above 132 x 8 row tiles, the lm-head). Returns -1 (unset), 0, 1 or 2 ("p").
+// Off until a run measures it (docs/notes/gguf-s8.md has the rule); the bits are the same either way.
+constexpr unsigned kLaDefault = 0u;
+constexpr unsigned kLaDefaultMany = 0u;
+int la_switch() {
+  const char* e = std::getenv("GPUKIT_GGUF_LA");
+  if (!e || !*e) return -1;
+  const std::string v(e);
+  if (v == "0") return 0;
+  if (v == "1") return 1;
+  if (v == "p") return 2;
+  throw ValueError(cat("GPUKIT_GGUF_LA: expected 0, 1 or p, got '", e, "'"));
+}
+
 GCfg gcfg_default(QFormat f, int64_t n, int64_t k) {
   (void)k;
+  const int la = la_switch();
+  if (la == 2) {  // variant 7's configuration, line-aligned copy lanes
+    GCfg c = gcfg_s5(f);
+    c.probe = 7;
+    c.la = 1;
+    return c;
+  }
   GCfg c = gcfg_s5(f);
   const bool few = (n + 15) / 16 <= int64_t(132) * 8;  // all row tiles resident at once (not the lm-head)
+  c.la = la >= 0 ? la : int((((few ? kLaDefault : kLaDefaultMany) >> int(f)) & 1u) != 0);
   switch (f) {
     case QFormat::q8_0: c.opt = kOptPI | kOptLate; break;
     case QFormat::q4_0:
