@@ -77,7 +77,8 @@ session 7's final run: EngineOptions::quantized_pdl_fp8), faer / nofaer (the fus
 cos / sin and new-token slot before its PDL wait: EngineOptions::fused_attention_early_rope), ost /
 noost (the o GEMV after the fused attention stages half of its rows in shared memory before its
 PDL wait: EngineOptions::o_proj_stage), qsp<N> (quantized weights without qpdl: PDL for the norms
-(N = 1), SwiGLU (2) or both (3): EngineOptions::quantized_small_pdl).
+(N = 1), SwiGLU (2) or both (3): EngineOptions::quantized_small_pdl), faw<N> (the fused attention
+with N = 2 / 4 times the warps per CTA, 0 off: EngineOptions::fused_attention_wide).
 Environment knobs of other areas for one engine's run (set before it, restored after it):
 w8a (GPUKIT_GEMV_W8=4,3,16,1,0: the 8-bit GEMVs' configuration of session 5's checkpoint A,
 before the default became 4,2,16,1,3,0,0), dec<N> (GPUKIT_DECODE_SPLIT=32,1024,128,N: the
@@ -215,6 +216,8 @@ def gk_engine(eng):
             opt["attrs"]["quantized_small_pdl"] = int(f[3:])
         elif f in ("ost", "noost"):  # the o GEMV after the fused attention: half its rows staged in shared memory
             opt["attrs"]["o_proj_stage"] = f == "ost"
+        elif f in ("faw0", "faw2", "faw4"):  # the fused attention with 2 / 4 times the warps per CTA
+            opt["attrs"]["fused_attention_wide"] = int(f[3:])
         elif f in ("faer", "nofaer"):  # the fused attention's RoPE cos / sin and slot before its PDL wait
             opt["attrs"]["fused_attention_early_rope"] = f == "faer"
         elif f in ("fapa", "nofapa"):  # the push merge where measured faster (head_dim 64, quantized weights)

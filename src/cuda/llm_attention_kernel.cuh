@@ -54,12 +54,22 @@ struct ACfg {
 // before the PDL wait (they depend on pos, the block table and the frequencies only, all
 // written before the step), so that after the wait only the loads and the rotations remain.
 // The same arithmetic on the same inputs: the same bits as !ER.
-template <class T, int D, int kAC, int CL, bool MMA = false, bool ER = false>
-__global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_constant__ llm::AttnArgs a,
-                                                               const __grid_constant__ llm::ProjRope rope) {
+// WM (AttnArgs::wide, EngineOptions::fused_attention_wide; MMA only): WM times the threads
+// (8 or 16 warps for chunks of 64 / 128 keys) over the same work: the score pass's 16-key
+// tiles spread over the warps (a key's score is one tensor-core sum, whichever warp), the
+// softmax one warp per head as before, P V with the same (column, key group) threads
+// repeated WM times, each copy 4 / WM of the 4 heads of a head block (every sum over the
+// same keys in the same order), the loops over the output elements with WM times the
+// threads (the same arithmetic per element): the same bits as WM = 1, with WM times fewer
+// instructions per warp in the score and P V passes and the loads, rotations and merges.
+template <class T, int D, int kAC, int CL, bool MMA = false, bool ER = false, int WM = 1>
+__global__ void __launch_bounds__(at_threads(kAC) * WM) k_attn_rope(const __grid_constant__ llm::AttnArgs a,
+                                                                    const __grid_constant__ llm::ProjRope rope) {
   using Cf = ACfg<D, kAC>;
-  constexpr int kAT = at_threads(kAC);
-  constexpr int TPK = kAT / kAC;  // threads per key in the score pass
+  static_assert(WM == 1 || (MMA && (WM == 2 || WM == 4)), "more warps: the MMA passes only, 2 or 4 times");
+  constexpr int kAT0 = at_threads(kAC);  // the threads of WM = 1 (they fix the P V key groups)
+  constexpr int kAT = kAT0 * WM;
+  constexpr int TPK = kAT0 / kAC;  // threads per key in the score pass (!MMA)
   static_assert(TPK == 1 || TPK == 2, "64 keys per chunk, or one thread per key");
   extern __shared__ __align__(16) unsigned char sm[];
   __shared__ int64_t kslot[kAC];  // cache slot of each key of the chunk, -1: masked
@@ -276,9 +286,11 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
     }
     const uint32_t ks_s = static_cast<uint32_t>(__cvta_generic_to_shared(Ks));
     const int lr = (lane & 7) + ((lane >> 3) & 1) * 8, lc = (lane >> 4) * 16;  // ldmatrix row, byte column
+    // WM = 1: warp w keys 32 w .. 32 w + 31 (two tiles); else tile t (keys 16 t ..) on warp t % (kAT / 32)
+    constexpr int NMT = WM == 1 ? 2 : (kAC / 16 + kAT / 32 - 1) / (kAT / 32);
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
-      const int key0 = warp * 32 + mt * 16;
+    for (int mt = 0; mt < NMT; ++mt) {
+      const int key0 = WM == 1 ? warp * 32 + mt * 16 : (warp + mt * (kAT / 32)) * 16;
       if (key0 < n) {  // (warp-uniform; rows past n hold stale data: their scores are not stored)
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
         const uint32_t ra = ks_s + uint32_t((key0 + lr) * Cf::KROW + lc);
@@ -362,27 +374,34 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
     // of[G][D] (the q area: q is not read after the scores)
     // (KG2: as many key groups as the threads give, within the K rows' bytes: the V rows
     // are read again for heads 4..7)
-    constexpr int CV = D / 8, KG2A = kAT / CV, KG2B = int(size_t(Cf::KROW) * kAC / (16 * D));
+    // (WM > 1: thread tid is thread tid % kAT0 of WM = 1 for heads hs HPT .. hs HPT + HPT - 1
+    // of each block of 4, hs = tid / kAT0)
+    constexpr int CV = D / 8, KG2A = kAT0 / CV, KG2B = int(size_t(Cf::KROW) * kAC / (16 * D));
     constexpr int KG2 = KG2A < KG2B ? KG2A : KG2B;
-    static_assert(kAT % CV == 0 && KG2 >= 1 && size_t(KG2) * 4 * D * 4 <= size_t(Cf::KROW) * kAC, "P V staging");
-    const int c = tid % CV, kg = tid / CV;
+    constexpr int HPT = 4 / WM;  // heads of a block of 4 per thread
+    static_assert(kAT0 % CV == 0 && KG2 >= 1 && size_t(KG2) * 4 * D * 4 <= size_t(Cf::KROW) * kAC, "P V staging");
+    const int tid0 = WM == 1 ? tid : tid % kAT0, hs = WM == 1 ? 0 : tid / kAT0;
+    const int c = tid0 % CV, kg = tid0 / CV;
     const bool pv = kg < KG2;
     float* of = qs;
     float* comb = reinterpret_cast<float*>(sm + Cf::K_OFF);  // [KG2][4][D] over the (free) K and V rows
     for (int g0 = 0; g0 < G; g0 += 4) {
-      float o2[4][8];
+      const int gh0 = g0 + hs * HPT;  // this thread's first head
+      float o2[HPT][8];
 #pragma unroll
-      for (int gg = 0; gg < 4; ++gg)
+      for (int gg = 0; gg < HPT; ++gg)
 #pragma unroll
         for (int e = 0; e < 8; ++e) o2[gg][e] = 0.f;
-#pragma unroll 2
+      // (WM > 1: 4 keys' loads issued together, the registers of the other heads' sums being free)
+      constexpr int PVU = WM == 1 ? 2 : 4;
+#pragma unroll PVU
       for (int j = pv ? kg : n; j < n; j += KG2) {
         float v[8];
         vec16_to_float<T>(Vs + size_t(j) * Cf::VROW + c * 16, v);
 #pragma unroll
-        for (int gg = 0; gg < 4; ++gg) {
-          if (g0 + gg < G) {
-            const float pj = ps[(g0 + gg) * kAC + j];
+        for (int gg = 0; gg < HPT; ++gg) {
+          if (gh0 + gg < G) {
+            const float pj = ps[(gh0 + gg) * kAC + j];
 #pragma unroll
             for (int e = 0; e < 8; ++e) o2[gg][e] = fmaf(pj, v[e], o2[gg][e]);
           }
@@ -390,8 +409,8 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
       }
       __syncthreads();  // the scores' K reads (and the previous head block's sums) done
 #pragma unroll
-      for (int gg = 0; gg < 4 && pv; ++gg) {
-        float4* dst = reinterpret_cast<float4*>(comb + (kg * 4 + gg) * D + c * 8);
+      for (int gg = 0; gg < HPT && pv; ++gg) {
+        float4* dst = reinterpret_cast<float4*>(comb + (kg * 4 + hs * HPT + gg) * D + c * 8);
         dst[0] = make_float4(o2[gg][0], o2[gg][1], o2[gg][2], o2[gg][3]);
         dst[1] = make_float4(o2[gg][4], o2[gg][5], o2[gg][6], o2[gg][7]);
       }
