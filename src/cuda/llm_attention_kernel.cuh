@@ -351,6 +351,33 @@ __global__ void __launch_bounds__(at_threads(kAC) * WM) k_attn_rope(const __grid
   __syncthreads();
   // 3b. softmax per head: warp w takes heads w, w + 4
   const int lane = tid & 31, warp = tid >> 5;
+  if constexpr (WM > 1) {
+    // the same per head, the lane's scores loaded once (at most kAC / 32 per lane) before the
+    // max, the exponentials and their sum, in the same key order: the same bits
+    constexpr int NJ = kAC / 32;
+    for (int g = warp; g < G; g += kAT / 32) {
+      float sv[NJ];
+#pragma unroll
+      for (int i = 0; i < NJ; ++i) sv[i] = lane + 32 * i < n ? ps[g * kAC + lane + 32 * i] : -INFINITY;
+      float m = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < NJ; ++i)
+        if (lane + 32 * i < n) m = fmaxf(m, sv[i]);
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+      float l = 0.f;
+#pragma unroll
+      for (int i = 0; i < NJ; ++i) {
+        if (lane + 32 * i < n) {
+          const float e = m == -INFINITY ? 0.f : expf(sv[i] - m);
+          ps[g * kAC + lane + 32 * i] = e;
+          l += e;
+        }
+      }
+      l = warp_sum(l);
+      if (lane == 0) red_m[g] = m, red_l[g] = l;
+    }
+  } else
   for (int g = warp; g < G; g += kAT / 32) {
     float m = -INFINITY;
     for (int j = lane; j < n; j += 32) m = fmaxf(m, ps[g * kAC + j]);
@@ -400,7 +427,9 @@ __global__ void __launch_bounds__(at_threads(kAC) * WM) k_attn_rope(const __grid
         vec16_to_float<T>(Vs + size_t(j) * Cf::VROW + c * 16, v);
 #pragma unroll
         for (int gg = 0; gg < HPT; ++gg) {
-          if (gh0 + gg < G) {
+          // (WM > 1: every head row of the block, without branches, so that the unrolled keys'
+          // loads issue together; rows of heads >= G hold stale values whose sums nobody reads)
+          if (WM > 1 || gh0 + gg < G) {
             const float pj = ps[(gh0 + gg) * kAC + j];
 #pragma unroll
             for (int e = 0; e < 8; ++e) o2[gg][e] = fmaf(pj, v[e], o2[gg][e]);
