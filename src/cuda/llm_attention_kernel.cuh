@@ -275,11 +275,14 @@ __global__ void __launch_bounds__(at_threads(kAC) * WM) k_attn_rope(const __grid
     uint32_t bq[D / 16][2];
 #pragma unroll
     for (int s2 = 0; s2 < D / 16; ++s2) {
-      if (hn < G) {
+      // (WM > 1: every lane loads, hn < kAG, so that the loads issue together; the heads >= G
+      // then take zeros as without WM)
+      if (WM > 1 || hn < G) {
         const float2 x0 = *reinterpret_cast<const float2*>(qs + hn * D + 16 * s2 + kq);
         const float2 x1 = *reinterpret_cast<const float2*>(qs + hn * D + 16 * s2 + 8 + kq);
         bq[s2][0] = a_pack2<T>(x0.x, x0.y);
         bq[s2][1] = a_pack2<T>(x1.x, x1.y);
+        if (WM > 1 && hn >= G) bq[s2][0] = bq[s2][1] = 0u;
       } else {
         bq[s2][0] = bq[s2][1] = 0u;
       }
