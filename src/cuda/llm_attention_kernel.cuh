@@ -22,6 +22,12 @@ using namespace llmk;
 // threads per CTA: 128, or one per key for chunks of more than 128 keys
 constexpr int at_threads(int kc) { return kc < 128 ? 128 : kc; }
 constexpr int kAG = 8;     // at most 8 query heads per kv head
+// CTAs per SM the compiler is told to fit (__launch_bounds__): WM > 1 (fused_attention_wide) at
+// most 64 registers per thread, so that the CTA holds 16K (WM 2) / 32K (WM 4) of the SM's 64K
+// registers: blocks of the next kernel launched early (the o GEMV's k_project_stage2: 256
+// threads x 64 registers) keep 3 / 2 slots beside it (WM 1: 128 threads x <= 68 registers, 3).
+// WM 1: 0, which nvcc treats as not given (no .minnctapersm: the kernels as before)
+constexpr int at_min_blocks(int kc, int wm) { return wm == 1 ? 0 : 65536 / (at_threads(kc) * wm * 64); }
 
 // KC keys per chunk (128: one thread per key in the score pass; 64: two, each half the row)
 template <int D, int KC>
@@ -63,7 +69,7 @@ struct ACfg {
 // threads (the same arithmetic per element): the same bits as WM = 1, with WM times fewer
 // instructions per warp in the score and P V passes and the loads, rotations and merges.
 template <class T, int D, int kAC, int CL, bool MMA = false, bool ER = false, int WM = 1>
-__global__ void __launch_bounds__(at_threads(kAC) * WM) k_attn_rope(const __grid_constant__ llm::AttnArgs a,
+__global__ void __launch_bounds__(at_threads(kAC) * WM, at_min_blocks(kAC, WM)) k_attn_rope(const __grid_constant__ llm::AttnArgs a,
                                                                     const __grid_constant__ llm::ProjRope rope) {
   using Cf = ACfg<D, kAC>;
   static_assert(WM == 1 || (MMA && (WM == 2 || WM == 4)), "more warps: the MMA passes only, 2 or 4 times");
