@@ -80,7 +80,8 @@ PDL wait: EngineOptions::o_proj_stage), qsp<N> (quantized weights without qpdl: 
 (N = 1), SwiGLU (2) or both (3): EngineOptions::quantized_small_pdl), qfr<N> (fp8 / int8 weights: the
 staged GEMVs whose ring can hold each warp's whole k range with all CTAs resident request every
 weight byte before their PDL wait, N a mask: 1 the shapes with N > K (q/k/v), 2 the others (o), 3
-both: EngineOptions::quantized_full_ring).
+both: EngineOptions::quantized_full_ring), faw<N> (the fused attention
+with N = 2 / 4 times the warps per CTA, 0 off: EngineOptions::fused_attention_wide).
 Environment knobs of other areas for one engine's run (set before it, restored after it):
 w8a (GPUKIT_GEMV_W8=4,3,16,1,0: the 8-bit GEMVs' configuration of session 5's checkpoint A,
 before the default became 4,2,16,1,3,0,0), dec<N> (GPUKIT_DECODE_SPLIT=32,1024,128,N: the
@@ -222,6 +223,8 @@ def gk_engine(eng):
             opt["attrs"]["quantized_full_ring"] = int(f[3:])
         elif f in ("ost", "noost"):  # the o GEMV after the fused attention: half its rows staged in shared memory
             opt["attrs"]["o_proj_stage"] = f == "ost"
+        elif f in ("faw0", "faw2", "faw4"):  # the fused attention with 2 / 4 times the warps per CTA
+            opt["attrs"]["fused_attention_wide"] = int(f[3:])
         elif f in ("faer", "nofaer"):  # the fused attention's RoPE cos / sin and slot before its PDL wait
             opt["attrs"]["fused_attention_early_rope"] = f == "faer"
         elif f in ("fapa", "nofapa"):  # the push merge where measured faster (head_dim 64, quantized weights)

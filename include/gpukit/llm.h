@@ -283,6 +283,15 @@ struct EngineOptions {
   // path. Off: session 8's checkpoint A, 8B bf16 b1 235.3 tok/s against 238.0 without (fp8
   // 372.3 / 369.8, 1B 1154.3 / 1159.6). Default from GPUKIT_FUSED_ATTN_EARLY.
   bool fused_attention_early_rope = false;
+  // The fused attention (MMA passes, chunks of 64 / 128 keys) with 2 or 4 times the warps per
+  // CTA (8 or 16 for 128-key chunks; 0: off): its 16-key score tiles spread over the warps,
+  // P V's threads repeated with the heads of each block of 4 split between the copies, the
+  // q/k/v loads, rotations and merges over more threads. Every sum keeps its order: the same
+  // bits. Session 8's checkpoint A stamps (8B bf16, layer 5, 16 CTAs of 4 warps): ~2.5 us
+  // scores + softmax and ~2.6 us P V for ~1000 instructions per warp, one warp per SM
+  // sub-partition (no latency hidden). fused_attention_early_rope is ignored with it.
+  // Default from GPUKIT_FUSED_ATTN_WIDE (0, 2 or 4).
+  int fused_attention_wide = 0;
   // Level 2 decode, bf16/fp16 weights, one sequence: the engine GEMV launched right after
   // the fused attention (the output projection; rows of <= 4096 elements) runs in blocks of
   // 8 rows, 4 loaded into registers and 4 into shared memory (cp.async), both before its PDL
@@ -402,6 +411,8 @@ class Model {
   int64_t fused_attention_layers() const { return fa_layers_; }
   // ... of them with the push merge (fused_attention_push, _push_auto; tests).
   int64_t fused_attention_push_layers() const { return fa_push_layers_; }
+  // ... of them with more warps per CTA (EngineOptions::fused_attention_wide taken)
+  int64_t fused_attention_wide_layers() const { return fa_wide_layers_; }
   // Debug: from now on the fused attention of layer `layer` (-1: none) writes per CTA 8
   // %globaltimer stamps (fused::AttnStampScope) into attention_stamps() at every decode
   // step (graph replays included): int64 [512, 8] on the model's device (one buffer for
@@ -465,7 +476,7 @@ class Model {
   mutable bool raw_final_ = false;
   Array stamps_;
   int stamps_layer_ = -1;
-  int64_t fa_layers_ = 0, fa_push_layers_ = 0;  // run_layers returned the raw residual: lm_head applies the final norm
+  int64_t fa_layers_ = 0, fa_push_layers_ = 0, fa_wide_layers_ = 0;  // run_layers returned the raw residual: lm_head applies the final norm
   ModelConfig cfg_;
   EngineOptions opt_;
   Weights w_;

@@ -23,6 +23,7 @@
 #include "cuda/common/attention.cuh"
 #include "cuda/common/rows.cuh"
 #include "cuda/llm_attention_kernel.cuh"
+#include "cuda/llm_attention_launch.cuh"
 #include "cuda/llm_attention_parts.cuh"
 #include "cuda/llm_attention_push.cuh"
 #include "cuda/llm_common.cuh"
@@ -33,48 +34,6 @@ namespace gk::cuda {
 
 namespace {
 using namespace llmk;
-
-template <class T, int D, int KC, int CL = 0>
-void attn_launch(const llm::AttnArgs& a, const llm::ProjRope& rope, cudaStream_t st) {
-  const size_t smem = ACfg<D, KC>::SMEM + (CL == 2 ? push_recv_bytes<D, kAG>(a.S) : 0);
-  static_assert(ACfg<D, KC>::SMEM + (CL == 2 ? push_recv_bytes<D, kAG>(8) : 0) + size_t(KC) * 8 + 256 <= 227 * 1024,
-                "shared memory (dynamic + static)");
-  auto kern = k_attn_rope<T, D, KC, CL, true>;
-  if constexpr (CL != 2) kern = a.mma ? kern : k_attn_rope<T, D, KC, CL, false>;
-  // early (fused_attention_early_rope): the MMA kernels of 64 / 128-key chunks only (the same
-  // bits as without it: the other kernels ignore it)
-  if constexpr (KC <= 128)
-    if (a.early && a.mma) kern = k_attn_rope<T, D, KC, CL, true, true>;
-  // pad_kb: at least that much dynamic shared memory (within a CTA's 227 KiB beside the static part)
-  constexpr size_t kMaxDyn = 227 * 1024 - size_t(KC) * 8 - 256;
-  const size_t dyn = std::max(smem, std::min(size_t(a.pad_kb) * 1024, kMaxDyn));
-  GK_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dyn)));
-  set_carveout(kern);
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(a.S), unsigned(a.hkv), unsigned(a.B));
-  cfg.blockDim = dim3(unsigned(at_threads(KC)));
-  cfg.dynamicSmemBytes = dyn;
-  cfg.stream = st;
-  cudaLaunchAttribute attr[2];
-  unsigned na = 0;
-  if (CL) {
-    attr[na].id = cudaLaunchAttributeClusterDimension;
-    attr[na].val.clusterDim.x = unsigned(a.S);
-    attr[na].val.clusterDim.y = 1;
-    attr[na].val.clusterDim.z = 1;
-    ++na;
-  }
-  if (a.pdl) {
-    attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[na].val.programmaticStreamSerializationAllowed = 1;
-    ++na;
-  }
-  cfg.attrs = attr;
-  cfg.numAttrs = na;
-  GK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, a, rope));
-  GK_LAUNCH_CHECK("llm_attention_rope");
-}
-
 }  // namespace
 
 int64_t llm_attention_ws_floats(int64_t B, int64_t hkv, int64_t S) { return B * hkv * S * kAG * (128 + 2); }
@@ -90,6 +49,12 @@ int llm_attention_rope(const llm::AttnArgs& a, const llm::ProjRope& rope, void* 
   // the cluster merge for 2..8 chunks of 64 / 128 keys
   const bool cl = a.cluster && a.S >= 2 && a.S <= 8 && a.chunk <= 128;
   const bool push = cl && a.push && a.mma;  // the push merge: with the MMA passes only
+  // wide (fused_attention_wide 2 / 4): the kernels with that many times the warps
+  // (llm_attention_wide.cu), for the MMA passes and chunks of 64 / 128 keys (else ignored)
+  if ((a.wide == 2 || a.wide == 4) && a.mma && a.chunk <= 128) {
+    llm_attention_rope_wide(a, rope, stream, cl, push);
+    return (push ? 2 : cl ? 1 : 0) | 4;
+  }
   auto go = [&](auto tv) {
     using T = decltype(tv);
     auto by_chunk = [&](auto dv) {

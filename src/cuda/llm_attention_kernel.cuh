@@ -22,6 +22,12 @@ using namespace llmk;
 // threads per CTA: 128, or one per key for chunks of more than 128 keys
 constexpr int at_threads(int kc) { return kc < 128 ? 128 : kc; }
 constexpr int kAG = 8;     // at most 8 query heads per kv head
+// CTAs per SM the compiler is told to fit (__launch_bounds__): WM > 1 (fused_attention_wide) at
+// most 64 registers per thread, so that the CTA holds 16K (WM 2) / 32K (WM 4) of the SM's 64K
+// registers: blocks of the next kernel launched early (the o GEMV's k_project_stage2: 256
+// threads x 64 registers) keep 3 / 2 slots beside it (WM 1: 128 threads x <= 68 registers, 3).
+// WM 1: 0, which nvcc treats as not given (no .minnctapersm: the kernels as before)
+constexpr int at_min_blocks(int kc, int wm) { return wm == 1 ? 0 : 65536 / (at_threads(kc) * wm * 64); }
 
 // KC keys per chunk (128: one thread per key in the score pass; 64: two, each half the row)
 template <int D, int KC>
@@ -54,12 +60,22 @@ struct ACfg {
 // before the PDL wait (they depend on pos, the block table and the frequencies only, all
 // written before the step), so that after the wait only the loads and the rotations remain.
 // The same arithmetic on the same inputs: the same bits as !ER.
-template <class T, int D, int kAC, int CL, bool MMA = false, bool ER = false>
-__global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_constant__ llm::AttnArgs a,
-                                                               const __grid_constant__ llm::ProjRope rope) {
+// WM (AttnArgs::wide, EngineOptions::fused_attention_wide; MMA only): WM times the threads
+// (8 or 16 warps for chunks of 64 / 128 keys) over the same work: the score pass's 16-key
+// tiles spread over the warps (a key's score is one tensor-core sum, whichever warp), the
+// softmax one warp per head as before, P V with the same (column, key group) threads
+// repeated WM times, each copy 4 / WM of the 4 heads of a head block (every sum over the
+// same keys in the same order), the loops over the output elements with WM times the
+// threads (the same arithmetic per element): the same bits as WM = 1, with WM times fewer
+// instructions per warp in the score and P V passes and the loads, rotations and merges.
+template <class T, int D, int kAC, int CL, bool MMA = false, bool ER = false, int WM = 1>
+__global__ void __launch_bounds__(at_threads(kAC) * WM, at_min_blocks(kAC, WM)) k_attn_rope(const __grid_constant__ llm::AttnArgs a,
+                                                                    const __grid_constant__ llm::ProjRope rope) {
   using Cf = ACfg<D, kAC>;
-  constexpr int kAT = at_threads(kAC);
-  constexpr int TPK = kAT / kAC;  // threads per key in the score pass
+  static_assert(WM == 1 || (MMA && (WM == 2 || WM == 4)), "more warps: the MMA passes only, 2 or 4 times");
+  constexpr int kAT0 = at_threads(kAC);  // the threads of WM = 1 (they fix the P V key groups)
+  constexpr int kAT = kAT0 * WM;
+  constexpr int TPK = kAT0 / kAC;  // threads per key in the score pass (!MMA)
   static_assert(TPK == 1 || TPK == 2, "64 keys per chunk, or one thread per key");
   extern __shared__ __align__(16) unsigned char sm[];
   __shared__ int64_t kslot[kAC];  // cache slot of each key of the chunk, -1: masked
@@ -265,20 +281,25 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
     uint32_t bq[D / 16][2];
 #pragma unroll
     for (int s2 = 0; s2 < D / 16; ++s2) {
-      if (hn < G) {
+      // (WM > 1: every lane loads, hn < kAG, so that the loads issue together; the heads >= G
+      // then take zeros as without WM)
+      if (WM > 1 || hn < G) {
         const float2 x0 = *reinterpret_cast<const float2*>(qs + hn * D + 16 * s2 + kq);
         const float2 x1 = *reinterpret_cast<const float2*>(qs + hn * D + 16 * s2 + 8 + kq);
         bq[s2][0] = a_pack2<T>(x0.x, x0.y);
         bq[s2][1] = a_pack2<T>(x1.x, x1.y);
+        if (WM > 1 && hn >= G) bq[s2][0] = bq[s2][1] = 0u;
       } else {
         bq[s2][0] = bq[s2][1] = 0u;
       }
     }
     const uint32_t ks_s = static_cast<uint32_t>(__cvta_generic_to_shared(Ks));
     const int lr = (lane & 7) + ((lane >> 3) & 1) * 8, lc = (lane >> 4) * 16;  // ldmatrix row, byte column
+    // WM = 1: warp w keys 32 w .. 32 w + 31 (two tiles); else tile t (keys 16 t ..) on warp t % (kAT / 32)
+    constexpr int NMT = WM == 1 ? 2 : (kAC / 16 + kAT / 32 - 1) / (kAT / 32);
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
-      const int key0 = warp * 32 + mt * 16;
+    for (int mt = 0; mt < NMT; ++mt) {
+      const int key0 = WM == 1 ? warp * 32 + mt * 16 : (warp + mt * (kAT / 32)) * 16;
       if (key0 < n) {  // (warp-uniform; rows past n hold stale data: their scores are not stored)
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
         const uint32_t ra = ks_s + uint32_t((key0 + lr) * Cf::KROW + lc);
@@ -339,6 +360,33 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
   __syncthreads();
   // 3b. softmax per head: warp w takes heads w, w + 4
   const int lane = tid & 31, warp = tid >> 5;
+  if constexpr (WM > 1) {
+    // the same per head, the lane's scores loaded once (at most kAC / 32 per lane) before the
+    // max, the exponentials and their sum, in the same key order: the same bits
+    constexpr int NJ = kAC / 32;
+    for (int g = warp; g < G; g += kAT / 32) {
+      float sv[NJ];
+#pragma unroll
+      for (int i = 0; i < NJ; ++i) sv[i] = lane + 32 * i < n ? ps[g * kAC + lane + 32 * i] : -INFINITY;
+      float m = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < NJ; ++i)
+        if (lane + 32 * i < n) m = fmaxf(m, sv[i]);
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+      float l = 0.f;
+#pragma unroll
+      for (int i = 0; i < NJ; ++i) {
+        if (lane + 32 * i < n) {
+          const float e = m == -INFINITY ? 0.f : expf(sv[i] - m);
+          ps[g * kAC + lane + 32 * i] = e;
+          l += e;
+        }
+      }
+      l = warp_sum(l);
+      if (lane == 0) red_m[g] = m, red_l[g] = l;
+    }
+  } else
   for (int g = warp; g < G; g += kAT / 32) {
     float m = -INFINITY;
     for (int j = lane; j < n; j += 32) m = fmaxf(m, ps[g * kAC + j]);
@@ -362,27 +410,36 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
     // of[G][D] (the q area: q is not read after the scores)
     // (KG2: as many key groups as the threads give, within the K rows' bytes: the V rows
     // are read again for heads 4..7)
-    constexpr int CV = D / 8, KG2A = kAT / CV, KG2B = int(size_t(Cf::KROW) * kAC / (16 * D));
+    // (WM > 1: thread tid is thread tid % kAT0 of WM = 1 for heads hs HPT .. hs HPT + HPT - 1
+    // of each block of 4, hs = tid / kAT0)
+    constexpr int CV = D / 8, KG2A = kAT0 / CV, KG2B = int(size_t(Cf::KROW) * kAC / (16 * D));
     constexpr int KG2 = KG2A < KG2B ? KG2A : KG2B;
-    static_assert(kAT % CV == 0 && KG2 >= 1 && size_t(KG2) * 4 * D * 4 <= size_t(Cf::KROW) * kAC, "P V staging");
-    const int c = tid % CV, kg = tid / CV;
+    constexpr int HPT = 4 / WM;  // heads of a block of 4 per thread
+    static_assert(kAT0 % CV == 0 && KG2 >= 1 && size_t(KG2) * 4 * D * 4 <= size_t(Cf::KROW) * kAC, "P V staging");
+    const int tid0 = WM == 1 ? tid : tid % kAT0, hs = WM == 1 ? 0 : tid / kAT0;
+    const int c = tid0 % CV, kg = tid0 / CV;
     const bool pv = kg < KG2;
     float* of = qs;
     float* comb = reinterpret_cast<float*>(sm + Cf::K_OFF);  // [KG2][4][D] over the (free) K and V rows
     for (int g0 = 0; g0 < G; g0 += 4) {
-      float o2[4][8];
+      const int gh0 = g0 + hs * HPT;  // this thread's first head
+      float o2[HPT][8];
 #pragma unroll
-      for (int gg = 0; gg < 4; ++gg)
+      for (int gg = 0; gg < HPT; ++gg)
 #pragma unroll
         for (int e = 0; e < 8; ++e) o2[gg][e] = 0.f;
-#pragma unroll 2
+      // (WM > 1: 4 keys' loads issued together, the registers of the other heads' sums being free)
+      constexpr int PVU = WM == 1 ? 2 : 4;
+#pragma unroll PVU
       for (int j = pv ? kg : n; j < n; j += KG2) {
         float v[8];
         vec16_to_float<T>(Vs + size_t(j) * Cf::VROW + c * 16, v);
 #pragma unroll
-        for (int gg = 0; gg < 4; ++gg) {
-          if (g0 + gg < G) {
-            const float pj = ps[(g0 + gg) * kAC + j];
+        for (int gg = 0; gg < HPT; ++gg) {
+          // (WM > 1: every head row of the block, without branches, so that the unrolled keys'
+          // loads issue together; rows of heads >= G hold stale values whose sums nobody reads)
+          if (WM > 1 || gh0 + gg < G) {
+            const float pj = ps[(gh0 + gg) * kAC + j];
 #pragma unroll
             for (int e = 0; e < 8; ++e) o2[gg][e] = fmaf(pj, v[e], o2[gg][e]);
           }
@@ -390,8 +447,8 @@ __global__ void __launch_bounds__(at_threads(kAC)) k_attn_rope(const __grid_cons
       }
       __syncthreads();  // the scores' K reads (and the previous head block's sums) done
 #pragma unroll
-      for (int gg = 0; gg < 4 && pv; ++gg) {
-        float4* dst = reinterpret_cast<float4*>(comb + (kg * 4 + gg) * D + c * 8);
+      for (int gg = 0; gg < HPT && pv; ++gg) {
+        float4* dst = reinterpret_cast<float4*>(comb + (kg * 4 + hs * HPT + gg) * D + c * 8);
         dst[0] = make_float4(o2[gg][0], o2[gg][1], o2[gg][2], o2[gg][3]);
         dst[1] = make_float4(o2[gg][4], o2[gg][5], o2[gg][6], o2[gg][7]);
       }

@@ -77,6 +77,12 @@ AttnEarlyScope::AttnEarlyScope(bool on) : prev(t_aearly) { t_aearly = on; }
 AttnEarlyScope::~AttnEarlyScope() { t_aearly = prev; }
 bool attention_early() { return t_aearly; }
 namespace {
+thread_local int t_awide = 0;
+}  // namespace
+AttnWideScope::AttnWideScope(int wide) : prev(t_awide) { t_awide = wide == 2 || wide == 4 ? wide : 0; }
+AttnWideScope::~AttnWideScope() { t_awide = prev; }
+int attention_wide() { return t_awide; }
+namespace {
 thread_local bool t_ostage = false, t_ostage_next = false;
 }  // namespace
 OProjStageScope::OProjStageScope(bool on) : prev(t_ostage), prev_next(t_ostage_next) {

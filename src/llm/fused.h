@@ -210,6 +210,9 @@ struct AttnArgs {
   // the new token's cache slot computed before the PDL wait (MMA, chunks of 64 / 128 keys;
   // ignored otherwise). The same bits.
   bool early = false;
+  // fused::AttnWideScope (EngineOptions::fused_attention_wide): 2 / 4 times the warps per CTA
+  // (MMA, chunks of 64 / 128 keys; ignored otherwise, and early with it). The same bits.
+  unsigned char wide = 0;
 };
 
 namespace fused {
@@ -337,6 +340,17 @@ struct AttnEarlyScope {
   bool prev;
 };
 bool attention_early();
+// EngineOptions::fused_attention_wide: the fused decode attention launched by this thread
+// while it lives runs with `wide` (2 or 4; 0: off) times the warps per CTA (AttnArgs::wide).
+// The same bits.
+struct AttnWideScope {
+  explicit AttnWideScope(int wide);
+  ~AttnWideScope();
+  AttnWideScope(const AttnWideScope&) = delete;
+  AttnWideScope& operator=(const AttnWideScope&) = delete;
+  int prev;
+};
+int attention_wide();
 // EngineOptions::o_proj_stage: while it lives, the first engine projection launched by this
 // thread after each fused attention (the output projection) stages half of its blocks'
 // rows in shared memory before its PDL wait (ProjArgs::stage2). The same bits.
@@ -494,9 +508,13 @@ void llm_advance_argmax(int32_t* in, unsigned long long* keys, int32_t* tokens, 
 void llm_swiglu(const void* gu, void* out, int64_t rows, int64_t I, int64_t gu_rs, DType t, bool pdl, void* stream,
                 int grid_cap = 0);
 // src/cuda/llm_attention.cu
-// Returns how the chunks merge: 0 one chunk or the workspace, 1 the cluster (pull), 2 push.
+// Returns how the chunks merge: 0 one chunk or the workspace, 1 the cluster (pull), 2 push;
+// plus 4 where the kernels of AttnArgs::wide ran.
 int llm_attention_rope(const llm::AttnArgs& a, const llm::ProjRope& rope, void* stream);
 int64_t llm_attention_ws_floats(int64_t B, int64_t hkv, int64_t S);
+// src/cuda/llm_attention_wide.cu: the kernels of AttnArgs::wide (called by llm_attention_rope,
+// which checks the arguments; cl / push: the merge it chose)
+void llm_attention_rope_wide(const llm::AttnArgs& a, const llm::ProjRope& rope, void* stream, bool cl, bool push);
 // src/cuda/llm_step.cu
 void llm_embed_norm(const llm::EmbedNormArgs& a, void* stream);
 void llm_prefetch_l2(const llm::PrefetchArgs& a, bool evict_last, void* stream);

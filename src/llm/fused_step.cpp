@@ -188,6 +188,7 @@ Array attention_rope(const Array& qkv, int64_t hq, const Array& k_cache, const A
   a.pad_kb = attention_pad_kb();
   a.push = attention_push();
   a.early = attention_early();
+  a.wide = static_cast<unsigned char>(attention_wide());
   a.dtype = qkv.dtype();
   a.pdl = pdl_enabled(d);
   ProjRope pr;

@@ -71,6 +71,11 @@ void env_options(EngineOptions& o) {
   o.fused_attention_early_rope = env_flag("GPUKIT_FUSED_ATTN_EARLY", o.fused_attention_early_rope);
   o.o_proj_stage = env_flag("GPUKIT_O_PROJ_STAGE", o.o_proj_stage);
   if (const char* e = std::getenv("GPUKIT_QUANT_SMALL_PDL"); e && *e) o.quantized_small_pdl = std::atoi(e) & 3;
+  if (const char* e = std::getenv("GPUKIT_FUSED_ATTN_WIDE"); e && *e) {
+    if (std::strcmp(e, "0") && std::strcmp(e, "2") && std::strcmp(e, "4"))
+      throw ValueError(cat("GPUKIT_FUSED_ATTN_WIDE: expected 0, 2 or 4, got \"", e, "\""));
+    o.fused_attention_wide = std::atoi(e);
+  }
   if (const char* e = std::getenv("GPUKIT_FUSED_ATTN_PAD_KB"); e && *e)
     o.fused_attention_pad_kb = std::clamp(std::atoi(e), 0, 227);
   if (const char* e = std::getenv("GPUKIT_CARVEOUT"); e && *e) o.carveout = std::clamp(std::atoi(e), -1, 100);
@@ -439,7 +444,8 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
                                       rope, side_->counters, nullptr, fa_chunk, opt_.fused_attention_trigger, o_l2(L),
                                       opt_.fused_attention_cluster, &merge);
     ++fa_layers_;
-    fa_push_layers_ += merge == 2;
+    fa_push_layers_ += (merge & 3) == 2;
+    fa_wide_layers_ += (merge & 4) != 0;
     return att.reshape({T, Q});
   };
   if (rope_append && engine_proj(x) && w_.layers[0].qkv_q.format.empty() && w_.layers[0].gate_up.defined() &&
