@@ -76,6 +76,7 @@ SEL=(
   "$T/test_attention_decode_route.py::test_cuda_cluster4_chain[2500-64-33-16]"
   "$T/test_attention_decode_route.py::test_cuda_cluster4_chain[2500-64-34-512]"
   "$T/test_attention_decode_route.py::test_cuda_cluster4_chain[2500-64-36-1024]"
+  "$T/test_attention_decode_route.py::test_cuda_cluster4_chain[2500-64-38-4096]"
   "$T/test_llm_attention_fused.py::test_attention_rope_matches_composition[128-1-32-8-128-positions0-bfloat16]"
   "$T/test_llm_attention_fused.py::test_attention_rope_matches_composition[64-3-8-8-64-positions4-float16]"
   "$T/test_kvcache.py::test_cuda_matches_cpu[True-128-bfloat16]"

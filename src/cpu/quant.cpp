@@ -54,17 +54,19 @@ int e2m1_code(float v) {
 // Row j of the exact dequantized weight.
 void deq_row(const QuantArgs& a, int64_t j, float* out) {
   if (is_gguf(a.fmt)) return dequantize_gguf_row(a, j, out);
-  const uint8_t* q8 = static_cast<const uint8_t*>(a.q);
+  // row j's bytes (q_rs apart when given: a strided view of the weight)
+  const int64_t row_bytes = (a.fmt == QFormat::fp8 || a.fmt == QFormat::int8) ? a.k : a.k / 2;
+  const uint8_t* qr = static_cast<const uint8_t*>(a.q) + j * (a.q_rs ? a.q_rs : row_bytes);
   switch (a.fmt) {
     case QFormat::fp8:
-      for (int64_t kk = 0; kk < a.k; ++kk) out[kk] = float(f8e4m3::from_bits(q8[j * a.k + kk])) * a.scales[j];
+      for (int64_t kk = 0; kk < a.k; ++kk) out[kk] = float(f8e4m3::from_bits(qr[kk])) * a.scales[j];
       return;
     case QFormat::int8:
-      for (int64_t kk = 0; kk < a.k; ++kk) out[kk] = float(int8_t(q8[j * a.k + kk])) * a.scales[j];
+      for (int64_t kk = 0; kk < a.k; ++kk) out[kk] = float(int8_t(qr[kk])) * a.scales[j];
       return;
     case QFormat::int4:
       for (int64_t kk = 0; kk < a.k; ++kk) {
-        uint8_t b = q8[j * (a.k / 2) + kk / 2];
+        uint8_t b = qr[kk / 2];
         int q = (kk & 1) ? (b >> 4) : (b & 0xf);
         int64_t g = j * (a.k / a.group) + kk / a.group;
         out[kk] = float(q - int(a.zeros[g])) * a.scales[g];
@@ -73,7 +75,7 @@ void deq_row(const QuantArgs& a, int64_t j, float* out) {
     case QFormat::nvf4: {
       const float ts = a.tensor_scale[0];
       for (int64_t kk = 0; kk < a.k; ++kk) {
-        uint8_t b = q8[j * (a.k / 2) + kk / 2];
+        uint8_t b = qr[kk / 2];
         int q = (kk & 1) ? (b >> 4) : (b & 0xf);
         float bs = float(f8e4m3::from_bits(a.zeros[j * (a.k / 16) + kk / 16]));
         out[kk] = (e2m1(q) * bs) * ts;
@@ -165,6 +167,7 @@ void qgemv_t(const QGemvArgs& p) {
   a.n = p.n;
   a.k = p.k;
   a.group = p.group;
+  a.q_rs = p.q_rs;
   a.fmt = p.fmt;
   const T* x = static_cast<const T*>(p.x);
   O* y = static_cast<O*>(p.y);

@@ -160,7 +160,7 @@ void quantize_gguf(const QuantArgs& a) {
 
 void dequantize_gguf_row(const QuantArgs& a, int64_t j, float* out) {
   const int64_t bb = gguf_block_bytes(a.fmt), qk = gguf_block_weights(a.fmt), nb = a.k / qk;
-  const uint8_t* row = static_cast<const uint8_t*>(a.q) + j * nb * bb;
+  const uint8_t* row = static_cast<const uint8_t*>(a.q) + j * (a.q_rs ? a.q_rs : nb * bb);
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* b = row + i * bb;
     float* y = out + i * qk;

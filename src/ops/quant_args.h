@@ -40,6 +40,7 @@ struct QuantArgs {
   uint8_t* zeros = nullptr;    // int4 [n, k/group]; nvf4: e4m3 block scales [n, k/16]
   float* tensor_scale = nullptr;  // nvf4 [1]
   int64_t n = 0, k = 0, group = 0;
+  int64_t q_rs = 0;  // bytes between q's rows (dequantize / the CPU GEMV); 0: contiguous rows
   QFormat fmt = QFormat::int8;
 };
 
