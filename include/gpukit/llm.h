@@ -290,8 +290,10 @@ struct EngineOptions {
   // bits. Session 8's checkpoint A stamps (8B bf16, layer 5, 16 CTAs of 4 warps): ~2.5 us
   // scores + softmax and ~2.6 us P V for ~1000 instructions per warp, one warp per SM
   // sub-partition (no latency hidden). fused_attention_early_rope is ignored with it.
-  // Default from GPUKIT_FUSED_ATTN_WIDE (0, 2 or 4).
-  int fused_attention_wide = 0;
+  // 4 since session 8's final run (b1 decode tok/s, 0 / 2 / 4: 8B bf16 241.6 / 246.1 / 248.7,
+  // 8B fp8 374.1 / 382.8 / 387.0, 1B 1164.1 / 1202.2 / 1200.4). Default from
+  // GPUKIT_FUSED_ATTN_WIDE (0, 2 or 4).
+  int fused_attention_wide = 4;
   // Level 2 decode, bf16/fp16 weights, one sequence: the engine GEMV launched right after
   // the fused attention (the output projection; rows of <= 4096 elements) runs in blocks of
   // 8 rows, 4 loaded into registers and 4 into shared memory (cp.async), both before its PDL

@@ -480,9 +480,12 @@ constexpr double kPairMinEff = 0.9;
 //    (session 7 final run, the same 4-warp CTAs), B2 T1024 18 11.8 / 24 8.9, B8 T384 12.4 / 8.9 (s7 A); 38's
 //    tagged merge took back only 0.5-0.8 us of it (s8 A). Where bit 8's 24 fits, 24 stays first. Not measured.
 //  16384 (candidate, off; session 8): the same shapes to 33 (4-warp CTAs, one group each, two per SM; clusters
-//    of the power of two >= ngmax) where all its clusters are resident, launched without PDL (as bit 16's). After
-//    8192's 25 when both are set. Not measured at B >= 2.
-constexpr int kRouteDefault = 1 | 8 | 16 | 32 | 512 | 4096;
+//    of the power of two >= ngmax) where all its clusters are resident, launched without PDL (as bit 16's). Before
+//    8192's 25 when both are set.
+//  Both default since session 8's final run (graph us; 4665 / 4665 | 8192 / 4665 | 16384; SDPA): B4 T1024 13.4 /
+//    12.8 / 12.1 (11.6), B6 T1024 17.6 / 15.1 / 13.6 (12.8), B8 T1024 18.9 / 15.7 / 18.9 (33's 64 clusters do not
+//    all fit: 38) (14.9), B16 T512 18.6 / 16.2 / 16.2 (11.9). With both, 33 first where it fits, else 25.
+constexpr int kRouteDefault = 1 | 8 | 16 | 32 | 512 | 4096 | 8192 | 16384;
 static int decode_route() {
   const char* e = std::getenv("GPUKIT_DECODE_ROUTE");
   return e && *e ? std::atoi(e) : kRouteDefault;
@@ -564,10 +567,10 @@ void attention_decode(const DecodeArgs& a, void* stream) {
     path = "cluster, one group per CTA (24)";
   } else if (cl4_first && attention_decode_fold_cl(a, st, 5)) {
     path = "cluster of 4-warp CTAs (33)";
-  } else if (cl2_first && attention_decode_fold_cl(a, st, 9)) {
-    path = "cluster, two groups per CTA (25)";
   } else if (cl4b_first && attention_decode_fold_cl(a, st, 5)) {
     path = "cluster of 4-warp CTAs (33)";
+  } else if (cl2_first && attention_decode_fold_cl(a, st, 9)) {
+    path = "cluster, two groups per CTA (25)";
   } else if ((ll4_first || v == 38) && attention_decode_fold_cl(a, st, 8)) {
     path = "4-warp CTA groups, tagged merge (38)";
   } else if ((cta4_first || v == 34 || v == 38) && attention_decode_fold_cl(a, st, 6)) {

@@ -137,10 +137,11 @@ bool w4_g128_ring2(int64_t n, int64_t k) { return n >= 2 * k; }
 constexpr int kG128Wide = 48;
 constexpr int kG128Mid = 48;
 // int4 g32 / g64, NVF4 and float16 x (every format but int4 g128 with bf16 x): true runs variant 52's
-// configuration by default (MODE 11 with the default's plan: the same bits as MODE 8). Off until a device
-// run measures 52 against the default (docs/notes/gemv4-s8-prep.md); tests/python/test_gemv_w4_xpair_cuda.py
-// checks 52 = the default bit for bit, so switching needs no new test.
-constexpr bool kXPairOthers = false;
+// configuration by default (MODE 11 with the default's plan: the same bits as MODE 8). On since session 8's
+// final run (% of copy at M = 1, (4096, 14336) / (14336, 4096) / (4096, 128256), MODE 8 -> 52: g64 65 / 67 /
+// 88 -> 73 / 69 / 93, g32 66 / 68 / 87 -> 70 / 69 / 89, NVF4 51 / 58 / 76 -> 58 / 61 / 81);
+// tests/python/test_gemv_w4_xpair_cuda.py checks 52 = the default bit for bit.
+constexpr bool kXPairOthers = true;
 
 constexpr int kSMs = 132;
 constexpr int kSmemMax = 200 * 1024;    // dynamic shared memory of one CTA at most

@@ -13,7 +13,7 @@ from test_attention import TOL, f64, make
 from test_attention_decode import bits, check, gpu, ref_decode, setup_compact
 
 Hq, Hkv = 32, 8
-DEFAULT = 4665  # session 8's kRouteDefault (1 | 8 | 16 | 32 | 512 | 4096)
+DEFAULT = 4665  # session 8's checkpoint A default (1 | 8 | 16 | 32 | 512 | 4096); the final default adds both bits
 
 
 def _lens(B, T, seed):
@@ -59,6 +59,8 @@ def test_cuda_cluster_route_batch(B, T, D, dtype, paged, bit, path, monkeypatch,
     assert d.size == 0, f"38 differs from 23 at {d[0]} (B={B} T={T} D={D} paged={paged})"
     monkeypatch.delenv("GPUKIT_DECODE_SPLIT")
     route = DEFAULT | bit
+    if bit == 16384 and B == 8:  # 33's 64 clusters of 4 CTAs: 62 resident on an H200, so 38 runs (s8 final run)
+        path = "tagged merge (38)"
     monkeypatch.setenv("GPUKIT_DECODE_ROUTE", str(route))
     capfd.readouterr()
     monkeypatch.setenv("GPUKIT_DECODE_LOG", "1")

@@ -33,7 +33,8 @@ def counters(m):
 
 def test_wide_option_cpu():
     m = gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1)
-    assert m._m.fused_attention_wide == 0, "fused_attention_wide must be off by default"
+    assert m._m.fused_attention_wide == 4, "fused_attention_wide is 4 by default (session 8)"
+    m._m.fused_attention_wide = 0
     base = run_p(m, False, PROMPTS, new=3)
     for w in (2, 4, 0):
         m._m.fused_attention_wide = w
