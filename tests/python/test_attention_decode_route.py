@@ -89,7 +89,7 @@ def _auto(qd, kd, vd, ld, route, monkeypatch, capfd):
     (16, 512, 128, 16384, "cluster of 4-warp CTAs (33)", False),
     (6, 1024, 128, 16384, "cluster of 4-warp CTAs (33)", False),
     (2, 1024, 64, 16384, "cluster of 4-warp CTAs (33)", True),
-    (16, 512, 128, 8192 | 16384, "two groups per CTA (25)", False),  # 25 before 33
+    (16, 512, 128, 8192 | 16384, "cluster of 4-warp CTAs (33)", False),  # 33 before 25 (session 8 final: 33 first)
     (2, 4096, 128, 4096 | 8192 | 16384, "tagged merge (38)", True),  # B2 T4096: 16 clusters of 8 / 16 do not all fit
 ])
 def test_cuda_route_candidates(B, T, D, route, path, ref, monkeypatch, capfd):
