@@ -228,8 +228,9 @@ struct EngineOptions {
   bool fused_attention_auto_hd64 = true;
   // ... auto also takes fp8 weights (head_dim 128, <= 384 keys); meant together with
   // quantized_attention_pdl. Session 7, checkpoint A (8B, b1): fp8 fa+qapdl+fapush 367.4
-  // tok/s against 361.5 for rope_append + attention_decode; int4 395.6 against 408.5 (not
-  // taken for int4 / int8). Default from GPUKIT_FUSED_ATTN_AUTO_QUANT.
+  // tok/s against 361.5 for rope_append + attention_decode; int4 395.6 against 408.5. int4
+  // too since session 8 (its verify run, with fused_attention_wide 4: 8B int4 509.6 tok/s
+  // against 500.3); not int8 (unmeasured). Default from GPUKIT_FUSED_ATTN_AUTO_QUANT.
   bool fused_attention_auto_quant = true;
   int64_t fused_attention_max_keys = 4096;
   // keys per CTA: 64, 128, 256 or 384 (one thread per key), or 0: the smallest of 128 / 256 /
