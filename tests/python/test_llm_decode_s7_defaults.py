@@ -110,9 +110,13 @@ def test_quantized_defaults(quantize):
     old = old_defaults(gk.llm.random_model(CFG128, device="cuda", dtype="bfloat16", seed=71, quantize=quantize))
     before = run_p(old, True, ONE, new=NEW)
     assert counters(old)[0] == 0, f"{quantize}, old defaults: the fused attention was taken"
-    if quantize == "int4":  # unchanged: rope_append + attention_decode, the same bits as before
-        assert f1 == f0 and p1 == p0, "int4: the fused attention was taken by default"
-        same(got, before, "int4: new defaults vs old")
+    if quantize == "int4":  # since session 8 (fused_attention_auto_quant takes int4): the fused attention
+        assert f1 > f0, "int4: the fused attention was not taken by default"
+        x = gk.llm.random_model(CFG128, device="cuda", dtype="bfloat16", seed=71, quantize=quantize)
+        x._m.fused_attention_auto_quant = False
+        x._m.fused_attention = True
+        same(got, run_p(x, True, ONE, new=NEW), "int4 default vs fused_attention")
+        close(got, before, "int4: fused attention vs rope_append + attention_decode")
         return
     assert f1 > f0 and p1 > p0, f"fp8: fused attention layers {f1 - f0}, with push {p1 - p0}"
     same(got, run_p(m, False, ONE, new=NEW), "fp8 default: graph vs eager")
