@@ -485,6 +485,18 @@ constexpr double kPairMinEff = 0.9;
 //  Both default since session 8's final run (graph us; 4665 / 4665 | 8192 / 4665 | 16384; SDPA): B4 T1024 13.4 /
 //    12.8 / 12.1 (11.6), B6 T1024 17.6 / 15.1 / 13.6 (12.8), B8 T1024 18.9 / 15.7 / 18.9 (33's 64 clusters do not
 //    all fit: 38) (14.9), B16 T512 18.6 / 16.2 / 16.2 (11.9). With both, 33 first where it fits, else 25.
+//  32768 (candidate, off; session 9 prep): auto's 28 where it replaces two waves of 31's CTAs (bits 2 / 32: B9,
+//    B10 at 4096 keys, Hkv 8) launched without PDL. Session 8 (verify run, plan 8, graph us): GPUKIT_DECODE_PDL=0
+//    (global) took B10 T4096 from 57.4 to 49.1 (SDPA 46.1) but B1 / B3 lose with it and B12 / B14 (31) do not
+//    change. Likely cause (not measured): 28's grid is 80 one-CTA-per-SM CTAs on 132 SMs; with PDL the next call's
+//    grid is launched as soon as this one starts, its CTAs land on the 52 idle SMs and the rest on the SMs this
+//    grid frees first, so the CTA -> SM map of each grid is the previous grid's leftovers, not the block
+//    scheduler's spread of a fresh launch: GPCs (their crossbar ports) carry uneven shares of a grid that streams
+//    ~2 MB per CTA. Grids that fill every SM (31 at B12 / B14: 192-224 CTAs; 28 at B16: 128) leave nothing to
+//    take. 28 chosen by kPairMinEff (B16 T4096, 128 of 132 SMs) keeps PDL. The same kernel: the same bits.
+//  65536 (candidate, off; session 9 prep): bit 16384's 33 at B >= 2 launched with PDL (bit 16's B1 33 stays
+//    without). Session 8's final run (plan 5, forced 33 graph us, PDL on / off): B16 T512 15.6 / 16.2, B6 T1024
+//    13.9 / 13.6, B4 T1024 12.2 / 12.2 (B16 T512: 256 CTAs, 2 per SM, every slot taken; B6: 192 of 264).
 constexpr int kRouteDefault = 1 | 8 | 16 | 32 | 512 | 4096 | 8192 | 16384;
 static int decode_route() {
   const char* e = std::getenv("GPUKIT_DECODE_ROUTE");
@@ -532,6 +544,8 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   bool ll4_first = false;  // auto (bit 4096): 38 where 34 would run
   bool cl2_first = false;  // auto (bit 8192): 25 where all its clusters are resident
   bool cl4b_first = false;  // auto (bit 16384): 33 at B >= 2 where all its clusters are resident
+  bool pair_nopdl = false;  // auto (bit 32768): 28 chosen for two waves of 31's CTAs, launched without PDL
+  bool cl4b_pdl = false;  // auto (bit 65536): bit 16384's 33 launched with PDL
   int route = -1;  // (auto: the route bits in force, logged)
   if (v == 20) {  // auto (see kPairMinEff, kRouteDefault)
     route = decode_route();
@@ -544,8 +558,9 @@ void attention_decode(const DecodeArgs& a, void* stream) {
     const bool wave2 = fill && pairs * cs > sms && pairs * cs <= 2 * sms;  // two waves of 31's CTAs
     const bool wave2_28 = (route & 2) || (!(route & 4) && (route & 32) && 4 * (pairs * cs - sms) <= sms);
     const bool cta2 = pairs * ngmax > sms && pairs * ngmax <= 2 * sms;  // two waves of CTA group units
+    const bool pfull = ngmax >= 8 && ngmax <= 16 && double(pairs) >= kPairMinEff * double(waves * sms);
     v = pairs * ngmax <= sms                                                             ? 18
-        : ngmax >= 8 && ngmax <= 16 && double(pairs) >= kPairMinEff * double(waves * sms) ? 28
+        : pfull                                                                           ? 28
         : pcl                                                                             ? 31
         : wave2 && wave2_28                                                               ? 28
         : wave2 && (route & (4 | 32))                                                     ? 31
@@ -561,14 +576,16 @@ void attention_decode(const DecodeArgs& a, void* stream) {
     const bool short2 = a.B >= 2 && ngmax >= 2 && ngmax <= 16 && pairs * ngmax <= 2 * sms;
     cl2_first = (route & 8192) && short2;
     cl4b_first = (route & 16384) && short2;
+    pair_nopdl = (route & 32768) && v == 28 && !pfull;  // 28 in place of two waves of 31's CTAs (B9, B10)
+    cl4b_pdl = (route & 65536) != 0;
   }
   const char* path = nullptr;
   if (cl_first && attention_decode_fold_cl(a, st, 3)) {
     path = "cluster, one group per CTA (24)";
   } else if (cl4_first && attention_decode_fold_cl(a, st, 5)) {
     path = "cluster of 4-warp CTAs (33)";
-  } else if (cl4b_first && attention_decode_fold_cl(a, st, 5)) {
-    path = "cluster of 4-warp CTAs (33)";
+  } else if (cl4b_first && attention_decode_fold_cl(a, st, cl4b_pdl ? 10 : 5)) {
+    path = cl4b_pdl ? "cluster of 4-warp CTAs (33), PDL" : "cluster of 4-warp CTAs (33)";
   } else if (cl2_first && attention_decode_fold_cl(a, st, 9)) {
     path = "cluster, two groups per CTA (25)";
   } else if ((ll4_first || v == 38) && attention_decode_fold_cl(a, st, 8)) {
@@ -581,8 +598,8 @@ void attention_decode(const DecodeArgs& a, void* stream) {
     path = "cluster of 4-warp CTAs (33)";
   } else if ((v == 24 || v == 25) && attention_decode_fold_cl(a, st, v == 24 ? 1 : 2)) {
     path = "cluster (24)";
-  } else if ((v == 28 || v == 29) && attention_decode_fold_pair(a, st, v == 29)) {
-    path = v == 29 ? "pair CTAs, evict-first (29)" : "pair CTAs (28)";
+  } else if ((v == 28 || v == 29) && attention_decode_fold_pair(a, st, v == 29, !pair_nopdl)) {
+    path = v == 29 ? "pair CTAs, evict-first (29)" : pair_nopdl ? "pair CTAs (28), no PDL" : "pair CTAs (28)";
   } else if (v >= 30 && v <= 32 && attention_decode_fold_pcl(a, st, v == 31 ? 8 : 4, v == 32)) {
     path = v == 30 ? "pair clusters, 4 warps per CTA (30)"
            : v == 31 ? "pair clusters, 8 warps per CTA (31)" : "pair clusters, 4 warps per CTA, deep ring (32)";

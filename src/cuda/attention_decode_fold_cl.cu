@@ -528,7 +528,8 @@ bool launch_cnt(const DecodeArgs& a, cudaStream_t st) {
 // launched without PDL;
 // 6: 34, the same CTAs without a cluster, merged by counter; 7: 36, 34 with 2 (head_dim 64: 3) stages per warp;
 // 9 (route bit 8192): two groups per CTA (25) when ngmax >= 2 and all its clusters are resident at once, else
-// nothing (no one-group attempt: bit 8's force 3 runs before it where 24 fits).
+// nothing (no one-group attempt: bit 8's force 3 runs before it where 24 fits); 10 (route bit 65536): 5 launched with PDL
+// (bit 16384's 33 at B >= 2).
 template <class T, int D>
 bool go_cl(const DecodeArgs& a, cudaStream_t st, int force) {
   const bool forced = force == 1 || force == 2;
@@ -542,7 +543,7 @@ bool go_cl(const DecodeArgs& a, cudaStream_t st, int force) {
   const int64_t clusters = int64_t(a.B) * a.hkv * ngb;
   int cs1 = 1;
   while (cs1 < ngmax) cs1 *= 2;
-  if (force == 4 || force == 5) {
+  if (force == 4 || force == 5 || force == 10) {
     const int r4 = cl_resident<T, D, 1, kGroup / 2>(cs1);
     if (const char* e = std::getenv("GPUKIT_DECODE_LOG"); e && *e && std::strcmp(e, "0") != 0)
       std::fprintf(stderr, "attention_decode cluster: %lld clusters needed; %d clusters of %d CTAs of 4 warps resident\n",
@@ -550,7 +551,9 @@ bool go_cl(const DecodeArgs& a, cudaStream_t st, int force) {
     // (5, auto's 33: without PDL. Session 7's A, B1 graph us, PDL on / off: T4096 13.1 / 12.9, T16384 30.1 / 26.0,
     // T131072 189.2 / 151.2; likely the early-launched next grid's CTAs taking the second CTA slot of SMs, so that
     // CTAs of one grid end up two to an SM while other SMs idle; 18's one-CTA-per-SM grids cannot co-reside.)
-    return r4 > 0 && (force == 4 || clusters <= r4) && launch_cl<T, D, 1, kGroup / 2>(a, st, cs1, force == 4);
+    // (10: as 5 with PDL; session 8's final run, forced 33 graph us PDL on / off: B16 T512 15.6 / 16.2, B6 T1024
+    // 13.9 / 13.6, B4 T1024 12.2 / 12.2.)
+    return r4 > 0 && (force == 4 || clusters <= r4) && launch_cl<T, D, 1, kGroup / 2>(a, st, cs1, force != 5);
   }
   const int r1 = cl_resident<T, D, 1>(cs1);
   if (const char* e = std::getenv("GPUKIT_DECODE_LOG"); e && *e && std::strcmp(e, "0") != 0)

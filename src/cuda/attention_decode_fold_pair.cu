@@ -230,7 +230,7 @@ __global__ void __launch_bounds__(kGroup * 32, 1) k_decode_fold_pair(const __gri
 }
 
 template <class T, int D, bool EF>
-bool launch_pair(const DecodeArgs& a, cudaStream_t st) {
+bool launch_pair(const DecodeArgs& a, cudaStream_t st, bool pdl) {
   using Cf = MCfg<D>;
   static_assert(Cf::SMEM + Cf::W * Cf::S * 4 <= 227 * 1024, "shared memory");
   const int G = a.hq / a.hkv, ngb = (G + 7) / 8;
@@ -247,13 +247,14 @@ bool launch_pair(const DecodeArgs& a, cudaStream_t st) {
       done.fetch_or(bit, std::memory_order_relaxed);
     }
   }
-  launch_maybe_pdl(kern, dim3{unsigned(pairs)}, dim3{unsigned(Cf::W * 32)}, Cf::SMEM, st, decode_pdl(), a);
+  launch_maybe_pdl(kern, dim3{unsigned(pairs)}, dim3{unsigned(Cf::W * 32)}, Cf::SMEM, st, pdl && decode_pdl(), a);
   GK_LAUNCH_CHECK("attention_decode_fold_pair");
   return true;
 }
 }  // namespace
 
-bool attention_decode_fold_pair(const DecodeArgs& a, cudaStream_t st, bool evict_first) {
+// pdl false (route bit 32768, auto's 28 in place of two waves of 31's CTAs): a plain launch, see attention_decode.cu.
+bool attention_decode_fold_pair(const DecodeArgs& a, cudaStream_t st, bool evict_first, bool pdl) {
   const bool half = a.dtype == DType::bf16 || a.dtype == DType::f16;
   if (!half || a.cache_dtype != a.dtype || (a.D != 64 && a.D != 128)) return false;
   if (!aligned16(a.q) || (a.q_bs * 2) % 16 || (a.q_hs * 2) % 16) return false;
@@ -262,8 +263,8 @@ bool attention_decode_fold_pair(const DecodeArgs& a, cudaStream_t st, bool evict
   if ((a.nsplit + kGroup - 1) / kGroup > 2 * kGroup) return false;  // at most 16 groups (two per warp)
   auto go = [&](auto t) {
     using T = decltype(t);
-    if (evict_first) return a.D == 64 ? launch_pair<T, 64, true>(a, st) : launch_pair<T, 128, true>(a, st);
-    return a.D == 64 ? launch_pair<T, 64, false>(a, st) : launch_pair<T, 128, false>(a, st);
+    if (evict_first) return a.D == 64 ? launch_pair<T, 64, true>(a, st, pdl) : launch_pair<T, 128, true>(a, st, pdl);
+    return a.D == 64 ? launch_pair<T, 64, false>(a, st, pdl) : launch_pair<T, 128, false>(a, st, pdl);
   };
   return a.dtype == DType::bf16 ? go(bf16{}) : go(f16{});
 }

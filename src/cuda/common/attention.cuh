@@ -66,13 +66,13 @@ bool attention_decode_fold_cta_ll(const DecodeArgs& a, cudaStream_t st);
 // only when all clusters are resident at once; 1: whenever it can run; 2: the same with two groups per CTA; 3-5:
 // see go_cl; 6: no cluster, one CTA of 4 warps per group, the groups merged through the workspace by the last CTA
 // (34); 7: 34 with 2 stages (36); 8: 34 with the tagged merge of attention_decode_ll.cuh (38); 9: two groups per CTA
-// (25) only where all its clusters are resident (ngmax >= 2). False when not
-// covered (nothing launched).
+// (25) only where all its clusters are resident (ngmax >= 2); 10: 5 (33, all clusters resident) with PDL. False
+// when not covered (nothing launched).
 bool attention_decode_fold_cl(const DecodeArgs& a, cudaStream_t st, int force);
 // attention_decode_fold_pair.cu: one CTA per (sequence, kv head, head group), warps on group units, the groups
 // folded through shared memory (head_dim 64 / 128, capacity <= 16 groups); one launch; evict_first: K / V loads
-// tagged L2 evict-first. False when not covered.
-bool attention_decode_fold_pair(const DecodeArgs& a, cudaStream_t st, bool evict_first);
+// tagged L2 evict-first; pdl false: launched without PDL (route bit 32768). False when not covered.
+bool attention_decode_fold_pair(const DecodeArgs& a, cudaStream_t st, bool evict_first, bool pdl = true);
 // attention_decode_fold_pcl.cu: the pair kernel spread over a thread-block cluster (one warp per group, CTAs of
 // `warps` = 4 or 8 warps, clusters of the power of two covering the capacity's groups), the groups folded through
 // distributed shared memory (head_dim 64 / 128, sm_90, capacity <= 16 groups; K / V loads L2 evict-first); one
