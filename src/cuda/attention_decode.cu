@@ -494,6 +494,9 @@ constexpr double kPairMinEff = 0.9;
 //    scheduler's spread of a fresh launch: GPCs (their crossbar ports) carry uneven shares of a grid that streams
 //    ~2 MB per CTA. Grids that fill every SM (31 at B12 / B14: 192-224 CTAs; 28 at B16: 128) leave nothing to
 //    take. 28 chosen by kPairMinEff (B16 T4096, 128 of 132 SMs) keeps PDL. The same kernel: the same bits.
+//    With bit 2 as well (ROUTE 29243 | 32768): every two-wave shape of 31 (B9-B14) to 28 without PDL. With PDL, 28
+//    and 31 tied at B12 / B14 (s7: 60.9 / 60.0, 64.3 / 63.0); if 28's PDL loss at B10 (8 us of 57) is there too,
+//    28 without PDL is ~50 / ~57 us (B10's 42 GB/s per SM, 96 / 112 SMs), SDPA 51.1 / 57.2. Not measured.
 //  65536 (candidate, off; session 9 prep): bit 16384's 33 at B >= 2 launched with PDL (bit 16's B1 33 stays
 //    without). Session 8's final run (plan 5, forced 33 graph us, PDL on / off): B16 T512 15.6 / 16.2, B6 T1024
 //    13.9 / 13.6, B4 T1024 12.2 / 12.2 (B16 T512: 256 CTAs, 2 per SM, every slot taken; B6: 192 of 264).

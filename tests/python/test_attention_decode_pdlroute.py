@@ -60,6 +60,9 @@ _CASES = [
     (10, 4096, 128, "bfloat16", False, DEFAULT, "pair CTAs (28)", "no PDL"),            # bit off: PDL as before
     (16, 4096, 128, "bfloat16", False, DEFAULT | 32768, "pair CTAs (28)", "no PDL"),    # full wave: keeps PDL
     (12, 4096, 128, "bfloat16", False, DEFAULT | 32768, "(31)", "(28)"),                # 31 unchanged
+    (12, 4096, 128, "bfloat16", False, DEFAULT | 2 | 32768, "pair CTAs (28), no PDL", None),  # with bit 2: B12 28
+    (14, 4096, 128, "bfloat16", False, DEFAULT | 2 | 32768, "pair CTAs (28), no PDL", None),  # (112 pairs)
+    (14, 4096, 128, "bfloat16", False, DEFAULT | 2, "pair CTAs (28)", "no PDL"),         # bit 2 alone: PDL
     (16, 512, 128, "bfloat16", False, DEFAULT | 65536, "cluster of 4-warp CTAs (33), PDL", None),
     (16, 512, 128, "bfloat16", True, DEFAULT | 65536, "cluster of 4-warp CTAs (33), PDL", None),
     (6, 1000, 128, "float16", False, DEFAULT | 65536, "cluster of 4-warp CTAs (33), PDL", None),
