@@ -52,29 +52,31 @@ def _run_logged(fn, monkeypatch, capfd, poison):
     return out, log
 
 
-# (B, T, D, dtype, paged, route, path, absent): the path the route must log, and a text it must not
+# (B, T, D, dtype, paged, route, path, absent, ref): the path the route must log, a text it must not, and whether
+# to check the float64 reference as well (the rows that only check a path compare bits with 23, whose float64 checks
+# are elsewhere: the long float64 references would take the line past its time)
 _CASES = [
-    (10, 4096, 128, "bfloat16", False, DEFAULT | 32768, "pair CTAs (28), no PDL", None),
-    (10, 4096, 128, "bfloat16", True, DEFAULT | 32768, "pair CTAs (28), no PDL", None),
-    (9, 4000, 64, "float16", False, DEFAULT | 32768, "pair CTAs (28), no PDL", None),   # 72 pairs: 28 (wave 2)
-    (10, 4096, 128, "bfloat16", False, DEFAULT, "pair CTAs (28)", "no PDL"),            # bit off: PDL as before
-    (16, 4096, 128, "bfloat16", False, DEFAULT | 32768, "pair CTAs (28)", "no PDL"),    # full wave: keeps PDL
-    (12, 4096, 128, "bfloat16", False, DEFAULT | 32768, "(31)", "(28)"),                # 31 unchanged
-    (12, 4096, 128, "bfloat16", False, DEFAULT | 2 | 32768, "pair CTAs (28), no PDL", None),  # with bit 2: B12 28
-    (14, 4096, 128, "bfloat16", False, DEFAULT | 2 | 32768, "pair CTAs (28), no PDL", None),  # (112 pairs)
-    (14, 4096, 128, "bfloat16", False, DEFAULT | 2, "pair CTAs (28)", "no PDL"),         # bit 2 alone: PDL
-    (16, 512, 128, "bfloat16", False, DEFAULT | 65536, "cluster of 4-warp CTAs (33), PDL", None),
-    (16, 512, 128, "bfloat16", True, DEFAULT | 65536, "cluster of 4-warp CTAs (33), PDL", None),
-    (6, 1000, 128, "float16", False, DEFAULT | 65536, "cluster of 4-warp CTAs (33), PDL", None),
-    (4, 1024, 64, "float16", True, DEFAULT | 65536, "cluster of 4-warp CTAs (33), PDL", None),
-    (16, 512, 128, "bfloat16", False, DEFAULT, "cluster of 4-warp CTAs (33)", ", PDL"),  # bit off: no PDL
-    (1, 4096, 128, "bfloat16", False, DEFAULT | 65536, "cluster of 4-warp CTAs (33)", ", PDL"),  # B1: bit 16's
+    (10, 4096, 128, "bfloat16", False, DEFAULT | 32768, "pair CTAs (28), no PDL", None, True),
+    (10, 4096, 128, "bfloat16", True, DEFAULT | 32768, "pair CTAs (28), no PDL", None, True),
+    (9, 4000, 64, "float16", False, DEFAULT | 32768, "pair CTAs (28), no PDL", None, True),  # 72 pairs: 28 (wave 2)
+    (10, 4096, 128, "bfloat16", False, DEFAULT, "pair CTAs (28)", "no PDL", False),     # bit off: PDL as before
+    (16, 4096, 128, "bfloat16", False, DEFAULT | 32768, "pair CTAs (28)", "no PDL", False),  # full wave: keeps PDL
+    (12, 4096, 128, "bfloat16", False, DEFAULT | 32768, "(31)", "(28)", False),         # 31 unchanged
+    (12, 4096, 128, "bfloat16", False, DEFAULT | 2 | 32768, "pair CTAs (28), no PDL", None, True),  # with bit 2: 28
+    (14, 4096, 128, "bfloat16", False, DEFAULT | 2 | 32768, "pair CTAs (28), no PDL", None, False),  # (112 pairs)
+    (14, 4096, 128, "bfloat16", False, DEFAULT | 2, "pair CTAs (28)", "no PDL", False),  # bit 2 alone: PDL
+    (16, 512, 128, "bfloat16", False, DEFAULT | 65536, "cluster of 4-warp CTAs (33), PDL", None, True),
+    (16, 512, 128, "bfloat16", True, DEFAULT | 65536, "cluster of 4-warp CTAs (33), PDL", None, True),
+    (6, 1000, 128, "float16", False, DEFAULT | 65536, "cluster of 4-warp CTAs (33), PDL", None, True),
+    (4, 1024, 64, "float16", True, DEFAULT | 65536, "cluster of 4-warp CTAs (33), PDL", None, True),
+    (16, 512, 128, "bfloat16", False, DEFAULT, "cluster of 4-warp CTAs (33)", ", PDL", False),  # bit off: no PDL
+    (1, 4096, 128, "bfloat16", False, DEFAULT | 65536, "cluster of 4-warp CTAs (33)", ", PDL", True),  # B1: bit 16's
 ]
 
 
 @gpu
-@pytest.mark.parametrize("B,T,D,dtype,paged,route,path,absent", _CASES)
-def test_cuda_pdl_route(B, T, D, dtype, paged, route, path, absent, monkeypatch, capfd):
+@pytest.mark.parametrize("B,T,D,dtype,paged,route,path,absent,ref", _CASES)
+def test_cuda_pdl_route(B, T, D, dtype, paged, route, path, absent, ref, monkeypatch, capfd):
     q, kc, vc, lens, bt = _data(B, T, D, dtype, paged, 1300 + B + D + (50 if paged else 0))
     kd, vd, ld, qd = (gk.asarray(x).to("cuda") for x in (kc, vc, lens, q))
     btd = gk.asarray(bt).to("cuda") if paged else None
@@ -90,8 +92,10 @@ def test_cuda_pdl_route(B, T, D, dtype, paged, route, path, absent, monkeypatch,
     d = np.argwhere(bits(got) != want)
     assert d.size == 0, (f"route {route} ({path}) differs from 23 at {d[0]} of {d.shape[0]} "
                          f"(B={B} T={T} D={D} paged={paged}, lengths {lens.tolist()[:8]})")
-    check(got, ref_decode(f64(q), f64(kc), f64(vc), lens, bt), TOL[dtype] * 2,
-          f"route {route} B={B} T={T} D={D} paged={paged}")
+    assert np.all(np.isfinite(f64(got))), f"route {route}: non-finite outputs (an element not written?)"
+    if ref:
+        check(got, ref_decode(f64(q), f64(kc), f64(vc), lens, bt), TOL[dtype] * 2,
+              f"route {route} B={B} T={T} D={D} paged={paged}")
     for i in sorted({0, min(2, B - 1), B - 1}):  # alone in its batch (a one-sequence call takes another path)
         alone = _call(qd[i:i + 1], kd if paged else kd[i:i + 1], vd if paged else vd[i:i + 1], ld[i:i + 1],
                       btd[i:i + 1] if paged else None)
