@@ -44,13 +44,14 @@ PAGED = [(1, 16384), (32, 8192)]
 # the last CTA to start polling tagged partials (no fence, no counter; 18 where units > SMs), 38: 34 with 37's
 # merge.
 # "env:GPUKIT_DECODE_ROUTE=N": auto with route bits N instead
-# of the default's (src/cuda/attention_decode.cu, kRouteDefault = 4665; 0: session 6's routing; 1 B3-like to 31,
+# of the default's (src/cuda/attention_decode.cu, kRouteDefault = 29241; 0: session 6's routing; 1 B3-like to 31,
 # 2 / 4 / 32 two waves of 31's CTAs to 28 / 31 / 28 or 31 by the second wave's fill, 8 the cluster kernel 24 at
 # B 2..8 where it fits, 16 the cluster kernel 33 at B = 1 up to 4096 keys where 24 does not fit, 64 / 128 18 in two
 # waves of its units (< 8 / >= 8 groups), 256 35 for 18, 512 34 at B >= 2 in two waves of 18's units, 1024 36 in
 # three waves, 2048 37 for 18 / 35 where it runs, 4096 38 on bit 512's shapes; 8192 / 16384: B >= 2 with 2-16 groups
 # per sequence in <= two waves of CTA group units (B4-B8 T1024, B16 T512) to 25 / 33 where all their clusters are
-# resident: no merge in global memory).
+# resident: no merge in global memory); 32768 auto's 28 for two waves of 31 (B9 / B10; with 2: B9-B14) without PDL,
+# 65536 bit 16384's 33 with PDL.
 # 1: the CUDA-core kernel of src/cuda/attention_decode.cu. 16: the tensor-core kernel of attention_decode_mma.cu,
 # 2-13 its tuning variants (see attention_decode_mma.cu). Variant 0 is the default (see attention_decode.cu).
 SWEEP = ["32,1024,128,18", "32,1024,128,19", "32,1024,128,23", "32,1024,128,28", "32,1024,128,25", "32,1024,128,17",
