@@ -127,16 +127,16 @@ struct AddNormArgs {
   const void* w = nullptr;
   void* out = nullptr;      // [rows, H] dense
   void* res_out = nullptr;  // [rows, H] dense
-  // EngineOptions::quantized_x_prep (bf16, the row-in-registers kernel only): also xh [rows, H]
-  // fp16 = out * 2^c_r and xinv[r] = 2^-c_r, the fp8 / int8 staged GEMV's scaled x (the values
-  // of its x kernel k_w8_xprep, src/cuda/gemv_w8.cu); nullptr: not written
-  void* xh = nullptr;
-  float* xinv = nullptr;
   int64_t rows = 0, H = 0, x_rs = 0, res_rs = 0;
   float eps = 1e-6f;
   DType dtype = DType::bf16;
   bool vec = false;
   bool pdl = false;
+  // EngineOptions::quantized_x_prep (bf16, the row-in-registers kernel only): also xh [rows, H]
+  // fp16 = out * 2^c_r and xinv[r] = 2^-c_r, the fp8 / int8 staged GEMV's scaled x (the values
+  // of its x kernel k_w8_xprep, src/cuda/gemv_w8.cu); nullptr: not written
+  void* xh = nullptr;
+  float* xinv = nullptr;
 };
 
 // The decode step's first launch: x_out = table[ids], h_out = rms_norm(x_out) * w.
