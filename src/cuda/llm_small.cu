@@ -145,8 +145,7 @@ __device__ __forceinline__ void store_xprep(const llm::AddNormArgs& a, int64_t r
       }
     }
   }
-#pragma unroll
-  for (int s = 16; s > 0; s >>= 1) mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, s));
+  mx = __reduce_max_sync(0xffffffffu, mx);  // redux.sync (sm_80+)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
   if (lane == 0) mxs[warp] = mx;
   __syncthreads();
