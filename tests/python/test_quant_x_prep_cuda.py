@@ -199,6 +199,72 @@ def test_prepared_falls_back_when_it_does_not_match():
 
 
 @cuda_only
+def test_prepared_chain_pdl_eager_and_graph():
+    """norm (with the copy) -> prepared GEMV -> norm -> ..., PDL on (each kernel reads the previous
+    one's output after its wait): the bits of the chain of add_rms_norm + gemv_fp8 / gemv_int8
+    without PDL, eager and replayed from a graph, and a replay on new input values."""
+    dims = [4096, 6144, 4096, 1280, 1024]
+    rng = np.random.default_rng(17)
+    layers = []
+    for i in range(len(dims) - 1):
+        fmt = "fp8" if i % 2 == 0 else "int8"
+        base, prep, _ = prepared(fmt, dims[i + 1], dims[i], 100 + i)
+        bf = lambda a: gk.asarray(a.astype(np.float32)).astype("bfloat16").to("cuda")
+        res = bf(rng.standard_normal((3, dims[i])))
+        w = bf(1.0 + 0.2 * rng.standard_normal(dims[i]))
+        layers.append((base, prep, res, w))
+    x0 = gk.asarray(rng.standard_normal((3, dims[0])).astype(np.float32)).astype("bfloat16").to("cuda")
+
+    def chain(use_prep):
+        y = x0
+        for base, prep, res, w in layers:
+            if use_prep:
+                h, _, xh, xinv = _C.llm.fused_add_rms_norm_prep(y, res, w, 1e-6)
+                y = prep(h, xh, xinv, "bfloat16")
+            else:
+                h, _ = _C.llm.fused_add_rms_norm(y, res, w, 1e-6)
+                y = base(h, "bfloat16")
+        return y
+
+    _C.llm.set_pdl(False)
+    _C._gemv_set_variant(2)
+    try:
+        ref = f64(chain(False))
+    finally:
+        _C._gemv_set_variant(0)
+        _C.llm.set_pdl(None)
+    assert np.isfinite(ref).all() and np.abs(ref).max() > 0
+    _C.llm.set_pdl(True)
+    try:
+        calls = _C._gemv_quantized_prepared_calls()
+        for _ in range(2):
+            got = f64(chain(True))
+            bad = np.argwhere(got != ref)
+            assert bad.size == 0, f"eager chain differs at {len(bad)} places, first {bad[0].tolist()}"
+        assert _C._gemv_quantized_prepared_calls() == calls + 2 * len(layers)
+        g = gk.Graph()
+        with g:
+            outs = [chain(True), chain(True)]
+        for _ in range(2):
+            g.replay()
+            gk.cuda.synchronize()
+            for o in outs:
+                bad = np.argwhere(f64(o) != ref)
+                assert bad.size == 0, f"graph replay differs at {len(bad)} places, first {bad[0].tolist()}"
+        new = gk.asarray(rng.standard_normal((3, dims[0])).astype(np.float32) * 5).astype("bfloat16").to("cuda")
+        gk.copy_into(x0, new)
+        g.replay()
+        gk.cuda.synchronize()
+        want = f64(chain(False))
+        for o in outs:
+            bad = np.argwhere(f64(o) != want)
+            assert bad.size == 0, f"replay on new input differs at {len(bad)} places, first {bad[0].tolist()}"
+        assert not np.array_equal(want, ref), "the new input gave the old result: the replay test cannot fail"
+    finally:
+        _C.llm.set_pdl(None)
+
+
+@cuda_only
 @pytest.mark.parametrize("quantize", ["fp8", "int8"])
 @pytest.mark.parametrize("cfg", ["512", "1280"])
 def test_engine_same_bits(quantize, cfg):
