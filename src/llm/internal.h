@@ -46,4 +46,6 @@ std::string moe_tensor_name(const ModelConfig& c, const std::string& role, int l
 void moe_weight_slots(const ModelConfig& c, LayerWeights& L, int layer, std::vector<WeightSlot>& wants);
 void moe_finish_weights(const ModelConfig& c, Weights& w);
 Array moe_forward(const ModelConfig& c, const LayerWeights& L, const Array& h);
+// A new model's EngineOptions from the GPUKIT_* environment variables (options_env.cpp).
+void env_options(EngineOptions& o);
 }  // namespace gk::llm
