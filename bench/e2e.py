@@ -80,7 +80,9 @@ PDL wait: EngineOptions::o_proj_stage), qsp<N> (quantized weights without qpdl: 
 (N = 1), SwiGLU (2) or both (3): EngineOptions::quantized_small_pdl), qfr<N> (fp8 / int8 weights: the
 staged GEMVs whose ring can hold each warp's whole k range with all CTAs resident request every
 weight byte before their PDL wait, N a mask: 1 the shapes with N > K (q/k/v), 2 the others (o), 3
-both: EngineOptions::quantized_full_ring), faw<N> (the fused attention
+both: EngineOptions::quantized_full_ring), qxp / noqxp (fp8 / int8 weights: the norms before the
+q/k/v, gate/up and lm head GEMVs also write the scaled fp16 x those GEMVs read:
+EngineOptions::quantized_x_prep), faw<N> (the fused attention
 with N = 2 / 4 times the warps per CTA, 0 off: EngineOptions::fused_attention_wide).
 Environment knobs of other areas for one engine's run (set before it, restored after it):
 w8a (GPUKIT_GEMV_W8=4,3,16,1,0: the 8-bit GEMVs' configuration of session 5's checkpoint A,
@@ -219,6 +221,8 @@ def gk_engine(eng):
                 not f.startswith("no")
         elif f in ("qsp0", "qsp1", "qsp2", "qsp3"):  # quantized, no qpdl: PDL for the norms / SwiGLU only
             opt["attrs"]["quantized_small_pdl"] = int(f[3:])
+        elif f in ("qxp", "noqxp"):  # fp8 / int8: the norms write the GEMVs' scaled fp16 x
+            opt["attrs"]["quantized_x_prep"] = f == "qxp"
         elif f in ("qfr0", "qfr1", "qfr2", "qfr3"):  # fp8 / int8: the GEMVs' full ring (1 N > K, 2 N <= K)
             opt["attrs"]["quantized_full_ring"] = int(f[3:])
         elif f in ("ost", "noost"):  # the o GEMV after the fused attention: half its rows staged in shared memory

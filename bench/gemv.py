@@ -17,7 +17,9 @@ rows against float64 products with its exact dequantization before it is timed.
 bf16_tc / bf16_m8_tc / fp8_tc / int8_tc: bf16, fp8 or int8 weights through the tensor-core kernel
 instead of the default CUDA-core one (gk._C._gemv_set_dense_path(1)); *_cc forces the CUDA cores;
 *_st the staged tensor-core kernel (src/cuda/gemv_w8.cu, path 2; the default where it applies);
-fp8_h_st / int8_h_st: the same with float16 x (no scaled fp16 copy of x needed). --w8 KB,D,WT[/KB,D,WT...]: time
+fp8_h_st / int8_h_st: the same with float16 x (no scaled fp16 copy of x needed). fp8_xp_st / int8_xp_st /
+fp8_m8_xp_st: bf16 x with its scaled fp16 copy made beforehand (gemv_quantized_prepared: the GEMV of
+EngineOptions::quantized_x_prep, whose norm writes the copy; the bits of fp8_st). --w8 KB,D,WT[/KB,D,WT...]: time
 the *_st formats again with each GPUKIT_GEMV_W8 setting (printed only; the fields
 KB,D,WT[,RT[,XS[,XP[,SP[,PF[,PD]]]]]] are described in docs/gemm.md; XS 3 = 8-bit weights
 decoded to bf16, the default for fp8 / int8 with bf16 x; a 10th field FR, a mask: the full ring, every
@@ -67,6 +69,7 @@ L2_DEFEAT = 256e6    # bytes of rotated weights per measurement (>= 5x the H200'
 FORMATS = ("bf16", "fp16", "bf16_m4", "bf16_m8", "bf16_tc", "bf16_m8_tc", "fp8", "int8", "fp8_tc", "int8_tc",
            "bf16_st", "bf16_m2_st", "bf16_m4_st", "bf16_m8_st", "fp8_st", "int8_st", "fp8_m8_st", "int8_m8_st",
            "bf16_cc", "bf16_m8_cc", "fp8_cc", "int8_cc", "fp8_h_st", "int8_h_st", "fp8_m2_st", "fp8_m4_st",
+           "fp8_xp_st", "int8_xp_st", "fp8_m8_xp_st",
            "int4", "int4_g64", "int4_g32", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k", "q8_0_h", "q4_0_h")
 VARIANT_FMTS = ("bf16", "bf16_m8", "fp8", "int8", "int4", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "without PDL",
@@ -206,6 +209,20 @@ def weights(fmt, k, n, copies, rng):
     return args, (lambda x, q_: fn(x, q_)), n * q.shape[1], deq
 
 
+def x_prep(x):
+    """bf16 x [m, k] on the GPU -> (its scaled fp16 copy, 2^-c per row): the rule of the norm's
+    copy (EngineOptions::quantized_x_prep) and of gemv_w8.cu's x kernel."""
+    xs = gk.to_numpy(x.astype("float32")).astype(np.float64)
+    xh = np.zeros(xs.shape, np.float16)
+    xinv = np.ones(xs.shape[0], np.float32)
+    for r in range(xs.shape[0]):
+        mx = np.max(np.abs(xs[r]))
+        c = 0 if mx == 0 or not np.isfinite(mx) else max(-126, min(126, 14 - int(np.floor(np.log2(mx)))))
+        xh[r] = (xs[r] * 2.0**c).astype(np.float32).astype(np.float16)
+        xinv[r] = np.float32(2.0**-c)
+    return gk.asarray(xh).to("cuda"), gk.asarray(xinv).to("cuda")
+
+
 def time_graph(calls, rounds):
     """Median ms per call of `calls` (a list of thunks) captured in one gk.Graph."""
     for c in calls:
@@ -329,7 +346,8 @@ def main():
             m = int(fmt.rsplit("_m", 1)[1].split("_")[0]) if "_m" in fmt else 1
             base = fmt
             if not fmt.startswith(("bf16", "fp16")):
-                base = fmt.removesuffix("_tc").removesuffix("_cc").removesuffix("_st").removesuffix("_h").split("_m")[0]
+                base = (fmt.removesuffix("_tc").removesuffix("_cc").removesuffix("_st").removesuffix("_xp")
+                        .removesuffix("_h").split("_m")[0])
             if fmt.startswith("int4_g"):
                 base = fmt.split("_m")[0]
             gk._C._gemv_set_dense_path({"_tc": 1, "_cc": 0, "_st": 2}.get(fmt[-3:], -1))
@@ -339,6 +357,10 @@ def main():
             copies = max(1, math.ceil(L2_DEFEAT / probe_bytes))
             try:
                 wargs, fn, nbytes, deq = weights(base, k, n, copies, rng)
+                if fmt.endswith("_xp_st"):  # x's scaled fp16 copy made beforehand (quantized_x_prep)
+                    xh, xinv = x_prep(x)
+                    fn = (lambda x_, q_, s_, f_=base, xh_=xh, xi_=xinv:
+                          gk._C._gemv_quantized_prepared(f_, q_, s_, x_, xh_, xi_))
                 copies = max(1, min(copies, math.ceil(L2_DEFEAT / nbytes)))
                 check(fmt, fn(x, *wargs[0]), x, deq)
                 calls = [(lambda a=a: fn(x, *a)) for a in wargs[:copies] * 2]

@@ -397,6 +397,16 @@ struct EngineOptions {
   // before it for 6.1 us of weight bytes, the o GEMV 5.1 us after the attention for 4.1.
   // The same bits (the same warps and split-K). Unmeasured at the time of writing.
   int quantized_full_ring = 0;
+  // Level 2 decode with fp8 / int8 weights (bf16, M <= 8): the residual add + RMSNorm before
+  // the q/k/v, gate/up and lm head GEMVs also writes the staged GEMV's scaled fp16 copy of its
+  // output (each row times 2^c so that its largest |value| lands in [2^14, 2^15); session 5's
+  // x kernel, src/cuda/gemv_w8.cu), and those GEMVs read it: fp8 codes become fp16 in one
+  // instruction per pair (cvt.rn.f16x2.e4m3x2) instead of the four of the exact-bf16 decode.
+  // Session 8's final run, standalone M = 1, % of copy at (K, N) = (4096, 14336) / (14336,
+  // 4096) / (4096, 128256): fp8 with bf16 x 86 / 86 / 99, with fp16 x 89 / 88 / 101. The same
+  // bits (the products are the bf16 ones times 2^c, exact; rows whose values span more than
+  // ~2^30 could differ in their smallest terms). Unmeasured in the engine at the time of writing.
+  bool quantized_x_prep = false;
 };
 
 class Model {
@@ -477,6 +487,8 @@ class Model {
   std::shared_ptr<SideBranch> side_;
   bool decoding_ = false;  // run_layers is running a decode step (decode_batch)
   mutable bool raw_final_ = false;
+  // quantized_x_prep: the last add_norm output and its scaled fp16 copy (project() reads them)
+  mutable Array xprep_h_, xprep_xh_, xprep_inv_;
   Array stamps_;
   int stamps_layer_ = -1;
   int64_t fa_layers_ = 0, fa_push_layers_ = 0, fa_wide_layers_ = 0;  // run_layers returned the raw residual: lm_head applies the final norm

@@ -31,5 +31,13 @@ Array dequantize_weight(const QuantizedWeight& qw);
 // in bfloat16/float16 (float32 x is converted to bfloat16); out_dtype: x's dtype or float32.
 Array gemv_quantized(const Array& x, const QuantizedWeight& qw, std::optional<DType> out_dtype = std::nullopt,
                      const Stream* s = nullptr);
+// gemv_quantized(x, qw, out_dtype) for bf16 x [M <= 8, K] given xh = x * 2^c_m as float16 and
+// xinv[m] = 2^-c_m, the fp8 / int8 staged kernel's scaled x (EngineOptions::quantized_x_prep:
+// written by the engine's add_rms_norm): fp8 / int8 weights then take the staged kernel with
+// xh (fp16 products; the bits of its bf16-x kernel). Anywhere else (other formats, the CPU,
+// another kernel, xh / xinv undefined or not matching x) it is gemv_quantized(x, qw, out_dtype).
+// out_dtype: bfloat16 by default.
+Array gemv_quantized_prepared(const Array& x, const Array& xh, const Array& xinv, const QuantizedWeight& qw,
+                              std::optional<DType> out_dtype = std::nullopt, const Stream* s = nullptr);
 
 }  // namespace gk

@@ -116,6 +116,13 @@ GK_BINDING(61, llm_fused) {
     return llm::fused::add_rms_norm(x, residual, w, eps);
   }, nb::arg("x"), nb::arg("residual"), nb::arg("w"), nb::arg("eps") = 1e-6,
      "(rms_norm(x + residual) * w, x + residual)");
+  lm.def("fused_add_rms_norm_prep", [](const Array& x, const Array& residual, const Array& w, double eps) {
+    llm::fused::AddNormPrep r = llm::fused::add_rms_norm_prep(x, residual, w, eps);
+    return nb::make_tuple(r.h, r.res, r.xh.defined() ? nb::cast(r.xh) : nb::none(),
+                          r.xinv.defined() ? nb::cast(r.xinv) : nb::none());
+  }, nb::arg("x"), nb::arg("residual"), nb::arg("w"), nb::arg("eps") = 1e-6,
+     "(rms_norm(x + residual) * w, x + residual, the fp8 / int8 GEMV's scaled fp16 copy of the first or None, "
+     "its 2^-c per row or None) (EngineOptions::quantized_x_prep)");
   lm.def("set_pdl", [](std::optional<bool> on) { llm::fused::set_pdl(on ? int(*on) : -1); }, nb::arg("on"),
          "Programmatic dependent launch of the engine's kernels: True, False, or None for GPUKIT_PDL's default.");
   lm.def("pdl_enabled", [](nb::handle device) { return llm::fused::pdl_enabled(to_device(device)); },

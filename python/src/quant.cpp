@@ -80,6 +80,21 @@ GK_BINDING(27, quant) {
         "The fp8 / int8 staged GEMV's full ring for this thread's launches (EngineOptions::quantized_full_ring): "
         "mask 0..3, bit 1 N > K, bit 2 N <= K (the same bits).");
   m.def("_gemv_w8_full_ring", &gemv_w8_full_ring);
+  m.def("_gemv_quantized_prepared_calls", &gemv_quantized_prepared_calls);
+  m.def("_gemv_quantized_prepared",
+        [](const char* fmt, nb::handle q, nb::handle s, const Array& x, nb::handle xh, nb::handle xinv,
+           nb::handle o) {
+          const std::string f = fmt;
+          if (f != "fp8" && f != "int8") throw ValueError(cat("fmt: fp8 or int8, got '", f, "'"));
+          QuantizedWeight w = qw_of(f == "fp8" ? "fp8" : "int8", q, s, nb::none(), 0);
+          Array xa = xh.is_none() ? Array() : nb::cast<Array>(xh);
+          Array ia = xinv.is_none() ? Array() : nb::cast<Array>(xinv);
+          return gemv_quantized_prepared(x, xa, ia, w, to_dtype_opt(o, "out_dtype"));
+        },
+        nb::arg("fmt"), nb::arg("q"), nb::arg("scales"), nb::arg("x"), nb::arg("xh").none(), nb::arg("xinv").none(),
+        nb::arg("out_dtype") = nb::none(),
+        "gemv_quantized_prepared (EngineOptions::quantized_x_prep): fp8 / int8 weights, bf16 x [M, K] and its "
+        "scaled fp16 copy xh with xinv = 2^-c per row (llm.fused_add_rms_norm_prep); elsewhere gemv_quantized(x).");
   m.def("_gemv_w8_full_ring_depth", &gemv_w8_full_ring_depth, nb::arg("n"), nb::arg("k"), nb::arg("mask"),
         "The full ring's depth for fp8 weights [n, k] with bf16 x on the current device (0: not taken).");
 

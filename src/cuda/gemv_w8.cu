@@ -396,6 +396,8 @@ void gemv_w8_quant(const QGemvArgs& a, void* stream) {
     p.gscale = a.xinv;
   } else if (a.x_dtype != DType::f16) {
     throw TypeError(cat("gemv: unsupported activation dtype ", dtype_name(a.x_dtype)));
+  } else {
+    p.gscale = a.xprep_inv;  // gemv_quantized_prepared: x is bf16 x's scaled fp16 copy (nullptr: plain fp16 x)
   }
   if (a.fmt == QFormat::fp8) return launch_w8<SFp8>(p, a.split, st);
   return launch_w8<SInt8>(p, a.split, st);

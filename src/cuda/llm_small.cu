@@ -4,6 +4,7 @@
 // launch_dependents and wait is described there).
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/cuda_util.h"
 #include "cuda/common/rows.cuh"
@@ -114,7 +115,62 @@ __global__ void __launch_bounds__(256) k_add_rms_norm(const llm::AddNormArgs a) 
 // The same with the row held in registers (H <= blockDim * N * NV, aligned rows): the
 // weights are read before waiting for the previous kernel, x and the residual in one
 // round of loads; the sums and roundings of k_add_rms_norm, so the same bits.
-template <class T, int NV>
+//
+// XH (EngineOptions::quantized_x_prep, bf16): also the fp8 / int8 staged GEMV's scaled fp16 x
+// of the output row (the values of gemv_w8.cu's k_w8_xprep from the same bf16 output: the
+// largest |out| of the row lands in [2^14, 2^15) after the scaling by 2^c, c = 0 for a zero,
+// inf or NaN maximum; xinv = 2^-c), so the GEMV needs no decode of x to bf16 products.
+__device__ __forceinline__ int xprep_exponent(uint32_t mx) {
+  if (mx == 0 || mx >= 0x7f80u) return 0;
+  const int c = 14 - ilogbf(__uint_as_float(mx << 16));
+  return c < -126 ? -126 : (c > 126 ? 126 : c);
+}
+
+template <int N, int NV>
+__device__ __forceinline__ void store_xprep(const llm::AddNormArgs& a, int64_t row, const Vec<bf16, N> (&xv)[NV],
+                                            const Vec<bf16, N> (&wv)[NV], float inv) {
+  static_assert(N == 8, "16-byte vectors of bf16");
+  __shared__ uint32_t mxs[32];
+  const int64_t step = int64_t(blockDim.x) * N;
+  Vec<bf16, N> o[NV];
+  uint32_t mx = 0;
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int64_t i = int64_t(threadIdx.x) * N + k * step;
+    if (i < a.H) {
+#pragma unroll
+      for (int j = 0; j < N; ++j) {
+        o[k].v[j] = convert<bf16>(float(xv[k].v[j]) * inv * float(wv[k].v[j]));  // store_norm_reg's value
+        mx = max(mx, uint32_t(o[k].v[j].bits) & 0x7fffu);               // |bf16| orders as its bits
+      }
+    }
+  }
+  mx = __reduce_max_sync(0xffffffffu, mx);  // redux.sync (sm_80+)
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  if (lane == 0) mxs[warp] = mx;
+  __syncthreads();
+  mx = mxs[0];
+  for (int w = 1; w < nw; ++w) mx = max(mx, mxs[w]);
+  const int c = xprep_exponent(mx);
+  const float sc = __uint_as_float(uint32_t(c + 127) << 23);
+  if (threadIdx.x == 0) a.xinv[row] = __uint_as_float(uint32_t(127 - c) << 23);
+  f16* xh = static_cast<f16*>(a.xh) + row * a.H;
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int64_t i = int64_t(threadIdx.x) * N + k * step;
+    if (i < a.H) {
+      uint32_t w4[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const __half2 h = __floats2half2_rn(float(o[k].v[2 * j]) * sc, float(o[k].v[2 * j + 1]) * sc);
+        w4[j] = *reinterpret_cast<const uint32_t*>(&h);
+      }
+      *reinterpret_cast<uint4*>(xh + i) = make_uint4(w4[0], w4[1], w4[2], w4[3]);
+    }
+  }
+}
+
+template <class T, int NV, bool XH = false>
 __global__ void __launch_bounds__(256) k_add_rms_norm_reg(const llm::AddNormArgs a) {
   __shared__ float sh[32];
   constexpr int N = 16 / int(sizeof(T));
@@ -151,6 +207,7 @@ __global__ void __launch_bounds__(256) k_add_rms_norm_reg(const llm::AddNormArgs
   }
   const float inv = rsqrtf(row_sum(ss, sh) / float(a.H) + a.eps);
   store_norm_reg(static_cast<T*>(a.out) + row * a.H, rv, wv, inv, a.H);
+  if constexpr (XH) store_xprep(a, row, rv, wv, inv);
 }
 
 // ---- SwiGLU of a [rows, 2 I] gate/up product (quantized weights: after gemv_quantized) ----
@@ -247,6 +304,15 @@ void llm_add_rms_norm(const llm::AddNormArgs& a, void* stream) {
     const int64_t per = a.vec ? a.H / (16 / int64_t(sizeof(T))) : a.H;
     const int threads = int(std::min<int64_t>(256, std::max<int64_t>(32, (per + 31) / 32 * 32)));
     const dim3 grid{unsigned(a.rows)}, block{unsigned(threads)};
+    if (a.xh || a.xinv) {  // the scaled fp16 copy too (llm_add_rms_norm_xprep_ok)
+      if constexpr (std::is_same_v<T, bf16>) {
+        if (a.xh && a.xinv && a.vec && per <= int64_t(threads) * 4) {
+          launch_ex(k_add_rms_norm_reg<T, 4, true>, grid, block, st, a.pdl, "llm_add_rms_norm", a);
+          return;
+        }
+      }
+      throw ValueError("add_rms_norm: the scaled fp16 copy needs bf16, aligned rows and H <= 8192");
+    }
     if (a.vec && per <= int64_t(threads) * 4)  // the row in registers
       launch_ex(k_add_rms_norm_reg<T, 4>, grid, block, st, a.pdl, "llm_add_rms_norm", a);
     else if (a.vec)

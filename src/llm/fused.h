@@ -132,6 +132,11 @@ struct AddNormArgs {
   DType dtype = DType::bf16;
   bool vec = false;
   bool pdl = false;
+  // EngineOptions::quantized_x_prep (bf16, the row-in-registers kernel only): also xh [rows, H]
+  // fp16 = out * 2^c_r and xinv[r] = 2^-c_r, the fp8 / int8 staged GEMV's scaled x (the values
+  // of its x kernel k_w8_xprep, src/cuda/gemv_w8.cu); nullptr: not written
+  void* xh = nullptr;
+  float* xinv = nullptr;
 };
 
 // The decode step's first launch: x_out = table[ids], h_out = rms_norm(x_out) * w.
@@ -438,6 +443,15 @@ Array project_qkv_rope(const Array& x, const Array& w, const Array& bias, int64_
                        const Stream* s = nullptr);
 std::pair<Array, Array> add_rms_norm(const Array& x, const Array& residual, const Array& w, double eps,
                                      const Stream* s = nullptr);
+// EngineOptions::quantized_x_prep: add_rms_norm that also writes, where it can (CUDA, bf16,
+// rows <= 8, H % 8 == 0, H <= 8192, aligned), xh [rows, H] fp16 = h * 2^c_r and xinv [rows]
+// fp32 = 2^-c_r: the fp8 / int8 staged GEMV's scaled x (gemv_quantized_prepared); elsewhere
+// xh and xinv stay undefined. h and the residual: the same bits as add_rms_norm.
+struct AddNormPrep {
+  Array h, res, xh, xinv;
+};
+AddNormPrep add_rms_norm_prep(const Array& x, const Array& residual, const Array& w, double eps,
+                              const Stream* s = nullptr);
 
 // project then add_rms_norm(y, residual, norm_w, eps) with the norm done by the
 // projection's last block (one launch): returns y; h_out = the normalized rows, res_out

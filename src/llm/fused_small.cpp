@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <tuple>
 #include <vector>
 
 #include "gpukit/errors.h"
@@ -140,8 +141,25 @@ void ref_rope_append(const RopeAppendArgs& a) {
 
 // ---- add_rms_norm ----
 
+namespace {
+std::pair<Array, Array> add_rms_norm_impl(const Array& x, const Array& residual, const Array& w, double eps,
+                                          const Stream* sp, Array* xh_out, Array* xinv_out);
+}  // namespace
+
 std::pair<Array, Array> add_rms_norm(const Array& x, const Array& residual, const Array& w, double eps,
                                      const Stream* sp) {
+  return add_rms_norm_impl(x, residual, w, eps, sp, nullptr, nullptr);
+}
+
+AddNormPrep add_rms_norm_prep(const Array& x, const Array& residual, const Array& w, double eps, const Stream* sp) {
+  AddNormPrep r;
+  std::tie(r.h, r.res) = add_rms_norm_impl(x, residual, w, eps, sp, &r.xh, &r.xinv);
+  return r;
+}
+
+namespace {
+std::pair<Array, Array> add_rms_norm_impl(const Array& x, const Array& residual, const Array& w, double eps,
+                                          const Stream* sp, Array* xh_out, Array* xinv_out) {
   Device d = detail::common_device({{"x", &x}, {"residual", &residual}, {"w", &w}});
   Stream s = resolve_stream(sp, d);
   need_float(x, "x");
@@ -183,13 +201,23 @@ std::pair<Array, Array> add_rms_norm(const Array& x, const Array& residual, cons
     PdlOnScope lift((small_pdl() & 1) != 0);  // quantized_small_pdl: the norm with PDL
     a.pdl = pdl_enabled(d);
   }
+  // quantized_x_prep: the row-in-registers kernel (H / 8 <= 1024 vectors), bf16, M <= 8
+  if (xh_out && xinv_out && x.dtype() == DType::bf16 && a.vec && H % 8 == 0 && H <= 8192 && rows <= 8) {
+    *xh_out = Array::empty({rows, H}, DType::f16, d, &s);
+    *xinv_out = Array::empty({rows}, DType::f32, d, &s);
+    a.xh = xh_out->data();
+    a.xinv = xinv_out->data_as<float>();
+  }
   for (const Array* t : {&xd, &rd, &wd}) detail::mark_used(*t, s);
   cuda::llm_add_rms_norm(a, s.handle());
 #else
+  (void)xh_out;
+  (void)xinv_out;
   detail::no_cuda_backend();
 #endif
   return {out, ro};
 }
+}  // namespace
 
 void ref_add_rms_norm(const AddNormArgs& a) {
   dispatch_float(a.dtype, [&](auto tv) {

@@ -123,7 +123,10 @@ Array Model::project(const Array& x, const Array& w, const QuantizedWeight& qw, 
       const bool win = opt_.quant_streaming && engine_ops() && qw.q.defined();
       fused::StreamWindowScope sw(Stream::current(device_), win ? qw.q.data() : nullptr,
                                   win ? int64_t(qw.q.nbytes()) : 0);
-      y = gemv_quantized(x, qw, ot);
+      // quantized_x_prep: x is the last norm's output, whose scaled fp16 copy it wrote
+      const bool prep = xprep_h_.defined() && x.data() == xprep_h_.data() && x.dtype() == xprep_h_.dtype() &&
+                        x.shape() == xprep_h_.shape() && x.strides() == xprep_h_.strides();
+      y = prep ? gemv_quantized_prepared(x, xprep_xh_, xprep_inv_, qw, ot) : gemv_quantized(x, qw, ot);
     } else if (opt_.dequant_prefill && (y = fused::dequant_linear(x, qw, ot)).defined()) {
       // prefill: the weight expanded to x's type, cuBLASLt (src/cuda/llm_step.cu)
     } else {
@@ -271,7 +274,13 @@ bool Model::engine_proj(const Array& x) const {
 // residual += x; returns rms_norm(residual) with w (fused as the level asks).
 Array Model::add_norm(const Array& x, Array& resid, const Array& w, int l) const {
   Array h;
-  if (engine_ops()) {
+  xprep_h_ = xprep_xh_ = xprep_inv_ = Array();
+  if (engine_ops() && opt_.quantized_x_prep && (w_.quantized == "fp8" || w_.quantized == "int8")) {
+    fused::AddNormPrep r = fused::add_rms_norm_prep(x, resid, w, cfg_.norm_eps);
+    h = r.h;
+    resid = r.res;
+    if (r.xh.defined()) xprep_h_ = h, xprep_xh_ = r.xh, xprep_inv_ = r.xinv;
+  } else if (engine_ops()) {
     std::tie(h, resid) = fused::add_rms_norm(x, resid, w, cfg_.norm_eps);
   } else if (opt_.fusion <= 0) {
     resid = add(x, resid);

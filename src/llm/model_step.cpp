@@ -187,6 +187,7 @@ Array Model::decode_batch(KvCache& cache, const DecodeBatch& in, const Array& ar
   if (argmax_keys.defined() && !head_argmax(h.shape(0)))
     throw ValueError("decode_batch: argmax_keys given but the lm head cannot fold the argmax in");
   Array logits = lm_head(h, &argmax_keys);
+  xprep_h_ = xprep_xh_ = xprep_inv_ = Array();  // quantized_x_prep: held for the lm head only
   mark("lm_head", -1);
   join_side_branch();
   return logits;

@@ -67,6 +67,9 @@ bool gemv_w8_quant_enabled(int64_t n, int64_t k);
 // requested before the PDL wait. The same bits (the plan's warps and split are kept).
 void gemv_w8_set_full_ring(int mask);
 int gemv_w8_full_ring();
+// How many gemv_quantized_prepared calls took the prepared (scaled fp16) x so far (tests:
+// EngineOptions::quantized_x_prep does run; src/ops/quant.cpp).
+int64_t gemv_quantized_prepared_calls();
 // gk::cuda::gemv_w8_full_depth on CUDA builds (the current device), 0 elsewhere.
 int gemv_w8_full_ring_depth(int64_t n, int64_t k, int mask);
 

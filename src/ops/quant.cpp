@@ -1,5 +1,7 @@
 // Front ends of weight quantization and the quantized decode GEMV: validation
 // (formats, shapes, dtypes, group sizes, CUDA alignment) before any launch.
+#include <atomic>
+
 #include "gpukit/gemm.h"
 #include "gpukit/quant.h"
 #include "ops/common.h"
@@ -222,7 +224,38 @@ Array dequantize_weight(const QuantizedWeight& qw) {
   return d.is_cuda() ? w.to(d) : w;
 }
 
+namespace {
+std::atomic<int64_t> g_prepared_calls{0};
+Array gemv_quantized_impl(const Array& x_in, const QuantizedWeight& qw, std::optional<DType> out_dtype,
+                          const Stream* sp, const Array* xprep_inv);
+}  // namespace
+
 Array gemv_quantized(const Array& x_in, const QuantizedWeight& qw, std::optional<DType> out_dtype, const Stream* sp) {
+  return gemv_quantized_impl(x_in, qw, out_dtype, sp, nullptr);
+}
+
+Array gemv_quantized_prepared(const Array& x, const Array& xh, const Array& xinv, const QuantizedWeight& qw,
+                              std::optional<DType> out_dtype, const Stream* sp) {
+  const QFormat f = parse_format(qw.format);
+  const int64_t k = qw.q.defined() && qw.q.ndim() == 2 ? qw.q.shape(1) : -1;
+  const int64_t n = qw.q.defined() && qw.q.ndim() == 2 ? qw.q.shape(0) : -1;
+  const bool ok = xh.defined() && xinv.defined() && x.device().is_cuda() && xh.device() == x.device() &&
+                  xinv.device() == x.device() && (f == QFormat::fp8 || f == QFormat::int8) &&
+                  x.dtype() == DType::bf16 && x.ndim() == 2 && x.shape(0) >= 1 && x.shape(0) <= 8 &&
+                  x.shape(1) == k && xh.dtype() == DType::f16 && xh.shape() == x.shape() &&
+                  xinv.dtype() == DType::f32 && xinv.ndim() == 1 && xinv.shape(0) == x.shape(0) &&
+                  gemv_dense_path() != 1 && gemv_w8_quant_enabled(n, k);
+  if (!ok) return gemv_quantized_impl(x, qw, out_dtype, sp, nullptr);
+  Array y = gemv_quantized_impl(xh, qw, out_dtype.value_or(DType::bf16), sp, &xinv);
+  g_prepared_calls.fetch_add(1, std::memory_order_relaxed);
+  return y;
+}
+
+int64_t gemv_quantized_prepared_calls() { return g_prepared_calls.load(std::memory_order_relaxed); }
+
+namespace {
+Array gemv_quantized_impl(const Array& x_in, const QuantizedWeight& qw, std::optional<DType> out_dtype,
+                          const Stream* sp, const Array* xprep_inv) {
   QFormat f = parse_format(qw.format);
   auto [n, k] = check_qw(qw, f);
   const Array& q0 = qw.q;
@@ -323,15 +356,23 @@ Array gemv_quantized(const Array& x_in, const QuantizedWeight& qw, std::optional
       part = Array::empty({int64_t(a.split), m, n}, DType::f32, d, &s);
       a.part = part.data_as<float>();
     }
-    const Array* used[] = {&x, &qw.q, &sc, &zr, &ts};
+    Array xpi;  // gemv_quantized_prepared: x is the scaled fp16 copy (the staged kernel only)
+    if (xprep_inv) {
+      if (!a.w8 || act != DType::f16) throw ValueError("gemv: a prepared x needs the fp8 / int8 staged kernel");
+      xpi = xprep_inv->contiguous(&s);
+      a.xprep_inv = xpi.data_as<float>();
+    }
+    const Array* used[] = {&x, &qw.q, &sc, &zr, &ts, &xpi};
     for (const Array* t : used)
       if (t->defined()) detail::mark_used(*t, s);
     cuda::qgemv(a, s.handle());
 #else
+    (void)xprep_inv;
     detail::no_cuda_backend();
 #endif
   }
   return one ? y.reshape({n}) : y;
 }
+}  // namespace
 
 }  // namespace gk

@@ -62,6 +62,9 @@ struct QGemvArgs {
   int w8_full = 0;   // its full ring where it fits (gemv_w8_full_ring(): bit 1 N > K, bit 2 N <= K)
   void* xh = nullptr;     // its workspace for bf16 x: [m, k] fp16 (x scaled per row)
   float* xinv = nullptr;  // and [m] f32 (the inverse scales)
+  // gemv_quantized_prepared: x is already that scaled fp16 copy (x_dtype f16), these its [m]
+  // inverse scales 2^-c (the staged kernel only)
+  const float* xprep_inv = nullptr;
 };
 
 namespace cpu {
