@@ -112,9 +112,11 @@ __device__ __forceinline__ void cp_async_u(uint32_t dst, const void* src) {
 }
 
 // ---- variant 61 (session 9; k_w4 MODE 14): bf16 x as fp16 x 2^e, the int4 codes decoded as fp16 ----
-__device__ __forceinline__ uint32_t w4_maxu16x2(uint32_t a, uint32_t b) {
+// max(|m|, |v|) per bf16 half, the sign bits xor-ed (masked off by the caller); a NaN in v is dropped
+// (it stays NaN in the conversion)
+__device__ __forceinline__ uint32_t w4_absmax_bf16x2(uint32_t m, uint32_t v) {
   uint32_t r;
-  asm("max.u16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  asm("max.xorsign.abs.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(m), "r"(v));
   return r;
 }
 __device__ __forceinline__ uint32_t w4_pack_h2(float lo, float hi) {  // fp16 (lo, hi), round to nearest
@@ -135,9 +137,10 @@ __device__ __forceinline__ float w4_xhalf(uint32_t xa, int lane) {
   for (int i = 0; i < NC; ++i) {
     v[i] = lds16(xa + uint32_t(16 * (lane + 32 * i)));
 #pragma unroll
-    for (int w = 0; w < 4; ++w) mx = w4_maxu16x2(mx, word(v[i], w) & 0x7fff7fffu);  // |bf16| orders as its bits
+    for (int w = 0; w < 4; ++w) mx = w4_absmax_bf16x2(mx, word(v[i], w));
   }
-  mx = __reduce_max_sync(0xffffffffu, max(mx & 0xffffu, mx >> 16));
+  mx &= 0x7fff7fffu;
+  mx = __reduce_max_sync(0xffffffffu, max(mx & 0xffffu, mx >> 16));  // |bf16| orders as its bits
   const int eb = int(mx >> 7);  // the largest's biased exponent (0: zero / subnormal, 255: inf / NaN)
   const int e = eb == 255 ? 0 : min(141 - eb, 100);
   const uint32_t s1 = uint32_t(e + 127) << 7, sc2 = s1 | (s1 << 16);  // 2^e twice (bf16)
@@ -155,10 +158,8 @@ __device__ __forceinline__ float w4_xhalf(uint32_t xa, int lane) {
   }
   return __uint_as_float(uint32_t(127 - e) << 23);
 }
-// fp16 -(64 + z) twice from z2 = bytes [z, 0x64, z, 0x64] (1024 + z twice): 0xd400 | 16 z
-__device__ __forceinline__ uint32_t w4_negz16(uint32_t z2) {
-  return ((z2 << 4) & 0x0ff00ff0u) | 0xd400d400u;
-}
+// fp16 -(64 + z) twice from z2 = bytes [z, 0x64, z, 0x64] (1024 + z twice): 960 - (1024 + z), exact (one HADD2)
+__device__ __forceinline__ uint32_t w4_negz16(uint32_t z2) { return hsub2u<f16>(0x63806380u, z2); }
 template <uint32_t MASK>
 __device__ __forceinline__ uint32_t w4_lopm(uint32_t a, uint32_t c) {  // (a & MASK) | c
   uint32_t r;
@@ -172,7 +173,7 @@ __device__ __forceinline__ uint32_t w4_hfma2h(uint32_t a, uint32_t b, uint32_t c
 }
 // The 4 fp16 pairs (q - z) of word u (pairs (p, p + 4), p = 0..3), exact: even pairs (1024 + q) - (1024 + z)
 // (z2), odd pairs (nibbles at bits 4-7: 1024 + 16 q) (1024 + 16 q) / 16 - (64 + z) (n2) in one fma; mag = 1024
-// twice. 1 shift, 4 lop3, 2 HADD2, 2 HFMA2 per word (48's bf16: 3 shifts, 4 lop3, 4 HFMA2).
+// twice. 1 shift, 4 lop3, 2 HADD2, 2 HFMA2 per word (48's bf16: 3 shifts, 4 lop3, 4 HADD2).
 __device__ __forceinline__ void w4_half_pairs(uint32_t u, uint32_t mag, uint32_t z2, uint32_t n2, uint32_t (&pr)[4]) {
   constexpr uint32_t kSixteenth = 0x2c002c00u;  // 1/16 twice
   const uint32_t u8 = u >> 8;
