@@ -108,7 +108,11 @@ struct W4Frag {
 // (cp.async.ca: the CTAs of an SM read the same x; MODE 8 copies it with .cg, L2 only), the same
 // bits; 12: 8 with x copied through L1 only; session 8: 13 (a ring of 3) 11 with stage 0's x copied right
 // after the PDL wait and stage 1 after it (codes and x together), so the first stage waits for its own
-// codes and x only (MODE 11 waits for all stages issued before the PDL wait); the same bits. MINB:
+// codes and x only (MODE 11 waits for all stages issued before the PDL wait); the same bits; session 9: 14 (int4
+// g128, bf16 x, KB = 4; variant 61, NEW NUMERICS) 13 with the stage's x turned into fp16 times 2^e (w4_xhalf: e per
+// warp and stage from the stage's largest |x|, x exact but for |x| < 2^-28 of that largest) instead of paired
+// as bf16, the codes decoded as fp16 (w4_half_pairs: one shift per word instead of 3), f16 mma, 2^-e on the group
+// scales. MINB:
 // CTAs of 256 threads per SM the registers are sized for (2: 128 registers). (Session 6's MODE 6, the int4 "zero-point mma", was removed after
 // checkpoint A: slower at every shape; docs/notes/gemv4-s6.md.)
 // KB: blocks per stage, 4 (every kernel until session 8) or 2 (variants 59 / 60, int4 g128: K split over the warps in
@@ -124,14 +128,17 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   using L = W4Layout<F, KB, NARROW>;
   // LEAN: wide meta copies with at most one zero-point unit per row (KB = 4)
   constexpr bool PROBE = MODE == 1, LEAN = (MODE == 3 || MODE == 5) && !NARROW && L::NUZ <= 1, XA = MODE == 5,
-                 NOX = MODE == 7, XS = MODE == 8 || MODE == 9 || MODE == 11 || MODE == 12 || MODE == 13,
-                 ROLL = MODE == 9 || MODE == 10, XP = MODE == 11 || MODE == 13, XCA = XP || MODE == 12,
-                 XE = MODE == 13;
+                 NOX = MODE == 7, XS = MODE == 8 || MODE == 9 || (MODE >= 11 && MODE <= 14),
+                 ROLL = MODE == 9 || MODE == 10, XP = MODE == 11 || MODE == 13 || MODE == 14, XCA = XP || MODE == 12,
+                 XE = MODE == 13 || MODE == 14, XH = MODE == 14;
   static_assert(!XP || !ORD, "XP: codes in the natural order");
+  static_assert(!XH || (std::is_same_v<T, bf16> && !F::kNvf4 && F::G == 128 && KB == 4), "XH: int4 g128, bf16 x");
+  // XH (session 9, variant 61): the stage's x as fp16 (times 2^e, e per warp and stage), the codes decoded as fp16
+  using TC = std::conditional_t<XH, f16, T>;  // the mma's input type
   // XS (M = 1 only): x of each stage's blocks travels with the codes (cp.async, after the PDL wait)
   constexpr int XB = XS ? KB * 256 : 0, STG = L::STAGE + XB;
   constexpr int P = L::P, NK = KB / 2, NG = F::NG, LB = F::LB, WPG = F::WPG;
-  constexpr uint32_t kMag = std::is_same_v<T, bf16> ? 0x43004300u : 0x64006400u;  // 128.0 / 1024.0 twice
+  constexpr uint32_t kMag = std::is_same_v<TC, bf16> ? 0x43004300u : 0x64006400u;  // 128.0 / 1024.0 twice
   static_assert(KB % 2 == 0 && KB >= 2, "an even number of blocks per stage");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -416,7 +423,11 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
     }
     __syncwarp();
     const uint32_t sb = ring + uint32_t(st * STG);
-    if constexpr (XP) {  // pair the stage's x in place (every lane g reads the same x at M = 1): once per stage
+    [[maybe_unused]] float xinv = 1.0f;  // XH: 2^-e, the stage's x scale undone on the group scales
+    if constexpr (XH) {  // x to fp16 x 2^e, paired in place (w4_xhalf)
+      xinv = w4_xhalf<XB / 16 / 32>(sb + uint32_t(L::STAGE), lane);
+      __syncwarp();
+    } else if constexpr (XP) {  // pair the stage's x in place (every lane g reads the same x at M = 1): once per stage
 #pragma unroll
       for (int j = 0; j < XB / 16; j += 32) {
         const uint32_t a = sb + uint32_t(L::STAGE + 16 * (j + lane));
@@ -482,6 +493,9 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
           // bytes [z, magic high byte, z, magic high byte]: (magic + z) twice
           const uint32_t sel = uint32_t(h) | (5u << 4) | (uint32_t(h) << 8) | (5u << 12);
           const uint32_t z2a = __byte_perm(za, mag, sel), z2b = __byte_perm(zb, mag, sel);
+          // XH: -(64 + z) twice (fp16: 64 + z = 0x5400 + 16 z), for the odd nibbles' fma
+          [[maybe_unused]] uint32_t n2a = 0, n2b = 0;
+          if constexpr (XH) n2a = w4_negz16(z2a), n2b = w4_negz16(z2b);
           float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
           [[maybe_unused]] float c2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -491,18 +505,24 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
             w4_xpairs<ORD || XP>(xc[h * WPG + w], bx[0], bx[1], bx[2], bx[3]);
             const uint32_t ua = word(wa, h * WPG + w), ub = word(wb, h * WPG + w);
             uint32_t pa[4], pb[4];
+            if constexpr (XH) {  // fp16: nibbles 1 / 5 (3 / 7) in place, times 1/16 in the fma; one shift per word
+              w4_half_pairs(ua, mag, z2a, n2a, pa);
+              w4_half_pairs(ub, mag, z2b, n2b, pb);
+            } else {
 #pragma unroll
-            for (int qq = 0; qq < 4; ++qq) {
-              pa[qq] = hsub2u<T>(w4_lop(w4_shift4(ua, qq), mag), z2a);
-              pb[qq] = hsub2u<T>(w4_lop(w4_shift4(ub, qq), mag), z2b);
+              for (int qq = 0; qq < 4; ++qq) {
+                pa[qq] = hsub2u<T>(w4_lop(w4_shift4(ua, qq), mag), z2a);
+                pb[qq] = hsub2u<T>(w4_lop(w4_shift4(ub, qq), mag), z2b);
+              }
             }
             const uint32_t aA[4] = {pa[0], pb[0], pa[1], pb[1]};
             const uint32_t aB[4] = {pa[2], pb[2], pa[3], pb[3]};
-            mma16816<T>(c, aA, bx[0], bx[1]);
-            if constexpr (TWO) mma16816<T>(c2, aB, bx[2], bx[3]);
-            else mma16816<T>(c, aB, bx[2], bx[3]);
+            mma16816<TC>(c, aA, bx[0], bx[1]);
+            if constexpr (TWO) mma16816<TC>(c2, aB, bx[2], bx[3]);
+            else mma16816<TC>(c, aB, bx[2], bx[3]);
           }
-          const float s_a = __uint_as_float(word(sva, h)), s_b = __uint_as_float(word(svb, h));
+          float s_a = __uint_as_float(word(sva, h)), s_b = __uint_as_float(word(svb, h));
+          if constexpr (XH) s_a *= xinv, s_b *= xinv;  // exact (a power of two; normal results)
           if constexpr (TWO) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) c[e] += c2[e];
