@@ -44,7 +44,7 @@ PAGED = [(1, 16384), (32, 8192)]
 # the last CTA to start polling tagged partials (no fence, no counter; 18 where units > SMs), 38: 34 with 37's
 # merge.
 # "env:GPUKIT_DECODE_ROUTE=N": auto with route bits N instead
-# of the default's (src/cuda/attention_decode.cu, kRouteDefault = 29241; 0: session 6's routing; 1 B3-like to 31,
+# of the default's (src/cuda/attention_decode.cu, kRouteDefault = 62011; 0: session 6's routing; 1 B3-like to 31,
 # 2 / 4 / 32 two waves of 31's CTAs to 28 / 31 / 28 or 31 by the second wave's fill, 8 the cluster kernel 24 at
 # B 2..8 where it fits, 16 the cluster kernel 33 at B = 1 up to 4096 keys where 24 does not fit, 64 / 128 18 in two
 # waves of its units (< 8 / >= 8 groups), 256 35 for 18, 512 34 at B >= 2 in two waves of 18's units, 1024 36 in

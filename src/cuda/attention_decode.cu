@@ -500,7 +500,10 @@ constexpr double kPairMinEff = 0.9;
 //  65536 (candidate, off; session 9 prep): bit 16384's 33 at B >= 2 launched with PDL (bit 16's B1 33 stays
 //    without). Session 8's final run (plan 5, forced 33 graph us, PDL on / off): B16 T512 15.6 / 16.2, B6 T1024
 //    13.9 / 13.6, B4 T1024 12.2 / 12.2 (B16 T512: 256 CTAs, 2 per SM, every slot taken; B6: 192 of 264).
-constexpr int kRouteDefault = 1 | 8 | 16 | 32 | 512 | 4096 | 8192 | 16384;
+// Session 9 checkpoint A (docs/device-runs/2026-11-30-h200-s9-ckptA-2.log plans 1-2, graph us, 29241 -> 62011):
+// B10 T4096 58.6 -> 49.7, B12 60.2 -> 56.7, B14 62.7 -> 61.9, B16 65.6 -> 65.7: bits 2 and 32768 are on. 65536
+// stays off: B16 T512 16.1 -> 15.5 but B6 T1024 13.6 -> 13.9 (the rule allowed 0.2 us).
+constexpr int kRouteDefault = 1 | 2 | 8 | 16 | 32 | 512 | 4096 | 8192 | 16384 | 32768;  // 62011
 static int decode_route() {
   const char* e = std::getenv("GPUKIT_DECODE_ROUTE");
   return e && *e ? std::atoi(e) : kRouteDefault;

@@ -132,7 +132,7 @@ def test_cuda_route_candidates(B, T, D, route, path, ref, monkeypatch, capfd):
 
 # The default's path at each shape as a function of the route bits in force (the log prints them, so the rows
 # follow kRouteDefault if it changes): the first (bits, path) whose bits are all set, else the last path.
-# Session 8's default (29241 = 1 | 8 | 16 | 32 | 512 | 4096 | 8192 | 16384) takes the first column's comment;
+# Session 9's default (62011 = 1 | 2 | 8 | 16 | 32 | 512 | 4096 | 8192 | 16384 | 32768) takes the first column's comment;
 # ROUTE=0 is session 6's.
 _DEFAULT_ROWS = [
     (3, 4096, [(1024, "(36)"), (1, "(31)")], "(23)", "(23)"),                      # 31
