@@ -213,3 +213,24 @@ def test_cuda_c2_chain(how, monkeypatch, capfd):
     for i, o in enumerate(chain(3)):
         np.testing.assert_array_equal(bits(o), base[i], err_msg=f"{how} PDL off step {i}")
     monkeypatch.delenv("GPUKIT_DECODE_PDL")
+
+
+@gpu
+@pytest.mark.parametrize("B,T", [(16, 512), (8, 1024), (4, 1024), (1, 4096)])
+def test_cuda_c2_route_elsewhere_unchanged(B, T, monkeypatch, capfd):
+    # where 33 / 25 (bits 16384 / 8192) run, or at B = 1, bit 131072 changes nothing: the same path as 62011, the
+    # same bits
+    D, dtype = 128, "bfloat16"
+    q, kc, vc, lens, _ = _data(B, T, D, dtype, False, _fixed(B, T) if B > 1 else [T - 3], 1600 + B)
+    kd, vd, ld, qd = (gk.asarray(x).to("cuda") for x in (kc, vc, lens, q))
+    monkeypatch.delenv("GPUKIT_DECODE_SPLIT", raising=False)
+    res = {}
+    for route in (DEFAULT, DEFAULT | BIT, DEFAULT | BIT | NOPDL):
+        monkeypatch.setenv("GPUKIT_DECODE_ROUTE", str(route))
+        got, log = _logged(lambda: _call(qd, kd, vd, ld, None), monkeypatch, capfd)
+        m = re.search(r"route \d+: (.*)", log)
+        assert m, log
+        res[route] = (m.group(1).strip(), bits(got))
+    for route in (DEFAULT | BIT, DEFAULT | BIT | NOPDL):
+        assert res[route][0] == res[DEFAULT][0], f"B={B} T={T}: route {route} took {res[route][0]}"
+        np.testing.assert_array_equal(res[route][1], res[DEFAULT][1], err_msg=f"B={B} T={T} route {route}")
