@@ -42,7 +42,7 @@ PAGED = [(1, 16384), (32, 8192)]
 # clusters are resident at B = 1 with 8 kv heads), 34: 33's CTAs without a cluster (the groups merged by counter,
 # as 18), 35: 18 with one fence per CTA in its merge, 36: 34 with 2 stages (three CTAs per SM), 37: 18 merged by
 # the last CTA to start polling tagged partials (no fence, no counter; 18 where units > SMs), 38: 34 with 37's
-# merge.
+# merge, 39: 33's 4-warp CTAs with two groups each in clusters half as large (B2 / B3 T4096: 8 CTAs on 4 SMs).
 # "env:GPUKIT_DECODE_ROUTE=N": auto with route bits N instead
 # of the default's (src/cuda/attention_decode.cu, kRouteDefault = 62011; 0: session 6's routing; 1 B3-like to 31,
 # 2 / 4 / 32 two waves of 31's CTAs to 28 / 31 / 28 or 31 by the second wave's fill, 8 the cluster kernel 24 at
@@ -51,7 +51,8 @@ PAGED = [(1, 16384), (32, 8192)]
 # three waves, 2048 37 for 18 / 35 where it runs, 4096 38 on bit 512's shapes; 8192 / 16384: B >= 2 with 2-16 groups
 # per sequence in <= two waves of CTA group units (B4-B8 T1024, B16 T512) to 25 / 33 where all their clusters are
 # resident: no merge in global memory); 32768 auto's 28 for two waves of 31 (B9 / B10; with 2: B9-B14) without PDL,
-# 65536 bit 16384's 33 with PDL.
+# 65536 bit 16384's 33 with PDL, 131072 B >= 2 with 2-16 groups in <= 3 waves of CTA group units (B2 / B3 T4096)
+# to 39 where all its clusters are resident (after 33 / 25), 262144 bit 131072's 39 without PDL.
 # 1: the CUDA-core kernel of src/cuda/attention_decode.cu. 16: the tensor-core kernel of attention_decode_mma.cu,
 # 2-13 its tuning variants (see attention_decode_mma.cu). Variant 0 is the default (see attention_decode.cu).
 SWEEP = ["32,1024,128,18", "32,1024,128,19", "32,1024,128,23", "32,1024,128,28", "32,1024,128,25", "32,1024,128,17",

@@ -503,6 +503,10 @@ constexpr double kPairMinEff = 0.9;
 // Session 9 checkpoint A (docs/device-runs/2026-11-30-h200-s9-ckptA-2.log plans 1-2, graph us, 29241 -> 62011):
 // B10 T4096 58.6 -> 49.7, B12 60.2 -> 56.7, B14 62.7 -> 61.9, B16 65.6 -> 65.7: bits 2 and 32768 are on. 65536
 // stays off: B16 T512 16.1 -> 15.5 but B6 T1024 13.6 -> 13.9 (the rule allowed 0.2 us).
+//  131072 (candidate, off; session 9, decattn12): B >= 2 with 2-16 groups per sequence in at most three waves of CTA
+//    group units (B2 / B3 T4096) to 39 (attention_decode_fold_c2.cu: 33's 4-warp CTAs with two groups each, clusters
+//    of 8 on 4 SMs at 16 groups) where all its clusters are resident; after 33 / 25 (bits 16384 / 8192), before 38 /
+//    31. 262144: 39 of bit 131072 launched without PDL. docs/notes/decattn-s9.md.
 constexpr int kRouteDefault = 1 | 2 | 8 | 16 | 32 | 512 | 4096 | 8192 | 16384 | 32768;  // 62011
 static int decode_route() {
   const char* e = std::getenv("GPUKIT_DECODE_ROUTE");
@@ -537,7 +541,8 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   // CTAs per SM), no cluster: the groups merged as 18 does (workspace, counter, the last CTA folds). 35: 18 with
   // one fence per CTA in its merge. 36: 34 with 2 stages per warp (head_dim 64: 3), three CTAs per SM. 37: 18
   // whose merge polls tagged partials instead of fence + counter (attention_decode_ll.cuh; where it does not run:
-  // 18). 38: 34 with 37's merge (where it does not run: 34). Route bits: kRouteDefault.
+  // 18). 38: 34 with 37's merge (where it does not run: 34). 39: 33's CTAs with two groups each (clusters half as
+  // large; attention_decode_fold_c2.cu). Route bits: kRouteDefault.
   // attention_decode_mma.cu: variants 2-13 and 16 (16: its default). Variant 0 is kFoldDefault ? 20 : 16.
   // Variant 1 forces the CUDA-core kernel below.
   int v = a.variant == 0 ? (kFoldDefault ? 20 : 16) : a.variant;
@@ -552,6 +557,8 @@ void attention_decode(const DecodeArgs& a, void* stream) {
   bool cl4b_first = false;  // auto (bit 16384): 33 at B >= 2 where all its clusters are resident
   bool pair_nopdl = false;  // auto (bit 32768): 28 chosen for two waves of 31's CTAs, launched without PDL
   bool cl4b_pdl = false;  // auto (bit 65536): bit 16384's 33 launched with PDL
+  bool c2_first = false;  // auto (bit 131072): 39 where all its clusters are resident
+  bool c2_nopdl = false;  // auto (bit 262144): bit 131072's 39 launched without PDL
   int route = -1;  // (auto: the route bits in force, logged)
   if (v == 20) {  // auto (see kPairMinEff, kRouteDefault)
     route = decode_route();
@@ -584,6 +591,8 @@ void attention_decode(const DecodeArgs& a, void* stream) {
     cl4b_first = (route & 16384) && short2;
     pair_nopdl = (route & 32768) && v == 28 && !pfull;  // 28 in place of two waves of 31's CTAs (B9, B10)
     cl4b_pdl = (route & 65536) != 0;
+    c2_first = (route & 131072) && a.B >= 2 && ngmax >= 2 && ngmax <= 16 && pairs * ngmax <= 3 * sms;
+    c2_nopdl = (route & 262144) != 0;
   }
   const char* path = nullptr;
   if (cl_first && attention_decode_fold_cl(a, st, 3)) {
@@ -594,6 +603,10 @@ void attention_decode(const DecodeArgs& a, void* stream) {
     path = cl4b_pdl ? "cluster of 4-warp CTAs (33), PDL" : "cluster of 4-warp CTAs (33)";
   } else if (cl2_first && attention_decode_fold_cl(a, st, 9)) {
     path = "cluster, two groups per CTA (25)";
+  } else if ((c2_first && attention_decode_fold_c2(a, st, true, !c2_nopdl)) ||
+             (v == 39 && attention_decode_fold_c2(a, st, false, true))) {
+    path = c2_first && c2_nopdl ? "cluster of 4-warp CTAs, two groups per CTA (39), no PDL"
+                                : "cluster of 4-warp CTAs, two groups per CTA (39)";
   } else if ((ll4_first || v == 38) && attention_decode_fold_cl(a, st, 8)) {
     path = "4-warp CTA groups, tagged merge (38)";
   } else if ((cta4_first || v == 34 || v == 38) && attention_decode_fold_cl(a, st, 6)) {
@@ -613,8 +626,8 @@ void attention_decode(const DecodeArgs& a, void* stream) {
     path = "cta, tagged merge (37)";
   } else if ((v == 18 || v == 35 || v == 37) && attention_decode_fold_cta(a, st, v == 35)) {
     path = v == 35 ? "cta, one fence per CTA (35)" : "cta (18)";  // (37 where it does not run: 18)
-  } else if (v >= 14 && v <= 38 && v != 16) {
-    // (18, 24, 25, 28-38 when not covered: 23, as the default would)
+  } else if (v >= 14 && v <= 39 && v != 16) {
+    // (18, 24, 25, 28-39 when not covered: 23, as the default would)
     const int force = v == 14 ? 1 : v == 15 ? 2 : v == 17 ? 3 : v == 21 ? 4 : v == 22 ? 4 | 8 : v == 19 ? 0
                       : v == 26 ? 16 : v == 27 ? 16 | 8 : 8;
     if (attention_decode_fold(a, st, force)) path = force & 8 ? "fold + merge kernel, evict-first (23)"

@@ -36,7 +36,7 @@ void validate_lens(const Array& lens, const Array& bt, int64_t nb, int64_t bs, i
 // forces the CUDA-core kernel, 14 / 15 the fold kernel's chunk / group units, 2-13 and 16 pick the
 // tensor-core kernel of attention_decode_mma.cu and its tuning variants, order is the CUDA-core kernel's
 // CTA order (see src/cuda/attention_decode*.cu).
-constexpr int kMaxVariant = 38;
+constexpr int kMaxVariant = 39;
 constexpr bool kFoldDefault = true;  // as src/cuda/attention_decode.cu
 // Split constants of the default tensor-core kernel (bf16 / fp16 caches, attention_decode_fold.cu): chunks of
 // 32 .. 1024 keys, at most 128 per sequence (a long sequence alone still fills the GPU with chunks; its

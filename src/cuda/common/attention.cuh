@@ -73,6 +73,12 @@ bool attention_decode_fold_cl(const DecodeArgs& a, cudaStream_t st, int force);
 // folded through shared memory (head_dim 64 / 128, capacity <= 16 groups); one launch; evict_first: K / V loads
 // tagged L2 evict-first; pdl false: launched without PDL (route bit 32768). False when not covered.
 bool attention_decode_fold_pair(const DecodeArgs& a, cudaStream_t st, bool evict_first, bool pdl = true);
+// attention_decode_fold_c2.cu (variant 39, route bits 131072 / 262144): 33's 4-warp CTAs with two groups each, in
+// clusters of half the power of two covering the capacity's groups (B2 / B3 T4096: 8 CTAs on 4 SMs), the groups
+// folded through distributed shared memory (head_dim 64 / 128, sm_90, capacity <= 16 groups); one launch.
+// resident_only: only when all clusters are resident at once. pdl: with the PDL attribute (and decode_pdl()).
+// False when not covered (nothing launched).
+bool attention_decode_fold_c2(const DecodeArgs& a, cudaStream_t st, bool resident_only, bool pdl);
 // attention_decode_fold_pcl.cu: the pair kernel spread over a thread-block cluster (one warp per group, CTAs of
 // `warps` = 4 or 8 warps, clusters of the power of two covering the capacity's groups), the groups folded through
 // distributed shared memory (head_dim 64 / 128, sm_90, capacity <= 16 groups; K / V loads L2 evict-first); one
