@@ -377,9 +377,11 @@ struct EngineOptions {
   // or the SwiGLU launches (bit 2); the rest as without PDL. Session 7's int4 trace
   // (checkpoint A, plan 8): each add_rms_norm 3.4 us and SwiGLU 1.3 us, each after a gap, ~8
   // us of a ~75 us layer. The same bits. 2 since session 8's checkpoint A (8B int4 b1: 485.2
-  // tok/s with 0, 489.0 with 1, 499.8 with 2, 497.7 with 3). Default from
-  // GPUKIT_QUANT_SMALL_PDL (0..3).
-  int quantized_small_pdl = 2;
+  // tok/s with 0, 489.0 with 1, 499.8 with 2, 497.7 with 3). 3 since session 9's checkpoint
+  // (the int4 fused attention in the chain since session 8's verify): 8B int4 b1 508.3 / 508.1
+  // tok/s with 2, 525.2 / 525.4 with 3; 1B int4 1566.0 -> 1589.1; 8B int8 366.1 -> 365.1
+  // (docs/device-runs/2026-11-30-h200-s9-ckptB-{1,2}.log). Default from GPUKIT_QUANT_SMALL_PDL (0..3).
+  int quantized_small_pdl = 3;
   // Quantized weights with quantized_pdl off: the fused attention (fused_attention) still
   // launched with PDL, alone, so that its CTAs start as the q/k/v GEMV's last blocks start
   // (the quantized GEMVs trigger at their blocks' start) and load the cached K/V before

@@ -176,9 +176,9 @@ def test_o_proj_stage_quantized_untouched(quantize):
 
 def test_quantized_small_pdl_option_cpu():
     m = gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1)
-    assert m._m.quantized_small_pdl == 2, "quantized_small_pdl is 2 by default (session 8)"
-    m._m.quantized_small_pdl = 3
-    assert m._m.quantized_small_pdl == 3
+    assert m._m.quantized_small_pdl == 3, "quantized_small_pdl is 3 by default (session 9)"
+    m._m.quantized_small_pdl = 2
+    assert m._m.quantized_small_pdl == 2
     with pytest.raises(ValueError, match="quantized_small_pdl"):
         m._m.quantized_small_pdl = 4
 
