@@ -491,46 +491,12 @@ __global__ void __launch_bounds__(at_threads(kAC) * WM, at_min_blocks(kAC, WM)) 
       a_stamp(a, cta, 7);
       return;
     }
-    // 4. partials, then the last CTA merges in chunk order
+    // 4. partials, then the last CTA merges in chunk order (llm_attention_merge.inc)
     const int64_t pr = (int64_t(b) * a.hkv + kvh) * a.S;
     float* wo = a.ws + (pr + s) * kAG * D;
     float* wml = a.ws + int64_t(a.B) * a.hkv * a.S * kAG * D + (pr + s) * kAG * 2;
     for (int e = tid; e < G * D; e += kAT) wo[e] = of[e];
-    if (tid < G) wml[tid * 2] = red_m[tid], wml[tid * 2 + 1] = red_l[tid];
-    __threadfence();
-    __syncthreads();
-    int* ctr = a.counters + int64_t(b) * a.hkv + kvh;
-    if (tid == 0) s_last = atomicAdd(ctr, 1) == nsplit - 1;
-    __syncthreads();
-    a_stamp(a, cta, 7);
-    if (!s_last) return;
-    __threadfence();
-    const float* bo = a.ws + pr * kAG * D;
-    const float* bml = a.ws + int64_t(a.B) * a.hkv * a.S * kAG * D + pr * kAG * 2;
-    float* mls = reinterpret_cast<float*>(sm + Cf::K_OFF);  // [nsplit][G][2]
-    for (int e = tid; e < nsplit * G; e += kAT) {
-      const int q = e / G, g = e - q * G;
-      const float2 v = __ldcg(reinterpret_cast<const float2*>(bml + (int64_t(q) * kAG + g) * 2));
-      mls[e * 2] = v.x;
-      mls[e * 2 + 1] = v.y;
-    }
-    __syncthreads();
-    for (int e = tid; e < G * D; e += kAT) {
-      const int g = e / D, dd = e - g * D;
-      float M = -INFINITY;
-      for (int q = 0; q < nsplit; ++q) M = fmaxf(M, mls[(q * G + g) * 2]);
-      float num = 0.f, den = 0.f;
-      if (M != -INFINITY) {
-        for (int q = 0; q < nsplit; ++q) {
-          const float mq = mls[(q * G + g) * 2];
-          const float w = mq == -INFINITY ? 0.f : expf(mq - M);
-          num = fmaf(w, __ldcg(bo + (int64_t(q) * kAG + g) * D + dd), num);
-          den = fmaf(w, mls[(q * G + g) * 2 + 1], den);
-        }
-      }
-      out[g * D + dd] = convert<T>(den > 0.f ? num / den : 0.f);
-    }
-    if (tid == 0) *ctr = 0;  // ready for the next launch
+#include "cuda/llm_attention_merge.inc"
   } else {
   // 3c. o = P V: thread (d, key group kg) over keys kg, kg + KG, ...
   constexpr int KG = kAT / D;  // key groups of the P V pass
@@ -592,7 +558,7 @@ __global__ void __launch_bounds__(at_threads(kAC) * WM, at_min_blocks(kAC, WM)) 
     a_stamp(a, cta, 7);
     return;
   }
-  // 4. partials, then the last CTA merges in chunk order
+  // 4. partials, then the last CTA merges in chunk order (llm_attention_merge.inc)
   const int64_t pr = (int64_t(b) * a.hkv + kvh) * a.S;  // partial rows of this (sequence, kv head)
   float* wo = a.ws + (pr + s) * kAG * D;
   float* wml = a.ws + int64_t(a.B) * a.hkv * a.S * kAG * D + (pr + s) * kAG * 2;
@@ -601,44 +567,9 @@ __global__ void __launch_bounds__(at_threads(kAC) * WM, at_min_blocks(kAC, WM)) 
     for (int g = 0; g < kAG; ++g)
       if (g < G) wo[g * D + d] = o[g];
   }
-  if (tid < G) wml[tid * 2] = red_m[tid], wml[tid * 2 + 1] = red_l[tid];
-  __threadfence();
-  __syncthreads();
-  int* ctr = a.counters + int64_t(b) * a.hkv + kvh;
-  if (tid == 0) s_last = atomicAdd(ctr, 1) == nsplit - 1;
-  __syncthreads();
-  a_stamp(a, cta, 7);
-  if (!s_last) return;
-  __threadfence();
-  const float* bo = a.ws + pr * kAG * D;
-  const float* bml = a.ws + int64_t(a.B) * a.hkv * a.S * kAG * D + pr * kAG * 2;
-  // every chunk's (max, sum) into shared memory at once (the K/V area is free now), then
-  // per output element its chunks' weights and the partial outputs, in chunk order
-  float* mls = reinterpret_cast<float*>(sm + Cf::K_OFF);  // [nsplit][G][2]
-  for (int e = tid; e < nsplit * G; e += kAT) {
-    const int q = e / G, g = e - q * G;
-    const float2 v = __ldcg(reinterpret_cast<const float2*>(bml + (int64_t(q) * kAG + g) * 2));
-    mls[e * 2] = v.x;
-    mls[e * 2 + 1] = v.y;
-  }
-  __syncthreads();
-  for (int e = tid; e < G * D; e += kAT) {
-    const int g = e / D, dd = e - g * D;
-    float M = -INFINITY;
-    for (int q = 0; q < nsplit; ++q) M = fmaxf(M, mls[(q * G + g) * 2]);
-    float num = 0.f, den = 0.f;
-    if (M != -INFINITY) {
-#pragma unroll 4
-      for (int q = 0; q < nsplit; ++q) {
-        const float mq = mls[(q * G + g) * 2];
-        const float w = mq == -INFINITY ? 0.f : expf(mq - M);
-        num = fmaf(w, __ldcg(bo + (int64_t(q) * kAG + g) * D + dd), num);
-        den = fmaf(w, mls[(q * G + g) * 2 + 1], den);
-      }
-    }
-    out[g * D + dd] = convert<T>(den > 0.f ? num / den : 0.f);
-  }
-  if (tid == 0) *ctr = 0;  // ready for the next launch
+#define GK_ATTN_MERGE_UNROLL4
+#include "cuda/llm_attention_merge.inc"
+#undef GK_ATTN_MERGE_UNROLL4
   }  // (!MMA)
 }
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import gpukit as gk
+from decode_chain import chain_outs, check_chain, run_logged
 from test_attention import TOL, f64, make
 from test_attention_decode import bits, check, gpu, ref_decode, setup_compact
 
@@ -109,34 +110,16 @@ def test_cuda_cluster_route_chain(bit, monkeypatch, capfd):
     kk, vv = f64(kc), f64(vc)
 
     def chain(n):
-        outs, x = [], qd
-        for _ in range(n):
-            x = gk.nn.attention_decode(x, kd, vd, ld)
-            outs.append(x)
-        return outs
+        return chain_outs(qd, kd, vd, ld, n)
 
     monkeypatch.delenv("GPUKIT_DECODE_ROUTE", raising=False)
     monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128,23")
     base = [bits(o) for o in chain(3)]
     monkeypatch.delenv("GPUKIT_DECODE_SPLIT")
     monkeypatch.setenv("GPUKIT_DECODE_ROUTE", str(DEFAULT | bit))
-    capfd.readouterr()
-    monkeypatch.setenv("GPUKIT_DECODE_LOG", "1")
-    gk._C._debug_alloc_poison(0xFF)
-    try:
-        poisoned = chain(3)
-        gk.cuda.synchronize()
-    finally:
-        gk._C._debug_alloc_poison(-1)
-    log = capfd.readouterr().err
-    monkeypatch.delenv("GPUKIT_DECODE_LOG")
+    poisoned, log = run_logged(lambda: chain(3), monkeypatch, capfd)
     assert ("(25)" if bit == 8192 else "(33)") in log, f"bit {bit} did not take its path: {log!r}"
-    prev = f64(q)
-    for i, o in enumerate(poisoned):
-        check(o, ref_decode(prev, kk, vv, lens), 3.2e-2, f"bit {bit} chain step {i}")
-        prev = f64(o)
-        d = np.argwhere(bits(o) != base[i])
-        assert d.size == 0, f"bit {bit} chain step {i} differs from 23 at {d[0]}"
+    check_chain(poisoned, q, kk, vv, lens, base, f"bit {bit} chain", "23")
     monkeypatch.setenv("GPUKIT_DECODE_PDL", "0")
     for i, o in enumerate(chain(3)):
         np.testing.assert_array_equal(bits(o), base[i], err_msg=f"bit {bit} PDL off step {i}")

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import gpukit as gk
+from decode_chain import chain_outs
 from test_attention import TOL, f64, make
 from test_attention_decode import bits, check, gpu, ref_decode, setup_compact
 
@@ -15,11 +16,7 @@ _FOLD_CASES = {}
 def decode_chain(q, kc, vc, lens, n):
     """n attention_decode calls, each q the previous output; their bits, read after the whole chain (the
     launches overlap under PDL)."""
-    outs, x = [], q
-    for _ in range(n):
-        x = gk.nn.attention_decode(x, kc, vc, lens)
-        outs.append(x)
-    return [bits(o) for o in outs]
+    return [bits(o) for o in chain_outs(q, kc, vc, lens, n)]
 
 
 @gpu
@@ -193,11 +190,7 @@ def test_cuda_pdl_chain(B, monkeypatch):
     kk, vv = f64(kc), f64(vc)
 
     def chain(n):
-        outs, x = [], qd
-        for _ in range(n):
-            x = gk.nn.attention_decode(x, kd, vd, ld)
-            outs.append(x)
-        return outs
+        return chain_outs(qd, kd, vd, ld, n)
 
     gk._C._debug_alloc_poison(0xFF)
     try:  # (the poison is a memset before each call's kernels: no overlap with the previous call)

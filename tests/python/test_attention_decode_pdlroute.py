@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import gpukit as gk
+from decode_chain import chain_outs, check_chain, run_logged
 from test_attention import TOL, f64, make
 from test_attention_decode import bits, check, gpu, ref_decode
 from test_attention_decode_clroute import _call, _data
@@ -34,22 +35,7 @@ def test_route_bits_accepted_cpu(monkeypatch):
 
 
 def _run_logged(fn, monkeypatch, capfd, poison):
-    capfd.readouterr()
-    monkeypatch.setenv("GPUKIT_DECODE_LOG", "1")
-    gk._C._debug_check_guards()  # clear what earlier code left
-    if poison:
-        gk._C._debug_alloc_poison(0xFF)  # outputs start as NaN: every element must be written
-    try:
-        out = fn()
-        gk.cuda.synchronize()
-    finally:
-        if poison:
-            gk._C._debug_alloc_poison(-1)
-    violations = gk._C._debug_check_guards()
-    log = capfd.readouterr().err
-    monkeypatch.delenv("GPUKIT_DECODE_LOG")
-    assert not violations, violations
-    return out, log
+    return run_logged(fn, monkeypatch, capfd, poison, guards=True)
 
 
 # (B, T, D, dtype, paged, route, path, absent, ref): the path the route must log, a text it must not, and whether
@@ -122,11 +108,7 @@ def test_cuda_pdl_route_chain(bit, B, T, path, monkeypatch, capfd):
     kk, vv = f64(kc), f64(vc)
 
     def chain(n):
-        outs, x = [], qd
-        for _ in range(n):
-            x = gk.nn.attention_decode(x, kd, vd, ld)
-            outs.append(x)
-        return outs
+        return chain_outs(qd, kd, vd, ld, n)
 
     monkeypatch.delenv("GPUKIT_DECODE_ROUTE", raising=False)
     monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128,23")
@@ -135,12 +117,7 @@ def test_cuda_pdl_route_chain(bit, B, T, path, monkeypatch, capfd):
     monkeypatch.setenv("GPUKIT_DECODE_ROUTE", str(DEFAULT | bit))
     poisoned, log = _run_logged(lambda: chain(3), monkeypatch, capfd, True)
     assert log.count(path) == 3, f"bit {bit}: {path} not in every step: {log!r}"
-    prev = f64(q)
-    for i, o in enumerate(poisoned):
-        check(o, ref_decode(prev, kk, vv, lens), 3.2e-2, f"bit {bit} chain step {i}")
-        prev = f64(o)
-        d = np.argwhere(bits(o) != base[i])
-        assert d.size == 0, f"bit {bit} chain step {i} differs from 23 at {d[0]}"
+    check_chain(poisoned, q, kk, vv, lens, base, f"bit {bit} chain", "23")
     # mixed: the new launch form between default-route calls (PDL edges both ways)
     x = qd
     for i in range(3):

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import gpukit as gk
+from decode_chain import chain_outs, check_chain, run_logged
 from test_attention import TOL, f64, make
 from test_attention_decode import bits, check, gpu, ref_decode
 
@@ -37,13 +38,7 @@ def _auto(qd, kd, vd, ld, route, monkeypatch, capfd):
         monkeypatch.delenv("GPUKIT_DECODE_ROUTE", raising=False)
     else:
         monkeypatch.setenv("GPUKIT_DECODE_ROUTE", str(route))
-    capfd.readouterr()
-    monkeypatch.setenv("GPUKIT_DECODE_LOG", "1")
-    out = gk.nn.attention_decode(qd, kd, vd, ld)
-    gk.cuda.synchronize()
-    log = capfd.readouterr().err
-    monkeypatch.delenv("GPUKIT_DECODE_LOG")
-    return out, log
+    return run_logged(lambda: gk.nn.attention_decode(qd, kd, vd, ld), monkeypatch, capfd, poison=False)
 
 
 @gpu
@@ -223,32 +218,14 @@ def test_cuda_cluster4_chain(T, D, var, route, monkeypatch, capfd):
     kk, vv = f64(kc), f64(vc)
 
     def chain(n):
-        outs, x = [], qd
-        for _ in range(n):
-            x = gk.nn.attention_decode(x, kd, vd, ld)
-            outs.append(x)
-        return outs
+        return chain_outs(qd, kd, vd, ld, n)
 
     monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128,18")
     base = [bits(o) for o in chain(3)]
     monkeypatch.setenv("GPUKIT_DECODE_SPLIT", "32,1024,128," + var)
-    capfd.readouterr()
-    monkeypatch.setenv("GPUKIT_DECODE_LOG", "1")
-    gk._C._debug_alloc_poison(0xFF)
-    try:
-        poisoned = chain(3)
-        gk.cuda.synchronize()
-    finally:
-        gk._C._debug_alloc_poison(-1)
-    log = capfd.readouterr().err
-    monkeypatch.delenv("GPUKIT_DECODE_LOG")
+    poisoned, log = run_logged(lambda: chain(3), monkeypatch, capfd)
     assert f"({var})" in log, f"variant {var} did not run at B1 T{T} D{D}: {log!r}"
-    prev = f64(q)
-    for i, o in enumerate(poisoned):
-        check(o, ref_decode(prev, kk, vv, lens), 3.2e-2, f"{var} chain T={T} step {i}")
-        prev = f64(o)
-        d = np.argwhere(bits(o) != base[i])
-        assert d.size == 0, f"{var} chain step {i} differs from 18 at {d[0]} (T={T} D={D})"
+    check_chain(poisoned, q, kk, vv, lens, base, f"{var} chain T={T}", "18", f" (D={D})")
     g = gk.Graph()
     with g:
         graphed = chain(3)

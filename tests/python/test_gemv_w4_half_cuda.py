@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 import gpukit as gk
+from w4_ref import call_f32, f64, make_w4, same_bits, within
 
 cuda = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(6161)
@@ -32,19 +33,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 SHAPES = [(37, 4096), (300, 14336), (2051, 1024), (9000, 4096), (2051, 1536), (37, 14336), (300, 640), (9000, 128)]
 
 
-def f64(a):
-    return np.asarray(gk.to_numpy(a) if isinstance(a, gk.Array) else a).astype(np.float64)
-
-
 def make(n, k, row_mag=None, group=128, xdt="bfloat16"):
     """(gemv on CUDA, float64 of the dequantized weights); row_mag: per-row magnitudes (rows of very different size)."""
-    w = (RNG.standard_normal((n, k)) / math.sqrt(k)).astype(np.float32)
-    w[:, : min(k, 64)] *= 8.0
-    if row_mag is not None:
-        w *= row_mag[:, None].astype(np.float32)
-    q, s, z = gk.quantize_int4(gk.asarray(w), group=group)
-    qc, sc, zc = q.to("cuda"), s.to("cuda"), z.to("cuda")
-    return (lambda x, **kw: gk.gemv_int4(x, qc, sc, zc, group=group, **kw)), f64(gk.dequantize_int4(q, s, z, group=group))
+    return make_w4(RNG, f"int4_{group}", n, k, row_mag=row_mag)
 
 
 def bf16_x(xf, xdt="bfloat16"):
@@ -52,12 +43,7 @@ def bf16_x(xf, xdt="bfloat16"):
     return xh.to("cuda"), f64(xh.astype("float32"))
 
 
-def call(fn, x, variant, **kw):
-    gk._C._gemv_set_variant(variant)
-    try:
-        return f64(fn(x, out_dtype="float32", **kw))
-    finally:
-        gk._C._gemv_set_variant(0)
+call = call_f32
 
 
 def tol61(xs, deq):
@@ -65,23 +51,6 @@ def tol61(xs, deq):
     acc = 2 * (xs.shape[1] + 2) * 2.0**-24 * (np.abs(xs) @ np.abs(deq).T)
     conv = (2.0**-38 * np.max(np.abs(xs), axis=1, keepdims=True) + 2.0**-124) * np.sum(np.abs(deq), axis=1)[None, :]
     return acc + conv + 1e-30
-
-
-def within(tag, got, ref, tol):
-    err = np.abs(got - ref)
-    if not np.all(err <= tol):
-        i = np.unravel_index(np.argmax(err / tol), err.shape)
-        bad = np.argwhere(~(err <= tol))
-        raise AssertionError(f"{tag}: {len(bad)} of {err.size} out of the bound; worst y{list(i)} = {got[i]!r}, "
-                             f"ref {ref[i]!r}, err {err[i]:.3g}, bound {tol[i]:.3g}; first bad {bad[0].tolist()}; "
-                             f"max err / bound {np.max(err / tol):.3g}; non-finite {int(np.sum(~np.isfinite(got)))}")
-
-
-def same_bits(tag, a, b):
-    if a.tobytes() != b.tobytes():
-        bad = np.argwhere(a != b)
-        raise AssertionError(f"{tag}: {len(bad)} of {a.size} differ; first {bad[0].tolist()}: "
-                             f"{a[tuple(bad[0])]!r} vs {b[tuple(bad[0])]!r}; max |diff| {np.nanmax(np.abs(a - b)):.3g}")
 
 
 def bits_note(tag, a, b):

@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 
 import gpukit as gk
+from w4_ref import bound_f32, call_f32, f64, make_w4, same_bits, within, x_dtype
+from w4_ref import make_x as make_x_rng
 
 cuda = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(1010)
@@ -26,57 +28,16 @@ SHAPES = [(2051, 1024), (9000, 4096), (1000, 384), (4099, 1536), (37, 4096), (30
           (512, 14336), (133, 1152)]
 
 
-def f64(a):
-    return np.asarray(gk.to_numpy(a) if isinstance(a, gk.Array) else a).astype(np.float64)
-
-
 def make(fmt, n, k):
     """(gemv on CUDA, the float64 of the dequantized weights, x dtype); fmt int4_G[_f16] or nvf4[_f16]."""
-    w = (RNG.standard_normal((n, k)) / math.sqrt(k)).astype(np.float32)
-    w[:, : min(k, 64)] *= 8.0
-    xdt = "float16" if fmt.endswith("_f16") else "bfloat16"
-    if fmt.startswith("nvf4"):
-        q, bs, ts = gk.quantize_nvf4(gk.asarray(w))
-        qc, bc, tc = q.to("cuda"), bs.to("cuda"), ts.to("cuda")
-        return (lambda x, **kw: gk.gemv_nvf4(x, qc, bc, tc, **kw)), f64(gk.dequantize_nvf4(q, bs, ts)), xdt
-    g = int(fmt.split("_")[1])
-    q, s, z = gk.quantize_int4(gk.asarray(w), group=g)
-    qc, sc, zc = q.to("cuda"), s.to("cuda"), z.to("cuda")
-    return (lambda x, **kw: gk.gemv_int4(x, qc, sc, zc, group=g, **kw)), f64(gk.dequantize_int4(q, s, z, group=g)), xdt
+    return (*make_w4(RNG, fmt, n, k), x_dtype(fmt))
 
 
 def make_x(k, xdt, m=8):
-    xh = gk.asarray(RNG.standard_normal((m, k)).astype(np.float32)).astype(xdt)
-    return xh.to("cuda"), f64(xh.astype("float32"))
+    return make_x_rng(RNG, k, xdt, m)
 
 
-def call(fn, x, variant, **kw):
-    gk._C._gemv_set_variant(variant)
-    try:
-        return f64(fn(x, out_dtype="float32", **kw))
-    finally:
-        gk._C._gemv_set_variant(0)
-
-
-def tol_of(xs, deq):
-    return 2 * (xs.shape[1] + 2) * 2.0**-24 * (np.abs(xs) @ np.abs(deq).T) + 1e-30
-
-
-def within(tag, got, ref, tol):
-    err = np.abs(got - ref)
-    if not np.all(err <= tol):
-        i = np.unravel_index(np.argmax(err / tol), err.shape)
-        bad = np.argwhere(~(err <= tol))
-        raise AssertionError(f"{tag}: {len(bad)} of {err.size} out of tolerance; worst y{list(i)} = {got[i]!r}, "
-                             f"ref {ref[i]!r}, err {err[i]:.3g}, tol {tol[i]:.3g}; first bad {bad[0].tolist()}; "
-                             f"max err / tol {np.max(err / tol):.3g}")
-
-
-def same_bits(tag, a, b):
-    if a.tobytes() != b.tobytes():
-        bad = np.argwhere(a != b)
-        raise AssertionError(f"{tag}: {len(bad)} of {a.size} differ; first {bad[0].tolist()}: "
-                             f"{a[tuple(bad[0])]!r} vs {b[tuple(bad[0])]!r}; max |diff| {np.max(np.abs(a - b)):.3g}")
+call, tol_of = call_f32, bound_f32
 
 
 def test_variant_bound_takes_every_variant():

@@ -12,59 +12,19 @@ odd N, the same bits on a second call, x as a view. Skipped without a GPU.
 
 (Session 6's int4 "zero-point mma", variants 15 / 18, was removed after checkpoint A: slower at
 every shape; docs/notes/gemv4-s6.md.)"""
-import math
-
 import numpy as np
 import pytest
 
 import gpukit as gk
+from w4_ref import call, check_exact, f64, make_w4
 
 pytestmark = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(606)
 VXS, VX2, VD2, VROLL = 17, 19, 20, 27
 
 
-def f64(a):
-    return np.asarray(gk.to_numpy(a) if isinstance(a, gk.Array) else a).astype(np.float64)
-
-
-def weights(n, k):
-    w = (RNG.standard_normal((n, k)) / math.sqrt(k)).astype(np.float32)
-    w[:, : min(k, 64)] *= 8.0
-    return w
-
-
 def make_any(fmt, n, k):
-    w = weights(n, k)
-    if fmt == "nvf4":
-        q, bs, ts = gk.quantize_nvf4(gk.asarray(w))
-        qc, bc, tc = q.to("cuda"), bs.to("cuda"), ts.to("cuda")
-        return (lambda x, **kw: gk.gemv_nvf4(x, qc, bc, tc, **kw)), f64(gk.dequantize_nvf4(q, bs, ts))
-    g = int(fmt.split("_")[1])
-    q, s, z = gk.quantize_int4(gk.asarray(w), group=g)
-    qc, sc, zc = q.to("cuda"), s.to("cuda"), z.to("cuda")
-    return (lambda x, **kw: gk.gemv_int4(x, qc, sc, zc, group=g, **kw)), f64(gk.dequantize_int4(q, s, z, group=g))
-
-
-def call(fn, x, variant, **kw):
-    gk._C._gemv_set_variant(variant)
-    try:
-        return fn(x, **kw)
-    finally:
-        gk._C._gemv_set_variant(0)
-
-
-def check_exact(tag, got, xs, deq):
-    """The default's bound: 2 (K + 2) 2^-24 sum |x| |w|."""
-    k = xs.shape[1]
-    ref = xs @ deq.T
-    err = np.abs(f64(got) - ref)
-    tol = 2 * (k + 2) * 2.0**-24 * (np.abs(xs) @ np.abs(deq).T) + 1e-30
-    if not np.all(err <= tol):
-        i = np.unravel_index(np.argmax(err / tol), err.shape)
-        bad = np.argwhere(~(err <= tol))
-        raise AssertionError(f"{tag}: {len(bad)} of {err.size} out of tolerance; worst y{list(i)} = "
-                             f"{f64(got)[i]!r}, ref {ref[i]!r}, tol {tol[i]:.3g}; first bad {bad[0].tolist()}")
+    return make_w4(RNG, fmt, n, k)
 
 
 @pytest.mark.parametrize("fmt", ["int4_32", "int4_64", "int4_128", "nvf4"])

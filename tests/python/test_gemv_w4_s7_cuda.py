@@ -10,37 +10,16 @@ is checked against float64 on the natural-order dequantization; the natural-orde
 38 must give a different result (the flag is in effect). Other formats run the default under
 37-39 (checked: the default's bits). The GPU tests skip without a GPU; the reorder's own test
 runs everywhere."""
-import math
-
 import numpy as np
 import pytest
 
 import gpukit as gk
+from w4_ref import call, check_exact, f64, make_w4, mma_order, same_bits
+from w4_ref import rows_match as rows_match_check
 
 cuda = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(707)
 VSHAPE, VORD, VBOTH, VD2 = 37, 38, 39, 20
-
-
-def f64(a):
-    return np.asarray(gk.to_numpy(a) if isinstance(a, gk.Array) else a).astype(np.float64)
-
-
-def mma_order(q):
-    """Codes (rows of K / 2 bytes, weight 2j in byte j's low nibble, 2j + 1 in its high nibble)
-    reordered so that each 32-bit little-endian word's nibble p holds weight 2p and nibble p + 4
-    weight 2p + 1: bytes (w0 | w2 << 4, w4 | w6 << 4, w1 | w3 << 4, w5 | w7 << 4)."""
-    q = np.ascontiguousarray(q, dtype=np.uint8)
-    assert q.shape[-1] % 4 == 0
-    b = q.reshape(q.shape[:-1] + (q.shape[-1] // 4, 4))
-    w = np.empty(b.shape[:-1] + (8,), dtype=np.uint8)
-    w[..., 0::2], w[..., 1::2] = b & 0xF, b >> 4
-    out = np.empty_like(b)
-    out[..., 0] = w[..., 0] | (w[..., 2] << 4)
-    out[..., 1] = w[..., 4] | (w[..., 6] << 4)
-    out[..., 2] = w[..., 1] | (w[..., 3] << 4)
-    out[..., 3] = w[..., 5] | (w[..., 7] << 4)
-    return out.reshape(q.shape)
 
 
 def test_mma_order_nibbles():
@@ -56,67 +35,14 @@ def test_mma_order_nibbles():
                 assert (u >> (4 * (p + 4))) & 0xF == codes[r, 8 * wi + 2 * p + 1]
 
 
-def weights(n, k):
-    w = (RNG.standard_normal((n, k)) / math.sqrt(k)).astype(np.float32)
-    w[:, : min(k, 64)] *= 8.0
-    return w
-
-
 def make(fmt, n, k, order=False):
     """(gemv on CUDA, float64 dequantization); order: the int4 codes in the mma nibble order."""
-    w = weights(n, k)
-    if fmt == "nvf4":
-        q, bs, ts = gk.quantize_nvf4(gk.asarray(w))
-        qc, bc, tc = q.to("cuda"), bs.to("cuda"), ts.to("cuda")
-        return (lambda x, **kw: gk.gemv_nvf4(x, qc, bc, tc, **kw)), f64(gk.dequantize_nvf4(q, bs, ts))
-    g = int(fmt.split("_")[1])
-    q, s, z = gk.quantize_int4(gk.asarray(w), group=g)
-    deq = f64(gk.dequantize_int4(q, s, z, group=g))
-    if order:
-        q = gk.asarray(mma_order(gk.to_numpy(q)))
-    qc, sc, zc = q.to("cuda"), s.to("cuda"), z.to("cuda")
-    return (lambda x, **kw: gk.gemv_int4(x, qc, sc, zc, group=g, **kw)), deq
-
-
-def call(fn, x, variant, **kw):
-    gk._C._gemv_set_variant(variant)
-    try:
-        return fn(x, **kw)
-    finally:
-        gk._C._gemv_set_variant(0)
-
-
-def check_exact(tag, got, xs, deq):
-    """The default's bound: 2 (K + 2) 2^-24 sum |x| |w|."""
-    k = xs.shape[1]
-    ref = xs @ deq.T
-    err = np.abs(f64(got) - ref)
-    tol = 2 * (k + 2) * 2.0**-24 * (np.abs(xs) @ np.abs(deq).T) + 1e-30
-    if not np.all(err <= tol):
-        i = np.unravel_index(np.argmax(err / tol), err.shape)
-        bad = np.argwhere(~(err <= tol))
-        raise AssertionError(f"{tag}: {len(bad)} of {err.size} out of tolerance; worst y{list(i)} = "
-                             f"{f64(got)[i]!r}, ref {ref[i]!r}, tol {tol[i]:.3g}; first bad {bad[0].tolist()}")
-
-
-def same_bits(tag, a, b):
-    if a.tobytes() != b.tobytes():
-        bad = np.argwhere(a != b)
-        raise AssertionError(f"{tag}: {len(bad)} of {a.size} differ; first {bad[0].tolist()}: "
-                             f"{a[tuple(bad[0])]!r} vs {b[tuple(bad[0])]!r}")
+    return make_w4(RNG, fmt, n, k, order=order)
 
 
 def rows_match(tag, fn, variant, x, xs, deq):
     """M = 8 within the bound; rows 0 / 3 / 7 alone and M = 2 / 5 give the same bits. Returns M = 8's."""
-    full = f64(call(fn, x, variant, out_dtype="float32"))
-    check_exact(f"{tag} M=8", full, xs, deq)
-    for r in (0, 3, 7):
-        same_bits(f"{tag}: row {r} at M=1 vs M=8", f64(call(fn, x[r:r + 1], variant, out_dtype="float32")),
-                  full[r:r + 1])
-    for m in (2, 5):
-        same_bits(f"{tag}: M={m} vs M=8", f64(call(fn, x[:m], variant, out_dtype="float32")), full[:m])
-    same_bits(f"{tag}: row 3 (1-d x) second call", f64(call(fn, x[3], variant, out_dtype="float32")), full[3])
-    return full
+    return rows_match_check(tag, fn, variant, x, lambda t, y: check_exact(t, y, xs, deq))
 
 
 # N >= 2 K (variant 20's configuration under 37): (2051, 1024), (9000, 4096), (1000, 384: narrow

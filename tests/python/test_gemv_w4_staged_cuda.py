@@ -7,12 +7,11 @@ zero points not 16-byte aligned), every benchmarking variant that computes
 session-6 ring configurations 17 / 19 / 20 / 27: tests/python/test_gemv_w4_s6_cuda.py), float16 x and every
 output dtype; same bits on a second run, a row alone = the row in a batch, and the output
 poisoned before the call. Skipped without a GPU."""
-import math
-
 import numpy as np
 import pytest
 
 import gpukit as gk
+from w4_ref import call, check_exact, f64, make_w4
 
 pytestmark = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(4242)
@@ -26,43 +25,11 @@ BASE = {"nvf4_lane": 3}
 DEFAULT_MODE0 = False
 
 
-def f64(a):
-    return np.asarray(gk.to_numpy(a) if isinstance(a, gk.Array) else a).astype(np.float64)
-
-
 def make(fmt, n, k):
-    w = (RNG.standard_normal((n, k)) / math.sqrt(k)).astype(np.float32)
-    w[:, : min(k, 64)] *= 8.0  # a few large weights: scales differ between groups
-    wt = gk.asarray(w)
-    if fmt.startswith("int4"):
-        g = int(fmt.split("_")[1])
-        q, s, z = gk.quantize_int4(wt, group=g)
-        qc, sc, zc = q.to("cuda"), s.to("cuda"), z.to("cuda")
-        deq = f64(gk.dequantize_int4(q, s, z, group=g))
-        return (lambda x, **kw: gk.gemv_int4(x, qc, sc, zc, group=g, **kw)), deq
-    q, bs, ts = gk.quantize_nvf4(wt)  # "nvf4" and "nvf4_lane"
-    qc, bc, tc = q.to("cuda"), bs.to("cuda"), ts.to("cuda")
-    return (lambda x, **kw: gk.gemv_nvf4(x, qc, bc, tc, **kw)), f64(gk.dequantize_nvf4(q, bs, ts))
+    return make_w4(RNG, fmt, n, k)  # ("nvf4" and "nvf4_lane": NVF4)
 
 
-def call(fn, x, variant=0, **kw):
-    gk._C._gemv_set_variant(variant)
-    try:
-        return fn(x, **kw)
-    finally:
-        gk._C._gemv_set_variant(0)
-
-
-def check(tag, got, xs, deq, k):
-    ref = xs @ deq.T
-    bound = np.abs(xs) @ np.abs(deq).T
-    err = np.abs(f64(got) - ref)
-    tol = 2 * (k + 2) * 2.0**-24 * bound + 1e-30
-    if not np.all(err <= tol):
-        i = np.unravel_index(np.argmax(err / tol), err.shape)
-        bad = np.argwhere(~(err <= tol))
-        raise AssertionError(f"{tag}: {len(bad)} of {err.size} out of tolerance; worst y{list(i)} = "
-                             f"{f64(got)[i]!r}, ref {ref[i]!r}, tol {tol[i]:.3g}; first bad {bad[0].tolist()}")
+check = check_exact  # (tag, got, xs, deq, k): within 2 (k + 2) 2^-24 sum |x| |w| of x @ w^T
 
 
 @pytest.mark.parametrize("fmt", FMTS + ["nvf4_lane"])

@@ -20,6 +20,8 @@ import numpy as np
 import pytest
 
 import gpukit as gk
+from w4_ref import bound_f32, call, f64, make_w4, rows_match, same_bits, within, x_dtype
+from w4_ref import make_x as make_x_rng
 
 cuda = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(909)
@@ -37,71 +39,16 @@ SHAPES = [(2051, 1024), (9000, 4096), (1000, 384), (4099, 1536), (37, 4096), (30
 FMTS = ["int4_32", "int4_64", "nvf4", "int4_128_f16", "int4_64_f16", "int4_32_f16", "nvf4_f16"]
 
 
-def f64(a):
-    return np.asarray(gk.to_numpy(a) if isinstance(a, gk.Array) else a).astype(np.float64)
-
-
 def make(fmt, n, k):
-    """(gemv on CUDA, the float64 of the dequantized weights, x dtype) for fmt in FMTS or "int4_128"."""
-    w = (RNG.standard_normal((n, k)) / math.sqrt(k)).astype(np.float32)
-    w[:, : min(k, 64)] *= 8.0  # a few large weights: scales differ between groups
-    xdt = "float16" if fmt.endswith("_f16") else "bfloat16"
-    if fmt.startswith("nvf4"):
-        q, bs, ts = gk.quantize_nvf4(gk.asarray(w))
-        qc, bc, tc = q.to("cuda"), bs.to("cuda"), ts.to("cuda")
-        return (lambda x, **kw: gk.gemv_nvf4(x, qc, bc, tc, **kw)), f64(gk.dequantize_nvf4(q, bs, ts)), xdt
-    g = int(fmt.split("_")[1])
-    q, s, z = gk.quantize_int4(gk.asarray(w), group=g)
-    qc, sc, zc = q.to("cuda"), s.to("cuda"), z.to("cuda")
-    return (lambda x, **kw: gk.gemv_int4(x, qc, sc, zc, group=g, **kw)), f64(gk.dequantize_int4(q, s, z, group=g)), xdt
+    """(gemv on CUDA, the float64 of the dequantized weights, x dtype); for fmt in FMTS or "int4_128"."""
+    return (*make_w4(RNG, fmt, n, k), x_dtype(fmt))
 
 
 def make_x(k, xdt, m=8):
-    xh = gk.asarray(RNG.standard_normal((m, k)).astype(np.float32)).astype(xdt)
-    return xh.to("cuda"), f64(xh.astype("float32"))
+    return make_x_rng(RNG, k, xdt, m)
 
 
-def call(fn, x, variant, **kw):
-    gk._C._gemv_set_variant(variant)
-    try:
-        return fn(x, **kw)
-    finally:
-        gk._C._gemv_set_variant(0)
-
-
-def within(tag, got, ref, tol):
-    err = np.abs(f64(got) - ref)
-    if not np.all(err <= tol):
-        i = np.unravel_index(np.argmax(err / tol), err.shape)
-        bad = np.argwhere(~(err <= tol))
-        raise AssertionError(f"{tag}: {len(bad)} of {err.size} out of tolerance; worst y{list(i)} = "
-                             f"{f64(got)[i]!r}, ref {ref[i]!r}, err {err[i]:.3g}, tol {tol[i]:.3g}; "
-                             f"first bad {bad[0].tolist()}; max err / tol {np.max(err / tol):.3g}")
-
-
-def default_tol(xs, deq):
-    return 2 * (xs.shape[1] + 2) * 2.0**-24 * (np.abs(xs) @ np.abs(deq).T) + 1e-30
-
-
-def same_bits(tag, a, b):
-    a, b = np.asarray(a), np.asarray(b)
-    if a.tobytes() != b.tobytes():
-        bad = np.argwhere(a != b)
-        raise AssertionError(f"{tag}: {len(bad)} of {a.size} differ; first {bad[0].tolist()}: "
-                             f"{a[tuple(bad[0])]!r} vs {b[tuple(bad[0])]!r}")
-
-
-def rows_match(tag, fn, variant, x, check):
-    """M = 8 checked; rows 0 / 3 / 7 alone, M = 2 / 5 and a second call (1-d x) give its bits."""
-    full = f64(call(fn, x, variant, out_dtype="float32"))
-    check(f"{tag} M=8", full)
-    for r in (0, 3, 7):
-        same_bits(f"{tag}: row {r} at M=1 vs M=8", f64(call(fn, x[r:r + 1], variant, out_dtype="float32")),
-                  full[r:r + 1])
-    for m in (2, 5):
-        same_bits(f"{tag}: M={m} vs M=8", f64(call(fn, x[:m], variant, out_dtype="float32")), full[:m])
-    same_bits(f"{tag}: row 3 (1-d x) second call", f64(call(fn, x[3], variant, out_dtype="float32")), full[3])
-    return full
+default_tol = bound_f32
 
 
 def test_default_tol_can_fail():

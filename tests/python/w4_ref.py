@@ -1,0 +1,130 @@
+"""Helpers shared by the staged 4-bit GEMV tests (test_gemv_w4_*_cuda.py): weights and x of a test's own random
+generator (each module passes its RNG, so every module draws the same data as before the helpers moved here), the
+gemv closures with the float64 of the exact dequantization, the variant switch, the default's float64 bound
+2 (K + 2) 2^-24 sum |x| |w| and the checks with diagnostics (worst element, first bad index, counts)."""
+import math
+
+import numpy as np
+
+import gpukit as gk
+
+
+def f64(a):
+    return np.asarray(gk.to_numpy(a) if isinstance(a, gk.Array) else a).astype(np.float64)
+
+
+def w4_weights(rng, n, k):
+    """float32 weights (n, k) ~ N(0, 1 / k), the first 64 columns 8x larger (scales differ between groups)."""
+    w = (rng.standard_normal((n, k)) / math.sqrt(k)).astype(np.float32)
+    w[:, : min(k, 64)] *= 8.0
+    return w
+
+
+def mma_order(q):
+    """Codes (rows of K / 2 bytes, weight 2j in byte j's low nibble, 2j + 1 in its high nibble)
+    reordered so that each 32-bit little-endian word's nibble p holds weight 2p and nibble p + 4
+    weight 2p + 1: bytes (w0 | w2 << 4, w4 | w6 << 4, w1 | w3 << 4, w5 | w7 << 4)."""
+    q = np.ascontiguousarray(q, dtype=np.uint8)
+    assert q.shape[-1] % 4 == 0
+    b = q.reshape(q.shape[:-1] + (q.shape[-1] // 4, 4))
+    w = np.empty(b.shape[:-1] + (8,), dtype=np.uint8)
+    w[..., 0::2], w[..., 1::2] = b & 0xF, b >> 4
+    out = np.empty_like(b)
+    out[..., 0] = w[..., 0] | (w[..., 2] << 4)
+    out[..., 1] = w[..., 4] | (w[..., 6] << 4)
+    out[..., 2] = w[..., 1] | (w[..., 3] << 4)
+    out[..., 3] = w[..., 5] | (w[..., 7] << 4)
+    return out.reshape(q.shape)
+
+
+def make_w4(rng, fmt, n, k, order=False, row_mag=None):
+    """(gemv on CUDA, float64 of the dequantized weights) for fmt "int4_G..." (group G) or "nvf4..."; order: the
+    int4 codes in the mma nibble order (mma_order); row_mag: per-row magnitudes (rows of very different size)."""
+    w = w4_weights(rng, n, k)
+    if row_mag is not None:
+        w *= row_mag[:, None].astype(np.float32)
+    if fmt.startswith("nvf4"):
+        q, bs, ts = gk.quantize_nvf4(gk.asarray(w))
+        qc, bc, tc = q.to("cuda"), bs.to("cuda"), ts.to("cuda")
+        return (lambda x, **kw: gk.gemv_nvf4(x, qc, bc, tc, **kw)), f64(gk.dequantize_nvf4(q, bs, ts))
+    g = int(fmt.split("_")[1])
+    q, s, z = gk.quantize_int4(gk.asarray(w), group=g)
+    deq = f64(gk.dequantize_int4(q, s, z, group=g))
+    if order:
+        q = gk.asarray(mma_order(gk.to_numpy(q)))
+    qc, sc, zc = q.to("cuda"), s.to("cuda"), z.to("cuda")
+    return (lambda x, **kw: gk.gemv_int4(x, qc, sc, zc, group=g, **kw)), deq
+
+
+def x_dtype(fmt):
+    """x's dtype for a format name: "..._f16" float16, else bfloat16."""
+    return "float16" if fmt.endswith("_f16") else "bfloat16"
+
+
+def make_x(rng, k, xdt, m=8):
+    """(x (m, k) of dtype xdt on CUDA, its float64 values)."""
+    xh = gk.asarray(rng.standard_normal((m, k)).astype(np.float32)).astype(xdt)
+    return xh.to("cuda"), f64(xh.astype("float32"))
+
+
+def call(fn, x, variant=0, **kw):
+    """fn(x, **kw) under GEMV variant `variant` (the switch back to 0 afterwards, also on errors)."""
+    gk._C._gemv_set_variant(variant)
+    try:
+        return fn(x, **kw)
+    finally:
+        gk._C._gemv_set_variant(0)
+
+
+def call_f32(fn, x, variant, **kw):
+    """call() with float32 output, as float64."""
+    gk._C._gemv_set_variant(variant)
+    try:
+        return f64(fn(x, out_dtype="float32", **kw))
+    finally:
+        gk._C._gemv_set_variant(0)
+
+
+def bound_f32(xs, deq, k=None):
+    """The default's float64 bound per (m, n): 2 (K + 2) 2^-24 sum_k |x| |w| (K: xs.shape[1] unless given)."""
+    k = xs.shape[1] if k is None else k
+    return 2 * (k + 2) * 2.0**-24 * (np.abs(xs) @ np.abs(deq).T) + 1e-30
+
+
+def within(tag, got, ref, tol):
+    """|got - ref| <= tol everywhere (got: an array or a gk.Array), else an error naming the worst element."""
+    got = f64(got)
+    err = np.abs(got - ref)
+    if not np.all(err <= tol):
+        i = np.unravel_index(np.argmax(err / tol), err.shape)
+        bad = np.argwhere(~(err <= tol))
+        raise AssertionError(f"{tag}: {len(bad)} of {err.size} out of the bound; worst y{list(i)} = {got[i]!r}, "
+                             f"ref {ref[i]!r}, err {err[i]:.3g}, bound {tol[i]:.3g}; first bad {bad[0].tolist()}; "
+                             f"max err / bound {np.max(err / tol):.3g}; non-finite {int(np.sum(~np.isfinite(got)))}")
+
+
+def check_exact(tag, got, xs, deq, k=None):
+    """got within the default's bound (bound_f32) of x @ w^T in float64."""
+    within(tag, got, xs @ deq.T, bound_f32(xs, deq, k))
+
+
+def same_bits(tag, a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    if a.tobytes() != b.tobytes():
+        bad = np.argwhere(a != b)
+        raise AssertionError(f"{tag}: {len(bad)} of {a.size} differ; first {bad[0].tolist()}: "
+                             f"{a[tuple(bad[0])]!r} vs {b[tuple(bad[0])]!r}; max |diff| {np.nanmax(np.abs(a - b)):.3g}")
+
+
+def rows_match(tag, fn, variant, x, check):
+    """M = 8 checked (check(tag, y)); rows 0 / 3 / 7 alone, M = 2 / 5 and a second call (1-d x) give its bits.
+    Returns M = 8's result (float64)."""
+    full = f64(call(fn, x, variant, out_dtype="float32"))
+    check(f"{tag} M=8", full)
+    for r in (0, 3, 7):
+        same_bits(f"{tag}: row {r} at M=1 vs M=8", f64(call(fn, x[r:r + 1], variant, out_dtype="float32")),
+                  full[r:r + 1])
+    for m in (2, 5):
+        same_bits(f"{tag}: M={m} vs M=8", f64(call(fn, x[:m], variant, out_dtype="float32")), full[:m])
+    same_bits(f"{tag}: row 3 (1-d x) second call", f64(call(fn, x[3], variant, out_dtype="float32")), full[3])
+    return full
