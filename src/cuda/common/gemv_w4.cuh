@@ -39,6 +39,7 @@
 #include <cuda_fp8.h>
 
 #include "gemv_stage.cuh"
+#include "gemv_swiglu_x.cuh"
 #include "gemv_w4_ops.cuh"
 
 namespace gk::cuda::gemv_detail {
@@ -112,7 +113,9 @@ struct W4Frag {
 // g128, bf16 x, KB = 4; variant 61, NEW NUMERICS) 13 with the stage's x turned into fp16 times 2^e (w4_xhalf: e per
 // warp and stage from the stage's largest |x|, x exact but for |x| < 2^-28 of that largest) instead of paired
 // as bf16, the codes decoded as fp16 (w4_half_pairs: one shift per word instead of 3), f16 mma, 2^-e on the group
-// scales. MINB:
+// scales; 15 (int4 g128, bf16 x, M = 1; EngineOptions::fused_swiglu_x): 11 with the stage's gate and up chunks
+// of the gate/up product p.x (gate at element j, up at p.k + j) copied instead of x, and x = silu(gate) * up made
+// from them where 11 pairs x (gemv_swiglu_x.cuh: k_swiglu's arithmetic, so 11's bits on the SwiGLU's output). MINB:
 // CTAs of 256 threads per SM the registers are sized for (2: 128 registers). (Session 6's MODE 6, the int4 "zero-point mma", was removed after
 // checkpoint A: slower at every shape; docs/notes/gemv4-s6.md.)
 // KB: blocks per stage, 4 (every kernel until session 8) or 2 (variants 59 / 60, int4 g128: K split over the warps in
@@ -128,15 +131,18 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   using L = W4Layout<F, KB, NARROW>;
   // LEAN: wide meta copies with at most one zero-point unit per row (KB = 4)
   constexpr bool PROBE = MODE == 1, LEAN = (MODE == 3 || MODE == 5) && !NARROW && L::NUZ <= 1, XA = MODE == 5,
-                 NOX = MODE == 7, XS = MODE == 8 || MODE == 9 || (MODE >= 11 && MODE <= 14),
-                 ROLL = MODE == 9 || MODE == 10, XP = MODE == 11 || MODE == 13 || MODE == 14, XCA = XP || MODE == 12,
-                 XE = MODE == 13 || MODE == 14, XH = MODE == 14;
+                 NOX = MODE == 7, XS = MODE == 8 || MODE == 9 || (MODE >= 11 && MODE <= 15),
+                 ROLL = MODE == 9 || MODE == 10, XP = MODE == 11 || MODE == 13 || MODE == 14 || MODE == 15,
+                 XCA = XP || MODE == 12, XE = MODE == 13 || MODE == 14, XH = MODE == 14, SG = MODE == 15;
   static_assert(!XP || !ORD, "XP: codes in the natural order");
   static_assert(!XH || (std::is_same_v<T, bf16> && !F::kNvf4 && F::G == 128 && KB == 4), "XH: int4 g128, bf16 x");
+  static_assert(!SG || (std::is_same_v<T, bf16> && !F::kNvf4 && F::G == 128 && KB == 4 && !NARROW && !ORD),
+                "SG: int4 g128, bf16 gate/up, stages of 4 blocks");
   // XH (session 9, variant 61): the stage's x as fp16 (times 2^e, e per warp and stage), the codes decoded as fp16
   using TC = std::conditional_t<XH, f16, T>;  // the mma's input type
   // XS (M = 1 only): x of each stage's blocks travels with the codes (cp.async, after the PDL wait)
-  constexpr int XB = XS ? KB * 256 : 0, STG = L::STAGE + XB;
+  // SG: the stage's gate chunks at L::STAGE (where x goes), its up chunks XB bytes further
+  constexpr int XB = XS ? KB * 256 : 0, STG = L::STAGE + XB + (SG ? XB : 0);
   constexpr int P = L::P, NK = KB / 2, NG = F::NG, LB = F::LB, WPG = F::WPG;
   constexpr uint32_t kMag = std::is_same_v<TC, bf16> ? 0x43004300u : 0x64006400u;  // 128.0 / 1024.0 twice
   static_assert(KB % 2 == 0 && KB >= 2, "an even number of blocks per stage");
@@ -208,6 +214,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
         const uint32_t d = sb + uint32_t(L::STAGE + 16 * (XSW ? j ^ (((j >> 3) & 1) << 1) : j));
         if constexpr (XCA) cp_async16_ca(d, src + 16 * j);  // through L1: the SM's other CTAs read the same x
         else cp_async16(d, src + 16 * j);
+        if constexpr (SG) cp_async16_ca(d + uint32_t(XB), src + 2 * p.k + 16 * j);  // up: p.k elements after gate
       }
     }
   };
@@ -432,6 +439,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
       for (int j = 0; j < XB / 16; j += 32) {
         const uint32_t a = sb + uint32_t(L::STAGE + 16 * (j + lane));
         uint4 v = lds16(a), o;
+        if constexpr (SG) v = sgx_x8(v, lds16(a + uint32_t(XB)));  // x = silu(gate) * up, k_swiglu's bits
         w4_xpairs<false>(v, o.x, o.y, o.z, o.w);
         sts16(a, o);
       }
