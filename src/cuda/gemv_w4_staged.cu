@@ -199,8 +199,7 @@ bool applies_any(const QGemvArgs& p) {
 // XS (MODE 8, M = 1) and its M > 1 kernel (MODE 0) take the plan of the XS ring.
 template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2, bool ORD = false>
 void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_plan = 0) {
-  constexpr int SB = W4Layout<F, KB, NARROW>::STAGE + (MODE == 8 || MODE == 9 || MODE >= 11 ? KB * 256 : 0) +
-                     (MODE == 15 ? KB * 256 : 0);  // MODE 15: gate and up
+  constexpr int SB = W4Layout<F, KB, NARROW>::STAGE + (MODE == 8 || MODE == 9 || MODE >= 11 ? KB * 256 : 0);
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   const int split = std::max(1, p.split);

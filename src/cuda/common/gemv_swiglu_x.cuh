@@ -13,10 +13,10 @@
 //   from which the fragment lanes read their B words as XR's do. So every element is computed
 //   once per warp and CTA (K per CTA in all), by all 32 lanes, not only the 4 lanes of x row 0.
 // - k_w4 (common/gemv_w4.cuh) MODE 15 (int4 g128, bf16 x, M = 1: MODE 11 = variant 48's kernel,
-//   the default): gate and up chunks of each stage travel with the codes (cp.async, after the PDL
-//   wait, as MODE 11's x does) into two areas of the stage; where MODE 11 pairs the stage's x in
-//   place once per stage, MODE 15 first makes x from the two chunks (the same 8 elements per
-//   16-byte chunk, so the stage's chunk swizzle does not matter).
+//   the default; gemv_swiglu_x_w4.cuh): MODE 11 copies each stage's x with its codes and pairs it
+//   in place once the stage has landed; MODE 15 loads the stage's gate and up a stage ahead into
+//   registers (2 chunks per lane) and, before waiting for the stage's codes, makes x, pairs it the
+//   same way and stores it where MODE 11's copy lies: the silu work overlaps the codes' flight.
 // M = 1 only (the host checks; elsewhere the engine keeps the SwiGLU launch).
 #pragma once
 #include "gemv.cuh"

@@ -39,7 +39,7 @@
 #include <cuda_fp8.h>
 
 #include "gemv_stage.cuh"
-#include "gemv_swiglu_x.cuh"
+#include "gemv_swiglu_x_w4.cuh"
 #include "gemv_w4_ops.cuh"
 
 namespace gk::cuda::gemv_detail {
@@ -113,9 +113,10 @@ struct W4Frag {
 // g128, bf16 x, KB = 4; variant 61, NEW NUMERICS) 13 with the stage's x turned into fp16 times 2^e (w4_xhalf: e per
 // warp and stage from the stage's largest |x|, x exact but for |x| < 2^-28 of that largest) instead of paired
 // as bf16, the codes decoded as fp16 (w4_half_pairs: one shift per word instead of 3), f16 mma, 2^-e on the group
-// scales; 15 (int4 g128, bf16 x, M = 1; EngineOptions::fused_swiglu_x): 11 with the stage's gate and up chunks
-// of the gate/up product p.x (gate at element j, up at p.k + j) copied instead of x, and x = silu(gate) * up made
-// from them where 11 pairs x (gemv_swiglu_x.cuh: k_swiglu's arithmetic, so 11's bits on the SwiGLU's output). MINB:
+// scales; 15 (int4 g128, bf16 x, M = 1; EngineOptions::fused_swiglu_x): 11 with the stage's x not copied but made
+// by the warp from the gate/up product p.x (gate at element j, up at p.k + j; loaded a stage ahead) before the
+// stage's codes are waited for, paired as 11 pairs it (gemv_swiglu_x_w4.cuh: k_swiglu's arithmetic, so 11's bits on
+// the SwiGLU kernel's output). MINB:
 // CTAs of 256 threads per SM the registers are sized for (2: 128 registers). (Session 6's MODE 6, the int4 "zero-point mma", was removed after
 // checkpoint A: slower at every shape; docs/notes/gemv4-s6.md.)
 // KB: blocks per stage, 4 (every kernel until session 8) or 2 (variants 59 / 60, int4 g128: K split over the warps in
@@ -141,8 +142,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   // XH (session 9, variant 61): the stage's x as fp16 (times 2^e, e per warp and stage), the codes decoded as fp16
   using TC = std::conditional_t<XH, f16, T>;  // the mma's input type
   // XS (M = 1 only): x of each stage's blocks travels with the codes (cp.async, after the PDL wait)
-  // SG: the stage's gate chunks at L::STAGE (where x goes), its up chunks XB bytes further
-  constexpr int XB = XS ? KB * 256 : 0, STG = L::STAGE + XB + (SG ? XB : 0);
+  constexpr int XB = XS ? KB * 256 : 0, STG = L::STAGE + XB;
   constexpr int P = L::P, NK = KB / 2, NG = F::NG, LB = F::LB, WPG = F::WPG;
   constexpr uint32_t kMag = std::is_same_v<TC, bf16> ? 0x43004300u : 0x64006400u;  // 128.0 / 1024.0 twice
   static_assert(KB % 2 == 0 && KB >= 2, "an even number of blocks per stage");
@@ -214,7 +214,6 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
         const uint32_t d = sb + uint32_t(L::STAGE + 16 * (XSW ? j ^ (((j >> 3) & 1) << 1) : j));
         if constexpr (XCA) cp_async16_ca(d, src + 16 * j);  // through L1: the SM's other CTAs read the same x
         else cp_async16(d, src + 16 * j);
-        if constexpr (SG) cp_async16_ca(d + uint32_t(XB), src + 2 * p.k + 16 * j);  // up: p.k elements after gate
       }
     }
   };
@@ -321,14 +320,19 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
     for (int st = 0; st < D - 1; ++st) issue(st);
     pdl_wait();
   }
-  if constexpr (XS && !XE) {  // x of the stages issued before the PDL wait: one more group
+  [[maybe_unused]] W4SgxStage<XS ? XB / 16 / 32 : 1> sgx;  // SG: x made from gate / up (no x copies)
+  if constexpr (XS && !XE) {  // x of the stages issued before the PDL wait: one more group (SG: empty)
+    if constexpr (SG) {
+      sgx.init(p.x, p.k, b0, b1, lane);
+    } else {
 #pragma unroll
-    for (int st = 0; st < D - 1; ++st)
-      if (b1 - b0 - int64_t(st) * KB > 0)
-        issue_x(ring + uint32_t(st * STG), static_cast<const uint8_t*>(p.x) + (b0 + int64_t(st) * KB) * 256,
-                b1 - b0 - int64_t(st) * KB);
+      for (int st = 0; st < D - 1; ++st)
+        if (b1 - b0 - int64_t(st) * KB > 0)
+          issue_x(ring + uint32_t(st * STG), static_cast<const uint8_t*>(p.x) + (b0 + int64_t(st) * KB) * 256,
+                  b1 - b0 - int64_t(st) * KB);
+    }
     cp_commit();
-    xon = true;
+    xon = !SG;
   }
 
   // fragment offsets in a stage (row g): piece h of block bb lies at chunk (4 bb + c_h) ^ sw,
@@ -418,6 +422,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
 #pragma unroll
       for (int w = 0; w < 4; ++w) xbuf[0][w] = xnext[w];
     } else if constexpr (!PROBE && !XS) load_x(xbuf[0], 0);
+    if constexpr (SG) sgx.fill(ring + uint32_t(st * STG + L::STAGE), lane);  // x made (and paired) before the codes land
     if constexpr (XS) {  // the first stage: also the x group issued after the PDL wait
       if (first) {
         if constexpr (XE) cp_wait<D - 2>();  // groups: codes 0, x 0, stages 1 .. D - 2: the first two done
@@ -434,12 +439,11 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
     if constexpr (XH) {  // x to fp16 x 2^e, paired in place (w4_xhalf)
       xinv = w4_xhalf<XB / 16 / 32>(sb + uint32_t(L::STAGE), lane);
       __syncwarp();
-    } else if constexpr (XP) {  // pair the stage's x in place (every lane g reads the same x at M = 1): once per stage
+    } else if constexpr (XP && !SG) {  // pair the stage's x in place (every lane g reads the same x at M = 1): once per stage
 #pragma unroll
       for (int j = 0; j < XB / 16; j += 32) {
         const uint32_t a = sb + uint32_t(L::STAGE + 16 * (j + lane));
         uint4 v = lds16(a), o;
-        if constexpr (SG) v = sgx_x8(v, lds16(a + uint32_t(XB)));  // x = silu(gate) * up, k_swiglu's bits
         w4_xpairs<false>(v, o.x, o.y, o.z, o.w);
         sts16(a, o);
       }
