@@ -8,7 +8,6 @@ and the engine's tokens and logits with the option off. CPU parts: the option, i
 variable, the e2e flag, the op's CPU path against float64 NumPy. CUDA parts skip without a GPU."""
 import importlib.util
 import math
-import os
 import pathlib
 import sys
 
