@@ -13,6 +13,7 @@
 
 #include "gpukit/dtype.h"
 #include "ops/gguf_blocks.h"
+#include "ops/norm_epi_args.h"
 
 namespace gk {
 
@@ -65,6 +66,9 @@ struct QGemvArgs {
   // gemv_quantized_prepared: x is already that scaled fp16 copy (x_dtype f16), these its [m]
   // inverse scales 2^-c (the staged kernel only)
   const float* xprep_inv = nullptr;
+  // EngineOptions::fused_norm_epilogue (CUDA, bf16 / f16 y): the residual add + RMSNorm of y
+  // (ops/norm_epi_args.h; cuda::qgemv_norm_epi); epi.counter == nullptr: none
+  NormEpi epi;
 };
 
 namespace cpu {
@@ -76,6 +80,8 @@ void dequantize_gguf_row(const QuantArgs& a, int64_t j, float* out);
 }  // namespace cpu
 namespace cuda {
 void qgemv(const QGemvArgs& a, void* stream);
+// qgemv with a.epi.counter set (src/cuda/gemv_norm_epi.cu; qgemv sends them there)
+void qgemv_norm_epi(const QGemvArgs& a, void* stream);
 int qgemv_split(int64_t n, int64_t k, QFormat f, bool mma = false);
 // fp8 / int8 / int4 quantization on the device, bit-identical to cpu::quantize (a.w, a.q,
 // a.scales, a.zeros are device pointers).

@@ -34,6 +34,7 @@
 #include <cuda_fp8.h>
 
 #include "gemv_mma.cuh"
+#include "gemv_norm_epi.cuh"
 
 namespace gk::cuda::gemv_detail {
 
@@ -223,7 +224,9 @@ constexpr int w8_xring_pitch(int kb) { return kb * 128 + 16; }
 // before the PDL wait and the loop issues none (an empty group per stage keeps the count:
 // at stage j, D + j groups committed, the D - 1 newest may be pending). The same arithmetic
 // in the same order as without: the same bits.
-template <class F, int KB, int D, int RT, int XM = 0, bool XP = false, bool FR = false>
+// EPI (EngineOptions::fused_norm_epilogue; split 1): the residual add + RMSNorm of p.epi by the
+// last CTA to finish (common/gemv_norm_epi.cuh), after the outputs are stored.
+template <class F, int KB, int D, int RT, int XM = 0, bool XP = false, bool FR = false, bool EPI = false>
 __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
   constexpr bool XS = XM == 1, XR = XM == 2;
   using TB = typename F::TB;
@@ -507,6 +510,7 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
       }
     }
   }
+  if constexpr (EPI) norm_epi::tail_any(p.epi, p.out, p.y, p.m, p.n, reinterpret_cast<float*>(smem));
 }
 
 }  // namespace gk::cuda::gemv_detail
