@@ -17,7 +17,7 @@ __global__ void __launch_bounds__(256) k_norm_epi(const NormEpi e, const T* y, i
   __shared__ float scratch[norm_epi::kScratchFloats];
   gemv_detail::pdl_trigger();
   gemv_detail::pdl_wait();
-  norm_epi::rows<T>(e, y, m, n, scratch);
+  norm_epi::rows_any<T>(e, y, m, n, scratch);
 }
 }  // namespace
 

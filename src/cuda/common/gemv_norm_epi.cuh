@@ -53,7 +53,8 @@ __device__ __forceinline__ void rows(const NormEpi& e, const T* y, int64_t m, in
           if (i < n) {
             const uint4 u = __ldcg(reinterpret_cast<const uint4*>(yr + i));  // written by the other CTAs
             memcpy(&yv[k], &u, 16);
-            rv[k] = *reinterpret_cast<const Vec<T, N>*>(res + i);
+            const uint4 q = __ldcg(reinterpret_cast<const uint4*>(res + i));
+            memcpy(&rv[k], &q, 16);
           }
         }
 #pragma unroll
@@ -100,6 +101,96 @@ __device__ __forceinline__ void rows(const NormEpi& e, const T* y, int64_t m, in
   }
 }
 
+// rows() with every load of a row issued at once and the row kept in registers: for CTAs where each
+// thread has at most U (virtual thread, vector) pairs (8B: 2 with 256 threads, 4 with 128). Pair u of
+// thread tid is virtual thread tid + (u / nvv) * blockDim, its vector u % nvv (nvv: vectors per
+// virtual thread), so a virtual thread's vectors come in k order: the same sums as rows().
+template <class T, int U>
+__device__ __forceinline__ void rows_reg(const NormEpi& e, const T* y, int64_t m, int64_t n, float* scratch,
+                                         int nvv) {
+  constexpr int N = 8;
+  float* ssv = scratch;
+  float* wsum = scratch + 256;
+  const int nt = e.nt, tid = threadIdx.x, nb = blockDim.x;
+  const int lane = tid & 31, warp = tid >> 5, nwr = nb >> 5, nvw = nt >> 5;
+  const int64_t step = int64_t(nt) * N;
+  const int cnt = tid < nt ? ((nt - 1 - tid) / nb + 1) * nvv : 0;  // this thread's pairs
+  const T* w = static_cast<const T*>(e.w);
+  for (int64_t r = 0; r < m; ++r) {
+    const T* yr = y + r * n;
+    const T* res = static_cast<const T*>(e.res) + r * e.res_rs;
+    T* ro = static_cast<T*>(e.res_out) + r * n;
+    T* out = static_cast<T*>(e.out) + r * n;
+    Vec<T, N> yv[U], rv[U], wv[U];
+    int64_t at[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int a = u / nvv, k = u - a * nvv;
+      at[u] = u < cnt ? int64_t(tid + a * nb) * N + k * step : n;
+      if (at[u] < n) {
+        uint4 t = __ldcg(reinterpret_cast<const uint4*>(yr + at[u]));  // written by the other CTAs
+        memcpy(&yv[u], &t, 16);
+        t = __ldcg(reinterpret_cast<const uint4*>(res + at[u]));
+        memcpy(&rv[u], &t, 16);
+        wv[u] = *reinterpret_cast<const Vec<T, N>*>(w + at[u]);
+      }
+    }
+    float ss = 0.f;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (u < cnt) {
+        if (at[u] < n) {
+#pragma unroll
+          for (int j = 0; j < N; ++j) {
+            rv[u].v[j] = convert<T>(float(yv[u].v[j]) + float(rv[u].v[j]));
+            const float f = float(rv[u].v[j]);
+            ss = fmaf(f, f, ss);
+          }
+          *reinterpret_cast<Vec<T, N>*>(ro + at[u]) = rv[u];
+        }
+        const int a = u / nvv;
+        if (u - a * nvv == nvv - 1) {  // the virtual thread's last vector
+          ssv[tid + a * nb] = ss;
+          ss = 0.f;
+        }
+      }
+    }
+    __syncthreads();
+    for (int vw = warp; vw < nvw; vw += nwr) {
+      const float s = warp_sum(ssv[vw * 32 + lane]);
+      if (lane == 0) wsum[vw] = s;
+    }
+    __syncthreads();
+    float tot;
+    if (nt == 32) {
+      tot = wsum[0];
+    } else {
+      tot = 0.f;
+      for (int i = 0; i < nvw; ++i) tot += wsum[i];
+    }
+    const float inv = rsqrtf(tot / float(n) + e.eps);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (at[u] < n) {
+        Vec<T, N> o;
+#pragma unroll
+        for (int j = 0; j < N; ++j) o.v[j] = convert<T>(float(rv[u].v[j]) * inv * float(wv[u].v[j]));
+        *reinterpret_cast<Vec<T, N>*>(out + at[u]) = o;
+      }
+    }
+    __syncthreads();  // ssv / wsum reused by the next row
+  }
+}
+
+// rows_reg where each thread has at most 4 pairs (rows of up to 4 vectors per virtual thread), else rows.
+template <class T>
+__device__ __forceinline__ void rows_any(const NormEpi& e, const T* y, int64_t m, int64_t n, float* scratch) {
+  const int64_t nvv = (n + int64_t(e.nt) * 8 - 1) / (int64_t(e.nt) * 8);  // vectors per virtual thread
+  const int vpt = (e.nt + int(blockDim.x) - 1) / int(blockDim.x);        // virtual threads per thread
+  if (nvv * vpt <= 4) rows_reg<T, 4>(e, y, m, n, scratch, int(nvv));
+  else rows<T>(e, y, m, n, scratch);
+}
+
 // The epilogue proper, called by every thread of every CTA after its outputs are stored (the
 // last CTA to finish normalizes). scratch: kScratchFloats floats of shared memory that the
 // caller no longer reads after its own __syncthreads. Not inlined: its registers stay out of
@@ -113,7 +204,7 @@ __device__ __noinline__ void tail(const NormEpi e, const void* y, int64_t m, int
   __syncthreads();
   if (!*flag) return;
   __threadfence();
-  rows<T>(e, static_cast<const T*>(y), m, n, scratch);
+  rows_any<T>(e, static_cast<const T*>(y), m, n, scratch);
   if (threadIdx.x == 0) *e.counter = 0;  // ready for the next launch (graph replays)
 }
 
