@@ -5,6 +5,7 @@
 #include "common/gemv_norm_epi.cuh"
 #include "common/gemv.cuh"
 #include "common/gemv_w4_launch.cuh"
+#include "cuda/gemv_norm_epi.h"
 #include "core/cuda_util.h"
 #include "ops/gemv_args.h"
 #include "ops/quant_args.h"
@@ -34,23 +35,21 @@ void norm_epi_launch(const NormEpi& e, DType out, const void* y, int64_t m, int6
   GK_LAUNCH_CHECK("gemv_norm_epi");
 }
 
-// cuda::qgemv with a.epi.counter set: the fp8 / int8 staged kernel and the int4 staged kernel
-// take the epilogue themselves (in their last CTA where their configuration has it, else as a
-// launch after them); every other kernel runs without it, then the epilogue's own launch.
-void qgemv_norm_epi(const QGemvArgs& a, void* stream) {
+// qgemv then the epilogue: the fp8 / int8 staged kernel and the int4 staged kernel take it themselves (in
+// their last CTA where their configuration has it, else as a launch after them); every other kernel runs
+// as usual, then the epilogue's own launch.
+void qgemv_norm_epi(const QGemvArgs& a, const NormEpi& e, void* stream) {
   auto st = static_cast<cudaStream_t>(stream);
   if (a.m <= 0 || a.n <= 0) return;
   if (a.out_dtype != DType::bf16 && a.out_dtype != DType::f16)
     throw TypeError("gemv norm epilogue: bfloat16 or float16 output expected");
-  if (a.w8) return gemv_w8_quant(a, stream);  // src/cuda/gemv_w8.cu
+  if (a.w8) return gemv_w8_quant_epi(a, e, stream);  // src/cuda/gemv_w8.cu
   if (a.fmt == QFormat::int4 && a.variant != 1 && a.variant != 3 && w4_staged_applies(a)) {
-    if (a.x_dtype == DType::bf16) return launch_w4_staged<bf16>(a, st);
-    if (a.x_dtype == DType::f16) return launch_w4_staged<f16>(a, st);
+    if (a.x_dtype == DType::bf16) return launch_w4_staged_epi<bf16>(a, e, st);
+    if (a.x_dtype == DType::f16) return launch_w4_staged_epi<f16>(a, e, st);
   }
-  QGemvArgs b = a;
-  b.epi = NormEpi{};
-  qgemv(b, stream);
-  norm_epi_launch(a.epi, a.out_dtype, a.y, a.m, a.n, st);
+  qgemv(a, stream);
+  norm_epi_launch(e, a.out_dtype, a.y, a.m, a.n, st);
 }
 
 }  // namespace gk::cuda

@@ -262,7 +262,6 @@ int qgemv_split(int64_t n, int64_t k, QFormat f, bool mma) {
 }
 
 void qgemv(const QGemvArgs& a, void* stream) {
-  if (a.epi.counter) return qgemv_norm_epi(a, stream);  // src/cuda/gemv_norm_epi.cu
   if (a.w8) return gemv_w8_quant(a, stream);  // src/cuda/gemv_w8.cu
   if (a.m <= 0 || a.n <= 0) return;
   if (a.m > 8) throw ValueError("gemv: the kernel takes at most 8 rows of x");

@@ -371,8 +371,8 @@ Array gemv_quantized_impl(const Array& x_in, const QuantizedWeight& qw, std::opt
     const Array* used[] = {&x, &qw.q, &sc, &zr, &ts, &xpi};
     for (const Array* t : used)
       if (t->defined()) detail::mark_used(*t, s);
-    if (epi) a.epi = *epi;  // gemv_quantized_norm_epi (the caller marks its arrays used)
-    cuda::qgemv(a, s.handle());
+    if (epi) cuda::qgemv_norm_epi(a, *epi, s.handle());  // gemv_quantized_norm_epi (the caller marks its arrays)
+    else cuda::qgemv(a, s.handle());
 #else
     (void)xprep_inv;
     detail::no_cuda_backend();

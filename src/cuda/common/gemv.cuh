@@ -36,7 +36,6 @@
 #include "gpukit/dtype.h"
 #include "gpukit/errors.h"
 #include "gpukit/numeric.h"
-#include "ops/norm_epi_args.h"
 
 namespace gk::cuda::gemv_detail {
 
@@ -57,7 +56,6 @@ struct KArgs {
   DType out = DType::bf16;
   int wpg = kWarps;  // warps per row group (a CTA holds kWarps / wpg groups of R rows)
   int variant = 0;   // host side: 1 = twice the loads in flight per thread
-  NormEpi epi;       // the staged 8-bit kernel's residual add + RMSNorm epilogue (ops/norm_epi_args.h)
 };
 
 // ---- small device helpers ----

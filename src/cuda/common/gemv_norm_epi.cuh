@@ -21,6 +21,7 @@
 #include "cuda/common/rows.cuh"
 #include "gpukit/dtype.h"
 #include "ops/norm_epi_args.h"
+#include "ops/quant_args.h"
 
 namespace gk::cuda::norm_epi {
 
@@ -216,9 +217,14 @@ __device__ __forceinline__ void tail_any(const NormEpi& e, DType out, const void
 
 }  // namespace gk::cuda::norm_epi
 
-namespace gk::cuda {
-// src/cuda/gemv_norm_epi.cu: the epilogue as its own launch (one CTA of e.nt threads) after a
-// GEMV that did not take it (a configuration without the fused kernel: split-K, benchmarking
-// knobs, other kernels); the same bits.
-void norm_epi_launch(const NormEpi& e, DType out, const void* y, int64_t m, int64_t n, cudaStream_t st);
-}  // namespace gk::cuda
+namespace gk::cuda::gemv_detail {
+// The parameter of k_w4 with EPI (gemv_w4.cuh): QGemvArgs and the epilogue's, with its tail(scratch).
+// A type of its own, so that QGemvArgs, the parameter of the other quantized kernels, keeps its size.
+struct QGemvArgsEpi : QGemvArgs {
+  NormEpi epi;
+  // the epilogue, by every thread of the CTA after its stores (y of out_dtype, [m, n])
+  __device__ __forceinline__ void tail(float* scratch) const {
+    norm_epi::tail_any(epi, out_dtype, y, m, n, scratch);
+  }
+};
+}  // namespace gk::cuda::gemv_detail

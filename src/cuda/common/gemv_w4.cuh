@@ -128,7 +128,7 @@ struct W4Frag {
 // finish (common/gemv_norm_epi.cuh), after the outputs are stored.
 template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2, bool ORD = false,
           bool EPI = false>
-__global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
+__global__ void __launch_bounds__(256, MINB) k_w4(const std::conditional_t<EPI, QGemvArgsEpi, QGemvArgs> p) {
   using L = W4Layout<F, KB, NARROW>;
   // LEAN: wide meta copies with at most one zero-point unit per row (KB = 4)
   constexpr bool PROBE = MODE == 1, LEAN = (MODE == 3 || MODE == 5) && !NARROW && L::NUZ <= 1, XA = MODE == 5,
@@ -589,7 +589,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
     __syncthreads();
   }
   if (warp != 0) {
-    if constexpr (EPI) norm_epi::tail_any(p.epi, p.out_dtype, p.y, p.m, p.n, red);  // after warp 0's stores
+    if constexpr (EPI) p.tail(red);  // after warp 0's stores
     return;
   }
   const int S = gridDim.y, sl = blockIdx.y;
@@ -610,7 +610,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
       else p.part[(int64_t(sl) * p.m + m) * p.n + row] = v;
     }
   }
-  if constexpr (EPI) norm_epi::tail_any(p.epi, p.out_dtype, p.y, p.m, p.n, red);
+  if constexpr (EPI) p.tail(red);
 }
 
 }  // namespace gk::cuda::gemv_detail
