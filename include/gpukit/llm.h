@@ -412,9 +412,9 @@ struct EngineOptions {
   // next layer's input RMSNorm (the last layer's: the final norm), become one launch each: the
   // GEMV's last CTA to finish (an integer ticket) adds the residual and normalizes the whole
   // row(s) with the per-thread sums and block reduction of the add_rms_norm kernel (the same
-  // bits; src/cuda/common/gemv_norm_epi.cuh). fp8 / int8 at M <= 8, int4 at M = 1; the GEMV
-  // configurations without the epilogue (split-K shapes, benchmarking knobs) run the norm as a
-  // launch after the GEMV; not with quantized_x_prep. Default from GPUKIT_FUSED_NORM_EPI (0 / 1).
+  // bits; src/cuda/common/gemv_norm_epi.cuh). One sequence (M = 1); the GEMV configurations
+  // without the epilogue (split-K shapes, benchmarking knobs) run the norm as a launch after the
+  // GEMV; not with quantized_x_prep. Default from GPUKIT_FUSED_NORM_EPI (0 / 1).
   bool fused_norm_epilogue = false;
 };
 

@@ -276,12 +276,13 @@ bool Model::engine_proj(const Array& x) const {
 }
 
 // EngineOptions::fused_norm_epilogue: whether a quantized projection of x's rows takes the residual add + RMSNorm
-// in its epilogue (level 2 decode on CUDA, fp8 / int8 at M <= 8, int4 at M = 1, not with quantized_x_prep).
+// in its epilogue (level 2 decode on CUDA, one sequence, not with quantized_x_prep; the op takes fp8 / int8 at
+// M <= 8 too, but its last CTA normalizes the rows one after the other: unmeasured, so not in the engine).
 bool Model::nepi_applies(const Array& x, const QuantizedWeight& q) const {
   if (!opt_.fused_norm_epilogue || !engine_ops() || opt_.quantized_x_prep || !side_ || !side_->nepi.defined())
     return false;
   if (q.format != "fp8" && q.format != "int8" && q.format != "int4") return false;
-  return x.ndim() == 2 && x.shape(0) >= 1 && x.shape(0) <= (q.format == "int4" ? 1 : 8);
+  return x.ndim() == 2 && x.shape(0) == 1;
 }
 // ... and if so: h = rms_norm(resid + x q^T) * w, resid updated (fused::quantized_add_norm), true.
 bool Model::nepi_add_norm(const Array& x, const QuantizedWeight& q, Array& resid, const Array& w, int64_t slot,
