@@ -418,15 +418,6 @@ struct EngineOptions {
   // 42.8 us (fp8) / 55.1 us (int4). Default from GPUKIT_FUSED_SWIGLU_X. Unmeasured at the time of
   // writing.
   bool fused_swiglu_x = false;
-  // Level 2 decode with fp8 / int8 / int4 weights on CUDA (bf16 / f16): the output projection and
-  // the residual add + post-attention RMSNorm, and the down projection and the residual add + the
-  // next layer's input RMSNorm (the last layer's: the final norm), become one launch each: the
-  // GEMV's last CTA to finish (an integer ticket) adds the residual and normalizes the whole
-  // row(s) with the per-thread sums and block reduction of the add_rms_norm kernel (the same
-  // bits; src/cuda/common/gemv_norm_epi.cuh). One sequence (M = 1); the GEMV configurations
-  // without the epilogue (split-K shapes, benchmarking knobs) run the norm as a launch after the
-  // GEMV; not with quantized_x_prep. Default from GPUKIT_FUSED_NORM_EPI (0 / 1).
-  bool fused_norm_epilogue = false;
 };
 
 class Model {
@@ -493,10 +484,7 @@ class Model {
   Array project(const Array& x, const Array& w, const QuantizedWeight& qw, const Array& bias = {},
                 std::optional<DType> out = std::nullopt) const;
   Array lm_head(const Array& h, const Array* argmax_keys = nullptr) const;
-  Array mlp(const LayerWeights& L, const Array& h, int layer, bool act_only = false) const;  // act_only: before down
-  bool nepi_applies(const Array& x, const QuantizedWeight& q) const;  // fused_norm_epilogue (model.cpp)
-  bool nepi_add_norm(const Array& x, const QuantizedWeight& q, Array& resid, const Array& w, int64_t slot,
-                     Array& h) const;
+  Array mlp(const LayerWeights& L, const Array& h, int layer) const;
   Array add_norm(const Array& x, Array& resid, const Array& w, int layer) const;
   bool engine_ops() const;                    // fusion level 2 decode step on CUDA
   bool engine_proj(const Array& x) const;     // ... and x @ W^T through the engine's GEMV

@@ -41,7 +41,6 @@
 #include "common/gemv_w4_launch.cuh"
 #include "core/cuda_util.h"
 #include "ops/gemv_swiglu_x.h"
-#include "cuda/gemv_norm_epi.h"
 
 #include <cstdlib>
 #include <string>
@@ -198,16 +197,14 @@ bool applies_any(const QGemvArgs& p) {
 
 // ring_plan: the ring bytes per warp the plan (warps per CTA) is made for (0: this kernel's);
 // XS (MODE 8, M = 1) and its M > 1 kernel (MODE 0) take the plan of the XS ring.
-template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2, bool ORD = false,
-          bool EPI = false>
-void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_plan = 0,
-              const NormEpi* epi = nullptr) {
+template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2, bool ORD = false>
+void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_plan = 0) {
   constexpr int SB = W4Layout<F, KB, NARROW>::STAGE + (MODE == 8 || MODE == 9 || MODE >= 11 ? KB * 256 : 0);
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   const int split = std::max(1, p.split);
   const int nw = w4_warps(p.n, p.k, split, c, ring_plan > 0 ? ring_plan : int64_t(D) * SB);
-  smem_limit<k_w4<T, F, KB, D, MODE, NARROW, MINB, ORD, EPI>>(kSmemMax);
+  smem_limit<k_w4<T, F, KB, D, MODE, NARROW, MINB, ORD>>(kSmemMax);
   int smem = std::max(nw * D * SB, nw * 32 * 4 * 4);
   if (smem > kSmemMax) throw ValueError("gemv: the staged 4-bit kernel's shared memory does not fit");
   // When all CTAs fit on the GPU at once, ask for enough shared memory that at most
@@ -218,16 +215,8 @@ void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_
     const int64_t cap = kSmSmem / (per_sm + 1) - 1024 - 512 + 256;  // just too much for per_sm + 1 CTAs
     if (per_sm * (cap + 1024 + 512) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
   }
-  if constexpr (EPI) {  // the kernel's parameter: p and the epilogue's (launch_f_epi: split 1)
-    QGemvArgsEpi pe;
-    static_cast<QGemvArgs&>(pe) = p;
-    pe.epi = *epi;
-    launch_ex(k_w4<T, F, KB, D, MODE, NARROW, MINB, ORD, EPI>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem,
-              st, p.variant != 2, pe);
-  } else {
-    launch_ex(k_w4<T, F, KB, D, MODE, NARROW, MINB, ORD, EPI>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem,
-              st, p.variant != 2, p);
-  }
+  launch_ex(k_w4<T, F, KB, D, MODE, NARROW, MINB, ORD>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st,
+            p.variant != 2, p);
   GK_LAUNCH_CHECK("qgemv_w4_staged");
   if (split > 1) launch_sum_q(p, st);
 }
@@ -299,30 +288,6 @@ void launch_kb2(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
   if (p.m > 1) return launch_k<T, F, 4, 2, 0>(p, c48, st, rp);
   if (c.d == 4) return launch_k<T, F, 2, 4, 13>(p, c48, st, rp);
   return launch_k<T, F, 2, 3, 13>(p, c48, st, rp);
-}
-
-template <class T, class F>
-void launch_f(const QGemvArgs& p_in, cudaStream_t st);
-
-// With the epilogue e (EngineOptions::fused_norm_epilogue): at M = 1 with one slice of K, where the configuration is
-// MODE 11 with a ring of 2 on the default plan (variant 48, int4 g128's default; 52, g64 / g32's; bf16 x), the
-// kernel with the epilogue (the same plan and bits of y); otherwise the usual launch, then the epilogue's own.
-template <class T, class F>
-void launch_f_epi(const QGemvArgs& p, const NormEpi& e, cudaStream_t st) {
-  if constexpr (std::is_same_v<T, bf16> && !F::kNvf4) {
-    W4Cfg c = w4_cfg(p.variant == 0 ? w4_env_variant() : p.variant);
-    if (w4_is_default(c)) c = w4_cfg(F::G == 128 ? (w4_g128_ring2(p.n, p.k) ? kG128Wide : kG128Mid) : 52);
-    const W4Cfg c48 = w4_cfg(48);
-    const bool dflt = c.mode == 11 && c.d == 2 && c.kb == c48.kb && c.wt == c48.wt && c.minb == c48.minb &&
-                      c.spread && !c.old && !c.shape && !c.ord && c.skb == 4 && (F::G == 128 || c.xall);
-    if (p.m == 1 && std::max(1, p.split) == 1 && e.nt >= 32 && dflt && applies_cfg<F, 4>(p)) {
-      const int64_t rp = 2 * int64_t(W4Layout<F, 4>::STAGE + 4 * 256);  // launch_mode's plan for MODE 11
-      norm_epi_count(true);
-      return launch_k<T, F, 4, 2, 11, false, 2, false, true>(p, c, st, rp, &e);
-    }
-  }
-  launch_f<T, F>(p, st);
-  norm_epi_launch(e, p.out_dtype, p.y, p.m, p.n, st);
 }
 
 template <class T, class F>
@@ -431,17 +396,5 @@ void gemv_w4_swiglu_x(const QGemvArgs& a, void* stream) {
   const int64_t rp = 2 * int64_t(W4Layout<F, 4>::STAGE + 4 * 256);  // launch_mode's plan of MODE 11, a ring of 2
   launch_k<bf16, F, 4, 2, 15>(a, c, static_cast<cudaStream_t>(stream), rp);
 }
-
-template <class T>
-void launch_w4_staged_epi(const QGemvArgs& p, const NormEpi& e, cudaStream_t st) {
-  if (p.m <= 0 || p.n <= 0) return;
-  if (!w4_staged_applies(p)) throw ValueError("gemv: the staged 4-bit kernel does not take these arguments");
-  if (p.fmt == QFormat::nvf4) return launch_f_epi<T, W4Nvf4>(p, e, st);
-  if (p.group == 128) return launch_f_epi<T, W4Int4<128>>(p, e, st);
-  if (p.group == 64) return launch_f_epi<T, W4Int4<64>>(p, e, st);
-  return launch_f_epi<T, W4Int4<32>>(p, e, st);
-}
-template void launch_w4_staged_epi<bf16>(const QGemvArgs&, const NormEpi&, cudaStream_t);
-template void launch_w4_staged_epi<f16>(const QGemvArgs&, const NormEpi&, cudaStream_t);
 
 }  // namespace gk::cuda

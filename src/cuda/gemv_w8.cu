@@ -14,13 +14,11 @@
 
 #include "common/gemv_w8.cuh"
 #include "core/cuda_util.h"
-#include "cuda/gemv_norm_epi.h"
 #include "ops/gemv_args.h"
 #include "ops/gemv_swiglu_x.h"
 #include "ops/quant_args.h"
 
 namespace gk::cuda {
-
 
 namespace gemv_detail {
 namespace {
@@ -270,42 +268,7 @@ int w8_full_depth(const KArgs& p, const W8Plan& pl, int split, const W8Cfg& c, i
 }
 
 template <class F>
-void launch_w8(const KArgs& p_in, int split, cudaStream_t st, int xs_depth = 0, int full_mask = 0,
-               const NormEpi* epi = nullptr);
-}  // namespace
-// src/cuda/gemv_w8_epi.cu: k_w8<SFp8B / SInt8B, 4, 2, 1, 0, false, FR, EPI = true> on one slice of K
-void w8_epi_launch(bool int8, bool fr, const KArgs& p, const NormEpi& e, int nw, cudaStream_t st, bool spread);
-namespace {
-
-// p.epi set (EngineOptions::fused_norm_epilogue): the kernel with the epilogue where the configuration has one
-// (8-bit weights decoded to bf16, bf16 x as it is: the default; one slice of K; 4 blocks per stage, a ring of
-// 2 or the full ring of 2, one row tile, no XP); otherwise the usual launch, then the epilogue's own launch.
-// The same plan (warps, split) as without, so the same bits of y.
-template <class F>
-void launch_w8_epi(const KArgs& p_in, int split, cudaStream_t st, int xs_depth, int full_mask, const NormEpi& e) {
-  if constexpr (F::EB == 1 && std::is_same_v<typename F::TB, bf16>) {
-    const W8Cfg c = w8_config(p_in.n, p_in.k, F::EB);
-    const W8Plan pl = w8_plan(p_in.n, p_in.k, F::EB, c);
-    if (split == 1 && xs_depth == 0 && e.nt >= 32 && c.kb == 4 && c.rt == 1 && !c.xp) {
-      KArgs p = p_in;
-      p.group = c.pf + 256 * c.pd;
-      const int fd = w8_full_depth<F>(p, pl, split, c, full_mask | c.fr);
-      if (fd == 2 || (fd == 0 && c.d == 2)) {
-        norm_epi_count(true);
-        if (fd == 2) p.group = 0;
-        // the kernels with the epilogue live in gemv_w8_epi.cu: instantiated here, they changed the code
-        // of this file's other kernels (the module-wide inlining decisions of the device compiler)
-        return w8_epi_launch(std::is_same_v<F, SInt8B>, fd == 2, p, e, pl.nw, st, c.sp);
-      }
-    }
-  }
-  launch_w8<F>(p_in, split, st, xs_depth, full_mask);
-  norm_epi_launch(e, p_in.out, p_in.y, p_in.m, p_in.n, st);
-}
-
-template <class F>
-void launch_w8(const KArgs& p_in, int split, cudaStream_t st, int xs_depth, int full_mask, const NormEpi* epi) {
-  if (epi) return launch_w8_epi<F>(p_in, split, st, xs_depth, full_mask, *epi);
+void launch_w8(const KArgs& p_in, int split, cudaStream_t st, int xs_depth = 0, int full_mask = 0) {
   const W8Cfg c = w8_config(p_in.n, p_in.k, F::EB);
   KArgs p = p_in;
   p.group = c.pf + 256 * c.pd;  // k_w8: L2 prefetch before the wait (stages) and distance in the loop
@@ -396,16 +359,7 @@ void gemv_w8_dense(const GemvArgs& a, void* stream) {
   throw TypeError(cat("gemv: unsupported weight dtype ", dtype_name(a.dtype)));
 }
 
-namespace {
-void w8_quant(const QGemvArgs& a, void* stream, const NormEpi* epi);
-}  // namespace
-
-void gemv_w8_quant(const QGemvArgs& a, void* stream) { w8_quant(a, stream, nullptr); }
-// EngineOptions::fused_norm_epilogue (launch_w8_epi)
-void gemv_w8_quant_epi(const QGemvArgs& a, const NormEpi& e, void* stream) { w8_quant(a, stream, &e); }
-
-namespace {
-void w8_quant(const QGemvArgs& a, void* stream, const NormEpi* epi) {
+void gemv_w8_quant(const QGemvArgs& a, void* stream) {
   if (a.m <= 0 || a.n <= 0) return;
   if (a.m > 8) throw ValueError("gemv: the kernel takes at most 8 rows of x");
   if (a.k % 64 != 0) throw ValueError("gemv: the staged fp8 / int8 path needs K % 64 == 0");
@@ -425,13 +379,13 @@ void w8_quant(const QGemvArgs& a, void* stream, const NormEpi* epi) {
   p.out = a.out_dtype;
   p.variant = a.variant;
   if (a.x_dtype == DType::bf16 && w8_config(a.n, a.k, 1).xs == 3) {  // exact bf16 weights, x as it is
-    if (a.fmt == QFormat::fp8) return launch_w8<SFp8B>(p, a.split, st, 0, a.w8_full, epi);
-    return launch_w8<SInt8B>(p, a.split, st, 0, a.w8_full, epi);
+    if (a.fmt == QFormat::fp8) return launch_w8<SFp8B>(p, a.split, st, 0, a.w8_full);
+    return launch_w8<SInt8B>(p, a.split, st, 0, a.w8_full);
   }
   const int xs = a.x_dtype == DType::bf16 ? w8_xs_depth(a.m, a.n, a.k, a.split) : 0;
   if (xs != 0) {
-    if (a.fmt == QFormat::fp8) return launch_w8<SFp8>(p, a.split, st, xs, 0, epi);
-    return launch_w8<SInt8>(p, a.split, st, xs, 0, epi);
+    if (a.fmt == QFormat::fp8) return launch_w8<SFp8>(p, a.split, st, xs);
+    return launch_w8<SInt8>(p, a.split, st, xs);
   }
   if (a.x_dtype == DType::bf16) {
     if (!a.xh || !a.xinv) throw ValueError("gemv: the staged fp8 / int8 path needs its x workspace for bf16 x");
@@ -446,10 +400,9 @@ void w8_quant(const QGemvArgs& a, void* stream, const NormEpi* epi) {
   } else {
     p.gscale = a.xprep_inv;  // gemv_quantized_prepared: x is bf16 x's scaled fp16 copy (nullptr: plain fp16 x)
   }
-  if (a.fmt == QFormat::fp8) return launch_w8<SFp8>(p, a.split, st, 0, 0, epi);
-  return launch_w8<SInt8>(p, a.split, st, 0, 0, epi);
+  if (a.fmt == QFormat::fp8) return launch_w8<SFp8>(p, a.split, st);
+  return launch_w8<SInt8>(p, a.split, st);
 }
-}  // namespace
 
 // EngineOptions::fused_swiglu_x (common/gemv_swiglu_x.cuh): x = silu(gate) * up made by the GEMV
 // from the gate/up product, on the default kernel of 8-bit weights with bf16 x only (codes decoded

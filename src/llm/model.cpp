@@ -18,7 +18,6 @@
 #include "gpukit/text.h"
 #include "llm/fused.h"
 #include "llm/fused_sgx.h"
-#include "llm/fused_norm_epi.h"
 #include "llm/internal.h"
 #include "text/json.h"
 
@@ -32,7 +31,6 @@ struct SideBranch {
   Event fork, join;
   bool open = false;  // prefetches issued since the last join
   Array counters;     // int32 zeros: the fused attention's per-(sequence, kv head) counters
-  Array nepi;         // int32 zeros: fused_norm_epilogue's tickets, one per o / down projection of a step
 };
 
 std::shared_ptr<Model> Model::load(const std::string& path, Device device, DType dtype, const Progress& progress,
@@ -224,7 +222,6 @@ void Model::make_side_branch() {
   side_->fork = Event::create(device_, /*timing=*/false);
   side_->join = Event::create(device_, /*timing=*/false);
   side_->counters = full({1024}, Scalar::of_int(0), DType::i32, device_);
-  side_->nepi = full({2 * std::max<int64_t>(cfg_.num_layers, 1)}, Scalar::of_int(0), DType::i32, device_);
 }
 
 void Model::join_side_branch() {
@@ -237,7 +234,7 @@ void Model::join_side_branch() {
 // SwiGLU MLP: one gate/up projection [T, 2 I] (gate then up), the fused activation,
 // the down projection (fusion 1). Level 2 decode: one GEMV with the SwiGLU epilogue.
 // Level 0: gate and up projected separately, silu then mul.
-Array Model::mlp(const LayerWeights& L, const Array& h, int l, bool act_only) const {
+Array Model::mlp(const LayerWeights& L, const Array& h, int l) const {
   const bool plain = L.gate_up_q.format.empty();
   Array act;
   if (engine_proj(h) && plain) {
@@ -260,9 +257,7 @@ Array Model::mlp(const LayerWeights& L, const Array& h, int l, bool act_only) co
     Array gu = project(h, L.gate_up, L.gate_up_q);
     mark("gate_up", l);
     // fused_swiglu_x: no SwiGLU launch; the down GEMV makes its x from gu (the same bits; llm/fused_sgx.h)
-    // (not with act_only: fused_norm_epilogue's down projection reads the activation; the two do not combine yet)
-    if (!act_only && engine_ops() && opt_.fused_swiglu_x && !L.down_q.format.empty() &&
-        fused::swiglu_x_applies(gu, L.down_q)) {
+    if (engine_ops() && opt_.fused_swiglu_x && !L.down_q.format.empty() && fused::swiglu_x_applies(gu, L.down_q)) {
       const bool win = opt_.quant_streaming && L.down_q.q.defined();  // as project()
       fused::StreamWindowScope sw(Stream::current(device_), win ? L.down_q.q.data() : nullptr,
                                   win ? int64_t(L.down_q.q.nbytes()) : 0);
@@ -274,7 +269,6 @@ Array Model::mlp(const LayerWeights& L, const Array& h, int l, bool act_only) co
     act = engine_ops() ? fused::swiglu(gu) : nn::gated_fused(nn::GatedAct::SwiGLU, gu);
     mark("swiglu", l);
   }
-  if (act_only) return act;  // fused_norm_epilogue: the down projection with the next norm (run_layers)
   Array down = engine_proj(act) && L.down_q.format.empty() ? fused::project(act, L.down)
                                                              : project(act, L.down, L.down_q);
   mark("down", l);
@@ -285,27 +279,6 @@ Array Model::mlp(const LayerWeights& L, const Array& h, int l, bool act_only) co
 bool Model::engine_ops() const { return opt_.fusion >= 2 && decoding_ && device_.is_cuda(); }
 bool Model::engine_proj(const Array& x) const {
   return engine_ops() && opt_.use_gemv && (dtype_ == DType::bf16 || dtype_ == DType::f16) && x.shape(0) <= kGemvRows;
-}
-
-// EngineOptions::fused_norm_epilogue: whether a quantized projection of x's rows takes the residual add + RMSNorm
-// in its epilogue (level 2 decode on CUDA, one sequence, not with quantized_x_prep; the op takes fp8 / int8 at
-// M <= 8 too, but its last CTA normalizes the rows one after the other: unmeasured, so not in the engine).
-bool Model::nepi_applies(const Array& x, const QuantizedWeight& q) const {
-  if (!opt_.fused_norm_epilogue || !engine_ops() || opt_.quantized_x_prep || !side_ || !side_->nepi.defined())
-    return false;
-  if (q.format != "fp8" && q.format != "int8" && q.format != "int4") return false;
-  return x.ndim() == 2 && x.shape(0) == 1;
-}
-// ... and if so: h = rms_norm(resid + x q^T) * w, resid updated (fused::quantized_add_norm), true.
-bool Model::nepi_add_norm(const Array& x, const QuantizedWeight& q, Array& resid, const Array& w, int64_t slot,
-                          Array& h) const {
-  if (!nepi_applies(x, q) || !fused::quantized_add_norm_fusable(x, q, resid, w, side_->nepi, slot)) return false;
-  xprep_h_ = xprep_xh_ = xprep_inv_ = Array();
-  // quant_streaming: the codes are streaming data in L2 for this launch (as project())
-  const bool win = opt_.quant_streaming && q.q.defined();
-  fused::StreamWindowScope sw(Stream::current(device_), win ? q.q.data() : nullptr, win ? int64_t(q.q.nbytes()) : 0);
-  std::tie(h, resid) = fused::quantized_add_norm(x, q, resid, w, cfg_.norm_eps, side_->nepi, slot);
-  return true;
 }
 
 // residual += x; returns rms_norm(residual) with w (fused as the level asks).
@@ -558,28 +531,13 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
       att = attend(q, k, v, l).reshape({T, Q});
     }
     mark("attention", l);
+    Array o = engine_proj(att) && L.o_q.format.empty() ? fused::project(att, L.o) : project(att, L.o, L.o_q);
+    mark("o_proj", l);
+    h = add_norm(o, resid, L.ffn_norm, l);
+    Array down = cfg_.num_experts > 0 ? moe_forward(cfg_, L, h)  // Mixtral: sparse MLP (src/llm/moe.cpp)
+                                      : mlp(L, h, l);
     const Array& next_norm = l + 1 < int(c.num_layers) ? w_.layers[size_t(l + 1)].attn_norm : w_.final_norm;
-    if (nepi_add_norm(att, L.o_q, resid, L.ffn_norm, 2 * int64_t(l), h)) {
-      mark("o_proj", l);  // with the residual add + RMSNorm
-    } else {
-      Array o = engine_proj(att) && L.o_q.format.empty() ? fused::project(att, L.o) : project(att, L.o, L.o_q);
-      mark("o_proj", l);
-      h = add_norm(o, resid, L.ffn_norm, l);
-    }
-    if (cfg_.num_experts == 0 && nepi_applies(h, L.down_q)) {
-      Array act = mlp(L, h, l, /*act_only=*/true);
-      if (nepi_add_norm(act, L.down_q, resid, next_norm, 2 * int64_t(l) + 1, h)) {
-        mark("down", l);  // with the residual add + the next RMSNorm
-      } else {
-        Array down = project(act, L.down, L.down_q);
-        mark("down", l);
-        h = add_norm(down, resid, next_norm, l);
-      }
-    } else {
-      Array down = cfg_.num_experts > 0 ? moe_forward(cfg_, L, h)  // Mixtral: sparse MLP (src/llm/moe.cpp)
-                                        : mlp(L, h, l);
-      h = add_norm(down, resid, next_norm, l);
-    }
+    h = add_norm(down, resid, next_norm, l);
   }
   return h;  // final-normed hidden states [T, H]
 }

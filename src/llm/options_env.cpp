@@ -90,11 +90,6 @@ void env_options(EngineOptions& o) {
   o.quantized_attention_pdl = env_flag("GPUKIT_QUANT_ATTN_PDL", o.quantized_attention_pdl);
   o.quantized_x_prep = env_flag("GPUKIT_QUANT_X_PREP", o.quantized_x_prep);
   o.fused_swiglu_x = env_flag("GPUKIT_FUSED_SWIGLU_X", o.fused_swiglu_x);
-  if (const char* e = std::getenv("GPUKIT_FUSED_NORM_EPI"); e && *e) {  // strict: 0 or 1
-    if (std::strcmp(e, "0") && std::strcmp(e, "1"))
-      throw ValueError(cat("GPUKIT_FUSED_NORM_EPI: expected 0 or 1, got \"", e, "\""));
-    o.fused_norm_epilogue = e[0] == '1';
-  }
 }
 
 }  // namespace gk::llm

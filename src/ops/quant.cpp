@@ -8,7 +8,6 @@
 #include "ops/gguf_blocks.h"
 #include "ops/gemv_args.h"
 #include "ops/quant_args.h"
-#include "ops/quant_norm_epi.h"
 
 namespace gk {
 
@@ -228,12 +227,8 @@ Array dequantize_weight(const QuantizedWeight& qw) {
 namespace {
 std::atomic<int64_t> g_prepared_calls{0};
 Array gemv_quantized_impl(const Array& x_in, const QuantizedWeight& qw, std::optional<DType> out_dtype,
-                          const Stream* sp, const Array* xprep_inv, const NormEpi* epi = nullptr);
+                          const Stream* sp, const Array* xprep_inv);
 }  // namespace
-
-Array gemv_quantized_norm_epi(const Array& x, const QuantizedWeight& qw, const NormEpi& epi, const Stream* sp) {
-  return gemv_quantized_impl(x, qw, x.dtype(), sp, nullptr, &epi);
-}
 
 Array gemv_quantized(const Array& x_in, const QuantizedWeight& qw, std::optional<DType> out_dtype, const Stream* sp) {
   return gemv_quantized_impl(x_in, qw, out_dtype, sp, nullptr);
@@ -260,7 +255,7 @@ int64_t gemv_quantized_prepared_calls() { return g_prepared_calls.load(std::memo
 
 namespace {
 Array gemv_quantized_impl(const Array& x_in, const QuantizedWeight& qw, std::optional<DType> out_dtype,
-                          const Stream* sp, const Array* xprep_inv, const NormEpi* epi) {
+                          const Stream* sp, const Array* xprep_inv) {
   QFormat f = parse_format(qw.format);
   auto [n, k] = check_qw(qw, f);
   const Array& q0 = qw.q;
@@ -282,7 +277,6 @@ Array gemv_quantized_impl(const Array& x_in, const QuantizedWeight& qw, std::opt
     throw TypeError(cat("out_dtype: gemv produces float32, float16 or bfloat16, not ", dtype_name(out)));
   const bool one = x_in.ndim() == 1;
   const int64_t m = one ? 1 : x_in.shape(0);
-  if (epi && (!d.is_cuda() || m > 8 || one)) throw ValueError("gemv: the norm epilogue needs CUDA and x [M <= 8, K]");
   if (m > 8) {
     Array w = dequantize_weight(qw);
     return linear(x_in.astype(act, &s), w, nullptr, Activation::none, nullptr, out, &s);  // fp32 weights: exact
@@ -371,8 +365,7 @@ Array gemv_quantized_impl(const Array& x_in, const QuantizedWeight& qw, std::opt
     const Array* used[] = {&x, &qw.q, &sc, &zr, &ts, &xpi};
     for (const Array* t : used)
       if (t->defined()) detail::mark_used(*t, s);
-    if (epi) cuda::qgemv_norm_epi(a, *epi, s.handle());  // gemv_quantized_norm_epi (the caller marks its arrays)
-    else cuda::qgemv(a, s.handle());
+    cuda::qgemv(a, s.handle());
 #else
     (void)xprep_inv;
     detail::no_cuda_backend();

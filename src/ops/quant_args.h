@@ -16,8 +16,6 @@
 
 namespace gk {
 
-struct NormEpi;  // ops/norm_epi_args.h
-
 enum class QFormat : int { fp8 = 0, int8 = 1, int4 = 2, q8_0 = 3, q4_0 = 4, q4_1 = 5, q4_k = 6, q6_k = 7, nvf4 = 8 };  // GGUF blocks: ops/gguf_blocks.h
 
 // Bytes and weights of one GGUF block (0 bytes: not a GGUF format).
@@ -78,9 +76,6 @@ void dequantize_gguf_row(const QuantArgs& a, int64_t j, float* out);
 }  // namespace cpu
 namespace cuda {
 void qgemv(const QGemvArgs& a, void* stream);
-// qgemv, then the residual add + RMSNorm epilogue e on y (EngineOptions::fused_norm_epilogue;
-// src/cuda/gemv_norm_epi.cu): in the GEMV's last CTA where its kernel takes it, else its own launch
-void qgemv_norm_epi(const QGemvArgs& a, const NormEpi& e, void* stream);
 int qgemv_split(int64_t n, int64_t k, QFormat f, bool mma = false);
 // fp8 / int8 / int4 quantization on the device, bit-identical to cpu::quantize (a.w, a.q,
 // a.scales, a.zeros are device pointers).

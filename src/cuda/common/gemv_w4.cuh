@@ -41,7 +41,6 @@
 #include "gemv_stage.cuh"
 #include "gemv_w4_layout.cuh"
 #include "gemv_swiglu_x_w4.cuh"
-#include "gemv_norm_epi.cuh"
 #include "gemv_w4_ops.cuh"
 
 namespace gk::cuda::gemv_detail {
@@ -84,11 +83,8 @@ namespace gk::cuda::gemv_detail {
 // consecutive weights (2p, 2p + 1) and x's 32-bit words pair with it as loaded (no byte permutes).
 // (Session 7's DEC 1 / 2, the zero point through x sums, variants 45-47 / 49 / 50, were removed in session 8:
 // slower at every shape of session 7's final run; docs/notes/gemv4-s7.md.)
-// EPI (EngineOptions::fused_norm_epilogue; split 1): the residual add + RMSNorm of p.epi by the last CTA to
-// finish (common/gemv_norm_epi.cuh), after the outputs are stored.
-template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2, bool ORD = false,
-          bool EPI = false>
-__global__ void __launch_bounds__(256, MINB) k_w4(const std::conditional_t<EPI, QGemvArgsEpi, QGemvArgs> p) {
+template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2, bool ORD = false>
+__global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   using L = W4Layout<F, KB, NARROW>;
   // LEAN: wide meta copies with at most one zero-point unit per row (KB = 4)
   constexpr bool PROBE = MODE == 1, LEAN = (MODE == 3 || MODE == 5) && !NARROW && L::NUZ <= 1, XA = MODE == 5,
@@ -556,10 +552,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const std::conditional_t<EPI, 
     for (int e = 0; e < 4; ++e) red[(warp * 32 + lane) * 4 + e] = acc[e];
     __syncthreads();
   }
-  if (warp != 0) {
-    if constexpr (EPI) p.tail(red);  // after warp 0's stores
-    return;
-  }
+  if (warp != 0) return;
   const int S = gridDim.y, sl = blockIdx.y;
   float rs = 1.0f;
   if constexpr (F::kNvf4) rs = W4NvfBits<T>::kRowScale * __ldg(p.tensor_scale);
@@ -578,7 +571,6 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const std::conditional_t<EPI, 
       else p.part[(int64_t(sl) * p.m + m) * p.n + row] = v;
     }
   }
-  if constexpr (EPI) p.tail(red);
 }
 
 }  // namespace gk::cuda::gemv_detail

@@ -225,16 +225,8 @@ constexpr int w8_xring_pitch(int kb) { return kb * 128 + 16; }
 // before the PDL wait and the loop issues none (an empty group per stage keeps the count:
 // at stage j, D + j groups committed, the D - 1 newest may be pending). The same arithmetic
 // in the same order as without: the same bits.
-// The arguments of k_w8 with EPI (defined in src/cuda/gemv_w8_epi.cu, where those kernels are
-// instantiated): KArgs and the epilogue's, with its tail(scratch). A type of its own, so that KArgs
-// keeps its size and this header its includes: with a larger KArgs, or with these kernels in
-// gemv_w8.cu, the device compiler's code for the other kernels changed.
-struct KArgsEpi;
-
-// EPI (EngineOptions::fused_norm_epilogue; split 1; src/cuda/gemv_w8_epi.cu): the residual add +
-// RMSNorm of p.epi by the last CTA to finish (common/gemv_norm_epi.cuh), after the outputs are stored.
-template <class F, int KB, int D, int RT, int XM = 0, bool XP = false, bool FR = false, bool EPI = false>
-__global__ void __launch_bounds__(256, 2) k_w8(const std::conditional_t<EPI, KArgsEpi, KArgs> p) {
+template <class F, int KB, int D, int RT, int XM = 0, bool XP = false, bool FR = false>
+__global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
   constexpr bool XS = XM == 1, XR = XM == 2, SG = XM == 3;
   using TB = typename F::TB;
   constexpr int NR = 4 * RT;               // rows per lane in the copies (4 rows x 128 bytes per warp instruction)
@@ -527,7 +519,6 @@ __global__ void __launch_bounds__(256, 2) k_w8(const std::conditional_t<EPI, KAr
       }
     }
   }
-  if constexpr (EPI) p.tail(reinterpret_cast<float*>(smem));
 }
 
 }  // namespace gk::cuda::gemv_detail
