@@ -19,11 +19,7 @@ instead of the default CUDA-core one (gk._C._gemv_set_dense_path(1)); *_cc force
 *_st the staged tensor-core kernel (src/cuda/gemv_w8.cu, path 2; the default where it applies);
 fp8_h_st / int8_h_st: the same with float16 x (no scaled fp16 copy of x needed). fp8_xp_st / int8_xp_st /
 fp8_m8_xp_st: bf16 x with its scaled fp16 copy made beforehand (gemv_quantized_prepared: the GEMV of
-EngineOptions::quantized_x_prep, whose norm writes the copy; the bits of fp8_st). fp8_sw / int8_sw / int4_sw:
-the down projection's pair of the engine's SwiGLU launch on a gate/up product gu [1, 2K] (gate then up) and the
-GEMV of its output; fp8_sgx / int8_sgx / int4_sgx: the same in one launch, the GEMV making x = silu(gate) * up
-itself (EngineOptions::fused_swiglu_x, gk._C.llm.fused_swiglu_gemv; the bits of *_sw; "(not fused)" is printed
-where the fused kernel did not run); both in TB/s of the weight bytes only (--shapes 1 is the down shape). --w8 KB,D,WT[/KB,D,WT...]: time
+EngineOptions::quantized_x_prep, whose norm writes the copy; the bits of fp8_st). --w8 KB,D,WT[/KB,D,WT...]: time
 the *_st formats again with each GPUKIT_GEMV_W8 setting (printed only; the fields
 KB,D,WT[,RT[,XS[,XP[,SP[,PF[,PD]]]]]] are described in docs/gemm.md; XS 3 = 8-bit weights
 decoded to bf16, the default for fp8 / int8 with bf16 x; a 10th field FR, a mask: the full ring, every
@@ -73,7 +69,7 @@ L2_DEFEAT = 256e6    # bytes of rotated weights per measurement (>= 5x the H200'
 FORMATS = ("bf16", "fp16", "bf16_m4", "bf16_m8", "bf16_tc", "bf16_m8_tc", "fp8", "int8", "fp8_tc", "int8_tc",
            "bf16_st", "bf16_m2_st", "bf16_m4_st", "bf16_m8_st", "fp8_st", "int8_st", "fp8_m8_st", "int8_m8_st",
            "bf16_cc", "bf16_m8_cc", "fp8_cc", "int8_cc", "fp8_h_st", "int8_h_st", "fp8_m2_st", "fp8_m4_st",
-           "fp8_xp_st", "int8_xp_st", "fp8_m8_xp_st", "fp8_sw", "fp8_sgx", "int8_sw", "int8_sgx", "int4_sw", "int4_sgx",
+           "fp8_xp_st", "int8_xp_st", "fp8_m8_xp_st",
            "int4", "int4_g64", "int4_g32", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k", "q8_0_h", "q4_0_h")
 VARIANT_FMTS = ("bf16", "bf16_m8", "fp8", "int8", "int4", "nvf4", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 VARIANT_NAMES = {1: "2-stage ring; int4 and GGUF: the previous kernels", 2: "without PDL",
@@ -328,7 +324,7 @@ def main():
     only = [f for f in FORMATS if f in set(args.only.split(","))]
     extra_ms = [int(v) for v in args.ms.split(",") if int(v) > 1]
     only = only + [f"{f}_m{mm}" for mm in extra_ms for f in only if "_m" not in f
-                   and not f.endswith(("_tc", "_cc", "_st", "_h", "_sw", "_sgx")) and f not in ("bf16", "fp16")]
+                   and not f.endswith(("_tc", "_cc", "_st", "_h")) and f not in ("bf16", "fp16")]
     ceiling = copy_ceiling(rounds)
     print(f"copy ceiling {ceiling:.3f} TB/s (1 GiB device-to-device, read + written)")
     if not 1.0 < ceiling < 6.0:
@@ -353,7 +349,7 @@ def main():
             base = fmt
             if not fmt.startswith(("bf16", "fp16")):
                 base = (fmt.removesuffix("_tc").removesuffix("_cc").removesuffix("_st").removesuffix("_xp")
-                        .removesuffix("_h").removesuffix("_sgx").removesuffix("_sw").split("_m")[0])
+                        .removesuffix("_h").split("_m")[0])
             if fmt.startswith("int4_g"):
                 base = fmt.split("_m")[0]
             gk._C._gemv_set_dense_path({"_tc": 1, "_cc": 0, "_st": 2}.get(fmt[-3:], -1))
@@ -367,19 +363,8 @@ def main():
                     xh, xinv = x_prep(x)
                     fn = (lambda x_, q_, s_, f_=base, xh_=xh, xi_=xinv:
                           gk._C._gemv_quantized_prepared(f_, q_, s_, x_, xh_, xi_))
-                xc = x  # the x of the check
-                if fmt.endswith(("_sw", "_sgx")):  # x is a gate/up product [1, 2K]; the check's x its SwiGLU
-                    x = gk.asarray(rng.standard_normal((m, 2 * k), dtype=np.float32) * 2).to("cuda").astype(xdt)
-                    xc = gk._C.llm.fused_swiglu(x)
-                    if fmt.endswith("_sw"):
-                        fn = (lambda x_, *a, f_=fn: f_(gk._C.llm.fused_swiglu(x_), *a))
-                    else:
-                        fn = (lambda x_, *a, f_=base: gk._C.llm.fused_swiglu_gemv(x_, f_, *a))
                 copies = max(1, min(copies, math.ceil(L2_DEFEAT / nbytes)))
-                fused0 = gk._C.llm._swiglu_x_calls()
-                check(fmt, fn(x, *wargs[0]), xc, deq)
-                if fmt.endswith("_sgx") and gk._C.llm._swiglu_x_calls() == fused0:
-                    fmt = fmt + " (not fused)"
+                check(fmt, fn(x, *wargs[0]), x, deq)
                 calls = [(lambda a=a: fn(x, *a)) for a in wargs[:copies] * 2]
                 ms = time_graph(calls, rounds)
             except Exception as e:  # noqa: BLE001 - report and go on with the other formats
@@ -387,7 +372,7 @@ def main():
                 continue
             v = tbs(nbytes, median(ms))
             notes, r_var = [], {}
-            if not args.no_variants and not fmt.endswith(("_sw", "_sgx", ")")):  # the alternative variants, printed only
+            if not args.no_variants:  # the alternative kernel variants, printed only
                 for var in (int(a_) for a_ in args.variants.split(",") if a_):
                     if var == 1 and fmt not in VARIANT_FMTS and base not in VARIANT_FMTS:
                         continue

@@ -409,15 +409,6 @@ struct EngineOptions {
   // bits (the products are the bf16 ones times 2^c, exact; rows whose values span more than
   // ~2^30 could differ in their smallest terms). Unmeasured in the engine at the time of writing.
   bool quantized_x_prep = false;
-  // Level 2 decode with fp8 / int8 / int4 weights, one sequence (M = 1): no SwiGLU launch; the down
-  // projection's GEMV reads the gate/up GEMV's output (gate then up) after its PDL wait and makes
-  // its x = silu(gate) * up itself with the SwiGLU kernel's arithmetic and rounding (the same bits;
-  // src/cuda/common/gemv_swiglu_x.cuh), on the default kernels only (fp8 / int8: the staged kernel
-  // with the codes decoded to bf16; int4 g128: variant 48); elsewhere the SwiGLU launch stays.
-  // Session 9's checkpoint A trace (8B b1, per step): the SwiGLU extends the critical path by
-  // 42.8 us (fp8) / 55.1 us (int4). Default from GPUKIT_FUSED_SWIGLU_X. Unmeasured at the time of
-  // writing.
-  bool fused_swiglu_x = false;
 };
 
 class Model {

@@ -200,10 +200,6 @@ GK_BINDING(60, llm) {
                    [](llm::Model& m, bool v) { m.options().quantized_x_prep = v; },
                    "fp8 / int8 weights, level 2 decode: the norms before the q/k/v, gate/up and lm head GEMVs also "
                    "write their output's scaled fp16 copy, which those GEMVs read (the same bits).")
-      .def_prop_rw("fused_swiglu_x", [](const llm::Model& m) { return m.options().fused_swiglu_x; },
-                   [](llm::Model& m, bool v) { m.options().fused_swiglu_x = v; },
-                   "fp8 / int8 / int4 weights, level 2 decode, one sequence: no SwiGLU launch; the down GEMV makes "
-                   "its x = silu(gate) * up from the gate/up output itself (the same bits).")
       .def_prop_rw("quantized_full_ring", [](const llm::Model& m) { return m.options().quantized_full_ring; },
                    [](llm::Model& m, int v) {
                      if (v < 0 || v > 3) throw ValueError(cat("quantized_full_ring: 0..3, got ", v));

@@ -40,7 +40,6 @@
 #include "common/gemv_w4.cuh"
 #include "common/gemv_w4_launch.cuh"
 #include "core/cuda_util.h"
-#include "ops/gemv_swiglu_x.h"
 
 #include <cstdlib>
 #include <string>
@@ -366,35 +365,5 @@ void launch_w4_staged(const QGemvArgs& p, cudaStream_t st) {
 }
 template void launch_w4_staged<bf16>(const QGemvArgs&, cudaStream_t);
 template void launch_w4_staged<f16>(const QGemvArgs&, cudaStream_t);
-
-// EngineOptions::fused_swiglu_x (common/gemv_swiglu_x.cuh): int4 g128 with bf16 gate/up at M = 1 where the
-// unfused GEMV runs variant 48's configuration (k_w4 MODE 11 with a ring of 2, 48's plan; the default, and the
-// variants that resolve to it). k_w4 MODE 15 is MODE 11 with x made from the stage's gate and up chunks, on
-// MODE 11's plan (warps per CTA from MODE 11's ring bytes): its bits. Variants 1 / 3 take other kernels.
-namespace {
-bool w4_sgx_cfg(const QGemvArgs& p, W4Cfg& c) {
-  if (p.m != 1 || p.fmt != QFormat::int4 || p.group != 128 || p.x_dtype != DType::bf16) return false;
-  if (p.variant == 1 || p.variant == 3 || !applies_cfg<W4Int4<128>, 4>(p)) return false;
-  c = w4_cfg(p.variant == 0 ? w4_env_variant() : p.variant);
-  if (w4_is_default(c)) c = w4_cfg(w4_g128_ring2(p.n, p.k) ? kG128Wide : kG128Mid);
-  const W4Cfg c48 = w4_cfg(48);
-  return c.mode == 11 && c.d == 2 && c.kb == c48.kb && c.wt == c48.wt && c.minb == c48.minb &&
-         c.spread == c48.spread && !c.old && !c.shape && !c.ord && c.skb == c48.skb;
-}
-}  // namespace
-
-bool gemv_w4_swiglu_x_applies(const QGemvArgs& a) {
-  W4Cfg c;
-  return a.n > 0 && w4_sgx_cfg(a, c);
-}
-
-void gemv_w4_swiglu_x(const QGemvArgs& a, void* stream) {
-  W4Cfg c;
-  if (a.n <= 0 || !w4_sgx_cfg(a, c))
-    throw ValueError("gemv: the fused SwiGLU x takes int4 g128 with bf16 gate/up at M = 1 on the default kernel only");
-  using F = W4Int4<128>;
-  const int64_t rp = 2 * int64_t(W4Layout<F, 4>::STAGE + 4 * 256);  // launch_mode's plan of MODE 11, a ring of 2
-  launch_k<bf16, F, 4, 2, 15>(a, c, static_cast<cudaStream_t>(stream), rp);
-}
 
 }  // namespace gk::cuda

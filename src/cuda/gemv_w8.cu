@@ -15,7 +15,6 @@
 #include "common/gemv_w8.cuh"
 #include "core/cuda_util.h"
 #include "ops/gemv_args.h"
-#include "ops/gemv_swiglu_x.h"
 #include "ops/quant_args.h"
 
 namespace gk::cuda {
@@ -402,50 +401,6 @@ void gemv_w8_quant(const QGemvArgs& a, void* stream) {
   }
   if (a.fmt == QFormat::fp8) return launch_w8<SFp8>(p, a.split, st);
   return launch_w8<SInt8>(p, a.split, st);
-}
-
-// EngineOptions::fused_swiglu_x (common/gemv_swiglu_x.cuh): x = silu(gate) * up made by the GEMV
-// from the gate/up product, on the default kernel of 8-bit weights with bf16 x only (codes decoded
-// to exact bf16, stages of 4 blocks, a ring of 2, one row tile, no XP; not the full ring), M = 1.
-// The plan (warps, split) is the unfused launch's, so the sums are its sums.
-bool gemv_w8_swiglu_x_applies(int64_t m, int64_t n, int64_t k, QFormat f, int full_mask) {
-  if (m != 1 || n <= 0 || k <= 0 || k % 64 != 0 || (f != QFormat::fp8 && f != QFormat::int8)) return false;
-  const W8Cfg c = w8_config(n, k, 1);
-  if (c.xs != 3 || c.kb != 4 || c.d != 2 || c.rt != 1 || c.xp) return false;
-  const W8Plan pl = w8_plan(n, k, 1, c);
-  KArgs p;
-  p.n = n;
-  p.k = k;
-  const int fd = f == QFormat::fp8 ? w8_full_depth<SFp8B>(p, pl, pl.split, c, full_mask | c.fr)
-                                   : w8_full_depth<SInt8B>(p, pl, pl.split, c, full_mask | c.fr);
-  return fd == 0;
-}
-
-// a.x: the gate/up product row [1, 2 K] bf16 (gate then up, 16-byte aligned), a.k = K.
-void gemv_w8_quant_swiglu_x(const QGemvArgs& a, void* stream) {
-  if (a.x_dtype != DType::bf16 || !gemv_w8_swiglu_x_applies(a.m, a.n, a.k, a.fmt, a.w8_full))
-    throw ValueError("gemv: the fused SwiGLU x takes bf16 gate/up at M = 1 on the default fp8 / int8 kernel only");
-  KArgs p;
-  p.x = a.x;
-  p.x_rs = a.x_rs;
-  p.q = static_cast<const uint8_t*>(a.q);
-  p.q_rs = a.q_rs;
-  p.scales = a.scales;
-  p.y = a.y;
-  p.part = a.part;
-  p.m = a.m;
-  p.n = a.n;
-  p.k = a.k;
-  p.out = a.out_dtype;
-  p.variant = a.variant;
-  const W8Cfg c = w8_config(a.n, a.k, 1);
-  p.group = c.pf + 256 * c.pd;  // as launch_w8
-  const W8Plan pl = w8_plan(p.n, p.k, 1, c);
-  const int xbytes = int(pl.nw * 2 * p.m * w8_xring_pitch(4));
-  auto st = static_cast<cudaStream_t>(stream);
-  if (a.fmt == QFormat::fp8) launch_kd<SFp8B, 4, 2, 1, 3>(p, pl.nw, a.split, xbytes, st, c.sp);
-  else launch_kd<SInt8B, 4, 2, 1, 3>(p, pl.nw, a.split, xbytes, st, c.sp);
-  if (a.split > 1) launch_sum(p, a.split, st);
 }
 
 }  // namespace gk::cuda

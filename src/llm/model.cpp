@@ -17,7 +17,6 @@
 #include "gpukit/ops.h"
 #include "gpukit/text.h"
 #include "llm/fused.h"
-#include "llm/fused_sgx.h"
 #include "llm/internal.h"
 #include "text/json.h"
 
@@ -256,15 +255,6 @@ Array Model::mlp(const LayerWeights& L, const Array& h, int l) const {
   } else {
     Array gu = project(h, L.gate_up, L.gate_up_q);
     mark("gate_up", l);
-    // fused_swiglu_x: no SwiGLU launch; the down GEMV makes its x from gu (the same bits; llm/fused_sgx.h)
-    if (engine_ops() && opt_.fused_swiglu_x && !L.down_q.format.empty() && fused::swiglu_x_applies(gu, L.down_q)) {
-      const bool win = opt_.quant_streaming && L.down_q.q.defined();  // as project()
-      fused::StreamWindowScope sw(Stream::current(device_), win ? L.down_q.q.data() : nullptr,
-                                  win ? int64_t(L.down_q.q.nbytes()) : 0);
-      Array down = fused::swiglu_gemv_quantized(gu, L.down_q, dtype_);
-      mark("down", l);
-      return down;
-    }
     // level 2 decode: the PDL-chained kernel (gemv_quantized around it may start early)
     act = engine_ops() ? fused::swiglu(gu) : nn::gated_fused(nn::GatedAct::SwiGLU, gu);
     mark("swiglu", l);

@@ -40,7 +40,6 @@
 
 #include "gemv_stage.cuh"
 #include "gemv_w4_layout.cuh"
-#include "gemv_swiglu_x_w4.cuh"
 #include "gemv_w4_ops.cuh"
 
 namespace gk::cuda::gemv_detail {
@@ -69,10 +68,7 @@ namespace gk::cuda::gemv_detail {
 // g128, bf16 x, KB = 4; variant 61, NEW NUMERICS) 13 with the stage's x turned into fp16 times 2^e (w4_xhalf: e per
 // warp and stage from the stage's largest |x|, x exact but for |x| < 2^-28 of that largest) instead of paired
 // as bf16, the codes decoded as fp16 (w4_half_pairs: one shift per word instead of 3), f16 mma, 2^-e on the group
-// scales; 15 (int4 g128, bf16 x, M = 1; EngineOptions::fused_swiglu_x): 11 with the stage's x not copied but made
-// by the warp from the gate/up product p.x (gate at element j, up at p.k + j; loaded a stage ahead) before the
-// stage's codes are waited for, paired as 11 pairs it (gemv_swiglu_x_w4.cuh: k_swiglu's arithmetic, so 11's bits on
-// the SwiGLU kernel's output). MINB:
+// scales. MINB:
 // CTAs of 256 threads per SM the registers are sized for (2: 128 registers). (Session 6's MODE 6, the int4 "zero-point mma", was removed after
 // checkpoint A: slower at every shape; docs/notes/gemv4-s6.md.)
 // KB: blocks per stage, 4 (every kernel until session 8) or 2 (variants 59 / 60, int4 g128: K split over the warps in
@@ -88,13 +84,11 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   using L = W4Layout<F, KB, NARROW>;
   // LEAN: wide meta copies with at most one zero-point unit per row (KB = 4)
   constexpr bool PROBE = MODE == 1, LEAN = (MODE == 3 || MODE == 5) && !NARROW && L::NUZ <= 1, XA = MODE == 5,
-                 NOX = MODE == 7, XS = MODE == 8 || MODE == 9 || (MODE >= 11 && MODE <= 15),
-                 ROLL = MODE == 9 || MODE == 10, XP = MODE == 11 || MODE == 13 || MODE == 14 || MODE == 15,
-                 XCA = XP || MODE == 12, XE = MODE == 13 || MODE == 14, XH = MODE == 14, SG = MODE == 15;
+                 NOX = MODE == 7, XS = MODE == 8 || MODE == 9 || (MODE >= 11 && MODE <= 14),
+                 ROLL = MODE == 9 || MODE == 10, XP = MODE == 11 || MODE == 13 || MODE == 14, XCA = XP || MODE == 12,
+                 XE = MODE == 13 || MODE == 14, XH = MODE == 14;
   static_assert(!XP || !ORD, "XP: codes in the natural order");
   static_assert(!XH || (std::is_same_v<T, bf16> && !F::kNvf4 && F::G == 128 && KB == 4), "XH: int4 g128, bf16 x");
-  static_assert(!SG || (std::is_same_v<T, bf16> && !F::kNvf4 && F::G == 128 && KB == 4 && !NARROW && !ORD),
-                "SG: int4 g128, bf16 gate/up, stages of 4 blocks");
   // XH (session 9, variant 61): the stage's x as fp16 (times 2^e, e per warp and stage), the codes decoded as fp16
   using TC = std::conditional_t<XH, f16, T>;  // the mma's input type
   // XS (M = 1 only): x of each stage's blocks travels with the codes (cp.async, after the PDL wait)
@@ -276,19 +270,14 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
     for (int st = 0; st < D - 1; ++st) issue(st);
     pdl_wait();
   }
-  [[maybe_unused]] W4SgxStage<XS ? XB / 16 / 32 : 1> sgx;  // SG: x made from gate / up (no x copies)
-  if constexpr (XS && !XE) {  // x of the stages issued before the PDL wait: one more group (SG: empty)
-    if constexpr (SG) {
-      sgx.init(p.x, p.k, b0, b1, lane);
-    } else {
+  if constexpr (XS && !XE) {  // x of the stages issued before the PDL wait: one more group
 #pragma unroll
-      for (int st = 0; st < D - 1; ++st)
-        if (b1 - b0 - int64_t(st) * KB > 0)
-          issue_x(ring + uint32_t(st * STG), static_cast<const uint8_t*>(p.x) + (b0 + int64_t(st) * KB) * 256,
-                  b1 - b0 - int64_t(st) * KB);
-    }
+    for (int st = 0; st < D - 1; ++st)
+      if (b1 - b0 - int64_t(st) * KB > 0)
+        issue_x(ring + uint32_t(st * STG), static_cast<const uint8_t*>(p.x) + (b0 + int64_t(st) * KB) * 256,
+                b1 - b0 - int64_t(st) * KB);
     cp_commit();
-    xon = !SG;
+    xon = true;
   }
 
   // fragment offsets in a stage (row g): piece h of block bb lies at chunk (4 bb + c_h) ^ sw,
@@ -378,7 +367,6 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
 #pragma unroll
       for (int w = 0; w < 4; ++w) xbuf[0][w] = xnext[w];
     } else if constexpr (!PROBE && !XS) load_x(xbuf[0], 0);
-    if constexpr (SG) sgx.fill(ring + uint32_t(st * STG + L::STAGE), lane);  // x made (and paired) before the codes land
     if constexpr (XS) {  // the first stage: also the x group issued after the PDL wait
       if (first) {
         if constexpr (XE) cp_wait<D - 2>();  // groups: codes 0, x 0, stages 1 .. D - 2: the first two done
@@ -395,7 +383,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
     if constexpr (XH) {  // x to fp16 x 2^e, paired in place (w4_xhalf)
       xinv = w4_xhalf<XB / 16 / 32>(sb + uint32_t(L::STAGE), lane);
       __syncwarp();
-    } else if constexpr (XP && !SG) {  // pair the stage's x in place (every lane g reads the same x at M = 1): once per stage
+    } else if constexpr (XP) {  // pair the stage's x in place (every lane g reads the same x at M = 1): once per stage
 #pragma unroll
       for (int j = 0; j < XB / 16; j += 32) {
         const uint32_t a = sb + uint32_t(L::STAGE + 16 * (j + lane));

@@ -34,7 +34,6 @@
 #include <cuda_fp8.h>
 
 #include "gemv_mma.cuh"
-#include "gemv_swiglu_x.cuh"
 
 namespace gk::cuda::gemv_detail {
 
@@ -212,8 +211,7 @@ constexpr int w8_xring_pitch(int kb) { return kb * 128 + 16; }
 // 16-bit weights); 1: the CTA's copy of bf16 x in shared memory (w8_stage_x); 2: bf16 x
 // converted stage by stage by each warp into a small ring in shared memory, scaled by 2^c
 // with c from the largest |x| of the row over the warp's own k range (the warp's sums are
-// multiplied by 2^-c before the warps are added); 3 (M = 1, bf16 B): x = silu(gate) * up made
-// stage by stage by each warp from the gate/up product p.x into 2's ring (gemv_swiglu_x.cuh).
+// multiplied by 2^-c before the warps are added).
 // XP (XM 0 only): the B operands of the next stage are loaded one stage ahead (registers), so
 // the x load's latency is not on a warp's path from one stage to the next.
 // The row scales (and the x kernel's 2^-c) are loaded at the start, not after the last stage.
@@ -227,7 +225,7 @@ constexpr int w8_xring_pitch(int kb) { return kb * 128 + 16; }
 // in the same order as without: the same bits.
 template <class F, int KB, int D, int RT, int XM = 0, bool XP = false, bool FR = false>
 __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
-  constexpr bool XS = XM == 1, XR = XM == 2, SG = XM == 3;
+  constexpr bool XS = XM == 1, XR = XM == 2;
   using TB = typename F::TB;
   constexpr int NR = 4 * RT;               // rows per lane in the copies (4 rows x 128 bytes per warp instruction)
   constexpr int NK = KB / 2;                // 16-byte copies per lane and row per stage
@@ -239,7 +237,6 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
   static_assert((RT == 1 || RT == 2) && KB % 2 == 0, "one or two row tiles, an even number of blocks");
   static_assert(XM == 0 || F::EB == 1, "XS / XR: 8-bit weights (fp16 B made from bf16 x)");
   static_assert(!XR || KB == 4, "XR: one 8-element x chunk per lane and row per stage");
-  static_assert(!SG || (KB == 4 && std::is_same_v<TB, bf16>), "SG: bf16 B, one 8-element x chunk per lane per stage");
   static_assert(!XP || XM == 0, "XP: B from global memory");
   static_assert(!FR || (XM == 0 && !XP), "FR: B from global memory, loaded per stage");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -388,11 +385,6 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
     xnext += KB * 64;
     xsb = xring + uint32_t(g * XRP + t * XE * 2);
   }
-  [[maybe_unused]] W8SgxRing sgx;  // SG: the first stage's gate and up (after the wait), read as XR's ring
-  if constexpr (SG) {
-    sgx.init(p, b0, b1, lane);
-    xsb = xring + uint32_t(g * XRP + t * XE * 2);
-  }
   // fragment rows g (+ 8 + 16 rt) of a stage: chunk 4 bb + t of row g lies at block bb ^ (g & 1)
   const uint32_t fa_even = uint32_t(g * P + 16 * t + 64 * (g & 1)), fa_odd = uint32_t(g * P + 16 * t - 64 * (g & 1));
 
@@ -413,10 +405,6 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
         }
       }
       xnext += KB * 64;
-      __syncwarp();
-    }
-    if constexpr (SG) {  // this stage's x (from the loaded gate / up) into slot st; the next stage's loaded
-      sgx.fill(xring + uint32_t(st * p.m * XRP), lane);
       __syncwarp();
     }
     uint4 xv[KB][XW];
@@ -441,7 +429,7 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
           xv[bb][i] = make_uint4(0, 0, 0, 0);
           if (xrow && (kFull || bb < nb)) {
             if constexpr (XS) xv[bb][i] = lds16(xsb + uint32_t(bb * XB * 2 + 16 * i));
-            else if constexpr (XR || SG) xv[bb][i] = lds16(xsb + uint32_t(st * p.m * XRP + bb * XB * 2 + 16 * i));
+            else if constexpr (XR) xv[bb][i] = lds16(xsb + uint32_t(st * p.m * XRP + bb * XB * 2 + 16 * i));
             else xv[bb][i] = __ldg(reinterpret_cast<const uint4*>(xr + bb * XB + 8 * i));
           }
         }
