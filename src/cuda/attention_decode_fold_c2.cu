@@ -22,6 +22,7 @@
 #include <cstring>
 
 #include "cuda/common/attention.cuh"
+#include "cuda/common/cluster_dsm.cuh"
 #include "cuda/common/decode_fold.cuh"
 #include "cuda/common/decode_mma.cuh"
 #include "ops/nn_args.h"
@@ -38,21 +39,8 @@ constexpr int kCpw = kGroup / kW;  // chunks of a group per warp
 constexpr int kNs = kGpc * kCpw;   // chunk slots per warp
 constexpr int kMaxCs = 8;          // CTAs per cluster (16 groups: the fold kernels' bound)
 
-__device__ __forceinline__ void c2_cluster_sync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-#endif
-}
-// The float at shared address s (an offset in this CTA's window) of CTA `rank` of the cluster.
-__device__ __forceinline__ float c2_ld_peer(uint32_t s, uint32_t rank) {
-  float v = 0.f;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  uint32_t ra;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(ra) : "r"(s), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(ra) : "memory");
-#endif
-  return v;
-}
+using dcl::cl_sync;
+using dcl::ld_peer;
 
 // Layout: the stage ring of MCfg<D, 4> per warp; after streaming, partial k of warp w at w's ring + k * PB
 // (8 heads x D outputs, then (max, sum) of each head), the CTA's two group results in warp 0's ring at RES.
@@ -285,7 +273,7 @@ __global__ void __launch_bounds__(kW * 32, 1) k_decode_fold_c2(const __grid_cons
     }
   }
   __syncwarp();
-  c2_cluster_sync();  // every group's result is visible to the cluster
+  cl_sync();  // every group's result is visible to the cluster
   // The top fold of this CTA's share of the nh * D outputs: groups 0 .. ng - 1 (ng <= 2 cs <= 16) in order; group
   // s is in CTA s % cs, slot s / cs.
   const uint32_t base_s = static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + Z::RES;
@@ -299,9 +287,9 @@ __global__ void __launch_bounds__(kW * 32, 1) k_decode_fold_c2(const __grid_cons
       if (s < ng) {
         const int rk = s % cs;
         const uint32_t gs = base_s + uint32_t(s / cs) * PB;
-        mv[s] = c2_ld_peer(gs + (8 * D + 2 * h) * 4, rk);
-        lv[s] = c2_ld_peer(gs + (8 * D + 2 * h + 1) * 4, rk);
-        ov[s] = c2_ld_peer(gs + (h * D + d) * 4, rk);
+        mv[s] = ld_peer(gs + (8 * D + 2 * h) * 4, rk);
+        lv[s] = ld_peer(gs + (8 * D + 2 * h + 1) * 4, rk);
+        ov[s] = ld_peer(gs + (h * D + d) * 4, rk);
       }
     }
     float TM = -INFINITY, TL = 0.f, TO = 0.f;
@@ -317,7 +305,7 @@ __global__ void __launch_bounds__(kW * 32, 1) k_decode_fold_c2(const __grid_cons
     static_cast<T*>(a.out)[(int64_t(b) * a.hq + h0 + h) * D + d] = convert<T>(finalize(TO, TL));
   }
   __syncwarp();
-  c2_cluster_sync();  // no CTA leaves (freeing its shared memory) while others read it
+  cl_sync();  // no CTA leaves (freeing its shared memory) while others read it
 }
 
 int c2_log_on() {

@@ -1,9 +1,10 @@
-// attention_decode_fold_cl.cu's device helpers (its only includer): the cluster barrier and distributed shared
-// memory load of the cluster forms (24 / 25 / 33), and the end of the counter-merged form (34 / 36; 38: the tagged
+// attention_decode_fold_cl.cu's device helpers (its only includer; the cluster barrier and distributed shared
+// memory load of its cluster forms 24 / 25 / 33 are common/cluster_dsm.cuh's): the end of the counter-merged form (34 / 36; 38: the tagged
 // merge of attention_decode_ll.cuh).
 #pragma once
 #include "cuda/attention_decode_ll.cuh"
 #include "cuda/common/attention.cuh"
+#include "cuda/common/cluster_dsm.cuh"
 #include "cuda/common/decode_fold.cuh"
 #include "cuda/common/decode_mma.cuh"
 
@@ -13,23 +14,8 @@ using namespace dmma;
 using namespace dfold;
 using dll::ll_put;
 using dll::merge_ll;
-
-
-__device__ __forceinline__ void cl_sync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-#endif
-}
-// The float at shared address s (an offset in this CTA's window) of CTA `rank` of the cluster.
-__device__ __forceinline__ float ld_peer(uint32_t s, uint32_t rank) {
-  float v = 0.f;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  uint32_t ra;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(ra) : "r"(s), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(ra) : "memory");
-#endif
-  return v;
-}
+using dcl::cl_sync;
+using dcl::ld_peer;
 
 // 34's end (CNT): after the barrier that follows the partials' publication (chunk c of the group in stage c / W of
 // warp c % W), fold group r's nw chunks in order; one group: the output; else the workspace (group r's slot), then

@@ -18,6 +18,7 @@
 #include <cfloat>
 
 #include "cuda/common/attention.cuh"
+#include "cuda/common/cluster_dsm.cuh"
 #include "cuda/common/decode_fold.cuh"
 #include "cuda/common/decode_mma.cuh"
 #include "ops/nn_args.h"
@@ -30,23 +31,8 @@ using namespace dfold;
 
 constexpr int kMaxGroups = 16;  // groups of a pair (the host checks the capacity's bound)
 
-__device__ __forceinline__ void pcl_sync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-#else
-  __syncthreads();
-#endif
-}
-// The float at shared address s (an offset in this CTA's window) of CTA `rank` of the cluster.
-__device__ __forceinline__ float pcl_ld(uint32_t s, uint32_t rank) {
-  float v = 0.f;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  uint32_t ra;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(ra) : "r"(s), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(ra) : "memory");
-#endif
-  return v;
-}
+using dcl::cl_sync;
+using dcl::ld_peer;
 
 // Per warp: S stages of a 16-key K and V tile (MCfg's stage layout), then one query slot (8 heads).
 template <int D, int W, int S>
@@ -210,7 +196,7 @@ __global__ void __launch_bounds__(W * 32) k_decode_fold_pcl(const __grid_constan
     }
   }
   __syncwarp();
-  pcl_sync();  // every group's result is visible to the cluster
+  cl_sync();  // every group's result is visible to the cluster
   // The top fold of this CTA's share of the nh * D outputs: groups 0 .. ng - 1 in order (group s: CTA s / W,
   // warp s % W, stage 0), then O / L.
   const uint32_t base_s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
@@ -223,9 +209,9 @@ __global__ void __launch_bounds__(W * 32) k_decode_fold_pcl(const __grid_constan
       if (s < ng) {
         const uint32_t gs = base_s + uint32_t(s % W) * uint32_t(WARPB);
         const uint32_t rk = uint32_t(s / W);
-        mv[s] = pcl_ld(gs + (8 * D + 2 * h) * 4, rk);
-        lv[s] = pcl_ld(gs + (8 * D + 2 * h + 1) * 4, rk);
-        ov[s] = pcl_ld(gs + (h * D + d) * 4, rk);
+        mv[s] = ld_peer(gs + (8 * D + 2 * h) * 4, rk);
+        lv[s] = ld_peer(gs + (8 * D + 2 * h + 1) * 4, rk);
+        ov[s] = ld_peer(gs + (h * D + d) * 4, rk);
       }
     }
     float TM = -INFINITY, TL = 0.f, TO = 0.f;
@@ -241,7 +227,7 @@ __global__ void __launch_bounds__(W * 32) k_decode_fold_pcl(const __grid_constan
     static_cast<T*>(a.out)[(int64_t(b) * a.hq + h0 + h) * D + d] = convert<T>(finalize(TO, TL));
   }
   __syncwarp();
-  pcl_sync();  // no CTA leaves (freeing its shared memory) while others read it
+  cl_sync();  // no CTA leaves (freeing its shared memory) while others read it
 }
 
 template <class T, int D, int W, int S, bool EF>
