@@ -14,6 +14,7 @@ import pytest
 import gpukit as gk
 from test_attention import TOL, f64, make
 from test_attention_decode import bits, check, gpu, ref_decode, setup_compact
+from test_attention_decode_clroute import _case as _data
 
 Hq, Hkv = 32, 8
 DEFAULT = 62011  # session 9's kRouteDefault
@@ -48,18 +49,6 @@ def test_variant39_and_route_bits_accepted_cpu(monkeypatch):
             monkeypatch.delenv(k)
         np.testing.assert_array_equal(got, want, err_msg=f"{env}")
     check(want, ref_decode(f64(q), f64(kc), f64(vc), lens), 1e-5, "cpu")
-
-
-def _data(B, T, D, dtype, paged, lens, seed):
-    lens = np.asarray(lens, np.int32)
-    if paged:  # shuffled 16-row blocks, tables padded with -1
-        q, kc, vc, bt = setup_compact(lens, Hq, Hkv, D, 16, dtype, seed=seed)
-    else:
-        kc = make((B, T, Hkv, D), dtype, seed + 1)
-        vc = make((B, T, Hkv, D), dtype, seed + 2)
-        q = make((B, Hq, D), dtype, seed + 3)
-        bt = None
-    return q, kc, vc, lens, bt
 
 
 def _call(qd, kd, vd, ld, btd, **kw):

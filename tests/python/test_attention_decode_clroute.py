@@ -26,7 +26,12 @@ def _lens(B, T, seed):
 
 
 def _data(B, T, D, dtype, paged, seed):
-    lens = _lens(B, T, seed)
+    return _case(B, T, D, dtype, paged, _lens(B, T, seed), seed)
+
+
+# q, the caches (contiguous, or shuffled 16-row pages with a block table padded with -1) for given lengths
+def _case(B, T, D, dtype, paged, lens, seed):
+    lens = np.asarray(lens, np.int32)
     if paged:  # shuffled 16-row blocks, tables padded with -1
         q, kc, vc, bt = setup_compact(lens, Hq, Hkv, D, 16, dtype, seed=seed)
     else:
