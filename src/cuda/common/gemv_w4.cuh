@@ -68,7 +68,10 @@ namespace gk::cuda::gemv_detail {
 // g128, bf16 x, KB = 4; variant 61, NEW NUMERICS) 13 with the stage's x turned into fp16 times 2^e (w4_xhalf: e per
 // warp and stage from the stage's largest |x|, x exact but for |x| < 2^-28 of that largest) instead of paired
 // as bf16, the codes decoded as fp16 (w4_half_pairs: one shift per word instead of 3), f16 mma, 2^-e on the group
-// scales. MINB:
+// scales; session 10: 15 (variant 62) 11 with LEAN's copies (a full stage's code / scale / zero-point copies from
+// addresses computed once: no per-stage row clamps, predicates or byte counts) issued right after the stage's wait,
+// before the x pairing (IF; MODE 11 pairs first), so the next stage's bytes leave ~one pairing pass earlier and
+// the stage body has fewer ALU-pipe instructions; the same arithmetic: 48's bits. MINB:
 // CTAs of 256 threads per SM the registers are sized for (2: 128 registers). (Session 6's MODE 6, the int4 "zero-point mma", was removed after
 // checkpoint A: slower at every shape; docs/notes/gemv4-s6.md.)
 // KB: blocks per stage, 4 (every kernel until session 8) or 2 (variants 59 / 60, int4 g128: K split over the warps in
@@ -83,10 +86,13 @@ template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, in
 __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   using L = W4Layout<F, KB, NARROW>;
   // LEAN: wide meta copies with at most one zero-point unit per row (KB = 4)
-  constexpr bool PROBE = MODE == 1, LEAN = (MODE == 3 || MODE == 5) && !NARROW && L::NUZ <= 1, XA = MODE == 5,
-                 NOX = MODE == 7, XS = MODE == 8 || MODE == 9 || (MODE >= 11 && MODE <= 14),
-                 ROLL = MODE == 9 || MODE == 10, XP = MODE == 11 || MODE == 13 || MODE == 14, XCA = XP || MODE == 12,
-                 XE = MODE == 13 || MODE == 14, XH = MODE == 14;
+  // IF (MODE 15): the next stage's copies issued right after the wait, before the x pairing (LEAN's copies, without
+  // LEAN's block-0 reads ahead of them: F0)
+  constexpr bool PROBE = MODE == 1, LEAN = (MODE == 3 || MODE == 5 || MODE == 15) && !NARROW && L::NUZ <= 1,
+                 XA = MODE == 5, NOX = MODE == 7, XS = MODE == 8 || MODE == 9 || (MODE >= 11 && MODE <= 15),
+                 ROLL = MODE == 9 || MODE == 10, XP = MODE == 11 || MODE == 13 || MODE == 14 || MODE == 15,
+                 XCA = XP || MODE == 12, XE = MODE == 13 || MODE == 14, XH = MODE == 14, IF = MODE == 15,
+                 F0 = LEAN && !IF;
   static_assert(!XP || !ORD, "XP: codes in the natural order");
   static_assert(!XH || (std::is_same_v<T, bf16> && !F::kNvf4 && F::G == 128 && KB == 4), "XH: int4 g128, bf16 x");
   // XH (session 9, variant 61): the stage's x as fp16 (times 2^e, e per warp and stage), the codes decoded as fp16
@@ -380,6 +386,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
     __syncwarp();
     const uint32_t sb = ring + uint32_t(st * STG);
     [[maybe_unused]] float xinv = 1.0f;  // XH: 2^-e, the stage's x scale undone on the group scales
+    if constexpr (IF) issue((st + D - 1) % D);  // the next copies first: the other slot, consumed before the wait
     if constexpr (XH) {  // x to fp16 x 2^e, paired in place (w4_xhalf)
       xinv = w4_xhalf<XB / 16 / 32>(sb + uint32_t(L::STAGE), lane);
       __syncwarp();
@@ -394,13 +401,13 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
       __syncwarp();
     }
     [[maybe_unused]] W4Frag f0{};
-    if constexpr (LEAN) f0 = fetch(sb, 0, zo);  // LEAN: block 0's reads before the copies are issued
-    issue((st + D - 1) % D);
+    if constexpr (F0) f0 = fetch(sb, 0, zo);  // LEAN: block 0's reads before the copies are issued
+    if constexpr (!IF) issue((st + D - 1) % D);
 #pragma unroll
     for (int bb = 0; bb < KB; ++bb) {
       if (!kFull && bb >= nb) break;
       const W4Frag f = [&] {
-        if constexpr (LEAN)
+        if constexpr (F0)
           if (bb == 0) return f0;
         return fetch(sb, bb, zo);
       }();
