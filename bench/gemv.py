@@ -135,7 +135,8 @@ W4_VARIANT_NAMES = {1: "the per-lane-chunk kernel of gemv_mma.cuh", 2: "without 
                     60: "int4 g128: stages of 2 blocks, a ring of 3 (MODE 13) on 48's plan and split (48's bits; 48's bytes in flight)",
                     61: "int4 g128, bf16 x, M = 1: x as fp16 x 2^e per stage, codes decoded as fp16 (MODE 14; NEW NUMERICS, "
                         "48's plan; M > 1: 48)",
-                    62: "int4 g128, bf16 x, M = 1: 48 with lean copies issued before the x pairing (MODE 15; 48's bits; M > 1: 48)"}
+                    62: "int4 g128, bf16 x, M = 1: 48 with the next stage's copies issued before the wait (two stages in flight "
+                        "while waiting) and lean copies (MODE 15; 48's bits; M > 1: 48)"}
 W4_ORDER_VARIANTS = (38, 39)  # int4 g128: timed and checked on codes reordered by mma_order (other formats: the default)
 
 

@@ -30,8 +30,8 @@
 // MODE 13 at M = 1 on stages of 2 blocks (KB = 2) with a ring of 4 / 3, on 48's plan and 48's split of K (48's bits;
 // launch_kb2); 61 (session 9, int4 g128 with bf16 x, NEW NUMERICS: x as fp16 x 2^e per warp and stage, codes decoded
 // as fp16, k_w4 MODE 14 at M = 1 on 48's plan; M > 1: 48's MODE 0); 62 (session 10, int4 g128 with bf16 x; 48's bits)
-// k_w4 MODE 15 at M = 1: 48 with a full stage's copies from addresses computed once, issued before the x pairing
-// (M > 1: 48's MODE 0); GPUKIT_GEMV_W4_VARIANT runs a variant's configuration where the process variant is 0 (w4_env_variant);
+// k_w4 MODE 15 at M = 1: 48 with the next stage's copies issued before the wait for this stage's bytes (two stages
+// in flight while a warp waits) and a full stage's copies from addresses computed once (M > 1: 48's MODE 0); GPUKIT_GEMV_W4_VARIANT runs a variant's configuration where the process variant is 0 (w4_env_variant);
 // 0 / 2 / 10 the default (MODE kDefaultMode, ring of kDefaultD; int4 g128 with bf16 x: the configuration
 // of variant kG128Wide where N >= 2 K and of kG128Mid elsewhere, 48 since session 7's final run). Removed in session 6: 4 (stages
 // of 8 blocks), 5 (a ring of 4), 8 (int4's shifts as mul.hi; NVF4's 8 is the per-lane kernel's),
@@ -310,7 +310,7 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
       if (!applies_cfg<F, 4>(p)) return launch_k<T, F, 4, 3, 0, true>(p, W4Cfg{}, st);
       return launch_mode<T, F, 14, 2>(p, c, st);
     }
-    if (c.mode == 15) {  // 62: 48 with lean copies issued before the x pairing (48's bits)
+    if (c.mode == 15) {  // 62: 48 with the next copies issued before the wait, lean copies (48's bits)
       if (!applies_cfg<F, 4>(p)) return launch_k<T, F, 4, 3, 0, true>(p, W4Cfg{}, st);
       return launch_mode<T, F, 15, 2>(p, c, st);
     }

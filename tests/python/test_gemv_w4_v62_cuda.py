@@ -1,9 +1,13 @@
 """Variant 62 of the staged 4-bit GEMV (session 10; int4 g128 with bf16 x; off by default; 48's bits):
 k_w4 MODE 15 (common/gemv_w4.cuh) at M = 1 is 48's kernel (MODE 11: x copied with the codes and paired in place
 once per stage, a ring of 2, 48's plan) with two changes that leave the arithmetic alone:
+- the next stage's copies are issued BEFORE the wait for this stage's bytes (48: wait, pair x, then issue), into the
+  slot the previous stage held (its reads end at the __syncwarp before the copies), then cp.async.wait_group 1:
+  a waiting warp has two stages in flight instead of one;
 - a full stage's code / scale / zero-point copies come from addresses computed once (LEAN's copies of MODE 3:
-  no per-stage row clamps, predicates or byte counts);
-- the next stage's copies are issued right after the stage's wait, before the x pairing (48 pairs first).
+  no per-stage row clamps, predicates or byte counts).
+A wrong group count or a missing __syncwarp shows as wrong values at some shapes (a stage read before its bytes
+landed, or overwritten while read): compared bit for bit against 48 at every shape below.
 So 62 must give 48's bits at every shape: the tests compare bit for bit (and against the float64 bound
 2 (K + 2) 2^-24 sum |x| |w| with diagnostics). M > 1 runs 48's M > 1 kernel (MODE 0 on the same plan): 48's bits;
 K % 512 != 0 runs the narrow kernel (the default's, as under 48); int4 g64 / g32 and float16 x under 62 run what
