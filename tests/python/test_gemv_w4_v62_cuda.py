@@ -5,7 +5,7 @@ once per stage, a ring of 2, 48's plan) with two changes that leave the arithmet
   slot the previous stage held (its reads end at the __syncwarp before the copies), then cp.async.wait_group 1:
   a waiting warp has two stages in flight instead of one;
 - a full stage's code / scale / zero-point copies come from addresses computed once (LEAN's copies of MODE 3:
-  no per-stage row clamps, predicates or byte counts).
+  no per-stage row clamps, predicates or byte counts), its x copies without per-chunk predicates.
 A wrong group count or a missing __syncwarp shows as wrong values at some shapes (a stage read before its bytes
 landed, or overwritten while read): compared bit for bit against 48 at every shape below.
 So 62 must give 48's bits at every shape: the tests compare bit for bit (and against the float64 bound

@@ -72,7 +72,8 @@ namespace gk::cuda::gemv_detail {
 // stage's bytes (IF: MODE 11 waits, pairs x, then issues; the slot of the next stage held the previous one, free once
 // its decode ended), so a waiting warp has two stages in flight instead of one (a ring of 3's bytes in flight in the
 // ring of 2's shared memory), and with LEAN's copies (a full stage's code / scale / zero-point copies from addresses
-// computed once: no per-stage row clamps, predicates or byte counts; -29 ALU-pipe instructions per stage); the same
+// computed once: no per-stage row clamps, predicates or byte counts; x without per-chunk predicates; 558 -> 520 issued
+// instructions per full stage, 290 -> 253 on the ALU pipe); the same
 // arithmetic: 48's bits. MINB:
 // CTAs of 256 threads per SM the registers are sized for (2: 128 registers). (Session 6's MODE 6, the int4 "zero-point mma", was removed after
 // checkpoint A: slower at every shape; docs/notes/gemv4-s6.md.)
@@ -185,8 +186,12 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
     if (left > 0) {
       const uint32_t sb = ring + uint32_t(st * STG);
       const bool full = left >= KB;
-      if constexpr (XS)
-        if (xon) issue_x(sb, xsrc, left);
+      if constexpr (XS) {
+        if (xon) {
+          if (IF && full) issue_x(sb, xsrc, KB);  // MODE 15: a full stage's x without per-chunk predicates
+          else issue_x(sb, xsrc, left);
+        }
+      }
       if (LEAN && full) {  // the same copies as below, from the precomputed addresses
 #pragma unroll
         for (int i = 0; i < 4; ++i)
