@@ -29,7 +29,9 @@
 // with k_w4's MODE 13 (the first stage waits for its own codes and x only; 53's bits); 59 / 60 (int4 g128, bf16 x)
 // MODE 13 at M = 1 on stages of 2 blocks (KB = 2) with a ring of 4 / 3, on 48's plan and 48's split of K (48's bits;
 // launch_kb2); 61 (session 9, int4 g128 with bf16 x, NEW NUMERICS: x as fp16 x 2^e per warp and stage, codes decoded
-// as fp16, k_w4 MODE 14 at M = 1 on 48's plan; M > 1: 48's MODE 0); GPUKIT_GEMV_W4_VARIANT runs a variant's configuration where the process variant is 0 (w4_env_variant);
+// as fp16, k_w4 MODE 14 at M = 1 on 48's plan; M > 1: 48's MODE 0); 62 (session 10, int4 g128 with bf16 x; 48's bits)
+// k_w4 MODE 15 at M = 1: 48 with the next stage's copies issued before the wait for this stage's bytes (two stages
+// in flight while a warp waits) and a full stage's copies from addresses computed once (M > 1: 48's MODE 0); GPUKIT_GEMV_W4_VARIANT runs a variant's configuration where the process variant is 0 (w4_env_variant);
 // 0 / 2 / 10 the default (MODE kDefaultMode, ring of kDefaultD; int4 g128 with bf16 x: the configuration
 // of variant kG128Wide where N >= 2 K and of kG128Mid elsewhere, 48 since session 7's final run). Removed in session 6: 4 (stages
 // of 8 blocks), 5 (a ring of 4), 8 (int4's shifts as mul.hi; NVF4's 8 is the per-lane kernel's),
@@ -99,6 +101,7 @@ W4Cfg w4_cfg(int variant) {
     case 59: c.mode = 13, c.d = 4, c.skb = 2; break;
     case 60: c.mode = 13, c.d = 3, c.skb = 2; break;
     case 61: c.mode = 14, c.d = 2; break;
+    case 62: c.mode = 15, c.d = 2; break;
     default: break;
   }
   return c;
@@ -256,7 +259,7 @@ void launch_xp(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
 
 // GPUKIT_GEMV_W4_VARIANT=V (a benchmarking switch for the engine, e.g. bench/e2e.py's +w4vV): where the
 // process-wide variant (gk._C._gemv_set_variant) is 0, this kernel runs variant V's configuration (PDL as the
-// default's). V: 0, or 3..61 except the probes 7, 16, 56 (wrong results) and 1 / 2 (other kernels / no PDL).
+// default's). V: 0, or 3..62 except the probes 7, 16, 56 (wrong results) and 1 / 2 (other kernels / no PDL).
 int w4_env_variant() {
   const char* e = std::getenv("GPUKIT_GEMV_W4_VARIANT");
   if (!e || !*e) return 0;
@@ -265,8 +268,8 @@ int w4_env_variant() {
   if (last != e) {
     char* end = nullptr;
     const long r = std::strtol(e, &end, 10);
-    if (end == e || *end != '\0' || (r != 0 && (r < 3 || r > 61 || r == 7 || r == 16 || r == 56)))
-      throw ValueError(cat("GPUKIT_GEMV_W4_VARIANT: expected 0 or a variant 3..61 other than the probes 7, 16, 56, got '",
+    if (end == e || *end != '\0' || (r != 0 && (r < 3 || r > 62 || r == 7 || r == 16 || r == 56)))
+      throw ValueError(cat("GPUKIT_GEMV_W4_VARIANT: expected 0 or a variant 3..62 other than the probes 7, 16, 56, got '",
                            e, "'"));
     v = int(r);
     last = e;
@@ -307,6 +310,10 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
       if (!applies_cfg<F, 4>(p)) return launch_k<T, F, 4, 3, 0, true>(p, W4Cfg{}, st);
       return launch_mode<T, F, 14, 2>(p, c, st);
     }
+    if (c.mode == 15) {  // 62: 48 with the next copies issued before the wait, lean copies (48's bits)
+      if (!applies_cfg<F, 4>(p)) return launch_k<T, F, 4, 3, 0, true>(p, W4Cfg{}, st);
+      return launch_mode<T, F, 15, 2>(p, c, st);
+    }
     if (c.mode == 12) {  // 51: 19 with x copied through L1
       if (!applies_cfg<F, 4>(p)) return launch_k<T, F, 4, 3, 0, true>(p, W4Cfg{}, st);
       return launch_mode<T, F, 12, 2>(p, c, st);
@@ -320,7 +327,7 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
     return launch_k<T, F, 4, 3, 0, true>(p, W4Cfg{}, st);
   if (c.xall) return launch_xp<T, F>(p, c, st);  // 52-58: int4 g32 / g64, NVF4 and float16 x too
   if constexpr (std::is_same_v<T, bf16>) {  // the other benchmarking variants: bf16 x only
-    if (c.mode == 11 || c.mode == 12 || c.mode == 14 || c.skb == 2) c = W4Cfg{};  // 48, 51, 59-61: int4 g128 only
+    if (c.mode == 11 || c.mode == 12 || c.mode == 14 || c.mode == 15 || c.skb == 2) c = W4Cfg{};  // 48, 51, 59-62: g128
     switch (c.mode) {
       case 1: return c.d == 2 ? launch_mode<T, F, 1, 2>(p, c, st) : launch_mode<T, F, 1>(p, c, st);
       case 3: return launch_mode<T, F, 3>(p, c, st);

@@ -27,7 +27,7 @@ namespace {
 std::atomic<int> g_variant{0};
 }
 void gemv_set_variant(int v) {
-  if (v < 0 || v > 61) throw ValueError(cat("variant: expected 0..61 (0, 1, 2; 3..61: 4-bit / GGUF kernel variants, see bench/gemv.py), got ", v));
+  if (v < 0 || v > 62) throw ValueError(cat("variant: expected 0..62 (0, 1, 2; 3..62: 4-bit / GGUF kernel variants, see bench/gemv.py), got ", v));
   g_variant.store(v);
 }
 int gemv_variant() { return g_variant.load(); }

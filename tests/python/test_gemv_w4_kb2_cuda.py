@@ -8,7 +8,7 @@ at every M (M > 1 runs 48's kernel). The zero points of a 2-block stage are copi
 around them (W4Layout's ZW) and read at byte 2 (j & 1) of it: a wrong byte there moves every row's result by
 s (z' - z) sum x over a group, far outside the float64 bound checked beside the bits.
 Other formats and float16 x under 59 / 60 run the default. The CPU tests (no GPU) check that the variant bound
-of src/ops/gemv.cpp takes 0..61 (61: session 9) (session 8's checkpoint A refused 52-58: the bound was 51)."""
+of src/ops/gemv.cpp takes 0..62 (61: session 9, 62: session 10) (session 8's checkpoint A refused 52-58: the bound was 51)."""
 import math
 import os
 
@@ -41,12 +41,12 @@ call, tol_of = call_f32, bound_f32
 
 
 def test_variant_bound_takes_every_variant():
-    """No GPU: gk._C._gemv_set_variant takes 0..61 (52-58 of session 8, 59 / 60 here, 61 of session 9) and refuses
-    62 and -1."""
+    """No GPU: gk._C._gemv_set_variant takes 0..62 (52-58 of session 8, 59 / 60 here, 61 of session 9, 62 of
+    session 10) and refuses 63 and -1."""
     try:
-        for v in range(62):
+        for v in range(63):
             gk._C._gemv_set_variant(v)
-        for v in (62, -1, 1000):
+        for v in (63, -1, 1000):
             with pytest.raises(ValueError, match="variant"):
                 gk._C._gemv_set_variant(v)
     finally:
@@ -161,7 +161,7 @@ def test_env_variant_switch():
                 del os.environ["GPUKIT_GEMV_W4_VARIANT"]
                 same_bits(f"env {v} M={m} vs variant {v}", got, call(fn, x[:m], v))
                 os.environ["GPUKIT_GEMV_W4_VARIANT"] = str(v)
-        for bad in ("7", "56", "62", "2", "abc", "59x"):
+        for bad in ("7", "56", "63", "2", "abc", "59x"):
             os.environ["GPUKIT_GEMV_W4_VARIANT"] = bad
             with pytest.raises(ValueError, match="GPUKIT_GEMV_W4_VARIANT"):
                 call(fn, x[:1], 0)

@@ -68,7 +68,13 @@ namespace gk::cuda::gemv_detail {
 // g128, bf16 x, KB = 4; variant 61, NEW NUMERICS) 13 with the stage's x turned into fp16 times 2^e (w4_xhalf: e per
 // warp and stage from the stage's largest |x|, x exact but for |x| < 2^-28 of that largest) instead of paired
 // as bf16, the codes decoded as fp16 (w4_half_pairs: one shift per word instead of 3), f16 mma, 2^-e on the group
-// scales. MINB:
+// scales; session 10: 15 (variant 62, a ring of 2) 11 with the next stage's copies issued BEFORE the wait for this
+// stage's bytes (IF: MODE 11 waits, pairs x, then issues; the slot of the next stage held the previous one, free once
+// its decode ended), so a waiting warp has two stages in flight instead of one (a ring of 3's bytes in flight in the
+// ring of 2's shared memory), and with LEAN's copies (a full stage's code / scale / zero-point copies from addresses
+// computed once: no per-stage row clamps, predicates or byte counts; x without per-chunk predicates; 558 -> 520 issued
+// instructions per full stage, 290 -> 253 on the ALU pipe); the same
+// arithmetic: 48's bits. MINB:
 // CTAs of 256 threads per SM the registers are sized for (2: 128 registers). (Session 6's MODE 6, the int4 "zero-point mma", was removed after
 // checkpoint A: slower at every shape; docs/notes/gemv4-s6.md.)
 // KB: blocks per stage, 4 (every kernel until session 8) or 2 (variants 59 / 60, int4 g128: K split over the warps in
@@ -83,11 +89,15 @@ template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, in
 __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   using L = W4Layout<F, KB, NARROW>;
   // LEAN: wide meta copies with at most one zero-point unit per row (KB = 4)
-  constexpr bool PROBE = MODE == 1, LEAN = (MODE == 3 || MODE == 5) && !NARROW && L::NUZ <= 1, XA = MODE == 5,
-                 NOX = MODE == 7, XS = MODE == 8 || MODE == 9 || (MODE >= 11 && MODE <= 14),
-                 ROLL = MODE == 9 || MODE == 10, XP = MODE == 11 || MODE == 13 || MODE == 14, XCA = XP || MODE == 12,
-                 XE = MODE == 13 || MODE == 14, XH = MODE == 14;
+  // IF (MODE 15, a ring of 2): the next stage's copies issued before the wait for this stage's bytes (LEAN's copies,
+  // without LEAN's block-0 reads ahead of them: F0)
+  constexpr bool PROBE = MODE == 1, LEAN = (MODE == 3 || MODE == 5 || MODE == 15) && !NARROW && L::NUZ <= 1,
+                 XA = MODE == 5, NOX = MODE == 7, XS = MODE == 8 || MODE == 9 || (MODE >= 11 && MODE <= 15),
+                 ROLL = MODE == 9 || MODE == 10, XP = MODE == 11 || MODE == 13 || MODE == 14 || MODE == 15,
+                 XCA = XP || MODE == 12, XE = MODE == 13 || MODE == 14, XH = MODE == 14, IF = MODE == 15,
+                 F0 = LEAN && !IF;
   static_assert(!XP || !ORD, "XP: codes in the natural order");
+  static_assert(!IF || (D == 2 && !XE), "IF: a ring of 2 (groups: codes 0, x 0, then one per stage)");
   static_assert(!XH || (std::is_same_v<T, bf16> && !F::kNvf4 && F::G == 128 && KB == 4), "XH: int4 g128, bf16 x");
   // XH (session 9, variant 61): the stage's x as fp16 (times 2^e, e per warp and stage), the codes decoded as fp16
   using TC = std::conditional_t<XH, f16, T>;  // the mma's input type
@@ -176,8 +186,12 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
     if (left > 0) {
       const uint32_t sb = ring + uint32_t(st * STG);
       const bool full = left >= KB;
-      if constexpr (XS)
-        if (xon) issue_x(sb, xsrc, left);
+      if constexpr (XS) {
+        if (xon) {
+          if (IF && full) issue_x(sb, xsrc, KB);  // MODE 15: a full stage's x without per-chunk predicates
+          else issue_x(sb, xsrc, left);
+        }
+      }
       if (LEAN && full) {  // the same copies as below, from the precomputed addresses
 #pragma unroll
         for (int i = 0; i < 4; ++i)
@@ -367,7 +381,14 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
 #pragma unroll
       for (int w = 0; w < 4; ++w) xbuf[0][w] = xnext[w];
     } else if constexpr (!PROBE && !XS) load_x(xbuf[0], 0);
-    if constexpr (XS) {  // the first stage: also the x group issued after the PDL wait
+    if constexpr (IF) {
+      // the next stage's copies before the wait: their slot ((st + 1) % 2) held the previous stage, whose reads
+      // end before this __syncwarp, so they need not wait for this stage's bytes; then this stage's groups (the
+      // first stage: codes 0 and x 0) done, the one just issued in flight
+      __syncwarp();
+      issue((st + D - 1) % D);
+      cp_wait<D - 1>();
+    } else if constexpr (XS) {  // the first stage: also the x group issued after the PDL wait
       if (first) {
         if constexpr (XE) cp_wait<D - 2>();  // groups: codes 0, x 0, stages 1 .. D - 2: the first two done
         else cp_wait<0>();
@@ -394,13 +415,13 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
       __syncwarp();
     }
     [[maybe_unused]] W4Frag f0{};
-    if constexpr (LEAN) f0 = fetch(sb, 0, zo);  // LEAN: block 0's reads before the copies are issued
-    issue((st + D - 1) % D);
+    if constexpr (F0) f0 = fetch(sb, 0, zo);  // LEAN: block 0's reads before the copies are issued
+    if constexpr (!IF) issue((st + D - 1) % D);
 #pragma unroll
     for (int bb = 0; bb < KB; ++bb) {
       if (!kFull && bb >= nb) break;
       const W4Frag f = [&] {
-        if constexpr (LEAN)
+        if constexpr (F0)
           if (bb == 0) return f0;
         return fetch(sb, bb, zo);
       }();
