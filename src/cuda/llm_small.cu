@@ -179,13 +179,20 @@ __device__ __forceinline__ int xprep_exponent(uint32_t mx) {
 // maximum is reduced. (eps >= 0 keeps every |r_i * inv| <= sqrt(H) * (1 + ...), so no
 // intermediate overflows either.)
 constexpr int kXOpen = 1 << 20;
+// The exponent field of bf16_rn(v) for a finite v > 0 (the rounding of the bf16 constructor
+// without its NaN case; a carry into the exponent is the round-up to the next power of 2).
+__device__ __forceinline__ uint32_t bf16_exp_field(float v) {
+  const uint32_t u = __float_as_uint(v);
+  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 23;
+}
 __device__ __forceinline__ int xprep_exponent_bound(uint32_t pbits, float inv, float eps) {
-  if (pbits >= 0x7f800000u || !(eps >= 0.f)) return kXOpen;  // inf / NaN product, a weight above 2^20
   const float p = __fmul_rn(__uint_as_float(pbits), inv);
-  if (!(p >= 0x1p-90f && p <= 0x1p120f)) return kXOpen;  // also a NaN / zero inv
-  const int clo = xprep_exponent(convert<bf16>(__fmul_rn(p, 1.0f - 0x1p-18f)).bits & 0x7fffu);
-  const int chi = xprep_exponent(convert<bf16>(__fmul_rn(p, 1.0f + 0x1p-18f)).bits & 0x7fffu);
-  return clo == chi ? clo : kXOpen;
+  // p in [2^-90, 2^120]: lo and hi are normal and below bf16's largest finite value, so their
+  // ilogb is the exponent field - 127 (xprep_exponent's rule: c = 14 - ilogb, no clamp reached)
+  const bool ok = pbits < 0x7f800000u && eps >= 0.f && p >= 0x1p-90f && p <= 0x1p120f;  // false for NaN
+  const uint32_t elo = bf16_exp_field(__fmul_rn(p, 1.0f - 0x1p-18f));
+  const uint32_t ehi = bf16_exp_field(__fmul_rn(p, 1.0f + 0x1p-18f));
+  return ok && elo == ehi ? 141 - int(elo) : kXOpen;  // inf / NaN product or a weight above 2^20: open
 }
 
 // One pass over the row in registers (bf16, 16-byte vectors, H <= blockDim * 8 * NV): the

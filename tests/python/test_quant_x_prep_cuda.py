@@ -94,6 +94,13 @@ def test_norm_prep_on_cpu_writes_no_copy():
     assert f64(h).tobytes() == f64(h0).tobytes() and f64(res).tobytes() == f64(res0).tobytes()
 
 
+def test_norm_prep_refuses_negative_eps():
+    """The kernel's bound treats eps < 0 as open, but the front end refuses it first (no launch)."""
+    x = gk.asarray(np.ones((1, 64), np.float32)).astype("bfloat16")
+    with pytest.raises(ValueError, match="eps"):
+        _C.llm.fused_add_rms_norm_prep(x, x, gk.asarray(np.ones(64, np.float32)).astype("bfloat16"), -1e-3)
+
+
 def test_e2e_flag():
     path = pathlib.Path(__file__).resolve().parents[2] / "bench" / "e2e.py"
     sys.path.insert(0, str(path.parent))  # e2e.py imports bench/common.py
@@ -227,8 +234,9 @@ def test_norm_prep_power_of_two_boundary(H):
 
 @cuda_only
 def test_norm_prep_special_rows():
-    """Zero, inf, NaN rows; a NaN weight, weights above the bound's 2^20 (and exactly 2^20), eps 0
-    with a zero row (rsqrt(0) = inf), a negative eps, tiny and huge rows: every row by the rule."""
+    """Zero, inf, NaN rows; a NaN weight, weights above the bound's 2^20 (and exactly 2^20), a huge
+    weight, eps 0 with a zero row (rsqrt(0) = inf), tiny and huge rows: every row by the rule.
+    (A negative eps is refused by the front end before any launch.)"""
     H = 4096
     rng = np.random.default_rng(5)
     base = lambda: rng.standard_normal(H)
@@ -239,7 +247,7 @@ def test_norm_prep_special_rows():
     rows[3][11] = -np.inf
     rows[6][100] = 3e38
     zero = np.zeros((len(rows), H))
-    for w, eps, what in ((w1, 1e-6, "plain weights"), (w1, 0.0, "eps 0"), (w1, -1e-3, "eps < 0"),
+    for w, eps, what in ((w1, 1e-6, "plain weights"), (w1, 0.0, "eps 0"),
                          (np.where(np.arange(H) == 17, np.nan, w1), 1e-6, "a NaN weight"),
                          (np.where(np.arange(H) == 17, 2.0**21, w1), 1e-6, "a weight 2^21"),
                          (np.where(np.arange(H) == 17, 2.0**20, w1), 1e-6, "a weight 2^20"),
