@@ -215,7 +215,9 @@ def test_norm_prep_power_of_two_boundary(H):
     """Rows whose max |h| sits on the bf16 rounding boundary below a power of 2 (so c depends on
     the last rounding: the kernel's fallback reduction), both sides of it, both signs, another
     exponent through the weight: the bits of the rule, and the boundary really straddled."""
-    offs = [k * 2.0**-23 for k in range(-24, 25, 3)]
+    # |o| <= 21 * 2^-23: inside the bound's window (32 * 2^-23: the fallback reduction); 40, 64 *
+    # 2^-23: outside it but still near the boundary (the bound's own c, which must then be right)
+    offs = [k * 2.0**-23 for k in list(range(-21, 22, 3)) + [-64, -40, 40, 64]]
     seen = set()
     for sign, w0 in ((1.0, 1.0), (-1.0, 1.0), (1.0, 8.0)):
         rows, e = boundary_rows(H, offs, sign)
@@ -310,7 +312,7 @@ def test_prepared_gemv_same_bits_boundary_rows(fmt):
 def test_boundary_rows_model():
     """CPU: the test rows put |r[0]| * inv within 2^-30 of T (1 + o) in float64 (what the GPU tests rely on)."""
     for H in (64, 1280, 4096, 8192):
-        offs = [k * 2.0**-23 for k in (-24, -1, 0, 1, 24)]
+        offs = [k * 2.0**-23 for k in (-21, -1, 0, 1, 21)]
         for sign in (1.0, -1.0):
             rows, e = boundary_rows(H, offs, sign)
             T = 2.0**e * (2 - 2.0**-8)
@@ -319,6 +321,30 @@ def test_boundary_rows_model():
                 assert np.argmax(np.abs(r)) == 0 and np.sum(np.abs(r) == 1.0) == 1 and r[0] == sign
                 y = 1.0 / np.sqrt(np.sum(r * r) / H)
                 assert abs(y / (T * (1 + o)) - 1) < 2.0**-30, (H, sign, o, y, T)
+
+
+def bound_is_open(p):
+    """The kernel's decision (xprep_exponent_bound) for p = max|r w| * inv in fp32: the bf16
+    exponent fields of p (1 -+ 2^-18) differ, so the second reduction runs."""
+    f = lambda v: int((np.float32(v).view(np.uint32).astype(np.uint64) + 0x7FFF +
+                       ((np.float32(v).view(np.uint32).astype(np.uint64) >> 16) & 1)) >> 23)
+    p = np.float32(p)
+    return f(p * np.float32(1 - 2.0**-18)) != f(p * np.float32(1 + 2.0**-18))
+
+
+def test_boundary_rows_take_both_paths():
+    """CPU model of the GPU test's rows: |o| <= 21 * 2^-23 open the bound (the fallback runs), 40
+    and 64 * 2^-23 do not (the bound's c near the boundary), with 2^-21 to spare for the GPU's
+    rsqrtf (2 ulp) and fp32 sum."""
+    for H in (64, 1280, 4096, 8192):
+        offs = [k * 2.0**-23 for k in (-21, -3, 0, 3, 21, -64, -40, 40, 64)]
+        rows, _ = boundary_rows(H, offs)
+        for w0 in (1.0, 8.0):
+            for r, o in zip(rows, offs):
+                inv = 1.0 / np.sqrt(np.sum(r * r) / H)
+                for rel in (1 - 2.0**-21, 1.0, 1 + 2.0**-21):  # the GPU's inv, generously
+                    p = np.float32(w0) * np.float32(inv * rel)
+                    assert bound_is_open(p) == (abs(o) <= 21 * 2.0**-23), (H, w0, o, rel)
 
 
 def prepared(fmt, n, k, seed):
