@@ -168,9 +168,9 @@ __device__ __forceinline__ int xprep_exponent(uint32_t mx) {
 
 // c without a second block reduction. Every h_i = bf16_rn(fl(fl(r_i * inv) * w_i)) (r the
 // rounded residual sum, w the weight; no fused multiply-add: store_norm_reg's expression). r_i
-// and w_i are bf16, so P = max_i |r_i * w_i| is exact in fp32 and comes out of the sum of
-// squares' block reduction (one more value per warp, the same barrier). With P * inv in
-// [2^-90, 2^120] and every |w_i| <= 2^20 (no underflow or overflow on the way), each
+// and w_i are bf16, so P = max_i |r_i * w_i| is exact in fp32 when normal; it comes out of the
+// sum of squares' block reduction (one more value per warp, the same barrier). With P normal,
+// P * inv in [2^-90, 2^120] and every |w_i| <= 2^20 (no underflow or overflow on the way), each
 // fl(fl(r_i * inv) * w_i) is within (1 +- 2^-24)^2 of r_i * w_i * inv, so max_i of them lies in
 // [lo, hi] = P * inv * (1 -+ 2^-18) and, rounding to bf16 being monotonic, max |h| in
 // [bf16_rn(lo), bf16_rn(hi)]: when both give the same c, that is the c of max |h|. Otherwise
@@ -189,7 +189,8 @@ __device__ __forceinline__ int xprep_exponent_bound(uint32_t pbits, float inv, f
   const float p = __fmul_rn(__uint_as_float(pbits), inv);
   // p in [2^-90, 2^120]: lo and hi are normal and below bf16's largest finite value, so their
   // ilogb is the exponent field - 127 (xprep_exponent's rule: c = 14 - ilogb, no clamp reached)
-  const bool ok = pbits < 0x7f800000u && eps >= 0.f && p >= 0x1p-90f && p <= 0x1p120f;  // false for NaN
+  // P normal: the largest product exact (a subnormal one may be rounded by more than the margin)
+  const bool ok = pbits >= 0x00800000u && pbits < 0x7f800000u && eps >= 0.f && p >= 0x1p-90f && p <= 0x1p120f;
   const uint32_t elo = bf16_exp_field(__fmul_rn(p, 1.0f - 0x1p-18f));
   const uint32_t ehi = bf16_exp_field(__fmul_rn(p, 1.0f + 0x1p-18f));
   return ok && elo == ehi ? 141 - int(elo) : kXOpen;  // inf / NaN product or a weight above 2^20: open

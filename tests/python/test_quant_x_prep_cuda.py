@@ -237,13 +237,14 @@ def test_norm_prep_power_of_two_boundary(H):
 @cuda_only
 def test_norm_prep_special_rows():
     """Zero, inf, NaN rows; a NaN weight, weights above the bound's 2^20 (and exactly 2^20), a huge
-    weight, eps 0 with a zero row (rsqrt(0) = inf), tiny and huge rows: every row by the rule.
+    weight, eps 0 with a zero row (rsqrt(0) = inf), tiny and huge rows, a subnormal largest |r w|
+    with a large inv: every row by the rule.
     (A negative eps is refused by the front end before any launch.)"""
     H = 4096
     rng = np.random.default_rng(5)
     base = lambda: rng.standard_normal(H)
     w1 = 1.0 + 0.3 * rng.standard_normal(H)
-    rows = [np.zeros(H), base(), base(), base(), base() * 1e-30, base() * 1e30, base(), base()]
+    rows = [np.zeros(H), base(), base(), base(), base() * 1e-30, base() * 1e30, base(), base() * 2.0**-70]
     rows[1][7] = np.inf
     rows[2][9] = np.nan
     rows[3][11] = -np.inf
@@ -253,7 +254,10 @@ def test_norm_prep_special_rows():
                          (np.where(np.arange(H) == 17, np.nan, w1), 1e-6, "a NaN weight"),
                          (np.where(np.arange(H) == 17, 2.0**21, w1), 1e-6, "a weight 2^21"),
                          (np.where(np.arange(H) == 17, 2.0**20, w1), 1e-6, "a weight 2^20"),
-                         (np.where(np.arange(H) == 17, -3e30, w1), 1e-6, "a weight -3e30")):
+                         (np.where(np.arange(H) == 17, -3e30, w1), 1e-6, "a weight -3e30"),
+                         # row 7: max |r w| ~2^-130 (subnormal: not exact, the bound must not use
+                         # it) while max |r w| * inv ~2^-80 (inv ~2^50 from eps 1e-30)
+                         (w1 * 2.0**-60, 1e-30, "weights 2^-60, eps 1e-30")):
         check_prep(to_dev(rows), to_dev(zero), to_dev(w), eps, what)
         # the same rows as x + residual halves (the rounded sum is what the norm sees)
         check_prep(to_dev(np.array(rows) / 2), to_dev(np.array(rows) / 2), to_dev(w), eps, what + ", halves")
