@@ -407,9 +407,7 @@ struct EngineOptions {
   // Session 8's final run, standalone M = 1, % of copy at (K, N) = (4096, 14336) / (14336,
   // 4096) / (4096, 128256): fp8 with bf16 x 86 / 86 / 99, with fp16 x 89 / 88 / 101. The same
   // bits (the products are the bf16 ones times 2^c, exact; rows whose values span more than
-  // ~2^30 could differ in their smallest terms). Session 9 (H200, checkpoint A): 8B fp8 385 ->
-  // 354 tok/s, the norm +2.3 us per launch; session 10 prep: the norm in one pass and one barrier
-  // (k_add_rms_norm_xh, docs/notes/fp8e-s10-prep.md), unmeasured at the time of writing.
+  // ~2^30 could differ in their smallest terms). Unmeasured in the engine at the time of writing.
   bool quantized_x_prep = false;
 };
 

@@ -114,9 +114,62 @@ __global__ void __launch_bounds__(256) k_add_rms_norm(const llm::AddNormArgs a) 
 
 // The same with the row held in registers (H <= blockDim * N * NV, aligned rows): the
 // weights are read before waiting for the previous kernel, x and the residual in one
-// round of loads; the sums and roundings of k_add_rms_norm, so the same bits. (XH is unused:
-// the norm with the scaled fp16 copy is k_add_rms_norm_xh below; the parameter keeps this
-// kernel's name and code as they were.)
+// round of loads; the sums and roundings of k_add_rms_norm, so the same bits.
+//
+// XH (EngineOptions::quantized_x_prep, bf16): also the fp8 / int8 staged GEMV's scaled fp16 x
+// of the output row (the values of gemv_w8.cu's k_w8_xprep from the same bf16 output: the
+// largest |out| of the row lands in [2^14, 2^15) after the scaling by 2^c, c = 0 for a zero,
+// inf or NaN maximum; xinv = 2^-c), so the GEMV needs no decode of x to bf16 products.
+__device__ __forceinline__ int xprep_exponent(uint32_t mx) {
+  if (mx == 0 || mx >= 0x7f80u) return 0;
+  const int c = 14 - ilogbf(__uint_as_float(mx << 16));
+  return c < -126 ? -126 : (c > 126 ? 126 : c);
+}
+
+template <int N, int NV>
+__device__ __forceinline__ void store_xprep(const llm::AddNormArgs& a, int64_t row, const Vec<bf16, N> (&xv)[NV],
+                                            const Vec<bf16, N> (&wv)[NV], float inv) {
+  static_assert(N == 8, "16-byte vectors of bf16");
+  __shared__ uint32_t mxs[32];
+  const int64_t step = int64_t(blockDim.x) * N;
+  Vec<bf16, N> o[NV];
+  uint32_t mx = 0;
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int64_t i = int64_t(threadIdx.x) * N + k * step;
+    if (i < a.H) {
+#pragma unroll
+      for (int j = 0; j < N; ++j) {
+        o[k].v[j] = convert<bf16>(float(xv[k].v[j]) * inv * float(wv[k].v[j]));  // store_norm_reg's value
+        mx = max(mx, uint32_t(o[k].v[j].bits) & 0x7fffu);               // |bf16| orders as its bits
+      }
+    }
+  }
+  mx = __reduce_max_sync(0xffffffffu, mx);  // redux.sync (sm_80+)
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  if (lane == 0) mxs[warp] = mx;
+  __syncthreads();
+  mx = mxs[0];
+  for (int w = 1; w < nw; ++w) mx = max(mx, mxs[w]);
+  const int c = xprep_exponent(mx);
+  const float sc = __uint_as_float(uint32_t(c + 127) << 23);
+  if (threadIdx.x == 0) a.xinv[row] = __uint_as_float(uint32_t(127 - c) << 23);
+  f16* xh = static_cast<f16*>(a.xh) + row * a.H;
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int64_t i = int64_t(threadIdx.x) * N + k * step;
+    if (i < a.H) {
+      uint32_t w4[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const __half2 h = __floats2half2_rn(float(o[k].v[2 * j]) * sc, float(o[k].v[2 * j + 1]) * sc);
+        w4[j] = *reinterpret_cast<const uint32_t*>(&h);
+      }
+      *reinterpret_cast<uint4*>(xh + i) = make_uint4(w4[0], w4[1], w4[2], w4[3]);
+    }
+  }
+}
+
 template <class T, int NV, bool XH = false>
 __global__ void __launch_bounds__(256) k_add_rms_norm_reg(const llm::AddNormArgs a) {
   __shared__ float sh[32];
@@ -154,163 +207,7 @@ __global__ void __launch_bounds__(256) k_add_rms_norm_reg(const llm::AddNormArgs
   }
   const float inv = rsqrtf(row_sum(ss, sh) / float(a.H) + a.eps);
   store_norm_reg(static_cast<T*>(a.out) + row * a.H, rv, wv, inv, a.H);
-}
-
-// ---- the same norm with the fp8 / int8 staged GEMV's scaled fp16 x (quantized_x_prep) ----
-// xh = fp16_rn(h * 2^c), xinv[row] = 2^-c for the bf16 output h of k_add_rms_norm_reg (same
-// bits), c = xprep_exponent(max |h| of the row): k_w8_xprep's rule (gemv_w8.cu: the largest
-// |h| lands in [2^14, 2^15); c = 0 for a zero, inf or NaN maximum).
-__device__ __forceinline__ int xprep_exponent(uint32_t mx) {
-  if (mx == 0 || mx >= 0x7f80u) return 0;
-  const int c = 14 - ilogbf(__uint_as_float(mx << 16));
-  return c < -126 ? -126 : (c > 126 ? 126 : c);
-}
-
-// c without a second block reduction. Every h_i = bf16_rn(fl(fl(r_i * inv) * w_i)) (r the
-// rounded residual sum, w the weight; no fused multiply-add: store_norm_reg's expression). r_i
-// and w_i are bf16, so P = max_i |r_i * w_i| is exact in fp32 when normal; it comes out of the
-// sum of squares' block reduction (one more value per warp, the same barrier). With P normal,
-// P * inv in [2^-90, 2^120] and every |w_i| <= 2^20 (no underflow or overflow on the way), each
-// fl(fl(r_i * inv) * w_i) is within (1 +- 2^-24)^2 of r_i * w_i * inv, so max_i of them lies in
-// [lo, hi] = P * inv * (1 -+ 2^-18) and, rounding to bf16 being monotonic, max |h| in
-// [bf16_rn(lo), bf16_rn(hi)]: when both give the same c, that is the c of max |h|. Otherwise
-// (max |h| may round across a power of 2, or a zero / inf / NaN / extreme row, or eps < 0:
-// decided per row from block-uniform values, so the same way every run) kXOpen: the exact
-// maximum is reduced. (eps >= 0 keeps every |r_i * inv| <= sqrt(H) * (1 + ...), so no
-// intermediate overflows either.)
-constexpr int kXOpen = 1 << 20;
-// The exponent field of bf16_rn(v) for a finite v > 0 (the rounding of the bf16 constructor
-// without its NaN case; a carry into the exponent is the round-up to the next power of 2).
-__device__ __forceinline__ uint32_t bf16_exp_field(float v) {
-  const uint32_t u = __float_as_uint(v);
-  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 23;
-}
-__device__ __forceinline__ int xprep_exponent_bound(uint32_t pbits, float inv, float eps) {
-  const float p = __fmul_rn(__uint_as_float(pbits), inv);
-  // p in [2^-90, 2^120]: lo and hi are normal and below bf16's largest finite value, so their
-  // ilogb is the exponent field - 127 (xprep_exponent's rule: c = 14 - ilogb, no clamp reached)
-  // P normal: the largest product exact (a subnormal one may be rounded by more than the margin)
-  const bool ok = pbits >= 0x00800000u && pbits < 0x7f800000u && eps >= 0.f && p >= 0x1p-90f && p <= 0x1p120f;
-  const uint32_t elo = bf16_exp_field(__fmul_rn(p, 1.0f - 0x1p-18f));
-  const uint32_t ehi = bf16_exp_field(__fmul_rn(p, 1.0f + 0x1p-18f));
-  return ok && elo == ehi ? 141 - int(elo) : kXOpen;  // inf / NaN product or a weight above 2^20: open
-}
-
-// One pass over the row in registers (bf16, 16-byte vectors, H <= blockDim * 8 * NV): the
-// weights before the PDL wait, x and the residual in one round of loads, the residual sum
-// stored, the sum of squares and max |r * w| reduced together (one barrier: k_add_rms_norm_reg
-// has two), then h, xh and xinv stored from the same registers. Only a row whose bound
-// leaves c open pays a second reduction (redux.sync + one barrier) of the exact max |h|.
-template <int NV>
-__global__ void __maxnreg__(104) k_add_rms_norm_xh(const llm::AddNormArgs a) {
-  constexpr int N = 8;
-  __shared__ float sh[32];
-  __shared__ uint32_t shp[32], mxs[32];
-  const int64_t row = blockIdx.x;
-  const int64_t step = int64_t(blockDim.x) * N;
-  Vec<bf16, N> wv[NV], xv[NV], rv[NV];
-  load_row_reg(wv, static_cast<const bf16*>(a.w), a.H);
-  uint32_t wm = 0;  // the largest |w| of this thread's elements, per bf16 half (weights: before the wait)
-#pragma unroll
-  for (int k = 0; k < NV; ++k)
-    if (int64_t(threadIdx.x) * N + k * step < a.H)
-#pragma unroll
-      for (int j = 0; j < N / 2; ++j)
-        wm = __vmaxu2(wm, (uint32_t(wv[k].v[2 * j].bits) | uint32_t(wv[k].v[2 * j + 1].bits) << 16) & 0x7fff7fffu);
-  const bool wbig = (wm & 0xffffu) > 0x4980u || (wm >> 16) > 0x4980u;  // some |w| > 2^20, or NaN
-  pdl_trigger();
-  pdl_wait();
-  const bf16* x = static_cast<const bf16*>(a.x) + row * a.x_rs;
-  const bf16* res = static_cast<const bf16*>(a.res) + row * a.res_rs;
-#pragma unroll
-  for (int k = 0; k < NV; ++k) {
-    const int64_t i = int64_t(threadIdx.x) * N + k * step;
-    if (i < a.H) {
-      xv[k] = *reinterpret_cast<const Vec<bf16, N>*>(x + i);
-      rv[k] = *reinterpret_cast<const Vec<bf16, N>*>(res + i);
-    }
-  }
-  float ss = 0.f, pf = 0.f;  // pf: max |r * w| of this thread (a NaN product comes from a NaN / inf r or a
-                             // NaN w, which the bound's other tests catch: fmaxf may drop it)
-  bf16* ro = static_cast<bf16*>(a.res_out) + row * a.H;
-#pragma unroll
-  for (int k = 0; k < NV; ++k) {
-    const int64_t i = int64_t(threadIdx.x) * N + k * step;
-    if (i < a.H) {
-#pragma unroll
-      for (int j = 0; j < N; ++j) {
-        rv[k].v[j] = convert<bf16>(float(xv[k].v[j]) + float(rv[k].v[j]));
-        const float f = float(rv[k].v[j]);
-        ss = fmaf(f, f, ss);
-        pf = fmaxf(pf, fabsf(__fmul_rn(f, float(wv[k].v[j]))));  // exact: a product of two bf16
-      }
-      *reinterpret_cast<Vec<bf16, N>*>(ro + i) = rv[k];
-    }
-  }
-  uint32_t pm = wbig ? 0x7f800000u : __float_as_uint(pf);  // non-negative floats order as their bits
-  // row_sum's order (butterfly per warp, then the warps' sums in order from 0), one barrier
-  ss = warp_sum(ss);
-  pm = __reduce_max_sync(0xffffffffu, pm);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-  if (lane == 0) sh[warp] = ss, shp[warp] = pm;
-  __syncthreads();
-  // all 8 slots read at once (blockDim.x <= 256); those of absent warps (never written) are
-  // replaced by +0 / 0 before use: t + 0 == t for the non-negative or NaN sums here
-  float t = 0.f;
-#pragma unroll
-  for (int w = 0; w < 8; ++w) {
-    const float v = sh[w];
-    const uint32_t u = shp[w];
-    t += w < nw ? v : 0.f;
-    pm = max(pm, w < nw ? u : 0u);
-  }
-  if (nw == 1) t = ss;  // row_sum returns the warp's sum as it is for one warp
-  const float inv = rsqrtf(t / float(a.H) + a.eps);
-  int c = xprep_exponent_bound(pm, inv, a.eps);
-  // h (store_norm_reg's expression and rounding)
-  bf16* out = static_cast<bf16*>(a.out) + row * a.H;
-#pragma unroll
-  for (int k = 0; k < NV; ++k) {
-    const int64_t i = int64_t(threadIdx.x) * N + k * step;
-    if (i < a.H) {
-#pragma unroll
-      for (int j = 0; j < N; ++j) xv[k].v[j] = convert<bf16>(float(rv[k].v[j]) * inv * float(wv[k].v[j]));
-      *reinterpret_cast<Vec<bf16, N>*>(out + i) = xv[k];
-    }
-  }
-  if (c == kXOpen) {  // block-uniform: the exact max |h| (k_w8_xprep's reduction of the same values)
-    uint32_t mx = 0;
-#pragma unroll
-    for (int k = 0; k < NV; ++k)
-      if (int64_t(threadIdx.x) * N + k * step < a.H)
-#pragma unroll
-        for (int j = 0; j < N; ++j) mx = max(mx, uint32_t(xv[k].v[j].bits) & 0x7fffu);  // |bf16| orders as its bits
-    mx = __reduce_max_sync(0xffffffffu, mx);
-    if (lane == 0) mxs[warp] = mx;
-    __syncthreads();
-#pragma unroll
-    for (int w = 0; w < 8; ++w) {
-      const uint32_t u = mxs[w];
-      mx = max(mx, w < nw ? u : 0u);
-    }
-    c = xprep_exponent(mx);
-  }
-  const float sc = __uint_as_float(uint32_t(c + 127) << 23);
-  if (threadIdx.x == 0) a.xinv[row] = __uint_as_float(uint32_t(127 - c) << 23);
-  f16* xh = static_cast<f16*>(a.xh) + row * a.H;
-#pragma unroll
-  for (int k = 0; k < NV; ++k) {
-    const int64_t i = int64_t(threadIdx.x) * N + k * step;
-    if (i < a.H) {
-      uint32_t w4[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const __half2 h = __floats2half2_rn(float(xv[k].v[2 * j]) * sc, float(xv[k].v[2 * j + 1]) * sc);
-        w4[j] = *reinterpret_cast<const uint32_t*>(&h);
-      }
-      *reinterpret_cast<uint4*>(xh + i) = make_uint4(w4[0], w4[1], w4[2], w4[3]);
-    }
-  }
+  if constexpr (XH) store_xprep(a, row, rv, wv, inv);
 }
 
 // ---- SwiGLU of a [rows, 2 I] gate/up product (quantized weights: after gemv_quantized) ----
@@ -410,7 +307,7 @@ void llm_add_rms_norm(const llm::AddNormArgs& a, void* stream) {
     if (a.xh || a.xinv) {  // the scaled fp16 copy too (llm_add_rms_norm_xprep_ok)
       if constexpr (std::is_same_v<T, bf16>) {
         if (a.xh && a.xinv && a.vec && per <= int64_t(threads) * 4) {
-          launch_ex(k_add_rms_norm_xh<4>, grid, block, st, a.pdl, "llm_add_rms_norm", a);
+          launch_ex(k_add_rms_norm_reg<T, 4, true>, grid, block, st, a.pdl, "llm_add_rms_norm", a);
           return;
         }
       }

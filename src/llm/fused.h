@@ -132,7 +132,7 @@ struct AddNormArgs {
   DType dtype = DType::bf16;
   bool vec = false;
   bool pdl = false;
-  // EngineOptions::quantized_x_prep (bf16, k_add_rms_norm_xh, H <= 8192): also xh [rows, H]
+  // EngineOptions::quantized_x_prep (bf16, the row-in-registers kernel only): also xh [rows, H]
   // fp16 = out * 2^c_r and xinv[r] = 2^-c_r, the fp8 / int8 staged GEMV's scaled x (the values
   // of its x kernel k_w8_xprep, src/cuda/gemv_w8.cu); nullptr: not written
   void* xh = nullptr;
