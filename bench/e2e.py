@@ -171,6 +171,10 @@ def gk_engine(eng):
             opt["env"].update(ENV_OPTIONS[f])
         elif re.fullmatch(r"w4v\d\d?", f):  # the staged 4-bit GEMV's variant (GPUKIT_GEMV_W4_VARIANT)
             opt["env"]["GPUKIT_GEMV_W4_VARIANT"] = f[3:]
+        elif re.fullmatch(r"w4s\d\d?", f):  # the 4-bit GEMV's variant for the short projections (GPUKIT_GEMV_W4_SMALL)
+            opt["env"]["GPUKIT_GEMV_W4_SMALL"] = f[3:]
+        elif re.fullmatch(r"w8s\d+(-\d+){2,9}", f):  # the 8-bit GEMV's knob for the short projections, '-' for ','
+            opt["env"]["GPUKIT_GEMV_W8_SMALL"] = f[3:].replace("-", ",")
         elif re.fullmatch(r"dec\d\d?", f):  # the decode attention's variant (attention_decode, GPUKIT_DECODE_SPLIT)
             opt["env"]["GPUKIT_DECODE_SPLIT"] = f"32,1024,128,{int(f[3:])}"
         elif f in ("famma", "nofamma"):  # the fused attention's tensor-core scores and 16-byte P V

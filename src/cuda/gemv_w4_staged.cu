@@ -260,8 +260,14 @@ void launch_xp(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
 // GPUKIT_GEMV_W4_VARIANT=V (a benchmarking switch for the engine, e.g. bench/e2e.py's +w4vV): where the
 // process-wide variant (gk._C._gemv_set_variant) is 0, this kernel runs variant V's configuration (PDL as the
 // default's). V: 0, or 3..62 except the probes 7, 16, 56 (wrong results) and 1 / 2 (other kernels / no PDL).
-int w4_env_variant() {
-  const char* e = std::getenv("GPUKIT_GEMV_W4_VARIANT");
+// GPUKIT_GEMV_W4_SMALL=V (session 10, the same values): variant V's configuration for shapes of at most
+// kW4SmallWeights weights only (the 8B model's o and q/k/v projections, not its gate/up, down or lm head), where
+// neither the process variant nor GPUKIT_GEMV_W4_VARIANT names one.
+constexpr int64_t kW4SmallWeights = int64_t(32) << 20;
+
+template <int Which>
+int w4_env_variant_of(const char* name) {
+  const char* e = std::getenv(name);
   if (!e || !*e) return 0;
   thread_local std::string last;
   thread_local int v = 0;
@@ -269,12 +275,17 @@ int w4_env_variant() {
     char* end = nullptr;
     const long r = std::strtol(e, &end, 10);
     if (end == e || *end != '\0' || (r != 0 && (r < 3 || r > 62 || r == 7 || r == 16 || r == 56)))
-      throw ValueError(cat("GPUKIT_GEMV_W4_VARIANT: expected 0 or a variant 3..62 other than the probes 7, 16, 56, got '",
-                           e, "'"));
+      throw ValueError(cat(name, ": expected 0 or a variant 3..62 other than the probes 7, 16, 56, got '", e, "'"));
     v = int(r);
     last = e;
   }
   return v;
+}
+int w4_env_variant() { return w4_env_variant_of<0>("GPUKIT_GEMV_W4_VARIANT"); }
+int w4_variant_for(const QGemvArgs& p) {
+  if (p.variant != 0) return p.variant;
+  if (const int v = w4_env_variant(); v != 0) return v;
+  return p.n * p.k <= kW4SmallWeights ? w4_env_variant_of<1>("GPUKIT_GEMV_W4_SMALL") : 0;
 }
 
 // Variants 59 / 60 (int4 g128, bf16 x; session 8): at M = 1, k_w4 MODE 13 on stages of 2 blocks (KB = 2) with a
@@ -294,7 +305,7 @@ void launch_kb2(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
 
 template <class T, class F>
 void launch_f(const QGemvArgs& p, cudaStream_t st) {
-  W4Cfg c = w4_cfg(p.variant == 0 ? w4_env_variant() : p.variant);
+  W4Cfg c = w4_cfg(w4_variant_for(p));
   constexpr bool kG128 = std::is_same_v<T, bf16> && F::G == 128 && !F::kNvf4;
   if constexpr (!kG128 && kXPairOthers)
     if (w4_is_default(c)) c = w4_cfg(52);

@@ -89,25 +89,25 @@ struct W8Cfg {
   int fr = 0;  // full ring (w8_full_depth): bit 1 for N > K, bit 2 for N <= K (0: as the caller asks)
 };
 
-W8Cfg parse_w8(const char* e) {
+W8Cfg parse_w8(const char* e, const char* name = "GPUKIT_GEMV_W8") {
   W8Cfg c;
   int kb = 0, d = 0, wt = 0, rt = 1, xs = kW8XsDefault, xp = 0, sp = 1, pf = 0, pd = 0, fr = 0;
   const int got =
       std::sscanf(e, "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", &kb, &d, &wt, &rt, &xs, &xp, &sp, &pf, &pd, &fr);
   if (got < 3)
-    throw ValueError(cat("GPUKIT_GEMV_W8: expected KB,D,WT[,RT[,XS[,XP[,SP[,PF[,PD[,FR]]]]]]], got '", e, "'"));
-  if (fr < 0 || fr > 3) throw ValueError(cat("GPUKIT_GEMV_W8: FR is a mask 0..3, got '", e, "'"));
+    throw ValueError(cat(name, ": expected KB,D,WT[,RT[,XS[,XP[,SP[,PF[,PD[,FR]]]]]]], got '", e, "'"));
+  if (fr < 0 || fr > 3) throw ValueError(cat(name, ": FR is a mask 0..3, got '", e, "'"));
   const bool ok = rt == 1 ? (kb == 2 && (d == 4 || d == 6)) || (kb == 4 && (d == 2 || d == 3 || d == 4)) ||
                                 (kb == 8 && d == 2)
                           : rt == 2 && ((kb == 4 && d == 3) || (kb == 2 && d == 4));
-  if (!ok) throw ValueError(cat("GPUKIT_GEMV_W8: unsupported stage / depth / row tiles ", kb, ",", d, ",", rt));
+  if (!ok) throw ValueError(cat(name, ": unsupported stage / depth / row tiles ", kb, ",", d, ",", rt));
   c.kb = kb;
   c.d = d;
   c.wt = wt < 1 ? 1 : (wt > 64 ? 64 : wt);
   c.rt = rt;
   c.xs = xs < -1 ? -1 : (xs > 3 ? 3 : xs);
   if (xp != 0 && !(rt == 1 && kb == 4 && d >= 2 && d <= 4))
-    throw ValueError(cat("GPUKIT_GEMV_W8: XP needs KB 4, D 2, 3 or 4 and one row tile, got '", e, "'"));
+    throw ValueError(cat(name, ": XP needs KB 4, D 2, 3 or 4 and one row tile, got '", e, "'"));
   c.xp = xp != 0;
   c.sp = sp != 0;
   c.pd = pd < 0 ? 0 : (pd > 64 ? 64 : pd);  // < 256: p.group packs both
@@ -136,17 +136,30 @@ W8Cfg w8_default(int64_t n, int64_t k, int eb) {
   return c;
 }
 
-// The knob (a benchmarking switch, parsed again only when the variable changes) or the default.
-W8Cfg w8_config(int64_t n, int64_t k, int eb) {
-  const char* e = std::getenv("GPUKIT_GEMV_W8");
-  if (!e || !*e) return w8_default(n, k, eb);
+// A knob's value, parsed again only when the variable changes.
+template <int Which>
+const W8Cfg& w8_knob(const char* e, const char* name) {
   thread_local std::string last;
   thread_local W8Cfg cfg;
   if (last != e) {
-    cfg = parse_w8(e);
+    cfg = parse_w8(e, name);
     last = e;
   }
   return cfg;
+}
+
+// Weight bytes up to which GPUKIT_GEMV_W8_SMALL applies: the 8B model's o (16 MiB) and q/k/v
+// (24 MiB) projections in 8 bits, not its gate/up, down or lm head.
+constexpr int64_t kW8SmallBytes = int64_t(32) << 20;
+
+// The knob (GPUKIT_GEMV_W8, a benchmarking switch: every shape), else GPUKIT_GEMV_W8_SMALL (the
+// same fields, for shapes of at most kW8SmallBytes of weights only: a benchmarking switch for
+// the engine's short projections, session 10), else the default.
+W8Cfg w8_config(int64_t n, int64_t k, int eb) {
+  if (const char* e = std::getenv("GPUKIT_GEMV_W8"); e && *e) return w8_knob<0>(e, "GPUKIT_GEMV_W8");
+  if (n * k * eb <= kW8SmallBytes)
+    if (const char* e = std::getenv("GPUKIT_GEMV_W8_SMALL"); e && *e) return w8_knob<1>(e, "GPUKIT_GEMV_W8_SMALL");
+  return w8_default(n, k, eb);
 }
 
 constexpr int kW8SmemMax = 200 * 1024;    // dynamic shared memory of one CTA at most

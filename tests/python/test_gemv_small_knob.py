@@ -1,0 +1,111 @@
+"""The short-projection switches of the decode GEMVs (session 10; benchmarking switches for the engine):
+GPUKIT_GEMV_W8_SMALL (GPUKIT_GEMV_W8's fields, for 8-bit weights of at most 32 MiB) and GPUKIT_GEMV_W4_SMALL (a
+variant of the staged 4-bit GEMV, for at most 32 Mi weights), and bench/e2e.py's engine options +w8s... / +w4s...
+that set them. On the GPU: a bad value is refused only where the switch applies (so the size gate is the one
+documented), and a good value gives results within the default's float64 bound. The e2e options: no GPU."""
+import importlib.util
+import math
+import os
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+import gpukit as gk
+from w4_ref import check_exact, f64, make_w4, make_x
+
+RNG = np.random.default_rng(1010)
+cuda_only = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _e2e():
+    path = pathlib.Path(__file__).resolve().parents[2] / "bench" / "e2e.py"
+    sys.path.insert(0, str(path.parent))  # e2e.py imports bench/common.py
+    try:
+        spec = importlib.util.spec_from_file_location("gk_bench_e2e_small", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(path.parent))
+    return mod
+
+
+def test_e2e_options_set_the_switches():
+    e2e = _e2e()
+    base, opt = e2e.gk_engine("gk-graph+w8s4-3-16-1-3-0-0")
+    assert base == "gk-graph" and opt["env"] == {"GPUKIT_GEMV_W8_SMALL": "4,3,16,1,3,0,0"}
+    base, opt = e2e.gk_engine("gk-graph+w4s53")
+    assert base == "gk-graph" and opt["env"] == {"GPUKIT_GEMV_W4_SMALL": "53"}
+    both = e2e.gk_engine("gk-graph+w4s48+w8s4-2-24")[1]["env"]
+    assert both == {"GPUKIT_GEMV_W4_SMALL": "48", "GPUKIT_GEMV_W8_SMALL": "4,2,24"}
+    env = e2e.gk_engine("gk-graph")[1]["env"]
+    assert "GPUKIT_GEMV_W8_SMALL" not in env and "GPUKIT_GEMV_W4_SMALL" not in env
+
+
+class _Env:
+    def __init__(self, name, value):
+        self.name, self.value = name, value
+
+    def __enter__(self):
+        self.old = os.environ.get(self.name)
+        os.environ[self.name] = self.value
+
+    def __exit__(self, *exc):
+        if self.old is None:
+            os.environ.pop(self.name, None)
+        else:
+            os.environ[self.name] = self.old
+        return False
+
+
+def _w8(fmt, n, k):
+    w = (RNG.standard_normal((n, k)) / math.sqrt(k)).astype(np.float32)
+    q, s = getattr(gk, f"quantize_{fmt}")(gk.asarray(w))
+    qc, sc = q.to("cuda"), s.to("cuda")
+    fn = getattr(gk, f"gemv_{fmt}")
+    return (lambda x: fn(x, qc, sc, out_dtype="float32")), f64(getattr(gk, f"dequantize_{fmt}")(q, s))
+
+
+@cuda_only
+@pytest.mark.parametrize("fmt", ["fp8", "int8"])
+def test_w8_small_gate_and_results(fmt):
+    """32 MiB gate: (6144, 4096) and (4096, 4096) take the switch (a bad value is refused), (4096, 14336) = 56 MiB
+    does not; valid values (ring of 3, ring of 4, 24 warps per SM, stages of 2 blocks) stay within the bound at
+    M = 1 and M = 3, odd N included."""
+    x, xs = make_x(RNG, 4096, "bfloat16", m=3)
+    for n in (6144, 4096, 1001):
+        fn, deq = _w8(fmt, n, 4096)
+        with _Env("GPUKIT_GEMV_W8_SMALL", "nonsense"):
+            with pytest.raises(ValueError, match="GPUKIT_GEMV_W8_SMALL"):
+                fn(x)
+        for cfg in ("4,3,16,1,3,0,0", "4,4,16,1,3,0,0", "4,2,24,1,3,0,0", "2,4,16,1,3,0,0"):
+            with _Env("GPUKIT_GEMV_W8_SMALL", cfg):
+                check_exact(f"{fmt} n {n} cfg {cfg} M=3", fn(x), xs, deq)
+                check_exact(f"{fmt} n {n} cfg {cfg} M=1", fn(x[:1]), xs[:1], deq)
+    xb, xbs = make_x(RNG, 14336, "bfloat16", m=1)
+    fn, deq = _w8(fmt, 4096, 14336)
+    with _Env("GPUKIT_GEMV_W8_SMALL", "nonsense"):
+        check_exact(f"{fmt} (4096, 14336): the switch does not apply", fn(xb), xbs, deq)
+
+
+@cuda_only
+def test_w4_small_gate_and_results():
+    """int4 g128 with bf16 x: (6144, 4096) takes GPUKIT_GEMV_W4_SMALL (a bad value is refused), (4096, 14336) = 56 Mi
+    weights does not; variants 48, 52-55, 57, 58 and 60 as the small variant stay within the bound; the process
+    variant and GPUKIT_GEMV_W4_VARIANT take precedence (a bad small value is not read then)."""
+    fn, deq = make_w4(RNG, "int4_128", 6144, 4096)
+    x, xs = make_x(RNG, 4096, "bfloat16", m=2)
+    with _Env("GPUKIT_GEMV_W4_SMALL", "7"):
+        with pytest.raises(ValueError, match="GPUKIT_GEMV_W4_SMALL"):
+            fn(x, out_dtype="float32")
+        with _Env("GPUKIT_GEMV_W4_VARIANT", "48"):
+            check_exact("GPUKIT_GEMV_W4_VARIANT first", fn(x, out_dtype="float32"), xs, deq)
+    for v in ("48", "52", "53", "54", "55", "57", "58", "60"):
+        with _Env("GPUKIT_GEMV_W4_SMALL", v):
+            check_exact(f"small variant {v} M=2", fn(x, out_dtype="float32"), xs, deq)
+            check_exact(f"small variant {v} M=1", fn(x[:1], out_dtype="float32"), xs[:1], deq)
+    fb, deqb = make_w4(RNG, "int4_128", 4096, 14336)
+    xb, xbs = make_x(RNG, 14336, "bfloat16", m=1)
+    with _Env("GPUKIT_GEMV_W4_SMALL", "7"):
+        check_exact("(4096, 14336): the switch does not apply", fb(xb, out_dtype="float32"), xbs, deqb)
