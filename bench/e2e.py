@@ -88,7 +88,10 @@ Environment knobs of other areas for one engine's run (set before it, restored a
 w8a (GPUKIT_GEMV_W8=4,3,16,1,0: the 8-bit GEMVs' configuration of session 5's checkpoint A,
 before the default became 4,2,16,1,3,0,0), dec<N> (GPUKIT_DECODE_SPLIT=32,1024,128,N: the
 decode attention's variant N, e.g. dec24 the cluster kernel that B = 1 took at that checkpoint,
-dec18 the CTA group units the default takes now).
+dec18 the CTA group units the default takes now), w4v<V> (GPUKIT_GEMV_W4_VARIANT=V: the staged 4-bit
+GEMV's variant at every shape), w4s<V> (GPUKIT_GEMV_W4_SMALL=V: that variant for the short projections
+only, at most 32 Mi weights: o and q/k/v of the 8B model), w8s<KB-D-WT[-RT...]> (GPUKIT_GEMV_W8_SMALL
+with '-' for ',': GPUKIT_GEMV_W8's fields for 8-bit weights of at most 32 MiB only).
 Each gk run prints the node count of its captured decode step.
 """
 from __future__ import annotations
