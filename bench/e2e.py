@@ -91,7 +91,8 @@ decode attention's variant N, e.g. dec24 the cluster kernel that B = 1 took at t
 dec18 the CTA group units the default takes now), w4v<V> (GPUKIT_GEMV_W4_VARIANT=V: the staged 4-bit
 GEMV's variant at every shape), w4s<V> (GPUKIT_GEMV_W4_SMALL=V: that variant for the short projections
 only, at most 32 Mi weights: o and q/k/v of the 8B model), w8s<KB-D-WT[-RT...]> (GPUKIT_GEMV_W8_SMALL
-with '-' for ',': GPUKIT_GEMV_W8's fields for 8-bit weights of at most 32 MiB only).
+with '-' for ',': GPUKIT_GEMV_W8's fields for 8-bit weights of at most 32 MiB only), w8k<KB-D-WT...>
+(GPUKIT_GEMV_W8 itself, every shape).
 Each gk run prints the node count of its captured decode step.
 """
 from __future__ import annotations
@@ -176,8 +177,10 @@ def gk_engine(eng):
             opt["env"]["GPUKIT_GEMV_W4_VARIANT"] = f[3:]
         elif re.fullmatch(r"w4s\d\d?", f):  # the 4-bit GEMV's variant for the short projections (GPUKIT_GEMV_W4_SMALL)
             opt["env"]["GPUKIT_GEMV_W4_SMALL"] = f[3:]
-        elif re.fullmatch(r"w8s\d+(-\d+){2,9}", f):  # the 8-bit GEMV's knob for the short projections, '-' for ','
+        elif re.fullmatch(r"w8s\d+(-\d+){2,10}", f):  # the 8-bit GEMV's knob for the short projections, '-' for ','
             opt["env"]["GPUKIT_GEMV_W8_SMALL"] = f[3:].replace("-", ",")
+        elif re.fullmatch(r"w8k\d+(-\d+){2,10}", f):  # the 8-bit GEMV's knob (GPUKIT_GEMV_W8, every shape), '-' for ','
+            opt["env"]["GPUKIT_GEMV_W8"] = f[3:].replace("-", ",")
         elif re.fullmatch(r"dec\d\d?", f):  # the decode attention's variant (attention_decode, GPUKIT_DECODE_SPLIT)
             opt["env"]["GPUKIT_DECODE_SPLIT"] = f"32,1024,128,{int(f[3:])}"
         elif f in ("famma", "nofamma"):  # the fused attention's tensor-core scores and 16-byte P V

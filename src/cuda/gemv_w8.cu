@@ -87,15 +87,17 @@ struct W8Cfg {
   int pf = 0;  // stages per row prefetched into L2 before waiting for the previous kernel
   int pd = 0;  // in the loop: each stage's copy also prefetches the stage pd ahead into L2 (0: off)
   int fr = 0;  // full ring (w8_full_depth): bit 1 for N > K, bit 2 for N <= K (0: as the caller asks)
+  int ne = 0;  // 1: no copies before the PDL wait (the ring's first stages issued after it; session 10)
 };
 
 W8Cfg parse_w8(const char* e, const char* name = "GPUKIT_GEMV_W8") {
   W8Cfg c;
-  int kb = 0, d = 0, wt = 0, rt = 1, xs = kW8XsDefault, xp = 0, sp = 1, pf = 0, pd = 0, fr = 0;
+  int kb = 0, d = 0, wt = 0, rt = 1, xs = kW8XsDefault, xp = 0, sp = 1, pf = 0, pd = 0, fr = 0, ne = 0;
   const int got =
-      std::sscanf(e, "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", &kb, &d, &wt, &rt, &xs, &xp, &sp, &pf, &pd, &fr);
+      std::sscanf(e, "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", &kb, &d, &wt, &rt, &xs, &xp, &sp, &pf, &pd, &fr, &ne);
   if (got < 3)
-    throw ValueError(cat(name, ": expected KB,D,WT[,RT[,XS[,XP[,SP[,PF[,PD[,FR]]]]]]], got '", e, "'"));
+    throw ValueError(cat(name, ": expected KB,D,WT[,RT[,XS[,XP[,SP[,PF[,PD[,FR[,NE]]]]]]]], got '", e, "'"));
+  if (ne != 0 && ne != 1) throw ValueError(cat(name, ": NE is 0 or 1, got '", e, "'"));
   if (fr < 0 || fr > 3) throw ValueError(cat(name, ": FR is a mask 0..3, got '", e, "'"));
   const bool ok = rt == 1 ? (kb == 2 && (d == 4 || d == 6)) || (kb == 4 && (d == 2 || d == 3 || d == 4)) ||
                                 (kb == 8 && d == 2)
@@ -114,6 +116,7 @@ W8Cfg parse_w8(const char* e, const char* name = "GPUKIT_GEMV_W8") {
   // the prologue's prefetch reaches the loop's first one unless PF says otherwise
   c.pf = pf > 0 ? (pf > 64 ? 64 : pf) : std::max(c.pd - (d - 1), 0);
   c.fr = fr;
+  c.ne = ne;
   return c;
 }
 
@@ -283,10 +286,11 @@ template <class F>
 void launch_w8(const KArgs& p_in, int split, cudaStream_t st, int xs_depth = 0, int full_mask = 0) {
   const W8Cfg c = w8_config(p_in.n, p_in.k, F::EB);
   KArgs p = p_in;
-  p.group = c.pf + 256 * c.pd;  // k_w8: L2 prefetch before the wait (stages) and distance in the loop
+  // k_w8: L2 prefetch before the wait (stages), distance in the loop, no copies before the wait
+  p.group = c.pf + 256 * c.pd + 65536 * c.ne;
   const W8Plan pl = w8_plan(p.n, p.k, F::EB, c);
   if (const int fd = xs_depth == 0 ? w8_full_depth<F>(p, pl, split, c, full_mask | c.fr) : 0; fd > 0) {
-    p.group = 0;  // nothing left to prefetch into L2: every byte is in flight before the wait
+    p.group = 65536 * c.ne;  // nothing left to prefetch into L2: every byte is in flight before the wait (NE: after)
     if (fd == 2) launch_kd<F, 4, 2, 1, 0, false, true>(p, pl.nw, split, 0, st, c.sp);
     else if (fd == 3) launch_kd<F, 4, 3, 1, 0, false, true>(p, pl.nw, split, 0, st, c.sp);
     else launch_kd<F, 4, 4, 1, 0, false, true>(p, pl.nw, split, 0, st, c.sp);

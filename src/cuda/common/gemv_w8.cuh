@@ -215,7 +215,7 @@ constexpr int w8_xring_pitch(int kb) { return kb * 128 + 16; }
 // XP (XM 0 only): the B operands of the next stage are loaded one stage ahead (registers), so
 // the x load's latency is not on a warp's path from one stage to the next.
 // The row scales (and the x kernel's 2^-c) are loaded at the start, not after the last stage.
-// p.group (unused otherwise by this kernel; 0 by default): PF + 256 PD, PF stages per row
+// p.group (unused otherwise by this kernel; 0 by default): PF + 256 PD + 65536 NE, PF stages per row
 // prefetched into L2 before the wait, PD how many stages ahead of each cp.async stage an L2
 // prefetch runs in the loop (0: none).
 // FR (full ring; XM 0, no XP, p.group 0): the ring holds all of a warp's stages (the launch
@@ -263,7 +263,8 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
   // PD > 0 (the knob's; p.group >> 8): each issue also prefetches the stage PD stages ahead of it
   // into L2 (lane r < 16 RT: its row r, one bulk prefetch), so more bytes are requested from
   // memory than the ring holds
-  const int pd = int(p.group >> 8), pf = int(p.group & 0xff);
+  const int pd = int((p.group >> 8) & 0xff), pf = int(p.group & 0xff);
+  const bool late = (p.group >> 16) & 1;  // NE (the knob's 11th field): no copies before the PDL wait
   const uint8_t* pfrow = p.q + (row0 + lane < p.n ? row0 + lane : p.n - 1) * p.q_rs;
   auto issue = [&](int st) {
     if (pd > 0 && lane < 16 * RT) {
@@ -314,8 +315,10 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
     }
 
   pdl_trigger();
+  if (!late) {
 #pragma unroll
-  for (int st = 0; st < (FR ? D : D - 1); ++st) issue(st);
+    for (int st = 0; st < (FR ? D : D - 1); ++st) issue(st);
+  }
   // PF > 0 (the knob's; p.group & 255): the next PF stages of each row prefetched into L2 before
   // the wait as well (one bulk prefetch per row), so that more than the ring is requested
   // while the previous kernel finishes
@@ -325,6 +328,10 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
       asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(pfrow + off), "r"(uint32_t(end - off)) : "memory");
   }
   pdl_wait();
+  if (late) {
+#pragma unroll
+    for (int st = 0; st < (FR ? D : D - 1); ++st) issue(st);
+  }
   float xg[2] = {1.0f, 1.0f};  // 2^-c of the lane's columns 2t, 2t + 1 (the x kernel's; read after the wait)
   if constexpr (!XS && !XR) {
 #pragma unroll
