@@ -376,13 +376,16 @@ def test_fused_graph(fmt):
     input = the new eager result; the PDL chain (on) against the chain without PDL."""
     hdim, inter = 4096, 6144
     wgu = quant(fmt, 2 * inter, hdim, 21, "cuda")
-    q, s, z, g = wgu
-    wgu = (q, s, z, g)
-    wd_q = gk.quantize_int4(gk.asarray(np.random.default_rng(22).standard_normal((hdim, inter)).astype(np.float32)
-                                       / np.float32(np.sqrt(inter))).to("cuda"), group=128) if fmt == "int4" else \
-        gk.quantize_fp8(gk.asarray(np.random.default_rng(22).standard_normal((hdim, inter)).astype(np.float32)
-                                   / np.float32(np.sqrt(inter))).to("cuda"))
-    wd = (wd_q[0], wd_q[1], wd_q[2] if fmt == "int4" else None, 128)
+    wdf = gk.asarray(np.random.default_rng(22).standard_normal((hdim, inter)).astype(np.float32)
+                     / np.float32(np.sqrt(inter))).to("cuda")
+    if fmt == "int4":
+        q, s, z = gk.quantize_int4(wdf, group=128)
+        wd = (q, s, z, 128)
+    else:
+        q, s = gk.quantize_fp8(wdf)
+        wd = (q, s, None, 128)
+    x0 = make_x(1, hdim, "cuda")
+    assert applies(fmt, x0, wgu), f"{fmt}: the gate/up shape must take the fused kernel"
     rng = np.random.default_rng(23)
     x = gk.asarray(rng.standard_normal((1, hdim)).astype(np.float32)).astype("bfloat16").to("cuda")
 
