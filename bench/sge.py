@@ -5,8 +5,8 @@ bytes' TB/s of
   gemv   the GEMV alone (gk.gemv_<fmt>, bf16 output),
   +sw    the GEMV then the engine's SwiGLU kernel (gk._C.llm.fused_swiglu): today's pair,
   sge    one launch: gk._C.llm.gemv_quantized_swiglu ("(not fused)" if the fused kernel did not run).
-Each timing is a CUDA graph of 2 x `copies` calls over `copies` weight copies (> 200 MB in all, so L2 holds
-none of them between calls). The sge output is checked bit for bit against +sw first.
+Each timing is a CUDA graph of 2 x `copies` calls over `copies` weight copies (separate memory, the same values;
+> 200 MB in all, so L2 holds none of them between calls). The sge output is checked bit for bit against +sw first.
 Usage: python bench/sge.py [--only fp8,int8,int4,fp8_xp] [--k 4096] [--i 14336] [--rounds 30] [--variant V]"""
 import math
 import sys
@@ -46,16 +46,17 @@ def time_graph(calls, rounds):
 
 
 def weights(fmt, n, k, copies, rng):
-    out = []
-    for c in range(copies):
-        w = gk.asarray(rng.standard_normal((n, k), dtype=np.float32) / np.float32(math.sqrt(k))).to("cuda")
-        if fmt == "int4":
-            q, s, z = gk.quantize_int4(w, group=128)
-        else:
-            q, s = getattr(gk, f"quantize_{fmt}")(w)
-            z = None
-        del w
-        out.append((q, s, z))
+    """`copies` copies (separate memory, the same values) of a random [n, k] weight quantized to fmt."""
+    w = gk.asarray(rng.standard_normal((n, k), dtype=np.float32) / np.float32(math.sqrt(k))).to("cuda")
+    if fmt == "int4":
+        q, s, z = gk.quantize_int4(w, group=128)
+    else:
+        q, s = getattr(gk, f"quantize_{fmt}")(w)
+        z = None
+    del w
+    out = [(q, s, z)]
+    for _ in range(copies - 1):
+        out.append((q.copy(), s.copy(), None if z is None else z.copy()))
     return out
 
 

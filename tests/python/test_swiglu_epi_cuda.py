@@ -32,20 +32,37 @@ def bits(a):
 
 
 _QUANT = {}
+_BASE = {}
+
+
+def source(n, k, seed):
+    """A float32 [n, k] random weight (rows of unit variance / sqrt(k)). Large ones are slices of two cached
+    random matrices ([28672, 4096] and [8192, 14336]: one draw each per session, the host's time), so tests
+    that use the same shape share them."""
+    if n * k <= 4 << 20:
+        w = np.random.default_rng(seed).standard_normal((n, k), dtype=np.float32)
+    else:
+        big = (28672, 4096) if n <= 28672 and k <= 4096 else (8192, 14336)
+        assert n <= big[0] and k <= big[1], (n, k)
+        if big not in _BASE:
+            _BASE[big] = np.random.default_rng(big[0] + big[1]).standard_normal(big, dtype=np.float32)
+        w = np.ascontiguousarray(_BASE[big][:n, :k])
+    return w / np.float32(np.sqrt(k))
 
 
 def quant(fmt, n, k, seed, dev, group=128):
-    """(q, scales, zeros or None) of a random [n, k] weight quantized on dev; one kept at a time."""
-    key = (fmt, n, k, seed, dev, group)
+    """(q, scales, zeros or None, group) of a random [n, k] weight quantized on dev (cached)."""
+    key = (fmt, n, k, seed if n * k <= 4 << 20 else 0, dev, group)
     if key not in _QUANT:
-        rng = np.random.default_rng(seed)
-        w = gk.asarray(rng.standard_normal((n, k), dtype=np.float32) / np.float32(np.sqrt(k))).to(dev)
+        w = gk.asarray(source(n, k, seed)).to(dev)
         if fmt == "int4":
             q, s, z = gk.quantize_int4(w, group=group)
         else:
             q, s = getattr(gk, f"quantize_{fmt}")(w)
             z = None
-        _QUANT.clear()
+        del w
+        if len(_QUANT) >= 12:
+            _QUANT.pop(next(iter(_QUANT)))
         _QUANT[key] = (q, s, z, group)
     return _QUANT[key]
 
@@ -376,8 +393,7 @@ def test_fused_graph(fmt):
     input = the new eager result; the PDL chain (on) against the chain without PDL."""
     hdim, inter = 4096, 6144
     wgu = quant(fmt, 2 * inter, hdim, 21, "cuda")
-    wdf = gk.asarray(np.random.default_rng(22).standard_normal((hdim, inter)).astype(np.float32)
-                     / np.float32(np.sqrt(inter))).to("cuda")
+    wdf = gk.asarray(source(hdim, inter, 22)).to("cuda")
     if fmt == "int4":
         q, s, z = gk.quantize_int4(wdf, group=128)
         wd = (q, s, z, 128)
