@@ -380,6 +380,10 @@ namespace {
 // through launch_mode (variants 48 / 52 / 57, 62, the defaults), with its configuration in c; 0 otherwise.
 template <class F>
 int w4_sge_mode(const QGemvArgs& p, W4Cfg& c) {
+  // GPUKIT_GEMV_W4_SMALL (integ12 after this branch: a variant for shapes of at most 32 Mi weights where neither
+  // the process variant nor GPUKIT_GEMV_W4_VARIANT names one): not resolved here, so such shapes fall back
+  if (p.variant == 0 && w4_env_variant() == 0 && p.n * p.k <= (int64_t(32) << 20))
+    if (const char* e = std::getenv("GPUKIT_GEMV_W4_SMALL"); e && *e && std::string(e) != "0") return 0;
   c = w4_cfg(p.variant == 0 ? w4_env_variant() : p.variant);
   if constexpr (F::G == 128) {
     if (w4_is_default(c)) c = w4_cfg(w4_g128_ring2(p.n, p.k) ? kG128Wide : kG128Mid);
