@@ -15,6 +15,7 @@
 #include "common/gemv_w8.cuh"
 #include "core/cuda_util.h"
 #include "ops/gemv_args.h"
+#include "ops/gemv_sge.h"
 #include "ops/quant_args.h"
 
 namespace gk::cuda {
@@ -87,17 +88,15 @@ struct W8Cfg {
   int pf = 0;  // stages per row prefetched into L2 before waiting for the previous kernel
   int pd = 0;  // in the loop: each stage's copy also prefetches the stage pd ahead into L2 (0: off)
   int fr = 0;  // full ring (w8_full_depth): bit 1 for N > K, bit 2 for N <= K (0: as the caller asks)
-  int ne = 0;  // 1: no copies before the PDL wait (the ring's first stages issued after it; session 10)
 };
 
 W8Cfg parse_w8(const char* e, const char* name = "GPUKIT_GEMV_W8") {
   W8Cfg c;
-  int kb = 0, d = 0, wt = 0, rt = 1, xs = kW8XsDefault, xp = 0, sp = 1, pf = 0, pd = 0, fr = 0, ne = 0;
+  int kb = 0, d = 0, wt = 0, rt = 1, xs = kW8XsDefault, xp = 0, sp = 1, pf = 0, pd = 0, fr = 0;
   const int got =
-      std::sscanf(e, "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", &kb, &d, &wt, &rt, &xs, &xp, &sp, &pf, &pd, &fr, &ne);
+      std::sscanf(e, "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", &kb, &d, &wt, &rt, &xs, &xp, &sp, &pf, &pd, &fr);
   if (got < 3)
-    throw ValueError(cat(name, ": expected KB,D,WT[,RT[,XS[,XP[,SP[,PF[,PD[,FR[,NE]]]]]]]], got '", e, "'"));
-  if (ne != 0 && ne != 1) throw ValueError(cat(name, ": NE is 0 or 1, got '", e, "'"));
+    throw ValueError(cat(name, ": expected KB,D,WT[,RT[,XS[,XP[,SP[,PF[,PD[,FR]]]]]]], got '", e, "'"));
   if (fr < 0 || fr > 3) throw ValueError(cat(name, ": FR is a mask 0..3, got '", e, "'"));
   const bool ok = rt == 1 ? (kb == 2 && (d == 4 || d == 6)) || (kb == 4 && (d == 2 || d == 3 || d == 4)) ||
                                 (kb == 8 && d == 2)
@@ -116,7 +115,6 @@ W8Cfg parse_w8(const char* e, const char* name = "GPUKIT_GEMV_W8") {
   // the prologue's prefetch reaches the loop's first one unless PF says otherwise
   c.pf = pf > 0 ? (pf > 64 ? 64 : pf) : std::max(c.pd - (d - 1), 0);
   c.fr = fr;
-  c.ne = ne;
   return c;
 }
 
@@ -286,11 +284,10 @@ template <class F>
 void launch_w8(const KArgs& p_in, int split, cudaStream_t st, int xs_depth = 0, int full_mask = 0) {
   const W8Cfg c = w8_config(p_in.n, p_in.k, F::EB);
   KArgs p = p_in;
-  // k_w8: L2 prefetch before the wait (stages), distance in the loop, no copies before the wait
-  p.group = c.pf + 256 * c.pd + 65536 * c.ne;
+  p.group = c.pf + 256 * c.pd;  // k_w8: L2 prefetch before the wait (stages) and distance in the loop
   const W8Plan pl = w8_plan(p.n, p.k, F::EB, c);
   if (const int fd = xs_depth == 0 ? w8_full_depth<F>(p, pl, split, c, full_mask | c.fr) : 0; fd > 0) {
-    p.group = 65536 * c.ne;  // nothing left to prefetch into L2: every byte is in flight before the wait (NE: after)
+    p.group = 0;  // nothing left to prefetch into L2: every byte is in flight before the wait
     if (fd == 2) launch_kd<F, 4, 2, 1, 0, false, true>(p, pl.nw, split, 0, st, c.sp);
     else if (fd == 3) launch_kd<F, 4, 3, 1, 0, false, true>(p, pl.nw, split, 0, st, c.sp);
     else launch_kd<F, 4, 4, 1, 0, false, true>(p, pl.nw, split, 0, st, c.sp);
@@ -418,6 +415,63 @@ void gemv_w8_quant(const QGemvArgs& a, void* stream) {
   }
   if (a.fmt == QFormat::fp8) return launch_w8<SFp8>(p, a.split, st);
   return launch_w8<SInt8>(p, a.split, st);
+}
+
+// ---- the SwiGLU epilogue (EngineOptions::quantized_swiglu_epi; ops/gemv_sge.h) ----
+// k_w8 XM 4 on exactly the kernel and plan gemv_w8_quant would launch (launch_w8's config chain for
+// 4 blocks per stage, a ring of 2, one row tile, no XP): the same warps, k ranges and prefetch knobs.
+namespace {
+bool w8_sge_cfg(const QGemvArgs& a, W8Cfg& c, W8Plan& pl) {
+  if (!a.w8 || a.m < 1 || a.m > 8 || a.n <= 0 || a.k <= 0 || a.k % 64 != 0 || a.split != 1) return false;
+  if (a.fmt != QFormat::fp8 && a.fmt != QFormat::int8) return false;
+  if (a.n % 2 != 0 || (a.n / 2) % 8 != 0) return false;
+  c = w8_config(a.n, a.k, 1);
+  if (c.kb != 4 || c.d != 2 || c.rt != 1 || c.xp) return false;
+  pl = w8_plan(a.n, a.k, 1, c);
+  if (pl.split != 1) return false;
+  if (a.x_dtype == DType::bf16) {  // the default: codes decoded to bf16, x as it is; not the full ring
+    if (c.xs != 3) return false;
+    KArgs p;
+    p.n = a.n;
+    p.k = a.k;
+    if (w8_full_depth<SFp8B>(p, pl, 1, c, a.w8_full | c.fr) != 0) return false;
+    return true;
+  }
+  return a.x_dtype == DType::f16;  // fp16 x (gscale = xprep_inv or none): launch_w8<SFp8 / SInt8>'s k_w8<F, 4, 2>
+}
+}  // namespace
+
+bool gemv_w8_swiglu_epi_applies(const QGemvArgs& a) {
+  W8Cfg c;
+  W8Plan pl;
+  return w8_sge_cfg(a, c, pl);
+}
+
+void gemv_w8_quant_swiglu_epi(const QGemvArgs& a, void* stream) {
+  W8Cfg c;
+  W8Plan pl;
+  if (!w8_sge_cfg(a, c, pl)) throw ValueError("gemv: the SwiGLU epilogue does not take these arguments");
+  auto st = static_cast<cudaStream_t>(stream);
+  KArgs p;
+  p.x = a.x;
+  p.x_rs = a.x_rs;
+  p.q = static_cast<const uint8_t*>(a.q);
+  p.q_rs = a.q_rs;
+  p.scales = a.scales;
+  p.y = a.y;
+  p.m = a.m;
+  p.n = a.n;
+  p.k = a.k;
+  p.out = a.out_dtype;
+  p.variant = a.variant;
+  p.group = c.pf + 256 * c.pd;  // as launch_w8
+  if (a.x_dtype == DType::bf16) {
+    if (a.fmt == QFormat::fp8) return launch_kd<SFp8B, 4, 2, 1, 4>(p, pl.nw, 1, 0, st, c.sp);
+    return launch_kd<SInt8B, 4, 2, 1, 4>(p, pl.nw, 1, 0, st, c.sp);
+  }
+  p.gscale = a.xprep_inv;
+  if (a.fmt == QFormat::fp8) return launch_kd<SFp8, 4, 2, 1, 4>(p, pl.nw, 1, 0, st, c.sp);
+  return launch_kd<SInt8, 4, 2, 1, 4>(p, pl.nw, 1, 0, st, c.sp);
 }
 
 }  // namespace gk::cuda

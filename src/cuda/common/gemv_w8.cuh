@@ -34,6 +34,7 @@
 #include <cuda_fp8.h>
 
 #include "gemv_mma.cuh"
+#include "gemv_sge.cuh"
 
 namespace gk::cuda::gemv_detail {
 
@@ -215,7 +216,7 @@ constexpr int w8_xring_pitch(int kb) { return kb * 128 + 16; }
 // XP (XM 0 only): the B operands of the next stage are loaded one stage ahead (registers), so
 // the x load's latency is not on a warp's path from one stage to the next.
 // The row scales (and the x kernel's 2^-c) are loaded at the start, not after the last stage.
-// p.group (unused otherwise by this kernel; 0 by default): PF + 256 PD + 65536 NE, PF stages per row
+// p.group (unused otherwise by this kernel; 0 by default): PF + 256 PD, PF stages per row
 // prefetched into L2 before the wait, PD how many stages ahead of each cp.async stage an L2
 // prefetch runs in the loop (0: none).
 // FR (full ring; XM 0, no XP, p.group 0): the ring holds all of a warp's stages (the launch
@@ -223,9 +224,13 @@ constexpr int w8_xring_pitch(int kb) { return kb * 128 + 16; }
 // before the PDL wait and the loop issues none (an empty group per stage keeps the count:
 // at stage j, D + j groups committed, the D - 1 newest may be pending). The same arithmetic
 // in the same order as without: the same bits.
+// XM 4 (session 10, sge; EngineOptions::quantized_swiglu_epi): XM 0 with the rows of w = [gate; up]
+// mapped so that lane (g, t) holds gate[j] and up[j] (common/gemv_sge.cuh: sge_row), and the
+// epilogue writing act[m, j] = SwiGLU(gate, up) ([M, N / 2]) with the bits of store_out then
+// k_swiglu; no split-K (the host checks), N / 2 % (8 RT) == 0.
 template <class F, int KB, int D, int RT, int XM = 0, bool XP = false, bool FR = false>
 __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
-  constexpr bool XS = XM == 1, XR = XM == 2;
+  constexpr bool XS = XM == 1, XR = XM == 2, SG = XM == 4;
   using TB = typename F::TB;
   constexpr int NR = 4 * RT;               // rows per lane in the copies (4 rows x 128 bytes per warp instruction)
   constexpr int NK = KB / 2;                // 16-byte copies per lane and row per stage
@@ -253,7 +258,9 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
   const uint8_t* qp[NR];  // the next stage's chunk of each of the lane's rows
 #pragma unroll
   for (int i = 0; i < NR; ++i) {
-    const int64_t row = row0 + rr + 4 * i < p.n ? row0 + rr + 4 * i : p.n - 1;
+    int64_t row;
+    if constexpr (SG) row = sge_row<RT>(blockIdx.x, rr + 4 * i, p.n);
+    else row = row0 + rr + 4 * i < p.n ? row0 + rr + 4 * i : p.n - 1;
     qp[i] = p.q + row * p.q_rs + b0 * 64 + ch * 16;
   }
   // 16-byte chunk c of row r is stored at chunk c ^ 4 (r & 1): the fragment reads of rows g
@@ -263,9 +270,10 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
   // PD > 0 (the knob's; p.group >> 8): each issue also prefetches the stage PD stages ahead of it
   // into L2 (lane r < 16 RT: its row r, one bulk prefetch), so more bytes are requested from
   // memory than the ring holds
-  const int pd = int((p.group >> 8) & 0xff), pf = int(p.group & 0xff);
-  const bool late = (p.group >> 16) & 1;  // NE (the knob's 11th field): no copies before the PDL wait
-  const uint8_t* pfrow = p.q + (row0 + lane < p.n ? row0 + lane : p.n - 1) * p.q_rs;
+  const int pd = int(p.group >> 8), pf = int(p.group & 0xff);
+  const uint8_t* pfrow;
+  if constexpr (SG) pfrow = p.q + sge_row<RT>(blockIdx.x, lane < 16 * RT ? lane : 0, p.n) * p.q_rs;
+  else pfrow = p.q + (row0 + lane < p.n ? row0 + lane : p.n - 1) * p.q_rs;
   auto issue = [&](int st) {
     if (pd > 0 && lane < 16 * RT) {
       const int64_t off = b1 - left + int64_t(pd) * KB;
@@ -309,16 +317,18 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
     for (int h = 0; h < 2; ++h) {
       rsc[rt][h] = 1.0f;
       if constexpr (F::kScaled) {
-        const int64_t row = row0 + 16 * rt + g + 8 * h;
-        rsc[rt][h] = __ldg(p.scales + (row < p.n ? row : p.n - 1));
+        if constexpr (SG) {
+          rsc[rt][h] = __ldg(p.scales + sge_row<RT>(blockIdx.x, 16 * rt + g + 8 * h, p.n));
+        } else {
+          const int64_t row = row0 + 16 * rt + g + 8 * h;
+          rsc[rt][h] = __ldg(p.scales + (row < p.n ? row : p.n - 1));
+        }
       }
     }
 
   pdl_trigger();
-  if (!late) {
 #pragma unroll
-    for (int st = 0; st < (FR ? D : D - 1); ++st) issue(st);
-  }
+  for (int st = 0; st < (FR ? D : D - 1); ++st) issue(st);
   // PF > 0 (the knob's; p.group & 255): the next PF stages of each row prefetched into L2 before
   // the wait as well (one bulk prefetch per row), so that more than the ring is requested
   // while the previous kernel finishes
@@ -328,10 +338,6 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
       asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(pfrow + off), "r"(uint32_t(end - off)) : "memory");
   }
   pdl_wait();
-  if (late) {
-#pragma unroll
-    for (int st = 0; st < (FR ? D : D - 1); ++st) issue(st);
-  }
   float xg[2] = {1.0f, 1.0f};  // 2^-c of the lane's columns 2t, 2t + 1 (the x kernel's; read after the wait)
   if constexpr (!XS && !XR) {
 #pragma unroll
@@ -496,6 +502,27 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
   for (int rt = 0; rt < RT; ++rt) {  // warp w stores row tiles w, w + nw, ...
     if (rt % nw != warp) continue;
     const int S = gridDim.y, sl = blockIdx.y;
+    if constexpr (SG) {  // the same sums and scales; gate (e < 2) and up (e >= 2) of j into act[m, j]
+      float vs[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float v = w8_warp_sum<XR>(acc[rt], e, xinv_w[warp], t, p.m);
+        if (nw > 1) {
+          v = red[lane * 4 * RT + 4 * rt + e];
+          for (int w = 1; w < nw; ++w) v += red[(w * 32 + lane) * 4 * RT + 4 * rt + e];
+        }
+        v *= xg[e & 1];  // 1 without the x kernel
+        if constexpr (F::kScaled) v *= rsc[rt][e >> 1];
+        vs[e] = v;
+      }
+      const int64_t I = p.n / 2, j = int64_t(blockIdx.x) * 8 * RT + 8 * rt + g;
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int m = 2 * t + c;
+        if (m < p.m && j < I) sge_store(p.y, p.out, m * I + j, vs[c], vs[2 + c]);
+      }
+      (void)S, (void)sl;
+    } else {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       float v = w8_warp_sum<XR>(acc[rt], e, xinv_w[warp], t, p.m);
@@ -513,6 +540,7 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
         else p.part[(int64_t(sl) * p.m + m) * p.n + row] = v;
       }
     }
+    }  // SG
   }
 }
 
