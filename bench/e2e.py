@@ -83,9 +83,7 @@ weight byte before their PDL wait, N a mask: 1 the shapes with N > K (q/k/v), 2 
 both: EngineOptions::quantized_full_ring), qxp / noqxp (fp8 / int8 weights: the norms before the
 q/k/v, gate/up and lm head GEMVs also write the scaled fp16 x those GEMVs read:
 EngineOptions::quantized_x_prep), faw<N> (the fused attention
-with N = 2 / 4 times the warps per CTA, 0 off: EngineOptions::fused_attention_wide), sge / nosge
-(fp8 / int8 / int4 weights: the gate/up GEMV's epilogue writes SwiGLU(gate, up), no SwiGLU launch:
-EngineOptions::quantized_swiglu_epi).
+with N = 2 / 4 times the warps per CTA, 0 off: EngineOptions::fused_attention_wide).
 Environment knobs of other areas for one engine's run (set before it, restored after it):
 w8a (GPUKIT_GEMV_W8=4,3,16,1,0: the 8-bit GEMVs' configuration of session 5's checkpoint A,
 before the default became 4,2,16,1,3,0,0), dec<N> (GPUKIT_DECODE_SPLIT=32,1024,128,N: the
@@ -235,8 +233,6 @@ def gk_engine(eng):
             opt["attrs"]["quantized_small_pdl"] = int(f[3:])
         elif f in ("qxp", "noqxp"):  # fp8 / int8: the norms write the GEMVs' scaled fp16 x
             opt["attrs"]["quantized_x_prep"] = f == "qxp"
-        elif f in ("sge", "nosge"):  # quantized: the gate/up GEMV writes SwiGLU(gate, up) (no SwiGLU launch)
-            opt["attrs"]["quantized_swiglu_epi"] = f == "sge"
         elif f in ("qfr0", "qfr1", "qfr2", "qfr3"):  # fp8 / int8: the GEMVs' full ring (1 N > K, 2 N <= K)
             opt["attrs"]["quantized_full_ring"] = int(f[3:])
         elif f in ("ost", "noost"):  # the o GEMV after the fused attention: half its rows staged in shared memory

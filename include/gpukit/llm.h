@@ -409,15 +409,6 @@ struct EngineOptions {
   // bits (the products are the bf16 ones times 2^c, exact; rows whose values span more than
   // ~2^30 could differ in their smallest terms). Unmeasured in the engine at the time of writing.
   bool quantized_x_prep = false;
-  // Level 2 decode with fp8 / int8 / int4 weights: the gate/up GEMV's epilogue writes act = SwiGLU(gate, up)
-  // itself (the CTA's rows are the gate and up rows of the same outputs), so the SwiGLU launch goes away; the
-  // down GEMV follows the gate/up GEMV directly. The same bits (the sums rounded to the output type, then the
-  // SwiGLU kernel's expression; src/cuda/common/gemv_sge.cuh). On the default kernels only (fp8 / int8: the
-  // staged kernel with a ring of 2, bf16 x or quantized_x_prep's fp16 x; int4 g128 / g64 / g32 at M = 1:
-  // k_w4 MODE 11 / 15, variants 48 / 52 / 62); elsewhere the SwiGLU launch stays. Session 9's trace (8B b1):
-  // the SwiGLU costs 42.5 us per step (fp8), 53.4 us (int4). Default from GPUKIT_QUANTIZED_SWIGLU_EPI.
-  // Unmeasured at the time of writing (docs/notes/sge-s10.md).
-  bool quantized_swiglu_epi = false;
 };
 
 class Model {

@@ -196,10 +196,6 @@ GK_BINDING(60, llm) {
                    },
                    "Quantized weights without quantized_pdl: PDL for the norms (1) and / or SwiGLU (2) launches "
                    "(the same bits).")
-      .def_prop_rw("quantized_swiglu_epi", [](const llm::Model& m) { return m.options().quantized_swiglu_epi; },
-                   [](llm::Model& m, bool v) { m.options().quantized_swiglu_epi = v; },
-                   "fp8 / int8 / int4 weights, level 2 decode: the gate/up GEMV writes SwiGLU(gate, up) itself, no "
-                   "SwiGLU launch (the same bits).")
       .def_prop_rw("quantized_x_prep", [](const llm::Model& m) { return m.options().quantized_x_prep; },
                    [](llm::Model& m, bool v) { m.options().quantized_x_prep = v; },
                    "fp8 / int8 weights, level 2 decode: the norms before the q/k/v, gate/up and lm head GEMVs also "

@@ -42,7 +42,6 @@
 #include "common/gemv_w4.cuh"
 #include "common/gemv_w4_launch.cuh"
 #include "core/cuda_util.h"
-#include "ops/gemv_sge.h"
 
 #include <cstdlib>
 #include <string>
@@ -384,66 +383,5 @@ void launch_w4_staged(const QGemvArgs& p, cudaStream_t st) {
 }
 template void launch_w4_staged<bf16>(const QGemvArgs&, cudaStream_t);
 template void launch_w4_staged<f16>(const QGemvArgs&, cudaStream_t);
-
-// ---- the SwiGLU epilogue (EngineOptions::quantized_swiglu_epi; ops/gemv_sge.h) ----
-namespace {
-// The MODE launch_f runs for p (int4, bf16 x, M = 1, wide rows) if it is k_w4 MODE 11 or 15 with a ring of 2
-// through launch_mode (variants 48 / 52 / 57, 62, the defaults), with its configuration in c; 0 otherwise.
-template <class F>
-int w4_sge_mode(const QGemvArgs& p, W4Cfg& c) {
-  c = w4_cfg(w4_variant_for(p));  // launch_f's variant (the process's, GPUKIT_GEMV_W4_VARIANT, GPUKIT_GEMV_W4_SMALL)
-  if constexpr (F::G == 128) {
-    if (w4_is_default(c)) c = w4_cfg(w4_g128_ring2(p.n, p.k) ? kG128Wide : kG128Mid);
-    if (c.ord || c.shape || c.skb == 2) return 0;
-    if (c.mode == 15) return c.d == 2 ? 15 : 0;
-    if (c.mode == 11 && c.d == 2) return 11;  // launch_xp's ring of 2
-    return 0;
-  } else {
-    if (kXPairOthers && w4_is_default(c)) c = w4_cfg(52);
-    if (c.xall && c.mode == 11 && c.d == 2) return 11;  // 52, 54, 57: launch_xp's ring of 2
-    return 0;
-  }
-}
-
-template <class F>
-int w4_sge_applies_f(const QGemvArgs& p, W4Cfg& c) {
-  if (!applies_cfg<F, 4>(p)) return 0;
-  return w4_sge_mode<F>(p, c);
-}
-
-int w4_sge_applies(const QGemvArgs& p, W4Cfg& c) {
-  if (p.fmt != QFormat::int4 || p.x_dtype != DType::bf16 || p.m != 1 || p.n <= 0 || p.split > 1) return 0;
-  if (p.variant == 1 || p.variant == 3) return 0;  // launch_int4: other kernels
-  if (p.n % 2 != 0 || (p.n / 2) % 8 != 0) return 0;
-  if (p.group == 128) return w4_sge_applies_f<W4Int4<128>>(p, c);
-  if (p.group == 64) return w4_sge_applies_f<W4Int4<64>>(p, c);
-  if (p.group == 32) return w4_sge_applies_f<W4Int4<32>>(p, c);
-  return 0;
-}
-
-template <class F, int MODE>
-void w4_sge_launch(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
-  const int64_t rp = 2 * int64_t(W4Layout<F, 4>::STAGE + 4 * 256);  // launch_mode's plan (M = 1)
-  launch_k<bf16, F, 4, 2, 100 + MODE>(p, c, st, rp);
-}
-}  // namespace
-
-bool gemv_w4_swiglu_epi_applies(const QGemvArgs& a) {
-  W4Cfg c;
-  return w4_sge_applies(a, c) != 0;
-}
-
-void gemv_w4_swiglu_epi(const QGemvArgs& a, void* stream) {
-  W4Cfg c;
-  const int mode = w4_sge_applies(a, c);
-  if (mode == 0) throw ValueError("gemv: the SwiGLU epilogue does not take these arguments");
-  auto st = static_cast<cudaStream_t>(stream);
-  if (a.group == 128) {
-    if (mode == 15) return w4_sge_launch<W4Int4<128>, 15>(a, c, st);
-    return w4_sge_launch<W4Int4<128>, 11>(a, c, st);
-  }
-  if (a.group == 64) return w4_sge_launch<W4Int4<64>, 11>(a, c, st);
-  return w4_sge_launch<W4Int4<32>, 11>(a, c, st);
-}
 
 }  // namespace gk::cuda

@@ -15,7 +15,6 @@
 #include "common/gemv_w8.cuh"
 #include "core/cuda_util.h"
 #include "ops/gemv_args.h"
-#include "ops/gemv_sge.h"
 #include "ops/quant_args.h"
 
 namespace gk::cuda {
@@ -415,63 +414,6 @@ void gemv_w8_quant(const QGemvArgs& a, void* stream) {
   }
   if (a.fmt == QFormat::fp8) return launch_w8<SFp8>(p, a.split, st);
   return launch_w8<SInt8>(p, a.split, st);
-}
-
-// ---- the SwiGLU epilogue (EngineOptions::quantized_swiglu_epi; ops/gemv_sge.h) ----
-// k_w8 XM 4 on exactly the kernel and plan gemv_w8_quant would launch (launch_w8's config chain for
-// 4 blocks per stage, a ring of 2, one row tile, no XP): the same warps, k ranges and prefetch knobs.
-namespace {
-bool w8_sge_cfg(const QGemvArgs& a, W8Cfg& c, W8Plan& pl) {
-  if (!a.w8 || a.m < 1 || a.m > 8 || a.n <= 0 || a.k <= 0 || a.k % 64 != 0 || a.split != 1) return false;
-  if (a.fmt != QFormat::fp8 && a.fmt != QFormat::int8) return false;
-  if (a.n % 2 != 0 || (a.n / 2) % 8 != 0) return false;
-  c = w8_config(a.n, a.k, 1);
-  if (c.kb != 4 || c.d != 2 || c.rt != 1 || c.xp) return false;
-  pl = w8_plan(a.n, a.k, 1, c);
-  if (pl.split != 1) return false;
-  if (a.x_dtype == DType::bf16) {  // the default: codes decoded to bf16, x as it is; not the full ring
-    if (c.xs != 3) return false;
-    KArgs p;
-    p.n = a.n;
-    p.k = a.k;
-    if (w8_full_depth<SFp8B>(p, pl, 1, c, a.w8_full | c.fr) != 0) return false;
-    return true;
-  }
-  return a.x_dtype == DType::f16;  // fp16 x (gscale = xprep_inv or none): launch_w8<SFp8 / SInt8>'s k_w8<F, 4, 2>
-}
-}  // namespace
-
-bool gemv_w8_swiglu_epi_applies(const QGemvArgs& a) {
-  W8Cfg c;
-  W8Plan pl;
-  return w8_sge_cfg(a, c, pl);
-}
-
-void gemv_w8_quant_swiglu_epi(const QGemvArgs& a, void* stream) {
-  W8Cfg c;
-  W8Plan pl;
-  if (!w8_sge_cfg(a, c, pl)) throw ValueError("gemv: the SwiGLU epilogue does not take these arguments");
-  auto st = static_cast<cudaStream_t>(stream);
-  KArgs p;
-  p.x = a.x;
-  p.x_rs = a.x_rs;
-  p.q = static_cast<const uint8_t*>(a.q);
-  p.q_rs = a.q_rs;
-  p.scales = a.scales;
-  p.y = a.y;
-  p.m = a.m;
-  p.n = a.n;
-  p.k = a.k;
-  p.out = a.out_dtype;
-  p.variant = a.variant;
-  p.group = c.pf + 256 * c.pd;  // as launch_w8
-  if (a.x_dtype == DType::bf16) {
-    if (a.fmt == QFormat::fp8) return launch_kd<SFp8B, 4, 2, 1, 4>(p, pl.nw, 1, 0, st, c.sp);
-    return launch_kd<SInt8B, 4, 2, 1, 4>(p, pl.nw, 1, 0, st, c.sp);
-  }
-  p.gscale = a.xprep_inv;
-  if (a.fmt == QFormat::fp8) return launch_kd<SFp8, 4, 2, 1, 4>(p, pl.nw, 1, 0, st, c.sp);
-  return launch_kd<SInt8, 4, 2, 1, 4>(p, pl.nw, 1, 0, st, c.sp);
 }
 
 }  // namespace gk::cuda

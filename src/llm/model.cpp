@@ -17,7 +17,6 @@
 #include "gpukit/ops.h"
 #include "gpukit/text.h"
 #include "llm/fused.h"
-#include "llm/fused_sge.h"
 #include "llm/internal.h"
 #include "text/json.h"
 
@@ -253,16 +252,6 @@ Array Model::mlp(const LayerWeights& L, const Array& h, int l) const {
     mark("gate_up", l);
     act = mul(unary(UnaryOp::Silu, g), u);
     mark("swiglu", l);
-  } else if (!plain && opt_.quantized_swiglu_epi && engine_ops() && h.shape(0) <= kGemvRows) {
-    // quantized_swiglu_epi: the gate/up GEMV writes SwiGLU(gate, up) itself (no SwiGLU launch; where its
-    // kernel does not apply, the same GEMV then fused::swiglu: the same bits; llm/fused_sge.h). As project():
-    const QuantizedWeight& qw = L.gate_up_q;
-    const bool win = opt_.quant_streaming && qw.q.defined();
-    fused::StreamWindowScope sw(Stream::current(device_), win ? qw.q.data() : nullptr, win ? int64_t(qw.q.nbytes()) : 0);
-    const bool prep = xprep_h_.defined() && h.data() == xprep_h_.data() && h.dtype() == xprep_h_.dtype() &&
-                      h.shape() == xprep_h_.shape() && h.strides() == xprep_h_.strides();
-    act = fused::gemv_quantized_swiglu(h, qw, dtype_, prep ? &xprep_xh_ : nullptr, prep ? &xprep_inv_ : nullptr);
-    mark("gate_up", l);  // with SwiGLU where the fused kernel ran
   } else {
     Array gu = project(h, L.gate_up, L.gate_up_q);
     mark("gate_up", l);

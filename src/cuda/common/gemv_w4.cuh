@@ -38,7 +38,6 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
-#include "gemv_sge.cuh"
 #include "gemv_stage.cuh"
 #include "gemv_w4_layout.cuh"
 #include "gemv_w4_ops.cuh"
@@ -86,15 +85,8 @@ namespace gk::cuda::gemv_detail {
 // consecutive weights (2p, 2p + 1) and x's 32-bit words pair with it as loaded (no byte permutes).
 // (Session 7's DEC 1 / 2, the zero point through x sums, variants 45-47 / 49 / 50, were removed in session 8:
 // slower at every shape of session 7's final run; docs/notes/gemv4-s7.md.)
-// MODE_ = 100 + M (session 10, sge; EngineOptions::quantized_swiglu_epi): MODE M on w = [gate; up] with the rows
-// mapped so that lane (g, t) holds gate[j] and up[j] (common/gemv_sge.cuh: sge_row), and the epilogue writing
-// act[m, j] = SwiGLU(gate, up) ([M, N / 2]) with the bits of store_out then k_swiglu; wide rows, no split-K (the
-// host checks), N / 2 % 8 == 0.
-template <class T, class F, int KB, int D, int MODE_ = 0, bool NARROW = false, int MINB = 2, bool ORD = false>
+template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2, bool ORD = false>
 __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
-  constexpr int MODE = MODE_ % 100;
-  constexpr bool SG = MODE_ >= 100;
-  static_assert(!SG || !NARROW, "SG: the wide layout");
   using L = W4Layout<F, KB, NARROW>;
   // LEAN: wide meta copies with at most one zero-point unit per row (KB = 4)
   // IF (MODE 15, a ring of 2): the next stage's copies issued before the wait for this stage's bytes (LEAN's copies,
@@ -134,9 +126,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   const uint8_t* qp[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    int64_t row;
-    if constexpr (SG) row = sge_row<1>(blockIdx.x, rr + 4 * i, p.n);
-    else row = row0 + rr + 4 * i < p.n ? row0 + rr + 4 * i : p.n - 1;
+    const int64_t row = row0 + rr + 4 * i < p.n ? row0 + rr + 4 * i : p.n - 1;
     qp[i] = q + row * p.q_rs + b0 * 64 + ch * 16;
   }
   const uint32_t cd0 = uint32_t(rr * P + ((ch ^ w4_swz(rr)) * 16));      // rows rr + 4 i, i even
@@ -158,17 +148,13 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
 #pragma unroll
     for (int j = 0; j < JS; ++j) {
       const int i = std::min(32 * j + lane, 16 * NUS0 - 1), r = i / NUS0, c = i % NUS0;
-      int64_t row;
-      if constexpr (SG) row = sge_row<1>(blockIdx.x, r, p.n);
-      else row = row0 + r < p.n ? row0 + r : p.n - 1;
+      const int64_t row = row0 + r < p.n ? row0 + r : p.n - 1;
       lsrc[j] = sbase + row * srow + b0 * F::SB + c * L::US;
       ldst[j] = uint32_t(L::CODES + r * L::SP + c * L::US);
     }
     if constexpr (LZ) {
       const int r = lane & 15;
-      int64_t row;
-      if constexpr (SG) row = sge_row<1>(blockIdx.x, r, p.n);
-      else row = row0 + r < p.n ? row0 + r : p.n - 1;
+      const int64_t row = row0 + r < p.n ? row0 + r : p.n - 1;
       lzsrc = p.zeros + row * zrow + b0 * F::ZB;
       lzdst = uint32_t(L::CODES + L::SCALES + r * L::ZP);
     }
@@ -232,9 +218,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
           const int i = i0 + lane;
           if (i < 16 * NUS) {
             const int r = i / NUS, c = i % NUS;
-            int64_t row;
-            if constexpr (SG) row = sge_row<1>(blockIdx.x, r, p.n);
-            else row = row0 + r < p.n ? row0 + r : p.n - 1;
+            const int64_t row = row0 + r < p.n ? row0 + r : p.n - 1;
             const int v = vs - c * L::US;
             if (v > 0)
               cp_async_z<L::US>(sb + uint32_t(L::CODES + r * L::SP + c * L::US),
@@ -249,9 +233,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
             const int i = i0 + lane;
             if (i < 16 * NUZ) {
               const int r = i / NUZ, c = i % NUZ;
-              int64_t row;
-              if constexpr (SG) row = sge_row<1>(blockIdx.x, r, p.n);
-              else row = row0 + r < p.n ? row0 + r : p.n - 1;
+              const int64_t row = row0 + r < p.n ? row0 + r : p.n - 1;
               const uint8_t* src = p.zeros + row * zrow + bnext * F::ZB;
               int v = vz - c * L::UZ;
               if constexpr (L::ZW) {  // the aligned word of blocks bnext & ~3 .. + 3 (b0 % 4 == 0, nblk % 4 == 0)
@@ -583,26 +565,6 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   const int S = gridDim.y, sl = blockIdx.y;
   float rs = 1.0f;
   if constexpr (F::kNvf4) rs = W4NvfBits<T>::kRowScale * __ldg(p.tensor_scale);
-  if constexpr (SG) {  // the same sums; gate (e < 2) and up (e >= 2) of j into act[m, j]
-    float vs[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      float v = acc[e];
-      if (nw > 1) {
-        v = red[lane * 4 + e];
-        for (int w = 1; w < nw; ++w) v += red[(w * 32 + lane) * 4 + e];
-      }
-      if constexpr (F::kNvf4) v *= rs;
-      vs[e] = v;
-    }
-    const int64_t I = p.n / 2, j = int64_t(blockIdx.x) * 8 + g;
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      const int m = 2 * t + c;
-      if (m < p.m && j < I) sge_store(p.y, p.out_dtype, m * I + j, vs[c], vs[2 + c]);
-    }
-    (void)S, (void)sl;
-  } else {
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
     float v = acc[e];
@@ -618,7 +580,6 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
       else p.part[(int64_t(sl) * p.m + m) * p.n + row] = v;
     }
   }
-  }  // SG
 }
 
 }  // namespace gk::cuda::gemv_detail

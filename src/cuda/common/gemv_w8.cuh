@@ -34,7 +34,6 @@
 #include <cuda_fp8.h>
 
 #include "gemv_mma.cuh"
-#include "gemv_sge.cuh"
 
 namespace gk::cuda::gemv_detail {
 
@@ -224,13 +223,9 @@ constexpr int w8_xring_pitch(int kb) { return kb * 128 + 16; }
 // before the PDL wait and the loop issues none (an empty group per stage keeps the count:
 // at stage j, D + j groups committed, the D - 1 newest may be pending). The same arithmetic
 // in the same order as without: the same bits.
-// XM 4 (session 10, sge; EngineOptions::quantized_swiglu_epi): XM 0 with the rows of w = [gate; up]
-// mapped so that lane (g, t) holds gate[j] and up[j] (common/gemv_sge.cuh: sge_row), and the
-// epilogue writing act[m, j] = SwiGLU(gate, up) ([M, N / 2]) with the bits of store_out then
-// k_swiglu; no split-K (the host checks), N / 2 % (8 RT) == 0.
 template <class F, int KB, int D, int RT, int XM = 0, bool XP = false, bool FR = false>
 __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
-  constexpr bool XS = XM == 1, XR = XM == 2, SG = XM == 4;
+  constexpr bool XS = XM == 1, XR = XM == 2;
   using TB = typename F::TB;
   constexpr int NR = 4 * RT;               // rows per lane in the copies (4 rows x 128 bytes per warp instruction)
   constexpr int NK = KB / 2;                // 16-byte copies per lane and row per stage
@@ -258,9 +253,7 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
   const uint8_t* qp[NR];  // the next stage's chunk of each of the lane's rows
 #pragma unroll
   for (int i = 0; i < NR; ++i) {
-    int64_t row;
-    if constexpr (SG) row = sge_row<RT>(blockIdx.x, rr + 4 * i, p.n);
-    else row = row0 + rr + 4 * i < p.n ? row0 + rr + 4 * i : p.n - 1;
+    const int64_t row = row0 + rr + 4 * i < p.n ? row0 + rr + 4 * i : p.n - 1;
     qp[i] = p.q + row * p.q_rs + b0 * 64 + ch * 16;
   }
   // 16-byte chunk c of row r is stored at chunk c ^ 4 (r & 1): the fragment reads of rows g
@@ -271,9 +264,7 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
   // into L2 (lane r < 16 RT: its row r, one bulk prefetch), so more bytes are requested from
   // memory than the ring holds
   const int pd = int(p.group >> 8), pf = int(p.group & 0xff);
-  const uint8_t* pfrow;
-  if constexpr (SG) pfrow = p.q + sge_row<RT>(blockIdx.x, lane < 16 * RT ? lane : 0, p.n) * p.q_rs;
-  else pfrow = p.q + (row0 + lane < p.n ? row0 + lane : p.n - 1) * p.q_rs;
+  const uint8_t* pfrow = p.q + (row0 + lane < p.n ? row0 + lane : p.n - 1) * p.q_rs;
   auto issue = [&](int st) {
     if (pd > 0 && lane < 16 * RT) {
       const int64_t off = b1 - left + int64_t(pd) * KB;
@@ -317,12 +308,8 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
     for (int h = 0; h < 2; ++h) {
       rsc[rt][h] = 1.0f;
       if constexpr (F::kScaled) {
-        if constexpr (SG) {
-          rsc[rt][h] = __ldg(p.scales + sge_row<RT>(blockIdx.x, 16 * rt + g + 8 * h, p.n));
-        } else {
-          const int64_t row = row0 + 16 * rt + g + 8 * h;
-          rsc[rt][h] = __ldg(p.scales + (row < p.n ? row : p.n - 1));
-        }
+        const int64_t row = row0 + 16 * rt + g + 8 * h;
+        rsc[rt][h] = __ldg(p.scales + (row < p.n ? row : p.n - 1));
       }
     }
 
@@ -502,27 +489,6 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
   for (int rt = 0; rt < RT; ++rt) {  // warp w stores row tiles w, w + nw, ...
     if (rt % nw != warp) continue;
     const int S = gridDim.y, sl = blockIdx.y;
-    if constexpr (SG) {  // the same sums and scales; gate (e < 2) and up (e >= 2) of j into act[m, j]
-      float vs[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float v = w8_warp_sum<XR>(acc[rt], e, xinv_w[warp], t, p.m);
-        if (nw > 1) {
-          v = red[lane * 4 * RT + 4 * rt + e];
-          for (int w = 1; w < nw; ++w) v += red[(w * 32 + lane) * 4 * RT + 4 * rt + e];
-        }
-        v *= xg[e & 1];  // 1 without the x kernel
-        if constexpr (F::kScaled) v *= rsc[rt][e >> 1];
-        vs[e] = v;
-      }
-      const int64_t I = p.n / 2, j = int64_t(blockIdx.x) * 8 * RT + 8 * rt + g;
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int m = 2 * t + c;
-        if (m < p.m && j < I) sge_store(p.y, p.out, m * I + j, vs[c], vs[2 + c]);
-      }
-      (void)S, (void)sl;
-    } else {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       float v = w8_warp_sum<XR>(acc[rt], e, xinv_w[warp], t, p.m);
@@ -540,7 +506,6 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
         else p.part[(int64_t(sl) * p.m + m) * p.n + row] = v;
       }
     }
-    }  // SG
   }
 }
 
