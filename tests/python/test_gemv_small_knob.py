@@ -3,36 +3,22 @@ GPUKIT_GEMV_W8_SMALL (GPUKIT_GEMV_W8's fields, for 8-bit weights of at most 32 M
 variant of the staged 4-bit GEMV, for at most 32 Mi weights), and bench/e2e.py's engine options +w8s... / +w4s...
 that set them. On the GPU: a bad value is refused only where the switch applies (so the size gate is the one
 documented), and a good value gives results within the default's float64 bound. The e2e options: no GPU."""
-import importlib.util
 import math
 import os
-import pathlib
-import sys
 
 import numpy as np
 import pytest
 
 import gpukit as gk
+from bench_ref import e2e_engines
 from w4_ref import check_exact, f64, make_w4, make_x
 
 RNG = np.random.default_rng(1010)
 cuda_only = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 
 
-def _e2e():
-    path = pathlib.Path(__file__).resolve().parents[2] / "bench" / "e2e.py"
-    sys.path.insert(0, str(path.parent))  # e2e.py imports bench/common.py
-    try:
-        spec = importlib.util.spec_from_file_location("gk_bench_e2e_small", path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-    finally:
-        sys.path.remove(str(path.parent))
-    return mod
-
-
 def test_e2e_options_set_the_switches():
-    e2e = _e2e()
+    e2e = e2e_engines()
     base, opt = e2e.gk_engine("gk-graph+w8s4-3-16-1-3-0-0")
     assert base == "gk-graph" and opt["env"] == {"GPUKIT_GEMV_W8_SMALL": "4,3,16,1,3,0,0"}
     base, opt = e2e.gk_engine("gk-graph+w4s53")

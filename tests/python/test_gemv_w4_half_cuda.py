@@ -14,7 +14,6 @@ the conversion term). The products (q - z) x' are exact in fp16 x fp16, so no fp
 mma accumulates in fp32). M > 1 and the other formats / float16 x run 48 / the default: their bits are checked.
 CPU tests (no GPU): the variant bound takes 61 (and 62 of session 10; refuses 63), bench/gemv.py and bench/e2e.py take it, and the
 bound sees x converted to fp16 without the scale (overflow / flushed values)."""
-import ast
 import math
 import os
 import pathlib
@@ -23,6 +22,7 @@ import numpy as np
 import pytest
 
 import gpukit as gk
+from bench_ref import bench_gemv_lists, check_variant_bound, e2e_engines
 from w4_ref import call_f32, f64, make_w4, same_bits, within
 
 cuda = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
@@ -84,40 +84,18 @@ def hard_x(k, kind):
 
 def test_variant_bound_takes_61():
     """gk._C._gemv_set_variant takes 0..62 and refuses 63 and -1 (the bound in src/ops/gemv.cpp; 62: session 10)."""
-    try:
-        for v in range(63):
-            gk._C._gemv_set_variant(v)
-        for v in (63, -1):
-            with pytest.raises(ValueError, match="variant"):
-                gk._C._gemv_set_variant(v)
-    finally:
-        gk._C._gemv_set_variant(0)
+    check_variant_bound(62, (63, -1))
 
 
 def test_bench_gemv_lists_61():
     """bench/gemv.py runs 61 for int4 only and names it (read without importing: the bench needs a GPU)."""
-    tree = ast.parse((ROOT / "bench" / "gemv.py").read_text())
-    vals = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            if node.targets[0].id in ("INT4_ONLY_VARIANTS", "W4_VARIANT_NAMES"):
-                vals[node.targets[0].id] = ast.literal_eval(node.value)
+    vals = bench_gemv_lists()
     assert 61 in vals["INT4_ONLY_VARIANTS"] and 61 in vals["W4_VARIANT_NAMES"]
 
 
 def test_e2e_engine_option_w4v61():
     """bench/e2e.py's engine option +w4v61 sets GPUKIT_GEMV_W4_VARIANT=61 for that engine's run."""
-    import importlib.util
-    import sys
-    path = ROOT / "bench" / "e2e.py"
-    sys.path.insert(0, str(path.parent))
-    try:
-        spec = importlib.util.spec_from_file_location("gk_bench_e2e_w4v61", path)
-        e2e = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(e2e)
-    finally:
-        sys.path.remove(str(path.parent))
-    base, opt = e2e.gk_engine("gk-graph+w4v61")
+    base, opt = e2e_engines().gk_engine("gk-graph+w4v61")
     assert base == "gk-graph" and opt["env"] == {"GPUKIT_GEMV_W4_VARIANT": "61"}
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import gpukit as gk
+from bench_ref import check_variant_bound, e2e_engines
 from w4_ref import bound_f32, call_f32, f64, make_w4, same_bits, within, x_dtype
 from w4_ref import make_x as make_x_rng
 
@@ -43,29 +44,12 @@ call, tol_of = call_f32, bound_f32
 def test_variant_bound_takes_every_variant():
     """No GPU: gk._C._gemv_set_variant takes 0..62 (52-58 of session 8, 59 / 60 here, 61 of session 9, 62 of
     session 10) and refuses 63 and -1."""
-    try:
-        for v in range(63):
-            gk._C._gemv_set_variant(v)
-        for v in (63, -1, 1000):
-            with pytest.raises(ValueError, match="variant"):
-                gk._C._gemv_set_variant(v)
-    finally:
-        gk._C._gemv_set_variant(0)
+    check_variant_bound(62, (63, -1, 1000))
 
 
 def test_e2e_engine_option_sets_the_switch():
     """No GPU: bench/e2e.py's engine option +w4vV sets GPUKIT_GEMV_W4_VARIANT=V for that engine's run."""
-    import importlib.util
-    import pathlib
-    path = pathlib.Path(__file__).resolve().parents[2] / "bench" / "e2e.py"
-    import sys
-    sys.path.insert(0, str(path.parent))  # e2e.py imports bench/common.py
-    try:
-        spec = importlib.util.spec_from_file_location("gk_bench_e2e_w4v", path)
-        e2e = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(e2e)
-    finally:
-        sys.path.remove(str(path.parent))
+    e2e = e2e_engines()
     base, opt = e2e.gk_engine("gk-graph+w4v59")
     assert base == "gk-graph" and opt["env"] == {"GPUKIT_GEMV_W4_VARIANT": "59"}
     assert "GPUKIT_GEMV_W4_VARIANT" not in e2e.gk_engine("gk-graph")[1]["env"]

@@ -13,16 +13,14 @@ So 62 must give 48's bits at every shape: the tests compare bit for bit (and aga
 K % 512 != 0 runs the narrow kernel (the default's, as under 48); int4 g64 / g32 and float16 x under 62 run what
 they run under 48. CPU tests (no GPU): the variant bound takes 62 (refuses 63), bench/gemv.py lists and names 62,
 bench/e2e.py's +w4v62 sets GPUKIT_GEMV_W4_VARIANT=62."""
-import ast
-import importlib.util
 import os
 import pathlib
-import sys
 
 import numpy as np
 import pytest
 
 import gpukit as gk
+from bench_ref import bench_gemv_lists, check_variant_bound, e2e_engines
 from w4_ref import bound_f32, call_f32, f64, make_w4, same_bits, within
 
 cuda = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
@@ -49,38 +47,18 @@ def bf16_x(xf, xdt="bfloat16"):
 
 def test_variant_bound_takes_62():
     """gk._C._gemv_set_variant takes 0..62 and refuses 63 and -1 (the bound in src/ops/gemv.cpp)."""
-    try:
-        for v in range(63):
-            gk._C._gemv_set_variant(v)
-        for v in (63, -1):
-            with pytest.raises(ValueError, match="variant"):
-                gk._C._gemv_set_variant(v)
-    finally:
-        gk._C._gemv_set_variant(0)
+    check_variant_bound(62, (63, -1))
 
 
 def test_bench_gemv_lists_62():
     """bench/gemv.py runs 62 for int4 only and names it (read without importing: the bench needs a GPU)."""
-    tree = ast.parse((ROOT / "bench" / "gemv.py").read_text())
-    vals = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            if node.targets[0].id in ("INT4_ONLY_VARIANTS", "W4_VARIANT_NAMES"):
-                vals[node.targets[0].id] = ast.literal_eval(node.value)
+    vals = bench_gemv_lists()
     assert 62 in vals["INT4_ONLY_VARIANTS"] and 62 in vals["W4_VARIANT_NAMES"]
 
 
 def test_e2e_engine_option_w4v62():
     """bench/e2e.py's engine option +w4v62 sets GPUKIT_GEMV_W4_VARIANT=62 for that engine's run."""
-    path = ROOT / "bench" / "e2e.py"
-    sys.path.insert(0, str(path.parent))  # bench/common.py
-    try:
-        spec = importlib.util.spec_from_file_location("gk_bench_e2e_w4v62", path)
-        e2e = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(e2e)
-    finally:
-        sys.path.remove(str(path.parent))
-    base, opt = e2e.gk_engine("gk-graph+w4v62")
+    base, opt = e2e_engines().gk_engine("gk-graph+w4v62")
     assert base == "gk-graph" and opt["env"] == {"GPUKIT_GEMV_W4_VARIANT": "62"}
 
 

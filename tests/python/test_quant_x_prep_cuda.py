@@ -6,14 +6,12 @@ gemv_quantized_prepared reads it (fp16 products, cvt.rn.f16x2.e4m3x2) instead of
 codes to exact bf16. The products are the bf16 ones times 2^c, so the bits must be today's
 default (the bf16 decode): every test compares bit for bit with gk.gemv_fp8 / gemv_int8 on
 bf16 x, and the engine's tokens and logits with the option off. CUDA parts skip without a GPU."""
-import importlib.util
-import pathlib
-import sys
 
 import numpy as np
 import pytest
 
 import gpukit as gk
+from bench_ref import e2e_engines
 from gpukit import _C
 
 from test_gemv_w8_cuda import check, f64, make
@@ -95,14 +93,7 @@ def test_norm_prep_on_cpu_writes_no_copy():
 
 
 def test_e2e_flag():
-    path = pathlib.Path(__file__).resolve().parents[2] / "bench" / "e2e.py"
-    sys.path.insert(0, str(path.parent))  # e2e.py imports bench/common.py
-    try:
-        spec = importlib.util.spec_from_file_location("gk_bench_e2e_qxp", path)
-        e2e = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(e2e)
-    finally:
-        sys.path.remove(str(path.parent))
+    e2e = e2e_engines()
     assert e2e.gk_engine("gk-graph+qxp")[1]["attrs"] == {"quantized_x_prep": True}
     assert e2e.gk_engine("gk-graph+noqxp")[1]["attrs"] == {"quantized_x_prep": False}
     assert "quantized_x_prep" not in e2e.gk_engine("gk-graph")[1]["attrs"]
