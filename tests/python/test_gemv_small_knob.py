@@ -3,8 +3,8 @@ GPUKIT_GEMV_W8_SMALL (GPUKIT_GEMV_W8's fields, for 8-bit weights of at most 32 M
 variant of the staged 4-bit GEMV, for at most 32 Mi weights), and bench/e2e.py's engine options +w8s... / +w4s...
 that set them. On the GPU: a bad value is refused only where the switch applies (so the size gate is the one
 documented), and a good value gives results within the default's float64 bound. The e2e options: no GPU."""
+import contextlib
 import math
-import os
 
 import numpy as np
 import pytest
@@ -31,20 +31,12 @@ def test_e2e_options_set_the_switches():
     assert "GPUKIT_GEMV_W8_SMALL" not in env and "GPUKIT_GEMV_W4_SMALL" not in env
 
 
-class _Env:
-    def __init__(self, name, value):
-        self.name, self.value = name, value
-
-    def __enter__(self):
-        self.old = os.environ.get(self.name)
-        os.environ[self.name] = self.value
-
-    def __exit__(self, *exc):
-        if self.old is None:
-            os.environ.pop(self.name, None)
-        else:
-            os.environ[self.name] = self.old
-        return False
+@contextlib.contextmanager
+def _env(name, value):
+    """The environment variable `name` set to `value` inside the block, restored after it."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(name, value)
+        yield
 
 
 def _w8(fmt, n, k):
@@ -64,16 +56,16 @@ def test_w8_small_gate_and_results(fmt):
     x, xs = make_x(RNG, 4096, "bfloat16", m=3)
     for n in (6144, 4096, 1001):
         fn, deq = _w8(fmt, n, 4096)
-        with _Env("GPUKIT_GEMV_W8_SMALL", "nonsense"):
+        with _env("GPUKIT_GEMV_W8_SMALL", "nonsense"):
             with pytest.raises(ValueError, match="GPUKIT_GEMV_W8_SMALL"):
                 fn(x)
         for cfg in ("4,3,16,1,3,0,0", "4,4,16,1,3,0,0", "4,2,24,1,3,0,0", "2,4,16,1,3,0,0"):
-            with _Env("GPUKIT_GEMV_W8_SMALL", cfg):
+            with _env("GPUKIT_GEMV_W8_SMALL", cfg):
                 check_exact(f"{fmt} n {n} cfg {cfg} M=3", fn(x), xs, deq)
                 check_exact(f"{fmt} n {n} cfg {cfg} M=1", fn(x[:1]), xs[:1], deq)
     xb, xbs = make_x(RNG, 14336, "bfloat16", m=1)
     fn, deq = _w8(fmt, 4096, 14336)
-    with _Env("GPUKIT_GEMV_W8_SMALL", "nonsense"):
+    with _env("GPUKIT_GEMV_W8_SMALL", "nonsense"):
         check_exact(f"{fmt} (4096, 14336): the switch does not apply", fn(xb), xbs, deq)
 
 
@@ -84,16 +76,16 @@ def test_w4_small_gate_and_results():
     variant and GPUKIT_GEMV_W4_VARIANT take precedence (a bad small value is not read then)."""
     fn, deq = make_w4(RNG, "int4_128", 6144, 4096)
     x, xs = make_x(RNG, 4096, "bfloat16", m=2)
-    with _Env("GPUKIT_GEMV_W4_SMALL", "7"):
+    with _env("GPUKIT_GEMV_W4_SMALL", "7"):
         with pytest.raises(ValueError, match="GPUKIT_GEMV_W4_SMALL"):
             fn(x, out_dtype="float32")
-        with _Env("GPUKIT_GEMV_W4_VARIANT", "48"):
+        with _env("GPUKIT_GEMV_W4_VARIANT", "48"):
             check_exact("GPUKIT_GEMV_W4_VARIANT first", fn(x, out_dtype="float32"), xs, deq)
     for v in ("48", "52", "53", "54", "55", "57", "58", "60"):
-        with _Env("GPUKIT_GEMV_W4_SMALL", v):
+        with _env("GPUKIT_GEMV_W4_SMALL", v):
             check_exact(f"small variant {v} M=2", fn(x, out_dtype="float32"), xs, deq)
             check_exact(f"small variant {v} M=1", fn(x[:1], out_dtype="float32"), xs[:1], deq)
     fb, deqb = make_w4(RNG, "int4_128", 4096, 14336)
     xb, xbs = make_x(RNG, 14336, "bfloat16", m=1)
-    with _Env("GPUKIT_GEMV_W4_SMALL", "7"):
+    with _env("GPUKIT_GEMV_W4_SMALL", "7"):
         check_exact("(4096, 14336): the switch does not apply", fb(xb, out_dtype="float32"), xbs, deqb)

@@ -128,3 +128,28 @@ def rows_match(tag, fn, variant, x, check):
         same_bits(f"{tag}: M={m} vs M=8", f64(call(fn, x[:m], variant, out_dtype="float32")), full[:m])
     same_bits(f"{tag}: row 3 (1-d x) second call", f64(call(fn, x[3], variant, out_dtype="float32")), full[3])
     return full
+
+
+def poisoned_calls(fn, x, variant, n, check, runs=2):
+    """call_f32(fn, x, variant) `runs` times, each right after a NaN-filled float32 allocation of n outputs was freed
+    (the caching allocator hands that memory to the output, so a row the kernel does not write reads NaN): every
+    output finite, then check(got). Returns the last result."""
+    for _ in range(runs):
+        poison = gk.asarray(np.full((1, n), np.nan, np.float32)).to("cuda")
+        gk.cuda.synchronize()
+        del poison
+        got = call_f32(fn, x, variant)
+        assert np.all(np.isfinite(got)), f"{int(np.sum(~np.isfinite(got)))} outputs not written (NaN poison)"
+        check(got)
+    return got
+
+
+def bf16_out_is_rounded(tag, fn, x, variant, got):
+    """fn(x) with its default (bf16) output under `variant` gives `got` (its float32 output, as float64) rounded to
+    bf16, bit for bit."""
+    gk._C._gemv_set_variant(variant)
+    try:
+        yb = f64(fn(x).astype("float32"))
+    finally:
+        gk._C._gemv_set_variant(0)
+    same_bits(tag, yb, f64(gk.asarray(got.astype(np.float32)).astype("bfloat16").astype("float32")))
