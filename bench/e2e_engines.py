@@ -54,9 +54,11 @@ before the default became 4,2,16,1,3,0,0), dec<N> (GPUKIT_DECODE_SPLIT=32,1024,1
 decode attention's variant N, e.g. dec24 the cluster kernel that B = 1 took at that checkpoint,
 dec18 the CTA group units the default takes now), w4v<V> (GPUKIT_GEMV_W4_VARIANT=V: the staged 4-bit
 GEMV's variant at every shape), w4s<V> (GPUKIT_GEMV_W4_SMALL=V: that variant for the short projections
-only, at most 32 Mi weights: o and q/k/v of the 8B model), w8s<KB-D-WT[-RT...]> (GPUKIT_GEMV_W8_SMALL
-with '-' for ',': GPUKIT_GEMV_W8's fields for 8-bit weights of at most 32 MiB only), w8k<KB-D-WT...>
-(GPUKIT_GEMV_W8 itself, every shape).
+only, at most 32 Mi weights: o and q/k/v of the 8B model), w4o<V> (GPUKIT_GEMV_W4_O=V: the same for at
+most 16 Mi weights, the 8B o projection but not its q/k/v; before w4s), w8s<KB-D-WT[-RT...]> (GPUKIT_GEMV_W8_SMALL
+with '-' for ',': GPUKIT_GEMV_W8's fields for 8-bit weights of at most 32 MiB only), w8o<KB-D-WT...>
+(GPUKIT_GEMV_W8_O: the same for at most 16 MiB, the 8B o projection but not its q/k/v; before w8s),
+w8k<KB-D-WT...> (GPUKIT_GEMV_W8 itself, every shape).
 Each gk run prints the node count of its captured decode step.
 """
 from __future__ import annotations
@@ -120,8 +122,12 @@ def gk_engine(eng):
             opt["env"]["GPUKIT_GEMV_W4_VARIANT"] = f[3:]
         elif re.fullmatch(r"w4s\d\d?", f):  # the 4-bit GEMV's variant for the short projections (GPUKIT_GEMV_W4_SMALL)
             opt["env"]["GPUKIT_GEMV_W4_SMALL"] = f[3:]
+        elif re.fullmatch(r"w4o\d\d?", f):  # the same for at most 16 Mi weights (GPUKIT_GEMV_W4_O)
+            opt["env"]["GPUKIT_GEMV_W4_O"] = f[3:]
         elif re.fullmatch(r"w8s\d+(-\d+){2,10}", f):  # the 8-bit GEMV's knob for the short projections, '-' for ','
             opt["env"]["GPUKIT_GEMV_W8_SMALL"] = f[3:].replace("-", ",")
+        elif re.fullmatch(r"w8o\d+(-\d+){2,10}", f):  # the same for at most 16 MiB (the o projection)
+            opt["env"]["GPUKIT_GEMV_W8_O"] = f[3:].replace("-", ",")
         elif re.fullmatch(r"w8k\d+(-\d+){2,10}", f):  # the 8-bit GEMV's knob (GPUKIT_GEMV_W8, every shape), '-' for ','
             opt["env"]["GPUKIT_GEMV_W8"] = f[3:].replace("-", ",")
         elif re.fullmatch(r"dec\d\d?", f):  # the decode attention's variant (attention_decode, GPUKIT_DECODE_SPLIT)

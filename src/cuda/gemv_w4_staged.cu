@@ -262,8 +262,10 @@ void launch_xp(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
 // default's). V: 0, or 3..62 except the probes 7, 16, 56 (wrong results) and 1 / 2 (other kernels / no PDL).
 // GPUKIT_GEMV_W4_SMALL=V (session 10, the same values): variant V's configuration for shapes of at most
 // kW4SmallWeights weights only (the 8B model's o and q/k/v projections, not its gate/up, down or lm head), where
-// neither the process variant nor GPUKIT_GEMV_W4_VARIANT names one.
+// neither the process variant nor GPUKIT_GEMV_W4_VARIANT names one. GPUKIT_GEMV_W4_O=V (session 11): the same
+// for at most kW4OWeights weights (the 8B o projection, not its q/k/v), before GPUKIT_GEMV_W4_SMALL.
 constexpr int64_t kW4SmallWeights = int64_t(32) << 20;
+constexpr int64_t kW4OWeights = int64_t(16) << 20;
 
 template <int Which>
 int w4_env_variant_of(const char* name) {
@@ -285,6 +287,8 @@ int w4_env_variant() { return w4_env_variant_of<0>("GPUKIT_GEMV_W4_VARIANT"); }
 int w4_variant_for(const QGemvArgs& p) {
   if (p.variant != 0) return p.variant;
   if (const int v = w4_env_variant(); v != 0) return v;
+  if (p.n * p.k <= kW4OWeights)
+    if (const int v = w4_env_variant_of<2>("GPUKIT_GEMV_W4_O"); v != 0) return v;
   return p.n * p.k <= kW4SmallWeights ? w4_env_variant_of<1>("GPUKIT_GEMV_W4_SMALL") : 0;
 }
 

@@ -87,15 +87,17 @@ struct W8Cfg {
   int pf = 0;  // stages per row prefetched into L2 before waiting for the previous kernel
   int pd = 0;  // in the loop: each stage's copy also prefetches the stage pd ahead into L2 (0: off)
   int fr = 0;  // full ring (w8_full_depth): bit 1 for N > K, bit 2 for N <= K (0: as the caller asks)
+  int pw = -1;  // stages of the prologue issued before the PDL wait, the rest after it (-1: all before)
 };
 
 W8Cfg parse_w8(const char* e, const char* name = "GPUKIT_GEMV_W8") {
   W8Cfg c;
-  int kb = 0, d = 0, wt = 0, rt = 1, xs = kW8XsDefault, xp = 0, sp = 1, pf = 0, pd = 0, fr = 0;
+  int kb = 0, d = 0, wt = 0, rt = 1, xs = kW8XsDefault, xp = 0, sp = 1, pf = 0, pd = 0, fr = 0, pw = -1;
   const int got =
-      std::sscanf(e, "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", &kb, &d, &wt, &rt, &xs, &xp, &sp, &pf, &pd, &fr);
+      std::sscanf(e, "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", &kb, &d, &wt, &rt, &xs, &xp, &sp, &pf, &pd, &fr, &pw);
   if (got < 3)
-    throw ValueError(cat(name, ": expected KB,D,WT[,RT[,XS[,XP[,SP[,PF[,PD[,FR]]]]]]], got '", e, "'"));
+    throw ValueError(cat(name, ": expected KB,D,WT[,RT[,XS[,XP[,SP[,PF[,PD[,FR[,PW]]]]]]]], got '", e, "'"));
+  if (pw < -1 || pw > 8) throw ValueError(cat(name, ": PW is -1 (all before the wait) or 0..8 stages, got '", e, "'"));
   if (fr < 0 || fr > 3) throw ValueError(cat(name, ": FR is a mask 0..3, got '", e, "'"));
   const bool ok = rt == 1 ? (kb == 2 && (d == 4 || d == 6)) || (kb == 4 && (d == 2 || d == 3 || d == 4)) ||
                                 (kb == 8 && d == 2)
@@ -114,6 +116,7 @@ W8Cfg parse_w8(const char* e, const char* name = "GPUKIT_GEMV_W8") {
   // the prologue's prefetch reaches the loop's first one unless PF says otherwise
   c.pf = pf > 0 ? (pf > 64 ? 64 : pf) : std::max(c.pd - (d - 1), 0);
   c.fr = fr;
+  c.pw = pw;
   return c;
 }
 
@@ -149,14 +152,18 @@ const W8Cfg& w8_knob(const char* e, const char* name) {
 }
 
 // Weight bytes up to which GPUKIT_GEMV_W8_SMALL applies: the 8B model's o (16 MiB) and q/k/v
-// (24 MiB) projections in 8 bits, not its gate/up, down or lm head.
+// (24 MiB) projections in 8 bits, not its gate/up, down or lm head; GPUKIT_GEMV_W8_O (session 11):
+// up to 16 MiB (the 8B o projection, not its q/k/v), before GPUKIT_GEMV_W8_SMALL.
 constexpr int64_t kW8SmallBytes = int64_t(32) << 20;
+constexpr int64_t kW8OBytes = int64_t(16) << 20;
 
 // The knob (GPUKIT_GEMV_W8, a benchmarking switch: every shape), else GPUKIT_GEMV_W8_SMALL (the
 // same fields, for shapes of at most kW8SmallBytes of weights only: a benchmarking switch for
 // the engine's short projections, session 10), else the default.
 W8Cfg w8_config(int64_t n, int64_t k, int eb) {
   if (const char* e = std::getenv("GPUKIT_GEMV_W8"); e && *e) return w8_knob<0>(e, "GPUKIT_GEMV_W8");
+  if (n * k * eb <= kW8OBytes)
+    if (const char* e = std::getenv("GPUKIT_GEMV_W8_O"); e && *e) return w8_knob<2>(e, "GPUKIT_GEMV_W8_O");
   if (n * k * eb <= kW8SmallBytes)
     if (const char* e = std::getenv("GPUKIT_GEMV_W8_SMALL"); e && *e) return w8_knob<1>(e, "GPUKIT_GEMV_W8_SMALL");
   return w8_default(n, k, eb);
@@ -283,10 +290,12 @@ template <class F>
 void launch_w8(const KArgs& p_in, int split, cudaStream_t st, int xs_depth = 0, int full_mask = 0) {
   const W8Cfg c = w8_config(p_in.n, p_in.k, F::EB);
   KArgs p = p_in;
-  p.group = c.pf + 256 * c.pd;  // k_w8: L2 prefetch before the wait (stages) and distance in the loop
+  // k_w8: L2 prefetch before the wait (stages), distance in the loop, copies before the wait
+  const int64_t pwbits = c.pw >= 0 ? 65536 * int64_t(c.pw + 1) : 0;
+  p.group = c.pf + 256 * c.pd + pwbits;
   const W8Plan pl = w8_plan(p.n, p.k, F::EB, c);
   if (const int fd = xs_depth == 0 ? w8_full_depth<F>(p, pl, split, c, full_mask | c.fr) : 0; fd > 0) {
-    p.group = 0;  // nothing left to prefetch into L2: every byte is in flight before the wait
+    p.group = pwbits;  // nothing left to prefetch into L2: every byte is in flight (PW: before the wait or after)
     if (fd == 2) launch_kd<F, 4, 2, 1, 0, false, true>(p, pl.nw, split, 0, st, c.sp);
     else if (fd == 3) launch_kd<F, 4, 3, 1, 0, false, true>(p, pl.nw, split, 0, st, c.sp);
     else launch_kd<F, 4, 4, 1, 0, false, true>(p, pl.nw, split, 0, st, c.sp);

@@ -11,7 +11,7 @@ import pytest
 
 import gpukit as gk
 from bench_ref import e2e_engines
-from w4_ref import check_exact, f64, make_w4, make_x
+from w4_ref import check_exact, f64, make_w4, make_x, same_bits
 
 RNG = np.random.default_rng(1010)
 cuda_only = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
@@ -27,6 +27,10 @@ def test_e2e_options_set_the_switches():
     assert both == {"GPUKIT_GEMV_W4_SMALL": "48", "GPUKIT_GEMV_W8_SMALL": "4,2,24"}
     knob = e2e.gk_engine("gk-graph+w8k4-2-16-1-3-0-0")[1]["env"]
     assert knob == {"GPUKIT_GEMV_W8": "4,2,16,1,3,0,0"}
+    w4o = e2e.gk_engine("gk-graph+w4s54+w4o48")[1]["env"]
+    assert w4o == {"GPUKIT_GEMV_W4_SMALL": "54", "GPUKIT_GEMV_W4_O": "48"}
+    o = e2e.gk_engine("gk-graph+w8s4-3-16-1-3-0-0-0-0-0-1+w8o4-2-16-1-3-0-0")[1]["env"]
+    assert o == {"GPUKIT_GEMV_W8_SMALL": "4,3,16,1,3,0,0,0,0,0,1", "GPUKIT_GEMV_W8_O": "4,2,16,1,3,0,0"}
     env = e2e.gk_engine("gk-graph")[1]["env"]
     assert "GPUKIT_GEMV_W8_SMALL" not in env and "GPUKIT_GEMV_W4_SMALL" not in env
 
@@ -89,3 +93,54 @@ def test_w4_small_gate_and_results():
     xb, xbs = make_x(RNG, 14336, "bfloat16", m=1)
     with _env("GPUKIT_GEMV_W4_SMALL", "7"):
         check_exact("(4096, 14336): the switch does not apply", fb(xb, out_dtype="float32"), xbs, deqb)
+
+
+@cuda_only
+@pytest.mark.parametrize("fmt", ["fp8", "int8"])
+def test_w8_pw_same_bits_and_o_gate(fmt):
+    """PW (the knob's 11th field, session 11: how many of the prologue's stages are copied before the PDL wait, the
+    rest right after it) changes only when the copies are issued: bitwise the same results as the same
+    configuration without it, for rings of 2, 3 and 4 and the full ring, at the short and a long shape, M = 1 and 3,
+    eager and in a PDL chain; a PW outside -1..8 is refused. GPUKIT_GEMV_W8_O applies up to 16 MiB only (4096 x
+    4096 refuses a bad value, 6144 x 4096 does not read it) and wins over GPUKIT_GEMV_W8_SMALL."""
+    x, _ = make_x(RNG, 4096, "bfloat16", m=3)
+    for n in (6144, 4096, 1001, 14336):
+        fn, deq = _w8(fmt, n, 4096)
+        for cfg in ("4,2,16,1,3,0,0", "4,3,16,1,3,0,0", "4,4,16,1,3,0,0", "4,2,16,1,3,0,0,0,0,3", "8,2,16,1,3,0,0",
+                    "4,3,16,2,3,0,0"):
+            with _env("GPUKIT_GEMV_W8", cfg):
+                base3, base1 = f64(fn(x)), f64(fn(x[:1]))
+            for pw in (0, 1, 2):
+                with _env("GPUKIT_GEMV_W8", cfg + (",0" * (10 - len(cfg.split(",")))) + f",{pw}"):
+                    same_bits(f"{fmt} n {n} {cfg} PW {pw} M=3", f64(fn(x)), base3)
+                    chain = [fn(x[:1]) for _ in range(3)]
+                    for i, y in enumerate(chain):
+                        same_bits(f"{fmt} n {n} {cfg} PW {pw} M=1 chain {i}", f64(y), base1)
+    fn, _ = _w8(fmt, 4096, 4096)
+    with _env("GPUKIT_GEMV_W8", "4,3,16,1,3,0,0,0,0,0,9"):
+        with pytest.raises(ValueError, match="PW is"):
+            fn(x)
+    with _env("GPUKIT_GEMV_W8_SMALL", "4,3,16,1,3,0,0"), _env("GPUKIT_GEMV_W8_O", "nonsense"):
+        with pytest.raises(ValueError, match="GPUKIT_GEMV_W8_O"):
+            fn(x)
+    fq, deq = _w8(fmt, 6144, 4096)
+    xs = make_x(RNG, 4096, "bfloat16", m=3)
+    with _env("GPUKIT_GEMV_W8_O", "nonsense"):
+        check_exact(f"{fmt} (6144, 4096): GPUKIT_GEMV_W8_O does not apply", fq(xs[0]), xs[1], deq)
+
+
+@cuda_only
+def test_w4_o_gate():
+    """GPUKIT_GEMV_W4_O (session 11): (4096, 4096) = 16 Mi weights takes it (a bad value is refused) before
+    GPUKIT_GEMV_W4_SMALL; (6144, 4096) does not read it; variant 54 / 62 through it stay within the bound."""
+    fo, deqo = make_w4(RNG, "int4_128", 4096, 4096)
+    fq, deqq = make_w4(RNG, "int4_128", 6144, 4096)
+    x, xs = make_x(RNG, 4096, "bfloat16", m=2)
+    with _env("GPUKIT_GEMV_W4_SMALL", "48"), _env("GPUKIT_GEMV_W4_O", "7"):
+        with pytest.raises(ValueError, match="GPUKIT_GEMV_W4_O"):
+            fo(x, out_dtype="float32")
+        check_exact("(6144, 4096): GPUKIT_GEMV_W4_O does not apply", fq(x, out_dtype="float32"), xs, deqq)
+    for v in ("54", "62"):
+        with _env("GPUKIT_GEMV_W4_O", v):
+            check_exact(f"o variant {v} M=2", fo(x, out_dtype="float32"), xs, deqo)
+            check_exact(f"o variant {v} M=1", fo(x[:1], out_dtype="float32"), xs[:1], deqo)
