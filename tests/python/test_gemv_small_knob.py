@@ -31,6 +31,8 @@ def test_e2e_options_set_the_switches():
     assert w4o == {"GPUKIT_GEMV_W4_SMALL": "54", "GPUKIT_GEMV_W4_O": "48"}
     o = e2e.gk_engine("gk-graph+w8s4-3-16-1-3-0-0-0-0-0-1+w8o4-2-16-1-3-0-0")[1]["env"]
     assert o == {"GPUKIT_GEMV_W8_SMALL": "4,3,16,1,3,0,0,0,0,0,1", "GPUKIT_GEMV_W8_O": "4,2,16,1,3,0,0"}
+    m3 = e2e.gk_engine("gk-graph+w8k4-2-16-1-3-0-0-0-0-0-8-3")[1]["env"]
+    assert m3 == {"GPUKIT_GEMV_W8": "4,2,16,1,3,0,0,0,0,0,8,3"}
     env = e2e.gk_engine("gk-graph")[1]["env"]
     assert "GPUKIT_GEMV_W8_SMALL" not in env and "GPUKIT_GEMV_W4_SMALL" not in env
 
@@ -116,10 +118,22 @@ def test_w8_pw_same_bits_and_o_gate(fmt):
                     chain = [fn(x[:1]) for _ in range(3)]
                     for i, y in enumerate(chain):
                         same_bits(f"{fmt} n {n} {cfg} PW {pw} M=1 chain {i}", f64(y), base1)
+            # MINB 3 (the 12th field: registers for 3 CTAs of 256 threads per SM) where it is taken; PW 8 = all
+            if cfg in ("4,2,16,1,3,0,0", "4,3,16,1,3,0,0", "8,2,16,1,3,0,0"):
+                for pw in (8, 1):
+                    with _env("GPUKIT_GEMV_W8", cfg + ",0,0,0," + f"{pw},3"):
+                        same_bits(f"{fmt} n {n} {cfg} MINB 3 PW {pw} M=3", f64(fn(x)), base3)
+                        chain = [fn(x[:1]) for _ in range(3)]
+                        for i, y in enumerate(chain):
+                            same_bits(f"{fmt} n {n} {cfg} MINB 3 PW {pw} M=1 chain {i}", f64(y), base1)
     fn, _ = _w8(fmt, 4096, 4096)
     with _env("GPUKIT_GEMV_W8", "4,3,16,1,3,0,0,0,0,0,9"):
         with pytest.raises(ValueError, match="PW is"):
             fn(x)
+    for bad in ("4,2,16,1,3,0,0,0,0,0,8,4", "4,4,16,1,3,0,0,0,0,0,8,3", "4,2,16,1,3,1,0,0,0,0,8,3"):
+        with _env("GPUKIT_GEMV_W8", bad):
+            with pytest.raises(ValueError, match="MINB"):
+                fn(x)
     with _env("GPUKIT_GEMV_W8_SMALL", "4,3,16,1,3,0,0"), _env("GPUKIT_GEMV_W8_O", "nonsense"):
         with pytest.raises(ValueError, match="GPUKIT_GEMV_W8_O"):
             fn(x)

@@ -226,8 +226,10 @@ constexpr int w8_xring_pitch(int kb) { return kb * 128 + 16; }
 // before the PDL wait and the loop issues none (an empty group per stage keeps the count:
 // at stage j, D + j groups committed, the D - 1 newest may be pending). The same arithmetic
 // in the same order as without: the same bits.
-template <class F, int KB, int D, int RT, int XM = 0, bool XP = false, bool FR = false>
-__global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
+// MINB (the knob's 12th field, session 11; 2 by default): CTAs of 256 threads per SM the registers
+// are sized for (3: at most 85 registers, so that the next kernel's CTAs fit beside them sooner).
+template <class F, int KB, int D, int RT, int XM = 0, bool XP = false, bool FR = false, int MINB = 2>
+__global__ void __launch_bounds__(256, MINB) k_w8(const KArgs p) {
   constexpr bool XS = XM == 1, XR = XM == 2;
   using TB = typename F::TB;
   constexpr int NR = 4 * RT;               // rows per lane in the copies (4 rows x 128 bytes per warp instruction)
