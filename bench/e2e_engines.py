@@ -124,11 +124,11 @@ def gk_engine(eng):
             opt["env"]["GPUKIT_GEMV_W4_SMALL"] = f[3:]
         elif re.fullmatch(r"w4o\d\d?", f):  # the same for at most 16 Mi weights (GPUKIT_GEMV_W4_O)
             opt["env"]["GPUKIT_GEMV_W4_O"] = f[3:]
-        elif re.fullmatch(r"w8s\d+(-\d+){2,11}", f):  # the 8-bit GEMV's knob for the short projections, '-' for ','
+        elif re.fullmatch(r"w8s\d+(-\d+){2,10}", f):  # the 8-bit GEMV's knob for the short projections, '-' for ','
             opt["env"]["GPUKIT_GEMV_W8_SMALL"] = f[3:].replace("-", ",")
-        elif re.fullmatch(r"w8o\d+(-\d+){2,11}", f):  # the same for at most 16 MiB (the o projection)
+        elif re.fullmatch(r"w8o\d+(-\d+){2,10}", f):  # the same for at most 16 MiB (the o projection)
             opt["env"]["GPUKIT_GEMV_W8_O"] = f[3:].replace("-", ",")
-        elif re.fullmatch(r"w8k\d+(-\d+){2,11}", f):  # the 8-bit GEMV's knob (GPUKIT_GEMV_W8, every shape), '-' for ','
+        elif re.fullmatch(r"w8k\d+(-\d+){2,10}", f):  # the 8-bit GEMV's knob (GPUKIT_GEMV_W8, every shape), '-' for ','
             opt["env"]["GPUKIT_GEMV_W8"] = f[3:].replace("-", ",")
         elif re.fullmatch(r"dec\d\d?", f):  # the decode attention's variant (attention_decode, GPUKIT_DECODE_SPLIT)
             opt["env"]["GPUKIT_DECODE_SPLIT"] = f"32,1024,128,{int(f[3:])}"

@@ -87,22 +87,15 @@ struct W8Cfg {
   int pf = 0;  // stages per row prefetched into L2 before waiting for the previous kernel
   int pd = 0;  // in the loop: each stage's copy also prefetches the stage pd ahead into L2 (0: off)
   int fr = 0;  // full ring (w8_full_depth): bit 1 for N > K, bit 2 for N <= K (0: as the caller asks)
-  int pw = -1;  // stages of the prologue issued before the PDL wait, the rest after it (-1, or D - 1 and more: all)
-  int minb = 2;  // k_w8's __launch_bounds__ minimum CTAs per SM (3: at most 85 registers; 8-bit weights, bf16 x)
 };
 
 W8Cfg parse_w8(const char* e, const char* name = "GPUKIT_GEMV_W8") {
   W8Cfg c;
-  int kb = 0, d = 0, wt = 0, rt = 1, xs = kW8XsDefault, xp = 0, sp = 1, pf = 0, pd = 0, fr = 0, pw = -1, minb = 2;
-  const int got = std::sscanf(e, "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", &kb, &d, &wt, &rt, &xs, &xp, &sp, &pf, &pd,
-                              &fr, &pw, &minb);
+  int kb = 0, d = 0, wt = 0, rt = 1, xs = kW8XsDefault, xp = 0, sp = 1, pf = 0, pd = 0, fr = 0;
+  const int got =
+      std::sscanf(e, "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", &kb, &d, &wt, &rt, &xs, &xp, &sp, &pf, &pd, &fr);
   if (got < 3)
-    throw ValueError(cat(name, ": expected KB,D,WT[,RT[,XS[,XP[,SP[,PF[,PD[,FR[,PW[,MINB]]]]]]]]]], got '", e, "'"));
-  if (minb != 2 && minb != 3) throw ValueError(cat(name, ": MINB is 2 or 3, got '", e, "'"));
-  if (minb == 3 && !(rt == 1 && xp == 0 && fr == 0 && ((kb == 4 && (d == 2 || d == 3)) || (kb == 8 && d == 2))))
-    throw ValueError(cat(name, ": MINB 3 needs one row tile, no XP / FR, and KB 4 with D 2 or 3 or KB 8 with D 2, got '",
-                         e, "'"));
-  if (pw < -1 || pw > 8) throw ValueError(cat(name, ": PW is -1 (all before the wait) or 0..8 stages, got '", e, "'"));
+    throw ValueError(cat(name, ": expected KB,D,WT[,RT[,XS[,XP[,SP[,PF[,PD[,FR]]]]]]], got '", e, "'"));
   if (fr < 0 || fr > 3) throw ValueError(cat(name, ": FR is a mask 0..3, got '", e, "'"));
   const bool ok = rt == 1 ? (kb == 2 && (d == 4 || d == 6)) || (kb == 4 && (d == 2 || d == 3 || d == 4)) ||
                                 (kb == 8 && d == 2)
@@ -121,8 +114,6 @@ W8Cfg parse_w8(const char* e, const char* name = "GPUKIT_GEMV_W8") {
   // the prologue's prefetch reaches the loop's first one unless PF says otherwise
   c.pf = pf > 0 ? (pf > 64 ? 64 : pf) : std::max(c.pd - (d - 1), 0);
   c.fr = fr;
-  c.pw = pw;
-  c.minb = minb;
   return c;
 }
 
@@ -207,10 +198,10 @@ W8Plan w8_plan(int64_t n, int64_t k, int eb, const W8Cfg& c) {
   return p;
 }
 
-template <class F, int KB, int D, int RT = 1, int XM = 0, bool XP = false, bool FR = false, int MINB = 2>
+template <class F, int KB, int D, int RT = 1, int XM = 0, bool XP = false, bool FR = false>
 void launch_kd(const KArgs& p, int nw, int split, int xbytes, cudaStream_t st, bool spread) {
   constexpr int SB = w8_stage_bytes(KB, RT);
-  smem_limit<k_w8<F, KB, D, RT, XM, XP, FR, MINB>>(kW8SmemMax);
+  smem_limit<k_w8<F, KB, D, RT, XM, XP, FR>>(kW8SmemMax);
   const int64_t blocks = (p.n + 16 * RT - 1) / (16 * RT);
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   int smem = nw * D * SB + xbytes;
@@ -224,7 +215,7 @@ void launch_kd(const KArgs& p, int nw, int split, int xbytes, cudaStream_t st, b
     const int64_t cap = kSmSmem / (per_sm + 1) - 1024 - 512 + 256;  // just too much for per_sm + 1 CTAs
     if (per_sm * (cap + 1024 + 512) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kW8SmemMax));
   }
-  launch_ex(k_w8<F, KB, D, RT, XM, XP, FR, MINB>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st,
+  launch_ex(k_w8<F, KB, D, RT, XM, XP, FR>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st,
             p.variant != 2, p);
   GK_LAUNCH_CHECK("gemv_w8");
 }
@@ -296,12 +287,10 @@ template <class F>
 void launch_w8(const KArgs& p_in, int split, cudaStream_t st, int xs_depth = 0, int full_mask = 0) {
   const W8Cfg c = w8_config(p_in.n, p_in.k, F::EB);
   KArgs p = p_in;
-  // k_w8: L2 prefetch before the wait (stages), distance in the loop, copies before the wait
-  const int64_t pwbits = c.pw >= 0 ? 65536 * int64_t(c.pw + 1) : 0;
-  p.group = c.pf + 256 * c.pd + pwbits;
+  p.group = c.pf + 256 * c.pd;  // k_w8: L2 prefetch before the wait (stages) and distance in the loop
   const W8Plan pl = w8_plan(p.n, p.k, F::EB, c);
   if (const int fd = xs_depth == 0 ? w8_full_depth<F>(p, pl, split, c, full_mask | c.fr) : 0; fd > 0) {
-    p.group = pwbits;  // nothing left to prefetch into L2: every byte is in flight (PW: before the wait or after)
+    p.group = 0;  // nothing left to prefetch into L2: every byte is in flight before the wait
     if (fd == 2) launch_kd<F, 4, 2, 1, 0, false, true>(p, pl.nw, split, 0, st, c.sp);
     else if (fd == 3) launch_kd<F, 4, 3, 1, 0, false, true>(p, pl.nw, split, 0, st, c.sp);
     else launch_kd<F, 4, 4, 1, 0, false, true>(p, pl.nw, split, 0, st, c.sp);
@@ -322,15 +311,6 @@ void launch_w8(const KArgs& p_in, int split, cudaStream_t st, int xs_depth = 0, 
       const int xbytes = int(pl.nw * d * p.m * w8_xring_pitch(4));
       if (d == 3) launch_kd<F, 4, 3, 1, 2>(p, pl.nw, split, xbytes, st, c.sp);
       else launch_kd<F, 4, 2, 1, 2>(p, pl.nw, split, xbytes, st, c.sp);
-      if (split > 1) launch_sum(p, split, st);
-      return;
-    }
-  }
-  if constexpr (F::EB == 1 && std::is_same_v<typename F::TB, bf16>) {  // MINB 3 (validated by parse_w8)
-    if (c.minb == 3) {
-      if (c.kb == 8) launch_kd<F, 8, 2, 1, 0, false, false, 3>(p, pl.nw, split, 0, st, c.sp);
-      else if (c.d == 2) launch_kd<F, 4, 2, 1, 0, false, false, 3>(p, pl.nw, split, 0, st, c.sp);
-      else launch_kd<F, 4, 3, 1, 0, false, false, 3>(p, pl.nw, split, 0, st, c.sp);
       if (split > 1) launch_sum(p, split, st);
       return;
     }

@@ -1,7 +1,8 @@
 """The short-projection switches of the decode GEMVs (session 10; benchmarking switches for the engine):
 GPUKIT_GEMV_W8_SMALL (GPUKIT_GEMV_W8's fields, for 8-bit weights of at most 32 MiB) and GPUKIT_GEMV_W4_SMALL (a
-variant of the staged 4-bit GEMV, for at most 32 Mi weights), and bench/e2e.py's engine options +w8s... / +w4s...
-that set them. On the GPU: a bad value is refused only where the switch applies (so the size gate is the one
+variant of the staged 4-bit GEMV, for at most 32 Mi weights), their session-11 companions GPUKIT_GEMV_W8_O /
+GPUKIT_GEMV_W4_O (the same for at most 16 MiB / 16 Mi: the 8B o projection apart from q/k/v), and bench/e2e.py's
+engine options +w8s... / +w4s... / +w8o... / +w4o... that set them. On the GPU: a bad value is refused only where the switch applies (so the size gate is the one
 documented), and a good value gives results within the default's float64 bound. The e2e options: no GPU."""
 import contextlib
 import math
@@ -11,7 +12,7 @@ import pytest
 
 import gpukit as gk
 from bench_ref import e2e_engines
-from w4_ref import check_exact, f64, make_w4, make_x, same_bits
+from w4_ref import check_exact, f64, make_w4, make_x
 
 RNG = np.random.default_rng(1010)
 cuda_only = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
@@ -29,10 +30,8 @@ def test_e2e_options_set_the_switches():
     assert knob == {"GPUKIT_GEMV_W8": "4,2,16,1,3,0,0"}
     w4o = e2e.gk_engine("gk-graph+w4s54+w4o48")[1]["env"]
     assert w4o == {"GPUKIT_GEMV_W4_SMALL": "54", "GPUKIT_GEMV_W4_O": "48"}
-    o = e2e.gk_engine("gk-graph+w8s4-3-16-1-3-0-0-0-0-0-1+w8o4-2-16-1-3-0-0")[1]["env"]
-    assert o == {"GPUKIT_GEMV_W8_SMALL": "4,3,16,1,3,0,0,0,0,0,1", "GPUKIT_GEMV_W8_O": "4,2,16,1,3,0,0"}
-    m3 = e2e.gk_engine("gk-graph+w8k4-2-16-1-3-0-0-0-0-0-8-3")[1]["env"]
-    assert m3 == {"GPUKIT_GEMV_W8": "4,2,16,1,3,0,0,0,0,0,8,3"}
+    o = e2e.gk_engine("gk-graph+w8s8-2-16-1-3-0-0+w8o4-2-16-1-3-0-0")[1]["env"]
+    assert o == {"GPUKIT_GEMV_W8_SMALL": "8,2,16,1,3,0,0", "GPUKIT_GEMV_W8_O": "4,2,16,1,3,0,0"}
     env = e2e.gk_engine("gk-graph")[1]["env"]
     assert "GPUKIT_GEMV_W8_SMALL" not in env and "GPUKIT_GEMV_W4_SMALL" not in env
 
@@ -99,48 +98,21 @@ def test_w4_small_gate_and_results():
 
 @cuda_only
 @pytest.mark.parametrize("fmt", ["fp8", "int8"])
-def test_w8_pw_same_bits_and_o_gate(fmt):
-    """PW (the knob's 11th field, session 11: how many of the prologue's stages are copied before the PDL wait, the
-    rest right after it) changes only when the copies are issued: bitwise the same results as the same
-    configuration without it, for rings of 2, 3 and 4 and the full ring, at the short and a long shape, M = 1 and 3,
-    eager and in a PDL chain; a PW outside -1..8 is refused. GPUKIT_GEMV_W8_O applies up to 16 MiB only (4096 x
-    4096 refuses a bad value, 6144 x 4096 does not read it) and wins over GPUKIT_GEMV_W8_SMALL."""
-    x, _ = make_x(RNG, 4096, "bfloat16", m=3)
-    for n in (6144, 4096, 1001, 14336):
-        fn, deq = _w8(fmt, n, 4096)
-        for cfg in ("4,2,16,1,3,0,0", "4,3,16,1,3,0,0", "4,4,16,1,3,0,0", "4,2,16,1,3,0,0,0,0,3", "8,2,16,1,3,0,0",
-                    "4,3,16,2,3,0,0"):
-            with _env("GPUKIT_GEMV_W8", cfg):
-                base3, base1 = f64(fn(x)), f64(fn(x[:1]))
-            for pw in (0, 1, 2):
-                with _env("GPUKIT_GEMV_W8", cfg + (",0" * (10 - len(cfg.split(",")))) + f",{pw}"):
-                    same_bits(f"{fmt} n {n} {cfg} PW {pw} M=3", f64(fn(x)), base3)
-                    chain = [fn(x[:1]) for _ in range(3)]
-                    for i, y in enumerate(chain):
-                        same_bits(f"{fmt} n {n} {cfg} PW {pw} M=1 chain {i}", f64(y), base1)
-            # MINB 3 (the 12th field: registers for 3 CTAs of 256 threads per SM) where it is taken; PW 8 = all
-            if cfg in ("4,2,16,1,3,0,0", "4,3,16,1,3,0,0", "8,2,16,1,3,0,0"):
-                for pw in (8, 1):
-                    with _env("GPUKIT_GEMV_W8", cfg + ",0,0,0," + f"{pw},3"):
-                        same_bits(f"{fmt} n {n} {cfg} MINB 3 PW {pw} M=3", f64(fn(x)), base3)
-                        chain = [fn(x[:1]) for _ in range(3)]
-                        for i, y in enumerate(chain):
-                            same_bits(f"{fmt} n {n} {cfg} MINB 3 PW {pw} M=1 chain {i}", f64(y), base1)
-    fn, _ = _w8(fmt, 4096, 4096)
-    with _env("GPUKIT_GEMV_W8", "4,3,16,1,3,0,0,0,0,0,9"):
-        with pytest.raises(ValueError, match="PW is"):
-            fn(x)
-    for bad in ("4,2,16,1,3,0,0,0,0,0,8,4", "4,4,16,1,3,0,0,0,0,0,8,3", "4,2,16,1,3,1,0,0,0,0,8,3"):
-        with _env("GPUKIT_GEMV_W8", bad):
-            with pytest.raises(ValueError, match="MINB"):
-                fn(x)
+def test_w8_o_gate(fmt):
+    """GPUKIT_GEMV_W8_O (session 11) applies up to 16 MiB only: (4096, 4096) refuses a bad value even with a valid
+    GPUKIT_GEMV_W8_SMALL (it is read first), (6144, 4096) does not read it; a valid value stays within the bound."""
+    x, xs = make_x(RNG, 4096, "bfloat16", m=3)
+    fo, deqo = _w8(fmt, 4096, 4096)
     with _env("GPUKIT_GEMV_W8_SMALL", "4,3,16,1,3,0,0"), _env("GPUKIT_GEMV_W8_O", "nonsense"):
         with pytest.raises(ValueError, match="GPUKIT_GEMV_W8_O"):
-            fn(x)
-    fq, deq = _w8(fmt, 6144, 4096)
-    xs = make_x(RNG, 4096, "bfloat16", m=3)
+            fo(x)
+    fq, deqq = _w8(fmt, 6144, 4096)
     with _env("GPUKIT_GEMV_W8_O", "nonsense"):
-        check_exact(f"{fmt} (6144, 4096): GPUKIT_GEMV_W8_O does not apply", fq(xs[0]), xs[1], deq)
+        check_exact(f"{fmt} (6144, 4096): GPUKIT_GEMV_W8_O does not apply", fq(x), xs, deqq)
+    for cfg in ("8,2,16,1,3,0,0", "4,3,16,1,3,0,0"):
+        with _env("GPUKIT_GEMV_W8_O", cfg):
+            check_exact(f"{fmt} o {cfg} M=3", fo(x), xs, deqo)
+            check_exact(f"{fmt} o {cfg} M=1", fo(x[:1]), xs[:1], deqo)
 
 
 @cuda_only

@@ -215,21 +215,16 @@ constexpr int w8_xring_pitch(int kb) { return kb * 128 + 16; }
 // XP (XM 0 only): the B operands of the next stage are loaded one stage ahead (registers), so
 // the x load's latency is not on a warp's path from one stage to the next.
 // The row scales (and the x kernel's 2^-c) are loaded at the start, not after the last stage.
-// p.group (unused otherwise by this kernel; 0 by default): PF + 256 PD + 65536 (PW + 1), PF
-// stages per row prefetched into L2 before the wait, PD how many stages ahead of each cp.async
-// stage an L2 prefetch runs in the loop (0: none), PW (the knob's 11th field; session 11) how
-// many of the prologue's stages are issued before the PDL wait, the others right after it
-// (bits 16-19 zero: all of them before, as without the field). Only when the copies are
-// issued changes: the same bits.
+// p.group (unused otherwise by this kernel; 0 by default): PF + 256 PD, PF stages per row
+// prefetched into L2 before the wait, PD how many stages ahead of each cp.async stage an L2
+// prefetch runs in the loop (0: none).
 // FR (full ring; XM 0, no XP, p.group 0): the ring holds all of a warp's stages (the launch
 // guarantees ceil((b1 - b0) / KB) <= D for every warp), so the prologue issues all D stages
 // before the PDL wait and the loop issues none (an empty group per stage keeps the count:
 // at stage j, D + j groups committed, the D - 1 newest may be pending). The same arithmetic
 // in the same order as without: the same bits.
-// MINB (the knob's 12th field, session 11; 2 by default): CTAs of 256 threads per SM the registers
-// are sized for (3: at most 85 registers, so that the next kernel's CTAs fit beside them sooner).
-template <class F, int KB, int D, int RT, int XM = 0, bool XP = false, bool FR = false, int MINB = 2>
-__global__ void __launch_bounds__(256, MINB) k_w8(const KArgs p) {
+template <class F, int KB, int D, int RT, int XM = 0, bool XP = false, bool FR = false>
+__global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
   constexpr bool XS = XM == 1, XR = XM == 2;
   using TB = typename F::TB;
   constexpr int NR = 4 * RT;               // rows per lane in the copies (4 rows x 128 bytes per warp instruction)
@@ -268,10 +263,7 @@ __global__ void __launch_bounds__(256, MINB) k_w8(const KArgs p) {
   // PD > 0 (the knob's; p.group >> 8): each issue also prefetches the stage PD stages ahead of it
   // into L2 (lane r < 16 RT: its row r, one bulk prefetch), so more bytes are requested from
   // memory than the ring holds
-  const int pd = int((p.group >> 8) & 0xff), pf = int(p.group & 0xff);
-  constexpr int kPro = FR ? D : D - 1;  // the prologue's stages
-  const int pwf = int((p.group >> 16) & 0xf);
-  const int pre = pwf == 0 ? kPro : min(pwf - 1, kPro);  // of them issued before the PDL wait
+  const int pd = int(p.group >> 8), pf = int(p.group & 0xff);
   const uint8_t* pfrow = p.q + (row0 + lane < p.n ? row0 + lane : p.n - 1) * p.q_rs;
   auto issue = [&](int st) {
     if (pd > 0 && lane < 16 * RT) {
@@ -323,8 +315,7 @@ __global__ void __launch_bounds__(256, MINB) k_w8(const KArgs p) {
 
   pdl_trigger();
 #pragma unroll
-  for (int st = 0; st < kPro; ++st)
-    if (st < pre) issue(st);
+  for (int st = 0; st < (FR ? D : D - 1); ++st) issue(st);
   // PF > 0 (the knob's; p.group & 255): the next PF stages of each row prefetched into L2 before
   // the wait as well (one bulk prefetch per row), so that more than the ring is requested
   // while the previous kernel finishes
@@ -334,9 +325,6 @@ __global__ void __launch_bounds__(256, MINB) k_w8(const KArgs p) {
       asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(pfrow + off), "r"(uint32_t(end - off)) : "memory");
   }
   pdl_wait();
-#pragma unroll
-  for (int st = 0; st < kPro; ++st)
-    if (st >= pre) issue(st);
   float xg[2] = {1.0f, 1.0f};  // 2^-c of the lane's columns 2t, 2t + 1 (the x kernel's; read after the wait)
   if constexpr (!XS && !XR) {
 #pragma unroll
