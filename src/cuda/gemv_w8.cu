@@ -13,7 +13,6 @@
 #include <type_traits>
 
 #include "common/gemv_w8.cuh"
-#include "cuda/gemv_w8b.h"
 #include "core/cuda_util.h"
 #include "ops/gemv_args.h"
 #include "ops/quant_args.h"
@@ -77,8 +76,7 @@ __global__ void __launch_bounds__(512) k_w8_xprep(const bf16* __restrict__ x, in
 // 74 / 77 / 98% of copy against 61 / 61 / 97% with the CTAs' own copy and 73 / 70 / 88% with
 // per-warp rings), -1 the CTAs' own copy when it fits, 1 always, 2 per-warp rings (other bits),
 // 3 the weights decoded to exact bf16 and bf16 x used as it is (no x kernel, no workspace; the
-// default of 8-bit weights, w8_default; the bits of 0); 4 (session 11, a benchmarking setting) 3's
-// kernel through bulk copies and x one block ahead (src/cuda/gemv_w8b.cu: the same plan and bits).
+// default of 8-bit weights, w8_default; the bits of 0).
 constexpr int kW8XsDefault = 0;
 
 struct W8Cfg {
@@ -107,10 +105,7 @@ W8Cfg parse_w8(const char* e, const char* name = "GPUKIT_GEMV_W8") {
   c.d = d;
   c.wt = wt < 1 ? 1 : (wt > 64 ? 64 : wt);
   c.rt = rt;
-  c.xs = xs < -1 ? -1 : (xs > 4 ? 4 : xs);
-  if (c.xs == 4 && !(rt == 1 && xp == 0 && fr == 0 && ((kb == 4 && d >= 2 && d <= 4) || (kb == 8 && d == 2))))
-    throw ValueError(cat(name, ": XS 4 (bulk copies) needs one row tile, no XP / FR, KB 4 with D 2..4 or KB 8 with D 2, got '",
-                         e, "'"));
+  c.xs = xs < -1 ? -1 : (xs > 3 ? 3 : xs);
   if (xp != 0 && !(rt == 1 && kb == 4 && d >= 2 && d <= 4))
     throw ValueError(cat(name, ": XP needs KB 4, D 2, 3 or 4 and one row tile, got '", e, "'"));
   c.xp = xp != 0;
@@ -233,7 +228,7 @@ void launch_kd(const KArgs& p, int nw, int split, int xbytes, cudaStream_t st, b
 // that reading all of x per CTA for its maximum stays small. XS kernels: KB 4, one row tile.
 int w8_xs_depth(int64_t m, int64_t n, int64_t k, int split) {
   const W8Cfg c = w8_config(n, k, 1);
-  if (c.xs == 0 || c.xs >= 3 || c.rt != 1 || c.kb != 4) return 0;
+  if (c.xs == 0 || c.xs == 3 || c.rt != 1 || c.kb != 4) return 0;
   if (c.xs == 2) return -1;  // XR
   const W8Plan pl = w8_plan(n, k, 1, c);
   const int64_t nblk = k / 64, cblk = (nblk + split - 1) / split + 1;
@@ -320,13 +315,6 @@ void launch_w8(const KArgs& p_in, int split, cudaStream_t st, int xs_depth = 0, 
       return;
     }
   }
-  if constexpr (std::is_same_v<F, SFp8B> || std::is_same_v<F, SInt8B>) {
-    if (c.xs == 4) {  // the bulk-copy form (src/cuda/gemv_w8b.cu): this plan, the same bits as XS 3
-      launch_w8b(std::is_same_v<F, SFp8B>, p, pl.nw, split, c.kb, c.d, c.sp, st);
-      if (split > 1) launch_sum(p, split, st);
-      return;
-    }
-  }
   if (c.xp && c.d == 2) launch_kd<F, 4, 2, 1, 0, true>(p, pl.nw, split, 0, st, c.sp);
   else if (c.xp && c.d == 4) launch_kd<F, 4, 4, 1, 0, true>(p, pl.nw, split, 0, st, c.sp);
   else if (c.xp) launch_kd<F, 4, 3, 1, 0, true>(p, pl.nw, split, 0, st, c.sp);
@@ -362,7 +350,7 @@ int gemv_w8_full_depth(int64_t n, int64_t k, int mask) {
 // Whether 8-bit weights with bf16 x go through the x kernel (so need its workspaces).
 bool gemv_w8_x_workspace(int64_t m, int64_t n, int64_t k) {
   (void)m;
-  return w8_config(n, k, 1).xs < 3;
+  return w8_config(n, k, 1).xs != 3;
 }
 
 void gemv_w8_dense(const GemvArgs& a, void* stream) {
@@ -406,7 +394,7 @@ void gemv_w8_quant(const QGemvArgs& a, void* stream) {
   p.k = a.k;
   p.out = a.out_dtype;
   p.variant = a.variant;
-  if (a.x_dtype == DType::bf16 && w8_config(a.n, a.k, 1).xs >= 3) {  // exact bf16 weights, x as it is (XS 4: bulk copies)
+  if (a.x_dtype == DType::bf16 && w8_config(a.n, a.k, 1).xs == 3) {  // exact bf16 weights, x as it is
     if (a.fmt == QFormat::fp8) return launch_w8<SFp8B>(p, a.split, st, 0, a.w8_full);
     return launch_w8<SInt8B>(p, a.split, st, 0, a.w8_full);
   }
