@@ -95,6 +95,20 @@ GK_BINDING(27, quant) {
         nb::arg("out_dtype") = nb::none(),
         "gemv_quantized_prepared (EngineOptions::quantized_x_prep): fp8 / int8 weights, bf16 x [M, K] and its "
         "scaled fp16 copy xh with xinv = 2^-c per row (llm.fused_add_rms_norm_prep); elsewhere gemv_quantized(x).");
+  m.def("_gemv_w8_stamps", &gemv_w8_stamps, nb::arg("on"),
+        "Diagnostic (session 11): per-CTA %globaltimer stamps of the staged fp8 / int8 GEMV's default kinds for the "
+        "launches that follow (on: the buffer cleared), or off.");
+  m.def("_gemv_w8_stamps_read",
+        []() {
+          std::vector<uint64_t> st;
+          const std::vector<int64_t> meta = gemv_w8_stamps_read(st);
+          nb::list ml;
+          for (size_t i = 0; i + 6 <= meta.size(); i += 6)
+            ml.append(nb::make_tuple(meta[i], meta[i + 1], meta[i + 2], meta[i + 3], meta[i + 4], meta[i + 5]));
+          return nb::make_tuple(ml, nb::bytes(reinterpret_cast<const char*>(st.data()), st.size() * sizeof(uint64_t)));
+        },
+        "(slots: (seq, n, k, ctas, split, warps) each, seq -1 unused; bytes of uint64 [512][2048][8] stamps: entry, "
+        "copies issued, PDL wait returned, first stage landed, loop left, sums added, stored (ns), SM id).");
   m.def("_gemv_w8_full_ring_depth", &gemv_w8_full_ring_depth, nb::arg("n"), nb::arg("k"), nb::arg("mask"),
         "The full ring's depth for fp8 weights [n, k] with bf16 x on the current device (0: not taken).");
 

@@ -6,11 +6,14 @@
 // stages prefetched into L2 before the wait, L2 prefetch distance in the loop, full ring; see
 // W8Cfg); the full ring also from gemv_w8_set_full_ring (EngineOptions::quantized_full_ring).
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "common/gemv_w8.cuh"
 #include "core/cuda_util.h"
@@ -198,10 +201,10 @@ W8Plan w8_plan(int64_t n, int64_t k, int eb, const W8Cfg& c) {
   return p;
 }
 
-template <class F, int KB, int D, int RT = 1, int XM = 0, bool XP = false, bool FR = false>
+template <class F, int KB, int D, int RT = 1, int XM = 0, bool XP = false, bool FR = false, bool ST = false>
 void launch_kd(const KArgs& p, int nw, int split, int xbytes, cudaStream_t st, bool spread) {
   constexpr int SB = w8_stage_bytes(KB, RT);
-  smem_limit<k_w8<F, KB, D, RT, XM, XP, FR>>(kW8SmemMax);
+  smem_limit<k_w8<F, KB, D, RT, XM, XP, FR, ST>>(kW8SmemMax);
   const int64_t blocks = (p.n + 16 * RT - 1) / (16 * RT);
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   int smem = nw * D * SB + xbytes;
@@ -215,7 +218,7 @@ void launch_kd(const KArgs& p, int nw, int split, int xbytes, cudaStream_t st, b
     const int64_t cap = kSmSmem / (per_sm + 1) - 1024 - 512 + 256;  // just too much for per_sm + 1 CTAs
     if (per_sm * (cap + 1024 + 512) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kW8SmemMax));
   }
-  launch_ex(k_w8<F, KB, D, RT, XM, XP, FR>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st,
+  launch_ex(k_w8<F, KB, D, RT, XM, XP, FR, ST>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st,
             p.variant != 2, p);
   GK_LAUNCH_CHECK("gemv_w8");
 }
@@ -283,6 +286,33 @@ int w8_full_depth(const KArgs& p, const W8Plan& pl, int split, const W8Cfg& c, i
   }
 }
 
+// Per-CTA stamps of k_w8 (session 11, a diagnostic, off): while on, the launches of the default kinds
+// (fp8 / int8 codes decoded to bf16 with bf16 x, one row tile, no XP / full ring, KB 4 with a ring of 2 or 3,
+// or KB 8) run k_w8's ST form, each into the next of kStampSlots slots of a device buffer (round robin);
+// gemv_w8_stamps_read returns each slot's launch (sequence number, n, k, CTAs, split, warps) and stamps.
+constexpr int kStampSlots = 512;
+struct StampState {
+  std::mutex mu;
+  bool on = false;
+  uint64_t* buf = nullptr;  // [kStampSlots][kW8StampCtas][8]
+  int64_t seq = 0;          // launches stamped so far
+  std::vector<std::array<int64_t, 6>> meta = std::vector<std::array<int64_t, 6>>(kStampSlots);
+};
+StampState& stamps() {
+  static StampState s;
+  return s;
+}
+// The slot of the next stamped launch (meta recorded), or nullptr when stamps are off.
+uint8_t* stamp_slot(int64_t n, int64_t k, int64_t ctas, int split, int nw) {
+  StampState& s = stamps();
+  std::lock_guard<std::mutex> lk(s.mu);
+  if (!s.on || !s.buf) return nullptr;
+  const int slot = int(s.seq % kStampSlots);
+  s.meta[slot] = {s.seq, n, k, ctas, split, nw};
+  ++s.seq;
+  return reinterpret_cast<uint8_t*>(s.buf + int64_t(slot) * kW8StampCtas * 8);
+}
+
 template <class F>
 void launch_w8(const KArgs& p_in, int split, cudaStream_t st, int xs_depth = 0, int full_mask = 0) {
   const W8Cfg c = w8_config(p_in.n, p_in.k, F::EB);
@@ -315,6 +345,18 @@ void launch_w8(const KArgs& p_in, int split, cudaStream_t st, int xs_depth = 0, 
       return;
     }
   }
+  if constexpr (std::is_same_v<F, SFp8B> || std::is_same_v<F, SInt8B>) {
+    if (!c.xp && c.rt == 1 && (c.kb == 8 || (c.kb == 4 && (c.d == 2 || c.d == 3))) && stamps().on) {
+      if (uint8_t* sp = stamp_slot(p.n, p.k, (p.n + 15) / 16, split, pl.nw)) {
+        p.aux = sp;
+        if (c.kb == 8) launch_kd<F, 8, 2, 1, 0, false, false, true>(p, pl.nw, split, 0, st, c.sp);
+        else if (c.d == 2) launch_kd<F, 4, 2, 1, 0, false, false, true>(p, pl.nw, split, 0, st, c.sp);
+        else launch_kd<F, 4, 3, 1, 0, false, false, true>(p, pl.nw, split, 0, st, c.sp);
+        if (split > 1) launch_sum(p, split, st);
+        return;
+      }
+    }
+  }
   if (c.xp && c.d == 2) launch_kd<F, 4, 2, 1, 0, true>(p, pl.nw, split, 0, st, c.sp);
   else if (c.xp && c.d == 4) launch_kd<F, 4, 4, 1, 0, true>(p, pl.nw, split, 0, st, c.sp);
   else if (c.xp) launch_kd<F, 4, 3, 1, 0, true>(p, pl.nw, split, 0, st, c.sp);
@@ -345,6 +387,34 @@ int gemv_w8_full_depth(int64_t n, int64_t k, int mask) {
   p.n = n;
   p.k = k;
   return w8_full_depth<SFp8B>(p, pl, pl.split, c, mask | c.fr);
+}
+
+void gemv_w8_stamps_start() {
+  StampState& s = stamps();
+  std::lock_guard<std::mutex> lk(s.mu);
+  const size_t bytes = size_t(kStampSlots) * kW8StampCtas * 8 * sizeof(uint64_t);
+  if (!s.buf) GK_CUDA_CHECK(cudaMalloc(&s.buf, bytes));
+  GK_CUDA_CHECK(cudaMemset(s.buf, 0, bytes));
+  for (auto& m : s.meta) m = {-1, 0, 0, 0, 0, 0};
+  s.seq = 0;
+  s.on = true;
+}
+void gemv_w8_stamps_stop() {
+  StampState& s = stamps();
+  std::lock_guard<std::mutex> lk(s.mu);
+  s.on = false;
+}
+std::vector<int64_t> gemv_w8_stamps_read(std::vector<uint64_t>& out) {
+  StampState& s = stamps();
+  std::lock_guard<std::mutex> lk(s.mu);
+  out.assign(size_t(kStampSlots) * kW8StampCtas * 8, 0);
+  if (s.buf) {
+    GK_CUDA_CHECK(cudaDeviceSynchronize());
+    GK_CUDA_CHECK(cudaMemcpy(out.data(), s.buf, out.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+  }
+  std::vector<int64_t> meta;
+  for (const auto& m : s.meta) meta.insert(meta.end(), m.begin(), m.end());
+  return meta;
 }
 
 // Whether 8-bit weights with bf16 x go through the x kernel (so need its workspaces).

@@ -51,6 +51,22 @@ void gemv_w8_set_full_ring(int mask) {
   t_w8_full = mask;
 }
 int gemv_w8_full_ring() { return t_w8_full; }
+void gemv_w8_stamps(bool on) {
+#if GPUKIT_WITH_CUDA
+  if (on) cuda::gemv_w8_stamps_start();
+  else cuda::gemv_w8_stamps_stop();
+#else
+  if (on) throw ValueError("gemv_w8_stamps: this build has no CUDA");
+#endif
+}
+std::vector<int64_t> gemv_w8_stamps_read(std::vector<uint64_t>& out) {
+#if GPUKIT_WITH_CUDA
+  return cuda::gemv_w8_stamps_read(out);
+#else
+  out.clear();
+  throw ValueError("gemv_w8_stamps_read: this build has no CUDA");
+#endif
+}
 int gemv_w8_full_ring_depth(int64_t n, int64_t k, int mask) {
 #if GPUKIT_WITH_CUDA
   return cuda::gemv_w8_full_depth(n, k, mask);

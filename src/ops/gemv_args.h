@@ -2,6 +2,7 @@
 // y[m, j] = sum_k x[m, k] * w[j, k] for m < M <= 8, fp32 accumulation, rounded once.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "gpukit/dtype.h"
 
@@ -57,6 +58,13 @@ bool gemv_w8_x_workspace(int64_t m, int64_t n, int64_t k);
 // The ring depth of the full ring for fp8 weights [n, k] with bf16 x and this mask (or the
 // knob's FR), 0 where it does not apply (tests, benchmarks).
 int gemv_w8_full_depth(int64_t n, int64_t k, int mask);
+// Per-CTA %globaltimer stamps of the staged 8-bit kernel (session 11, a diagnostic; src/cuda/gemv_w8.cu):
+// start (clears the buffer, stamps the launches that follow), stop; read copies the stamps of every
+// slot into out ([512 slots][2048 CTAs][8] uint64) and returns 6 numbers per slot: the launch's
+// sequence number (-1: unused), n, k, CTAs, split, warps per CTA.
+void gemv_w8_stamps_start();
+void gemv_w8_stamps_stop();
+std::vector<int64_t> gemv_w8_stamps_read(std::vector<uint64_t>& out);
 }  // namespace cuda
 // Whether the staged kernel serves fp8 / int8 weights of this shape (path 2, or the default).
 bool gemv_w8_quant_enabled(int64_t n, int64_t k);
@@ -72,5 +80,8 @@ int gemv_w8_full_ring();
 int64_t gemv_quantized_prepared_calls();
 // gk::cuda::gemv_w8_full_depth on CUDA builds (the current device), 0 elsewhere.
 int gemv_w8_full_ring_depth(int64_t n, int64_t k, int mask);
+// The staged 8-bit kernel's per-CTA stamps (cuda::gemv_w8_stamps_*; a ValueError without CUDA).
+void gemv_w8_stamps(bool on);
+std::vector<int64_t> gemv_w8_stamps_read(std::vector<uint64_t>& out);
 
 }  // namespace gk

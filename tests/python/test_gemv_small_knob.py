@@ -12,7 +12,7 @@ import pytest
 
 import gpukit as gk
 from bench_ref import e2e_engines
-from w4_ref import check_exact, f64, make_w4, make_x
+from w4_ref import check_exact, f64, make_w4, make_x, same_bits
 
 RNG = np.random.default_rng(1010)
 cuda_only = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
@@ -130,3 +130,40 @@ def test_w4_o_gate():
         with _env("GPUKIT_GEMV_W4_O", v):
             check_exact(f"o variant {v} M=2", fo(x, out_dtype="float32"), xs, deqo)
             check_exact(f"o variant {v} M=1", fo(x[:1], out_dtype="float32"), xs[:1], deqo)
+
+
+def test_w8_stamps_binding_cpu():
+    """The staged 8-bit GEMV's stamp switch (session 11, bench/gemv_stamps.py) exists; off is always accepted."""
+    gk._C._gemv_w8_stamps(False)
+    assert callable(gk._C._gemv_w8_stamps_read)
+
+
+@cuda_only
+def test_w8_stamps_same_bits_and_order():
+    """With the per-CTA stamps on, the 8-bit GEMV gives the same bits; each launch takes the next slot with its shape,
+    CTAs and warps; every CTA's stamps are set and in order (entry <= copies issued <= wait returned <= first stage
+    landed <= loop left <= sums added <= stored), the SM ids are plausible; stamps off, no slot is taken."""
+    fn, _ = _w8("fp8", 6144, 4096)
+    x, _ = make_x(RNG, 4096, "bfloat16", m=1)
+    base = f64(fn(x))
+    gk._C._gemv_w8_stamps(True)
+    try:
+        ys = [fn(x), fn(x)]
+    finally:
+        gk._C._gemv_w8_stamps(False)
+    fn(x)
+    for i, y in enumerate(ys):
+        same_bits(f"stamped call {i}", f64(y), base)
+    meta, raw = gk._C._gemv_w8_stamps_read()
+    used = sorted(m for m in meta if m[0] >= 0)
+    assert [m[0] for m in used] == [0, 1], used
+    seq, n, k, ctas, split, nw = used[0]
+    assert (n, k, ctas, split) == (6144, 4096, 384, 1) and 1 <= nw <= 8
+    st = np.frombuffer(raw, dtype=np.uint64).reshape(512, 2048, 8)
+    for slot in (0, 1):
+        s = st[slot, :ctas].astype(np.int64)
+        assert (s[:, :7] > 0).all(), "a CTA without stamps"
+        for i in range(6):
+            assert (s[:, i + 1] >= s[:, i]).all(), f"stamp {i + 1} before stamp {i}"
+        assert (s[:, 7] < 1024).all() and len(np.unique(s[:, 7])) > 1
+    assert (st[2:] == 0).all(), "a slot past the two stamped launches was written"

@@ -223,8 +223,29 @@ constexpr int w8_xring_pitch(int kb) { return kb * 128 + 16; }
 // before the PDL wait and the loop issues none (an empty group per stage keeps the count:
 // at stage j, D + j groups committed, the D - 1 newest may be pending). The same arithmetic
 // in the same order as without: the same bits.
-template <class F, int KB, int D, int RT, int XM = 0, bool XP = false, bool FR = false>
+// ST (session 11, a diagnostic; gemv_w8_stamps_start): thread 0 of each CTA of the first kW8StampCtas
+// writes %globaltimer stamps to p.aux (uint64 [CTA][8]): 0 entry, 1 the prologue's copies issued,
+// 2 the PDL wait returned, 3 the first stage landed, 4 the loop left, 5 the warps' sums added,
+// 6 the outputs stored, 7 %smid. The same arithmetic: the bits of !ST.
+constexpr int kW8StampCtas = 2048;
+__device__ __forceinline__ uint64_t w8_globaltimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+template <class F, int KB, int D, int RT, int XM = 0, bool XP = false, bool FR = false, bool ST = false>
 __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
+  uint64_t* stp = nullptr;  // ST: this CTA's 8 stamps (nullptr past kW8StampCtas CTAs)
+  if constexpr (ST) {
+    const int64_t cta = int64_t(blockIdx.y) * gridDim.x + blockIdx.x;
+    if (threadIdx.x == 0 && cta < kW8StampCtas) stp = reinterpret_cast<uint64_t*>(const_cast<uint8_t*>(p.aux)) + cta * 8;
+  }
+  auto stamp = [&](int i) {
+    if constexpr (ST)
+      if (stp) stp[i] = w8_globaltimer();
+  };
+  stamp(0);
   constexpr bool XS = XM == 1, XR = XM == 2;
   using TB = typename F::TB;
   constexpr int NR = 4 * RT;               // rows per lane in the copies (4 rows x 128 bytes per warp instruction)
@@ -324,7 +345,10 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
     if (end > off)
       asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(pfrow + off), "r"(uint32_t(end - off)) : "memory");
   }
+  stamp(1);
   pdl_wait();
+  stamp(2);
+  [[maybe_unused]] bool first = true;  // ST: stamp 3 at the first stage
   float xg[2] = {1.0f, 1.0f};  // 2^-c of the lane's columns 2t, 2t + 1 (the x kernel's; read after the wait)
   if constexpr (!XS && !XR) {
 #pragma unroll
@@ -438,6 +462,10 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
     if constexpr (XS) xsb += uint32_t(KB * XB * 2);
     cp_wait<FR ? D - 1 : D - 2>();
     __syncwarp();
+    if constexpr (ST) {
+      if (first) stamp(3);
+      first = false;
+    }
     if constexpr (FR) cp_commit();  // nothing left to issue: an empty group
     else issue((st + D - 1) % D);
     const uint32_t sb = ring + uint32_t(st * SB);
@@ -474,6 +502,7 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
     }
   }
   cp_wait<0>();
+  stamp(4);
 
   // the warps' sums, added in warp order (through the ring memory, free now)
   float* red = reinterpret_cast<float*>(smem);  // [nw][32][4 RT]
@@ -485,6 +514,7 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
       for (int e = 0; e < 4; ++e) red[(warp * 32 + lane) * 4 * RT + 4 * rt + e] = w8_warp_sum<XR>(acc[rt], e, xinv_w[warp], t, p.m);
     __syncthreads();
   }
+  stamp(5);
 #pragma unroll
   for (int rt = 0; rt < RT; ++rt) {  // warp w stores row tiles w, w + nw, ...
     if (rt % nw != warp) continue;
@@ -505,6 +535,14 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
         if (S == 1) store_out(p.y, p.out, m * p.n + row, v);
         else p.part[(int64_t(sl) * p.m + m) * p.n + row] = v;
       }
+    }
+  }
+  if constexpr (ST) {
+    if (stp) {
+      uint32_t sm;
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+      stp[6] = w8_globaltimer();
+      stp[7] = sm;
     }
   }
 }
