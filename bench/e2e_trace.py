@@ -18,6 +18,7 @@ Needs torch with CUDA (CUPTI) beside gpukit.
 """
 from __future__ import annotations
 
+import contextlib
 import re
 import statistics
 import sys
@@ -126,11 +127,12 @@ def print_stamps(engine, layer, st):
         print(f"      {i} {name:<28}{d.min():8.2f}{np.median(d):8.2f}{d.max():8.2f}")
 
 
-def trace_case(model, batch, prompt, engine, steps, layer, nlayers):
-    import torch
-    from torch.profiler import ProfilerActivity, profile
+@contextlib.contextmanager
+def engine_applied(model, engine):
+    """The model's options set for the gk engine `engine` (its attributes, fusion, rope_in_qkv, norm_in_tail, PDL
+    and other areas' environment knobs such as w8a or dec<N>), restored afterwards; yields the engine's options."""
     from gpukit import _C
-    base, opt = e2e.gk_engine(engine)
+    _, opt = e2e.gk_engine(engine)
     attrs = opt.get("attrs", {})
     saved = {k: getattr(model._m, k) for k in attrs}
     for k, v in attrs.items():
@@ -143,11 +145,52 @@ def trace_case(model, batch, prompt, engine, steps, layer, nlayers):
         saved["norm_in_tail"] = model._m.norm_in_tail
         model._m.norm_in_tail = opt["norm_in_tail"]
     _C.llm.set_pdl(opt["pdl"])
+    env = e2e.engine_env(opt.get("env"))
+    env.__enter__()
+    try:
+        yield opt
+    finally:
+        env.__exit__(None, None, None)
+        for k, v in saved.items():
+            setattr(model._m, k, v)
+        model._m.fusion = 2
+        _C.llm.set_pdl(None)
+
+
+def for_each_case(cases, engines, prompt, fn):
+    """fn(model, batch, engine, cfg) for every case of bench/e2e.py in `cases` (comma-separated; one random model
+    each, layers shared) and every gk engine; an engine's exception is printed and the next one runs."""
+    for e in engines:
+        if not e2e.gk_engine(e):
+            raise SystemExit(f"--engines: {e!r} is not a gk engine")
+    for c in cases.split(","):
+        key, quant, batch = e2e.parse_case(c)
+        name, cfg = e2e.MODELS[key]
+        model = gk.llm.random_model(cfg, device="cuda", dtype="bfloat16", quantize=quant or None, share_layers=True)
+        print(f"== {name}{'-' + quant if quant else ''} b{batch} p{prompt}")
+        for eng in engines:
+            try:
+                fn(model, batch, eng, cfg)
+            except Exception as ex:  # noqa: BLE001 - report and go on
+                print(f"  {eng}: {type(ex).__name__}: {str(ex)[:300]}")
+        del model
+        gk.synchronize()
+
+
+def trace_case(model, batch, prompt, engine, steps, layer, nlayers):
+    with engine_applied(model, engine) as opt:
+        ks = _trace(model, batch, prompt, engine, steps, layer, opt)
+    _report(ks, batch, engine, layer, nlayers)
+
+
+def _trace(model, batch, prompt, engine, steps, layer, opt):
+    """The CUPTI kernel records of steps + 2 replayed decode steps (and the fused attention's stamps of `layer`)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from gpukit import _C
     stamps = layer is not None and hasattr(model._m, "set_attention_stamps")
     if stamps:  # the fused attention of `layer` writes per-CTA %globaltimer stamps
         model._m.set_attention_stamps(layer)
-    env = e2e.engine_env(opt.get("env"))  # other areas' knobs of the engine's options (w8a, dec<N>)
-    env.__enter__()
     try:
         prompts = e2e.prompts_for(batch, prompt, model.config.vocab_size)
         g = _C.llm.Generation(model._m, prompts, max_new_tokens=steps + 24, ignore_eos=True,
@@ -163,13 +206,12 @@ def trace_case(model, batch, prompt, engine, steps, layer, nlayers):
         if stamps:
             print_stamps(engine, layer, gk.to_numpy(model._m.attention_stamps()))
     finally:
-        env.__exit__(None, None, None)
         if stamps:
             model._m.set_attention_stamps(-1)
-        for k, v in saved.items():
-            setattr(model._m, k, v)
-        model._m.fusion = 2
-        _C.llm.set_pdl(None)
+    return ks
+
+
+def _report(ks, batch, engine, layer, nlayers):
     full, _ = split_steps(ks)
     if len(full) < 2:
         print(f"  {engine}: {len(ks)} kernels traced, {len(full)} steps found (no CUPTI kernel records?)")
@@ -244,21 +286,8 @@ def main():
         print(f"torch.profiler is unavailable: {e}")
         return 0
     engines = [e.strip() for e in a.engines.split(",") if e.strip()]
-    for e in engines:
-        if not e2e.gk_engine(e):
-            raise SystemExit(f"--engines: {e!r} is not a gk engine")
-    for c in a.cases.split(","):
-        key, quant, batch = e2e.parse_case(c)
-        name, cfg = e2e.MODELS[key]
-        model = gk.llm.random_model(cfg, device="cuda", dtype="bfloat16", quantize=quant or None, share_layers=True)
-        print(f"== {name}{'-' + quant if quant else ''} b{batch} p{a.prompt}")
-        for eng in engines:
-            try:
-                trace_case(model, batch, a.prompt, eng, a.steps, a.layer, cfg["num_hidden_layers"])
-            except Exception as ex:  # noqa: BLE001 - report and go on
-                print(f"  {eng}: {type(ex).__name__}: {str(ex)[:300]}")
-        del model
-        gk.synchronize()
+    for_each_case(a.cases, engines, a.prompt, lambda model, batch, eng, cfg: trace_case(
+        model, batch, a.prompt, eng, a.steps, a.layer, cfg["num_hidden_layers"]))
     return 0
 
 

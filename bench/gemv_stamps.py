@@ -22,6 +22,7 @@ import numpy as np
 from common import gk, parse_args
 
 import e2e
+from e2e_trace import engine_applied, for_each_case
 
 PHASES = ["entry", "copies issued", "wait returned", "first stage landed", "loop left", "sums added", "stored"]
 SLOTS, CTAS = 512, 2048
@@ -29,30 +30,17 @@ SLOTS, CTAS = 512, 2048
 
 def run(model, batch, prompt, engine, layer, nlayers):
     from gpukit import _C
-    _, opt = e2e.gk_engine(engine)
-    attrs = opt.get("attrs", {})
-    saved = {k: getattr(model._m, k) for k in attrs}
-    for k, v in attrs.items():
-        setattr(model._m, k, v)
-    model._m.fusion = opt["fusion"]
-    _C.llm.set_pdl(opt["pdl"])
-    env = e2e.engine_env(opt.get("env"))
-    env.__enter__()
-    try:
+    with engine_applied(model, engine) as opt:
         prompts = e2e.prompts_for(batch, prompt, model.config.vocab_size)
         _C._gemv_w8_stamps(True)
-        g = _C.llm.Generation(model._m, prompts, max_new_tokens=40, ignore_eos=True, cuda_graph=opt["graph"])
-        for _ in range(10):  # prefill, capture, replays
-            g.step()
-        gk.synchronize()
-        meta, raw = _C._gemv_w8_stamps_read()
-    finally:
-        _C._gemv_w8_stamps(False)
-        env.__exit__(None, None, None)
-        for k, v in saved.items():
-            setattr(model._m, k, v)
-        model._m.fusion = 2
-        _C.llm.set_pdl(None)
+        try:
+            g = _C.llm.Generation(model._m, prompts, max_new_tokens=40, ignore_eos=True, cuda_graph=opt["graph"])
+            for _ in range(10):  # prefill, capture, replays
+                g.step()
+            gk.synchronize()
+            meta, raw = _C._gemv_w8_stamps_read()
+        finally:
+            _C._gemv_w8_stamps(False)
     st = np.frombuffer(raw, dtype=np.uint64).reshape(SLOTS, CTAS, 8).astype(np.int64)
     used = sorted((m[0], i) for i, m in enumerate(meta) if m[0] >= 0)
     if not used:
@@ -106,21 +94,8 @@ def main():
         print("CUDA is unavailable")
         return 0
     engines = [e.strip() for e in a.engines.split(",") if e.strip()]
-    for e in engines:
-        if not e2e.gk_engine(e):
-            raise SystemExit(f"--engines: {e!r} is not a gk engine")
-    for c in a.cases.split(","):
-        key, quant, batch = e2e.parse_case(c)
-        name, cfg = e2e.MODELS[key]
-        model = gk.llm.random_model(cfg, device="cuda", dtype="bfloat16", quantize=quant or None, share_layers=True)
-        print(f"== {name}{'-' + quant if quant else ''} b{batch} p{a.prompt}")
-        for eng in engines:
-            try:
-                run(model, batch, a.prompt, eng, a.layer, cfg["num_hidden_layers"])
-            except Exception as ex:  # noqa: BLE001 - report and go on
-                print(f"  {eng}: {type(ex).__name__}: {str(ex)[:300]}")
-        del model
-        gk.synchronize()
+    for_each_case(a.cases, engines, a.prompt,
+                  lambda model, batch, eng, cfg: run(model, batch, a.prompt, eng, a.layer, cfg["num_hidden_layers"]))
     return 0
 
 
