@@ -23,7 +23,8 @@ import pytest
 
 import gpukit as gk
 from bench_ref import bench_gemv_lists, check_variant_bound, e2e_engines
-from w4_ref import bf16_out_is_rounded, call_f32, f64, make_w4, poisoned_calls, same_bits, within
+from w4_ref import (bf16_out_is_rounded, call_f32, f64, graph_replays_same_bits, make_w4, poisoned_calls, same_bits,
+                    within)
 
 cuda = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(6161)
@@ -174,18 +175,7 @@ def test_half_graph_replay():
     fn, deq = make(n, k)
     x, xs = bf16_x(RNG.standard_normal((1, k)))
     ref = call(fn, x, V61)
-    gk._C._gemv_set_variant(V61)
-    try:
-        g = gk.Graph()
-        with g:
-            outs = [fn(x, out_dtype="float32"), fn(x, out_dtype="float32")]
-    finally:
-        gk._C._gemv_set_variant(0)
-    for _ in range(2):
-        g.replay()
-        gk.cuda.synchronize()
-        for o in outs:
-            same_bits("61 graph replay", f64(o), ref)
+    graph_replays_same_bits("61 graph replay", fn, x, V61, ref)
 
 
 @cuda

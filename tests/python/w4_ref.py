@@ -153,3 +153,20 @@ def bf16_out_is_rounded(tag, fn, x, variant, got):
     finally:
         gk._C._gemv_set_variant(0)
     same_bits(tag, yb, f64(gk.asarray(got.astype(np.float32)).astype("bfloat16").astype("float32")))
+
+
+def graph_replays_same_bits(tag, fn, x, variant, ref, replays=2):
+    """Two calls fn(x, float32 out) captured in a CUDA graph under the process variant `variant` (read at capture), the
+    graph replayed `replays` times: every output is `ref` bit for bit."""
+    gk._C._gemv_set_variant(variant)
+    try:
+        g = gk.Graph()
+        with g:
+            outs = [fn(x, out_dtype="float32"), fn(x, out_dtype="float32")]
+    finally:
+        gk._C._gemv_set_variant(0)
+    for _ in range(replays):
+        g.replay()
+        gk.cuda.synchronize()
+        for o in outs:
+            same_bits(tag, f64(o), ref)
