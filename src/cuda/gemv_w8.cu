@@ -293,7 +293,7 @@ int w8_full_depth(const KArgs& p, const W8Plan& pl, int split, const W8Cfg& c, i
 constexpr int kStampSlots = 512;
 struct StampState {
   std::mutex mu;
-  bool on = false;
+  std::atomic<bool> on{false};  // read without the lock on the launch path
   uint64_t* buf = nullptr;  // [kStampSlots][kW8StampCtas][8]
   int64_t seq = 0;          // launches stamped so far
   std::vector<std::array<int64_t, 6>> meta = std::vector<std::array<int64_t, 6>>(kStampSlots);
