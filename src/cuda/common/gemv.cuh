@@ -128,6 +128,24 @@ __device__ __forceinline__ float2 half2_to_float2(uint32_t v) {
   return __half22float2(h);
 }
 
+// The warps' 4 partial sums of one lane, [nw][32] float4 in shared memory at base (16-byte
+// aligned; float4 w of the lane at base + w * wstride floats), added in warp order: every
+// warp's float4 is loaded first (up to 8 warps, one 16-byte load each, all in flight at
+// once), then s = p0 + p1 + ... + p(nw-1) element by element, the order of a loop over w:
+// the same bits as that loop, without a load's latency per warp (session 12).
+__device__ __forceinline__ float4 warps_sum4(const float* base, int wstride, int nw) {
+  float4 v[8];
+#pragma unroll
+  for (int w = 0; w < 8; ++w)
+    if (w < nw) v[w] = *reinterpret_cast<const float4*>(base + w * wstride);
+  float4 s = v[0];
+#pragma unroll
+  for (int w = 1; w < 8; ++w)
+    if (w < nw) s = make_float4(s.x + v[w].x, s.y + v[w].y, s.z + v[w].z, s.w + v[w].w);
+  return s;
+}
+__device__ __forceinline__ float f4_get(const float4& v, int e) { return e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w; }
+
 __device__ __forceinline__ void store_out(void* y, DType t, int64_t i, float v) {
   if (t == DType::f32) static_cast<float*>(y)[i] = v;
   else if (t == DType::bf16) static_cast<bf16*>(y)[i] = convert<bf16>(v);

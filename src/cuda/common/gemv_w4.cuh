@@ -565,13 +565,12 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   const int S = gridDim.y, sl = blockIdx.y;
   float rs = 1.0f;
   if constexpr (F::kNvf4) rs = W4NvfBits<T>::kRowScale * __ldg(p.tensor_scale);
+  float4 ws = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (nw > 1) ws = warps_sum4(red + lane * 4, 32 * 4, nw);
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
     float v = acc[e];
-    if (nw > 1) {
-      v = red[lane * 4 + e];
-      for (int w = 1; w < nw; ++w) v += red[(w * 32 + lane) * 4 + e];
-    }
+    if (nw > 1) v = f4_get(ws, e);
     const int m = 2 * t + (e & 1);
     const int64_t row = row0 + g + (e >= 2 ? 8 : 0);
     if (m < p.m && row < p.n) {

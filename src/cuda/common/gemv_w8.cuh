@@ -519,13 +519,12 @@ __global__ void __launch_bounds__(256, 2) k_w8(const KArgs p) {
   for (int rt = 0; rt < RT; ++rt) {  // warp w stores row tiles w, w + nw, ...
     if (rt % nw != warp) continue;
     const int S = gridDim.y, sl = blockIdx.y;
+    float4 ws = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (nw > 1) ws = warps_sum4(red + lane * 4 * RT + 4 * rt, 32 * 4 * RT, nw);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       float v = w8_warp_sum<XR>(acc[rt], e, xinv_w[warp], t, p.m);
-      if (nw > 1) {
-        v = red[lane * 4 * RT + 4 * rt + e];
-        for (int w = 1; w < nw; ++w) v += red[(w * 32 + lane) * 4 * RT + 4 * rt + e];
-      }
+      if (nw > 1) v = f4_get(ws, e);
       const int m = 2 * t + (e & 1);
       const int64_t row = row0 + 16 * rt + g + (e >= 2 ? 8 : 0);
       if (m < p.m && row < p.n) {
