@@ -90,6 +90,7 @@ struct W8Cfg {
   int pf = 0;  // stages per row prefetched into L2 before waiting for the previous kernel
   int pd = 0;  // in the loop: each stage's copy also prefetches the stage pd ahead into L2 (0: off)
   int fr = 0;  // full ring (w8_full_depth): bit 1 for N > K, bit 2 for N <= K (0: as the caller asks)
+  int ws = 0;  // at most this many warps per SM when the row tiles are resident at once (0: no cap; the default's)
 };
 
 W8Cfg parse_w8(const char* e, const char* name = "GPUKIT_GEMV_W8") {
@@ -128,6 +129,13 @@ W8Cfg parse_w8(const char* e, const char* name = "GPUKIT_GEMV_W8") {
 // x as it is: no x kernel), 2 stages, no spreading (checkpoint A, int8 at M = 1: 87 / 86 / 100%
 // against 78 / 77 / 97% for the x kernel with 3 stages; M = 8: 84 / 82 / 98% against 75 / 71 /
 // 94%; fp16 x: 89 / 88 / 101%).
+// 8-bit weights also cap the warps per SM at 16 (session 12): their kernels take 102-113
+// registers, so each scheduler partition holds 4 of their warps (16384 registers), 16 per SM;
+// the 8B q/k/v (384 row tiles, 3 CTAs per SM) had 6-warp CTAs of which only 2 fit per SM: two
+// waves (session 11's stamps); with 5-warp CTAs one (H200, session 12, checkpoint A: q/k/v
+// 10.0 -> 6.8 us from the first wait to the last store; 8B fp8 decode 396.4 -> 399.6 tok/s, with
+// the fused attention's 2x warps 404.6; int8 382.6 -> 396.3). The 16-bit kernels (80-84
+// registers) fit 24 warps per SM: no cap.
 W8Cfg w8_default(int64_t n, int64_t k, int eb) {
   (void)n, (void)k;
   W8Cfg c;
@@ -135,6 +143,7 @@ W8Cfg w8_default(int64_t n, int64_t k, int eb) {
     c.d = 2;
     c.xs = 3;
     c.sp = 0;
+    c.ws = 16;
   }
   return c;
 }
@@ -192,6 +201,7 @@ W8Plan w8_plan(int64_t n, int64_t k, int eb, const W8Cfg& c) {
   // all row tiles resident at once when they can be: ceil(rb / 132) CTAs per SM must fit
   const int64_t per_sm = (rb + 131) / 132;
   w = std::max<int64_t>(std::min<int64_t>(w, kW8SmemPerSm / (per_sm * (ring + 256))), 1);
+  if (c.ws > 0) w = std::max<int64_t>(std::min<int64_t>(w, c.ws / per_sm), 1);  // the register file
   p.nw = int(w);
   if (rb * w * 2 < want) {
     int64_t sp = (want + rb * w - 1) / (rb * w);
