@@ -128,12 +128,17 @@ def test_full_ring_depths():
 # (n, k): 8B's q/k/v (3 stages per warp) and o (2), an odd N, K with a partial last stage
 # (4160 = 65 blocks), 2 warps of 10 blocks, few rows (one row tile), split-K 3, tiny K
 SHAPES = [(6144, 4096), (4096, 4096), (6143, 4160), (1792, 1280), (37, 4096), (300, 14336), (16, 64), (2051, 1024)]
+# since session 12 the default plan gives these 5-warp CTAs, whose ring of 4 does not fit often enough per SM:
+# they run with session 11's plan (6 warps per CTA, the knob without the 16-warp cap) for both rings
+OLD_PLAN = {(6144, 4096): "4,2,16,1,3,0,0", (6143, 4160): "4,2,16,1,3,0,0"}
 
 
 @cuda_only
 @pytest.mark.parametrize("fmt", ["fp8", "int8"])
 @pytest.mark.parametrize("n,k", SHAPES)
-def test_full_ring_same_bits(fmt, n, k):
+def test_full_ring_same_bits(fmt, n, k, monkeypatch):
+    if (n, k) in OLD_PLAN:
+        monkeypatch.setenv("GPUKIT_GEMV_W8", OLD_PLAN[(n, k)])
     d = depth(n, k, 3)
     if d == 0:
         assert sms() < 132, f"({n}, {k}) should take the full ring on an H200"

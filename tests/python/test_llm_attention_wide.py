@@ -33,7 +33,7 @@ def counters(m):
 
 def test_wide_option_cpu():
     m = gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1)
-    assert m._m.fused_attention_wide == -1, "fused_attention_wide is -1 (auto: 2 with 8-bit weights, else 4) by default"
+    assert m._m.fused_attention_wide == -1, "fused_attention_wide is -1 (auto: 2 with fp8 weights, else 4) by default"
     m._m.fused_attention_wide = 0
     base = run_p(m, False, PROMPTS, new=3)
     for w in (2, 4, -1, 0):
