@@ -292,14 +292,9 @@ struct EngineOptions {
   // scores + softmax and ~2.6 us P V for ~1000 instructions per warp, one warp per SM
   // sub-partition (no latency hidden). fused_attention_early_rope is ignored with it.
   // 4 since session 8's final run (b1 decode tok/s, 0 / 2 / 4: 8B bf16 241.6 / 246.1 / 248.7,
-  // 8B fp8 374.1 / 382.8 / 387.0, 1B 1164.1 / 1202.2 / 1200.4). -1 (the default since session
-  // 12): 2 with fp8 weights, else 4. With 8-bit weights the q/k/v GEMV before the attention runs
-  // 5-warp CTAs, 3 per SM (w8_plan's 16 warps per SM since session 12), and the attention's
-  // 8-warp CTAs find room beside them sooner than 16-warp ones (H200, session 12, 8B fp8 b1
-  // decode tok/s, 2 / 4 in three runs: 404.6 / 399.6 (A), 402.5 / 399.8 (B), 406.5 / 400.0 (C);
-  // 1B fp8 +-0.6 %; int8 not: 8B -0.1 %, 1B -0.5 %). Default from GPUKIT_FUSED_ATTN_WIDE
-  // (-1, 0, 2 or 4).
-  int fused_attention_wide = -1;
+  // 8B fp8 374.1 / 382.8 / 387.0, 1B 1164.1 / 1202.2 / 1200.4). Default from
+  // GPUKIT_FUSED_ATTN_WIDE (0, 2 or 4).
+  int fused_attention_wide = 4;
   // Level 2 decode, bf16/fp16 weights, one sequence: the engine GEMV launched right after
   // the fused attention (the output projection; rows of <= 4096 elements) runs in blocks of
   // 8 rows, 4 loaded into registers and 4 into shared memory (cp.async), both before its PDL

@@ -180,12 +180,11 @@ GK_BINDING(60, llm) {
                    "wait (the same bits).")
       .def_prop_rw("fused_attention_wide", [](const llm::Model& m) { return m.options().fused_attention_wide; },
                    [](llm::Model& m, int v) {
-                     if (v != -1 && v != 0 && v != 2 && v != 4)
-                       throw ValueError(cat("fused_attention_wide: -1 (auto), 0, 2 or 4, got ", v));
+                     if (v != 0 && v != 2 && v != 4) throw ValueError(cat("fused_attention_wide: 0, 2 or 4, got ", v));
                      m.options().fused_attention_wide = v;
                    },
                    "The fused attention (MMA passes, chunks of 64 / 128 keys) with 2 or 4 times the warps per CTA "
-                   "(0: off; -1, the default: 2 with fp8 weights, else 4; the same bits).")
+                   "(0: off; the same bits).")
       .def_prop_rw("o_proj_stage", [](const llm::Model& m) { return m.options().o_proj_stage; },
                    [](llm::Model& m, bool v) { m.options().o_proj_stage = v; },
                    "The output projection after the fused attention stages half of its rows in shared memory "

@@ -179,8 +179,7 @@ Array Model::decode_batch(KvCache& cache, const DecodeBatch& in, const Array& ar
   fused::EvictFirstScope wef(opt_.weights_evict_first && !quant);
   fused::AttnMmaScope amma(opt_.fused_attention_mma, opt_.fused_attention_pad_kb, push_merge(opt_, cfg_, w_));
   fused::AttnEarlyScope aearly(opt_.fused_attention_early_rope);
-  fused::AttnWideScope awide(opt_.fused_attention_wide >= 0 ? opt_.fused_attention_wide
-                                                             : (w_.quantized == "fp8" ? 2 : 4));
+  fused::AttnWideScope awide(opt_.fused_attention_wide);
   fused::OProjStageScope ostage(opt_.o_proj_stage);
   fused::W8FullRingScope fullring(quant ? opt_.quantized_full_ring : 0);
   fused::GridCapScope cap(quant && qpdl && opt_.quantized_pdl_compact ? 4 : 0);

@@ -33,10 +33,10 @@ def counters(m):
 
 def test_wide_option_cpu():
     m = gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1)
-    assert m._m.fused_attention_wide == -1, "fused_attention_wide is -1 (auto: 2 with fp8 weights, else 4) by default"
+    assert m._m.fused_attention_wide == 4, "fused_attention_wide is 4 by default (session 8)"
     m._m.fused_attention_wide = 0
     base = run_p(m, False, PROMPTS, new=3)
-    for w in (2, 4, -1, 0):
+    for w in (2, 4, 0):
         m._m.fused_attention_wide = w
         assert m._m.fused_attention_wide == w
     for bad in (1, 3, 8, -2):
@@ -132,8 +132,7 @@ def test_wide_same_bits_quantized(quantize):
     m = gk.llm.random_model(CFG128, device="cuda", dtype="bfloat16", seed=205, quantize=quantize)
     if quantize == "int4":
         fa_on(m)
-    # -1 (the default): 2 with fp8 weights, 4 with int4 (counted as wide layers either way)
-    check_same_bits(m, f"{quantize}", wides=(2, 4, -1), push_expected=True)
+    check_same_bits(m, f"{quantize}", push_expected=True)
 
 
 @cuda_only
