@@ -234,9 +234,13 @@ struct EngineOptions {
   bool fused_attention_auto_quant = true;
   int64_t fused_attention_max_keys = 4096;
   // keys per CTA: 64, 128, 256 or 384 (one thread per key), or 0: the smallest of 128 / 256 /
-  // 384 that holds the step's block table (one CTA per kv head and sequence), else 128
-  // (GPUKIT_FUSED_ATTN_CHUNK)
-  int fused_attention_chunk = 128;
+  // 384 that holds the step's block table (one CTA per kv head and sequence), else 128; -1 (the
+  // default since session 12): 64 with fp8 weights, else 128. 64 with fp8: with the 8-bit GEMVs'
+  // 5-warp q/k/v CTAs (session 12) the attention's 40 KB CTAs find room beside them sooner than
+  // the 77 KB ones of 128 keys (H200, 8B fp8 b1 decode tok/s, 64 / 128 with fused_attention_wide
+  // 4: session 12 checkpoint C 412.0 / 400.0 and 411.9 / 399.9, final run 405.9 / 399.3 and
+  // 406.8 / 399.6; int4 slower: 526.1 / 537.4). (GPUKIT_FUSED_ATTN_CHUNK)
+  int fused_attention_chunk = -1;
   // Where its CTAs let the output projection launch (PDL; GPUKIT_FUSED_ATTN_TRIGGER):
   // 0 before waiting for the q/k/v projection, 1 after reading its output, 2 after P V,
   // 3 at exit. The same bits for every value.

@@ -141,12 +141,13 @@ GK_BINDING(60, llm) {
                    "The longest block table (keys) the fused decode attention takes; longer: attention_decode.")
       .def_prop_rw("fused_attention_chunk", [](const llm::Model& m) { return m.options().fused_attention_chunk; },
                    [](llm::Model& m, int v) {
-                     if (v != 0 && v != 64 && v != 128 && v != 256 && v != 384)
-                       throw ValueError(cat("fused_attention_chunk: 0, 64, 128, 256 or 384, got ", v));
+                     if (v != -1 && v != 0 && v != 64 && v != 128 && v != 256 && v != 384)
+                       throw ValueError(cat("fused_attention_chunk: -1, 0, 64, 128, 256 or 384, got ", v));
                      m.options().fused_attention_chunk = v;
                    },
                    "Keys per CTA of the fused decode attention (64: two threads per key; 128, 256, 384: one; 0: "
-                   "the smallest of 128 / 256 / 384 that holds the step's block table, else 128).")
+                   "the smallest of 128 / 256 / 384 that holds the step's block table, else 128; -1, the default: 64 with "
+                   "fp8 weights, else 128).")
       .def_prop_rw("fused_attention_trigger", [](const llm::Model& m) { return m.options().fused_attention_trigger; },
                    [](llm::Model& m, int v) {
                      if (v < 0 || v > 3) throw ValueError(cat("fused_attention_trigger: 0, 1, 2 or 3, got ", v));

@@ -67,9 +67,9 @@ void env_options(EngineOptions& o) {
     o.fused_attention_pad_kb = std::clamp(std::atoi(e), 0, 227);
   if (const char* e = std::getenv("GPUKIT_CARVEOUT"); e && *e) o.carveout = std::clamp(std::atoi(e), -1, 100);
   if (const char* e = std::getenv("GPUKIT_FUSED_ATTN_CHUNK"); e && *e) {
-    if (std::strcmp(e, "0") && std::strcmp(e, "64") && std::strcmp(e, "128") && std::strcmp(e, "256") &&
-        std::strcmp(e, "384"))
-      throw ValueError(cat("GPUKIT_FUSED_ATTN_CHUNK: expected 0, 64, 128, 256 or 384, got \"", e, "\""));
+    if (std::strcmp(e, "-1") && std::strcmp(e, "0") && std::strcmp(e, "64") && std::strcmp(e, "128") &&
+        std::strcmp(e, "256") && std::strcmp(e, "384"))
+      throw ValueError(cat("GPUKIT_FUSED_ATTN_CHUNK: expected -1, 0, 64, 128, 256 or 384, got \"", e, "\""));
     o.fused_attention_chunk = std::atoi(e);
   }
   if (const char* e = std::getenv("GPUKIT_FUSED_ATTN_TRIGGER"); e && *e) {
