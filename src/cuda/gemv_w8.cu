@@ -132,10 +132,9 @@ W8Cfg parse_w8(const char* e, const char* name = "GPUKIT_GEMV_W8") {
 // 8-bit weights also cap the warps per SM at 16 (session 12): their kernels take 102-113
 // registers, so each scheduler partition holds 4 of their warps (16384 registers), 16 per SM;
 // the 8B q/k/v (384 row tiles, 3 CTAs per SM) had 6-warp CTAs of which only 2 fit per SM: two
-// waves (session 11's stamps); with 5-warp CTAs one (H200, session 12, checkpoint A: q/k/v
-// 10.0 -> 6.8 us from the first wait to the last store; 8B fp8 decode 396.4 -> 399.6 tok/s, with
-// the fused attention's 2x warps 404.6; int8 382.6 -> 396.3). The 16-bit kernels (80-84
-// registers) fit 24 warps per SM: no cap.
+// waves (session 11's stamps); with 5-warp CTAs one (H200, session 12: q/k/v 10.0 -> 6.8 us from
+// the first wait to the last store; 8B fp8 b1 decode 393.4 -> 399.8 tok/s in checkpoint B, int8
+// 382.6 -> 396.3 in checkpoint A). The 16-bit kernels (80-84 registers) fit 24 warps per SM: no cap.
 W8Cfg w8_default(int64_t n, int64_t k, int eb) {
   (void)n, (void)k;
   W8Cfg c;
