@@ -202,7 +202,8 @@ bool applies_any(const QGemvArgs& p) {
 template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2, bool ORD = false,
           int EPI = 0>
 void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_plan = 0) {
-  constexpr int SB = W4Layout<F, KB, NARROW>::STAGE + (MODE == 8 || MODE == 9 || MODE >= 11 ? KB * 256 : 0);
+  constexpr int SB = W4Layout<F, KB, NARROW>::STAGE + (MODE == 8 || MODE == 9 || MODE >= 11 ? KB * 256 : 0) *
+                                                         (EPI == 1 ? 2 : 1);  // EPI 1: the norm's weights too
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   const int split = std::max(1, p.split);

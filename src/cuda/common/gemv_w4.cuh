@@ -112,7 +112,8 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   // XH (session 9, variant 61): the stage's x as fp16 (times 2^e, e per warp and stage), the codes decoded as fp16
   using TC = std::conditional_t<XH, f16, T>;  // the mma's input type
   // XS (M = 1 only): x of each stage's blocks travels with the codes (cp.async, after the PDL wait)
-  constexpr int XB = XS ? KB * 256 : 0, STG = L::STAGE + XB;
+  // EPI 1: the norm's weights of the stage's k range travel with x (the same chunks, XB bytes after them)
+  constexpr int XB = XS ? KB * 256 : 0, STG = L::STAGE + XB * (EPI == 1 ? 2 : 1);
   constexpr int P = L::P, NK = KB / 2, NG = F::NG, LB = F::LB, WPG = F::WPG;
   constexpr uint32_t kMag = std::is_same_v<TC, bf16> ? 0x43004300u : 0x64006400u;  // 128.0 / 1024.0 twice
   static_assert(KB % 2 == 0 && KB >= 2, "an even number of blocks per stage");
@@ -184,6 +185,8 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
         const uint32_t d = sb + uint32_t(L::STAGE + 16 * (XSW ? j ^ (((j >> 3) & 1) << 1) : j));
         if constexpr (XCA) cp_async16_ca(d, src + 16 * j);  // through L1: the SM's other CTAs read the same x
         else cp_async16(d, src + 16 * j);
+        if constexpr (EPI == 1)  // the norm's weights at x's offset (x is [1, k])
+          cp_async16_ca(d + uint32_t(XB), static_cast<const uint8_t*>(p.nip_w) + (src - static_cast<const uint8_t*>(p.x)) + 16 * j);
       }
     }
   };
@@ -306,8 +309,17 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
 
   // EPI 1: the norm's 1 / rms from the partial sums of squares (written before the PDL wait returned)
   [[maybe_unused]] float ninv = 1.0f;
-  [[maybe_unused]] const T* nwp = static_cast<const T*>(p.nip_w) + b0 * 128;  // the norm weights of the next stage
   if constexpr (EPI == 1) ninv = w4_nip_inv(p.nip_part, p.nip_np, p.k, p.nip_eps, lane);
+  // EPI 2: the lane's residual values, loaded now (written before the PDL wait returned; used at the end)
+  [[maybe_unused]] float rres[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if constexpr (EPI == 2) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int m = 2 * t + (e & 1);
+      const int64_t row = row0 + g + (e >= 2 ? 8 : 0);
+      if (warp == 0 && blockIdx.y == 0 && m < p.m && row < p.n) rres[e] = float(static_cast<const T*>(p.res)[m * p.n + row]);
+    }
+  }
 
   // fragment offsets in a stage (row g): piece h of block bb lies at chunk (4 bb + c_h) ^ sw,
   // i.e. 64 bb + 16 (c_h ^ (sw & 3)) + (bb odd ? -1 : 1) 16 (sw & 4) + the byte in the chunk
@@ -392,16 +404,6 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
     // stages; alternating the two by block parity gave the same SASS there); XS: [0] read from
     // the stage at each block's start
     uint4 xbuf[2][4];
-    // EPI 1: the norm weights of the lane's x chunks of this stage (stored chunk c holds chunk c ^ swizzle)
-    [[maybe_unused]] uint4 nwv[XS ? XB / 16 / 32 : 1];
-    if constexpr (EPI == 1) {
-#pragma unroll
-      for (int j = 0; j < XB / 16; j += 32) {
-        const int cs = j + lane, cg = XSW ? cs ^ (((cs >> 3) & 1) << 1) : cs;
-        nwv[j / 32] = cg < nb * 16 ? __ldg(reinterpret_cast<const uint4*>(nwp + 8 * cg)) : make_uint4(0, 0, 0, 0);
-      }
-      nwp += KB * 128;
-    }
     if constexpr (XA) {
 #pragma unroll
       for (int w = 0; w < 4; ++w) xbuf[0][w] = xnext[w];
@@ -434,7 +436,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
       for (int j = 0; j < XB / 16; j += 32) {
         const uint32_t a = sb + uint32_t(L::STAGE + 16 * (j + lane));
         uint4 v = lds16(a), o;
-        if constexpr (EPI == 1) v = w4_nip_scale(v, nwv[j / 32], ninv);
+        if constexpr (EPI == 1) v = w4_nip_scale(v, lds16(a + uint32_t(XB)), ninv);
         w4_xpairs<false>(v, o.x, o.y, o.z, o.w);
         sts16(a, o);
       }
@@ -601,9 +603,8 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
       const int m = 2 * t + (e & 1);
       const int64_t row = row0 + g + (e >= 2 ? 8 : 0);
       if (m < p.m && row < p.n) {
-        T* rp = static_cast<T*>(p.res) + m * p.n + row;
-        const T rn = convert<T>(float(convert<T>(v)) + float(*rp));
-        *rp = rn;
+        const T rn = convert<T>(float(convert<T>(v)) + rres[e]);
+        static_cast<T*>(p.res)[m * p.n + row] = rn;
         const float f = float(rn);
         sq[e & 1] = fmaf(f, f, sq[e & 1]);
       }
