@@ -22,8 +22,7 @@ the fused attention after its cached K/V have landed; EngineOptions::attn_l2), k
 (the q/k/v GEMV's last blocks bring the layer's KV pages into L2: EngineOptions::kv_l2), cv<0-100>
 (the engine kernels' preferred shared memory carveout in percent: EngineOptions::carveout), nip /
 nonip (no norm launches: residual adds in the o/down GEMVs, norms inside the q/k/v,
-gate/up and lm head GEMVs), qnip / noqnip (the same for int4 weights at batch 1 inside the staged
-4-bit GEMV: EngineOptions::quantized_norm_in_proj), qpdl / noqpdl (quantized weights: the engine's launches between
+gate/up and lm head GEMVs), qpdl / noqpdl (quantized weights: the engine's launches between
 the quantized GEMVs with / without PDL), qpdlc (with PDL, the SwiGLU / rope_append grids capped at
 4 blocks and the fused attention without PDL: EngineOptions::quantized_pdl_compact), wef / nowef
 (the engine GEMV's weight loads tagged L2 evict-first: EngineOptions::weights_evict_first),
@@ -201,8 +200,6 @@ def gk_engine(eng):
             opt["attrs"]["quantized_pdl_fp8"] = f == "qpdl8"
         elif f in ("nip", "nonip"):  # norms inside the projections, residual adds in their epilogues
             opt["attrs"]["norm_in_proj"] = f == "nip"
-        elif f in ("qnip", "noqnip"):  # int4: the same inside the staged GEMV (quantized_norm_in_proj)
-            opt["attrs"]["quantized_norm_in_proj"] = f == "qnip"
         elif f in ("ropeqkv", "norope"):
             opt["rope_in_qkv"] = f == "ropeqkv"
         elif f in ("tail", "notail"):

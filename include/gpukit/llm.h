@@ -359,15 +359,6 @@ struct EngineOptions {
   // rounded to the weight type: not the same bits as the separate norm). Default from
   // GPUKIT_NORM_IN_PROJ.
   bool norm_in_proj = false;
-  // Level 2 decode, int4 weights (groups of 128), one sequence: no RMSNorm launches between the
-  // layers' GEMVs. The o and down GEMVs add their rounded output to the residual in place (the
-  // engine's residual bits) and write the sums of its squares per 16 rows; the q/k/v and gate/up
-  // GEMVs read the raw residual and normalize it as they pair their x (each element rounded to
-  // bf16 once, as the norm rounds it; 1 / rms from those partial sums, in another order than the
-  // norm's: the bits may differ from the separate norm's at rounding level). The first layer's
-  // q/k/v and the last layer's down keep the separate norms. Where a weight's shape does not take
-  // it (K % 512, split-K), the step keeps the norms. Default from GPUKIT_QUANT_NIP.
-  bool quantized_norm_in_proj = false;
   // Level 2 decode with quantized weights: the engine's own launches between the
   // gemv_quantized ones (norms, SwiGLU, RoPE + append, attention) use PDL. Off by default:
   // a kernel launched early parks its blocks beside the quantized GEMV (H200, session 5,
@@ -437,8 +428,6 @@ class Model {
   const EngineOptions& options() const { return opt_; }
   // Layers run through the fused decode attention since the model was made (tests).
   int64_t fused_attention_layers() const { return fa_layers_; }
-  // Passes of the layers (steps) that took quantized_norm_in_proj (tests).
-  int64_t quantized_nip_steps() const { return qnip_steps_; }
   // ... of them with the push merge (fused_attention_push, _push_auto; tests).
   int64_t fused_attention_push_layers() const { return fa_push_layers_; }
   // ... of them with more warps per CTA (EngineOptions::fused_attention_wide taken)
@@ -492,11 +481,6 @@ class Model {
   Array lm_head(const Array& h, const Array* argmax_keys = nullptr) const;
   Array mlp(const LayerWeights& L, const Array& h, int layer) const;
   Array add_norm(const Array& x, Array& resid, const Array& w, int layer) const;
-  // quantized_norm_in_proj: whether this step takes it (T rows), and its two GEMV forms
-  bool quant_nip(int64_t T) const;
-  mutable int qnip_shapes_ = -1;  // whether the layers' int4 shapes take it (-1: not yet known)
-  Array project_norm(const Array& resid, const QuantizedWeight& qw, const Array& norm_w, const Array& part) const;
-  void project_residual(const Array& x, const QuantizedWeight& qw, Array& resid, Array& part) const;
   bool engine_ops() const;                    // fusion level 2 decode step on CUDA
   bool engine_proj(const Array& x) const;     // ... and x @ W^T through the engine's GEMV
   void mark(const char* what, int layer) const {
@@ -513,7 +497,7 @@ class Model {
   mutable Array xprep_h_, xprep_xh_, xprep_inv_;
   Array stamps_;
   int stamps_layer_ = -1;
-  int64_t fa_layers_ = 0, fa_push_layers_ = 0, fa_wide_layers_ = 0, qnip_steps_ = 0;  // run_layers returned the raw residual: lm_head applies the final norm
+  int64_t fa_layers_ = 0, fa_push_layers_ = 0, fa_wide_layers_ = 0;  // run_layers returned the raw residual: lm_head applies the final norm
   ModelConfig cfg_;
   EngineOptions opt_;
   Weights w_;

@@ -40,19 +40,4 @@ Array gemv_quantized(const Array& x, const QuantizedWeight& qw, std::optional<DT
 Array gemv_quantized_prepared(const Array& x, const Array& xh, const Array& xinv, const QuantizedWeight& qw,
                               std::optional<DType> out_dtype = std::nullopt, const Stream* s = nullptr);
 
-// The engine's fused decode forms (EngineOptions::quantized_norm_in_proj): int4 weights in groups
-// of 128 with K % 512 == 0, bfloat16, one row of x, CUDA, a shape whose kernel runs without split-K.
-// Whether they take this weight with one row of x (on x's device).
-bool gemv_quantized_fused_applies(const Array& x, const QuantizedWeight& qw);
-// gemv_quantized(rms_norm(r, norm_w, eps), qw) with the norm inside the GEMV: r [1, K] is the raw
-// residual, norm_w [K]; 1 / rms = rsqrt(sum(r^2) / K + eps) from part [1, P], partial sums of r^2
-// (as gemv_quantized_residual writes them). Each normalized element is rounded to bfloat16 once, as
-// the engine's add + RMSNorm rounds it. Returns y [1, N].
-Array gemv_quantized_norm(const Array& r, const QuantizedWeight& qw, const Array& norm_w, float eps,
-                          const Array& part, const Stream* s = nullptr);
-// r = round(round(gemv_quantized(x, qw)) + r) in place (r [1, N]: the engine's residual add, the
-// same bits), and part [1, ceil(N / 16)] = the sums of the new r^2 over each 16 rows.
-void gemv_quantized_residual(const Array& x, const QuantizedWeight& qw, Array& r, Array& part,
-                             const Stream* s = nullptr);
-
 }  // namespace gk

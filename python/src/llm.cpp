@@ -264,19 +264,12 @@ GK_BINDING(60, llm) {
              return s.defined() ? s.to(Device{}) : Array::empty({0, 8}, DType::i64, Device{});
            },
            "int64 [512, 8] of set_attention_stamps (on the CPU), rows (b * hkv + kv head) * chunks + chunk.")
-      .def_prop_ro("quantized_nip_steps", &llm::Model::quantized_nip_steps,
-                   "Passes of the layers (steps) that took quantized_norm_in_proj.")
       .def_prop_ro("fused_attention_layers", &llm::Model::fused_attention_layers,
                    "Layers run through the fused decode attention since the model was made (eager or captured).")
       .def_prop_ro("fused_attention_push_layers", &llm::Model::fused_attention_push_layers,
                    "... of them with the push merge (st.async into chunk 0's shared memory).")
       .def_prop_ro("fused_attention_wide_layers", &llm::Model::fused_attention_wide_layers,
                    "... of them with more warps per CTA (fused_attention_wide).")
-      .def_prop_rw("quantized_norm_in_proj", [](const llm::Model& m) { return m.options().quantized_norm_in_proj; },
-                   [](llm::Model& m, bool v) { m.options().quantized_norm_in_proj = v; },
-                   "int4 weights, one sequence: no RMSNorm launches between the GEMVs (the residual added in the o "
-                   "/ down GEMVs, the norm applied inside the q/k/v and gate/up GEMVs; bits may differ at rounding "
-                   "level).")
       .def_prop_rw("norm_in_proj", [](const llm::Model& m) { return m.options().norm_in_proj; },
                    [](llm::Model& m, bool v) { m.options().norm_in_proj = v; },
                    "Fusion level 2 decode: residual adds in the o/down GEMVs, norms inside the q/k/v, gate/up "

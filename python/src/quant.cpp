@@ -95,28 +95,6 @@ GK_BINDING(27, quant) {
         nb::arg("out_dtype") = nb::none(),
         "gemv_quantized_prepared (EngineOptions::quantized_x_prep): fp8 / int8 weights, bf16 x [M, K] and its "
         "scaled fp16 copy xh with xinv = 2^-c per row (llm.fused_add_rms_norm_prep); elsewhere gemv_quantized(x).");
-  m.def("_gemv_int4_fused_applies",
-        [](nb::handle q, nb::handle s, nb::handle z, const Array& x) {
-          return gemv_quantized_fused_applies(x, qw_of("int4", q, s, z, 128));
-        },
-        nb::arg("q"), nb::arg("scales"), nb::arg("zeros"), nb::arg("x"),
-        "Whether the engine's fused int4 GEMV forms (EngineOptions::quantized_norm_in_proj) take this int4 g128 "
-        "weight with one bf16 row x.");
-  m.def("_gemv_int4_norm",
-        [](nb::handle q, nb::handle s, nb::handle z, const Array& r, const Array& w, float eps, const Array& part) {
-          return gemv_quantized_norm(r, qw_of("int4", q, s, z, 128), w, eps, part);
-        },
-        nb::arg("q"), nb::arg("scales"), nb::arg("zeros"), nb::arg("r"), nb::arg("norm_w"), nb::arg("eps"),
-        nb::arg("part"),
-        "gemv_quantized_norm: int4 g128, bf16 r [1, K]: gemv(rms_norm(r, norm_w, eps)) with the norm inside, 1 / rms "
-        "from the partial sums of r^2 in part [1, P].");
-  m.def("_gemv_int4_residual",
-        [](nb::handle q, nb::handle s, nb::handle z, const Array& x, Array r, Array part) {
-          gemv_quantized_residual(x, qw_of("int4", q, s, z, 128), r, part);
-        },
-        nb::arg("q"), nb::arg("scales"), nb::arg("zeros"), nb::arg("x"), nb::arg("r"), nb::arg("part"),
-        "gemv_quantized_residual: r = round(round(gemv(x)) + r) in place, part [1, ceil(N / 16)] the sums of the new "
-        "r^2 per 16 rows.");
   m.def("_gemv_w8_stamps", &gemv_w8_stamps, nb::arg("on"),
         "Diagnostic (session 11): per-CTA %globaltimer stamps of the staged fp8 / int8 GEMV's default kinds for the "
         "launches that follow (on: the buffer cleared), or off.");

@@ -199,16 +199,14 @@ bool applies_any(const QGemvArgs& p) {
 
 // ring_plan: the ring bytes per warp the plan (warps per CTA) is made for (0: this kernel's);
 // XS (MODE 8, M = 1) and its M > 1 kernel (MODE 0) take the plan of the XS ring.
-template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2, bool ORD = false,
-          int EPI = 0>
+template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2, bool ORD = false>
 void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_plan = 0) {
-  constexpr int SB = W4Layout<F, KB, NARROW>::STAGE + (MODE == 8 || MODE == 9 || MODE >= 11 ? KB * 256 : 0) *
-                                                         (EPI == 1 ? 2 : 1);  // EPI 1: the norm's weights too
+  constexpr int SB = W4Layout<F, KB, NARROW>::STAGE + (MODE == 8 || MODE == 9 || MODE >= 11 ? KB * 256 : 0);
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   const int split = std::max(1, p.split);
   const int nw = w4_warps(p.n, p.k, split, c, ring_plan > 0 ? ring_plan : int64_t(D) * SB);
-  smem_limit<k_w4<T, F, KB, D, MODE, NARROW, MINB, ORD, EPI>>(kSmemMax);
+  smem_limit<k_w4<T, F, KB, D, MODE, NARROW, MINB, ORD>>(kSmemMax);
   int smem = std::max(nw * D * SB, nw * 32 * 4 * 4);
   if (smem > kSmemMax) throw ValueError("gemv: the staged 4-bit kernel's shared memory does not fit");
   // When all CTAs fit on the GPU at once, ask for enough shared memory that at most
@@ -219,7 +217,7 @@ void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_
     const int64_t cap = kSmSmem / (per_sm + 1) - 1024 - 512 + 256;  // just too much for per_sm + 1 CTAs
     if (per_sm * (cap + 1024 + 512) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
   }
-  launch_ex(k_w4<T, F, KB, D, MODE, NARROW, MINB, ORD, EPI>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st,
+  launch_ex(k_w4<T, F, KB, D, MODE, NARROW, MINB, ORD>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st,
             p.variant != 2, p);
   GK_LAUNCH_CHECK("qgemv_w4_staged");
   if (split > 1) launch_sum_q(p, st);
@@ -309,21 +307,8 @@ void launch_kb2(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
   return launch_k<T, F, 2, 3, 13>(p, c48, st, rp);
 }
 
-// The norm / residual epilogues (k_w4 EPI 1 / 2): variant 48's kernel, plan and ring (MODE 11, a ring of 2) at
-// M = 1, whatever the variant switches say; w4_staged_epi_applies is checked by the caller.
-template <class T, class F>
-void launch_epi(const QGemvArgs& p, cudaStream_t st) {
-  if constexpr (std::is_same_v<T, bf16> && F::G == 128 && !F::kNvf4) {
-    const int64_t rp = 2 * int64_t(W4Layout<F, 4>::STAGE + 4 * 256);
-    if (p.nip_part) return launch_k<T, F, 4, 2, 11, false, 2, false, 1>(p, w4_cfg(48), st, rp);
-    return launch_k<T, F, 4, 2, 11, false, 2, false, 2>(p, w4_cfg(48), st, rp);
-  }
-  throw ValueError("gemv: the norm / residual epilogues take int4 in groups of 128 with bfloat16 x");
-}
-
 template <class T, class F>
 void launch_f(const QGemvArgs& p, cudaStream_t st) {
-  if (p.nip_part || p.res) return launch_epi<T, F>(p, st);
   W4Cfg c = w4_cfg(w4_variant_for(p));
   constexpr bool kG128 = std::is_same_v<T, bf16> && F::G == 128 && !F::kNvf4;
   if constexpr (!kG128 && kXPairOthers)
@@ -378,11 +363,6 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
 }  // namespace
 
 bool w4_staged_applies(const QGemvArgs& p) { return applies_any(p); }
-
-bool w4_staged_epi_applies(const QGemvArgs& p) {
-  return p.fmt == QFormat::int4 && p.group == 128 && p.x_dtype == DType::bf16 && p.m == 1 &&
-         applies_cfg<W4Int4<128>, 4>(p) && w4_staged_split(p.n, p.k) == 1;
-}
 
 int w4_staged_split(int64_t n, int64_t k) {
   const W4Cfg c;

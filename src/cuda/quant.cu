@@ -240,8 +240,6 @@ void quantize(const QuantArgs& a, void* stream) {
   GK_LAUNCH_CHECK("quantize");
 }
 
-bool qgemv_epi_applies(const QGemvArgs& a) { return w4_staged_epi_applies(a); }
-
 int qgemv_split(int64_t n, int64_t k, QFormat f, bool mma) {
   if (mma && (f == QFormat::fp8 || f == QFormat::int8)) return split_mma(n, k / 64);
   // int4 / NVF4 with K % 128 == 0: the staged kernel's split (every 4-bit kernel takes any split)
@@ -270,10 +268,6 @@ void qgemv(const QGemvArgs& a, void* stream) {
   if (a.mma && (a.k % 64 != 0 || (a.fmt != QFormat::fp8 && a.fmt != QFormat::int8)))
     throw ValueError("gemv: the fp8 / int8 tensor-core path needs K % 64 == 0");
   auto s = static_cast<cudaStream_t>(stream);
-  if (a.nip_part || a.res) {  // the norm / residual epilogues: the staged int4 kernel only
-    if (!w4_staged_epi_applies(a)) throw ValueError("gemv: the norm / residual epilogues do not take these arguments");
-    return launch_w4_staged<bf16>(a, s);
-  }
   if (a.x_dtype == DType::bf16) return by_format<bf16>(a, s);
   if (a.x_dtype == DType::f16) return by_format<f16>(a, s);
   throw TypeError(cat("gemv: unsupported activation dtype ", dtype_name(a.x_dtype)));

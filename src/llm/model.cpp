@@ -148,37 +148,6 @@ Array Model::project(const Array& x, const Array& w, const QuantizedWeight& qw, 
   return bias.defined() ? add(y, bias) : y;
 }
 
-// quantized_norm_in_proj: level 2 decode, one row, int4 layers (no MoE, no q/k/v bias) whose four GEMVs all take
-// the staged kernel's norm / residual epilogues (int4 g128, K % 512 == 0, no split-K: a function of the shapes)
-bool Model::quant_nip(int64_t T) const {
-  if (!opt_.quantized_norm_in_proj || !engine_ops() || T != 1 || w_.quantized != "int4" || dtype_ != DType::bf16 ||
-      cfg_.num_experts > 0 || cfg_.num_layers < 2 || w_.layers.empty())
-    return false;
-  if (qnip_shapes_ >= 0) return qnip_shapes_ == 1;
-  qnip_shapes_ = 0;
-  const LayerWeights& L = w_.layers[0];
-  if (L.qkv_bias.defined() || L.qkv_q.format != "int4") return false;
-  const Array h = Array::empty({1, cfg_.hidden_size}, DType::bf16, device_);
-  const Array a = Array::empty({1, cfg_.num_heads * cfg_.head_dim}, DType::bf16, device_);
-  const Array i = Array::empty({1, cfg_.intermediate_size}, DType::bf16, device_);
-  qnip_shapes_ = gemv_quantized_fused_applies(h, L.qkv_q) && gemv_quantized_fused_applies(a, L.o_q) &&
-                 gemv_quantized_fused_applies(h, L.gate_up_q) && gemv_quantized_fused_applies(i, L.down_q) &&
-                 L.o_q.q.shape(0) == cfg_.hidden_size && L.down_q.q.shape(0) == cfg_.hidden_size;
-  return qnip_shapes_ == 1;
-}
-
-Array Model::project_norm(const Array& resid, const QuantizedWeight& qw, const Array& norm_w, const Array& part) const {
-  const bool win = opt_.quant_streaming && qw.q.defined();  // as project(): the codes streaming in L2
-  fused::StreamWindowScope sw(Stream::current(device_), win ? qw.q.data() : nullptr, win ? int64_t(qw.q.nbytes()) : 0);
-  return gemv_quantized_norm(resid, qw, norm_w, float(cfg_.norm_eps), part);
-}
-
-void Model::project_residual(const Array& x, const QuantizedWeight& qw, Array& resid, Array& part) const {
-  const bool win = opt_.quant_streaming && qw.q.defined();
-  fused::StreamWindowScope sw(Stream::current(device_), win ? qw.q.data() : nullptr, win ? int64_t(qw.q.nbytes()) : 0);
-  gemv_quantized_residual(x, qw, resid, part);
-}
-
 bool Model::head_argmax(int64_t B) const {
   return opt_.fusion >= 2 && opt_.head_proj && opt_.use_gemv && device_.is_cuda() &&
          (dtype_ == DType::bf16 || dtype_ == DType::f16) && B >= 1 && B <= kGemvRows &&
@@ -510,15 +479,6 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
     }
     return h;  // final-normed hidden states [T, H]
   }
-  // quantized_norm_in_proj: resid is updated in place by the o / down GEMVs, which write the partial sums of
-  // squares (part) that the next q/k/v / gate/up GEMV normalizes with; h stays the first norm's output
-  const bool qn = quant_nip(T);
-  Array part;
-  if (qn) {
-    ++qnip_steps_;
-    part = Array::empty({1, (c.hidden_size + 15) / 16}, DType::f32, device_);
-    if (!resid.is_contiguous() || resid.dtype() != DType::bf16) resid = resid.contiguous();
-  }
   for (int l = 0; l < int(c.num_layers); ++l) {
     const LayerWeights& L = w_.layers[size_t(l)];
     Array q, k, v, att;
@@ -527,9 +487,8 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
       k = project(h, L.k, {}, L.k_bias).reshape({T, c.num_kv_heads, D});
       v = project(h, L.v, {}, L.v_bias).reshape({T, c.num_kv_heads, D});
     } else {
-      Array qkv = qn && l > 0                                    ? project_norm(resid, L.qkv_q, L.attn_norm, part)
-                  : engine_proj(h) && L.qkv_q.format.empty() ? fused::project(h, L.qkv, L.qkv_bias)
-                                                             : project(h, L.qkv, L.qkv_q, L.qkv_bias);
+      Array qkv = engine_proj(h) && L.qkv_q.format.empty() ? fused::project(h, L.qkv, L.qkv_bias)
+                                                           : project(h, L.qkv, L.qkv_q, L.qkv_bias);
       if (fa) {  // level 2 decode (quantized weights): RoPE, the KV append and attention in one launch
         mark("qkv", l);
         prefetch_during_attention(L);
@@ -563,23 +522,6 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
       att = attend(q, k, v, l).reshape({T, Q});
     }
     mark("attention", l);
-    if (qn) {  // no norms: the residual added in the o / down GEMVs, the norms inside gate/up and the next q/k/v
-      project_residual(att.reshape({1, Q}), L.o_q, resid, part);
-      mark("o_proj", l);  // with the residual add
-      Array gu = project_norm(resid, L.gate_up_q, L.ffn_norm, part);
-      mark("gate_up", l);  // with the norm
-      Array act = fused::swiglu(gu);
-      mark("swiglu", l);
-      if (l + 1 < int(c.num_layers)) {
-        project_residual(act, L.down_q, resid, part);
-        mark("down", l);  // with the residual add
-        continue;
-      }
-      Array down = project(act, L.down, L.down_q);
-      mark("down", l);
-      h = add_norm(down, resid, w_.final_norm, l);
-      continue;
-    }
     Array o = engine_proj(att) && L.o_q.format.empty() ? fused::project(att, L.o) : project(att, L.o, L.o_q);
     mark("o_proj", l);
     h = add_norm(o, resid, L.ffn_norm, l);

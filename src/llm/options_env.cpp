@@ -84,7 +84,6 @@ void env_options(EngineOptions& o) {
   }
   o.fused_attention_cluster = env_flag("GPUKIT_FUSED_ATTN_CLUSTER", o.fused_attention_cluster);
   o.norm_in_proj = env_flag("GPUKIT_NORM_IN_PROJ", o.norm_in_proj);
-  o.quantized_norm_in_proj = env_flag("GPUKIT_QUANT_NIP", o.quantized_norm_in_proj);
   o.quantized_pdl = env_flag("GPUKIT_QUANT_PDL", o.quantized_pdl);
   o.quantized_pdl_fp8 = env_flag("GPUKIT_QUANT_PDL_FP8", o.quantized_pdl_fp8);
   o.quantized_pdl_compact = env_flag("GPUKIT_QUANT_PDL_COMPACT", o.quantized_pdl_compact);

@@ -226,9 +226,8 @@ Array dequantize_weight(const QuantizedWeight& qw) {
 
 namespace {
 std::atomic<int64_t> g_prepared_calls{0};
-// epi: the norm / residual epilogue fields (QGemvArgs nip_* / res*), checked by the callers
 Array gemv_quantized_impl(const Array& x_in, const QuantizedWeight& qw, std::optional<DType> out_dtype,
-                          const Stream* sp, const Array* xprep_inv, const QGemvArgs* epi = nullptr);
+                          const Stream* sp, const Array* xprep_inv);
 }  // namespace
 
 Array gemv_quantized(const Array& x_in, const QuantizedWeight& qw, std::optional<DType> out_dtype, const Stream* sp) {
@@ -256,7 +255,7 @@ int64_t gemv_quantized_prepared_calls() { return g_prepared_calls.load(std::memo
 
 namespace {
 Array gemv_quantized_impl(const Array& x_in, const QuantizedWeight& qw, std::optional<DType> out_dtype,
-                          const Stream* sp, const Array* xprep_inv, const QGemvArgs* epi) {
+                          const Stream* sp, const Array* xprep_inv) {
   QFormat f = parse_format(qw.format);
   auto [n, k] = check_qw(qw, f);
   const Array& q0 = qw.q;
@@ -352,13 +351,6 @@ Array gemv_quantized_impl(const Array& x_in, const QuantizedWeight& qw, std::opt
       a.xinv = xinv.data_as<float>();
     }
     a.variant = gemv_variant();
-    if (epi) {  // the norm / residual epilogues: variant 48's kernel and plan, no split-K
-      a.nip_w = epi->nip_w, a.nip_part = epi->nip_part, a.nip_np = epi->nip_np, a.nip_eps = epi->nip_eps;
-      a.res = epi->res, a.res_part = epi->res_part;
-      a.variant = 0, a.split = 1, a.w8 = false, a.mma = false;
-      if (!cuda::qgemv_epi_applies(a))
-        throw ValueError("gemv: the norm / residual epilogues do not take this weight (int4, groups of 128, K % 512 == 0)");
-    }
     Array part;
     if (a.split > 1) {
       part = Array::empty({int64_t(a.split), m, n}, DType::f32, d, &s);
@@ -376,88 +368,11 @@ Array gemv_quantized_impl(const Array& x_in, const QuantizedWeight& qw, std::opt
     cuda::qgemv(a, s.handle());
 #else
     (void)xprep_inv;
-    (void)epi;
     detail::no_cuda_backend();
 #endif
   }
   return one ? y.reshape({n}) : y;
 }
-
-// The fused forms' argument checks: a CUDA bf16 row [1, n] (contiguous, 16-byte aligned), f32 partials [1, np]
-void check_row(const Array& a, const char* name, int64_t n, DType t) {
-  if (!a.defined()) throw ValueError(cat(name, ": undefined"));
-  if (!a.device().is_cuda()) throw ValueError(cat(name, ": the fused GEMV forms run on CUDA only"));
-  if (a.dtype() != t) throw TypeError(cat(name, ": expected ", dtype_name(t), ", got ", dtype_name(a.dtype())));
-  const bool row = (a.ndim() == 2 && a.shape(0) == 1 && (n < 0 || a.shape(1) == n)) || (n >= 0 && a.ndim() == 1 && a.shape(0) == n);
-  if (!row) throw ValueError(cat(name, ": expected shape [1, ", n, "], got ", shape_str(a.shape())));
-  if (!a.is_contiguous() || reinterpret_cast<uintptr_t>(a.data()) % 16 != 0)
-    throw ValueError(cat(name, ": must be contiguous and 16-byte aligned"));
-}
 }  // namespace
-
-bool gemv_quantized_fused_applies(const Array& x, const QuantizedWeight& qw) {
-#if GPUKIT_WITH_CUDA
-  if (!x.defined() || !x.device().is_cuda() || x.dtype() != DType::bf16 || qw.format != "int4" || qw.group != 128 ||
-      !qw.q.defined() || qw.q.ndim() != 2 || !qw.scales.defined() || !qw.zeros.defined())
-    return false;
-  if (!(x.ndim() == 2 && x.shape(0) == 1) && x.ndim() != 1) return false;
-  std::pair<int64_t, int64_t> nk;
-  try {
-    nk = check_qw(qw, QFormat::int4);
-  } catch (const Error&) {
-    return false;
-  }
-  if (qw.q.device() != x.device() || qw.scales.device() != x.device() || qw.zeros.device() != x.device()) return false;
-  QGemvArgs a;
-  a.x = x.data(), a.q = qw.q.data(), a.scales = qw.scales.data_as<float>(), a.zeros = qw.zeros.data_as<uint8_t>();
-  a.m = 1, a.n = nk.first, a.k = nk.second, a.x_rs = a.k, a.q_rs = qw.q.stride(0), a.group = 128;
-  a.fmt = QFormat::int4, a.x_dtype = DType::bf16;
-  return x.shape(-1) == a.k && qw.q.stride(1) == 1 && qw.scales.is_contiguous() && qw.zeros.is_contiguous() &&
-         cuda::qgemv_epi_applies(a);
-#else
-  (void)x, (void)qw;
-  return false;
-#endif
-}
-
-Array gemv_quantized_norm(const Array& r, const QuantizedWeight& qw, const Array& norm_w, float eps, const Array& part,
-                          const Stream* s) {
-  if (qw.format != "int4" || !qw.q.defined() || qw.q.ndim() != 2)
-    throw ValueError("qw: gemv_quantized_norm takes int4 weights");
-  const int64_t k = check_qw(qw, QFormat::int4).second;
-  if (!r.defined() || r.dtype() != DType::bf16 || r.shape(-1) != k || (r.ndim() == 2 && r.shape(0) != 1) || r.ndim() > 2)
-    throw ValueError(cat("r: expected bfloat16 [1, ", k, "], got ", r.defined() ? shape_str(r.shape()) : "undefined"));
-  check_row(norm_w, "norm_w", k, DType::bf16);
-  check_row(part, "part", -1, DType::f32);
-  if (!(eps >= 0.0f)) throw ValueError(cat("eps: must be >= 0, got ", eps));
-  if (part.numel() > (int64_t(1) << 30)) throw ValueError("part: too many partial sums");
-  if (!gemv_quantized_fused_applies(r, qw))
-    throw ValueError("qw: the fused GEMV forms take int4 in groups of 128, K % 512 == 0, without split-K");
-  QGemvArgs e;
-  e.nip_w = norm_w.data(), e.nip_part = part.data_as<float>(), e.nip_np = int(part.numel()), e.nip_eps = eps;
-  Stream st = resolve_stream(s, r.device());
-  detail::mark_used(norm_w, st);
-  detail::mark_used(part, st);
-  return gemv_quantized_impl(r.ndim() == 1 ? r.unsqueeze(0) : r, qw, DType::bf16, &st, nullptr, &e);
-}
-
-void gemv_quantized_residual(const Array& x, const QuantizedWeight& qw, Array& r, Array& part, const Stream* s) {
-  if (qw.format != "int4" || !qw.q.defined() || qw.q.ndim() != 2)
-    throw ValueError("qw: gemv_quantized_residual takes int4 weights");
-  const auto [n, k] = check_qw(qw, QFormat::int4);
-  if (!x.defined() || x.dtype() != DType::bf16 || x.shape(-1) != k || (x.ndim() == 2 && x.shape(0) != 1) || x.ndim() > 2)
-    throw ValueError(cat("x: expected bfloat16 [1, ", k, "], got ", x.defined() ? shape_str(x.shape()) : "undefined"));
-  check_row(r, "r", n, DType::bf16);
-  check_row(part, "part", (n + 15) / 16, DType::f32);
-  if (!gemv_quantized_fused_applies(x, qw))
-    throw ValueError("qw: the fused GEMV forms take int4 in groups of 128, K % 512 == 0, without split-K");
-  if (r.data() == x.data()) throw ValueError("r: must not be x");
-  QGemvArgs e;
-  e.res = r.data(), e.res_part = part.data_as<float>();
-  Stream st = resolve_stream(s, x.device());
-  detail::mark_used(r, st);
-  detail::mark_used(part, st);
-  gemv_quantized_impl(x.ndim() == 1 ? x.unsqueeze(0) : x, qw, DType::bf16, &st, nullptr, &e);
-}
 
 }  // namespace gk

@@ -65,17 +65,6 @@ struct QGemvArgs {
   // gemv_quantized_prepared: x is already that scaled fp16 copy (x_dtype f16), these its [m]
   // inverse scales 2^-c (the staged kernel only)
   const float* xprep_inv = nullptr;
-  // The norm / residual epilogues of the int4 g128 kernel at M = 1 (session 13; gemv_quantized_norm /
-  // gemv_quantized_residual in ops/quant_fused.h): x is the raw residual, normalized inside with these
-  // weights (x_dtype) and eps, from nip_np partial sums of squares per row of x at nip_part [m, nip_np];
-  // or res [m, n] (x_dtype) gets the rounded output added in place and res_part [m, ceil(n / 16)] the
-  // sums of the new res^2 per 16 rows.
-  const void* nip_w = nullptr;
-  const float* nip_part = nullptr;
-  int nip_np = 0;
-  float nip_eps = 0.0f;
-  void* res = nullptr;
-  float* res_part = nullptr;
 };
 
 namespace cpu {
@@ -88,8 +77,6 @@ void dequantize_gguf_row(const QuantArgs& a, int64_t j, float* out);
 namespace cuda {
 void qgemv(const QGemvArgs& a, void* stream);
 int qgemv_split(int64_t n, int64_t k, QFormat f, bool mma = false);
-// Whether the norm / residual epilogues (nip_* / res*) take a's shape and formats.
-bool qgemv_epi_applies(const QGemvArgs& a);
 // fp8 / int8 / int4 quantization on the device, bit-identical to cpu::quantize (a.w, a.q,
 // a.scales, a.zeros are device pointers).
 void quantize(const QuantArgs& a, void* stream);

@@ -85,16 +85,7 @@ namespace gk::cuda::gemv_detail {
 // consecutive weights (2p, 2p + 1) and x's 32-bit words pair with it as loaded (no byte permutes).
 // (Session 7's DEC 1 / 2, the zero point through x sums, variants 45-47 / 49 / 50, were removed in session 8:
 // slower at every shape of session 7's final run; docs/notes/gemv4-s7.md.)
-// EPI (session 13, EngineOptions::quantized_norm_in_proj; MODE 11 at M = 1 only): 1 the RMSNorm inside: x is the
-// raw residual r, multiplied as the stage's x is paired by inv * w (p.nip_w, the norm's weights) and rounded to T
-// once per element, as k_add_rms_norm_reg rounds it (bf16(r * inv * w)); inv = rsqrt(sum / K + eps) from the
-// p.nip_np partial sums of squares at p.nip_part that the kernel before wrote (EPI 2), added in a fixed order (lane l
-// the partials l, l + 32, .. in turn, then a butterfly: every warp the same bits). 2 the residual add in the
-// epilogue: each output rounded to T, then r = round(y + r) in place at p.res (add_rms_norm's residual bits), and
-// per CTA the sum of the new r^2 over its 16 rows at p.res_part[m * gridDim.x + CTA] (rows g, g + 8 per lane, then
-// over g by a butterfly). Split-K 1 only; the product's plan and order are MODE 11's: the same product bits.
-template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2, bool ORD = false,
-          int EPI = 0>
+template <class T, class F, int KB, int D, int MODE = 0, bool NARROW = false, int MINB = 2, bool ORD = false>
 __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   using L = W4Layout<F, KB, NARROW>;
   // LEAN: wide meta copies with at most one zero-point unit per row (KB = 4)
@@ -106,14 +97,12 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
                  XCA = XP || MODE == 12, XE = MODE == 13 || MODE == 14, XH = MODE == 14, IF = MODE == 15,
                  F0 = LEAN && !IF;
   static_assert(!XP || !ORD, "XP: codes in the natural order");
-  static_assert(EPI == 0 || (MODE == 11 && std::is_same_v<T, bf16> && !F::kNvf4), "EPI: MODE 11, bf16 x, int4");
   static_assert(!IF || (D == 2 && !XE), "IF: a ring of 2 (groups: codes 0, x 0, then one per stage)");
   static_assert(!XH || (std::is_same_v<T, bf16> && !F::kNvf4 && F::G == 128 && KB == 4), "XH: int4 g128, bf16 x");
   // XH (session 9, variant 61): the stage's x as fp16 (times 2^e, e per warp and stage), the codes decoded as fp16
   using TC = std::conditional_t<XH, f16, T>;  // the mma's input type
   // XS (M = 1 only): x of each stage's blocks travels with the codes (cp.async, after the PDL wait)
-  // EPI 1: the norm's weights of the stage's k range travel with x (the same chunks, XB bytes after them)
-  constexpr int XB = XS ? KB * 256 : 0, STG = L::STAGE + XB * (EPI == 1 ? 2 : 1);
+  constexpr int XB = XS ? KB * 256 : 0, STG = L::STAGE + XB;
   constexpr int P = L::P, NK = KB / 2, NG = F::NG, LB = F::LB, WPG = F::WPG;
   constexpr uint32_t kMag = std::is_same_v<TC, bf16> ? 0x43004300u : 0x64006400u;  // 128.0 / 1024.0 twice
   static_assert(KB % 2 == 0 && KB >= 2, "an even number of blocks per stage");
@@ -185,8 +174,6 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
         const uint32_t d = sb + uint32_t(L::STAGE + 16 * (XSW ? j ^ (((j >> 3) & 1) << 1) : j));
         if constexpr (XCA) cp_async16_ca(d, src + 16 * j);  // through L1: the SM's other CTAs read the same x
         else cp_async16(d, src + 16 * j);
-        if constexpr (EPI == 1)  // the norm's weights at x's offset (x is [1, k])
-          cp_async16_ca(d + uint32_t(XB), static_cast<const uint8_t*>(p.nip_w) + (src - static_cast<const uint8_t*>(p.x)) + 16 * j);
       }
     }
   };
@@ -307,20 +294,6 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
     xon = true;
   }
 
-  // EPI 1: the norm's 1 / rms from the partial sums of squares (written before the PDL wait returned)
-  [[maybe_unused]] float ninv = 1.0f;
-  if constexpr (EPI == 1) ninv = w4_nip_inv(p.nip_part, p.nip_np, p.k, p.nip_eps, lane);
-  // EPI 2: the lane's residual values, loaded now (written before the PDL wait returned; used at the end)
-  [[maybe_unused]] float rres[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  if constexpr (EPI == 2) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int m = 2 * t + (e & 1);
-      const int64_t row = row0 + g + (e >= 2 ? 8 : 0);
-      if (warp == 0 && blockIdx.y == 0 && m < p.m && row < p.n) rres[e] = float(static_cast<const T*>(p.res)[m * p.n + row]);
-    }
-  }
-
   // fragment offsets in a stage (row g): piece h of block bb lies at chunk (4 bb + c_h) ^ sw,
   // i.e. 64 bb + 16 (c_h ^ (sw & 3)) + (bb odd ? -1 : 1) 16 (sw & 4) + the byte in the chunk
   const int sw = w4_swz(g);
@@ -436,7 +409,6 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
       for (int j = 0; j < XB / 16; j += 32) {
         const uint32_t a = sb + uint32_t(L::STAGE + 16 * (j + lane));
         uint4 v = lds16(a), o;
-        if constexpr (EPI == 1) v = w4_nip_scale(v, lds16(a + uint32_t(XB)), ninv);
         w4_xpairs<false>(v, o.x, o.y, o.z, o.w);
         sts16(a, o);
       }
@@ -595,41 +567,16 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
   if constexpr (F::kNvf4) rs = W4NvfBits<T>::kRowScale * __ldg(p.tensor_scale);
   float4 ws = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   if (nw > 1) ws = warps_sum4(red + lane * 4, 32 * 4, nw);
-  if constexpr (EPI == 2) {  // r = round(round(y) + r) in place; the CTA's sums of r^2 per row of x
-    float sq[2] = {0.0f, 0.0f};  // m = 2t, 2t + 1
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float v = nw > 1 ? f4_get(ws, e) : acc[e];
-      const int m = 2 * t + (e & 1);
-      const int64_t row = row0 + g + (e >= 2 ? 8 : 0);
-      if (m < p.m && row < p.n) {
-        const T rn = convert<T>(float(convert<T>(v)) + rres[e]);
-        static_cast<T*>(p.res)[m * p.n + row] = rn;
-        const float f = float(rn);
-        sq[e & 1] = fmaf(f, f, sq[e & 1]);
-      }
-    }
-#pragma unroll
-    for (int o = 4; o < 32; o <<= 1) {
-      sq[0] += __shfl_xor_sync(0xffffffffu, sq[0], o);
-      sq[1] += __shfl_xor_sync(0xffffffffu, sq[1], o);
-    }
-    if (g == 0) {
-      if (2 * t < p.m) p.res_part[int64_t(2 * t) * gridDim.x + blockIdx.x] = sq[0];
-      if (2 * t + 1 < p.m) p.res_part[int64_t(2 * t + 1) * gridDim.x + blockIdx.x] = sq[1];
-    }
-  } else {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      float v = acc[e];
-      if (nw > 1) v = f4_get(ws, e);
-      const int m = 2 * t + (e & 1);
-      const int64_t row = row0 + g + (e >= 2 ? 8 : 0);
-      if (m < p.m && row < p.n) {
-        if constexpr (F::kNvf4) v *= rs;
-        if (S == 1) store_out(p.y, p.out_dtype, m * p.n + row, v);
-        else p.part[(int64_t(sl) * p.m + m) * p.n + row] = v;
-      }
+  for (int e = 0; e < 4; ++e) {
+    float v = acc[e];
+    if (nw > 1) v = f4_get(ws, e);
+    const int m = 2 * t + (e & 1);
+    const int64_t row = row0 + g + (e >= 2 ? 8 : 0);
+    if (m < p.m && row < p.n) {
+      if constexpr (F::kNvf4) v *= rs;
+      if (S == 1) store_out(p.y, p.out_dtype, m * p.n + row, v);
+      else p.part[(int64_t(sl) * p.m + m) * p.n + row] = v;
     }
   }
 }

@@ -14,9 +14,6 @@ namespace gk::cuda {
 bool w4_staged_applies(const QGemvArgs& p);
 template <class T>
 void launch_w4_staged(const QGemvArgs& p, cudaStream_t st);
-// Whether its norm / residual epilogues (QGemvArgs nip_* / res*) take these arguments: int4 g128, bf16 x, M = 1,
-// the wide meta copies, split-K 1.
-bool w4_staged_epi_applies(const QGemvArgs& p);
 // Its split-K factor for (n, k): a function of the shape only (every int4 / NVF4 kernel takes any split).
 int w4_staged_split(int64_t n, int64_t k);
 }  // namespace gk::cuda

@@ -2,7 +2,6 @@
 // fill, shared-memory reads of 4 / 8 / 16 bytes, the int4 nibble-pair lop3, and the
 // NVF4 decode (e2m1 magnitudes as subnormal-scaled bf16 / fp16 times the block scale).
 #pragma once
-#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
@@ -182,28 +181,6 @@ __device__ __forceinline__ void w4_half_pairs(uint32_t u, uint32_t mag, uint32_t
   pr[1] = w4_hfma2h(w4_lopm<0x00f000f0u>(u, mag), kSixteenth, n2);
   pr[2] = hsub2u<f16>(w4_lopm<0x000f000fu>(u8, mag), z2);
   pr[3] = w4_hfma2h(w4_lopm<0x00f000f0u>(u8, mag), kSixteenth, n2);
-}
-
-// ---- k_w4 EPI 1 (session 13): the RMSNorm inside the GEMV ----
-// inv = rsqrt(sum / k + eps) of the np partial sums of squares at part: lane l adds the partials l, l + 32, ..
-// in turn, then a butterfly over the lanes (a + b = b + a: every lane, and every warp, the same bits).
-__device__ __forceinline__ float w4_nip_inv(const float* part, int np, int64_t k, float eps, int lane) {
-  float s = 0.0f;
-#pragma unroll 8
-  for (int i = lane; i < np; i += 32) s += part[i];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-  return rsqrtf(s / float(k) + eps);
-}
-// 8 bf16 r times inv times 8 bf16 w, each rounded to bf16 once: (r * inv) * w, k_add_rms_norm_reg's order
-__device__ __forceinline__ uint32_t w4_nip2(uint32_t r, uint32_t w, float inv) {
-  const float lo = __uint_as_float(r << 16) * inv * __uint_as_float(w << 16);
-  const float hi = __uint_as_float(r & 0xffff0000u) * inv * __uint_as_float(w & 0xffff0000u);
-  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-__device__ __forceinline__ uint4 w4_nip_scale(const uint4& r, const uint4& w, float inv) {
-  return make_uint4(w4_nip2(r.x, w.x, inv), w4_nip2(r.y, w.y, inv), w4_nip2(r.z, w.z, inv), w4_nip2(r.w, w.w, inv));
 }
 
 }  // namespace gk::cuda::gemv_detail
