@@ -1,10 +1,10 @@
 // The staged tensor-core decode GEMV (common/gemv_w8.cuh): bf16/fp16 weights, fp8-e4m3
 // and int8 weights with row scales; the bf16 -> scaled fp16 x preparation of the 8-bit
 // formats; the launch plan (warps per CTA, split-K) and the benchmarking knob
-// GPUKIT_GEMV_W8="KB,D,WT[,RT[,XS[,XP[,SP[,PF[,PD[,FR]]]]]]]" (64-byte blocks per stage, ring
+// GPUKIT_GEMV_W8="KB,D,WT[,RT[,XS[,XP[,SP[,PF[,PD[,FR[,WS]]]]]]]]]" (64-byte blocks per stage, ring
 // depth, target warps per SM, row tiles, x handling, x loaded a stage ahead, CTA spreading,
-// stages prefetched into L2 before the wait, L2 prefetch distance in the loop, full ring; see
-// W8Cfg); the full ring also from gemv_w8_set_full_ring (EngineOptions::quantized_full_ring).
+// stages prefetched into L2 before the wait, L2 prefetch distance in the loop, full ring, the
+// cap of warps per SM (0: none; session 13); see W8Cfg); the full ring also from gemv_w8_set_full_ring (EngineOptions::quantized_full_ring).
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -95,12 +95,13 @@ struct W8Cfg {
 
 W8Cfg parse_w8(const char* e, const char* name = "GPUKIT_GEMV_W8") {
   W8Cfg c;
-  int kb = 0, d = 0, wt = 0, rt = 1, xs = kW8XsDefault, xp = 0, sp = 1, pf = 0, pd = 0, fr = 0;
+  int kb = 0, d = 0, wt = 0, rt = 1, xs = kW8XsDefault, xp = 0, sp = 1, pf = 0, pd = 0, fr = 0, ws = 0;
   const int got =
-      std::sscanf(e, "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", &kb, &d, &wt, &rt, &xs, &xp, &sp, &pf, &pd, &fr);
+      std::sscanf(e, "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", &kb, &d, &wt, &rt, &xs, &xp, &sp, &pf, &pd, &fr, &ws);
   if (got < 3)
-    throw ValueError(cat(name, ": expected KB,D,WT[,RT[,XS[,XP[,SP[,PF[,PD[,FR]]]]]]], got '", e, "'"));
+    throw ValueError(cat(name, ": expected KB,D,WT[,RT[,XS[,XP[,SP[,PF[,PD[,FR[,WS]]]]]]]]], got '", e, "'"));
   if (fr < 0 || fr > 3) throw ValueError(cat(name, ": FR is a mask 0..3, got '", e, "'"));
+  if (ws < 0 || ws > 64) throw ValueError(cat(name, ": WS is 0 (no cap) .. 64 warps per SM, got '", e, "'"));
   const bool ok = rt == 1 ? (kb == 2 && (d == 4 || d == 6)) || (kb == 4 && (d == 2 || d == 3 || d == 4)) ||
                                 (kb == 8 && d == 2)
                           : rt == 2 && ((kb == 4 && d == 3) || (kb == 2 && d == 4));
@@ -118,6 +119,7 @@ W8Cfg parse_w8(const char* e, const char* name = "GPUKIT_GEMV_W8") {
   // the prologue's prefetch reaches the loop's first one unless PF says otherwise
   c.pf = pf > 0 ? (pf > 64 ? 64 : pf) : std::max(c.pd - (d - 1), 0);
   c.fr = fr;
+  c.ws = ws;
   return c;
 }
 

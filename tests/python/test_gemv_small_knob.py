@@ -167,3 +167,23 @@ def test_w8_stamps_same_bits_and_order():
             assert (s[:, i + 1] >= s[:, i]).all(), f"stamp {i + 1} before stamp {i}"
         assert (s[:, 7] < 1024).all() and len(np.unique(s[:, 7])) > 1
     assert (st[2:] == 0).all(), "a slot past the two stamped launches was written"
+
+
+@cuda_only
+@pytest.mark.parametrize("fmt", ["fp8", "int8"])
+def test_w8_knob_ws_field(fmt):
+    """GPUKIT_GEMV_W8's 11th field WS (session 13): the 8-bit default's cap of 16 warps per SM, so the knob
+    "4,2,16,1,3,0,0,0,0,0,16" is the 8-bit default: its bits at the 8B shapes (the q/k/v one is the shape the cap
+    changes); with SP 1 (CTA spreading: the same warps and split-K, only where the CTAs land) the same bits too;
+    WS out of 0..64 is refused naming the variable."""
+    for n, k in ((6144, 4096), (14336, 4096), (4096, 14336), (1001, 4096)):
+        fn, deq = _w8(fmt, n, k)
+        x, xs = make_x(RNG, k, "bfloat16", m=1)
+        base = f64(fn(x))
+        check_exact(f"{fmt} ({n}, {k}) default", base, xs, deq)
+        for cfg in ("4,2,16,1,3,0,0,0,0,0,16", "4,2,16,1,3,0,1,0,0,0,16"):
+            with _env("GPUKIT_GEMV_W8", cfg):
+                same_bits(f"{fmt} ({n}, {k}) knob {cfg}", f64(fn(x)), base)
+        with _env("GPUKIT_GEMV_W8", "4,2,16,1,3,0,0,0,0,0,65"):
+            with pytest.raises(ValueError, match="GPUKIT_GEMV_W8"):
+                fn(x)
