@@ -4,7 +4,8 @@
 // GPUKIT_GEMV_W8="KB,D,WT[,RT[,XS[,XP[,SP[,PF[,PD[,FR[,WS]]]]]]]]]" (64-byte blocks per stage, ring
 // depth, target warps per SM, row tiles, x handling, x loaded a stage ahead, CTA spreading,
 // stages prefetched into L2 before the wait, L2 prefetch distance in the loop, full ring, the
-// cap of warps per SM (0: none; session 13); see W8Cfg); the full ring also from gemv_w8_set_full_ring (EngineOptions::quantized_full_ring).
+// cap of warps per SM (0: none; session 13); see W8Cfg); the full ring also from
+// gemv_w8_set_full_ring (EngineOptions::quantized_full_ring).
 #include <algorithm>
 #include <array>
 #include <atomic>
