@@ -41,6 +41,7 @@
 // point through x sums): slower than 48 at every shape of session 7's final run (docs/notes/gemv4-s7.md).
 #include "common/gemv_w4.cuh"
 #include "common/gemv_w4_launch.cuh"
+#include "common/gemv_w4i.cuh"
 #include "core/cuda_util.h"
 
 #include <cstdlib>
@@ -63,13 +64,14 @@ struct W4Cfg {
   bool ord = false;            // int4 g128: codes in the mma nibble order (38 / 39)
   bool xall = false;           // MODE 11 / 13 for every format and x type (52-55, 57, 58)
   int skb = 4;                 // blocks per stage of the M = 1 kernel (2: variants 59 / 60; the plan keeps kb)
+  int imma = 0;                // int4 g128, bf16 x, M = 1: k_w4i (common/gemv_w4i.cuh) with a ring of imma (63-65)
 };
 
 // A variant without a configuration of its own (0, 2: no PDL, 10, ..., the other formats' numbers)
 bool w4_is_default(const W4Cfg& c) {
   const W4Cfg d;
   return c.kb == d.kb && c.d == d.d && c.wt == d.wt && c.mode == d.mode && c.minb == d.minb &&
-         c.spread == d.spread && !c.old && !c.shape && !c.ord && !c.xall && c.skb == d.skb;
+         c.spread == d.spread && !c.old && !c.shape && !c.ord && !c.xall && c.skb == d.skb && c.imma == 0;
 }
 
 W4Cfg w4_cfg(int variant) {
@@ -102,6 +104,9 @@ W4Cfg w4_cfg(int variant) {
     case 60: c.mode = 13, c.d = 3, c.skb = 2; break;
     case 61: c.mode = 14, c.d = 2; break;
     case 62: c.mode = 15, c.d = 2; break;
+    case 63: c.imma = 2; break;
+    case 64: c.imma = 2, c.wt = 24, c.minb = 3; break;
+    case 65: c.imma = 3; break;
     default: break;
   }
   return c;
@@ -169,6 +174,20 @@ int w4_warps(int64_t n, int64_t k, int split, const W4Cfg& c, int64_t ring) {
   return int(w);
 }
 
+// The dynamic shared memory of a launch of `ctas` CTAs needing `need` bytes each. When all CTAs fit on the GPU at once,
+// ask for enough that at most ceil(CTAs / 132) of them fit on one SM, so the block scheduler spreads them evenly (as
+// gemv_w8.cu; H200 session 4: 896 CTAs with room for 9 per SM filled fewer SMs).
+int w4_smem(int need, int64_t ctas, const W4Cfg& c) {
+  if (need > kSmemMax) throw ValueError("gemv: the staged 4-bit kernel's shared memory does not fit");
+  int smem = need;
+  const int64_t per_sm = (ctas + kSMs - 1) / kSMs;
+  if (c.spread && per_sm >= 1 && per_sm <= 16) {
+    const int64_t cap = kSmSmem / (per_sm + 1) - 1024 - 512 + 256;  // just too much for per_sm + 1 CTAs
+    if (per_sm * (cap + 1024 + 512) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
+  }
+  return smem;
+}
+
 template <class F, int KB, bool NARROW = false>
 bool applies_cfg(const QGemvArgs& p) {
   using L = W4Layout<F, KB, NARROW>;
@@ -207,19 +226,26 @@ void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_
   const int split = std::max(1, p.split);
   const int nw = w4_warps(p.n, p.k, split, c, ring_plan > 0 ? ring_plan : int64_t(D) * SB);
   smem_limit<k_w4<T, F, KB, D, MODE, NARROW, MINB, ORD>>(kSmemMax);
-  int smem = std::max(nw * D * SB, nw * 32 * 4 * 4);
-  if (smem > kSmemMax) throw ValueError("gemv: the staged 4-bit kernel's shared memory does not fit");
-  // When all CTAs fit on the GPU at once, ask for enough shared memory that at most
-  // ceil(CTAs / 132) of them fit on one SM, so the block scheduler spreads them evenly (as
-  // gemv_w8.cu; H200 session 4: 896 CTAs with room for 9 per SM filled fewer SMs).
-  const int64_t per_sm = (blocks * split + kSMs - 1) / kSMs;
-  if (c.spread && per_sm >= 1 && per_sm <= 16) {
-    const int64_t cap = kSmSmem / (per_sm + 1) - 1024 - 512 + 256;  // just too much for per_sm + 1 CTAs
-    if (per_sm * (cap + 1024 + 512) <= kSmSmem && cap > smem) smem = int(std::min<int64_t>(cap, kSmemMax));
-  }
+  const int smem = w4_smem(std::max(nw * D * SB, nw * 32 * 4 * 4), blocks * split, c);
   launch_ex(k_w4<T, F, KB, D, MODE, NARROW, MINB, ORD>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st,
             p.variant != 2, p);
   GK_LAUNCH_CHECK("qgemv_w4_staged");
+  if (split > 1) launch_sum_q(p, st);
+}
+
+// Variants 63-65 (session 14; int4 g128, bf16 x, M = 1, K % 512 == 0): k_w4i with a ring of D on w4_warps' plan for
+// that ring (c.wt target warps per SM, registers for MINB CTAs of 256 threads).
+template <int D, int MINB>
+void launch_w4i(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
+  constexpr int STG = W4iLayout::STG;
+  const int64_t blocks = (p.n + 15) / 16;
+  if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
+  const int split = std::max(1, p.split);
+  const int nw = w4_warps(p.n, p.k, split, c, int64_t(D) * STG);
+  smem_limit<k_w4i<D, MINB>>(kSmemMax);
+  const int smem = w4_smem(std::max(nw * D * STG, nw * 32 * 4 * 4), blocks * split, c);
+  launch_ex(k_w4i<D, MINB>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st, p.variant != 2, p);
+  GK_LAUNCH_CHECK("qgemv_w4i");
   if (split > 1) launch_sum_q(p, st);
 }
 
@@ -259,7 +285,7 @@ void launch_xp(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
 
 // GPUKIT_GEMV_W4_VARIANT=V (a benchmarking switch for the engine, e.g. bench/e2e.py's +w4vV): where the
 // process-wide variant (gk._C._gemv_set_variant) is 0, this kernel runs variant V's configuration (PDL as the
-// default's). V: 0, or 3..62 except the probes 7, 16, 56 (wrong results) and 1 / 2 (other kernels / no PDL).
+// default's). V: 0, or 3..65 except the probes 7, 16, 56 (wrong results) and 1 / 2 (other kernels / no PDL).
 // GPUKIT_GEMV_W4_SMALL=V (session 10, the same values): variant V's configuration for shapes of at most
 // kW4SmallWeights weights only (the 8B model's o and q/k/v projections, not its gate/up, down or lm head), where
 // neither the process variant nor GPUKIT_GEMV_W4_VARIANT names one. GPUKIT_GEMV_W4_O=V (session 11): the same
@@ -276,8 +302,8 @@ int w4_env_variant_of(const char* name) {
   if (last != e) {
     char* end = nullptr;
     const long r = std::strtol(e, &end, 10);
-    if (end == e || *end != '\0' || (r != 0 && (r < 3 || r > 62 || r == 7 || r == 16 || r == 56)))
-      throw ValueError(cat(name, ": expected 0 or a variant 3..62 other than the probes 7, 16, 56, got '", e, "'"));
+    if (end == e || *end != '\0' || (r != 0 && (r < 3 || r > 65 || r == 7 || r == 16 || r == 56)))
+      throw ValueError(cat(name, ": expected 0 or a variant 3..65 other than the probes 7, 16, 56, got '", e, "'"));
     v = int(r);
     last = e;
   }
@@ -313,8 +339,17 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   constexpr bool kG128 = std::is_same_v<T, bf16> && F::G == 128 && !F::kNvf4;
   if constexpr (!kG128 && kXPairOthers)
     if (w4_is_default(c)) c = w4_cfg(52);
+  if constexpr (!kG128)
+    if (c.imma) c = w4_cfg(48);  // 63-65: what the other formats and float16 x run under 48
   if constexpr (kG128) {  // 37-39, 48, 51 (their narrow kernel too)
     if (w4_is_default(c)) c = w4_cfg(w4_g128_ring2(p.n, p.k) ? kG128Wide : kG128Mid);  // the default
+    if (c.imma) {  // 63-65: k_w4i at M = 1 where K % 512 == 0; elsewhere what 48 runs
+      if (!applies_cfg<F, 4>(p)) return launch_k<T, F, 4, 3, 0, true>(p, W4Cfg{}, st);
+      if (p.m != 1) return launch_xp<T, F>(p, w4_cfg(48), st);
+      if (c.imma == 3) return launch_w4i<3, 2>(p, c, st);
+      if (c.minb == 3) return launch_w4i<2, 3>(p, c, st);
+      return launch_w4i<2, 2>(p, c, st);
+    }
     if (c.ord) return launch_s7<T, F, true>(p, c, st);
     if (c.shape) return launch_s7<T, F, false>(p, c, st);
     if (c.skb == 2) {  // 59 / 60: stages of 2 blocks at M = 1, 48's plan and bits

@@ -1,0 +1,262 @@
+// int4 (groups of 128) decode GEMV with bf16 x at M = 1 on the INTEGER tensor cores (session 14; variants 63-65 of
+// the staged 4-bit kernel, src/cuda/gemv_w4_staged.cu; NEW NUMERICS: x as 16-bit fixed point per 128-weight block).
+//
+// Why: k_w4 (common/gemv_w4.cuh) turns every 8 codes into bf16 pairs with 3 shifts, 4 lop3 and 4 packed subtractions
+// per row (11 instructions per 8 weights); Nsight Compute (session 13) shows it latency / issue bound at ~164 warp
+// instructions per KB of codes. Here a code word becomes two u8 registers in 3 instructions (u & 0x0f0f0f0f,
+// (u >> 4) & 0x0f0f0f0f) that feed mma.sync.m16n8k32 (u8 x s8 / u8 -> s32, exact) directly, and the zero point
+// moves to the end of each block: sum_k (q_k - z) X_k = sum_k q_k X_k - z sum_k X_k.
+//
+// x: each 128-element block b of x (one group of every row) becomes X = round(x 2^(141 - e_b)) with e_b the biased
+// bf16 exponent of the block's largest |x| (clamped to 15..254): |X| < 2^15, and x = X 2^(e_b - 141) exactly for
+// every element within 2^7 of the block's largest (its bf16 ulp is a multiple of the fixed point's); smaller
+// elements are rounded to a multiple of 2^(e_b - 141) (absolute error <= 2^(e_b - 142) <= 2^-15 |largest|).
+// X = 256 h + l with h in [-128, 127] (s8) and l in [0, 255] (u8), so sum q X = 256 sum q h + sum q l: two mma per
+// 32 k, exact in int32. The conversion is one fma per element: the bits of x 2^(141 - e) + 1.5 2^23 are
+// 0x4B400000 + X, whose bytes 0 / 1 are l / h. A block holding inf or NaN gives NaN in every row.
+//
+// Each warp converts its stage's x in place (after the wait for the stage's bytes): 16 elements per lane, the block
+// maxima and the block sums of X over 16 lanes by 4 shuffles, the planes stored in the order the mma reads them:
+// 16-byte slot 16 b + 4 j + t holds (b0 of h, b1 of h, b0 of l, b1 of l) of the elements 128 b + 32 t + 8 j .. + 7
+// (b0: the even ones, b1: the odd ones, matching the codes' low / high nibbles), so lane (g, t) reads one slot per
+// mma and every quad reads the same x (all 8 columns of B are x: at M = 1 every lane's c0 / c2 is the result).
+//
+// Plan, copies and bits: as k_w4 (a CTA owns 16 rows and nw warps; the warps split K in stages of 4 blocks; a ring
+// of D stages per warp; the codes, scales and zero points of the first stage copied before the PDL wait, x after;
+// the next stage's copies issued before the wait for this one; the warps' sums in warp order, split-K slices by the
+// second pass). Integer sums are exact, every float operation has a fixed order: the same bits every run, and a
+// row's value does not depend on the plan's split of K within a block (a block is never split).
+// Requires K % 512 == 0, 16-byte aligned code rows, scale rows and x, 4-byte aligned zero-point rows (the wide
+// k_w4's conditions); the launcher checks them.
+#pragma once
+#include "gemv_stage.cuh"
+#include "gemv_w4_layout.cuh"
+#include "gemv_w4_ops.cuh"
+
+namespace gk::cuda::gemv_detail {
+
+// d += a (16 x 32, u8) b (32 x 8, s8 / u8), int32
+__device__ __forceinline__ void imma_us(int32_t (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};"
+               : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void imma_uu(int32_t (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};"
+               : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t w4i_umax2(uint32_t a, uint32_t b) {  // per 16-bit half, unsigned
+  uint32_t r;
+  asm("max.u16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+
+// The stage's layout after W4Layout<W4Int4<128>, 4>'s codes / scales / zero points: x (1 KB, bf16 as copied, then
+// the planes in place), then per block (f32 2^(e_b - 141) or NaN, s32 sum of X).
+struct W4iLayout {
+  using F = W4Int4<128>;
+  using L = W4Layout<F, 4>;
+  static constexpr int KB = 4, XOFF = L::STAGE, XB = KB * 256, MOFF = XOFF + XB, STG = MOFF + KB * 8;
+  static_assert(L::SP == 16 && L::ZP == 4 && STG % 16 == 0, "int4 g128 stages of 4 blocks");
+};
+
+// One 16-byte chunk of bf16 x (8 elements, k0 .. k0 + 7) as the planes' slot and its sum of X (0x4B400000 excess
+// removed). f: 2^(141 - e) of its block.
+__device__ __forceinline__ uint4 w4i_planes(const uint4& v, float f, int32_t& sum) {
+  constexpr float kMagic = 12582912.0f;  // 1.5 2^23
+  uint32_t b[8];
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    const uint32_t u = word(v, w);
+    b[2 * w] = __float_as_uint(fmaf(__uint_as_float(u << 16), f, kMagic));
+    b[2 * w + 1] = __float_as_uint(fmaf(__uint_as_float(u & 0xffff0000u), f, kMagic));
+  }
+  sum = int32_t(b[0] + b[1] + b[2] + b[3] + b[4] + b[5] + b[6] + b[7] - 8u * 0x4B400000u);
+  // (l0 l2 h0 h2), (l4 l6 h4 h6) -> (h0 h2 h4 h6), (l0 l2 l4 l6); the same for the odd elements
+  const uint32_t e02 = __byte_perm(b[0], b[2], 0x5140u), e46 = __byte_perm(b[4], b[6], 0x5140u);
+  const uint32_t o13 = __byte_perm(b[1], b[3], 0x5140u), o57 = __byte_perm(b[5], b[7], 0x5140u);
+  return make_uint4(__byte_perm(e02, e46, 0x7632u), __byte_perm(o13, o57, 0x7632u), __byte_perm(e02, e46, 0x5410u),
+                    __byte_perm(o13, o57, 0x5410u));
+}
+
+template <int D, int MINB>
+__global__ void __launch_bounds__(256, MINB) k_w4i(const QGemvArgs p) {
+  static_assert(D == 2 || D == 3, "a ring of 2 or 3 stages");
+  using WL = W4iLayout;
+  using L = WL::L;
+  constexpr int KB = WL::KB, P = L::P, STG = WL::STG;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t row0 = int64_t(blockIdx.x) * 16;
+  const int64_t nblk = p.k / 128, nst = nblk / KB;
+  const int64_t parts = int64_t(gridDim.y) * nw, pi = int64_t(blockIdx.y) * nw + warp;
+  const int64_t s0 = nst * pi / parts, s1 = nst * (pi + 1) / parts;  // the warp's stages
+  const int nstw = int(s1 - s0);
+  const int64_t b0 = s0 * KB;
+
+  extern __shared__ uint4 smem[];
+  const uint32_t ring = smem_addr(smem) + uint32_t(warp) * uint32_t(D * STG);
+  // the lane's copies of a stage (addresses computed once): codes, rows rr + 4 i, chunks ch, ch + 8 (swizzled);
+  // lanes 0-15 the 16 bytes of scales of row lane, lanes 16-31 the 4 zero-point bytes of row lane - 16; x chunks
+  // lane and lane + 32
+  const int ch = lane % 8, rr = lane / 8;
+  const uint8_t* qp[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t row = row0 + rr + 4 * i < p.n ? row0 + rr + 4 * i : p.n - 1;
+    qp[i] = static_cast<const uint8_t*>(p.q) + row * p.q_rs + b0 * 64 + ch * 16;
+  }
+  const uint32_t cd0 = uint32_t(rr * P + ((ch ^ w4_swz(rr)) * 16));
+  const uint32_t cd1 = uint32_t((rr + 4) * P + ((ch ^ w4_swz(rr + 4)) * 16)) - uint32_t(4 * P);
+  const int mr = lane & 15;
+  const int64_t mrow = row0 + mr < p.n ? row0 + mr : p.n - 1;
+  const uint8_t* msrc = lane < 16 ? reinterpret_cast<const uint8_t*>(p.scales) + (mrow * nblk + b0) * 4
+                                  : p.zeros + mrow * nblk + b0;
+  const uint32_t mdst = lane < 16 ? uint32_t(L::CODES + mr * L::SP) : uint32_t(L::CODES + L::SCALES + mr * L::ZP);
+  const uint8_t* xsrc = static_cast<const uint8_t*>(p.x) + b0 * 256 + 16 * lane;
+
+  int issued = 0;  // stages issued (weights)
+  auto issue_w = [&](uint32_t sb) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int k = 0; k < 2; ++k) cp_async16(sb + ((i & 1) ? cd1 : cd0) + uint32_t(4 * i * P + 128 * k), qp[i] + 128 * k);
+    if (lane < 16) cp_async16(sb + mdst, msrc);
+    else cp_async_u<4>(sb + mdst, msrc);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) qp[i] += KB * 64;
+    msrc += lane < 16 ? KB * 4 : KB;
+  };
+  auto issue_x = [&](uint32_t sb) {
+    cp_async16_ca(sb + uint32_t(WL::XOFF + 16 * lane), xsrc);
+    cp_async16_ca(sb + uint32_t(WL::XOFF + 16 * (lane + 32)), xsrc + 512);
+    xsrc += KB * 256;
+  };
+
+  pdl_trigger();
+#pragma unroll
+  for (int s = 0; s < D - 1; ++s) {
+    if (issued < nstw) issue_w(ring + uint32_t(s * STG)), ++issued;
+    cp_commit();
+  }
+  pdl_wait();
+#pragma unroll
+  for (int s = 0; s < D - 1; ++s)
+    if (s < nstw) issue_x(ring + uint32_t(s * STG));
+  cp_commit();
+
+  const int sw = w4_swz(g);
+  float acc0 = 0.0f, acc2 = 0.0f;  // rows g, g + 8 (every column of B is x)
+  int slot = 0;
+#pragma unroll 1
+  for (int s = 0; s < nstw; ++s) {
+    // the next stage into the slot of stage s - 1 (its reads ended before this __syncwarp)
+    __syncwarp();
+    if (issued < nstw) {
+      const uint32_t nb = ring + uint32_t(((slot + D - 1) % D) * STG);
+      issue_w(nb);
+      issue_x(nb);
+      ++issued;
+    }
+    cp_commit();
+    if (D > 2 && s == 0) cp_wait<D - 2>();  // groups: weights 0 .. D - 2, their x, then one per stage
+    else cp_wait<D - 1>();
+    __syncwarp();
+    const uint32_t sb = ring + uint32_t(slot * STG);
+    // ---- x of the stage to planes (chunks lane, lane + 32: blocks lane / 16, 2 + lane / 16) ----
+    const uint32_t xa = sb + uint32_t(WL::XOFF);
+    const uint4 v0 = lds16(xa + uint32_t(16 * lane)), v1 = lds16(xa + uint32_t(16 * (lane + 32)));
+    uint32_t m0 = 0, m1 = 0;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      m0 = w4i_umax2(m0, word(v0, w) & 0x7fff7fffu);  // |bf16| orders as its bits (inf, NaN above the finite)
+      m1 = w4i_umax2(m1, word(v1, w) & 0x7fff7fffu);
+    }
+    uint32_t pk = w4i_umax2(__byte_perm(m0, m1, 0x5410u), __byte_perm(m0, m1, 0x7632u));  // (max v0, max v1)
+#pragma unroll
+    for (int o = 1; o < 16; o <<= 1) pk = w4i_umax2(pk, __shfl_xor_sync(0xffffffffu, pk, o));
+    const int e0 = int(pk >> 7) & 0xff, e1 = int(pk >> 23);
+    const int c0 = min(max(e0, 15), 254), c1 = min(max(e1, 15), 254);
+    const float f0 = __uint_as_float(uint32_t(268 - c0) << 23), f1 = __uint_as_float(uint32_t(268 - c1) << 23);
+    int32_t sx0, sx1;
+    const uint4 pl0 = w4i_planes(v0, f0, sx0), pl1 = w4i_planes(v1, f1, sx1);
+#pragma unroll
+    for (int o = 1; o < 16; o <<= 1) {
+      sx0 += __shfl_xor_sync(0xffffffffu, sx0, o);
+      sx1 += __shfl_xor_sync(0xffffffffu, sx1, o);
+    }
+    __syncwarp();  // every lane's x read before the planes overwrite it
+    {
+      // chunk c = 16 b + 4 t' + j' -> slot 16 b + 4 j' + t'
+      const int c = lane & 15, sl = (lane & 16) + 4 * (c & 3) + (c >> 2);
+      sts16(xa + uint32_t(16 * sl), pl0);
+      sts16(xa + uint32_t(16 * (sl + 32)), pl1);
+      if ((lane & 15) == 0) {  // lanes 0 / 16: blocks 0, 2 / 1, 3
+        const int bA = lane >> 4;
+        const uint32_t ma = sb + uint32_t(WL::MOFF);
+        const float i0 = e0 == 255 ? __uint_as_float(0x7fc00000u) : __uint_as_float(uint32_t(c0 - 14) << 23);
+        const float i1 = e1 == 255 ? __uint_as_float(0x7fc00000u) : __uint_as_float(uint32_t(c1 - 14) << 23);
+        asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(ma + uint32_t(8 * bA)), "r"(__float_as_uint(i0)),
+                     "r"(uint32_t(sx0)) : "memory");
+        asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(ma + uint32_t(8 * (bA + 2))), "r"(__float_as_uint(i1)),
+                     "r"(uint32_t(sx1)) : "memory");
+      }
+    }
+    __syncwarp();
+    // ---- the stage's 4 blocks ----
+    const uint4 sca = lds16(sb + uint32_t(L::CODES + g * L::SP)), scb = lds16(sb + uint32_t(L::CODES + (g + 8) * L::SP));
+    const uint32_t za = lds_u32(sb + uint32_t(L::CODES + L::SCALES + g * L::ZP));
+    const uint32_t zb = lds_u32(sb + uint32_t(L::CODES + L::SCALES + (g + 8) * L::ZP));
+#pragma unroll
+    for (int bb = 0; bb < KB; ++bb) {
+      const uint32_t co = uint32_t(((4 * bb + t) ^ sw) * 16);
+      const uint4 wa = lds16(sb + uint32_t(g * P) + co), wb = lds16(sb + uint32_t((g + 8) * P) + co);
+      const uint2 meta = lds8(sb + uint32_t(WL::MOFF + 8 * bb));
+      int32_t dh[4] = {0, 0, 0, 0}, dl[4] = {0, 0, 0, 0};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint4 xv = lds16(xa + uint32_t(16 * (16 * bb + 4 * j + t)));
+        const uint32_t ua = word(wa, j), ub = word(wb, j);
+        const uint32_t a[4] = {ua & 0x0f0f0f0fu, ub & 0x0f0f0f0fu, (ua >> 4) & 0x0f0f0f0fu, (ub >> 4) & 0x0f0f0f0fu};
+        imma_us(dh, a, xv.x, xv.y);
+        imma_uu(dl, a, xv.z, xv.w);
+      }
+      const int32_t sx = int32_t(meta.y);
+      const int32_t va = dh[0] * 256 + dl[0] - int32_t((za >> (8 * bb)) & 0xffu) * sx;
+      const int32_t vb = dh[2] * 256 + dl[2] - int32_t((zb >> (8 * bb)) & 0xffu) * sx;
+      const float fi = __uint_as_float(meta.x);
+      acc0 = fmaf(float(va), __uint_as_float(word(sca, bb)) * fi, acc0);
+      acc2 = fmaf(float(vb), __uint_as_float(word(scb, bb)) * fi, acc2);
+    }
+    slot = slot + 1 == D ? 0 : slot + 1;
+  }
+  cp_wait<0>();
+
+  // the warps' sums, added in warp order (through the ring memory, free now)
+  float* red = reinterpret_cast<float*>(smem);  // [nw][32][4]
+  float4 ws = make_float4(acc0, 0.0f, acc2, 0.0f);
+  if (nw > 1) {
+    __syncthreads();
+    red[(warp * 32 + lane) * 4 + 0] = acc0;
+    red[(warp * 32 + lane) * 4 + 2] = acc2;
+    __syncthreads();
+  }
+  if (warp != 0) return;
+  if (nw > 1) ws = warps_sum4(red + lane * 4, 32 * 4, nw);
+  if (t != 0) return;
+  const int S = gridDim.y, sl = blockIdx.y;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = row0 + g + 8 * h;
+    const float v = h ? ws.z : ws.x;
+    if (row < p.n) {
+      if (S == 1) store_out(p.y, p.out_dtype, row, v);
+      else p.part[int64_t(sl) * p.n + row] = v;
+    }
+  }
+}
+
+}  // namespace gk::cuda::gemv_detail
