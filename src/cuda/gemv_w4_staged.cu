@@ -64,14 +64,16 @@ struct W4Cfg {
   bool ord = false;            // int4 g128: codes in the mma nibble order (38 / 39)
   bool xall = false;           // MODE 11 / 13 for every format and x type (52-55, 57, 58)
   int skb = 4;                 // blocks per stage of the M = 1 kernel (2: variants 59 / 60; the plan keeps kb)
-  int imma = 0;                // int4 g128, bf16 x, M = 1: k_w4i (common/gemv_w4i.cuh) with a ring of imma (63-65)
+  int imma = 0;                // int4 g128, bf16 x, M <= 8: k_w4i (common/gemv_w4i.cuh) with a ring of imma (63-66)
+  int minst = 2;               // stages per warp at least (of its split slice; 66: 1)
 };
 
 // A variant without a configuration of its own (0, 2: no PDL, 10, ..., the other formats' numbers)
 bool w4_is_default(const W4Cfg& c) {
   const W4Cfg d;
   return c.kb == d.kb && c.d == d.d && c.wt == d.wt && c.mode == d.mode && c.minb == d.minb &&
-         c.spread == d.spread && !c.old && !c.shape && !c.ord && !c.xall && c.skb == d.skb && c.imma == 0;
+         c.spread == d.spread && !c.old && !c.shape && !c.ord && !c.xall && c.skb == d.skb && c.imma == 0 &&
+         c.minst == d.minst;
 }
 
 W4Cfg w4_cfg(int variant) {
@@ -107,6 +109,7 @@ W4Cfg w4_cfg(int variant) {
     case 63: c.imma = 2; break;
     case 64: c.imma = 2, c.wt = 24, c.minb = 3; break;
     case 65: c.imma = 3; break;
+    case 66: c.imma = 2, c.minst = 1; break;
     default: break;
   }
   return c;
@@ -158,14 +161,14 @@ constexpr int kSmemMax = 200 * 1024;    // dynamic shared memory of one CTA at m
 constexpr int kSmemPerSm = 220 * 1024;  // what the CTAs of one SM may use together
 constexpr int64_t kSmSmem = 228 * 1024; // shared memory of one H100 / H200 SM
 
-// Warps per CTA: about wt warps per SM over the GPU, 1..8 per 16 rows, at least two stages
+// Warps per CTA: about wt warps per SM over the GPU, 1..8 per 16 rows, at least c.minst (2) stages
 // per warp (of its split slice), within the shared memory, and few enough that all CTAs fit
 // at once when there are at most a few per SM. A function of (N, K, split) and the variant.
 int w4_warps(int64_t n, int64_t k, int split, const W4Cfg& c, int64_t ring) {
   const int64_t nst = (k / 128 + c.kb - 1) / c.kb, rb = (n + 15) / 16, want = int64_t(kSMs) * c.wt;
   int64_t w = (want + rb / 2) / rb;
   w = std::min<int64_t>(std::max<int64_t>(w, 1), 8);
-  w = std::min<int64_t>(w, std::max<int64_t>(nst / (2 * split), 1));
+  w = std::min<int64_t>(w, std::max<int64_t>(nst / (c.minst * split), 1));
   w = std::min<int64_t>(w, kSmemMax / ring);
   const int64_t per_sm = (rb * split + kSMs - 1) / kSMs;
   w = std::max<int64_t>(std::min<int64_t>(w, kSmemPerSm / (per_sm * (ring + 256))), 1);
@@ -233,18 +236,27 @@ void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_
   if (split > 1) launch_sum_q(p, st);
 }
 
-// Variants 63-65 (session 14; int4 g128, bf16 x, M = 1, K % 512 == 0): k_w4i with a ring of D on w4_warps' plan for
-// that ring (c.wt target warps per SM, registers for MINB CTAs of 256 threads).
+// Variants 63-66 (session 14; int4 g128, bf16 x, K % 512 == 0, M <= 8): k_w4i with a ring of D on w4_warps' plan for
+// that ring at M = 1 (c.wt target warps per SM, registers for MINB CTAs of 256 threads). M > 1 runs the MULTI kernel on
+// the same plan (warps per CTA, split-K) with a ring of 2 (the ring does not change the bits): a row's bits do not
+// depend on M.
 template <int D, int MINB>
 void launch_w4i(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
-  constexpr int STG = W4iLayout::STG;
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   const int split = std::max(1, p.split);
-  const int nw = w4_warps(p.n, p.k, split, c, int64_t(D) * STG);
-  smem_limit<k_w4i<D, MINB>>(kSmemMax);
-  const int smem = w4_smem(std::max(nw * D * STG, nw * 32 * 4 * 4), blocks * split, c);
-  launch_ex(k_w4i<D, MINB>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st, p.variant != 2, p);
+  const int nw = w4_warps(p.n, p.k, split, c, int64_t(D) * W4iLayout::STG);
+  if (p.m == 1) {
+    smem_limit<k_w4i<D, MINB>>(kSmemMax);
+    const int smem = w4_smem(std::max(nw * D * W4iLayout::STG, nw * 32 * 4 * 4), blocks * split, c);
+    launch_ex(k_w4i<D, MINB>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st, p.variant != 2, p);
+  } else {
+    constexpr int kMax = 227 * 1024;  // an H100 / H200 CTA's dynamic shared memory at most
+    const int smem = std::max(nw * 2 * W4iLayout::stg(int(p.m)), nw * 32 * 4 * 4);
+    if (smem > kMax) throw ValueError("gemv: the integer 4-bit kernel's shared memory does not fit");
+    smem_limit<k_w4i<2, MINB, true>>(kMax);
+    launch_ex(k_w4i<2, MINB, true>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st, p.variant != 2, p);
+  }
   GK_LAUNCH_CHECK("qgemv_w4i");
   if (split > 1) launch_sum_q(p, st);
 }
@@ -285,7 +297,7 @@ void launch_xp(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
 
 // GPUKIT_GEMV_W4_VARIANT=V (a benchmarking switch for the engine, e.g. bench/e2e.py's +w4vV): where the
 // process-wide variant (gk._C._gemv_set_variant) is 0, this kernel runs variant V's configuration (PDL as the
-// default's). V: 0, or 3..65 except the probes 7, 16, 56 (wrong results) and 1 / 2 (other kernels / no PDL).
+// default's). V: 0, or 3..66 except the probes 7, 16, 56 (wrong results) and 1 / 2 (other kernels / no PDL).
 // GPUKIT_GEMV_W4_SMALL=V (session 10, the same values): variant V's configuration for shapes of at most
 // kW4SmallWeights weights only (the 8B model's o and q/k/v projections, not its gate/up, down or lm head), where
 // neither the process variant nor GPUKIT_GEMV_W4_VARIANT names one. GPUKIT_GEMV_W4_O=V (session 11): the same
@@ -302,8 +314,8 @@ int w4_env_variant_of(const char* name) {
   if (last != e) {
     char* end = nullptr;
     const long r = std::strtol(e, &end, 10);
-    if (end == e || *end != '\0' || (r != 0 && (r < 3 || r > 65 || r == 7 || r == 16 || r == 56)))
-      throw ValueError(cat(name, ": expected 0 or a variant 3..65 other than the probes 7, 16, 56, got '", e, "'"));
+    if (end == e || *end != '\0' || (r != 0 && (r < 3 || r > 66 || r == 7 || r == 16 || r == 56)))
+      throw ValueError(cat(name, ": expected 0 or a variant 3..66 other than the probes 7, 16, 56, got '", e, "'"));
     v = int(r);
     last = e;
   }
@@ -343,9 +355,9 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
     if (c.imma) c = w4_cfg(48);  // 63-65: what the other formats and float16 x run under 48
   if constexpr (kG128) {  // 37-39, 48, 51 (their narrow kernel too)
     if (w4_is_default(c)) c = w4_cfg(w4_g128_ring2(p.n, p.k) ? kG128Wide : kG128Mid);  // the default
-    if (c.imma) {  // 63-65: k_w4i at M = 1 where K % 512 == 0; elsewhere what 48 runs
+    if (c.imma) {  // 63-65: k_w4i at M <= 8 where K % 512 == 0; elsewhere what 48 runs
       if (!applies_cfg<F, 4>(p)) return launch_k<T, F, 4, 3, 0, true>(p, W4Cfg{}, st);
-      if (p.m != 1) return launch_xp<T, F>(p, w4_cfg(48), st);
+      if (p.m > 8) return launch_xp<T, F>(p, w4_cfg(48), st);
       if (c.imma == 3) return launch_w4i<3, 2>(p, c, st);
       if (c.minb == 3) return launch_w4i<2, 3>(p, c, st);
       return launch_w4i<2, 2>(p, c, st);

@@ -1,8 +1,10 @@
-"""Variants 63-65 of the staged 4-bit GEMV (session 14; int4 g128 with bf16 x at M = 1; off by default; NEW NUMERICS):
+"""Variants 63-66 of the staged 4-bit GEMV (session 14; int4 g128 with bf16 x, M <= 8; off by default; NEW NUMERICS):
 k_w4i (src/cuda/common/gemv_w4i.cuh) feeds the codes as u8 to mma.sync.m16n8k32 (int32, exact) against x as 16-bit
 fixed point per 128-element block: X = round(x 2^(141 - c_b)), c_b the biased exponent of the block's largest |x|
 clamped to 15..254, split into a signed high byte and an unsigned low byte; the zero point through the block's sum of
-X. 63: 48's plan with a ring of 2; 64: 24 target warps per SM, registers for 3 CTAs; 65: a ring of 3.
+X. 63: 48's plan with a ring of 2; 64: 24 target warps per SM, registers for 3 CTAs; 65: a ring of 3; 66: 63 with one
+stage per warp allowed. M > 1 (the MULTI kernel): column m of the mma is x row m, with its own block exponents and sums,
+on the M = 1 plan, so a row of x gives the same bits alone or in a batch.
 
 What the tests hold it to:
 - the float64 emulation of its x (numpy: the same X) times the dequantized weights, within the fp32 bound
@@ -11,8 +13,9 @@ What the tests hold it to:
 - float64 x @ w^T within that bound plus the fixed point's own error sum_k |w_k| 2^(c_b - 142);
 - the same bits run to run, in a graph replay, for a strided view of x, over a poisoned output buffer;
 - inf / NaN in x: NaN rows (never a finite wrong value);
-- M > 1, K % 512 != 0, int4 g64 / g32 and float16 x under 63-65: what they run under 48 (its bits).
-CPU tests (no GPU): the variant bound takes 65 (refuses 66), bench/gemv.py lists and names 63-65, bench/e2e.py's
+- M = 2 .. 8: rows 0 / 3 / 7 alone, M = 2 / 5 give M = 8's bits, each row within the bound of its own x;
+- K % 512 != 0, int4 g64 / g32 and float16 x under 63-66: what they run under 48 (its bits).
+CPU tests (no GPU): the variant bound takes 66 (refuses 67), bench/gemv.py lists and names 63-66, bench/e2e.py's
 +w4v63 sets GPUKIT_GEMV_W4_VARIANT=63."""
 import os
 
@@ -21,12 +24,13 @@ import pytest
 
 import gpukit as gk
 from bench_ref import bench_gemv_lists, check_variant_bound, e2e_engines
-from w4_ref import bound_f32, call_f32, f64, graph_replays_same_bits, make_w4, poisoned_calls, same_bits, within
+from w4_ref import (bound_f32, call_f32, f64, graph_replays_same_bits, make_w4, poisoned_calls, rows_match, same_bits,
+                    within)
 
 cuda = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(6363)
 V48 = 48
-VARIANTS = (63, 64, 65)
+VARIANTS = (63, 64, 65, 66)
 call = call_f32
 # (N, K): odd N; the layer shapes' K 4096 / 14336; 512 (one stage), 1536 / 2560 (odd stage counts), 37 rows (split-K)
 SHAPES = [(4097, 4096), (2051, 14336), (37, 14336), (301, 512), (9000, 1536), (2051, 2560), (14336, 4096),
@@ -72,13 +76,13 @@ def check_v(tag, got, xs, deq):
 
 # ---- CPU (no GPU) ----
 
-def test_variant_bound_takes_65():
-    """gk._C._gemv_set_variant takes 0..65 and refuses 66 and -1 (the bound in src/ops/gemv.cpp)."""
-    check_variant_bound(65, (66, -1))
+def test_variant_bound_takes_66():
+    """gk._C._gemv_set_variant takes 0..66 and refuses 67 and -1 (the bound in src/ops/gemv.cpp)."""
+    check_variant_bound(66, (67, -1))
 
 
-def test_bench_gemv_lists_63_65():
-    """bench/gemv.py runs 63-65 for int4 only and names them (read without importing: the bench needs a GPU)."""
+def test_bench_gemv_lists_63_66():
+    """bench/gemv.py runs 63-66 for int4 only and names them (read without importing: the bench needs a GPU)."""
     vals = bench_gemv_lists()
     for v in VARIANTS:
         assert v in vals["INT4_ONLY_VARIANTS"] and v in vals["W4_VARIANT_NAMES"]
@@ -125,17 +129,18 @@ def test_emulation_bound_can_fail():
 @cuda
 @pytest.mark.parametrize("n,k", SHAPES)
 def test_imma_variants(n, k):
-    """M = 1 under 63-65: within the emulation bound; the same bits as each other (the same arithmetic per block, the
-    warps' sums in warp order: 63 / 64 / 65 may differ in the plan, so only 63 vs a second call is bitwise); M = 3 / 8:
-    48's bits."""
+    """Under 63-66: M = 1 within the emulation bound and a second call the same bits; M = 8 within the bound, rows
+    0 / 3 / 7 alone and M = 2 / 5 its bits (rows_match)."""
     fn, deq = make(n, k)
-    x, xs = bf16_x(RNG.standard_normal((8, k)))
+    xf = RNG.standard_normal((8, k))
+    xf[3] *= 1e-3  # rows of different size: each row's own block exponents
+    xf[5, :128] *= 1e4
+    x, xs = bf16_x(xf)
     for v in VARIANTS:
         got = call(fn, x[:1], v)
         check_v(f"{v} n={n} k={k} M=1", got, xs[:1], deq)
         same_bits(f"{v} n={n} k={k} M=1 second call", call(fn, x[:1], v), got)
-    for m in (3, 8):
-        same_bits(f"63 vs 48 n={n} k={k} M={m}", call(fn, x[:m], 63), call(fn, x[:m], V48))
+        rows_match(f"{v} n={n} k={k}", fn, v, x, lambda tag, y: check_v(tag, y, xs, deq))
 
 
 @cuda
@@ -190,7 +195,7 @@ def test_imma_poisoned_output_strided_x_graph():
 
 @cuda
 def test_imma_other_inputs_run_48():
-    """Under 63-65: K % 512 != 0 (the narrow kernel), int4 g64 / g32 and float16 x give 48's bits; the env switch
+    """Under 63-66: K % 512 != 0 (the narrow kernel), int4 g64 / g32 and float16 x give 48's bits; the env switch
     GPUKIT_GEMV_W4_VARIANT=63 gives variant 63's bits."""
     fn, deq = make(301, 640)
     x, xs = bf16_x(RNG.standard_normal((1, 640)))

@@ -54,13 +54,16 @@ __device__ __forceinline__ uint32_t w4i_umax2(uint32_t a, uint32_t b) {  // per 
   return r;
 }
 
-// The stage's layout after W4Layout<W4Int4<128>, 4>'s codes / scales / zero points: x (1 KB, bf16 as copied, then
-// the planes in place), then per block (f32 2^(e_b - 141) or NaN, s32 sum of X).
+// The stage's layout after W4Layout<W4Int4<128>, 4>'s codes / scales / zero points: the M rows of x (1 KB each, bf16
+// as copied, then the planes in place), then per row and block (f32 2^(e_b - 141) or NaN, s32 sum of X).
 struct W4iLayout {
   using F = W4Int4<128>;
   using L = W4Layout<F, 4>;
-  static constexpr int KB = 4, XOFF = L::STAGE, XB = KB * 256, MOFF = XOFF + XB, STG = MOFF + KB * 8;
-  static_assert(L::SP == 16 && L::ZP == 4 && STG % 16 == 0, "int4 g128 stages of 4 blocks");
+  static constexpr int KB = 4, XOFF = L::STAGE, XB = KB * 256, MB = KB * 8;
+  static constexpr int moff(int m) { return XOFF + m * XB; }
+  static constexpr int stg(int m) { return XOFF + m * (XB + MB); }
+  static constexpr int MOFF = XOFF + XB, STG = XOFF + XB + MB;  // M = 1
+  static_assert(L::SP == 16 && L::ZP == 4 && STG % 16 == 0 && (XB + MB) % 16 == 0, "int4 g128 stages of 4 blocks");
 };
 
 // One 16-byte chunk of bf16 x (8 elements, k0 .. k0 + 7) as the planes' slot and its sum of X (0x4B400000 excess
@@ -82,12 +85,18 @@ __device__ __forceinline__ uint4 w4i_planes(const uint4& v, float f, int32_t& su
                     __byte_perm(o13, o57, 0x5410u));
 }
 
-template <int D, int MINB>
+// MULTI: 1 < M <= 8 (the M = 1 launch's plan; column m of B is x row m, rows past M read row M - 1): every x row
+// gets its own block exponents and sums, and a row's value is computed by the same operations as at M = 1 (the same
+// integers, the same fold per block, the same order), so a row of x gives the same bits alone or in a batch.
+template <int D, int MINB, bool MULTI = false>
 __global__ void __launch_bounds__(256, MINB) k_w4i(const QGemvArgs p) {
   static_assert(D == 2 || D == 3, "a ring of 2 or 3 stages");
   using WL = W4iLayout;
   using L = WL::L;
-  constexpr int KB = WL::KB, P = L::P, STG = WL::STG;
+  constexpr int KB = WL::KB, P = L::P;
+  const int M = MULTI ? int(p.m) : 1;
+  const int STG = MULTI ? WL::stg(M) : WL::STG;
+  const uint32_t MOFF = MULTI ? uint32_t(WL::moff(M)) : uint32_t(WL::MOFF);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int64_t row0 = int64_t(blockIdx.x) * 16;
@@ -130,9 +139,13 @@ __global__ void __launch_bounds__(256, MINB) k_w4i(const QGemvArgs p) {
     for (int i = 0; i < 4; ++i) qp[i] += KB * 64;
     msrc += lane < 16 ? KB * 4 : KB;
   };
+  const int64_t xrs = p.x_rs * 2;  // bytes between x rows
   auto issue_x = [&](uint32_t sb) {
-    cp_async16_ca(sb + uint32_t(WL::XOFF + 16 * lane), xsrc);
-    cp_async16_ca(sb + uint32_t(WL::XOFF + 16 * (lane + 32)), xsrc + 512);
+    for (int r = 0; r < M; ++r) {
+      const uint32_t d = sb + uint32_t(WL::XOFF + r * WL::XB + 16 * lane);
+      cp_async16_ca(d, xsrc + r * xrs);
+      cp_async16_ca(d + 512, xsrc + r * xrs + 512);
+    }
     xsrc += KB * 256;
   };
 
@@ -149,7 +162,11 @@ __global__ void __launch_bounds__(256, MINB) k_w4i(const QGemvArgs p) {
   cp_commit();
 
   const int sw = w4_swz(g);
-  float acc0 = 0.0f, acc2 = 0.0f;  // rows g, g + 8 (every column of B is x)
+  // acc: (row g, column 2 t), (row g, 2 t + 1), (row g + 8, 2 t), (row g + 8, 2 t + 1); at M = 1 every column of B is
+  // x, so [0] / [2] of every lane are the rows' values ([1] / [3] unused)
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const uint32_t xb = uint32_t(WL::XOFF + min(g, M - 1) * WL::XB);  // the lane's column of B: x row g
+  const int mc0 = min(2 * t, M - 1), mc1 = min(2 * t + 1, M - 1);   // the x rows of columns 2 t, 2 t + 1
   int slot = 0;
 #pragma unroll 1
   for (int s = 0; s < nstw; ++s) {
@@ -166,8 +183,9 @@ __global__ void __launch_bounds__(256, MINB) k_w4i(const QGemvArgs p) {
     else cp_wait<D - 1>();
     __syncwarp();
     const uint32_t sb = ring + uint32_t(slot * STG);
-    // ---- x of the stage to planes (chunks lane, lane + 32: blocks lane / 16, 2 + lane / 16) ----
-    const uint32_t xa = sb + uint32_t(WL::XOFF);
+    // ---- x row r of the stage to planes (chunks lane, lane + 32: blocks lane / 16, 2 + lane / 16) ----
+    auto prep = [&](int r) {
+    const uint32_t xa = sb + uint32_t(WL::XOFF + r * WL::XB);
     const uint4 v0 = lds16(xa + uint32_t(16 * lane)), v1 = lds16(xa + uint32_t(16 * (lane + 32)));
     uint32_t m0 = 0, m1 = 0;
 #pragma unroll
@@ -196,7 +214,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4i(const QGemvArgs p) {
       sts16(xa + uint32_t(16 * (sl + 32)), pl1);
       if ((lane & 15) == 0) {  // lanes 0 / 16: blocks 0, 2 / 1, 3
         const int bA = lane >> 4;
-        const uint32_t ma = sb + uint32_t(WL::MOFF);
+        const uint32_t ma = sb + MOFF + uint32_t(r * WL::MB);
         const float i0 = e0 == 255 ? __uint_as_float(0x7fc00000u) : __uint_as_float(uint32_t(c0 - 14) << 23);
         const float i1 = e1 == 255 ? __uint_as_float(0x7fc00000u) : __uint_as_float(uint32_t(c1 - 14) << 23);
         asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(ma + uint32_t(8 * bA)), "r"(__float_as_uint(i0)),
@@ -204,6 +222,13 @@ __global__ void __launch_bounds__(256, MINB) k_w4i(const QGemvArgs p) {
         asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(ma + uint32_t(8 * (bA + 2))), "r"(__float_as_uint(i1)),
                      "r"(uint32_t(sx1)) : "memory");
       }
+    }
+    };
+    if constexpr (MULTI) {
+#pragma unroll 1
+      for (int r = 0; r < M; ++r) prep(r);
+    } else {
+      prep(0);
     }
     __syncwarp();
     // ---- the stage's 4 blocks ----
@@ -214,22 +239,27 @@ __global__ void __launch_bounds__(256, MINB) k_w4i(const QGemvArgs p) {
     for (int bb = 0; bb < KB; ++bb) {
       const uint32_t co = uint32_t(((4 * bb + t) ^ sw) * 16);
       const uint4 wa = lds16(sb + uint32_t(g * P) + co), wb = lds16(sb + uint32_t((g + 8) * P) + co);
-      const uint2 meta = lds8(sb + uint32_t(WL::MOFF + 8 * bb));
+      const uint2 meta = lds8(sb + MOFF + uint32_t(mc0 * WL::MB + 8 * bb));
       int32_t dh[4] = {0, 0, 0, 0}, dl[4] = {0, 0, 0, 0};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const uint4 xv = lds16(xa + uint32_t(16 * (16 * bb + 4 * j + t)));
+        const uint4 xv = lds16(sb + xb + uint32_t(16 * (16 * bb + 4 * j + t)));
         const uint32_t ua = word(wa, j), ub = word(wb, j);
         const uint32_t a[4] = {ua & 0x0f0f0f0fu, ub & 0x0f0f0f0fu, (ua >> 4) & 0x0f0f0f0fu, (ub >> 4) & 0x0f0f0f0fu};
         imma_us(dh, a, xv.x, xv.y);
         imma_uu(dl, a, xv.z, xv.w);
       }
-      const int32_t sx = int32_t(meta.y);
-      const int32_t va = dh[0] * 256 + dl[0] - int32_t((za >> (8 * bb)) & 0xffu) * sx;
-      const int32_t vb = dh[2] * 256 + dl[2] - int32_t((zb >> (8 * bb)) & 0xffu) * sx;
-      const float fi = __uint_as_float(meta.x);
-      acc0 = fmaf(float(va), __uint_as_float(word(sca, bb)) * fi, acc0);
-      acc2 = fmaf(float(vb), __uint_as_float(word(scb, bb)) * fi, acc2);
+      const int32_t sx = int32_t(meta.y), zab = int32_t((za >> (8 * bb)) & 0xffu), zbb = int32_t((zb >> (8 * bb)) & 0xffu);
+      const float fi = __uint_as_float(meta.x), sa = __uint_as_float(word(sca, bb)), sbv = __uint_as_float(word(scb, bb));
+      acc[0] = fmaf(float(dh[0] * 256 + dl[0] - zab * sx), sa * fi, acc[0]);
+      acc[2] = fmaf(float(dh[2] * 256 + dl[2] - zbb * sx), sbv * fi, acc[2]);
+      if constexpr (MULTI) {  // column 2 t + 1: its own row of x
+        const uint2 meta1 = lds8(sb + MOFF + uint32_t(mc1 * WL::MB + 8 * bb));
+        const int32_t sx1 = int32_t(meta1.y);
+        const float fi1 = __uint_as_float(meta1.x);
+        acc[1] = fmaf(float(dh[1] * 256 + dl[1] - zab * sx1), sa * fi1, acc[1]);
+        acc[3] = fmaf(float(dh[3] * 256 + dl[3] - zbb * sx1), sbv * fi1, acc[3]);
+      }
     }
     slot = slot + 1 == D ? 0 : slot + 1;
   }
@@ -237,24 +267,24 @@ __global__ void __launch_bounds__(256, MINB) k_w4i(const QGemvArgs p) {
 
   // the warps' sums, added in warp order (through the ring memory, free now)
   float* red = reinterpret_cast<float*>(smem);  // [nw][32][4]
-  float4 ws = make_float4(acc0, 0.0f, acc2, 0.0f);
+  float4 ws = make_float4(acc[0], acc[1], acc[2], acc[3]);
   if (nw > 1) {
     __syncthreads();
-    red[(warp * 32 + lane) * 4 + 0] = acc0;
-    red[(warp * 32 + lane) * 4 + 2] = acc2;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) red[(warp * 32 + lane) * 4 + e] = acc[e];
     __syncthreads();
   }
   if (warp != 0) return;
   if (nw > 1) ws = warps_sum4(red + lane * 4, 32 * 4, nw);
-  if (t != 0) return;
   const int S = gridDim.y, sl = blockIdx.y;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t row = row0 + g + 8 * h;
-    const float v = h ? ws.z : ws.x;
-    if (row < p.n) {
-      if (S == 1) store_out(p.y, p.out_dtype, row, v);
-      else p.part[int64_t(sl) * p.n + row] = v;
+  for (int e = 0; e < 4; ++e) {
+    const int m = 2 * t + (e & 1);
+    const int64_t row = row0 + g + (e >= 2 ? 8 : 0);
+    if (m < M && row < p.n) {
+      const float v = f4_get(ws, e);
+      if (S == 1) store_out(p.y, p.out_dtype, m * p.n + row, v);
+      else p.part[(int64_t(sl) * M + m) * p.n + row] = v;
     }
   }
 }
