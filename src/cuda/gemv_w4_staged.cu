@@ -250,11 +250,12 @@ void launch_w4i(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
     smem_limit<k_w4i<D, MINB>>(kSmemMax);
     const int smem = w4_smem(std::max(nw * D * W4iLayout::STG, nw * 32 * 4 * 4), blocks * split, c);
     launch_ex(k_w4i<D, MINB>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st, p.variant != 2, p);
-  } else {
-    constexpr int kMax = 227 * 1024;  // an H100 / H200 CTA's dynamic shared memory at most
-    const int smem = std::max(nw * 2 * W4iLayout::stg(int(p.m)), nw * 32 * 4 * 4);
-    if (smem > kMax) throw ValueError("gemv: the integer 4-bit kernel's shared memory does not fit");
-    smem_limit<k_w4i<2, MINB, true>>(kMax);
+  } else {  // x's planes once per call (k_w4i_xprep), then the GEMV on the same plan without x in its ring
+    if (!p.w4x) throw ValueError("gemv: the integer 4-bit kernel needs its x workspace at M > 1 (internal)");
+    launch_ex(k_w4i_xprep, dim3(unsigned(p.k / 512), unsigned(p.m)), 32, 0, st, p.variant != 2, p);
+    GK_LAUNCH_CHECK("qgemv_w4i_xprep");
+    const int smem = w4_smem(std::max(nw * 2 * W4iLayout::L::STAGE, nw * 32 * 4 * 4), blocks * split, c);
+    smem_limit<k_w4i<2, MINB, true>>(kSmemMax);
     launch_ex(k_w4i<2, MINB, true>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st, p.variant != 2, p);
   }
   GK_LAUNCH_CHECK("qgemv_w4i");
@@ -345,6 +346,15 @@ void launch_kb2(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
   return launch_k<T, F, 2, 3, 13>(p, c48, st, rp);
 }
 
+// int4 g128 with bf16 x: whether the call runs k_w4i (the variant's or the default's configuration; K % 512 == 0)
+bool w4i_runs(const QGemvArgs& p) {
+  if (p.fmt != QFormat::int4 || p.group != 128 || p.x_dtype != DType::bf16 || p.m < 1 || p.m > 8) return false;
+  if (!applies_cfg<W4Int4<128>, 4>(p)) return false;
+  W4Cfg c = w4_cfg(w4_variant_for(p));
+  if (w4_is_default(c)) c = w4_cfg(w4_g128_ring2(p.n, p.k) ? kG128Wide : kG128Mid);
+  return c.imma != 0;
+}
+
 template <class T, class F>
 void launch_f(const QGemvArgs& p, cudaStream_t st) {
   W4Cfg c = w4_cfg(w4_variant_for(p));
@@ -421,6 +431,11 @@ int w4_staged_split(int64_t n, int64_t k) {
   int64_t sp = (want + rb * w - 1) / (rb * w);
   sp = std::min<int64_t>({sp, 16, std::max<int64_t>(nst / (w * 2), 1)});
   return int(std::max<int64_t>(sp, 1));
+}
+
+int64_t gemv_w4i_workspace(const QGemvArgs& p) {
+  if (p.m < 2 || !w4i_runs(p)) return 0;
+  return p.m * p.k * 2 + p.m * (p.k / 128) * 8;
 }
 
 template <class T>

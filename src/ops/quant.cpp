@@ -351,6 +351,11 @@ Array gemv_quantized_impl(const Array& x_in, const QuantizedWeight& qw, std::opt
       a.xinv = xinv.data_as<float>();
     }
     a.variant = gemv_variant();
+    Array w4x;  // int4 g128 on the integer tensor cores at M > 1: x's planes (src/cuda/common/gemv_w4i.cuh)
+    if (const int64_t wb = cuda::gemv_w4i_workspace(a); wb > 0) {
+      w4x = Array::empty({wb}, DType::u8, d, &s);
+      a.w4x = w4x.data();
+    }
     Array part;
     if (a.split > 1) {
       part = Array::empty({int64_t(a.split), m, n}, DType::f32, d, &s);

@@ -65,6 +65,9 @@ struct QGemvArgs {
   // gemv_quantized_prepared: x is already that scaled fp16 copy (x_dtype f16), these its [m]
   // inverse scales 2^-c (the staged kernel only)
   const float* xprep_inv = nullptr;
+  // int4 g128 on the integer tensor cores at 1 < M <= 8 (src/cuda/common/gemv_w4i.cuh): x's planes, block exponents
+  // and sums, cuda::gemv_w4i_workspace(a) bytes (0: not needed)
+  void* w4x = nullptr;
 };
 
 namespace cpu {
@@ -76,6 +79,7 @@ void dequantize_gguf_row(const QuantArgs& a, int64_t j, float* out);
 }  // namespace cpu
 namespace cuda {
 void qgemv(const QGemvArgs& a, void* stream);
+int64_t gemv_w4i_workspace(const QGemvArgs& a);  // src/cuda/gemv_w4_staged.cu
 int qgemv_split(int64_t n, int64_t k, QFormat f, bool mma = false);
 // fp8 / int8 / int4 quantization on the device, bit-identical to cpu::quantize (a.w, a.q,
 // a.scales, a.zeros are device pointers).

@@ -3,8 +3,9 @@ k_w4i (src/cuda/common/gemv_w4i.cuh) feeds the codes as u8 to mma.sync.m16n8k32 
 fixed point per 128-element block: X = round(x 2^(141 - c_b)), c_b the biased exponent of the block's largest |x|
 clamped to 15..254, split into a signed high byte and an unsigned low byte; the zero point through the block's sum of
 X. 63: 48's plan with a ring of 2; 64: 24 target warps per SM, registers for 3 CTAs; 65: a ring of 3; 66: 63 with one
-stage per warp allowed. M > 1 (the MULTI kernel): column m of the mma is x row m, with its own block exponents and sums,
-on the M = 1 plan, so a row of x gives the same bits alone or in a batch.
+stage per warp allowed. M > 1: a small kernel (k_w4i_xprep) converts x once per call into a workspace with the same
+conversion (the same integers), and the GEMV (the MULTI kernel, on the M = 1 plan) reads column m of the mma as x row m
+from there, so a row of x gives the same bits alone or in a batch.
 
 What the tests hold it to:
 - the float64 emulation of its x (numpy: the same X) times the dequantized weights, within the fp32 bound
@@ -165,32 +166,41 @@ def test_imma_block_scales():
 
 @cuda
 def test_imma_non_finite_x():
-    """inf or NaN anywhere in x: every row NaN (the block's scale is NaN), never a finite value."""
+    """inf or NaN anywhere in x: every output of that x row NaN (the block's scale is NaN), never a finite value; at
+    M = 8 the other rows keep their bits (those of each row alone)."""
     n, k = 301, 4096
     fn, _ = make(n, k)
     for bad in (np.inf, -np.inf, np.nan):
-        xf = RNG.standard_normal((1, k)).astype(np.float32)
-        xf[0, 1000] = bad
+        xf = RNG.standard_normal((8, k)).astype(np.float32)
+        xf[2, 1000] = bad
         x, _ = bf16_x(xf)
         for v in VARIANTS:
-            got = call(fn, x, v)
+            got = call(fn, x[2:3], v)
             assert np.all(np.isnan(got)), f"{v} x with {bad}: {int(np.sum(np.isfinite(got)))} finite rows"
+            full = call(fn, x, v)
+            assert np.all(np.isnan(full[2])), f"{v} M=8, row 2 with {bad}: finite values"
+            for r in (0, 7):
+                same_bits(f"{v} M=8 with {bad} in row 2: row {r} vs alone", full[r:r + 1], call(fn, x[r:r + 1], v))
 
 
 @cuda
 def test_imma_poisoned_output_strided_x_graph():
-    """The output reused from a NaN-filled allocation (every row written); x a strided view (row 1 of a wider array)
-    gives the contiguous copy's bits; a graph replay gives the eager bits."""
+    """The output reused from a NaN-filled allocation (every row written; M = 8 too, whose x workspace also comes from
+    the caching allocator); x a strided view (row 1 of a wider array) gives the contiguous copy's bits; graph replays
+    (M = 1, and M = 8 with its conversion kernel) give the eager bits."""
     n, k = 4097, 14336
     fn, deq = make(n, k)
     big = gk.asarray(RNG.standard_normal((3, k + 64)).astype(np.float32)).astype("bfloat16")
     xs = f64(big.astype("float32"))[1:2, :k]
     xv = big.to("cuda")[1:2, :k]
     xc = gk.asarray(np.ascontiguousarray(gk.to_numpy(big)[1:2, :k])).to("cuda")
+    x8, xs8 = bf16_x(RNG.standard_normal((8, k)))
     for v in VARIANTS:
         got = poisoned_calls(fn, xv, v, n, lambda y, v=v: check_v(f"{v} strided view", y, xs, deq))
         same_bits(f"{v} strided view vs contiguous copy", got, call(fn, xc, v))
         graph_replays_same_bits(f"{v} graph replay", fn, xc, v, got)
+        got8 = poisoned_calls(fn, x8, v, 8 * n, lambda y, v=v: check_v(f"{v} M=8", y, xs8, deq))
+        graph_replays_same_bits(f"{v} graph replay M=8 (x converted by its own kernel)", fn, x8, v, got8)
 
 
 @cuda

@@ -54,16 +54,14 @@ __device__ __forceinline__ uint32_t w4i_umax2(uint32_t a, uint32_t b) {  // per 
   return r;
 }
 
-// The stage's layout after W4Layout<W4Int4<128>, 4>'s codes / scales / zero points: the M rows of x (1 KB each, bf16
-// as copied, then the planes in place), then per row and block (f32 2^(e_b - 141) or NaN, s32 sum of X).
+// The stage's layout after W4Layout<W4Int4<128>, 4>'s codes / scales / zero points (M = 1): x (1 KB, bf16 as copied,
+// then the planes in place), then per block (f32 2^(c - 141) or NaN, s32 sum of X). M > 1: the codes, scales and
+// zero points only (L::STAGE bytes).
 struct W4iLayout {
   using F = W4Int4<128>;
   using L = W4Layout<F, 4>;
-  static constexpr int KB = 4, XOFF = L::STAGE, XB = KB * 256, MB = KB * 8;
-  static constexpr int moff(int m) { return XOFF + m * XB; }
-  static constexpr int stg(int m) { return XOFF + m * (XB + MB); }
-  static constexpr int MOFF = XOFF + XB, STG = XOFF + XB + MB;  // M = 1
-  static_assert(L::SP == 16 && L::ZP == 4 && STG % 16 == 0 && (XB + MB) % 16 == 0, "int4 g128 stages of 4 blocks");
+  static constexpr int KB = 4, XOFF = L::STAGE, XB = KB * 256, MB = KB * 8, MOFF = XOFF + XB, STG = MOFF + MB;
+  static_assert(L::SP == 16 && L::ZP == 4 && STG % 16 == 0, "int4 g128 stages of 4 blocks");
 };
 
 // One 16-byte chunk of bf16 x (8 elements, k0 .. k0 + 7) as the planes' slot and its sum of X (0x4B400000 excess
@@ -85,9 +83,68 @@ __device__ __forceinline__ uint4 w4i_planes(const uint4& v, float f, int32_t& su
                     __byte_perm(o13, o57, 0x5410u));
 }
 
-// MULTI: 1 < M <= 8 (the M = 1 launch's plan; column m of B is x row m, rows past M read row M - 1): every x row
-// gets its own block exponents and sums, and a row's value is computed by the same operations as at M = 1 (the same
-// integers, the same fold per block, the same order), so a row of x gives the same bits alone or in a batch.
+// MULTI: 1 < M <= 8 (the M = 1 launch's plan; column m of B is x row m, rows past M read row M - 1): x's planes,
+// block exponents and sums come from k_w4i_xprep (w4i_convert: the same integers as at M = 1), read from global
+// memory (L1 / L2) instead of the ring, and a row's value is computed by the same operations as at M = 1 (the same
+// fold per block, the same order), so a row of x gives the same bits alone or in a batch.
+// One stage (512 elements) of one x row to the planes, all 32 lanes (shuffles): v0 / v1 the bf16 chunks lane and
+// lane + 32 (blocks lane / 16 and 2 + lane / 16). Returns the lane's two slots of planes (pl0 at slot sl, pl1 at
+// sl + 32) and, for its two blocks, 2^(c - 141) (NaN where the block holds inf / NaN) and the block's sum of X (the
+// same in all 16 lanes of a half). The GEMV at M = 1 and the conversion kernel of M > 1 both call this: the same X.
+struct W4iConv {
+  uint4 pl0, pl1;
+  float i0, i1;
+  int32_t sx0, sx1;
+  int sl;
+};
+__device__ __forceinline__ W4iConv w4i_convert(const uint4& v0, const uint4& v1, int lane) {
+  W4iConv o;
+  uint32_t m0 = 0, m1 = 0;
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    m0 = w4i_umax2(m0, word(v0, w) & 0x7fff7fffu);  // |bf16| orders as its bits (inf, NaN above the finite)
+    m1 = w4i_umax2(m1, word(v1, w) & 0x7fff7fffu);
+  }
+  uint32_t pk = w4i_umax2(__byte_perm(m0, m1, 0x5410u), __byte_perm(m0, m1, 0x7632u));  // (max v0, max v1)
+#pragma unroll
+  for (int off = 1; off < 16; off <<= 1) pk = w4i_umax2(pk, __shfl_xor_sync(0xffffffffu, pk, off));
+  const int e0 = int(pk >> 7) & 0xff, e1 = int(pk >> 23);
+  const int c0 = min(max(e0, 15), 254), c1 = min(max(e1, 15), 254);
+  const float f0 = __uint_as_float(uint32_t(268 - c0) << 23), f1 = __uint_as_float(uint32_t(268 - c1) << 23);
+  o.pl0 = w4i_planes(v0, f0, o.sx0);
+  o.pl1 = w4i_planes(v1, f1, o.sx1);
+#pragma unroll
+  for (int off = 1; off < 16; off <<= 1) {
+    o.sx0 += __shfl_xor_sync(0xffffffffu, o.sx0, off);
+    o.sx1 += __shfl_xor_sync(0xffffffffu, o.sx1, off);
+  }
+  o.i0 = e0 == 255 ? __uint_as_float(0x7fc00000u) : __uint_as_float(uint32_t(c0 - 14) << 23);
+  o.i1 = e1 == 255 ? __uint_as_float(0x7fc00000u) : __uint_as_float(uint32_t(c1 - 14) << 23);
+  const int c = lane & 15;  // chunk c = 16 b + 4 t' + j' -> slot 16 b + 4 j' + t'
+  o.sl = (lane & 16) + 4 * (c & 3) + (c >> 2);
+  return o;
+}
+
+// M > 1: x [M, K] bf16 (rows x_rs apart) -> p.w4x: the planes [M][K / 128 blocks][256 bytes: 16 slots as in a stage]
+// (M K 2 bytes), then per row and block (f32 2^(c - 141) or NaN, s32 sum of X) (M K / 16 bytes). Grid (K / 512, M),
+// one warp each. The GEMV launched after it (PDL) reads them after its wait.
+__global__ void __launch_bounds__(32) k_w4i_xprep(const QGemvArgs p) {
+  pdl_trigger();
+  pdl_wait();
+  const int lane = threadIdx.x;
+  const int64_t st = blockIdx.x, r = blockIdx.y, nblk = p.k / 128;
+  const uint4* xs = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.x) + r * p.x_rs * 2 + st * 1024);
+  const W4iConv o = w4i_convert(__ldg(xs + lane), __ldg(xs + lane + 32), lane);
+  uint4* pl = reinterpret_cast<uint4*>(static_cast<uint8_t*>(p.w4x) + r * p.k * 2 + st * 1024);
+  pl[o.sl] = o.pl0;
+  pl[o.sl + 32] = o.pl1;
+  if ((lane & 15) == 0) {  // lanes 0 / 16: blocks 0, 2 / 1, 3 of the stage
+    uint2* meta = reinterpret_cast<uint2*>(static_cast<uint8_t*>(p.w4x) + p.m * p.k * 2) + r * nblk + st * 4 + (lane >> 4);
+    meta[0] = make_uint2(__float_as_uint(o.i0), uint32_t(o.sx0));
+    meta[2] = make_uint2(__float_as_uint(o.i1), uint32_t(o.sx1));
+  }
+}
+
 template <int D, int MINB, bool MULTI = false>
 __global__ void __launch_bounds__(256, MINB) k_w4i(const QGemvArgs p) {
   static_assert(D == 2 || D == 3, "a ring of 2 or 3 stages");
@@ -95,8 +152,8 @@ __global__ void __launch_bounds__(256, MINB) k_w4i(const QGemvArgs p) {
   using L = WL::L;
   constexpr int KB = WL::KB, P = L::P;
   const int M = MULTI ? int(p.m) : 1;
-  const int STG = MULTI ? WL::stg(M) : WL::STG;
-  const uint32_t MOFF = MULTI ? uint32_t(WL::moff(M)) : uint32_t(WL::MOFF);
+  constexpr int STG = MULTI ? L::STAGE : WL::STG;  // MULTI: no x in the ring
+  constexpr uint32_t MOFF = uint32_t(WL::MOFF);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int64_t row0 = int64_t(blockIdx.x) * 16;
@@ -139,14 +196,13 @@ __global__ void __launch_bounds__(256, MINB) k_w4i(const QGemvArgs p) {
     for (int i = 0; i < 4; ++i) qp[i] += KB * 64;
     msrc += lane < 16 ? KB * 4 : KB;
   };
-  const int64_t xrs = p.x_rs * 2;  // bytes between x rows
   auto issue_x = [&](uint32_t sb) {
-    for (int r = 0; r < M; ++r) {
-      const uint32_t d = sb + uint32_t(WL::XOFF + r * WL::XB + 16 * lane);
-      cp_async16_ca(d, xsrc + r * xrs);
-      cp_async16_ca(d + 512, xsrc + r * xrs + 512);
+    if constexpr (!MULTI) {
+      const uint32_t d = sb + uint32_t(WL::XOFF + 16 * lane);
+      cp_async16_ca(d, xsrc);
+      cp_async16_ca(d + 512, xsrc + 512);
+      xsrc += KB * 256;
     }
-    xsrc += KB * 256;
   };
 
   pdl_trigger();
@@ -165,8 +221,14 @@ __global__ void __launch_bounds__(256, MINB) k_w4i(const QGemvArgs p) {
   // acc: (row g, column 2 t), (row g, 2 t + 1), (row g + 8, 2 t), (row g + 8, 2 t + 1); at M = 1 every column of B is
   // x, so [0] / [2] of every lane are the rows' values ([1] / [3] unused)
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  const uint32_t xb = uint32_t(WL::XOFF + min(g, M - 1) * WL::XB);  // the lane's column of B: x row g
-  const int mc0 = min(2 * t, M - 1), mc1 = min(2 * t + 1, M - 1);   // the x rows of columns 2 t, 2 t + 1
+  const uint32_t xb = uint32_t(WL::XOFF);  // M = 1: the stage's planes
+  const int mc0 = min(2 * t, M - 1), mc1 = min(2 * t + 1, M - 1);  // the x rows of columns 2 t, 2 t + 1
+  // MULTI: the lane's column of B (x row g) in k_w4i_xprep's planes, the rows' block exponents and sums
+  [[maybe_unused]] const uint4* gx =
+      MULTI ? reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.w4x) + int64_t(min(g, M - 1)) * p.k * 2)
+            : nullptr;
+  [[maybe_unused]] const uint2* gmeta =
+      MULTI ? reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(p.w4x) + p.m * p.k * 2) : nullptr;
   int slot = 0;
 #pragma unroll 1
   for (int s = 0; s < nstw; ++s) {
@@ -183,54 +245,21 @@ __global__ void __launch_bounds__(256, MINB) k_w4i(const QGemvArgs p) {
     else cp_wait<D - 1>();
     __syncwarp();
     const uint32_t sb = ring + uint32_t(slot * STG);
-    // ---- x row r of the stage to planes (chunks lane, lane + 32: blocks lane / 16, 2 + lane / 16) ----
-    auto prep = [&](int r) {
-    const uint32_t xa = sb + uint32_t(WL::XOFF + r * WL::XB);
-    const uint4 v0 = lds16(xa + uint32_t(16 * lane)), v1 = lds16(xa + uint32_t(16 * (lane + 32)));
-    uint32_t m0 = 0, m1 = 0;
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      m0 = w4i_umax2(m0, word(v0, w) & 0x7fff7fffu);  // |bf16| orders as its bits (inf, NaN above the finite)
-      m1 = w4i_umax2(m1, word(v1, w) & 0x7fff7fffu);
-    }
-    uint32_t pk = w4i_umax2(__byte_perm(m0, m1, 0x5410u), __byte_perm(m0, m1, 0x7632u));  // (max v0, max v1)
-#pragma unroll
-    for (int o = 1; o < 16; o <<= 1) pk = w4i_umax2(pk, __shfl_xor_sync(0xffffffffu, pk, o));
-    const int e0 = int(pk >> 7) & 0xff, e1 = int(pk >> 23);
-    const int c0 = min(max(e0, 15), 254), c1 = min(max(e1, 15), 254);
-    const float f0 = __uint_as_float(uint32_t(268 - c0) << 23), f1 = __uint_as_float(uint32_t(268 - c1) << 23);
-    int32_t sx0, sx1;
-    const uint4 pl0 = w4i_planes(v0, f0, sx0), pl1 = w4i_planes(v1, f1, sx1);
-#pragma unroll
-    for (int o = 1; o < 16; o <<= 1) {
-      sx0 += __shfl_xor_sync(0xffffffffu, sx0, o);
-      sx1 += __shfl_xor_sync(0xffffffffu, sx1, o);
-    }
-    __syncwarp();  // every lane's x read before the planes overwrite it
-    {
-      // chunk c = 16 b + 4 t' + j' -> slot 16 b + 4 j' + t'
-      const int c = lane & 15, sl = (lane & 16) + 4 * (c & 3) + (c >> 2);
-      sts16(xa + uint32_t(16 * sl), pl0);
-      sts16(xa + uint32_t(16 * (sl + 32)), pl1);
+    if constexpr (!MULTI) {  // ---- the stage's x to planes in place ----
+      const uint32_t xa = sb + uint32_t(WL::XOFF);
+      const W4iConv o = w4i_convert(lds16(xa + uint32_t(16 * lane)), lds16(xa + uint32_t(16 * (lane + 32))), lane);
+      __syncwarp();  // every lane's x read before the planes overwrite it
+      sts16(xa + uint32_t(16 * o.sl), o.pl0);
+      sts16(xa + uint32_t(16 * (o.sl + 32)), o.pl1);
       if ((lane & 15) == 0) {  // lanes 0 / 16: blocks 0, 2 / 1, 3
-        const int bA = lane >> 4;
-        const uint32_t ma = sb + MOFF + uint32_t(r * WL::MB);
-        const float i0 = e0 == 255 ? __uint_as_float(0x7fc00000u) : __uint_as_float(uint32_t(c0 - 14) << 23);
-        const float i1 = e1 == 255 ? __uint_as_float(0x7fc00000u) : __uint_as_float(uint32_t(c1 - 14) << 23);
-        asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(ma + uint32_t(8 * bA)), "r"(__float_as_uint(i0)),
-                     "r"(uint32_t(sx0)) : "memory");
-        asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(ma + uint32_t(8 * (bA + 2))), "r"(__float_as_uint(i1)),
-                     "r"(uint32_t(sx1)) : "memory");
+        const uint32_t ma = sb + MOFF + uint32_t(8 * (lane >> 4));
+        asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(ma), "r"(__float_as_uint(o.i0)), "r"(uint32_t(o.sx0))
+                     : "memory");
+        asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(ma + 16u), "r"(__float_as_uint(o.i1)),
+                     "r"(uint32_t(o.sx1)) : "memory");
       }
+      __syncwarp();
     }
-    };
-    if constexpr (MULTI) {
-#pragma unroll 1
-      for (int r = 0; r < M; ++r) prep(r);
-    } else {
-      prep(0);
-    }
-    __syncwarp();
     // ---- the stage's 4 blocks ----
     const uint4 sca = lds16(sb + uint32_t(L::CODES + g * L::SP)), scb = lds16(sb + uint32_t(L::CODES + (g + 8) * L::SP));
     const uint32_t za = lds_u32(sb + uint32_t(L::CODES + L::SCALES + g * L::ZP));
@@ -239,11 +268,12 @@ __global__ void __launch_bounds__(256, MINB) k_w4i(const QGemvArgs p) {
     for (int bb = 0; bb < KB; ++bb) {
       const uint32_t co = uint32_t(((4 * bb + t) ^ sw) * 16);
       const uint4 wa = lds16(sb + uint32_t(g * P) + co), wb = lds16(sb + uint32_t((g + 8) * P) + co);
-      const uint2 meta = lds8(sb + MOFF + uint32_t(mc0 * WL::MB + 8 * bb));
+      const int64_t bg = b0 + int64_t(s) * KB + bb;  // the block's index in the row
+      const uint2 meta = MULTI ? __ldg(gmeta + mc0 * nblk + bg) : lds8(sb + MOFF + uint32_t(8 * bb));
       int32_t dh[4] = {0, 0, 0, 0}, dl[4] = {0, 0, 0, 0};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const uint4 xv = lds16(sb + xb + uint32_t(16 * (16 * bb + 4 * j + t)));
+        const uint4 xv = MULTI ? __ldg(gx + bg * 16 + 4 * j + t) : lds16(sb + xb + uint32_t(16 * (16 * bb + 4 * j + t)));
         const uint32_t ua = word(wa, j), ub = word(wb, j);
         const uint32_t a[4] = {ua & 0x0f0f0f0fu, ub & 0x0f0f0f0fu, (ua >> 4) & 0x0f0f0f0fu, (ub >> 4) & 0x0f0f0f0fu};
         imma_us(dh, a, xv.x, xv.y);
@@ -254,7 +284,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4i(const QGemvArgs p) {
       acc[0] = fmaf(float(dh[0] * 256 + dl[0] - zab * sx), sa * fi, acc[0]);
       acc[2] = fmaf(float(dh[2] * 256 + dl[2] - zbb * sx), sbv * fi, acc[2]);
       if constexpr (MULTI) {  // column 2 t + 1: its own row of x
-        const uint2 meta1 = lds8(sb + MOFF + uint32_t(mc1 * WL::MB + 8 * bb));
+        const uint2 meta1 = __ldg(gmeta + mc1 * nblk + bg);
         const int32_t sx1 = int32_t(meta1.y);
         const float fi1 = __uint_as_float(meta1.x);
         acc[1] = fmaf(float(dh[1] * 256 + dl[1] - zab * sx1), sa * fi1, acc[1]);
