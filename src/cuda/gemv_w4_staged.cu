@@ -31,7 +31,10 @@
 // launch_kb2); 61 (session 9, int4 g128 with bf16 x, NEW NUMERICS: x as fp16 x 2^e per warp and stage, codes decoded
 // as fp16, k_w4 MODE 14 at M = 1 on 48's plan; M > 1: 48's MODE 0); 62 (session 10, int4 g128 with bf16 x; 48's bits)
 // k_w4 MODE 15 at M = 1: 48 with the next stage's copies issued before the wait for this stage's bytes (two stages
-// in flight while a warp waits) and a full stage's copies from addresses computed once (M > 1: 48's MODE 0); GPUKIT_GEMV_W4_VARIANT runs a variant's configuration where the process variant is 0 (w4_env_variant);
+// in flight while a warp waits) and a full stage's copies from addresses computed once (M > 1: 48's MODE 0); session 14
+// (int4 g128, bf16 x, K % 512 == 0, M <= 8; NEW NUMERICS; common/gemv_w4i.cuh): 63-66 k_w4i, the codes into int8 mma against x
+// as 16-bit fixed point per block (63: 48's plan, a ring of 2; 64: wt 24, MINB 3; 65: a ring of 3; 66: 63 with one
+// stage per warp allowed; M > 1: x converted once per call by k_w4i_xprep); GPUKIT_GEMV_W4_VARIANT runs a variant's configuration where the process variant is 0 (w4_env_variant);
 // 0 / 2 / 10 the default (MODE kDefaultMode, ring of kDefaultD; int4 g128 with bf16 x: the configuration
 // of variant kG128Wide where N >= 2 K and of kG128Mid elsewhere, 48 since session 7's final run). Removed in session 6: 4 (stages
 // of 8 blocks), 5 (a ring of 4), 8 (int4's shifts as mul.hi; NVF4's 8 is the per-lane kernel's),

@@ -1,4 +1,4 @@
-// int4 (groups of 128) decode GEMV with bf16 x at M = 1 on the INTEGER tensor cores (session 14; variants 63-65 of
+// int4 (groups of 128) decode GEMV with bf16 x at M <= 8 on the INTEGER tensor cores (session 14; variants 63-66 of
 // the staged 4-bit kernel, src/cuda/gemv_w4_staged.cu; NEW NUMERICS: x as 16-bit fixed point per 128-weight block).
 //
 // Why: k_w4 (common/gemv_w4.cuh) turns every 8 codes into bf16 pairs with 3 shifts, 4 lop3 and 4 packed subtractions
@@ -13,10 +13,11 @@
 // elements are rounded to a multiple of 2^(e_b - 141) (absolute error <= 2^(e_b - 142) <= 2^-15 |largest|).
 // X = 256 h + l with h in [-128, 127] (s8) and l in [0, 255] (u8), so sum q X = 256 sum q h + sum q l: two mma per
 // 32 k, exact in int32. The conversion is one fma per element: the bits of x 2^(141 - e) + 1.5 2^23 are
-// 0x4B400000 + X, whose bytes 0 / 1 are l / h. A block holding inf or NaN gives NaN in every row.
+// 0x4B400000 + X, whose bytes 0 / 1 are l / h. A block holding inf or NaN gives NaN in every output of its x row.
 //
-// Each warp converts its stage's x in place (after the wait for the stage's bytes): 16 elements per lane, the block
-// maxima and the block sums of X over 16 lanes by 4 shuffles, the planes stored in the order the mma reads them:
+// At M = 1 each warp converts its stage's x in place (after the wait for the stage's bytes; at M > 1 k_w4i_xprep does
+// it once per call, with the same w4i_convert): 16 elements per lane, the block maxima and the block sums of X over
+// 16 lanes by 4 shuffles, the planes stored in the order the mma reads them:
 // 16-byte slot 16 b + 4 j + t holds (b0 of h, b1 of h, b0 of l, b1 of l) of the elements 128 b + 32 t + 8 j .. + 7
 // (b0: the even ones, b1: the odd ones, matching the codes' low / high nibbles), so lane (g, t) reads one slot per
 // mma and every quad reads the same x (all 8 columns of B are x: at M = 1 every lane's c0 / c2 is the result).
