@@ -23,8 +23,8 @@ import pytest
 
 import gpukit as gk
 from bench_ref import bench_gemv_lists, check_variant_bound, e2e_engines
-from w4_ref import (bf16_out_is_rounded, call_f32, f64, graph_replays_same_bits, make_w4, poisoned_calls, same_bits,
-                    within)
+from w4_ref import (bf16_out_is_rounded, bf16_x, call_f32, f64, graph_replays_same_bits, make_w4, poisoned_calls,
+                    same_bits, within)
 
 cuda = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(6161)
@@ -37,11 +37,6 @@ SHAPES = [(37, 4096), (300, 14336), (2051, 1024), (9000, 4096), (2051, 1536), (3
 def make(n, k, row_mag=None, group=128, xdt="bfloat16"):
     """(gemv on CUDA, float64 of the dequantized weights); row_mag: per-row magnitudes (rows of very different size)."""
     return make_w4(RNG, f"int4_{group}", n, k, row_mag=row_mag)
-
-
-def bf16_x(xf, xdt="bfloat16"):
-    xh = gk.asarray(np.asarray(xf, dtype=np.float32)).astype(xdt)
-    return xh.to("cuda"), f64(xh.astype("float32"))
 
 
 call = call_f32

@@ -25,8 +25,8 @@ import pytest
 
 import gpukit as gk
 from bench_ref import bench_gemv_lists, check_variant_bound, e2e_engines
-from w4_ref import (bound_f32, call_f32, f64, graph_replays_same_bits, make_w4, poisoned_calls, rows_match, same_bits,
-                    within)
+from w4_ref import (bf16_x, bound_f32, call_f32, f64, graph_replays_same_bits, make_w4, poisoned_calls, rows_match,
+                    same_bits, within)
 
 cuda = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(6363)
@@ -40,11 +40,6 @@ SHAPES = [(4097, 4096), (2051, 14336), (37, 14336), (301, 512), (9000, 1536), (2
 
 def make(n, k, group=128):
     return make_w4(RNG, f"int4_{group}", n, k)
-
-
-def bf16_x(xf, xdt="bfloat16"):
-    xh = gk.asarray(np.asarray(xf, dtype=np.float32)).astype(xdt)
-    return xh.to("cuda"), f64(xh.astype("float32"))
 
 
 def fixed_point(xs):
@@ -62,17 +57,19 @@ def fixed_point(xs):
     return xq.reshape(m, k), np.broadcast_to(step, xb.shape).reshape(m, k)
 
 
-def emu_bound(xs, deq):
-    """2 (K / 128 + 40) 2^-24 sum_k (|x_k| + |x_k as fixed point|) |w_k|"""
+def emu_bound(xs, deq, xq=None):
+    """2 (K / 128 + 40) 2^-24 sum_k (|x_k| + |x_k as fixed point|) |w_k| (xq: fixed_point(xs)[0] if already known)"""
     k = xs.shape[1]
-    xq, _ = fixed_point(xs)
+    if xq is None:
+        xq, _ = fixed_point(xs)
     return 2 * (k / 128 + 40) * 2.0**-24 * ((np.abs(xs) + np.abs(xq)) @ np.abs(deq).T) + 1e-30
 
 
 def check_v(tag, got, xs, deq):
     xq, step = fixed_point(xs)
-    within(f"{tag} vs the emulation", got, xq @ deq.T, emu_bound(xs, deq))
-    within(f"{tag} vs float64", got, xs @ deq.T, emu_bound(xs, deq) + 0.5 * (step @ np.abs(deq).T))
+    tol = emu_bound(xs, deq, xq)
+    within(f"{tag} vs the emulation", got, xq @ deq.T, tol)
+    within(f"{tag} vs float64", got, xs @ deq.T, tol + 0.5 * (step @ np.abs(deq).T))
 
 
 # ---- CPU (no GPU) ----

@@ -21,8 +21,8 @@ import pytest
 
 import gpukit as gk
 from bench_ref import bench_gemv_lists, check_variant_bound, e2e_engines
-from w4_ref import (bf16_out_is_rounded, bound_f32, call_f32, f64, graph_replays_same_bits, make_w4, poisoned_calls,
-                    same_bits, within)
+from w4_ref import (bf16_out_is_rounded, bf16_x, bound_f32, call_f32, f64, graph_replays_same_bits, make_w4,
+                    poisoned_calls, same_bits, within)
 
 cuda = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(6262)
@@ -37,11 +37,6 @@ SHAPES = [(4097, 4096), (2051, 14336), (37, 14336), (301, 512), (9000, 1536), (2
 
 def make(n, k, group=128):
     return make_w4(RNG, f"int4_{group}", n, k)
-
-
-def bf16_x(xf, xdt="bfloat16"):
-    xh = gk.asarray(np.asarray(xf, dtype=np.float32)).astype(xdt)
-    return xh.to("cuda"), f64(xh.astype("float32"))
 
 
 # ---- CPU (no GPU) ----

@@ -56,6 +56,12 @@ def make_w4(rng, fmt, n, k, order=False, row_mag=None):
     return (lambda x, **kw: gk.gemv_int4(x, qc, sc, zc, group=g, **kw)), deq
 
 
+def bf16_x(xf, xdt="bfloat16"):
+    """(x of dtype xdt on CUDA, its float64 values) from float values xf."""
+    xh = gk.asarray(np.asarray(xf, dtype=np.float32)).astype(xdt)
+    return xh.to("cuda"), f64(xh.astype("float32"))
+
+
 def x_dtype(fmt):
     """x's dtype for a format name: "..._f16" float16, else bfloat16."""
     return "float16" if fmt.endswith("_f16") else "bfloat16"
