@@ -150,8 +150,13 @@ bool w4_g128_ring2(int64_t n, int64_t k) { return n >= 2 * k; }
 // session-6 default's arithmetic: variant 19's bits). docs/device-runs/2026-11-30-h200-s7-final-2.log plan 11,
 // % of copy at M = 1: 48 68 / 67 / 92 against 37 58 / 60 / 85 and 19 51 / 60 / 73; M = 8 45 / 45 against
 // 46 / 45 (the DEC variants 45-47, 49, 50 were slower everywhere: 49-61 / 56-63 / 71-87).
-constexpr int kG128Wide = 48;
-constexpr int kG128Mid = 48;
+// Since session 15 both are 66 (k_w4i on the integer tensor cores, common/gemv_w4i.cuh; NEW NUMERICS: x as 16-bit
+// fixed point per 128-element block, where K % 512 == 0 and M <= 8; elsewhere 48's kernels and bits). Session 14 run
+// E, bench/e2e.py decode tok/s 48 -> 66: 8B int4 b1 539.7 -> 586.9, b2 896.9 -> 929.1, b4 1657.2 -> 1716.8, b8
+// 2929.3 -> 2976.5, 1B b1 1656.8 -> 1812.0 (docs/device-runs/2026-12-01-h200-s14-E.log). The tests hold the default
+// to k_w4i's bound where it runs (tests/python/w4_ref.py: DEFAULT_G128, default_is_imma, default_tol).
+constexpr int kG128Wide = 66;
+constexpr int kG128Mid = 66;
 // int4 g32 / g64, NVF4 and float16 x (every format but int4 g128 with bf16 x): true runs variant 52's
 // configuration by default (MODE 11 with the default's plan: the same bits as MODE 8). On since session 8's
 // final run (% of copy at M = 1, (4096, 14336) / (14336, 4096) / (4096, 128256), MODE 8 -> 52: g64 65 / 67 /

@@ -25,8 +25,8 @@ import pytest
 
 import gpukit as gk
 from bench_ref import bench_gemv_lists, check_variant_bound, e2e_engines
-from w4_ref import (bf16_x, bound_f32, call_f32, f64, graph_replays_same_bits, make_w4, poisoned_calls, rows_match,
-                    same_bits, within)
+from w4_ref import (bf16_x, bound_f32, call_f32, check_v, emu_bound, f64, fixed_point, graph_replays_same_bits, make_w4,
+                    poisoned_calls, rows_match, same_bits, within)
 
 cuda = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(6363)
@@ -40,36 +40,6 @@ SHAPES = [(4097, 4096), (2051, 14336), (37, 14336), (301, 512), (9000, 1536), (2
 
 def make(n, k, group=128):
     return make_w4(RNG, f"int4_{group}", n, k)
-
-
-def fixed_point(xs):
-    """(x as the kernel represents it, its per-element step 2^(c_b - 141)) for float64 x (m, k) holding bf16 values."""
-    m, k = xs.shape
-    xb = xs.reshape(m, k // 128, 128)
-    mx = np.max(np.abs(xb), axis=2)
-    with np.errstate(divide="ignore"):
-        _, ex = np.frexp(mx)  # mx = f 2^ex, f in [0.5, 1): biased exponent ex + 126 (0 for 0 and subnormals)
-    e = np.where(mx > 0, ex + 126, 0)
-    e = np.where(mx >= 2.0**-126, e, 0)
-    c = np.clip(e, 15, 254).astype(np.float64)
-    step = np.exp2(c - 141)[..., None]
-    xq = np.rint(xb / step) * step
-    return xq.reshape(m, k), np.broadcast_to(step, xb.shape).reshape(m, k)
-
-
-def emu_bound(xs, deq, xq=None):
-    """2 (K / 128 + 40) 2^-24 sum_k (|x_k| + |x_k as fixed point|) |w_k| (xq: fixed_point(xs)[0] if already known)"""
-    k = xs.shape[1]
-    if xq is None:
-        xq, _ = fixed_point(xs)
-    return 2 * (k / 128 + 40) * 2.0**-24 * ((np.abs(xs) + np.abs(xq)) @ np.abs(deq).T) + 1e-30
-
-
-def check_v(tag, got, xs, deq):
-    xq, step = fixed_point(xs)
-    tol = emu_bound(xs, deq, xq)
-    within(f"{tag} vs the emulation", got, xq @ deq.T, tol)
-    within(f"{tag} vs float64", got, xs @ deq.T, tol + 0.5 * (step @ np.abs(deq).T))
 
 
 # ---- CPU (no GPU) ----

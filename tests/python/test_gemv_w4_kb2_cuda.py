@@ -17,7 +17,7 @@ import pytest
 
 import gpukit as gk
 from bench_ref import check_variant_bound, e2e_engines
-from w4_ref import bound_f32, call_f32, f64, make_w4, same_bits, within, x_dtype
+from w4_ref import bound_f32, call_f32, default_tol, f64, make_w4, same_bits, within, x_dtype
 from w4_ref import make_x as make_x_rng
 
 cuda = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
@@ -74,8 +74,8 @@ def test_zero_word_byte_can_fail():
 @cuda
 @pytest.mark.parametrize("n,k", SHAPES)
 def test_kb2_same_bits_as_48(n, k):
-    """int4 g128, bf16 x: 59 and 60 = 48 bit for bit at M = 1, 3, 8 (and the default, 48), within the float64
-    bound; a second call gives the same bits."""
+    """int4 g128, bf16 x: 59 and 60 = 48 bit for bit at M = 1, 3, 8 (the default until session 15), within the
+    float64 bound; a second call gives the same bits."""
     fn, deq, xdt = make("int4_128", n, k)
     x, xs = make_x(k, xdt)
     for m in (1, 3, 8):
@@ -131,8 +131,8 @@ def test_kb2_other_formats_run_the_default(fmt):
 
 @cuda
 def test_env_variant_switch():
-    """GPUKIT_GEMV_W4_VARIANT=V runs variant V's configuration where the process variant is 0: 59 gives 48's
-    bits (the default's), 53 gives 53's bits; the probes and out-of-range values are refused by name."""
+    """GPUKIT_GEMV_W4_VARIANT=V runs variant V's configuration where the process variant is 0: 59 gives 59's
+    (48's) bits, 53 gives 53's bits; the probes and out-of-range values are refused by name."""
     n, k = 300, 14336
     fn, deq, xdt = make("int4_128", n, k)
     x, xs = make_x(k, xdt)
@@ -152,4 +152,4 @@ def test_env_variant_switch():
     finally:
         os.environ.pop("GPUKIT_GEMV_W4_VARIANT", None)
     gk.cuda.synchronize()
-    within("after the env tests", call(fn, x[:1], 0), xs[:1] @ deq.T, tol_of(xs[:1], deq))
+    within("after the env tests", call(fn, x[:1], 0), xs[:1] @ deq.T, default_tol(xs[:1], deq, True))

@@ -1,5 +1,6 @@
 """The staged 4-bit GEMV's x pairing in the ring (k_w4 MODE 11, src/cuda/common/gemv_w4.cuh) and the int4
-g128 / bf16 x default (variant 48 since session 7's final run).
+g128 / bf16 x default (variant 48 from session 7's final run, 66 since session 15: k_w4i where K % 512 == 0 and
+M <= 8, within its fixed-point bound, w4_ref.default_tol).
 
 MODE 11 (M = 1): each stage's x is copied through L1 with its codes and paired in place once per stage
 ((x0, x4), (x1, x5), .. per 16-byte chunk), so the mma reads its B registers as loaded; the values that
@@ -20,7 +21,8 @@ import numpy as np
 import pytest
 
 import gpukit as gk
-from w4_ref import bound_f32, call, f64, make_w4, rows_match, same_bits, within, x_dtype
+from w4_ref import (DEFAULT_G128, bound_f32, call, default_is_imma, default_tol, f64, make_w4, rows_match, same_bits,
+                    within, x_dtype)
 from w4_ref import make_x as make_x_rng
 
 cuda = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
@@ -28,8 +30,8 @@ RNG = np.random.default_rng(909)
 VX2, VXP, VXCA = 19, 48, 51
 VXALL, VXP3, VXP2W8, VXP3W8, VXNOSP, VXP3E = 52, 53, 54, 55, 57, 58
 # the int4 g128 / bf16 x default's configuration where N >= 2 K / elsewhere: kG128Wide / kG128Mid in
-# src/cuda/gemv_w4_staged.cu (change both places)
-DEFAULT_G128_WIDE, DEFAULT_G128_MID = 48, 48
+# src/cuda/gemv_w4_staged.cu (change both places; w4_ref.DEFAULT_G128)
+DEFAULT_G128_WIDE, DEFAULT_G128_MID = DEFAULT_G128, DEFAULT_G128
 # N >= 2 K: (2051, 1024), (9000, 4096), (4099, 1536); narrow (K % 512 != 0, the narrow kernel):
 # (1000, 384), (133, 1152); N < 2 K: (37, 4096), (300, 14336), (37, 32768: split-K), (300, 4864: a
 # partial last stage)
@@ -48,7 +50,6 @@ def make_x(k, xdt, m=8):
     return make_x_rng(RNG, k, xdt, m)
 
 
-default_tol = bound_f32
 
 
 def test_default_tol_can_fail():
@@ -59,7 +60,7 @@ def test_default_tol_can_fail():
     q, s, z = gk.quantize_int4(gk.asarray(w), group=128)
     deq = f64(gk.dequantize_int4(q, s, z, group=128))
     xs = f64(gk.asarray(RNG.standard_normal((4, k)).astype(np.float32)).astype("bfloat16").astype("float32"))
-    tol = default_tol(xs, deq)
+    tol = bound_f32(xs, deq)
     qn = gk.to_numpy(q)
     codes = np.empty((n, k), dtype=np.float64)
     codes[:, 0::2], codes[:, 1::2] = qn & 0xF, qn >> 4
@@ -75,13 +76,15 @@ def test_default_tol_can_fail():
 @pytest.mark.parametrize("n,k", SHAPES)
 def test_default_is_the_shape_plan(n, k):
     """int4 g128 with bf16 x: the default gives the bits of variant DEFAULT_G128_WIDE where N >= 2 K and of
-    DEFAULT_G128_MID elsewhere at M = 1, 3 and 8, within the float64 bound, = variant 2 (no PDL)."""
+    DEFAULT_G128_MID elsewhere at M = 1, 3 and 8, within the default's float64 bound (k_w4i's where K % 512 == 0),
+    = variant 2 (no PDL)."""
     dv = DEFAULT_G128_WIDE if n >= 2 * k else DEFAULT_G128_MID
     fn, deq, xdt = make("int4_128", n, k)
     x, xs = make_x(k, xdt)
     for m in (1, 3, 8):
         a = f64(call(fn, x[:m], 0, out_dtype="float32"))
-        within(f"default n={n} k={k} M={m}", a, xs[:m] @ deq.T, default_tol(xs[:m], deq))
+        within(f"default n={n} k={k} M={m}", a, xs[:m] @ deq.T,
+               default_tol(xs[:m], deq, default_is_imma("int4_128", k, m, xdt)))
         same_bits(f"n={n} k={k} M={m}: default vs {dv}", a, f64(call(fn, x[:m], dv, out_dtype="float32")))
         same_bits(f"n={n} k={k} M={m}: default vs variant 2 (no PDL)", a, f64(call(fn, x[:m], 2, out_dtype="float32")))
 
@@ -94,7 +97,7 @@ def test_x_paired_in_ring(n, k):
     x, xs = make_x(k, xdt)
     for m in (1, 3, 8):
         b19 = f64(call(fn, x[:m], VX2, out_dtype="float32"))
-        within(f"19 n={n} k={k} M={m}", b19, xs[:m] @ deq.T, default_tol(xs[:m], deq))
+        within(f"19 n={n} k={k} M={m}", b19, xs[:m] @ deq.T, bound_f32(xs[:m], deq))
         for v in (VXP, VXCA, VXALL, VXNOSP):
             same_bits(f"n={n} k={k} M={m}: {v} vs 19", f64(call(fn, x[:m], v, out_dtype="float32")), b19)
 
@@ -108,7 +111,7 @@ def test_fewer_warps(fmt, n, k):
     rows (K % 512 != 0) run the narrow kernel: the default's bits."""
     fn, deq, xdt = make(fmt, n, k)
     x, xs = make_x(k, xdt)
-    ref, tol = xs @ deq.T, default_tol(xs, deq)
+    ref, tol = xs @ deq.T, bound_f32(xs, deq)
     for v in (VXP3, VXP2W8, VXP3W8):
         full = rows_match(f"{fmt} variant {v} n={n} k={k}", fn, v, x, lambda tag, got: within(tag, got, ref, tol))
         same_bits(f"{fmt} n={n} k={k}: {v} again", f64(call(fn, x, v, out_dtype="float32")), full)
@@ -132,7 +135,7 @@ def test_x_paired_other_formats(fmt, n, k):
     x, xs = make_x(k, xdt)
     for m in (1, 3, 8):
         a = f64(call(fn, x[:m], 0, out_dtype="float32"))
-        within(f"{fmt} default n={n} k={k} M={m}", a, xs[:m] @ deq.T, default_tol(xs[:m], deq))
+        within(f"{fmt} default n={n} k={k} M={m}", a, xs[:m] @ deq.T, bound_f32(xs[:m], deq))
         for v in (VXALL, VXP, VXCA, VXNOSP):
             same_bits(f"{fmt} n={n} k={k} M={m}: {v} vs the default", f64(call(fn, x[:m], v, out_dtype="float32")), a)
 
@@ -148,7 +151,7 @@ def test_x_paired_partial_stage_and_view(fmt):
     big = gk.asarray(RNG.standard_normal((3, k + 64)).astype(np.float32)).astype(xdt)
     xs = f64(big.astype("float32"))[1:2, :k]
     xv = big.to("cuda")[1:2, :k]
-    ref, tol = xs @ deq.T, default_tol(xs, deq)
+    ref, tol = xs @ deq.T, bound_f32(xs, deq)
     base = f64(call(fn, xv, VX2 if fmt == "int4_128" else 0, out_dtype="float32"))
     within(f"{fmt} x view: base", base, ref, tol)
     for v in (VXP, VXCA, VXALL, VXNOSP):
@@ -176,4 +179,5 @@ def test_probe_ring2_runs(fmt):
             assert y.shape == (m, n) and not np.any(np.isnan(y)), f"{fmt} n={n} k={k} M={m}: NaN in the probe's output"
             gk.cuda.synchronize()
         got = f64(call(fn, x, 0, out_dtype="float32"))
-        within(f"{fmt} n={n} k={k}: default after 56", got, xs @ deq.T, default_tol(xs, deq))
+        within(f"{fmt} n={n} k={k}: default after 56", got, xs @ deq.T,
+               default_tol(xs, deq, default_is_imma(fmt, k, len(xs), xdt)))

@@ -1,7 +1,8 @@
 """Helpers shared by the staged 4-bit GEMV tests (test_gemv_w4_*_cuda.py): weights and x of a test's own random
 generator (each module passes its RNG, so every module draws the same data as before the helpers moved here), the
-gemv closures with the float64 of the exact dequantization, the variant switch, the default's float64 bound
-2 (K + 2) 2^-24 sum |x| |w| and the checks with diagnostics (worst element, first bad index, counts)."""
+gemv closures with the float64 of the exact dequantization, the variant switch, the float64 bound of the k_w4 kernels
+2 (K + 2) 2^-24 sum |x| |w|, the fixed-point emulation and bound of k_w4i (variants 63-66, the int4 g128 / bf16 x
+default since session 15), the default's bound and the checks with diagnostics (worst element, first bad index, counts)."""
 import math
 
 import numpy as np
@@ -109,9 +110,67 @@ def within(tag, got, ref, tol):
                              f"max err / bound {np.max(err / tol):.3g}; non-finite {int(np.sum(~np.isfinite(got)))}")
 
 
+def fixed_point(xs):
+    """(x as the kernel represents it, its per-element step 2^(c_b - 141)) for float64 x (m, k) holding bf16 values."""
+    m, k = xs.shape
+    xb = xs.reshape(m, k // 128, 128)
+    mx = np.max(np.abs(xb), axis=2)
+    with np.errstate(divide="ignore"):
+        _, ex = np.frexp(mx)  # mx = f 2^ex, f in [0.5, 1): biased exponent ex + 126 (0 for 0 and subnormals)
+    e = np.where(mx > 0, ex + 126, 0)
+    e = np.where(mx >= 2.0**-126, e, 0)
+    c = np.clip(e, 15, 254).astype(np.float64)
+    step = np.exp2(c - 141)[..., None]
+    xq = np.rint(xb / step) * step
+    return xq.reshape(m, k), np.broadcast_to(step, xb.shape).reshape(m, k)
+
+
+def emu_bound(xs, deq, xq=None):
+    """2 (K / 128 + 40) 2^-24 sum_k (|x_k| + |x_k as fixed point|) |w_k| (xq: fixed_point(xs)[0] if already known)"""
+    k = xs.shape[1]
+    if xq is None:
+        xq, _ = fixed_point(xs)
+    return 2 * (k / 128 + 40) * 2.0**-24 * ((np.abs(xs) + np.abs(xq)) @ np.abs(deq).T) + 1e-30
+
+
+def check_v(tag, got, xs, deq):
+    xq, step = fixed_point(xs)
+    tol = emu_bound(xs, deq, xq)
+    within(f"{tag} vs the emulation", got, xq @ deq.T, tol)
+    within(f"{tag} vs float64", got, xs @ deq.T, tol + 0.5 * (step @ np.abs(deq).T))
+
+
 def check_exact(tag, got, xs, deq, k=None):
     """got within the default's bound (bound_f32) of x @ w^T in float64."""
     within(tag, got, xs @ deq.T, bound_f32(xs, deq, k))
+
+
+# The int4 g128 / bf16 x default (kG128Wide / kG128Mid in src/cuda/gemv_w4_staged.cu): variant 66's configuration since
+# session 15 (k_w4i, x as 16-bit fixed point per 128-element block, where K % 512 == 0 and M <= 8; elsewhere 48's
+# kernels); 48 before.
+DEFAULT_G128 = 66
+
+
+def default_is_imma(fmt, k, m=1, xdt="bfloat16"):
+    """Whether the default runs k_w4i (the integer tensor cores): int4 g128 with bf16 x, K % 512 == 0, 1 <= M <= 8."""
+    return fmt == "int4_128" and xdt == "bfloat16" and k % 512 == 0 and 1 <= m <= 8
+
+
+def default_tol(xs, deq, imma):
+    """The default's float64 bound per (m, n): bound_f32, or where it runs k_w4i (imma) the emulation bound plus the
+    fixed point's own error, 0.5 sum_k step_k |w_k| (check_v's second bound)."""
+    if not imma:
+        return bound_f32(xs, deq)
+    xq, step = fixed_point(xs)
+    return emu_bound(xs, deq, xq) + 0.5 * (step @ np.abs(deq).T)
+
+
+def check_default(tag, got, xs, deq, imma):
+    """got within the default's bound: check_v (both of its bounds) where it runs k_w4i, else check_exact."""
+    if imma:
+        check_v(tag, got, xs, deq)
+    else:
+        check_exact(tag, got, xs, deq)
 
 
 def same_bits(tag, a, b):
