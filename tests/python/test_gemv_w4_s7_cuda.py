@@ -2,7 +2,7 @@
 
 37: the per-shape plan (variant 20's configuration, MODE 0 with a ring of 2 and its own plan, where
 N >= 2 K; the default elsewhere; a function of (N, K) only): a row's bits must not depend on M,
-and must be variant 20's bits where N >= 2 K and the default's elsewhere.
+and must be variant 20's bits where N >= 2 K and the session-6 default's (19's) elsewhere.
 38: the default on codes in the "mma nibble order" (k_w4's ORD: in each 32-bit word of 8 codes,
 nibble p holds weight 2p and nibble p + 4 weight 2p + 1, p = 0..3; x then needs no byte permutes);
 39: 37 with the mma nibble order. The codes are reordered here in NumPy (mma_order) and the result
@@ -19,7 +19,7 @@ from w4_ref import rows_match as rows_match_check
 
 cuda = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(707)
-VSHAPE, VORD, VBOTH, VD2 = 37, 38, 39, 20
+VSHAPE, VORD, VBOTH, VD2, VX2 = 37, 38, 39, 20, 19
 
 
 def test_mma_order_nibbles():
@@ -56,12 +56,15 @@ SHAPES = [(2051, 1024), (9000, 4096), (1000, 384), (4099, 1536), (37, 4096), (30
 @pytest.mark.parametrize("n,k", SHAPES)
 def test_shape_plan_rows_match(n, k):
     """37 (int4 g128): a row's bits independent of M, within the float64 bound, and variant 20's bits
-    where N >= 2 K (K % 512 == 0) / the default's elsewhere, at M = 1 and M = 8."""
+    where N >= 2 K (K % 512 == 0), variant 19's (the session-6 default's) where N < 2 K, the default's (the narrow
+    kernel) where K % 512 != 0, at M = 1 and M = 8."""
     fn, deq = make("int4_128", n, k)
     xb = gk.asarray(RNG.standard_normal((8, k)).astype(np.float32)).astype("bfloat16")
     x, xs = xb.to("cuda"), f64(xb.astype("float32"))
     full = rows_match(f"int4_128 variant 37 n={n} k={k}", fn, VSHAPE, x, xs, deq)
-    other = VD2 if n >= 2 * k and k % 512 == 0 else 0
+    # N < 2 K: the session-6 default's configuration (variant 19's bits; the default itself runs k_w4i where
+    # K % 512 == 0 since session 15), the narrow kernel (the default's) where K % 512 != 0
+    other = VD2 if n >= 2 * k and k % 512 == 0 else (VX2 if k % 512 == 0 else 0)
     same_bits(f"n={n} k={k} M=8: 37 vs {other}", full, f64(call(fn, x, other, out_dtype="float32")))
     same_bits(f"n={n} k={k} M=1: 37 vs {other}", f64(call(fn, x[2:3], VSHAPE, out_dtype="float32")),
               f64(call(fn, x[2:3], other, out_dtype="float32")))
