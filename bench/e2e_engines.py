@@ -46,7 +46,8 @@ staged GEMVs whose ring can hold each warp's whole k range with all CTAs residen
 weight byte before their PDL wait, N a mask: 1 the shapes with N > K (q/k/v), 2 the others (o), 3
 both: EngineOptions::quantized_full_ring), qxp / noqxp (fp8 / int8 weights: the norms before the
 q/k/v, gate/up and lm head GEMVs also write the scaled fp16 x those GEMVs read:
-EngineOptions::quantized_x_prep), faw<N> (the fused attention
+EngineOptions::quantized_x_prep), qsw / noqsw (int4 weights: the SwiGLU in the gate/up GEMV's epilogue
+where the integer tensor-core kernel runs it: EngineOptions::quantized_swiglu), faw<N> (the fused attention
 with N = 2 / 4 times the warps per CTA, 0 off: EngineOptions::fused_attention_wide).
 Environment knobs of other areas for one engine's run (set before it, restored after it):
 w8a (GPUKIT_GEMV_W8=4,3,16,1,0: the 8-bit GEMVs' configuration of session 5's checkpoint A,
@@ -182,6 +183,8 @@ def gk_engine(eng):
             opt["attrs"]["quantized_small_pdl"] = int(f[3:])
         elif f in ("qxp", "noqxp"):  # fp8 / int8: the norms write the GEMVs' scaled fp16 x
             opt["attrs"]["quantized_x_prep"] = f == "qxp"
+        elif f in ("qsw", "noqsw"):  # int4: the SwiGLU in the gate/up GEMV's epilogue
+            opt["attrs"]["quantized_swiglu"] = f == "qsw"
         elif f in ("qfr0", "qfr1", "qfr2", "qfr3"):  # fp8 / int8: the GEMVs' full ring (1 N > K, 2 N <= K)
             opt["attrs"]["quantized_full_ring"] = int(f[3:])
         elif f in ("ost", "noost"):  # the o GEMV after the fused attention: half its rows staged in shared memory

@@ -413,6 +413,11 @@ struct EngineOptions {
   // bits (the products are the bf16 ones times 2^c, exact; rows whose values span more than
   // ~2^30 could differ in their smallest terms). Unmeasured in the engine at the time of writing.
   bool quantized_x_prep = false;
+  // Level 2 decode with int4 weights (groups of 128, bf16): the SwiGLU in the gate/up GEMV's epilogue where that GEMV
+  // runs on the integer tensor cores (gk::gemv_quantized_swiglu: the default int4 kernel, K % 512 == 0, no split-K),
+  // one launch fewer per layer; elsewhere the GEMV then the SwiGLU launch. The same bits (g and u rounded to the
+  // weight type, then k_swiglu's arithmetic). Default from GPUKIT_QUANT_SWIGLU.
+  bool quantized_swiglu = true;
 };
 
 class Model {
@@ -478,6 +483,7 @@ class Model {
   // y = x @ W^T (+ bias) through the fastest path for the rows of x and the weight form.
   Array project(const Array& x, const Array& w, const QuantizedWeight& qw, const Array& bias = {},
                 std::optional<DType> out = std::nullopt) const;
+  Array project_swiglu(const Array& x, const QuantizedWeight& qw) const;  // undefined where not fused
   Array lm_head(const Array& h, const Array* argmax_keys = nullptr) const;
   Array mlp(const LayerWeights& L, const Array& h, int layer) const;
   Array add_norm(const Array& x, Array& resid, const Array& w, int layer) const;

@@ -39,5 +39,12 @@ Array gemv_quantized(const Array& x, const QuantizedWeight& qw, std::optional<DT
 // out_dtype: bfloat16 by default.
 Array gemv_quantized_prepared(const Array& x, const Array& xh, const Array& xinv, const QuantizedWeight& qw,
                               std::optional<DType> out_dtype = std::nullopt, const Stream* s = nullptr);
+// y [M, I] = silu(x g^T) * (x u^T) for a quantized weight qw = [gate; up] (2 I rows) and x [M <= 8, K] (or [K]), with
+// g and u rounded to out_dtype first: the bits of gemv_quantized(x, qw, out_dtype) followed by the SwiGLU, in one
+// launch (the SwiGLU in the GEMV's epilogue). Only where that kernel runs: CUDA, int4 with groups of 128 and bf16 x on
+// the integer tensor cores (K % 512 == 0, no split-K, the default kernel). Anywhere else it returns an undefined
+// Array, and the caller runs the GEMV and the SwiGLU itself.
+Array gemv_quantized_swiglu(const Array& x, const QuantizedWeight& qw, std::optional<DType> out_dtype = std::nullopt,
+                            const Stream* s = nullptr);
 
 }  // namespace gk

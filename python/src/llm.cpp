@@ -201,6 +201,10 @@ GK_BINDING(60, llm) {
                    [](llm::Model& m, bool v) { m.options().quantized_x_prep = v; },
                    "fp8 / int8 weights, level 2 decode: the norms before the q/k/v, gate/up and lm head GEMVs also "
                    "write their output's scaled fp16 copy, which those GEMVs read (the same bits).")
+      .def_prop_rw("quantized_swiglu", [](const llm::Model& m) { return m.options().quantized_swiglu; },
+                   [](llm::Model& m, bool v) { m.options().quantized_swiglu = v; },
+                   "int4 weights, level 2 decode: the SwiGLU in the gate/up GEMV's epilogue where the integer "
+                   "tensor-core kernel runs it (the same bits).")
       .def_prop_rw("quantized_full_ring", [](const llm::Model& m) { return m.options().quantized_full_ring; },
                    [](llm::Model& m, int v) {
                      if (v < 0 || v > 3) throw ValueError(cat("quantized_full_ring: 0..3, got ", v));

@@ -95,6 +95,15 @@ GK_BINDING(27, quant) {
         nb::arg("out_dtype") = nb::none(),
         "gemv_quantized_prepared (EngineOptions::quantized_x_prep): fp8 / int8 weights, bf16 x [M, K] and its "
         "scaled fp16 copy xh with xinv = 2^-c per row (llm.fused_add_rms_norm_prep); elsewhere gemv_quantized(x).");
+  m.def("_gemv_int4_swiglu",
+        [](const Array& x, nb::handle q, nb::handle s, nb::handle z, int64_t group, nb::handle o) -> nb::object {
+          Array y = gemv_quantized_swiglu(x, qw_of("int4", q, s, z, group), to_dtype_opt(o, "out_dtype"));
+          return y.defined() ? nb::cast(y) : nb::none();
+        },
+        nb::arg("x"), nb::arg("q"), nb::arg("scales"), nb::arg("zeros"), nb::arg("group") = 128,
+        nb::arg("out_dtype") = nb::none(),
+        "gemv_quantized_swiglu (EngineOptions::quantized_swiglu): silu(x g^T) * (x u^T) for int4 weights q = [gate; "
+        "up] (2 I rows) in one launch, g and u rounded to out_dtype first; None where that kernel does not run.");
   m.def("_gemv_w8_stamps", &gemv_w8_stamps, nb::arg("on"),
         "Diagnostic (session 11): per-CTA %globaltimer stamps of the staged fp8 / int8 GEMV's default kinds for the "
         "launches that follow (on: the buffer cleared), or off.");

@@ -248,23 +248,24 @@ void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_
 // that ring at M = 1 (c.wt target warps per SM, registers for MINB CTAs of 256 threads). M > 1 runs the MULTI kernel on
 // the same plan (warps per CTA, split-K) with a ring of 2 (the ring does not change the bits): a row's bits do not
 // depend on M.
-template <int D, int MINB>
+// SW: the SwiGLU epilogue (QGemvArgs::swiglu; gemv_w4i_swiglu_applies holds: split 1, D = 2, MINB = 2).
+template <int D, int MINB, bool SW = false>
 void launch_w4i(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   const int split = std::max(1, p.split);
   const int nw = w4_warps(p.n, p.k, split, c, int64_t(D) * W4iLayout::STG);
   if (p.m == 1) {
-    smem_limit<k_w4i<D, MINB>>(kSmemMax);
+    smem_limit<k_w4i<D, MINB, false, SW>>(kSmemMax);
     const int smem = w4_smem(std::max(nw * D * W4iLayout::STG, nw * 32 * 4 * 4), blocks * split, c);
-    launch_ex(k_w4i<D, MINB>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st, p.variant != 2, p);
+    launch_ex(k_w4i<D, MINB, false, SW>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st, p.variant != 2, p);
   } else {  // x's planes once per call (k_w4i_xprep), then the GEMV on the same plan without x in its ring
     if (!p.w4x) throw ValueError("gemv: the integer 4-bit kernel needs its x workspace at M > 1 (internal)");
     launch_ex(k_w4i_xprep, dim3(unsigned(p.k / 512), unsigned(p.m)), 32, 0, st, p.variant != 2, p);
     GK_LAUNCH_CHECK("qgemv_w4i_xprep");
     const int smem = w4_smem(std::max(nw * 2 * W4iLayout::L::STAGE, nw * 32 * 4 * 4), blocks * split, c);
-    smem_limit<k_w4i<2, MINB, true>>(kSmemMax);
-    launch_ex(k_w4i<2, MINB, true>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st, p.variant != 2, p);
+    smem_limit<k_w4i<2, MINB, true, SW>>(kSmemMax);
+    launch_ex(k_w4i<2, MINB, true, SW>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st, p.variant != 2, p);
   }
   GK_LAUNCH_CHECK("qgemv_w4i");
   if (split > 1) launch_sum_q(p, st);
@@ -354,13 +355,17 @@ void launch_kb2(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
   return launch_k<T, F, 2, 3, 13>(p, c48, st, rp);
 }
 
+// int4 g128 with bf16 x: the configuration the call runs (the variant's, or the default's for its shape)
+W4Cfg w4_g128_cfg(const QGemvArgs& p) {
+  const W4Cfg c = w4_cfg(w4_variant_for(p));
+  return w4_is_default(c) ? w4_cfg(w4_g128_ring2(p.n, p.k) ? kG128Wide : kG128Mid) : c;
+}
+
 // int4 g128 with bf16 x: whether the call runs k_w4i (the variant's or the default's configuration; K % 512 == 0)
 bool w4i_runs(const QGemvArgs& p) {
   if (p.fmt != QFormat::int4 || p.group != 128 || p.x_dtype != DType::bf16 || p.m < 1 || p.m > 8) return false;
-  if (!applies_cfg<W4Int4<128>, 4>(p)) return false;
-  W4Cfg c = w4_cfg(w4_variant_for(p));
-  if (w4_is_default(c)) c = w4_cfg(w4_g128_ring2(p.n, p.k) ? kG128Wide : kG128Mid);
-  return c.imma != 0;
+  if (p.variant == 1 || p.variant == 3 || !applies_cfg<W4Int4<128>, 4>(p)) return false;  // 1 / 3: other kernels
+  return w4_g128_cfg(p).imma != 0;
 }
 
 template <class T, class F>
@@ -372,10 +377,11 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   if constexpr (!kG128)
     if (c.imma) c = w4_cfg(48);  // 63-65: what the other formats and float16 x run under 48
   if constexpr (kG128) {  // 37-39, 48, 51 (their narrow kernel too)
-    if (w4_is_default(c)) c = w4_cfg(w4_g128_ring2(p.n, p.k) ? kG128Wide : kG128Mid);  // the default
-    if (c.imma) {  // 63-65: k_w4i at M <= 8 where K % 512 == 0; elsewhere what 48 runs
+    c = w4_g128_cfg(p);  // the default: its shape's configuration
+    if (c.imma) {  // 63-66: k_w4i at M <= 8 where K % 512 == 0; elsewhere what 48 runs
       if (!applies_cfg<F, 4>(p)) return launch_k<T, F, 4, 3, 0, true>(p, W4Cfg{}, st);
       if (p.m > 8) return launch_xp<T, F>(p, w4_cfg(48), st);
+      if (p.swiglu) return launch_w4i<2, 2, true>(p, c, st);  // gemv_w4i_swiglu_applies
       if (c.imma == 3) return launch_w4i<3, 2>(p, c, st);
       if (c.minb == 3) return launch_w4i<2, 3>(p, c, st);
       return launch_w4i<2, 2>(p, c, st);
@@ -441,6 +447,12 @@ int w4_staged_split(int64_t n, int64_t k) {
   return int(std::max<int64_t>(sp, 1));
 }
 
+bool gemv_w4i_swiglu_applies(const QGemvArgs& p) {
+  if (p.n < 2 || p.n % 2 != 0 || p.split > 1 || !w4i_runs(p)) return false;
+  const W4Cfg c = w4_g128_cfg(p);
+  return c.imma == 2 && c.minb == 2;
+}
+
 int64_t gemv_w4i_workspace(const QGemvArgs& p) {
   if (p.m < 2 || !w4i_runs(p)) return 0;
   return p.m * p.k * 2 + p.m * (p.k / 128) * 8;
@@ -450,6 +462,8 @@ template <class T>
 void launch_w4_staged(const QGemvArgs& p, cudaStream_t st) {
   if (p.m <= 0 || p.n <= 0) return;
   if (!w4_staged_applies(p)) throw ValueError("gemv: the staged 4-bit kernel does not take these arguments");
+  if (p.swiglu && !gemv_w4i_swiglu_applies(p))
+    throw ValueError("gemv: the SwiGLU epilogue needs the integer 4-bit kernel without split-K (internal)");
   if (p.fmt == QFormat::nvf4) return launch_f<T, W4Nvf4>(p, st);
   if (p.group == 128) return launch_f<T, W4Int4<128>>(p, st);
   if (p.group == 64) return launch_f<T, W4Int4<64>>(p, st);

@@ -148,6 +148,14 @@ Array Model::project(const Array& x, const Array& w, const QuantizedWeight& qw, 
   return bias.defined() ? add(y, bias) : y;
 }
 
+// The quantized gate/up projection with the SwiGLU in its epilogue (quantized_swiglu; gk::gemv_quantized_swiglu, under
+// project()'s streaming window): undefined where that kernel does not run (the caller projects, then runs the SwiGLU).
+Array Model::project_swiglu(const Array& x, const QuantizedWeight& qw) const {
+  const bool win = opt_.quant_streaming && qw.q.defined();
+  fused::StreamWindowScope sw(Stream::current(device_), win ? qw.q.data() : nullptr, win ? int64_t(qw.q.nbytes()) : 0);
+  return gemv_quantized_swiglu(x, qw, dtype_);
+}
+
 bool Model::head_argmax(int64_t B) const {
   return opt_.fusion >= 2 && opt_.head_proj && opt_.use_gemv && device_.is_cuda() &&
          (dtype_ == DType::bf16 || dtype_ == DType::f16) && B >= 1 && B <= kGemvRows &&
@@ -252,6 +260,9 @@ Array Model::mlp(const LayerWeights& L, const Array& h, int l) const {
     mark("gate_up", l);
     act = mul(unary(UnaryOp::Silu, g), u);
     mark("swiglu", l);
+  } else if (!plain && engine_ops() && opt_.quantized_swiglu && h.shape(0) <= kGemvRows &&
+             (act = project_swiglu(h, L.gate_up_q)).defined()) {
+    mark("gate_up", l);  // with SwiGLU (int4 on the integer tensor cores)
   } else {
     Array gu = project(h, L.gate_up, L.gate_up_q);
     mark("gate_up", l);

@@ -89,6 +89,7 @@ void env_options(EngineOptions& o) {
   o.quantized_pdl_compact = env_flag("GPUKIT_QUANT_PDL_COMPACT", o.quantized_pdl_compact);
   o.quantized_attention_pdl = env_flag("GPUKIT_QUANT_ATTN_PDL", o.quantized_attention_pdl);
   o.quantized_x_prep = env_flag("GPUKIT_QUANT_X_PREP", o.quantized_x_prep);
+  o.quantized_swiglu = env_flag("GPUKIT_QUANT_SWIGLU", o.quantized_swiglu);
 }
 
 }  // namespace gk::llm

@@ -227,7 +227,7 @@ Array dequantize_weight(const QuantizedWeight& qw) {
 namespace {
 std::atomic<int64_t> g_prepared_calls{0};
 Array gemv_quantized_impl(const Array& x_in, const QuantizedWeight& qw, std::optional<DType> out_dtype,
-                          const Stream* sp, const Array* xprep_inv);
+                          const Stream* sp, const Array* xprep_inv, bool swiglu = false);
 }  // namespace
 
 Array gemv_quantized(const Array& x_in, const QuantizedWeight& qw, std::optional<DType> out_dtype, const Stream* sp) {
@@ -253,9 +253,14 @@ Array gemv_quantized_prepared(const Array& x, const Array& xh, const Array& xinv
 
 int64_t gemv_quantized_prepared_calls() { return g_prepared_calls.load(std::memory_order_relaxed); }
 
+Array gemv_quantized_swiglu(const Array& x, const QuantizedWeight& qw, std::optional<DType> out_dtype,
+                            const Stream* sp) {
+  return gemv_quantized_impl(x, qw, out_dtype, sp, nullptr, true);
+}
+
 namespace {
 Array gemv_quantized_impl(const Array& x_in, const QuantizedWeight& qw, std::optional<DType> out_dtype,
-                          const Stream* sp, const Array* xprep_inv) {
+                          const Stream* sp, const Array* xprep_inv, bool swiglu) {
   QFormat f = parse_format(qw.format);
   auto [n, k] = check_qw(qw, f);
   const Array& q0 = qw.q;
@@ -303,8 +308,13 @@ Array gemv_quantized_impl(const Array& x_in, const QuantizedWeight& qw, std::opt
   Array sc = qw.scales.defined() ? qw.scales.contiguous(&s) : Array();
   Array zr = qw.zeros.defined() ? qw.zeros.contiguous(&s) : Array();
   Array ts = qw.tensor_scale.defined() ? qw.tensor_scale.contiguous(&s) : Array();
-  Array y = Array::empty({m, n}, out, d, &s);
-  if (y.numel() == 0) return one ? y.reshape({n}) : y;
+  // swiglu (gemv_quantized_swiglu): CUDA only, where the kernel takes it (checked below, before y is allocated)
+  if (swiglu && (!d.is_cuda() || m < 1 || n < 2 || n % 2 != 0 || k < 1)) return Array();
+  Array y;
+  if (!swiglu) {
+    y = Array::empty({m, n}, out, d, &s);
+    if (y.numel() == 0) return one ? y.reshape({n}) : y;
+  }
   QGemvArgs a;
   a.x = x.data();
   a.q = qw.q.data();
@@ -315,7 +325,7 @@ Array gemv_quantized_impl(const Array& x_in, const QuantizedWeight& qw, std::opt
     a.scales = sc.defined() ? sc.data_as<float>() : nullptr;
     a.zeros = zr.defined() ? zr.data_as<uint8_t>() : nullptr;
   }
-  a.y = y.data();
+  a.y = swiglu ? nullptr : y.data();
   a.m = m;
   a.n = n;
   a.k = k;
@@ -336,6 +346,12 @@ Array gemv_quantized_impl(const Array& x_in, const QuantizedWeight& qw, std::opt
     a.w8 = (f == QFormat::fp8 || f == QFormat::int8) && !a.mma && gemv_w8_quant_enabled(n, k);
     a.split = a.w8 ? cuda::gemv_w8_split(n, k, 1) : cuda::qgemv_split(n, k, f, a.mma);
     a.w8_full = a.w8 ? gemv_w8_full_ring() : 0;  // EngineOptions::quantized_full_ring (the same bits)
+    if (swiglu) {  // y [m, n / 2]: silu(g) * u in the int4 kernel's epilogue
+      if (xprep_inv || !cuda::gemv_w4i_swiglu_applies(a)) return Array();
+      y = Array::empty({m, n / 2}, out, d, &s);
+      a.y = y.data();
+      a.swiglu = true;
+    }
     Array xh, xinv;  // the staged kernel's scaled fp16 copy of bf16 x (src/cuda/gemv_w8.cu)
     if (a.w8 && act == DType::bf16 && cuda::gemv_w8_x_workspace(m, n, k)) {
       xh = Array::empty({m, k}, DType::f16, d, &s);
@@ -376,7 +392,7 @@ Array gemv_quantized_impl(const Array& x_in, const QuantizedWeight& qw, std::opt
     detail::no_cuda_backend();
 #endif
   }
-  return one ? y.reshape({n}) : y;
+  return one ? y.reshape({y.shape(1)}) : y;
 }
 }  // namespace
 

@@ -33,6 +33,7 @@
 #include "gemv_stage.cuh"
 #include "gemv_w4_layout.cuh"
 #include "gemv_w4_ops.cuh"
+#include "ops/nn_args.h"
 
 namespace gk::cuda::gemv_detail {
 
@@ -146,7 +147,22 @@ __global__ void __launch_bounds__(32) k_w4i_xprep(const QGemvArgs p) {
   }
 }
 
-template <int D, int MINB, bool MULTI = false>
+// SW (QGemvArgs::swiglu; gemv_quantized_swiglu): the weight is [gate; up] (n = 2 I rows) and y [M, I] = silu(g) * u,
+// g and u rounded to y's type first: the bits of the GEMV's output then k_swiglu (gated_fn, the same float operations).
+// CTA b's 16 rows are gate rows 8 b .. 8 b + 7 (local rows 0-7) and up rows I + 8 b .. (8-15), so a lane holds a pair
+// (row g, row g + 8) in acc[0 / 1], acc[2 / 3]. The plan (warps, stages, split = 1) is the n = 2 I GEMV's and a row's
+// sum does not depend on its place in the grid: g and u are the plain GEMV's values bit for bit.
+__device__ __forceinline__ void store_swiglu(void* y, DType t, int64_t i, float g, float u) {
+  using nn::GatedAct;
+  if (t == DType::bf16)
+    static_cast<bf16*>(y)[i] = convert<bf16>(gated_fn<GatedAct::SwiGLU, float>(float(convert<bf16>(g)), float(convert<bf16>(u))));
+  else if (t == DType::f16)
+    static_cast<f16*>(y)[i] = convert<f16>(gated_fn<GatedAct::SwiGLU, float>(float(convert<f16>(g)), float(convert<f16>(u))));
+  else
+    static_cast<float*>(y)[i] = gated_fn<GatedAct::SwiGLU, float>(g, u);
+}
+
+template <int D, int MINB, bool MULTI = false, bool SW = false>
 __global__ void __launch_bounds__(256, MINB) k_w4i(const QGemvArgs p) {
   static_assert(D == 2 || D == 3, "a ring of 2 or 3 stages");
   using WL = W4iLayout;
@@ -169,17 +185,23 @@ __global__ void __launch_bounds__(256, MINB) k_w4i(const QGemvArgs p) {
   // the lane's copies of a stage (addresses computed once): codes, rows rr + 4 i, chunks ch, ch + 8 (swizzled);
   // lanes 0-15 the 16 bytes of scales of row lane, lanes 16-31 the 4 zero-point bytes of row lane - 16; x chunks
   // lane and lane + 32
+  // the weight row of the CTA's local row r (past the last row: the last one, never stored)
+  const auto row_of = [&](int r) -> int64_t {
+    if constexpr (SW) {
+      const int64_t I = p.n / 2, j = int64_t(blockIdx.x) * 8 + (r & 7), jc = j < I ? j : I - 1;
+      return r < 8 ? jc : I + jc;
+    } else {
+      return row0 + r < p.n ? row0 + r : p.n - 1;
+    }
+  };
   const int ch = lane % 8, rr = lane / 8;
   const uint8_t* qp[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int64_t row = row0 + rr + 4 * i < p.n ? row0 + rr + 4 * i : p.n - 1;
-    qp[i] = static_cast<const uint8_t*>(p.q) + row * p.q_rs + b0 * 64 + ch * 16;
-  }
+  for (int i = 0; i < 4; ++i) qp[i] = static_cast<const uint8_t*>(p.q) + row_of(rr + 4 * i) * p.q_rs + b0 * 64 + ch * 16;
   const uint32_t cd0 = uint32_t(rr * P + ((ch ^ w4_swz(rr)) * 16));
   const uint32_t cd1 = uint32_t((rr + 4) * P + ((ch ^ w4_swz(rr + 4)) * 16)) - uint32_t(4 * P);
   const int mr = lane & 15;
-  const int64_t mrow = row0 + mr < p.n ? row0 + mr : p.n - 1;
+  const int64_t mrow = row_of(mr);
   const uint8_t* msrc = lane < 16 ? reinterpret_cast<const uint8_t*>(p.scales) + (mrow * nblk + b0) * 4
                                   : p.zeros + mrow * nblk + b0;
   const uint32_t mdst = lane < 16 ? uint32_t(L::CODES + mr * L::SP) : uint32_t(L::CODES + L::SCALES + mr * L::ZP);
@@ -307,6 +329,15 @@ __global__ void __launch_bounds__(256, MINB) k_w4i(const QGemvArgs p) {
   }
   if (warp != 0) return;
   if (nw > 1) ws = warps_sum4(red + lane * 4, 32 * 4, nw);
+  if constexpr (SW) {  // split 1 (the launcher's condition): lane (g, t) holds x rows 2 t, 2 t + 1 of gate / up row g
+    const int64_t I = p.n / 2, j = int64_t(blockIdx.x) * 8 + g;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int m = 2 * t + e;
+      if (m < M && j < I) store_swiglu(p.y, p.out_dtype, m * I + j, f4_get(ws, e), f4_get(ws, e + 2));
+    }
+    return;
+  }
   const int S = gridDim.y, sl = blockIdx.y;
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
