@@ -282,6 +282,7 @@ Array gemv_quantized_impl(const Array& x_in, const QuantizedWeight& qw, std::opt
     throw TypeError(cat("out_dtype: gemv produces float32, float16 or bfloat16, not ", dtype_name(out)));
   const bool one = x_in.ndim() == 1;
   const int64_t m = one ? 1 : x_in.shape(0);
+  if (swiglu && m > 8) return Array();  // gemv_quantized_swiglu: M <= 8 only
   if (m > 8) {
     Array w = dequantize_weight(qw);
     return linear(x_in.astype(act, &s), w, nullptr, Activation::none, nullptr, out, &s);  // fp32 weights: exact
