@@ -34,11 +34,9 @@
 // in flight while a warp waits) and a full stage's copies from addresses computed once (M > 1: 48's MODE 0); session 14
 // (int4 g128, bf16 x, K % 512 == 0, M <= 8; NEW NUMERICS; common/gemv_w4i.cuh): 63-66 k_w4i, the codes into int8 mma against x
 // as 16-bit fixed point per block (63: 48's plan, a ring of 2; 64: wt 24, MINB 3; 65: a ring of 3; 66: 63 with one
-// stage per warp allowed; M > 1: x converted once per call by k_w4i_xprep); session 15: 67 = 66 with every weight copy
-// of a warp issued before the PDL wait where its stages fit its ring (66's bits); GPUKIT_GEMV_W4_VARIANT runs a variant's configuration where the process variant is 0 (w4_env_variant);
+// stage per warp allowed; M > 1: x converted once per call by k_w4i_xprep); GPUKIT_GEMV_W4_VARIANT runs a variant's configuration where the process variant is 0 (w4_env_variant);
 // 0 / 2 / 10 the default (MODE kDefaultMode, ring of kDefaultD; int4 g128 with bf16 x: the configuration
-// of variant kG128Wide where N >= 2 K and of kG128Mid elsewhere, 48 since session 7's final run, 66 since session
-// 15). Removed in session 6: 4 (stages
+// of variant kG128Wide where N >= 2 K and of kG128Mid elsewhere, 48 since session 7's final run). Removed in session 6: 4 (stages
 // of 8 blocks), 5 (a ring of 4), 8 (int4's shifts as mul.hi; NVF4's 8 is the per-lane kernel's),
 // 12 (11 + mul.hi): slower than the default at every shape of session 5; 15 / 18 (int4's
 // "zero-point mma", with / without x through the ring): slower at every shape of session 6's
@@ -71,7 +69,6 @@ struct W4Cfg {
   int skb = 4;                 // blocks per stage of the M = 1 kernel (2: variants 59 / 60; the plan keeps kb)
   int imma = 0;                // int4 g128, bf16 x, M <= 8: k_w4i (common/gemv_w4i.cuh) with a ring of imma (63-66)
   int minst = 2;               // stages per warp at least (of its split slice; 66: 1)
-  bool full = false;           // k_w4i: every weight copy before the PDL wait where a warp's stages fit its ring (67)
 };
 
 // A variant without a configuration of its own (0, 2: no PDL, 10, ..., the other formats' numbers)
@@ -79,7 +76,7 @@ bool w4_is_default(const W4Cfg& c) {
   const W4Cfg d;
   return c.kb == d.kb && c.d == d.d && c.wt == d.wt && c.mode == d.mode && c.minb == d.minb &&
          c.spread == d.spread && !c.old && !c.shape && !c.ord && !c.xall && c.skb == d.skb && c.imma == 0 &&
-         c.minst == d.minst && !c.full;
+         c.minst == d.minst;
 }
 
 W4Cfg w4_cfg(int variant) {
@@ -116,7 +113,6 @@ W4Cfg w4_cfg(int variant) {
     case 64: c.imma = 2, c.wt = 24, c.minb = 3; break;
     case 65: c.imma = 3; break;
     case 66: c.imma = 2, c.minst = 1; break;
-    case 67: c.imma = 2, c.minst = 1, c.full = true; break;
     default: break;
   }
   return c;
@@ -248,16 +244,13 @@ void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_
   if (split > 1) launch_sum_q(p, st);
 }
 
-// Variants 63-67 (sessions 14, 15; int4 g128, bf16 x, K % 512 == 0, M <= 8): k_w4i with a ring of D on w4_warps' plan for
+// Variants 63-66 (session 14; int4 g128, bf16 x, K % 512 == 0, M <= 8): k_w4i with a ring of D on w4_warps' plan for
 // that ring at M = 1 (c.wt target warps per SM, registers for MINB CTAs of 256 threads). M > 1 runs the MULTI kernel on
 // the same plan (warps per CTA, split-K) with a ring of 2 (the ring does not change the bits): a row's bits do not
 // depend on M.
-// SW: the SwiGLU epilogue (QGemvArgs::swiglu; gemv_w4i_swiglu_applies holds: split 1, D = 2, MINB = 2). c.full (67):
-// QGemvArgs::w4_full, the kernel's early copies.
+// SW: the SwiGLU epilogue (QGemvArgs::swiglu; gemv_w4i_swiglu_applies holds: split 1, D = 2, MINB = 2).
 template <int D, int MINB, bool SW = false>
-void launch_w4i(const QGemvArgs& p0, const W4Cfg& c, cudaStream_t st) {
-  QGemvArgs p = p0;
-  p.w4_full = c.full;
+void launch_w4i(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   const int split = std::max(1, p.split);
@@ -314,7 +307,7 @@ void launch_xp(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
 
 // GPUKIT_GEMV_W4_VARIANT=V (a benchmarking switch for the engine, e.g. bench/e2e.py's +w4vV): where the
 // process-wide variant (gk._C._gemv_set_variant) is 0, this kernel runs variant V's configuration (PDL as the
-// default's). V: 0, or 3..67 except the probes 7, 16, 56 (wrong results) and 1 / 2 (other kernels / no PDL).
+// default's). V: 0, or 3..66 except the probes 7, 16, 56 (wrong results) and 1 / 2 (other kernels / no PDL).
 // GPUKIT_GEMV_W4_SMALL=V (session 10, the same values): variant V's configuration for shapes of at most
 // kW4SmallWeights weights only (the 8B model's o and q/k/v projections, not its gate/up, down or lm head), where
 // neither the process variant nor GPUKIT_GEMV_W4_VARIANT names one. GPUKIT_GEMV_W4_O=V (session 11): the same
@@ -331,8 +324,8 @@ int w4_env_variant_of(const char* name) {
   if (last != e) {
     char* end = nullptr;
     const long r = std::strtol(e, &end, 10);
-    if (end == e || *end != '\0' || (r != 0 && (r < 3 || r > 67 || r == 7 || r == 16 || r == 56)))
-      throw ValueError(cat(name, ": expected 0 or a variant 3..67 other than the probes 7, 16, 56, got '", e, "'"));
+    if (end == e || *end != '\0' || (r != 0 && (r < 3 || r > 66 || r == 7 || r == 16 || r == 56)))
+      throw ValueError(cat(name, ": expected 0 or a variant 3..66 other than the probes 7, 16, 56, got '", e, "'"));
     v = int(r);
     last = e;
   }
@@ -385,7 +378,7 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
     if (c.imma) c = w4_cfg(48);  // 63-65: what the other formats and float16 x run under 48
   if constexpr (kG128) {  // 37-39, 48, 51 (their narrow kernel too)
     c = w4_g128_cfg(p);  // the default: its shape's configuration
-    if (c.imma) {  // 63-67: k_w4i at M <= 8 where K % 512 == 0; elsewhere what 48 runs
+    if (c.imma) {  // 63-66: k_w4i at M <= 8 where K % 512 == 0; elsewhere what 48 runs
       if (!applies_cfg<F, 4>(p)) return launch_k<T, F, 4, 3, 0, true>(p, W4Cfg{}, st);
       if (p.m > 8) return launch_xp<T, F>(p, w4_cfg(48), st);
       if (p.swiglu) return launch_w4i<2, 2, true>(p, c, st);  // gemv_w4i_swiglu_applies

@@ -347,6 +347,7 @@ Array gemv_quantized_impl(const Array& x_in, const QuantizedWeight& qw, std::opt
     a.w8 = (f == QFormat::fp8 || f == QFormat::int8) && !a.mma && gemv_w8_quant_enabled(n, k);
     a.split = a.w8 ? cuda::gemv_w8_split(n, k, 1) : cuda::qgemv_split(n, k, f, a.mma);
     a.w8_full = a.w8 ? gemv_w8_full_ring() : 0;  // EngineOptions::quantized_full_ring (the same bits)
+    a.variant = gemv_variant();
     if (swiglu) {  // y [m, n / 2]: silu(g) * u in the int4 kernel's epilogue
       if (xprep_inv || !cuda::gemv_w4i_swiglu_applies(a)) return Array();
       y = Array::empty({m, n / 2}, out, d, &s);
@@ -367,7 +368,6 @@ Array gemv_quantized_impl(const Array& x_in, const QuantizedWeight& qw, std::opt
       a.xh = xh.data();
       a.xinv = xinv.data_as<float>();
     }
-    a.variant = gemv_variant();
     Array w4x;  // int4 g128 on the integer tensor cores at M > 1: x's planes (src/cuda/common/gemv_w4i.cuh)
     if (const int64_t wb = cuda::gemv_w4i_workspace(a); wb > 0) {
       w4x = Array::empty({wb}, DType::u8, d, &s);

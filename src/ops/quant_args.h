@@ -71,9 +71,6 @@ struct QGemvArgs {
   // gemv_quantized_swiglu: q is [gate; up] (n = 2 I rows) and y [m, I] = silu(g) * u with g, u rounded to out_dtype
   // (the GEMV then the SwiGLU, their bits) in the GEMV's epilogue; only where cuda::gemv_w4i_swiglu_applies(a)
   bool swiglu = false;
-  // int4 g128 on the integer tensor cores (variant 67): a warp whose stages all fit its ring issues every weight copy
-  // before the PDL wait (set by the launcher from its configuration; the same bits)
-  bool w4_full = false;
 };
 
 namespace cpu {

@@ -16,9 +16,7 @@ What the tests hold it to:
 - inf / NaN in x: NaN rows (never a finite wrong value);
 - M = 2 .. 8: rows 0 / 3 / 7 alone, M = 2 / 5 give M = 8's bits, each row within the bound of its own x;
 - K % 512 != 0, int4 g64 / g32 and float16 x under 63-66: what they run under 48 (its bits).
-67 (session 15): 66 with every weight copy of a warp issued before the PDL wait where its stages fit its ring: 66's
-bits at every shape and M, the SwiGLU epilogue too.
-CPU tests (no GPU): the variant bound takes 67 (refuses 68), bench/gemv.py lists and names 63-67, bench/e2e.py's
+CPU tests (no GPU): the variant bound takes 66 (refuses 67), bench/gemv.py lists and names 63-66, bench/e2e.py's
 +w4v63 sets GPUKIT_GEMV_W4_VARIANT=63."""
 import os
 
@@ -28,13 +26,12 @@ import pytest
 import gpukit as gk
 from bench_ref import bench_gemv_lists, check_variant_bound, e2e_engines
 from w4_ref import (bf16_x, bound_f32, call_f32, check_v, emu_bound, f64, fixed_point, graph_replays_same_bits, make_w4,
-                    poisoned_calls, rows_match, same_bits, w4_weights, within)
+                    poisoned_calls, rows_match, same_bits, within)
 
 cuda = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(6363)
 V48 = 48
 VARIANTS = (63, 64, 65, 66)
-V67 = 67  # 66's bits: only when its copies are issued changes
 call = call_f32
 # (N, K): odd N; the layer shapes' K 4096 / 14336; 512 (one stage), 1536 / 2560 (odd stage counts), 37 rows (split-K)
 SHAPES = [(4097, 4096), (2051, 14336), (37, 14336), (301, 512), (9000, 1536), (2051, 2560), (14336, 4096),
@@ -47,15 +44,15 @@ def make(n, k, group=128):
 
 # ---- CPU (no GPU) ----
 
-def test_variant_bound_takes_67():
-    """gk._C._gemv_set_variant takes 0..67 and refuses 68 and -1 (the bound in src/ops/gemv.cpp)."""
-    check_variant_bound(67, (68, -1))
+def test_variant_bound_takes_66():
+    """gk._C._gemv_set_variant takes 0..66 and refuses 67 and -1 (the bound in src/ops/gemv.cpp)."""
+    check_variant_bound(66, (67, -1))
 
 
-def test_bench_gemv_lists_63_67():
-    """bench/gemv.py runs 63-67 for int4 only and names them (read without importing: the bench needs a GPU)."""
+def test_bench_gemv_lists_63_66():
+    """bench/gemv.py runs 63-66 for int4 only and names them (read without importing: the bench needs a GPU)."""
     vals = bench_gemv_lists()
-    for v in VARIANTS + (V67,):
+    for v in VARIANTS:
         assert v in vals["INT4_ONLY_VARIANTS"] and v in vals["W4_VARIANT_NAMES"]
 
 
@@ -196,31 +193,3 @@ def test_imma_other_inputs_run_48():
         del os.environ["GPUKIT_GEMV_W4_VARIANT"]
     same_bits("env 63 vs variant 63", env, call(fn, x, 63))
     within("default after the env test", call(fn, x, 0), xs @ deq.T, bound_f32(xs, deq))
-
-
-@cuda
-@pytest.mark.parametrize("n,k", SHAPES + [(6144, 4096), (3072, 2048), (16384, 2048), (2048, 8192)])
-def test_full_ring_67_same_bits_as_66(n, k):
-    """67 (all weight copies before the PDL wait where a warp's stages fit its ring; the 8B q/k/v, the 1B's q/k/v,
-    gate/up and down shapes take it): 66's bits at M = 1, 3 and 8, a second call the same; with the SwiGLU epilogue
-    too (n even)."""
-    fn, deq = make(n, k)
-    x, xs = bf16_x(RNG.standard_normal((8, k)))
-    for m in (1, 3, 8):
-        a = call(fn, x[:m], 66)
-        check_v(f"66 n={n} k={k} M={m}", a, xs[:m], deq)
-        same_bits(f"67 vs 66 n={n} k={k} M={m}", call(fn, x[:m], V67), a)
-    same_bits(f"67 second call n={n} k={k}", call(fn, x[:1], V67), call(fn, x[:1], 66))
-    if n % 2 == 0:
-        q, s, z = gk.quantize_int4(gk.asarray(w4_weights(RNG, n, k)), group=128)
-        parts = (q.to("cuda"), s.to("cuda"), z.to("cuda"))
-        for m in (1, 5):
-            ys = []
-            for v in (66, V67):
-                gk._C._gemv_set_variant(v)
-                try:
-                    ys.append(gk._C._gemv_int4_swiglu(x[:m], *parts))
-                finally:
-                    gk._C._gemv_set_variant(0)
-            assert ys[0] is not None and ys[1] is not None, f"n={n} k={k}: the SwiGLU epilogue did not run"
-            same_bits(f"SwiGLU 67 vs 66 n={n} k={k} M={m}", f64(ys[1].astype("float32")), f64(ys[0].astype("float32")))

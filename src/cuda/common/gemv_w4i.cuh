@@ -228,36 +228,17 @@ __global__ void __launch_bounds__(256, MINB) k_w4i(const QGemvArgs p) {
     }
   };
 
-  // full (QGemvArgs::w4_full, variant 67): a warp whose stages fit its ring issues all their weight copies before the
-  // PDL wait (groups: D of weights, then D of x, one per slot, some empty; the loop issues nothing and waits with D
-  // groups pending: the empty ones it commits and the x of the later stages). Else D - 1 stages before the wait.
-  const bool full = p.w4_full && nstw <= D;
   pdl_trigger();
-  if (full) {
 #pragma unroll
-    for (int s = 0; s < D; ++s) {
-      if (s < nstw) issue_w(ring + uint32_t(s * STG));
-      cp_commit();
-    }
-    issued = nstw;
-    pdl_wait();
-#pragma unroll
-    for (int s = 0; s < D; ++s) {
-      if (s < nstw) issue_x(ring + uint32_t(s * STG));
-      cp_commit();
-    }
-  } else {
-#pragma unroll
-    for (int s = 0; s < D - 1; ++s) {
-      if (issued < nstw) issue_w(ring + uint32_t(s * STG)), ++issued;
-      cp_commit();
-    }
-    pdl_wait();
-#pragma unroll
-    for (int s = 0; s < D - 1; ++s)
-      if (s < nstw) issue_x(ring + uint32_t(s * STG));
+  for (int s = 0; s < D - 1; ++s) {
+    if (issued < nstw) issue_w(ring + uint32_t(s * STG)), ++issued;
     cp_commit();
   }
+  pdl_wait();
+#pragma unroll
+  for (int s = 0; s < D - 1; ++s)
+    if (s < nstw) issue_x(ring + uint32_t(s * STG));
+  cp_commit();
 
   const int sw = w4_swz(g);
   // acc: (row g, column 2 t), (row g, 2 t + 1), (row g + 8, 2 t), (row g + 8, 2 t + 1); at M = 1 every column of B is
@@ -283,8 +264,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4i(const QGemvArgs p) {
       ++issued;
     }
     cp_commit();
-    if (full) cp_wait<D>();
-    else if (D > 2 && s == 0) cp_wait<D - 2>();  // groups: weights 0 .. D - 2, their x, then one per stage
+    if (D > 2 && s == 0) cp_wait<D - 2>();  // groups: weights 0 .. D - 2, their x, then one per stage
     else cp_wait<D - 1>();
     __syncwarp();
     const uint32_t sb = ring + uint32_t(slot * STG);
