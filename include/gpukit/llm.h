@@ -239,9 +239,10 @@ struct EngineOptions {
   // 5-warp q/k/v CTAs (session 12) the attention's 40 KB CTAs find room beside them sooner than
   // the 77 KB ones of 128 keys (H200, 8B fp8 b1 decode tok/s, 64 / 128 with fused_attention_wide
   // 4: session 12 checkpoint C 412.0 / 400.0 and 411.9 / 399.9, final run 405.9 / 399.3 and
-  // 406.8 / 399.6; int4 slower then: 526.1 / 537.4). int4 too since session 15: its default GEMV (k_w4i, variant 66)
-  // has 5-warp q/k/v CTAs as well (run s15-C, 8B int4 b1: 605.9 tok/s with 64 against 587.3, both with variant 67).
-  // (GPUKIT_FUSED_ATTN_CHUNK)
+  // 406.8 / 399.6; int4 slower: 526.1 / 537.4). int4 with 64 measured again in session 15 with its new GEMV (k_w4i and
+  // the SwiGLU epilogue; run s15-D, 8B decode tok/s, 64 / 128): b1 615.0 / 601.8, b2 970.4 / 957.0, b4 1769.0 / 1734.2,
+  // but b8 2787.7 / 2980.4 (1B b1 1835.4 / 1838.1), so int4 keeps 128: a chunk chosen by batch size would make a
+  // sequence's bits depend on its batch. (GPUKIT_FUSED_ATTN_CHUNK)
   int fused_attention_chunk = -1;
   // Where its CTAs let the output projection launch (PDL; GPUKIT_FUSED_ATTN_TRIGGER):
   // 0 before waiting for the q/k/v projection, 1 after reading its output, 2 after P V,

@@ -368,9 +368,7 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
     return r;
   };
   // 0: one CTA per kv head where the table fits in 384 keys; -1: 64 with fp8 weights, else 128
-  int fa_chunk = opt_.fused_attention_chunk >= 0                        ? opt_.fused_attention_chunk
-                 : w_.quantized == "fp8" || w_.quantized == "int4" ? 64
-                                                                    : 128;
+  int fa_chunk = opt_.fused_attention_chunk >= 0 ? opt_.fused_attention_chunk : w_.quantized == "fp8" ? 64 : 128;
   // head_dim 64 by auto without the push merge: one CTA per kv head (checkpoint A, 1B: fa+fac0 1155.1, fa 1129.9)
   if (fa && fa_auto64 && !opt_.fused_attention && !push_merge(opt_, cfg_, w_)) fa_chunk = 0;
   if (fa && fa_chunk == 0) {
