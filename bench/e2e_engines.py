@@ -48,7 +48,8 @@ both: EngineOptions::quantized_full_ring), qxp / noqxp (fp8 / int8 weights: the 
 q/k/v, gate/up and lm head GEMVs also write the scaled fp16 x those GEMVs read:
 EngineOptions::quantized_x_prep), qsw / noqsw (int4 weights: the SwiGLU in the gate/up GEMV's epilogue
 where the integer tensor-core kernel runs it: EngineOptions::quantized_swiglu), faw<N> (the fused attention
-with N = 2 / 4 times the warps per CTA, 0 off: EngineOptions::fused_attention_wide).
+with N = 2 / 4 times the warps per CTA, 0 off, fawa the default -1: 2 with int4 weights, else 4 where
+the launch's CTAs fit two per SM, else 2: EngineOptions::fused_attention_wide).
 Environment knobs of other areas for one engine's run (set before it, restored after it):
 w8a (GPUKIT_GEMV_W8=4,3,16,1,0: the 8-bit GEMVs' configuration of session 5's checkpoint A,
 before the default became 4,2,16,1,3,0,0), dec<N> (GPUKIT_DECODE_SPLIT=32,1024,128,N: the
@@ -189,8 +190,8 @@ def gk_engine(eng):
             opt["attrs"]["quantized_full_ring"] = int(f[3:])
         elif f in ("ost", "noost"):  # the o GEMV after the fused attention: half its rows staged in shared memory
             opt["attrs"]["o_proj_stage"] = f == "ost"
-        elif f in ("faw0", "faw2", "faw4"):  # the fused attention with 2 / 4 times the warps per CTA
-            opt["attrs"]["fused_attention_wide"] = int(f[3:])
+        elif f in ("faw0", "faw2", "faw4", "fawa"):  # the fused attention with 2 / 4 times the warps per CTA
+            opt["attrs"]["fused_attention_wide"] = -1 if f == "fawa" else int(f[3:])
         elif f in ("faer", "nofaer"):  # the fused attention's RoPE cos / sin and slot before its PDL wait
             opt["attrs"]["fused_attention_early_rope"] = f == "faer"
         elif f in ("fapa", "nofapa"):  # the push merge where measured faster (head_dim 64, quantized weights)

@@ -299,9 +299,16 @@ struct EngineOptions {
   // scores + softmax and ~2.6 us P V for ~1000 instructions per warp, one warp per SM
   // sub-partition (no latency hidden). fused_attention_early_rope is ignored with it.
   // 4 since session 8's final run (b1 decode tok/s, 0 / 2 / 4: 8B bf16 241.6 / 246.1 / 248.7,
-  // 8B fp8 374.1 / 382.8 / 387.0, 1B 1164.1 / 1202.2 / 1200.4). Default from
-  // GPUKIT_FUSED_ATTN_WIDE (0, 2 or 4).
-  int fused_attention_wide = 4;
+  // 8B fp8 374.1 / 382.8 / 387.0, 1B 1164.1 / 1202.2 / 1200.4).
+  // -1 (the default since session 16): 2 with int4 weights; otherwise 4 where the launch's CTAs
+  // (sequences x kv heads x chunks of the block table) fit two per SM, a 4x CTA holding 32K
+  // registers, else 2. The same bits whatever it picks, so the choice may follow the batch.
+  // Session 16, run A (8B decode tok/s, 4 / 2 / 0): int4 (128-key chunks) b1 600.7 / 611.0 / 574.3,
+  // b2 953.8 / 965.2 / 927.9, b4 1738.0 / 1793.2 / 1724.7, b8 3035.5 / 3068.5 / 3020.4; fp8 (64-key
+  // chunks) b1 409.3 / 405.2 / 397.0, b4 (192 CTAs) 1558.8 / 1550.9 / 1530.9, b8 (384 CTAs) 2826.8 /
+  // 2936.5 / 2887.6; bf16 b1 249.0 / 246.2 / 241.3, b8 (192 CTAs) 799.5 / 807.1 / 803.7.
+  // Default from GPUKIT_FUSED_ATTN_WIDE (-1, 0, 2 or 4).
+  int fused_attention_wide = -1;
   // Level 2 decode, bf16/fp16 weights, one sequence: the engine GEMV launched right after
   // the fused attention (the output projection; rows of <= 4096 elements) runs in blocks of
   // 8 rows, 4 loaded into registers and 4 into shared memory (cp.async), both before its PDL
@@ -440,6 +447,8 @@ class Model {
   int64_t fused_attention_push_layers() const { return fa_push_layers_; }
   // ... of them with more warps per CTA (EngineOptions::fused_attention_wide taken)
   int64_t fused_attention_wide_layers() const { return fa_wide_layers_; }
+  // ... of them with 4 times the warps (fused_attention_wide 4, or -1 where it chose 4)
+  int64_t fused_attention_wide4_layers() const { return fa_wide4_layers_; }
   // Debug: from now on the fused attention of layer `layer` (-1: none) writes per CTA 8
   // %globaltimer stamps (fused::AttnStampScope) into attention_stamps() at every decode
   // step (graph replays included): int64 [512, 8] on the model's device (one buffer for
@@ -506,7 +515,7 @@ class Model {
   mutable Array xprep_h_, xprep_xh_, xprep_inv_;
   Array stamps_;
   int stamps_layer_ = -1;
-  int64_t fa_layers_ = 0, fa_push_layers_ = 0, fa_wide_layers_ = 0;  // run_layers returned the raw residual: lm_head applies the final norm
+  int64_t fa_layers_ = 0, fa_push_layers_ = 0, fa_wide_layers_ = 0, fa_wide4_layers_ = 0;  // run_layers returned the raw residual: lm_head applies the final norm
   ModelConfig cfg_;
   EngineOptions opt_;
   Weights w_;

@@ -181,11 +181,13 @@ GK_BINDING(60, llm) {
                    "wait (the same bits).")
       .def_prop_rw("fused_attention_wide", [](const llm::Model& m) { return m.options().fused_attention_wide; },
                    [](llm::Model& m, int v) {
-                     if (v != 0 && v != 2 && v != 4) throw ValueError(cat("fused_attention_wide: 0, 2 or 4, got ", v));
+                     if (v != -1 && v != 0 && v != 2 && v != 4)
+                       throw ValueError(cat("fused_attention_wide: -1, 0, 2 or 4, got ", v));
                      m.options().fused_attention_wide = v;
                    },
                    "The fused attention (MMA passes, chunks of 64 / 128 keys) with 2 or 4 times the warps per CTA "
-                   "(0: off; the same bits).")
+                   "(0: off; -1, the default: 2 with int4 weights, else 4 where the launch's CTAs fit two per SM, "
+                   "else 2; the same bits).")
       .def_prop_rw("o_proj_stage", [](const llm::Model& m) { return m.options().o_proj_stage; },
                    [](llm::Model& m, bool v) { m.options().o_proj_stage = v; },
                    "The output projection after the fused attention stages half of its rows in shared memory "
@@ -274,6 +276,8 @@ GK_BINDING(60, llm) {
                    "... of them with the push merge (st.async into chunk 0's shared memory).")
       .def_prop_ro("fused_attention_wide_layers", &llm::Model::fused_attention_wide_layers,
                    "... of them with more warps per CTA (fused_attention_wide).")
+      .def_prop_ro("fused_attention_wide4_layers", &llm::Model::fused_attention_wide4_layers,
+                   "... of them with 4 times the warps per CTA.")
       .def_prop_rw("norm_in_proj", [](const llm::Model& m) { return m.options().norm_in_proj; },
                    [](llm::Model& m, bool v) { m.options().norm_in_proj = v; },
                    "Fusion level 2 decode: residual adds in the o/down GEMVs, norms inside the q/k/v, gate/up "

@@ -96,22 +96,27 @@ GK_BINDING(61, llm_fused) {
   lm.def("fused_attention_rope", [](const Array& qkv, int64_t hq, const Array& k_cache, const Array& v_cache,
                                     const Array& positions, const Array& block_table, double theta,
                                     std::optional<int> rotary_dim, bool interleaved, int chunk, int trigger,
-                                    bool cluster, bool mma, bool push) {
+                                    bool cluster, bool mma, bool push, int wide, bool with_merge) -> nb::object {
+    if (wide != -1 && wide != 0 && wide != 2 && wide != 4)
+      throw ValueError(cat("fused_attention_rope: wide -1, 0, 2 or 4, got ", wide));
     llm::fused::AttnMmaScope mma_scope(mma, 0, push);
+    llm::fused::AttnWideScope wide_scope(wide);
     llm::fused::Rope r;
     r.theta = theta;
     r.rotary_dim = rotary_dim;
     r.interleaved = interleaved;
     Array ctr = full({std::max<int64_t>(1, qkv.shape(0) * k_cache.shape(2))}, Scalar::of_int(0), DType::i32,
                      qkv.device());
+    int merge = 0;
     Array out = llm::fused::attention_rope(qkv, hq, k_cache, v_cache, positions, block_table, r, ctr, nullptr, chunk,
-                                              trigger, {}, cluster);
-    return nb::make_tuple(out, ctr);
+                                              trigger, {}, cluster, &merge);
+    return with_merge ? nb::object(nb::make_tuple(out, ctr, merge)) : nb::object(nb::make_tuple(out, ctr));
   }, nb::arg("qkv"), nb::arg("hq"), nb::arg("k_cache"), nb::arg("v_cache"), nb::arg("positions"),
      nb::arg("block_table"), nb::arg("theta") = 10000.0, nb::arg("rotary_dim") = nb::none(),
      nb::arg("interleaved") = false, nb::arg("chunk") = 128, nb::arg("trigger") = 0, nb::arg("cluster") = false,
-     nb::arg("mma") = false, nb::arg("push") = false,
-     "(push: the cluster merge by st.async into chunk 0 + mbarrier, with cluster and mma) (mma: the tensor-core score pass and the 16-byte P V pass) (attention output [B, hq, D] with RoPE and the KV append of the new tokens, the counters (left zero)).");
+     nb::arg("mma") = false, nb::arg("push") = false, nb::arg("wide") = 0, nb::arg("with_merge") = false,
+     "(wide: EngineOptions::fused_attention_wide, -1 by the grid) (with_merge: also the merge code, 1 pull 2 push, "
+     "+ 4 where the wide kernels ran, + 8 with 4 times the warps) (push: the cluster merge by st.async into chunk 0 + mbarrier, with cluster and mma) (mma: the tensor-core score pass and the 16-byte P V pass) (attention output [B, hq, D] with RoPE and the KV append of the new tokens, the counters (left zero)).");
   lm.def("fused_add_rms_norm", [](const Array& x, const Array& residual, const Array& w, double eps) {
     return llm::fused::add_rms_norm(x, residual, w, eps);
   }, nb::arg("x"), nb::arg("residual"), nb::arg("w"), nb::arg("eps") = 1e-6,

@@ -355,17 +355,20 @@ void launch_kb2(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
   return launch_k<T, F, 2, 3, 13>(p, c48, st, rp);
 }
 
-// int4 g128 with bf16 x: the configuration the call runs (the variant's, or the default's for its shape)
-W4Cfg w4_g128_cfg(const QGemvArgs& p) {
-  const W4Cfg c = w4_cfg(w4_variant_for(p));
+// int4 g128 with bf16 x: the configuration the call runs, from the variant's c (w4_cfg(w4_variant_for(p)),
+// resolved once per call: it reads the environment): c itself, or the default's for the shape
+W4Cfg w4_g128_cfg(const QGemvArgs& p, const W4Cfg& c) {
   return w4_is_default(c) ? w4_cfg(w4_g128_ring2(p.n, p.k) ? kG128Wide : kG128Mid) : c;
 }
 
-// int4 g128 with bf16 x: whether the call runs k_w4i (the variant's or the default's configuration; K % 512 == 0)
-bool w4i_runs(const QGemvArgs& p) {
+// int4 g128 with bf16 x: whether the call runs k_w4i (the variant's or the default's configuration; K % 512 == 0);
+// *cfg: that configuration where it does
+bool w4i_runs(const QGemvArgs& p, W4Cfg* cfg = nullptr) {
   if (p.fmt != QFormat::int4 || p.group != 128 || p.x_dtype != DType::bf16 || p.m < 1 || p.m > 8) return false;
   if (p.variant == 1 || p.variant == 3 || !applies_cfg<W4Int4<128>, 4>(p)) return false;  // 1 / 3: other kernels
-  return w4_g128_cfg(p).imma != 0;
+  const W4Cfg c = w4_g128_cfg(p, w4_cfg(w4_variant_for(p)));
+  if (cfg) *cfg = c;
+  return c.imma != 0;
 }
 
 template <class T, class F>
@@ -377,7 +380,7 @@ void launch_f(const QGemvArgs& p, cudaStream_t st) {
   if constexpr (!kG128)
     if (c.imma) c = w4_cfg(48);  // 63-65: what the other formats and float16 x run under 48
   if constexpr (kG128) {  // 37-39, 48, 51 (their narrow kernel too)
-    c = w4_g128_cfg(p);  // the default: its shape's configuration
+    c = w4_g128_cfg(p, c);  // the default: its shape's configuration
     if (c.imma) {  // 63-66: k_w4i at M <= 8 where K % 512 == 0; elsewhere what 48 runs
       if (!applies_cfg<F, 4>(p)) return launch_k<T, F, 4, 3, 0, true>(p, W4Cfg{}, st);
       if (p.m > 8) return launch_xp<T, F>(p, w4_cfg(48), st);
@@ -448,8 +451,8 @@ int w4_staged_split(int64_t n, int64_t k) {
 }
 
 bool gemv_w4i_swiglu_applies(const QGemvArgs& p) {
-  if (p.n < 2 || p.n % 2 != 0 || p.split > 1 || !w4i_runs(p)) return false;
-  const W4Cfg c = w4_g128_cfg(p);
+  W4Cfg c;
+  if (p.n < 2 || p.n % 2 != 0 || p.split > 1 || !w4i_runs(p, &c)) return false;
   return c.imma == 2 && c.minb == 2;
 }
 

@@ -22,6 +22,7 @@
 #include "core/cuda_util.h"
 #include "cuda/common/attention.cuh"
 #include "cuda/common/rows.cuh"
+#include "cuda/common/vec.cuh"
 #include "cuda/llm_attention_kernel.cuh"
 #include "cuda/llm_attention_launch.cuh"
 #include "cuda/llm_attention_parts.cuh"
@@ -51,9 +52,15 @@ int llm_attention_rope(const llm::AttnArgs& a, const llm::ProjRope& rope, void* 
   const bool push = cl && a.push && a.mma;  // the push merge: with the MMA passes only
   // wide (fused_attention_wide 2 / 4): the kernels with that many times the warps
   // (llm_attention_wide.cu), for the MMA passes and chunks of 64 / 128 keys (else ignored)
-  if ((a.wide == 2 || a.wide == 4) && a.mma && a.chunk <= 128) {
-    llm_attention_rope_wide(a, rope, stream, cl, push);
-    return (push ? 2 : cl ? 1 : 0) | 4;
+  // wide 1 (fused_attention_wide -1, auto): 4 where the grid's CTAs fit two per SM (a 4x CTA
+  // holds 32K registers), else 2. WM never changes the bits, so it may depend on the batch.
+  int wide = a.wide;
+  if (wide == 1) wide = int64_t(a.B) * a.hkv * a.S <= 2 * int64_t(sm_count()) ? 4 : 2;
+  if ((wide == 2 || wide == 4) && a.mma && a.chunk <= 128) {
+    llm::AttnArgs w = a;
+    w.wide = static_cast<unsigned char>(wide);
+    llm_attention_rope_wide(w, rope, stream, cl, push);
+    return (push ? 2 : cl ? 1 : 0) | 4 | (wide == 4 ? 8 : 0);
   }
   auto go = [&](auto tv) {
     using T = decltype(tv);

@@ -229,12 +229,7 @@ __device__ __forceinline__ void unit32(uint32_t a, uint32_t b, const T* xj, int 
 __device__ __forceinline__ void warp_sums_out(const QGemvArgs& p, const float (&acc)[4], float* red, int warp, int lane,
                                               int nw, int g, int t, int64_t row0) {
   const int S = gridDim.y, sl = blockIdx.y;
-  if (nw > 1) {
-    __syncthreads();
-#pragma unroll
-    for (int e = 0; e < 4; ++e) red[(warp * 32 + lane) * 4 + e] = acc[e];
-    __syncthreads();
-  }
+  cta_sums4_put(red, acc, warp, lane, nw);
   if (warp != 0) return;
   float4 ws = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   if (nw > 1) ws = warps_sum4(red + lane * 4, 32 * 4, nw);

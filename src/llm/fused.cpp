@@ -79,7 +79,7 @@ bool attention_early() { return t_aearly; }
 namespace {
 thread_local int t_awide = 0;
 }  // namespace
-AttnWideScope::AttnWideScope(int wide) : prev(t_awide) { t_awide = wide == 2 || wide == 4 ? wide : 0; }
+AttnWideScope::AttnWideScope(int wide) : prev(t_awide) { t_awide = wide == 2 || wide == 4 ? wide : wide < 0 ? 1 : 0; }
 AttnWideScope::~AttnWideScope() { t_awide = prev; }
 int attention_wide() { return t_awide; }
 namespace {

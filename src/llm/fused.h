@@ -216,7 +216,8 @@ struct AttnArgs {
   // ignored otherwise). The same bits.
   bool early = false;
   // fused::AttnWideScope (EngineOptions::fused_attention_wide): 2 / 4 times the warps per CTA
-  // (MMA, chunks of 64 / 128 keys; ignored otherwise, and early with it). The same bits.
+  // (MMA, chunks of 64 / 128 keys; ignored otherwise, and early with it), 1: 4 where the grid's
+  // CTAs fit two per SM, else 2 (llm_attention_rope decides). The same bits.
   unsigned char wide = 0;
 };
 
@@ -346,7 +347,8 @@ struct AttnEarlyScope {
 };
 bool attention_early();
 // EngineOptions::fused_attention_wide: the fused decode attention launched by this thread
-// while it lives runs with `wide` (2 or 4; 0: off) times the warps per CTA (AttnArgs::wide).
+// while it lives runs with `wide` (2 or 4; 0: off) times the warps per CTA (AttnArgs::wide);
+// -1: by the launch's grid (AttnArgs::wide 1, see there).
 // The same bits.
 struct AttnWideScope {
   explicit AttnWideScope(int wide);
@@ -523,7 +525,7 @@ void llm_swiglu(const void* gu, void* out, int64_t rows, int64_t I, int64_t gu_r
                 int grid_cap = 0);
 // src/cuda/llm_attention.cu
 // Returns how the chunks merge: 0 one chunk or the workspace, 1 the cluster (pull), 2 push;
-// plus 4 where the kernels of AttnArgs::wide ran.
+// plus 4 where the kernels of AttnArgs::wide ran, and 8 where they ran with 4 times the warps.
 int llm_attention_rope(const llm::AttnArgs& a, const llm::ProjRope& rope, void* stream);
 int64_t llm_attention_ws_floats(int64_t B, int64_t hkv, int64_t S);
 // src/cuda/llm_attention_wide.cu: the kernels of AttnArgs::wide (called by llm_attention_rope,

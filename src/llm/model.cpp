@@ -387,6 +387,7 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
     ++fa_layers_;
     fa_push_layers_ += (merge & 3) == 2;
     fa_wide_layers_ += (merge & 4) != 0;
+    fa_wide4_layers_ += (merge & 8) != 0;
     return att.reshape({T, Q});
   };
   if (rope_append && engine_proj(x) && w_.layers[0].qkv_q.format.empty() && w_.layers[0].gate_up.defined() &&

@@ -179,7 +179,8 @@ Array Model::decode_batch(KvCache& cache, const DecodeBatch& in, const Array& ar
   fused::EvictFirstScope wef(opt_.weights_evict_first && !quant);
   fused::AttnMmaScope amma(opt_.fused_attention_mma, opt_.fused_attention_pad_kb, push_merge(opt_, cfg_, w_));
   fused::AttnEarlyScope aearly(opt_.fused_attention_early_rope);
-  fused::AttnWideScope awide(opt_.fused_attention_wide);
+  // -1: 2 with int4 weights, else by the grid (fused::AttnWideScope)
+  fused::AttnWideScope awide(opt_.fused_attention_wide < 0 && w_.quantized == "int4" ? 2 : opt_.fused_attention_wide);
   fused::OProjStageScope ostage(opt_.o_proj_stage);
   fused::W8FullRingScope fullring(quant ? opt_.quantized_full_ring : 0);
   fused::GridCapScope cap(quant && qpdl && opt_.quantized_pdl_compact ? 4 : 0);

@@ -59,8 +59,8 @@ void env_options(EngineOptions& o) {
   o.o_proj_stage = env_flag("GPUKIT_O_PROJ_STAGE", o.o_proj_stage);
   if (const char* e = std::getenv("GPUKIT_QUANT_SMALL_PDL"); e && *e) o.quantized_small_pdl = std::atoi(e) & 3;
   if (const char* e = std::getenv("GPUKIT_FUSED_ATTN_WIDE"); e && *e) {
-    if (std::strcmp(e, "0") && std::strcmp(e, "2") && std::strcmp(e, "4"))
-      throw ValueError(cat("GPUKIT_FUSED_ATTN_WIDE: expected 0, 2 or 4, got \"", e, "\""));
+    if (std::strcmp(e, "-1") && std::strcmp(e, "0") && std::strcmp(e, "2") && std::strcmp(e, "4"))
+      throw ValueError(cat("GPUKIT_FUSED_ATTN_WIDE: expected -1, 0, 2 or 4, got \"", e, "\""));
     o.fused_attention_wide = std::atoi(e);
   }
   if (const char* e = std::getenv("GPUKIT_FUSED_ATTN_PAD_KB"); e && *e)

@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 
 import gpukit as gk
+from gpukit import _C
 
 from test_llm_decode_s6 import fa_on, run_p
-from test_llm_step import CFG, CFG128, PROMPTS, cuda_only, np_of, same
+from test_llm_step import CFG, CFG128, PROMPTS, arr, cuda_only, np_of, same
 
 NEW = 110  # up to 30 + 110 tokens: two 128-key chunks / three 64-key chunks in the last steps
 # query heads per kv head: CFG 2; these 3 (head_dim 128), 4 and 8 (head_dim 64; the 8B has 4)
@@ -33,10 +34,10 @@ def counters(m):
 
 def test_wide_option_cpu():
     m = gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1)
-    assert m._m.fused_attention_wide == 4, "fused_attention_wide is 4 by default (session 8)"
+    assert m._m.fused_attention_wide == -1, "fused_attention_wide is -1 (by format and grid) since session 16"
     m._m.fused_attention_wide = 0
     base = run_p(m, False, PROMPTS, new=3)
-    for w in (2, 4, 0):
+    for w in (2, 4, -1, 0):
         m._m.fused_attention_wide = w
         assert m._m.fused_attention_wide == w
     for bad in (1, 3, 8, -2):
@@ -45,7 +46,18 @@ def test_wide_option_cpu():
     assert m._m.fused_attention_wide == 0
     m._m.fused_attention_wide = 4
     same(base, run_p(m, False, PROMPTS, new=3), "CPU: fused_attention_wide has no effect")
-    assert counters(m)[2] == 0
+    assert counters(m)[2] == 0 and m._m.fused_attention_wide4_layers == 0
+
+
+def test_wide_env_cpu(monkeypatch):
+    # GPUKIT_FUSED_ATTN_WIDE sets the default of new models; other values are an error
+    monkeypatch.setenv("GPUKIT_FUSED_ATTN_WIDE", "2")
+    assert gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1)._m.fused_attention_wide == 2
+    monkeypatch.setenv("GPUKIT_FUSED_ATTN_WIDE", "-1")
+    assert gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1)._m.fused_attention_wide == -1
+    monkeypatch.setenv("GPUKIT_FUSED_ATTN_WIDE", "3")
+    with pytest.raises(ValueError, match="GPUKIT_FUSED_ATTN_WIDE"):
+        gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1)
 
 
 def check_same_bits(m, what, wides=(2, 4), push_expected=None, prompts=PROMPTS, new=NEW, eager=True,
@@ -181,6 +193,56 @@ def test_wide_stamps(wide):
     assert (d >= 0).all(), f"stamps out of order: {done[(d < 0).any(axis=1)][:4]}"
     m._m.set_attention_stamps(-1)
     m._m.fused_attention_wide = 0
+
+
+@cuda_only
+@pytest.mark.parametrize("chunk", [64, 128])
+def test_wide_auto_by_grid_kernel(chunk):
+    # wide -1: 4 times the warps while the CTAs (sequences x kv heads x chunks) fit two per SM,
+    # else 2; the same bits as wide 0 either way (kernel level, 8 kv heads, head_dim 128)
+    from test_llm_attention_fused import attn_case
+    sms = gk.cuda.get_device_properties("cuda:0")["multiprocessors"]
+    for B, want4 in ((1, True), (8, False)):  # (the fused kernel takes up to 8 sequences)
+        bs, mb = 16, 40  # 640-key tables: 10 / 5 chunks of 64 / 128 (10: the workspace merge)
+        S = (bs * mb + chunk - 1) // chunk
+        assert (B * 8 * S <= 2 * sms) == want4, (B, S, sms)
+        pos = [(37 * b + 400) % 600 + 30 for b in range(B)]
+        case = attn_case("bfloat16", B, 32, 8, 128, bs, B * mb + 3, mb, pos, seed=B)
+        qkv, kc, vc, p, bt = case
+        outs = {}
+        for w in (0, -1):
+            k, v = arr(kc.copy(), "cuda"), arr(vc.copy(), "cuda")
+            out, _, merge = _C.llm.fused_attention_rope(
+                arr(qkv, "cuda"), 32, k, v, arr(p, "cuda"), arr(bt, "cuda"),
+                chunk=chunk, cluster=True, mma=True, push=True, wide=w, with_merge=True)
+            outs[w] = (np_of(out), np_of(k), np_of(v), merge)
+        assert outs[0][3] & 12 == 0, f"B {B}: wide 0 ran the wide kernels ({outs[0][3]})"
+        assert outs[-1][3] & 4, f"B {B}: wide -1 did not run the wide kernels ({outs[-1][3]})"
+        assert bool(outs[-1][3] & 8) == want4, f"B {B}: {B * 8 * S} CTAs, merge code {outs[-1][3]}"
+        for i, what in enumerate(("out", "k cache", "v cache")):
+            assert np.array_equal(outs[0][i].view(np.uint16), outs[-1][i].view(np.uint16)), f"B {B}: {what} differs"
+
+
+@cuda_only
+def test_wide_auto_engine_choice():
+    # the engine's -1: int4 weights take 2 (no 4x layers), bf16 with few CTAs takes 4; the same bits as 0
+    m = gk.llm.random_model(CFG128, device="cuda", dtype="bfloat16", seed=213, quantize="int4")
+    fa_on(m)
+    m._m.fused_attention_wide = 0
+    base = run_p(m, True, PROMPTS, new=20)
+    m._m.fused_attention_wide = -1
+    f1, w1, q1 = m._m.fused_attention_layers, m._m.fused_attention_wide_layers, m._m.fused_attention_wide4_layers
+    same(base, run_p(m, True, PROMPTS, new=20), "int4, wide -1")
+    f2, w2, q2 = m._m.fused_attention_layers, m._m.fused_attention_wide_layers, m._m.fused_attention_wide4_layers
+    assert f2 > f1 and w2 - w1 == f2 - f1 and q2 == q1, (f1, f2, w1, w2, q1, q2)
+    m = bf16_model(CFG128, 215)
+    m._m.fused_attention_wide = 0
+    base = run_p(m, True, PROMPTS, new=20)
+    m._m.fused_attention_wide = -1
+    f1, q1 = m._m.fused_attention_layers, m._m.fused_attention_wide4_layers
+    same(base, run_p(m, True, PROMPTS, new=20), "bf16, wide -1")
+    f2, q2 = m._m.fused_attention_layers, m._m.fused_attention_wide4_layers
+    assert f2 > f1 and q2 - q1 == f2 - f1, (f1, f2, q1, q2)
 
 
 @cuda_only

@@ -146,6 +146,20 @@ __device__ __forceinline__ float4 warps_sum4(const float* base, int wstride, int
 }
 __device__ __forceinline__ float f4_get(const float4& v, int e) { return e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w; }
 
+// The CTA's sums of the staged 16-row kernels (k_w4, k_w4i, the GGUF staged kernels): every
+// thread puts its 4 sums into `red` (shared memory for [nw][32] float4, free by then; nothing
+// with one warp); then the other warps return and warp 0 adds them in warp order with
+// warps_sum4(red + lane * 4, 32 * 4, nw). (Each kernel keeps its own form of that last step:
+// folded into a helper, the compiler laid the kernels out otherwise.)
+__device__ __forceinline__ void cta_sums4_put(float* red, const float (&acc)[4], int warp, int lane, int nw) {
+  if (nw > 1) {
+    __syncthreads();
+#pragma unroll
+    for (int e = 0; e < 4; ++e) red[(warp * 32 + lane) * 4 + e] = acc[e];
+    __syncthreads();
+  }
+}
+
 __device__ __forceinline__ void store_out(void* y, DType t, int64_t i, float v) {
   if (t == DType::f32) static_cast<float*>(y)[i] = v;
   else if (t == DType::bf16) static_cast<bf16*>(y)[i] = convert<bf16>(v);

@@ -555,12 +555,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4(const QGemvArgs p) {
 
   // the warps' sums, added in warp order (through the ring memory, free now)
   float* red = reinterpret_cast<float*>(smem);  // [nw][32][4]
-  if (nw > 1) {
-    __syncthreads();
-#pragma unroll
-    for (int e = 0; e < 4; ++e) red[(warp * 32 + lane) * 4 + e] = acc[e];
-    __syncthreads();
-  }
+  cta_sums4_put(red, acc, warp, lane, nw);
   if (warp != 0) return;
   const int S = gridDim.y, sl = blockIdx.y;
   float rs = 1.0f;

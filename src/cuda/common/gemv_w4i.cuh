@@ -152,14 +152,14 @@ __global__ void __launch_bounds__(32) k_w4i_xprep(const QGemvArgs p) {
 // CTA b's 16 rows are gate rows 8 b .. 8 b + 7 (local rows 0-7) and up rows I + 8 b .. (8-15), so a lane holds a pair
 // (row g, row g + 8) in acc[0 / 1], acc[2 / 3]. The plan (warps, stages, split = 1) is the n = 2 I GEMV's and a row's
 // sum does not depend on its place in the grid: g and u are the plain GEMV's values bit for bit.
+template <class O>
+__device__ __forceinline__ void store_swiglu_as(void* y, int64_t i, float g, float u) {
+  static_cast<O*>(y)[i] = convert<O>(gated_fn<nn::GatedAct::SwiGLU, float>(float(convert<O>(g)), float(convert<O>(u))));
+}
 __device__ __forceinline__ void store_swiglu(void* y, DType t, int64_t i, float g, float u) {
-  using nn::GatedAct;
-  if (t == DType::bf16)
-    static_cast<bf16*>(y)[i] = convert<bf16>(gated_fn<GatedAct::SwiGLU, float>(float(convert<bf16>(g)), float(convert<bf16>(u))));
-  else if (t == DType::f16)
-    static_cast<f16*>(y)[i] = convert<f16>(gated_fn<GatedAct::SwiGLU, float>(float(convert<f16>(g)), float(convert<f16>(u))));
-  else
-    static_cast<float*>(y)[i] = gated_fn<GatedAct::SwiGLU, float>(g, u);
+  if (t == DType::bf16) store_swiglu_as<bf16>(y, i, g, u);
+  else if (t == DType::f16) store_swiglu_as<f16>(y, i, g, u);
+  else store_swiglu_as<float>(y, i, g, u);
 }
 
 template <int D, int MINB, bool MULTI = false, bool SW = false>
@@ -319,14 +319,10 @@ __global__ void __launch_bounds__(256, MINB) k_w4i(const QGemvArgs p) {
   cp_wait<0>();
 
   // the warps' sums, added in warp order (through the ring memory, free now)
+  // (ws formed before the barriers, not by cta_sums4_get: the compiler then keeps this kernel's code of session 15)
   float* red = reinterpret_cast<float*>(smem);  // [nw][32][4]
   float4 ws = make_float4(acc[0], acc[1], acc[2], acc[3]);
-  if (nw > 1) {
-    __syncthreads();
-#pragma unroll
-    for (int e = 0; e < 4; ++e) red[(warp * 32 + lane) * 4 + e] = acc[e];
-    __syncthreads();
-  }
+  cta_sums4_put(red, acc, warp, lane, nw);
   if (warp != 0) return;
   if (nw > 1) ws = warps_sum4(red + lane * 4, 32 * 4, nw);
   if constexpr (SW) {  // split 1 (the launcher's condition): lane (g, t) holds x rows 2 t, 2 t + 1 of gate / up row g
