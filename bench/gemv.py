@@ -95,7 +95,7 @@ GGUF_ONLY_VARIANTS = (21, 22, 29, 30, 31, 32, 33, 34, 35, 36)  # --variants: the
 GGUF_VARIANT_FMTS = {22: ("q4_k", "q6_k"), 31: ("q4_k", "q6_k"), 32: ("q4_1", "q4_k"), 33: ("q4_1", "q4_k", "q6_k"),
                      35: ("q4_1", "q4_k", "q6_k")}
 INT4_ONLY_VARIANTS = (6, 9, 10, 11, 14, 16, 17, 19, 20, 27, 37, 38, 39, 48, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64,
-                      65, 66, 67)  # --variants: int4 / nvf4 only (8: int4 and nvf4; 7: int4 and GGUF; 12 / 13: int4 / nvf4 and Q8_0)
+                      65, 66)  # --variants: int4 / nvf4 only (8: int4 and nvf4; 7: int4 and GGUF; 12 / 13: int4 / nvf4 and Q8_0)
 NEW_KERNEL_VARIANTS = (3, 4, 5, 7)  # int4, nvf4 and the GGUF formats only
 GGUF_FMTS = ("q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 
@@ -142,9 +142,7 @@ W4_VARIANT_NAMES = {1: "the per-lane-chunk kernel of gemv_mma.cuh", 2: "without 
                         "(NEW NUMERICS; 48's plan, a ring of 2; M <= 8: a row's bits independent of M)",
                     64: "63 with 24 target warps per SM and registers for 3 CTAs of 256 threads (NEW NUMERICS)",
                     65: "63 with a ring of 3 (NEW NUMERICS)",
-                    66: "63 with one stage per warp allowed (more warps on the short shapes; NEW NUMERICS)",
-                    67: "66 with 12 target warps per SM (the 8B q/k/v in 4-warp CTAs: registers left beside three of "
-                        "them for one fused attention CTA of 256 threads; other bits than 66)"}
+                    66: "63 with one stage per warp allowed (more warps on the short shapes; NEW NUMERICS)"}
 W4_ORDER_VARIANTS = (38, 39)  # int4 g128: timed and checked on codes reordered by mma_order (other formats: the default)
 
 

@@ -34,9 +34,7 @@
 // in flight while a warp waits) and a full stage's copies from addresses computed once (M > 1: 48's MODE 0); session 14
 // (int4 g128, bf16 x, K % 512 == 0, M <= 8; NEW NUMERICS; common/gemv_w4i.cuh): 63-66 k_w4i, the codes into int8 mma against x
 // as 16-bit fixed point per block (63: 48's plan, a ring of 2; 64: wt 24, MINB 3; 65: a ring of 3; 66: 63 with one
-// stage per warp allowed; M > 1: x converted once per call by k_w4i_xprep; session 16: 67, 66 with 12 target warps
-// per SM, so the 8B q/k/v's CTAs have 4 warps and three of them leave one 256-thread CTA's registers free on their
-// SM for the fused attention launched during them); GPUKIT_GEMV_W4_VARIANT runs a variant's configuration where the process variant is 0 (w4_env_variant);
+// stage per warp allowed; M > 1: x converted once per call by k_w4i_xprep); GPUKIT_GEMV_W4_VARIANT runs a variant's configuration where the process variant is 0 (w4_env_variant);
 // 0 / 2 / 10 the default (MODE kDefaultMode, ring of kDefaultD; int4 g128 with bf16 x: the configuration
 // of variant kG128Wide where N >= 2 K and of kG128Mid elsewhere, 48 since session 7's final run). Removed in session 6: 4 (stages
 // of 8 blocks), 5 (a ring of 4), 8 (int4's shifts as mul.hi; NVF4's 8 is the per-lane kernel's),
@@ -115,7 +113,6 @@ W4Cfg w4_cfg(int variant) {
     case 64: c.imma = 2, c.wt = 24, c.minb = 3; break;
     case 65: c.imma = 3; break;
     case 66: c.imma = 2, c.minst = 1; break;
-    case 67: c.imma = 2, c.minst = 1, c.wt = 12; break;
     default: break;
   }
   return c;
@@ -310,7 +307,7 @@ void launch_xp(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
 
 // GPUKIT_GEMV_W4_VARIANT=V (a benchmarking switch for the engine, e.g. bench/e2e.py's +w4vV): where the
 // process-wide variant (gk._C._gemv_set_variant) is 0, this kernel runs variant V's configuration (PDL as the
-// default's). V: 0, or 3..67 except the probes 7, 16, 56 (wrong results) and 1 / 2 (other kernels / no PDL).
+// default's). V: 0, or 3..66 except the probes 7, 16, 56 (wrong results) and 1 / 2 (other kernels / no PDL).
 // GPUKIT_GEMV_W4_SMALL=V (session 10, the same values): variant V's configuration for shapes of at most
 // kW4SmallWeights weights only (the 8B model's o and q/k/v projections, not its gate/up, down or lm head), where
 // neither the process variant nor GPUKIT_GEMV_W4_VARIANT names one. GPUKIT_GEMV_W4_O=V (session 11): the same
@@ -327,8 +324,8 @@ int w4_env_variant_of(const char* name) {
   if (last != e) {
     char* end = nullptr;
     const long r = std::strtol(e, &end, 10);
-    if (end == e || *end != '\0' || (r != 0 && (r < 3 || r > 67 || r == 7 || r == 16 || r == 56)))
-      throw ValueError(cat(name, ": expected 0 or a variant 3..67 other than the probes 7, 16, 56, got '", e, "'"));
+    if (end == e || *end != '\0' || (r != 0 && (r < 3 || r > 66 || r == 7 || r == 16 || r == 56)))
+      throw ValueError(cat(name, ": expected 0 or a variant 3..66 other than the probes 7, 16, 56, got '", e, "'"));
     v = int(r);
     last = e;
   }

@@ -27,7 +27,7 @@ namespace {
 std::atomic<int> g_variant{0};
 }
 void gemv_set_variant(int v) {
-  if (v < 0 || v > 67) throw ValueError(cat("variant: expected 0..67 (0, 1, 2; 3..67: 4-bit / GGUF kernel variants, see bench/gemv.py), got ", v));
+  if (v < 0 || v > 66) throw ValueError(cat("variant: expected 0..66 (0, 1, 2; 3..66: 4-bit / GGUF kernel variants, see bench/gemv.py), got ", v));
   g_variant.store(v);
 }
 int gemv_variant() { return g_variant.load(); }

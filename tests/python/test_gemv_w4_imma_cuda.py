@@ -1,9 +1,8 @@
-"""Variants 63-67 of the staged 4-bit GEMV (session 14, 67 session 16; int4 g128 with bf16 x, M <= 8; off by default; NEW NUMERICS):
+"""Variants 63-66 of the staged 4-bit GEMV (session 14; int4 g128 with bf16 x, M <= 8; off by default; NEW NUMERICS):
 k_w4i (src/cuda/common/gemv_w4i.cuh) feeds the codes as u8 to mma.sync.m16n8k32 (int32, exact) against x as 16-bit
 fixed point per 128-element block: X = round(x 2^(141 - c_b)), c_b the biased exponent of the block's largest |x|
 clamped to 15..254, split into a signed high byte and an unsigned low byte; the zero point through the block's sum of
-X. 63: 48's plan with a ring of 2; 64: 24 target warps per SM, registers for 3 CTAs; 65: a ring of 3; 67: 66 with 12
-target warps per SM; 66: 63 with one
+X. 63: 48's plan with a ring of 2; 64: 24 target warps per SM, registers for 3 CTAs; 65: a ring of 3; 66: 63 with one
 stage per warp allowed. M > 1: a small kernel (k_w4i_xprep) converts x once per call into a workspace with the same
 conversion (the same integers), and the GEMV (the MULTI kernel, on the M = 1 plan) reads column m of the mma as x row m
 from there, so a row of x gives the same bits alone or in a batch.
@@ -16,8 +15,8 @@ What the tests hold it to:
 - the same bits run to run, in a graph replay, for a strided view of x, over a poisoned output buffer;
 - inf / NaN in x: NaN rows (never a finite wrong value);
 - M = 2 .. 8: rows 0 / 3 / 7 alone, M = 2 / 5 give M = 8's bits, each row within the bound of its own x;
-- K % 512 != 0, int4 g64 / g32 and float16 x under 63-67: what they run under 48 (its bits).
-CPU tests (no GPU): the variant bound takes 67 (refuses 68), bench/gemv.py lists and names 63-67, bench/e2e.py's
+- K % 512 != 0, int4 g64 / g32 and float16 x under 63-66: what they run under 48 (its bits).
+CPU tests (no GPU): the variant bound takes 66 (refuses 67), bench/gemv.py lists and names 63-66, bench/e2e.py's
 +w4v63 sets GPUKIT_GEMV_W4_VARIANT=63."""
 import os
 
@@ -32,7 +31,7 @@ from w4_ref import (bf16_x, bound_f32, call_f32, check_v, emu_bound, f64, fixed_
 cuda = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(6363)
 V48 = 48
-VARIANTS = (63, 64, 65, 66, 67)
+VARIANTS = (63, 64, 65, 66)
 call = call_f32
 # (N, K): odd N; the layer shapes' K 4096 / 14336; 512 (one stage), 1536 / 2560 (odd stage counts), 37 rows (split-K)
 SHAPES = [(4097, 4096), (2051, 14336), (37, 14336), (301, 512), (9000, 1536), (2051, 2560), (14336, 4096),
@@ -45,13 +44,13 @@ def make(n, k, group=128):
 
 # ---- CPU (no GPU) ----
 
-def test_variant_bound_takes_67():
-    """gk._C._gemv_set_variant takes 0..67 and refuses 68 and -1 (the bound in src/ops/gemv.cpp)."""
-    check_variant_bound(67, (68, -1))
+def test_variant_bound_takes_66():
+    """gk._C._gemv_set_variant takes 0..66 and refuses 67 and -1 (the bound in src/ops/gemv.cpp)."""
+    check_variant_bound(66, (67, -1))
 
 
-def test_bench_gemv_lists_63_67():
-    """bench/gemv.py runs 63-67 for int4 only and names them (read without importing: the bench needs a GPU)."""
+def test_bench_gemv_lists_63_66():
+    """bench/gemv.py runs 63-66 for int4 only and names them (read without importing: the bench needs a GPU)."""
     vals = bench_gemv_lists()
     for v in VARIANTS:
         assert v in vals["INT4_ONLY_VARIANTS"] and v in vals["W4_VARIANT_NAMES"]
@@ -98,7 +97,7 @@ def test_emulation_bound_can_fail():
 @cuda
 @pytest.mark.parametrize("n,k", SHAPES)
 def test_imma_variants(n, k):
-    """Under 63-67: M = 1 within the emulation bound and a second call the same bits; M = 8 within the bound, rows
+    """Under 63-66: M = 1 within the emulation bound and a second call the same bits; M = 8 within the bound, rows
     0 / 3 / 7 alone and M = 2 / 5 its bits (rows_match)."""
     fn, deq = make(n, k)
     xf = RNG.standard_normal((8, k))
@@ -173,7 +172,7 @@ def test_imma_poisoned_output_strided_x_graph():
 
 @cuda
 def test_imma_other_inputs_run_48():
-    """Under 63-67: K % 512 != 0 (the narrow kernel), int4 g64 / g32 and float16 x give 48's bits; the env switch
+    """Under 63-66: K % 512 != 0 (the narrow kernel), int4 g64 / g32 and float16 x give 48's bits; the env switch
     GPUKIT_GEMV_W4_VARIANT=63 gives variant 63's bits."""
     fn, deq = make(301, 640)
     x, xs = bf16_x(RNG.standard_normal((1, 640)))

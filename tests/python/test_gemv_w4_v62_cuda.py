@@ -11,7 +11,7 @@ landed, or overwritten while read): compared bit for bit against 48 at every sha
 So 62 must give 48's bits at every shape: the tests compare bit for bit (and against the float64 bound
 2 (K + 2) 2^-24 sum |x| |w| with diagnostics). M > 1 runs 48's M > 1 kernel (MODE 0 on the same plan): 48's bits;
 K % 512 != 0 runs the narrow kernel (the default's, as under 48); int4 g64 / g32 and float16 x under 62 run what
-they run under 48. CPU tests (no GPU): the variant bound takes 62 (refuses 68; 63-66: session 14, 67: session 16), bench/gemv.py lists and names 62,
+they run under 48. CPU tests (no GPU): the variant bound takes 62 (refuses 67; 63-66: session 14), bench/gemv.py lists and names 62,
 bench/e2e.py's +w4v62 sets GPUKIT_GEMV_W4_VARIANT=62."""
 import os
 import pathlib
@@ -42,8 +42,8 @@ def make(n, k, group=128):
 # ---- CPU (no GPU) ----
 
 def test_variant_bound_takes_62():
-    """gk._C._gemv_set_variant takes 0..62 and refuses 68 and -1 (the bound in src/ops/gemv.cpp)."""
-    check_variant_bound(62, (68, -1))
+    """gk._C._gemv_set_variant takes 0..62 and refuses 67 and -1 (the bound in src/ops/gemv.cpp)."""
+    check_variant_bound(62, (67, -1))
 
 
 def test_bench_gemv_lists_62():
