@@ -299,14 +299,10 @@ struct EngineOptions {
   // scores + softmax and ~2.6 us P V for ~1000 instructions per warp, one warp per SM
   // sub-partition (no latency hidden). fused_attention_early_rope is ignored with it.
   // 4 since session 8's final run (b1 decode tok/s, 0 / 2 / 4: 8B bf16 241.6 / 246.1 / 248.7,
-  // 8B fp8 374.1 / 382.8 / 387.0, 1B 1164.1 / 1202.2 / 1200.4).
-  // -1 (the default since session 16): 2 with int4 weights; otherwise 4 where the launch's CTAs
-  // (sequences x kv heads x chunks of the block table) fit two per SM, a 4x CTA holding 32K
-  // registers, else 2. The same bits whatever it picks, so the choice may follow the batch.
-  // Session 16, run A (8B decode tok/s, 4 / 2 / 0): int4 (128-key chunks) b1 600.7 / 611.0 / 574.3,
-  // b2 953.8 / 965.2 / 927.9, b4 1738.0 / 1793.2 / 1724.7, b8 3035.5 / 3068.5 / 3020.4; fp8 (64-key
-  // chunks) b1 409.3 / 405.2 / 397.0, b4 (192 CTAs) 1558.8 / 1550.9 / 1530.9, b8 (384 CTAs) 2826.8 /
-  // 2936.5 / 2887.6; bf16 b1 249.0 / 246.2 / 241.3, b8 (192 CTAs) 799.5 / 807.1 / 803.7.
+  // 8B fp8 374.1 / 382.8 / 387.0, 1B 1164.1 / 1202.2 / 1200.4). -1 (the default since session 16):
+  // 2 with int4 weights, else 4 where the launch's CTAs (sequences x kv heads x chunks of the table)
+  // fit two per SM (32K registers each), else 2; the same bits either way (run s16-A, 8B int4 b1 /
+  // b8 with 4 / 2: 600.7 / 611.0, 3035.5 / 3068.5; fp8 b8 2826.8 / 2936.5: docs/notes/s16.md).
   // Default from GPUKIT_FUSED_ATTN_WIDE (-1, 0, 2 or 4).
   int fused_attention_wide = -1;
   // Level 2 decode, bf16/fp16 weights, one sequence: the engine GEMV launched right after
