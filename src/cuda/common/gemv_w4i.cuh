@@ -319,7 +319,8 @@ __global__ void __launch_bounds__(256, MINB) k_w4i(const QGemvArgs p) {
   cp_wait<0>();
 
   // the warps' sums, added in warp order (through the ring memory, free now)
-  // (ws formed before the barriers, not by cta_sums4_get: the compiler then keeps this kernel's code of session 15)
+  // (ws formed before the barriers and summed after the other warps' return, as in session 15: a helper doing both
+  // made the compiler lay this kernel out otherwise)
   float* red = reinterpret_cast<float*>(smem);  // [nw][32][4]
   float4 ws = make_float4(acc[0], acc[1], acc[2], acc[3]);
   cta_sums4_put(red, acc, warp, lane, nw);
