@@ -230,12 +230,12 @@ struct EngineOptions {
   // quantized_attention_pdl. Session 7, checkpoint A (8B, b1): fp8 fa+qapdl+fapush 367.4
   // tok/s against 361.5 for rope_append + attention_decode; int4 395.6 against 408.5. int4
   // too since session 8 (its verify run, with fused_attention_wide 4: 8B int4 509.6 tok/s
-  // against 500.3); not int8 (unmeasured). Default from GPUKIT_FUSED_ATTN_AUTO_QUANT.
+  // against 500.3); int8 since session 16 (docs/notes/s16.md). Default from GPUKIT_FUSED_ATTN_AUTO_QUANT.
   bool fused_attention_auto_quant = true;
   int64_t fused_attention_max_keys = 4096;
   // keys per CTA: 64, 128, 256 or 384 (one thread per key), or 0: the smallest of 128 / 256 /
   // 384 that holds the step's block table (one CTA per kv head and sequence), else 128; -1 (the
-  // default since session 12): 64 with fp8 weights, else 128. 64 with fp8: with the 8-bit GEMVs'
+  // default since session 12): 64 with fp8 (and since session 16 int8) weights, else 128. 64 with fp8: with the 8-bit GEMVs'
   // 5-warp q/k/v CTAs (session 12) the attention's 40 KB CTAs find room beside them sooner than
   // the 77 KB ones of 128 keys (H200, 8B fp8 b1 decode tok/s, 64 / 128 with fused_attention_wide
   // 4: session 12 checkpoint C 412.0 / 400.0 and 411.9 / 399.9, final run 405.9 / 399.3 and

@@ -344,12 +344,14 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
   rope.scaling = c.rope_scaling;
   // level 2 decode: RoPE, the KV append and attention in one kernel (short contexts). Auto: where
   // measured faster than rope_append + attention_decode on the H200 (<= 384 keys): bf16/fp16 weights
-  // with head_dim 128 (session 5) and 64 (_auto_hd64), fp8 and int4 weights with head_dim 128 (_auto_quant)
+  // with head_dim 128 (session 5) and 64 (_auto_hd64), fp8, int8 (session 16) and int4 weights with head_dim 128
+  // (_auto_quant)
   const int64_t table_keys = idx.block_table.defined() ? idx.block_table.shape(1) * cache.block_size() : 0;
   const bool fa_auto64 = opt_.fused_attention_auto && opt_.fused_attention_auto_hd64 && D == 64 &&
                          w_.quantized.empty() && table_keys <= 384;
   const bool fa_autoq = opt_.fused_attention_auto && opt_.fused_attention_auto_quant && D == 128 &&
-                        (w_.quantized == "fp8" || w_.quantized == "int4") && table_keys <= 384;
+                        (w_.quantized == "fp8" || w_.quantized == "int8" || w_.quantized == "int4") &&
+                        table_keys <= 384;
   const bool fa_auto =
       (opt_.fused_attention_auto && D == 128 && w_.quantized.empty() && table_keys <= 384) || fa_auto64 || fa_autoq;
   const bool fa = rope_append && (opt_.fused_attention || fa_auto) && !c.qk_norm && c.sliding_window <= 0 && side_ &&
@@ -367,8 +369,9 @@ Array Model::run_layers(const Array& ids, const Array& positions, KvCache& cache
     r.late = opt_.attn_l2 >= 3;  // the fused attention: after its K/V have landed
     return r;
   };
-  // 0: one CTA per kv head where the table fits in 384 keys; -1: 64 with fp8 weights, else 128
-  int fa_chunk = opt_.fused_attention_chunk >= 0 ? opt_.fused_attention_chunk : w_.quantized == "fp8" ? 64 : 128;
+  // 0: one CTA per kv head where the table fits in 384 keys; -1: 64 with 8-bit weights (fp8, int8), else 128
+  const bool w8 = w_.quantized == "fp8" || w_.quantized == "int8";
+  int fa_chunk = opt_.fused_attention_chunk >= 0 ? opt_.fused_attention_chunk : w8 ? 64 : 128;
   // head_dim 64 by auto without the push merge: one CTA per kv head (checkpoint A, 1B: fa+fac0 1155.1, fa 1129.9)
   if (fa && fa_auto64 && !opt_.fused_attention && !push_merge(opt_, cfg_, w_)) fa_chunk = 0;
   if (fa && fa_chunk == 0) {

@@ -232,7 +232,7 @@ def test_attention_rope_position_past_the_table():
 
 def test_fused_attention_options():
     m = gk.llm.random_model(CFG, device="cpu", dtype="float32", seed=1)
-    assert m._m.fused_attention_trigger == 0 and m._m.fused_attention_chunk == -1  # 64 with fp8 weights, else 128
+    assert m._m.fused_attention_trigger == 0 and m._m.fused_attention_chunk == -1  # 64 with fp8 / int8 weights, else 128
     assert not m._m.fused_attention and m._m.fused_attention_auto and m._m.fused_attention_cluster
     assert not m._m.quantized_pdl
     for v in (0, 1, 2, 3):
