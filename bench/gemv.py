@@ -41,7 +41,9 @@ GPUKIT_GGUF_AW=V instead (the switch that runs the shipped defaults through k_gg
 V 47's opaque magic), 0 or format names; unset, the compiled default: Q8_0 through V 43 on every shape,
 Q6_K through V 45 on the lm-head). An entry la=V sets GPUKIT_GGUF_LA=V (session 8, gguf10): la=1 the
 default's k_ggst launches with line-aligned copy lanes (the same bits; checked), la=p variant 7's copies alone
-with line-aligned copy lanes (its ceiling; not checked).
+with line-aligned copy lanes (its ceiling; not checked). An entry im=V sets GPUKIT_GGUF_IMMA=V (session 17: 1 runs
+Q4_0 / Q4_1 / Q8_0 with bf16 x on the integer tensor cores, src/cuda/quant_gguf_imma.cu, x as 16-bit fixed point per
+128-element block; 0 the staged kernel; or format names; checked).
 The default launches use programmatic dependent launch (each call copies its first weights
 while the previous call finishes, as in a decode step's chain of GEMVs); "variant 2" lines: the
 same kernels without it. "variant 1": a 2-stage cp.async ring instead of the default depth
@@ -425,8 +427,9 @@ def main():
             if base in GGUF_FMTS and args.gguf:  # the staged GGUF kernel's depth / warps knob
                 for cfg in args.gguf.split("/"):
                     env = ("GPUKIT_GGUF_AW" if cfg.startswith("aw=") else
-                           "GPUKIT_GGUF_LA" if cfg.startswith("la=") else "GPUKIT_GEMV_GGUF")
-                    os.environ[env] = cfg[3:] if cfg[:3] in ("aw=", "la=") else cfg
+                           "GPUKIT_GGUF_LA" if cfg.startswith("la=") else
+                           "GPUKIT_GGUF_IMMA" if cfg.startswith("im=") else "GPUKIT_GEMV_GGUF")
+                    os.environ[env] = cfg[3:] if cfg[:3] in ("aw=", "la=", "im=") else cfg
                     try:
                         # V 7 / 36 / 37 / 38 / 42 / 44 / 46: the copies alone, wrong results (Q6_K: 42 / 44 =
                         # 41 / 43, its default math)

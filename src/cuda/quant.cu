@@ -98,6 +98,8 @@ void launch_nvf4(const QGemvArgs& a, cudaStream_t st) {
 // Every kernel here takes any split.
 template <class T>
 void launch_gguf_any(const QGemvArgs& p, cudaStream_t st) {
+  if constexpr (std::is_same_v<T, bf16>)
+    if (gguf_imma_runs(p)) return launch_gguf_imma(p, st);  // GPUKIT_GGUF_IMMA (session 17)
   if (p.variant != 1 && p.variant != 3 && gguf_st_applies(p)) return launch_gguf_st<T>(p, st);
   if (p.variant != 1 && gguf_k_applies(p)) return launch_gguf_k<T>(p, st);
   if (p.fmt == QFormat::q4_k) return launch_mma<MQ4K<T>, T>(kargs(p), p.split, st);

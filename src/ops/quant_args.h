@@ -66,7 +66,8 @@ struct QGemvArgs {
   // inverse scales 2^-c (the staged kernel only)
   const float* xprep_inv = nullptr;
   // int4 g128 on the integer tensor cores at 1 < M <= 8 (src/cuda/common/gemv_w4i.cuh): x's planes, block exponents
-  // and sums, cuda::gemv_w4i_workspace(a) bytes (0: not needed)
+  // and sums, cuda::gemv_w4i_workspace(a) bytes (0: not needed); the same for the GGUF integer kernel at 1 < M <= 8
+  // (cuda::gguf_imma_workspace(a))
   void* w4x = nullptr;
   // gemv_quantized_swiglu: q is [gate; up] (n = 2 I rows) and y [m, I] = silu(g) * u with g, u rounded to out_dtype
   // (the GEMV then the SwiGLU, their bits) in the GEMV's epilogue; only where cuda::gemv_w4i_swiglu_applies(a)
@@ -83,6 +84,7 @@ void dequantize_gguf_row(const QuantArgs& a, int64_t j, float* out);
 namespace cuda {
 void qgemv(const QGemvArgs& a, void* stream);
 int64_t gemv_w4i_workspace(const QGemvArgs& a);  // src/cuda/gemv_w4_staged.cu
+int64_t gguf_imma_workspace(const QGemvArgs& a);  // src/cuda/quant_gguf_imma.cu (the same field, w4x)
 // Whether the int4 GEMV of a (its x, formats, plan; a.split set) can take the SwiGLU epilogue: k_w4i with a ring of 2
 // and registers for 2 CTAs (the default's kernel, variants 63 / 66), no split-K, n even.
 bool gemv_w4i_swiglu_applies(const QGemvArgs& a);

@@ -21,6 +21,12 @@ bool gguf_st_applies(const QGemvArgs& p);
 template <class T>
 void launch_gguf_st(const QGemvArgs& p, cudaStream_t st);
 int gguf_st_split(int64_t n, int64_t k, QFormat f);
+// Q4_0 / Q4_1 / Q8_0 with bf16 x on the integer tensor cores (src/cuda/quant_gguf_imma.cu; GPUKIT_GGUF_IMMA):
+// whether the call runs it (format, bf16 x, M <= 8, K % 512 == 0, aligned rows, the switch), the x workspace it
+// needs at M > 1 (QGemvArgs::w4x; 0: none), the launch.
+bool gguf_imma_runs(const QGemvArgs& p);
+int64_t gguf_imma_workspace(const QGemvArgs& p);
+void launch_gguf_imma(const QGemvArgs& p, cudaStream_t st);
 // int4 with every mma k-step in one group (src/cuda/quant_int4_mma.cu): K % 256 == 0,
 // groups of 32 / 64 / 128, aligned rows.
 bool int4_mma_applies(const QGemvArgs& p);

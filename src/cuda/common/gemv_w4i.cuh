@@ -31,30 +31,12 @@
 // k_w4's conditions); the launcher checks them.
 #pragma once
 #include "gemv_stage.cuh"
+#include "imma.cuh"
 #include "gemv_w4_layout.cuh"
 #include "gemv_w4_ops.cuh"
 #include "ops/nn_args.h"
 
 namespace gk::cuda::gemv_detail {
-
-// d += a (16 x 32, u8) b (32 x 8, s8 / u8), int32
-__device__ __forceinline__ void imma_us(int32_t (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-               "{%0, %1, %2, %3};"
-               : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void imma_uu(int32_t (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-               "{%0, %1, %2, %3};"
-               : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ uint32_t w4i_umax2(uint32_t a, uint32_t b) {  // per 16-bit half, unsigned
-  uint32_t r;
-  asm("max.u16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-  return r;
-}
 
 // The stage's layout after W4Layout<W4Int4<128>, 4>'s codes / scales / zero points (M = 1): x (1 KB, bf16 as copied,
 // then the planes in place), then per block (f32 2^(c - 141) or NaN, s32 sum of X). M > 1: the codes, scales and
