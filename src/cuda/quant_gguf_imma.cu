@@ -123,9 +123,12 @@ __device__ __forceinline__ GiConv gi_convert(uint2 a0, uint2 a1, uint2 c0, uint2
   return o;
 }
 
-// M > 1: x [M, K] bf16 -> p.w4x: the planes [M][K / 32 blocks][4 slots of 16 bytes] (M K 2 bytes), then per row and
-// block (f32 step, s32 sum of X) (M K / 4 bytes). Grid (K / 512, M), one warp each; the GEMV launched after it (PDL)
-// reads them after its wait.
+// M > 1: x [M, K] bf16 -> p.w4x: per 32-weight block a record of 576 bytes: the planes of x rows 0..7 (64 bytes each,
+// slots t = 0..3), then (f32 step, s32 sum of X) of rows 0..7; rows M..7 repeat row M - 1 (the GEMV's lanes of
+// columns past M read them). So a lane's x (row g) is one 16-byte load and its two columns' steps and sums (rows 2 t,
+// 2 t + 1) another, and a block's x for the whole warp is 576 contiguous bytes. Grid (K / 512, M), one warp each; the
+// GEMV launched after it (PDL) reads them after its wait.
+constexpr int kRec = 576;
 __global__ void __launch_bounds__(32) k_ggi_xprep(const QGemvArgs p) {
   pdl_trigger();
   pdl_wait();
@@ -135,13 +138,15 @@ __global__ void __launch_bounds__(32) k_ggi_xprep(const QGemvArgs p) {
   const auto ld = [&](int e) { return __ldg(reinterpret_cast<const uint2*>(xr + e)); };
   const GiConv o = gi_convert(ld(32 * bA + 4 * t), ld(32 * bA + 16 + 4 * t), ld(32 * (bA + 8) + 4 * t),
                               ld(32 * (bA + 8) + 16 + 4 * t));
-  uint4* pl = reinterpret_cast<uint4*>(static_cast<uint8_t*>(p.w4x) + r * p.k * 2 + st * 1024);
-  pl[lane] = o.s0;
-  pl[32 + lane] = o.s1;
-  if (t == 0) {
-    uint2* meta = reinterpret_cast<uint2*>(static_cast<uint8_t*>(p.w4x) + p.m * p.k * 2) + r * (p.k / 32) + st * 16;
-    meta[bA] = make_uint2(__float_as_uint(o.i0), uint32_t(o.sx0));
-    meta[bA + 8] = make_uint2(__float_as_uint(o.i1), uint32_t(o.sx1));
+  uint8_t* rec = static_cast<uint8_t*>(p.w4x) + (st * 16 + bA) * kRec;  // block bA's record (bA + 8: 8 records on)
+  const int64_t r1 = r + 1 == p.m ? 8 : r + 1;  // the rows this warp writes: r (the last row: M - 1 .. 7)
+  for (int64_t rw = r; rw < r1; ++rw) {
+    reinterpret_cast<uint4*>(rec + 64 * rw)[t] = o.s0;
+    reinterpret_cast<uint4*>(rec + 8 * kRec + 64 * rw)[t] = o.s1;
+    if (t == 0) {
+      reinterpret_cast<uint2*>(rec + 512)[rw] = make_uint2(__float_as_uint(o.i0), uint32_t(o.sx0));
+      reinterpret_cast<uint2*>(rec + 8 * kRec + 512)[rw] = make_uint2(__float_as_uint(o.i1), uint32_t(o.sx1));
+    }
   }
 }
 
@@ -173,7 +178,7 @@ __global__ void __launch_bounds__(256, 2) k_ggi(const QGemvArgs p) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int64_t row0 = int64_t(blockIdx.x) * 16;
-  const int64_t nblk = p.k / 32, nst = p.k / 512;
+  const int64_t nst = p.k / 512;
   const int64_t parts = int64_t(gridDim.y) * nw, pi = int64_t(blockIdx.y) * nw + warp;
   const int64_t s0 = nst * pi / parts, s1 = nst * (pi + 1) / parts;  // the warp's stages
   const int nstw = int(s1 - s0);
@@ -225,13 +230,9 @@ __global__ void __launch_bounds__(256, 2) k_ggi(const QGemvArgs p) {
   // acc: (row g, column 2 t), (row g, 2 t + 1), (row g + 8, 2 t), (row g + 8, 2 t + 1); at M = 1 every column of B is
   // x, so [0] / [2] of every lane are the rows' values ([1] / [3] unused)
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  const int mc0 = min(2 * t, M - 1), mc1 = min(2 * t + 1, M - 1);  // the x rows of columns 2 t, 2 t + 1
-  // MULTI: the lane's column of B (x row g) in k_ggi_xprep's planes, the blocks' steps and sums
-  [[maybe_unused]] const uint4* gx =
-      MULTI ? reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.w4x) + int64_t(min(g, M - 1)) * p.k * 2)
-            : nullptr;
-  [[maybe_unused]] const uint2* gmeta =
-      MULTI ? reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(p.w4x) + p.m * p.k * 2) : nullptr;
+  // MULTI: k_ggi_xprep's records: the lane's column of B (x row g, slot t) and the steps and sums of x rows 2 t, 2 t + 1
+  [[maybe_unused]] const uint4* gx = reinterpret_cast<const uint4*>(p.w4x) + 4 * g + t;
+  [[maybe_unused]] const uint4* gmeta = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.w4x) + 512) + t;
   int slot = 0;
 #pragma unroll 1
   for (int s = 0; s < nstw; ++s) {
@@ -290,8 +291,9 @@ __global__ void __launch_bounds__(256, 2) k_ggi(const QGemvArgs p) {
       const float da = f16f(lds_u16(oa)), db = f16f(lds_u16(ob));
       const float ma = I::kMin ? f16f(lds_u16(oa + 2)) : 0.0f, mb = I::kMin ? f16f(lds_u16(ob + 2)) : 0.0f;
       const int64_t bg = blk0 + bb;  // the block's index in the row
-      const uint4 xv = MULTI ? __ldg(gx + bg * 4 + t) : lds16(sb + uint32_t(L::XOFF + 16 * (4 * bb + t)));
-      const uint2 meta = MULTI ? __ldg(gmeta + mc0 * nblk + bg) : lds8(sb + uint32_t(L::MOFF + 8 * bb));
+      const uint4 xv = MULTI ? __ldg(gx + bg * (kRec / 16)) : lds16(sb + uint32_t(L::XOFF + 16 * (4 * bb + t)));
+      [[maybe_unused]] const uint4 m2 = MULTI ? __ldg(gmeta + bg * (kRec / 16)) : make_uint4(0u, 0u, 0u, 0u);
+      const uint2 meta = MULTI ? make_uint2(m2.x, m2.y) : lds8(sb + uint32_t(L::MOFF + 8 * bb));
       int32_t dh[4] = {0, 0, 0, 0}, dl[4] = {0, 0, 0, 0};
       if constexpr (I::kQ8) {
         imma_ss(dh, a, xv.x, xv.y);
@@ -305,9 +307,8 @@ __global__ void __launch_bounds__(256, 2) k_ggi(const QGemvArgs p) {
       gi_fold<F>(acc[0], dh[0], dl[0], da, ma, fi, sx);
       gi_fold<F>(acc[2], dh[2], dl[2], db, mb, fi, sx);
       if constexpr (MULTI) {  // column 2 t + 1: its own row of x
-        const uint2 meta1 = __ldg(gmeta + mc1 * nblk + bg);
-        const float fi1 = __uint_as_float(meta1.x);
-        const int32_t sx1 = int32_t(meta1.y);
+        const float fi1 = __uint_as_float(m2.z);
+        const int32_t sx1 = int32_t(m2.w);
         gi_fold<F>(acc[1], dh[1], dl[1], da, ma, fi1, sx1);
         gi_fold<F>(acc[3], dh[3], dl[3], db, mb, fi1, sx1);
       }
@@ -344,8 +345,13 @@ constexpr int64_t kSmSmem = 228 * 1024;
 constexpr int kWt = 16;  // target warps per SM
 constexpr int kD = 2;    // ring depth
 
-// The formats that take this kernel when GPUKIT_GGUF_IMMA is unset (a bit per QFormat value): none until measured.
-constexpr unsigned kImmaDefault = 0u;
+// The formats that take this kernel when GPUKIT_GGUF_IMMA is unset (a bit per QFormat value). Session 17, run A
+// (docs/device-runs/2026-12-01-h200-s17-A.log; % of copy at M = 1, (K, N) = (4096, 14336) / (14336, 4096) /
+// (4096, 128256) / (4096, 6144) / (4096, 4096), staged -> this kernel): Q4_0 56 / 55 / 78 / 46 / 39 -> 63 / 61 / 82 /
+// 48 / 43, Q4_1 59 / 59 / 82 / 49 / 41 -> 72 / 69 / 88 / 52 / 47, Q8_0 73 / 74 / 93 / 59 / 55 -> 73 / 78 / 89 / 69 /
+// 60 (the lm-head slower: Q8_0 stays on the staged kernel). tests/python/test_gguf_imma_cuda.py names them too
+// (DEFAULT_IMMA): change both.
+constexpr unsigned kImmaDefault = (1u << int(QFormat::q4_0)) | (1u << int(QFormat::q4_1));
 constexpr unsigned kImmaAll =
     (1u << int(QFormat::q4_0)) | (1u << int(QFormat::q4_1)) | (1u << int(QFormat::q8_0));
 
@@ -434,7 +440,7 @@ bool gguf_imma_runs(const QGemvArgs& p) {
 
 int64_t gguf_imma_workspace(const QGemvArgs& p) {
   if (p.m < 2 || !gguf_imma_runs(p)) return 0;
-  return p.m * p.k * 2 + p.m * (p.k / 32) * 8;
+  return (p.k / 32) * kRec;
 }
 
 void launch_gguf_imma(const QGemvArgs& p, cudaStream_t st) {

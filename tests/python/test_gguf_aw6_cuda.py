@@ -19,7 +19,7 @@ import pytest
 
 import gpukit as gk
 from test_gguf_s6_cuda import run, same_bits
-from test_gguf_st_cuda import check, make, xrows
+from test_gguf_st_cuda import check, make, xrows, staged_gguf  # noqa: F401 (the autouse fixture)
 
 pytestmark = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 

@@ -15,6 +15,7 @@ from test_gguf_st_cuda import RNG, bound_of, f64, make, raw_q8_0, xrows
 
 pytestmark = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 FMTS = ["q4_0", "q4_1", "q8_0"]
+DEFAULT_IMMA = ("q4_0", "q4_1")  # kImmaDefault in src/cuda/quant_gguf_imma.cu (session 17)
 
 
 class imma:
@@ -225,3 +226,23 @@ def test_imma_switch_rejects_garbage(bad):
     with imma(bad):
         with pytest.raises(ValueError, match="GPUKIT_GGUF_IMMA"):
             gk.gemv_q4_0(gk.zeros((1, 512), dtype="bfloat16", device="cuda"), q.to("cuda"))
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+def test_imma_default_formats(fmt, monkeypatch):
+    """GPUKIT_GGUF_IMMA unset: the formats of the compiled default (DEFAULT_IMMA) give the integer kernel's bits, the
+    others the staged kernel's, at M = 1 and M = 5."""
+    n, k = 300, 4096
+    q, _, _ = make(fmt, n, k)
+    qc = q.to("cuda")
+    fn = getattr(gk, f"gemv_{fmt}")
+    for m in (1, 5):
+        xb, _ = xrows(m, k, "bfloat16")
+        x = xb.to("cuda")
+        with imma("1"):
+            on = gk.to_numpy(fn(x, qc, out_dtype="float32"))
+        with imma("0"):
+            off = gk.to_numpy(fn(x, qc, out_dtype="float32"))
+        monkeypatch.delenv("GPUKIT_GGUF_IMMA", raising=False)
+        dflt = gk.to_numpy(fn(x, qc, out_dtype="float32"))
+        assert dflt.tobytes() == (on if fmt in DEFAULT_IMMA else off).tobytes(), f"{fmt} M={m}"

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import gpukit as gk
-from test_gguf_st_cuda import BLOCK, FMTS, check, f64, make, raw_q8_0, with_variant, xrows
+from test_gguf_st_cuda import BLOCK, FMTS, check, f64, make, raw_q8_0, with_variant, xrows, staged_gguf  # noqa: F401 (the autouse fixture)
 
 pytestmark = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 RNG = np.random.default_rng(606)

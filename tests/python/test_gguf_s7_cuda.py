@@ -17,6 +17,13 @@ from test_gguf_st_cuda import FMTS, check, make, xrows
 pytestmark = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 
 
+@pytest.fixture(autouse=True)
+def staged_gguf(monkeypatch):
+    """The GGUF formats here: the staged kernel, exact in x (GPUKIT_GGUF_IMMA=0; the integer kernel, the Q4_0 / Q4_1
+    default with bf16 x since session 17, has its own tests: test_gguf_imma_cuda.py)."""
+    monkeypatch.setenv("GPUKIT_GGUF_IMMA", "0")
+
+
 @pytest.mark.parametrize("fmt", FMTS)
 @pytest.mark.parametrize("knob", ["2,12,1,1,0,2,0,1,37", "2,12,1,1,0,2,0,1,38", "2,16,1,1,0,2,0,0,37",
                                   "2,12,1,1,0,2,0,2,38"])
