@@ -345,13 +345,14 @@ constexpr int64_t kSmSmem = 228 * 1024;
 constexpr int kWt = 16;  // target warps per SM
 constexpr int kD = 2;    // ring depth
 
-// The formats that take this kernel when GPUKIT_GGUF_IMMA is unset (a bit per QFormat value). Session 17, run A
-// (docs/device-runs/2026-12-01-h200-s17-A.log; % of copy at M = 1, (K, N) = (4096, 14336) / (14336, 4096) /
-// (4096, 128256) / (4096, 6144) / (4096, 4096), staged -> this kernel): Q4_0 56 / 55 / 78 / 46 / 39 -> 63 / 61 / 82 /
-// 48 / 43, Q4_1 59 / 59 / 82 / 49 / 41 -> 72 / 69 / 88 / 52 / 47, Q8_0 73 / 74 / 93 / 59 / 55 -> 73 / 78 / 89 / 69 /
-// 60 (the lm-head slower: Q8_0 stays on the staged kernel). tests/python/test_gguf_imma_cuda.py names them too
-// (DEFAULT_IMMA): change both.
-constexpr unsigned kImmaDefault = (1u << int(QFormat::q4_0)) | (1u << int(QFormat::q4_1));
+// The formats that take this kernel when GPUKIT_GGUF_IMMA is unset (a bit per QFormat value): none. Session 17
+// (docs/device-runs/2026-12-01-h200-s17-{A,B}.log; % of copy, (K, N) = (4096, 14336) / (14336, 4096) / (4096, 128256)
+// / (4096, 6144) / (4096, 4096), staged -> this kernel, run B): M = 1 Q4_0 57 / 55 / 78 / 46 / 39 -> 62 / 60 / 83 / 47 /
+// 43, Q4_1 59 / 58 / 82 / 49 / 41 -> 72 / 69 / 88 / 52 / 46, Q8_0 73 / 73 / 93 / 58 / 55 -> 73 / 76 / 89 / 68 / 59;
+// but M = 4 Q4_0 51 / 49 / 70 / 42 / 35 -> 47 / 43 / 69 / 36 / 31 and Q4_1 53 / 53 / 74 / 45 / 38 -> 50 / 47 / 73 /
+// 37 / 34 (M = 8: 43 / 43 / 56 / 37 / 31 -> 47 / 45 / 68 / 35 / 32 for Q4_0): a row's bits must not depend on M, so
+// the M = 1 gain cannot be taken alone. tests/python/test_gguf_imma_cuda.py names the set too (DEFAULT_IMMA).
+constexpr unsigned kImmaDefault = 0u;
 constexpr unsigned kImmaAll =
     (1u << int(QFormat::q4_0)) | (1u << int(QFormat::q4_1)) | (1u << int(QFormat::q8_0));
 

@@ -20,9 +20,11 @@ pytestmark = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA
 
 @pytest.fixture(autouse=True)
 def staged_gguf(monkeypatch):
-    """The GGUF formats here: the staged kernel, exact in x (GPUKIT_GGUF_IMMA=0; the integer kernel, the Q4_0 / Q4_1
-    default with bf16 x since session 17, has its own tests: test_gguf_imma_cuda.py)."""
+    """The GGUF formats here: the staged kernel, exact in x (GPUKIT_GGUF_IMMA=0: the integer kernel of that switch,
+    session 17, has its own tests: test_gguf_imma_cuda.py)."""
     monkeypatch.setenv("GPUKIT_GGUF_IMMA", "0")
+
+
 RNG = np.random.default_rng(2026)
 FMTS = ["bf16", "bf16_cc", "bf16_tc", "bf16_st", "fp8", "int8", "fp8_cc", "int8_cc", "fp8_tc", "int8_tc", "fp8_st",
         "int8_st", "int4_32", "int4_64", "int4_128", "nvf4",

@@ -18,10 +18,11 @@ pytestmark = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA
 
 @pytest.fixture(autouse=True)
 def staged_gguf(monkeypatch):
-    """These tests hold the staged kernel, exact in x: GPUKIT_GGUF_IMMA=0 (the integer kernel, the Q4_0 / Q4_1 default
-    with bf16 x since session 17, x as fixed point, has its own tests: test_gguf_imma_cuda.py). Modules that import
-    this fixture by name take it too."""
+    """These tests hold the staged kernel, exact in x: GPUKIT_GGUF_IMMA=0 (the integer kernel of that switch, session
+    17, x as fixed point, has its own tests: test_gguf_imma_cuda.py). Modules that import this fixture take it too."""
     monkeypatch.setenv("GPUKIT_GGUF_IMMA", "0")
+
+
 RNG = np.random.default_rng(77)
 FMTS = ["q4_0", "q4_1", "q8_0", "q4_k", "q6_k"]
 BLOCK = {"q4_0": (32, 18), "q4_1": (32, 20), "q8_0": (32, 34), "q4_k": (256, 144), "q6_k": (256, 210)}

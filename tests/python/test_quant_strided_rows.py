@@ -9,8 +9,8 @@ import gpukit as gk
 
 @pytest.fixture(autouse=True)
 def staged_gguf(monkeypatch):
-    """The GGUF formats here: the staged kernel, exact in x (GPUKIT_GGUF_IMMA=0; the integer kernel, the Q4_0 / Q4_1
-    default with bf16 x since session 17, has its own tests: test_gguf_imma_cuda.py)."""
+    """The GGUF formats here: the staged kernel, exact in x (GPUKIT_GGUF_IMMA=0: the integer kernel of that switch,
+    session 17, has its own tests: test_gguf_imma_cuda.py)."""
     monkeypatch.setenv("GPUKIT_GGUF_IMMA", "0")
 
 RNG = np.random.default_rng(2026)
