@@ -43,8 +43,7 @@ Q6_K through V 45 on the lm-head). An entry la=V sets GPUKIT_GGUF_LA=V (session 
 default's k_ggst launches with line-aligned copy lanes (the same bits; checked), la=p variant 7's copies alone
 with line-aligned copy lanes (its ceiling; not checked). An entry im=V sets GPUKIT_GGUF_IMMA=V (session 17: 1 runs
 Q4_0 / Q4_1 / Q8_0 with bf16 x on the integer tensor cores, src/cuda/quant_gguf_imma.cu, x as 16-bit fixed point per
-128-element block; 0 the staged kernel; or format names; checked); xr=R sets GPUKIT_GGUF_IMMA_XR=R (that kernel's x
-through the ring up to M = R, else converted once per call); entries joined by + set several (im=1+xr=8).
+128-element block; 0 the staged kernel; or format names; checked).
 The default launches use programmatic dependent launch (each call copies its first weights
 while the previous call finishes, as in a decode step's chain of GEMVs); "variant 2" lines: the
 same kernels without it. "variant 1": a 2-stage cp.async ring instead of the default depth
@@ -427,12 +426,10 @@ def main():
                         del os.environ["GPUKIT_GEMV_W8"]
             if base in GGUF_FMTS and args.gguf:  # the staged GGUF kernel's depth / warps knob
                 for cfg in args.gguf.split("/"):
-                    pref = {"aw=": "GPUKIT_GGUF_AW", "la=": "GPUKIT_GGUF_LA", "im=": "GPUKIT_GGUF_IMMA",
-                            "xr=": "GPUKIT_GGUF_IMMA_XR"}
-                    envs = {}  # an entry may set several switches: im=1+xr=4
-                    for part in cfg.split("+"):
-                        envs[pref.get(part[:3], "GPUKIT_GEMV_GGUF")] = part[3:] if part[:3] in pref else part
-                    os.environ.update(envs)
+                    env = ("GPUKIT_GGUF_AW" if cfg.startswith("aw=") else
+                           "GPUKIT_GGUF_LA" if cfg.startswith("la=") else
+                           "GPUKIT_GGUF_IMMA" if cfg.startswith("im=") else "GPUKIT_GEMV_GGUF")
+                    os.environ[env] = cfg[3:] if cfg[:3] in ("aw=", "la=", "im=") else cfg
                     try:
                         # V 7 / 36 / 37 / 38 / 42 / 44 / 46: the copies alone, wrong results (Q6_K: 42 / 44 =
                         # 41 / 43, its default math)
@@ -446,8 +443,7 @@ def main():
                     except Exception as e:  # noqa: BLE001
                         notes.append(f"  gguf {cfg} FAILED: {type(e).__name__}: {e}")
                     finally:
-                        for e_ in envs:
-                            del os.environ[e_]
+                        del os.environ[env]
             if fmt == "bf16":  # cross-check: plain launches timed on the current stream (host overhead included)
                 a, b = gk.Event(), gk.Event()
                 a.record()

@@ -167,21 +167,14 @@ __device__ __forceinline__ void gi_fold(float& acc, int32_t dh, int32_t dl, floa
   else acc = fmaf(float(s - 8 * sx), d * fi, acc);
 }
 
-// XM: where x comes from. 1: M = 1, x through the ring (converted in place per stage); 2: 1 < M <= 8 the same, M rows
-// per stage (x row r at XOFF + 1 KB r, its steps and sums at W + 1 KB M + 128 r; the stage W + 1152 M bytes); 0: 1 < M
-// <= 8 from k_ggi_xprep's records in global memory (the stage W bytes). The same conversion and the same folds in the
-// same order in all three: a row's bits do not depend on M or on XM.
-template <int F, int D, int XM>
+template <int F, int D, bool MULTI>
 __global__ void __launch_bounds__(256, 2) k_ggi(const QGemvArgs p) {
   static_assert(D == 2 || D == 3, "a ring of 2 or 3 stages");
-  static_assert(XM >= 0 && XM <= 2, "x modes 0..2");
-  constexpr bool MULTI = XM != 1;
   using L = GIL<F>;
   using I = GI<F>;
   constexpr int BB = I::BB, P = L::P, NC = L::NC, NK = (NC + 7) / 8;
+  constexpr int STG = MULTI ? L::W : L::STG;
   const int M = MULTI ? int(p.m) : 1;
-  const int STG = XM == 0 ? L::W : (XM == 1 ? L::STG : L::W + 1152 * M);
-  const uint32_t MOFF = uint32_t(L::W + 1024 * M);  // XM 1 / 2: the steps and sums of x row r at MOFF + 128 r
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int64_t row0 = int64_t(blockIdx.x) * 16;
@@ -214,13 +207,10 @@ __global__ void __launch_bounds__(256, 2) k_ggi(const QGemvArgs p) {
     for (int i = 0; i < 4; ++i) qp[i] += L::RB;
   };
   auto issue_x = [&](uint32_t sb) {
-    if constexpr (XM != 0) {
-      for (int r = 0; r < M; ++r) {
-        const uint32_t d = sb + uint32_t(L::XOFF + 1024 * r + 16 * lane);
-        const uint8_t* src = xsrc + int64_t(r) * p.x_rs * 2;
-        cp_async16_ca(d, src);
-        cp_async16_ca(d + 512, src + 512);
-      }
+    if constexpr (!MULTI) {
+      const uint32_t d = sb + uint32_t(L::XOFF + 16 * lane);
+      cp_async16_ca(d, xsrc);
+      cp_async16_ca(d + 512, xsrc + 512);
       xsrc += 1024;
     }
   };
@@ -243,8 +233,6 @@ __global__ void __launch_bounds__(256, 2) k_ggi(const QGemvArgs p) {
   // MULTI: k_ggi_xprep's records: the lane's column of B (x row g, slot t) and the steps and sums of x rows 2 t, 2 t + 1
   [[maybe_unused]] const uint4* gx = reinterpret_cast<const uint4*>(p.w4x) + 4 * g + t;
   [[maybe_unused]] const uint4* gmeta = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.w4x) + 512) + t;
-  // XM 1 / 2: the x rows of the lane's column of B (g) and of its accumulator columns (2 t, 2 t + 1), past M the last
-  const int xg = min(g, M - 1), mc0 = min(2 * t, M - 1), mc1 = min(2 * t + 1, M - 1);
   int slot = 0;
 #pragma unroll 1
   for (int s = 0; s < nstw; ++s) {
@@ -261,23 +249,21 @@ __global__ void __launch_bounds__(256, 2) k_ggi(const QGemvArgs p) {
     else cp_wait<D - 1>();
     __syncwarp();
     const uint32_t sb = ring + uint32_t(slot * STG);
-    if constexpr (XM != 0) {  // ---- the stage's x to planes in place, row by row ----
+    if constexpr (!MULTI) {  // ---- the stage's x to planes in place ----
+      const uint32_t xa = sb + uint32_t(L::XOFF);
       const int bA = lane >> 2;
-      for (int r = 0; r < M; ++r) {
-        const uint32_t xa = sb + uint32_t(L::XOFF + 1024 * r);
-        const GiConv o =
-            gi_convert(lds8(xa + uint32_t(2 * (32 * bA + 4 * t))), lds8(xa + uint32_t(2 * (32 * bA + 16 + 4 * t))),
-                       lds8(xa + uint32_t(2 * (32 * bA + 256 + 4 * t))), lds8(xa + uint32_t(2 * (32 * bA + 272 + 4 * t))));
-        __syncwarp();  // every lane's x read before the planes overwrite it
-        sts16(xa + uint32_t(16 * lane), o.s0);
-        sts16(xa + uint32_t(16 * (32 + lane)), o.s1);
-        if (t == 0) {
-          const uint32_t ma = sb + MOFF + uint32_t(128 * r + 8 * bA);
-          asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(ma), "r"(__float_as_uint(o.i0)), "r"(uint32_t(o.sx0))
-                       : "memory");
-          asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(ma + 64u), "r"(__float_as_uint(o.i1)),
-                       "r"(uint32_t(o.sx1)) : "memory");
-        }
+      const GiConv o = gi_convert(lds8(xa + uint32_t(2 * (32 * bA + 4 * t))), lds8(xa + uint32_t(2 * (32 * bA + 16 + 4 * t))),
+                                  lds8(xa + uint32_t(2 * (32 * bA + 256 + 4 * t))),
+                                  lds8(xa + uint32_t(2 * (32 * bA + 272 + 4 * t))));
+      __syncwarp();  // every lane's x read before the planes overwrite it
+      sts16(xa + uint32_t(16 * lane), o.s0);
+      sts16(xa + uint32_t(16 * (32 + lane)), o.s1);
+      if (t == 0) {
+        const uint32_t ma = sb + uint32_t(L::MOFF + 8 * bA);
+        asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(ma), "r"(__float_as_uint(o.i0)), "r"(uint32_t(o.sx0))
+                     : "memory");
+        asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(ma + 64u), "r"(__float_as_uint(o.i1)),
+                     "r"(uint32_t(o.sx1)) : "memory");
       }
       __syncwarp();
     }
@@ -305,17 +291,9 @@ __global__ void __launch_bounds__(256, 2) k_ggi(const QGemvArgs p) {
       const float da = f16f(lds_u16(oa)), db = f16f(lds_u16(ob));
       const float ma = I::kMin ? f16f(lds_u16(oa + 2)) : 0.0f, mb = I::kMin ? f16f(lds_u16(ob + 2)) : 0.0f;
       const int64_t bg = blk0 + bb;  // the block's index in the row
-      uint4 xv, m2;  // x (row g's slot t) and (step, sum) of the columns' x rows (2 t, 2 t + 1; XM 1: row 0 twice)
-      if constexpr (XM == 0) {
-        xv = __ldg(gx + bg * (kRec / 16));
-        m2 = __ldg(gmeta + bg * (kRec / 16));
-      } else {
-        xv = lds16(sb + uint32_t(L::XOFF + 1024 * xg + 16 * (4 * bb + t)));
-        const uint2 u0 = lds8(sb + MOFF + uint32_t(128 * mc0 + 8 * bb));
-        const uint2 u1 = XM == 2 ? lds8(sb + MOFF + uint32_t(128 * mc1 + 8 * bb)) : u0;
-        m2 = make_uint4(u0.x, u0.y, u1.x, u1.y);
-      }
-      const uint2 meta = make_uint2(m2.x, m2.y);
+      const uint4 xv = MULTI ? __ldg(gx + bg * (kRec / 16)) : lds16(sb + uint32_t(L::XOFF + 16 * (4 * bb + t)));
+      [[maybe_unused]] const uint4 m2 = MULTI ? __ldg(gmeta + bg * (kRec / 16)) : make_uint4(0u, 0u, 0u, 0u);
+      const uint2 meta = MULTI ? make_uint2(m2.x, m2.y) : lds8(sb + uint32_t(L::MOFF + 8 * bb));
       int32_t dh[4] = {0, 0, 0, 0}, dl[4] = {0, 0, 0, 0};
       if constexpr (I::kQ8) {
         imma_ss(dh, a, xv.x, xv.y);
@@ -374,7 +352,7 @@ constexpr int kD = 2;    // ring depth
 // but M = 4 Q4_0 51 / 49 / 70 / 42 / 35 -> 47 / 43 / 69 / 36 / 31 and Q4_1 53 / 53 / 74 / 45 / 38 -> 50 / 47 / 73 /
 // 37 / 34 (M = 8: 43 / 43 / 56 / 37 / 31 -> 47 / 45 / 68 / 35 / 32 for Q4_0): a row's bits must not depend on M, so
 // the M = 1 gain cannot be taken alone. tests/python/test_gguf_imma_cuda.py names the set too (DEFAULT_IMMA).
-constexpr unsigned kImmaDefault = (1u << int(QFormat::q4_0)) | (1u << int(QFormat::q4_1));  // candidate (run s17-C)
+constexpr unsigned kImmaDefault = 0u;
 constexpr unsigned kImmaAll =
     (1u << int(QFormat::q4_0)) | (1u << int(QFormat::q4_1)) | (1u << int(QFormat::q8_0));
 
@@ -428,45 +406,24 @@ int gi_smem(int need, int64_t ctas) {
   return smem;
 }
 
-// 1 < M <= ring_rows(): x through the ring (XM 2), converted by every warp per stage; larger M: k_ggi_xprep once per
-// call and x from its records (XM 0). GPUKIT_GGUF_IMMA_XR=R (0..8, benchmarking) overrides kXrDefault. Both give the
-// same bits (the same conversion, the same plan).
-constexpr int kXrDefault = 4;  // candidate (run s17-C)
-int ring_rows() {
-  const char* e = std::getenv("GPUKIT_GGUF_IMMA_XR");
-  if (!e || !*e) return kXrDefault;
-  char* end = nullptr;
-  const long r = std::strtol(e, &end, 10);
-  if (end == e || *end != '\0' || r < 0 || r > 8)
-    throw ValueError(cat("GPUKIT_GGUF_IMMA_XR: expected 0..8 (the largest M with x through the ring), got '", e, "'"));
-  return int(r);
-}
-
 template <int F>
 void launch_fmt(const QGemvArgs& p, cudaStream_t st) {
   using L = GIL<F>;
   const int64_t blocks = (p.n + 15) / 16;
   if (blocks > int64_t(INT32_MAX)) throw ValueError("gemv: n is too large");
   const int split = std::max(1, p.split);
-  const int nw = gi_warps(p.n, p.k, split, int64_t(kD) * L::STG);  // the plan of M = 1 at every M
-  const dim3 grid{unsigned(blocks), unsigned(split)};
-  const bool pdl = p.variant != 2;
-  const int64_t ring2 = int64_t(nw) * kD * (L::W + 1152 * p.m);  // XM 2's shared memory
+  const int nw = gi_warps(p.n, p.k, split, int64_t(kD) * L::STG);
   if (p.m == 1) {
-    smem_limit<k_ggi<F, kD, 1>>(kSmemMax);
+    smem_limit<k_ggi<F, kD, false>>(kSmemMax);
     const int smem = gi_smem(std::max(nw * kD * L::STG, nw * 32 * 4 * 4), blocks * split);
-    launch_ex(k_ggi<F, kD, 1>, grid, nw * 32, smem, st, pdl, p);
-  } else if (p.m <= ring_rows() && ring2 <= kSmemMax) {
-    smem_limit<k_ggi<F, kD, 2>>(kSmemMax);
-    const int smem = gi_smem(std::max(int(ring2), nw * 32 * 4 * 4), blocks * split);
-    launch_ex(k_ggi<F, kD, 2>, grid, nw * 32, smem, st, pdl, p);
+    launch_ex(k_ggi<F, kD, false>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st, p.variant != 2, p);
   } else {  // x's planes once per call, then the GEMV on the same plan without x in its ring
     if (!p.w4x) throw ValueError("gemv: the integer GGUF kernel needs its x workspace at M > 1 (internal)");
-    launch_ex(k_ggi_xprep, dim3(unsigned(p.k / 512), unsigned(p.m)), 32, 0, st, pdl, p);
+    launch_ex(k_ggi_xprep, dim3(unsigned(p.k / 512), unsigned(p.m)), 32, 0, st, p.variant != 2, p);
     GK_LAUNCH_CHECK("qgemv_ggi_xprep");
-    smem_limit<k_ggi<F, kD, 0>>(kSmemMax);
+    smem_limit<k_ggi<F, kD, true>>(kSmemMax);
     const int smem = gi_smem(std::max(nw * kD * L::W, nw * 32 * 4 * 4), blocks * split);
-    launch_ex(k_ggi<F, kD, 0>, grid, nw * 32, smem, st, pdl, p);
+    launch_ex(k_ggi<F, kD, true>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st, p.variant != 2, p);
   }
   GK_LAUNCH_CHECK("qgemv_ggi");
   if (split > 1) launch_sum_q(p, st);

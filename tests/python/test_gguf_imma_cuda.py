@@ -15,7 +15,7 @@ from test_gguf_st_cuda import RNG, bound_of, f64, make, raw_q8_0, xrows
 
 pytestmark = pytest.mark.skipif(not gk.cuda.is_available(), reason="needs a CUDA GPU")
 FMTS = ["q4_0", "q4_1", "q8_0"]
-DEFAULT_IMMA = ("q4_0", "q4_1")  # kImmaDefault in src/cuda/quant_gguf_imma.cu (candidate, run s17-C)
+DEFAULT_IMMA = ()  # kImmaDefault in src/cuda/quant_gguf_imma.cu (session 17: none; run s17-B: slower at M = 4)
 
 
 class imma:
@@ -246,40 +246,3 @@ def test_imma_default_formats(fmt, monkeypatch):
         monkeypatch.delenv("GPUKIT_GGUF_IMMA", raising=False)
         dflt = gk.to_numpy(fn(x, qc, out_dtype="float32"))
         assert dflt.tobytes() == (on if fmt in DEFAULT_IMMA else off).tobytes(), f"{fmt} M={m}"
-
-
-@pytest.mark.parametrize("fmt", FMTS)
-@pytest.mark.parametrize("n,k", [(211, 4096), (16, 14336), (300, 1536)])
-def test_imma_ring_rows_same_bits(fmt, n, k, monkeypatch):
-    """GPUKIT_GGUF_IMMA_XR=8 (x through each warp's ring at every M) and =0 (k_ggi_xprep's records): the same bits at
-    every M, and row r of a batch = x row r alone; strided x rows (a column slice) give the contiguous rows' bits."""
-    q, deq, qb = make(fmt, n, k)
-    qc = q.to("cuda")
-    fn = getattr(gk, f"gemv_{fmt}")
-    xb, xs = xrows(8, k, "bfloat16")
-    x = xb.to("cuda")
-    wide = gk.asarray(np.concatenate([xs, xs[:, :48]], 1).astype(np.float32)).astype("bfloat16").to("cuda")
-    with imma("1"):
-        monkeypatch.setenv("GPUKIT_GGUF_IMMA_XR", "0")
-        alone = [gk.to_numpy(fn(x[i], qc, out_dtype="float32")) for i in range(8)]
-        for m in range(2, 9):
-            monkeypatch.setenv("GPUKIT_GGUF_IMMA_XR", "0")
-            a = gk.to_numpy(fn(x[:m], qc, out_dtype="float32"))
-            monkeypatch.setenv("GPUKIT_GGUF_IMMA_XR", "8")
-            b = gk.to_numpy(fn(x[:m], qc, out_dtype="float32"))
-            c = gk.to_numpy(fn(wide[:m, :k], qc, out_dtype="float32"))
-            assert a.tobytes() == b.tobytes(), f"M={m}: ring and records differ"
-            assert c.tobytes() == b.tobytes(), f"M={m}: strided x rows differ"
-            for i in range(m):
-                assert b[i].tobytes() == alone[i].tobytes(), f"M={m}: row {i} differs from the row alone"
-            if m == 8:
-                check_imma(fmt, b, xs, deq, qb, f"{fmt} ring M=8")
-
-
-@pytest.mark.parametrize("bad", ["9", "-1", "x"])
-def test_imma_ring_rows_rejects_garbage(bad, monkeypatch):
-    q, _, _ = make("q4_0", 16, 512)
-    monkeypatch.setenv("GPUKIT_GGUF_IMMA_XR", bad)
-    with imma("1"):
-        with pytest.raises(ValueError, match="GPUKIT_GGUF_IMMA_XR"):
-            gk.gemv_q4_0(gk.zeros((2, 512), dtype="bfloat16", device="cuda"), q.to("cuda"))
