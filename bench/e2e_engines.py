@@ -52,7 +52,8 @@ with N = 2 / 4 times the warps per CTA, 0 off, fawa the default -1: 2 with int4 
 the launch's CTAs fit two per SM, else 2: EngineOptions::fused_attention_wide).
 Environment knobs of other areas for one engine's run (set before it, restored after it):
 w8a (GPUKIT_GEMV_W8=4,3,16,1,0: the 8-bit GEMVs' configuration of session 5's checkpoint A,
-before the default became 4,2,16,1,3,0,0), dec<N> (GPUKIT_DECODE_SPLIT=32,1024,128,N: the
+before the default became 4,2,16,1,3,0,0), w4irec0 / w4irec1 (GPUKIT_W4I_REC: the int4 integer GEMV's x at
+M > 1 per row / in per-block records, session 17), dec<N> (GPUKIT_DECODE_SPLIT=32,1024,128,N: the
 decode attention's variant N, e.g. dec24 the cluster kernel that B = 1 took at that checkpoint,
 dec18 the CTA group units the default takes now), w4v<V> (GPUKIT_GEMV_W4_VARIANT=V: the staged 4-bit
 GEMV's variant at every shape), w4s<V> (GPUKIT_GEMV_W4_SMALL=V: that variant for the short projections
@@ -83,7 +84,8 @@ GK_ALIAS = {"gk-nopdl": "gk-graph+nopdl", "gk-norope": "gk-graph+norope"}
 
 
 # Engine options that set another area's environment knob for one run (engine_env).
-ENV_OPTIONS = {"w8a": {"GPUKIT_GEMV_W8": "4,3,16,1,0"}}
+ENV_OPTIONS = {"w8a": {"GPUKIT_GEMV_W8": "4,3,16,1,0"},
+               "w4irec0": {"GPUKIT_W4I_REC": "0"}, "w4irec1": {"GPUKIT_W4I_REC": "1"}}
 
 
 class engine_env:

@@ -244,6 +244,18 @@ void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_
   if (split > 1) launch_sum_q(p, st);
 }
 
+// k_w4i at M > 1: x from k_w4i_xprep's records (true: one record per 128-element block holding x rows 0..7 and their
+// exponents and sums, common/gemv_w4i.cuh) or from its planes per row (false, sessions 14-16). The same values, the
+// same bits. GPUKIT_W4I_REC=0 / 1 (benchmarking) overrides kW4iRecDefault.
+constexpr bool kW4iRecDefault = true;  // candidate (run s17-D)
+bool w4i_rec() {
+  const char* e = std::getenv("GPUKIT_W4I_REC");
+  if (!e || !*e) return kW4iRecDefault;
+  const std::string v(e);
+  if (v == "0" || v == "1") return v == "1";
+  throw ValueError(cat("GPUKIT_W4I_REC: expected 0 or 1, got '", e, "'"));
+}
+
 // Variants 63-66 (session 14; int4 g128, bf16 x, K % 512 == 0, M <= 8): k_w4i with a ring of D on w4_warps' plan for
 // that ring at M = 1 (c.wt target warps per SM, registers for MINB CTAs of 256 threads). M > 1 runs the MULTI kernel on
 // the same plan (warps per CTA, split-K) with a ring of 2 (the ring does not change the bits): a row's bits do not
@@ -261,11 +273,19 @@ void launch_w4i(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st) {
     launch_ex(k_w4i<D, MINB, false, SW>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st, p.variant != 2, p);
   } else {  // x's planes once per call (k_w4i_xprep), then the GEMV on the same plan without x in its ring
     if (!p.w4x) throw ValueError("gemv: the integer 4-bit kernel needs its x workspace at M > 1 (internal)");
-    launch_ex(k_w4i_xprep, dim3(unsigned(p.k / 512), unsigned(p.m)), 32, 0, st, p.variant != 2, p);
+    const bool rec = w4i_rec();
+    const dim3 xg{unsigned(p.k / 512), unsigned(p.m)}, grid{unsigned(blocks), unsigned(split)};
+    if (rec) launch_ex(k_w4i_xprep<true>, xg, 32, 0, st, p.variant != 2, p);
+    else launch_ex(k_w4i_xprep<false>, xg, 32, 0, st, p.variant != 2, p);
     GK_LAUNCH_CHECK("qgemv_w4i_xprep");
     const int smem = w4_smem(std::max(nw * 2 * W4iLayout::L::STAGE, nw * 32 * 4 * 4), blocks * split, c);
-    smem_limit<k_w4i<2, MINB, true, SW>>(kSmemMax);
-    launch_ex(k_w4i<2, MINB, true, SW>, dim3(unsigned(blocks), unsigned(split)), nw * 32, smem, st, p.variant != 2, p);
+    if (rec) {
+      smem_limit<k_w4i<2, MINB, true, SW, true>>(kSmemMax);
+      launch_ex(k_w4i<2, MINB, true, SW, true>, grid, nw * 32, smem, st, p.variant != 2, p);
+    } else {
+      smem_limit<k_w4i<2, MINB, true, SW>>(kSmemMax);
+      launch_ex(k_w4i<2, MINB, true, SW>, grid, nw * 32, smem, st, p.variant != 2, p);
+    }
   }
   GK_LAUNCH_CHECK("qgemv_w4i");
   if (split > 1) launch_sum_q(p, st);
@@ -458,7 +478,7 @@ bool gemv_w4i_swiglu_applies(const QGemvArgs& p) {
 
 int64_t gemv_w4i_workspace(const QGemvArgs& p) {
   if (p.m < 2 || !w4i_runs(p)) return 0;
-  return p.m * p.k * 2 + p.m * (p.k / 128) * 8;
+  return w4i_rec() ? (p.k / 128) * kW4iRec : p.m * p.k * 2 + p.m * (p.k / 128) * 8;
 }
 
 template <class T>

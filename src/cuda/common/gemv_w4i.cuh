@@ -109,9 +109,15 @@ __device__ __forceinline__ W4iConv w4i_convert(const uint4& v0, const uint4& v1,
   return o;
 }
 
-// M > 1: x [M, K] bf16 (rows x_rs apart) -> p.w4x: the planes [M][K / 128 blocks][256 bytes: 16 slots as in a stage]
-// (M K 2 bytes), then per row and block (f32 2^(c - 141) or NaN, s32 sum of X) (M K / 16 bytes). Grid (K / 512, M),
-// one warp each. The GEMV launched after it (PDL) reads them after its wait.
+// M > 1: x [M, K] bf16 (rows x_rs apart) -> p.w4x. REC false: the planes [M][K / 128 blocks][256 bytes: 16 slots as in
+// a stage] (M K 2 bytes), then per row and block (f32 2^(c - 141) or NaN, s32 sum of X) (M K / 16 bytes). REC true
+// (session 17): per 128-element block a record of kW4iRec bytes: the planes of x rows 0..7 (256 bytes each), then
+// (f32, s32) of rows 0..7; rows M..7 repeat row M - 1, so a lane reads its column's x (row g) without a clamp and its
+// two accumulator columns' (rows 2 t, 2 t + 1) exponents and sums with one 16-byte load, and a block's x for the
+// warp is one contiguous record. The same values either way. Grid (K / 512, M), one warp each. The GEMV launched
+// after it (PDL) reads them after its wait.
+constexpr int kW4iRec = 8 * 256 + 8 * 8;
+template <bool REC>
 __global__ void __launch_bounds__(32) k_w4i_xprep(const QGemvArgs p) {
   pdl_trigger();
   pdl_wait();
@@ -119,13 +125,28 @@ __global__ void __launch_bounds__(32) k_w4i_xprep(const QGemvArgs p) {
   const int64_t st = blockIdx.x, r = blockIdx.y, nblk = p.k / 128;
   const uint4* xs = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.x) + r * p.x_rs * 2 + st * 1024);
   const W4iConv o = w4i_convert(__ldg(xs + lane), __ldg(xs + lane + 32), lane);
-  uint4* pl = reinterpret_cast<uint4*>(static_cast<uint8_t*>(p.w4x) + r * p.k * 2 + st * 1024);
-  pl[o.sl] = o.pl0;
-  pl[o.sl + 32] = o.pl1;
-  if ((lane & 15) == 0) {  // lanes 0 / 16: blocks 0, 2 / 1, 3 of the stage
-    uint2* meta = reinterpret_cast<uint2*>(static_cast<uint8_t*>(p.w4x) + p.m * p.k * 2) + r * nblk + st * 4 + (lane >> 4);
-    meta[0] = make_uint2(__float_as_uint(o.i0), uint32_t(o.sx0));
-    meta[2] = make_uint2(__float_as_uint(o.i1), uint32_t(o.sx1));
+  if constexpr (REC) {
+    uint8_t* rec = static_cast<uint8_t*>(p.w4x) + st * 4 * kW4iRec;  // the stage's first block's record
+    const int b0 = o.sl >> 4, sw = o.sl & 15;  // slot sl: block sl / 16 (pl1: 2 more), slot sl % 16 of it
+    const int64_t r1 = r + 1 == p.m ? 8 : r + 1;  // the rows this warp writes: r (the last row: M - 1 .. 7)
+    for (int64_t rw = r; rw < r1; ++rw) {
+      reinterpret_cast<uint4*>(rec + b0 * kW4iRec + 256 * rw)[sw] = o.pl0;
+      reinterpret_cast<uint4*>(rec + (b0 + 2) * kW4iRec + 256 * rw)[sw] = o.pl1;
+      if ((lane & 15) == 0) {  // lanes 0 / 16: blocks 0, 2 / 1, 3 of the stage
+        const int bl = lane >> 4;
+        reinterpret_cast<uint2*>(rec + bl * kW4iRec + 2048)[rw] = make_uint2(__float_as_uint(o.i0), uint32_t(o.sx0));
+        reinterpret_cast<uint2*>(rec + (bl + 2) * kW4iRec + 2048)[rw] = make_uint2(__float_as_uint(o.i1), uint32_t(o.sx1));
+      }
+    }
+  } else {
+    uint4* pl = reinterpret_cast<uint4*>(static_cast<uint8_t*>(p.w4x) + r * p.k * 2 + st * 1024);
+    pl[o.sl] = o.pl0;
+    pl[o.sl + 32] = o.pl1;
+    if ((lane & 15) == 0) {  // lanes 0 / 16: blocks 0, 2 / 1, 3 of the stage
+      uint2* meta = reinterpret_cast<uint2*>(static_cast<uint8_t*>(p.w4x) + p.m * p.k * 2) + r * nblk + st * 4 + (lane >> 4);
+      meta[0] = make_uint2(__float_as_uint(o.i0), uint32_t(o.sx0));
+      meta[2] = make_uint2(__float_as_uint(o.i1), uint32_t(o.sx1));
+    }
   }
 }
 
@@ -144,9 +165,10 @@ __device__ __forceinline__ void store_swiglu(void* y, DType t, int64_t i, float 
   else store_swiglu_as<float>(y, i, g, u);
 }
 
-template <int D, int MINB, bool MULTI = false, bool SW = false>
+template <int D, int MINB, bool MULTI = false, bool SW = false, bool REC = false>
 __global__ void __launch_bounds__(256, MINB) k_w4i(const QGemvArgs p) {
   static_assert(D == 2 || D == 3, "a ring of 2 or 3 stages");
+  static_assert(!REC || MULTI, "records: M > 1 only");
   using WL = W4iLayout;
   using L = WL::L;
   constexpr int KB = WL::KB, P = L::P;
@@ -234,6 +256,9 @@ __global__ void __launch_bounds__(256, MINB) k_w4i(const QGemvArgs p) {
             : nullptr;
   [[maybe_unused]] const uint2* gmeta =
       MULTI ? reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(p.w4x) + p.m * p.k * 2) : nullptr;
+  // MULTI with REC: k_w4i_xprep's records (the lane's x row g, slot t; rows 2 t, 2 t + 1's exponents and sums)
+  [[maybe_unused]] const uint4* rx = reinterpret_cast<const uint4*>(p.w4x) + g * 16 + t;
+  [[maybe_unused]] const uint4* rm = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.w4x) + 2048) + t;
   int slot = 0;
 #pragma unroll 1
   for (int s = 0; s < nstw; ++s) {
@@ -274,11 +299,15 @@ __global__ void __launch_bounds__(256, MINB) k_w4i(const QGemvArgs p) {
       const uint32_t co = uint32_t(((4 * bb + t) ^ sw) * 16);
       const uint4 wa = lds16(sb + uint32_t(g * P) + co), wb = lds16(sb + uint32_t((g + 8) * P) + co);
       const int64_t bg = b0 + int64_t(s) * KB + bb;  // the block's index in the row
-      const uint2 meta = MULTI ? __ldg(gmeta + mc0 * nblk + bg) : lds8(sb + MOFF + uint32_t(8 * bb));
+      [[maybe_unused]] const uint4 m2 = REC ? __ldg(rm + bg * (kW4iRec / 16)) : make_uint4(0u, 0u, 0u, 0u);
+      const uint2 meta = REC ? make_uint2(m2.x, m2.y)
+                             : (MULTI ? __ldg(gmeta + mc0 * nblk + bg) : lds8(sb + MOFF + uint32_t(8 * bb)));
       int32_t dh[4] = {0, 0, 0, 0}, dl[4] = {0, 0, 0, 0};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const uint4 xv = MULTI ? __ldg(gx + bg * 16 + 4 * j + t) : lds16(sb + xb + uint32_t(16 * (16 * bb + 4 * j + t)));
+        const uint4 xv = REC     ? __ldg(rx + bg * (kW4iRec / 16) + 4 * j)
+                         : MULTI ? __ldg(gx + bg * 16 + 4 * j + t)
+                                 : lds16(sb + xb + uint32_t(16 * (16 * bb + 4 * j + t)));
         const uint32_t ua = word(wa, j), ub = word(wb, j);
         const uint32_t a[4] = {ua & 0x0f0f0f0fu, ub & 0x0f0f0f0fu, (ua >> 4) & 0x0f0f0f0fu, (ub >> 4) & 0x0f0f0f0fu};
         imma_us(dh, a, xv.x, xv.y);
@@ -289,7 +318,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4i(const QGemvArgs p) {
       acc[0] = fmaf(float(dh[0] * 256 + dl[0] - zab * sx), sa * fi, acc[0]);
       acc[2] = fmaf(float(dh[2] * 256 + dl[2] - zbb * sx), sbv * fi, acc[2]);
       if constexpr (MULTI) {  // column 2 t + 1: its own row of x
-        const uint2 meta1 = __ldg(gmeta + mc1 * nblk + bg);
+        const uint2 meta1 = REC ? make_uint2(m2.z, m2.w) : __ldg(gmeta + mc1 * nblk + bg);
         const int32_t sx1 = int32_t(meta1.y);
         const float fi1 = __uint_as_float(meta1.x);
         acc[1] = fmaf(float(dh[1] * 256 + dl[1] - zab * sx1), sa * fi1, acc[1]);
