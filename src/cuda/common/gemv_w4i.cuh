@@ -111,10 +111,10 @@ __device__ __forceinline__ W4iConv w4i_convert(const uint4& v0, const uint4& v1,
 
 // M > 1: x [M, K] bf16 (rows x_rs apart) -> p.w4x. REC false: the planes [M][K / 128 blocks][256 bytes: 16 slots as in
 // a stage] (M K 2 bytes), then per row and block (f32 2^(c - 141) or NaN, s32 sum of X) (M K / 16 bytes). REC true
-// (session 17): per 128-element block a record of kW4iRec bytes: the planes of x rows 0..7 (256 bytes each), then
-// (f32, s32) of rows 0..7; rows M..7 repeat row M - 1, so a lane reads its column's x (row g) without a clamp and its
-// two accumulator columns' (rows 2 t, 2 t + 1) exponents and sums with one 16-byte load, and a block's x for the
-// warp is one contiguous record. The same values either way. Grid (K / 512, M), one warp each. The GEMV launched
+// (session 17): per 128-element block a record of kW4iRec bytes: the planes of x rows 0..7 (256 bytes each; rows
+// past M unwritten, the GEMV's lanes read row min(g, M - 1)), then (f32, s32) of rows 0..7 with rows M..7 repeating
+// row M - 1, so a lane reads its two accumulator columns' (rows 2 t, 2 t + 1) exponents and sums with one 16-byte load
+// and a block's x for the warp lies in one record. The same values either way. Grid (K / 512, M), one warp each. The GEMV launched
 // after it (PDL) reads them after its wait.
 constexpr int kW4iRec = 8 * 256 + 8 * 8;
 template <bool REC>
@@ -128,10 +128,10 @@ __global__ void __launch_bounds__(32) k_w4i_xprep(const QGemvArgs p) {
   if constexpr (REC) {
     uint8_t* rec = static_cast<uint8_t*>(p.w4x) + st * 4 * kW4iRec;  // the stage's first block's record
     const int b0 = o.sl >> 4, sw = o.sl & 15;  // slot sl: block sl / 16 (pl1: 2 more), slot sl % 16 of it
-    const int64_t r1 = r + 1 == p.m ? 8 : r + 1;  // the rows this warp writes: r (the last row: M - 1 .. 7)
+    reinterpret_cast<uint4*>(rec + b0 * kW4iRec + 256 * r)[sw] = o.pl0;
+    reinterpret_cast<uint4*>(rec + (b0 + 2) * kW4iRec + 256 * r)[sw] = o.pl1;
+    const int64_t r1 = r + 1 == p.m ? 8 : r + 1;  // the exponent and sum rows this warp writes: r (the last: M - 1 .. 7)
     for (int64_t rw = r; rw < r1; ++rw) {
-      reinterpret_cast<uint4*>(rec + b0 * kW4iRec + 256 * rw)[sw] = o.pl0;
-      reinterpret_cast<uint4*>(rec + (b0 + 2) * kW4iRec + 256 * rw)[sw] = o.pl1;
       if ((lane & 15) == 0) {  // lanes 0 / 16: blocks 0, 2 / 1, 3 of the stage
         const int bl = lane >> 4;
         reinterpret_cast<uint2*>(rec + bl * kW4iRec + 2048)[rw] = make_uint2(__float_as_uint(o.i0), uint32_t(o.sx0));
@@ -257,7 +257,7 @@ __global__ void __launch_bounds__(256, MINB) k_w4i(const QGemvArgs p) {
   [[maybe_unused]] const uint2* gmeta =
       MULTI ? reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(p.w4x) + p.m * p.k * 2) : nullptr;
   // MULTI with REC: k_w4i_xprep's records (the lane's x row g, slot t; rows 2 t, 2 t + 1's exponents and sums)
-  [[maybe_unused]] const uint4* rx = reinterpret_cast<const uint4*>(p.w4x) + g * 16 + t;
+  [[maybe_unused]] const uint4* rx = reinterpret_cast<const uint4*>(p.w4x) + min(g, M - 1) * 16 + t;
   [[maybe_unused]] const uint4* rm = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.w4x) + 2048) + t;
   int slot = 0;
 #pragma unroll 1
