@@ -246,8 +246,12 @@ void launch_k(const QGemvArgs& p, const W4Cfg& c, cudaStream_t st, int64_t ring_
 
 // k_w4i at M > 1: x from k_w4i_xprep's records (true: one record per 128-element block holding x rows 0..7 and their
 // exponents and sums, common/gemv_w4i.cuh) or from its planes per row (false, sessions 14-16). The same values, the
-// same bits. GPUKIT_W4I_REC=0 / 1 (benchmarking) overrides kW4iRecDefault.
-constexpr bool kW4iRecDefault = true;  // candidate (run s17-D)
+// same bits. GPUKIT_W4I_REC=0 / 1 (benchmarking) overrides kW4iRecDefault. Session 17, run E (docs/device-runs/
+// 2026-12-01-h200-s17-E.log; % of copy, records / per row, at (K, N) = (4096, 14336) / (14336, 4096) / (4096, 128256)
+// / (4096, 6144) / (4096, 4096)): M = 2 58 / 56 / 88 / 44 / 39 against 55 / 54 / 84 / 43 / 37, M = 4 55 / 53 / 86 / 42
+// / 37 against 53 / 51 / 81 / 41 / 35, M = 8 49 / 47 / 76 / 38 / 35 against 47 / 44 / 70 / 38 / 32; 8B int4 decode
+// tok/s (bench/e2e.py, +w4irec0) b2 972.0 against 961.1, b4 1827.1 against 1776.1, b8 3191.5 against 3060.1.
+constexpr bool kW4iRecDefault = true;
 bool w4i_rec() {
   const char* e = std::getenv("GPUKIT_W4I_REC");
   if (!e || !*e) return kW4iRecDefault;
