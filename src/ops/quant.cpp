@@ -368,7 +368,7 @@ Array gemv_quantized_impl(const Array& x_in, const QuantizedWeight& qw, std::opt
       a.xh = xh.data();
       a.xinv = xinv.data_as<float>();
     }
-    Array w4x;  // int4 g128 / GGUF on the integer tensor cores at M > 1: x's planes (common/gemv_w4i.cuh, quant_gguf_imma.cu)
+    Array w4x;  // the integer tensor-core GEMVs at M > 1: x converted once (gemv_w4i.cuh, quant_gguf_imma.cu)
     if (const int64_t wb = cuda::gemv_w4i_workspace(a) + cuda::gguf_imma_workspace(a); wb > 0) {
       w4x = Array::empty({wb}, DType::u8, d, &s);
       a.w4x = w4x.data();
