@@ -28,6 +28,7 @@ from common import gk, parse_args
 import e2e
 
 KINDS = [  # (kind, regex on the kernel name); first match wins
+    ("x_prep", r"xprep"),  # the integer GEMVs' conversion of x at M > 1 (k_w4i_xprep, k_ggi_xprep), Q8_0's fp16 copy
     ("prefetch_l2", r"k_prefetch_l2"),
     ("embed_norm", r"k_embed_norm"),
     ("attn_rope", r"k_attn_rope"),
